@@ -1,0 +1,5 @@
+//===- AttnInterfaces.cpp - Attention op interface ------------------------===//
+
+#include "Attn/AttnInterfaces.h"
+
+#include "Attn/AttnInterfaces.cpp.inc"

@@ -1,0 +1,16 @@
+//===- AttnInterfaces.h - Attention op interface ----------------*- C++ -*-===//
+//
+// AttentionOpInterface: what tiling and fusion passes know of an
+// attention-like op.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_DIALECT_ATTN_ATTNINTERFACES_H
+#define ATTN_DIALECT_ATTN_ATTNINTERFACES_H
+
+#include "Attn/AttnDialect.h"
+#include "mlir/IR/OpDefinition.h"
+
+#include "Attn/AttnInterfaces.h.inc"
+
+#endif // ATTN_DIALECT_ATTN_ATTNINTERFACES_H

@@ -1,0 +1,75 @@
+//===- AttnInterfaces.td - Attention op interface ----------*- tablegen -*-===//
+
+#ifndef ATTN_INTERFACES_TD
+#define ATTN_INTERFACES_TD
+
+include "mlir/IR/OpBase.td"
+
+def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
+  let cppNamespace = "::mlir::attn";
+  let description = [{
+    An attention-like op, described as the few hooks every attention variant
+    is made of (cf. FlashInfer's variants): which operands are the query, key
+    and value; which keys a query row may see (a position mask, narrowed by a
+    block selection or a draft tree); how a score is modified (scale,
+    softcap); how scores become weights (online softmax, or a recurrent state
+    for linear attention); and which epilogue transforms each output row.
+
+    Tiling and fusion passes work on this interface, never on op names, so a
+    new variant gets them by implementing these methods.
+  }];
+
+  let methods = [
+    InterfaceMethod<"The query tensor [B, Hq, Lq, D].",
+      "::mlir::Value", "getQuery">,
+    InterfaceMethod<"The key tensor [B, Hk, Lk, D].",
+      "::mlir::Value", "getKey">,
+    InterfaceMethod<"The value tensor [B, Hv, Lk, Dv].",
+      "::mlir::Value", "getValue">,
+    InterfaceMethod<"The main output [B, H, Lq, Dv].",
+      "::mlir::Value", "getOutput">,
+    InterfaceMethod<[{
+        The log-sum-exp of each row's visible scores [B, H, Lq], or null
+        when the op does not return it.
+      }],
+      "::mlir::Value", "getLogSumExp", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        The position mask: which key positions a query position may see
+        before any selection or tree narrows it.
+      }],
+      "::mlir::attn::MaskAttr", "getPositionMask">,
+    InterfaceMethod<"What else narrows the visible keys.",
+      "::mlir::attn::KeySelectionKind", "getKeySelectionKind", (ins), [{}],
+      [{ return ::mlir::attn::KeySelectionKind::Dense; }]>,
+    InterfaceMethod<[{
+        The operand that narrows the visible keys: the block/token selection
+        (`Blocks`) or the parent array (`Tree`); null when `Dense`.
+      }],
+      "::mlir::Value", "getKeySelection", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        Size in keys of one selection entry (`Blocks`); 1 otherwise.
+      }],
+      "int64_t", "getSelectionBlockSize", (ins), [{}], [{ return 1; }]>,
+    InterfaceMethod<[{
+        The factor applied to dot(q, k), with the default 1/sqrt(D)
+        resolved.
+      }],
+      "double", "getScoreScale">,
+    InterfaceMethod<"The softcap `c` (s = c * tanh(s / c)), 0 for none.",
+      "double", "getScoreSoftcap", (ins), [{}], [{ return 0.0; }]>,
+    InterfaceMethod<"How scores become weights.",
+      "::mlir::attn::Normalizer", "getNormalizer", (ins), [{}],
+      [{ return ::mlir::attn::Normalizer::Softmax; }]>,
+    InterfaceMethod<"The epilogue applied to each output row.",
+      "::mlir::attn::Epilogue", "getEpilogue", (ins), [{}],
+      [{ return ::mlir::attn::Epilogue::None; }]>,
+    InterfaceMethod<[{
+        The operands the epilogue reads: the gate logits (`SigmoidGate`);
+        `z` and the weight `w` (`RmsNormSiluGate`); none otherwise.
+      }],
+      "::llvm::SmallVector<::mlir::Value>", "getEpilogueOperands", (ins),
+      [{}], [{ return {}; }]>
+  ];
+}
+
+#endif // ATTN_INTERFACES_TD

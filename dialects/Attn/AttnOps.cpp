@@ -1,0 +1,782 @@
+//===- AttnOps.cpp - Ops of the attn dialect ------------------------------===//
+//
+// Result type inference, verifiers and AttentionOpInterface methods.
+//
+// Inference checks only what it needs to build the result types (ranks and
+// positive sizes); the verifiers check everything else. Both report through
+// the named checks of ShapeChecks.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Attn/AttnOps.h"
+#include "Attn/ShapeChecks.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpImplementation.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::attn;
+
+//===----------------------------------------------------------------------===//
+// Layouts: the name of every dimension of every operand, for messages.
+//===----------------------------------------------------------------------===//
+
+namespace {
+const char *const kQueryDims[] = {"B", "H", "Lq", "D"};
+const char *const kKeyDims[] = {"B", "Hkv", "Lk", "D"};
+const char *const kValueDims[] = {"B", "Hkv", "Lk", "Dv"};
+const char *const kGateDims[] = {"B", "H", "Lq", "Dv or 1"};
+const char *const kSelectionDims[] = {"B", "H", "Lq", "N"};
+const char *const kMetaDims[] = {"B", "Hkv", "NB", "2", "D"};
+const char *const kTreeQueryDims[] = {"B", "H", "T", "D"};
+const char *const kTreeKeyDims[] = {"B", "Hkv", "P+T", "D"};
+const char *const kTreeValueDims[] = {"B", "Hkv", "P+T", "Dv"};
+const char *const kTreeDims[] = {"B", "T"};
+const char *const kBatchDims[] = {"B"};
+const char *const kRowDims[] = {"B", "H", "L", "Dv"};
+const char *const kRowGateDims[] = {"B", "H", "L", "Dv or 1"};
+const char *const kFeatureDims[] = {"Dv"};
+const char *const kRecQueryDims[] = {"B", "Hk", "L", "Dk"};
+const char *const kRecValueDims[] = {"B", "Hv", "L", "Dv"};
+const char *const kRecScalarGateDims[] = {"B", "Hv", "L"};
+const char *const kRecVectorGateDims[] = {"B", "Hv", "L", "Dk"};
+const char *const kRecStateDims[] = {"B", "Hv", "Dk", "Dv"};
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+/// A diagnostic emitter for type inference, which runs before the op exists:
+/// it writes at the op's location with the prefix emitOpError would use.
+static auto inferenceErrorAt(MLIRContext *context,
+                             std::optional<Location> location,
+                             StringRef opName) {
+  return [=]() {
+    InFlightDiagnostic diag =
+        emitError(location ? *location : UnknownLoc::get(context));
+    diag << "'" << opName << "' op ";
+    return diag;
+  };
+}
+
+/// An inherent attribute as inference sees it: builders have already stored
+/// it in the op's properties, while the parser still holds it in the
+/// attribute dictionary.
+template <typename AttrT>
+static AttrT inherentAttr(Attribute fromProperties, DictionaryAttr attributes,
+                          StringRef name) {
+  if (auto attr = llvm::dyn_cast_or_null<AttrT>(fromProperties))
+    return attr;
+  return attributes ? attributes.getAs<AttrT>(name) : AttrT();
+}
+
+/// Whether a softmax-attention op being inferred returns its lse.
+template <typename AdaptorT> static bool returnsLse(AdaptorT &adaptor) {
+  return static_cast<bool>(inherentAttr<UnitAttr>(
+      adaptor.getProperties().return_lse, adaptor.getAttributes(),
+      "return_lse"));
+}
+
+static std::optional<double> toDouble(std::optional<APFloat> value) {
+  if (!value)
+    return std::nullopt;
+  return value->convertToDouble();
+}
+
+static RankedTensorType tensorOf(ArrayRef<int64_t> shape, Type elementType) {
+  return RankedTensorType::get(shape, elementType);
+}
+
+/// Checks that `value` is a ranked tensor with as many dims as `dims` names,
+/// and returns it named; used by inference before anything else is known.
+static FailureOr<NamedTensor> namedWithRank(EmitErrorFn emitError,
+                                            StringRef name, Value value,
+                                            ArrayRef<const char *> dims) {
+  auto type = llvm::dyn_cast<RankedTensorType>(value.getType());
+  if (!type)
+    return emitError() << "'" << name << "' must be a ranked tensor, got "
+                       << value.getType();
+  NamedTensor t{name, type, dims};
+  if (failed(checkRank(emitError, t)))
+    return failure();
+  return t;
+}
+
+static LogicalResult checkSoftcap(EmitErrorFn emitError, double softcap) {
+  if (std::isfinite(softcap) && softcap >= 0.0)
+    return success();
+  return emitError() << "'softcap' must be finite and >= 0 (0 disables it), "
+                        "got "
+                     << softcap;
+}
+
+/// The results of the softmax-attention ops: `output [B, H, Lq, Dv]` in the
+/// query's element type and, with `return_lse`, `lse [B, H, Lq]` in f32.
+static LogicalResult inferAttentionResults(EmitErrorFn emitError, Value query,
+                                           Value value, bool returnLse,
+                                           ArrayRef<const char *> queryDims,
+                                           ArrayRef<const char *> valueDims,
+                                           SmallVectorImpl<Type> &results) {
+  FailureOr<NamedTensor> q = namedWithRank(emitError, "query", query, queryDims);
+  FailureOr<NamedTensor> v = namedWithRank(emitError, "value", value, valueDims);
+  if (failed(q) || failed(v))
+    return failure();
+  Type elementType = q->type.getElementType();
+  results.push_back(
+      tensorOf({q->dim(0), q->dim(1), q->dim(2), v->dim(3)}, elementType));
+  if (returnLse)
+    results.push_back(tensorOf({q->dim(0), q->dim(1), q->dim(2)},
+                               Float32Type::get(query.getContext())));
+  return success();
+}
+
+/// Checks the sigmoid gate operand of an output `[B, H, L, Dv]`: same
+/// element type, `[B, H, L, Dv]` (elementwise) or `[B, H, L, 1]` (headwise).
+static LogicalResult verifyGateOperand(EmitErrorFn emitError,
+                                       const NamedTensor &gate,
+                                       const NamedTensor &rows,
+                                       const NamedTensor &features,
+                                       unsigned featureDim) {
+  if (failed(checkRank(emitError, gate)) ||
+      failed(checkSameElementType(emitError, gate, rows)))
+    return failure();
+  for (unsigned d = 0; d < 3; ++d)
+    if (failed(checkSameDim(emitError, gate, d, rows, d)))
+      return failure();
+  if (gate.isStatic(3) && gate.dim(3) != 1 && features.isStatic(featureDim) &&
+      gate.dim(3) != features.dim(featureDim))
+    return emitError() << "'" << gate.name
+                       << "' dim 3 must be 1 (headwise gate) or match '"
+                       << features.name << "' dim " << featureDim << " ("
+                       << features.dims[featureDim]
+                       << ", elementwise gate): expected 1 or "
+                       << features.dim(featureDim) << ", got " << gate.dim(3);
+  return success();
+}
+
+/// Checks `query [B, H, Lq, D]`, `key [B, Hkv, Lk, D]`,
+/// `value [B, Hkv, Lk, Dv]`, the optional gate and the score modifier, as
+/// shared by every softmax-attention op.
+static LogicalResult verifySoftmaxAttention(EmitErrorFn emitError,
+                                            const NamedTensor &q,
+                                            const NamedTensor &k,
+                                            const NamedTensor &v, Value gate,
+                                            std::optional<double> scale,
+                                            double softcap) {
+  for (const NamedTensor *t : {&q, &k, &v})
+    if (failed(checkRank(emitError, *t)))
+      return failure();
+  for (const NamedTensor *t : {&q, &k, &v})
+    for (unsigned d : {1u, 3u})
+      if (failed(checkStaticDim(emitError, *t, d)))
+        return failure();
+  if (failed(checkSameElementType(emitError, k, q)) ||
+      failed(checkSameElementType(emitError, v, q)) ||
+      failed(checkSameDim(emitError, k, 0, q, 0)) ||
+      failed(checkSameDim(emitError, v, 0, q, 0)) ||
+      failed(checkSameDim(emitError, k, 3, q, 3)) ||
+      failed(checkSameDim(emitError, v, 1, k, 1)) ||
+      failed(checkSameDim(emitError, v, 2, k, 2)) ||
+      failed(checkDimMultiple(emitError, q, k, 1)))
+    return failure();
+  if (gate && failed(verifyGateOperand(emitError,
+                                       named("gate", gate, kGateDims), q, v,
+                                       3)))
+    return failure();
+  return failure(failed(checkScale(emitError, scale)) ||
+                 failed(checkSoftcap(emitError, softcap)));
+}
+
+/// A causal mask places query row i at Lk - Lq + i, which must not be
+/// negative: causal attention needs Lq <= Lk.
+static LogicalResult verifyMaskFitsLengths(EmitErrorFn emitError,
+                                           MaskAttr mask, const NamedTensor &q,
+                                           const NamedTensor &k) {
+  if (!mask.isCausal() || !q.isStatic(2) || !k.isStatic(2) ||
+      q.dim(2) <= k.dim(2))
+    return success();
+  return emitError() << "a causal mask needs 'query' dim 2 (Lq) <= 'key' dim "
+                        "2 (Lk), got Lq = "
+                     << q.dim(2) << " and Lk = " << k.dim(2);
+}
+
+//===----------------------------------------------------------------------===//
+// SdpaOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+SdpaOp::inferReturnTypes(MLIRContext *context, std::optional<Location> location,
+                         Adaptor adaptor,
+                         SmallVectorImpl<Type> &inferredReturnTypes) {
+  return inferAttentionResults(
+      inferenceErrorAt(context, location, getOperationName()),
+      adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor),
+      kQueryDims, kValueDims, inferredReturnTypes);
+}
+
+LogicalResult SdpaOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor q = named("query", getQuery(), kQueryDims);
+  NamedTensor k = named("key", getKey(), kKeyDims);
+  NamedTensor v = named("value", getValue(), kValueDims);
+  if (failed(verifySoftmaxAttention(emit, q, k, v, getGate(),
+                                    toDouble(getScale()),
+                                    getSoftcap().convertToDouble())))
+    return failure();
+  return verifyMaskFitsLengths(emit, getMask(), q, k);
+}
+
+Value SdpaOp::getLogSumExp() { return getLse(); }
+MaskAttr SdpaOp::getPositionMask() { return getMask(); }
+double SdpaOp::getScoreScale() {
+  return resolveScale(toDouble(getScale()),
+                      getQuery().getType().getDimSize(3));
+}
+double SdpaOp::getScoreSoftcap() { return getSoftcap().convertToDouble(); }
+Epilogue SdpaOp::getEpilogue() {
+  return getGate() ? Epilogue::SigmoidGate : Epilogue::None;
+}
+SmallVector<Value> SdpaOp::getEpilogueOperands() {
+  if (Value gate = getGate())
+    return {gate};
+  return {};
+}
+
+//===----------------------------------------------------------------------===//
+// GateOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+GateOp::inferReturnTypes(MLIRContext *context, std::optional<Location> location,
+                         Adaptor adaptor,
+                         SmallVectorImpl<Type> &inferredReturnTypes) {
+  inferredReturnTypes.push_back(adaptor.getOutput().getType());
+  return success();
+}
+
+LogicalResult GateOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor rows = named("output", getOutput(), kRowDims);
+  if (failed(checkRank(emit, rows)))
+    return failure();
+  return verifyGateOperand(emit, named("gate", getGate(), kRowGateDims), rows,
+                           rows, 3);
+}
+
+//===----------------------------------------------------------------------===//
+// BlockMetaOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult BlockMetaOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto emit = inferenceErrorAt(context, location, getOperationName());
+  FailureOr<NamedTensor> k =
+      namedWithRank(emit, "key", adaptor.getKey(), kKeyDims);
+  auto blockSizeAttr = inherentAttr<IntegerAttr>(
+      adaptor.getProperties().block_size, adaptor.getAttributes(),
+      "block_size");
+  if (failed(k))
+    return failure();
+  if (!blockSizeAttr)
+    return emit() << "needs a 'block_size' attribute";
+  int64_t blockSize = blockSizeAttr.getInt();
+  if (failed(checkPositive(emit, "block_size", blockSize)))
+    return failure();
+  int64_t numBlocks = k->isStatic(2)
+                          ? llvm::divideCeil(k->dim(2), blockSize)
+                          : ShapedType::kDynamic;
+  inferredReturnTypes.push_back(
+      tensorOf({k->dim(0), k->dim(1), numBlocks, 2, k->dim(3)},
+               k->type.getElementType()));
+  return success();
+}
+
+LogicalResult BlockMetaOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor k = named("key", getKey(), kKeyDims);
+  return failure(failed(checkStaticDim(emit, k, 1)) ||
+                 failed(checkStaticDim(emit, k, 3)));
+}
+
+//===----------------------------------------------------------------------===//
+// SelectTopKOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SelectTopKOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto emit = inferenceErrorAt(context, location, getOperationName());
+  FailureOr<NamedTensor> q =
+      namedWithRank(emit, "query", adaptor.getQuery(), kQueryDims);
+  auto topKAttr = inherentAttr<IntegerAttr>(
+      adaptor.getProperties().top_k, adaptor.getAttributes(), "top_k");
+  if (failed(q))
+    return failure();
+  if (!topKAttr)
+    return emit() << "needs a 'top_k' attribute";
+  int64_t topK = topKAttr.getInt();
+  if (failed(checkPositive(emit, "top_k", topK)))
+    return failure();
+  inferredReturnTypes.push_back(
+      tensorOf({q->dim(0), q->dim(1), q->dim(2), topK},
+               IntegerType::get(context, 32)));
+  return success();
+}
+
+LogicalResult SelectTopKOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor q = named("query", getQuery(), kQueryDims);
+  NamedTensor meta = named("meta", getMeta(), kMetaDims);
+  if (failed(checkRank(emit, meta)) || failed(checkStaticDim(emit, q, 1)) ||
+      failed(checkStaticDim(emit, q, 3)) ||
+      failed(checkStaticDim(emit, meta, 1)) ||
+      failed(checkStaticDim(emit, meta, 4)) ||
+      failed(checkSameElementType(emit, meta, q)) ||
+      failed(checkSameDim(emit, meta, 0, q, 0)) ||
+      failed(checkDimIs(emit, meta, 3, 2)) ||
+      failed(checkSameDim(emit, meta, 4, q, 3)) ||
+      failed(checkDimMultiple(emit, q, meta, 1)) ||
+      failed(checkPositive(emit, "block_size", getBlockSize())) ||
+      failed(checkScale(emit, toDouble(getScale()))))
+    return failure();
+  int64_t sink = getSinkBlocks(), local = getLocalBlocks();
+  if (sink < 0 || local < 0)
+    return emitOpError() << "'sink_blocks' and 'local_blocks' must be >= 0, "
+                            "got "
+                         << sink << " and " << local;
+  if (sink + local > getTopK())
+    return emitOpError() << "'sink_blocks' + 'local_blocks' (" << sink << " + "
+                         << local << ") must not exceed 'top_k' ("
+                         << getTopK() << ")";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// SelectTopPOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SelectTopPOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto emit = inferenceErrorAt(context, location, getOperationName());
+  FailureOr<NamedTensor> q =
+      namedWithRank(emit, "query", adaptor.getQuery(), kQueryDims);
+  FailureOr<NamedTensor> k =
+      namedWithRank(emit, "key", adaptor.getKey(), kKeyDims);
+  if (failed(q) || failed(k))
+    return failure();
+  int64_t capacity = k->dim(2);
+  if (auto maxTokens = inherentAttr<IntegerAttr>(
+          adaptor.getProperties().max_tokens, adaptor.getAttributes(),
+          "max_tokens")) {
+    capacity = maxTokens.getInt();
+    if (failed(checkPositive(emit, "max_tokens", capacity)))
+      return failure();
+  }
+  inferredReturnTypes.push_back(
+      tensorOf({q->dim(0), q->dim(1), q->dim(2), capacity},
+               IntegerType::get(context, 32)));
+  return success();
+}
+
+LogicalResult SelectTopPOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor q = named("query", getQuery(), kQueryDims);
+  NamedTensor k = named("key", getKey(), kKeyDims);
+  for (const NamedTensor *t : {&q, &k})
+    for (unsigned d : {1u, 3u})
+      if (failed(checkStaticDim(emit, *t, d)))
+        return failure();
+  if (failed(checkSameElementType(emit, k, q)) ||
+      failed(checkSameDim(emit, k, 0, q, 0)) ||
+      failed(checkSameDim(emit, k, 3, q, 3)) ||
+      failed(checkDimMultiple(emit, q, k, 1)) ||
+      failed(checkScale(emit, toDouble(getScale()))) ||
+      failed(checkSoftcap(emit, getSoftcap().convertToDouble())))
+    return failure();
+  if (Value blocks = getBlocks()) {
+    NamedTensor sel = named("blocks", blocks, kSelectionDims);
+    if (failed(checkRank(emit, sel)))
+      return failure();
+    for (unsigned d = 0; d < 3; ++d)
+      if (failed(checkSameDim(emit, sel, d, q, d)))
+        return failure();
+    if (!getBlockSize())
+      return emitOpError() << "a 'blocks' operand needs the 'block_size' "
+                              "attribute that its entries count in";
+    if (failed(checkPositive(emit, "block_size", *getBlockSize())))
+      return failure();
+  } else if (getBlockSize()) {
+    return emitOpError() << "'block_size' is only meaningful with a 'blocks' "
+                            "operand";
+  }
+  double topP = getTopP().convertToDouble();
+  if (!(topP > 0.0 && topP <= 1.0))
+    return emitOpError() << "'top_p' must be in (0, 1], got " << topP;
+  int64_t minTokens = getMinTokens();
+  if (minTokens < 0)
+    return emitOpError() << "'min_tokens' must be >= 0, got " << minTokens;
+  if (std::optional<uint64_t> maxTokens = getMaxTokens()) {
+    int64_t maxTokensValue = static_cast<int64_t>(*maxTokens);
+    if (failed(checkPositive(emit, "max_tokens", maxTokensValue)))
+      return failure();
+    if (minTokens > maxTokensValue)
+      return emitOpError() << "'min_tokens' (" << minTokens
+                           << ") must not exceed 'max_tokens' ("
+                           << maxTokensValue << ")";
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// SparseSdpaOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult SparseSdpaOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  return inferAttentionResults(
+      inferenceErrorAt(context, location, getOperationName()),
+      adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor),
+      kQueryDims, kValueDims, inferredReturnTypes);
+}
+
+LogicalResult SparseSdpaOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor q = named("query", getQuery(), kQueryDims);
+  NamedTensor k = named("key", getKey(), kKeyDims);
+  NamedTensor v = named("value", getValue(), kValueDims);
+  if (failed(verifySoftmaxAttention(emit, q, k, v, getGate(),
+                                    toDouble(getScale()),
+                                    getSoftcap().convertToDouble())) ||
+      failed(verifyMaskFitsLengths(emit, getMask(), q, k)) ||
+      failed(checkPositive(emit, "block_size", getBlockSize())))
+    return failure();
+  NamedTensor sel = named("selection", getSelection(), kSelectionDims);
+  if (failed(checkRank(emit, sel)))
+    return failure();
+  for (unsigned d = 0; d < 3; ++d)
+    if (failed(checkSameDim(emit, sel, d, q, d)))
+      return failure();
+  return success();
+}
+
+Value SparseSdpaOp::getLogSumExp() { return getLse(); }
+MaskAttr SparseSdpaOp::getPositionMask() { return getMask(); }
+double SparseSdpaOp::getScoreScale() {
+  return resolveScale(toDouble(getScale()),
+                      getQuery().getType().getDimSize(3));
+}
+double SparseSdpaOp::getScoreSoftcap() {
+  return getSoftcap().convertToDouble();
+}
+Epilogue SparseSdpaOp::getEpilogue() {
+  return getGate() ? Epilogue::SigmoidGate : Epilogue::None;
+}
+SmallVector<Value> SparseSdpaOp::getEpilogueOperands() {
+  if (Value gate = getGate())
+    return {gate};
+  return {};
+}
+KeySelectionKind SparseSdpaOp::getKeySelectionKind() {
+  return KeySelectionKind::Blocks;
+}
+Value SparseSdpaOp::getKeySelection() { return getSelection(); }
+int64_t SparseSdpaOp::getSelectionBlockSize() { return getBlockSize(); }
+
+//===----------------------------------------------------------------------===//
+// TreeSdpaOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult TreeSdpaOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  return inferAttentionResults(
+      inferenceErrorAt(context, location, getOperationName()),
+      adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor),
+      kTreeQueryDims, kTreeValueDims, inferredReturnTypes);
+}
+
+LogicalResult TreeSdpaOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor q = named("query", getQuery(), kTreeQueryDims);
+  NamedTensor k = named("key", getKey(), kTreeKeyDims);
+  NamedTensor v = named("value", getValue(), kTreeValueDims);
+  if (failed(verifySoftmaxAttention(emit, q, k, v, getGate(),
+                                    toDouble(getScale()),
+                                    getSoftcap().convertToDouble())))
+    return failure();
+  NamedTensor parents = named("parents", getParents(), kTreeDims);
+  if (failed(checkRank(emit, parents)) ||
+      failed(checkSameDim(emit, parents, 0, q, 0)) ||
+      failed(checkSameDim(emit, parents, 1, q, 2)))
+    return failure();
+  if (q.isStatic(2) && k.isStatic(2) && k.dim(2) < q.dim(2))
+    return emitOpError() << "'key' dim 2 (P+T) must hold at least the T = "
+                         << q.dim(2) << " tree tokens, got " << k.dim(2);
+  if (std::optional<uint64_t> window = getWindow())
+    if (failed(checkPositive(emit, "window", static_cast<int64_t>(*window))))
+      return failure();
+  return success();
+}
+
+Value TreeSdpaOp::getLogSumExp() { return getLse(); }
+MaskAttr TreeSdpaOp::getPositionMask() {
+  // The tree narrows a causal mask: a node never sees a later position.
+  if (std::optional<uint64_t> window = getWindow())
+    return MaskAttr::get(getContext(), MaskKind::SlidingWindow,
+                         static_cast<int64_t>(*window));
+  return MaskAttr::get(getContext(), MaskKind::Causal, 0);
+}
+double TreeSdpaOp::getScoreScale() {
+  return resolveScale(toDouble(getScale()),
+                      getQuery().getType().getDimSize(3));
+}
+double TreeSdpaOp::getScoreSoftcap() { return getSoftcap().convertToDouble(); }
+Epilogue TreeSdpaOp::getEpilogue() {
+  return getGate() ? Epilogue::SigmoidGate : Epilogue::None;
+}
+SmallVector<Value> TreeSdpaOp::getEpilogueOperands() {
+  if (Value gate = getGate())
+    return {gate};
+  return {};
+}
+KeySelectionKind TreeSdpaOp::getKeySelectionKind() {
+  return KeySelectionKind::Tree;
+}
+Value TreeSdpaOp::getKeySelection() { return getParents(); }
+
+//===----------------------------------------------------------------------===//
+// TreeAcceptOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult TreeAcceptOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  auto emit = inferenceErrorAt(context, location, getOperationName());
+  FailureOr<NamedTensor> tokens =
+      namedWithRank(emit, "tokens", adaptor.getTokens(), kTreeDims);
+  if (failed(tokens))
+    return failure();
+  Type i32 = IntegerType::get(context, 32);
+  inferredReturnTypes.push_back(tensorOf({tokens->dim(0), tokens->dim(1)}, i32));
+  inferredReturnTypes.push_back(tensorOf({tokens->dim(0)}, i32));
+  inferredReturnTypes.push_back(tensorOf({tokens->dim(0)}, i32));
+  return success();
+}
+
+LogicalResult TreeAcceptOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor tokens = named("tokens", getTokens(), kTreeDims);
+  for (auto [name, value] : {std::pair<StringRef, Value>{"target", getTarget()},
+                             {"parents", getParents()}}) {
+    NamedTensor t = named(name, value, kTreeDims);
+    if (failed(checkRank(emit, t)) ||
+        failed(checkSameDim(emit, t, 0, tokens, 0)) ||
+        failed(checkSameDim(emit, t, 1, tokens, 1)))
+      return failure();
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// KvCompactOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult KvCompactOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  inferredReturnTypes.push_back(adaptor.getKey().getType());
+  inferredReturnTypes.push_back(adaptor.getValue().getType());
+  return success();
+}
+
+LogicalResult KvCompactOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor k = named("key", getKey(), kTreeKeyDims);
+  NamedTensor v = named("value", getValue(), kTreeValueDims);
+  NamedTensor path = named("path", getPath(), kTreeDims);
+  NamedTensor length = named("length", getLength(), kBatchDims);
+  for (const NamedTensor *t : {&k, &v, &path, &length})
+    if (failed(checkRank(emit, *t)))
+      return failure();
+  if (failed(checkSameElementType(emit, v, k)) ||
+      failed(checkSameDim(emit, v, 0, k, 0)) ||
+      failed(checkSameDim(emit, v, 1, k, 1)) ||
+      failed(checkSameDim(emit, v, 2, k, 2)) ||
+      failed(checkSameDim(emit, path, 0, k, 0)) ||
+      failed(checkSameDim(emit, length, 0, k, 0)))
+    return failure();
+  if (path.isStatic(1) && k.isStatic(2) && k.dim(2) < path.dim(1))
+    return emitOpError() << "'key' dim 2 (P+T) must hold at least the T = "
+                         << path.dim(1) << " tree tokens of 'path', got "
+                         << k.dim(2);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// LinearRecurrenceOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LinearRecurrenceOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  // o[B, Hv, L, Dv] has the value's shape; the state keeps its own type.
+  inferredReturnTypes.push_back(adaptor.getValue().getType());
+  inferredReturnTypes.push_back(adaptor.getInitialState().getType());
+  return success();
+}
+
+static bool usesDecay(RecurrenceRule rule) {
+  return rule == RecurrenceRule::Decay || rule == RecurrenceRule::Gla ||
+         rule == RecurrenceRule::GatedDelta;
+}
+
+static bool usesBeta(RecurrenceRule rule) {
+  return rule == RecurrenceRule::Delta || rule == RecurrenceRule::GatedDelta;
+}
+
+LogicalResult LinearRecurrenceOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  RecurrenceRule rule = getRule();
+  StringRef ruleName = stringifyRecurrenceRule(rule);
+  NamedTensor q = named("query", getQuery(), kRecQueryDims);
+  NamedTensor k = named("key", getKey(), kRecQueryDims);
+  NamedTensor v = named("value", getValue(), kRecValueDims);
+  NamedTensor s = named("initial_state", getInitialState(), kRecStateDims);
+  for (const NamedTensor *t : {&q, &k, &v, &s})
+    if (failed(checkRank(emit, *t)))
+      return failure();
+  for (const NamedTensor *t : {&q, &k, &v})
+    for (unsigned d : {1u, 3u})
+      if (failed(checkStaticDim(emit, *t, d)))
+        return failure();
+  if (failed(checkSameElementType(emit, k, q)) ||
+      failed(checkSameElementType(emit, v, q)))
+    return failure();
+  for (unsigned d = 0; d < 4; ++d)
+    if (failed(checkSameDim(emit, k, d, q, d)))
+      return failure();
+  if (failed(checkSameDim(emit, v, 0, q, 0)) ||
+      failed(checkSameDim(emit, v, 2, q, 2)) ||
+      failed(checkDimMultiple(emit, v, q, 1)) ||
+      failed(checkSameDim(emit, s, 0, q, 0)) ||
+      failed(checkSameDim(emit, s, 1, v, 1)) ||
+      failed(checkSameDim(emit, s, 2, q, 3)) ||
+      failed(checkSameDim(emit, s, 3, v, 3)))
+    return failure();
+
+  // Operands the rule needs, and only those.
+  auto checkPerStep = [&](StringRef name, Value operand, bool wanted,
+                          ArrayRef<const char *> dims) -> LogicalResult {
+    if (!wanted) {
+      if (operand)
+        return emitOpError() << "rule '" << ruleName << "' takes no '" << name
+                             << "' operand";
+      return success();
+    }
+    if (!operand)
+      return emitOpError() << "rule '" << ruleName << "' needs a '" << name
+                           << "' operand " << formatLayout(dims);
+    NamedTensor t = named(name, operand, dims);
+    if (failed(checkRank(emit, t)) ||
+        failed(checkSameElementType(emit, t, q)))
+      return failure();
+    for (unsigned d = 0; d < 3; ++d)
+      if (failed(checkSameDim(emit, t, d, v, d)))
+        return failure();
+    if (dims.size() == 4 && failed(checkSameDim(emit, t, 3, q, 3)))
+      return failure();
+    return success();
+  };
+  ArrayRef<const char *> decayDims = rule == RecurrenceRule::Gla
+                                         ? ArrayRef(kRecVectorGateDims)
+                                         : ArrayRef(kRecScalarGateDims);
+  if (failed(checkPerStep("decay", getDecay(), usesDecay(rule), decayDims)) ||
+      failed(checkPerStep("beta", getBeta(), usesBeta(rule),
+                          kRecScalarGateDims)))
+    return failure();
+
+  if (static_cast<bool>(getGateZ()) != static_cast<bool>(getGateWeight()))
+    return emitOpError() << "the output gate needs both 'gate_z' and "
+                            "'gate_weight'";
+  if (Value z = getGateZ()) {
+    NamedTensor zt = named("gate_z", z, kRecValueDims);
+    NamedTensor wt = named("gate_weight", getGateWeight(), kFeatureDims);
+    if (failed(checkRank(emit, zt)) || failed(checkRank(emit, wt)) ||
+        failed(checkSameElementType(emit, zt, v)) ||
+        failed(checkSameElementType(emit, wt, v)))
+      return failure();
+    for (unsigned d = 0; d < 4; ++d)
+      if (failed(checkSameDim(emit, zt, d, v, d)))
+        return failure();
+    if (failed(checkSameDim(emit, wt, 0, v, 3)))
+      return failure();
+    double eps = getGateEps().convertToDouble();
+    if (!(eps > 0.0))
+      return emitOpError() << "'gate_eps' must be > 0, got " << eps;
+  }
+
+  int64_t chunk = getChunkSize();
+  if (chunk != 16 && chunk != 32 && chunk != 64 && chunk != 128)
+    return emitOpError() << "'chunk_size' must be 16, 32, 64 or 128, got "
+                         << chunk;
+  return checkScale(emit, toDouble(getScale()));
+}
+
+MaskAttr LinearRecurrenceOp::getPositionMask() {
+  return MaskAttr::get(getContext(), MaskKind::Causal, 0);
+}
+double LinearRecurrenceOp::getScoreScale() {
+  return resolveScale(toDouble(getScale()),
+                      getQuery().getType().getDimSize(3));
+}
+Normalizer LinearRecurrenceOp::getNormalizer() {
+  return Normalizer::RecurrentState;
+}
+Epilogue LinearRecurrenceOp::getEpilogue() {
+  return getGateZ() ? Epilogue::RmsNormSiluGate : Epilogue::None;
+}
+SmallVector<Value> LinearRecurrenceOp::getEpilogueOperands() {
+  if (getGateZ())
+    return {getGateZ(), getGateWeight()};
+  return {};
+}
+
+//===----------------------------------------------------------------------===//
+// RmsNormGateOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RmsNormGateOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  inferredReturnTypes.push_back(adaptor.getOutput().getType());
+  return success();
+}
+
+LogicalResult RmsNormGateOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor o = named("output", getOutput(), kRowDims);
+  NamedTensor z = named("z", getZ(), kRowDims);
+  NamedTensor w = named("weight", getWeight(), kFeatureDims);
+  for (const NamedTensor *t : {&o, &z, &w})
+    if (failed(checkRank(emit, *t)))
+      return failure();
+  for (unsigned d = 0; d < 4; ++d)
+    if (failed(checkSameDim(emit, z, d, o, d)))
+      return failure();
+  if (failed(checkSameDim(emit, w, 0, o, 3)))
+    return failure();
+  double eps = getEps().convertToDouble();
+  if (!(eps > 0.0))
+    return emitOpError() << "'eps' must be > 0, got " << eps;
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "Attn/AttnOps.cpp.inc"

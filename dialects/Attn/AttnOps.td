@@ -1,0 +1,434 @@
+//===- AttnOps.td - Ops of the attn dialect ----------------*- tablegen -*-===//
+//
+// One op per computation of SPEC §1-2. Every op is on ranked tensors, infers
+// its result types from its operands, and has a verifier that names the
+// operand and the expected and actual value of whatever is wrong.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_OPS_TD
+#define ATTN_OPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "AttnDialect.td"
+include "AttnAttrs.td"
+include "AttnInterfaces.td"
+
+//===----------------------------------------------------------------------===//
+// Type constraints and shared pieces
+//===----------------------------------------------------------------------===//
+
+/// Storage types of activations; arithmetic always accumulates in f32.
+def Attn_FloatTensor : RankedTensorOf<[F32, F16, BF16]>;
+def Attn_F32Tensor : RankedTensorOf<[F32]>;
+def Attn_I32Tensor : RankedTensorOf<[I32]>;
+
+/// Options shared by the softmax-attention ops: the score modifier and the
+/// optional log-sum-exp result.
+defvar Attn_ScoreModifierAttrs = (ins
+  OptionalAttr<F64Attr>:$scale,
+  DefaultValuedAttr<F64Attr, "0.0">:$softcap,
+  UnitAttr:$return_lse
+);
+
+class Attn_PureOp<string mnemonic, list<Trait> traits = []>
+    : Attn_Op<mnemonic, !listconcat([Pure, InferTypeOpAdaptor], traits)> {
+  let hasVerifier = 1;
+}
+
+defvar Attn_AttentionInterfaceMethods = [
+  "getLogSumExp", "getPositionMask", "getScoreScale",
+  "getScoreSoftcap", "getEpilogue", "getEpilogueOperands"];
+
+//===----------------------------------------------------------------------===//
+// §1.1 Dense attention and §1.2 its output gate
+//===----------------------------------------------------------------------===//
+
+def Attn_SdpaOp : Attn_PureOp<"sdpa", [
+    DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
+                              Attn_AttentionInterfaceMethods>]> {
+  let summary = "dense softmax attention with mask, softcap, GQA and gate";
+  let description = [{
+    `o[i] = sum_j softmax_j(s[i, :]) * v[j]` over the keys that `mask` leaves
+    visible to row `i`, with `s[i, j] = scale * dot(q[i], k[j])` (`scale`
+    defaults to `1/sqrt(D)`), softcapped to `c * tanh(s / c)` when
+    `softcap = c > 0`. Query head `h` reads key/value head `h / (H / Hkv)`.
+    A row that sees no key is 0. The optional `gate` operand is the sigmoid
+    output gate applied in the epilogue: `o * sigmoid(gate)`, `gate` being
+    `[B, H, Lq, Dv]` (elementwise) or `[B, H, Lq, 1]` (headwise). With
+    `return_lse`, a second result holds the log-sum-exp of each row's visible
+    scores (`-inf` for an empty row).
+
+    Operands: `query [B, H, Lq, D]`, `key [B, Hkv, Lk, D]`,
+    `value [B, Hkv, Lk, Dv]`. Results: `output [B, H, Lq, Dv]` and, with
+    `return_lse`, `lse [B, H, Lq]` (f32).
+
+    ```mlir
+    %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
+        : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>
+    %o2, %lse = attn.sdpa %q, %k, %v gate(%g)
+        {mask = #attn.mask<sliding_window = 128>, softcap = 30.0, return_lse}
+        : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>,
+          tensor<?x8x?x64xf32>
+    ```
+  }];
+  let arguments = !con((ins
+    Attn_FloatTensor:$query,
+    Attn_FloatTensor:$key,
+    Attn_FloatTensor:$value,
+    Optional<Attn_FloatTensor>:$gate,
+    Attn_MaskAttr:$mask), Attn_ScoreModifierAttrs);
+  let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value (`gate` `(` $gate^ `)`)? attr-dict `:`
+    type($query) `,` type($key) `,` type($value) (`,` type($gate)^)?
+  }];
+  let hasCanonicalizer = 1;
+}
+
+def Attn_GateOp : Attn_PureOp<"gate", [SameOperandsElementType]> {
+  let summary = "sigmoid output gate: output * sigmoid(gate)";
+  let description = [{
+    The output gate of Gated Attention: `result = output * sigmoid(gate)`.
+    `gate` is `[B, H, L, Dv]` (elementwise, the paper's G1 variant) or
+    `[B, H, L, 1]` (headwise, broadcast over `Dv`). Fusion folds this op into
+    the epilogue of the attention that produces `output`.
+
+    ```mlir
+    %r = attn.gate %o, %g : tensor<?x8x?x64xf32>, tensor<?x8x?x1xf32>
+    ```
+  }];
+  let arguments = (ins Attn_FloatTensor:$output, Attn_FloatTensor:$gate);
+  let results = (outs Attn_FloatTensor:$result);
+  let assemblyFormat = [{
+    $output `,` $gate attr-dict `:` type($output) `,` type($gate)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// §1.3 Sparsity budgets
+//===----------------------------------------------------------------------===//
+
+def Attn_BlockMetaOp : Attn_PureOp<"block_meta"> {
+  let summary = "Quest block metadata: channel-wise min and max of key blocks";
+  let description = [{
+    Cuts the keys into blocks of `block_size` tokens (the last one may be
+    partial) and returns `kmeta [B, Hkv, NB, 2, D]`, `NB = ceil(Lk /
+    block_size)`, with `kmeta[.., b, 0, :]` the channel-wise minimum and
+    `kmeta[.., b, 1, :]` the channel-wise maximum of the keys of block `b`.
+
+    ```mlir
+    %meta = attn.block_meta %k {block_size = 16} : tensor<?x2x?x64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_FloatTensor:$key, I64Attr:$block_size);
+  let results = (outs Attn_FloatTensor:$meta);
+  let assemblyFormat = "$key attr-dict `:` type($key)";
+}
+
+def Attn_SelectTopKOp : Attn_PureOp<"select_topk"> {
+  let summary = "Quest top-k block selection per query head and row";
+  let description = [{
+    Scores every candidate key block `b` of row `i` (a block holding at
+    least one key that `mask` leaves visible to `i`) by the upper bound
+    `scale * sum_d max(q[i,d] * kmin[b,d], q[i,d] * kmax[b,d])`, then keeps
+    the first `sink_blocks` and the last `local_blocks` candidates and fills
+    up to `top_k` blocks with the highest-scoring remaining ones (ties: the
+    lower block index). With fewer than `top_k` candidates, all are kept.
+
+    `key_length` is `Lk`, which places the query rows (bottom-right
+    alignment) and bounds the last block. The result
+    `blocks [B, H, Lq, top_k]` lists the kept block indices in ascending
+    order, padded with -1.
+
+    ```mlir
+    %blocks = attn.select_topk %q, %meta, %lk
+        {block_size = 16, top_k = 8, sink_blocks = 1, local_blocks = 1,
+         mask = #attn.mask<causal>}
+        : tensor<?x8x?x64xf32>, tensor<?x2x?x2x64xf32>
+    ```
+  }];
+  let arguments = (ins
+    Attn_FloatTensor:$query,
+    Attn_FloatTensor:$meta,
+    Index:$key_length,
+    I64Attr:$block_size,
+    I64Attr:$top_k,
+    DefaultValuedAttr<I64Attr, "0">:$sink_blocks,
+    DefaultValuedAttr<I64Attr, "0">:$local_blocks,
+    Attn_MaskAttr:$mask,
+    OptionalAttr<F64Attr>:$scale);
+  let results = (outs Attn_I32Tensor:$blocks);
+  let assemblyFormat = [{
+    $query `,` $meta `,` $key_length attr-dict `:` type($query) `,` type($meta)
+  }];
+}
+
+def Attn_SelectTopPOp : Attn_PureOp<"select_topp"> {
+  let summary = "Twilight top-p token selection per query head and row";
+  let description = [{
+    The candidates of row `i` are the keys visible to it under `mask`, or,
+    when `blocks` (a top-k block selection of `block_size`-token blocks) is
+    given, the visible keys of the selected blocks. Their weights
+    `w_j = softmax_j(s[i, j])` are estimated from the scores `s` (scaled and
+    softcapped as in `attn.sdpa`; `estimator = exact` uses the exact
+    scores). Tokens are sorted by weight, descending (ties: the lower index),
+    and the shortest prefix whose sum reaches `top_p` is kept, its length
+    clamped to `[min_tokens, max_tokens]` (and to the number of candidates).
+
+    The result `tokens [B, H, Lq, N]` lists the kept key indices in
+    ascending order padded with -1; `N` is `max_tokens` when given, else
+    `Lk`.
+
+    ```mlir
+    %tokens = attn.select_topp %q, %k blocks(%blocks)
+        {top_p = 0.95, min_tokens = 16, max_tokens = 1024, block_size = 16,
+         mask = #attn.mask<causal>}
+        : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x8x?x8xi32>
+    ```
+  }];
+  let arguments = (ins
+    Attn_FloatTensor:$query,
+    Attn_FloatTensor:$key,
+    Optional<Attn_I32Tensor>:$blocks,
+    F64Attr:$top_p,
+    DefaultValuedAttr<I64Attr, "0">:$min_tokens,
+    OptionalAttr<I64Attr>:$max_tokens,
+    OptionalAttr<I64Attr>:$block_size,
+    DefaultValuedAttr<Attn_SelectionEstimatorAttr,
+                      "::mlir::attn::SelectionEstimator::Exact">:$estimator,
+    Attn_MaskAttr:$mask,
+    OptionalAttr<F64Attr>:$scale,
+    DefaultValuedAttr<F64Attr, "0.0">:$softcap);
+  let results = (outs Attn_I32Tensor:$tokens);
+  let assemblyFormat = [{
+    $query `,` $key (`blocks` `(` $blocks^ `)`)? attr-dict `:`
+    type($query) `,` type($key) (`,` type($blocks)^)?
+  }];
+}
+
+def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
+    DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
+        !listconcat(Attn_AttentionInterfaceMethods,
+                    ["getKeySelectionKind", "getKeySelection",
+                     "getSelectionBlockSize"])>]> {
+  let summary = "softmax attention over a block or token selection";
+  let description = [{
+    `attn.sdpa` restricted, for each head and row, to the visible keys of the
+    selected blocks: key `j` is seen by row `i` iff `mask` leaves it visible
+    and `j / block_size` is listed in `selection[b, h, i, :]` (-1 entries and
+    repeats are ignored). A token selection is a selection of 1-token
+    blocks. Operands and results are those of `attn.sdpa` plus
+    `selection [B, H, Lq, N]` (i32).
+
+    ```mlir
+    %o = attn.sparse_sdpa %q, %k, %v, %blocks
+        {block_size = 16, mask = #attn.mask<causal>}
+        : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>,
+          tensor<?x8x?x8xi32>
+    ```
+  }];
+  let arguments = !con((ins
+    Attn_FloatTensor:$query,
+    Attn_FloatTensor:$key,
+    Attn_FloatTensor:$value,
+    Attn_I32Tensor:$selection,
+    Optional<Attn_FloatTensor>:$gate,
+    I64Attr:$block_size,
+    Attn_MaskAttr:$mask), Attn_ScoreModifierAttrs);
+  let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $selection (`gate` `(` $gate^ `)`)?
+    attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
+    type($selection) (`,` type($gate)^)?
+  }];
+  let hasCanonicalizer = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// §1.4 Speculative verification trees
+//===----------------------------------------------------------------------===//
+
+def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
+    DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
+        !listconcat(Attn_AttentionInterfaceMethods,
+                    ["getKeySelectionKind", "getKeySelection"])>]> {
+  let summary = "softmax attention of a draft tree over prefix + tree keys";
+  let description = [{
+    The queries are the `T` nodes of a draft tree given by
+    `parents [B, T]` (i32; `parents[b, 0] = -1`, `0 <= parents[b, t] < t`).
+    Keys and values hold the committed prefix of `P` tokens followed by the
+    tree tokens: `key [B, Hkv, P + T, D]`. Node `t` sees every prefix key and
+    tree key `P + u` iff `u` is `t` or an ancestor of `t`. Node `t` sits at
+    absolute position `P + depth(t)` and tree key `P + u` at `P + depth(u)`;
+    with `window = W` a key is also hidden unless its position is above
+    `position(t) - W`. Score modifier, gate and `lse` are those of
+    `attn.sdpa`. No `T x T` mask is materialized.
+
+    ```mlir
+    %o = attn.tree_sdpa %q, %k, %v, %parents
+        : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>,
+          tensor<?x?xi32>
+    ```
+  }];
+  let arguments = !con((ins
+    Attn_FloatTensor:$query,
+    Attn_FloatTensor:$key,
+    Attn_FloatTensor:$value,
+    Attn_I32Tensor:$parents,
+    Optional<Attn_FloatTensor>:$gate,
+    OptionalAttr<I64Attr>:$window), Attn_ScoreModifierAttrs);
+  let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
+  let assemblyFormat = [{
+    $query `,` $key `,` $value `,` $parents (`gate` `(` $gate^ `)`)?
+    attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
+    type($parents) (`,` type($gate)^)?
+  }];
+  let hasCanonicalizer = 1;
+}
+
+def Attn_TreeAcceptOp : Attn_PureOp<"tree_accept"> {
+  let summary = "greedy acceptance of a draft tree";
+  let description = [{
+    Starting at the root, repeatedly moves to the lowest-index child `c` of
+    the current node with `tokens[c] == target[current]`, and stops when
+    there is none. `tokens`, `target` and `parents` are `[B, T]` (i32).
+    Results: `path [B, T]` (the visited nodes starting with 0, padded with
+    -1), `length [B]` (nodes on the path, root included) and
+    `bonus [B] = target[last node on the path]`.
+
+    ```mlir
+    %path, %length, %bonus = attn.tree_accept %tokens, %target, %parents
+        : tensor<?x?xi32>, tensor<?x?xi32>, tensor<?x?xi32>
+    ```
+  }];
+  let arguments = (ins Attn_I32Tensor:$tokens, Attn_I32Tensor:$target,
+                       Attn_I32Tensor:$parents);
+  let results = (outs Attn_I32Tensor:$path, Attn_I32Tensor:$length,
+                      Attn_I32Tensor:$bonus);
+  let assemblyFormat = [{
+    $tokens `,` $target `,` $parents attr-dict `:` type($tokens) `,`
+    type($target) `,` type($parents)
+  }];
+}
+
+def Attn_KvCompactOp : Attn_PureOp<"kv_compact"> {
+  let summary = "moves the accepted path's KV rows right after the prefix";
+  let description = [{
+    `key [B, Hkv, P + T, D]` and `value [B, Hkv, P + T, Dv]` come out
+    unchanged except rows `P .. P + length - 1`, which hold rows
+    `P + path[0 .. length - 1]` in path order. `path [B, T]` and
+    `length [B]` are the results of `attn.tree_accept`; `T` is `path`'s
+    second dimension.
+
+    ```mlir
+    %k2, %v2 = attn.kv_compact %k, %v, %path, %length
+        : tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x?xi32>,
+          tensor<?xi32>
+    ```
+  }];
+  let arguments = (ins Attn_FloatTensor:$key, Attn_FloatTensor:$value,
+                       Attn_I32Tensor:$path, Attn_I32Tensor:$length);
+  let results = (outs Attn_FloatTensor:$new_key,
+                      Attn_FloatTensor:$new_value);
+  let assemblyFormat = [{
+    $key `,` $value `,` $path `,` $length attr-dict `:` type($key) `,`
+    type($value) `,` type($path) `,` type($length)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// §2 Chunked linear recurrences
+//===----------------------------------------------------------------------===//
+
+def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
+    AttrSizedOperandSegments,
+    DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
+        ["getPositionMask", "getScoreScale", "getNormalizer",
+         "getEpilogue", "getEpilogueOperands"]>]> {
+  let summary = "linear attention as a state recurrence (linear to Gated DeltaNet)";
+  let description = [{
+    Per batch and value head, a state `S [Dk, Dv]` evolves from
+    `initial_state` over `t = 0 .. L-1` by `rule`:
+
+    | rule          | update                                             |
+    |---------------|----------------------------------------------------|
+    | `linear`      | `S = S + k_t v_t^T`                                |
+    | `decay`       | `S = exp(g_t) S + k_t v_t^T`, `g_t` scalar          |
+    | `gla`         | `S = diag(exp(g_t)) S + k_t v_t^T`, `g_t` in R^Dk   |
+    | `delta`       | `u = beta_t (v_t - S^T k_t)`, `S = S + k_t u^T`     |
+    | `gated_delta` | `S = exp(g_t) S`, then as `delta`                  |
+
+    and `o_t = S^T (scale * q_t)` with the state after step `t` (`scale`
+    defaults to `1/sqrt(Dk)`). With `qk_l2norm`, each `q_t` and `k_t` is
+    first divided by `sqrt(sum(x^2) + 1e-6)`. Value head `j` reads query/key
+    head `j / (Hv / Hk)`. `chunk_size` is the chunk length of the chunked
+    form used for `L > 1`.
+
+    Operands: `query, key [B, Hk, L, Dk]`, `value [B, Hv, L, Dv]`,
+    `decay [B, Hv, L]` (`gla`: `[B, Hv, L, Dk]`) for the gated rules,
+    `beta [B, Hv, L]` for the delta rules, `initial_state [B, Hv, Dk, Dv]`
+    (f32) and, once the output gate is fused, `gate_z [B, Hv, L, Dv]` and
+    `gate_weight [Dv]` (see `attn.rmsnorm_gate`). Results:
+    `output [B, Hv, L, Dv]` and `final_state [B, Hv, Dk, Dv]` (f32).
+
+    ```mlir
+    %o, %s = attn.linear_recurrence gated_delta %q, %k, %v
+        decay(%g : tensor<?x8x?xf32>) beta(%beta : tensor<?x8x?xf32>)
+        state(%s0 : tensor<?x8x64x64xf32>) {chunk_size = 64, qk_l2norm}
+        : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x8x?x64xf32>
+    ```
+  }];
+  let arguments = (ins
+    Attn_RecurrenceRuleAttr:$rule,
+    Attn_FloatTensor:$query,
+    Attn_FloatTensor:$key,
+    Attn_FloatTensor:$value,
+    Optional<Attn_FloatTensor>:$decay,
+    Optional<Attn_FloatTensor>:$beta,
+    Attn_F32Tensor:$initial_state,
+    Optional<Attn_FloatTensor>:$gate_z,
+    Optional<Attn_FloatTensor>:$gate_weight,
+    DefaultValuedAttr<I64Attr, "64">:$chunk_size,
+    OptionalAttr<F64Attr>:$scale,
+    UnitAttr:$qk_l2norm,
+    DefaultValuedAttr<F64Attr, "1.0e-6">:$gate_eps);
+  let results = (outs Attn_FloatTensor:$output, Attn_F32Tensor:$final_state);
+  let assemblyFormat = [{
+    $rule $query `,` $key `,` $value
+    (`decay` `(` $decay^ `:` type($decay) `)`)?
+    (`beta` `(` $beta^ `:` type($beta) `)`)?
+    `state` `(` $initial_state `:` type($initial_state) `)`
+    (`output_gate` `(` $gate_z^ `,` $gate_weight `:` type($gate_z) `,`
+       type($gate_weight) `)`)?
+    attr-dict `:` type($query) `,` type($key) `,` type($value)
+  }];
+}
+
+def Attn_RmsNormGateOp : Attn_PureOp<"rmsnorm_gate", [SameOperandsElementType]> {
+  let summary = "rmsnorm-silu output gate (Qwen3-Next, Mamba2)";
+  let description = [{
+    Per head vector of `Dv` features:
+    `result = (output / sqrt(mean(output^2) + eps)) * weight * silu(z)`, with
+    `output` and `z` `[B, H, L, Dv]` and `weight [Dv]`. Fusion folds it into
+    the epilogue of the `attn.linear_recurrence` that produces `output`.
+
+    ```mlir
+    %r = attn.rmsnorm_gate %o, %z, %w {eps = 1.0e-6}
+        : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>, tensor<64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_FloatTensor:$output, Attn_FloatTensor:$z,
+                       Attn_FloatTensor:$weight,
+                       DefaultValuedAttr<F64Attr, "1.0e-6">:$eps);
+  let results = (outs Attn_FloatTensor:$result);
+  let assemblyFormat = [{
+    $output `,` $z `,` $weight attr-dict `:` type($output) `,` type($z) `,`
+    type($weight)
+  }];
+}
+
+#endif // ATTN_OPS_TD

@@ -1,0 +1,29 @@
+# -*- Python -*-
+# The attn regression suite: FileCheck tests of the dialect, passes and tools.
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+
+config.name = "attn"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".json", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.attn_obj_root, "test")
+
+# Inputs, helpers and the separately configured unit-test suite.
+config.excludes = [
+    "CMakeLists.txt",
+    "lit.cfg.py",
+    "lit.site.cfg.py",
+    "Inputs",
+    "lib",
+    "reference",
+    "unit",
+]
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+llvm_config.add_tool_substitutions(
+    ["attn-opt"], [config.attn_tools_dir, config.llvm_tools_dir]
+)
