@@ -48,12 +48,12 @@ def Attn_MaskAttr : Attn_Attr<"Mask", "mask"> {
 
 def Attn_RecurrenceRuleAttr
     : EnumAttr<Attn_Dialect, Attn_RecurrenceRule, "rule"> {
-  let assemblyFormat = "$value";
+  let assemblyFormat = "`<` $value `>`";
 }
 
 def Attn_SelectionEstimatorAttr
     : EnumAttr<Attn_Dialect, Attn_SelectionEstimator, "estimator"> {
-  let assemblyFormat = "$value";
+  let assemblyFormat = "`<` $value `>`";
 }
 
 #endif // ATTN_ATTRS_TD

@@ -778,5 +778,31 @@ LogicalResult RmsNormGateOp::verify() {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Custom assembly directives
+//===----------------------------------------------------------------------===//
+
+/// The rule of a linear recurrence, spelled as a bare keyword right after the
+/// op name: `attn.linear_recurrence gated_delta %q, ...`.
+static ParseResult parseRuleKeyword(OpAsmParser &parser,
+                                    RecurrenceRuleAttr &rule) {
+  SMLoc loc = parser.getCurrentLocation();
+  StringRef keyword;
+  if (parser.parseKeyword(&keyword))
+    return failure();
+  std::optional<RecurrenceRule> value = symbolizeRecurrenceRule(keyword);
+  if (!value)
+    return parser.emitError(loc)
+           << "unknown recurrence rule '" << keyword
+           << "'; expected linear, decay, gla, delta or gated_delta";
+  rule = RecurrenceRuleAttr::get(parser.getContext(), *value);
+  return success();
+}
+
+static void printRuleKeyword(OpAsmPrinter &printer, Operation *,
+                             RecurrenceRuleAttr rule) {
+  printer << stringifyRecurrenceRule(rule.getValue());
+}
+
 #define GET_OP_CLASSES
 #include "Attn/AttnOps.cpp.inc"

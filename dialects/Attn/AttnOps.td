@@ -398,7 +398,7 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     DefaultValuedAttr<F64Attr, "1.0e-6">:$gate_eps);
   let results = (outs Attn_FloatTensor:$output, Attn_F32Tensor:$final_state);
   let assemblyFormat = [{
-    $rule $query `,` $key `,` $value
+    custom<RuleKeyword>($rule) $query `,` $key `,` $value
     (`decay` `(` $decay^ `:` type($decay) `)`)?
     (`beta` `(` $beta^ `:` type($beta) `)`)?
     `state` `(` $initial_state `:` type($initial_state) `)`

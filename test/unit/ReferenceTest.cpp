@@ -521,20 +521,24 @@ TEST_P(RecurrenceRules, StateContinuation) {
             kTight);
 }
 
-TEST_P(RecurrenceRules, StrongDecayStaysFinite) {
-  const Rule rule = GetParam();
-  RecurrenceInputs in = randomRecurrence(rule, 1, 1, 1, 300, 4, 4);
-  RecurrenceResult r = linearRecurrence(in.q, in.k, in.v, &in.g, &in.beta,
-                                        in.s0,
-                                        Recurrence{rule, std::nullopt, true});
-  for (double x : r.output.values())
-    ASSERT_TRUE(std::isfinite(x));
-}
-
 INSTANTIATE_TEST_SUITE_P(AllRules, RecurrenceRules,
                          ::testing::Values(Rule::Linear, Rule::Decay,
                                            Rule::Gla, Rule::Delta,
                                            Rule::GatedDelta));
+
+TEST(Recurrence, DeltaRuleWithUnitBetaStoresTheValue) {
+  // With |k_t| = 1 and beta = 1, S'^T k_t = S^T k_t + (v_t - S^T k_t) = v_t:
+  // reading with q_t = k_t (scale 1) returns exactly the value just written,
+  // whatever the state held before.
+  RecurrenceInputs in = randomRecurrence(Rule::Delta, 1, 1, 1, 6, 4, 3);
+  Tensor ones({1, 1, 6}, 1.0);
+  RecurrenceResult r =
+      linearRecurrence(in.k, in.k, in.v, nullptr, &ones, in.s0,
+                       Recurrence{Rule::Delta, 1.0, /*qkL2Norm=*/true});
+  for (int64_t t = 0; t < 6; ++t)
+    for (int64_t e = 0; e < 3; ++e)
+      EXPECT_NEAR(r.output(0, 0, t, e), in.v(0, 0, t, e), 1e-5);
+}
 
 TEST(RmsNormSilu, ByHand) {
   // o = [3, 4]: mean square 12.5; z = 0 gives silu 0, z = big gives ~z.
