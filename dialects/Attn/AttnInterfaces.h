@@ -10,6 +10,11 @@
 
 #include "Attn/AttnDialect.h"
 #include "mlir/IR/OpDefinition.h"
+#include "mlir/IR/PatternMatch.h"
+
+namespace mlir::attn {
+class EpilogueOpInterface;
+} // namespace mlir::attn
 
 #include "Attn/AttnInterfaces.h.inc"
 

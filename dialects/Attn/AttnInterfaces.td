@@ -5,6 +5,27 @@
 
 include "mlir/IR/OpBase.td"
 
+def Attn_EpilogueOpInterface : OpInterface<"EpilogueOpInterface"> {
+  let cppNamespace = "::mlir::attn";
+  let description = [{
+    A row-wise transform of an attention output that can run in the epilogue
+    of the attention op producing it (cf. FlashInfer's output transform):
+    the sigmoid output gate, the rmsnorm-silu gate. Epilogue fusion folds it
+    into any AttentionOpInterface op that accepts its kind.
+  }];
+  let methods = [
+    InterfaceMethod<"The attention output this op transforms.",
+      "::mlir::Value", "getEpilogueInput">,
+    InterfaceMethod<"Which epilogue this op is.",
+      "::mlir::attn::Epilogue", "getEpilogueKind">,
+    InterfaceMethod<[{
+        The operands besides the input: the gate logits, or `z` and the
+        weight.
+      }],
+      "::llvm::SmallVector<::mlir::Value>", "getEpilogueParameters">
+  ];
+}
+
 def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
   let cppNamespace = "::mlir::attn";
   let description = [{
@@ -68,7 +89,19 @@ def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
         `z` and the weight `w` (`RmsNormSiluGate`); none otherwise.
       }],
       "::llvm::SmallVector<::mlir::Value>", "getEpilogueOperands", (ins),
-      [{}], [{ return {}; }]>
+      [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        Builds, at the rewriter's insertion point, this op with `epilogue`
+        (whose input is this op's output) applied to each output row before
+        it is stored, so no second pass reads the output. The new op has the
+        same results in the same order, its output being the epilogue's
+        result. Fails, building nothing, when the op already has an epilogue
+        or cannot apply this kind.
+      }],
+      "::mlir::FailureOr<::mlir::Operation *>", "fuseEpilogue",
+      (ins "::mlir::RewriterBase &":$rewriter,
+           "::mlir::attn::EpilogueOpInterface":$epilogue), [{}],
+      [{ return ::mlir::failure(); }]>
   ];
 }
 

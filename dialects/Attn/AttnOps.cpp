@@ -204,6 +204,21 @@ static LogicalResult verifyMaskFitsLengths(EmitErrorFn emitError,
                      << q.dim(2) << " and Lk = " << k.dim(2);
 }
 
+/// Epilogue fusion for the softmax ops: a clone that takes the sigmoid
+/// gate's logits as its `gate` operand. The gate op verified that the logits
+/// fit the output, so the fused op verifies too.
+template <typename OpTy>
+static FailureOr<Operation *> fuseSigmoidGate(OpTy op, RewriterBase &rewriter,
+                                              EpilogueOpInterface epilogue) {
+  auto gate = llvm::dyn_cast<GateOp>(epilogue.getOperation());
+  if (!gate || op.getGate())
+    return failure();
+  auto fused = llvm::cast<OpTy>(rewriter.clone(*op.getOperation()));
+  rewriter.modifyOpInPlace(fused,
+                           [&] { fused.getGateMutable().assign(gate.getGate()); });
+  return fused.getOperation();
+}
+
 //===----------------------------------------------------------------------===//
 // SdpaOp
 //===----------------------------------------------------------------------===//
@@ -245,6 +260,10 @@ SmallVector<Value> SdpaOp::getEpilogueOperands() {
     return {gate};
   return {};
 }
+FailureOr<Operation *> SdpaOp::fuseEpilogue(RewriterBase &rewriter,
+                                            EpilogueOpInterface epilogue) {
+  return fuseSigmoidGate(*this, rewriter, epilogue);
+}
 
 //===----------------------------------------------------------------------===//
 // GateOp
@@ -266,6 +285,10 @@ LogicalResult GateOp::verify() {
   return verifyGateOperand(emit, named("gate", getGate(), kRowGateDims), rows,
                            rows, 3);
 }
+
+Value GateOp::getEpilogueInput() { return getOutput(); }
+Epilogue GateOp::getEpilogueKind() { return Epilogue::SigmoidGate; }
+SmallVector<Value> GateOp::getEpilogueParameters() { return {getGate()}; }
 
 //===----------------------------------------------------------------------===//
 // BlockMetaOp
@@ -483,6 +506,11 @@ SmallVector<Value> SparseSdpaOp::getEpilogueOperands() {
     return {gate};
   return {};
 }
+FailureOr<Operation *>
+SparseSdpaOp::fuseEpilogue(RewriterBase &rewriter,
+                           EpilogueOpInterface epilogue) {
+  return fuseSigmoidGate(*this, rewriter, epilogue);
+}
 KeySelectionKind SparseSdpaOp::getKeySelectionKind() {
   return KeySelectionKind::Blocks;
 }
@@ -545,6 +573,10 @@ SmallVector<Value> TreeSdpaOp::getEpilogueOperands() {
   if (Value gate = getGate())
     return {gate};
   return {};
+}
+FailureOr<Operation *> TreeSdpaOp::fuseEpilogue(RewriterBase &rewriter,
+                                                EpilogueOpInterface epilogue) {
+  return fuseSigmoidGate(*this, rewriter, epilogue);
 }
 KeySelectionKind TreeSdpaOp::getKeySelectionKind() {
   return KeySelectionKind::Tree;
@@ -747,6 +779,20 @@ SmallVector<Value> LinearRecurrenceOp::getEpilogueOperands() {
     return {getGateZ(), getGateWeight()};
   return {};
 }
+FailureOr<Operation *>
+LinearRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
+                                 EpilogueOpInterface epilogue) {
+  auto gate = llvm::dyn_cast<RmsNormGateOp>(epilogue.getOperation());
+  if (!gate || getGateZ())
+    return failure();
+  auto fused = llvm::cast<LinearRecurrenceOp>(rewriter.clone(*getOperation()));
+  rewriter.modifyOpInPlace(fused, [&] {
+    fused.getGateZMutable().assign(gate.getZ());
+    fused.getGateWeightMutable().assign(gate.getWeight());
+    fused.setGateEpsAttr(gate.getEpsAttr());
+  });
+  return fused.getOperation();
+}
 
 //===----------------------------------------------------------------------===//
 // RmsNormGateOp
@@ -776,6 +822,12 @@ LogicalResult RmsNormGateOp::verify() {
   if (!(eps > 0.0))
     return emitOpError() << "'eps' must be > 0, got " << eps;
   return success();
+}
+
+Value RmsNormGateOp::getEpilogueInput() { return getOutput(); }
+Epilogue RmsNormGateOp::getEpilogueKind() { return Epilogue::RmsNormSiluGate; }
+SmallVector<Value> RmsNormGateOp::getEpilogueParameters() {
+  return {getZ(), getWeight()};
 }
 
 //===----------------------------------------------------------------------===//

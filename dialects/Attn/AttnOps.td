@@ -41,7 +41,7 @@ class Attn_PureOp<string mnemonic, list<Trait> traits = []>
 
 defvar Attn_AttentionInterfaceMethods = [
   "getLogSumExp", "getPositionMask", "getScoreScale",
-  "getScoreSoftcap", "getEpilogue", "getEpilogueOperands"];
+  "getScoreSoftcap", "getEpilogue", "getEpilogueOperands", "fuseEpilogue"];
 
 //===----------------------------------------------------------------------===//
 // §1.1 Dense attention and §1.2 its output gate
@@ -89,7 +89,8 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
   let hasCanonicalizer = 1;
 }
 
-def Attn_GateOp : Attn_PureOp<"gate", [SameOperandsElementType]> {
+def Attn_GateOp : Attn_PureOp<"gate", [SameOperandsElementType,
+    DeclareOpInterfaceMethods<Attn_EpilogueOpInterface>]> {
   let summary = "sigmoid output gate: output * sigmoid(gate)";
   let description = [{
     The output gate of Gated Attention: `result = output * sigmoid(gate)`.
@@ -348,7 +349,7 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
         ["getPositionMask", "getScoreScale", "getNormalizer",
-         "getEpilogue", "getEpilogueOperands"]>]> {
+         "getEpilogue", "getEpilogueOperands", "fuseEpilogue"]>]> {
   let summary = "linear attention as a state recurrence (linear to Gated DeltaNet)";
   let description = [{
     Per batch and value head, a state `S [Dk, Dv]` evolves from
@@ -408,7 +409,8 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
   }];
 }
 
-def Attn_RmsNormGateOp : Attn_PureOp<"rmsnorm_gate", [SameOperandsElementType]> {
+def Attn_RmsNormGateOp : Attn_PureOp<"rmsnorm_gate", [SameOperandsElementType,
+    DeclareOpInterfaceMethods<Attn_EpilogueOpInterface>]> {
   let summary = "rmsnorm-silu output gate (Qwen3-Next, Mamba2)";
   let description = [{
     Per head vector of `Dv` features:

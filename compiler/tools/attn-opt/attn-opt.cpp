@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Attn/AttnDialect.h"
+#include "passes/Passes.h"
 #include "test/lib/TestPasses.h"
 
 #include "mlir/IR/DialectRegistry.h"
@@ -17,6 +18,7 @@
 
 int main(int argc, char **argv) {
   mlir::registerAllPasses();
+  mlir::attn::registerAttnPasses();
   mlir::attn::test::registerTestPasses();
 
   mlir::DialectRegistry registry;
