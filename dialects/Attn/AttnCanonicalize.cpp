@@ -88,10 +88,10 @@ static bool isKeyLengthOf(Value length, Value key) {
 
 /// Replaces `op` (a sparse_sdpa) by a dense sdpa over the same operands.
 static void replaceWithDense(SparseSdpaOp op, PatternRewriter &rewriter) {
-  auto dense = SdpaOp::create(
-      rewriter, op.getLoc(), op.getQuery(), op.getKey(), op.getValue(),
-      op.getGate(), op.getMask(), op.getScaleAttr(), op.getSoftcapAttr(),
-      op.getReturnLseAttr());
+  auto dense = SdpaOp::create(rewriter, op.getLoc(), op.getQuery(), op.getKey(),
+                              op.getValue(), op.getGate(), op.getMask(),
+                              op.getScaleAttr(), op.getSoftcapAttr(),
+                              op.getReturnLseAttr());
   rewriter.replaceOp(op, dense->getResults());
 }
 
@@ -156,9 +156,9 @@ struct FullTopPIsCandidates final : OpRewritePattern<SparseSdpaOp> {
     }
     auto overBlocks = SparseSdpaOp::create(
         rewriter, op.getLoc(), op.getQuery(), op.getKey(), op.getValue(),
-        blocks, op.getGate(), rewriter.getI64IntegerAttr(*select.getBlockSize()),
-        op.getMask(), op.getScaleAttr(), op.getSoftcapAttr(),
-        op.getReturnLseAttr());
+        blocks, op.getGate(),
+        rewriter.getI64IntegerAttr(*select.getBlockSize()), op.getMask(),
+        op.getScaleAttr(), op.getSoftcapAttr(), op.getReturnLseAttr());
     rewriter.replaceOp(op, overBlocks->getResults());
     return success();
   }

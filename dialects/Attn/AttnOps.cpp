@@ -76,9 +76,9 @@ static AttrT inherentAttr(Attribute fromProperties, DictionaryAttr attributes,
 
 /// Whether a softmax-attention op being inferred returns its lse.
 template <typename AdaptorT> static bool returnsLse(AdaptorT &adaptor) {
-  return static_cast<bool>(inherentAttr<UnitAttr>(
-      adaptor.getProperties().return_lse, adaptor.getAttributes(),
-      "return_lse"));
+  return static_cast<bool>(
+      inherentAttr<UnitAttr>(adaptor.getProperties().return_lse,
+                             adaptor.getAttributes(), "return_lse"));
 }
 
 static std::optional<double> toDouble(std::optional<APFloat> value) {
@@ -121,8 +121,10 @@ static LogicalResult inferAttentionResults(EmitErrorFn emitError, Value query,
                                            ArrayRef<const char *> queryDims,
                                            ArrayRef<const char *> valueDims,
                                            SmallVectorImpl<Type> &results) {
-  FailureOr<NamedTensor> q = namedWithRank(emitError, "query", query, queryDims);
-  FailureOr<NamedTensor> v = namedWithRank(emitError, "value", value, valueDims);
+  FailureOr<NamedTensor> q =
+      namedWithRank(emitError, "query", query, queryDims);
+  FailureOr<NamedTensor> v =
+      namedWithRank(emitError, "value", value, valueDims);
   if (failed(q) || failed(v))
     return failure();
   Type elementType = q->type.getElementType();
@@ -161,12 +163,10 @@ static LogicalResult verifyGateOperand(EmitErrorFn emitError,
 /// Checks `query [B, H, Lq, D]`, `key [B, Hkv, Lk, D]`,
 /// `value [B, Hkv, Lk, Dv]`, the optional gate and the score modifier, as
 /// shared by every softmax-attention op.
-static LogicalResult verifySoftmaxAttention(EmitErrorFn emitError,
-                                            const NamedTensor &q,
-                                            const NamedTensor &k,
-                                            const NamedTensor &v, Value gate,
-                                            std::optional<double> scale,
-                                            double softcap) {
+static LogicalResult
+verifySoftmaxAttention(EmitErrorFn emitError, const NamedTensor &q,
+                       const NamedTensor &k, const NamedTensor &v, Value gate,
+                       std::optional<double> scale, double softcap) {
   for (const NamedTensor *t : {&q, &k, &v})
     if (failed(checkRank(emitError, *t)))
       return failure();
@@ -183,9 +183,8 @@ static LogicalResult verifySoftmaxAttention(EmitErrorFn emitError,
       failed(checkSameDim(emitError, v, 2, k, 2)) ||
       failed(checkDimMultiple(emitError, q, k, 1)))
     return failure();
-  if (gate && failed(verifyGateOperand(emitError,
-                                       named("gate", gate, kGateDims), q, v,
-                                       3)))
+  if (gate && failed(verifyGateOperand(
+                  emitError, named("gate", gate, kGateDims), q, v, 3)))
     return failure();
   return failure(failed(checkScale(emitError, scale)) ||
                  failed(checkSoftcap(emitError, softcap)));
@@ -193,8 +192,8 @@ static LogicalResult verifySoftmaxAttention(EmitErrorFn emitError,
 
 /// A causal mask places query row i at Lk - Lq + i, which must not be
 /// negative: causal attention needs Lq <= Lk.
-static LogicalResult verifyMaskFitsLengths(EmitErrorFn emitError,
-                                           MaskAttr mask, const NamedTensor &q,
+static LogicalResult verifyMaskFitsLengths(EmitErrorFn emitError, MaskAttr mask,
+                                           const NamedTensor &q,
                                            const NamedTensor &k) {
   if (!mask.isCausal() || !q.isStatic(2) || !k.isStatic(2) ||
       q.dim(2) <= k.dim(2))
@@ -214,8 +213,8 @@ static FailureOr<Operation *> fuseSigmoidGate(OpTy op, RewriterBase &rewriter,
   if (!gate || op.getGate())
     return failure();
   auto fused = llvm::cast<OpTy>(rewriter.clone(*op.getOperation()));
-  rewriter.modifyOpInPlace(fused,
-                           [&] { fused.getGateMutable().assign(gate.getGate()); });
+  rewriter.modifyOpInPlace(
+      fused, [&] { fused.getGateMutable().assign(gate.getGate()); });
   return fused.getOperation();
 }
 
@@ -229,8 +228,8 @@ SdpaOp::inferReturnTypes(MLIRContext *context, std::optional<Location> location,
                          SmallVectorImpl<Type> &inferredReturnTypes) {
   return inferAttentionResults(
       inferenceErrorAt(context, location, getOperationName()),
-      adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor),
-      kQueryDims, kValueDims, inferredReturnTypes);
+      adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor), kQueryDims,
+      kValueDims, inferredReturnTypes);
 }
 
 LogicalResult SdpaOp::verify() {
@@ -248,8 +247,7 @@ LogicalResult SdpaOp::verify() {
 Value SdpaOp::getLogSumExp() { return getLse(); }
 MaskAttr SdpaOp::getPositionMask() { return getMask(); }
 double SdpaOp::getScoreScale() {
-  return resolveScale(toDouble(getScale()),
-                      getQuery().getType().getDimSize(3));
+  return resolveScale(toDouble(getScale()), getQuery().getType().getDimSize(3));
 }
 double SdpaOp::getScoreSoftcap() { return getSoftcap().convertToDouble(); }
 Epilogue SdpaOp::getEpilogue() {
@@ -294,15 +292,16 @@ SmallVector<Value> GateOp::getEpilogueParameters() { return {getGate()}; }
 // BlockMetaOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult BlockMetaOp::inferReturnTypes(
-    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
-    SmallVectorImpl<Type> &inferredReturnTypes) {
+LogicalResult
+BlockMetaOp::inferReturnTypes(MLIRContext *context,
+                              std::optional<Location> location, Adaptor adaptor,
+                              SmallVectorImpl<Type> &inferredReturnTypes) {
   auto emit = inferenceErrorAt(context, location, getOperationName());
   FailureOr<NamedTensor> k =
       namedWithRank(emit, "key", adaptor.getKey(), kKeyDims);
-  auto blockSizeAttr = inherentAttr<IntegerAttr>(
-      adaptor.getProperties().block_size, adaptor.getAttributes(),
-      "block_size");
+  auto blockSizeAttr =
+      inherentAttr<IntegerAttr>(adaptor.getProperties().block_size,
+                                adaptor.getAttributes(), "block_size");
   if (failed(k))
     return failure();
   if (!blockSizeAttr)
@@ -310,9 +309,8 @@ LogicalResult BlockMetaOp::inferReturnTypes(
   int64_t blockSize = blockSizeAttr.getInt();
   if (failed(checkPositive(emit, "block_size", blockSize)))
     return failure();
-  int64_t numBlocks = k->isStatic(2)
-                          ? llvm::divideCeil(k->dim(2), blockSize)
-                          : ShapedType::kDynamic;
+  int64_t numBlocks = k->isStatic(2) ? llvm::divideCeil(k->dim(2), blockSize)
+                                     : ShapedType::kDynamic;
   inferredReturnTypes.push_back(
       tensorOf({k->dim(0), k->dim(1), numBlocks, 2, k->dim(3)},
                k->type.getElementType()));
@@ -336,8 +334,8 @@ LogicalResult SelectTopKOp::inferReturnTypes(
   auto emit = inferenceErrorAt(context, location, getOperationName());
   FailureOr<NamedTensor> q =
       namedWithRank(emit, "query", adaptor.getQuery(), kQueryDims);
-  auto topKAttr = inherentAttr<IntegerAttr>(
-      adaptor.getProperties().top_k, adaptor.getAttributes(), "top_k");
+  auto topKAttr = inherentAttr<IntegerAttr>(adaptor.getProperties().top_k,
+                                            adaptor.getAttributes(), "top_k");
   if (failed(q))
     return failure();
   if (!topKAttr)
@@ -345,9 +343,8 @@ LogicalResult SelectTopKOp::inferReturnTypes(
   int64_t topK = topKAttr.getInt();
   if (failed(checkPositive(emit, "top_k", topK)))
     return failure();
-  inferredReturnTypes.push_back(
-      tensorOf({q->dim(0), q->dim(1), q->dim(2), topK},
-               IntegerType::get(context, 32)));
+  inferredReturnTypes.push_back(tensorOf(
+      {q->dim(0), q->dim(1), q->dim(2), topK}, IntegerType::get(context, 32)));
   return success();
 }
 
@@ -374,8 +371,8 @@ LogicalResult SelectTopKOp::verify() {
                          << sink << " and " << local;
   if (sink + local > getTopK())
     return emitOpError() << "'sink_blocks' + 'local_blocks' (" << sink << " + "
-                         << local << ") must not exceed 'top_k' ("
-                         << getTopK() << ")";
+                         << local << ") must not exceed 'top_k' (" << getTopK()
+                         << ")";
   return success();
 }
 
@@ -394,9 +391,9 @@ LogicalResult SelectTopPOp::inferReturnTypes(
   if (failed(q) || failed(k))
     return failure();
   int64_t capacity = k->dim(2);
-  if (auto maxTokens = inherentAttr<IntegerAttr>(
-          adaptor.getProperties().max_tokens, adaptor.getAttributes(),
-          "max_tokens")) {
+  if (auto maxTokens =
+          inherentAttr<IntegerAttr>(adaptor.getProperties().max_tokens,
+                                    adaptor.getAttributes(), "max_tokens")) {
     capacity = maxTokens.getInt();
     if (failed(checkPositive(emit, "max_tokens", capacity)))
       return failure();
@@ -465,8 +462,8 @@ LogicalResult SparseSdpaOp::inferReturnTypes(
     SmallVectorImpl<Type> &inferredReturnTypes) {
   return inferAttentionResults(
       inferenceErrorAt(context, location, getOperationName()),
-      adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor),
-      kQueryDims, kValueDims, inferredReturnTypes);
+      adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor), kQueryDims,
+      kValueDims, inferredReturnTypes);
 }
 
 LogicalResult SparseSdpaOp::verify() {
@@ -492,8 +489,7 @@ LogicalResult SparseSdpaOp::verify() {
 Value SparseSdpaOp::getLogSumExp() { return getLse(); }
 MaskAttr SparseSdpaOp::getPositionMask() { return getMask(); }
 double SparseSdpaOp::getScoreScale() {
-  return resolveScale(toDouble(getScale()),
-                      getQuery().getType().getDimSize(3));
+  return resolveScale(toDouble(getScale()), getQuery().getType().getDimSize(3));
 }
 double SparseSdpaOp::getScoreSoftcap() {
   return getSoftcap().convertToDouble();
@@ -521,9 +517,10 @@ int64_t SparseSdpaOp::getSelectionBlockSize() { return getBlockSize(); }
 // TreeSdpaOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult TreeSdpaOp::inferReturnTypes(
-    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
-    SmallVectorImpl<Type> &inferredReturnTypes) {
+LogicalResult
+TreeSdpaOp::inferReturnTypes(MLIRContext *context,
+                             std::optional<Location> location, Adaptor adaptor,
+                             SmallVectorImpl<Type> &inferredReturnTypes) {
   return inferAttentionResults(
       inferenceErrorAt(context, location, getOperationName()),
       adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor),
@@ -562,8 +559,7 @@ MaskAttr TreeSdpaOp::getPositionMask() {
   return MaskAttr::get(getContext(), MaskKind::Causal, 0);
 }
 double TreeSdpaOp::getScoreScale() {
-  return resolveScale(toDouble(getScale()),
-                      getQuery().getType().getDimSize(3));
+  return resolveScale(toDouble(getScale()), getQuery().getType().getDimSize(3));
 }
 double TreeSdpaOp::getScoreSoftcap() { return getSoftcap().convertToDouble(); }
 Epilogue TreeSdpaOp::getEpilogue() {
@@ -596,7 +592,8 @@ LogicalResult TreeAcceptOp::inferReturnTypes(
   if (failed(tokens))
     return failure();
   Type i32 = IntegerType::get(context, 32);
-  inferredReturnTypes.push_back(tensorOf({tokens->dim(0), tokens->dim(1)}, i32));
+  inferredReturnTypes.push_back(
+      tensorOf({tokens->dim(0), tokens->dim(1)}, i32));
   inferredReturnTypes.push_back(tensorOf({tokens->dim(0)}, i32));
   inferredReturnTypes.push_back(tensorOf({tokens->dim(0)}, i32));
   return success();
@@ -620,9 +617,10 @@ LogicalResult TreeAcceptOp::verify() {
 // KvCompactOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult KvCompactOp::inferReturnTypes(
-    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
-    SmallVectorImpl<Type> &inferredReturnTypes) {
+LogicalResult
+KvCompactOp::inferReturnTypes(MLIRContext *context,
+                              std::optional<Location> location, Adaptor adaptor,
+                              SmallVectorImpl<Type> &inferredReturnTypes) {
   inferredReturnTypes.push_back(adaptor.getKey().getType());
   inferredReturnTypes.push_back(adaptor.getValue().getType());
   return success();
@@ -708,16 +706,15 @@ LogicalResult LinearRecurrenceOp::verify() {
                           ArrayRef<const char *> dims) -> LogicalResult {
     if (!wanted) {
       if (operand)
-        return emitOpError() << "rule '" << ruleName << "' takes no '" << name
-                             << "' operand";
+        return emitOpError()
+               << "rule '" << ruleName << "' takes no '" << name << "' operand";
       return success();
     }
     if (!operand)
       return emitOpError() << "rule '" << ruleName << "' needs a '" << name
                            << "' operand " << formatLayout(dims);
     NamedTensor t = named(name, operand, dims);
-    if (failed(checkRank(emit, t)) ||
-        failed(checkSameElementType(emit, t, q)))
+    if (failed(checkRank(emit, t)) || failed(checkSameElementType(emit, t, q)))
       return failure();
     for (unsigned d = 0; d < 3; ++d)
       if (failed(checkSameDim(emit, t, d, v, d)))
@@ -730,8 +727,8 @@ LogicalResult LinearRecurrenceOp::verify() {
                                          ? ArrayRef(kRecVectorGateDims)
                                          : ArrayRef(kRecScalarGateDims);
   if (failed(checkPerStep("decay", getDecay(), usesDecay(rule), decayDims)) ||
-      failed(checkPerStep("beta", getBeta(), usesBeta(rule),
-                          kRecScalarGateDims)))
+      failed(
+          checkPerStep("beta", getBeta(), usesBeta(rule), kRecScalarGateDims)))
     return failure();
 
   if (static_cast<bool>(getGateZ()) != static_cast<bool>(getGateWeight()))
@@ -765,8 +762,7 @@ MaskAttr LinearRecurrenceOp::getPositionMask() {
   return MaskAttr::get(getContext(), MaskKind::Causal, 0);
 }
 double LinearRecurrenceOp::getScoreScale() {
-  return resolveScale(toDouble(getScale()),
-                      getQuery().getType().getDimSize(3));
+  return resolveScale(toDouble(getScale()), getQuery().getType().getDimSize(3));
 }
 Normalizer LinearRecurrenceOp::getNormalizer() {
   return Normalizer::RecurrentState;

@@ -71,8 +71,8 @@ LogicalResult mlir::attn::checkDimMultiple(EmitErrorFn emitError,
     return success();
   return emitError() << "'" << t.name << "' dim " << d << " (" << t.dims[d]
                      << " = " << t.dim(d) << ") must be a multiple of '"
-                     << divisor.name << "' dim " << d << " ("
-                     << divisor.dims[d] << " = " << divisor.dim(d) << ")";
+                     << divisor.name << "' dim " << d << " (" << divisor.dims[d]
+                     << " = " << divisor.dim(d) << ")";
 }
 
 LogicalResult mlir::attn::checkSameElementType(EmitErrorFn emitError,

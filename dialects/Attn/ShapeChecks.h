@@ -64,8 +64,7 @@ LogicalResult checkDimMultiple(EmitErrorFn emitError, const NamedTensor &t,
                                const NamedTensor &divisor, unsigned d);
 
 /// Both tensors store the same element type.
-LogicalResult checkSameElementType(EmitErrorFn emitError,
-                                   const NamedTensor &a,
+LogicalResult checkSameElementType(EmitErrorFn emitError, const NamedTensor &a,
                                    const NamedTensor &b);
 
 /// An attribute that must be strictly positive.

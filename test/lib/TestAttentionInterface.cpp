@@ -43,9 +43,8 @@ struct TestAttentionInterfacePass final
       remark << "q/k/v = operands " << operandIndex(operation, op.getQuery())
              << "/" << operandIndex(operation, op.getKey()) << "/"
              << operandIndex(operation, op.getValue())
-             << ", mask = " << op.getPositionMask()
-             << ", selection = " << stringifyKeySelectionKind(
-                                        op.getKeySelectionKind());
+             << ", mask = " << op.getPositionMask() << ", selection = "
+             << stringifyKeySelectionKind(op.getKeySelectionKind());
       if (Value selection = op.getKeySelection())
         remark << " (operand " << operandIndex(operation, selection)
                << ", block " << op.getSelectionBlockSize() << ")";

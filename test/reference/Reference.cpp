@@ -22,8 +22,8 @@ double resolveScale(const std::optional<double> &scale, int64_t features) {
 }
 
 /// s = scale * dot(q[b,h,i], k[b,hk,j]), softcapped.
-double score(const Tensor &q, const Tensor &k, int64_t b, int64_t h,
-             int64_t i, int64_t hk, int64_t j, double scale, double softcap) {
+double score(const Tensor &q, const Tensor &k, int64_t b, int64_t h, int64_t i,
+             int64_t hk, int64_t j, double scale, double softcap) {
   double dot = 0.0;
   for (int64_t d = 0; d < q.dim(3); ++d)
     dot += q(b, h, i, d) * k(b, hk, j, d);
@@ -54,9 +54,9 @@ AttentionResult attend(const Tensor &q, const Tensor &k, const Tensor &v,
       for (int64_t i = 0; i < Lq; ++i) {
         double maxScore = kNegInf;
         for (int64_t j = 0; j < Lk; ++j) {
-          s[j] = visible(b, h, i, j) ? score(q, k, b, h, i, hk, j, scale,
-                                             scoreMod.softcap)
-                                     : kNegInf;
+          s[j] = visible(b, h, i, j)
+                     ? score(q, k, b, h, i, hk, j, scale, scoreMod.softcap)
+                     : kNegInf;
           maxScore = std::max(maxScore, s[j]);
         }
         if (maxScore == kNegInf) { // No visible key: o = 0, lse = -inf.
@@ -82,9 +82,7 @@ AttentionResult attend(const Tensor &q, const Tensor &k, const Tensor &v,
 }
 
 /// Absolute position of query row i of Lq against Lk keys.
-int64_t queryPosition(int64_t i, int64_t Lq, int64_t Lk) {
-  return Lk - Lq + i;
-}
+int64_t queryPosition(int64_t i, int64_t Lq, int64_t Lk) { return Lk - Lq + i; }
 
 /// Sorted unique non-negative entries of selection[b, h, i, :].
 std::set<int64_t> selectedEntries(const IntTensor &selection, int64_t b,
@@ -111,8 +109,7 @@ bool Mask::visible(int64_t queryPos, int64_t keyPos) const {
 }
 
 AttentionResult sdpa(const Tensor &q, const Tensor &k, const Tensor &v,
-                     const Mask &mask, const Score &score,
-                     const Tensor *gate) {
+                     const Mask &mask, const Score &score, const Tensor *gate) {
   const int64_t Lq = q.dim(2), Lk = k.dim(2);
   return attend(q, k, v, score, gate,
                 [&](int64_t, int64_t, int64_t i, int64_t j) {
@@ -206,8 +203,8 @@ IntTensor selectTopK(const Tensor &q, const Tensor &meta, int64_t keyLength,
 }
 
 IntTensor selectTopP(const Tensor &q, const Tensor &k, const IntTensor *blocks,
-                     int64_t blockSize, const Mask &mask,
-                     const Score &scoreMod, const TopP &options) {
+                     int64_t blockSize, const Mask &mask, const Score &scoreMod,
+                     const TopP &options) {
   const int64_t B = q.dim(0), H = q.dim(1), Lq = q.dim(2), D = q.dim(3);
   const int64_t Hkv = k.dim(1), Lk = k.dim(2);
   const int64_t capacity = options.maxTokens.value_or(Lk);
@@ -239,8 +236,8 @@ IntTensor selectTopP(const Tensor &q, const Tensor &k, const IntTensor *blocks,
           sum += std::exp(s - maxScore);
         std::vector<std::pair<double, int64_t>> ranked; // (-weight, token)
         for (size_t c = 0; c < candidates.size(); ++c)
-          ranked.push_back({-std::exp(scores[c] - maxScore) / sum,
-                            candidates[c]});
+          ranked.push_back(
+              {-std::exp(scores[c] - maxScore) / sum, candidates[c]});
         std::sort(ranked.begin(), ranked.end()); // ties: lower token first
         const int64_t count = static_cast<int64_t>(ranked.size());
         int64_t keep = count;
@@ -383,8 +380,7 @@ RecurrenceResult linearRecurrence(const Tensor &q, const Tensor &k,
                                   const Recurrence &options) {
   const int64_t B = q.dim(0), Hk = q.dim(1), L = q.dim(2), Dk = q.dim(3);
   const int64_t Hv = v.dim(1), Dv = v.dim(3);
-  const bool gated = options.rule == Rule::Decay ||
-                     options.rule == Rule::Gla ||
+  const bool gated = options.rule == Rule::Decay || options.rule == Rule::Gla ||
                      options.rule == Rule::GatedDelta;
   const bool delta =
       options.rule == Rule::Delta || options.rule == Rule::GatedDelta;
@@ -468,8 +464,8 @@ Tensor rmsNormSiluGate(const Tensor &o, const Tensor &z, const Tensor &w,
   return result;
 }
 
-Tensor randomTensor(std::vector<int64_t> shape, std::mt19937_64 &rng,
-                    double lo, double hi) {
+Tensor randomTensor(std::vector<int64_t> shape, std::mt19937_64 &rng, double lo,
+                    double hi) {
   std::uniform_real_distribution<double> dist(lo, hi);
   Tensor t(std::move(shape));
   for (double &x : t.values())

@@ -1,4 +1,5 @@
-//===- Reference.h - Float64 step-by-step reference of SPEC §1-2 -*- C++ -*-===//
+//===- Reference.h - Float64 step-by-step reference of SPEC §1-2 -*- C++
+//-*-===//
 //
 // The definition every numeric test compares compiled code against: each
 // computation of SPEC §1-2 written the most direct way, in double precision,
@@ -162,8 +163,7 @@ std::string checkParents(const IntTensor &parents);
 /// `parents` must be valid (checkParents).
 AttentionResult treeSdpa(const Tensor &q, const Tensor &k, const Tensor &v,
                          const IntTensor &parents,
-                         std::optional<int64_t> window,
-                         const Score &score = {},
+                         std::optional<int64_t> window, const Score &score = {},
                          const Tensor *gate = nullptr);
 
 struct Acceptance {

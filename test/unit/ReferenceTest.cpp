@@ -122,8 +122,8 @@ TEST(Sdpa, SoftcapBoundsScores) {
   Tensor v({1, 1, 2, 1}, {1.0, 0.0});
   AttentionResult r = sdpa(q, k, v, Mask::none(), Score{1.0, 5.0});
   const double capped = 5.0 * std::tanh(100.0 / 5.0);
-  EXPECT_NEAR(r.output(0, 0, 0, 0),
-              std::exp(capped) / (std::exp(capped) + 1.0), kTight);
+  EXPECT_NEAR(r.output(0, 0, 0, 0), std::exp(capped) / (std::exp(capped) + 1.0),
+              kTight);
 }
 
 TEST(Sdpa, GroupedQueryHeadsReadTheirKvHead) {
@@ -132,8 +132,8 @@ TEST(Sdpa, GroupedQueryHeadsReadTheirKvHead) {
   Tensor k = randomTensor({2, 2, 7, 6}, rng());
   Tensor v = randomTensor({2, 2, 7, 3}, rng());
   AttentionResult gqa = sdpa(q, k, v, Mask::causal());
-  AttentionResult mha = sdpa(q, repeatHeads(k, groups), repeatHeads(v, groups),
-                             Mask::causal());
+  AttentionResult mha =
+      sdpa(q, repeatHeads(k, groups), repeatHeads(v, groups), Mask::causal());
   EXPECT_EQ(maxRelativeError(gqa.output, mha.output), 0.0);
 }
 
@@ -203,12 +203,12 @@ TEST(TopK, KeepsSinkLocalAndBestByHand) {
   // blocks 1 and 3 tie below it.
   Tensor q({1, 1, 1, 1}, {1.0});
   Tensor k({1, 1, 5, 1}, {-9.0, 1.0, 5.0, 1.0, -9.0});
-  IntTensor kept = selectTopK(q, blockMeta(k, 1), 5, Mask::causal(), {},
-                              TopK{1, 3, 1, 1});
+  IntTensor kept =
+      selectTopK(q, blockMeta(k, 1), 5, Mask::causal(), {}, TopK{1, 3, 1, 1});
   EXPECT_EQ(kept.values(), (std::vector<int32_t>{0, 2, 4}));
   // With one more slot the tie goes to the lower block index.
-  kept = selectTopK(q, blockMeta(k, 1), 5, Mask::causal(), {},
-                    TopK{1, 4, 1, 1});
+  kept =
+      selectTopK(q, blockMeta(k, 1), 5, Mask::causal(), {}, TopK{1, 4, 1, 1});
   EXPECT_EQ(kept.values(), (std::vector<int32_t>{0, 1, 2, 4}));
 }
 
@@ -237,8 +237,8 @@ TEST_P(SparsityInvariants, TopKCoveringAllBlocksIsDense) {
   Tensor k = randomTensor({2, 2, 37, 8}, rng());
   Tensor v = randomTensor({2, 2, 37, 5}, rng());
   const int64_t bs = 8, numBlocks = 5;
-  IntTensor blocks = selectTopK(q, blockMeta(k, bs), 37, mask, {},
-                                TopK{bs, numBlocks, 1, 1});
+  IntTensor blocks =
+      selectTopK(q, blockMeta(k, bs), 37, mask, {}, TopK{bs, numBlocks, 1, 1});
   AttentionResult sparse = sparseSdpa(q, k, v, blocks, bs, mask);
   AttentionResult dense = sdpa(q, k, v, mask);
   EXPECT_LT(maxRelativeError(sparse.output, dense.output), kTight);
@@ -266,8 +266,7 @@ TEST(TopP, ShortestPrefixReachingP) {
   Tensor k({1, 1, 4, 1},
            {std::log(2.0), std::log(4.0), std::log(1.0), std::log(3.0)});
   auto select = [&](TopP options) {
-    return selectTopP(q, k, nullptr, 1, Mask::none(), Score{1.0, 0.0},
-                      options)
+    return selectTopP(q, k, nullptr, 1, Mask::none(), Score{1.0, 0.0}, options)
         .values();
   };
   EXPECT_EQ(select(TopP{0.65}), (std::vector<int32_t>{1, 3, -1, -1}));
@@ -377,9 +376,8 @@ struct RecurrenceInputs {
   Tensor q, k, v, g, beta, s0;
 };
 
-RecurrenceInputs randomRecurrence(Rule rule, int64_t B, int64_t Hk,
-                                  int64_t Hv, int64_t L, int64_t Dk,
-                                  int64_t Dv) {
+RecurrenceInputs randomRecurrence(Rule rule, int64_t B, int64_t Hk, int64_t Hv,
+                                  int64_t L, int64_t Dk, int64_t Dv) {
   RecurrenceInputs in;
   in.q = randomTensor({B, Hk, L, Dk}, rng());
   in.k = randomTensor({B, Hk, L, Dk}, rng());
@@ -423,8 +421,8 @@ TEST(Recurrence, DeltaStepByHand) {
   EXPECT_NEAR(r.output(0, 0, 0, 0), 7.0, kTight);
   // Gated: the state first decays by exp(ln 0.5): S = 1, u = 0.5 * 4 = 2.
   Tensor g({1, 1, 1}, {std::log(0.5)});
-  RecurrenceResult gated = linearRecurrence(
-      q, k, v, &g, &beta, s0, Recurrence{Rule::GatedDelta, 1.0});
+  RecurrenceResult gated = linearRecurrence(q, k, v, &g, &beta, s0,
+                                            Recurrence{Rule::GatedDelta, 1.0});
   EXPECT_NEAR(gated.state(0, 0, 0, 0), 3.0, kTight);
 }
 
@@ -437,9 +435,9 @@ TEST(Recurrence, ZeroDecayEqualsUngatedRule) {
                             Recurrence{rule, std::nullopt, true});
   };
   RecurrenceResult linear = run(Rule::Linear, nullptr, nullptr);
-  EXPECT_LT(maxRelativeError(run(Rule::Decay, &zero, nullptr).output,
-                             linear.output),
-            kTight);
+  EXPECT_LT(
+      maxRelativeError(run(Rule::Decay, &zero, nullptr).output, linear.output),
+      kTight);
   EXPECT_LT(maxRelativeError(run(Rule::Gla, &zeroVector, nullptr).output,
                              linear.output),
             kTight);
@@ -455,8 +453,8 @@ TEST(Recurrence, GlaWithEqualChannelsIsScalarDecay) {
     for (int64_t t = 0; t < 7; ++t)
       for (int64_t d = 0; d < 4; ++d)
         vector(0, h, t, d) = in.g(0, h, t);
-  RecurrenceResult scalar = linearRecurrence(
-      in.q, in.k, in.v, &in.g, nullptr, in.s0, Recurrence{Rule::Decay});
+  RecurrenceResult scalar = linearRecurrence(in.q, in.k, in.v, &in.g, nullptr,
+                                             in.s0, Recurrence{Rule::Decay});
   RecurrenceResult gla = linearRecurrence(in.q, in.k, in.v, &vector, nullptr,
                                           in.s0, Recurrence{Rule::Gla});
   EXPECT_LT(maxRelativeError(gla.output, scalar.output), kTight);
@@ -503,8 +501,8 @@ TEST_P(RecurrenceRules, StateContinuation) {
     return gla ? sliceRows(t, from, to) : sliceSteps(t, from, to);
   };
   Recurrence options{rule, std::nullopt, true};
-  RecurrenceResult whole = linearRecurrence(in.q, in.k, in.v, &in.g, &in.beta,
-                                            in.s0, options);
+  RecurrenceResult whole =
+      linearRecurrence(in.q, in.k, in.v, &in.g, &in.beta, in.s0, options);
   Tensor g1 = steps(in.g, 0, L1), g2 = steps(in.g, L1, L1 + L2);
   Tensor b1 = sliceSteps(in.beta, 0, L1), b2 = sliceSteps(in.beta, L1, L1 + L2);
   RecurrenceResult first =
@@ -514,17 +512,16 @@ TEST_P(RecurrenceRules, StateContinuation) {
       sliceRows(in.q, L1, L1 + L2), sliceRows(in.k, L1, L1 + L2),
       sliceRows(in.v, L1, L1 + L2), &g2, &b2, first.state, options);
   EXPECT_LT(maxRelativeError(second.state, whole.state), kTight);
-  EXPECT_LT(maxRelativeError(second.output,
-                             sliceRows(whole.output, L1, L1 + L2)),
-            kTight);
+  EXPECT_LT(
+      maxRelativeError(second.output, sliceRows(whole.output, L1, L1 + L2)),
+      kTight);
   EXPECT_LT(maxRelativeError(first.output, sliceRows(whole.output, 0, L1)),
             kTight);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllRules, RecurrenceRules,
-                         ::testing::Values(Rule::Linear, Rule::Decay,
-                                           Rule::Gla, Rule::Delta,
-                                           Rule::GatedDelta));
+                         ::testing::Values(Rule::Linear, Rule::Decay, Rule::Gla,
+                                           Rule::Delta, Rule::GatedDelta));
 
 TEST(Recurrence, DeltaRuleWithUnitBetaStoresTheValue) {
   // With |k_t| = 1 and beta = 1, S'^T k_t = S^T k_t + (v_t - S^T k_t) = v_t:

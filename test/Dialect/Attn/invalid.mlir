@@ -635,3 +635,11 @@ func.func @rmsnorm_element_type(%o: tensor<2x8x7x12xf32>, %z: tensor<2x8x7x12xbf
   %r = attn.rmsnorm_gate %o, %z, %w : tensor<2x8x7x12xf32>, tensor<2x8x7x12xbf16>, tensor<12xf32>
   return
 }
+
+// -----
+
+func.func @topk_missing_top_k(%q: tensor<2x8x5x64xf32>, %m: tensor<2x2x3x2x64xf32>, %lk: index) {
+  // expected-error @+1 {{'attn.select_topk' op needs a 'top_k' attribute}}
+  %b = attn.select_topk %q, %m, %lk {block_size = 4, mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x3x2x64xf32>
+  return
+}
