@@ -1,0 +1,441 @@
+//===- ModelDescription.cpp - SPEC §3 model descriptions ------------------===//
+
+#include "frontend/ModelDescription.h"
+
+#include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+using namespace mlir::attn::frontend;
+namespace json = llvm::json;
+
+namespace {
+
+/// A number as a person wrote it: 1.5, -1, 0.001.
+std::string formatNumber(double x) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", x);
+  return text;
+}
+
+/// Reads JSON values at known paths and keeps the first error, which names
+/// the path and what was expected. Readers return a default after an error;
+/// the caller checks `failed()` once at the end.
+class Reader {
+public:
+  bool failed() const { return error.has_value(); }
+  llvm::Error takeError() {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), *error);
+  }
+
+  void fail(const std::string &path, const llvm::Twine &message) {
+    if (!error)
+      error = path + ": " + message.str();
+  }
+
+  /// The object at `path`, or null (and an error) if it is something else.
+  const json::Object *object(const json::Value *value,
+                             const std::string &path) {
+    if (const json::Object *o = value ? value->getAsObject() : nullptr)
+      return o;
+    fail(path, "expected an object, got " + describe(value));
+    return nullptr;
+  }
+
+  /// Every key of `object` is one of `allowed`.
+  void onlyKeys(const json::Object &object, const std::string &path,
+                llvm::ArrayRef<llvm::StringRef> allowed) {
+    for (const auto &entry : object) {
+      llvm::StringRef key = entry.first;
+      if (!llvm::is_contained(allowed, key))
+        fail(path, "unknown key '" + key +
+                       "'; expected one of: " + llvm::join(allowed, ", "));
+    }
+  }
+
+  std::string string(const json::Object &object, const std::string &path,
+                     llvm::StringRef key, std::optional<std::string> fallback) {
+    const json::Value *value = object.get(key);
+    if (!value) {
+      if (!fallback)
+        fail(path, "missing required key '" + key + "'");
+      return fallback.value_or("");
+    }
+    if (std::optional<llvm::StringRef> s = value->getAsString())
+      return s->str();
+    fail(join(path, key), "expected a string, got " + describe(value));
+    return "";
+  }
+
+  /// An integer >= `minimum`.
+  int64_t integer(const json::Object &object, const std::string &path,
+                  llvm::StringRef key, std::optional<int64_t> fallback,
+                  int64_t minimum = 1) {
+    const json::Value *value = object.get(key);
+    if (!value) {
+      if (!fallback)
+        fail(path, "missing required key '" + key + "'");
+      return fallback.value_or(0);
+    }
+    std::optional<int64_t> n = value->getAsInteger();
+    if (!n || *n < minimum) {
+      std::string expected = minimum == 1
+                                 ? "a positive integer"
+                                 : "an integer >= " + std::to_string(minimum);
+      fail(join(path, key),
+           "expected " + expected + ", got " + describe(value));
+      return fallback.value_or(minimum);
+    }
+    return *n;
+  }
+
+  /// A finite number; `null` or absence give `std::nullopt`.
+  std::optional<double> number(const json::Object &object,
+                               const std::string &path, llvm::StringRef key) {
+    const json::Value *value = object.get(key);
+    if (!value || value->kind() == json::Value::Null)
+      return std::nullopt;
+    std::optional<double> x = value->getAsNumber();
+    if (!x || !std::isfinite(*x)) {
+      fail(join(path, key), "expected a number, got " + describe(value));
+      return std::nullopt;
+    }
+    return x;
+  }
+
+  bool boolean(const json::Object &object, const std::string &path,
+               llvm::StringRef key, bool fallback) {
+    const json::Value *value = object.get(key);
+    if (!value)
+      return fallback;
+    if (std::optional<bool> b = value->getAsBoolean())
+      return *b;
+    fail(join(path, key), "expected true or false, got " + describe(value));
+    return fallback;
+  }
+
+  /// One of `choices` (strings), mapped to its enumerator.
+  template <typename Enum>
+  Enum choice(const json::Object &object, const std::string &path,
+              llvm::StringRef key,
+              llvm::ArrayRef<std::pair<llvm::StringRef, Enum>> choices,
+              std::optional<Enum> fallback) {
+    const json::Value *value = object.get(key);
+    if (!value) {
+      if (!fallback)
+        fail(path, "missing required key '" + key + "'");
+      return fallback.value_or(choices.front().second);
+    }
+    std::optional<llvm::StringRef> s = value->getAsString();
+    for (const auto &[name, enumerator] : choices)
+      if (s && *s == name)
+        return enumerator;
+    fail(join(path, key),
+         "expected " + quotedChoices(choices) + ", got " + describe(value));
+    return fallback.value_or(choices.front().second);
+  }
+
+  static std::string join(const std::string &path, llvm::StringRef key) {
+    return path + "." + key.str();
+  }
+
+  static std::string describe(const json::Value *value) {
+    if (!value)
+      return "nothing";
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << *value;
+    if (text.size() > 40)
+      text = text.substr(0, 37) + "...";
+    return text;
+  }
+
+private:
+  template <typename Enum>
+  static std::string
+  quotedChoices(llvm::ArrayRef<std::pair<llvm::StringRef, Enum>> choices) {
+    std::string text;
+    for (auto [i, choice] : llvm::enumerate(choices)) {
+      if (i)
+        text += i + 1 == choices.size() ? " or " : ", ";
+      text += "\"" + choice.first.str() + "\"";
+    }
+    return text;
+  }
+
+  std::optional<std::string> error;
+};
+
+const std::pair<llvm::StringRef, ElementType> kDtypes[] = {
+    {"f32", ElementType::F32},
+    {"f16", ElementType::F16},
+    {"bf16", ElementType::BF16}};
+const std::pair<llvm::StringRef, GateKind> kGates[] = {
+    {"none", GateKind::None},
+    {"elementwise", GateKind::Elementwise},
+    {"headwise", GateKind::Headwise}};
+const std::pair<llvm::StringRef, SparsityMethod> kMethods[] = {
+    {"top_k", SparsityMethod::TopK}, {"top_p", SparsityMethod::TopP}};
+const std::pair<llvm::StringRef, Estimator> kEstimators[] = {
+    {"exact", Estimator::Exact}, {"int4", Estimator::Int4}};
+const std::pair<llvm::StringRef, Rule> kRules[] = {
+    {"linear", Rule::Linear},
+    {"decay", Rule::Decay},
+    {"gla", Rule::Gla},
+    {"delta", Rule::Delta},
+    {"gated_delta", Rule::GatedDelta}};
+const std::pair<llvm::StringRef, OutputGate> kOutputGates[] = {
+    {"none", OutputGate::None}, {"rmsnorm_silu", OutputGate::RmsNormSilu}};
+const std::pair<llvm::StringRef, int> kLayerTypes[] = {{"attention", 0},
+                                                       {"linear_attention", 1}};
+
+/// `mask`: "none", "causal" or {"sliding_window": W}.
+void readMask(Reader &reader, const json::Object &layer,
+              const std::string &path, AttentionLayer &out) {
+  const json::Value *value = layer.get("mask");
+  if (!value)
+    return; // default: causal
+  const std::string maskPath = Reader::join(path, "mask");
+  if (std::optional<llvm::StringRef> s = value->getAsString()) {
+    if (*s == "none")
+      out.mask = MaskKind::None;
+    else if (*s == "causal")
+      out.mask = MaskKind::Causal;
+    else
+      reader.fail(maskPath, "expected \"none\", \"causal\" or "
+                            "{\"sliding_window\": W}, got " +
+                                Reader::describe(value));
+    return;
+  }
+  const json::Object *window = value->getAsObject();
+  if (!window) {
+    reader.fail(maskPath, "expected \"none\", \"causal\" or "
+                          "{\"sliding_window\": W}, got " +
+                              Reader::describe(value));
+    return;
+  }
+  reader.onlyKeys(*window, maskPath, {"sliding_window"});
+  out.mask = MaskKind::SlidingWindow;
+  out.window = reader.integer(*window, maskPath, "sliding_window", {});
+}
+
+std::optional<Sparsity> readSparsity(Reader &reader, const json::Object &layer,
+                                     const std::string &path) {
+  const json::Value *value = layer.get("sparsity");
+  if (!value || value->kind() == json::Value::Null)
+    return std::nullopt;
+  const std::string sparsityPath = Reader::join(path, "sparsity");
+  const json::Object *o = reader.object(value, sparsityPath);
+  if (!o)
+    return std::nullopt;
+  reader.onlyKeys(*o, sparsityPath,
+                  {"method", "block_size", "top_k", "top_p", "min_tokens",
+                   "max_tokens", "sink_blocks", "local_blocks", "estimator"});
+  Sparsity s;
+  s.method =
+      reader.choice<SparsityMethod>(*o, sparsityPath, "method", kMethods, {});
+  s.blockSize = reader.integer(*o, sparsityPath, "block_size", {});
+  s.sinkBlocks = reader.integer(*o, sparsityPath, "sink_blocks", 0, 0);
+  s.localBlocks = reader.integer(*o, sparsityPath, "local_blocks", 0, 0);
+  if (o->get("top_k") || s.method == SparsityMethod::TopK)
+    s.topK = reader.integer(*o, sparsityPath, "top_k", {});
+  if (s.method == SparsityMethod::TopK) {
+    for (llvm::StringRef key :
+         {"top_p", "min_tokens", "max_tokens", "estimator"})
+      if (o->get(key))
+        reader.fail(Reader::join(sparsityPath, key),
+                    "only used by method \"top_p\"");
+  } else {
+    std::optional<double> topP = reader.number(*o, sparsityPath, "top_p");
+    if (!topP)
+      reader.fail(sparsityPath, "missing required key 'top_p'");
+    else if (!(*topP > 0.0 && *topP <= 1.0))
+      reader.fail(Reader::join(sparsityPath, "top_p"),
+                  "expected a number in (0, 1], got " + formatNumber(*topP));
+    s.topP = topP.value_or(1.0);
+    s.minTokens = reader.integer(*o, sparsityPath, "min_tokens", 0, 0);
+    if (o->get("max_tokens"))
+      s.maxTokens = reader.integer(*o, sparsityPath, "max_tokens", {});
+    if (s.maxTokens && s.minTokens > *s.maxTokens)
+      reader.fail(sparsityPath,
+                  llvm::formatv("min_tokens ({0}) must not exceed max_tokens "
+                                "({1})",
+                                s.minTokens, *s.maxTokens)
+                      .str());
+    s.estimator = reader.choice<Estimator>(*o, sparsityPath, "estimator",
+                                           kEstimators, Estimator::Exact);
+  }
+  if (s.topK && s.sinkBlocks + s.localBlocks > *s.topK)
+    reader.fail(sparsityPath,
+                llvm::formatv("sink_blocks + local_blocks ({0} + {1}) must "
+                              "not exceed top_k ({2})",
+                              s.sinkBlocks, s.localBlocks, *s.topK)
+                    .str());
+  return s;
+}
+
+AttentionLayer readAttention(Reader &reader, const json::Object &layer,
+                             const std::string &path) {
+  reader.onlyKeys(layer, path,
+                  {"name", "type", "num_heads", "num_kv_heads", "head_dim",
+                   "value_dim", "mask", "gate", "softcap", "scale", "sparsity",
+                   "tree"});
+  AttentionLayer out;
+  out.numHeads = reader.integer(layer, path, "num_heads", {});
+  out.numKvHeads = reader.integer(layer, path, "num_kv_heads", out.numHeads);
+  out.headDim = reader.integer(layer, path, "head_dim", {});
+  out.valueDim = reader.integer(layer, path, "value_dim", out.headDim);
+  if (!reader.failed() && out.numHeads % out.numKvHeads != 0)
+    reader.fail(path, llvm::formatv("num_heads ({0}) must be a multiple of "
+                                    "num_kv_heads ({1})",
+                                    out.numHeads, out.numKvHeads)
+                          .str());
+  readMask(reader, layer, path, out);
+  out.gate =
+      reader.choice<GateKind>(layer, path, "gate", kGates, GateKind::None);
+  std::optional<double> softcap = reader.number(layer, path, "softcap");
+  if (softcap && *softcap < 0.0)
+    reader.fail(Reader::join(path, "softcap"),
+                "expected a number >= 0 (0 disables it), got " +
+                    formatNumber(*softcap));
+  out.softcap = softcap.value_or(0.0);
+  out.scale = reader.number(layer, path, "scale");
+  if (out.scale && *out.scale <= 0.0)
+    reader.fail(Reader::join(path, "scale"),
+                "expected a number > 0 or null, got " +
+                    formatNumber(*out.scale));
+  out.sparsity = readSparsity(reader, layer, path);
+  out.tree = reader.boolean(layer, path, "tree", false);
+  return out;
+}
+
+LinearAttentionLayer readLinearAttention(Reader &reader,
+                                         const json::Object &layer,
+                                         const std::string &path) {
+  reader.onlyKeys(layer, path,
+                  {"name", "type", "rule", "num_k_heads", "num_v_heads",
+                   "k_dim", "v_dim", "chunk_size", "qk_l2norm", "output_gate",
+                   "scale", "gate_eps"});
+  LinearAttentionLayer out;
+  out.rule = reader.choice<Rule>(layer, path, "rule", kRules, {});
+  out.numKHeads = reader.integer(layer, path, "num_k_heads", {});
+  out.numVHeads = reader.integer(layer, path, "num_v_heads", out.numKHeads);
+  out.kDim = reader.integer(layer, path, "k_dim", {});
+  out.vDim = reader.integer(layer, path, "v_dim", out.kDim);
+  if (!reader.failed() && out.numVHeads % out.numKHeads != 0)
+    reader.fail(path, llvm::formatv("num_v_heads ({0}) must be a multiple of "
+                                    "num_k_heads ({1})",
+                                    out.numVHeads, out.numKHeads)
+                          .str());
+  out.chunkSize = reader.integer(layer, path, "chunk_size", 64);
+  if (!llvm::is_contained(std::initializer_list<int64_t>{16, 32, 64, 128},
+                          out.chunkSize))
+    reader.fail(
+        Reader::join(path, "chunk_size"),
+        llvm::formatv("expected 16, 32, 64 or 128, got {0}", out.chunkSize)
+            .str());
+  out.qkL2Norm = reader.boolean(layer, path, "qk_l2norm", false);
+  out.outputGate = reader.choice<OutputGate>(layer, path, "output_gate",
+                                             kOutputGates, OutputGate::None);
+  out.scale = reader.number(layer, path, "scale");
+  if (out.scale && *out.scale <= 0.0)
+    reader.fail(Reader::join(path, "scale"),
+                "expected a number > 0 or null, got " +
+                    formatNumber(*out.scale));
+  if (std::optional<double> eps = reader.number(layer, path, "gate_eps")) {
+    if (*eps <= 0.0)
+      reader.fail(Reader::join(path, "gate_eps"),
+                  "expected a number > 0, got " + formatNumber(*eps));
+    out.gateEps = *eps;
+  }
+  return out;
+}
+
+/// Entry names append ".meta", ".tree" and ".compact" to a layer's name and
+/// must not collide with "verify.accept": names are identifiers.
+bool isValidLayerName(llvm::StringRef name) {
+  if (name.empty() || !(std::isalpha(name.front()) || name.front() == '_'))
+    return false;
+  return llvm::all_of(name, [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
+}
+
+} // namespace
+
+llvm::Expected<ModelDescription>
+mlir::attn::frontend::parseModelDescription(llvm::StringRef text) {
+  llvm::Expected<json::Value> parsed = json::parse(text);
+  if (!parsed)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "$: not valid JSON: " +
+                                       llvm::toString(parsed.takeError()));
+  Reader reader;
+  ModelDescription model;
+  const json::Object *root = reader.object(&*parsed, "$");
+  if (!root)
+    return reader.takeError();
+  reader.onlyKeys(*root, "$", {"model", "dtype", "layers", "speculative"});
+  model.model = reader.string(*root, "$", "model", {});
+  model.dtype = reader.choice<ElementType>(*root, "$", "dtype", kDtypes,
+                                           ElementType::F32);
+
+  const json::Value *layers = root->get("layers");
+  const json::Array *layerArray = layers ? layers->getAsArray() : nullptr;
+  if (!layers)
+    reader.fail("$", "missing required key 'layers'");
+  else if (!layerArray || layerArray->empty())
+    reader.fail("$.layers", "expected a non-empty array of layers, got " +
+                                Reader::describe(layers));
+  llvm::StringMap<std::string> namePaths;
+  for (size_t i = 0; layerArray && i < layerArray->size() && !reader.failed();
+       ++i) {
+    const std::string path = llvm::formatv("$.layers[{0}]", i).str();
+    const json::Object *layer = reader.object(&(*layerArray)[i], path);
+    if (!layer)
+      break;
+    std::string name = reader.string(*layer, path, "name", {});
+    int type = reader.choice<int>(*layer, path, "type", kLayerTypes, {});
+    if (reader.failed())
+      break;
+    if (!isValidLayerName(name))
+      reader.fail(Reader::join(path, "name"),
+                  "expected an identifier (letters, digits, '_' or '-', not "
+                  "starting with a digit), got \"" +
+                      name + "\"");
+    else if (name == "verify")
+      reader.fail(Reader::join(path, "name"),
+                  "\"verify\" is reserved for the verify.accept entry");
+    auto [existing, inserted] = namePaths.try_emplace(name, path);
+    if (!inserted)
+      reader.fail(Reader::join(path, "name"), "\"" + name +
+                                                  "\" is already the name of " +
+                                                  existing->second);
+    if (type == 0) {
+      AttentionLayer attention = readAttention(reader, *layer, path);
+      attention.name = name;
+      model.layers.push_back(attention);
+    } else {
+      LinearAttentionLayer linear = readLinearAttention(reader, *layer, path);
+      linear.name = name;
+      model.layers.push_back(linear);
+    }
+  }
+
+  if (const json::Value *speculative = root->get("speculative")) {
+    if (const json::Object *o = reader.object(speculative, "$.speculative")) {
+      reader.onlyKeys(*o, "$.speculative", {"max_tree_nodes"});
+      model.maxTreeNodes =
+          reader.integer(*o, "$.speculative", "max_tree_nodes", {});
+    }
+  }
+  if (reader.failed())
+    return reader.takeError();
+  return model;
+}

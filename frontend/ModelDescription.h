@@ -1,0 +1,88 @@
+//===- ModelDescription.h - SPEC §3 model descriptions ----------*- C++ -*-===//
+//
+// The in-memory form of a model description (SPEC §3) and its strict JSON
+// reader: every unknown key and bad value is an error naming its JSON path
+// ("$.layers[1].num_kv_heads") and what was expected.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_FRONTEND_MODELDESCRIPTION_H
+#define ATTN_FRONTEND_MODELDESCRIPTION_H
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace mlir::attn::frontend {
+
+enum class ElementType { F32, F16, BF16 };
+enum class MaskKind { None, Causal, SlidingWindow };
+enum class GateKind { None, Elementwise, Headwise };
+enum class SparsityMethod { TopK, TopP };
+enum class Estimator { Exact, Int4 };
+enum class Rule { Linear, Decay, Gla, Delta, GatedDelta };
+enum class OutputGate { None, RmsNormSilu };
+
+struct Sparsity {
+  SparsityMethod method = SparsityMethod::TopK;
+  int64_t blockSize = 0;
+  std::optional<int64_t> topK; ///< required for top_k, optional for top_p
+  double topP = 1.0;           ///< top_p only
+  int64_t minTokens = 0;       ///< top_p only
+  std::optional<int64_t> maxTokens;
+  int64_t sinkBlocks = 0;
+  int64_t localBlocks = 0;
+  Estimator estimator = Estimator::Exact;
+};
+
+struct AttentionLayer {
+  std::string name;
+  int64_t numHeads = 0;
+  int64_t numKvHeads = 0; ///< defaults to numHeads
+  int64_t headDim = 0;
+  int64_t valueDim = 0; ///< defaults to headDim
+  MaskKind mask = MaskKind::Causal;
+  int64_t window = 0; ///< sliding_window only
+  GateKind gate = GateKind::None;
+  double softcap = 0.0;
+  std::optional<double> scale; ///< null: 1/sqrt(head_dim)
+  std::optional<Sparsity> sparsity;
+  bool tree = false;
+};
+
+struct LinearAttentionLayer {
+  std::string name;
+  Rule rule = Rule::GatedDelta;
+  int64_t numKHeads = 0;
+  int64_t numVHeads = 0; ///< defaults to numKHeads
+  int64_t kDim = 0;
+  int64_t vDim = 0; ///< defaults to kDim
+  int64_t chunkSize = 64;
+  bool qkL2Norm = false;
+  OutputGate outputGate = OutputGate::None;
+  std::optional<double> scale; ///< null: 1/sqrt(k_dim)
+  double gateEps = 1e-6;
+};
+
+using Layer = std::variant<AttentionLayer, LinearAttentionLayer>;
+
+struct ModelDescription {
+  std::string model;
+  ElementType dtype = ElementType::F32;
+  std::vector<Layer> layers;
+  /// Present when the model verifies draft trees (`verify.accept`).
+  std::optional<int64_t> maxTreeNodes;
+};
+
+/// Reads a version-1 model description (SPEC §3). The error names the JSON
+/// path of the first offending key or value and what was expected.
+llvm::Expected<ModelDescription> parseModelDescription(llvm::StringRef json);
+
+} // namespace mlir::attn::frontend
+
+#endif // ATTN_FRONTEND_MODELDESCRIPTION_H

@@ -1,0 +1,330 @@
+//===- ModelToAttn.cpp - Model description to attn IR ---------------------===//
+//
+// One func.func per entry of SPEC §4, arguments in the contract's order.
+// Every argument and result carries its SPEC name as `attn.name`, which the
+// binary's signatures and `attn-run --list` report. Output gates are emitted
+// as separate ops: -attn-fuse-epilogues folds them into the attention.
+//
+//===----------------------------------------------------------------------===//
+
+#include "frontend/ModelToAttn.h"
+
+#include "Attn/AttnOps.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+using namespace mlir::attn::frontend;
+
+namespace {
+
+constexpr int64_t kDyn = ShapedType::kDynamic;
+
+/// An entry under construction: named arguments, then a body, then named
+/// results.
+class EntryBuilder {
+public:
+  EntryBuilder(OpBuilder &builder, ModuleOp module, StringRef name)
+      : builder(builder), module(module), name(name.str()) {}
+
+  /// Declares the next argument.
+  void arg(StringRef argName, Type type) {
+    argNames.push_back(argName.str());
+    argTypes.push_back(type);
+  }
+
+  /// Creates the function; arguments are then available through `operator[]`.
+  void beginBody() {
+    Location loc = builder.getUnknownLoc();
+    builder.setInsertionPointToEnd(module.getBody());
+    func = func::FuncOp::create(builder, loc, name,
+                                builder.getFunctionType(argTypes, {}));
+    Block *entry = func.addEntryBlock();
+    builder.setInsertionPointToStart(entry);
+    for (auto [i, argName] : llvm::enumerate(argNames))
+      func.setArgAttr(i, "attn.name", builder.getStringAttr(argName));
+  }
+
+  Value operator[](StringRef argName) {
+    for (auto [i, n] : llvm::enumerate(argNames))
+      if (n == argName)
+        return func.getArgument(i);
+    llvm_unreachable("no argument of that name");
+  }
+
+  bool has(StringRef argName) const {
+    return llvm::is_contained(argNames, argName.str());
+  }
+
+  /// Returns `values` as the results named `names`.
+  void finish(ArrayRef<Value> values, ArrayRef<StringRef> names) {
+    func::ReturnOp::create(builder, builder.getUnknownLoc(), values);
+    func.setFunctionType(
+        builder.getFunctionType(argTypes, ValueRange(values).getTypes()));
+    for (auto [i, resultName] : llvm::enumerate(names))
+      func.setResultAttr(i, "attn.name", builder.getStringAttr(resultName));
+  }
+
+  OpBuilder &builder;
+
+private:
+  ModuleOp module;
+  std::string name;
+  std::vector<std::string> argNames;
+  SmallVector<Type> argTypes;
+  func::FuncOp func;
+};
+
+Type elementTypeOf(MLIRContext *context, ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+    return Float32Type::get(context);
+  case ElementType::F16:
+    return Float16Type::get(context);
+  case ElementType::BF16:
+    return BFloat16Type::get(context);
+  }
+  llvm_unreachable("unknown element type");
+}
+
+MaskAttr maskOf(MLIRContext *context, const AttentionLayer &layer) {
+  switch (layer.mask) {
+  case frontend::MaskKind::None:
+    return MaskAttr::get(context, attn::MaskKind::None, 0);
+  case frontend::MaskKind::Causal:
+    return MaskAttr::get(context, attn::MaskKind::Causal, 0);
+  case frontend::MaskKind::SlidingWindow:
+    return MaskAttr::get(context, attn::MaskKind::SlidingWindow, layer.window);
+  }
+  llvm_unreachable("unknown mask kind");
+}
+
+class ModuleBuilder {
+public:
+  ModuleBuilder(MLIRContext *context, const ModelDescription &model)
+      : context(context), model(model), builder(context),
+        element(elementTypeOf(context, model.dtype)) {}
+
+  OwningOpRef<ModuleOp> build() {
+    OwningOpRef<ModuleOp> module = ModuleOp::create(builder.getUnknownLoc());
+    module->setSymNameAttr(builder.getStringAttr(model.model));
+    this->module = *module;
+    for (const Layer &layer : model.layers) {
+      if (const auto *attention = std::get_if<AttentionLayer>(&layer))
+        addAttention(*attention);
+      else
+        addLinearAttention(std::get<LinearAttentionLayer>(layer));
+    }
+    if (model.maxTreeNodes)
+      addAccept();
+    return module;
+  }
+
+private:
+  RankedTensorType tensor(ArrayRef<int64_t> shape, Type elementType) const {
+    return RankedTensorType::get(shape, elementType);
+  }
+  RankedTensorType rows(int64_t heads, int64_t features) const {
+    return tensor({kDyn, heads, kDyn, features}, element);
+  }
+  Type i32() const { return IntegerType::get(context, 32); }
+
+  FloatAttr optionalF64(std::optional<double> value) {
+    return value ? builder.getF64FloatAttr(*value) : FloatAttr();
+  }
+
+  /// `output * sigmoid(gate)` as its own op, for fusion to fold.
+  Value gated(EntryBuilder &entry, Value output) {
+    if (!entry.has("gate"))
+      return output;
+    return GateOp::create(builder, builder.getUnknownLoc(), output,
+                          entry["gate"]);
+  }
+
+  void declareGate(EntryBuilder &entry, const AttentionLayer &layer) {
+    if (layer.gate == GateKind::None)
+      return;
+    int64_t width = layer.gate == GateKind::Elementwise ? layer.valueDim : 1;
+    entry.arg("gate", rows(layer.numHeads, width));
+  }
+
+  void addAttention(const AttentionLayer &layer) {
+    Location loc = builder.getUnknownLoc();
+    MaskAttr mask = maskOf(context, layer);
+    FloatAttr scale = optionalF64(layer.scale);
+    FloatAttr softcap = builder.getF64FloatAttr(layer.softcap);
+    RankedTensorType metaType =
+        tensor({kDyn, layer.numKvHeads, kDyn, 2, layer.headDim}, element);
+
+    // <layer>: q, k, v (+ gate) (+ kmeta) -> o
+    {
+      EntryBuilder entry(builder, module, layer.name);
+      entry.arg("q", rows(layer.numHeads, layer.headDim));
+      entry.arg("k", rows(layer.numKvHeads, layer.headDim));
+      entry.arg("v", rows(layer.numKvHeads, layer.valueDim));
+      declareGate(entry, layer);
+      if (layer.sparsity)
+        entry.arg("kmeta", metaType);
+      entry.beginBody();
+      Value q = entry["q"], k = entry["k"], v = entry["v"], o;
+      if (!layer.sparsity) {
+        o = SdpaOp::create(builder, loc, q, k, v, Value(), mask, scale, softcap,
+                           UnitAttr())
+                .getOutput();
+      } else {
+        const Sparsity &s = *layer.sparsity;
+        Value blocks;
+        if (s.topK) {
+          Value two = arith::ConstantIndexOp::create(builder, loc, 2);
+          Value keyLength = tensor::DimOp::create(builder, loc, k, two);
+          blocks = SelectTopKOp::create(
+              builder, loc, q, entry["kmeta"], keyLength,
+              builder.getI64IntegerAttr(s.blockSize),
+              builder.getI64IntegerAttr(*s.topK),
+              builder.getI64IntegerAttr(s.sinkBlocks),
+              builder.getI64IntegerAttr(s.localBlocks), mask, scale);
+        }
+        Value selection = blocks;
+        int64_t selectionBlock = s.blockSize;
+        if (s.method == SparsityMethod::TopP) {
+          selection = SelectTopPOp::create(
+              builder, loc, q, k, blocks, builder.getF64FloatAttr(s.topP),
+              builder.getI64IntegerAttr(s.minTokens),
+              s.maxTokens ? builder.getI64IntegerAttr(*s.maxTokens)
+                          : IntegerAttr(),
+              blocks ? builder.getI64IntegerAttr(s.blockSize) : IntegerAttr(),
+              SelectionEstimatorAttr::get(context,
+                                          s.estimator == Estimator::Exact
+                                              ? SelectionEstimator::Exact
+                                              : SelectionEstimator::Int4),
+              mask, scale, softcap);
+          selectionBlock = 1;
+        }
+        o = SparseSdpaOp::create(builder, loc, q, k, v, selection, Value(),
+                                 builder.getI64IntegerAttr(selectionBlock),
+                                 mask, scale, softcap, UnitAttr())
+                .getOutput();
+      }
+      entry.finish({gated(entry, o)}, {"o"});
+    }
+
+    // <layer>.meta: k -> kmeta
+    if (layer.sparsity) {
+      EntryBuilder entry(builder, module, layer.name + ".meta");
+      entry.arg("k", rows(layer.numKvHeads, layer.headDim));
+      entry.beginBody();
+      Value meta = BlockMetaOp::create(
+          builder, loc, entry["k"],
+          builder.getI64IntegerAttr(layer.sparsity->blockSize));
+      entry.finish({meta}, {"kmeta"});
+    }
+
+    if (!layer.tree)
+      return;
+    // <layer>.tree: q[B,H,T,D], k, v, parents (+ gate) -> o
+    {
+      EntryBuilder entry(builder, module, layer.name + ".tree");
+      entry.arg("q", rows(layer.numHeads, layer.headDim));
+      entry.arg("k", rows(layer.numKvHeads, layer.headDim));
+      entry.arg("v", rows(layer.numKvHeads, layer.valueDim));
+      entry.arg("parents", tensor({kDyn, kDyn}, i32()));
+      declareGate(entry, layer);
+      entry.beginBody();
+      IntegerAttr window = layer.mask == frontend::MaskKind::SlidingWindow
+                               ? builder.getI64IntegerAttr(layer.window)
+                               : IntegerAttr();
+      Value o = TreeSdpaOp::create(builder, loc, entry["q"], entry["k"],
+                                   entry["v"], entry["parents"], Value(),
+                                   window, scale, softcap, UnitAttr())
+                    .getOutput();
+      entry.finish({gated(entry, o)}, {"o"});
+    }
+    // <layer>.compact: k, v, path, length -> k', v'
+    {
+      EntryBuilder entry(builder, module, layer.name + ".compact");
+      entry.arg("k", rows(layer.numKvHeads, layer.headDim));
+      entry.arg("v", rows(layer.numKvHeads, layer.valueDim));
+      entry.arg("path", tensor({kDyn, kDyn}, i32()));
+      entry.arg("length", tensor({kDyn}, i32()));
+      entry.beginBody();
+      auto compact = KvCompactOp::create(builder, loc, entry["k"], entry["v"],
+                                         entry["path"], entry["length"]);
+      entry.finish({compact.getNewKey(), compact.getNewValue()}, {"k'", "v'"});
+    }
+  }
+
+  void addAccept() {
+    Location loc = builder.getUnknownLoc();
+    EntryBuilder entry(builder, module, "verify.accept");
+    for (StringRef argName : {"tokens", "target", "parents"})
+      entry.arg(argName, tensor({kDyn, kDyn}, i32()));
+    entry.beginBody();
+    auto accept = TreeAcceptOp::create(builder, loc, entry["tokens"],
+                                       entry["target"], entry["parents"]);
+    entry.finish({accept.getPath(), accept.getLength(), accept.getBonus()},
+                 {"path", "length", "bonus"});
+  }
+
+  void addLinearAttention(const LinearAttentionLayer &layer) {
+    Location loc = builder.getUnknownLoc();
+    static const RecurrenceRule kRules[] = {
+        RecurrenceRule::Linear, RecurrenceRule::Decay, RecurrenceRule::Gla,
+        RecurrenceRule::Delta, RecurrenceRule::GatedDelta};
+    RecurrenceRule rule = kRules[static_cast<int>(layer.rule)];
+    bool decay = layer.rule == Rule::Decay || layer.rule == Rule::Gla ||
+                 layer.rule == Rule::GatedDelta;
+    bool beta = layer.rule == Rule::Delta || layer.rule == Rule::GatedDelta;
+
+    // <layer>: q, k, v (+ g) (+ beta) + S_init (+ z, w) -> o, S
+    EntryBuilder entry(builder, module, layer.name);
+    entry.arg("q", rows(layer.numKHeads, layer.kDim));
+    entry.arg("k", rows(layer.numKHeads, layer.kDim));
+    entry.arg("v", rows(layer.numVHeads, layer.vDim));
+    if (decay)
+      entry.arg("g", layer.rule == Rule::Gla
+                         ? rows(layer.numVHeads, layer.kDim)
+                         : tensor({kDyn, layer.numVHeads, kDyn}, element));
+    if (beta)
+      entry.arg("beta", tensor({kDyn, layer.numVHeads, kDyn}, element));
+    entry.arg("S_init", tensor({kDyn, layer.numVHeads, layer.kDim, layer.vDim},
+                               Float32Type::get(context)));
+    if (layer.outputGate == OutputGate::RmsNormSilu) {
+      entry.arg("z", rows(layer.numVHeads, layer.vDim));
+      entry.arg("w", tensor({layer.vDim}, element));
+    }
+    entry.beginBody();
+    auto recurrence = LinearRecurrenceOp::create(
+        builder, loc, RecurrenceRuleAttr::get(context, rule), entry["q"],
+        entry["k"], entry["v"], decay ? entry["g"] : Value(),
+        beta ? entry["beta"] : Value(), entry["S_init"], Value(), Value(),
+        builder.getI64IntegerAttr(layer.chunkSize), optionalF64(layer.scale),
+        layer.qkL2Norm ? builder.getUnitAttr() : UnitAttr(),
+        builder.getF64FloatAttr(1e-6));
+    Value o = recurrence.getOutput();
+    if (layer.outputGate == OutputGate::RmsNormSilu)
+      o = RmsNormGateOp::create(builder, loc, o, entry["z"], entry["w"],
+                                builder.getF64FloatAttr(layer.gateEps));
+    entry.finish({o, recurrence.getFinalState()}, {"o", "S"});
+  }
+
+  MLIRContext *context;
+  const ModelDescription &model;
+  OpBuilder builder;
+  Type element;
+  ModuleOp module;
+};
+
+} // namespace
+
+OwningOpRef<ModuleOp>
+mlir::attn::frontend::buildAttnModule(MLIRContext &context,
+                                      const ModelDescription &model) {
+  context.loadDialect<AttnDialect, arith::ArithDialect, func::FuncDialect,
+                      tensor::TensorDialect>();
+  return ModuleBuilder(&context, model).build();
+}

@@ -1,0 +1,257 @@
+//===- FrontendTest.cpp - Model descriptions to attn IR -------------------===//
+
+#include "frontend/ModelDescription.h"
+#include "frontend/ModelToAttn.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <gtest/gtest.h>
+
+using namespace mlir;
+using namespace mlir::attn::frontend;
+
+namespace {
+
+std::string readExample(llvm::StringRef name) {
+  auto buffer = llvm::MemoryBuffer::getFile(std::string(ATTN_SOURCE_DIR) +
+                                            "/examples/" + name.str());
+  EXPECT_TRUE(static_cast<bool>(buffer)) << name.str();
+  return buffer ? (*buffer)->getBuffer().str() : "";
+}
+
+/// The error message of parsing `json`, or "" if it parsed.
+std::string parseError(llvm::StringRef json) {
+  llvm::Expected<ModelDescription> model = parseModelDescription(json);
+  if (model)
+    return "";
+  return llvm::toString(model.takeError());
+}
+
+/// Entry name -> its argument names, in order.
+std::vector<std::pair<std::string, std::vector<std::string>>>
+entrySignatures(ModuleOp module) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> entries;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    std::vector<std::string> args;
+    for (unsigned i = 0; i < func.getNumArguments(); ++i)
+      args.push_back(func.getArgAttrOfType<StringAttr>(i, "attn.name").str());
+    entries.push_back({func.getSymName().str(), args});
+  }
+  return entries;
+}
+
+TEST(Frontend, TinyHybridExample) {
+  llvm::Expected<ModelDescription> model =
+      parseModelDescription(readExample("tiny-hybrid.json"));
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  EXPECT_EQ(model->model, "tiny-hybrid");
+  ASSERT_EQ(model->layers.size(), 2u);
+  const auto &full = std::get<AttentionLayer>(model->layers[0]);
+  EXPECT_EQ(full.numHeads, 8);
+  EXPECT_EQ(full.numKvHeads, 2);
+  EXPECT_EQ(full.gate, GateKind::Elementwise);
+  ASSERT_TRUE(full.sparsity.has_value());
+  EXPECT_EQ(full.sparsity->method, SparsityMethod::TopP);
+  EXPECT_EQ(full.sparsity->topK, 64);
+  EXPECT_EQ(full.sparsity->maxTokens, 1024);
+  EXPECT_FALSE(full.scale.has_value());
+  const auto &gdn = std::get<LinearAttentionLayer>(model->layers[1]);
+  EXPECT_EQ(gdn.rule, Rule::GatedDelta);
+  EXPECT_EQ(gdn.numVHeads, 8);
+  EXPECT_TRUE(gdn.qkL2Norm);
+  EXPECT_EQ(model->maxTreeNodes, 64);
+
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  using Args = std::vector<std::string>;
+  std::vector<std::pair<std::string, Args>> expected = {
+      {"full0", Args{"q", "k", "v", "gate", "kmeta"}},
+      {"full0.meta", Args{"k"}},
+      {"full0.tree", Args{"q", "k", "v", "parents", "gate"}},
+      {"full0.compact", Args{"k", "v", "path", "length"}},
+      {"gdn0", Args{"q", "k", "v", "g", "beta", "S_init", "z", "w"}},
+      {"verify.accept", Args{"tokens", "target", "parents"}}};
+  EXPECT_EQ(entrySignatures(*module), expected);
+}
+
+TEST(Frontend, DefaultsOfAMinimalLayer) {
+  llvm::Expected<ModelDescription> model = parseModelDescription(R"({
+    "model": "m", "layers": [
+      {"name": "a", "type": "attention", "num_heads": 4, "head_dim": 80},
+      {"name": "r", "type": "linear_attention", "rule": "linear",
+       "num_k_heads": 2, "k_dim": 16}]})");
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  EXPECT_EQ(model->dtype, ElementType::F32);
+  const auto &a = std::get<AttentionLayer>(model->layers[0]);
+  EXPECT_EQ(a.numKvHeads, 4);
+  EXPECT_EQ(a.valueDim, 80);
+  EXPECT_EQ(a.mask, MaskKind::Causal);
+  EXPECT_EQ(a.gate, GateKind::None);
+  EXPECT_FALSE(a.tree);
+  const auto &r = std::get<LinearAttentionLayer>(model->layers[1]);
+  EXPECT_EQ(r.numVHeads, 2);
+  EXPECT_EQ(r.vDim, 16);
+  EXPECT_EQ(r.chunkSize, 64);
+  EXPECT_EQ(r.outputGate, OutputGate::None);
+
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  using Args = std::vector<std::string>;
+  std::vector<std::pair<std::string, Args>> expected = {
+      {"a", Args{"q", "k", "v"}}, {"r", Args{"q", "k", "v", "S_init"}}};
+  EXPECT_EQ(entrySignatures(*module), expected);
+}
+
+TEST(Frontend, EveryRuleAndMaskBuildsVerifiedIR) {
+  for (const char *rule : {"linear", "decay", "gla", "delta", "gated_delta"})
+    for (const char *mask :
+         {R"("none")", R"("causal")", R"({"sliding_window": 32})"}) {
+      std::string json = std::string(R"({"model": "m", "dtype": "bf16",
+        "layers": [{"name": "a", "type": "attention", "num_heads": 8,
+          "num_kv_heads": 1, "head_dim": 64, "value_dim": 48, "mask": )") +
+                         mask + R"(, "gate": "headwise", "softcap": 50,
+          "scale": 0.1, "tree": true,
+          "sparsity": {"method": "top_k", "block_size": 32, "top_k": 4}},
+        {"name": "r", "type": "linear_attention", "rule": ")" +
+                         rule + R"(", "num_k_heads": 2, "num_v_heads": 4,
+          "k_dim": 32, "v_dim": 16, "chunk_size": 16,
+          "output_gate": "rmsnorm_silu"}],
+        "speculative": {"max_tree_nodes": 8}})";
+      llvm::Expected<ModelDescription> model = parseModelDescription(json);
+      ASSERT_TRUE(static_cast<bool>(model))
+          << llvm::toString(model.takeError());
+      MLIRContext context;
+      OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+      EXPECT_TRUE(succeeded(verify(*module))) << rule << " " << mask;
+    }
+}
+
+struct BadDescription {
+  const char *json;
+  const char *message;
+};
+
+class FrontendErrors : public ::testing::TestWithParam<BadDescription> {};
+
+TEST_P(FrontendErrors, NameThePathAndTheExpectation) {
+  EXPECT_EQ(parseError(GetParam().json), GetParam().message);
+}
+
+#define LAYER(extra)                                                           \
+  R"({"model": "m", "layers": [{"name": "a", "type": "attention", )"           \
+  R"("num_heads": 8, "num_kv_heads": 2, "head_dim": 64)" extra "}]}"
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, FrontendErrors,
+    ::testing::Values(
+        BadDescription{R"({"model": "m", "layers": [)",
+                       "$: not valid JSON: [1:26, byte=26]: Unexpected EOF"},
+        BadDescription{R"([])", "$: expected an object, got []"},
+        BadDescription{R"({"model": "m", "layer": []})",
+                       "$: unknown key 'layer'; expected one of: model, "
+                       "dtype, layers, speculative"},
+        BadDescription{R"({"model": "m"})", "$: missing required key 'layers'"},
+        BadDescription{R"({"model": "m", "layers": []})",
+                       "$.layers: expected a non-empty array of layers, got "
+                       "[]"},
+        BadDescription{R"({"model": "m", "dtype": "f64", "layers": [{}]})",
+                       "$.dtype: expected \"f32\", \"f16\" or \"bf16\", got "
+                       "\"f64\""},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "a", "type": "mlp"}]})",
+            "$.layers[0].type: expected \"attention\" or "
+            "\"linear_attention\", got \"mlp\""},
+        BadDescription{LAYER(R"(, "num_head": 8)"),
+                       "$.layers[0]: unknown key 'num_head'; expected one "
+                       "of: name, type, num_heads, num_kv_heads, head_dim, "
+                       "value_dim, mask, gate, softcap, scale, sparsity, "
+                       "tree"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": -8, "head_dim": 64}]})",
+            "$.layers[0].num_heads: expected a positive integer, got -8"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 6, "num_kv_heads": 4, "head_dim": 64}]})",
+            "$.layers[0]: num_heads (6) must be a multiple of num_kv_heads "
+            "(4)"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "a", "type": "attention", "head_dim": 64}]})",
+            "$.layers[0]: missing required key 'num_heads'"},
+        BadDescription{LAYER(R"(, "mask": "diagonal")"),
+                       "$.layers[0].mask: expected \"none\", \"causal\" or "
+                       "{\"sliding_window\": W}, got \"diagonal\""},
+        BadDescription{LAYER(R"(, "mask": {"sliding_window": 0})"),
+                       "$.layers[0].mask.sliding_window: expected a positive "
+                       "integer, got 0"},
+        BadDescription{LAYER(R"(, "mask": {"window": 8})"),
+                       "$.layers[0].mask: unknown key 'window'; expected one "
+                       "of: sliding_window"},
+        BadDescription{LAYER(R"(, "gate": "sigmoid")"),
+                       "$.layers[0].gate: expected \"none\", \"elementwise\" "
+                       "or \"headwise\", got \"sigmoid\""},
+        BadDescription{LAYER(R"(, "softcap": -1)"),
+                       "$.layers[0].softcap: expected a number >= 0 (0 "
+                       "disables it), got -1"},
+        BadDescription{LAYER(R"(, "scale": "auto")"),
+                       "$.layers[0].scale: expected a number, got \"auto\""},
+        BadDescription{LAYER(R"(, "tree": 1)"),
+                       "$.layers[0].tree: expected true or false, got 1"},
+        BadDescription{
+            LAYER(
+                R"(, "sparsity": {"method": "top_p", "block_size": 16, "top_p": 1.5})"),
+            "$.layers[0].sparsity.top_p: expected a number in (0, 1], got "
+            "1.5"},
+        BadDescription{
+            LAYER(
+                R"(, "sparsity": {"method": "top_k", "block_size": 16, "top_k": 4, "top_p": 0.9})"),
+            "$.layers[0].sparsity.top_p: only used by method \"top_p\""},
+        BadDescription{
+            LAYER(R"(, "sparsity": {"method": "top_k", "block_size": 16})"),
+            "$.layers[0].sparsity: missing required key 'top_k'"},
+        BadDescription{
+            LAYER(
+                R"(, "sparsity": {"method": "top_p", "block_size": 16, "top_p": 0.9, "min_tokens": 64, "max_tokens": 8})"),
+            "$.layers[0].sparsity: min_tokens (64) must not exceed "
+            "max_tokens (8)"},
+        BadDescription{
+            LAYER(
+                R"(, "sparsity": {"method": "top_k", "block_size": 16, "top_k": 2, "sink_blocks": 2, "local_blocks": 1})"),
+            "$.layers[0].sparsity: sink_blocks + local_blocks (2 + 1) must "
+            "not exceed top_k (2)"},
+        BadDescription{
+            LAYER(
+                R"(, "sparsity": {"method": "top_p", "block_size": 16, "top_p": 0.9, "estimator": "int8"})"),
+            "$.layers[0].sparsity.estimator: expected \"exact\" or \"int4\", "
+            "got \"int8\""},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 1, "head_dim": 8}, {"name": "a", "type": "attention", "num_heads": 1, "head_dim": 8}]})",
+            "$.layers[1].name: \"a\" is already the name of $.layers[0]"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "a.tree", "type": "attention", "num_heads": 1, "head_dim": 8}]})",
+            "$.layers[0].name: expected an identifier (letters, digits, '_' "
+            "or '-', not starting with a digit), got \"a.tree\""},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "mamba", "num_k_heads": 2, "k_dim": 8}]})",
+            "$.layers[0].rule: expected \"linear\", \"decay\", \"gla\", "
+            "\"delta\" or \"gated_delta\", got \"mamba\""},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "num_v_heads": 6, "k_dim": 8}]})",
+            "$.layers[0]: num_v_heads (6) must be a multiple of num_k_heads "
+            "(4)"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "k_dim": 8, "chunk_size": 48}]})",
+            "$.layers[0].chunk_size: expected 16, 32, 64 or 128, got 48"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "k_dim": 8, "output_gate": "silu"}]})",
+            "$.layers[0].output_gate: expected \"none\" or \"rmsnorm_silu\", "
+            "got \"silu\""},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 1, "head_dim": 8}], "speculative": {"max_tree_nodes": 0}})",
+            "$.speculative.max_tree_nodes: expected a positive integer, got "
+            "0"}));
+
+} // namespace
