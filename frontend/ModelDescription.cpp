@@ -195,6 +195,27 @@ const std::pair<llvm::StringRef, OutputGate> kOutputGates[] = {
 const std::pair<llvm::StringRef, int> kLayerTypes[] = {{"attention", 0},
                                                        {"linear_attention", 1}};
 
+/// Heads are grouped: `heads` (query or value heads) is a multiple of
+/// `groups` (key/value or key heads).
+void checkHeadGroups(Reader &reader, const std::string &path,
+                     llvm::StringRef headsKey, int64_t heads,
+                     llvm::StringRef groupsKey, int64_t groups) {
+  if (!reader.failed() && heads % groups != 0)
+    reader.fail(path, llvm::formatv("{0} ({1}) must be a multiple of {2} ({3})",
+                                    headsKey, heads, groupsKey, groups)
+                          .str());
+}
+
+/// `scale`: a number > 0, or null / absent for 1/sqrt(dim).
+std::optional<double> readScale(Reader &reader, const json::Object &layer,
+                                const std::string &path) {
+  std::optional<double> scale = reader.number(layer, path, "scale");
+  if (scale && *scale <= 0.0)
+    reader.fail(Reader::join(path, "scale"),
+                "expected a number > 0 or null, got " + formatNumber(*scale));
+  return scale;
+}
+
 /// `mask`: "none", "causal" or {"sliding_window": W}.
 void readMask(Reader &reader, const json::Object &layer,
               const std::string &path, AttentionLayer &out) {
@@ -291,11 +312,8 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   out.numKvHeads = reader.integer(layer, path, "num_kv_heads", out.numHeads);
   out.headDim = reader.integer(layer, path, "head_dim", {});
   out.valueDim = reader.integer(layer, path, "value_dim", out.headDim);
-  if (!reader.failed() && out.numHeads % out.numKvHeads != 0)
-    reader.fail(path, llvm::formatv("num_heads ({0}) must be a multiple of "
-                                    "num_kv_heads ({1})",
-                                    out.numHeads, out.numKvHeads)
-                          .str());
+  checkHeadGroups(reader, path, "num_heads", out.numHeads, "num_kv_heads",
+                  out.numKvHeads);
   readMask(reader, layer, path, out);
   out.gate =
       reader.choice<GateKind>(layer, path, "gate", kGates, GateKind::None);
@@ -305,11 +323,7 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
                 "expected a number >= 0 (0 disables it), got " +
                     formatNumber(*softcap));
   out.softcap = softcap.value_or(0.0);
-  out.scale = reader.number(layer, path, "scale");
-  if (out.scale && *out.scale <= 0.0)
-    reader.fail(Reader::join(path, "scale"),
-                "expected a number > 0 or null, got " +
-                    formatNumber(*out.scale));
+  out.scale = readScale(reader, layer, path);
   out.sparsity = readSparsity(reader, layer, path);
   out.tree = reader.boolean(layer, path, "tree", false);
   return out;
@@ -328,11 +342,8 @@ LinearAttentionLayer readLinearAttention(Reader &reader,
   out.numVHeads = reader.integer(layer, path, "num_v_heads", out.numKHeads);
   out.kDim = reader.integer(layer, path, "k_dim", {});
   out.vDim = reader.integer(layer, path, "v_dim", out.kDim);
-  if (!reader.failed() && out.numVHeads % out.numKHeads != 0)
-    reader.fail(path, llvm::formatv("num_v_heads ({0}) must be a multiple of "
-                                    "num_k_heads ({1})",
-                                    out.numVHeads, out.numKHeads)
-                          .str());
+  checkHeadGroups(reader, path, "num_v_heads", out.numVHeads, "num_k_heads",
+                  out.numKHeads);
   out.chunkSize = reader.integer(layer, path, "chunk_size", 64);
   if (!llvm::is_contained(std::initializer_list<int64_t>{16, 32, 64, 128},
                           out.chunkSize))
@@ -343,11 +354,7 @@ LinearAttentionLayer readLinearAttention(Reader &reader,
   out.qkL2Norm = reader.boolean(layer, path, "qk_l2norm", false);
   out.outputGate = reader.choice<OutputGate>(layer, path, "output_gate",
                                              kOutputGates, OutputGate::None);
-  out.scale = reader.number(layer, path, "scale");
-  if (out.scale && *out.scale <= 0.0)
-    reader.fail(Reader::join(path, "scale"),
-                "expected a number > 0 or null, got " +
-                    formatNumber(*out.scale));
+  out.scale = readScale(reader, layer, path);
   if (std::optional<double> eps = reader.number(layer, path, "gate_eps")) {
     if (*eps <= 0.0)
       reader.fail(Reader::join(path, "gate_eps"),
