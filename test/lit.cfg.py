@@ -26,5 +26,5 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 config.substitutions.append(("%attn_src_root", config.attn_src_root))
 llvm_config.add_tool_substitutions(
-    ["attn-opt"], [config.attn_tools_dir, config.llvm_tools_dir]
+    ["attn-opt", "attnc"], [config.attn_tools_dir, config.llvm_tools_dir]
 )

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Attn/AttnDialect.h"
+#include "compiler/Pipelines.h"
 #include "passes/Passes.h"
 #include "test/lib/TestPasses.h"
 
@@ -19,6 +20,7 @@
 int main(int argc, char **argv) {
   mlir::registerAllPasses();
   mlir::attn::registerAttnPasses();
+  mlir::attn::registerAttnPipelines();
   mlir::attn::test::registerTestPasses();
 
   mlir::DialectRegistry registry;

@@ -1,0 +1,120 @@
+//===- attnc.cpp - The attn compiler driver -------------------------------===//
+//
+// attnc INPUT -o OUT [--emit=attn|mlir] [--target=cpu|cuda|all]
+//
+// INPUT is a model description (.json, SPEC §3) or attn IR (.mlir). A thin
+// driver: it reads the input, runs the registered pipelines of
+// compiler/Pipelines.h and prints the requested stage.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Attn/AttnDialect.h"
+#include "compiler/Pipelines.h"
+#include "frontend/ModelToAttn.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/WithColor.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+namespace {
+
+enum class Stage { Binary, Attn, Mlir, Llvm, Ptx };
+
+cl::opt<std::string> inputFilename(cl::Positional, cl::Required,
+                                   cl::desc("<model.json | model.mlir>"));
+cl::opt<std::string> outputFilename("o", cl::desc("Output file"),
+                                    cl::value_desc("file"), cl::init("-"));
+cl::opt<Stage> emitStage(
+    "emit", cl::desc("Stop after a stage and print it"),
+    cl::values(clEnumValN(Stage::Attn, "attn",
+                          "attn IR straight from the frontend"),
+               clEnumValN(Stage::Mlir, "mlir",
+                          "IR after the attention-level pipeline"),
+               clEnumValN(Stage::Llvm, "llvm", "LLVM IR of the CPU code"),
+               clEnumValN(Stage::Ptx, "ptx", "PTX of the GPU code")),
+    cl::init(Stage::Binary));
+cl::opt<std::string> target("target", cl::desc("cpu, cuda or all"),
+                            cl::init("cpu"));
+
+int fail(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "attnc") << message << "\n";
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv, "attn compiler\n");
+  if (target != "cpu" && target != "cuda" && target != "all")
+    return fail("--target must be cpu, cuda or all, got '" + target + "'");
+
+  std::string errorMessage;
+  std::unique_ptr<llvm::MemoryBuffer> input =
+      openInputFile(inputFilename, &errorMessage);
+  if (!input)
+    return fail(errorMessage);
+
+  MLIRContext context;
+  context.loadDialect<attn::AttnDialect, arith::ArithDialect,
+                      func::FuncDialect, tensor::TensorDialect>();
+  OwningOpRef<ModuleOp> module;
+  llvm::StringRef extension = llvm::sys::path::extension(inputFilename);
+  if (extension == ".json") {
+    llvm::Expected<attn::frontend::ModelDescription> model =
+        attn::frontend::parseModelDescription(input->getBuffer());
+    if (!model)
+      return fail(inputFilename + ": " + llvm::toString(model.takeError()));
+    module = attn::frontend::buildAttnModule(context, *model);
+  } else if (extension == ".mlir") {
+    llvm::SourceMgr sourceMgr;
+    sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
+    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+    module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+    if (!module)
+      return 1; // the handler printed why
+  } else {
+    return fail(inputFilename + ": unknown input kind '" + extension +
+                "'; expected a model description (.json) or attn IR (.mlir)");
+  }
+  if (failed(verify(*module)))
+    return 1;
+
+  auto print = [&]() {
+    std::unique_ptr<llvm::ToolOutputFile> output =
+        openOutputFile(outputFilename, &errorMessage);
+    if (!output)
+      return fail(errorMessage);
+    module->print(output->os());
+    output->os() << "\n";
+    output->keep();
+    return 0;
+  };
+  if (emitStage == Stage::Attn)
+    return print();
+
+  PassManager pm(&context);
+  attn::buildAttnOptimizationPipeline(pm);
+  if (failed(pm.run(*module)))
+    return fail("the attention-level pipeline failed");
+  if (emitStage == Stage::Mlir)
+    return print();
+
+  return fail("code generation is not built yet: attnc stops at --emit=mlir "
+              "until the CPU pipeline lands (see README)");
+}
