@@ -203,6 +203,22 @@ static LogicalResult verifyMaskFitsLengths(EmitErrorFn emitError, MaskAttr mask,
                      << q.dim(2) << " and Lk = " << k.dim(2);
 }
 
+/// The interface answers shared by the softmax-attention ops (sdpa,
+/// sparse_sdpa, tree_sdpa): their scale, softcap and sigmoid-gate epilogue.
+template <typename OpTy> static double softmaxScoreScale(OpTy op) {
+  return resolveScale(toDouble(op.getScale()),
+                      op.getQuery().getType().getDimSize(3));
+}
+template <typename OpTy> static Epilogue softmaxEpilogue(OpTy op) {
+  return op.getGate() ? Epilogue::SigmoidGate : Epilogue::None;
+}
+template <typename OpTy>
+static SmallVector<Value> softmaxEpilogueOperands(OpTy op) {
+  if (Value gate = op.getGate())
+    return {gate};
+  return {};
+}
+
 /// Epilogue fusion for the softmax ops: a clone that takes the sigmoid
 /// gate's logits as its `gate` operand. The gate op verified that the logits
 /// fit the output, so the fused op verifies too.
@@ -246,17 +262,11 @@ LogicalResult SdpaOp::verify() {
 
 Value SdpaOp::getLogSumExp() { return getLse(); }
 MaskAttr SdpaOp::getPositionMask() { return getMask(); }
-double SdpaOp::getScoreScale() {
-  return resolveScale(toDouble(getScale()), getQuery().getType().getDimSize(3));
-}
+double SdpaOp::getScoreScale() { return softmaxScoreScale(*this); }
 double SdpaOp::getScoreSoftcap() { return getSoftcap().convertToDouble(); }
-Epilogue SdpaOp::getEpilogue() {
-  return getGate() ? Epilogue::SigmoidGate : Epilogue::None;
-}
+Epilogue SdpaOp::getEpilogue() { return softmaxEpilogue(*this); }
 SmallVector<Value> SdpaOp::getEpilogueOperands() {
-  if (Value gate = getGate())
-    return {gate};
-  return {};
+  return softmaxEpilogueOperands(*this);
 }
 FailureOr<Operation *> SdpaOp::fuseEpilogue(RewriterBase &rewriter,
                                             EpilogueOpInterface epilogue) {
@@ -488,19 +498,13 @@ LogicalResult SparseSdpaOp::verify() {
 
 Value SparseSdpaOp::getLogSumExp() { return getLse(); }
 MaskAttr SparseSdpaOp::getPositionMask() { return getMask(); }
-double SparseSdpaOp::getScoreScale() {
-  return resolveScale(toDouble(getScale()), getQuery().getType().getDimSize(3));
-}
+double SparseSdpaOp::getScoreScale() { return softmaxScoreScale(*this); }
 double SparseSdpaOp::getScoreSoftcap() {
   return getSoftcap().convertToDouble();
 }
-Epilogue SparseSdpaOp::getEpilogue() {
-  return getGate() ? Epilogue::SigmoidGate : Epilogue::None;
-}
+Epilogue SparseSdpaOp::getEpilogue() { return softmaxEpilogue(*this); }
 SmallVector<Value> SparseSdpaOp::getEpilogueOperands() {
-  if (Value gate = getGate())
-    return {gate};
-  return {};
+  return softmaxEpilogueOperands(*this);
 }
 FailureOr<Operation *>
 SparseSdpaOp::fuseEpilogue(RewriterBase &rewriter,
@@ -558,17 +562,11 @@ MaskAttr TreeSdpaOp::getPositionMask() {
                          static_cast<int64_t>(*window));
   return MaskAttr::get(getContext(), MaskKind::Causal, 0);
 }
-double TreeSdpaOp::getScoreScale() {
-  return resolveScale(toDouble(getScale()), getQuery().getType().getDimSize(3));
-}
+double TreeSdpaOp::getScoreScale() { return softmaxScoreScale(*this); }
 double TreeSdpaOp::getScoreSoftcap() { return getSoftcap().convertToDouble(); }
-Epilogue TreeSdpaOp::getEpilogue() {
-  return getGate() ? Epilogue::SigmoidGate : Epilogue::None;
-}
+Epilogue TreeSdpaOp::getEpilogue() { return softmaxEpilogue(*this); }
 SmallVector<Value> TreeSdpaOp::getEpilogueOperands() {
-  if (Value gate = getGate())
-    return {gate};
-  return {};
+  return softmaxEpilogueOperands(*this);
 }
 FailureOr<Operation *> TreeSdpaOp::fuseEpilogue(RewriterBase &rewriter,
                                                 EpilogueOpInterface epilogue) {
