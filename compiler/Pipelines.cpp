@@ -4,6 +4,15 @@
 
 #include "passes/Passes.h"
 
+#include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
+#include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
+#include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
+#include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
@@ -15,9 +24,47 @@ void mlir::attn::buildAttnOptimizationPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
 }
 
+void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
+                                          const CpuDispatchOptions &options) {
+  AttnCpuDispatchesOptions dispatch;
+  dispatch.vectorWidth = options.vectorWidth;
+  dispatch.queryTile = options.queryTile;
+  dispatch.keyTile = options.keyTile;
+  dispatch.splitKeys = options.splitKeys;
+  dispatch.decodeMaxQueries = options.decodeMaxQueries;
+  pm.addPass(createAttnCpuDispatches(dispatch));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
+  pm.addPass(createAttnCpuKernelAbi());
+  pm.addNestedPass<func::FuncOp>(createAttnCpuApproximateMath());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createSCFToControlFlowPass());
+  pm.addPass(createConvertVectorToLLVMPass());
+  pm.addPass(createFinalizeMemRefToLLVMConversionPass());
+  pm.addPass(createConvertMathToLLVMPass());
+  pm.addPass(createArithToLLVMConversionPass());
+  pm.addPass(createConvertControlFlowToLLVMPass());
+  pm.addPass(createConvertFuncToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  pm.addPass(createCanonicalizerPass());
+}
+
 void mlir::attn::registerAttnPipelines() {
   PassPipelineRegistration<>(
       "attn-optimize",
       "Attention-level optimization: canonicalize and fuse epilogues",
       [](OpPassManager &pm) { buildAttnOptimizationPipeline(pm); });
+  PassPipelineRegistration<CpuDispatchOptions>(
+      "attn-cpu-dispatch",
+      "Entries to host dispatch programs and CPU kernels (scf/vector/memref)",
+      [](OpPassManager &pm, const CpuDispatchOptions &options) {
+        buildCpuDispatchPipeline(pm, options);
+      });
+  PassPipelineRegistration<>(
+      "attn-cpu-lower-to-llvm",
+      "CPU kernels to the LLVM dialect with the runtime's calling convention",
+      [](OpPassManager &pm) { buildCpuKernelLoweringPipeline(pm); });
 }

@@ -2,7 +2,12 @@
 //
 // The pipelines attnc runs, as libraries so attn-opt and lit can run the
 // same thing by name (`attn-opt --pass-pipeline='builtin.module(attn-...)'`
-// or `attn-opt -attn-...`).
+// or `attn-opt -attn-...`). In order:
+//
+//   attn-optimize           attn IR -> attn IR (canonicalize, fuse gates)
+//   attn-cpu-dispatch       attn IR -> host dispatch programs + kernels
+//   (attnc serializes the host programs into the binary here)
+//   attn-cpu-lower-to-llvm  kernels -> LLVM dialect, runtime ABI wrappers
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +15,7 @@
 #define ATTN_COMPILER_PIPELINES_H
 
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
 
 namespace mlir::attn {
 
@@ -17,7 +23,37 @@ namespace mlir::attn {
 /// into the attention epilogues, canonicalize again.
 void buildAttnOptimizationPipeline(OpPassManager &pm);
 
-/// Registers the pipelines above: `attn-optimize`.
+/// The tile sizes of the CPU kernels (see -attn-cpu-dispatches).
+struct CpuDispatchOptions : public PassPipelineOptions<CpuDispatchOptions> {
+  Option<int64_t> vectorWidth{*this, "vector-width",
+                              llvm::cl::desc("f32 lanes of a vector register"),
+                              llvm::cl::init(8)};
+  Option<int64_t> queryTile{*this, "query-tile",
+                            llvm::cl::desc("query rows per flash workgroup"),
+                            llvm::cl::init(32)};
+  Option<int64_t> keyTile{*this, "key-tile",
+                          llvm::cl::desc("keys per flash step"),
+                          llvm::cl::init(32)};
+  Option<int64_t> splitKeys{*this, "split-keys",
+                            llvm::cl::desc("keys per split-KV workgroup"),
+                            llvm::cl::init(256)};
+  Option<int64_t> decodeMaxQueries{
+      *this, "decode-max-queries",
+      llvm::cl::desc("calls with at most this many query rows use split-KV"),
+      llvm::cl::init(8)};
+};
+
+/// attn IR (after attn-optimize) -> host dispatch programs (`attn.entry`
+/// funcs on memrefs) and CPU kernels (`attn.kernel` funcs).
+void buildCpuDispatchPipeline(OpPassManager &pm,
+                              const CpuDispatchOptions &options);
+
+/// Kernels -> LLVM dialect: the runtime ABI wrappers (host funcs dropped),
+/// polynomial math, then the upstream conversions to LLVM.
+void buildCpuKernelLoweringPipeline(OpPassManager &pm);
+
+/// Registers the pipelines above: `attn-optimize`, `attn-cpu-dispatch`,
+/// `attn-cpu-lower-to-llvm`.
 void registerAttnPipelines();
 
 } // namespace mlir::attn

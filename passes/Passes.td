@@ -24,4 +24,80 @@ def AttnFuseEpilogues : Pass<"attn-fuse-epilogues"> {
   }];
 }
 
+def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
+  let summary = "Split each entry into a host dispatch program and CPU kernels";
+  let description = [{
+    Lowers every entry function (attn ops on tensors) to
+
+    - a host function on memrefs in destination-passing style (inputs, then
+      one buffer per result; `attn.entry`, with each argument's symbolic
+      shape in `attn.shape`), whose body is index arithmetic on the
+      argument dims, `memref.alloc` of temporaries and `attn.dispatch` ops;
+    - one kernel function per dispatch (`attn.kernel`, with the tile sizes
+      in `attn.tiling`): the body of one workgroup in scf + vector + memref
+      + math.
+
+    Softmax attention (any AttentionOpInterface op with dense keys) becomes
+    a flash kernel over (batch, head, query tile) that walks only the key
+    tiles its mask leaves visible with the online-softmax state carried
+    explicitly, and, for entries run with at most `decode-max-queries`
+    query rows, split-KV partials over key ranges of `split-keys` keys
+    merged through their log-sum-exp. The host picks one path per call from
+    the run-time `Lq`.
+  }];
+  let options = [
+    Option<"vectorWidth", "vector-width", "int64_t", "8",
+           "f32 lanes of a vector register (8: AVX2, 16: AVX-512)">,
+    Option<"queryTile", "query-tile", "int64_t", "32",
+           "query rows per flash workgroup (a multiple of vector-width)">,
+    Option<"keyTile", "key-tile", "int64_t", "32",
+           "keys per flash step (a multiple of 4)">,
+    Option<"splitKeys", "split-keys", "int64_t", "256",
+           "keys per split-KV workgroup">,
+    Option<"decodeMaxQueries", "decode-max-queries", "int64_t", "8",
+           "calls with at most this many query rows take the split-KV path">,
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+    "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect"
+  ];
+}
+
+def AttnCpuKernelAbi : Pass<"attn-cpu-kernel-abi", "ModuleOp"> {
+  let summary = "Give every CPU kernel the runtime's calling convention";
+  let description = [{
+    For every kernel function (`attn.kernel`) adds the exported function
+
+    ```c
+    void attn_kernel_<name>(void *const *buffers, const int64_t *dims,
+                            int64_t workgroup);
+    ```
+
+    that the runtime calls once per workgroup: `buffers` holds one pointer
+    per binding, `dims` every binding's sizes one after the other
+    (row-major, contiguous buffers). It builds the memref descriptors and
+    calls the kernel, which becomes private so LLVM inlines it. The host
+    functions (`attn.entry`) are removed: their dispatch programs live in
+    the binary, not in the CPU code.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+    "::mlir::LLVM::LLVMDialect"
+  ];
+}
+
+def AttnCpuApproximateMath : Pass<"attn-cpu-approximate-math"> {
+  let summary = "Polynomial approximations of exp, log and tanh";
+  let description = [{
+    Rewrites f32 `math` ops (scalar and vector) into the polynomial
+    approximations of the upstream math dialect, so vectorized kernels do not
+    call into libm one lane at a time.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
+    "::mlir::vector::VectorDialect"
+  ];
+}
+
 #endif // ATTN_PASSES_TD

@@ -17,6 +17,7 @@ config.excludes = [
     "lit.cfg.py",
     "lit.site.cfg.py",
     "Inputs",
+    "e2e",
     "lib",
     "reference",
     "unit",
@@ -26,5 +27,5 @@ llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 config.substitutions.append(("%attn_src_root", config.attn_src_root))
 llvm_config.add_tool_substitutions(
-    ["attn-opt", "attnc"], [config.attn_tools_dir, config.llvm_tools_dir]
+    ["attn-opt", "attnc", "attn-run"], [config.attn_tools_dir, config.llvm_tools_dir]
 )

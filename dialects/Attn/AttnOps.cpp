@@ -14,6 +14,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 
 #include <cmath>
 
@@ -848,6 +850,39 @@ static ParseResult parseRuleKeyword(OpAsmParser &parser,
 static void printRuleKeyword(OpAsmPrinter &printer, Operation *,
                              RecurrenceRuleAttr rule) {
   printer << stringifyRecurrenceRule(rule.getValue());
+}
+
+//===----------------------------------------------------------------------===//
+// DispatchOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+DispatchOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto kernel = symbolTable.lookupNearestSymbolFrom<FunctionOpInterface>(
+      *this, getKernelAttr());
+  if (!kernel)
+    return emitOpError() << "kernel " << getKernelAttr()
+                         << " is not a function in this module";
+  ArrayRef<Type> argTypes = kernel.getArgumentTypes();
+  size_t numBindings = getBindings().size();
+  if (argTypes.size() != numBindings + 1)
+    return emitOpError() << "kernel " << getKernelAttr() << " takes "
+                         << argTypes.size()
+                         << " arguments, expected one per binding ("
+                         << numBindings << ") plus the workgroup id";
+  for (auto [index, binding] : llvm::enumerate(getBindings()))
+    if (binding.getType() != argTypes[index])
+      return emitOpError() << "binding #" << index << " has type "
+                           << binding.getType() << " but kernel "
+                           << getKernelAttr() << " takes " << argTypes[index];
+  if (!argTypes.back().isIndex())
+    return emitOpError() << "kernel " << getKernelAttr()
+                         << " must take the workgroup id (index) last, got "
+                         << argTypes.back();
+  if (!kernel.getResultTypes().empty())
+    return emitOpError() << "kernel " << getKernelAttr()
+                         << " must not return values";
+  return success();
 }
 
 #define GET_OP_CLASSES

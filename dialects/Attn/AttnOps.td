@@ -11,6 +11,7 @@
 
 include "mlir/IR/OpBase.td"
 include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "AttnDialect.td"
@@ -430,6 +431,35 @@ def Attn_RmsNormGateOp : Attn_PureOp<"rmsnorm_gate", [SameOperandsElementType,
   let assemblyFormat = [{
     $output `,` $z `,` $weight attr-dict `:` type($output) `,` type($z) `,`
     type($weight)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Host side of a lowered entry
+//===----------------------------------------------------------------------===//
+
+def Attn_DispatchOp : Attn_Op<"dispatch", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "runs a kernel over a grid of workgroups";
+  let description = [{
+    The host side of a lowered entry is a sequence of dispatches. A dispatch
+    runs the kernel function `kernel` once per workgroup id in
+    `[0, workgroups)`, in any order and possibly in parallel, each call
+    receiving every buffer of `bindings` and its workgroup id as the last
+    argument. The CPU runtime runs the workgroups on its thread pool; a GPU
+    launch uses them as the grid. Dispatches run one after the other.
+
+    ```mlir
+    attn.dispatch @layer__flash workgroups(%n) bindings(%q, %k, %v, %o)
+        : memref<?x8x?x64xf32>, memref<?x2x?x64xf32>, memref<?x2x?x64xf32>,
+          memref<?x8x?x64xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$kernel, Index:$workgroups,
+                       Variadic<AnyMemRef>:$bindings);
+  let assemblyFormat = [{
+    $kernel `workgroups` `(` $workgroups `)` `bindings` `(` $bindings `)`
+    attr-dict `:` type($bindings)
   }];
 }
 

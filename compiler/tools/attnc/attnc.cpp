@@ -1,14 +1,18 @@
 //===- attnc.cpp - The attn compiler driver -------------------------------===//
 //
-// attnc INPUT -o OUT [--emit=attn|mlir] [--target=cpu|cuda|all]
+// attnc INPUT -o OUT.attnb [--target=cpu|cuda|all] [--cpu=LEVEL]
+//       [--emit=attn|mlir|dispatch|llvm-mlir|llvm]
 //
 // INPUT is a model description (.json, SPEC §3) or attn IR (.mlir). A thin
 // driver: it reads the input, runs the registered pipelines of
-// compiler/Pipelines.h and prints the requested stage.
+// compiler/Pipelines.h, and either prints the requested stage or writes the
+// .attnb binary (compiler/BinaryWriter.h).
 //
 //===----------------------------------------------------------------------===//
 
 #include "Attn/AttnDialect.h"
+#include "compiler/Compile.h"
+#include "compiler/CpuTarget.h"
 #include "compiler/Pipelines.h"
 #include "frontend/ModelToAttn.h"
 
@@ -33,7 +37,7 @@ namespace cl = llvm::cl;
 
 namespace {
 
-enum class Stage { Binary, Attn, Mlir, Llvm, Ptx };
+enum class Stage { Binary, Attn, Mlir, Dispatch, LlvmMlir, Llvm, Ptx };
 
 cl::opt<std::string> inputFilename(cl::Positional, cl::Required,
                                    cl::desc("<model.json | model.mlir>"));
@@ -45,11 +49,21 @@ cl::opt<Stage> emitStage(
                           "attn IR straight from the frontend"),
                clEnumValN(Stage::Mlir, "mlir",
                           "IR after the attention-level pipeline"),
-               clEnumValN(Stage::Llvm, "llvm", "LLVM IR of the CPU code"),
+               clEnumValN(Stage::Dispatch, "dispatch",
+                          "host dispatch programs and CPU kernels"),
+               clEnumValN(Stage::LlvmMlir, "llvm-mlir",
+                          "CPU kernels in the LLVM dialect"),
+               clEnumValN(Stage::Llvm, "llvm", "optimized LLVM IR of the CPU "
+                                               "code"),
                clEnumValN(Stage::Ptx, "ptx", "PTX of the GPU code")),
     cl::init(Stage::Binary));
 cl::opt<std::string> target("target", cl::desc("cpu, cuda or all"),
                             cl::init("cpu"));
+cl::opt<std::string>
+    cpuLevel("cpu",
+             cl::desc("CPU code level: host (default), x86-64-v2, x86-64-v3 "
+                      "or x86-64-v4; the tiles follow its vector width"),
+             cl::init("host"));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "attnc") << message << "\n";
@@ -71,9 +85,13 @@ int main(int argc, char **argv) {
     return fail(errorMessage);
 
   MLIRContext context;
+  DialectRegistry registry;
+  attn::registerCompilerDialects(registry);
+  context.appendDialectRegistry(registry);
   context.loadDialect<attn::AttnDialect, arith::ArithDialect,
                       func::FuncDialect, tensor::TensorDialect>();
   OwningOpRef<ModuleOp> module;
+  std::string modelName = llvm::sys::path::stem(inputFilename).str();
   llvm::StringRef extension = llvm::sys::path::extension(inputFilename);
   if (extension == ".json") {
     llvm::Expected<attn::frontend::ModelDescription> model =
@@ -81,6 +99,7 @@ int main(int argc, char **argv) {
     if (!model)
       return fail(inputFilename + ": " + llvm::toString(model.takeError()));
     module = attn::frontend::buildAttnModule(context, *model);
+    modelName = model->model;
   } else if (extension == ".mlir") {
     llvm::SourceMgr sourceMgr;
     sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
@@ -105,16 +124,51 @@ int main(int argc, char **argv) {
     output->keep();
     return 0;
   };
+  auto printText = [&](llvm::StringRef text) {
+    std::unique_ptr<llvm::ToolOutputFile> output =
+        openOutputFile(outputFilename, &errorMessage);
+    if (!output)
+      return fail(errorMessage);
+    output->os() << text;
+    output->keep();
+    return 0;
+  };
   if (emitStage == Stage::Attn)
     return print();
 
-  PassManager pm(&context);
-  attn::buildAttnOptimizationPipeline(pm);
-  if (failed(pm.run(*module)))
-    return fail("the attention-level pipeline failed");
-  if (emitStage == Stage::Mlir)
-    return print();
+  if (target != "cpu" || emitStage == Stage::Ptx)
+    return fail("the CUDA target (PTX/cubin) is not built yet; use "
+                "--target=cpu");
+  attn::CpuTarget cpu = attn::CpuTarget::host();
+  if (cpuLevel != "host") {
+    llvm::Expected<attn::CpuTarget> level =
+        attn::CpuTarget::forLevel(cpuLevel);
+    if (!level)
+      return fail("--cpu: " + llvm::toString(level.takeError()));
+    cpu = *level;
+  }
 
-  return fail("code generation is not built yet: attnc stops at --emit=mlir "
-              "until the CPU pipeline lands (see README)");
+  attn::CompileStage stage = attn::CompileStage::Binary;
+  if (emitStage == Stage::Mlir)
+    stage = attn::CompileStage::Optimized;
+  else if (emitStage == Stage::Dispatch)
+    stage = attn::CompileStage::Dispatch;
+  else if (emitStage == Stage::LlvmMlir || emitStage == Stage::Llvm)
+    stage = attn::CompileStage::LlvmDialect;
+  if (stage == attn::CompileStage::Binary && outputFilename == "-")
+    return fail("attnc writes a binary: give -o OUT.attnb (or --emit=STAGE "
+                "to print a stage)");
+  llvm::Expected<std::string> result =
+      attn::compile(*module, stage, cpu, modelName);
+  if (!result)
+    return fail(llvm::toString(result.takeError()));
+  if (emitStage == Stage::Llvm) {
+    llvm::Expected<std::string> ir = attn::emitCpuLlvmIr(*module, cpu);
+    if (!ir)
+      return fail(llvm::toString(ir.takeError()));
+    return printText(*ir);
+  }
+  if (stage != attn::CompileStage::Binary)
+    return print();
+  return printText(*result);
 }

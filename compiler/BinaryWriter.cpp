@@ -1,0 +1,265 @@
+//===- BinaryWriter.cpp - The .attnb writer -------------------------------===//
+
+#include "compiler/BinaryWriter.h"
+
+#include "Attn/AttnOps.h"
+#include "runtime/Checksum.h"
+#include "runtime/schemas/attnb_generated.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+namespace fb = ::attn::fb;
+
+struct BinaryWriter::Impl {
+  flatbuffers::FlatBufferBuilder builder;
+  std::vector<flatbuffers::Offset<fb::Entry>> entries;
+
+  LogicalResult addEntry(func::FuncOp host);
+};
+
+BinaryWriter::BinaryWriter() : impl(std::make_unique<Impl>()) {}
+BinaryWriter::~BinaryWriter() = default;
+
+namespace {
+
+FailureOr<fb::DType> dtypeOf(Type elementType) {
+  if (elementType.isF32())
+    return fb::DType::f32;
+  if (elementType.isInteger(32))
+    return fb::DType::i32;
+  return failure();
+}
+
+/// Builds one entry's program: registers are step indices.
+class HostProgramBuilder {
+public:
+  HostProgramBuilder(flatbuffers::FlatBufferBuilder &builder, func::FuncOp host)
+      : builder(builder), host(host) {}
+
+  LogicalResult build() {
+    for (BlockArgument arg : host.getArguments())
+      bufferIds[arg] = arg.getArgNumber();
+    for (Operation &op : host.getBody().front())
+      if (failed(add(op)))
+        return failure();
+    return success();
+  }
+
+  std::vector<fb::Step> types;
+  std::vector<flatbuffers::Offset<void>> steps;
+
+private:
+  int32_t addStep(fb::Step type, flatbuffers::Offset<void> step) {
+    types.push_back(type);
+    steps.push_back(step);
+    return static_cast<int32_t>(steps.size() - 1);
+  }
+  int32_t addIntOp(fb::IntOpKind kind, int32_t a = 0, int32_t b = 0,
+                   int32_t c = 0, int64_t value = 0) {
+    return addStep(fb::Step::IntOp,
+                   fb::CreateIntOp(builder, kind, a, b, c, value).Union());
+  }
+  int32_t reg(Value v) { return registers.lookup(v); }
+
+  LogicalResult add(Operation &op) {
+    using Kind = fb::IntOpKind;
+    auto binary = [&](Kind kind) {
+      registers[op.getResult(0)] =
+          addIntOp(kind, reg(op.getOperand(0)), reg(op.getOperand(1)));
+      return success();
+    };
+    return llvm::TypeSwitch<Operation *, LogicalResult>(&op)
+        .Case([&](arith::ConstantOp c) -> LogicalResult {
+          auto attr = dyn_cast<IntegerAttr>(c.getValue());
+          if (!attr)
+            return c.emitError("a host program holds integer constants only");
+          registers[c] = addIntOp(Kind::Constant, 0, 0, 0,
+                                  attr.getValue().getSExtValue());
+          return success();
+        })
+        .Case([&](memref::DimOp dim) -> LogicalResult {
+          std::optional<int64_t> index = getConstantIntValue(dim.getIndex());
+          if (!index || !bufferIds.count(dim.getSource()))
+            return dim.emitError("a host program reads constant dims of "
+                                 "arguments or temporaries only");
+          registers[dim] =
+              addIntOp(Kind::BufferDim, bufferIds[dim.getSource()],
+                       static_cast<int32_t>(*index));
+          return success();
+        })
+        .Case([&](arith::AddIOp) { return binary(Kind::Add); })
+        .Case([&](arith::SubIOp) { return binary(Kind::Sub); })
+        .Case([&](arith::MulIOp) { return binary(Kind::Mul); })
+        .Case([&](arith::DivUIOp) { return binary(Kind::DivU); })
+        .Case([&](arith::CeilDivUIOp) { return binary(Kind::CeilDivU); })
+        .Case([&](arith::RemUIOp) { return binary(Kind::RemU); })
+        .Case([&](arith::DivSIOp) { return binary(Kind::DivS); })
+        .Case([&](arith::CeilDivSIOp) { return binary(Kind::CeilDivS); })
+        .Case([&](arith::FloorDivSIOp) { return binary(Kind::FloorDivS); })
+        .Case([&](arith::RemSIOp) { return binary(Kind::RemS); })
+        .Case([&](arith::MinUIOp) { return binary(Kind::MinU); })
+        .Case([&](arith::MaxUIOp) { return binary(Kind::MaxU); })
+        .Case([&](arith::MinSIOp) { return binary(Kind::MinS); })
+        .Case([&](arith::MaxSIOp) { return binary(Kind::MaxS); })
+        .Case([&](arith::IndexCastOp cast) {
+          registers[cast] = reg(cast.getIn());
+          return success();
+        })
+        .Case([&](arith::SelectOp select) {
+          registers[select] =
+              addIntOp(Kind::Select, reg(select.getCondition()),
+                       reg(select.getTrueValue()), reg(select.getFalseValue()));
+          return success();
+        })
+        .Case([&](arith::CmpIOp cmp) {
+          using P = arith::CmpIPredicate;
+          Kind kind = Kind::CmpEq;
+          switch (cmp.getPredicate()) {
+          case P::eq: kind = Kind::CmpEq; break;
+          case P::ne: kind = Kind::CmpNe; break;
+          case P::slt: kind = Kind::CmpSlt; break;
+          case P::sle: kind = Kind::CmpSle; break;
+          case P::sgt: kind = Kind::CmpSgt; break;
+          case P::sge: kind = Kind::CmpSge; break;
+          case P::ult: kind = Kind::CmpUlt; break;
+          case P::ule: kind = Kind::CmpUle; break;
+          case P::ugt: kind = Kind::CmpUgt; break;
+          case P::uge: kind = Kind::CmpUge; break;
+          }
+          return binary(kind);
+        })
+        .Case([&](memref::AllocOp alloc) -> LogicalResult {
+          MemRefType type = alloc.getType();
+          FailureOr<fb::DType> dtype = dtypeOf(type.getElementType());
+          if (failed(dtype))
+            return alloc.emitError("temporaries hold f32 or i32");
+          std::vector<int32_t> dims;
+          auto dynamicSizes = alloc.getDynamicSizes();
+          unsigned next = 0;
+          for (int64_t size : type.getShape())
+            dims.push_back(ShapedType::isDynamic(size)
+                               ? reg(dynamicSizes[next++])
+                               : addIntOp(Kind::Constant, 0, 0, 0, size));
+          bufferIds[alloc] =
+              static_cast<int32_t>(host.getNumArguments() + numTemps++);
+          addStep(fb::Step::TempBuffer,
+                  fb::CreateTempBufferDirect(builder, *dtype, &dims).Union());
+          return success();
+        })
+        .Case([&](DispatchOp dispatch) -> LogicalResult {
+          std::vector<int32_t> bindings;
+          for (Value binding : dispatch.getBindings()) {
+            if (!bufferIds.count(binding))
+              return dispatch.emitError(
+                  "a dispatch binds arguments or temporaries only");
+            bindings.push_back(bufferIds[binding]);
+          }
+          std::string kernel = ("attn_kernel_" + dispatch.getKernel()).str();
+          addStep(fb::Step::Dispatch,
+                  fb::CreateDispatchDirect(builder, kernel.c_str(),
+                                           reg(dispatch.getWorkgroups()),
+                                           &bindings)
+                      .Union());
+          return success();
+        })
+        .Case([&](memref::DeallocOp) { return success(); })
+        .Case([&](func::ReturnOp) { return success(); })
+        .Default([&](Operation *other) {
+          return other->emitError()
+                 << "'" << other->getName()
+                 << "' cannot be part of a host dispatch program";
+        });
+  }
+
+  flatbuffers::FlatBufferBuilder &builder;
+  func::FuncOp host;
+  llvm::DenseMap<Value, int32_t> registers;
+  llvm::DenseMap<Value, int32_t> bufferIds;
+  unsigned numTemps = 0;
+};
+
+} // namespace
+
+LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host) {
+  auto numInputs = host->getAttrOfType<IntegerAttr>("attn.num_inputs");
+  if (!numInputs)
+    return host.emitError("an entry needs attn.num_inputs");
+  std::vector<flatbuffers::Offset<fb::TensorSignature>> inputs, outputs;
+  for (BlockArgument arg : host.getArguments()) {
+    unsigned index = arg.getArgNumber();
+    bool isInput = index < numInputs.getInt();
+    auto type = cast<MemRefType>(arg.getType());
+    FailureOr<fb::DType> dtype = dtypeOf(type.getElementType());
+    if (failed(dtype))
+      return host.emitError() << "argument #" << index
+                              << ": entries take f32 or i32 tensors, got "
+                              << type.getElementType();
+    std::string name;
+    if (auto attr = host.getArgAttrOfType<StringAttr>(index, "attn.name"))
+      name = attr.str();
+    else
+      name = isInput ? "arg" + std::to_string(index)
+                     : "result" + std::to_string(index - numInputs.getInt());
+    auto shape = host.getArgAttrOfType<ArrayAttr>(index, "attn.shape");
+    std::vector<flatbuffers::Offset<fb::Dim>> dims;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      Attribute dim = shape ? shape[d] : Attribute();
+      if (!type.isDynamicDim(d))
+        dims.push_back(fb::CreateDim(builder, type.getDimSize(d)));
+      else if (auto symbol = dyn_cast_or_null<StringAttr>(dim))
+        dims.push_back(fb::CreateDimDirect(builder, -1, symbol.str().c_str()));
+      else
+        return host.emitError() << "argument #" << index
+                                << " has no symbolic shape (attn.shape)";
+    }
+    auto signature =
+        fb::CreateTensorSignatureDirect(builder, name.c_str(), *dtype, &dims);
+    (isInput ? inputs : outputs).push_back(signature);
+  }
+  HostProgramBuilder program(builder, host);
+  if (failed(program.build()))
+    return failure();
+  entries.push_back(fb::CreateEntryDirect(
+      builder, host.getSymName().str().c_str(), &inputs, &outputs,
+      &program.types, &program.steps));
+  return success();
+}
+
+LogicalResult BinaryWriter::addEntries(ModuleOp module) {
+  for (auto host : module.getOps<func::FuncOp>())
+    if (host->hasAttr("attn.entry") && failed(impl->addEntry(host)))
+      return failure();
+  return success();
+}
+
+std::string BinaryWriter::finish(llvm::StringRef modelName,
+                                 const CpuTarget &target,
+                                 llvm::StringRef tiling,
+                                 llvm::StringRef sharedObject) {
+  flatbuffers::FlatBufferBuilder &builder = impl->builder;
+  std::vector<flatbuffers::Offset<flatbuffers::String>> features;
+  for (const std::string &feature : target.features)
+    features.push_back(builder.CreateString(feature));
+  auto so = builder.CreateVector(
+      reinterpret_cast<const uint8_t *>(sharedObject.data()),
+      sharedObject.size());
+  auto cpu = fb::CreateCpuCode(
+      builder, builder.CreateString(target.triple),
+      builder.CreateString(target.isaLevel), builder.CreateVector(features),
+      builder.CreateString(tiling.str()), so,
+      ::attn::fnv1a64(reinterpret_cast<const uint8_t *>(sharedObject.data()),
+                      sharedObject.size()));
+  auto binary = fb::CreateBinary(
+      builder, kAttnbFormatVersion, builder.CreateString("attnc"),
+      builder.CreateString(modelName.str()),
+      builder.CreateVector(impl->entries), cpu);
+  builder.Finish(binary, fb::BinaryIdentifier());
+  return std::string(reinterpret_cast<const char *>(builder.GetBufferPointer()),
+                     builder.GetSize());
+}

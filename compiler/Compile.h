@@ -1,0 +1,43 @@
+//===- Compile.h - attn IR to a compiled model -----------------*- C++ -*-===//
+//
+// The whole compiler after the frontend, as one library call: the
+// registered pipelines of Pipelines.h in order, CPU code generation and
+// the .attnb writer. attnc and the end-to-end tests both use it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_COMPILER_COMPILE_H
+#define ATTN_COMPILER_COMPILE_H
+
+#include "compiler/CpuTarget.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/Support/Error.h"
+
+#include <string>
+
+namespace mlir::attn {
+
+/// Where compilation stops; each stage leaves `module` in that form.
+enum class CompileStage {
+  Optimized,   // attn IR after attn-optimize
+  Dispatch,    // host dispatch programs + kernels (attn-cpu-dispatch)
+  LlvmDialect, // kernels in the LLVM dialect (attn-cpu-lower-to-llvm)
+  Binary,      // the .attnb bytes
+};
+
+/// Lowers `module` (attn IR, verified) in place up to `stage`. For
+/// CompileStage::Binary returns the .attnb bytes, otherwise "". Diagnostics
+/// of failing passes go to the context's handler; the error says which
+/// step failed.
+llvm::Expected<std::string> compile(ModuleOp module, CompileStage stage,
+                                    const CpuTarget &cpu,
+                                    llvm::StringRef modelName);
+
+/// Registers on `registry` every dialect and translation the compiler
+/// needs, for tools and tests that create their own MLIRContext.
+void registerCompilerDialects(DialectRegistry &registry);
+
+} // namespace mlir::attn
+
+#endif // ATTN_COMPILER_COMPILE_H

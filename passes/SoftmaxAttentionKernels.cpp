@@ -1,0 +1,738 @@
+//===- SoftmaxAttentionKernels.cpp - CPU kernels of softmax attention -----===//
+//
+// Three workgroup bodies:
+//
+//  * flash: one workgroup = (batch, head, query tile of TQ rows). It walks
+//    the key tiles that the mask leaves visible to any row of the tile (so
+//    causal costs half of dense and a sliding window O(TQ * W)), carrying the
+//    online-softmax state (acc [TQ, Dv], running max m [TQ], running sum
+//    l [TQ]) in scratch. Scores are computed transposed, S^T [TK, TQ], so
+//    the softmax reductions run down the columns with one query per lane:
+//    no horizontal reductions, and only q is repacked (once per workgroup).
+//  * split-KV: one workgroup = (batch, kv head, key range, query head of
+//    the group, query row). For decode, where one query row must use every
+//    thread; it writes the normalized partial output and its log-sum-exp.
+//  * merge: one workgroup = (batch, head, query row); it combines the
+//    partials through their log-sum-exp and applies the epilogue.
+//
+// A row with no visible key keeps m = -inf and l = 0 and gives o = 0 and
+// lse = -inf: exponentials are taken against a "safe" max that is 0 when
+// the max is -inf, so no inf - inf appears.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/SoftmaxAttentionKernels.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+#include <cmath>
+#include <limits>
+
+using namespace mlir;
+using namespace mlir::attn;
+
+DictionaryAttr CpuTiling::toAttr(MLIRContext *context) const {
+  Builder b(context);
+  return b.getDictionaryAttr({
+      b.getNamedAttr("vector_width", b.getI64IntegerAttr(vectorWidth)),
+      b.getNamedAttr("query_tile", b.getI64IntegerAttr(queryTile)),
+      b.getNamedAttr("key_tile", b.getI64IntegerAttr(keyTile)),
+      b.getNamedAttr("split_keys", b.getI64IntegerAttr(splitKeys)),
+      b.getNamedAttr("decode_max_queries",
+                     b.getI64IntegerAttr(decodeMaxQueries)),
+  });
+}
+
+FailureOr<SoftmaxAttentionShape>
+SoftmaxAttentionShape::get(AttentionOpInterface op) {
+  auto fail = [&](const Twine &why) {
+    op->emitError() << "no CPU lowering: " << why;
+    return failure();
+  };
+  if (op.getNormalizer() != Normalizer::Softmax)
+    return fail("not a softmax attention");
+  if (op.getKeySelectionKind() != KeySelectionKind::Dense)
+    return fail("key selections (sparsity, trees) are not lowered yet");
+  auto q = cast<RankedTensorType>(op.getQuery().getType());
+  auto k = cast<RankedTensorType>(op.getKey().getType());
+  auto v = cast<RankedTensorType>(op.getValue().getType());
+  for (RankedTensorType type : {q, k, v})
+    if (!type.getElementType().isF32())
+      return fail("the CPU kernels take f32 storage, got " +
+                  llvm::Twine(type.getElementType().isF16() ? "f16"
+                                                            : "bf16"));
+  if (q.isDynamicDim(1) || k.isDynamicDim(1) || q.isDynamicDim(3) ||
+      v.isDynamicDim(3))
+    return fail("head counts and feature sizes must be static");
+
+  SoftmaxAttentionShape shape;
+  shape.numHeads = q.getDimSize(1);
+  shape.numKvHeads = k.getDimSize(1);
+  shape.headDim = q.getDimSize(3);
+  shape.valueDim = v.getDimSize(3);
+  shape.scale = op.getScoreScale();
+  shape.softcap = op.getScoreSoftcap();
+  MaskAttr mask = op.getPositionMask();
+  shape.mask = mask.getKind();
+  shape.window = mask.getWindow();
+  shape.epilogue = op.getEpilogue();
+  if (shape.epilogue == Epilogue::RmsNormSiluGate)
+    return fail("the rmsnorm-silu gate is not lowered for softmax attention");
+  if (shape.epilogue == Epilogue::SigmoidGate) {
+    auto gate = cast<RankedTensorType>(op.getEpilogueOperands()[0].getType());
+    if (!gate.getElementType().isF32())
+      return fail("the CPU kernels take an f32 gate");
+    shape.headwiseGate = gate.getDimSize(3) == 1 && shape.valueDim != 1;
+  }
+  shape.withLogSumExp = static_cast<bool>(op.getLogSumExp());
+  return shape;
+}
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+/// Builds kernel IR with the vector width fixed: small helpers over an
+/// ImplicitLocOpBuilder so the kernels read like the algorithm.
+class KernelEmitter {
+public:
+  KernelEmitter(ImplicitLocOpBuilder &b, int64_t vectorWidth)
+      : b(b), width(vectorWidth), f32(b.getF32Type()),
+        vec(VectorType::get({vectorWidth}, b.getF32Type())) {}
+
+  ImplicitLocOpBuilder &b;
+  const int64_t width;
+  const Type f32;
+  const VectorType vec;
+
+  Value index(int64_t value) {
+    return arith::ConstantIndexOp::create(b, value);
+  }
+  Value scalar(double value) {
+    return arith::ConstantOp::create(b, b.getF32FloatAttr(value));
+  }
+  Value splat(double value) {
+    return arith::ConstantOp::create(
+        b, DenseElementsAttr::get(vec, static_cast<float>(value)));
+  }
+  Value broadcast(Value scalarValue) {
+    return vector::BroadcastOp::create(b, vec, scalarValue);
+  }
+  Value dim(Value memref, int64_t d) {
+    return memref::DimOp::create(b, memref, d);
+  }
+
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, x, y); }
+  Value sub(Value x, Value y) { return arith::SubIOp::create(b, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, x, y); }
+  Value div(Value x, Value y) { return arith::DivUIOp::create(b, x, y); }
+  Value rem(Value x, Value y) { return arith::RemUIOp::create(b, x, y); }
+  Value ceilDiv(Value x, Value y) {
+    return arith::CeilDivUIOp::create(b, x, y);
+  }
+  Value minS(Value x, Value y) { return arith::MinSIOp::create(b, x, y); }
+  Value maxS(Value x, Value y) { return arith::MaxSIOp::create(b, x, y); }
+
+  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, x, y); }
+  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, x, y); }
+  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, x, y); }
+  Value fdiv(Value x, Value y) { return arith::DivFOp::create(b, x, y); }
+  Value fmax(Value x, Value y) { return arith::MaximumFOp::create(b, x, y); }
+  Value fma(Value x, Value y, Value acc) {
+    return vector::FMAOp::create(b, x, y, acc);
+  }
+  Value exp(Value x) { return math::ExpOp::create(b, x); }
+  Value select(Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, c, x, y);
+  }
+  Value fcmp(arith::CmpFPredicate p, Value x, Value y) {
+    return arith::CmpFOp::create(b, p, x, y);
+  }
+  Value icmp(arith::CmpIPredicate p, Value x, Value y) {
+    return arith::CmpIOp::create(b, p, x, y);
+  }
+  Value load(Value memref, ValueRange indices) {
+    return memref::LoadOp::create(b, memref, indices);
+  }
+  void store(Value value, Value memref, ValueRange indices) {
+    memref::StoreOp::create(b, value, memref, indices);
+  }
+
+  /// A mask of the first `count` lanes.
+  Value prefixMask(int64_t count) {
+    SmallVector<bool> bits(width, false);
+    for (int64_t lane = 0; lane < count; ++lane)
+      bits[lane] = true;
+    return arith::ConstantOp::create(
+        b, DenseElementsAttr::get(VectorType::get({width}, b.getI1Type()),
+                                  ArrayRef<bool>(bits)));
+  }
+  /// Loads `lanes` (<= width) contiguous elements along the last dim,
+  /// zero-filling the rest, without touching memory past them.
+  Value loadVector(Value memref, ValueRange indices, int64_t lanes) {
+    if (lanes == width)
+      return vector::LoadOp::create(b, vec, memref, indices);
+    return vector::MaskedLoadOp::create(b, vec, memref, indices,
+                                        prefixMask(lanes), splat(0.0));
+  }
+  void storeVector(Value value, Value memref, ValueRange indices,
+                   int64_t lanes) {
+    if (lanes == width) {
+      vector::StoreOp::create(b, value, memref, indices);
+      return;
+    }
+    vector::MaskedStoreOp::create(b, memref, indices, prefixMask(lanes),
+                                  value);
+  }
+  Value scratch(ArrayRef<int64_t> shape) {
+    return memref::AllocaOp::create(b, MemRefType::get(shape, f32),
+                                    /*alignment=*/b.getI64IntegerAttr(64));
+  }
+
+  /// scf.for with the body built inline; returns the loop results.
+  SmallVector<Value>
+  loop(Value lower, Value upper, Value step, ValueRange inits,
+       function_ref<SmallVector<Value>(Value iv, ValueRange iters)> body) {
+    auto forOp = scf::ForOp::create(
+        b, lower, upper, step, inits,
+        [&](OpBuilder &nested, Location, Value iv, ValueRange iters) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToEnd(nested.getInsertionBlock());
+          SmallVector<Value> yielded = body(iv, iters);
+          scf::YieldOp::create(b, yielded);
+        });
+    return SmallVector<Value>(forOp.getResults());
+  }
+  void loop(Value lower, Value upper, Value step,
+            function_ref<void(Value iv)> body) {
+    loop(lower, upper, step, {}, [&](Value iv, ValueRange) {
+      body(iv);
+      return SmallVector<Value>();
+    });
+  }
+
+  /// `c * tanh(s / c)` when the softcap `c` is set.
+  Value softcap(Value s, double cap) {
+    if (cap <= 0.0)
+      return s;
+    Value c = s.getType() == f32 ? scalar(cap) : splat(cap);
+    Value inv = s.getType() == f32 ? scalar(1.0 / cap) : splat(1.0 / cap);
+    return fmul(c, math::TanhOp::create(b, fmul(s, inv)));
+  }
+  /// The max to exponentiate against: m, or 0 where m = -inf (an empty row
+  /// so far), so that exp(-inf - safe) = 0 and never NaN.
+  Value safeMax(Value m) {
+    bool isVector = m.getType() != f32;
+    Value negInf = isVector ? splat(kNegInf) : scalar(kNegInf);
+    Value zero = isVector ? splat(0.0) : scalar(0.0);
+    return select(fcmp(arith::CmpFPredicate::OEQ, m, negInf), zero, m);
+  }
+  /// x * sigmoid(g).
+  Value sigmoidGate(Value x, Value g) {
+    Value one = splat(1.0);
+    return fdiv(x, fadd(one, exp(fsub(splat(0.0), g))));
+  }
+};
+
+/// Creates `func.func private @name(bindings..., %workgroup: index)` with
+/// the tiling recorded on it, and leaves the builder inside its body.
+func::FuncOp createKernel(OpBuilder &builder, Location loc, StringRef name,
+                          TypeRange bindingTypes, const CpuTiling &tiling,
+                          StringRef kind) {
+  SmallVector<Type> argTypes(bindingTypes);
+  argTypes.push_back(builder.getIndexType());
+  auto func = func::FuncOp::create(builder, loc, name,
+                                   builder.getFunctionType(argTypes, {}));
+  func.setPrivate();
+  func->setAttr("attn.kernel", builder.getStringAttr(kind));
+  func->setAttr("attn.tiling", tiling.toAttr(builder.getContext()));
+  Block *entry = func.addEntryBlock();
+  builder.setInsertionPointToStart(entry);
+  return func;
+}
+
+/// The stored epilogue of one output row: o = acc * inv (+ sigmoid gate),
+/// written in vectors of `width` lanes.
+void storeOutputRow(KernelEmitter &e, const SoftmaxAttentionShape &shape,
+                    Value accRow, ValueRange accIndexPrefix, Value inv,
+                    Value gate, Value out, ValueRange outIndexPrefix) {
+  int64_t dv = shape.valueDim;
+  Value invVec = e.broadcast(inv);
+  Value headGate;
+  if (gate && shape.headwiseGate) {
+    SmallVector<Value> gateIndices(outIndexPrefix);
+    gateIndices.push_back(e.index(0));
+    headGate = e.broadcast(e.load(gate, gateIndices));
+  }
+  for (int64_t offset = 0; offset < dv; offset += e.width) {
+    int64_t lanes = std::min(e.width, dv - offset);
+    SmallVector<Value> accIndices(accIndexPrefix);
+    accIndices.push_back(e.index(offset));
+    Value o = e.fmul(vector::LoadOp::create(e.b, e.vec, accRow, accIndices),
+                     invVec);
+    SmallVector<Value> outIndices(outIndexPrefix);
+    outIndices.push_back(e.index(offset));
+    if (gate)
+      o = e.sigmoidGate(o, headGate ? headGate
+                                    : e.loadVector(gate, outIndices, lanes));
+    e.storeVector(o, out, outIndices, lanes);
+  }
+}
+
+/// Rounds `value` up to a multiple of `multiple`.
+int64_t roundUp(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Flash kernel
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildFlashAttentionKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "flash");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  const int64_t W = e.width, TQ = tiling.queryTile, TK = tiling.keyTile;
+  const int64_t D = shape.headDim, Dv = shape.valueDim;
+  const int64_t DvPadded = roundUp(Dv, W);
+  const int64_t queryVectors = TQ / W;
+  const int64_t group = shape.numHeads / shape.numKvHeads;
+
+  auto args = func.getArguments();
+  unsigned next = 0;
+  Value q = args[next++], k = args[next++], v = args[next++];
+  Value gate = shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
+  Value out = args[next++];
+  Value lse = shape.withLogSumExp ? args[next++] : Value();
+  Value workgroup = args.back();
+
+  Value c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  Value queryTiles = e.ceilDiv(lq, e.index(TQ));
+  Value tile = e.rem(workgroup, queryTiles);
+  Value bh = e.div(workgroup, queryTiles);
+  Value head = e.rem(bh, e.index(shape.numHeads));
+  Value batch = e.div(bh, e.index(shape.numHeads));
+  Value kvHead = e.div(head, e.index(group));
+  Value q0 = e.mul(tile, e.index(TQ));
+  Value rows = e.minS(e.index(TQ), e.sub(lq, q0));
+
+  // Visible key range of the whole tile: rows sit at positions
+  // Lk - Lq + q0 ... + rows - 1 (signed: Lq may exceed Lk without a mask).
+  Value firstPos = e.add(e.sub(lk, lq), q0);
+  Value lastPos = e.sub(e.add(firstPos, rows), c1);
+  Value keyBegin = c0, keyEnd = lk;
+  if (shape.mask != MaskKind::None)
+    keyEnd = e.maxS(c0, e.minS(lk, e.add(lastPos, c1)));
+  if (shape.mask == MaskKind::SlidingWindow)
+    keyBegin = e.minS(
+        keyEnd, e.maxS(c0, e.add(e.sub(firstPos, e.index(shape.window)), c1)));
+
+  // Scratch: q^T pre-scaled [D, TQ], scores^T [TK, TQ], and the online
+  // softmax state acc [TQ, Dv], m [TQ], l [TQ] plus the rescale of the
+  // current step alpha [TQ].
+  Value qT = e.scratch({D, TQ});
+  Value scores = e.scratch({TK, TQ});
+  Value acc = e.scratch({TQ, DvPadded});
+  Value runningMax = e.scratch({TQ});
+  Value runningSum = e.scratch({TQ});
+  Value alpha = e.scratch({TQ});
+
+  Value scale = e.scalar(shape.scale);
+  Value lastRow = e.sub(lq, c1);
+  e.loop(c0, e.index(TQ), c1, [&](Value i) {
+    // Rows past the end repeat the last row; their results are not stored.
+    Value row = e.minS(e.add(q0, i), lastRow);
+    e.loop(c0, e.index(D), c1, [&](Value d) {
+      e.store(e.fmul(e.load(q, {batch, head, row, d}), scale), qT, {d, i});
+    });
+  });
+  for (int64_t iv = 0; iv < queryVectors; ++iv) {
+    e.storeVector(e.splat(kNegInf), runningMax, {e.index(iv * W)}, W);
+    e.storeVector(e.splat(0.0), runningSum, {e.index(iv * W)}, W);
+  }
+  e.loop(c0, e.index(TQ), c1, [&](Value i) {
+    for (int64_t off = 0; off < DvPadded; off += W)
+      e.storeVector(e.splat(0.0), acc, {i, e.index(off)}, W);
+  });
+
+  // Lane l of query vector iv is tile row iv * W + l.
+  SmallVector<int32_t> laneIds(W);
+  for (int64_t lane = 0; lane < W; ++lane)
+    laneIds[lane] = static_cast<int32_t>(lane);
+  auto i32Vec = VectorType::get({W}, b.getI32Type());
+  Value lanes = arith::ConstantOp::create(
+      b, DenseElementsAttr::get(i32Vec, ArrayRef<int32_t>(laneIds)));
+  auto toI32 = [&](Value index) {
+    return arith::IndexCastOp::create(b, b.getI32Type(), index);
+  };
+
+  e.loop(keyBegin, keyEnd, e.index(TK), [&](Value k0) {
+    Value cols = e.minS(e.index(TK), e.sub(keyEnd, k0));
+    Value lastKey = e.sub(keyEnd, c1);
+
+    // S^T[j, i] = sum_d k[j, d] * qT[d, i], in register blocks of 4 keys x
+    // 2 query vectors; keys past `cols` repeat the last one and are masked
+    // below.
+    e.loop(c0, cols, c4, [&](Value j0) {
+      SmallVector<Value> keyRows;
+      for (int64_t jj = 0; jj < 4; ++jj)
+        keyRows.push_back(e.minS(e.add(e.add(k0, j0), e.index(jj)), lastKey));
+      for (int64_t iv0 = 0; iv0 < queryVectors; iv0 += 2) {
+        int64_t nv = std::min<int64_t>(2, queryVectors - iv0);
+        SmallVector<Value> init(4 * nv, e.splat(0.0));
+        SmallVector<Value> sums = e.loop(
+            c0, e.index(D), c1, init, [&](Value d, ValueRange partial) {
+              SmallVector<Value> qv;
+              for (int64_t x = 0; x < nv; ++x)
+                qv.push_back(vector::LoadOp::create(
+                    b, e.vec, qT, ValueRange{d, e.index((iv0 + x) * W)}));
+              SmallVector<Value> updated;
+              for (int64_t jj = 0; jj < 4; ++jj) {
+                Value kb = e.broadcast(
+                    e.load(k, {batch, kvHead, keyRows[jj], d}));
+                for (int64_t x = 0; x < nv; ++x)
+                  updated.push_back(e.fma(kb, qv[x], partial[jj * nv + x]));
+              }
+              return updated;
+            });
+        for (int64_t jj = 0; jj < 4; ++jj)
+          for (int64_t x = 0; x < nv; ++x)
+            vector::StoreOp::create(
+                b, sums[jj * nv + x], scores,
+                ValueRange{e.add(j0, e.index(jj)), e.index((iv0 + x) * W)});
+      }
+    });
+
+    // Online softmax, one query per lane: mask, new max, rescale factor,
+    // exponentials in place, new sum.
+    for (int64_t iv = 0; iv < queryVectors; ++iv) {
+      Value col = e.index(iv * W);
+      Value queryPos = arith::AddIOp::create(
+          b, vector::BroadcastOp::create(b, i32Vec, toI32(e.add(firstPos, col))),
+          lanes);
+      Value windowStart;
+      if (shape.mask == MaskKind::SlidingWindow)
+        windowStart = arith::SubIOp::create(
+            b, queryPos,
+            arith::ConstantOp::create(
+                b, DenseElementsAttr::get(
+                       i32Vec, static_cast<int32_t>(shape.window))));
+      Value oldMax = vector::LoadOp::create(b, e.vec, runningMax, col);
+      Value tileMax =
+          e.loop(c0, cols, c1, {e.splat(kNegInf)}, [&](Value j, ValueRange it) {
+             Value s = vector::LoadOp::create(b, e.vec, scores,
+                                              ValueRange{j, col});
+             s = e.softcap(s, shape.softcap);
+             if (shape.mask != MaskKind::None) {
+               Value key = vector::BroadcastOp::create(b, i32Vec,
+                                                       toI32(e.add(k0, j)));
+               Value visible =
+                   e.icmp(arith::CmpIPredicate::sle, key, queryPos);
+               if (windowStart)
+                 visible = arith::AndIOp::create(
+                     b, visible,
+                     e.icmp(arith::CmpIPredicate::sgt, key, windowStart));
+               s = e.select(visible, s, e.splat(kNegInf));
+             }
+             vector::StoreOp::create(b, s, scores, ValueRange{j, col});
+             return SmallVector<Value>{e.fmax(it[0], s)};
+           })[0];
+      Value newMax = e.fmax(oldMax, tileMax);
+      Value safe = e.safeMax(newMax);
+      Value rescale = e.exp(e.fsub(oldMax, safe));
+      Value tileSum =
+          e.loop(c0, cols, c1, {e.splat(0.0)}, [&](Value j, ValueRange it) {
+             Value p = e.exp(e.fsub(
+                 vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col}),
+                 safe));
+             vector::StoreOp::create(b, p, scores, ValueRange{j, col});
+             return SmallVector<Value>{e.fadd(it[0], p)};
+           })[0];
+      Value oldSum = vector::LoadOp::create(b, e.vec, runningSum, col);
+      vector::StoreOp::create(b, e.fma(oldSum, rescale, tileSum), runningSum,
+                              col);
+      vector::StoreOp::create(b, newMax, runningMax, col);
+      vector::StoreOp::create(b, rescale, alpha, col);
+    }
+
+    // acc[i, :] = alpha[i] * acc[i, :] + sum_j P^T[j, i] * v[j, :], in
+    // register blocks of 4 rows x 2 vectors of Dv.
+    e.loop(c0, rows, c4, [&](Value i0) {
+      SmallVector<Value> rowIdx, rowAlpha;
+      for (int64_t ii = 0; ii < 4; ++ii) {
+        rowIdx.push_back(e.add(i0, e.index(ii)));
+        rowAlpha.push_back(e.broadcast(e.load(alpha, rowIdx.back())));
+      }
+      for (int64_t off0 = 0; off0 < Dv; off0 += 2 * W) {
+        SmallVector<int64_t> laneCounts;
+        for (int64_t off = off0; off < std::min(Dv, off0 + 2 * W); off += W)
+          laneCounts.push_back(std::min(W, Dv - off));
+        int64_t nv = laneCounts.size();
+        SmallVector<Value> init;
+        for (int64_t ii = 0; ii < 4; ++ii)
+          for (int64_t x = 0; x < nv; ++x)
+            init.push_back(e.fmul(
+                vector::LoadOp::create(
+                    b, e.vec, acc,
+                    ValueRange{rowIdx[ii], e.index(off0 + x * W)}),
+                rowAlpha[ii]));
+        SmallVector<Value> updated =
+            e.loop(c0, cols, c1, init, [&](Value j, ValueRange partial) {
+              Value key = e.add(k0, j);
+              SmallVector<Value> vv;
+              for (int64_t x = 0; x < nv; ++x)
+                vv.push_back(e.loadVector(
+                    v, {batch, kvHead, key, e.index(off0 + x * W)},
+                    laneCounts[x]));
+              SmallVector<Value> next;
+              for (int64_t ii = 0; ii < 4; ++ii) {
+                Value p = e.broadcast(e.load(scores, {j, rowIdx[ii]}));
+                for (int64_t x = 0; x < nv; ++x)
+                  next.push_back(e.fma(p, vv[x], partial[ii * nv + x]));
+              }
+              return next;
+            });
+        for (int64_t ii = 0; ii < 4; ++ii)
+          for (int64_t x = 0; x < nv; ++x)
+            vector::StoreOp::create(
+                b, updated[ii * nv + x], acc,
+                ValueRange{rowIdx[ii], e.index(off0 + x * W)});
+      }
+    });
+  });
+
+  // Epilogue: o = acc / l (0 for an empty row), the gate, lse = m + log l.
+  e.loop(c0, rows, c1, [&](Value i) {
+    Value l = e.load(runningSum, i);
+    Value nonEmpty = e.fcmp(arith::CmpFPredicate::OGT, l, e.scalar(0.0));
+    Value inv = e.select(nonEmpty, e.fdiv(e.scalar(1.0), l), e.scalar(0.0));
+    Value row = e.add(q0, i);
+    storeOutputRow(e, shape, acc, {i}, inv, gate, out, {batch, head, row});
+    if (lse) {
+      Value m = e.load(runningMax, i);
+      Value value = e.select(nonEmpty, e.fadd(m, math::LogOp::create(b, l)),
+                             e.scalar(kNegInf));
+      e.store(value, lse, {batch, head, row});
+    }
+  });
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Split-KV kernel
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "split_kv");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  const int64_t W = e.width;
+  const int64_t D = shape.headDim, Dv = shape.valueDim;
+  const int64_t DPadded = roundUp(D, W), DvPadded = roundUp(Dv, W);
+  const int64_t group = shape.numHeads / shape.numKvHeads;
+
+  auto args = func.getArguments();
+  Value q = args[0], k = args[1], v = args[2], partialOut = args[3],
+        partialLse = args[4], workgroup = args[5];
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
+
+  // Workgroup order (batch, kv head, split, head in group, row), the row
+  // fastest: the workgroups that read one key range run next to each other.
+  Value row = e.rem(workgroup, lq);
+  Value rest = e.div(workgroup, lq);
+  Value member = e.rem(rest, e.index(group));
+  rest = e.div(rest, e.index(group));
+  Value split = e.rem(rest, splits);
+  rest = e.div(rest, splits);
+  Value kvHead = e.rem(rest, e.index(shape.numKvHeads));
+  Value batch = e.div(rest, e.index(shape.numKvHeads));
+  Value head = e.add(e.mul(kvHead, e.index(group)), member);
+
+  Value pos = e.add(e.sub(lk, lq), row);
+  Value begin = e.mul(split, e.index(tiling.splitKeys));
+  Value end = e.minS(lk, e.add(begin, e.index(tiling.splitKeys)));
+  if (shape.mask != MaskKind::None)
+    end = e.minS(end, e.add(pos, c1));
+  if (shape.mask == MaskKind::SlidingWindow)
+    begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)), c1));
+  end = e.maxS(end, begin);
+
+  // The scaled query row, zero-padded to whole vectors.
+  Value query = e.scratch({DPadded});
+  Value acc = e.scratch({DvPadded});
+  for (int64_t off = 0; off < DPadded; off += W)
+    vector::StoreOp::create(
+        b,
+        e.fmul(e.loadVector(q, {batch, head, row, e.index(off)},
+                            std::min(W, D - off)),
+               e.splat(shape.scale)),
+        query, e.index(off));
+  for (int64_t off = 0; off < DvPadded; off += W)
+    vector::StoreOp::create(b, e.splat(0.0), acc, e.index(off));
+
+  // W keys per step: W dot products gathered into one score vector.
+  Value lastKey = e.sub(end, c1);
+  SmallVector<Value> state = e.loop(
+      begin, end, e.index(W), {e.scalar(kNegInf), e.scalar(0.0)},
+      [&](Value j0, ValueRange it) {
+        Value count = e.sub(end, j0);
+        SmallVector<Value> keys;
+        Value s = e.splat(0.0);
+        for (int64_t jj = 0; jj < W; ++jj) {
+          keys.push_back(e.minS(e.add(j0, e.index(jj)), lastKey));
+          // Two accumulators hide the FMA latency.
+          Value dots[2] = {e.splat(0.0), e.splat(0.0)};
+          for (int64_t off = 0, n = 0; off < D; off += W, ++n)
+            dots[n % 2] = e.fma(
+                vector::LoadOp::create(b, e.vec, query, e.index(off)),
+                e.loadVector(k, {batch, kvHead, keys[jj], e.index(off)},
+                             std::min(W, D - off)),
+                dots[n % 2]);
+          Value dot = vector::ReductionOp::create(
+              b, vector::CombiningKind::ADD, e.fadd(dots[0], dots[1]));
+          s = vector::InsertOp::create(b, dot, s, jj);
+        }
+        s = e.softcap(s, shape.softcap);
+        // Lanes past the range repeat the last key: mask them.
+        auto i32Vec = VectorType::get({W}, b.getI32Type());
+        SmallVector<int32_t> laneIds(W);
+        for (int64_t lane = 0; lane < W; ++lane)
+          laneIds[lane] = static_cast<int32_t>(lane);
+        Value lanes = arith::ConstantOp::create(
+            b, DenseElementsAttr::get(i32Vec, ArrayRef<int32_t>(laneIds)));
+        Value inRange = e.icmp(
+            arith::CmpIPredicate::slt, lanes,
+            vector::BroadcastOp::create(
+                b, i32Vec,
+                arith::IndexCastOp::create(b, b.getI32Type(), count)));
+        s = e.select(inRange, s, e.splat(kNegInf));
+
+        Value oldMax = it[0];
+        Value newMax = e.fmax(
+            oldMax, vector::ReductionOp::create(
+                        b, vector::CombiningKind::MAXIMUMF, s));
+        Value safe = e.safeMax(newMax);
+        Value rescale = e.exp(e.fsub(oldMax, safe));
+        Value p = e.exp(e.fsub(s, e.broadcast(safe)));
+        Value sum = e.fadd(e.fmul(it[1], rescale),
+                           vector::ReductionOp::create(
+                               b, vector::CombiningKind::ADD, p));
+        Value rescaleVec = e.broadcast(rescale);
+        for (int64_t off = 0; off < Dv; off += W) {
+          Value a = e.fmul(vector::LoadOp::create(b, e.vec, acc, e.index(off)),
+                           rescaleVec);
+          for (int64_t jj = 0; jj < W; ++jj)
+            a = e.fma(e.broadcast(vector::ExtractOp::create(b, p, jj)),
+                      e.loadVector(v, {batch, kvHead, keys[jj], e.index(off)},
+                                   std::min(W, Dv - off)),
+                      a);
+          vector::StoreOp::create(b, a, acc, e.index(off));
+        }
+        return SmallVector<Value>{newMax, sum};
+      });
+
+  // The normalized partial and its log-sum-exp (0 and -inf when empty).
+  Value m = state[0], l = state[1];
+  Value nonEmpty = e.fcmp(arith::CmpFPredicate::OGT, l, e.scalar(0.0));
+  Value inv = e.select(nonEmpty, e.fdiv(e.scalar(1.0), l), e.scalar(0.0));
+  Value invVec = e.broadcast(inv);
+  for (int64_t off = 0; off < Dv; off += W)
+    e.storeVector(
+        e.fmul(vector::LoadOp::create(b, e.vec, acc, e.index(off)), invVec),
+        partialOut, {batch, head, row, split, e.index(off)},
+        std::min(W, Dv - off));
+  e.store(e.select(nonEmpty, e.fadd(m, math::LogOp::create(b, l)),
+                   e.scalar(kNegInf)),
+          partialLse, {batch, head, row, split});
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Merge kernel
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSplitKvMergeKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "merge");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  const int64_t W = e.width, Dv = shape.valueDim;
+  const int64_t DvPadded = roundUp(Dv, W);
+
+  auto args = func.getArguments();
+  unsigned next = 0;
+  Value partialOut = args[next++], partialLse = args[next++];
+  Value gate = shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
+  Value out = args[next++];
+  Value lse = shape.withLogSumExp ? args[next++] : Value();
+  Value workgroup = args.back();
+
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value lq = e.dim(partialLse, 2), splits = e.dim(partialLse, 3);
+  Value row = e.rem(workgroup, lq);
+  Value bh = e.div(workgroup, lq);
+  Value head = e.rem(bh, e.index(shape.numHeads));
+  Value batch = e.div(bh, e.index(shape.numHeads));
+
+  // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
+  // of empty ranges have lse_s = -inf and weigh 0.
+  Value maxLse =
+      e.loop(c0, splits, c1, {e.scalar(kNegInf)}, [&](Value s, ValueRange it) {
+         return SmallVector<Value>{
+             e.fmax(it[0], e.load(partialLse, {batch, head, row, s}))};
+       })[0];
+  Value safe = e.safeMax(maxLse);
+  Value acc = e.scratch({DvPadded});
+  for (int64_t off = 0; off < DvPadded; off += W)
+    vector::StoreOp::create(b, e.splat(0.0), acc, e.index(off));
+  Value total =
+      e.loop(c0, splits, c1, {e.scalar(0.0)}, [&](Value s, ValueRange it) {
+         Value weight =
+             e.exp(e.fsub(e.load(partialLse, {batch, head, row, s}), safe));
+         Value wv = e.broadcast(weight);
+         for (int64_t off = 0; off < Dv; off += W)
+           vector::StoreOp::create(
+               b,
+               e.fma(wv,
+                     e.loadVector(partialOut,
+                                  {batch, head, row, s, e.index(off)},
+                                  std::min(W, Dv - off)),
+                     vector::LoadOp::create(b, e.vec, acc, e.index(off))),
+               acc, e.index(off));
+         return SmallVector<Value>{e.fadd(it[0], weight)};
+       })[0];
+  Value nonEmpty = e.fcmp(arith::CmpFPredicate::OGT, total, e.scalar(0.0));
+  Value inv = e.select(nonEmpty, e.fdiv(e.scalar(1.0), total), e.scalar(0.0));
+  storeOutputRow(e, shape, acc, {}, inv, gate, out, {batch, head, row});
+  if (lse)
+    e.store(e.select(nonEmpty, e.fadd(safe, math::LogOp::create(b, total)),
+                     e.scalar(kNegInf)),
+            lse, {batch, head, row});
+  func::ReturnOp::create(b);
+  return func;
+}

@@ -1,0 +1,81 @@
+//===- SoftmaxAttentionKernels.h - CPU kernels of softmax attention -*- C++ -*-===//
+//
+// The workgroup bodies that -attn-cpu-dispatches emits for an attention op
+// read through AttentionOpInterface: flash tiling with the online-softmax
+// state carried explicitly, split-KV partials for decode, and their
+// log-sum-exp merge. Everything is scf + vector + memref + math, so the
+// upstream conversions take it to LLVM.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_PASSES_SOFTMAXATTENTIONKERNELS_H
+#define ATTN_PASSES_SOFTMAXATTENTIONKERNELS_H
+
+#include "Attn/AttnOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace mlir::attn {
+
+/// Tile sizes of the CPU kernels; chosen for the host by attnc and recorded
+/// on every kernel as `attn.tiling`.
+struct CpuTiling {
+  /// f32 lanes of one vector register (8 for AVX2, 16 for AVX-512).
+  int64_t vectorWidth = 8;
+  /// Query rows per flash workgroup (a multiple of vectorWidth).
+  int64_t queryTile = 32;
+  /// Keys per flash step (a multiple of 4).
+  int64_t keyTile = 32;
+  /// Keys per split-KV workgroup.
+  int64_t splitKeys = 256;
+  /// Entries with at most this many query rows take the split-KV path.
+  int64_t decodeMaxQueries = 8;
+
+  /// The tiling as the dictionary attribute recorded on kernels.
+  DictionaryAttr toAttr(MLIRContext *context) const;
+};
+
+/// The static facts a softmax-attention kernel is specialized on, read from
+/// an AttentionOpInterface op.
+struct SoftmaxAttentionShape {
+  int64_t numHeads = 0, numKvHeads = 0, headDim = 0, valueDim = 0;
+  double scale = 1.0, softcap = 0.0;
+  MaskKind mask = MaskKind::None;
+  int64_t window = 0;
+  /// None, or a sigmoid gate that is elementwise (gate dim 3 == Dv) or
+  /// headwise (gate dim 3 == 1).
+  Epilogue epilogue = Epilogue::None;
+  bool headwiseGate = false;
+  bool withLogSumExp = false;
+
+  /// Reads the shape of `op`, or says why the CPU kernels cannot run it.
+  static FailureOr<SoftmaxAttentionShape> get(AttentionOpInterface op);
+};
+
+/// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse].
+func::FuncOp buildFlashAttentionKernel(OpBuilder &builder, Location loc,
+                                       StringRef name,
+                                       const SoftmaxAttentionShape &shape,
+                                       const CpuTiling &tiling,
+                                       TypeRange bindingTypes);
+
+/// Kernel bindings of the split-KV kernel: q, k, v, partial o
+/// [B, H, Lq, S, Dv], partial lse [B, H, Lq, S].
+func::FuncOp buildSplitKvAttentionKernel(OpBuilder &builder, Location loc,
+                                         StringRef name,
+                                         const SoftmaxAttentionShape &shape,
+                                         const CpuTiling &tiling,
+                                         TypeRange bindingTypes);
+
+/// Kernel bindings of the merge kernel: partial o, partial lse, [gate], o,
+/// [lse].
+func::FuncOp buildSplitKvMergeKernel(OpBuilder &builder, Location loc,
+                                     StringRef name,
+                                     const SoftmaxAttentionShape &shape,
+                                     const CpuTiling &tiling,
+                                     TypeRange bindingTypes);
+
+} // namespace mlir::attn
+
+#endif // ATTN_PASSES_SOFTMAXATTENTIONKERNELS_H

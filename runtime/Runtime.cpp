@@ -1,0 +1,773 @@
+//===- Runtime.cpp - Load and run compiled models -------------------------===//
+//
+// Loading: Flatbuffers verification, format version, a semantic check of
+// every host program (registers, buffer ids, bindings), the CPU-feature and
+// code-checksum checks, then the shared object goes through a memfd into
+// dlopen. Running: bind every dynamic dim from the inputs, check every
+// argument, evaluate the host program, run each dispatch on the pool.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/attn_runtime.h"
+
+#include "runtime/Checksum.h"
+#include "runtime/ThreadPool.h"
+#include "runtime/schemas/attnb_generated.h"
+
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr uint32_t kFormatVersion = 1;
+
+thread_local std::string lastError;
+
+attn_status fail(attn_status status, const std::string &message) {
+  lastError = message;
+  return status;
+}
+
+using KernelFn = void (*)(void *const *buffers, const int64_t *dims,
+                          int64_t workgroup);
+
+struct Signature {
+  std::string name;
+  attn_dtype dtype;
+  std::vector<int64_t> dims;        // -1 for dynamic
+  std::vector<std::string> symbols; // "" for static
+  std::vector<const char *> symbolPtrs;
+};
+
+struct Step {
+  enum Kind { Int, Temp, Dispatch } kind;
+  // Int
+  attn::fb::IntOpKind op;
+  int32_t a = 0, b = 0, c = 0;
+  int64_t value = 0;
+  // Temp
+  attn_dtype dtype = ATTN_F32;
+  std::vector<int32_t> dims;
+  // Dispatch
+  KernelFn kernel = nullptr;
+  std::string kernelName;
+  int32_t workgroups = 0;
+  std::vector<int32_t> bindings;
+};
+
+struct Entry {
+  std::string name;
+  std::vector<Signature> inputs, outputs;
+  std::vector<Step> program;
+  int32_t numTemps = 0;
+};
+
+const char *dtypeName(attn_dtype dtype) {
+  return dtype == ATTN_F32 ? "f32" : "i32";
+}
+
+std::string formatDims(const std::vector<int64_t> &dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(dims[i]);
+  return text + "]";
+}
+
+/// "[B=2, 8, Lq, 64]": the signature with the symbols bound so far.
+std::string formatSignature(const Signature &sig,
+                            const std::map<std::string, int64_t> &bound) {
+  std::string text = "[";
+  for (size_t i = 0; i < sig.dims.size(); ++i) {
+    text += i ? ", " : "";
+    if (sig.dims[i] >= 0) {
+      text += std::to_string(sig.dims[i]);
+      continue;
+    }
+    text += sig.symbols[i];
+    auto it = bound.find(sig.symbols[i]);
+    if (it != bound.end())
+      text += "=" + std::to_string(it->second);
+  }
+  return text + "]";
+}
+
+/// Whether the host has an x86 feature (LLVM name); unknown names are not
+/// supported.
+bool hostSupports(const std::string &feature, bool &known) {
+  known = true;
+#if defined(__x86_64__)
+#define ATTN_FEATURE(name)                                                     \
+  if (feature == name)                                                         \
+    return __builtin_cpu_supports(name);
+  ATTN_FEATURE("sse3")
+  ATTN_FEATURE("ssse3")
+  ATTN_FEATURE("sse4.1")
+  ATTN_FEATURE("sse4.2")
+  ATTN_FEATURE("popcnt")
+  ATTN_FEATURE("avx")
+  ATTN_FEATURE("avx2")
+  ATTN_FEATURE("fma")
+  ATTN_FEATURE("bmi")
+  ATTN_FEATURE("bmi2")
+  ATTN_FEATURE("f16c")
+  ATTN_FEATURE("lzcnt")
+  ATTN_FEATURE("movbe")
+  ATTN_FEATURE("xsave")
+  ATTN_FEATURE("avx512f")
+  ATTN_FEATURE("avx512bw")
+  ATTN_FEATURE("avx512cd")
+  ATTN_FEATURE("avx512dq")
+  ATTN_FEATURE("avx512vl")
+#undef ATTN_FEATURE
+#endif
+  known = false;
+  return false;
+}
+
+} // namespace
+
+struct attn_model {
+  std::vector<uint8_t> bytes;
+  std::string name;
+  std::vector<Entry> entries;
+  void *library = nullptr;
+  std::unique_ptr<attn::ThreadPool> pool;
+
+  ~attn_model() {
+    if (library)
+      dlclose(library);
+  }
+
+  attn_status load(int32_t numThreads);
+
+private:
+  attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry);
+  attn_status loadCode(const attn::fb::CpuCode *cpu);
+};
+
+extern "C" const char *attn_last_error(void) { return lastError.c_str(); }
+
+attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
+                                  Entry &entry) {
+  auto bad = [&](const std::string &why) {
+    return fail(ATTN_INVALID_BINARY,
+                "corrupt .attnb: entry '" + entry.name + "': " + why);
+  };
+  if (!fbEntry->name() || !fbEntry->inputs() || !fbEntry->outputs() ||
+      !fbEntry->program() || !fbEntry->program_type())
+    return fail(ATTN_INVALID_BINARY,
+                "corrupt .attnb: an entry lacks its name, signature or "
+                "program");
+  entry.name = fbEntry->name()->str();
+  auto readSignatures = [&](const auto *list, std::vector<Signature> &out) {
+    for (const attn::fb::TensorSignature *fbSig : *list) {
+      Signature sig;
+      if (!fbSig->name() || !fbSig->dims())
+        return false;
+      sig.name = fbSig->name()->str();
+      if (fbSig->dtype() != attn::fb::DType::f32 &&
+          fbSig->dtype() != attn::fb::DType::i32)
+        return false;
+      sig.dtype = fbSig->dtype() == attn::fb::DType::f32 ? ATTN_F32 : ATTN_I32;
+      for (const attn::fb::Dim *dim : *fbSig->dims()) {
+        if (dim->size() >= 0) {
+          sig.dims.push_back(dim->size());
+          sig.symbols.push_back("");
+        } else if (dim->symbol() && dim->symbol()->size() > 0) {
+          sig.dims.push_back(-1);
+          sig.symbols.push_back(dim->symbol()->str());
+        } else {
+          return false;
+        }
+      }
+      out.push_back(std::move(sig));
+    }
+    return true;
+  };
+  if (!readSignatures(fbEntry->inputs(), entry.inputs) ||
+      !readSignatures(fbEntry->outputs(), entry.outputs))
+    return bad("a signature has no name, a bad dtype or a dim that is "
+               "neither static nor named");
+  for (Signature &sig : entry.inputs)
+    for (const std::string &s : sig.symbols)
+      sig.symbolPtrs.push_back(s.c_str());
+  for (Signature &sig : entry.outputs) {
+    for (const std::string &s : sig.symbols)
+      sig.symbolPtrs.push_back(s.c_str());
+    // Every dynamic output dim must be bound by an input.
+    for (const std::string &symbol : sig.symbols) {
+      if (symbol.empty())
+        continue;
+      bool bound = false;
+      for (const Signature &in : entry.inputs)
+        for (const std::string &s : in.symbols)
+          bound |= s == symbol;
+      if (!bound)
+        return bad("output '" + sig.name + "' has a dim '" + symbol +
+                   "' that no input binds");
+    }
+  }
+
+  const auto *types = fbEntry->program_type();
+  const auto *steps = fbEntry->program();
+  if (types->size() != steps->size())
+    return bad("program step types and steps differ in count");
+  int32_t numBuffers =
+      static_cast<int32_t>(entry.inputs.size() + entry.outputs.size());
+  std::vector<bool> isRegister;
+  auto checkRegister = [&](int32_t r) {
+    return r >= 0 && r < static_cast<int32_t>(isRegister.size()) &&
+           isRegister[r];
+  };
+  for (uint32_t i = 0; i < steps->size(); ++i) {
+    Step step;
+    switch (static_cast<attn::fb::Step>(types->Get(i))) {
+    case attn::fb::Step::IntOp: {
+      const auto *op = static_cast<const attn::fb::IntOp *>(steps->Get(i));
+      step.kind = Step::Int;
+      step.op = op->kind();
+      step.a = op->a();
+      step.b = op->b();
+      step.c = op->c();
+      step.value = op->value();
+      using K = attn::fb::IntOpKind;
+      if (step.op > K::MAX)
+        return bad("unknown integer op at step " + std::to_string(i));
+      if (step.op == K::BufferDim) {
+        if (step.a < 0 || step.a >= numBuffers + entry.numTemps)
+          return bad("step " + std::to_string(i) + " reads a dim of buffer " +
+                     std::to_string(step.a) + ", which does not exist");
+        // Ranks are checked when the program runs.
+      } else if (step.op != K::Constant) {
+        if (!checkRegister(step.a) || !checkRegister(step.b) ||
+            (step.op == K::Select && !checkRegister(step.c)))
+          return bad("step " + std::to_string(i) +
+                     " reads a register no earlier step wrote");
+      }
+      isRegister.push_back(true);
+      break;
+    }
+    case attn::fb::Step::TempBuffer: {
+      const auto *temp =
+          static_cast<const attn::fb::TempBuffer *>(steps->Get(i));
+      step.kind = Step::Temp;
+      if (!temp->dims())
+        return bad("a temporary has no dims");
+      step.dtype = temp->dtype() == attn::fb::DType::i32 ? ATTN_I32 : ATTN_F32;
+      for (int32_t r : *temp->dims()) {
+        if (!checkRegister(r))
+          return bad("a temporary's size reads a register no earlier step "
+                     "wrote");
+        step.dims.push_back(r);
+      }
+      ++entry.numTemps;
+      isRegister.push_back(false);
+      break;
+    }
+    case attn::fb::Step::Dispatch: {
+      const auto *dispatch =
+          static_cast<const attn::fb::Dispatch *>(steps->Get(i));
+      step.kind = Step::Dispatch;
+      if (!dispatch->kernel() || !dispatch->bindings())
+        return bad("a dispatch has no kernel or bindings");
+      step.kernelName = dispatch->kernel()->str();
+      step.workgroups = dispatch->workgroups();
+      if (!checkRegister(step.workgroups))
+        return bad("dispatch of " + step.kernelName +
+                   " reads its workgroup count from a register no earlier "
+                   "step wrote");
+      for (int32_t binding : *dispatch->bindings()) {
+        if (binding < 0 || binding >= numBuffers + entry.numTemps)
+          return bad("dispatch of " + step.kernelName + " binds buffer " +
+                     std::to_string(binding) + ", which does not exist");
+        step.bindings.push_back(binding);
+      }
+      isRegister.push_back(false);
+      break;
+    }
+    default:
+      return bad("unknown program step at " + std::to_string(i));
+    }
+    entry.program.push_back(std::move(step));
+  }
+  return ATTN_OK;
+}
+
+attn_status attn_model::loadCode(const attn::fb::CpuCode *cpu) {
+  if (!cpu || !cpu->shared_object() || !cpu->triple())
+    return fail(ATTN_INVALID_BINARY,
+                "corrupt .attnb: the binary has no CPU code");
+  std::string triple = cpu->triple()->str();
+#if defined(__x86_64__)
+  if (triple.rfind("x86_64", 0) != 0)
+    return fail(ATTN_UNSUPPORTED, "the CPU code is for " + triple +
+                                      "; this host is x86_64");
+#endif
+  if (cpu->features()) {
+    for (const flatbuffers::String *feature : *cpu->features()) {
+      bool known = false;
+      bool has = hostSupports(feature->str(), known);
+      if (!known)
+        return fail(ATTN_UNSUPPORTED,
+                    "the CPU code needs CPU feature '" + feature->str() +
+                        "', which this runtime cannot check");
+      if (!has)
+        return fail(ATTN_UNSUPPORTED,
+                    "the CPU code was compiled for " +
+                        (cpu->isa_level() ? cpu->isa_level()->str()
+                                          : std::string("another CPU")) +
+                        " and needs CPU feature '" + feature->str() +
+                        "', which this host lacks; recompile on (or for) "
+                        "this machine");
+    }
+  }
+  const uint8_t *code = cpu->shared_object()->data();
+  size_t size = cpu->shared_object()->size();
+  if (attn::fnv1a64(code, size) != cpu->shared_object_fnv1a64())
+    return fail(ATTN_INVALID_BINARY,
+                "corrupt .attnb: the CPU code does not match its checksum");
+
+  int fd = memfd_create("attn-cpu-code", MFD_CLOEXEC);
+  if (fd < 0)
+    return fail(ATTN_IO_ERROR, std::string("memfd_create failed: ") +
+                                   std::strerror(errno));
+  size_t written = 0;
+  while (written < size) {
+    ssize_t n = write(fd, code + written, size - written);
+    if (n <= 0) {
+      close(fd);
+      return fail(ATTN_IO_ERROR, "writing the CPU code to a memfd failed");
+    }
+    written += static_cast<size_t>(n);
+  }
+  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  close(fd);
+  if (!library)
+    return fail(ATTN_IO_ERROR,
+                std::string("loading the CPU code failed: ") + dlerror());
+  for (Entry &entry : entries)
+    for (Step &step : entry.program) {
+      if (step.kind != Step::Dispatch)
+        continue;
+      step.kernel =
+          reinterpret_cast<KernelFn>(dlsym(library, step.kernelName.c_str()));
+      if (!step.kernel)
+        return fail(ATTN_INVALID_BINARY,
+                    "corrupt .attnb: entry '" + entry.name +
+                        "' dispatches kernel '" + step.kernelName +
+                        "', which the CPU code does not define");
+    }
+  return ATTN_OK;
+}
+
+attn_status attn_model::load(int32_t numThreads) {
+  if (bytes.size() < 8 ||
+      !flatbuffers::BufferHasIdentifier(bytes.data(),
+                                        attn::fb::BinaryIdentifier()))
+    return fail(ATTN_INVALID_BINARY,
+                "not an .attnb file: " +
+                    (bytes.size() < 8
+                         ? "it is only " + std::to_string(bytes.size()) +
+                               " bytes long"
+                         : std::string("the file identifier is not '") +
+                               attn::fb::BinaryIdentifier() + "'"));
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size());
+  if (!attn::fb::VerifyBinaryBuffer(verifier))
+    return fail(ATTN_INVALID_BINARY,
+                "corrupt or truncated .attnb: the Flatbuffers verifier "
+                "rejected the buffer (" +
+                    std::to_string(bytes.size()) + " bytes)");
+  const attn::fb::Binary *binary = attn::fb::GetBinary(bytes.data());
+  if (binary->format_version() != kFormatVersion)
+    return fail(ATTN_INVALID_BINARY,
+                ".attnb format version " +
+                    std::to_string(binary->format_version()) +
+                    " is not supported; this runtime reads version " +
+                    std::to_string(kFormatVersion));
+  name = binary->model() ? binary->model()->str() : "";
+  if (!binary->entries())
+    return fail(ATTN_INVALID_BINARY, "corrupt .attnb: no entry list");
+  for (const attn::fb::Entry *fbEntry : *binary->entries()) {
+    Entry entry;
+    if (attn_status status = readEntry(fbEntry, entry))
+      return status;
+    entries.push_back(std::move(entry));
+  }
+  if (attn_status status = loadCode(binary->cpu()))
+    return status;
+  pool = std::make_unique<attn::ThreadPool>(numThreads);
+  return ATTN_OK;
+}
+
+extern "C" attn_status attn_model_load_memory(const void *data, size_t size,
+                                              int32_t numThreads,
+                                              attn_model **model) {
+  if (!model || (!data && size))
+    return fail(ATTN_INVALID_ARGUMENT, "attn_model_load_memory: null pointer");
+  auto loaded = std::make_unique<attn_model>();
+  loaded->bytes.assign(static_cast<const uint8_t *>(data),
+                       static_cast<const uint8_t *>(data) + size);
+  if (attn_status status = loaded->load(numThreads))
+    return status;
+  *model = loaded.release();
+  return ATTN_OK;
+}
+
+extern "C" attn_status attn_model_load_file(const char *path,
+                                            int32_t numThreads,
+                                            attn_model **model) {
+  if (!path || !model)
+    return fail(ATTN_INVALID_ARGUMENT, "attn_model_load_file: null pointer");
+  std::ifstream file(path, std::ios::binary);
+  if (!file)
+    return fail(ATTN_IO_ERROR, std::string(path) + ": cannot open: " +
+                                   std::strerror(errno));
+  std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
+                          std::istreambuf_iterator<char>());
+  attn_status status =
+      attn_model_load_memory(bytes.data(), bytes.size(), numThreads, model);
+  if (status != ATTN_OK)
+    lastError = std::string(path) + ": " + lastError;
+  return status;
+}
+
+extern "C" void attn_model_free(attn_model *model) { delete model; }
+
+extern "C" const char *attn_model_name(const attn_model *model) {
+  return model ? model->name.c_str() : "";
+}
+extern "C" int32_t attn_model_num_threads(const attn_model *model) {
+  return model ? model->pool->size() : 0;
+}
+extern "C" int32_t attn_model_num_entries(const attn_model *model) {
+  return model ? static_cast<int32_t>(model->entries.size()) : 0;
+}
+
+namespace {
+const Entry *entryAt(const attn_model *model, int32_t entry) {
+  if (!model || entry < 0 ||
+      entry >= static_cast<int32_t>(model->entries.size()))
+    return nullptr;
+  return &model->entries[entry];
+}
+} // namespace
+
+extern "C" const char *attn_entry_name(const attn_model *model,
+                                       int32_t entry) {
+  const Entry *e = entryAt(model, entry);
+  return e ? e->name.c_str() : nullptr;
+}
+
+extern "C" attn_status attn_model_find_entry(const attn_model *model,
+                                             const char *name,
+                                             int32_t *entry) {
+  if (!model || !name || !entry)
+    return fail(ATTN_INVALID_ARGUMENT, "attn_model_find_entry: null pointer");
+  std::string known;
+  for (size_t i = 0; i < model->entries.size(); ++i) {
+    if (model->entries[i].name == name) {
+      *entry = static_cast<int32_t>(i);
+      return ATTN_OK;
+    }
+    known += (i ? ", " : "") + model->entries[i].name;
+  }
+  return fail(ATTN_NOT_FOUND, std::string("no entry named '") + name +
+                                  "'; the model has: " + known);
+}
+
+extern "C" int32_t attn_entry_num_inputs(const attn_model *model,
+                                         int32_t entry) {
+  const Entry *e = entryAt(model, entry);
+  return e ? static_cast<int32_t>(e->inputs.size()) : -1;
+}
+extern "C" int32_t attn_entry_num_outputs(const attn_model *model,
+                                          int32_t entry) {
+  const Entry *e = entryAt(model, entry);
+  return e ? static_cast<int32_t>(e->outputs.size()) : -1;
+}
+
+extern "C" attn_status attn_entry_argument(const attn_model *model,
+                                           int32_t entry, int32_t index,
+                                           attn_argument_info *info) {
+  const Entry *e = entryAt(model, entry);
+  if (!e || !info)
+    return fail(ATTN_INVALID_ARGUMENT, "attn_entry_argument: bad entry");
+  int32_t numInputs = static_cast<int32_t>(e->inputs.size());
+  if (index < 0 || index >= numInputs + static_cast<int32_t>(e->outputs.size()))
+    return fail(ATTN_INVALID_ARGUMENT,
+                "attn_entry_argument: no argument #" + std::to_string(index));
+  const Signature &sig =
+      index < numInputs ? e->inputs[index] : e->outputs[index - numInputs];
+  info->name = sig.name.c_str();
+  info->dtype = sig.dtype;
+  info->rank = static_cast<int32_t>(sig.dims.size());
+  info->dims = sig.dims.data();
+  info->symbols = sig.symbolPtrs.data();
+  return ATTN_OK;
+}
+
+namespace {
+
+/// Checks one tensor against its signature, binding dynamic dims.
+attn_status checkTensor(const Entry &entry, const char *role, size_t index,
+                        const Signature &sig, const attn_tensor &tensor,
+                        std::map<std::string, int64_t> &bound) {
+  std::string what = std::string(role) + " '" + sig.name + "' (#" +
+                     std::to_string(index) + ") of entry '" + entry.name + "'";
+  std::vector<int64_t> actual;
+  if (tensor.rank >= 0 && (tensor.shape || tensor.rank == 0))
+    actual.assign(tensor.shape, tensor.shape + tensor.rank);
+  if (tensor.dtype != sig.dtype)
+    return fail(ATTN_SIGNATURE_MISMATCH,
+                what + ": expected dtype " + dtypeName(sig.dtype) + ", got " +
+                    (tensor.dtype == ATTN_I32 ? "i32" : "f32"));
+  auto mismatch = [&](const std::string &why) {
+    return fail(ATTN_SIGNATURE_MISMATCH,
+                what + ": expected shape " + formatSignature(sig, bound) +
+                    ", got " + formatDims(actual) + " (" + why + ")");
+  };
+  if (actual.size() != sig.dims.size())
+    return mismatch("rank " + std::to_string(actual.size()) + ", expected " +
+                    std::to_string(sig.dims.size()));
+  for (size_t d = 0; d < sig.dims.size(); ++d) {
+    if (actual[d] < 0)
+      return mismatch("dim " + std::to_string(d) + " is negative");
+    if (sig.dims[d] >= 0) {
+      if (actual[d] != sig.dims[d])
+        return mismatch("dim " + std::to_string(d) + " must be " +
+                        std::to_string(sig.dims[d]));
+      continue;
+    }
+    auto [it, inserted] = bound.emplace(sig.symbols[d], actual[d]);
+    if (!inserted && it->second != actual[d])
+      return mismatch("dim " + std::to_string(d) + " is " + sig.symbols[d] +
+                      ", which an earlier argument set to " +
+                      std::to_string(it->second));
+  }
+  if (!tensor.data) {
+    int64_t elements = 1;
+    for (int64_t size : actual)
+      elements *= size;
+    if (elements != 0)
+      return fail(ATTN_INVALID_ARGUMENT, what + ": data is null");
+  }
+  return ATTN_OK;
+}
+
+attn_status bindInputs(const Entry &entry, const attn_tensor *inputs,
+                       int32_t numInputs,
+                       std::map<std::string, int64_t> &bound) {
+  if (numInputs != static_cast<int32_t>(entry.inputs.size()) ||
+      (numInputs > 0 && !inputs)) {
+    std::string names;
+    for (size_t i = 0; i < entry.inputs.size(); ++i)
+      names += (i ? ", " : "") + entry.inputs[i].name;
+    return fail(ATTN_SIGNATURE_MISMATCH,
+                "entry '" + entry.name + "' takes " +
+                    std::to_string(entry.inputs.size()) + " inputs (" + names +
+                    "), got " + std::to_string(numInputs));
+  }
+  for (int32_t i = 0; i < numInputs; ++i)
+    if (attn_status status =
+            checkTensor(entry, "input", i, entry.inputs[i], inputs[i], bound))
+      return status;
+  return ATTN_OK;
+}
+
+std::vector<int64_t> outputShape(const Signature &sig,
+                                 const std::map<std::string, int64_t> &bound) {
+  std::vector<int64_t> shape;
+  for (size_t d = 0; d < sig.dims.size(); ++d)
+    shape.push_back(sig.dims[d] >= 0 ? sig.dims[d]
+                                     : bound.at(sig.symbols[d]));
+  return shape;
+}
+
+/// A buffer of the running program: data and shape.
+struct Buffer {
+  void *data = nullptr;
+  std::vector<int64_t> shape;
+};
+
+attn_status evalInt(const Entry &entry, size_t index, const Step &step,
+                    const std::vector<int64_t> &regs,
+                    const std::vector<Buffer> &buffers, int64_t &result) {
+  using K = attn::fb::IntOpKind;
+  int64_t a = step.op == K::Constant || step.op == K::BufferDim ? 0
+                                                                  : regs[step.a];
+  int64_t b = step.op == K::Constant || step.op == K::BufferDim ? 0
+                                                                  : regs[step.b];
+  auto bad = [&](const std::string &why) {
+    return fail(ATTN_RUN_ERROR, "entry '" + entry.name + "', step " +
+                                    std::to_string(index) + ": " + why);
+  };
+  bool divides = step.op == K::DivU || step.op == K::CeilDivU ||
+                 step.op == K::RemU || step.op == K::DivS ||
+                 step.op == K::CeilDivS || step.op == K::FloorDivS ||
+                 step.op == K::RemS;
+  if (divides && b == 0)
+    return bad("division by zero");
+  uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
+  switch (step.op) {
+  case K::Constant: result = step.value; break;
+  case K::BufferDim: {
+    const Buffer &buffer = buffers[step.a];
+    if (step.b < 0 || step.b >= static_cast<int32_t>(buffer.shape.size()))
+      return bad("reads dim " + std::to_string(step.b) + " of a rank-" +
+                 std::to_string(buffer.shape.size()) + " buffer");
+    result = buffer.shape[step.b];
+    break;
+  }
+  case K::Add: result = a + b; break;
+  case K::Sub: result = a - b; break;
+  case K::Mul: result = a * b; break;
+  case K::DivU: result = static_cast<int64_t>(ua / ub); break;
+  case K::CeilDivU: result = static_cast<int64_t>((ua + ub - 1) / ub); break;
+  case K::RemU: result = static_cast<int64_t>(ua % ub); break;
+  case K::DivS: result = a / b; break;
+  case K::CeilDivS: result = a / b + ((a % b != 0) && ((a < 0) == (b < 0))); break;
+  case K::FloorDivS: result = a / b - ((a % b != 0) && ((a < 0) != (b < 0))); break;
+  case K::RemS: result = a % b; break;
+  case K::MinU: result = ua < ub ? a : b; break;
+  case K::MaxU: result = ua > ub ? a : b; break;
+  case K::MinS: result = a < b ? a : b; break;
+  case K::MaxS: result = a > b ? a : b; break;
+  case K::Select: result = a ? b : regs[step.c]; break;
+  case K::CmpEq: result = a == b; break;
+  case K::CmpNe: result = a != b; break;
+  case K::CmpSlt: result = a < b; break;
+  case K::CmpSle: result = a <= b; break;
+  case K::CmpSgt: result = a > b; break;
+  case K::CmpSge: result = a >= b; break;
+  case K::CmpUlt: result = ua < ub; break;
+  case K::CmpUle: result = ua <= ub; break;
+  case K::CmpUgt: result = ua > ub; break;
+  case K::CmpUge: result = ua >= ub; break;
+  }
+  return ATTN_OK;
+}
+
+} // namespace
+
+extern "C" attn_status attn_entry_output_shapes(const attn_model *model,
+                                                int32_t entry,
+                                                const attn_tensor *inputs,
+                                                int32_t numInputs,
+                                                int64_t *const *outputShapes) {
+  const Entry *e = entryAt(model, entry);
+  if (!e || (!outputShapes && !e->outputs.empty()))
+    return fail(ATTN_INVALID_ARGUMENT, "attn_entry_output_shapes: bad entry");
+  std::map<std::string, int64_t> bound;
+  if (attn_status status = bindInputs(*e, inputs, numInputs, bound))
+    return status;
+  for (size_t i = 0; i < e->outputs.size(); ++i) {
+    std::vector<int64_t> shape = outputShape(e->outputs[i], bound);
+    std::copy(shape.begin(), shape.end(), outputShapes[i]);
+  }
+  return ATTN_OK;
+}
+
+extern "C" attn_status attn_run(attn_model *model, int32_t entry,
+                                const attn_tensor *inputs, int32_t numInputs,
+                                const attn_tensor *outputs,
+                                int32_t numOutputs) {
+  const Entry *e = entryAt(model, entry);
+  if (!e)
+    return fail(ATTN_INVALID_ARGUMENT,
+                "attn_run: no entry #" + std::to_string(entry));
+  std::map<std::string, int64_t> bound;
+  if (attn_status status = bindInputs(*e, inputs, numInputs, bound))
+    return status;
+  if (numOutputs != static_cast<int32_t>(e->outputs.size()) ||
+      (numOutputs > 0 && !outputs))
+    return fail(ATTN_SIGNATURE_MISMATCH,
+                "entry '" + e->name + "' has " +
+                    std::to_string(e->outputs.size()) + " outputs, got " +
+                    std::to_string(numOutputs) + " output buffers");
+  for (int32_t i = 0; i < numOutputs; ++i)
+    if (attn_status status =
+            checkTensor(*e, "output", i, e->outputs[i], outputs[i], bound))
+      return status;
+
+  std::vector<Buffer> buffers;
+  for (int32_t i = 0; i < numInputs; ++i)
+    buffers.push_back({inputs[i].data, outputShape(e->inputs[i], bound)});
+  for (int32_t i = 0; i < numOutputs; ++i)
+    buffers.push_back({outputs[i].data, outputShape(e->outputs[i], bound)});
+
+  std::vector<std::unique_ptr<void, decltype(&std::free)>> temps;
+  std::vector<int64_t> regs(e->program.size(), 0);
+  for (size_t i = 0; i < e->program.size(); ++i) {
+    const Step &step = e->program[i];
+    switch (step.kind) {
+    case Step::Int:
+      if (attn_status status = evalInt(*e, i, step, regs, buffers, regs[i]))
+        return status;
+      break;
+    case Step::Temp: {
+      Buffer buffer;
+      int64_t elements = 1;
+      for (int32_t r : step.dims) {
+        if (regs[r] < 0)
+          return fail(ATTN_RUN_ERROR, "entry '" + e->name +
+                                          "': a temporary has a negative size");
+        buffer.shape.push_back(regs[r]);
+        elements *= regs[r];
+      }
+      size_t bytes = static_cast<size_t>(elements) * 4;
+      bytes = (bytes + 63) / 64 * 64;
+      void *data = bytes ? std::aligned_alloc(64, bytes) : nullptr;
+      if (bytes && !data)
+        return fail(ATTN_RUN_ERROR, "entry '" + e->name +
+                                        "': out of memory for a temporary of " +
+                                        std::to_string(bytes) + " bytes");
+      temps.emplace_back(data, &std::free);
+      buffer.data = data;
+      buffers.push_back(std::move(buffer));
+      break;
+    }
+    case Step::Dispatch: {
+      int64_t count = regs[step.workgroups];
+      if (count < 0)
+        return fail(ATTN_RUN_ERROR, "entry '" + e->name + "': dispatch of " +
+                                        step.kernelName +
+                                        " has a negative workgroup count");
+      if (count == 0)
+        break;
+      std::vector<void *> pointers;
+      std::vector<int64_t> dims;
+      for (int32_t binding : step.bindings) {
+        if (binding >= static_cast<int32_t>(buffers.size()))
+          return fail(ATTN_RUN_ERROR, "entry '" + e->name +
+                                          "': a dispatch binds a temporary "
+                                          "before it is allocated");
+        pointers.push_back(buffers[binding].data);
+        dims.insert(dims.end(), buffers[binding].shape.begin(),
+                    buffers[binding].shape.end());
+      }
+      KernelFn kernel = step.kernel;
+      void *const *ptrs = pointers.data();
+      const int64_t *dimData = dims.data();
+      model->pool->parallelFor(
+          count, [&](int64_t id) { kernel(ptrs, dimData, id); });
+      break;
+    }
+    }
+  }
+  return ATTN_OK;
+}

@@ -1,0 +1,108 @@
+/*===- attn_runtime.h - The attn runtime C API -----------------*- C -*-===*\
+|*                                                                          *|
+|* Loads a compiled model (.attnb, SPEC §6) and runs its entries (SPEC §4). *|
+|* Every call that can fail returns an attn_status; the message of the last *|
+|* failure on the calling thread is attn_last_error(). The runtime links    *|
+|* neither LLVM nor MLIR.                                                   *|
+|*                                                                          *|
+\*===----------------------------------------------------------------------===*/
+
+#ifndef ATTN_RUNTIME_H
+#define ATTN_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum attn_status {
+  ATTN_OK = 0,
+  /** A bad argument to the API itself (null pointer, bad index). */
+  ATTN_INVALID_ARGUMENT = 1,
+  /** The file or buffer is not a valid .attnb (truncated, corrupt, wrong
+      format version). */
+  ATTN_INVALID_BINARY = 2,
+  /** The binary needs something this host or runtime lacks (CPU features,
+      a device). */
+  ATTN_UNSUPPORTED = 3,
+  /** No entry of that name. */
+  ATTN_NOT_FOUND = 4,
+  /** Inputs or outputs do not match the entry's signature. */
+  ATTN_SIGNATURE_MISMATCH = 5,
+  /** Reading a file or loading the code failed. */
+  ATTN_IO_ERROR = 6,
+  /** The run itself failed (e.g. out of memory). */
+  ATTN_RUN_ERROR = 7,
+} attn_status;
+
+typedef enum attn_dtype { ATTN_F32 = 0, ATTN_I32 = 1 } attn_dtype;
+
+/** A dense row-major tensor the caller owns. */
+typedef struct attn_tensor {
+  attn_dtype dtype;
+  int32_t rank;
+  const int64_t *shape;
+  void *data;
+} attn_tensor;
+
+/** One argument or result of an entry. `dims[i]` is the static size or -1,
+    with `symbols[i]` naming a dynamic size (dims with one symbol agree). */
+typedef struct attn_argument_info {
+  const char *name;
+  attn_dtype dtype;
+  int32_t rank;
+  const int64_t *dims;
+  const char *const *symbols;
+} attn_argument_info;
+
+typedef struct attn_model attn_model;
+
+/** The message of the last failing call on this thread ("" if none). */
+const char *attn_last_error(void);
+
+/** Loads a model from a file / from memory (the bytes are copied). The
+    buffer is verified and the host checked for the CPU features the code
+    needs before anything runs. `num_threads` <= 0 means every core. */
+attn_status attn_model_load_file(const char *path, int32_t num_threads,
+                                 attn_model **model);
+attn_status attn_model_load_memory(const void *data, size_t size,
+                                   int32_t num_threads, attn_model **model);
+void attn_model_free(attn_model *model);
+
+/** Name of the model and the threads its pool uses. */
+const char *attn_model_name(const attn_model *model);
+int32_t attn_model_num_threads(const attn_model *model);
+
+int32_t attn_model_num_entries(const attn_model *model);
+const char *attn_entry_name(const attn_model *model, int32_t entry);
+attn_status attn_model_find_entry(const attn_model *model, const char *name,
+                                  int32_t *entry);
+int32_t attn_entry_num_inputs(const attn_model *model, int32_t entry);
+int32_t attn_entry_num_outputs(const attn_model *model, int32_t entry);
+/** Argument `index` of an entry: inputs first, then outputs. */
+attn_status attn_entry_argument(const attn_model *model, int32_t entry,
+                                int32_t index, attn_argument_info *info);
+
+/** Checks `inputs` against the entry's signature and writes each output's
+    shape: output `i` has rank `attn_entry_argument(num_inputs + i).rank` and
+    its dims go to `output_shapes[i]` (arrays the caller provides). */
+attn_status attn_entry_output_shapes(const attn_model *model, int32_t entry,
+                                     const attn_tensor *inputs,
+                                     int32_t num_inputs,
+                                     int64_t *const *output_shapes);
+
+/** Runs an entry: checks every input's and output's dtype and shape against
+    the signature (dynamic dims bound consistently), then executes it on the
+    model's thread pool. Outputs are buffers the caller allocated with the
+    shapes of attn_entry_output_shapes. */
+attn_status attn_run(attn_model *model, int32_t entry,
+                     const attn_tensor *inputs, int32_t num_inputs,
+                     const attn_tensor *outputs, int32_t num_outputs);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTN_RUNTIME_H */

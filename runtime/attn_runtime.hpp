@@ -1,0 +1,131 @@
+//===- attn_runtime.hpp - Thin C++ wrapper of the runtime C API -*- C++ -*-===//
+//
+// RAII ownership of a model and tensors that own their data. Errors come
+// back as a Status carrying the C status and message; nothing throws.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_RUNTIME_HPP
+#define ATTN_RUNTIME_HPP
+
+#include "runtime/attn_runtime.h"
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace attn {
+
+/// A C status with its message ("" when ok).
+struct Status {
+  attn_status code = ATTN_OK;
+  std::string message;
+
+  bool ok() const { return code == ATTN_OK; }
+  static Status fromC(attn_status code) {
+    return {code, code == ATTN_OK ? std::string() : attn_last_error()};
+  }
+};
+
+/// A dense row-major tensor that owns its elements (4 bytes each).
+struct Tensor {
+  attn_dtype dtype = ATTN_F32;
+  std::vector<int64_t> shape;
+  std::vector<uint32_t> storage;
+
+  Tensor() = default;
+  Tensor(attn_dtype dtype, std::vector<int64_t> shape)
+      : dtype(dtype), shape(std::move(shape)) {
+    storage.assign(static_cast<size_t>(numElements()), 0);
+  }
+  int64_t numElements() const {
+    int64_t n = 1;
+    for (int64_t d : shape)
+      n *= d;
+    return n;
+  }
+  float *f32() { return reinterpret_cast<float *>(storage.data()); }
+  const float *f32() const {
+    return reinterpret_cast<const float *>(storage.data());
+  }
+  int32_t *i32() { return reinterpret_cast<int32_t *>(storage.data()); }
+  /// The C view; valid while this tensor lives and is not resized.
+  attn_tensor view() const {
+    return {dtype, static_cast<int32_t>(shape.size()), shape.data(),
+            const_cast<uint32_t *>(storage.data())};
+  }
+};
+
+/// A loaded model.
+class Model {
+public:
+  static Status loadFile(const std::string &path, int threads,
+                         std::unique_ptr<Model> &out) {
+    attn_model *raw = nullptr;
+    Status status = Status::fromC(attn_model_load_file(path.c_str(), threads, &raw));
+    if (status.ok())
+      out.reset(new Model(raw));
+    return status;
+  }
+  static Status loadMemory(const void *data, size_t size, int threads,
+                           std::unique_ptr<Model> &out) {
+    attn_model *raw = nullptr;
+    Status status =
+        Status::fromC(attn_model_load_memory(data, size, threads, &raw));
+    if (status.ok())
+      out.reset(new Model(raw));
+    return status;
+  }
+  ~Model() { attn_model_free(model); }
+  Model(const Model &) = delete;
+  Model &operator=(const Model &) = delete;
+
+  attn_model *get() const { return model; }
+  int numEntries() const { return attn_model_num_entries(model); }
+
+  Status findEntry(const std::string &name, int32_t &entry) const {
+    return Status::fromC(attn_model_find_entry(model, name.c_str(), &entry));
+  }
+
+  /// Allocates the outputs for `inputs` and runs `entry`.
+  Status run(int32_t entry, const std::vector<Tensor> &inputs,
+             std::vector<Tensor> &outputs) const {
+    std::vector<attn_tensor> in;
+    for (const Tensor &t : inputs)
+      in.push_back(t.view());
+    int32_t numInputs = static_cast<int32_t>(in.size());
+    int32_t numOutputs = attn_entry_num_outputs(model, entry);
+    if (numOutputs < 0)
+      return {ATTN_INVALID_ARGUMENT, "no entry #" + std::to_string(entry)};
+    outputs.assign(static_cast<size_t>(numOutputs), Tensor());
+    std::vector<std::vector<int64_t>> shapes(static_cast<size_t>(numOutputs));
+    std::vector<int64_t *> shapePtrs;
+    for (int32_t i = 0; i < numOutputs; ++i) {
+      attn_argument_info info;
+      attn_entry_argument(model, entry, numInputs + i, &info);
+      shapes[i].resize(static_cast<size_t>(info.rank));
+      shapePtrs.push_back(shapes[i].data());
+      outputs[i].dtype = info.dtype;
+    }
+    Status status = Status::fromC(attn_entry_output_shapes(
+        model, entry, in.data(), numInputs, shapePtrs.data()));
+    if (!status.ok())
+      return status;
+    std::vector<attn_tensor> out;
+    for (int32_t i = 0; i < numOutputs; ++i) {
+      outputs[i] = Tensor(outputs[i].dtype, shapes[i]);
+      out.push_back(outputs[i].view());
+    }
+    return Status::fromC(attn_run(model, entry, in.data(), numInputs,
+                                  out.data(), numOutputs));
+  }
+
+private:
+  explicit Model(attn_model *model) : model(model) {}
+  attn_model *model;
+};
+
+} // namespace attn
+
+#endif // ATTN_RUNTIME_HPP

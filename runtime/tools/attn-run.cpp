@@ -1,0 +1,290 @@
+//===- attn-run.cpp - Run an entry of a compiled model --------------------===//
+//
+//   attn-run MODEL.attnb --list
+//   attn-run MODEL.attnb --entry NAME --in A.npy [--in B.npy ...]
+//            [--out O.npy ...] [--device cpu|cuda] [--threads N] [--repeat N]
+//   attn-run MODEL.attnb --entry NAME --random SYM=N[,SYM=N...] [--seed S]
+//            [--out O.npy ...] [--threads N] [--repeat N]
+//
+// SPEC §5: inputs in entry order as .npy files, outputs written as .npy
+// only when the run succeeded. `--repeat N` runs once to warm up, then N
+// times, and prints `median_ms=<float> min_ms=<float> runs=<N>`. `--random`
+// makes inputs from the signature (f32 uniform in [-1, 1], i32 zeros) with
+// the dynamic dims given, for trying a model without files.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/Npy.h"
+#include "runtime/attn_runtime.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+int usageError(const std::string &message) {
+  std::fprintf(stderr,
+               "attn-run: error: %s\n"
+               "usage: attn-run MODEL.attnb --list\n"
+               "       attn-run MODEL.attnb --entry NAME (--in A.npy ... | "
+               "--random SYM=N,...)\n"
+               "                [--out O.npy ...] [--device cpu|cuda] "
+               "[--threads N] [--repeat N] [--seed S]\n",
+               message.c_str());
+  return 2;
+}
+
+int error(const std::string &message) {
+  std::fprintf(stderr, "attn-run: error: %s\n", message.c_str());
+  return 1;
+}
+
+bool parseInt(const std::string &text, long long &value) {
+  if (text.empty())
+    return false;
+  char *end = nullptr;
+  value = std::strtoll(text.c_str(), &end, 10);
+  return end && *end == '\0';
+}
+
+std::string formatArgument(const attn_argument_info &info) {
+  std::string text = info.dtype == ATTN_F32 ? "f32 [" : "i32 [";
+  for (int32_t d = 0; d < info.rank; ++d) {
+    text += d ? ", " : "";
+    text += info.dims[d] >= 0 ? std::to_string(info.dims[d])
+                              : std::string(info.symbols[d]);
+  }
+  return text + "]";
+}
+
+std::string formatTensor(const std::string &name, const attn::Tensor &t) {
+  return name + " " + (t.dtype == ATTN_F32 ? "f32" : "i32") +
+         attn::npy::formatShape(t.shape);
+}
+
+void list(const attn::Model &model) {
+  attn_model *m = model.get();
+  std::printf("model '%s': %d entries, %d threads\n", attn_model_name(m),
+              model.numEntries(), attn_model_num_threads(m));
+  for (int32_t e = 0; e < model.numEntries(); ++e) {
+    std::printf("entry %s\n", attn_entry_name(m, e));
+    int32_t numInputs = attn_entry_num_inputs(m, e);
+    int32_t total = numInputs + attn_entry_num_outputs(m, e);
+    for (int32_t i = 0; i < total; ++i) {
+      attn_argument_info info;
+      attn_entry_argument(m, e, i, &info);
+      std::printf("  %-3s %-8s %s\n", i < numInputs ? "in" : "out", info.name,
+                  formatArgument(info).c_str());
+    }
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string modelPath, entryName, device = "cpu", randomDims;
+  std::vector<std::string> inputPaths, outputPaths;
+  long long threads = 0, repeat = 0, seed = 0;
+  bool listEntries = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&](std::string &out) {
+      if (i + 1 >= argc)
+        return false;
+      out = argv[++i];
+      return true;
+    };
+    std::string text;
+    if (arg == "--list") {
+      listEntries = true;
+    } else if (arg == "--entry") {
+      if (!value(entryName))
+        return usageError("--entry needs a name");
+    } else if (arg == "--in") {
+      if (!value(text))
+        return usageError("--in needs a .npy file");
+      inputPaths.push_back(text);
+    } else if (arg == "--out") {
+      if (!value(text))
+        return usageError("--out needs a .npy file");
+      outputPaths.push_back(text);
+    } else if (arg == "--device") {
+      if (!value(device) || (device != "cpu" && device != "cuda"))
+        return usageError("--device must be cpu or cuda");
+    } else if (arg == "--threads") {
+      if (!value(text) || !parseInt(text, threads) || threads <= 0)
+        return usageError("--threads needs a positive count, got '" + text +
+                          "'");
+    } else if (arg == "--repeat") {
+      if (!value(text) || !parseInt(text, repeat) || repeat <= 0)
+        return usageError("--repeat needs a positive count, got '" + text +
+                          "'");
+    } else if (arg == "--seed") {
+      if (!value(text) || !parseInt(text, seed))
+        return usageError("--seed needs an integer, got '" + text + "'");
+    } else if (arg == "--random") {
+      if (!value(randomDims))
+        return usageError("--random needs SYM=N[,SYM=N...]");
+    } else if (!arg.empty() && arg[0] == '-') {
+      return usageError("unknown option '" + arg + "'");
+    } else if (modelPath.empty()) {
+      modelPath = arg;
+    } else {
+      return usageError("unexpected argument '" + arg + "'");
+    }
+  }
+  if (modelPath.empty())
+    return usageError("no model file given");
+  if (!listEntries && entryName.empty())
+    return usageError("give --list or --entry NAME");
+  if (device == "cuda")
+    return error("--device cuda: this runtime has no CUDA backend yet; run "
+                 "on --device cpu");
+
+  std::unique_ptr<attn::Model> model;
+  attn::Status status =
+      attn::Model::loadFile(modelPath, static_cast<int>(threads), model);
+  if (!status.ok())
+    return error(status.message);
+  if (listEntries) {
+    list(*model);
+    return 0;
+  }
+
+  int32_t entry = 0;
+  status = model->findEntry(entryName, entry);
+  if (!status.ok())
+    return error(status.message);
+  attn_model *m = model->get();
+  int32_t numInputs = attn_entry_num_inputs(m, entry);
+  int32_t numOutputs = attn_entry_num_outputs(m, entry);
+
+  std::vector<attn::Tensor> inputs;
+  if (!randomDims.empty()) {
+    if (!inputPaths.empty())
+      return usageError("give --in files or --random, not both");
+    std::map<std::string, int64_t> sizes;
+    size_t start = 0;
+    while (start <= randomDims.size()) {
+      size_t comma = randomDims.find(',', start);
+      std::string item = randomDims.substr(
+          start, comma == std::string::npos ? std::string::npos : comma - start);
+      size_t eq = item.find('=');
+      long long size = 0;
+      if (eq == std::string::npos || eq == 0 ||
+          !parseInt(item.substr(eq + 1), size) || size < 0)
+        return usageError("--random: expected SYM=N with N >= 0, got '" +
+                          item + "'");
+      sizes[item.substr(0, eq)] = size;
+      if (comma == std::string::npos)
+        break;
+      start = comma + 1;
+    }
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    for (int32_t i = 0; i < numInputs; ++i) {
+      attn_argument_info info;
+      attn_entry_argument(m, entry, i, &info);
+      std::vector<int64_t> shape;
+      for (int32_t d = 0; d < info.rank; ++d) {
+        if (info.dims[d] >= 0) {
+          shape.push_back(info.dims[d]);
+          continue;
+        }
+        auto it = sizes.find(info.symbols[d]);
+        if (it == sizes.end())
+          return usageError(std::string("--random: input '") + info.name +
+                            "' needs a size for " + info.symbols[d]);
+        shape.push_back(it->second);
+      }
+      attn::Tensor tensor(info.dtype, shape);
+      if (info.dtype == ATTN_F32)
+        for (int64_t e = 0; e < tensor.numElements(); ++e)
+          tensor.f32()[e] = uniform(rng);
+      inputs.push_back(std::move(tensor));
+    }
+  } else {
+    for (const std::string &path : inputPaths) {
+      attn::npy::Array array;
+      std::string message;
+      if (!attn::npy::readFile(path, array, message))
+        return error(message);
+      attn::Tensor tensor(array.dtype == attn::npy::DType::F32 ? ATTN_F32
+                                                              : ATTN_I32,
+                          array.shape);
+      std::copy(array.data.begin(), array.data.end(),
+                reinterpret_cast<uint8_t *>(tensor.storage.data()));
+      inputs.push_back(std::move(tensor));
+    }
+  }
+  if (!outputPaths.empty() &&
+      static_cast<int32_t>(outputPaths.size()) != numOutputs) {
+    std::string names;
+    for (int32_t i = 0; i < numOutputs; ++i) {
+      attn_argument_info info;
+      attn_entry_argument(m, entry, numInputs + i, &info);
+      names += (i ? ", " : "") + std::string(info.name);
+    }
+    return error("entry '" + entryName + "' has " +
+                 std::to_string(numOutputs) + " outputs (" + names + "), got " +
+                 std::to_string(outputPaths.size()) + " --out files");
+  }
+
+  std::vector<attn::Tensor> outputs;
+  status = model->run(entry, inputs, outputs);
+  if (!status.ok())
+    return error(status.message);
+  if (!randomDims.empty()) {
+    std::string text = "ran " + entryName + " on random inputs:";
+    for (int32_t i = 0; i < numInputs; ++i) {
+      attn_argument_info info;
+      attn_entry_argument(m, entry, i, &info);
+      text += " " + formatTensor(info.name, inputs[i]);
+    }
+    text += " ->";
+    for (int32_t i = 0; i < numOutputs; ++i) {
+      attn_argument_info info;
+      attn_entry_argument(m, entry, numInputs + i, &info);
+      text += " " + formatTensor(info.name, outputs[i]);
+    }
+    std::printf("%s (%d threads)\n", text.c_str(), attn_model_num_threads(m));
+  }
+  if (repeat > 0) {
+    std::vector<double> times;
+    for (long long r = 0; r < repeat; ++r) {
+      auto begin = std::chrono::steady_clock::now();
+      status = model->run(entry, inputs, outputs);
+      auto end = std::chrono::steady_clock::now();
+      if (!status.ok())
+        return error(status.message);
+      times.push_back(
+          std::chrono::duration<double, std::milli>(end - begin).count());
+    }
+    std::vector<double> sorted = times;
+    std::sort(sorted.begin(), sorted.end());
+    size_t n = sorted.size();
+    double median = n % 2 ? sorted[n / 2]
+                          : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    std::printf("median_ms=%.4f min_ms=%.4f runs=%lld\n", median, sorted[0],
+                repeat);
+  }
+  for (size_t i = 0; i < outputPaths.size(); ++i) {
+    attn::npy::Array array;
+    array.dtype = outputs[i].dtype == ATTN_F32 ? attn::npy::DType::F32
+                                               : attn::npy::DType::I32;
+    array.shape = outputs[i].shape;
+    const auto *bytes =
+        reinterpret_cast<const uint8_t *>(outputs[i].storage.data());
+    array.data.assign(bytes, bytes + outputs[i].storage.size() * 4);
+    std::string message;
+    if (!attn::npy::writeFile(outputPaths[i], array, message))
+      return error(message);
+  }
+  return 0;
+}
