@@ -151,6 +151,13 @@ MemRefType bufferTypeOf(Type tensorType) {
   return MemRefType::get(type.getShape(), type.getElementType());
 }
 
+/// Integer arithmetic on sizes, which the host program evaluates.
+bool isHostArithmetic(Operation &op) {
+  return isa<arith::ArithDialect>(op.getDialect()) &&
+         llvm::all_of(op.getResultTypes(),
+                      [](Type t) { return t.isIntOrIndex(); });
+}
+
 /// Lowers one entry function; kernels are created before `entry`.
 class EntryLowering {
 public:
@@ -199,6 +206,19 @@ LogicalResult EntryLowering::run() {
              << "result #" << index << " returns the same value as result #"
              << returnedAt[value] - numInputs
              << "; an entry's results must be distinct";
+  }
+
+  // Refuse what cannot be lowered before anything is built.
+  for (Operation &op : entry.getBody().front()) {
+    if (isa<func::ReturnOp, tensor::DimOp>(op) || isHostArithmetic(op))
+      continue;
+    if (auto attention = dyn_cast<AttentionOpInterface>(op)) {
+      if (failed(SoftmaxAttentionShape::get(attention)))
+        return failure();
+      continue;
+    }
+    return op.emitError() << "no CPU lowering for '" << op.getName()
+                          << "' yet";
   }
 
   SymbolicShapes shapes;
@@ -268,19 +288,12 @@ LogicalResult EntryLowering::run() {
       buffers.map(dim.getResult(), size);
       continue;
     }
-    if (isa<arith::ArithDialect>(op.getDialect()) &&
-        llvm::all_of(op.getResultTypes(),
-                     [](Type t) { return t.isIntOrIndex(); })) {
+    if (isHostArithmetic(op)) {
       b.clone(op, buffers);
       continue;
     }
-    if (auto attention = dyn_cast<AttentionOpInterface>(op)) {
-      if (failed(lowerAttention(b, attention)))
-        return failure();
-      continue;
-    }
-    return op.emitError() << "no CPU lowering for '" << op.getName()
-                          << "' yet";
+    if (failed(lowerAttention(b, cast<AttentionOpInterface>(op))))
+      return failure();
   }
 
   // The host function takes the entry's name.

@@ -643,3 +643,41 @@ func.func @topk_missing_top_k(%q: tensor<2x8x5x64xf32>, %m: tensor<2x2x3x2x64xf3
   %b = attn.select_topk %q, %m, %lk {block_size = 4, mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x3x2x64xf32>
   return
 }
+
+// -----
+
+func.func @dispatch_unknown_kernel(%b: memref<?xf32>, %n: index) {
+  // expected-error @+1 {{'attn.dispatch' op kernel @missing is not a function in this module}}
+  attn.dispatch @missing workgroups(%n) bindings(%b) : memref<?xf32>
+  return
+}
+
+// -----
+
+func.func private @two_buffers(%a: memref<?xf32>, %b: memref<?xf32>, %wg: index)
+
+func.func @dispatch_arity(%b: memref<?xf32>, %n: index) {
+  // expected-error @+1 {{'attn.dispatch' op kernel @two_buffers takes 3 arguments, expected one per binding (1) plus the workgroup id}}
+  attn.dispatch @two_buffers workgroups(%n) bindings(%b) : memref<?xf32>
+  return
+}
+
+// -----
+
+func.func private @f32_buffer(%a: memref<?xf32>, %wg: index)
+
+func.func @dispatch_binding_type(%b: memref<?xi32>, %n: index) {
+  // expected-error @+1 {{'attn.dispatch' op binding #0 has type 'memref<?xi32>' but kernel @f32_buffer takes 'memref<?xf32>'}}
+  attn.dispatch @f32_buffer workgroups(%n) bindings(%b) : memref<?xi32>
+  return
+}
+
+// -----
+
+func.func private @no_workgroup(%a: memref<?xf32>, %wg: i32)
+
+func.func @dispatch_workgroup_type(%b: memref<?xf32>, %n: index) {
+  // expected-error @+1 {{'attn.dispatch' op kernel @no_workgroup must take the workgroup id (index) last, got 'i32'}}
+  attn.dispatch @no_workgroup workgroups(%n) bindings(%b) : memref<?xf32>
+  return
+}

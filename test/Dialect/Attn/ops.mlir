@@ -186,3 +186,12 @@ func.func @rmsnorm_gate(%o: tensor<?x8x?x32xbf16>, %z: tensor<?x8x?x32xbf16>,
       : tensor<?x8x?x32xbf16>, tensor<?x8x?x32xbf16>, tensor<32xbf16>
   return %r : tensor<?x8x?x32xbf16>
 }
+
+// CHECK-LABEL: func.func @dispatch
+// CHECK:         attn.dispatch @kernel workgroups(%{{.+}}) bindings(%{{.+}}, %{{.+}}) : memref<?x8xf32>, memref<?x8xf32>
+func.func private @kernel(%a: memref<?x8xf32>, %b: memref<?x8xf32>, %wg: index)
+func.func @dispatch(%a: memref<?x8xf32>, %b: memref<?x8xf32>, %n: index) {
+  attn.dispatch @kernel workgroups(%n) bindings(%a, %b)
+      : memref<?x8xf32>, memref<?x8xf32>
+  return
+}

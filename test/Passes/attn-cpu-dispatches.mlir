@@ -1,0 +1,121 @@
+// RUN: attn-opt %s -split-input-file -attn-cpu-dispatches -verify-diagnostics | FileCheck %s
+
+// An entry becomes a host function on memrefs (inputs, then one buffer per
+// result, each with its symbolic shape) that dispatches the flash kernel for
+// prefill calls and split-KV + merge for decode calls (Lq <= 8), chosen
+// from the run-time Lq.
+
+// CHECK-LABEL: func.func private @layer__flash0
+// CHECK-SAME:    attn.kernel = "flash"
+// CHECK-SAME:    attn.tiling = {decode_max_queries = 8 : i64, key_tile = 32 : i64, query_tile = 32 : i64, split_keys = 256 : i64, vector_width = 8 : i64}
+// The key loop stops at the tile's last visible key (causal).
+// CHECK:         %[[END:.+]] = arith.maxsi %{{.+}}, %{{.+}} : index
+// CHECK:         scf.for %{{.+}} = %{{.+}} to %[[END]] step %{{.+}} {
+// The online-softmax state is rescaled by exp(m_old - m_new).
+// CHECK:           math.exp
+// CHECK:           vector.fma
+// CHECK-LABEL: func.func private @layer__split_kv1
+// CHECK-SAME:    attn.kernel = "split_kv"
+// CHECK-LABEL: func.func private @layer__merge2
+// CHECK-SAME:    attn.kernel = "merge"
+// CHECK-LABEL: func.func @layer(
+// CHECK-SAME:    %[[Q:[a-z0-9]+]]: memref<?x8x?x64xf32> {attn.name = "q", attn.shape = ["B", 8, "Lq", 64]}
+// CHECK-SAME:    %[[K:[a-z0-9]+]]: memref<?x2x?x64xf32> {attn.shape = ["B", 2, "Lk", 64]}
+// CHECK-SAME:    %[[V:[a-z0-9]+]]: memref<?x2x?x64xf32> {attn.shape = ["B", 2, "Lk", 64]}
+// CHECK-SAME:    %[[G:[a-z0-9]+]]: memref<?x8x?x64xf32> {attn.shape = ["B", 8, "Lq", 64]}
+// CHECK-SAME:    %[[O:[a-z0-9]+]]: memref<?x8x?x64xf32> {attn.name = "o", attn.shape = ["B", 8, "Lq", 64]}
+// CHECK-SAME:    attributes {attn.entry, attn.num_inputs = 4 : i64}
+// CHECK:         %[[LQ:.+]] = memref.dim %[[Q]], %c2
+// CHECK:         %[[DECODE:.+]] = arith.cmpi ule, %[[LQ]], %c8
+// CHECK:         %[[FLASH:.+]] = arith.select %[[DECODE]], %c0
+// CHECK:         %[[PO:.+]] = memref.alloc({{.+}}) : memref<?x8x?x?x64xf32>
+// CHECK:         %[[PL:.+]] = memref.alloc({{.+}}) : memref<?x8x?x?xf32>
+// CHECK:         attn.dispatch @layer__flash0 workgroups(%[[FLASH]]) bindings(%[[Q]], %[[K]], %[[V]], %[[G]], %[[O]])
+// CHECK:         attn.dispatch @layer__split_kv1 workgroups(%{{.+}}) bindings(%[[Q]], %[[K]], %[[V]], %[[PO]], %[[PL]])
+// CHECK:         attn.dispatch @layer__merge2 workgroups(%{{.+}}) bindings(%[[PO]], %[[PL]], %[[G]], %[[O]])
+// CHECK-NEXT:    return
+func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
+                 %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>,
+                 %g: tensor<?x8x?x64xf32>) -> (tensor<?x8x?x64xf32> {attn.name = "o"}) {
+  %o = attn.sdpa %q, %k, %v gate(%g) {mask = #attn.mask<causal>}
+      : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>,
+        tensor<?x8x?x64xf32>
+  return %o : tensor<?x8x?x64xf32>
+}
+
+// -----
+
+// A sliding window also starts the key loop late; lse is a second output.
+
+// CHECK-LABEL: func.func private @window__flash0
+// CHECK-SAME:    %{{.+}}: memref<?x4x?x1xf32>, %{{.+}}: memref<?x4x?x16xf32>, %[[LSE:[a-z0-9]+]]: memref<?x4x?xf32>, %{{.+}}: index
+// CHECK:         %[[END:.+]] = arith.maxsi %c0
+// CHECK:         %[[BEGIN:.+]] = arith.minsi %[[END]], %
+// CHECK:         scf.for %{{.+}} = %[[BEGIN]] to %[[END]] step %c32
+// CHECK:         math.log
+// CHECK:         memref.store %{{.+}}, %[[LSE]]
+// CHECK-LABEL: func.func @window(
+// CHECK-SAME:    memref<?x4x?x16xf32> {attn.shape = ["B", 4, "Lq", 16]}, %{{.+}}: memref<?x4x?xf32> {attn.shape = ["B", 4, "Lq"]})
+func.func @window(%q: tensor<?x4x?x32xf32>, %k: tensor<?x4x?x32xf32>,
+                  %v: tensor<?x4x?x16xf32>, %g: tensor<?x4x?x1xf32>)
+    -> (tensor<?x4x?x16xf32>, tensor<?x4x?xf32>) {
+  %o, %lse = attn.sdpa %q, %k, %v gate(%g)
+      {mask = #attn.mask<sliding_window = 64>, return_lse}
+      : tensor<?x4x?x32xf32>, tensor<?x4x?x32xf32>, tensor<?x4x?x16xf32>,
+        tensor<?x4x?x1xf32>
+  return %o, %lse : tensor<?x4x?x16xf32>, tensor<?x4x?xf32>
+}
+
+// -----
+
+// An attention output that is not returned gets a host allocation.
+
+// CHECK-LABEL: func.func @chained(
+// CHECK:         %[[TMP:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x2x?x16xf32>
+// CHECK:         attn.dispatch @chained__flash0 {{.+}} bindings({{.+}}, %[[TMP]])
+// CHECK:         attn.dispatch @chained__flash3 {{.+}} bindings(%[[TMP]],
+func.func @chained(%q: tensor<?x2x?x16xf32>, %k: tensor<?x2x?x16xf32>)
+    -> tensor<?x2x?x16xf32> {
+  %o = attn.sdpa %q, %k, %k {mask = #attn.mask<none>}
+      : tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>
+  %o2 = attn.sdpa %o, %k, %k {mask = #attn.mask<none>}
+      : tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>
+  return %o2 : tensor<?x2x?x16xf32>
+}
+
+// -----
+
+func.func @selection(%q: tensor<?x2x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                     %sel: tensor<?x2x?x4xi32>) -> tensor<?x2x?x16xf32> {
+  // expected-error @below {{no CPU lowering: key selections (sparsity, trees) are not lowered yet}}
+  %o = attn.sparse_sdpa %q, %k, %k, %sel
+      {block_size = 16, mask = #attn.mask<causal>}
+      : tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>,
+        tensor<?x2x?x4xi32>
+  return %o : tensor<?x2x?x16xf32>
+}
+
+// -----
+
+func.func @half(%q: tensor<?x2x?x16xf16>) -> tensor<?x2x?x16xf16> {
+  // expected-error @below {{no CPU lowering: the CPU kernels take f32 storage, got f16}}
+  %o = attn.sdpa %q, %q, %q {mask = #attn.mask<causal>}
+      : tensor<?x2x?x16xf16>, tensor<?x2x?x16xf16>, tensor<?x2x?x16xf16>
+  return %o : tensor<?x2x?x16xf16>
+}
+
+// -----
+
+func.func @ungated(%o: tensor<?x2x?x16xf32>, %g: tensor<?x2x?x16xf32>)
+    -> tensor<?x2x?x16xf32> {
+  // expected-error @below {{no CPU lowering for 'attn.gate' yet}}
+  %r = attn.gate %o, %g : tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>
+  return %r : tensor<?x2x?x16xf32>
+}
+
+// -----
+
+func.func @passthrough(%q: tensor<?x2x?x16xf32>) -> tensor<?x2x?x16xf32> {
+  // expected-error @below {{result #0 returns an argument; an entry's results must be computed}}
+  return %q : tensor<?x2x?x16xf32>
+}
