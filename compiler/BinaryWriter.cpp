@@ -252,14 +252,21 @@ std::string BinaryWriter::finish(llvm::StringRef modelName,
   auto cpu = fb::CreateCpuCode(
       builder, builder.CreateString(target.triple),
       builder.CreateString(target.isaLevel), builder.CreateVector(features),
-      builder.CreateString(tiling.str()), so,
-      ::attn::fnv1a64(reinterpret_cast<const uint8_t *>(sharedObject.data()),
-                      sharedObject.size()));
-  auto binary = fb::CreateBinary(
-      builder, kAttnbFormatVersion, builder.CreateString("attnc"),
-      builder.CreateString(modelName.str()),
-      builder.CreateVector(impl->entries), cpu);
-  builder.Finish(binary, fb::BinaryIdentifier());
-  return std::string(reinterpret_cast<const char *>(builder.GetBufferPointer()),
-                     builder.GetSize());
+      builder.CreateString(tiling.str()), so);
+  auto model = fb::CreateModel(builder, builder.CreateString("attnc"),
+                               builder.CreateString(modelName.str()),
+                               builder.CreateVector(impl->entries), cpu);
+  builder.Finish(model);
+
+  // The file wraps the model buffer with the format version and checksum.
+  const uint8_t *payload = builder.GetBufferPointer();
+  size_t payloadSize = builder.GetSize();
+  flatbuffers::FlatBufferBuilder file(payloadSize + 1024);
+  file.ForceVectorAlignment(payloadSize, sizeof(uint8_t), 16);
+  auto nested = file.CreateVector(payload, payloadSize);
+  auto binary = fb::CreateBinary(file, kAttnbFormatVersion, nested,
+                                 ::attn::fnv1a64(payload, payloadSize));
+  file.Finish(binary, fb::BinaryIdentifier());
+  return std::string(reinterpret_cast<const char *>(file.GetBufferPointer()),
+                     file.GetSize());
 }

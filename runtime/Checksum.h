@@ -1,8 +1,10 @@
 //===- Checksum.h - The checksum of the code in an .attnb -------*- C++ -*-===//
 //
-// FNV-1a (64 bit) of the CPU shared object: the Flatbuffers verifier checks
-// the structure of a buffer, this catches a corrupted code payload before
-// it is loaded. Shared by the writer (compiler) and the loader (runtime).
+// FNV-1a (64 bit) of the nested model buffer of an .attnb: the Flatbuffers
+// verifier checks the structure of a buffer, this catches a corrupted
+// value (a size, a constant of a host program, a byte of code) before
+// anything is loaded. Shared by the writer (compiler) and the loader
+// (runtime).
 //
 //===----------------------------------------------------------------------===//
 

@@ -337,9 +337,6 @@ attn_status attn_model::loadCode(const attn::fb::CpuCode *cpu) {
   }
   const uint8_t *code = cpu->shared_object()->data();
   size_t size = cpu->shared_object()->size();
-  if (attn::fnv1a64(code, size) != cpu->shared_object_fnv1a64())
-    return fail(ATTN_INVALID_BINARY,
-                "corrupt .attnb: the CPU code does not match its checksum");
 
   int fd = memfd_create("attn-cpu-code", MFD_CLOEXEC);
   if (fd < 0)
@@ -399,16 +396,28 @@ attn_status attn_model::load(int32_t numThreads) {
                     std::to_string(binary->format_version()) +
                     " is not supported; this runtime reads version " +
                     std::to_string(kFormatVersion));
-  name = binary->model() ? binary->model()->str() : "";
-  if (!binary->entries())
+  if (!binary->model())
+    return fail(ATTN_INVALID_BINARY, "corrupt .attnb: no model");
+  const uint8_t *payload = binary->model()->data();
+  size_t payloadSize = binary->model()->size();
+  if (attn::fnv1a64(payload, payloadSize) != binary->model_fnv1a64())
+    return fail(ATTN_INVALID_BINARY,
+                "corrupt .attnb: the model does not match its checksum");
+  flatbuffers::Verifier modelVerifier(payload, payloadSize);
+  if (!modelVerifier.VerifyBuffer<attn::fb::Model>(nullptr))
+    return fail(ATTN_INVALID_BINARY,
+                "corrupt .attnb: the Flatbuffers verifier rejected the model");
+  const attn::fb::Model *model = flatbuffers::GetRoot<attn::fb::Model>(payload);
+  name = model->name() ? model->name()->str() : "";
+  if (!model->entries())
     return fail(ATTN_INVALID_BINARY, "corrupt .attnb: no entry list");
-  for (const attn::fb::Entry *fbEntry : *binary->entries()) {
+  for (const attn::fb::Entry *fbEntry : *model->entries()) {
     Entry entry;
     if (attn_status status = readEntry(fbEntry, entry))
       return status;
     entries.push_back(std::move(entry));
   }
-  if (attn_status status = loadCode(binary->cpu()))
+  if (attn_status status = loadCode(model->cpu()))
     return status;
   pool = std::make_unique<attn::ThreadPool>(numThreads);
   return ATTN_OK;

@@ -1,0 +1,234 @@
+//===- RuntimeErrorsTest.cpp - bad binaries and bad arguments -------------===//
+//
+// The runtime never crashes and never answers silently wrong: a truncated
+// or corrupted .attnb, an unknown entry, or arguments that do not match an
+// entry's signature each give a status and a message that says what is
+// wrong.
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Compile.h"
+#include "frontend/ModelDescription.h"
+#include "frontend/ModelToAttn.h"
+#include "runtime/attn_runtime.hpp"
+#include "runtime/schemas/attnb_generated.h"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+using namespace attn;
+
+namespace {
+
+const char *kModel = R"({"model": "errors", "dtype": "f32", "layers": [
+  {"name": "layer", "type": "attention", "num_heads": 4, "num_kv_heads": 2,
+   "head_dim": 16, "mask": "causal", "gate": "headwise"}]})";
+
+class RuntimeErrors : public testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    auto description = mlir::attn::frontend::parseModelDescription(kModel);
+    ASSERT_TRUE(static_cast<bool>(description));
+    mlir::DialectRegistry registry;
+    mlir::attn::registerCompilerDialects(registry);
+    mlir::MLIRContext context(registry);
+    auto module = mlir::attn::frontend::buildAttnModule(context, *description);
+    llvm::Expected<std::string> bytes =
+        mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
+                            mlir::attn::CpuTarget::host(), "errors");
+    ASSERT_TRUE(static_cast<bool>(bytes));
+    binary = new std::string(std::move(*bytes));
+  }
+  static void TearDownTestSuite() { delete binary; }
+
+  static Status load(const std::string &bytes, std::unique_ptr<Model> &model) {
+    return Model::loadMemory(bytes.data(), bytes.size(), 1, model);
+  }
+
+  /// q, k, v, gate for B=1, Lq=5, Lk=7.
+  static std::vector<Tensor> goodInputs() {
+    std::vector<Tensor> inputs{Tensor(ATTN_F32, {1, 4, 5, 16}),
+                               Tensor(ATTN_F32, {1, 2, 7, 16}),
+                               Tensor(ATTN_F32, {1, 2, 7, 16}),
+                               Tensor(ATTN_F32, {1, 4, 5, 1})};
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> uniform(-1, 1);
+    for (Tensor &t : inputs)
+      for (int64_t i = 0; i < t.numElements(); ++i)
+        t.f32()[i] = uniform(rng);
+    return inputs;
+  }
+
+  static std::string *binary;
+};
+
+std::string *RuntimeErrors::binary = nullptr;
+
+TEST_F(RuntimeErrors, LoadsAndRuns) {
+  std::unique_ptr<Model> model;
+  Status status = load(*binary, model);
+  ASSERT_TRUE(status.ok()) << status.message;
+  std::vector<Tensor> outputs;
+  status = model->run(0, goodInputs(), outputs);
+  ASSERT_TRUE(status.ok()) << status.message;
+  EXPECT_EQ(outputs[0].shape, (std::vector<int64_t>{1, 4, 5, 16}));
+}
+
+TEST_F(RuntimeErrors, TruncatedBinary) {
+  for (size_t size : {size_t(0), size_t(3), size_t(8), size_t(64),
+                      binary->size() / 2, binary->size() - 1}) {
+    std::unique_ptr<Model> model;
+    Status status = load(binary->substr(0, size), model);
+    EXPECT_EQ(status.code, ATTN_INVALID_BINARY) << "size " << size;
+    EXPECT_FALSE(status.message.empty());
+  }
+}
+
+TEST_F(RuntimeErrors, NotAnAttnbFile) {
+  std::string bytes = *binary;
+  std::memcpy(&bytes[4], "ELF!", 4);
+  std::unique_ptr<Model> model;
+  Status status = load(bytes, model);
+  EXPECT_EQ(status.code, ATTN_INVALID_BINARY);
+  EXPECT_NE(status.message.find("not an .attnb file"), std::string::npos)
+      << status.message;
+}
+
+// A flipped bit anywhere is either caught at load time or changed nothing
+// that runs (padding): the output stays bit-identical.
+TEST_F(RuntimeErrors, CorruptedBytes) {
+  std::unique_ptr<Model> reference;
+  ASSERT_TRUE(load(*binary, reference).ok());
+  std::vector<Tensor> inputs = goodInputs(), expected;
+  ASSERT_TRUE(reference->run(0, inputs, expected).ok());
+
+  size_t caught = 0, tried = 0;
+  size_t step = std::max<size_t>(1, binary->size() / 400);
+  for (size_t pos = 0; pos < binary->size(); pos += step) {
+    std::string bytes = *binary;
+    bytes[pos] = static_cast<char>(bytes[pos] ^ (1 << (pos % 8)));
+    ++tried;
+    std::unique_ptr<Model> model;
+    Status status = load(bytes, model);
+    if (!status.ok()) {
+      EXPECT_EQ(status.code, ATTN_INVALID_BINARY)
+          << "byte " << pos << ": " << status.message;
+      ++caught;
+      continue;
+    }
+    std::vector<Tensor> outputs;
+    status = model->run(0, inputs, outputs);
+    ASSERT_TRUE(status.ok()) << "byte " << pos << ": " << status.message;
+    EXPECT_EQ(outputs[0].storage, expected[0].storage) << "byte " << pos;
+  }
+  // Nearly every byte is covered by the checksum or the verifier.
+  EXPECT_GT(caught, tried * 9 / 10);
+}
+
+TEST_F(RuntimeErrors, UnknownFormatVersion) {
+  const auto *file = attn::fb::GetBinary(binary->data());
+  flatbuffers::FlatBufferBuilder builder;
+  auto nested = builder.CreateVector(file->model()->data(),
+                                     file->model()->size());
+  builder.Finish(attn::fb::CreateBinary(builder, 99, nested,
+                                        file->model_fnv1a64()),
+                 attn::fb::BinaryIdentifier());
+  std::string bytes(reinterpret_cast<const char *>(builder.GetBufferPointer()),
+                    builder.GetSize());
+  std::unique_ptr<Model> model;
+  Status status = load(bytes, model);
+  EXPECT_EQ(status.code, ATTN_INVALID_BINARY);
+  EXPECT_EQ(status.message, ".attnb format version 99 is not supported; this "
+                            "runtime reads version 1");
+}
+
+TEST_F(RuntimeErrors, UnknownEntry) {
+  std::unique_ptr<Model> model;
+  ASSERT_TRUE(load(*binary, model).ok());
+  int32_t entry;
+  Status status = model->findEntry("nope", entry);
+  EXPECT_EQ(status.code, ATTN_NOT_FOUND);
+  EXPECT_EQ(status.message, "no entry named 'nope'; the model has: layer");
+}
+
+TEST_F(RuntimeErrors, WrongArgumentCount) {
+  std::unique_ptr<Model> model;
+  ASSERT_TRUE(load(*binary, model).ok());
+  std::vector<Tensor> inputs = goodInputs(), outputs;
+  inputs.pop_back();
+  Status status = model->run(0, inputs, outputs);
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "entry 'layer' takes 4 inputs (q, k, v, gate), got 3");
+}
+
+TEST_F(RuntimeErrors, WrongDtype) {
+  std::unique_ptr<Model> model;
+  ASSERT_TRUE(load(*binary, model).ok());
+  std::vector<Tensor> inputs = goodInputs(), outputs;
+  inputs[2].dtype = ATTN_I32;
+  Status status = model->run(0, inputs, outputs);
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "input 'v' (#2) of entry 'layer': expected dtype f32, got i32");
+}
+
+TEST_F(RuntimeErrors, WrongStaticDim) {
+  std::unique_ptr<Model> model;
+  ASSERT_TRUE(load(*binary, model).ok());
+  std::vector<Tensor> inputs = goodInputs(), outputs;
+  inputs[1] = Tensor(ATTN_F32, {1, 3, 7, 16});
+  Status status = model->run(0, inputs, outputs);
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "input 'k' (#1) of entry 'layer': expected shape [B=1, 2, Lk, "
+            "16], got [1, 3, 7, 16] (dim 1 must be 2)");
+}
+
+TEST_F(RuntimeErrors, InconsistentDynamicDims) {
+  std::unique_ptr<Model> model;
+  ASSERT_TRUE(load(*binary, model).ok());
+  std::vector<Tensor> inputs = goodInputs(), outputs;
+  inputs[2] = Tensor(ATTN_F32, {1, 2, 6, 16});
+  Status status = model->run(0, inputs, outputs);
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "input 'v' (#2) of entry 'layer': expected shape [B=1, 2, Lk=7, "
+            "16], got [1, 2, 6, 16] (dim 2 is Lk, which an earlier argument "
+            "set to 7)");
+}
+
+TEST_F(RuntimeErrors, WrongRank) {
+  std::unique_ptr<Model> model;
+  ASSERT_TRUE(load(*binary, model).ok());
+  std::vector<Tensor> inputs = goodInputs(), outputs;
+  inputs[3] = Tensor(ATTN_F32, {1, 4, 5});
+  Status status = model->run(0, inputs, outputs);
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "input 'gate' (#3) of entry 'layer': expected shape [B=1, 4, "
+            "Lq=5, 1], got [1, 4, 5] (rank 3, expected 4)");
+}
+
+TEST_F(RuntimeErrors, WrongOutputBuffer) {
+  std::unique_ptr<Model> model;
+  ASSERT_TRUE(load(*binary, model).ok());
+  std::vector<Tensor> inputs = goodInputs();
+  std::vector<attn_tensor> in;
+  for (const Tensor &t : inputs)
+    in.push_back(t.view());
+  Tensor wrong(ATTN_F32, {1, 4, 6, 16});
+  attn_tensor out = wrong.view();
+  attn_status code = attn_run(model->get(), 0, in.data(), 4, &out, 1);
+  EXPECT_EQ(code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_STREQ(attn_last_error(),
+               "output 'o' (#0) of entry 'layer': expected shape [B=1, 4, "
+               "Lq=5, 16], got [1, 4, 6, 16] (dim 2 is Lq, which an earlier "
+               "argument set to 5)");
+}
+
+} // namespace
