@@ -1,6 +1,7 @@
 # -*- Python -*-
 # The attn regression suite: FileCheck tests of the dialect, passes and tools.
 import os
+import sys
 
 import lit.formats
 from lit.llvm import llvm_config
@@ -26,6 +27,7 @@ config.excludes = [
 llvm_config.use_default_substitutions()
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 config.substitutions.append(("%attn_src_root", config.attn_src_root))
+config.substitutions.append(("%python", sys.executable))
 llvm_config.add_tool_substitutions(
     ["attn-opt", "attnc", "attn-run"], [config.attn_tools_dir, config.llvm_tools_dir]
 )
