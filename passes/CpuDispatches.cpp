@@ -372,7 +372,7 @@ LogicalResult EntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
   Value partialLse = memref::AllocOp::create(
       b, partialLseType, ValueRange{decodeBatch, decodeRows, decodeSplits});
   Value splitGroups =
-      mul(mul(mul(decodeBatch, index(shape.numHeads)), decodeSplits),
+      mul(mul(mul(decodeBatch, index(shape.numKvHeads)), decodeSplits),
           decodeRows);
   Value mergeGroups =
       mul(mul(decodeBatch, index(shape.numHeads)), decodeRows);

@@ -9,8 +9,9 @@
 //    l [TQ]) in scratch. Scores are computed transposed, S^T [TK, TQ], so
 //    the softmax reductions run down the columns with one query per lane:
 //    no horizontal reductions, and only q is repacked (once per workgroup).
-//  * split-KV: one workgroup = (batch, kv head, key range, query head of
-//    the group, query row). For decode, where one query row must use every
+//  * split-KV: one workgroup = (batch, kv head, key range, query row),
+//    serving every query head of the kv head's group so each key block is
+//    read from memory once. For decode, where one query row must use every
 //    thread; it writes the normalized partial output and its log-sum-exp.
 //  * merge: one workgroup = (batch, head, query row); it combines the
 //    partials through their log-sum-exp and applies the epilogue.
@@ -556,17 +557,16 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
 
-  // Workgroup order (batch, kv head, split, head in group, row), the row
-  // fastest: the workgroups that read one key range run next to each other.
+  // Workgroup order (batch, kv head, split, row), the row fastest. One
+  // workgroup serves every query head of its kv head: each block of keys
+  // is read from memory once and reused from L1 by the whole group.
   Value row = e.rem(workgroup, lq);
   Value rest = e.div(workgroup, lq);
-  Value member = e.rem(rest, e.index(group));
-  rest = e.div(rest, e.index(group));
   Value split = e.rem(rest, splits);
   rest = e.div(rest, splits);
   Value kvHead = e.rem(rest, e.index(shape.numKvHeads));
   Value batch = e.div(rest, e.index(shape.numKvHeads));
-  Value head = e.add(e.mul(kvHead, e.index(group)), member);
+  Value firstHead = e.mul(kvHead, e.index(group));
 
   Value pos = e.add(e.sub(lk, lq), row);
   Value begin = e.mul(split, e.index(tiling.splitKeys));
@@ -577,93 +577,111 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
     begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)), c1));
   end = e.maxS(end, begin);
 
-  // The scaled query row, zero-padded to whole vectors.
-  Value query = e.scratch({DPadded});
-  Value acc = e.scratch({DvPadded});
-  for (int64_t off = 0; off < DPadded; off += W)
-    vector::StoreOp::create(
-        b,
-        e.fmul(e.loadVector(q, {batch, head, row, e.index(off)},
-                            std::min(W, D - off)),
-               e.splat(shape.scale)),
-        query, e.index(off));
-  for (int64_t off = 0; off < DvPadded; off += W)
-    vector::StoreOp::create(b, e.splat(0.0), acc, e.index(off));
+  // Per query head of the group: the scaled query row (zero-padded to
+  // whole vectors), acc, and the running max and sum.
+  Value query = e.scratch({group, DPadded});
+  Value acc = e.scratch({group, DvPadded});
+  Value runningMax = e.scratch({group});
+  Value runningSum = e.scratch({group});
+  Value groupSize = e.index(group);
+  e.loop(c0, groupSize, c1, [&](Value g) {
+    Value head = e.add(firstHead, g);
+    for (int64_t off = 0; off < DPadded; off += W)
+      vector::StoreOp::create(
+          b,
+          e.fmul(e.loadVector(q, {batch, head, row, e.index(off)},
+                              std::min(W, D - off)),
+                 e.splat(shape.scale)),
+          query, ValueRange{g, e.index(off)});
+    for (int64_t off = 0; off < DvPadded; off += W)
+      vector::StoreOp::create(b, e.splat(0.0), acc,
+                              ValueRange{g, e.index(off)});
+    e.store(e.scalar(kNegInf), runningMax, {g});
+    e.store(e.scalar(0.0), runningSum, {g});
+  });
+
+  auto i32Vec = VectorType::get({W}, b.getI32Type());
+  SmallVector<int32_t> laneIds(W);
+  for (int64_t lane = 0; lane < W; ++lane)
+    laneIds[lane] = static_cast<int32_t>(lane);
+  Value lanes = arith::ConstantOp::create(
+      b, DenseElementsAttr::get(i32Vec, ArrayRef<int32_t>(laneIds)));
 
   // W keys per step: W dot products gathered into one score vector.
   Value lastKey = e.sub(end, c1);
-  SmallVector<Value> state = e.loop(
-      begin, end, e.index(W), {e.scalar(kNegInf), e.scalar(0.0)},
-      [&](Value j0, ValueRange it) {
-        Value count = e.sub(end, j0);
-        SmallVector<Value> keys;
-        Value s = e.splat(0.0);
-        for (int64_t jj = 0; jj < W; ++jj) {
-          keys.push_back(e.minS(e.add(j0, e.index(jj)), lastKey));
-          // Two accumulators hide the FMA latency.
-          Value dots[2] = {e.splat(0.0), e.splat(0.0)};
-          for (int64_t off = 0, n = 0; off < D; off += W, ++n)
-            dots[n % 2] = e.fma(
-                vector::LoadOp::create(b, e.vec, query, e.index(off)),
-                e.loadVector(k, {batch, kvHead, keys[jj], e.index(off)},
-                             std::min(W, D - off)),
-                dots[n % 2]);
-          Value dot = vector::ReductionOp::create(
-              b, vector::CombiningKind::ADD, e.fadd(dots[0], dots[1]));
-          s = vector::InsertOp::create(b, dot, s, jj);
-        }
-        s = e.softcap(s, shape.softcap);
-        // Lanes past the range repeat the last key: mask them.
-        auto i32Vec = VectorType::get({W}, b.getI32Type());
-        SmallVector<int32_t> laneIds(W);
-        for (int64_t lane = 0; lane < W; ++lane)
-          laneIds[lane] = static_cast<int32_t>(lane);
-        Value lanes = arith::ConstantOp::create(
-            b, DenseElementsAttr::get(i32Vec, ArrayRef<int32_t>(laneIds)));
-        Value inRange = e.icmp(
-            arith::CmpIPredicate::slt, lanes,
-            vector::BroadcastOp::create(
-                b, i32Vec,
-                arith::IndexCastOp::create(b, b.getI32Type(), count)));
-        s = e.select(inRange, s, e.splat(kNegInf));
+  e.loop(begin, end, e.index(W), [&](Value j0) {
+    Value count = e.sub(end, j0);
+    SmallVector<Value> keys;
+    for (int64_t jj = 0; jj < W; ++jj)
+      keys.push_back(e.minS(e.add(j0, e.index(jj)), lastKey));
+    // Lanes past the range repeat the last key: mask them.
+    Value inRange = e.icmp(
+        arith::CmpIPredicate::slt, lanes,
+        vector::BroadcastOp::create(
+            b, i32Vec, arith::IndexCastOp::create(b, b.getI32Type(), count)));
+    e.loop(c0, groupSize, c1, [&](Value g) {
+      Value s = e.splat(0.0);
+      for (int64_t jj = 0; jj < W; ++jj) {
+        // Two accumulators hide the FMA latency.
+        Value dots[2] = {e.splat(0.0), e.splat(0.0)};
+        for (int64_t off = 0, n = 0; off < D; off += W, ++n)
+          dots[n % 2] = e.fma(
+              vector::LoadOp::create(b, e.vec, query,
+                                     ValueRange{g, e.index(off)}),
+              e.loadVector(k, {batch, kvHead, keys[jj], e.index(off)},
+                           std::min(W, D - off)),
+              dots[n % 2]);
+        Value dot = vector::ReductionOp::create(
+            b, vector::CombiningKind::ADD, e.fadd(dots[0], dots[1]));
+        s = vector::InsertOp::create(b, dot, s, jj);
+      }
+      s = e.softcap(s, shape.softcap);
+      s = e.select(inRange, s, e.splat(kNegInf));
 
-        Value oldMax = it[0];
-        Value newMax = e.fmax(
-            oldMax, vector::ReductionOp::create(
-                        b, vector::CombiningKind::MAXIMUMF, s));
-        Value safe = e.safeMax(newMax);
-        Value rescale = e.exp(e.fsub(oldMax, safe));
-        Value p = e.exp(e.fsub(s, e.broadcast(safe)));
-        Value sum = e.fadd(e.fmul(it[1], rescale),
-                           vector::ReductionOp::create(
-                               b, vector::CombiningKind::ADD, p));
-        Value rescaleVec = e.broadcast(rescale);
-        for (int64_t off = 0; off < Dv; off += W) {
-          Value a = e.fmul(vector::LoadOp::create(b, e.vec, acc, e.index(off)),
-                           rescaleVec);
-          for (int64_t jj = 0; jj < W; ++jj)
-            a = e.fma(e.broadcast(vector::ExtractOp::create(b, p, jj)),
-                      e.loadVector(v, {batch, kvHead, keys[jj], e.index(off)},
-                                   std::min(W, Dv - off)),
-                      a);
-          vector::StoreOp::create(b, a, acc, e.index(off));
-        }
-        return SmallVector<Value>{newMax, sum};
-      });
+      Value oldMax = e.load(runningMax, g);
+      Value newMax = e.fmax(
+          oldMax,
+          vector::ReductionOp::create(b, vector::CombiningKind::MAXIMUMF, s));
+      Value safe = e.safeMax(newMax);
+      Value rescale = e.exp(e.fsub(oldMax, safe));
+      Value p = e.exp(e.fsub(s, e.broadcast(safe)));
+      e.store(e.fadd(e.fmul(e.load(runningSum, g), rescale),
+                     vector::ReductionOp::create(
+                         b, vector::CombiningKind::ADD, p)),
+              runningSum, g);
+      e.store(newMax, runningMax, g);
+      Value rescaleVec = e.broadcast(rescale);
+      for (int64_t off = 0; off < Dv; off += W) {
+        Value a = e.fmul(vector::LoadOp::create(b, e.vec, acc,
+                                                ValueRange{g, e.index(off)}),
+                         rescaleVec);
+        for (int64_t jj = 0; jj < W; ++jj)
+          a = e.fma(e.broadcast(vector::ExtractOp::create(b, p, jj)),
+                    e.loadVector(v, {batch, kvHead, keys[jj], e.index(off)},
+                                 std::min(W, Dv - off)),
+                    a);
+        vector::StoreOp::create(b, a, acc, ValueRange{g, e.index(off)});
+      }
+    });
+  });
 
-  // The normalized partial and its log-sum-exp (0 and -inf when empty).
-  Value m = state[0], l = state[1];
-  Value nonEmpty = e.fcmp(arith::CmpFPredicate::OGT, l, e.scalar(0.0));
-  Value inv = e.select(nonEmpty, e.fdiv(e.scalar(1.0), l), e.scalar(0.0));
-  Value invVec = e.broadcast(inv);
-  for (int64_t off = 0; off < Dv; off += W)
-    e.storeVector(
-        e.fmul(vector::LoadOp::create(b, e.vec, acc, e.index(off)), invVec),
-        partialOut, {batch, head, row, split, e.index(off)},
-        std::min(W, Dv - off));
-  e.store(e.select(nonEmpty, e.fadd(m, math::LogOp::create(b, l)),
-                   e.scalar(kNegInf)),
-          partialLse, {batch, head, row, split});
+  // The normalized partials and their log-sum-exp (0 and -inf when empty).
+  e.loop(c0, groupSize, c1, [&](Value g) {
+    Value head = e.add(firstHead, g);
+    Value m = e.load(runningMax, g), l = e.load(runningSum, g);
+    Value nonEmpty = e.fcmp(arith::CmpFPredicate::OGT, l, e.scalar(0.0));
+    Value inv = e.select(nonEmpty, e.fdiv(e.scalar(1.0), l), e.scalar(0.0));
+    Value invVec = e.broadcast(inv);
+    for (int64_t off = 0; off < Dv; off += W)
+      e.storeVector(e.fmul(vector::LoadOp::create(
+                               b, e.vec, acc, ValueRange{g, e.index(off)}),
+                           invVec),
+                    partialOut, {batch, head, row, split, e.index(off)},
+                    std::min(W, Dv - off));
+    e.store(e.select(nonEmpty, e.fadd(m, math::LogOp::create(b, l)),
+                     e.scalar(kNegInf)),
+            partialLse, {batch, head, row, split});
+  });
   func::ReturnOp::create(b);
   return func;
 }

@@ -1,0 +1,208 @@
+//===- attention-bench.cpp - Softmax attention against the machine --------===//
+//
+// Not a test: prints a table. Every number is a ratio against a ceiling
+// measured in the same run on the same threads:
+//
+//  * prefill (B=1, H=8, L=1024/2048/4096, D=128; dense and causal; Hkv 8
+//    and 2) in GFLOP/s over OpenBLAS sgemm (1024^3 on the same threads).
+//    FLOPs count only visible work: 4*D per visible (query, key) pair, so
+//    causal counts L(L+1)/2 pairs.
+//  * decode (Lq=1, Lk=4K..32K) in GB/s of K and V read, over a memcpy of a
+//    buffer far larger than the caches, counted as STREAM does (bytes read
+//    + bytes written).
+//
+//   attention-bench [--threads N] [--repeat N] [--quick]
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Compile.h"
+#include "frontend/ModelDescription.h"
+#include "frontend/ModelToAttn.h"
+#include "runtime/attn_runtime.hpp"
+
+#include "mlir/IR/MLIRContext.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename F> double medianSeconds(int repeat, F &&body) {
+  body(); // warm up
+  std::vector<double> times;
+  for (int r = 0; r < repeat; ++r) {
+    auto begin = Clock::now();
+    body();
+    times.push_back(std::chrono::duration<double>(Clock::now() - begin).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+double sgemmGflops(int threads, int repeat) {
+  openblas_set_num_threads(threads);
+  const int n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  double seconds = medianSeconds(repeat, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f,
+                a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  });
+  return 2.0 * n * n * n / seconds / 1e9;
+}
+
+double memcpyGbps(int threads, int repeat) {
+  const size_t bytes = size_t(512) << 20;
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  double seconds = medianSeconds(repeat, [&] {
+    std::vector<std::thread> pool;
+    size_t chunk = bytes / threads;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        std::memcpy(dst.data() + t * chunk, src.data() + t * chunk, chunk);
+      });
+    for (std::thread &th : pool)
+      th.join();
+  });
+  return 2.0 * bytes / seconds / 1e9;
+}
+
+std::unique_ptr<attn::Model> compileLayer(int heads, int kvHeads, int dim,
+                                          const char *mask, int threads) {
+  char json[512];
+  std::snprintf(json, sizeof(json),
+                R"({"model": "bench", "dtype": "f32", "layers": [{"name": )"
+                R"("layer", "type": "attention", "num_heads": %d, )"
+                R"("num_kv_heads": %d, "head_dim": %d, "mask": "%s"}]})",
+                heads, kvHeads, dim, mask);
+  auto description = mlir::attn::frontend::parseModelDescription(json);
+  if (!description) {
+    std::fprintf(stderr, "%s\n", llvm::toString(description.takeError()).c_str());
+    return nullptr;
+  }
+  mlir::DialectRegistry registry;
+  mlir::attn::registerCompilerDialects(registry);
+  mlir::MLIRContext context(registry);
+  auto module = mlir::attn::frontend::buildAttnModule(context, *description);
+  llvm::Expected<std::string> binary =
+      mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
+                          mlir::attn::CpuTarget::host(), "bench");
+  if (!binary) {
+    std::fprintf(stderr, "%s\n", llvm::toString(binary.takeError()).c_str());
+    return nullptr;
+  }
+  std::unique_ptr<attn::Model> model;
+  attn::Status status = attn::Model::loadMemory(binary->data(), binary->size(),
+                                                threads, model);
+  if (!status.ok())
+    std::fprintf(stderr, "%s\n", status.message.c_str());
+  return model;
+}
+
+std::vector<attn::Tensor> randomInputs(int heads, int kvHeads, int64_t lq,
+                                       int64_t lk, int dim) {
+  std::vector<attn::Tensor> inputs{attn::Tensor(ATTN_F32, {1, heads, lq, dim}),
+                                   attn::Tensor(ATTN_F32, {1, kvHeads, lk, dim}),
+                                   attn::Tensor(ATTN_F32, {1, kvHeads, lk, dim})};
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  for (attn::Tensor &t : inputs)
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      t.f32()[i] = uniform(rng);
+  return inputs;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  int threads = 2, repeat = 5;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (arg == "--repeat" && i + 1 < argc)
+      repeat = std::atoi(argv[++i]);
+    else if (arg == "--quick")
+      quick = true;
+    else {
+      std::fprintf(stderr, "usage: attention-bench [--threads N] [--repeat N] "
+                           "[--quick]\n");
+      return 2;
+    }
+  }
+  const int heads = 8, dim = 128;
+  double sgemm = sgemmGflops(threads, repeat);
+  double memcpyRate = memcpyGbps(threads, repeat);
+  std::printf("threads=%d  sgemm=%.1f GFLOP/s  memcpy=%.1f GB/s "
+              "(read+write)\n\n",
+              threads, sgemm, memcpyRate);
+
+  std::printf("| prefill | Hkv | L | ms | GFLOP/s | x sgemm |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  std::vector<int64_t> lengths = quick ? std::vector<int64_t>{1024}
+                                       : std::vector<int64_t>{1024, 2048, 4096};
+  for (const char *mask : {"none", "causal"})
+    for (int kvHeads : {8, 2}) {
+      auto model = compileLayer(heads, kvHeads, dim, mask, threads);
+      if (!model)
+        return 1;
+      for (int64_t l : lengths) {
+        std::vector<attn::Tensor> inputs =
+            randomInputs(heads, kvHeads, l, l, dim), outputs;
+        double seconds = medianSeconds(repeat, [&] {
+          attn::Status status = model->run(0, inputs, outputs);
+          if (!status.ok()) {
+            std::fprintf(stderr, "%s\n", status.message.c_str());
+            std::exit(1);
+          }
+        });
+        double pairs = std::strcmp(mask, "causal") == 0
+                           ? double(l) * (l + 1) / 2
+                           : double(l) * l;
+        double gflops = 4.0 * heads * dim * pairs / seconds / 1e9;
+        std::printf("| %s | %d | %lld | %.2f | %.1f | %.2f |\n",
+                    std::strcmp(mask, "none") == 0 ? "dense" : "causal",
+                    kvHeads, static_cast<long long>(l), seconds * 1e3, gflops,
+                    gflops / sgemm);
+      }
+    }
+
+  std::printf("\n| decode | Hkv | Lk | ms | GB/s (K+V) | x memcpy |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  std::vector<int64_t> keyLengths =
+      quick ? std::vector<int64_t>{4096}
+            : std::vector<int64_t>{4096, 8192, 16384, 32768};
+  for (int kvHeads : {8, 2}) {
+    auto model = compileLayer(heads, kvHeads, dim, "causal", threads);
+    if (!model)
+      return 1;
+    for (int64_t lk : keyLengths) {
+      std::vector<attn::Tensor> inputs = randomInputs(heads, kvHeads, 1, lk, dim),
+                                outputs;
+      double seconds = medianSeconds(repeat * 4, [&] {
+        attn::Status status = model->run(0, inputs, outputs);
+        if (!status.ok()) {
+          std::fprintf(stderr, "%s\n", status.message.c_str());
+          std::exit(1);
+        }
+      });
+      double gbps = 2.0 * kvHeads * lk * dim * 4 / seconds / 1e9;
+      std::printf("| decode | %d | %lld | %.3f | %.1f | %.2f |\n", kvHeads,
+                  static_cast<long long>(lk), seconds * 1e3, gbps,
+                  gbps / memcpyRate);
+    }
+  }
+  return 0;
+}
