@@ -36,7 +36,7 @@ struct CpuDispatchOptions : public PassPipelineOptions<CpuDispatchOptions> {
                           llvm::cl::init(32)};
   Option<int64_t> splitKeys{*this, "split-keys",
                             llvm::cl::desc("keys per split-KV workgroup"),
-                            llvm::cl::init(256)};
+                            llvm::cl::init(512)};
   Option<int64_t> decodeMaxQueries{
       *this, "decode-max-queries",
       llvm::cl::desc("calls with at most this many query rows use split-KV"),

@@ -52,7 +52,7 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
            "query rows per flash workgroup (a multiple of vector-width)">,
     Option<"keyTile", "key-tile", "int64_t", "32",
            "keys per flash step (a multiple of 4)">,
-    Option<"splitKeys", "split-keys", "int64_t", "256",
+    Option<"splitKeys", "split-keys", "int64_t", "512",
            "keys per split-KV workgroup">,
     Option<"decodeMaxQueries", "decode-max-queries", "int64_t", "8",
            "calls with at most this many query rows take the split-KV path">,

@@ -233,6 +233,27 @@ public:
     Value zero = isVector ? splat(0.0) : scalar(0.0);
     return select(fcmp(arith::CmpFPredicate::OEQ, m, negInf), zero, m);
   }
+  /// The vector whose lane i is the sum of the lanes of `vectors[i]`
+  /// (`width` vectors): a transpose-and-add tree of log2(width) levels of
+  /// shuffles, instead of one horizontal reduction per vector.
+  Value sumEach(SmallVector<Value> vectors) {
+    for (int64_t stride = 1; vectors.size() > 1; stride *= 2) {
+      SmallVector<int64_t> even(width), odd(width);
+      for (int64_t lane = 0; lane < width; ++lane) {
+        int64_t block = lane / (2 * stride), r = lane % (2 * stride);
+        even[lane] = r < stride ? block * 2 * stride + r
+                                : width + block * 2 * stride + r - stride;
+        odd[lane] = even[lane] + stride;
+      }
+      SmallVector<Value> next;
+      for (size_t i = 0; i + 1 < vectors.size(); i += 2)
+        next.push_back(
+            fadd(vector::ShuffleOp::create(b, vectors[i], vectors[i + 1], even),
+                 vector::ShuffleOp::create(b, vectors[i], vectors[i + 1], odd)));
+      vectors = std::move(next);
+    }
+    return vectors.front();
+  }
   /// x * sigmoid(g).
   Value sigmoidGate(Value x, Value g) {
     Value one = splat(1.0);
@@ -620,21 +641,24 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
         vector::BroadcastOp::create(
             b, i32Vec, arith::IndexCastOp::create(b, b.getI32Type(), count)));
     e.loop(c0, groupSize, c1, [&](Value g) {
-      Value s = e.splat(0.0);
-      for (int64_t jj = 0; jj < W; ++jj) {
-        // Two accumulators hide the FMA latency.
-        Value dots[2] = {e.splat(0.0), e.splat(0.0)};
-        for (int64_t off = 0, n = 0; off < D; off += W, ++n)
-          dots[n % 2] = e.fma(
-              vector::LoadOp::create(b, e.vec, query,
-                                     ValueRange{g, e.index(off)}),
-              e.loadVector(k, {batch, kvHead, keys[jj], e.index(off)},
-                           std::min(W, D - off)),
-              dots[n % 2]);
-        Value dot = vector::ReductionOp::create(
-            b, vector::CombiningKind::ADD, e.fadd(dots[0], dots[1]));
-        s = vector::InsertOp::create(b, dot, s, jj);
+      // One dot product per key, accumulated over chunks of 4 query
+      // vectors so each query load serves W keys, then reduced all at once.
+      SmallVector<Value> dots(W, e.splat(0.0));
+      for (int64_t off0 = 0; off0 < D; off0 += 4 * W) {
+        SmallVector<std::pair<Value, int64_t>> chunk;
+        for (int64_t off = off0; off < std::min(D, off0 + 4 * W); off += W)
+          chunk.push_back({vector::LoadOp::create(b, e.vec, query,
+                                                  ValueRange{g, e.index(off)}),
+                           off});
+        for (int64_t jj = 0; jj < W; ++jj)
+          for (auto [qv, off] : chunk)
+            dots[jj] = e.fma(
+                qv,
+                e.loadVector(k, {batch, kvHead, keys[jj], e.index(off)},
+                             std::min(W, D - off)),
+                dots[jj]);
       }
+      Value s = e.sumEach(dots);
       s = e.softcap(s, shape.softcap);
       s = e.select(inRange, s, e.splat(kNegInf));
 

@@ -28,7 +28,7 @@ struct CpuTiling {
   /// Keys per flash step (a multiple of 4).
   int64_t keyTile = 32;
   /// Keys per split-KV workgroup.
-  int64_t splitKeys = 256;
+  int64_t splitKeys = 512;
   /// Entries with at most this many query rows take the split-KV path.
   int64_t decodeMaxQueries = 8;
 

@@ -7,7 +7,7 @@
 
 // CHECK-LABEL: func.func private @layer__flash0
 // CHECK-SAME:    attn.kernel = "flash"
-// CHECK-SAME:    attn.tiling = {decode_max_queries = 8 : i64, key_tile = 32 : i64, query_tile = 32 : i64, split_keys = 256 : i64, vector_width = 8 : i64}
+// CHECK-SAME:    attn.tiling = {decode_max_queries = 8 : i64, key_tile = 32 : i64, query_tile = 32 : i64, split_keys = 512 : i64, vector_width = 8 : i64}
 // The key loop stops at the tile's last visible key (causal).
 // CHECK:         %[[END:.+]] = arith.maxsi %{{.+}}, %{{.+}} : index
 // CHECK:         scf.for %{{.+}} = %{{.+}} to %[[END]] step %{{.+}} {
