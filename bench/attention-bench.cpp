@@ -45,7 +45,8 @@ template <typename F> double medianSeconds(int repeat, F &&body) {
   for (int r = 0; r < repeat; ++r) {
     auto begin = Clock::now();
     body();
-    times.push_back(std::chrono::duration<double>(Clock::now() - begin).count());
+    times.push_back(
+        std::chrono::duration<double>(Clock::now() - begin).count());
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
@@ -88,7 +89,8 @@ std::unique_ptr<attn::Model> compileLayer(int heads, int kvHeads, int dim,
                 heads, kvHeads, dim, mask);
   auto description = mlir::attn::frontend::parseModelDescription(json);
   if (!description) {
-    std::fprintf(stderr, "%s\n", llvm::toString(description.takeError()).c_str());
+    std::fprintf(stderr, "%s\n",
+                 llvm::toString(description.takeError()).c_str());
     return nullptr;
   }
   mlir::DialectRegistry registry;
@@ -103,8 +105,8 @@ std::unique_ptr<attn::Model> compileLayer(int heads, int kvHeads, int dim,
     return nullptr;
   }
   std::unique_ptr<attn::Model> model;
-  attn::Status status = attn::Model::loadMemory(binary->data(), binary->size(),
-                                                threads, model);
+  attn::Status status =
+      attn::Model::loadMemory(binary->data(), binary->size(), threads, model);
   if (!status.ok())
     std::fprintf(stderr, "%s\n", status.message.c_str());
   return model;
@@ -112,9 +114,10 @@ std::unique_ptr<attn::Model> compileLayer(int heads, int kvHeads, int dim,
 
 std::vector<attn::Tensor> randomInputs(int heads, int kvHeads, int64_t lq,
                                        int64_t lk, int dim) {
-  std::vector<attn::Tensor> inputs{attn::Tensor(ATTN_F32, {1, heads, lq, dim}),
-                                   attn::Tensor(ATTN_F32, {1, kvHeads, lk, dim}),
-                                   attn::Tensor(ATTN_F32, {1, kvHeads, lk, dim})};
+  std::vector<attn::Tensor> inputs{
+      attn::Tensor(ATTN_F32, {1, heads, lq, dim}),
+      attn::Tensor(ATTN_F32, {1, kvHeads, lk, dim}),
+      attn::Tensor(ATTN_F32, {1, kvHeads, lk, dim})};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> uniform(-1, 1);
   for (attn::Tensor &t : inputs)
@@ -160,7 +163,8 @@ int main(int argc, char **argv) {
         return 1;
       for (int64_t l : lengths) {
         std::vector<attn::Tensor> inputs =
-            randomInputs(heads, kvHeads, l, l, dim), outputs;
+                                      randomInputs(heads, kvHeads, l, l, dim),
+                                  outputs;
         double seconds = medianSeconds(repeat, [&] {
           attn::Status status = model->run(0, inputs, outputs);
           if (!status.ok()) {
@@ -189,7 +193,8 @@ int main(int argc, char **argv) {
     if (!model)
       return 1;
     for (int64_t lk : keyLengths) {
-      std::vector<attn::Tensor> inputs = randomInputs(heads, kvHeads, 1, lk, dim),
+      std::vector<attn::Tensor> inputs =
+                                    randomInputs(heads, kvHeads, 1, lk, dim),
                                 outputs;
       double seconds = medianSeconds(repeat * 4, [&] {
         attn::Status status = model->run(0, inputs, outputs);

@@ -79,8 +79,8 @@ private:
           auto attr = dyn_cast<IntegerAttr>(c.getValue());
           if (!attr)
             return c.emitError("a host program holds integer constants only");
-          registers[c] = addIntOp(Kind::Constant, 0, 0, 0,
-                                  attr.getValue().getSExtValue());
+          registers[c] =
+              addIntOp(Kind::Constant, 0, 0, 0, attr.getValue().getSExtValue());
           return success();
         })
         .Case([&](memref::DimOp dim) -> LogicalResult {
@@ -88,9 +88,8 @@ private:
           if (!index || !bufferIds.count(dim.getSource()))
             return dim.emitError("a host program reads constant dims of "
                                  "arguments or temporaries only");
-          registers[dim] =
-              addIntOp(Kind::BufferDim, bufferIds[dim.getSource()],
-                       static_cast<int32_t>(*index));
+          registers[dim] = addIntOp(Kind::BufferDim, bufferIds[dim.getSource()],
+                                    static_cast<int32_t>(*index));
           return success();
         })
         .Case([&](arith::AddIOp) { return binary(Kind::Add); })
@@ -121,16 +120,36 @@ private:
           using P = arith::CmpIPredicate;
           Kind kind = Kind::CmpEq;
           switch (cmp.getPredicate()) {
-          case P::eq: kind = Kind::CmpEq; break;
-          case P::ne: kind = Kind::CmpNe; break;
-          case P::slt: kind = Kind::CmpSlt; break;
-          case P::sle: kind = Kind::CmpSle; break;
-          case P::sgt: kind = Kind::CmpSgt; break;
-          case P::sge: kind = Kind::CmpSge; break;
-          case P::ult: kind = Kind::CmpUlt; break;
-          case P::ule: kind = Kind::CmpUle; break;
-          case P::ugt: kind = Kind::CmpUgt; break;
-          case P::uge: kind = Kind::CmpUge; break;
+          case P::eq:
+            kind = Kind::CmpEq;
+            break;
+          case P::ne:
+            kind = Kind::CmpNe;
+            break;
+          case P::slt:
+            kind = Kind::CmpSlt;
+            break;
+          case P::sle:
+            kind = Kind::CmpSle;
+            break;
+          case P::sgt:
+            kind = Kind::CmpSgt;
+            break;
+          case P::sge:
+            kind = Kind::CmpSge;
+            break;
+          case P::ult:
+            kind = Kind::CmpUlt;
+            break;
+          case P::ule:
+            kind = Kind::CmpUle;
+            break;
+          case P::ugt:
+            kind = Kind::CmpUgt;
+            break;
+          case P::uge:
+            kind = Kind::CmpUge;
+            break;
           }
           return binary(kind);
         })
@@ -225,9 +244,9 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host) {
   HostProgramBuilder program(builder, host);
   if (failed(program.build()))
     return failure();
-  entries.push_back(fb::CreateEntryDirect(
-      builder, host.getSymName().str().c_str(), &inputs, &outputs,
-      &program.types, &program.steps));
+  entries.push_back(
+      fb::CreateEntryDirect(builder, host.getSymName().str().c_str(), &inputs,
+                            &outputs, &program.types, &program.steps));
   return success();
 }
 
@@ -249,10 +268,10 @@ std::string BinaryWriter::finish(llvm::StringRef modelName,
   auto so = builder.CreateVector(
       reinterpret_cast<const uint8_t *>(sharedObject.data()),
       sharedObject.size());
-  auto cpu = fb::CreateCpuCode(
-      builder, builder.CreateString(target.triple),
-      builder.CreateString(target.isaLevel), builder.CreateVector(features),
-      builder.CreateString(tiling.str()), so);
+  auto cpu = fb::CreateCpuCode(builder, builder.CreateString(target.triple),
+                               builder.CreateString(target.isaLevel),
+                               builder.CreateVector(features),
+                               builder.CreateString(tiling.str()), so);
   auto model = fb::CreateModel(builder, builder.CreateString("attnc"),
                                builder.CreateString(modelName.str()),
                                builder.CreateVector(impl->entries), cpu);

@@ -26,11 +26,10 @@ namespace {
 
 /// The features each x86-64 level adds (LLVM names; the runtime checks
 /// them with __builtin_cpu_supports).
-const std::vector<std::string> kLevel2 = {"sse3", "ssse3", "sse4.1",
-                                          "sse4.2", "popcnt"};
-const std::vector<std::string> kLevel3 = {"avx",  "avx2",  "fma",
-                                          "bmi",  "bmi2",  "f16c",
-                                          "lzcnt", "movbe", "xsave"};
+const std::vector<std::string> kLevel2 = {"sse3", "ssse3", "sse4.1", "sse4.2",
+                                          "popcnt"};
+const std::vector<std::string> kLevel3 = {
+    "avx", "avx2", "fma", "bmi", "bmi2", "f16c", "lzcnt", "movbe", "xsave"};
 const std::vector<std::string> kLevel4 = {"avx512f", "avx512bw", "avx512cd",
                                           "avx512dq", "avx512vl"};
 
@@ -87,8 +86,7 @@ translateAndOptimize(ModuleOp module, const CpuTarget &target,
       triple, target.isaLevel, /*Features=*/"", options, llvm::Reloc::PIC_,
       std::nullopt, llvm::CodeGenOptLevel::Aggressive));
   if (!machine)
-    return error("cannot create an LLVM target machine for " +
-                 target.isaLevel);
+    return error("cannot create an LLVM target machine for " + target.isaLevel);
   llvmModule->setTargetTriple(triple);
   llvmModule->setDataLayout(machine->createDataLayout());
 
@@ -154,13 +152,13 @@ mlir::attn::emitCpuSharedObject(ModuleOp module, const CpuTarget &target) {
   // Object file and shared object go through two temporary files: ld.lld
   // is a separate program.
   llvm::SmallString<128> objectPath, sharedPath;
-  if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
-          "attn-kernels", "o", objectPath))
+  if (std::error_code ec =
+          llvm::sys::fs::createTemporaryFile("attn-kernels", "o", objectPath))
     return error("cannot create a temporary object file: " + ec.message());
-  if (std::error_code ec = llvm::sys::fs::createTemporaryFile(
-          "attn-kernels", "so", sharedPath))
+  if (std::error_code ec =
+          llvm::sys::fs::createTemporaryFile("attn-kernels", "so", sharedPath))
     return error("cannot create a temporary shared object: " + ec.message());
-  auto cleanup = llvm::make_scope_exit([&] {
+  llvm::scope_exit cleanup([&] {
     llvm::sys::fs::remove(objectPath);
     llvm::sys::fs::remove(sharedPath);
   });
@@ -182,8 +180,8 @@ mlir::attn::emitCpuSharedObject(ModuleOp module, const CpuTarget &target) {
     return error("cannot find ld.lld (looked in " ATTN_LLVM_TOOLS_DIR
                  " and PATH); install lld-22");
   std::string errorMessage;
-  llvm::StringRef args[] = {*linker,    "-shared", "--no-undefined-version",
-                            "-o",       sharedPath, objectPath};
+  llvm::StringRef args[] = {*linker, "-shared",  "--no-undefined-version",
+                            "-o",    sharedPath, objectPath};
   int status = llvm::sys::ExecuteAndWait(*linker, args, std::nullopt, {}, 0, 0,
                                          &errorMessage);
   if (status != 0)

@@ -127,8 +127,8 @@ private:
       return it->second;
     // The role of any member names the group; otherwise N0, N1, ...
     std::string name;
-    for (auto member = classes.findLeader(key(ref)); member != classes.member_end();
-         ++member)
+    for (auto member = classes.findLeader(key(ref));
+         member != classes.member_end(); ++member)
       if (auto role = roles.find(*member); role != roles.end()) {
         name = role->second;
         break;
@@ -217,8 +217,7 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
-    return op.emitError() << "no CPU lowering for '" << op.getName()
-                          << "' yet";
+    return op.emitError() << "no CPU lowering for '" << op.getName() << "' yet";
   }
 
   SymbolicShapes shapes;
@@ -232,8 +231,8 @@ LogicalResult EntryLowering::run() {
   SmallVector<DictionaryAttr> argAttrs;
   for (BlockArgument arg : entry.getArguments()) {
     if (!isa<RankedTensorType>(arg.getType()))
-      return entry.emitError() << "argument #" << arg.getArgNumber()
-                               << " is not a ranked tensor";
+      return entry.emitError()
+             << "argument #" << arg.getArgNumber() << " is not a ranked tensor";
     argTypes.push_back(bufferTypeOf(arg.getType()));
     NamedAttrList list(entry.getArgAttrDict(arg.getArgNumber()));
     list.set("attn.shape", shapes.shapeOf(arg, attrs));
@@ -252,7 +251,8 @@ LogicalResult EntryLowering::run() {
       bool bound = llvm::any_of(entry.getArguments(), [&](BlockArgument arg) {
         auto argType = cast<RankedTensorType>(arg.getType());
         for (int64_t ad = 0; ad < argType.getRank(); ++ad)
-          if (argType.isDynamicDim(ad) && shapes.sameClass({arg, ad}, {value, d}))
+          if (argType.isDynamicDim(ad) &&
+              shapes.sameClass({arg, ad}, {value, d}))
             return true;
         return false;
       });
@@ -283,8 +283,8 @@ LogicalResult EntryLowering::run() {
     }
     if (auto dim = dyn_cast<tensor::DimOp>(op)) {
       Value buffer = buffers.lookup(dim.getSource());
-      Value size = memref::DimOp::create(b, buffer,
-                                         buffers.lookup(dim.getIndex()));
+      Value size =
+          memref::DimOp::create(b, buffer, buffers.lookup(dim.getIndex()));
       buffers.map(dim.getResult(), size);
       continue;
     }
@@ -352,17 +352,15 @@ LogicalResult EntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
                                        index(tiling.decodeMaxQueries));
   Value queryTiles = arith::CeilDivUIOp::create(b, lq, index(tiling.queryTile));
   Value flashGroups =
-      select(decode, zero,
-             mul(mul(batch, index(shape.numHeads)), queryTiles));
+      select(decode, zero, mul(mul(batch, index(shape.numHeads)), queryTiles));
   Value splits = arith::CeilDivUIOp::create(b, lk, index(tiling.splitKeys));
   Value decodeBatch = select(decode, batch, zero);
   Value decodeSplits = select(decode, splits, zero);
   Value decodeRows = select(decode, lq, zero);
-  auto partialOutType =
-      MemRefType::get({ShapedType::kDynamic, shape.numHeads,
-                       ShapedType::kDynamic, ShapedType::kDynamic,
-                       shape.valueDim},
-                      b.getF32Type());
+  auto partialOutType = MemRefType::get({ShapedType::kDynamic, shape.numHeads,
+                                         ShapedType::kDynamic,
+                                         ShapedType::kDynamic, shape.valueDim},
+                                        b.getF32Type());
   auto partialLseType =
       MemRefType::get({ShapedType::kDynamic, shape.numHeads,
                        ShapedType::kDynamic, ShapedType::kDynamic},
@@ -371,11 +369,9 @@ LogicalResult EntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
       b, partialOutType, ValueRange{decodeBatch, decodeRows, decodeSplits});
   Value partialLse = memref::AllocOp::create(
       b, partialLseType, ValueRange{decodeBatch, decodeRows, decodeSplits});
-  Value splitGroups =
-      mul(mul(mul(decodeBatch, index(shape.numKvHeads)), decodeSplits),
-          decodeRows);
-  Value mergeGroups =
-      mul(mul(decodeBatch, index(shape.numHeads)), decodeRows);
+  Value splitGroups = mul(
+      mul(mul(decodeBatch, index(shape.numKvHeads)), decodeSplits), decodeRows);
+  Value mergeGroups = mul(mul(decodeBatch, index(shape.numHeads)), decodeRows);
 
   SmallVector<Value> flashBindings{q, k, v};
   if (gate)
@@ -392,8 +388,7 @@ LogicalResult EntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
     mergeBindings.push_back(lse);
 
   OpBuilder kernelBuilder(host);
-  auto dispatch = [&](func::FuncOp kernel, Value groups,
-                      ValueRange bindings) {
+  auto dispatch = [&](func::FuncOp kernel, Value groups, ValueRange bindings) {
     DispatchOp::create(b, kernel.getSymName(), groups, bindings);
   };
   auto types = [](ValueRange values) {

@@ -58,8 +58,9 @@ LogicalResult addWrapper(func::FuncOp kernel) {
     auto descType = LLVM::LLVMStructType::getLiteral(context, fields);
 
     auto load = [&](Type t, Value base, int64_t offset) -> Value {
-      Value address = LLVM::GEPOp::create(b, ptrType, t, base,
-                                          ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(offset)});
+      Value address = LLVM::GEPOp::create(
+          b, ptrType, t, base,
+          ArrayRef<LLVM::GEPArg>{static_cast<int32_t>(offset)});
       return LLVM::LoadOp::create(b, t, address);
     };
     Value pointer = load(ptrType, buffers, index);
@@ -78,15 +79,15 @@ LogicalResult addWrapper(func::FuncOp kernel) {
     for (int64_t d = rank - 1; d >= 0; --d) {
       desc = LLVM::InsertValueOp::create(b, desc, sizes[d],
                                          ArrayRef<int64_t>{3, d});
-      desc = LLVM::InsertValueOp::create(b, desc, stride,
-                                         ArrayRef<int64_t>{4, d});
+      desc =
+          LLVM::InsertValueOp::create(b, desc, stride, ArrayRef<int64_t>{4, d});
       stride = LLVM::MulOp::create(b, stride, sizes[d]);
     }
     callArgs.push_back(
         UnrealizedConversionCastOp::create(b, memref, desc).getResult(0));
   }
-  callArgs.push_back(arith::IndexCastOp::create(b, b.getIndexType(),
-                                                body->getArgument(2)));
+  callArgs.push_back(
+      arith::IndexCastOp::create(b, b.getIndexType(), body->getArgument(2)));
   func::CallOp::create(b, kernel, callArgs);
   func::ReturnOp::create(b);
   return success();

@@ -65,8 +65,7 @@ SoftmaxAttentionShape::get(AttentionOpInterface op) {
   for (RankedTensorType type : {q, k, v})
     if (!type.getElementType().isF32())
       return fail("the CPU kernels take f32 storage, got " +
-                  llvm::Twine(type.getElementType().isF16() ? "f16"
-                                                            : "bf16"));
+                  llvm::Twine(type.getElementType().isF16() ? "f16" : "bf16"));
   if (q.isDynamicDim(1) || k.isDynamicDim(1) || q.isDynamicDim(3) ||
       v.isDynamicDim(3))
     return fail("head counts and feature sizes must be static");
@@ -187,8 +186,7 @@ public:
       vector::StoreOp::create(b, value, memref, indices);
       return;
     }
-    vector::MaskedStoreOp::create(b, memref, indices, prefixMask(lanes),
-                                  value);
+    vector::MaskedStoreOp::create(b, memref, indices, prefixMask(lanes), value);
   }
   Value scratch(ArrayRef<int64_t> shape) {
     return memref::AllocaOp::create(b, MemRefType::get(shape, f32),
@@ -236,7 +234,8 @@ public:
   /// The vector whose lane i is the sum of the lanes of `vectors[i]`
   /// (`width` vectors): a transpose-and-add tree of log2(width) levels of
   /// shuffles, instead of one horizontal reduction per vector.
-  Value sumEach(SmallVector<Value> vectors) {
+  Value sumEach(ArrayRef<Value> input) {
+    std::vector<Value> vectors(input.begin(), input.end());
     for (int64_t stride = 1; vectors.size() > 1; stride *= 2) {
       SmallVector<int64_t> even(width), odd(width);
       for (int64_t lane = 0; lane < width; ++lane) {
@@ -245,11 +244,11 @@ public:
                                 : width + block * 2 * stride + r - stride;
         odd[lane] = even[lane] + stride;
       }
-      SmallVector<Value> next;
+      std::vector<Value> next;
       for (size_t i = 0; i + 1 < vectors.size(); i += 2)
-        next.push_back(
-            fadd(vector::ShuffleOp::create(b, vectors[i], vectors[i + 1], even),
-                 vector::ShuffleOp::create(b, vectors[i], vectors[i + 1], odd)));
+        next.push_back(fadd(
+            vector::ShuffleOp::create(b, vectors[i], vectors[i + 1], even),
+            vector::ShuffleOp::create(b, vectors[i], vectors[i + 1], odd)));
       vectors = std::move(next);
     }
     return vectors.front();
@@ -295,8 +294,8 @@ void storeOutputRow(KernelEmitter &e, const SoftmaxAttentionShape &shape,
     int64_t lanes = std::min(e.width, dv - offset);
     SmallVector<Value> accIndices(accIndexPrefix);
     accIndices.push_back(e.index(offset));
-    Value o = e.fmul(vector::LoadOp::create(e.b, e.vec, accRow, accIndices),
-                     invVec);
+    Value o =
+        e.fmul(vector::LoadOp::create(e.b, e.vec, accRow, accIndices), invVec);
     SmallVector<Value> outIndices(outIndexPrefix);
     outIndices.push_back(e.index(offset));
     if (gate)
@@ -415,16 +414,16 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
       for (int64_t iv0 = 0; iv0 < queryVectors; iv0 += 2) {
         int64_t nv = std::min<int64_t>(2, queryVectors - iv0);
         SmallVector<Value> init(4 * nv, e.splat(0.0));
-        SmallVector<Value> sums = e.loop(
-            c0, e.index(D), c1, init, [&](Value d, ValueRange partial) {
+        SmallVector<Value> sums =
+            e.loop(c0, e.index(D), c1, init, [&](Value d, ValueRange partial) {
               SmallVector<Value> qv;
               for (int64_t x = 0; x < nv; ++x)
                 qv.push_back(vector::LoadOp::create(
                     b, e.vec, qT, ValueRange{d, e.index((iv0 + x) * W)}));
               SmallVector<Value> updated;
               for (int64_t jj = 0; jj < 4; ++jj) {
-                Value kb = e.broadcast(
-                    e.load(k, {batch, kvHead, keyRows[jj], d}));
+                Value kb =
+                    e.broadcast(e.load(k, {batch, kvHead, keyRows[jj], d}));
                 for (int64_t x = 0; x < nv; ++x)
                   updated.push_back(e.fma(kb, qv[x], partial[jj * nv + x]));
               }
@@ -443,46 +442,46 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
     for (int64_t iv = 0; iv < queryVectors; ++iv) {
       Value col = e.index(iv * W);
       Value queryPos = arith::AddIOp::create(
-          b, vector::BroadcastOp::create(b, i32Vec, toI32(e.add(firstPos, col))),
+          b,
+          vector::BroadcastOp::create(b, i32Vec, toI32(e.add(firstPos, col))),
           lanes);
       Value windowStart;
       if (shape.mask == MaskKind::SlidingWindow)
         windowStart = arith::SubIOp::create(
             b, queryPos,
             arith::ConstantOp::create(
-                b, DenseElementsAttr::get(
-                       i32Vec, static_cast<int32_t>(shape.window))));
+                b, DenseElementsAttr::get(i32Vec,
+                                          static_cast<int32_t>(shape.window))));
       Value oldMax = vector::LoadOp::create(b, e.vec, runningMax, col);
       Value tileMax =
           e.loop(c0, cols, c1, {e.splat(kNegInf)}, [&](Value j, ValueRange it) {
-             Value s = vector::LoadOp::create(b, e.vec, scores,
-                                              ValueRange{j, col});
-             s = e.softcap(s, shape.softcap);
-             if (shape.mask != MaskKind::None) {
-               Value key = vector::BroadcastOp::create(b, i32Vec,
-                                                       toI32(e.add(k0, j)));
-               Value visible =
-                   e.icmp(arith::CmpIPredicate::sle, key, queryPos);
-               if (windowStart)
-                 visible = arith::AndIOp::create(
-                     b, visible,
-                     e.icmp(arith::CmpIPredicate::sgt, key, windowStart));
-               s = e.select(visible, s, e.splat(kNegInf));
-             }
-             vector::StoreOp::create(b, s, scores, ValueRange{j, col});
-             return SmallVector<Value>{e.fmax(it[0], s)};
-           })[0];
+            Value s =
+                vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
+            s = e.softcap(s, shape.softcap);
+            if (shape.mask != MaskKind::None) {
+              Value key =
+                  vector::BroadcastOp::create(b, i32Vec, toI32(e.add(k0, j)));
+              Value visible = e.icmp(arith::CmpIPredicate::sle, key, queryPos);
+              if (windowStart)
+                visible = arith::AndIOp::create(
+                    b, visible,
+                    e.icmp(arith::CmpIPredicate::sgt, key, windowStart));
+              s = e.select(visible, s, e.splat(kNegInf));
+            }
+            vector::StoreOp::create(b, s, scores, ValueRange{j, col});
+            return SmallVector<Value>{e.fmax(it[0], s)};
+          })[0];
       Value newMax = e.fmax(oldMax, tileMax);
       Value safe = e.safeMax(newMax);
       Value rescale = e.exp(e.fsub(oldMax, safe));
       Value tileSum =
           e.loop(c0, cols, c1, {e.splat(0.0)}, [&](Value j, ValueRange it) {
-             Value p = e.exp(e.fsub(
-                 vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col}),
-                 safe));
-             vector::StoreOp::create(b, p, scores, ValueRange{j, col});
-             return SmallVector<Value>{e.fadd(it[0], p)};
-           })[0];
+            Value p = e.exp(e.fsub(
+                vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col}),
+                safe));
+            vector::StoreOp::create(b, p, scores, ValueRange{j, col});
+            return SmallVector<Value>{e.fadd(it[0], p)};
+          })[0];
       Value oldSum = vector::LoadOp::create(b, e.vec, runningSum, col);
       vector::StoreOp::create(b, e.fma(oldSum, rescale, tileSum), runningSum,
                               col);
@@ -506,19 +505,19 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
         SmallVector<Value> init;
         for (int64_t ii = 0; ii < 4; ++ii)
           for (int64_t x = 0; x < nv; ++x)
-            init.push_back(e.fmul(
-                vector::LoadOp::create(
-                    b, e.vec, acc,
-                    ValueRange{rowIdx[ii], e.index(off0 + x * W)}),
-                rowAlpha[ii]));
+            init.push_back(
+                e.fmul(vector::LoadOp::create(
+                           b, e.vec, acc,
+                           ValueRange{rowIdx[ii], e.index(off0 + x * W)}),
+                       rowAlpha[ii]));
         SmallVector<Value> updated =
             e.loop(c0, cols, c1, init, [&](Value j, ValueRange partial) {
               Value key = e.add(k0, j);
               SmallVector<Value> vv;
               for (int64_t x = 0; x < nv; ++x)
-                vv.push_back(e.loadVector(
-                    v, {batch, kvHead, key, e.index(off0 + x * W)},
-                    laneCounts[x]));
+                vv.push_back(
+                    e.loadVector(v, {batch, kvHead, key, e.index(off0 + x * W)},
+                                 laneCounts[x]));
               SmallVector<Value> next;
               for (int64_t ii = 0; ii < 4; ++ii) {
                 Value p = e.broadcast(e.load(scores, {j, rowIdx[ii]}));
@@ -652,33 +651,32 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
                            off});
         for (int64_t jj = 0; jj < W; ++jj)
           for (auto [qv, off] : chunk)
-            dots[jj] = e.fma(
-                qv,
-                e.loadVector(k, {batch, kvHead, keys[jj], e.index(off)},
-                             std::min(W, D - off)),
-                dots[jj]);
+            dots[jj] =
+                e.fma(qv,
+                      e.loadVector(k, {batch, kvHead, keys[jj], e.index(off)},
+                                   std::min(W, D - off)),
+                      dots[jj]);
       }
       Value s = e.sumEach(dots);
       s = e.softcap(s, shape.softcap);
       s = e.select(inRange, s, e.splat(kNegInf));
 
       Value oldMax = e.load(runningMax, g);
-      Value newMax = e.fmax(
-          oldMax,
-          vector::ReductionOp::create(b, vector::CombiningKind::MAXIMUMF, s));
+      Value newMax = e.fmax(oldMax, vector::ReductionOp::create(
+                                        b, vector::CombiningKind::MAXIMUMF, s));
       Value safe = e.safeMax(newMax);
       Value rescale = e.exp(e.fsub(oldMax, safe));
       Value p = e.exp(e.fsub(s, e.broadcast(safe)));
-      e.store(e.fadd(e.fmul(e.load(runningSum, g), rescale),
-                     vector::ReductionOp::create(
-                         b, vector::CombiningKind::ADD, p)),
-              runningSum, g);
+      e.store(
+          e.fadd(e.fmul(e.load(runningSum, g), rescale),
+                 vector::ReductionOp::create(b, vector::CombiningKind::ADD, p)),
+          runningSum, g);
       e.store(newMax, runningMax, g);
       Value rescaleVec = e.broadcast(rescale);
       for (int64_t off = 0; off < Dv; off += W) {
-        Value a = e.fmul(vector::LoadOp::create(b, e.vec, acc,
-                                                ValueRange{g, e.index(off)}),
-                         rescaleVec);
+        Value a = e.fmul(
+            vector::LoadOp::create(b, e.vec, acc, ValueRange{g, e.index(off)}),
+            rescaleVec);
         for (int64_t jj = 0; jj < W; ++jj)
           a = e.fma(e.broadcast(vector::ExtractOp::create(b, p, jj)),
                     e.loadVector(v, {batch, kvHead, keys[jj], e.index(off)},
@@ -697,8 +695,8 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
     Value inv = e.select(nonEmpty, e.fdiv(e.scalar(1.0), l), e.scalar(0.0));
     Value invVec = e.broadcast(inv);
     for (int64_t off = 0; off < Dv; off += W)
-      e.storeVector(e.fmul(vector::LoadOp::create(
-                               b, e.vec, acc, ValueRange{g, e.index(off)}),
+      e.storeVector(e.fmul(vector::LoadOp::create(b, e.vec, acc,
+                                                  ValueRange{g, e.index(off)}),
                            invVec),
                     partialOut, {batch, head, row, split, e.index(off)},
                     std::min(W, Dv - off));
@@ -745,29 +743,29 @@ func::FuncOp mlir::attn::buildSplitKvMergeKernel(
   // of empty ranges have lse_s = -inf and weigh 0.
   Value maxLse =
       e.loop(c0, splits, c1, {e.scalar(kNegInf)}, [&](Value s, ValueRange it) {
-         return SmallVector<Value>{
-             e.fmax(it[0], e.load(partialLse, {batch, head, row, s}))};
-       })[0];
+        return SmallVector<Value>{
+            e.fmax(it[0], e.load(partialLse, {batch, head, row, s}))};
+      })[0];
   Value safe = e.safeMax(maxLse);
   Value acc = e.scratch({DvPadded});
   for (int64_t off = 0; off < DvPadded; off += W)
     vector::StoreOp::create(b, e.splat(0.0), acc, e.index(off));
   Value total =
       e.loop(c0, splits, c1, {e.scalar(0.0)}, [&](Value s, ValueRange it) {
-         Value weight =
-             e.exp(e.fsub(e.load(partialLse, {batch, head, row, s}), safe));
-         Value wv = e.broadcast(weight);
-         for (int64_t off = 0; off < Dv; off += W)
-           vector::StoreOp::create(
-               b,
-               e.fma(wv,
-                     e.loadVector(partialOut,
-                                  {batch, head, row, s, e.index(off)},
-                                  std::min(W, Dv - off)),
-                     vector::LoadOp::create(b, e.vec, acc, e.index(off))),
-               acc, e.index(off));
-         return SmallVector<Value>{e.fadd(it[0], weight)};
-       })[0];
+        Value weight =
+            e.exp(e.fsub(e.load(partialLse, {batch, head, row, s}), safe));
+        Value wv = e.broadcast(weight);
+        for (int64_t off = 0; off < Dv; off += W)
+          vector::StoreOp::create(
+              b,
+              e.fma(wv,
+                    e.loadVector(partialOut,
+                                 {batch, head, row, s, e.index(off)},
+                                 std::min(W, Dv - off)),
+                    vector::LoadOp::create(b, e.vec, acc, e.index(off))),
+              acc, e.index(off));
+        return SmallVector<Value>{e.fadd(it[0], weight)};
+      })[0];
   Value nonEmpty = e.fcmp(arith::CmpFPredicate::OGT, total, e.scalar(0.0));
   Value inv = e.select(nonEmpty, e.fdiv(e.scalar(1.0), total), e.scalar(0.0));
   storeOutputRow(e, shape, acc, {}, inv, gate, out, {batch, head, row});

@@ -1,4 +1,5 @@
-//===- SoftmaxAttentionKernels.h - CPU kernels of softmax attention -*- C++ -*-===//
+//===- SoftmaxAttentionKernels.h - CPU kernels of softmax attention -*- C++
+//-*-===//
 //
 // The workgroup bodies that -attn-cpu-dispatches emits for an attention op
 // read through AttentionOpInterface: flash tiling with the online-softmax

@@ -314,17 +314,17 @@ attn_status attn_model::loadCode(const attn::fb::CpuCode *cpu) {
   std::string triple = cpu->triple()->str();
 #if defined(__x86_64__)
   if (triple.rfind("x86_64", 0) != 0)
-    return fail(ATTN_UNSUPPORTED, "the CPU code is for " + triple +
-                                      "; this host is x86_64");
+    return fail(ATTN_UNSUPPORTED,
+                "the CPU code is for " + triple + "; this host is x86_64");
 #endif
   if (cpu->features()) {
     for (const flatbuffers::String *feature : *cpu->features()) {
       bool known = false;
       bool has = hostSupports(feature->str(), known);
       if (!known)
-        return fail(ATTN_UNSUPPORTED,
-                    "the CPU code needs CPU feature '" + feature->str() +
-                        "', which this runtime cannot check");
+        return fail(ATTN_UNSUPPORTED, "the CPU code needs CPU feature '" +
+                                          feature->str() +
+                                          "', which this runtime cannot check");
       if (!has)
         return fail(ATTN_UNSUPPORTED,
                     "the CPU code was compiled for " +
@@ -340,8 +340,8 @@ attn_status attn_model::loadCode(const attn::fb::CpuCode *cpu) {
 
   int fd = memfd_create("attn-cpu-code", MFD_CLOEXEC);
   if (fd < 0)
-    return fail(ATTN_IO_ERROR, std::string("memfd_create failed: ") +
-                                   std::strerror(errno));
+    return fail(ATTN_IO_ERROR,
+                std::string("memfd_create failed: ") + std::strerror(errno));
   size_t written = 0;
   while (written < size) {
     ssize_t n = write(fd, code + written, size - written);
@@ -373,16 +373,15 @@ attn_status attn_model::loadCode(const attn::fb::CpuCode *cpu) {
 }
 
 attn_status attn_model::load(int32_t numThreads) {
-  if (bytes.size() < 8 ||
-      !flatbuffers::BufferHasIdentifier(bytes.data(),
-                                        attn::fb::BinaryIdentifier()))
-    return fail(ATTN_INVALID_BINARY,
-                "not an .attnb file: " +
-                    (bytes.size() < 8
-                         ? "it is only " + std::to_string(bytes.size()) +
-                               " bytes long"
-                         : std::string("the file identifier is not '") +
-                               attn::fb::BinaryIdentifier() + "'"));
+  if (bytes.size() < 8 || !flatbuffers::BufferHasIdentifier(
+                              bytes.data(), attn::fb::BinaryIdentifier()))
+    return fail(
+        ATTN_INVALID_BINARY,
+        "not an .attnb file: " +
+            (bytes.size() < 8
+                 ? "it is only " + std::to_string(bytes.size()) + " bytes long"
+                 : std::string("the file identifier is not '") +
+                       attn::fb::BinaryIdentifier() + "'"));
   flatbuffers::Verifier verifier(bytes.data(), bytes.size());
   if (!attn::fb::VerifyBinaryBuffer(verifier))
     return fail(ATTN_INVALID_BINARY,
@@ -437,15 +436,14 @@ extern "C" attn_status attn_model_load_memory(const void *data, size_t size,
   return ATTN_OK;
 }
 
-extern "C" attn_status attn_model_load_file(const char *path,
-                                            int32_t numThreads,
-                                            attn_model **model) {
+extern "C" attn_status
+attn_model_load_file(const char *path, int32_t numThreads, attn_model **model) {
   if (!path || !model)
     return fail(ATTN_INVALID_ARGUMENT, "attn_model_load_file: null pointer");
   std::ifstream file(path, std::ios::binary);
   if (!file)
-    return fail(ATTN_IO_ERROR, std::string(path) + ": cannot open: " +
-                                   std::strerror(errno));
+    return fail(ATTN_IO_ERROR,
+                std::string(path) + ": cannot open: " + std::strerror(errno));
   std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
                           std::istreambuf_iterator<char>());
   attn_status status =
@@ -476,15 +474,13 @@ const Entry *entryAt(const attn_model *model, int32_t entry) {
 }
 } // namespace
 
-extern "C" const char *attn_entry_name(const attn_model *model,
-                                       int32_t entry) {
+extern "C" const char *attn_entry_name(const attn_model *model, int32_t entry) {
   const Entry *e = entryAt(model, entry);
   return e ? e->name.c_str() : nullptr;
 }
 
 extern "C" attn_status attn_model_find_entry(const attn_model *model,
-                                             const char *name,
-                                             int32_t *entry) {
+                                             const char *name, int32_t *entry) {
   if (!model || !name || !entry)
     return fail(ATTN_INVALID_ARGUMENT, "attn_model_find_entry: null pointer");
   std::string known;
@@ -602,8 +598,7 @@ std::vector<int64_t> outputShape(const Signature &sig,
                                  const std::map<std::string, int64_t> &bound) {
   std::vector<int64_t> shape;
   for (size_t d = 0; d < sig.dims.size(); ++d)
-    shape.push_back(sig.dims[d] >= 0 ? sig.dims[d]
-                                     : bound.at(sig.symbols[d]));
+    shape.push_back(sig.dims[d] >= 0 ? sig.dims[d] : bound.at(sig.symbols[d]));
   return shape;
 }
 
@@ -617,10 +612,10 @@ attn_status evalInt(const Entry &entry, size_t index, const Step &step,
                     const std::vector<int64_t> &regs,
                     const std::vector<Buffer> &buffers, int64_t &result) {
   using K = attn::fb::IntOpKind;
-  int64_t a = step.op == K::Constant || step.op == K::BufferDim ? 0
-                                                                  : regs[step.a];
-  int64_t b = step.op == K::Constant || step.op == K::BufferDim ? 0
-                                                                  : regs[step.b];
+  int64_t a =
+      step.op == K::Constant || step.op == K::BufferDim ? 0 : regs[step.a];
+  int64_t b =
+      step.op == K::Constant || step.op == K::BufferDim ? 0 : regs[step.b];
   auto bad = [&](const std::string &why) {
     return fail(ATTN_RUN_ERROR, "entry '" + entry.name + "', step " +
                                     std::to_string(index) + ": " + why);
@@ -633,7 +628,9 @@ attn_status evalInt(const Entry &entry, size_t index, const Step &step,
     return bad("division by zero");
   uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
   switch (step.op) {
-  case K::Constant: result = step.value; break;
+  case K::Constant:
+    result = step.value;
+    break;
   case K::BufferDim: {
     const Buffer &buffer = buffers[step.a];
     if (step.b < 0 || step.b >= static_cast<int32_t>(buffer.shape.size()))
@@ -642,31 +639,81 @@ attn_status evalInt(const Entry &entry, size_t index, const Step &step,
     result = buffer.shape[step.b];
     break;
   }
-  case K::Add: result = a + b; break;
-  case K::Sub: result = a - b; break;
-  case K::Mul: result = a * b; break;
-  case K::DivU: result = static_cast<int64_t>(ua / ub); break;
-  case K::CeilDivU: result = static_cast<int64_t>((ua + ub - 1) / ub); break;
-  case K::RemU: result = static_cast<int64_t>(ua % ub); break;
-  case K::DivS: result = a / b; break;
-  case K::CeilDivS: result = a / b + ((a % b != 0) && ((a < 0) == (b < 0))); break;
-  case K::FloorDivS: result = a / b - ((a % b != 0) && ((a < 0) != (b < 0))); break;
-  case K::RemS: result = a % b; break;
-  case K::MinU: result = ua < ub ? a : b; break;
-  case K::MaxU: result = ua > ub ? a : b; break;
-  case K::MinS: result = a < b ? a : b; break;
-  case K::MaxS: result = a > b ? a : b; break;
-  case K::Select: result = a ? b : regs[step.c]; break;
-  case K::CmpEq: result = a == b; break;
-  case K::CmpNe: result = a != b; break;
-  case K::CmpSlt: result = a < b; break;
-  case K::CmpSle: result = a <= b; break;
-  case K::CmpSgt: result = a > b; break;
-  case K::CmpSge: result = a >= b; break;
-  case K::CmpUlt: result = ua < ub; break;
-  case K::CmpUle: result = ua <= ub; break;
-  case K::CmpUgt: result = ua > ub; break;
-  case K::CmpUge: result = ua >= ub; break;
+  case K::Add:
+    result = a + b;
+    break;
+  case K::Sub:
+    result = a - b;
+    break;
+  case K::Mul:
+    result = a * b;
+    break;
+  case K::DivU:
+    result = static_cast<int64_t>(ua / ub);
+    break;
+  case K::CeilDivU:
+    result = static_cast<int64_t>((ua + ub - 1) / ub);
+    break;
+  case K::RemU:
+    result = static_cast<int64_t>(ua % ub);
+    break;
+  case K::DivS:
+    result = a / b;
+    break;
+  case K::CeilDivS:
+    result = a / b + ((a % b != 0) && ((a < 0) == (b < 0)));
+    break;
+  case K::FloorDivS:
+    result = a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+    break;
+  case K::RemS:
+    result = a % b;
+    break;
+  case K::MinU:
+    result = ua < ub ? a : b;
+    break;
+  case K::MaxU:
+    result = ua > ub ? a : b;
+    break;
+  case K::MinS:
+    result = a < b ? a : b;
+    break;
+  case K::MaxS:
+    result = a > b ? a : b;
+    break;
+  case K::Select:
+    result = a ? b : regs[step.c];
+    break;
+  case K::CmpEq:
+    result = a == b;
+    break;
+  case K::CmpNe:
+    result = a != b;
+    break;
+  case K::CmpSlt:
+    result = a < b;
+    break;
+  case K::CmpSle:
+    result = a <= b;
+    break;
+  case K::CmpSgt:
+    result = a > b;
+    break;
+  case K::CmpSge:
+    result = a >= b;
+    break;
+  case K::CmpUlt:
+    result = ua < ub;
+    break;
+  case K::CmpUle:
+    result = ua <= ub;
+    break;
+  case K::CmpUgt:
+    result = ua > ub;
+    break;
+  case K::CmpUge:
+    result = ua >= ub;
+    break;
   }
   return ATTN_OK;
 }
@@ -772,8 +819,8 @@ extern "C" attn_status attn_run(attn_model *model, int32_t entry,
       KernelFn kernel = step.kernel;
       void *const *ptrs = pointers.data();
       const int64_t *dimData = dims.data();
-      model->pool->parallelFor(
-          count, [&](int64_t id) { kernel(ptrs, dimData, id); });
+      model->pool->parallelFor(count,
+                               [&](int64_t id) { kernel(ptrs, dimData, id); });
       break;
     }
     }

@@ -63,7 +63,8 @@ public:
   static Status loadFile(const std::string &path, int threads,
                          std::unique_ptr<Model> &out) {
     attn_model *raw = nullptr;
-    Status status = Status::fromC(attn_model_load_file(path.c_str(), threads, &raw));
+    Status status =
+        Status::fromC(attn_model_load_file(path.c_str(), threads, &raw));
     if (status.ok())
       out.reset(new Model(raw));
     return status;
@@ -117,8 +118,8 @@ public:
       outputs[i] = Tensor(outputs[i].dtype, shapes[i]);
       out.push_back(outputs[i].view());
     }
-    return Status::fromC(attn_run(model, entry, in.data(), numInputs,
-                                  out.data(), numOutputs));
+    return Status::fromC(
+        attn_run(model, entry, in.data(), numInputs, out.data(), numOutputs));
   }
 
 private:

@@ -381,7 +381,7 @@ LogicalResult SelectTopKOp::verify() {
     return emitOpError() << "'sink_blocks' and 'local_blocks' must be >= 0, "
                             "got "
                          << sink << " and " << local;
-  if (sink + local > getTopK())
+  if (sink + local > static_cast<int64_t>(getTopK()))
     return emitOpError() << "'sink_blocks' + 'local_blocks' (" << sink << " + "
                          << local << ") must not exceed 'top_k' (" << getTopK()
                          << ")";
@@ -856,8 +856,7 @@ static void printRuleKeyword(OpAsmPrinter &printer, Operation *,
 // DispatchOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult
-DispatchOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+LogicalResult DispatchOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   auto kernel = symbolTable.lookupNearestSymbolFrom<FunctionOpInterface>(
       *this, getKernelAttr());
   if (!kernel)

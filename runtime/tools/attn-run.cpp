@@ -173,14 +173,15 @@ int main(int argc, char **argv) {
     size_t start = 0;
     while (start <= randomDims.size()) {
       size_t comma = randomDims.find(',', start);
-      std::string item = randomDims.substr(
-          start, comma == std::string::npos ? std::string::npos : comma - start);
+      std::string item = randomDims.substr(start, comma == std::string::npos
+                                                      ? std::string::npos
+                                                      : comma - start);
       size_t eq = item.find('=');
       long long size = 0;
       if (eq == std::string::npos || eq == 0 ||
           !parseInt(item.substr(eq + 1), size) || size < 0)
-        return usageError("--random: expected SYM=N with N >= 0, got '" +
-                          item + "'");
+        return usageError("--random: expected SYM=N with N >= 0, got '" + item +
+                          "'");
       sizes[item.substr(0, eq)] = size;
       if (comma == std::string::npos)
         break;
@@ -216,7 +217,7 @@ int main(int argc, char **argv) {
       if (!attn::npy::readFile(path, array, message))
         return error(message);
       attn::Tensor tensor(array.dtype == attn::npy::DType::F32 ? ATTN_F32
-                                                              : ATTN_I32,
+                                                               : ATTN_I32,
                           array.shape);
       std::copy(array.data.begin(), array.data.end(),
                 reinterpret_cast<uint8_t *>(tensor.storage.data()));
@@ -231,8 +232,8 @@ int main(int argc, char **argv) {
       attn_entry_argument(m, entry, numInputs + i, &info);
       names += (i ? ", " : "") + std::string(info.name);
     }
-    return error("entry '" + entryName + "' has " +
-                 std::to_string(numOutputs) + " outputs (" + names + "), got " +
+    return error("entry '" + entryName + "' has " + std::to_string(numOutputs) +
+                 " outputs (" + names + "), got " +
                  std::to_string(outputPaths.size()) + " --out files");
   }
 
@@ -269,8 +270,8 @@ int main(int argc, char **argv) {
     std::vector<double> sorted = times;
     std::sort(sorted.begin(), sorted.end());
     size_t n = sorted.size();
-    double median = n % 2 ? sorted[n / 2]
-                          : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    double median =
+        n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
     std::printf("median_ms=%.4f min_ms=%.4f runs=%lld\n", median, sorted[0],
                 repeat);
   }

@@ -51,10 +51,9 @@ protected:
 
   /// q, k, v, gate for B=1, Lq=5, Lk=7.
   static std::vector<Tensor> goodInputs() {
-    std::vector<Tensor> inputs{Tensor(ATTN_F32, {1, 4, 5, 16}),
-                               Tensor(ATTN_F32, {1, 2, 7, 16}),
-                               Tensor(ATTN_F32, {1, 2, 7, 16}),
-                               Tensor(ATTN_F32, {1, 4, 5, 1})};
+    std::vector<Tensor> inputs{
+        Tensor(ATTN_F32, {1, 4, 5, 16}), Tensor(ATTN_F32, {1, 2, 7, 16}),
+        Tensor(ATTN_F32, {1, 2, 7, 16}), Tensor(ATTN_F32, {1, 4, 5, 1})};
     std::mt19937 rng(7);
     std::uniform_real_distribution<float> uniform(-1, 1);
     for (Tensor &t : inputs)
@@ -149,11 +148,11 @@ TEST_F(RuntimeErrors, CorruptedBytes) {
 TEST_F(RuntimeErrors, UnknownFormatVersion) {
   const auto *file = attn::fb::GetBinary(binary->data());
   flatbuffers::FlatBufferBuilder builder;
-  auto nested = builder.CreateVector(file->model()->data(),
-                                     file->model()->size());
-  builder.Finish(attn::fb::CreateBinary(builder, 99, nested,
-                                        file->model_fnv1a64()),
-                 attn::fb::BinaryIdentifier());
+  auto nested =
+      builder.CreateVector(file->model()->data(), file->model()->size());
+  builder.Finish(
+      attn::fb::CreateBinary(builder, 99, nested, file->model_fnv1a64()),
+      attn::fb::BinaryIdentifier());
   std::string bytes(reinterpret_cast<const char *>(builder.GetBufferPointer()),
                     builder.GetSize());
   std::unique_ptr<Model> model;

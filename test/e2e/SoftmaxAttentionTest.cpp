@@ -50,9 +50,9 @@ std::string modelJson(const AttentionCase &c) {
   json << R"({"model": "e2e", "dtype": "f32", "layers": [{"name": "layer",)"
        << R"( "type": "attention", "num_heads": )" << c.heads
        << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
-       << c.headDim << R"(, "value_dim": )" << c.valueDim
-       << R"(, "mask": )" << c.mask << R"(, "gate": ")" << c.gate
-       << R"(", "softcap": )" << c.softcap;
+       << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
+       << c.mask << R"(, "gate": ")" << c.gate << R"(", "softcap": )"
+       << c.softcap;
   if (c.scale)
     json << R"(, "scale": )" << *c.scale;
   json << "}]}";
@@ -121,17 +121,16 @@ TEST_P(SoftmaxAttention, MatchesReference) {
   ASSERT_TRUE(model->findEntry("layer", entry).ok());
 
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
-  ref::Tensor q = randomF32({c.batch, c.heads, c.queries, c.headDim}, rng,
-                            c.range);
+  ref::Tensor q =
+      randomF32({c.batch, c.heads, c.queries, c.headDim}, rng, c.range);
   ref::Tensor k =
       randomF32({c.batch, c.kvHeads, c.keys, c.headDim}, rng, c.range);
-  ref::Tensor v =
-      randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, 1.0);
+  ref::Tensor v = randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, 1.0);
   std::optional<ref::Tensor> gate;
   if (c.gate != "none")
-    gate = randomF32({c.batch, c.heads, c.queries,
-                      c.gate == "elementwise" ? c.valueDim : 1},
-                     rng, 3.0);
+    gate = randomF32(
+        {c.batch, c.heads, c.queries, c.gate == "elementwise" ? c.valueDim : 1},
+        rng, 3.0);
 
   std::vector<Tensor> inputs{toRuntime(q), toRuntime(k), toRuntime(v)};
   if (gate)
@@ -144,8 +143,8 @@ TEST_P(SoftmaxAttention, MatchesReference) {
   ref::Score score;
   score.scale = c.scale;
   score.softcap = c.softcap;
-  ref::AttentionResult expected = ref::sdpa(
-      q, k, v, referenceMask(c.mask), score, gate ? &*gate : nullptr);
+  ref::AttentionResult expected =
+      ref::sdpa(q, k, v, referenceMask(c.mask), score, gate ? &*gate : nullptr);
   ASSERT_EQ(outputs[0].shape, expected.output.shape());
   ref::Tensor actual(outputs[0].shape);
   for (int64_t i = 0; i < actual.size(); ++i) {
@@ -164,62 +163,146 @@ std::vector<AttentionCase> cases() {
   std::vector<AttentionCase> all;
   auto add = [&](AttentionCase c) { all.push_back(std::move(c)); };
   // Prefill (flash path), every mask, gate and GQA ratio.
-  add({.label = "causal_gqa4_elementwise", .heads = 8, .kvHeads = 2,
-       .gate = "elementwise", .queries = 77, .keys = 77});
-  add({.label = "none_gqa1_headwise_dv", .heads = 4, .kvHeads = 4,
-       .headDim = 80, .valueDim = 48, .mask = "\"none\"",
-       .gate = "headwise", .batch = 2, .queries = 33, .keys = 100});
-  add({.label = "window_gqa8_softcap", .heads = 8, .kvHeads = 1,
-       .headDim = 128, .valueDim = 128, .mask = R"({"sliding_window": 16})",
-       .softcap = 30.0, .queries = 130, .keys = 130});
-  add({.label = "causal_lq_lt_lk", .heads = 4, .kvHeads = 1, .headDim = 64,
-       .valueDim = 32, .gate = "elementwise", .batch = 3, .queries = 45,
+  add({.label = "causal_gqa4_elementwise",
+       .heads = 8,
+       .kvHeads = 2,
+       .gate = "elementwise",
+       .queries = 77,
+       .keys = 77});
+  add({.label = "none_gqa1_headwise_dv",
+       .heads = 4,
+       .kvHeads = 4,
+       .headDim = 80,
+       .valueDim = 48,
+       .mask = "\"none\"",
+       .gate = "headwise",
+       .batch = 2,
+       .queries = 33,
+       .keys = 100});
+  add({.label = "window_gqa8_softcap",
+       .heads = 8,
+       .kvHeads = 1,
+       .headDim = 128,
+       .valueDim = 128,
+       .mask = R"({"sliding_window": 16})",
+       .softcap = 30.0,
+       .queries = 130,
+       .keys = 130});
+  add({.label = "causal_lq_lt_lk",
+       .heads = 4,
+       .kvHeads = 1,
+       .headDim = 64,
+       .valueDim = 32,
+       .gate = "elementwise",
+       .batch = 3,
+       .queries = 45,
        .keys = 211});
-  add({.label = "odd_dims", .heads = 6, .kvHeads = 3, .headDim = 36,
-       .valueDim = 20, .mask = R"({"sliding_window": 7})",
-       .gate = "headwise", .queries = 61, .keys = 70});
-  add({.label = "just_above_decode", .heads = 2, .kvHeads = 2,
-       .queries = 9, .keys = 9});
-  add({.label = "custom_scale", .heads = 4, .kvHeads = 2, .headDim = 128,
-       .valueDim = 64, .mask = "\"none\"", .scale = 0.3, .queries = 40,
+  add({.label = "odd_dims",
+       .heads = 6,
+       .kvHeads = 3,
+       .headDim = 36,
+       .valueDim = 20,
+       .mask = R"({"sliding_window": 7})",
+       .gate = "headwise",
+       .queries = 61,
+       .keys = 70});
+  add({.label = "just_above_decode",
+       .heads = 2,
+       .kvHeads = 2,
+       .queries = 9,
+       .keys = 9});
+  add({.label = "custom_scale",
+       .heads = 4,
+       .kvHeads = 2,
+       .headDim = 128,
+       .valueDim = 64,
+       .mask = "\"none\"",
+       .scale = 0.3,
+       .queries = 40,
        .keys = 41});
   // Decode (split-KV path): one row over many keys, and a few rows.
-  add({.label = "decode_causal_gqa4", .heads = 8, .kvHeads = 2,
-       .headDim = 128, .valueDim = 128, .gate = "elementwise", .batch = 2,
-       .queries = 1, .keys = 1000});
-  add({.label = "decode_window_rows3", .heads = 8, .kvHeads = 1,
-       .headDim = 64, .valueDim = 80, .mask = R"({"sliding_window": 50})",
-       .queries = 3, .keys = 300});
-  add({.label = "decode_none_gqa1_softcap", .heads = 2, .kvHeads = 2,
-       .headDim = 80, .valueDim = 80, .mask = "\"none\"", .gate = "headwise",
-       .softcap = 5.0, .queries = 1, .keys = 517});
+  add({.label = "decode_causal_gqa4",
+       .heads = 8,
+       .kvHeads = 2,
+       .headDim = 128,
+       .valueDim = 128,
+       .gate = "elementwise",
+       .batch = 2,
+       .queries = 1,
+       .keys = 1000});
+  add({.label = "decode_window_rows3",
+       .heads = 8,
+       .kvHeads = 1,
+       .headDim = 64,
+       .valueDim = 80,
+       .mask = R"({"sliding_window": 50})",
+       .queries = 3,
+       .keys = 300});
+  add({.label = "decode_none_gqa1_softcap",
+       .heads = 2,
+       .kvHeads = 2,
+       .headDim = 80,
+       .valueDim = 80,
+       .mask = "\"none\"",
+       .gate = "headwise",
+       .softcap = 5.0,
+       .queries = 1,
+       .keys = 517});
   // Empty rows give 0, never NaN: window rows before the first key, and no
   // keys at all, on both paths.
-  add({.label = "empty_rows_flash", .heads = 2, .kvHeads = 1,
-       .mask = R"({"sliding_window": 4})", .queries = 20, .keys = 10});
-  add({.label = "empty_rows_decode", .heads = 2, .kvHeads = 1,
-       .mask = R"({"sliding_window": 2})", .gate = "elementwise",
-       .queries = 5, .keys = 2});
-  add({.label = "no_keys_flash", .heads = 2, .kvHeads = 2,
-       .mask = "\"none\"", .queries = 40, .keys = 0});
-  add({.label = "no_keys_decode", .heads = 2, .kvHeads = 2,
-       .mask = "\"none\"", .queries = 2, .keys = 0});
+  add({.label = "empty_rows_flash",
+       .heads = 2,
+       .kvHeads = 1,
+       .mask = R"({"sliding_window": 4})",
+       .queries = 20,
+       .keys = 10});
+  add({.label = "empty_rows_decode",
+       .heads = 2,
+       .kvHeads = 1,
+       .mask = R"({"sliding_window": 2})",
+       .gate = "elementwise",
+       .queries = 5,
+       .keys = 2});
+  add({.label = "no_keys_flash",
+       .heads = 2,
+       .kvHeads = 2,
+       .mask = "\"none\"",
+       .queries = 40,
+       .keys = 0});
+  add({.label = "no_keys_decode",
+       .heads = 2,
+       .kvHeads = 2,
+       .mask = "\"none\"",
+       .queries = 2,
+       .keys = 0});
   // Logits up to ~1e4: the online softmax must not overflow. Scores that
   // large carry f32 rounding of ~|s| * 2^-24 * sqrt(D) in the exponent, so
   // these compare at the 1e-4 of SPEC §2 rather than 1e-5.
-  add({.label = "huge_logits_flash", .heads = 2, .kvHeads = 1,
-       .mask = "\"causal\"", .scale = 1.0, .queries = 50, .keys = 50,
-       .range = 12.5, .tolerance = 1e-4});
-  add({.label = "huge_logits_decode", .heads = 2, .kvHeads = 1,
-       .mask = "\"none\"", .scale = 1.0, .queries = 1, .keys = 700,
-       .range = 12.5, .tolerance = 1e-4});
+  add({.label = "huge_logits_flash",
+       .heads = 2,
+       .kvHeads = 1,
+       .mask = "\"causal\"",
+       .scale = 1.0,
+       .queries = 50,
+       .keys = 50,
+       .range = 12.5,
+       .tolerance = 1e-4});
+  add({.label = "huge_logits_decode",
+       .heads = 2,
+       .kvHeads = 1,
+       .mask = "\"none\"",
+       .scale = 1.0,
+       .queries = 1,
+       .keys = 700,
+       .range = 12.5,
+       .tolerance = 1e-4});
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    CpuEndToEnd, SoftmaxAttention, testing::ValuesIn(cases()),
-    [](const testing::TestParamInfo<AttentionCase> &info) {
-      return info.param.label;
-    });
+INSTANTIATE_TEST_SUITE_P(CpuEndToEnd, SoftmaxAttention,
+                         testing::ValuesIn(cases()),
+                         [](const testing::TestParamInfo<AttentionCase> &info) {
+                           return info.param.label;
+                         });
 
 } // namespace

@@ -43,20 +43,21 @@ cl::opt<std::string> inputFilename(cl::Positional, cl::Required,
                                    cl::desc("<model.json | model.mlir>"));
 cl::opt<std::string> outputFilename("o", cl::desc("Output file"),
                                     cl::value_desc("file"), cl::init("-"));
-cl::opt<Stage> emitStage(
-    "emit", cl::desc("Stop after a stage and print it"),
-    cl::values(clEnumValN(Stage::Attn, "attn",
-                          "attn IR straight from the frontend"),
-               clEnumValN(Stage::Mlir, "mlir",
-                          "IR after the attention-level pipeline"),
-               clEnumValN(Stage::Dispatch, "dispatch",
-                          "host dispatch programs and CPU kernels"),
-               clEnumValN(Stage::LlvmMlir, "llvm-mlir",
-                          "CPU kernels in the LLVM dialect"),
-               clEnumValN(Stage::Llvm, "llvm", "optimized LLVM IR of the CPU "
-                                               "code"),
-               clEnumValN(Stage::Ptx, "ptx", "PTX of the GPU code")),
-    cl::init(Stage::Binary));
+cl::opt<Stage>
+    emitStage("emit", cl::desc("Stop after a stage and print it"),
+              cl::values(clEnumValN(Stage::Attn, "attn",
+                                    "attn IR straight from the frontend"),
+                         clEnumValN(Stage::Mlir, "mlir",
+                                    "IR after the attention-level pipeline"),
+                         clEnumValN(Stage::Dispatch, "dispatch",
+                                    "host dispatch programs and CPU kernels"),
+                         clEnumValN(Stage::LlvmMlir, "llvm-mlir",
+                                    "CPU kernels in the LLVM dialect"),
+                         clEnumValN(Stage::Llvm, "llvm",
+                                    "optimized LLVM IR of the CPU "
+                                    "code"),
+                         clEnumValN(Stage::Ptx, "ptx", "PTX of the GPU code")),
+              cl::init(Stage::Binary));
 cl::opt<std::string> target("target", cl::desc("cpu, cuda or all"),
                             cl::init("cpu"));
 cl::opt<std::string>
@@ -88,8 +89,8 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   attn::registerCompilerDialects(registry);
   context.appendDialectRegistry(registry);
-  context.loadDialect<attn::AttnDialect, arith::ArithDialect,
-                      func::FuncDialect, tensor::TensorDialect>();
+  context.loadDialect<attn::AttnDialect, arith::ArithDialect, func::FuncDialect,
+                      tensor::TensorDialect>();
   OwningOpRef<ModuleOp> module;
   std::string modelName = llvm::sys::path::stem(inputFilename).str();
   llvm::StringRef extension = llvm::sys::path::extension(inputFilename);
@@ -141,8 +142,7 @@ int main(int argc, char **argv) {
                 "--target=cpu");
   attn::CpuTarget cpu = attn::CpuTarget::host();
   if (cpuLevel != "host") {
-    llvm::Expected<attn::CpuTarget> level =
-        attn::CpuTarget::forLevel(cpuLevel);
+    llvm::Expected<attn::CpuTarget> level = attn::CpuTarget::forLevel(cpuLevel);
     if (!level)
       return fail("--cpu: " + llvm::toString(level.takeError()));
     cpu = *level;
