@@ -296,6 +296,30 @@ std::vector<AttentionCase> cases() {
        .keys = 700,
        .range = 12.5,
        .tolerance = 1e-4});
+  // Every mask x gate x GQA ratio, with lengths no tile divides and both
+  // paths (flash for Lq = 37, split-KV for Lq = 2).
+  const std::pair<const char *, const char *> masks[] = {
+      {"none", "\"none\""},
+      {"causal", "\"causal\""},
+      {"window", R"({"sliding_window": 11})"}};
+  for (auto [maskName, maskJson] : masks)
+    for (const char *gate : {"none", "elementwise", "headwise"})
+      for (int64_t ratio : {1, 4, 8})
+        for (int64_t queries : {37, 2}) {
+          AttentionCase c;
+          c.label = std::string(maskName) + "_" + gate + "_gqa" +
+                    std::to_string(ratio) + "_lq" + std::to_string(queries);
+          c.heads = 8;
+          c.kvHeads = 8 / ratio;
+          c.headDim = 64;
+          c.valueDim = 72;
+          c.mask = maskJson;
+          c.gate = gate;
+          c.batch = 2;
+          c.queries = queries;
+          c.keys = 53;
+          add(c);
+        }
   return all;
 }
 
