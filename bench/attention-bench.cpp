@@ -16,11 +16,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Compile.h"
-#include "frontend/ModelDescription.h"
-#include "frontend/ModelToAttn.h"
 #include "runtime/attn_runtime.hpp"
-
-#include "mlir/IR/MLIRContext.h"
 
 #include <cblas.h>
 
@@ -87,19 +83,8 @@ std::unique_ptr<attn::Model> compileLayer(int heads, int kvHeads, int dim,
                 R"("layer", "type": "attention", "num_heads": %d, )"
                 R"("num_kv_heads": %d, "head_dim": %d, "mask": "%s"}]})",
                 heads, kvHeads, dim, mask);
-  auto description = mlir::attn::frontend::parseModelDescription(json);
-  if (!description) {
-    std::fprintf(stderr, "%s\n",
-                 llvm::toString(description.takeError()).c_str());
-    return nullptr;
-  }
-  mlir::DialectRegistry registry;
-  mlir::attn::registerCompilerDialects(registry);
-  mlir::MLIRContext context(registry);
-  auto module = mlir::attn::frontend::buildAttnModule(context, *description);
   llvm::Expected<std::string> binary =
-      mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
-                          mlir::attn::CpuTarget::host(), "bench");
+      mlir::attn::compileModelDescription(json, mlir::attn::CpuTarget::host());
   if (!binary) {
     std::fprintf(stderr, "%s\n", llvm::toString(binary.takeError()).c_str());
     return nullptr;

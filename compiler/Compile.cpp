@@ -6,8 +6,11 @@
 #include "compiler/Pipelines.h"
 
 #include "Attn/AttnDialect.h"
+#include "frontend/ModelDescription.h"
+#include "frontend/ModelToAttn.h"
 
 #include "mlir/IR/DialectRegistry.h"
+#include "mlir/IR/Verifier.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/Pass/PassManager.h"
@@ -79,4 +82,21 @@ llvm::Expected<std::string> mlir::attn::compile(ModuleOp module,
       << " split_keys=" << tiling.splitKeys
       << " decode_max_queries=" << tiling.decodeMaxQueries;
   return writer.finish(modelName, cpu, tilingText, *sharedObject);
+}
+
+llvm::Expected<std::string>
+mlir::attn::compileModelDescription(llvm::StringRef json,
+                                    const CpuTarget &cpu) {
+  llvm::Expected<frontend::ModelDescription> description =
+      frontend::parseModelDescription(json);
+  if (!description)
+    return description.takeError();
+  DialectRegistry registry;
+  registerCompilerDialects(registry);
+  MLIRContext context(registry);
+  OwningOpRef<ModuleOp> module =
+      frontend::buildAttnModule(context, *description);
+  if (failed(verify(*module)))
+    return error("the frontend built invalid attn IR");
+  return compile(*module, CompileStage::Binary, cpu, description->model);
 }

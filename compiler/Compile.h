@@ -34,6 +34,11 @@ llvm::Expected<std::string> compile(ModuleOp module, CompileStage stage,
                                     const CpuTarget &cpu,
                                     llvm::StringRef modelName);
 
+/// Parses a SPEC §3 model description, builds its attn IR and compiles it
+/// to .attnb bytes for `cpu` (what `attnc MODEL.json -o OUT.attnb` does).
+llvm::Expected<std::string> compileModelDescription(llvm::StringRef json,
+                                                    const CpuTarget &cpu);
+
 /// Registers on `registry` every dialect and translation the compiler
 /// needs, for tools and tests that create their own MLIRContext.
 void registerCompilerDialects(DialectRegistry &registry);

@@ -253,6 +253,26 @@ public:
     }
     return vectors.front();
   }
+  /// 1 / l for a row that saw a key (l > 0), 0 for an empty row.
+  Value reciprocalOrZero(Value l) {
+    Value nonEmpty = fcmp(arith::CmpFPredicate::OGT, l, scalar(0.0));
+    return select(nonEmpty, fdiv(scalar(1.0), l), scalar(0.0));
+  }
+  /// The log-sum-exp m + log l of a row, -inf for an empty row (l = 0).
+  Value logSumExp(Value m, Value l) {
+    Value nonEmpty = fcmp(arith::CmpFPredicate::OGT, l, scalar(0.0));
+    return select(nonEmpty, fadd(m, math::LogOp::create(b, l)),
+                  scalar(kNegInf));
+  }
+  /// The i32 vector [0, 1, ..., width - 1].
+  Value laneIds() {
+    SmallVector<int32_t> ids(width);
+    for (int64_t lane = 0; lane < width; ++lane)
+      ids[lane] = static_cast<int32_t>(lane);
+    return arith::ConstantOp::create(
+        b, DenseElementsAttr::get(VectorType::get({width}, b.getI32Type()),
+                                  ArrayRef<int32_t>(ids)));
+  }
   /// x * sigmoid(g).
   Value sigmoidGate(Value x, Value g) {
     Value one = splat(1.0);
@@ -390,12 +410,8 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
   });
 
   // Lane l of query vector iv is tile row iv * W + l.
-  SmallVector<int32_t> laneIds(W);
-  for (int64_t lane = 0; lane < W; ++lane)
-    laneIds[lane] = static_cast<int32_t>(lane);
   auto i32Vec = VectorType::get({W}, b.getI32Type());
-  Value lanes = arith::ConstantOp::create(
-      b, DenseElementsAttr::get(i32Vec, ArrayRef<int32_t>(laneIds)));
+  Value lanes = e.laneIds();
   auto toI32 = [&](Value index) {
     return arith::IndexCastOp::create(b, b.getI32Type(), index);
   };
@@ -538,16 +554,11 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
   // Epilogue: o = acc / l (0 for an empty row), the gate, lse = m + log l.
   e.loop(c0, rows, c1, [&](Value i) {
     Value l = e.load(runningSum, i);
-    Value nonEmpty = e.fcmp(arith::CmpFPredicate::OGT, l, e.scalar(0.0));
-    Value inv = e.select(nonEmpty, e.fdiv(e.scalar(1.0), l), e.scalar(0.0));
     Value row = e.add(q0, i);
-    storeOutputRow(e, shape, acc, {i}, inv, gate, out, {batch, head, row});
-    if (lse) {
-      Value m = e.load(runningMax, i);
-      Value value = e.select(nonEmpty, e.fadd(m, math::LogOp::create(b, l)),
-                             e.scalar(kNegInf));
-      e.store(value, lse, {batch, head, row});
-    }
+    storeOutputRow(e, shape, acc, {i}, e.reciprocalOrZero(l), gate, out,
+                   {batch, head, row});
+    if (lse)
+      e.store(e.logSumExp(e.load(runningMax, i), l), lse, {batch, head, row});
   });
   func::ReturnOp::create(b);
   return func;
@@ -621,11 +632,7 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
   });
 
   auto i32Vec = VectorType::get({W}, b.getI32Type());
-  SmallVector<int32_t> laneIds(W);
-  for (int64_t lane = 0; lane < W; ++lane)
-    laneIds[lane] = static_cast<int32_t>(lane);
-  Value lanes = arith::ConstantOp::create(
-      b, DenseElementsAttr::get(i32Vec, ArrayRef<int32_t>(laneIds)));
+  Value lanes = e.laneIds();
 
   // W keys per step: W dot products gathered into one score vector.
   Value lastKey = e.sub(end, c1);
@@ -691,18 +698,14 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
   e.loop(c0, groupSize, c1, [&](Value g) {
     Value head = e.add(firstHead, g);
     Value m = e.load(runningMax, g), l = e.load(runningSum, g);
-    Value nonEmpty = e.fcmp(arith::CmpFPredicate::OGT, l, e.scalar(0.0));
-    Value inv = e.select(nonEmpty, e.fdiv(e.scalar(1.0), l), e.scalar(0.0));
-    Value invVec = e.broadcast(inv);
+    Value invVec = e.broadcast(e.reciprocalOrZero(l));
     for (int64_t off = 0; off < Dv; off += W)
       e.storeVector(e.fmul(vector::LoadOp::create(b, e.vec, acc,
                                                   ValueRange{g, e.index(off)}),
                            invVec),
                     partialOut, {batch, head, row, split, e.index(off)},
                     std::min(W, Dv - off));
-    e.store(e.select(nonEmpty, e.fadd(m, math::LogOp::create(b, l)),
-                     e.scalar(kNegInf)),
-            partialLse, {batch, head, row, split});
+    e.store(e.logSumExp(m, l), partialLse, {batch, head, row, split});
   });
   func::ReturnOp::create(b);
   return func;
@@ -766,13 +769,10 @@ func::FuncOp mlir::attn::buildSplitKvMergeKernel(
               acc, e.index(off));
         return SmallVector<Value>{e.fadd(it[0], weight)};
       })[0];
-  Value nonEmpty = e.fcmp(arith::CmpFPredicate::OGT, total, e.scalar(0.0));
-  Value inv = e.select(nonEmpty, e.fdiv(e.scalar(1.0), total), e.scalar(0.0));
-  storeOutputRow(e, shape, acc, {}, inv, gate, out, {batch, head, row});
+  storeOutputRow(e, shape, acc, {}, e.reciprocalOrZero(total), gate, out,
+                 {batch, head, row});
   if (lse)
-    e.store(e.select(nonEmpty, e.fadd(safe, math::LogOp::create(b, total)),
-                     e.scalar(kNegInf)),
-            lse, {batch, head, row});
+    e.store(e.logSumExp(safe, total), lse, {batch, head, row});
   func::ReturnOp::create(b);
   return func;
 }

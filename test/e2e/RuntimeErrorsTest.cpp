@@ -8,12 +8,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Compile.h"
-#include "frontend/ModelDescription.h"
-#include "frontend/ModelToAttn.h"
 #include "runtime/attn_runtime.hpp"
 #include "runtime/schemas/attnb_generated.h"
-
-#include "mlir/IR/MLIRContext.h"
 
 #include <gtest/gtest.h>
 
@@ -31,16 +27,9 @@ const char *kModel = R"({"model": "errors", "dtype": "f32", "layers": [
 class RuntimeErrors : public testing::Test {
 protected:
   static void SetUpTestSuite() {
-    auto description = mlir::attn::frontend::parseModelDescription(kModel);
-    ASSERT_TRUE(static_cast<bool>(description));
-    mlir::DialectRegistry registry;
-    mlir::attn::registerCompilerDialects(registry);
-    mlir::MLIRContext context(registry);
-    auto module = mlir::attn::frontend::buildAttnModule(context, *description);
-    llvm::Expected<std::string> bytes =
-        mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
-                            mlir::attn::CpuTarget::host(), "errors");
-    ASSERT_TRUE(static_cast<bool>(bytes));
+    llvm::Expected<std::string> bytes = mlir::attn::compileModelDescription(
+        kModel, mlir::attn::CpuTarget::host());
+    ASSERT_TRUE(static_cast<bool>(bytes)) << llvm::toString(bytes.takeError());
     binary = new std::string(std::move(*bytes));
   }
   static void TearDownTestSuite() { delete binary; }

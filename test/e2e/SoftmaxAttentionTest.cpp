@@ -11,13 +11,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Compile.h"
-#include "frontend/ModelDescription.h"
-#include "frontend/ModelToAttn.h"
 #include "runtime/attn_runtime.hpp"
 #include "test/reference/Reference.h"
-
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/IR/Verifier.h"
 
 #include <gtest/gtest.h>
 
@@ -87,20 +82,8 @@ ref::Tensor randomF32(std::vector<int64_t> shape, std::mt19937_64 &rng,
 
 /// Compiles `json` for the host CPU and loads it.
 std::unique_ptr<Model> compileAndLoad(const std::string &json, int threads) {
-  auto description = mlir::attn::frontend::parseModelDescription(json);
-  EXPECT_TRUE(static_cast<bool>(description))
-      << llvm::toString(description.takeError());
-  if (!description)
-    return nullptr;
-  mlir::DialectRegistry registry;
-  mlir::attn::registerCompilerDialects(registry);
-  mlir::MLIRContext context(registry);
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::attn::frontend::buildAttnModule(context, *description);
-  EXPECT_TRUE(mlir::succeeded(mlir::verify(*module)));
   llvm::Expected<std::string> binary =
-      mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
-                          mlir::attn::CpuTarget::host(), "e2e");
+      mlir::attn::compileModelDescription(json, mlir::attn::CpuTarget::host());
   EXPECT_TRUE(static_cast<bool>(binary)) << llvm::toString(binary.takeError());
   if (!binary)
     return nullptr;
