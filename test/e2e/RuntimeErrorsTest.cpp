@@ -51,6 +51,16 @@ protected:
     return inputs;
   }
 
+  /// Loads the model and runs its entry on `inputs`.
+  static Status loadAndRun(const std::vector<Tensor> &inputs) {
+    std::unique_ptr<Model> model;
+    Status status = load(*binary, model);
+    if (!status.ok())
+      return status;
+    std::vector<Tensor> outputs;
+    return model->run(0, inputs, outputs);
+  }
+
   static std::string *binary;
 };
 
@@ -161,33 +171,27 @@ TEST_F(RuntimeErrors, UnknownEntry) {
 }
 
 TEST_F(RuntimeErrors, WrongArgumentCount) {
-  std::unique_ptr<Model> model;
-  ASSERT_TRUE(load(*binary, model).ok());
-  std::vector<Tensor> inputs = goodInputs(), outputs;
+  std::vector<Tensor> inputs = goodInputs();
   inputs.pop_back();
-  Status status = model->run(0, inputs, outputs);
+  Status status = loadAndRun(inputs);
   EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
   EXPECT_EQ(status.message,
             "entry 'layer' takes 4 inputs (q, k, v, gate), got 3");
 }
 
 TEST_F(RuntimeErrors, WrongDtype) {
-  std::unique_ptr<Model> model;
-  ASSERT_TRUE(load(*binary, model).ok());
-  std::vector<Tensor> inputs = goodInputs(), outputs;
+  std::vector<Tensor> inputs = goodInputs();
   inputs[2].dtype = ATTN_I32;
-  Status status = model->run(0, inputs, outputs);
+  Status status = loadAndRun(inputs);
   EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
   EXPECT_EQ(status.message,
             "input 'v' (#2) of entry 'layer': expected dtype f32, got i32");
 }
 
 TEST_F(RuntimeErrors, WrongStaticDim) {
-  std::unique_ptr<Model> model;
-  ASSERT_TRUE(load(*binary, model).ok());
-  std::vector<Tensor> inputs = goodInputs(), outputs;
+  std::vector<Tensor> inputs = goodInputs();
   inputs[1] = Tensor(ATTN_F32, {1, 3, 7, 16});
-  Status status = model->run(0, inputs, outputs);
+  Status status = loadAndRun(inputs);
   EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
   EXPECT_EQ(status.message,
             "input 'k' (#1) of entry 'layer': expected shape [B=1, 2, Lk, "
@@ -195,11 +199,9 @@ TEST_F(RuntimeErrors, WrongStaticDim) {
 }
 
 TEST_F(RuntimeErrors, InconsistentDynamicDims) {
-  std::unique_ptr<Model> model;
-  ASSERT_TRUE(load(*binary, model).ok());
-  std::vector<Tensor> inputs = goodInputs(), outputs;
+  std::vector<Tensor> inputs = goodInputs();
   inputs[2] = Tensor(ATTN_F32, {1, 2, 6, 16});
-  Status status = model->run(0, inputs, outputs);
+  Status status = loadAndRun(inputs);
   EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
   EXPECT_EQ(status.message,
             "input 'v' (#2) of entry 'layer': expected shape [B=1, 2, Lk=7, "
@@ -208,11 +210,9 @@ TEST_F(RuntimeErrors, InconsistentDynamicDims) {
 }
 
 TEST_F(RuntimeErrors, WrongRank) {
-  std::unique_ptr<Model> model;
-  ASSERT_TRUE(load(*binary, model).ok());
-  std::vector<Tensor> inputs = goodInputs(), outputs;
+  std::vector<Tensor> inputs = goodInputs();
   inputs[3] = Tensor(ATTN_F32, {1, 4, 5});
-  Status status = model->run(0, inputs, outputs);
+  Status status = loadAndRun(inputs);
   EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
   EXPECT_EQ(status.message,
             "input 'gate' (#3) of entry 'layer': expected shape [B=1, 4, "
