@@ -13,29 +13,12 @@
 #define ATTN_PASSES_SOFTMAXATTENTIONKERNELS_H
 
 #include "Attn/AttnOps.h"
+#include "passes/KernelEmitter.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
 namespace mlir::attn {
-
-/// Tile sizes of the CPU kernels; chosen for the host by attnc and recorded
-/// on every kernel as `attn.tiling`.
-struct CpuTiling {
-  /// f32 lanes of one vector register (8 for AVX2, 16 for AVX-512).
-  int64_t vectorWidth = 8;
-  /// Query rows per flash workgroup (a multiple of vectorWidth).
-  int64_t queryTile = 32;
-  /// Keys per flash step (a multiple of 4).
-  int64_t keyTile = 32;
-  /// Keys per split-KV workgroup.
-  int64_t splitKeys = 512;
-  /// Entries with at most this many query rows take the split-KV path.
-  int64_t decodeMaxQueries = 8;
-
-  /// The tiling as the dictionary attribute recorded on kernels.
-  DictionaryAttr toAttr(MLIRContext *context) const;
-};
 
 /// The static facts a softmax-attention kernel is specialized on, read from
 /// an AttentionOpInterface op.

@@ -1,0 +1,242 @@
+//===- KernelEmitter.h - Building CPU kernel IR -----------------*- C++ -*-===//
+//
+// What every CPU kernel builder shares: the tile sizes recorded on kernels,
+// the kernel function skeleton, and KernelEmitter, small helpers over an
+// ImplicitLocOpBuilder (loops, masked vector loads, reductions, the safe
+// exponentials) so that kernel builders read like the algorithm.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_PASSES_KERNELEMITTER_H
+#define ATTN_PASSES_KERNELEMITTER_H
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+#include <limits>
+
+namespace mlir::attn {
+
+/// Tile sizes of the CPU kernels; chosen for the host by attnc and recorded
+/// on every kernel as `attn.tiling`.
+struct CpuTiling {
+  /// f32 lanes of one vector register (8 for AVX2, 16 for AVX-512).
+  int64_t vectorWidth = 8;
+  /// Query rows per flash workgroup (a multiple of vectorWidth).
+  int64_t queryTile = 32;
+  /// Keys per flash step (a multiple of 4).
+  int64_t keyTile = 32;
+  /// Keys per split-KV workgroup.
+  int64_t splitKeys = 512;
+  /// Entries with at most this many query rows take the split-KV path.
+  int64_t decodeMaxQueries = 8;
+
+  /// The tiling as the dictionary attribute recorded on kernels.
+  DictionaryAttr toAttr(MLIRContext *context) const;
+};
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+/// Rounds `value` up to a multiple of `multiple`.
+inline int64_t roundUp(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+/// Creates `func.func private @name(bindings..., %workgroup: index)` marked
+/// as a kernel of `kind` with the tiling recorded on it, and leaves the
+/// builder inside its body.
+func::FuncOp createKernel(OpBuilder &builder, Location loc, StringRef name,
+                          TypeRange bindingTypes, const CpuTiling &tiling,
+                          StringRef kind);
+
+/// Builds kernel IR with the vector width fixed: small helpers over an
+/// ImplicitLocOpBuilder so the kernels read like the algorithm.
+class KernelEmitter {
+public:
+  KernelEmitter(ImplicitLocOpBuilder &b, int64_t vectorWidth)
+      : b(b), width(vectorWidth), f32(b.getF32Type()),
+        vec(VectorType::get({vectorWidth}, b.getF32Type())) {}
+
+  ImplicitLocOpBuilder &b;
+  const int64_t width;
+  const Type f32;
+  const VectorType vec;
+
+  Value index(int64_t value) {
+    return arith::ConstantIndexOp::create(b, value);
+  }
+  Value scalar(double value) {
+    return arith::ConstantOp::create(b, b.getF32FloatAttr(value));
+  }
+  Value splat(double value) {
+    return arith::ConstantOp::create(
+        b, DenseElementsAttr::get(vec, static_cast<float>(value)));
+  }
+  Value broadcast(Value scalarValue) {
+    return vector::BroadcastOp::create(b, vec, scalarValue);
+  }
+  Value dim(Value memref, int64_t d) {
+    return memref::DimOp::create(b, memref, d);
+  }
+
+  Value add(Value x, Value y) { return arith::AddIOp::create(b, x, y); }
+  Value sub(Value x, Value y) { return arith::SubIOp::create(b, x, y); }
+  Value mul(Value x, Value y) { return arith::MulIOp::create(b, x, y); }
+  Value div(Value x, Value y) { return arith::DivUIOp::create(b, x, y); }
+  Value rem(Value x, Value y) { return arith::RemUIOp::create(b, x, y); }
+  Value ceilDiv(Value x, Value y) {
+    return arith::CeilDivUIOp::create(b, x, y);
+  }
+  Value minS(Value x, Value y) { return arith::MinSIOp::create(b, x, y); }
+  Value maxS(Value x, Value y) { return arith::MaxSIOp::create(b, x, y); }
+
+  Value fadd(Value x, Value y) { return arith::AddFOp::create(b, x, y); }
+  Value fsub(Value x, Value y) { return arith::SubFOp::create(b, x, y); }
+  Value fmul(Value x, Value y) { return arith::MulFOp::create(b, x, y); }
+  Value fdiv(Value x, Value y) { return arith::DivFOp::create(b, x, y); }
+  Value fmax(Value x, Value y) { return arith::MaximumFOp::create(b, x, y); }
+  Value fma(Value x, Value y, Value acc) {
+    return vector::FMAOp::create(b, x, y, acc);
+  }
+  Value exp(Value x) { return math::ExpOp::create(b, x); }
+  Value select(Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, c, x, y);
+  }
+  Value fcmp(arith::CmpFPredicate p, Value x, Value y) {
+    return arith::CmpFOp::create(b, p, x, y);
+  }
+  Value icmp(arith::CmpIPredicate p, Value x, Value y) {
+    return arith::CmpIOp::create(b, p, x, y);
+  }
+  Value load(Value memref, ValueRange indices) {
+    return memref::LoadOp::create(b, memref, indices);
+  }
+  void store(Value value, Value memref, ValueRange indices) {
+    memref::StoreOp::create(b, value, memref, indices);
+  }
+
+  /// A mask of the first `count` lanes.
+  Value prefixMask(int64_t count) {
+    SmallVector<bool> bits(width, false);
+    for (int64_t lane = 0; lane < count; ++lane)
+      bits[lane] = true;
+    return arith::ConstantOp::create(
+        b, DenseElementsAttr::get(VectorType::get({width}, b.getI1Type()),
+                                  ArrayRef<bool>(bits)));
+  }
+  /// Loads `lanes` (<= width) contiguous elements along the last dim,
+  /// zero-filling the rest, without touching memory past them.
+  Value loadVector(Value memref, ValueRange indices, int64_t lanes) {
+    if (lanes == width)
+      return vector::LoadOp::create(b, vec, memref, indices);
+    return vector::MaskedLoadOp::create(b, vec, memref, indices,
+                                        prefixMask(lanes), splat(0.0));
+  }
+  void storeVector(Value value, Value memref, ValueRange indices,
+                   int64_t lanes) {
+    if (lanes == width) {
+      vector::StoreOp::create(b, value, memref, indices);
+      return;
+    }
+    vector::MaskedStoreOp::create(b, memref, indices, prefixMask(lanes), value);
+  }
+  Value scratch(ArrayRef<int64_t> shape) {
+    return memref::AllocaOp::create(b, MemRefType::get(shape, f32),
+                                    /*alignment=*/b.getI64IntegerAttr(64));
+  }
+
+  /// scf.for with the body built inline; returns the loop results.
+  SmallVector<Value>
+  loop(Value lower, Value upper, Value step, ValueRange inits,
+       function_ref<SmallVector<Value>(Value iv, ValueRange iters)> body) {
+    auto forOp = scf::ForOp::create(
+        b, lower, upper, step, inits,
+        [&](OpBuilder &nested, Location, Value iv, ValueRange iters) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToEnd(nested.getInsertionBlock());
+          SmallVector<Value> yielded = body(iv, iters);
+          scf::YieldOp::create(b, yielded);
+        });
+    return SmallVector<Value>(forOp.getResults());
+  }
+  void loop(Value lower, Value upper, Value step,
+            function_ref<void(Value iv)> body) {
+    loop(lower, upper, step, {}, [&](Value iv, ValueRange) {
+      body(iv);
+      return SmallVector<Value>();
+    });
+  }
+
+  /// `c * tanh(s / c)` when the softcap `c` is set.
+  Value softcap(Value s, double cap) {
+    if (cap <= 0.0)
+      return s;
+    Value c = s.getType() == f32 ? scalar(cap) : splat(cap);
+    Value inv = s.getType() == f32 ? scalar(1.0 / cap) : splat(1.0 / cap);
+    return fmul(c, math::TanhOp::create(b, fmul(s, inv)));
+  }
+  /// The max to exponentiate against: m, or 0 where m = -inf (an empty row
+  /// so far), so that exp(-inf - safe) = 0 and never NaN.
+  Value safeMax(Value m) {
+    bool isVector = m.getType() != f32;
+    Value negInf = isVector ? splat(kNegInf) : scalar(kNegInf);
+    Value zero = isVector ? splat(0.0) : scalar(0.0);
+    return select(fcmp(arith::CmpFPredicate::OEQ, m, negInf), zero, m);
+  }
+  /// The vector whose lane i is the sum of the lanes of `vectors[i]`
+  /// (`width` vectors): a transpose-and-add tree of log2(width) levels of
+  /// shuffles, instead of one horizontal reduction per vector.
+  Value sumEach(ArrayRef<Value> input) {
+    std::vector<Value> vectors(input.begin(), input.end());
+    for (int64_t stride = 1; vectors.size() > 1; stride *= 2) {
+      SmallVector<int64_t> even(width), odd(width);
+      for (int64_t lane = 0; lane < width; ++lane) {
+        int64_t block = lane / (2 * stride), r = lane % (2 * stride);
+        even[lane] = r < stride ? block * 2 * stride + r
+                                : width + block * 2 * stride + r - stride;
+        odd[lane] = even[lane] + stride;
+      }
+      std::vector<Value> next;
+      for (size_t i = 0; i + 1 < vectors.size(); i += 2)
+        next.push_back(fadd(
+            vector::ShuffleOp::create(b, vectors[i], vectors[i + 1], even),
+            vector::ShuffleOp::create(b, vectors[i], vectors[i + 1], odd)));
+      vectors = std::move(next);
+    }
+    return vectors.front();
+  }
+  /// 1 / l for a row that saw a key (l > 0), 0 for an empty row.
+  Value reciprocalOrZero(Value l) {
+    Value nonEmpty = fcmp(arith::CmpFPredicate::OGT, l, scalar(0.0));
+    return select(nonEmpty, fdiv(scalar(1.0), l), scalar(0.0));
+  }
+  /// The log-sum-exp m + log l of a row, -inf for an empty row (l = 0).
+  Value logSumExp(Value m, Value l) {
+    Value nonEmpty = fcmp(arith::CmpFPredicate::OGT, l, scalar(0.0));
+    return select(nonEmpty, fadd(m, math::LogOp::create(b, l)),
+                  scalar(kNegInf));
+  }
+  /// The i32 vector [0, 1, ..., width - 1].
+  Value laneIds() {
+    SmallVector<int32_t> ids(width);
+    for (int64_t lane = 0; lane < width; ++lane)
+      ids[lane] = static_cast<int32_t>(lane);
+    return arith::ConstantOp::create(
+        b, DenseElementsAttr::get(VectorType::get({width}, b.getI32Type()),
+                                  ArrayRef<int32_t>(ids)));
+  }
+  /// x * sigmoid(g).
+  Value sigmoidGate(Value x, Value g) {
+    Value one = splat(1.0);
+    return fdiv(x, fadd(one, exp(fsub(splat(0.0), g))));
+  }
+};
+
+} // namespace mlir::attn
+
+#endif // ATTN_PASSES_KERNELEMITTER_H
