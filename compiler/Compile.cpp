@@ -80,7 +80,8 @@ llvm::Expected<std::string> mlir::attn::compile(ModuleOp module,
       << "vector_width=" << tiling.vectorWidth
       << " query_tile=" << tiling.queryTile << " key_tile=" << tiling.keyTile
       << " split_keys=" << tiling.splitKeys
-      << " decode_max_queries=" << tiling.decodeMaxQueries;
+      << " decode_max_queries=" << tiling.decodeMaxQueries
+      << " recurrent_max_steps=" << tiling.recurrentMaxSteps;
   return writer.finish(modelName, cpu, tilingText, *sharedObject);
 }
 

@@ -32,6 +32,7 @@ void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
   dispatch.keyTile = options.keyTile;
   dispatch.splitKeys = options.splitKeys;
   dispatch.decodeMaxQueries = options.decodeMaxQueries;
+  dispatch.recurrentMaxSteps = options.recurrentMaxSteps;
   pm.addPass(createAttnCpuDispatches(dispatch));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

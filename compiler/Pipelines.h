@@ -41,6 +41,11 @@ struct CpuDispatchOptions : public PassPipelineOptions<CpuDispatchOptions> {
       *this, "decode-max-queries",
       llvm::cl::desc("calls with at most this many query rows use split-KV"),
       llvm::cl::init(8)};
+  Option<int64_t> recurrentMaxSteps{
+      *this, "recurrent-max-steps",
+      llvm::cl::desc("recurrences of at most this many steps run step by "
+                     "step, longer ones chunked"),
+      llvm::cl::init(1)};
 };
 
 /// attn IR (after attn-optimize) -> host dispatch programs (`attn.entry`

@@ -4,10 +4,12 @@
 // caller's output buffers (destination passing), every other value gets a
 // memref.alloc on the host side. Attention ops are read through
 // AttentionOpInterface only; the workgroup bodies come from
-// SoftmaxAttentionKernels.
+// SoftmaxAttentionKernels (softmax normalizer) and LinearRecurrenceKernels
+// (recurrent-state normalizer).
 //
 //===----------------------------------------------------------------------===//
 
+#include "passes/LinearRecurrenceKernels.h"
 #include "passes/Passes.h"
 #include "passes/SoftmaxAttentionKernels.h"
 
@@ -103,6 +105,8 @@ private:
       roles.try_emplace(key(a), role.str());
   }
   void addAttention(AttentionOpInterface op) {
+    if (op.getNormalizer() == Normalizer::RecurrentState)
+      return addRecurrence(op);
     Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
     Value o = op.getOutput(), lse = op.getLogSumExp();
     unite({q, 0}, {k, 0}, "B");
@@ -118,6 +122,27 @@ private:
       unite({q, 0}, {operand, 0});
       unite({q, 2}, {operand, 2});
     }
+  }
+
+  /// Every per-step operand shares the batch B and the length L; the
+  /// states share B.
+  void addRecurrence(AttentionOpInterface op) {
+    Value q = op.getQuery();
+    SmallVector<Value> perStep{op.getKey(), op.getValue(), op.getOutput()};
+    for (Value operand : {op.getStepDecay(), op.getStepBeta()})
+      if (operand)
+        perStep.push_back(operand);
+    for (Value operand : op.getEpilogueOperands())
+      if (cast<ShapedType>(operand.getType()).getRank() == 4)
+        perStep.push_back(operand);
+    unite({q, 0}, {q, 0}, "B");
+    unite({q, 2}, {q, 2}, "L");
+    for (Value operand : perStep) {
+      unite({q, 0}, {operand, 0});
+      unite({q, 2}, {operand, 2});
+    }
+    unite({q, 0}, {op.getStateInput(), 0});
+    unite({q, 0}, {op.getStateOutput(), 0});
   }
 
   std::string nameOf(DimRef ref) {
@@ -169,6 +194,8 @@ public:
 private:
   LogicalResult lowerAttention(ImplicitLocOpBuilder &b,
                                AttentionOpInterface op);
+  LogicalResult lowerRecurrence(ImplicitLocOpBuilder &b,
+                                AttentionOpInterface op);
   /// The buffer of `result`: the output argument it is returned through, or
   /// a new allocation shaped like `like` dims (`dims[i]` = a host index
   /// value or null for a static dim).
@@ -213,7 +240,10 @@ LogicalResult EntryLowering::run() {
     if (isa<func::ReturnOp, tensor::DimOp>(op) || isHostArithmetic(op))
       continue;
     if (auto attention = dyn_cast<AttentionOpInterface>(op)) {
-      if (failed(SoftmaxAttentionShape::get(attention)))
+      bool lowerable = attention.getNormalizer() == Normalizer::RecurrentState
+                           ? succeeded(LinearRecurrenceShape::get(attention))
+                           : succeeded(SoftmaxAttentionShape::get(attention));
+      if (!lowerable)
         return failure();
       continue;
     }
@@ -292,7 +322,10 @@ LogicalResult EntryLowering::run() {
       b.clone(op, buffers);
       continue;
     }
-    if (failed(lowerAttention(b, cast<AttentionOpInterface>(op))))
+    auto attention = cast<AttentionOpInterface>(op);
+    if (failed(attention.getNormalizer() == Normalizer::RecurrentState
+                   ? lowerRecurrence(b, attention)
+                   : lowerAttention(b, attention)))
       return failure();
   }
 
@@ -409,6 +442,56 @@ LogicalResult EntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
   return success();
 }
 
+LogicalResult EntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
+                                             AttentionOpInterface op) {
+  FailureOr<LinearRecurrenceShape> maybeShape = LinearRecurrenceShape::get(op);
+  if (failed(maybeShape))
+    return failure();
+  const LinearRecurrenceShape &shape = *maybeShape;
+  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
+
+  SmallVector<Value> bindings;
+  for (Value operand :
+       {op.getQuery(), op.getKey(), op.getValue(), op.getStepDecay(),
+        op.getStepBeta(), op.getStateInput()})
+    if (operand)
+      bindings.push_back(buffers.lookup(operand));
+  for (Value operand : op.getEpilogueOperands())
+    bindings.push_back(buffers.lookup(operand));
+  Value q = bindings.front();
+  Value batch = memref::DimOp::create(b, q, 0);
+  Value length = memref::DimOp::create(b, q, 2);
+  Value out = bufferFor(b, op.getOutput(), {batch, length});
+  Value state = bufferFor(b, op.getStateOutput(), {batch});
+  buffers.map(op.getOutput(), out);
+  buffers.map(op.getStateOutput(), state);
+  bindings.push_back(out);
+  bindings.push_back(state);
+
+  // Calls of 1 .. recurrent-max-steps steps run the recurrence step by step,
+  // others (prefill, and L = 0, which only copies the state) the chunked
+  // form; the other kernel gets zero workgroups.
+  // L - 1 <= max - 1 unsigned: L = 0 wraps around and is not stepwise.
+  Value stepwise = arith::CmpIOp::create(
+      b, arith::CmpIPredicate::ule, arith::SubIOp::create(b, length, index(1)),
+      index(tiling.recurrentMaxSteps - 1));
+  Value groups = arith::MulIOp::create(b, batch, index(shape.numValueHeads));
+  Value zero = index(0);
+  Value chunkedGroups = arith::SelectOp::create(b, stepwise, zero, groups);
+  Value stepGroups = arith::SelectOp::create(b, stepwise, groups, zero);
+
+  OpBuilder kernelBuilder(host);
+  SmallVector<Type> types(ValueRange(bindings).getTypes());
+  func::FuncOp chunked = buildChunkedRecurrenceKernel(
+      kernelBuilder, op.getLoc(), kernelName("chunked"), shape, tiling, types);
+  func::FuncOp recurrent =
+      buildRecurrentStepKernel(kernelBuilder, op.getLoc(),
+                               kernelName("recurrent"), shape, tiling, types);
+  DispatchOp::create(b, chunked.getSymName(), chunkedGroups, bindings);
+  DispatchOp::create(b, recurrent.getSymName(), stepGroups, bindings);
+  return success();
+}
+
 struct AttnCpuDispatches final
     : mlir::attn::impl::AttnCpuDispatchesBase<AttnCpuDispatches> {
   using Base::Base;
@@ -420,6 +503,7 @@ struct AttnCpuDispatches final
     tiling.keyTile = keyTile;
     tiling.splitKeys = splitKeys;
     tiling.decodeMaxQueries = decodeMaxQueries;
+    tiling.recurrentMaxSteps = recurrentMaxSteps;
     if (tiling.vectorWidth <= 0 || tiling.queryTile <= 0 ||
         tiling.queryTile % tiling.vectorWidth != 0 || tiling.keyTile <= 0 ||
         tiling.keyTile % 4 != 0 || tiling.splitKeys <= 0) {

@@ -14,6 +14,8 @@ DictionaryAttr CpuTiling::toAttr(MLIRContext *context) const {
       b.getNamedAttr("split_keys", b.getI64IntegerAttr(splitKeys)),
       b.getNamedAttr("decode_max_queries",
                      b.getI64IntegerAttr(decodeMaxQueries)),
+      b.getNamedAttr("recurrent_max_steps",
+                     b.getI64IntegerAttr(recurrentMaxSteps)),
   });
 }
 

@@ -35,6 +35,9 @@ struct CpuTiling {
   int64_t splitKeys = 512;
   /// Entries with at most this many query rows take the split-KV path.
   int64_t decodeMaxQueries = 8;
+  /// Recurrences of at most this many steps run step by step; longer ones
+  /// take the chunked form.
+  int64_t recurrentMaxSteps = 1;
 
   /// The tiling as the dictionary attribute recorded on kernels.
   DictionaryAttr toAttr(MLIRContext *context) const;

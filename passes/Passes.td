@@ -44,6 +44,13 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
     query rows, split-KV partials over key ranges of `split-keys` keys
     merged through their log-sum-exp. The host picks one path per call from
     the run-time `Lq`.
+
+    A linear recurrence (the recurrent-state normalizer) becomes one
+    workgroup per (batch, value head) carrying the state: the chunked form
+    (UT transform for the delta rules, masked intra-chunk products, the
+    state passed from chunk to chunk) for prefill, and the step-by-step
+    recurrence for calls of at most `recurrent-max-steps` steps (decode).
+    Output gates fused into the op run in both kernels' epilogues.
   }];
   let options = [
     Option<"vectorWidth", "vector-width", "int64_t", "8",
@@ -56,6 +63,8 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
            "keys per split-KV workgroup">,
     Option<"decodeMaxQueries", "decode-max-queries", "int64_t", "8",
            "calls with at most this many query rows take the split-KV path">,
+    Option<"recurrentMaxSteps", "recurrent-max-steps", "int64_t", "1",
+           "recurrences of at most this many steps run step by step">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",

@@ -81,6 +81,38 @@ def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
     InterfaceMethod<"How scores become weights.",
       "::mlir::attn::Normalizer", "getNormalizer", (ins), [{}],
       [{ return ::mlir::attn::Normalizer::Softmax; }]>,
+    InterfaceMethod<[{
+        With the `RecurrentState` normalizer: how each step updates the
+        state `S [Dk, Dv]` (SPEC §2).
+      }],
+      "::mlir::attn::RecurrenceRule", "getRecurrenceRule", (ins), [{}],
+      [{ return ::mlir::attn::RecurrenceRule::Linear; }]>,
+    InterfaceMethod<[{
+        The per-step log-decays `g` [B, Hv, L] (per key feature:
+        [B, Hv, L, Dk]) of a gated recurrence; null otherwise.
+      }],
+      "::mlir::Value", "getStepDecay", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        The per-step write strengths `beta` [B, Hv, L] of a delta rule; null
+        otherwise.
+      }],
+      "::mlir::Value", "getStepBeta", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        The state before the first step [B, Hv, Dk, Dv], and the result
+        holding the state after the last; null without a recurrent state.
+      }],
+      "::mlir::Value", "getStateInput", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<"See getStateInput.",
+      "::mlir::Value", "getStateOutput", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        Steps per chunk of the chunked form of a recurrence; 0 otherwise.
+      }],
+      "int64_t", "getStepChunkSize", (ins), [{}], [{ return 0; }]>,
+    InterfaceMethod<[{
+        Whether each query and key vector is divided by its L2 norm before
+        anything else.
+      }],
+      "bool", "getNormalizesQueryKey", (ins), [{}], [{ return false; }]>,
     InterfaceMethod<"The epilogue applied to each output row.",
       "::mlir::attn::Epilogue", "getEpilogue", (ins), [{}],
       [{ return ::mlir::attn::Epilogue::None; }]>,
@@ -90,6 +122,10 @@ def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
       }],
       "::llvm::SmallVector<::mlir::Value>", "getEpilogueOperands", (ins),
       [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        The epsilon of a normalizing epilogue (`RmsNormSiluGate`); 0 otherwise.
+      }],
+      "double", "getEpilogueEpsilon", (ins), [{}], [{ return 0.0; }]>,
     InterfaceMethod<[{
         Builds, at the rewriter's insertion point, this op with `epilogue`
         (whose input is this op's output) applied to each output row before

@@ -775,6 +775,16 @@ SmallVector<Value> LinearRecurrenceOp::getEpilogueOperands() {
     return {getGateZ(), getGateWeight()};
   return {};
 }
+RecurrenceRule LinearRecurrenceOp::getRecurrenceRule() { return getRule(); }
+Value LinearRecurrenceOp::getStepDecay() { return getDecay(); }
+Value LinearRecurrenceOp::getStepBeta() { return getBeta(); }
+Value LinearRecurrenceOp::getStateInput() { return getInitialState(); }
+Value LinearRecurrenceOp::getStateOutput() { return getFinalState(); }
+int64_t LinearRecurrenceOp::getStepChunkSize() { return getChunkSize(); }
+bool LinearRecurrenceOp::getNormalizesQueryKey() { return getQkL2norm(); }
+double LinearRecurrenceOp::getEpilogueEpsilon() {
+  return getGateZ() ? getGateEps().convertToDouble() : 0.0;
+}
 FailureOr<Operation *>
 LinearRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
                                  EpilogueOpInterface epilogue) {

@@ -350,7 +350,10 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
         ["getPositionMask", "getScoreScale", "getNormalizer",
-         "getEpilogue", "getEpilogueOperands", "fuseEpilogue"]>]> {
+         "getEpilogue", "getEpilogueOperands", "fuseEpilogue",
+         "getRecurrenceRule", "getStepDecay", "getStepBeta", "getStateInput",
+         "getStateOutput", "getStepChunkSize", "getNormalizesQueryKey",
+         "getEpilogueEpsilon"]>]> {
   let summary = "linear attention as a state recurrence (linear to Gated DeltaNet)";
   let description = [{
     Per batch and value head, a state `S [Dk, Dv]` evolves from

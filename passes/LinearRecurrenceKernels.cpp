@@ -1,0 +1,783 @@
+//===- LinearRecurrenceKernels.cpp - CPU kernels of linear recurrences ----===//
+//
+// Two workgroup bodies, both one workgroup per (batch, value head) with the
+// state S [Dk, Dv] kept in the workgroup:
+//
+//  * chunked (prefill): per chunk of C steps, with G the cumulative sum of
+//    the log-decays inside the chunk (SPEC §2 and fla's chunk_gated_delta):
+//      - delta rules, the UT transform: A[t, s] = beta_t (k_t . k_s)
+//        exp(G_t - G_s) for s < t, T = (I + A)^-1 by forward substitution,
+//        W = T diag(beta) (exp(G) * K), U = T diag(beta) V, and the new
+//        values V' = U - W S (other rules: V' = V);
+//      - P[t, s] = scale (q_t . k_s) exp(G_t - G_s) for s <= t;
+//      - O = (scale * exp(G) * Q) S + P V';
+//      - S = exp(G_last) S + (exp(G_last - G) * K)^T V'.
+//    Every product is a register-blocked vector micro-kernel over scratch
+//    tiles; triangular operands bound the loops, so the masked halves cost
+//    nothing. Decays only ever appear as exp(G_i - G_j) with i >= j (or
+//    exp(G_i) with G_i <= 0), so long chunks cannot overflow.
+//  * recurrent step (decode): per step, one pass over S computes S^T k and
+//    S^T q, a second updates S in place; columns of S are taken in blocks so
+//    that a block stays in L1 between the two passes.
+//
+// Both read q/k through the optional L2 normalization and apply the
+// rmsnorm-silu output gate to each output row before storing it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/LinearRecurrenceKernels.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+FailureOr<LinearRecurrenceShape>
+LinearRecurrenceShape::get(AttentionOpInterface op) {
+  auto fail = [&](const Twine &why) {
+    op->emitError() << "no CPU lowering: " << why;
+    return failure();
+  };
+  if (op.getNormalizer() != Normalizer::RecurrentState)
+    return fail("not a recurrence");
+  auto q = cast<RankedTensorType>(op.getQuery().getType());
+  auto v = cast<RankedTensorType>(op.getValue().getType());
+  SmallVector<Value> operands{op.getQuery(), op.getKey(), op.getValue()};
+  for (Value operand : {op.getStepDecay(), op.getStepBeta()})
+    if (operand)
+      operands.push_back(operand);
+  llvm::append_range(operands, op.getEpilogueOperands());
+  for (Value operand : operands)
+    if (!cast<RankedTensorType>(operand.getType()).getElementType().isF32())
+      return fail("the CPU kernels take f32 storage");
+  if (q.isDynamicDim(1) || q.isDynamicDim(3) || v.isDynamicDim(1) ||
+      v.isDynamicDim(3))
+    return fail("head counts and feature sizes must be static");
+
+  LinearRecurrenceShape shape;
+  shape.rule = op.getRecurrenceRule();
+  shape.numKeyHeads = q.getDimSize(1);
+  shape.numValueHeads = v.getDimSize(1);
+  shape.keyDim = q.getDimSize(3);
+  shape.valueDim = v.getDimSize(3);
+  shape.chunkSize = op.getStepChunkSize();
+  shape.scale = op.getScoreScale();
+  shape.normalizeQueryKey = op.getNormalizesQueryKey();
+  switch (op.getEpilogue()) {
+  case Epilogue::None:
+    break;
+  case Epilogue::RmsNormSiluGate:
+    shape.rmsNormGate = true;
+    shape.gateEpsilon = op.getEpilogueEpsilon();
+    break;
+  default:
+    return fail("only the rmsnorm-silu gate is lowered for recurrences");
+  }
+  return shape;
+}
+
+namespace {
+
+/// The kernel arguments, in binding order.
+struct RecurrenceBindings {
+  Value q, k, v, g, beta, initialState, z, w, out, finalState, workgroup;
+
+  RecurrenceBindings(func::FuncOp func, const LinearRecurrenceShape &shape) {
+    auto args = func.getArguments();
+    unsigned next = 0;
+    q = args[next++];
+    k = args[next++];
+    v = args[next++];
+    if (shape.hasDecay())
+      g = args[next++];
+    if (shape.isDelta())
+      beta = args[next++];
+    initialState = args[next++];
+    if (shape.rmsNormGate) {
+      z = args[next++];
+      w = args[next++];
+    }
+    out = args[next++];
+    finalState = args[next++];
+    workgroup = args.back();
+  }
+};
+
+/// The (batch, value head, key head) of a workgroup.
+struct Heads {
+  Value batch, valueHead, keyHead;
+
+  Heads(KernelEmitter &e, const LinearRecurrenceShape &shape, Value wg) {
+    Value hv = e.index(shape.numValueHeads);
+    valueHead = e.rem(wg, hv);
+    batch = e.div(wg, hv);
+    keyHead =
+        e.div(valueHead, e.index(shape.numValueHeads / shape.numKeyHeads));
+  }
+};
+
+Value reduceAdd(KernelEmitter &e, Value vector) {
+  return vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, vector);
+}
+
+/// Copies `dim` features from `src[prefix..., :]` to `dst[dstPrefix..., :]`
+/// (whole vectors, zero past `dim`), divided by their L2 norm when
+/// `normalize` (x / sqrt(sum(x^2) + 1e-6), SPEC §2) and times `factor`.
+void copyFeatureRow(KernelEmitter &e, Value src, ValueRange prefix, int64_t dim,
+                    bool normalize, double factor, Value dst,
+                    ValueRange dstPrefix) {
+  SmallVector<Value> vectors;
+  for (int64_t off = 0; off < dim; off += e.width) {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(e.index(off));
+    vectors.push_back(e.loadVector(src, indices, std::min(e.width, dim - off)));
+  }
+  Value multiplier = e.splat(factor);
+  if (normalize) {
+    Value squares = e.splat(0.0);
+    for (Value x : vectors)
+      squares = e.fma(x, x, squares);
+    Value norm = math::SqrtOp::create(
+        e.b, e.fadd(reduceAdd(e, squares), e.scalar(1e-6)));
+    multiplier = e.broadcast(e.fdiv(e.scalar(factor), norm));
+  }
+  for (auto [i, x] : llvm::enumerate(vectors)) {
+    SmallVector<Value> indices(dstPrefix);
+    indices.push_back(e.index(static_cast<int64_t>(i) * e.width));
+    Value scaled = factor == 1.0 && !normalize ? x : e.fmul(x, multiplier);
+    vector::StoreOp::create(e.b, scaled, dst, indices);
+  }
+}
+
+/// Writes zeros to `dst[prefix..., 0 .. padded)`.
+void zeroRow(KernelEmitter &e, Value dst, ValueRange prefix, int64_t padded) {
+  for (int64_t off = 0; off < padded; off += e.width) {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(e.index(off));
+    vector::StoreOp::create(e.b, e.splat(0.0), dst, indices);
+  }
+}
+
+/// Stores one output row (`row[rowPrefix..., :]`, Dv features zero-padded
+/// to whole vectors) to `out[outPrefix..., :]`, through the rmsnorm-silu
+/// gate `(o / sqrt(mean(o^2) + eps)) * w * silu(z)` when the op has it.
+void storeOutputRow(KernelEmitter &e, const LinearRecurrenceShape &shape,
+                    const RecurrenceBindings &args, Value row,
+                    ValueRange rowPrefix, ValueRange outPrefix) {
+  const int64_t dv = shape.valueDim;
+  auto at = [&](ValueRange prefix, int64_t off) {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(e.index(off));
+    return indices;
+  };
+  SmallVector<Value> o;
+  for (int64_t off = 0; off < dv; off += e.width)
+    o.push_back(vector::LoadOp::create(e.b, e.vec, row, at(rowPrefix, off)));
+  if (shape.rmsNormGate) {
+    Value squares = e.splat(0.0);
+    for (Value x : o)
+      squares = e.fma(x, x, squares);
+    Value meanSquare =
+        e.fmul(reduceAdd(e, squares), e.scalar(1.0 / static_cast<double>(dv)));
+    Value inv =
+        e.fdiv(e.scalar(1.0),
+               math::SqrtOp::create(
+                   e.b, e.fadd(meanSquare, e.scalar(shape.gateEpsilon))));
+    Value invVec = e.broadcast(inv);
+    for (auto [i, x] : llvm::enumerate(o)) {
+      int64_t off = static_cast<int64_t>(i) * e.width;
+      int64_t lanes = std::min(e.width, dv - off);
+      Value z = e.loadVector(args.z, at(outPrefix, off), lanes);
+      Value w = e.loadVector(args.w, {e.index(off)}, lanes);
+      // silu(z) = z * sigmoid(z)
+      Value silu = e.sigmoidGate(z, z);
+      x = e.fmul(e.fmul(e.fmul(x, invVec), w), silu);
+      o[i] = x;
+    }
+  }
+  for (auto [i, x] : llvm::enumerate(o)) {
+    int64_t off = static_cast<int64_t>(i) * e.width;
+    e.storeVector(x, args.out, at(outPrefix, off), std::min(e.width, dv - off));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Products of scratch tiles
+//===----------------------------------------------------------------------===//
+
+/// C = init + A B on row-major 2-D scratch buffers, A [M, K], B [K, N],
+/// C [M, N], N a multiple of the vector width, M a multiple of 4.
+struct Product {
+  int64_t rows = 0, cols = 0, depth = 0;
+  Value a, b, c;
+  /// init = C (else 0), times `scale` (f32) or `rowScale[i]` when set.
+  bool accumulate = false;
+  Value scale, rowScale;
+  /// A is lower triangular (A[i, k] = 0 for k > i): the depth loop stops
+  /// at the diagonal.
+  bool lowerA = false;
+  /// Only C[i, j] with j <= i is needed: blocks above the diagonal are not
+  /// computed (their contents are undefined).
+  bool lowerC = false;
+};
+
+/// Register blocks of 4 rows x 2 vectors: per depth step, 2 vector loads
+/// of B and 4 broadcasts of A feed 8 FMAs. Column blocks are the outer
+/// loop so a K x 2W panel of B stays in L1 while every row block uses it.
+void emitProduct(KernelEmitter &e, const Product &p) {
+  const int64_t W = e.width;
+  assert(p.cols % W == 0 && p.rows % 4 == 0 && "unpadded product");
+  Value c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
+  Value depth = e.index(p.depth);
+
+  auto columnBlock = [&](Value j0, int64_t nv) {
+    Value rowBegin = p.lowerC ? j0 : c0;
+    e.loop(rowBegin, e.index(p.rows), c4, [&](Value i0) {
+      SmallVector<Value> rows, cols;
+      for (int64_t ii = 0; ii < 4; ++ii)
+        rows.push_back(e.add(i0, e.index(ii)));
+      for (int64_t x = 0; x < nv; ++x)
+        cols.push_back(e.add(j0, e.index(x * W)));
+      SmallVector<Value> init;
+      for (int64_t ii = 0; ii < 4; ++ii) {
+        Value factor;
+        if (p.scale)
+          factor = e.broadcast(p.scale);
+        if (p.rowScale)
+          factor = e.broadcast(e.load(p.rowScale, rows[ii]));
+        for (int64_t x = 0; x < nv; ++x) {
+          if (!p.accumulate) {
+            init.push_back(e.splat(0.0));
+            continue;
+          }
+          Value current = vector::LoadOp::create(e.b, e.vec, p.c,
+                                                 ValueRange{rows[ii], cols[x]});
+          init.push_back(factor ? e.fmul(current, factor) : current);
+        }
+      }
+      Value depthEnd = p.lowerA ? e.minS(depth, e.add(i0, c4)) : depth;
+      SmallVector<Value> sums =
+          e.loop(c0, depthEnd, c1, init, [&](Value k, ValueRange partial) {
+            SmallVector<Value> bv;
+            for (int64_t x = 0; x < nv; ++x)
+              bv.push_back(vector::LoadOp::create(e.b, e.vec, p.b,
+                                                  ValueRange{k, cols[x]}));
+            SmallVector<Value> next;
+            for (int64_t ii = 0; ii < 4; ++ii) {
+              Value av = e.broadcast(e.load(p.a, {rows[ii], k}));
+              for (int64_t x = 0; x < nv; ++x)
+                next.push_back(e.fma(av, bv[x], partial[ii * nv + x]));
+            }
+            return next;
+          });
+      for (int64_t ii = 0; ii < 4; ++ii)
+        for (int64_t x = 0; x < nv; ++x)
+          vector::StoreOp::create(e.b, sums[ii * nv + x], p.c,
+                                  ValueRange{rows[ii], cols[x]});
+    });
+  };
+
+  int64_t pairedCols = p.cols / (2 * W) * (2 * W);
+  if (pairedCols > 0)
+    e.loop(c0, e.index(pairedCols), e.index(2 * W),
+           [&](Value j0) { columnBlock(j0, 2); });
+  if (pairedCols < p.cols)
+    columnBlock(e.index(pairedCols), 1);
+}
+
+/// The i32 lane positions [offset, offset + W).
+Value lanePositions(KernelEmitter &e, int64_t offset) {
+  auto type = VectorType::get({e.width}, e.b.getI32Type());
+  return arith::AddIOp::create(
+      e.b, e.laneIds(),
+      arith::ConstantOp::create(
+          e.b, DenseElementsAttr::get(type, static_cast<int32_t>(offset))));
+}
+
+/// Keeps, in each row t of the C x C `scores`, the columns s < t (`strict`)
+/// or s <= t, multiplied by exp(G_t - G_s) (scalar decay: `cumulative` [C])
+/// and by `rowFactor[t]`; everything else becomes 0.
+void maskChunkScores(KernelEmitter &e, Value scores, int64_t chunk,
+                     Value cumulative, Value rowFactor, bool strict) {
+  auto i32Vec = VectorType::get({e.width}, e.b.getI32Type());
+  e.loop(e.index(0), e.index(chunk), e.index(1), [&](Value t) {
+    Value row = vector::BroadcastOp::create(
+        e.b, i32Vec, arith::IndexCastOp::create(e.b, e.b.getI32Type(), t));
+    Value rowDecay = cumulative ? e.broadcast(e.load(cumulative, t)) : Value();
+    Value factor = rowFactor ? e.broadcast(e.load(rowFactor, t)) : Value();
+    for (int64_t off = 0; off < chunk; off += e.width) {
+      Value col = e.index(off);
+      Value s = vector::LoadOp::create(e.b, e.vec, scores, ValueRange{t, col});
+      if (cumulative)
+        s = e.fmul(s,
+                   e.exp(e.fsub(rowDecay, vector::LoadOp::create(
+                                              e.b, e.vec, cumulative, col))));
+      if (factor)
+        s = e.fmul(s, factor);
+      Value keep =
+          e.icmp(strict ? arith::CmpIPredicate::slt : arith::CmpIPredicate::sle,
+                 lanePositions(e, off), row);
+      vector::StoreOp::create(e.b, e.select(keep, s, e.splat(0.0)), scores,
+                              ValueRange{t, col});
+    }
+  });
+}
+
+/// T = (I + A)^-1 in place for the strictly lower triangular C x C `a`, by
+/// forward substitution: T[t, :] = e_t - sum_{s<t} A[t, s] T[s, :].
+void invertUnitLower(KernelEmitter &e, Value a, int64_t chunk) {
+  auto i32Vec = VectorType::get({e.width}, e.b.getI32Type());
+  Value c0 = e.index(0), c1 = e.index(1);
+  e.loop(c0, e.index(chunk), c1, [&](Value t) {
+    Value row = vector::BroadcastOp::create(
+        e.b, i32Vec, arith::IndexCastOp::create(e.b, e.b.getI32Type(), t));
+    SmallVector<Value> identity;
+    for (int64_t off = 0; off < chunk; off += e.width)
+      identity.push_back(
+          e.select(e.icmp(arith::CmpIPredicate::eq, lanePositions(e, off), row),
+                   e.splat(1.0), e.splat(0.0)));
+    SmallVector<Value> result =
+        e.loop(c0, t, c1, identity, [&](Value s, ValueRange acc) {
+          Value factor =
+              e.broadcast(arith::NegFOp::create(e.b, e.load(a, {t, s})));
+          SmallVector<Value> next;
+          for (auto [x, partial] : llvm::enumerate(acc))
+            next.push_back(e.fma(
+                factor,
+                vector::LoadOp::create(
+                    e.b, e.vec, a,
+                    ValueRange{s, e.index(static_cast<int64_t>(x) * e.width)}),
+                partial));
+          return next;
+        });
+    for (auto [x, value] : llvm::enumerate(result))
+      vector::StoreOp::create(
+          e.b, value, a,
+          ValueRange{t, e.index(static_cast<int64_t>(x) * e.width)});
+  });
+}
+
+/// rows[t, :] *= factor(t) for t in [0, count), over `padded` features.
+void scaleRows(KernelEmitter &e, Value rows, int64_t count, int64_t padded,
+               function_ref<Value(Value t, int64_t off)> factor) {
+  e.loop(e.index(0), e.index(count), e.index(1), [&](Value t) {
+    for (int64_t off = 0; off < padded; off += e.width) {
+      Value col = e.index(off);
+      Value x = vector::LoadOp::create(e.b, e.vec, rows, ValueRange{t, col});
+      vector::StoreOp::create(e.b, e.fmul(x, factor(t, off)), rows,
+                              ValueRange{t, col});
+    }
+  });
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Chunked kernel
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "chunked");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  const int64_t W = e.width, C = shape.chunkSize;
+  const int64_t Dk = shape.keyDim, Dv = shape.valueDim;
+  const int64_t DkP = roundUp(Dk, W), DvP = roundUp(Dv, W);
+  RecurrenceBindings args(func, shape);
+  Heads heads(e, shape, args.workgroup);
+  Value batch = heads.batch, hv = heads.valueHead, hk = heads.keyHead;
+
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value length = e.dim(args.q, 2);
+
+  // Scratch tiles of one chunk, feature dims padded to whole vectors with
+  // zeros: K, Q (normalized, Q scaled), V, the per-step gates, the
+  // transposed keys, the C x C score tiles and the state.
+  Value keys = e.scratch({C, DkP}), queries = e.scratch({C, DkP});
+  Value values = e.scratch({C, DvP});
+  Value keysT = e.scratch({DkP, C});
+  Value scores = e.scratch({C, C});
+  Value outputs = e.scratch({C, DvP});
+  Value state = e.scratch({DkP, DvP});
+  Value cumulative = shape.scalarDecay()    ? e.scratch({C})
+                     : shape.featureDecay() ? e.scratch({C, DkP})
+                                            : Value();
+  Value betas, transform, weights, scaledKeys, newValues;
+  if (shape.isDelta()) {
+    betas = e.scratch({C});
+    transform = e.scratch({C, C});
+    weights = e.scratch({C, DkP});
+    scaledKeys = e.scratch({C, DkP});
+    newValues = e.scratch({C, DvP});
+  }
+  Value lastDecay = shape.featureDecay() ? e.scratch({DkP}) : Value();
+
+  // S = S_init, zero in the padding.
+  e.loop(c0, e.index(DkP), c1, [&](Value i) { zeroRow(e, state, {i}, DvP); });
+  e.loop(c0, e.index(Dk), c1, [&](Value i) {
+    for (int64_t off = 0; off < Dv; off += W)
+      vector::StoreOp::create(b,
+                              e.loadVector(args.initialState,
+                                           {batch, hv, i, e.index(off)},
+                                           std::min(W, Dv - off)),
+                              state, ValueRange{i, e.index(off)});
+  });
+
+  Value chunks = e.ceilDiv(length, e.index(C));
+  e.loop(c0, chunks, c1, [&](Value chunk) {
+    Value first = e.mul(chunk, e.index(C));
+    Value steps = e.minS(e.index(C), e.sub(length, first));
+
+    // Load the chunk; steps past the end are zeros (g = 0, beta = 0), which
+    // leave the state and every real row unchanged.
+    e.loop(c0, steps, c1, [&](Value t) {
+      Value pos = e.add(first, t);
+      copyFeatureRow(e, args.k, {batch, hk, pos}, Dk, shape.normalizeQueryKey,
+                     1.0, keys, {t});
+      copyFeatureRow(e, args.q, {batch, hk, pos}, Dk, shape.normalizeQueryKey,
+                     shape.scale, queries, {t});
+      copyFeatureRow(e, args.v, {batch, hv, pos}, Dv, false, 1.0, values, {t});
+      if (shape.scalarDecay())
+        e.store(e.load(args.g, {batch, hv, pos}), cumulative, {t});
+      if (shape.featureDecay())
+        copyFeatureRow(e, args.g, {batch, hv, pos}, Dk, false, 1.0, cumulative,
+                       {t});
+      if (betas)
+        e.store(e.load(args.beta, {batch, hv, pos}), betas, {t});
+    });
+    e.loop(steps, e.index(C), c1, [&](Value t) {
+      zeroRow(e, keys, {t}, DkP);
+      zeroRow(e, queries, {t}, DkP);
+      zeroRow(e, values, {t}, DvP);
+      if (shape.scalarDecay())
+        e.store(e.scalar(0.0), cumulative, {t});
+      if (shape.featureDecay())
+        zeroRow(e, cumulative, {t}, DkP);
+      if (betas)
+        e.store(e.scalar(0.0), betas, {t});
+    });
+
+    // G = cumulative sum of g inside the chunk.
+    if (shape.scalarDecay())
+      e.loop(c0, e.index(C), c1, {e.scalar(0.0)}, [&](Value t, ValueRange it) {
+        Value sum = e.fadd(it[0], e.load(cumulative, t));
+        e.store(sum, cumulative, {t});
+        return SmallVector<Value>{sum};
+      });
+    if (shape.featureDecay()) {
+      SmallVector<Value> zeros(DkP / W, e.splat(0.0));
+      e.loop(c0, e.index(C), c1, zeros, [&](Value t, ValueRange it) {
+        SmallVector<Value> sums;
+        for (int64_t x = 0; x < DkP / W; ++x) {
+          Value col = e.index(x * W);
+          sums.push_back(
+              e.fadd(it[x], vector::LoadOp::create(b, e.vec, cumulative,
+                                                   ValueRange{t, col})));
+          vector::StoreOp::create(b, sums.back(), cumulative,
+                                  ValueRange{t, col});
+        }
+        return sums;
+      });
+    }
+    Value lastRow = e.index(C - 1);
+    // exp(G_last - G_s) for each step s: what the decay of the rest of the
+    // chunk leaves of step s's write.
+    auto decayToEnd = [&](Value s, int64_t off) -> Value {
+      if (shape.scalarDecay())
+        return e.broadcast(
+            e.exp(e.fsub(e.load(cumulative, lastRow), e.load(cumulative, s))));
+      Value col = e.index(off);
+      return e.exp(e.fsub(
+          vector::LoadOp::create(b, e.vec, cumulative,
+                                 ValueRange{lastRow, col}),
+          vector::LoadOp::create(b, e.vec, cumulative, ValueRange{s, col})));
+    };
+
+    // K^T, for gla already carrying exp(G_last - G_s) per feature for the
+    // state update (gla needs no plain K^T).
+    e.loop(c0, e.index(C), c1, [&](Value s) {
+      for (int64_t off = 0; off < DkP; off += W) {
+        Value x =
+            vector::LoadOp::create(b, e.vec, keys, ValueRange{s, e.index(off)});
+        if (shape.featureDecay())
+          x = e.fmul(x, decayToEnd(s, off));
+        for (int64_t lane = 0; lane < W; ++lane)
+          e.store(vector::ExtractOp::create(b, x, lane), keysT,
+                  {e.index(off + lane), s});
+      }
+    });
+
+    // Delta rules: the UT transform and the new values V' = U - W S.
+    Value update = values;
+    if (shape.isDelta()) {
+      Product gram;
+      gram.rows = C, gram.cols = C, gram.depth = DkP;
+      gram.a = keys, gram.b = keysT, gram.c = transform, gram.lowerC = true;
+      emitProduct(e, gram);
+      maskChunkScores(e, transform, C,
+                      shape.scalarDecay() ? cumulative : Value(), betas,
+                      /*strict=*/true);
+      invertUnitLower(e, transform, C);
+      // T diag(beta)
+      e.loop(c0, e.index(C), c1, [&](Value t) {
+        for (int64_t off = 0; off < C; off += W) {
+          Value col = e.index(off);
+          vector::StoreOp::create(
+              b,
+              e.fmul(vector::LoadOp::create(b, e.vec, transform,
+                                            ValueRange{t, col}),
+                     vector::LoadOp::create(b, e.vec, betas, col)),
+              transform, ValueRange{t, col});
+        }
+      });
+      // -exp(G_s) k_s, so that V' = U + W S accumulates.
+      e.loop(c0, e.index(C), c1, [&](Value s) {
+        Value factor = shape.scalarDecay()
+                           ? e.broadcast(arith::NegFOp::create(
+                                 b, e.exp(e.load(cumulative, s))))
+                           : e.splat(-1.0);
+        for (int64_t off = 0; off < DkP; off += W) {
+          Value col = e.index(off);
+          vector::StoreOp::create(
+              b,
+              e.fmul(vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}),
+                     factor),
+              scaledKeys, ValueRange{s, col});
+        }
+      });
+      Product w;
+      w.rows = C, w.cols = DkP, w.depth = C;
+      w.a = transform, w.b = scaledKeys, w.c = weights, w.lowerA = true;
+      emitProduct(e, w);
+      Product u;
+      u.rows = C, u.cols = DvP, u.depth = C;
+      u.a = transform, u.b = values, u.c = newValues, u.lowerA = true;
+      emitProduct(e, u);
+      Product correction;
+      correction.rows = C, correction.cols = DvP, correction.depth = DkP;
+      correction.a = weights, correction.b = state, correction.c = newValues;
+      correction.accumulate = true;
+      emitProduct(e, correction);
+      update = newValues;
+    }
+
+    // P[t, s] = (q_t . k_s) exp(G_t - G_s) for s <= t (q carries the scale).
+    if (shape.featureDecay()) {
+      e.loop(c0, e.index(C), c1, [&](Value t) {
+        zeroRow(e, scores, {t}, C);
+        e.loop(c0, e.add(t, c1), c1, [&](Value s) {
+          Value dot = e.splat(0.0);
+          for (int64_t off = 0; off < DkP; off += W) {
+            Value col = e.index(off);
+            Value decay =
+                e.exp(e.fsub(vector::LoadOp::create(b, e.vec, cumulative,
+                                                    ValueRange{t, col}),
+                             vector::LoadOp::create(b, e.vec, cumulative,
+                                                    ValueRange{s, col})));
+            Value qk = e.fmul(
+                vector::LoadOp::create(b, e.vec, queries, ValueRange{t, col}),
+                vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}));
+            dot = e.fma(qk, decay, dot);
+          }
+          e.store(reduceAdd(e, dot), scores, {t, s});
+        });
+      });
+    } else {
+      Product p;
+      p.rows = C, p.cols = C, p.depth = DkP;
+      p.a = queries, p.b = keysT, p.c = scores, p.lowerC = true;
+      emitProduct(e, p);
+      maskChunkScores(e, scores, C, shape.scalarDecay() ? cumulative : Value(),
+                      Value(), /*strict=*/false);
+    }
+
+    // O = (exp(G) * Q) S + P V'.
+    if (shape.hasDecay())
+      scaleRows(e, queries, C, DkP, [&](Value t, int64_t off) -> Value {
+        if (shape.scalarDecay())
+          return e.broadcast(e.exp(e.load(cumulative, t)));
+        return e.exp(vector::LoadOp::create(b, e.vec, cumulative,
+                                            ValueRange{t, e.index(off)}));
+      });
+    Product inter;
+    inter.rows = C, inter.cols = DvP, inter.depth = DkP;
+    inter.a = queries, inter.b = state, inter.c = outputs;
+    emitProduct(e, inter);
+    Product intra;
+    intra.rows = C, intra.cols = DvP, intra.depth = C;
+    intra.a = scores, intra.b = update, intra.c = outputs;
+    intra.accumulate = true, intra.lowerA = true;
+    emitProduct(e, intra);
+    e.loop(c0, steps, c1, [&](Value t) {
+      storeOutputRow(e, shape, args, outputs, {t},
+                     {batch, hv, e.add(first, t)});
+    });
+
+    // S = exp(G_last) S + (exp(G_last - G) * K)^T V'.
+    Product carry;
+    carry.rows = DkP, carry.cols = DvP, carry.depth = C;
+    carry.a = keysT, carry.b = update, carry.c = state;
+    carry.accumulate = true;
+    if (shape.scalarDecay()) {
+      scaleRows(e, update, C, DvP,
+                [&](Value s, int64_t) { return decayToEnd(s, 0); });
+      carry.scale = e.exp(e.load(cumulative, lastRow));
+    }
+    if (shape.featureDecay()) {
+      for (int64_t off = 0; off < DkP; off += W) {
+        Value col = e.index(off);
+        vector::StoreOp::create(
+            b,
+            e.exp(vector::LoadOp::create(b, e.vec, cumulative,
+                                         ValueRange{lastRow, col})),
+            lastDecay, col);
+      }
+      carry.rowScale = lastDecay;
+    }
+    emitProduct(e, carry);
+  });
+
+  // The final state.
+  e.loop(c0, e.index(Dk), c1, [&](Value i) {
+    for (int64_t off = 0; off < Dv; off += W)
+      e.storeVector(
+          vector::LoadOp::create(b, e.vec, state, ValueRange{i, e.index(off)}),
+          args.finalState, {batch, hv, i, e.index(off)}, std::min(W, Dv - off));
+  });
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Recurrent step kernel
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildRecurrentStepKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "recurrent");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  const int64_t W = e.width;
+  const int64_t Dk = shape.keyDim, Dv = shape.valueDim;
+  const int64_t DkP = roundUp(Dk, W), DvP = roundUp(Dv, W);
+  // Columns of S per block: S^T k and S^T q of a block take 2 registers
+  // per vector, and the block (Dk x 32 floats) stays in L1 between the
+  // read pass and the update pass.
+  const int64_t blockVectors = 4;
+  RecurrenceBindings args(func, shape);
+  Heads heads(e, shape, args.workgroup);
+  Value batch = heads.batch, hv = heads.valueHead, hk = heads.keyHead;
+
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value length = e.dim(args.q, 2);
+  Value key = e.scratch({DkP}), query = e.scratch({DkP});
+  Value decay = shape.featureDecay() ? e.scratch({DkP}) : Value();
+  Value output = e.scratch({DvP});
+
+  e.loop(c0, length, c1, [&](Value t) {
+    // The first step reads S_init, later ones the state written in place.
+    Value first = e.icmp(arith::CmpIPredicate::eq, t, c0);
+    Value source = e.select(first, args.initialState, args.finalState);
+
+    copyFeatureRow(e, args.k, {batch, hk, t}, Dk, shape.normalizeQueryKey, 1.0,
+                   key, {});
+    copyFeatureRow(e, args.q, {batch, hk, t}, Dk, shape.normalizeQueryKey,
+                   shape.scale, query, {});
+    // k . q, for the part of o_t that step t itself writes.
+    Value kq = e.splat(0.0);
+    for (int64_t off = 0; off < DkP; off += W)
+      kq = e.fma(vector::LoadOp::create(b, e.vec, key, e.index(off)),
+                 vector::LoadOp::create(b, e.vec, query, e.index(off)), kq);
+    Value kqVec = e.broadcast(reduceAdd(e, kq));
+    // The decay of this step: alpha (scalar), or per feature for gla, where
+    // it is folded into q for S^T q.
+    Value alpha;
+    if (shape.scalarDecay())
+      alpha = e.broadcast(e.exp(e.load(args.g, {batch, hv, t})));
+    if (shape.featureDecay()) {
+      copyFeatureRow(e, args.g, {batch, hv, t}, Dk, false, 1.0, decay, {});
+      for (int64_t off = 0; off < DkP; off += W) {
+        Value col = e.index(off);
+        Value a = e.exp(vector::LoadOp::create(b, e.vec, decay, col));
+        vector::StoreOp::create(b, a, decay, col);
+        vector::StoreOp::create(
+            b, e.fmul(vector::LoadOp::create(b, e.vec, query, col), a), query,
+            col);
+      }
+    }
+    Value beta = shape.isDelta()
+                     ? e.broadcast(e.load(args.beta, {batch, hv, t}))
+                     : Value();
+
+    for (int64_t block = 0; block < Dv; block += blockVectors * W) {
+      SmallVector<int64_t> lanes;
+      for (int64_t off = block; off < std::min(Dv, block + blockVectors * W);
+           off += W)
+        lanes.push_back(std::min(W, Dv - off));
+      int64_t nv = lanes.size();
+      auto column = [&](int64_t x) { return e.index(block + x * W); };
+
+      // Pass 1: S^T q (and S^T k for the delta rules).
+      bool needKey = shape.isDelta();
+      SmallVector<Value> init(needKey ? 2 * nv : nv, e.splat(0.0));
+      SmallVector<Value> sums =
+          e.loop(c0, e.index(Dk), c1, init, [&](Value i, ValueRange acc) {
+            Value qb = e.broadcast(e.load(query, i));
+            Value kb = needKey ? e.broadcast(e.load(key, i)) : Value();
+            SmallVector<Value> byQuery, byKey;
+            for (int64_t x = 0; x < nv; ++x) {
+              Value s =
+                  e.loadVector(source, {batch, hv, i, column(x)}, lanes[x]);
+              byQuery.push_back(e.fma(qb, s, acc[x]));
+              if (needKey)
+                byKey.push_back(e.fma(kb, s, acc[nv + x]));
+            }
+            // The S^T q sums first, then the S^T k sums.
+            llvm::append_range(byQuery, byKey);
+            return byQuery;
+          });
+
+      // u = v (+ delta correction), o = (decayed S)^T q + u (k . q).
+      SmallVector<Value> u;
+      for (int64_t x = 0; x < nv; ++x) {
+        Value v = e.loadVector(args.v, {batch, hv, t, column(x)}, lanes[x]);
+        Value sq = sums[x];
+        if (shape.isDelta()) {
+          Value sk = sums[nv + x];
+          if (alpha)
+            sk = e.fmul(sk, alpha);
+          v = e.fmul(beta, e.fsub(v, sk));
+        }
+        if (alpha)
+          sq = e.fmul(sq, alpha);
+        u.push_back(v);
+        vector::StoreOp::create(b, e.fma(v, kqVec, sq), output, column(x));
+      }
+
+      // Pass 2: S = decay * S + k u^T.
+      e.loop(c0, e.index(Dk), c1, [&](Value i) {
+        Value kb = e.broadcast(e.load(key, i));
+        Value rowDecay = alpha;
+        if (decay)
+          rowDecay = e.broadcast(e.load(decay, i));
+        for (int64_t x = 0; x < nv; ++x) {
+          Value s = e.loadVector(source, {batch, hv, i, column(x)}, lanes[x]);
+          if (rowDecay)
+            s = e.fmul(s, rowDecay);
+          e.storeVector(e.fma(kb, u[x], s), args.finalState,
+                        {batch, hv, i, column(x)}, lanes[x]);
+        }
+      });
+    }
+    storeOutputRow(e, shape, args, output, {}, {batch, hv, t});
+  });
+  func::ReturnOp::create(b);
+  return func;
+}

@@ -1,0 +1,70 @@
+//===- LinearRecurrenceKernels.h - CPU kernels of linear recurrences -*- C++
+//-*-===//
+//
+// The workgroup bodies that -attn-cpu-dispatches emits for an attention op
+// whose normalizer is a recurrent state (SPEC §2), read through
+// AttentionOpInterface: the chunked form for prefill and the step-by-step
+// recurrence for decode. One workgroup = one (batch, value head): the state
+// [Dk, Dv] lives in the workgroup from the initial state to the final one.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_PASSES_LINEARRECURRENCEKERNELS_H
+#define ATTN_PASSES_LINEARRECURRENCEKERNELS_H
+
+#include "Attn/AttnOps.h"
+#include "passes/KernelEmitter.h"
+
+namespace mlir::attn {
+
+/// The static facts a recurrence kernel is specialized on.
+struct LinearRecurrenceShape {
+  RecurrenceRule rule = RecurrenceRule::Linear;
+  int64_t numKeyHeads = 0, numValueHeads = 0, keyDim = 0, valueDim = 0;
+  int64_t chunkSize = 64;
+  double scale = 1.0;
+  bool normalizeQueryKey = false;
+  /// The rmsnorm-silu output gate, fused into the kernels' epilogue.
+  bool rmsNormGate = false;
+  double gateEpsilon = 0.0;
+
+  /// A scalar log-decay per step (decay, gated_delta).
+  bool scalarDecay() const {
+    return rule == RecurrenceRule::Decay || rule == RecurrenceRule::GatedDelta;
+  }
+  /// A log-decay per step and key feature (gla).
+  bool featureDecay() const { return rule == RecurrenceRule::Gla; }
+  bool hasDecay() const { return scalarDecay() || featureDecay(); }
+  /// A delta rule: a write strength per step and the WY / UT form.
+  bool isDelta() const {
+    return rule == RecurrenceRule::Delta || rule == RecurrenceRule::GatedDelta;
+  }
+
+  /// Reads the shape of `op`, or says why the CPU kernels cannot run it.
+  static FailureOr<LinearRecurrenceShape> get(AttentionOpInterface op);
+};
+
+/// Kernel bindings of both kernels, in this order: q, k, v, [g], [beta],
+/// S_init, [z, w], o, S. Workgroups: B * Hv, (batch, value head) with the
+/// value head fastest.
+///
+/// The chunked form: per chunk of C steps, masked matrix products inside
+/// the chunk (and for the delta rules the UT transform), then the state
+/// carried to the next chunk.
+func::FuncOp buildChunkedRecurrenceKernel(OpBuilder &builder, Location loc,
+                                          StringRef name,
+                                          const LinearRecurrenceShape &shape,
+                                          const CpuTiling &tiling,
+                                          TypeRange bindingTypes);
+
+/// The recurrence one step at a time, reading S_init and writing S in
+/// place (decode).
+func::FuncOp buildRecurrentStepKernel(OpBuilder &builder, Location loc,
+                                      StringRef name,
+                                      const LinearRecurrenceShape &shape,
+                                      const CpuTiling &tiling,
+                                      TypeRange bindingTypes);
+
+} // namespace mlir::attn
+
+#endif // ATTN_PASSES_LINEARRECURRENCEKERNELS_H

@@ -1,0 +1,334 @@
+//===- LinearRecurrenceTest.cpp - linear-attention layers, end to end -----===//
+//
+// Each case writes a `linear_attention` layer (SPEC §3), compiles it with
+// the library attnc uses, runs the entry on random inputs with the runtime
+// and compares o and the final state with the float64 step-by-step
+// recurrence of SPEC §2. Lengths cover the decode step (L = 1), chunk - 1,
+// chunk, chunk + 1 and several hundred steps; Dk != Dv and sizes that are no
+// multiple of the vector width; Hv / Hk of 1 and 2; random initial states;
+// log-decays down to -5; and continuation (running L1 then L2 steps from
+// the returned state equals running L1 + L2 steps).
+//
+//===----------------------------------------------------------------------===//
+
+#include "compiler/Compile.h"
+#include "runtime/attn_runtime.hpp"
+#include "test/reference/Reference.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <sstream>
+
+using namespace attn;
+
+namespace {
+
+struct RecurrenceCase {
+  std::string label;
+  std::string rule = "gated_delta";
+  int64_t keyHeads = 2, valueHeads = 4, keyDim = 40, valueDim = 24;
+  int64_t chunk = 16;
+  bool l2norm = true, gate = false;
+  std::optional<double> scale;
+  /// Log-decays are uniform in [-maxDecay, 0].
+  double maxDecay = 5.0;
+  /// Keys are uniform in [-keyRange, keyRange] (before normalization).
+  double keyRange = 1.0;
+  int64_t batch = 1, length = 17;
+  /// Split the run into `length` steps then `continuation` more.
+  int64_t continuation = 0;
+};
+
+void PrintTo(const RecurrenceCase &c, std::ostream *os) { *os << c.label; }
+
+ref::Rule referenceRule(const std::string &rule) {
+  if (rule == "linear")
+    return ref::Rule::Linear;
+  if (rule == "decay")
+    return ref::Rule::Decay;
+  if (rule == "gla")
+    return ref::Rule::Gla;
+  if (rule == "delta")
+    return ref::Rule::Delta;
+  return ref::Rule::GatedDelta;
+}
+
+bool hasDecay(const std::string &rule) {
+  return rule == "decay" || rule == "gla" || rule == "gated_delta";
+}
+bool hasBeta(const std::string &rule) {
+  return rule == "delta" || rule == "gated_delta";
+}
+
+std::string modelJson(const RecurrenceCase &c) {
+  std::ostringstream json;
+  json << R"({"model": "e2e", "dtype": "f32", "layers": [{"name": "layer",)"
+       << R"( "type": "linear_attention", "rule": ")" << c.rule
+       << R"(", "num_k_heads": )" << c.keyHeads << R"(, "num_v_heads": )"
+       << c.valueHeads << R"(, "k_dim": )" << c.keyDim << R"(, "v_dim": )"
+       << c.valueDim << R"(, "chunk_size": )" << c.chunk << R"(, "qk_l2norm": )"
+       << (c.l2norm ? "true" : "false") << R"(, "output_gate": ")"
+       << (c.gate ? "rmsnorm_silu" : "none") << "\"";
+  if (c.scale)
+    json << R"(, "scale": )" << *c.scale;
+  json << "}]}";
+  return json.str();
+}
+
+Tensor toRuntime(const ref::Tensor &t) {
+  Tensor out(ATTN_F32, t.shape());
+  for (int64_t i = 0; i < t.size(); ++i)
+    out.f32()[i] = static_cast<float>(t.values()[i]);
+  return out;
+}
+
+ref::Tensor fromRuntime(const Tensor &t) {
+  ref::Tensor out(t.shape);
+  for (int64_t i = 0; i < out.size(); ++i)
+    out.values()[i] = t.f32()[i];
+  return out;
+}
+
+/// The reference sees exactly the f32 values the compiled code sees.
+ref::Tensor randomF32(std::vector<int64_t> shape, std::mt19937_64 &rng,
+                      double lo, double hi) {
+  ref::Tensor t = ref::randomTensor(std::move(shape), rng, lo, hi);
+  for (double &x : t.values())
+    x = static_cast<float>(x);
+  return t;
+}
+
+/// Steps [begin, end) of a per-step tensor (dim 2 is the step).
+ref::Tensor steps(const ref::Tensor &t, int64_t begin, int64_t end) {
+  std::vector<int64_t> shape = t.shape();
+  int64_t inner = 1;
+  for (size_t d = 3; d < shape.size(); ++d)
+    inner *= shape[d];
+  const int64_t outer = shape[0] * shape[1], length = shape[2];
+  shape[2] = end - begin;
+  ref::Tensor out(shape);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t s = begin; s < end; ++s)
+      for (int64_t i = 0; i < inner; ++i)
+        out.values()[(o * (end - begin) + s - begin) * inner + i] =
+            t.values()[(o * length + s) * inner + i];
+  return out;
+}
+
+/// Random inputs of one call, in entry order.
+struct Inputs {
+  ref::Tensor q, k, v, g, beta, state, z, w;
+};
+
+Inputs randomInputs(const RecurrenceCase &c, int64_t length,
+                    std::mt19937_64 &rng) {
+  Inputs in;
+  const int64_t B = c.batch;
+  in.q = randomF32({B, c.keyHeads, length, c.keyDim}, rng, -1, 1);
+  in.k = randomF32({B, c.keyHeads, length, c.keyDim}, rng, -c.keyRange,
+                   c.keyRange);
+  in.v = randomF32({B, c.valueHeads, length, c.valueDim}, rng, -1, 1);
+  if (c.rule == "gla")
+    in.g = randomF32({B, c.valueHeads, length, c.keyDim}, rng, -c.maxDecay, 0);
+  else
+    in.g = randomF32({B, c.valueHeads, length}, rng, -c.maxDecay, 0);
+  in.beta = randomF32({B, c.valueHeads, length}, rng, 0.05, 0.95);
+  in.state = randomF32({B, c.valueHeads, c.keyDim, c.valueDim}, rng, -1, 1);
+  in.z = randomF32({B, c.valueHeads, length, c.valueDim}, rng, -3, 3);
+  in.w = randomF32({c.valueDim}, rng, 0.5, 1.5);
+  return in;
+}
+
+std::vector<Tensor> entryInputs(const RecurrenceCase &c, const Inputs &in) {
+  std::vector<Tensor> inputs{toRuntime(in.q), toRuntime(in.k), toRuntime(in.v)};
+  if (hasDecay(c.rule))
+    inputs.push_back(toRuntime(in.g));
+  if (hasBeta(c.rule))
+    inputs.push_back(toRuntime(in.beta));
+  inputs.push_back(toRuntime(in.state));
+  if (c.gate) {
+    inputs.push_back(toRuntime(in.z));
+    inputs.push_back(toRuntime(in.w));
+  }
+  return inputs;
+}
+
+ref::RecurrenceResult reference(const RecurrenceCase &c, const Inputs &in) {
+  ref::Recurrence options;
+  options.rule = referenceRule(c.rule);
+  options.scale = c.scale;
+  options.qkL2Norm = c.l2norm;
+  ref::RecurrenceResult result = ref::linearRecurrence(
+      in.q, in.k, in.v, hasDecay(c.rule) ? &in.g : nullptr,
+      hasBeta(c.rule) ? &in.beta : nullptr, in.state, options);
+  if (c.gate)
+    result.output = ref::rmsNormSiluGate(result.output, in.z, in.w);
+  return result;
+}
+
+std::unique_ptr<Model> compileAndLoad(const std::string &json) {
+  llvm::Expected<std::string> binary =
+      mlir::attn::compileModelDescription(json, mlir::attn::CpuTarget::host());
+  EXPECT_TRUE(static_cast<bool>(binary)) << llvm::toString(binary.takeError());
+  if (!binary)
+    return nullptr;
+  std::unique_ptr<Model> model;
+  Status status = Model::loadMemory(binary->data(), binary->size(), 2, model);
+  EXPECT_TRUE(status.ok()) << status.message;
+  return model;
+}
+
+/// Runs the entry; fails the test on error or a non-finite output.
+std::vector<ref::Tensor> run(Model &model, const std::vector<Tensor> &inputs) {
+  int32_t entry = -1;
+  EXPECT_TRUE(model.findEntry("layer", entry).ok());
+  std::vector<Tensor> outputs;
+  Status status = model.run(entry, inputs, outputs);
+  EXPECT_TRUE(status.ok()) << status.message;
+  std::vector<ref::Tensor> result;
+  for (const Tensor &t : outputs) {
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      EXPECT_TRUE(std::isfinite(t.f32()[i])) << "element " << i;
+    result.push_back(fromRuntime(t));
+  }
+  return result;
+}
+
+constexpr double kTolerance = 1e-4;
+
+void expectClose(const ref::Tensor &actual, const ref::Tensor &expected,
+                 const char *what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  double error = ref::maxRelativeError(actual, expected);
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3e", error);
+  testing::Test::RecordProperty(std::string("max_relative_error_") + what,
+                                text);
+  EXPECT_LE(error, kTolerance) << what;
+}
+
+class LinearRecurrence : public testing::TestWithParam<RecurrenceCase> {};
+
+TEST_P(LinearRecurrence, MatchesReference) {
+  const RecurrenceCase &c = GetParam();
+  std::unique_ptr<Model> model = compileAndLoad(modelJson(c));
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(std::hash<std::string>()(c.label));
+  const int64_t total = c.length + c.continuation;
+  Inputs all = randomInputs(c, total, rng);
+  ref::RecurrenceResult expected = reference(c, all);
+
+  if (c.continuation == 0) {
+    std::vector<ref::Tensor> outputs = run(*model, entryInputs(c, all));
+    ASSERT_EQ(outputs.size(), 2u);
+    expectClose(outputs[0], expected.output, "o");
+    expectClose(outputs[1], expected.state, "S");
+    return;
+  }
+
+  // Two calls: the second starts from the state the first returned.
+  Inputs first = all, second = all;
+  for (auto [part, begin, end] : {std::tuple{&first, int64_t(0), c.length},
+                                  std::tuple{&second, c.length, total}}) {
+    part->q = steps(all.q, begin, end);
+    part->k = steps(all.k, begin, end);
+    part->v = steps(all.v, begin, end);
+    part->g = steps(all.g, begin, end);
+    part->beta = steps(all.beta, begin, end);
+    part->z = steps(all.z, begin, end);
+  }
+  std::vector<ref::Tensor> head = run(*model, entryInputs(c, first));
+  ASSERT_EQ(head.size(), 2u);
+  second.state = head[1];
+  std::vector<ref::Tensor> tail = run(*model, entryInputs(c, second));
+  ASSERT_EQ(tail.size(), 2u);
+  expectClose(head[0], steps(expected.output, 0, c.length), "o_first");
+  expectClose(tail[0], steps(expected.output, c.length, total), "o_second");
+  expectClose(tail[1], expected.state, "S");
+}
+
+std::vector<RecurrenceCase> cases() {
+  std::vector<RecurrenceCase> all;
+  const char *rules[] = {"linear", "decay", "gla", "delta", "gated_delta"};
+  // Every rule at every length class of a 16-step chunk, Dk != Dv, Hv/Hk 2.
+  for (const char *rule : rules)
+    for (int64_t length : {1, 15, 16, 17, 300}) {
+      RecurrenceCase c;
+      c.label = std::string(rule) + "_L" + std::to_string(length);
+      c.rule = rule;
+      c.length = length;
+      // Without decay, sums over hundreds of steps grow: keep q/k unit.
+      c.l2norm = true;
+      all.push_back(c);
+    }
+  auto add = [&](RecurrenceCase c) { all.push_back(std::move(c)); };
+  // Hv / Hk = 1, batch 2, chunk 64 at 63 / 64 / 65 and beyond.
+  for (int64_t length : {63, 64, 65, 200})
+    add({.label = "gated_delta_chunk64_L" + std::to_string(length),
+         .keyHeads = 3,
+         .valueHeads = 3,
+         .keyDim = 64,
+         .valueDim = 80,
+         .chunk = 64,
+         .batch = 2,
+         .length = length});
+  // The rmsnorm-silu gate on both kernels, and Qwen3-Next's head sizes.
+  add({.label = "gated_delta_gate_decode", .gate = true, .length = 1});
+  add({.label = "gated_delta_gate_prefill",
+       .keyHeads = 1,
+       .valueHeads = 2,
+       .keyDim = 128,
+       .valueDim = 128,
+       .chunk = 64,
+       .gate = true,
+       .length = 150});
+  add({.label = "gla_gate_chunk32",
+       .rule = "gla",
+       .keyDim = 36,
+       .valueDim = 20,
+       .chunk = 32,
+       .gate = true,
+       .length = 97});
+  // Chunk 128, strong and weak decays.
+  add({.label = "decay_chunk128_weak",
+       .rule = "decay",
+       .chunk = 128,
+       .maxDecay = 0.05,
+       .length = 260});
+  add({.label = "gated_delta_chunk128_strong",
+       .chunk = 128,
+       .maxDecay = 5.0,
+       .length = 129});
+  // Weak decays: the state carries information across many chunks.
+  add({.label = "gated_delta_weak_decay", .maxDecay = 0.02, .length = 300});
+  add({.label = "gla_weak_decay",
+       .rule = "gla",
+       .maxDecay = 0.02,
+       .length = 300});
+  // Without the L2 normalization (small keys keep the delta rule stable),
+  // and a custom scale.
+  add({.label = "delta_no_l2norm",
+       .rule = "delta",
+       .l2norm = false,
+       .keyRange = 0.15,
+       .length = 40});
+  add({.label = "linear_scale", .rule = "linear", .scale = 0.5, .length = 33});
+  // Empty sequence: the state passes through.
+  add({.label = "gated_delta_L0", .length = 0});
+  // Continuation: prefill then decode, decode then prefill, prefill twice.
+  add({.label = "continue_prefill_decode", .length = 37, .continuation = 1});
+  add({.label = "continue_decode_prefill", .length = 1, .continuation = 40});
+  add({.label = "continue_prefill_prefill",
+       .rule = "gla",
+       .length = 20,
+       .continuation = 29});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, LinearRecurrence, testing::ValuesIn(cases()),
+                         [](const auto &info) { return info.param.label; });
+
+} // namespace
