@@ -6,7 +6,7 @@
 #include "compiler/Pipelines.h"
 
 #include "Attn/AttnDialect.h"
-#include "frontend/ModelDescription.h"
+#include "frontend/HuggingFaceConfig.h"
 #include "frontend/ModelToAttn.h"
 
 #include "mlir/IR/DialectRegistry.h"
@@ -35,10 +35,9 @@ void mlir::attn::registerCompilerDialects(DialectRegistry &registry) {
   registerLLVMDialectTranslation(registry);
 }
 
-llvm::Expected<std::string> mlir::attn::compile(ModuleOp module,
-                                                CompileStage stage,
-                                                const CpuTarget &cpu,
-                                                llvm::StringRef modelName) {
+llvm::Expected<std::string>
+mlir::attn::compile(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
+                    llvm::StringRef modelName, const CompileOptions &options) {
   MLIRContext *context = module.getContext();
   PassManager optimize(context);
   buildAttnOptimizationPipeline(optimize);
@@ -52,6 +51,7 @@ llvm::Expected<std::string> mlir::attn::compile(ModuleOp module,
   CpuDispatchOptions tiling;
   tiling.vectorWidth = cpu.vectorWidth;
   tiling.queryTile = 4 * cpu.vectorWidth;
+  tiling.recurrentMaxSteps = options.recurrentMaxSteps;
   PassManager dispatch(context);
   buildCpuDispatchPipeline(dispatch, tiling);
   if (failed(dispatch.run(module)))
@@ -86,10 +86,10 @@ llvm::Expected<std::string> mlir::attn::compile(ModuleOp module,
 }
 
 llvm::Expected<std::string>
-mlir::attn::compileModelDescription(llvm::StringRef json,
-                                    const CpuTarget &cpu) {
+mlir::attn::compileModelDescription(llvm::StringRef json, const CpuTarget &cpu,
+                                    const CompileOptions &options) {
   llvm::Expected<frontend::ModelDescription> description =
-      frontend::parseModelDescription(json);
+      frontend::parseModelInput(json);
   if (!description)
     return description.takeError();
   DialectRegistry registry;
@@ -99,5 +99,6 @@ mlir::attn::compileModelDescription(llvm::StringRef json,
       frontend::buildAttnModule(context, *description);
   if (failed(verify(*module)))
     return error("the frontend built invalid attn IR");
-  return compile(*module, CompileStage::Binary, cpu, description->model);
+  return compile(*module, CompileStage::Binary, cpu, description->model,
+                 options);
 }

@@ -26,18 +26,28 @@ enum class CompileStage {
   Binary,      // the .attnb bytes
 };
 
+/// Choices that change which kernels run, never what they compute.
+struct CompileOptions {
+  /// Recurrences of at most this many steps run step by step; longer ones
+  /// take the chunked form (1: only decode steps).
+  int64_t recurrentMaxSteps = 1;
+};
+
 /// Lowers `module` (attn IR, verified) in place up to `stage`. For
 /// CompileStage::Binary returns the .attnb bytes, otherwise "". Diagnostics
 /// of failing passes go to the context's handler; the error says which
 /// step failed.
 llvm::Expected<std::string> compile(ModuleOp module, CompileStage stage,
                                     const CpuTarget &cpu,
-                                    llvm::StringRef modelName);
+                                    llvm::StringRef modelName,
+                                    const CompileOptions &options = {});
 
-/// Parses a SPEC §3 model description, builds its attn IR and compiles it
-/// to .attnb bytes for `cpu` (what `attnc MODEL.json -o OUT.attnb` does).
-llvm::Expected<std::string> compileModelDescription(llvm::StringRef json,
-                                                    const CpuTarget &cpu);
+/// Parses a SPEC §3 model description or a Hugging Face config.json, builds
+/// its attn IR and compiles it to .attnb bytes for `cpu` (what
+/// `attnc MODEL.json -o OUT.attnb` does).
+llvm::Expected<std::string>
+compileModelDescription(llvm::StringRef json, const CpuTarget &cpu,
+                        const CompileOptions &options = {});
 
 /// Registers on `registry` every dialect and translation the compiler
 /// needs, for tools and tests that create their own MLIRContext.

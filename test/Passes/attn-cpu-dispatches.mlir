@@ -7,7 +7,7 @@
 
 // CHECK-LABEL: func.func private @layer__flash0
 // CHECK-SAME:    attn.kernel = "flash"
-// CHECK-SAME:    attn.tiling = {decode_max_queries = 8 : i64, key_tile = 32 : i64, query_tile = 32 : i64, split_keys = 512 : i64, vector_width = 8 : i64}
+// CHECK-SAME:    attn.tiling = {decode_max_queries = 8 : i64, key_tile = 32 : i64, query_tile = 32 : i64, recurrent_max_steps = 1 : i64, split_keys = 512 : i64, vector_width = 8 : i64}
 // The key loop stops at the tile's last visible key (causal).
 // CHECK:         %[[END:.+]] = arith.maxsi %{{.+}}, %{{.+}} : index
 // CHECK:         scf.for %{{.+}} = %{{.+}} to %[[END]] step %{{.+}} {
@@ -119,3 +119,49 @@ func.func @passthrough(%q: tensor<?x2x?x16xf32>) -> tensor<?x2x?x16xf32> {
   // expected-error @below {{result #0 returns an argument; an entry's results must be computed}}
   return %q : tensor<?x2x?x16xf32>
 }
+
+// -----
+
+// A gated-delta recurrence with its output gate fused: one chunked and one
+// recurrent-step kernel over (batch, value head), picked by the run-time L.
+func.func @gdn(%q: tensor<?x2x?x32xf32> {attn.name = "q"}, %k: tensor<?x2x?x32xf32>,
+               %v: tensor<?x4x?x24xf32>, %g: tensor<?x4x?xf32>, %beta: tensor<?x4x?xf32>,
+               %s0: tensor<?x4x32x24xf32>, %z: tensor<?x4x?x24xf32>, %w: tensor<24xf32>)
+    -> (tensor<?x4x?x24xf32> {attn.name = "o"}, tensor<?x4x32x24xf32> {attn.name = "S"}) {
+  %o, %s = attn.linear_recurrence gated_delta %q, %k, %v
+      decay(%g : tensor<?x4x?xf32>) beta(%beta : tensor<?x4x?xf32>)
+      state(%s0 : tensor<?x4x32x24xf32>)
+      output_gate(%z, %w : tensor<?x4x?x24xf32>, tensor<24xf32>)
+      {chunk_size = 16, qk_l2norm}
+      : tensor<?x2x?x32xf32>, tensor<?x2x?x32xf32>, tensor<?x4x?x24xf32>
+  return %o, %s : tensor<?x4x?x24xf32>, tensor<?x4x32x24xf32>
+}
+// The chunked kernel: the UT transform's forward substitution (a loop
+// bounded by the row), the state products, the rmsnorm of the gate.
+// CHECK-LABEL: func.func private @gdn__chunked0
+// CHECK-SAME:    attn.kernel = "chunked"
+// CHECK-SAME:    recurrent_max_steps = 1
+// CHECK:         %[[STATE:.+]] = memref.alloca() {alignment = 64 : i64} : memref<32x24xf32>
+// CHECK:         scf.for %[[CHUNK:.+]] = %c0{{.*}} to %{{.+}} step %c1
+// CHECK:           scf.for %[[T:.+]] = %c0{{.*}} to %c16{{.*}} step %c1
+// CHECK:             scf.for %{{.+}} = %c0{{.*}} to %[[T]] step %c1{{.*}} iter_args(
+// CHECK:           math.sqrt
+// CHECK-LABEL: func.func private @gdn__recurrent1
+// CHECK-SAME:    attn.kernel = "recurrent"
+// CHECK:         arith.select %{{.+}}, %{{.+}}, %{{.+}} : memref<?x4x32x24xf32>
+// CHECK-LABEL: func.func @gdn(
+// CHECK-SAME:    %[[Q:[a-z0-9]+]]: memref<?x2x?x32xf32> {attn.name = "q", attn.shape = ["B", 2, "L", 32]}
+// CHECK-SAME:    memref<?x4x?xf32> {attn.shape = ["B", 4, "L"]}
+// CHECK-SAME:    memref<?x4x32x24xf32> {attn.shape = ["B", 4, 32, 24]}
+// CHECK-SAME:    memref<24xf32> {attn.shape = [24]}
+// CHECK-SAME:    %[[O:[a-z0-9]+]]: memref<?x4x?x24xf32> {attn.name = "o", attn.shape = ["B", 4, "L", 24]}
+// CHECK-SAME:    %[[S:[a-z0-9]+]]: memref<?x4x32x24xf32> {attn.name = "S", attn.shape = ["B", 4, 32, 24]}
+// CHECK:         %[[L:.+]] = memref.dim %[[Q]], %c2
+// CHECK:         %[[LM1:.+]] = arith.subi %[[L]], %c1
+// CHECK:         %[[STEPWISE:.+]] = arith.cmpi ule, %[[LM1]], %c0
+// CHECK:         %[[GROUPS:.+]] = arith.muli %{{.+}}, %c4
+// CHECK:         %[[CHUNKED:.+]] = arith.select %[[STEPWISE]], %c0{{.*}}, %[[GROUPS]] : index
+// CHECK:         %[[STEPS:.+]] = arith.select %[[STEPWISE]], %[[GROUPS]], %c0{{.*}} : index
+// CHECK:         attn.dispatch @gdn__chunked0 workgroups(%[[CHUNKED]]) bindings(%[[Q]], {{.+}}, %[[O]], %[[S]])
+// CHECK:         attn.dispatch @gdn__recurrent1 workgroups(%[[STEPS]]) bindings(%[[Q]], {{.+}}, %[[O]], %[[S]])
+// CHECK-NEXT:    return

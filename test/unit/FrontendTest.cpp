@@ -1,5 +1,6 @@
 //===- FrontendTest.cpp - Model descriptions to attn IR -------------------===//
 
+#include "frontend/HuggingFaceConfig.h"
 #include "frontend/ModelDescription.h"
 #include "frontend/ModelToAttn.h"
 
@@ -253,5 +254,124 @@ INSTANTIATE_TEST_SUITE_P(
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 1, "head_dim": 8}], "speculative": {"max_tree_nodes": 0}})",
             "$.speculative.max_tree_nodes: expected a positive integer, got "
             "0"}));
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Hugging Face configs
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::string configError(llvm::StringRef json) {
+  llvm::Expected<ModelDescription> model = parseModelInput(json);
+  if (model)
+    return "";
+  return llvm::toString(model.takeError());
+}
+
+TEST(HuggingFaceConfig, Qwen3NextExample) {
+  llvm::Expected<ModelDescription> model =
+      parseModelInput(readExample("qwen3-next/config.json"));
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  EXPECT_EQ(model->model, "qwen3_next");
+  // 48 layers, every 4th full attention: layer 0 is linear attention.
+  ASSERT_EQ(model->layers.size(), 2u);
+  const auto &linear = std::get<LinearAttentionLayer>(model->layers[0]);
+  EXPECT_EQ(linear.name, "linear_attention");
+  EXPECT_EQ(linear.rule, Rule::GatedDelta);
+  EXPECT_EQ(linear.numKHeads, 16);
+  EXPECT_EQ(linear.numVHeads, 32);
+  EXPECT_EQ(linear.kDim, 128);
+  EXPECT_EQ(linear.vDim, 128);
+  EXPECT_TRUE(linear.qkL2Norm);
+  EXPECT_EQ(linear.outputGate, OutputGate::RmsNormSilu);
+  EXPECT_EQ(linear.gateEps, 1e-6);
+  const auto &full = std::get<AttentionLayer>(model->layers[1]);
+  EXPECT_EQ(full.name, "full_attention");
+  EXPECT_EQ(full.numHeads, 16);
+  EXPECT_EQ(full.numKvHeads, 2);
+  EXPECT_EQ(full.headDim, 256);
+  EXPECT_EQ(full.valueDim, 256);
+  EXPECT_EQ(full.mask, MaskKind::Causal);
+  EXPECT_EQ(full.gate, GateKind::Elementwise);
+
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  auto entries = entrySignatures(*module);
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].first, "linear_attention");
+  EXPECT_EQ(entries[0].second,
+            (std::vector<std::string>{"q", "k", "v", "g", "beta", "S_init", "z",
+                                      "w"}));
+  EXPECT_EQ(entries[1].first, "full_attention");
+  EXPECT_EQ(entries[1].second,
+            (std::vector<std::string>{"q", "k", "v", "gate"}));
+}
+
+const char *kQwenHeads = R"("num_attention_heads": 8, "num_key_value_heads": 2,
+  "head_dim": 64, "linear_num_key_heads": 4, "linear_num_value_heads": 8,
+  "linear_key_head_dim": 32, "linear_value_head_dim": 48)";
+
+TEST(HuggingFaceConfig, LayerTypesListOnlyTheKindsPresent) {
+  std::string json = std::string(R"({"model_type": "qwen3_next",
+    "layer_types": ["full_attention", "full_attention"], )") +
+                     kQwenHeads + "}";
+  llvm::Expected<ModelDescription> model = parseModelInput(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  ASSERT_EQ(model->layers.size(), 1u);
+  EXPECT_EQ(std::get<AttentionLayer>(model->layers[0]).name, "full_attention");
+}
+
+TEST(HuggingFaceConfig, HeadDimDefaultsToHiddenSizeOverHeads) {
+  llvm::Expected<ModelDescription> model = parseModelInput(
+      R"({"model_type": "qwen3_next", "layer_types": ["full_attention"],
+          "num_attention_heads": 4, "hidden_size": 512})");
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  const auto &full = std::get<AttentionLayer>(model->layers[0]);
+  EXPECT_EQ(full.headDim, 128);
+  EXPECT_EQ(full.numKvHeads, 4);
+}
+
+TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
+  EXPECT_EQ(configError(R"({"model_type": "llama", "num_hidden_layers": 2})"),
+            "$.model_type: unsupported Hugging Face model type \"llama\"; "
+            "supported: qwen3_next");
+  EXPECT_EQ(configError(R"({"model_type": 3})"),
+            "$.model_type: expected a string, got 3");
+  EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
+    "layer_types": ["full_attention", "mamba"], )") +
+                        kQwenHeads + "}"),
+            "$.layer_types[1]: expected \"full_attention\" or "
+            "\"linear_attention\", got \"mamba\"");
+  EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
+    "num_hidden_layers": 8, )") +
+                        kQwenHeads + "}"),
+            "$: missing required key 'full_attention_interval'");
+  EXPECT_EQ(configError(R"({"model_type": "qwen3_next",
+    "layer_types": ["linear_attention"], "linear_num_key_heads": 3,
+    "linear_num_value_heads": 8, "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32})"),
+            "$.linear_num_value_heads: expected a multiple of "
+            "linear_num_key_heads (3), got 8");
+  EXPECT_EQ(configError(R"({"model_type": "qwen3_next",
+    "layer_types": ["linear_attention"], "linear_num_key_heads": 4,
+    "linear_num_value_heads": 8, "linear_key_head_dim": 0,
+    "linear_value_head_dim": 32})"),
+            "$.linear_key_head_dim: expected a positive integer, got 0");
+  EXPECT_EQ(configError(R"({"model_type": "qwen3_next",
+    "layer_types": ["full_attention"], "num_attention_heads": 8,
+    "num_key_value_heads": 3, "head_dim": 64})"),
+            "$.num_attention_heads: expected a multiple of "
+            "num_key_value_heads (3), got 8");
+}
+
+TEST(HuggingFaceConfig, ModelDescriptionsStillParse) {
+  llvm::Expected<ModelDescription> model =
+      parseModelInput(readExample("gated-attention.json"));
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  EXPECT_EQ(std::get<AttentionLayer>(model->layers[0]).name, "full_attention");
+}
 
 } // namespace

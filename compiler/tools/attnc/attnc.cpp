@@ -1,9 +1,10 @@
 //===- attnc.cpp - The attn compiler driver -------------------------------===//
 //
 // attnc INPUT -o OUT.attnb [--target=cpu|cuda|all] [--cpu=LEVEL]
-//       [--emit=attn|mlir|dispatch|llvm-mlir|llvm]
+//       [--recurrent-max-steps=N] [--emit=attn|mlir|dispatch|llvm-mlir|llvm]
 //
-// INPUT is a model description (.json, SPEC §3) or attn IR (.mlir). A thin
+// INPUT is a model description (.json, SPEC §3), a Hugging Face config.json
+// or attn IR (.mlir). A thin
 // driver: it reads the input, runs the registered pipelines of
 // compiler/Pipelines.h, and either prints the requested stage or writes the
 // .attnb binary (compiler/BinaryWriter.h).
@@ -14,6 +15,7 @@
 #include "compiler/Compile.h"
 #include "compiler/CpuTarget.h"
 #include "compiler/Pipelines.h"
+#include "frontend/HuggingFaceConfig.h"
 #include "frontend/ModelToAttn.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -39,8 +41,9 @@ namespace {
 
 enum class Stage { Binary, Attn, Mlir, Dispatch, LlvmMlir, Llvm, Ptx };
 
-cl::opt<std::string> inputFilename(cl::Positional, cl::Required,
-                                   cl::desc("<model.json | model.mlir>"));
+cl::opt<std::string>
+    inputFilename(cl::Positional, cl::Required,
+                  cl::desc("<model.json | config.json | model.mlir>"));
 cl::opt<std::string> outputFilename("o", cl::desc("Output file"),
                                     cl::value_desc("file"), cl::init("-"));
 cl::opt<Stage>
@@ -65,6 +68,12 @@ cl::opt<std::string>
              cl::desc("CPU code level: host (default), x86-64-v2, x86-64-v3 "
                       "or x86-64-v4; the tiles follow its vector width"),
              cl::init("host"));
+cl::opt<int64_t> recurrentMaxSteps(
+    "recurrent-max-steps",
+    cl::desc("Linear recurrences called with at most this many steps run "
+             "step by step, longer ones in the chunked form (default 1: "
+             "decode steps only)"),
+    cl::init(1));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "attnc") << message << "\n";
@@ -96,7 +105,7 @@ int main(int argc, char **argv) {
   llvm::StringRef extension = llvm::sys::path::extension(inputFilename);
   if (extension == ".json") {
     llvm::Expected<attn::frontend::ModelDescription> model =
-        attn::frontend::parseModelDescription(input->getBuffer());
+        attn::frontend::parseModelInput(input->getBuffer());
     if (!model)
       return fail(inputFilename + ": " + llvm::toString(model.takeError()));
     module = attn::frontend::buildAttnModule(context, *model);
@@ -109,8 +118,10 @@ int main(int argc, char **argv) {
     if (!module)
       return 1; // the handler printed why
   } else {
-    return fail(inputFilename + ": unknown input kind '" + extension +
-                "'; expected a model description (.json) or attn IR (.mlir)");
+    return fail(
+        inputFilename + ": unknown input kind '" + extension +
+        "'; expected a model description or Hugging Face config (.json) "
+        "or attn IR (.mlir)");
   }
   if (failed(verify(*module)))
     return 1;
@@ -148,6 +159,12 @@ int main(int argc, char **argv) {
     cpu = *level;
   }
 
+  if (recurrentMaxSteps < 1)
+    return fail("--recurrent-max-steps must be at least 1, got " +
+                llvm::Twine(recurrentMaxSteps.getValue()));
+  attn::CompileOptions options;
+  options.recurrentMaxSteps = recurrentMaxSteps;
+
   attn::CompileStage stage = attn::CompileStage::Binary;
   if (emitStage == Stage::Mlir)
     stage = attn::CompileStage::Optimized;
@@ -159,7 +176,7 @@ int main(int argc, char **argv) {
     return fail("attnc writes a binary: give -o OUT.attnb (or --emit=STAGE "
                 "to print a stage)");
   llvm::Expected<std::string> result =
-      attn::compile(*module, stage, cpu, modelName);
+      attn::compile(*module, stage, cpu, modelName, options);
   if (!result)
     return fail(llvm::toString(result.takeError()));
   if (emitStage == Stage::Llvm) {

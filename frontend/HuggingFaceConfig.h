@@ -1,0 +1,32 @@
+//===- HuggingFaceConfig.h - Hugging Face config.json as input --*- C++ -*-===//
+//
+// Reads the `config.json` of a Hugging Face hybrid model (SPEC §3; first
+// target Qwen3-Next) into a ModelDescription with one layer per distinct
+// layer kind, named after the HF layer type: `full_attention` (gated
+// attention) and `linear_attention` (Gated DeltaNet).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_FRONTEND_HUGGINGFACECONFIG_H
+#define ATTN_FRONTEND_HUGGINGFACECONFIG_H
+
+#include "frontend/ModelDescription.h"
+
+namespace mlir::attn::frontend {
+
+/// The `model_type`s parseHuggingFaceConfig reads.
+llvm::ArrayRef<llvm::StringRef> supportedHuggingFaceModelTypes();
+
+/// Reads a Hugging Face config. Keys attn does not use are ignored (a
+/// config describes the whole model); the ones it reads are checked, and
+/// the error names the JSON path and what was expected. An unknown
+/// `model_type` is an error naming the supported ones.
+llvm::Expected<ModelDescription> parseHuggingFaceConfig(llvm::StringRef json);
+
+/// A model description (SPEC §3) or, when the top-level object has a
+/// `model_type`, a Hugging Face config.
+llvm::Expected<ModelDescription> parseModelInput(llvm::StringRef json);
+
+} // namespace mlir::attn::frontend
+
+#endif // ATTN_FRONTEND_HUGGINGFACECONFIG_H
