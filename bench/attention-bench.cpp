@@ -15,65 +15,13 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "compiler/Compile.h"
-#include "runtime/attn_runtime.hpp"
+#include "bench/Ceilings.h"
 
-#include <cblas.h>
-
-#include <algorithm>
-#include <chrono>
-#include <cstdio>
-#include <cstring>
 #include <random>
-#include <string>
-#include <thread>
-#include <vector>
-
-extern "C" void openblas_set_num_threads(int);
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-template <typename F> double medianSeconds(int repeat, F &&body) {
-  body(); // warm up
-  std::vector<double> times;
-  for (int r = 0; r < repeat; ++r) {
-    auto begin = Clock::now();
-    body();
-    times.push_back(
-        std::chrono::duration<double>(Clock::now() - begin).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-double sgemmGflops(int threads, int repeat) {
-  openblas_set_num_threads(threads);
-  const int n = 1024;
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  double seconds = medianSeconds(repeat, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f,
-                a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  });
-  return 2.0 * n * n * n / seconds / 1e9;
-}
-
-double memcpyGbps(int threads, int repeat) {
-  const size_t bytes = size_t(512) << 20;
-  std::vector<char> src(bytes, 1), dst(bytes, 0);
-  double seconds = medianSeconds(repeat, [&] {
-    std::vector<std::thread> pool;
-    size_t chunk = bytes / threads;
-    for (int t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        std::memcpy(dst.data() + t * chunk, src.data() + t * chunk, chunk);
-      });
-    for (std::thread &th : pool)
-      th.join();
-  });
-  return 2.0 * bytes / seconds / 1e9;
-}
+using namespace attn::bench;
 
 std::unique_ptr<attn::Model> compileLayer(int heads, int kvHeads, int dim,
                                           const char *mask, int threads) {
@@ -83,18 +31,7 @@ std::unique_ptr<attn::Model> compileLayer(int heads, int kvHeads, int dim,
                 R"("layer", "type": "attention", "num_heads": %d, )"
                 R"("num_kv_heads": %d, "head_dim": %d, "mask": "%s"}]})",
                 heads, kvHeads, dim, mask);
-  llvm::Expected<std::string> binary =
-      mlir::attn::compileModelDescription(json, mlir::attn::CpuTarget::host());
-  if (!binary) {
-    std::fprintf(stderr, "%s\n", llvm::toString(binary.takeError()).c_str());
-    return nullptr;
-  }
-  std::unique_ptr<attn::Model> model;
-  attn::Status status =
-      attn::Model::loadMemory(binary->data(), binary->size(), threads, model);
-  if (!status.ok())
-    std::fprintf(stderr, "%s\n", status.message.c_str());
-  return model;
+  return attn::bench::compileAndLoad(json, threads);
 }
 
 std::vector<attn::Tensor> randomInputs(int heads, int kvHeads, int64_t lq,

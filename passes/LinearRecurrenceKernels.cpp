@@ -220,67 +220,86 @@ struct Product {
 };
 
 /// Register blocks of 4 rows x 2 vectors: per depth step, 2 vector loads
-/// of B and 4 broadcasts of A feed 8 FMAs. Column blocks are the outer
-/// loop so a K x 2W panel of B stays in L1 while every row block uses it.
+/// of B and 4 broadcasts of A feed 8 FMAs.
 void emitProduct(KernelEmitter &e, const Product &p) {
   const int64_t W = e.width;
   assert(p.cols % W == 0 && p.rows % 4 == 0 && "unpadded product");
   Value c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
   Value depth = e.index(p.depth);
 
-  auto columnBlock = [&](Value j0, int64_t nv) {
-    Value rowBegin = p.lowerC ? j0 : c0;
-    e.loop(rowBegin, e.index(p.rows), c4, [&](Value i0) {
-      SmallVector<Value> rows, cols;
-      for (int64_t ii = 0; ii < 4; ++ii)
-        rows.push_back(e.add(i0, e.index(ii)));
-      for (int64_t x = 0; x < nv; ++x)
-        cols.push_back(e.add(j0, e.index(x * W)));
-      SmallVector<Value> init;
-      for (int64_t ii = 0; ii < 4; ++ii) {
-        Value factor;
-        if (p.scale)
-          factor = e.broadcast(p.scale);
-        if (p.rowScale)
-          factor = e.broadcast(e.load(p.rowScale, rows[ii]));
-        for (int64_t x = 0; x < nv; ++x) {
-          if (!p.accumulate) {
-            init.push_back(e.splat(0.0));
-            continue;
-          }
-          Value current = vector::LoadOp::create(e.b, e.vec, p.c,
-                                                 ValueRange{rows[ii], cols[x]});
-          init.push_back(factor ? e.fmul(current, factor) : current);
+  // One register block: rows i0 .. i0+3, nv vectors from column j0.
+  auto block = [&](Value i0, Value j0, int64_t nv) {
+    SmallVector<Value> rows, cols;
+    for (int64_t ii = 0; ii < 4; ++ii)
+      rows.push_back(e.add(i0, e.index(ii)));
+    for (int64_t x = 0; x < nv; ++x)
+      cols.push_back(e.add(j0, e.index(x * W)));
+    SmallVector<Value> init;
+    for (int64_t ii = 0; ii < 4; ++ii) {
+      Value factor;
+      if (p.scale)
+        factor = e.broadcast(p.scale);
+      if (p.rowScale)
+        factor = e.broadcast(e.load(p.rowScale, rows[ii]));
+      for (int64_t x = 0; x < nv; ++x) {
+        if (!p.accumulate) {
+          init.push_back(e.splat(0.0));
+          continue;
         }
+        Value current = vector::LoadOp::create(e.b, e.vec, p.c,
+                                               ValueRange{rows[ii], cols[x]});
+        init.push_back(factor ? e.fmul(current, factor) : current);
       }
-      Value depthEnd = p.lowerA ? e.minS(depth, e.add(i0, c4)) : depth;
-      SmallVector<Value> sums =
-          e.loop(c0, depthEnd, c1, init, [&](Value k, ValueRange partial) {
-            SmallVector<Value> bv;
+    }
+    Value depthEnd = p.lowerA ? e.minS(depth, e.add(i0, c4)) : depth;
+    SmallVector<Value> sums =
+        e.loop(c0, depthEnd, c1, init, [&](Value k, ValueRange partial) {
+          SmallVector<Value> bv;
+          for (int64_t x = 0; x < nv; ++x)
+            bv.push_back(vector::LoadOp::create(e.b, e.vec, p.b,
+                                                ValueRange{k, cols[x]}));
+          SmallVector<Value> next;
+          for (int64_t ii = 0; ii < 4; ++ii) {
+            Value av = e.broadcast(e.load(p.a, {rows[ii], k}));
             for (int64_t x = 0; x < nv; ++x)
-              bv.push_back(vector::LoadOp::create(e.b, e.vec, p.b,
-                                                  ValueRange{k, cols[x]}));
-            SmallVector<Value> next;
-            for (int64_t ii = 0; ii < 4; ++ii) {
-              Value av = e.broadcast(e.load(p.a, {rows[ii], k}));
-              for (int64_t x = 0; x < nv; ++x)
-                next.push_back(e.fma(av, bv[x], partial[ii * nv + x]));
-            }
-            return next;
-          });
-      for (int64_t ii = 0; ii < 4; ++ii)
-        for (int64_t x = 0; x < nv; ++x)
-          vector::StoreOp::create(e.b, sums[ii * nv + x], p.c,
-                                  ValueRange{rows[ii], cols[x]});
-    });
+              next.push_back(e.fma(av, bv[x], partial[ii * nv + x]));
+          }
+          return next;
+        });
+    for (int64_t ii = 0; ii < 4; ++ii)
+      for (int64_t x = 0; x < nv; ++x)
+        vector::StoreOp::create(e.b, sums[ii * nv + x], p.c,
+                                ValueRange{rows[ii], cols[x]});
   };
 
+  // Row blocks outside: the 4 x K rows of A stay in L1 while the column
+  // blocks sweep B. With lowerC a row block stops at its diagonal.
   int64_t pairedCols = p.cols / (2 * W) * (2 * W);
-  if (pairedCols > 0)
-    e.loop(c0, e.index(pairedCols), e.index(2 * W),
-           [&](Value j0) { columnBlock(j0, 2); });
-  if (pairedCols < p.cols)
-    columnBlock(e.index(pairedCols), 1);
+  e.loop(c0, e.index(p.rows), c4, [&](Value i0) {
+    Value pairedEnd = e.index(pairedCols);
+    if (p.lowerC)
+      pairedEnd =
+          e.minS(pairedEnd, e.mul(e.ceilDiv(e.add(i0, c4), e.index(2 * W)),
+                                  e.index(2 * W)));
+    if (pairedCols > 0)
+      e.loop(c0, pairedEnd, e.index(2 * W),
+             [&](Value j0) { block(i0, j0, 2); });
+    if (pairedCols < p.cols) {
+      if (!p.lowerC) {
+        block(i0, e.index(pairedCols), 1);
+        return;
+      }
+      // The last single-vector block only where the diagonal reaches it.
+      Value reaches =
+          e.icmp(arith::CmpIPredicate::sgt, e.add(i0, c4), e.index(pairedCols));
+      scf::IfOp::create(e.b, reaches, [&](OpBuilder &nested, Location) {
+        OpBuilder::InsertionGuard guard(e.b);
+        e.b.setInsertionPointToEnd(nested.getInsertionBlock());
+        block(i0, e.index(pairedCols), 1);
+        scf::YieldOp::create(e.b);
+      });
+    }
+  });
 }
 
 /// The i32 lane positions [offset, offset + W).

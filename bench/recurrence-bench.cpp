@@ -1,0 +1,191 @@
+//===- recurrence-bench.cpp - Chunked linear recurrences against the machine
+//===//
+//
+// Not a test: prints tables. Gated DeltaNet (gated_delta, qk_l2norm, no
+// output gate) at B=1, H=8 (Hk = Hv), Dk=Dv=128, chunks of 64:
+//
+//  * prefill, L = 1K..16K: time per token, and GFLOP/s over OpenBLAS sgemm
+//    (1024^3) measured in the same run on the same threads. FLOPs are those
+//    of the chunked algorithm, triangular products counted half: per chunk
+//    of C steps and head, 2 (3 C Dk Dv + C^2 (3 Dk + 2 Dv) / 2) + C^3 / 3.
+//    The growth t(8K) / t(2K) shows whether the cost is linear in L (4).
+//  * the same recurrence step by step at L = 1K and 4K, two ways:
+//      - "recurrent kernel": one dispatch per call whose workgroups walk
+//        their head's steps in order (attnc --recurrent-max-steps);
+//      - "decode calls": the model's L = 1 entry called once per token, the
+//        state fed back, as an engine with only a decode kernel runs it.
+//
+//   recurrence-bench [--threads N] [--repeat N] [--quick]
+//
+//===----------------------------------------------------------------------===//
+
+#include "bench/Ceilings.h"
+
+#include <random>
+
+namespace {
+
+using namespace attn::bench;
+
+constexpr int kHeads = 8, kDim = 128, kChunk = 64;
+
+std::string modelJson() {
+  char json[512];
+  std::snprintf(json, sizeof(json),
+                R"({"model": "bench", "dtype": "f32", "layers": [{"name": )"
+                R"("gdn", "type": "linear_attention", "rule": "gated_delta", )"
+                R"("num_k_heads": %d, "num_v_heads": %d, "k_dim": %d, )"
+                R"("v_dim": %d, "chunk_size": %d, "qk_l2norm": true}]})",
+                kHeads, kHeads, kDim, kDim, kChunk);
+  return json;
+}
+
+/// q, k, v, g, beta, S_init of one call over `length` steps: q/k/v uniform
+/// in [-1, 1], log-decays in [-0.1, 0], beta in [0, 1], S_init = 0.
+std::vector<attn::Tensor> randomInputs(int64_t length) {
+  std::vector<attn::Tensor> inputs{
+      attn::Tensor(ATTN_F32, {1, kHeads, length, kDim}),
+      attn::Tensor(ATTN_F32, {1, kHeads, length, kDim}),
+      attn::Tensor(ATTN_F32, {1, kHeads, length, kDim}),
+      attn::Tensor(ATTN_F32, {1, kHeads, length}),
+      attn::Tensor(ATTN_F32, {1, kHeads, length}),
+      attn::Tensor(ATTN_F32, {1, kHeads, kDim, kDim})};
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> uniform(-1, 1);
+  for (int i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < inputs[i].numElements(); ++j)
+      inputs[i].f32()[j] = uniform(rng);
+  for (int64_t j = 0; j < inputs[3].numElements(); ++j)
+    inputs[3].f32()[j] = -0.05f * (uniform(rng) + 1.0f);
+  for (int64_t j = 0; j < inputs[4].numElements(); ++j)
+    inputs[4].f32()[j] = 0.5f * (uniform(rng) + 1.0f);
+  return inputs;
+}
+
+double chunkedFlopsPerToken() {
+  const double C = kChunk, Dk = kDim, Dv = kDim;
+  double perChunk =
+      2.0 * (3.0 * C * Dk * Dv + C * C * (3.0 * Dk + 2.0 * Dv) / 2.0) +
+      C * C * C / 3.0;
+  return perChunk / C * kHeads;
+}
+
+/// Median seconds of one call over all of `inputs`.
+double timeCall(attn::Model &model, const std::vector<attn::Tensor> &inputs,
+                int repeat) {
+  int32_t entry = -1;
+  model.findEntry("gdn", entry);
+  std::vector<attn::Tensor> outputs;
+  return medianSeconds(repeat, [&] {
+    attn::Status status = model.run(entry, inputs, outputs);
+    if (!status.ok())
+      std::fprintf(stderr, "%s\n", status.message.c_str());
+  });
+}
+
+/// Median seconds of running `inputs` one token per call through the
+/// L = 1 entry, the state of each call the initial state of the next. The
+/// per-token slices are cut before timing; the state ping-pongs between two
+/// buffers without copies.
+double timeDecodeCalls(attn::Model &model,
+                       const std::vector<attn::Tensor> &inputs, int repeat) {
+  int32_t entry = -1;
+  model.findEntry("gdn", entry);
+  const int64_t length = inputs[0].shape[2];
+  std::vector<std::vector<attn::Tensor>> steps(length);
+  for (int64_t t = 0; t < length; ++t)
+    for (int i = 0; i < 5; ++i) {
+      const attn::Tensor &all = inputs[i];
+      const int64_t inner = all.shape.size() == 4 ? kDim : 1;
+      std::vector<int64_t> shape = all.shape;
+      shape[2] = 1;
+      attn::Tensor step(ATTN_F32, shape);
+      for (int h = 0; h < kHeads; ++h)
+        std::memcpy(step.f32() + h * inner,
+                    all.f32() + (h * length + t) * inner,
+                    sizeof(float) * inner);
+      steps[t].push_back(std::move(step));
+    }
+  attn::Tensor states[2] = {inputs[5], inputs[5]};
+  attn::Tensor output(ATTN_F32, {1, kHeads, 1, kDim});
+  return medianSeconds(repeat, [&] {
+    for (int64_t t = 0; t < length; ++t) {
+      attn_tensor in[6], out[2];
+      for (int i = 0; i < 5; ++i)
+        in[i] = steps[t][i].view();
+      in[5] = states[t % 2].view();
+      out[0] = output.view();
+      out[1] = states[(t + 1) % 2].view();
+      if (attn_run(model.get(), entry, in, 6, out, 2) != ATTN_OK) {
+        std::fprintf(stderr, "%s\n", attn_last_error());
+        return;
+      }
+    }
+  });
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  int threads = 2, repeat = 5;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (arg == "--repeat" && i + 1 < argc)
+      repeat = std::atoi(argv[++i]);
+    else if (arg == "--quick")
+      quick = true;
+    else {
+      std::fprintf(stderr, "usage: recurrence-bench [--threads N] "
+                           "[--repeat N] [--quick]\n");
+      return 2;
+    }
+  }
+  double sgemm = sgemmGflops(threads, repeat);
+  std::printf("threads=%d  sgemm=%.1f GFLOP/s\n\n", threads, sgemm);
+
+  std::unique_ptr<attn::Model> chunked = compileAndLoad(modelJson(), threads);
+  mlir::attn::CompileOptions stepwise;
+  stepwise.recurrentMaxSteps = int64_t(1) << 40;
+  std::unique_ptr<attn::Model> recurrent =
+      compileAndLoad(modelJson(), threads, stepwise);
+  if (!chunked || !recurrent)
+    return 1;
+
+  std::printf("| gated_delta chunked | L | ms | us/token | GFLOP/s | x sgemm "
+              "|\n|---|---|---|---|---|---|\n");
+  std::vector<int64_t> lengths = {1024, 2048, 4096, 8192, 16384};
+  if (quick)
+    lengths = {1024, 2048, 8192};
+  double t2k = 0, t8k = 0;
+  for (int64_t length : lengths) {
+    double seconds = timeCall(*chunked, randomInputs(length), repeat);
+    if (length == 2048)
+      t2k = seconds;
+    if (length == 8192)
+      t8k = seconds;
+    double gflops = chunkedFlopsPerToken() * length / seconds / 1e9;
+    std::printf("| H=%d Dk=Dv=%d C=%d | %lld | %.2f | %.2f | %.1f | %.2f |\n",
+                kHeads, kDim, kChunk, static_cast<long long>(length),
+                seconds * 1e3, seconds * 1e6 / length, gflops, gflops / sgemm);
+  }
+  std::printf("\ngrowth t(8K) / t(2K) = %.2f (linear: 4)\n\n", t8k / t2k);
+
+  std::printf("| step by step | L | ms | chunked ms | chunked speed-up |\n"
+              "|---|---|---|---|---|\n");
+  for (int64_t length : {int64_t(1024), int64_t(4096)}) {
+    std::vector<attn::Tensor> inputs = randomInputs(length);
+    double chunkedSeconds = timeCall(*chunked, inputs, repeat);
+    double kernelSeconds = timeCall(*recurrent, inputs, repeat);
+    double callSeconds =
+        timeDecodeCalls(*chunked, inputs, std::max(1, repeat / 2));
+    for (auto [name, seconds] : {std::pair{"recurrent kernel", kernelSeconds},
+                                 std::pair{"decode calls", callSeconds}})
+      std::printf("| %s | %lld | %.2f | %.2f | %.2f |\n", name,
+                  static_cast<long long>(length), seconds * 1e3,
+                  chunkedSeconds * 1e3, seconds / chunkedSeconds);
+  }
+  return 0;
+}
