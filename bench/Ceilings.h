@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -72,6 +73,32 @@ inline double memcpyGbps(int threads, int repeat) {
   });
   return 2.0 * bytes / seconds / 1e9;
 }
+
+/// The command line every benchmark takes:
+/// `NAME [--threads N] [--repeat N] [--quick]`.
+struct BenchOptions {
+  int threads = 2, repeat = 5;
+  bool quick = false;
+
+  /// False (with the usage printed) on an unknown argument.
+  bool parse(int argc, char **argv) {
+    for (int i = 1; i < argc; ++i) {
+      std::string arg = argv[i];
+      if (arg == "--threads" && i + 1 < argc)
+        threads = std::atoi(argv[++i]);
+      else if (arg == "--repeat" && i + 1 < argc)
+        repeat = std::atoi(argv[++i]);
+      else if (arg == "--quick")
+        quick = true;
+      else {
+        std::fprintf(stderr, "usage: %s [--threads N] [--repeat N] [--quick]\n",
+                     argv[0]);
+        return false;
+      }
+    }
+    return true;
+  }
+};
 
 /// Compiles a model description for the host CPU and loads it on
 /// `threads` threads; null (with the error printed) on failure.

@@ -51,22 +51,11 @@ std::vector<attn::Tensor> randomInputs(int heads, int kvHeads, int64_t lq,
 } // namespace
 
 int main(int argc, char **argv) {
-  int threads = 2, repeat = 5;
-  bool quick = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--threads" && i + 1 < argc)
-      threads = std::atoi(argv[++i]);
-    else if (arg == "--repeat" && i + 1 < argc)
-      repeat = std::atoi(argv[++i]);
-    else if (arg == "--quick")
-      quick = true;
-    else {
-      std::fprintf(stderr, "usage: attention-bench [--threads N] [--repeat N] "
-                           "[--quick]\n");
-      return 2;
-    }
-  }
+  BenchOptions options;
+  if (!options.parse(argc, argv))
+    return 2;
+  const int threads = options.threads, repeat = options.repeat;
+  const bool quick = options.quick;
   const int heads = 8, dim = 128;
   double sgemm = sgemmGflops(threads, repeat);
   double memcpyRate = memcpyGbps(threads, repeat);

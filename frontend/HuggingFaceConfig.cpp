@@ -134,11 +134,9 @@ mlir::attn::frontend::supportedHuggingFaceModelTypes() {
 
 llvm::Expected<ModelDescription>
 mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
-  llvm::Expected<json::Value> parsed = json::parse(text);
+  llvm::Expected<json::Value> parsed = parseJson(text);
   if (!parsed)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "$: not valid JSON: " +
-                                       llvm::toString(parsed.takeError()));
+    return parsed.takeError();
   Reader reader;
   const json::Object *config = reader.object(&*parsed, "$");
   if (!config)
@@ -169,11 +167,9 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
 
 llvm::Expected<ModelDescription>
 mlir::attn::frontend::parseModelInput(llvm::StringRef text) {
-  llvm::Expected<json::Value> parsed = json::parse(text);
+  llvm::Expected<json::Value> parsed = parseJson(text);
   if (!parsed)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "$: not valid JSON: " +
-                                       llvm::toString(parsed.takeError()));
+    return parsed.takeError();
   const json::Object *root = parsed->getAsObject();
   if (root && root->get("model_type"))
     return parseHuggingFaceConfig(text);

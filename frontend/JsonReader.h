@@ -170,6 +170,17 @@ private:
   std::optional<std::string> error;
 };
 
+/// Parses `text`; the error says "$: not valid JSON: ..." like every other
+/// frontend error names its path.
+inline llvm::Expected<json::Value> parseJson(llvm::StringRef text) {
+  llvm::Expected<json::Value> parsed = json::parse(text);
+  if (!parsed)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "$: not valid JSON: " +
+                                       llvm::toString(parsed.takeError()));
+  return parsed;
+}
+
 } // namespace mlir::attn::frontend
 
 #endif // ATTN_FRONTEND_JSONREADER_H

@@ -231,11 +231,9 @@ bool isValidLayerName(llvm::StringRef name) {
 
 llvm::Expected<ModelDescription>
 mlir::attn::frontend::parseModelDescription(llvm::StringRef text) {
-  llvm::Expected<json::Value> parsed = json::parse(text);
+  llvm::Expected<json::Value> parsed = parseJson(text);
   if (!parsed)
-    return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                   "$: not valid JSON: " +
-                                       llvm::toString(parsed.takeError()));
+    return parsed.takeError();
   Reader reader;
   ModelDescription model;
   const json::Object *root = reader.object(&*parsed, "$");

@@ -11,9 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "compiler/Compile.h"
-#include "runtime/attn_runtime.hpp"
-#include "test/reference/Reference.h"
+#include "test/e2e/E2E.h"
 
 #include <gtest/gtest.h>
 
@@ -23,6 +21,7 @@
 #include <sstream>
 
 using namespace attn;
+using namespace attn::e2e;
 
 namespace {
 
@@ -76,29 +75,6 @@ std::string modelJson(const RecurrenceCase &c) {
     json << R"(, "scale": )" << *c.scale;
   json << "}]}";
   return json.str();
-}
-
-Tensor toRuntime(const ref::Tensor &t) {
-  Tensor out(ATTN_F32, t.shape());
-  for (int64_t i = 0; i < t.size(); ++i)
-    out.f32()[i] = static_cast<float>(t.values()[i]);
-  return out;
-}
-
-ref::Tensor fromRuntime(const Tensor &t) {
-  ref::Tensor out(t.shape);
-  for (int64_t i = 0; i < out.size(); ++i)
-    out.values()[i] = t.f32()[i];
-  return out;
-}
-
-/// The reference sees exactly the f32 values the compiled code sees.
-ref::Tensor randomF32(std::vector<int64_t> shape, std::mt19937_64 &rng,
-                      double lo, double hi) {
-  ref::Tensor t = ref::randomTensor(std::move(shape), rng, lo, hi);
-  for (double &x : t.values())
-    x = static_cast<float>(x);
-  return t;
 }
 
 /// Steps [begin, end) of a per-step tensor (dim 2 is the step).
@@ -169,18 +145,6 @@ ref::RecurrenceResult reference(const RecurrenceCase &c, const Inputs &in) {
   return result;
 }
 
-std::unique_ptr<Model> compileAndLoad(const std::string &json) {
-  llvm::Expected<std::string> binary =
-      mlir::attn::compileModelDescription(json, mlir::attn::CpuTarget::host());
-  EXPECT_TRUE(static_cast<bool>(binary)) << llvm::toString(binary.takeError());
-  if (!binary)
-    return nullptr;
-  std::unique_ptr<Model> model;
-  Status status = Model::loadMemory(binary->data(), binary->size(), 2, model);
-  EXPECT_TRUE(status.ok()) << status.message;
-  return model;
-}
-
 /// Runs the entry; fails the test on error or a non-finite output.
 std::vector<ref::Tensor> run(Model &model, const std::vector<Tensor> &inputs) {
   int32_t entry = -1;
@@ -214,7 +178,7 @@ class LinearRecurrence : public testing::TestWithParam<RecurrenceCase> {};
 
 TEST_P(LinearRecurrence, MatchesReference) {
   const RecurrenceCase &c = GetParam();
-  std::unique_ptr<Model> model = compileAndLoad(modelJson(c));
+  std::unique_ptr<Model> model = compileAndLoad(modelJson(c), 2);
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   const int64_t total = c.length + c.continuation;

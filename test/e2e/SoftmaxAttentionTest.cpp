@@ -10,9 +10,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "compiler/Compile.h"
-#include "runtime/attn_runtime.hpp"
-#include "test/reference/Reference.h"
+#include "test/e2e/E2E.h"
 
 #include <gtest/gtest.h>
 
@@ -22,6 +20,7 @@
 #include <sstream>
 
 using namespace attn;
+using namespace attn::e2e;
 
 namespace {
 
@@ -64,36 +63,6 @@ ref::Mask referenceMask(const std::string &json) {
   return ref::Mask::slidingWindow(std::stoll(json.substr(colon + 1)));
 }
 
-Tensor toRuntime(const ref::Tensor &t) {
-  Tensor out(ATTN_F32, t.shape());
-  for (int64_t i = 0; i < t.size(); ++i)
-    out.f32()[i] = static_cast<float>(t.values()[i]);
-  return out;
-}
-
-/// The reference sees exactly the f32 values the compiled code sees.
-ref::Tensor randomF32(std::vector<int64_t> shape, std::mt19937_64 &rng,
-                      double range) {
-  ref::Tensor t = ref::randomTensor(std::move(shape), rng, -range, range);
-  for (double &x : t.values())
-    x = static_cast<float>(x);
-  return t;
-}
-
-/// Compiles `json` for the host CPU and loads it.
-std::unique_ptr<Model> compileAndLoad(const std::string &json, int threads) {
-  llvm::Expected<std::string> binary =
-      mlir::attn::compileModelDescription(json, mlir::attn::CpuTarget::host());
-  EXPECT_TRUE(static_cast<bool>(binary)) << llvm::toString(binary.takeError());
-  if (!binary)
-    return nullptr;
-  std::unique_ptr<Model> model;
-  Status status =
-      Model::loadMemory(binary->data(), binary->size(), threads, model);
-  EXPECT_TRUE(status.ok()) << status.message;
-  return model;
-}
-
 class SoftmaxAttention : public testing::TestWithParam<AttentionCase> {};
 
 TEST_P(SoftmaxAttention, MatchesReference) {
@@ -104,16 +73,17 @@ TEST_P(SoftmaxAttention, MatchesReference) {
   ASSERT_TRUE(model->findEntry("layer", entry).ok());
 
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
-  ref::Tensor q =
-      randomF32({c.batch, c.heads, c.queries, c.headDim}, rng, c.range);
-  ref::Tensor k =
-      randomF32({c.batch, c.kvHeads, c.keys, c.headDim}, rng, c.range);
-  ref::Tensor v = randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, 1.0);
+  ref::Tensor q = randomF32({c.batch, c.heads, c.queries, c.headDim}, rng,
+                            -c.range, c.range);
+  ref::Tensor k = randomF32({c.batch, c.kvHeads, c.keys, c.headDim}, rng,
+                            -c.range, c.range);
+  ref::Tensor v =
+      randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, -1.0, 1.0);
   std::optional<ref::Tensor> gate;
   if (c.gate != "none")
     gate = randomF32(
         {c.batch, c.heads, c.queries, c.gate == "elementwise" ? c.valueDim : 1},
-        rng, 3.0);
+        rng, -3.0, 3.0);
 
   std::vector<Tensor> inputs{toRuntime(q), toRuntime(k), toRuntime(v)};
   if (gate)
