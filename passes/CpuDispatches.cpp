@@ -102,7 +102,12 @@ private:
       return;
     classes.unionSets(key(a), key(b));
     if (!role.empty())
-      roles.try_emplace(key(a), role.str());
+      nameRole(a, role);
+  }
+  /// Names the group of `ref` after `role` (B, Lq, L, ...).
+  void nameRole(DimRef ref, StringRef role) {
+    if (cast<ShapedType>(ref.first.getType()).isDynamicDim(ref.second))
+      roles.try_emplace(key(ref), role.str());
   }
   void addAttention(AttentionOpInterface op) {
     if (op.getNormalizer() == Normalizer::RecurrentState)
@@ -135,8 +140,8 @@ private:
     for (Value operand : op.getEpilogueOperands())
       if (cast<ShapedType>(operand.getType()).getRank() == 4)
         perStep.push_back(operand);
-    unite({q, 0}, {q, 0}, "B");
-    unite({q, 2}, {q, 2}, "L");
+    nameRole({q, 0}, "B");
+    nameRole({q, 2}, "L");
     for (Value operand : perStep) {
       unite({q, 0}, {operand, 0});
       unite({q, 2}, {operand, 2});
