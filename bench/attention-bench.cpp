@@ -9,9 +9,11 @@
 //    causal counts L(L+1)/2 pairs.
 //  * decode (Lq=1, Lk=4K..32K) in GB/s of K and V read, over a memcpy of a
 //    buffer far larger than the caches, counted as STREAM does (bytes read
-//    + bytes written).
+//    + bytes written) and timed right after each row: the bandwidth of
+//    this shared machine drifts with its neighbours' load.
 //
 //   attention-bench [--threads N] [--repeat N] [--quick]
+//                   [--only prefill|decode]
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,35 +50,24 @@ std::vector<attn::Tensor> randomInputs(int heads, int kvHeads, int64_t lq,
   return inputs;
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-  BenchOptions options;
-  if (!options.parse(argc, argv))
-    return 2;
-  const int threads = options.threads, repeat = options.repeat;
-  const bool quick = options.quick;
+/// The prefill table: GFLOP/s of visible work over sgemm.
+bool prefillTable(const BenchOptions &options, double sgemm) {
   const int heads = 8, dim = 128;
-  double sgemm = sgemmGflops(threads, repeat);
-  double memcpyRate = memcpyGbps(threads, repeat);
-  std::printf("threads=%d  sgemm=%.1f GFLOP/s  memcpy=%.1f GB/s "
-              "(read+write)\n\n",
-              threads, sgemm, memcpyRate);
-
   std::printf("| prefill | Hkv | L | ms | GFLOP/s | x sgemm |\n");
   std::printf("|---|---|---|---|---|---|\n");
-  std::vector<int64_t> lengths = quick ? std::vector<int64_t>{1024}
-                                       : std::vector<int64_t>{1024, 2048, 4096};
+  std::vector<int64_t> lengths = options.quick
+                                     ? std::vector<int64_t>{1024}
+                                     : std::vector<int64_t>{1024, 2048, 4096};
   for (const char *mask : {"none", "causal"})
     for (int kvHeads : {8, 2}) {
-      auto model = compileLayer(heads, kvHeads, dim, mask, threads);
+      auto model = compileLayer(heads, kvHeads, dim, mask, options.threads);
       if (!model)
-        return 1;
+        return false;
       for (int64_t l : lengths) {
         std::vector<attn::Tensor> inputs =
                                       randomInputs(heads, kvHeads, l, l, dim),
                                   outputs;
-        double seconds = medianSeconds(repeat, [&] {
+        double seconds = medianSeconds(options.repeat, [&] {
           attn::Status status = model->run(0, inputs, outputs);
           if (!status.ok()) {
             std::fprintf(stderr, "%s\n", status.message.c_str());
@@ -93,32 +84,61 @@ int main(int argc, char **argv) {
                     gflops / sgemm);
       }
     }
+  std::printf("\n");
+  return true;
+}
 
-  std::printf("\n| decode | Hkv | Lk | ms | GB/s (K+V) | x memcpy |\n");
-  std::printf("|---|---|---|---|---|---|\n");
+/// The decode table: GB/s of K and V read over memcpy.
+bool decodeTable(const BenchOptions &options) {
+  const int heads = 8, dim = 128;
+  std::printf("| decode | Hkv | Lk | ms | GB/s (K+V) | memcpy GB/s | x memcpy "
+              "|\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
   std::vector<int64_t> keyLengths =
-      quick ? std::vector<int64_t>{4096}
-            : std::vector<int64_t>{4096, 8192, 16384, 32768};
+      options.quick ? std::vector<int64_t>{4096}
+                    : std::vector<int64_t>{4096, 8192, 16384, 32768};
+  MemcpyCeiling ceiling(options.threads);
   for (int kvHeads : {8, 2}) {
-    auto model = compileLayer(heads, kvHeads, dim, "causal", threads);
+    auto model = compileLayer(heads, kvHeads, dim, "causal", options.threads);
     if (!model)
-      return 1;
+      return false;
     for (int64_t lk : keyLengths) {
       std::vector<attn::Tensor> inputs =
                                     randomInputs(heads, kvHeads, 1, lk, dim),
                                 outputs;
-      double seconds = medianSeconds(repeat * 4, [&] {
+      double seconds = medianSeconds(options.repeat * 4, [&] {
         attn::Status status = model->run(0, inputs, outputs);
         if (!status.ok()) {
           std::fprintf(stderr, "%s\n", status.message.c_str());
           std::exit(1);
         }
       });
+      // The bandwidth of this shared machine drifts with its neighbours'
+      // load: each row's ceiling is timed right after it.
+      double memcpyRate = ceiling.gbps(options.repeat);
       double gbps = 2.0 * kvHeads * lk * dim * 4 / seconds / 1e9;
-      std::printf("| decode | %d | %lld | %.3f | %.1f | %.2f |\n", kvHeads,
-                  static_cast<long long>(lk), seconds * 1e3, gbps,
-                  gbps / memcpyRate);
+      std::printf("| decode | %d | %lld | %.3f | %.1f | %.1f | %.2f |\n",
+                  kvHeads, static_cast<long long>(lk), seconds * 1e3, gbps,
+                  memcpyRate, gbps / memcpyRate);
     }
   }
+  return true;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  BenchOptions options;
+  if (!options.parse(argc, argv))
+    return 2;
+  std::printf("threads=%d\n\n", options.threads);
+  if (options.runs("prefill")) {
+    double sgemm = sgemmGflops(options.threads, options.repeat);
+    std::printf("sgemm=%.1f GFLOP/s\n\n", sgemm);
+    if (!prefillTable(options, sgemm))
+      return 1;
+  }
+  if (options.runs("decode") && !decodeTable(options))
+    return 1;
   return 0;
 }
