@@ -106,6 +106,10 @@ private:
         .Case([&](arith::MaxUIOp) { return binary(Kind::MaxU); })
         .Case([&](arith::MinSIOp) { return binary(Kind::MinS); })
         .Case([&](arith::MaxSIOp) { return binary(Kind::MaxS); })
+        .Case([&](WorkerCountOp count) {
+          registers[count] = addIntOp(Kind::WorkerCount, 0, 0, 0, 0);
+          return success();
+        })
         .Case([&](arith::IndexCastOp cast) {
           registers[cast] = reg(cast.getIn());
           return success();

@@ -20,7 +20,7 @@
 namespace mlir::attn {
 
 /// The format version this compiler writes (Binary.format_version).
-constexpr uint32_t kAttnbFormatVersion = 1;
+constexpr uint32_t kAttnbFormatVersion = 2;
 
 class BinaryWriter {
 public:

@@ -47,10 +47,11 @@ mlir::attn::compile(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
     return "";
 
   // The kernels are tiled for the target's vector width: 4 query vectors
-  // per flash workgroup.
+  // per flash workgroup, 4 vectors of state columns per column tile.
   CpuDispatchOptions tiling;
   tiling.vectorWidth = cpu.vectorWidth;
   tiling.queryTile = 4 * cpu.vectorWidth;
+  tiling.stateColumns = 4 * cpu.vectorWidth;
   tiling.recurrentMaxSteps = options.recurrentMaxSteps;
   PassManager dispatch(context);
   buildCpuDispatchPipeline(dispatch, tiling);
@@ -81,7 +82,8 @@ mlir::attn::compile(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
       << " query_tile=" << tiling.queryTile << " key_tile=" << tiling.keyTile
       << " split_keys=" << tiling.splitKeys
       << " decode_max_queries=" << tiling.decodeMaxQueries
-      << " recurrent_max_steps=" << tiling.recurrentMaxSteps;
+      << " recurrent_max_steps=" << tiling.recurrentMaxSteps
+      << " state_columns=" << tiling.stateColumns;
   return writer.finish(modelName, cpu, tilingText, *sharedObject);
 }
 

@@ -33,6 +33,7 @@ void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
   dispatch.splitKeys = options.splitKeys;
   dispatch.decodeMaxQueries = options.decodeMaxQueries;
   dispatch.recurrentMaxSteps = options.recurrentMaxSteps;
+  dispatch.stateColumns = options.stateColumns;
   pm.addPass(createAttnCpuDispatches(dispatch));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

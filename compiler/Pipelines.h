@@ -46,6 +46,11 @@ struct CpuDispatchOptions : public PassPipelineOptions<CpuDispatchOptions> {
       llvm::cl::desc("recurrences of at most this many steps run step by "
                      "step, longer ones chunked"),
       llvm::cl::init(1)};
+  Option<int64_t> stateColumns{
+      *this, "state-columns",
+      llvm::cl::desc("value features of the state per column-tiled chunked "
+                     "workgroup"),
+      llvm::cl::init(32)};
 };
 
 /// attn IR (after attn-optimize) -> host dispatch programs (`attn.entry`

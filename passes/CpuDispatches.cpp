@@ -487,12 +487,58 @@ LogicalResult EntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
 
   OpBuilder kernelBuilder(host);
   SmallVector<Type> types(ValueRange(bindings).getTypes());
+  const int64_t rowColumns = shape.paddedValueDim(tiling.vectorWidth);
   func::FuncOp chunked = buildChunkedRecurrenceKernel(
-      kernelBuilder, op.getLoc(), kernelName("chunked"), shape, tiling, types);
+      kernelBuilder, op.getLoc(), kernelName("chunked"), shape, tiling,
+      rowColumns, types);
+
+  // With fewer (batch, value head) pairs than workers, column tiles of the
+  // state keep more workers busy, each repeating the column-independent
+  // work of a chunk: they run when their critical path, in multiply-adds
+  // per chunk, is shorter.
+  const int64_t columns = shape.stateColumnTile(tiling);
+  const int64_t tiles = rowColumns / columns;
+  Value columnGroups, gateGroups;
+  if (tiles > 1) {
+    Value workers = WorkerCountOp::create(b, b.getIndexType());
+    auto critical = [&](Value workgroups, int64_t work) {
+      return arith::MulIOp::create(
+          b, arith::CeilDivUIOp::create(b, workgroups, workers), index(work));
+    };
+    Value tileGroups = arith::MulIOp::create(b, groups, index(tiles));
+    Value tilePath = critical(tileGroups, shape.chunkWork(columns));
+    Value rowPath = critical(groups, shape.chunkWork(rowColumns));
+    Value useColumns =
+        arith::CmpIOp::create(b, arith::CmpIPredicate::ult, tilePath, rowPath);
+    // (chunkedGroups is already 0 for stepwise calls.)
+    chunkedGroups = arith::SelectOp::create(b, useColumns, zero, chunkedGroups);
+    auto unlessStepwise = [&](Value count) -> Value {
+      return arith::SelectOp::create(
+          b, useColumns, arith::SelectOp::create(b, stepwise, zero, count),
+          zero);
+    };
+    columnGroups = unlessStepwise(tileGroups);
+    if (shape.rmsNormGate)
+      gateGroups = unlessStepwise(arith::MulIOp::create(
+          b, groups,
+          arith::CeilDivUIOp::create(b, length, index(shape.chunkSize))));
+  }
+
   func::FuncOp recurrent =
       buildRecurrentStepKernel(kernelBuilder, op.getLoc(),
                                kernelName("recurrent"), shape, tiling, types);
   DispatchOp::create(b, chunked.getSymName(), chunkedGroups, bindings);
+  if (columnGroups) {
+    func::FuncOp columnTiled = buildChunkedRecurrenceKernel(
+        kernelBuilder, op.getLoc(), kernelName("chunked_columns"), shape,
+        tiling, columns, types);
+    DispatchOp::create(b, columnTiled.getSymName(), columnGroups, bindings);
+  }
+  if (gateGroups) {
+    func::FuncOp gate = buildRecurrenceGateKernel(
+        kernelBuilder, op.getLoc(), kernelName("gate"), shape, tiling, types);
+    DispatchOp::create(b, gate.getSymName(), gateGroups, bindings);
+  }
   DispatchOp::create(b, recurrent.getSymName(), stepGroups, bindings);
   return success();
 }
@@ -509,15 +555,18 @@ struct AttnCpuDispatches final
     tiling.splitKeys = splitKeys;
     tiling.decodeMaxQueries = decodeMaxQueries;
     tiling.recurrentMaxSteps = recurrentMaxSteps;
+    tiling.stateColumns = stateColumns;
     if (tiling.vectorWidth <= 0 || tiling.queryTile <= 0 ||
         tiling.queryTile % tiling.vectorWidth != 0 || tiling.keyTile <= 0 ||
-        tiling.keyTile % 4 != 0 || tiling.splitKeys <= 0) {
+        tiling.keyTile % 4 != 0 || tiling.splitKeys <= 0 ||
+        tiling.stateColumns < tiling.vectorWidth) {
       getOperation().emitError()
           << "bad CPU tiling: query-tile (" << tiling.queryTile
           << ") must be a positive multiple of vector-width ("
           << tiling.vectorWidth << "), key-tile (" << tiling.keyTile
           << ") a positive multiple of 4, split-keys (" << tiling.splitKeys
-          << ") positive";
+          << ") positive, state-columns (" << tiling.stateColumns
+          << ") at least vector-width";
       return signalPassFailure();
     }
     SmallVector<func::FuncOp> entries;

@@ -16,6 +16,7 @@ DictionaryAttr CpuTiling::toAttr(MLIRContext *context) const {
                      b.getI64IntegerAttr(decodeMaxQueries)),
       b.getNamedAttr("recurrent_max_steps",
                      b.getI64IntegerAttr(recurrentMaxSteps)),
+      b.getNamedAttr("state_columns", b.getI64IntegerAttr(stateColumns)),
   });
 }
 

@@ -15,9 +15,11 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace mlir::attn {
@@ -38,6 +40,10 @@ struct CpuTiling {
   /// Recurrences of at most this many steps run step by step; longer ones
   /// take the chunked form.
   int64_t recurrentMaxSteps = 1;
+  /// Columns of the recurrent state (value features) per workgroup of the
+  /// chunked kernel when batch x value heads leaves workers idle (at most
+  /// this many; a multiple of vectorWidth dividing the padded Dv).
+  int64_t stateColumns = 32;
 
   /// The tiling as the dictionary attribute recorded on kernels.
   DictionaryAttr toAttr(MLIRContext *context) const;
@@ -147,6 +153,26 @@ public:
       return;
     }
     vector::MaskedStoreOp::create(b, memref, indices, prefixMask(lanes), value);
+  }
+  /// The same with a run-time lane count (clamped to [0, width]).
+  Value loadVector(Value memref, ValueRange indices, Value lanes) {
+    if (std::optional<int64_t> known = getConstantIntValue(lanes))
+      return loadVector(memref, indices, std::clamp<int64_t>(*known, 0, width));
+    return vector::MaskedLoadOp::create(b, vec, memref, indices,
+                                        dynamicMask(lanes), splat(0.0));
+  }
+  void storeVector(Value value, Value memref, ValueRange indices, Value lanes) {
+    if (std::optional<int64_t> known = getConstantIntValue(lanes))
+      return storeVector(value, memref, indices,
+                         std::clamp<int64_t>(*known, 0, width));
+    vector::MaskedStoreOp::create(b, memref, indices, dynamicMask(lanes),
+                                  value);
+  }
+  /// A mask of the first `count` lanes, `count` known at run time only.
+  Value dynamicMask(Value count) {
+    Value clamped = minS(maxS(count, index(0)), index(width));
+    return vector::CreateMaskOp::create(
+        b, VectorType::get({width}, b.getI1Type()), ValueRange{clamped});
   }
   Value scratch(ArrayRef<int64_t> shape) {
     return memref::AllocaOp::create(b, MemRefType::get(shape, f32),

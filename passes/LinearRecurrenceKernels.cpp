@@ -74,6 +74,31 @@ LinearRecurrenceShape::get(AttentionOpInterface op) {
   return shape;
 }
 
+int64_t LinearRecurrenceShape::stateColumnTile(const CpuTiling &tiling) const {
+  const int64_t W = tiling.vectorWidth, padded = paddedValueDim(W);
+  int64_t best = W;
+  for (int64_t columns = W; columns <= std::min(padded, tiling.stateColumns);
+       columns += W)
+    if (padded % columns == 0)
+      best = columns;
+  return best;
+}
+
+int64_t LinearRecurrenceShape::chunkWork(int64_t columns) const {
+  const int64_t C = chunkSize, Dk = keyDim;
+  // Scores Q K^T (half: causal); delta rules add the Gram matrix K K^T,
+  // the triangular solve and W = T K.
+  int64_t shared = C * C * Dk / 2;
+  if (isDelta())
+    shared += C * C * Dk + C * C * C / 6;
+  // Per column: O = Q S + P V and S += K^T V; delta rules add U = T V and
+  // V' = U - W S.
+  int64_t perColumn = 2 * C * Dk + C * C / 2;
+  if (isDelta())
+    perColumn += C * Dk + C * C / 2;
+  return shared + perColumn * columns;
+}
+
 namespace {
 
 /// The kernel arguments, in binding order.
@@ -101,11 +126,17 @@ struct RecurrenceBindings {
   }
 };
 
-/// The (batch, value head, key head) of a workgroup.
+/// The (batch, value head, key head) of a workgroup, and with `tiles`
+/// column tiles per head, its tile (the fastest index).
 struct Heads {
-  Value batch, valueHead, keyHead;
+  Value batch, valueHead, keyHead, tile;
 
-  Heads(KernelEmitter &e, const LinearRecurrenceShape &shape, Value wg) {
+  Heads(KernelEmitter &e, const LinearRecurrenceShape &shape, Value wg,
+        int64_t tiles = 1) {
+    if (tiles > 1) {
+      tile = e.rem(wg, e.index(tiles));
+      wg = e.div(wg, e.index(tiles));
+    }
     Value hv = e.index(shape.numValueHeads);
     valueHead = e.rem(wg, hv);
     batch = e.div(wg, hv);
@@ -396,21 +427,48 @@ void scaleRows(KernelEmitter &e, Value rows, int64_t count, int64_t padded,
 func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, const CpuTiling &tiling,
-    TypeRange bindingTypes) {
+    int64_t columns, TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
-  func::FuncOp func =
-      createKernel(builder, loc, name, bindingTypes, tiling, "chunked");
+  const int64_t W = tiling.vectorWidth;
+  const int64_t tiles = shape.paddedValueDim(W) / columns;
+  assert(columns % W == 0 && shape.paddedValueDim(W) % columns == 0 &&
+         "a column tile is whole vectors and divides the padded Dv");
+  func::FuncOp func = createKernel(builder, loc, name, bindingTypes, tiling,
+                                   tiles > 1 ? "chunked_columns" : "chunked");
   ImplicitLocOpBuilder b(loc, builder);
-  KernelEmitter e(b, tiling.vectorWidth);
-  const int64_t W = e.width, C = shape.chunkSize;
+  KernelEmitter e(b, W);
+  const int64_t C = shape.chunkSize;
   const int64_t Dk = shape.keyDim, Dv = shape.valueDim;
-  const int64_t DkP = roundUp(Dk, W), DvP = roundUp(Dv, W);
+  // DvP: the value columns of this workgroup (the padded Dv when whole).
+  const int64_t DkP = roundUp(Dk, W), DvP = columns;
   RecurrenceBindings args(func, shape);
-  Heads heads(e, shape, args.workgroup);
+  Heads heads(e, shape, args.workgroup, tiles);
   Value batch = heads.batch, hv = heads.valueHead, hk = heads.keyHead;
 
   Value c0 = e.index(0), c1 = e.index(1);
   Value length = e.dim(args.q, 2);
+
+  // The workgroup's columns of v, o and the state: [first, first + DvP),
+  // the vector at `off` holding the real features left of Dv.
+  Value firstColumn = tiles > 1 ? e.mul(heads.tile, e.index(DvP)) : Value();
+  auto column = [&](int64_t off) -> Value {
+    return firstColumn ? e.add(firstColumn, e.index(off)) : e.index(off);
+  };
+  auto at = [&](ValueRange prefix, int64_t off) {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(column(off));
+    return indices;
+  };
+  auto loadColumns = [&](Value src, ValueRange prefix, int64_t off) {
+    if (!firstColumn)
+      return e.loadVector(src, at(prefix, off), std::min(W, Dv - off));
+    return e.loadVector(src, at(prefix, off), e.sub(e.index(Dv), column(off)));
+  };
+  auto storeColumns = [&](Value x, Value dst, ValueRange prefix, int64_t off) {
+    if (!firstColumn)
+      return e.storeVector(x, dst, at(prefix, off), std::min(W, Dv - off));
+    e.storeVector(x, dst, at(prefix, off), e.sub(e.index(Dv), column(off)));
+  };
 
   // Scratch tiles of one chunk, feature dims padded to whole vectors with
   // zeros: K, Q (normalized, Q scaled), V, the per-step gates, the
@@ -437,12 +495,10 @@ func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
   // S = S_init, zero in the padding.
   e.loop(c0, e.index(DkP), c1, [&](Value i) { zeroRow(e, state, {i}, DvP); });
   e.loop(c0, e.index(Dk), c1, [&](Value i) {
-    for (int64_t off = 0; off < Dv; off += W)
-      vector::StoreOp::create(b,
-                              e.loadVector(args.initialState,
-                                           {batch, hv, i, e.index(off)},
-                                           std::min(W, Dv - off)),
-                              state, ValueRange{i, e.index(off)});
+    for (int64_t off = 0; off < DvP; off += W)
+      vector::StoreOp::create(
+          b, loadColumns(args.initialState, {batch, hv, i}, off), state,
+          ValueRange{i, e.index(off)});
   });
 
   Value chunks = e.ceilDiv(length, e.index(C));
@@ -458,7 +514,9 @@ func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
                      1.0, keys, {t});
       copyFeatureRow(e, args.q, {batch, hk, pos}, Dk, shape.normalizeQueryKey,
                      shape.scale, queries, {t});
-      copyFeatureRow(e, args.v, {batch, hv, pos}, Dv, false, 1.0, values, {t});
+      for (int64_t off = 0; off < DvP; off += W)
+        vector::StoreOp::create(b, loadColumns(args.v, {batch, hv, pos}, off),
+                                values, ValueRange{t, e.index(off)});
       if (shape.scalarDecay())
         e.store(e.load(args.g, {batch, hv, pos}), cumulative, {t});
       if (shape.featureDecay())
@@ -631,8 +689,16 @@ func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
     intra.accumulate = true, intra.lowerA = true;
     emitProduct(e, intra);
     e.loop(c0, steps, c1, [&](Value t) {
-      storeOutputRow(e, shape, args, outputs, {t},
-                     {batch, hv, e.add(first, t)});
+      Value pos = e.add(first, t);
+      if (!firstColumn) {
+        storeOutputRow(e, shape, args, outputs, {t}, {batch, hv, pos});
+        return;
+      }
+      // A column tile holds part of each row: the gate kernel follows.
+      for (int64_t off = 0; off < DvP; off += W)
+        storeColumns(vector::LoadOp::create(b, e.vec, outputs,
+                                            ValueRange{t, e.index(off)}),
+                     args.out, {batch, hv, pos}, off);
     });
 
     // S = exp(G_last) S + (exp(G_last - G) * K)^T V'.
@@ -661,10 +727,51 @@ func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
 
   // The final state.
   e.loop(c0, e.index(Dk), c1, [&](Value i) {
-    for (int64_t off = 0; off < Dv; off += W)
-      e.storeVector(
+    for (int64_t off = 0; off < DvP; off += W)
+      storeColumns(
           vector::LoadOp::create(b, e.vec, state, ValueRange{i, e.index(off)}),
-          args.finalState, {batch, hv, i, e.index(off)}, std::min(W, Dv - off));
+          args.finalState, {batch, hv, i}, off);
+  });
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Gate kernel (after column tiles)
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildRecurrenceGateKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "gate");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  const int64_t C = shape.chunkSize;
+  RecurrenceBindings args(func, shape);
+  Value length = e.dim(args.q, 2);
+  Value blocks = e.ceilDiv(length, e.index(C));
+  Value block = e.rem(args.workgroup, blocks);
+  Heads heads(e, shape, e.div(args.workgroup, blocks));
+  Value first = e.mul(block, e.index(C));
+  Value last = e.minS(length, e.add(first, e.index(C)));
+  // Rows of o are read whole before being written back, so in place is
+  // safe; the padding of the last vector reads as zeros.
+  Value row = e.scratch({roundUp(shape.valueDim, e.width)});
+  e.loop(first, last, e.index(1), [&](Value pos) {
+    SmallVector<Value> prefix{heads.batch, heads.valueHead, pos};
+    for (int64_t off = 0; off < shape.valueDim; off += e.width) {
+      SmallVector<Value> indices(prefix);
+      indices.push_back(e.index(off));
+      vector::StoreOp::create(
+          b,
+          e.loadVector(args.out, indices,
+                       std::min(e.width, shape.valueDim - off)),
+          row, e.index(off));
+    }
+    storeOutputRow(e, shape, args, row, {}, prefix);
   });
   func::ReturnOp::create(b);
   return func;

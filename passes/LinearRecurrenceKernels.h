@@ -40,22 +40,47 @@ struct LinearRecurrenceShape {
     return rule == RecurrenceRule::Delta || rule == RecurrenceRule::GatedDelta;
   }
 
+  /// Value features padded to whole vectors of `width` lanes.
+  int64_t paddedValueDim(int64_t width) const {
+    return (valueDim + width - 1) / width * width;
+  }
+  /// The column tile of the state for workgroups that share a value head:
+  /// the widest multiple of the vector width that divides the padded Dv
+  /// and is at most `tiling.stateColumns`.
+  int64_t stateColumnTile(const CpuTiling &tiling) const;
+  /// Multiply-adds of one chunk of the chunked kernel for a workgroup that
+  /// owns `columns` state columns: the part that depends only on q, k and
+  /// the gates (every column tile repeats it) plus the part per column.
+  int64_t chunkWork(int64_t columns) const;
+
   /// Reads the shape of `op`, or says why the CPU kernels cannot run it.
   static FailureOr<LinearRecurrenceShape> get(AttentionOpInterface op);
 };
 
-/// Kernel bindings of both kernels, in this order: q, k, v, [g], [beta],
-/// S_init, [z, w], o, S. Workgroups: B * Hv, (batch, value head) with the
-/// value head fastest.
+/// Kernel bindings of every kernel, in this order: q, k, v, [g], [beta],
+/// S_init, [z, w], o, S.
 ///
 /// The chunked form: per chunk of C steps, masked matrix products inside
 /// the chunk (and for the delta rules the UT transform), then the state
-/// carried to the next chunk.
+/// carried to the next chunk. A workgroup owns `columns` columns of the
+/// state (and of v and o): workgroups B * Hv * (padded Dv / columns),
+/// (batch, value head, column tile) with the tile fastest. With whole rows
+/// (`columns` = padded Dv) the rmsnorm-silu gate is fused; with column
+/// tiles o is stored ungated and the gate kernel follows.
 func::FuncOp buildChunkedRecurrenceKernel(OpBuilder &builder, Location loc,
                                           StringRef name,
                                           const LinearRecurrenceShape &shape,
                                           const CpuTiling &tiling,
+                                          int64_t columns,
                                           TypeRange bindingTypes);
+
+/// The rmsnorm-silu gate applied in place to o, after the column-tiled
+/// chunked kernel: workgroups B * Hv * ceil(L / C), C rows of one head each.
+func::FuncOp buildRecurrenceGateKernel(OpBuilder &builder, Location loc,
+                                       StringRef name,
+                                       const LinearRecurrenceShape &shape,
+                                       const CpuTiling &tiling,
+                                       TypeRange bindingTypes);
 
 /// The recurrence one step at a time, reading S_init and writing S in
 /// place (decode).

@@ -50,7 +50,12 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
     (UT transform for the delta rules, masked intra-chunk products, the
     state passed from chunk to chunk) for prefill, and the step-by-step
     recurrence for calls of at most `recurrent-max-steps` steps (decode).
-    Output gates fused into the op run in both kernels' epilogues.
+    When batch x value heads is smaller than the runtime's worker count
+    (`attn.worker_count`), the chunked form can instead run over column
+    tiles of the state (at most `state-columns` value features each), the
+    host choosing whichever has the shorter critical path. Output gates
+    fused into the op run in the kernels' epilogues (the rmsnorm-silu gate
+    as a kernel of its own after column tiles, which hold partial rows).
   }];
   let options = [
     Option<"vectorWidth", "vector-width", "int64_t", "8",
@@ -65,6 +70,8 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
            "calls with at most this many query rows take the split-KV path">,
     Option<"recurrentMaxSteps", "recurrent-max-steps", "int64_t", "1",
            "recurrences of at most this many steps run step by step">,
+    Option<"stateColumns", "state-columns", "int64_t", "32",
+           "value features of the state per column-tiled chunked workgroup">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",

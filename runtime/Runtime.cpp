@@ -33,7 +33,7 @@
 
 namespace {
 
-constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kFormatVersion = 2;
 
 thread_local std::string lastError;
 
@@ -252,7 +252,7 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
           return bad("step " + std::to_string(i) + " reads a dim of buffer " +
                      std::to_string(step.a) + ", which does not exist");
         // Ranks are checked when the program runs.
-      } else if (step.op != K::Constant) {
+      } else if (step.op != K::Constant && step.op != K::WorkerCount) {
         if (!checkRegister(step.a) || !checkRegister(step.b) ||
             (step.op == K::Select && !checkRegister(step.c)))
           return bad("step " + std::to_string(i) +
@@ -610,12 +610,13 @@ struct Buffer {
 
 attn_status evalInt(const Entry &entry, size_t index, const Step &step,
                     const std::vector<int64_t> &regs,
-                    const std::vector<Buffer> &buffers, int64_t &result) {
+                    const std::vector<Buffer> &buffers, int workers,
+                    int64_t &result) {
   using K = attn::fb::IntOpKind;
-  int64_t a =
-      step.op == K::Constant || step.op == K::BufferDim ? 0 : regs[step.a];
-  int64_t b =
-      step.op == K::Constant || step.op == K::BufferDim ? 0 : regs[step.b];
+  bool readsRegisters = step.op != K::Constant && step.op != K::BufferDim &&
+                        step.op != K::WorkerCount;
+  int64_t a = readsRegisters ? regs[step.a] : 0;
+  int64_t b = readsRegisters ? regs[step.b] : 0;
   auto bad = [&](const std::string &why) {
     return fail(ATTN_RUN_ERROR, "entry '" + entry.name + "', step " +
                                     std::to_string(index) + ": " + why);
@@ -630,6 +631,9 @@ attn_status evalInt(const Entry &entry, size_t index, const Step &step,
   switch (step.op) {
   case K::Constant:
     result = step.value;
+    break;
+  case K::WorkerCount:
+    result = workers;
     break;
   case K::BufferDim: {
     const Buffer &buffer = buffers[step.a];
@@ -772,7 +776,8 @@ extern "C" attn_status attn_run(attn_model *model, int32_t entry,
     const Step &step = e->program[i];
     switch (step.kind) {
     case Step::Int:
-      if (attn_status status = evalInt(*e, i, step, regs, buffers, regs[i]))
+      if (attn_status status =
+              evalInt(*e, i, step, regs, buffers, model->pool->size(), regs[i]))
         return status;
       break;
     case Step::Temp: {

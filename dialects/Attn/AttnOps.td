@@ -441,6 +441,21 @@ def Attn_RmsNormGateOp : Attn_PureOp<"rmsnorm_gate", [SameOperandsElementType,
 // Host side of a lowered entry
 //===----------------------------------------------------------------------===//
 
+def Attn_WorkerCountOp : Attn_Op<"worker_count", [Pure]> {
+  let summary = "the number of workers that run a dispatch's workgroups";
+  let description = [{
+    Read by a host program to size its grids: how many workgroups can run
+    at once (the CPU runtime's thread count). Work is split finer only
+    when there are fewer natural workgroups than workers.
+
+    ```mlir
+    %workers = attn.worker_count : index
+    ```
+  }];
+  let results = (outs Index:$count);
+  let assemblyFormat = "attr-dict `:` type($count)";
+}
+
 def Attn_DispatchOp : Attn_Op<"dispatch", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "runs a kernel over a grid of workgroups";

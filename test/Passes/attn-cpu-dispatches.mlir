@@ -7,7 +7,7 @@
 
 // CHECK-LABEL: func.func private @layer__flash0
 // CHECK-SAME:    attn.kernel = "flash"
-// CHECK-SAME:    attn.tiling = {decode_max_queries = 8 : i64, key_tile = 32 : i64, query_tile = 32 : i64, recurrent_max_steps = 1 : i64, split_keys = 512 : i64, vector_width = 8 : i64}
+// CHECK-SAME:    attn.tiling = {decode_max_queries = 8 : i64, key_tile = 32 : i64, query_tile = 32 : i64, recurrent_max_steps = 1 : i64, split_keys = 512 : i64, state_columns = 32 : i64, vector_width = 8 : i64}
 // The key loop stops at the tile's last visible key (causal).
 // CHECK:         %[[END:.+]] = arith.maxsi %{{.+}}, %{{.+}} : index
 // CHECK:         scf.for %{{.+}} = %{{.+}} to %[[END]] step %{{.+}} {
@@ -165,3 +165,52 @@ func.func @gdn(%q: tensor<?x2x?x32xf32> {attn.name = "q"}, %k: tensor<?x2x?x32xf
 // CHECK:         attn.dispatch @gdn__chunked0 workgroups(%[[CHUNKED]]) bindings(%[[Q]], {{.+}}, %[[O]], %[[S]])
 // CHECK:         attn.dispatch @gdn__recurrent1 workgroups(%[[STEPS]]) bindings(%[[Q]], {{.+}}, %[[O]], %[[S]])
 // CHECK-NEXT:    return
+
+// -----
+
+// Dv = 80 (5 vectors): besides whole-row workgroups, column tiles of the
+// state (16 columns, tile fastest) for calls where batch x value heads
+// leaves workers idle; the host compares the critical paths, in
+// multiply-adds per chunk, of both. After the tiles, the rmsnorm-silu gate
+// runs as a kernel of its own over blocks of C rows.
+func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64xf32>,
+                %v: tensor<?x1x?x80xf32>, %g: tensor<?x1x?xf32>, %beta: tensor<?x1x?xf32>,
+                %s0: tensor<?x1x64x80xf32>, %z: tensor<?x1x?x80xf32>, %w: tensor<80xf32>)
+    -> (tensor<?x1x?x80xf32> {attn.name = "o"}, tensor<?x1x64x80xf32> {attn.name = "S"}) {
+  %o, %s = attn.linear_recurrence gated_delta %q, %k, %v
+      decay(%g : tensor<?x1x?xf32>) beta(%beta : tensor<?x1x?xf32>)
+      state(%s0 : tensor<?x1x64x80xf32>)
+      output_gate(%z, %w : tensor<?x1x?x80xf32>, tensor<80xf32>)
+      {chunk_size = 16, qk_l2norm}
+      : tensor<?x1x?x64xf32>, tensor<?x1x?x64xf32>, tensor<?x1x?x80xf32>
+  return %o, %s : tensor<?x1x?x80xf32>, tensor<?x1x64x80xf32>
+}
+// CHECK-LABEL: func.func private @wide__chunked0
+// CHECK-SAME:    attn.kernel = "chunked"
+// CHECK:         memref.alloca() {alignment = 64 : i64} : memref<64x80xf32>
+// CHECK:         math.sqrt
+// CHECK-LABEL: func.func private @wide__chunked_columns2
+// CHECK-SAME:    attn.kernel = "chunked_columns"
+// CHECK-SAME:    state_columns = 32
+// CHECK:         %[[TILE:.+]] = arith.remui %{{.+}}, %c5
+// CHECK:         memref.alloca() {alignment = 64 : i64} : memref<64x16xf32>
+// CHECK:         vector.create_mask
+// CHECK-LABEL: func.func private @wide__gate3
+// CHECK-SAME:    attn.kernel = "gate"
+// CHECK:         math.sqrt
+// CHECK-LABEL: func.func @wide(
+// CHECK:         %[[STEPWISE:.+]] = arith.cmpi ule
+// CHECK:         %[[GROUPS:.+]] = arith.muli %{{.+}}, %c1
+// CHECK:         %[[WHOLE:.+]] = arith.select %[[STEPWISE]], %c0{{.*}}, %[[GROUPS]] : index
+// CHECK:         %[[WORKERS:.+]] = attn.worker_count : index
+// CHECK:         %[[TILES:.+]] = arith.muli %[[GROUPS]], %c5
+// CHECK:         %[[TILEROUNDS:.+]] = arith.ceildivui %[[TILES]], %[[WORKERS]]
+// CHECK:         %[[TILEPATH:.+]] = arith.muli %[[TILEROUNDS]], %c78506
+// CHECK:         %[[ROUNDS:.+]] = arith.ceildivui %[[GROUPS]], %[[WORKERS]]
+// CHECK:         %[[PATH:.+]] = arith.muli %[[ROUNDS]], %c291498
+// CHECK:         %[[COLUMNS:.+]] = arith.cmpi ult, %[[TILEPATH]], %[[PATH]]
+// CHECK:         %[[CHUNKED:.+]] = arith.select %[[COLUMNS]], %c0{{.*}}, %[[WHOLE]]
+// CHECK:         attn.dispatch @wide__chunked0 workgroups(%[[CHUNKED]])
+// CHECK:         attn.dispatch @wide__chunked_columns2 workgroups(%{{.+}})
+// CHECK:         attn.dispatch @wide__gate3 workgroups(%{{.+}})
+// CHECK:         attn.dispatch @wide__recurrent1 workgroups(%{{.+}})

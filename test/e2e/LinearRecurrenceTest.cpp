@@ -39,6 +39,9 @@ struct RecurrenceCase {
   int64_t batch = 1, length = 17;
   /// Split the run into `length` steps then `continuation` more.
   int64_t continuation = 0;
+  /// Runtime threads. With batch x value heads below it, the chunked form
+  /// can run over column tiles of the state (see the cases below).
+  int threads = 2;
 };
 
 void PrintTo(const RecurrenceCase &c, std::ostream *os) { *os << c.label; }
@@ -178,7 +181,7 @@ class LinearRecurrence : public testing::TestWithParam<RecurrenceCase> {};
 
 TEST_P(LinearRecurrence, MatchesReference) {
   const RecurrenceCase &c = GetParam();
-  std::unique_ptr<Model> model = compileAndLoad(modelJson(c), 2);
+  std::unique_ptr<Model> model = compileAndLoad(modelJson(c), c.threads);
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   const int64_t total = c.length + c.continuation;
@@ -289,6 +292,50 @@ std::vector<RecurrenceCase> cases() {
        .rule = "gla",
        .length = 20,
        .continuation = 29});
+  // One (batch, value head) and more threads: column tiles of the state
+  // (their critical path in multiply-adds is shorter than one workgroup's
+  // for all of these). Dv = 80: 5 tiles of 16 columns; Dv = 36: 5 tiles of
+  // 8, the last with 4 real columns; Dv = 128: 4 tiles of 32. The gated
+  // cases run the rmsnorm-silu gate kernel after the tiles.
+  add({.label = "gated_delta_columns",
+       .keyHeads = 1,
+       .valueHeads = 1,
+       .keyDim = 64,
+       .valueDim = 80,
+       .length = 100});
+  add({.label = "gated_delta_columns_gate_4threads",
+       .keyHeads = 1,
+       .valueHeads = 1,
+       .keyDim = 64,
+       .valueDim = 80,
+       .gate = true,
+       .length = 100,
+       .threads = 4});
+  add({.label = "delta_columns_Dv36_3threads",
+       .rule = "delta",
+       .keyHeads = 1,
+       .valueHeads = 1,
+       .keyDim = 40,
+       .valueDim = 36,
+       .length = 70,
+       .threads = 3});
+  add({.label = "gla_columns_gate",
+       .rule = "gla",
+       .keyHeads = 1,
+       .valueHeads = 1,
+       .keyDim = 36,
+       .valueDim = 128,
+       .chunk = 32,
+       .gate = true,
+       .length = 90});
+  add({.label = "linear_columns_continuation",
+       .rule = "linear",
+       .keyHeads = 1,
+       .valueHeads = 1,
+       .keyDim = 64,
+       .valueDim = 80,
+       .length = 40,
+       .continuation = 33});
   return all;
 }
 
