@@ -47,11 +47,12 @@ mlir::attn::compile(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
     return "";
 
   // The kernels are tiled for the target's vector width: 4 query vectors
-  // per flash workgroup, 4 vectors of state columns per column tile.
+  // per flash workgroup, column tiles of recurrent states down to 4 vectors.
   CpuDispatchOptions tiling;
   tiling.vectorWidth = cpu.vectorWidth;
   tiling.queryTile = 4 * cpu.vectorWidth;
-  tiling.stateColumns = 4 * cpu.vectorWidth;
+  tiling.stateColumns =
+      options.stateColumns > 0 ? options.stateColumns : 4 * cpu.vectorWidth;
   tiling.recurrentMaxSteps = options.recurrentMaxSteps;
   PassManager dispatch(context);
   buildCpuDispatchPipeline(dispatch, tiling);

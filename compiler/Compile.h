@@ -31,6 +31,9 @@ struct CompileOptions {
   /// Recurrences of at most this many steps run step by step; longer ones
   /// take the chunked form (1: only decode steps).
   int64_t recurrentMaxSteps = 1;
+  /// The narrowest column tile of a recurrent state (0: 4 vectors of the
+  /// target).
+  int64_t stateColumns = 0;
 };
 
 /// Lowers `module` (attn IR, verified) in place up to `stage`. For

@@ -494,45 +494,63 @@ LogicalResult EntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
 
   // With fewer (batch, value head) pairs than workers, column tiles of the
   // state keep more workers busy, each repeating the column-independent
-  // work of a chunk: they run when their critical path, in multiply-adds
-  // per chunk, is shorter.
-  const int64_t columns = shape.stateColumnTile(tiling);
-  const int64_t tiles = rowColumns / columns;
-  Value columnGroups, gateGroups;
-  if (tiles > 1) {
+  // work of a chunk. One kernel per tile width; the host runs the one (or
+  // whole rows) whose critical path, in multiply-adds per chunk, is the
+  // shortest for the call's batch and the runtime's workers.
+  SmallVector<int64_t> tileWidths = shape.stateColumnTiles(tiling);
+  SmallVector<Value> tileGroups;
+  Value gateGroups;
+  if (!tileWidths.empty()) {
     Value workers = WorkerCountOp::create(b, b.getIndexType());
-    auto critical = [&](Value workgroups, int64_t work) {
+    auto critical = [&](Value workgroups, int64_t work) -> Value {
       return arith::MulIOp::create(
           b, arith::CeilDivUIOp::create(b, workgroups, workers), index(work));
     };
-    Value tileGroups = arith::MulIOp::create(b, groups, index(tiles));
-    Value tilePath = critical(tileGroups, shape.chunkWork(columns));
-    Value rowPath = critical(groups, shape.chunkWork(rowColumns));
-    Value useColumns =
-        arith::CmpIOp::create(b, arith::CmpIPredicate::ult, tilePath, rowPath);
+    Value bestPath = critical(groups, shape.chunkWork(rowColumns));
+    Value bestColumns = index(rowColumns);
+    for (int64_t columns : tileWidths) {
+      Value path = critical(
+          arith::MulIOp::create(b, groups, index(rowColumns / columns)),
+          shape.chunkWork(columns));
+      Value shorter =
+          arith::CmpIOp::create(b, arith::CmpIPredicate::ult, path, bestPath);
+      bestPath = arith::SelectOp::create(b, shorter, path, bestPath);
+      bestColumns =
+          arith::SelectOp::create(b, shorter, index(columns), bestColumns);
+    }
     // (chunkedGroups is already 0 for stepwise calls.)
-    chunkedGroups = arith::SelectOp::create(b, useColumns, zero, chunkedGroups);
-    auto unlessStepwise = [&](Value count) -> Value {
-      return arith::SelectOp::create(
-          b, useColumns, arith::SelectOp::create(b, stepwise, zero, count),
-          zero);
+    auto ifChosen = [&](int64_t columns, Value count) -> Value {
+      Value chosen = arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
+                                           bestColumns, index(columns));
+      return arith::SelectOp::create(b, chosen, count, zero);
     };
-    columnGroups = unlessStepwise(tileGroups);
-    if (shape.rmsNormGate)
-      gateGroups = unlessStepwise(arith::MulIOp::create(
-          b, groups,
-          arith::CeilDivUIOp::create(b, length, index(shape.chunkSize))));
+    chunkedGroups = ifChosen(rowColumns, chunkedGroups);
+    Value chunkedCall = arith::SelectOp::create(b, stepwise, zero, groups);
+    for (int64_t columns : tileWidths)
+      tileGroups.push_back(ifChosen(
+          columns,
+          arith::MulIOp::create(b, chunkedCall, index(rowColumns / columns))));
+    if (shape.rmsNormGate) {
+      Value rows = arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
+                                         bestColumns, index(rowColumns));
+      gateGroups = arith::SelectOp::create(
+          b, rows, zero,
+          arith::MulIOp::create(
+              b, chunkedCall,
+              arith::CeilDivUIOp::create(b, length, index(shape.chunkSize))));
+    }
   }
 
   func::FuncOp recurrent =
       buildRecurrentStepKernel(kernelBuilder, op.getLoc(),
                                kernelName("recurrent"), shape, tiling, types);
   DispatchOp::create(b, chunked.getSymName(), chunkedGroups, bindings);
-  if (columnGroups) {
+  for (auto [columns, count] : llvm::zip(tileWidths, tileGroups)) {
     func::FuncOp columnTiled = buildChunkedRecurrenceKernel(
-        kernelBuilder, op.getLoc(), kernelName("chunked_columns"), shape,
+        kernelBuilder, op.getLoc(),
+        kernelName(("chunked_columns" + Twine(columns) + "_").str()), shape,
         tiling, columns, types);
-    DispatchOp::create(b, columnTiled.getSymName(), columnGroups, bindings);
+    DispatchOp::create(b, columnTiled.getSymName(), count, bindings);
   }
   if (gateGroups) {
     func::FuncOp gate = buildRecurrenceGateKernel(

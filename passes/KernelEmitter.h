@@ -40,9 +40,9 @@ struct CpuTiling {
   /// Recurrences of at most this many steps run step by step; longer ones
   /// take the chunked form.
   int64_t recurrentMaxSteps = 1;
-  /// Columns of the recurrent state (value features) per workgroup of the
-  /// chunked kernel when batch x value heads leaves workers idle (at most
-  /// this many; a multiple of vectorWidth dividing the padded Dv).
+  /// The narrowest column tile of the recurrent state (value features per
+  /// workgroup of the chunked kernel when batch x value heads leaves
+  /// workers idle).
   int64_t stateColumns = 32;
 
   /// The tiling as the dictionary attribute recorded on kernels.

@@ -74,14 +74,14 @@ LinearRecurrenceShape::get(AttentionOpInterface op) {
   return shape;
 }
 
-int64_t LinearRecurrenceShape::stateColumnTile(const CpuTiling &tiling) const {
+SmallVector<int64_t>
+LinearRecurrenceShape::stateColumnTiles(const CpuTiling &tiling) const {
   const int64_t W = tiling.vectorWidth, padded = paddedValueDim(W);
-  int64_t best = W;
-  for (int64_t columns = W; columns <= std::min(padded, tiling.stateColumns);
-       columns += W)
-    if (padded % columns == 0)
-      best = columns;
-  return best;
+  SmallVector<int64_t> widths;
+  for (int64_t tiles = 2; padded / tiles >= tiling.stateColumns; ++tiles)
+    if (padded % tiles == 0 && (padded / tiles) % W == 0)
+      widths.push_back(padded / tiles);
+  return widths;
 }
 
 int64_t LinearRecurrenceShape::chunkWork(int64_t columns) const {

@@ -44,10 +44,10 @@ struct LinearRecurrenceShape {
   int64_t paddedValueDim(int64_t width) const {
     return (valueDim + width - 1) / width * width;
   }
-  /// The column tile of the state for workgroups that share a value head:
-  /// the widest multiple of the vector width that divides the padded Dv
-  /// and is at most `tiling.stateColumns`.
-  int64_t stateColumnTile(const CpuTiling &tiling) const;
+  /// The column tiles of the state for workgroups that share a value head,
+  /// widest first: the padded Dv split in 2, 3, ... equal tiles of whole
+  /// vectors, down to `tiling.stateColumns` columns.
+  SmallVector<int64_t> stateColumnTiles(const CpuTiling &tiling) const;
   /// Multiply-adds of one chunk of the chunked kernel for a workgroup that
   /// owns `columns` state columns: the part that depends only on q, k and
   /// the gates (every column tile repeats it) plus the part per column.

@@ -168,11 +168,13 @@ func.func @gdn(%q: tensor<?x2x?x32xf32> {attn.name = "q"}, %k: tensor<?x2x?x32xf
 
 // -----
 
-// Dv = 80 (5 vectors): besides whole-row workgroups, column tiles of the
-// state (16 columns, tile fastest) for calls where batch x value heads
-// leaves workers idle; the host compares the critical paths, in
-// multiply-adds per chunk, of both. After the tiles, the rmsnorm-silu gate
-// runs as a kernel of its own over blocks of C rows.
+// Dv = 80 (10 vectors): besides whole-row workgroups, column tiles of
+// the state (2 tiles of 40 columns, the tile fastest; narrower tiles would
+// be under state-columns = 32) for calls where batch x value heads leaves
+// workers idle. The host picks the width whose critical path, in
+// multiply-adds per chunk, is the shortest for the run-time batch and
+// worker count. After column tiles, the rmsnorm-silu gate runs as a kernel
+// of its own over blocks of C rows.
 func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64xf32>,
                 %v: tensor<?x1x?x80xf32>, %g: tensor<?x1x?xf32>, %beta: tensor<?x1x?xf32>,
                 %s0: tensor<?x1x64x80xf32>, %z: tensor<?x1x?x80xf32>, %w: tensor<80xf32>)
@@ -189,11 +191,11 @@ func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64x
 // CHECK-SAME:    attn.kernel = "chunked"
 // CHECK:         memref.alloca() {alignment = 64 : i64} : memref<64x80xf32>
 // CHECK:         math.sqrt
-// CHECK-LABEL: func.func private @wide__chunked_columns2
+// CHECK-LABEL: func.func private @wide__chunked_columns40_2
 // CHECK-SAME:    attn.kernel = "chunked_columns"
 // CHECK-SAME:    state_columns = 32
-// CHECK:         %[[TILE:.+]] = arith.remui %{{.+}}, %c5
-// CHECK:         memref.alloca() {alignment = 64 : i64} : memref<64x16xf32>
+// CHECK:         arith.remui %{{.+}}, %c2
+// CHECK:         memref.alloca() {alignment = 64 : i64} : memref<64x40xf32>
 // CHECK:         vector.create_mask
 // CHECK-LABEL: func.func private @wide__gate3
 // CHECK-SAME:    attn.kernel = "gate"
@@ -203,14 +205,18 @@ func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64x
 // CHECK:         %[[GROUPS:.+]] = arith.muli %{{.+}}, %c1
 // CHECK:         %[[WHOLE:.+]] = arith.select %[[STEPWISE]], %c0{{.*}}, %[[GROUPS]] : index
 // CHECK:         %[[WORKERS:.+]] = attn.worker_count : index
-// CHECK:         %[[TILES:.+]] = arith.muli %[[GROUPS]], %c5
-// CHECK:         %[[TILEROUNDS:.+]] = arith.ceildivui %[[TILES]], %[[WORKERS]]
-// CHECK:         %[[TILEPATH:.+]] = arith.muli %[[TILEROUNDS]], %c78506
 // CHECK:         %[[ROUNDS:.+]] = arith.ceildivui %[[GROUPS]], %[[WORKERS]]
 // CHECK:         %[[PATH:.+]] = arith.muli %[[ROUNDS]], %c291498
-// CHECK:         %[[COLUMNS:.+]] = arith.cmpi ult, %[[TILEPATH]], %[[PATH]]
-// CHECK:         %[[CHUNKED:.+]] = arith.select %[[COLUMNS]], %c0{{.*}}, %[[WHOLE]]
+// CHECK:         %[[TILES:.+]] = arith.muli %[[GROUPS]], %c2
+// CHECK:         %[[TILEROUNDS:.+]] = arith.ceildivui %[[TILES]], %[[WORKERS]]
+// CHECK:         %[[TILEPATH:.+]] = arith.muli %[[TILEROUNDS]], %c158378
+// CHECK:         %[[SHORTER:.+]] = arith.cmpi ult, %[[TILEPATH]], %[[PATH]]
+// CHECK:         %[[WIDTH:.+]] = arith.select %[[SHORTER]], %c40, %c80
+// CHECK:         %[[ISROWS:.+]] = arith.cmpi eq, %[[WIDTH]], %c80
+// CHECK:         %[[CHUNKED:.+]] = arith.select %[[ISROWS]], %[[WHOLE]], %c0
+// CHECK:         %[[IS40:.+]] = arith.cmpi eq, %[[WIDTH]], %c40
+// CHECK:         %[[COLUMNS:.+]] = arith.select %[[IS40]], %{{.+}}, %c0
 // CHECK:         attn.dispatch @wide__chunked0 workgroups(%[[CHUNKED]])
-// CHECK:         attn.dispatch @wide__chunked_columns2 workgroups(%{{.+}})
+// CHECK:         attn.dispatch @wide__chunked_columns40_2 workgroups(%[[COLUMNS]])
 // CHECK:         attn.dispatch @wide__gate3 workgroups(%{{.+}})
 // CHECK:         attn.dispatch @wide__recurrent1 workgroups(%{{.+}})

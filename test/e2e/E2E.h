@@ -47,10 +47,11 @@ inline ref::Tensor randomF32(std::vector<int64_t> shape, std::mt19937_64 &rng,
 
 /// Compiles `json` for the host CPU and loads it on `threads` threads; null
 /// (and a test failure) if either fails.
-inline std::unique_ptr<Model> compileAndLoad(const std::string &json,
-                                             int threads) {
-  llvm::Expected<std::string> binary =
-      mlir::attn::compileModelDescription(json, mlir::attn::CpuTarget::host());
+inline std::unique_ptr<Model>
+compileAndLoad(const std::string &json, int threads,
+               const mlir::attn::CompileOptions &options = {}) {
+  llvm::Expected<std::string> binary = mlir::attn::compileModelDescription(
+      json, mlir::attn::CpuTarget::host(), options);
   EXPECT_TRUE(static_cast<bool>(binary)) << llvm::toString(binary.takeError());
   if (!binary)
     return nullptr;

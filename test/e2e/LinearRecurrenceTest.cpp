@@ -40,8 +40,10 @@ struct RecurrenceCase {
   /// Split the run into `length` steps then `continuation` more.
   int64_t continuation = 0;
   /// Runtime threads. With batch x value heads below it, the chunked form
-  /// can run over column tiles of the state (see the cases below).
+  /// can run over column tiles of the state (see the cases below), down to
+  /// `stateColumns` columns (0: the compiler's default).
   int threads = 2;
+  int64_t stateColumns = 0;
 };
 
 void PrintTo(const RecurrenceCase &c, std::ostream *os) { *os << c.label; }
@@ -181,7 +183,10 @@ class LinearRecurrence : public testing::TestWithParam<RecurrenceCase> {};
 
 TEST_P(LinearRecurrence, MatchesReference) {
   const RecurrenceCase &c = GetParam();
-  std::unique_ptr<Model> model = compileAndLoad(modelJson(c), c.threads);
+  mlir::attn::CompileOptions options;
+  options.stateColumns = c.stateColumns;
+  std::unique_ptr<Model> model =
+      compileAndLoad(modelJson(c), c.threads, options);
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   const int64_t total = c.length + c.continuation;
@@ -292,10 +297,11 @@ std::vector<RecurrenceCase> cases() {
        .rule = "gla",
        .length = 20,
        .continuation = 29});
-  // One (batch, value head) and more threads: column tiles of the state
-  // (their critical path in multiply-adds is shorter than one workgroup's
-  // for all of these). Dv = 80: 5 tiles of 16 columns; Dv = 36: 5 tiles of
-  // 8, the last with 4 real columns; Dv = 128: 4 tiles of 32. The gated
+  // One (batch, value head) and more threads: column tiles of the state,
+  // the width whose critical path is the shortest (checked to be a column
+  // path, not whole rows, for every case). Dv = 80: 2 tiles of 40 on 2
+  // threads, 5 of 16 on 4 threads with tiles down to 16; Dv = 36: 5 tiles
+  // of 8, the last with 4 real columns; Dv = 128: 2 tiles of 64. The gated
   // cases run the rmsnorm-silu gate kernel after the tiles.
   add({.label = "gated_delta_columns",
        .keyHeads = 1,
@@ -310,7 +316,8 @@ std::vector<RecurrenceCase> cases() {
        .valueDim = 80,
        .gate = true,
        .length = 100,
-       .threads = 4});
+       .threads = 4,
+       .stateColumns = 16});
   add({.label = "delta_columns_Dv36_3threads",
        .rule = "delta",
        .keyHeads = 1,
@@ -318,7 +325,8 @@ std::vector<RecurrenceCase> cases() {
        .keyDim = 40,
        .valueDim = 36,
        .length = 70,
-       .threads = 3});
+       .threads = 3,
+       .stateColumns = 8});
   add({.label = "gla_columns_gate",
        .rule = "gla",
        .keyHeads = 1,
