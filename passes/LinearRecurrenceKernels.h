@@ -42,7 +42,7 @@ struct LinearRecurrenceShape {
 
   /// Value features padded to whole vectors of `width` lanes.
   int64_t paddedValueDim(int64_t width) const {
-    return (valueDim + width - 1) / width * width;
+    return roundUp(valueDim, width);
   }
   /// The column tiles of the state for workgroups that share a value head,
   /// widest first: the padded Dv split in 2, 3, ... equal tiles of whole
