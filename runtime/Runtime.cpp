@@ -35,6 +35,12 @@ namespace {
 
 constexpr uint32_t kFormatVersion = 2;
 
+/// Whether an integer op reads operand registers (a, b; Select also c).
+bool readsRegisters(attn::fb::IntOpKind op) {
+  using K = attn::fb::IntOpKind;
+  return op != K::Constant && op != K::BufferDim && op != K::WorkerCount;
+}
+
 thread_local std::string lastError;
 
 attn_status fail(attn_status status, const std::string &message) {
@@ -252,7 +258,7 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
           return bad("step " + std::to_string(i) + " reads a dim of buffer " +
                      std::to_string(step.a) + ", which does not exist");
         // Ranks are checked when the program runs.
-      } else if (step.op != K::Constant && step.op != K::WorkerCount) {
+      } else if (readsRegisters(step.op)) {
         if (!checkRegister(step.a) || !checkRegister(step.b) ||
             (step.op == K::Select && !checkRegister(step.c)))
           return bad("step " + std::to_string(i) +
@@ -613,10 +619,8 @@ attn_status evalInt(const Entry &entry, size_t index, const Step &step,
                     const std::vector<Buffer> &buffers, int workers,
                     int64_t &result) {
   using K = attn::fb::IntOpKind;
-  bool readsRegisters = step.op != K::Constant && step.op != K::BufferDim &&
-                        step.op != K::WorkerCount;
-  int64_t a = readsRegisters ? regs[step.a] : 0;
-  int64_t b = readsRegisters ? regs[step.b] : 0;
+  int64_t a = readsRegisters(step.op) ? regs[step.a] : 0;
+  int64_t b = readsRegisters(step.op) ? regs[step.b] : 0;
   auto bad = [&](const std::string &why) {
     return fail(ATTN_RUN_ERROR, "entry '" + entry.name + "', step " +
                                     std::to_string(index) + ": " + why);

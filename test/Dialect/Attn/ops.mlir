@@ -195,3 +195,11 @@ func.func @dispatch(%a: memref<?x8xf32>, %b: memref<?x8xf32>, %n: index) {
       : memref<?x8xf32>, memref<?x8xf32>
   return
 }
+
+// CHECK-LABEL: func.func @worker_count
+// CHECK:         %[[N:.+]] = attn.worker_count : index
+// CHECK:         return %[[N]] : index
+func.func @worker_count() -> index {
+  %n = attn.worker_count : index
+  return %n : index
+}
