@@ -1,0 +1,313 @@
+//===- EntryLowering.cpp - Entries to host programs + kernels -------------===//
+//
+// The one place where tensors become buffers: an entry's results are the
+// caller's output buffers (destination passing), every other value gets a
+// memref.alloc on the host side. The symbolic shapes name the dynamic dims
+// that must agree at run time (B, Lq, Lk, L, ...).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/EntryLowering.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "llvm/ADT/EquivalenceClasses.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+namespace {
+
+/// One dynamic dimension of a tensor value.
+using DimRef = std::pair<Value, int64_t>;
+
+/// Groups the dynamic dims of an entry that must be equal at run time and
+/// names each group (B, Lq, Lk, ...) so the binary's signature and the
+/// runtime's errors can say which dims must agree.
+class SymbolicShapes {
+public:
+  /// Collects the equalities the ops of `func` imply; fails on an op whose
+  /// shape relations are unknown.
+  LogicalResult build(func::FuncOp func) {
+    for (BlockArgument arg : func.getArguments())
+      addValue(arg);
+    WalkResult result = func.walk([&](Operation *op) -> WalkResult {
+      for (Value v : op->getResults())
+        addValue(v);
+      if (auto attention = dyn_cast<AttentionOpInterface>(op)) {
+        addAttention(attention);
+        return WalkResult::advance();
+      }
+      return WalkResult::advance();
+    });
+    return failure(result.wasInterrupted());
+  }
+
+  /// The symbolic shape of `value`: a name per dynamic dim, the size per
+  /// static dim.
+  ArrayAttr shapeOf(Value value, Builder &b) {
+    auto type = cast<ShapedType>(value.getType());
+    SmallVector<Attribute> dims;
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      if (!type.isDynamicDim(d)) {
+        dims.push_back(b.getI64IntegerAttr(type.getDimSize(d)));
+        continue;
+      }
+      dims.push_back(b.getStringAttr(nameOf({value, d})));
+    }
+    return b.getArrayAttr(dims);
+  }
+
+  bool sameClass(DimRef a, DimRef b) {
+    return classes.isEquivalent(key(a), key(b));
+  }
+
+private:
+  using Key = std::pair<void *, int64_t>;
+  static Key key(DimRef ref) {
+    return {ref.first.getAsOpaquePointer(), ref.second};
+  }
+
+  void addValue(Value value) {
+    auto type = dyn_cast<ShapedType>(value.getType());
+    if (!type)
+      return;
+    for (int64_t d = 0; d < type.getRank(); ++d)
+      if (type.isDynamicDim(d))
+        classes.insert(key({value, d}));
+  }
+  void unite(DimRef a, DimRef b, StringRef role = {}) {
+    auto ta = cast<ShapedType>(a.first.getType());
+    auto tb = cast<ShapedType>(b.first.getType());
+    if (!ta.isDynamicDim(a.second) || !tb.isDynamicDim(b.second))
+      return;
+    classes.unionSets(key(a), key(b));
+    if (!role.empty())
+      nameRole(a, role);
+  }
+  /// Names the group of `ref` after `role` (B, Lq, L, ...).
+  void nameRole(DimRef ref, StringRef role) {
+    if (cast<ShapedType>(ref.first.getType()).isDynamicDim(ref.second))
+      roles.try_emplace(key(ref), role.str());
+  }
+  void addAttention(AttentionOpInterface op) {
+    if (op.getNormalizer() == Normalizer::RecurrentState)
+      return addRecurrence(op);
+    Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
+    Value o = op.getOutput(), lse = op.getLogSumExp();
+    unite({q, 0}, {k, 0}, "B");
+    unite({q, 0}, {v, 0});
+    unite({q, 0}, {o, 0});
+    unite({k, 2}, {v, 2}, "Lk");
+    unite({q, 2}, {o, 2}, "Lq");
+    if (lse) {
+      unite({q, 0}, {lse, 0});
+      unite({q, 2}, {lse, 2});
+    }
+    for (Value operand : op.getEpilogueOperands()) {
+      unite({q, 0}, {operand, 0});
+      unite({q, 2}, {operand, 2});
+    }
+  }
+
+  /// Every per-step operand shares the batch B and the length L; the
+  /// states share B.
+  void addRecurrence(AttentionOpInterface op) {
+    Value q = op.getQuery();
+    SmallVector<Value> perStep{op.getKey(), op.getValue(), op.getOutput()};
+    for (Value operand : {op.getStepDecay(), op.getStepBeta()})
+      if (operand)
+        perStep.push_back(operand);
+    for (Value operand : op.getEpilogueOperands())
+      if (cast<ShapedType>(operand.getType()).getRank() == 4)
+        perStep.push_back(operand);
+    nameRole({q, 0}, "B");
+    nameRole({q, 2}, "L");
+    for (Value operand : perStep) {
+      unite({q, 0}, {operand, 0});
+      unite({q, 2}, {operand, 2});
+    }
+    unite({q, 0}, {op.getStateInput(), 0});
+    unite({q, 0}, {op.getStateOutput(), 0});
+  }
+
+  std::string nameOf(DimRef ref) {
+    Key leader = classes.getLeaderValue(key(ref));
+    auto it = names.find(leader);
+    if (it != names.end())
+      return it->second;
+    // The role of any member names the group; otherwise N0, N1, ...
+    std::string name;
+    for (auto member = classes.findLeader(key(ref));
+         member != classes.member_end(); ++member)
+      if (auto role = roles.find(*member); role != roles.end()) {
+        name = role->second;
+        break;
+      }
+    if (name.empty() || usedNames.contains(name))
+      name = (name.empty() ? "N" : name) + std::to_string(names.size());
+    usedNames.insert(name);
+    names[leader] = name;
+    return name;
+  }
+
+  llvm::EquivalenceClasses<Key> classes;
+  llvm::DenseMap<Key, std::string> roles;
+  llvm::DenseMap<Key, std::string> names;
+  llvm::StringSet<> usedNames;
+};
+
+MemRefType bufferTypeOf(Type tensorType) {
+  auto type = cast<RankedTensorType>(tensorType);
+  return MemRefType::get(type.getShape(), type.getElementType());
+}
+
+/// Integer arithmetic on sizes, which the host program evaluates.
+bool isHostArithmetic(Operation &op) {
+  return isa<arith::ArithDialect>(op.getDialect()) &&
+         llvm::all_of(op.getResultTypes(),
+                      [](Type t) { return t.isIntOrIndex(); });
+}
+
+} // namespace
+
+
+LogicalResult EntryLowering::run() {
+  if (!entry.getBody().hasOneBlock())
+    return entry.emitError("an entry must have a single block");
+  auto returnOp = cast<func::ReturnOp>(entry.getBody().front().getTerminator());
+  numInputs = entry.getNumArguments();
+  for (auto [index, value] : llvm::enumerate(returnOp.getOperands())) {
+    if (isa<BlockArgument>(value))
+      return returnOp.emitError()
+             << "result #" << index
+             << " returns an argument; an entry's results must be computed";
+    if (!returnedAt.try_emplace(value, numInputs + index).second)
+      return returnOp.emitError()
+             << "result #" << index << " returns the same value as result #"
+             << returnedAt[value] - numInputs
+             << "; an entry's results must be distinct";
+  }
+
+  // Refuse what cannot be lowered before anything is built.
+  for (Operation &op : entry.getBody().front()) {
+    if (isa<func::ReturnOp, tensor::DimOp>(op) || isHostArithmetic(op))
+      continue;
+    if (auto attention = dyn_cast<AttentionOpInterface>(op)) {
+      if (failed(checkLowerable(attention)))
+        return failure();
+      continue;
+    }
+    return op.emitError() << "no " << target << " lowering for '"
+                          << op.getName() << "' yet";
+  }
+
+  SymbolicShapes shapes;
+  if (failed(shapes.build(entry)))
+    return failure();
+
+  // The host signature: inputs, then one output buffer per result.
+  OpBuilder builder(entry);
+  Builder &attrs = builder;
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  for (BlockArgument arg : entry.getArguments()) {
+    if (!isa<RankedTensorType>(arg.getType()))
+      return entry.emitError()
+             << "argument #" << arg.getArgNumber() << " is not a ranked tensor";
+    argTypes.push_back(bufferTypeOf(arg.getType()));
+    NamedAttrList list(entry.getArgAttrDict(arg.getArgNumber()));
+    list.set("attn.shape", shapes.shapeOf(arg, attrs));
+    argAttrs.push_back(list.getDictionary(builder.getContext()));
+  }
+  for (auto [index, value] : llvm::enumerate(returnOp.getOperands())) {
+    argTypes.push_back(bufferTypeOf(value.getType()));
+    NamedAttrList list(entry.getResultAttrDict(index));
+    list.set("attn.shape", shapes.shapeOf(value, attrs));
+    argAttrs.push_back(list.getDictionary(builder.getContext()));
+    // Every dynamic dim of an output must be bound by some input.
+    auto type = cast<RankedTensorType>(value.getType());
+    for (int64_t d = 0; d < type.getRank(); ++d) {
+      if (!type.isDynamicDim(d))
+        continue;
+      bool bound = llvm::any_of(entry.getArguments(), [&](BlockArgument arg) {
+        auto argType = cast<RankedTensorType>(arg.getType());
+        for (int64_t ad = 0; ad < argType.getRank(); ++ad)
+          if (argType.isDynamicDim(ad) &&
+              shapes.sameClass({arg, ad}, {value, d}))
+            return true;
+        return false;
+      });
+      if (!bound)
+        return returnOp.emitError()
+               << "dim " << d << " of result #" << index
+               << " is not determined by the sizes of the arguments";
+    }
+  }
+
+  host = func::FuncOp::create(builder, entry.getLoc(),
+                              (entry.getSymName() + ".host").str(),
+                              builder.getFunctionType(argTypes, {}));
+  host.setAllArgAttrs(argAttrs);
+  host->setAttr("attn.entry", builder.getUnitAttr());
+  host->setAttr("attn.num_inputs", builder.getI64IntegerAttr(numInputs));
+  Block *body = host.addEntryBlock();
+  for (BlockArgument arg : entry.getArguments())
+    buffers.map(arg, body->getArgument(arg.getArgNumber()));
+
+  ImplicitLocOpBuilder b(entry.getLoc(), builder);
+  b.setInsertionPointToStart(body);
+  for (Operation &op : entry.getBody().front()) {
+    b.setLoc(op.getLoc());
+    if (isa<func::ReturnOp>(op)) {
+      func::ReturnOp::create(b);
+      continue;
+    }
+    if (auto dim = dyn_cast<tensor::DimOp>(op)) {
+      Value buffer = buffers.lookup(dim.getSource());
+      Value size =
+          memref::DimOp::create(b, buffer, buffers.lookup(dim.getIndex()));
+      buffers.map(dim.getResult(), size);
+      continue;
+    }
+    if (isHostArithmetic(op)) {
+      b.clone(op, buffers);
+      continue;
+    }
+    if (failed(lowerAttention(b, cast<AttentionOpInterface>(op))))
+      return failure();
+  }
+
+  // The host function takes the entry's name.
+  std::string name = entry.getSymName().str();
+  entry.erase();
+  host.setSymName(name);
+  return success();
+}
+
+Value EntryLowering::bufferFor(ImplicitLocOpBuilder &b, Value result,
+                               ArrayRef<Value> dynamicSizes) {
+  if (auto it = returnedAt.find(result); it != returnedAt.end())
+    return host.getArgument(it->second);
+  return memref::AllocOp::create(b, bufferTypeOf(result.getType()),
+                                 dynamicSizes);
+}
+
+
+std::string EntryLowering::kernelName(StringRef kind) {
+  std::string name;
+  for (char c : entry.getSymName())
+    name.push_back(llvm::isAlnum(c) ? c : '_');
+  return name + "__" + kind.str() + std::to_string(kernelCount++);
+}
+
+SmallVector<func::FuncOp> EntryLowering::entriesOf(ModuleOp module) {
+  SmallVector<func::FuncOp> entries;
+  for (auto func : module.getOps<func::FuncOp>())
+    if (!func.isExternal() && !func->hasAttr("attn.kernel") &&
+        !func->hasAttr("attn.entry"))
+      entries.push_back(func);
+  return entries;
+}

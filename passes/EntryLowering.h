@@ -1,0 +1,73 @@
+//===- EntryLowering.h - Entries to host programs + kernels -----*- C++ -*-===//
+//
+// The target-independent half of -attn-cpu-dispatches and
+// -attn-gpu-dispatches: an entry function on tensors becomes a host
+// function on buffers in destination-passing style (inputs, then one
+// buffer per result, each argument's symbolic shape in `attn.shape`) whose
+// body is index arithmetic, temporaries and `attn.dispatch` ops. What each
+// attention op dispatches is the target's: a subclass lowers one op at a
+// time and creates its kernels before the entry.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_PASSES_ENTRYLOWERING_H
+#define ATTN_PASSES_ENTRYLOWERING_H
+
+#include "Attn/AttnOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+#include <string>
+
+namespace mlir::attn {
+
+class EntryLowering {
+public:
+  /// `target` names the target in diagnostics ("CPU", "CUDA").
+  EntryLowering(func::FuncOp entry, StringRef target)
+      : entry(entry), target(target) {}
+  virtual ~EntryLowering() = default;
+
+  /// Replaces `entry` by its host function (same name).
+  LogicalResult run();
+
+  /// The entry functions of `module`: every defined func.func that is
+  /// neither a kernel nor an already lowered host function.
+  static SmallVector<func::FuncOp> entriesOf(ModuleOp module);
+
+protected:
+  /// Whether `op` can be lowered, with an error saying why not; called on
+  /// every attention op before anything is built.
+  virtual LogicalResult checkLowerable(AttentionOpInterface op) = 0;
+  /// Emits the host side of `op` at `b` (its results' buffers, then its
+  /// dispatches) and creates its kernels.
+  virtual LogicalResult lowerAttention(ImplicitLocOpBuilder &b,
+                                       AttentionOpInterface op) = 0;
+
+  /// The buffer of `result`: the output argument it is returned through, or
+  /// a new allocation with `dynamicSizes` (host index values, one per
+  /// dynamic dim).
+  Value bufferFor(ImplicitLocOpBuilder &b, Value result,
+                  ArrayRef<Value> dynamicSizes);
+  /// A kernel name unique in the module: `<entry>__<kind><n>`.
+  std::string kernelName(StringRef kind);
+
+  func::FuncOp entry;
+  StringRef target;
+  func::FuncOp host;
+  /// Tensor value -> buffer (host argument or allocation); dim results ->
+  /// host index values.
+  IRMapping buffers;
+
+private:
+  /// Result value -> output argument index of the host function.
+  llvm::DenseMap<Value, unsigned> returnedAt;
+  unsigned numInputs = 0;
+  unsigned kernelCount = 0;
+};
+
+} // namespace mlir::attn
+
+#endif // ATTN_PASSES_ENTRYLOWERING_H
