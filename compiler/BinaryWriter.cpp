@@ -16,11 +16,26 @@ using namespace mlir;
 using namespace mlir::attn;
 namespace fb = ::attn::fb;
 
+namespace {
+/// One entry's host program: parallel vectors of step types and steps.
+struct Program {
+  std::vector<fb::Step> types;
+  std::vector<flatbuffers::Offset<void>> steps;
+};
+} // namespace
+
 struct BinaryWriter::Impl {
   flatbuffers::FlatBufferBuilder builder;
-  std::vector<flatbuffers::Offset<fb::Entry>> entries;
+  /// An entry under construction; its table is built by finish().
+  struct PendingEntry {
+    std::string name;
+    std::vector<flatbuffers::Offset<fb::TensorSignature>> inputs, outputs;
+    Program cpu, cuda;
+  };
+  std::vector<PendingEntry> entries;
 
-  LogicalResult addEntry(func::FuncOp host);
+  LogicalResult addEntry(func::FuncOp host, CodeTarget target,
+                         size_t position);
 };
 
 BinaryWriter::BinaryWriter() : impl(std::make_unique<Impl>()) {}
@@ -39,8 +54,10 @@ FailureOr<fb::DType> dtypeOf(Type elementType) {
 /// Builds one entry's program: registers are step indices.
 class HostProgramBuilder {
 public:
-  HostProgramBuilder(flatbuffers::FlatBufferBuilder &builder, func::FuncOp host)
-      : builder(builder), host(host) {}
+  /// `kernelPrefix` turns a kernel symbol into the name the code exports.
+  HostProgramBuilder(flatbuffers::FlatBufferBuilder &builder, func::FuncOp host,
+                     StringRef kernelPrefix)
+      : builder(builder), host(host), kernelPrefix(kernelPrefix) {}
 
   LogicalResult build() {
     for (BlockArgument arg : host.getArguments())
@@ -51,14 +68,13 @@ public:
     return success();
   }
 
-  std::vector<fb::Step> types;
-  std::vector<flatbuffers::Offset<void>> steps;
+  Program program;
 
 private:
   int32_t addStep(fb::Step type, flatbuffers::Offset<void> step) {
-    types.push_back(type);
-    steps.push_back(step);
-    return static_cast<int32_t>(steps.size() - 1);
+    program.types.push_back(type);
+    program.steps.push_back(step);
+    return static_cast<int32_t>(program.steps.size() - 1);
   }
   int32_t addIntOp(fb::IntOpKind kind, int32_t a = 0, int32_t b = 0,
                    int32_t c = 0, int64_t value = 0) {
@@ -183,7 +199,7 @@ private:
                   "a dispatch binds arguments or temporaries only");
             bindings.push_back(bufferIds[binding]);
           }
-          std::string kernel = ("attn_kernel_" + dispatch.getKernel()).str();
+          std::string kernel = (kernelPrefix + dispatch.getKernel()).str();
           addStep(fb::Step::Dispatch,
                   fb::CreateDispatchDirect(builder, kernel.c_str(),
                                            reg(dispatch.getWorkgroups()),
@@ -202,6 +218,7 @@ private:
 
   flatbuffers::FlatBufferBuilder &builder;
   func::FuncOp host;
+  StringRef kernelPrefix;
   llvm::DenseMap<Value, int32_t> registers;
   llvm::DenseMap<Value, int32_t> bufferIds;
   unsigned numTemps = 0;
@@ -209,12 +226,24 @@ private:
 
 } // namespace
 
-LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host) {
+LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host,
+                                           CodeTarget target,
+                                           size_t position) {
+  std::string entryName = host.getSymName().str();
+  bool known = position < entries.size();
+  if (known && entries[position].name != entryName)
+    return host.emitError() << "entry #" << position << " is '" << entryName
+                            << "' here but '" << entries[position].name
+                            << "' for the other target";
   auto numInputs = host->getAttrOfType<IntegerAttr>("attn.num_inputs");
   if (!numInputs)
     return host.emitError("an entry needs attn.num_inputs");
+  // Both targets lower the same attn IR, so the first target's
+  // signatures are every target's.
   std::vector<flatbuffers::Offset<fb::TensorSignature>> inputs, outputs;
   for (BlockArgument arg : host.getArguments()) {
+    if (known)
+      break;
     unsigned index = arg.getArgNumber();
     bool isInput = index < numInputs.getInt();
     auto type = cast<MemRefType>(arg.getType());
@@ -245,40 +274,81 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host) {
         fb::CreateTensorSignatureDirect(builder, name.c_str(), *dtype, &dims);
     (isInput ? inputs : outputs).push_back(signature);
   }
-  HostProgramBuilder program(builder, host);
+  HostProgramBuilder program(
+      builder, host, target == CodeTarget::Cpu ? "attn_kernel_" : "");
   if (failed(program.build()))
     return failure();
-  entries.push_back(
-      fb::CreateEntryDirect(builder, host.getSymName().str().c_str(), &inputs,
-                            &outputs, &program.types, &program.steps));
+  if (!known)
+    entries.push_back(
+        {entryName, std::move(inputs), std::move(outputs), {}, {}});
+  (target == CodeTarget::Cpu ? entries[position].cpu : entries[position].cuda) =
+      std::move(program.program);
   return success();
 }
 
-LogicalResult BinaryWriter::addEntries(ModuleOp module) {
+LogicalResult BinaryWriter::addEntries(ModuleOp module, CodeTarget target) {
+  size_t position = 0;
   for (auto host : module.getOps<func::FuncOp>())
-    if (host->hasAttr("attn.entry") && failed(impl->addEntry(host)))
+    if (host->hasAttr("attn.entry") &&
+        failed(impl->addEntry(host, target, position++)))
       return failure();
+  if (!impl->entries.empty() && position != impl->entries.size())
+    return module.emitError() << position << " entries here but "
+                              << impl->entries.size()
+                              << " for the other target";
   return success();
 }
 
 std::string BinaryWriter::finish(llvm::StringRef modelName,
-                                 const CpuTarget &target,
-                                 llvm::StringRef tiling,
-                                 llvm::StringRef sharedObject) {
+                                 const CpuCode *cpuCode,
+                                 const CudaCode *cudaCode) {
   flatbuffers::FlatBufferBuilder &builder = impl->builder;
-  std::vector<flatbuffers::Offset<flatbuffers::String>> features;
-  for (const std::string &feature : target.features)
-    features.push_back(builder.CreateString(feature));
-  auto so = builder.CreateVector(
-      reinterpret_cast<const uint8_t *>(sharedObject.data()),
-      sharedObject.size());
-  auto cpu = fb::CreateCpuCode(builder, builder.CreateString(target.triple),
-                               builder.CreateString(target.isaLevel),
-                               builder.CreateVector(features),
-                               builder.CreateString(tiling.str()), so);
+  std::vector<flatbuffers::Offset<fb::Entry>> entries;
+  auto steps = [&](const Program &program) {
+    return std::make_pair(builder.CreateVector(program.types),
+                          builder.CreateVector(program.steps));
+  };
+  for (const Impl::PendingEntry &entry : impl->entries) {
+    auto [cpuTypes, cpuSteps] = steps(entry.cpu);
+    auto [cudaTypes, cudaSteps] = steps(entry.cuda);
+    entries.push_back(fb::CreateEntry(
+        builder, builder.CreateString(entry.name),
+        builder.CreateVector(entry.inputs), builder.CreateVector(entry.outputs),
+        cpuTypes, cpuSteps, cudaTypes, cudaSteps));
+  }
+
+  flatbuffers::Offset<fb::CpuCode> cpu;
+  if (cpuCode) {
+    std::vector<flatbuffers::Offset<flatbuffers::String>> features;
+    for (const std::string &feature : cpuCode->target.features)
+      features.push_back(builder.CreateString(feature));
+    auto so = builder.CreateVector(
+        reinterpret_cast<const uint8_t *>(cpuCode->sharedObject.data()),
+        cpuCode->sharedObject.size());
+    cpu = fb::CreateCpuCode(builder,
+                            builder.CreateString(cpuCode->target.triple),
+                            builder.CreateString(cpuCode->target.isaLevel),
+                            builder.CreateVector(features),
+                            builder.CreateString(cpuCode->tiling), so);
+  }
+  flatbuffers::Offset<fb::CudaCode> cuda;
+  if (cudaCode) {
+    std::vector<flatbuffers::Offset<fb::CudaKernel>> kernels;
+    for (const CudaCode::Kernel &kernel : cudaCode->kernels)
+      kernels.push_back(fb::CreateCudaKernel(
+          builder, builder.CreateString(kernel.name),
+          static_cast<int32_t>(kernel.blockThreads)));
+    auto cubin = builder.CreateVector(
+        reinterpret_cast<const uint8_t *>(cudaCode->cubin.data()),
+        cudaCode->cubin.size());
+    cuda = fb::CreateCudaCode(builder, builder.CreateString(cudaCode->chip),
+                              builder.CreateString(cudaCode->tiling),
+                              builder.CreateString(cudaCode->ptx), cubin,
+                              builder.CreateVector(kernels));
+  }
   auto model = fb::CreateModel(builder, builder.CreateString("attnc"),
                                builder.CreateString(modelName.str()),
-                               builder.CreateVector(impl->entries), cpu);
+                               builder.CreateVector(entries), cpu, cuda);
   builder.Finish(model);
 
   // The file wraps the model buffer with the format version and checksum.

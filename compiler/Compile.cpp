@@ -9,12 +9,16 @@
 #include "frontend/HuggingFaceConfig.h"
 #include "frontend/ModelToAttn.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/InitAllDialects.h"
 #include "mlir/InitAllExtensions.h"
 #include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -33,7 +37,122 @@ void mlir::attn::registerCompilerDialects(DialectRegistry &registry) {
   registerAllExtensions(registry);
   registerBuiltinDialectTranslation(registry);
   registerLLVMDialectTranslation(registry);
+  // CUDA: gpu.module -> LLVM IR -> PTX (gpu-module-to-binary).
+  registerGPUDialectTranslation(registry);
+  registerNVVMDialectTranslation(registry);
+  NVVM::registerNVVMTargetInterfaceExternalModels(registry);
 }
+
+namespace {
+
+/// CPU code for the attn IR in `module`, lowered in place. Returns
+/// std::nullopt when `stage` stops before the code exists.
+llvm::Expected<std::optional<CpuCode>>
+compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
+           const CompileOptions &options, BinaryWriter &writer) {
+  MLIRContext *context = module.getContext();
+  std::string tilingText;
+  llvm::raw_string_ostream tilingStream(tilingText);
+  PassManager dispatch(context);
+  if (options.cpuRunsCudaKernels) {
+    GpuDispatchOptions tiling;
+    buildGpuDispatchPipeline(dispatch, tiling);
+    tilingStream << "cuda_kernels_on_cpu block_threads=" << tiling.blockThreads
+                 << " split_keys=" << tiling.splitKeys
+                 << " decode_max_queries=" << tiling.decodeMaxQueries;
+  } else {
+    // The kernels are tiled for the target's vector width: 4 query vectors
+    // per flash workgroup, column tiles of recurrent states down to 4
+    // vectors.
+    CpuDispatchOptions tiling;
+    tiling.vectorWidth = cpu.vectorWidth;
+    tiling.queryTile = 4 * cpu.vectorWidth;
+    tiling.stateColumns =
+        options.stateColumns > 0 ? options.stateColumns : 4 * cpu.vectorWidth;
+    tiling.recurrentMaxSteps = options.recurrentMaxSteps;
+    buildCpuDispatchPipeline(dispatch, tiling);
+    tilingStream << "vector_width=" << tiling.vectorWidth
+                 << " query_tile=" << tiling.queryTile
+                 << " key_tile=" << tiling.keyTile
+                 << " split_keys=" << tiling.splitKeys
+                 << " decode_max_queries=" << tiling.decodeMaxQueries
+                 << " recurrent_max_steps=" << tiling.recurrentMaxSteps
+                 << " state_columns=" << tiling.stateColumns;
+  }
+  if (failed(dispatch.run(module)))
+    return error("lowering to CPU dispatches (attn-cpu-dispatch) failed");
+  if (stage == CompileStage::Dispatch)
+    return std::nullopt;
+
+  // The host programs go into the binary before the kernel lowering drops
+  // them from the module.
+  if (failed(writer.addEntries(module, CodeTarget::Cpu)))
+    return error("writing the entries' host programs failed");
+  PassManager lower(context);
+  buildCpuKernelLoweringPipeline(lower);
+  if (failed(lower.run(module)))
+    return error("lowering the CPU kernels to LLVM (attn-cpu-lower-to-llvm) "
+                 "failed");
+  if (stage == CompileStage::LlvmDialect)
+    return std::nullopt;
+
+  llvm::Expected<std::string> sharedObject = emitCpuSharedObject(module, cpu);
+  if (!sharedObject)
+    return sharedObject.takeError();
+  return CpuCode{cpu, tilingText, std::move(*sharedObject)};
+}
+
+/// CUDA code for the attn IR in `module`, lowered in place. Returns the
+/// PTX alone for CompileStage::Ptx, std::nullopt for the stages before.
+llvm::Expected<std::optional<CudaCode>>
+compileCuda(ModuleOp module, CompileStage stage, const CudaTarget &target,
+            BinaryWriter &writer) {
+  MLIRContext *context = module.getContext();
+  GpuDispatchOptions tiling;
+  PassManager dispatch(context);
+  buildGpuDispatchPipeline(dispatch, tiling);
+  if (failed(dispatch.run(module)))
+    return error("lowering to CUDA dispatches (attn-gpu-dispatch) failed");
+  if (stage == CompileStage::Dispatch)
+    return std::nullopt;
+
+  if (failed(writer.addEntries(module, CodeTarget::Cuda)))
+    return error("writing the entries' CUDA host programs failed");
+  CudaCode code;
+  code.chip = target.chip;
+  llvm::raw_string_ostream(code.tiling)
+      << "block_threads=" << tiling.blockThreads
+      << " split_keys=" << tiling.splitKeys
+      << " decode_max_queries=" << tiling.decodeMaxQueries;
+  for (auto kernel : module.getOps<func::FuncOp>())
+    if (kernel->hasAttr("attn.kernel"))
+      code.kernels.push_back({kernel.getSymName().str(),
+                              static_cast<int64_t>(tiling.blockThreads)});
+
+  GpuLoweringOptions lowering;
+  lowering.chip = target.chip;
+  lowering.features = target.ptxFeatures();
+  PassManager lower(context);
+  buildGpuKernelLoweringPipeline(lower, lowering);
+  if (failed(lower.run(module)))
+    return error("lowering the CUDA kernels to NVVM (attn-gpu-lower-to-nvvm) "
+                 "failed");
+  if (stage == CompileStage::LlvmDialect)
+    return std::nullopt;
+  llvm::Expected<std::string> ptx = emitPtx(module, target);
+  if (!ptx)
+    return ptx.takeError();
+  code.ptx = std::move(*ptx);
+  if (stage == CompileStage::Ptx)
+    return code;
+  llvm::Expected<std::string> cubin = assembleCubin(code.ptx, target);
+  if (!cubin)
+    return cubin.takeError();
+  code.cubin = std::move(*cubin);
+  return code;
+}
+
+} // namespace
 
 llvm::Expected<std::string>
 mlir::attn::compile(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
@@ -46,46 +165,42 @@ mlir::attn::compile(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
   if (stage == CompileStage::Optimized)
     return "";
 
-  // The kernels are tiled for the target's vector width: 4 query vectors
-  // per flash workgroup, column tiles of recurrent states down to 4 vectors.
-  CpuDispatchOptions tiling;
-  tiling.vectorWidth = cpu.vectorWidth;
-  tiling.queryTile = 4 * cpu.vectorWidth;
-  tiling.stateColumns =
-      options.stateColumns > 0 ? options.stateColumns : 4 * cpu.vectorWidth;
-  tiling.recurrentMaxSteps = options.recurrentMaxSteps;
-  PassManager dispatch(context);
-  buildCpuDispatchPipeline(dispatch, tiling);
-  if (failed(dispatch.run(module)))
-    return error("lowering to CPU dispatches (attn-cpu-dispatch) failed");
-  if (stage == CompileStage::Dispatch)
-    return "";
+  bool withCuda = options.targets != TargetSet::Cpu;
+  bool withCpu = options.targets != TargetSet::Cuda && stage != CompileStage::Ptx;
+  if (stage == CompileStage::Ptx && !withCuda)
+    return error("PTX exists only for the CUDA target (--target cuda or all)");
 
-  // The host programs go into the binary before the kernel lowering drops
-  // them from the module.
+  // Each target lowers its own copy of the optimized module; stages print
+  // the CPU one when there are both.
+  OwningOpRef<ModuleOp> cudaCopy;
+  ModuleOp cudaModule = module;
+  if (withCuda && withCpu) {
+    cudaCopy = module.clone();
+    cudaModule = *cudaCopy;
+  }
   BinaryWriter writer;
-  if (failed(writer.addEntries(module)))
-    return error("writing the entries' host programs failed");
-  PassManager lower(context);
-  buildCpuKernelLoweringPipeline(lower);
-  if (failed(lower.run(module)))
-    return error("lowering the CPU kernels to LLVM (attn-cpu-lower-to-llvm) "
-                 "failed");
-  if (stage == CompileStage::LlvmDialect)
-    return "";
-
-  llvm::Expected<std::string> sharedObject = emitCpuSharedObject(module, cpu);
-  if (!sharedObject)
-    return sharedObject.takeError();
-  std::string tilingText;
-  llvm::raw_string_ostream(tilingText)
-      << "vector_width=" << tiling.vectorWidth
-      << " query_tile=" << tiling.queryTile << " key_tile=" << tiling.keyTile
-      << " split_keys=" << tiling.splitKeys
-      << " decode_max_queries=" << tiling.decodeMaxQueries
-      << " recurrent_max_steps=" << tiling.recurrentMaxSteps
-      << " state_columns=" << tiling.stateColumns;
-  return writer.finish(modelName, cpu, tilingText, *sharedObject);
+  std::optional<CpuCode> cpuCode;
+  if (withCpu) {
+    auto code = compileCpu(module, stage, cpu, options, writer);
+    if (!code)
+      return code.takeError();
+    if (!*code)
+      return "";
+    cpuCode = std::move(**code);
+  }
+  std::optional<CudaCode> cudaCode;
+  if (withCuda) {
+    auto code = compileCuda(cudaModule, stage, options.cuda, writer);
+    if (!code)
+      return code.takeError();
+    if (!*code)
+      return "";
+    if (stage == CompileStage::Ptx)
+      return (*code)->ptx;
+    cudaCode = std::move(**code);
+  }
+  return writer.finish(modelName, cpuCode ? &*cpuCode : nullptr,
+                       cudaCode ? &*cudaCode : nullptr);
 }
 
 llvm::Expected<std::string>

@@ -10,6 +10,7 @@
 #define ATTN_COMPILER_COMPILE_H
 
 #include "compiler/CpuTarget.h"
+#include "compiler/CudaTarget.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/Error.h"
@@ -18,13 +19,18 @@
 
 namespace mlir::attn {
 
-/// Where compilation stops; each stage leaves `module` in that form.
+/// Where compilation stops; each stage leaves `module` in that form (for
+/// the CPU code when compiling for both targets).
 enum class CompileStage {
   Optimized,   // attn IR after attn-optimize
-  Dispatch,    // host dispatch programs + kernels (attn-cpu-dispatch)
-  LlvmDialect, // kernels in the LLVM dialect (attn-cpu-lower-to-llvm)
+  Dispatch,    // host dispatch programs + kernels (attn-cpu/gpu-dispatch)
+  LlvmDialect, // kernels in the LLVM / NVVM dialects
+  Ptx,         // the PTX of the CUDA kernels (returned as text)
   Binary,      // the .attnb bytes
 };
+
+/// The code a binary carries.
+enum class TargetSet { Cpu, Cuda, All };
 
 /// Choices that change which kernels run, never what they compute.
 struct CompileOptions {
@@ -34,10 +40,18 @@ struct CompileOptions {
   /// The narrowest column tile of a recurrent state (0: 4 vectors of the
   /// target).
   int64_t stateColumns = 0;
+  /// Which code to build; `cuda` says for which GPU.
+  TargetSet targets = TargetSet::Cpu;
+  CudaTarget cuda;
+  /// Test aid: the CPU code runs the CUDA kernels' one-thread bodies (one
+  /// workgroup per CUDA thread) instead of the CPU kernels, so their
+  /// arithmetic is checked on machines without a GPU.
+  bool cpuRunsCudaKernels = false;
 };
 
 /// Lowers `module` (attn IR, verified) in place up to `stage`. For
-/// CompileStage::Binary returns the .attnb bytes, otherwise "". Diagnostics
+/// CompileStage::Binary returns the .attnb bytes, for CompileStage::Ptx the
+/// PTX, otherwise "". Diagnostics
 /// of failing passes go to the context's handler; the error says which
 /// step failed.
 llvm::Expected<std::string> compile(ModuleOp module, CompileStage stage,

@@ -7,12 +7,14 @@
 #include "mlir/Conversion/ArithToLLVM/ArithToLLVM.h"
 #include "mlir/Conversion/ControlFlowToLLVM/ControlFlowToLLVM.h"
 #include "mlir/Conversion/FuncToLLVM/ConvertFuncToLLVMPass.h"
+#include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
 
@@ -54,6 +56,32 @@ void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
 }
 
+void mlir::attn::buildGpuDispatchPipeline(OpPassManager &pm,
+                                          const GpuDispatchOptions &options) {
+  AttnGpuDispatchesOptions dispatch;
+  dispatch.blockThreads = options.blockThreads;
+  dispatch.splitKeys = options.splitKeys;
+  dispatch.decodeMaxQueries = options.decodeMaxQueries;
+  pm.addPass(createAttnGpuDispatches(dispatch));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+}
+
+void mlir::attn::buildGpuKernelLoweringPipeline(
+    OpPassManager &pm, const GpuLoweringOptions &options) {
+  AttnGpuOutlineKernelsOptions outline;
+  outline.chip = options.chip;
+  outline.features = options.features;
+  pm.addPass(createAttnGpuOutlineKernels(outline));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createSCFToControlFlowPass());
+  // math ops become libdevice calls (__nv_expf, ...), linked in when the
+  // PTX is made.
+  pm.addNestedPass<gpu::GPUModuleOp>(createConvertGpuOpsToNVVMOps());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  pm.addPass(createCanonicalizerPass());
+}
+
 void mlir::attn::registerAttnPipelines() {
   PassPipelineRegistration<>(
       "attn-optimize",
@@ -69,4 +97,16 @@ void mlir::attn::registerAttnPipelines() {
       "attn-cpu-lower-to-llvm",
       "CPU kernels to the LLVM dialect with the runtime's calling convention",
       [](OpPassManager &pm) { buildCpuKernelLoweringPipeline(pm); });
+  PassPipelineRegistration<GpuDispatchOptions>(
+      "attn-gpu-dispatch",
+      "Entries to host dispatch programs and one-thread CUDA kernels",
+      [](OpPassManager &pm, const GpuDispatchOptions &options) {
+        buildGpuDispatchPipeline(pm, options);
+      });
+  PassPipelineRegistration<GpuLoweringOptions>(
+      "attn-gpu-lower-to-nvvm",
+      "One-thread kernels to a gpu.module in the NVVM/LLVM dialects",
+      [](OpPassManager &pm, const GpuLoweringOptions &options) {
+        buildGpuKernelLoweringPipeline(pm, options);
+      });
 }

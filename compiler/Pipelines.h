@@ -5,9 +5,19 @@
 // or `attn-opt -attn-...`). In order:
 //
 //   attn-optimize           attn IR -> attn IR (canonicalize, fuse gates)
+//
+// then, per target, on its own copy of the optimized module:
+//
 //   attn-cpu-dispatch       attn IR -> host dispatch programs + kernels
 //   (attnc serializes the host programs into the binary here)
 //   attn-cpu-lower-to-llvm  kernels -> LLVM dialect, runtime ABI wrappers
+//
+//   attn-gpu-dispatch       attn IR -> host dispatch programs + one-thread
+//                           kernels
+//   (attnc serializes the host programs into the binary here)
+//   attn-gpu-lower-to-nvvm  kernels -> gpu.module of NVVM/LLVM dialect
+//   (then gpu-module-to-binary makes the PTX and ptxas the cubin:
+//   compiler/CudaTarget.h)
 //
 //===----------------------------------------------------------------------===//
 
@@ -62,8 +72,41 @@ void buildCpuDispatchPipeline(OpPassManager &pm,
 /// polynomial math, then the upstream conversions to LLVM.
 void buildCpuKernelLoweringPipeline(OpPassManager &pm);
 
+/// The launch shapes of the CUDA kernels (see -attn-gpu-dispatches).
+struct GpuDispatchOptions : public PassPipelineOptions<GpuDispatchOptions> {
+  Option<int64_t> blockThreads{*this, "block-threads",
+                               llvm::cl::desc("threads per CUDA block"),
+                               llvm::cl::init(128)};
+  Option<int64_t> splitKeys{*this, "split-keys",
+                            llvm::cl::desc("keys per split-KV thread"),
+                            llvm::cl::init(256)};
+  Option<int64_t> decodeMaxQueries{
+      *this, "decode-max-queries",
+      llvm::cl::desc("calls with at most this many query rows use split-KV"),
+      llvm::cl::init(8)};
+};
+
+/// attn IR (after attn-optimize) -> host dispatch programs and one-thread
+/// kernels for CUDA.
+void buildGpuDispatchPipeline(OpPassManager &pm,
+                              const GpuDispatchOptions &options);
+
+/// The SM the NVVM lowering targets.
+struct GpuLoweringOptions : public PassPipelineOptions<GpuLoweringOptions> {
+  Option<std::string> chip{*this, "chip", llvm::cl::desc("the SM"),
+                           llvm::cl::init("sm_90a")};
+  Option<std::string> features{*this, "features",
+                               llvm::cl::desc("PTX ISA version (+ptxNN)"),
+                               llvm::cl::init("+ptx80")};
+};
+
+/// One-thread kernels -> `gpu.module @attn_kernels` with the NVVM target in
+/// the NVVM/LLVM dialects (host funcs dropped).
+void buildGpuKernelLoweringPipeline(OpPassManager &pm,
+                                    const GpuLoweringOptions &options);
+
 /// Registers the pipelines above: `attn-optimize`, `attn-cpu-dispatch`,
-/// `attn-cpu-lower-to-llvm`.
+/// `attn-cpu-lower-to-llvm`, `attn-gpu-dispatch`, `attn-gpu-lower-to-nvvm`.
 void registerAttnPipelines();
 
 } // namespace mlir::attn

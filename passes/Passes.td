@@ -116,4 +116,71 @@ def AttnCpuApproximateMath : Pass<"attn-cpu-approximate-math"> {
   ];
 }
 
+def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
+  let summary = "Split each entry into a host dispatch program and CUDA kernels";
+  let description = [{
+    The same host functions as -attn-cpu-dispatches (destination passing,
+    `attn.shape`, index arithmetic, temporaries, `attn.dispatch`), with
+    kernels written for one CUDA thread each (`attn.kernel`, the launch
+    shape in `attn.tiling`): a function `(bindings..., %thread: index)` in
+    scalar scf + memref + math, where a dispatch's workgroup count is its
+    thread count.
+
+    Softmax attention runs one query row per thread over the keys its mask
+    leaves visible, with the online-softmax state in the thread; calls with
+    at most `decode-max-queries` query rows split the keys into ranges of
+    `split-keys` keys, one thread each, and merge the partials through
+    their log-sum-exp. The gate runs in the epilogue.
+
+    The kernels are also valid CPU kernels (one workgroup per CUDA thread),
+    which is how their arithmetic is tested without a GPU;
+    -attn-gpu-outline-kernels makes them CUDA kernels.
+  }];
+  let options = [
+    Option<"blockThreads", "block-threads", "int64_t", "128",
+           "threads per CUDA block">,
+    Option<"splitKeys", "split-keys", "int64_t", "256",
+           "keys per split-KV thread">,
+    Option<"decodeMaxQueries", "decode-max-queries", "int64_t", "8",
+           "calls with at most this many query rows take the split-KV path">,
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+    "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect"
+  ];
+}
+
+def AttnGpuOutlineKernels : Pass<"attn-gpu-outline-kernels", "ModuleOp"> {
+  let summary = "Move one-thread kernels into a gpu.module for NVVM";
+  let description = [{
+    Moves every kernel of -attn-gpu-dispatches into
+    `gpu.module @attn_kernels` with an `#nvvm.target` of `chip` and
+    `features`, as a `gpu.func` kernel with the same arguments where the
+    last one is the dispatch's thread count: the body runs for the global
+    thread index `blockIdx.x * blockDim.x + threadIdx.x` when it is below
+    the count (`gpu.known_block_size` from the kernel's `block_threads`).
+    Host functions are removed: their dispatch programs are in the binary.
+
+    ```mlir
+    gpu.func @layer__attention0(%q: memref<?x8x?x64xf32>, ...,
+                                %count: index) kernel {
+      %thread = ...   // blockIdx.x * blockDim.x + threadIdx.x
+      scf.if %thread < %count { ... }
+      gpu.return
+    }
+    ```
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", "\"sm_90a\"",
+           "the SM the PTX is for">,
+    Option<"features", "features", "std::string", "\"+ptx80\"",
+           "PTX ISA version (LLVM NVPTX feature string)">,
+  ];
+  let dependentDialects = [
+    "::mlir::gpu::GPUDialect", "::mlir::NVVM::NVVMDialect",
+    "::mlir::scf::SCFDialect", "::mlir::arith::ArithDialect"
+  ];
+}
+
 #endif // ATTN_PASSES_TD

@@ -11,6 +11,7 @@
 #include "runtime/attn_runtime.h"
 
 #include "runtime/Checksum.h"
+#include "runtime/CudaDriver.h"
 #include "runtime/ThreadPool.h"
 #include "runtime/schemas/attnb_generated.h"
 
@@ -24,16 +25,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 namespace {
 
-constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kFormatVersion = 3;
 
 /// Whether an integer op reads operand registers (a, b; Select also c).
 bool readsRegisters(attn::fb::IntOpKind op) {
@@ -75,11 +78,16 @@ struct Step {
   std::vector<int32_t> bindings;
 };
 
+/// A host program: its steps and how many temporaries it allocates.
+struct Program {
+  std::vector<Step> steps;
+  int32_t numTemps = 0;
+};
+
 struct Entry {
   std::string name;
   std::vector<Signature> inputs, outputs;
-  std::vector<Step> program;
-  int32_t numTemps = 0;
+  Program cpu, cuda;
 };
 
 const char *dtypeName(attn_dtype dtype) {
@@ -146,12 +154,23 @@ bool hostSupports(const std::string &feature, bool &known) {
 
 } // namespace
 
+/// The CUDA code of a binary, loaded onto the GPU at first use.
+struct CudaCode {
+  std::string chip, ptx;
+  std::vector<uint8_t> cubin;
+  std::vector<attn::cuda::Module::Kernel> kernels;
+  std::unique_ptr<attn::cuda::Module> module;
+};
+
 struct attn_model {
   std::vector<uint8_t> bytes;
   std::string name;
   std::vector<Entry> entries;
+  bool hasCpuCode = false;
   void *library = nullptr;
   std::unique_ptr<attn::ThreadPool> pool;
+  std::optional<CudaCode> cuda;
+  attn_device device = ATTN_DEVICE_CPU;
 
   ~attn_model() {
     if (library)
@@ -162,6 +181,10 @@ struct attn_model {
 
 private:
   attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry);
+  attn_status
+  readProgram(const Entry &entry, const flatbuffers::Vector<attn::fb::Step> *types,
+              const flatbuffers::Vector<flatbuffers::Offset<void>> *steps,
+              const char *target, Program &program);
   attn_status loadCode(const attn::fb::CpuCode *cpu);
 };
 
@@ -173,11 +196,9 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
     return fail(ATTN_INVALID_BINARY,
                 "corrupt .attnb: entry '" + entry.name + "': " + why);
   };
-  if (!fbEntry->name() || !fbEntry->inputs() || !fbEntry->outputs() ||
-      !fbEntry->program() || !fbEntry->program_type())
+  if (!fbEntry->name() || !fbEntry->inputs() || !fbEntry->outputs())
     return fail(ATTN_INVALID_BINARY,
-                "corrupt .attnb: an entry lacks its name, signature or "
-                "program");
+                "corrupt .attnb: an entry lacks its name or signature");
   entry.name = fbEntry->name()->str();
   auto readSignatures = [&](const auto *list, std::vector<Signature> &out) {
     for (const attn::fb::TensorSignature *fbSig : *list) {
@@ -228,8 +249,25 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
     }
   }
 
-  const auto *types = fbEntry->program_type();
-  const auto *steps = fbEntry->program();
+  if (attn_status status = readProgram(entry, fbEntry->program_type(),
+                                       fbEntry->program(), "CPU", entry.cpu))
+    return status;
+  return readProgram(entry, fbEntry->cuda_program_type(),
+                     fbEntry->cuda_program(), "CUDA", entry.cuda);
+}
+
+attn_status attn_model::readProgram(
+    const Entry &entry, const flatbuffers::Vector<attn::fb::Step> *types,
+    const flatbuffers::Vector<flatbuffers::Offset<void>> *steps,
+    const char *target, Program &program) {
+  auto bad = [&](const std::string &why) {
+    return fail(ATTN_INVALID_BINARY, "corrupt .attnb: entry '" + entry.name +
+                                         "', " + target + " program: " + why);
+  };
+  if (!types != !steps)
+    return bad("program step types and steps differ in count");
+  if (!steps)
+    return ATTN_OK;
   if (types->size() != steps->size())
     return bad("program step types and steps differ in count");
   int32_t numBuffers =
@@ -254,7 +292,7 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
       if (step.op > K::MAX)
         return bad("unknown integer op at step " + std::to_string(i));
       if (step.op == K::BufferDim) {
-        if (step.a < 0 || step.a >= numBuffers + entry.numTemps)
+        if (step.a < 0 || step.a >= numBuffers + program.numTemps)
           return bad("step " + std::to_string(i) + " reads a dim of buffer " +
                      std::to_string(step.a) + ", which does not exist");
         // Ranks are checked when the program runs.
@@ -280,7 +318,7 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
                      "wrote");
         step.dims.push_back(r);
       }
-      ++entry.numTemps;
+      ++program.numTemps;
       isRegister.push_back(false);
       break;
     }
@@ -297,7 +335,7 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
                    " reads its workgroup count from a register no earlier "
                    "step wrote");
       for (int32_t binding : *dispatch->bindings()) {
-        if (binding < 0 || binding >= numBuffers + entry.numTemps)
+        if (binding < 0 || binding >= numBuffers + program.numTemps)
           return bad("dispatch of " + step.kernelName + " binds buffer " +
                      std::to_string(binding) + ", which does not exist");
         step.bindings.push_back(binding);
@@ -308,15 +346,15 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
     default:
       return bad("unknown program step at " + std::to_string(i));
     }
-    entry.program.push_back(std::move(step));
+    program.steps.push_back(std::move(step));
   }
   return ATTN_OK;
 }
 
 attn_status attn_model::loadCode(const attn::fb::CpuCode *cpu) {
-  if (!cpu || !cpu->shared_object() || !cpu->triple())
+  if (!cpu->shared_object() || !cpu->triple())
     return fail(ATTN_INVALID_BINARY,
-                "corrupt .attnb: the binary has no CPU code");
+                "corrupt .attnb: the CPU code has no shared object or triple");
   std::string triple = cpu->triple()->str();
 #if defined(__x86_64__)
   if (triple.rfind("x86_64", 0) != 0)
@@ -364,7 +402,7 @@ attn_status attn_model::loadCode(const attn::fb::CpuCode *cpu) {
     return fail(ATTN_IO_ERROR,
                 std::string("loading the CPU code failed: ") + dlerror());
   for (Entry &entry : entries)
-    for (Step &step : entry.program) {
+    for (Step &step : entry.cpu.steps) {
       if (step.kind != Step::Dispatch)
         continue;
       step.kernel =
@@ -422,8 +460,46 @@ attn_status attn_model::load(int32_t numThreads) {
       return status;
     entries.push_back(std::move(entry));
   }
-  if (attn_status status = loadCode(model->cpu()))
-    return status;
+  if (!model->cpu() && !model->cuda())
+    return fail(ATTN_INVALID_BINARY, "corrupt .attnb: no CPU or CUDA code");
+  if (model->cpu())
+    if (attn_status status = loadCode(model->cpu()))
+      return status;
+  if (const attn::fb::CudaCode *cudaCode = model->cuda()) {
+    // Kept for the first run on a GPU, which loads the driver.
+    if (!cudaCode->ptx() || !cudaCode->kernels() || !cudaCode->chip())
+      return fail(ATTN_INVALID_BINARY,
+                  "corrupt .attnb: the CUDA code has no PTX, chip or kernel "
+                  "list");
+    cuda.emplace();
+    cuda->chip = cudaCode->chip()->str();
+    cuda->ptx = cudaCode->ptx()->str();
+    if (cudaCode->cubin())
+      cuda->cubin.assign(cudaCode->cubin()->begin(), cudaCode->cubin()->end());
+    for (const attn::fb::CudaKernel *kernel : *cudaCode->kernels()) {
+      if (!kernel->name() || kernel->block_threads() <= 0 ||
+          kernel->block_threads() > 1024)
+        return fail(ATTN_INVALID_BINARY,
+                    "corrupt .attnb: a CUDA kernel has no name or a block "
+                    "size outside [1, 1024]");
+      cuda->kernels.push_back(
+          {kernel->name()->str(), kernel->block_threads(), nullptr});
+    }
+    for (const Entry &entry : entries)
+      for (const Step &step : entry.cuda.steps) {
+        if (step.kind != Step::Dispatch)
+          continue;
+        bool found = false;
+        for (const auto &kernel : cuda->kernels)
+          found |= kernel.name == step.kernelName;
+        if (!found)
+          return fail(ATTN_INVALID_BINARY,
+                      "corrupt .attnb: entry '" + entry.name +
+                          "' dispatches CUDA kernel '" + step.kernelName +
+                          "', which the CUDA code does not define");
+      }
+  }
+  hasCpuCode = model->cpu() != nullptr;
   pool = std::make_unique<attn::ThreadPool>(numThreads);
   return ATTN_OK;
 }
@@ -460,6 +536,42 @@ attn_model_load_file(const char *path, int32_t numThreads, attn_model **model) {
 }
 
 extern "C" void attn_model_free(attn_model *model) { delete model; }
+
+extern "C" attn_status attn_model_set_device(attn_model *model,
+                                             attn_device device) {
+  if (!model)
+    return fail(ATTN_INVALID_ARGUMENT, "attn_model_set_device: null model");
+  if (device == ATTN_DEVICE_CPU) {
+    if (!model->hasCpuCode)
+      return fail(ATTN_UNSUPPORTED,
+                  "the binary has no CPU code (compiled with --target cuda)");
+    model->device = device;
+    return ATTN_OK;
+  }
+  if (device != ATTN_DEVICE_CUDA)
+    return fail(ATTN_INVALID_ARGUMENT,
+                "attn_model_set_device: unknown device " +
+                    std::to_string(static_cast<int>(device)));
+  if (!model->cuda)
+    return fail(ATTN_UNSUPPORTED,
+                "the binary has no CUDA code; compile it with attnc --target "
+                "cuda or --target all");
+  if (!model->cuda->module) {
+    attn::cuda::Module *loaded = nullptr;
+    std::string error;
+    if (!attn::cuda::Module::load(model->cuda->cubin, model->cuda->ptx,
+                                  model->cuda->chip, model->cuda->kernels,
+                                  loaded, error))
+      return fail(ATTN_UNSUPPORTED, error);
+    model->cuda->module.reset(loaded);
+  }
+  model->device = device;
+  return ATTN_OK;
+}
+
+extern "C" attn_device attn_model_device(const attn_model *model) {
+  return model ? model->device : ATTN_DEVICE_CPU;
+}
 
 extern "C" const char *attn_model_name(const attn_model *model) {
   return model ? model->name.c_str() : "";
@@ -616,7 +728,7 @@ struct Buffer {
 
 attn_status evalInt(const Entry &entry, size_t index, const Step &step,
                     const std::vector<int64_t> &regs,
-                    const std::vector<Buffer> &buffers, int workers,
+                    const std::vector<Buffer> &buffers, int64_t workers,
                     int64_t &result) {
   using K = attn::fb::IntOpKind;
   int64_t a = readsRegisters(step.op) ? regs[step.a] : 0;
@@ -726,6 +838,178 @@ attn_status evalInt(const Entry &entry, size_t index, const Step &step,
   return ATTN_OK;
 }
 
+/// Evaluates `program` over `buffers` (the entry's inputs and outputs, on
+/// the device that runs it), appending its temporaries, which `allocate`
+/// provides, and handing each dispatch with a positive count to
+/// `dispatch`.
+attn_status runProgram(
+    const Entry &e, const Program &program, std::vector<Buffer> &buffers,
+    int64_t workers,
+    const std::function<attn_status(size_t bytes, void *&data)> &allocate,
+    const std::function<attn_status(const Step &step, int64_t count,
+                                    const std::vector<const Buffer *> &)>
+        &dispatch) {
+  std::vector<int64_t> regs(program.steps.size(), 0);
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const Step &step = program.steps[i];
+    switch (step.kind) {
+    case Step::Int:
+      if (attn_status status =
+              evalInt(e, i, step, regs, buffers, workers, regs[i]))
+        return status;
+      break;
+    case Step::Temp: {
+      Buffer buffer;
+      int64_t elements = 1;
+      for (int32_t r : step.dims) {
+        if (regs[r] < 0)
+          return fail(ATTN_RUN_ERROR, "entry '" + e.name +
+                                          "': a temporary has a negative size");
+        buffer.shape.push_back(regs[r]);
+        elements *= regs[r];
+      }
+      if (attn_status status =
+              allocate(static_cast<size_t>(elements) * 4, buffer.data))
+        return status;
+      buffers.push_back(std::move(buffer));
+      break;
+    }
+    case Step::Dispatch: {
+      int64_t count = regs[step.workgroups];
+      if (count < 0)
+        return fail(ATTN_RUN_ERROR, "entry '" + e.name + "': dispatch of " +
+                                        step.kernelName +
+                                        " has a negative workgroup count");
+      if (count == 0)
+        break;
+      std::vector<const Buffer *> bindings;
+      for (int32_t binding : step.bindings) {
+        if (binding >= static_cast<int32_t>(buffers.size()))
+          return fail(ATTN_RUN_ERROR, "entry '" + e.name +
+                                          "': a dispatch binds a temporary "
+                                          "before it is allocated");
+        bindings.push_back(&buffers[binding]);
+      }
+      if (attn_status status = dispatch(step, count, bindings))
+        return status;
+      break;
+    }
+    }
+  }
+  return ATTN_OK;
+}
+
+attn_status runOnCpu(attn_model &model, const Entry &e,
+                     std::vector<Buffer> &buffers) {
+  if (!model.hasCpuCode)
+    return fail(ATTN_UNSUPPORTED,
+                "the binary has no CPU code (compiled with --target cuda); "
+                "run it on the GPU (--device cuda)");
+  std::vector<std::unique_ptr<void, decltype(&std::free)>> temps;
+  auto allocate = [&](size_t bytes, void *&data) {
+    bytes = (bytes + 63) / 64 * 64;
+    data = bytes ? std::aligned_alloc(64, bytes) : nullptr;
+    if (bytes && !data)
+      return fail(ATTN_RUN_ERROR, "entry '" + e.name +
+                                      "': out of memory for a temporary of " +
+                                      std::to_string(bytes) + " bytes");
+    temps.emplace_back(data, &std::free);
+    return ATTN_OK;
+  };
+  auto dispatch = [&](const Step &step, int64_t count,
+                      const std::vector<const Buffer *> &bindings) {
+    std::vector<void *> pointers;
+    std::vector<int64_t> dims;
+    for (const Buffer *buffer : bindings) {
+      pointers.push_back(buffer->data);
+      dims.insert(dims.end(), buffer->shape.begin(), buffer->shape.end());
+    }
+    KernelFn kernel = step.kernel;
+    void *const *ptrs = pointers.data();
+    const int64_t *dimData = dims.data();
+    model.pool->parallelFor(count,
+                            [&](int64_t id) { kernel(ptrs, dimData, id); });
+    return ATTN_OK;
+  };
+  return runProgram(e, e.cpu, buffers, model.pool->size(), allocate, dispatch);
+}
+
+/// How many workgroups a GPU runs at once, as far as host programs ask
+/// (attn.worker_count): many more than any CPU.
+constexpr int64_t kCudaWorkers = 1 << 16;
+
+attn_status runOnCuda(attn_model &model, const Entry &e,
+                      std::vector<Buffer> &hostBuffers) {
+  attn::cuda::Module &gpu = *model.cuda->module;
+  std::string error;
+  auto cudaFail = [&](const std::string &what) {
+    return fail(ATTN_RUN_ERROR, "entry '" + e.name + "' on " +
+                                    gpu.deviceName() + ": " + what);
+  };
+  // Every buffer lives on the device for the run: inputs copied there,
+  // outputs copied back.
+  std::vector<uint64_t> owned;
+  struct Release {
+    attn::cuda::Module &gpu;
+    std::vector<uint64_t> &owned;
+    ~Release() {
+      for (uint64_t pointer : owned)
+        gpu.release(pointer);
+    }
+  } release{gpu, owned};
+  auto bytesOf = [](const Buffer &buffer) {
+    size_t elements = 1;
+    for (int64_t size : buffer.shape)
+      elements *= static_cast<size_t>(size);
+    return elements * 4;
+  };
+  std::vector<Buffer> buffers;
+  for (size_t i = 0; i < hostBuffers.size(); ++i) {
+    uint64_t pointer = 0;
+    size_t bytes = bytesOf(hostBuffers[i]);
+    if (!gpu.allocate(bytes, pointer, error))
+      return cudaFail(error);
+    owned.push_back(pointer);
+    if (i < e.inputs.size() &&
+        !gpu.copyToDevice(pointer, hostBuffers[i].data, bytes, error))
+      return cudaFail(error);
+    buffers.push_back({reinterpret_cast<void *>(pointer),
+                       hostBuffers[i].shape});
+  }
+  auto allocate = [&](size_t bytes, void *&data) {
+    uint64_t pointer = 0;
+    if (!gpu.allocate(bytes, pointer, error))
+      return cudaFail(error);
+    owned.push_back(pointer);
+    data = reinterpret_cast<void *>(pointer);
+    return ATTN_OK;
+  };
+  auto dispatch = [&](const Step &step, int64_t count,
+                      const std::vector<const Buffer *> &bindings) {
+    const attn::cuda::Module::Kernel *kernel = gpu.kernel(step.kernelName);
+    std::vector<uint64_t> pointers;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const Buffer *buffer : bindings) {
+      pointers.push_back(reinterpret_cast<uint64_t>(buffer->data));
+      shapes.push_back(buffer->shape);
+    }
+    if (!kernel || !gpu.launch(*kernel, count, pointers, shapes, error))
+      return cudaFail(kernel ? error : "no kernel " + step.kernelName);
+    return ATTN_OK;
+  };
+  if (attn_status status =
+          runProgram(e, e.cuda, buffers, kCudaWorkers, allocate, dispatch))
+    return status;
+  if (!gpu.synchronize(error))
+    return cudaFail(error);
+  for (size_t i = e.inputs.size(); i < hostBuffers.size(); ++i)
+    if (!gpu.copyToHost(hostBuffers[i].data,
+                        reinterpret_cast<uint64_t>(buffers[i].data),
+                        bytesOf(hostBuffers[i]), error))
+      return cudaFail(error);
+  return ATTN_OK;
+}
+
 } // namespace
 
 extern "C" attn_status attn_entry_output_shapes(const attn_model *model,
@@ -773,66 +1057,6 @@ extern "C" attn_status attn_run(attn_model *model, int32_t entry,
     buffers.push_back({inputs[i].data, outputShape(e->inputs[i], bound)});
   for (int32_t i = 0; i < numOutputs; ++i)
     buffers.push_back({outputs[i].data, outputShape(e->outputs[i], bound)});
-
-  std::vector<std::unique_ptr<void, decltype(&std::free)>> temps;
-  std::vector<int64_t> regs(e->program.size(), 0);
-  for (size_t i = 0; i < e->program.size(); ++i) {
-    const Step &step = e->program[i];
-    switch (step.kind) {
-    case Step::Int:
-      if (attn_status status =
-              evalInt(*e, i, step, regs, buffers, model->pool->size(), regs[i]))
-        return status;
-      break;
-    case Step::Temp: {
-      Buffer buffer;
-      int64_t elements = 1;
-      for (int32_t r : step.dims) {
-        if (regs[r] < 0)
-          return fail(ATTN_RUN_ERROR, "entry '" + e->name +
-                                          "': a temporary has a negative size");
-        buffer.shape.push_back(regs[r]);
-        elements *= regs[r];
-      }
-      size_t bytes = static_cast<size_t>(elements) * 4;
-      bytes = (bytes + 63) / 64 * 64;
-      void *data = bytes ? std::aligned_alloc(64, bytes) : nullptr;
-      if (bytes && !data)
-        return fail(ATTN_RUN_ERROR, "entry '" + e->name +
-                                        "': out of memory for a temporary of " +
-                                        std::to_string(bytes) + " bytes");
-      temps.emplace_back(data, &std::free);
-      buffer.data = data;
-      buffers.push_back(std::move(buffer));
-      break;
-    }
-    case Step::Dispatch: {
-      int64_t count = regs[step.workgroups];
-      if (count < 0)
-        return fail(ATTN_RUN_ERROR, "entry '" + e->name + "': dispatch of " +
-                                        step.kernelName +
-                                        " has a negative workgroup count");
-      if (count == 0)
-        break;
-      std::vector<void *> pointers;
-      std::vector<int64_t> dims;
-      for (int32_t binding : step.bindings) {
-        if (binding >= static_cast<int32_t>(buffers.size()))
-          return fail(ATTN_RUN_ERROR, "entry '" + e->name +
-                                          "': a dispatch binds a temporary "
-                                          "before it is allocated");
-        pointers.push_back(buffers[binding].data);
-        dims.insert(dims.end(), buffers[binding].shape.begin(),
-                    buffers[binding].shape.end());
-      }
-      KernelFn kernel = step.kernel;
-      void *const *ptrs = pointers.data();
-      const int64_t *dimData = dims.data();
-      model->pool->parallelFor(count,
-                               [&](int64_t id) { kernel(ptrs, dimData, id); });
-      break;
-    }
-    }
-  }
-  return ATTN_OK;
+  return model->device == ATTN_DEVICE_CUDA ? runOnCuda(*model, *e, buffers)
+                                           : runOnCpu(*model, *e, buffers);
 }

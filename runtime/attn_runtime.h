@@ -39,6 +39,15 @@ typedef enum attn_status {
 
 typedef enum attn_dtype { ATTN_F32 = 0, ATTN_I32 = 1 } attn_dtype;
 
+/** Where attn_run executes an entry. */
+typedef enum attn_device {
+  /** The model's thread pool runs the CPU code (the default). */
+  ATTN_DEVICE_CPU = 0,
+  /** The first CUDA device runs the CUDA code; attn_run copies the inputs
+      to it and the outputs back. */
+  ATTN_DEVICE_CUDA = 1,
+} attn_device;
+
 /** A dense row-major tensor the caller owns. */
 typedef struct attn_tensor {
   attn_dtype dtype;
@@ -70,6 +79,15 @@ attn_status attn_model_load_file(const char *path, int32_t num_threads,
 attn_status attn_model_load_memory(const void *data, size_t size,
                                    int32_t num_threads, attn_model **model);
 void attn_model_free(attn_model *model);
+
+/** Chooses where attn_run executes. Choosing ATTN_DEVICE_CUDA opens the
+    CUDA driver (dlopen of libcuda.so.1; the runtime itself never links
+    CUDA) and loads the binary's cubin on the first GPU, JIT-compiling its
+    PTX when the GPU is of another SM. Fails with ATTN_UNSUPPORTED and a
+    message naming what is missing: CUDA code in the binary, the driver, a
+    GPU. */
+attn_status attn_model_set_device(attn_model *model, attn_device device);
+attn_device attn_model_device(const attn_model *model);
 
 /** Name of the model and the threads its pool uses. */
 const char *attn_model_name(const attn_model *model);

@@ -85,6 +85,11 @@ public:
   attn_model *get() const { return model; }
   int numEntries() const { return attn_model_num_entries(model); }
 
+  /// Where run() executes (see attn_model_set_device).
+  Status setDevice(attn_device device) {
+    return Status::fromC(attn_model_set_device(model, device));
+  }
+
   Status findEntry(const std::string &name, int32_t &entry) const {
     return Status::fromC(attn_model_find_entry(model, name.c_str(), &entry));
   }

@@ -31,3 +31,19 @@ config.substitutions.append(("%python", sys.executable))
 llvm_config.add_tool_substitutions(
     ["attn-opt", "attnc", "attn-run"], [config.attn_tools_dir, config.llvm_tools_dir]
 )
+
+# CUDA: the toolkit (libdevice + ptxas) lets tests build PTX and cubins;
+# the driver lets them run. Neither is needed for the rest of the suite.
+cuda_path = os.environ.get("ATTN_CUDA_PATH", "/usr/local/cuda")
+if os.access(os.path.join(cuda_path, "bin", "ptxas"), os.X_OK) and os.path.exists(
+    os.path.join(cuda_path, "nvvm", "libdevice", "libdevice.10.bc")
+):
+    config.available_features.add("cuda-toolkit")
+config.substitutions.append(("%cuda_path", cuda_path))
+try:
+    import ctypes
+
+    ctypes.CDLL("libcuda.so.1")
+    config.available_features.add("cuda-driver")
+except OSError:
+    pass

@@ -143,9 +143,6 @@ int main(int argc, char **argv) {
     return usageError("no model file given");
   if (!listEntries && entryName.empty())
     return usageError("give --list or --entry NAME");
-  if (device == "cuda")
-    return error("--device cuda: this runtime has no CUDA backend yet; run "
-                 "on --device cpu");
 
   std::unique_ptr<attn::Model> model;
   attn::Status status =
@@ -155,6 +152,11 @@ int main(int argc, char **argv) {
   if (listEntries) {
     list(*model);
     return 0;
+  }
+  if (device == "cuda") {
+    status = model->setDevice(ATTN_DEVICE_CUDA);
+    if (!status.ok())
+      return error("--device cuda: " + status.message);
   }
 
   int32_t entry = 0;
@@ -254,7 +256,11 @@ int main(int argc, char **argv) {
       attn_entry_argument(m, entry, numInputs + i, &info);
       text += " " + formatTensor(info.name, outputs[i]);
     }
-    std::printf("%s (%d threads)\n", text.c_str(), attn_model_num_threads(m));
+    if (device == "cuda")
+      std::printf("%s (CUDA)\n", text.c_str());
+    else
+      std::printf("%s (%d threads)\n", text.c_str(),
+                  attn_model_num_threads(m));
   }
   if (repeat > 0) {
     std::vector<double> times;

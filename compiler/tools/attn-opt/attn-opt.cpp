@@ -6,14 +6,12 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Attn/AttnDialect.h"
+#include "compiler/Compile.h"
 #include "compiler/Pipelines.h"
 #include "passes/Passes.h"
 #include "test/lib/TestPasses.h"
 
 #include "mlir/IR/DialectRegistry.h"
-#include "mlir/InitAllDialects.h"
-#include "mlir/InitAllExtensions.h"
 #include "mlir/InitAllPasses.h"
 #include "mlir/Tools/mlir-opt/MlirOptMain.h"
 
@@ -24,9 +22,7 @@ int main(int argc, char **argv) {
   mlir::attn::test::registerTestPasses();
 
   mlir::DialectRegistry registry;
-  mlir::registerAllDialects(registry);
-  mlir::registerAllExtensions(registry);
-  registry.insert<mlir::attn::AttnDialect>();
+  mlir::attn::registerCompilerDialects(registry);
 
   return mlir::asMainReturnCode(
       mlir::MlirOptMain(argc, argv, "attn optimizer driver\n", registry));

@@ -1,7 +1,8 @@
 //===- attnc.cpp - The attn compiler driver -------------------------------===//
 //
 // attnc INPUT -o OUT.attnb [--target=cpu|cuda|all] [--cpu=LEVEL]
-//       [--recurrent-max-steps=N] [--emit=attn|mlir|dispatch|llvm-mlir|llvm]
+//       [--sm=sm_90a] [--cuda-path=DIR] [--recurrent-max-steps=N]
+//       [--emit=attn|mlir|dispatch|llvm-mlir|llvm|ptx]
 //
 // INPUT is a model description (.json, SPEC §3), a Hugging Face config.json
 // or attn IR (.mlir). A thin
@@ -53,9 +54,11 @@ cl::opt<Stage>
                          clEnumValN(Stage::Mlir, "mlir",
                                     "IR after the attention-level pipeline"),
                          clEnumValN(Stage::Dispatch, "dispatch",
-                                    "host dispatch programs and CPU kernels"),
+                                    "host dispatch programs and kernels (the "
+                                    "CPU ones with --target all)"),
                          clEnumValN(Stage::LlvmMlir, "llvm-mlir",
-                                    "CPU kernels in the LLVM dialect"),
+                                    "kernels in the LLVM / NVVM dialects (the "
+                                    "CPU ones with --target all)"),
                          clEnumValN(Stage::Llvm, "llvm",
                                     "optimized LLVM IR of the CPU "
                                     "code"),
@@ -68,6 +71,15 @@ cl::opt<std::string>
              cl::desc("CPU code level: host (default), x86-64-v2, x86-64-v3 "
                       "or x86-64-v4; the tiles follow its vector width"),
              cl::init("host"));
+cl::opt<std::string> smChip("sm",
+                            cl::desc("the NVIDIA GPU the CUDA code is for "
+                                     "(default sm_90a)"),
+                            cl::init("sm_90a"));
+cl::opt<std::string>
+    cudaPath("cuda-path",
+             cl::desc("the CUDA toolkit (libdevice, ptxas); default "
+                      "/usr/local/cuda"),
+             cl::init("/usr/local/cuda"));
 cl::opt<int64_t> recurrentMaxSteps(
     "recurrent-max-steps",
     cl::desc("Linear recurrences called with at most this many steps run "
@@ -148,9 +160,8 @@ int main(int argc, char **argv) {
   if (emitStage == Stage::Attn)
     return print();
 
-  if (target != "cpu" || emitStage == Stage::Ptx)
-    return fail("the CUDA target (PTX/cubin) is not built yet; use "
-                "--target=cpu");
+  if (emitStage == Stage::Ptx && target == "cpu")
+    return fail("--emit=ptx needs --target cuda or all");
   attn::CpuTarget cpu = attn::CpuTarget::host();
   if (cpuLevel != "host") {
     llvm::Expected<attn::CpuTarget> level = attn::CpuTarget::forLevel(cpuLevel);
@@ -164,6 +175,16 @@ int main(int argc, char **argv) {
                 llvm::Twine(recurrentMaxSteps.getValue()));
   attn::CompileOptions options;
   options.recurrentMaxSteps = recurrentMaxSteps;
+  options.targets = target == "cpu"    ? attn::TargetSet::Cpu
+                    : target == "cuda" ? attn::TargetSet::Cuda
+                                       : attn::TargetSet::All;
+  if (options.targets != attn::TargetSet::Cpu) {
+    llvm::Expected<attn::CudaTarget> cuda =
+        attn::CudaTarget::get(smChip, cudaPath);
+    if (!cuda)
+      return fail("--sm / --cuda-path: " + llvm::toString(cuda.takeError()));
+    options.cuda = *cuda;
+  }
 
   attn::CompileStage stage = attn::CompileStage::Binary;
   if (emitStage == Stage::Mlir)
@@ -172,6 +193,11 @@ int main(int argc, char **argv) {
     stage = attn::CompileStage::Dispatch;
   else if (emitStage == Stage::LlvmMlir || emitStage == Stage::Llvm)
     stage = attn::CompileStage::LlvmDialect;
+  else if (emitStage == Stage::Ptx)
+    stage = attn::CompileStage::Ptx;
+  if (emitStage == Stage::Llvm && target == "cuda")
+    return fail("--emit=llvm prints the CPU code; for the CUDA code use "
+                "--emit=llvm-mlir or --emit=ptx");
   if (stage == attn::CompileStage::Binary && outputFilename == "-")
     return fail("attnc writes a binary: give -o OUT.attnb (or --emit=STAGE "
                 "to print a stage)");
@@ -185,7 +211,7 @@ int main(int argc, char **argv) {
       return fail(llvm::toString(ir.takeError()));
     return printText(*ir);
   }
-  if (stage != attn::CompileStage::Binary)
+  if (stage != attn::CompileStage::Binary && stage != attn::CompileStage::Ptx)
     return print();
   return printText(*result);
 }
