@@ -34,8 +34,7 @@ struct BinaryWriter::Impl {
   };
   std::vector<PendingEntry> entries;
 
-  LogicalResult addEntry(func::FuncOp host, CodeTarget target,
-                         size_t position);
+  LogicalResult addEntry(func::FuncOp host, CodeTarget target, size_t position);
 };
 
 BinaryWriter::BinaryWriter() : impl(std::make_unique<Impl>()) {}
@@ -226,15 +225,14 @@ private:
 
 } // namespace
 
-LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host,
-                                           CodeTarget target,
+LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
                                            size_t position) {
   std::string entryName = host.getSymName().str();
   bool known = position < entries.size();
   if (known && entries[position].name != entryName)
-    return host.emitError() << "entry #" << position << " is '" << entryName
-                            << "' here but '" << entries[position].name
-                            << "' for the other target";
+    return host.emitError()
+           << "entry #" << position << " is '" << entryName << "' here but '"
+           << entries[position].name << "' for the other target";
   auto numInputs = host->getAttrOfType<IntegerAttr>("attn.num_inputs");
   if (!numInputs)
     return host.emitError("an entry needs attn.num_inputs");
@@ -274,8 +272,8 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host,
         fb::CreateTensorSignatureDirect(builder, name.c_str(), *dtype, &dims);
     (isInput ? inputs : outputs).push_back(signature);
   }
-  HostProgramBuilder program(
-      builder, host, target == CodeTarget::Cpu ? "attn_kernel_" : "");
+  HostProgramBuilder program(builder, host,
+                             target == CodeTarget::Cpu ? "attn_kernel_" : "");
   if (failed(program.build()))
     return failure();
   if (!known)
@@ -293,9 +291,9 @@ LogicalResult BinaryWriter::addEntries(ModuleOp module, CodeTarget target) {
         failed(impl->addEntry(host, target, position++)))
       return failure();
   if (!impl->entries.empty() && position != impl->entries.size())
-    return module.emitError() << position << " entries here but "
-                              << impl->entries.size()
-                              << " for the other target";
+    return module.emitError()
+           << position << " entries here but " << impl->entries.size()
+           << " for the other target";
   return success();
 }
 
@@ -325,19 +323,19 @@ std::string BinaryWriter::finish(llvm::StringRef modelName,
     auto so = builder.CreateVector(
         reinterpret_cast<const uint8_t *>(cpuCode->sharedObject.data()),
         cpuCode->sharedObject.size());
-    cpu = fb::CreateCpuCode(builder,
-                            builder.CreateString(cpuCode->target.triple),
-                            builder.CreateString(cpuCode->target.isaLevel),
-                            builder.CreateVector(features),
-                            builder.CreateString(cpuCode->tiling), so);
+    cpu =
+        fb::CreateCpuCode(builder, builder.CreateString(cpuCode->target.triple),
+                          builder.CreateString(cpuCode->target.isaLevel),
+                          builder.CreateVector(features),
+                          builder.CreateString(cpuCode->tiling), so);
   }
   flatbuffers::Offset<fb::CudaCode> cuda;
   if (cudaCode) {
     std::vector<flatbuffers::Offset<fb::CudaKernel>> kernels;
     for (const CudaCode::Kernel &kernel : cudaCode->kernels)
-      kernels.push_back(fb::CreateCudaKernel(
-          builder, builder.CreateString(kernel.name),
-          static_cast<int32_t>(kernel.blockThreads)));
+      kernels.push_back(
+          fb::CreateCudaKernel(builder, builder.CreateString(kernel.name),
+                               static_cast<int32_t>(kernel.blockThreads)));
     auto cubin = builder.CreateVector(
         reinterpret_cast<const uint8_t *>(cudaCode->cubin.data()),
         cudaCode->cubin.size());

@@ -18,8 +18,8 @@
 #include "mlir/Target/LLVM/NVVM/Target.h"
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
-#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
 #include "llvm/Support/raw_ostream.h"
 
 using namespace mlir;
@@ -104,9 +104,10 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
 
 /// CUDA code for the attn IR in `module`, lowered in place. Returns the
 /// PTX alone for CompileStage::Ptx, std::nullopt for the stages before.
-llvm::Expected<std::optional<CudaCode>>
-compileCuda(ModuleOp module, CompileStage stage, const CudaTarget &target,
-            BinaryWriter &writer) {
+llvm::Expected<std::optional<CudaCode>> compileCuda(ModuleOp module,
+                                                    CompileStage stage,
+                                                    const CudaTarget &target,
+                                                    BinaryWriter &writer) {
   MLIRContext *context = module.getContext();
   GpuDispatchOptions tiling;
   PassManager dispatch(context);
@@ -166,7 +167,8 @@ mlir::attn::compile(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
     return "";
 
   bool withCuda = options.targets != TargetSet::Cpu;
-  bool withCpu = options.targets != TargetSet::Cuda && stage != CompileStage::Ptx;
+  bool withCpu =
+      options.targets != TargetSet::Cuda && stage != CompileStage::Ptx;
   if (stage == CompileStage::Ptx && !withCuda)
     return error("PTX exists only for the CUDA target (--target cuda or all)");
 

@@ -85,13 +85,13 @@ llvm::Expected<std::string> mlir::attn::emitPtx(ModuleOp module,
   return ptx;
 }
 
-llvm::Expected<std::string> mlir::attn::assembleCubin(llvm::StringRef ptx,
-                                                      const CudaTarget &target) {
+llvm::Expected<std::string>
+mlir::attn::assembleCubin(llvm::StringRef ptx, const CudaTarget &target) {
   // ptxas reads and writes files.
   llvm::SmallString<128> ptxPath, cubinPath, logPath;
-  for (auto [path, suffix] : {std::pair{&ptxPath, "ptx"},
-                              std::pair{&cubinPath, "cubin"},
-                              std::pair{&logPath, "log"}})
+  for (auto [path, suffix] :
+       {std::pair{&ptxPath, "ptx"}, std::pair{&cubinPath, "cubin"},
+        std::pair{&logPath, "log"}})
     if (std::error_code ec =
             llvm::sys::fs::createTemporaryFile("attn-kernels", suffix, *path))
       return error("cannot create a temporary file: " + ec.message());
@@ -119,8 +119,8 @@ llvm::Expected<std::string> mlir::attn::assembleCubin(llvm::StringRef ptx,
     if (auto buffer = llvm::MemoryBuffer::getFile(logPath))
       log = (*buffer)->getBuffer().trim().str();
     return error("ptxas (" + ptxas + ") rejected the PTX for " + target.chip +
-                 " (exit " + llvm::Twine(status) + "): " +
-                 (log.empty() ? errorMessage : log));
+                 " (exit " + llvm::Twine(status) +
+                 "): " + (log.empty() ? errorMessage : log));
   }
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> cubin =
       llvm::MemoryBuffer::getFile(cubinPath, /*IsText=*/false);

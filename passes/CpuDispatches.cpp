@@ -65,7 +65,7 @@ private:
 };
 
 LogicalResult CpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
-                                            AttentionOpInterface op) {
+                                             AttentionOpInterface op) {
   FailureOr<SoftmaxAttentionShape> maybeShape = SoftmaxAttentionShape::get(op);
   if (failed(maybeShape))
     return failure();
@@ -163,7 +163,7 @@ LogicalResult CpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
 }
 
 LogicalResult CpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
-                                             AttentionOpInterface op) {
+                                                AttentionOpInterface op) {
   FailureOr<LinearRecurrenceShape> maybeShape = LinearRecurrenceShape::get(op);
   if (failed(maybeShape))
     return failure();

@@ -173,7 +173,6 @@ bool isHostArithmetic(Operation &op) {
 
 } // namespace
 
-
 LogicalResult EntryLowering::run() {
   if (!entry.getBody().hasOneBlock())
     return entry.emitError("an entry must have a single block");
@@ -294,7 +293,6 @@ Value EntryLowering::bufferFor(ImplicitLocOpBuilder &b, Value result,
   return memref::AllocOp::create(b, bufferTypeOf(result.getType()),
                                  dynamicSizes);
 }
-
 
 std::string EntryLowering::kernelName(StringRef kind) {
   std::string name;

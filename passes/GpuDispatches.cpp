@@ -36,7 +36,7 @@ private:
       return op->emitError(
           "no CUDA lowering for linear recurrences yet (compile with "
           "--target cpu)");
-    return SoftmaxAttentionShape::get(op);
+    return SoftmaxAttentionShape::get(op, "CUDA");
   }
   LogicalResult lowerAttention(ImplicitLocOpBuilder &b,
                                AttentionOpInterface op) override;
@@ -46,7 +46,8 @@ private:
 
 LogicalResult GpuEntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
                                                AttentionOpInterface op) {
-  FailureOr<SoftmaxAttentionShape> maybeShape = SoftmaxAttentionShape::get(op);
+  FailureOr<SoftmaxAttentionShape> maybeShape =
+      SoftmaxAttentionShape::get(op, "CUDA");
   if (failed(maybeShape))
     return failure();
   const SoftmaxAttentionShape &shape = *maybeShape;
@@ -88,8 +89,7 @@ LogicalResult GpuEntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
   Value decodeBatch = select(decode, batch, zero);
   Value decodeRows = select(decode, lq, zero);
   Value decodeSplits = select(
-      decode, arith::CeilDivUIOp::create(b, lk, index(tiling.splitKeys)),
-      zero);
+      decode, arith::CeilDivUIOp::create(b, lk, index(tiling.splitKeys)), zero);
   auto partialOutType = MemRefType::get({ShapedType::kDynamic, shape.numHeads,
                                          ShapedType::kDynamic,
                                          ShapedType::kDynamic, shape.valueDim},
@@ -102,8 +102,7 @@ LogicalResult GpuEntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
       b, partialOutType, ValueRange{decodeBatch, decodeRows, decodeSplits});
   Value partialLse = memref::AllocOp::create(
       b, partialLseType, ValueRange{decodeBatch, decodeRows, decodeSplits});
-  Value mergeThreads =
-      mul(mul(decodeBatch, index(shape.numHeads)), decodeRows);
+  Value mergeThreads = mul(mul(decodeBatch, index(shape.numHeads)), decodeRows);
   Value splitThreads = mul(mergeThreads, decodeSplits);
 
   SmallVector<Value> rowBindings{q, k, v};
@@ -135,9 +134,8 @@ LogicalResult GpuEntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
                                   kernelName("split_kv"), shape, tiling,
                                   types(splitBindings)),
            splitThreads, splitBindings);
-  dispatch(buildSimtMergeKernel(kernelBuilder, op.getLoc(),
-                                kernelName("merge"), shape, tiling,
-                                types(mergeBindings)),
+  dispatch(buildSimtMergeKernel(kernelBuilder, op.getLoc(), kernelName("merge"),
+                                shape, tiling, types(mergeBindings)),
            mergeThreads, mergeBindings);
   return success();
 }

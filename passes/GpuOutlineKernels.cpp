@@ -52,9 +52,9 @@ struct AttnGpuOutlineKernels final
     OpBuilder builder = OpBuilder::atBlockEnd(module.getBody());
     auto target = NVVM::NVVMTargetAttr::get(
         context, /*optLevel=*/3, "nvptx64-nvidia-cuda", chip, features);
-    auto gpuModule = gpu::GPUModuleOp::create(
-        builder, module.getLoc(), "attn_kernels",
-        builder.getArrayAttr({target}));
+    auto gpuModule =
+        gpu::GPUModuleOp::create(builder, module.getLoc(), "attn_kernels",
+                                 builder.getArrayAttr({target}));
 
     for (func::FuncOp kernel : kernels) {
       if (failed(outline(kernel, gpuModule)))
@@ -75,9 +75,9 @@ struct AttnGpuOutlineKernels final
     // Same signature: the last index argument is the thread count instead
     // of the thread's index.
     OpBuilder builder = OpBuilder::atBlockEnd(gpuModule.getBody());
-    auto func = gpu::GPUFuncOp::create(builder, kernel.getLoc(),
-                                       kernel.getSymName(),
-                                       kernel.getFunctionType());
+    auto func =
+        gpu::GPUFuncOp::create(builder, kernel.getLoc(), kernel.getSymName(),
+                               kernel.getFunctionType());
     func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
                   builder.getUnitAttr());
     func.setKnownBlockSizeAttr(builder.getDenseI32ArrayAttr(
@@ -86,8 +86,7 @@ struct AttnGpuOutlineKernels final
       func->setAttr(name, kernel->getAttr(name));
 
     Block &entry = func.getBody().front();
-    ImplicitLocOpBuilder b(kernel.getLoc(),
-                           OpBuilder::atBlockBegin(&entry));
+    ImplicitLocOpBuilder b(kernel.getLoc(), OpBuilder::atBlockBegin(&entry));
     Value thread = arith::AddIOp::create(
         b,
         arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),

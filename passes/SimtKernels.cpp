@@ -80,19 +80,17 @@ std::pair<Value, Value> attendRow(ScalarEmitter &e,
     e.store(e.fmul(e.load(q, {batch, head, row, d}), e.scalar(shape.scale)),
             query, d);
   });
-  e.loop(c0, e.index(Dv), c1,
-         [&](Value d) { e.store(e.scalar(0.0), acc, d); });
+  e.loop(c0, e.index(Dv), c1, [&](Value d) { e.store(e.scalar(0.0), acc, d); });
 
   SmallVector<Value> state = e.loop(
       begin, end, c1, {e.scalar(kNegInf), e.scalar(0.0)},
       [&](Value key, ValueRange it) {
-        Value score =
-            e.loop(c0, e.index(D), c1, {e.scalar(0.0)},
-                   [&](Value d, ValueRange dot) {
-                     return SmallVector<Value>{
-                         e.fma(e.load(query, d),
-                               e.load(k, {batch, kvHead, key, d}), dot[0])};
-                   })[0];
+        Value score = e.loop(
+            c0, e.index(D), c1, {e.scalar(0.0)}, [&](Value d, ValueRange dot) {
+              return SmallVector<Value>{
+                  e.fma(e.load(query, d), e.load(k, {batch, kvHead, key, d}),
+                        dot[0])};
+            })[0];
         score = e.softcap(score, shape.softcap);
         // Every key of the range is visible, so the new max is finite and
         // exp(m - max) is 0 for the first key (m = -inf).
@@ -120,8 +118,7 @@ std::pair<Value, Value> visibleKeys(ScalarEmitter &e,
   if (shape.mask != MaskKind::None)
     end = e.minS(end, e.add(pos, e.index(1)));
   if (shape.mask == MaskKind::SlidingWindow)
-    begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)),
-                                e.index(1)));
+    begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)), e.index(1)));
   return {begin, e.maxS(end, begin)};
 }
 

@@ -30,9 +30,9 @@ using namespace mlir;
 using namespace mlir::attn;
 
 FailureOr<SoftmaxAttentionShape>
-SoftmaxAttentionShape::get(AttentionOpInterface op) {
+SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   auto fail = [&](const Twine &why) {
-    op->emitError() << "no CPU lowering: " << why;
+    op->emitError() << "no " << target << " lowering: " << why;
     return failure();
   };
   if (op.getNormalizer() != Normalizer::Softmax)
@@ -44,7 +44,7 @@ SoftmaxAttentionShape::get(AttentionOpInterface op) {
   auto v = cast<RankedTensorType>(op.getValue().getType());
   for (RankedTensorType type : {q, k, v})
     if (!type.getElementType().isF32())
-      return fail("the CPU kernels take f32 storage, got " +
+      return fail("the " + target + " kernels take f32 storage, got " +
                   llvm::Twine(type.getElementType().isF16() ? "f16" : "bf16"));
   if (q.isDynamicDim(1) || k.isDynamicDim(1) || q.isDynamicDim(3) ||
       v.isDynamicDim(3))
@@ -66,7 +66,7 @@ SoftmaxAttentionShape::get(AttentionOpInterface op) {
   if (shape.epilogue == Epilogue::SigmoidGate) {
     auto gate = cast<RankedTensorType>(op.getEpilogueOperands()[0].getType());
     if (!gate.getElementType().isF32())
-      return fail("the CPU kernels take an f32 gate");
+      return fail("the " + target + " kernels take an f32 gate");
     shape.headwiseGate = gate.getDimSize(3) == 1 && shape.valueDim != 1;
   }
   shape.withLogSumExp = static_cast<bool>(op.getLogSumExp());

@@ -33,8 +33,10 @@ struct SoftmaxAttentionShape {
   bool headwiseGate = false;
   bool withLogSumExp = false;
 
-  /// Reads the shape of `op`, or says why the CPU kernels cannot run it.
-  static FailureOr<SoftmaxAttentionShape> get(AttentionOpInterface op);
+  /// Reads the shape of `op`, or says why the kernels of `target` ("CPU",
+  /// "CUDA") cannot run it.
+  static FailureOr<SoftmaxAttentionShape> get(AttentionOpInterface op,
+                                              StringRef target = "CPU");
 };
 
 /// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse].

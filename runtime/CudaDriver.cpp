@@ -89,7 +89,7 @@ private:
       return;
     }
 #define ATTN_RESOLVE(name, type)                                               \
-  name = reinterpret_cast<Type<type>>(dlsym(library, #name));                        \
+  name = reinterpret_cast<Type<type>>(dlsym(library, #name));                  \
   if (!name) {                                                                 \
     openError = "the CUDA driver (libcuda.so.1) lacks " #name                  \
                 "; it is too old for this runtime";                            \
@@ -157,13 +157,11 @@ bool Module::load(const std::vector<uint8_t> &cubin, const std::string &ptx,
                      "cuCtxSetCurrent", error))
     return giveUp();
   // The cubin runs only on its SM; any other device JIT-compiles the PTX.
-  CUresult loaded = cubin.empty()
-                        ? 1
-                        : driver->cuModuleLoadData(&module->module,
-                                                   cubin.data());
+  CUresult loaded =
+      cubin.empty() ? 1
+                    : driver->cuModuleLoadData(&module->module, cubin.data());
   if (loaded != CUDA_SUCCESS) {
-    std::string cubinError =
-        cubin.empty() ? "none" : driver->describe(loaded);
+    std::string cubinError = cubin.empty() ? "none" : driver->describe(loaded);
     CUresult jit = driver->cuModuleLoadData(&module->module, ptx.c_str());
     if (jit != CUDA_SUCCESS) {
       error = "loading the CUDA code on " + module->device +
@@ -176,8 +174,7 @@ bool Module::load(const std::vector<uint8_t> &cubin, const std::string &ptx,
     if (!driver->check(driver->cuModuleGetFunction(&kernel.function,
                                                    module->module,
                                                    kernel.name.c_str()),
-                       ("finding kernel '" + kernel.name + "'").c_str(),
-                       error))
+                       ("finding kernel '" + kernel.name + "'").c_str(), error))
       return giveUp();
   }
   module->kernels = std::move(kernelList);
@@ -201,11 +198,11 @@ bool Module::allocate(size_t bytes, uint64_t &pointer, std::string &error) {
   if (!driver || !driver->check(driver->cuCtxSetCurrent(context),
                                 "cuCtxSetCurrent", error))
     return false;
-  if (!driver->check(driver->cuMemAlloc_v2(&p, bytes),
-                     ("allocating " + std::to_string(bytes) +
-                      " bytes of device memory")
-                         .c_str(),
-                     error))
+  if (!driver->check(
+          driver->cuMemAlloc_v2(&p, bytes),
+          ("allocating " + std::to_string(bytes) + " bytes of device memory")
+              .c_str(),
+          error))
     return false;
   pointer = p;
   return true;
@@ -220,9 +217,9 @@ void Module::release(uint64_t pointer) {
 bool Module::copyToDevice(uint64_t dst, const void *src, size_t bytes,
                           std::string &error) {
   Driver *driver = Driver::get(error);
-  return !bytes || (driver && driver->check(driver->cuMemcpyHtoD_v2(
-                                                dst, src, bytes),
-                                            "copying to the device", error));
+  return !bytes ||
+         (driver && driver->check(driver->cuMemcpyHtoD_v2(dst, src, bytes),
+                                  "copying to the device", error));
 }
 
 bool Module::copyToHost(void *dst, uint64_t src, size_t bytes,
@@ -274,9 +271,8 @@ bool Module::launch(const Kernel &kernel, int64_t threads,
 
 bool Module::synchronize(std::string &error) {
   Driver *driver = Driver::get(error);
-  return driver &&
-         driver->check(driver->cuCtxSynchronize(), "running the kernels",
-                       error);
+  return driver && driver->check(driver->cuCtxSynchronize(),
+                                 "running the kernels", error);
 }
 
 } // namespace attn::cuda

@@ -182,7 +182,8 @@ struct attn_model {
 private:
   attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry);
   attn_status
-  readProgram(const Entry &entry, const flatbuffers::Vector<attn::fb::Step> *types,
+  readProgram(const Entry &entry,
+              const flatbuffers::Vector<attn::fb::Step> *types,
               const flatbuffers::Vector<flatbuffers::Offset<void>> *steps,
               const char *target, Program &program);
   attn_status loadCode(const attn::fb::CpuCode *cpu);
@@ -943,8 +944,8 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
   attn::cuda::Module &gpu = *model.cuda->module;
   std::string error;
   auto cudaFail = [&](const std::string &what) {
-    return fail(ATTN_RUN_ERROR, "entry '" + e.name + "' on " +
-                                    gpu.deviceName() + ": " + what);
+    return fail(ATTN_RUN_ERROR,
+                "entry '" + e.name + "' on " + gpu.deviceName() + ": " + what);
   };
   // Every buffer lives on the device for the run: inputs copied there,
   // outputs copied back.
@@ -973,8 +974,8 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
     if (i < e.inputs.size() &&
         !gpu.copyToDevice(pointer, hostBuffers[i].data, bytes, error))
       return cudaFail(error);
-    buffers.push_back({reinterpret_cast<void *>(pointer),
-                       hostBuffers[i].shape});
+    buffers.push_back(
+        {reinterpret_cast<void *>(pointer), hostBuffers[i].shape});
   }
   auto allocate = [&](size_t bytes, void *&data) {
     uint64_t pointer = 0;

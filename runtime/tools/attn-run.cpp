@@ -259,8 +259,7 @@ int main(int argc, char **argv) {
     if (device == "cuda")
       std::printf("%s (CUDA)\n", text.c_str());
     else
-      std::printf("%s (%d threads)\n", text.c_str(),
-                  attn_model_num_threads(m));
+      std::printf("%s (%d threads)\n", text.c_str(), attn_model_num_threads(m));
   }
   if (repeat > 0) {
     std::vector<double> times;

@@ -15,7 +15,10 @@
 
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 
@@ -45,6 +48,41 @@ inline ref::Tensor randomF32(std::vector<int64_t> shape, std::mt19937_64 &rng,
   return t;
 }
 
+/// Which code runs a test's entries.
+enum class Backend {
+  Cpu,              // the CPU kernels
+  CudaKernelsOnCpu, // the CUDA kernels' one-thread bodies, on the CPU
+  Cuda,             // the CUDA kernels on the first GPU
+};
+
+inline const char *backendName(Backend backend) {
+  switch (backend) {
+  case Backend::Cpu:
+    return "cpu";
+  case Backend::CudaKernelsOnCpu:
+    return "cuda_kernels_on_cpu";
+  case Backend::Cuda:
+    return "cuda";
+  }
+  return "?";
+}
+
+inline void PrintTo(Backend backend, std::ostream *os) {
+  *os << backendName(backend);
+}
+
+/// Whether the CUDA driver can be opened at all (checked once, so tests
+/// without a GPU skip before compiling anything).
+inline bool cudaDriverPresent() {
+  static const bool present = [] {
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (driver)
+      dlclose(driver);
+    return driver != nullptr;
+  }();
+  return present;
+}
+
 /// Compiles `json` for the host CPU and loads it on `threads` threads; null
 /// (and a test failure) if either fails.
 inline std::unique_ptr<Model>
@@ -60,6 +98,40 @@ compileAndLoad(const std::string &json, int threads,
       Model::loadMemory(binary->data(), binary->size(), threads, model);
   EXPECT_TRUE(status.ok()) << status.message;
   return model;
+}
+
+/// As compileAndLoad, for `backend`. For Backend::Cuda, sets `skip` (and
+/// returns null) when this machine has no CUDA toolkit, driver or GPU.
+inline std::unique_ptr<Model>
+compileAndLoadFor(Backend backend, const std::string &json, int threads,
+                  std::string &skip, mlir::attn::CompileOptions options = {}) {
+  if (backend == Backend::CudaKernelsOnCpu)
+    options.cpuRunsCudaKernels = true;
+  if (backend != Backend::Cuda)
+    return compileAndLoad(json, threads, options);
+  if (!cudaDriverPresent()) {
+    skip = "skipped: no CUDA device (no CUDA driver: libcuda.so.1 not found)";
+    return nullptr;
+  }
+  llvm::Expected<mlir::attn::CudaTarget> target =
+      mlir::attn::CudaTarget::get("sm_90a", "/usr/local/cuda");
+  if (!target) {
+    skip =
+        "skipped: no CUDA toolkit (" + llvm::toString(target.takeError()) + ")";
+    return nullptr;
+  }
+  options.targets = mlir::attn::TargetSet::Cuda;
+  options.cuda = *target;
+  std::unique_ptr<Model> model = compileAndLoad(json, threads, options);
+  if (!model)
+    return nullptr;
+  Status status = model->setDevice(ATTN_DEVICE_CUDA);
+  if (status.code == ATTN_UNSUPPORTED) {
+    skip = "skipped: no CUDA device (" + status.message + ")";
+    return nullptr;
+  }
+  EXPECT_TRUE(status.ok()) << status.message;
+  return status.ok() ? std::move(model) : nullptr;
 }
 
 } // namespace attn::e2e

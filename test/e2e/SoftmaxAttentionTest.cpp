@@ -63,11 +63,16 @@ ref::Mask referenceMask(const std::string &json) {
   return ref::Mask::slidingWindow(std::stoll(json.substr(colon + 1)));
 }
 
-class SoftmaxAttention : public testing::TestWithParam<AttentionCase> {};
+class SoftmaxAttention
+    : public testing::TestWithParam<std::tuple<AttentionCase, Backend>> {};
 
 TEST_P(SoftmaxAttention, MatchesReference) {
-  const AttentionCase &c = GetParam();
-  std::unique_ptr<Model> model = compileAndLoad(modelJson(c), 2);
+  const auto &[c, backend] = GetParam();
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(backend, modelJson(c), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
   ASSERT_TRUE(model);
   int32_t entry = -1;
   ASSERT_TRUE(model->findEntry("layer", entry).ok());
@@ -276,10 +281,16 @@ std::vector<AttentionCase> cases() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(CpuEndToEnd, SoftmaxAttention,
-                         testing::ValuesIn(cases()),
-                         [](const testing::TestParamInfo<AttentionCase> &info) {
-                           return info.param.label;
-                         });
+// Every case on every backend: the CPU kernels, the CUDA kernels' bodies
+// run on the CPU (always), the CUDA kernels on a GPU (skipped without one).
+INSTANTIATE_TEST_SUITE_P(
+    EndToEnd, SoftmaxAttention,
+    testing::Combine(testing::ValuesIn(cases()),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
+    [](const testing::TestParamInfo<std::tuple<AttentionCase, Backend>> &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
 
 } // namespace

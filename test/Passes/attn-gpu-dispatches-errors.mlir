@@ -1,0 +1,43 @@
+// RUN: attn-opt %s -split-input-file -attn-gpu-dispatches -verify-diagnostics
+
+// What the CUDA kernels do not run yet is refused with the op's location.
+
+func.func @selection(%q: tensor<?x2x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                     %sel: tensor<?x2x?x4xi32>) -> tensor<?x2x?x16xf32> {
+  // expected-error @below {{no CUDA lowering: key selections (sparsity, trees) are not lowered yet}}
+  %o = attn.sparse_sdpa %q, %k, %k, %sel
+      {block_size = 16, mask = #attn.mask<causal>}
+      : tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>,
+        tensor<?x2x?x4xi32>
+  return %o : tensor<?x2x?x16xf32>
+}
+
+// -----
+
+func.func @half(%q: tensor<?x2x?x16xf16>) -> tensor<?x2x?x16xf16> {
+  // expected-error @below {{no CUDA lowering: the CUDA kernels take f32 storage, got f16}}
+  %o = attn.sdpa %q, %q, %q {mask = #attn.mask<causal>}
+      : tensor<?x2x?x16xf16>, tensor<?x2x?x16xf16>, tensor<?x2x?x16xf16>
+  return %o : tensor<?x2x?x16xf16>
+}
+
+// -----
+
+func.func @ungated(%o: tensor<?x2x?x16xf32>, %g: tensor<?x2x?x16xf32>)
+    -> tensor<?x2x?x16xf32> {
+  // expected-error @below {{no CUDA lowering for 'attn.gate' yet}}
+  %r = attn.gate %o, %g : tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>
+  return %r : tensor<?x2x?x16xf32>
+}
+
+// -----
+
+func.func @recurrence(%q: tensor<?x2x?x32xf32>, %k: tensor<?x2x?x32xf32>,
+                      %v: tensor<?x2x?x24xf32>, %s0: tensor<?x2x32x24xf32>)
+    -> (tensor<?x2x?x24xf32>, tensor<?x2x32x24xf32>) {
+  // expected-error @below {{no CUDA lowering for linear recurrences yet (compile with --target cpu)}}
+  %o, %s = attn.linear_recurrence linear %q, %k, %v
+      state(%s0 : tensor<?x2x32x24xf32>) {chunk_size = 16}
+      : tensor<?x2x?x32xf32>, tensor<?x2x?x32xf32>, tensor<?x2x?x24xf32>
+  return %o, %s : tensor<?x2x?x24xf32>, tensor<?x2x32x24xf32>
+}

@@ -1,0 +1,44 @@
+// RUN: attn-opt %s -attn-gpu-dispatch -attn-gpu-outline-kernels | FileCheck %s --check-prefix=OUTLINE
+// RUN: attn-opt %s -attn-gpu-dispatch -attn-gpu-lower-to-nvvm='chip=sm_80 features=+ptx80' | FileCheck %s --check-prefix=NVVM
+
+// Outlining: the one-thread kernels move into a gpu.module with the NVVM
+// target; the host functions (already in the binary) are dropped. The body
+// runs under `thread < count`, thread = blockIdx.x * blockDim.x + threadIdx.x.
+// OUTLINE:       module attributes {gpu.container_module}
+// OUTLINE-NOT:   attn.entry
+// OUTLINE:       gpu.module @attn_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">]
+// OUTLINE:         gpu.func @layer__attention0(%{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %[[COUNT:.+]]: index) kernel
+// OUTLINE-SAME:      attn.kernel = "attention"
+// OUTLINE-SAME:      known_block_size = array<i32: 128, 1, 1>
+// OUTLINE:           %[[TID:.+]] = gpu.thread_id x
+// OUTLINE:           %[[NTID:.+]] = gpu.block_dim x
+// OUTLINE:           %[[CTAID:.+]] = gpu.block_id x
+// OUTLINE:           %[[BASE:.+]] = arith.muli %[[CTAID]], %[[NTID]]
+// OUTLINE:           %[[THREAD:.+]] = arith.addi %[[BASE]], %[[TID]]
+// OUTLINE:           %[[IN:.+]] = arith.cmpi ult, %[[THREAD]], %[[COUNT]]
+// OUTLINE:           scf.if %[[IN]] {
+// OUTLINE:             arith.remui %[[THREAD]]
+// OUTLINE:           gpu.return
+// OUTLINE:         gpu.func @layer__split_kv1
+// OUTLINE:         gpu.func @layer__merge2
+
+// After the NVVM lowering: the kernels in the LLVM dialect, each memref an expanded
+// descriptor (2 pointers, offset, 4 sizes, 4 strides), the thread count
+// last; exp through libdevice.
+// NVVM:          gpu.module @attn_kernels [#nvvm.target<O = 3, chip = "sm_80", features = "+ptx80">]
+// NVVM-DAG:        llvm.func @__nv_expf(f32) -> f32
+// NVVM:            llvm.func @layer__attention0(%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr,
+// NVVM-SAME:         %[[COUNT:[a-z0-9]+]]: i64)
+// NVVM-SAME:         nvvm.kernel
+// NVVM-SAME:         nvvm.maxntid = array<i32: 128, 1, 1>
+// NVVM:              nvvm.read.ptx.sreg.tid.x
+// NVVM:              nvvm.read.ptx.sreg.ctaid.x
+// NVVM:              llvm.icmp "ult" %{{.+}}, %[[COUNT]] : i64
+// NVVM:              llvm.call @__nv_expf
+// NVVM-NOT:      func.func
+func.func @layer(%q: tensor<?x4x?x32xf32>, %k: tensor<?x4x?x32xf32>,
+                 %v: tensor<?x4x?x32xf32>) -> tensor<?x4x?x32xf32> {
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<sliding_window = 16>}
+      : tensor<?x4x?x32xf32>, tensor<?x4x?x32xf32>, tensor<?x4x?x32xf32>
+  return %o : tensor<?x4x?x32xf32>
+}
