@@ -309,3 +309,69 @@ SmallVector<func::FuncOp> EntryLowering::entriesOf(ModuleOp module) {
       entries.push_back(func);
   return entries;
 }
+
+EntryLowering::SoftmaxBuffers
+EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
+                           bool gated) {
+  SoftmaxBuffers s;
+  s.q = buffers.lookup(op.getQuery());
+  s.k = buffers.lookup(op.getKey());
+  s.v = buffers.lookup(op.getValue());
+  if (gated)
+    s.gate = buffers.lookup(op.getEpilogueOperands()[0]);
+  s.batch = memref::DimOp::create(b, s.q, 0);
+  s.lq = memref::DimOp::create(b, s.q, 2);
+  s.lk = memref::DimOp::create(b, s.k, 2);
+
+  auto outType = cast<RankedTensorType>(op.getOutput().getType());
+  SmallVector<Value> outSizes;
+  for (int64_t d = 0; d < outType.getRank(); ++d)
+    if (outType.isDynamicDim(d))
+      outSizes.push_back(d == 0 ? s.batch : s.lq);
+  s.out = bufferFor(b, op.getOutput(), outSizes);
+  buffers.map(op.getOutput(), s.out);
+  if (Value lseResult = op.getLogSumExp()) {
+    s.lse = bufferFor(b, lseResult, {s.batch, s.lq});
+    buffers.map(lseResult, s.lse);
+  }
+  return s;
+}
+
+void EntryLowering::allocateSplitPartials(ImplicitLocOpBuilder &b,
+                                          SoftmaxBuffers &s, int64_t numHeads,
+                                          int64_t valueDim, Value batch,
+                                          Value rows, Value splits) {
+  int64_t dynamic = ShapedType::kDynamic;
+  auto outType = MemRefType::get(
+      {dynamic, numHeads, dynamic, dynamic, valueDim}, b.getF32Type());
+  auto lseType =
+      MemRefType::get({dynamic, numHeads, dynamic, dynamic}, b.getF32Type());
+  s.partialOut =
+      memref::AllocOp::create(b, outType, ValueRange{batch, rows, splits});
+  s.partialLse =
+      memref::AllocOp::create(b, lseType, ValueRange{batch, rows, splits});
+}
+
+SmallVector<Value> EntryLowering::SoftmaxBuffers::rowBindings() const {
+  SmallVector<Value> bindings{q, k, v};
+  if (gate)
+    bindings.push_back(gate);
+  bindings.push_back(out);
+  if (lse)
+    bindings.push_back(lse);
+  return bindings;
+}
+
+SmallVector<Value> EntryLowering::SoftmaxBuffers::splitBindings() const {
+  return {q, k, v, partialOut, partialLse};
+}
+
+SmallVector<Value> EntryLowering::SoftmaxBuffers::mergeBindings() const {
+  SmallVector<Value> bindings{partialOut, partialLse};
+  if (gate)
+    bindings.push_back(gate);
+  bindings.push_back(out);
+  if (lse)
+    bindings.push_back(lse);
+  return bindings;
+}

@@ -54,6 +54,31 @@ protected:
   /// A kernel name unique in the module: `<entry>__<kind><n>`.
   std::string kernelName(StringRef kind);
 
+  /// The host side of a softmax attention op, which every target's kernels
+  /// bind the same way.
+  struct SoftmaxBuffers {
+    Value q, k, v, gate, out, lse; // gate, lse: null when absent
+    Value batch, lq, lk;           // B, Lq, Lk as host index values
+    /// The split-KV partials: o [B, H, Lq, S, Dv] and lse [B, H, Lq, S].
+    Value partialOut, partialLse;
+
+    /// q, k, v, [gate], o, [lse]: a kernel that writes whole rows.
+    SmallVector<Value> rowBindings() const;
+    /// q, k, v, partial o, partial lse.
+    SmallVector<Value> splitBindings() const;
+    /// partial o, partial lse, [gate], o, [lse].
+    SmallVector<Value> mergeBindings() const;
+  };
+  /// Looks up the buffers of `op`'s operands (the gate when `gated`) and
+  /// creates its results' buffers.
+  SoftmaxBuffers bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
+                             bool gated);
+  /// Allocates the split-KV partials of `buffers` for `batch` x `numHeads`
+  /// x `rows` x `splits` (all 0 on calls that do not decode).
+  void allocateSplitPartials(ImplicitLocOpBuilder &b, SoftmaxBuffers &buffers,
+                             int64_t numHeads, int64_t valueDim, Value batch,
+                             Value rows, Value splits);
+
   func::FuncOp entry;
   StringRef target;
   func::FuncOp host;

@@ -57,67 +57,28 @@ LogicalResult GpuEntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
     return arith::SelectOp::create(b, c, x, y);
   };
 
-  Value q = buffers.lookup(op.getQuery()), k = buffers.lookup(op.getKey()),
-        v = buffers.lookup(op.getValue());
-  Value gate;
-  if (shape.epilogue == Epilogue::SigmoidGate)
-    gate = buffers.lookup(op.getEpilogueOperands()[0]);
-  Value batch = memref::DimOp::create(b, q, 0);
-  Value lq = memref::DimOp::create(b, q, 2);
-  Value lk = memref::DimOp::create(b, k, 2);
-
-  auto outType = cast<RankedTensorType>(op.getOutput().getType());
-  SmallVector<Value> outSizes;
-  for (int64_t d = 0; d < outType.getRank(); ++d)
-    if (outType.isDynamicDim(d))
-      outSizes.push_back(d == 0 ? batch : lq);
-  Value out = bufferFor(b, op.getOutput(), outSizes);
-  buffers.map(op.getOutput(), out);
-  Value lse;
-  if (Value lseResult = op.getLogSumExp()) {
-    lse = bufferFor(b, lseResult, {batch, lq});
-    buffers.map(lseResult, lse);
-  }
+  SoftmaxBuffers s =
+      bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
 
   // Decode calls take split-KV + merge, others one thread per row; the
   // other path gets zero threads and empty temporaries.
   Value zero = index(0);
-  Value decode = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, lq,
+  Value decode = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
                                        index(tiling.decodeMaxQueries));
-  Value rows = mul(mul(batch, index(shape.numHeads)), lq);
+  Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
   Value rowThreads = select(decode, zero, rows);
-  Value decodeBatch = select(decode, batch, zero);
-  Value decodeRows = select(decode, lq, zero);
+  Value decodeBatch = select(decode, s.batch, zero);
+  Value decodeRows = select(decode, s.lq, zero);
   Value decodeSplits = select(
-      decode, arith::CeilDivUIOp::create(b, lk, index(tiling.splitKeys)), zero);
-  auto partialOutType = MemRefType::get({ShapedType::kDynamic, shape.numHeads,
-                                         ShapedType::kDynamic,
-                                         ShapedType::kDynamic, shape.valueDim},
-                                        b.getF32Type());
-  auto partialLseType =
-      MemRefType::get({ShapedType::kDynamic, shape.numHeads,
-                       ShapedType::kDynamic, ShapedType::kDynamic},
-                      b.getF32Type());
-  Value partialOut = memref::AllocOp::create(
-      b, partialOutType, ValueRange{decodeBatch, decodeRows, decodeSplits});
-  Value partialLse = memref::AllocOp::create(
-      b, partialLseType, ValueRange{decodeBatch, decodeRows, decodeSplits});
+      decode, arith::CeilDivUIOp::create(b, s.lk, index(tiling.splitKeys)),
+      zero);
+  allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
+                        decodeRows, decodeSplits);
   Value mergeThreads = mul(mul(decodeBatch, index(shape.numHeads)), decodeRows);
   Value splitThreads = mul(mergeThreads, decodeSplits);
-
-  SmallVector<Value> rowBindings{q, k, v};
-  if (gate)
-    rowBindings.push_back(gate);
-  rowBindings.push_back(out);
-  if (lse)
-    rowBindings.push_back(lse);
-  SmallVector<Value> splitBindings{q, k, v, partialOut, partialLse};
-  SmallVector<Value> mergeBindings{partialOut, partialLse};
-  if (gate)
-    mergeBindings.push_back(gate);
-  mergeBindings.push_back(out);
-  if (lse)
-    mergeBindings.push_back(lse);
+  SmallVector<Value> rowBindings = s.rowBindings();
+  SmallVector<Value> splitBindings = s.splitBindings();
+  SmallVector<Value> mergeBindings = s.mergeBindings();
 
   OpBuilder kernelBuilder(host);
   auto types = [](ValueRange values) {

@@ -22,14 +22,14 @@ DictionaryAttr CpuTiling::toAttr(MLIRContext *context) const {
 
 func::FuncOp mlir::attn::createKernel(OpBuilder &builder, Location loc,
                                       StringRef name, TypeRange bindingTypes,
-                                      const CpuTiling &tiling, StringRef kind) {
+                                      DictionaryAttr tiling, StringRef kind) {
   SmallVector<Type> argTypes(bindingTypes);
   argTypes.push_back(builder.getIndexType());
   auto func = func::FuncOp::create(builder, loc, name,
                                    builder.getFunctionType(argTypes, {}));
   func.setPrivate();
   func->setAttr("attn.kernel", builder.getStringAttr(kind));
-  func->setAttr("attn.tiling", tiling.toAttr(builder.getContext()));
+  func->setAttr("attn.tiling", tiling);
   Block *entry = func.addEntryBlock();
   builder.setInsertionPointToStart(entry);
   return func;

@@ -60,8 +60,14 @@ inline int64_t roundUp(int64_t value, int64_t multiple) {
 /// as a kernel of `kind` with the tiling recorded on it, and leaves the
 /// builder inside its body.
 func::FuncOp createKernel(OpBuilder &builder, Location loc, StringRef name,
-                          TypeRange bindingTypes, const CpuTiling &tiling,
+                          TypeRange bindingTypes, DictionaryAttr tiling,
                           StringRef kind);
+inline func::FuncOp createKernel(OpBuilder &builder, Location loc,
+                                 StringRef name, TypeRange bindingTypes,
+                                 const CpuTiling &tiling, StringRef kind) {
+  return createKernel(builder, loc, name, bindingTypes,
+                      tiling.toAttr(builder.getContext()), kind);
+}
 
 /// Builds kernel IR with the vector width fixed: small helpers over an
 /// ImplicitLocOpBuilder so the kernels read like the algorithm.

@@ -34,16 +34,8 @@ namespace {
 func::FuncOp createSimtKernel(OpBuilder &builder, Location loc, StringRef name,
                               TypeRange bindingTypes, const GpuTiling &tiling,
                               StringRef kind) {
-  SmallVector<Type> argTypes(bindingTypes);
-  argTypes.push_back(builder.getIndexType());
-  auto func = func::FuncOp::create(builder, loc, name,
-                                   builder.getFunctionType(argTypes, {}));
-  func.setPrivate();
-  func->setAttr("attn.kernel", builder.getStringAttr(kind));
-  func->setAttr("attn.tiling", tiling.toAttr(builder.getContext()));
-  Block *entry = func.addEntryBlock();
-  builder.setInsertionPointToStart(entry);
-  return func;
+  return createKernel(builder, loc, name, bindingTypes,
+                      tiling.toAttr(builder.getContext()), kind);
 }
 
 /// Scalar arithmetic on top of KernelEmitter (whose vector helpers these
