@@ -335,7 +335,10 @@ std::string BinaryWriter::finish(llvm::StringRef modelName,
     for (const CudaCode::Kernel &kernel : cudaCode->kernels)
       kernels.push_back(
           fb::CreateCudaKernel(builder, builder.CreateString(kernel.name),
-                               static_cast<int32_t>(kernel.blockThreads)));
+                               static_cast<int32_t>(kernel.blockThreads),
+                               kernel.perBlock ? fb::CudaWorkgroup::block
+                                               : fb::CudaWorkgroup::thread,
+                               static_cast<int32_t>(kernel.sharedBytes)));
     auto cubin = builder.CreateVector(
         reinterpret_cast<const uint8_t *>(cudaCode->cubin.data()),
         cudaCode->cubin.size());

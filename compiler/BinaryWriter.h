@@ -22,7 +22,7 @@
 namespace mlir::attn {
 
 /// The format version this compiler writes (Binary.format_version).
-constexpr uint32_t kAttnbFormatVersion = 3;
+constexpr uint32_t kAttnbFormatVersion = 4;
 
 /// The CPU code of a model.
 struct CpuCode {
@@ -36,6 +36,10 @@ struct CudaCode {
   struct Kernel {
     std::string name;
     int64_t blockThreads;
+    /// A workgroup is a block (else a thread).
+    bool perBlock;
+    /// Dynamic shared memory per block.
+    int64_t sharedBytes;
   };
   std::string chip;
   std::string tiling;

@@ -4,6 +4,7 @@
 
 #include "compiler/BinaryWriter.h"
 #include "compiler/Pipelines.h"
+#include "passes/SimtKernels.h"
 
 #include "Attn/AttnDialect.h"
 #include "frontend/HuggingFaceConfig.h"
@@ -125,10 +126,22 @@ llvm::Expected<std::optional<CudaCode>> compileCuda(ModuleOp module,
       << "block_threads=" << tiling.blockThreads
       << " split_keys=" << tiling.splitKeys
       << " decode_max_queries=" << tiling.decodeMaxQueries;
-  for (auto kernel : module.getOps<func::FuncOp>())
-    if (kernel->hasAttr("attn.kernel"))
-      code.kernels.push_back({kernel.getSymName().str(),
-                              static_cast<int64_t>(tiling.blockThreads)});
+  for (auto kernel : module.getOps<func::FuncOp>()) {
+    if (!kernel->hasAttr("attn.kernel"))
+      continue;
+    FailureOr<SimtLaunch> launch = SimtLaunch::get(kernel);
+    if (failed(launch))
+      return error("reading the launch of CUDA kernel '" + kernel.getSymName() +
+                   "' failed");
+    if (launch->sharedBytes > target.maxSharedBytesPerBlock())
+      return error("CUDA kernel '" + kernel.getSymName() + "' needs " +
+                   llvm::Twine(launch->sharedBytes) +
+                   " bytes of shared memory per block; " + target.chip +
+                   " allows " + llvm::Twine(target.maxSharedBytesPerBlock()) +
+                   " (a smaller chunk_size or head dims need less)");
+    code.kernels.push_back({kernel.getSymName().str(), launch->blockThreads,
+                            launch->perBlock, launch->sharedBytes});
+  }
 
   GpuLoweringOptions lowering;
   lowering.chip = target.chip;

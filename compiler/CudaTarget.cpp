@@ -37,6 +37,24 @@ int CudaTarget::smVersion() const {
   return version;
 }
 
+int64_t CudaTarget::maxSharedBytesPerBlock() const {
+  // The CUDA C++ Programming Guide's table of compute capabilities.
+  switch (smVersion()) {
+  case 75:
+    return 64 * 1024;
+  case 80:
+  case 87:
+    return 163 * 1024;
+  case 86:
+  case 89:
+  case 120:
+  case 121:
+    return 99 * 1024;
+  default:
+    return 227 * 1024; // sm_90, sm_100 and the other datacenter chips
+  }
+}
+
 std::string CudaTarget::ptxFeatures() const {
   return smVersion() >= 100 ? "+ptx86" : "+ptx80";
 }

@@ -27,6 +27,9 @@ struct CudaTarget {
   std::string ptxFeatures() const;
   /// The SM number (90 for sm_90a).
   int smVersion() const;
+  /// The most shared memory a block may use on the chip (with the opt-in
+  /// for more than 48 KiB), in bytes.
+  int64_t maxSharedBytesPerBlock() const;
 
   /// Checks `chip` (sm_<N>[a|f], N >= 75) and that the toolkit has
   /// libdevice and ptxas; the error says what is missing and where it

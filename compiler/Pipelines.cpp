@@ -78,6 +78,7 @@ void mlir::attn::buildGpuKernelLoweringPipeline(
   // math ops become libdevice calls (__nv_expf, ...), linked in when the
   // PTX is made.
   pm.addNestedPass<gpu::GPUModuleOp>(createConvertGpuOpsToNVVMOps());
+  pm.addPass(createAttnNvvmExternDynamicShared());
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());
 }

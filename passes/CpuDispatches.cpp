@@ -131,23 +131,9 @@ LogicalResult CpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   const LinearRecurrenceShape &shape = *maybeShape;
   auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
 
-  SmallVector<Value> bindings;
-  for (Value operand :
-       {op.getQuery(), op.getKey(), op.getValue(), op.getStepDecay(),
-        op.getStepBeta(), op.getStateInput()})
-    if (operand)
-      bindings.push_back(buffers.lookup(operand));
-  for (Value operand : op.getEpilogueOperands())
-    bindings.push_back(buffers.lookup(operand));
-  Value q = bindings.front();
-  Value batch = memref::DimOp::create(b, q, 0);
-  Value length = memref::DimOp::create(b, q, 2);
-  Value out = bufferFor(b, op.getOutput(), {batch, length});
-  Value state = bufferFor(b, op.getStateOutput(), {batch});
-  buffers.map(op.getOutput(), out);
-  buffers.map(op.getStateOutput(), state);
-  bindings.push_back(out);
-  bindings.push_back(state);
+  RecurrenceBuffers buffersOfOp = bindRecurrence(b, op);
+  SmallVector<Value> &bindings = buffersOfOp.bindings;
+  Value batch = buffersOfOp.batch, length = buffersOfOp.length;
 
   // Calls of 1 .. recurrent-max-steps steps run the recurrence step by step,
   // others (prefill, and L = 0, which only copies the state) the chunked

@@ -337,6 +337,29 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
   return s;
 }
 
+EntryLowering::RecurrenceBuffers
+EntryLowering::bindRecurrence(ImplicitLocOpBuilder &b,
+                              AttentionOpInterface op) {
+  RecurrenceBuffers r;
+  for (Value operand :
+       {op.getQuery(), op.getKey(), op.getValue(), op.getStepDecay(),
+        op.getStepBeta(), op.getStateInput()})
+    if (operand)
+      r.bindings.push_back(buffers.lookup(operand));
+  for (Value operand : op.getEpilogueOperands())
+    r.bindings.push_back(buffers.lookup(operand));
+  Value q = r.bindings.front();
+  r.batch = memref::DimOp::create(b, q, 0);
+  r.length = memref::DimOp::create(b, q, 2);
+  Value out = bufferFor(b, op.getOutput(), {r.batch, r.length});
+  Value state = bufferFor(b, op.getStateOutput(), {r.batch});
+  buffers.map(op.getOutput(), out);
+  buffers.map(op.getStateOutput(), state);
+  r.bindings.push_back(out);
+  r.bindings.push_back(state);
+  return r;
+}
+
 void EntryLowering::allocateSplitPartials(ImplicitLocOpBuilder &b,
                                           SoftmaxBuffers &s, int64_t numHeads,
                                           int64_t valueDim, Value batch,

@@ -73,6 +73,15 @@ protected:
   /// creates its results' buffers.
   SoftmaxBuffers bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                              bool gated);
+  /// The host side of a linear recurrence: the bindings of its kernels,
+  /// q, k, v, [g], [beta], S_init, [z, w], o, S (o and S created), and B, L.
+  struct RecurrenceBuffers {
+    SmallVector<Value> bindings;
+    Value batch, length;
+  };
+  RecurrenceBuffers bindRecurrence(ImplicitLocOpBuilder &b,
+                                   AttentionOpInterface op);
+
   /// Allocates the split-KV partials of `buffers` for `batch` x `numHeads`
   /// x `rows` x `splits` (all 0 on calls that do not decode).
   void allocateSplitPartials(ImplicitLocOpBuilder &b, SoftmaxBuffers &buffers,

@@ -1,10 +1,12 @@
 //===- GpuDispatches.cpp - Entries to host programs + CUDA kernels --------===//
 //
 // The CUDA half of entry lowering (EntryLowering.h builds the host
-// function): softmax attention runs one query row per thread, decode calls
-// (few query rows) split the keys over threads and merge the partials. The
-// kernels are the one-thread bodies of SimtKernels.h; a dispatch's
-// workgroup count is its thread count.
+// function), with the kernels of SimtKernels.h. Softmax attention runs one
+// query row per thread, decode calls (few query rows) split the keys over
+// threads and merge the partials; a dispatch's workgroup count is its
+// thread count. Linear recurrences run the chunked block kernel, one block
+// per (batch, value head, column tile), then (with the rmsnorm-silu gate)
+// one thread per output row.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,19 +35,24 @@ public:
 private:
   LogicalResult checkLowerable(AttentionOpInterface op) override {
     if (op.getNormalizer() == Normalizer::RecurrentState)
-      return op->emitError(
-          "no CUDA lowering for linear recurrences yet (compile with "
-          "--target cpu)");
+      return LinearRecurrenceShape::get(op, "CUDA");
     return SoftmaxAttentionShape::get(op, "CUDA");
   }
   LogicalResult lowerAttention(ImplicitLocOpBuilder &b,
-                               AttentionOpInterface op) override;
+                               AttentionOpInterface op) override {
+    return op.getNormalizer() == Normalizer::RecurrentState
+               ? lowerRecurrence(b, op)
+               : lowerSoftmax(b, op);
+  }
+  LogicalResult lowerSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op);
+  LogicalResult lowerRecurrence(ImplicitLocOpBuilder &b,
+                                AttentionOpInterface op);
 
   const GpuTiling &tiling;
 };
 
-LogicalResult GpuEntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
-                                               AttentionOpInterface op) {
+LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
+                                             AttentionOpInterface op) {
   FailureOr<SoftmaxAttentionShape> maybeShape =
       SoftmaxAttentionShape::get(op, "CUDA");
   if (failed(maybeShape))
@@ -98,6 +105,38 @@ LogicalResult GpuEntryLowering::lowerAttention(ImplicitLocOpBuilder &b,
   dispatch(buildSimtMergeKernel(kernelBuilder, op.getLoc(), kernelName("merge"),
                                 shape, tiling, types(mergeBindings)),
            mergeThreads, mergeBindings);
+  return success();
+}
+
+LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
+                                                AttentionOpInterface op) {
+  FailureOr<LinearRecurrenceShape> maybeShape =
+      LinearRecurrenceShape::get(op, "CUDA");
+  if (failed(maybeShape))
+    return failure();
+  const LinearRecurrenceShape &shape = *maybeShape;
+  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
+  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
+  RecurrenceBuffers r = bindRecurrence(b, op);
+  SmallVector<Type> types(ValueRange(r.bindings).getTypes());
+
+  // One state column per thread: blocks of whole warps, no wider than the
+  // state (a narrow state leaves no idle warps).
+  const int64_t threads =
+      std::min(tiling.blockThreads, roundUp(shape.valueDim, 32));
+  const int64_t tiles = (shape.valueDim + threads - 1) / threads;
+  OpBuilder kernelBuilder(host);
+  func::FuncOp chunked = buildSimtChunkedRecurrenceKernel(
+      kernelBuilder, op.getLoc(), kernelName("chunked"), shape, threads, tiling,
+      types);
+  Value heads = mul(r.batch, index(shape.numValueHeads));
+  DispatchOp::create(b, chunked.getSymName(), mul(heads, index(tiles)),
+                     r.bindings);
+  if (shape.rmsNormGate) {
+    func::FuncOp gate = buildSimtRecurrenceGateKernel(
+        kernelBuilder, op.getLoc(), kernelName("gate"), shape, tiling, types);
+    DispatchOp::create(b, gate.getSymName(), mul(heads, r.length), r.bindings);
+  }
   return success();
 }
 

@@ -1,22 +1,27 @@
-//===- GpuOutlineKernels.cpp - One-thread kernels into a gpu.module -------===//
+//===- GpuOutlineKernels.cpp - CUDA kernels into a gpu.module -------------===//
 //
 // Moves every kernel function into `gpu.module @attn_kernels` (with the
 // NVVM target) as a `gpu.func` kernel taking the bindings and the
-// dispatch's thread count: the body runs for global thread index
-// blockIdx.x * blockDim.x + threadIdx.x when that index is below the count.
-// The host functions are dropped; their dispatch programs are in the
-// binary by then.
+// dispatch's workgroup count. A thread kernel's body runs for global
+// thread index blockIdx.x * blockDim.x + threadIdx.x when that index is
+// below the count; a block kernel's for blockIdx.x, with its thread loops
+// run by threadIdx.x and separated by barriers, and its shared buffers in
+// dynamic shared memory (SimtKernels.h). The host functions are dropped;
+// their dispatch programs are in the binary by then.
 //
 //===----------------------------------------------------------------------===//
 
 #include "passes/Passes.h"
+#include "passes/SimtKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/PatternMatch.h"
 
 namespace mlir::attn {
 #define GEN_PASS_DEF_ATTNGPUOUTLINEKERNELS
@@ -64,16 +69,11 @@ struct AttnGpuOutlineKernels final
   }
 
   LogicalResult outline(func::FuncOp kernel, gpu::GPUModuleOp gpuModule) {
-    auto tiling = kernel->getAttrOfType<DictionaryAttr>("attn.tiling");
-    auto blockThreads =
-        tiling ? tiling.getAs<IntegerAttr>("block_threads") : IntegerAttr();
-    if (!blockThreads || !kernel.getBody().hasOneBlock())
-      return kernel.emitError("not a one-thread kernel of "
-                              "-attn-gpu-dispatches (attn.tiling has no "
-                              "block_threads, or the body has several "
-                              "blocks)");
-    // Same signature: the last index argument is the thread count instead
-    // of the thread's index.
+    FailureOr<SimtLaunch> launch = SimtLaunch::get(kernel);
+    if (failed(launch))
+      return failure();
+    // Same signature: the last index argument is the workgroup count
+    // instead of the workgroup.
     OpBuilder builder = OpBuilder::atBlockEnd(gpuModule.getBody());
     auto func =
         gpu::GPUFuncOp::create(builder, kernel.getLoc(), kernel.getSymName(),
@@ -81,33 +81,106 @@ struct AttnGpuOutlineKernels final
     func->setAttr(gpu::GPUDialect::getKernelFuncAttrName(),
                   builder.getUnitAttr());
     func.setKnownBlockSizeAttr(builder.getDenseI32ArrayAttr(
-        {static_cast<int32_t>(blockThreads.getInt()), 1, 1}));
+        {static_cast<int32_t>(launch->blockThreads), 1, 1}));
     for (StringRef name : {"attn.kernel", "attn.tiling"})
       func->setAttr(name, kernel->getAttr(name));
 
     Block &entry = func.getBody().front();
     ImplicitLocOpBuilder b(kernel.getLoc(), OpBuilder::atBlockBegin(&entry));
-    Value thread = arith::AddIOp::create(
-        b,
-        arith::MulIOp::create(b, gpu::BlockIdOp::create(b, gpu::Dimension::x),
-                              gpu::BlockDimOp::create(b, gpu::Dimension::x)),
-        gpu::ThreadIdOp::create(b, gpu::Dimension::x));
+    Value block = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    Value workgroup =
+        launch->perBlock
+            ? block
+            : arith::AddIOp::create(
+                  b,
+                  arith::MulIOp::create(
+                      b, block, gpu::BlockDimOp::create(b, gpu::Dimension::x)),
+                  gpu::ThreadIdOp::create(b, gpu::Dimension::x));
     Value count = entry.getArguments().back();
+    // Uniform over a block kernel's threads, so its barriers stay uniform.
     Value inRange =
-        arith::CmpIOp::create(b, arith::CmpIPredicate::ult, thread, count);
+        arith::CmpIOp::create(b, arith::CmpIPredicate::ult, workgroup, count);
     auto guard = scf::IfOp::create(b, inRange, /*withElseRegion=*/false);
     gpu::ReturnOp::create(b);
 
-    // Move the body under the guard, the thread index replacing the
-    // workgroup id.
+    // Move the body under the guard, the workgroup replacing the last
+    // argument.
     Block &body = kernel.getBody().front();
     body.getTerminator()->erase();
     SmallVector<Value> replacements(entry.getArguments());
-    replacements.back() = thread;
+    replacements.back() = workgroup;
     Block *then = guard.thenBlock();
     then->getOperations().splice(then->begin(), body.getOperations());
     for (auto [from, to] : llvm::zip(body.getArguments(), replacements))
       from.replaceAllUsesWith(to);
+    return launch->perBlock ? lowerBlockStructure(func, *launch) : success();
+  }
+
+  /// A block kernel's shared buffers -> views into dynamic shared memory,
+  /// thread loops -> their bodies for threadIdx.x, each then a barrier.
+  LogicalResult lowerBlockStructure(gpu::GPUFuncOp func,
+                                    const SimtLaunch &launch) {
+    MLIRContext *context = func.getContext();
+    SmallVector<memref::AllocaOp> sharedBuffers;
+    SmallVector<scf::ParallelOp> threadLoops;
+    func.walk([&](Operation *op) {
+      if (auto alloca = dyn_cast<memref::AllocaOp>(op);
+          alloca && alloca->hasAttr(kSharedBufferAttr))
+        sharedBuffers.push_back(alloca);
+      if (auto loop = dyn_cast<scf::ParallelOp>(op);
+          loop && loop->hasAttr(kThreadLoopAttr))
+        threadLoops.push_back(loop);
+    });
+
+    ImplicitLocOpBuilder b(func.getLoc(),
+                           OpBuilder::atBlockBegin(&func.getBody().front()));
+    auto workgroupSpace =
+        gpu::AddressSpaceAttr::get(context, gpu::AddressSpace::Workgroup);
+    Value base;
+    if (!sharedBuffers.empty())
+      base = gpu::DynamicSharedMemoryOp::create(
+          b, MemRefType::get({ShapedType::kDynamic}, b.getI8Type(),
+                             MemRefLayoutAttrInterface(), workgroupSpace));
+    int64_t offset = 0;
+    for (memref::AllocaOp alloca : sharedBuffers) {
+      for (Operation *user : alloca->getUsers())
+        if (!isa<memref::LoadOp, memref::StoreOp>(user))
+          return user->emitError("a shared buffer may only be loaded and "
+                                 "stored");
+      MemRefType type = alloca.getType();
+      auto sharedType =
+          MemRefType::get(type.getShape(), type.getElementType(),
+                          MemRefLayoutAttrInterface(), workgroupSpace);
+      Value view = memref::ViewOp::create(
+          b, sharedType, base, arith::ConstantIndexOp::create(b, offset),
+          ValueRange());
+      alloca.replaceAllUsesWith(view);
+      alloca.erase();
+      offset += roundUp(
+          type.getNumElements() * type.getElementTypeBitWidth() / 8, 16);
+    }
+    assert(offset == launch.sharedBytes && "SimtLaunch counts the same");
+
+    IRRewriter rewriter(context);
+    for (scf::ParallelOp loop : threadLoops) {
+      auto upper = getConstantIntValue(loop.getUpperBound().front());
+      if (loop.getNumLoops() != 1 ||
+          !isConstantIntValue(loop.getLowerBound().front(), 0) ||
+          !isConstantIntValue(loop.getStep().front(), 1) || !upper ||
+          *upper != launch.blockThreads)
+        return loop.emitError("a thread loop must run over [0, ")
+               << launch.blockThreads << ") with step 1";
+      if (loop->getParentOfType<scf::ParallelOp>())
+        return loop.emitError("thread loops do not nest");
+      rewriter.setInsertionPoint(loop);
+      Value thread =
+          gpu::ThreadIdOp::create(rewriter, loop.getLoc(), gpu::Dimension::x);
+      Block *loopBody = loop.getBody();
+      rewriter.eraseOp(loopBody->getTerminator());
+      rewriter.inlineBlockBefore(loopBody, loop, ValueRange{thread});
+      gpu::BarrierOp::create(rewriter, loop.getLoc());
+      rewriter.eraseOp(loop);
+    }
     return success();
   }
 };

@@ -31,9 +31,9 @@ using namespace mlir;
 using namespace mlir::attn;
 
 FailureOr<LinearRecurrenceShape>
-LinearRecurrenceShape::get(AttentionOpInterface op) {
+LinearRecurrenceShape::get(AttentionOpInterface op, StringRef target) {
   auto fail = [&](const Twine &why) {
-    op->emitError() << "no CPU lowering: " << why;
+    op->emitError() << "no " << target << " lowering: " << why;
     return failure();
   };
   if (op.getNormalizer() != Normalizer::RecurrentState)
@@ -47,7 +47,7 @@ LinearRecurrenceShape::get(AttentionOpInterface op) {
   llvm::append_range(operands, op.getEpilogueOperands());
   for (Value operand : operands)
     if (!cast<RankedTensorType>(operand.getType()).getElementType().isF32())
-      return fail("the CPU kernels take f32 storage");
+      return fail("the " + target + " kernels take f32 storage");
   if (q.isDynamicDim(1) || q.isDynamicDim(3) || v.isDynamicDim(1) ||
       v.isDynamicDim(3))
     return fail("head counts and feature sizes must be static");
@@ -100,31 +100,6 @@ int64_t LinearRecurrenceShape::chunkWork(int64_t columns) const {
 }
 
 namespace {
-
-/// The kernel arguments, in binding order.
-struct RecurrenceBindings {
-  Value q, k, v, g, beta, initialState, z, w, out, finalState, workgroup;
-
-  RecurrenceBindings(func::FuncOp func, const LinearRecurrenceShape &shape) {
-    auto args = func.getArguments();
-    unsigned next = 0;
-    q = args[next++];
-    k = args[next++];
-    v = args[next++];
-    if (shape.hasDecay())
-      g = args[next++];
-    if (shape.isDelta())
-      beta = args[next++];
-    initialState = args[next++];
-    if (shape.rmsNormGate) {
-      z = args[next++];
-      w = args[next++];
-    }
-    out = args[next++];
-    finalState = args[next++];
-    workgroup = args.back();
-  }
-};
 
 /// The (batch, value head, key head) of a workgroup, and with `tiles`
 /// column tiles per head, its tile (the fastest index).

@@ -53,8 +53,35 @@ struct LinearRecurrenceShape {
   /// the gates (every column tile repeats it) plus the part per column.
   int64_t chunkWork(int64_t columns) const;
 
-  /// Reads the shape of `op`, or says why the CPU kernels cannot run it.
-  static FailureOr<LinearRecurrenceShape> get(AttentionOpInterface op);
+  /// Reads the shape of `op`, or says why the kernels of `target` ("CPU",
+  /// "CUDA") cannot run it.
+  static FailureOr<LinearRecurrenceShape> get(AttentionOpInterface op,
+                                              StringRef target = "CPU");
+};
+
+/// A recurrence kernel's arguments, in binding order (below).
+struct RecurrenceBindings {
+  Value q, k, v, g, beta, initialState, z, w, out, finalState, workgroup;
+
+  RecurrenceBindings(func::FuncOp func, const LinearRecurrenceShape &shape) {
+    auto args = func.getArguments();
+    unsigned next = 0;
+    q = args[next++];
+    k = args[next++];
+    v = args[next++];
+    if (shape.hasDecay())
+      g = args[next++];
+    if (shape.isDelta())
+      beta = args[next++];
+    initialState = args[next++];
+    if (shape.rmsNormGate) {
+      z = args[next++];
+      w = args[next++];
+    }
+    out = args[next++];
+    finalState = args[next++];
+    workgroup = args.back();
+  }
 };
 
 /// Kernel bindings of every kernel, in this order: q, k, v, [g], [beta],

@@ -121,20 +121,25 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
   let description = [{
     The same host functions as -attn-cpu-dispatches (destination passing,
     `attn.shape`, index arithmetic, temporaries, `attn.dispatch`), with
-    kernels written for one CUDA thread each (`attn.kernel`, the launch
-    shape in `attn.tiling`): a function `(bindings..., %thread: index)` in
-    scalar scf + memref + math, where a dispatch's workgroup count is its
-    thread count.
+    CUDA kernels (`attn.kernel`, the launch shape in `attn.tiling`): a
+    function `(bindings..., %workgroup: index)` in scalar scf + memref +
+    math. In a thread kernel a workgroup is one CUDA thread; in a block
+    kernel (`attn.block_kernel`) it is one CUDA block, whose threads run
+    the thread loops (`scf.parallel {attn.threads}`, a barrier after each)
+    and share the `memref.alloca {attn.shared}` buffers.
 
     Softmax attention runs one query row per thread over the keys its mask
     leaves visible, with the online-softmax state in the thread; calls with
     at most `decode-max-queries` query rows split the keys into ranges of
     `split-keys` keys, one thread each, and merge the partials through
-    their log-sum-exp. The gate runs in the epilogue.
+    their log-sum-exp. The gate runs in the epilogue. Linear recurrences
+    run the chunked form as a block kernel, one block per (batch, value
+    head, column tile), a thread per state column; the rmsnorm-silu gate
+    follows as a thread kernel.
 
-    The kernels are also valid CPU kernels (one workgroup per CUDA thread),
-    which is how their arithmetic is tested without a GPU;
-    -attn-gpu-outline-kernels makes them CUDA kernels.
+    The kernels are also valid CPU kernels (thread loops run in order,
+    shared buffers on the stack), which is how their arithmetic is tested
+    without a GPU; -attn-gpu-outline-kernels makes them CUDA kernels.
   }];
   let options = [
     Option<"blockThreads", "block-threads", "int64_t", "128",
@@ -152,14 +157,18 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
 }
 
 def AttnGpuOutlineKernels : Pass<"attn-gpu-outline-kernels", "ModuleOp"> {
-  let summary = "Move one-thread kernels into a gpu.module for NVVM";
+  let summary = "Move the CUDA kernels into a gpu.module for NVVM";
   let description = [{
     Moves every kernel of -attn-gpu-dispatches into
     `gpu.module @attn_kernels` with an `#nvvm.target` of `chip` and
     `features`, as a `gpu.func` kernel with the same arguments where the
-    last one is the dispatch's thread count: the body runs for the global
-    thread index `blockIdx.x * blockDim.x + threadIdx.x` when it is below
-    the count (`gpu.known_block_size` from the kernel's `block_threads`).
+    last one is the dispatch's workgroup count (`gpu.known_block_size` from
+    the kernel's `block_threads`). A thread kernel's body runs for the
+    global thread index `blockIdx.x * blockDim.x + threadIdx.x` when it is
+    below the count. A block kernel's body runs for workgroup `blockIdx.x`;
+    each thread loop becomes its body for `threadIdx.x` followed by
+    `gpu.barrier`, and the shared buffers become views into
+    `gpu.dynamic_shared_memory` (16-byte aligned, in order).
     Host functions are removed: their dispatch programs are in the binary.
 
     ```mlir
@@ -179,8 +188,23 @@ def AttnGpuOutlineKernels : Pass<"attn-gpu-outline-kernels", "ModuleOp"> {
   ];
   let dependentDialects = [
     "::mlir::gpu::GPUDialect", "::mlir::NVVM::NVVMDialect",
-    "::mlir::scf::SCFDialect", "::mlir::arith::ArithDialect"
+    "::mlir::scf::SCFDialect", "::mlir::arith::ArithDialect",
+    "::mlir::memref::MemRefDialect"
   ];
+}
+
+def AttnNvvmExternDynamicShared
+    : Pass<"attn-nvvm-extern-dynamic-shared", "ModuleOp"> {
+  let summary = "Make the dynamic shared memory symbol an external array";
+  let description = [{
+    convert-gpu-to-nvvm gives `gpu.dynamic_shared_memory` an internal
+    zero-length global in address space 3, which the NVPTX backend prints
+    as a 1-byte static shared variable placed before the dynamic part. This
+    pass makes such globals external, so the PTX declares them the way CUDA
+    C++ does (`.extern .shared .align 16 .b8 __dynamic_shmem__0[];`) and a
+    block's shared memory is exactly its dynamic shared memory.
+  }];
+  let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
 }
 
 #endif // ATTN_PASSES_TD

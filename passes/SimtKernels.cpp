@@ -29,6 +29,66 @@ DictionaryAttr GpuTiling::toAttr(MLIRContext *context) const {
   });
 }
 
+FailureOr<SimtLaunch> SimtLaunch::get(func::FuncOp kernel) {
+  auto tiling = kernel->getAttrOfType<DictionaryAttr>("attn.tiling");
+  auto blockThreads =
+      tiling ? tiling.getAs<IntegerAttr>("block_threads") : IntegerAttr();
+  if (!blockThreads || !kernel.getBody().hasOneBlock())
+    return kernel.emitError("not a kernel of -attn-gpu-dispatches "
+                            "(attn.tiling has no block_threads, or the body "
+                            "has several blocks)");
+  SimtLaunch launch;
+  launch.blockThreads = blockThreads.getInt();
+  launch.perBlock = kernel->hasAttr(kBlockKernelAttr);
+  for (auto alloca : kernel.getOps<memref::AllocaOp>()) {
+    if (!alloca->hasAttr(kSharedBufferAttr))
+      continue;
+    MemRefType type = alloca.getType();
+    if (!type.hasStaticShape())
+      return alloca.emitError("a shared buffer needs a static shape");
+    launch.sharedBytes +=
+        roundUp(type.getNumElements() * type.getElementTypeBitWidth() / 8, 16);
+  }
+  return launch;
+}
+
+Value SimtEmitter::shared(ArrayRef<int64_t> shape) {
+  OpBuilder::InsertionGuard guard(b);
+  Operation *parent = b.getInsertionBlock()->getParentOp();
+  auto func = dyn_cast<func::FuncOp>(parent);
+  if (!func)
+    func = parent->getParentOfType<func::FuncOp>();
+  Block *entry = &func.getBody().front();
+  // After the allocations already there, so they keep their order.
+  auto it = entry->begin();
+  while (it != entry->end() && isa<memref::AllocaOp>(*it))
+    ++it;
+  b.setInsertionPoint(entry, it);
+  auto alloca = memref::AllocaOp::create(b, MemRefType::get(shape, f32),
+                                         b.getI64IntegerAttr(16));
+  alloca->setAttr(kSharedBufferAttr, b.getUnitAttr());
+  return alloca;
+}
+
+void SimtEmitter::eachThread(function_ref<void(Value thread)> body) {
+  assert(blockThreads > 0 && "thread loops are for block kernels");
+  auto loop = scf::ParallelOp::create(
+      b, ValueRange{index(0)}, ValueRange{index(blockThreads)},
+      ValueRange{index(1)}, [&](OpBuilder &nested, Location, ValueRange ivs) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(nested.getInsertionBlock(),
+                            nested.getInsertionPoint());
+        body(ivs[0]);
+      });
+  loop->setAttr(kThreadLoopAttr, b.getUnitAttr());
+}
+
+void SimtEmitter::forAll(Value count, function_ref<void(Value i)> body) {
+  eachThread([&](Value thread) {
+    loop(thread, count, index(blockThreads), [&](Value i) { body(i); });
+  });
+}
+
 namespace {
 
 func::FuncOp createSimtKernel(OpBuilder &builder, Location loc, StringRef name,
@@ -38,26 +98,9 @@ func::FuncOp createSimtKernel(OpBuilder &builder, Location loc, StringRef name,
                       tiling.toAttr(builder.getContext()), kind);
 }
 
-/// Scalar arithmetic on top of KernelEmitter (whose vector helpers these
-/// kernels do not use).
-struct ScalarEmitter : KernelEmitter {
-  explicit ScalarEmitter(ImplicitLocOpBuilder &b) : KernelEmitter(b, 1) {}
-
-  Value fma(Value x, Value y, Value acc) {
-    return math::FmaOp::create(b, x, y, acc);
-  }
-  /// x * sigmoid(g).
-  Value sigmoidGate(Value x, Value g) {
-    return fdiv(x, fadd(scalar(1.0), exp(fsub(scalar(0.0), g))));
-  }
-  Value scratch(int64_t size) {
-    return memref::AllocaOp::create(b, MemRefType::get({size}, f32));
-  }
-};
-
 /// The online softmax of one query row over keys [begin, end): returns
 /// (m, l) and leaves the unnormalized output in `acc` [Dv].
-std::pair<Value, Value> attendRow(ScalarEmitter &e,
+std::pair<Value, Value> attendRow(SimtEmitter &e,
                                   const SoftmaxAttentionShape &shape, Value q,
                                   Value k, Value v, Value batch, Value head,
                                   Value row, Value begin, Value end,
@@ -101,7 +144,7 @@ std::pair<Value, Value> attendRow(ScalarEmitter &e,
 
 /// The visible keys [begin, end) of query row `row` (its position is
 /// Lk - Lq + row), intersected with [from, to).
-std::pair<Value, Value> visibleKeys(ScalarEmitter &e,
+std::pair<Value, Value> visibleKeys(SimtEmitter &e,
                                     const SoftmaxAttentionShape &shape,
                                     Value row, Value lq, Value lk, Value from,
                                     Value to) {
@@ -115,7 +158,7 @@ std::pair<Value, Value> visibleKeys(ScalarEmitter &e,
 }
 
 /// o = acc * inv, gated, written to out[batch, head, row, :].
-void storeRow(ScalarEmitter &e, const SoftmaxAttentionShape &shape, Value acc,
+void storeRow(SimtEmitter &e, const SoftmaxAttentionShape &shape, Value acc,
               Value inv, Value gate, Value out, Value batch, Value head,
               Value row) {
   Value c0 = e.index(0);
@@ -141,7 +184,7 @@ func::FuncOp mlir::attn::buildSimtAttentionKernel(
   func::FuncOp func =
       createSimtKernel(builder, loc, name, bindingTypes, tiling, "attention");
   ImplicitLocOpBuilder b(loc, builder);
-  ScalarEmitter e(b);
+  SimtEmitter e(b);
   auto args = func.getArguments();
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
@@ -175,7 +218,7 @@ func::FuncOp mlir::attn::buildSimtSplitKvKernel(
   func::FuncOp func =
       createSimtKernel(builder, loc, name, bindingTypes, tiling, "split_kv");
   ImplicitLocOpBuilder b(loc, builder);
-  ScalarEmitter e(b);
+  SimtEmitter e(b);
   auto args = func.getArguments();
   Value q = args[0], k = args[1], v = args[2], partialOut = args[3],
         partialLse = args[4], thread = args[5];
@@ -214,7 +257,7 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
   func::FuncOp func =
       createSimtKernel(builder, loc, name, bindingTypes, tiling, "merge");
   ImplicitLocOpBuilder b(loc, builder);
-  ScalarEmitter e(b);
+  SimtEmitter e(b);
   auto args = func.getArguments();
   unsigned next = 0;
   Value partialOut = args[next++], partialLse = args[next++];

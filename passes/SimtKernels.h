@@ -1,23 +1,34 @@
-//===- SimtKernels.h - One-thread kernels for CUDA --------------*- C++ -*-===//
+//===- SimtKernels.h - The CUDA kernels -------------------------*- C++ -*-===//
 //
-// The kernels of -attn-gpu-dispatches. Each is written for one CUDA thread:
-// a function `(bindings..., %workgroup: index)` like a CPU kernel, where
-// the workgroup id is the thread's global index, and with scalar
-// scf + memref + math only (no vector dialect, no cross-thread
-// communication). That makes the same body two things:
+// The kernels of -attn-gpu-dispatches: functions `(bindings...,
+// %workgroup: index)` like CPU kernels, written with scalar scf + memref +
+// math only (no vector dialect). They come in two kinds:
+//
+//  * thread kernels: a workgroup is one CUDA thread (its global index),
+//    with no cross-thread communication;
+//  * block kernels (`attn.block_kernel`): a workgroup is one CUDA block of
+//    `block_threads` threads. The body is uniform code around thread loops
+//    (`scf.parallel {attn.threads}` over [0, block_threads)), each followed
+//    by a barrier; threads share `memref.alloca {attn.shared}` buffers and
+//    pass nothing else between thread loops.
+//
+// That makes the same body two things:
 //
 //  * a CUDA kernel: -attn-gpu-outline-kernels moves it into a gpu.module,
-//    computing the index from the block and thread ids and skipping
-//    threads past the dispatch's count;
-//  * a CPU kernel: the CPU lowering compiles it unchanged, one workgroup
-//    per CUDA thread, so the CUDA kernels' arithmetic is tested against the
-//    float64 reference on machines without a GPU.
+//    computing the workgroup from the block (and thread) ids, running each
+//    thread loop's body once per thread with a barrier after it, and
+//    placing the shared buffers in dynamic shared memory;
+//  * a CPU kernel: the CPU lowering compiles it unchanged (thread loops run
+//    in order, shared buffers live on the stack), so the CUDA kernels'
+//    arithmetic is tested against the float64 reference on machines without
+//    a GPU.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef ATTN_PASSES_SIMTKERNELS_H
 #define ATTN_PASSES_SIMTKERNELS_H
 
+#include "passes/LinearRecurrenceKernels.h"
 #include "passes/SoftmaxAttentionKernels.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -36,6 +47,71 @@ struct GpuTiling {
   int64_t decodeMaxQueries = 8;
 
   DictionaryAttr toAttr(MLIRContext *context) const;
+};
+
+/// The marks of block kernels (see above).
+constexpr llvm::StringLiteral kBlockKernelAttr = "attn.block_kernel";
+constexpr llvm::StringLiteral kThreadLoopAttr = "attn.threads";
+constexpr llvm::StringLiteral kSharedBufferAttr = "attn.shared";
+
+/// How the runtime launches a kernel of -attn-gpu-dispatches.
+struct SimtLaunch {
+  int64_t blockThreads = 0;
+  /// A workgroup is a block (grid = workgroups), not a thread (grid =
+  /// ceil(workgroups / blockThreads)).
+  bool perBlock = false;
+  /// Bytes of dynamic shared memory per block: the `attn.shared` buffers,
+  /// each 16-byte aligned, in order.
+  int64_t sharedBytes = 0;
+
+  /// Reads the launch of `kernel` (attn.tiling's block_threads, the block
+  /// mark, the shared buffers); fails with an error on `kernel` when it is
+  /// not a kernel of -attn-gpu-dispatches.
+  static FailureOr<SimtLaunch> get(func::FuncOp kernel);
+};
+
+/// KernelEmitter's scalar side for the CUDA kernels, and the structure of
+/// block kernels.
+struct SimtEmitter : KernelEmitter {
+  /// `blockThreads`: the threads of a block kernel (0 for thread kernels).
+  SimtEmitter(ImplicitLocOpBuilder &b, int64_t blockThreads = 0)
+      : KernelEmitter(b, 1), blockThreads(blockThreads) {}
+
+  Value fma(Value x, Value y, Value acc) {
+    return math::FmaOp::create(b, x, y, acc);
+  }
+  /// x * sigmoid(g).
+  Value sigmoidGate(Value x, Value g) {
+    return fdiv(x, fadd(scalar(1.0), exp(fsub(scalar(0.0), g))));
+  }
+  /// x * sigmoid(x).
+  Value silu(Value x) { return sigmoidGate(x, x); }
+  Value sumOver(Value lower, Value upper, function_ref<Value(Value iv)> term) {
+    return loop(lower, upper, index(1), {scalar(0.0)},
+                [&](Value iv, ValueRange sum) {
+                  return SmallVector<Value>{fadd(sum[0], term(iv))};
+                })[0];
+  }
+
+  /// Runs `body` where `condition` holds.
+  void ifThen(Value condition, function_ref<void()> body) {
+    auto op = scf::IfOp::create(b, condition, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op.thenBlock()->getTerminator());
+    body();
+  }
+
+  /// Block kernels: an f32 buffer shared by the block's threads, allocated
+  /// at the kernel's entry.
+  Value shared(ArrayRef<int64_t> shape);
+  /// Runs `body(thread)` on every thread of the block, then waits for all
+  /// of them (the results are visible to the next thread loop).
+  void eachThread(function_ref<void(Value thread)> body);
+  /// Runs `body(i)` for every i in [0, count), spread over the block's
+  /// threads (thread t takes i = t, t + blockThreads, ...), then waits.
+  void forAll(Value count, function_ref<void(Value i)> body);
+
+  int64_t blockThreads;
 };
 
 /// One thread per (batch, head, query row) over every visible key, online
@@ -63,6 +139,27 @@ func::FuncOp buildSimtMergeKernel(OpBuilder &builder, Location loc,
                                   const SoftmaxAttentionShape &shape,
                                   const GpuTiling &tiling,
                                   TypeRange bindingTypes);
+
+/// The chunked linear recurrence (SPEC §2) as a block kernel: one block
+/// per (batch, value head, column tile of `blockThreads` state columns),
+/// the tile fastest. Per chunk of C steps the block stages k, q, the decays
+/// and beta in shared memory and computes the chunk's score and (delta
+/// rules) UT-transform matrices together; then each thread carries its own
+/// column of the state through the chunk. A one-step call is one chunk of
+/// one step, i.e. the recurrent step. Bindings as the CPU kernels': q, k, v,
+/// [g], [beta], S_init, [z, w], o, S; o is stored ungated.
+func::FuncOp buildSimtChunkedRecurrenceKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, int64_t blockThreads,
+    const GpuTiling &tiling, TypeRange bindingTypes);
+
+/// The rmsnorm-silu output gate applied in place to o, one thread per
+/// (batch, value head, step). Same bindings.
+func::FuncOp buildSimtRecurrenceGateKernel(OpBuilder &builder, Location loc,
+                                           StringRef name,
+                                           const LinearRecurrenceShape &shape,
+                                           const GpuTiling &tiling,
+                                           TypeRange bindingTypes);
 
 } // namespace mlir::attn
 

@@ -16,6 +16,9 @@ using CUdeviceptr = unsigned long long;
 constexpr CUresult CUDA_SUCCESS = 0;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
+constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+/// Shared memory a block may use without opting in.
+constexpr int32_t kDefaultSharedBytes = 48 * 1024;
 
 /// Spells a function pointer type in declarator position.
 template <typename T> using Type = T;
@@ -38,6 +41,7 @@ struct Driver {
   X(cuModuleLoadData, CUresult (*)(void **, const void *))                     \
   X(cuModuleUnload, CUresult (*)(void *))                                      \
   X(cuModuleGetFunction, CUresult (*)(void **, void *, const char *))          \
+  X(cuFuncSetAttribute, CUresult (*)(void *, int, int))                        \
   X(cuMemAlloc_v2, CUresult (*)(CUdeviceptr *, size_t))                        \
   X(cuMemFree_v2, CUresult (*)(CUdeviceptr))                                   \
   X(cuMemcpyHtoD_v2, CUresult (*)(CUdeviceptr, const void *, size_t))          \
@@ -176,6 +180,17 @@ bool Module::load(const std::vector<uint8_t> &cubin, const std::string &ptx,
                                                    kernel.name.c_str()),
                        ("finding kernel '" + kernel.name + "'").c_str(), error))
       return giveUp();
+    if (kernel.sharedBytes > kDefaultSharedBytes &&
+        !driver->check(driver->cuFuncSetAttribute(
+                           kernel.function,
+                           CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                           kernel.sharedBytes),
+                       ("giving kernel '" + kernel.name + "' " +
+                        std::to_string(kernel.sharedBytes) +
+                        " bytes of shared memory")
+                           .c_str(),
+                       error))
+      return giveUp();
   }
   module->kernels = std::move(kernelList);
   result = module;
@@ -230,7 +245,7 @@ bool Module::copyToHost(void *dst, uint64_t src, size_t bytes,
                                   "copying from the device", error));
 }
 
-bool Module::launch(const Kernel &kernel, int64_t threads,
+bool Module::launch(const Kernel &kernel, int64_t workgroups,
                     const std::vector<uint64_t> &pointers,
                     const std::vector<std::vector<int64_t>> &shapes,
                     std::string &error) {
@@ -252,11 +267,13 @@ bool Module::launch(const Kernel &kernel, int64_t threads,
     for (int64_t stride : strides)
       values.push_back(static_cast<uint64_t>(stride));
   }
-  values.push_back(static_cast<uint64_t>(threads));
+  values.push_back(static_cast<uint64_t>(workgroups));
   std::vector<void *> params;
   for (uint64_t &value : values)
     params.push_back(&value);
-  int64_t blocks = (threads + kernel.blockThreads - 1) / kernel.blockThreads;
+  int64_t blocks = kernel.perBlock ? workgroups
+                                   : (workgroups + kernel.blockThreads - 1) /
+                                         kernel.blockThreads;
   if (blocks > 0x7fffffff) {
     error = "kernel '" + kernel.name + "' needs " + std::to_string(blocks) +
             " blocks, more than a CUDA grid holds";
@@ -265,7 +282,8 @@ bool Module::launch(const Kernel &kernel, int64_t threads,
   return driver->check(
       driver->cuLaunchKernel(kernel.function, static_cast<unsigned>(blocks), 1,
                              1, static_cast<unsigned>(kernel.blockThreads), 1,
-                             1, 0, nullptr, params.data(), nullptr),
+                             1, static_cast<unsigned>(kernel.sharedBytes),
+                             nullptr, params.data(), nullptr),
       ("launching kernel '" + kernel.name + "'").c_str(), error);
 }
 

@@ -22,6 +22,10 @@ public:
   struct Kernel {
     std::string name;
     int32_t blockThreads = 0;
+    /// A workgroup is a block (else one thread).
+    bool perBlock = false;
+    /// Dynamic shared memory per block.
+    int32_t sharedBytes = 0;
     void *function = nullptr; // CUfunction
   };
 
@@ -47,10 +51,10 @@ public:
                     std::string &error);
   bool copyToHost(void *dst, uint64_t src, size_t bytes, std::string &error);
 
-  /// Launches `kernel` over `threads` threads (one per workgroup) with the
-  /// parameters of the CudaKernel ABI (attnb.fbs): per binding a row-major
-  /// memref descriptor, then the thread count.
-  bool launch(const Kernel &kernel, int64_t threads,
+  /// Launches `kernel` over `workgroups` workgroups (threads or blocks)
+  /// with the parameters of the CudaKernel ABI (attnb.fbs): per binding a
+  /// row-major memref descriptor, then the workgroup count.
+  bool launch(const Kernel &kernel, int64_t workgroups,
               const std::vector<uint64_t> &pointers,
               const std::vector<std::vector<int64_t>> &shapes,
               std::string &error);

@@ -36,7 +36,7 @@
 
 namespace {
 
-constexpr uint32_t kFormatVersion = 3;
+constexpr uint32_t kFormatVersion = 4;
 
 /// Whether an integer op reads operand registers (a, b; Select also c).
 bool readsRegisters(attn::fb::IntOpKind op) {
@@ -479,12 +479,17 @@ attn_status attn_model::load(int32_t numThreads) {
       cuda->cubin.assign(cudaCode->cubin()->begin(), cudaCode->cubin()->end());
     for (const attn::fb::CudaKernel *kernel : *cudaCode->kernels()) {
       if (!kernel->name() || kernel->block_threads() <= 0 ||
-          kernel->block_threads() > 1024)
+          kernel->block_threads() > 1024 || kernel->shared_bytes() < 0 ||
+          (kernel->workgroup() != attn::fb::CudaWorkgroup::thread &&
+           kernel->workgroup() != attn::fb::CudaWorkgroup::block))
         return fail(ATTN_INVALID_BINARY,
-                    "corrupt .attnb: a CUDA kernel has no name or a block "
-                    "size outside [1, 1024]");
+                    "corrupt .attnb: a CUDA kernel has no name, a block "
+                    "size outside [1, 1024], an unknown workgroup kind or "
+                    "negative shared memory");
       cuda->kernels.push_back(
-          {kernel->name()->str(), kernel->block_threads(), nullptr});
+          {kernel->name()->str(), kernel->block_threads(),
+           kernel->workgroup() == attn::fb::CudaWorkgroup::block,
+           kernel->shared_bytes(), nullptr});
     }
     for (const Entry &entry : entries)
       for (const Step &step : entry.cuda.steps) {

@@ -32,12 +32,12 @@ func.func @ungated(%o: tensor<?x2x?x16xf32>, %g: tensor<?x2x?x16xf32>)
 
 // -----
 
-func.func @recurrence(%q: tensor<?x2x?x32xf32>, %k: tensor<?x2x?x32xf32>,
-                      %v: tensor<?x2x?x24xf32>, %s0: tensor<?x2x32x24xf32>)
-    -> (tensor<?x2x?x24xf32>, tensor<?x2x32x24xf32>) {
-  // expected-error @below {{no CUDA lowering for linear recurrences yet (compile with --target cpu)}}
-  %o, %s = attn.linear_recurrence linear %q, %k, %v
+func.func @half_recurrence(%q: tensor<?x2x?x32xf16>, %v: tensor<?x2x?x24xf16>,
+                           %s0: tensor<?x2x32x24xf32>)
+    -> (tensor<?x2x?x24xf16>, tensor<?x2x32x24xf32>) {
+  // expected-error @below {{no CUDA lowering: the CUDA kernels take f32 storage}}
+  %o, %s = attn.linear_recurrence linear %q, %q, %v
       state(%s0 : tensor<?x2x32x24xf32>) {chunk_size = 16}
-      : tensor<?x2x?x32xf32>, tensor<?x2x?x32xf32>, tensor<?x2x?x24xf32>
-  return %o, %s : tensor<?x2x?x24xf32>, tensor<?x2x32x24xf32>
+      : tensor<?x2x?x32xf16>, tensor<?x2x?x32xf16>, tensor<?x2x?x24xf16>
+  return %o, %s : tensor<?x2x?x24xf16>, tensor<?x2x32x24xf32>
 }

@@ -46,3 +46,52 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
         tensor<?x8x?x64xf32>
   return %o : tensor<?x8x?x64xf32>
 }
+
+// A gated-delta recurrence: the chunked form as a block kernel, one block
+// per (batch, value head) with a thread per state column (Dv = 24: one
+// warp), then the rmsnorm-silu gate, one thread per output row.
+// CHECK-LABEL: func.func private @gdn__chunked0
+// CHECK-SAME:    attn.block_kernel
+// CHECK-SAME:    attn.kernel = "chunked"
+// CHECK-SAME:    attn.tiling = {block_threads = 32 : i64
+// The chunk's k and q rows (padded to Dk + 1), G, beta, P, A and the
+// columns' new values, shared by the block.
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x16xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x16xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x32xf32>
+// The state is copied in, then per chunk: stage rows, normalize, P and A,
+// then each thread's column: five thread loops per chunk.
+// CHECK:         scf.parallel (%{{.+}}) = (%c0) to (%c32) step (%c1) {
+// CHECK:         } {attn.threads}
+// CHECK:         scf.for %{{.+}} = %c0 to %{{.+}} step %c1 {
+// CHECK-COUNT-4:   } {attn.threads}
+// CHECK-NOT:       attn.threads
+// CHECK:         return
+// CHECK-LABEL: func.func private @gdn__gate1
+// CHECK-SAME:    attn.kernel = "gate"
+// CHECK-NOT:     attn.block_kernel
+// CHECK:         math.sqrt
+// CHECK-LABEL: func.func @gdn(
+// CHECK:         %[[B:.+]] = memref.dim %{{.+}}, %c0
+// CHECK:         %[[L:.+]] = memref.dim %{{.+}}, %c2
+// CHECK:         %[[HEADS:.+]] = arith.muli %[[B]], %c4
+// CHECK:         attn.dispatch @gdn__chunked0 workgroups(%[[HEADS]])
+// CHECK:         %[[ROWS:.+]] = arith.muli %[[HEADS]], %[[L]]
+// CHECK:         attn.dispatch @gdn__gate1 workgroups(%[[ROWS]])
+func.func @gdn(%q: tensor<?x2x?x32xf32>, %k: tensor<?x2x?x32xf32>,
+               %v: tensor<?x4x?x24xf32>, %g: tensor<?x4x?xf32>,
+               %beta: tensor<?x4x?xf32>, %s0: tensor<?x4x32x24xf32>,
+               %z: tensor<?x4x?x24xf32>, %w: tensor<24xf32>)
+    -> (tensor<?x4x?x24xf32>, tensor<?x4x32x24xf32>) {
+  %o, %s = attn.linear_recurrence gated_delta %q, %k, %v
+      decay(%g : tensor<?x4x?xf32>) beta(%beta : tensor<?x4x?xf32>)
+      state(%s0 : tensor<?x4x32x24xf32>)
+      output_gate(%z, %w : tensor<?x4x?x24xf32>, tensor<24xf32>)
+      {chunk_size = 16, qk_l2norm}
+      : tensor<?x2x?x32xf32>, tensor<?x2x?x32xf32>, tensor<?x4x?x24xf32>
+  return %o, %s : tensor<?x4x?x24xf32>, tensor<?x4x32x24xf32>
+}

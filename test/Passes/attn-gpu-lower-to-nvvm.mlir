@@ -10,9 +10,9 @@
 // OUTLINE:         gpu.func @layer__attention0(%{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %[[COUNT:.+]]: index) kernel
 // OUTLINE-SAME:      attn.kernel = "attention"
 // OUTLINE-SAME:      known_block_size = array<i32: 128, 1, 1>
-// OUTLINE:           %[[TID:.+]] = gpu.thread_id x
-// OUTLINE:           %[[NTID:.+]] = gpu.block_dim x
-// OUTLINE:           %[[CTAID:.+]] = gpu.block_id x
+// OUTLINE-DAG:       %[[CTAID:.+]] = gpu.block_id x
+// OUTLINE-DAG:       %[[NTID:.+]] = gpu.block_dim x
+// OUTLINE-DAG:       %[[TID:.+]] = gpu.thread_id x
 // OUTLINE:           %[[BASE:.+]] = arith.muli %[[CTAID]], %[[NTID]]
 // OUTLINE:           %[[THREAD:.+]] = arith.addi %[[BASE]], %[[TID]]
 // OUTLINE:           %[[IN:.+]] = arith.cmpi ult, %[[THREAD]], %[[COUNT]]
@@ -31,8 +31,8 @@
 // NVVM-SAME:         %[[COUNT:[a-z0-9]+]]: i64)
 // NVVM-SAME:         nvvm.kernel
 // NVVM-SAME:         nvvm.maxntid = array<i32: 128, 1, 1>
-// NVVM:              nvvm.read.ptx.sreg.tid.x
 // NVVM:              nvvm.read.ptx.sreg.ctaid.x
+// NVVM:              nvvm.read.ptx.sreg.tid.x
 // NVVM:              llvm.icmp "ult" %{{.+}}, %[[COUNT]] : i64
 // NVVM:              llvm.call @__nv_expf
 // NVVM-NOT:      func.func

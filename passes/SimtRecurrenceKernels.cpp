@@ -1,0 +1,304 @@
+//===- SimtRecurrenceKernels.cpp - Linear recurrences for CUDA ------------===//
+//
+// The chunked linear recurrence as a CUDA block kernel (see SimtKernels.h
+// for block kernels). One block owns `blockThreads` columns of one state
+// S [Dk, Dv]; thread j carries column c = tile * blockThreads + j. Per
+// chunk of C steps, with G the cumulative log-decay inside the chunk (the
+// algebra of LinearRecurrenceKernels.cpp and fla's chunk_gated_delta):
+//
+//  1. the block stages the chunk's k and q rows in shared memory
+//     (normalized, q scaled), G and beta;
+//  2. the block computes the chunk's matrices, one entry per thread at a
+//     time: P[t, s] = (q_t . k_s) exp(G_t - G_s) for s <= t and, for the
+//     delta rules, A[t, s] = beta_t (k_t . k_s) exp(G_t - G_s) for s < t;
+//  3. each thread takes its column through the chunk:
+//       o_t  = exp(G_t) q_t . S                      (the state so far),
+//       v'_t = v_t, or for the delta rules the solution of
+//              (I + A) v' = beta (v - exp(G) K S)    (forward substitution:
+//              the UT transform applied to one column),
+//       o_t += sum_{s <= t} P[t, s] v'_s,
+//       S    = exp(G_last) S + sum_s exp(G_last - G_s) k_s v'_s.
+//
+// Decays only appear as exp(G_i - G_j) with i >= j or exp(G_i) with
+// G_i <= 0, so nothing overflows. A one-step call is one chunk of one step:
+// exactly the recurrent step. The rmsnorm-silu gate needs whole output rows,
+// which span column tiles, so a thread kernel applies it afterwards.
+//
+// Shared rows of k and q are padded to Dk + 1 floats, so a thread per row
+// (step 1) reads distinct banks.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/SimtKernels.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+namespace {
+
+/// Multiplies `row` of the shared `rows` [C, Dk + 1] by `factor`, first
+/// dividing it by its L2 norm (x / sqrt(sum(x^2) + 1e-6), SPEC §2) when
+/// `normalize`.
+void scaleRow(SimtEmitter &e, Value rows, Value row, int64_t dim,
+              bool normalize, double factor) {
+  if (!normalize && factor == 1.0)
+    return;
+  Value c0 = e.index(0), end = e.index(dim);
+  Value multiplier = e.scalar(factor);
+  if (normalize) {
+    Value squares = e.sumOver(c0, end, [&](Value i) {
+      Value x = e.load(rows, {row, i});
+      return e.fmul(x, x);
+    });
+    multiplier = e.fdiv(
+        multiplier, math::SqrtOp::create(e.b, e.fadd(squares, e.scalar(1e-6))));
+  }
+  e.loop(c0, end, e.index(1), [&](Value i) {
+    e.store(e.fmul(e.load(rows, {row, i}), multiplier), rows, {row, i});
+  });
+}
+
+} // namespace
+
+func::FuncOp mlir::attn::buildSimtChunkedRecurrenceKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, int64_t blockThreads,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  GpuTiling kernelTiling = tiling;
+  kernelTiling.blockThreads = blockThreads;
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes,
+                   kernelTiling.toAttr(builder.getContext()), "chunked");
+  func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b, blockThreads);
+  RecurrenceBindings args(func, shape);
+  const int64_t C = shape.chunkSize, Dk = shape.keyDim, Dv = shape.valueDim;
+  const int64_t tiles = (Dv + blockThreads - 1) / blockThreads;
+  const bool scalarDecay = shape.scalarDecay(),
+             featureDecay = shape.featureDecay(), delta = shape.isDelta();
+
+  // Block order (batch, value head, column tile), the tile fastest.
+  Value c0 = e.index(0), c1 = e.index(1), dk = e.index(Dk);
+  Value rest = args.workgroup;
+  Value tile = e.rem(rest, e.index(tiles));
+  rest = e.div(rest, e.index(tiles));
+  Value hv = e.rem(rest, e.index(shape.numValueHeads));
+  Value batch = e.div(rest, e.index(shape.numValueHeads));
+  Value hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
+  Value length = e.dim(args.q, 2);
+
+  Value keys = e.shared({C, Dk + 1}), queries = e.shared({C, Dk + 1});
+  Value logDecay = scalarDecay    ? e.shared({C})
+                   : featureDecay ? e.shared({C, Dk + 1})
+                                  : Value();
+  Value betas = delta ? e.shared({C}) : Value();
+  Value scores = e.shared({C, C});
+  Value transform = delta ? e.shared({C, C}) : Value();
+  Value values = e.shared({C, blockThreads});
+
+  // Runs `body(column)` on the threads that own a state column.
+  auto onColumn = [&](Value thread, function_ref<void(Value)> body) {
+    Value column = e.add(e.mul(tile, e.index(blockThreads)), thread);
+    e.ifThen(e.icmp(arith::CmpIPredicate::ult, column, e.index(Dv)),
+             [&] { body(column); });
+  };
+  auto state = [&](Value i, Value column) {
+    return SmallVector<Value>{batch, hv, i, column};
+  };
+
+  // The state starts as S_init (S is then updated in place).
+  e.eachThread([&](Value thread) {
+    onColumn(thread, [&](Value column) {
+      e.loop(c0, dk, c1, [&](Value i) {
+        e.store(e.load(args.initialState, state(i, column)), args.finalState,
+                state(i, column));
+      });
+    });
+  });
+
+  Value chunks = e.ceilDiv(length, e.index(C));
+  e.loop(c0, chunks, c1, [&](Value chunk) {
+    Value first = e.mul(chunk, e.index(C));
+    Value n = e.minS(e.index(C), e.sub(length, first));
+    Value last = e.sub(n, c1);
+
+    // 1. The chunk's k and q rows (feature fastest: coalesced reads), gla's
+    //    log-decays; then per step the normalization and scale, the
+    //    cumulative scalar log-decay and beta.
+    e.forAll(e.mul(n, dk), [&](Value x) {
+      Value t = e.div(x, dk), i = e.rem(x, dk), step = e.add(first, t);
+      e.store(e.load(args.k, {batch, hk, step, i}), keys, {t, i});
+      e.store(e.load(args.q, {batch, hk, step, i}), queries, {t, i});
+      if (featureDecay)
+        e.store(e.load(args.g, {batch, hv, step, i}), logDecay, {t, i});
+    });
+    e.forAll(n, [&](Value t) {
+      scaleRow(e, keys, t, Dk, shape.normalizeQueryKey, 1.0);
+      scaleRow(e, queries, t, Dk, shape.normalizeQueryKey, shape.scale);
+      if (scalarDecay)
+        e.store(e.sumOver(c0, e.add(t, c1),
+                          [&](Value s) {
+                            return e.load(args.g, {batch, hv, e.add(first, s)});
+                          }),
+                logDecay, {t});
+      if (delta)
+        e.store(e.load(args.beta, {batch, hv, e.add(first, t)}), betas, {t});
+    });
+    if (featureDecay)
+      e.forAll(dk, [&](Value i) {
+        e.loop(c0, n, c1, {e.scalar(0.0)}, [&](Value t, ValueRange sum) {
+          Value total = e.fadd(sum[0], e.load(logDecay, {t, i}));
+          e.store(total, logDecay, {t, i});
+          return SmallVector<Value>{total};
+        });
+      });
+
+    // 2. P and A, one entry (t, s) at a time, s fastest.
+    e.forAll(e.mul(n, n), [&](Value x) {
+      Value t = e.div(x, n), s = e.rem(x, n);
+      e.ifThen(e.icmp(arith::CmpIPredicate::ule, s, t), [&] {
+        Value score = e.sumOver(c0, dk, [&](Value i) {
+          Value product = e.fmul(e.load(queries, {t, i}), e.load(keys, {s, i}));
+          if (!featureDecay)
+            return product;
+          return e.fmul(product, e.exp(e.fsub(e.load(logDecay, {t, i}),
+                                              e.load(logDecay, {s, i}))));
+        });
+        Value decay =
+            scalarDecay
+                ? e.exp(e.fsub(e.load(logDecay, {t}), e.load(logDecay, {s})))
+                : Value();
+        e.store(decay ? e.fmul(score, decay) : score, scores, {t, s});
+        if (!delta)
+          return;
+        e.ifThen(e.icmp(arith::CmpIPredicate::ult, s, t), [&] {
+          Value gram = e.sumOver(c0, dk, [&](Value i) {
+            return e.fmul(e.load(keys, {t, i}), e.load(keys, {s, i}));
+          });
+          Value a = e.fmul(e.load(betas, {t}), gram);
+          e.store(decay ? e.fmul(a, decay) : a, transform, {t, s});
+        });
+      });
+    });
+
+    // gla: fold the decays into q (exp(G_t)) and k (exp(G_last - G_s)), as
+    // the column pass reads them.
+    if (featureDecay)
+      e.forAll(e.mul(n, dk), [&](Value x) {
+        Value t = e.div(x, dk), i = e.rem(x, dk);
+        Value g = e.load(logDecay, {t, i});
+        e.store(e.fmul(e.load(queries, {t, i}), e.exp(g)), queries, {t, i});
+        e.store(e.fmul(e.load(keys, {t, i}),
+                       e.exp(e.fsub(e.load(logDecay, {last, i}), g))),
+                keys, {t, i});
+      });
+
+    // 3. Each thread's column through the chunk; v' in values[:, thread].
+    e.eachThread([&](Value thread) {
+      onColumn(thread, [&](Value column) {
+        e.loop(c0, n, c1, [&](Value t) {
+          SmallVector<Value> sums = e.loop(
+              c0, dk, c1, SmallVector<Value>(delta ? 2 : 1, e.scalar(0.0)),
+              [&](Value i, ValueRange acc) {
+                Value s = e.load(args.finalState, state(i, column));
+                SmallVector<Value> next{
+                    e.fma(e.load(queries, {t, i}), s, acc[0])};
+                if (delta)
+                  next.push_back(e.fma(e.load(keys, {t, i}), s, acc[1]));
+                return next;
+              });
+          Value decay = scalarDecay ? e.exp(e.load(logDecay, {t})) : Value();
+          Value out = decay ? e.fmul(sums[0], decay) : sums[0];
+          e.store(out, args.out, {batch, hv, e.add(first, t), column});
+          Value v = e.load(args.v, {batch, hv, e.add(first, t), column});
+          if (delta)
+            v = e.fmul(e.load(betas, {t}),
+                       e.fsub(v, decay ? e.fmul(sums[1], decay) : sums[1]));
+          e.store(v, values, {t, thread});
+        });
+        if (delta)
+          e.loop(c1, n, c1, [&](Value t) {
+            Value known = e.sumOver(c0, t, [&](Value s) {
+              return e.fmul(e.load(transform, {t, s}),
+                            e.load(values, {s, thread}));
+            });
+            e.store(e.fsub(e.load(values, {t, thread}), known), values,
+                    {t, thread});
+          });
+        e.loop(c0, n, c1, [&](Value t) {
+          SmallVector<Value> at{batch, hv, e.add(first, t), column};
+          Value intra = e.sumOver(c0, e.add(t, c1), [&](Value s) {
+            return e.fmul(e.load(scores, {t, s}), e.load(values, {s, thread}));
+          });
+          e.store(e.fadd(e.load(args.out, at), intra), args.out, at);
+        });
+
+        // S = exp(G_last) S + sum_s exp(G_last - G_s) k_s v'_s (gla's keys
+        // already carry their decay).
+        Value lastDecay;
+        if (scalarDecay) {
+          Value gLast = e.load(logDecay, {last});
+          lastDecay = e.exp(gLast);
+          e.loop(c0, n, c1, [&](Value s) {
+            Value tail = e.exp(e.fsub(gLast, e.load(logDecay, {s})));
+            e.store(e.fmul(e.load(values, {s, thread}), tail), values,
+                    {s, thread});
+          });
+        }
+        e.loop(c0, dk, c1, [&](Value i) {
+          Value s = e.load(args.finalState, state(i, column));
+          if (lastDecay)
+            s = e.fmul(s, lastDecay);
+          if (featureDecay)
+            s = e.fmul(s, e.exp(e.load(logDecay, {last, i})));
+          Value update = e.sumOver(c0, n, [&](Value t) {
+            return e.fmul(e.load(keys, {t, i}), e.load(values, {t, thread}));
+          });
+          e.store(e.fadd(s, update), args.finalState, state(i, column));
+        });
+      });
+    });
+  });
+  func::ReturnOp::create(b);
+  return func;
+}
+
+func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, const GpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createKernel(builder, loc, name, bindingTypes,
+                                   tiling.toAttr(builder.getContext()), "gate");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  RecurrenceBindings args(func, shape);
+  const int64_t Dv = shape.valueDim;
+
+  // Thread order (batch, value head, step), the step fastest.
+  Value length = e.dim(args.out, 2);
+  Value step = e.rem(args.workgroup, length);
+  Value rest = e.div(args.workgroup, length);
+  Value hv = e.rem(rest, e.index(shape.numValueHeads));
+  Value batch = e.div(rest, e.index(shape.numValueHeads));
+  Value c0 = e.index(0), dv = e.index(Dv);
+
+  // o = (o / sqrt(mean(o^2) + eps)) * w * silu(z).
+  Value squares = e.sumOver(c0, dv, [&](Value d) {
+    Value o = e.load(args.out, {batch, hv, step, d});
+    return e.fmul(o, o);
+  });
+  Value meanSquare = e.fmul(squares, e.scalar(1.0 / static_cast<double>(Dv)));
+  Value inv = e.fdiv(
+      e.scalar(1.0),
+      math::SqrtOp::create(b, e.fadd(meanSquare, e.scalar(shape.gateEpsilon))));
+  e.loop(c0, dv, e.index(1), [&](Value d) {
+    SmallVector<Value> at{batch, hv, step, d};
+    Value o = e.fmul(e.fmul(e.load(args.out, at), inv), e.load(args.w, {d}));
+    e.store(e.fmul(o, e.silu(e.load(args.z, at))), args.out, at);
+  });
+  func::ReturnOp::create(b);
+  return func;
+}
