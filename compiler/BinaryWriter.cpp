@@ -47,6 +47,10 @@ FailureOr<fb::DType> dtypeOf(Type elementType) {
     return fb::DType::f32;
   if (elementType.isInteger(32))
     return fb::DType::i32;
+  if (elementType.isF16())
+    return fb::DType::f16;
+  if (elementType.isBF16())
+    return fb::DType::bf16;
   return failure();
 }
 
@@ -176,7 +180,7 @@ private:
           MemRefType type = alloc.getType();
           FailureOr<fb::DType> dtype = dtypeOf(type.getElementType());
           if (failed(dtype))
-            return alloc.emitError("temporaries hold f32 or i32");
+            return alloc.emitError("temporaries hold f32, f16, bf16 or i32");
           std::vector<int32_t> dims;
           auto dynamicSizes = alloc.getDynamicSizes();
           unsigned next = 0;
@@ -247,9 +251,10 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
     auto type = cast<MemRefType>(arg.getType());
     FailureOr<fb::DType> dtype = dtypeOf(type.getElementType());
     if (failed(dtype))
-      return host.emitError() << "argument #" << index
-                              << ": entries take f32 or i32 tensors, got "
-                              << type.getElementType();
+      return host.emitError()
+             << "argument #" << index
+             << ": entries take f32, f16, bf16 or i32 tensors, got "
+             << type.getElementType();
     std::string name;
     if (auto attr = host.getArgAttrOfType<StringAttr>(index, "attn.name"))
       name = attr.str();

@@ -13,6 +13,7 @@
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Pass/PassRegistry.h"
@@ -45,6 +46,12 @@ void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
   pm.addPass(createAttnCpuKernelAbi());
   pm.addNestedPass<func::FuncOp>(createAttnCpuApproximateMath());
   pm.addPass(createCanonicalizerPass());
+  // bf16 <-> f32 conversions as integer arithmetic: x86 has no bf16
+  // instructions below AVX512-BF16, and LLVM would call a runtime library
+  // the kernels' shared object does not link.
+  arith::ArithExpandOpsPassOptions expand;
+  expand.includeBf16 = true;
+  pm.addPass(arith::createArithExpandOpsPass(expand));
   pm.addPass(createSCFToControlFlowPass());
   pm.addPass(createConvertVectorToLLVMPass());
   pm.addPass(createFinalizeMemRefToLLVMConversionPass());

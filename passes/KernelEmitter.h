@@ -18,6 +18,7 @@
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/TypeUtilities.h"
 
 #include <algorithm>
 #include <limits>
@@ -128,11 +129,37 @@ public:
   Value icmp(arith::CmpIPredicate p, Value x, Value y) {
     return arith::CmpIOp::create(b, p, x, y);
   }
+  // Loads and stores of storage dtypes: f16 and bf16 are widened to f32 as
+  // they are loaded and rounded back as they are stored, so every kernel
+  // computes in f32 whatever the storage (SPEC: accumulate in f32).
+
+  /// `x` (a scalar or vector of f32, f16 or bf16) as f32.
+  Value widen(Value x) {
+    Type type = x.getType();
+    if (getElementTypeOrSelf(type).isF32())
+      return x;
+    auto shaped = dyn_cast<VectorType>(type);
+    Type wide = shaped ? Type(VectorType::get(shaped.getShape(), f32)) : f32;
+    return arith::ExtFOp::create(b, wide, x);
+  }
+  /// The f32 `x` rounded to `storage` (to nearest even).
+  Value narrow(Value x, Type storage) {
+    if (storage.isF32())
+      return x;
+    auto shaped = dyn_cast<VectorType>(x.getType());
+    Type narrowType =
+        shaped ? Type(VectorType::get(shaped.getShape(), storage)) : storage;
+    return arith::TruncFOp::create(b, narrowType, x);
+  }
+  static Type storageType(Value memref) {
+    return cast<MemRefType>(memref.getType()).getElementType();
+  }
   Value load(Value memref, ValueRange indices) {
-    return memref::LoadOp::create(b, memref, indices);
+    return widen(memref::LoadOp::create(b, memref, indices));
   }
   void store(Value value, Value memref, ValueRange indices) {
-    memref::StoreOp::create(b, value, memref, indices);
+    memref::StoreOp::create(b, narrow(value, storageType(memref)), memref,
+                            indices);
   }
 
   /// A mask of the first `count` lanes.
@@ -147,32 +174,45 @@ public:
   /// Loads `lanes` (<= width) contiguous elements along the last dim,
   /// zero-filling the rest, without touching memory past them.
   Value loadVector(Value memref, ValueRange indices, int64_t lanes) {
-    if (lanes == width)
-      return vector::LoadOp::create(b, vec, memref, indices);
-    return vector::MaskedLoadOp::create(b, vec, memref, indices,
-                                        prefixMask(lanes), splat(0.0));
+    return loadVectorMasked(memref, indices,
+                            lanes == width ? Value() : prefixMask(lanes));
   }
   void storeVector(Value value, Value memref, ValueRange indices,
                    int64_t lanes) {
-    if (lanes == width) {
-      vector::StoreOp::create(b, value, memref, indices);
-      return;
-    }
-    vector::MaskedStoreOp::create(b, memref, indices, prefixMask(lanes), value);
+    storeVectorMasked(value, memref, indices,
+                      lanes == width ? Value() : prefixMask(lanes));
   }
   /// The same with a run-time lane count (clamped to [0, width]).
   Value loadVector(Value memref, ValueRange indices, Value lanes) {
     if (std::optional<int64_t> known = getConstantIntValue(lanes))
       return loadVector(memref, indices, std::clamp<int64_t>(*known, 0, width));
-    return vector::MaskedLoadOp::create(b, vec, memref, indices,
-                                        dynamicMask(lanes), splat(0.0));
+    return loadVectorMasked(memref, indices, dynamicMask(lanes));
   }
   void storeVector(Value value, Value memref, ValueRange indices, Value lanes) {
     if (std::optional<int64_t> known = getConstantIntValue(lanes))
       return storeVector(value, memref, indices,
                          std::clamp<int64_t>(*known, 0, width));
-    vector::MaskedStoreOp::create(b, memref, indices, dynamicMask(lanes),
-                                  value);
+    storeVectorMasked(value, memref, indices, dynamicMask(lanes));
+  }
+  /// A vector load (the lanes of `mask`, zero elsewhere; all lanes without
+  /// a mask) of the memref's storage dtype, widened to f32.
+  Value loadVectorMasked(Value memref, ValueRange indices, Value mask) {
+    auto type = VectorType::get({width}, storageType(memref));
+    if (!mask)
+      return widen(vector::LoadOp::create(b, type, memref, indices));
+    Value zero = arith::ConstantOp::create(
+        b, DenseElementsAttr::get(type,
+                                  b.getFloatAttr(type.getElementType(), 0.0)));
+    return widen(
+        vector::MaskedLoadOp::create(b, type, memref, indices, mask, zero));
+  }
+  void storeVectorMasked(Value value, Value memref, ValueRange indices,
+                         Value mask) {
+    value = narrow(value, storageType(memref));
+    if (!mask)
+      vector::StoreOp::create(b, value, memref, indices);
+    else
+      vector::MaskedStoreOp::create(b, memref, indices, mask, value);
   }
   /// A mask of the first `count` lanes, `count` known at run time only.
   Value dynamicMask(Value count) {

@@ -40,14 +40,6 @@ LinearRecurrenceShape::get(AttentionOpInterface op, StringRef target) {
     return fail("not a recurrence");
   auto q = cast<RankedTensorType>(op.getQuery().getType());
   auto v = cast<RankedTensorType>(op.getValue().getType());
-  SmallVector<Value> operands{op.getQuery(), op.getKey(), op.getValue()};
-  for (Value operand : {op.getStepDecay(), op.getStepBeta()})
-    if (operand)
-      operands.push_back(operand);
-  llvm::append_range(operands, op.getEpilogueOperands());
-  for (Value operand : operands)
-    if (!cast<RankedTensorType>(operand.getType()).getElementType().isF32())
-      return fail("the " + target + " kernels take f32 storage");
   if (q.isDynamicDim(1) || q.isDynamicDim(3) || v.isDynamicDim(1) ||
       v.isDynamicDim(3))
     return fail("head counts and feature sizes must be static");

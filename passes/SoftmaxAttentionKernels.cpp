@@ -42,10 +42,6 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   auto q = cast<RankedTensorType>(op.getQuery().getType());
   auto k = cast<RankedTensorType>(op.getKey().getType());
   auto v = cast<RankedTensorType>(op.getValue().getType());
-  for (RankedTensorType type : {q, k, v})
-    if (!type.getElementType().isF32())
-      return fail("the " + target + " kernels take f32 storage, got " +
-                  llvm::Twine(type.getElementType().isF16() ? "f16" : "bf16"));
   if (q.isDynamicDim(1) || k.isDynamicDim(1) || q.isDynamicDim(3) ||
       v.isDynamicDim(3))
     return fail("head counts and feature sizes must be static");
@@ -65,8 +61,6 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
     return fail("the rmsnorm-silu gate is not lowered for softmax attention");
   if (shape.epilogue == Epilogue::SigmoidGate) {
     auto gate = cast<RankedTensorType>(op.getEpilogueOperands()[0].getType());
-    if (!gate.getElementType().isF32())
-      return fail("the " + target + " kernels take an f32 gate");
     shape.headwiseGate = gate.getDimSize(3) == 1 && shape.valueDim != 1;
   }
   shape.withLogSumExp = static_cast<bool>(op.getLogSumExp());

@@ -141,8 +141,18 @@ private:
 } // namespace
 
 const char *descriptor(DType dtype) {
-  return dtype == DType::F32 ? "<f4" : "<i4";
+  switch (dtype) {
+  case DType::F32:
+    return "<f4";
+  case DType::I32:
+    return "<i4";
+  case DType::F16:
+    return "<f2";
+  }
+  return "?";
 }
+
+size_t elementSize(DType dtype) { return dtype == DType::F16 ? 2 : 4; }
 
 int64_t Array::numElements() const {
   int64_t n = 1;
@@ -197,9 +207,11 @@ bool parse(const uint8_t *bytes, size_t size, Array &out, std::string &error) {
     out.dtype = DType::F32;
   else if (descr == "<i4")
     out.dtype = DType::I32;
+  else if (descr == "<f2")
+    out.dtype = DType::F16;
   else {
     error = "unsupported dtype '" + descr +
-            "': expected '<f4' (float32) or '<i4' (int32)";
+            "': expected '<f4' (float32), '<i4' (int32) or '<f2' (float16)";
     return false;
   }
   if (fortranOrder) {
@@ -209,7 +221,8 @@ bool parse(const uint8_t *bytes, size_t size, Array &out, std::string &error) {
   }
   out.shape = shape;
   const size_t dataStart = headerStart + headerLength;
-  const uint64_t expected = uint64_t(out.numElements()) * 4;
+  const uint64_t expected =
+      uint64_t(out.numElements()) * elementSize(out.dtype);
   const uint64_t found = size - dataStart;
   if (found != expected) {
     error = (found < expected ? "truncated data: " : "trailing data: ") +

@@ -1,8 +1,9 @@
 //===- Npy.h - NumPy .npy files for attn-run and tests ----------*- C++ -*-===//
 //
 // Reads and writes the .npy files of SPEC §5: little-endian f32 ('<f4') or
-// i32 ('<i4') arrays in C order, format versions 1.0-3.0. Anything else is an
-// error that says what was found and what is accepted. Part of the runtime:
+// i32 ('<i4') arrays in C order, format versions 1.0-3.0, and f16 ('<f2')
+// for f16 arguments. Anything else is an error that says what was found and
+// what is accepted. Part of the runtime:
 // plain C++, no LLVM, no exceptions.
 //
 //===----------------------------------------------------------------------===//
@@ -17,15 +18,17 @@
 
 namespace attn::npy {
 
-enum class DType { F32, I32 };
+enum class DType { F32, I32, F16 };
 
-/// The .npy descriptor of a dtype: "<f4" or "<i4".
+/// The .npy descriptor of a dtype: "<f4", "<i4" or "<f2".
 const char *descriptor(DType dtype);
+/// Bytes per element.
+size_t elementSize(DType dtype);
 
 struct Array {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  /// The elements in C order, 4 bytes each, little-endian.
+  /// The elements in C order, little-endian.
   std::vector<uint8_t> data;
 
   int64_t numElements() const;

@@ -90,8 +90,24 @@ struct Entry {
   Program cpu, cuda;
 };
 
-const char *dtypeName(attn_dtype dtype) {
-  return dtype == ATTN_F32 ? "f32" : "i32";
+/// The runtime dtype of a binary's, false for one this runtime does not
+/// know.
+bool dtypeOf(attn::fb::DType stored, attn_dtype &dtype) {
+  switch (stored) {
+  case attn::fb::DType::f32:
+    dtype = ATTN_F32;
+    return true;
+  case attn::fb::DType::i32:
+    dtype = ATTN_I32;
+    return true;
+  case attn::fb::DType::f16:
+    dtype = ATTN_F16;
+    return true;
+  case attn::fb::DType::bf16:
+    dtype = ATTN_BF16;
+    return true;
+  }
+  return false;
 }
 
 std::string formatDims(const std::vector<int64_t> &dims) {
@@ -191,6 +207,32 @@ private:
 
 extern "C" const char *attn_last_error(void) { return lastError.c_str(); }
 
+extern "C" size_t attn_dtype_size(attn_dtype dtype) {
+  switch (dtype) {
+  case ATTN_F32:
+  case ATTN_I32:
+    return 4;
+  case ATTN_F16:
+  case ATTN_BF16:
+    return 2;
+  }
+  return 0;
+}
+
+extern "C" const char *attn_dtype_name(attn_dtype dtype) {
+  switch (dtype) {
+  case ATTN_F32:
+    return "f32";
+  case ATTN_I32:
+    return "i32";
+  case ATTN_F16:
+    return "f16";
+  case ATTN_BF16:
+    return "bf16";
+  }
+  return "?";
+}
+
 attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
                                   Entry &entry) {
   auto bad = [&](const std::string &why) {
@@ -207,10 +249,8 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
       if (!fbSig->name() || !fbSig->dims())
         return false;
       sig.name = fbSig->name()->str();
-      if (fbSig->dtype() != attn::fb::DType::f32 &&
-          fbSig->dtype() != attn::fb::DType::i32)
+      if (!dtypeOf(fbSig->dtype(), sig.dtype))
         return false;
-      sig.dtype = fbSig->dtype() == attn::fb::DType::f32 ? ATTN_F32 : ATTN_I32;
       for (const attn::fb::Dim *dim : *fbSig->dims()) {
         if (dim->size() >= 0) {
           sig.dims.push_back(dim->size());
@@ -312,7 +352,8 @@ attn_status attn_model::readProgram(
       step.kind = Step::Temp;
       if (!temp->dims())
         return bad("a temporary has no dims");
-      step.dtype = temp->dtype() == attn::fb::DType::i32 ? ATTN_I32 : ATTN_F32;
+      if (!dtypeOf(temp->dtype(), step.dtype))
+        return bad("a temporary has an unknown dtype");
       for (int32_t r : *temp->dims()) {
         if (!checkRegister(r))
           return bad("a temporary's size reads a register no earlier step "
@@ -663,8 +704,8 @@ attn_status checkTensor(const Entry &entry, const char *role, size_t index,
     actual.assign(tensor.shape, tensor.shape + tensor.rank);
   if (tensor.dtype != sig.dtype)
     return fail(ATTN_SIGNATURE_MISMATCH,
-                what + ": expected dtype " + dtypeName(sig.dtype) + ", got " +
-                    (tensor.dtype == ATTN_I32 ? "i32" : "f32"));
+                what + ": expected dtype " + attn_dtype_name(sig.dtype) +
+                    ", got " + attn_dtype_name(tensor.dtype));
   auto mismatch = [&](const std::string &why) {
     return fail(ATTN_SIGNATURE_MISMATCH,
                 what + ": expected shape " + formatSignature(sig, bound) +
@@ -730,6 +771,14 @@ std::vector<int64_t> outputShape(const Signature &sig,
 struct Buffer {
   void *data = nullptr;
   std::vector<int64_t> shape;
+  attn_dtype dtype = ATTN_F32;
+
+  size_t bytes() const {
+    size_t elements = 1;
+    for (int64_t size : shape)
+      elements *= static_cast<size_t>(size);
+    return elements * attn_dtype_size(dtype);
+  }
 };
 
 attn_status evalInt(const Entry &entry, size_t index, const Step &step,
@@ -866,6 +915,7 @@ attn_status runProgram(
       break;
     case Step::Temp: {
       Buffer buffer;
+      buffer.dtype = step.dtype;
       int64_t elements = 1;
       for (int32_t r : step.dims) {
         if (regs[r] < 0)
@@ -874,8 +924,9 @@ attn_status runProgram(
         buffer.shape.push_back(regs[r]);
         elements *= regs[r];
       }
-      if (attn_status status =
-              allocate(static_cast<size_t>(elements) * 4, buffer.data))
+      if (attn_status status = allocate(static_cast<size_t>(elements) *
+                                            attn_dtype_size(step.dtype),
+                                        buffer.data))
         return status;
       buffers.push_back(std::move(buffer));
       break;
@@ -963,24 +1014,18 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
         gpu.release(pointer);
     }
   } release{gpu, owned};
-  auto bytesOf = [](const Buffer &buffer) {
-    size_t elements = 1;
-    for (int64_t size : buffer.shape)
-      elements *= static_cast<size_t>(size);
-    return elements * 4;
-  };
   std::vector<Buffer> buffers;
   for (size_t i = 0; i < hostBuffers.size(); ++i) {
     uint64_t pointer = 0;
-    size_t bytes = bytesOf(hostBuffers[i]);
+    size_t bytes = hostBuffers[i].bytes();
     if (!gpu.allocate(bytes, pointer, error))
       return cudaFail(error);
     owned.push_back(pointer);
     if (i < e.inputs.size() &&
         !gpu.copyToDevice(pointer, hostBuffers[i].data, bytes, error))
       return cudaFail(error);
-    buffers.push_back(
-        {reinterpret_cast<void *>(pointer), hostBuffers[i].shape});
+    buffers.push_back({reinterpret_cast<void *>(pointer), hostBuffers[i].shape,
+                       hostBuffers[i].dtype});
   }
   auto allocate = [&](size_t bytes, void *&data) {
     uint64_t pointer = 0;
@@ -1011,7 +1056,7 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
   for (size_t i = e.inputs.size(); i < hostBuffers.size(); ++i)
     if (!gpu.copyToHost(hostBuffers[i].data,
                         reinterpret_cast<uint64_t>(buffers[i].data),
-                        bytesOf(hostBuffers[i]), error))
+                        hostBuffers[i].bytes(), error))
       return cudaFail(error);
   return ATTN_OK;
 }
@@ -1060,9 +1105,11 @@ extern "C" attn_status attn_run(attn_model *model, int32_t entry,
 
   std::vector<Buffer> buffers;
   for (int32_t i = 0; i < numInputs; ++i)
-    buffers.push_back({inputs[i].data, outputShape(e->inputs[i], bound)});
+    buffers.push_back(
+        {inputs[i].data, outputShape(e->inputs[i], bound), e->inputs[i].dtype});
   for (int32_t i = 0; i < numOutputs; ++i)
-    buffers.push_back({outputs[i].data, outputShape(e->outputs[i], bound)});
+    buffers.push_back({outputs[i].data, outputShape(e->outputs[i], bound),
+                       e->outputs[i].dtype});
   return model->device == ATTN_DEVICE_CUDA ? runOnCuda(*model, *e, buffers)
                                            : runOnCpu(*model, *e, buffers);
 }

@@ -37,7 +37,19 @@ typedef enum attn_status {
   ATTN_RUN_ERROR = 7,
 } attn_status;
 
-typedef enum attn_dtype { ATTN_F32 = 0, ATTN_I32 = 1 } attn_dtype;
+/** Element types. f16 is IEEE binary16, bf16 the upper half of an f32;
+    both are storage dtypes: the kernels compute in f32. */
+typedef enum attn_dtype {
+  ATTN_F32 = 0,
+  ATTN_I32 = 1,
+  ATTN_F16 = 2,
+  ATTN_BF16 = 3,
+} attn_dtype;
+
+/** Bytes per element of `dtype` (0 for an unknown dtype). */
+size_t attn_dtype_size(attn_dtype dtype);
+/** The dtype's name ("f32", "i32", "f16", "bf16"; "?" if unknown). */
+const char *attn_dtype_name(attn_dtype dtype);
 
 /** Where attn_run executes an entry. */
 typedef enum attn_device {

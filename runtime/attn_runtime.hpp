@@ -37,7 +37,8 @@ struct Tensor {
   Tensor() = default;
   Tensor(attn_dtype dtype, std::vector<int64_t> shape)
       : dtype(dtype), shape(std::move(shape)) {
-    storage.assign(static_cast<size_t>(numElements()), 0);
+    size_t bytes = static_cast<size_t>(numElements()) * attn_dtype_size(dtype);
+    storage.assign((bytes + 3) / 4, 0);
   }
   int64_t numElements() const {
     int64_t n = 1;
@@ -50,6 +51,11 @@ struct Tensor {
     return reinterpret_cast<const float *>(storage.data());
   }
   int32_t *i32() { return reinterpret_cast<int32_t *>(storage.data()); }
+  /// The raw bits of f16 and bf16 elements.
+  uint16_t *bits16() { return reinterpret_cast<uint16_t *>(storage.data()); }
+  const uint16_t *bits16() const {
+    return reinterpret_cast<const uint16_t *>(storage.data());
+  }
   /// The C view; valid while this tensor lives and is not resized.
   attn_tensor view() const {
     return {dtype, static_cast<int32_t>(shape.size()), shape.data(),

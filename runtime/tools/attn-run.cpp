@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "runtime/Float16.h"
 #include "runtime/Npy.h"
 #include "runtime/attn_runtime.hpp"
 
@@ -54,7 +55,7 @@ bool parseInt(const std::string &text, long long &value) {
 }
 
 std::string formatArgument(const attn_argument_info &info) {
-  std::string text = info.dtype == ATTN_F32 ? "f32 [" : "i32 [";
+  std::string text = attn_dtype_name(info.dtype) + std::string(" [");
   for (int32_t d = 0; d < info.rank; ++d) {
     text += d ? ", " : "";
     text += info.dims[d] >= 0 ? std::to_string(info.dims[d])
@@ -64,8 +65,61 @@ std::string formatArgument(const attn_argument_info &info) {
 }
 
 std::string formatTensor(const std::string &name, const attn::Tensor &t) {
-  return name + " " + (t.dtype == ATTN_F32 ? "f32" : "i32") +
+  return name + " " + attn_dtype_name(t.dtype) +
          attn::npy::formatShape(t.shape);
+}
+
+bool isStorageFloat(attn_dtype dtype) {
+  return dtype == ATTN_F16 || dtype == ATTN_BF16;
+}
+
+/// `value` rounded to the storage dtype `dtype` (f16 or bf16).
+uint16_t toStorage(attn_dtype dtype, float value) {
+  return dtype == ATTN_F16 ? attn::floatToHalf(value)
+                           : attn::floatToBf16(value);
+}
+
+/// An input for an argument of dtype `dtype` from a .npy array: float32
+/// arrays are rounded to f16 / bf16 arguments (NumPy has no bf16), float16
+/// ones are taken as they are; anything else keeps its dtype (and the
+/// runtime names the mismatch).
+attn::Tensor inputTensor(const attn::npy::Array &array, attn_dtype dtype) {
+  if (array.dtype == attn::npy::DType::F32 && isStorageFloat(dtype)) {
+    attn::Tensor tensor(dtype, array.shape);
+    const auto *values = reinterpret_cast<const float *>(array.data.data());
+    for (int64_t e = 0; e < tensor.numElements(); ++e)
+      tensor.bits16()[e] = toStorage(dtype, values[e]);
+    return tensor;
+  }
+  attn_dtype stored = array.dtype == attn::npy::DType::F32   ? ATTN_F32
+                      : array.dtype == attn::npy::DType::F16 ? ATTN_F16
+                                                             : ATTN_I32;
+  attn::Tensor tensor(stored, array.shape);
+  std::copy(array.data.begin(), array.data.end(),
+            reinterpret_cast<uint8_t *>(tensor.storage.data()));
+  return tensor;
+}
+
+/// The .npy array of an output: f32 and i32 as they are, f16 as float16,
+/// bf16 widened (exactly) to float32.
+attn::npy::Array outputArray(const attn::Tensor &tensor) {
+  attn::npy::Array array;
+  array.shape = tensor.shape;
+  if (tensor.dtype == ATTN_BF16) {
+    array.dtype = attn::npy::DType::F32;
+    array.data.resize(static_cast<size_t>(tensor.numElements()) * 4);
+    auto *values = reinterpret_cast<float *>(array.data.data());
+    for (int64_t e = 0; e < tensor.numElements(); ++e)
+      values[e] = attn::bf16ToFloat(tensor.bits16()[e]);
+    return array;
+  }
+  array.dtype = tensor.dtype == ATTN_F32   ? attn::npy::DType::F32
+                : tensor.dtype == ATTN_F16 ? attn::npy::DType::F16
+                                           : attn::npy::DType::I32;
+  const auto *bytes = reinterpret_cast<const uint8_t *>(tensor.storage.data());
+  array.data.assign(bytes, bytes + tensor.numElements() *
+                                       attn::npy::elementSize(array.dtype));
+  return array;
 }
 
 void list(const attn::Model &model) {
@@ -207,9 +261,12 @@ int main(int argc, char **argv) {
         shape.push_back(it->second);
       }
       attn::Tensor tensor(info.dtype, shape);
-      if (info.dtype == ATTN_F32)
-        for (int64_t e = 0; e < tensor.numElements(); ++e)
+      for (int64_t e = 0; e < tensor.numElements(); ++e) {
+        if (info.dtype == ATTN_F32)
           tensor.f32()[e] = uniform(rng);
+        else if (isStorageFloat(info.dtype))
+          tensor.bits16()[e] = toStorage(info.dtype, uniform(rng));
+      }
       inputs.push_back(std::move(tensor));
     }
   } else {
@@ -218,12 +275,12 @@ int main(int argc, char **argv) {
       std::string message;
       if (!attn::npy::readFile(path, array, message))
         return error(message);
-      attn::Tensor tensor(array.dtype == attn::npy::DType::F32 ? ATTN_F32
-                                                               : ATTN_I32,
-                          array.shape);
-      std::copy(array.data.begin(), array.data.end(),
-                reinterpret_cast<uint8_t *>(tensor.storage.data()));
-      inputs.push_back(std::move(tensor));
+      attn_argument_info info{};
+      int32_t index = static_cast<int32_t>(inputs.size());
+      info.dtype = ATTN_F32;
+      if (index < numInputs)
+        attn_entry_argument(m, entry, index, &info);
+      inputs.push_back(inputTensor(array, info.dtype));
     }
   }
   if (!outputPaths.empty() &&
@@ -281,13 +338,7 @@ int main(int argc, char **argv) {
                 repeat);
   }
   for (size_t i = 0; i < outputPaths.size(); ++i) {
-    attn::npy::Array array;
-    array.dtype = outputs[i].dtype == ATTN_F32 ? attn::npy::DType::F32
-                                               : attn::npy::DType::I32;
-    array.shape = outputs[i].shape;
-    const auto *bytes =
-        reinterpret_cast<const uint8_t *>(outputs[i].storage.data());
-    array.data.assign(bytes, bytes + outputs[i].storage.size() * 4);
+    attn::npy::Array array = outputArray(outputs[i]);
     std::string message;
     if (!attn::npy::writeFile(outputPaths[i], array, message))
       return error(message);

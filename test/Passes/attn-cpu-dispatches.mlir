@@ -97,8 +97,18 @@ func.func @selection(%q: tensor<?x2x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 
 // -----
 
+// f16 storage: every load widens to f32 (q and k elements, v rows), the
+// output rows are rounded back; the split-KV partials stay f32.
+// CHECK-LABEL: func.func private @half__flash0
+// CHECK:         %[[Q:.+]] = memref.load %arg0[{{.+}}] : memref<?x2x?x16xf16>
+// CHECK-NEXT:    arith.extf %[[Q]] : f16 to f32
+// CHECK:         %[[V:.+]] = vector.load %arg2[{{.+}}] : memref<?x2x?x16xf16>, vector<8xf16>
+// CHECK-NEXT:    arith.extf %[[V]] : vector<8xf16> to vector<8xf32>
+// CHECK:         %[[O:.+]] = arith.truncf %{{.+}} : vector<8xf32> to vector<8xf16>
+// CHECK-NEXT:    vector.store %[[O]], %arg3[{{.+}}] : memref<?x2x?x16xf16>, vector<8xf16>
+// CHECK-LABEL: func.func private @half__split_kv1
+// CHECK-SAME:    memref<?x2x?x?x16xf32>
 func.func @half(%q: tensor<?x2x?x16xf16>) -> tensor<?x2x?x16xf16> {
-  // expected-error @below {{no CPU lowering: the CPU kernels take f32 storage, got f16}}
   %o = attn.sdpa %q, %q, %q {mask = #attn.mask<causal>}
       : tensor<?x2x?x16xf16>, tensor<?x2x?x16xf16>, tensor<?x2x?x16xf16>
   return %o : tensor<?x2x?x16xf16>

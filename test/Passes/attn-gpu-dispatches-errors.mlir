@@ -14,30 +14,9 @@ func.func @selection(%q: tensor<?x2x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 
 // -----
 
-func.func @half(%q: tensor<?x2x?x16xf16>) -> tensor<?x2x?x16xf16> {
-  // expected-error @below {{no CUDA lowering: the CUDA kernels take f32 storage, got f16}}
-  %o = attn.sdpa %q, %q, %q {mask = #attn.mask<causal>}
-      : tensor<?x2x?x16xf16>, tensor<?x2x?x16xf16>, tensor<?x2x?x16xf16>
-  return %o : tensor<?x2x?x16xf16>
-}
-
-// -----
-
 func.func @ungated(%o: tensor<?x2x?x16xf32>, %g: tensor<?x2x?x16xf32>)
     -> tensor<?x2x?x16xf32> {
   // expected-error @below {{no CUDA lowering for 'attn.gate' yet}}
   %r = attn.gate %o, %g : tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>
   return %r : tensor<?x2x?x16xf32>
-}
-
-// -----
-
-func.func @half_recurrence(%q: tensor<?x2x?x32xf16>, %v: tensor<?x2x?x24xf16>,
-                           %s0: tensor<?x2x32x24xf32>)
-    -> (tensor<?x2x?x24xf16>, tensor<?x2x32x24xf32>) {
-  // expected-error @below {{no CUDA lowering: the CUDA kernels take f32 storage}}
-  %o, %s = attn.linear_recurrence linear %q, %q, %v
-      state(%s0 : tensor<?x2x32x24xf32>) {chunk_size = 16}
-      : tensor<?x2x?x32xf16>, tensor<?x2x?x32xf16>, tensor<?x2x?x24xf16>
-  return %o, %s : tensor<?x2x?x24xf16>, tensor<?x2x32x24xf32>
 }

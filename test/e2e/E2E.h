@@ -2,7 +2,7 @@
 //
 // Compiling a model description in-process and loading it with the
 // runtime, and moving tensors between the float64 reference and the
-// runtime's f32 tensors.
+// runtime's tensors (f32, or the storage dtypes f16 and bf16).
 //
 //===----------------------------------------------------------------------===//
 
@@ -10,6 +10,7 @@
 #define ATTN_TEST_E2E_E2E_H
 
 #include "compiler/Compile.h"
+#include "runtime/Float16.h"
 #include "runtime/attn_runtime.hpp"
 #include "test/reference/Reference.h"
 
@@ -24,27 +25,58 @@
 
 namespace attn::e2e {
 
-inline Tensor toRuntime(const ref::Tensor &t) {
-  Tensor out(ATTN_F32, t.shape());
-  for (int64_t i = 0; i < t.size(); ++i)
-    out.f32()[i] = static_cast<float>(t.values()[i]);
+/// The dtype of a model description's "dtype".
+inline attn_dtype storageDtype(const std::string &name) {
+  return name == "f16" ? ATTN_F16 : name == "bf16" ? ATTN_BF16 : ATTN_F32;
+}
+
+/// `x` rounded to `dtype` (to nearest even), as a double.
+inline double roundTo(attn_dtype dtype, double x) {
+  float f = static_cast<float>(x);
+  if (dtype == ATTN_F16)
+    return halfToFloat(floatToHalf(f));
+  if (dtype == ATTN_BF16)
+    return bf16ToFloat(floatToBf16(f));
+  return f;
+}
+
+/// One unit in the last place at 1 of a float dtype: the error of one
+/// rounding to it, relative to the magnitude rounded, is at most half that.
+inline double unitInLastPlace(attn_dtype dtype) {
+  return dtype == ATTN_F16 ? 0x1p-10 : dtype == ATTN_BF16 ? 0x1p-7 : 0x1p-23;
+}
+
+inline Tensor toRuntime(const ref::Tensor &t, attn_dtype dtype = ATTN_F32) {
+  Tensor out(dtype, t.shape());
+  for (int64_t i = 0; i < t.size(); ++i) {
+    float x = static_cast<float>(t.values()[i]);
+    if (dtype == ATTN_F16)
+      out.bits16()[i] = floatToHalf(x);
+    else if (dtype == ATTN_BF16)
+      out.bits16()[i] = floatToBf16(x);
+    else
+      out.f32()[i] = x;
+  }
   return out;
 }
 
 inline ref::Tensor fromRuntime(const Tensor &t) {
   ref::Tensor out(t.shape);
   for (int64_t i = 0; i < out.size(); ++i)
-    out.values()[i] = t.f32()[i];
+    out.values()[i] = t.dtype == ATTN_F16    ? halfToFloat(t.bits16()[i])
+                      : t.dtype == ATTN_BF16 ? bf16ToFloat(t.bits16()[i])
+                                             : t.f32()[i];
   return out;
 }
 
-/// Uniform values in [lo, hi), rounded to f32 so the reference sees exactly
-/// the values the compiled code sees.
+/// Uniform values in [lo, hi), rounded to `dtype` (f32 by default) so the
+/// reference sees exactly the values the compiled code sees.
 inline ref::Tensor randomF32(std::vector<int64_t> shape, std::mt19937_64 &rng,
-                             double lo, double hi) {
+                             double lo, double hi,
+                             attn_dtype dtype = ATTN_F32) {
   ref::Tensor t = ref::randomTensor(std::move(shape), rng, lo, hi);
   for (double &x : t.values())
-    x = static_cast<float>(x);
+    x = roundTo(dtype, x);
   return t;
 }
 

@@ -46,6 +46,8 @@ struct RecurrenceCase {
   /// `stateColumns` columns (0: the compiler's default).
   int threads = 2;
   int64_t stateColumns = 0;
+  /// The storage dtype of everything but the states (f32, f16, bf16).
+  std::string dtype = "f32";
 };
 
 void PrintTo(const RecurrenceCase &c, std::ostream *os) { *os << c.label; }
@@ -71,7 +73,8 @@ bool hasBeta(const std::string &rule) {
 
 std::string modelJson(const RecurrenceCase &c) {
   std::ostringstream json;
-  json << R"({"model": "e2e", "dtype": "f32", "layers": [{"name": "layer",)"
+  json << R"({"model": "e2e", "dtype": ")" << c.dtype
+       << R"(", "layers": [{"name": "layer",)"
        << R"( "type": "linear_attention", "rule": ")" << c.rule
        << R"(", "num_k_heads": )" << c.keyHeads << R"(, "num_v_heads": )"
        << c.valueHeads << R"(, "k_dim": )" << c.keyDim << R"(, "v_dim": )"
@@ -110,31 +113,35 @@ Inputs randomInputs(const RecurrenceCase &c, int64_t length,
                     std::mt19937_64 &rng) {
   Inputs in;
   const int64_t B = c.batch;
-  in.q = randomF32({B, c.keyHeads, length, c.keyDim}, rng, -1, 1);
+  const attn_dtype dtype = storageDtype(c.dtype);
+  in.q = randomF32({B, c.keyHeads, length, c.keyDim}, rng, -1, 1, dtype);
   in.k = randomF32({B, c.keyHeads, length, c.keyDim}, rng, -c.keyRange,
-                   c.keyRange);
-  in.v = randomF32({B, c.valueHeads, length, c.valueDim}, rng, -1, 1);
+                   c.keyRange, dtype);
+  in.v = randomF32({B, c.valueHeads, length, c.valueDim}, rng, -1, 1, dtype);
   if (c.rule == "gla")
-    in.g = randomF32({B, c.valueHeads, length, c.keyDim}, rng, -c.maxDecay, 0);
+    in.g = randomF32({B, c.valueHeads, length, c.keyDim}, rng, -c.maxDecay, 0,
+                     dtype);
   else
-    in.g = randomF32({B, c.valueHeads, length}, rng, -c.maxDecay, 0);
-  in.beta = randomF32({B, c.valueHeads, length}, rng, 0.05, 0.95);
+    in.g = randomF32({B, c.valueHeads, length}, rng, -c.maxDecay, 0, dtype);
+  in.beta = randomF32({B, c.valueHeads, length}, rng, 0.05, 0.95, dtype);
   in.state = randomF32({B, c.valueHeads, c.keyDim, c.valueDim}, rng, -1, 1);
-  in.z = randomF32({B, c.valueHeads, length, c.valueDim}, rng, -3, 3);
-  in.w = randomF32({c.valueDim}, rng, 0.5, 1.5);
+  in.z = randomF32({B, c.valueHeads, length, c.valueDim}, rng, -3, 3, dtype);
+  in.w = randomF32({c.valueDim}, rng, 0.5, 1.5, dtype);
   return in;
 }
 
 std::vector<Tensor> entryInputs(const RecurrenceCase &c, const Inputs &in) {
-  std::vector<Tensor> inputs{toRuntime(in.q), toRuntime(in.k), toRuntime(in.v)};
+  const attn_dtype dtype = storageDtype(c.dtype);
+  std::vector<Tensor> inputs{toRuntime(in.q, dtype), toRuntime(in.k, dtype),
+                             toRuntime(in.v, dtype)};
   if (hasDecay(c.rule))
-    inputs.push_back(toRuntime(in.g));
+    inputs.push_back(toRuntime(in.g, dtype));
   if (hasBeta(c.rule))
-    inputs.push_back(toRuntime(in.beta));
+    inputs.push_back(toRuntime(in.beta, dtype));
   inputs.push_back(toRuntime(in.state));
   if (c.gate) {
-    inputs.push_back(toRuntime(in.z));
-    inputs.push_back(toRuntime(in.w));
+    inputs.push_back(toRuntime(in.z, dtype));
+    inputs.push_back(toRuntime(in.w, dtype));
   }
   return inputs;
 }
@@ -161,24 +168,26 @@ std::vector<ref::Tensor> run(Model &model, const std::vector<Tensor> &inputs) {
   EXPECT_TRUE(status.ok()) << status.message;
   std::vector<ref::Tensor> result;
   for (const Tensor &t : outputs) {
-    for (int64_t i = 0; i < t.numElements(); ++i)
-      EXPECT_TRUE(std::isfinite(t.f32()[i])) << "element " << i;
     result.push_back(fromRuntime(t));
+    for (int64_t i = 0; i < t.numElements(); ++i)
+      EXPECT_TRUE(std::isfinite(result.back().values()[i])) << "element " << i;
   }
   return result;
 }
 
 constexpr double kTolerance = 1e-4;
 
+/// Within the f32 tolerance, plus for an output stored as f16 / bf16 one
+/// unit in the last place of that dtype (`storageUlp`).
 void expectClose(const ref::Tensor &actual, const ref::Tensor &expected,
-                 const char *what) {
+                 const char *what, double storageUlp = 0.0) {
   ASSERT_EQ(actual.shape(), expected.shape()) << what;
   double error = ref::maxRelativeError(actual, expected);
   char text[32];
   std::snprintf(text, sizeof(text), "%.3e", error);
   testing::Test::RecordProperty(std::string("max_relative_error_") + what,
                                 text);
-  EXPECT_LE(error, kTolerance) << what;
+  EXPECT_LE(error, kTolerance + storageUlp) << what;
 }
 
 class LinearRecurrence
@@ -196,13 +205,16 @@ TEST_P(LinearRecurrence, MatchesReference) {
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   const int64_t total = c.length + c.continuation;
+  const attn_dtype dtype = storageDtype(c.dtype);
+  // o is stored in the model's dtype, the state always in f32.
+  const double outputUlp = dtype == ATTN_F32 ? 0.0 : unitInLastPlace(dtype);
   Inputs all = randomInputs(c, total, rng);
   ref::RecurrenceResult expected = reference(c, all);
 
   if (c.continuation == 0) {
     std::vector<ref::Tensor> outputs = run(*model, entryInputs(c, all));
     ASSERT_EQ(outputs.size(), 2u);
-    expectClose(outputs[0], expected.output, "o");
+    expectClose(outputs[0], expected.output, "o", outputUlp);
     expectClose(outputs[1], expected.state, "S");
     return;
   }
@@ -223,8 +235,10 @@ TEST_P(LinearRecurrence, MatchesReference) {
   second.state = head[1];
   std::vector<ref::Tensor> tail = run(*model, entryInputs(c, second));
   ASSERT_EQ(tail.size(), 2u);
-  expectClose(head[0], steps(expected.output, 0, c.length), "o_first");
-  expectClose(tail[0], steps(expected.output, c.length, total), "o_second");
+  expectClose(head[0], steps(expected.output, 0, c.length), "o_first",
+              outputUlp);
+  expectClose(tail[0], steps(expected.output, c.length, total), "o_second",
+              outputUlp);
   expectClose(tail[1], expected.state, "S");
 }
 
@@ -342,6 +356,24 @@ std::vector<RecurrenceCase> cases() {
        .chunk = 32,
        .gate = true,
        .length = 90});
+  // f16 / bf16 storage (the states stay f32): prefill with the gate,
+  // decode, gla, and a continuation.
+  add({.label = "bf16_gated_delta_gate",
+       .keyHeads = 1,
+       .valueHeads = 2,
+       .keyDim = 64,
+       .valueDim = 48,
+       .chunk = 32,
+       .gate = true,
+       .length = 70,
+       .dtype = "bf16"});
+  add({.label = "bf16_decode", .gate = true, .length = 1, .dtype = "bf16"});
+  add({.label = "f16_gla", .rule = "gla", .length = 45, .dtype = "f16"});
+  add({.label = "f16_continue_delta",
+       .rule = "delta",
+       .length = 20,
+       .continuation = 21,
+       .dtype = "f16"});
   // CUDA: a value dim wider than a block (2 column tiles of 128, the
   // second with 72 idle threads) and one narrower than a warp.
   add({.label = "gated_delta_Dv200_gate",

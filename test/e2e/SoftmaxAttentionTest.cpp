@@ -34,14 +34,19 @@ struct AttentionCase {
   int64_t batch = 1, queries = 17, keys = 17;
   /// Inputs are uniform in [-range, range].
   double range = 1.0;
+  /// Of the f32 arithmetic; an f16 / bf16 output may differ by one more
+  /// unit in the last place of its dtype (its rounding).
   double tolerance = 1e-5;
+  /// The model's storage dtype: f32, f16 or bf16.
+  std::string dtype = "f32";
 };
 
 void PrintTo(const AttentionCase &c, std::ostream *os) { *os << c.label; }
 
 std::string modelJson(const AttentionCase &c) {
   std::ostringstream json;
-  json << R"({"model": "e2e", "dtype": "f32", "layers": [{"name": "layer",)"
+  json << R"({"model": "e2e", "dtype": ")" << c.dtype
+       << R"(", "layers": [{"name": "layer",)"
        << R"( "type": "attention", "num_heads": )" << c.heads
        << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
        << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
@@ -77,22 +82,24 @@ TEST_P(SoftmaxAttention, MatchesReference) {
   int32_t entry = -1;
   ASSERT_TRUE(model->findEntry("layer", entry).ok());
 
+  const attn_dtype dtype = storageDtype(c.dtype);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   ref::Tensor q = randomF32({c.batch, c.heads, c.queries, c.headDim}, rng,
-                            -c.range, c.range);
+                            -c.range, c.range, dtype);
   ref::Tensor k = randomF32({c.batch, c.kvHeads, c.keys, c.headDim}, rng,
-                            -c.range, c.range);
-  ref::Tensor v =
-      randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, -1.0, 1.0);
+                            -c.range, c.range, dtype);
+  ref::Tensor v = randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, -1.0,
+                            1.0, dtype);
   std::optional<ref::Tensor> gate;
   if (c.gate != "none")
     gate = randomF32(
         {c.batch, c.heads, c.queries, c.gate == "elementwise" ? c.valueDim : 1},
-        rng, -3.0, 3.0);
+        rng, -3.0, 3.0, dtype);
 
-  std::vector<Tensor> inputs{toRuntime(q), toRuntime(k), toRuntime(v)};
+  std::vector<Tensor> inputs{toRuntime(q, dtype), toRuntime(k, dtype),
+                             toRuntime(v, dtype)};
   if (gate)
-    inputs.push_back(toRuntime(*gate));
+    inputs.push_back(toRuntime(*gate, dtype));
   std::vector<Tensor> outputs;
   Status status = model->run(entry, inputs, outputs);
   ASSERT_TRUE(status.ok()) << status.message;
@@ -104,17 +111,17 @@ TEST_P(SoftmaxAttention, MatchesReference) {
   ref::AttentionResult expected =
       ref::sdpa(q, k, v, referenceMask(c.mask), score, gate ? &*gate : nullptr);
   ASSERT_EQ(outputs[0].shape, expected.output.shape());
-  ref::Tensor actual(outputs[0].shape);
-  for (int64_t i = 0; i < actual.size(); ++i) {
-    float x = outputs[0].f32()[i];
-    ASSERT_TRUE(std::isfinite(x)) << "element " << i << " is " << x;
-    actual.values()[i] = x;
-  }
+  ASSERT_EQ(outputs[0].dtype, dtype);
+  ref::Tensor actual = fromRuntime(outputs[0]);
+  for (int64_t i = 0; i < actual.size(); ++i)
+    ASSERT_TRUE(std::isfinite(actual.values()[i]))
+        << "element " << i << " is " << actual.values()[i];
   double error = ref::maxRelativeError(actual, expected.output);
   char text[32];
   std::snprintf(text, sizeof(text), "%.3e", error);
   RecordProperty("max_relative_error", text);
-  EXPECT_LE(error, c.tolerance);
+  EXPECT_LE(error,
+            c.tolerance + (dtype == ATTN_F32 ? 0.0 : unitInLastPlace(dtype)));
 }
 
 std::vector<AttentionCase> cases() {
@@ -254,6 +261,46 @@ std::vector<AttentionCase> cases() {
        .keys = 700,
        .range = 12.5,
        .tolerance = 1e-4});
+  // f16 / bf16 storage, f32 arithmetic: prefill and decode, gates, a
+  // window, GQA, value_dim != head_dim, and logits up to 1e4 in f16 (whose
+  // largest finite value is 65504).
+  add({.label = "bf16_causal_gqa4_elementwise",
+       .heads = 8,
+       .kvHeads = 2,
+       .headDim = 80,
+       .valueDim = 48,
+       .gate = "elementwise",
+       .queries = 45,
+       .keys = 45,
+       .dtype = "bf16"});
+  add({.label = "bf16_decode_window_headwise",
+       .heads = 4,
+       .kvHeads = 1,
+       .mask = R"({"sliding_window": 300})",
+       .gate = "headwise",
+       .queries = 1,
+       .keys = 777,
+       .dtype = "bf16"});
+  add({.label = "f16_none_gqa1",
+       .heads = 3,
+       .kvHeads = 3,
+       .headDim = 128,
+       .valueDim = 128,
+       .mask = "\"none\"",
+       .batch = 2,
+       .queries = 33,
+       .keys = 70,
+       .dtype = "f16"});
+  add({.label = "f16_huge_logits_decode",
+       .heads = 2,
+       .kvHeads = 1,
+       .mask = "\"none\"",
+       .scale = 1.0,
+       .queries = 3,
+       .keys = 600,
+       .range = 12.5,
+       .tolerance = 1e-4,
+       .dtype = "f16"});
   // Every mask x gate x GQA ratio, with lengths no tile divides and both
   // paths (flash for Lq = 37, split-KV for Lq = 2).
   const std::pair<const char *, const char *> masks[] = {

@@ -1,9 +1,11 @@
 //===- NpyTest.cpp - .npy reading and writing -----------------------------===//
 
 #include "runtime/Npy.h"
+#include "runtime/Float16.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -65,6 +67,95 @@ TEST(Npy, RoundTripsOddShapes) {
   }
 }
 
+TEST(Npy, RoundTripsFloat16) {
+  Array array;
+  array.dtype = DType::F16;
+  array.shape = {3, 5};
+  for (int64_t i = 0; i < array.numElements(); ++i) {
+    uint16_t half = attn::floatToHalf(0.25f * static_cast<float>(i) - 1.0f);
+    array.data.push_back(uint8_t(half));
+    array.data.push_back(uint8_t(half >> 8));
+  }
+  std::vector<uint8_t> bytes = serialize(array);
+  Array back;
+  std::string error;
+  ASSERT_TRUE(parse(bytes.data(), bytes.size(), back, error)) << error;
+  EXPECT_EQ(back.dtype, DType::F16);
+  EXPECT_EQ(back.shape, array.shape);
+  EXPECT_EQ(back.data, array.data);
+  // 15 f16 elements are 30 bytes: one more is trailing data.
+  bytes.push_back(0);
+  EXPECT_EQ(parseError(bytes),
+            "trailing data: shape (3, 5) of <f2 needs 30 bytes, found 31");
+}
+
+// The storage dtypes' conversions (runtime/Float16.h), against values
+// whose encodings are known.
+TEST(Float16, ConvertsExactValuesAndSpecials) {
+  EXPECT_EQ(attn::floatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(attn::floatToHalf(-2.5f), 0xc100);
+  EXPECT_EQ(attn::floatToHalf(65504.0f), 0x7bff);     // largest finite
+  EXPECT_EQ(attn::floatToHalf(65519.0f), 0x7bff);     // rounds down
+  EXPECT_EQ(attn::floatToHalf(65520.0f), 0x7c00);     // rounds to inf
+  EXPECT_EQ(attn::floatToHalf(0x1p-24f), 0x0001);     // smallest subnormal
+  EXPECT_EQ(attn::floatToHalf(0x1p-25f), 0x0000);     // tie to even: 0
+  EXPECT_EQ(attn::floatToHalf(0x1.8p-24f), 0x0002);   // tie to even: 2
+  EXPECT_EQ(attn::floatToHalf(0x1.ffcp-15f), 0x0400); // to the smallest normal
+  EXPECT_EQ(attn::floatToHalf(1.0f + 0x1p-11f), 0x3c00); // tie to even
+  EXPECT_EQ(attn::floatToHalf(1.0f + 0x3p-11f), 0x3c02); // tie to even
+  EXPECT_EQ(attn::floatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(attn::floatToHalf(INFINITY), 0x7c00);
+  EXPECT_TRUE(std::isnan(attn::halfToFloat(attn::floatToHalf(NAN))));
+  EXPECT_EQ(attn::halfToFloat(0x0001), 0x1p-24f);
+  EXPECT_EQ(attn::halfToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(attn::halfToFloat(0xfc00), -INFINITY);
+
+  EXPECT_EQ(attn::floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(attn::floatToBf16(1.0f + 0x1p-8f), 0x3f80); // tie to even
+  EXPECT_EQ(attn::floatToBf16(1.0f + 0x3p-8f), 0x3f82); // tie to even
+  EXPECT_EQ(attn::floatToBf16(-3.0f), 0xc040);
+  EXPECT_EQ(attn::floatToBf16(0x1.ffp127f), 0x7f80); // overflows to inf
+  EXPECT_TRUE(std::isnan(attn::bf16ToFloat(attn::floatToBf16(NAN))));
+  EXPECT_EQ(attn::bf16ToFloat(0xc040), -3.0f);
+}
+
+// Every f16 and bf16 value survives the trip through f32.
+TEST(Float16, RoundTripsEveryValue) {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    uint16_t value = static_cast<uint16_t>(bits);
+    if (!std::isnan(attn::halfToFloat(value)))
+      EXPECT_EQ(attn::floatToHalf(attn::halfToFloat(value)), value)
+          << std::hex << bits;
+    if (!std::isnan(attn::bf16ToFloat(value)))
+      EXPECT_EQ(attn::floatToBf16(attn::bf16ToFloat(value)), value)
+          << std::hex << bits;
+  }
+}
+
+// Any f32 in f16's range rounds to the nearer of its f16 neighbours.
+TEST(Float16, RoundsToTheNearestHalf) {
+  uint32_t state = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    // Magnitudes from 2^-30 to 2^16, both signs.
+    float x = std::ldexp(1.0f + (state >> 9) * 0x1p-23f,
+                         static_cast<int>(state % 47) - 30);
+    if (state & 0x100)
+      x = -x;
+    if (std::fabs(x) >= 65504.0f)
+      continue;
+    uint16_t half = attn::floatToHalf(x);
+    double error = std::fabs(double(attn::halfToFloat(half)) - x);
+    for (int step : {-1, 1}) {
+      uint16_t neighbour = static_cast<uint16_t>(half + step);
+      float other = attn::halfToFloat(neighbour);
+      if ((neighbour & 0x7fff) < 0x7c00 &&
+          (neighbour & 0x8000) == (half & 0x8000))
+        EXPECT_LE(error, std::fabs(double(other) - x)) << x;
+    }
+  }
+}
+
 TEST(Npy, ReadsWhatNumpyWrites) {
   std::vector<uint8_t> data(2 * 3 * 4, 0);
   int32_t seven = 7;
@@ -89,8 +180,8 @@ TEST(Npy, RejectsWhatSpecDoesNotAllow) {
   EXPECT_EQ(parseError(numpyFile(
                 "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }",
                 sixBytes)),
-            "unsupported dtype '<f8': expected '<f4' (float32) or '<i4' "
-            "(int32)");
+            "unsupported dtype '<f8': expected '<f4' (float32), '<i4' "
+            "(int32) or '<f2' (float16)");
   EXPECT_EQ(parseError(numpyFile(
                 "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }",
                 sixBytes)),

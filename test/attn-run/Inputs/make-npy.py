@@ -1,8 +1,9 @@
-"""Writes a .npy file (SPEC §5: '<f4' or '<i4', C order) without numpy.
+"""Writes a .npy file (SPEC §5: '<f4' or '<i4', and '<f2' for f16
+arguments; C order) without numpy.
 
-usage: make-npy.py OUT.npy DTYPE DIM [DIM ...]   (DTYPE: f4 or i4)
+usage: make-npy.py OUT.npy DTYPE DIM [DIM ...]   (DTYPE: f4, f2 or i4)
 
-Elements are a deterministic ramp in [-1, 1) (f4) or 0, 1, 2, ... (i4).
+Elements are a deterministic ramp in [-1, 1) (f4, f2) or 0, 1, 2, ... (i4).
 """
 import struct
 import sys
@@ -16,7 +17,10 @@ header = "{'descr': '<%s', 'fortran_order': False, 'shape': %s, }" % (dtype, sha
 header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
 with open(path, "wb") as f:
     f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+    ramp = [((i * 37) % 200) / 100.0 - 1.0 for i in range(count)]
     if dtype == "f4":
-        f.write(struct.pack("<%df" % count, *[((i * 37) % 200) / 100.0 - 1.0 for i in range(count)]))
+        f.write(struct.pack("<%df" % count, *ramp))
+    elif dtype == "f2":
+        f.write(struct.pack("<%de" % count, *ramp))
     else:
         f.write(struct.pack("<%di" % count, *range(count)))
