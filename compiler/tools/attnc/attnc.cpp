@@ -42,11 +42,16 @@ namespace {
 
 enum class Stage { Binary, Attn, Mlir, Dispatch, LlvmMlir, Llvm, Ptx };
 
+/// attnc's own options: --help lists these, not LLVM's internal ones.
+cl::OptionCategory attncOptions("attnc options");
+
 cl::opt<std::string>
     inputFilename(cl::Positional, cl::Required,
-                  cl::desc("<model.json | config.json | model.mlir>"));
+                  cl::desc("<model.json | config.json | model.mlir>"),
+                  cl::cat(attncOptions));
 cl::opt<std::string> outputFilename("o", cl::desc("Output file"),
-                                    cl::value_desc("file"), cl::init("-"));
+                                    cl::value_desc("file"), cl::init("-"),
+                                    cl::cat(attncOptions));
 cl::opt<Stage>
     emitStage("emit", cl::desc("Stop after a stage and print it"),
               cl::values(clEnumValN(Stage::Attn, "attn",
@@ -63,29 +68,29 @@ cl::opt<Stage>
                                     "optimized LLVM IR of the CPU "
                                     "code"),
                          clEnumValN(Stage::Ptx, "ptx", "PTX of the GPU code")),
-              cl::init(Stage::Binary));
+              cl::init(Stage::Binary), cl::cat(attncOptions));
 cl::opt<std::string> target("target", cl::desc("cpu, cuda or all"),
-                            cl::init("cpu"));
+                            cl::init("cpu"), cl::cat(attncOptions));
 cl::opt<std::string>
     cpuLevel("cpu",
              cl::desc("CPU code level: host (default), x86-64-v2, x86-64-v3 "
                       "or x86-64-v4; the tiles follow its vector width"),
-             cl::init("host"));
+             cl::init("host"), cl::cat(attncOptions));
 cl::opt<std::string> smChip("sm",
                             cl::desc("the NVIDIA GPU the CUDA code is for "
                                      "(default sm_90a)"),
-                            cl::init("sm_90a"));
+                            cl::init("sm_90a"), cl::cat(attncOptions));
 cl::opt<std::string>
     cudaPath("cuda-path",
              cl::desc("the CUDA toolkit (libdevice, ptxas); default "
                       "/usr/local/cuda"),
-             cl::init("/usr/local/cuda"));
+             cl::init("/usr/local/cuda"), cl::cat(attncOptions));
 cl::opt<int64_t> recurrentMaxSteps(
     "recurrent-max-steps",
     cl::desc("Linear recurrences called with at most this many steps run "
              "step by step, longer ones in the chunked form (default 1: "
              "decode steps only)"),
-    cl::init(1));
+    cl::init(1), cl::cat(attncOptions));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "attnc") << message << "\n";
@@ -96,6 +101,7 @@ int fail(const llvm::Twine &message) {
 
 int main(int argc, char **argv) {
   llvm::InitLLVM initLLVM(argc, argv);
+  cl::HideUnrelatedOptions(attncOptions);
   cl::ParseCommandLineOptions(argc, argv, "attn compiler\n");
   if (target != "cpu" && target != "cuda" && target != "all")
     return fail("--target must be cpu, cuda or all, got '" + target + "'");
