@@ -46,20 +46,10 @@ public:
       : EntryLowering(entry, "CPU"), tiling(tiling) {}
 
 private:
-  LogicalResult checkLowerable(AttentionOpInterface op) override {
-    return op.getNormalizer() == Normalizer::RecurrentState
-               ? LogicalResult(LinearRecurrenceShape::get(op))
-               : LogicalResult(SoftmaxAttentionShape::get(op));
-  }
-  LogicalResult lowerAttention(ImplicitLocOpBuilder &b,
-                               AttentionOpInterface op) override {
-    return op.getNormalizer() == Normalizer::RecurrentState
-               ? lowerRecurrence(b, op)
-               : lowerSoftmax(b, op);
-  }
-  LogicalResult lowerSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op);
+  LogicalResult lowerSoftmax(ImplicitLocOpBuilder &b,
+                             AttentionOpInterface op) override;
   LogicalResult lowerRecurrence(ImplicitLocOpBuilder &b,
-                                AttentionOpInterface op);
+                                AttentionOpInterface op) override;
 
   const CpuTiling &tiling;
 };

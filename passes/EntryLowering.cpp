@@ -9,6 +9,9 @@
 
 #include "passes/EntryLowering.h"
 
+#include "passes/LinearRecurrenceKernels.h"
+#include "passes/SoftmaxAttentionKernels.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
@@ -275,7 +278,10 @@ LogicalResult EntryLowering::run() {
       b.clone(op, buffers);
       continue;
     }
-    if (failed(lowerAttention(b, cast<AttentionOpInterface>(op))))
+    auto attention = cast<AttentionOpInterface>(op);
+    if (failed(attention.getNormalizer() == Normalizer::RecurrentState
+                   ? lowerRecurrence(b, attention)
+                   : lowerSoftmax(b, attention)))
       return failure();
   }
 
@@ -335,6 +341,12 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
     buffers.map(lseResult, s.lse);
   }
   return s;
+}
+
+LogicalResult EntryLowering::checkLowerable(AttentionOpInterface op) {
+  return op.getNormalizer() == Normalizer::RecurrentState
+             ? LogicalResult(LinearRecurrenceShape::get(op, target))
+             : LogicalResult(SoftmaxAttentionShape::get(op, target));
 }
 
 EntryLowering::RecurrenceBuffers

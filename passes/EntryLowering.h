@@ -38,13 +38,14 @@ public:
   static SmallVector<func::FuncOp> entriesOf(ModuleOp module);
 
 protected:
-  /// Whether `op` can be lowered, with an error saying why not; called on
-  /// every attention op before anything is built.
-  virtual LogicalResult checkLowerable(AttentionOpInterface op) = 0;
-  /// Emits the host side of `op` at `b` (its results' buffers, then its
-  /// dispatches) and creates its kernels.
-  virtual LogicalResult lowerAttention(ImplicitLocOpBuilder &b,
-                                       AttentionOpInterface op) = 0;
+  /// Emit the host side of a softmax attention op / a linear recurrence
+  /// at `b` (its results' buffers, then its dispatches) and create its
+  /// kernels. Ops reach them only after their shape (SoftmaxAttentionShape,
+  /// LinearRecurrenceShape) was read for this target without error.
+  virtual LogicalResult lowerSoftmax(ImplicitLocOpBuilder &b,
+                                     AttentionOpInterface op) = 0;
+  virtual LogicalResult lowerRecurrence(ImplicitLocOpBuilder &b,
+                                        AttentionOpInterface op) = 0;
 
   /// The buffer of `result`: the output argument it is returned through, or
   /// a new allocation with `dynamicSizes` (host index values, one per
@@ -96,6 +97,10 @@ protected:
   IRMapping buffers;
 
 private:
+  /// Whether `op` can be lowered, with an error saying why not; called on
+  /// every attention op before anything is built.
+  LogicalResult checkLowerable(AttentionOpInterface op);
+
   /// Result value -> output argument index of the host function.
   llvm::DenseMap<Value, unsigned> returnedAt;
   unsigned numInputs = 0;

@@ -33,20 +33,10 @@ public:
       : EntryLowering(entry, "CUDA"), tiling(tiling) {}
 
 private:
-  LogicalResult checkLowerable(AttentionOpInterface op) override {
-    if (op.getNormalizer() == Normalizer::RecurrentState)
-      return LinearRecurrenceShape::get(op, "CUDA");
-    return SoftmaxAttentionShape::get(op, "CUDA");
-  }
-  LogicalResult lowerAttention(ImplicitLocOpBuilder &b,
-                               AttentionOpInterface op) override {
-    return op.getNormalizer() == Normalizer::RecurrentState
-               ? lowerRecurrence(b, op)
-               : lowerSoftmax(b, op);
-  }
-  LogicalResult lowerSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op);
+  LogicalResult lowerSoftmax(ImplicitLocOpBuilder &b,
+                             AttentionOpInterface op) override;
   LogicalResult lowerRecurrence(ImplicitLocOpBuilder &b,
-                                AttentionOpInterface op);
+                                AttentionOpInterface op) override;
 
   const GpuTiling &tiling;
 };
