@@ -258,33 +258,18 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
       createSimtKernel(builder, loc, name, bindingTypes, tiling, "merge");
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
-  auto args = func.getArguments();
-  unsigned next = 0;
-  Value partialOut = args[next++], partialLse = args[next++];
-  Value gate = shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
-  Value out = args[next++];
-  Value lse = shape.withLogSumExp ? args[next++] : Value();
-  Value thread = args.back();
-
+  SplitKvMerge merge(e, func, shape);
+  Value partialOut = merge.partialOut, partialLse = merge.partialLse;
+  Value batch = merge.batch, head = merge.head, row = merge.row,
+        safe = merge.maxLse;
   Value c0 = e.index(0), c1 = e.index(1), dv = e.index(shape.valueDim);
-  Value lq = e.dim(partialLse, 2), splits = e.dim(partialLse, 3);
-  Value row = e.rem(thread, lq);
-  Value bh = e.div(thread, lq);
-  Value head = e.rem(bh, e.index(shape.numHeads));
-  Value batch = e.div(bh, e.index(shape.numHeads));
 
   // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
   // of empty ranges have lse_s = -inf and weigh 0.
-  Value maxLse =
-      e.loop(c0, splits, c1, {e.scalar(kNegInf)}, [&](Value s, ValueRange it) {
-        return SmallVector<Value>{
-            e.fmax(it[0], e.load(partialLse, {batch, head, row, s}))};
-      })[0];
-  Value safe = e.safeMax(maxLse);
   Value acc = e.scratch(shape.valueDim);
   e.loop(c0, dv, c1, [&](Value d) { e.store(e.scalar(0.0), acc, d); });
-  Value total =
-      e.loop(c0, splits, c1, {e.scalar(0.0)}, [&](Value s, ValueRange it) {
+  Value total = e.loop(
+      c0, merge.splits, c1, {e.scalar(0.0)}, [&](Value s, ValueRange it) {
         Value weight =
             e.exp(e.fsub(e.load(partialLse, {batch, head, row, s}), safe));
         e.loop(c0, dv, c1, [&](Value d) {
@@ -294,10 +279,10 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
         });
         return SmallVector<Value>{e.fadd(it[0], weight)};
       })[0];
-  storeRow(e, shape, acc, e.reciprocalOrZero(total), gate, out, batch, head,
-           row);
-  if (lse)
-    e.store(e.logSumExp(safe, total), lse, {batch, head, row});
+  storeRow(e, shape, acc, e.reciprocalOrZero(total), merge.gate, merge.out,
+           batch, head, row);
+  if (merge.lse)
+    e.store(e.logSumExp(safe, total), merge.lse, {batch, head, row});
   func::ReturnOp::create(b);
   return func;
 }

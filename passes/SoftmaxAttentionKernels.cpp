@@ -507,34 +507,20 @@ func::FuncOp mlir::attn::buildSplitKvMergeKernel(
   const int64_t W = e.width, Dv = shape.valueDim;
   const int64_t DvPadded = roundUp(Dv, W);
 
-  auto args = func.getArguments();
-  unsigned next = 0;
-  Value partialOut = args[next++], partialLse = args[next++];
-  Value gate = shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
-  Value out = args[next++];
-  Value lse = shape.withLogSumExp ? args[next++] : Value();
-  Value workgroup = args.back();
-
+  SplitKvMerge merge(e, func, shape);
+  Value partialOut = merge.partialOut, gate = merge.gate, out = merge.out,
+        lse = merge.lse, partialLse = merge.partialLse;
+  Value batch = merge.batch, head = merge.head, row = merge.row,
+        safe = merge.maxLse;
   Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(partialLse, 2), splits = e.dim(partialLse, 3);
-  Value row = e.rem(workgroup, lq);
-  Value bh = e.div(workgroup, lq);
-  Value head = e.rem(bh, e.index(shape.numHeads));
-  Value batch = e.div(bh, e.index(shape.numHeads));
 
   // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
   // of empty ranges have lse_s = -inf and weigh 0.
-  Value maxLse =
-      e.loop(c0, splits, c1, {e.scalar(kNegInf)}, [&](Value s, ValueRange it) {
-        return SmallVector<Value>{
-            e.fmax(it[0], e.load(partialLse, {batch, head, row, s}))};
-      })[0];
-  Value safe = e.safeMax(maxLse);
   Value acc = e.scratch({DvPadded});
   for (int64_t off = 0; off < DvPadded; off += W)
     vector::StoreOp::create(b, e.splat(0.0), acc, e.index(off));
-  Value total =
-      e.loop(c0, splits, c1, {e.scalar(0.0)}, [&](Value s, ValueRange it) {
+  Value total = e.loop(
+      c0, merge.splits, c1, {e.scalar(0.0)}, [&](Value s, ValueRange it) {
         Value weight =
             e.exp(e.fsub(e.load(partialLse, {batch, head, row, s}), safe));
         Value wv = e.broadcast(weight);
@@ -555,4 +541,31 @@ func::FuncOp mlir::attn::buildSplitKvMergeKernel(
     e.store(e.logSumExp(safe, total), lse, {batch, head, row});
   func::ReturnOp::create(b);
   return func;
+}
+
+SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
+                           const SoftmaxAttentionShape &shape) {
+  auto args = kernel.getArguments();
+  unsigned next = 0;
+  partialOut = args[next++];
+  partialLse = args[next++];
+  if (shape.epilogue == Epilogue::SigmoidGate)
+    gate = args[next++];
+  out = args[next++];
+  if (shape.withLogSumExp)
+    lse = args[next++];
+  Value workgroup = args.back();
+
+  Value lq = e.dim(partialLse, 2);
+  splits = e.dim(partialLse, 3);
+  row = e.rem(workgroup, lq);
+  Value bh = e.div(workgroup, lq);
+  head = e.rem(bh, e.index(shape.numHeads));
+  batch = e.div(bh, e.index(shape.numHeads));
+  Value max = e.loop(e.index(0), splits, e.index(1), {e.scalar(kNegInf)},
+                     [&](Value s, ValueRange it) {
+                       return SmallVector<Value>{e.fmax(
+                           it[0], e.load(partialLse, {batch, head, row, s}))};
+                     })[0];
+  maxLse = e.safeMax(max);
 }

@@ -62,6 +62,20 @@ func::FuncOp buildSplitKvMergeKernel(OpBuilder &builder, Location loc,
                                      const CpuTiling &tiling,
                                      TypeRange bindingTypes);
 
+/// What every target's merge kernel starts from: its arguments in binding
+/// order (partial o, partial lse, [gate], o, [lse], workgroup), the query
+/// row the workgroup merges (row fastest, then head, then batch), and the
+/// largest partial lse of that row made safe to exponentiate against
+/// (KernelEmitter::safeMax: 0 for a row whose ranges are all empty).
+struct SplitKvMerge {
+  Value partialOut, partialLse, gate, out, lse;
+  Value batch, head, row, splits;
+  Value maxLse;
+
+  SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
+               const SoftmaxAttentionShape &shape);
+};
+
 } // namespace mlir::attn
 
 #endif // ATTN_PASSES_SOFTMAXATTENTIONKERNELS_H
