@@ -15,6 +15,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +31,12 @@ namespace attn::bench {
 
 using Clock = std::chrono::steady_clock;
 
+/// The median of `values` (not empty).
+inline double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
 /// The median of `repeat` timed runs of `body`, after one warm-up run.
 template <typename F> double medianSeconds(int repeat, F &&body) {
   body(); // warm up
@@ -40,8 +47,7 @@ template <typename F> double medianSeconds(int repeat, F &&body) {
     times.push_back(
         std::chrono::duration<double>(Clock::now() - begin).count());
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median(std::move(times));
 }
 
 /// OpenBLAS sgemm 1024^3 on `threads` threads, in GFLOP/s.
@@ -68,6 +74,23 @@ public:
   double gbps(int repeat) {
     return 2.0 * kBytes / medianSeconds(repeat, [&] { copy(); }) / 1e9;
   }
+  /// Reads a clean 128 MiB buffer, four times the L3 of the hosts this
+  /// runs on: afterwards the caches hold none of a kernel's inputs. (Reads,
+  /// not the copy: on this VM memory runs slower for ~10 ms after a large
+  /// copy, not after reads.)
+  void evictCaches() {
+    std::vector<std::thread> pool;
+    size_t chunk = kEvictBytes / threads;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        uint64_t sum = 0;
+        for (size_t i = t * chunk; i < (t + 1) * chunk; i += 64)
+          sum += static_cast<unsigned char>(evict[i]);
+        sink += sum;
+      });
+    for (std::thread &th : pool)
+      th.join();
+  }
 
 private:
   void copy() {
@@ -82,8 +105,10 @@ private:
   }
 
   static constexpr size_t kBytes = size_t(512) << 20;
+  static constexpr size_t kEvictBytes = size_t(128) << 20;
   int threads;
-  std::vector<char> src, dst;
+  std::vector<char> src, dst, evict = std::vector<char>(kEvictBytes, 1);
+  std::atomic<uint64_t> sink{0};
 };
 
 /// The command line every benchmark takes:

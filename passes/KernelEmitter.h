@@ -285,6 +285,23 @@ public:
     }
     return vectors.front();
   }
+  /// The sum of the lanes of `v`, as a scalar.
+  Value sumLanes(Value v) { return reduceLanes(v, /*isMax=*/false); }
+  /// The largest lane of `v` (NaN if any lane is NaN), as a scalar.
+  Value maxLanes(Value v) { return reduceLanes(v, /*isMax=*/true); }
+  /// log2(width) levels of "fold the upper half onto the lower". A
+  /// vector.reduction without reassociation lowers to a chain of width
+  /// scalar adds, and a maximumf one to compare-and-branch code on x86.
+  Value reduceLanes(Value v, bool isMax) {
+    for (int64_t half = width / 2; half >= 1; half /= 2) {
+      SmallVector<int64_t> upper(width);
+      for (int64_t lane = 0; lane < width; ++lane)
+        upper[lane] = (lane + half) % width;
+      Value folded = vector::ShuffleOp::create(b, v, v, upper);
+      v = isMax ? fmax(v, folded) : fadd(v, folded);
+    }
+    return vector::ExtractOp::create(b, v, 0);
+  }
   /// 1 / l for a row that saw a key (l > 0), 0 for an empty row.
   Value reciprocalOrZero(Value l) {
     Value nonEmpty = fcmp(arith::CmpFPredicate::OGT, l, scalar(0.0));

@@ -112,10 +112,6 @@ struct Heads {
   }
 };
 
-Value reduceAdd(KernelEmitter &e, Value vector) {
-  return vector::ReductionOp::create(e.b, vector::CombiningKind::ADD, vector);
-}
-
 /// Copies `dim` features from `src[prefix..., :]` to `dst[dstPrefix..., :]`
 /// (whole vectors, zero past `dim`), divided by their L2 norm when
 /// `normalize` (x / sqrt(sum(x^2) + 1e-6), SPEC §2) and times `factor`.
@@ -133,8 +129,8 @@ void copyFeatureRow(KernelEmitter &e, Value src, ValueRange prefix, int64_t dim,
     Value squares = e.splat(0.0);
     for (Value x : vectors)
       squares = e.fma(x, x, squares);
-    Value norm = math::SqrtOp::create(
-        e.b, e.fadd(reduceAdd(e, squares), e.scalar(1e-6)));
+    Value norm =
+        math::SqrtOp::create(e.b, e.fadd(e.sumLanes(squares), e.scalar(1e-6)));
     multiplier = e.broadcast(e.fdiv(e.scalar(factor), norm));
   }
   for (auto [i, x] : llvm::enumerate(vectors)) {
@@ -174,7 +170,7 @@ void storeOutputRow(KernelEmitter &e, const LinearRecurrenceShape &shape,
     for (Value x : o)
       squares = e.fma(x, x, squares);
     Value meanSquare =
-        e.fmul(reduceAdd(e, squares), e.scalar(1.0 / static_cast<double>(dv)));
+        e.fmul(e.sumLanes(squares), e.scalar(1.0 / static_cast<double>(dv)));
     Value inv =
         e.fdiv(e.scalar(1.0),
                math::SqrtOp::create(
@@ -626,7 +622,7 @@ func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
                 vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}));
             dot = e.fma(qk, decay, dot);
           }
-          e.store(reduceAdd(e, dot), scores, {t, s});
+          e.store(e.sumLanes(dot), scores, {t, s});
         });
       });
     } else {
@@ -788,7 +784,7 @@ func::FuncOp mlir::attn::buildRecurrentStepKernel(
     for (int64_t off = 0; off < DkP; off += W)
       kq = e.fma(vector::LoadOp::create(b, e.vec, key, e.index(off)),
                  vector::LoadOp::create(b, e.vec, query, e.index(off)), kq);
-    Value kqVec = e.broadcast(reduceAdd(e, kq));
+    Value kqVec = e.broadcast(e.sumLanes(kq));
     // The decay of this step: alpha (scalar), or per feature for gla, where
     // it is folded into q for S^T q.
     Value alpha;

@@ -230,3 +230,37 @@ func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64x
 // CHECK:         attn.dispatch @wide__chunked_columns40_2 workgroups(%[[COLUMNS]])
 // CHECK:         attn.dispatch @wide__gate3 workgroups(%{{.+}})
 // CHECK:         attn.dispatch @wide__recurrent1 workgroups(%{{.+}})
+
+// -----
+
+// Decode with 6 query heads per kv head: the split-KV kernel works on
+// register tiles of 4 heads (then the other 2), so each K or V vector is
+// loaded once per tile, not once per head. A step is 16 keys, whose V rows
+// are prefetched before the dot products.
+// CHECK-LABEL: func.func private @gqa6__split_kv1
+// CHECK-SAME:    %[[V:[a-z0-9]+]]: memref<?x1x?x20xf32>
+// CHECK:         memref.alloca() {{.+}} : memref<6x16x8xf32>
+// CHECK:         scf.for %[[J0:.+]] = %{{.+}} to %{{.+}} step %c16 {
+// CHECK:           memref.prefetch %[[V]]
+// Dot products of 4 heads x 2 keys, over 2 vectors of head_dim 16.
+// CHECK:           scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
+// CHECK-COUNT-16:    vector.fma
+// CHECK-COUNT-8:     vector.store {{.+}} : memref<6x16x8xf32>, vector<8xf32>
+// The other 2 heads.
+// CHECK:           scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
+// CHECK-COUNT-8:     vector.fma
+// CHECK-COUNT-4:     vector.store {{.+}} : memref<6x16x8xf32>, vector<8xf32>
+// CHECK-NOT:         vector.fma
+// One online-softmax step per head.
+// CHECK:           scf.for %{{.+}} = %c0 to %c6{{.*}} step %c1
+// CHECK:             math.exp
+// P V: the whole value vectors, then the last 4 features (value_dim 20)
+// in a tile of their own with masked loads.
+// CHECK:           vector.load %[[V]]
+// CHECK:           vector.maskedload %[[V]]
+func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
+                %v: tensor<?x1x?x20xf32>) -> tensor<?x6x?x20xf32> {
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
+      : tensor<?x6x?x16xf32>, tensor<?x1x?x16xf32>, tensor<?x1x?x20xf32>
+  return %o : tensor<?x6x?x20xf32>
+}

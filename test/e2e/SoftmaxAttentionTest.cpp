@@ -213,6 +213,26 @@ std::vector<AttentionCase> cases() {
        .softcap = 5.0,
        .queries = 1,
        .keys = 517});
+  // Group sizes that the split-KV kernel's 4-head register tiles do not
+  // divide (6 = 4 + 2, 3), head and value dims that are not whole vectors
+  // (the last value vector is partial), and key ranges that end mid-step.
+  add({.label = "decode_gqa6_odd_dims",
+       .heads = 6,
+       .kvHeads = 1,
+       .headDim = 36,
+       .valueDim = 20,
+       .gate = "headwise",
+       .queries = 1,
+       .keys = 1037});
+  add({.label = "decode_gqa3_window_softcap",
+       .heads = 6,
+       .kvHeads = 2,
+       .headDim = 128,
+       .valueDim = 100,
+       .mask = R"({"sliding_window": 400})",
+       .softcap = 20.0,
+       .queries = 2,
+       .keys = 531});
   // Empty rows give 0, never NaN: window rows before the first key, and no
   // keys at all, on both paths.
   add({.label = "empty_rows_flash",
