@@ -74,10 +74,12 @@ public:
   double gbps(int repeat) {
     return 2.0 * kBytes / medianSeconds(repeat, [&] { copy(); }) / 1e9;
   }
-  /// Reads a clean 128 MiB buffer, four times the L3 of the hosts this
-  /// runs on: afterwards the caches hold none of a kernel's inputs. (Reads,
-  /// not the copy: on this VM memory runs slower for ~10 ms after a large
-  /// copy, not after reads.)
+  /// Reads a clean 64 MiB buffer, twice the L3 of the hosts this runs on:
+  /// afterwards the caches hold none of a kernel's inputs (a call then
+  /// takes 1.4-1.6x as long as back to back). Reads, not the copy: on this
+  /// VM memory runs slower for ~10 ms after a large copy, not after reads;
+  /// and not more: after a 128 MiB sweep half the calls ran at half speed,
+  /// as if one thread's vCPU had to be woken by the host first.
   void evictCaches() {
     std::vector<std::thread> pool;
     size_t chunk = kEvictBytes / threads;
@@ -105,7 +107,7 @@ private:
   }
 
   static constexpr size_t kBytes = size_t(512) << 20;
-  static constexpr size_t kEvictBytes = size_t(128) << 20;
+  static constexpr size_t kEvictBytes = size_t(64) << 20;
   int threads;
   std::vector<char> src, dst, evict = std::vector<char>(kEvictBytes, 1);
   std::atomic<uint64_t> sink{0};
