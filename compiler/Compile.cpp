@@ -111,6 +111,7 @@ llvm::Expected<std::optional<CudaCode>> compileCuda(ModuleOp module,
                                                     BinaryWriter &writer) {
   MLIRContext *context = module.getContext();
   GpuDispatchOptions tiling;
+  tiling.maxSharedBytes = target.maxSharedBytesPerBlock();
   PassManager dispatch(context);
   buildGpuDispatchPipeline(dispatch, tiling);
   if (failed(dispatch.run(module)))

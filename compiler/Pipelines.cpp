@@ -44,6 +44,9 @@ void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
 
 void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
   pm.addPass(createAttnCpuKernelAbi());
+  // Block kernels of the CUDA target, run on the CPU: each lane's share of
+  // a warp's matrix product as loops.
+  pm.addPass(createAttnWarpMmaToLoops());
   pm.addNestedPass<func::FuncOp>(createAttnCpuApproximateMath());
   pm.addPass(createCanonicalizerPass());
   // bf16 <-> f32 conversions as integer arithmetic: x86 has no bf16
@@ -69,6 +72,7 @@ void mlir::attn::buildGpuDispatchPipeline(OpPassManager &pm,
   dispatch.blockThreads = options.blockThreads;
   dispatch.splitKeys = options.splitKeys;
   dispatch.decodeMaxQueries = options.decodeMaxQueries;
+  dispatch.maxSharedBytes = options.maxSharedBytes;
   pm.addPass(createAttnGpuDispatches(dispatch));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
@@ -80,6 +84,9 @@ void mlir::attn::buildGpuKernelLoweringPipeline(
   outline.chip = options.chip;
   outline.features = options.features;
   pm.addPass(createAttnGpuOutlineKernels(outline));
+  AttnWarpMmaToNvvmOptions mma;
+  mma.chip = options.chip;
+  pm.addPass(createAttnWarpMmaToNvvm(mma));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createSCFToControlFlowPass());
   // math ops become libdevice calls (__nv_expf, ...), linked in when the

@@ -84,6 +84,10 @@ struct GpuDispatchOptions : public PassPipelineOptions<GpuDispatchOptions> {
       *this, "decode-max-queries",
       llvm::cl::desc("calls with at most this many query rows use split-KV"),
       llvm::cl::init(8)};
+  Option<int64_t> maxSharedBytes{
+      *this, "max-shared-bytes",
+      llvm::cl::desc("shared memory a block may use (the chip's limit)"),
+      llvm::cl::init(227 * 1024)};
 };
 
 /// attn IR (after attn-optimize) -> host dispatch programs and one-thread

@@ -1,10 +1,11 @@
 //===- GpuDispatches.cpp - Entries to host programs + CUDA kernels --------===//
 //
 // The CUDA half of entry lowering (EntryLowering.h builds the host
-// function), with the kernels of SimtKernels.h. Softmax attention runs one
-// query row per thread, decode calls (few query rows) split the keys over
-// threads and merge the partials; a dispatch's workgroup count is its
-// thread count. Linear recurrences run the chunked block kernel, one block
+// function), with the kernels of SimtKernels.h. Softmax attention runs
+// the flash block kernel, a block per (batch, head, query tile); decode
+// calls (few query rows) split the keys over threads and merge the
+// partials, a thread kernel's workgroup count being its thread count.
+// Linear recurrences run the chunked block kernel, one block
 // per (batch, value head, column tile), then (with the rmsnorm-silu gate)
 // one thread per output row.
 //
@@ -57,13 +58,17 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
 
-  // Decode calls take split-KV + merge, others one thread per row; the
-  // other path gets zero threads and empty temporaries.
+  // Decode calls take split-KV + merge, others the flash block kernel; the
+  // other path gets zero workgroups and empty temporaries.
   Value zero = index(0);
   Value decode = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
                                        index(tiling.decodeMaxQueries));
-  Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
-  Value rowThreads = select(decode, zero, rows);
+  SimtFlashTiling flash = SimtFlashTiling::choose(
+      shape, cast<MemRefType>(s.q.getType()).getElementType(), tiling);
+  Value queryTiles =
+      arith::CeilDivUIOp::create(b, s.lq, index(flash.queryTile()));
+  Value flashBlocks = select(
+      decode, zero, mul(mul(s.batch, index(shape.numHeads)), queryTiles));
   Value decodeBatch = select(decode, s.batch, zero);
   Value decodeRows = select(decode, s.lq, zero);
   Value decodeSplits = select(
@@ -84,10 +89,9 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   auto dispatch = [&](func::FuncOp kernel, Value threads, ValueRange bindings) {
     DispatchOp::create(b, kernel.getSymName(), threads, bindings);
   };
-  dispatch(buildSimtAttentionKernel(kernelBuilder, op.getLoc(),
-                                    kernelName("attention"), shape, tiling,
-                                    types(rowBindings)),
-           rowThreads, rowBindings);
+  dispatch(buildSimtFlashKernel(kernelBuilder, op.getLoc(), kernelName("flash"),
+                                shape, flash, tiling, types(rowBindings)),
+           flashBlocks, rowBindings);
   dispatch(buildSimtSplitKvKernel(kernelBuilder, op.getLoc(),
                                   kernelName("split_kv"), shape, tiling,
                                   types(splitBindings)),
@@ -139,6 +143,7 @@ struct AttnGpuDispatches final
     tiling.blockThreads = blockThreads;
     tiling.splitKeys = splitKeys;
     tiling.decodeMaxQueries = decodeMaxQueries;
+    tiling.maxSharedBytes = maxSharedBytes;
     if (tiling.blockThreads <= 0 || tiling.blockThreads > 1024 ||
         tiling.blockThreads % 32 != 0 || tiling.splitKeys <= 0) {
       getOperation().emitError()

@@ -11,6 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Attn/AttnOps.h"
 #include "passes/Passes.h"
 #include "passes/SimtKernels.h"
 
@@ -113,6 +114,19 @@ struct AttnGpuOutlineKernels final
     then->getOperations().splice(then->begin(), body.getOperations());
     for (auto [from, to] : llvm::zip(body.getArguments(), replacements))
       from.replaceAllUsesWith(to);
+    // A warp's lanes must run a warp_mma together: it sits directly in a
+    // thread loop of a block kernel, which every thread of the block runs.
+    WalkResult divergent = func.walk([&](WarpMmaOp op) {
+      auto loop = dyn_cast<scf::ParallelOp>(op->getParentOp());
+      if (launch->perBlock && loop && loop->hasAttr(kThreadLoopAttr))
+        return WalkResult::advance();
+      op.emitError("attn.warp_mma must be directly in a thread loop of a "
+                   "block kernel, where the 32 lanes of a warp run it "
+                   "together");
+      return WalkResult::interrupt();
+    });
+    if (divergent.wasInterrupted())
+      return failure();
     return launch->perBlock ? lowerBlockStructure(func, *launch) : success();
   }
 
@@ -144,9 +158,9 @@ struct AttnGpuOutlineKernels final
     int64_t offset = 0;
     for (memref::AllocaOp alloca : sharedBuffers) {
       for (Operation *user : alloca->getUsers())
-        if (!isa<memref::LoadOp, memref::StoreOp>(user))
-          return user->emitError("a shared buffer may only be loaded and "
-                                 "stored");
+        if (!isa<memref::LoadOp, memref::StoreOp, WarpMmaOp>(user))
+          return user->emitError("a shared buffer may only be loaded, "
+                                 "stored and used by attn.warp_mma");
       MemRefType type = alloca.getType();
       auto sharedType =
           MemRefType::get(type.getShape(), type.getElementType(),

@@ -128,11 +128,14 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
     the thread loops (`scf.parallel {attn.threads}`, a barrier after each)
     and share the `memref.alloca {attn.shared}` buffers.
 
-    Softmax attention runs one query row per thread over the keys its mask
-    leaves visible, with the online-softmax state in the thread; calls with
-    at most `decode-max-queries` query rows split the keys into ranges of
-    `split-keys` keys, one thread each, and merge the partials through
-    their log-sum-exp. The gate runs in the epilogue. Linear recurrences
+    Softmax attention runs as a flash block kernel: a block per (batch,
+    head, tile of 16 query rows per warp) stages q and each key tile's k
+    and v in shared memory and computes both products with `attn.warp_mma`
+    (tensor cores for f16/bf16), a thread per row doing the masked online
+    softmax; the tiles are the largest that fit in half of
+    `max-shared-bytes`. Calls with at most `decode-max-queries` query rows
+    split the keys into ranges of `split-keys` keys, one thread each, and
+    merge the partials through their log-sum-exp. The gate runs in the epilogue. Linear recurrences
     run the chunked form as a block kernel, one block per (batch, value
     head, column tile), a thread per state column; the rmsnorm-silu gate
     follows as a thread kernel.
@@ -148,11 +151,13 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
            "keys per split-KV thread">,
     Option<"decodeMaxQueries", "decode-max-queries", "int64_t", "8",
            "calls with at most this many query rows take the split-KV path">,
+    Option<"maxSharedBytes", "max-shared-bytes", "int64_t", "232448",
+           "shared memory a block may use (the chip's limit)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
     "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
-    "::mlir::scf::SCFDialect"
+    "::mlir::scf::SCFDialect", "::mlir::attn::AttnDialect"
   ];
 }
 
@@ -205,6 +210,46 @@ def AttnNvvmExternDynamicShared
     block's shared memory is exactly its dynamic shared memory.
   }];
   let dependentDialects = ["::mlir::LLVM::LLVMDialect"];
+}
+
+def AttnWarpMmaToLoops : Pass<"attn-warp-mma-to-loops"> {
+  let summary = "Each lane's share of attn.warp_mma as loops";
+  let description = [{
+    Replaces every `attn.warp_mma` by loops that compute the calling lane's
+    accumulator elements (see the op): per block of 8 columns, its 2 rows x
+    2 columns, each a fused multiply-add chain over K in f32. This is the
+    op's CPU lowering, and on the GPU the one for f32 and for chips without
+    bf16/f16 `mma.sync` (below sm_80).
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect"
+  ];
+}
+
+def AttnWarpMmaToNvvm : Pass<"attn-warp-mma-to-nvvm"> {
+  let summary = "attn.warp_mma on f16/bf16 as tensor-core mma.sync";
+  let description = [{
+    Lowers every f16 or bf16 `attn.warp_mma` to `nvvm.mma.sync` with shape
+    m16n8k16 (row-major A, column-major B, f32 accumulators) when `chip` is
+    sm_80 or newer: per 16-wide step of K the lane loads its A fragment
+    once (4 pairs of elements), then per block of 8 columns its B fragment
+    (2 pairs) and issues one `mma.sync` on that block's 4 accumulators,
+    which stay in registers across K. The code is fully unrolled. Other ops
+    (f32, or an older chip) get the loops of -attn-warp-mma-to-loops.
+    -attn-gpu-outline-kernels has checked that every op is directly in a
+    thread loop, so the 32 lanes of a warp run it together.
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", "\"sm_90a\"",
+           "the SM the code is for">,
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
+    "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
+    "::mlir::vector::VectorDialect", "::mlir::LLVM::LLVMDialect",
+    "::mlir::NVVM::NVVMDialect"
+  ];
 }
 
 #endif // ATTN_PASSES_TD

@@ -1,11 +1,18 @@
-//===- SimtKernels.cpp - One-thread kernels for CUDA ----------------------===//
+//===- SimtKernels.cpp - Softmax attention kernels for CUDA ---------------===//
 //
-// Softmax attention, one query row per thread: the thread walks the keys
-// its row sees (the mask's range), carrying the online-softmax state (m, l
-// and the accumulator acc[Dv]) itself. Threads of a warp hold neighbouring
-// query rows of one head, so they read the same key and value rows at the
-// same time. Decode splits the key range over threads and merges the
-// partials through their log-sum-exp, as on the CPU.
+// Prefill is the flash block kernel (FlashAttention-2's tiling): a block of
+// W warps owns 16 W query rows of one head and walks the key tiles its
+// rows see (the mask's range). Per tile it stages k and v in shared
+// memory; each warp computes its 16 rows' scores S = q k^T with
+// attn.warp_mma (tensor cores for f16/bf16), a thread per row masks them
+// and does the online-softmax update (m, l and the rescaled accumulator
+// rows, all in shared memory), and each warp adds P v to its rows with
+// attn.warp_mma. P is rounded to the storage dtype for the tensor cores,
+// and l sums the rounded values, so o stays a weighted mean of v.
+//
+// Decode splits the key range over threads, one thread per (row, range)
+// carrying its online-softmax state itself, and merges the partials
+// through their log-sum-exp, as on the CPU.
 //
 // Empty rows (no visible key) give o = 0 and lse = -inf: exponentials are
 // taken against a max that is 0 while the max is -inf.
@@ -15,6 +22,8 @@
 #include "passes/SimtKernels.h"
 
 #include "passes/KernelEmitter.h"
+
+#include "Attn/AttnOps.h"
 
 using namespace mlir;
 using namespace mlir::attn;
@@ -52,7 +61,7 @@ FailureOr<SimtLaunch> SimtLaunch::get(func::FuncOp kernel) {
   return launch;
 }
 
-Value SimtEmitter::shared(ArrayRef<int64_t> shape) {
+Value SimtEmitter::shared(ArrayRef<int64_t> shape, Type element) {
   OpBuilder::InsertionGuard guard(b);
   Operation *parent = b.getInsertionBlock()->getParentOp();
   auto func = dyn_cast<func::FuncOp>(parent);
@@ -64,10 +73,30 @@ Value SimtEmitter::shared(ArrayRef<int64_t> shape) {
   while (it != entry->end() && isa<memref::AllocaOp>(*it))
     ++it;
   b.setInsertionPoint(entry, it);
-  auto alloca = memref::AllocaOp::create(b, MemRefType::get(shape, f32),
-                                         b.getI64IntegerAttr(16));
+  auto alloca = memref::AllocaOp::create(
+      b, MemRefType::get(shape, element ? element : f32),
+      b.getI64IntegerAttr(16));
   alloca->setAttr(kSharedBufferAttr, b.getUnitAttr());
   return alloca;
+}
+
+Value SimtEmitter::loadOrZero(Value condition, Value memref,
+                              ValueRange indices) {
+  auto op = scf::IfOp::create(
+      b, condition,
+      [&](OpBuilder &nested, Location loc) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(nested.getInsertionBlock(),
+                            nested.getInsertionPoint());
+        scf::YieldOp::create(b, load(memref, indices));
+      },
+      [&](OpBuilder &nested, Location loc) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(nested.getInsertionBlock(),
+                            nested.getInsertionPoint());
+        scf::YieldOp::create(b, scalar(0.0));
+      });
+  return op.getResult(0);
 }
 
 void SimtEmitter::eachThread(function_ref<void(Value thread)> body) {
@@ -157,16 +186,17 @@ std::pair<Value, Value> visibleKeys(SimtEmitter &e,
   return {begin, e.maxS(end, begin)};
 }
 
-/// o = acc * inv, gated, written to out[batch, head, row, :].
-void storeRow(SimtEmitter &e, const SoftmaxAttentionShape &shape, Value acc,
-              Value inv, Value gate, Value out, Value batch, Value head,
-              Value row) {
+/// o = acc[d] * inv, gated, written to out[batch, head, row, :]; `accAt`
+/// reads acc[d].
+void storeRow(SimtEmitter &e, const SoftmaxAttentionShape &shape,
+              function_ref<Value(Value d)> accAt, Value inv, Value gate,
+              Value out, Value batch, Value head, Value row) {
   Value c0 = e.index(0);
   Value headGate;
   if (gate && shape.headwiseGate)
     headGate = e.load(gate, {batch, head, row, c0});
   e.loop(c0, e.index(shape.valueDim), e.index(1), [&](Value d) {
-    Value o = e.fmul(e.load(acc, d), inv);
+    Value o = e.fmul(accAt(d), inv);
     if (gate)
       o = e.sigmoidGate(o, headGate ? headGate
                                     : e.load(gate, {batch, head, row, d}));
@@ -176,36 +206,206 @@ void storeRow(SimtEmitter &e, const SoftmaxAttentionShape &shape, Value acc,
 
 } // namespace
 
-func::FuncOp mlir::attn::buildSimtAttentionKernel(
+int64_t SimtFlashTiling::sharedBytes() const {
+  const int64_t rows = queryTile(), keys = keyTile;
+  auto buffer = [](int64_t elements, int64_t bytes) {
+    return roundUp(elements * bytes, 16);
+  };
+  return buffer(rows * paddedHeadDim, elementBytes) +  // q tile
+         buffer(keys * paddedHeadDim, elementBytes) +  // k tile
+         buffer(keys * paddedValueDim, elementBytes) + // v tile
+         buffer(rows * keys, 4) +                      // scores
+         buffer(rows * keys, elementBytes) +           // probabilities
+         buffer(rows * paddedValueDim, 4) +            // accumulators
+         2 * buffer(rows, 4);                          // max, sum
+}
+
+SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
+                                        Type storage, const GpuTiling &tiling) {
+  // Largest first: 4 warps (64 rows) over 64 keys is FlashAttention-2's
+  // tile for head dims up to 128 on sm_80/sm_90.
+  const std::pair<int64_t, int64_t> candidates[] = {
+      {4, 64}, {4, 32}, {2, 32}, {1, 32}, {1, 16}};
+  auto make = [&](std::pair<int64_t, int64_t> candidate) {
+    SimtFlashTiling flash;
+    flash.warps = candidate.first;
+    flash.keyTile = candidate.second;
+    flash.paddedHeadDim = roundUp(shape.headDim, WarpMmaOp::kReductionStep);
+    flash.paddedValueDim = roundUp(shape.valueDim, WarpMmaOp::kFragmentColumns);
+    flash.elementBytes = storage.getIntOrFloatBitWidth() / 8;
+    return flash;
+  };
+  for (int64_t budget : {tiling.maxSharedBytes / 2, tiling.maxSharedBytes})
+    for (auto candidate : candidates)
+      if (make(candidate).sharedBytes() <= budget)
+        return make(candidate);
+  return make(candidates[std::size(candidates) - 1]);
+}
+
+func::FuncOp mlir::attn::buildSimtFlashKernel(
     OpBuilder &builder, Location loc, StringRef name,
-    const SoftmaxAttentionShape &shape, const GpuTiling &tiling,
-    TypeRange bindingTypes) {
+    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
+  GpuTiling kernelTiling = tiling;
+  kernelTiling.blockThreads = flash.threads();
   func::FuncOp func =
-      createSimtKernel(builder, loc, name, bindingTypes, tiling, "attention");
+      createSimtKernel(builder, loc, name, bindingTypes, kernelTiling, "flash");
+  // The tile sizes join the launch shape in attn.tiling.
+  NamedAttrList tilingAttrs(kernelTiling.toAttr(builder.getContext()));
+  tilingAttrs.set("query_tile", builder.getI64IntegerAttr(flash.queryTile()));
+  tilingAttrs.set("key_tile", builder.getI64IntegerAttr(flash.keyTile));
+  func->setAttr("attn.tiling", tilingAttrs.getDictionary(builder.getContext()));
+  func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
   ImplicitLocOpBuilder b(loc, builder);
-  SimtEmitter e(b);
+  SimtEmitter e(b, flash.threads());
   auto args = func.getArguments();
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
   Value gate = shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
   Value out = args[next++];
   Value lse = shape.withLogSumExp ? args[next++] : Value();
-  Value thread = args.back();
+  Value workgroup = args.back();
 
-  // Thread order (batch, head, row), the row fastest.
+  const int64_t TQ = flash.queryTile(), TK = flash.keyTile;
+  const int64_t D = shape.headDim, Dv = shape.valueDim;
+  const int64_t Dp = flash.paddedHeadDim, Dvp = flash.paddedValueDim;
+  Type storage = KernelEmitter::storageType(q);
+  Value c0 = e.index(0), c1 = e.index(1), c32 = e.index(32);
+  auto lt = [&](Value x, Value y) {
+    return e.icmp(arith::CmpIPredicate::ult, x, y);
+  };
+  auto both = [&](Value x, Value y) {
+    return arith::AndIOp::create(b, x, y).getResult();
+  };
+
+  // Workgroup order (batch, head, query tile), the tile fastest.
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
-  Value row = e.rem(thread, lq);
-  Value bh = e.div(thread, lq);
+  Value tiles = e.ceilDiv(lq, e.index(TQ));
+  Value tile = e.rem(workgroup, tiles);
+  Value bh = e.div(workgroup, tiles);
   Value head = e.rem(bh, e.index(shape.numHeads));
   Value batch = e.div(bh, e.index(shape.numHeads));
+  Value kvHead = e.div(head, e.index(shape.numHeads / shape.numKvHeads));
+  Value firstRow = e.mul(tile, e.index(TQ));
+  Value rows = e.minS(e.index(TQ), e.sub(lq, firstRow));
 
-  auto [begin, end] = visibleKeys(e, shape, row, lq, lk, e.index(0), lk);
-  Value acc = e.scratch(shape.valueDim);
-  auto [m, l] = attendRow(e, shape, q, k, v, batch, head, row, begin, end, acc);
-  storeRow(e, shape, acc, e.reciprocalOrZero(l), gate, out, batch, head, row);
-  if (lse)
-    e.store(e.logSumExp(m, l), lse, {batch, head, row});
+  // Zero padding (rows past Lq, keys past the range, features past D and
+  // Dv) keeps the products exact; padded keys are masked, padded rows and
+  // features never stored.
+  Value qs = e.shared({TQ, Dp}, storage);
+  Value ks = e.shared({TK, Dp}, storage);
+  Value vs = e.shared({TK, Dvp}, storage);
+  Value scores = e.shared({TQ, TK});
+  Value probs = e.shared({TQ, TK}, storage);
+  Value acc = e.shared({TQ, Dvp});
+  Value rowMax = e.shared({TQ});
+  Value rowSum = e.shared({TQ});
+
+  // Stage the q tile, clear the state.
+  e.forAll(e.index(TQ * Dp), [&](Value i) {
+    Value r = e.div(i, e.index(Dp)), d = e.rem(i, e.index(Dp));
+    e.store(e.loadOrZero(both(lt(r, rows), lt(d, e.index(D))), q,
+                         {batch, head, e.add(firstRow, r), d}),
+            qs, {r, d});
+  });
+  e.forAll(e.index(TQ * Dvp), [&](Value i) {
+    e.store(e.scalar(0.0), acc,
+            {e.div(i, e.index(Dvp)), e.rem(i, e.index(Dvp))});
+  });
+  e.forAll(e.index(TQ), [&](Value r) {
+    e.store(e.scalar(kNegInf), rowMax, r);
+    e.store(e.scalar(0.0), rowSum, r);
+  });
+
+  // The keys some row of the tile sees: from the first row's first to the
+  // last row's last (both grow with the row).
+  Value lastRow = e.sub(e.add(firstRow, rows), c1);
+  Value begin = visibleKeys(e, shape, firstRow, lq, lk, c0, lk).first;
+  Value end = visibleKeys(e, shape, lastRow, lq, lk, c0, lk).second;
+  Value keyTiles = e.ceilDiv(e.maxS(e.sub(end, begin), c0), e.index(TK));
+
+  e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
+    Value firstKey = e.add(begin, e.mul(keyTileIndex, e.index(TK)));
+    // Stage the key tile's k and v rows.
+    auto stage = [&](Value from, Value to, int64_t dim, int64_t padded) {
+      e.forAll(e.index(TK * padded), [&](Value i) {
+        Value j = e.div(i, e.index(padded)), d = e.rem(i, e.index(padded));
+        Value key = e.add(firstKey, j);
+        e.store(e.loadOrZero(both(lt(key, end), lt(d, e.index(dim))), from,
+                             {batch, kvHead, key, d}),
+                to, {j, d});
+      });
+    };
+    stage(k, ks, D, Dp);
+    stage(v, vs, Dv, Dvp);
+
+    // scores = q k^T, a warp per 16 rows.
+    e.eachThread([&](Value thread) {
+      Value warpRow = e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
+      auto mma =
+          WarpMmaOp::create(b, qs, ks, scores, warpRow, e.rem(thread, c32));
+      mma.setRhsTransposed(true);
+    });
+
+    // A thread per row: scale, softcap, mask; the online-softmax update.
+    e.forAll(e.index(TQ), [&](Value r) {
+      auto [first, last] =
+          visibleKeys(e, shape, e.add(firstRow, r), lq, lk, c0, lk);
+      Value oldMax = e.load(rowMax, r);
+      Value tileMax = e.loop(
+          c0, e.index(TK), c1, {e.scalar(kNegInf)},
+          [&](Value j, ValueRange it) {
+            Value key = e.add(firstKey, j);
+            Value s =
+                e.softcap(e.fmul(e.load(scores, {r, j}), e.scalar(shape.scale)),
+                          shape.softcap);
+            Value visible = both(e.icmp(arith::CmpIPredicate::sge, key, first),
+                                 lt(key, last));
+            s = e.select(visible, s, e.scalar(kNegInf));
+            e.store(s, scores, {r, j});
+            return SmallVector<Value>{e.fmax(it[0], s)};
+          })[0];
+      Value newMax = e.fmax(oldMax, tileMax);
+      Value safe = e.safeMax(newMax);
+      Value rescale = e.exp(e.fsub(oldMax, safe));
+      // The sum adds the probabilities as stored (rounded to the storage
+      // dtype), so o is a weighted mean of v with exactly P's weights.
+      Value tileSum = e.sumOver(c0, e.index(TK), [&](Value j) {
+        Value p = e.exp(e.fsub(e.load(scores, {r, j}), safe));
+        Value stored = e.narrow(p, storage);
+        memref::StoreOp::create(b, stored, probs, ValueRange{r, j});
+        return e.widen(stored);
+      });
+      e.store(e.fma(e.load(rowSum, r), rescale, tileSum), rowSum, r);
+      e.store(newMax, rowMax, r);
+      e.loop(c0, e.index(Dvp), c1, [&](Value d) {
+        e.store(e.fmul(e.load(acc, {r, d}), rescale), acc, {r, d});
+      });
+    });
+
+    // acc += P v, a warp per 16 rows.
+    e.eachThread([&](Value thread) {
+      Value warpRow = e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
+      auto mma =
+          WarpMmaOp::create(b, probs, vs, acc, warpRow, e.rem(thread, c32));
+      mma.setAccumulate(true);
+    });
+  });
+
+  // o = acc / l, gated; lse = m + log l (a thread per row).
+  e.forAll(rows, [&](Value r) {
+    Value row = e.add(firstRow, r);
+    Value sum = e.load(rowSum, r);
+    storeRow(
+        e, shape,
+        [&](Value d) {
+          return e.load(acc, {r, d});
+        },
+        e.reciprocalOrZero(sum), gate, out, batch, head, row);
+    if (lse)
+      e.store(e.logSumExp(e.load(rowMax, r), sum), lse, {batch, head, row});
+  });
   func::ReturnOp::create(b);
   return func;
 }
@@ -279,8 +479,9 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
         });
         return SmallVector<Value>{e.fadd(it[0], weight)};
       })[0];
-  storeRow(e, shape, acc, e.reciprocalOrZero(total), merge.gate, merge.out,
-           batch, head, row);
+  storeRow(
+      e, shape, [&](Value d) { return e.load(acc, d); },
+      e.reciprocalOrZero(total), merge.gate, merge.out, batch, head, row);
   if (merge.lse)
     e.store(e.logSumExp(safe, total), merge.lse, {batch, head, row});
   func::ReturnOp::create(b);

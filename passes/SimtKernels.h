@@ -45,6 +45,9 @@ struct GpuTiling {
   int64_t splitKeys = 256;
   /// Entries with at most this many query rows take the split-KV path.
   int64_t decodeMaxQueries = 8;
+  /// Shared memory a block may use (the chip's limit); block kernels size
+  /// their tiles to use at most half, so two blocks fit on an SM.
+  int64_t maxSharedBytes = 227 * 1024;
 
   DictionaryAttr toAttr(MLIRContext *context) const;
 };
@@ -101,9 +104,12 @@ struct SimtEmitter : KernelEmitter {
     body();
   }
 
-  /// Block kernels: an f32 buffer shared by the block's threads, allocated
-  /// at the kernel's entry.
-  Value shared(ArrayRef<int64_t> shape);
+  /// Block kernels: a buffer shared by the block's threads (f32 unless
+  /// told), allocated at the kernel's entry.
+  Value shared(ArrayRef<int64_t> shape, Type element = {});
+  /// The element at `indices` of `memref` (widened to f32) where
+  /// `condition` holds, 0 elsewhere; nothing is read where it does not.
+  Value loadOrZero(Value condition, Value memref, ValueRange indices);
   /// Runs `body(thread)` on every thread of the block, then waits for all
   /// of them (the results are visible to the next thread loop).
   void eachThread(function_ref<void(Value thread)> body);
@@ -114,13 +120,37 @@ struct SimtEmitter : KernelEmitter {
   int64_t blockThreads;
 };
 
-/// One thread per (batch, head, query row) over every visible key, online
-/// softmax in registers. Bindings: q, k, v, [gate], o, [lse].
-func::FuncOp buildSimtAttentionKernel(OpBuilder &builder, Location loc,
-                                      StringRef name,
-                                      const SoftmaxAttentionShape &shape,
-                                      const GpuTiling &tiling,
-                                      TypeRange bindingTypes);
+/// The tiles of the flash block kernel: a warp per 16 query rows, key
+/// tiles of `keyTile` keys, head dims padded for attn.warp_mma.
+struct SimtFlashTiling {
+  int64_t warps = 4, keyTile = 64;
+  int64_t paddedHeadDim = 0, paddedValueDim = 0;
+  /// Bytes of one stored element of q, k, v (and of the probabilities).
+  int64_t elementBytes = 4;
+
+  int64_t queryTile() const { return 16 * warps; }
+  int64_t threads() const { return 32 * warps; }
+  /// The shared memory of a block (as SimtLaunch counts it).
+  int64_t sharedBytes() const;
+  /// The largest tiles whose shared memory fits in half of
+  /// `tiling.maxSharedBytes` (else in all of it; else the smallest).
+  static SimtFlashTiling choose(const SoftmaxAttentionShape &shape,
+                                Type storage, const GpuTiling &tiling);
+};
+
+/// Softmax attention as a block kernel, one block per (batch, head, tile of
+/// 16 * warps query rows): the block stages its q tile and each key tile's
+/// k and v in shared memory; per key tile each warp computes its 16 rows'
+/// scores with attn.warp_mma (tensor cores for f16/bf16), a thread per row
+/// applies scale, softcap and mask and the online-softmax update (state in
+/// shared memory), and each warp adds P V to its rows' accumulators with
+/// attn.warp_mma. Bindings: q, k, v, [gate], o, [lse].
+func::FuncOp buildSimtFlashKernel(OpBuilder &builder, Location loc,
+                                  StringRef name,
+                                  const SoftmaxAttentionShape &shape,
+                                  const SimtFlashTiling &flash,
+                                  const GpuTiling &tiling,
+                                  TypeRange bindingTypes);
 
 /// One thread per (batch, head, query row, key range of splitKeys keys),
 /// for decode. Bindings: q, k, v, partial o [B, H, Lq, S, Dv], partial lse

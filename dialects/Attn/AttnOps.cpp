@@ -894,5 +894,59 @@ LogicalResult DispatchOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// WarpMmaOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult WarpMmaOp::verify() {
+  auto check = [&](Value operand, StringRef name) -> LogicalResult {
+    auto type = cast<MemRefType>(operand.getType());
+    if (type.getRank() != 2 || !type.hasStaticShape() ||
+        !type.getLayout().isIdentity())
+      return emitOpError() << "'" << name
+                           << "' must be a row-major 2-D memref of static "
+                              "shape, got "
+                           << type;
+    return success();
+  };
+  if (failed(check(getLhs(), "lhs")) || failed(check(getRhs(), "rhs")) ||
+      failed(check(getAcc(), "acc")))
+    return failure();
+  MemRefType lhs = getLhs().getType(), rhs = getRhs().getType(),
+             acc = getAcc().getType();
+  Type element = lhs.getElementType();
+  if (!element.isF16() && !element.isBF16() && !element.isF32())
+    return emitOpError() << "'lhs' elements must be f16, bf16 or f32, got "
+                         << element;
+  if (rhs.getElementType() != element)
+    return emitOpError() << "'rhs' elements must match 'lhs' (" << element
+                         << "), got " << rhs.getElementType();
+  if (!acc.getElementType().isF32())
+    return emitOpError() << "'acc' elements must be f32, got "
+                         << acc.getElementType();
+  const int64_t k = getReduction(), n = getColumns();
+  if (k % kReductionStep != 0)
+    return emitOpError() << "the reduction length K (columns of 'lhs') must "
+                            "be a multiple of "
+                         << kReductionStep << ", got " << k;
+  if (n % kFragmentColumns != 0)
+    return emitOpError() << "the columns N of 'acc' must be a multiple of "
+                         << kFragmentColumns << ", got " << n;
+  const int64_t expected[2] = {getRhsTransposed() ? n : k,
+                               getRhsTransposed() ? k : n};
+  if (rhs.getShape() != ArrayRef<int64_t>(expected))
+    return emitOpError() << "'rhs' must be "
+                         << (getRhsTransposed() ? "[N, K] (transposed)"
+                                                : "[K, N]")
+                         << " = [" << expected[0] << ", " << expected[1]
+                         << "], got [" << rhs.getDimSize(0) << ", "
+                         << rhs.getDimSize(1) << "]";
+  if (lhs.getDimSize(0) < kRows || acc.getDimSize(0) < kRows)
+    return emitOpError() << "'lhs' and 'acc' need at least " << kRows
+                         << " rows, got " << lhs.getDimSize(0) << " and "
+                         << acc.getDimSize(0);
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "Attn/AttnOps.cpp.inc"

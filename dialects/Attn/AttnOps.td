@@ -481,4 +481,62 @@ def Attn_DispatchOp : Attn_Op<"dispatch", [
   }];
 }
 
+//===----------------------------------------------------------------------===//
+// Inside kernels
+//===----------------------------------------------------------------------===//
+
+def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
+  let summary = "one lane's share of a warp's 16-row matrix product";
+  let description = [{
+    Used by block kernels (passes/SimtKernels.h) for the matrix products of
+    a tile that lives in shared buffers. With `m = 16`, `K = lhs` columns
+    and `N = acc` columns, the 32 lanes of a warp together compute
+
+      acc[row + i, j] = (accumulate ? acc[row + i, j] : 0)
+                        + sum_k lhs[row + i, k] * B[k, j]
+
+    for `i` in [0, 16) and `j` in [0, N), where `B` is `rhs` [K, N], or
+    `rhs` [N, K] transposed when `rhs_transposed` is set. Lane `lane` (in
+    [0, 32)) computes and writes exactly the elements that PTX's
+    `mma.m16n8k16` gives it in each block of 8 columns (the accumulator
+    fragment): rows `lane / 4` and `lane / 4 + 8`, columns
+    `2 * (lane % 4)` and `2 * (lane % 4) + 1`. It reads only its own
+    elements of `acc`, so lanes never race on it.
+
+    That per-lane meaning makes one op two things: on the GPU, when the 32
+    lanes of a warp run it together, `-attn-warp-mma-to-nvvm` lowers it to
+    tensor-core `mma.sync` instructions (f16 and bf16 on sm_80 and newer;
+    f32 and older chips get the same products as fused multiply-adds); on
+    the CPU, `-attn-warp-mma-to-loops` lowers each lane's share to loops,
+    which is how the GPU kernels are tested without a GPU.
+
+    `lhs` and `rhs` have the same element type (f16, bf16 or f32), `acc`
+    is f32; `K` is a multiple of 16 and `N` of 8.
+
+    ```mlir
+    // S[16 w .. 16 w + 16, :] = Q[16 w .., :] * K^T
+    attn.warp_mma %qs, %ks, %scores rows(%r) lane(%lane) {rhs_transposed}
+        : memref<64x128xbf16>, memref<64x128xbf16>, memref<64x64xf32>
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$lhs, AnyMemRef:$rhs, AnyMemRef:$acc,
+                       Index:$row, Index:$lane, UnitAttr:$rhs_transposed,
+                       UnitAttr:$accumulate);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `,` $acc `rows` `(` $row `)` `lane` `(` $lane `)` attr-dict
+    `:` type($lhs) `,` type($rhs) `,` type($acc)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Rows of the product (the m of mma.m16n8k16).
+    static constexpr int64_t kRows = 16;
+    /// Columns of one accumulator fragment and the reduction step.
+    static constexpr int64_t kFragmentColumns = 8, kReductionStep = 16;
+    /// The reduction length K (columns of lhs).
+    int64_t getReduction() { return getLhs().getType().getDimSize(1); }
+    /// The product's columns N (columns of acc).
+    int64_t getColumns() { return getAcc().getType().getDimSize(1); }
+  }];
+}
+
 #endif // ATTN_OPS_TD

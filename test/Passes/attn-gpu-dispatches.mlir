@@ -1,27 +1,50 @@
 // RUN: attn-opt %s -attn-gpu-dispatches -canonicalize -cse | FileCheck %s
 
 // The CUDA host program is the CPU one's shape (same signature, symbolic
-// shapes, decode chosen from the run-time Lq) with one-thread kernels:
-// one thread per (batch, head, query row) for prefill, one per (batch,
-// head, row, key range) + a merge thread per row for decode.
+// shapes, decode chosen from the run-time Lq). Prefill is the flash block
+// kernel: a block per (batch, head, 64 query rows), 4 warps; decode is one
+// thread per (batch, head, row, key range) + a merge thread per row.
 
-// CHECK-LABEL: func.func private @layer__attention0
-// CHECK-SAME:    attn.kernel = "attention"
-// CHECK-SAME:    attn.tiling = {block_threads = 128 : i64, decode_max_queries = 8 : i64, split_keys = 256 : i64}
-// The thread's row, head and batch come from its index.
-// CHECK:         %[[ROW:.+]] = arith.remui %[[THREAD:arg5]], %{{.+}} : index
-// CHECK:         arith.divui %[[THREAD]]
-// The causal mask ends the key loop at the row's position.
-// CHECK:         %[[END:.+]] = arith.maxsi %{{.+}}, %c0 : index
-// Scalar online softmax: the state (m, l) is carried by the loop.
-// CHECK:         scf.for %{{.+}} = %c0 to %[[END]] step %c1 iter_args(%{{.+}} = %cst{{.*}}, %{{.+}} = %cst{{.*}}) -> (f32, f32)
-// CHECK:           math.fma
+// CHECK-LABEL: func.func private @layer__flash0
+// CHECK-SAME:    attn.block_kernel
+// CHECK-SAME:    attn.kernel = "flash"
+// CHECK-SAME:    attn.tiling = {block_threads = 128 : i64, decode_max_queries = 8 : i64, key_tile = 64 : i64, query_tile = 64 : i64, split_keys = 256 : i64}
+// Shared: the q, k and v tiles, scores, probabilities, accumulators, and
+// each row's max and sum.
+// CHECK-COUNT-6: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x64xf32>
+// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64xf32>
+// The block's query tile is the workgroup's fastest part.
+// CHECK:         %[[TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
+// CHECK:         arith.remui %arg5, %[[TILES]] : index
+// The q tile is staged once, zero past Lq.
+// CHECK:         scf.parallel
+// CHECK:           scf.if
+// CHECK:             memref.load %arg0
+// CHECK:         } {attn.threads}
+// The causal mask ends the key tiles at the last row's position.
+// CHECK:         arith.minsi %[[LK:dim_[0-9]+]], %{{.+}} : index
+// CHECK:         %[[KEY_TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
+// CHECK:         scf.for %{{.+}} = %c0 to %[[KEY_TILES]] step %c1 {
+// Per key tile: stage k and v, scores by warp_mma, the masked online
+// softmax a thread per row, then P v by warp_mma.
+// CHECK:           memref.load %arg1
+// CHECK:           } {attn.threads}
+// CHECK:           memref.load %arg2
+// CHECK:           } {attn.threads}
+// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) {rhs_transposed}
+// CHECK:           } {attn.threads}
+// CHECK:           arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
 // CHECK:           arith.maximumf
 // CHECK:           math.exp
 // CHECK:           math.exp
+// CHECK:           } {attn.threads}
+// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) {accumulate}
+// CHECK:           } {attn.threads}
+// CHECK:         }
 // The gate runs in the epilogue.
 // CHECK:         math.exp
 // CHECK:         arith.divf
+// CHECK:         } {attn.threads}
 // CHECK-NOT:     vector.
 // CHECK-LABEL: func.func private @layer__split_kv1
 // CHECK-SAME:    attn.kernel = "split_kv"
@@ -35,7 +58,7 @@
 // CHECK:         %[[LK:.+]] = memref.dim %[[K]], %c2
 // CHECK:         %[[DECODE:.+]] = arith.cmpi ule, %[[LQ]], %c8
 // CHECK:         %[[SPLITS:.+]] = arith.ceildivui %[[LK]], %c256
-// CHECK:         attn.dispatch @layer__attention0 workgroups(%{{.+}}) bindings(
+// CHECK:         attn.dispatch @layer__flash0 workgroups(%{{.+}}) bindings(
 // CHECK:         attn.dispatch @layer__split_kv1 workgroups(%{{.+}}) bindings(
 // CHECK:         attn.dispatch @layer__merge2 workgroups(%{{.+}}) bindings(
 func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},

@@ -1,15 +1,33 @@
 // RUN: attn-opt %s -attn-gpu-dispatch -attn-gpu-outline-kernels | FileCheck %s --check-prefix=OUTLINE
 // RUN: attn-opt %s -attn-gpu-dispatch -attn-gpu-lower-to-nvvm='chip=sm_80 features=+ptx80' | FileCheck %s --check-prefix=NVVM
 
-// Outlining: the one-thread kernels move into a gpu.module with the NVVM
-// target; the host functions (already in the binary) are dropped. The body
-// runs under `thread < count`, thread = blockIdx.x * blockDim.x + threadIdx.x.
+// Outlining: the kernels move into a gpu.module with the NVVM target; the
+// host functions (already in the binary) are dropped. A block kernel (the
+// flash kernel) runs for block blockIdx.x when it is below the count: its
+// shared buffers become views into dynamic shared memory, its thread loops
+// bodies for threadIdx.x each followed by a barrier, and its warp_mma ops
+// stay in the uniform code every thread runs.
 // OUTLINE:       module attributes {gpu.container_module}
 // OUTLINE-NOT:   attn.entry
 // OUTLINE:       gpu.module @attn_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">]
-// OUTLINE:         gpu.func @layer__attention0(%{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %[[COUNT:.+]]: index) kernel
-// OUTLINE-SAME:      attn.kernel = "attention"
+// OUTLINE:         gpu.func @layer__flash0(%{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %[[BLOCKS:.+]]: index) kernel
+// OUTLINE-SAME:      attn.kernel = "flash"
 // OUTLINE-SAME:      known_block_size = array<i32: 128, 1, 1>
+// OUTLINE:           %[[SHARED:.+]] = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
+// OUTLINE:           memref.view %[[SHARED]][%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<64x32xf32, #gpu.address_space<workgroup>>
+// OUTLINE:           %[[BLOCK:.+]] = gpu.block_id x
+// OUTLINE:           %[[IN_GRID:.+]] = arith.cmpi ult, %[[BLOCK]], %[[BLOCKS]]
+// OUTLINE:           scf.if %[[IN_GRID]] {
+// OUTLINE:             gpu.thread_id x
+// OUTLINE:             gpu.barrier
+// OUTLINE:             scf.for
+// OUTLINE:               %[[LANE:.+]] = arith.remui %thread_id_x{{.*}}, %c32
+// OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%[[LANE]]) {rhs_transposed} : memref<64x32xf32, #gpu.address_space<workgroup>>
+// OUTLINE-NEXT:          gpu.barrier
+// OUTLINE:           gpu.return
+// A thread kernel runs under `thread < count`, thread = blockIdx.x *
+// blockDim.x + threadIdx.x.
+// OUTLINE:         gpu.func @layer__split_kv1({{.*}}, %[[COUNT:[a-z0-9]+]]: index) kernel
 // OUTLINE-DAG:       %[[CTAID:.+]] = gpu.block_id x
 // OUTLINE-DAG:       %[[NTID:.+]] = gpu.block_dim x
 // OUTLINE-DAG:       %[[TID:.+]] = gpu.thread_id x
@@ -19,22 +37,25 @@
 // OUTLINE:           scf.if %[[IN]] {
 // OUTLINE:             arith.remui %[[THREAD]]
 // OUTLINE:           gpu.return
-// OUTLINE:         gpu.func @layer__split_kv1
 // OUTLINE:         gpu.func @layer__merge2
 
-// After the NVVM lowering: the kernels in the LLVM dialect, each memref an expanded
-// descriptor (2 pointers, offset, 4 sizes, 4 strides), the thread count
-// last; exp through libdevice.
+// After the NVVM lowering: the kernels in the LLVM dialect, each memref an
+// expanded descriptor (2 pointers, offset, 4 sizes, 4 strides), the
+// workgroup count last; exp through libdevice; f32 products are fused
+// multiply-adds, not tensor cores (attn-warp-mma.mlir has those).
 // NVVM:          gpu.module @attn_kernels [#nvvm.target<O = 3, chip = "sm_80", features = "+ptx80">]
 // NVVM-DAG:        llvm.func @__nv_expf(f32) -> f32
-// NVVM:            llvm.func @layer__attention0(%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr,
+// NVVM:            llvm.func @layer__flash0(%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr,
 // NVVM-SAME:         %[[COUNT:[a-z0-9]+]]: i64)
 // NVVM-SAME:         nvvm.kernel
 // NVVM-SAME:         nvvm.maxntid = array<i32: 128, 1, 1>
 // NVVM:              nvvm.read.ptx.sreg.ctaid.x
-// NVVM:              nvvm.read.ptx.sreg.tid.x
 // NVVM:              llvm.icmp "ult" %{{.+}}, %[[COUNT]] : i64
+// NVVM:              nvvm.read.ptx.sreg.tid.x
+// NVVM:              nvvm.barrier
+// NVVM:              llvm.call @__nv_fmaf
 // NVVM:              llvm.call @__nv_expf
+// NVVM-NOT:          nvvm.mma.sync
 // NVVM-NOT:      func.func
 func.func @layer(%q: tensor<?x4x?x32xf32>, %k: tensor<?x4x?x32xf32>,
                  %v: tensor<?x4x?x32xf32>) -> tensor<?x4x?x32xf32> {

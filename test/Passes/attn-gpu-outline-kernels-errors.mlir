@@ -46,13 +46,54 @@ func.func private @nested_thread_loops(%a: memref<4xf32>, %n: index)
 
 // -----
 
-// Shared buffers become views into dynamic shared memory, which only loads
-// and stores may use.
+// Shared buffers become views into dynamic shared memory, which only loads,
+// stores and warp_mma may use.
 func.func private @shared_buffer_copied(%a: memref<4xf32>, %n: index)
     attributes {attn.kernel = "x", attn.block_kernel,
                 attn.tiling = {block_threads = 32 : i64}} {
   %s = memref.alloca() {attn.shared} : memref<4xf32>
-  // expected-error @below {{a shared buffer may only be loaded and stored}}
+  // expected-error @below {{a shared buffer may only be loaded, stored and used by attn.warp_mma}}
   memref.copy %s, %a : memref<4xf32> to memref<4xf32>
+  return
+}
+
+// -----
+
+// A warp_mma needs the warp's 32 lanes together: not under a condition of
+// the thread...
+func.func private @warp_mma_divergent(%n: index)
+    attributes {attn.kernel = "x", attn.block_kernel,
+                attn.tiling = {block_threads = 32 : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  %a = memref.alloca() {attn.shared} : memref<16x16xbf16>
+  %b = memref.alloca() {attn.shared} : memref<8x16xbf16>
+  %acc = memref.alloca() {attn.shared} : memref<16x8xf32>
+  scf.parallel (%t) = (%c0) to (%c32) step (%c1) {
+    %low = arith.cmpi ult, %t, %c16 : index
+    scf.if %low {
+      // expected-error @below {{attn.warp_mma must be directly in a thread loop of a block kernel, where the 32 lanes of a warp run it together}}
+      attn.warp_mma %a, %b, %acc rows(%c0) lane(%t) {rhs_transposed}
+          : memref<16x16xbf16>, memref<8x16xbf16>, memref<16x8xf32>
+    }
+    scf.reduce
+  } {attn.threads}
+  return
+}
+
+// -----
+
+// ... and not in a thread kernel, whose threads run different workgroups.
+func.func private @warp_mma_in_thread_kernel(%lane: index)
+    attributes {attn.kernel = "x", attn.tiling = {block_threads = 32 : i64}} {
+  %c0 = arith.constant 0 : index
+  %a = memref.alloca() : memref<16x16xf16>
+  %b = memref.alloca() : memref<8x16xf16>
+  %acc = memref.alloca() : memref<16x8xf32>
+  // expected-error @below {{attn.warp_mma must be directly in a thread loop of a block kernel}}
+  attn.warp_mma %a, %b, %acc rows(%c0) lane(%lane) {rhs_transposed}
+      : memref<16x16xf16>, memref<8x16xf16>, memref<16x8xf32>
   return
 }

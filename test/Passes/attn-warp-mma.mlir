@@ -1,0 +1,99 @@
+// RUN: attn-opt %s -attn-warp-mma-to-nvvm=chip=sm_90a -canonicalize -cse | FileCheck %s --check-prefix=MMA
+// RUN: attn-opt %s -attn-warp-mma-to-nvvm=chip=sm_75 -canonicalize -cse | FileCheck %s --check-prefix=LOOPS
+// RUN: attn-opt %s -attn-warp-mma-to-loops -canonicalize -cse | FileCheck %s --check-prefix=LOOPS
+
+// The two lowerings of one lane's share of a warp's 16-row product. Lane
+// l holds g = l / 4 and 2t = 2 (l % 4): accumulator rows row + g and
+// row + g + 8, columns 2t and 2t + 1 of each block of 8.
+
+// Tensor cores (sm_80 and newer): per 16-wide step of K, the A fragment
+// (4 pairs of adjacent bf16 as i32: rows g and g + 8, k 2t and 2t + 8) once,
+// then per block of 8 columns the B fragment and one mma.sync whose
+// accumulators carry over to the next step. q k^T reads k's rows (B
+// transposed) as adjacent pairs. K = 32, N = 16: 2 steps x 2 blocks.
+// MMA-LABEL: func.func @scores_bf16
+// MMA-SAME:    %[[Q:[a-z0-9]+]]: memref<32x32xbf16>, %[[K:[a-z0-9]+]]: memref<16x32xbf16>, %[[S:[a-z0-9]+]]: memref<32x16xf32>, %[[ROW:[a-z0-9]+]]: index, %[[LANE:[a-z0-9]+]]: index
+// MMA-DAG:     %[[G:.+]] = arith.divui %[[LANE]], %c4
+// MMA-DAG:     %[[T:.+]] = arith.remui %[[LANE]], %c4
+// MMA-DAG:     %[[T2:.+]] = arith.muli %[[T]], %c2
+// MMA-DAG:     %[[R0:.+]] = arith.addi %[[ROW]], %[[G]]
+// MMA-DAG:     %[[G8:.+]] = arith.addi %[[G]], %c8
+// MMA-DAG:     %[[R8:.+]] = arith.addi %[[ROW]], %[[G8]]
+// MMA-DAG:     %[[T2P8:.+]] = arith.addi %[[T2]], %c8
+// MMA:         %[[A0V:.+]] = vector.load %[[Q]][%[[R0]], %[[T2]]] : memref<32x32xbf16>, vector<2xbf16>
+// MMA:         %[[A0W:.+]] = vector.bitcast %[[A0V]] : vector<2xbf16> to vector<1xi32>
+// MMA:         %[[A0:.+]] = vector.extract %[[A0W]][0] : i32 from vector<1xi32>
+// MMA:         vector.load %[[Q]][%[[R8]], %[[T2]]]
+// MMA:         vector.load %[[Q]][%[[R0]], %[[T2P8]]]
+// MMA:         vector.load %[[Q]][%[[R8]], %[[T2P8]]]
+// MMA:         vector.load %[[K]][%[[G]], %[[T2]]]
+// MMA:         vector.load %[[K]][%[[G]], %[[T2P8]]]
+// MMA:         %[[D0:.+]] = nvvm.mma.sync A[%[[A0]], %{{.+}}, %{{.+}}, %{{.+}}]  B[%{{.+}}, %{{.+}}]  C[%cst, %cst, %cst, %cst]
+// MMA-SAME:      layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>
+// MMA-SAME:      multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = #nvvm.mma_type<bf16>
+// MMA-SAME:      shape = #nvvm.shape<m = 16, n = 8, k = 16>
+// MMA-SAME:      (i32, i32, f32) -> !llvm.struct<(f32, f32, f32, f32)>
+// MMA:         %[[C0:.+]] = llvm.extractvalue %[[D0]][0]
+// The second block of columns: k's rows 8 + g.
+// MMA:         vector.load %[[K]][%[[G8]], %[[T2]]]
+// MMA:         nvvm.mma.sync
+// The second step (k + 16) accumulates onto the first.
+// MMA:         nvvm.mma.sync A[{{.+}}]  B[{{.+}}]  C[%[[C0]], %{{.+}}, %{{.+}}, %{{.+}}]
+// MMA:         %[[E:.+]] = nvvm.mma.sync
+// MMA:         %[[E0:.+]] = llvm.extractvalue %[[E]][0]
+// MMA-NOT:     nvvm.mma.sync
+// MMA:         memref.store %{{.+}}, %[[S]][%[[R0]], %[[T2]]]
+// MMA:         memref.store %[[E0]], %[[S]][%[[R0]], %[[T2P8]]]
+func.func @scores_bf16(%q: memref<32x32xbf16>, %k: memref<16x32xbf16>, %s: memref<32x16xf32>, %row: index, %lane: index) {
+  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) {rhs_transposed}
+      : memref<32x32xbf16>, memref<16x32xbf16>, memref<32x16xf32>
+  return
+}
+
+// f16, B not transposed (P v): the B pairs run down v's columns (two
+// scalar loads each), the accumulators start from acc.
+// MMA-LABEL: func.func @pv_f16
+// MMA-SAME:    %[[P:[a-z0-9]+]]: memref<16x16xf16>, %[[V:[a-z0-9]+]]: memref<16x8xf16>, %[[O:[a-z0-9]+]]: memref<16x8xf32>
+// MMA:         %[[C0:.+]] = memref.load %[[O]]
+// MMA:         %[[A0:.+]] = vector.load %[[P]]{{.+}} : memref<16x16xf16>, vector<2xf16>
+// MMA:         %[[B00:.+]] = memref.load %[[V]][%[[T2:.+]], %[[G:.+]]] : memref<16x8xf16>
+// MMA:         %[[B01:.+]] = memref.load %[[V]][%{{.+}}, %[[G]]] : memref<16x8xf16>
+// MMA:         %[[B0:.+]] = vector.from_elements %[[B00]], %[[B01]] : vector<2xf16>
+// MMA:         nvvm.mma.sync A[%[[A0]], %{{.+}}, %{{.+}}, %{{.+}}]  B[%[[B0]], %{{.+}}]  C[%[[C0]], %{{.+}}, %{{.+}}, %{{.+}}]
+// MMA-SAME:      (vector<2xf16>, vector<2xf16>, f32) -> !llvm.struct<(f32, f32, f32, f32)>
+// MMA-NOT:     nvvm.mma.sync
+// MMA:         return
+
+// Loops (the CPU, f32, and chips before sm_80): per element of the lane,
+// a fused multiply-add chain over K in f32; no tensor cores.
+// LOOPS-LABEL: func.func @scores_bf16
+// LOOPS-NOT:   nvvm.mma.sync
+// LOOPS:       scf.for %[[BLOCK:.+]] = %c0 to %c2 step %c1 {
+// LOOPS:         scf.for %[[KK:.+]] = %c0 to %c32 step %c1 iter_args(%{{.+}} = %cst)
+// LOOPS:           memref.load %arg0[%{{.+}}, %[[KK]]] : memref<32x32xbf16>
+// LOOPS:           arith.extf
+// LOOPS:           memref.load %arg1[%{{.+}}, %[[KK]]] : memref<16x32xbf16>
+// LOOPS:           math.fma
+// LOOPS-COUNT-3: scf.for %{{.+}} = %c0 to %c32
+// LOOPS-LABEL: func.func @pv_f16
+// LOOPS:       %[[INIT:.+]] = memref.load %arg2
+// LOOPS:       scf.for %[[KK:.+]] = %c0 to %c16 step %c1 iter_args(%{{.+}} = %[[INIT]])
+// LOOPS:         memref.load %arg1[%[[KK]], %{{.+}}] : memref<16x8xf16>
+// LOOPS-LABEL: func.func @scores_f32
+// LOOPS-NOT:   nvvm.mma.sync
+// LOOPS:       math.fma
+func.func @pv_f16(%p: memref<16x16xf16>, %v: memref<16x8xf16>, %o: memref<16x8xf32>, %row: index, %lane: index) {
+  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) {accumulate}
+      : memref<16x16xf16>, memref<16x8xf16>, memref<16x8xf32>
+  return
+}
+
+// f32 has no tensor-core path here even on sm_90a.
+// MMA-LABEL: func.func @scores_f32
+// MMA-NOT:   nvvm.mma.sync
+// MMA:       math.fma
+func.func @scores_f32(%q: memref<16x16xf32>, %k: memref<8x16xf32>, %s: memref<16x8xf32>, %row: index, %lane: index) {
+  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) {rhs_transposed}
+      : memref<16x16xf32>, memref<8x16xf32>, memref<16x8xf32>
+  return
+}
