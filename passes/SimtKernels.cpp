@@ -293,12 +293,12 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   // Zero padding (rows past Lq, keys past the range, features past D and
   // Dv) keeps the products exact; padded keys are masked, padded rows and
   // features never stored.
-  Value qs = e.shared({TQ, Dp}, storage);
-  Value ks = e.shared({TK, Dp}, storage);
-  Value vs = e.shared({TK, Dvp}, storage);
-  Value scores = e.shared({TQ, TK});
-  Value probs = e.shared({TQ, TK}, storage);
-  Value acc = e.shared({TQ, Dvp});
+  Value qs = e.shared({TQ, flash.headStride()}, storage);
+  Value ks = e.shared({TK, flash.headStride()}, storage);
+  Value vs = e.shared({TK, flash.valueStride()}, storage);
+  Value scores = e.shared({TQ, flash.scoreStride()});
+  Value probs = e.shared({TQ, flash.probabilityStride()}, storage);
+  Value acc = e.shared({TQ, flash.accumulatorStride()});
   Value rowMax = e.shared({TQ});
   Value rowSum = e.shared({TQ});
 
@@ -344,7 +344,8 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     e.eachThread([&](Value thread) {
       Value warpRow = e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
       auto mma =
-          WarpMmaOp::create(b, qs, ks, scores, warpRow, e.rem(thread, c32));
+          WarpMmaOp::create(b, qs, ks, scores, warpRow, e.rem(thread, c32),
+                            /*n=*/TK, /*k=*/Dp);
       mma.setRhsTransposed(true);
     });
 
@@ -388,7 +389,8 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     e.eachThread([&](Value thread) {
       Value warpRow = e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
       auto mma =
-          WarpMmaOp::create(b, probs, vs, acc, warpRow, e.rem(thread, c32));
+          WarpMmaOp::create(b, probs, vs, acc, warpRow, e.rem(thread, c32),
+                            /*n=*/Dvp, /*k=*/TK);
       mma.setAccumulate(true);
     });
   });

@@ -130,6 +130,19 @@ struct SimtFlashTiling {
 
   int64_t queryTile() const { return 16 * warps; }
   int64_t threads() const { return 32 * warps; }
+
+  // Row lengths of the shared buffers, padded so that threads reading down
+  // a column spread over the 32 banks of shared memory:
+  //  * q, k and v tiles, read as mma fragments (8 rows x 4 pairs at a
+  //    time), get 16 bytes more: rows then start 4 banks apart;
+  //  * scores, probabilities and accumulators, read a row per thread, get
+  //    one 4-byte word more: rows then start 1 bank apart.
+  int64_t headStride() const { return paddedHeadDim + 16 / elementBytes; }
+  int64_t valueStride() const { return paddedValueDim + 16 / elementBytes; }
+  int64_t scoreStride() const { return keyTile + 1; }
+  int64_t probabilityStride() const { return keyTile + 4 / elementBytes; }
+  int64_t accumulatorStride() const { return paddedValueDim + 1; }
+
   /// The shared memory of a block (as SimtLaunch counts it).
   int64_t sharedBytes() const;
   /// The largest tiles whose shared memory fits in half of

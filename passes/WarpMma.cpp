@@ -81,7 +81,7 @@ void lowerToLoops(WarpMmaOp op) {
   SimtEmitter e(b);
   FragmentLayout layout(e, op.getRow(), op.getLane());
   Value c0 = e.index(0), c1 = e.index(1);
-  e.loop(c0, e.index(op.getColumns() / WarpMmaOp::kFragmentColumns), c1,
+  e.loop(c0, e.index(op.getN() / WarpMmaOp::kFragmentColumns), c1,
          [&](Value block) {
            for (int64_t half = 0; half < 2; ++half) {
              Value row = layout.accRow(e, half);
@@ -91,7 +91,7 @@ void lowerToLoops(WarpMmaOp op) {
                                 ? e.load(op.getAcc(), {row, column})
                                 : e.scalar(0.0);
                Value sum =
-                   e.loop(c0, e.index(op.getReduction()), c1, {init},
+                   e.loop(c0, e.index(op.getK()), c1, {init},
                           [&](Value k, ValueRange it) {
                             Value x = e.load(op.getLhs(), {row, k});
                             Value y =
@@ -135,8 +135,8 @@ void lowerToMmaSync(WarpMmaOp op) {
   };
   Value c1 = e.index(1);
 
-  const int64_t blocks = op.getColumns() / WarpMmaOp::kFragmentColumns;
-  const int64_t steps = op.getReduction() / WarpMmaOp::kReductionStep;
+  const int64_t blocks = op.getN() / WarpMmaOp::kFragmentColumns;
+  const int64_t steps = op.getK() / WarpMmaOp::kReductionStep;
   Value rows[2] = {layout.accRow(e, 0), layout.accRow(e, 1)};
   // acc[block] = {c0, c1, c2, c3}.
   SmallVector<SmallVector<Value, 4>> acc(blocks);

@@ -924,27 +924,29 @@ LogicalResult WarpMmaOp::verify() {
   if (!acc.getElementType().isF32())
     return emitOpError() << "'acc' elements must be f32, got "
                          << acc.getElementType();
-  const int64_t k = getReduction(), n = getColumns();
-  if (k % kReductionStep != 0)
-    return emitOpError() << "the reduction length K (columns of 'lhs') must "
-                            "be a multiple of "
+  const int64_t k = getK(), n = getN();
+  if (k <= 0 || k % kReductionStep != 0)
+    return emitOpError() << "k must be a positive multiple of "
                          << kReductionStep << ", got " << k;
-  if (n % kFragmentColumns != 0)
-    return emitOpError() << "the columns N of 'acc' must be a multiple of "
+  if (n <= 0 || n % kFragmentColumns != 0)
+    return emitOpError() << "n must be a positive multiple of "
                          << kFragmentColumns << ", got " << n;
-  const int64_t expected[2] = {getRhsTransposed() ? n : k,
-                               getRhsTransposed() ? k : n};
-  if (rhs.getShape() != ArrayRef<int64_t>(expected))
-    return emitOpError() << "'rhs' must be "
-                         << (getRhsTransposed() ? "[N, K] (transposed)"
-                                                : "[K, N]")
-                         << " = [" << expected[0] << ", " << expected[1]
-                         << "], got [" << rhs.getDimSize(0) << ", "
-                         << rhs.getDimSize(1) << "]";
-  if (lhs.getDimSize(0) < kRows || acc.getDimSize(0) < kRows)
-    return emitOpError() << "'lhs' and 'acc' need at least " << kRows
-                         << " rows, got " << lhs.getDimSize(0) << " and "
-                         << acc.getDimSize(0);
+  auto tooSmall = [&](StringRef name, MemRefType type, int64_t rows,
+                      int64_t columns) {
+    return emitOpError() << "'" << name << "' [" << type.getDimSize(0) << ", "
+                         << type.getDimSize(1) << "] is smaller than the ["
+                         << rows << ", " << columns << "] it must hold";
+  };
+  if (lhs.getDimSize(0) < kRows || lhs.getDimSize(1) < k)
+    return tooSmall("lhs", lhs, kRows, k);
+  if (acc.getDimSize(0) < kRows || acc.getDimSize(1) < n)
+    return tooSmall("acc", acc, kRows, n);
+  const int64_t rhsRows = getRhsTransposed() ? n : k;
+  const int64_t rhsColumns = getRhsTransposed() ? k : n;
+  if (rhs.getDimSize(0) < rhsRows || rhs.getDimSize(1) < rhsColumns)
+    return tooSmall(getRhsTransposed() ? "rhs (transposed, [n, k])"
+                                       : "rhs ([k, n])",
+                    rhs, rhsRows, rhsColumns);
   return success();
 }
 

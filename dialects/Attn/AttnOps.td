@@ -489,19 +489,21 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
   let summary = "one lane's share of a warp's 16-row matrix product";
   let description = [{
     Used by block kernels (passes/SimtKernels.h) for the matrix products of
-    a tile that lives in shared buffers. With `m = 16`, `K = lhs` columns
-    and `N = acc` columns, the 32 lanes of a warp together compute
+    a tile that lives in shared buffers. The 32 lanes of a warp together
+    compute, for `i` in [0, 16) and `j` in [0, n),
 
       acc[row + i, j] = (accumulate ? acc[row + i, j] : 0)
-                        + sum_k lhs[row + i, k] * B[k, j]
+                        + sum_{l < k} lhs[row + i, l] * B[l, j]
 
-    for `i` in [0, 16) and `j` in [0, N), where `B` is `rhs` [K, N], or
-    `rhs` [N, K] transposed when `rhs_transposed` is set. Lane `lane` (in
-    [0, 32)) computes and writes exactly the elements that PTX's
-    `mma.m16n8k16` gives it in each block of 8 columns (the accumulator
-    fragment): rows `lane / 4` and `lane / 4 + 8`, columns
-    `2 * (lane % 4)` and `2 * (lane % 4) + 1`. It reads only its own
-    elements of `acc`, so lanes never race on it.
+    where `B` is `rhs` read as [k, n] (`B[l, j] = rhs[l, j]`), or as [n, k]
+    when `rhs_transposed` is set (`B[l, j] = rhs[j, l]`). Buffers may be
+    wider than the product (rows padded so that threads reading down a
+    column hit different shared-memory banks); only the first `k` (`n`)
+    columns are used. Lane `lane` (in [0, 32)) computes and writes exactly
+    the elements that PTX's `mma.m16n8k16` gives it in each block of 8
+    columns (the accumulator fragment): rows `lane / 4` and
+    `lane / 4 + 8`, columns `2 * (lane % 4)` and `2 * (lane % 4) + 1`. It
+    reads only its own elements of `acc`, so lanes never race on it.
 
     That per-lane meaning makes one op two things: on the GPU, when the 32
     lanes of a warp run it together, `-attn-warp-mma-to-nvvm` lowers it to
@@ -511,19 +513,21 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
     which is how the GPU kernels are tested without a GPU.
 
     `lhs` and `rhs` have the same element type (f16, bf16 or f32), `acc`
-    is f32; `K` is a multiple of 16 and `N` of 8.
+    is f32; `k` is a multiple of 16 and `n` of 8.
 
     ```mlir
-    // S[16 w .. 16 w + 16, :] = Q[16 w .., :] * K^T
-    attn.warp_mma %qs, %ks, %scores rows(%r) lane(%lane) {rhs_transposed}
-        : memref<64x128xbf16>, memref<64x128xbf16>, memref<64x64xf32>
+    // S[r .. r + 16, 0 .. 64] = Q[r .., 0 .. 128] * K[0 .. 64, 0 .. 128]^T
+    attn.warp_mma %qs, %ks, %scores rows(%r) lane(%lane) n(64) k(128)
+        {rhs_transposed}
+        : memref<64x136xbf16>, memref<64x136xbf16>, memref<64x65xf32>
     ```
   }];
   let arguments = (ins AnyMemRef:$lhs, AnyMemRef:$rhs, AnyMemRef:$acc,
-                       Index:$row, Index:$lane, UnitAttr:$rhs_transposed,
-                       UnitAttr:$accumulate);
+                       Index:$row, Index:$lane, I64Attr:$n, I64Attr:$k,
+                       UnitAttr:$rhs_transposed, UnitAttr:$accumulate);
   let assemblyFormat = [{
-    $lhs `,` $rhs `,` $acc `rows` `(` $row `)` `lane` `(` $lane `)` attr-dict
+    $lhs `,` $rhs `,` $acc `rows` `(` $row `)` `lane` `(` $lane `)`
+    `n` `(` $n `)` `k` `(` $k `)` attr-dict
     `:` type($lhs) `,` type($rhs) `,` type($acc)
   }];
   let hasVerifier = 1;
@@ -532,10 +536,6 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
     static constexpr int64_t kRows = 16;
     /// Columns of one accumulator fragment and the reduction step.
     static constexpr int64_t kFragmentColumns = 8, kReductionStep = 16;
-    /// The reduction length K (columns of lhs).
-    int64_t getReduction() { return getLhs().getType().getDimSize(1); }
-    /// The product's columns N (columns of acc).
-    int64_t getColumns() { return getAcc().getType().getDimSize(1); }
   }];
 }
 

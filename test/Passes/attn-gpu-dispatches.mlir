@@ -9,9 +9,11 @@
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "flash"
 // CHECK-SAME:    attn.tiling = {block_threads = 128 : i64, decode_max_queries = 8 : i64, key_tile = 64 : i64, query_tile = 64 : i64, split_keys = 256 : i64}
-// Shared: the q, k and v tiles, scores, probabilities, accumulators, and
-// each row's max and sum.
-// CHECK-COUNT-6: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x64xf32>
+// Shared: the q, k and v tiles (rows padded by 16 bytes), scores,
+// probabilities and accumulators (rows padded by a word), and each row's
+// max and sum.
+// CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x68xf32>
+// CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x65xf32>
 // CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64xf32>
 // The block's query tile is the workgroup's fastest part.
 // CHECK:         %[[TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
@@ -31,14 +33,14 @@
 // CHECK:           } {attn.threads}
 // CHECK:           memref.load %arg2
 // CHECK:           } {attn.threads}
-// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) {rhs_transposed}
+// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {rhs_transposed}
 // CHECK:           } {attn.threads}
 // CHECK:           arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
 // CHECK:           arith.maximumf
 // CHECK:           math.exp
 // CHECK:           math.exp
 // CHECK:           } {attn.threads}
-// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) {accumulate}
+// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {accumulate}
 // CHECK:           } {attn.threads}
 // CHECK:         }
 // The gate runs in the epilogue.

@@ -14,7 +14,7 @@
 // OUTLINE-SAME:      attn.kernel = "flash"
 // OUTLINE-SAME:      known_block_size = array<i32: 128, 1, 1>
 // OUTLINE:           %[[SHARED:.+]] = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
-// OUTLINE:           memref.view %[[SHARED]][%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<64x32xf32, #gpu.address_space<workgroup>>
+// OUTLINE:           memref.view %[[SHARED]][%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<64x36xf32, #gpu.address_space<workgroup>>
 // OUTLINE:           %[[BLOCK:.+]] = gpu.block_id x
 // OUTLINE:           %[[IN_GRID:.+]] = arith.cmpi ult, %[[BLOCK]], %[[BLOCKS]]
 // OUTLINE:           scf.if %[[IN_GRID]] {
@@ -22,7 +22,7 @@
 // OUTLINE:             gpu.barrier
 // OUTLINE:             scf.for
 // OUTLINE:               %[[LANE:.+]] = arith.remui %thread_id_x{{.*}}, %c32
-// OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%[[LANE]]) {rhs_transposed} : memref<64x32xf32, #gpu.address_space<workgroup>>
+// OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%[[LANE]]) n(64) k(32) {rhs_transposed} : memref<64x36xf32, #gpu.address_space<workgroup>>
 // OUTLINE-NEXT:          gpu.barrier
 // OUTLINE:           gpu.return
 // A thread kernel runs under `thread < count`, thread = blockIdx.x *

@@ -75,7 +75,7 @@ func.func private @warp_mma_divergent(%n: index)
     %low = arith.cmpi ult, %t, %c16 : index
     scf.if %low {
       // expected-error @below {{attn.warp_mma must be directly in a thread loop of a block kernel, where the 32 lanes of a warp run it together}}
-      attn.warp_mma %a, %b, %acc rows(%c0) lane(%t) {rhs_transposed}
+      attn.warp_mma %a, %b, %acc rows(%c0) lane(%t) n(8) k(16) {rhs_transposed}
           : memref<16x16xbf16>, memref<8x16xbf16>, memref<16x8xf32>
     }
     scf.reduce
@@ -93,7 +93,7 @@ func.func private @warp_mma_in_thread_kernel(%lane: index)
   %b = memref.alloca() : memref<8x16xf16>
   %acc = memref.alloca() : memref<16x8xf32>
   // expected-error @below {{attn.warp_mma must be directly in a thread loop of a block kernel}}
-  attn.warp_mma %a, %b, %acc rows(%c0) lane(%lane) {rhs_transposed}
+  attn.warp_mma %a, %b, %acc rows(%c0) lane(%lane) n(8) k(16) {rhs_transposed}
       : memref<16x16xf16>, memref<8x16xf16>, memref<16x8xf32>
   return
 }

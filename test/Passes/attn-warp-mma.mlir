@@ -45,7 +45,7 @@
 // MMA:         memref.store %{{.+}}, %[[S]][%[[R0]], %[[T2]]]
 // MMA:         memref.store %[[E0]], %[[S]][%[[R0]], %[[T2P8]]]
 func.func @scores_bf16(%q: memref<32x32xbf16>, %k: memref<16x32xbf16>, %s: memref<32x16xf32>, %row: index, %lane: index) {
-  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) {rhs_transposed}
+  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(16) k(32) {rhs_transposed}
       : memref<32x32xbf16>, memref<16x32xbf16>, memref<32x16xf32>
   return
 }
@@ -83,7 +83,7 @@ func.func @scores_bf16(%q: memref<32x32xbf16>, %k: memref<16x32xbf16>, %s: memre
 // LOOPS-NOT:   nvvm.mma.sync
 // LOOPS:       math.fma
 func.func @pv_f16(%p: memref<16x16xf16>, %v: memref<16x8xf16>, %o: memref<16x8xf32>, %row: index, %lane: index) {
-  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) {accumulate}
+  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(16) {accumulate}
       : memref<16x16xf16>, memref<16x8xf16>, memref<16x8xf32>
   return
 }
@@ -93,7 +93,7 @@ func.func @pv_f16(%p: memref<16x16xf16>, %v: memref<16x8xf16>, %o: memref<16x8xf
 // MMA-NOT:   nvvm.mma.sync
 // MMA:       math.fma
 func.func @scores_f32(%q: memref<16x16xf32>, %k: memref<8x16xf32>, %s: memref<16x8xf32>, %row: index, %lane: index) {
-  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) {rhs_transposed}
+  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(8) k(16) {rhs_transposed}
       : memref<16x16xf32>, memref<8x16xf32>, memref<16x8xf32>
   return
 }

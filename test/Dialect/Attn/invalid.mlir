@@ -686,7 +686,7 @@ func.func @dispatch_workgroup_type(%b: memref<?xf32>, %n: index) {
 
 func.func @warp_mma_dynamic(%a: memref<?x16xbf16>, %b: memref<8x16xbf16>, %c: memref<16x8xf32>, %i: index) {
   // expected-error @+1 {{'attn.warp_mma' op 'lhs' must be a row-major 2-D memref of static shape, got 'memref<?x16xbf16>'}}
-  attn.warp_mma %a, %b, %c rows(%i) lane(%i) {rhs_transposed} : memref<?x16xbf16>, memref<8x16xbf16>, memref<16x8xf32>
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed} : memref<?x16xbf16>, memref<8x16xbf16>, memref<16x8xf32>
   return
 }
 
@@ -694,7 +694,7 @@ func.func @warp_mma_dynamic(%a: memref<?x16xbf16>, %b: memref<8x16xbf16>, %c: me
 
 func.func @warp_mma_mixed(%a: memref<16x16xbf16>, %b: memref<8x16xf16>, %c: memref<16x8xf32>, %i: index) {
   // expected-error @+1 {{'rhs' elements must match 'lhs' ('bf16'), got 'f16'}}
-  attn.warp_mma %a, %b, %c rows(%i) lane(%i) {rhs_transposed} : memref<16x16xbf16>, memref<8x16xf16>, memref<16x8xf32>
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed} : memref<16x16xbf16>, memref<8x16xf16>, memref<16x8xf32>
   return
 }
 
@@ -702,7 +702,7 @@ func.func @warp_mma_mixed(%a: memref<16x16xbf16>, %b: memref<8x16xf16>, %c: memr
 
 func.func @warp_mma_int(%a: memref<16x16xi8>, %b: memref<8x16xi8>, %c: memref<16x8xf32>, %i: index) {
   // expected-error @+1 {{'lhs' elements must be f16, bf16 or f32, got 'i8'}}
-  attn.warp_mma %a, %b, %c rows(%i) lane(%i) {rhs_transposed} : memref<16x16xi8>, memref<8x16xi8>, memref<16x8xf32>
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed} : memref<16x16xi8>, memref<8x16xi8>, memref<16x8xf32>
   return
 }
 
@@ -710,38 +710,46 @@ func.func @warp_mma_int(%a: memref<16x16xi8>, %b: memref<8x16xi8>, %c: memref<16
 
 func.func @warp_mma_acc(%a: memref<16x16xf16>, %b: memref<8x16xf16>, %c: memref<16x8xf16>, %i: index) {
   // expected-error @+1 {{'acc' elements must be f32, got 'f16'}}
-  attn.warp_mma %a, %b, %c rows(%i) lane(%i) {rhs_transposed} : memref<16x16xf16>, memref<8x16xf16>, memref<16x8xf16>
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed} : memref<16x16xf16>, memref<8x16xf16>, memref<16x8xf16>
   return
 }
 
 // -----
 
 func.func @warp_mma_reduction(%a: memref<16x24xf16>, %b: memref<8x24xf16>, %c: memref<16x8xf32>, %i: index) {
-  // expected-error @+1 {{the reduction length K (columns of 'lhs') must be a multiple of 16, got 24}}
-  attn.warp_mma %a, %b, %c rows(%i) lane(%i) {rhs_transposed} : memref<16x24xf16>, memref<8x24xf16>, memref<16x8xf32>
+  // expected-error @+1 {{k must be a positive multiple of 16, got 24}}
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(24) {rhs_transposed} : memref<16x24xf16>, memref<8x24xf16>, memref<16x8xf32>
   return
 }
 
 // -----
 
 func.func @warp_mma_columns(%a: memref<16x16xf16>, %b: memref<12x16xf16>, %c: memref<16x12xf32>, %i: index) {
-  // expected-error @+1 {{the columns N of 'acc' must be a multiple of 8, got 12}}
-  attn.warp_mma %a, %b, %c rows(%i) lane(%i) {rhs_transposed} : memref<16x16xf16>, memref<12x16xf16>, memref<16x12xf32>
+  // expected-error @+1 {{n must be a positive multiple of 8, got 12}}
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(12) k(16) {rhs_transposed} : memref<16x16xf16>, memref<12x16xf16>, memref<16x12xf32>
   return
 }
 
 // -----
 
 func.func @warp_mma_rhs_shape(%a: memref<16x16xf16>, %b: memref<8x16xf16>, %c: memref<16x8xf32>, %i: index) {
-  // expected-error @+1 {{'rhs' must be [K, N] = [16, 8], got [8, 16]}}
-  attn.warp_mma %a, %b, %c rows(%i) lane(%i) : memref<16x16xf16>, memref<8x16xf16>, memref<16x8xf32>
+  // expected-error @+1 {{'rhs ([k, n])' [8, 16] is smaller than the [16, 8] it must hold}}
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) : memref<16x16xf16>, memref<8x16xf16>, memref<16x8xf32>
   return
 }
 
 // -----
 
-func.func @warp_mma_rows(%a: memref<8x16xf16>, %b: memref<8x16xf16>, %c: memref<8x8xf32>, %i: index) {
-  // expected-error @+1 {{'lhs' and 'acc' need at least 16 rows, got 8 and 8}}
-  attn.warp_mma %a, %b, %c rows(%i) lane(%i) {rhs_transposed} : memref<8x16xf16>, memref<8x16xf16>, memref<8x8xf32>
+func.func @warp_mma_rows(%a: memref<8x16xf16>, %b: memref<8x16xf16>, %c: memref<16x8xf32>, %i: index) {
+  // expected-error @+1 {{'lhs' [8, 16] is smaller than the [16, 16] it must hold}}
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed} : memref<8x16xf16>, memref<8x16xf16>, memref<16x8xf32>
+  return
+}
+
+// -----
+
+func.func @warp_mma_acc_narrow(%a: memref<16x16xf16>, %b: memref<16x16xf16>, %c: memref<16x8xf32>, %i: index) {
+  // expected-error @+1 {{'acc' [16, 8] is smaller than the [16, 16] it must hold}}
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed} : memref<16x16xf16>, memref<16x16xf16>, memref<16x8xf32>
   return
 }

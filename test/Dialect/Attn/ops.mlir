@@ -205,15 +205,16 @@ func.func @worker_count() -> index {
 }
 
 // CHECK-LABEL: func.func @warp_mma
-// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) {rhs_transposed} : memref<64x48xbf16>, memref<32x48xbf16>, memref<64x32xf32>
-// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) {accumulate} : memref<64x32xf16>, memref<32x24xf16>, memref<64x24xf32>
-func.func @warp_mma(%q: memref<64x48xbf16>, %k: memref<32x48xbf16>,
-                    %s: memref<64x32xf32>, %p: memref<64x32xf16>,
-                    %v: memref<32x24xf16>, %o: memref<64x24xf32>,
+// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(48) {rhs_transposed} : memref<64x56xbf16>, memref<32x56xbf16>, memref<64x33xf32>
+// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<64x25xf32>
+// Buffers wider than the product (padded rows).
+func.func @warp_mma(%q: memref<64x56xbf16>, %k: memref<32x56xbf16>,
+                    %s: memref<64x33xf32>, %p: memref<64x34xf16>,
+                    %v: memref<32x32xf16>, %o: memref<64x25xf32>,
                     %row: index, %lane: index) {
-  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) {rhs_transposed}
-      : memref<64x48xbf16>, memref<32x48xbf16>, memref<64x32xf32>
-  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) {accumulate}
-      : memref<64x32xf16>, memref<32x24xf16>, memref<64x24xf32>
+  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(32) k(48) {rhs_transposed}
+      : memref<64x56xbf16>, memref<32x56xbf16>, memref<64x33xf32>
+  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(24) k(32) {accumulate}
+      : memref<64x34xf16>, memref<32x32xf16>, memref<64x25xf32>
   return
 }
