@@ -311,6 +311,31 @@ std::vector<AttentionCase> cases() {
        .queries = 33,
        .keys = 70,
        .dtype = "f16"});
+  // The CUDA flash kernel's tensor-core inputs in the storage dtype: several
+  // query tiles (64 rows) and key tiles (64 keys) so the online softmax
+  // rescales across tiles with rounded probabilities, head dims padded to
+  // 16 (72 -> 80) and 8 (40), a window that starts mid-tile, Lq < Lk.
+  add({.label = "bf16_window_tiles_odd_dims",
+       .heads = 4,
+       .kvHeads = 2,
+       .headDim = 72,
+       .valueDim = 40,
+       .mask = R"({"sliding_window": 90})",
+       .gate = "headwise",
+       .softcap = 30.0,
+       .queries = 150,
+       .keys = 150,
+       .dtype = "bf16"});
+  add({.label = "f16_causal_lq_lt_lk_tiles",
+       .heads = 2,
+       .kvHeads = 1,
+       .headDim = 96,
+       .valueDim = 96,
+       .gate = "elementwise",
+       .batch = 2,
+       .queries = 70,
+       .keys = 201,
+       .dtype = "f16"});
   add({.label = "f16_huge_logits_decode",
        .heads = 2,
        .kvHeads = 1,
