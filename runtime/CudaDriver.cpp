@@ -46,6 +46,11 @@ struct Driver {
   X(cuMemFree_v2, CUresult (*)(CUdeviceptr))                                   \
   X(cuMemcpyHtoD_v2, CUresult (*)(CUdeviceptr, const void *, size_t))          \
   X(cuMemcpyDtoH_v2, CUresult (*)(void *, CUdeviceptr, size_t))                \
+  X(cuEventCreate, CUresult (*)(void **, unsigned))                            \
+  X(cuEventRecord, CUresult (*)(void *, void *))                               \
+  X(cuEventSynchronize, CUresult (*)(void *))                                  \
+  X(cuEventElapsedTime, CUresult (*)(float *, void *, void *))                 \
+  X(cuEventDestroy_v2, CUresult (*)(void *))                                   \
   X(cuLaunchKernel,                                                            \
     CUresult (*)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,     \
                  unsigned, unsigned, void *, void **, void **))
@@ -114,6 +119,11 @@ Module::~Module() {
   Driver *driver = Driver::get(ignored);
   if (!driver)
     return;
+  for (void *event : {startEvent, stopEvent})
+    if (event) {
+      driver->cuCtxSetCurrent(context);
+      driver->cuEventDestroy_v2(event);
+    }
   if (module) {
     driver->cuCtxSetCurrent(context);
     driver->cuModuleUnload(module);
@@ -291,6 +301,34 @@ bool Module::synchronize(std::string &error) {
   Driver *driver = Driver::get(error);
   return driver && driver->check(driver->cuCtxSynchronize(),
                                  "running the kernels", error);
+}
+
+bool Module::startTimer(std::string &error) {
+  Driver *driver = Driver::get(error);
+  if (!driver)
+    return false;
+  for (void **event : {&startEvent, &stopEvent})
+    if (!*event && !driver->check(driver->cuEventCreate(event, 0),
+                                  "creating a timing event", error))
+      return false;
+  return driver->check(driver->cuEventRecord(startEvent, nullptr),
+                       "recording the start event", error);
+}
+
+bool Module::stopTimer(double &milliseconds, std::string &error) {
+  Driver *driver = Driver::get(error);
+  float elapsed = 0;
+  if (!driver ||
+      !driver->check(driver->cuEventRecord(stopEvent, nullptr),
+                     "recording the stop event", error) ||
+      !driver->check(driver->cuEventSynchronize(stopEvent),
+                     "running the kernels", error) ||
+      !driver->check(
+          driver->cuEventElapsedTime(&elapsed, startEvent, stopEvent),
+          "reading the kernels' time", error))
+    return false;
+  milliseconds = elapsed;
+  return true;
 }
 
 } // namespace attn::cuda

@@ -60,6 +60,11 @@ public:
               std::string &error);
   bool synchronize(std::string &error);
 
+  /// Device time of the launches between startTimer and stopTimer (CUDA
+  /// events on the default stream; stopTimer waits for them to finish).
+  bool startTimer(std::string &error);
+  bool stopTimer(double &milliseconds, std::string &error);
+
 private:
   Module() = default;
   void *context = nullptr; // CUcontext (the device's primary context)
@@ -67,6 +72,7 @@ private:
   int deviceId = 0;
   std::string device;
   std::vector<Kernel> kernels;
+  void *startEvent = nullptr, *stopEvent = nullptr; // CUevent, lazily
 };
 
 } // namespace attn::cuda

@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -187,6 +188,9 @@ struct attn_model {
   std::unique_ptr<attn::ThreadPool> pool;
   std::optional<CudaCode> cuda;
   attn_device device = ATTN_DEVICE_CPU;
+  /// What the last successful attn_run spent in its host program and
+  /// kernels (see attn_model_last_kernel_ms); negative before any run.
+  double lastKernelMs = -1.0;
 
   ~attn_model() {
     if (library)
@@ -620,6 +624,18 @@ extern "C" attn_device attn_model_device(const attn_model *model) {
   return model ? model->device : ATTN_DEVICE_CPU;
 }
 
+extern "C" attn_status attn_model_last_kernel_ms(const attn_model *model,
+                                                 double *milliseconds) {
+  if (!model || !milliseconds)
+    return fail(ATTN_INVALID_ARGUMENT,
+                "attn_model_last_kernel_ms: null model or result");
+  if (model->lastKernelMs < 0)
+    return fail(ATTN_INVALID_ARGUMENT,
+                "attn_model_last_kernel_ms: no entry has run yet");
+  *milliseconds = model->lastKernelMs;
+  return ATTN_OK;
+}
+
 extern "C" const char *attn_model_name(const attn_model *model) {
   return model ? model->name.c_str() : "";
 }
@@ -988,7 +1004,14 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
                             [&](int64_t id) { kernel(ptrs, dimData, id); });
     return ATTN_OK;
   };
-  return runProgram(e, e.cpu, buffers, model.pool->size(), allocate, dispatch);
+  auto begin = std::chrono::steady_clock::now();
+  attn_status status =
+      runProgram(e, e.cpu, buffers, model.pool->size(), allocate, dispatch);
+  if (status == ATTN_OK)
+    model.lastKernelMs = std::chrono::duration<double, std::milli>(
+                             std::chrono::steady_clock::now() - begin)
+                             .count();
+  return status;
 }
 
 /// How many workgroups a GPU runs at once, as far as host programs ask
@@ -1048,11 +1071,16 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
       return cudaFail(kernel ? error : "no kernel " + step.kernelName);
     return ATTN_OK;
   };
+  // The copies in are synchronous, so the events time the launches alone.
+  if (!gpu.startTimer(error))
+    return cudaFail(error);
   if (attn_status status =
           runProgram(e, e.cuda, buffers, kCudaWorkers, allocate, dispatch))
     return status;
-  if (!gpu.synchronize(error))
+  double kernelMs = 0;
+  if (!gpu.stopTimer(kernelMs, error) || !gpu.synchronize(error))
     return cudaFail(error);
+  model.lastKernelMs = kernelMs;
   for (size_t i = e.inputs.size(); i < hostBuffers.size(); ++i)
     if (!gpu.copyToHost(hostBuffers[i].data,
                         reinterpret_cast<uint64_t>(buffers[i].data),

@@ -101,6 +101,14 @@ void attn_model_free(attn_model *model);
 attn_status attn_model_set_device(attn_model *model, attn_device device);
 attn_device attn_model_device(const attn_model *model);
 
+/** The time the last successful attn_run spent running the entry's host
+    program and kernels, in milliseconds: on CUDA the device time between
+    events recorded around the launches (the copies of inputs and outputs
+    excluded), on the CPU the wall time of the host program (its
+    dispatches on the thread pool). For benchmarks; fails before any run. */
+attn_status attn_model_last_kernel_ms(const attn_model *model,
+                                      double *milliseconds);
+
 /** Name of the model and the threads its pool uses. */
 const char *attn_model_name(const attn_model *model);
 int32_t attn_model_num_threads(const attn_model *model);

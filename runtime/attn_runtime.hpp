@@ -96,6 +96,12 @@ public:
     return Status::fromC(attn_model_set_device(model, device));
   }
 
+  /// Milliseconds the last run() spent in its kernels (see
+  /// attn_model_last_kernel_ms).
+  Status lastKernelMs(double &milliseconds) const {
+    return Status::fromC(attn_model_last_kernel_ms(model, &milliseconds));
+  }
+
   Status findEntry(const std::string &name, int32_t &entry) const {
     return Status::fromC(attn_model_find_entry(model, name.c_str(), &entry));
   }

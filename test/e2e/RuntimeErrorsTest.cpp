@@ -10,9 +10,11 @@
 #include "compiler/Compile.h"
 #include "runtime/attn_runtime.hpp"
 #include "runtime/schemas/attnb_generated.h"
+#include "test/e2e/E2E.h"
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
 
@@ -74,6 +76,44 @@ TEST_F(RuntimeErrors, LoadsAndRuns) {
   status = model->run(0, goodInputs(), outputs);
   ASSERT_TRUE(status.ok()) << status.message;
   EXPECT_EQ(outputs[0].shape, (std::vector<int64_t>{1, 4, 5, 16}));
+}
+
+// The kernel time of the last run, for benchmarks: refused before any run,
+// then positive and within the run's wall time (on CUDA it leaves out the
+// copies; on the CPU it is the host program).
+void checkKernelTime(Model &model, const std::vector<Tensor> &inputs) {
+  double ms = 0;
+  Status status = model.lastKernelMs(ms);
+  EXPECT_EQ(status.code, ATTN_INVALID_ARGUMENT);
+  EXPECT_EQ(status.message, "attn_model_last_kernel_ms: no entry has run yet");
+  std::vector<Tensor> outputs;
+  auto begin = std::chrono::steady_clock::now();
+  status = model.run(0, inputs, outputs);
+  double wallMs = std::chrono::duration<double, std::milli>(
+                      std::chrono::steady_clock::now() - begin)
+                      .count();
+  ASSERT_TRUE(status.ok()) << status.message;
+  status = model.lastKernelMs(ms);
+  ASSERT_TRUE(status.ok()) << status.message;
+  EXPECT_GT(ms, 0.0);
+  EXPECT_LE(ms, wallMs);
+}
+
+TEST_F(RuntimeErrors, KernelTimeOnCpu) {
+  std::unique_ptr<Model> model;
+  Status status = load(*binary, model);
+  ASSERT_TRUE(status.ok()) << status.message;
+  checkKernelTime(*model, goodInputs());
+}
+
+TEST_F(RuntimeErrors, KernelTimeOnCuda) {
+  std::string skip;
+  std::unique_ptr<Model> model =
+      attn::e2e::compileAndLoadFor(attn::e2e::Backend::Cuda, kModel, 1, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  checkKernelTime(*model, goodInputs());
 }
 
 // Cutting the file short is caught, except where only trailing alignment

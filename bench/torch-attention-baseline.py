@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""The ceilings of bench/cuda-attention-bench, measured with PyTorch on the
+same GPU in the same session (issue NVVM's benchmark):
+
+  * prefill B=4, H=32, L=4096, D=128, bf16, dense and causal: TFLOP/s of
+    visible work for scaled_dot_product_attention (flash backend) and
+    FlexAttention (torch.compile'd);
+  * the card's copy bandwidth (a 1 GiB device-to-device copy, counted as
+    bytes read + written, as the CPU benchmarks count memcpy).
+
+Timed with CUDA events, median of --repeat runs after warm-up. Divide
+cuda-attention-bench's numbers by these for the ratios in RESULTS.md.
+"""
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+
+def median_ms(fn, repeat):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    batch, heads, dim = 4, 32, 128
+    length = 1024 if args.quick else 4096
+    print(torch.cuda.get_device_name(), "torch", torch.__version__,
+          "CUDA", torch.version.cuda)
+    q, k, v = (torch.randn(batch, heads, length, dim, device="cuda",
+                           dtype=torch.bfloat16) for _ in range(3))
+    print("| prefill | implementation | ms | TFLOP/s |")
+    print("|---|---|---|---|")
+    for causal in (False, True):
+        pairs = length * (length + 1) / 2 if causal else length * length
+        flops = 4.0 * dim * pairs * batch * heads
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            ms = median_ms(lambda: F.scaled_dot_product_attention(
+                q, k, v, is_causal=causal), args.repeat)
+        name = "causal" if causal else "dense"
+        print(f"| {name} | SDPA flash | {ms:.3f} | {flops / ms / 1e9:.1f} |")
+        try:
+            from torch.nn.attention.flex_attention import (create_block_mask,
+                                                           flex_attention)
+            flex = torch.compile(flex_attention)
+            mask = None
+            if causal:
+                mask = create_block_mask(
+                    lambda b, h, qi, ki: qi >= ki, None, None, length, length)
+            ms = median_ms(lambda: flex(q, k, v, block_mask=mask), args.repeat)
+            print(f"| {name} | FlexAttention | {ms:.3f} | "
+                  f"{flops / ms / 1e9:.1f} |")
+        except Exception as error:  # no Triton, an older torch, ...
+            print(f"| {name} | FlexAttention | failed: {error!r} | |")
+    source = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    target = torch.empty_like(source)
+    ms = median_ms(lambda: target.copy_(source), args.repeat)
+    print(f"\ncopy: {2 * source.numel() / ms / 1e6:.1f} GB/s "
+          "(read + written)")
+
+
+if __name__ == "__main__":
+    main()
