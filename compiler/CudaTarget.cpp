@@ -2,6 +2,8 @@
 
 #include "compiler/CudaTarget.h"
 
+#include "passes/SimtKernels.h"
+
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/GPU/Transforms/Passes.h"
 #include "mlir/Pass/PassManager.h"
@@ -29,13 +31,7 @@ std::string join(llvm::StringRef toolkit,
 }
 } // namespace
 
-int CudaTarget::smVersion() const {
-  int version = 0;
-  llvm::StringRef digits = llvm::StringRef(chip).drop_front(3);
-  digits = digits.take_while(llvm::isDigit);
-  digits.getAsInteger(10, version);
-  return version;
-}
+int CudaTarget::smVersion() const { return smVersionOf(chip); }
 
 int64_t CudaTarget::maxSharedBytesPerBlock() const {
   // The CUDA C++ Programming Guide's table of compute capabilities.

@@ -278,6 +278,14 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   auto both = [&](Value x, Value y) {
     return arith::AndIOp::create(b, x, y).getResult();
   };
+  // A thread loop in which each warp works on its 16 rows: body(first row
+  // of the warp, lane).
+  auto eachWarp = [&](function_ref<void(Value warpRow, Value lane)> body) {
+    e.eachThread([&](Value thread) {
+      Value warpRow = e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
+      body(warpRow, e.rem(thread, c32));
+    });
+  };
 
   // Workgroup order (batch, head, query tile), the tile fastest.
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
@@ -341,12 +349,9 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     stage(v, vs, Dv, Dvp);
 
     // scores = q k^T, a warp per 16 rows.
-    e.eachThread([&](Value thread) {
-      Value warpRow = e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
-      auto mma =
-          WarpMmaOp::create(b, qs, ks, scores, warpRow, e.rem(thread, c32),
-                            /*n=*/TK, /*k=*/Dp);
-      mma.setRhsTransposed(true);
+    eachWarp([&](Value warpRow, Value lane) {
+      WarpMmaOp::create(b, qs, ks, scores, warpRow, lane, /*n=*/TK, /*k=*/Dp)
+          .setRhsTransposed(true);
     });
 
     // A thread per row: scale, softcap, mask; the online-softmax update.
@@ -386,12 +391,9 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     });
 
     // acc += P v, a warp per 16 rows.
-    e.eachThread([&](Value thread) {
-      Value warpRow = e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
-      auto mma =
-          WarpMmaOp::create(b, probs, vs, acc, warpRow, e.rem(thread, c32),
-                            /*n=*/Dvp, /*k=*/TK);
-      mma.setAccumulate(true);
+    eachWarp([&](Value warpRow, Value lane) {
+      WarpMmaOp::create(b, probs, vs, acc, warpRow, lane, /*n=*/Dvp, /*k=*/TK)
+          .setAccumulate(true);
     });
   });
 

@@ -52,6 +52,14 @@ struct GpuTiling {
   DictionaryAttr toAttr(MLIRContext *context) const;
 };
 
+/// The SM number of a chip name ("sm_90a" -> 90), 0 when unreadable.
+inline int smVersionOf(llvm::StringRef chip) {
+  int version = 0;
+  if (chip.consume_front("sm_"))
+    chip.take_while(llvm::isDigit).getAsInteger(10, version);
+  return version;
+}
+
 /// The marks of block kernels (see above).
 constexpr llvm::StringLiteral kBlockKernelAttr = "attn.block_kernel";
 constexpr llvm::StringLiteral kThreadLoopAttr = "attn.threads";

@@ -105,14 +105,6 @@ void lowerToLoops(WarpMmaOp op) {
   op.erase();
 }
 
-/// The SM number of a chip name ("sm_90a" -> 90), 0 when unreadable.
-int smVersion(StringRef chip) {
-  int version = 0;
-  if (chip.consume_front("sm_"))
-    chip.take_while(llvm::isDigit).getAsInteger(10, version);
-  return version;
-}
-
 /// The unrolled mma.sync form of `op` (f16 or bf16).
 void lowerToMmaSync(WarpMmaOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
@@ -215,7 +207,7 @@ struct AttnWarpMmaToNvvm final
 
   void runOnOperation() override {
     // bf16 mma.sync and f16 m16n8k16 need sm_80.
-    const bool tensorCores = smVersion(chip) >= 80;
+    const bool tensorCores = smVersionOf(chip) >= 80;
     SmallVector<WarpMmaOp> ops;
     getOperation()->walk([&](WarpMmaOp op) { ops.push_back(op); });
     for (WarpMmaOp op : ops) {
