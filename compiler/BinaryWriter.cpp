@@ -7,6 +7,7 @@
 #include "runtime/schemas/attnb_generated.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
@@ -210,6 +211,13 @@ private:
                       .Union());
           return success();
         })
+        .Case([&](cf::AssertOp assertOp) {
+          addStep(fb::Step::Assert,
+                  fb::CreateAssertDirect(builder, reg(assertOp.getArg()),
+                                         assertOp.getMsg().str().c_str())
+                      .Union());
+          return success();
+        })
         .Case([&](memref::DeallocOp) { return success(); })
         .Case([&](func::ReturnOp) { return success(); })
         .Default([&](Operation *other) {
@@ -265,16 +273,38 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
     std::vector<flatbuffers::Offset<fb::Dim>> dims;
     for (int64_t d = 0; d < type.getRank(); ++d) {
       Attribute dim = shape ? shape[d] : Attribute();
+      auto derived = dyn_cast_or_null<DictionaryAttr>(dim);
+      auto derivedOf =
+          derived ? derived.getAs<StringAttr>("of") : StringAttr();
+      auto ceilDiv =
+          derived ? derived.getAs<IntegerAttr>("ceil_div") : IntegerAttr();
       if (!type.isDynamicDim(d))
         dims.push_back(fb::CreateDim(builder, type.getDimSize(d)));
       else if (auto symbol = dyn_cast_or_null<StringAttr>(dim))
         dims.push_back(fb::CreateDimDirect(builder, -1, symbol.str().c_str()));
+      else if (derivedOf && ceilDiv && ceilDiv.getInt() > 0)
+        dims.push_back(fb::CreateDimDirect(
+            builder, -1, derivedOf.str().c_str(), ceilDiv.getInt()));
       else
         return host.emitError() << "argument #" << index
                                 << " has no symbolic shape (attn.shape)";
     }
-    auto signature =
-        fb::CreateTensorSignatureDirect(builder, name.c_str(), *dtype, &dims);
+    fb::ValueContract contract = fb::ValueContract::none;
+    int32_t contractInput = -1;
+    if (auto attr = host.getArgAttrOfType<StringAttr>(index, "attn.contract")) {
+      if (attr.getValue() == "tree_parents")
+        contract = fb::ValueContract::tree_parents;
+      else if (attr.getValue() == "tree_path")
+        contract = fb::ValueContract::tree_path;
+      else
+        return host.emitError() << "argument #" << index
+                                << ": unknown value contract " << attr;
+      if (auto input =
+              host.getArgAttrOfType<IntegerAttr>(index, "attn.contract_input"))
+        contractInput = static_cast<int32_t>(input.getInt());
+    }
+    auto signature = fb::CreateTensorSignatureDirect(
+        builder, name.c_str(), *dtype, &dims, contract, contractInput);
     (isInput ? inputs : outputs).push_back(signature);
   }
   HostProgramBuilder program(builder, host,

@@ -13,6 +13,7 @@
 #include "passes/SoftmaxAttentionKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "llvm/ADT/EquivalenceClasses.h"
@@ -43,9 +44,19 @@ public:
         addAttention(attention);
         return WalkResult::advance();
       }
+      addSelectionOrTree(op);
       return WalkResult::advance();
     });
     return failure(result.wasInterrupted());
+  }
+
+  /// Whether dim `ref` is derived from another (ceil(Lk / block_size)),
+  /// and from which.
+  std::optional<std::pair<DimRef, int64_t>> derivedFrom(DimRef ref) const {
+    auto it = derived.find(key(ref));
+    if (it == derived.end())
+      return std::nullopt;
+    return it->second;
   }
 
   /// The symbolic shape of `value`: a name per dynamic dim, the size per
@@ -56,6 +67,13 @@ public:
     for (int64_t d = 0; d < type.getRank(); ++d) {
       if (!type.isDynamicDim(d)) {
         dims.push_back(b.getI64IntegerAttr(type.getDimSize(d)));
+        continue;
+      }
+      if (auto from = derivedFrom({value, d})) {
+        // {of = "Lk", ceil_div = 16}: the runtime computes and checks it.
+        dims.push_back(b.getDictionaryAttr(
+            {b.getNamedAttr("of", b.getStringAttr(nameOf(from->first))),
+             b.getNamedAttr("ceil_div", b.getI64IntegerAttr(from->second))}));
         continue;
       }
       dims.push_back(b.getStringAttr(nameOf({value, d})));
@@ -95,11 +113,82 @@ private:
     if (cast<ShapedType>(ref.first.getType()).isDynamicDim(ref.second))
       roles.try_emplace(key(ref), role.str());
   }
+  /// `ref` is ceil(`from` / `divisor`) (when both are dynamic).
+  void derive(DimRef ref, DimRef from, int64_t divisor) {
+    if (cast<ShapedType>(ref.first.getType()).isDynamicDim(ref.second) &&
+        cast<ShapedType>(from.first.getType()).isDynamicDim(from.second))
+      derived.try_emplace(key(ref), from, divisor);
+  }
+  /// Unites dims [0, count) of `a` and `b`.
+  void uniteLeading(Value a, Value b, int64_t count) {
+    for (int64_t d = 0; d < count; ++d)
+      unite({a, d}, {b, d});
+  }
+
+  /// The shape relations of the ops around sparse and tree attention.
+  void addSelectionOrTree(Operation *op) {
+    if (auto meta = dyn_cast<BlockMetaOp>(op)) {
+      unite({meta.getKey(), 0}, {meta.getMeta(), 0}, "B");
+      nameRole({meta.getKey(), 2}, "Lk");
+      derive({meta.getMeta(), 2}, {meta.getKey(), 2}, meta.getBlockSize());
+    } else if (auto select = dyn_cast<SelectTopKOp>(op)) {
+      Value q = select.getQuery();
+      unite({q, 0}, {select.getMeta(), 0}, "B");
+      unite({q, 0}, {select.getBlocks(), 0});
+      unite({q, 2}, {select.getBlocks(), 2}, "Lq");
+      // The metadata holds ceil(Lk / block_size) blocks of the keys whose
+      // length is `key_length`.
+      if (auto dim = select.getKeyLength().getDefiningOp<tensor::DimOp>())
+        if (std::optional<int64_t> index = dim.getConstantIndex())
+          derive({select.getMeta(), 2}, {dim.getSource(), *index},
+                 select.getBlockSize());
+    } else if (auto select = dyn_cast<SelectTopPOp>(op)) {
+      Value q = select.getQuery(), tokens = select.getTokens();
+      unite({q, 0}, {select.getKey(), 0}, "B");
+      unite({q, 0}, {tokens, 0});
+      unite({q, 2}, {tokens, 2}, "Lq");
+      nameRole({select.getKey(), 2}, "Lk");
+      if (!select.getMaxTokens())
+        unite({select.getKey(), 2}, {tokens, 3});
+      if (Value blocks = select.getBlocks())
+        uniteLeading(q, blocks, 3);
+    } else if (auto accept = dyn_cast<TreeAcceptOp>(op)) {
+      Value tokens = accept.getTokens();
+      nameRole({tokens, 0}, "B");
+      nameRole({tokens, 1}, "T");
+      for (Value tree :
+           {accept.getTarget(), accept.getParents(), accept.getPath()})
+        uniteLeading(tokens, tree, 2);
+      unite({tokens, 0}, {accept.getLength(), 0});
+      unite({tokens, 0}, {accept.getBonus(), 0});
+    } else if (auto compact = dyn_cast<KvCompactOp>(op)) {
+      Value k = compact.getKey();
+      nameRole({k, 0}, "B");
+      nameRole({k, 2}, "Lk");
+      nameRole({compact.getPath(), 1}, "T");
+      for (Value kv :
+           {compact.getValue(), compact.getNewKey(), compact.getNewValue()})
+        uniteLeading(k, kv, 3);
+      unite({k, 0}, {compact.getPath(), 0});
+      unite({k, 0}, {compact.getLength(), 0});
+    }
+  }
+
   void addAttention(AttentionOpInterface op) {
     if (op.getNormalizer() == Normalizer::RecurrentState)
       return addRecurrence(op);
     Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
     Value o = op.getOutput(), lse = op.getLogSumExp();
+    if (Value selection = op.getKeySelection()) {
+      if (op.getKeySelectionKind() == KeySelectionKind::Tree) {
+        // parents [B, T]: the queries are the T tree nodes.
+        nameRole({q, 2}, "T");
+        unite({q, 0}, {selection, 0});
+        unite({q, 2}, {selection, 1});
+      } else {
+        uniteLeading(q, selection, 3);
+      }
+    }
     unite({q, 0}, {k, 0}, "B");
     unite({q, 0}, {v, 0});
     unite({q, 0}, {o, 0});
@@ -157,6 +246,7 @@ private:
   }
 
   llvm::EquivalenceClasses<Key> classes;
+  llvm::DenseMap<Key, std::pair<DimRef, int64_t>> derived;
   llvm::DenseMap<Key, std::string> roles;
   llvm::DenseMap<Key, std::string> names;
   llvm::StringSet<> usedNames;
@@ -202,6 +292,8 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
+    if (lowersOp(&op))
+      continue;
     return op.emitError() << "no " << target << " lowering for '"
                           << op.getName() << "' yet";
   }
@@ -229,16 +321,20 @@ LogicalResult EntryLowering::run() {
     NamedAttrList list(entry.getResultAttrDict(index));
     list.set("attn.shape", shapes.shapeOf(value, attrs));
     argAttrs.push_back(list.getDictionary(builder.getContext()));
-    // Every dynamic dim of an output must be bound by some input.
+    // Every dynamic dim of an output must be bound by some input (a
+    // derived dim through the dim it is derived from).
     auto type = cast<RankedTensorType>(value.getType());
     for (int64_t d = 0; d < type.getRank(); ++d) {
       if (!type.isDynamicDim(d))
         continue;
+      DimRef dim{value, d};
+      if (auto from = shapes.derivedFrom(dim))
+        dim = from->first;
       bool bound = llvm::any_of(entry.getArguments(), [&](BlockArgument arg) {
         auto argType = cast<RankedTensorType>(arg.getType());
         for (int64_t ad = 0; ad < argType.getRank(); ++ad)
-          if (argType.isDynamicDim(ad) &&
-              shapes.sameClass({arg, ad}, {value, d}))
+          if (argType.isDynamicDim(ad) && !shapes.derivedFrom({arg, ad}) &&
+              shapes.sameClass({arg, ad}, dim))
             return true;
         return false;
       });
@@ -248,6 +344,9 @@ LogicalResult EntryLowering::run() {
                << " is not determined by the sizes of the arguments";
     }
   }
+
+  if (failed(addValueContracts(argAttrs)))
+    return failure();
 
   host = func::FuncOp::create(builder, entry.getLoc(),
                               (entry.getSymName() + ".host").str(),
@@ -278,7 +377,12 @@ LogicalResult EntryLowering::run() {
       b.clone(op, buffers);
       continue;
     }
-    auto attention = cast<AttentionOpInterface>(op);
+    auto attention = dyn_cast<AttentionOpInterface>(op);
+    if (!attention) {
+      if (failed(lowerOp(b, &op)))
+        return failure();
+      continue;
+    }
     if (failed(attention.getNormalizer() == Normalizer::RecurrentState
                    ? lowerRecurrence(b, attention)
                    : lowerSoftmax(b, attention)))
@@ -346,7 +450,48 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
 LogicalResult EntryLowering::checkLowerable(AttentionOpInterface op) {
   return op.getNormalizer() == Normalizer::RecurrentState
              ? LogicalResult(LinearRecurrenceShape::get(op, target))
-             : LogicalResult(SoftmaxAttentionShape::get(op, target));
+             : LogicalResult(SoftmaxAttentionShape::get(
+                   op, target, lowersKeySelections()));
+}
+
+LogicalResult
+EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
+  MLIRContext *context = entry.getContext();
+  auto setContract = [&](BlockArgument arg, StringRef contract,
+                         std::optional<unsigned> input = std::nullopt) {
+    NamedAttrList list(argAttrs[arg.getArgNumber()]);
+    list.set("attn.contract", StringAttr::get(context, contract));
+    if (input)
+      list.set("attn.contract_input",
+               IntegerAttr::get(IntegerType::get(context, 64), *input));
+    argAttrs[arg.getArgNumber()] = list.getDictionary(context);
+  };
+  for (Operation &op : entry.getBody().front()) {
+    Value parents;
+    if (auto tree = dyn_cast<TreeSdpaOp>(op))
+      parents = tree.getParents();
+    else if (auto accept = dyn_cast<TreeAcceptOp>(op))
+      parents = accept.getParents();
+    if (auto arg = dyn_cast_or_null<BlockArgument>(parents))
+      setContract(arg, "tree_parents");
+    auto compact = dyn_cast<KvCompactOp>(op);
+    if (!compact)
+      continue;
+    auto path = dyn_cast<BlockArgument>(compact.getPath());
+    auto length = dyn_cast<BlockArgument>(compact.getLength());
+    if (path && length)
+      setContract(path, "tree_path", length.getArgNumber());
+    else if (path || length)
+      return compact.emitError()
+             << "'path' and 'length' must both be entry inputs (checked "
+                "together at run time) or both results of attn.tree_accept";
+  }
+  return success();
+}
+
+void EntryLowering::assertAtRunTime(ImplicitLocOpBuilder &b, Value condition,
+                                    const Twine &message) {
+  cf::AssertOp::create(b, condition, b.getStringAttr(message));
 }
 
 EntryLowering::RecurrenceBuffers

@@ -46,6 +46,21 @@ protected:
                                      AttentionOpInterface op) = 0;
   virtual LogicalResult lowerRecurrence(ImplicitLocOpBuilder &b,
                                         AttentionOpInterface op) = 0;
+  /// Whether the target lowers softmax attention over key selections
+  /// (sparse_sdpa, tree_sdpa); lowerSoftmax receives them when it does.
+  virtual bool lowersKeySelections() const { return false; }
+  /// Whether the target lowers `op`, an op other than attention (block
+  /// metadata, selections, tree acceptance, KV compaction), and its
+  /// lowering.
+  virtual bool lowersOp(Operation *op) const { return false; }
+  virtual LogicalResult lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
+    return op->emitError() << "no " << target << " lowering for '"
+                           << op->getName() << "' yet";
+  }
+  /// Stops the call at run time with `message` unless `condition` holds
+  /// (a cf.assert in the host program).
+  void assertAtRunTime(ImplicitLocOpBuilder &b, Value condition,
+                       const Twine &message);
 
   /// The buffer of `result`: the output argument it is returned through, or
   /// a new allocation with `dynamicSizes` (host index values, one per
@@ -100,6 +115,9 @@ private:
   /// Whether `op` can be lowered, with an error saying why not; called on
   /// every attention op before anything is built.
   LogicalResult checkLowerable(AttentionOpInterface op);
+  /// Marks the entry inputs whose values kernels index with (tree parents,
+  /// accepted paths) with the contract the runtime checks them against.
+  LogicalResult addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs);
 
   /// Result value -> output argument index of the host function.
   llvm::DenseMap<Value, unsigned> returnedAt;

@@ -16,6 +16,7 @@
 #include "passes/SimtKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 
 namespace mlir::attn {

@@ -247,6 +247,68 @@ public:
     });
   }
 
+  /// scf.if without results.
+  void ifThen(Value condition, function_ref<void()> body) {
+    scf::IfOp::create(b, condition, [&](OpBuilder &nested, Location) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToEnd(nested.getInsertionBlock());
+      body();
+      scf::YieldOp::create(b);
+    });
+  }
+  /// scf.if yielding the values of `thenBody` or `elseBody` (same types).
+  SmallVector<Value> ifElse(Value condition,
+                            function_ref<SmallVector<Value>()> thenBody,
+                            function_ref<SmallVector<Value>()> elseBody) {
+    auto region = [&](function_ref<SmallVector<Value>()> body) {
+      return [&, body](OpBuilder &nested, Location) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToEnd(nested.getInsertionBlock());
+        scf::YieldOp::create(b, body());
+      };
+    };
+    auto op = scf::IfOp::create(b, condition, region(thenBody),
+                                region(elseBody));
+    return SmallVector<Value>(op.getResults());
+  }
+  /// scf.while: runs `body(iters)` (returning the next iters) while
+  /// `condition(iters)` holds; returns the final iters.
+  SmallVector<Value>
+  whileLoop(ValueRange inits, function_ref<Value(ValueRange iters)> condition,
+            function_ref<SmallVector<Value>(ValueRange iters)> body) {
+    SmallVector<Type> types(inits.getTypes());
+    auto op = scf::WhileOp::create(
+        b, types, inits,
+        [&](OpBuilder &nested, Location, ValueRange iters) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToEnd(nested.getInsertionBlock());
+          scf::ConditionOp::create(b, condition(iters), iters);
+        },
+        [&](OpBuilder &nested, Location, ValueRange iters) {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToEnd(nested.getInsertionBlock());
+          scf::YieldOp::create(b, body(iters));
+        });
+    return SmallVector<Value>(op.getResults());
+  }
+
+  /// i32 values (indices into keys, tree nodes, token ids).
+  Value i32(int64_t value) {
+    return arith::ConstantIntOp::create(b, b.getI32Type(), value);
+  }
+  Value toIndex(Value i32Value) {
+    return arith::IndexCastOp::create(b, b.getIndexType(), i32Value);
+  }
+  Value toI32(Value indexValue) {
+    return arith::IndexCastOp::create(b, b.getI32Type(), indexValue);
+  }
+  /// An element of an integer memref, as it is stored.
+  Value loadInt(Value memref, ValueRange indices) {
+    return memref::LoadOp::create(b, memref, indices);
+  }
+  Value andI(Value x, Value y) { return arith::AndIOp::create(b, x, y); }
+  Value orI(Value x, Value y) { return arith::OrIOp::create(b, x, y); }
+
   /// `c * tanh(s / c)` when the softcap `c` is set.
   Value softcap(Value s, double cap) {
     if (cap <= 0.0)

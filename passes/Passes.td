@@ -56,6 +56,19 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
     host choosing whichever has the shorter critical path. Output gates
     fused into the op run in the kernels' epilogues (the rmsnorm-silu gate
     as a kernel of its own after column tiles, which hold partial rows).
+
+    Sparse and tree attention (`attn.sparse_sdpa`, `attn.tree_sdpa`) run
+    one workgroup per (batch, head, query row): the row gathers the keys
+    it sees (the visible keys of its selected blocks; the prefix and its
+    ancestors in the tree) and attends to them in vectors of keys with the
+    online softmax. `attn.block_meta` runs per (batch, kv head, block),
+    `attn.select_topk` and `attn.select_topp` per (batch, head, query row)
+    (score the candidates, then a heap selects the budget),
+    `attn.tree_accept` per batch row and `attn.kv_compact` per (batch, kv
+    head, tile of rows). Relations between dims that signatures cannot
+    state (a tree's `P + T` keys hold at least `T`) become `cf.assert`s of
+    the host program; inputs that kernels index with carry a value contract
+    (`attn.contract`) that the runtime checks.
   }];
   let options = [
     Option<"vectorWidth", "vector-width", "int64_t", "8",
@@ -76,7 +89,8 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
     "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
-    "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect"
+    "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect",
+    "::mlir::cf::ControlFlowDialect"
   ];
 }
 
@@ -157,7 +171,8 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
     "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
-    "::mlir::scf::SCFDialect", "::mlir::attn::AttnDialect"
+    "::mlir::scf::SCFDialect", "::mlir::attn::AttnDialect",
+    "::mlir::cf::ControlFlowDialect"
   ];
 }
 

@@ -30,14 +30,16 @@ using namespace mlir;
 using namespace mlir::attn;
 
 FailureOr<SoftmaxAttentionShape>
-SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
+SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target,
+                           bool allowKeySelections) {
   auto fail = [&](const Twine &why) {
     op->emitError() << "no " << target << " lowering: " << why;
     return failure();
   };
   if (op.getNormalizer() != Normalizer::Softmax)
     return fail("not a softmax attention");
-  if (op.getKeySelectionKind() != KeySelectionKind::Dense)
+  if (op.getKeySelectionKind() != KeySelectionKind::Dense &&
+      !allowKeySelections)
     return fail("key selections (sparsity, trees) are not lowered yet");
   auto q = cast<RankedTensorType>(op.getQuery().getType());
   auto k = cast<RankedTensorType>(op.getKey().getType());
@@ -64,14 +66,14 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
     shape.headwiseGate = gate.getDimSize(3) == 1 && shape.valueDim != 1;
   }
   shape.withLogSumExp = static_cast<bool>(op.getLogSumExp());
+  shape.selection = op.getKeySelectionKind();
+  if (shape.selection == KeySelectionKind::Blocks)
+    shape.selectionBlockSize = op.getSelectionBlockSize();
   return shape;
 }
 
-namespace {
-
-/// The stored epilogue of one output row: o = acc * inv (+ sigmoid gate),
-/// written in vectors of `width` lanes.
-void storeOutputRow(KernelEmitter &e, const SoftmaxAttentionShape &shape,
+void mlir::attn::storeOutputRow(KernelEmitter &e,
+                                const SoftmaxAttentionShape &shape,
                     Value accRow, ValueRange accIndexPrefix, Value inv,
                     Value gate, Value out, ValueRange outIndexPrefix) {
   int64_t dv = shape.valueDim;
@@ -96,6 +98,8 @@ void storeOutputRow(KernelEmitter &e, const SoftmaxAttentionShape &shape,
     e.storeVector(o, out, outIndices, lanes);
   }
 }
+
+namespace {
 
 /// Calls `body(first, size)` for tiles of `tile` items covering
 /// [0, items): a loop over the whole tiles inside [0, loopItems) (inlined

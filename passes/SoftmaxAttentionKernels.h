@@ -32,12 +32,24 @@ struct SoftmaxAttentionShape {
   Epilogue epilogue = Epilogue::None;
   bool headwiseGate = false;
   bool withLogSumExp = false;
+  /// Dense, or the keys of selected blocks (sparse_sdpa, with their size),
+  /// or a draft tree's (tree_sdpa).
+  KeySelectionKind selection = KeySelectionKind::Dense;
+  int64_t selectionBlockSize = 0;
 
   /// Reads the shape of `op`, or says why the kernels of `target` ("CPU",
-  /// "CUDA") cannot run it.
+  /// "CUDA") cannot run it (key selections only with `allowKeySelections`).
   static FailureOr<SoftmaxAttentionShape> get(AttentionOpInterface op,
-                                              StringRef target = "CPU");
+                                              StringRef target = "CPU",
+                                              bool allowKeySelections = false);
 };
+
+/// The stored epilogue of one output row: o = acc * inv (+ the sigmoid gate
+/// of `shape`), `acc` f32 at `accIndexPrefix` + feature, `gate` and `out`
+/// at `outIndexPrefix` + feature, in vectors of the emitter's width.
+void storeOutputRow(KernelEmitter &e, const SoftmaxAttentionShape &shape,
+                    Value accRow, ValueRange accIndexPrefix, Value inv,
+                    Value gate, Value out, ValueRange outIndexPrefix);
 
 /// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse].
 func::FuncOp buildFlashAttentionKernel(OpBuilder &builder, Location loc,

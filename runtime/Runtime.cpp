@@ -37,7 +37,7 @@
 
 namespace {
 
-constexpr uint32_t kFormatVersion = 4;
+constexpr uint32_t kFormatVersion = 5;
 
 /// Whether an integer op reads operand registers (a, b; Select also c).
 bool readsRegisters(attn::fb::IntOpKind op) {
@@ -60,11 +60,17 @@ struct Signature {
   attn_dtype dtype;
   std::vector<int64_t> dims;        // -1 for dynamic
   std::vector<std::string> symbols; // "" for static
+  /// > 0: the dim is ceil(symbol / ceilDiv), not a symbol of its own.
+  std::vector<int64_t> ceilDivs;
+  /// What users see of each dim: the symbol, or "ceil(Lk/16)".
+  std::vector<std::string> displaySymbols;
   std::vector<const char *> symbolPtrs;
+  attn_value_contract contract = ATTN_CONTRACT_NONE;
+  int32_t contractInput = -1;
 };
 
 struct Step {
-  enum Kind { Int, Temp, Dispatch } kind;
+  enum Kind { Int, Temp, Dispatch, Assert } kind;
   // Int
   attn::fb::IntOpKind op;
   int32_t a = 0, b = 0, c = 0;
@@ -77,6 +83,8 @@ struct Step {
   std::string kernelName;
   int32_t workgroups = 0;
   std::vector<int32_t> bindings;
+  // Assert: fails with `message` unless register `a` is non-zero.
+  std::string message;
 };
 
 /// A host program: its steps and how many temporaries it allocates.
@@ -118,6 +126,12 @@ std::string formatDims(const std::vector<int64_t> &dims) {
   return text + "]";
 }
 
+/// The size of dynamic dim `d` of `sig` when its symbol is `symbolValue`.
+int64_t dimSize(const Signature &sig, size_t d, int64_t symbolValue) {
+  int64_t divisor = sig.ceilDivs[d];
+  return divisor > 0 ? (symbolValue + divisor - 1) / divisor : symbolValue;
+}
+
 /// "[B=2, 8, Lq, 64]": the signature with the symbols bound so far.
 std::string formatSignature(const Signature &sig,
                             const std::map<std::string, int64_t> &bound) {
@@ -128,10 +142,10 @@ std::string formatSignature(const Signature &sig,
       text += std::to_string(sig.dims[i]);
       continue;
     }
-    text += sig.symbols[i];
+    text += sig.displaySymbols[i];
     auto it = bound.find(sig.symbols[i]);
     if (it != bound.end())
-      text += "=" + std::to_string(it->second);
+      text += "=" + std::to_string(dimSize(sig, i, it->second));
   }
   return text + "]";
 }
@@ -259,13 +273,34 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
         if (dim->size() >= 0) {
           sig.dims.push_back(dim->size());
           sig.symbols.push_back("");
+          sig.displaySymbols.push_back("");
         } else if (dim->symbol() && dim->symbol()->size() > 0) {
           sig.dims.push_back(-1);
           sig.symbols.push_back(dim->symbol()->str());
+          sig.displaySymbols.push_back(sig.symbols.back());
         } else {
           return false;
         }
+        if (dim->ceil_div() < 0 || (dim->ceil_div() > 0 && dim->size() >= 0))
+          return false;
+        sig.ceilDivs.push_back(dim->ceil_div());
+        if (dim->ceil_div() > 0)
+          sig.displaySymbols.back() = "ceil(" + sig.symbols.back() + "/" +
+                                      std::to_string(dim->ceil_div()) + ")";
       }
+      switch (fbSig->contract()) {
+      case attn::fb::ValueContract::none:
+        break;
+      case attn::fb::ValueContract::tree_parents:
+        sig.contract = ATTN_CONTRACT_TREE_PARENTS;
+        break;
+      case attn::fb::ValueContract::tree_path:
+        sig.contract = ATTN_CONTRACT_TREE_PATH;
+        break;
+      default:
+        return false;
+      }
+      sig.contractInput = fbSig->contract_input();
       out.push_back(std::move(sig));
     }
     return true;
@@ -274,25 +309,36 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
       !readSignatures(fbEntry->outputs(), entry.outputs))
     return bad("a signature has no name, a bad dtype or a dim that is "
                "neither static nor named");
-  for (Signature &sig : entry.inputs)
-    for (const std::string &s : sig.symbols)
-      sig.symbolPtrs.push_back(s.c_str());
-  for (Signature &sig : entry.outputs) {
-    for (const std::string &s : sig.symbols)
-      sig.symbolPtrs.push_back(s.c_str());
-    // Every dynamic output dim must be bound by an input.
-    for (const std::string &symbol : sig.symbols) {
-      if (symbol.empty())
+  // Every symbol must be bound by a plain dynamic dim of an input, so that
+  // derived dims (of inputs too) and output dims can be computed.
+  auto boundByInputs = [&](const std::string &symbol) {
+    for (const Signature &in : entry.inputs)
+      for (size_t d = 0; d < in.symbols.size(); ++d)
+        if (in.symbols[d] == symbol && in.ceilDivs[d] == 0)
+          return true;
+    return false;
+  };
+  for (std::vector<Signature> *list : {&entry.inputs, &entry.outputs})
+    for (Signature &sig : *list) {
+      for (size_t d = 0; d < sig.symbols.size(); ++d) {
+        sig.symbolPtrs.push_back(sig.symbols[d].c_str());
+        if (!sig.symbols[d].empty() && !boundByInputs(sig.symbols[d]))
+          return bad("'" + sig.name + "' has a dim '" + sig.displaySymbols[d] +
+                     "' that no input binds");
+      }
+      if (sig.contract == ATTN_CONTRACT_NONE)
         continue;
-      bool bound = false;
-      for (const Signature &in : entry.inputs)
-        for (const std::string &s : in.symbols)
-          bound |= s == symbol;
-      if (!bound)
-        return bad("output '" + sig.name + "' has a dim '" + symbol +
-                   "' that no input binds");
+      bool pathWithLengths =
+          sig.contract == ATTN_CONTRACT_TREE_PATH && sig.contractInput >= 0 &&
+          sig.contractInput < static_cast<int32_t>(entry.inputs.size()) &&
+          entry.inputs[sig.contractInput].dims.size() == 1 &&
+          entry.inputs[sig.contractInput].dtype == ATTN_I32;
+      if (list != &entry.inputs || sig.dtype != ATTN_I32 ||
+          sig.dims.size() != 2 ||
+          (sig.contract == ATTN_CONTRACT_TREE_PATH && !pathWithLengths))
+        return bad("'" + sig.name + "' has a value contract that does not "
+                   "fit it");
     }
-  }
 
   if (attn_status status = readProgram(entry, fbEntry->program_type(),
                                        fbEntry->program(), "CPU", entry.cpu))
@@ -386,6 +432,17 @@ attn_status attn_model::readProgram(
                      std::to_string(binding) + ", which does not exist");
         step.bindings.push_back(binding);
       }
+      isRegister.push_back(false);
+      break;
+    }
+    case attn::fb::Step::Assert: {
+      const auto *check = static_cast<const attn::fb::Assert *>(steps->Get(i));
+      step.kind = Step::Assert;
+      step.a = check->condition();
+      if (!checkRegister(step.a) || !check->message())
+        return bad("an assertion reads a register no earlier step wrote or "
+                   "has no message");
+      step.message = check->message()->str();
       isRegister.push_back(false);
       break;
     }
@@ -704,15 +761,21 @@ extern "C" attn_status attn_entry_argument(const attn_model *model,
   info->rank = static_cast<int32_t>(sig.dims.size());
   info->dims = sig.dims.data();
   info->symbols = sig.symbolPtrs.data();
+  info->ceil_divs = sig.ceilDivs.data();
+  info->contract = sig.contract;
+  info->contract_input = sig.contractInput;
   return ATTN_OK;
 }
 
 namespace {
 
-/// Checks one tensor against its signature, binding dynamic dims.
+/// Checks one tensor against its signature, binding dynamic dims. Derived
+/// dims (ceil(Lk/16)) are checked only with `derived`, once every input
+/// has bound its symbols.
 attn_status checkTensor(const Entry &entry, const char *role, size_t index,
                         const Signature &sig, const attn_tensor &tensor,
-                        std::map<std::string, int64_t> &bound) {
+                        std::map<std::string, int64_t> &bound,
+                        bool derived = true) {
   std::string what = std::string(role) + " '" + sig.name + "' (#" +
                      std::to_string(index) + ") of entry '" + entry.name + "'";
   std::vector<int64_t> actual;
@@ -737,6 +800,16 @@ attn_status checkTensor(const Entry &entry, const char *role, size_t index,
       if (actual[d] != sig.dims[d])
         return mismatch("dim " + std::to_string(d) + " must be " +
                         std::to_string(sig.dims[d]));
+      continue;
+    }
+    if (sig.ceilDivs[d] > 0) {
+      if (!derived)
+        continue;
+      int64_t expected = dimSize(sig, d, bound.at(sig.symbols[d]));
+      if (actual[d] != expected)
+        return mismatch("dim " + std::to_string(d) + " must be " +
+                        sig.displaySymbols[d] + " = " +
+                        std::to_string(expected));
       continue;
     }
     auto [it, inserted] = bound.emplace(sig.symbols[d], actual[d]);
@@ -768,10 +841,61 @@ attn_status bindInputs(const Entry &entry, const attn_tensor *inputs,
                     std::to_string(entry.inputs.size()) + " inputs (" + names +
                     "), got " + std::to_string(numInputs));
   }
-  for (int32_t i = 0; i < numInputs; ++i)
-    if (attn_status status =
-            checkTensor(entry, "input", i, entry.inputs[i], inputs[i], bound))
-      return status;
+  for (bool derived : {false, true})
+    for (int32_t i = 0; i < numInputs; ++i)
+      if (attn_status status = checkTensor(entry, "input", i, entry.inputs[i],
+                                           inputs[i], bound, derived))
+        return status;
+  return ATTN_OK;
+}
+
+/// Checks the value contracts of the inputs (tree parents, accepted
+/// paths), naming the first offending element.
+attn_status checkContracts(const Entry &entry, const attn_tensor *inputs) {
+  for (size_t i = 0; i < entry.inputs.size(); ++i) {
+    const Signature &sig = entry.inputs[i];
+    if (sig.contract == ATTN_CONTRACT_NONE)
+      continue;
+    const auto *values = static_cast<const int32_t *>(inputs[i].data);
+    const int64_t rows = inputs[i].shape[0], cols = inputs[i].shape[1];
+    auto bad = [&](int64_t b, int64_t t, const std::string &why) {
+      return fail(ATTN_SIGNATURE_MISMATCH,
+                  "input '" + sig.name + "' (#" + std::to_string(i) +
+                      ") of entry '" + entry.name + "': " + sig.name + "[" +
+                      std::to_string(b) + "][" + std::to_string(t) + "] = " +
+                      std::to_string(values[b * cols + t]) + " " + why);
+    };
+    for (int64_t b = 0; b < rows; ++b) {
+      if (sig.contract == ATTN_CONTRACT_TREE_PARENTS) {
+        for (int64_t t = 0; t < cols; ++t) {
+          int32_t parent = values[b * cols + t];
+          if (t == 0 && parent != -1)
+            return bad(b, t, "must be -1 (the root)");
+          if (t > 0 && (parent < 0 || parent >= t))
+            return bad(b, t, "must be in [0, " + std::to_string(t) + ")");
+        }
+        continue;
+      }
+      const Signature &lengthSig = entry.inputs[sig.contractInput];
+      int32_t length =
+          static_cast<const int32_t *>(inputs[sig.contractInput].data)[b];
+      if (length < 0 || length > cols)
+        return fail(ATTN_SIGNATURE_MISMATCH,
+                    "input '" + lengthSig.name + "' (#" +
+                        std::to_string(sig.contractInput) + ") of entry '" +
+                        entry.name + "': " + lengthSig.name + "[" +
+                        std::to_string(b) + "] = " + std::to_string(length) +
+                        " must be in [0, " + std::to_string(cols) +
+                        "] (the nodes of '" + sig.name + "')");
+      for (int64_t n = 0; n < length; ++n)
+        if (values[b * cols + n] < 0 || values[b * cols + n] >= cols)
+          return bad(b, n,
+                     "must be a tree node in [0, " + std::to_string(cols) +
+                         ") (it is within " + lengthSig.name + "[" +
+                         std::to_string(b) + "] = " + std::to_string(length) +
+                         ")");
+    }
+  }
   return ATTN_OK;
 }
 
@@ -779,7 +903,9 @@ std::vector<int64_t> outputShape(const Signature &sig,
                                  const std::map<std::string, int64_t> &bound) {
   std::vector<int64_t> shape;
   for (size_t d = 0; d < sig.dims.size(); ++d)
-    shape.push_back(sig.dims[d] >= 0 ? sig.dims[d] : bound.at(sig.symbols[d]));
+    shape.push_back(sig.dims[d] >= 0
+                        ? sig.dims[d]
+                        : dimSize(sig, d, bound.at(sig.symbols[d])));
   return shape;
 }
 
@@ -947,6 +1073,11 @@ attn_status runProgram(
       buffers.push_back(std::move(buffer));
       break;
     }
+    case Step::Assert:
+      if (!regs[step.a])
+        return fail(ATTN_SIGNATURE_MISMATCH,
+                    "entry '" + e.name + "': " + step.message);
+      break;
     case Step::Dispatch: {
       int64_t count = regs[step.workgroups];
       if (count < 0)
@@ -1130,6 +1261,8 @@ extern "C" attn_status attn_run(attn_model *model, int32_t entry,
     if (attn_status status =
             checkTensor(*e, "output", i, e->outputs[i], outputs[i], bound))
       return status;
+  if (attn_status status = checkContracts(*e, inputs))
+    return status;
 
   std::vector<Buffer> buffers;
   for (int32_t i = 0; i < numInputs; ++i)

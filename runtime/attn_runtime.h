@@ -68,14 +68,32 @@ typedef struct attn_tensor {
   void *data;
 } attn_tensor;
 
+/** What the values of an i32 input must satisfy; attn_run checks them
+    before anything runs and names the first offending element. */
+typedef enum attn_value_contract {
+  ATTN_CONTRACT_NONE = 0,
+  /** [B, T] draft-tree parents: parents[b][0] = -1 and
+      0 <= parents[b][t] < t. */
+  ATTN_CONTRACT_TREE_PARENTS = 1,
+  /** [B, T] accepted path whose lengths are input `contract_input`:
+      0 <= length[b] <= T and 0 <= path[b][n] < T for n < length[b]. */
+  ATTN_CONTRACT_TREE_PATH = 2,
+} attn_value_contract;
+
 /** One argument or result of an entry. `dims[i]` is the static size or -1,
-    with `symbols[i]` naming a dynamic size (dims with one symbol agree). */
+    with `symbols[i]` naming a dynamic size (dims with one symbol agree).
+    When `ceil_divs[i]` > 0 the size is derived: ceil(symbols[i] /
+    ceil_divs[i]) (Quest's block count ceil(Lk / block_size)). */
 typedef struct attn_argument_info {
   const char *name;
   attn_dtype dtype;
   int32_t rank;
   const int64_t *dims;
   const char *const *symbols;
+  const int64_t *ceil_divs;
+  attn_value_contract contract;
+  /** ATTN_CONTRACT_TREE_PATH: the input holding the path lengths; else -1. */
+  int32_t contract_input;
 } attn_argument_info;
 
 typedef struct attn_model attn_model;

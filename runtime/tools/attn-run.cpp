@@ -9,8 +9,9 @@
 // SPEC §5: inputs in entry order as .npy files, outputs written as .npy
 // only when the run succeeded. `--repeat N` runs once to warm up, then N
 // times, and prints `median_ms=<float> min_ms=<float> runs=<N>`. `--random`
-// makes inputs from the signature (f32 uniform in [-1, 1], i32 zeros) with
-// the dynamic dims given, for trying a model without files.
+// makes inputs from the signature (f32 uniform in [-1, 1], i32 zeros, random
+// valid trees and paths where an input has a value contract) with the
+// dynamic dims given, for trying a model without files.
 //
 //===----------------------------------------------------------------------===//
 
@@ -58,10 +59,51 @@ std::string formatArgument(const attn_argument_info &info) {
   std::string text = attn_dtype_name(info.dtype) + std::string(" [");
   for (int32_t d = 0; d < info.rank; ++d) {
     text += d ? ", " : "";
-    text += info.dims[d] >= 0 ? std::to_string(info.dims[d])
-                              : std::string(info.symbols[d]);
+    if (info.dims[d] >= 0)
+      text += std::to_string(info.dims[d]);
+    else if (info.ceil_divs[d] > 0)
+      text += "ceil(" + std::string(info.symbols[d]) + "/" +
+              std::to_string(info.ceil_divs[d]) + ")";
+    else
+      text += info.symbols[d];
   }
-  return text + "]";
+  text += "]";
+  if (info.contract == ATTN_CONTRACT_TREE_PARENTS)
+    text += " (tree parents: -1 for the root, then 0 <= parents[b][t] < t)";
+  else if (info.contract == ATTN_CONTRACT_TREE_PATH)
+    text += " (accepted path: nodes in [0, T) for the first length[b])";
+  return text;
+}
+
+/// Random values that meet the value contracts of the entry's inputs:
+/// random trees (each node's parent uniform among the earlier nodes) and
+/// random paths with lengths in [1, T].
+void meetContracts(attn_model *m, int32_t entry,
+                   std::vector<attn::Tensor> &inputs, std::mt19937 &rng) {
+  for (int32_t i = 0; i < static_cast<int32_t>(inputs.size()); ++i) {
+    attn_argument_info info;
+    attn_entry_argument(m, entry, i, &info);
+    if (info.contract == ATTN_CONTRACT_NONE)
+      continue;
+    attn::Tensor &tensor = inputs[i];
+    const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
+    int32_t *values = tensor.i32();
+    for (int64_t b = 0; b < rows; ++b) {
+      if (info.contract == ATTN_CONTRACT_TREE_PARENTS) {
+        for (int64_t t = 0; t < cols; ++t)
+          values[b * cols + t] =
+              t == 0 ? -1 : static_cast<int32_t>(rng() % static_cast<uint64_t>(t));
+        continue;
+      }
+      int32_t *lengths = inputs[info.contract_input].i32();
+      int32_t length =
+          cols == 0 ? 0 : 1 + static_cast<int32_t>(rng() % static_cast<uint64_t>(cols));
+      lengths[b] = length;
+      for (int64_t n = 0; n < cols; ++n)
+        values[b * cols + n] =
+            n < length ? static_cast<int32_t>(rng() % static_cast<uint64_t>(cols)) : -1;
+    }
+  }
 }
 
 std::string formatTensor(const std::string &name, const attn::Tensor &t) {
@@ -258,7 +300,9 @@ int main(int argc, char **argv) {
         if (it == sizes.end())
           return usageError(std::string("--random: input '") + info.name +
                             "' needs a size for " + info.symbols[d]);
-        shape.push_back(it->second);
+        int64_t divisor = info.ceil_divs[d];
+        shape.push_back(divisor > 0 ? (it->second + divisor - 1) / divisor
+                                    : it->second);
       }
       attn::Tensor tensor(info.dtype, shape);
       for (int64_t e = 0; e < tensor.numElements(); ++e) {
@@ -269,6 +313,7 @@ int main(int argc, char **argv) {
       }
       inputs.push_back(std::move(tensor));
     }
+    meetContracts(m, entry, inputs, rng);
   } else {
     for (const std::string &path : inputPaths) {
       attn::npy::Array array;

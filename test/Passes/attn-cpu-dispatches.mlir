@@ -85,18 +85,6 @@ func.func @chained(%q: tensor<?x2x?x16xf32>, %k: tensor<?x2x?x16xf32>)
 
 // -----
 
-func.func @selection(%q: tensor<?x2x?x16xf32>, %k: tensor<?x2x?x16xf32>,
-                     %sel: tensor<?x2x?x4xi32>) -> tensor<?x2x?x16xf32> {
-  // expected-error @below {{no CPU lowering: key selections (sparsity, trees) are not lowered yet}}
-  %o = attn.sparse_sdpa %q, %k, %k, %sel
-      {block_size = 16, mask = #attn.mask<causal>}
-      : tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>,
-        tensor<?x2x?x4xi32>
-  return %o : tensor<?x2x?x16xf32>
-}
-
-// -----
-
 // f16 storage: every load widens to f32 (q and k elements, v rows), the
 // output rows are rounded back; the split-KV partials stay f32.
 // CHECK-LABEL: func.func private @half__flash0

@@ -1,0 +1,806 @@
+//===- SelectionKernels.cpp - CPU kernels of sparsity and trees -----------===//
+//
+// Sparse and tree attention differ from dense attention only in which keys
+// a query row sees, and that set is per row (per head, too, for
+// selections). So their kernels work a row at a time: the row gathers the
+// indices of the keys it sees into a list, then attends to the list in
+// vectors of `width` keys with the online softmax (scores of a vector of
+// keys in one transpose-and-add, one rescale of the accumulator per
+// vector). The selections score their candidates and keep their budget
+// with a binary heap ordered by (score, lower index first) — the tie rule
+// of SPEC §1.3 — so top-k costs O(NB log k) and top-p one heap sort of the
+// candidates, both small next to scoring them.
+//
+// Per-row indices are i32 (what the selections and trees are stored in);
+// sizes and positions are index values, signed where a position can fall
+// before the first key (Lq > Lk without a mask).
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/SelectionKernels.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+namespace {
+
+/// The static facts of a [.., H, .., D] memref type.
+int64_t staticDim(Type memrefType, int64_t d) {
+  return cast<MemRefType>(memrefType).getDimSize(d);
+}
+
+/// The (batch, head, row) of a per-row workgroup over [B, H, Lq].
+struct RowOfWorkgroup {
+  Value batch, head, row;
+  RowOfWorkgroup(KernelEmitter &e, Value workgroup, int64_t numHeads,
+                 Value rows) {
+    row = e.rem(workgroup, rows);
+    Value bh = e.div(workgroup, rows);
+    head = e.rem(bh, e.index(numHeads));
+    batch = e.div(bh, e.index(numHeads));
+  }
+};
+
+/// The keys [begin, end) that `mask` leaves visible to a query at
+/// (signed) position `pos` among `lk` keys; empty when none is.
+std::pair<Value, Value> visibleRange(KernelEmitter &e, MaskKind mask,
+                                     int64_t window, Value pos, Value lk) {
+  Value c0 = e.index(0);
+  if (mask == MaskKind::None)
+    return {c0, lk};
+  Value end = e.maxS(c0, e.minS(lk, e.add(pos, e.index(1))));
+  if (mask == MaskKind::Causal)
+    return {c0, end};
+  Value begin = e.minS(end, e.maxS(c0, e.add(e.sub(pos, e.index(window)),
+                                             e.index(1))));
+  return {begin, end};
+}
+
+/// A heap-allocated 1-D scratch buffer of `count` elements of `type`.
+Value allocRow(KernelEmitter &e, Type type, Value count) {
+  return memref::AllocOp::create(
+      e.b, MemRefType::get({ShapedType::kDynamic}, type), ValueRange{count});
+}
+
+/// q[batch, head, row, :] * scale as f32 on the stack, padded with zeros
+/// to whole vectors (so that masked key loads meet zeros).
+Value scaledQueryRow(KernelEmitter &e, Value q, Value batch, Value head,
+                     Value row, int64_t headDim, double scale) {
+  int64_t padded = roundUp(headDim, e.width);
+  Value qs = e.scratch({padded});
+  for (int64_t off = 0; off < padded; off += e.width)
+    e.storeVector(e.splat(0.0), qs, {e.index(off)}, e.width);
+  Value s = e.scalar(scale);
+  e.loop(e.index(0), e.index(headDim), e.index(1), [&](Value d) {
+    e.store(e.fmul(e.load(q, {batch, head, row, d}), s), qs, {d});
+  });
+  return qs;
+}
+
+/// The scores of `width` keys, lane l for key row `keyRows[l]` of
+/// k[batch, kvHead]: dot(qs, k) (softcapped), all lanes valid keys.
+Value scoreKeys(KernelEmitter &e, Value qs, Value k, Value batch, Value kvHead,
+                ArrayRef<Value> keyRows, int64_t headDim, double softcap) {
+  SmallVector<Value> sums(e.width, e.splat(0.0));
+  for (int64_t off = 0; off < headDim; off += e.width) {
+    int64_t lanes = std::min(e.width, headDim - off);
+    Value qv = vector::LoadOp::create(e.b, e.vec, qs, e.index(off));
+    for (int64_t l = 0; l < e.width; ++l)
+      sums[l] = e.fma(
+          qv, e.loadVector(k, {batch, kvHead, keyRows[l], e.index(off)}, lanes),
+          sums[l]);
+  }
+  return e.softcap(e.sumEach(sums), softcap);
+}
+
+/// The key rows of lanes [0, width) for list entries first .. first +
+/// width - 1 of `keys` (i32); entries past `count` repeat the last one so
+/// that every load stays inside the keys (their lanes are masked).
+SmallVector<Value> keyRowsOf(KernelEmitter &e, Value keys, Value first,
+                             Value count) {
+  Value last = e.sub(count, e.index(1));
+  SmallVector<Value> rows;
+  for (int64_t l = 0; l < e.width; ++l)
+    rows.push_back(e.toIndex(
+        e.loadInt(keys, {e.minS(e.add(first, e.index(l)), last)})));
+  return rows;
+}
+
+/// Lanes [0, valid) of the i1 vector, `valid` known at run time.
+Value lanesBelow(KernelEmitter &e, Value valid) { return e.dynamicMask(valid); }
+
+//===----------------------------------------------------------------------===//
+// Binary heaps over i32 items, ordered by a `worse` predicate: the root is
+// the worst item, so a heap of k items keeps the k best seen so far, and a
+// heap sort leaves the items best first.
+//===----------------------------------------------------------------------===//
+
+using WorsePredicate = function_ref<Value(Value, Value)>;
+
+/// Moves heap[start] down to its place in heap[0, size).
+void siftDown(KernelEmitter &e, Value heap, Value size, Value start,
+              WorsePredicate worse) {
+  Value one = e.index(1), two = e.index(2);
+  Value falseValue = arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 0);
+  e.whileLoop(
+      {start, falseValue},
+      [&](ValueRange it) {
+        Value child = e.add(e.mul(it[0], two), one);
+        Value notDone = arith::XOrIOp::create(
+            e.b, it[1], arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 1));
+        return e.andI(notDone, e.icmp(arith::CmpIPredicate::ult, child, size));
+      },
+      [&](ValueRange it) -> SmallVector<Value> {
+        Value pos = it[0];
+        Value child = e.add(e.mul(pos, two), one);
+        Value right = e.add(child, one);
+        Value rightIndex = e.minS(right, e.sub(size, one));
+        Value childItem = e.loadInt(heap, {child});
+        Value rightItem = e.loadInt(heap, {rightIndex});
+        Value useRight =
+            e.andI(e.icmp(arith::CmpIPredicate::ult, right, size),
+                   worse(rightItem, childItem));
+        Value worst = e.select(useRight, right, child);
+        Value worstItem = e.select(useRight, rightItem, childItem);
+        Value posItem = e.loadInt(heap, {pos});
+        Value swap = worse(worstItem, posItem);
+        e.ifThen(swap, [&] {
+          memref::StoreOp::create(e.b, worstItem, heap, pos);
+          memref::StoreOp::create(e.b, posItem, heap, worst);
+        });
+        Value done = arith::XOrIOp::create(
+            e.b, swap, arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 1));
+        return {e.select(swap, worst, pos), done};
+      });
+}
+
+/// Makes heap[0, size) a heap.
+void heapify(KernelEmitter &e, Value heap, Value size, WorsePredicate worse) {
+  Value parents = e.div(size, e.index(2));
+  e.loop(e.index(0), parents, e.index(1), [&](Value k) {
+    siftDown(e, heap, size, e.sub(e.sub(parents, e.index(1)), k), worse);
+  });
+}
+
+/// Sorts items[0, size) best first (a heap sort: the worst goes last).
+void sortBestFirst(KernelEmitter &e, Value items, Value size,
+                   WorsePredicate worse) {
+  heapify(e, items, size, worse);
+  Value one = e.index(1);
+  Value steps = e.maxS(e.sub(size, one), e.index(0));
+  e.loop(e.index(0), steps, one, [&](Value k) {
+    Value end = e.sub(e.sub(size, one), k);
+    Value root = e.loadInt(items, {e.index(0)});
+    memref::StoreOp::create(e.b, e.loadInt(items, {end}), items, e.index(0));
+    memref::StoreOp::create(e.b, root, items, end);
+    siftDown(e, items, end, e.index(0), worse);
+  });
+}
+
+/// The order of SPEC §1.3: item a (an i32 position into `scores`, which
+/// lists candidates in ascending key order) is worse than b when its score
+/// is lower, or equal with a higher index.
+Value worseByScore(KernelEmitter &e, Value scores, Value a, Value b) {
+  Value sa = e.load(scores, {e.toIndex(a)});
+  Value sb = e.load(scores, {e.toIndex(b)});
+  Value lower = e.fcmp(arith::CmpFPredicate::OLT, sa, sb);
+  Value tieLater = e.andI(e.fcmp(arith::CmpFPredicate::OEQ, sa, sb),
+                          e.icmp(arith::CmpIPredicate::sgt, a, b));
+  return e.orI(lower, tieLater);
+}
+
+/// Fills out[prefix..., from .. to) with -1.
+void padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix,
+                     Value from, Value to) {
+  Value minusOne = e.i32(-1);
+  e.loop(from, to, e.index(1), [&](Value slot) {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(slot);
+    memref::StoreOp::create(e.b, minusOne, out, indices);
+  });
+}
+
+/// A zeroed i8 flag per item of [0, count).
+Value zeroFlags(KernelEmitter &e, Value count) {
+  Value flags = allocRow(e, e.b.getI8Type(), count);
+  Value zero = arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 0);
+  e.loop(e.index(0), count, e.index(1),
+         [&](Value n) { memref::StoreOp::create(e.b, zero, flags, n); });
+  return flags;
+}
+
+Value isFlagged(KernelEmitter &e, Value flags, Value n) {
+  return e.icmp(arith::CmpIPredicate::ne, e.loadInt(flags, {n}),
+                arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 0));
+}
+
+void setFlag(KernelEmitter &e, Value flags, Value n) {
+  memref::StoreOp::create(
+      e.b, arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 1), flags, n);
+}
+
+/// Writes, in ascending order of n in [0, count), `valueOf(n)` of every
+/// flagged n to out[prefix..., slot++] from `slot`; returns the next slot.
+Value writeFlagged(KernelEmitter &e, Value flags, Value count, Value out,
+                   ValueRange prefix, Value slot,
+                   function_ref<Value(Value)> valueOf) {
+  return e.loop(
+      e.index(0), count, e.index(1), {slot},
+      [&](Value n, ValueRange it) -> SmallVector<Value> {
+        return e.ifElse(
+            isFlagged(e, flags, n),
+            [&]() -> SmallVector<Value> {
+              SmallVector<Value> indices(prefix);
+              indices.push_back(it[0]);
+              memref::StoreOp::create(e.b, valueOf(n), out, indices);
+              return {e.add(it[0], e.index(1))};
+            },
+            [&]() -> SmallVector<Value> { return {it[0]}; });
+      })[0];
+}
+
+/// Flags the blocks listed in selection[prefix..., :] that lie in
+/// [0, numBlocks); -1 entries, repeats and entries past the keys are
+/// ignored (SPEC: a selection's -1 padding; nothing outside the keys).
+Value markSelectedBlocks(KernelEmitter &e, Value selection, ValueRange prefix,
+                         Value numBlocks) {
+  Value marks = zeroFlags(e, numBlocks);
+  Value entries = e.dim(selection, 3);
+  e.loop(e.index(0), entries, e.index(1), [&](Value n) {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(n);
+    Value block = e.loadInt(selection, indices);
+    Value inside =
+        e.andI(e.icmp(arith::CmpIPredicate::sge, block, e.i32(0)),
+               e.icmp(arith::CmpIPredicate::slt, block, e.toI32(numBlocks)));
+    e.ifThen(inside, [&] {
+      // Clamped so the store is in bounds even where the flag is not set.
+      setFlag(e, marks, e.toIndex(e.select(inside, block, e.i32(0))));
+    });
+  });
+  return marks;
+}
+
+/// Appends to `keys` from `count` the keys of [begin, end) that lie in a
+/// block flagged in `marks`; returns the new count.
+Value gatherMarkedKeys(KernelEmitter &e, Value marks, int64_t blockSize,
+                       Value begin, Value end, Value keys, Value count) {
+  Value bs = e.index(blockSize), one = e.index(1);
+  Value firstBlock = e.div(begin, bs);
+  Value endBlock = e.ceilDiv(end, bs);
+  return e.loop(
+      firstBlock, e.maxS(endBlock, firstBlock), one, {count},
+      [&](Value block, ValueRange it) -> SmallVector<Value> {
+        return e.ifElse(
+            isFlagged(e, marks, block),
+            [&]() -> SmallVector<Value> {
+              Value from = e.maxS(begin, e.mul(block, bs));
+              Value to = e.minS(end, e.add(e.mul(block, bs), bs));
+              return e.loop(from, e.maxS(to, from), one, {it[0]},
+                            [&](Value j, ValueRange n) -> SmallVector<Value> {
+                              memref::StoreOp::create(e.b, e.toI32(j), keys,
+                                                      n[0]);
+                              return {e.add(n[0], one)};
+                            });
+            },
+            [&]() -> SmallVector<Value> { return {it[0]}; });
+      })[0];
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Block metadata
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildBlockMetaKernel(OpBuilder &builder, Location loc,
+                                              StringRef name, BlockMetaOp op,
+                                              const CpuTiling &tiling,
+                                              TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "block_meta");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  Value k = func.getArgument(0), meta = func.getArgument(1);
+  Value workgroup = func.getArgument(2);
+  const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
+  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t bs = op.getBlockSize();
+
+  Value numBlocks = e.dim(meta, 2), lk = e.dim(k, 2);
+  RowOfWorkgroup at(e, workgroup, numKvHeads, numBlocks);
+  Value first = e.mul(at.row, e.index(bs));
+  Value end = e.minS(lk, e.add(first, e.index(bs)));
+  // Channel-wise min and max, a vector of channels at a time.
+  for (int64_t off = 0; off < D; off += e.width) {
+    int64_t lanes = std::min(e.width, D - off);
+    SmallVector<Value> extremes = e.loop(
+        first, end, e.index(1),
+        {e.splat(std::numeric_limits<float>::infinity()), e.splat(kNegInf)},
+        [&](Value j, ValueRange it) -> SmallVector<Value> {
+          Value key =
+              e.loadVector(k, {at.batch, at.head, j, e.index(off)}, lanes);
+          return {arith::MinimumFOp::create(b, it[0], key), e.fmax(it[1], key)};
+        });
+    for (int64_t which = 0; which < 2; ++which)
+      e.storeVector(extremes[which], meta,
+                    {at.batch, at.head, at.row, e.index(which), e.index(off)},
+                    lanes);
+  }
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Top-k block selection
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
+                                               StringRef name, SelectTopKOp op,
+                                               const CpuTiling &tiling,
+                                               TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "select_topk");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  Value q = func.getArgument(0), meta = func.getArgument(1);
+  Value keyCarrier = func.getArgument(2), blocks = func.getArgument(3);
+  Value workgroup = func.getArgument(4);
+  const int64_t H = staticDim(bindingTypes[0], 1);
+  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t group = H / staticDim(bindingTypes[1], 1);
+  const int64_t bs = op.getBlockSize(), topK = op.getTopK();
+  const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
+  const int64_t fill = topK - sink - local;
+  MaskAttr mask = op.getMask();
+  double scale = op.getScale() ? op.getScale()->convertToDouble()
+                               : 1.0 / std::sqrt(static_cast<double>(D));
+
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value lq = e.dim(q, 2), lk = e.dim(keyCarrier, 0);
+  RowOfWorkgroup at(e, workgroup, H, lq);
+  Value kvHead = e.div(at.head, e.index(group));
+  Value pos = e.add(e.sub(lk, lq), at.row);
+  auto [begin, end] =
+      visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
+  // Candidates: the blocks [firstBlock, firstBlock + count) that hold a
+  // visible key.
+  Value firstBlock = e.div(begin, e.index(bs));
+  Value count =
+      e.sub(e.maxS(e.ceilDiv(end, e.index(bs)), firstBlock), firstBlock);
+  SmallVector<Value> prefix{at.batch, at.head, at.row};
+  auto store = [&](Value value, Value slot) {
+    memref::StoreOp::create(b, value, blocks,
+                            ValueRange{at.batch, at.head, at.row, slot});
+  };
+
+  Value fits = e.icmp(arith::CmpIPredicate::ule, count, e.index(topK));
+  e.ifElse(
+      fits,
+      [&]() -> SmallVector<Value> {
+        e.loop(c0, count, c1,
+               [&](Value n) { store(e.toI32(e.add(firstBlock, n)), n); });
+        padWithMinusOne(e, blocks, prefix, count, e.index(topK));
+        return {};
+      },
+      [&]() -> SmallVector<Value> {
+        // More candidates than the budget: the first `sink` and the last
+        // `local` ones, then the `fill` best of those between.
+        e.loop(c0, e.index(sink), c1,
+               [&](Value n) { store(e.toI32(e.add(firstBlock, n)), n); });
+        Value middleFirst = e.add(firstBlock, e.index(sink));
+        Value middle = e.sub(count, e.index(sink + local));
+        Value slot = e.index(sink);
+        if (fill > 0) {
+          Value qs = scaledQueryRow(e, q, at.batch, at.head, at.row, D, scale);
+          Value scores = allocRow(e, e.f32, middle);
+          e.loop(c0, middle, c1, [&](Value n) {
+            Value block = e.add(middleFirst, n);
+            Value sum = e.splat(0.0);
+            for (int64_t off = 0; off < D; off += e.width) {
+              int64_t lanes = std::min(e.width, D - off);
+              Value qv = vector::LoadOp::create(b, e.vec, qs, e.index(off));
+              Value lo = e.loadVector(
+                  meta, {at.batch, kvHead, block, c0, e.index(off)}, lanes);
+              Value hi = e.loadVector(
+                  meta, {at.batch, kvHead, block, c1, e.index(off)}, lanes);
+              sum = e.fadd(sum, e.fmax(e.fmul(qv, lo), e.fmul(qv, hi)));
+            }
+            e.store(e.sumLanes(sum), scores, {n});
+          });
+          auto worse = [&](Value x, Value y) {
+            return worseByScore(e, scores, x, y);
+          };
+          Value heap = allocRow(e, b.getI32Type(), e.index(fill));
+          e.loop(c0, e.index(fill), c1, [&](Value n) {
+            memref::StoreOp::create(b, e.toI32(n), heap, n);
+          });
+          heapify(e, heap, e.index(fill), worse);
+          e.loop(e.index(fill), middle, c1, [&](Value n) {
+            Value candidate = e.toI32(n);
+            e.ifThen(worse(e.loadInt(heap, {c0}), candidate), [&] {
+              memref::StoreOp::create(b, candidate, heap, c0);
+              siftDown(e, heap, e.index(fill), c0, worse);
+            });
+          });
+          Value chosen = zeroFlags(e, middle);
+          e.loop(c0, e.index(fill), c1, [&](Value n) {
+            setFlag(e, chosen, e.toIndex(e.loadInt(heap, {n})));
+          });
+          slot = writeFlagged(e, chosen, middle, blocks, prefix, slot,
+                              [&](Value n) {
+                                return e.toI32(e.add(middleFirst, n));
+                              });
+          for (Value buffer : {scores, heap, chosen})
+            memref::DeallocOp::create(b, buffer);
+        }
+        Value localFirst = e.sub(e.add(firstBlock, count), e.index(local));
+        e.loop(c0, e.index(local), c1, [&](Value n) {
+          store(e.toI32(e.add(localFirst, n)), e.add(slot, n));
+        });
+        return {};
+      });
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Top-p token selection
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
+                                               StringRef name, SelectTopPOp op,
+                                               const CpuTiling &tiling,
+                                               TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "select_topp");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  unsigned next = 0;
+  Value q = func.getArgument(next++), k = func.getArgument(next++);
+  Value blocks = op.getBlocks() ? func.getArgument(next++) : Value();
+  Value tokens = func.getArgument(next++);
+  Value workgroup = func.getArgument(next);
+  const int64_t H = staticDim(bindingTypes[0], 1);
+  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t group = H / staticDim(bindingTypes[1], 1);
+  MaskAttr mask = op.getMask();
+  double scale = op.getScale() ? op.getScale()->convertToDouble()
+                               : 1.0 / std::sqrt(static_cast<double>(D));
+  double softcap = op.getSoftcap().convertToDouble();
+  double topP = op.getTopP().convertToDouble();
+
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2), capacity = e.dim(tokens, 3);
+  RowOfWorkgroup at(e, workgroup, H, lq);
+  Value kvHead = e.div(at.head, e.index(group));
+  Value pos = e.add(e.sub(lk, lq), at.row);
+  auto [begin, end] =
+      visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
+  SmallVector<Value> prefix{at.batch, at.head, at.row};
+
+  // The candidates, ascending: the visible keys (of the listed blocks).
+  Value candidates = allocRow(e, b.getI32Type(), e.maxS(lk, c1));
+  Value count;
+  Value marks;
+  if (blocks) {
+    int64_t bs = *op.getBlockSize();
+    marks = markSelectedBlocks(e, blocks, prefix,
+                               e.ceilDiv(lk, e.index(bs)));
+    count = gatherMarkedKeys(e, marks, bs, begin, end, candidates, c0);
+  } else {
+    count = e.sub(end, begin);
+    e.loop(begin, end, c1, [&](Value j) {
+      memref::StoreOp::create(b, e.toI32(j), candidates, e.sub(j, begin));
+    });
+  }
+
+  // Their exact scores, a vector of keys at a time.
+  Value qs = scaledQueryRow(e, q, at.batch, at.head, at.row, D, scale);
+  Value scores = allocRow(e, e.f32, e.add(count, e.index(e.width)));
+  e.loop(c0, count, e.index(e.width), [&](Value first) {
+    Value s = scoreKeys(e, qs, k, at.batch, kvHead,
+                        keyRowsOf(e, candidates, first, count), D, softcap);
+    e.storeVector(s, scores, {first}, e.sub(count, first));
+  });
+
+  // Sorted best first; keep the shortest prefix whose weights
+  // exp(s - max) / sum reach top_p, summed in f64 in the sorted order so
+  // that top_p = 1 keeps every candidate.
+  Value order = allocRow(e, b.getI32Type(), e.maxS(count, c1));
+  e.loop(c0, count, c1, [&](Value n) {
+    memref::StoreOp::create(b, e.toI32(n), order, n);
+  });
+  sortBestFirst(e, order, count, [&](Value x, Value y) {
+    return worseByScore(e, scores, x, y);
+  });
+  Value keep = count;
+  if (topP < 1.0) {
+    Type f64 = b.getF64Type();
+    Value maxScore = e.safeMax(e.ifElse(
+        e.icmp(arith::CmpIPredicate::ugt, count, c0),
+        [&]() -> SmallVector<Value> {
+          return {e.load(scores, {e.toIndex(e.loadInt(order, {c0}))})};
+        },
+        [&]() -> SmallVector<Value> { return {e.scalar(kNegInf)}; })[0]);
+    auto weightAt = [&](Value n) {
+      Value s = e.load(scores, {e.toIndex(e.loadInt(order, {n}))});
+      return arith::ExtFOp::create(b, f64, e.exp(e.fsub(s, maxScore)));
+    };
+    Value zero64 = arith::ConstantOp::create(b, b.getF64FloatAttr(0.0));
+    Value total = e.loop(c0, count, c1, {zero64},
+                         [&](Value n, ValueRange it) -> SmallVector<Value> {
+                           return {e.fadd(it[0], weightAt(n))};
+                         })[0];
+    Value target = e.fmul(
+        total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
+    SmallVector<Value> walked = e.whileLoop(
+        {c0, zero64},
+        [&](ValueRange it) {
+          return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], count),
+                        e.fcmp(arith::CmpFPredicate::OLT, it[1], target));
+        },
+        [&](ValueRange it) -> SmallVector<Value> {
+          return {e.add(it[0], c1), e.fadd(it[1], weightAt(it[0]))};
+        });
+    keep = e.select(e.fcmp(arith::CmpFPredicate::OGE, walked[1], target),
+                    walked[0], count);
+  }
+  keep = e.maxS(keep, e.index(op.getMinTokens()));
+  keep = e.minS(e.minS(keep, capacity), count);
+
+  Value kept = zeroFlags(e, e.maxS(count, c1));
+  e.loop(c0, keep, c1, [&](Value n) {
+    setFlag(e, kept, e.toIndex(e.loadInt(order, {n})));
+  });
+  Value slot =
+      writeFlagged(e, kept, count, tokens, prefix, c0,
+                   [&](Value n) { return e.loadInt(candidates, {n}); });
+  padWithMinusOne(e, tokens, prefix, slot, capacity);
+  for (Value buffer : {candidates, scores, order, kept})
+    memref::DeallocOp::create(b, buffer);
+  if (marks)
+    memref::DeallocOp::create(b, marks);
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention over gathered keys
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildGatheredAttentionKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  bool tree = shape.selection == KeySelectionKind::Tree;
+  func::FuncOp func = createKernel(builder, loc, name, bindingTypes, tiling,
+                                   tree ? "tree_attention" : "sparse_attention");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  const int64_t W = e.width, D = shape.headDim, Dv = shape.valueDim;
+  auto args = func.getArguments();
+  unsigned next = 0;
+  Value q = args[next++], k = args[next++], v = args[next++];
+  Value selection = args[next++];
+  Value gate = shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
+  Value out = args[next++];
+  Value lse = shape.withLogSumExp ? args[next++] : Value();
+  Value workgroup = args.back();
+
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  RowOfWorkgroup at(e, workgroup, shape.numHeads, lq);
+  Value kvHead =
+      e.div(at.head, e.index(shape.numHeads / shape.numKvHeads));
+  Value keys = allocRow(e, b.getI32Type(), e.maxS(lk, c1));
+  Value count;
+  Value marks;
+  if (!tree) {
+    // The visible keys of the selected blocks, ascending.
+    Value pos = e.add(e.sub(lk, lq), at.row);
+    auto [begin, end] = visibleRange(e, shape.mask, shape.window, pos, lk);
+    int64_t bs = shape.selectionBlockSize;
+    marks = markSelectedBlocks(e, selection, {at.batch, at.head, at.row},
+                               e.ceilDiv(lk, e.index(bs)));
+    count = gatherMarkedKeys(e, marks, bs, begin, end, keys, c0);
+  } else {
+    // Node t = row sits at P + depth(t); it sees the prefix (from the
+    // window's start) and the tree keys P + u of itself and its ancestors
+    // whose positions P + depth(u) are inside the window. The runtime has
+    // checked that parents form a tree, so the walks end at the root.
+    Value prefixLength = e.sub(lk, lq);
+    auto parentOf = [&](Value node) {
+      return e.toIndex(e.loadInt(selection, {at.batch, node}));
+    };
+    auto isNode = [&](Value node) {
+      return e.icmp(arith::CmpIPredicate::sge, node, c0);
+    };
+    Value depth = e.whileLoop(
+        {at.row, c0}, [&](ValueRange it) { return isNode(parentOf(it[0])); },
+        [&](ValueRange it) -> SmallVector<Value> {
+          return {parentOf(it[0]), e.add(it[1], c1)};
+        })[1];
+    Value prefixBegin = c0;
+    if (shape.mask == MaskKind::SlidingWindow)
+      prefixBegin = e.minS(
+          prefixLength,
+          e.maxS(c0, e.add(e.sub(e.add(prefixLength, depth),
+                                 e.index(shape.window)),
+                           c1)));
+    e.loop(prefixBegin, prefixLength, c1, [&](Value j) {
+      memref::StoreOp::create(b, e.toI32(j), keys, e.sub(j, prefixBegin));
+    });
+    Value prefixKeys = e.sub(prefixLength, prefixBegin);
+    // Ancestors at depth > depth(t) - window, nearest first.
+    Value deepEnough = shape.mask == MaskKind::SlidingWindow
+                           ? e.sub(depth, e.index(shape.window))
+                           : e.index(-1);
+    count = e.whileLoop(
+        {at.row, depth, prefixKeys},
+        [&](ValueRange it) {
+          return e.andI(isNode(it[0]),
+                        e.icmp(arith::CmpIPredicate::sgt, it[1], deepEnough));
+        },
+        [&](ValueRange it) -> SmallVector<Value> {
+          memref::StoreOp::create(b, e.toI32(e.add(prefixLength, it[0])), keys,
+                                  it[2]);
+          return {parentOf(it[0]), e.sub(it[1], c1), e.add(it[2], c1)};
+        })[2];
+  }
+
+  // Online softmax over the list, `W` keys at a time: one rescale of the
+  // accumulator per vector of keys.
+  Value qs = scaledQueryRow(e, q, at.batch, at.head, at.row, D, shape.scale);
+  const int64_t DvPadded = roundUp(Dv, W);
+  Value acc = e.scratch({DvPadded});
+  for (int64_t off = 0; off < DvPadded; off += W)
+    e.storeVector(e.splat(0.0), acc, {e.index(off)}, W);
+  SmallVector<Value> state = e.loop(
+      c0, count, e.index(W), {e.scalar(kNegInf), e.scalar(0.0)},
+      [&](Value first, ValueRange it) -> SmallVector<Value> {
+        SmallVector<Value> rows = keyRowsOf(e, keys, first, count);
+        Value s = scoreKeys(e, qs, k, at.batch, kvHead, rows, D, shape.softcap);
+        s = e.select(lanesBelow(e, e.sub(count, first)), s, e.splat(kNegInf));
+        Value newMax = e.fmax(it[0], e.maxLanes(s));
+        Value safe = e.safeMax(newMax);
+        Value alpha = e.exp(e.fsub(it[0], safe));
+        Value p = e.exp(e.fsub(s, e.broadcast(safe)));
+        Value sum = e.fadd(e.fmul(it[1], alpha), e.sumLanes(p));
+        SmallVector<Value> weights;
+        for (int64_t l = 0; l < W; ++l)
+          weights.push_back(e.broadcast(vector::ExtractOp::create(b, p, l)));
+        Value alphaVec = e.broadcast(alpha);
+        for (int64_t off = 0; off < Dv; off += W) {
+          int64_t lanes = std::min(W, Dv - off);
+          Value a = e.fmul(
+              vector::LoadOp::create(b, e.vec, acc, e.index(off)), alphaVec);
+          for (int64_t l = 0; l < W; ++l)
+            a = e.fma(weights[l],
+                      e.loadVector(v, {at.batch, kvHead, rows[l], e.index(off)},
+                                   lanes),
+                      a);
+          vector::StoreOp::create(b, a, acc, e.index(off));
+        }
+        return {newMax, sum};
+      });
+  storeOutputRow(e, shape, acc, {}, e.reciprocalOrZero(state[1]), gate, out,
+                 {at.batch, at.head, at.row});
+  if (lse)
+    e.store(e.logSumExp(state[0], state[1]), lse,
+            {at.batch, at.head, at.row});
+  memref::DeallocOp::create(b, keys);
+  if (marks)
+    memref::DeallocOp::create(b, marks);
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Tree acceptance and KV compaction
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildTreeAcceptKernel(OpBuilder &builder,
+                                               Location loc, StringRef name,
+                                               const CpuTiling &tiling,
+                                               TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "tree_accept");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  auto args = func.getArguments();
+  Value tokens = args[0], target = args[1], parents = args[2];
+  Value path = args[3], length = args[4], bonus = args[5];
+  Value batch = args[6];
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value nodes = e.dim(tokens, 1);
+
+  padWithMinusOne(e, path, {batch}, c0, nodes);
+  memref::StoreOp::create(b, e.i32(0), path, ValueRange{batch, c0});
+  // From the root, move to the lowest-index child whose draft token is
+  // the target's next token after the current node; children come after
+  // their parent.
+  SmallVector<Value> walk = e.whileLoop(
+      {c0, c1, arith::ConstantIntOp::create(b, b.getI1Type(), 1)},
+      [&](ValueRange it) { return it[2]; },
+      [&](ValueRange it) -> SmallVector<Value> {
+        Value current = it[0];
+        Value wanted = e.loadInt(target, {batch, current});
+        Value none = e.index(-1);
+        Value child = e.loop(
+            e.add(current, c1), nodes, c1, {none},
+            [&](Value c, ValueRange found) -> SmallVector<Value> {
+              Value matches = e.andI(
+                  e.icmp(arith::CmpIPredicate::eq,
+                         e.loadInt(parents, {batch, c}), e.toI32(current)),
+                  e.icmp(arith::CmpIPredicate::eq,
+                         e.loadInt(tokens, {batch, c}), wanted));
+              Value first = e.andI(
+                  matches, e.icmp(arith::CmpIPredicate::eq, found[0], none));
+              return {e.select(first, c, found[0])};
+            })[0];
+        Value moves = e.icmp(arith::CmpIPredicate::ne, child, none);
+        e.ifThen(moves, [&] {
+          memref::StoreOp::create(b, e.toI32(child), path,
+                                  ValueRange{batch, it[1]});
+        });
+        return {e.select(moves, child, current),
+                e.select(moves, e.add(it[1], c1), it[1]), moves};
+      });
+  memref::StoreOp::create(b, e.toI32(walk[1]), length, batch);
+  memref::StoreOp::create(b, e.loadInt(target, {batch, walk[0]}), bonus, batch);
+  func::ReturnOp::create(b);
+  return func;
+}
+
+func::FuncOp mlir::attn::buildKvCompactKernel(OpBuilder &builder, Location loc,
+                                              StringRef name,
+                                              const CpuTiling &tiling,
+                                              TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "kv_compact");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  auto args = func.getArguments();
+  Value k = args[0], v = args[1], path = args[2], length = args[3];
+  Value newK = args[4], newV = args[5], workgroup = args[6];
+  const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
+  Value c1 = e.index(1);
+  Value lk = e.dim(k, 2), nodes = e.dim(path, 1);
+  Value tiles = e.ceilDiv(lk, e.index(kCompactRowTile));
+  RowOfWorkgroup at(e, workgroup, numKvHeads, tiles);
+  Value prefixLength = e.sub(lk, nodes);
+  Value accepted = e.toIndex(e.loadInt(length, {at.batch}));
+  Value first = e.mul(at.row, e.index(kCompactRowTile));
+  Value end = e.minS(lk, e.add(first, e.index(kCompactRowTile)));
+  e.loop(first, end, c1, [&](Value r) {
+    // Row P + n (n < length) takes row P + path[n]; others stay.
+    Value n = e.sub(r, prefixLength);
+    Value onPath = e.andI(e.icmp(arith::CmpIPredicate::sge, n, e.index(0)),
+                          e.icmp(arith::CmpIPredicate::slt, n, accepted));
+    Value source = e.ifElse(
+        onPath,
+        [&]() -> SmallVector<Value> {
+          return {e.add(prefixLength,
+                        e.toIndex(e.loadInt(path, {at.batch, n})))};
+        },
+        [&]() -> SmallVector<Value> { return {r}; })[0];
+    for (auto [from, to] : {std::pair{k, newK}, std::pair{v, newV}}) {
+      int64_t features = staticDim(from.getType(), 3);
+      for (int64_t off = 0; off < features; off += e.width) {
+        int64_t lanes = std::min(e.width, features - off);
+        Value row =
+            e.loadVector(from, {at.batch, at.head, source, e.index(off)}, lanes);
+        e.storeVector(row, to, {at.batch, at.head, r, e.index(off)}, lanes);
+      }
+    }
+  });
+  func::ReturnOp::create(b);
+  return func;
+}

@@ -1,0 +1,68 @@
+//===- SelectionKernels.h - CPU kernels of sparsity and trees ---*- C++ -*-===//
+//
+// The workgroup bodies of SPEC §1.3-1.4 that -attn-cpu-dispatches emits:
+// Quest block metadata, top-k block and top-p token selection, softmax
+// attention over the keys a row gathers (selected blocks; a draft tree's
+// prefix and ancestors), greedy tree acceptance and KV compaction. Like the
+// other CPU kernels they are scf + vector + memref + math; per-row scratch
+// whose size depends on Lk is heap-allocated (memref.alloc), the rest is on
+// the stack.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_PASSES_SELECTIONKERNELS_H
+#define ATTN_PASSES_SELECTIONKERNELS_H
+
+#include "passes/SoftmaxAttentionKernels.h"
+
+namespace mlir::attn {
+
+/// Rows of keys that one KV-compaction workgroup copies.
+constexpr int64_t kCompactRowTile = 64;
+
+/// Bindings: k [B, Hkv, Lk, D], meta [B, Hkv, NB, 2, D]. Workgroup =
+/// (batch, kv head, block).
+func::FuncOp buildBlockMetaKernel(OpBuilder &builder, Location loc,
+                                  StringRef name, BlockMetaOp op,
+                                  const CpuTiling &tiling,
+                                  TypeRange bindingTypes);
+
+/// Bindings: q, meta, keys [Lk, 0] (a buffer that only carries the key
+/// length), blocks [B, H, Lq, top_k]. Workgroup = (batch, head, row).
+func::FuncOp buildSelectTopKKernel(OpBuilder &builder, Location loc,
+                                   StringRef name, SelectTopKOp op,
+                                   const CpuTiling &tiling,
+                                   TypeRange bindingTypes);
+
+/// Bindings: q, k, [blocks], tokens [B, H, Lq, N]. Workgroup = (batch,
+/// head, row).
+func::FuncOp buildSelectTopPKernel(OpBuilder &builder, Location loc,
+                                   StringRef name, SelectTopPOp op,
+                                   const CpuTiling &tiling,
+                                   TypeRange bindingTypes);
+
+/// Softmax attention over the keys each row gathers: `shape.selection` is
+/// Blocks (sparse_sdpa) or Tree (tree_sdpa, `window` from the op's mask).
+/// Bindings: q, k, v, selection or parents, [gate], o, [lse]. Workgroup =
+/// (batch, head, row).
+func::FuncOp buildGatheredAttentionKernel(OpBuilder &builder, Location loc,
+                                          StringRef name,
+                                          const SoftmaxAttentionShape &shape,
+                                          const CpuTiling &tiling,
+                                          TypeRange bindingTypes);
+
+/// Bindings: tokens, target, parents, path, length, bonus. Workgroup =
+/// batch row.
+func::FuncOp buildTreeAcceptKernel(OpBuilder &builder, Location loc,
+                                   StringRef name, const CpuTiling &tiling,
+                                   TypeRange bindingTypes);
+
+/// Bindings: k, v, path, length, k', v'. Workgroup = (batch, kv head, tile
+/// of kCompactRowTile rows).
+func::FuncOp buildKvCompactKernel(OpBuilder &builder, Location loc,
+                                  StringRef name, const CpuTiling &tiling,
+                                  TypeRange bindingTypes);
+
+} // namespace mlir::attn
+
+#endif // ATTN_PASSES_SELECTIONKERNELS_H

@@ -1,0 +1,547 @@
+//===- SparseTreeTest.cpp - sparsity budgets and draft trees, end to end --===//
+//
+// SPEC §1.3-1.4 through the whole pipeline: model descriptions with
+// "sparsity" and "tree" compiled in-process and run with the runtime,
+// against the float64 reference (block metadata, the selections, attention
+// over what they keep, tree attention, greedy acceptance, KV compaction).
+// Selections must match the reference exactly, index for index: they are
+// also compiled from attn IR whose entries return them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "test/e2e/E2E.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+using namespace attn;
+using namespace attn::e2e;
+
+namespace {
+
+ref::Mask maskOf(const std::string &json) {
+  if (json == "\"none\"")
+    return ref::Mask::none();
+  if (json == "\"causal\"")
+    return ref::Mask::causal();
+  return ref::Mask::slidingWindow(std::stoll(json.substr(json.find(':') + 1)));
+}
+
+ref::IntTensor toReference(const Tensor &t) {
+  ref::IntTensor out(t.shape);
+  for (int64_t i = 0; i < out.size(); ++i)
+    out.values()[i] = reinterpret_cast<const int32_t *>(t.storage.data())[i];
+  return out;
+}
+
+Tensor intsToRuntime(const ref::IntTensor &t) {
+  Tensor out(ATTN_I32, t.shape());
+  for (int64_t i = 0; i < t.size(); ++i)
+    out.i32()[i] = t.values()[i];
+  return out;
+}
+
+/// Runs entry `name` of `model`; a test failure if it fails.
+std::vector<Tensor> runEntry(Model &model, const std::string &name,
+                             const std::vector<Tensor> &inputs) {
+  int32_t entry = -1;
+  EXPECT_TRUE(model.findEntry(name, entry).ok()) << name;
+  std::vector<Tensor> outputs;
+  Status status = model.run(entry, inputs, outputs);
+  EXPECT_TRUE(status.ok()) << name << ": " << status.message;
+  return outputs;
+}
+
+void expectClose(const Tensor &actual, const ref::Tensor &expected,
+                 double tolerance, const char *what) {
+  ASSERT_EQ(actual.shape, expected.shape()) << what;
+  ref::Tensor values = fromRuntime(actual);
+  for (double x : values.values())
+    ASSERT_TRUE(std::isfinite(x)) << what;
+  double error = ref::maxRelativeError(values, expected);
+  EXPECT_LE(error, tolerance) << what;
+}
+
+void expectSame(const Tensor &actual, const ref::IntTensor &expected,
+                const char *what) {
+  ASSERT_EQ(actual.shape, expected.shape()) << what;
+  ref::IntTensor values = toReference(actual);
+  for (int64_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(values.values()[i], expected.values()[i])
+        << what << ": element " << i << " differs";
+}
+
+/// A random tree of `nodes` nodes per batch row: node t's parent is uniform
+/// among the earlier nodes, or (with `chain`) t - 1.
+ref::IntTensor randomParents(int64_t batch, int64_t nodes, std::mt19937_64 &rng,
+                             bool chain = false) {
+  ref::IntTensor parents({batch, nodes});
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < nodes; ++t)
+      parents(b, t) = t == 0    ? -1
+                      : chain ? static_cast<int32_t>(t - 1)
+                              : static_cast<int32_t>(rng() % t);
+  return parents;
+}
+
+//===----------------------------------------------------------------------===//
+// Sparse attention: <layer>.meta, then <layer> with the metadata.
+//===----------------------------------------------------------------------===//
+
+struct SparseCase {
+  std::string label;
+  int64_t heads = 4, kvHeads = 2, headDim = 20, valueDim = 20;
+  std::string mask = "\"causal\"";
+  std::string gate = "none";
+  double softcap = 0.0;
+  int64_t batch = 2, queries = 37, keys = 203;
+  /// The "sparsity" object's members (JSON).
+  std::string method = "top_k";
+  int64_t blockSize = 16;
+  std::optional<int64_t> topK, minTokens, maxTokens;
+  double topP = 0.9;
+  int64_t sinkBlocks = 0, localBlocks = 0;
+  /// Compare with dense attention (the budget keeps everything).
+  bool dense = false;
+};
+
+void PrintTo(const SparseCase &c, std::ostream *os) { *os << c.label; }
+
+std::string sparseJson(const SparseCase &c) {
+  std::ostringstream json;
+  json << R"({"model": "sparse", "dtype": "f32", "layers": [{"name": "layer",)"
+       << R"( "type": "attention", "num_heads": )" << c.heads
+       << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
+       << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
+       << c.mask << R"(, "gate": ")" << c.gate << R"(", "softcap": )"
+       << c.softcap << R"(, "sparsity": {"method": ")" << c.method
+       << R"(", "block_size": )" << c.blockSize << R"(, "sink_blocks": )"
+       << c.sinkBlocks << R"(, "local_blocks": )" << c.localBlocks;
+  if (c.topK)
+    json << R"(, "top_k": )" << *c.topK;
+  if (c.method == "top_p")
+    json << R"(, "top_p": )" << c.topP;
+  if (c.minTokens)
+    json << R"(, "min_tokens": )" << *c.minTokens;
+  if (c.maxTokens)
+    json << R"(, "max_tokens": )" << *c.maxTokens;
+  json << "}}]}";
+  return json.str();
+}
+
+class SparseAttention : public testing::TestWithParam<SparseCase> {};
+
+TEST_P(SparseAttention, MatchesReference) {
+  const SparseCase &c = GetParam();
+  std::unique_ptr<Model> model = compileAndLoad(sparseJson(c), 2);
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(std::hash<std::string>()(c.label));
+  ref::Tensor q =
+      randomF32({c.batch, c.heads, c.queries, c.headDim}, rng, -2.0, 2.0);
+  ref::Tensor k =
+      randomF32({c.batch, c.kvHeads, c.keys, c.headDim}, rng, -2.0, 2.0);
+  ref::Tensor v =
+      randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, -1.0, 1.0);
+  std::optional<ref::Tensor> gate;
+  if (c.gate != "none")
+    gate = randomF32({c.batch, c.heads, c.queries,
+                      c.gate == "elementwise" ? c.valueDim : 1},
+                     rng, -3.0, 3.0);
+
+  // Block metadata: min and max are exact.
+  std::vector<Tensor> meta = runEntry(*model, "layer.meta", {toRuntime(k)});
+  ASSERT_EQ(meta.size(), 1u);
+  ref::Tensor expectedMeta = ref::blockMeta(k, c.blockSize);
+  expectClose(meta[0], expectedMeta, 0.0, "kmeta");
+
+  std::vector<Tensor> inputs{toRuntime(q), toRuntime(k), toRuntime(v)};
+  if (gate)
+    inputs.push_back(toRuntime(*gate));
+  inputs.push_back(meta[0]);
+  std::vector<Tensor> out = runEntry(*model, "layer", inputs);
+  ASSERT_EQ(out.size(), 1u);
+
+  ref::Mask mask = maskOf(c.mask);
+  ref::Score score;
+  score.softcap = c.softcap;
+  const ref::Tensor *g = gate ? &*gate : nullptr;
+  ref::AttentionResult expected;
+  if (c.dense) {
+    expected = ref::sdpa(q, k, v, mask, score, g);
+  } else {
+    std::optional<ref::IntTensor> blocks;
+    if (c.topK)
+      blocks = ref::selectTopK(
+          q, expectedMeta, c.keys, mask, score,
+          {c.blockSize, *c.topK, c.sinkBlocks, c.localBlocks});
+    if (c.method == "top_k") {
+      expected =
+          ref::sparseSdpa(q, k, v, *blocks, c.blockSize, mask, score, g);
+    } else {
+      ref::TopP topP{c.topP, c.minTokens.value_or(0), c.maxTokens};
+      ref::IntTensor tokens =
+          ref::selectTopP(q, k, blocks ? &*blocks : nullptr, c.blockSize,
+                          mask, score, topP);
+      expected = ref::sparseSdpa(q, k, v, tokens, 1, mask, score, g);
+    }
+  }
+  expectClose(out[0], expected.output, 1e-5, "o");
+}
+
+std::vector<SparseCase> sparseCases() {
+  std::vector<SparseCase> all;
+  auto add = [&](SparseCase c) { all.push_back(std::move(c)); };
+  add({.label = "topk_causal_sinks_locals",
+       .topK = 5,
+       .sinkBlocks = 1,
+       .localBlocks = 2});
+  add({.label = "topk_window_gqa4_decode",
+       .heads = 8,
+       .mask = R"({"sliding_window": 100})",
+       .gate = "headwise",
+       .queries = 3,
+       .keys = 517,
+       .blockSize = 8,
+       .topK = 4,
+       .localBlocks = 1});
+  add({.label = "topk_none_lq_gt_lk_odd_block",
+       .mask = "\"none\"",
+       .queries = 45,
+       .keys = 31,
+       .blockSize = 7,
+       .topK = 2});
+  add({.label = "topp_only_clamped_none",
+       .mask = "\"none\"",
+       .gate = "elementwise",
+       .queries = 29,
+       .keys = 157,
+       .method = "top_p",
+       .minTokens = 9,
+       .maxTokens = 40,
+       .topP = 0.8});
+  add({.label = "topp_after_topk_softcap",
+       .valueDim = 12,
+       .softcap = 5.0,
+       .method = "top_p",
+       .topK = 6,
+       .topP = 0.95,
+       .sinkBlocks = 1,
+       .localBlocks = 1});
+  add({.label = "topp_window_unbounded",
+       .mask = R"({"sliding_window": 50})",
+       .queries = 19,
+       .keys = 90,
+       .method = "top_p",
+       .topP = 0.5});
+  // The invariants of SPEC §1.3: a budget that keeps every candidate is
+  // dense attention.
+  add({.label = "topk_all_blocks_is_dense",
+       .gate = "elementwise",
+       .topK = 13,
+       .dense = true});
+  add({.label = "topp_one_is_dense",
+       .mask = R"({"sliding_window": 64})",
+       .method = "top_p",
+       .topP = 1.0,
+       .dense = true});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Sparsity, SparseAttention, testing::ValuesIn(sparseCases()),
+    [](const testing::TestParamInfo<SparseCase> &info) {
+      return info.param.label;
+    });
+
+//===----------------------------------------------------------------------===//
+// Selections, index for index: attn IR whose entries return them.
+//===----------------------------------------------------------------------===//
+
+/// Compiles attn IR for the host CPU and loads it.
+std::unique_ptr<Model> compileIR(const std::string &source) {
+  mlir::DialectRegistry registry;
+  mlir::attn::registerCompilerDialects(registry);
+  mlir::MLIRContext context(registry);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+  EXPECT_TRUE(module);
+  if (!module)
+    return nullptr;
+  llvm::Expected<std::string> binary =
+      mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
+                          mlir::attn::CpuTarget::host(), "selections");
+  EXPECT_TRUE(static_cast<bool>(binary)) << llvm::toString(binary.takeError());
+  if (!binary)
+    return nullptr;
+  std::unique_ptr<Model> model;
+  Status status = Model::loadMemory(binary->data(), binary->size(), 2, model);
+  EXPECT_TRUE(status.ok()) << status.message;
+  return model;
+}
+
+TEST(Selections, MatchReferenceExactly) {
+  // Two kv heads of 13 features, 3 query heads each; blocks of 5 keys.
+  const char *source = R"mlir(
+    func.func @topk(%q: tensor<?x6x?x13xf32>, %meta: tensor<?x2x?x2x13xf32>,
+                    %k: tensor<?x2x?x13xf32>) -> tensor<?x6x?x4xi32> {
+      %c2 = arith.constant 2 : index
+      %lk = tensor.dim %k, %c2 : tensor<?x2x?x13xf32>
+      %b = attn.select_topk %q, %meta, %lk {block_size = 5, top_k = 4,
+          sink_blocks = 1, local_blocks = 1,
+          mask = #attn.mask<sliding_window = 40>}
+          : tensor<?x6x?x13xf32>, tensor<?x2x?x2x13xf32>
+      return %b : tensor<?x6x?x4xi32>
+    }
+    func.func @topp(%q: tensor<?x6x?x13xf32>, %k: tensor<?x2x?x13xf32>,
+                    %blocks: tensor<?x6x?x4xi32>) -> tensor<?x6x?x11xi32> {
+      %t = attn.select_topp %q, %k blocks(%blocks) {top_p = 0.7,
+          min_tokens = 3, max_tokens = 11, block_size = 5,
+          mask = #attn.mask<sliding_window = 40>, softcap = 3.0}
+          : tensor<?x6x?x13xf32>, tensor<?x2x?x13xf32>, tensor<?x6x?x4xi32>
+      return %t : tensor<?x6x?x11xi32>
+    }
+    func.func @topp_dense(%q: tensor<?x6x?x13xf32>, %k: tensor<?x2x?x13xf32>)
+        -> tensor<?x6x?x?xi32> {
+      %t = attn.select_topp %q, %k {top_p = 0.6, mask = #attn.mask<causal>}
+          : tensor<?x6x?x13xf32>, tensor<?x2x?x13xf32>
+      return %t : tensor<?x6x?x?xi32>
+    }
+  )mlir";
+  std::unique_ptr<Model> model = compileIR(source);
+  ASSERT_TRUE(model);
+  const int64_t B = 2, H = 6, Hkv = 2, D = 13, Lq = 23, Lk = 97;
+  std::mt19937_64 rng(11);
+  ref::Tensor q = randomF32({B, H, Lq, D}, rng, -2.0, 2.0);
+  ref::Tensor k = randomF32({B, Hkv, Lk, D}, rng, -2.0, 2.0);
+  ref::Tensor meta = ref::blockMeta(k, 5);
+  ref::Mask window = ref::Mask::slidingWindow(40);
+
+  std::vector<Tensor> blocks =
+      runEntry(*model, "topk", {toRuntime(q), toRuntime(meta), toRuntime(k)});
+  ASSERT_EQ(blocks.size(), 1u);
+  ref::IntTensor expectedBlocks =
+      ref::selectTopK(q, meta, Lk, window, {}, {5, 4, 1, 1});
+  expectSame(blocks[0], expectedBlocks, "select_topk");
+
+  std::vector<Tensor> tokens = runEntry(
+      *model, "topp", {toRuntime(q), toRuntime(k), intsToRuntime(expectedBlocks)});
+  ASSERT_EQ(tokens.size(), 1u);
+  ref::Score capped;
+  capped.softcap = 3.0;
+  expectSame(tokens[0],
+             ref::selectTopP(q, k, &expectedBlocks, 5, window, capped,
+                             {0.7, 3, 11}),
+             "select_topp after top-k");
+
+  tokens = runEntry(*model, "topp_dense", {toRuntime(q), toRuntime(k)});
+  ASSERT_EQ(tokens.size(), 1u);
+  expectSame(tokens[0],
+             ref::selectTopP(q, k, nullptr, 1, ref::Mask::causal(), {},
+                             {0.6, 0, std::nullopt}),
+             "select_topp over every visible key");
+}
+
+//===----------------------------------------------------------------------===//
+// Draft trees: <layer>.tree, verify.accept, <layer>.compact.
+//===----------------------------------------------------------------------===//
+
+struct TreeCase {
+  std::string label;
+  int64_t heads = 4, kvHeads = 1, headDim = 24, valueDim = 17;
+  std::string mask = "\"causal\"";
+  std::string gate = "none";
+  int64_t batch = 2, prefix = 41, nodes = 13;
+  bool chain = false;
+};
+
+void PrintTo(const TreeCase &c, std::ostream *os) { *os << c.label; }
+
+std::string treeJson(const TreeCase &c) {
+  std::ostringstream json;
+  json << R"({"model": "tree", "dtype": "f32", "layers": [{"name": "layer",)"
+       << R"( "type": "attention", "num_heads": )" << c.heads
+       << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
+       << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
+       << c.mask << R"(, "gate": ")" << c.gate
+       << R"(", "tree": true}], "speculative": {"max_tree_nodes": 64}})";
+  return json.str();
+}
+
+class TreeAttention : public testing::TestWithParam<TreeCase> {};
+
+TEST_P(TreeAttention, MatchesReference) {
+  const TreeCase &c = GetParam();
+  std::unique_ptr<Model> model = compileAndLoad(treeJson(c), 2);
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(std::hash<std::string>()(c.label));
+  const int64_t keys = c.prefix + c.nodes;
+  ref::Tensor q = randomF32({c.batch, c.heads, c.nodes, c.headDim}, rng, -2, 2);
+  ref::Tensor k = randomF32({c.batch, c.kvHeads, keys, c.headDim}, rng, -2, 2);
+  ref::Tensor v = randomF32({c.batch, c.kvHeads, keys, c.valueDim}, rng, -1, 1);
+  ref::IntTensor parents = randomParents(c.batch, c.nodes, rng, c.chain);
+  std::optional<ref::Tensor> gate;
+  if (c.gate != "none")
+    gate = randomF32({c.batch, c.heads, c.nodes,
+                      c.gate == "elementwise" ? c.valueDim : 1},
+                     rng, -3.0, 3.0);
+  std::vector<Tensor> inputs{toRuntime(q), toRuntime(k), toRuntime(v),
+                             intsToRuntime(parents)};
+  if (gate)
+    inputs.push_back(toRuntime(*gate));
+  std::vector<Tensor> out = runEntry(*model, "layer.tree", inputs);
+  ASSERT_EQ(out.size(), 1u);
+  std::optional<int64_t> window;
+  if (c.mask != "\"causal\"")
+    window = maskOf(c.mask).window;
+  ref::AttentionResult expected = ref::treeSdpa(
+      q, k, v, parents, window, {}, gate ? &*gate : nullptr);
+  expectClose(out[0], expected.output, 1e-5, "tree o");
+
+  // Acceptance on drafts from a 3-token vocabulary (so paths are long and
+  // siblings compete), then compaction of the accepted path.
+  ref::IntTensor tokens({c.batch, c.nodes}), target({c.batch, c.nodes});
+  for (int32_t &t : tokens.values())
+    t = static_cast<int32_t>(rng() % 3);
+  for (int32_t &t : target.values())
+    t = static_cast<int32_t>(rng() % 3);
+  std::vector<Tensor> accepted =
+      runEntry(*model, "verify.accept",
+               {intsToRuntime(tokens), intsToRuntime(target), intsToRuntime(parents)});
+  ASSERT_EQ(accepted.size(), 3u);
+  ref::Acceptance expectedAccept = ref::treeAccept(tokens, target, parents);
+  expectSame(accepted[0], expectedAccept.path, "path");
+  expectSame(accepted[1], expectedAccept.length, "length");
+  expectSame(accepted[2], expectedAccept.bonus, "bonus");
+
+  std::vector<Tensor> compacted = runEntry(
+      *model, "layer.compact",
+      {toRuntime(k), toRuntime(v), accepted[0], accepted[1]});
+  ASSERT_EQ(compacted.size(), 2u);
+  auto [expectedK, expectedV] = ref::kvCompact(
+      k, v, expectedAccept.path, expectedAccept.length);
+  expectClose(compacted[0], expectedK, 0.0, "k'");
+  expectClose(compacted[1], expectedV, 0.0, "v'");
+}
+
+std::vector<TreeCase> treeCases() {
+  std::vector<TreeCase> all;
+  auto add = [&](TreeCase c) { all.push_back(std::move(c)); };
+  add({.label = "random_tree_mqa"});
+  add({.label = "window_gqa_headwise",
+       .heads = 6,
+       .kvHeads = 3,
+       .mask = R"({"sliding_window": 7})",
+       .gate = "headwise",
+       .prefix = 30,
+       .nodes = 19});
+  add({.label = "chain_window_deeper_than_window",
+       .mask = R"({"sliding_window": 5})",
+       .gate = "elementwise",
+       .prefix = 3,
+       .nodes = 11,
+       .chain = true});
+  add({.label = "no_prefix", .batch = 3, .prefix = 0, .nodes = 9});
+  add({.label = "root_only", .prefix = 25, .nodes = 1});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Trees, TreeAttention, testing::ValuesIn(treeCases()),
+                         [](const testing::TestParamInfo<TreeCase> &info) {
+                           return info.param.label;
+                         });
+
+//===----------------------------------------------------------------------===//
+// Bad values and sizes: errors that name what is wrong.
+//===----------------------------------------------------------------------===//
+
+class TreeErrors : public testing::Test {
+protected:
+  void SetUp() override {
+    model = compileAndLoad(treeJson({.label = "errors"}), 1);
+    ASSERT_TRUE(model);
+  }
+  Status run(const std::string &name, const std::vector<Tensor> &inputs) {
+    int32_t entry = -1;
+    EXPECT_TRUE(model->findEntry(name, entry).ok());
+    std::vector<Tensor> outputs;
+    return model->run(entry, inputs, outputs);
+  }
+  std::unique_ptr<Model> model;
+};
+
+TEST_F(TreeErrors, ParentsThatAreNoTree) {
+  ref::IntTensor parents({2, 4}, 0);
+  parents(0, 0) = parents(1, 0) = -1;
+  parents(1, 3) = 3; // not an earlier node
+  Tensor q(ATTN_F32, {2, 4, 4, 24}), k(ATTN_F32, {2, 1, 10, 24}),
+      v(ATTN_F32, {2, 1, 10, 17});
+  Status status = run("layer.tree", {q, k, v, intsToRuntime(parents)});
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message, "input 'parents' (#3) of entry 'layer.tree': "
+                            "parents[1][3] = 3 must be in [0, 3)");
+  parents(1, 3) = 0;
+  parents(0, 0) = 2;
+  Tensor tokens(ATTN_I32, {2, 4}), target(ATTN_I32, {2, 4});
+  status = run("verify.accept", {tokens, target, intsToRuntime(parents)});
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message, "input 'parents' (#2) of entry 'verify.accept': "
+                            "parents[0][0] = 2 must be -1 (the root)");
+}
+
+TEST_F(TreeErrors, PathOutsideTheTree) {
+  Tensor k(ATTN_F32, {1, 1, 10, 24}), v(ATTN_F32, {1, 1, 10, 17});
+  ref::IntTensor path({1, 4}, -1), length({1}, 3);
+  path(0, 0) = 0;
+  path(0, 1) = 2;
+  path(0, 2) = 4;
+  Status status =
+      run("layer.compact", {k, v, intsToRuntime(path), intsToRuntime(length)});
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "input 'path' (#2) of entry 'layer.compact': path[0][2] = 4 must "
+            "be a tree node in [0, 4) (it is within length[0] = 3)");
+  length(0) = 5;
+  status = run("layer.compact", {k, v, intsToRuntime(path), intsToRuntime(length)});
+  EXPECT_EQ(status.message,
+            "input 'length' (#3) of entry 'layer.compact': length[0] = 5 must "
+            "be in [0, 4] (the nodes of 'path')");
+}
+
+TEST_F(TreeErrors, FewerKeysThanTreeNodes) {
+  Tensor q(ATTN_F32, {1, 4, 6, 24}), k(ATTN_F32, {1, 1, 5, 24}),
+      v(ATTN_F32, {1, 1, 5, 17});
+  std::mt19937_64 rng(3);
+  ref::IntTensor parents = randomParents(1, 6, rng);
+  Status status = run("layer.tree", {q, k, v, intsToRuntime(parents)});
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "entry 'layer.tree': attn.tree_sdpa: dim 2 of 'k' (P + T) must "
+            "hold at least the T tree nodes of 'q'");
+}
+
+TEST(SparseErrors, MetadataOfOtherKeys) {
+  SparseCase c{.label = "meta_errors", .topK = 2};
+  std::unique_ptr<Model> model = compileAndLoad(sparseJson(c), 1);
+  ASSERT_TRUE(model);
+  int32_t entry = -1;
+  ASSERT_TRUE(model->findEntry("layer", entry).ok());
+  // 40 keys are ceil(40 / 16) = 3 blocks, not 2.
+  std::vector<Tensor> inputs{
+      Tensor(ATTN_F32, {1, 4, 40, 20}), Tensor(ATTN_F32, {1, 2, 40, 20}),
+      Tensor(ATTN_F32, {1, 2, 40, 20}), Tensor(ATTN_F32, {1, 2, 2, 2, 20})};
+  std::vector<Tensor> outputs;
+  Status status = model->run(entry, inputs, outputs);
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "input 'kmeta' (#3) of entry 'layer': expected shape [B=1, 2, "
+            "ceil(Lk/16)=3, 2, 20], got [1, 2, 2, 2, 20] (dim 2 must be "
+            "ceil(Lk/16) = 3)");
+}
+
+} // namespace
