@@ -1,0 +1,144 @@
+// RUN: attn-opt %s -split-input-file -attn-cpu-dispatches -verify-diagnostics | FileCheck %s
+
+// Quest top-k then sparse attention: the metadata's block count is a dim
+// derived from Lk, which the host program also asserts against the key
+// length the selection is given; the kernel reads that length as the size
+// of an empty buffer. One workgroup per (batch, head, row) for both.
+
+// CHECK-LABEL: func.func private @topk__select_topk0(
+// CHECK-SAME:    memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x4xi32>, %{{.*}}: index)
+// CHECK-SAME:    attn.kernel = "select_topk"
+// The heap that keeps the budget sifts down in an scf.while.
+// CHECK:         scf.while
+// CHECK:         memref.dealloc
+// CHECK-LABEL: func.func private @topk__sparse1(
+// CHECK-SAME:    attn.kernel = "sparse_attention"
+// CHECK-LABEL: func.func @topk(
+// CHECK-SAME:    %[[META:arg3]]: memref<?x2x?x2x16xf32> {attn.shape = ["B", 2, {ceil_div = 16 : i64, of = "Lk"}, 2, 16]}
+// CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
+// CHECK:         %[[NB:.*]] = arith.ceildivui %[[LK]], %c16
+// CHECK:         %[[HAS:.*]] = memref.dim %[[META]], %{{.*}}
+// CHECK:         %[[OK:.*]] = arith.cmpi eq, %[[HAS]], %[[NB]]
+// CHECK:         cf.assert %[[OK]], "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / 16), the blocks of the keys"
+// CHECK:         %[[CARRIER:.*]] = memref.alloc(%[[LK]]) : memref<?x0xi32>
+// CHECK:         %[[BLOCKS:.*]] = memref.alloc({{.*}}) : memref<?x4x?x4xi32>
+// CHECK:         attn.dispatch @topk__select_topk0 workgroups({{.*}}) bindings(%arg0, %[[META]], %[[CARRIER]], %[[BLOCKS]])
+// CHECK:         attn.dispatch @topk__sparse1 workgroups({{.*}}) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %arg4)
+func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                %v: tensor<?x2x?x16xf32>, %meta: tensor<?x2x?x2x16xf32>)
+    -> tensor<?x4x?x16xf32> {
+  %c2 = arith.constant 2 : index
+  %lk = tensor.dim %k, %c2 : tensor<?x2x?x16xf32>
+  %blocks = attn.select_topk %q, %meta, %lk {block_size = 16, top_k = 4,
+      sink_blocks = 1, local_blocks = 1, mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x2x16xf32>
+  %o = attn.sparse_sdpa %q, %k, %v, %blocks
+      {block_size = 16, mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>,
+        tensor<?x4x?x4xi32>
+  return %o : tensor<?x4x?x16xf32>
+}
+
+// -----
+
+// Block metadata: an output whose block count the runtime computes from Lk.
+
+// CHECK-LABEL: func.func private @meta__block_meta0(
+// CHECK-SAME:    attn.kernel = "block_meta"
+// CHECK:         arith.minimumf
+// CHECK:         arith.maximumf
+// CHECK-LABEL: func.func @meta(
+// CHECK-SAME:    {attn.shape = ["B", 2, "Lk", 24]}
+// CHECK-SAME:    {attn.name = "kmeta", attn.shape = ["B", 2, {ceil_div = 5 : i64, of = "Lk"}, 2, 24]}
+// CHECK:         %[[NB:.*]] = arith.ceildivui %{{.*}}, %c5
+// CHECK:         %[[GROUPS:.*]] = arith.muli %{{.*}}, %[[NB]]
+// CHECK:         attn.dispatch @meta__block_meta0 workgroups(%[[GROUPS]]) bindings(%arg0, %arg1)
+func.func @meta(%k: tensor<?x2x?x24xf32>)
+    -> (tensor<?x2x?x2x24xf32> {attn.name = "kmeta"}) {
+  %m = attn.block_meta %k {block_size = 5} : tensor<?x2x?x24xf32>
+  return %m : tensor<?x2x?x2x24xf32>
+}
+
+// -----
+
+// Top-p without a block selection returns up to Lk tokens: its last dim is
+// the keys' length.
+
+// CHECK-LABEL: func.func private @topp__select_topp0(
+// CHECK-SAME:    attn.kernel = "select_topp"
+// CHECK-LABEL: func.func @topp(
+// CHECK-SAME:    {attn.shape = ["B", 4, "Lq", "Lk"]}
+func.func @topp(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
+    -> tensor<?x4x?x?xi32> {
+  %t = attn.select_topp %q, %k {top_p = 0.9, mask = #attn.mask<none>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>
+  return %t : tensor<?x4x?x?xi32>
+}
+
+// -----
+
+// Trees: the parents carry the contract the runtime checks, and the host
+// asserts that the keys hold the tree.
+
+// CHECK-LABEL: func.func private @tree__tree0(
+// CHECK-SAME:    attn.kernel = "tree_attention"
+// CHECK-LABEL: func.func @tree(
+// CHECK-SAME:    memref<?x4x?x16xf32> {attn.shape = ["B", 4, "T", 16]}
+// CHECK-SAME:    memref<?x?xi32> {attn.contract = "tree_parents", attn.shape = ["B", "T"]}
+// CHECK:         %[[ENOUGH:.*]] = arith.cmpi sge, %{{.*}}, %{{.*}} : index
+// CHECK:         cf.assert %[[ENOUGH]], "attn.tree_sdpa: dim 2 of 'k' (P + T) must hold at least the T tree nodes of 'q'"
+// CHECK:         attn.dispatch @tree__tree0
+func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x1x?x16xf32>,
+                %v: tensor<?x1x?x16xf32>, %parents: tensor<?x?xi32>)
+    -> tensor<?x4x?x16xf32> {
+  %o = attn.tree_sdpa %q, %k, %v, %parents {window = 8}
+      : tensor<?x4x?x16xf32>, tensor<?x1x?x16xf32>, tensor<?x1x?x16xf32>,
+        tensor<?x?xi32>
+  return %o : tensor<?x4x?x16xf32>
+}
+
+// -----
+
+// Acceptance and compaction in one entry: the path comes from the
+// acceptance, so only the parents are checked at run time.
+
+// CHECK-LABEL: func.func private @accept__tree_accept0(
+// CHECK-SAME:    attn.kernel = "tree_accept"
+// CHECK-LABEL: func.func private @accept__kv_compact1(
+// CHECK-SAME:    attn.kernel = "kv_compact"
+// CHECK-LABEL: func.func @accept(
+// CHECK-SAME:    %arg2: memref<?x?xi32> {attn.contract = "tree_parents", attn.shape = ["B", "T"]}
+// CHECK-NOT:     attn.contract
+// CHECK:         cf.assert %{{.*}}, "attn.tree_accept: a draft tree needs its root (T >= 1)"
+// CHECK:         attn.dispatch @accept__tree_accept0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2,
+// CHECK:         cf.assert %{{.*}}, "attn.kv_compact: dim 2 of 'k' (P + T) must hold at least the T tree nodes of 'path'"
+// CHECK:         attn.dispatch @accept__kv_compact1
+func.func @accept(%tokens: tensor<?x?xi32>, %target: tensor<?x?xi32>,
+                  %parents: tensor<?x?xi32>, %k: tensor<?x1x?x8xf32>,
+                  %v: tensor<?x1x?x8xf32>)
+    -> (tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>) {
+  %path, %length, %bonus = attn.tree_accept %tokens, %target, %parents
+      : tensor<?x?xi32>, tensor<?x?xi32>, tensor<?x?xi32>
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length
+      : tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>, tensor<?x?xi32>,
+        tensor<?xi32>
+  return %k2, %v2 : tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>
+}
+
+// -----
+
+// A path given as an input needs its lengths as an input too: the runtime
+// checks them together.
+
+func.func @half_input(%k: tensor<?x1x?x8xf32>, %v: tensor<?x1x?x8xf32>,
+                      %path: tensor<?x?xi32>, %tokens: tensor<?x?xi32>,
+                      %parents: tensor<?x?xi32>)
+    -> (tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>) {
+  %p, %length, %bonus = attn.tree_accept %tokens, %tokens, %parents
+      : tensor<?x?xi32>, tensor<?x?xi32>, tensor<?x?xi32>
+  // expected-error @below {{'path' and 'length' must both be entry inputs (checked together at run time) or both results of attn.tree_accept}}
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length
+      : tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>, tensor<?x?xi32>,
+        tensor<?xi32>
+  return %k2, %v2 : tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>
+}
