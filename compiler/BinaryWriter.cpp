@@ -274,8 +274,7 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
     for (int64_t d = 0; d < type.getRank(); ++d) {
       Attribute dim = shape ? shape[d] : Attribute();
       auto derived = dyn_cast_or_null<DictionaryAttr>(dim);
-      auto derivedOf =
-          derived ? derived.getAs<StringAttr>("of") : StringAttr();
+      auto derivedOf = derived ? derived.getAs<StringAttr>("of") : StringAttr();
       auto ceilDiv =
           derived ? derived.getAs<IntegerAttr>("ceil_div") : IntegerAttr();
       if (!type.isDynamicDim(d))
@@ -283,8 +282,8 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
       else if (auto symbol = dyn_cast_or_null<StringAttr>(dim))
         dims.push_back(fb::CreateDimDirect(builder, -1, symbol.str().c_str()));
       else if (derivedOf && ceilDiv && ceilDiv.getInt() > 0)
-        dims.push_back(fb::CreateDimDirect(
-            builder, -1, derivedOf.str().c_str(), ceilDiv.getInt()));
+        dims.push_back(fb::CreateDimDirect(builder, -1, derivedOf.str().c_str(),
+                                           ceilDiv.getInt()));
       else
         return host.emitError() << "argument #" << index
                                 << " has no symbolic shape (attn.shape)";
@@ -297,8 +296,8 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
       else if (attr.getValue() == "tree_path")
         contract = fb::ValueContract::tree_path;
       else
-        return host.emitError() << "argument #" << index
-                                << ": unknown value contract " << attr;
+        return host.emitError()
+               << "argument #" << index << ": unknown value contract " << attr;
       if (auto input =
               host.getArgAttrOfType<IntegerAttr>(index, "attn.contract_input"))
         contractInput = static_cast<int32_t>(input.getInt());

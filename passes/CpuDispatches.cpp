@@ -80,18 +80,18 @@ void CpuEntryLowering::dispatch(
                      bindings);
 }
 
-LogicalResult CpuEntryLowering::lowerGatheredSoftmax(
-    ImplicitLocOpBuilder &b, AttentionOpInterface op,
-    const SoftmaxAttentionShape &shape) {
+LogicalResult
+CpuEntryLowering::lowerGatheredSoftmax(ImplicitLocOpBuilder &b,
+                                       AttentionOpInterface op,
+                                       const SoftmaxAttentionShape &shape) {
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
   Value selection = buffers.lookup(op.getKeySelection());
   if (shape.selection == KeySelectionKind::Tree)
-    assertAtRunTime(b,
-                    arith::CmpIOp::create(b, arith::CmpIPredicate::sge, s.lk,
-                                          s.lq),
-                    "attn.tree_sdpa: dim 2 of 'k' (P + T) must hold at least "
-                    "the T tree nodes of 'q'");
+    assertAtRunTime(
+        b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, s.lk, s.lq),
+        "attn.tree_sdpa: dim 2 of 'k' (P + T) must hold at least "
+        "the T tree nodes of 'q'");
   SmallVector<Value> bindings{s.q, s.k, s.v, selection};
   if (s.gate)
     bindings.push_back(s.gate);
@@ -99,11 +99,12 @@ LogicalResult CpuEntryLowering::lowerGatheredSoftmax(
   if (s.lse)
     bindings.push_back(s.lse);
   Value groups = arith::MulIOp::create(
-      b, arith::MulIOp::create(b, s.batch, arith::ConstantIndexOp::create(
-                                               b, shape.numHeads)),
+      b,
+      arith::MulIOp::create(b, s.batch,
+                            arith::ConstantIndexOp::create(b, shape.numHeads)),
       s.lq);
-  std::string name = kernelName(
-      shape.selection == KeySelectionKind::Tree ? "tree" : "sparse");
+  std::string name =
+      kernelName(shape.selection == KeySelectionKind::Tree ? "tree" : "sparse");
   dispatch(
       b,
       [&](OpBuilder &builder, TypeRange types) {
@@ -134,12 +135,12 @@ LogicalResult CpuEntryLowering::lowerOp(ImplicitLocOpBuilder &b,
     Value out = bufferFor(b, meta.getMeta(), {batch, blocks});
     buffers.map(meta.getMeta(), out);
     std::string name = kernelName("block_meta");
-    dispatch(
-        b,
-        [&](OpBuilder &builder, TypeRange types) {
-          return buildBlockMetaKernel(builder, loc, name, meta, tiling, types);
-        },
-        mul(mul(batch, index(staticDim(k, 1))), blocks), {k, out});
+    dispatch(b,
+             [&](OpBuilder &builder, TypeRange types) {
+               return buildBlockMetaKernel(builder, loc, name, meta, tiling,
+                                           types);
+             },
+             mul(mul(batch, index(staticDim(k, 1))), blocks), {k, out});
     return success();
   }
 
@@ -150,10 +151,9 @@ LogicalResult CpuEntryLowering::lowerOp(ImplicitLocOpBuilder &b,
     Value batch = dim(q, 0), rows = dim(q, 2);
     assertAtRunTime(
         b,
-        arith::CmpIOp::create(
-            b, arith::CmpIPredicate::eq, dim(meta, 2),
-            arith::CeilDivUIOp::create(b, keyLength,
-                                       index(select.getBlockSize()))),
+        arith::CmpIOp::create(b, arith::CmpIPredicate::eq, dim(meta, 2),
+                              arith::CeilDivUIOp::create(
+                                  b, keyLength, index(select.getBlockSize()))),
         "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / " +
             Twine(select.getBlockSize()) + "), the blocks of the keys");
     // The kernel reads the key length as the size of an empty buffer.
@@ -163,13 +163,13 @@ LogicalResult CpuEntryLowering::lowerOp(ImplicitLocOpBuilder &b,
     Value out = bufferFor(b, select.getBlocks(), {batch, rows});
     buffers.map(select.getBlocks(), out);
     std::string name = kernelName("select_topk");
-    dispatch(
-        b,
-        [&](OpBuilder &builder, TypeRange types) {
-          return buildSelectTopKKernel(builder, loc, name, select, tiling,
-                                       types);
-        },
-        mul(mul(batch, index(staticDim(q, 1))), rows), {q, meta, keys, out});
+    dispatch(b,
+             [&](OpBuilder &builder, TypeRange types) {
+               return buildSelectTopKKernel(builder, loc, name, select, tiling,
+                                            types);
+             },
+             mul(mul(batch, index(staticDim(q, 1))), rows),
+             {q, meta, keys, out});
     return success();
   }
 
@@ -200,17 +200,15 @@ LogicalResult CpuEntryLowering::lowerOp(ImplicitLocOpBuilder &b,
   if (auto accept = dyn_cast<TreeAcceptOp>(op)) {
     Value tokens = buffers.lookup(accept.getTokens());
     Value batch = dim(tokens, 0), nodes = dim(tokens, 1);
-    assertAtRunTime(b,
-                    arith::CmpIOp::create(b, arith::CmpIPredicate::sge, nodes,
-                                          index(1)),
-                    "attn.tree_accept: a draft tree needs its root (T >= 1)");
+    assertAtRunTime(
+        b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, nodes, index(1)),
+        "attn.tree_accept: a draft tree needs its root (T >= 1)");
     SmallVector<Value> bindings{tokens, buffers.lookup(accept.getTarget()),
                                 buffers.lookup(accept.getParents())};
-    for (auto [result, sizes] :
-         {std::pair<Value, SmallVector<Value>>{accept.getPath(),
-                                               {batch, nodes}},
-          {accept.getLength(), {batch}},
-          {accept.getBonus(), {batch}}}) {
+    for (auto [result, sizes] : {std::pair<Value, SmallVector<Value>>{
+                                     accept.getPath(), {batch, nodes}},
+                                 {accept.getLength(), {batch}},
+                                 {accept.getBonus(), {batch}}}) {
       Value buffer = bufferFor(b, result, sizes);
       buffers.map(result, buffer);
       bindings.push_back(buffer);
@@ -230,11 +228,11 @@ LogicalResult CpuEntryLowering::lowerOp(ImplicitLocOpBuilder &b,
   Value v = buffers.lookup(compact.getValue());
   Value path = buffers.lookup(compact.getPath());
   Value batch = dim(k, 0), keys = dim(k, 2);
-  assertAtRunTime(b,
-                  arith::CmpIOp::create(b, arith::CmpIPredicate::sge, keys,
-                                        dim(path, 1)),
-                  "attn.kv_compact: dim 2 of 'k' (P + T) must hold at least "
-                  "the T tree nodes of 'path'");
+  assertAtRunTime(
+      b,
+      arith::CmpIOp::create(b, arith::CmpIPredicate::sge, keys, dim(path, 1)),
+      "attn.kv_compact: dim 2 of 'k' (P + T) must hold at least "
+      "the T tree nodes of 'path'");
   SmallVector<Value> bindings{k, v, path, buffers.lookup(compact.getLength())};
   for (Value result : {compact.getNewKey(), compact.getNewValue()}) {
     Value buffer = bufferFor(b, result, {batch, keys});

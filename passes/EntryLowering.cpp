@@ -450,8 +450,8 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
 LogicalResult EntryLowering::checkLowerable(AttentionOpInterface op) {
   return op.getNormalizer() == Normalizer::RecurrentState
              ? LogicalResult(LinearRecurrenceShape::get(op, target))
-             : LogicalResult(SoftmaxAttentionShape::get(
-                   op, target, lowersKeySelections()));
+             : LogicalResult(SoftmaxAttentionShape::get(op, target,
+                                                        lowersKeySelections()));
 }
 
 LogicalResult

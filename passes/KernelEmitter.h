@@ -267,8 +267,8 @@ public:
         scf::YieldOp::create(b, body());
       };
     };
-    auto op = scf::IfOp::create(b, condition, region(thenBody),
-                                region(elseBody));
+    auto op =
+        scf::IfOp::create(b, condition, region(thenBody), region(elseBody));
     return SmallVector<Value>(op.getResults());
   }
   /// scf.while: runs `body(iters)` (returning the next iters) while

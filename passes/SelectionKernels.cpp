@@ -51,8 +51,8 @@ std::pair<Value, Value> visibleRange(KernelEmitter &e, MaskKind mask,
   Value end = e.maxS(c0, e.minS(lk, e.add(pos, e.index(1))));
   if (mask == MaskKind::Causal)
     return {c0, end};
-  Value begin = e.minS(end, e.maxS(c0, e.add(e.sub(pos, e.index(window)),
-                                             e.index(1))));
+  Value begin =
+      e.minS(end, e.maxS(c0, e.add(e.sub(pos, e.index(window)), e.index(1))));
   return {begin, end};
 }
 
@@ -101,8 +101,8 @@ SmallVector<Value> keyRowsOf(KernelEmitter &e, Value keys, Value first,
   Value last = e.sub(count, e.index(1));
   SmallVector<Value> rows;
   for (int64_t l = 0; l < e.width; ++l)
-    rows.push_back(e.toIndex(
-        e.loadInt(keys, {e.minS(e.add(first, e.index(l)), last)})));
+    rows.push_back(
+        e.toIndex(e.loadInt(keys, {e.minS(e.add(first, e.index(l)), last)})));
   return rows;
 }
 
@@ -137,9 +137,8 @@ void siftDown(KernelEmitter &e, Value heap, Value size, Value start,
         Value rightIndex = e.minS(right, e.sub(size, one));
         Value childItem = e.loadInt(heap, {child});
         Value rightItem = e.loadInt(heap, {rightIndex});
-        Value useRight =
-            e.andI(e.icmp(arith::CmpIPredicate::ult, right, size),
-                   worse(rightItem, childItem));
+        Value useRight = e.andI(e.icmp(arith::CmpIPredicate::ult, right, size),
+                                worse(rightItem, childItem));
         Value worst = e.select(useRight, right, child);
         Value worstItem = e.select(useRight, rightItem, childItem);
         Value posItem = e.loadInt(heap, {pos});
@@ -190,8 +189,8 @@ Value worseByScore(KernelEmitter &e, Value scores, Value a, Value b) {
 }
 
 /// Fills out[prefix..., from .. to) with -1.
-void padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix,
-                     Value from, Value to) {
+void padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix, Value from,
+                     Value to) {
   Value minusOne = e.i32(-1);
   e.loop(from, to, e.index(1), [&](Value slot) {
     SmallVector<Value> indices(prefix);
@@ -224,19 +223,18 @@ void setFlag(KernelEmitter &e, Value flags, Value n) {
 Value writeFlagged(KernelEmitter &e, Value flags, Value count, Value out,
                    ValueRange prefix, Value slot,
                    function_ref<Value(Value)> valueOf) {
-  return e.loop(
-      e.index(0), count, e.index(1), {slot},
-      [&](Value n, ValueRange it) -> SmallVector<Value> {
-        return e.ifElse(
-            isFlagged(e, flags, n),
-            [&]() -> SmallVector<Value> {
-              SmallVector<Value> indices(prefix);
-              indices.push_back(it[0]);
-              memref::StoreOp::create(e.b, valueOf(n), out, indices);
-              return {e.add(it[0], e.index(1))};
-            },
-            [&]() -> SmallVector<Value> { return {it[0]}; });
-      })[0];
+  return e.loop(e.index(0), count, e.index(1), {slot},
+                [&](Value n, ValueRange it) -> SmallVector<Value> {
+                  return e.ifElse(
+                      isFlagged(e, flags, n),
+                      [&]() -> SmallVector<Value> {
+                        SmallVector<Value> indices(prefix);
+                        indices.push_back(it[0]);
+                        memref::StoreOp::create(e.b, valueOf(n), out, indices);
+                        return {e.add(it[0], e.index(1))};
+                      },
+                      [&]() -> SmallVector<Value> { return {it[0]}; });
+                })[0];
 }
 
 /// Flags the blocks listed in selection[prefix..., :] that lie in
@@ -268,23 +266,23 @@ Value gatherMarkedKeys(KernelEmitter &e, Value marks, int64_t blockSize,
   Value bs = e.index(blockSize), one = e.index(1);
   Value firstBlock = e.div(begin, bs);
   Value endBlock = e.ceilDiv(end, bs);
-  return e.loop(
-      firstBlock, e.maxS(endBlock, firstBlock), one, {count},
-      [&](Value block, ValueRange it) -> SmallVector<Value> {
-        return e.ifElse(
-            isFlagged(e, marks, block),
-            [&]() -> SmallVector<Value> {
-              Value from = e.maxS(begin, e.mul(block, bs));
-              Value to = e.minS(end, e.add(e.mul(block, bs), bs));
-              return e.loop(from, e.maxS(to, from), one, {it[0]},
+  return e.loop(firstBlock, e.maxS(endBlock, firstBlock), one, {count},
+                [&](Value block, ValueRange it) -> SmallVector<Value> {
+                  return e.ifElse(
+                      isFlagged(e, marks, block),
+                      [&]() -> SmallVector<Value> {
+                        Value from = e.maxS(begin, e.mul(block, bs));
+                        Value to = e.minS(end, e.add(e.mul(block, bs), bs));
+                        return e.loop(
+                            from, e.maxS(to, from), one, {it[0]},
                             [&](Value j, ValueRange n) -> SmallVector<Value> {
                               memref::StoreOp::create(e.b, e.toI32(j), keys,
                                                       n[0]);
                               return {e.add(n[0], one)};
                             });
-            },
-            [&]() -> SmallVector<Value> { return {it[0]}; });
-      })[0];
+                      },
+                      [&]() -> SmallVector<Value> { return {it[0]}; });
+                })[0];
 }
 
 } // namespace
@@ -429,10 +427,9 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
           e.loop(c0, e.index(fill), c1, [&](Value n) {
             setFlag(e, chosen, e.toIndex(e.loadInt(heap, {n})));
           });
-          slot = writeFlagged(e, chosen, middle, blocks, prefix, slot,
-                              [&](Value n) {
-                                return e.toI32(e.add(middleFirst, n));
-                              });
+          slot = writeFlagged(
+              e, chosen, middle, blocks, prefix, slot,
+              [&](Value n) { return e.toI32(e.add(middleFirst, n)); });
           for (Value buffer : {scores, heap, chosen})
             memref::DeallocOp::create(b, buffer);
         }
@@ -488,8 +485,7 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   Value marks;
   if (blocks) {
     int64_t bs = *op.getBlockSize();
-    marks = markSelectedBlocks(e, blocks, prefix,
-                               e.ceilDiv(lk, e.index(bs)));
+    marks = markSelectedBlocks(e, blocks, prefix, e.ceilDiv(lk, e.index(bs)));
     count = gatherMarkedKeys(e, marks, bs, begin, end, candidates, c0);
   } else {
     count = e.sub(end, begin);
@@ -511,9 +507,8 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   // exp(s - max) / sum reach top_p, summed in f64 in the sorted order so
   // that top_p = 1 keeps every candidate.
   Value order = allocRow(e, b.getI32Type(), e.maxS(count, c1));
-  e.loop(c0, count, c1, [&](Value n) {
-    memref::StoreOp::create(b, e.toI32(n), order, n);
-  });
+  e.loop(c0, count, c1,
+         [&](Value n) { memref::StoreOp::create(b, e.toI32(n), order, n); });
   sortBestFirst(e, order, count, [&](Value x, Value y) {
     return worseByScore(e, scores, x, y);
   });
@@ -535,8 +530,8 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
                          [&](Value n, ValueRange it) -> SmallVector<Value> {
                            return {e.fadd(it[0], weightAt(n))};
                          })[0];
-    Value target = e.fmul(
-        total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
+    Value target =
+        e.fmul(total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
     SmallVector<Value> walked = e.whileLoop(
         {c0, zero64},
         [&](ValueRange it) {
@@ -553,12 +548,11 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   keep = e.minS(e.minS(keep, capacity), count);
 
   Value kept = zeroFlags(e, e.maxS(count, c1));
-  e.loop(c0, keep, c1, [&](Value n) {
-    setFlag(e, kept, e.toIndex(e.loadInt(order, {n})));
+  e.loop(c0, keep, c1,
+         [&](Value n) { setFlag(e, kept, e.toIndex(e.loadInt(order, {n}))); });
+  Value slot = writeFlagged(e, kept, count, tokens, prefix, c0, [&](Value n) {
+    return e.loadInt(candidates, {n});
   });
-  Value slot =
-      writeFlagged(e, kept, count, tokens, prefix, c0,
-                   [&](Value n) { return e.loadInt(candidates, {n}); });
   padWithMinusOne(e, tokens, prefix, slot, capacity);
   for (Value buffer : {candidates, scores, order, kept})
     memref::DeallocOp::create(b, buffer);
@@ -578,8 +572,9 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
     TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
   bool tree = shape.selection == KeySelectionKind::Tree;
-  func::FuncOp func = createKernel(builder, loc, name, bindingTypes, tiling,
-                                   tree ? "tree_attention" : "sparse_attention");
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling,
+                   tree ? "tree_attention" : "sparse_attention");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
   const int64_t W = e.width, D = shape.headDim, Dv = shape.valueDim;
@@ -595,8 +590,7 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
   RowOfWorkgroup at(e, workgroup, shape.numHeads, lq);
-  Value kvHead =
-      e.div(at.head, e.index(shape.numHeads / shape.numKvHeads));
+  Value kvHead = e.div(at.head, e.index(shape.numHeads / shape.numKvHeads));
   Value keys = allocRow(e, b.getI32Type(), e.maxS(lk, c1));
   Value count;
   Value marks;
@@ -627,11 +621,10 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
         })[1];
     Value prefixBegin = c0;
     if (shape.mask == MaskKind::SlidingWindow)
-      prefixBegin = e.minS(
-          prefixLength,
-          e.maxS(c0, e.add(e.sub(e.add(prefixLength, depth),
-                                 e.index(shape.window)),
-                           c1)));
+      prefixBegin = e.minS(prefixLength,
+                           e.maxS(c0, e.add(e.sub(e.add(prefixLength, depth),
+                                                  e.index(shape.window)),
+                                            c1)));
     e.loop(prefixBegin, prefixLength, c1, [&](Value j) {
       memref::StoreOp::create(b, e.toI32(j), keys, e.sub(j, prefixBegin));
     });
@@ -677,8 +670,8 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
         Value alphaVec = e.broadcast(alpha);
         for (int64_t off = 0; off < Dv; off += W) {
           int64_t lanes = std::min(W, Dv - off);
-          Value a = e.fmul(
-              vector::LoadOp::create(b, e.vec, acc, e.index(off)), alphaVec);
+          Value a = e.fmul(vector::LoadOp::create(b, e.vec, acc, e.index(off)),
+                           alphaVec);
           for (int64_t l = 0; l < W; ++l)
             a = e.fma(weights[l],
                       e.loadVector(v, {at.batch, kvHead, rows[l], e.index(off)},
@@ -691,8 +684,7 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   storeOutputRow(e, shape, acc, {}, e.reciprocalOrZero(state[1]), gate, out,
                  {at.batch, at.head, at.row});
   if (lse)
-    e.store(e.logSumExp(state[0], state[1]), lse,
-            {at.batch, at.head, at.row});
+    e.store(e.logSumExp(state[0], state[1]), lse, {at.batch, at.head, at.row});
   memref::DeallocOp::create(b, keys);
   if (marks)
     memref::DeallocOp::create(b, marks);
@@ -704,8 +696,8 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
 // Tree acceptance and KV compaction
 //===----------------------------------------------------------------------===//
 
-func::FuncOp mlir::attn::buildTreeAcceptKernel(OpBuilder &builder,
-                                               Location loc, StringRef name,
+func::FuncOp mlir::attn::buildTreeAcceptKernel(OpBuilder &builder, Location loc,
+                                               StringRef name,
                                                const CpuTiling &tiling,
                                                TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
@@ -787,16 +779,16 @@ func::FuncOp mlir::attn::buildKvCompactKernel(OpBuilder &builder, Location loc,
     Value source = e.ifElse(
         onPath,
         [&]() -> SmallVector<Value> {
-          return {e.add(prefixLength,
-                        e.toIndex(e.loadInt(path, {at.batch, n})))};
+          return {
+              e.add(prefixLength, e.toIndex(e.loadInt(path, {at.batch, n})))};
         },
         [&]() -> SmallVector<Value> { return {r}; })[0];
     for (auto [from, to] : {std::pair{k, newK}, std::pair{v, newV}}) {
       int64_t features = staticDim(from.getType(), 3);
       for (int64_t off = 0; off < features; off += e.width) {
         int64_t lanes = std::min(e.width, features - off);
-        Value row =
-            e.loadVector(from, {at.batch, at.head, source, e.index(off)}, lanes);
+        Value row = e.loadVector(
+            from, {at.batch, at.head, source, e.index(off)}, lanes);
         e.storeVector(row, to, {at.batch, at.head, r, e.index(off)}, lanes);
       }
     }

@@ -74,8 +74,9 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target,
 
 void mlir::attn::storeOutputRow(KernelEmitter &e,
                                 const SoftmaxAttentionShape &shape,
-                    Value accRow, ValueRange accIndexPrefix, Value inv,
-                    Value gate, Value out, ValueRange outIndexPrefix) {
+                                Value accRow, ValueRange accIndexPrefix,
+                                Value inv, Value gate, Value out,
+                                ValueRange outIndexPrefix) {
   int64_t dv = shape.valueDim;
   Value invVec = e.broadcast(inv);
   Value headGate;

@@ -336,7 +336,8 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
       if (list != &entry.inputs || sig.dtype != ATTN_I32 ||
           sig.dims.size() != 2 ||
           (sig.contract == ATTN_CONTRACT_TREE_PATH && !pathWithLengths))
-        return bad("'" + sig.name + "' has a value contract that does not "
+        return bad("'" + sig.name +
+                   "' has a value contract that does not "
                    "fit it");
     }
 

@@ -92,16 +92,21 @@ void meetContracts(attn_model *m, int32_t entry,
       if (info.contract == ATTN_CONTRACT_TREE_PARENTS) {
         for (int64_t t = 0; t < cols; ++t)
           values[b * cols + t] =
-              t == 0 ? -1 : static_cast<int32_t>(rng() % static_cast<uint64_t>(t));
+              t == 0 ? -1
+                     : static_cast<int32_t>(rng() % static_cast<uint64_t>(t));
         continue;
       }
       int32_t *lengths = inputs[info.contract_input].i32();
       int32_t length =
-          cols == 0 ? 0 : 1 + static_cast<int32_t>(rng() % static_cast<uint64_t>(cols));
+          cols == 0
+              ? 0
+              : 1 + static_cast<int32_t>(rng() % static_cast<uint64_t>(cols));
       lengths[b] = length;
       for (int64_t n = 0; n < cols; ++n)
         values[b * cols + n] =
-            n < length ? static_cast<int32_t>(rng() % static_cast<uint64_t>(cols)) : -1;
+            n < length
+                ? static_cast<int32_t>(rng() % static_cast<uint64_t>(cols))
+                : -1;
     }
   }
 }

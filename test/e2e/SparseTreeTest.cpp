@@ -84,7 +84,7 @@ ref::IntTensor randomParents(int64_t batch, int64_t nodes, std::mt19937_64 &rng,
   ref::IntTensor parents({batch, nodes});
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t t = 0; t < nodes; ++t)
-      parents(b, t) = t == 0    ? -1
+      parents(b, t) = t == 0  ? -1
                       : chain ? static_cast<int32_t>(t - 1)
                               : static_cast<int32_t>(rng() % t);
   return parents;
@@ -150,9 +150,9 @@ TEST_P(SparseAttention, MatchesReference) {
       randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, -1.0, 1.0);
   std::optional<ref::Tensor> gate;
   if (c.gate != "none")
-    gate = randomF32({c.batch, c.heads, c.queries,
-                      c.gate == "elementwise" ? c.valueDim : 1},
-                     rng, -3.0, 3.0);
+    gate = randomF32(
+        {c.batch, c.heads, c.queries, c.gate == "elementwise" ? c.valueDim : 1},
+        rng, -3.0, 3.0);
 
   // Block metadata: min and max are exact.
   std::vector<Tensor> meta = runEntry(*model, "layer.meta", {toRuntime(k)});
@@ -177,17 +177,15 @@ TEST_P(SparseAttention, MatchesReference) {
   } else {
     std::optional<ref::IntTensor> blocks;
     if (c.topK)
-      blocks = ref::selectTopK(
-          q, expectedMeta, c.keys, mask, score,
-          {c.blockSize, *c.topK, c.sinkBlocks, c.localBlocks});
+      blocks =
+          ref::selectTopK(q, expectedMeta, c.keys, mask, score,
+                          {c.blockSize, *c.topK, c.sinkBlocks, c.localBlocks});
     if (c.method == "top_k") {
-      expected =
-          ref::sparseSdpa(q, k, v, *blocks, c.blockSize, mask, score, g);
+      expected = ref::sparseSdpa(q, k, v, *blocks, c.blockSize, mask, score, g);
     } else {
       ref::TopP topP{c.topP, c.minTokens.value_or(0), c.maxTokens};
-      ref::IntTensor tokens =
-          ref::selectTopP(q, k, blocks ? &*blocks : nullptr, c.blockSize,
-                          mask, score, topP);
+      ref::IntTensor tokens = ref::selectTopP(q, k, blocks ? &*blocks : nullptr,
+                                              c.blockSize, mask, score, topP);
       expected = ref::sparseSdpa(q, k, v, tokens, 1, mask, score, g);
     }
   }
@@ -253,11 +251,11 @@ std::vector<SparseCase> sparseCases() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Sparsity, SparseAttention, testing::ValuesIn(sparseCases()),
-    [](const testing::TestParamInfo<SparseCase> &info) {
-      return info.param.label;
-    });
+INSTANTIATE_TEST_SUITE_P(Sparsity, SparseAttention,
+                         testing::ValuesIn(sparseCases()),
+                         [](const testing::TestParamInfo<SparseCase> &info) {
+                           return info.param.label;
+                         });
 
 //===----------------------------------------------------------------------===//
 // Selections, index for index: attn IR whose entries return them.
@@ -329,15 +327,16 @@ TEST(Selections, MatchReferenceExactly) {
       ref::selectTopK(q, meta, Lk, window, {}, {5, 4, 1, 1});
   expectSame(blocks[0], expectedBlocks, "select_topk");
 
-  std::vector<Tensor> tokens = runEntry(
-      *model, "topp", {toRuntime(q), toRuntime(k), intsToRuntime(expectedBlocks)});
+  std::vector<Tensor> tokens =
+      runEntry(*model, "topp",
+               {toRuntime(q), toRuntime(k), intsToRuntime(expectedBlocks)});
   ASSERT_EQ(tokens.size(), 1u);
   ref::Score capped;
   capped.softcap = 3.0;
-  expectSame(tokens[0],
-             ref::selectTopP(q, k, &expectedBlocks, 5, window, capped,
-                             {0.7, 3, 11}),
-             "select_topp after top-k");
+  expectSame(
+      tokens[0],
+      ref::selectTopP(q, k, &expectedBlocks, 5, window, capped, {0.7, 3, 11}),
+      "select_topp after top-k");
 
   tokens = runEntry(*model, "topp_dense", {toRuntime(q), toRuntime(k)});
   ASSERT_EQ(tokens.size(), 1u);
@@ -387,9 +386,9 @@ TEST_P(TreeAttention, MatchesReference) {
   ref::IntTensor parents = randomParents(c.batch, c.nodes, rng, c.chain);
   std::optional<ref::Tensor> gate;
   if (c.gate != "none")
-    gate = randomF32({c.batch, c.heads, c.nodes,
-                      c.gate == "elementwise" ? c.valueDim : 1},
-                     rng, -3.0, 3.0);
+    gate = randomF32(
+        {c.batch, c.heads, c.nodes, c.gate == "elementwise" ? c.valueDim : 1},
+        rng, -3.0, 3.0);
   std::vector<Tensor> inputs{toRuntime(q), toRuntime(k), toRuntime(v),
                              intsToRuntime(parents)};
   if (gate)
@@ -399,8 +398,8 @@ TEST_P(TreeAttention, MatchesReference) {
   std::optional<int64_t> window;
   if (c.mask != "\"causal\"")
     window = maskOf(c.mask).window;
-  ref::AttentionResult expected = ref::treeSdpa(
-      q, k, v, parents, window, {}, gate ? &*gate : nullptr);
+  ref::AttentionResult expected =
+      ref::treeSdpa(q, k, v, parents, window, {}, gate ? &*gate : nullptr);
   expectClose(out[0], expected.output, 1e-5, "tree o");
 
   // Acceptance on drafts from a 3-token vocabulary (so paths are long and
@@ -410,21 +409,21 @@ TEST_P(TreeAttention, MatchesReference) {
     t = static_cast<int32_t>(rng() % 3);
   for (int32_t &t : target.values())
     t = static_cast<int32_t>(rng() % 3);
-  std::vector<Tensor> accepted =
-      runEntry(*model, "verify.accept",
-               {intsToRuntime(tokens), intsToRuntime(target), intsToRuntime(parents)});
+  std::vector<Tensor> accepted = runEntry(
+      *model, "verify.accept",
+      {intsToRuntime(tokens), intsToRuntime(target), intsToRuntime(parents)});
   ASSERT_EQ(accepted.size(), 3u);
   ref::Acceptance expectedAccept = ref::treeAccept(tokens, target, parents);
   expectSame(accepted[0], expectedAccept.path, "path");
   expectSame(accepted[1], expectedAccept.length, "length");
   expectSame(accepted[2], expectedAccept.bonus, "bonus");
 
-  std::vector<Tensor> compacted = runEntry(
-      *model, "layer.compact",
-      {toRuntime(k), toRuntime(v), accepted[0], accepted[1]});
+  std::vector<Tensor> compacted =
+      runEntry(*model, "layer.compact",
+               {toRuntime(k), toRuntime(v), accepted[0], accepted[1]});
   ASSERT_EQ(compacted.size(), 2u);
-  auto [expectedK, expectedV] = ref::kvCompact(
-      k, v, expectedAccept.path, expectedAccept.length);
+  auto [expectedK, expectedV] =
+      ref::kvCompact(k, v, expectedAccept.path, expectedAccept.length);
   expectClose(compacted[0], expectedK, 0.0, "k'");
   expectClose(compacted[1], expectedV, 0.0, "v'");
 }
@@ -507,7 +506,8 @@ TEST_F(TreeErrors, PathOutsideTheTree) {
             "input 'path' (#2) of entry 'layer.compact': path[0][2] = 4 must "
             "be a tree node in [0, 4) (it is within length[0] = 3)");
   length(0) = 5;
-  status = run("layer.compact", {k, v, intsToRuntime(path), intsToRuntime(length)});
+  status =
+      run("layer.compact", {k, v, intsToRuntime(path), intsToRuntime(length)});
   EXPECT_EQ(status.message,
             "input 'length' (#3) of entry 'layer.compact': length[0] = 5 must "
             "be in [0, 4] (the nodes of 'path')");
