@@ -106,9 +106,6 @@ SmallVector<Value> keyRowsOf(KernelEmitter &e, Value keys, Value first,
   return rows;
 }
 
-/// Lanes [0, valid) of the i1 vector, `valid` known at run time.
-Value lanesBelow(KernelEmitter &e, Value valid) { return e.dynamicMask(valid); }
-
 //===----------------------------------------------------------------------===//
 // Binary heaps over i32 items, ordered by a `worse` predicate: the root is
 // the worst item, so a heap of k items keeps the k best seen so far, and a
@@ -121,14 +118,12 @@ using WorsePredicate = function_ref<Value(Value, Value)>;
 void siftDown(KernelEmitter &e, Value heap, Value size, Value start,
               WorsePredicate worse) {
   Value one = e.index(1), two = e.index(2);
-  Value falseValue = arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 0);
+  // Carries (position, whether the last step swapped).
   e.whileLoop(
-      {start, falseValue},
+      {start, arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 1)},
       [&](ValueRange it) {
         Value child = e.add(e.mul(it[0], two), one);
-        Value notDone = arith::XOrIOp::create(
-            e.b, it[1], arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 1));
-        return e.andI(notDone, e.icmp(arith::CmpIPredicate::ult, child, size));
+        return e.andI(it[1], e.icmp(arith::CmpIPredicate::ult, child, size));
       },
       [&](ValueRange it) -> SmallVector<Value> {
         Value pos = it[0];
@@ -147,9 +142,7 @@ void siftDown(KernelEmitter &e, Value heap, Value size, Value start,
           memref::StoreOp::create(e.b, worstItem, heap, pos);
           memref::StoreOp::create(e.b, posItem, heap, worst);
         });
-        Value done = arith::XOrIOp::create(
-            e.b, swap, arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 1));
-        return {e.select(swap, worst, pos), done};
+        return {e.select(swap, worst, pos), swap};
       });
 }
 
@@ -658,7 +651,7 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
       [&](Value first, ValueRange it) -> SmallVector<Value> {
         SmallVector<Value> rows = keyRowsOf(e, keys, first, count);
         Value s = scoreKeys(e, qs, k, at.batch, kvHead, rows, D, shape.softcap);
-        s = e.select(lanesBelow(e, e.sub(count, first)), s, e.splat(kNegInf));
+        s = e.select(e.dynamicMask(e.sub(count, first)), s, e.splat(kNegInf));
         Value newMax = e.fmax(it[0], e.maxLanes(s));
         Value safe = e.safeMax(newMax);
         Value alpha = e.exp(e.fsub(it[0], safe));
