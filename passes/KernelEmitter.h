@@ -391,6 +391,26 @@ public:
   }
 };
 
+/// A binary heap over items kept in slots [0, size) of some buffers, for
+/// the selections' budgets and sorts (SPEC §1.3). An item is one or more
+/// values (a block index; a score and a key index); `worse(a, b)` orders
+/// them and the root is the worst item, so a heap of k items keeps the k
+/// best seen so far and a heap sort leaves the items best first. Where
+/// the items live (a scratch row, a row of a temporary) is the kernel's.
+struct HeapStorage {
+  function_ref<SmallVector<Value>(Value slot)> load;
+  function_ref<void(Value slot, ValueRange item)> store;
+  function_ref<Value(ValueRange a, ValueRange b)> worse;
+};
+
+/// Moves the item at slot `start` down to its place in [0, size).
+void siftDown(KernelEmitter &e, const HeapStorage &heap, Value size,
+              Value start);
+/// Makes slots [0, size) a heap.
+void heapify(KernelEmitter &e, const HeapStorage &heap, Value size);
+/// Sorts slots [0, size) best first (a heap sort: the worst goes last).
+void sortBestFirst(KernelEmitter &e, const HeapStorage &heap, Value size);
+
 } // namespace mlir::attn
 
 #endif // ATTN_PASSES_KERNELEMITTER_H

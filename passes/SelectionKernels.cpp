@@ -106,67 +106,20 @@ SmallVector<Value> keyRowsOf(KernelEmitter &e, Value keys, Value first,
   return rows;
 }
 
-//===----------------------------------------------------------------------===//
-// Binary heaps over i32 items, ordered by a `worse` predicate: the root is
-// the worst item, so a heap of k items keeps the k best seen so far, and a
-// heap sort leaves the items best first.
-//===----------------------------------------------------------------------===//
-
 using WorsePredicate = function_ref<Value(Value, Value)>;
 
-/// Moves heap[start] down to its place in heap[0, size).
-void siftDown(KernelEmitter &e, Value heap, Value size, Value start,
-              WorsePredicate worse) {
-  Value one = e.index(1), two = e.index(2);
-  // Carries (position, whether the last step swapped).
-  e.whileLoop(
-      {start, arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 1)},
-      [&](ValueRange it) {
-        Value child = e.add(e.mul(it[0], two), one);
-        return e.andI(it[1], e.icmp(arith::CmpIPredicate::ult, child, size));
-      },
-      [&](ValueRange it) -> SmallVector<Value> {
-        Value pos = it[0];
-        Value child = e.add(e.mul(pos, two), one);
-        Value right = e.add(child, one);
-        Value rightIndex = e.minS(right, e.sub(size, one));
-        Value childItem = e.loadInt(heap, {child});
-        Value rightItem = e.loadInt(heap, {rightIndex});
-        Value useRight = e.andI(e.icmp(arith::CmpIPredicate::ult, right, size),
-                                worse(rightItem, childItem));
-        Value worst = e.select(useRight, right, child);
-        Value worstItem = e.select(useRight, rightItem, childItem);
-        Value posItem = e.loadInt(heap, {pos});
-        Value swap = worse(worstItem, posItem);
-        e.ifThen(swap, [&] {
-          memref::StoreOp::create(e.b, worstItem, heap, pos);
-          memref::StoreOp::create(e.b, posItem, heap, worst);
-        });
-        return {e.select(swap, worst, pos), swap};
-      });
-}
-
-/// Makes heap[0, size) a heap.
-void heapify(KernelEmitter &e, Value heap, Value size, WorsePredicate worse) {
-  Value parents = e.div(size, e.index(2));
-  e.loop(e.index(0), parents, e.index(1), [&](Value k) {
-    siftDown(e, heap, size, e.sub(e.sub(parents, e.index(1)), k), worse);
-  });
-}
-
-/// Sorts items[0, size) best first (a heap sort: the worst goes last).
-void sortBestFirst(KernelEmitter &e, Value items, Value size,
-                   WorsePredicate worse) {
-  heapify(e, items, size, worse);
-  Value one = e.index(1);
-  Value steps = e.maxS(e.sub(size, one), e.index(0));
-  e.loop(e.index(0), steps, one, [&](Value k) {
-    Value end = e.sub(e.sub(size, one), k);
-    Value root = e.loadInt(items, {e.index(0)});
-    memref::StoreOp::create(e.b, e.loadInt(items, {end}), items, e.index(0));
-    memref::StoreOp::create(e.b, root, items, end);
-    siftDown(e, items, end, e.index(0), worse);
-  });
+/// Runs `use` on the heap (KernelEmitter.h) of the i32 items of the 1-D
+/// buffer `items`, ordered by `worse`.
+void withIntHeap(KernelEmitter &e, Value items, WorsePredicate worse,
+                 function_ref<void(const HeapStorage &)> use) {
+  auto load = [&](Value slot) -> SmallVector<Value> {
+    return {e.loadInt(items, {slot})};
+  };
+  auto store = [&](Value slot, ValueRange item) {
+    memref::StoreOp::create(e.b, item[0], items, slot);
+  };
+  auto worseItem = [&](ValueRange a, ValueRange b) { return worse(a[0], b[0]); };
+  use(HeapStorage{load, store, worseItem});
 }
 
 /// The order of SPEC §1.3: item a (an i32 position into `scores`, which
@@ -408,12 +361,14 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
           e.loop(c0, e.index(fill), c1, [&](Value n) {
             memref::StoreOp::create(b, e.toI32(n), heap, n);
           });
-          heapify(e, heap, e.index(fill), worse);
-          e.loop(e.index(fill), middle, c1, [&](Value n) {
-            Value candidate = e.toI32(n);
-            e.ifThen(worse(e.loadInt(heap, {c0}), candidate), [&] {
-              memref::StoreOp::create(b, candidate, heap, c0);
-              siftDown(e, heap, e.index(fill), c0, worse);
+          withIntHeap(e, heap, worse, [&](const HeapStorage &storage) {
+            heapify(e, storage, e.index(fill));
+            e.loop(e.index(fill), middle, c1, [&](Value n) {
+              Value candidate = e.toI32(n);
+              e.ifThen(worse(e.loadInt(heap, {c0}), candidate), [&] {
+                memref::StoreOp::create(b, candidate, heap, c0);
+                siftDown(e, storage, e.index(fill), c0);
+              });
             });
           });
           Value chosen = zeroFlags(e, middle);
@@ -502,9 +457,10 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   Value order = allocRow(e, b.getI32Type(), e.maxS(count, c1));
   e.loop(c0, count, c1,
          [&](Value n) { memref::StoreOp::create(b, e.toI32(n), order, n); });
-  sortBestFirst(e, order, count, [&](Value x, Value y) {
-    return worseByScore(e, scores, x, y);
-  });
+  withIntHeap(
+      e, order,
+      [&](Value x, Value y) { return worseByScore(e, scores, x, y); },
+      [&](const HeapStorage &storage) { sortBestFirst(e, storage, count); });
   Value keep = count;
   if (topP < 1.0) {
     Type f64 = b.getF64Type();
