@@ -218,6 +218,16 @@ private:
                       .Union());
           return success();
         })
+        .Case([&](memref::CastOp cast) -> LogicalResult {
+          // The canonicalizer makes an allocation with constant sizes
+          // static and casts it back to the type its users bind; both
+          // types name the one buffer.
+          if (!bufferIds.count(cast.getSource()))
+            return cast.emitError(
+                "a host program casts arguments or temporaries only");
+          bufferIds[cast] = bufferIds[cast.getSource()];
+          return success();
+        })
         .Case([&](memref::DeallocOp) { return success(); })
         .Case([&](func::ReturnOp) { return success(); })
         .Default([&](Operation *other) {

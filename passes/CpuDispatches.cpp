@@ -52,16 +52,11 @@ private:
                              AttentionOpInterface op) override;
   LogicalResult lowerRecurrence(ImplicitLocOpBuilder &b,
                                 AttentionOpInterface op) override;
-  bool lowersKeySelections() const override { return true; }
-  bool lowersOp(Operation *op) const override {
-    return isa<BlockMetaOp, SelectTopKOp, SelectTopPOp, TreeAcceptOp,
-               KvCompactOp>(op);
-  }
-  LogicalResult lowerOp(ImplicitLocOpBuilder &b, Operation *op) override;
+  void dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
+                  ValueRange bindings) override;
   /// Sparse and tree attention: a workgroup per query row.
-  LogicalResult lowerGatheredSoftmax(ImplicitLocOpBuilder &b,
-                                     AttentionOpInterface op,
-                                     const SoftmaxAttentionShape &shape);
+  void lowerGatheredSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
+                            const SoftmaxAttentionShape &shape);
   /// Dispatches `kernel` over `groups` workgroups with `bindings`.
   void dispatch(ImplicitLocOpBuilder &b,
                 function_ref<func::FuncOp(OpBuilder &, TypeRange)> kernel,
@@ -80,19 +75,12 @@ void CpuEntryLowering::dispatch(
                      bindings);
 }
 
-LogicalResult
-CpuEntryLowering::lowerGatheredSoftmax(ImplicitLocOpBuilder &b,
-                                       AttentionOpInterface op,
-                                       const SoftmaxAttentionShape &shape) {
+void CpuEntryLowering::lowerGatheredSoftmax(
+    ImplicitLocOpBuilder &b, AttentionOpInterface op,
+    const SoftmaxAttentionShape &shape) {
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
-  Value selection = buffers.lookup(op.getKeySelection());
-  if (shape.selection == KeySelectionKind::Tree)
-    assertAtRunTime(
-        b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, s.lk, s.lq),
-        "attn.tree_sdpa: dim 2 of 'k' (P + T) must hold at least "
-        "the T tree nodes of 'q'");
-  SmallVector<Value> bindings{s.q, s.k, s.v, selection};
+  SmallVector<Value> bindings{s.q, s.k, s.v, s.selection};
   if (s.gate)
     bindings.push_back(s.gate);
   bindings.push_back(s.out);
@@ -112,154 +100,71 @@ CpuEntryLowering::lowerGatheredSoftmax(ImplicitLocOpBuilder &b,
                                             tiling, types);
       },
       groups, bindings);
-  return success();
 }
 
-LogicalResult CpuEntryLowering::lowerOp(ImplicitLocOpBuilder &b,
-                                        Operation *op) {
+void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
+                                  ValueRange bindings) {
   auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
   auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
   auto dim = [&](Value buffer, int64_t d) -> Value {
     return memref::DimOp::create(b, buffer, d);
   };
-  auto staticDim = [](Value value, int64_t d) {
-    return cast<ShapedType>(value.getType()).getDimSize(d);
+  auto staticDim = [](Value buffer, int64_t d) {
+    return cast<MemRefType>(buffer.getType()).getDimSize(d);
   };
   Location loc = op->getLoc();
+  std::string name = kernelName(op->getName().stripDialect());
+  auto emit = [&](Value groups,
+                  function_ref<func::FuncOp(OpBuilder &, TypeRange)> kernel) {
+    dispatch(b, kernel, groups, bindings);
+  };
 
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {
-    Value k = buffers.lookup(meta.getKey());
-    Value batch = dim(k, 0);
-    Value blocks =
-        arith::CeilDivUIOp::create(b, dim(k, 2), index(meta.getBlockSize()));
-    Value out = bufferFor(b, meta.getMeta(), {batch, blocks});
-    buffers.map(meta.getMeta(), out);
-    std::string name = kernelName("block_meta");
-    dispatch(b,
-             [&](OpBuilder &builder, TypeRange types) {
-               return buildBlockMetaKernel(builder, loc, name, meta, tiling,
-                                           types);
-             },
-             mul(mul(batch, index(staticDim(k, 1))), blocks), {k, out});
-    return success();
+    // A workgroup per (batch, kv head, block).
+    Value out = bindings[1];
+    emit(mul(mul(dim(out, 0), index(staticDim(out, 1))), dim(out, 2)),
+         [&](OpBuilder &builder, TypeRange types) {
+           return buildBlockMetaKernel(builder, loc, name, meta, tiling, types);
+         });
+    return;
   }
-
-  if (auto select = dyn_cast<SelectTopKOp>(op)) {
-    Value q = buffers.lookup(select.getQuery());
-    Value meta = buffers.lookup(select.getMeta());
-    Value keyLength = buffers.lookupOrDefault(select.getKeyLength());
-    Value batch = dim(q, 0), rows = dim(q, 2);
-    assertAtRunTime(
-        b,
-        arith::CmpIOp::create(b, arith::CmpIPredicate::eq, dim(meta, 2),
-                              arith::CeilDivUIOp::create(
-                                  b, keyLength, index(select.getBlockSize()))),
-        "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / " +
-            Twine(select.getBlockSize()) + "), the blocks of the keys");
-    // The kernel reads the key length as the size of an empty buffer.
-    Value keys = memref::AllocOp::create(
-        b, MemRefType::get({ShapedType::kDynamic, 0}, b.getI32Type()),
-        ValueRange{keyLength});
-    Value out = bufferFor(b, select.getBlocks(), {batch, rows});
-    buffers.map(select.getBlocks(), out);
-    std::string name = kernelName("select_topk");
-    dispatch(b,
-             [&](OpBuilder &builder, TypeRange types) {
-               return buildSelectTopKKernel(builder, loc, name, select, tiling,
-                                            types);
-             },
-             mul(mul(batch, index(staticDim(q, 1))), rows),
-             {q, meta, keys, out});
-    return success();
-  }
-
-  if (auto select = dyn_cast<SelectTopPOp>(op)) {
-    Value q = buffers.lookup(select.getQuery());
-    Value k = buffers.lookup(select.getKey());
-    Value batch = dim(q, 0), rows = dim(q, 2);
-    SmallVector<Value> sizes{batch, rows};
-    if (!select.getMaxTokens())
-      sizes.push_back(dim(k, 2));
-    Value out = bufferFor(b, select.getTokens(), sizes);
-    buffers.map(select.getTokens(), out);
-    SmallVector<Value> bindings{q, k};
-    if (Value blocks = select.getBlocks())
-      bindings.push_back(buffers.lookup(blocks));
-    bindings.push_back(out);
-    std::string name = kernelName("select_topp");
-    dispatch(
-        b,
-        [&](OpBuilder &builder, TypeRange types) {
-          return buildSelectTopPKernel(builder, loc, name, select, tiling,
-                                       types);
-        },
-        mul(mul(batch, index(staticDim(q, 1))), rows), bindings);
-    return success();
-  }
-
-  if (auto accept = dyn_cast<TreeAcceptOp>(op)) {
-    Value tokens = buffers.lookup(accept.getTokens());
-    Value batch = dim(tokens, 0), nodes = dim(tokens, 1);
-    assertAtRunTime(
-        b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, nodes, index(1)),
-        "attn.tree_accept: a draft tree needs its root (T >= 1)");
-    SmallVector<Value> bindings{tokens, buffers.lookup(accept.getTarget()),
-                                buffers.lookup(accept.getParents())};
-    for (auto [result, sizes] : {std::pair<Value, SmallVector<Value>>{
-                                     accept.getPath(), {batch, nodes}},
-                                 {accept.getLength(), {batch}},
-                                 {accept.getBonus(), {batch}}}) {
-      Value buffer = bufferFor(b, result, sizes);
-      buffers.map(result, buffer);
-      bindings.push_back(buffer);
-    }
-    std::string name = kernelName("tree_accept");
-    dispatch(
-        b,
-        [&](OpBuilder &builder, TypeRange types) {
-          return buildTreeAcceptKernel(builder, loc, name, tiling, types);
-        },
-        batch, bindings);
-    return success();
-  }
-
-  auto compact = cast<KvCompactOp>(op);
-  Value k = buffers.lookup(compact.getKey());
-  Value v = buffers.lookup(compact.getValue());
-  Value path = buffers.lookup(compact.getPath());
-  Value batch = dim(k, 0), keys = dim(k, 2);
-  assertAtRunTime(
-      b,
-      arith::CmpIOp::create(b, arith::CmpIPredicate::sge, keys, dim(path, 1)),
-      "attn.kv_compact: dim 2 of 'k' (P + T) must hold at least "
-      "the T tree nodes of 'path'");
-  SmallVector<Value> bindings{k, v, path, buffers.lookup(compact.getLength())};
-  for (Value result : {compact.getNewKey(), compact.getNewValue()}) {
-    Value buffer = bufferFor(b, result, {batch, keys});
-    buffers.map(result, buffer);
-    bindings.push_back(buffer);
-  }
-  std::string name = kernelName("kv_compact");
-  dispatch(
-      b,
-      [&](OpBuilder &builder, TypeRange types) {
-        return buildKvCompactKernel(builder, loc, name, tiling, types);
-      },
-      mul(mul(batch, index(staticDim(k, 1))),
-          arith::CeilDivUIOp::create(b, keys, index(kCompactRowTile))),
-      bindings);
-  return success();
+  // The selections: a workgroup per (batch, head, query row).
+  Value q = bindings[0];
+  Value rows = mul(mul(dim(q, 0), index(staticDim(q, 1))), dim(q, 2));
+  if (auto select = dyn_cast<SelectTopKOp>(op))
+    return emit(rows, [&](OpBuilder &builder, TypeRange types) {
+      return buildSelectTopKKernel(builder, loc, name, select, tiling, types);
+    });
+  if (auto select = dyn_cast<SelectTopPOp>(op))
+    return emit(rows, [&](OpBuilder &builder, TypeRange types) {
+      return buildSelectTopPKernel(builder, loc, name, select, tiling, types);
+    });
+  if (isa<TreeAcceptOp>(op))
+    // A workgroup per batch row.
+    return emit(dim(bindings[0], 0), [&](OpBuilder &builder, TypeRange types) {
+      return buildTreeAcceptKernel(builder, loc, name,
+                                   tiling.toAttr(b.getContext()), types);
+    });
+  // KV compaction: a workgroup per (batch, kv head, tile of rows).
+  Value k = bindings[0];
+  emit(mul(mul(dim(k, 0), index(staticDim(k, 1))),
+           arith::CeilDivUIOp::create(b, dim(k, 2), index(kCompactRowTile))),
+       [&](OpBuilder &builder, TypeRange types) {
+         return buildKvCompactKernel(builder, loc, name, tiling, types);
+       });
 }
 
 LogicalResult CpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
                                              AttentionOpInterface op) {
   FailureOr<SoftmaxAttentionShape> maybeShape =
-      SoftmaxAttentionShape::get(op, target, lowersKeySelections());
+      SoftmaxAttentionShape::get(op, target);
   if (failed(maybeShape))
     return failure();
   const SoftmaxAttentionShape &shape = *maybeShape;
-  if (shape.selection != KeySelectionKind::Dense)
-    return lowerGatheredSoftmax(b, op, shape);
+  if (shape.selection != KeySelectionKind::Dense) {
+    lowerGatheredSoftmax(b, op, shape);
+    return success();
+  }
   auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
   auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
   auto select = [&](Value c, Value x, Value y) {

@@ -292,7 +292,7 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
-    if (lowersOp(&op))
+    if (isSelectionOrTreeOp(&op))
       continue;
     return op.emitError() << "no " << target << " lowering for '"
                           << op.getName() << "' yet";
@@ -379,8 +379,7 @@ LogicalResult EntryLowering::run() {
     }
     auto attention = dyn_cast<AttentionOpInterface>(op);
     if (!attention) {
-      if (failed(lowerOp(b, &op)))
-        return failure();
+      lowerOp(b, &op);
       continue;
     }
     if (failed(attention.getNormalizer() == Normalizer::RecurrentState
@@ -444,14 +443,99 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
     s.lse = bufferFor(b, lseResult, {s.batch, s.lq});
     buffers.map(lseResult, s.lse);
   }
+  if (Value selection = op.getKeySelection()) {
+    s.selection = buffers.lookup(selection);
+    if (op.getKeySelectionKind() == KeySelectionKind::Tree)
+      assertAtRunTime(
+          b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, s.lk, s.lq),
+          "attn.tree_sdpa: dim 2 of 'k' (P + T) must hold at least "
+          "the T tree nodes of 'q'");
+  }
   return s;
+}
+
+bool EntryLowering::isSelectionOrTreeOp(Operation *op) {
+  return isa<BlockMetaOp, SelectTopKOp, SelectTopPOp, TreeAcceptOp,
+             KvCompactOp>(op);
+}
+
+void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
+  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
+  auto dim = [&](Value buffer, int64_t d) -> Value {
+    return memref::DimOp::create(b, buffer, d);
+  };
+  auto check = [&](arith::CmpIPredicate predicate, Value x, Value y,
+                   const Twine &message) {
+    assertAtRunTime(b, arith::CmpIOp::create(b, predicate, x, y), message);
+  };
+  // Operands' buffers, then a buffer per result with `sizes` for its
+  // dynamic dims.
+  SmallVector<Value> bindings;
+  auto bindOperands = [&](ValueRange operands) {
+    for (Value operand : operands)
+      bindings.push_back(buffers.lookup(operand));
+  };
+  auto bindResult = [&](Value result, ArrayRef<Value> sizes) {
+    Value buffer = bufferFor(b, result, sizes);
+    buffers.map(result, buffer);
+    bindings.push_back(buffer);
+  };
+
+  if (auto meta = dyn_cast<BlockMetaOp>(op)) {
+    bindOperands(meta.getKey());
+    Value k = bindings[0];
+    bindResult(meta.getMeta(),
+               {dim(k, 0), arith::CeilDivUIOp::create(
+                               b, dim(k, 2), index(meta.getBlockSize()))});
+  } else if (auto select = dyn_cast<SelectTopKOp>(op)) {
+    bindOperands({select.getQuery(), select.getMeta()});
+    Value q = bindings[0], meta = bindings[1];
+    Value keyLength = buffers.lookupOrDefault(select.getKeyLength());
+    check(
+        arith::CmpIPredicate::eq, dim(meta, 2),
+        arith::CeilDivUIOp::create(b, keyLength, index(select.getBlockSize())),
+        "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / " +
+            Twine(select.getBlockSize()) + "), the blocks of the keys");
+    // Kernels read the key length as the size of an empty buffer.
+    bindings.push_back(memref::AllocOp::create(
+        b, MemRefType::get({ShapedType::kDynamic, 0}, b.getI32Type()),
+        ValueRange{keyLength}));
+    bindResult(select.getBlocks(), {dim(q, 0), dim(q, 2)});
+  } else if (auto select = dyn_cast<SelectTopPOp>(op)) {
+    bindOperands({select.getQuery(), select.getKey()});
+    if (Value blocks = select.getBlocks())
+      bindOperands(blocks);
+    Value q = bindings[0], k = bindings[1];
+    SmallVector<Value> sizes{dim(q, 0), dim(q, 2)};
+    if (!select.getMaxTokens())
+      sizes.push_back(dim(k, 2));
+    bindResult(select.getTokens(), sizes);
+  } else if (auto accept = dyn_cast<TreeAcceptOp>(op)) {
+    bindOperands(accept->getOperands());
+    Value batch = dim(bindings[0], 0), nodes = dim(bindings[0], 1);
+    check(arith::CmpIPredicate::sge, nodes, index(1),
+          "attn.tree_accept: a draft tree needs its root (T >= 1)");
+    bindResult(accept.getPath(), {batch, nodes});
+    bindResult(accept.getLength(), {batch});
+    bindResult(accept.getBonus(), {batch});
+  } else {
+    auto compact = cast<KvCompactOp>(op);
+    bindOperands(compact->getOperands());
+    Value k = bindings[0], path = bindings[2];
+    Value batch = dim(k, 0), keys = dim(k, 2);
+    check(arith::CmpIPredicate::sge, keys, dim(path, 1),
+          "attn.kv_compact: dim 2 of 'k' (P + T) must hold at least "
+          "the T tree nodes of 'path'");
+    bindResult(compact.getNewKey(), {batch, keys});
+    bindResult(compact.getNewValue(), {batch, keys});
+  }
+  dispatchOp(b, op, bindings);
 }
 
 LogicalResult EntryLowering::checkLowerable(AttentionOpInterface op) {
   return op.getNormalizer() == Normalizer::RecurrentState
              ? LogicalResult(LinearRecurrenceShape::get(op, target))
-             : LogicalResult(SoftmaxAttentionShape::get(op, target,
-                                                        lowersKeySelections()));
+             : LogicalResult(SoftmaxAttentionShape::get(op, target));
 }
 
 LogicalResult

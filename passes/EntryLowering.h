@@ -46,17 +46,14 @@ protected:
                                      AttentionOpInterface op) = 0;
   virtual LogicalResult lowerRecurrence(ImplicitLocOpBuilder &b,
                                         AttentionOpInterface op) = 0;
-  /// Whether the target lowers softmax attention over key selections
-  /// (sparse_sdpa, tree_sdpa); lowerSoftmax receives them when it does.
-  virtual bool lowersKeySelections() const { return false; }
-  /// Whether the target lowers `op`, an op other than attention (block
-  /// metadata, selections, tree acceptance, KV compaction), and its
-  /// lowering.
-  virtual bool lowersOp(Operation *op) const { return false; }
-  virtual LogicalResult lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
-    return op->emitError() << "no " << target << " lowering for '"
-                           << op->getName() << "' yet";
-  }
+  /// Dispatches the kernels of `op`, one of the ops of SPEC §1.3-1.4 that
+  /// are not attention (block_meta, select_topk, select_topp, tree_accept,
+  /// kv_compact), at `b`. lowerOp has bound its buffers and checked its
+  /// sizes: `bindings` are its operands' buffers, then its results'
+  /// (select_topk: q, meta, a [key_length x 0] buffer that carries the key
+  /// length, blocks).
+  virtual void dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
+                          ValueRange bindings) = 0;
   /// Stops the call at run time with `message` unless `condition` holds
   /// (a cf.assert in the host program).
   void assertAtRunTime(ImplicitLocOpBuilder &b, Value condition,
@@ -77,6 +74,9 @@ protected:
     Value batch, lq, lk;           // B, Lq, Lk as host index values
     /// The split-KV partials: o [B, H, Lq, S, Dv] and lse [B, H, Lq, S].
     Value partialOut, partialLse;
+    /// Sparse and tree attention: the block or token selection, or the
+    /// tree's parents (null for dense attention).
+    Value selection;
 
     /// q, k, v, [gate], o, [lse]: a kernel that writes whole rows.
     SmallVector<Value> rowBindings() const;
@@ -85,8 +85,9 @@ protected:
     /// partial o, partial lse, [gate], o, [lse].
     SmallVector<Value> mergeBindings() const;
   };
-  /// Looks up the buffers of `op`'s operands (the gate when `gated`) and
-  /// creates its results' buffers.
+  /// Looks up the buffers of `op`'s operands (the gate when `gated`, the
+  /// key selection of sparse and tree attention, whose sizes it checks at
+  /// run time) and creates its results' buffers.
   SoftmaxBuffers bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                              bool gated);
   /// The host side of a linear recurrence: the bindings of its kernels,
@@ -112,6 +113,11 @@ protected:
   IRMapping buffers;
 
 private:
+  /// The ops dispatchOp takes.
+  static bool isSelectionOrTreeOp(Operation *op);
+  /// Binds the buffers of such an op, checks its sizes at run time, creates
+  /// its results' buffers and calls dispatchOp.
+  void lowerOp(ImplicitLocOpBuilder &b, Operation *op);
   /// Whether `op` can be lowered, with an error saying why not; called on
   /// every attention op before anything is built.
   LogicalResult checkLowerable(AttentionOpInterface op);

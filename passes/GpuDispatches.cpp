@@ -13,6 +13,7 @@
 
 #include "passes/EntryLowering.h"
 #include "passes/Passes.h"
+#include "passes/SelectionKernels.h"
 #include "passes/SimtKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -39,9 +40,148 @@ private:
                              AttentionOpInterface op) override;
   LogicalResult lowerRecurrence(ImplicitLocOpBuilder &b,
                                 AttentionOpInterface op) override;
+  void dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
+                  ValueRange bindings) override;
+  /// Sparse and tree attention: split + merge like decode.
+  void lowerGatheredSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
+                            const SoftmaxAttentionShape &shape);
+  /// Dispatches the kernel `build` makes over `threads` with `bindings`.
+  void dispatch(ImplicitLocOpBuilder &b, Value threads, ValueRange bindings,
+                function_ref<func::FuncOp(OpBuilder &, TypeRange)> build);
 
   const GpuTiling &tiling;
 };
+
+void GpuEntryLowering::dispatch(
+    ImplicitLocOpBuilder &b, Value threads, ValueRange bindings,
+    function_ref<func::FuncOp(OpBuilder &, TypeRange)> build) {
+  OpBuilder kernelBuilder(host);
+  SmallVector<Type> types(bindings.getTypes());
+  DispatchOp::create(b, build(kernelBuilder, types).getSymName(), threads,
+                     bindings);
+}
+
+void GpuEntryLowering::lowerGatheredSoftmax(
+    ImplicitLocOpBuilder &b, AttentionOpInterface op,
+    const SoftmaxAttentionShape &shape) {
+  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
+  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
+  auto ceilDiv = [&](Value x, Value y) {
+    return arith::CeilDivUIOp::create(b, x, y);
+  };
+  auto maxS = [&](Value x, Value y) { return arith::MaxSIOp::create(b, x, y); };
+  SoftmaxBuffers s =
+      bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
+  bool tree = shape.selection == KeySelectionKind::Tree;
+  Value splits;
+  if (tree) {
+    // Prefix splits of split_keys keys (at most kMaxTreePrefixSplits, at
+    // least one), plus one for the ancestors.
+    Value prefix = arith::SubIOp::create(b, s.lk, s.lq);
+    Value prefixSplits =
+        maxS(index(1),
+             arith::MinSIOp::create(b, ceilDiv(prefix, index(tiling.splitKeys)),
+                                    index(kMaxTreePrefixSplits)));
+    splits = arith::AddIOp::create(b, prefixSplits, index(1));
+  } else {
+    // Decode calls split the selection entries, split_keys keys' worth
+    // each; longer calls have enough rows to fill the GPU with one split.
+    Value entries = memref::DimOp::create(b, s.selection, 3);
+    int64_t perSplit =
+        std::max<int64_t>(1, tiling.splitKeys / shape.selectionBlockSize);
+    Value decode = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
+                                         index(tiling.decodeMaxQueries));
+    splits = arith::SelectOp::create(
+        b, decode, maxS(index(1), ceilDiv(entries, index(perSplit))), index(1));
+  }
+  allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
+                        splits);
+  Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
+  std::string splitName = kernelName(tree ? "tree_split" : "sparse_split");
+  dispatch(b, mul(rows, splits),
+           {s.q, s.k, s.v, s.selection, s.partialOut, s.partialLse},
+           [&](OpBuilder &builder, TypeRange types) {
+             return buildSimtGatheredSplitKernel(
+                 builder, op.getLoc(), splitName, shape, tiling, types);
+           });
+  std::string mergeName = kernelName("merge");
+  dispatch(b, rows, s.mergeBindings(),
+           [&](OpBuilder &builder, TypeRange types) {
+             return buildSimtMergeKernel(builder, op.getLoc(), mergeName, shape,
+                                         tiling, types);
+           });
+}
+
+void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
+                                  ValueRange bindings) {
+  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
+  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
+  auto dim = [&](Value buffer, int64_t d) -> Value {
+    return memref::DimOp::create(b, buffer, d);
+  };
+  auto staticDim = [](Value buffer, int64_t d) {
+    return cast<MemRefType>(buffer.getType()).getDimSize(d);
+  };
+  Location loc = op->getLoc();
+  std::string name = kernelName(op->getName().stripDialect());
+  SmallVector<Value> all(bindings);
+  // A [B, H, Lq, n] temporary per row of q (bindings[0]).
+  auto rowTemporary = [&](Type element, int64_t staticLast, Value last) {
+    Value q = bindings[0];
+    auto type = MemRefType::get({ShapedType::kDynamic, staticDim(q, 1),
+                                 ShapedType::kDynamic, staticLast},
+                                element);
+    SmallVector<Value> sizes{dim(q, 0), dim(q, 2)};
+    if (last)
+      sizes.push_back(last);
+    all.push_back(memref::AllocOp::create(b, type, sizes));
+  };
+
+  if (auto meta = dyn_cast<BlockMetaOp>(op)) {
+    Value out = bindings[1];
+    Value threads =
+        mul(mul(mul(dim(out, 0), index(staticDim(out, 1))), dim(out, 2)),
+            index(staticDim(out, 4)));
+    return dispatch(b, threads, all, [&](OpBuilder &builder, TypeRange types) {
+      return buildSimtBlockMetaKernel(builder, loc, name, meta, tiling, types);
+    });
+  }
+  if (isa<SelectTopKOp, SelectTopPOp>(op)) {
+    Value q = bindings[0];
+    Value rows = mul(mul(dim(q, 0), index(staticDim(q, 1))), dim(q, 2));
+    if (auto select = dyn_cast<SelectTopKOp>(op)) {
+      int64_t fill =
+          select.getTopK() - select.getSinkBlocks() - select.getLocalBlocks();
+      rowTemporary(b.getF32Type(), std::max<int64_t>(fill, 1), Value());
+      return dispatch(b, rows, all, [&](OpBuilder &builder, TypeRange types) {
+        return buildSimtSelectTopKKernel(builder, loc, name, select, tiling,
+                                         types);
+      });
+    }
+    auto select = cast<SelectTopPOp>(op);
+    Value keys = arith::MaxSIOp::create(b, dim(bindings[1], 2), index(1));
+    rowTemporary(b.getF32Type(), ShapedType::kDynamic, keys);
+    rowTemporary(b.getI32Type(), ShapedType::kDynamic, keys);
+    return dispatch(b, rows, all, [&](OpBuilder &builder, TypeRange types) {
+      return buildSimtSelectTopPKernel(builder, loc, name, select, tiling,
+                                       types);
+    });
+  }
+  if (isa<TreeAcceptOp>(op))
+    // The scalar kernel of the CPU, a thread per batch row.
+    return dispatch(
+        b, dim(bindings[0], 0), all, [&](OpBuilder &builder, TypeRange types) {
+          return buildTreeAcceptKernel(builder, loc, name,
+                                       tiling.toAttr(b.getContext()), types);
+        });
+  Value k = bindings[0];
+  Value features = index(staticDim(k, 3) + staticDim(bindings[1], 3));
+  Value threads =
+      mul(mul(mul(dim(k, 0), index(staticDim(k, 1))), dim(k, 2)), features);
+  dispatch(b, threads, all, [&](OpBuilder &builder, TypeRange types) {
+    return buildSimtKvCompactKernel(builder, loc, name, tiling, types);
+  });
+}
 
 LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
                                              AttentionOpInterface op) {
@@ -50,6 +190,10 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   if (failed(maybeShape))
     return failure();
   const SoftmaxAttentionShape &shape = *maybeShape;
+  if (shape.selection != KeySelectionKind::Dense) {
+    lowerGatheredSoftmax(b, op, shape);
+    return success();
+  }
   auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
   auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
   auto select = [&](Value c, Value x, Value y) {

@@ -22,29 +22,21 @@
 using namespace mlir;
 using namespace mlir::attn;
 
-namespace {
+//===----------------------------------------------------------------------===//
+// What the CPU and CUDA kernels of selections share
+//===----------------------------------------------------------------------===//
 
-/// The static facts of a [.., H, .., D] memref type.
-int64_t staticDim(Type memrefType, int64_t d) {
-  return cast<MemRefType>(memrefType).getDimSize(d);
+RowOfWorkgroup::RowOfWorkgroup(KernelEmitter &e, Value workgroup,
+                               int64_t numHeads, Value rows) {
+  row = e.rem(workgroup, rows);
+  Value bh = e.div(workgroup, rows);
+  head = e.rem(bh, e.index(numHeads));
+  batch = e.div(bh, e.index(numHeads));
 }
 
-/// The (batch, head, row) of a per-row workgroup over [B, H, Lq].
-struct RowOfWorkgroup {
-  Value batch, head, row;
-  RowOfWorkgroup(KernelEmitter &e, Value workgroup, int64_t numHeads,
-                 Value rows) {
-    row = e.rem(workgroup, rows);
-    Value bh = e.div(workgroup, rows);
-    head = e.rem(bh, e.index(numHeads));
-    batch = e.div(bh, e.index(numHeads));
-  }
-};
-
-/// The keys [begin, end) that `mask` leaves visible to a query at
-/// (signed) position `pos` among `lk` keys; empty when none is.
-std::pair<Value, Value> visibleRange(KernelEmitter &e, MaskKind mask,
-                                     int64_t window, Value pos, Value lk) {
+std::pair<Value, Value> mlir::attn::visibleRange(KernelEmitter &e,
+                                                 MaskKind mask, int64_t window,
+                                                 Value pos, Value lk) {
   Value c0 = e.index(0);
   if (mask == MaskKind::None)
     return {c0, lk};
@@ -54,6 +46,29 @@ std::pair<Value, Value> visibleRange(KernelEmitter &e, MaskKind mask,
   Value begin =
       e.minS(end, e.maxS(c0, e.add(e.sub(pos, e.index(window)), e.index(1))));
   return {begin, end};
+}
+
+void mlir::attn::padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix,
+                                 Value from, Value to) {
+  Value minusOne = e.i32(-1);
+  e.loop(from, to, e.index(1), [&](Value slot) {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(slot);
+    memref::StoreOp::create(e.b, minusOne, out, indices);
+  });
+}
+
+double mlir::attn::selectionScale(std::optional<APFloat> scale,
+                                  int64_t headDim) {
+  return scale ? scale->convertToDouble()
+               : 1.0 / std::sqrt(static_cast<double>(headDim));
+}
+
+namespace {
+
+/// The static facts of a [.., H, .., D] memref type.
+int64_t staticDim(Type memrefType, int64_t d) {
+  return cast<MemRefType>(memrefType).getDimSize(d);
 }
 
 /// A heap-allocated 1-D scratch buffer of `count` elements of `type`.
@@ -118,7 +133,9 @@ void withIntHeap(KernelEmitter &e, Value items, WorsePredicate worse,
   auto store = [&](Value slot, ValueRange item) {
     memref::StoreOp::create(e.b, item[0], items, slot);
   };
-  auto worseItem = [&](ValueRange a, ValueRange b) { return worse(a[0], b[0]); };
+  auto worseItem = [&](ValueRange a, ValueRange b) {
+    return worse(a[0], b[0]);
+  };
   use(HeapStorage{load, store, worseItem});
 }
 
@@ -132,17 +149,6 @@ Value worseByScore(KernelEmitter &e, Value scores, Value a, Value b) {
   Value tieLater = e.andI(e.fcmp(arith::CmpFPredicate::OEQ, sa, sb),
                           e.icmp(arith::CmpIPredicate::sgt, a, b));
   return e.orI(lower, tieLater);
-}
-
-/// Fills out[prefix..., from .. to) with -1.
-void padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix, Value from,
-                     Value to) {
-  Value minusOne = e.i32(-1);
-  e.loop(from, to, e.index(1), [&](Value slot) {
-    SmallVector<Value> indices(prefix);
-    indices.push_back(slot);
-    memref::StoreOp::create(e.b, minusOne, out, indices);
-  });
 }
 
 /// A zeroed i8 flag per item of [0, count).
@@ -299,8 +305,7 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
   const int64_t fill = topK - sink - local;
   MaskAttr mask = op.getMask();
-  double scale = op.getScale() ? op.getScale()->convertToDouble()
-                               : 1.0 / std::sqrt(static_cast<double>(D));
+  double scale = selectionScale(op.getScale(), D);
 
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(keyCarrier, 0);
@@ -413,8 +418,7 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   const int64_t D = staticDim(bindingTypes[0], 3);
   const int64_t group = H / staticDim(bindingTypes[1], 1);
   MaskAttr mask = op.getMask();
-  double scale = op.getScale() ? op.getScale()->convertToDouble()
-                               : 1.0 / std::sqrt(static_cast<double>(D));
+  double scale = selectionScale(op.getScale(), D);
   double softcap = op.getSoftcap().convertToDouble();
   double topP = op.getTopP().convertToDouble();
 
@@ -458,8 +462,7 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   e.loop(c0, count, c1,
          [&](Value n) { memref::StoreOp::create(b, e.toI32(n), order, n); });
   withIntHeap(
-      e, order,
-      [&](Value x, Value y) { return worseByScore(e, scores, x, y); },
+      e, order, [&](Value x, Value y) { return worseByScore(e, scores, x, y); },
       [&](const HeapStorage &storage) { sortBestFirst(e, storage, count); });
   Value keep = count;
   if (topP < 1.0) {
@@ -647,13 +650,13 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
 
 func::FuncOp mlir::attn::buildTreeAcceptKernel(OpBuilder &builder, Location loc,
                                                StringRef name,
-                                               const CpuTiling &tiling,
+                                               DictionaryAttr tiling,
                                                TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
   func::FuncOp func =
       createKernel(builder, loc, name, bindingTypes, tiling, "tree_accept");
   ImplicitLocOpBuilder b(loc, builder);
-  KernelEmitter e(b, tiling.vectorWidth);
+  KernelEmitter e(b, /*vectorWidth=*/1);
   auto args = func.getArguments();
   Value tokens = args[0], target = args[1], parents = args[2];
   Value path = args[3], length = args[4], bonus = args[5];

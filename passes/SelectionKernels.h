@@ -17,6 +17,26 @@
 
 namespace mlir::attn {
 
+/// The (batch, head, row) of a per-row workgroup (or thread) over
+/// [B, H, Lq].
+struct RowOfWorkgroup {
+  Value batch, head, row;
+  RowOfWorkgroup(KernelEmitter &e, Value workgroup, int64_t numHeads,
+                 Value rows);
+};
+
+/// The keys [begin, end) that `mask` leaves visible to a query at (signed)
+/// position `pos` among `lk` keys; empty when none is.
+std::pair<Value, Value> visibleRange(KernelEmitter &e, MaskKind mask,
+                                     int64_t window, Value pos, Value lk);
+
+/// Fills out[prefix..., from .. to) with -1 (a selection's padding).
+void padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix, Value from,
+                     Value to);
+
+/// The score scale of a selection op: its `scale`, else 1/sqrt(D).
+double selectionScale(std::optional<APFloat> scale, int64_t headDim);
+
 /// Rows of keys that one KV-compaction workgroup copies.
 constexpr int64_t kCompactRowTile = 64;
 
@@ -52,9 +72,10 @@ func::FuncOp buildGatheredAttentionKernel(OpBuilder &builder, Location loc,
                                           TypeRange bindingTypes);
 
 /// Bindings: tokens, target, parents, path, length, bonus. Workgroup =
-/// batch row.
+/// batch row. Scalar code, so also the CUDA kernel (one thread per batch
+/// row): `tiling` is the target's, recorded on the kernel.
 func::FuncOp buildTreeAcceptKernel(OpBuilder &builder, Location loc,
-                                   StringRef name, const CpuTiling &tiling,
+                                   StringRef name, DictionaryAttr tiling,
                                    TypeRange bindingTypes);
 
 /// Bindings: k, v, path, length, k', v'. Workgroup = (batch, kv head, tile

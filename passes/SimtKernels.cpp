@@ -128,47 +128,12 @@ func::FuncOp createSimtKernel(OpBuilder &builder, Location loc, StringRef name,
 }
 
 /// The online softmax of one query row over keys [begin, end): returns
-/// (m, l) and leaves the unnormalized output in `acc` [Dv].
-std::pair<Value, Value> attendRow(SimtEmitter &e,
-                                  const SoftmaxAttentionShape &shape, Value q,
-                                  Value k, Value v, Value batch, Value head,
-                                  Value row, Value begin, Value end,
-                                  Value acc) {
-  const int64_t D = shape.headDim, Dv = shape.valueDim;
-  Value c0 = e.index(0), c1 = e.index(1);
-  Value kvHead = e.div(head, e.index(shape.numHeads / shape.numKvHeads));
-
-  // The scaled query row, read once.
-  Value query = e.scratch(D);
-  e.loop(c0, e.index(D), c1, [&](Value d) {
-    e.store(e.fmul(e.load(q, {batch, head, row, d}), e.scalar(shape.scale)),
-            query, d);
-  });
-  e.loop(c0, e.index(Dv), c1, [&](Value d) { e.store(e.scalar(0.0), acc, d); });
-
-  SmallVector<Value> state = e.loop(
-      begin, end, c1, {e.scalar(kNegInf), e.scalar(0.0)},
-      [&](Value key, ValueRange it) {
-        Value score = e.loop(
-            c0, e.index(D), c1, {e.scalar(0.0)}, [&](Value d, ValueRange dot) {
-              return SmallVector<Value>{
-                  e.fma(e.load(query, d), e.load(k, {batch, kvHead, key, d}),
-                        dot[0])};
-            })[0];
-        score = e.softcap(score, shape.softcap);
-        // Every key of the range is visible, so the new max is finite and
-        // exp(m - max) is 0 for the first key (m = -inf).
-        Value max = e.fmax(it[0], score);
-        Value rescale = e.exp(e.fsub(it[0], max));
-        Value p = e.exp(e.fsub(score, max));
-        e.loop(c0, e.index(Dv), c1, [&](Value d) {
-          e.store(e.fma(p, e.load(v, {batch, kvHead, key, d}),
-                        e.fmul(e.load(acc, d), rescale)),
-                  acc, d);
-        });
-        return SmallVector<Value>{max, e.fma(it[1], rescale, p)};
-      });
-  return {state[0], state[1]};
+/// (m, l) and leaves the unnormalized output in the row's accumulator.
+SmallVector<Value> attendRange(SimtEmitter &e, SimtRowSoftmax &row, Value begin,
+                               Value end) {
+  return e.loop(
+      begin, end, e.index(1), row.initial(),
+      [&](Value key, ValueRange state) { return row.addKey(state, key); });
 }
 
 /// The visible keys [begin, end) of query row `row` (its position is
@@ -205,6 +170,62 @@ void storeRow(SimtEmitter &e, const SoftmaxAttentionShape &shape,
 }
 
 } // namespace
+
+SimtRowSoftmax::SimtRowSoftmax(SimtEmitter &e,
+                               const SoftmaxAttentionShape &shape, Value q,
+                               Value k, Value v, Value batch, Value head,
+                               Value row)
+    : e(e), shape(shape), k(k), v(v), batch(batch), head(head), row(row) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  kvHead = e.div(head, e.index(shape.numHeads / shape.numKvHeads));
+  // The scaled query row, read once.
+  query = e.scratch(shape.headDim);
+  e.loop(c0, e.index(shape.headDim), c1, [&](Value d) {
+    e.store(e.fmul(e.load(q, {batch, head, row, d}), e.scalar(shape.scale)),
+            query, d);
+  });
+  acc = e.scratch(shape.valueDim);
+  e.loop(c0, e.index(shape.valueDim), c1,
+         [&](Value d) { e.store(e.scalar(0.0), acc, d); });
+}
+
+SmallVector<Value> SimtRowSoftmax::initial() {
+  return {e.scalar(kNegInf), e.scalar(0.0)};
+}
+
+SmallVector<Value> SimtRowSoftmax::addKey(ValueRange state, Value key) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value score = e.loop(c0, e.index(shape.headDim), c1, {e.scalar(0.0)},
+                       [&](Value d, ValueRange dot) {
+                         return SmallVector<Value>{
+                             e.fma(e.load(query, d),
+                                   e.load(k, {batch, kvHead, key, d}), dot[0])};
+                       })[0];
+  score = e.softcap(score, shape.softcap);
+  // The key is visible, so the new max is finite and exp(m - max) is 0 for
+  // the first key (m = -inf).
+  Value max = e.fmax(state[0], score);
+  Value rescale = e.exp(e.fsub(state[0], max));
+  Value p = e.exp(e.fsub(score, max));
+  e.loop(c0, e.index(shape.valueDim), c1, [&](Value d) {
+    e.store(e.fma(p, e.load(v, {batch, kvHead, key, d}),
+                  e.fmul(e.load(acc, d), rescale)),
+            acc, d);
+  });
+  return {max, e.fma(state[1], rescale, p)};
+}
+
+void SimtRowSoftmax::storePartial(ValueRange state, Value partialOut,
+                                  Value partialLse, Value split) {
+  // The normalized partial and its log-sum-exp (0 and -inf when empty).
+  Value inv = e.reciprocalOrZero(state[1]);
+  e.loop(e.index(0), e.index(shape.valueDim), e.index(1), [&](Value d) {
+    e.store(e.fmul(e.load(acc, d), inv), partialOut,
+            {batch, head, row, split, d});
+  });
+  e.store(e.logSumExp(state[0], state[1]), partialLse,
+          {batch, head, row, split});
+}
 
 int64_t SimtFlashTiling::sharedBytes() const {
   const int64_t rows = queryTile(), keys = keyTile;
@@ -439,16 +460,9 @@ func::FuncOp mlir::attn::buildSimtSplitKvKernel(
   Value from = e.mul(split, e.index(tiling.splitKeys));
   Value to = e.minS(lk, e.add(from, e.index(tiling.splitKeys)));
   auto [begin, end] = visibleKeys(e, shape, row, lq, lk, from, to);
-  Value acc = e.scratch(shape.valueDim);
-  auto [m, l] = attendRow(e, shape, q, k, v, batch, head, row, begin, end, acc);
-
-  // The normalized partial and its log-sum-exp (0 and -inf when empty).
-  Value inv = e.reciprocalOrZero(l);
-  e.loop(e.index(0), e.index(shape.valueDim), e.index(1), [&](Value d) {
-    e.store(e.fmul(e.load(acc, d), inv), partialOut,
-            {batch, head, row, split, d});
-  });
-  e.store(e.logSumExp(m, l), partialLse, {batch, head, row, split});
+  SimtRowSoftmax rowSoftmax(e, shape, q, k, v, batch, head, row);
+  rowSoftmax.storePartial(attendRange(e, rowSoftmax, begin, end), partialOut,
+                          partialLse, split);
   func::ReturnOp::create(b);
   return func;
 }

@@ -128,6 +128,32 @@ struct SimtEmitter : KernelEmitter {
   int64_t blockThreads;
 };
 
+/// The online softmax of one query row carried by one thread (decode,
+/// sparse and tree attention): the scaled query row and the unnormalized
+/// output in thread-local scratch, the running max and sum (m, l) as
+/// values the caller carries through its loops over keys.
+class SimtRowSoftmax {
+public:
+  /// Reads q[batch, head, row, :] and zeroes the output.
+  SimtRowSoftmax(SimtEmitter &e, const SoftmaxAttentionShape &shape, Value q,
+                 Value k, Value v, Value batch, Value head, Value row);
+  /// (m, l) before any key.
+  SmallVector<Value> initial();
+  /// (m, l) after key row `key` of k and v (of the row's kv head), which
+  /// the row sees.
+  SmallVector<Value> addKey(ValueRange state, Value key);
+  /// Writes the normalized output and its log-sum-exp (0 and -inf for a row
+  /// that saw no key) to partial o [B, H, Lq, S, Dv] and partial lse
+  /// [B, H, Lq, S] at [batch, head, row, split], for the merge kernel.
+  void storePartial(ValueRange state, Value partialOut, Value partialLse,
+                    Value split);
+
+private:
+  SimtEmitter &e;
+  const SoftmaxAttentionShape &shape;
+  Value k, v, batch, head, row, kvHead, query, acc;
+};
+
 /// The tiles of the flash block kernel: a warp per 16 query rows, key
 /// tiles of `keyTile` keys, head dims padded for attn.warp_mma.
 struct SimtFlashTiling {
@@ -211,6 +237,54 @@ func::FuncOp buildSimtRecurrenceGateKernel(OpBuilder &builder, Location loc,
                                            const LinearRecurrenceShape &shape,
                                            const GpuTiling &tiling,
                                            TypeRange bindingTypes);
+
+//===----------------------------------------------------------------------===//
+// Sparsity and trees (SimtSelectionKernels.cpp): thread kernels.
+//===----------------------------------------------------------------------===//
+
+/// Prefix splits of a tree call at most: a thread per (node, split) and
+/// the partials' memory grow with them, so long prefixes get longer splits.
+constexpr int64_t kMaxTreePrefixSplits = 16;
+
+/// One thread per (batch, kv head, block, channel). Bindings: k, meta.
+func::FuncOp buildSimtBlockMetaKernel(OpBuilder &builder, Location loc,
+                                      StringRef name, BlockMetaOp op,
+                                      const GpuTiling &tiling,
+                                      TypeRange bindingTypes);
+
+/// One thread per (batch, head, row). Bindings: q, meta, keys [Lk, 0] (a
+/// buffer that only carries the key length), blocks [B, H, Lq, top_k], heap
+/// scores [B, H, Lq, max(fill, 1)] (a temporary; fill = top_k - sinks -
+/// locals).
+func::FuncOp buildSimtSelectTopKKernel(OpBuilder &builder, Location loc,
+                                       StringRef name, SelectTopKOp op,
+                                       const GpuTiling &tiling,
+                                       TypeRange bindingTypes);
+
+/// One thread per (batch, head, row). Bindings: q, k, [blocks], tokens,
+/// then the temporaries scores (f32) and keys (i32), both
+/// [B, H, Lq, max(Lk, 1)].
+func::FuncOp buildSimtSelectTopPKernel(OpBuilder &builder, Location loc,
+                                       StringRef name, SelectTopPOp op,
+                                       const GpuTiling &tiling,
+                                       TypeRange bindingTypes);
+
+/// Sparse or tree attention (`shape.selection`), one thread per (batch,
+/// head, row, split) writing split-KV partials for buildSimtMergeKernel.
+/// Sparse: split s of S takes its share of the selection entries. Tree:
+/// splits [0, S - 1) share the prefix, split S - 1 walks the ancestors.
+/// Bindings: q, k, v, selection or parents, partial o, partial lse.
+func::FuncOp buildSimtGatheredSplitKernel(OpBuilder &builder, Location loc,
+                                          StringRef name,
+                                          const SoftmaxAttentionShape &shape,
+                                          const GpuTiling &tiling,
+                                          TypeRange bindingTypes);
+
+/// One thread per (batch, kv head, row, feature of k then v). Bindings: k,
+/// v, path, length, k', v'.
+func::FuncOp buildSimtKvCompactKernel(OpBuilder &builder, Location loc,
+                                      StringRef name, const GpuTiling &tiling,
+                                      TypeRange bindingTypes);
 
 } // namespace mlir::attn
 

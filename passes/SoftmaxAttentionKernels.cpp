@@ -30,17 +30,13 @@ using namespace mlir;
 using namespace mlir::attn;
 
 FailureOr<SoftmaxAttentionShape>
-SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target,
-                           bool allowKeySelections) {
+SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   auto fail = [&](const Twine &why) {
     op->emitError() << "no " << target << " lowering: " << why;
     return failure();
   };
   if (op.getNormalizer() != Normalizer::Softmax)
     return fail("not a softmax attention");
-  if (op.getKeySelectionKind() != KeySelectionKind::Dense &&
-      !allowKeySelections)
-    return fail("key selections (sparsity, trees) are not lowered yet");
   auto q = cast<RankedTensorType>(op.getQuery().getType());
   auto k = cast<RankedTensorType>(op.getKey().getType());
   auto v = cast<RankedTensorType>(op.getValue().getType());

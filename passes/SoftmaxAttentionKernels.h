@@ -38,10 +38,9 @@ struct SoftmaxAttentionShape {
   int64_t selectionBlockSize = 0;
 
   /// Reads the shape of `op`, or says why the kernels of `target` ("CPU",
-  /// "CUDA") cannot run it (key selections only with `allowKeySelections`).
+  /// "CUDA") cannot run it.
   static FailureOr<SoftmaxAttentionShape> get(AttentionOpInterface op,
-                                              StringRef target = "CPU",
-                                              bool allowKeySelections = false);
+                                              StringRef target = "CPU");
 };
 
 /// The stored epilogue of one output row: o = acc * inv (+ the sigmoid gate

@@ -50,7 +50,8 @@ func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CHECK-LABEL: func.func @meta(
 // CHECK-SAME:    {attn.shape = ["B", 2, "Lk", 24]}
 // CHECK-SAME:    {attn.name = "kmeta", attn.shape = ["B", 2, {ceil_div = 5 : i64, of = "Lk"}, 2, 24]}
-// CHECK:         %[[NB:.*]] = arith.ceildivui %{{.*}}, %c5
+// A workgroup per (batch, kv head, block) of the output.
+// CHECK:         %[[NB:.*]] = memref.dim %arg1, %c2
 // CHECK:         %[[GROUPS:.*]] = arith.muli %{{.*}}, %[[NB]]
 // CHECK:         attn.dispatch @meta__block_meta0 workgroups(%[[GROUPS]]) bindings(%arg0, %arg1)
 func.func @meta(%k: tensor<?x2x?x24xf32>)

@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
-
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -115,13 +115,16 @@ inline bool cudaDriverPresent() {
   return present;
 }
 
-/// Compiles `json` for the host CPU and loads it on `threads` threads; null
+/// Builds a binary with the given options (a model description, attn IR).
+using CompileFn = std::function<llvm::Expected<std::string>(
+    const mlir::attn::CompileOptions &)>;
+
+/// Compiles with `compile` and loads the binary on `threads` threads; null
 /// (and a test failure) if either fails.
 inline std::unique_ptr<Model>
-compileAndLoad(const std::string &json, int threads,
+compileAndLoad(const CompileFn &compile, int threads,
                const mlir::attn::CompileOptions &options = {}) {
-  llvm::Expected<std::string> binary = mlir::attn::compileModelDescription(
-      json, mlir::attn::CpuTarget::host(), options);
+  llvm::Expected<std::string> binary = compile(options);
   EXPECT_TRUE(static_cast<bool>(binary)) << llvm::toString(binary.takeError());
   if (!binary)
     return nullptr;
@@ -132,15 +135,29 @@ compileAndLoad(const std::string &json, int threads,
   return model;
 }
 
+/// A model description compiled for the host CPU.
+inline CompileFn modelDescription(std::string json) {
+  return [json = std::move(json)](const mlir::attn::CompileOptions &options) {
+    return mlir::attn::compileModelDescription(
+        json, mlir::attn::CpuTarget::host(), options);
+  };
+}
+
+inline std::unique_ptr<Model>
+compileAndLoad(const std::string &json, int threads,
+               const mlir::attn::CompileOptions &options = {}) {
+  return compileAndLoad(modelDescription(json), threads, options);
+}
+
 /// As compileAndLoad, for `backend`. For Backend::Cuda, sets `skip` (and
 /// returns null) when this machine has no CUDA toolkit, driver or GPU.
 inline std::unique_ptr<Model>
-compileAndLoadFor(Backend backend, const std::string &json, int threads,
+compileAndLoadFor(Backend backend, const CompileFn &compile, int threads,
                   std::string &skip, mlir::attn::CompileOptions options = {}) {
   if (backend == Backend::CudaKernelsOnCpu)
     options.cpuRunsCudaKernels = true;
   if (backend != Backend::Cuda)
-    return compileAndLoad(json, threads, options);
+    return compileAndLoad(compile, threads, options);
   if (!cudaDriverPresent()) {
     skip = "skipped: no CUDA device (no CUDA driver: libcuda.so.1 not found)";
     return nullptr;
@@ -154,7 +171,7 @@ compileAndLoadFor(Backend backend, const std::string &json, int threads,
   }
   options.targets = mlir::attn::TargetSet::Cuda;
   options.cuda = *target;
-  std::unique_ptr<Model> model = compileAndLoad(json, threads, options);
+  std::unique_ptr<Model> model = compileAndLoad(compile, threads, options);
   if (!model)
     return nullptr;
   Status status = model->setDevice(ATTN_DEVICE_CUDA);
@@ -164,6 +181,13 @@ compileAndLoadFor(Backend backend, const std::string &json, int threads,
   }
   EXPECT_TRUE(status.ok()) << status.message;
   return status.ok() ? std::move(model) : nullptr;
+}
+
+inline std::unique_ptr<Model>
+compileAndLoadFor(Backend backend, const std::string &json, int threads,
+                  std::string &skip, mlir::attn::CompileOptions options = {}) {
+  return compileAndLoadFor(backend, modelDescription(json), threads, skip,
+                           std::move(options));
 }
 
 } // namespace attn::e2e

@@ -5,7 +5,9 @@
 // against the float64 reference (block metadata, the selections, attention
 // over what they keep, tree attention, greedy acceptance, KV compaction).
 // Selections must match the reference exactly, index for index: they are
-// also compiled from attn IR whose entries return them.
+// also compiled from attn IR whose entries return them. Every case runs on
+// every backend: the CPU kernels, the CUDA kernels' bodies on the CPU, and
+// the CUDA kernels on a GPU (skipped without one).
 //
 //===----------------------------------------------------------------------===//
 
@@ -135,11 +137,16 @@ std::string sparseJson(const SparseCase &c) {
   return json.str();
 }
 
-class SparseAttention : public testing::TestWithParam<SparseCase> {};
+class SparseAttention
+    : public testing::TestWithParam<std::tuple<SparseCase, Backend>> {};
 
 TEST_P(SparseAttention, MatchesReference) {
-  const SparseCase &c = GetParam();
-  std::unique_ptr<Model> model = compileAndLoad(sparseJson(c), 2);
+  const auto &[c, backend] = GetParam();
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(backend, sparseJson(c), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   ref::Tensor q =
@@ -231,6 +238,30 @@ std::vector<SparseCase> sparseCases() {
        .topP = 0.95,
        .sinkBlocks = 1,
        .localBlocks = 1});
+  // Decode with selections long enough that the CUDA kernels split them
+  // over several threads (256 keys' worth of entries each).
+  add({.label = "topk_decode_split_entries",
+       .heads = 2,
+       .kvHeads = 1,
+       .headDim = 16,
+       .valueDim = 24,
+       .gate = "elementwise",
+       .batch = 1,
+       .queries = 2,
+       .keys = 900,
+       .blockSize = 8,
+       .topK = 70,
+       .sinkBlocks = 2,
+       .localBlocks = 3});
+  add({.label = "topp_decode_split_tokens",
+       .heads = 2,
+       .kvHeads = 2,
+       .headDim = 12,
+       .mask = "\"none\"",
+       .queries = 1,
+       .keys = 700,
+       .method = "top_p",
+       .topP = 0.97});
   add({.label = "topp_window_unbounded",
        .mask = R"({"sliding_window": 50})",
        .queries = 19,
@@ -251,39 +282,41 @@ std::vector<SparseCase> sparseCases() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sparsity, SparseAttention,
-                         testing::ValuesIn(sparseCases()),
-                         [](const testing::TestParamInfo<SparseCase> &info) {
-                           return info.param.label;
-                         });
+const auto kBackends =
+    testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu, Backend::Cuda);
+
+INSTANTIATE_TEST_SUITE_P(
+    Sparsity, SparseAttention,
+    testing::Combine(testing::ValuesIn(sparseCases()), kBackends),
+    [](const testing::TestParamInfo<std::tuple<SparseCase, Backend>> &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
 
 //===----------------------------------------------------------------------===//
 // Selections, index for index: attn IR whose entries return them.
 //===----------------------------------------------------------------------===//
 
-/// Compiles attn IR for the host CPU and loads it.
-std::unique_ptr<Model> compileIR(const std::string &source) {
-  mlir::DialectRegistry registry;
-  mlir::attn::registerCompilerDialects(registry);
-  mlir::MLIRContext context(registry);
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(source, &context);
-  EXPECT_TRUE(module);
-  if (!module)
-    return nullptr;
-  llvm::Expected<std::string> binary =
-      mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
-                          mlir::attn::CpuTarget::host(), "selections");
-  EXPECT_TRUE(static_cast<bool>(binary)) << llvm::toString(binary.takeError());
-  if (!binary)
-    return nullptr;
-  std::unique_ptr<Model> model;
-  Status status = Model::loadMemory(binary->data(), binary->size(), 2, model);
-  EXPECT_TRUE(status.ok()) << status.message;
-  return model;
+/// attn IR compiled for the host CPU.
+CompileFn attnIR(std::string source) {
+  return [source = std::move(source)](const mlir::attn::CompileOptions &options)
+             -> llvm::Expected<std::string> {
+    mlir::DialectRegistry registry;
+    mlir::attn::registerCompilerDialects(registry);
+    mlir::MLIRContext context(registry);
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+    if (!module)
+      return llvm::createStringError("the test's attn IR does not parse");
+    return mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
+                               mlir::attn::CpuTarget::host(), "selections",
+                               options);
+  };
 }
 
-TEST(Selections, MatchReferenceExactly) {
+class Selections : public testing::TestWithParam<Backend> {};
+
+TEST_P(Selections, MatchReferenceExactly) {
   // Two kv heads of 13 features, 3 query heads each; blocks of 5 keys.
   const char *source = R"mlir(
     func.func @topk(%q: tensor<?x6x?x13xf32>, %meta: tensor<?x2x?x2x13xf32>,
@@ -311,7 +344,11 @@ TEST(Selections, MatchReferenceExactly) {
       return %t : tensor<?x6x?x?xi32>
     }
   )mlir";
-  std::unique_ptr<Model> model = compileIR(source);
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(GetParam(), attnIR(source), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
   ASSERT_TRUE(model);
   const int64_t B = 2, H = 6, Hkv = 2, D = 13, Lq = 23, Lk = 97;
   std::mt19937_64 rng(11);
@@ -346,6 +383,55 @@ TEST(Selections, MatchReferenceExactly) {
              "select_topp over every visible key");
 }
 
+TEST_P(Selections, ListedBlocksIgnorePaddingRepeatsAndStrays) {
+  // A selection given as an input, not sorted, with -1 padding, repeats
+  // and blocks past the keys: each listed block counts once (SPEC §1.3).
+  const char *source = R"mlir(
+    func.func @sparse(%q: tensor<?x4x?x10xf32>, %k: tensor<?x2x?x10xf32>,
+                      %v: tensor<?x2x?x7xf32>, %sel: tensor<?x4x?x6xi32>)
+        -> tensor<?x4x?x7xf32> {
+      %o = attn.sparse_sdpa %q, %k, %v, %sel
+          {block_size = 4, mask = #attn.mask<causal>, softcap = 4.0}
+          : tensor<?x4x?x10xf32>, tensor<?x2x?x10xf32>, tensor<?x2x?x7xf32>,
+            tensor<?x4x?x6xi32>
+      return %o : tensor<?x4x?x7xf32>
+    }
+  )mlir";
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(GetParam(), attnIR(source), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  const int64_t B = 2, Lq = 5, Lk = 30; // 8 blocks, the last one partial
+  std::mt19937_64 rng(5);
+  ref::Tensor q = randomF32({B, 4, Lq, 10}, rng, -2.0, 2.0);
+  ref::Tensor k = randomF32({B, 2, Lk, 10}, rng, -2.0, 2.0);
+  ref::Tensor v = randomF32({B, 2, Lk, 7}, rng, -1.0, 1.0);
+  ref::IntTensor selection({B, 4, Lq, 6});
+  for (int32_t &block : selection.values()) {
+    // -1, a stray past the keys (8, 9), else a block; repeats are likely.
+    int64_t draw = static_cast<int64_t>(rng() % 12);
+    block = draw == 0 ? -1 : draw == 1 ? 8 : draw == 2 ? 9 : draw % 8;
+  }
+  selection(0, 0, 0, 5) = selection(0, 0, 0, 0) = 3; // a certain repeat
+  std::vector<Tensor> out = runEntry(
+      *model, "sparse",
+      {toRuntime(q), toRuntime(k), toRuntime(v), intsToRuntime(selection)});
+  ASSERT_EQ(out.size(), 1u);
+  ref::Score score;
+  score.softcap = 4.0;
+  expectClose(
+      out[0],
+      ref::sparseSdpa(q, k, v, selection, 4, ref::Mask::causal(), score).output,
+      1e-5, "o");
+}
+
+INSTANTIATE_TEST_SUITE_P(IR, Selections, kBackends,
+                         [](const testing::TestParamInfo<Backend> &info) {
+                           return backendName(info.param);
+                         });
+
 //===----------------------------------------------------------------------===//
 // Draft trees: <layer>.tree, verify.accept, <layer>.compact.
 //===----------------------------------------------------------------------===//
@@ -372,11 +458,16 @@ std::string treeJson(const TreeCase &c) {
   return json.str();
 }
 
-class TreeAttention : public testing::TestWithParam<TreeCase> {};
+class TreeAttention
+    : public testing::TestWithParam<std::tuple<TreeCase, Backend>> {};
 
 TEST_P(TreeAttention, MatchesReference) {
-  const TreeCase &c = GetParam();
-  std::unique_ptr<Model> model = compileAndLoad(treeJson(c), 2);
+  const auto &[c, backend] = GetParam();
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(backend, treeJson(c), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   const int64_t keys = c.prefix + c.nodes;
@@ -447,13 +538,33 @@ std::vector<TreeCase> treeCases() {
        .chain = true});
   add({.label = "no_prefix", .batch = 3, .prefix = 0, .nodes = 9});
   add({.label = "root_only", .prefix = 25, .nodes = 1});
+  // A prefix that the CUDA kernels split over several threads (256 keys
+  // each), and one long enough that the splits are capped and lengthened.
+  add({.label = "prefix_split",
+       .heads = 2,
+       .headDim = 16,
+       .valueDim = 9,
+       .batch = 1,
+       .prefix = 700,
+       .nodes = 7});
+  add({.label = "long_prefix_capped_splits",
+       .heads = 2,
+       .headDim = 8,
+       .valueDim = 8,
+       .mask = R"({"sliding_window": 4400})",
+       .batch = 1,
+       .prefix = 4500,
+       .nodes = 5});
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Trees, TreeAttention, testing::ValuesIn(treeCases()),
-                         [](const testing::TestParamInfo<TreeCase> &info) {
-                           return info.param.label;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Trees, TreeAttention,
+    testing::Combine(testing::ValuesIn(treeCases()), kBackends),
+    [](const testing::TestParamInfo<std::tuple<TreeCase, Backend>> &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
 
 //===----------------------------------------------------------------------===//
 // Bad values and sizes: errors that name what is wrong.

@@ -113,12 +113,19 @@ int main(int argc, char **argv) {
     return fail(errorMessage);
 
   MLIRContext context;
+  // The error names the op and points at its line; the op's generic form
+  // after it would only repeat that line.
+  context.printOpOnDiagnostic(false);
   DialectRegistry registry;
   attn::registerCompilerDialects(registry);
   context.appendDialectRegistry(registry);
   context.loadDialect<attn::AttnDialect, arith::ArithDialect, func::FuncDialect,
                       tensor::TensorDialect>();
   OwningOpRef<ModuleOp> module;
+  // Diagnostics of every phase print as file:line:col with the source line
+  // when they point into attn IR.
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler handler(sourceMgr, &context);
   std::string modelName = llvm::sys::path::stem(inputFilename).str();
   llvm::StringRef extension = llvm::sys::path::extension(inputFilename);
   if (extension == ".json") {
@@ -129,9 +136,7 @@ int main(int argc, char **argv) {
     module = attn::frontend::buildAttnModule(context, *model);
     modelName = model->model;
   } else if (extension == ".mlir") {
-    llvm::SourceMgr sourceMgr;
     sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
-    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
     module = parseSourceFile<ModuleOp>(sourceMgr, &context);
     if (!module)
       return 1; // the handler printed why

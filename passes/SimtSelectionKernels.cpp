@@ -1,0 +1,600 @@
+//===- SimtSelectionKernels.cpp - CUDA kernels of sparsity and trees ------===//
+//
+// SPEC §1.3-1.4 as CUDA thread kernels (SimtKernels.h): scalar scf +
+// memref + math, so that the same bodies also run on the CPU
+// (cuda_kernels_on_cpu) and are checked against the float64 reference there.
+// What needs a buffer per row lives in a temporary the host program
+// allocates, never in a device-side heap:
+//
+//  * block metadata: a thread per (batch, kv head, block, channel), so a
+//    warp reads 32 consecutive channels of each key;
+//  * top-k: a thread per (batch, head, row) scores its candidate blocks
+//    and keeps its budget in a heap whose block indices live in the row's
+//    own output slots and whose scores live in a [B, H, Lq, fill]
+//    temporary;
+//  * top-p: a thread per row writes its candidates' scores and key indices
+//    to [B, H, Lq, Lk] temporaries and heap-sorts them there;
+//  * sparse and tree attention: split-KV like dense decode, a thread per
+//    (batch, head, row, split) running the online softmax over its share
+//    of the row's keys (a range of selection entries; a range of the tree's
+//    prefix, or the node's ancestors), then the merge kernel of dense
+//    decode combines the splits through their log-sum-exp and applies the
+//    gate. No list of a row's keys is materialized: selected blocks are
+//    read straight from the selection, repeats skipped by checking earlier
+//    entries only when an entry is not above all of them (never, for the
+//    sorted selections select_topk and select_topp write);
+//  * KV compaction: a thread per (batch, kv head, row, feature of k then v).
+//
+// Tie rules, f64 top-p sums and the order of selections are those of the
+// CPU kernels (SelectionKernels.cpp), so both targets select the same keys.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/SelectionKernels.h"
+#include "passes/SimtKernels.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+namespace {
+
+int64_t staticDim(Type memrefType, int64_t d) {
+  return cast<MemRefType>(memrefType).getDimSize(d);
+}
+
+func::FuncOp createThreadKernel(OpBuilder &builder, Location loc,
+                                StringRef name, TypeRange bindingTypes,
+                                const GpuTiling &tiling, StringRef kind) {
+  return createKernel(builder, loc, name, bindingTypes,
+                      tiling.toAttr(builder.getContext()), kind);
+}
+
+/// prefix... followed by `last`, as memref indices.
+SmallVector<Value> indicesOf(ValueRange prefix, Value last) {
+  SmallVector<Value> indices(prefix);
+  indices.push_back(last);
+  return indices;
+}
+
+/// q[batch, head, row, :] * scale in thread-local scratch.
+Value scaledQuery(SimtEmitter &e, Value q, const RowOfWorkgroup &at,
+                  int64_t headDim, double scale) {
+  Value query = e.scratch(headDim);
+  e.loop(e.index(0), e.index(headDim), e.index(1), [&](Value d) {
+    e.store(e.fmul(e.load(q, {at.batch, at.head, at.row, d}), e.scalar(scale)),
+            query, d);
+  });
+  return query;
+}
+
+/// Runs `body(block, iters)` for every block listed in
+/// selection[prefix..., from .. to) that lies in [0, numBlocks) and is not
+/// listed earlier in the row (SPEC: -1 entries, repeats and blocks past the
+/// keys are ignored); returns the final iters.
+SmallVector<Value> forEachListedBlock(
+    SimtEmitter &e, Value selection, ValueRange prefix, Value numBlocks,
+    Value from, Value to, ValueRange inits,
+    function_ref<SmallVector<Value>(Value block, ValueRange iters)> body) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  auto entryAt = [&](Value n) {
+    return e.loadInt(selection, indicesOf(prefix, n));
+  };
+  // An entry above every earlier one is no repeat; the largest entry
+  // before `from` seeds that bound.
+  Value seed = e.loop(c0, from, c1, {e.i32(-1)},
+                      [&](Value n, ValueRange it) -> SmallVector<Value> {
+                        return {e.maxS(it[0], entryAt(n))};
+                      })[0];
+  SmallVector<Value> loopInits{seed};
+  llvm::append_range(loopInits, inits);
+  SmallVector<Value> results = e.loop(
+      from, to, c1, loopInits,
+      [&](Value n, ValueRange it) -> SmallVector<Value> {
+        Value block = entryAt(n);
+        Value bound = it[0];
+        ValueRange iters = it.drop_front();
+        Value inside = e.andI(
+            e.icmp(arith::CmpIPredicate::sge, block, e.i32(0)),
+            e.icmp(arith::CmpIPredicate::slt, block, e.toI32(numBlocks)));
+        Value mayRepeat =
+            e.andI(inside, e.icmp(arith::CmpIPredicate::sle, block, bound));
+        Value noBit = arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 0);
+        Value repeat = e.ifElse(
+            mayRepeat,
+            [&]() -> SmallVector<Value> {
+              return e.loop(
+                  c0, n, c1, {noBit},
+                  [&](Value m, ValueRange seen) -> SmallVector<Value> {
+                    return {e.orI(seen[0], e.icmp(arith::CmpIPredicate::eq,
+                                                  entryAt(m), block))};
+                  });
+            },
+            [&]() -> SmallVector<Value> { return {noBit}; })[0];
+        Value fresh =
+            e.andI(inside, e.icmp(arith::CmpIPredicate::eq, repeat, noBit));
+        SmallVector<Value> next = e.ifElse(
+            fresh,
+            [&]() -> SmallVector<Value> {
+              return body(e.toIndex(block), iters);
+            },
+            [&]() -> SmallVector<Value> { return SmallVector<Value>(iters); });
+        next.insert(next.begin(), e.maxS(bound, block));
+        return next;
+      });
+  return SmallVector<Value>(ValueRange(results).drop_front());
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Block metadata
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSimtBlockMetaKernel(OpBuilder &builder,
+                                                  Location loc, StringRef name,
+                                                  BlockMetaOp op,
+                                                  const GpuTiling &tiling,
+                                                  TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
+                                         tiling, "block_meta");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  Value k = func.getArgument(0), meta = func.getArgument(1);
+  Value thread = func.getArgument(2);
+  const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
+  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t bs = op.getBlockSize();
+
+  // Thread order (batch, kv head, block, channel), the channel fastest.
+  Value channel = e.rem(thread, e.index(D));
+  RowOfWorkgroup at(e, e.div(thread, e.index(D)), numKvHeads, e.dim(meta, 2));
+  Value first = e.mul(at.row, e.index(bs));
+  Value end = e.minS(e.dim(k, 2), e.add(first, e.index(bs)));
+  SmallVector<Value> extremes = e.loop(
+      first, end, e.index(1),
+      {e.scalar(std::numeric_limits<float>::infinity()), e.scalar(kNegInf)},
+      [&](Value j, ValueRange it) -> SmallVector<Value> {
+        Value key = e.load(k, {at.batch, at.head, j, channel});
+        return {arith::MinimumFOp::create(b, it[0], key), e.fmax(it[1], key)};
+      });
+  for (int64_t which = 0; which < 2; ++which)
+    e.store(extremes[which], meta,
+            {at.batch, at.head, at.row, e.index(which), channel});
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Top-k block selection
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSimtSelectTopKKernel(OpBuilder &builder,
+                                                   Location loc, StringRef name,
+                                                   SelectTopKOp op,
+                                                   const GpuTiling &tiling,
+                                                   TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
+                                         tiling, "select_topk");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value q = args[0], meta = args[1], keyCarrier = args[2], blocks = args[3];
+  Value heapScores = args[4], thread = args[5];
+  const int64_t H = staticDim(bindingTypes[0], 1);
+  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t group = H / staticDim(bindingTypes[1], 1);
+  const int64_t bs = op.getBlockSize(), topK = op.getTopK();
+  const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
+  const int64_t fill = topK - sink - local;
+  MaskAttr mask = op.getMask();
+
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value lq = e.dim(q, 2), lk = e.dim(keyCarrier, 0);
+  RowOfWorkgroup at(e, thread, H, lq);
+  Value kvHead = e.div(at.head, e.index(group));
+  Value pos = e.add(e.sub(lk, lq), at.row);
+  auto [begin, end] =
+      visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
+  // Candidates: the blocks [firstBlock, firstBlock + count) that hold a
+  // visible key.
+  Value firstBlock = e.div(begin, e.index(bs));
+  Value count =
+      e.sub(e.maxS(e.ceilDiv(end, e.index(bs)), firstBlock), firstBlock);
+  SmallVector<Value> prefix{at.batch, at.head, at.row};
+  auto store = [&](Value block, Value slot) {
+    memref::StoreOp::create(b, e.toI32(block), blocks, indicesOf(prefix, slot));
+  };
+
+  Value fits = e.icmp(arith::CmpIPredicate::ule, count, e.index(topK));
+  e.ifElse(
+      fits,
+      [&]() -> SmallVector<Value> {
+        e.loop(c0, count, c1, [&](Value n) { store(e.add(firstBlock, n), n); });
+        padWithMinusOne(e, blocks, prefix, count, e.index(topK));
+        return {};
+      },
+      [&]() -> SmallVector<Value> {
+        // The first `sink` and the last `local` candidates, and between
+        // them the `fill` best by Quest's bound.
+        e.loop(c0, e.index(sink), c1,
+               [&](Value n) { store(e.add(firstBlock, n), n); });
+        Value middleFirst = e.add(firstBlock, e.index(sink));
+        Value middle = e.sub(count, e.index(sink + local));
+        if (fill > 0) {
+          Value query =
+              scaledQuery(e, q, at, D, selectionScale(op.getScale(), D));
+          auto boundOf = [&](Value block) {
+            return e.sumOver(c0, e.index(D), [&](Value d) {
+              Value qd = e.load(query, d);
+              return e.fmax(
+                  e.fmul(qd, e.load(meta, {at.batch, kvHead, block, c0, d})),
+                  e.fmul(qd, e.load(meta, {at.batch, kvHead, block, c1, d})));
+            });
+          };
+          // Heap slot i: block in blocks[.., sink + i], score in
+          // heapScores[.., i].
+          Value heapBase = e.index(sink);
+          auto load = [&](Value slot) -> SmallVector<Value> {
+            return {
+                e.load(heapScores, indicesOf(prefix, slot)),
+                e.loadInt(blocks, indicesOf(prefix, e.add(heapBase, slot)))};
+          };
+          auto storeItem = [&](Value slot, ValueRange item) {
+            e.store(item[0], heapScores, indicesOf(prefix, slot));
+            memref::StoreOp::create(b, item[1], blocks,
+                                    indicesOf(prefix, e.add(heapBase, slot)));
+          };
+          // SPEC §1.3's order: a lower score, or an equal one of a later
+          // block, is worse.
+          auto worse = [&](ValueRange x, ValueRange y) {
+            Value lower = e.fcmp(arith::CmpFPredicate::OLT, x[0], y[0]);
+            Value tieLater =
+                e.andI(e.fcmp(arith::CmpFPredicate::OEQ, x[0], y[0]),
+                       e.icmp(arith::CmpIPredicate::sgt, x[1], y[1]));
+            return e.orI(lower, tieLater);
+          };
+          HeapStorage heap{load, storeItem, worse};
+          Value heapSize = e.index(fill);
+          e.loop(c0, heapSize, c1, [&](Value n) {
+            Value block = e.add(middleFirst, n);
+            storeItem(n, {boundOf(block), e.toI32(block)});
+          });
+          heapify(e, heap, heapSize);
+          e.loop(heapSize, middle, c1, [&](Value n) {
+            Value block = e.add(middleFirst, n);
+            SmallVector<Value> candidate{boundOf(block), e.toI32(block)};
+            e.ifThen(worse(load(c0), candidate), [&] {
+              storeItem(c0, candidate);
+              siftDown(e, heap, heapSize, c0);
+            });
+          });
+          // The kept blocks in ascending order (a later block is worse).
+          auto blockAt = [&](Value slot) -> SmallVector<Value> {
+            return {load(slot)[1]};
+          };
+          auto storeBlock = [&](Value slot, ValueRange item) {
+            memref::StoreOp::create(b, item[0], blocks,
+                                    indicesOf(prefix, e.add(heapBase, slot)));
+          };
+          auto later = [&](ValueRange x, ValueRange y) {
+            return e.icmp(arith::CmpIPredicate::sgt, x[0], y[0]);
+          };
+          sortBestFirst(e, HeapStorage{blockAt, storeBlock, later}, heapSize);
+        }
+        Value localFirst = e.sub(e.add(firstBlock, count), e.index(local));
+        e.loop(c0, e.index(local), c1, [&](Value n) {
+          store(e.add(localFirst, n), e.add(e.index(sink + fill), n));
+        });
+        return {};
+      });
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Top-p token selection
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
+                                                   Location loc, StringRef name,
+                                                   SelectTopPOp op,
+                                                   const GpuTiling &tiling,
+                                                   TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
+                                         tiling, "select_topp");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  unsigned next = 0;
+  Value q = args[next++], k = args[next++];
+  Value blocks = op.getBlocks() ? args[next++] : Value();
+  Value tokens = args[next++], scores = args[next++], keys = args[next++];
+  Value thread = args[next];
+  const int64_t H = staticDim(bindingTypes[0], 1);
+  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t group = H / staticDim(bindingTypes[1], 1);
+  MaskAttr mask = op.getMask();
+  double softcap = op.getSoftcap().convertToDouble();
+  double topP = op.getTopP().convertToDouble();
+
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2), capacity = e.dim(tokens, 3);
+  RowOfWorkgroup at(e, thread, H, lq);
+  Value kvHead = e.div(at.head, e.index(group));
+  Value pos = e.add(e.sub(lk, lq), at.row);
+  auto [begin, end] =
+      visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
+  SmallVector<Value> prefix{at.batch, at.head, at.row};
+  auto at3 = [&](Value slot) { return indicesOf(prefix, slot); };
+
+  // The candidates with their exact scores, in slots [0, count) of the
+  // row's temporaries.
+  Value query = scaledQuery(e, q, at, D, selectionScale(op.getScale(), D));
+  auto addKeys = [&](Value from, Value to, Value count) {
+    return e.loop(from, e.maxS(to, from), c1, {count},
+                  [&](Value j, ValueRange n) -> SmallVector<Value> {
+                    Value s = e.sumOver(c0, e.index(D), [&](Value d) {
+                      return e.fmul(e.load(query, d),
+                                    e.load(k, {at.batch, kvHead, j, d}));
+                    });
+                    e.store(e.softcap(s, softcap), scores, at3(n[0]));
+                    memref::StoreOp::create(b, e.toI32(j), keys, at3(n[0]));
+                    return {e.add(n[0], c1)};
+                  })[0];
+  };
+  Value count;
+  if (blocks) {
+    Value bs = e.index(*op.getBlockSize());
+    count = forEachListedBlock(
+        e, blocks, prefix, e.ceilDiv(lk, bs), c0, e.dim(blocks, 3), {c0},
+        [&](Value block, ValueRange it) -> SmallVector<Value> {
+          Value first = e.mul(block, bs);
+          return {addKeys(e.maxS(begin, first), e.minS(end, e.add(first, bs)),
+                          it[0])};
+        })[0];
+  } else {
+    count = addKeys(begin, end, c0);
+  }
+
+  // Sorted best first (SPEC §1.3: a lower weight, or an equal one of a
+  // later token, is worse).
+  auto load = [&](Value slot) -> SmallVector<Value> {
+    return {e.load(scores, at3(slot)), e.loadInt(keys, at3(slot))};
+  };
+  auto storeItem = [&](Value slot, ValueRange item) {
+    e.store(item[0], scores, at3(slot));
+    memref::StoreOp::create(b, item[1], keys, at3(slot));
+  };
+  auto worse = [&](ValueRange x, ValueRange y) {
+    Value lower = e.fcmp(arith::CmpFPredicate::OLT, x[0], y[0]);
+    Value tieLater = e.andI(e.fcmp(arith::CmpFPredicate::OEQ, x[0], y[0]),
+                            e.icmp(arith::CmpIPredicate::sgt, x[1], y[1]));
+    return e.orI(lower, tieLater);
+  };
+  sortBestFirst(e, HeapStorage{load, storeItem, worse}, count);
+
+  // The shortest prefix whose weights exp(s - max) / sum reach top_p,
+  // summed in f64 in the sorted order (as on the CPU), so that top_p = 1
+  // keeps every candidate.
+  Value keep = count;
+  if (topP < 1.0) {
+    Type f64 = b.getF64Type();
+    Value maxScore = e.safeMax(e.ifElse(
+        e.icmp(arith::CmpIPredicate::ugt, count, c0),
+        [&]() -> SmallVector<Value> { return {e.load(scores, at3(c0))}; },
+        [&]() -> SmallVector<Value> { return {e.scalar(kNegInf)}; })[0]);
+    auto weightAt = [&](Value n) {
+      return arith::ExtFOp::create(
+          b, f64, e.exp(e.fsub(e.load(scores, at3(n)), maxScore)));
+    };
+    Value zero64 = arith::ConstantOp::create(b, b.getF64FloatAttr(0.0));
+    Value total = e.loop(c0, count, c1, {zero64},
+                         [&](Value n, ValueRange it) -> SmallVector<Value> {
+                           return {e.fadd(it[0], weightAt(n))};
+                         })[0];
+    Value target =
+        e.fmul(total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
+    SmallVector<Value> walked = e.whileLoop(
+        {c0, zero64},
+        [&](ValueRange it) {
+          return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], count),
+                        e.fcmp(arith::CmpFPredicate::OLT, it[1], target));
+        },
+        [&](ValueRange it) -> SmallVector<Value> {
+          return {e.add(it[0], c1), e.fadd(it[1], weightAt(it[0]))};
+        });
+    keep = e.select(e.fcmp(arith::CmpFPredicate::OGE, walked[1], target),
+                    walked[0], count);
+  }
+  keep = e.maxS(keep, e.index(op.getMinTokens()));
+  keep = e.minS(e.minS(keep, capacity), count);
+
+  // The kept tokens in ascending order, padded with -1.
+  auto keyAt = [&](Value slot) -> SmallVector<Value> {
+    return {e.loadInt(keys, at3(slot))};
+  };
+  auto storeKey = [&](Value slot, ValueRange item) {
+    memref::StoreOp::create(b, item[0], keys, at3(slot));
+  };
+  auto later = [&](ValueRange x, ValueRange y) {
+    return e.icmp(arith::CmpIPredicate::sgt, x[0], y[0]);
+  };
+  sortBestFirst(e, HeapStorage{keyAt, storeKey, later}, keep);
+  e.loop(c0, keep, c1, [&](Value n) {
+    memref::StoreOp::create(b, e.loadInt(keys, at3(n)), tokens, at3(n));
+  });
+  padWithMinusOne(e, tokens, prefix, keep, capacity);
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Sparse and tree attention, split over threads
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const GpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  bool tree = shape.selection == KeySelectionKind::Tree;
+  func::FuncOp func =
+      createThreadKernel(builder, loc, name, bindingTypes, tiling,
+                         tree ? "tree_split" : "sparse_split");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value q = args[0], k = args[1], v = args[2], selection = args[3];
+  Value partialOut = args[4], partialLse = args[5], thread = args[6];
+  Value c0 = e.index(0), c1 = e.index(1);
+
+  // Thread order (batch, head, row, split), the split fastest.
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
+  Value split = e.rem(thread, splits);
+  RowOfWorkgroup at(e, e.div(thread, splits), shape.numHeads, lq);
+  SimtRowSoftmax row(e, shape, q, k, v, at.batch, at.head, at.row);
+  auto attend = [&](Value from, Value to, ValueRange state) {
+    return e.loop(
+        from, e.maxS(to, from), c1, state,
+        [&](Value key, ValueRange it) { return row.addKey(it, key); });
+  };
+
+  SmallVector<Value> state;
+  if (!tree) {
+    // The split's share of the selection entries; the visible keys of each
+    // block listed there for the first time.
+    Value pos = e.add(e.sub(lk, lq), at.row);
+    auto [begin, end] = visibleRange(e, shape.mask, shape.window, pos, lk);
+    Value bs = e.index(shape.selectionBlockSize);
+    Value entries = e.dim(selection, 3);
+    Value perSplit = e.ceilDiv(entries, splits);
+    Value from = e.minS(entries, e.mul(split, perSplit));
+    Value to = e.minS(entries, e.add(from, perSplit));
+    state = forEachListedBlock(
+        e, selection, {at.batch, at.head, at.row}, e.ceilDiv(lk, bs), from, to,
+        row.initial(), [&](Value block, ValueRange it) {
+          Value first = e.mul(block, bs);
+          return attend(e.maxS(begin, first), e.minS(end, e.add(first, bs)),
+                        it);
+        });
+  } else {
+    // Node t = row sits at P + depth(t). Splits [0, S - 1) share the prefix
+    // keys it sees (from the window's start); the last split takes the tree
+    // keys P + u of itself and its ancestors inside the window. The runtime
+    // has checked that parents form a tree, so the walks end at the root.
+    Value prefixLength = e.sub(lk, lq);
+    auto parentOf = [&](Value node) {
+      return e.toIndex(e.loadInt(selection, {at.batch, node}));
+    };
+    auto isNode = [&](Value node) {
+      return e.icmp(arith::CmpIPredicate::sge, node, c0);
+    };
+    Value depth = e.whileLoop(
+        {at.row, c0}, [&](ValueRange it) { return isNode(parentOf(it[0])); },
+        [&](ValueRange it) -> SmallVector<Value> {
+          return {parentOf(it[0]), e.add(it[1], c1)};
+        })[1];
+    Value prefixSplits = e.sub(splits, c1);
+    state = e.ifElse(
+        e.icmp(arith::CmpIPredicate::ult, split, prefixSplits),
+        [&]() -> SmallVector<Value> {
+          Value prefixBegin = c0;
+          if (shape.mask == MaskKind::SlidingWindow)
+            prefixBegin = e.minS(
+                prefixLength, e.maxS(c0, e.add(e.sub(e.add(prefixLength, depth),
+                                                     e.index(shape.window)),
+                                               c1)));
+          Value perSplit = e.ceilDiv(prefixLength, prefixSplits);
+          Value from = e.mul(split, perSplit);
+          Value to = e.minS(prefixLength, e.add(from, perSplit));
+          return attend(e.maxS(prefixBegin, from), to, row.initial());
+        },
+        [&]() -> SmallVector<Value> {
+          // Ancestors at depth > depth(t) - window, nearest first.
+          Value deepEnough = shape.mask == MaskKind::SlidingWindow
+                                 ? e.sub(depth, e.index(shape.window))
+                                 : e.index(-1);
+          SmallVector<Value> inits{at.row, depth};
+          llvm::append_range(inits, row.initial());
+          SmallVector<Value> walked = e.whileLoop(
+              inits,
+              [&](ValueRange it) {
+                return e.andI(isNode(it[0]), e.icmp(arith::CmpIPredicate::sgt,
+                                                    it[1], deepEnough));
+              },
+              [&](ValueRange it) -> SmallVector<Value> {
+                SmallVector<Value> next{parentOf(it[0]), e.sub(it[1], c1)};
+                llvm::append_range(
+                    next,
+                    row.addKey(it.drop_front(2), e.add(prefixLength, it[0])));
+                return next;
+              });
+          return SmallVector<Value>(ValueRange(walked).drop_front(2));
+        });
+  }
+  row.storePartial(state, partialOut, partialLse, split);
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// KV compaction
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSimtKvCompactKernel(OpBuilder &builder,
+                                                  Location loc, StringRef name,
+                                                  const GpuTiling &tiling,
+                                                  TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
+                                         tiling, "kv_compact");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value k = args[0], v = args[1], path = args[2], length = args[3];
+  Value newK = args[4], newV = args[5], thread = args[6];
+  const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
+  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t Dv = staticDim(bindingTypes[1], 3);
+
+  // Thread order (batch, kv head, row, feature), the D features of k then
+  // the Dv of v fastest.
+  Value feature = e.rem(thread, e.index(D + Dv));
+  Value lk = e.dim(k, 2), nodes = e.dim(path, 1);
+  RowOfWorkgroup at(e, e.div(thread, e.index(D + Dv)), numKvHeads, lk);
+  Value r = at.row;
+  // Row P + n (n < length) takes row P + path[n]; others stay.
+  Value prefixLength = e.sub(lk, nodes);
+  Value n = e.sub(r, prefixLength);
+  Value accepted = e.toIndex(e.loadInt(length, {at.batch}));
+  Value onPath = e.andI(e.icmp(arith::CmpIPredicate::sge, n, e.index(0)),
+                        e.icmp(arith::CmpIPredicate::slt, n, accepted));
+  Value source = e.ifElse(
+      onPath,
+      [&]() -> SmallVector<Value> {
+        return {e.add(prefixLength, e.toIndex(e.loadInt(path, {at.batch, n})))};
+      },
+      [&]() -> SmallVector<Value> { return {r}; })[0];
+  Value ofKey = e.icmp(arith::CmpIPredicate::ult, feature, e.index(D));
+  e.ifElse(
+      ofKey,
+      [&]() -> SmallVector<Value> {
+        memref::StoreOp::create(
+            b,
+            memref::LoadOp::create(b, k, {at.batch, at.head, source, feature}),
+            newK, ValueRange{at.batch, at.head, r, feature});
+        return {};
+      },
+      [&]() -> SmallVector<Value> {
+        Value d = e.sub(feature, e.index(D));
+        memref::StoreOp::create(
+            b, memref::LoadOp::create(b, v, {at.batch, at.head, source, d}),
+            newV, ValueRange{at.batch, at.head, r, d});
+        return {};
+      });
+  func::ReturnOp::create(b);
+  return func;
+}

@@ -1,0 +1,161 @@
+// RUN: attn-opt %s -split-input-file -attn-gpu-dispatches -canonicalize -cse | FileCheck %s
+
+// Sparsity and trees on CUDA: thread kernels whose per-row buffers are
+// temporaries of the host program (no device-side heap), and sparse / tree
+// attention split like decode, then merged by the decode merge kernel.
+
+// Top-k keeps its heap's scores in a [B, H, Lq, fill] temporary (fill =
+// top_k - sinks - locals = 2); its block indices live in the output row.
+// Four selected blocks of 16 keys fit one split (256 keys' worth of
+// entries): the partials' split dim is the constant 1.
+// CHECK-LABEL: func.func private @topk__select_topk0(
+// CHECK-SAME:    memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x4xi32>, %{{.*}}: memref<?x4x?x2xf32>, %{{.*}}: index)
+// CHECK-SAME:    attn.kernel = "select_topk"
+// CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
+// CHECK:         scf.while
+// CHECK-LABEL: func.func private @topk__sparse_split1(
+// CHECK-SAME:    attn.kernel = "sparse_split"
+// CHECK-LABEL: func.func private @topk__merge2(
+// CHECK-LABEL: func.func @topk(
+// CHECK:         cf.assert %{{.*}}, "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / 16), the blocks of the keys"
+// CHECK:         %[[B:.*]] = memref.dim %arg0, %c0
+// CHECK:         %[[LQ:.*]] = memref.dim %arg0, %c2
+// CHECK:         %[[BLOCKS:.*]] = memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x4xi32>
+// CHECK:         %[[BH:.*]] = arith.muli %[[B]], %c4
+// CHECK:         %[[ROWS:.*]] = arith.muli %[[BH]], %[[LQ]]
+// CHECK:         %[[HEAP:.*]] = memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x2xf32>
+// CHECK:         attn.dispatch @topk__select_topk0 workgroups(%[[ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]])
+// CHECK:         memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x1x16xf32>
+// CHECK:         attn.dispatch @topk__sparse_split1 workgroups(%[[ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         attn.dispatch @topk__merge2 workgroups(%[[ROWS]]) bindings(%{{.*}}, %{{.*}}, %arg4)
+func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                %v: tensor<?x2x?x16xf32>, %meta: tensor<?x2x?x2x16xf32>)
+    -> tensor<?x4x?x16xf32> {
+  %c2 = arith.constant 2 : index
+  %lk = tensor.dim %k, %c2 : tensor<?x2x?x16xf32>
+  %blocks = attn.select_topk %q, %meta, %lk {block_size = 16, top_k = 4,
+      sink_blocks = 1, local_blocks = 1, mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x2x16xf32>
+  %o = attn.sparse_sdpa %q, %k, %v, %blocks
+      {block_size = 16, mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>,
+        tensor<?x4x?x4xi32>
+  return %o : tensor<?x4x?x16xf32>
+}
+
+// -----
+
+// Token selections of up to 600 tokens: decode calls (Lq <= 8) split them
+// 256 entries a thread, longer calls take one split per row.
+// CHECK-LABEL: func.func @tokens(
+// CHECK:         %[[LQ:.*]] = memref.dim %arg0, %c2
+// CHECK:         %[[DECODE:.*]] = arith.cmpi ule, %[[LQ]], %c8
+// CHECK:         %[[SPLITS:.*]] = arith.select %[[DECODE]], %c3, %c1
+// CHECK:         memref.alloc(%{{.*}}, %[[LQ]], %[[SPLITS]]) : memref<?x4x?x?x16xf32>
+func.func @tokens(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                  %v: tensor<?x2x?x16xf32>, %tokens: tensor<?x4x?x600xi32>)
+    -> tensor<?x4x?x16xf32> {
+  %o = attn.sparse_sdpa %q, %k, %v, %tokens
+      {block_size = 1, mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>,
+        tensor<?x4x?x600xi32>
+  return %o : tensor<?x4x?x16xf32>
+}
+
+// -----
+
+// Top-p sorts each row's candidates in [B, H, Lq, max(Lk, 1)] temporaries
+// of scores and key indices.
+// CHECK-LABEL: func.func private @topp__select_topp0(
+// CHECK-SAME:    attn.kernel = "select_topp"
+// CHECK-LABEL: func.func @topp(
+// CHECK-SAME:    %arg2: memref<?x4x?x?xi32> {attn.shape = ["B", 4, "Lq", "Lk"]}
+// CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
+// CHECK:         %[[N:.*]] = arith.maxsi %[[LK]], %c1
+// CHECK:         %[[SCORES:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xf32>
+// CHECK:         %[[KEYS:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xi32>
+// CHECK:         attn.dispatch @topp__select_topp0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %[[SCORES]], %[[KEYS]])
+func.func @topp(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
+    -> tensor<?x4x?x?xi32> {
+  %t = attn.select_topp %q, %k {top_p = 0.9, mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>
+  return %t : tensor<?x4x?x?xi32>
+}
+
+// -----
+
+// Tree attention: min(ceil(P / 256), 16) (at least 1) prefix splits plus
+// one for the ancestors, a thread per (node, split).
+// CHECK-LABEL: func.func private @tree__tree_split0(
+// CHECK-SAME:    attn.kernel = "tree_split"
+// CHECK:         scf.while
+// CHECK-LABEL: func.func @tree(
+// CHECK-SAME:    %arg3: memref<?x?xi32> {attn.contract = "tree_parents", attn.shape = ["B", "T"]}
+// CHECK:         %[[T:.*]] = memref.dim %arg0, %c2
+// CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
+// CHECK:         cf.assert
+// CHECK:         %[[P:.*]] = arith.subi %[[LK]], %[[T]]
+// CHECK:         %[[C:.*]] = arith.ceildivui %[[P]], %c256
+// CHECK:         %[[CAP:.*]] = arith.minsi %[[C]], %c16
+// CHECK:         %[[PS:.*]] = arith.maxsi %[[CAP]], %c1
+// CHECK:         %[[S:.*]] = arith.addi %[[PS]], %c1
+// CHECK:         memref.alloc(%{{.*}}, %[[T]], %[[S]]) : memref<?x4x?x?x8xf32>
+// CHECK:         attn.dispatch @tree__tree_split0
+// CHECK:         attn.dispatch @tree__merge1
+func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                %v: tensor<?x2x?x8xf32>, %parents: tensor<?x?xi32>)
+    -> tensor<?x4x?x8xf32> {
+  %o = attn.tree_sdpa %q, %k, %v, %parents
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x8xf32>,
+        tensor<?x?xi32>
+  return %o : tensor<?x4x?x8xf32>
+}
+
+// -----
+
+// Metadata: a thread per (batch, kv head, block, channel), channels
+// fastest. Compaction: a thread per (batch, kv head, row, feature of k
+// then v: 16 + 8). Acceptance: the CPU's scalar kernel, a thread per row.
+// CHECK-LABEL: func.func private @meta__block_meta0(
+// CHECK:         arith.remui %arg2, %c16
+// CHECK-LABEL: func.func @meta(
+// CHECK:         %[[NB:.*]] = memref.dim %arg1, %c2
+// CHECK:         %[[B:.*]] = memref.dim %arg1, %c0
+// CHECK:         %[[BH:.*]] = arith.muli %[[B]], %c2
+// CHECK:         %[[BLOCKS:.*]] = arith.muli %[[BH]], %[[NB]]
+// CHECK:         %[[THREADS:.*]] = arith.muli %[[BLOCKS]], %c16
+// CHECK:         attn.dispatch @meta__block_meta0 workgroups(%[[THREADS]])
+func.func @meta(%k: tensor<?x2x?x16xf32>) -> tensor<?x2x?x2x16xf32> {
+  %m = attn.block_meta %k {block_size = 16} : tensor<?x2x?x16xf32>
+  return %m : tensor<?x2x?x2x16xf32>
+}
+
+// CHECK-LABEL: func.func private @compact__kv_compact0(
+// CHECK:         arith.remui %arg6, %c24
+// CHECK-LABEL: func.func @compact(
+// CHECK:         %[[BH:.*]] = arith.muli %{{.*}}, %c2
+// CHECK:         %[[ROWS:.*]] = arith.muli %[[BH]], %{{.*}}
+// CHECK:         %[[THREADS:.*]] = arith.muli %[[ROWS]], %c24
+// CHECK:         attn.dispatch @compact__kv_compact0 workgroups(%[[THREADS]])
+func.func @compact(%k: tensor<?x2x?x16xf32>, %v: tensor<?x2x?x8xf32>,
+                   %path: tensor<?x?xi32>, %length: tensor<?xi32>)
+    -> (tensor<?x2x?x16xf32>, tensor<?x2x?x8xf32>) {
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length
+      : tensor<?x2x?x16xf32>, tensor<?x2x?x8xf32>, tensor<?x?xi32>,
+        tensor<?xi32>
+  return %k2, %v2 : tensor<?x2x?x16xf32>, tensor<?x2x?x8xf32>
+}
+
+// CHECK-LABEL: func.func private @accept__tree_accept0(
+// CHECK-SAME:    attn.kernel = "tree_accept"
+// CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
+// CHECK-LABEL: func.func @accept(
+// CHECK:         %[[B:.*]] = memref.dim %arg0, %c0
+// CHECK:         attn.dispatch @accept__tree_accept0 workgroups(%[[B]])
+func.func @accept(%tokens: tensor<?x?xi32>, %target: tensor<?x?xi32>,
+                  %parents: tensor<?x?xi32>)
+    -> (tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>) {
+  %path, %length, %bonus = attn.tree_accept %tokens, %target, %parents
+      : tensor<?x?xi32>, tensor<?x?xi32>, tensor<?x?xi32>
+  return %path, %length, %bonus : tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>
+}
