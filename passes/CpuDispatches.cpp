@@ -57,23 +57,8 @@ private:
   /// Sparse and tree attention: a workgroup per query row.
   void lowerGatheredSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                             const SoftmaxAttentionShape &shape);
-  /// Dispatches `kernel` over `groups` workgroups with `bindings`.
-  void dispatch(ImplicitLocOpBuilder &b,
-                function_ref<func::FuncOp(OpBuilder &, TypeRange)> kernel,
-                Value groups, ValueRange bindings);
-
   const CpuTiling &tiling;
 };
-
-void CpuEntryLowering::dispatch(
-    ImplicitLocOpBuilder &b,
-    function_ref<func::FuncOp(OpBuilder &, TypeRange)> kernel, Value groups,
-    ValueRange bindings) {
-  OpBuilder kernelBuilder(host);
-  SmallVector<Type> types(bindings.getTypes());
-  DispatchOp::create(b, kernel(kernelBuilder, types).getSymName(), groups,
-                     bindings);
-}
 
 void CpuEntryLowering::lowerGatheredSoftmax(
     ImplicitLocOpBuilder &b, AttentionOpInterface op,
@@ -93,13 +78,10 @@ void CpuEntryLowering::lowerGatheredSoftmax(
       s.lq);
   std::string name =
       kernelName(shape.selection == KeySelectionKind::Tree ? "tree" : "sparse");
-  dispatch(
-      b,
-      [&](OpBuilder &builder, TypeRange types) {
-        return buildGatheredAttentionKernel(builder, op.getLoc(), name, shape,
-                                            tiling, types);
-      },
-      groups, bindings);
+  dispatchKernel(b, groups, bindings, [&](OpBuilder &builder, TypeRange types) {
+    return buildGatheredAttentionKernel(builder, op.getLoc(), name, shape,
+                                        tiling, types);
+  });
 }
 
 void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
@@ -116,7 +98,7 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   std::string name = kernelName(op->getName().stripDialect());
   auto emit = [&](Value groups,
                   function_ref<func::FuncOp(OpBuilder &, TypeRange)> kernel) {
-    dispatch(b, kernel, groups, bindings);
+    dispatchKernel(b, groups, bindings, kernel);
   };
 
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {

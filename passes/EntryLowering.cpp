@@ -403,6 +403,15 @@ Value EntryLowering::bufferFor(ImplicitLocOpBuilder &b, Value result,
                                  dynamicSizes);
 }
 
+void EntryLowering::dispatchKernel(
+    ImplicitLocOpBuilder &b, Value workgroups, ValueRange bindings,
+    function_ref<func::FuncOp(OpBuilder &, TypeRange)> build) {
+  OpBuilder kernelBuilder(host);
+  SmallVector<Type> types(bindings.getTypes());
+  DispatchOp::create(b, build(kernelBuilder, types).getSymName(), workgroups,
+                     bindings);
+}
+
 std::string EntryLowering::kernelName(StringRef kind) {
   std::string name;
   for (char c : entry.getSymName())

@@ -64,6 +64,11 @@ protected:
   /// dynamic dim).
   Value bufferFor(ImplicitLocOpBuilder &b, Value result,
                   ArrayRef<Value> dynamicSizes);
+  /// Builds a kernel with `build` (given the bindings' types) before the
+  /// entry and dispatches it over `workgroups` with `bindings` at `b`.
+  void dispatchKernel(ImplicitLocOpBuilder &b, Value workgroups,
+                      ValueRange bindings,
+                      function_ref<func::FuncOp(OpBuilder &, TypeRange)> build);
   /// A kernel name unique in the module: `<entry>__<kind><n>`.
   std::string kernelName(StringRef kind);
 

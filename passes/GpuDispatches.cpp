@@ -45,21 +45,9 @@ private:
   /// Sparse and tree attention: split + merge like decode.
   void lowerGatheredSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                             const SoftmaxAttentionShape &shape);
-  /// Dispatches the kernel `build` makes over `threads` with `bindings`.
-  void dispatch(ImplicitLocOpBuilder &b, Value threads, ValueRange bindings,
-                function_ref<func::FuncOp(OpBuilder &, TypeRange)> build);
 
   const GpuTiling &tiling;
 };
-
-void GpuEntryLowering::dispatch(
-    ImplicitLocOpBuilder &b, Value threads, ValueRange bindings,
-    function_ref<func::FuncOp(OpBuilder &, TypeRange)> build) {
-  OpBuilder kernelBuilder(host);
-  SmallVector<Type> types(bindings.getTypes());
-  DispatchOp::create(b, build(kernelBuilder, types).getSymName(), threads,
-                     bindings);
-}
 
 void GpuEntryLowering::lowerGatheredSoftmax(
     ImplicitLocOpBuilder &b, AttentionOpInterface op,
@@ -98,18 +86,18 @@ void GpuEntryLowering::lowerGatheredSoftmax(
                         splits);
   Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
   std::string splitName = kernelName(tree ? "tree_split" : "sparse_split");
-  dispatch(b, mul(rows, splits),
-           {s.q, s.k, s.v, s.selection, s.partialOut, s.partialLse},
-           [&](OpBuilder &builder, TypeRange types) {
-             return buildSimtGatheredSplitKernel(
-                 builder, op.getLoc(), splitName, shape, tiling, types);
-           });
+  dispatchKernel(b, mul(rows, splits),
+                 {s.q, s.k, s.v, s.selection, s.partialOut, s.partialLse},
+                 [&](OpBuilder &builder, TypeRange types) {
+                   return buildSimtGatheredSplitKernel(
+                       builder, op.getLoc(), splitName, shape, tiling, types);
+                 });
   std::string mergeName = kernelName("merge");
-  dispatch(b, rows, s.mergeBindings(),
-           [&](OpBuilder &builder, TypeRange types) {
-             return buildSimtMergeKernel(builder, op.getLoc(), mergeName, shape,
-                                         tiling, types);
-           });
+  dispatchKernel(b, rows, s.mergeBindings(),
+                 [&](OpBuilder &builder, TypeRange types) {
+                   return buildSimtMergeKernel(builder, op.getLoc(), mergeName,
+                                               shape, tiling, types);
+                 });
 }
 
 void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
@@ -142,9 +130,11 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     Value threads =
         mul(mul(mul(dim(out, 0), index(staticDim(out, 1))), dim(out, 2)),
             index(staticDim(out, 4)));
-    return dispatch(b, threads, all, [&](OpBuilder &builder, TypeRange types) {
-      return buildSimtBlockMetaKernel(builder, loc, name, meta, tiling, types);
-    });
+    return dispatchKernel(b, threads, all,
+                          [&](OpBuilder &builder, TypeRange types) {
+                            return buildSimtBlockMetaKernel(
+                                builder, loc, name, meta, tiling, types);
+                          });
   }
   if (isa<SelectTopKOp, SelectTopPOp>(op)) {
     Value q = bindings[0];
@@ -153,23 +143,25 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
       int64_t fill =
           select.getTopK() - select.getSinkBlocks() - select.getLocalBlocks();
       rowTemporary(b.getF32Type(), std::max<int64_t>(fill, 1), Value());
-      return dispatch(b, rows, all, [&](OpBuilder &builder, TypeRange types) {
-        return buildSimtSelectTopKKernel(builder, loc, name, select, tiling,
-                                         types);
-      });
+      return dispatchKernel(b, rows, all,
+                            [&](OpBuilder &builder, TypeRange types) {
+                              return buildSimtSelectTopKKernel(
+                                  builder, loc, name, select, tiling, types);
+                            });
     }
     auto select = cast<SelectTopPOp>(op);
     Value keys = arith::MaxSIOp::create(b, dim(bindings[1], 2), index(1));
     rowTemporary(b.getF32Type(), ShapedType::kDynamic, keys);
     rowTemporary(b.getI32Type(), ShapedType::kDynamic, keys);
-    return dispatch(b, rows, all, [&](OpBuilder &builder, TypeRange types) {
-      return buildSimtSelectTopPKernel(builder, loc, name, select, tiling,
-                                       types);
-    });
+    return dispatchKernel(b, rows, all,
+                          [&](OpBuilder &builder, TypeRange types) {
+                            return buildSimtSelectTopPKernel(
+                                builder, loc, name, select, tiling, types);
+                          });
   }
   if (isa<TreeAcceptOp>(op))
     // The scalar kernel of the CPU, a thread per batch row.
-    return dispatch(
+    return dispatchKernel(
         b, dim(bindings[0], 0), all, [&](OpBuilder &builder, TypeRange types) {
           return buildTreeAcceptKernel(builder, loc, name,
                                        tiling.toAttr(b.getContext()), types);
@@ -178,7 +170,7 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   Value features = index(staticDim(k, 3) + staticDim(bindings[1], 3));
   Value threads =
       mul(mul(mul(dim(k, 0), index(staticDim(k, 1))), dim(k, 2)), features);
-  dispatch(b, threads, all, [&](OpBuilder &builder, TypeRange types) {
+  dispatchKernel(b, threads, all, [&](OpBuilder &builder, TypeRange types) {
     return buildSimtKvCompactKernel(builder, loc, name, tiling, types);
   });
 }

@@ -48,6 +48,17 @@ std::pair<Value, Value> mlir::attn::visibleRange(KernelEmitter &e,
   return {begin, end};
 }
 
+std::pair<Value, Value> mlir::attn::topKCandidates(KernelEmitter &e,
+                                                   SelectTopKOp op, Value pos,
+                                                   Value lk) {
+  MaskAttr mask = op.getMask();
+  auto [begin, end] =
+      visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
+  Value bs = e.index(op.getBlockSize());
+  Value first = e.div(begin, bs);
+  return {first, e.sub(e.maxS(e.ceilDiv(end, bs), first), first)};
+}
+
 void mlir::attn::padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix,
                                  Value from, Value to) {
   Value minusOne = e.i32(-1);
@@ -56,6 +67,104 @@ void mlir::attn::padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix,
     indices.push_back(slot);
     memref::StoreOp::create(e.b, minusOne, out, indices);
   });
+}
+
+TreeNodeKeys::TreeNodeKeys(KernelEmitter &e, Value parents, Value batch,
+                           Value node, Value prefixLength, MaskKind mask,
+                           int64_t window)
+    : e(e), parents(parents), batch(batch), node(node), mask(mask),
+      window(window) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  depth = e.whileLoop(
+      {node, c0}, [&](ValueRange it) { return isNode(parentOf(it[0])); },
+      [&](ValueRange it) -> SmallVector<Value> {
+        return {parentOf(it[0]), e.add(it[1], c1)};
+      })[1];
+  prefixBegin = c0;
+  if (mask == MaskKind::SlidingWindow)
+    prefixBegin = e.minS(
+        prefixLength,
+        e.maxS(c0,
+               e.add(e.sub(e.add(prefixLength, depth), e.index(window)), c1)));
+}
+
+Value TreeNodeKeys::parentOf(Value u) {
+  return e.toIndex(e.loadInt(parents, {batch, u}));
+}
+
+Value TreeNodeKeys::isNode(Value u) {
+  return e.icmp(arith::CmpIPredicate::sge, u, e.index(0));
+}
+
+SmallVector<Value> TreeNodeKeys::eachTreeKey(
+    ValueRange inits,
+    function_ref<SmallVector<Value>(Value u, ValueRange)> body) {
+  // Ancestors at depth > depth(t) - window.
+  Value deepEnough = mask == MaskKind::SlidingWindow
+                         ? e.sub(depth, e.index(window))
+                         : e.index(-1);
+  SmallVector<Value> walkInits{node, depth};
+  llvm::append_range(walkInits, inits);
+  SmallVector<Value> walked = e.whileLoop(
+      walkInits,
+      [&](ValueRange it) {
+        return e.andI(isNode(it[0]),
+                      e.icmp(arith::CmpIPredicate::sgt, it[1], deepEnough));
+      },
+      [&](ValueRange it) -> SmallVector<Value> {
+        SmallVector<Value> next{parentOf(it[0]), e.sub(it[1], e.index(1))};
+        llvm::append_range(next, body(it[0], it.drop_front(2)));
+        return next;
+      });
+  return SmallVector<Value>(ValueRange(walked).drop_front(2));
+}
+
+Value mlir::attn::worseScored(KernelEmitter &e, Value scoreA, Value indexA,
+                              Value scoreB, Value indexB) {
+  Value lower = e.fcmp(arith::CmpFPredicate::OLT, scoreA, scoreB);
+  Value tieLater = e.andI(e.fcmp(arith::CmpFPredicate::OEQ, scoreA, scoreB),
+                          e.icmp(arith::CmpIPredicate::sgt, indexA, indexB));
+  return e.orI(lower, tieLater);
+}
+
+Value mlir::attn::topPKeepCount(KernelEmitter &e, SelectTopPOp op, Value count,
+                                Value capacity,
+                                function_ref<Value(Value)> sortedScoreAt) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value keep = count;
+  double topP = op.getTopP().convertToDouble();
+  if (topP < 1.0) {
+    Type f64 = b.getF64Type();
+    Value maxScore = e.safeMax(e.ifElse(
+        e.icmp(arith::CmpIPredicate::ugt, count, c0),
+        [&]() -> SmallVector<Value> { return {sortedScoreAt(c0)}; },
+        [&]() -> SmallVector<Value> { return {e.scalar(kNegInf)}; })[0]);
+    auto weightAt = [&](Value n) {
+      return arith::ExtFOp::create(b, f64,
+                                   e.exp(e.fsub(sortedScoreAt(n), maxScore)));
+    };
+    Value zero64 = arith::ConstantOp::create(b, b.getF64FloatAttr(0.0));
+    Value total = e.loop(c0, count, c1, {zero64},
+                         [&](Value n, ValueRange it) -> SmallVector<Value> {
+                           return {e.fadd(it[0], weightAt(n))};
+                         })[0];
+    Value target =
+        e.fmul(total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
+    SmallVector<Value> walked = e.whileLoop(
+        {c0, zero64},
+        [&](ValueRange it) {
+          return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], count),
+                        e.fcmp(arith::CmpFPredicate::OLT, it[1], target));
+        },
+        [&](ValueRange it) -> SmallVector<Value> {
+          return {e.add(it[0], c1), e.fadd(it[1], weightAt(it[0]))};
+        });
+    keep = e.select(e.fcmp(arith::CmpFPredicate::OGE, walked[1], target),
+                    walked[0], count);
+  }
+  keep = e.maxS(keep, e.index(op.getMinTokens()));
+  return e.minS(e.minS(keep, capacity), count);
 }
 
 double mlir::attn::selectionScale(std::optional<APFloat> scale,
@@ -143,12 +252,8 @@ void withIntHeap(KernelEmitter &e, Value items, WorsePredicate worse,
 /// lists candidates in ascending key order) is worse than b when its score
 /// is lower, or equal with a higher index.
 Value worseByScore(KernelEmitter &e, Value scores, Value a, Value b) {
-  Value sa = e.load(scores, {e.toIndex(a)});
-  Value sb = e.load(scores, {e.toIndex(b)});
-  Value lower = e.fcmp(arith::CmpFPredicate::OLT, sa, sb);
-  Value tieLater = e.andI(e.fcmp(arith::CmpFPredicate::OEQ, sa, sb),
-                          e.icmp(arith::CmpIPredicate::sgt, a, b));
-  return e.orI(lower, tieLater);
+  return worseScored(e, e.load(scores, {e.toIndex(a)}), a,
+                     e.load(scores, {e.toIndex(b)}), b);
 }
 
 /// A zeroed i8 flag per item of [0, count).
@@ -301,24 +406,17 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], 3);
   const int64_t group = H / staticDim(bindingTypes[1], 1);
-  const int64_t bs = op.getBlockSize(), topK = op.getTopK();
+  const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
   const int64_t fill = topK - sink - local;
-  MaskAttr mask = op.getMask();
   double scale = selectionScale(op.getScale(), D);
 
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(keyCarrier, 0);
   RowOfWorkgroup at(e, workgroup, H, lq);
   Value kvHead = e.div(at.head, e.index(group));
-  Value pos = e.add(e.sub(lk, lq), at.row);
-  auto [begin, end] =
-      visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
-  // Candidates: the blocks [firstBlock, firstBlock + count) that hold a
-  // visible key.
-  Value firstBlock = e.div(begin, e.index(bs));
-  Value count =
-      e.sub(e.maxS(e.ceilDiv(end, e.index(bs)), firstBlock), firstBlock);
+  auto [firstBlock, count] =
+      topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
   SmallVector<Value> prefix{at.batch, at.head, at.row};
   auto store = [&](Value value, Value slot) {
     memref::StoreOp::create(b, value, blocks,
@@ -420,8 +518,6 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   MaskAttr mask = op.getMask();
   double scale = selectionScale(op.getScale(), D);
   double softcap = op.getSoftcap().convertToDouble();
-  double topP = op.getTopP().convertToDouble();
-
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2), capacity = e.dim(tokens, 3);
   RowOfWorkgroup at(e, workgroup, H, lq);
@@ -464,40 +560,9 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   withIntHeap(
       e, order, [&](Value x, Value y) { return worseByScore(e, scores, x, y); },
       [&](const HeapStorage &storage) { sortBestFirst(e, storage, count); });
-  Value keep = count;
-  if (topP < 1.0) {
-    Type f64 = b.getF64Type();
-    Value maxScore = e.safeMax(e.ifElse(
-        e.icmp(arith::CmpIPredicate::ugt, count, c0),
-        [&]() -> SmallVector<Value> {
-          return {e.load(scores, {e.toIndex(e.loadInt(order, {c0}))})};
-        },
-        [&]() -> SmallVector<Value> { return {e.scalar(kNegInf)}; })[0]);
-    auto weightAt = [&](Value n) {
-      Value s = e.load(scores, {e.toIndex(e.loadInt(order, {n}))});
-      return arith::ExtFOp::create(b, f64, e.exp(e.fsub(s, maxScore)));
-    };
-    Value zero64 = arith::ConstantOp::create(b, b.getF64FloatAttr(0.0));
-    Value total = e.loop(c0, count, c1, {zero64},
-                         [&](Value n, ValueRange it) -> SmallVector<Value> {
-                           return {e.fadd(it[0], weightAt(n))};
-                         })[0];
-    Value target =
-        e.fmul(total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
-    SmallVector<Value> walked = e.whileLoop(
-        {c0, zero64},
-        [&](ValueRange it) {
-          return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], count),
-                        e.fcmp(arith::CmpFPredicate::OLT, it[1], target));
-        },
-        [&](ValueRange it) -> SmallVector<Value> {
-          return {e.add(it[0], c1), e.fadd(it[1], weightAt(it[0]))};
-        });
-    keep = e.select(e.fcmp(arith::CmpFPredicate::OGE, walked[1], target),
-                    walked[0], count);
-  }
-  keep = e.maxS(keep, e.index(op.getMinTokens()));
-  keep = e.minS(e.minS(keep, capacity), count);
+  Value keep = topPKeepCount(e, op, count, capacity, [&](Value n) {
+    return e.load(scores, {e.toIndex(e.loadInt(order, {n}))});
+  });
 
   Value kept = zeroFlags(e, e.maxS(count, c1));
   e.loop(c0, keep, c1,
@@ -555,47 +620,20 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
                                e.ceilDiv(lk, e.index(bs)));
     count = gatherMarkedKeys(e, marks, bs, begin, end, keys, c0);
   } else {
-    // Node t = row sits at P + depth(t); it sees the prefix (from the
-    // window's start) and the tree keys P + u of itself and its ancestors
-    // whose positions P + depth(u) are inside the window. The runtime has
-    // checked that parents form a tree, so the walks end at the root.
+    // The prefix keys in the node's window, then the tree keys.
     Value prefixLength = e.sub(lk, lq);
-    auto parentOf = [&](Value node) {
-      return e.toIndex(e.loadInt(selection, {at.batch, node}));
-    };
-    auto isNode = [&](Value node) {
-      return e.icmp(arith::CmpIPredicate::sge, node, c0);
-    };
-    Value depth = e.whileLoop(
-        {at.row, c0}, [&](ValueRange it) { return isNode(parentOf(it[0])); },
-        [&](ValueRange it) -> SmallVector<Value> {
-          return {parentOf(it[0]), e.add(it[1], c1)};
-        })[1];
-    Value prefixBegin = c0;
-    if (shape.mask == MaskKind::SlidingWindow)
-      prefixBegin = e.minS(prefixLength,
-                           e.maxS(c0, e.add(e.sub(e.add(prefixLength, depth),
-                                                  e.index(shape.window)),
-                                            c1)));
-    e.loop(prefixBegin, prefixLength, c1, [&](Value j) {
-      memref::StoreOp::create(b, e.toI32(j), keys, e.sub(j, prefixBegin));
+    TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
+                      shape.window);
+    e.loop(node.prefixBegin, prefixLength, c1, [&](Value j) {
+      memref::StoreOp::create(b, e.toI32(j), keys, e.sub(j, node.prefixBegin));
     });
-    Value prefixKeys = e.sub(prefixLength, prefixBegin);
-    // Ancestors at depth > depth(t) - window, nearest first.
-    Value deepEnough = shape.mask == MaskKind::SlidingWindow
-                           ? e.sub(depth, e.index(shape.window))
-                           : e.index(-1);
-    count = e.whileLoop(
-        {at.row, depth, prefixKeys},
-        [&](ValueRange it) {
-          return e.andI(isNode(it[0]),
-                        e.icmp(arith::CmpIPredicate::sgt, it[1], deepEnough));
-        },
-        [&](ValueRange it) -> SmallVector<Value> {
-          memref::StoreOp::create(b, e.toI32(e.add(prefixLength, it[0])), keys,
-                                  it[2]);
-          return {parentOf(it[0]), e.sub(it[1], c1), e.add(it[2], c1)};
-        })[2];
+    count =
+        node.eachTreeKey({e.sub(prefixLength, node.prefixBegin)},
+                         [&](Value u, ValueRange n) -> SmallVector<Value> {
+                           memref::StoreOp::create(
+                               b, e.toI32(e.add(prefixLength, u)), keys, n[0]);
+                           return {e.add(n[0], c1)};
+                         })[0];
   }
 
   // Online softmax over the list, `W` keys at a time: one rescale of the

@@ -30,9 +30,55 @@ struct RowOfWorkgroup {
 std::pair<Value, Value> visibleRange(KernelEmitter &e, MaskKind mask,
                                      int64_t window, Value pos, Value lk);
 
+/// The candidate blocks of top-k for a query at (signed) position `pos`
+/// among `lk` keys: [first, first + count), the blocks that hold a key the
+/// op's mask leaves visible.
+std::pair<Value, Value> topKCandidates(KernelEmitter &e, SelectTopKOp op,
+                                       Value pos, Value lk);
+
 /// Fills out[prefix..., from .. to) with -1 (a selection's padding).
 void padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix, Value from,
                      Value to);
+
+/// The keys node `node` of a draft tree sees (SPEC §1.4), from its batch
+/// row of `parents` [B, T]: node t sits at P + depth(t) and sees the prefix
+/// keys from its window's start and the tree keys P + u of itself and its
+/// ancestors whose positions P + depth(u) are in the window. The runtime has
+/// checked that parents form a tree, so the walks end at the root.
+class TreeNodeKeys {
+public:
+  TreeNodeKeys(KernelEmitter &e, Value parents, Value batch, Value node,
+               Value prefixLength, MaskKind mask, int64_t window);
+  /// The first prefix key in the node's window (the prefix ends at P).
+  Value prefixBegin;
+  /// Runs `body(u, iters)` for the node and each ancestor u in its window,
+  /// nearest first; returns the final iters.
+  SmallVector<Value>
+  eachTreeKey(ValueRange inits,
+              function_ref<SmallVector<Value>(Value u, ValueRange)> body);
+
+private:
+  Value parentOf(Value u);
+  Value isNode(Value u);
+
+  KernelEmitter &e;
+  Value parents, batch, node, depth;
+  MaskKind mask;
+  int64_t window;
+};
+
+/// SPEC §1.3's order of scored candidates: (scoreA, indexA) is worse than
+/// (scoreB, indexB) when its score is lower, or equal with a higher index.
+Value worseScored(KernelEmitter &e, Value scoreA, Value indexA, Value scoreB,
+                  Value indexB);
+
+/// How many of `count` candidates top-p keeps: the shortest prefix of the
+/// best-first order whose weights exp(s - max) / sum reach `top_p`, summed
+/// in f64 in that order (so that top_p = 1 keeps every candidate), clamped
+/// to [min_tokens, capacity] and to `count`. `sortedScoreAt(n)` is the
+/// score of the n-th best candidate.
+Value topPKeepCount(KernelEmitter &e, SelectTopPOp op, Value count,
+                    Value capacity, function_ref<Value(Value)> sortedScoreAt);
 
 /// The score scale of a selection op: its `scale`, else 1/sqrt(D).
 double selectionScale(std::optional<APFloat> scale, int64_t headDim);

@@ -185,23 +185,16 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(OpBuilder &builder,
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], 3);
   const int64_t group = H / staticDim(bindingTypes[1], 1);
-  const int64_t bs = op.getBlockSize(), topK = op.getTopK();
+  const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
   const int64_t fill = topK - sink - local;
-  MaskAttr mask = op.getMask();
 
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(keyCarrier, 0);
   RowOfWorkgroup at(e, thread, H, lq);
   Value kvHead = e.div(at.head, e.index(group));
-  Value pos = e.add(e.sub(lk, lq), at.row);
-  auto [begin, end] =
-      visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
-  // Candidates: the blocks [firstBlock, firstBlock + count) that hold a
-  // visible key.
-  Value firstBlock = e.div(begin, e.index(bs));
-  Value count =
-      e.sub(e.maxS(e.ceilDiv(end, e.index(bs)), firstBlock), firstBlock);
+  auto [firstBlock, count] =
+      topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
   SmallVector<Value> prefix{at.batch, at.head, at.row};
   auto store = [&](Value block, Value slot) {
     memref::StoreOp::create(b, e.toI32(block), blocks, indicesOf(prefix, slot));
@@ -249,11 +242,7 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(OpBuilder &builder,
           // SPEC §1.3's order: a lower score, or an equal one of a later
           // block, is worse.
           auto worse = [&](ValueRange x, ValueRange y) {
-            Value lower = e.fcmp(arith::CmpFPredicate::OLT, x[0], y[0]);
-            Value tieLater =
-                e.andI(e.fcmp(arith::CmpFPredicate::OEQ, x[0], y[0]),
-                       e.icmp(arith::CmpIPredicate::sgt, x[1], y[1]));
-            return e.orI(lower, tieLater);
+            return worseScored(e, x[0], x[1], y[0], y[1]);
           };
           HeapStorage heap{load, storeItem, worse};
           Value heapSize = e.index(fill);
@@ -318,7 +307,6 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
   const int64_t group = H / staticDim(bindingTypes[1], 1);
   MaskAttr mask = op.getMask();
   double softcap = op.getSoftcap().convertToDouble();
-  double topP = op.getTopP().convertToDouble();
 
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2), capacity = e.dim(tokens, 3);
@@ -369,48 +357,12 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
     memref::StoreOp::create(b, item[1], keys, at3(slot));
   };
   auto worse = [&](ValueRange x, ValueRange y) {
-    Value lower = e.fcmp(arith::CmpFPredicate::OLT, x[0], y[0]);
-    Value tieLater = e.andI(e.fcmp(arith::CmpFPredicate::OEQ, x[0], y[0]),
-                            e.icmp(arith::CmpIPredicate::sgt, x[1], y[1]));
-    return e.orI(lower, tieLater);
+    return worseScored(e, x[0], x[1], y[0], y[1]);
   };
   sortBestFirst(e, HeapStorage{load, storeItem, worse}, count);
 
-  // The shortest prefix whose weights exp(s - max) / sum reach top_p,
-  // summed in f64 in the sorted order (as on the CPU), so that top_p = 1
-  // keeps every candidate.
-  Value keep = count;
-  if (topP < 1.0) {
-    Type f64 = b.getF64Type();
-    Value maxScore = e.safeMax(e.ifElse(
-        e.icmp(arith::CmpIPredicate::ugt, count, c0),
-        [&]() -> SmallVector<Value> { return {e.load(scores, at3(c0))}; },
-        [&]() -> SmallVector<Value> { return {e.scalar(kNegInf)}; })[0]);
-    auto weightAt = [&](Value n) {
-      return arith::ExtFOp::create(
-          b, f64, e.exp(e.fsub(e.load(scores, at3(n)), maxScore)));
-    };
-    Value zero64 = arith::ConstantOp::create(b, b.getF64FloatAttr(0.0));
-    Value total = e.loop(c0, count, c1, {zero64},
-                         [&](Value n, ValueRange it) -> SmallVector<Value> {
-                           return {e.fadd(it[0], weightAt(n))};
-                         })[0];
-    Value target =
-        e.fmul(total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
-    SmallVector<Value> walked = e.whileLoop(
-        {c0, zero64},
-        [&](ValueRange it) {
-          return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], count),
-                        e.fcmp(arith::CmpFPredicate::OLT, it[1], target));
-        },
-        [&](ValueRange it) -> SmallVector<Value> {
-          return {e.add(it[0], c1), e.fadd(it[1], weightAt(it[0]))};
-        });
-    keep = e.select(e.fcmp(arith::CmpFPredicate::OGE, walked[1], target),
-                    walked[0], count);
-  }
-  keep = e.maxS(keep, e.index(op.getMinTokens()));
-  keep = e.minS(e.minS(keep, capacity), count);
+  Value keep = topPKeepCount(e, op, count, capacity,
+                             [&](Value n) { return e.load(scores, at3(n)); });
 
   // The kept tokens in ascending order, padded with -1.
   auto keyAt = [&](Value slot) -> SmallVector<Value> {
@@ -449,7 +401,7 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
   auto args = func.getArguments();
   Value q = args[0], k = args[1], v = args[2], selection = args[3];
   Value partialOut = args[4], partialLse = args[5], thread = args[6];
-  Value c0 = e.index(0), c1 = e.index(1);
+  Value c1 = e.index(1);
 
   // Thread order (batch, head, row, split), the split fastest.
   Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
@@ -481,58 +433,24 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
                         it);
         });
   } else {
-    // Node t = row sits at P + depth(t). Splits [0, S - 1) share the prefix
-    // keys it sees (from the window's start); the last split takes the tree
-    // keys P + u of itself and its ancestors inside the window. The runtime
-    // has checked that parents form a tree, so the walks end at the root.
+    // Splits [0, S - 1) share the prefix keys in the node's window; the
+    // last split takes the tree keys.
     Value prefixLength = e.sub(lk, lq);
-    auto parentOf = [&](Value node) {
-      return e.toIndex(e.loadInt(selection, {at.batch, node}));
-    };
-    auto isNode = [&](Value node) {
-      return e.icmp(arith::CmpIPredicate::sge, node, c0);
-    };
-    Value depth = e.whileLoop(
-        {at.row, c0}, [&](ValueRange it) { return isNode(parentOf(it[0])); },
-        [&](ValueRange it) -> SmallVector<Value> {
-          return {parentOf(it[0]), e.add(it[1], c1)};
-        })[1];
+    TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
+                      shape.window);
     Value prefixSplits = e.sub(splits, c1);
     state = e.ifElse(
         e.icmp(arith::CmpIPredicate::ult, split, prefixSplits),
         [&]() -> SmallVector<Value> {
-          Value prefixBegin = c0;
-          if (shape.mask == MaskKind::SlidingWindow)
-            prefixBegin = e.minS(
-                prefixLength, e.maxS(c0, e.add(e.sub(e.add(prefixLength, depth),
-                                                     e.index(shape.window)),
-                                               c1)));
           Value perSplit = e.ceilDiv(prefixLength, prefixSplits);
           Value from = e.mul(split, perSplit);
           Value to = e.minS(prefixLength, e.add(from, perSplit));
-          return attend(e.maxS(prefixBegin, from), to, row.initial());
+          return attend(e.maxS(node.prefixBegin, from), to, row.initial());
         },
         [&]() -> SmallVector<Value> {
-          // Ancestors at depth > depth(t) - window, nearest first.
-          Value deepEnough = shape.mask == MaskKind::SlidingWindow
-                                 ? e.sub(depth, e.index(shape.window))
-                                 : e.index(-1);
-          SmallVector<Value> inits{at.row, depth};
-          llvm::append_range(inits, row.initial());
-          SmallVector<Value> walked = e.whileLoop(
-              inits,
-              [&](ValueRange it) {
-                return e.andI(isNode(it[0]), e.icmp(arith::CmpIPredicate::sgt,
-                                                    it[1], deepEnough));
-              },
-              [&](ValueRange it) -> SmallVector<Value> {
-                SmallVector<Value> next{parentOf(it[0]), e.sub(it[1], c1)};
-                llvm::append_range(
-                    next,
-                    row.addKey(it.drop_front(2), e.add(prefixLength, it[0])));
-                return next;
-              });
-          return SmallVector<Value>(ValueRange(walked).drop_front(2));
+          return node.eachTreeKey(row.initial(), [&](Value u, ValueRange it) {
+            return row.addKey(it, e.add(prefixLength, u));
+          });
         });
   }
   row.storePartial(state, partialOut, partialLse, split);
