@@ -13,8 +13,14 @@
 //    this shared machine drifts with its neighbours' load). The caches are
 //    emptied before each timed call, so K and V come from DRAM.
 //
+//  * sparse decode (Lq=1, Lk=8K..32K, Hkv 2): Quest top-k (64 blocks of
+//    16 keys, 1 sink and 1 local block) and top-k then Twilight top-p 0.9,
+//    timed like decode, as a speedup over dense decode measured beside
+//    them, and in GB/s over memcpy of what they read at least: the block
+//    metadata and each query head's kept K and V rows.
+//
 //   attention-bench [--threads N] [--repeat N] [--quick]
-//                   [--only prefill|decode]
+//                   [--only prefill|decode|sparse]
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,6 +41,39 @@ std::unique_ptr<attn::Model> compileLayer(int heads, int kvHeads, int dim,
                 R"("num_kv_heads": %d, "head_dim": %d, "mask": "%s"}]})",
                 heads, kvHeads, dim, mask);
   return attn::bench::compileAndLoad(json, threads);
+}
+
+/// Runs entry `entry` of `model`; exits with the runtime's message if the
+/// call fails.
+void runOrExit(attn::Model &model, int32_t entry,
+               const std::vector<attn::Tensor> &inputs,
+               std::vector<attn::Tensor> &outputs) {
+  attn::Status status = model.run(entry, inputs, outputs);
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s\n", status.message.c_str());
+    std::exit(1);
+  }
+}
+
+/// The median of 4 * repeat calls of `run`, each after the caches are
+/// emptied, so that K and V come from DRAM as in a model whose layers each
+/// read their cache once per token. Calls right after a large copy run up
+/// to 3x slower for ~10 ms on this VM (and not after reads alone), so the
+/// calls are warmed up for 100 ms first; time the ceiling after them.
+template <typename F>
+double coldMedianSeconds(MemcpyCeiling &ceiling, int repeat, F &&run) {
+  auto warmUpEnd = Clock::now() + std::chrono::milliseconds(100);
+  for (int calls = 0; calls < 3 || Clock::now() < warmUpEnd; ++calls)
+    run();
+  std::vector<double> times;
+  for (int round = 0; round < 4 * repeat; ++round) {
+    ceiling.evictCaches();
+    auto begin = Clock::now();
+    run();
+    times.push_back(
+        std::chrono::duration<double>(Clock::now() - begin).count());
+  }
+  return median(times);
 }
 
 std::vector<attn::Tensor> randomInputs(int heads, int kvHeads, int64_t lq,
@@ -107,37 +146,80 @@ bool decodeTable(const BenchOptions &options) {
       std::vector<attn::Tensor> inputs =
                                     randomInputs(heads, kvHeads, 1, lk, dim),
                                 outputs;
-      auto run = [&] {
-        attn::Status status = model->run(0, inputs, outputs);
-        if (!status.ok()) {
-          std::fprintf(stderr, "%s\n", status.message.c_str());
-          std::exit(1);
-        }
-      };
       const double bytes = 2.0 * kvHeads * lk * dim * 4;
-      // Calls right after a large copy run up to 3x slower for ~10 ms on
-      // this VM (and not after reads alone), so the calls are warmed up
-      // for 100 ms first, and the ceiling is timed after them.
-      auto warmUpEnd = Clock::now() + std::chrono::milliseconds(100);
-      for (int calls = 0; calls < 3 || Clock::now() < warmUpEnd; ++calls)
-        run();
-      // Each timed call reads K and V from DRAM, as in a model whose layers
-      // each read their cache once per token: the caches are emptied
-      // (by reads) before it.
-      std::vector<double> times;
-      for (int round = 0; round < 4 * options.repeat; ++round) {
-        ceiling.evictCaches();
-        auto begin = Clock::now();
-        run();
-        times.push_back(
-            std::chrono::duration<double>(Clock::now() - begin).count());
-      }
-      double seconds = median(times);
+      double seconds = coldMedianSeconds(ceiling, options.repeat, [&] {
+        runOrExit(*model, 0, inputs, outputs);
+      });
       double memcpyRate = ceiling.gbps(options.repeat);
       std::printf("| decode | %d | %lld | %.3f | %.1f | %.1f | %.2f |\n",
                   kvHeads, static_cast<long long>(lk), seconds * 1e3,
                   bytes / seconds / 1e9, memcpyRate,
                   bytes / seconds / 1e9 / memcpyRate);
+    }
+  }
+  return true;
+}
+
+/// The sparse decode table: top-k and top-k + top-p against dense decode.
+bool sparseTable(const BenchOptions &options) {
+  const int heads = 8, kvHeads = 2, dim = 128, blockSize = 16, topK = 64;
+  std::printf("| sparse decode (Lq = 1, causal, H = 8, Hkv = 2) | Lk | keys "
+              "kept per head | ms | x dense speed | GB/s (meta + 8 heads x "
+              "K,V of 64 blocks) | memcpy GB/s | x memcpy |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  std::vector<int64_t> keyLengths = options.quick
+                                        ? std::vector<int64_t>{8192}
+                                        : std::vector<int64_t>{8192, 32768};
+  auto dense = compileLayer(heads, kvHeads, dim, "causal", options.threads);
+  if (!dense)
+    return false;
+  MemcpyCeiling ceiling(options.threads);
+  for (const char *method : {"top_k", "top_p"}) {
+    char json[768];
+    std::snprintf(
+        json, sizeof(json),
+        R"({"model": "bench", "dtype": "f32", "layers": [{"name": "layer", )"
+        R"("type": "attention", "num_heads": %d, "num_kv_heads": %d, )"
+        R"("head_dim": %d, "mask": "causal", "sparsity": {"method": "%s", )"
+        R"("block_size": %d, "top_k": %d, %s"sink_blocks": 1, )"
+        R"("local_blocks": 1}}]})",
+        heads, kvHeads, dim, method, blockSize, topK,
+        std::strcmp(method, "top_p") == 0 ? R"("top_p": 0.9, )" : "");
+    auto model = attn::bench::compileAndLoad(json, options.threads);
+    int32_t entry = -1, metaEntry = -1;
+    if (!model || !model->findEntry("layer", entry).ok() ||
+        !model->findEntry("layer.meta", metaEntry).ok())
+      return false;
+    for (int64_t lk : keyLengths) {
+      std::vector<attn::Tensor> inputs =
+                                    randomInputs(heads, kvHeads, 1, lk, dim),
+                                outputs, meta;
+      // The metadata is kept next to the cache, not computed per token.
+      runOrExit(*model, metaEntry, {inputs[1]}, meta);
+      inputs.push_back(meta[0]);
+      double seconds = coldMedianSeconds(ceiling, options.repeat, [&] {
+        runOrExit(*model, entry, inputs, outputs);
+      });
+      std::vector<attn::Tensor> denseInputs(inputs.begin(), inputs.begin() + 3),
+          denseOutputs;
+      double denseSeconds = coldMedianSeconds(ceiling, options.repeat, [&] {
+        runOrExit(*dense, 0, denseInputs, denseOutputs);
+      });
+      // What a row reads besides q: the metadata, then K and V of its 64
+      // blocks (top-p scores all their keys, then attends to a subset).
+      // Heads of a kv group that keep the same block read it from cache,
+      // so this counts more than DRAM serves.
+      const double keptKeys = double(topK) * blockSize;
+      const double bytes =
+          meta[0].numElements() * 4.0 + heads * keptKeys * 2.0 * dim * 4.0;
+      double memcpyRate = ceiling.gbps(options.repeat);
+      std::printf(
+          "| %s | %lld | <= %.0f | %.3f | %.2f | %.1f | %.1f | %.2f |\n",
+          std::strcmp(method, "top_k") == 0 ? "top-k 64 x 16"
+                                            : "top-k 64 x 16, top-p 0.9",
+          static_cast<long long>(lk), keptKeys, seconds * 1e3,
+          denseSeconds / seconds, bytes / seconds / 1e9, memcpyRate,
+          bytes / seconds / 1e9 / memcpyRate);
     }
   }
   return true;
@@ -157,6 +239,8 @@ int main(int argc, char **argv) {
       return 1;
   }
   if (options.runs("decode") && !decodeTable(options))
+    return 1;
+  if (options.runs("sparse") && !sparseTable(options))
     return 1;
   return 0;
 }

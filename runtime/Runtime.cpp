@@ -199,6 +199,10 @@ struct attn_model {
   std::vector<Entry> entries;
   bool hasCpuCode = false;
   void *library = nullptr;
+  /// The memfd the CPU code was loaded from, open while the code is: the
+  /// dynamic loader returns an already loaded library for a path it has
+  /// seen, so every live model needs its own /proc/self/fd/N.
+  int codeFd = -1;
   std::unique_ptr<attn::ThreadPool> pool;
   std::optional<CudaCode> cuda;
   attn_device device = ATTN_DEVICE_CPU;
@@ -209,6 +213,8 @@ struct attn_model {
   ~attn_model() {
     if (library)
       dlclose(library);
+    if (codeFd >= 0)
+      close(codeFd);
   }
 
   attn_status load(int32_t numThreads);
@@ -486,22 +492,19 @@ attn_status attn_model::loadCode(const attn::fb::CpuCode *cpu) {
   const uint8_t *code = cpu->shared_object()->data();
   size_t size = cpu->shared_object()->size();
 
-  int fd = memfd_create("attn-cpu-code", MFD_CLOEXEC);
-  if (fd < 0)
+  codeFd = memfd_create("attn-cpu-code", MFD_CLOEXEC);
+  if (codeFd < 0)
     return fail(ATTN_IO_ERROR,
                 std::string("memfd_create failed: ") + std::strerror(errno));
   size_t written = 0;
   while (written < size) {
-    ssize_t n = write(fd, code + written, size - written);
-    if (n <= 0) {
-      close(fd);
+    ssize_t n = write(codeFd, code + written, size - written);
+    if (n <= 0)
       return fail(ATTN_IO_ERROR, "writing the CPU code to a memfd failed");
-    }
     written += static_cast<size_t>(n);
   }
-  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  std::string path = "/proc/self/fd/" + std::to_string(codeFd);
   library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  close(fd);
   if (!library)
     return fail(ATTN_IO_ERROR,
                 std::string("loading the CPU code failed: ") + dlerror());

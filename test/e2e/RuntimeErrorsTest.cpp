@@ -277,3 +277,39 @@ TEST_F(RuntimeErrors, WrongOutputBuffer) {
 }
 
 } // namespace
+
+namespace {
+
+// Two models alive at once whose kernels have the same names (same model
+// and entry names, different masks) each run their own code. The CPU code
+// is loaded through /proc/self/fd/N, and the dynamic loader hands back an
+// already loaded library for a path it has seen: a model whose code fd was
+// closed (and the number reused) ran the other model's kernels.
+TEST(Runtime, ModelsLoadedTogetherRunTheirOwnCode) {
+  auto json = [](const char *mask) {
+    return std::string(R"({"model": "twins", "dtype": "f32", "layers": [)") +
+           R"({"name": "layer", "type": "attention", "num_heads": 2, )" +
+           R"("num_kv_heads": 1, "head_dim": 8, "mask": ")" + mask + R"("}]})";
+  };
+  std::unique_ptr<Model> causal = e2e::compileAndLoad(json("causal"), 1);
+  std::unique_ptr<Model> dense = e2e::compileAndLoad(json("none"), 1);
+  ASSERT_TRUE(causal && dense);
+  std::mt19937_64 rng(7);
+  ref::Tensor q = e2e::randomF32({1, 2, 5, 8}, rng, -2.0, 2.0);
+  ref::Tensor k = e2e::randomF32({1, 1, 5, 8}, rng, -2.0, 2.0);
+  ref::Tensor v = e2e::randomF32({1, 1, 5, 8}, rng, -1.0, 1.0);
+  std::vector<Tensor> inputs{e2e::toRuntime(q), e2e::toRuntime(k),
+                             e2e::toRuntime(v)};
+  for (auto [model, mask] : {std::pair{dense.get(), ref::Mask::none()},
+                             std::pair{causal.get(), ref::Mask::causal()}}) {
+    std::vector<Tensor> outputs;
+    Status status = model->run(0, inputs, outputs);
+    ASSERT_TRUE(status.ok()) << status.message;
+    ASSERT_EQ(outputs.size(), 1u);
+    EXPECT_LE(ref::maxRelativeError(e2e::fromRuntime(outputs[0]),
+                                    ref::sdpa(q, k, v, mask).output),
+              1e-5);
+  }
+}
+
+} // namespace
