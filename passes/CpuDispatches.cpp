@@ -65,17 +65,75 @@ void CpuEntryLowering::lowerGatheredSoftmax(
     const SoftmaxAttentionShape &shape) {
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
+  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
+  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
+  Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
+  if (shape.selection == KeySelectionKind::Tree &&
+      shape.mask != MaskKind::SlidingWindow) {
+    // Every node sees the whole prefix, so it is dense attention without a
+    // mask: the flash kernel tiles it (a tile of nodes reads K and V once)
+    // into split 0, or for a few nodes split-KV spreads it over splits
+    // [0, S - 1); the gathered kernel takes each node's tree keys into
+    // split S - 1, and the split-KV merge combines them and gates.
+    auto select = [&](Value c, Value x, Value y) {
+      return arith::SelectOp::create(b, c, x, y);
+    };
+    Value zero = index(0);
+    Value fewNodes = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
+                                           index(tiling.decodeMaxQueries));
+    Value prefixSplits = arith::CeilDivUIOp::create(
+        b, arith::SubIOp::create(b, s.lk, s.lq), index(tiling.splitKeys));
+    Value splits = select(
+        fewNodes, arith::AddIOp::create(b, prefixSplits, index(1)), index(2));
+    allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
+                          splits);
+    SmallVector<Value> partBindings = s.splitBindings();
+    std::string prefixName = kernelName("tree_prefix");
+    Value queryTiles =
+        arith::CeilDivUIOp::create(b, s.lq, index(tiling.queryTile));
+    dispatchKernel(b,
+                   select(fewNodes, zero,
+                          mul(mul(s.batch, index(shape.numHeads)), queryTiles)),
+                   partBindings, [&](OpBuilder &builder, TypeRange types) {
+                     return buildFlashAttentionKernel(
+                         builder, op.getLoc(), prefixName, shape, tiling, types,
+                         KeyPart::TreePrefix);
+                   });
+    std::string splitName = kernelName("tree_prefix_split");
+    dispatchKernel(
+        b,
+        select(
+            fewNodes,
+            mul(mul(mul(s.batch, index(shape.numKvHeads)), prefixSplits), s.lq),
+            zero),
+        partBindings, [&](OpBuilder &builder, TypeRange types) {
+          return buildSplitKvAttentionKernel(builder, op.getLoc(), splitName,
+                                             shape, tiling, types,
+                                             KeyPart::TreePrefix);
+        });
+    partBindings.insert(partBindings.begin() + 3, s.selection);
+    std::string nodesName = kernelName("tree_nodes");
+    dispatchKernel(
+        b, rows, partBindings, [&](OpBuilder &builder, TypeRange types) {
+          return buildGatheredAttentionKernel(builder, op.getLoc(), nodesName,
+                                              shape, tiling, types,
+                                              KeyPart::TreeNodes);
+        });
+    std::string mergeName = kernelName("merge");
+    dispatchKernel(b, rows, s.mergeBindings(),
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildSplitKvMergeKernel(
+                         builder, op.getLoc(), mergeName, shape, tiling, types);
+                   });
+    return;
+  }
   SmallVector<Value> bindings{s.q, s.k, s.v, s.selection};
   if (s.gate)
     bindings.push_back(s.gate);
   bindings.push_back(s.out);
   if (s.lse)
     bindings.push_back(s.lse);
-  Value groups = arith::MulIOp::create(
-      b,
-      arith::MulIOp::create(b, s.batch,
-                            arith::ConstantIndexOp::create(b, shape.numHeads)),
-      s.lq);
+  Value groups = rows;
   std::string name =
       kernelName(shape.selection == KeySelectionKind::Tree ? "tree" : "sparse");
   dispatchKernel(b, groups, bindings, [&](OpBuilder &builder, TypeRange types) {

@@ -586,12 +586,15 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
 func::FuncOp mlir::attn::buildGatheredAttentionKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
-    TypeRange bindingTypes) {
+    TypeRange bindingTypes, KeyPart part) {
+  assert(part != KeyPart::TreePrefix && "the flash kernel tiles the prefix");
   OpBuilder::InsertionGuard guard(builder);
   bool tree = shape.selection == KeySelectionKind::Tree;
-  func::FuncOp func =
-      createKernel(builder, loc, name, bindingTypes, tiling,
-                   tree ? "tree_attention" : "sparse_attention");
+  const bool treeNodes = part == KeyPart::TreeNodes;
+  func::FuncOp func = createKernel(builder, loc, name, bindingTypes, tiling,
+                                   treeNodes ? "tree_nodes"
+                                   : tree    ? "tree_attention"
+                                             : "sparse_attention");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
   const int64_t W = e.width, D = shape.headDim, Dv = shape.valueDim;
@@ -599,16 +602,19 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
   Value selection = args[next++];
-  Value gate = shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
+  Value gate = !treeNodes && shape.epilogue == Epilogue::SigmoidGate
+                   ? args[next++]
+                   : Value();
   Value out = args[next++];
-  Value lse = shape.withLogSumExp ? args[next++] : Value();
+  Value lse = treeNodes || shape.withLogSumExp ? args[next++] : Value();
   Value workgroup = args.back();
 
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
   RowOfWorkgroup at(e, workgroup, shape.numHeads, lq);
   Value kvHead = e.div(at.head, e.index(shape.numHeads / shape.numKvHeads));
-  Value keys = allocRow(e, b.getI32Type(), e.maxS(lk, c1));
+  // A node has at most T = Lq tree keys.
+  Value keys = allocRow(e, b.getI32Type(), e.maxS(treeNodes ? lq : lk, c1));
   Value count;
   Value marks;
   if (!tree) {
@@ -620,20 +626,25 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
                                e.ceilDiv(lk, e.index(bs)));
     count = gatherMarkedKeys(e, marks, bs, begin, end, keys, c0);
   } else {
-    // The prefix keys in the node's window, then the tree keys.
+    // The prefix keys in the node's window (unless the flash kernel takes
+    // the prefix), then the tree keys.
     Value prefixLength = e.sub(lk, lq);
     TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
                       shape.window);
-    e.loop(node.prefixBegin, prefixLength, c1, [&](Value j) {
-      memref::StoreOp::create(b, e.toI32(j), keys, e.sub(j, node.prefixBegin));
-    });
-    count =
-        node.eachTreeKey({e.sub(prefixLength, node.prefixBegin)},
-                         [&](Value u, ValueRange n) -> SmallVector<Value> {
-                           memref::StoreOp::create(
-                               b, e.toI32(e.add(prefixLength, u)), keys, n[0]);
-                           return {e.add(n[0], c1)};
-                         })[0];
+    Value prefixKeys = c0;
+    if (!treeNodes) {
+      e.loop(node.prefixBegin, prefixLength, c1, [&](Value j) {
+        memref::StoreOp::create(b, e.toI32(j), keys,
+                                e.sub(j, node.prefixBegin));
+      });
+      prefixKeys = e.sub(prefixLength, node.prefixBegin);
+    }
+    count = node.eachTreeKey(
+        {prefixKeys}, [&](Value u, ValueRange n) -> SmallVector<Value> {
+          memref::StoreOp::create(b, e.toI32(e.add(prefixLength, u)), keys,
+                                  n[0]);
+          return {e.add(n[0], c1)};
+        })[0];
   }
 
   // Online softmax over the list, `W` keys at a time: one rescale of the
@@ -671,10 +682,14 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
         }
         return {newMax, sum};
       });
+  // The tree keys' part is the last split of the partials, ungated.
+  SmallVector<Value> outAt{at.batch, at.head, at.row};
+  if (treeNodes)
+    outAt.push_back(e.sub(e.dim(lse, 3), c1));
   storeOutputRow(e, shape, acc, {}, e.reciprocalOrZero(state[1]), gate, out,
-                 {at.batch, at.head, at.row});
+                 outAt);
   if (lse)
-    e.store(e.logSumExp(state[0], state[1]), lse, {at.batch, at.head, at.row});
+    e.store(e.logSumExp(state[0], state[1]), lse, outAt);
   memref::DeallocOp::create(b, keys);
   if (marks)
     memref::DeallocOp::create(b, marks);

@@ -109,13 +109,15 @@ func::FuncOp buildSelectTopPKernel(OpBuilder &builder, Location loc,
 
 /// Softmax attention over the keys each row gathers: `shape.selection` is
 /// Blocks (sparse_sdpa) or Tree (tree_sdpa, `window` from the op's mask).
-/// Bindings: q, k, v, selection or parents, [gate], o, [lse]. Workgroup =
-/// (batch, head, row).
+/// Bindings: q, k, v, selection or parents, [gate], o, [lse]; for
+/// KeyPart::TreeNodes (a tree's own keys only) q, k, v, parents, partial o,
+/// partial lse. Workgroup = (batch, head, row).
 func::FuncOp buildGatheredAttentionKernel(OpBuilder &builder, Location loc,
                                           StringRef name,
                                           const SoftmaxAttentionShape &shape,
                                           const CpuTiling &tiling,
-                                          TypeRange bindingTypes);
+                                          TypeRange bindingTypes,
+                                          KeyPart part = KeyPart::All);
 
 /// Bindings: tokens, target, parents, path, length, bonus. Workgroup =
 /// batch row. Scalar code, so also the CUDA kernel (one thread per batch

@@ -123,10 +123,12 @@ void forEachTile(KernelEmitter &e, int64_t loopItems, int64_t items,
 func::FuncOp mlir::attn::buildFlashAttentionKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
-    TypeRange bindingTypes) {
+    TypeRange bindingTypes, KeyPart part) {
+  assert(part != KeyPart::TreeNodes && "the flash kernel tiles whole ranges");
   OpBuilder::InsertionGuard guard(builder);
-  func::FuncOp func =
-      createKernel(builder, loc, name, bindingTypes, tiling, "flash");
+  const bool treePrefix = part == KeyPart::TreePrefix;
+  func::FuncOp func = createKernel(builder, loc, name, bindingTypes, tiling,
+                                   treePrefix ? "flash_tree_prefix" : "flash");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
   const int64_t W = e.width, TQ = tiling.queryTile, TK = tiling.keyTile;
@@ -138,13 +140,19 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
   auto args = func.getArguments();
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
-  Value gate = shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
+  Value gate = !treePrefix && shape.epilogue == Epilogue::SigmoidGate
+                   ? args[next++]
+                   : Value();
   Value out = args[next++];
-  Value lse = shape.withLogSumExp ? args[next++] : Value();
+  Value lse = treePrefix || shape.withLogSumExp ? args[next++] : Value();
   Value workgroup = args.back();
+  // The tree's prefix: every key before the T = Lq tree keys is visible.
+  const MaskKind mask = treePrefix ? MaskKind::None : shape.mask;
 
   Value c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  if (treePrefix)
+    lk = e.sub(lk, lq);
   Value queryTiles = e.ceilDiv(lq, e.index(TQ));
   Value tile = e.rem(workgroup, queryTiles);
   Value bh = e.div(workgroup, queryTiles);
@@ -159,9 +167,9 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
   Value firstPos = e.add(e.sub(lk, lq), q0);
   Value lastPos = e.sub(e.add(firstPos, rows), c1);
   Value keyBegin = c0, keyEnd = lk;
-  if (shape.mask != MaskKind::None)
+  if (mask != MaskKind::None)
     keyEnd = e.maxS(c0, e.minS(lk, e.add(lastPos, c1)));
-  if (shape.mask == MaskKind::SlidingWindow)
+  if (mask == MaskKind::SlidingWindow)
     keyBegin = e.minS(
         keyEnd, e.maxS(c0, e.add(e.sub(firstPos, e.index(shape.window)), c1)));
 
@@ -246,7 +254,7 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
           vector::BroadcastOp::create(b, i32Vec, toI32(e.add(firstPos, col))),
           lanes);
       Value windowStart;
-      if (shape.mask == MaskKind::SlidingWindow)
+      if (mask == MaskKind::SlidingWindow)
         windowStart = arith::SubIOp::create(
             b, queryPos,
             arith::ConstantOp::create(
@@ -258,7 +266,7 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
             Value s =
                 vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
             s = e.softcap(s, shape.softcap);
-            if (shape.mask != MaskKind::None) {
+            if (mask != MaskKind::None) {
               Value key =
                   vector::BroadcastOp::create(b, i32Vec, toI32(e.add(k0, j)));
               Value visible = e.icmp(arith::CmpIPredicate::sle, key, queryPos);
@@ -335,14 +343,16 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
     });
   });
 
-  // Epilogue: o = acc / l (0 for an empty row), the gate, lse = m + log l.
+  // Epilogue: o = acc / l (0 for an empty row), the gate, lse = m + log l
+  // (the tree's prefix: split 0 of the partials, ungated).
   e.loop(c0, rows, c1, [&](Value i) {
     Value l = e.load(runningSum, i);
-    Value row = e.add(q0, i);
-    storeOutputRow(e, shape, acc, {i}, e.reciprocalOrZero(l), gate, out,
-                   {batch, head, row});
+    SmallVector<Value> at{batch, head, e.add(q0, i)};
+    if (treePrefix)
+      at.push_back(c0);
+    storeOutputRow(e, shape, acc, {i}, e.reciprocalOrZero(l), gate, out, at);
     if (lse)
-      e.store(e.logSumExp(e.load(runningMax, i), l), lse, {batch, head, row});
+      e.store(e.logSumExp(e.load(runningMax, i), l), lse, at);
   });
   func::ReturnOp::create(b);
   return func;
@@ -355,10 +365,13 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
 func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
-    TypeRange bindingTypes) {
+    TypeRange bindingTypes, KeyPart part) {
+  assert(part != KeyPart::TreeNodes && "split-KV splits whole ranges");
   OpBuilder::InsertionGuard guard(builder);
+  const bool treePrefix = part == KeyPart::TreePrefix;
   func::FuncOp func =
-      createKernel(builder, loc, name, bindingTypes, tiling, "split_kv");
+      createKernel(builder, loc, name, bindingTypes, tiling,
+                   treePrefix ? "split_kv_tree_prefix" : "split_kv");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
   const int64_t W = e.width;
@@ -371,6 +384,13 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
         partialLse = args[4], workgroup = args[5];
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
+  // The tree's prefix: keys before the T = Lq tree keys, all visible, in
+  // every split but the last (the tree keys').
+  const MaskKind mask = treePrefix ? MaskKind::None : shape.mask;
+  if (treePrefix) {
+    lk = e.sub(lk, lq);
+    splits = e.sub(splits, c1);
+  }
 
   // Workgroup order (batch, kv head, split, row), the row fastest. One
   // workgroup serves every query head of its kv head: each block of keys
@@ -386,9 +406,9 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
   Value pos = e.add(e.sub(lk, lq), row);
   Value begin = e.mul(split, e.index(tiling.splitKeys));
   Value end = e.minS(lk, e.add(begin, e.index(tiling.splitKeys)));
-  if (shape.mask != MaskKind::None)
+  if (mask != MaskKind::None)
     end = e.minS(end, e.add(pos, c1));
-  if (shape.mask == MaskKind::SlidingWindow)
+  if (mask == MaskKind::SlidingWindow)
     begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)), c1));
   end = e.maxS(end, begin);
 

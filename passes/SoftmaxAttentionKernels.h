@@ -50,20 +50,41 @@ void storeOutputRow(KernelEmitter &e, const SoftmaxAttentionShape &shape,
                     Value accRow, ValueRange accIndexPrefix, Value inv,
                     Value gate, Value out, ValueRange outIndexPrefix);
 
-/// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse].
+/// Which keys a kernel attends to and where its results go. Tree attention
+/// without a window runs in two parts merged like split-KV partials: the
+/// prefix, which every node sees whole (tiled like prefill by the flash
+/// kernel, so K and V are read once per tile of nodes), and each node's
+/// tree keys (the gathered kernel).
+enum class KeyPart {
+  /// The keys the op's mask (and selection) leave visible; o (gated) and
+  /// [lse] are written.
+  All,
+  /// Keys [0, Lk - Lq), all visible; o and lse go to the first S - 1
+  /// splits of partial o [B, H, Lq, S, Dv] and partial lse [B, H, Lq, S]
+  /// (the flash kernel: S = 2).
+  TreePrefix,
+  /// The node's own and its ancestors' keys; o and lse go to split S - 1.
+  TreeNodes,
+};
+
+/// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse]; for
+/// KeyPart::TreePrefix q, k, v, partial o, partial lse.
 func::FuncOp buildFlashAttentionKernel(OpBuilder &builder, Location loc,
                                        StringRef name,
                                        const SoftmaxAttentionShape &shape,
                                        const CpuTiling &tiling,
-                                       TypeRange bindingTypes);
+                                       TypeRange bindingTypes,
+                                       KeyPart part = KeyPart::All);
 
 /// Kernel bindings of the split-KV kernel: q, k, v, partial o
-/// [B, H, Lq, S, Dv], partial lse [B, H, Lq, S].
+/// [B, H, Lq, S, Dv], partial lse [B, H, Lq, S] (KeyPart::TreePrefix: the
+/// prefix in splits [0, S - 1)).
 func::FuncOp buildSplitKvAttentionKernel(OpBuilder &builder, Location loc,
                                          StringRef name,
                                          const SoftmaxAttentionShape &shape,
                                          const CpuTiling &tiling,
-                                         TypeRange bindingTypes);
+                                         TypeRange bindingTypes,
+                                         KeyPart part = KeyPart::All);
 
 /// Kernel bindings of the merge kernel: partial o, partial lse, [gate], o,
 /// [lse].

@@ -143,3 +143,37 @@ func.func @half_input(%k: tensor<?x1x?x8xf32>, %v: tensor<?x1x?x8xf32>,
         tensor<?xi32>
   return %k2, %v2 : tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>
 }
+
+// -----
+
+// A tree without a window: every node sees the whole prefix, which is
+// dense attention. The flash kernel tiles it for many nodes (split 0 of
+// two), split-KV spreads it for at most 8 (splits [0, S - 1)); the nodes'
+// own keys go to the last split and the merge kernel gates.
+
+// CHECK-LABEL: func.func private @prefix_tree__tree_prefix0(
+// CHECK-SAME:    attn.kernel = "flash_tree_prefix"
+// CHECK-LABEL: func.func private @prefix_tree__tree_prefix_split1(
+// CHECK-SAME:    attn.kernel = "split_kv_tree_prefix"
+// CHECK-LABEL: func.func private @prefix_tree__tree_nodes2(
+// CHECK-SAME:    attn.kernel = "tree_nodes"
+// CHECK-LABEL: func.func private @prefix_tree__merge3(
+// CHECK-LABEL: func.func @prefix_tree(
+// CHECK:         %[[FEW:.*]] = arith.cmpi ule, %[[T:.*]], %c8
+// CHECK:         %[[PREFIX_SPLITS:.*]] = arith.ceildivui %{{.*}}, %c512
+// CHECK:         %[[PLUS_ONE:.*]] = arith.addi %[[PREFIX_SPLITS]], %c1
+// CHECK:         %[[S:.*]] = arith.select %[[FEW]], %[[PLUS_ONE]], %c2
+// CHECK:         %[[PO:.*]] = memref.alloc(%{{.*}}, %[[T]], %[[S]]) : memref<?x4x?x?x16xf32>
+// CHECK:         %[[PL:.*]] = memref.alloc(%{{.*}}, %[[T]], %[[S]]) : memref<?x4x?x?xf32>
+// CHECK:         attn.dispatch @prefix_tree__tree_prefix0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %[[PO]], %[[PL]])
+// CHECK:         attn.dispatch @prefix_tree__tree_prefix_split1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %[[PO]], %[[PL]])
+// CHECK:         attn.dispatch @prefix_tree__tree_nodes2 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3, %[[PO]], %[[PL]])
+// CHECK:         attn.dispatch @prefix_tree__merge3 workgroups(%{{.*}}) bindings(%[[PO]], %[[PL]], %arg4)
+func.func @prefix_tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x1x?x16xf32>,
+                       %v: tensor<?x1x?x16xf32>, %parents: tensor<?x?xi32>)
+    -> tensor<?x4x?x16xf32> {
+  %o = attn.tree_sdpa %q, %k, %v, %parents
+      : tensor<?x4x?x16xf32>, tensor<?x1x?x16xf32>, tensor<?x1x?x16xf32>,
+        tensor<?x?xi32>
+  return %o : tensor<?x4x?x16xf32>
+}

@@ -537,6 +537,7 @@ std::vector<TreeCase> treeCases() {
        .nodes = 11,
        .chain = true});
   add({.label = "no_prefix", .batch = 3, .prefix = 0, .nodes = 9});
+  add({.label = "few_nodes_no_prefix", .batch = 2, .prefix = 0, .nodes = 4});
   add({.label = "root_only", .prefix = 25, .nodes = 1});
   // A prefix that the CUDA kernels split over several threads (256 keys
   // each), and one long enough that the splits are capped and lengthened.
