@@ -18,9 +18,12 @@
 //    timed like decode, as a speedup over dense decode measured beside
 //    them, and in GB/s over memcpy of what they read at least: the block
 //    metadata and each query head's kept K and V rows.
+//  * tree verification (T = 8 and 64 draft nodes, random trees, over
+//    8K-32K keys, H = 8, Hkv = 2) in GFLOP/s of visible work over sgemm,
+//    beside dense attention of as many query rows over the same keys.
 //
 //   attention-bench [--threads N] [--repeat N] [--quick]
-//                   [--only prefill|decode|sparse]
+//                   [--only prefill|decode|sparse|tree]
 //
 //===----------------------------------------------------------------------===//
 
@@ -225,6 +228,61 @@ bool sparseTable(const BenchOptions &options) {
   return true;
 }
 
+/// The tree table: verification of a draft tree against dense attention
+/// of as many rows, in GFLOP/s over sgemm.
+bool treeTable(const BenchOptions &options, double sgemm) {
+  const int heads = 8, kvHeads = 2, dim = 128;
+  std::printf("| tree (H = 8, Hkv = 2, D = 128) | T | prefix | ms | GFLOP/s | "
+              "x sgemm | dense rows ms | x dense speed |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  const char *json =
+      R"({"model": "bench", "dtype": "f32", "layers": [{"name": "layer", )"
+      R"("type": "attention", "num_heads": 8, "num_kv_heads": 2, )"
+      R"("head_dim": 128, "mask": "causal", "tree": true}], )"
+      R"("speculative": {"max_tree_nodes": 64}})";
+  auto model = attn::bench::compileAndLoad(json, options.threads);
+  int32_t treeEntry = -1, denseEntry = -1;
+  if (!model || !model->findEntry("layer.tree", treeEntry).ok() ||
+      !model->findEntry("layer", denseEntry).ok())
+    return false;
+  std::vector<int64_t> prefixes = options.quick
+                                      ? std::vector<int64_t>{8192}
+                                      : std::vector<int64_t>{8192, 32768};
+  std::mt19937 rng(3);
+  for (int64_t nodes : {8, 64})
+    for (int64_t prefix : prefixes) {
+      std::vector<attn::Tensor> inputs =
+          randomInputs(heads, kvHeads, nodes, prefix + nodes, dim);
+      std::vector<attn::Tensor> denseInputs = inputs, outputs;
+      attn::Tensor parents(ATTN_I32, {1, nodes});
+      for (int64_t t = 0; t < nodes; ++t)
+        parents.i32()[t] = t == 0 ? -1 : static_cast<int32_t>(rng() % t);
+      inputs.push_back(parents);
+      double seconds = medianSeconds(options.repeat, [&] {
+        runOrExit(*model, treeEntry, inputs, outputs);
+      });
+      double denseSeconds = medianSeconds(options.repeat, [&] {
+        runOrExit(*model, denseEntry, denseInputs, outputs);
+      });
+      // Visible pairs: every node sees the prefix, and itself with its
+      // ancestors (depth + 1 tree keys).
+      std::vector<int64_t> depth(nodes, 0);
+      double pairs = 0;
+      for (int64_t t = 0; t < nodes; ++t) {
+        if (t > 0)
+          depth[t] = depth[parents.i32()[t]] + 1;
+        pairs += prefix + depth[t] + 1;
+      }
+      double gflops = 4.0 * heads * dim * pairs / seconds / 1e9;
+      std::printf("| tree | %lld | %lld | %.2f | %.1f | %.2f | %.2f | %.2f |\n",
+                  static_cast<long long>(nodes), static_cast<long long>(prefix),
+                  seconds * 1e3, gflops, gflops / sgemm, denseSeconds * 1e3,
+                  denseSeconds / seconds);
+    }
+  std::printf("\n");
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -232,10 +290,12 @@ int main(int argc, char **argv) {
   if (!options.parse(argc, argv))
     return 2;
   std::printf("threads=%d\n\n", options.threads);
-  if (options.runs("prefill")) {
+  if (options.runs("prefill") || options.runs("tree")) {
     double sgemm = sgemmGflops(options.threads, options.repeat);
     std::printf("sgemm=%.1f GFLOP/s\n\n", sgemm);
-    if (!prefillTable(options, sgemm))
+    if (options.runs("prefill") && !prefillTable(options, sgemm))
+      return 1;
+    if (options.runs("tree") && !treeTable(options, sgemm))
       return 1;
   }
   if (options.runs("decode") && !decodeTable(options))
