@@ -60,8 +60,16 @@ void GpuEntryLowering::lowerGatheredSoftmax(
   auto maxS = [&](Value x, Value y) { return arith::MaxSIOp::create(b, x, y); };
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
+  auto select = [&](Value c, Value x, Value y) {
+    return arith::SelectOp::create(b, c, x, y);
+  };
   bool tree = shape.selection == KeySelectionKind::Tree;
+  Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
   Value splits;
+  // Trees without a window of more than decode_max_queries nodes: the
+  // prefix, which every node sees whole, is dense attention for the flash
+  // kernel (split 0 of 2); a thread per node walks its tree keys (split 1).
+  Value flashPrefix;
   if (tree) {
     // Prefix splits of split_keys keys (at most kMaxTreePrefixSplits, at
     // least one), plus one for the ancestors.
@@ -71,6 +79,11 @@ void GpuEntryLowering::lowerGatheredSoftmax(
              arith::MinSIOp::create(b, ceilDiv(prefix, index(tiling.splitKeys)),
                                     index(kMaxTreePrefixSplits)));
     splits = arith::AddIOp::create(b, prefixSplits, index(1));
+    if (shape.mask != MaskKind::SlidingWindow) {
+      flashPrefix = arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, s.lq,
+                                          index(tiling.decodeMaxQueries));
+      splits = select(flashPrefix, index(2), splits);
+    }
   } else {
     // Decode calls split the selection entries, split_keys keys' worth
     // each; longer calls have enough rows to fill the GPU with one split.
@@ -84,10 +97,36 @@ void GpuEntryLowering::lowerGatheredSoftmax(
   }
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
                         splits);
-  Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
+  SmallVector<Value> bindings{s.q,         s.k,          s.v,
+                              s.selection, s.partialOut, s.partialLse};
+  Value zero = index(0);
+  if (flashPrefix) {
+    SimtFlashTiling flash = SimtFlashTiling::choose(
+        shape, cast<MemRefType>(s.q.getType()).getElementType(), tiling);
+    Value queryTiles = ceilDiv(s.lq, index(flash.queryTile()));
+    std::string prefixName = kernelName("tree_prefix");
+    dispatchKernel(
+        b,
+        select(flashPrefix,
+               mul(mul(s.batch, index(shape.numHeads)), queryTiles), zero),
+        s.splitBindings(), [&](OpBuilder &builder, TypeRange types) {
+          return buildSimtFlashKernel(builder, op.getLoc(), prefixName, shape,
+                                      flash, tiling, types,
+                                      KeyPart::TreePrefix);
+        });
+    std::string nodesName = kernelName("tree_nodes");
+    dispatchKernel(b, select(flashPrefix, rows, zero), bindings,
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildSimtGatheredSplitKernel(
+                         builder, op.getLoc(), nodesName, shape, tiling, types,
+                         KeyPart::TreeNodes);
+                   });
+  }
   std::string splitName = kernelName(tree ? "tree_split" : "sparse_split");
-  dispatchKernel(b, mul(rows, splits),
-                 {s.q, s.k, s.v, s.selection, s.partialOut, s.partialLse},
+  Value splitThreads = mul(rows, splits);
+  if (flashPrefix)
+    splitThreads = select(flashPrefix, zero, splitThreads);
+  dispatchKernel(b, splitThreads, bindings,
                  [&](OpBuilder &builder, TypeRange types) {
                    return buildSimtGatheredSplitKernel(
                        builder, op.getLoc(), splitName, shape, tiling, types);

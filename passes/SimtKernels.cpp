@@ -151,21 +151,27 @@ std::pair<Value, Value> visibleKeys(SimtEmitter &e,
   return {begin, e.maxS(end, begin)};
 }
 
-/// o = acc[d] * inv, gated, written to out[batch, head, row, :]; `accAt`
-/// reads acc[d].
+/// o = acc[d] * inv, gated, written to out[at..., :] (`at`: batch, head,
+/// row, and for partials the split); `accAt` reads acc[d]. The gate is
+/// [B, H, Lq, Dv or 1], read at (batch, head, row).
 void storeRow(SimtEmitter &e, const SoftmaxAttentionShape &shape,
               function_ref<Value(Value d)> accAt, Value inv, Value gate,
-              Value out, Value batch, Value head, Value row) {
+              Value out, ValueRange at) {
   Value c0 = e.index(0);
+  auto withLast = [&](ValueRange prefix, Value last) {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(last);
+    return indices;
+  };
   Value headGate;
   if (gate && shape.headwiseGate)
-    headGate = e.load(gate, {batch, head, row, c0});
+    headGate = e.load(gate, withLast(at.take_front(3), c0));
   e.loop(c0, e.index(shape.valueDim), e.index(1), [&](Value d) {
     Value o = e.fmul(accAt(d), inv);
     if (gate)
-      o = e.sigmoidGate(o, headGate ? headGate
-                                    : e.load(gate, {batch, head, row, d}));
-    e.store(o, out, {batch, head, row, d});
+      o = e.sigmoidGate(
+          o, headGate ? headGate : e.load(gate, withLast(at.take_front(3), d)));
+    e.store(o, out, withLast(at, d));
   });
 }
 
@@ -266,12 +272,15 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
 func::FuncOp mlir::attn::buildSimtFlashKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
-    const GpuTiling &tiling, TypeRange bindingTypes) {
+    const GpuTiling &tiling, TypeRange bindingTypes, KeyPart part) {
   OpBuilder::InsertionGuard guard(builder);
   GpuTiling kernelTiling = tiling;
   kernelTiling.blockThreads = flash.threads();
+  assert(part != KeyPart::TreeNodes && "the flash kernel tiles whole ranges");
+  const bool treePrefix = part == KeyPart::TreePrefix;
   func::FuncOp func =
-      createSimtKernel(builder, loc, name, bindingTypes, kernelTiling, "flash");
+      createSimtKernel(builder, loc, name, bindingTypes, kernelTiling,
+                       treePrefix ? "flash_tree_prefix" : "flash");
   // The tile sizes join the launch shape in attn.tiling.
   NamedAttrList tilingAttrs(kernelTiling.toAttr(builder.getContext()));
   tilingAttrs.set("query_tile", builder.getI64IntegerAttr(flash.queryTile()));
@@ -283,10 +292,16 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   auto args = func.getArguments();
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
-  Value gate = shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
+  Value gate = !treePrefix && shape.epilogue == Epilogue::SigmoidGate
+                   ? args[next++]
+                   : Value();
   Value out = args[next++];
-  Value lse = shape.withLogSumExp ? args[next++] : Value();
+  Value lse = treePrefix || shape.withLogSumExp ? args[next++] : Value();
   Value workgroup = args.back();
+  // The tree's prefix: every key before the T = Lq tree keys is visible.
+  SoftmaxAttentionShape keys = shape;
+  if (treePrefix)
+    keys.mask = MaskKind::None;
 
   const int64_t TQ = flash.queryTile(), TK = flash.keyTile;
   const int64_t D = shape.headDim, Dv = shape.valueDim;
@@ -310,6 +325,8 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
 
   // Workgroup order (batch, head, query tile), the tile fastest.
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  if (treePrefix)
+    lk = e.sub(lk, lq);
   Value tiles = e.ceilDiv(lq, e.index(TQ));
   Value tile = e.rem(workgroup, tiles);
   Value bh = e.div(workgroup, tiles);
@@ -350,8 +367,8 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   // The keys some row of the tile sees: from the first row's first to the
   // last row's last (both grow with the row).
   Value lastRow = e.sub(e.add(firstRow, rows), c1);
-  Value begin = visibleKeys(e, shape, firstRow, lq, lk, c0, lk).first;
-  Value end = visibleKeys(e, shape, lastRow, lq, lk, c0, lk).second;
+  Value begin = visibleKeys(e, keys, firstRow, lq, lk, c0, lk).first;
+  Value end = visibleKeys(e, keys, lastRow, lq, lk, c0, lk).second;
   Value keyTiles = e.ceilDiv(e.maxS(e.sub(end, begin), c0), e.index(TK));
 
   e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
@@ -378,7 +395,7 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     // A thread per row: scale, softcap, mask; the online-softmax update.
     e.forAll(e.index(TQ), [&](Value r) {
       auto [first, last] =
-          visibleKeys(e, shape, e.add(firstRow, r), lq, lk, c0, lk);
+          visibleKeys(e, keys, e.add(firstRow, r), lq, lk, c0, lk);
       Value oldMax = e.load(rowMax, r);
       Value tileMax = e.loop(
           c0, e.index(TK), c1, {e.scalar(kNegInf)},
@@ -418,18 +435,21 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     });
   });
 
-  // o = acc / l, gated; lse = m + log l (a thread per row).
+  // o = acc / l, gated; lse = m + log l (a thread per row). The tree's
+  // prefix: split 0 of the partials, ungated.
   e.forAll(rows, [&](Value r) {
-    Value row = e.add(firstRow, r);
+    SmallVector<Value> at{batch, head, e.add(firstRow, r)};
+    if (treePrefix)
+      at.push_back(c0);
     Value sum = e.load(rowSum, r);
     storeRow(
         e, shape,
         [&](Value d) {
           return e.load(acc, {r, d});
         },
-        e.reciprocalOrZero(sum), gate, out, batch, head, row);
+        e.reciprocalOrZero(sum), gate, out, at);
     if (lse)
-      e.store(e.logSumExp(e.load(rowMax, r), sum), lse, {batch, head, row});
+      e.store(e.logSumExp(e.load(rowMax, r), sum), lse, at);
   });
   func::ReturnOp::create(b);
   return func;
@@ -497,9 +517,9 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
         });
         return SmallVector<Value>{e.fadd(it[0], weight)};
       })[0];
-  storeRow(
-      e, shape, [&](Value d) { return e.load(acc, d); },
-      e.reciprocalOrZero(total), merge.gate, merge.out, batch, head, row);
+  storeRow(e, shape, [&](Value d) { return e.load(acc, d); },
+           e.reciprocalOrZero(total), merge.gate, merge.out,
+           {batch, head, row});
   if (merge.lse)
     e.store(e.logSumExp(safe, total), merge.lse, {batch, head, row});
   func::ReturnOp::create(b);

@@ -191,13 +191,13 @@ struct SimtFlashTiling {
 /// scores with attn.warp_mma (tensor cores for f16/bf16), a thread per row
 /// applies scale, softcap and mask and the online-softmax update (state in
 /// shared memory), and each warp adds P V to its rows' accumulators with
-/// attn.warp_mma. Bindings: q, k, v, [gate], o, [lse].
-func::FuncOp buildSimtFlashKernel(OpBuilder &builder, Location loc,
-                                  StringRef name,
-                                  const SoftmaxAttentionShape &shape,
-                                  const SimtFlashTiling &flash,
-                                  const GpuTiling &tiling,
-                                  TypeRange bindingTypes);
+/// attn.warp_mma. Bindings: q, k, v, [gate], o, [lse]; for
+/// KeyPart::TreePrefix q, k, v, partial o, partial lse (split 0 of 2).
+func::FuncOp
+buildSimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
+                     const SoftmaxAttentionShape &shape,
+                     const SimtFlashTiling &flash, const GpuTiling &tiling,
+                     TypeRange bindingTypes, KeyPart part = KeyPart::All);
 
 /// One thread per (batch, head, query row, key range of splitKeys keys),
 /// for decode. Bindings: q, k, v, partial o [B, H, Lq, S, Dv], partial lse
@@ -272,13 +272,16 @@ func::FuncOp buildSimtSelectTopPKernel(OpBuilder &builder, Location loc,
 /// Sparse or tree attention (`shape.selection`), one thread per (batch,
 /// head, row, split) writing split-KV partials for buildSimtMergeKernel.
 /// Sparse: split s of S takes its share of the selection entries. Tree:
-/// splits [0, S - 1) share the prefix, split S - 1 walks the ancestors.
+/// splits [0, S - 1) share the prefix, split S - 1 walks the ancestors;
+/// with KeyPart::TreeNodes (the flash kernel takes the prefix) one thread
+/// per (batch, head, row) walks the ancestors into split S - 1 only.
 /// Bindings: q, k, v, selection or parents, partial o, partial lse.
 func::FuncOp buildSimtGatheredSplitKernel(OpBuilder &builder, Location loc,
                                           StringRef name,
                                           const SoftmaxAttentionShape &shape,
                                           const GpuTiling &tiling,
-                                          TypeRange bindingTypes);
+                                          TypeRange bindingTypes,
+                                          KeyPart part = KeyPart::All);
 
 /// One thread per (batch, kv head, row, feature of k then v). Bindings: k,
 /// v, path, length, k', v'.

@@ -390,12 +390,16 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
 func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const GpuTiling &tiling,
-    TypeRange bindingTypes) {
+    TypeRange bindingTypes, KeyPart part) {
+  assert(part != KeyPart::TreePrefix && "the flash kernel tiles the prefix");
   OpBuilder::InsertionGuard guard(builder);
   bool tree = shape.selection == KeySelectionKind::Tree;
+  const bool treeNodes = part == KeyPart::TreeNodes;
   func::FuncOp func =
       createThreadKernel(builder, loc, name, bindingTypes, tiling,
-                         tree ? "tree_split" : "sparse_split");
+                         treeNodes ? "tree_nodes"
+                         : tree    ? "tree_split"
+                                   : "sparse_split");
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
@@ -403,10 +407,12 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
   Value partialOut = args[4], partialLse = args[5], thread = args[6];
   Value c1 = e.index(1);
 
-  // Thread order (batch, head, row, split), the split fastest.
+  // Thread order (batch, head, row, split), the split fastest; the tree
+  // nodes' part has one thread per row, for the last split.
   Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
-  Value split = e.rem(thread, splits);
-  RowOfWorkgroup at(e, e.div(thread, splits), shape.numHeads, lq);
+  Value split = treeNodes ? e.sub(splits, c1) : e.rem(thread, splits);
+  RowOfWorkgroup at(e, treeNodes ? thread : e.div(thread, splits),
+                    shape.numHeads, lq);
   SimtRowSoftmax row(e, shape, q, k, v, at.batch, at.head, at.row);
   auto attend = [&](Value from, Value to, ValueRange state) {
     return e.loop(
@@ -438,20 +444,24 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
     Value prefixLength = e.sub(lk, lq);
     TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
                       shape.window);
+    auto treeKeys = [&]() -> SmallVector<Value> {
+      return node.eachTreeKey(row.initial(), [&](Value u, ValueRange it) {
+        return row.addKey(it, e.add(prefixLength, u));
+      });
+    };
     Value prefixSplits = e.sub(splits, c1);
-    state = e.ifElse(
-        e.icmp(arith::CmpIPredicate::ult, split, prefixSplits),
-        [&]() -> SmallVector<Value> {
-          Value perSplit = e.ceilDiv(prefixLength, prefixSplits);
-          Value from = e.mul(split, perSplit);
-          Value to = e.minS(prefixLength, e.add(from, perSplit));
-          return attend(e.maxS(node.prefixBegin, from), to, row.initial());
-        },
-        [&]() -> SmallVector<Value> {
-          return node.eachTreeKey(row.initial(), [&](Value u, ValueRange it) {
-            return row.addKey(it, e.add(prefixLength, u));
-          });
-        });
+    state = treeNodes
+                ? treeKeys()
+                : e.ifElse(
+                      e.icmp(arith::CmpIPredicate::ult, split, prefixSplits),
+                      [&]() -> SmallVector<Value> {
+                        Value perSplit = e.ceilDiv(prefixLength, prefixSplits);
+                        Value from = e.mul(split, perSplit);
+                        Value to = e.minS(prefixLength, e.add(from, perSplit));
+                        return attend(e.maxS(node.prefixBegin, from), to,
+                                      row.initial());
+                      },
+                      treeKeys);
   }
   row.storePartial(state, partialOut, partialLse, split);
   func::ReturnOp::create(b);

@@ -85,8 +85,16 @@ func.func @topp(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
 // -----
 
 // Tree attention: min(ceil(P / 256), 16) (at least 1) prefix splits plus
-// one for the ancestors, a thread per (node, split).
-// CHECK-LABEL: func.func private @tree__tree_split0(
+// one for the ancestors, a thread per (node, split). Without a window and
+// with more than 8 nodes the prefix (dense for every node) is the flash
+// block kernel's instead (split 0 of 2), and a thread per node walks its
+// tree keys into split 1.
+// CHECK-LABEL: func.func private @tree__tree_prefix0(
+// CHECK-SAME:    attn.block_kernel
+// CHECK-SAME:    attn.kernel = "flash_tree_prefix"
+// CHECK-LABEL: func.func private @tree__tree_nodes1(
+// CHECK-SAME:    attn.kernel = "tree_nodes"
+// CHECK-LABEL: func.func private @tree__tree_split2(
 // CHECK-SAME:    attn.kernel = "tree_split"
 // CHECK:         scf.while
 // CHECK-LABEL: func.func @tree(
@@ -94,14 +102,25 @@ func.func @topp(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
 // CHECK:         %[[T:.*]] = memref.dim %arg0, %c2
 // CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
 // CHECK:         cf.assert
+// CHECK:         %[[ROWS:.*]] = arith.muli %{{.*}}, %[[T]]
 // CHECK:         %[[P:.*]] = arith.subi %[[LK]], %[[T]]
 // CHECK:         %[[C:.*]] = arith.ceildivui %[[P]], %c256
 // CHECK:         %[[CAP:.*]] = arith.minsi %[[C]], %c16
 // CHECK:         %[[PS:.*]] = arith.maxsi %[[CAP]], %c1
-// CHECK:         %[[S:.*]] = arith.addi %[[PS]], %c1
+// CHECK:         %[[SPLITS:.*]] = arith.addi %[[PS]], %c1
+// CHECK:         %[[MANY:.*]] = arith.cmpi ugt, %[[T]], %c8
+// CHECK:         %[[S:.*]] = arith.select %[[MANY]], %c2, %[[SPLITS]]
 // CHECK:         memref.alloc(%{{.*}}, %[[T]], %[[S]]) : memref<?x4x?x?x8xf32>
-// CHECK:         attn.dispatch @tree__tree_split0
-// CHECK:         attn.dispatch @tree__merge1
+// CHECK:         %[[TILES:.*]] = arith.ceildivui %[[T]], %c64
+// CHECK:         %[[BLOCKS:.*]] = arith.muli %{{.*}}, %[[TILES]]
+// CHECK:         %[[FLASH:.*]] = arith.select %[[MANY]], %[[BLOCKS]], %c0
+// CHECK:         attn.dispatch @tree__tree_prefix0 workgroups(%[[FLASH]])
+// CHECK:         %[[NODES:.*]] = arith.select %[[MANY]], %[[ROWS]], %c0
+// CHECK:         attn.dispatch @tree__tree_nodes1 workgroups(%[[NODES]])
+// CHECK:         %[[ALL:.*]] = arith.muli %[[ROWS]], %[[S]]
+// CHECK:         %[[SPLIT:.*]] = arith.select %[[MANY]], %c0, %[[ALL]]
+// CHECK:         attn.dispatch @tree__tree_split2 workgroups(%[[SPLIT]])
+// CHECK:         attn.dispatch @tree__merge3 workgroups(%[[ROWS]])
 func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x8xf32>, %parents: tensor<?x?xi32>)
     -> tensor<?x4x?x8xf32> {
