@@ -168,13 +168,17 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
          });
     return;
   }
-  // The selections: a workgroup per (batch, head, query row).
+  // The selections: a workgroup per (batch, head, query row); top-k's per
+  // (batch, kv head, query row), for the heads of a kv group together.
   Value q = bindings[0];
   Value rows = mul(mul(dim(q, 0), index(staticDim(q, 1))), dim(q, 2));
   if (auto select = dyn_cast<SelectTopKOp>(op))
-    return emit(rows, [&](OpBuilder &builder, TypeRange types) {
-      return buildSelectTopKKernel(builder, loc, name, select, tiling, types);
-    });
+    return emit(
+        mul(mul(dim(q, 0), index(staticDim(bindings[1], 1))), dim(q, 2)),
+        [&](OpBuilder &builder, TypeRange types) {
+          return buildSelectTopKKernel(builder, loc, name, select, tiling,
+                                       types);
+        });
   if (auto select = dyn_cast<SelectTopPOp>(op))
     return emit(rows, [&](OpBuilder &builder, TypeRange types) {
       return buildSelectTopPKernel(builder, loc, name, select, tiling, types);

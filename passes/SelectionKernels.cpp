@@ -256,12 +256,17 @@ Value worseByScore(KernelEmitter &e, Value scores, Value a, Value b) {
                      e.load(scores, {e.toIndex(b)}), b);
 }
 
-/// A zeroed i8 flag per item of [0, count).
-Value zeroFlags(KernelEmitter &e, Value count) {
-  Value flags = allocRow(e, e.b.getI8Type(), count);
+/// Clears the i8 flags of items [0, count).
+void clearFlags(KernelEmitter &e, Value flags, Value count) {
   Value zero = arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 0);
   e.loop(e.index(0), count, e.index(1),
          [&](Value n) { memref::StoreOp::create(e.b, zero, flags, n); });
+}
+
+/// A cleared i8 flag per item of [0, count).
+Value zeroFlags(KernelEmitter &e, Value count) {
+  Value flags = allocRow(e, e.b.getI8Type(), count);
+  clearFlags(e, flags, count);
   return flags;
 }
 
@@ -413,81 +418,128 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
 
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(keyCarrier, 0);
-  RowOfWorkgroup at(e, workgroup, H, lq);
-  Value kvHead = e.div(at.head, e.index(group));
+  // A workgroup per (batch, kv head, row): the query heads of a kv group
+  // share the row's candidates and read each block's metadata once.
+  RowOfWorkgroup at(e, workgroup, H / group, lq);
+  Value kvHead = at.head;
+  Value firstHead = e.mul(kvHead, e.index(group));
   auto [firstBlock, count] =
       topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
-  SmallVector<Value> prefix{at.batch, at.head, at.row};
-  auto store = [&](Value value, Value slot) {
-    memref::StoreOp::create(b, value, blocks,
-                            ValueRange{at.batch, at.head, at.row, slot});
+  // Runs body(head, output prefix) for each query head of the group.
+  auto eachHead = [&](function_ref<void(Value g, ValueRange prefix)> body) {
+    e.loop(c0, e.index(group), c1, [&](Value g) {
+      body(g, {at.batch, e.add(firstHead, g), at.row});
+    });
+  };
+  auto store = [&](ValueRange prefix, Value value, Value slot) {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(slot);
+    memref::StoreOp::create(b, value, blocks, indices);
   };
 
   Value fits = e.icmp(arith::CmpIPredicate::ule, count, e.index(topK));
   e.ifElse(
       fits,
       [&]() -> SmallVector<Value> {
-        e.loop(c0, count, c1,
-               [&](Value n) { store(e.toI32(e.add(firstBlock, n)), n); });
-        padWithMinusOne(e, blocks, prefix, count, e.index(topK));
+        eachHead([&](Value, ValueRange prefix) {
+          e.loop(c0, count, c1, [&](Value n) {
+            store(prefix, e.toI32(e.add(firstBlock, n)), n);
+          });
+          padWithMinusOne(e, blocks, prefix, count, e.index(topK));
+        });
         return {};
       },
       [&]() -> SmallVector<Value> {
         // More candidates than the budget: the first `sink` and the last
         // `local` ones, then the `fill` best of those between.
-        e.loop(c0, e.index(sink), c1,
-               [&](Value n) { store(e.toI32(e.add(firstBlock, n)), n); });
         Value middleFirst = e.add(firstBlock, e.index(sink));
         Value middle = e.sub(count, e.index(sink + local));
-        Value slot = e.index(sink);
+        Value localFirst = e.sub(e.add(firstBlock, count), e.index(local));
+        // Quest's bounds of the middle blocks for every head of the group,
+        // head g's at scores[g * middle + n]: a block's min and max are
+        // loaded once for all of them.
+        Value queries, scores;
         if (fill > 0) {
-          Value qs = scaledQueryRow(e, q, at.batch, at.head, at.row, D, scale);
-          Value scores = allocRow(e, e.f32, middle);
+          const int64_t padded = roundUp(D, e.width);
+          queries = memref::AllocaOp::create(
+              b, MemRefType::get({group, padded}, e.f32),
+              b.getI64IntegerAttr(64));
+          e.loop(c0, e.index(group), c1, [&](Value g) {
+            for (int64_t off = 0; off < padded; off += e.width)
+              vector::StoreOp::create(b, e.splat(0.0), queries,
+                                      ValueRange{g, e.index(off)});
+            e.loop(c0, e.index(D), c1, [&](Value d) {
+              e.store(
+                  e.fmul(e.load(q, {at.batch, e.add(firstHead, g), at.row, d}),
+                         e.scalar(scale)),
+                  queries, {g, d});
+            });
+          });
+          scores = allocRow(e, e.f32, e.mul(middle, e.index(group)));
           e.loop(c0, middle, c1, [&](Value n) {
             Value block = e.add(middleFirst, n);
-            Value sum = e.splat(0.0);
+            SmallVector<Value> sums(group, e.splat(0.0));
             for (int64_t off = 0; off < D; off += e.width) {
               int64_t lanes = std::min(e.width, D - off);
-              Value qv = vector::LoadOp::create(b, e.vec, qs, e.index(off));
               Value lo = e.loadVector(
                   meta, {at.batch, kvHead, block, c0, e.index(off)}, lanes);
               Value hi = e.loadVector(
                   meta, {at.batch, kvHead, block, c1, e.index(off)}, lanes);
-              sum = e.fadd(sum, e.fmax(e.fmul(qv, lo), e.fmul(qv, hi)));
+              for (int64_t g = 0; g < group; ++g) {
+                Value qv = vector::LoadOp::create(
+                    b, e.vec, queries, ValueRange{e.index(g), e.index(off)});
+                sums[g] =
+                    e.fadd(sums[g], e.fmax(e.fmul(qv, lo), e.fmul(qv, hi)));
+              }
             }
-            e.store(e.sumLanes(sum), scores, {n});
+            for (int64_t g = 0; g < group; ++g)
+              e.store(e.sumLanes(sums[g]), scores,
+                      {e.add(e.mul(e.index(g), middle), n)});
           });
-          auto worse = [&](Value x, Value y) {
-            return worseByScore(e, scores, x, y);
-          };
-          Value heap = allocRow(e, b.getI32Type(), e.index(fill));
-          e.loop(c0, e.index(fill), c1, [&](Value n) {
-            memref::StoreOp::create(b, e.toI32(n), heap, n);
+        }
+        Value heap =
+            fill > 0 ? allocRow(e, b.getI32Type(), e.index(fill)) : Value();
+        Value chosen = fill > 0 ? allocRow(e, b.getI8Type(), middle) : Value();
+        eachHead([&](Value g, ValueRange prefix) {
+          e.loop(c0, e.index(sink), c1, [&](Value n) {
+            store(prefix, e.toI32(e.add(firstBlock, n)), n);
           });
-          withIntHeap(e, heap, worse, [&](const HeapStorage &storage) {
-            heapify(e, storage, e.index(fill));
-            e.loop(e.index(fill), middle, c1, [&](Value n) {
-              Value candidate = e.toI32(n);
-              e.ifThen(worse(e.loadInt(heap, {c0}), candidate), [&] {
-                memref::StoreOp::create(b, candidate, heap, c0);
-                siftDown(e, storage, e.index(fill), c0);
+          Value slot = e.index(sink);
+          if (fill > 0) {
+            Value base = e.mul(g, middle);
+            auto worse = [&](Value x, Value y) {
+              Value sx = e.load(scores, {e.add(base, e.toIndex(x))});
+              Value sy = e.load(scores, {e.add(base, e.toIndex(y))});
+              return worseScored(e, sx, x, sy, y);
+            };
+            e.loop(c0, e.index(fill), c1, [&](Value n) {
+              memref::StoreOp::create(b, e.toI32(n), heap, n);
+            });
+            withIntHeap(e, heap, worse, [&](const HeapStorage &storage) {
+              heapify(e, storage, e.index(fill));
+              e.loop(e.index(fill), middle, c1, [&](Value n) {
+                Value candidate = e.toI32(n);
+                e.ifThen(worse(e.loadInt(heap, {c0}), candidate), [&] {
+                  memref::StoreOp::create(b, candidate, heap, c0);
+                  siftDown(e, storage, e.index(fill), c0);
+                });
               });
             });
+            clearFlags(e, chosen, middle);
+            e.loop(c0, e.index(fill), c1, [&](Value n) {
+              setFlag(e, chosen, e.toIndex(e.loadInt(heap, {n})));
+            });
+            slot = writeFlagged(
+                e, chosen, middle, blocks, prefix, slot,
+                [&](Value n) { return e.toI32(e.add(middleFirst, n)); });
+          }
+          e.loop(c0, e.index(local), c1, [&](Value n) {
+            store(prefix, e.toI32(e.add(localFirst, n)), e.add(slot, n));
           });
-          Value chosen = zeroFlags(e, middle);
-          e.loop(c0, e.index(fill), c1, [&](Value n) {
-            setFlag(e, chosen, e.toIndex(e.loadInt(heap, {n})));
-          });
-          slot = writeFlagged(
-              e, chosen, middle, blocks, prefix, slot,
-              [&](Value n) { return e.toI32(e.add(middleFirst, n)); });
+        });
+        if (fill > 0)
           for (Value buffer : {scores, heap, chosen})
             memref::DeallocOp::create(b, buffer);
-        }
-        Value localFirst = e.sub(e.add(firstBlock, count), e.index(local));
-        e.loop(c0, e.index(local), c1, [&](Value n) {
-          store(e.toI32(e.add(localFirst, n)), e.add(slot, n));
-        });
         return {};
       });
   func::ReturnOp::create(b);

@@ -94,7 +94,8 @@ func::FuncOp buildBlockMetaKernel(OpBuilder &builder, Location loc,
                                   TypeRange bindingTypes);
 
 /// Bindings: q, meta, keys [Lk, 0] (a buffer that only carries the key
-/// length), blocks [B, H, Lq, top_k]. Workgroup = (batch, head, row).
+/// length), blocks [B, H, Lq, top_k]. Workgroup = (batch, kv head, row):
+/// the query heads of a kv group share each block's metadata load.
 func::FuncOp buildSelectTopKKernel(OpBuilder &builder, Location loc,
                                    StringRef name, SelectTopKOp op,
                                    const CpuTiling &tiling,
