@@ -68,13 +68,12 @@ void CpuEntryLowering::lowerGatheredSoftmax(
   auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
   auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
   Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
-  if (shape.selection == KeySelectionKind::Tree &&
-      shape.mask != MaskKind::SlidingWindow) {
-    // Every node sees the whole prefix, so it is dense attention without a
-    // mask: the flash kernel tiles it (a tile of nodes reads K and V once)
-    // into split 0, or for a few nodes split-KV spreads it over splits
-    // [0, S - 1); the gathered kernel takes each node's tree keys into
-    // split S - 1, and the split-KV merge combines them and gates.
+  if (shape.selection == KeySelectionKind::Tree) {
+    // Every node sees the prefix (from its window's start), so it is dense
+    // attention: the flash kernel tiles it (a tile of nodes reads K and V
+    // once) into split 0, or for a few nodes split-KV spreads it over
+    // splits [0, S - 1); the gathered kernel takes each node's tree keys
+    // into split S - 1, and the split-KV merge combines them and gates.
     auto select = [&](Value c, Value x, Value y) {
       return arith::SelectOp::create(b, c, x, y);
     };
@@ -87,14 +86,18 @@ void CpuEntryLowering::lowerGatheredSoftmax(
         fewNodes, arith::AddIOp::create(b, prefixSplits, index(1)), index(2));
     allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
                           splits);
-    SmallVector<Value> partBindings = s.splitBindings();
+    // With a window, a node's first prefix key depends on its depth: the
+    // prefix kernels also read the parents.
+    SmallVector<Value> prefixBindings = s.splitBindings();
+    if (shape.mask == MaskKind::SlidingWindow)
+      prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
     std::string prefixName = kernelName("tree_prefix");
     Value queryTiles =
         arith::CeilDivUIOp::create(b, s.lq, index(tiling.queryTile));
     dispatchKernel(b,
                    select(fewNodes, zero,
                           mul(mul(s.batch, index(shape.numHeads)), queryTiles)),
-                   partBindings, [&](OpBuilder &builder, TypeRange types) {
+                   prefixBindings, [&](OpBuilder &builder, TypeRange types) {
                      return buildFlashAttentionKernel(
                          builder, op.getLoc(), prefixName, shape, tiling, types,
                          KeyPart::TreePrefix);
@@ -106,19 +109,19 @@ void CpuEntryLowering::lowerGatheredSoftmax(
             fewNodes,
             mul(mul(mul(s.batch, index(shape.numKvHeads)), prefixSplits), s.lq),
             zero),
-        partBindings, [&](OpBuilder &builder, TypeRange types) {
+        prefixBindings, [&](OpBuilder &builder, TypeRange types) {
           return buildSplitKvAttentionKernel(builder, op.getLoc(), splitName,
                                              shape, tiling, types,
                                              KeyPart::TreePrefix);
         });
-    partBindings.insert(partBindings.begin() + 3, s.selection);
+    SmallVector<Value> nodeBindings{s.q,         s.k,          s.v,
+                                    s.selection, s.partialOut, s.partialLse};
     std::string nodesName = kernelName("tree_nodes");
-    dispatchKernel(
-        b, rows, partBindings, [&](OpBuilder &builder, TypeRange types) {
-          return buildGatheredAttentionKernel(builder, op.getLoc(), nodesName,
-                                              shape, tiling, types,
-                                              KeyPart::TreeNodes);
-        });
+    dispatchKernel(b, rows, nodeBindings,
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildGatheredAttentionKernel(
+                         builder, op.getLoc(), nodesName, shape, tiling, types);
+                   });
     std::string mergeName = kernelName("merge");
     dispatchKernel(b, rows, s.mergeBindings(),
                    [&](OpBuilder &builder, TypeRange types) {
@@ -133,10 +136,8 @@ void CpuEntryLowering::lowerGatheredSoftmax(
   bindings.push_back(s.out);
   if (s.lse)
     bindings.push_back(s.lse);
-  Value groups = rows;
-  std::string name =
-      kernelName(shape.selection == KeySelectionKind::Tree ? "tree" : "sparse");
-  dispatchKernel(b, groups, bindings, [&](OpBuilder &builder, TypeRange types) {
+  std::string name = kernelName("sparse");
+  dispatchKernel(b, rows, bindings, [&](OpBuilder &builder, TypeRange types) {
     return buildGatheredAttentionKernel(builder, op.getLoc(), name, shape,
                                         tiling, types);
   });

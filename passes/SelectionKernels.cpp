@@ -638,15 +638,13 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
 func::FuncOp mlir::attn::buildGatheredAttentionKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
-    TypeRange bindingTypes, KeyPart part) {
-  assert(part != KeyPart::TreePrefix && "the flash kernel tiles the prefix");
-  OpBuilder::InsertionGuard guard(builder);
+    TypeRange bindingTypes) {
+  // A tree's prefix is the flash or split-KV kernel's (KeyPart::TreePrefix);
+  // this kernel takes its nodes' own keys (KeyPart::TreeNodes).
   bool tree = shape.selection == KeySelectionKind::Tree;
-  const bool treeNodes = part == KeyPart::TreeNodes;
+  OpBuilder::InsertionGuard guard(builder);
   func::FuncOp func = createKernel(builder, loc, name, bindingTypes, tiling,
-                                   treeNodes ? "tree_nodes"
-                                   : tree    ? "tree_attention"
-                                             : "sparse_attention");
+                                   tree ? "tree_nodes" : "sparse_attention");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
   const int64_t W = e.width, D = shape.headDim, Dv = shape.valueDim;
@@ -654,11 +652,10 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
   Value selection = args[next++];
-  Value gate = !treeNodes && shape.epilogue == Epilogue::SigmoidGate
-                   ? args[next++]
-                   : Value();
+  Value gate =
+      !tree && shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
   Value out = args[next++];
-  Value lse = treeNodes || shape.withLogSumExp ? args[next++] : Value();
+  Value lse = tree || shape.withLogSumExp ? args[next++] : Value();
   Value workgroup = args.back();
 
   Value c0 = e.index(0), c1 = e.index(1);
@@ -666,7 +663,7 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   RowOfWorkgroup at(e, workgroup, shape.numHeads, lq);
   Value kvHead = e.div(at.head, e.index(shape.numHeads / shape.numKvHeads));
   // A node has at most T = Lq tree keys.
-  Value keys = allocRow(e, b.getI32Type(), e.maxS(treeNodes ? lq : lk, c1));
+  Value keys = allocRow(e, b.getI32Type(), e.maxS(tree ? lq : lk, c1));
   Value count;
   Value marks;
   if (!tree) {
@@ -678,21 +675,12 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
                                e.ceilDiv(lk, e.index(bs)));
     count = gatherMarkedKeys(e, marks, bs, begin, end, keys, c0);
   } else {
-    // The prefix keys in the node's window (unless the flash kernel takes
-    // the prefix), then the tree keys.
+    // The node's own and its ancestors' keys inside its window.
     Value prefixLength = e.sub(lk, lq);
     TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
                       shape.window);
-    Value prefixKeys = c0;
-    if (!treeNodes) {
-      e.loop(node.prefixBegin, prefixLength, c1, [&](Value j) {
-        memref::StoreOp::create(b, e.toI32(j), keys,
-                                e.sub(j, node.prefixBegin));
-      });
-      prefixKeys = e.sub(prefixLength, node.prefixBegin);
-    }
     count = node.eachTreeKey(
-        {prefixKeys}, [&](Value u, ValueRange n) -> SmallVector<Value> {
+        {c0}, [&](Value u, ValueRange n) -> SmallVector<Value> {
           memref::StoreOp::create(b, e.toI32(e.add(prefixLength, u)), keys,
                                   n[0]);
           return {e.add(n[0], c1)};
@@ -736,7 +724,7 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
       });
   // The tree keys' part is the last split of the partials, ungated.
   SmallVector<Value> outAt{at.batch, at.head, at.row};
-  if (treeNodes)
+  if (tree)
     outAt.push_back(e.sub(e.dim(lse, 3), c1));
   storeOutputRow(e, shape, acc, {}, e.reciprocalOrZero(state[1]), gate, out,
                  outAt);

@@ -108,17 +108,17 @@ func::FuncOp buildSelectTopPKernel(OpBuilder &builder, Location loc,
                                    const CpuTiling &tiling,
                                    TypeRange bindingTypes);
 
-/// Softmax attention over the keys each row gathers: `shape.selection` is
-/// Blocks (sparse_sdpa) or Tree (tree_sdpa, `window` from the op's mask).
-/// Bindings: q, k, v, selection or parents, [gate], o, [lse]; for
-/// KeyPart::TreeNodes (a tree's own keys only) q, k, v, parents, partial o,
-/// partial lse. Workgroup = (batch, head, row).
+/// Softmax attention over the keys each row gathers. `shape.selection` is
+/// Blocks (sparse_sdpa; bindings q, k, v, selection, [gate], o, [lse]) or
+/// Tree (tree_sdpa's KeyPart::TreeNodes: each node's own and ancestors'
+/// keys inside its window, into the last split of the partials; bindings
+/// q, k, v, parents, partial o, partial lse). Workgroup = (batch, head,
+/// row).
 func::FuncOp buildGatheredAttentionKernel(OpBuilder &builder, Location loc,
                                           StringRef name,
                                           const SoftmaxAttentionShape &shape,
                                           const CpuTiling &tiling,
-                                          TypeRange bindingTypes,
-                                          KeyPart part = KeyPart::All);
+                                          TypeRange bindingTypes);
 
 /// Bindings: tokens, target, parents, path, length, bonus. Workgroup =
 /// batch row. Scalar code, so also the CUDA kernel (one thread per batch

@@ -23,6 +23,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/SoftmaxAttentionKernels.h"
+#include "passes/SelectionKernels.h"
 
 #include <cmath>
 
@@ -140,13 +141,16 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
   auto args = func.getArguments();
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
+  // The tree's prefix: the keys before the T = Lq tree keys, all visible,
+  // or with a window those from each node's window start (its depth's).
+  const bool treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
+  Value parents = treeWindow ? args[next++] : Value();
   Value gate = !treePrefix && shape.epilogue == Epilogue::SigmoidGate
                    ? args[next++]
                    : Value();
   Value out = args[next++];
   Value lse = treePrefix || shape.withLogSumExp ? args[next++] : Value();
   Value workgroup = args.back();
-  // The tree's prefix: every key before the T = Lq tree keys is visible.
   const MaskKind mask = treePrefix ? MaskKind::None : shape.mask;
 
   Value c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
@@ -172,6 +176,24 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
   if (mask == MaskKind::SlidingWindow)
     keyBegin = e.minS(
         keyEnd, e.maxS(c0, e.add(e.sub(firstPos, e.index(shape.window)), c1)));
+
+  // A tree node's window start depends on its depth: each row's first
+  // visible prefix key, i32 [TQ] (rows past the end repeat the last one),
+  // and the tile's keys start at the smallest.
+  Value rowStarts;
+  if (treeWindow) {
+    rowStarts = memref::AllocaOp::create(
+        b, MemRefType::get({TQ}, b.getI32Type()), b.getI64IntegerAttr(64));
+    Value lastNode = e.sub(lq, c1);
+    keyBegin =
+        e.loop(c0, e.index(TQ), c1, {keyEnd}, [&](Value i, ValueRange it) {
+          Value node = e.minS(e.add(q0, i), lastNode);
+          TreeNodeKeys keys(e, parents, batch, node, lk, shape.mask,
+                            shape.window);
+          memref::StoreOp::create(b, e.toI32(keys.prefixBegin), rowStarts, i);
+          return SmallVector<Value>{e.minS(it[0], keys.prefixBegin)};
+        })[0];
+  }
 
   // Scratch: q^T pre-scaled [D, TQ], scores^T [TK, TQ], and the online
   // softmax state acc [TQ, Dv], m [TQ], l [TQ] plus the rescale of the
@@ -260,12 +282,21 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
             arith::ConstantOp::create(
                 b, DenseElementsAttr::get(i32Vec,
                                           static_cast<int32_t>(shape.window))));
+      Value rowStart = rowStarts
+                           ? vector::LoadOp::create(b, i32Vec, rowStarts, col)
+                           : Value();
       Value oldMax = vector::LoadOp::create(b, e.vec, runningMax, col);
       Value tileMax =
           e.loop(c0, cols, c1, {e.splat(kNegInf)}, [&](Value j, ValueRange it) {
             Value s =
                 vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
             s = e.softcap(s, shape.softcap);
+            if (rowStart) {
+              Value key =
+                  vector::BroadcastOp::create(b, i32Vec, toI32(e.add(k0, j)));
+              s = e.select(e.icmp(arith::CmpIPredicate::sge, key, rowStart), s,
+                           e.splat(kNegInf));
+            }
             if (mask != MaskKind::None) {
               Value key =
                   vector::BroadcastOp::create(b, i32Vec, toI32(e.add(k0, j)));
@@ -379,9 +410,15 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
   const int64_t DPadded = roundUp(D, W), DvPadded = roundUp(Dv, W);
   const int64_t group = shape.numHeads / shape.numKvHeads;
 
+  // The tree's prefix with a window: each node's window start depends on
+  // its depth, read from the parents.
+  const bool treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
   auto args = func.getArguments();
-  Value q = args[0], k = args[1], v = args[2], partialOut = args[3],
-        partialLse = args[4], workgroup = args[5];
+  unsigned next = 0;
+  Value q = args[next++], k = args[next++], v = args[next++];
+  Value parents = treeWindow ? args[next++] : Value();
+  Value partialOut = args[next++], partialLse = args[next++];
+  Value workgroup = args[next];
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
   // The tree's prefix: keys before the T = Lq tree keys, all visible, in
@@ -410,6 +447,10 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
     end = e.minS(end, e.add(pos, c1));
   if (mask == MaskKind::SlidingWindow)
     begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)), c1));
+  if (treeWindow)
+    begin = e.maxS(begin, TreeNodeKeys(e, parents, batch, row, lk, shape.mask,
+                                       shape.window)
+                              .prefixBegin);
   end = e.maxS(end, begin);
 
   // Per query head of the group: the scaled query row (zero-padded to

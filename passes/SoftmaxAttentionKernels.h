@@ -59,16 +59,18 @@ enum class KeyPart {
   /// The keys the op's mask (and selection) leave visible; o (gated) and
   /// [lse] are written.
   All,
-  /// Keys [0, Lk - Lq), all visible; o and lse go to the first S - 1
-  /// splits of partial o [B, H, Lq, S, Dv] and partial lse [B, H, Lq, S]
-  /// (the flash kernel: S = 2).
+  /// Keys [0, Lk - Lq), all visible (with a window: from each node's
+  /// window start, which depends on its depth, so the kernel also binds
+  /// the tree's parents after v); o and lse go to the first S - 1 splits of
+  /// partial o [B, H, Lq, S, Dv] and partial lse [B, H, Lq, S] (the flash
+  /// kernel: S = 2).
   TreePrefix,
   /// The node's own and its ancestors' keys; o and lse go to split S - 1.
   TreeNodes,
 };
 
 /// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse]; for
-/// KeyPart::TreePrefix q, k, v, partial o, partial lse.
+/// KeyPart::TreePrefix q, k, v, [parents], partial o, partial lse.
 func::FuncOp buildFlashAttentionKernel(OpBuilder &builder, Location loc,
                                        StringRef name,
                                        const SoftmaxAttentionShape &shape,
@@ -78,7 +80,7 @@ func::FuncOp buildFlashAttentionKernel(OpBuilder &builder, Location loc,
 
 /// Kernel bindings of the split-KV kernel: q, k, v, partial o
 /// [B, H, Lq, S, Dv], partial lse [B, H, Lq, S] (KeyPart::TreePrefix: the
-/// prefix in splits [0, S - 1)).
+/// prefix in splits [0, S - 1), and [parents] after v).
 func::FuncOp buildSplitKvAttentionKernel(OpBuilder &builder, Location loc,
                                          StringRef name,
                                          const SoftmaxAttentionShape &shape,

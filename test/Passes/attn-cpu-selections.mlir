@@ -79,16 +79,26 @@ func.func @topp(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
 // -----
 
 // Trees: the parents carry the contract the runtime checks, and the host
-// asserts that the keys hold the tree.
+// asserts that the keys hold the tree. With a window, a node's first prefix
+// key depends on its depth, so the prefix kernels read the parents too.
 
-// CHECK-LABEL: func.func private @tree__tree0(
-// CHECK-SAME:    attn.kernel = "tree_attention"
+// CHECK-LABEL: func.func private @tree__tree_prefix0(
+// CHECK-SAME:    %{{.*}}: memref<?x?xi32>,
+// CHECK-SAME:    attn.kernel = "flash_tree_prefix"
+// CHECK-LABEL: func.func private @tree__tree_prefix_split1(
+// CHECK-SAME:    %{{.*}}: memref<?x?xi32>,
+// CHECK-SAME:    attn.kernel = "split_kv_tree_prefix"
+// CHECK-LABEL: func.func private @tree__tree_nodes2(
+// CHECK-SAME:    attn.kernel = "tree_nodes"
 // CHECK-LABEL: func.func @tree(
 // CHECK-SAME:    memref<?x4x?x16xf32> {attn.shape = ["B", 4, "T", 16]}
 // CHECK-SAME:    memref<?x?xi32> {attn.contract = "tree_parents", attn.shape = ["B", "T"]}
 // CHECK:         %[[ENOUGH:.*]] = arith.cmpi sge, %{{.*}}, %{{.*}} : index
 // CHECK:         cf.assert %[[ENOUGH]], "attn.tree_sdpa: dim 2 of 'k' (P + T) must hold at least the T tree nodes of 'q'"
-// CHECK:         attn.dispatch @tree__tree0
+// CHECK:         attn.dispatch @tree__tree_prefix0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
+// CHECK:         attn.dispatch @tree__tree_prefix_split1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
+// CHECK:         attn.dispatch @tree__tree_nodes2 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
+// CHECK:         attn.dispatch @tree__merge3
 func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x1x?x16xf32>,
                 %v: tensor<?x1x?x16xf32>, %parents: tensor<?x?xi32>)
     -> tensor<?x4x?x16xf32> {
