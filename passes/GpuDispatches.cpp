@@ -66,8 +66,8 @@ void GpuEntryLowering::lowerGatheredSoftmax(
   bool tree = shape.selection == KeySelectionKind::Tree;
   Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
   Value splits;
-  // Trees without a window of more than decode_max_queries nodes: the
-  // prefix, which every node sees whole, is dense attention for the flash
+  // Trees of more than decode_max_queries nodes: the prefix, which every
+  // node sees (from its window's start), is dense attention for the flash
   // kernel (split 0 of 2); a thread per node walks its tree keys (split 1).
   Value flashPrefix;
   if (tree) {
@@ -79,11 +79,9 @@ void GpuEntryLowering::lowerGatheredSoftmax(
              arith::MinSIOp::create(b, ceilDiv(prefix, index(tiling.splitKeys)),
                                     index(kMaxTreePrefixSplits)));
     splits = arith::AddIOp::create(b, prefixSplits, index(1));
-    if (shape.mask != MaskKind::SlidingWindow) {
-      flashPrefix = arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, s.lq,
-                                          index(tiling.decodeMaxQueries));
-      splits = select(flashPrefix, index(2), splits);
-    }
+    flashPrefix = arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, s.lq,
+                                        index(tiling.decodeMaxQueries));
+    splits = select(flashPrefix, index(2), splits);
   } else {
     // Decode calls split the selection entries, split_keys keys' worth
     // each; longer calls have enough rows to fill the GPU with one split.
@@ -104,12 +102,17 @@ void GpuEntryLowering::lowerGatheredSoftmax(
     SimtFlashTiling flash = SimtFlashTiling::choose(
         shape, cast<MemRefType>(s.q.getType()).getElementType(), tiling);
     Value queryTiles = ceilDiv(s.lq, index(flash.queryTile()));
+    // With a window, a node's first prefix key depends on its depth: the
+    // flash kernel also reads the parents.
+    SmallVector<Value> prefixBindings = s.splitBindings();
+    if (shape.mask == MaskKind::SlidingWindow)
+      prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
     std::string prefixName = kernelName("tree_prefix");
     dispatchKernel(
         b,
         select(flashPrefix,
                mul(mul(s.batch, index(shape.numHeads)), queryTiles), zero),
-        s.splitBindings(), [&](OpBuilder &builder, TypeRange types) {
+        prefixBindings, [&](OpBuilder &builder, TypeRange types) {
           return buildSimtFlashKernel(builder, op.getLoc(), prefixName, shape,
                                       flash, tiling, types,
                                       KeyPart::TreePrefix);

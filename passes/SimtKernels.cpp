@@ -22,6 +22,7 @@
 #include "passes/SimtKernels.h"
 
 #include "passes/KernelEmitter.h"
+#include "passes/SelectionKernels.h"
 
 #include "Attn/AttnOps.h"
 
@@ -292,13 +293,16 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   auto args = func.getArguments();
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
+  // The tree's prefix: the keys before the T = Lq tree keys, all visible,
+  // or with a window those from each node's window start (its depth's).
+  const bool treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
+  Value parents = treeWindow ? args[next++] : Value();
   Value gate = !treePrefix && shape.epilogue == Epilogue::SigmoidGate
                    ? args[next++]
                    : Value();
   Value out = args[next++];
   Value lse = treePrefix || shape.withLogSumExp ? args[next++] : Value();
   Value workgroup = args.back();
-  // The tree's prefix: every key before the T = Lq tree keys is visible.
   SoftmaxAttentionShape keys = shape;
   if (treePrefix)
     keys.mask = MaskKind::None;
@@ -369,6 +373,18 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   Value lastRow = e.sub(e.add(firstRow, rows), c1);
   Value begin = visibleKeys(e, keys, firstRow, lq, lk, c0, lk).first;
   Value end = visibleKeys(e, keys, lastRow, lq, lk, c0, lk).second;
+  // A windowed tree node's first prefix key (rows past the end repeat the
+  // last node); the tile starts at its rows' smallest.
+  auto treeRowStart = [&](Value r) {
+    Value node = e.minS(e.add(firstRow, r), e.sub(lq, c1));
+    return TreeNodeKeys(e, parents, batch, node, lk, shape.mask, shape.window)
+        .prefixBegin;
+  };
+  if (treeWindow)
+    begin = e.loop(c0, rows, c1, {end},
+                   [&](Value r, ValueRange it) -> SmallVector<Value> {
+                     return {e.minS(it[0], treeRowStart(r))};
+                   })[0];
   Value keyTiles = e.ceilDiv(e.maxS(e.sub(end, begin), c0), e.index(TK));
 
   e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
@@ -396,6 +412,8 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     e.forAll(e.index(TQ), [&](Value r) {
       auto [first, last] =
           visibleKeys(e, keys, e.add(firstRow, r), lq, lk, c0, lk);
+      if (treeWindow)
+        first = treeRowStart(r);
       Value oldMax = e.load(rowMax, r);
       Value tileMax = e.loop(
           c0, e.index(TK), c1, {e.scalar(kNegInf)},

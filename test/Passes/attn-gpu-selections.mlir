@@ -132,6 +132,24 @@ func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 
 // -----
 
+// With a window a node's first prefix key depends on its depth: the flash
+// kernel of the prefix also binds the parents.
+// CHECK-LABEL: func.func private @window_tree__tree_prefix0(
+// CHECK-SAME:    %{{.*}}: memref<?x?xi32>,
+// CHECK-SAME:    attn.kernel = "flash_tree_prefix"
+// CHECK-LABEL: func.func @window_tree(
+// CHECK:         attn.dispatch @window_tree__tree_prefix0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
+func.func @window_tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                       %v: tensor<?x2x?x8xf32>, %parents: tensor<?x?xi32>)
+    -> tensor<?x4x?x8xf32> {
+  %o = attn.tree_sdpa %q, %k, %v, %parents {window = 100}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x8xf32>,
+        tensor<?x?xi32>
+  return %o : tensor<?x4x?x8xf32>
+}
+
+// -----
+
 // Metadata: a thread per (batch, kv head, block, channel), channels
 // fastest. Compaction: a thread per (batch, kv head, row, feature of k
 // then v: 16 + 8). Acceptance: the CPU's scalar kernel, a thread per row.
