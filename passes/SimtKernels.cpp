@@ -56,6 +56,10 @@ FailureOr<SimtLaunch> SimtLaunch::get(func::FuncOp kernel) {
     MemRefType type = alloca.getType();
     if (!type.hasStaticShape())
       return alloca.emitError("a shared buffer needs a static shape");
+    if (!type.getElementType().isIntOrFloat())
+      return alloca.emitError("a shared buffer holds integers or floats (its "
+                              "size in bytes must be known), not ")
+             << type.getElementType();
     launch.sharedBytes +=
         roundUp(type.getNumElements() * type.getElementTypeBitWidth() / 8, 16);
   }
@@ -373,18 +377,24 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   Value lastRow = e.sub(e.add(firstRow, rows), c1);
   Value begin = visibleKeys(e, keys, firstRow, lq, lk, c0, lk).first;
   Value end = visibleKeys(e, keys, lastRow, lq, lk, c0, lk).second;
-  // A windowed tree node's first prefix key (rows past the end repeat the
-  // last node); the tile starts at its rows' smallest.
-  auto treeRowStart = [&](Value r) {
-    Value node = e.minS(e.add(firstRow, r), e.sub(lq, c1));
-    return TreeNodeKeys(e, parents, batch, node, lk, shape.mask, shape.window)
-        .prefixBegin;
-  };
-  if (treeWindow)
-    begin = e.loop(c0, rows, c1, {end},
-                   [&](Value r, ValueRange it) -> SmallVector<Value> {
-                     return {e.minS(it[0], treeRowStart(r))};
-                   })[0];
+  // A windowed tree node's first prefix key, found once per row by walking
+  // its ancestors (rows past the end repeat the last node); the tile starts
+  // at its rows' smallest.
+  Value rowStarts;
+  if (treeWindow) {
+    rowStarts = e.shared({TQ}, b.getI32Type());
+    e.forAll(e.index(TQ), [&](Value r) {
+      Value node = e.minS(e.add(firstRow, r), e.sub(lq, c1));
+      Value start =
+          TreeNodeKeys(e, parents, batch, node, lk, shape.mask, shape.window)
+              .prefixBegin;
+      memref::StoreOp::create(b, e.toI32(start), rowStarts, r);
+    });
+    begin = e.loop(
+        c0, rows, c1, {end}, [&](Value r, ValueRange it) -> SmallVector<Value> {
+          return {e.minS(it[0], e.toIndex(e.loadInt(rowStarts, {r})))};
+        })[0];
+  }
   Value keyTiles = e.ceilDiv(e.maxS(e.sub(end, begin), c0), e.index(TK));
 
   e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
@@ -412,8 +422,8 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     e.forAll(e.index(TQ), [&](Value r) {
       auto [first, last] =
           visibleKeys(e, keys, e.add(firstRow, r), lq, lk, c0, lk);
-      if (treeWindow)
-        first = treeRowStart(r);
+      if (rowStarts)
+        first = e.toIndex(e.loadInt(rowStarts, {r}));
       Value oldMax = e.load(rowMax, r);
       Value tileMax = e.loop(
           c0, e.index(TK), c1, {e.scalar(kNegInf)},

@@ -97,3 +97,14 @@ func.func private @warp_mma_in_thread_kernel(%lane: index)
       : memref<16x16xf16>, memref<8x16xf16>, memref<16x8xf32>
   return
 }
+
+// -----
+
+// Shared buffers are laid out in bytes: their elements need a size.
+func.func private @index_shared_buffer(%n: index)
+    attributes {attn.kernel = "x", attn.block_kernel,
+                attn.tiling = {block_threads = 32 : i64}} {
+  // expected-error @below {{a shared buffer holds integers or floats (its size in bytes must be known), not 'index'}}
+  %s = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<4xindex>
+  return
+}
