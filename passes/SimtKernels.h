@@ -104,14 +104,6 @@ struct SimtEmitter : KernelEmitter {
                 })[0];
   }
 
-  /// Runs `body` where `condition` holds.
-  void ifThen(Value condition, function_ref<void()> body) {
-    auto op = scf::IfOp::create(b, condition, /*withElseRegion=*/false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(op.thenBlock()->getTerminator());
-    body();
-  }
-
   /// Block kernels: a buffer shared by the block's threads (f32 unless
   /// told), allocated at the kernel's entry.
   Value shared(ArrayRef<int64_t> shape, Type element = {});
