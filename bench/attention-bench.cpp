@@ -14,10 +14,11 @@
 //    emptied before each timed call, so K and V come from DRAM.
 //
 //  * sparse decode (Lq=1, Lk=8K..32K, Hkv 2): Quest top-k (64 blocks of
-//    16 keys, 1 sink and 1 local block) and top-k then Twilight top-p 0.9,
-//    timed like decode, as a speedup over dense decode measured beside
-//    them, and in GB/s over memcpy of what they read at least: the block
-//    metadata and each query head's kept K and V rows.
+//    16 keys, 1 sink and 1 local block) and top-k then Twilight top-p 0.9
+//    with the exact and the int4 estimator, timed like decode, as a speedup
+//    over dense decode measured beside them, and in GB/s over memcpy of what
+//    they read at least: the block metadata and each query head's kept K and V
+//    rows.
 //  * tree verification (T = 8 and 64 draft nodes, random trees, over
 //    8K-32K keys, H = 8, Hkv = 2) in GFLOP/s of visible work over sgemm,
 //    beside dense attention of as many query rows over the same keys.
@@ -177,7 +178,14 @@ bool sparseTable(const BenchOptions &options) {
   if (!dense)
     return false;
   MemcpyCeiling ceiling(options.threads);
-  for (const char *method : {"top_k", "top_p"}) {
+  struct Budget {
+    const char *label, *method, *topP;
+  };
+  for (const Budget &budget :
+       {Budget{"top-k 64 x 16", "top_k", ""},
+        Budget{"top-k 64 x 16, top-p 0.9", "top_p", R"("top_p": 0.9, )"},
+        Budget{"top-k 64 x 16, top-p 0.9 (int4)", "top_p",
+               R"("top_p": 0.9, "estimator": "int4", )"}}) {
     char json[768];
     std::snprintf(
         json, sizeof(json),
@@ -186,8 +194,7 @@ bool sparseTable(const BenchOptions &options) {
         R"("head_dim": %d, "mask": "causal", "sparsity": {"method": "%s", )"
         R"("block_size": %d, "top_k": %d, %s"sink_blocks": 1, )"
         R"("local_blocks": 1}}]})",
-        heads, kvHeads, dim, method, blockSize, topK,
-        std::strcmp(method, "top_p") == 0 ? R"("top_p": 0.9, )" : "");
+        heads, kvHeads, dim, budget.method, blockSize, topK, budget.topP);
     auto model = attn::bench::compileAndLoad(json, options.threads);
     int32_t entry = -1, metaEntry = -1;
     if (!model || !model->findEntry("layer", entry).ok() ||
@@ -218,9 +225,7 @@ bool sparseTable(const BenchOptions &options) {
       double memcpyRate = ceiling.gbps(options.repeat);
       std::printf(
           "| %s | %lld | <= %.0f | %.3f | %.2f | %.1f | %.1f | %.2f |\n",
-          std::strcmp(method, "top_k") == 0 ? "top-k 64 x 16"
-                                            : "top-k 64 x 16, top-p 0.9",
-          static_cast<long long>(lk), keptKeys, seconds * 1e3,
+          budget.label, static_cast<long long>(lk), keptKeys, seconds * 1e3,
           denseSeconds / seconds, bytes / seconds / 1e9, memcpyRate,
           bytes / seconds / 1e9 / memcpyRate);
     }

@@ -127,6 +127,45 @@ Value mlir::attn::worseScored(KernelEmitter &e, Value scoreA, Value indexA,
   return e.orI(lower, tieLater);
 }
 
+Int4Levels Int4Levels::of(KernelEmitter &e, Value lowest, Value highest) {
+  constexpr double kSteps = 15.0; // 16 levels
+  Value range = e.fsub(highest, lowest);
+  Value perStep =
+      e.select(e.fcmp(arith::CmpFPredicate::OGT, range, e.scalar(0.0)),
+               e.fdiv(e.scalar(kSteps), range), e.scalar(0.0));
+  return {lowest, e.fdiv(range, e.scalar(kSteps)), perStep};
+}
+
+Int4Levels Int4Levels::broadcast(KernelEmitter &e) const {
+  return {e.broadcast(lowest), e.broadcast(step), e.broadcast(perStep)};
+}
+
+Value Int4Levels::round(KernelEmitter &e, Value x) const {
+  Value half = isa<VectorType>(x.getType()) ? e.splat(0.5) : e.scalar(0.5);
+  Value level = math::FloorOp::create(
+      e.b, e.fadd(e.fmul(e.fsub(x, lowest), perStep), half));
+  // Not KernelEmitter::fma, which is vector-only.
+  return e.fadd(e.fmul(level, step), lowest);
+}
+
+namespace {
+
+/// A candidate's unnormalized top-p weight exp(s - max), widened to f64 for
+/// the sums that decide how many are kept.
+Value topPWeight(KernelEmitter &e, Value score, Value maxScore) {
+  return arith::ExtFOp::create(e.b, e.b.getF64Type(),
+                               e.exp(e.fsub(score, maxScore)));
+}
+
+/// Clamps top-p's keep count to [min_tokens, capacity] and to `count`.
+Value clampTopPKeep(KernelEmitter &e, SelectTopPOp op, Value keep, Value count,
+                    Value capacity) {
+  keep = e.maxS(keep, e.index(op.getMinTokens()));
+  return e.minS(e.minS(keep, capacity), count);
+}
+
+} // namespace
+
 Value mlir::attn::topPKeepCount(KernelEmitter &e, SelectTopPOp op, Value count,
                                 Value capacity,
                                 function_ref<Value(Value)> sortedScoreAt) {
@@ -135,14 +174,12 @@ Value mlir::attn::topPKeepCount(KernelEmitter &e, SelectTopPOp op, Value count,
   Value keep = count;
   double topP = op.getTopP().convertToDouble();
   if (topP < 1.0) {
-    Type f64 = b.getF64Type();
     Value maxScore = e.safeMax(e.ifElse(
         e.icmp(arith::CmpIPredicate::ugt, count, c0),
         [&]() -> SmallVector<Value> { return {sortedScoreAt(c0)}; },
         [&]() -> SmallVector<Value> { return {e.scalar(kNegInf)}; })[0]);
     auto weightAt = [&](Value n) {
-      return arith::ExtFOp::create(b, f64,
-                                   e.exp(e.fsub(sortedScoreAt(n), maxScore)));
+      return topPWeight(e, sortedScoreAt(n), maxScore);
     };
     Value zero64 = arith::ConstantOp::create(b, b.getF64FloatAttr(0.0));
     Value total = e.loop(c0, count, c1, {zero64},
@@ -163,8 +200,7 @@ Value mlir::attn::topPKeepCount(KernelEmitter &e, SelectTopPOp op, Value count,
     keep = e.select(e.fcmp(arith::CmpFPredicate::OGE, walked[1], target),
                     walked[0], count);
   }
-  keep = e.maxS(keep, e.index(op.getMinTokens()));
-  return e.minS(e.minS(keep, capacity), count);
+  return clampTopPKeep(e, op, keep, count, capacity);
 }
 
 double mlir::attn::selectionScale(std::optional<APFloat> scale,
@@ -213,6 +249,43 @@ Value scoreKeys(KernelEmitter &e, Value qs, Value k, Value batch, Value kvHead,
       sums[l] = e.fma(
           qv, e.loadVector(k, {batch, kvHead, keyRows[l], e.index(off)}, lanes),
           sums[l]);
+  }
+  return e.softcap(e.sumEach(sums), softcap);
+}
+
+/// scoreKeys with each key read through the `int4` estimator's levels
+/// (Int4Levels): a first pass over the key's channels finds its lowest and
+/// highest, a second takes the dot product with the rounded channels.
+Value estimateKeysInt4(KernelEmitter &e, Value qs, Value k, Value batch,
+                       Value kvHead, ArrayRef<Value> keyRows, int64_t headDim,
+                       double softcap) {
+  const float inf = std::numeric_limits<float>::infinity();
+  auto load = [&](int64_t l, int64_t off) {
+    int64_t lanes = std::min(e.width, headDim - off);
+    return std::make_pair(
+        e.loadVector(k, {batch, kvHead, keyRows[l], e.index(off)}, lanes),
+        lanes == e.width ? Value() : e.prefixMask(lanes));
+  };
+  SmallVector<Value> sums;
+  for (int64_t l = 0; l < e.width; ++l) {
+    Value low = e.splat(inf), high = e.splat(-inf);
+    for (int64_t off = 0; off < headDim; off += e.width) {
+      auto [kv, inside] = load(l, off);
+      Value lowSide = inside ? e.select(inside, kv, e.splat(inf)) : kv;
+      Value highSide = inside ? e.select(inside, kv, e.splat(-inf)) : kv;
+      low = arith::MinimumFOp::create(e.b, low, lowSide);
+      high = e.fmax(high, highSide);
+    }
+    Value lowest = e.fsub(e.scalar(0.0), e.maxLanes(e.fsub(e.splat(0.0), low)));
+    Int4Levels levels =
+        Int4Levels::of(e, lowest, e.maxLanes(high)).broadcast(e);
+    // Lanes past the key's channels meet zeros in qs.
+    Value sum = e.splat(0.0);
+    for (int64_t off = 0; off < headDim; off += e.width) {
+      Value qv = vector::LoadOp::create(e.b, e.vec, qs, e.index(off));
+      sum = e.fma(qv, levels.round(e, load(l, off).first), sum);
+    }
+    sums.push_back(sum);
   }
   return e.softcap(e.sumEach(sums), softcap);
 }
@@ -550,6 +623,202 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
 // Top-p token selection
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// The most score buckets of a top-p row (see ScoreBuckets).
+constexpr int64_t kMaxTopPBuckets = 4096;
+
+/// A row's scores cut into equal-width buckets from its highest score
+/// (bucket 0) to its lowest. The bucket is a monotone function of the
+/// score, so a better score never lands in a later bucket: the best m
+/// candidates are whole buckets plus the best of one bucket, and only that
+/// bucket has to be sorted. A NaN score goes to bucket 0.
+struct ScoreBuckets {
+  ScoreBuckets(KernelEmitter &e, Value scores, Value count) : e(e) {
+    ImplicitLocOpBuilder &b = e.b;
+    Value c0 = e.index(0), c1 = e.index(1);
+    SmallVector<Value> range = e.loop(
+        c0, count, c1,
+        {e.scalar(kNegInf), e.scalar(std::numeric_limits<float>::infinity())},
+        [&](Value n, ValueRange it) -> SmallVector<Value> {
+          Value s = e.load(scores, {n});
+          return {e.fmax(it[0], s), arith::MinimumFOp::create(b, it[1], s)};
+        });
+    highest = range[0];
+    size = e.maxS(e.minS(count, e.index(kMaxTopPBuckets)), c1);
+    Value spread = e.fsub(range[0], range[1]);
+    perScore = e.select(e.fcmp(arith::CmpFPredicate::OGT, spread, e.scalar(0)),
+                        e.fdiv(toF32(size), spread), e.scalar(0));
+    lastBucket = toF32(e.sub(size, c1));
+  }
+
+  Value of(Value score) {
+    ImplicitLocOpBuilder &b = e.b;
+    Value x = e.fmul(e.fsub(highest, score), perScore);
+    x = arith::MinNumFOp::create(b, arith::MaxNumFOp::create(b, x, e.scalar(0)),
+                                 lastBucket);
+    return arith::IndexCastOp::create(
+        b, b.getIndexType(), arith::FPToSIOp::create(b, b.getI64Type(), x));
+  }
+
+  KernelEmitter &e;
+  Value highest, size;
+
+private:
+  Value toF32(Value index) {
+    ImplicitLocOpBuilder &b = e.b;
+    return arith::SIToFPOp::create(
+        b, e.f32, arith::IndexCastOp::create(b, b.getI64Type(), index));
+  }
+
+  Value perScore, lastBucket;
+};
+
+/// Flags (in the i8 row `kept`) the candidates that top-p keeps of the
+/// `count` scored in `scores` (candidate n is the n-th visible key, so a
+/// lower n is a lower token): the `keep` best in SPEC §1.3's order, where
+/// `keep` is the shortest best-first prefix whose weights reach top_p,
+/// clamped (clampTopPKeep). The weights are summed in f64 per bucket and
+/// then in order inside the bucket where the sum crosses top_p, so this
+/// costs a few passes over the row and the sort of one or two buckets, not
+/// a sort of every candidate.
+void flagTopPKept(KernelEmitter &e, SelectTopPOp op, Value scores, Value count,
+                  Value capacity, Value kept) {
+  ImplicitLocOpBuilder &b = e.b;
+  Type f64 = b.getF64Type(), i32 = b.getI32Type();
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value zero64 = arith::ConstantOp::create(b, b.getF64FloatAttr(0.0));
+  double topP = op.getTopP().convertToDouble();
+  auto scoreAt = [&](Value n) { return e.load(scores, {n}); };
+  ScoreBuckets buckets(e, scores, count);
+  auto weightAt = [&](Value n) {
+    return topPWeight(e, scoreAt(n), buckets.highest);
+  };
+  Value lastBucket = e.sub(buckets.size, c1);
+
+  // How many candidates, and how much weight, each bucket holds.
+  Value sizes = allocRow(e, i32, buckets.size);
+  Value weights = topP < 1.0 ? allocRow(e, f64, buckets.size) : Value();
+  auto bucketWeight = [&](Value bucket) -> Value {
+    return memref::LoadOp::create(b, weights, ValueRange{bucket});
+  };
+  e.loop(c0, buckets.size, c1, [&](Value bucket) {
+    memref::StoreOp::create(b, e.i32(0), sizes, bucket);
+    if (weights)
+      memref::StoreOp::create(b, zero64, weights, bucket);
+  });
+  Value total = e.loop(
+      c0, count, c1, {zero64},
+      [&](Value n, ValueRange it) -> SmallVector<Value> {
+        Value bucket = buckets.of(scoreAt(n));
+        memref::StoreOp::create(b, e.add(e.loadInt(sizes, {bucket}), e.i32(1)),
+                                sizes, bucket);
+        if (!weights)
+          return {it[0]};
+        Value w = weightAt(n);
+        memref::StoreOp::create(b, e.fadd(bucketWeight(bucket), w), weights,
+                                bucket);
+        return {e.fadd(it[0], w)};
+      })[0];
+  auto sizeOf = [&](Value bucket) {
+    return e.toIndex(e.loadInt(sizes, {e.minS(bucket, lastBucket)}));
+  };
+
+  // The candidates of one bucket, best first, in order[0, size).
+  Value order = allocRow(e, i32, e.maxS(count, c1));
+  auto sortBucket = [&](Value bucket) {
+    Value size = e.loop(
+        c0, count, c1, {c0}, [&](Value n, ValueRange it) -> SmallVector<Value> {
+          return e.ifElse(
+              e.icmp(arith::CmpIPredicate::eq, buckets.of(scoreAt(n)), bucket),
+              [&]() -> SmallVector<Value> {
+                memref::StoreOp::create(b, e.toI32(n), order, it[0]);
+                return {e.add(it[0], c1)};
+              },
+              [&]() -> SmallVector<Value> { return {it[0]}; });
+        })[0];
+    withIntHeap(
+        e, order,
+        [&](Value x, Value y) { return worseByScore(e, scores, x, y); },
+        [&](const HeapStorage &heap) { sortBestFirst(e, heap, size); });
+    return size;
+  };
+
+  // The shortest best-first prefix whose weight reaches top_p: whole
+  // buckets while they stay short of it, then the crossing bucket in order.
+  Value keep = count, sortedBucket = e.index(-1);
+  if (weights) {
+    Value target =
+        e.fmul(total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
+    SmallVector<Value> whole = e.whileLoop(
+        {c0, zero64, c0},
+        [&](ValueRange it) {
+          Value weight = bucketWeight(e.minS(it[0], lastBucket));
+          return e.andI(
+              e.icmp(arith::CmpIPredicate::ult, it[0], buckets.size),
+              e.fcmp(arith::CmpFPredicate::OLT, e.fadd(it[1], weight), target));
+        },
+        [&](ValueRange it) -> SmallVector<Value> {
+          return {e.add(it[0], c1), e.fadd(it[1], bucketWeight(it[0])),
+                  e.add(it[2], sizeOf(it[0]))};
+        });
+    Value crossing = whole[0];
+    SmallVector<Value> found = e.ifElse(
+        e.icmp(arith::CmpIPredicate::ult, crossing, buckets.size),
+        [&]() -> SmallVector<Value> {
+          Value size = sortBucket(crossing);
+          Value taken = e.whileLoop(
+              {c0, whole[1]},
+              [&](ValueRange it) {
+                return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], size),
+                              e.fcmp(arith::CmpFPredicate::OLT, it[1], target));
+              },
+              [&](ValueRange it) -> SmallVector<Value> {
+                Value n = e.toIndex(e.loadInt(order, {it[0]}));
+                return {e.add(it[0], c1), e.fadd(it[1], weightAt(n))};
+              })[0];
+          return {e.add(whole[2], taken), crossing};
+        },
+        [&]() -> SmallVector<Value> {
+          return {count, e.index(-1)};
+        });
+    keep = found[0];
+    sortedBucket = found[1];
+  }
+  keep = clampTopPKeep(e, op, keep, count, capacity);
+
+  // Flag the best `keep`: the buckets before the one where the count
+  // reaches it, then that bucket's best.
+  SmallVector<Value> before = e.whileLoop(
+      {c0, c0},
+      [&](ValueRange it) {
+        return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], buckets.size),
+                      e.icmp(arith::CmpIPredicate::ult,
+                             e.add(it[1], sizeOf(it[0])), keep));
+      },
+      [&](ValueRange it) -> SmallVector<Value> {
+        return {e.add(it[0], c1), e.add(it[1], sizeOf(it[0]))};
+      });
+  Value last = before[0], rest = e.sub(keep, before[1]);
+  e.ifThen(e.icmp(arith::CmpIPredicate::sgt, rest, c0), [&] {
+    e.ifThen(e.icmp(arith::CmpIPredicate::ne, last, sortedBucket),
+             [&] { sortBucket(last); });
+    e.loop(c0, rest, c1, [&](Value n) {
+      setFlag(e, kept, e.toIndex(e.loadInt(order, {n})));
+    });
+  });
+  e.loop(c0, count, c1, [&](Value n) {
+    e.ifThen(e.icmp(arith::CmpIPredicate::ult, buckets.of(scoreAt(n)), last),
+             [&] { setFlag(e, kept, n); });
+  });
+  for (Value buffer : {sizes, order})
+    memref::DeallocOp::create(b, buffer);
+  if (weights)
+    memref::DeallocOp::create(b, weights);
+}
+
+} // namespace
+
 func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
                                                StringRef name, SelectTopPOp op,
                                                const CpuTiling &tiling,
@@ -594,36 +863,24 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
     });
   }
 
-  // Their exact scores, a vector of keys at a time.
+  // Their scores (exact, or from int4 keys), a vector of keys at a time.
   Value qs = scaledQueryRow(e, q, at.batch, at.head, at.row, D, scale);
   Value scores = allocRow(e, e.f32, e.add(count, e.index(e.width)));
+  auto score = op.getEstimator() == SelectionEstimator::Int4 ? estimateKeysInt4
+                                                             : scoreKeys;
   e.loop(c0, count, e.index(e.width), [&](Value first) {
-    Value s = scoreKeys(e, qs, k, at.batch, kvHead,
-                        keyRowsOf(e, candidates, first, count), D, softcap);
+    Value s = score(e, qs, k, at.batch, kvHead,
+                    keyRowsOf(e, candidates, first, count), D, softcap);
     e.storeVector(s, scores, {first}, e.sub(count, first));
   });
 
-  // Sorted best first; keep the shortest prefix whose weights
-  // exp(s - max) / sum reach top_p, summed in f64 in the sorted order so
-  // that top_p = 1 keeps every candidate.
-  Value order = allocRow(e, b.getI32Type(), e.maxS(count, c1));
-  e.loop(c0, count, c1,
-         [&](Value n) { memref::StoreOp::create(b, e.toI32(n), order, n); });
-  withIntHeap(
-      e, order, [&](Value x, Value y) { return worseByScore(e, scores, x, y); },
-      [&](const HeapStorage &storage) { sortBestFirst(e, storage, count); });
-  Value keep = topPKeepCount(e, op, count, capacity, [&](Value n) {
-    return e.load(scores, {e.toIndex(e.loadInt(order, {n}))});
-  });
-
   Value kept = zeroFlags(e, e.maxS(count, c1));
-  e.loop(c0, keep, c1,
-         [&](Value n) { setFlag(e, kept, e.toIndex(e.loadInt(order, {n}))); });
+  flagTopPKept(e, op, scores, count, capacity, kept);
   Value slot = writeFlagged(e, kept, count, tokens, prefix, c0, [&](Value n) {
     return e.loadInt(candidates, {n});
   });
   padWithMinusOne(e, tokens, prefix, slot, capacity);
-  for (Value buffer : {candidates, scores, order, kept})
+  for (Value buffer : {candidates, scores, kept})
     memref::DeallocOp::create(b, buffer);
   if (marks)
     memref::DeallocOp::create(b, marks);

@@ -72,6 +72,22 @@ private:
 Value worseScored(KernelEmitter &e, Value scoreA, Value indexA, Value scoreB,
                   Value indexB);
 
+/// SPEC §1.3's `int4` estimator reads a key as a 4-bit key cache holds it:
+/// per key row, 16 levels from its lowest channel to its highest,
+/// x' = lowest + floor((x - lowest) * perStep + 0.5) * step with
+/// step = (highest - lowest) / 15 and perStep = 15 / (highest - lowest)
+/// (0 for a constant row, which is then exact).
+struct Int4Levels {
+  Value lowest, step, perStep;
+  /// The levels of a key row from its lowest and highest channel (scalars).
+  static Int4Levels of(KernelEmitter &e, Value lowest, Value highest);
+  /// The levels broadcast to the emitter's vectors.
+  Int4Levels broadcast(KernelEmitter &e) const;
+  /// `x` (a channel, or a vector of channels of one key, like the levels)
+  /// rounded to its level.
+  Value round(KernelEmitter &e, Value x) const;
+};
+
 /// How many of `count` candidates top-p keeps: the shortest prefix of the
 /// best-first order whose weights exp(s - max) / sum reach `top_p`, summed
 /// in f64 in that order (so that top_p = 1 keeps every candidate), clamped

@@ -318,20 +318,37 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
   SmallVector<Value> prefix{at.batch, at.head, at.row};
   auto at3 = [&](Value slot) { return indicesOf(prefix, slot); };
 
-  // The candidates with their exact scores, in slots [0, count) of the
-  // row's temporaries.
+  // The candidates with their scores (exact, or from int4 keys), in slots
+  // [0, count) of the row's temporaries.
   Value query = scaledQuery(e, q, at, D, selectionScale(op.getScale(), D));
+  const bool int4 = op.getEstimator() == SelectionEstimator::Int4;
   auto addKeys = [&](Value from, Value to, Value count) {
-    return e.loop(from, e.maxS(to, from), c1, {count},
-                  [&](Value j, ValueRange n) -> SmallVector<Value> {
-                    Value s = e.sumOver(c0, e.index(D), [&](Value d) {
-                      return e.fmul(e.load(query, d),
-                                    e.load(k, {at.batch, kvHead, j, d}));
-                    });
-                    e.store(e.softcap(s, softcap), scores, at3(n[0]));
-                    memref::StoreOp::create(b, e.toI32(j), keys, at3(n[0]));
-                    return {e.add(n[0], c1)};
-                  })[0];
+    return e.loop(
+        from, e.maxS(to, from), c1, {count},
+        [&](Value j, ValueRange n) -> SmallVector<Value> {
+          auto channel = [&](Value d) {
+            return e.load(k, {at.batch, kvHead, j, d});
+          };
+          std::optional<Int4Levels> levels;
+          if (int4) {
+            const float inf = std::numeric_limits<float>::infinity();
+            SmallVector<Value> range =
+                e.loop(c0, e.index(D), c1, {e.scalar(inf), e.scalar(-inf)},
+                       [&](Value d, ValueRange it) -> SmallVector<Value> {
+                         Value x = channel(d);
+                         return {arith::MinimumFOp::create(b, it[0], x),
+                                 e.fmax(it[1], x)};
+                       });
+            levels = Int4Levels::of(e, range[0], range[1]);
+          }
+          Value s = e.sumOver(c0, e.index(D), [&](Value d) {
+            Value x = channel(d);
+            return e.fmul(e.load(query, d), levels ? levels->round(e, x) : x);
+          });
+          e.store(e.softcap(s, softcap), scores, at3(n[0]));
+          memref::StoreOp::create(b, e.toI32(j), keys, at3(n[0]));
+          return {e.add(n[0], c1)};
+        })[0];
   };
   Value count;
   if (blocks) {

@@ -124,9 +124,10 @@ struct ExhaustiveTopKIsDense final : OpRewritePattern<SparseSdpaOp> {
   }
 };
 
-/// sparse_sdpa over an exact select_topp with top_p = 1 and no token cap
-/// keeps every candidate token: it is attention over the candidates, i.e.
-/// over the top-k blocks when given, else dense attention.
+/// sparse_sdpa over a select_topp with top_p = 1 and no token cap keeps
+/// every candidate token, whatever estimates the weights: it is attention
+/// over the candidates, i.e. over the top-k blocks when given, else dense
+/// attention.
 struct FullTopPIsCandidates final : OpRewritePattern<SparseSdpaOp> {
   using OpRewritePattern::OpRewritePattern;
 
@@ -135,8 +136,7 @@ struct FullTopPIsCandidates final : OpRewritePattern<SparseSdpaOp> {
     auto select = op.getSelection().getDefiningOp<SelectTopPOp>();
     if (!select)
       return rewriter.notifyMatchFailure(op, "selection is not top-p");
-    if (select.getTopP().convertToDouble() != 1.0 ||
-        select.getEstimator() != SelectionEstimator::Exact)
+    if (select.getTopP().convertToDouble() != 1.0)
       return rewriter.notifyMatchFailure(op, "top_p selection may drop keys");
     if (op.getBlockSize() != 1 || select.getMask() != op.getMask() ||
         select.getQuery() != op.getQuery() || select.getKey() != op.getKey() ||

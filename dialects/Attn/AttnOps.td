@@ -177,7 +177,10 @@ def Attn_SelectTopPOp : Attn_PureOp<"select_topp"> {
     given, the visible keys of the selected blocks. Their weights
     `w_j = softmax_j(s[i, j])` are estimated from the scores `s` (scaled and
     softcapped as in `attn.sdpa`; `estimator = exact` uses the exact
-    scores). Tokens are sorted by weight, descending (ties: the lower index),
+    scores, `estimator = int4` the scores of the keys as a 4-bit key cache
+    holds them: each key's channels rounded to 16 levels between its lowest
+    and highest channel, `lo + floor((x - lo) * 15 / (hi - lo) + 0.5) *
+    (hi - lo) / 15`). Tokens are sorted by weight, descending (ties: the lower index),
     and the shortest prefix whose sum reaches `top_p` is kept, its length
     clamped to `[min_tokens, max_tokens]` (and to the number of candidates).
 

@@ -63,16 +63,42 @@ func.func @meta(%k: tensor<?x2x?x24xf32>)
 // -----
 
 // Top-p without a block selection returns up to Lk tokens: its last dim is
-// the keys' length.
+// the keys' length. The kernel sorts no whole row: scores fall into at most
+// 4096 buckets (a count and an f64 weight each) by their distance from the
+// row's highest score, clamped to the buckets (a NaN score to bucket 0).
 
 // CHECK-LABEL: func.func private @topp__select_topp0(
 // CHECK-SAME:    attn.kernel = "select_topp"
+// CHECK-NOT:     math.floor
+// CHECK:         %[[MAXB:.*]] = arith.constant 4096 : index
+// CHECK:         arith.minsi %{{.*}}, %[[MAXB]] : index
+// CHECK:         memref.alloc(%[[NB:.*]]) : memref<?xi32>
+// CHECK-NEXT:    memref.alloc(%[[NB]]) : memref<?xf64>
+// CHECK:         arith.maxnumf
+// CHECK-NEXT:    arith.minnumf
+// CHECK-NEXT:    arith.fptosi
 // CHECK-LABEL: func.func @topp(
 // CHECK-SAME:    {attn.shape = ["B", 4, "Lq", "Lk"]}
 func.func @topp(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
     -> tensor<?x4x?x?xi32> {
   %t = attn.select_topp %q, %k {top_p = 0.9, mask = #attn.mask<none>}
       : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>
+  return %t : tensor<?x4x?x?xi32>
+}
+
+// -----
+
+// The int4 estimator rounds each key channel to its level (a floor) while
+// scoring the candidates; the exact estimator above has no floor.
+
+// CHECK-LABEL: func.func private @topp_int4__select_topp0(
+// CHECK-SAME:    attn.kernel = "select_topp"
+// CHECK:         math.floor %{{.*}} : vector<8xf32>
+// CHECK-LABEL: func.func @topp_int4(
+func.func @topp_int4(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
+    -> tensor<?x4x?x?xi32> {
+  %t = attn.select_topp %q, %k {top_p = 0.9, estimator = #attn.estimator<int4>,
+      mask = #attn.mask<none>} : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>
   return %t : tensor<?x4x?x?xi32>
 }
 

@@ -108,6 +108,7 @@ struct SparseCase {
   int64_t blockSize = 16;
   std::optional<int64_t> topK, minTokens, maxTokens;
   double topP = 0.9;
+  std::string estimator = "exact";
   int64_t sinkBlocks = 0, localBlocks = 0;
   /// Compare with dense attention (the budget keeps everything).
   bool dense = false;
@@ -128,7 +129,8 @@ std::string sparseJson(const SparseCase &c) {
   if (c.topK)
     json << R"(, "top_k": )" << *c.topK;
   if (c.method == "top_p")
-    json << R"(, "top_p": )" << c.topP;
+    json << R"(, "top_p": )" << c.topP << R"(, "estimator": ")" << c.estimator
+         << '"';
   if (c.minTokens)
     json << R"(, "min_tokens": )" << *c.minTokens;
   if (c.maxTokens)
@@ -190,7 +192,8 @@ TEST_P(SparseAttention, MatchesReference) {
     if (c.method == "top_k") {
       expected = ref::sparseSdpa(q, k, v, *blocks, c.blockSize, mask, score, g);
     } else {
-      ref::TopP topP{c.topP, c.minTokens.value_or(0), c.maxTokens};
+      ref::TopP topP{c.topP, c.minTokens.value_or(0), c.maxTokens,
+                     c.estimator == "int4"};
       ref::IntTensor tokens = ref::selectTopP(q, k, blocks ? &*blocks : nullptr,
                                               c.blockSize, mask, score, topP);
       expected = ref::sparseSdpa(q, k, v, tokens, 1, mask, score, g);
@@ -262,6 +265,25 @@ std::vector<SparseCase> sparseCases() {
        .keys = 700,
        .method = "top_p",
        .topP = 0.97});
+  // The int4 estimator: weights from keys rounded to 16 levels per row.
+  add({.label = "topp_int4_after_topk_gqa_gate",
+       .heads = 6,
+       .headDim = 19,
+       .gate = "headwise",
+       .method = "top_p",
+       .topK = 5,
+       .minTokens = 4,
+       .topP = 0.8,
+       .estimator = "int4",
+       .sinkBlocks = 1});
+  add({.label = "topp_int4_decode_softcap",
+       .headDim = 33,
+       .softcap = 8.0,
+       .queries = 2,
+       .keys = 610,
+       .method = "top_p",
+       .topP = 0.9,
+       .estimator = "int4"});
   add({.label = "topp_window_unbounded",
        .mask = R"({"sliding_window": 50})",
        .queries = 19,
@@ -425,6 +447,143 @@ TEST_P(Selections, ListedBlocksIgnorePaddingRepeatsAndStrays) {
       out[0],
       ref::sparseSdpa(q, k, v, selection, 4, ref::Mask::causal(), score).output,
       1e-5, "o");
+}
+
+TEST_P(Selections, TopPTiesClampsAndLongRows) {
+  // Top-p sorts only the score bucket where the kept weight crosses top_p
+  // (and the one where a clamp lands). Small integer features with scale 1
+  // give exact scores with many ties, so the tie rule decides inside a
+  // bucket; a zero query row gives one bucket of equal scores; min_tokens
+  // above the natural count and max_tokens below it move the last kept
+  // token to another bucket; 5000 keys are more than the 4096 buckets.
+  const char *source = R"mlir(
+    func.func @ties(%q: tensor<?x2x?x4xf32>, %k: tensor<?x1x?x4xf32>)
+        -> tensor<?x2x?x?xi32> {
+      %t = attn.select_topp %q, %k {top_p = 0.9, scale = 1.0,
+          mask = #attn.mask<none>}
+          : tensor<?x2x?x4xf32>, tensor<?x1x?x4xf32>
+      return %t : tensor<?x2x?x?xi32>
+    }
+    func.func @at_least(%q: tensor<?x2x?x4xf32>, %k: tensor<?x1x?x4xf32>)
+        -> tensor<?x2x?x?xi32> {
+      %t = attn.select_topp %q, %k {top_p = 0.3, min_tokens = 150,
+          scale = 1.0, mask = #attn.mask<causal>}
+          : tensor<?x2x?x4xf32>, tensor<?x1x?x4xf32>
+      return %t : tensor<?x2x?x?xi32>
+    }
+    func.func @at_most(%q: tensor<?x2x?x4xf32>, %k: tensor<?x1x?x4xf32>)
+        -> tensor<?x2x?x7xi32> {
+      %t = attn.select_topp %q, %k {top_p = 0.95, max_tokens = 7,
+          scale = 1.0, mask = #attn.mask<causal>}
+          : tensor<?x2x?x4xf32>, tensor<?x1x?x4xf32>
+      return %t : tensor<?x2x?x7xi32>
+    }
+    func.func @long(%q: tensor<?x2x?x6xf32>, %k: tensor<?x1x?x6xf32>)
+        -> tensor<?x2x?x?xi32> {
+      %t = attn.select_topp %q, %k {top_p = 0.95, mask = #attn.mask<causal>}
+          : tensor<?x2x?x6xf32>, tensor<?x1x?x6xf32>
+      return %t : tensor<?x2x?x?xi32>
+    }
+  )mlir";
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(GetParam(), attnIR(source), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(17);
+  auto integers = [&](std::vector<int64_t> shape) {
+    ref::Tensor t(shape);
+    for (double &x : t.values())
+      x = static_cast<double>(static_cast<int64_t>(rng() % 3) - 1);
+    return t;
+  };
+  const int64_t B = 2, Lq = 5, Lk = 301;
+  ref::Tensor q = integers({B, 2, Lq, 4}), k = integers({B, 1, Lk, 4});
+  for (int64_t d = 0; d < 4; ++d)
+    q(1, 1, 2, d) = 0.0; // every score of this row is 0
+  ref::Score unscaled;
+  unscaled.scale = 1.0;
+  struct Entry {
+    const char *name;
+    ref::Mask mask;
+    ref::TopP topP;
+  };
+  for (const Entry &entry :
+       {Entry{"ties", ref::Mask::none(), {0.9, 0, std::nullopt}},
+        Entry{"at_least", ref::Mask::causal(), {0.3, 150, std::nullopt}},
+        Entry{"at_most", ref::Mask::causal(), {0.95, 0, 7}}}) {
+    std::vector<Tensor> tokens =
+        runEntry(*model, entry.name, {toRuntime(q), toRuntime(k)});
+    ASSERT_EQ(tokens.size(), 1u);
+    expectSame(
+        tokens[0],
+        ref::selectTopP(q, k, nullptr, 1, entry.mask, unscaled, entry.topP),
+        entry.name);
+  }
+
+  const int64_t longKeys = 5000;
+  ref::Tensor longQ = randomF32({1, 2, 3, 6}, rng, -3.0, 3.0);
+  ref::Tensor longK = randomF32({1, 1, longKeys, 6}, rng, -3.0, 3.0);
+  std::vector<Tensor> tokens =
+      runEntry(*model, "long", {toRuntime(longQ), toRuntime(longK)});
+  ASSERT_EQ(tokens.size(), 1u);
+  expectSame(tokens[0],
+             ref::selectTopP(longQ, longK, nullptr, 1, ref::Mask::causal(), {},
+                             {0.95, 0, std::nullopt}),
+             "long rows");
+}
+
+TEST_P(Selections, Int4EstimatorRoundsEachKeyToItsLevels) {
+  // Keys whose int4 levels are exact in f32 and f64 alike: channel 0 is the
+  // key's lowest (lo), channel 1 its highest (lo + 30), so a level is 2
+  // apart, and every other channel is lo + 2c + 0.5 (rounds down to
+  // lo + 2c) or lo + 2c + 1.5 (rounds up to lo + 2c + 2). The rounding moves
+  // each key's score differently, so int4 and exact keep different tokens;
+  // integer queries with scale 1 keep every score exact, ties included.
+  const char *source = R"mlir(
+    func.func @int4(%q: tensor<?x3x?x7xf32>, %k: tensor<?x1x?x7xf32>)
+        -> tensor<?x3x?x?xi32> {
+      %t = attn.select_topp %q, %k {top_p = 0.6, scale = 1.0,
+          estimator = #attn.estimator<int4>, mask = #attn.mask<causal>}
+          : tensor<?x3x?x7xf32>, tensor<?x1x?x7xf32>
+      return %t : tensor<?x3x?x?xi32>
+    }
+  )mlir";
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(GetParam(), attnIR(source), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  const int64_t B = 2, Lq = 6, Lk = 83, D = 7;
+  std::mt19937_64 rng(23);
+  ref::Tensor q({B, 3, Lq, D}), k({B, 1, Lk, D});
+  for (double &x : q.values())
+    x = static_cast<double>(static_cast<int64_t>(rng() % 3) - 1) * 0.25;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < Lk; ++j) {
+      const double lo = static_cast<double>(rng() % 5) - 2.0;
+      k(b, 0, j, 0) = lo;
+      k(b, 0, j, 1) = lo + 30.0;
+      for (int64_t d = 2; d < D; ++d)
+        k(b, 0, j, d) = lo + 2.0 * static_cast<double>(rng() % 15) + 0.5 +
+                        static_cast<double>(rng() % 2);
+    }
+  ref::Score unscaled;
+  unscaled.scale = 1.0;
+  ref::IntTensor expected =
+      ref::selectTopP(q, k, nullptr, 1, ref::Mask::causal(), unscaled,
+                      {0.6, 0, std::nullopt, true});
+  ASSERT_NE(expected.values(),
+            ref::selectTopP(q, k, nullptr, 1, ref::Mask::causal(), unscaled,
+                            {0.6, 0, std::nullopt, false})
+                .values())
+      << "the inputs should tell int4 from exact";
+  std::vector<Tensor> tokens =
+      runEntry(*model, "int4", {toRuntime(q), toRuntime(k)});
+  ASSERT_EQ(tokens.size(), 1u);
+  expectSame(tokens[0], expected, "select_topp int4");
 }
 
 INSTANTIATE_TEST_SUITE_P(IR, Selections, kBackends,

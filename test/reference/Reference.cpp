@@ -33,6 +33,32 @@ double score(const Tensor &q, const Tensor &k, int64_t b, int64_t h, int64_t i,
   return s;
 }
 
+/// score() with key j read as SPEC §1.3's `int4` estimator reads it: each
+/// channel x rounded to one of 16 levels between the key's lowest (lo) and
+/// highest (hi) channel, lo + floor((x - lo) * 15 / (hi - lo) + 0.5) *
+/// (hi - lo) / 15; a constant key stays exact.
+double int4Score(const Tensor &q, const Tensor &k, int64_t b, int64_t h,
+                 int64_t i, int64_t hk, int64_t j, double scale,
+                 double softcap) {
+  const int64_t D = q.dim(3);
+  double lo = k(b, hk, j, 0), hi = lo;
+  for (int64_t d = 1; d < D; ++d) {
+    lo = std::min(lo, k(b, hk, j, d));
+    hi = std::max(hi, k(b, hk, j, d));
+  }
+  const double step = (hi - lo) / 15.0;
+  const double perStep = hi > lo ? 15.0 / (hi - lo) : 0.0;
+  double dot = 0.0;
+  for (int64_t d = 0; d < D; ++d) {
+    double level = std::floor((k(b, hk, j, d) - lo) * perStep + 0.5);
+    dot += q(b, h, i, d) * (lo + level * step);
+  }
+  double s = scale * dot;
+  if (softcap > 0.0)
+    s = softcap * std::tanh(s / softcap);
+  return s;
+}
+
 /// Whether key j is seen by row i of head h in batch b.
 using Visibility =
     std::function<bool(int64_t b, int64_t h, int64_t i, int64_t j)>;
@@ -226,7 +252,9 @@ IntTensor selectTopP(const Tensor &q, const Tensor &k, const IntTensor *blocks,
             continue;
           candidates.push_back(j);
           scores.push_back(
-              score(q, k, b, h, i, hk, j, scale, scoreMod.softcap));
+              options.int4
+                  ? int4Score(q, k, b, h, i, hk, j, scale, scoreMod.softcap)
+                  : score(q, k, b, h, i, hk, j, scale, scoreMod.softcap));
         }
         if (candidates.empty())
           continue;

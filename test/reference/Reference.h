@@ -134,6 +134,9 @@ struct TopP {
   double topP = 1.0;
   int64_t minTokens = 0;
   std::optional<int64_t> maxTokens;
+  /// The `int4` estimator: weights from keys rounded to 16 levels per key
+  /// row between its lowest and highest channel.
+  bool int4 = false;
 };
 
 /// Kept token indices [B, H, Lq, maxTokens or Lk], ascending, padded with
