@@ -192,7 +192,14 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                             });
     }
     auto select = cast<SelectTopPOp>(op);
-    Value keys = arith::MaxSIOp::create(b, dim(bindings[1], 2), index(1));
+    // A row's candidates: its visible keys, and within a block selection of
+    // N entries (each counted once) at most N * block_size of them. The cap
+    // keeps prefill rows after top-k from needing Lq x Lk temporaries.
+    Value keys = dim(bindings[1], 2);
+    if (select.getBlocks())
+      keys = arith::MinSIOp::create(
+          b, keys, mul(dim(bindings[2], 3), index(*select.getBlockSize())));
+    keys = arith::MaxSIOp::create(b, keys, index(1));
     rowTemporary(b.getF32Type(), ShapedType::kDynamic, keys);
     rowTemporary(b.getI32Type(), ShapedType::kDynamic, keys);
     return dispatchKernel(b, rows, all,

@@ -84,6 +84,25 @@ func.func @topp(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
 
 // -----
 
+// Within a top-k selection of 6 blocks of 32 keys a row has at most 192
+// candidates: the temporaries are [B, H, Lq, max(min(Lk, 192), 1)], not Lk
+// wide (a prefill row after top-k would otherwise need Lq x Lk of them).
+// CHECK-LABEL: func.func @topp_in_blocks(
+// CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
+// CHECK:         %[[CAP:.*]] = arith.minsi %[[LK]], %c192
+// CHECK:         %[[N:.*]] = arith.maxsi %[[CAP]], %c1
+// CHECK:         memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xf32>
+// CHECK:         memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xi32>
+func.func @topp_in_blocks(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+    %blocks: tensor<?x4x?x6xi32>) -> tensor<?x4x?x?xi32> {
+  %t = attn.select_topp %q, %k blocks(%blocks)
+      {top_p = 0.9, block_size = 32, mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x4x?x6xi32>
+  return %t : tensor<?x4x?x?xi32>
+}
+
+// -----
+
 // Tree attention: min(ceil(P / 256), 16) (at least 1) prefix splits plus
 // one for the ancestors, a thread per (node, split). Without a window and
 // with more than 8 nodes the prefix (dense for every node) is the flash
