@@ -336,7 +336,18 @@ CompileFn attnIR(std::string source) {
   };
 }
 
-class Selections : public testing::TestWithParam<Backend> {};
+class Selections : public testing::TestWithParam<Backend> {
+protected:
+  /// Compiles `source` for the test's backend into `model`; leaves it null
+  /// when the backend is missing (the test is skipped) or compiling failed.
+  void compile(const char *source, std::unique_ptr<Model> &model) {
+    std::string skip;
+    model = compileAndLoadFor(GetParam(), attnIR(source), 2, skip);
+    if (!skip.empty())
+      GTEST_SKIP() << skip;
+    ASSERT_TRUE(model);
+  }
+};
 
 TEST_P(Selections, MatchReferenceExactly) {
   // Two kv heads of 13 features, 3 query heads each; blocks of 5 keys.
@@ -366,12 +377,10 @@ TEST_P(Selections, MatchReferenceExactly) {
       return %t : tensor<?x6x?x?xi32>
     }
   )mlir";
-  std::string skip;
-  std::unique_ptr<Model> model =
-      compileAndLoadFor(GetParam(), attnIR(source), 2, skip);
-  if (!skip.empty())
-    GTEST_SKIP() << skip;
-  ASSERT_TRUE(model);
+  std::unique_ptr<Model> model;
+  compile(source, model);
+  if (!model)
+    return;
   const int64_t B = 2, H = 6, Hkv = 2, D = 13, Lq = 23, Lk = 97;
   std::mt19937_64 rng(11);
   ref::Tensor q = randomF32({B, H, Lq, D}, rng, -2.0, 2.0);
@@ -419,12 +428,10 @@ TEST_P(Selections, ListedBlocksIgnorePaddingRepeatsAndStrays) {
       return %o : tensor<?x4x?x7xf32>
     }
   )mlir";
-  std::string skip;
-  std::unique_ptr<Model> model =
-      compileAndLoadFor(GetParam(), attnIR(source), 2, skip);
-  if (!skip.empty())
-    GTEST_SKIP() << skip;
-  ASSERT_TRUE(model);
+  std::unique_ptr<Model> model;
+  compile(source, model);
+  if (!model)
+    return;
   const int64_t B = 2, Lq = 5, Lk = 30; // 8 blocks, the last one partial
   std::mt19937_64 rng(5);
   ref::Tensor q = randomF32({B, 4, Lq, 10}, rng, -2.0, 2.0);
@@ -485,12 +492,10 @@ TEST_P(Selections, TopPTiesClampsAndLongRows) {
       return %t : tensor<?x2x?x?xi32>
     }
   )mlir";
-  std::string skip;
-  std::unique_ptr<Model> model =
-      compileAndLoadFor(GetParam(), attnIR(source), 2, skip);
-  if (!skip.empty())
-    GTEST_SKIP() << skip;
-  ASSERT_TRUE(model);
+  std::unique_ptr<Model> model;
+  compile(source, model);
+  if (!model)
+    return;
   std::mt19937_64 rng(17);
   auto integers = [&](std::vector<int64_t> shape) {
     ref::Tensor t(shape);
@@ -550,12 +555,10 @@ TEST_P(Selections, Int4EstimatorRoundsEachKeyToItsLevels) {
       return %t : tensor<?x3x?x?xi32>
     }
   )mlir";
-  std::string skip;
-  std::unique_ptr<Model> model =
-      compileAndLoadFor(GetParam(), attnIR(source), 2, skip);
-  if (!skip.empty())
-    GTEST_SKIP() << skip;
-  ASSERT_TRUE(model);
+  std::unique_ptr<Model> model;
+  compile(source, model);
+  if (!model)
+    return;
   const int64_t B = 2, Lq = 6, Lk = 83, D = 7;
   std::mt19937_64 rng(23);
   ref::Tensor q({B, 3, Lq, D}), k({B, 1, Lk, D});
