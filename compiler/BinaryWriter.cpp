@@ -55,6 +55,15 @@ FailureOr<fb::DType> dtypeOf(Type elementType) {
   return failure();
 }
 
+/// dtypeOf, plus the dtypes only temporaries hold.
+FailureOr<fb::DType> temporaryDtypeOf(Type elementType) {
+  if (elementType.isF64())
+    return fb::DType::f64;
+  if (elementType.isInteger(8))
+    return fb::DType::i8;
+  return dtypeOf(elementType);
+}
+
 /// Builds one entry's program: registers are step indices.
 class HostProgramBuilder {
 public:
@@ -179,9 +188,10 @@ private:
         })
         .Case([&](memref::AllocOp alloc) -> LogicalResult {
           MemRefType type = alloc.getType();
-          FailureOr<fb::DType> dtype = dtypeOf(type.getElementType());
+          FailureOr<fb::DType> dtype = temporaryDtypeOf(type.getElementType());
           if (failed(dtype))
-            return alloc.emitError("temporaries hold f32, f16, bf16 or i32");
+            return alloc.emitError(
+                "temporaries hold f32, f16, bf16, f64, i32 or i8");
           std::vector<int32_t> dims;
           auto dynamicSizes = alloc.getDynamicSizes();
           unsigned next = 0;

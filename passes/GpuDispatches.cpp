@@ -200,8 +200,17 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
       keys = arith::MinSIOp::create(
           b, keys, mul(dim(bindings[2], 3), index(*select.getBlockSize())));
     keys = arith::MaxSIOp::create(b, keys, index(1));
+    // Scores and key indices; bucket counts and f64 weights (none when
+    // top_p = 1 leaves the weights unused); a bucket's sort space; flags.
+    Value buckets = arith::MinSIOp::create(b, keys, index(kMaxTopPBuckets));
+    bool byWeight = select.getTopP().convertToDouble() < 1.0;
     rowTemporary(b.getF32Type(), ShapedType::kDynamic, keys);
     rowTemporary(b.getI32Type(), ShapedType::kDynamic, keys);
+    rowTemporary(b.getI32Type(), ShapedType::kDynamic, buckets);
+    rowTemporary(b.getF64Type(), ShapedType::kDynamic,
+                 byWeight ? buckets : index(0));
+    rowTemporary(b.getI32Type(), ShapedType::kDynamic, keys);
+    rowTemporary(b.getI8Type(), ShapedType::kDynamic, keys);
     return dispatchKernel(b, rows, all,
                           [&](OpBuilder &builder, TypeRange types) {
                             return buildSimtSelectTopPKernel(

@@ -148,61 +148,6 @@ Value Int4Levels::round(KernelEmitter &e, Value x) const {
   return e.fadd(e.fmul(level, step), lowest);
 }
 
-namespace {
-
-/// A candidate's unnormalized top-p weight exp(s - max), widened to f64 for
-/// the sums that decide how many are kept.
-Value topPWeight(KernelEmitter &e, Value score, Value maxScore) {
-  return arith::ExtFOp::create(e.b, e.b.getF64Type(),
-                               e.exp(e.fsub(score, maxScore)));
-}
-
-/// Clamps top-p's keep count to [min_tokens, capacity] and to `count`.
-Value clampTopPKeep(KernelEmitter &e, SelectTopPOp op, Value keep, Value count,
-                    Value capacity) {
-  keep = e.maxS(keep, e.index(op.getMinTokens()));
-  return e.minS(e.minS(keep, capacity), count);
-}
-
-} // namespace
-
-Value mlir::attn::topPKeepCount(KernelEmitter &e, SelectTopPOp op, Value count,
-                                Value capacity,
-                                function_ref<Value(Value)> sortedScoreAt) {
-  ImplicitLocOpBuilder &b = e.b;
-  Value c0 = e.index(0), c1 = e.index(1);
-  Value keep = count;
-  double topP = op.getTopP().convertToDouble();
-  if (topP < 1.0) {
-    Value maxScore = e.safeMax(e.ifElse(
-        e.icmp(arith::CmpIPredicate::ugt, count, c0),
-        [&]() -> SmallVector<Value> { return {sortedScoreAt(c0)}; },
-        [&]() -> SmallVector<Value> { return {e.scalar(kNegInf)}; })[0]);
-    auto weightAt = [&](Value n) {
-      return topPWeight(e, sortedScoreAt(n), maxScore);
-    };
-    Value zero64 = arith::ConstantOp::create(b, b.getF64FloatAttr(0.0));
-    Value total = e.loop(c0, count, c1, {zero64},
-                         [&](Value n, ValueRange it) -> SmallVector<Value> {
-                           return {e.fadd(it[0], weightAt(n))};
-                         })[0];
-    Value target =
-        e.fmul(total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
-    SmallVector<Value> walked = e.whileLoop(
-        {c0, zero64},
-        [&](ValueRange it) {
-          return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], count),
-                        e.fcmp(arith::CmpFPredicate::OLT, it[1], target));
-        },
-        [&](ValueRange it) -> SmallVector<Value> {
-          return {e.add(it[0], c1), e.fadd(it[1], weightAt(it[0]))};
-        });
-    keep = e.select(e.fcmp(arith::CmpFPredicate::OGE, walked[1], target),
-                    walked[0], count);
-  }
-  return clampTopPKeep(e, op, keep, count, capacity);
-}
-
 double mlir::attn::selectionScale(std::optional<APFloat> scale,
                                   int64_t headDim) {
   return scale ? scale->convertToDouble()
@@ -305,35 +250,20 @@ SmallVector<Value> keyRowsOf(KernelEmitter &e, Value keys, Value first,
 
 using WorsePredicate = function_ref<Value(Value, Value)>;
 
-/// Runs `use` on the heap (KernelEmitter.h) of the i32 items of the 1-D
-/// buffer `items`, ordered by `worse`.
-void withIntHeap(KernelEmitter &e, Value items, WorsePredicate worse,
+/// Runs `use` on the heap (KernelEmitter.h) of the i32 items of `items`,
+/// ordered by `worse`.
+void withIntHeap(KernelEmitter &e, const RowBuffer &items, WorsePredicate worse,
                  function_ref<void(const HeapStorage &)> use) {
   auto load = [&](Value slot) -> SmallVector<Value> {
-    return {e.loadInt(items, {slot})};
+    return {items.loadStored(e, slot)};
   };
   auto store = [&](Value slot, ValueRange item) {
-    memref::StoreOp::create(e.b, item[0], items, slot);
+    items.store(e, item[0], slot);
   };
   auto worseItem = [&](ValueRange a, ValueRange b) {
     return worse(a[0], b[0]);
   };
   use(HeapStorage{load, store, worseItem});
-}
-
-/// The order of SPEC §1.3: item a (an i32 position into `scores`, which
-/// lists candidates in ascending key order) is worse than b when its score
-/// is lower, or equal with a higher index.
-Value worseByScore(KernelEmitter &e, Value scores, Value a, Value b) {
-  return worseScored(e, e.load(scores, {e.toIndex(a)}), a,
-                     e.load(scores, {e.toIndex(b)}), b);
-}
-
-/// Clears the i8 flags of items [0, count).
-void clearFlags(KernelEmitter &e, Value flags, Value count) {
-  Value zero = arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 0);
-  e.loop(e.index(0), count, e.index(1),
-         [&](Value n) { memref::StoreOp::create(e.b, zero, flags, n); });
 }
 
 /// A cleared i8 flag per item of [0, count).
@@ -343,34 +273,41 @@ Value zeroFlags(KernelEmitter &e, Value count) {
   return flags;
 }
 
-Value isFlagged(KernelEmitter &e, Value flags, Value n) {
-  return e.icmp(arith::CmpIPredicate::ne, e.loadInt(flags, {n}),
+Value isFlagged(KernelEmitter &e, const RowBuffer &flags, Value n) {
+  return e.icmp(arith::CmpIPredicate::ne, flags.loadStored(e, n),
                 arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 0));
 }
 
-void setFlag(KernelEmitter &e, Value flags, Value n) {
-  memref::StoreOp::create(
-      e.b, arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 1), flags, n);
+void setFlag(KernelEmitter &e, const RowBuffer &flags, Value n) {
+  flags.store(e, arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 1), n);
 }
 
-/// Writes, in ascending order of n in [0, count), `valueOf(n)` of every
-/// flagged n to out[prefix..., slot++] from `slot`; returns the next slot.
-Value writeFlagged(KernelEmitter &e, Value flags, Value count, Value out,
-                   ValueRange prefix, Value slot,
-                   function_ref<Value(Value)> valueOf) {
+} // namespace
+
+void mlir::attn::clearFlags(KernelEmitter &e, const RowBuffer &flags,
+                            Value count) {
+  Value zero = arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 0);
+  e.loop(e.index(0), count, e.index(1),
+         [&](Value n) { flags.store(e, zero, n); });
+}
+
+Value mlir::attn::writeFlagged(KernelEmitter &e, const RowBuffer &flags,
+                               Value count, Value out, ValueRange prefix,
+                               Value slot, function_ref<Value(Value)> valueOf) {
+  RowBuffer outRow(out, prefix);
   return e.loop(e.index(0), count, e.index(1), {slot},
                 [&](Value n, ValueRange it) -> SmallVector<Value> {
                   return e.ifElse(
                       isFlagged(e, flags, n),
                       [&]() -> SmallVector<Value> {
-                        SmallVector<Value> indices(prefix);
-                        indices.push_back(it[0]);
-                        memref::StoreOp::create(e.b, valueOf(n), out, indices);
+                        outRow.store(e, valueOf(n), it[0]);
                         return {e.add(it[0], e.index(1))};
                       },
                       [&]() -> SmallVector<Value> { return {it[0]}; });
                 })[0];
 }
+
+namespace {
 
 /// Flags the blocks listed in selection[prefix..., :] that lie in
 /// [0, numBlocks); -1 entries, repeats and entries past the keys are
@@ -623,29 +560,30 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
 // Top-p token selection
 //===----------------------------------------------------------------------===//
 
+Value mlir::attn::topPBucketCount(KernelEmitter &e, Value count) {
+  return e.maxS(e.minS(count, e.index(kMaxTopPBuckets)), e.index(1));
+}
+
 namespace {
 
-/// The most score buckets of a top-p row (see ScoreBuckets).
-constexpr int64_t kMaxTopPBuckets = 4096;
-
-/// A row's scores cut into equal-width buckets from its highest score
-/// (bucket 0) to its lowest. The bucket is a monotone function of the
-/// score, so a better score never lands in a later bucket: the best m
-/// candidates are whole buckets plus the best of one bucket, and only that
-/// bucket has to be sorted. A NaN score goes to bucket 0.
+/// A row's scores cut into topPBucketCount equal-width buckets from its
+/// highest score (bucket 0) to its lowest. The bucket is a monotone
+/// function of the score, so a better score never lands in a later bucket:
+/// the best m candidates are whole buckets plus the best of one bucket, and
+/// only that bucket has to be sorted. A NaN score goes to bucket 0.
 struct ScoreBuckets {
-  ScoreBuckets(KernelEmitter &e, Value scores, Value count) : e(e) {
+  ScoreBuckets(KernelEmitter &e, const RowBuffer &scores, Value count) : e(e) {
     ImplicitLocOpBuilder &b = e.b;
     Value c0 = e.index(0), c1 = e.index(1);
     SmallVector<Value> range = e.loop(
         c0, count, c1,
         {e.scalar(kNegInf), e.scalar(std::numeric_limits<float>::infinity())},
         [&](Value n, ValueRange it) -> SmallVector<Value> {
-          Value s = e.load(scores, {n});
+          Value s = scores.load(e, n);
           return {e.fmax(it[0], s), arith::MinimumFOp::create(b, it[1], s)};
         });
     highest = range[0];
-    size = e.maxS(e.minS(count, e.index(kMaxTopPBuckets)), c1);
+    size = topPBucketCount(e, count);
     Value spread = e.fsub(range[0], range[1]);
     perScore = e.select(e.fcmp(arith::CmpFPredicate::OGT, spread, e.scalar(0)),
                         e.fdiv(toF32(size), spread), e.scalar(0));
@@ -674,92 +612,91 @@ private:
   Value perScore, lastBucket;
 };
 
-/// Flags (in the i8 row `kept`) the candidates that top-p keeps of the
-/// `count` scored in `scores` (candidate n is the n-th visible key, so a
-/// lower n is a lower token): the `keep` best in SPEC §1.3's order, where
-/// `keep` is the shortest best-first prefix whose weights reach top_p,
-/// clamped (clampTopPKeep). The weights are summed in f64 per bucket and
-/// then in order inside the bucket where the sum crosses top_p, so this
-/// costs a few passes over the row and the sort of one or two buckets, not
-/// a sort of every candidate.
-void flagTopPKept(KernelEmitter &e, SelectTopPOp op, Value scores, Value count,
-                  Value capacity, Value kept) {
+/// A candidate's unnormalized top-p weight exp(s - max), widened to f64 for
+/// the sums that decide how many are kept.
+Value topPWeight(KernelEmitter &e, Value score, Value maxScore) {
+  return arith::ExtFOp::create(e.b, e.b.getF64Type(),
+                               e.exp(e.fsub(score, maxScore)));
+}
+
+} // namespace
+
+void mlir::attn::flagTopPKept(KernelEmitter &e, SelectTopPOp op,
+                              const TopPRow &row, Value count, Value capacity) {
   ImplicitLocOpBuilder &b = e.b;
-  Type f64 = b.getF64Type(), i32 = b.getI32Type();
   Value c0 = e.index(0), c1 = e.index(1);
   Value zero64 = arith::ConstantOp::create(b, b.getF64FloatAttr(0.0));
-  double topP = op.getTopP().convertToDouble();
-  auto scoreAt = [&](Value n) { return e.load(scores, {n}); };
-  ScoreBuckets buckets(e, scores, count);
+  const double topP = op.getTopP().convertToDouble();
+  const bool byWeight = topP < 1.0;
+  auto scoreAt = [&](Value n) { return row.scores.load(e, n); };
+  ScoreBuckets buckets(e, row.scores, count);
   auto weightAt = [&](Value n) {
     return topPWeight(e, scoreAt(n), buckets.highest);
   };
   Value lastBucket = e.sub(buckets.size, c1);
 
   // How many candidates, and how much weight, each bucket holds.
-  Value sizes = allocRow(e, i32, buckets.size);
-  Value weights = topP < 1.0 ? allocRow(e, f64, buckets.size) : Value();
-  auto bucketWeight = [&](Value bucket) -> Value {
-    return memref::LoadOp::create(b, weights, ValueRange{bucket});
-  };
+  const RowBuffer &sizes = row.bucketSizes, &weights = row.bucketWeights;
   e.loop(c0, buckets.size, c1, [&](Value bucket) {
-    memref::StoreOp::create(b, e.i32(0), sizes, bucket);
-    if (weights)
-      memref::StoreOp::create(b, zero64, weights, bucket);
+    sizes.store(e, e.i32(0), bucket);
+    if (byWeight)
+      weights.store(e, zero64, bucket);
   });
   Value total = e.loop(
       c0, count, c1, {zero64},
       [&](Value n, ValueRange it) -> SmallVector<Value> {
         Value bucket = buckets.of(scoreAt(n));
-        memref::StoreOp::create(b, e.add(e.loadInt(sizes, {bucket}), e.i32(1)),
-                                sizes, bucket);
-        if (!weights)
+        sizes.store(e, e.add(sizes.loadStored(e, bucket), e.i32(1)), bucket);
+        if (!byWeight)
           return {it[0]};
         Value w = weightAt(n);
-        memref::StoreOp::create(b, e.fadd(bucketWeight(bucket), w), weights,
-                                bucket);
+        weights.store(e, e.fadd(weights.loadStored(e, bucket), w), bucket);
         return {e.fadd(it[0], w)};
       })[0];
   auto sizeOf = [&](Value bucket) {
-    return e.toIndex(e.loadInt(sizes, {e.minS(bucket, lastBucket)}));
+    return e.toIndex(sizes.loadStored(e, e.minS(bucket, lastBucket)));
+  };
+  auto weightOf = [&](Value bucket) {
+    return weights.loadStored(e, e.minS(bucket, lastBucket));
   };
 
   // The candidates of one bucket, best first, in order[0, size).
-  Value order = allocRow(e, i32, e.maxS(count, c1));
   auto sortBucket = [&](Value bucket) {
     Value size = e.loop(
         c0, count, c1, {c0}, [&](Value n, ValueRange it) -> SmallVector<Value> {
           return e.ifElse(
               e.icmp(arith::CmpIPredicate::eq, buckets.of(scoreAt(n)), bucket),
               [&]() -> SmallVector<Value> {
-                memref::StoreOp::create(b, e.toI32(n), order, it[0]);
+                row.order.store(e, e.toI32(n), it[0]);
                 return {e.add(it[0], c1)};
               },
               [&]() -> SmallVector<Value> { return {it[0]}; });
         })[0];
-    withIntHeap(
-        e, order,
-        [&](Value x, Value y) { return worseByScore(e, scores, x, y); },
-        [&](const HeapStorage &heap) { sortBestFirst(e, heap, size); });
+    auto worse = [&](Value x, Value y) {
+      Value nx = e.toIndex(x), ny = e.toIndex(y);
+      return worseScored(e, scoreAt(nx), row.tokenOf(nx), scoreAt(ny),
+                         row.tokenOf(ny));
+    };
+    withIntHeap(e, row.order, worse,
+                [&](const HeapStorage &heap) { sortBestFirst(e, heap, size); });
     return size;
   };
 
   // The shortest best-first prefix whose weight reaches top_p: whole
   // buckets while they stay short of it, then the crossing bucket in order.
   Value keep = count, sortedBucket = e.index(-1);
-  if (weights) {
+  if (byWeight) {
     Value target =
         e.fmul(total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
     SmallVector<Value> whole = e.whileLoop(
         {c0, zero64, c0},
         [&](ValueRange it) {
-          Value weight = bucketWeight(e.minS(it[0], lastBucket));
-          return e.andI(
-              e.icmp(arith::CmpIPredicate::ult, it[0], buckets.size),
-              e.fcmp(arith::CmpFPredicate::OLT, e.fadd(it[1], weight), target));
+          return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], buckets.size),
+                        e.fcmp(arith::CmpFPredicate::OLT,
+                               e.fadd(it[1], weightOf(it[0])), target));
         },
         [&](ValueRange it) -> SmallVector<Value> {
-          return {e.add(it[0], c1), e.fadd(it[1], bucketWeight(it[0])),
+          return {e.add(it[0], c1), e.fadd(it[1], weightOf(it[0])),
                   e.add(it[2], sizeOf(it[0]))};
         });
     Value crossing = whole[0];
@@ -774,7 +711,7 @@ void flagTopPKept(KernelEmitter &e, SelectTopPOp op, Value scores, Value count,
                               e.fcmp(arith::CmpFPredicate::OLT, it[1], target));
               },
               [&](ValueRange it) -> SmallVector<Value> {
-                Value n = e.toIndex(e.loadInt(order, {it[0]}));
+                Value n = e.toIndex(row.order.loadStored(e, it[0]));
                 return {e.add(it[0], c1), e.fadd(it[1], weightAt(n))};
               })[0];
           return {e.add(whole[2], taken), crossing};
@@ -785,7 +722,8 @@ void flagTopPKept(KernelEmitter &e, SelectTopPOp op, Value scores, Value count,
     keep = found[0];
     sortedBucket = found[1];
   }
-  keep = clampTopPKeep(e, op, keep, count, capacity);
+  keep = e.maxS(keep, e.index(op.getMinTokens()));
+  keep = e.minS(e.minS(keep, capacity), count);
 
   // Flag the best `keep`: the buckets before the one where the count
   // reaches it, then that bucket's best.
@@ -804,20 +742,14 @@ void flagTopPKept(KernelEmitter &e, SelectTopPOp op, Value scores, Value count,
     e.ifThen(e.icmp(arith::CmpIPredicate::ne, last, sortedBucket),
              [&] { sortBucket(last); });
     e.loop(c0, rest, c1, [&](Value n) {
-      setFlag(e, kept, e.toIndex(e.loadInt(order, {n})));
+      setFlag(e, row.kept, e.toIndex(row.order.loadStored(e, n)));
     });
   });
   e.loop(c0, count, c1, [&](Value n) {
     e.ifThen(e.icmp(arith::CmpIPredicate::ult, buckets.of(scoreAt(n)), last),
-             [&] { setFlag(e, kept, n); });
+             [&] { setFlag(e, row.kept, n); });
   });
-  for (Value buffer : {sizes, order})
-    memref::DeallocOp::create(b, buffer);
-  if (weights)
-    memref::DeallocOp::create(b, weights);
 }
-
-} // namespace
 
 func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
                                                StringRef name, SelectTopPOp op,
@@ -874,13 +806,23 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
     e.storeVector(s, scores, {first}, e.sub(count, first));
   });
 
-  Value kept = zeroFlags(e, e.maxS(count, c1));
-  flagTopPKept(e, op, scores, count, capacity, kept);
+  // Candidate n is the n-th visible key, so n orders ties like its token.
+  Value row = e.maxS(count, c1);
+  Value buckets = topPBucketCount(e, count);
+  Value kept = zeroFlags(e, row);
+  Value bucketSizes = allocRow(e, b.getI32Type(), buckets);
+  Value bucketWeights = allocRow(e, b.getF64Type(), buckets);
+  Value order = allocRow(e, b.getI32Type(), row);
+  flagTopPKept(e, op,
+               TopPRow{scores, [&](Value n) { return e.toI32(n); }, bucketSizes,
+                       bucketWeights, order, kept},
+               count, capacity);
   Value slot = writeFlagged(e, kept, count, tokens, prefix, c0, [&](Value n) {
     return e.loadInt(candidates, {n});
   });
   padWithMinusOne(e, tokens, prefix, slot, capacity);
-  for (Value buffer : {candidates, scores, kept})
+  for (Value buffer :
+       {candidates, scores, kept, bucketSizes, bucketWeights, order})
     memref::DeallocOp::create(b, buffer);
   if (marks)
     memref::DeallocOp::create(b, marks);

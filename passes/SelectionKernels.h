@@ -88,13 +88,73 @@ struct Int4Levels {
   Value round(KernelEmitter &e, Value x) const;
 };
 
-/// How many of `count` candidates top-p keeps: the shortest prefix of the
-/// best-first order whose weights exp(s - max) / sum reach `top_p`, summed
-/// in f64 in that order (so that top_p = 1 keeps every candidate), clamped
-/// to [min_tokens, capacity] and to `count`. `sortedScoreAt(n)` is the
-/// score of the n-th best candidate.
-Value topPKeepCount(KernelEmitter &e, SelectTopPOp op, Value count,
-                    Value capacity, function_ref<Value(Value)> sortedScoreAt);
+/// One row of a per-row buffer: a 1-D scratch row on the CPU (no prefix),
+/// the row [prefix..., :] of a [B, H, Lq, n] temporary in a CUDA kernel.
+struct RowBuffer {
+  RowBuffer(Value memref, ValueRange prefix = {})
+      : memref(memref), prefix(prefix) {}
+  /// The indices of entry `n`.
+  SmallVector<Value> at(Value n) const {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(n);
+    return indices;
+  }
+  /// A float entry, widened to f32 like KernelEmitter::load.
+  Value load(KernelEmitter &e, Value n) const { return e.load(memref, at(n)); }
+  /// An entry as it is stored (an integer, an f64 sum).
+  Value loadStored(KernelEmitter &e, Value n) const {
+    return memref::LoadOp::create(e.b, memref, at(n));
+  }
+  void store(KernelEmitter &e, Value value, Value n) const {
+    memref::StoreOp::create(e.b, value, memref, at(n));
+  }
+
+  Value memref;
+  SmallVector<Value> prefix;
+};
+
+/// Clears the i8 flags of entries [0, count).
+void clearFlags(KernelEmitter &e, const RowBuffer &flags, Value count);
+
+/// Writes, in ascending order of n in [0, count), `valueOf(n)` of every
+/// flagged n to out[prefix..., slot++] from `slot`; returns the next slot.
+Value writeFlagged(KernelEmitter &e, const RowBuffer &flags, Value count,
+                   Value out, ValueRange prefix, Value slot,
+                   function_ref<Value(Value)> valueOf);
+
+/// The most score buckets top-p cuts a row's candidates into.
+constexpr int64_t kMaxTopPBuckets = 4096;
+
+/// The buckets of a top-p row of `count` candidates:
+/// max(min(count, kMaxTopPBuckets), 1).
+Value topPBucketCount(KernelEmitter &e, Value count);
+
+/// Where top-p selects among one row's `count` candidates.
+struct TopPRow {
+  /// f32 [count]: candidate n's score.
+  RowBuffer scores;
+  /// The i32 token of candidate n, for SPEC §1.3's tie rule.
+  function_ref<Value(Value n)> tokenOf;
+  /// i32 and f64 [topPBucketCount]: each bucket's candidates and weight
+  /// (the weights are unused when top_p = 1).
+  RowBuffer bucketSizes, bucketWeights;
+  /// i32 [count]: the candidates of one bucket while it is sorted.
+  RowBuffer order;
+  /// i8 [count], cleared: where the kept candidates are flagged.
+  RowBuffer kept;
+};
+
+/// Flags the candidates that top-p keeps: the `keep` best in SPEC §1.3's
+/// order, where `keep` is the shortest best-first prefix whose weights
+/// exp(s - max) / sum reach `top_p`, clamped to [min_tokens, capacity] and
+/// to `count`. The scores fall into equal-width buckets from the highest;
+/// the weights are summed in f64 per bucket, then in order inside the
+/// bucket where the sum crosses top_p, so this costs a few passes over the
+/// row and the sort of one or two buckets, not a sort of every candidate.
+/// A sum that reaches top_p only within f64 rounding may keep one token
+/// more or less than a walk over the sorted candidates.
+void flagTopPKept(KernelEmitter &e, SelectTopPOp op, const TopPRow &row,
+                  Value count, Value capacity);
 
 /// The score scale of a selection op: its `scale`, else 1/sqrt(D).
 double selectionScale(std::optional<APFloat> scale, int64_t headDim);

@@ -13,7 +13,9 @@
 //    own output slots and whose scores live in a [B, H, Lq, fill]
 //    temporary;
 //  * top-p: a thread per row writes its candidates' scores and key indices
-//    to [B, H, Lq, Lk] temporaries and heap-sorts them there;
+//    to [B, H, Lq, n] temporaries (n: the most candidates a row can have)
+//    and selects among them with the CPU's score buckets (flagTopPKept),
+//    whose counts, weights, sort space and flags are temporaries too;
 //  * sparse and tree attention: split-KV like dense decode, a thread per
 //    (batch, head, row, split) running the online softmax over its share
 //    of the row's keys (a range of selection entries; a range of the tree's
@@ -301,6 +303,8 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
   Value q = args[next++], k = args[next++];
   Value blocks = op.getBlocks() ? args[next++] : Value();
   Value tokens = args[next++], scores = args[next++], keys = args[next++];
+  Value bucketSizes = args[next++], bucketWeights = args[next++];
+  Value order = args[next++], kept = args[next++];
   Value thread = args[next];
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], 3);
@@ -364,37 +368,41 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
     count = addKeys(begin, end, c0);
   }
 
-  // Sorted best first (SPEC §1.3: a lower weight, or an equal one of a
-  // later token, is worse).
-  auto load = [&](Value slot) -> SmallVector<Value> {
-    return {e.load(scores, at3(slot)), e.loadInt(keys, at3(slot))};
-  };
-  auto storeItem = [&](Value slot, ValueRange item) {
-    e.store(item[0], scores, at3(slot));
-    memref::StoreOp::create(b, item[1], keys, at3(slot));
-  };
-  auto worse = [&](ValueRange x, ValueRange y) {
-    return worseScored(e, x[0], x[1], y[0], y[1]);
-  };
-  sortBestFirst(e, HeapStorage{load, storeItem, worse}, count);
-
-  Value keep = topPKeepCount(e, op, count, capacity,
-                             [&](Value n) { return e.load(scores, at3(n)); });
-
-  // The kept tokens in ascending order, padded with -1.
-  auto keyAt = [&](Value slot) -> SmallVector<Value> {
-    return {e.loadInt(keys, at3(slot))};
-  };
-  auto storeKey = [&](Value slot, ValueRange item) {
-    memref::StoreOp::create(b, item[0], keys, at3(slot));
-  };
-  auto later = [&](ValueRange x, ValueRange y) {
-    return e.icmp(arith::CmpIPredicate::sgt, x[0], y[0]);
-  };
-  sortBestFirst(e, HeapStorage{keyAt, storeKey, later}, keep);
-  e.loop(c0, keep, c1, [&](Value n) {
-    memref::StoreOp::create(b, e.loadInt(keys, at3(n)), tokens, at3(n));
-  });
+  // The kept candidates flagged, then written in slot order.
+  auto tokenOf = [&](Value n) { return e.loadInt(keys, at3(n)); };
+  RowBuffer keptFlags(kept, prefix);
+  clearFlags(e, keptFlags, count);
+  flagTopPKept(e, op,
+               TopPRow{RowBuffer(scores, prefix), tokenOf,
+                       RowBuffer(bucketSizes, prefix),
+                       RowBuffer(bucketWeights, prefix),
+                       RowBuffer(order, prefix), keptFlags},
+               count, capacity);
+  Value keep = writeFlagged(e, keptFlags, count, tokens, prefix, c0, tokenOf);
+  if (blocks) {
+    // Slot order is token order unless the selection lists its blocks out
+    // of order (select_topk writes them ascending): sort only then.
+    Value noBit = arith::ConstantIntOp::create(b, b.getI1Type(), 0);
+    Value unsorted =
+        e.loop(c1, keep, c1, {noBit},
+               [&](Value n, ValueRange it) -> SmallVector<Value> {
+                 Value earlier = e.loadInt(tokens, at3(e.sub(n, c1)));
+                 return {e.orI(it[0], e.icmp(arith::CmpIPredicate::sgt, earlier,
+                                             e.loadInt(tokens, at3(n))))};
+               })[0];
+    e.ifThen(unsorted, [&] {
+      auto tokenAt = [&](Value slot) -> SmallVector<Value> {
+        return {e.loadInt(tokens, at3(slot))};
+      };
+      auto storeToken = [&](Value slot, ValueRange item) {
+        memref::StoreOp::create(b, item[0], tokens, at3(slot));
+      };
+      auto later = [&](ValueRange x, ValueRange y) {
+        return e.icmp(arith::CmpIPredicate::sgt, x[0], y[0]);
+      };
+      sortBestFirst(e, HeapStorage{tokenAt, storeToken, later}, keep);
+    });
+  }
   padWithMinusOne(e, tokens, prefix, keep, capacity);
   func::ReturnOp::create(b);
   return func;

@@ -37,7 +37,7 @@
 
 namespace {
 
-constexpr uint32_t kFormatVersion = 5;
+constexpr uint32_t kFormatVersion = 6;
 
 /// Whether an integer op reads operand registers (a, b; Select also c).
 bool readsRegisters(attn::fb::IntOpKind op) {
@@ -76,7 +76,7 @@ struct Step {
   int32_t a = 0, b = 0, c = 0;
   int64_t value = 0;
   // Temp
-  attn_dtype dtype = ATTN_F32;
+  size_t elementBytes = 0;
   std::vector<int32_t> dims;
   // Dispatch
   KernelFn kernel = nullptr;
@@ -115,8 +115,24 @@ bool dtypeOf(attn::fb::DType stored, attn_dtype &dtype) {
   case attn::fb::DType::bf16:
     dtype = ATTN_BF16;
     return true;
+  default:
+    return false;
   }
-  return false;
+}
+
+/// Bytes per element of a temporary of dtype `stored`, which may also be
+/// one of the dtypes for temporaries only; 0 for one this runtime does not
+/// know.
+size_t temporaryElementBytes(attn::fb::DType stored) {
+  switch (stored) {
+  case attn::fb::DType::f64:
+    return 8;
+  case attn::fb::DType::i8:
+    return 1;
+  default:
+    attn_dtype dtype;
+    return dtypeOf(stored, dtype) ? attn_dtype_size(dtype) : 0;
+  }
 }
 
 std::string formatDims(const std::vector<int64_t> &dims) {
@@ -409,7 +425,8 @@ attn_status attn_model::readProgram(
       step.kind = Step::Temp;
       if (!temp->dims())
         return bad("a temporary has no dims");
-      if (!dtypeOf(temp->dtype(), step.dtype))
+      step.elementBytes = temporaryElementBytes(temp->dtype());
+      if (!step.elementBytes)
         return bad("a temporary has an unknown dtype");
       for (int32_t r : *temp->dims()) {
         if (!checkRegister(r))
@@ -917,13 +934,13 @@ std::vector<int64_t> outputShape(const Signature &sig,
 struct Buffer {
   void *data = nullptr;
   std::vector<int64_t> shape;
-  attn_dtype dtype = ATTN_F32;
+  size_t elementBytes = 4;
 
   size_t bytes() const {
     size_t elements = 1;
     for (int64_t size : shape)
       elements *= static_cast<size_t>(size);
-    return elements * attn_dtype_size(dtype);
+    return elements * elementBytes;
   }
 };
 
@@ -1061,7 +1078,7 @@ attn_status runProgram(
       break;
     case Step::Temp: {
       Buffer buffer;
-      buffer.dtype = step.dtype;
+      buffer.elementBytes = step.elementBytes;
       int64_t elements = 1;
       for (int32_t r : step.dims) {
         if (regs[r] < 0)
@@ -1070,9 +1087,8 @@ attn_status runProgram(
         buffer.shape.push_back(regs[r]);
         elements *= regs[r];
       }
-      if (attn_status status = allocate(static_cast<size_t>(elements) *
-                                            attn_dtype_size(step.dtype),
-                                        buffer.data))
+      if (attn_status status = allocate(
+              static_cast<size_t>(elements) * step.elementBytes, buffer.data))
         return status;
       buffers.push_back(std::move(buffer));
       break;
@@ -1183,7 +1199,7 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
         !gpu.copyToDevice(pointer, hostBuffers[i].data, bytes, error))
       return cudaFail(error);
     buffers.push_back({reinterpret_cast<void *>(pointer), hostBuffers[i].shape,
-                       hostBuffers[i].dtype});
+                       hostBuffers[i].elementBytes});
   }
   auto allocate = [&](size_t bytes, void *&data) {
     uint64_t pointer = 0;
@@ -1270,11 +1286,11 @@ extern "C" attn_status attn_run(attn_model *model, int32_t entry,
 
   std::vector<Buffer> buffers;
   for (int32_t i = 0; i < numInputs; ++i)
-    buffers.push_back(
-        {inputs[i].data, outputShape(e->inputs[i], bound), e->inputs[i].dtype});
+    buffers.push_back({inputs[i].data, outputShape(e->inputs[i], bound),
+                       attn_dtype_size(e->inputs[i].dtype)});
   for (int32_t i = 0; i < numOutputs; ++i)
     buffers.push_back({outputs[i].data, outputShape(e->outputs[i], bound),
-                       e->outputs[i].dtype});
+                       attn_dtype_size(e->outputs[i].dtype)});
   return model->device == ATTN_DEVICE_CUDA ? runOnCuda(*model, *e, buffers)
                                            : runOnCpu(*model, *e, buffers);
 }

@@ -64,17 +64,26 @@ func.func @tokens(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 
 // -----
 
-// Top-p sorts each row's candidates in [B, H, Lq, max(Lk, 1)] temporaries
-// of scores and key indices.
+// Top-p selects among each row's candidates in [B, H, Lq, n] temporaries,
+// n = max(Lk, 1) here: scores, key indices, the sort space of one score
+// bucket and i8 flags; and min(n, 4096) buckets' counts and f64 weights.
+// The kernel sorts one bucket (a heap sort), not the row.
 // CHECK-LABEL: func.func private @topp__select_topp0(
 // CHECK-SAME:    attn.kernel = "select_topp"
+// CHECK:         memref.load %{{.*}} : memref<?x4x?x?xf64>
+// CHECK:         scf.while
 // CHECK-LABEL: func.func @topp(
 // CHECK-SAME:    %arg2: memref<?x4x?x?xi32> {attn.shape = ["B", 4, "Lq", "Lk"]}
 // CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
 // CHECK:         %[[N:.*]] = arith.maxsi %[[LK]], %c1
+// CHECK:         %[[NB:.*]] = arith.minsi %[[N]], %c4096
 // CHECK:         %[[SCORES:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xf32>
 // CHECK:         %[[KEYS:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xi32>
-// CHECK:         attn.dispatch @topp__select_topp0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %[[SCORES]], %[[KEYS]])
+// CHECK:         %[[SIZES:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[NB]]) : memref<?x4x?x?xi32>
+// CHECK:         %[[WEIGHTS:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[NB]]) : memref<?x4x?x?xf64>
+// CHECK:         %[[ORDER:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xi32>
+// CHECK:         %[[KEPT:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xi8>
+// CHECK:         attn.dispatch @topp__select_topp0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %[[SCORES]], %[[KEYS]], %[[SIZES]], %[[WEIGHTS]], %[[ORDER]], %[[KEPT]])
 func.func @topp(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
     -> tensor<?x4x?x?xi32> {
   %t = attn.select_topp %q, %k {top_p = 0.9, mask = #attn.mask<causal>}
@@ -99,6 +108,20 @@ func.func @topp_in_blocks(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
       {top_p = 0.9, block_size = 32, mask = #attn.mask<causal>}
       : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x4x?x6xi32>
   return %t : tensor<?x4x?x?xi32>
+}
+
+// -----
+
+// top_p = 1 with a cap keeps the best max_tokens by score alone: the
+// bucket weights are never read, and their temporary is empty.
+// CHECK-LABEL: func.func @topp_capped(
+// CHECK:         memref.alloc(%{{.*}}, %{{.*}}) : memref<?x4x?x0xf64>
+func.func @topp_capped(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
+    -> tensor<?x4x?x8xi32> {
+  %t = attn.select_topp %q, %k {top_p = 1.0, max_tokens = 8,
+      mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>
+  return %t : tensor<?x4x?x8xi32>
 }
 
 // -----

@@ -406,6 +406,26 @@ TEST_P(Selections, MatchReferenceExactly) {
       ref::selectTopP(q, k, &expectedBlocks, 5, window, capped, {0.7, 3, 11}),
       "select_topp after top-k");
 
+  // The same blocks listed in descending order, every other row with its
+  // first entry repeated in place of its second: candidates then come in
+  // another order than their tokens, and the kept tokens must still be
+  // written ascending.
+  ref::IntTensor scrambled = expectedBlocks;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < Lq; ++i) {
+        for (int64_t n = 0; n < 2; ++n)
+          std::swap(scrambled(b, h, i, n), scrambled(b, h, i, 3 - n));
+        if (i % 2)
+          scrambled(b, h, i, 1) = scrambled(b, h, i, 0);
+      }
+  tokens = runEntry(*model, "topp",
+                    {toRuntime(q), toRuntime(k), intsToRuntime(scrambled)});
+  ASSERT_EQ(tokens.size(), 1u);
+  expectSame(tokens[0],
+             ref::selectTopP(q, k, &scrambled, 5, window, capped, {0.7, 3, 11}),
+             "select_topp over blocks listed out of order");
+
   tokens = runEntry(*model, "topp_dense", {toRuntime(q), toRuntime(k)});
   ASSERT_EQ(tokens.size(), 1u);
   expectSame(tokens[0],
