@@ -272,7 +272,15 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
                         decodeRows, decodeSplits);
   Value mergeThreads = mul(mul(decodeBatch, index(shape.numHeads)), decodeRows);
-  Value splitThreads = mul(mergeThreads, decodeSplits);
+  // Decode blocks: (batch, kv head, tile of the group's rows, split).
+  SimtFlashTiling decodeFlash = SimtFlashTiling::chooseForDecode(
+      shape, cast<MemRefType>(s.q.getType()).getElementType(), tiling);
+  const int64_t group = shape.numHeads / shape.numKvHeads;
+  Value groupRowTiles = arith::CeilDivUIOp::create(
+      b, mul(index(group), decodeRows), index(decodeFlash.queryTile()));
+  Value decodeBlocks =
+      mul(mul(mul(decodeBatch, index(shape.numKvHeads)), groupRowTiles),
+          decodeSplits);
   SmallVector<Value> rowBindings = s.rowBindings();
   SmallVector<Value> splitBindings = s.splitBindings();
   SmallVector<Value> mergeBindings = s.mergeBindings();
@@ -287,10 +295,10 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   dispatch(buildSimtFlashKernel(kernelBuilder, op.getLoc(), kernelName("flash"),
                                 shape, flash, tiling, types(rowBindings)),
            flashBlocks, rowBindings);
-  dispatch(buildSimtSplitKvKernel(kernelBuilder, op.getLoc(),
-                                  kernelName("split_kv"), shape, tiling,
-                                  types(splitBindings)),
-           splitThreads, splitBindings);
+  dispatch(buildSimtFlashDecodeKernel(
+               kernelBuilder, op.getLoc(), kernelName("flash_decode"), shape,
+               decodeFlash, tiling, types(splitBindings)),
+           decodeBlocks, splitBindings);
   dispatch(buildSimtMergeKernel(kernelBuilder, op.getLoc(), kernelName("merge"),
                                 shape, tiling, types(mergeBindings)),
            mergeThreads, mergeBindings);

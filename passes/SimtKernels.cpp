@@ -10,9 +10,12 @@
 // attn.warp_mma. P is rounded to the storage dtype for the tensor cores,
 // and l sums the rounded values, so o stays a weighted mean of v.
 //
-// Decode splits the key range over threads, one thread per (row, range)
-// carrying its online-softmax state itself, and merges the partials
-// through their log-sum-exp, as on the CPU.
+// Decode (at most decodeMaxQueries rows) is FlashDecoding: the same kernel
+// with a block per (batch, kv head, key split of splitKeys keys), whose
+// rows are the kv group's (head, query row) pairs, so the group's heads
+// share each staged k and v tile and their products run on the tensor
+// cores; it writes split partials, which a thread per row merges through
+// their log-sum-exp, as on the CPU.
 //
 // Empty rows (no visible key) give o = 0 and lse = -inf: exponentials are
 // taken against a max that is 0 while the max is -inf.
@@ -132,15 +135,6 @@ func::FuncOp createSimtKernel(OpBuilder &builder, Location loc, StringRef name,
                       tiling.toAttr(builder.getContext()), kind);
 }
 
-/// The online softmax of one query row over keys [begin, end): returns
-/// (m, l) and leaves the unnormalized output in the row's accumulator.
-SmallVector<Value> attendRange(SimtEmitter &e, SimtRowSoftmax &row, Value begin,
-                               Value end) {
-  return e.loop(
-      begin, end, e.index(1), row.initial(),
-      [&](Value key, ValueRange state) { return row.addKey(state, key); });
-}
-
 /// The visible keys [begin, end) of query row `row` (its position is
 /// Lk - Lq + row), intersected with [from, to).
 std::pair<Value, Value> visibleKeys(SimtEmitter &e,
@@ -243,49 +237,76 @@ int64_t SimtFlashTiling::sharedBytes() const {
   auto buffer = [](int64_t elements, int64_t bytes) {
     return roundUp(elements * bytes, 16);
   };
-  return buffer(rows * paddedHeadDim, elementBytes) +  // q tile
-         buffer(keys * paddedHeadDim, elementBytes) +  // k tile
-         buffer(keys * paddedValueDim, elementBytes) + // v tile
-         buffer(rows * keys, 4) +                      // scores
-         buffer(rows * keys, elementBytes) +           // probabilities
-         buffer(rows * paddedValueDim, 4) +            // accumulators
-         2 * buffer(rows, 4);                          // max, sum
+  // The buffers the flash kernel allocates, padded rows included.
+  return buffer(rows * headStride(), elementBytes) +        // q tile
+         buffer(keys * headStride(), elementBytes) +        // k tile
+         buffer(keys * valueStride(), elementBytes) +       // v tile
+         buffer(rows * scoreStride(), 4) +                  // scores
+         buffer(rows * probabilityStride(), elementBytes) + // probabilities
+         buffer(rows * accumulatorStride(), 4) +            // accumulators
+         2 * buffer(rows, 4);                               // max, sum
 }
 
 SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
-                                        Type storage, const GpuTiling &tiling) {
+                                        Type storage, const GpuTiling &tiling,
+                                        int64_t maxWarps) {
   // Largest first: 4 warps (64 rows) over 64 keys is FlashAttention-2's
   // tile for head dims up to 128 on sm_80/sm_90.
-  const std::pair<int64_t, int64_t> candidates[] = {
-      {4, 64}, {4, 32}, {2, 32}, {1, 32}, {1, 16}};
-  auto make = [&](std::pair<int64_t, int64_t> candidate) {
+  auto make = [&](int64_t warps, int64_t keyTile) {
     SimtFlashTiling flash;
-    flash.warps = candidate.first;
-    flash.keyTile = candidate.second;
+    flash.warps = warps;
+    flash.keyTile = keyTile;
     flash.paddedHeadDim = roundUp(shape.headDim, WarpMmaOp::kReductionStep);
     flash.paddedValueDim = roundUp(shape.valueDim, WarpMmaOp::kFragmentColumns);
     flash.elementBytes = storage.getIntOrFloatBitWidth() / 8;
     return flash;
   };
   for (int64_t budget : {tiling.maxSharedBytes / 2, tiling.maxSharedBytes})
-    for (auto candidate : candidates)
-      if (make(candidate).sharedBytes() <= budget)
-        return make(candidate);
-  return make(candidates[std::size(candidates) - 1]);
+    for (int64_t warps = maxWarps; warps >= 1; warps /= 2)
+      for (int64_t keyTile : {64, 32, 16})
+        if (make(warps, keyTile).sharedBytes() <= budget)
+          return make(warps, keyTile);
+  return make(1, 16);
 }
 
-func::FuncOp mlir::attn::buildSimtFlashKernel(
-    OpBuilder &builder, Location loc, StringRef name,
-    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
-    const GpuTiling &tiling, TypeRange bindingTypes, KeyPart part) {
+SimtFlashTiling
+SimtFlashTiling::chooseForDecode(const SoftmaxAttentionShape &shape,
+                                 Type storage, const GpuTiling &tiling) {
+  const int64_t rows = shape.numHeads / shape.numKvHeads *
+                       std::max<int64_t>(tiling.decodeMaxQueries, 1);
+  int64_t warps = 1;
+  while (warps < 4 && warps * WarpMmaOp::kRows < rows)
+    warps *= 2;
+  return choose(shape, storage, tiling, warps);
+}
+
+namespace {
+
+/// What a flash block kernel's block works on.
+enum class FlashWork {
+  /// 16 W query rows of one head, over the keys they see; o (gated) and
+  /// [lse].
+  QueryTile,
+  /// KeyPart::TreePrefix: 16 W tree nodes of one head, over the prefix.
+  TreePrefix,
+  /// Decode: 16 W rows of one kv group, over one key split.
+  DecodeSplit,
+};
+
+func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
+                        const SoftmaxAttentionShape &shape,
+                        const SimtFlashTiling &flash, const GpuTiling &tiling,
+                        TypeRange bindingTypes, FlashWork work) {
   OpBuilder::InsertionGuard guard(builder);
   GpuTiling kernelTiling = tiling;
   kernelTiling.blockThreads = flash.threads();
-  assert(part != KeyPart::TreeNodes && "the flash kernel tiles whole ranges");
-  const bool treePrefix = part == KeyPart::TreePrefix;
+  const bool treePrefix = work == FlashWork::TreePrefix;
+  const bool decodeSplit = work == FlashWork::DecodeSplit;
   func::FuncOp func =
       createSimtKernel(builder, loc, name, bindingTypes, kernelTiling,
-                       treePrefix ? "flash_tree_prefix" : "flash");
+                       treePrefix    ? "flash_tree_prefix"
+                       : decodeSplit ? "flash_decode"
+                                     : "flash");
   // The tile sizes join the launch shape in attn.tiling.
   NamedAttrList tilingAttrs(kernelTiling.toAttr(builder.getContext()));
   tilingAttrs.set("query_tile", builder.getI64IntegerAttr(flash.queryTile()));
@@ -301,11 +322,13 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   // or with a window those from each node's window start (its depth's).
   const bool treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
   Value parents = treeWindow ? args[next++] : Value();
-  Value gate = !treePrefix && shape.epilogue == Epilogue::SigmoidGate
-                   ? args[next++]
-                   : Value();
+  Value gate =
+      work == FlashWork::QueryTile && shape.epilogue == Epilogue::SigmoidGate
+          ? args[next++]
+          : Value();
   Value out = args[next++];
-  Value lse = treePrefix || shape.withLogSumExp ? args[next++] : Value();
+  Value lse = work != FlashWork::QueryTile || shape.withLogSumExp ? args[next++]
+                                                                  : Value();
   Value workgroup = args.back();
   SoftmaxAttentionShape keys = shape;
   if (treePrefix)
@@ -314,6 +337,7 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   const int64_t TQ = flash.queryTile(), TK = flash.keyTile;
   const int64_t D = shape.headDim, Dv = shape.valueDim;
   const int64_t Dp = flash.paddedHeadDim, Dvp = flash.paddedValueDim;
+  const int64_t group = shape.numHeads / shape.numKvHeads;
   Type storage = KernelEmitter::storageType(q);
   Value c0 = e.index(0), c1 = e.index(1), c32 = e.index(32);
   auto lt = [&](Value x, Value y) {
@@ -331,22 +355,56 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     });
   };
 
-  // Workgroup order (batch, head, query tile), the tile fastest.
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
   if (treePrefix)
     lk = e.sub(lk, lq);
-  Value tiles = e.ceilDiv(lq, e.index(TQ));
-  Value tile = e.rem(workgroup, tiles);
-  Value bh = e.div(workgroup, tiles);
-  Value head = e.rem(bh, e.index(shape.numHeads));
-  Value batch = e.div(bh, e.index(shape.numHeads));
-  Value kvHead = e.div(head, e.index(shape.numHeads / shape.numKvHeads));
-  Value firstRow = e.mul(tile, e.index(TQ));
-  Value rows = e.minS(e.index(TQ), e.sub(lq, firstRow));
+  // Tile row r (< rows) is query row rowOf(r) of head headOf(r), and sees
+  // keys in [from, to) only.
+  Value batch, kvHead, split, first, rows, from = c0, to = lk;
+  std::function<Value(Value)> headOf, rowOf;
+  if (decodeSplit) {
+    // Workgroup order (batch, kv head, row tile, split), the split
+    // fastest. The group's (head, query row) pairs, head-major, make the
+    // rows, so its heads share each staged k and v tile.
+    Value splits = e.dim(lse, 3);
+    Value packed = e.mul(e.index(group), lq);
+    Value tiles = e.ceilDiv(packed, e.index(TQ));
+    split = e.rem(workgroup, splits);
+    Value rest = e.div(workgroup, splits);
+    Value tile = e.rem(rest, tiles);
+    rest = e.div(rest, tiles);
+    kvHead = e.rem(rest, e.index(shape.numKvHeads));
+    batch = e.div(rest, e.index(shape.numKvHeads));
+    first = e.mul(tile, e.index(TQ));
+    rows = e.minS(e.index(TQ), e.sub(packed, first));
+    from = e.mul(split, e.index(tiling.splitKeys));
+    to = e.minS(lk, e.add(from, e.index(tiling.splitKeys)));
+    headOf = [&, kvHead, first](Value r) {
+      return e.add(e.mul(kvHead, e.index(group)), e.div(e.add(first, r), lq));
+    };
+    rowOf = [&, first](Value r) { return e.rem(e.add(first, r), lq); };
+  } else {
+    // Workgroup order (batch, head, query tile), the tile fastest.
+    Value tiles = e.ceilDiv(lq, e.index(TQ));
+    Value tile = e.rem(workgroup, tiles);
+    Value bh = e.div(workgroup, tiles);
+    Value head = e.rem(bh, e.index(shape.numHeads));
+    batch = e.div(bh, e.index(shape.numHeads));
+    kvHead = e.div(head, e.index(group));
+    first = e.mul(tile, e.index(TQ));
+    rows = e.minS(e.index(TQ), e.sub(lq, first));
+    headOf = [head](Value) { return head; };
+    rowOf = [&, first](Value r) { return e.add(first, r); };
+    if (treePrefix)
+      split = c0;
+  }
+  auto rowKeys = [&](Value r) {
+    return visibleKeys(e, keys, rowOf(r), lq, lk, from, to);
+  };
 
-  // Zero padding (rows past Lq, keys past the range, features past D and
-  // Dv) keeps the products exact; padded keys are masked, padded rows and
-  // features never stored.
+  // Zero padding (rows past the tile's, keys past the range, features past
+  // D and Dv) keeps the products exact; padded keys are masked, padded rows
+  // and features never stored.
   Value qs = e.shared({TQ, flash.headStride()}, storage);
   Value ks = e.shared({TK, flash.headStride()}, storage);
   Value vs = e.shared({TK, flash.valueStride()}, storage);
@@ -360,7 +418,7 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   e.forAll(e.index(TQ * Dp), [&](Value i) {
     Value r = e.div(i, e.index(Dp)), d = e.rem(i, e.index(Dp));
     e.store(e.loadOrZero(both(lt(r, rows), lt(d, e.index(D))), q,
-                         {batch, head, e.add(firstRow, r), d}),
+                         {batch, headOf(r), rowOf(r), d}),
             qs, {r, d});
   });
   e.forAll(e.index(TQ * Dvp), [&](Value i) {
@@ -372,11 +430,23 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     e.store(e.scalar(0.0), rowSum, r);
   });
 
-  // The keys some row of the tile sees: from the first row's first to the
-  // last row's last (both grow with the row).
-  Value lastRow = e.sub(e.add(firstRow, rows), c1);
-  Value begin = visibleKeys(e, keys, firstRow, lq, lk, c0, lk).first;
-  Value end = visibleKeys(e, keys, lastRow, lq, lk, c0, lk).second;
+  // The keys some row of the tile sees. Query tiles: from the first row's
+  // first to the last row's last (both grow with the row). Decode rows
+  // cycle through the query rows once per head: the union of their ranges.
+  Value begin, end;
+  if (decodeSplit) {
+    SmallVector<Value> range =
+        e.loop(c0, rows, c1, {to, from},
+               [&](Value r, ValueRange it) -> SmallVector<Value> {
+                 auto [rowBegin, rowEnd] = rowKeys(r);
+                 return {e.minS(it[0], rowBegin), e.maxS(it[1], rowEnd)};
+               });
+    begin = range[0];
+    end = e.maxS(range[1], range[0]);
+  } else {
+    begin = rowKeys(c0).first;
+    end = rowKeys(e.sub(rows, c1)).second;
+  }
   // A windowed tree node's first prefix key, found once per row by walking
   // its ancestors (rows past the end repeat the last node); the tile starts
   // at its rows' smallest.
@@ -384,7 +454,7 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   if (treeWindow) {
     rowStarts = e.shared({TQ}, b.getI32Type());
     e.forAll(e.index(TQ), [&](Value r) {
-      Value node = e.minS(e.add(firstRow, r), e.sub(lq, c1));
+      Value node = e.minS(rowOf(r), e.sub(lq, c1));
       Value start =
           TreeNodeKeys(e, parents, batch, node, lk, shape.mask, shape.window)
               .prefixBegin;
@@ -420,10 +490,9 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
 
     // A thread per row: scale, softcap, mask; the online-softmax update.
     e.forAll(e.index(TQ), [&](Value r) {
-      auto [first, last] =
-          visibleKeys(e, keys, e.add(firstRow, r), lq, lk, c0, lk);
+      auto [firstVisible, lastVisible] = rowKeys(r);
       if (rowStarts)
-        first = e.toIndex(e.loadInt(rowStarts, {r}));
+        firstVisible = e.toIndex(e.loadInt(rowStarts, {r}));
       Value oldMax = e.load(rowMax, r);
       Value tileMax = e.loop(
           c0, e.index(TK), c1, {e.scalar(kNegInf)},
@@ -432,8 +501,9 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
             Value s =
                 e.softcap(e.fmul(e.load(scores, {r, j}), e.scalar(shape.scale)),
                           shape.softcap);
-            Value visible = both(e.icmp(arith::CmpIPredicate::sge, key, first),
-                                 lt(key, last));
+            Value visible =
+                both(e.icmp(arith::CmpIPredicate::sge, key, firstVisible),
+                     lt(key, lastVisible));
             s = e.select(visible, s, e.scalar(kNegInf));
             e.store(s, scores, {r, j});
             return SmallVector<Value>{e.fmax(it[0], s)};
@@ -464,11 +534,12 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   });
 
   // o = acc / l, gated; lse = m + log l (a thread per row). The tree's
-  // prefix: split 0 of the partials, ungated.
+  // prefix and decode splits: their partials, ungated (an empty range
+  // gives o = 0 and lse = -inf, which the merge weighs 0).
   e.forAll(rows, [&](Value r) {
-    SmallVector<Value> at{batch, head, e.add(firstRow, r)};
-    if (treePrefix)
-      at.push_back(c0);
+    SmallVector<Value> at{batch, headOf(r), rowOf(r)};
+    if (split)
+      at.push_back(split);
     Value sum = e.load(rowSum, r);
     storeRow(
         e, shape,
@@ -483,36 +554,24 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
   return func;
 }
 
-func::FuncOp mlir::attn::buildSimtSplitKvKernel(
+} // namespace
+
+func::FuncOp mlir::attn::buildSimtFlashKernel(
     OpBuilder &builder, Location loc, StringRef name,
-    const SoftmaxAttentionShape &shape, const GpuTiling &tiling,
-    TypeRange bindingTypes) {
-  OpBuilder::InsertionGuard guard(builder);
-  func::FuncOp func =
-      createSimtKernel(builder, loc, name, bindingTypes, tiling, "split_kv");
-  ImplicitLocOpBuilder b(loc, builder);
-  SimtEmitter e(b);
-  auto args = func.getArguments();
-  Value q = args[0], k = args[1], v = args[2], partialOut = args[3],
-        partialLse = args[4], thread = args[5];
+    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
+    const GpuTiling &tiling, TypeRange bindingTypes, KeyPart part) {
+  assert(part != KeyPart::TreeNodes && "the flash kernel tiles whole ranges");
+  return buildFlash(builder, loc, name, shape, flash, tiling, bindingTypes,
+                    part == KeyPart::TreePrefix ? FlashWork::TreePrefix
+                                                : FlashWork::QueryTile);
+}
 
-  // Thread order (batch, head, row, split), the split fastest.
-  Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
-  Value split = e.rem(thread, splits);
-  Value rest = e.div(thread, splits);
-  Value row = e.rem(rest, lq);
-  rest = e.div(rest, lq);
-  Value head = e.rem(rest, e.index(shape.numHeads));
-  Value batch = e.div(rest, e.index(shape.numHeads));
-
-  Value from = e.mul(split, e.index(tiling.splitKeys));
-  Value to = e.minS(lk, e.add(from, e.index(tiling.splitKeys)));
-  auto [begin, end] = visibleKeys(e, shape, row, lq, lk, from, to);
-  SimtRowSoftmax rowSoftmax(e, shape, q, k, v, batch, head, row);
-  rowSoftmax.storePartial(attendRange(e, rowSoftmax, begin, end), partialOut,
-                          partialLse, split);
-  func::ReturnOp::create(b);
-  return func;
+func::FuncOp mlir::attn::buildSimtFlashDecodeKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
+  return buildFlash(builder, loc, name, shape, flash, tiling, bindingTypes,
+                    FlashWork::DecodeSplit);
 }
 
 func::FuncOp mlir::attn::buildSimtMergeKernel(

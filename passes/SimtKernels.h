@@ -41,7 +41,8 @@ namespace mlir::attn {
 struct GpuTiling {
   /// Threads per CUDA block.
   int64_t blockThreads = 128;
-  /// Keys per split-KV thread.
+  /// Keys per split of split-KV work: a flash decode block's, a sparse or
+  /// tree split thread's.
   int64_t splitKeys = 256;
   /// Entries with at most this many query rows take the split-KV path.
   int64_t decodeMaxQueries = 8;
@@ -171,10 +172,16 @@ struct SimtFlashTiling {
 
   /// The shared memory of a block (as SimtLaunch counts it).
   int64_t sharedBytes() const;
-  /// The largest tiles whose shared memory fits in half of
-  /// `tiling.maxSharedBytes` (else in all of it; else the smallest).
+  /// The largest tiles of at most `maxWarps` warps (a power of 2) whose
+  /// shared memory fits in half of `tiling.maxSharedBytes` (else in all of
+  /// it; else the smallest).
   static SimtFlashTiling choose(const SoftmaxAttentionShape &shape,
-                                Type storage, const GpuTiling &tiling);
+                                Type storage, const GpuTiling &tiling,
+                                int64_t maxWarps = 4);
+  /// Decode's tiles (buildSimtFlashDecodeKernel): as few warps as hold a
+  /// kv group's heads times `tiling.decodeMaxQueries` rows, at most 4.
+  static SimtFlashTiling chooseForDecode(const SoftmaxAttentionShape &shape,
+                                         Type storage, const GpuTiling &tiling);
 };
 
 /// Softmax attention as a block kernel, one block per (batch, head, tile of
@@ -191,14 +198,19 @@ buildSimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
                      const SimtFlashTiling &flash, const GpuTiling &tiling,
                      TypeRange bindingTypes, KeyPart part = KeyPart::All);
 
-/// One thread per (batch, head, query row, key range of splitKeys keys),
-/// for decode. Bindings: q, k, v, partial o [B, H, Lq, S, Dv], partial lse
-/// [B, H, Lq, S].
-func::FuncOp buildSimtSplitKvKernel(OpBuilder &builder, Location loc,
-                                    StringRef name,
-                                    const SoftmaxAttentionShape &shape,
-                                    const GpuTiling &tiling,
-                                    TypeRange bindingTypes);
+/// Decode as the flash block kernel over key splits (FlashDecoding): one
+/// block per (batch, kv head, tile of 16 * warps rows, split of
+/// `tiling.splitKeys` keys), the split fastest. A tile's rows are the kv
+/// group's (query head, query row) pairs, head-major, so its heads share
+/// each staged k and v tile. Each row's normalized partial and log-sum-exp
+/// (0 and -inf when the split holds none of its keys) go to split s.
+/// Bindings: q, k, v, partial o [B, H, Lq, S, Dv], partial lse [B, H, Lq, S].
+func::FuncOp buildSimtFlashDecodeKernel(OpBuilder &builder, Location loc,
+                                        StringRef name,
+                                        const SoftmaxAttentionShape &shape,
+                                        const SimtFlashTiling &flash,
+                                        const GpuTiling &tiling,
+                                        TypeRange bindingTypes);
 
 /// One thread per (batch, head, query row): merges the partials through
 /// their log-sum-exp and applies the gate. Bindings: partial o, partial
@@ -254,8 +266,10 @@ func::FuncOp buildSimtSelectTopKKernel(OpBuilder &builder, Location loc,
                                        TypeRange bindingTypes);
 
 /// One thread per (batch, head, row). Bindings: q, k, [blocks], tokens,
-/// then the temporaries scores (f32) and keys (i32), both
-/// [B, H, Lq, max(Lk, 1)].
+/// then the [B, H, Lq, n] temporaries (n: the most candidates of a row)
+/// scores (f32) and keys (i32), the [B, H, Lq, min(n, kMaxTopPBuckets)]
+/// bucket counts (i32) and weights (f64; empty when top_p = 1), and the
+/// [B, H, Lq, n] sort space (i32) and flags (i8) of flagTopPKept.
 func::FuncOp buildSimtSelectTopPKernel(OpBuilder &builder, Location loc,
                                        StringRef name, SelectTopPOp op,
                                        const GpuTiling &tiling,

@@ -2,8 +2,10 @@
 
 // The CUDA host program is the CPU one's shape (same signature, symbolic
 // shapes, decode chosen from the run-time Lq). Prefill is the flash block
-// kernel: a block per (batch, head, 64 query rows), 4 warps; decode is one
-// thread per (batch, head, row, key range) + a merge thread per row.
+// kernel: a block per (batch, head, 64 query rows), 4 warps. Decode is the
+// same kernel over key splits (FlashDecoding): a block per (batch, kv head,
+// tile of the group's 4 heads x up to 8 rows = 32 rows, 2 warps, split of
+// 256 keys) writing partials, then a merge thread per row.
 
 // CHECK-LABEL: func.func private @layer__flash0
 // CHECK-SAME:    attn.block_kernel
@@ -48,8 +50,39 @@
 // CHECK:         arith.divf
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     vector.
-// CHECK-LABEL: func.func private @layer__split_kv1
-// CHECK-SAME:    attn.kernel = "split_kv"
+// CHECK-LABEL: func.func private @layer__flash_decode1
+// CHECK-SAME:    attn.block_kernel
+// CHECK-SAME:    attn.kernel = "flash_decode"
+// CHECK-SAME:    attn.tiling = {block_threads = 64 : i64, decode_max_queries = 8 : i64, key_tile = 64 : i64, query_tile = 32 : i64, split_keys = 256 : i64}
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x68xf32>
+// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x68xf32>
+// Workgroup order (batch, kv head, row tile, split), the split fastest; the
+// rows are the group's (head, query row) pairs: ceil(4 Lq / 32) tiles.
+// CHECK:         %[[PACKED:.+]] = arith.muli %[[LQ:dim]], %c4 : index
+// CHECK:         %[[ROW_TILES:.+]] = arith.ceildivui %[[PACKED]], %c32 : index
+// CHECK:         %[[SPLIT:.+]] = arith.remui %arg5, %[[SPLITS:.+]] : index
+// CHECK:         %[[REST:.+]] = arith.divui %arg5, %[[SPLITS]] : index
+// CHECK:         arith.remui %[[REST]], %[[ROW_TILES]] : index
+// CHECK:         %[[FROM:.+]] = arith.muli %[[SPLIT]], %c256 : index
+// A row's head and query row: kv head * 4 + packed / Lq, packed % Lq.
+// CHECK:         scf.parallel
+// CHECK:           arith.divui %{{.+}}, %[[LQ]] : index
+// CHECK:           arith.muli %{{.+}}, %c4 : index
+// CHECK:           arith.remui %{{.+}}, %[[LQ]] : index
+// CHECK:             memref.load %arg0
+// CHECK:         } {attn.threads}
+// Per key tile of the split: k and v staged, the products on warp_mma.
+// CHECK:         scf.for
+// CHECK:           memref.load %arg1
+// CHECK:           } {attn.threads}
+// CHECK:           memref.load %arg2
+// CHECK:           } {attn.threads}
+// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {rhs_transposed}
+// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {accumulate}
+// The partials, ungated: o at [batch, head, row, split], and lse.
+// CHECK-NOT:     math.exp
+// CHECK:         memref.store %{{.+}}, %arg3[%{{.+}}, %{{.+}}, %{{.+}}, %[[SPLIT]], %{{.+}}]
+// CHECK:         memref.store %{{.+}}, %arg4[%{{.+}}, %{{.+}}, %{{.+}}, %[[SPLIT]]]
 // CHECK-LABEL: func.func private @layer__merge2
 // CHECK-SAME:    attn.kernel = "merge"
 // CHECK-LABEL: func.func @layer(
@@ -61,7 +94,7 @@
 // CHECK:         %[[DECODE:.+]] = arith.cmpi ule, %[[LQ]], %c8
 // CHECK:         %[[SPLITS:.+]] = arith.ceildivui %[[LK]], %c256
 // CHECK:         attn.dispatch @layer__flash0 workgroups(%{{.+}}) bindings(
-// CHECK:         attn.dispatch @layer__split_kv1 workgroups(%{{.+}}) bindings(
+// CHECK:         attn.dispatch @layer__flash_decode1 workgroups(%{{.+}}) bindings(
 // CHECK:         attn.dispatch @layer__merge2 workgroups(%{{.+}}) bindings(
 func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
                  %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>,

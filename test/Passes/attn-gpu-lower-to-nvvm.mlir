@@ -25,9 +25,17 @@
 // OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%[[LANE]]) n(64) k(32) {rhs_transposed} : memref<64x36xf32, #gpu.address_space<workgroup>>
 // OUTLINE-NEXT:          gpu.barrier
 // OUTLINE:           gpu.return
-// A thread kernel runs under `thread < count`, thread = blockIdx.x *
-// blockDim.x + threadIdx.x.
-// OUTLINE:         gpu.func @layer__split_kv1({{.*}}, %[[COUNT:[a-z0-9]+]]: index) kernel
+// Decode's flash kernel over key splits: a block kernel of one warp (the
+// kv group is one head, times 8 rows).
+// OUTLINE:         gpu.func @layer__flash_decode1(
+// OUTLINE-SAME:      attn.kernel = "flash_decode"
+// OUTLINE-SAME:      known_block_size = array<i32: 32, 1, 1>
+// OUTLINE:           gpu.block_id x
+// OUTLINE:           gpu.barrier
+// OUTLINE:           gpu.return
+// A thread kernel (the merge) runs under `thread < count`, thread =
+// blockIdx.x * blockDim.x + threadIdx.x.
+// OUTLINE:         gpu.func @layer__merge2({{.*}}, %[[COUNT:[a-z0-9]+]]: index) kernel
 // OUTLINE-DAG:       %[[CTAID:.+]] = gpu.block_id x
 // OUTLINE-DAG:       %[[NTID:.+]] = gpu.block_dim x
 // OUTLINE-DAG:       %[[TID:.+]] = gpu.thread_id x
@@ -37,7 +45,6 @@
 // OUTLINE:           scf.if %[[IN]] {
 // OUTLINE:             arith.remui %[[THREAD]]
 // OUTLINE:           gpu.return
-// OUTLINE:         gpu.func @layer__merge2
 
 // After the NVVM lowering: the kernels in the LLVM dialect, each memref an
 // expanded descriptor (2 pointers, offset, 4 sizes, 4 strides), the

@@ -233,6 +233,17 @@ std::vector<AttentionCase> cases() {
        .softcap = 20.0,
        .queries = 2,
        .keys = 531});
+  // A kv group of 16 heads times 5 rows is 80 of the CUDA decode kernel's
+  // rows: two tiles of 64, the second starting inside head 12's rows.
+  add({.label = "decode_gqa16_rows5_window",
+       .heads = 16,
+       .kvHeads = 1,
+       .headDim = 40,
+       .valueDim = 24,
+       .mask = R"({"sliding_window": 290})",
+       .gate = "elementwise",
+       .queries = 5,
+       .keys = 611});
   // Empty rows give 0, never NaN: window rows before the first key, and no
   // keys at all, on both paths.
   add({.label = "empty_rows_flash",
