@@ -65,23 +65,69 @@ void GpuEntryLowering::lowerGatheredSoftmax(
   };
   bool tree = shape.selection == KeySelectionKind::Tree;
   Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
-  Value splits;
-  // Trees of more than decode_max_queries nodes: the prefix, which every
-  // node sees (from its window's start), is dense attention for the flash
-  // kernel (split 0 of 2); a thread per node walks its tree keys (split 1).
-  Value flashPrefix;
+  Value zero = index(0);
+  Type storage = cast<MemRefType>(s.q.getType()).getElementType();
+  // The gathered kernels' bindings, once the partials are allocated.
+  auto gatheredBindings = [&]() -> SmallVector<Value> {
+    return {s.q, s.k, s.v, s.selection, s.partialOut, s.partialLse};
+  };
   if (tree) {
-    // Prefix splits of split_keys keys (at most kMaxTreePrefixSplits, at
-    // least one), plus one for the ancestors.
+    // The prefix, which every node sees (from its window's start), is dense
+    // attention for a flash kernel, into the first S - 1 splits; a thread
+    // per node walks its tree keys into split S - 1. Trees of more than
+    // decode_max_queries nodes: query tiles of nodes, one prefix split.
+    // Smaller ones: decode's kernel, the kv group's heads times the nodes
+    // as rows, the prefix in splits of split_keys keys (at least one).
     Value prefix = arith::SubIOp::create(b, s.lk, s.lq);
+    Value many = arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, s.lq,
+                                       index(tiling.decodeMaxQueries));
     Value prefixSplits =
-        maxS(index(1),
-             arith::MinSIOp::create(b, ceilDiv(prefix, index(tiling.splitKeys)),
-                                    index(kMaxTreePrefixSplits)));
-    splits = arith::AddIOp::create(b, prefixSplits, index(1));
-    flashPrefix = arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, s.lq,
-                                        index(tiling.decodeMaxQueries));
-    splits = select(flashPrefix, index(2), splits);
+        select(many, index(1),
+               maxS(index(1), ceilDiv(prefix, index(tiling.splitKeys))));
+    Value splits = arith::AddIOp::create(b, prefixSplits, index(1));
+    allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
+                          splits);
+    // With a window, a node's first prefix key depends on its depth: the
+    // flash kernels also read the parents.
+    SmallVector<Value> prefixBindings = s.splitBindings();
+    if (shape.mask == MaskKind::SlidingWindow)
+      prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
+
+    SimtFlashTiling flash = SimtFlashTiling::choose(shape, storage, tiling);
+    Value queryTiles = ceilDiv(s.lq, index(flash.queryTile()));
+    std::string prefixName = kernelName("tree_prefix");
+    dispatchKernel(
+        b,
+        select(many, mul(mul(s.batch, index(shape.numHeads)), queryTiles),
+               zero),
+        prefixBindings, [&](OpBuilder &builder, TypeRange types) {
+          return buildSimtFlashKernel(builder, op.getLoc(), prefixName, shape,
+                                      flash, tiling, types,
+                                      KeyPart::TreePrefix);
+        });
+
+    SimtFlashTiling decodeFlash =
+        SimtFlashTiling::chooseForDecode(shape, storage, tiling);
+    const int64_t group = shape.numHeads / shape.numKvHeads;
+    Value rowTiles =
+        ceilDiv(mul(index(group), s.lq), index(decodeFlash.queryTile()));
+    Value decodeBlocks =
+        mul(mul(mul(s.batch, index(shape.numKvHeads)), rowTiles), prefixSplits);
+    std::string smallPrefixName = kernelName("small_tree_prefix");
+    dispatchKernel(b, select(many, zero, decodeBlocks), prefixBindings,
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildSimtFlashDecodeKernel(
+                         builder, op.getLoc(), smallPrefixName, shape,
+                         decodeFlash, tiling, types, KeyPart::TreePrefix);
+                   });
+
+    std::string nodesName = kernelName("tree_nodes");
+    dispatchKernel(
+        b, rows, gatheredBindings(), [&](OpBuilder &builder, TypeRange types) {
+          return buildSimtGatheredSplitKernel(builder, op.getLoc(), nodesName,
+                                              shape, tiling, types,
+                                              KeyPart::TreeNodes);
+        });
   } else {
     // Decode calls split the selection entries, split_keys keys' worth
     // each; longer calls have enough rows to fill the GPU with one split.
@@ -90,50 +136,17 @@ void GpuEntryLowering::lowerGatheredSoftmax(
         std::max<int64_t>(1, tiling.splitKeys / shape.selectionBlockSize);
     Value decode = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
                                          index(tiling.decodeMaxQueries));
-    splits = arith::SelectOp::create(
-        b, decode, maxS(index(1), ceilDiv(entries, index(perSplit))), index(1));
-  }
-  allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
-                        splits);
-  SmallVector<Value> bindings{s.q,         s.k,          s.v,
-                              s.selection, s.partialOut, s.partialLse};
-  Value zero = index(0);
-  if (flashPrefix) {
-    SimtFlashTiling flash = SimtFlashTiling::choose(
-        shape, cast<MemRefType>(s.q.getType()).getElementType(), tiling);
-    Value queryTiles = ceilDiv(s.lq, index(flash.queryTile()));
-    // With a window, a node's first prefix key depends on its depth: the
-    // flash kernel also reads the parents.
-    SmallVector<Value> prefixBindings = s.splitBindings();
-    if (shape.mask == MaskKind::SlidingWindow)
-      prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
-    std::string prefixName = kernelName("tree_prefix");
-    dispatchKernel(
-        b,
-        select(flashPrefix,
-               mul(mul(s.batch, index(shape.numHeads)), queryTiles), zero),
-        prefixBindings, [&](OpBuilder &builder, TypeRange types) {
-          return buildSimtFlashKernel(builder, op.getLoc(), prefixName, shape,
-                                      flash, tiling, types,
-                                      KeyPart::TreePrefix);
-        });
-    std::string nodesName = kernelName("tree_nodes");
-    dispatchKernel(b, select(flashPrefix, rows, zero), bindings,
+    Value splits = select(
+        decode, maxS(index(1), ceilDiv(entries, index(perSplit))), index(1));
+    allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
+                          splits);
+    std::string splitName = kernelName("sparse_split");
+    dispatchKernel(b, mul(rows, splits), gatheredBindings(),
                    [&](OpBuilder &builder, TypeRange types) {
                      return buildSimtGatheredSplitKernel(
-                         builder, op.getLoc(), nodesName, shape, tiling, types,
-                         KeyPart::TreeNodes);
+                         builder, op.getLoc(), splitName, shape, tiling, types);
                    });
   }
-  std::string splitName = kernelName(tree ? "tree_split" : "sparse_split");
-  Value splitThreads = mul(rows, splits);
-  if (flashPrefix)
-    splitThreads = select(flashPrefix, zero, splitThreads);
-  dispatchKernel(b, splitThreads, bindings,
-                 [&](OpBuilder &builder, TypeRange types) {
-                   return buildSimtGatheredSplitKernel(
-                       builder, op.getLoc(), splitName, shape, tiling, types);
-                 });
   std::string mergeName = kernelName("merge");
   dispatchKernel(b, rows, s.mergeBindings(),
                  [&](OpBuilder &builder, TypeRange types) {

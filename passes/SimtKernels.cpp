@@ -282,31 +282,27 @@ SimtFlashTiling::chooseForDecode(const SoftmaxAttentionShape &shape,
 
 namespace {
 
-/// What a flash block kernel's block works on.
-enum class FlashWork {
-  /// 16 W query rows of one head, over the keys they see; o (gated) and
-  /// [lse].
-  QueryTile,
-  /// KeyPart::TreePrefix: 16 W tree nodes of one head, over the prefix.
-  TreePrefix,
-  /// Decode: 16 W rows of one kv group, over one key split.
-  DecodeSplit,
-};
-
+/// What a flash block kernel's block works on: `keys` says which keys
+/// (KeyPart::All: those the mask leaves visible, o gated and [lse] written;
+/// KeyPart::TreePrefix: the tree's prefix, partials written). Query tiles
+/// are 16 W query rows of one head over their keys; decode splits
+/// (`decodeSplit`) are 16 W rows of one kv group's (head, row) pairs over
+/// one split of the keys, partials written.
 func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
                         const SoftmaxAttentionShape &shape,
                         const SimtFlashTiling &flash, const GpuTiling &tiling,
-                        TypeRange bindingTypes, FlashWork work) {
+                        TypeRange bindingTypes, KeyPart part,
+                        bool decodeSplit) {
   OpBuilder::InsertionGuard guard(builder);
   GpuTiling kernelTiling = tiling;
   kernelTiling.blockThreads = flash.threads();
-  const bool treePrefix = work == FlashWork::TreePrefix;
-  const bool decodeSplit = work == FlashWork::DecodeSplit;
+  assert(part != KeyPart::TreeNodes && "the flash kernel tiles whole ranges");
+  const bool treePrefix = part == KeyPart::TreePrefix;
+  const bool partials = treePrefix || decodeSplit;
+  std::string kind = std::string(decodeSplit ? "flash_decode" : "flash") +
+                     (treePrefix ? "_tree_prefix" : "");
   func::FuncOp func =
-      createSimtKernel(builder, loc, name, bindingTypes, kernelTiling,
-                       treePrefix    ? "flash_tree_prefix"
-                       : decodeSplit ? "flash_decode"
-                                     : "flash");
+      createSimtKernel(builder, loc, name, bindingTypes, kernelTiling, kind);
   // The tile sizes join the launch shape in attn.tiling.
   NamedAttrList tilingAttrs(kernelTiling.toAttr(builder.getContext()));
   tilingAttrs.set("query_tile", builder.getI64IntegerAttr(flash.queryTile()));
@@ -322,13 +318,11 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   // or with a window those from each node's window start (its depth's).
   const bool treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
   Value parents = treeWindow ? args[next++] : Value();
-  Value gate =
-      work == FlashWork::QueryTile && shape.epilogue == Epilogue::SigmoidGate
-          ? args[next++]
-          : Value();
+  Value gate = !partials && shape.epilogue == Epilogue::SigmoidGate
+                   ? args[next++]
+                   : Value();
   Value out = args[next++];
-  Value lse = work != FlashWork::QueryTile || shape.withLogSumExp ? args[next++]
-                                                                  : Value();
+  Value lse = partials || shape.withLogSumExp ? args[next++] : Value();
   Value workgroup = args.back();
   SoftmaxAttentionShape keys = shape;
   if (treePrefix)
@@ -365,8 +359,11 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   if (decodeSplit) {
     // Workgroup order (batch, kv head, row tile, split), the split
     // fastest. The group's (head, query row) pairs, head-major, make the
-    // rows, so its heads share each staged k and v tile.
+    // rows, so its heads share each staged k and v tile. A tree's last
+    // split is its nodes' own keys', not the prefix's.
     Value splits = e.dim(lse, 3);
+    if (treePrefix)
+      splits = e.sub(splits, c1);
     Value packed = e.mul(e.index(group), lq);
     Value tiles = e.ceilDiv(packed, e.index(TQ));
     split = e.rem(workgroup, splits);
@@ -398,8 +395,16 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     if (treePrefix)
       split = c0;
   }
-  auto rowKeys = [&](Value r) {
-    return visibleKeys(e, keys, rowOf(r), lq, lk, from, to);
+  // A windowed tree node's first prefix key, found once per row by walking
+  // its ancestors (rows past the end repeat the last node).
+  Value rowStarts;
+  auto rowKeys = [&](Value r) -> std::pair<Value, Value> {
+    auto [rowBegin, rowEnd] = visibleKeys(e, keys, rowOf(r), lq, lk, from, to);
+    if (rowStarts) {
+      rowBegin = e.maxS(rowBegin, e.toIndex(e.loadInt(rowStarts, {r})));
+      rowEnd = e.maxS(rowEnd, rowBegin);
+    }
+    return {rowBegin, rowEnd};
   };
 
   // Zero padding (rows past the tile's, keys past the range, features past
@@ -430,11 +435,24 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     e.store(e.scalar(0.0), rowSum, r);
   });
 
-  // The keys some row of the tile sees. Query tiles: from the first row's
-  // first to the last row's last (both grow with the row). Decode rows
-  // cycle through the query rows once per head: the union of their ranges.
+  if (treeWindow) {
+    rowStarts = e.shared({TQ}, b.getI32Type());
+    e.forAll(e.index(TQ), [&](Value r) {
+      Value node = e.minS(rowOf(r), e.sub(lq, c1));
+      Value start =
+          TreeNodeKeys(e, parents, batch, node, lk, shape.mask, shape.window)
+              .prefixBegin;
+      memref::StoreOp::create(b, e.toI32(start), rowStarts, r);
+    });
+  }
+
+  // The keys some row of the tile sees. Query tiles of the op's mask: from
+  // the first row's first to the last row's last (both grow with the row).
+  // Else the union of the rows' ranges: decode rows cycle through the
+  // query rows once per head, windowed tree nodes start where their depth
+  // says.
   Value begin, end;
-  if (decodeSplit) {
+  if (decodeSplit || rowStarts) {
     SmallVector<Value> range =
         e.loop(c0, rows, c1, {to, from},
                [&](Value r, ValueRange it) -> SmallVector<Value> {
@@ -446,24 +464,6 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   } else {
     begin = rowKeys(c0).first;
     end = rowKeys(e.sub(rows, c1)).second;
-  }
-  // A windowed tree node's first prefix key, found once per row by walking
-  // its ancestors (rows past the end repeat the last node); the tile starts
-  // at its rows' smallest.
-  Value rowStarts;
-  if (treeWindow) {
-    rowStarts = e.shared({TQ}, b.getI32Type());
-    e.forAll(e.index(TQ), [&](Value r) {
-      Value node = e.minS(rowOf(r), e.sub(lq, c1));
-      Value start =
-          TreeNodeKeys(e, parents, batch, node, lk, shape.mask, shape.window)
-              .prefixBegin;
-      memref::StoreOp::create(b, e.toI32(start), rowStarts, r);
-    });
-    begin = e.loop(
-        c0, rows, c1, {end}, [&](Value r, ValueRange it) -> SmallVector<Value> {
-          return {e.minS(it[0], e.toIndex(e.loadInt(rowStarts, {r})))};
-        })[0];
   }
   Value keyTiles = e.ceilDiv(e.maxS(e.sub(end, begin), c0), e.index(TK));
 
@@ -491,8 +491,6 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     // A thread per row: scale, softcap, mask; the online-softmax update.
     e.forAll(e.index(TQ), [&](Value r) {
       auto [firstVisible, lastVisible] = rowKeys(r);
-      if (rowStarts)
-        firstVisible = e.toIndex(e.loadInt(rowStarts, {r}));
       Value oldMax = e.load(rowMax, r);
       Value tileMax = e.loop(
           c0, e.index(TK), c1, {e.scalar(kNegInf)},
@@ -560,18 +558,16 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
     const GpuTiling &tiling, TypeRange bindingTypes, KeyPart part) {
-  assert(part != KeyPart::TreeNodes && "the flash kernel tiles whole ranges");
   return buildFlash(builder, loc, name, shape, flash, tiling, bindingTypes,
-                    part == KeyPart::TreePrefix ? FlashWork::TreePrefix
-                                                : FlashWork::QueryTile);
+                    part, /*decodeSplit=*/false);
 }
 
 func::FuncOp mlir::attn::buildSimtFlashDecodeKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
-    const GpuTiling &tiling, TypeRange bindingTypes) {
+    const GpuTiling &tiling, TypeRange bindingTypes, KeyPart part) {
   return buildFlash(builder, loc, name, shape, flash, tiling, bindingTypes,
-                    FlashWork::DecodeSplit);
+                    part, /*decodeSplit=*/true);
 }
 
 func::FuncOp mlir::attn::buildSimtMergeKernel(

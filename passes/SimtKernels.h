@@ -205,12 +205,16 @@ buildSimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
 /// each staged k and v tile. Each row's normalized partial and log-sum-exp
 /// (0 and -inf when the split holds none of its keys) go to split s.
 /// Bindings: q, k, v, partial o [B, H, Lq, S, Dv], partial lse [B, H, Lq, S].
+/// KeyPart::TreePrefix: the rows are a small tree's nodes, the keys its
+/// prefix (from each node's window start, so [parents] follow v), split
+/// over the first S - 1 splits (the last is the nodes' own keys').
 func::FuncOp buildSimtFlashDecodeKernel(OpBuilder &builder, Location loc,
                                         StringRef name,
                                         const SoftmaxAttentionShape &shape,
                                         const SimtFlashTiling &flash,
                                         const GpuTiling &tiling,
-                                        TypeRange bindingTypes);
+                                        TypeRange bindingTypes,
+                                        KeyPart part = KeyPart::All);
 
 /// One thread per (batch, head, query row): merges the partials through
 /// their log-sum-exp and applies the gate. Bindings: partial o, partial
@@ -246,10 +250,6 @@ func::FuncOp buildSimtRecurrenceGateKernel(OpBuilder &builder, Location loc,
 // Sparsity and trees (SimtSelectionKernels.cpp): thread kernels.
 //===----------------------------------------------------------------------===//
 
-/// Prefix splits of a tree call at most: a thread per (node, split) and
-/// the partials' memory grow with them, so long prefixes get longer splits.
-constexpr int64_t kMaxTreePrefixSplits = 16;
-
 /// One thread per (batch, kv head, block, channel). Bindings: k, meta.
 func::FuncOp buildSimtBlockMetaKernel(OpBuilder &builder, Location loc,
                                       StringRef name, BlockMetaOp op,
@@ -275,13 +275,13 @@ func::FuncOp buildSimtSelectTopPKernel(OpBuilder &builder, Location loc,
                                        const GpuTiling &tiling,
                                        TypeRange bindingTypes);
 
-/// Sparse or tree attention (`shape.selection`), one thread per (batch,
-/// head, row, split) writing split-KV partials for buildSimtMergeKernel.
-/// Sparse: split s of S takes its share of the selection entries. Tree:
-/// splits [0, S - 1) share the prefix, split S - 1 walks the ancestors;
-/// with KeyPart::TreeNodes (the flash kernel takes the prefix) one thread
-/// per (batch, head, row) walks the ancestors into split S - 1 only.
-/// Bindings: q, k, v, selection or parents, partial o, partial lse.
+/// Sparse attention (KeyPart::All): one thread per (batch, head, row,
+/// split), split s of S taking its share of the selection entries. Tree
+/// attention (KeyPart::TreeNodes; a flash kernel takes the prefix): one
+/// thread per (batch, head, row) walks the node's own and its ancestors'
+/// keys into split S - 1. Both write split-KV partials for
+/// buildSimtMergeKernel. Bindings: q, k, v, selection or parents, partial
+/// o, partial lse.
 func::FuncOp buildSimtGatheredSplitKernel(OpBuilder &builder, Location loc,
                                           StringRef name,
                                           const SoftmaxAttentionShape &shape,

@@ -16,15 +16,17 @@
 //    to [B, H, Lq, n] temporaries (n: the most candidates a row can have)
 //    and selects among them with the CPU's score buckets (flagTopPKept),
 //    whose counts, weights, sort space and flags are temporaries too;
-//  * sparse and tree attention: split-KV like dense decode, a thread per
-//    (batch, head, row, split) running the online softmax over its share
-//    of the row's keys (a range of selection entries; a range of the tree's
-//    prefix, or the node's ancestors), then the merge kernel of dense
-//    decode combines the splits through their log-sum-exp and applies the
-//    gate. No list of a row's keys is materialized: selected blocks are
-//    read straight from the selection, repeats skipped by checking earlier
-//    entries only when an entry is not above all of them (never, for the
-//    sorted selections select_topk and select_topp write);
+//  * sparse attention: split-KV, a thread per (batch, head, row, split)
+//    running the online softmax over its share of the row's selection
+//    entries, then the merge kernel of dense decode combines the splits
+//    through their log-sum-exp and applies the gate. No list of a row's
+//    keys is materialized: selected blocks are read straight from the
+//    selection, repeats skipped by checking earlier entries only when an
+//    entry is not above all of them (never, for the sorted selections
+//    select_topk and select_topp write);
+//  * tree attention: a flash kernel (SimtKernels.cpp) takes the prefix
+//    into the first splits, a thread per node walks its own and its
+//    ancestors' keys into the last, and the merge kernel combines them;
 //  * KV compaction: a thread per (batch, kv head, row, feature of k then v).
 //
 // Tie rules, f64 top-p sums and the order of selections are those of the
@@ -416,15 +418,13 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const GpuTiling &tiling,
     TypeRange bindingTypes, KeyPart part) {
-  assert(part != KeyPart::TreePrefix && "the flash kernel tiles the prefix");
+  const bool tree = shape.selection == KeySelectionKind::Tree;
+  assert(tree == (part == KeyPart::TreeNodes) &&
+         "a flash kernel tiles a tree's prefix");
   OpBuilder::InsertionGuard guard(builder);
-  bool tree = shape.selection == KeySelectionKind::Tree;
-  const bool treeNodes = part == KeyPart::TreeNodes;
   func::FuncOp func =
       createThreadKernel(builder, loc, name, bindingTypes, tiling,
-                         treeNodes ? "tree_nodes"
-                         : tree    ? "tree_split"
-                                   : "sparse_split");
+                         tree ? "tree_nodes" : "sparse_split");
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
@@ -432,21 +432,24 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
   Value partialOut = args[4], partialLse = args[5], thread = args[6];
   Value c1 = e.index(1);
 
-  // Thread order (batch, head, row, split), the split fastest; the tree
-  // nodes' part has one thread per row, for the last split.
+  // Sparse: thread order (batch, head, row, split), the split fastest.
+  // Tree nodes: a thread per (batch, head, row), for the last split.
   Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
-  Value split = treeNodes ? e.sub(splits, c1) : e.rem(thread, splits);
-  RowOfWorkgroup at(e, treeNodes ? thread : e.div(thread, splits),
-                    shape.numHeads, lq);
+  Value split = tree ? e.sub(splits, c1) : e.rem(thread, splits);
+  RowOfWorkgroup at(e, tree ? thread : e.div(thread, splits), shape.numHeads,
+                    lq);
   SimtRowSoftmax row(e, shape, q, k, v, at.batch, at.head, at.row);
-  auto attend = [&](Value from, Value to, ValueRange state) {
-    return e.loop(
-        from, e.maxS(to, from), c1, state,
-        [&](Value key, ValueRange it) { return row.addKey(it, key); });
-  };
 
   SmallVector<Value> state;
-  if (!tree) {
+  if (tree) {
+    // The node's own and its ancestors' keys in its window.
+    Value prefixLength = e.sub(lk, lq);
+    TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
+                      shape.window);
+    state = node.eachTreeKey(row.initial(), [&](Value u, ValueRange it) {
+      return row.addKey(it, e.add(prefixLength, u));
+    });
+  } else {
     // The split's share of the selection entries; the visible keys of each
     // block listed there for the first time.
     Value pos = e.add(e.sub(lk, lq), at.row);
@@ -460,33 +463,12 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
         e, selection, {at.batch, at.head, at.row}, e.ceilDiv(lk, bs), from, to,
         row.initial(), [&](Value block, ValueRange it) {
           Value first = e.mul(block, bs);
-          return attend(e.maxS(begin, first), e.minS(end, e.add(first, bs)),
-                        it);
+          Value from = e.maxS(begin, first);
+          Value to = e.maxS(e.minS(end, e.add(first, bs)), from);
+          return e.loop(from, to, c1, it, [&](Value key, ValueRange state) {
+            return row.addKey(state, key);
+          });
         });
-  } else {
-    // Splits [0, S - 1) share the prefix keys in the node's window; the
-    // last split takes the tree keys.
-    Value prefixLength = e.sub(lk, lq);
-    TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
-                      shape.window);
-    auto treeKeys = [&]() -> SmallVector<Value> {
-      return node.eachTreeKey(row.initial(), [&](Value u, ValueRange it) {
-        return row.addKey(it, e.add(prefixLength, u));
-      });
-    };
-    Value prefixSplits = e.sub(splits, c1);
-    state = treeNodes
-                ? treeKeys()
-                : e.ifElse(
-                      e.icmp(arith::CmpIPredicate::ult, split, prefixSplits),
-                      [&]() -> SmallVector<Value> {
-                        Value perSplit = e.ceilDiv(prefixLength, prefixSplits);
-                        Value from = e.mul(split, perSplit);
-                        Value to = e.minS(prefixLength, e.add(from, perSplit));
-                        return attend(e.maxS(node.prefixBegin, from), to,
-                                      row.initial());
-                      },
-                      treeKeys);
   }
   row.storePartial(state, partialOut, partialLse, split);
   func::ReturnOp::create(b);

@@ -1,8 +1,10 @@
 // RUN: attn-opt %s -split-input-file -attn-gpu-dispatches -canonicalize -cse | FileCheck %s
 
 // Sparsity and trees on CUDA: thread kernels whose per-row buffers are
-// temporaries of the host program (no device-side heap), and sparse / tree
-// attention split like decode, then merged by the decode merge kernel.
+// temporaries of the host program (no device-side heap); sparse attention
+// split like decode and tree attention in parts (the prefix by a flash
+// kernel, each node's tree keys by a thread), then merged by the decode
+// merge kernel.
 
 // Top-k keeps its heap's scores in a [B, H, Lq, fill] temporary (fill =
 // top_k - sinks - locals = 2); its block indices live in the output row.
@@ -126,42 +128,51 @@ func.func @topp_capped(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
 
 // -----
 
-// Tree attention: min(ceil(P / 256), 16) (at least 1) prefix splits plus
-// one for the ancestors, a thread per (node, split). Without a window and
-// with more than 8 nodes the prefix (dense for every node) is the flash
-// block kernel's instead (split 0 of 2), and a thread per node walks its
-// tree keys into split 1.
+// Tree attention: the prefix, which every node sees, goes through a flash
+// kernel into the first S - 1 splits, and a thread per node walks its tree
+// keys into split S - 1. More than 8 nodes: query tiles of 64 nodes per
+// head, S = 2. At most 8: decode's flash kernel over ceil(P / 256) (at
+// least 1) prefix splits, a block per (batch, kv head, tile of the group's
+// 2 heads x T nodes, 16 rows, split).
 // CHECK-LABEL: func.func private @tree__tree_prefix0(
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "flash_tree_prefix"
-// CHECK-LABEL: func.func private @tree__tree_nodes1(
+// CHECK-LABEL: func.func private @tree__small_tree_prefix1(
+// CHECK-SAME:    attn.block_kernel
+// CHECK-SAME:    attn.kernel = "flash_decode_tree_prefix"
+// CHECK-SAME:    query_tile = 16
+// The prefix splits are the partials' S - 1.
+// CHECK:         %[[S:.*]] = memref.dim %arg4, %c3
+// CHECK:         arith.subi %[[S]], %c1
+// CHECK-LABEL: func.func private @tree__tree_nodes2(
 // CHECK-SAME:    attn.kernel = "tree_nodes"
-// CHECK-LABEL: func.func private @tree__tree_split2(
-// CHECK-SAME:    attn.kernel = "tree_split"
 // CHECK:         scf.while
 // CHECK-LABEL: func.func @tree(
 // CHECK-SAME:    %arg3: memref<?x?xi32> {attn.contract = "tree_parents", attn.shape = ["B", "T"]}
+// CHECK:         %[[B:.*]] = memref.dim %arg0, %c0
 // CHECK:         %[[T:.*]] = memref.dim %arg0, %c2
 // CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
 // CHECK:         cf.assert
 // CHECK:         %[[ROWS:.*]] = arith.muli %{{.*}}, %[[T]]
 // CHECK:         %[[P:.*]] = arith.subi %[[LK]], %[[T]]
-// CHECK:         %[[C:.*]] = arith.ceildivui %[[P]], %c256
-// CHECK:         %[[CAP:.*]] = arith.minsi %[[C]], %c16
-// CHECK:         %[[PS:.*]] = arith.maxsi %[[CAP]], %c1
-// CHECK:         %[[SPLITS:.*]] = arith.addi %[[PS]], %c1
 // CHECK:         %[[MANY:.*]] = arith.cmpi ugt, %[[T]], %c8
-// CHECK:         %[[S:.*]] = arith.select %[[MANY]], %c2, %[[SPLITS]]
+// CHECK:         %[[C:.*]] = arith.ceildivui %[[P]], %c256
+// CHECK:         %[[SMALL_PS:.*]] = arith.maxsi %[[C]], %c1
+// CHECK:         %[[PS:.*]] = arith.select %[[MANY]], %c1, %[[SMALL_PS]]
+// CHECK:         %[[S:.*]] = arith.addi %[[PS]], %c1
 // CHECK:         memref.alloc(%{{.*}}, %[[T]], %[[S]]) : memref<?x4x?x?x8xf32>
 // CHECK:         %[[TILES:.*]] = arith.ceildivui %[[T]], %c64
 // CHECK:         %[[BLOCKS:.*]] = arith.muli %{{.*}}, %[[TILES]]
 // CHECK:         %[[FLASH:.*]] = arith.select %[[MANY]], %[[BLOCKS]], %c0
 // CHECK:         attn.dispatch @tree__tree_prefix0 workgroups(%[[FLASH]])
-// CHECK:         %[[NODES:.*]] = arith.select %[[MANY]], %[[ROWS]], %c0
-// CHECK:         attn.dispatch @tree__tree_nodes1 workgroups(%[[NODES]])
-// CHECK:         %[[ALL:.*]] = arith.muli %[[ROWS]], %[[S]]
-// CHECK:         %[[SPLIT:.*]] = arith.select %[[MANY]], %c0, %[[ALL]]
-// CHECK:         attn.dispatch @tree__tree_split2 workgroups(%[[SPLIT]])
+// CHECK:         %[[PACKED:.*]] = arith.muli %[[T]], %c2
+// CHECK:         %[[ROW_TILES:.*]] = arith.ceildivui %[[PACKED]], %c16
+// CHECK:         %[[BKV:.*]] = arith.muli %[[B]], %c2
+// CHECK:         %[[PER_SPLIT:.*]] = arith.muli %[[BKV]], %[[ROW_TILES]]
+// CHECK:         %[[SMALL:.*]] = arith.muli %[[PER_SPLIT]], %[[PS]]
+// CHECK:         %[[SMALL_BLOCKS:.*]] = arith.select %[[MANY]], %c0, %[[SMALL]]
+// CHECK:         attn.dispatch @tree__small_tree_prefix1 workgroups(%[[SMALL_BLOCKS]])
+// CHECK:         attn.dispatch @tree__tree_nodes2 workgroups(%[[ROWS]])
 // CHECK:         attn.dispatch @tree__merge3 workgroups(%[[ROWS]])
 func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x8xf32>, %parents: tensor<?x?xi32>)
@@ -174,13 +185,17 @@ func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 
 // -----
 
-// With a window a node's first prefix key depends on its depth: the flash
-// kernel of the prefix also binds the parents.
+// With a window a node's first prefix key depends on its depth: both
+// flash kernels of the prefix also bind the parents.
 // CHECK-LABEL: func.func private @window_tree__tree_prefix0(
 // CHECK-SAME:    %{{.*}}: memref<?x?xi32>,
 // CHECK-SAME:    attn.kernel = "flash_tree_prefix"
+// CHECK-LABEL: func.func private @window_tree__small_tree_prefix1(
+// CHECK-SAME:    %{{.*}}: memref<?x?xi32>,
+// CHECK-SAME:    attn.kernel = "flash_decode_tree_prefix"
 // CHECK-LABEL: func.func @window_tree(
 // CHECK:         attn.dispatch @window_tree__tree_prefix0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
+// CHECK:         attn.dispatch @window_tree__small_tree_prefix1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
 func.func @window_tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                        %v: tensor<?x2x?x8xf32>, %parents: tensor<?x?xi32>)
     -> tensor<?x4x?x8xf32> {

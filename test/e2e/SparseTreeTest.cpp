@@ -721,8 +721,10 @@ std::vector<TreeCase> treeCases() {
   add({.label = "no_prefix", .batch = 3, .prefix = 0, .nodes = 9});
   add({.label = "few_nodes_no_prefix", .batch = 2, .prefix = 0, .nodes = 4});
   add({.label = "root_only", .prefix = 25, .nodes = 1});
-  // A prefix that the CUDA kernels split over several threads (256 keys
-  // each), and one long enough that the splits are capped and lengthened.
+  // Small trees (at most 8 nodes): CUDA's decode flash kernel splits the
+  // prefix into 256-key ranges with the kv group's heads times the nodes as
+  // its rows; a short window leaves some splits to no node and cuts others
+  // at each node's own start.
   add({.label = "prefix_split",
        .heads = 2,
        .headDim = 16,
@@ -730,7 +732,17 @@ std::vector<TreeCase> treeCases() {
        .batch = 1,
        .prefix = 700,
        .nodes = 7});
-  add({.label = "long_prefix_capped_splits",
+  add({.label = "small_tree_window_gqa4_splits",
+       .heads = 8,
+       .kvHeads = 2,
+       .headDim = 24,
+       .valueDim = 12,
+       .mask = R"({"sliding_window": 300})",
+       .gate = "elementwise",
+       .batch = 2,
+       .prefix = 600,
+       .nodes = 6});
+  add({.label = "long_window_prefix",
        .heads = 2,
        .headDim = 8,
        .valueDim = 8,
