@@ -198,10 +198,49 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
       int64_t fill =
           select.getTopK() - select.getSinkBlocks() - select.getLocalBlocks();
       rowTemporary(b.getF32Type(), std::max<int64_t>(fill, 1), Value());
-      return dispatchKernel(b, rows, all,
+      // Prefill: a thread per row scores its blocks and selects. Decode has
+      // too few rows for that to fill a GPU (a thread per head, each
+      // reading all the metadata): a thread per (row, block) computes the
+      // bounds into a [B, H, Lq, NB] temporary first, and the selecting
+      // threads read them. The other path gets zero threads.
+      Value decode =
+          arith::CmpIOp::create(b, arith::CmpIPredicate::ule, dim(q, 2),
+                                index(tiling.decodeMaxQueries));
+      auto select0 = [&](Value c, Value x, Value y) -> Value {
+        return arith::SelectOp::create(b, c, x, y);
+      };
+      Value zero = index(0);
+      Value meta = bindings[1];
+      Value numBlocks = dim(meta, 2);
+      Value boundsRows = select0(decode, dim(q, 2), zero);
+      Value bounds = memref::AllocOp::create(
+          b,
+          MemRefType::get({ShapedType::kDynamic, staticDim(q, 1),
+                           ShapedType::kDynamic, ShapedType::kDynamic},
+                          b.getF32Type()),
+          ValueRange{dim(q, 0), boundsRows, numBlocks});
+      dispatchKernel(b, select0(decode, zero, rows), all,
+                     [&](OpBuilder &builder, TypeRange types) {
+                       return buildSimtSelectTopKKernel(builder, loc, name,
+                                                        select, tiling, types);
+                     });
+      std::string boundsName = kernelName("block_bounds");
+      dispatchKernel(
+          b,
+          mul(mul(mul(dim(q, 0), index(staticDim(q, 1))), boundsRows),
+              numBlocks),
+          {q, meta, bounds}, [&](OpBuilder &builder, TypeRange types) {
+            return buildSimtBlockBoundsKernel(builder, loc, boundsName, select,
+                                              tiling, types);
+          });
+      SmallVector<Value> withBounds(all);
+      withBounds.push_back(bounds);
+      std::string fromBoundsName = kernelName("select_topk");
+      return dispatchKernel(b, select0(decode, rows, zero), withBounds,
                             [&](OpBuilder &builder, TypeRange types) {
                               return buildSimtSelectTopKKernel(
-                                  builder, loc, name, select, tiling, types);
+                                  builder, loc, fromBoundsName, select, tiling,
+                                  types, /*boundsGiven=*/true);
                             });
     }
     auto select = cast<SelectTopPOp>(op);

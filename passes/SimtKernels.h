@@ -256,14 +256,24 @@ func::FuncOp buildSimtBlockMetaKernel(OpBuilder &builder, Location loc,
                                       const GpuTiling &tiling,
                                       TypeRange bindingTypes);
 
+/// Quest's bound of every block for every row, one thread per (batch,
+/// head, row, block): decode's top-k computes them all in parallel before
+/// its few selecting threads run. Bindings: q, meta, bounds [B, H, Lq, NB].
+func::FuncOp buildSimtBlockBoundsKernel(OpBuilder &builder, Location loc,
+                                        StringRef name, SelectTopKOp op,
+                                        const GpuTiling &tiling,
+                                        TypeRange bindingTypes);
+
 /// One thread per (batch, head, row). Bindings: q, meta, keys [Lk, 0] (a
 /// buffer that only carries the key length), blocks [B, H, Lq, top_k], heap
 /// scores [B, H, Lq, max(fill, 1)] (a temporary; fill = top_k - sinks -
-/// locals).
+/// locals), and with `boundsGiven` the bounds of buildSimtBlockBoundsKernel
+/// (read instead of computed).
 func::FuncOp buildSimtSelectTopKKernel(OpBuilder &builder, Location loc,
                                        StringRef name, SelectTopKOp op,
                                        const GpuTiling &tiling,
-                                       TypeRange bindingTypes);
+                                       TypeRange bindingTypes,
+                                       bool boundsGiven = false);
 
 /// One thread per (batch, head, row). Bindings: q, k, [blocks], tokens,
 /// then the [B, H, Lq, n] temporaries (n: the most candidates of a row)

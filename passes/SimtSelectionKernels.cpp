@@ -71,6 +71,20 @@ Value scaledQuery(SimtEmitter &e, Value q, const RowOfWorkgroup &at,
   return query;
 }
 
+/// Quest's bound of `block` (SPEC §1.3) for a query whose scaled channel d
+/// is queryAt(d): sum_d max(q_d kmin_d, q_d kmax_d), summed in channel
+/// order.
+Value questBound(SimtEmitter &e, function_ref<Value(Value d)> queryAt,
+                 Value meta, Value batch, Value kvHead, Value block,
+                 int64_t headDim) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  return e.sumOver(c0, e.index(headDim), [&](Value d) {
+    Value qd = queryAt(d);
+    return e.fmax(e.fmul(qd, e.load(meta, {batch, kvHead, block, c0, d})),
+                  e.fmul(qd, e.load(meta, {batch, kvHead, block, c1, d})));
+  });
+}
+
 /// Runs `body(block, iters)` for every block listed in
 /// selection[prefix..., from .. to) that lies in [0, numBlocks) and is not
 /// listed earlier in the row (SPEC: -1 entries, repeats and blocks past the
@@ -173,11 +187,38 @@ func::FuncOp mlir::attn::buildSimtBlockMetaKernel(OpBuilder &builder,
 // Top-k block selection
 //===----------------------------------------------------------------------===//
 
-func::FuncOp mlir::attn::buildSimtSelectTopKKernel(OpBuilder &builder,
-                                                   Location loc, StringRef name,
-                                                   SelectTopKOp op,
-                                                   const GpuTiling &tiling,
-                                                   TypeRange bindingTypes) {
+func::FuncOp mlir::attn::buildSimtBlockBoundsKernel(
+    OpBuilder &builder, Location loc, StringRef name, SelectTopKOp op,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
+                                         tiling, "block_bounds");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value q = args[0], meta = args[1], bounds = args[2], thread = args[3];
+  const int64_t H = staticDim(bindingTypes[0], 1);
+  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t group = H / staticDim(bindingTypes[1], 1);
+  const double scale = selectionScale(op.getScale(), D);
+
+  // Thread order (batch, head, row, block), the block fastest.
+  Value numBlocks = e.dim(bounds, 3);
+  Value block = e.rem(thread, numBlocks);
+  RowOfWorkgroup at(e, e.div(thread, numBlocks), H, e.dim(bounds, 2));
+  Value kvHead = e.div(at.head, e.index(group));
+  auto queryAt = [&](Value d) {
+    return e.fmul(e.load(q, {at.batch, at.head, at.row, d}), e.scalar(scale));
+  };
+  e.store(questBound(e, queryAt, meta, at.batch, kvHead, block, D), bounds,
+          {at.batch, at.head, at.row, block});
+  func::ReturnOp::create(b);
+  return func;
+}
+
+func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
+    OpBuilder &builder, Location loc, StringRef name, SelectTopKOp op,
+    const GpuTiling &tiling, TypeRange bindingTypes, bool boundsGiven) {
   OpBuilder::InsertionGuard guard(builder);
   func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
                                          tiling, "select_topk");
@@ -185,7 +226,9 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(OpBuilder &builder,
   SimtEmitter e(b);
   auto args = func.getArguments();
   Value q = args[0], meta = args[1], keyCarrier = args[2], blocks = args[3];
-  Value heapScores = args[4], thread = args[5];
+  Value heapScores = args[4];
+  Value bounds = boundsGiven ? args[5] : Value();
+  Value thread = args.back();
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], 3);
   const int64_t group = H / staticDim(bindingTypes[1], 1);
@@ -220,15 +263,15 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(OpBuilder &builder,
         Value middleFirst = e.add(firstBlock, e.index(sink));
         Value middle = e.sub(count, e.index(sink + local));
         if (fill > 0) {
-          Value query =
-              scaledQuery(e, q, at, D, selectionScale(op.getScale(), D));
+          Value query = bounds ? Value()
+                               : scaledQuery(e, q, at, D,
+                                             selectionScale(op.getScale(), D));
           auto boundOf = [&](Value block) {
-            return e.sumOver(c0, e.index(D), [&](Value d) {
-              Value qd = e.load(query, d);
-              return e.fmax(
-                  e.fmul(qd, e.load(meta, {at.batch, kvHead, block, c0, d})),
-                  e.fmul(qd, e.load(meta, {at.batch, kvHead, block, c1, d})));
-            });
+            if (bounds)
+              return e.load(bounds, indicesOf(prefix, block));
+            return questBound(
+                e, [&](Value d) { return e.load(query, d); }, meta, at.batch,
+                kvHead, block, D);
           };
           // Heap slot i: block in blocks[.., sink + i], score in
           // heapScores[.., i].

@@ -8,17 +8,34 @@
 
 // Top-k keeps its heap's scores in a [B, H, Lq, fill] temporary (fill =
 // top_k - sinks - locals = 2); its block indices live in the output row.
-// Four selected blocks of 16 keys fit one split (256 keys' worth of
-// entries): the partials' split dim is the constant 1.
+// Prefill: a thread per row scores its blocks and selects. Decode (Lq <= 8):
+// a thread per (row, block) writes Quest's bounds to a [B, H, Lq, NB]
+// temporary, which the selecting threads read. Four selected blocks of 16
+// keys fit one split (256 keys' worth of entries): the partials' split dim
+// is the constant 1.
 // CHECK-LABEL: func.func private @topk__select_topk0(
 // CHECK-SAME:    memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x4xi32>, %{{.*}}: memref<?x4x?x2xf32>, %{{.*}}: index)
 // CHECK-SAME:    attn.kernel = "select_topk"
 // CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
+// CHECK:         memref.load %arg1
 // CHECK:         scf.while
-// CHECK-LABEL: func.func private @topk__sparse_split1(
+// CHECK-LABEL: func.func private @topk__block_bounds1(
+// CHECK-SAME:    %{{.*}}: memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: index)
+// CHECK-SAME:    attn.kernel = "block_bounds"
+// CHECK:         arith.maximumf
+// CHECK:         memref.store %{{.*}}, %arg2
+// CHECK-LABEL: func.func private @topk__select_topk2(
+// CHECK-SAME:    %{{.*}}: memref<?x4x?x2xf32>, %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: index)
+// CHECK-SAME:    attn.kernel = "select_topk"
+// The bounds are read, not computed: the metadata is never loaded.
+// CHECK-NOT:     memref.load %arg1
+// CHECK:         memref.load %arg5
+// CHECK-NOT:     memref.load %arg1
+// CHECK-LABEL: func.func private @topk__sparse_split3(
 // CHECK-SAME:    attn.kernel = "sparse_split"
-// CHECK-LABEL: func.func private @topk__merge2(
+// CHECK-LABEL: func.func private @topk__merge4(
 // CHECK-LABEL: func.func @topk(
+// CHECK:         %[[NB:.*]] = memref.dim %arg3, %c2
 // CHECK:         cf.assert %{{.*}}, "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / 16), the blocks of the keys"
 // CHECK:         %[[B:.*]] = memref.dim %arg0, %c0
 // CHECK:         %[[LQ:.*]] = memref.dim %arg0, %c2
@@ -26,10 +43,19 @@
 // CHECK:         %[[BH:.*]] = arith.muli %[[B]], %c4
 // CHECK:         %[[ROWS:.*]] = arith.muli %[[BH]], %[[LQ]]
 // CHECK:         %[[HEAP:.*]] = memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x2xf32>
-// CHECK:         attn.dispatch @topk__select_topk0 workgroups(%[[ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]])
+// CHECK:         %[[DECODE:.*]] = arith.cmpi ule, %[[LQ]], %c8
+// CHECK:         %[[BOUND_ROWS:.*]] = arith.select %[[DECODE]], %[[LQ]], %c0
+// CHECK:         %[[BOUNDS:.*]] = memref.alloc(%[[B]], %[[BOUND_ROWS]], %[[NB]]) : memref<?x4x?x?xf32>
+// CHECK:         %[[PREFILL_ROWS:.*]] = arith.select %[[DECODE]], %c0, %[[ROWS]]
+// CHECK:         attn.dispatch @topk__select_topk0 workgroups(%[[PREFILL_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]])
+// CHECK:         %[[BHR:.*]] = arith.muli %[[BH]], %[[BOUND_ROWS]]
+// CHECK:         %[[PAIRS:.*]] = arith.muli %[[BHR]], %[[NB]]
+// CHECK:         attn.dispatch @topk__block_bounds1 workgroups(%[[PAIRS]]) bindings(%arg0, %arg3, %[[BOUNDS]])
+// CHECK:         %[[DECODE_ROWS:.*]] = arith.select %[[DECODE]], %[[ROWS]], %c0
+// CHECK:         attn.dispatch @topk__select_topk2 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]], %[[BOUNDS]])
 // CHECK:         memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x1x16xf32>
-// CHECK:         attn.dispatch @topk__sparse_split1 workgroups(%[[ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
-// CHECK:         attn.dispatch @topk__merge2 workgroups(%[[ROWS]]) bindings(%{{.*}}, %{{.*}}, %arg4)
+// CHECK:         attn.dispatch @topk__sparse_split3 workgroups(%[[ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         attn.dispatch @topk__merge4 workgroups(%[[ROWS]]) bindings(%{{.*}}, %{{.*}}, %arg4)
 func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x16xf32>, %meta: tensor<?x2x?x2x16xf32>)
     -> tensor<?x4x?x16xf32> {

@@ -395,6 +395,16 @@ TEST_P(Selections, MatchReferenceExactly) {
       ref::selectTopK(q, meta, Lk, window, {}, {5, 4, 1, 1});
   expectSame(blocks[0], expectedBlocks, "select_topk");
 
+  // Decode calls (at most 8 rows) take CUDA's other path: the bounds of
+  // every (row, block) first, a thread each, then the selecting threads.
+  ref::Tensor qDecode = randomF32({B, H, 3, D}, rng, -2.0, 2.0);
+  blocks = runEntry(*model, "topk",
+                    {toRuntime(qDecode), toRuntime(meta), toRuntime(k)});
+  ASSERT_EQ(blocks.size(), 1u);
+  expectSame(blocks[0],
+             ref::selectTopK(qDecode, meta, Lk, window, {}, {5, 4, 1, 1}),
+             "select_topk of 3 rows");
+
   std::vector<Tensor> tokens =
       runEntry(*model, "topp",
                {toRuntime(q), toRuntime(k), intsToRuntime(expectedBlocks)});
