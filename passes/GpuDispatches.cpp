@@ -130,7 +130,10 @@ void GpuEntryLowering::lowerGatheredSoftmax(
         });
   } else {
     // Decode calls split the selection entries, split_keys keys' worth
-    // each; longer calls have enough rows to fill the GPU with one split.
+    // each, and run a split per block of decode's flash kernel: it gathers
+    // the split's blocks and stages their keys in shared memory by
+    // coalesced loads. Longer calls have enough rows to fill the GPU with a
+    // thread per row. The other path gets zero workgroups.
     Value entries = memref::DimOp::create(b, s.selection, 3);
     int64_t perSplit =
         std::max<int64_t>(1, tiling.splitKeys / shape.selectionBlockSize);
@@ -140,8 +143,18 @@ void GpuEntryLowering::lowerGatheredSoftmax(
         decode, maxS(index(1), ceilDiv(entries, index(perSplit))), index(1));
     allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
                           splits);
+    Value work = mul(rows, splits);
+    SimtFlashTiling flash =
+        SimtFlashTiling::choose(shape, storage, tiling, /*maxWarps=*/1);
+    std::string flashName = kernelName("sparse_decode");
+    dispatchKernel(b, select(decode, work, zero), gatheredBindings(),
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildSimtFlashDecodeKernel(builder, op.getLoc(),
+                                                       flashName, shape, flash,
+                                                       tiling, types);
+                   });
     std::string splitName = kernelName("sparse_split");
-    dispatchKernel(b, mul(rows, splits), gatheredBindings(),
+    dispatchKernel(b, select(decode, zero, work), gatheredBindings(),
                    [&](OpBuilder &builder, TypeRange types) {
                      return buildSimtGatheredSplitKernel(
                          builder, op.getLoc(), splitName, shape, tiling, types);

@@ -15,7 +15,9 @@
 // rows are the kv group's (head, query row) pairs, so the group's heads
 // share each staged k and v tile and their products run on the tensor
 // cores; it writes split partials, which a thread per row merges through
-// their log-sum-exp, as on the CPU.
+// their log-sum-exp, as on the CPU. Sparse decode and small draft trees'
+// prefixes take the same kernel (one row per tile for sparse rows, whose
+// selections are their own).
 //
 // Empty rows (no visible key) give o = 0 and lse = -inf: exponentials are
 // taken against a max that is 0 while the max is -inf.
@@ -318,6 +320,10 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   // or with a window those from each node's window start (its depth's).
   const bool treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
   Value parents = treeWindow ? args[next++] : Value();
+  // Sparse decode: the keys of the blocks a row's selection lists.
+  const bool gathered = shape.selection == KeySelectionKind::Blocks;
+  assert((!gathered || decodeSplit) && "sparse attention tiles decode rows");
+  Value selection = gathered ? args[next++] : Value();
   Value gate = !partials && shape.epilogue == Epilogue::SigmoidGate
                    ? args[next++]
                    : Value();
@@ -356,7 +362,29 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   // keys in [from, to) only.
   Value batch, kvHead, split, first, rows, from = c0, to = lk;
   std::function<Value(Value)> headOf, rowOf;
-  if (decodeSplit) {
+  // Sparse decode: split s takes selection entries [entryFrom, entryTo).
+  const int64_t bs = shape.selectionBlockSize;
+  const int64_t entriesPerSplit =
+      gathered ? std::max<int64_t>(1, tiling.splitKeys / bs) : 0;
+  Value entryFrom, entryTo;
+  if (gathered) {
+    // Workgroup order (batch, head, query row, split), the split fastest:
+    // each row selects its own blocks, so a tile is one row (the warp's
+    // other 15 rows are padding).
+    Value splits = e.dim(lse, 3);
+    split = e.rem(workgroup, splits);
+    RowOfWorkgroup at(e, e.div(workgroup, splits), shape.numHeads, lq);
+    batch = at.batch;
+    kvHead = e.div(at.head, e.index(group));
+    first = at.row;
+    rows = c1;
+    Value head = at.head, row = at.row;
+    headOf = [head](Value) { return head; };
+    rowOf = [row](Value) { return row; };
+    Value entries = e.dim(selection, 3);
+    entryFrom = e.minS(entries, e.mul(split, e.index(entriesPerSplit)));
+    entryTo = e.minS(entries, e.add(entryFrom, e.index(entriesPerSplit)));
+  } else if (decodeSplit) {
     // Workgroup order (batch, kv head, row tile, split), the split
     // fastest. The group's (head, query row) pairs, head-major, make the
     // rows, so its heads share each staged k and v tile. A tree's last
@@ -398,6 +426,11 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   // A windowed tree node's first prefix key, found once per row by walking
   // its ancestors (rows past the end repeat the last node).
   Value rowStarts;
+  // Sparse decode: the split's blocks, each counted once in the row,
+  // gathered into `listed`; tiles walk their keys as one range of
+  // `listedKeys` virtual keys, v standing for key listed[v / bs] * bs +
+  // v % bs.
+  Value listed, listedKeys;
   auto rowKeys = [&](Value r) -> std::pair<Value, Value> {
     auto [rowBegin, rowEnd] = visibleKeys(e, keys, rowOf(r), lq, lk, from, to);
     if (rowStarts) {
@@ -452,7 +485,25 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   // query rows once per head, windowed tree nodes start where their depth
   // says.
   Value begin, end;
-  if (decodeSplit || rowStarts) {
+  if (gathered) {
+    listed = e.shared({entriesPerSplit}, b.getI32Type());
+    Value listedCount = e.shared({1}, b.getI32Type());
+    e.eachThread([&](Value thread) {
+      e.ifThen(e.icmp(arith::CmpIPredicate::eq, thread, c0), [&] {
+        Value count = forEachListedBlock(
+            e, selection, {batch, headOf(c0), rowOf(c0)},
+            e.ceilDiv(lk, e.index(bs)), entryFrom, entryTo, {c0},
+            [&](Value block, ValueRange it) -> SmallVector<Value> {
+              memref::StoreOp::create(b, e.toI32(block), listed, it[0]);
+              return {e.add(it[0], c1)};
+            })[0];
+        memref::StoreOp::create(b, e.toI32(count), listedCount, c0);
+      });
+    });
+    listedKeys = e.mul(e.toIndex(e.loadInt(listedCount, {c0})), e.index(bs));
+    begin = c0;
+    end = listedKeys;
+  } else if (decodeSplit || rowStarts) {
     SmallVector<Value> range =
         e.loop(c0, rows, c1, {to, from},
                [&](Value r, ValueRange it) -> SmallVector<Value> {
@@ -466,6 +517,16 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     end = rowKeys(e.sub(rows, c1)).second;
   }
   Value keyTiles = e.ceilDiv(e.maxS(e.sub(end, begin), c0), e.index(TK));
+  // The key at position v of the tile range [begin, end), and whether it is
+  // one (inside the range and the keys).
+  auto keyAt = [&](Value v) -> std::pair<Value, Value> {
+    if (!gathered)
+      return {v, lt(v, end)};
+    Value entry = e.minS(e.div(v, e.index(bs)), e.index(entriesPerSplit - 1));
+    Value key = e.add(e.mul(e.toIndex(e.loadInt(listed, {entry})), e.index(bs)),
+                      e.rem(v, e.index(bs)));
+    return {key, both(lt(v, end), lt(key, lk))};
+  };
 
   e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
     Value firstKey = e.add(begin, e.mul(keyTileIndex, e.index(TK)));
@@ -473,8 +534,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     auto stage = [&](Value from, Value to, int64_t dim, int64_t padded) {
       e.forAll(e.index(TK * padded), [&](Value i) {
         Value j = e.div(i, e.index(padded)), d = e.rem(i, e.index(padded));
-        Value key = e.add(firstKey, j);
-        e.store(e.loadOrZero(both(lt(key, end), lt(d, e.index(dim))), from,
+        auto [key, isKey] = keyAt(e.add(firstKey, j));
+        e.store(e.loadOrZero(both(isKey, lt(d, e.index(dim))), from,
                              {batch, kvHead, key, d}),
                 to, {j, d});
       });
@@ -495,13 +556,14 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
       Value tileMax = e.loop(
           c0, e.index(TK), c1, {e.scalar(kNegInf)},
           [&](Value j, ValueRange it) {
-            Value key = e.add(firstKey, j);
+            auto [key, isKey] = keyAt(e.add(firstKey, j));
             Value s =
                 e.softcap(e.fmul(e.load(scores, {r, j}), e.scalar(shape.scale)),
                           shape.softcap);
             Value visible =
-                both(e.icmp(arith::CmpIPredicate::sge, key, firstVisible),
-                     lt(key, lastVisible));
+                both(isKey,
+                     both(e.icmp(arith::CmpIPredicate::sge, key, firstVisible),
+                          lt(key, lastVisible)));
             s = e.select(visible, s, e.scalar(kNegInf));
             e.store(s, scores, {r, j});
             return SmallVector<Value>{e.fmax(it[0], s)};

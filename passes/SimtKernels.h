@@ -208,6 +208,10 @@ buildSimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
 /// KeyPart::TreePrefix: the rows are a small tree's nodes, the keys its
 /// prefix (from each node's window start, so [parents] follow v), split
 /// over the first S - 1 splits (the last is the nodes' own keys').
+/// Sparse attention (`shape.selection` Blocks; the selection follows v): a
+/// block per (batch, head, row, split of max(1, splitKeys / block_size)
+/// selection entries), whose keys are those of the split's listed blocks
+/// that count (forEachListedBlock), visible to the row.
 func::FuncOp buildSimtFlashDecodeKernel(OpBuilder &builder, Location loc,
                                         StringRef name,
                                         const SoftmaxAttentionShape &shape,
@@ -249,6 +253,17 @@ func::FuncOp buildSimtRecurrenceGateKernel(OpBuilder &builder, Location loc,
 //===----------------------------------------------------------------------===//
 // Sparsity and trees (SimtSelectionKernels.cpp): thread kernels.
 //===----------------------------------------------------------------------===//
+
+/// Runs `body(block, iters)` for every block listed in
+/// selection[prefix..., from .. to) that lies in [0, numBlocks) and is not
+/// listed earlier in the row (SPEC: -1 entries, repeats and blocks past the
+/// keys are ignored); returns the final iters. Earlier entries are scanned
+/// only for an entry that is not above all of them, so a sorted selection
+/// costs one pass.
+SmallVector<Value> forEachListedBlock(
+    SimtEmitter &e, Value selection, ValueRange prefix, Value numBlocks,
+    Value from, Value to, ValueRange inits,
+    function_ref<SmallVector<Value>(Value block, ValueRange iters)> body);
 
 /// One thread per (batch, kv head, block, channel). Bindings: k, meta.
 func::FuncOp buildSimtBlockMetaKernel(OpBuilder &builder, Location loc,

@@ -85,11 +85,9 @@ Value questBound(SimtEmitter &e, function_ref<Value(Value d)> queryAt,
   });
 }
 
-/// Runs `body(block, iters)` for every block listed in
-/// selection[prefix..., from .. to) that lies in [0, numBlocks) and is not
-/// listed earlier in the row (SPEC: -1 entries, repeats and blocks past the
-/// keys are ignored); returns the final iters.
-SmallVector<Value> forEachListedBlock(
+} // namespace
+
+SmallVector<Value> mlir::attn::forEachListedBlock(
     SimtEmitter &e, Value selection, ValueRange prefix, Value numBlocks,
     Value from, Value to, ValueRange inits,
     function_ref<SmallVector<Value>(Value block, ValueRange iters)> body) {
@@ -141,8 +139,6 @@ SmallVector<Value> forEachListedBlock(
       });
   return SmallVector<Value>(ValueRange(results).drop_front());
 }
-
-} // namespace
 
 //===----------------------------------------------------------------------===//
 // Block metadata

@@ -31,9 +31,28 @@
 // CHECK-NOT:     memref.load %arg1
 // CHECK:         memref.load %arg5
 // CHECK-NOT:     memref.load %arg1
-// CHECK-LABEL: func.func private @topk__sparse_split3(
+// Sparse attention: decode calls (Lq <= 8) run decode's flash kernel, a
+// block per (row, split); longer calls a thread per row.
+// CHECK-LABEL: func.func private @topk__sparse_decode3(
+// CHECK-SAME:    attn.block_kernel
+// CHECK-SAME:    attn.kernel = "flash_decode"
+// CHECK-SAME:    block_threads = 32
+// The split's blocks, each counted once in its row, are listed by one
+// thread in shared memory (256 keys' worth: 16 entries of 16 keys at
+// most); their keys are staged by the whole block.
+// CHECK:         %[[LISTED:.*]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xi32>
+// CHECK:         scf.parallel
+// CHECK:           scf.if
+// CHECK:             memref.load %arg3
+// CHECK:             memref.store %{{.*}}, %[[LISTED]]
+// CHECK:         } {attn.threads}
+// CHECK:         scf.for
+// CHECK:             memref.load %[[LISTED]]
+// CHECK:               memref.load %arg1
+// CHECK:           attn.warp_mma
+// CHECK-LABEL: func.func private @topk__sparse_split4(
 // CHECK-SAME:    attn.kernel = "sparse_split"
-// CHECK-LABEL: func.func private @topk__merge4(
+// CHECK-LABEL: func.func private @topk__merge5(
 // CHECK-LABEL: func.func @topk(
 // CHECK:         %[[NB:.*]] = memref.dim %arg3, %c2
 // CHECK:         cf.assert %{{.*}}, "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / 16), the blocks of the keys"
@@ -54,8 +73,9 @@
 // CHECK:         %[[DECODE_ROWS:.*]] = arith.select %[[DECODE]], %[[ROWS]], %c0
 // CHECK:         attn.dispatch @topk__select_topk2 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]], %[[BOUNDS]])
 // CHECK:         memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x1x16xf32>
-// CHECK:         attn.dispatch @topk__sparse_split3 workgroups(%[[ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
-// CHECK:         attn.dispatch @topk__merge4 workgroups(%[[ROWS]]) bindings(%{{.*}}, %{{.*}}, %arg4)
+// CHECK:         attn.dispatch @topk__sparse_decode3 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         attn.dispatch @topk__sparse_split4 workgroups(%[[PREFILL_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         attn.dispatch @topk__merge5 workgroups(%[[ROWS]]) bindings(%{{.*}}, %{{.*}}, %arg4)
 func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x16xf32>, %meta: tensor<?x2x?x2x16xf32>)
     -> tensor<?x4x?x16xf32> {
@@ -74,12 +94,22 @@ func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // -----
 
 // Token selections of up to 600 tokens: decode calls (Lq <= 8) split them
-// 256 entries a thread, longer calls take one split per row.
+// 256 entries a block of decode's flash kernel, longer calls take one
+// split per row, a thread each.
+// CHECK-LABEL: func.func private @tokens__sparse_decode0(
+// CHECK-SAME:    attn.kernel = "flash_decode"
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<256xi32>
 // CHECK-LABEL: func.func @tokens(
 // CHECK:         %[[LQ:.*]] = memref.dim %arg0, %c2
+// CHECK:         %[[ROWS:.*]] = arith.muli %{{.*}}, %[[LQ]]
 // CHECK:         %[[DECODE:.*]] = arith.cmpi ule, %[[LQ]], %c8
 // CHECK:         %[[SPLITS:.*]] = arith.select %[[DECODE]], %c3, %c1
 // CHECK:         memref.alloc(%{{.*}}, %[[LQ]], %[[SPLITS]]) : memref<?x4x?x?x16xf32>
+// CHECK:         %[[WORK:.*]] = arith.muli %[[ROWS]], %[[SPLITS]]
+// CHECK:         %[[BLOCKS:.*]] = arith.select %[[DECODE]], %[[WORK]], %c0
+// CHECK:         attn.dispatch @tokens__sparse_decode0 workgroups(%[[BLOCKS]])
+// CHECK:         %[[THREADS:.*]] = arith.select %[[DECODE]], %c0, %[[WORK]]
+// CHECK:         attn.dispatch @tokens__sparse_split1 workgroups(%[[THREADS]])
 func.func @tokens(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                   %v: tensor<?x2x?x16xf32>, %tokens: tensor<?x4x?x600xi32>)
     -> tensor<?x4x?x16xf32> {

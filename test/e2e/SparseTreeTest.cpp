@@ -457,11 +457,46 @@ TEST_P(Selections, ListedBlocksIgnorePaddingRepeatsAndStrays) {
             tensor<?x4x?x6xi32>
       return %o : tensor<?x4x?x7xf32>
     }
+    func.func @tokens(%q: tensor<?x4x?x10xf32>, %k: tensor<?x2x?x10xf32>,
+                      %v: tensor<?x2x?x7xf32>, %sel: tensor<?x4x?x?xi32>)
+        -> tensor<?x4x?x7xf32> {
+      %o = attn.sparse_sdpa %q, %k, %v, %sel
+          {block_size = 1, mask = #attn.mask<sliding_window = 500>}
+          : tensor<?x4x?x10xf32>, tensor<?x2x?x10xf32>, tensor<?x2x?x7xf32>,
+            tensor<?x4x?x?xi32>
+      return %o : tensor<?x4x?x7xf32>
+    }
   )mlir";
   std::unique_ptr<Model> model;
   compile(source, model);
   if (!model)
     return;
+  {
+    // 700 token entries over 600 keys: a decode call splits them 256 a
+    // split, so repeats, padding and strays fall in every split and a token
+    // listed in one split recurs in later ones.
+    const int64_t B = 1, Lq = 2, Lk = 600, N = 700;
+    std::mt19937_64 rng(8);
+    ref::Tensor q = randomF32({B, 4, Lq, 10}, rng, -2.0, 2.0);
+    ref::Tensor k = randomF32({B, 2, Lk, 10}, rng, -2.0, 2.0);
+    ref::Tensor v = randomF32({B, 2, Lk, 7}, rng, -1.0, 1.0);
+    ref::IntTensor selection({B, 4, Lq, N});
+    for (int32_t &token : selection.values()) {
+      int64_t draw = static_cast<int64_t>(rng() % 40);
+      token = draw == 0   ? -1
+              : draw == 1 ? static_cast<int32_t>(Lk + rng() % 9)
+                          : static_cast<int32_t>(rng() % Lk);
+    }
+    std::vector<Tensor> out = runEntry(
+        *model, "tokens",
+        {toRuntime(q), toRuntime(k), toRuntime(v), intsToRuntime(selection)});
+    ASSERT_EQ(out.size(), 1u);
+    expectClose(out[0],
+                ref::sparseSdpa(q, k, v, selection, 1,
+                                ref::Mask::slidingWindow(500), {})
+                    .output,
+                1e-5, "o of listed tokens");
+  }
   const int64_t B = 2, Lq = 5, Lk = 30; // 8 blocks, the last one partial
   std::mt19937_64 rng(5);
   ref::Tensor q = randomF32({B, 4, Lq, 10}, rng, -2.0, 2.0);
