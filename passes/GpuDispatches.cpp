@@ -179,7 +179,11 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     return cast<MemRefType>(buffer.getType()).getDimSize(d);
   };
   Location loc = op->getLoc();
-  std::string name = kernelName(op->getName().stripDialect());
+  // The op's first kernel is named after it (top-p's after its first
+  // step).
+  std::string name =
+      kernelName(isa<SelectTopPOp>(op) ? StringRef("topp_candidates")
+                                       : op->getName().stripDialect());
   SmallVector<Value> all(bindings);
   // A [B, H, Lq, n] temporary per row of q (bindings[0]).
   auto rowTemporary = [&](Type element, int64_t staticLast, Value last) {
@@ -269,18 +273,44 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     // top_p = 1 leaves the weights unused); a bucket's sort space; flags.
     Value buckets = arith::MinSIOp::create(b, keys, index(kMaxTopPBuckets));
     bool byWeight = select.getTopP().convertToDouble() < 1.0;
+    // Candidates are listed by a thread per row, scored by a thread per
+    // (row, candidate), and selected by a thread per row.
+    size_t first = all.size();
     rowTemporary(b.getF32Type(), ShapedType::kDynamic, keys);
     rowTemporary(b.getI32Type(), ShapedType::kDynamic, keys);
+    rowTemporary(b.getI32Type(), 1, Value());
+    Value scores = all[first], keyList = all[first + 1], count = all[first + 2];
     rowTemporary(b.getI32Type(), ShapedType::kDynamic, buckets);
     rowTemporary(b.getF64Type(), ShapedType::kDynamic,
                  byWeight ? buckets : index(0));
     rowTemporary(b.getI32Type(), ShapedType::kDynamic, keys);
     rowTemporary(b.getI8Type(), ShapedType::kDynamic, keys);
-    return dispatchKernel(b, rows, all,
-                          [&](OpBuilder &builder, TypeRange types) {
-                            return buildSimtSelectTopPKernel(
-                                builder, loc, name, select, tiling, types);
-                          });
+    ValueRange selectTemps = ValueRange(all).drop_front(first + 3);
+
+    SmallVector<Value> candidateBindings{q, bindings[1]};
+    if (select.getBlocks())
+      candidateBindings.push_back(bindings[2]);
+    candidateBindings.append({keyList, count});
+    dispatchKernel(b, rows, candidateBindings,
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildSimtTopPCandidatesKernel(
+                         builder, loc, name, select, tiling, types);
+                   });
+    std::string scoresName = kernelName("topp_scores");
+    dispatchKernel(b, mul(rows, keys), {q, bindings[1], keyList, count, scores},
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildSimtTopPScoresKernel(builder, loc, scoresName,
+                                                      select, tiling, types);
+                   });
+    SmallVector<Value> selectBindings{q,      bindings[1], bindings.back(),
+                                      scores, keyList,     count};
+    llvm::append_range(selectBindings, selectTemps);
+    std::string selectName = kernelName("select_topp");
+    return dispatchKernel(
+        b, rows, selectBindings, [&](OpBuilder &builder, TypeRange types) {
+          return buildSimtSelectTopPKernel(builder, loc, selectName, select,
+                                           tiling, types);
+        });
   }
   if (isa<TreeAcceptOp>(op))
     // The scalar kernel of the CPU, a thread per batch row.

@@ -290,11 +290,31 @@ func::FuncOp buildSimtSelectTopKKernel(OpBuilder &builder, Location loc,
                                        TypeRange bindingTypes,
                                        bool boundsGiven = false);
 
-/// One thread per (batch, head, row). Bindings: q, k, [blocks], tokens,
-/// then the [B, H, Lq, n] temporaries (n: the most candidates of a row)
-/// scores (f32) and keys (i32), the [B, H, Lq, min(n, kMaxTopPBuckets)]
-/// bucket counts (i32) and weights (f64; empty when top_p = 1), and the
-/// [B, H, Lq, n] sort space (i32) and flags (i8) of flagTopPKept.
+/// Top-p in three kernels over [B, H, Lq, n] temporaries (n: the most
+/// candidates of a row) of key indices (i32) and scores (f32), and a
+/// [B, H, Lq, 1] count (i32).
+///
+/// Candidates, a thread per (batch, head, row): counts the row's candidates
+/// and, within a block selection, lists their keys. Bindings: q, k,
+/// [blocks], keys, count.
+func::FuncOp buildSimtTopPCandidatesKernel(OpBuilder &builder, Location loc,
+                                           StringRef name, SelectTopPOp op,
+                                           const GpuTiling &tiling,
+                                           TypeRange bindingTypes);
+
+/// Scores, a thread per (batch, head, row, slot): candidate `slot`'s score
+/// (exact, or through the int4 levels), and its key where every visible
+/// key is a candidate. Bindings: q, k, keys, count, scores.
+func::FuncOp buildSimtTopPScoresKernel(OpBuilder &builder, Location loc,
+                                       StringRef name, SelectTopPOp op,
+                                       const GpuTiling &tiling,
+                                       TypeRange bindingTypes);
+
+/// Selection, a thread per (batch, head, row): flagTopPKept over the
+/// scores, the kept keys written ascending. Bindings: q, k, tokens, scores,
+/// keys, count, then flagTopPKept's [B, H, Lq, min(n, kMaxTopPBuckets)]
+/// bucket counts (i32) and weights (f64; empty when top_p = 1) and its
+/// [B, H, Lq, n] sort space (i32) and flags (i8).
 func::FuncOp buildSimtSelectTopPKernel(OpBuilder &builder, Location loc,
                                        StringRef name, SelectTopPOp op,
                                        const GpuTiling &tiling,

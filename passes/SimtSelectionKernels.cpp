@@ -8,14 +8,16 @@
 //
 //  * block metadata: a thread per (batch, kv head, block, channel), so a
 //    warp reads 32 consecutive channels of each key;
-//  * top-k: a thread per (batch, head, row) scores its candidate blocks
-//    and keeps its budget in a heap whose block indices live in the row's
-//    own output slots and whose scores live in a [B, H, Lq, fill]
-//    temporary;
-//  * top-p: a thread per row writes its candidates' scores and key indices
-//    to [B, H, Lq, n] temporaries (n: the most candidates a row can have)
-//    and selects among them with the CPU's score buckets (flagTopPKept),
-//    whose counts, weights, sort space and flags are temporaries too;
+//  * top-k: a thread per (batch, head, row) keeps its budget in a heap
+//    whose block indices live in the row's own output slots and whose
+//    scores live in a [B, H, Lq, fill] temporary; it scores its candidate
+//    blocks itself in prefill, and reads the bounds a thread per (row,
+//    block) wrote first in decode;
+//  * top-p: a thread per row lists its candidates in a [B, H, Lq, n]
+//    temporary (n: the most candidates a row can have), a thread per
+//    candidate scores it, and a thread per row selects among them with the
+//    CPU's score buckets (flagTopPKept), whose counts, weights, sort space
+//    and flags are temporaries too;
 //  * sparse attention: split-KV, a thread per (batch, head, row, split)
 //    running the online softmax over its share of the row's selection
 //    entries, then the merge kernel of dense decode combines the splits
@@ -329,6 +331,128 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
 // Top-p token selection
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// What every top-p kernel of a row reads first.
+struct TopPRowStart {
+  TopPRowStart(SimtEmitter &e, SelectTopPOp op, Value q, Value k, Value row)
+      : at(e, row, staticDim(q.getType(), 1), e.dim(q, 2)) {
+    const int64_t H = staticDim(q.getType(), 1);
+    kvHead = e.div(at.head, e.index(H / staticDim(k.getType(), 1)));
+    Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+    MaskAttr mask = op.getMask();
+    std::tie(begin, end) = visibleRange(e, mask.getKind(), mask.getWindow(),
+                                        e.add(e.sub(lk, lq), at.row), lk);
+    prefix = {at.batch, at.head, at.row};
+  }
+  RowOfWorkgroup at;
+  Value kvHead, begin, end;
+  SmallVector<Value> prefix;
+};
+
+} // namespace
+
+func::FuncOp mlir::attn::buildSimtTopPCandidatesKernel(
+    OpBuilder &builder, Location loc, StringRef name, SelectTopPOp op,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
+                                         tiling, "topp_candidates");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  unsigned next = 0;
+  Value q = args[next++], k = args[next++];
+  Value blocks = op.getBlocks() ? args[next++] : Value();
+  Value keys = args[next++], counts = args[next++];
+  Value thread = args[next];
+  Value c0 = e.index(0), c1 = e.index(1);
+  TopPRowStart row(e, op, q, k, thread);
+
+  // Every visible key, or those of the listed blocks (each counted once),
+  // in ascending order of the listing; the scores kernel writes the keys
+  // of the first case itself.
+  Value count = e.sub(row.end, row.begin);
+  if (blocks) {
+    Value lk = e.dim(k, 2), bs = e.index(*op.getBlockSize());
+    count = forEachListedBlock(
+        e, blocks, row.prefix, e.ceilDiv(lk, bs), c0, e.dim(blocks, 3), {c0},
+        [&](Value block, ValueRange it) -> SmallVector<Value> {
+          Value first = e.mul(block, bs);
+          Value from = e.maxS(row.begin, first);
+          Value to = e.maxS(e.minS(row.end, e.add(first, bs)), from);
+          return e.loop(from, to, c1, {it[0]},
+                        [&](Value j, ValueRange n) -> SmallVector<Value> {
+                          memref::StoreOp::create(b, e.toI32(j), keys,
+                                                  indicesOf(row.prefix, n[0]));
+                          return {e.add(n[0], c1)};
+                        });
+        })[0];
+  }
+  memref::StoreOp::create(b, e.toI32(count), counts, indicesOf(row.prefix, c0));
+  func::ReturnOp::create(b);
+  return func;
+}
+
+func::FuncOp mlir::attn::buildSimtTopPScoresKernel(OpBuilder &builder,
+                                                   Location loc, StringRef name,
+                                                   SelectTopPOp op,
+                                                   const GpuTiling &tiling,
+                                                   TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
+                                         tiling, "topp_scores");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value q = args[0], k = args[1], keys = args[2], counts = args[3];
+  Value scores = args[4], thread = args[5];
+  const int64_t D = staticDim(bindingTypes[0], 3);
+  const double scale = selectionScale(op.getScale(), D);
+  const double softcap = op.getSoftcap().convertToDouble();
+  Value c0 = e.index(0), c1 = e.index(1);
+
+  // Thread order (batch, head, row, slot), the slot fastest.
+  Value slots = e.dim(keys, 3);
+  Value slot = e.rem(thread, slots);
+  TopPRowStart row(e, op, q, k, e.div(thread, slots));
+  Value count = e.toIndex(e.loadInt(counts, indicesOf(row.prefix, c0)));
+  e.ifThen(e.icmp(arith::CmpIPredicate::ult, slot, count), [&] {
+    SmallVector<Value> at = indicesOf(row.prefix, slot);
+    Value key;
+    if (op.getBlocks()) {
+      key = e.toIndex(e.loadInt(keys, at));
+    } else {
+      key = e.add(row.begin, slot);
+      memref::StoreOp::create(b, e.toI32(key), keys, at);
+    }
+    // The score, exact or from the key rounded to its int4 levels.
+    auto channel = [&](Value d) {
+      return e.load(k, {row.at.batch, row.kvHead, key, d});
+    };
+    std::optional<Int4Levels> levels;
+    if (op.getEstimator() == SelectionEstimator::Int4) {
+      const float inf = std::numeric_limits<float>::infinity();
+      SmallVector<Value> range = e.loop(
+          c0, e.index(D), c1, {e.scalar(inf), e.scalar(-inf)},
+          [&](Value d, ValueRange it) -> SmallVector<Value> {
+            Value x = channel(d);
+            return {arith::MinimumFOp::create(b, it[0], x), e.fmax(it[1], x)};
+          });
+      levels = Int4Levels::of(e, range[0], range[1]);
+    }
+    Value s = e.sumOver(c0, e.index(D), [&](Value d) {
+      Value qd = e.fmul(e.load(q, {row.at.batch, row.at.head, row.at.row, d}),
+                        e.scalar(scale));
+      Value x = channel(d);
+      return e.fmul(qd, levels ? levels->round(e, x) : x);
+    });
+    e.store(e.softcap(s, softcap), scores, at);
+  });
+  func::ReturnOp::create(b);
+  return func;
+}
+
 func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
                                                    Location loc, StringRef name,
                                                    SelectTopPOp op,
@@ -340,74 +464,16 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  unsigned next = 0;
-  Value q = args[next++], k = args[next++];
-  Value blocks = op.getBlocks() ? args[next++] : Value();
-  Value tokens = args[next++], scores = args[next++], keys = args[next++];
-  Value bucketSizes = args[next++], bucketWeights = args[next++];
-  Value order = args[next++], kept = args[next++];
-  Value thread = args[next];
-  const int64_t H = staticDim(bindingTypes[0], 1);
-  const int64_t D = staticDim(bindingTypes[0], 3);
-  const int64_t group = H / staticDim(bindingTypes[1], 1);
-  MaskAttr mask = op.getMask();
-  double softcap = op.getSoftcap().convertToDouble();
-
+  Value q = args[0], k = args[1], tokens = args[2], scores = args[3];
+  Value keys = args[4], counts = args[5], bucketSizes = args[6];
+  Value bucketWeights = args[7], order = args[8], kept = args[9];
+  Value thread = args[10];
   Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(q, 2), lk = e.dim(k, 2), capacity = e.dim(tokens, 3);
-  RowOfWorkgroup at(e, thread, H, lq);
-  Value kvHead = e.div(at.head, e.index(group));
-  Value pos = e.add(e.sub(lk, lq), at.row);
-  auto [begin, end] =
-      visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
-  SmallVector<Value> prefix{at.batch, at.head, at.row};
+  Value capacity = e.dim(tokens, 3);
+  TopPRowStart row(e, op, q, k, thread);
+  SmallVector<Value> prefix = row.prefix;
   auto at3 = [&](Value slot) { return indicesOf(prefix, slot); };
-
-  // The candidates with their scores (exact, or from int4 keys), in slots
-  // [0, count) of the row's temporaries.
-  Value query = scaledQuery(e, q, at, D, selectionScale(op.getScale(), D));
-  const bool int4 = op.getEstimator() == SelectionEstimator::Int4;
-  auto addKeys = [&](Value from, Value to, Value count) {
-    return e.loop(
-        from, e.maxS(to, from), c1, {count},
-        [&](Value j, ValueRange n) -> SmallVector<Value> {
-          auto channel = [&](Value d) {
-            return e.load(k, {at.batch, kvHead, j, d});
-          };
-          std::optional<Int4Levels> levels;
-          if (int4) {
-            const float inf = std::numeric_limits<float>::infinity();
-            SmallVector<Value> range =
-                e.loop(c0, e.index(D), c1, {e.scalar(inf), e.scalar(-inf)},
-                       [&](Value d, ValueRange it) -> SmallVector<Value> {
-                         Value x = channel(d);
-                         return {arith::MinimumFOp::create(b, it[0], x),
-                                 e.fmax(it[1], x)};
-                       });
-            levels = Int4Levels::of(e, range[0], range[1]);
-          }
-          Value s = e.sumOver(c0, e.index(D), [&](Value d) {
-            Value x = channel(d);
-            return e.fmul(e.load(query, d), levels ? levels->round(e, x) : x);
-          });
-          e.store(e.softcap(s, softcap), scores, at3(n[0]));
-          memref::StoreOp::create(b, e.toI32(j), keys, at3(n[0]));
-          return {e.add(n[0], c1)};
-        })[0];
-  };
-  Value count;
-  if (blocks) {
-    Value bs = e.index(*op.getBlockSize());
-    count = forEachListedBlock(
-        e, blocks, prefix, e.ceilDiv(lk, bs), c0, e.dim(blocks, 3), {c0},
-        [&](Value block, ValueRange it) -> SmallVector<Value> {
-          Value first = e.mul(block, bs);
-          return {addKeys(e.maxS(begin, first), e.minS(end, e.add(first, bs)),
-                          it[0])};
-        })[0];
-  } else {
-    count = addKeys(begin, end, c0);
-  }
+  Value count = e.toIndex(e.loadInt(counts, at3(c0)));
 
   // The kept candidates flagged, then written in slot order.
   auto tokenOf = [&](Value n) { return e.loadInt(keys, at3(n)); };
@@ -420,7 +486,7 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
                        RowBuffer(order, prefix), keptFlags},
                count, capacity);
   Value keep = writeFlagged(e, keptFlags, count, tokens, prefix, c0, tokenOf);
-  if (blocks) {
+  if (op.getBlocks()) {
     // Slot order is token order unless the selection lists its blocks out
     // of order (select_topk writes them ascending): sort only then.
     Value noBit = arith::ConstantIntOp::create(b, b.getI1Type(), 0);

@@ -122,26 +122,48 @@ func.func @tokens(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 
 // -----
 
-// Top-p selects among each row's candidates in [B, H, Lq, n] temporaries,
-// n = max(Lk, 1) here: scores, key indices, the sort space of one score
-// bucket and i8 flags; and min(n, 4096) buckets' counts and f64 weights.
-// The kernel sorts one bucket (a heap sort), not the row.
-// CHECK-LABEL: func.func private @topp__select_topp0(
+// Top-p runs in three kernels over [B, H, Lq, n] temporaries, n =
+// max(Lk, 1) here: a thread per row counts (and within a block selection
+// lists) its candidates; a thread per (row, candidate) scores one; a thread
+// per row selects among them with min(n, 4096) buckets' counts and f64
+// weights, the sort space of one bucket and i8 flags, sorting one bucket
+// (a heap sort), not the row.
+// CHECK-LABEL: func.func private @topp__topp_candidates0(
+// CHECK-SAME:    attn.kernel = "topp_candidates"
+// CHECK:         memref.store %{{.*}}, %arg3[%{{.*}}, %{{.*}}, %{{.*}}, %c0] : memref<?x4x?x1xi32>
+// CHECK-LABEL: func.func private @topp__topp_scores1(
+// CHECK-SAME:    attn.kernel = "topp_scores"
+// The slot is the thread's fastest part; slots past the count do nothing.
+// CHECK:         %[[SLOTS:.*]] = memref.dim %arg2, %c3
+// CHECK:         %[[SLOT:.*]] = arith.remui %arg5, %[[SLOTS]]
+// CHECK:         %[[COUNT:.*]] = arith.index_cast %{{.*}} : i32 to index
+// CHECK:         %[[IN:.*]] = arith.cmpi ult, %[[SLOT]], %[[COUNT]]
+// CHECK:         scf.if %[[IN]] {
+// CHECK:           memref.load %arg1
+// CHECK:           memref.store %{{.*}}, %arg4
+// CHECK-LABEL: func.func private @topp__select_topp2(
 // CHECK-SAME:    attn.kernel = "select_topp"
+// CHECK-NOT:     memref.load %arg1
 // CHECK:         memref.load %{{.*}} : memref<?x4x?x?xf64>
 // CHECK:         scf.while
 // CHECK-LABEL: func.func @topp(
 // CHECK-SAME:    %arg2: memref<?x4x?x?xi32> {attn.shape = ["B", 4, "Lq", "Lk"]}
+// CHECK:         %[[BH:.*]] = arith.muli %{{.*}}, %c4
+// CHECK:         %[[ROWS:.*]] = arith.muli %[[BH]], %{{.*}}
 // CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
 // CHECK:         %[[N:.*]] = arith.maxsi %[[LK]], %c1
 // CHECK:         %[[NB:.*]] = arith.minsi %[[N]], %c4096
 // CHECK:         %[[SCORES:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xf32>
 // CHECK:         %[[KEYS:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xi32>
+// CHECK:         %[[COUNT:.*]] = memref.alloc(%{{.*}}, %{{.*}}) : memref<?x4x?x1xi32>
 // CHECK:         %[[SIZES:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[NB]]) : memref<?x4x?x?xi32>
 // CHECK:         %[[WEIGHTS:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[NB]]) : memref<?x4x?x?xf64>
 // CHECK:         %[[ORDER:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xi32>
 // CHECK:         %[[KEPT:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xi8>
-// CHECK:         attn.dispatch @topp__select_topp0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %[[SCORES]], %[[KEYS]], %[[SIZES]], %[[WEIGHTS]], %[[ORDER]], %[[KEPT]])
+// CHECK:         attn.dispatch @topp__topp_candidates0 workgroups(%[[ROWS]]) bindings(%arg0, %arg1, %[[KEYS]], %[[COUNT]])
+// CHECK:         %[[PAIRS:.*]] = arith.muli %[[ROWS]], %[[N]]
+// CHECK:         attn.dispatch @topp__topp_scores1 workgroups(%[[PAIRS]]) bindings(%arg0, %arg1, %[[KEYS]], %[[COUNT]], %[[SCORES]])
+// CHECK:         attn.dispatch @topp__select_topp2 workgroups(%[[ROWS]]) bindings(%arg0, %arg1, %arg2, %[[SCORES]], %[[KEYS]], %[[COUNT]], %[[SIZES]], %[[WEIGHTS]], %[[ORDER]], %[[KEPT]])
 func.func @topp(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
     -> tensor<?x4x?x?xi32> {
   %t = attn.select_topp %q, %k {top_p = 0.9, mask = #attn.mask<causal>}
