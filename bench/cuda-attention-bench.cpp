@@ -8,14 +8,25 @@
 //  * prefill, B=4, H=32, L=4096, D=128, bf16, dense and causal, in TFLOP/s
 //    of visible work (4 D per visible (query, key) pair);
 //  * decode, B=1, H=32, Hkv=8, D=128, bf16, Lq=1, Lk=4K..32K, in GB/s of K
-//    and V read.
+//    and V read;
+//  * sparse decode, the same layer with Quest top-k (64 blocks of 16
+//    keys, 1 sink, 1 local), alone and followed by top-p 0.9, Lk = 8K and
+//    32K, against dense decode of the same cache;
+//  * tree verification, T = 8 and 64 random draft nodes over 8K and 32K
+//    prefix keys, in TFLOP/s of visible work, against dense attention of
+//    as many rows.
 //
 // The ceilings to divide by (PyTorch's scaled_dot_product_attention with
 // the flash backend, FlexAttention, the card's copy bandwidth) come from
 // bench/torch-attention-baseline.py, run in the same session:
 //
 //   cuda-attention-bench [--repeat N] [--sm sm_90a] [--cuda-path DIR]
-//                        [--quick]
+//                        [--quick] [--check-on-cpu]
+//
+// --check-on-cpu runs every table's calls, at small sizes, through the
+// CUDA kernels compiled for this CPU (CompileOptions::cpuRunsCudaKernels),
+// so that the bench itself is tested on machines without a GPU; its times
+// are not GPU times.
 //
 //===----------------------------------------------------------------------===//
 
@@ -35,7 +46,7 @@ namespace {
 
 struct Options {
   int repeat = 20;
-  bool quick = false;
+  bool quick = false, checkOnCpu = false;
   std::string sm = "sm_90a", cudaPath = "/usr/local/cuda";
 
   bool parse(int argc, char **argv) {
@@ -49,10 +60,12 @@ struct Options {
         cudaPath = argv[++i];
       else if (arg == "--quick")
         quick = true;
+      else if (arg == "--check-on-cpu")
+        checkOnCpu = true;
       else {
         std::fprintf(stderr,
                      "usage: %s [--repeat N] [--sm SM] [--cuda-path DIR] "
-                     "[--quick]\n",
+                     "[--quick] [--check-on-cpu]\n",
                      argv[0]);
         return false;
       }
@@ -61,25 +74,24 @@ struct Options {
   }
 };
 
-/// One bf16 attention layer compiled for the GPU and loaded on it; null
-/// with the reason printed when there is no toolkit, driver or GPU.
-std::unique_ptr<attn::Model> loadLayer(const Options &options, int heads,
-                                       int kvHeads, int dim, const char *mask) {
-  llvm::Expected<mlir::attn::CudaTarget> target =
-      mlir::attn::CudaTarget::get(options.sm, options.cudaPath);
-  if (!target) {
-    std::fprintf(stderr, "%s\n", llvm::toString(target.takeError()).c_str());
-    return nullptr;
-  }
-  char json[512];
-  std::snprintf(json, sizeof(json),
-                R"({"model": "bench", "dtype": "bf16", "layers": [{"name": )"
-                R"("layer", "type": "attention", "num_heads": %d, )"
-                R"("num_kv_heads": %d, "head_dim": %d, "mask": "%s"}]})",
-                heads, kvHeads, dim, mask);
+/// A model compiled for the GPU and loaded on it (with --check-on-cpu: its
+/// CUDA kernels compiled for this CPU); null with the reason printed when
+/// there is no toolkit, driver or GPU.
+std::unique_ptr<attn::Model> load(const Options &options,
+                                  const std::string &json) {
   mlir::attn::CompileOptions compile;
-  compile.targets = mlir::attn::TargetSet::Cuda;
-  compile.cuda = *target;
+  if (options.checkOnCpu) {
+    compile.cpuRunsCudaKernels = true;
+  } else {
+    llvm::Expected<mlir::attn::CudaTarget> target =
+        mlir::attn::CudaTarget::get(options.sm, options.cudaPath);
+    if (!target) {
+      std::fprintf(stderr, "%s\n", llvm::toString(target.takeError()).c_str());
+      return nullptr;
+    }
+    compile.targets = mlir::attn::TargetSet::Cuda;
+    compile.cuda = *target;
+  }
   llvm::Expected<std::string> binary = mlir::attn::compileModelDescription(
       json, mlir::attn::CpuTarget::host(), compile);
   if (!binary) {
@@ -89,13 +101,27 @@ std::unique_ptr<attn::Model> loadLayer(const Options &options, int heads,
   std::unique_ptr<attn::Model> model;
   attn::Status status =
       attn::Model::loadMemory(binary->data(), binary->size(), 1, model);
-  if (status.ok())
+  if (status.ok() && !options.checkOnCpu)
     status = model->setDevice(ATTN_DEVICE_CUDA);
   if (!status.ok()) {
     std::fprintf(stderr, "%s\n", status.message.c_str());
     return nullptr;
   }
   return model;
+}
+
+/// A bf16 attention layer's model description; `extra` goes into the
+/// layer, `speculative` into the model.
+std::string layerJson(int heads, int kvHeads, int dim, const char *mask,
+                      const std::string &extra = "",
+                      const std::string &speculative = "") {
+  char json[768];
+  std::snprintf(json, sizeof(json),
+                R"({"model": "bench", "dtype": "bf16", "layers": [{"name": )"
+                R"("layer", "type": "attention", "num_heads": %d, )"
+                R"("num_kv_heads": %d, "head_dim": %d, "mask": "%s"%s}]%s})",
+                heads, kvHeads, dim, mask, extra.c_str(), speculative.c_str());
+  return json;
 }
 
 /// q, k, v of random bf16 values in [-1, 1].
@@ -115,14 +141,23 @@ std::vector<attn::Tensor> randomInputs(int64_t batch, int heads, int kvHeads,
   return inputs;
 }
 
-/// Median device milliseconds of `repeat` runs after a warm-up; negative
-/// (with the error printed) on failure.
+/// The index of entry `name`; -1 (with the error printed) when missing.
+int32_t entryOf(attn::Model &model, const std::string &name) {
+  int32_t entry = -1;
+  attn::Status status = model.findEntry(name, entry);
+  if (!status.ok())
+    std::fprintf(stderr, "%s\n", status.message.c_str());
+  return entry;
+}
+
+/// Median device milliseconds of `repeat` runs of `entry` after a warm-up;
+/// negative (with the error printed) on failure.
 double deviceMs(attn::Model &model, const std::vector<attn::Tensor> &inputs,
-                int repeat) {
+                int repeat, int32_t entry = 0) {
   std::vector<attn::Tensor> outputs;
   std::vector<double> times;
   for (int r = 0; r <= repeat; ++r) {
-    attn::Status status = model.run(0, inputs, outputs);
+    attn::Status status = model.run(entry, inputs, outputs);
     double ms = 0;
     if (status.ok())
       status = model.lastKernelMs(ms);
@@ -137,19 +172,123 @@ double deviceMs(attn::Model &model, const std::vector<attn::Tensor> &inputs,
   return times[times.size() / 2];
 }
 
+/// The sparse decode table: top-k and top-k + top-p against dense decode.
+bool sparseTable(const Options &options, attn::Model &dense,
+                 const std::vector<int64_t> &keyLengths) {
+  const int heads = 32, kvHeads = 8, dim = 128, blockSize = 16, topK = 64;
+  std::printf("\n| sparse decode (H = 32, Hkv = 8) | Lk | ms | x dense speed "
+              "| GB/s (meta + 32 heads x K,V of 64 blocks) |\n");
+  std::printf("|---|---|---|---|---|\n");
+  struct Budget {
+    const char *label, *method, *topP;
+  };
+  for (const Budget &budget :
+       {Budget{"top-k 64 x 16", "top_k", ""},
+        Budget{"top-k 64 x 16, top-p 0.9", "top_p", R"("top_p": 0.9, )"}}) {
+    char sparsity[256];
+    std::snprintf(sparsity, sizeof(sparsity),
+                  R"(, "sparsity": {"method": "%s", "block_size": %d, )"
+                  R"("top_k": %d, %s"sink_blocks": 1, "local_blocks": 1})",
+                  budget.method, blockSize, topK, budget.topP);
+    std::unique_ptr<attn::Model> model =
+        load(options, layerJson(heads, kvHeads, dim, "causal", sparsity));
+    if (!model)
+      return false;
+    int32_t entry = entryOf(*model, "layer"),
+            metaEntry = entryOf(*model, "layer.meta");
+    if (entry < 0 || metaEntry < 0)
+      return false;
+    for (int64_t keys : keyLengths) {
+      std::vector<attn::Tensor> inputs =
+          randomInputs(1, heads, kvHeads, 1, keys, dim);
+      // The metadata is kept next to the cache, not computed per token.
+      std::vector<attn::Tensor> meta;
+      attn::Status status = model->run(metaEntry, {inputs[1]}, meta);
+      if (!status.ok()) {
+        std::fprintf(stderr, "%s\n", status.message.c_str());
+        return false;
+      }
+      std::vector<attn::Tensor> denseInputs = inputs;
+      inputs.push_back(meta[0]);
+      double ms = deviceMs(*model, inputs, options.repeat, entry);
+      double denseMs = deviceMs(dense, denseInputs, options.repeat);
+      if (ms < 0 || denseMs < 0)
+        return false;
+      // Heads of a kv group that keep the same block read it from cache,
+      // so this counts more than DRAM serves.
+      double bytes = meta[0].numElements() * 2.0 +
+                     heads * double(topK) * blockSize * 2.0 * dim * 2.0;
+      std::printf("| %s | %lld | %.4f | %.2f | %.1f |\n", budget.label,
+                  static_cast<long long>(keys), ms, denseMs / ms,
+                  bytes / ms / 1e6);
+    }
+  }
+  return true;
+}
+
+/// The tree table: verification of a random draft tree against dense
+/// attention of as many rows over the same keys.
+bool treeTable(const Options &options, const std::vector<int64_t> &prefixes) {
+  const int heads = 32, kvHeads = 8, dim = 128;
+  std::printf("\n| tree (H = 32, Hkv = 8) | T | prefix | ms | TFLOP/s | "
+              "dense rows ms | x dense speed |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  std::unique_ptr<attn::Model> model = load(
+      options, layerJson(heads, kvHeads, dim, "causal", R"(, "tree": true)",
+                         R"(, "speculative": {"max_tree_nodes": 64})"));
+  if (!model)
+    return false;
+  int32_t treeEntry = entryOf(*model, "layer.tree"),
+          denseEntry = entryOf(*model, "layer");
+  if (treeEntry < 0 || denseEntry < 0)
+    return false;
+  std::mt19937 rng(3);
+  for (int64_t nodes : {8, 64})
+    for (int64_t prefix : prefixes) {
+      std::vector<attn::Tensor> inputs =
+          randomInputs(1, heads, kvHeads, nodes, prefix + nodes, dim);
+      std::vector<attn::Tensor> denseInputs = inputs;
+      attn::Tensor parents(ATTN_I32, {1, nodes});
+      std::vector<int64_t> depth(nodes, 0);
+      double pairs = 0; // each node sees the prefix, itself and its ancestors
+      for (int64_t t = 0; t < nodes; ++t) {
+        parents.i32()[t] = t == 0 ? -1 : static_cast<int32_t>(rng() % t);
+        if (t > 0)
+          depth[t] = depth[parents.i32()[t]] + 1;
+        pairs += prefix + depth[t] + 1;
+      }
+      inputs.push_back(parents);
+      double ms = deviceMs(*model, inputs, options.repeat, treeEntry);
+      double denseMs =
+          deviceMs(*model, denseInputs, options.repeat, denseEntry);
+      if (ms < 0 || denseMs < 0)
+        return false;
+      std::printf("| tree | %lld | %lld | %.4f | %.2f | %.4f | %.2f |\n",
+                  static_cast<long long>(nodes), static_cast<long long>(prefix),
+                  ms, 4.0 * heads * dim * pairs / ms / 1e9, denseMs,
+                  denseMs / ms);
+    }
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   Options options;
   if (!options.parse(argc, argv))
     return 2;
+  if (options.checkOnCpu)
+    std::printf("CPU check: the CUDA kernels compiled for this CPU, at small "
+                "sizes; the times are not GPU times.\n\n");
+  const bool small = options.checkOnCpu;
   const int heads = 32, dim = 128;
-  const int64_t batch = 4, length = options.quick ? 1024 : 4096;
+  const int64_t batch = small ? 1 : 4;
+  const int64_t length = small ? 64 : options.quick ? 1024 : 4096;
   std::printf("| prefill | B | H | L | D | ms | TFLOP/s |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (const char *mask : {"none", "causal"}) {
     std::unique_ptr<attn::Model> model =
-        loadLayer(options, heads, heads, dim, mask);
+        load(options, layerJson(heads, heads, dim, mask));
     if (!model)
       return 1;
     double ms =
@@ -171,10 +310,13 @@ int main(int argc, char **argv) {
   std::printf("\n| decode | H | Hkv | Lk | ms | GB/s of K and V |\n");
   std::printf("|---|---|---|---|---|---|\n");
   std::unique_ptr<attn::Model> model =
-      loadLayer(options, heads, kvHeads, dim, "causal");
+      load(options, layerJson(heads, kvHeads, dim, "causal"));
   if (!model)
     return 1;
-  for (int64_t keys : {4096, 8192, 16384, 32768}) {
+  std::vector<int64_t> decodeKeys =
+      small ? std::vector<int64_t>{600}
+            : std::vector<int64_t>{4096, 8192, 16384, 32768};
+  for (int64_t keys : decodeKeys) {
     double ms = deviceMs(*model, randomInputs(1, heads, kvHeads, 1, keys, dim),
                          options.repeat);
     if (ms < 0)
@@ -183,5 +325,12 @@ int main(int argc, char **argv) {
     std::printf("| bf16 | %d | %d | %lld | %.4f | %.1f |\n", heads, kvHeads,
                 static_cast<long long>(keys), ms, bytes / ms / 1e6);
   }
+
+  std::vector<int64_t> longKeys = small ? std::vector<int64_t>{1100}
+                                  : options.quick
+                                      ? std::vector<int64_t>{8192}
+                                      : std::vector<int64_t>{8192, 32768};
+  if (!sparseTable(options, *model, longKeys) || !treeTable(options, longKeys))
+    return 1;
   return 0;
 }

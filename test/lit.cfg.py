@@ -29,7 +29,8 @@ llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 config.substitutions.append(("%attn_src_root", config.attn_src_root))
 config.substitutions.append(("%python", sys.executable))
 llvm_config.add_tool_substitutions(
-    ["attn-opt", "attnc", "attn-run"], [config.attn_tools_dir, config.llvm_tools_dir]
+    ["attn-opt", "attnc", "attn-run", "cuda-attention-bench"],
+    [config.attn_tools_dir, config.llvm_tools_dir],
 )
 
 # CUDA: the toolkit (libdevice + ptxas) lets tests build PTX and cubins;
