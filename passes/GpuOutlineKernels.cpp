@@ -21,6 +21,7 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/PatternMatch.h"
 
@@ -158,9 +159,11 @@ struct AttnGpuOutlineKernels final
     int64_t offset = 0;
     for (memref::AllocaOp alloca : sharedBuffers) {
       for (Operation *user : alloca->getUsers())
-        if (!isa<memref::LoadOp, memref::StoreOp, WarpMmaOp>(user))
+        if (!isa<memref::LoadOp, memref::StoreOp, vector::LoadOp,
+                 vector::StoreOp, WarpMmaOp>(user))
           return user->emitError("a shared buffer may only be loaded, "
-                                 "stored and used by attn.warp_mma");
+                                 "stored (elements or vectors) and used by "
+                                 "attn.warp_mma");
       MemRefType type = alloca.getType();
       auto sharedType =
           MemRefType::get(type.getShape(), type.getElementType(),

@@ -162,7 +162,7 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
     Option<"blockThreads", "block-threads", "int64_t", "128",
            "threads per CUDA block">,
     Option<"splitKeys", "split-keys", "int64_t", "256",
-           "keys per split-KV thread">,
+           "keys per split of split-KV work">,
     Option<"decodeMaxQueries", "decode-max-queries", "int64_t", "8",
            "calls with at most this many query rows take the split-KV path">,
     Option<"maxSharedBytes", "max-shared-bytes", "int64_t", "232448",
@@ -172,7 +172,7 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
     "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect", "::mlir::attn::AttnDialect",
-    "::mlir::cf::ControlFlowDialect"
+    "::mlir::cf::ControlFlowDialect", "::mlir::vector::VectorDialect"
   ];
 }
 

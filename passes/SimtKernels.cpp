@@ -530,8 +530,42 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
 
   e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
     Value firstKey = e.add(begin, e.mul(keyTileIndex, e.index(TK)));
-    // Stage the key tile's k and v rows.
+    // Stage the key tile's k and v rows: 16 bytes a load where a row is
+    // whole 16-byte pieces (every row then starts 16-byte aligned, in
+    // global memory as in the padded shared rows), else an element a load.
     auto stage = [&](Value from, Value to, int64_t dim, int64_t padded) {
+      const int64_t lanes = 16 / flash.elementBytes;
+      if (dim % lanes == 0 && padded % lanes == 0) {
+        auto piece = VectorType::get({lanes}, storage);
+        const int64_t pieces = padded / lanes;
+        e.forAll(e.index(TK * pieces), [&](Value i) {
+          Value j = e.div(i, e.index(pieces));
+          Value d = e.mul(e.rem(i, e.index(pieces)), e.index(lanes));
+          auto [key, isKey] = keyAt(e.add(firstKey, j));
+          // Padding is stored an element at a time: LLVM would otherwise
+          // sink both branches' stores into one of a phi of the two
+          // vectors, which x86 (running these kernels in tests) widens to
+          // f32 and back through library calls for bf16.
+          e.ifElse(
+              both(isKey, lt(d, e.index(dim))),
+              [&]() -> SmallVector<Value> {
+                SmallVector<Value> at{batch, kvHead, key, d};
+                Value row = vector::LoadOp::create(b, piece, from, at,
+                                                   /*nontemporal=*/false,
+                                                   llvm::MaybeAlign(16));
+                vector::StoreOp::create(b, row, to, ValueRange{j, d},
+                                        /*nontemporal=*/false,
+                                        llvm::MaybeAlign(16));
+                return {};
+              },
+              [&]() -> SmallVector<Value> {
+                for (int64_t l = 0; l < lanes; ++l)
+                  e.store(e.scalar(0.0), to, {j, e.add(d, e.index(l))});
+                return {};
+              });
+        });
+        return;
+      }
       e.forAll(e.index(TK * padded), [&](Value i) {
         Value j = e.div(i, e.index(padded)), d = e.rem(i, e.index(padded));
         auto [key, isKey] = keyAt(e.add(firstKey, j));

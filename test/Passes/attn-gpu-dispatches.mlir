@@ -29,11 +29,13 @@
 // CHECK:         arith.minsi %[[LK:dim_[0-9]+]], %{{.+}} : index
 // CHECK:         %[[KEY_TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
 // CHECK:         scf.for %{{.+}} = %c0 to %[[KEY_TILES]] step %c1 {
-// Per key tile: stage k and v, scores by warp_mma, the masked online
-// softmax a thread per row, then P v by warp_mma.
-// CHECK:           memref.load %arg1
+// Per key tile: stage k and v (16 bytes a load: 4 f32 of a 64-channel
+// row, 16-byte aligned), scores by warp_mma, the masked online softmax a
+// thread per row, then P v by warp_mma.
+// CHECK:           vector.load %arg1[{{.*}}] {alignment = 16 : i64} : memref<?x2x?x64xf32>, vector<4xf32>
+// CHECK:           vector.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : memref<64x68xf32>, vector<4xf32>
 // CHECK:           } {attn.threads}
-// CHECK:           memref.load %arg2
+// CHECK:           vector.load %arg2
 // CHECK:           } {attn.threads}
 // CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {rhs_transposed}
 // CHECK:           } {attn.threads}
@@ -73,9 +75,9 @@
 // CHECK:         } {attn.threads}
 // Per key tile of the split: k and v staged, the products on warp_mma.
 // CHECK:         scf.for
-// CHECK:           memref.load %arg1
+// CHECK:           vector.load %arg1
 // CHECK:           } {attn.threads}
-// CHECK:           memref.load %arg2
+// CHECK:           vector.load %arg2
 // CHECK:           } {attn.threads}
 // CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {rhs_transposed}
 // CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {accumulate}
