@@ -65,25 +65,22 @@ void CpuEntryLowering::lowerGatheredSoftmax(
     const SoftmaxAttentionShape &shape) {
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
-  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
-  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
-  Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
+  HostIndexMath m{b};
+  Value rows = m.mul(m.mul(s.batch, m.index(shape.numHeads)), s.lq);
   if (shape.selection == KeySelectionKind::Tree) {
     // Every node sees the prefix (from its window's start), so it is dense
     // attention: the flash kernel tiles it (a tile of nodes reads K and V
     // once) into split 0, or for a few nodes split-KV spreads it over
     // splits [0, S - 1); the gathered kernel takes each node's tree keys
     // into split S - 1, and the split-KV merge combines them and gates.
-    auto select = [&](Value c, Value x, Value y) {
-      return arith::SelectOp::create(b, c, x, y);
-    };
-    Value zero = index(0);
+    Value zero = m.index(0);
     Value fewNodes = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
-                                           index(tiling.decodeMaxQueries));
+                                           m.index(tiling.decodeMaxQueries));
     Value prefixSplits = arith::CeilDivUIOp::create(
-        b, arith::SubIOp::create(b, s.lk, s.lq), index(tiling.splitKeys));
-    Value splits = select(
-        fewNodes, arith::AddIOp::create(b, prefixSplits, index(1)), index(2));
+        b, arith::SubIOp::create(b, s.lk, s.lq), m.index(tiling.splitKeys));
+    Value splits =
+        m.select(fewNodes, arith::AddIOp::create(b, prefixSplits, m.index(1)),
+                 m.index(2));
     allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
                           splits);
     // With a window, a node's first prefix key depends on its depth: the
@@ -92,23 +89,24 @@ void CpuEntryLowering::lowerGatheredSoftmax(
     if (shape.mask == MaskKind::SlidingWindow)
       prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
     std::string prefixName = kernelName("tree_prefix");
-    Value queryTiles =
-        arith::CeilDivUIOp::create(b, s.lq, index(tiling.queryTile));
-    dispatchKernel(b,
-                   select(fewNodes, zero,
-                          mul(mul(s.batch, index(shape.numHeads)), queryTiles)),
-                   prefixBindings, [&](OpBuilder &builder, TypeRange types) {
-                     return buildFlashAttentionKernel(
-                         builder, op.getLoc(), prefixName, shape, tiling, types,
-                         KeyPart::TreePrefix);
-                   });
+    Value queryTiles = m.ceilDiv(s.lq, m.index(tiling.queryTile));
+    dispatchKernel(
+        b,
+        m.select(fewNodes, zero,
+                 m.mul(m.mul(s.batch, m.index(shape.numHeads)), queryTiles)),
+        prefixBindings, [&](OpBuilder &builder, TypeRange types) {
+          return buildFlashAttentionKernel(builder, op.getLoc(), prefixName,
+                                           shape, tiling, types,
+                                           KeyPart::TreePrefix);
+        });
     std::string splitName = kernelName("tree_prefix_split");
     dispatchKernel(
         b,
-        select(
-            fewNodes,
-            mul(mul(mul(s.batch, index(shape.numKvHeads)), prefixSplits), s.lq),
-            zero),
+        m.select(fewNodes,
+                 m.mul(m.mul(m.mul(s.batch, m.index(shape.numKvHeads)),
+                             prefixSplits),
+                       s.lq),
+                 zero),
         prefixBindings, [&](OpBuilder &builder, TypeRange types) {
           return buildSplitKvAttentionKernel(builder, op.getLoc(), splitName,
                                              shape, tiling, types,
@@ -145,14 +143,7 @@ void CpuEntryLowering::lowerGatheredSoftmax(
 
 void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                                   ValueRange bindings) {
-  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
-  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
-  auto dim = [&](Value buffer, int64_t d) -> Value {
-    return memref::DimOp::create(b, buffer, d);
-  };
-  auto staticDim = [](Value buffer, int64_t d) {
-    return cast<MemRefType>(buffer.getType()).getDimSize(d);
-  };
+  HostIndexMath m{b};
   Location loc = op->getLoc();
   std::string name = kernelName(op->getName().stripDialect());
   auto emit = [&](Value groups,
@@ -163,7 +154,8 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {
     // A workgroup per (batch, kv head, block).
     Value out = bindings[1];
-    emit(mul(mul(dim(out, 0), index(staticDim(out, 1))), dim(out, 2)),
+    emit(m.mul(m.mul(m.dim(out, 0), m.index(m.staticDim(out, 1))),
+               m.dim(out, 2)),
          [&](OpBuilder &builder, TypeRange types) {
            return buildBlockMetaKernel(builder, loc, name, meta, tiling, types);
          });
@@ -172,28 +164,30 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   // The selections: a workgroup per (batch, head, query row); top-k's per
   // (batch, kv head, query row), for the heads of a kv group together.
   Value q = bindings[0];
-  Value rows = mul(mul(dim(q, 0), index(staticDim(q, 1))), dim(q, 2));
+  Value rows =
+      m.mul(m.mul(m.dim(q, 0), m.index(m.staticDim(q, 1))), m.dim(q, 2));
   if (auto select = dyn_cast<SelectTopKOp>(op))
-    return emit(
-        mul(mul(dim(q, 0), index(staticDim(bindings[1], 1))), dim(q, 2)),
-        [&](OpBuilder &builder, TypeRange types) {
-          return buildSelectTopKKernel(builder, loc, name, select, tiling,
-                                       types);
-        });
+    return emit(m.mul(m.mul(m.dim(q, 0), m.index(m.staticDim(bindings[1], 1))),
+                      m.dim(q, 2)),
+                [&](OpBuilder &builder, TypeRange types) {
+                  return buildSelectTopKKernel(builder, loc, name, select,
+                                               tiling, types);
+                });
   if (auto select = dyn_cast<SelectTopPOp>(op))
     return emit(rows, [&](OpBuilder &builder, TypeRange types) {
       return buildSelectTopPKernel(builder, loc, name, select, tiling, types);
     });
   if (isa<TreeAcceptOp>(op))
     // A workgroup per batch row.
-    return emit(dim(bindings[0], 0), [&](OpBuilder &builder, TypeRange types) {
-      return buildTreeAcceptKernel(builder, loc, name,
-                                   tiling.toAttr(b.getContext()), types);
-    });
+    return emit(m.dim(bindings[0], 0),
+                [&](OpBuilder &builder, TypeRange types) {
+                  return buildTreeAcceptKernel(
+                      builder, loc, name, tiling.toAttr(b.getContext()), types);
+                });
   // KV compaction: a workgroup per (batch, kv head, tile of rows).
   Value k = bindings[0];
-  emit(mul(mul(dim(k, 0), index(staticDim(k, 1))),
-           arith::CeilDivUIOp::create(b, dim(k, 2), index(kCompactRowTile))),
+  emit(m.mul(m.mul(m.dim(k, 0), m.index(m.staticDim(k, 1))),
+             m.ceilDiv(m.dim(k, 2), m.index(kCompactRowTile))),
        [&](OpBuilder &builder, TypeRange types) {
          return buildKvCompactKernel(builder, loc, name, tiling, types);
        });
@@ -210,33 +204,30 @@ LogicalResult CpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
     lowerGatheredSoftmax(b, op, shape);
     return success();
   }
-  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
-  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
-  auto select = [&](Value c, Value x, Value y) {
-    return arith::SelectOp::create(b, c, x, y);
-  };
+  HostIndexMath m{b};
 
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
 
   // Decode calls (few query rows) take split-KV + merge, others the flash
   // kernel; the other path gets zero workgroups and empty temporaries.
-  Value zero = index(0);
+  Value zero = m.index(0);
   Value decode = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
-                                       index(tiling.decodeMaxQueries));
-  Value queryTiles =
-      arith::CeilDivUIOp::create(b, s.lq, index(tiling.queryTile));
-  Value flashGroups = select(
-      decode, zero, mul(mul(s.batch, index(shape.numHeads)), queryTiles));
-  Value splits = arith::CeilDivUIOp::create(b, s.lk, index(tiling.splitKeys));
-  Value decodeBatch = select(decode, s.batch, zero);
-  Value decodeSplits = select(decode, splits, zero);
-  Value decodeRows = select(decode, s.lq, zero);
+                                       m.index(tiling.decodeMaxQueries));
+  Value queryTiles = m.ceilDiv(s.lq, m.index(tiling.queryTile));
+  Value flashGroups = m.select(
+      decode, zero, m.mul(m.mul(s.batch, m.index(shape.numHeads)), queryTiles));
+  Value splits = m.ceilDiv(s.lk, m.index(tiling.splitKeys));
+  Value decodeBatch = m.select(decode, s.batch, zero);
+  Value decodeSplits = m.select(decode, splits, zero);
+  Value decodeRows = m.select(decode, s.lq, zero);
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
                         decodeRows, decodeSplits);
-  Value splitGroups = mul(
-      mul(mul(decodeBatch, index(shape.numKvHeads)), decodeSplits), decodeRows);
-  Value mergeGroups = mul(mul(decodeBatch, index(shape.numHeads)), decodeRows);
+  Value splitGroups =
+      m.mul(m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)), decodeSplits),
+            decodeRows);
+  Value mergeGroups =
+      m.mul(m.mul(decodeBatch, m.index(shape.numHeads)), decodeRows);
   SmallVector<Value> flashBindings = s.rowBindings();
   SmallVector<Value> splitBindings = s.splitBindings();
   SmallVector<Value> mergeBindings = s.mergeBindings();
@@ -269,7 +260,7 @@ LogicalResult CpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   if (failed(maybeShape))
     return failure();
   const LinearRecurrenceShape &shape = *maybeShape;
-  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
+  HostIndexMath m{b};
 
   RecurrenceBuffers buffersOfOp = bindRecurrence(b, op);
   SmallVector<Value> &bindings = buffersOfOp.bindings;
@@ -279,13 +270,14 @@ LogicalResult CpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   // others (prefill, and L = 0, which only copies the state) the chunked
   // form; the other kernel gets zero workgroups.
   // L - 1 <= max - 1 unsigned: L = 0 wraps around and is not stepwise.
-  Value stepwise = arith::CmpIOp::create(
-      b, arith::CmpIPredicate::ule, arith::SubIOp::create(b, length, index(1)),
-      index(tiling.recurrentMaxSteps - 1));
-  Value groups = arith::MulIOp::create(b, batch, index(shape.numValueHeads));
-  Value zero = index(0);
-  Value chunkedGroups = arith::SelectOp::create(b, stepwise, zero, groups);
-  Value stepGroups = arith::SelectOp::create(b, stepwise, groups, zero);
+  Value stepwise =
+      arith::CmpIOp::create(b, arith::CmpIPredicate::ule,
+                            arith::SubIOp::create(b, length, m.index(1)),
+                            m.index(tiling.recurrentMaxSteps - 1));
+  Value groups = arith::MulIOp::create(b, batch, m.index(shape.numValueHeads));
+  Value zero = m.index(0);
+  Value chunkedGroups = m.select(stepwise, zero, groups);
+  Value stepGroups = m.select(stepwise, groups, zero);
 
   OpBuilder kernelBuilder(host);
   SmallVector<Type> types(ValueRange(bindings).getTypes());
@@ -305,41 +297,39 @@ LogicalResult CpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   if (!tileWidths.empty()) {
     Value workers = WorkerCountOp::create(b, b.getIndexType());
     auto critical = [&](Value workgroups, int64_t work) -> Value {
-      return arith::MulIOp::create(
-          b, arith::CeilDivUIOp::create(b, workgroups, workers), index(work));
+      return arith::MulIOp::create(b, m.ceilDiv(workgroups, workers),
+                                   m.index(work));
     };
     Value bestPath = critical(groups, shape.chunkWork(rowColumns));
-    Value bestColumns = index(rowColumns);
+    Value bestColumns = m.index(rowColumns);
     for (int64_t columns : tileWidths) {
       Value path = critical(
-          arith::MulIOp::create(b, groups, index(rowColumns / columns)),
+          arith::MulIOp::create(b, groups, m.index(rowColumns / columns)),
           shape.chunkWork(columns));
       Value shorter =
           arith::CmpIOp::create(b, arith::CmpIPredicate::ult, path, bestPath);
-      bestPath = arith::SelectOp::create(b, shorter, path, bestPath);
-      bestColumns =
-          arith::SelectOp::create(b, shorter, index(columns), bestColumns);
+      bestPath = m.select(shorter, path, bestPath);
+      bestColumns = m.select(shorter, m.index(columns), bestColumns);
     }
     // (chunkedGroups is already 0 for stepwise calls.)
     auto ifChosen = [&](int64_t columns, Value count) -> Value {
       Value chosen = arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
-                                           bestColumns, index(columns));
-      return arith::SelectOp::create(b, chosen, count, zero);
+                                           bestColumns, m.index(columns));
+      return m.select(chosen, count, zero);
     };
     chunkedGroups = ifChosen(rowColumns, chunkedGroups);
-    Value chunkedCall = arith::SelectOp::create(b, stepwise, zero, groups);
+    Value chunkedCall = m.select(stepwise, zero, groups);
     for (int64_t columns : tileWidths)
       tileGroups.push_back(ifChosen(
-          columns,
-          arith::MulIOp::create(b, chunkedCall, index(rowColumns / columns))));
+          columns, arith::MulIOp::create(b, chunkedCall,
+                                         m.index(rowColumns / columns))));
     if (shape.rmsNormGate) {
       Value rows = arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
-                                         bestColumns, index(rowColumns));
+                                         bestColumns, m.index(rowColumns));
       gateGroups = arith::SelectOp::create(
           b, rows, zero,
-          arith::MulIOp::create(
-              b, chunkedCall,
-              arith::CeilDivUIOp::create(b, length, index(shape.chunkSize))));
+          arith::MulIOp::create(b, chunkedCall,
+                                m.ceilDiv(length, m.index(shape.chunkSize))));
     }
   }
 

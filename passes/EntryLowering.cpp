@@ -469,10 +469,7 @@ bool EntryLowering::isSelectionOrTreeOp(Operation *op) {
 }
 
 void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
-  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
-  auto dim = [&](Value buffer, int64_t d) -> Value {
-    return memref::DimOp::create(b, buffer, d);
-  };
+  HostIndexMath m{b};
   auto check = [&](arith::CmpIPredicate predicate, Value x, Value y,
                    const Twine &message) {
     assertAtRunTime(b, arith::CmpIOp::create(b, predicate, x, y), message);
@@ -493,36 +490,35 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {
     bindOperands(meta.getKey());
     Value k = bindings[0];
-    bindResult(meta.getMeta(),
-               {dim(k, 0), arith::CeilDivUIOp::create(
-                               b, dim(k, 2), index(meta.getBlockSize()))});
+    bindResult(
+        meta.getMeta(),
+        {m.dim(k, 0), m.ceilDiv(m.dim(k, 2), m.index(meta.getBlockSize()))});
   } else if (auto select = dyn_cast<SelectTopKOp>(op)) {
     bindOperands({select.getQuery(), select.getMeta()});
     Value q = bindings[0], meta = bindings[1];
     Value keyLength = buffers.lookupOrDefault(select.getKeyLength());
-    check(
-        arith::CmpIPredicate::eq, dim(meta, 2),
-        arith::CeilDivUIOp::create(b, keyLength, index(select.getBlockSize())),
-        "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / " +
-            Twine(select.getBlockSize()) + "), the blocks of the keys");
+    check(arith::CmpIPredicate::eq, m.dim(meta, 2),
+          m.ceilDiv(keyLength, m.index(select.getBlockSize())),
+          "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / " +
+              Twine(select.getBlockSize()) + "), the blocks of the keys");
     // Kernels read the key length as the size of an empty buffer.
     bindings.push_back(memref::AllocOp::create(
         b, MemRefType::get({ShapedType::kDynamic, 0}, b.getI32Type()),
         ValueRange{keyLength}));
-    bindResult(select.getBlocks(), {dim(q, 0), dim(q, 2)});
+    bindResult(select.getBlocks(), {m.dim(q, 0), m.dim(q, 2)});
   } else if (auto select = dyn_cast<SelectTopPOp>(op)) {
     bindOperands({select.getQuery(), select.getKey()});
     if (Value blocks = select.getBlocks())
       bindOperands(blocks);
     Value q = bindings[0], k = bindings[1];
-    SmallVector<Value> sizes{dim(q, 0), dim(q, 2)};
+    SmallVector<Value> sizes{m.dim(q, 0), m.dim(q, 2)};
     if (!select.getMaxTokens())
-      sizes.push_back(dim(k, 2));
+      sizes.push_back(m.dim(k, 2));
     bindResult(select.getTokens(), sizes);
   } else if (auto accept = dyn_cast<TreeAcceptOp>(op)) {
     bindOperands(accept->getOperands());
-    Value batch = dim(bindings[0], 0), nodes = dim(bindings[0], 1);
-    check(arith::CmpIPredicate::sge, nodes, index(1),
+    Value batch = m.dim(bindings[0], 0), nodes = m.dim(bindings[0], 1);
+    check(arith::CmpIPredicate::sge, nodes, m.index(1),
           "attn.tree_accept: a draft tree needs its root (T >= 1)");
     bindResult(accept.getPath(), {batch, nodes});
     bindResult(accept.getLength(), {batch});
@@ -531,8 +527,8 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     auto compact = cast<KvCompactOp>(op);
     bindOperands(compact->getOperands());
     Value k = bindings[0], path = bindings[2];
-    Value batch = dim(k, 0), keys = dim(k, 2);
-    check(arith::CmpIPredicate::sge, keys, dim(path, 1),
+    Value batch = m.dim(k, 0), keys = m.dim(k, 2);
+    check(arith::CmpIPredicate::sge, keys, m.dim(path, 1),
           "attn.kv_compact: dim 2 of 'k' (P + T) must hold at least "
           "the T tree nodes of 'path'");
     bindResult(compact.getNewKey(), {batch, keys});

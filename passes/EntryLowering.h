@@ -15,13 +15,39 @@
 
 #include "Attn/AttnOps.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
 #include <string>
 
 namespace mlir::attn {
+
+/// The index arithmetic host programs are made of (sizes, workgroup
+/// counts), on one builder.
+struct HostIndexMath {
+  ImplicitLocOpBuilder &b;
+
+  Value index(int64_t v) const { return arith::ConstantIndexOp::create(b, v); }
+  Value mul(Value x, Value y) const { return arith::MulIOp::create(b, x, y); }
+  Value ceilDiv(Value x, Value y) const {
+    return arith::CeilDivUIOp::create(b, x, y);
+  }
+  Value maxS(Value x, Value y) const { return arith::MaxSIOp::create(b, x, y); }
+  Value select(Value c, Value x, Value y) const {
+    return arith::SelectOp::create(b, c, x, y);
+  }
+  /// Dim `d` of a buffer, at run time.
+  Value dim(Value buffer, int64_t d) const {
+    return memref::DimOp::create(b, buffer, d);
+  }
+  /// Dim `d` of a buffer's type (dynamic dims are ShapedType::kDynamic).
+  static int64_t staticDim(Value buffer, int64_t d) {
+    return cast<MemRefType>(buffer.getType()).getDimSize(d);
+  }
+};
 
 class EntryLowering {
 public:

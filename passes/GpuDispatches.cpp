@@ -52,20 +52,12 @@ private:
 void GpuEntryLowering::lowerGatheredSoftmax(
     ImplicitLocOpBuilder &b, AttentionOpInterface op,
     const SoftmaxAttentionShape &shape) {
-  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
-  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
-  auto ceilDiv = [&](Value x, Value y) {
-    return arith::CeilDivUIOp::create(b, x, y);
-  };
-  auto maxS = [&](Value x, Value y) { return arith::MaxSIOp::create(b, x, y); };
+  HostIndexMath m{b};
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
-  auto select = [&](Value c, Value x, Value y) {
-    return arith::SelectOp::create(b, c, x, y);
-  };
   bool tree = shape.selection == KeySelectionKind::Tree;
-  Value rows = mul(mul(s.batch, index(shape.numHeads)), s.lq);
-  Value zero = index(0);
+  Value rows = m.mul(m.mul(s.batch, m.index(shape.numHeads)), s.lq);
+  Value zero = m.index(0);
   Type storage = cast<MemRefType>(s.q.getType()).getElementType();
   // The gathered kernels' bindings, once the partials are allocated.
   auto gatheredBindings = [&]() -> SmallVector<Value> {
@@ -80,11 +72,11 @@ void GpuEntryLowering::lowerGatheredSoftmax(
     // as rows, the prefix in splits of split_keys keys (at least one).
     Value prefix = arith::SubIOp::create(b, s.lk, s.lq);
     Value many = arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, s.lq,
-                                       index(tiling.decodeMaxQueries));
-    Value prefixSplits =
-        select(many, index(1),
-               maxS(index(1), ceilDiv(prefix, index(tiling.splitKeys))));
-    Value splits = arith::AddIOp::create(b, prefixSplits, index(1));
+                                       m.index(tiling.decodeMaxQueries));
+    Value prefixSplits = m.select(
+        many, m.index(1),
+        m.maxS(m.index(1), m.ceilDiv(prefix, m.index(tiling.splitKeys))));
+    Value splits = arith::AddIOp::create(b, prefixSplits, m.index(1));
     allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
                           splits);
     // With a window, a node's first prefix key depends on its depth: the
@@ -94,12 +86,13 @@ void GpuEntryLowering::lowerGatheredSoftmax(
       prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
 
     SimtFlashTiling flash = SimtFlashTiling::choose(shape, storage, tiling);
-    Value queryTiles = ceilDiv(s.lq, index(flash.queryTile()));
+    Value queryTiles = m.ceilDiv(s.lq, m.index(flash.queryTile()));
     std::string prefixName = kernelName("tree_prefix");
     dispatchKernel(
         b,
-        select(many, mul(mul(s.batch, index(shape.numHeads)), queryTiles),
-               zero),
+        m.select(many,
+                 m.mul(m.mul(s.batch, m.index(shape.numHeads)), queryTiles),
+                 zero),
         prefixBindings, [&](OpBuilder &builder, TypeRange types) {
           return buildSimtFlashKernel(builder, op.getLoc(), prefixName, shape,
                                       flash, tiling, types,
@@ -109,12 +102,13 @@ void GpuEntryLowering::lowerGatheredSoftmax(
     SimtFlashTiling decodeFlash =
         SimtFlashTiling::chooseForDecode(shape, storage, tiling);
     const int64_t group = shape.numHeads / shape.numKvHeads;
-    Value rowTiles =
-        ceilDiv(mul(index(group), s.lq), index(decodeFlash.queryTile()));
+    Value rowTiles = m.ceilDiv(m.mul(m.index(group), s.lq),
+                               m.index(decodeFlash.queryTile()));
     Value decodeBlocks =
-        mul(mul(mul(s.batch, index(shape.numKvHeads)), rowTiles), prefixSplits);
+        m.mul(m.mul(m.mul(s.batch, m.index(shape.numKvHeads)), rowTiles),
+              prefixSplits);
     std::string smallPrefixName = kernelName("small_tree_prefix");
-    dispatchKernel(b, select(many, zero, decodeBlocks), prefixBindings,
+    dispatchKernel(b, m.select(many, zero, decodeBlocks), prefixBindings,
                    [&](OpBuilder &builder, TypeRange types) {
                      return buildSimtFlashDecodeKernel(
                          builder, op.getLoc(), smallPrefixName, shape,
@@ -138,23 +132,24 @@ void GpuEntryLowering::lowerGatheredSoftmax(
     int64_t perSplit =
         std::max<int64_t>(1, tiling.splitKeys / shape.selectionBlockSize);
     Value decode = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
-                                         index(tiling.decodeMaxQueries));
-    Value splits = select(
-        decode, maxS(index(1), ceilDiv(entries, index(perSplit))), index(1));
+                                         m.index(tiling.decodeMaxQueries));
+    Value splits = m.select(
+        decode, m.maxS(m.index(1), m.ceilDiv(entries, m.index(perSplit))),
+        m.index(1));
     allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
                           splits);
-    Value work = mul(rows, splits);
+    Value work = m.mul(rows, splits);
     SimtFlashTiling flash =
         SimtFlashTiling::choose(shape, storage, tiling, /*maxWarps=*/1);
     std::string flashName = kernelName("sparse_decode");
-    dispatchKernel(b, select(decode, work, zero), gatheredBindings(),
+    dispatchKernel(b, m.select(decode, work, zero), gatheredBindings(),
                    [&](OpBuilder &builder, TypeRange types) {
                      return buildSimtFlashDecodeKernel(builder, op.getLoc(),
                                                        flashName, shape, flash,
                                                        tiling, types);
                    });
     std::string splitName = kernelName("sparse_split");
-    dispatchKernel(b, select(decode, zero, work), gatheredBindings(),
+    dispatchKernel(b, m.select(decode, zero, work), gatheredBindings(),
                    [&](OpBuilder &builder, TypeRange types) {
                      return buildSimtGatheredSplitKernel(
                          builder, op.getLoc(), splitName, shape, tiling, types);
@@ -170,14 +165,7 @@ void GpuEntryLowering::lowerGatheredSoftmax(
 
 void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                                   ValueRange bindings) {
-  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
-  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
-  auto dim = [&](Value buffer, int64_t d) -> Value {
-    return memref::DimOp::create(b, buffer, d);
-  };
-  auto staticDim = [](Value buffer, int64_t d) {
-    return cast<MemRefType>(buffer.getType()).getDimSize(d);
-  };
+  HostIndexMath m{b};
   Location loc = op->getLoc();
   // The op's first kernel is named after it (top-p's after its first
   // step).
@@ -188,10 +176,10 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   // A [B, H, Lq, n] temporary per row of q (bindings[0]).
   auto rowTemporary = [&](Type element, int64_t staticLast, Value last) {
     Value q = bindings[0];
-    auto type = MemRefType::get({ShapedType::kDynamic, staticDim(q, 1),
+    auto type = MemRefType::get({ShapedType::kDynamic, m.staticDim(q, 1),
                                  ShapedType::kDynamic, staticLast},
                                 element);
-    SmallVector<Value> sizes{dim(q, 0), dim(q, 2)};
+    SmallVector<Value> sizes{m.dim(q, 0), m.dim(q, 2)};
     if (last)
       sizes.push_back(last);
     all.push_back(memref::AllocOp::create(b, type, sizes));
@@ -200,8 +188,9 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {
     Value out = bindings[1];
     Value threads =
-        mul(mul(mul(dim(out, 0), index(staticDim(out, 1))), dim(out, 2)),
-            index(staticDim(out, 4)));
+        m.mul(m.mul(m.mul(m.dim(out, 0), m.index(m.staticDim(out, 1))),
+                    m.dim(out, 2)),
+              m.index(m.staticDim(out, 4)));
     return dispatchKernel(b, threads, all,
                           [&](OpBuilder &builder, TypeRange types) {
                             return buildSimtBlockMetaKernel(
@@ -210,7 +199,8 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   }
   if (isa<SelectTopKOp, SelectTopPOp>(op)) {
     Value q = bindings[0];
-    Value rows = mul(mul(dim(q, 0), index(staticDim(q, 1))), dim(q, 2));
+    Value rows =
+        m.mul(m.mul(m.dim(q, 0), m.index(m.staticDim(q, 1))), m.dim(q, 2));
     if (auto select = dyn_cast<SelectTopKOp>(op)) {
       int64_t fill =
           select.getTopK() - select.getSinkBlocks() - select.getLocalBlocks();
@@ -221,39 +211,37 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
       // bounds into a [B, H, Lq, NB] temporary first, and the selecting
       // threads read them. The other path gets zero threads.
       Value decode =
-          arith::CmpIOp::create(b, arith::CmpIPredicate::ule, dim(q, 2),
-                                index(tiling.decodeMaxQueries));
-      auto select0 = [&](Value c, Value x, Value y) -> Value {
-        return arith::SelectOp::create(b, c, x, y);
-      };
-      Value zero = index(0);
+          arith::CmpIOp::create(b, arith::CmpIPredicate::ule, m.dim(q, 2),
+                                m.index(tiling.decodeMaxQueries));
+      Value zero = m.index(0);
       Value meta = bindings[1];
-      Value numBlocks = dim(meta, 2);
-      Value boundsRows = select0(decode, dim(q, 2), zero);
+      Value numBlocks = m.dim(meta, 2);
+      Value boundsRows = m.select(decode, m.dim(q, 2), zero);
       Value bounds = memref::AllocOp::create(
           b,
-          MemRefType::get({ShapedType::kDynamic, staticDim(q, 1),
+          MemRefType::get({ShapedType::kDynamic, m.staticDim(q, 1),
                            ShapedType::kDynamic, ShapedType::kDynamic},
                           b.getF32Type()),
-          ValueRange{dim(q, 0), boundsRows, numBlocks});
-      dispatchKernel(b, select0(decode, zero, rows), all,
+          ValueRange{m.dim(q, 0), boundsRows, numBlocks});
+      dispatchKernel(b, m.select(decode, zero, rows), all,
                      [&](OpBuilder &builder, TypeRange types) {
                        return buildSimtSelectTopKKernel(builder, loc, name,
                                                         select, tiling, types);
                      });
       std::string boundsName = kernelName("block_bounds");
-      dispatchKernel(
-          b,
-          mul(mul(mul(dim(q, 0), index(staticDim(q, 1))), boundsRows),
-              numBlocks),
-          {q, meta, bounds}, [&](OpBuilder &builder, TypeRange types) {
-            return buildSimtBlockBoundsKernel(builder, loc, boundsName, select,
-                                              tiling, types);
-          });
+      dispatchKernel(b,
+                     m.mul(m.mul(m.mul(m.dim(q, 0), m.index(m.staticDim(q, 1))),
+                                 boundsRows),
+                           numBlocks),
+                     {q, meta, bounds},
+                     [&](OpBuilder &builder, TypeRange types) {
+                       return buildSimtBlockBoundsKernel(
+                           builder, loc, boundsName, select, tiling, types);
+                     });
       SmallVector<Value> withBounds(all);
       withBounds.push_back(bounds);
       std::string fromBoundsName = kernelName("select_topk");
-      return dispatchKernel(b, select0(decode, rows, zero), withBounds,
+      return dispatchKernel(b, m.select(decode, rows, zero), withBounds,
                             [&](OpBuilder &builder, TypeRange types) {
                               return buildSimtSelectTopKKernel(
                                   builder, loc, fromBoundsName, select, tiling,
@@ -264,14 +252,15 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     // A row's candidates: its visible keys, and within a block selection of
     // N entries (each counted once) at most N * block_size of them. The cap
     // keeps prefill rows after top-k from needing Lq x Lk temporaries.
-    Value keys = dim(bindings[1], 2);
+    Value keys = m.dim(bindings[1], 2);
     if (select.getBlocks())
       keys = arith::MinSIOp::create(
-          b, keys, mul(dim(bindings[2], 3), index(*select.getBlockSize())));
-    keys = arith::MaxSIOp::create(b, keys, index(1));
+          b, keys,
+          m.mul(m.dim(bindings[2], 3), m.index(*select.getBlockSize())));
+    keys = m.maxS(keys, m.index(1));
     // Scores and key indices; bucket counts and f64 weights (none when
     // top_p = 1 leaves the weights unused); a bucket's sort space; flags.
-    Value buckets = arith::MinSIOp::create(b, keys, index(kMaxTopPBuckets));
+    Value buckets = arith::MinSIOp::create(b, keys, m.index(kMaxTopPBuckets));
     bool byWeight = select.getTopP().convertToDouble() < 1.0;
     // Candidates are listed by a thread per row, scored by a thread per
     // (row, candidate), and selected by a thread per row.
@@ -282,7 +271,7 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     Value scores = all[first], keyList = all[first + 1], count = all[first + 2];
     rowTemporary(b.getI32Type(), ShapedType::kDynamic, buckets);
     rowTemporary(b.getF64Type(), ShapedType::kDynamic,
-                 byWeight ? buckets : index(0));
+                 byWeight ? buckets : m.index(0));
     rowTemporary(b.getI32Type(), ShapedType::kDynamic, keys);
     rowTemporary(b.getI8Type(), ShapedType::kDynamic, keys);
     ValueRange selectTemps = ValueRange(all).drop_front(first + 3);
@@ -297,7 +286,8 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                          builder, loc, name, select, tiling, types);
                    });
     std::string scoresName = kernelName("topp_scores");
-    dispatchKernel(b, mul(rows, keys), {q, bindings[1], keyList, count, scores},
+    dispatchKernel(b, m.mul(rows, keys),
+                   {q, bindings[1], keyList, count, scores},
                    [&](OpBuilder &builder, TypeRange types) {
                      return buildSimtTopPScoresKernel(builder, loc, scoresName,
                                                       select, tiling, types);
@@ -314,15 +304,17 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   }
   if (isa<TreeAcceptOp>(op))
     // The scalar kernel of the CPU, a thread per batch row.
-    return dispatchKernel(
-        b, dim(bindings[0], 0), all, [&](OpBuilder &builder, TypeRange types) {
-          return buildTreeAcceptKernel(builder, loc, name,
-                                       tiling.toAttr(b.getContext()), types);
-        });
+    return dispatchKernel(b, m.dim(bindings[0], 0), all,
+                          [&](OpBuilder &builder, TypeRange types) {
+                            return buildTreeAcceptKernel(
+                                builder, loc, name,
+                                tiling.toAttr(b.getContext()), types);
+                          });
   Value k = bindings[0];
-  Value features = index(staticDim(k, 3) + staticDim(bindings[1], 3));
+  Value features = m.index(m.staticDim(k, 3) + m.staticDim(bindings[1], 3));
   Value threads =
-      mul(mul(mul(dim(k, 0), index(staticDim(k, 1))), dim(k, 2)), features);
+      m.mul(m.mul(m.mul(m.dim(k, 0), m.index(m.staticDim(k, 1))), m.dim(k, 2)),
+            features);
   dispatchKernel(b, threads, all, [&](OpBuilder &builder, TypeRange types) {
     return buildSimtKvCompactKernel(builder, loc, name, tiling, types);
   });
@@ -339,43 +331,38 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
     lowerGatheredSoftmax(b, op, shape);
     return success();
   }
-  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
-  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
-  auto select = [&](Value c, Value x, Value y) {
-    return arith::SelectOp::create(b, c, x, y);
-  };
+  HostIndexMath m{b};
 
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
 
   // Decode calls take split-KV + merge, others the flash block kernel; the
   // other path gets zero workgroups and empty temporaries.
-  Value zero = index(0);
+  Value zero = m.index(0);
   Value decode = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
-                                       index(tiling.decodeMaxQueries));
+                                       m.index(tiling.decodeMaxQueries));
   SimtFlashTiling flash = SimtFlashTiling::choose(
       shape, cast<MemRefType>(s.q.getType()).getElementType(), tiling);
-  Value queryTiles =
-      arith::CeilDivUIOp::create(b, s.lq, index(flash.queryTile()));
-  Value flashBlocks = select(
-      decode, zero, mul(mul(s.batch, index(shape.numHeads)), queryTiles));
-  Value decodeBatch = select(decode, s.batch, zero);
-  Value decodeRows = select(decode, s.lq, zero);
-  Value decodeSplits = select(
-      decode, arith::CeilDivUIOp::create(b, s.lk, index(tiling.splitKeys)),
-      zero);
+  Value queryTiles = m.ceilDiv(s.lq, m.index(flash.queryTile()));
+  Value flashBlocks = m.select(
+      decode, zero, m.mul(m.mul(s.batch, m.index(shape.numHeads)), queryTiles));
+  Value decodeBatch = m.select(decode, s.batch, zero);
+  Value decodeRows = m.select(decode, s.lq, zero);
+  Value decodeSplits =
+      m.select(decode, m.ceilDiv(s.lk, m.index(tiling.splitKeys)), zero);
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
                         decodeRows, decodeSplits);
-  Value mergeThreads = mul(mul(decodeBatch, index(shape.numHeads)), decodeRows);
+  Value mergeThreads =
+      m.mul(m.mul(decodeBatch, m.index(shape.numHeads)), decodeRows);
   // Decode blocks: (batch, kv head, tile of the group's rows, split).
   SimtFlashTiling decodeFlash = SimtFlashTiling::chooseForDecode(
       shape, cast<MemRefType>(s.q.getType()).getElementType(), tiling);
   const int64_t group = shape.numHeads / shape.numKvHeads;
   Value groupRowTiles = arith::CeilDivUIOp::create(
-      b, mul(index(group), decodeRows), index(decodeFlash.queryTile()));
+      b, m.mul(m.index(group), decodeRows), m.index(decodeFlash.queryTile()));
   Value decodeBlocks =
-      mul(mul(mul(decodeBatch, index(shape.numKvHeads)), groupRowTiles),
-          decodeSplits);
+      m.mul(m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)), groupRowTiles),
+            decodeSplits);
   SmallVector<Value> rowBindings = s.rowBindings();
   SmallVector<Value> splitBindings = s.splitBindings();
   SmallVector<Value> mergeBindings = s.mergeBindings();
@@ -407,8 +394,7 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   if (failed(maybeShape))
     return failure();
   const LinearRecurrenceShape &shape = *maybeShape;
-  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v); };
-  auto mul = [&](Value x, Value y) { return arith::MulIOp::create(b, x, y); };
+  HostIndexMath m{b};
   RecurrenceBuffers r = bindRecurrence(b, op);
   SmallVector<Type> types(ValueRange(r.bindings).getTypes());
 
@@ -421,13 +407,14 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   func::FuncOp chunked = buildSimtChunkedRecurrenceKernel(
       kernelBuilder, op.getLoc(), kernelName("chunked"), shape, threads, tiling,
       types);
-  Value heads = mul(r.batch, index(shape.numValueHeads));
-  DispatchOp::create(b, chunked.getSymName(), mul(heads, index(tiles)),
+  Value heads = m.mul(r.batch, m.index(shape.numValueHeads));
+  DispatchOp::create(b, chunked.getSymName(), m.mul(heads, m.index(tiles)),
                      r.bindings);
   if (shape.rmsNormGate) {
     func::FuncOp gate = buildSimtRecurrenceGateKernel(
         kernelBuilder, op.getLoc(), kernelName("gate"), shape, tiling, types);
-    DispatchOp::create(b, gate.getSymName(), mul(heads, r.length), r.bindings);
+    DispatchOp::create(b, gate.getSymName(), m.mul(heads, r.length),
+                       r.bindings);
   }
   return success();
 }
