@@ -5,8 +5,9 @@
 // dispatch's workgroup count. A thread kernel's body runs for global
 // thread index blockIdx.x * blockDim.x + threadIdx.x when that index is
 // below the count; a block kernel's for blockIdx.x, with its thread loops
-// run by threadIdx.x and separated by barriers, and its shared buffers in
-// dynamic shared memory (SimtKernels.h). The host functions are dropped;
+// run by threadIdx.x and separated by barriers, its shared buffers in
+// dynamic shared memory and its register buffers in per-thread arrays
+// (SimtKernels.h). The host functions are dropped;
 // their dispatch programs are in the binary by then.
 //
 //===----------------------------------------------------------------------===//
@@ -128,7 +129,69 @@ struct AttnGpuOutlineKernels final
     });
     if (divergent.wasInterrupted())
       return failure();
-    return launch->perBlock ? lowerBlockStructure(func, *launch) : success();
+    if (launch->perBlock)
+      return lowerBlockStructure(func, *launch);
+    WalkResult registers = func.walk([&](memref::AllocaOp alloca) {
+      if (!alloca->hasAttr(kRegisterBufferAttr))
+        return WalkResult::advance();
+      alloca.emitError("register buffers are for block kernels (a thread "
+                       "kernel's values are its own already)");
+      return WalkResult::interrupt();
+    });
+    return failure(registers.wasInterrupted());
+  }
+
+  /// A block kernel's register buffers [threads, shape...] -> one
+  /// [shape...] array per thread (SROA makes it registers where its indices
+  /// are constants), which each thread's views of its own slice become.
+  LogicalResult lowerRegisterBuffers(gpu::GPUFuncOp func) {
+    SmallVector<memref::AllocaOp> buffers;
+    func.walk([&](memref::AllocaOp alloca) {
+      if (alloca->hasAttr(kRegisterBufferAttr))
+        buffers.push_back(alloca);
+    });
+    // In the entry block (the kernel's body sits under its range guard):
+    // LLVM promotes only entry-block allocas to registers.
+    auto b = OpBuilder::atBlockBegin(&func.getBody().front());
+    for (memref::AllocaOp alloca : buffers) {
+      MemRefType type = alloca.getType();
+      auto perThread = memref::AllocaOp::create(
+          b, alloca.getLoc(),
+          MemRefType::get(type.getShape().drop_front(), type.getElementType()),
+          alloca.getAlignmentAttr());
+      b.setInsertionPointAfter(perThread);
+      for (Operation *user : llvm::make_early_inc_range(alloca->getUsers())) {
+        auto view = dyn_cast<memref::SubViewOp>(user);
+        auto loop = user->getParentOfType<scf::ParallelOp>();
+        auto ownSlice = [&] {
+          if (!view || !loop || !loop->hasAttr(kThreadLoopAttr) ||
+              view.getMixedOffsets().front() !=
+                  OpFoldResult(loop.getInductionVars().front()) ||
+              view.getType().getRank() != type.getRank() - 1)
+            return false;
+          SmallVector<OpFoldResult> offsets = view.getMixedOffsets();
+          for (OpFoldResult offset : ArrayRef(offsets).drop_front())
+            if (!isConstantIntValue(offset, 0))
+              return false;
+          for (OpFoldResult stride : view.getMixedStrides())
+            if (!isConstantIntValue(stride, 1))
+              return false;
+          return true;
+        };
+        if (!ownSlice())
+          return user->emitError(
+              "a register buffer may only be used through a thread's view of "
+              "its own slice (memref.subview at the thread of the enclosing "
+              "thread loop)");
+        OpBuilder at(view);
+        view.replaceAllUsesWith(
+            memref::CastOp::create(at, view.getLoc(), view.getType(), perThread)
+                .getResult());
+        view.erase();
+      }
+      alloca.erase();
+    }
+    return success();
   }
 
   /// A block kernel's shared buffers -> views into dynamic shared memory,
@@ -177,6 +240,9 @@ struct AttnGpuOutlineKernels final
           type.getNumElements() * type.getElementTypeBitWidth() / 8, 16);
     }
     assert(offset == launch.sharedBytes && "SimtLaunch counts the same");
+
+    if (failed(lowerRegisterBuffers(func)))
+      return failure();
 
     IRRewriter rewriter(context);
     for (scf::ParallelOp loop : threadLoops) {

@@ -4,11 +4,14 @@
 // W warps owns 16 W query rows of one head and walks the key tiles its
 // rows see (the mask's range). Per tile it stages k and v in shared
 // memory; each warp computes its 16 rows' scores S = q k^T with
-// attn.warp_mma (tensor cores for f16/bf16), a thread per row masks them
-// and does the online-softmax update (m, l and the rescaled accumulator
-// rows, all in shared memory), and each warp adds P v to its rows with
-// attn.warp_mma. P is rounded to the storage dtype for the tensor cores,
-// and l sums the rounded values, so o stays a weighted mean of v.
+// attn.warp_mma (tensor cores for f16/bf16) into its lanes' fragments;
+// each lane masks its elements and, once a row's 4 lanes have exchanged
+// their parts of its max, does the online-softmax update of its elements
+// (its rows' m, its part of l and its output fragment, all in registers);
+// and each warp adds P v to its lanes' output fragments with
+// attn.warp_mma. P goes through shared memory, rounded to the storage
+// dtype for the tensor cores, and l sums the rounded values, so o stays a
+// weighted mean of v.
 //
 // Decode (at most decodeMaxQueries rows) is FlashDecoding: the same kernel
 // with a block per (batch, kv head, key split of splitKeys keys), whose
@@ -88,6 +91,32 @@ Value SimtEmitter::shared(ArrayRef<int64_t> shape, Type element) {
       b.getI64IntegerAttr(16));
   alloca->setAttr(kSharedBufferAttr, b.getUnitAttr());
   return alloca;
+}
+
+Value SimtEmitter::registers(ArrayRef<int64_t> shape) {
+  assert(blockThreads > 0 && "registers are for block kernels");
+  SmallVector<int64_t> perThread{blockThreads};
+  llvm::append_range(perThread, shape);
+  Value buffer = shared(perThread);
+  Operation *alloca = buffer.getDefiningOp();
+  alloca->removeAttr(kSharedBufferAttr);
+  alloca->setAttr(kRegisterBufferAttr, b.getUnitAttr());
+  return buffer;
+}
+
+Value SimtEmitter::registersOf(Value buffer, Value thread) {
+  auto type = cast<MemRefType>(buffer.getType());
+  const int64_t rank = type.getRank();
+  SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0));
+  offsets[0] = thread;
+  SmallVector<OpFoldResult> sizes, strides(rank, b.getIndexAttr(1));
+  sizes.push_back(b.getIndexAttr(1));
+  for (int64_t size : type.getShape().drop_front())
+    sizes.push_back(b.getIndexAttr(size));
+  auto viewType = memref::SubViewOp::inferRankReducedResultType(
+      type.getShape().drop_front(), type, offsets, sizes, strides);
+  return memref::SubViewOp::create(b, viewType, buffer, offsets, sizes,
+                                   strides);
 }
 
 Value SimtEmitter::loadOrZero(Value condition, Value memref,
@@ -243,10 +272,8 @@ int64_t SimtFlashTiling::sharedBytes() const {
   return buffer(rows * headStride(), elementBytes) +        // q tile
          buffer(keys * headStride(), elementBytes) +        // k tile
          buffer(keys * valueStride(), elementBytes) +       // v tile
-         buffer(rows * scoreStride(), 4) +                  // scores
          buffer(rows * probabilityStride(), elementBytes) + // probabilities
-         buffer(rows * accumulatorStride(), 4) +            // accumulators
-         2 * buffer(rows, 4);                               // max, sum
+         buffer(rows * kLanesPerRow, 4);                    // quad exchange
 }
 
 SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
@@ -347,13 +374,14 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     return arith::AndIOp::create(b, x, y).getResult();
   };
   // A thread loop in which each warp works on its 16 rows: body(first row
-  // of the warp, lane).
-  auto eachWarp = [&](function_ref<void(Value warpRow, Value lane)> body) {
-    e.eachThread([&](Value thread) {
-      Value warpRow = e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
-      body(warpRow, e.rem(thread, c32));
-    });
-  };
+  // of the warp, lane, thread).
+  auto eachWarp =
+      [&](function_ref<void(Value warpRow, Value lane, Value thread)> body) {
+        e.eachThread([&](Value thread) {
+          Value warpRow = e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
+          body(warpRow, e.rem(thread, c32), thread);
+        });
+      };
 
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
   if (treePrefix)
@@ -446,28 +474,46 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   Value qs = e.shared({TQ, flash.headStride()}, storage);
   Value ks = e.shared({TK, flash.headStride()}, storage);
   Value vs = e.shared({TK, flash.valueStride()}, storage);
-  Value scores = e.shared({TQ, flash.scoreStride()});
   Value probs = e.shared({TQ, flash.probabilityStride()}, storage);
-  Value acc = e.shared({TQ, flash.accumulatorStride()});
-  Value rowMax = e.shared({TQ});
-  Value rowSum = e.shared({TQ});
+  // The 4 lanes that hold a row (those of one lane / 4) exchange their parts
+  // of its max and sum here: quad[row, lane % 4].
+  Value quad = e.shared({TQ, SimtFlashTiling::kLanesPerRow});
+  // Each lane keeps in registers its share of its warp's scores and output
+  // (mma accumulator fragments: rows g and g + 8 of the warp's 16, two
+  // columns of every 8) and, for its two rows, the running max (the same in
+  // a row's 4 lanes) and its part of the running sum.
+  const int64_t keyBlocks = TK / WarpMmaOp::kFragmentColumns;
+  const int64_t valueBlocks = Dvp / WarpMmaOp::kFragmentColumns;
+  Value scoreRegs = e.registers({keyBlocks, 4});
+  Value outRegs = e.registers({valueBlocks, 4});
+  Value maxRegs = e.registers({2});
+  Value sumRegs = e.registers({2});
+  // Fragment element `el` of half `half` in column block `block`.
+  auto fragmentAt = [&](int64_t block, int64_t half, int64_t el) {
+    return SmallVector<Value>{e.index(block), e.index(2 * half + el)};
+  };
+  auto setRegisters = [&](Value registers, int64_t blocks, double value) {
+    for (int64_t block = 0; block < blocks; ++block)
+      for (int64_t i = 0; i < 4; ++i)
+        e.store(e.scalar(value), registers, {e.index(block), e.index(i)});
+  };
 
-  // Stage the q tile, clear the state.
-  e.forAll(e.index(TQ * Dp), [&](Value i) {
-    Value r = e.div(i, e.index(Dp)), d = e.rem(i, e.index(Dp));
-    e.store(e.loadOrZero(both(lt(r, rows), lt(d, e.index(D))), q,
-                         {batch, headOf(r), rowOf(r), d}),
-            qs, {r, d});
+  // Stage the q tile, clear the registers.
+  e.eachThread([&](Value thread) {
+    e.loop(thread, e.index(TQ * Dp), e.index(flash.threads()), [&](Value i) {
+      Value r = e.div(i, e.index(Dp)), d = e.rem(i, e.index(Dp));
+      e.store(e.loadOrZero(both(lt(r, rows), lt(d, e.index(D))), q,
+                           {batch, headOf(r), rowOf(r), d}),
+              qs, {r, d});
+    });
+    setRegisters(e.registersOf(outRegs, thread), valueBlocks, 0.0);
+    Value m = e.registersOf(maxRegs, thread),
+          l = e.registersOf(sumRegs, thread);
+    for (int64_t half = 0; half < 2; ++half) {
+      e.store(e.scalar(kNegInf), m, e.index(half));
+      e.store(e.scalar(0.0), l, e.index(half));
+    }
   });
-  e.forAll(e.index(TQ * Dvp), [&](Value i) {
-    e.store(e.scalar(0.0), acc,
-            {e.div(i, e.index(Dvp)), e.rem(i, e.index(Dvp))});
-  });
-  e.forAll(e.index(TQ), [&](Value r) {
-    e.store(e.scalar(kNegInf), rowMax, r);
-    e.store(e.scalar(0.0), rowSum, r);
-  });
-
   if (treeWindow) {
     rowStarts = e.shared({TQ}, b.getI32Type());
     e.forAll(e.index(TQ), [&](Value r) {
@@ -533,12 +579,14 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     // Stage the key tile's k and v rows: 16 bytes a load where a row is
     // whole 16-byte pieces (every row then starts 16-byte aligned, in
     // global memory as in the padded shared rows), else an element a load.
-    auto stage = [&](Value from, Value to, int64_t dim, int64_t padded) {
+    auto stage = [&](Value thread, Value from, Value to, int64_t dim,
+                     int64_t padded) {
       const int64_t lanes = 16 / flash.elementBytes;
+      Value threads = e.index(flash.threads());
       if (dim % lanes == 0 && padded % lanes == 0) {
         auto piece = VectorType::get({lanes}, storage);
         const int64_t pieces = padded / lanes;
-        e.forAll(e.index(TK * pieces), [&](Value i) {
+        e.loop(thread, e.index(TK * pieces), threads, [&](Value i) {
           Value j = e.div(i, e.index(pieces));
           Value d = e.mul(e.rem(i, e.index(pieces)), e.index(lanes));
           auto [key, isKey] = keyAt(e.add(firstKey, j));
@@ -566,7 +614,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
         });
         return;
       }
-      e.forAll(e.index(TK * padded), [&](Value i) {
+      e.loop(thread, e.index(TK * padded), threads, [&](Value i) {
         Value j = e.div(i, e.index(padded)), d = e.rem(i, e.index(padded));
         auto [key, isKey] = keyAt(e.add(firstKey, j));
         e.store(e.loadOrZero(both(isKey, lt(d, e.index(dim))), from,
@@ -574,75 +622,155 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
                 to, {j, d});
       });
     };
-    stage(k, ks, D, Dp);
-    stage(v, vs, Dv, Dvp);
-
-    // scores = q k^T, a warp per 16 rows.
-    eachWarp([&](Value warpRow, Value lane) {
-      WarpMmaOp::create(b, qs, ks, scores, warpRow, lane, /*n=*/TK, /*k=*/Dp)
-          .setRhsTransposed(true);
+    e.eachThread([&](Value thread) {
+      stage(thread, k, ks, D, Dp);
+      stage(thread, v, vs, Dv, Dvp);
     });
 
-    // A thread per row: scale, softcap, mask; the online-softmax update.
-    e.forAll(e.index(TQ), [&](Value r) {
-      auto [firstVisible, lastVisible] = rowKeys(r);
-      Value oldMax = e.load(rowMax, r);
-      Value tileMax = e.loop(
-          c0, e.index(TK), c1, {e.scalar(kNegInf)},
-          [&](Value j, ValueRange it) {
-            auto [key, isKey] = keyAt(e.add(firstKey, j));
-            Value s =
-                e.softcap(e.fmul(e.load(scores, {r, j}), e.scalar(shape.scale)),
-                          shape.softcap);
+    // S = q k^T into the lanes' registers; each lane scales, softcaps and
+    // masks its scores and offers its part of its rows' max.
+    eachWarp([&](Value warpRow, Value lane, Value thread) {
+      Value s = e.registersOf(scoreRegs, thread);
+      auto scoresOp = WarpMmaOp::create(b, qs, ks, s, warpRow, lane,
+                                        /*n=*/TK, /*k=*/Dp);
+      scoresOp.setRhsTransposed(true);
+      scoresOp.setAccFragment(true);
+      MmaFragmentLayout layout(e, warpRow, lane);
+      Value quadLane = e.rem(lane, e.index(SimtFlashTiling::kLanesPerRow));
+      // The keys of the lane's columns (the same in both its rows).
+      SmallVector<std::pair<Value, Value>> columnKeys;
+      for (int64_t block = 0; block < keyBlocks; ++block)
+        for (int64_t el = 0; el < 2; ++el)
+          columnKeys.push_back(
+              keyAt(e.add(firstKey, layout.accColumn(e, e.index(block), el))));
+      for (int64_t half = 0; half < 2; ++half) {
+        Value r = layout.accRow(e, half);
+        auto [firstVisible, lastVisible] = rowKeys(r);
+        Value partMax = e.scalar(kNegInf);
+        for (int64_t block = 0; block < keyBlocks; ++block)
+          for (int64_t el = 0; el < 2; ++el) {
+            auto [key, isKey] = columnKeys[2 * block + el];
+            SmallVector<Value> at = fragmentAt(block, half, el);
+            Value score = e.softcap(
+                e.fmul(e.load(s, at), e.scalar(shape.scale)), shape.softcap);
             Value visible =
                 both(isKey,
                      both(e.icmp(arith::CmpIPredicate::sge, key, firstVisible),
                           lt(key, lastVisible)));
-            s = e.select(visible, s, e.scalar(kNegInf));
-            e.store(s, scores, {r, j});
-            return SmallVector<Value>{e.fmax(it[0], s)};
-          })[0];
-      Value newMax = e.fmax(oldMax, tileMax);
-      Value safe = e.safeMax(newMax);
-      Value rescale = e.exp(e.fsub(oldMax, safe));
-      // The sum adds the probabilities as stored (rounded to the storage
-      // dtype), so o is a weighted mean of v with exactly P's weights.
-      Value tileSum = e.sumOver(c0, e.index(TK), [&](Value j) {
-        Value p = e.exp(e.fsub(e.load(scores, {r, j}), safe));
-        Value stored = e.narrow(p, storage);
-        memref::StoreOp::create(b, stored, probs, ValueRange{r, j});
-        return e.widen(stored);
-      });
-      e.store(e.fma(e.load(rowSum, r), rescale, tileSum), rowSum, r);
-      e.store(newMax, rowMax, r);
-      e.loop(c0, e.index(Dvp), c1, [&](Value d) {
-        e.store(e.fmul(e.load(acc, {r, d}), rescale), acc, {r, d});
-      });
+            score = e.select(visible, score, e.scalar(kNegInf));
+            e.store(score, s, at);
+            partMax = e.fmax(partMax, score);
+          }
+        e.store(partMax, quad, {r, quadLane});
+      }
     });
 
-    // acc += P v, a warp per 16 rows.
-    eachWarp([&](Value warpRow, Value lane) {
-      WarpMmaOp::create(b, probs, vs, acc, warpRow, lane, /*n=*/Dvp, /*k=*/TK)
-          .setAccumulate(true);
+    // The online-softmax update of each lane's rows: the row's new max from
+    // its 4 lanes' parts; P (rounded to the storage dtype for the tensor
+    // cores) to shared memory; the lane's sum and output rescaled. The sum
+    // adds the probabilities as stored, so o is a weighted mean of v with
+    // exactly P's weights.
+    eachWarp([&](Value warpRow, Value lane, Value thread) {
+      Value s = e.registersOf(scoreRegs, thread);
+      Value o = e.registersOf(outRegs, thread);
+      Value m = e.registersOf(maxRegs, thread);
+      Value l = e.registersOf(sumRegs, thread);
+      MmaFragmentLayout layout(e, warpRow, lane);
+      for (int64_t half = 0; half < 2; ++half) {
+        Value r = layout.accRow(e, half), h = e.index(half);
+        Value tileMax = e.load(quad, {r, c0});
+        for (int64_t i = 1; i < SimtFlashTiling::kLanesPerRow; ++i)
+          tileMax = e.fmax(tileMax, e.load(quad, {r, e.index(i)}));
+        Value oldMax = e.load(m, h);
+        Value newMax = e.fmax(oldMax, tileMax);
+        Value safe = e.safeMax(newMax);
+        Value rescale = e.exp(e.fsub(oldMax, safe));
+        Value partSum = e.scalar(0.0);
+        for (int64_t block = 0; block < keyBlocks; ++block)
+          for (int64_t el = 0; el < 2; ++el) {
+            Value p =
+                e.exp(e.fsub(e.load(s, fragmentAt(block, half, el)), safe));
+            Value stored = e.narrow(p, storage);
+            memref::StoreOp::create(
+                b, stored, probs,
+                ValueRange{r, layout.accColumn(e, e.index(block), el)});
+            partSum = e.fadd(partSum, e.widen(stored));
+          }
+        e.store(e.fma(e.load(l, h), rescale, partSum), l, h);
+        e.store(newMax, m, h);
+        for (int64_t block = 0; block < valueBlocks; ++block)
+          for (int64_t el = 0; el < 2; ++el) {
+            SmallVector<Value> at = fragmentAt(block, half, el);
+            e.store(e.fmul(e.load(o, at), rescale), o, at);
+          }
+      }
+    });
+
+    // o += P v into the lanes' registers.
+    eachWarp([&](Value warpRow, Value lane, Value thread) {
+      auto outputOp =
+          WarpMmaOp::create(b, probs, vs, e.registersOf(outRegs, thread),
+                            warpRow, lane, /*n=*/Dvp, /*k=*/TK);
+      outputOp.setAccumulate(true);
+      outputOp.setAccFragment(true);
     });
   });
 
-  // o = acc / l, gated; lse = m + log l (a thread per row). The tree's
-  // prefix and decode splits: their partials, ungated (an empty range
-  // gives o = 0 and lse = -inf, which the merge weighs 0).
-  e.forAll(rows, [&](Value r) {
-    SmallVector<Value> at{batch, headOf(r), rowOf(r)};
-    if (split)
-      at.push_back(split);
-    Value sum = e.load(rowSum, r);
-    storeRow(
-        e, shape,
-        [&](Value d) {
-          return e.load(acc, {r, d});
-        },
-        e.reciprocalOrZero(sum), gate, out, at);
-    if (lse)
-      e.store(e.logSumExp(e.load(rowMax, r), sum), lse, at);
+  // Each row's sum from its 4 lanes' parts, then o = acc / l, gated, and
+  // lse = m + log l (by the row's first lane). The tree's prefix and
+  // decode splits: their partials, ungated (an empty range gives o = 0 and
+  // lse = -inf, which the merge weighs 0).
+  eachWarp([&](Value warpRow, Value lane, Value thread) {
+    Value l = e.registersOf(sumRegs, thread);
+    MmaFragmentLayout layout(e, warpRow, lane);
+    Value quadLane = e.rem(lane, e.index(SimtFlashTiling::kLanesPerRow));
+    for (int64_t half = 0; half < 2; ++half)
+      e.store(e.load(l, e.index(half)), quad,
+              {layout.accRow(e, half), quadLane});
+  });
+  eachWarp([&](Value warpRow, Value lane, Value thread) {
+    Value o = e.registersOf(outRegs, thread);
+    Value m = e.registersOf(maxRegs, thread);
+    MmaFragmentLayout layout(e, warpRow, lane);
+    Value quadLane = e.rem(lane, e.index(SimtFlashTiling::kLanesPerRow));
+    for (int64_t half = 0; half < 2; ++half) {
+      Value r = layout.accRow(e, half);
+      e.ifThen(lt(r, rows), [&] {
+        Value sum = e.load(quad, {r, c0});
+        for (int64_t i = 1; i < SimtFlashTiling::kLanesPerRow; ++i)
+          sum = e.fadd(sum, e.load(quad, {r, e.index(i)}));
+        Value inv = e.reciprocalOrZero(sum);
+        SmallVector<Value> at{batch, headOf(r), rowOf(r)};
+        if (split)
+          at.push_back(split);
+        Value headGate;
+        if (gate && shape.headwiseGate)
+          headGate = e.load(gate, {at[0], at[1], at[2], c0});
+        for (int64_t block = 0; block < valueBlocks; ++block)
+          for (int64_t el = 0; el < 2; ++el) {
+            Value d = layout.accColumn(e, e.index(block), el);
+            auto storeElement = [&] {
+              Value value = e.fmul(e.load(o, fragmentAt(block, half, el)), inv);
+              if (gate)
+                value = e.sigmoidGate(
+                    value, headGate ? headGate
+                                    : e.load(gate, {at[0], at[1], at[2], d}));
+              SmallVector<Value> outAt(at);
+              outAt.push_back(d);
+              e.store(value, out, outAt);
+            };
+            // Blocks past Dv hold padding only; the last may hold both.
+            if ((block + 1) * WarpMmaOp::kFragmentColumns <= Dv)
+              storeElement();
+            else if (block * WarpMmaOp::kFragmentColumns < Dv)
+              e.ifThen(lt(d, e.index(Dv)), storeElement);
+          }
+        if (lse)
+          e.ifThen(e.icmp(arith::CmpIPredicate::eq, quadLane, c0), [&] {
+            e.store(e.logSumExp(e.load(m, e.index(half)), sum), lse, at);
+          });
+      });
+    }
   });
   func::ReturnOp::create(b);
   return func;

@@ -9,8 +9,10 @@
 //  * block kernels (`attn.block_kernel`): a workgroup is one CUDA block of
 //    `block_threads` threads. The body is uniform code around thread loops
 //    (`scf.parallel {attn.threads}` over [0, block_threads)), each followed
-//    by a barrier; threads share `memref.alloca {attn.shared}` buffers and
-//    pass nothing else between thread loops.
+//    by a barrier; threads share `memref.alloca {attn.shared}` buffers,
+//    keep their own values across thread loops in `memref.alloca
+//    {attn.registers}` buffers (a slice per thread), and pass nothing else
+//    between thread loops.
 //
 // That makes the same body two things:
 //
@@ -19,7 +21,8 @@
 //    thread loop's body once per thread with a barrier after it, and
 //    placing the shared buffers in dynamic shared memory;
 //  * a CPU kernel: the CPU lowering compiles it unchanged (thread loops run
-//    in order, shared buffers live on the stack), so the CUDA kernels'
+//    in order, shared and register buffers live on the stack), so the CUDA
+//    kernels'
 //    arithmetic is tested against the float64 reference on machines without
 //    a GPU.
 //
@@ -65,6 +68,7 @@ inline int smVersionOf(llvm::StringRef chip) {
 constexpr llvm::StringLiteral kBlockKernelAttr = "attn.block_kernel";
 constexpr llvm::StringLiteral kThreadLoopAttr = "attn.threads";
 constexpr llvm::StringLiteral kSharedBufferAttr = "attn.shared";
+constexpr llvm::StringLiteral kRegisterBufferAttr = "attn.registers";
 
 /// How the runtime launches a kernel of -attn-gpu-dispatches.
 struct SimtLaunch {
@@ -108,6 +112,17 @@ struct SimtEmitter : KernelEmitter {
   /// Block kernels: a buffer shared by the block's threads (f32 unless
   /// told), allocated at the kernel's entry.
   Value shared(ArrayRef<int64_t> shape, Type element = {});
+  /// Block kernels: values each thread keeps for itself from one thread
+  /// loop to the next (an accumulator fragment, its rows' running max), f32
+  /// `shape` per thread. Allocated at the kernel's entry as
+  /// `memref.alloca {attn.registers}` of [blockThreads, shape...], which
+  /// the CPU runs as it is; the threads reach it only through
+  /// registersOf, which the CUDA outliner turns into one per-thread array
+  /// (registers where every index is a constant).
+  Value registers(ArrayRef<int64_t> shape);
+  /// Thread `thread`'s [shape...] of registers `buffer`; `thread` is the
+  /// thread of the enclosing thread loop.
+  Value registersOf(Value buffer, Value thread);
   /// The element at `indices` of `memref` (widened to f32) where
   /// `condition` holds, 0 elsewhere; nothing is read where it does not.
   Value loadOrZero(Value condition, Value memref, ValueRange indices);
@@ -119,6 +134,30 @@ struct SimtEmitter : KernelEmitter {
   void forAll(Value count, function_ref<void(Value i)> body);
 
   int64_t blockThreads;
+};
+
+/// Where lane `lane`'s elements of an mma.m16n8k16 accumulator fragment
+/// lie in a warp's 16-row tile from row `row` (attn.warp_mma): with
+/// g = lane / 4 and t = lane % 4, rows row + g and row + g + 8, columns
+/// 8 b + 2t and 8 b + 2t + 1 of each block b of 8 columns.
+struct MmaFragmentLayout {
+  /// g, and 2t (the lane's first column in a block of 8, or its first k in
+  /// a step of 16).
+  Value group, pairColumn;
+  Value row;
+
+  MmaFragmentLayout(SimtEmitter &e, Value row, Value lane)
+      : group(e.div(lane, e.index(4))),
+        pairColumn(e.mul(e.rem(lane, e.index(4)), e.index(2))), row(row) {}
+
+  /// The accumulator rows of the lane: half 0 -> row + g, 1 -> row + g + 8.
+  Value accRow(SimtEmitter &e, int64_t half) {
+    return e.add(row, e.add(group, e.index(8 * half)));
+  }
+  /// Accumulator column `element` (0, 1) of the lane in column block `block`.
+  Value accColumn(SimtEmitter &e, Value block, int64_t element) {
+    return e.add(e.mul(block, e.index(8)), e.add(pairColumn, e.index(element)));
+  }
 };
 
 /// The online softmax of one query row carried by one thread (decode,
@@ -158,17 +197,18 @@ struct SimtFlashTiling {
   int64_t queryTile() const { return 16 * warps; }
   int64_t threads() const { return 32 * warps; }
 
+  /// The lanes that hold one row of an mma accumulator fragment.
+  static constexpr int64_t kLanesPerRow = 4;
+
   // Row lengths of the shared buffers, padded so that threads reading down
   // a column spread over the 32 banks of shared memory:
   //  * q, k and v tiles, read as mma fragments (8 rows x 4 pairs at a
   //    time), get 16 bytes more: rows then start 4 banks apart;
-  //  * scores, probabilities and accumulators, read a row per thread, get
-  //    one 4-byte word more: rows then start 1 bank apart.
+  //  * probabilities, written as accumulator fragments and read as mma
+  //    fragments, get one 4-byte word more: rows then start 1 bank apart.
   int64_t headStride() const { return paddedHeadDim + 16 / elementBytes; }
   int64_t valueStride() const { return paddedValueDim + 16 / elementBytes; }
-  int64_t scoreStride() const { return keyTile + 1; }
   int64_t probabilityStride() const { return keyTile + 4 / elementBytes; }
-  int64_t accumulatorStride() const { return paddedValueDim + 1; }
 
   /// The shared memory of a block (as SimtLaunch counts it).
   int64_t sharedBytes() const;
@@ -187,10 +227,11 @@ struct SimtFlashTiling {
 /// Softmax attention as a block kernel, one block per (batch, head, tile of
 /// 16 * warps query rows): the block stages its q tile and each key tile's
 /// k and v in shared memory; per key tile each warp computes its 16 rows'
-/// scores with attn.warp_mma (tensor cores for f16/bf16), a thread per row
-/// applies scale, softcap and mask and the online-softmax update (state in
-/// shared memory), and each warp adds P V to its rows' accumulators with
-/// attn.warp_mma. Bindings: q, k, v, [gate], o, [lse]; for
+/// scores with attn.warp_mma (tensor cores for f16/bf16) into its lanes'
+/// register fragments, each lane applies scale, softcap and mask and the
+/// online-softmax update to its elements (the row max agreed by the row's
+/// 4 lanes through shared memory), and each warp adds P V to its lanes'
+/// output fragments with attn.warp_mma. Bindings: q, k, v, [gate], o, [lse]; for
 /// KeyPart::TreePrefix q, k, v, partial o, partial lse (split 0 of 2).
 func::FuncOp
 buildSimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,

@@ -11,14 +11,16 @@
 //    loaded from the shared buffers and one nvvm.mma.sync per 16 x 8 x 16
 //    step, the accumulators in registers across K.
 //
-// Both place the lane's elements with the same function (FragmentLayout),
-// PTX's layout for mma.m16n8k16 with .row.col and 16-bit inputs, where
-// g = lane / 4 and t = lane % 4:
+// Both place the lane's elements with the same function (MmaFragmentLayout
+// in SimtKernels.h), PTX's layout for mma.m16n8k16 with .row.col and 16-bit
+// inputs, where g = lane / 4 and t = lane % 4:
 //
 //   A [16 x 16]: a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..),
 //                a3 = (g+8, 2t+8..)                  (row, k), 2 per reg
 //   B [16 x 8]:  b0 = (2t..2t+1, g), b1 = (2t+8..2t+9, g)     (k, column)
 //   C [16 x 8]:  c0, c1 = (g, 2t), (g, 2t+1); c2, c3 = (g+8, 2t), (g+8, 2t+1)
+//
+// A fragment acc (acc_fragment) holds c0..c3 of block b at [b, 0..3].
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,28 +47,16 @@ using namespace mlir::attn;
 
 namespace {
 
-/// Where lane `lane`'s fragment elements lie in a 16-row tile starting at
-/// row `row` (see the file comment).
-struct FragmentLayout {
-  /// g = lane / 4 (the lane's first row) and 2t = 2 (lane % 4) (its first
-  /// column in a block of 8, or its first k in a step of 16).
-  Value group, pairColumn;
-  Value row;
-
-  FragmentLayout(SimtEmitter &e, Value row, Value lane)
-      : group(e.div(lane, e.index(4))),
-        pairColumn(e.mul(e.rem(lane, e.index(4)), e.index(2))), row(row) {}
-
-  /// The accumulator rows of the lane: half 0 -> row + g, 1 -> row + g + 8.
-  Value accRow(SimtEmitter &e, int64_t half) {
-    return e.add(row, e.add(group, e.index(8 * half)));
-  }
-  /// Accumulator column `element` (0, 1) of the lane in column block `block`.
-  Value accColumn(SimtEmitter &e, Value block, int64_t element) {
-    return e.add(e.mul(block, e.index(WarpMmaOp::kFragmentColumns)),
-                 e.add(pairColumn, e.index(element)));
-  }
-};
+/// Where the lane's accumulator element `el` (0, 1) of half `half` in
+/// column block `block` lies in acc: (its row, its column) of a shared
+/// tile, or (block, 2 half + el) of a fragment.
+SmallVector<Value, 2> accIndices(SimtEmitter &e, WarpMmaOp op,
+                                 MmaFragmentLayout &layout, Value block,
+                                 int64_t half, int64_t el) {
+  if (op.getAccFragment())
+    return {block, e.index(2 * half + el)};
+  return {layout.accRow(e, half), layout.accColumn(e, block, el)};
+}
 
 /// B[k, column] of the op: rhs[k, column], or rhs[column, k] when
 /// transposed.
@@ -79,7 +69,7 @@ SmallVector<Value, 2> rhsIndices(WarpMmaOp op, Value k, Value column) {
 void lowerToLoops(WarpMmaOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
   SimtEmitter e(b);
-  FragmentLayout layout(e, op.getRow(), op.getLane());
+  MmaFragmentLayout layout(e, op.getRow(), op.getLane());
   Value c0 = e.index(0), c1 = e.index(1);
   e.loop(c0, e.index(op.getN() / WarpMmaOp::kFragmentColumns), c1,
          [&](Value block) {
@@ -87,9 +77,10 @@ void lowerToLoops(WarpMmaOp op) {
              Value row = layout.accRow(e, half);
              for (int64_t element = 0; element < 2; ++element) {
                Value column = layout.accColumn(e, block, element);
-               Value init = op.getAccumulate()
-                                ? e.load(op.getAcc(), {row, column})
-                                : e.scalar(0.0);
+               SmallVector<Value, 2> at =
+                   accIndices(e, op, layout, block, half, element);
+               Value init =
+                   op.getAccumulate() ? e.load(op.getAcc(), at) : e.scalar(0.0);
                Value sum =
                    e.loop(c0, e.index(op.getK()), c1, {init},
                           [&](Value k, ValueRange it) {
@@ -98,7 +89,7 @@ void lowerToLoops(WarpMmaOp op) {
                                 e.load(op.getRhs(), rhsIndices(op, k, column));
                             return SmallVector<Value>{e.fma(x, y, it[0])};
                           })[0];
-               e.store(sum, op.getAcc(), {row, column});
+               e.store(sum, op.getAcc(), at);
              }
            }
          });
@@ -109,7 +100,7 @@ void lowerToLoops(WarpMmaOp op) {
 void lowerToMmaSync(WarpMmaOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
   SimtEmitter e(b);
-  FragmentLayout layout(e, op.getRow(), op.getLane());
+  MmaFragmentLayout layout(e, op.getRow(), op.getLane());
   Type element = op.getLhs().getType().getElementType();
   const bool bf16 = element.isBF16();
   auto pairType = VectorType::get({2}, element);
@@ -138,7 +129,7 @@ void lowerToMmaSync(WarpMmaOp op) {
         acc[block].push_back(
             op.getAccumulate()
                 ? e.load(op.getAcc(),
-                         {rows[half], layout.accColumn(e, e.index(block), el)})
+                         accIndices(e, op, layout, e.index(block), half, el))
                 : e.scalar(0.0));
 
   auto structType = LLVM::LLVMStructType::getLiteral(
@@ -187,7 +178,7 @@ void lowerToMmaSync(WarpMmaOp op) {
     for (int64_t half = 0; half < 2; ++half)
       for (int64_t el = 0; el < 2; ++el)
         e.store(acc[block][2 * half + el], op.getAcc(),
-                {rows[half], layout.accColumn(e, e.index(block), el)});
+                accIndices(e, op, layout, e.index(block), half, el));
   op.erase();
 }
 

@@ -909,8 +909,9 @@ LogicalResult WarpMmaOp::verify() {
                            << type;
     return success();
   };
-  if (failed(check(getLhs(), "lhs")) || failed(check(getRhs(), "rhs")) ||
-      failed(check(getAcc(), "acc")))
+  if (failed(check(getLhs(), "lhs")) || failed(check(getRhs(), "rhs")))
+    return failure();
+  if (!getAccFragment() && failed(check(getAcc(), "acc")))
     return failure();
   MemRefType lhs = getLhs().getType(), rhs = getRhs().getType(),
              acc = getAcc().getType();
@@ -939,8 +940,17 @@ LogicalResult WarpMmaOp::verify() {
   };
   if (lhs.getDimSize(0) < kRows || lhs.getDimSize(1) < k)
     return tooSmall("lhs", lhs, kRows, k);
-  if (acc.getDimSize(0) < kRows || acc.getDimSize(1) < n)
+  if (getAccFragment()) {
+    // The lane's fragment: 4 elements per block of 8 columns.
+    const int64_t blocks = n / kFragmentColumns;
+    if (acc.getRank() != 2 || !acc.hasStaticShape() ||
+        acc.getDimSize(0) != blocks || acc.getDimSize(1) != 4)
+      return emitOpError() << "'acc' (a fragment) must be [" << blocks
+                           << ", 4] (4 elements per 8 of the " << n
+                           << " columns), got " << acc;
+  } else if (acc.getDimSize(0) < kRows || acc.getDimSize(1) < n) {
     return tooSmall("acc", acc, kRows, n);
+  }
   const int64_t rhsRows = getRhsTransposed() ? n : k;
   const int64_t rhsColumns = getRhsTransposed() ? k : n;
   if (rhs.getDimSize(0) < rhsRows || rhs.getDimSize(1) < rhsColumns)

@@ -515,6 +515,14 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
     the CPU, `-attn-warp-mma-to-loops` lowers each lane's share to loops,
     which is how the GPU kernels are tested without a GPU.
 
+    With `acc_fragment`, `acc` is not a shared tile but the lane's own
+    fragment, held in its registers (a view of a `memref.alloca
+    {attn.registers}` at the thread, SimtKernels.h): `acc` is [n / 8, 4]
+    and `acc[b, 2 h + e]` stands for the element of row `row + lane / 4 +
+    8 h`, column `8 b + 2 (lane % 4) + e` above. The accumulators of a
+    flash kernel stay in registers across its key tiles this way, as in
+    FlashAttention-2.
+
     `lhs` and `rhs` have the same element type (f16, bf16 or f32), `acc`
     is f32; `k` is a multiple of 16 and `n` of 8.
 
@@ -523,11 +531,17 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
     attn.warp_mma %qs, %ks, %scores rows(%r) lane(%lane) n(64) k(128)
         {rhs_transposed}
         : memref<64x136xbf16>, memref<64x136xbf16>, memref<64x65xf32>
+    // The lane's share of O[r .. r + 16, 0 .. 128] += P V, in registers.
+    attn.warp_mma %ps, %vs, %o rows(%r) lane(%lane) n(128) k(64)
+        {acc_fragment, accumulate}
+        : memref<64x66xbf16>, memref<64x136xbf16>,
+          memref<16x4xf32, strided<[4, 1], offset: ?>>
     ```
   }];
   let arguments = (ins AnyMemRef:$lhs, AnyMemRef:$rhs, AnyMemRef:$acc,
                        Index:$row, Index:$lane, I64Attr:$n, I64Attr:$k,
-                       UnitAttr:$rhs_transposed, UnitAttr:$accumulate);
+                       UnitAttr:$rhs_transposed, UnitAttr:$accumulate,
+                       UnitAttr:$acc_fragment);
   let assemblyFormat = [{
     $lhs `,` $rhs `,` $acc `rows` `(` $row `)` `lane` `(` $lane `)`
     `n` `(` $n `)` `k` `(` $k `)` attr-dict

@@ -11,42 +11,65 @@
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "flash"
 // CHECK-SAME:    attn.tiling = {block_threads = 128 : i64, decode_max_queries = 8 : i64, key_tile = 64 : i64, query_tile = 64 : i64, split_keys = 256 : i64}
-// Shared: the q, k and v tiles (rows padded by 16 bytes), scores,
-// probabilities and accumulators (rows padded by a word), and each row's
-// max and sum.
+// Shared: the q, k and v tiles (rows padded by 16 bytes), the
+// probabilities (rows padded by a word) and the exchange of a row's 4
+// lanes. Registers, [threads, ...] (a thread's own slice on the GPU): each
+// lane's fragments of the scores (64 keys) and the output (Dv = 64), and
+// its two rows' max and sum.
 // CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x68xf32>
-// CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x65xf32>
-// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x65xf32>
+// CHECK:         %[[QUAD:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x4xf32>
+// CHECK:         %[[S:.+]] = memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x8x4xf32>
+// CHECK:         %[[O:.+]] = memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x8x4xf32>
+// CHECK:         %[[M:.+]] = memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x2xf32>
+// CHECK:         %[[L:.+]] = memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x2xf32>
 // The block's query tile is the workgroup's fastest part.
 // CHECK:         %[[TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
 // CHECK:         arith.remui %arg5, %[[TILES]] : index
-// The q tile is staged once, zero past Lq.
-// CHECK:         scf.parallel
+// The q tile is staged once, zero past Lq; each thread clears its
+// registers, through its own slice.
+// CHECK:         scf.parallel (%[[T0:.+]]) = (%c0) to (%c128) step (%c1) {
 // CHECK:           scf.if
 // CHECK:             memref.load %arg0
+// CHECK:           %[[O0:.+]] = memref.subview %[[O]][%[[T0]], 0, 0] [1, 8, 4] [1, 1, 1] : memref<128x8x4xf32> to memref<8x4xf32, strided<[4, 1], offset: ?>>
+// CHECK-COUNT-32:  memref.store %cst{{.*}}, %[[O0]][%c{{[0-7]}}, %c{{[0-3]}}]
+// CHECK:           memref.subview %[[M]][%[[T0]], 0] [1, 2] [1, 1] : memref<128x2xf32> to memref<2xf32, strided<[1], offset: ?>>
 // CHECK:         } {attn.threads}
 // The causal mask ends the key tiles at the last row's position.
 // CHECK:         arith.minsi %[[LK:dim_[0-9]+]], %{{.+}} : index
 // CHECK:         %[[KEY_TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
 // CHECK:         scf.for %{{.+}} = %c0 to %[[KEY_TILES]] step %c1 {
 // Per key tile: stage k and v (16 bytes a load: 4 f32 of a 64-channel
-// row, 16-byte aligned), scores by warp_mma, the masked online softmax a
-// thread per row, then P v by warp_mma.
+// row, 16-byte aligned) in one thread loop.
 // CHECK:           vector.load %arg1[{{.*}}] {alignment = 16 : i64} : memref<?x2x?x64xf32>, vector<4xf32>
 // CHECK:           vector.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : memref<64x68xf32>, vector<4xf32>
-// CHECK:           } {attn.threads}
 // CHECK:           vector.load %arg2
 // CHECK:           } {attn.threads}
-// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {rhs_transposed}
+// Scores into the lanes' fragments, masked there (16 per row half: 8
+// blocks x 2 columns), the lane's part of each row's max to the exchange.
+// CHECK:           scf.parallel (%[[T1:.+]]) = (%c0) to (%c128) step (%c1) {
+// CHECK:             %[[S1:.+]] = memref.subview %[[S]][%[[T1]], 0, 0]
+// CHECK:             attn.warp_mma %{{.+}}, %{{.+}}, %[[S1]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
+// CHECK-COUNT-16:    arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
+// CHECK:             memref.store %{{.+}}, %[[QUAD]]
+// CHECK-COUNT-16:    arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
+// CHECK:             memref.store %{{.+}}, %[[QUAD]]
 // CHECK:           } {attn.threads}
-// CHECK:           arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
-// CHECK:           arith.maximumf
-// CHECK:           math.exp
-// CHECK:           math.exp
+// The update: a row's max from its 4 lanes, then P and the rescaling.
+// CHECK:           scf.parallel
+// CHECK-COUNT-4:     memref.load %[[QUAD]]
+// CHECK:             math.exp
 // CHECK:           } {attn.threads}
-// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {accumulate}
+// CHECK:           scf.parallel (%[[T3:.+]]) = (%c0) to (%c128) step (%c1) {
+// CHECK:             %[[O3:.+]] = memref.subview %[[O]][%[[T3]], 0, 0]
+// CHECK:             attn.warp_mma %{{.+}}, %{{.+}}, %[[O3]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate}
 // CHECK:           } {attn.threads}
 // CHECK:         }
+// The lanes' parts of each row's sum, exchanged; then o = acc / l.
+// CHECK:         memref.store %{{.+}}, %[[QUAD]]
+// CHECK:         } {attn.threads}
+// CHECK:         scf.parallel
+// CHECK-COUNT-4:   memref.load %[[QUAD]]
 // The gate runs in the epilogue.
 // CHECK:         math.exp
 // CHECK:         arith.divf
@@ -58,6 +81,7 @@
 // CHECK-SAME:    attn.tiling = {block_threads = 64 : i64, decode_max_queries = 8 : i64, key_tile = 64 : i64, query_tile = 32 : i64, split_keys = 256 : i64}
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x68xf32>
 // CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x68xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x8x4xf32>
 // Workgroup order (batch, kv head, row tile, split), the split fastest; the
 // rows are the group's (head, query row) pairs: ceil(4 Lq / 32) tiles.
 // CHECK:         %[[PACKED:.+]] = arith.muli %[[LQ:dim]], %c4 : index
@@ -76,11 +100,10 @@
 // Per key tile of the split: k and v staged, the products on warp_mma.
 // CHECK:         scf.for
 // CHECK:           vector.load %arg1
-// CHECK:           } {attn.threads}
 // CHECK:           vector.load %arg2
 // CHECK:           } {attn.threads}
-// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {rhs_transposed}
-// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {accumulate}
+// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
+// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate}
 // The partials, ungated: o at [batch, head, row, split], and lse.
 // CHECK-NOT:     math.exp
 // CHECK:         memref.store %{{.+}}, %arg3[%{{.+}}, %{{.+}}, %{{.+}}, %[[SPLIT]], %{{.+}}]

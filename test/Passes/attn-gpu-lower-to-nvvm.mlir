@@ -4,15 +4,22 @@
 // Outlining: the kernels move into a gpu.module with the NVVM target; the
 // host functions (already in the binary) are dropped. A block kernel (the
 // flash kernel) runs for block blockIdx.x when it is below the count: its
-// shared buffers become views into dynamic shared memory, its thread loops
-// bodies for threadIdx.x each followed by a barrier, and its warp_mma ops
-// stay in the uniform code every thread runs.
+// shared buffers become views into dynamic shared memory, its register
+// buffers one array per thread in the entry block (a lane's score and
+// output fragments, its rows' max and sum) that its threads' slices become,
+// its thread loops bodies for threadIdx.x each followed by a barrier, and
+// its warp_mma ops stay in the uniform code every thread runs.
 // OUTLINE:       module attributes {gpu.container_module}
 // OUTLINE-NOT:   attn.entry
 // OUTLINE:       gpu.module @attn_kernels [#nvvm.target<O = 3, chip = "sm_90a", features = "+ptx80">]
 // OUTLINE:         gpu.func @layer__flash0(%{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %{{.+}}: memref<?x4x?x32xf32>, %[[BLOCKS:.+]]: index) kernel
 // OUTLINE-SAME:      attn.kernel = "flash"
 // OUTLINE-SAME:      known_block_size = array<i32: 128, 1, 1>
+// OUTLINE-NEXT:      %[[SCORES:.+]] = memref.alloca() {alignment = 16 : i64} : memref<8x4xf32>
+// OUTLINE-NEXT:      %[[OUT:.+]] = memref.alloca() {alignment = 16 : i64} : memref<4x4xf32>
+// OUTLINE-NEXT:      memref.alloca() {alignment = 16 : i64} : memref<2xf32>
+// OUTLINE-NEXT:      memref.alloca() {alignment = 16 : i64} : memref<2xf32>
+// OUTLINE-NOT:       attn.registers
 // OUTLINE:           %[[SHARED:.+]] = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
 // OUTLINE:           memref.view %[[SHARED]][%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<64x36xf32, #gpu.address_space<workgroup>>
 // OUTLINE:           %[[BLOCK:.+]] = gpu.block_id x
@@ -22,7 +29,12 @@
 // OUTLINE:             gpu.barrier
 // OUTLINE:             scf.for
 // OUTLINE:               %[[LANE:.+]] = arith.remui %thread_id_x{{.*}}, %c32
-// OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%[[LANE]]) n(64) k(32) {rhs_transposed} : memref<64x36xf32, #gpu.address_space<workgroup>>
+// OUTLINE-NEXT:          %[[S:.+]] = memref.cast %[[SCORES]] : memref<8x4xf32> to memref<8x4xf32, strided<[4, 1], offset: ?>>
+// OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %[[S]] rows(%{{.+}}) lane(%[[LANE]]) n(64) k(32) {acc_fragment, rhs_transposed} : memref<64x36xf32, #gpu.address_space<workgroup>>
+// OUTLINE:               gpu.barrier
+// OUTLINE:               gpu.barrier
+// OUTLINE:               %[[O:.+]] = memref.cast %[[OUT]] : memref<4x4xf32> to memref<4x4xf32, strided<[4, 1], offset: ?>>
+// OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %[[O]] rows(%{{.+}}) lane(%{{.+}}) n(32) k(64) {acc_fragment, accumulate}
 // OUTLINE-NEXT:          gpu.barrier
 // OUTLINE:           gpu.return
 // Decode's flash kernel over key splits: a block kernel of one warp (the

@@ -108,3 +108,47 @@ func.func private @index_shared_buffer(%n: index)
   %s = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<4xindex>
   return
 }
+
+// -----
+
+// A thread reaches only its own slice of a register buffer (on the GPU it
+// is an array of each thread's own)...
+func.func private @registers_of_another_thread(%n: index)
+    attributes {attn.kernel = "x", attn.block_kernel,
+                attn.tiling = {block_threads = 32 : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c32 = arith.constant 32 : index
+  %r = memref.alloca() {attn.registers} : memref<32x2xf32>
+  scf.parallel (%t) = (%c0) to (%c32) step (%c1) {
+    %next = arith.addi %t, %c1 : index
+    // expected-error @below {{a register buffer may only be used through a thread's view of its own slice (memref.subview at the thread of the enclosing thread loop)}}
+    %theirs = memref.subview %r[%next, 0] [1, 2] [1, 1]
+        : memref<32x2xf32> to memref<2xf32, strided<[1], offset: ?>>
+    scf.reduce
+  } {attn.threads}
+  return
+}
+
+// -----
+
+// ... through a view, in a thread loop...
+func.func private @registers_read_whole(%n: index)
+    attributes {attn.kernel = "x", attn.block_kernel,
+                attn.tiling = {block_threads = 32 : i64}} {
+  %c0 = arith.constant 0 : index
+  %r = memref.alloca() {attn.registers} : memref<32x2xf32>
+  // expected-error @below {{a register buffer may only be used through a thread's view of its own slice}}
+  %x = memref.load %r[%c0, %c0] : memref<32x2xf32>
+  return
+}
+
+// -----
+
+// ... of a block kernel.
+func.func private @registers_in_thread_kernel(%n: index)
+    attributes {attn.kernel = "x", attn.tiling = {block_threads = 32 : i64}} {
+  // expected-error @below {{register buffers are for block kernels (a thread kernel's values are its own already)}}
+  %r = memref.alloca() {attn.registers} : memref<32x2xf32>
+  return
+}

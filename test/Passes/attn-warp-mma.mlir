@@ -79,12 +79,48 @@ func.func @scores_bf16(%q: memref<32x32xbf16>, %k: memref<16x32xbf16>, %s: memre
 // LOOPS:       %[[INIT:.+]] = memref.load %arg2
 // LOOPS:       scf.for %[[KK:.+]] = %c0 to %c16 step %c1 iter_args(%{{.+}} = %[[INIT]])
 // LOOPS:         memref.load %arg1[%[[KK]], %{{.+}}] : memref<16x8xf16>
-// LOOPS-LABEL: func.func @scores_f32
-// LOOPS-NOT:   nvvm.mma.sync
-// LOOPS:       math.fma
 func.func @pv_f16(%p: memref<16x16xf16>, %v: memref<16x8xf16>, %o: memref<16x8xf32>, %row: index, %lane: index) {
   attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(16) {accumulate}
       : memref<16x16xf16>, memref<16x8xf16>, memref<16x8xf32>
+  return
+}
+
+// A fragment accumulator (acc_fragment): the lane's elements are acc[b, 0..3]
+// of block b (rows g, g, g + 8, g + 8; columns 2t, 2t + 1, 2t, 2t + 1), read
+// and written at constant indices by the tensor-core form, so they stay in
+// registers. N = 16: 2 blocks, one mma.sync each.
+// MMA-LABEL: func.func @pv_fragment
+// MMA-SAME:    %[[FRAG:[a-z0-9]+]]: memref<2x4xf32, strided<[4, 1], offset: ?>>
+// MMA-DAG:     %[[C00:.+]] = memref.load %[[FRAG]][%c0, %c0]
+// MMA-DAG:     %[[C01:.+]] = memref.load %[[FRAG]][%c0, %c1]
+// MMA-DAG:     %[[C02:.+]] = memref.load %[[FRAG]][%c0, %c2]
+// MMA-DAG:     %[[C03:.+]] = memref.load %[[FRAG]][%c0, %c3]
+// MMA-DAG:     memref.load %[[FRAG]][%c1, %c3]
+// MMA:         %[[D:.+]] = nvvm.mma.sync A[{{.+}}]  B[{{.+}}]  C[%[[C00]], %[[C01]], %[[C02]], %[[C03]]]
+// MMA:         %[[D0:.+]] = llvm.extractvalue %[[D]][0]
+// MMA:         nvvm.mma.sync
+// MMA-NOT:     nvvm.mma.sync
+// MMA:         memref.store %[[D0]], %[[FRAG]][%c0, %c0]
+// MMA:         memref.store %{{.+}}, %[[FRAG]][%c1, %c3]
+// The loops' element (block, half 1, column 1) is acc[block, 3], at row
+// row + g + 8 and column 8 block + 2t + 1 of the product.
+// LOOPS-LABEL: func.func @pv_fragment
+// LOOPS-SAME:    %[[P:[a-z0-9]+]]: memref<32x16xbf16>, %{{[a-z0-9]+}}: memref<16x16xbf16>, %[[FRAG:[a-z0-9]+]]: memref<2x4xf32, strided<[4, 1], offset: ?>>, %[[ROW:[a-z0-9]+]]: index, %[[LANE:[a-z0-9]+]]: index
+// LOOPS:       scf.for %[[BLOCK:.+]] = %c0 to %c2 step %c1 {
+// LOOPS:         memref.load %[[FRAG]][%[[BLOCK]], %c0]
+// LOOPS:         memref.store %{{.+}}, %[[FRAG]][%[[BLOCK]], %c0]
+// LOOPS:         memref.load %[[FRAG]][%[[BLOCK]], %c1]
+// LOOPS:         memref.load %[[FRAG]][%[[BLOCK]], %c2]
+// LOOPS:         %[[INIT3:.+]] = memref.load %[[FRAG]][%[[BLOCK]], %c3]
+// LOOPS:         %[[SUM3:.+]] = scf.for %{{.+}} = %c0 to %c16 step %c1 iter_args(%{{.+}} = %[[INIT3]])
+// LOOPS:           memref.load %[[P]][%[[ROW8:.+]], %{{.+}}] : memref<32x16xbf16>
+// LOOPS:         memref.store %[[SUM3]], %[[FRAG]][%[[BLOCK]], %c3]
+// LOOPS-LABEL: func.func @scores_f32
+// LOOPS-NOT:   nvvm.mma.sync
+// LOOPS:       math.fma
+func.func @pv_fragment(%p: memref<32x16xbf16>, %v: memref<16x16xbf16>, %frag: memref<2x4xf32, strided<[4, 1], offset: ?>>, %row: index, %lane: index) {
+  attn.warp_mma %p, %v, %frag rows(%row) lane(%lane) n(16) k(16) {accumulate, acc_fragment}
+      : memref<32x16xbf16>, memref<16x16xbf16>, memref<2x4xf32, strided<[4, 1], offset: ?>>
   return
 }
 

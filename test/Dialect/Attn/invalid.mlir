@@ -753,3 +753,20 @@ func.func @warp_mma_acc_narrow(%a: memref<16x16xf16>, %b: memref<16x16xf16>, %c:
   attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed} : memref<16x16xf16>, memref<16x16xf16>, memref<16x8xf32>
   return
 }
+
+// -----
+
+// A lane's fragment holds 4 elements per block of 8 columns, no more.
+func.func @warp_mma_fragment_shape(%a: memref<16x16xf16>, %b: memref<16x16xf16>, %c: memref<16x8xf32>, %i: index) {
+  // expected-error @+1 {{'acc' (a fragment) must be [2, 4] (4 elements per 8 of the 16 columns), got 'memref<16x8xf32>'}}
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed, acc_fragment} : memref<16x16xf16>, memref<16x16xf16>, memref<16x8xf32>
+  return
+}
+
+// -----
+
+func.func @warp_mma_fragment_type(%a: memref<16x16xf16>, %b: memref<16x16xf16>, %c: memref<2x4xf16>, %i: index) {
+  // expected-error @+1 {{'acc' elements must be f32, got 'f16'}}
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed, acc_fragment} : memref<16x16xf16>, memref<16x16xf16>, memref<2x4xf16>
+  return
+}

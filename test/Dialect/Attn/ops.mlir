@@ -207,14 +207,21 @@ func.func @worker_count() -> index {
 // CHECK-LABEL: func.func @warp_mma
 // CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(48) {rhs_transposed} : memref<64x56xbf16>, memref<32x56xbf16>, memref<64x33xf32>
 // CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<64x25xf32>
-// Buffers wider than the product (padded rows).
+// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
+// Buffers wider than the product (padded rows); a lane's fragment (3
+// blocks of 8 columns, 4 elements each) as the accumulator.
 func.func @warp_mma(%q: memref<64x56xbf16>, %k: memref<32x56xbf16>,
                     %s: memref<64x33xf32>, %p: memref<64x34xf16>,
                     %v: memref<32x32xf16>, %o: memref<64x25xf32>,
+                    %frag: memref<3x4xf32, strided<[4, 1], offset: ?>>,
                     %row: index, %lane: index) {
   attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(32) k(48) {rhs_transposed}
       : memref<64x56xbf16>, memref<32x56xbf16>, memref<64x33xf32>
   attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(24) k(32) {accumulate}
       : memref<64x34xf16>, memref<32x32xf16>, memref<64x25xf32>
+  attn.warp_mma %p, %v, %frag rows(%row) lane(%lane) n(24) k(32)
+      {accumulate, acc_fragment}
+      : memref<64x34xf16>, memref<32x32xf16>,
+        memref<3x4xf32, strided<[4, 1], offset: ?>>
   return
 }
