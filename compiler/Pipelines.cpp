@@ -11,6 +11,7 @@
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
+#include "mlir/Conversion/NVGPUToNVVM/NVGPUToNVVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
@@ -94,6 +95,8 @@ void mlir::attn::buildGpuKernelLoweringPipeline(
   pm.addPass(createAttnWarpMmaToNvvm(mma));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createSCFToControlFlowPass());
+  // ldmatrix (from the tensor-core products) to nvvm.ldmatrix.
+  pm.addPass(createConvertNVGPUToNVVMPass());
   // math ops become libdevice calls (__nv_expf, ...), linked in when the
   // PTX is made.
   pm.addNestedPass<gpu::GPUModuleOp>(createConvertGpuOpsToNVVMOps());

@@ -250,7 +250,11 @@ def AttnWarpMmaToNvvm : Pass<"attn-warp-mma-to-nvvm"> {
     sm_80 or newer: per 16-wide step of K the lane loads its A fragment
     once (4 pairs of elements), then per block of 8 columns its B fragment
     (2 pairs) and issues one `mma.sync` on that block's 4 accumulators,
-    which stay in registers across K. The code is fully unrolled. Other ops
+    which stay in registers across K. Operands in shared memory whose rows
+    are whole 16-byte pieces are loaded with `ldmatrix` (`nvgpu.ldmatrix`,
+    four 8 x 8 matrices a warp instruction; transposed for B read down
+    its columns), others a pair (or, down a column, an element) at a time.
+    The code is fully unrolled. Other ops
     (f32, or an older chip) get the loops of -attn-warp-mma-to-loops.
     -attn-gpu-outline-kernels has checked that every op is directly in a
     thread loop, so the 32 lanes of a warp run it together.
@@ -263,7 +267,7 @@ def AttnWarpMmaToNvvm : Pass<"attn-warp-mma-to-nvvm"> {
     "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
     "::mlir::vector::VectorDialect", "::mlir::LLVM::LLVMDialect",
-    "::mlir::NVVM::NVVMDialect"
+    "::mlir::NVVM::NVVMDialect", "::mlir::nvgpu::NVGPUDialect"
   ];
 }
 

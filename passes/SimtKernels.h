@@ -200,15 +200,15 @@ struct SimtFlashTiling {
   /// The lanes that hold one row of an mma accumulator fragment.
   static constexpr int64_t kLanesPerRow = 4;
 
-  // Row lengths of the shared buffers, padded so that threads reading down
-  // a column spread over the 32 banks of shared memory:
-  //  * q, k and v tiles, read as mma fragments (8 rows x 4 pairs at a
-  //    time), get 16 bytes more: rows then start 4 banks apart;
-  //  * probabilities, written as accumulator fragments and read as mma
-  //    fragments, get one 4-byte word more: rows then start 1 bank apart.
+  // Row lengths of the shared buffers: the q, k and v tiles and the
+  // probabilities get 16 bytes more than they hold. Rows stay whole 16-byte
+  // pieces (ldmatrix reads them), and start 4 banks apart, so the 8 rows of
+  // an 8 x 8 matrix (ldmatrix, or an mma fragment read a pair at a time)
+  // and the pairs a warp writes as accumulator fragments spread over the
+  // 32 banks of shared memory.
   int64_t headStride() const { return paddedHeadDim + 16 / elementBytes; }
   int64_t valueStride() const { return paddedValueDim + 16 / elementBytes; }
-  int64_t probabilityStride() const { return keyTile + 4 / elementBytes; }
+  int64_t probabilityStride() const { return keyTile + 16 / elementBytes; }
 
   /// The shared memory of a block (as SimtLaunch counts it).
   int64_t sharedBytes() const;
@@ -231,8 +231,8 @@ struct SimtFlashTiling {
 /// register fragments, each lane applies scale, softcap and mask and the
 /// online-softmax update to its elements (the row max agreed by the row's
 /// 4 lanes through shared memory), and each warp adds P V to its lanes'
-/// output fragments with attn.warp_mma. Bindings: q, k, v, [gate], o, [lse]; for
-/// KeyPart::TreePrefix q, k, v, partial o, partial lse (split 0 of 2).
+/// output fragments with attn.warp_mma. Bindings: q, k, v, [gate], o, [lse];
+/// for KeyPart::TreePrefix q, k, v, partial o, partial lse (split 0 of 2).
 func::FuncOp
 buildSimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
                      const SoftmaxAttentionShape &shape,

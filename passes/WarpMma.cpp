@@ -29,10 +29,12 @@
 #include "passes/SimtKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
@@ -96,7 +98,36 @@ void lowerToLoops(WarpMmaOp op) {
   op.erase();
 }
 
+/// Whether `ldmatrix` can read 8 x 8 matrices of `memref`: it is in shared
+/// memory and its rows are whole 16-byte pieces (each lane's row address
+/// must be 16-byte aligned; shared buffers start 16-byte aligned and the
+/// matrices start at columns that are multiples of 8).
+bool ldmatrixReads(Value memref) {
+  auto type = cast<MemRefType>(memref.getType());
+  auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(type.getMemorySpace());
+  return space && space.getValue() == gpu::AddressSpace::Workgroup &&
+         type.hasStaticShape() &&
+         type.getDimSize(1) * type.getElementTypeBitWidth() / 8 % 16 == 0;
+}
+
 /// The unrolled mma.sync form of `op` (f16 or bf16).
+///
+/// ldmatrix (.x4) loads four 8 x 8 matrices of 16-bit elements for the
+/// warp: lane l gives the address of row l % 8 of matrix l / 8 and gets, in
+/// register i, the pair (row g, columns 2t, 2t + 1) of matrix i, or with
+/// .trans the pair (rows 2t, 2t + 1, column g). So for
+///  * A, matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15)
+///    of the step give a0..a3: lane l points at row l % 8 + 8 ((l / 8) % 2),
+///    column 8 (l / 16);
+///  * B read as rhs[n, k] (transposed), matrices (block b, k 0-7), (b, k
+///    8-15), (b + 1, k 0-7), (b + 1, k 8-15) give b0, b1 of two blocks: lane
+///    l points at rhs row 8 b + l % 8 + 8 (l / 16), column k + 8 ((l / 8) %
+///    2);
+///  * B read as rhs[k, n], with .trans, the matrices (k 0-7, block b),
+///    (k 8-15, b), (k 0-7, b + 1), (k 8-15, b + 1) do: lane l points at rhs
+///    row k + l % 8 + 8 ((l / 8) % 2), column 8 b + 8 (l / 16).
+/// A last odd block takes .x2 (the first two matrices; lanes 16-31 point
+/// inside that block too).
 void lowerToMmaSync(WarpMmaOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
   SimtEmitter e(b);
@@ -116,7 +147,28 @@ void lowerToMmaSync(WarpMmaOp op) {
   auto adjacentPair = [&](Value memref, Value i, Value j) {
     return reg(vector::LoadOp::create(b, pairType, memref, ValueRange{i, j}));
   };
-  Value c1 = e.index(1);
+  // The registers of `count` matrices at [row, column] (this lane's
+  // address) of `memref`.
+  auto ldmatrix = [&](Value memref, Value row, Value column, int64_t count,
+                      bool transpose) {
+    Value matrices = nvgpu::LdMatrixOp::create(
+        b, VectorType::get({count, 2}, element), memref,
+        ValueRange{row, column}, b.getBoolAttr(transpose),
+        b.getI32IntegerAttr(count));
+    SmallVector<Value, 4> regs;
+    for (int64_t i = 0; i < count; ++i)
+      regs.push_back(reg(vector::ExtractOp::create(b, matrices, i)));
+    return regs;
+  };
+  Value c1 = e.index(1), c8 = e.index(8);
+  Value lane = op.getLane();
+  // l % 8 + 8 ((l / 8) % 2) = l % 16, and 8 (l / 16).
+  Value laneRow = e.rem(lane, e.index(16));
+  Value laneHalf = e.mul(e.div(lane, e.index(16)), c8);
+  Value laneMatrixRow = e.rem(lane, c8);
+  Value laneOddMatrix = e.mul(e.rem(e.div(lane, c8), e.index(2)), c8);
+  const bool lhsMatrices = ldmatrixReads(op.getLhs());
+  const bool rhsMatrices = ldmatrixReads(op.getRhs());
 
   const int64_t blocks = op.getN() / WarpMmaOp::kFragmentColumns;
   const int64_t steps = op.getK() / WarpMmaOp::kReductionStep;
@@ -132,6 +184,40 @@ void lowerToMmaSync(WarpMmaOp op) {
                          accIndices(e, op, layout, e.index(block), half, el))
                 : e.scalar(0.0));
 
+  // B's registers {b0, b1} of column block `block` in the step at k0,
+  // read alone.
+  auto loadB = [&](int64_t block, Value k0) {
+    Value column =
+        e.add(e.index(block * WarpMmaOp::kFragmentColumns), layout.group);
+    SmallVector<Value, 2> regs;
+    for (Value k : {e.add(k0, layout.pairColumn),
+                    e.add(k0, e.add(layout.pairColumn, c8))}) {
+      if (op.getRhsTransposed()) {
+        regs.push_back(adjacentPair(op.getRhs(), column, k));
+        continue;
+      }
+      // Down a column of rhs [K, N]: two loads.
+      Value lo = memref::LoadOp::create(b, op.getRhs(), ValueRange{k, column});
+      Value hi = memref::LoadOp::create(b, op.getRhs(),
+                                        ValueRange{e.add(k, c1), column});
+      regs.push_back(
+          reg(vector::FromElementsOp::create(b, pairType, ValueRange{lo, hi})));
+    }
+    return regs;
+  };
+  // B's registers of blocks `block` and (when `pair`) block + 1 through
+  // ldmatrix: b0, b1 of the first, then of the second.
+  auto ldmatrixB = [&](int64_t block, Value k0, bool pair) {
+    Value first = e.index(block * WarpMmaOp::kFragmentColumns);
+    Value other = pair ? laneHalf : e.index(0);
+    if (op.getRhsTransposed())
+      return ldmatrix(op.getRhs(), e.add(first, e.add(laneMatrixRow, other)),
+                      e.add(k0, laneOddMatrix), pair ? 4 : 2,
+                      /*transpose=*/false);
+    return ldmatrix(op.getRhs(), e.add(k0, laneRow), e.add(first, other),
+                    pair ? 4 : 2, /*transpose=*/true);
+  };
+
   auto structType = LLVM::LLVMStructType::getLiteral(
       b.getContext(), SmallVector<Type>(4, e.f32));
   std::array<NVVM::MMATypes, 2> ptxTypes = {
@@ -139,39 +225,38 @@ void lowerToMmaSync(WarpMmaOp op) {
       bf16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16};
   std::array<NVVM::MMALayout, 2> layouts = {NVVM::MMALayout::row,
                                             NVVM::MMALayout::col};
+  auto mma = [&](ValueRange a, ValueRange bRegs, int64_t block) {
+    Value result = NVVM::MmaOp::create(
+        b, structType, a, bRegs, acc[block],
+        ArrayRef<int64_t>{WarpMmaOp::kRows, WarpMmaOp::kFragmentColumns,
+                          WarpMmaOp::kReductionStep},
+        std::nullopt, std::nullopt, ptxTypes, layouts);
+    for (int64_t i = 0; i < 4; ++i)
+      acc[block][i] = LLVM::ExtractValueOp::create(b, result, i);
+  };
   for (int64_t step = 0; step < steps; ++step) {
+    Value k0 = e.index(step * WarpMmaOp::kReductionStep);
     // k of the lane's first pair in this step, and 8 further.
-    Value k0 =
-        e.add(e.index(step * WarpMmaOp::kReductionStep), layout.pairColumn);
-    Value k8 = e.add(k0, e.index(8));
-    SmallVector<Value, 4> a = {adjacentPair(op.getLhs(), rows[0], k0),
-                               adjacentPair(op.getLhs(), rows[1], k0),
-                               adjacentPair(op.getLhs(), rows[0], k8),
-                               adjacentPair(op.getLhs(), rows[1], k8)};
+    Value kLane = e.add(k0, layout.pairColumn);
+    Value kLane8 = e.add(kLane, c8);
+    SmallVector<Value, 4> a =
+        lhsMatrices
+            ? ldmatrix(op.getLhs(), e.add(op.getRow(), laneRow),
+                       e.add(k0, laneHalf), 4, /*transpose=*/false)
+            : SmallVector<Value, 4>{adjacentPair(op.getLhs(), rows[0], kLane),
+                                    adjacentPair(op.getLhs(), rows[1], kLane),
+                                    adjacentPair(op.getLhs(), rows[0], kLane8),
+                                    adjacentPair(op.getLhs(), rows[1], kLane8)};
     for (int64_t block = 0; block < blocks; ++block) {
-      Value column =
-          e.add(e.index(block * WarpMmaOp::kFragmentColumns), layout.group);
-      SmallVector<Value, 2> bRegs;
-      for (Value k : {k0, k8}) {
-        if (op.getRhsTransposed()) {
-          bRegs.push_back(adjacentPair(op.getRhs(), column, k));
-          continue;
-        }
-        // Down a column of rhs [K, N]: two loads.
-        Value lo =
-            memref::LoadOp::create(b, op.getRhs(), ValueRange{k, column});
-        Value hi = memref::LoadOp::create(b, op.getRhs(),
-                                          ValueRange{e.add(k, c1), column});
-        bRegs.push_back(reg(
-            vector::FromElementsOp::create(b, pairType, ValueRange{lo, hi})));
+      if (!rhsMatrices) {
+        mma(a, loadB(block, k0), block);
+        continue;
       }
-      Value result = NVVM::MmaOp::create(
-          b, structType, a, bRegs, acc[block],
-          ArrayRef<int64_t>{WarpMmaOp::kRows, WarpMmaOp::kFragmentColumns,
-                            WarpMmaOp::kReductionStep},
-          std::nullopt, std::nullopt, ptxTypes, layouts);
-      for (int64_t i = 0; i < 4; ++i)
-        acc[block][i] = LLVM::ExtractValueOp::create(b, result, i);
+      const bool pair = block + 1 < blocks;
+      SmallVector<Value, 4> bRegs = ldmatrixB(block, k0, pair);
+      mma(a, ArrayRef(bRegs).take_front(2), block);
+      if (pair)
+        mma(a, ArrayRef(bRegs).drop_front(2), ++block);
     }
   }
   for (int64_t block = 0; block < blocks; ++block)

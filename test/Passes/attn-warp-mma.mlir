@@ -133,3 +133,65 @@ func.func @scores_f32(%q: memref<16x16xf32>, %k: memref<8x16xf32>, %s: memref<16
       : memref<16x16xf32>, memref<8x16xf32>, memref<16x8xf32>
   return
 }
+
+// Shared buffers whose rows are whole 16-byte pieces are read with ldmatrix
+// (four 8 x 8 matrices a warp instruction): lane l points at row l % 8 of
+// matrix l / 8 and gets its fragment pair of each. A: rows row + l % 16,
+// column k + 8 (l / 16) -> a0..a3. k^T (rhs [n, k]): rows 8 b + l % 8 +
+// 8 (l / 16), column k + 8 ((l / 8) % 2) -> b0, b1 of blocks b and b + 1.
+// MMA-LABEL: func.func @scores_ldmatrix
+// MMA-SAME:    %[[Q:[a-z0-9]+]]: memref<32x24xbf16, #gpu.address_space<workgroup>>, %[[K:[a-z0-9]+]]: memref<16x24xbf16, #gpu.address_space<workgroup>>, %{{.+}}: memref<2x4xf32>, %[[ROW:[a-z0-9]+]]: index, %[[LANE:[a-z0-9]+]]: index
+// MMA-DAG:     %[[L16:.+]] = arith.remui %[[LANE]], %c16
+// MMA-DAG:     %[[HALF:.+]] = arith.divui %[[LANE]], %c16
+// MMA-DAG:     %[[COL8:.+]] = arith.muli %[[HALF]], %c8
+// MMA-DAG:     %[[L8:.+]] = arith.remui %[[LANE]], %c8
+// MMA-DAG:     %[[MATRIX:.+]] = arith.divui %[[LANE]], %c8
+// MMA-DAG:     %[[ODD:.+]] = arith.remui %[[MATRIX]], %c2
+// MMA-DAG:     %[[K8:.+]] = arith.muli %[[ODD]], %c8
+// MMA:         %[[AROW:.+]] = arith.addi %[[ROW]], %[[L16]]
+// MMA:         %[[A:.+]] = nvgpu.ldmatrix %[[Q]][%[[AROW]], %[[COL8]]] {numTiles = 4 : i32, transpose = false} : memref<32x24xbf16, #gpu.address_space<workgroup>> -> vector<4x2xbf16>
+// MMA:         vector.extract %[[A]][0]
+// MMA:         %[[KROW:.+]] = arith.addi %[[L8]], %[[COL8]]
+// MMA:         %[[B:.+]] = nvgpu.ldmatrix %[[K]][%[[KROW]], %[[K8]]] {numTiles = 4 : i32, transpose = false}
+// MMA:         nvvm.mma.sync
+// MMA:         nvvm.mma.sync
+// MMA-NOT:     nvvm.mma.sync
+// MMA-NOT:     nvgpu.ldmatrix
+// MMA:         return
+func.func @scores_ldmatrix(%q: memref<32x24xbf16, #gpu.address_space<workgroup>>, %k: memref<16x24xbf16, #gpu.address_space<workgroup>>, %s: memref<2x4xf32>, %row: index, %lane: index) {
+  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(16) k(16) {rhs_transposed, acc_fragment}
+      : memref<32x24xbf16, #gpu.address_space<workgroup>>, memref<16x24xbf16, #gpu.address_space<workgroup>>, memref<2x4xf32>
+  return
+}
+
+// v (rhs [k, n]) with .trans: rows k + l % 16, column 8 b + 8 (l / 16) ->
+// b0, b1 of blocks b and b + 1; the last odd block (N = 24: 3 blocks) takes
+// two matrices (numTiles = 2) at column 16.
+// MMA-LABEL: func.func @pv_ldmatrix
+// MMA-SAME:    %[[P:[a-z0-9]+]]: memref<16x24xf16, #gpu.address_space<workgroup>>, %[[V:[a-z0-9]+]]: memref<16x24xf16, #gpu.address_space<workgroup>>
+// MMA-DAG:     %[[L16:.+]] = arith.remui %{{.+}}, %c16
+// MMA-DAG:     %[[COL8:.+]] = arith.muli %{{.+}}, %c8
+// MMA:         nvgpu.ldmatrix %[[P]][%{{.+}}, %[[COL8]]] {numTiles = 4 : i32, transpose = false}
+// MMA:         nvgpu.ldmatrix %[[V]][%[[L16]], %[[COL8]]] {numTiles = 4 : i32, transpose = true} : memref<16x24xf16, #gpu.address_space<workgroup>> -> vector<4x2xf16>
+// MMA:         nvvm.mma.sync
+// MMA:         nvvm.mma.sync
+// MMA:         nvgpu.ldmatrix %[[V]][%[[L16]], %c16] {numTiles = 2 : i32, transpose = true} : memref<16x24xf16, #gpu.address_space<workgroup>> -> vector<2x2xf16>
+// MMA:         nvvm.mma.sync
+// MMA-NOT:     nvvm.mma.sync
+// MMA:         return
+func.func @pv_ldmatrix(%p: memref<16x24xf16, #gpu.address_space<workgroup>>, %v: memref<16x24xf16, #gpu.address_space<workgroup>>, %o: memref<3x4xf32>, %row: index, %lane: index) {
+  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(24) k(16) {accumulate, acc_fragment}
+      : memref<16x24xf16, #gpu.address_space<workgroup>>, memref<16x24xf16, #gpu.address_space<workgroup>>, memref<3x4xf32>
+  return
+}
+
+// Rows of 20 f16 (40 bytes) are not 16-byte aligned: pairs, not ldmatrix.
+// MMA-LABEL: func.func @unaligned_rows
+// MMA-NOT:     nvgpu.ldmatrix %arg0
+// MMA-COUNT-4: vector.load %arg0
+// MMA:         nvgpu.ldmatrix %arg1
+func.func @unaligned_rows(%p: memref<16x20xf16, #gpu.address_space<workgroup>>, %v: memref<16x8xf16, #gpu.address_space<workgroup>>, %o: memref<1x4xf32>, %row: index, %lane: index) {
+  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(16) {accumulate, acc_fragment}
+      : memref<16x20xf16, #gpu.address_space<workgroup>>, memref<16x8xf16, #gpu.address_space<workgroup>>, memref<1x4xf32>
+  return
+}
