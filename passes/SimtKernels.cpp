@@ -181,27 +181,44 @@ std::pair<Value, Value> visibleKeys(SimtEmitter &e,
   return {begin, e.maxS(end, begin)};
 }
 
-/// o = acc[d] * inv, gated, written to out[at..., :] (`at`: batch, head,
-/// row, and for partials the split); `accAt` reads acc[d]. The gate is
-/// [B, H, Lq, Dv or 1], read at (batch, head, row).
-void storeRow(SimtEmitter &e, const SoftmaxAttentionShape &shape,
-              function_ref<Value(Value d)> accAt, Value inv, Value gate,
-              Value out, ValueRange at) {
-  Value c0 = e.index(0);
-  auto withLast = [&](ValueRange prefix, Value last) {
-    SmallVector<Value> indices(prefix);
-    indices.push_back(last);
+/// The output gate of one row, [B, H, Lq, Dv or 1] read at (batch, head,
+/// row) = rowAt[0..3): a headwise gate is read once, an elementwise one per
+/// feature.
+class RowGate {
+public:
+  RowGate(SimtEmitter &e, const SoftmaxAttentionShape &shape, Value gate,
+          ValueRange rowAt)
+      : e(e), gate(gate), rowAt(rowAt.take_front(3)) {
+    if (gate && shape.headwiseGate)
+      headGate = e.load(gate, at(e.index(0)));
+  }
+  /// o of feature d, gated (o itself without a gate).
+  Value apply(Value o, Value d) {
+    if (!gate)
+      return o;
+    return e.sigmoidGate(o, headGate ? headGate : e.load(gate, at(d)));
+  }
+
+private:
+  SmallVector<Value> at(Value d) {
+    SmallVector<Value> indices(rowAt);
+    indices.push_back(d);
     return indices;
-  };
-  Value headGate;
-  if (gate && shape.headwiseGate)
-    headGate = e.load(gate, withLast(at.take_front(3), c0));
-  e.loop(c0, e.index(shape.valueDim), e.index(1), [&](Value d) {
-    Value o = e.fmul(accAt(d), inv);
-    if (gate)
-      o = e.sigmoidGate(
-          o, headGate ? headGate : e.load(gate, withLast(at.take_front(3), d)));
-    e.store(o, out, withLast(at, d));
+  }
+  SimtEmitter &e;
+  Value gate, headGate;
+  SmallVector<Value> rowAt;
+};
+
+/// o = acc[d] * inv, gated, written to out[at..., :] (`at`: batch, head,
+/// row).
+void storeRow(SimtEmitter &e, const SoftmaxAttentionShape &shape, Value acc,
+              Value inv, Value gate, Value out, ValueRange at) {
+  RowGate rowGate(e, shape, gate, at);
+  e.loop(e.index(0), e.index(shape.valueDim), e.index(1), [&](Value d) {
+    SmallVector<Value> outAt(at);
+    outAt.push_back(d);
+    e.store(rowGate.apply(e.fmul(e.load(acc, d), inv), d), out, outAt);
   });
 }
 
@@ -488,6 +505,18 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   Value outRegs = e.registers({valueBlocks, 4});
   Value maxRegs = e.registers({2});
   Value sumRegs = e.registers({2});
+  // The lane's place among the 4 that hold its rows, and the combination
+  // of a row's 4 parts.
+  auto quadLaneOf = [&](Value lane) {
+    return e.rem(lane, e.index(SimtFlashTiling::kLanesPerRow));
+  };
+  auto combineQuad = [&](Value r,
+                         function_ref<Value(Value, Value)> combine) -> Value {
+    Value all = e.load(quad, {r, c0});
+    for (int64_t i = 1; i < SimtFlashTiling::kLanesPerRow; ++i)
+      all = combine(all, e.load(quad, {r, e.index(i)}));
+    return all;
+  };
   // Fragment element `el` of half `half` in column block `block`.
   auto fragmentAt = [&](int64_t block, int64_t half, int64_t el) {
     return SmallVector<Value>{e.index(block), e.index(2 * half + el)};
@@ -636,7 +665,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
       scoresOp.setRhsTransposed(true);
       scoresOp.setAccFragment(true);
       MmaFragmentLayout layout(e, warpRow, lane);
-      Value quadLane = e.rem(lane, e.index(SimtFlashTiling::kLanesPerRow));
+      Value quadLane = quadLaneOf(lane);
       // The keys of the lane's columns (the same in both its rows).
       SmallVector<std::pair<Value, Value>> columnKeys;
       for (int64_t block = 0; block < keyBlocks; ++block)
@@ -678,9 +707,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
       MmaFragmentLayout layout(e, warpRow, lane);
       for (int64_t half = 0; half < 2; ++half) {
         Value r = layout.accRow(e, half), h = e.index(half);
-        Value tileMax = e.load(quad, {r, c0});
-        for (int64_t i = 1; i < SimtFlashTiling::kLanesPerRow; ++i)
-          tileMax = e.fmax(tileMax, e.load(quad, {r, e.index(i)}));
+        Value tileMax =
+            combineQuad(r, [&](Value x, Value y) { return e.fmax(x, y); });
         Value oldMax = e.load(m, h);
         Value newMax = e.fmax(oldMax, tileMax);
         Value safe = e.safeMax(newMax);
@@ -723,7 +751,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   eachWarp([&](Value warpRow, Value lane, Value thread) {
     Value l = e.registersOf(sumRegs, thread);
     MmaFragmentLayout layout(e, warpRow, lane);
-    Value quadLane = e.rem(lane, e.index(SimtFlashTiling::kLanesPerRow));
+    Value quadLane = quadLaneOf(lane);
     for (int64_t half = 0; half < 2; ++half)
       e.store(e.load(l, e.index(half)), quad,
               {layout.accRow(e, half), quadLane});
@@ -732,29 +760,23 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     Value o = e.registersOf(outRegs, thread);
     Value m = e.registersOf(maxRegs, thread);
     MmaFragmentLayout layout(e, warpRow, lane);
-    Value quadLane = e.rem(lane, e.index(SimtFlashTiling::kLanesPerRow));
+    Value quadLane = quadLaneOf(lane);
     for (int64_t half = 0; half < 2; ++half) {
       Value r = layout.accRow(e, half);
       e.ifThen(lt(r, rows), [&] {
-        Value sum = e.load(quad, {r, c0});
-        for (int64_t i = 1; i < SimtFlashTiling::kLanesPerRow; ++i)
-          sum = e.fadd(sum, e.load(quad, {r, e.index(i)}));
+        Value sum =
+            combineQuad(r, [&](Value x, Value y) { return e.fadd(x, y); });
         Value inv = e.reciprocalOrZero(sum);
         SmallVector<Value> at{batch, headOf(r), rowOf(r)};
         if (split)
           at.push_back(split);
-        Value headGate;
-        if (gate && shape.headwiseGate)
-          headGate = e.load(gate, {at[0], at[1], at[2], c0});
+        RowGate rowGate(e, shape, gate, at);
         for (int64_t block = 0; block < valueBlocks; ++block)
           for (int64_t el = 0; el < 2; ++el) {
             Value d = layout.accColumn(e, e.index(block), el);
             auto storeElement = [&] {
-              Value value = e.fmul(e.load(o, fragmentAt(block, half, el)), inv);
-              if (gate)
-                value = e.sigmoidGate(
-                    value, headGate ? headGate
-                                    : e.load(gate, {at[0], at[1], at[2], d}));
+              Value value = rowGate.apply(
+                  e.fmul(e.load(o, fragmentAt(block, half, el)), inv), d);
               SmallVector<Value> outAt(at);
               outAt.push_back(d);
               e.store(value, out, outAt);
@@ -824,8 +846,7 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
         });
         return SmallVector<Value>{e.fadd(it[0], weight)};
       })[0];
-  storeRow(e, shape, [&](Value d) { return e.load(acc, d); },
-           e.reciprocalOrZero(total), merge.gate, merge.out,
+  storeRow(e, shape, acc, e.reciprocalOrZero(total), merge.gate, merge.out,
            {batch, head, row});
   if (merge.lse)
     e.store(e.logSumExp(safe, total), merge.lse, {batch, head, row});
