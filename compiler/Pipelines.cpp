@@ -48,8 +48,9 @@ void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
 void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
   pm.addPass(createAttnCpuKernelAbi());
   // Block kernels of the CUDA target, run on the CPU: each lane's share of
-  // a warp's matrix product as loops.
+  // a warp's matrix product as loops, its asynchronous copies done at once.
   pm.addPass(createAttnWarpMmaToLoops());
+  pm.addPass(createAttnAsyncCopyToLoops());
   pm.addNestedPass<func::FuncOp>(createAttnCpuApproximateMath());
   pm.addPass(createCanonicalizerPass());
   // bf16 <-> f32 conversions as integer arithmetic: x86 has no bf16
@@ -93,9 +94,13 @@ void mlir::attn::buildGpuKernelLoweringPipeline(
   AttnWarpMmaToNvvmOptions mma;
   mma.chip = options.chip;
   pm.addPass(createAttnWarpMmaToNvvm(mma));
+  AttnAsyncCopyToNvvmOptions copies;
+  copies.chip = options.chip;
+  pm.addPass(createAttnAsyncCopyToNvvm(copies));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createSCFToControlFlowPass());
-  // ldmatrix (from the tensor-core products) to nvvm.ldmatrix.
+  // ldmatrix (from the tensor-core products) to nvvm.ldmatrix, the
+  // staging copies to cp.async.
   pm.addPass(createConvertNVGPUToNVVMPass());
   // math ops become libdevice calls (__nv_expf, ...), linked in when the
   // PTX is made.

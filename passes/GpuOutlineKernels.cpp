@@ -223,10 +223,10 @@ struct AttnGpuOutlineKernels final
     for (memref::AllocaOp alloca : sharedBuffers) {
       for (Operation *user : alloca->getUsers())
         if (!isa<memref::LoadOp, memref::StoreOp, vector::LoadOp,
-                 vector::StoreOp, WarpMmaOp>(user))
+                 vector::StoreOp, WarpMmaOp, AsyncCopyOp>(user))
           return user->emitError("a shared buffer may only be loaded, "
                                  "stored (elements or vectors) and used by "
-                                 "attn.warp_mma");
+                                 "attn.warp_mma and attn.async_copy");
       MemRefType type = alloca.getType();
       auto sharedType =
           MemRefType::get(type.getShape(), type.getElementType(),

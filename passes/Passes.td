@@ -271,4 +271,40 @@ def AttnWarpMmaToNvvm : Pass<"attn-warp-mma-to-nvvm"> {
   ];
 }
 
+def AttnAsyncCopyToLoops : Pass<"attn-async-copy-to-loops"> {
+  let summary = "attn.async_copy as a copy done at once";
+  let description = [{
+    Replaces every `attn.async_copy` by a vector load and store of its
+    elements (or stores of zeros where it is not valid) and erases
+    `attn.async_wait`: each copy is complete when the thread moves on. This
+    is the CPU lowering, which runs a block's threads one after another.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect"
+  ];
+}
+
+def AttnAsyncCopyToNvvm : Pass<"attn-async-copy-to-nvvm"> {
+  let summary = "attn.async_copy as cp.async";
+  let description = [{
+    On sm_80 and newer, lowers every `attn.async_copy` to
+    `nvgpu.device_async_copy` (PTX `cp.async`, `.cg` for 16 bytes), whose
+    source size is 0 where the copy is not valid so that the target gets
+    zeros, and every `attn.async_wait` to `cp.async.commit_group` and
+    `cp.async.wait_group 0`. Runs after -attn-gpu-outline-kernels, which
+    puts the shared buffers in workgroup memory. Older chips get the plain
+    copies of -attn-async-copy-to-loops.
+  }];
+  let options = [
+    Option<"chip", "chip", "std::string", "\"sm_90a\"",
+           "the SM the code is for">,
+  ];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect",
+    "::mlir::NVVM::NVVMDialect", "::mlir::nvgpu::NVGPUDialect"
+  ];
+}
+
 #endif // ATTN_PASSES_TD

@@ -527,14 +527,44 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
         e.store(e.scalar(value), registers, {e.index(block), e.index(i)});
   };
 
-  // Stage the q tile, clear the registers.
+  // Copies `count` rows of `dim` elements into the shared tile `to`, whose
+  // rows are `padded` long: row j from source[rowAt(j).first..., 0 .. dim)
+  // where rowAt(j).second holds, zeros elsewhere. 16 bytes a copy where a
+  // row is whole 16-byte pieces (every row then starts 16-byte aligned, in
+  // global memory as in the padded shared rows), all of a thread's copies
+  // in flight at once (attn.async_copy: cp.async on the GPU; they are
+  // complete after the thread's next attn.async_wait); else an element a
+  // load.
+  auto stageRows =
+      [&](Value thread, int64_t count, Value from, Value to, int64_t dim,
+          int64_t padded,
+          function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt) {
+        const int64_t lanes = 16 / flash.elementBytes;
+        const bool pieces = dim % lanes == 0 && padded % lanes == 0;
+        const int64_t step = pieces ? lanes : 1;
+        e.loop(thread, e.index(count * (padded / step)),
+               e.index(flash.threads()), [&](Value i) {
+                 Value j = e.div(i, e.index(padded / step));
+                 Value d =
+                     e.mul(e.rem(i, e.index(padded / step)), e.index(step));
+                 auto [at, isRow] = rowAt(j);
+                 at.push_back(d);
+                 Value valid = both(isRow, lt(d, e.index(dim)));
+                 if (pieces)
+                   AsyncCopyOp::create(b, loc, from, at, to, ValueRange{j, d},
+                                       valid, lanes);
+                 else
+                   e.store(e.loadOrZero(valid, from, at), to, {j, d});
+               });
+      };
+
+  // Stage the q tile (waited for with the first key tile's k), clear the
+  // registers.
   e.eachThread([&](Value thread) {
-    e.loop(thread, e.index(TQ * Dp), e.index(flash.threads()), [&](Value i) {
-      Value r = e.div(i, e.index(Dp)), d = e.rem(i, e.index(Dp));
-      e.store(e.loadOrZero(both(lt(r, rows), lt(d, e.index(D))), q,
-                           {batch, headOf(r), rowOf(r), d}),
-              qs, {r, d});
-    });
+    stageRows(thread, TQ, q, qs, D, Dp,
+              [&](Value r) -> std::pair<SmallVector<Value>, Value> {
+                return {{batch, headOf(r), rowOf(r)}, lt(r, rows)};
+              });
     setRegisters(e.registersOf(outRegs, thread), valueBlocks, 0.0);
     Value m = e.registersOf(maxRegs, thread),
           l = e.registersOf(sumRegs, thread);
@@ -603,62 +633,32 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     return {key, both(lt(v, end), lt(key, lk))};
   };
 
+  // The k and v rows of key tile `tile`.
+  auto keyRowsOf = [&](Value tile) {
+    Value firstKey = e.add(begin, e.mul(tile, e.index(TK)));
+    return [&, firstKey](Value j) -> std::pair<SmallVector<Value>, Value> {
+      auto [key, isKey] = keyAt(e.add(firstKey, j));
+      return {{batch, kvHead, key}, isKey};
+    };
+  };
+  // The copies of a tile's k and v overlap the products of the one before
+  // them, as in FlashAttention-2: k of the first tile is staged here; v of
+  // each tile is copied while its scores and probabilities are computed,
+  // and k of the next while P v is. Each phase's copies are waited for at
+  // its end, before the barrier after which the next phase reads them.
+  e.eachThread([&](Value thread) {
+    stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(c0));
+    AsyncWaitOp::create(b, loc);
+  });
+
   e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
     Value firstKey = e.add(begin, e.mul(keyTileIndex, e.index(TK)));
-    // Stage the key tile's k and v rows: 16 bytes a load where a row is
-    // whole 16-byte pieces (every row then starts 16-byte aligned, in
-    // global memory as in the padded shared rows), else an element a load.
-    auto stage = [&](Value thread, Value from, Value to, int64_t dim,
-                     int64_t padded) {
-      const int64_t lanes = 16 / flash.elementBytes;
-      Value threads = e.index(flash.threads());
-      if (dim % lanes == 0 && padded % lanes == 0) {
-        auto piece = VectorType::get({lanes}, storage);
-        const int64_t pieces = padded / lanes;
-        e.loop(thread, e.index(TK * pieces), threads, [&](Value i) {
-          Value j = e.div(i, e.index(pieces));
-          Value d = e.mul(e.rem(i, e.index(pieces)), e.index(lanes));
-          auto [key, isKey] = keyAt(e.add(firstKey, j));
-          // Padding is stored an element at a time: LLVM would otherwise
-          // sink both branches' stores into one of a phi of the two
-          // vectors, which x86 (running these kernels in tests) widens to
-          // f32 and back through library calls for bf16.
-          e.ifElse(
-              both(isKey, lt(d, e.index(dim))),
-              [&]() -> SmallVector<Value> {
-                SmallVector<Value> at{batch, kvHead, key, d};
-                Value row = vector::LoadOp::create(b, piece, from, at,
-                                                   /*nontemporal=*/false,
-                                                   llvm::MaybeAlign(16));
-                vector::StoreOp::create(b, row, to, ValueRange{j, d},
-                                        /*nontemporal=*/false,
-                                        llvm::MaybeAlign(16));
-                return {};
-              },
-              [&]() -> SmallVector<Value> {
-                for (int64_t l = 0; l < lanes; ++l)
-                  e.store(e.scalar(0.0), to, {j, e.add(d, e.index(l))});
-                return {};
-              });
-        });
-        return;
-      }
-      e.loop(thread, e.index(TK * padded), threads, [&](Value i) {
-        Value j = e.div(i, e.index(padded)), d = e.rem(i, e.index(padded));
-        auto [key, isKey] = keyAt(e.add(firstKey, j));
-        e.store(e.loadOrZero(both(isKey, lt(d, e.index(dim))), from,
-                             {batch, kvHead, key, d}),
-                to, {j, d});
-      });
-    };
-    e.eachThread([&](Value thread) {
-      stage(thread, k, ks, D, Dp);
-      stage(thread, v, vs, Dv, Dvp);
-    });
+    Value nextTile = e.add(keyTileIndex, c1);
 
     // S = q k^T into the lanes' registers; each lane scales, softcaps and
     // masks its scores and offers its part of its rows' max.
     eachWarp([&](Value warpRow, Value lane, Value thread) {
+      stageRows(thread, TK, v, vs, Dv, Dvp, keyRowsOf(keyTileIndex));
       Value s = e.registersOf(scoreRegs, thread);
       auto scoresOp = WarpMmaOp::create(b, qs, ks, s, warpRow, lane,
                                         /*n=*/TK, /*k=*/Dp);
@@ -732,15 +732,20 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
             e.store(e.fmul(e.load(o, at), rescale), o, at);
           }
       }
+      AsyncWaitOp::create(b, loc); // this tile's v
     });
 
-    // o += P v into the lanes' registers.
+    // o += P v into the lanes' registers, the next tile's k on its way.
     eachWarp([&](Value warpRow, Value lane, Value thread) {
+      e.ifThen(lt(nextTile, keyTiles), [&] {
+        stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(nextTile));
+      });
       auto outputOp =
           WarpMmaOp::create(b, probs, vs, e.registersOf(outRegs, thread),
                             warpRow, lane, /*n=*/Dvp, /*k=*/TK);
       outputOp.setAccumulate(true);
       outputOp.setAccFragment(true);
+      AsyncWaitOp::create(b, loc); // the next tile's k
     });
   });
 

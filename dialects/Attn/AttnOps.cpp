@@ -962,3 +962,48 @@ LogicalResult WarpMmaOp::verify() {
 
 #define GET_OP_CLASSES
 #include "Attn/AttnOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// AsyncCopyOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AsyncCopyOp::verify() {
+  MemRefType source = getSource().getType(), target = getTarget().getType();
+  auto checkOperand = [&](StringRef name, MemRefType type,
+                          ValueRange indices) -> LogicalResult {
+    if (static_cast<int64_t>(indices.size()) != type.getRank())
+      return emitOpError() << "'" << name << "' has rank " << type.getRank()
+                           << " but " << indices.size() << " indices";
+    SmallVector<int64_t> strides;
+    int64_t offset;
+    if (type.getRank() == 0 ||
+        failed(type.getStridesAndOffset(strides, offset)) ||
+        strides.back() != 1)
+      return emitOpError() << "'" << name
+                           << "' must be contiguous along its last "
+                              "dimension, got "
+                           << type;
+    return success();
+  };
+  if (failed(checkOperand("source", source, getSourceIndices())) ||
+      failed(checkOperand("target", target, getTargetIndices())))
+    return failure();
+  Type element = source.getElementType();
+  if (target.getElementType() != element)
+    return emitOpError() << "'target' elements must match 'source' (" << element
+                         << "), got " << target.getElementType();
+  if (!element.isIntOrFloat())
+    return emitOpError() << "elements must be integers or floats, got "
+                         << element;
+  const int64_t elements = getElements();
+  const int64_t bytes = elements * element.getIntOrFloatBitWidth() / 8;
+  if (elements <= 0 || (bytes != 4 && bytes != 8 && bytes != 16))
+    return emitOpError() << "copies 4, 8 or 16 bytes, got " << elements
+                         << " elements of " << element;
+  if (!target.isDynamicDim(target.getRank() - 1) &&
+      target.getDimSize(target.getRank() - 1) < elements)
+    return emitOpError() << "'target' rows of "
+                         << target.getDimSize(target.getRank() - 1)
+                         << " elements cannot hold " << elements;
+  return success();
+}

@@ -556,4 +556,48 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
   }];
 }
 
+def Attn_AsyncCopyOp : Attn_Op<"async_copy", [AttrSizedOperandSegments]> {
+  let summary = "one thread's asynchronous copy of a few elements into a "
+                "shared buffer";
+  let description = [{
+    Used by block kernels (passes/SimtKernels.h) to stage tiles in shared
+    buffers. Copies the `elements` consecutive elements (4, 8 or 16 bytes in
+    all) at `source[source_indices]` along its last dimension to
+    `target[target_indices]`, or writes that many zeros there when `valid`
+    is false (the source is then not read, so its indices may be out of
+    bounds). The copy may complete late: the thread sees the data after its
+    next `attn.async_wait`, other threads after a barrier that follows it.
+
+    A thread can so have all its copies of a tile in flight at once. On the
+    GPU, `-attn-async-copy-to-nvvm` lowers the op to `cp.async` (through
+    `nvgpu.device_async_copy`, with a source size of 0 for the zeros) and
+    `attn.async_wait` to a commit and a wait of the thread's copies; on the
+    CPU, `-attn-async-copy-to-loops` makes it a plain copy at once.
+
+    ```mlir
+    attn.async_copy %k[%b, %h, %key, %d], %ks[%j, %d] if(%inRange)
+        elements(8) : memref<?x?x?x128xbf16>, memref<64x136xbf16>
+    attn.async_wait
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$source, Variadic<Index>:$source_indices,
+                       AnyMemRef:$target, Variadic<Index>:$target_indices,
+                       I1:$valid, I64Attr:$elements);
+  let assemblyFormat = [{
+    $source `[` $source_indices `]` `,` $target `[` $target_indices `]`
+    `if` `(` $valid `)` `elements` `(` $elements `)` attr-dict
+    `:` type($source) `,` type($target)
+  }];
+  let hasVerifier = 1;
+}
+
+def Attn_AsyncWaitOp : Attn_Op<"async_wait"> {
+  let summary = "waits for the calling thread's attn.async_copy ops";
+  let description = [{
+    After it, the data of every `attn.async_copy` the thread issued before
+    is in the target buffers (see that op).
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
 #endif // ATTN_OPS_TD

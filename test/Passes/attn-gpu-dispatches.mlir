@@ -24,11 +24,10 @@
 // The block's query tile is the workgroup's fastest part.
 // CHECK:         %[[TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
 // CHECK:         arith.remui %arg5, %[[TILES]] : index
-// The q tile is staged once, zero past Lq; each thread clears its
-// registers, through its own slice.
+// The q tile is staged once, 16 bytes a copy (4 f32 of a 64-channel row),
+// zero past Lq; each thread clears its registers, through its own slice.
 // CHECK:         scf.parallel (%[[T0:.+]]) = (%c0) to (%c128) step (%c1) {
-// CHECK:           scf.if
-// CHECK:             memref.load %arg0
+// CHECK:           attn.async_copy %arg0[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x8x?x64xf32>, memref<64x68xf32>
 // CHECK:           %[[O0:.+]] = memref.subview %[[O]][%[[T0]], 0, 0] [1, 8, 4] [1, 1, 1] : memref<128x8x4xf32> to memref<8x4xf32, strided<[4, 1], offset: ?>>
 // CHECK-COUNT-32:  memref.store %cst{{.*}}, %[[O0]][%c{{[0-7]}}, %c{{[0-3]}}]
 // CHECK:           memref.subview %[[M]][%[[T0]], 0] [1, 2] [1, 1] : memref<128x2xf32> to memref<2xf32, strided<[1], offset: ?>>
@@ -36,16 +35,18 @@
 // The causal mask ends the key tiles at the last row's position.
 // CHECK:         arith.minsi %[[LK:dim_[0-9]+]], %{{.+}} : index
 // CHECK:         %[[KEY_TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
+// The first key tile's k (16 bytes a copy, all of a thread's in flight
+// before its wait; q's too).
+// CHECK:         scf.parallel
+// CHECK:           attn.async_copy %arg1[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
+// CHECK:           attn.async_wait
+// CHECK:         } {attn.threads}
 // CHECK:         scf.for %{{.+}} = %c0 to %[[KEY_TILES]] step %c1 {
-// Per key tile: stage k and v (16 bytes a load: 4 f32 of a 64-channel
-// row, 16-byte aligned) in one thread loop.
-// CHECK:           vector.load %arg1[{{.*}}] {alignment = 16 : i64} : memref<?x2x?x64xf32>, vector<4xf32>
-// CHECK:           vector.store %{{.*}}, %{{.*}} {alignment = 16 : i64} : memref<64x68xf32>, vector<4xf32>
-// CHECK:           vector.load %arg2
-// CHECK:           } {attn.threads}
 // Scores into the lanes' fragments, masked there (16 per row half: 8
-// blocks x 2 columns), the lane's part of each row's max to the exchange.
+// blocks x 2 columns), the lane's part of each row's max to the exchange;
+// the tile's v on its way meanwhile.
 // CHECK:           scf.parallel (%[[T1:.+]]) = (%c0) to (%c128) step (%c1) {
+// CHECK:             attn.async_copy %arg2[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
 // CHECK:             %[[S1:.+]] = memref.subview %[[S]][%[[T1]], 0, 0]
 // CHECK:             attn.warp_mma %{{.+}}, %{{.+}}, %[[S1]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
 // CHECK-COUNT-16:    arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
@@ -53,14 +54,21 @@
 // CHECK-COUNT-16:    arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
 // CHECK:             memref.store %{{.+}}, %[[QUAD]]
 // CHECK:           } {attn.threads}
-// The update: a row's max from its 4 lanes, then P and the rescaling.
+// The update: a row's max from its 4 lanes, then P and the rescaling;
+// then the wait for v.
 // CHECK:           scf.parallel
 // CHECK-COUNT-4:     memref.load %[[QUAD]]
 // CHECK:             math.exp
+// CHECK:             attn.async_wait
 // CHECK:           } {attn.threads}
+// P v, the next tile's k (if there is one) on its way meanwhile.
 // CHECK:           scf.parallel (%[[T3:.+]]) = (%c0) to (%c128) step (%c1) {
+// CHECK:             %[[MORE:.+]] = arith.cmpi ult, %{{.+}}, %[[KEY_TILES]] : index
+// CHECK:             scf.if %[[MORE]] {
+// CHECK:               attn.async_copy %arg1
 // CHECK:             %[[O3:.+]] = memref.subview %[[O]][%[[T3]], 0, 0]
 // CHECK:             attn.warp_mma %{{.+}}, %{{.+}}, %[[O3]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate}
+// CHECK-NEXT:        attn.async_wait
 // CHECK:           } {attn.threads}
 // CHECK:         }
 // The lanes' parts of each row's sum, exchanged; then o = acc / l.
@@ -93,13 +101,13 @@
 // CHECK:           arith.divui %{{.+}}, %[[LQ]] : index
 // CHECK:           arith.muli %{{.+}}, %c4 : index
 // CHECK:           arith.remui %{{.+}}, %[[LQ]] : index
-// CHECK:             memref.load %arg0
+// CHECK:             attn.async_copy %arg0
 // CHECK:         } {attn.threads}
-// Per key tile of the split: k and v staged, the products on warp_mma.
+// The split's first k tile; per key tile: v staged during the scores, the
+// next k during P v.
+// CHECK:         attn.async_copy %arg1
 // CHECK:         scf.for
-// CHECK:           vector.load %arg1
-// CHECK:           vector.load %arg2
-// CHECK:           } {attn.threads}
+// CHECK:           attn.async_copy %arg2
 // CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
 // CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate}
 // The partials, ungated: o at [batch, head, row, split], and lse.

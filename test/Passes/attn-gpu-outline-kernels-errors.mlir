@@ -52,7 +52,7 @@ func.func private @shared_buffer_copied(%a: memref<4xf32>, %n: index)
     attributes {attn.kernel = "x", attn.block_kernel,
                 attn.tiling = {block_threads = 32 : i64}} {
   %s = memref.alloca() {attn.shared} : memref<4xf32>
-  // expected-error @below {{a shared buffer may only be loaded, stored (elements or vectors) and used by attn.warp_mma}}
+  // expected-error @below {{a shared buffer may only be loaded, stored (elements or vectors) and used by attn.warp_mma and attn.async_copy}}
   memref.copy %s, %a : memref<4xf32> to memref<4xf32>
   return
 }

@@ -48,7 +48,7 @@
 // CHECK:         } {attn.threads}
 // CHECK:         scf.for
 // CHECK:             memref.load %[[LISTED]]
-// CHECK:               vector.load %arg1
+// CHECK:             attn.async_copy %arg1
 // CHECK:           attn.warp_mma
 // CHECK-LABEL: func.func private @topk__sparse_split4(
 // CHECK-SAME:    attn.kernel = "sparse_split"

@@ -770,3 +770,43 @@ func.func @warp_mma_fragment_type(%a: memref<16x16xf16>, %b: memref<16x16xf16>, 
   attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed, acc_fragment} : memref<16x16xf16>, memref<16x16xf16>, memref<2x4xf16>
   return
 }
+
+// -----
+
+func.func @async_copy_bytes(%a: memref<?x128xbf16>, %s: memref<64x136xbf16>, %i: index, %v: i1) {
+  // expected-error @+1 {{'attn.async_copy' op copies 4, 8 or 16 bytes, got 3 elements of 'bf16'}}
+  attn.async_copy %a[%i, %i], %s[%i, %i] if(%v) elements(3) : memref<?x128xbf16>, memref<64x136xbf16>
+  return
+}
+
+// -----
+
+func.func @async_copy_mixed(%a: memref<?x128xbf16>, %s: memref<64x136xf16>, %i: index, %v: i1) {
+  // expected-error @+1 {{'target' elements must match 'source' ('bf16'), got 'f16'}}
+  attn.async_copy %a[%i, %i], %s[%i, %i] if(%v) elements(8) : memref<?x128xbf16>, memref<64x136xf16>
+  return
+}
+
+// -----
+
+func.func @async_copy_rank(%a: memref<?x128xbf16>, %s: memref<64x136xbf16>, %i: index, %v: i1) {
+  // expected-error @+1 {{'source' has rank 2 but 1 indices}}
+  attn.async_copy %a[%i], %s[%i, %i] if(%v) elements(8) : memref<?x128xbf16>, memref<64x136xbf16>
+  return
+}
+
+// -----
+
+func.func @async_copy_strided(%a: memref<?x128xbf16>, %s: memref<64x136xbf16, strided<[1, 64]>>, %i: index, %v: i1) {
+  // expected-error @+1 {{'target' must be contiguous along its last dimension, got 'memref<64x136xbf16, strided<[1, 64]>>'}}
+  attn.async_copy %a[%i, %i], %s[%i, %i] if(%v) elements(8) : memref<?x128xbf16>, memref<64x136xbf16, strided<[1, 64]>>
+  return
+}
+
+// -----
+
+func.func @async_copy_short_rows(%a: memref<?x128xbf16>, %s: memref<64x4xbf16>, %i: index, %v: i1) {
+  // expected-error @+1 {{'target' rows of 4 elements cannot hold 8}}
+  attn.async_copy %a[%i, %i], %s[%i, %i] if(%v) elements(8) : memref<?x128xbf16>, memref<64x4xbf16>
+  return
+}

@@ -225,3 +225,20 @@ func.func @warp_mma(%q: memref<64x56xbf16>, %k: memref<32x56xbf16>,
         memref<3x4xf32, strided<[4, 1], offset: ?>>
   return
 }
+
+// CHECK-LABEL: func.func @async_copy
+// CHECK:         attn.async_copy %{{.+}}[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}], %{{.+}}[%{{.+}}, %{{.+}}] if(%{{.+}}) elements(8) : memref<?x?x?x128xbf16>, memref<64x136xbf16>
+// CHECK:         attn.async_copy %{{.+}}[%{{.+}}], %{{.+}}[%{{.+}}] if(%{{.+}}) elements(1) : memref<?xf32>, memref<4xf32>
+// CHECK:         attn.async_wait
+// 16 bytes of a bf16 row into a padded shared row; 4 bytes of a 1-D
+// buffer.
+func.func @async_copy(%k: memref<?x?x?x128xbf16>, %ks: memref<64x136xbf16>,
+                      %x: memref<?xf32>, %xs: memref<4xf32>, %i: index,
+                      %valid: i1) {
+  attn.async_copy %k[%i, %i, %i, %i], %ks[%i, %i] if(%valid) elements(8)
+      : memref<?x?x?x128xbf16>, memref<64x136xbf16>
+  attn.async_copy %x[%i], %xs[%i] if(%valid) elements(1)
+      : memref<?xf32>, memref<4xf32>
+  attn.async_wait
+  return
+}

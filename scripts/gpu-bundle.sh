@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Packs what the GPU checks need into DIR, for a CUDA machine that has a
+# driver, a CUDA toolkit (ptxas) and PyTorch but no LLVM/MLIR 22: build here,
+# run there.
+#
+#   scripts/gpu-bundle.sh DIR        # after `ninja -C build`
+#   (on the GPU machine, from the repository root)
+#   bash DIR/run.sh info e2e bench torch
+#
+# The e2e tests and the bench compile models in-process, so they need
+# libMLIR.so and libLLVM.so (and ld.lld, which links a binary's host code);
+# those travel xz-compressed (~45 MB). libLLVM.so also names libz3.so.4 and
+# libxml2.so.2, which attn never calls into; run.sh uses the machine's own
+# where it has them, else stand-ins whose every function traps. attn-run and
+# the runtime need none of this: a model compiled here runs there as is.
+#
+# run.sh's steps, in the order given:
+#   info   the GPU, the driver, ptxas, missing libraries
+#   e2e    every _cuda e2e case (8 shards in parallel), log in $OUT/e2e.log
+#   bench  build/bin/cuda-attention-bench ($BENCH_ARGS), log in $OUT/bench.log
+#   torch  bench/torch-attention-baseline.py, log in $OUT/torch.log
+set -euo pipefail
+
+dir=${1:?usage: scripts/gpu-bundle.sh DIR}
+root=$(cd "$(dirname "$0")/.." && pwd)
+llvm=/usr/lib/llvm-22
+mkdir -p "$dir/bin"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+
+for binary in test/unit/AttnE2ETests bin/cuda-attention-bench bin/attnc \
+              bin/attn-run; do
+  strip -o "$dir/bin/$(basename $binary)" "$root/build/$binary"
+done
+
+mkdir -p "$stage/libs" "$stage/fallback"
+cp -L "$llvm/lib/libLLVM.so.22.1" "$llvm/lib/libMLIR.so.22.1" \
+      "$llvm/bin/ld.lld" "$stage/libs/"
+# Small libraries a GPU image may lack, copied from this machine.
+for lib in libedit.so.2 libbsd.so.0 libmd.so.0 libtinfo.so.6 libffi.so.8; do
+  cp -L "/lib/x86_64-linux-gnu/$lib" "$stage/fallback/"
+done
+# Stand-ins for libz3 and libxml2: every symbol libLLVM.so imports from
+# them, as a function that traps, with libxml2's symbol versions.
+imports() { objdump -T "$llvm/lib/libLLVM.so.22.1" | grep '\*UND\*' |
+            grep "$1" | awk '{print $NF}'; }
+trap_each() { sed 's/.*/void &(void) { __builtin_trap(); }/'; }
+imports 'Z3_' | trap_each > "$stage/z3.c"
+imports 'LIBXML2_2.4.30' > "$stage/xml24"
+imports 'LIBXML2_2.6.0' > "$stage/xml26"
+cat "$stage/xml24" "$stage/xml26" | trap_each > "$stage/xml2.c"
+{
+  echo "LIBXML2_2.4.30 { global: $(sed 's/$/;/' "$stage/xml24" | tr '\n' ' ') local: *; };"
+  echo "LIBXML2_2.6.0 { global: $(sed 's/$/;/' "$stage/xml26" | tr '\n' ' ') } LIBXML2_2.4.30;"
+} > "$stage/xml2.map"
+cc -shared -fPIC -o "$stage/fallback/libz3.so.4" -Wl,-soname,libz3.so.4 \
+   "$stage/z3.c"
+cc -shared -fPIC -o "$stage/fallback/libxml2.so.2" -Wl,-soname,libxml2.so.2 \
+   -Wl,--version-script="$stage/xml2.map" "$stage/xml2.c"
+tar -C "$stage" -cf - libs fallback | xz -T2 -9 > "$dir/bundle.tar.xz"
+
+cat > "$dir/run.sh" <<'EOF'
+#!/bin/bash
+# Made by scripts/gpu-bundle.sh; run from the repository root.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-/tmp/attn-gpu-out}
+mkdir -p "$out"
+export PATH=/usr/local/cuda/bin:$PATH
+llvm=/usr/lib/llvm-22
+if [ ! -e $llvm/lib/libMLIR.so.22.1 ]; then
+  mkdir -p $llvm/lib $llvm/bin /tmp/attn-bundle
+  if command -v xz >/dev/null; then tar -C /tmp/attn-bundle -xJf "$here/bundle.tar.xz"
+  else python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$here/bundle.tar.xz" /tmp/attn-bundle; fi
+  cp /tmp/attn-bundle/libs/lib*.so.22.1 $llvm/lib/
+  cp /tmp/attn-bundle/libs/ld.lld $llvm/bin/
+  for lib in /tmp/attn-bundle/fallback/*; do
+    name=$(basename "$lib")
+    ldconfig -p | grep -q "^\s*$name " || { echo "using the bundle's $name"; cp "$lib" $llvm/lib/; }
+  done
+fi
+export LD_LIBRARY_PATH=$llvm/lib
+bin=$here/bin
+chmod +x "$bin"/*
+for step in "$@"; do
+  case $step in
+  info)
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+    ptxas --version | tail -1
+    ldd "$bin/AttnE2ETests" | grep "not found";;
+  e2e)
+    export GTEST_TOTAL_SHARDS=8
+    for i in $(seq 0 7); do
+      GTEST_SHARD_INDEX=$i timeout ${E2E_TIMEOUT:-300} "$bin/AttnE2ETests" \
+        --gtest_filter="${E2E_FILTER:-*_cuda:*/cuda:*OnCuda*}" > "$out/e2e$i.log" 2>&1 &
+    done
+    wait
+    cat "$out"/e2e[0-7].log > "$out/e2e.log"; rm "$out"/e2e[0-7].log
+    grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/e2e.log" | sort | uniq -c;;
+  bench)
+    timeout ${BENCH_TIMEOUT:-240} "$bin/cuda-attention-bench" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log";;
+  torch)
+    PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch-attention-baseline.py 2>&1 | tee "$out/torch.log";;
+  *) echo "run.sh: unknown step '$step' (info, e2e, bench, torch)"; exit 2;;
+  esac
+done
+EOF
+chmod +x "$dir/run.sh"
+du -sh "$dir"
