@@ -643,9 +643,12 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   };
   // The copies of a tile's k and v overlap the products of the one before
   // them, as in FlashAttention-2: k of the first tile is staged here; v of
-  // each tile is copied while its scores and probabilities are computed,
-  // and k of the next while P v is. Each phase's copies are waited for at
-  // its end, before the barrier after which the next phase reads them.
+  // each tile is copied while its probabilities are computed, and k of the
+  // next while P v is. Each phase's copies are waited for at its end,
+  // before the barrier after which the next phase reads them. (Copying v
+  // during the scores too would overlap more, but its address arithmetic
+  // beside the mma operands made decode with D = 256 and a small tree's
+  // prefix spill 16 bytes.)
   e.eachThread([&](Value thread) {
     stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(c0));
     AsyncWaitOp::create(b, loc);
@@ -658,7 +661,6 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     // S = q k^T into the lanes' registers; each lane scales, softcaps and
     // masks its scores and offers its part of its rows' max.
     eachWarp([&](Value warpRow, Value lane, Value thread) {
-      stageRows(thread, TK, v, vs, Dv, Dvp, keyRowsOf(keyTileIndex));
       Value s = e.registersOf(scoreRegs, thread);
       auto scoresOp = WarpMmaOp::create(b, qs, ks, s, warpRow, lane,
                                         /*n=*/TK, /*k=*/Dp);
@@ -700,6 +702,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     // adds the probabilities as stored, so o is a weighted mean of v with
     // exactly P's weights.
     eachWarp([&](Value warpRow, Value lane, Value thread) {
+      stageRows(thread, TK, v, vs, Dv, Dvp, keyRowsOf(keyTileIndex));
       Value s = e.registersOf(scoreRegs, thread);
       Value o = e.registersOf(outRegs, thread);
       Value m = e.registersOf(maxRegs, thread);
@@ -712,12 +715,12 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
         Value oldMax = e.load(m, h);
         Value newMax = e.fmax(oldMax, tileMax);
         Value safe = e.safeMax(newMax);
-        Value rescale = e.exp(e.fsub(oldMax, safe));
+        Value rescale = e.expByExp2(e.fsub(oldMax, safe));
         Value partSum = e.scalar(0.0);
         for (int64_t block = 0; block < keyBlocks; ++block)
           for (int64_t el = 0; el < 2; ++el) {
             Value p =
-                e.exp(e.fsub(e.load(s, fragmentAt(block, half, el)), safe));
+                e.expByExp2(e.fsub(e.load(s, fragmentAt(block, half, el)), safe));
             Value stored = e.narrow(p, storage);
             memref::StoreOp::create(
                 b, stored, probs,

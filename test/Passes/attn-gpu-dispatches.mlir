@@ -43,10 +43,8 @@
 // CHECK:         } {attn.threads}
 // CHECK:         scf.for %{{.+}} = %c0 to %[[KEY_TILES]] step %c1 {
 // Scores into the lanes' fragments, masked there (16 per row half: 8
-// blocks x 2 columns), the lane's part of each row's max to the exchange;
-// the tile's v on its way meanwhile.
+// blocks x 2 columns), the lane's part of each row's max to the exchange.
 // CHECK:           scf.parallel (%[[T1:.+]]) = (%c0) to (%c128) step (%c1) {
-// CHECK:             attn.async_copy %arg2[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
 // CHECK:             %[[S1:.+]] = memref.subview %[[S]][%[[T1]], 0, 0]
 // CHECK:             attn.warp_mma %{{.+}}, %{{.+}}, %[[S1]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
 // CHECK-COUNT-16:    arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
@@ -54,9 +52,10 @@
 // CHECK-COUNT-16:    arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
 // CHECK:             memref.store %{{.+}}, %[[QUAD]]
 // CHECK:           } {attn.threads}
-// The update: a row's max from its 4 lanes, then P and the rescaling;
-// then the wait for v.
+// The update, with the tile's v on its way: a row's max from its 4 lanes,
+// then P and the rescaling; then the wait for v.
 // CHECK:           scf.parallel
+// CHECK:             attn.async_copy %arg2[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
 // CHECK-COUNT-4:     memref.load %[[QUAD]]
 // CHECK:             math.exp
 // CHECK:             attn.async_wait
@@ -103,12 +102,12 @@
 // CHECK:           arith.remui %{{.+}}, %[[LQ]] : index
 // CHECK:             attn.async_copy %arg0
 // CHECK:         } {attn.threads}
-// The split's first k tile; per key tile: v staged during the scores, the
-// next k during P v.
+// The split's first k tile; per key tile: v staged during the
+// probabilities, the next k during P v.
 // CHECK:         attn.async_copy %arg1
 // CHECK:         scf.for
-// CHECK:           attn.async_copy %arg2
 // CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
+// CHECK:           attn.async_copy %arg2
 // CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate}
 // The partials, ungated: o at [batch, head, row, split], and lse.
 // CHECK-NOT:     math.exp

@@ -29,10 +29,10 @@
 // OUTLINE:             gpu.barrier
 // OUTLINE:             scf.for
 // OUTLINE:               %[[LANE:.+]] = arith.remui %thread_id_x{{.*}}, %c32
-// OUTLINE:               attn.async_copy
 // OUTLINE:               %[[S:.+]] = memref.cast %[[SCORES]] : memref<8x4xf32> to memref<8x4xf32, strided<[4, 1], offset: ?>>
 // OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %[[S]] rows(%{{.+}}) lane(%[[LANE]]) n(64) k(32) {acc_fragment, rhs_transposed} : memref<64x36xf32, #gpu.address_space<workgroup>>
 // OUTLINE:               gpu.barrier
+// OUTLINE:               attn.async_copy
 // OUTLINE:               attn.async_wait
 // OUTLINE-NEXT:          gpu.barrier
 // OUTLINE:               %[[O:.+]] = memref.cast %[[OUT]] : memref<4x4xf32> to memref<4x4xf32, strided<[4, 1], offset: ?>>
