@@ -719,8 +719,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
         Value partSum = e.scalar(0.0);
         for (int64_t block = 0; block < keyBlocks; ++block)
           for (int64_t el = 0; el < 2; ++el) {
-            Value p =
-                e.expByExp2(e.fsub(e.load(s, fragmentAt(block, half, el)), safe));
+            Value p = e.expByExp2(
+                e.fsub(e.load(s, fragmentAt(block, half, el)), safe));
             Value stored = e.narrow(p, storage);
             memref::StoreOp::create(
                 b, stored, probs,

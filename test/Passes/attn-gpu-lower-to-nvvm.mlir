@@ -63,10 +63,11 @@
 
 // After the NVVM lowering: the kernels in the LLVM dialect, each memref an
 // expanded descriptor (2 pointers, offset, 4 sizes, 4 strides), the
-// workgroup count last; exp through libdevice; f32 products are fused
+// workgroup count last; math through libdevice (the flash kernels' softmax
+// exponentials as exp2); f32 products are fused
 // multiply-adds, not tensor cores (attn-warp-mma.mlir has those).
 // NVVM:          gpu.module @attn_kernels [#nvvm.target<O = 3, chip = "sm_80", features = "+ptx80">]
-// NVVM-DAG:        llvm.func @__nv_expf(f32) -> f32
+// NVVM-DAG:        llvm.func @__nv_exp2f(f32) -> f32
 // NVVM:            llvm.func @layer__flash0(%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr,
 // NVVM-SAME:         %[[COUNT:[a-z0-9]+]]: i64)
 // NVVM-SAME:         nvvm.kernel
@@ -76,7 +77,7 @@
 // NVVM:              nvvm.read.ptx.sreg.tid.x
 // NVVM:              nvvm.barrier
 // NVVM:              llvm.call @__nv_fmaf
-// NVVM:              llvm.call @__nv_expf
+// NVVM:              llvm.call @__nv_exp2f
 // NVVM-NOT:          nvvm.mma.sync
 // NVVM-NOT:      func.func
 func.func @layer(%q: tensor<?x4x?x32xf32>, %k: tensor<?x4x?x32xf32>,
