@@ -261,7 +261,12 @@ struct AttnGpuOutlineKernels final
       Block *loopBody = loop.getBody();
       rewriter.eraseOp(loopBody->getTerminator());
       rewriter.inlineBlockBefore(loopBody, loop, ValueRange{thread});
-      gpu::BarrierOp::create(rewriter, loop.getLoc());
+      if (loop->hasAttr(kWarpSyncAttr))
+        NVVM::SyncWarpOp::create(
+            rewriter, loop.getLoc(),
+            arith::ConstantIntOp::create(rewriter, loop.getLoc(), -1, 32));
+      else
+        gpu::BarrierOp::create(rewriter, loop.getLoc());
       rewriter.eraseOp(loop);
     }
     return success();

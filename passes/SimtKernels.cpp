@@ -138,7 +138,7 @@ Value SimtEmitter::loadOrZero(Value condition, Value memref,
   return op.getResult(0);
 }
 
-void SimtEmitter::eachThread(function_ref<void(Value thread)> body) {
+void SimtEmitter::eachThread(function_ref<void(Value thread)> body, Sync sync) {
   assert(blockThreads > 0 && "thread loops are for block kernels");
   auto loop = scf::ParallelOp::create(
       b, ValueRange{index(0)}, ValueRange{index(blockThreads)},
@@ -149,6 +149,8 @@ void SimtEmitter::eachThread(function_ref<void(Value thread)> body) {
         body(ivs[0]);
       });
   loop->setAttr(kThreadLoopAttr, b.getUnitAttr());
+  if (sync == Sync::Warp)
+    loop->setAttr(kWarpSyncAttr, b.getUnitAttr());
 }
 
 void SimtEmitter::forAll(Value count, function_ref<void(Value i)> body) {
@@ -391,13 +393,19 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     return arith::AndIOp::create(b, x, y).getResult();
   };
   // A thread loop in which each warp works on its 16 rows: body(first row
-  // of the warp, lane, thread).
+  // of the warp, lane, thread). The quad exchange and P are rows of the
+  // warp's own, so loops that only write those (and registers) end with
+  // SimtEmitter::Sync::Warp.
   auto eachWarp =
-      [&](function_ref<void(Value warpRow, Value lane, Value thread)> body) {
-        e.eachThread([&](Value thread) {
-          Value warpRow = e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
-          body(warpRow, e.rem(thread, c32), thread);
-        });
+      [&](function_ref<void(Value warpRow, Value lane, Value thread)> body,
+          SimtEmitter::Sync sync = SimtEmitter::Sync::Block) {
+        e.eachThread(
+            [&](Value thread) {
+              Value warpRow =
+                  e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
+              body(warpRow, e.rem(thread, c32), thread);
+            },
+            sync);
       };
 
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
@@ -659,42 +667,46 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     Value nextTile = e.add(keyTileIndex, c1);
 
     // S = q k^T into the lanes' registers; each lane scales, softcaps and
-    // masks its scores and offers its part of its rows' max.
-    eachWarp([&](Value warpRow, Value lane, Value thread) {
-      Value s = e.registersOf(scoreRegs, thread);
-      auto scoresOp = WarpMmaOp::create(b, qs, ks, s, warpRow, lane,
-                                        /*n=*/TK, /*k=*/Dp);
-      scoresOp.setRhsTransposed(true);
-      scoresOp.setAccFragment(true);
-      MmaFragmentLayout layout(e, warpRow, lane);
-      Value quadLane = quadLaneOf(lane);
-      // The keys of the lane's columns (the same in both its rows).
-      SmallVector<std::pair<Value, Value>> columnKeys;
-      for (int64_t block = 0; block < keyBlocks; ++block)
-        for (int64_t el = 0; el < 2; ++el)
-          columnKeys.push_back(
-              keyAt(e.add(firstKey, layout.accColumn(e, e.index(block), el))));
-      for (int64_t half = 0; half < 2; ++half) {
-        Value r = layout.accRow(e, half);
-        auto [firstVisible, lastVisible] = rowKeys(r);
-        Value partMax = e.scalar(kNegInf);
-        for (int64_t block = 0; block < keyBlocks; ++block)
-          for (int64_t el = 0; el < 2; ++el) {
-            auto [key, isKey] = columnKeys[2 * block + el];
-            SmallVector<Value> at = fragmentAt(block, half, el);
-            Value score = e.softcap(
-                e.fmul(e.load(s, at), e.scalar(shape.scale)), shape.softcap);
-            Value visible =
-                both(isKey,
-                     both(e.icmp(arith::CmpIPredicate::sge, key, firstVisible),
-                          lt(key, lastVisible)));
-            score = e.select(visible, score, e.scalar(kNegInf));
-            e.store(score, s, at);
-            partMax = e.fmax(partMax, score);
+    // masks its scores and offers its part of its rows' max (read by its
+    // warp alone: the warps need not wait for each other here).
+    eachWarp(
+        [&](Value warpRow, Value lane, Value thread) {
+          Value s = e.registersOf(scoreRegs, thread);
+          auto scoresOp = WarpMmaOp::create(b, qs, ks, s, warpRow, lane,
+                                            /*n=*/TK, /*k=*/Dp);
+          scoresOp.setRhsTransposed(true);
+          scoresOp.setAccFragment(true);
+          MmaFragmentLayout layout(e, warpRow, lane);
+          Value quadLane = quadLaneOf(lane);
+          // The keys of the lane's columns (the same in both its rows).
+          SmallVector<std::pair<Value, Value>> columnKeys;
+          for (int64_t block = 0; block < keyBlocks; ++block)
+            for (int64_t el = 0; el < 2; ++el)
+              columnKeys.push_back(keyAt(
+                  e.add(firstKey, layout.accColumn(e, e.index(block), el))));
+          for (int64_t half = 0; half < 2; ++half) {
+            Value r = layout.accRow(e, half);
+            auto [firstVisible, lastVisible] = rowKeys(r);
+            Value partMax = e.scalar(kNegInf);
+            for (int64_t block = 0; block < keyBlocks; ++block)
+              for (int64_t el = 0; el < 2; ++el) {
+                auto [key, isKey] = columnKeys[2 * block + el];
+                SmallVector<Value> at = fragmentAt(block, half, el);
+                Value score =
+                    e.softcap(e.fmul(e.load(s, at), e.scalar(shape.scale)),
+                              shape.softcap);
+                Value visible = both(
+                    isKey,
+                    both(e.icmp(arith::CmpIPredicate::sge, key, firstVisible),
+                         lt(key, lastVisible)));
+                score = e.select(visible, score, e.scalar(kNegInf));
+                e.store(score, s, at);
+                partMax = e.fmax(partMax, score);
+              }
+            e.store(partMax, quad, {r, quadLane});
           }
-        e.store(partMax, quad, {r, quadLane});
-      }
-    });
+        },
+        SimtEmitter::Sync::Warp);
 
     // The online-softmax update of each lane's rows: the row's new max from
     // its 4 lanes' parts; P (rounded to the storage dtype for the tensor
@@ -756,14 +768,16 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   // lse = m + log l (by the row's first lane). The tree's prefix and
   // decode splits: their partials, ungated (an empty range gives o = 0 and
   // lse = -inf, which the merge weighs 0).
-  eachWarp([&](Value warpRow, Value lane, Value thread) {
-    Value l = e.registersOf(sumRegs, thread);
-    MmaFragmentLayout layout(e, warpRow, lane);
-    Value quadLane = quadLaneOf(lane);
-    for (int64_t half = 0; half < 2; ++half)
-      e.store(e.load(l, e.index(half)), quad,
-              {layout.accRow(e, half), quadLane});
-  });
+  eachWarp(
+      [&](Value warpRow, Value lane, Value thread) {
+        Value l = e.registersOf(sumRegs, thread);
+        MmaFragmentLayout layout(e, warpRow, lane);
+        Value quadLane = quadLaneOf(lane);
+        for (int64_t half = 0; half < 2; ++half)
+          e.store(e.load(l, e.index(half)), quad,
+                  {layout.accRow(e, half), quadLane});
+      },
+      SimtEmitter::Sync::Warp);
   eachWarp([&](Value warpRow, Value lane, Value thread) {
     Value o = e.registersOf(outRegs, thread);
     Value m = e.registersOf(maxRegs, thread);

@@ -9,7 +9,9 @@
 //  * block kernels (`attn.block_kernel`): a workgroup is one CUDA block of
 //    `block_threads` threads. The body is uniform code around thread loops
 //    (`scf.parallel {attn.threads}` over [0, block_threads)), each followed
-//    by a barrier; threads share `memref.alloca {attn.shared}` buffers,
+//    by a barrier (only the warp's threads wait at a loop marked
+//    `attn.warp_sync`, whose writes only its own warp reads before the next
+//    block-wide barrier); threads share `memref.alloca {attn.shared}` buffers,
 //    keep their own values across thread loops in `memref.alloca
 //    {attn.registers}` buffers (a slice per thread), and pass nothing else
 //    between thread loops.
@@ -67,6 +69,7 @@ inline int smVersionOf(llvm::StringRef chip) {
 /// The marks of block kernels (see above).
 constexpr llvm::StringLiteral kBlockKernelAttr = "attn.block_kernel";
 constexpr llvm::StringLiteral kThreadLoopAttr = "attn.threads";
+constexpr llvm::StringLiteral kWarpSyncAttr = "attn.warp_sync";
 constexpr llvm::StringLiteral kSharedBufferAttr = "attn.shared";
 constexpr llvm::StringLiteral kRegisterBufferAttr = "attn.registers";
 
@@ -126,9 +129,16 @@ struct SimtEmitter : KernelEmitter {
   /// The element at `indices` of `memref` (widened to f32) where
   /// `condition` holds, 0 elsewhere; nothing is read where it does not.
   Value loadOrZero(Value condition, Value memref, ValueRange indices);
-  /// Runs `body(thread)` on every thread of the block, then waits for all
-  /// of them (the results are visible to the next thread loop).
-  void eachThread(function_ref<void(Value thread)> body);
+  /// Who waits for whom at the end of a thread loop: the whole block, or
+  /// each warp for its own threads, when what the loop writes is read, until
+  /// the next block-wide wait, only by threads of the warp that wrote it
+  /// (on the GPU bar.warp.sync instead of bar.sync: a warp runs on without
+  /// waiting for the slowest warp of the block).
+  enum class Sync { Block, Warp };
+  /// Runs `body(thread)` on every thread of the block, then waits as `sync`
+  /// says (the results are visible to the next thread loop).
+  void eachThread(function_ref<void(Value thread)> body,
+                  Sync sync = Sync::Block);
   /// Runs `body(i)` for every i in [0, count), spread over the block's
   /// threads (thread t takes i = t, t + blockThreads, ...), then waits.
   void forAll(Value count, function_ref<void(Value i)> body);

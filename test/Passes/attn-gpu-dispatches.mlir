@@ -43,7 +43,9 @@
 // CHECK:         } {attn.threads}
 // CHECK:         scf.for %{{.+}} = %c0 to %[[KEY_TILES]] step %c1 {
 // Scores into the lanes' fragments, masked there (16 per row half: 8
-// blocks x 2 columns), the lane's part of each row's max to the exchange.
+// blocks x 2 columns), the lane's part of each row's max to the exchange,
+// whose rows only the warp's own lanes read: the loop ends with a wait of
+// the warp alone (attn.warp_sync).
 // CHECK:           scf.parallel (%[[T1:.+]]) = (%c0) to (%c128) step (%c1) {
 // CHECK:             %[[S1:.+]] = memref.subview %[[S]][%[[T1]], 0, 0]
 // CHECK:             attn.warp_mma %{{.+}}, %{{.+}}, %[[S1]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
@@ -51,7 +53,7 @@
 // CHECK:             memref.store %{{.+}}, %[[QUAD]]
 // CHECK-COUNT-16:    arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
 // CHECK:             memref.store %{{.+}}, %[[QUAD]]
-// CHECK:           } {attn.threads}
+// CHECK:           } {attn.threads, attn.warp_sync}
 // The update, with the tile's v on its way: a row's max from its 4 lanes,
 // then P and the rescaling; then the wait for v.
 // CHECK:           scf.parallel
@@ -70,9 +72,10 @@
 // CHECK-NEXT:        attn.async_wait
 // CHECK:           } {attn.threads}
 // CHECK:         }
-// The lanes' parts of each row's sum, exchanged; then o = acc / l.
+// The lanes' parts of each row's sum, exchanged (within the warp); then
+// o = acc / l.
 // CHECK:         memref.store %{{.+}}, %[[QUAD]]
-// CHECK:         } {attn.threads}
+// CHECK:         } {attn.threads, attn.warp_sync}
 // CHECK:         scf.parallel
 // CHECK-COUNT-4:   memref.load %[[QUAD]]
 // The gate runs in the epilogue.

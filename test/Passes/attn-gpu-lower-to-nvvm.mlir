@@ -31,7 +31,11 @@
 // OUTLINE:               %[[LANE:.+]] = arith.remui %thread_id_x{{.*}}, %c32
 // OUTLINE:               %[[S:.+]] = memref.cast %[[SCORES]] : memref<8x4xf32> to memref<8x4xf32, strided<[4, 1], offset: ?>>
 // OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %[[S]] rows(%{{.+}}) lane(%[[LANE]]) n(64) k(32) {acc_fragment, rhs_transposed} : memref<64x36xf32, #gpu.address_space<workgroup>>
-// OUTLINE:               gpu.barrier
+// The scores' loop (attn.warp_sync) waits for the warp only.
+// OUTLINE-NOT:           gpu.barrier
+// OUTLINE:               %[[ALL:.+]] = arith.constant -1 : i32
+// OUTLINE-NEXT:          nvvm.bar.warp.sync %[[ALL]] : i32
+// OUTLINE-NOT:           gpu.barrier
 // OUTLINE:               attn.async_copy
 // OUTLINE:               attn.async_wait
 // OUTLINE-NEXT:          gpu.barrier
