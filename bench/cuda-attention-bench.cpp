@@ -6,7 +6,8 @@
 // one warm-up:
 //
 //  * prefill, B=4, H=32, L=4096, D=128, bf16, dense and causal, in TFLOP/s
-//    of visible work (4 D per visible (query, key) pair);
+//    of visible work (4 D per visible (query, key) pair), with 32 query
+//    rows per warp (two mma row tiles, the default) and with 16;
 //  * decode, B=1, H=32, Hkv=8, D=128, bf16, Lq=1, Lk=4K..32K, in GB/s of K
 //    and V read;
 //  * sparse decode, the same layer with Quest top-k (64 blocks of 16
@@ -78,8 +79,10 @@ struct Options {
 /// CUDA kernels compiled for this CPU); null with the reason printed when
 /// there is no toolkit, driver or GPU.
 std::unique_ptr<attn::Model> load(const Options &options,
-                                  const std::string &json) {
+                                  const std::string &json,
+                                  int64_t flashRowTiles = 2) {
   mlir::attn::CompileOptions compile;
+  compile.cudaFlashRowTiles = flashRowTiles;
   if (options.checkOnCpu) {
     compile.cpuRunsCudaKernels = true;
   } else {
@@ -284,27 +287,29 @@ int main(int argc, char **argv) {
   const int heads = 32, dim = 128;
   const int64_t batch = small ? 1 : 4;
   const int64_t length = small ? 64 : options.quick ? 1024 : 4096;
-  std::printf("| prefill | B | H | L | D | ms | TFLOP/s |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
-  for (const char *mask : {"none", "causal"}) {
-    std::unique_ptr<attn::Model> model =
-        load(options, layerJson(heads, heads, dim, mask));
-    if (!model)
-      return 1;
-    double ms =
-        deviceMs(*model, randomInputs(batch, heads, heads, length, length, dim),
-                 options.repeat);
-    if (ms < 0)
-      return 1;
-    double pairs = std::string(mask) == "causal"
-                       ? length * (length + 1) / 2.0
-                       : static_cast<double>(length) * length;
-    double flops = 4.0 * dim * pairs * batch * heads;
-    std::printf("| %s | %lld | %d | %lld | %d | %.3f | %.1f |\n",
-                mask[0] == 'n' ? "dense" : "causal",
-                static_cast<long long>(batch), heads,
-                static_cast<long long>(length), dim, ms, flops / ms / 1e9);
-  }
+  std::printf("| prefill | rows per warp | B | H | L | D | ms | TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const char *mask : {"none", "causal"})
+    for (int64_t rowTiles : {2, 1}) {
+      std::unique_ptr<attn::Model> model =
+          load(options, layerJson(heads, heads, dim, mask), rowTiles);
+      if (!model)
+        return 1;
+      double ms = deviceMs(
+          *model, randomInputs(batch, heads, heads, length, length, dim),
+          options.repeat);
+      if (ms < 0)
+        return 1;
+      double pairs = std::string(mask) == "causal"
+                         ? length * (length + 1) / 2.0
+                         : static_cast<double>(length) * length;
+      double flops = 4.0 * dim * pairs * batch * heads;
+      std::printf("| %s | %lld | %lld | %d | %lld | %d | %.3f | %.1f |\n",
+                  mask[0] == 'n' ? "dense" : "causal",
+                  static_cast<long long>(16 * rowTiles),
+                  static_cast<long long>(batch), heads,
+                  static_cast<long long>(length), dim, ms, flops / ms / 1e9);
+    }
 
   const int kvHeads = 8;
   std::printf("\n| decode | H | Hkv | Lk | ms | GB/s of K and V |\n");

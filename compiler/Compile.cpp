@@ -57,6 +57,7 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
   PassManager dispatch(context);
   if (options.cpuRunsCudaKernels) {
     GpuDispatchOptions tiling;
+    tiling.flashRowTiles = options.cudaFlashRowTiles;
     buildGpuDispatchPipeline(dispatch, tiling);
     tilingStream << "cuda_kernels_on_cpu block_threads=" << tiling.blockThreads
                  << " split_keys=" << tiling.splitKeys
@@ -105,13 +106,13 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
 
 /// CUDA code for the attn IR in `module`, lowered in place. Returns the
 /// PTX alone for CompileStage::Ptx, std::nullopt for the stages before.
-llvm::Expected<std::optional<CudaCode>> compileCuda(ModuleOp module,
-                                                    CompileStage stage,
-                                                    const CudaTarget &target,
-                                                    BinaryWriter &writer) {
+llvm::Expected<std::optional<CudaCode>>
+compileCuda(ModuleOp module, CompileStage stage, const CudaTarget &target,
+            int64_t flashRowTiles, BinaryWriter &writer) {
   MLIRContext *context = module.getContext();
   GpuDispatchOptions tiling;
   tiling.maxSharedBytes = target.maxSharedBytesPerBlock();
+  tiling.flashRowTiles = flashRowTiles;
   PassManager dispatch(context);
   buildGpuDispatchPipeline(dispatch, tiling);
   if (failed(dispatch.run(module)))
@@ -206,7 +207,8 @@ mlir::attn::compile(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
   }
   std::optional<CudaCode> cudaCode;
   if (withCuda) {
-    auto code = compileCuda(cudaModule, stage, options.cuda, writer);
+    auto code = compileCuda(cudaModule, stage, options.cuda,
+                            options.cudaFlashRowTiles, writer);
     if (!code)
       return code.takeError();
     if (!*code)

@@ -47,6 +47,9 @@ struct CompileOptions {
   /// workgroup per CUDA thread) instead of the CPU kernels, so their
   /// arithmetic is checked on machines without a GPU.
   bool cpuRunsCudaKernels = false;
+  /// Row tiles of 16 per warp in the CUDA prefill flash kernels (1 or 2;
+  /// the benchmark compares them).
+  int64_t cudaFlashRowTiles = 2;
 };
 
 /// Lowers `module` (attn IR, verified) in place up to `stage`. For

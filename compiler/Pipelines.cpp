@@ -80,6 +80,7 @@ void mlir::attn::buildGpuDispatchPipeline(OpPassManager &pm,
   dispatch.splitKeys = options.splitKeys;
   dispatch.decodeMaxQueries = options.decodeMaxQueries;
   dispatch.maxSharedBytes = options.maxSharedBytes;
+  dispatch.flashRowTiles = options.flashRowTiles;
   pm.addPass(createAttnGpuDispatches(dispatch));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -88,6 +88,10 @@ struct GpuDispatchOptions : public PassPipelineOptions<GpuDispatchOptions> {
       *this, "max-shared-bytes",
       llvm::cl::desc("shared memory a block may use (the chip's limit)"),
       llvm::cl::init(227 * 1024)};
+  Option<int64_t> flashRowTiles{
+      *this, "flash-row-tiles",
+      llvm::cl::desc("row tiles of 16 per warp in prefill flash kernels"),
+      llvm::cl::init(2)};
 };
 
 /// attn IR (after attn-optimize) -> host dispatch programs and one-thread

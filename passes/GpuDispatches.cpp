@@ -85,7 +85,8 @@ void GpuEntryLowering::lowerGatheredSoftmax(
     if (shape.mask == MaskKind::SlidingWindow)
       prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
 
-    SimtFlashTiling flash = SimtFlashTiling::choose(shape, storage, tiling);
+    SimtFlashTiling flash = SimtFlashTiling::choose(
+        shape, storage, tiling, /*maxWarps=*/4, tiling.flashRowTiles);
     Value queryTiles = m.ceilDiv(s.lq, m.index(flash.queryTile()));
     std::string prefixName = kernelName("tree_prefix");
     dispatchKernel(
@@ -342,7 +343,8 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   Value decode = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
                                        m.index(tiling.decodeMaxQueries));
   SimtFlashTiling flash = SimtFlashTiling::choose(
-      shape, cast<MemRefType>(s.q.getType()).getElementType(), tiling);
+      shape, cast<MemRefType>(s.q.getType()).getElementType(), tiling,
+      /*maxWarps=*/4, tiling.flashRowTiles);
   Value queryTiles = m.ceilDiv(s.lq, m.index(flash.queryTile()));
   Value flashBlocks = m.select(
       decode, zero, m.mul(m.mul(s.batch, m.index(shape.numHeads)), queryTiles));
@@ -429,12 +431,15 @@ struct AttnGpuDispatches final
     tiling.splitKeys = splitKeys;
     tiling.decodeMaxQueries = decodeMaxQueries;
     tiling.maxSharedBytes = maxSharedBytes;
+    tiling.flashRowTiles = flashRowTiles;
     if (tiling.blockThreads <= 0 || tiling.blockThreads > 1024 ||
-        tiling.blockThreads % 32 != 0 || tiling.splitKeys <= 0) {
+        tiling.blockThreads % 32 != 0 || tiling.splitKeys <= 0 ||
+        (tiling.flashRowTiles != 1 && tiling.flashRowTiles != 2)) {
       getOperation().emitError()
           << "bad CUDA tiling: block-threads (" << tiling.blockThreads
           << ") must be a multiple of 32 in [32, 1024], split-keys ("
-          << tiling.splitKeys << ") positive";
+          << tiling.splitKeys << ") positive, flash-row-tiles ("
+          << tiling.flashRowTiles << ") 1 or 2";
       return signalPassFailure();
     }
     for (func::FuncOp entry : EntryLowering::entriesOf(getOperation()))

@@ -297,11 +297,12 @@ int64_t SimtFlashTiling::sharedBytes() const {
 
 SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
                                         Type storage, const GpuTiling &tiling,
-                                        int64_t maxWarps) {
-  // Largest first: 4 warps (64 rows) over 64 keys is FlashAttention-2's
-  // tile for head dims up to 128 on sm_80/sm_90.
-  auto make = [&](int64_t warps, int64_t keyTile) {
+                                        int64_t maxWarps, int64_t maxRowTiles) {
+  // Largest first: 4 warps of 32 rows (128) over 64 keys is
+  // FlashAttention-2's tile for head dims up to 128 on sm_80/sm_90.
+  auto make = [&](int64_t rowTiles, int64_t warps, int64_t keyTile) {
     SimtFlashTiling flash;
+    flash.rowTiles = rowTiles;
     flash.warps = warps;
     flash.keyTile = keyTile;
     flash.paddedHeadDim = roundUp(shape.headDim, WarpMmaOp::kReductionStep);
@@ -309,12 +310,24 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
     flash.elementBytes = storage.getIntOrFloatBitWidth() / 8;
     return flash;
   };
+  // Two row tiles double the output fragment: 2 x Dv / 8 x 4 registers
+  // per lane, 128 at Dv = 128 (FlashAttention-2's 32 rows per warp there).
+  const bool tensorCores = storage.isF16() || storage.isBF16();
+  // With two row tiles, 32 keys: the score fragments of 64 would take the
+  // registers past 255 (ptxas spills 64 bytes at D = 128).
+  auto keyTiles = [](int64_t rowTiles) {
+    return rowTiles > 1 ? SmallVector<int64_t>{32, 16}
+                        : SmallVector<int64_t>{64, 32, 16};
+  };
+  if (!tensorCores || roundUp(shape.valueDim, 8) > 128)
+    maxRowTiles = 1;
   for (int64_t budget : {tiling.maxSharedBytes / 2, tiling.maxSharedBytes})
-    for (int64_t warps = maxWarps; warps >= 1; warps /= 2)
-      for (int64_t keyTile : {64, 32, 16})
-        if (make(warps, keyTile).sharedBytes() <= budget)
-          return make(warps, keyTile);
-  return make(1, 16);
+    for (int64_t rowTiles = maxRowTiles; rowTiles >= 1; rowTiles /= 2)
+      for (int64_t warps = maxWarps; warps >= 1; warps /= 2)
+        for (int64_t keyTile : keyTiles(rowTiles))
+          if (make(rowTiles, warps, keyTile).sharedBytes() <= budget)
+            return make(rowTiles, warps, keyTile);
+  return make(1, 1, 16);
 }
 
 SimtFlashTiling
@@ -392,7 +405,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   auto both = [&](Value x, Value y) {
     return arith::AndIOp::create(b, x, y).getResult();
   };
-  // A thread loop in which each warp works on its 16 rows: body(first row
+  // A thread loop in which each warp works on its 16 x rowTiles rows:
+  // body(first row
   // of the warp, lane, thread). The quad exchange and P are rows of the
   // warp's own, so loops that only write those (and registers) end with
   // SimtEmitter::Sync::Warp.
@@ -401,8 +415,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
           SimtEmitter::Sync sync = SimtEmitter::Sync::Block) {
         e.eachThread(
             [&](Value thread) {
-              Value warpRow =
-                  e.mul(e.div(thread, c32), e.index(WarpMmaOp::kRows));
+              Value warpRow = e.mul(e.div(thread, c32),
+                                    e.index(WarpMmaOp::kRows * flash.rowTiles));
               body(warpRow, e.rem(thread, c32), thread);
             },
             sync);
@@ -504,15 +518,34 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   // of its max and sum here: quad[row, lane % 4].
   Value quad = e.shared({TQ, SimtFlashTiling::kLanesPerRow});
   // Each lane keeps in registers its share of its warp's scores and output
-  // (mma accumulator fragments: rows g and g + 8 of the warp's 16, two
-  // columns of every 8) and, for its two rows, the running max (the same in
-  // a row's 4 lanes) and its part of the running sum.
+  // (mma accumulator fragments: rows g and g + 8 of each of the warp's row
+  // tiles of 16, two columns of every 8) and, for each of its rows, the
+  // running max (the same in a row's 4 lanes) and its part of the running
+  // sum.
+  const int64_t RT = flash.rowTiles;
   const int64_t keyBlocks = TK / WarpMmaOp::kFragmentColumns;
   const int64_t valueBlocks = Dvp / WarpMmaOp::kFragmentColumns;
-  Value scoreRegs = e.registers({keyBlocks, 4});
-  Value outRegs = e.registers({valueBlocks, 4});
-  Value maxRegs = e.registers({2});
-  Value sumRegs = e.registers({2});
+  Value scoreRegs = e.registers({RT * keyBlocks, 4});
+  Value outRegs = e.registers({RT * valueBlocks, 4});
+  Value maxRegs = e.registers({2 * RT});
+  Value sumRegs = e.registers({2 * RT});
+  // A lane's rows: row g + 8 half of the warp's row tile `tile` (from row
+  // warpRow + 16 tile), whose running max and sum are at `slot`.
+  struct LaneRow {
+    int64_t tile, half, slot;
+    Value row;
+  };
+  auto laneRowsOf = [&](Value warpRow, Value lane) {
+    SmallVector<LaneRow> laneRows;
+    for (int64_t tile = 0; tile < RT; ++tile) {
+      MmaFragmentLayout layout(
+          e, e.add(warpRow, e.index(tile * WarpMmaOp::kRows)), lane);
+      for (int64_t half = 0; half < 2; ++half)
+        laneRows.push_back(
+            {tile, half, 2 * tile + half, layout.accRow(e, half)});
+    }
+    return laneRows;
+  };
   // The lane's place among the 4 that hold its rows, and the combination
   // of a row's 4 parts.
   auto quadLaneOf = [&](Value lane) {
@@ -525,9 +558,12 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
       all = combine(all, e.load(quad, {r, e.index(i)}));
     return all;
   };
-  // Fragment element `el` of half `half` in column block `block`.
-  auto fragmentAt = [&](int64_t block, int64_t half, int64_t el) {
-    return SmallVector<Value>{e.index(block), e.index(2 * half + el)};
+  // Fragment element `el` of lane row `at` in column block `block` (of
+  // `blocks` per row tile).
+  auto fragmentAt = [&](const LaneRow &at, int64_t blocks, int64_t block,
+                        int64_t el) {
+    return SmallVector<Value>{e.index(at.tile * blocks + block),
+                              e.index(2 * at.half + el)};
   };
   auto setRegisters = [&](Value registers, int64_t blocks, double value) {
     for (int64_t block = 0; block < blocks; ++block)
@@ -573,12 +609,12 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
               [&](Value r) -> std::pair<SmallVector<Value>, Value> {
                 return {{batch, headOf(r), rowOf(r)}, lt(r, rows)};
               });
-    setRegisters(e.registersOf(outRegs, thread), valueBlocks, 0.0);
+    setRegisters(e.registersOf(outRegs, thread), RT * valueBlocks, 0.0);
     Value m = e.registersOf(maxRegs, thread),
           l = e.registersOf(sumRegs, thread);
-    for (int64_t half = 0; half < 2; ++half) {
-      e.store(e.scalar(kNegInf), m, e.index(half));
-      e.store(e.scalar(0.0), l, e.index(half));
+    for (int64_t slot = 0; slot < 2 * RT; ++slot) {
+      e.store(e.scalar(kNegInf), m, e.index(slot));
+      e.store(e.scalar(0.0), l, e.index(slot));
     }
   });
   if (treeWindow) {
@@ -676,22 +712,24 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
                                             /*n=*/TK, /*k=*/Dp);
           scoresOp.setRhsTransposed(true);
           scoresOp.setAccFragment(true);
+          scoresOp.setRowTiles(RT);
           MmaFragmentLayout layout(e, warpRow, lane);
           Value quadLane = quadLaneOf(lane);
-          // The keys of the lane's columns (the same in both its rows).
+          // The keys of the lane's columns (the same in all its rows).
           SmallVector<std::pair<Value, Value>> columnKeys;
           for (int64_t block = 0; block < keyBlocks; ++block)
             for (int64_t el = 0; el < 2; ++el)
               columnKeys.push_back(keyAt(
                   e.add(firstKey, layout.accColumn(e, e.index(block), el))));
-          for (int64_t half = 0; half < 2; ++half) {
-            Value r = layout.accRow(e, half);
+          for (const LaneRow &laneRow : laneRowsOf(warpRow, lane)) {
+            Value r = laneRow.row;
             auto [firstVisible, lastVisible] = rowKeys(r);
             Value partMax = e.scalar(kNegInf);
             for (int64_t block = 0; block < keyBlocks; ++block)
               for (int64_t el = 0; el < 2; ++el) {
                 auto [key, isKey] = columnKeys[2 * block + el];
-                SmallVector<Value> at = fragmentAt(block, half, el);
+                SmallVector<Value> at =
+                    fragmentAt(laneRow, keyBlocks, block, el);
                 Value score =
                     e.softcap(e.fmul(e.load(s, at), e.scalar(shape.scale)),
                               shape.softcap);
@@ -720,8 +758,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
       Value m = e.registersOf(maxRegs, thread);
       Value l = e.registersOf(sumRegs, thread);
       MmaFragmentLayout layout(e, warpRow, lane);
-      for (int64_t half = 0; half < 2; ++half) {
-        Value r = layout.accRow(e, half), h = e.index(half);
+      for (const LaneRow &laneRow : laneRowsOf(warpRow, lane)) {
+        Value r = laneRow.row, h = e.index(laneRow.slot);
         Value tileMax =
             combineQuad(r, [&](Value x, Value y) { return e.fmax(x, y); });
         Value oldMax = e.load(m, h);
@@ -731,8 +769,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
         Value partSum = e.scalar(0.0);
         for (int64_t block = 0; block < keyBlocks; ++block)
           for (int64_t el = 0; el < 2; ++el) {
-            Value p = e.expByExp2(
-                e.fsub(e.load(s, fragmentAt(block, half, el)), safe));
+            Value p = e.expByExp2(e.fsub(
+                e.load(s, fragmentAt(laneRow, keyBlocks, block, el)), safe));
             Value stored = e.narrow(p, storage);
             memref::StoreOp::create(
                 b, stored, probs,
@@ -743,7 +781,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
         e.store(newMax, m, h);
         for (int64_t block = 0; block < valueBlocks; ++block)
           for (int64_t el = 0; el < 2; ++el) {
-            SmallVector<Value> at = fragmentAt(block, half, el);
+            SmallVector<Value> at = fragmentAt(laneRow, valueBlocks, block, el);
             e.store(e.fmul(e.load(o, at), rescale), o, at);
           }
       }
@@ -760,6 +798,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
                             warpRow, lane, /*n=*/Dvp, /*k=*/TK);
       outputOp.setAccumulate(true);
       outputOp.setAccFragment(true);
+      outputOp.setRowTiles(RT);
       AsyncWaitOp::create(b, loc); // the next tile's k
     });
   });
@@ -771,11 +810,10 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   eachWarp(
       [&](Value warpRow, Value lane, Value thread) {
         Value l = e.registersOf(sumRegs, thread);
-        MmaFragmentLayout layout(e, warpRow, lane);
         Value quadLane = quadLaneOf(lane);
-        for (int64_t half = 0; half < 2; ++half)
-          e.store(e.load(l, e.index(half)), quad,
-                  {layout.accRow(e, half), quadLane});
+        for (const LaneRow &laneRow : laneRowsOf(warpRow, lane))
+          e.store(e.load(l, e.index(laneRow.slot)), quad,
+                  {laneRow.row, quadLane});
       },
       SimtEmitter::Sync::Warp);
   eachWarp([&](Value warpRow, Value lane, Value thread) {
@@ -783,8 +821,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     Value m = e.registersOf(maxRegs, thread);
     MmaFragmentLayout layout(e, warpRow, lane);
     Value quadLane = quadLaneOf(lane);
-    for (int64_t half = 0; half < 2; ++half) {
-      Value r = layout.accRow(e, half);
+    for (const LaneRow &laneRow : laneRowsOf(warpRow, lane)) {
+      Value r = laneRow.row;
       e.ifThen(lt(r, rows), [&] {
         Value sum =
             combineQuad(r, [&](Value x, Value y) { return e.fadd(x, y); });
@@ -798,7 +836,9 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
             Value d = layout.accColumn(e, e.index(block), el);
             auto storeElement = [&] {
               Value value = rowGate.apply(
-                  e.fmul(e.load(o, fragmentAt(block, half, el)), inv), d);
+                  e.fmul(e.load(o, fragmentAt(laneRow, valueBlocks, block, el)),
+                         inv),
+                  d);
               SmallVector<Value> outAt(at);
               outAt.push_back(d);
               e.store(value, out, outAt);
@@ -811,7 +851,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
           }
         if (lse)
           e.ifThen(e.icmp(arith::CmpIPredicate::eq, quadLane, c0), [&] {
-            e.store(e.logSumExp(e.load(m, e.index(half)), sum), lse, at);
+            e.store(e.logSumExp(e.load(m, e.index(laneRow.slot)), sum), lse,
+                    at);
           });
       });
     }

@@ -54,6 +54,10 @@ struct GpuTiling {
   /// Shared memory a block may use (the chip's limit); block kernels size
   /// their tiles to use at most half, so two blocks fit on an SM.
   int64_t maxSharedBytes = 227 * 1024;
+  /// Row tiles of 16 per warp in the query tiles of the flash kernels
+  /// (prefill and large trees' prefixes; SimtFlashTiling::choose says
+  /// where more than 1 applies).
+  int64_t flashRowTiles = 2;
 
   DictionaryAttr toAttr(MLIRContext *context) const;
 };
@@ -200,11 +204,14 @@ private:
 /// tiles of `keyTile` keys, head dims padded for attn.warp_mma.
 struct SimtFlashTiling {
   int64_t warps = 4, keyTile = 64;
+  /// Row tiles of 16 per warp: 2 shares each k and v fragment between two
+  /// mma row tiles (FlashAttention-2's 32 rows per warp).
+  int64_t rowTiles = 1;
   int64_t paddedHeadDim = 0, paddedValueDim = 0;
   /// Bytes of one stored element of q, k, v (and of the probabilities).
   int64_t elementBytes = 4;
 
-  int64_t queryTile() const { return 16 * warps; }
+  int64_t queryTile() const { return 16 * rowTiles * warps; }
   int64_t threads() const { return 32 * warps; }
 
   /// The lanes that hold one row of an mma accumulator fragment.
@@ -222,12 +229,14 @@ struct SimtFlashTiling {
 
   /// The shared memory of a block (as SimtLaunch counts it).
   int64_t sharedBytes() const;
-  /// The largest tiles of at most `maxWarps` warps (a power of 2) whose
-  /// shared memory fits in half of `tiling.maxSharedBytes` (else in all of
-  /// it; else the smallest).
+  /// The largest tiles of at most `maxWarps` warps (a power of 2) and
+  /// `maxRowTiles` row tiles per warp (more than 1 only for f16/bf16 with
+  /// value dims up to 128, whose output fragments then still fit in
+  /// registers) whose shared memory fits in half of `tiling.maxSharedBytes`
+  /// (else in all of it; else the smallest).
   static SimtFlashTiling choose(const SoftmaxAttentionShape &shape,
                                 Type storage, const GpuTiling &tiling,
-                                int64_t maxWarps = 4);
+                                int64_t maxWarps = 4, int64_t maxRowTiles = 1);
   /// Decode's tiles (buildSimtFlashDecodeKernel): as few warps as hold a
   /// kv group's heads times `tiling.decodeMaxQueries` rows, at most 4.
   static SimtFlashTiling chooseForDecode(const SoftmaxAttentionShape &shape,

@@ -49,15 +49,28 @@ using namespace mlir::attn;
 
 namespace {
 
+/// The blocks of 8 columns of the op's product.
+int64_t columnBlocks(WarpMmaOp op) {
+  return op.getN() / WarpMmaOp::kFragmentColumns;
+}
+
 /// Where the lane's accumulator element `el` (0, 1) of half `half` in
-/// column block `block` lies in acc: (its row, its column) of a shared
-/// tile, or (block, 2 half + el) of a fragment.
+/// column block `block` of row tile `tile` (whose rows `layout` places)
+/// lies in acc: (its row, its column) of a shared tile, or (tile * blocks +
+/// block, 2 half + el) of a fragment.
 SmallVector<Value, 2> accIndices(SimtEmitter &e, WarpMmaOp op,
-                                 MmaFragmentLayout &layout, Value block,
-                                 int64_t half, int64_t el) {
+                                 MmaFragmentLayout &layout, int64_t tile,
+                                 Value block, int64_t half, int64_t el) {
   if (op.getAccFragment())
-    return {block, e.index(2 * half + el)};
+    return {e.add(e.index(tile * columnBlocks(op)), block),
+            e.index(2 * half + el)};
   return {layout.accRow(e, half), layout.accColumn(e, block, el)};
+}
+
+/// The layout of row tile `tile` of the op: its rows from row + 16 tile.
+MmaFragmentLayout tileLayout(SimtEmitter &e, WarpMmaOp op, int64_t tile) {
+  return MmaFragmentLayout(
+      e, e.add(op.getRow(), e.index(tile * WarpMmaOp::kRows)), op.getLane());
 }
 
 /// B[k, column] of the op: rhs[k, column], or rhs[column, k] when
@@ -71,30 +84,29 @@ SmallVector<Value, 2> rhsIndices(WarpMmaOp op, Value k, Value column) {
 void lowerToLoops(WarpMmaOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
   SimtEmitter e(b);
-  MmaFragmentLayout layout(e, op.getRow(), op.getLane());
   Value c0 = e.index(0), c1 = e.index(1);
-  e.loop(c0, e.index(op.getN() / WarpMmaOp::kFragmentColumns), c1,
-         [&](Value block) {
-           for (int64_t half = 0; half < 2; ++half) {
-             Value row = layout.accRow(e, half);
-             for (int64_t element = 0; element < 2; ++element) {
-               Value column = layout.accColumn(e, block, element);
-               SmallVector<Value, 2> at =
-                   accIndices(e, op, layout, block, half, element);
-               Value init =
-                   op.getAccumulate() ? e.load(op.getAcc(), at) : e.scalar(0.0);
-               Value sum =
-                   e.loop(c0, e.index(op.getK()), c1, {init},
-                          [&](Value k, ValueRange it) {
-                            Value x = e.load(op.getLhs(), {row, k});
-                            Value y =
-                                e.load(op.getRhs(), rhsIndices(op, k, column));
-                            return SmallVector<Value>{e.fma(x, y, it[0])};
-                          })[0];
-               e.store(sum, op.getAcc(), at);
-             }
-           }
-         });
+  for (int64_t tile = 0; tile < op.getRowTiles(); ++tile) {
+    MmaFragmentLayout layout = tileLayout(e, op, tile);
+    e.loop(c0, e.index(columnBlocks(op)), c1, [&](Value block) {
+      for (int64_t half = 0; half < 2; ++half) {
+        Value row = layout.accRow(e, half);
+        for (int64_t element = 0; element < 2; ++element) {
+          Value column = layout.accColumn(e, block, element);
+          SmallVector<Value, 2> at =
+              accIndices(e, op, layout, tile, block, half, element);
+          Value init =
+              op.getAccumulate() ? e.load(op.getAcc(), at) : e.scalar(0.0);
+          Value sum = e.loop(
+              c0, e.index(op.getK()), c1, {init}, [&](Value k, ValueRange it) {
+                Value x = e.load(op.getLhs(), {row, k});
+                Value y = e.load(op.getRhs(), rhsIndices(op, k, column));
+                return SmallVector<Value>{e.fma(x, y, it[0])};
+              })[0];
+          e.store(sum, op.getAcc(), at);
+        }
+      }
+    });
+  }
   op.erase();
 }
 
@@ -131,7 +143,13 @@ bool ldmatrixReads(Value memref) {
 void lowerToMmaSync(WarpMmaOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
   SimtEmitter e(b);
+  // B's fragments (the lane's column g, k 2t..) are the same in every row
+  // tile: `layout` places them; the tiles' own place their rows.
   MmaFragmentLayout layout(e, op.getRow(), op.getLane());
+  const int64_t tiles = op.getRowTiles();
+  SmallVector<MmaFragmentLayout> tileLayouts;
+  for (int64_t tile = 0; tile < tiles; ++tile)
+    tileLayouts.push_back(tileLayout(e, op, tile));
   Type element = op.getLhs().getType().getElementType();
   const bool bf16 = element.isBF16();
   auto pairType = VectorType::get({2}, element);
@@ -170,19 +188,21 @@ void lowerToMmaSync(WarpMmaOp op) {
   const bool lhsMatrices = ldmatrixReads(op.getLhs());
   const bool rhsMatrices = ldmatrixReads(op.getRhs());
 
-  const int64_t blocks = op.getN() / WarpMmaOp::kFragmentColumns;
+  const int64_t blocks = columnBlocks(op);
   const int64_t steps = op.getK() / WarpMmaOp::kReductionStep;
-  Value rows[2] = {layout.accRow(e, 0), layout.accRow(e, 1)};
-  // acc[block] = {c0, c1, c2, c3}.
-  SmallVector<SmallVector<Value, 4>> acc(blocks);
-  for (int64_t block = 0; block < blocks; ++block)
-    for (int64_t half = 0; half < 2; ++half)
-      for (int64_t el = 0; el < 2; ++el)
-        acc[block].push_back(
-            op.getAccumulate()
-                ? e.load(op.getAcc(),
-                         accIndices(e, op, layout, e.index(block), half, el))
-                : e.scalar(0.0));
+  // acc[tile][block] = {c0, c1, c2, c3}.
+  SmallVector<SmallVector<SmallVector<Value, 4>>> acc(
+      tiles, SmallVector<SmallVector<Value, 4>>(blocks));
+  for (int64_t tile = 0; tile < tiles; ++tile)
+    for (int64_t block = 0; block < blocks; ++block)
+      for (int64_t half = 0; half < 2; ++half)
+        for (int64_t el = 0; el < 2; ++el)
+          acc[tile][block].push_back(
+              op.getAccumulate()
+                  ? e.load(op.getAcc(),
+                           accIndices(e, op, tileLayouts[tile], tile,
+                                      e.index(block), half, el))
+                  : e.scalar(0.0));
 
   // B's registers {b0, b1} of column block `block` in the step at k0,
   // read alone.
@@ -225,45 +245,57 @@ void lowerToMmaSync(WarpMmaOp op) {
       bf16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16};
   std::array<NVVM::MMALayout, 2> layouts = {NVVM::MMALayout::row,
                                             NVVM::MMALayout::col};
-  auto mma = [&](ValueRange a, ValueRange bRegs, int64_t block) {
+  auto mma = [&](ValueRange a, ValueRange bRegs, int64_t tile, int64_t block) {
     Value result = NVVM::MmaOp::create(
-        b, structType, a, bRegs, acc[block],
+        b, structType, a, bRegs, acc[tile][block],
         ArrayRef<int64_t>{WarpMmaOp::kRows, WarpMmaOp::kFragmentColumns,
                           WarpMmaOp::kReductionStep},
         std::nullopt, std::nullopt, ptxTypes, layouts);
     for (int64_t i = 0; i < 4; ++i)
-      acc[block][i] = LLVM::ExtractValueOp::create(b, result, i);
+      acc[tile][block][i] = LLVM::ExtractValueOp::create(b, result, i);
   };
   for (int64_t step = 0; step < steps; ++step) {
     Value k0 = e.index(step * WarpMmaOp::kReductionStep);
     // k of the lane's first pair in this step, and 8 further.
     Value kLane = e.add(k0, layout.pairColumn);
     Value kLane8 = e.add(kLane, c8);
-    SmallVector<Value, 4> a =
-        lhsMatrices
-            ? ldmatrix(op.getLhs(), e.add(op.getRow(), laneRow),
-                       e.add(k0, laneHalf), 4, /*transpose=*/false)
-            : SmallVector<Value, 4>{adjacentPair(op.getLhs(), rows[0], kLane),
-                                    adjacentPair(op.getLhs(), rows[1], kLane),
-                                    adjacentPair(op.getLhs(), rows[0], kLane8),
-                                    adjacentPair(op.getLhs(), rows[1], kLane8)};
+    // Each row tile's A fragment of the step.
+    SmallVector<SmallVector<Value, 4>> a;
+    for (MmaFragmentLayout &rows : tileLayouts) {
+      Value row0 = rows.accRow(e, 0), row8 = rows.accRow(e, 1);
+      a.push_back(
+          lhsMatrices
+              ? ldmatrix(op.getLhs(), e.add(rows.row, laneRow),
+                         e.add(k0, laneHalf), 4, /*transpose=*/false)
+              : SmallVector<Value, 4>{adjacentPair(op.getLhs(), row0, kLane),
+                                      adjacentPair(op.getLhs(), row8, kLane),
+                                      adjacentPair(op.getLhs(), row0, kLane8),
+                                      adjacentPair(op.getLhs(), row8, kLane8)});
+    }
+    // Each B fragment once, for every row tile.
+    auto mmaEachTile = [&](ValueRange bRegs, int64_t block) {
+      for (int64_t tile = 0; tile < tiles; ++tile)
+        mma(a[tile], bRegs, tile, block);
+    };
     for (int64_t block = 0; block < blocks; ++block) {
       if (!rhsMatrices) {
-        mma(a, loadB(block, k0), block);
+        mmaEachTile(loadB(block, k0), block);
         continue;
       }
       const bool pair = block + 1 < blocks;
       SmallVector<Value, 4> bRegs = ldmatrixB(block, k0, pair);
-      mma(a, ArrayRef(bRegs).take_front(2), block);
+      mmaEachTile(ArrayRef(bRegs).take_front(2), block);
       if (pair)
-        mma(a, ArrayRef(bRegs).drop_front(2), ++block);
+        mmaEachTile(ArrayRef(bRegs).drop_front(2), ++block);
     }
   }
-  for (int64_t block = 0; block < blocks; ++block)
-    for (int64_t half = 0; half < 2; ++half)
-      for (int64_t el = 0; el < 2; ++el)
-        e.store(acc[block][2 * half + el], op.getAcc(),
-                accIndices(e, op, layout, e.index(block), half, el));
+  for (int64_t tile = 0; tile < tiles; ++tile)
+    for (int64_t block = 0; block < blocks; ++block)
+      for (int64_t half = 0; half < 2; ++half)
+        for (int64_t el = 0; el < 2; ++el)
+          e.store(acc[tile][block][2 * half + el], op.getAcc(),
+                  accIndices(e, op, tileLayouts[tile], tile, e.index(block),
+                             half, el));
   op.erase();
 }
 

@@ -925,7 +925,10 @@ LogicalResult WarpMmaOp::verify() {
   if (!acc.getElementType().isF32())
     return emitOpError() << "'acc' elements must be f32, got "
                          << acc.getElementType();
-  const int64_t k = getK(), n = getN();
+  const int64_t k = getK(), n = getN(), tiles = getRowTiles();
+  if (tiles < 1)
+    return emitOpError() << "row_tiles must be positive, got " << tiles;
+  const int64_t rows = kRows * tiles;
   if (k <= 0 || k % kReductionStep != 0)
     return emitOpError() << "k must be a positive multiple of "
                          << kReductionStep << ", got " << k;
@@ -938,18 +941,18 @@ LogicalResult WarpMmaOp::verify() {
                          << type.getDimSize(1) << "] is smaller than the ["
                          << rows << ", " << columns << "] it must hold";
   };
-  if (lhs.getDimSize(0) < kRows || lhs.getDimSize(1) < k)
-    return tooSmall("lhs", lhs, kRows, k);
+  if (lhs.getDimSize(0) < rows || lhs.getDimSize(1) < k)
+    return tooSmall("lhs", lhs, rows, k);
   if (getAccFragment()) {
-    // The lane's fragment: 4 elements per block of 8 columns.
-    const int64_t blocks = n / kFragmentColumns;
+    // The lane's fragment: 4 elements per block of 8 columns and row tile.
+    const int64_t blocks = tiles * n / kFragmentColumns;
     if (acc.getRank() != 2 || !acc.hasStaticShape() ||
         acc.getDimSize(0) != blocks || acc.getDimSize(1) != 4)
       return emitOpError() << "'acc' (a fragment) must be [" << blocks
                            << ", 4] (4 elements per 8 of the " << n
-                           << " columns), got " << acc;
-  } else if (acc.getDimSize(0) < kRows || acc.getDimSize(1) < n) {
-    return tooSmall("acc", acc, kRows, n);
+                           << " columns, per row tile), got " << acc;
+  } else if (acc.getDimSize(0) < rows || acc.getDimSize(1) < n) {
+    return tooSmall("acc", acc, rows, n);
   }
   const int64_t rhsRows = getRhsTransposed() ? n : k;
   const int64_t rhsColumns = getRhsTransposed() ? k : n;

@@ -515,11 +515,17 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
     the CPU, `-attn-warp-mma-to-loops` lowers each lane's share to loops,
     which is how the GPU kernels are tested without a GPU.
 
+    With `row_tiles` = T > 1 the warp computes T such products, of rows
+    `row + 16 t` to `row + 16 t + 15` for t in [0, T), each lane the same
+    elements of each; on the tensor cores every fragment of B is then
+    loaded once for the T products (FlashAttention-2's 32 rows per warp
+    halve the shared-memory reads of k and v per mma).
+
     With `acc_fragment`, `acc` is not a shared tile but the lane's own
     fragment, held in its registers (a view of a `memref.alloca
-    {attn.registers}` at the thread, SimtKernels.h): `acc` is [n / 8, 4]
-    and `acc[b, 2 h + e]` stands for the element of row `row + lane / 4 +
-    8 h`, column `8 b + 2 (lane % 4) + e` above. The accumulators of a
+    {attn.registers}` at the thread, SimtKernels.h): `acc` is [T n / 8, 4]
+    and `acc[t n / 8 + b, 2 h + e]` stands for the element of row `row +
+    16 t + lane / 4 + 8 h`, column `8 b + 2 (lane % 4) + e` above. The accumulators of a
     flash kernel stay in registers across its key tiles this way, as in
     FlashAttention-2.
 
@@ -541,7 +547,8 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
   let arguments = (ins AnyMemRef:$lhs, AnyMemRef:$rhs, AnyMemRef:$acc,
                        Index:$row, Index:$lane, I64Attr:$n, I64Attr:$k,
                        UnitAttr:$rhs_transposed, UnitAttr:$accumulate,
-                       UnitAttr:$acc_fragment);
+                       UnitAttr:$acc_fragment,
+                       DefaultValuedAttr<I64Attr, "1">:$row_tiles);
   let assemblyFormat = [{
     $lhs `,` $rhs `,` $acc `rows` `(` $row `)` `lane` `(` $lane `)`
     `n` `(` $n `)` `k` `(` $k `)` attr-dict

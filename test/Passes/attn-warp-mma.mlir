@@ -195,3 +195,43 @@ func.func @unaligned_rows(%p: memref<16x20xf16, #gpu.address_space<workgroup>>, 
       : memref<16x20xf16, #gpu.address_space<workgroup>>, memref<16x8xf16, #gpu.address_space<workgroup>>, memref<1x4xf32>
   return
 }
+
+// Two row tiles (row_tiles = 2, the warp's 32 rows): each B fragment is
+// loaded once and used by both tiles' mma.sync, whose A fragments come from
+// rows row + g (+ 8) and row + 16 + g (+ 8); the fragment holds tile t's
+// block b at [t * blocks + b].
+// MMA-LABEL: func.func @two_row_tiles
+// MMA-SAME:    %[[Q:[a-z0-9]+]]: memref<32x16xbf16>, %[[K:[a-z0-9]+]]: memref<8x16xbf16>, %[[S:[a-z0-9]+]]: memref<2x4xf32>, %[[ROW:[a-z0-9]+]]: index, %[[LANE:[a-z0-9]+]]: index
+// MMA-DAG:     %[[G:.+]] = arith.divui %[[LANE]], %c4
+// MMA-DAG:     %[[ROW16:.+]] = arith.addi %[[ROW]], %c16
+// MMA-DAG:     %[[R0:.+]] = arith.addi %[[ROW]], %[[G]]
+// MMA:         vector.load %[[Q]][%[[R0]],
+// MMA:         %[[R16:.+]] = arith.addi %[[ROW16]], %[[G]]
+// MMA:         vector.load %[[Q]][%[[R16]],
+// MMA:         vector.load %[[K]][%[[G]],
+// MMA:         %[[B0:.+]] = vector.extract
+// MMA:         vector.load %[[K]][%[[G]],
+// MMA:         %[[B1:.+]] = vector.extract
+// MMA-NOT:     vector.load
+// MMA:         nvvm.mma.sync A[{{.*}}]  B[%[[B0]], %[[B1]]]
+// MMA:         nvvm.mma.sync A[{{.*}}]  B[%[[B0]], %[[B1]]]
+// MMA-NOT:     nvvm.mma.sync
+// MMA:         memref.store %{{.+}}, %[[S]][%c0, %c3]
+// MMA:         memref.store %{{.+}}, %[[S]][%c1, %c0]
+// LOOPS-LABEL: func.func @two_row_tiles
+// LOOPS-SAME:    %[[Q:[a-z0-9]+]]: memref<32x16xbf16>, %{{.+}}: memref<8x16xbf16>, %[[S:[a-z0-9]+]]: memref<2x4xf32>, %[[ROW:[a-z0-9]+]]: index, %[[LANE:[a-z0-9]+]]: index
+// LOOPS:         %[[G:.+]] = arith.divui %[[LANE]], %c4
+// LOOPS:         %[[R0:.+]] = arith.addi %[[ROW]], %[[G]]
+// LOOPS:         memref.load %[[Q]][%[[R0]], %{{.+}}]
+// LOOPS:         memref.store %{{.+}}, %[[S]][%c0, %c0]
+// LOOPS:         %[[ROW16:.+]] = arith.addi %[[ROW]], %c16
+// LOOPS:         %[[R16:.+]] = arith.addi %[[ROW16]], %[[G]]
+// LOOPS:         memref.load %[[Q]][%[[R16]], %{{.+}}]
+// LOOPS:         memref.store %{{.+}}, %[[S]][%c1, %c0]
+func.func @two_row_tiles(%q: memref<32x16xbf16>, %k: memref<8x16xbf16>,
+                         %s: memref<2x4xf32>, %row: index, %lane: index) {
+  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(8) k(16)
+      {rhs_transposed, acc_fragment, row_tiles = 2}
+      : memref<32x16xbf16>, memref<8x16xbf16>, memref<2x4xf32>
+  return
+}

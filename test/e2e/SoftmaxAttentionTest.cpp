@@ -323,9 +323,11 @@ std::vector<AttentionCase> cases() {
        .keys = 70,
        .dtype = "f16"});
   // The CUDA flash kernel's tensor-core inputs in the storage dtype: several
-  // query tiles (64 rows) and key tiles (64 keys) so the online softmax
-  // rescales across tiles with rounded probabilities, head dims padded to
-  // 16 (72 -> 80) and 8 (40), a window that starts mid-tile, Lq < Lk.
+  // query tiles (128 rows: 4 warps of two 16-row tiles) and key tiles (32
+  // keys) so the online softmax rescales across tiles with rounded
+  // probabilities, head dims padded to 16 (72 -> 80) and 8 (40), a window
+  // that starts mid-tile, Lq < Lk, a causal diagonal through both row tiles
+  // of every warp of three query tiles.
   add({.label = "bf16_window_tiles_odd_dims",
        .heads = 4,
        .kvHeads = 2,
@@ -347,6 +349,15 @@ std::vector<AttentionCase> cases() {
        .queries = 70,
        .keys = 201,
        .dtype = "f16"});
+  add({.label = "bf16_causal_three_query_tiles",
+       .heads = 4,
+       .kvHeads = 2,
+       .headDim = 128,
+       .valueDim = 128,
+       .gate = "elementwise",
+       .queries = 300,
+       .keys = 300,
+       .dtype = "bf16"});
   add({.label = "f16_huge_logits_decode",
        .heads = 2,
        .kvHeads = 1,

@@ -758,7 +758,7 @@ func.func @warp_mma_acc_narrow(%a: memref<16x16xf16>, %b: memref<16x16xf16>, %c:
 
 // A lane's fragment holds 4 elements per block of 8 columns, no more.
 func.func @warp_mma_fragment_shape(%a: memref<16x16xf16>, %b: memref<16x16xf16>, %c: memref<16x8xf32>, %i: index) {
-  // expected-error @+1 {{'acc' (a fragment) must be [2, 4] (4 elements per 8 of the 16 columns), got 'memref<16x8xf32>'}}
+  // expected-error @+1 {{'acc' (a fragment) must be [2, 4] (4 elements per 8 of the 16 columns, per row tile), got 'memref<16x8xf32>'}}
   attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed, acc_fragment} : memref<16x16xf16>, memref<16x16xf16>, memref<16x8xf32>
   return
 }
@@ -808,5 +808,29 @@ func.func @async_copy_strided(%a: memref<?x128xbf16>, %s: memref<64x136xbf16, st
 func.func @async_copy_short_rows(%a: memref<?x128xbf16>, %s: memref<64x4xbf16>, %i: index, %v: i1) {
   // expected-error @+1 {{'target' rows of 4 elements cannot hold 8}}
   attn.async_copy %a[%i, %i], %s[%i, %i] if(%v) elements(8) : memref<?x128xbf16>, memref<64x4xbf16>
+  return
+}
+
+// -----
+
+func.func @warp_mma_row_tiles_fragment(%a: memref<32x16xbf16>, %b: memref<16x16xbf16>, %c: memref<2x4xf32>, %i: index) {
+  // expected-error @+1 {{'acc' (a fragment) must be [4, 4] (4 elements per 8 of the 16 columns, per row tile), got 'memref<2x4xf32>'}}
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed, acc_fragment, row_tiles = 2 : i64} : memref<32x16xbf16>, memref<16x16xbf16>, memref<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @warp_mma_row_tiles_lhs(%a: memref<16x16xbf16>, %b: memref<16x16xbf16>, %c: memref<4x4xf32>, %i: index) {
+  // expected-error @+1 {{'lhs' [16, 16] is smaller than the [32, 16] it must hold}}
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed, acc_fragment, row_tiles = 2 : i64} : memref<16x16xbf16>, memref<16x16xbf16>, memref<4x4xf32>
+  return
+}
+
+// -----
+
+func.func @warp_mma_row_tiles_zero(%a: memref<16x16xbf16>, %b: memref<16x16xbf16>, %c: memref<16x16xf32>, %i: index) {
+  // expected-error @+1 {{row_tiles must be positive, got 0}}
+  attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed, row_tiles = 0 : i64} : memref<16x16xbf16>, memref<16x16xbf16>, memref<16x16xf32>
   return
 }
