@@ -1,9 +1,10 @@
 //===- SimtKernels.cpp - Softmax attention kernels for CUDA ---------------===//
 //
 // Prefill is the flash block kernel (FlashAttention-2's tiling): a block of
-// W warps owns 16 W query rows of one head and walks the key tiles its
-// rows see (the mask's range). Per tile it stages k and v in shared
-// memory; each warp computes its 16 rows' scores S = q k^T with
+// W warps owns 16 R W query rows of one head (R row tiles of 16 per warp)
+// and walks the key tiles its rows see (the mask's range). Tiles are staged
+// in shared memory by asynchronous copies that overlap the products before
+// them; each warp computes its rows' scores S = q k^T with
 // attn.warp_mma (tensor cores for f16/bf16) into its lanes' fragments;
 // each lane masks its elements and, once a row's 4 lanes have exchanged
 // their parts of its max, does the online-softmax update of its elements
@@ -346,8 +347,8 @@ namespace {
 /// What a flash block kernel's block works on: `keys` says which keys
 /// (KeyPart::All: those the mask leaves visible, o gated and [lse] written;
 /// KeyPart::TreePrefix: the tree's prefix, partials written). Query tiles
-/// are 16 W query rows of one head over their keys; decode splits
-/// (`decodeSplit`) are 16 W rows of one kv group's (head, row) pairs over
+/// are 16 R W query rows of one head over their keys; decode splits
+/// (`decodeSplit`) are 16 W rows (R = 1) of one kv group's (head, row) pairs over
 /// one split of the keys, partials written.
 func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
                         const SoftmaxAttentionShape &shape,

@@ -244,8 +244,9 @@ struct SimtFlashTiling {
 };
 
 /// Softmax attention as a block kernel, one block per (batch, head, tile of
-/// 16 * warps query rows): the block stages its q tile and each key tile's
-/// k and v in shared memory; per key tile each warp computes its 16 rows'
+/// 16 * rowTiles * warps query rows): the block stages its q tile and each
+/// key tile's k and v in shared memory (asynchronous copies overlapping the
+/// products before them); per key tile each warp computes its rows'
 /// scores with attn.warp_mma (tensor cores for f16/bf16) into its lanes'
 /// register fragments, each lane applies scale, softcap and mask and the
 /// online-softmax update to its elements (the row max agreed by the row's
