@@ -299,8 +299,10 @@ int64_t SimtFlashTiling::sharedBytes() const {
 SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
                                         Type storage, const GpuTiling &tiling,
                                         int64_t maxWarps, int64_t maxRowTiles) {
-  // Largest first: 4 warps of 32 rows (128) over 64 keys is
-  // FlashAttention-2's tile for head dims up to 128 on sm_80/sm_90.
+  // Largest first. FlashAttention-2 tiles head dims up to 128 on
+  // sm_80/sm_90 with 4 warps of 32 rows (128) over 64 keys; here 32 rows
+  // per warp take 32-key tiles, since the score fragments of 64 keys would
+  // take the registers past 255 (ptxas spilled 64 bytes at D = 128).
   auto make = [&](int64_t rowTiles, int64_t warps, int64_t keyTile) {
     SimtFlashTiling flash;
     flash.rowTiles = rowTiles;
@@ -311,15 +313,14 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
     flash.elementBytes = storage.getIntOrFloatBitWidth() / 8;
     return flash;
   };
-  // Two row tiles double the output fragment: 2 x Dv / 8 x 4 registers
-  // per lane, 128 at Dv = 128 (FlashAttention-2's 32 rows per warp there).
-  const bool tensorCores = storage.isF16() || storage.isBF16();
-  // With two row tiles, 32 keys: the score fragments of 64 would take the
-  // registers past 255 (ptxas spills 64 bytes at D = 128).
   auto keyTiles = [](int64_t rowTiles) {
     return rowTiles > 1 ? SmallVector<int64_t>{32, 16}
                         : SmallVector<int64_t>{64, 32, 16};
   };
+  // Two row tiles pay off only on the tensor cores (B fragments shared),
+  // and double the output fragment: 2 x Dv / 8 x 4 registers per lane, 128
+  // at Dv = 128.
+  const bool tensorCores = storage.isF16() || storage.isBF16();
   if (!tensorCores || roundUp(shape.valueDim, 8) > 128)
     maxRowTiles = 1;
   for (int64_t budget : {tiling.maxSharedBytes / 2, tiling.maxSharedBytes})
@@ -347,9 +348,9 @@ namespace {
 /// What a flash block kernel's block works on: `keys` says which keys
 /// (KeyPart::All: those the mask leaves visible, o gated and [lse] written;
 /// KeyPart::TreePrefix: the tree's prefix, partials written). Query tiles
-/// are 16 R W query rows of one head over their keys; decode splits
-/// (`decodeSplit`) are 16 W rows (R = 1) of one kv group's (head, row) pairs over
-/// one split of the keys, partials written.
+/// are 16 R W query rows of one head over their keys (R row tiles per
+/// warp); decode splits (`decodeSplit`) are 16 W rows (R = 1) of one kv
+/// group's (head, row) pairs over one split of the keys, partials written.
 func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
                         const SoftmaxAttentionShape &shape,
                         const SimtFlashTiling &flash, const GpuTiling &tiling,
@@ -407,10 +408,9 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     return arith::AndIOp::create(b, x, y).getResult();
   };
   // A thread loop in which each warp works on its 16 x rowTiles rows:
-  // body(first row
-  // of the warp, lane, thread). The quad exchange and P are rows of the
-  // warp's own, so loops that only write those (and registers) end with
-  // SimtEmitter::Sync::Warp.
+  // body(first row of the warp, lane, thread). The quad exchange and P are
+  // rows of the warp's own, so loops that only write those (and registers)
+  // may end with SimtEmitter::Sync::Warp.
   auto eachWarp =
       [&](function_ref<void(Value warpRow, Value lane, Value thread)> body,
           SimtEmitter::Sync sync = SimtEmitter::Sync::Block) {

@@ -572,7 +572,9 @@ def Attn_AsyncCopyOp : Attn_Op<"async_copy", [AttrSizedOperandSegments]> {
     all) at `source[source_indices]` along its last dimension to
     `target[target_indices]`, or writes that many zeros there when `valid`
     is false (the source is then not read, so its indices may be out of
-    bounds). The copy may complete late: the thread sees the data after its
+    bounds). Both addresses must be aligned to the copy's size, as
+    `cp.async` requires (the flash kernels copy 16-byte pieces of rows that
+    are whole 16-byte pieces). The copy may complete late: the thread sees the data after its
     next `attn.async_wait`, other threads after a barrier that follows it.
 
     A thread can so have all its copies of a tile in flight at once. On the
