@@ -36,6 +36,7 @@ struct HostIndexMath {
     return arith::CeilDivUIOp::create(b, x, y);
   }
   Value maxS(Value x, Value y) const { return arith::MaxSIOp::create(b, x, y); }
+  Value minS(Value x, Value y) const { return arith::MinSIOp::create(b, x, y); }
   Value select(Value c, Value x, Value y) const {
     return arith::SelectOp::create(b, c, x, y);
   }

@@ -350,18 +350,28 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
       decode, zero, m.mul(m.mul(s.batch, m.index(shape.numHeads)), queryTiles));
   Value decodeBatch = m.select(decode, s.batch, zero);
   Value decodeRows = m.select(decode, s.lq, zero);
-  Value decodeSplits =
-      m.select(decode, m.ceilDiv(s.lk, m.index(tiling.splitKeys)), zero);
-  allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
-                        decodeRows, decodeSplits);
-  Value mergeThreads =
-      m.mul(m.mul(decodeBatch, m.index(shape.numHeads)), decodeRows);
   // Decode blocks: (batch, kv head, tile of the group's rows, split).
   SimtFlashTiling decodeFlash = SimtFlashTiling::chooseForDecode(
       shape, cast<MemRefType>(s.q.getType()).getElementType(), tiling);
   const int64_t group = shape.numHeads / shape.numKvHeads;
   Value groupRowTiles = arith::CeilDivUIOp::create(
       b, m.mul(m.index(group), decodeRows), m.index(decodeFlash.queryTile()));
+  // At least a split per split_keys keys; more (down to a key tile each)
+  // while the blocks would not fill the GPU: a short cache read by few kv
+  // heads otherwise leaves most multiprocessors idle (FlashDecoding).
+  Value unsplitBlocks =
+      m.maxS(m.index(1), m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)),
+                               groupRowTiles));
+  Value fillingSplits = m.minS(
+      m.ceilDiv(WorkerCountOp::create(b, b.getIndexType()), unsplitBlocks),
+      m.ceilDiv(s.lk, m.index(decodeFlash.keyTile)));
+  Value decodeSplits = m.select(
+      decode, m.maxS(m.ceilDiv(s.lk, m.index(tiling.splitKeys)), fillingSplits),
+      zero);
+  allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
+                        decodeRows, decodeSplits);
+  Value mergeThreads =
+      m.mul(m.mul(decodeBatch, m.index(shape.numHeads)), decodeRows);
   Value decodeBlocks =
       m.mul(m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)), groupRowTiles),
             decodeSplits);

@@ -340,7 +340,13 @@ SimtFlashTiling::chooseForDecode(const SoftmaxAttentionShape &shape,
   int64_t warps = 1;
   while (warps < 4 && warps * WarpMmaOp::kRows < rows)
     warps *= 2;
-  return choose(shape, storage, tiling, warps);
+  SimtFlashTiling flash = choose(shape, storage, tiling, warps);
+  // Above 128 value channels the output fragment alone takes 128 registers
+  // or more: 32-key tiles (16 score registers, not 32) keep decode with
+  // D = 256 from spilling, at no cost to a kernel that waits on memory.
+  if (flash.paddedValueDim > 128 && flash.keyTile > 32)
+    flash.keyTile = 32;
+  return flash;
 }
 
 namespace {
@@ -470,8 +476,13 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     batch = e.div(rest, e.index(shape.numKvHeads));
     first = e.mul(tile, e.index(TQ));
     rows = e.minS(e.index(TQ), e.sub(packed, first));
-    from = e.mul(split, e.index(tiling.splitKeys));
-    to = e.minS(lk, e.add(from, e.index(tiling.splitKeys)));
+    // The splits share the keys in whole key tiles (the host program picks
+    // how many: at least one per split_keys keys, more while the GPU would
+    // idle); trailing splits may hold none.
+    Value splitLength =
+        e.mul(e.ceilDiv(e.ceilDiv(lk, splits), e.index(TK)), e.index(TK));
+    from = e.minS(lk, e.mul(split, splitLength));
+    to = e.minS(lk, e.add(from, splitLength));
     headOf = [&, kvHead, first](Value r) {
       return e.add(e.mul(kvHead, e.index(group)), e.div(e.add(first, r), lq));
     };

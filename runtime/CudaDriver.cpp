@@ -14,6 +14,7 @@ using CUresult = int;
 using CUdevice = int;
 using CUdeviceptr = unsigned long long;
 constexpr CUresult CUDA_SUCCESS = 0;
+constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
@@ -164,6 +165,9 @@ bool Module::load(const std::vector<uint8_t> &cubin, const std::string &ptx,
       &minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
   module->device = std::string(name) + " (sm_" + std::to_string(major) +
                    std::to_string(minor) + ")";
+  driver->cuDeviceGetAttribute(&module->multiprocessors,
+                               CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                               device);
   if (!driver->check(driver->cuDevicePrimaryCtxRetain(&module->context, device),
                      "cuDevicePrimaryCtxRetain", error))
     return giveUp();

@@ -41,6 +41,10 @@ public:
 
   /// The device's name and compute capability, for messages.
   const std::string &deviceName() const { return device; }
+  /// The device's streaming multiprocessors (at least 1).
+  int multiprocessorCount() const {
+    return multiprocessors > 0 ? multiprocessors : 1;
+  }
 
   const Kernel *kernel(const std::string &name) const;
 
@@ -70,6 +74,7 @@ private:
   void *context = nullptr; // CUcontext (the device's primary context)
   void *module = nullptr;  // CUmodule
   int deviceId = 0;
+  int multiprocessors = 0;
   std::string device;
   std::vector<Kernel> kernels;
   void *startEvent = nullptr, *stopEvent = nullptr; // CUevent, lazily

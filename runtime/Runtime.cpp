@@ -1165,9 +1165,10 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
   return status;
 }
 
-/// How many workgroups a GPU runs at once, as far as host programs ask
-/// (attn.worker_count): many more than any CPU.
-constexpr int64_t kCudaWorkers = 1 << 16;
+/// How many workgroups a GPU keeps busy at once, as host programs ask
+/// (attn.worker_count; decode splits its keys until it has that many
+/// blocks): 4 blocks per multiprocessor.
+constexpr int64_t kCudaBlocksPerMultiprocessor = 4;
 
 attn_status runOnCuda(attn_model &model, const Entry &e,
                       std::vector<Buffer> &hostBuffers) {
@@ -1226,7 +1227,9 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
   if (!gpu.startTimer(error))
     return cudaFail(error);
   if (attn_status status =
-          runProgram(e, e.cuda, buffers, kCudaWorkers, allocate, dispatch))
+          runProgram(e, e.cuda, buffers,
+                     kCudaBlocksPerMultiprocessor * gpu.multiprocessorCount(),
+                     allocate, dispatch))
     return status;
   double kernelMs = 0;
   if (!gpu.stopTimer(kernelMs, error) || !gpu.synchronize(error))

@@ -97,7 +97,13 @@
 // CHECK:         %[[SPLIT:.+]] = arith.remui %arg5, %[[SPLITS:.+]] : index
 // CHECK:         %[[REST:.+]] = arith.divui %arg5, %[[SPLITS]] : index
 // CHECK:         arith.remui %[[REST]], %[[ROW_TILES]] : index
-// CHECK:         %[[FROM:.+]] = arith.muli %[[SPLIT]], %c256 : index
+// The splits share the keys in whole 64-key tiles: split s takes
+// [s L, min(Lk, (s + 1) L)) for L = ceil(ceil(Lk / S) / 64) * 64.
+// CHECK:         %[[PER_SPLIT:.+]] = arith.ceildivui %[[LK:dim_[0-9]+]], %[[SPLITS]] : index
+// CHECK:         %[[TILES_PER_SPLIT:.+]] = arith.ceildivui %[[PER_SPLIT]], %c64 : index
+// CHECK:         %[[LENGTH:.+]] = arith.muli %[[TILES_PER_SPLIT]], %c64 : index
+// CHECK:         %[[START:.+]] = arith.muli %[[SPLIT]], %[[LENGTH]] : index
+// CHECK:         arith.minsi %[[LK]], %[[START]] : index
 // A row's head and query row: kv head * 4 + packed / Lq, packed % Lq.
 // CHECK:         scf.parallel
 // CHECK:           arith.divui %{{.+}}, %[[LQ]] : index
@@ -125,7 +131,17 @@
 // CHECK:         %[[LQ:.+]] = memref.dim %[[Q]], %c2
 // CHECK:         %[[LK:.+]] = memref.dim %[[K]], %c2
 // CHECK:         %[[DECODE:.+]] = arith.cmpi ule, %[[LQ]], %c8
-// CHECK:         %[[SPLITS:.+]] = arith.ceildivui %[[LK]], %c256
+// Decode splits: one per 256 keys, more (down to one 64-key tile each)
+// while the B x Hkv x row tiles blocks are fewer than the workers (on a
+// GPU, 4 blocks per multiprocessor).
+// CHECK:         %[[UNSPLIT:.+]] = arith.maxsi %{{.+}}, %c1 : index
+// CHECK:         %[[MOST:.+]] = arith.ceildivui %[[LK]], %c64 : index
+// CHECK:         %[[WORKERS:.+]] = attn.worker_count : index
+// CHECK:         %[[FILLING:.+]] = arith.ceildivui %[[WORKERS]], %[[UNSPLIT]] : index
+// CHECK:         %[[FILL:.+]] = arith.minsi %[[FILLING]], %[[MOST]] : index
+// CHECK:         %[[LEAST:.+]] = arith.ceildivui %[[LK]], %c256
+// CHECK:         %[[SPLITS:.+]] = arith.maxsi %[[LEAST]], %[[FILL]] : index
+// CHECK:         arith.select %[[DECODE]], %[[SPLITS]], %c0 : index
 // CHECK:         attn.dispatch @layer__flash0 workgroups(%{{.+}}) bindings(
 // CHECK:         attn.dispatch @layer__flash_decode1 workgroups(%{{.+}}) bindings(
 // CHECK:         attn.dispatch @layer__merge2 workgroups(%{{.+}}) bindings(

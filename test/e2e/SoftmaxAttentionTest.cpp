@@ -39,6 +39,9 @@ struct AttentionCase {
   double tolerance = 1e-5;
   /// The model's storage dtype: f32, f16 or bf16.
   std::string dtype = "f32";
+  /// Threads of the CPU runtime, which host programs see as their workers
+  /// (on a GPU they see 4 blocks per multiprocessor).
+  int threads = 2;
 };
 
 void PrintTo(const AttentionCase &c, std::ostream *os) { *os << c.label; }
@@ -75,7 +78,7 @@ TEST_P(SoftmaxAttention, MatchesReference) {
   const auto &[c, backend] = GetParam();
   std::string skip;
   std::unique_ptr<Model> model =
-      compileAndLoadFor(backend, modelJson(c), 2, skip);
+      compileAndLoadFor(backend, modelJson(c), c.threads, skip);
   if (!skip.empty())
     GTEST_SKIP() << skip;
   ASSERT_TRUE(model);
@@ -358,6 +361,25 @@ std::vector<AttentionCase> cases() {
        .queries = 300,
        .keys = 300,
        .dtype = "bf16"});
+  // Decode on CUDA splits the keys further while the blocks would not keep
+  // the workers busy: 1 kv head x 300 keys over 16 workers takes 5 splits
+  // of one 64-key tile (the last partial); 2 kv heads x 1000 keys, 8 splits
+  // of 128 (the last partial). On the GPU (528 workers on an H100) both
+  // take a split per key tile.
+  add({.label = "decode_splits_fill_workers_mqa",
+       .heads = 4,
+       .kvHeads = 1,
+       .gate = "headwise",
+       .queries = 1,
+       .keys = 300,
+       .threads = 16});
+  add({.label = "decode_splits_fill_workers_gqa4",
+       .heads = 8,
+       .kvHeads = 2,
+       .queries = 2,
+       .keys = 1000,
+       .dtype = "bf16",
+       .threads = 16});
   add({.label = "f16_huge_logits_decode",
        .heads = 2,
        .kvHeads = 1,
