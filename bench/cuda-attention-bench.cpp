@@ -15,7 +15,10 @@
 //    32K, against dense decode of the same cache;
 //  * tree verification, T = 8 and 64 random draft nodes over 8K and 32K
 //    prefix keys, in TFLOP/s of visible work, against dense attention of
-//    as many rows.
+//    as many rows;
+//  * Gated DeltaNet prefill (Qwen3-Next's linear layers: 16 k heads, 32 v
+//    heads, Dk = Dv = 128, 64-step chunks, bf16), L = 4K and 16K, in
+//    tokens per second and GB/s of the inputs and outputs.
 //
 // The ceilings to divide by (PyTorch's scaled_dot_product_attention with
 // the flash backend, FlexAttention, the card's copy bandwidth) come from
@@ -32,6 +35,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Compile.h"
+#include "runtime/Float16.h"
 #include "runtime/attn_runtime.hpp"
 
 #include "llvm/Support/Error.h"
@@ -274,6 +278,57 @@ bool treeTable(const Options &options, const std::vector<int64_t> &prefixes) {
   return true;
 }
 
+/// The Gated DeltaNet table: the chunked kernel over a whole sequence.
+bool recurrenceTable(const Options &options,
+                     const std::vector<int64_t> &lengths) {
+  const int kHeads = 16, vHeads = 32, dim = 128;
+  char json[512];
+  std::snprintf(json, sizeof(json),
+                R"({"model": "bench", "dtype": "bf16", "layers": [{"name": )"
+                R"("gdn", "type": "linear_attention", "rule": "gated_delta", )"
+                R"("num_k_heads": %d, "num_v_heads": %d, "k_dim": %d, )"
+                R"("v_dim": %d, "chunk_size": 64, "qk_l2norm": true}]})",
+                kHeads, vHeads, dim, dim);
+  std::unique_ptr<attn::Model> model = load(options, json);
+  if (!model)
+    return false;
+  std::printf("\n| Gated DeltaNet (Hk = 16, Hv = 32, D = 128, C = 64) | L | ms "
+              "| M tokens/s | GB/s (q, k, v, g, beta, o, S) |\n");
+  std::printf("|---|---|---|---|---|\n");
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (int64_t length : lengths) {
+    std::vector<attn::Tensor> inputs{
+        attn::Tensor(ATTN_BF16, {1, kHeads, length, dim}),
+        attn::Tensor(ATTN_BF16, {1, kHeads, length, dim}),
+        attn::Tensor(ATTN_BF16, {1, vHeads, length, dim}),
+        attn::Tensor(ATTN_BF16, {1, vHeads, length}),
+        attn::Tensor(ATTN_BF16, {1, vHeads, length}),
+        attn::Tensor(ATTN_F32, {1, vHeads, dim, dim})};
+    // q, k, v in [-1, 1]; log-decays in [-0.1, 0); beta in (0, 1].
+    for (int i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < inputs[i].numElements(); ++j)
+        inputs[i].bits16()[j] = attn::floatToBf16(uniform(rng));
+    for (int64_t j = 0; j < inputs[3].numElements(); ++j)
+      inputs[3].bits16()[j] =
+          attn::floatToBf16(-0.05f * (uniform(rng) + 1.0f) - 1e-3f);
+    for (int64_t j = 0; j < inputs[4].numElements(); ++j)
+      inputs[4].bits16()[j] = attn::floatToBf16(0.5f * (uniform(rng) + 1.0f));
+    for (int64_t j = 0; j < inputs[5].numElements(); ++j)
+      inputs[5].f32()[j] = 0.01f * uniform(rng);
+    double ms = deviceMs(*model, inputs, options.repeat);
+    if (ms < 0)
+      return false;
+    // q, k (16 heads) and v, o (32 heads) in bf16, g and beta, S in and out.
+    double bytes = 2.0 * length * dim * (2 * kHeads + 2 * vHeads) +
+                   2.0 * 2 * vHeads * length + 2.0 * 4 * vHeads * dim * dim;
+    std::printf("| gated delta, bf16 | %lld | %.4f | %.2f | %.1f |\n",
+                static_cast<long long>(length), ms, length / ms / 1e3,
+                bytes / ms / 1e6);
+  }
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -337,5 +392,9 @@ int main(int argc, char **argv) {
                                       : std::vector<int64_t>{8192, 32768};
   if (!sparseTable(options, *model, longKeys) || !treeTable(options, longKeys))
     return 1;
-  return 0;
+  std::vector<int64_t> sequences = small ? std::vector<int64_t>{200}
+                                   : options.quick
+                                       ? std::vector<int64_t>{4096}
+                                       : std::vector<int64_t>{4096, 16384};
+  return recurrenceTable(options, sequences) ? 0 : 1;
 }
