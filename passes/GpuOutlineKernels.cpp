@@ -150,6 +150,14 @@ struct AttnGpuOutlineKernels final
       if (alloca->hasAttr(kRegisterBufferAttr))
         buffers.push_back(alloca);
     });
+    // Warps' fragments read as lhs, checked while the buffers are whole.
+    WalkResult badRead = func.walk([&](WarpMmaOp op) {
+      if (op.getLhsFragment() && failed(verifyWarpFragmentRead(op)))
+        return WalkResult::interrupt();
+      return WalkResult::advance();
+    });
+    if (badRead.wasInterrupted())
+      return failure();
     // In the entry block (the kernel's body sits under its range guard):
     // LLVM promotes only entry-block allocas to registers.
     auto b = OpBuilder::atBlockBegin(&func.getBody().front());
@@ -162,6 +170,21 @@ struct AttnGpuOutlineKernels final
       b.setInsertionPointAfter(perThread);
       for (Operation *user : llvm::make_early_inc_range(alloca->getUsers())) {
         auto view = dyn_cast<memref::SubViewOp>(user);
+        // A warp's view, read by attn.warp_mma as lhs fragments: on the GPU
+        // each lane holds its own, and the lowering shuffles the others'.
+        auto fragmentRead = [&](Operation *viewUser) {
+          auto mma = dyn_cast<WarpMmaOp>(viewUser);
+          return mma && mma.getLhsFragment() && mma.getLhs() == view &&
+                 mma.getAcc() != view && mma.getRhs() != view;
+        };
+        if (view && !view->use_empty() &&
+            llvm::all_of(view->getUsers(), fragmentRead)) {
+          for (Operation *viewUser :
+               llvm::make_early_inc_range(view->getUsers()))
+            cast<WarpMmaOp>(viewUser).getLhsMutable().assign(perThread);
+          view.erase();
+          continue;
+        }
         auto loop = user->getParentOfType<scf::ParallelOp>();
         auto ownSlice = [&] {
           if (!view || !loop || !loop->hasAttr(kThreadLoopAttr) ||
@@ -182,7 +205,8 @@ struct AttnGpuOutlineKernels final
           return user->emitError(
               "a register buffer may only be used through a thread's view of "
               "its own slice (memref.subview at the thread of the enclosing "
-              "thread loop)");
+              "thread loop), or its warp's that attn.warp_mma reads as lhs "
+              "fragments");
         OpBuilder at(view);
         view.replaceAllUsesWith(
             memref::CastOp::create(at, view.getLoc(), view.getType(), perThread)

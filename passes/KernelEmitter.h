@@ -120,15 +120,9 @@ public:
     return vector::FMAOp::create(b, x, y, acc);
   }
   Value exp(Value x) { return math::ExpOp::create(b, x); }
-  /// e^x as 2^(x log2 e): on the GPU one multiply and one ex2.approx
-  /// (libdevice's __nv_exp2f; relative error about 2^-22 plus |x| 2^-24 from
-  /// rounding the product) where exp is libdevice's accurate __nv_expf, ten
-  /// instructions. For the softmax's exp(s - m), whose arguments are <= 0
-  /// and matter only near 0, as FlashAttention computes it.
-  Value expByExp2(Value x) {
-    const double log2e = 1.4426950408889634;
-    return math::Exp2Op::create(b, fmul(x, scalar(log2e)));
-  }
+  /// 2^x: on the GPU libdevice's __nv_exp2f, one ex2.approx (relative
+  /// error about 2^-22), where exp is __nv_expf, ten instructions.
+  Value exp2(Value x) { return math::Exp2Op::create(b, x); }
   Value select(Value c, Value x, Value y) {
     return arith::SelectOp::create(b, c, x, y);
   }

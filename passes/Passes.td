@@ -237,7 +237,10 @@ def AttnWarpMmaToLoops : Pass<"attn-warp-mma-to-loops"> {
     accumulator elements (see the op): per block of 8 columns, its 2 rows x
     2 columns, each a fused multiply-add chain over K in f32. This is the
     op's CPU lowering, and on the GPU the one for f32 and for chips without
-    bf16/f16 `mma.sync` (below sm_80).
+    bf16/f16 `mma.sync` (below sm_80). An A operand of the warp's fragments
+    (`lhs_fragment`) is read from the warp's register buffer, each element
+    from the lane that holds it; the pass fails unless that buffer is the
+    warp's view in the op's thread loop and no op of the loop writes it.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
@@ -257,8 +260,11 @@ def AttnWarpMmaToNvvm : Pass<"attn-warp-mma-to-nvvm"> {
     are whole 16-byte pieces are loaded with `ldmatrix` (`nvgpu.ldmatrix`,
     four 8 x 8 matrices a warp instruction; transposed for B read down
     its columns), others a pair (or, down a column, an element) at a time.
-    The code is fully unrolled. Other ops
-    (f32, or an older chip) get the loops of -attn-warp-mma-to-loops.
+    The code is fully unrolled. An A operand of fragments (`lhs_fragment`,
+    P in registers) comes from the lane's own registers, a pair a
+    register. Other ops (f32, or an older chip) get the loops of
+    -attn-warp-mma-to-loops, which take A of fragments from the lanes that
+    hold it with warp shuffles (`gpu.shuffle idx`).
     -attn-gpu-outline-kernels has checked that every op is directly in a
     thread loop, so the 32 lanes of a warp run it together.
   }];
@@ -270,7 +276,8 @@ def AttnWarpMmaToNvvm : Pass<"attn-warp-mma-to-nvvm"> {
     "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
     "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
     "::mlir::vector::VectorDialect", "::mlir::LLVM::LLVMDialect",
-    "::mlir::NVVM::NVVMDialect", "::mlir::nvgpu::NVGPUDialect"
+    "::mlir::NVVM::NVVMDialect", "::mlir::nvgpu::NVGPUDialect",
+    "::mlir::gpu::GPUDialect"
   ];
 }
 

@@ -10,9 +10,11 @@
 // their parts of its max, does the online-softmax update of its elements
 // (its rows' m, its part of l and its output fragment, all in registers);
 // and each warp adds P v to its lanes' output fragments with
-// attn.warp_mma. P goes through shared memory, rounded to the storage
+// attn.warp_mma, P taken from the lanes' score fragments (lhs_fragment:
+// it never leaves the registers on the GPU). P is rounded to the storage
 // dtype for the tensor cores, and l sums the rounded values, so o stays a
-// weighted mean of v.
+// weighted mean of v. Key tiles inside every row's visible keys skip the
+// mask.
 //
 // Decode (at most decodeMaxQueries rows) is FlashDecoding: the same kernel
 // with a block per (batch, kv head, key split of splitKeys keys), whose
@@ -103,6 +105,19 @@ Value SimtEmitter::registers(ArrayRef<int64_t> shape) {
   alloca->removeAttr(kSharedBufferAttr);
   alloca->setAttr(kRegisterBufferAttr, b.getUnitAttr());
   return buffer;
+}
+
+Value SimtEmitter::registersOfWarp(Value buffer, Value thread) {
+  auto type = cast<MemRefType>(buffer.getType());
+  const int64_t rank = type.getRank();
+  Value lanes = index(WarpMmaOp::kWarpLanes);
+  SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0));
+  offsets[0] = mul(div(thread, lanes), lanes);
+  SmallVector<OpFoldResult> sizes, strides(rank, b.getIndexAttr(1));
+  sizes.push_back(b.getIndexAttr(WarpMmaOp::kWarpLanes));
+  for (int64_t size : type.getShape().drop_front())
+    sizes.push_back(b.getIndexAttr(size));
+  return memref::SubViewOp::create(b, buffer, offsets, sizes, strides);
 }
 
 Value SimtEmitter::registersOf(Value buffer, Value thread) {
@@ -289,11 +304,10 @@ int64_t SimtFlashTiling::sharedBytes() const {
     return roundUp(elements * bytes, 16);
   };
   // The buffers the flash kernel allocates, padded rows included.
-  return buffer(rows * headStride(), elementBytes) +        // q tile
-         buffer(keys * headStride(), elementBytes) +        // k tile
-         buffer(keys * valueStride(), elementBytes) +       // v tile
-         buffer(rows * probabilityStride(), elementBytes) + // probabilities
-         buffer(rows * kLanesPerRow, 4);                    // quad exchange
+  return buffer(rows * headStride(), elementBytes) +  // q tile
+         buffer(keys * headStride(), elementBytes) +  // k tile
+         buffer(keys * valueStride(), elementBytes) + // v tile
+         buffer(rows * kLanesPerRow, 4);              // quad exchange
 }
 
 SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
@@ -525,7 +539,6 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   Value qs = e.shared({TQ, flash.headStride()}, storage);
   Value ks = e.shared({TK, flash.headStride()}, storage);
   Value vs = e.shared({TK, flash.valueStride()}, storage);
-  Value probs = e.shared({TQ, flash.probabilityStride()}, storage);
   // The 4 lanes that hold a row (those of one lane / 4) exchange their parts
   // of its max and sum here: quad[row, lane % 4].
   Value quad = e.shared({TQ, SimtFlashTiling::kLanesPerRow});
@@ -581,6 +594,23 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     for (int64_t block = 0; block < blocks; ++block)
       for (int64_t i = 0; i < 4; ++i)
         e.store(e.scalar(value), registers, {e.index(block), e.index(i)});
+  };
+
+  // The softmax in base 2, as FlashAttention-2 takes it: a lane's scores t
+  // are its products s as they are (softcap(scale s) with a softcap), the
+  // running max m is in t's units, and p = 2^(c t - c m) is one fma and one
+  // ex2 with c = scale log2(e) (log2(e) with a softcap); so lse = (c ln 2) m
+  // + log l.
+  const bool softcapped = shape.softcap > 0.0;
+  const double log2e = 1.4426950408889634;
+  const double exponentScaleValue = softcapped ? log2e : shape.scale * log2e;
+  Value exponentScale = e.scalar(exponentScaleValue);
+  Value negExponentScale = e.scalar(-exponentScaleValue);
+  Value maxToNatural = e.scalar(softcapped ? 1.0 : shape.scale);
+  auto scoreOf = [&](Value product) {
+    if (!softcapped)
+      return product;
+    return e.softcap(e.fmul(product, e.scalar(shape.scale)), shape.softcap);
   };
 
   // Copies `count` rows of `dim` elements into the shared tile `to`, whose
@@ -646,6 +676,10 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   // query rows once per head, windowed tree nodes start where their depth
   // says.
   Value begin, end;
+  // The keys every row of the tile sees, [allBegin, allEnd): key tiles
+  // inside it need no mask (with sparse rows' gathered keys, none is taken
+  // to be).
+  Value allBegin, allEnd;
   if (gathered) {
     listed = e.shared({entriesPerSplit}, b.getI32Type());
     Value listedCount = e.shared({1}, b.getI32Type());
@@ -664,18 +698,26 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     listedKeys = e.mul(e.toIndex(e.loadInt(listedCount, {c0})), e.index(bs));
     begin = c0;
     end = listedKeys;
+    allBegin = allEnd = c0;
   } else if (decodeSplit || rowStarts) {
     SmallVector<Value> range =
-        e.loop(c0, rows, c1, {to, from},
+        e.loop(c0, rows, c1, {to, from, from, to},
                [&](Value r, ValueRange it) -> SmallVector<Value> {
                  auto [rowBegin, rowEnd] = rowKeys(r);
-                 return {e.minS(it[0], rowBegin), e.maxS(it[1], rowEnd)};
+                 return {e.minS(it[0], rowBegin), e.maxS(it[1], rowEnd),
+                         e.maxS(it[2], rowBegin), e.minS(it[3], rowEnd)};
                });
     begin = range[0];
     end = e.maxS(range[1], range[0]);
+    allBegin = range[2];
+    allEnd = range[3];
   } else {
-    begin = rowKeys(c0).first;
-    end = rowKeys(e.sub(rows, c1)).second;
+    auto [firstRowBegin, firstRowEnd] = rowKeys(c0);
+    auto [lastRowBegin, lastRowEnd] = rowKeys(e.sub(rows, c1));
+    begin = firstRowBegin;
+    end = lastRowEnd;
+    allBegin = lastRowBegin;
+    allEnd = firstRowEnd;
   }
   Value keyTiles = e.ceilDiv(e.maxS(e.sub(end, begin), c0), e.index(TK));
   // The key at position v of the tile range [begin, end), and whether it is
@@ -714,9 +756,15 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     Value firstKey = e.add(begin, e.mul(keyTileIndex, e.index(TK)));
     Value nextTile = e.add(keyTileIndex, c1);
 
-    // S = q k^T into the lanes' registers; each lane scales, softcaps and
-    // masks its scores and offers its part of its rows' max (read by its
-    // warp alone: the warps need not wait for each other here).
+    // S = q k^T into the lanes' registers; each lane turns its elements
+    // into scores t (softcapped, masked) and offers its part of its rows'
+    // max (read by its warp alone: the warps need not wait for each other
+    // here). Tiles whose keys every row sees skip the mask, as
+    // FlashAttention-2 masks only the tiles on the mask's edge.
+    Value interiorTile =
+        both(e.icmp(arith::CmpIPredicate::sge, firstKey, allBegin),
+             e.icmp(arith::CmpIPredicate::sle, e.add(firstKey, e.index(TK)),
+                    allEnd));
     eachWarp(
         [&](Value warpRow, Value lane, Value thread) {
           Value s = e.registersOf(scoreRegs, thread);
@@ -726,35 +774,52 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
           scoresOp.setAccFragment(true);
           scoresOp.setRowTiles(RT);
           MmaFragmentLayout layout(e, warpRow, lane);
+          SmallVector<LaneRow> laneRows = laneRowsOf(warpRow, lane);
+          // The scores of the lane's elements and its parts of its rows'
+          // maxes.
+          auto scoreTile = [&](bool masked) {
+            // The keys of the lane's columns (the same in all its rows).
+            SmallVector<std::pair<Value, Value>> columnKeys;
+            if (masked)
+              for (int64_t block = 0; block < keyBlocks; ++block)
+                for (int64_t el = 0; el < 2; ++el)
+                  columnKeys.push_back(keyAt(e.add(
+                      firstKey, layout.accColumn(e, e.index(block), el))));
+            SmallVector<Value> partMaxes;
+            for (const LaneRow &laneRow : laneRows) {
+              std::pair<Value, Value> visibleRange;
+              if (masked)
+                visibleRange = rowKeys(laneRow.row);
+              Value partMax = e.scalar(kNegInf);
+              for (int64_t block = 0; block < keyBlocks; ++block)
+                for (int64_t el = 0; el < 2; ++el) {
+                  SmallVector<Value> at =
+                      fragmentAt(laneRow, keyBlocks, block, el);
+                  Value score = scoreOf(e.load(s, at));
+                  if (masked) {
+                    auto [key, isKey] = columnKeys[2 * block + el];
+                    Value visible =
+                        both(isKey, both(e.icmp(arith::CmpIPredicate::sge, key,
+                                                visibleRange.first),
+                                         lt(key, visibleRange.second)));
+                    score = e.select(visible, score, e.scalar(kNegInf));
+                  }
+                  if (masked || softcapped)
+                    e.store(score, s, at);
+                  partMax = e.fmax(partMax, score);
+                }
+              partMaxes.push_back(partMax);
+            }
+            return partMaxes;
+          };
+          SmallVector<Value> partMaxes =
+              gathered ? scoreTile(/*masked=*/true)
+                       : e.ifElse(
+                             interiorTile, [&] { return scoreTile(false); },
+                             [&] { return scoreTile(true); });
           Value quadLane = quadLaneOf(lane);
-          // The keys of the lane's columns (the same in all its rows).
-          SmallVector<std::pair<Value, Value>> columnKeys;
-          for (int64_t block = 0; block < keyBlocks; ++block)
-            for (int64_t el = 0; el < 2; ++el)
-              columnKeys.push_back(keyAt(
-                  e.add(firstKey, layout.accColumn(e, e.index(block), el))));
-          for (const LaneRow &laneRow : laneRowsOf(warpRow, lane)) {
-            Value r = laneRow.row;
-            auto [firstVisible, lastVisible] = rowKeys(r);
-            Value partMax = e.scalar(kNegInf);
-            for (int64_t block = 0; block < keyBlocks; ++block)
-              for (int64_t el = 0; el < 2; ++el) {
-                auto [key, isKey] = columnKeys[2 * block + el];
-                SmallVector<Value> at =
-                    fragmentAt(laneRow, keyBlocks, block, el);
-                Value score =
-                    e.softcap(e.fmul(e.load(s, at), e.scalar(shape.scale)),
-                              shape.softcap);
-                Value visible = both(
-                    isKey,
-                    both(e.icmp(arith::CmpIPredicate::sge, key, firstVisible),
-                         lt(key, lastVisible)));
-                score = e.select(visible, score, e.scalar(kNegInf));
-                e.store(score, s, at);
-                partMax = e.fmax(partMax, score);
-              }
-            e.store(partMax, quad, {r, quadLane});
-          }
+          for (auto [laneRow, partMax] : llvm::zip(laneRows, partMaxes))
+            e.store(partMax, quad, {laneRow.row, quadLane});
         },
         SimtEmitter::Sync::Warp);
 
@@ -769,34 +834,49 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
       Value o = e.registersOf(outRegs, thread);
       Value m = e.registersOf(maxRegs, thread);
       Value l = e.registersOf(sumRegs, thread);
-      MmaFragmentLayout layout(e, warpRow, lane);
-      for (const LaneRow &laneRow : laneRowsOf(warpRow, lane)) {
+      SmallVector<LaneRow> laneRows = laneRowsOf(warpRow, lane);
+      // Each row's rescaling alpha, 1 where its max stayed; the output
+      // fragment is rescaled only when some row of the lane's changed,
+      // which after the first tiles is rare (a branch, not 16 Dv / 8
+      // multiplies per row on every tile).
+      SmallVector<Value> rescales;
+      Value anyChanged;
+      for (const LaneRow &laneRow : laneRows) {
         Value r = laneRow.row, h = e.index(laneRow.slot);
         Value tileMax =
             combineQuad(r, [&](Value x, Value y) { return e.fmax(x, y); });
         Value oldMax = e.load(m, h);
         Value newMax = e.fmax(oldMax, tileMax);
         Value safe = e.safeMax(newMax);
-        Value rescale = e.expByExp2(e.fsub(oldMax, safe));
+        Value changed = e.fcmp(arith::CmpFPredicate::UNE, oldMax, newMax);
+        Value rescale = e.select(
+            changed, e.exp2(e.fmul(e.fsub(oldMax, safe), exponentScale)),
+            e.scalar(1.0));
+        Value shift = e.fmul(safe, negExponentScale);
         Value partSum = e.scalar(0.0);
         for (int64_t block = 0; block < keyBlocks; ++block)
           for (int64_t el = 0; el < 2; ++el) {
-            Value p = e.expByExp2(e.fsub(
-                e.load(s, fragmentAt(laneRow, keyBlocks, block, el)), safe));
-            Value stored = e.narrow(p, storage);
-            memref::StoreOp::create(
-                b, stored, probs,
-                ValueRange{r, layout.accColumn(e, e.index(block), el)});
-            partSum = e.fadd(partSum, e.widen(stored));
+            SmallVector<Value> at = fragmentAt(laneRow, keyBlocks, block, el);
+            Value p = e.exp2(e.fma(e.load(s, at), exponentScale, shift));
+            Value rounded = e.widen(e.narrow(p, storage));
+            e.store(rounded, s, at);
+            partSum = e.fadd(partSum, rounded);
           }
         e.store(e.fma(e.load(l, h), rescale, partSum), l, h);
         e.store(newMax, m, h);
-        for (int64_t block = 0; block < valueBlocks; ++block)
-          for (int64_t el = 0; el < 2; ++el) {
-            SmallVector<Value> at = fragmentAt(laneRow, valueBlocks, block, el);
-            e.store(e.fmul(e.load(o, at), rescale), o, at);
-          }
+        rescales.push_back(rescale);
+        anyChanged =
+            anyChanged ? arith::OrIOp::create(b, anyChanged, changed) : changed;
       }
+      e.ifThen(anyChanged, [&] {
+        for (auto [laneRow, rescale] : llvm::zip(laneRows, rescales))
+          for (int64_t block = 0; block < valueBlocks; ++block)
+            for (int64_t el = 0; el < 2; ++el) {
+              SmallVector<Value> at =
+                  fragmentAt(laneRow, valueBlocks, block, el);
+              e.store(e.fmul(e.load(o, at), rescale), o, at);
+            }
+      });
       AsyncWaitOp::create(b, loc); // this tile's v
     });
 
@@ -805,11 +885,12 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
       e.ifThen(lt(nextTile, keyTiles), [&] {
         stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(nextTile));
       });
-      auto outputOp =
-          WarpMmaOp::create(b, probs, vs, e.registersOf(outRegs, thread),
-                            warpRow, lane, /*n=*/Dvp, /*k=*/TK);
+      auto outputOp = WarpMmaOp::create(b, e.registersOfWarp(scoreRegs, thread),
+                                        vs, e.registersOf(outRegs, thread),
+                                        warpRow, lane, /*n=*/Dvp, /*k=*/TK);
       outputOp.setAccumulate(true);
       outputOp.setAccFragment(true);
+      outputOp.setLhsFragment(true);
       outputOp.setRowTiles(RT);
       AsyncWaitOp::create(b, loc); // the next tile's k
     });
@@ -863,8 +944,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
           }
         if (lse)
           e.ifThen(e.icmp(arith::CmpIPredicate::eq, quadLane, c0), [&] {
-            e.store(e.logSumExp(e.load(m, e.index(laneRow.slot)), sum), lse,
-                    at);
+            Value max = e.load(m, e.index(laneRow.slot));
+            e.store(e.logSumExp(e.fmul(max, maxToNatural), sum), lse, at);
           });
       });
     }

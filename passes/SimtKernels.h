@@ -77,6 +77,15 @@ constexpr llvm::StringLiteral kWarpSyncAttr = "attn.warp_sync";
 constexpr llvm::StringLiteral kSharedBufferAttr = "attn.shared";
 constexpr llvm::StringLiteral kRegisterBufferAttr = "attn.registers";
 
+class WarpMmaOp;
+
+/// Checks an attn.warp_mma whose lhs is the warp's fragments: lhs is
+/// registersOfWarp of a register buffer at the thread of the thread loop
+/// that holds the op, and no op of that loop writes the buffer (on the CPU
+/// a lane reads other lanes' fragments from it, and lanes run one after
+/// another there). Errors on the op otherwise.
+LogicalResult verifyWarpFragmentRead(WarpMmaOp op);
+
 /// How the runtime launches a kernel of -attn-gpu-dispatches.
 struct SimtLaunch {
   int64_t blockThreads = 0;
@@ -130,6 +139,11 @@ struct SimtEmitter : KernelEmitter {
   /// Thread `thread`'s [shape...] of registers `buffer`; `thread` is the
   /// thread of the enclosing thread loop.
   Value registersOf(Value buffer, Value thread);
+  /// The [32, shape...] registers of the warp of thread `thread` (of the
+  /// enclosing thread loop), for attn.warp_mma's lhs fragments alone: the
+  /// CUDA outliner makes them the thread's own, whose lanes exchange
+  /// elements by shuffles.
+  Value registersOfWarp(Value buffer, Value thread);
   /// The element at `indices` of `memref` (widened to f32) where
   /// `condition` holds, 0 elsewhere; nothing is read where it does not.
   Value loadOrZero(Value condition, Value memref, ValueRange indices);
@@ -208,7 +222,7 @@ struct SimtFlashTiling {
   /// mma row tiles (FlashAttention-2's 32 rows per warp).
   int64_t rowTiles = 1;
   int64_t paddedHeadDim = 0, paddedValueDim = 0;
-  /// Bytes of one stored element of q, k, v (and of the probabilities).
+  /// Bytes of one stored element of q, k, v.
   int64_t elementBytes = 4;
 
   int64_t queryTile() const { return 16 * rowTiles * warps; }
@@ -217,15 +231,13 @@ struct SimtFlashTiling {
   /// The lanes that hold one row of an mma accumulator fragment.
   static constexpr int64_t kLanesPerRow = 4;
 
-  // Row lengths of the shared buffers: the q, k and v tiles and the
-  // probabilities get 16 bytes more than they hold. Rows stay whole 16-byte
-  // pieces (ldmatrix reads them), and start 4 banks apart, so the 8 rows of
-  // an 8 x 8 matrix (ldmatrix, or an mma fragment read a pair at a time)
-  // and the pairs a warp writes as accumulator fragments spread over the
-  // 32 banks of shared memory.
+  // Row lengths of the shared buffers: the q, k and v tiles get 16 bytes
+  // more than they hold. Rows stay whole 16-byte pieces (ldmatrix reads
+  // them), and start 4 banks apart, so the 8 rows of an 8 x 8 matrix
+  // (ldmatrix, or an mma fragment read a pair at a time) spread over the 32
+  // banks of shared memory.
   int64_t headStride() const { return paddedHeadDim + 16 / elementBytes; }
   int64_t valueStride() const { return paddedValueDim + 16 / elementBytes; }
-  int64_t probabilityStride() const { return keyTile + 16 / elementBytes; }
 
   /// The shared memory of a block (as SimtLaunch counts it).
   int64_t sharedBytes() const;

@@ -36,7 +36,9 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace mlir::attn {
 #define GEN_PASS_DEF_ATTNWARPMMATOLOOPS
@@ -46,6 +48,71 @@ namespace mlir::attn {
 
 using namespace mlir;
 using namespace mlir::attn;
+
+/// The op that may write `memref` (a register buffer or a view of one)
+/// among `user` and the users of the views it makes, or null.
+static Operation *writerOf(Operation *user, Value memref) {
+  if (auto view = dyn_cast<memref::SubViewOp>(user)) {
+    for (Operation *viewUser : view->getUsers())
+      if (Operation *writer = writerOf(viewUser, view))
+        return writer;
+    return nullptr;
+  }
+  bool writes;
+  if (auto mma = dyn_cast<WarpMmaOp>(user))
+    writes = mma.getAcc() == memref;
+  else if (auto copy = dyn_cast<AsyncCopyOp>(user))
+    writes = copy.getTarget() == memref;
+  else if (auto effects = dyn_cast<MemoryEffectOpInterface>(user))
+    writes = effects.getEffectOnValue<MemoryEffects::Write>(memref).has_value();
+  else
+    writes = true;
+  return writes ? user : nullptr;
+}
+
+LogicalResult mlir::attn::verifyWarpFragmentRead(WarpMmaOp op) {
+  auto view = op.getLhs().getDefiningOp<memref::SubViewOp>();
+  auto buffer = view ? view.getSource().getDefiningOp<memref::AllocaOp>()
+                     : memref::AllocaOp();
+  auto loop = dyn_cast<scf::ParallelOp>(op->getParentOp());
+  if (!buffer || !buffer->hasAttr(kRegisterBufferAttr) || !loop ||
+      !loop->hasAttr(kThreadLoopAttr))
+    return op.emitOpError(
+        "'lhs' (fragments) must be a warp's view of a register buffer "
+        "(memref.subview of a memref.alloca {attn.registers}) in the thread "
+        "loop that holds the op");
+  // The view starts at the warp's first thread, (thread / 32) 32, and takes
+  // all of the next 32 threads' registers.
+  Value thread = loop.getInductionVars().front();
+  auto first = dyn_cast_if_present<Value>(view.getMixedOffsets().front());
+  auto times = first ? first.getDefiningOp<arith::MulIOp>() : nullptr;
+  auto quotient =
+      times ? times.getLhs().getDefiningOp<arith::DivUIOp>() : arith::DivUIOp();
+  const int64_t lanes = WarpMmaOp::kWarpLanes;
+  bool warpStart = quotient && quotient.getLhs() == thread &&
+                   isConstantIntValue(quotient.getRhs(), lanes) &&
+                   isConstantIntValue(times.getRhs(), lanes);
+  for (OpFoldResult offset : ArrayRef(view.getMixedOffsets()).drop_front())
+    warpStart &= isConstantIntValue(offset, 0);
+  for (OpFoldResult stride : view.getMixedStrides())
+    warpStart &= isConstantIntValue(stride, 1);
+  if (!warpStart)
+    return op.emitOpError(
+        "'lhs' (fragments) must view the registers of the warp of the "
+        "loop's thread: offsets [(thread / 32) * 32, 0, ...], strides 1");
+  for (Operation *user : buffer->getUsers()) {
+    Operation *writer = user != view && loop->isProperAncestor(user)
+                            ? writerOf(user, buffer)
+                            : nullptr;
+    if (writer)
+      return op.emitOpError("'lhs' (the warp's fragments) is written in the "
+                            "same thread loop, where lanes would read "
+                            "fragments that other lanes have already changed")
+                 .attachNote(writer->getLoc())
+             << "written here";
+  }
+  return success();
+}
 
 namespace {
 
@@ -81,11 +148,35 @@ SmallVector<Value, 2> rhsIndices(WarpMmaOp op, Value k, Value column) {
   return {k, column};
 }
 
+/// A[row + 16 tile + g + 8 half, k] of an op whose lhs is fragments (g =
+/// `group`, the lane's): from the fragment of lane 4 g + (k % 8) / 2, read
+/// from the warp's buffer, or (the lane's own, on the GPU) shuffled from
+/// that lane, all lanes offering the element at the same place of theirs.
+Value fragmentLhs(SimtEmitter &e, WarpMmaOp op, int64_t tile, Value group,
+                  int64_t half, Value k) {
+  Value c2 = e.index(2), c8 = e.index(8);
+  Value owner = e.add(e.mul(group, e.index(4)), e.div(e.rem(k, c8), c2));
+  Value block = e.add(e.index(tile * op.getK() / 8), e.div(k, c8));
+  Value element = e.add(e.index(2 * half), e.rem(k, c2));
+  if (op.getLhs().getType().getRank() == 3)
+    return e.load(op.getLhs(), {owner, block, element});
+  ImplicitLocOpBuilder &b = e.b;
+  Value offered = e.load(op.getLhs(), {block, element});
+  auto i32 = [&](Value index) {
+    return arith::IndexCastOp::create(b, b.getI32Type(), index).getResult();
+  };
+  return gpu::ShuffleOp::create(b, offered, i32(owner),
+                                i32(e.index(WarpMmaOp::kWarpLanes)),
+                                gpu::ShuffleMode::IDX)
+      .getShuffleResult();
+}
+
 void lowerToLoops(WarpMmaOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
   SimtEmitter e(b);
   Value c0 = e.index(0), c1 = e.index(1);
-  for (int64_t tile = 0; tile < op.getRowTiles(); ++tile) {
+  const int64_t tiles = op.getRowTiles();
+  for (int64_t tile = 0; tile < tiles; ++tile) {
     MmaFragmentLayout layout = tileLayout(e, op, tile);
     e.loop(c0, e.index(columnBlocks(op)), c1, [&](Value block) {
       for (int64_t half = 0; half < 2; ++half) {
@@ -98,7 +189,9 @@ void lowerToLoops(WarpMmaOp op) {
               op.getAccumulate() ? e.load(op.getAcc(), at) : e.scalar(0.0);
           Value sum = e.loop(
               c0, e.index(op.getK()), c1, {init}, [&](Value k, ValueRange it) {
-                Value x = e.load(op.getLhs(), {row, k});
+                Value x = op.getLhsFragment()
+                              ? fragmentLhs(e, op, tile, layout.group, half, k)
+                              : e.load(op.getLhs(), {row, k});
                 Value y = e.load(op.getRhs(), rhsIndices(op, k, column));
                 return SmallVector<Value>{e.fma(x, y, it[0])};
               })[0];
@@ -150,7 +243,7 @@ void lowerToMmaSync(WarpMmaOp op) {
   SmallVector<MmaFragmentLayout> tileLayouts;
   for (int64_t tile = 0; tile < tiles; ++tile)
     tileLayouts.push_back(tileLayout(e, op, tile));
-  Type element = op.getLhs().getType().getElementType();
+  Type element = op.getProductType();
   const bool bf16 = element.isBF16();
   auto pairType = VectorType::get({2}, element);
   // A register of a fragment: two elements, the lower index in the low
@@ -164,6 +257,29 @@ void lowerToMmaSync(WarpMmaOp op) {
   };
   auto adjacentPair = [&](Value memref, Value i, Value j) {
     return reg(vector::LoadOp::create(b, pairType, memref, ValueRange{i, j}));
+  };
+  // A of row tile `tile` in step `step` from the lane's own fragments: the
+  // accumulator layout of column blocks 2 step and 2 step + 1 is A's, a0 =
+  // (c0, c1) of the first, a1 = (c2, c3), a2 and a3 the same of the second.
+  auto fragmentA = [&](int64_t tile, int64_t step) {
+    Value lhs = op.getLhs();
+    Value lane = op.getLane();
+    const int64_t firstBlock = tile * op.getK() / 8 + 2 * step;
+    SmallVector<Value, 4> regs;
+    for (int64_t block : {firstBlock, firstBlock + 1})
+      for (int64_t half = 0; half < 2; ++half) {
+        SmallVector<Value, 2> pair;
+        for (int64_t el = 0; el < 2; ++el) {
+          SmallVector<Value, 3> at{e.index(block), e.index(2 * half + el)};
+          if (cast<MemRefType>(lhs.getType()).getRank() == 3)
+            at.insert(at.begin(), lane);
+          pair.push_back(arith::TruncFOp::create(
+              b, element, memref::LoadOp::create(b, lhs, at)));
+        }
+        regs.push_back(reg(vector::FromElementsOp::create(b, pairType, pair)));
+      }
+    // a0, a1 are (c0 c1), (c2 c3) of the first block; a2, a3 the second's.
+    return regs;
   };
   // The registers of `count` matrices at [row, column] (this lane's
   // address) of `memref`.
@@ -185,7 +301,7 @@ void lowerToMmaSync(WarpMmaOp op) {
   Value laneHalf = e.mul(e.div(lane, e.index(16)), c8);
   Value laneMatrixRow = e.rem(lane, c8);
   Value laneOddMatrix = e.mul(e.rem(e.div(lane, c8), e.index(2)), c8);
-  const bool lhsMatrices = ldmatrixReads(op.getLhs());
+  const bool lhsMatrices = !op.getLhsFragment() && ldmatrixReads(op.getLhs());
   const bool rhsMatrices = ldmatrixReads(op.getRhs());
 
   const int64_t blocks = columnBlocks(op);
@@ -261,7 +377,12 @@ void lowerToMmaSync(WarpMmaOp op) {
     Value kLane8 = e.add(kLane, c8);
     // Each row tile's A fragment of the step.
     SmallVector<SmallVector<Value, 4>> a;
-    for (MmaFragmentLayout &rows : tileLayouts) {
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      if (op.getLhsFragment()) {
+        a.push_back(fragmentA(tile, step));
+        continue;
+      }
+      MmaFragmentLayout &rows = tileLayouts[tile];
       Value row0 = rows.accRow(e, 0), row8 = rows.accRow(e, 1);
       a.push_back(
           lhsMatrices
@@ -305,6 +426,9 @@ struct AttnWarpMmaToLoops final
     SmallVector<WarpMmaOp> ops;
     getOperation()->walk([&](WarpMmaOp op) { ops.push_back(op); });
     for (WarpMmaOp op : ops)
+      if (op.getLhsFragment() && failed(verifyWarpFragmentRead(op)))
+        return signalPassFailure();
+    for (WarpMmaOp op : ops)
       lowerToLoops(op);
   }
 };
@@ -319,7 +443,7 @@ struct AttnWarpMmaToNvvm final
     SmallVector<WarpMmaOp> ops;
     getOperation()->walk([&](WarpMmaOp op) { ops.push_back(op); });
     for (WarpMmaOp op : ops) {
-      Type element = op.getLhs().getType().getElementType();
+      Type element = op.getProductType();
       if (tensorCores && (element.isF16() || element.isBF16()))
         lowerToMmaSync(op);
       else

@@ -909,17 +909,20 @@ LogicalResult WarpMmaOp::verify() {
                            << type;
     return success();
   };
-  if (failed(check(getLhs(), "lhs")) || failed(check(getRhs(), "rhs")))
+  if ((!getLhsFragment() && failed(check(getLhs(), "lhs"))) ||
+      failed(check(getRhs(), "rhs")))
     return failure();
   if (!getAccFragment() && failed(check(getAcc(), "acc")))
     return failure();
   MemRefType lhs = getLhs().getType(), rhs = getRhs().getType(),
              acc = getAcc().getType();
-  Type element = lhs.getElementType();
+  Type element = getProductType();
+  StringRef typed = getLhsFragment() ? "rhs" : "lhs";
   if (!element.isF16() && !element.isBF16() && !element.isF32())
-    return emitOpError() << "'lhs' elements must be f16, bf16 or f32, got "
+    return emitOpError() << "'" << typed
+                         << "' elements must be f16, bf16 or f32, got "
                          << element;
-  if (rhs.getElementType() != element)
+  if (!getLhsFragment() && rhs.getElementType() != element)
     return emitOpError() << "'rhs' elements must match 'lhs' (" << element
                          << "), got " << rhs.getElementType();
   if (!acc.getElementType().isF32())
@@ -941,8 +944,23 @@ LogicalResult WarpMmaOp::verify() {
                          << type.getDimSize(1) << "] is smaller than the ["
                          << rows << ", " << columns << "] it must hold";
   };
-  if (lhs.getDimSize(0) < rows || lhs.getDimSize(1) < k)
+  if (getLhsFragment()) {
+    // The warp's fragments [32, T k / 8, 4], or (on the GPU, outlined) the
+    // lane's own [T k / 8, 4].
+    const int64_t blocks = tiles * k / kFragmentColumns;
+    const bool warp = lhs.getRank() == 3 && lhs.getDimSize(0) == kWarpLanes;
+    const bool own = lhs.getRank() == 2;
+    ArrayRef<int64_t> fragment = lhs.getShape().take_back(2);
+    if (!lhs.getElementType().isF32() || !lhs.hasStaticShape() ||
+        !(warp || own) || fragment[0] != blocks || fragment[1] != 4)
+      return emitOpError() << "'lhs' (fragments) must be f32 [" << kWarpLanes
+                           << ", " << blocks
+                           << ", 4] (each lane's 4 elements per 8 of the " << k
+                           << " columns, per row tile) or a lane's own ["
+                           << blocks << ", 4], got " << lhs;
+  } else if (lhs.getDimSize(0) < rows || lhs.getDimSize(1) < k) {
     return tooSmall("lhs", lhs, rows, k);
+  }
   if (getAccFragment()) {
     // The lane's fragment: 4 elements per block of 8 columns and row tile.
     const int64_t blocks = tiles * n / kFragmentColumns;

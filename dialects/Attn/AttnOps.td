@@ -529,8 +529,24 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
     flash kernel stay in registers across its key tiles this way, as in
     FlashAttention-2.
 
-    `lhs` and `rhs` have the same element type (f16, bf16 or f32), `acc`
-    is f32; `k` is a multiple of 16 and `n` of 8.
+    With `lhs_fragment`, `lhs` is not a shared tile either but the warp's
+    accumulator fragments of an earlier product (FlashAttention-2 keeps P
+    in registers this way, from the scores' fragments to P v): `lhs` is
+    [32, T k / 8, 4], lane `l`'s fragment at `lhs[l]`, a view of a register
+    buffer at the warp's first thread (SimtKernels.h), so that `lhs[row +
+    16 t + i, j]` above is `lhs[4 (i % 8) + (j % 8) / 2, t k / 8 + j / 8,
+    2 (i / 8) + j % 2]`. On the CPU each lane reads its quad's fragments
+    from the buffer, so the enclosing thread loop must not write it (the
+    lanes run one after another there); on the GPU, after the outliner has
+    made the buffer per-thread, `lhs` is the lane's own [T k / 8, 4]: the
+    tensor cores take their A operand from it directly (one conversion per
+    pair of elements), the loops form through warp shuffles. Its elements
+    are f32, rounded to `rhs`'s element type for the tensor cores (exact for
+    values rounded so before).
+
+    `lhs` and `rhs` have the same element type (f16, bf16 or f32; f32
+    fragments with `lhs_fragment`), `acc` is f32; `k` is a multiple of 16
+    and `n` of 8.
 
     ```mlir
     // S[r .. r + 16, 0 .. 64] = Q[r .., 0 .. 128] * K[0 .. 64, 0 .. 128]^T
@@ -542,12 +558,17 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
         {acc_fragment, accumulate}
         : memref<64x66xbf16>, memref<64x136xbf16>,
           memref<16x4xf32, strided<[4, 1], offset: ?>>
+    // The same with P in the warp's registers (its 32 lanes' fragments).
+    attn.warp_mma %p, %vs, %o rows(%r) lane(%lane) n(128) k(64)
+        {acc_fragment, accumulate, lhs_fragment}
+        : memref<32x8x4xf32, strided<[32, 4, 1], offset: ?>>,
+          memref<64x136xbf16>, memref<16x4xf32, strided<[4, 1], offset: ?>>
     ```
   }];
   let arguments = (ins AnyMemRef:$lhs, AnyMemRef:$rhs, AnyMemRef:$acc,
                        Index:$row, Index:$lane, I64Attr:$n, I64Attr:$k,
                        UnitAttr:$rhs_transposed, UnitAttr:$accumulate,
-                       UnitAttr:$acc_fragment,
+                       UnitAttr:$acc_fragment, UnitAttr:$lhs_fragment,
                        DefaultValuedAttr<I64Attr, "1">:$row_tiles);
   let assemblyFormat = [{
     $lhs `,` $rhs `,` $acc `rows` `(` $row `)` `lane` `(` $lane `)`
@@ -560,6 +581,14 @@ def Attn_WarpMmaOp : Attn_Op<"warp_mma"> {
     static constexpr int64_t kRows = 16;
     /// Columns of one accumulator fragment and the reduction step.
     static constexpr int64_t kFragmentColumns = 8, kReductionStep = 16;
+    /// The lanes of a warp.
+    static constexpr int64_t kWarpLanes = 32;
+    /// The element type of the products: lhs's, or rhs's when lhs is a
+    /// fragment (f32 values rounded to it for the tensor cores).
+    Type getProductType() {
+      return (getLhsFragment() ? getRhs() : getLhs())
+          .getType().getElementType();
+    }
   }];
 }
 

@@ -11,11 +11,13 @@
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "flash"
 // CHECK-SAME:    attn.tiling = {block_threads = 128 : i64, decode_max_queries = 8 : i64, key_tile = 64 : i64, query_tile = 64 : i64, split_keys = 256 : i64}
-// Shared: the q, k and v tiles and the probabilities (rows padded by 16
-// bytes) and the exchange of a row's 4 lanes. Registers, [threads, ...] (a thread's own slice on the GPU): each
-// lane's fragments of the scores (64 keys) and the output (Dv = 64), and
-// its two rows' max and sum.
-// CHECK-COUNT-4: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x68xf32>
+// CHECK:         %[[C:cst[_0-9]*]] = arith.constant 0.180336878 : f32
+// Shared: the q, k and v tiles (rows padded by 16 bytes) and the exchange
+// of a row's 4 lanes. Registers, [threads, ...] (a thread's own slice on
+// the GPU): each lane's fragments of the scores (64 keys; then P) and the
+// output (Dv = 64), and its two rows' max and sum.
+// CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x68xf32>
+// CHECK-NOT:     memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x68xf32>
 // CHECK:         %[[QUAD:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x4xf32>
 // CHECK:         %[[S:.+]] = memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x8x4xf32>
 // CHECK:         %[[O:.+]] = memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x8x4xf32>
@@ -42,33 +44,63 @@
 // CHECK:           attn.async_wait
 // CHECK:         } {attn.threads}
 // CHECK:         scf.for %{{.+}} = %c0 to %[[KEY_TILES]] step %c1 {
-// Scores into the lanes' fragments, masked there (16 per row half: 8
-// blocks x 2 columns), the lane's part of each row's max to the exchange,
-// whose rows only the warp's own lanes read: the loop ends with a wait of
-// the warp alone (attn.warp_sync).
+// A key tile inside the keys of every row of the block (here: ending by
+// the first row's position) needs no mask: the whole block takes one
+// branch or the other.
+// CHECK:           %[[TILE_END:.+]] = arith.addi %{{.+}}, %c64 : index
+// CHECK:           %[[BEFORE_END:.+]] = arith.cmpi sle, %[[TILE_END]], %{{.+}} : index
+// CHECK:           %[[INTERIOR:.+]] = arith.andi %{{.+}}, %[[BEFORE_END]] : i1
+// Scores into the lanes' fragments, left as they are inside the mask,
+// masked on its edge (16 per row half: 8 blocks x 2 columns); the lane's
+// part of each row's max to the exchange, whose rows only the warp's own
+// lanes read: the loop ends with a wait of the warp alone
+// (attn.warp_sync).
 // CHECK:           scf.parallel (%[[T1:.+]]) = (%c0) to (%c128) step (%c1) {
 // CHECK:             %[[S1:.+]] = memref.subview %[[S]][%[[T1]], 0, 0]
 // CHECK:             attn.warp_mma %{{.+}}, %{{.+}}, %[[S1]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
-// CHECK-COUNT-16:    arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
-// CHECK:             memref.store %{{.+}}, %[[QUAD]]
-// CHECK-COUNT-16:    arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
-// CHECK:             memref.store %{{.+}}, %[[QUAD]]
+// CHECK:             %[[MAXES:.+]]:2 = scf.if %[[INTERIOR]] -> (f32, f32) {
+// CHECK-NOT:           memref.store
+// CHECK-NOT:           arith.select
+// CHECK:               scf.yield
+// CHECK-NEXT:        } else {
+// CHECK-COUNT-16:      arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
+// CHECK-COUNT-16:      arith.select %{{.+}}, %{{.+}}, %cst{{.*}} : f32
+// CHECK:               scf.yield
+// CHECK-NEXT:        }
+// CHECK:             memref.store %[[MAXES]]#0, %[[QUAD]]
+// CHECK:             memref.store %[[MAXES]]#1, %[[QUAD]]
 // CHECK:           } {attn.threads, attn.warp_sync}
 // The update, with the tile's v on its way: a row's max from its 4 lanes,
-// then P and the rescaling; then the wait for v.
+// then P = 2^(c s - c m), c = scale log2(e) = log2(e) / 8, one fma and one
+// exp2 an element, and the rescaling; then the wait for v.
 // CHECK:           scf.parallel
 // CHECK:             attn.async_copy %arg2[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
+// The output fragment (2 rows x 16 elements) is rescaled only when the max
+// of one of the lane's 2 rows changed.
 // CHECK-COUNT-4:     memref.load %[[QUAD]]
-// CHECK:             math.exp
-// CHECK:             attn.async_wait
+// CHECK:             %[[CHANGED0:.+]] = arith.cmpf une
+// CHECK:             math.exp2
+// CHECK:             %[[P_EXPONENT:.+]] = math.fma %{{.+}}, %[[C]], %{{.+}} : f32
+// CHECK-NEXT:        math.exp2 %[[P_EXPONENT]] : f32
+// CHECK:             %[[CHANGED1:.+]] = arith.cmpf une
+// CHECK:             %[[ANY:.+]] = arith.ori %[[CHANGED0]], %[[CHANGED1]] : i1
+// CHECK-NEXT:        scf.if %[[ANY]] {
+// CHECK-COUNT-32:      arith.mulf
+// CHECK-NEXT:          memref.store
+// CHECK-NEXT:        }
+// CHECK-NEXT:        attn.async_wait
 // CHECK:           } {attn.threads}
-// P v, the next tile's k (if there is one) on its way meanwhile.
+// P v, P from the warp's fragments (those of the lane's warp, [(thread /
+// 32) 32, + 32)), the next tile's k (if there is one) on its way meanwhile.
 // CHECK:           scf.parallel (%[[T3:.+]]) = (%c0) to (%c128) step (%c1) {
+// CHECK:             %[[WARP3:.+]] = arith.divui %[[T3]], %c32 : index
 // CHECK:             %[[MORE:.+]] = arith.cmpi ult, %{{.+}}, %[[KEY_TILES]] : index
 // CHECK:             scf.if %[[MORE]] {
 // CHECK:               attn.async_copy %arg1
 // CHECK:             %[[O3:.+]] = memref.subview %[[O]][%[[T3]], 0, 0]
-// CHECK:             attn.warp_mma %{{.+}}, %{{.+}}, %[[O3]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate}
+// CHECK:             %[[FIRST3:.+]] = arith.muli %[[WARP3]], %c32 : index
+// CHECK:             %[[P3:.+]] = memref.subview %[[S]][%[[FIRST3]], 0, 0] [32, 8, 4] [1, 1, 1]
+// CHECK:             attn.warp_mma %[[P3]], %{{.+}}, %[[O3]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate, lhs_fragment}
 // CHECK-NEXT:        attn.async_wait
 // CHECK:           } {attn.threads}
 // CHECK:         }
@@ -112,12 +144,12 @@
 // CHECK:             attn.async_copy %arg0
 // CHECK:         } {attn.threads}
 // The split's first k tile; per key tile: v staged during the
-// probabilities, the next k during P v.
+// probabilities, the next k during P v (P from the warp's fragments).
 // CHECK:         attn.async_copy %arg1
 // CHECK:         scf.for
 // CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
 // CHECK:           attn.async_copy %arg2
-// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate}
+// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate, lhs_fragment}
 // The partials, ungated: o at [batch, head, row, split], and lse.
 // CHECK-NOT:     math.exp
 // CHECK:         memref.store %{{.+}}, %arg3[%{{.+}}, %{{.+}}, %{{.+}}, %[[SPLIT]], %{{.+}}]

@@ -39,8 +39,11 @@
 // OUTLINE:               attn.async_copy
 // OUTLINE:               attn.async_wait
 // OUTLINE-NEXT:          gpu.barrier
+// P v reads P from the warp's score fragments: on the GPU the lane's own
+// array (the lowering shuffles or packs it).
 // OUTLINE:               %[[O:.+]] = memref.cast %[[OUT]] : memref<4x4xf32> to memref<4x4xf32, strided<[4, 1], offset: ?>>
-// OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %[[O]] rows(%{{.+}}) lane(%{{.+}}) n(32) k(64) {acc_fragment, accumulate}
+// OUTLINE-NOT:           memref.subview
+// OUTLINE:               attn.warp_mma %[[SCORES]], %{{.+}}, %[[O]] rows(%{{.+}}) lane(%{{.+}}) n(32) k(64) {acc_fragment, accumulate, lhs_fragment} : memref<8x4xf32>
 // OUTLINE-NEXT:          attn.async_wait
 // OUTLINE-NEXT:          gpu.barrier
 // OUTLINE:           gpu.return
@@ -69,7 +72,8 @@
 // expanded descriptor (2 pointers, offset, 4 sizes, 4 strides), the
 // workgroup count last; math through libdevice (the flash kernels' softmax
 // exponentials as exp2); f32 products are fused
-// multiply-adds, not tensor cores (attn-warp-mma.mlir has those).
+// multiply-adds, not tensor cores (attn-warp-mma.mlir has those), and P v
+// takes each element of P from the lane that holds it by a warp shuffle.
 // NVVM:          gpu.module @attn_kernels [#nvvm.target<O = 3, chip = "sm_80", features = "+ptx80">]
 // NVVM-DAG:        llvm.func @__nv_exp2f(f32) -> f32
 // NVVM:            llvm.func @layer__flash0(%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr,
@@ -82,6 +86,7 @@
 // NVVM:              nvvm.barrier
 // NVVM:              llvm.call @__nv_fmaf
 // NVVM:              llvm.call @__nv_exp2f
+// NVVM:              nvvm.shfl.sync  idx %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : f32 -> f32
 // NVVM-NOT:          nvvm.mma.sync
 // NVVM-NOT:      func.func
 func.func @layer(%q: tensor<?x4x?x32xf32>, %k: tensor<?x4x?x32xf32>,

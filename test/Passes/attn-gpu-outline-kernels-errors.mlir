@@ -152,3 +152,33 @@ func.func private @registers_in_thread_kernel(%n: index)
   %r = memref.alloca() {attn.registers} : memref<32x2xf32>
   return
 }
+
+// -----
+
+// A warp's view of a register buffer, read by attn.warp_mma as lhs
+// fragments, becomes each lane's own array on the GPU; the CPU reads the
+// other lanes' from the buffer, so the loop must not write it.
+func.func private @warp_fragments_written_in_loop(%v: memref<16x8xf32>)
+    attributes {attn.kernel = "x", attn.block_kernel,
+                attn.tiling = {block_threads = 32 : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c32 = arith.constant 32 : index
+  %zero = arith.constant 0.0 : f32
+  %p = memref.alloca() {attn.registers} : memref<32x2x4xf32>
+  %o = memref.alloca() {attn.registers} : memref<32x1x4xf32>
+  scf.parallel (%t) = (%c0) to (%c32) step (%c1) {
+    %lane = arith.remui %t, %c32 : index
+    %w = arith.divui %t, %c32 : index
+    %first = arith.muli %w, %c32 : index
+    %warp = memref.subview %p[%first, 0, 0] [32, 2, 4] [1, 1, 1] : memref<32x2x4xf32> to memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>
+    %own = memref.subview %o[%t, 0, 0] [1, 1, 4] [1, 1, 1] : memref<32x1x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
+    // expected-error @below {{'lhs' (the warp's fragments) is written in the same thread loop}}
+    attn.warp_mma %warp, %v, %own rows(%c0) lane(%lane) n(8) k(16) {acc_fragment, lhs_fragment} : memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>, memref<16x8xf32>, memref<1x4xf32, strided<[4, 1], offset: ?>>
+    %mine = memref.subview %p[%t, 0, 0] [1, 2, 4] [1, 1, 1] : memref<32x2x4xf32> to memref<2x4xf32, strided<[4, 1], offset: ?>>
+    // expected-note @below {{written here}}
+    memref.store %zero, %mine[%c0, %c0] : memref<2x4xf32, strided<[4, 1], offset: ?>>
+    scf.reduce
+  } {attn.threads}
+  return
+}

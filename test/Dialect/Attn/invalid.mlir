@@ -756,6 +756,34 @@ func.func @warp_mma_acc_narrow(%a: memref<16x16xf16>, %b: memref<16x16xf16>, %c:
 
 // -----
 
+// P as fragments: the warp's 32 lanes', each 4 elements per block of 8 of
+// the k columns, per row tile.
+func.func @warp_mma_lhs_fragments_shape(%p: memref<32x4x4xf32>, %b: memref<16x8xf16>, %c: memref<16x8xf32>, %i: index) {
+  // expected-error @+1 {{'lhs' (fragments) must be f32 [32, 2, 4] (each lane's 4 elements per 8 of the 16 columns, per row tile) or a lane's own [2, 4], got 'memref<32x4x4xf32>'}}
+  attn.warp_mma %p, %b, %c rows(%i) lane(%i) n(8) k(16) {lhs_fragment} : memref<32x4x4xf32>, memref<16x8xf16>, memref<16x8xf32>
+  return
+}
+
+// -----
+
+// Fragments are f32 (the tensor cores round them to rhs's type).
+func.func @warp_mma_lhs_fragments_type(%p: memref<2x4xf16>, %b: memref<16x8xf16>, %c: memref<16x8xf32>, %i: index) {
+  // expected-error @+1 {{'lhs' (fragments) must be f32 [32, 2, 4]}}
+  attn.warp_mma %p, %b, %c rows(%i) lane(%i) n(8) k(16) {lhs_fragment} : memref<2x4xf16>, memref<16x8xf16>, memref<16x8xf32>
+  return
+}
+
+// -----
+
+// With fragments, rhs sets the product's type.
+func.func @warp_mma_lhs_fragments_rhs(%p: memref<2x4xf32>, %b: memref<16x8xi8>, %c: memref<16x8xf32>, %i: index) {
+  // expected-error @+1 {{'rhs' elements must be f16, bf16 or f32, got 'i8'}}
+  attn.warp_mma %p, %b, %c rows(%i) lane(%i) n(8) k(16) {lhs_fragment} : memref<2x4xf32>, memref<16x8xi8>, memref<16x8xf32>
+  return
+}
+
+// -----
+
 // A lane's fragment holds 4 elements per block of 8 columns, no more.
 func.func @warp_mma_fragment_shape(%a: memref<16x16xf16>, %b: memref<16x16xf16>, %c: memref<16x8xf32>, %i: index) {
   // expected-error @+1 {{'acc' (a fragment) must be [2, 4] (4 elements per 8 of the 16 columns, per row tile), got 'memref<16x8xf32>'}}

@@ -209,6 +209,8 @@ func.func @worker_count() -> index {
 // CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<64x25xf32>
 // CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
 // CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, row_tiles = 2 : i64} : memref<64x34xf16>, memref<32x32xf16>, memref<6x4xf32>
+// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, lhs_fragment} : memref<32x4x4xf32, strided<[16, 4, 1], offset: ?>>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
+// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, lhs_fragment} : memref<4x4xf32>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
 // Buffers wider than the product (padded rows); a lane's fragment (3
 // blocks of 8 columns, 4 elements each) as the accumulator.
 func.func @warp_mma(%q: memref<64x56xbf16>, %k: memref<32x56xbf16>,
@@ -216,6 +218,8 @@ func.func @warp_mma(%q: memref<64x56xbf16>, %k: memref<32x56xbf16>,
                     %v: memref<32x32xf16>, %o: memref<64x25xf32>,
                     %frag: memref<3x4xf32, strided<[4, 1], offset: ?>>,
                     %frag2: memref<6x4xf32>,
+                    %warpP: memref<32x4x4xf32, strided<[16, 4, 1], offset: ?>>,
+                    %ownP: memref<4x4xf32>,
                     %row: index, %lane: index) {
   attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(32) k(48) {rhs_transposed}
       : memref<64x56xbf16>, memref<32x56xbf16>, memref<64x33xf32>
@@ -229,6 +233,16 @@ func.func @warp_mma(%q: memref<64x56xbf16>, %k: memref<32x56xbf16>,
   attn.warp_mma %p, %v, %frag2 rows(%row) lane(%lane) n(24) k(32)
       {accumulate, acc_fragment, row_tiles = 2}
       : memref<64x34xf16>, memref<32x32xf16>, memref<6x4xf32>
+  // P as the warp's fragments of an earlier product (32 keys: 4 blocks of
+  // 8 per lane), and as a lane's own after the CUDA outliner.
+  attn.warp_mma %warpP, %v, %frag rows(%row) lane(%lane) n(24) k(32)
+      {accumulate, acc_fragment, lhs_fragment}
+      : memref<32x4x4xf32, strided<[16, 4, 1], offset: ?>>, memref<32x32xf16>,
+        memref<3x4xf32, strided<[4, 1], offset: ?>>
+  attn.warp_mma %ownP, %v, %frag rows(%row) lane(%lane) n(24) k(32)
+      {accumulate, acc_fragment, lhs_fragment}
+      : memref<4x4xf32>, memref<32x32xf16>,
+        memref<3x4xf32, strided<[4, 1], offset: ?>>
   return
 }
 
