@@ -107,32 +107,34 @@ Value SimtEmitter::registers(ArrayRef<int64_t> shape) {
   return buffer;
 }
 
-Value SimtEmitter::registersOfWarp(Value buffer, Value thread) {
-  auto type = cast<MemRefType>(buffer.getType());
-  const int64_t rank = type.getRank();
-  Value lanes = index(WarpMmaOp::kWarpLanes);
-  SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0));
-  offsets[0] = mul(div(thread, lanes), lanes);
-  SmallVector<OpFoldResult> sizes, strides(rank, b.getIndexAttr(1));
-  sizes.push_back(b.getIndexAttr(WarpMmaOp::kWarpLanes));
-  for (int64_t size : type.getShape().drop_front())
-    sizes.push_back(b.getIndexAttr(size));
-  return memref::SubViewOp::create(b, buffer, offsets, sizes, strides);
-}
-
-Value SimtEmitter::registersOf(Value buffer, Value thread) {
+/// The registers of `count` threads of `buffer` from thread `first`: a
+/// [count, shape...] view, or with `dropThreads` (count 1) [shape...].
+static Value threadsRegisters(ImplicitLocOpBuilder &b, Value buffer,
+                              Value first, int64_t count, bool dropThreads) {
   auto type = cast<MemRefType>(buffer.getType());
   const int64_t rank = type.getRank();
   SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0));
-  offsets[0] = thread;
-  SmallVector<OpFoldResult> sizes, strides(rank, b.getIndexAttr(1));
-  sizes.push_back(b.getIndexAttr(1));
+  offsets[0] = first;
+  SmallVector<OpFoldResult> sizes{b.getIndexAttr(count)},
+      strides(rank, b.getIndexAttr(1));
   for (int64_t size : type.getShape().drop_front())
     sizes.push_back(b.getIndexAttr(size));
+  if (!dropThreads)
+    return memref::SubViewOp::create(b, buffer, offsets, sizes, strides);
   auto viewType = memref::SubViewOp::inferRankReducedResultType(
       type.getShape().drop_front(), type, offsets, sizes, strides);
   return memref::SubViewOp::create(b, viewType, buffer, offsets, sizes,
                                    strides);
+}
+
+Value SimtEmitter::registersOfWarp(Value buffer, Value thread) {
+  Value lanes = index(WarpMmaOp::kWarpLanes);
+  return threadsRegisters(b, buffer, mul(div(thread, lanes), lanes),
+                          WarpMmaOp::kWarpLanes, /*dropThreads=*/false);
+}
+
+Value SimtEmitter::registersOf(Value buffer, Value thread) {
+  return threadsRegisters(b, buffer, thread, 1, /*dropThreads=*/true);
 }
 
 Value SimtEmitter::loadOrZero(Value condition, Value memref,
