@@ -630,20 +630,36 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
         const int64_t lanes = 16 / flash.elementBytes;
         const bool pieces = dim % lanes == 0 && padded % lanes == 0;
         const int64_t step = pieces ? lanes : 1;
-        e.loop(thread, e.index(count * (padded / step)),
-               e.index(flash.threads()), [&](Value i) {
-                 Value j = e.div(i, e.index(padded / step));
-                 Value d =
-                     e.mul(e.rem(i, e.index(padded / step)), e.index(step));
-                 auto [at, isRow] = rowAt(j);
-                 at.push_back(d);
-                 Value valid = both(isRow, lt(d, e.index(dim)));
-                 if (pieces)
-                   AsyncCopyOp::create(b, loc, from, at, to, ValueRange{j, d},
-                                       valid, lanes);
-                 else
-                   e.store(e.loadOrZero(valid, from, at), to, {j, d});
-               });
+        const int64_t perRow = padded / step, threads = flash.threads();
+        const int64_t copies = count * perRow;
+        auto copy = [&](Value j, Value d) {
+          auto [at, isRow] = rowAt(j);
+          at.push_back(d);
+          Value valid = padded <= dim ? isRow : both(isRow, lt(d, e.index(dim)));
+          if (pieces)
+            AsyncCopyOp::create(b, loc, from, at, to, ValueRange{j, d}, valid,
+                                lanes);
+          else
+            e.store(e.loadOrZero(valid, from, at), to, {j, d});
+        };
+        // The usual case (whole pieces, the threads a multiple of a row's
+        // and the copies of the threads): a thread's column is the same in
+        // every pass, and the passes are unrolled, so each copy costs its
+        // row's address and predicate alone (a loop spent as much again on
+        // the index arithmetic and induction variables).
+        const int64_t maxUnrolledPasses = 8;
+        if (pieces && threads % perRow == 0 && copies % threads == 0 &&
+            copies / threads <= maxUnrolledPasses) {
+          Value firstRow = e.div(thread, e.index(perRow));
+          Value d = e.mul(e.rem(thread, e.index(perRow)), e.index(step));
+          for (int64_t pass = 0; pass < copies / threads; ++pass)
+            copy(e.add(firstRow, e.index(pass * (threads / perRow))), d);
+          return;
+        }
+        e.loop(thread, e.index(copies), e.index(threads), [&](Value i) {
+          copy(e.div(i, e.index(perRow)),
+               e.mul(e.rem(i, e.index(perRow)), e.index(step)));
+        });
       };
 
   // Stage the q tile (waited for with the first key tile's k), clear the

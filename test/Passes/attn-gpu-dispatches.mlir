@@ -27,9 +27,19 @@
 // CHECK:         %[[TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
 // CHECK:         arith.remui %arg5, %[[TILES]] : index
 // The q tile is staged once, 16 bytes a copy (4 f32 of a 64-channel row),
-// zero past Lq; each thread clears its registers, through its own slice.
+// zero past Lq: 64 rows x 16 copies are 8 of each thread's, unrolled, its
+// column fixed (thread % 16) and its row stepping by 128 / 16 = 8. Each
+// thread clears its registers, through its own slice.
 // CHECK:         scf.parallel (%[[T0:.+]]) = (%c0) to (%c128) step (%c1) {
-// CHECK:           attn.async_copy %arg0[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x8x?x64xf32>, memref<64x68xf32>
+// CHECK-NOT:       scf.for
+// CHECK:           %[[QROW:.+]] = arith.divui %[[T0]], %c16 : index
+// CHECK:           %[[QPIECE:.+]] = arith.remui %[[T0]], %c16 : index
+// CHECK:           %[[QCOL:.+]] = arith.muli %[[QPIECE]], %c4 : index
+// CHECK:           attn.async_copy %arg0[{{.*}}, %[[QCOL]]], %{{.*}}[%[[QROW]], %[[QCOL]]] if(%{{.*}}) elements(4) : memref<?x8x?x64xf32>, memref<64x68xf32>
+// CHECK:           %[[QROW1:.+]] = arith.addi %[[QROW]], %c8 : index
+// CHECK:           attn.async_copy %arg0[{{.*}}, %[[QCOL]]], %{{.*}}[%[[QROW1]], %[[QCOL]]] if(%{{.*}}) elements(4)
+// CHECK-COUNT-6:   attn.async_copy %arg0
+// CHECK-NOT:       attn.async_copy
 // CHECK:           %[[O0:.+]] = memref.subview %[[O]][%[[T0]], 0, 0] [1, 8, 4] [1, 1, 1] : memref<128x8x4xf32> to memref<8x4xf32, strided<[4, 1], offset: ?>>
 // CHECK-COUNT-32:  memref.store %cst{{.*}}, %[[O0]][%c{{[0-7]}}, %c{{[0-3]}}]
 // CHECK:           memref.subview %[[M]][%[[T0]], 0] [1, 2] [1, 1] : memref<128x2xf32> to memref<2xf32, strided<[1], offset: ?>>
@@ -40,8 +50,9 @@
 // The first key tile's k (16 bytes a copy, all of a thread's in flight
 // before its wait; q's too).
 // CHECK:         scf.parallel
-// CHECK:           attn.async_copy %arg1[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
-// CHECK:           attn.async_wait
+// CHECK-NOT:       scf.for
+// CHECK-COUNT-8:   attn.async_copy %arg1[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
+// CHECK-NEXT:      attn.async_wait
 // CHECK:         } {attn.threads}
 // CHECK:         scf.for %{{.+}} = %c0 to %[[KEY_TILES]] step %c1 {
 // A key tile inside the keys of every row of the block (here: ending by
