@@ -635,7 +635,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
         auto copy = [&](Value j, Value d) {
           auto [at, isRow] = rowAt(j);
           at.push_back(d);
-          Value valid = padded <= dim ? isRow : both(isRow, lt(d, e.index(dim)));
+          Value valid =
+              padded <= dim ? isRow : both(isRow, lt(d, e.index(dim)));
           if (pieces)
             AsyncCopyOp::create(b, loc, from, at, to, ValueRange{j, d}, valid,
                                 lanes);

@@ -171,6 +171,60 @@ Value fragmentLhs(SimtEmitter &e, WarpMmaOp op, int64_t tile, Value group,
       .getShuffleResult();
 }
 
+/// The lane's accumulator elements of row tile `tile` of an op whose acc is
+/// fragments, in loops. The elements are values (iteration arguments of
+/// the loop over k), never a register array indexed by a variable, which
+/// the GPU would put in local memory; where lhs is the lane's own fragments
+/// (on the GPU), the steps k are unrolled, so that A's elements are
+/// shuffled from constant places of the lane's registers, once a step for
+/// all the columns (on the CPU, a loop reads them from the warp's buffer).
+/// Each element adds its products in the order of k.
+void lowerFragmentAccTile(SimtEmitter &e, WarpMmaOp op, int64_t tile,
+                          MmaFragmentLayout &layout) {
+  // Element (block, half, el) of the tile at (block * 2 + half) * 2 + el.
+  struct Element {
+    int64_t half;
+    Value column;
+    SmallVector<Value, 2> at;
+  };
+  SmallVector<Element> elements;
+  SmallVector<Value> sums;
+  for (int64_t block = 0; block < columnBlocks(op); ++block)
+    for (int64_t half = 0; half < 2; ++half)
+      for (int64_t el = 0; el < 2; ++el) {
+        Value blockIndex = e.index(block);
+        elements.push_back(
+            {half, layout.accColumn(e, blockIndex, el),
+             accIndices(e, op, layout, tile, blockIndex, half, el)});
+        sums.push_back(op.getAccumulate()
+                           ? e.load(op.getAcc(), elements.back().at)
+                           : e.scalar(0.0));
+      }
+  Value rows[2] = {layout.accRow(e, 0), layout.accRow(e, 1)};
+  auto step = [&](Value k, ValueRange before) {
+    Value a[2];
+    for (int64_t half = 0; half < 2; ++half)
+      a[half] = op.getLhsFragment()
+                    ? fragmentLhs(e, op, tile, layout.group, half, k)
+                    : e.load(op.getLhs(), {rows[half], k});
+    SmallVector<Value> after;
+    for (auto [element, sum] : llvm::zip(elements, before)) {
+      Value y = e.load(op.getRhs(), rhsIndices(op, k, element.column));
+      after.push_back(e.fma(a[element.half], y, sum));
+    }
+    return after;
+  };
+  if (op.getLhsFragment() && op.getLhs().getType().getRank() == 2) {
+    for (int64_t k = 0; k < op.getK(); ++k)
+      sums = step(e.index(k), sums);
+  } else {
+    sums = e.loop(e.index(0), e.index(op.getK()), e.index(1), sums,
+                  [&](Value k, ValueRange it) { return step(k, it); });
+  }
+  for (auto [element, sum] : llvm::zip(elements, sums))
+    e.store(sum, op.getAcc(), element.at);
+}
+
 void lowerToLoops(WarpMmaOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
   SimtEmitter e(b);
@@ -178,6 +232,10 @@ void lowerToLoops(WarpMmaOp op) {
   const int64_t tiles = op.getRowTiles();
   for (int64_t tile = 0; tile < tiles; ++tile) {
     MmaFragmentLayout layout = tileLayout(e, op, tile);
+    if (op.getAccFragment()) {
+      lowerFragmentAccTile(e, op, tile, layout);
+      continue;
+    }
     e.loop(c0, e.index(columnBlocks(op)), c1, [&](Value block) {
       for (int64_t half = 0; half < 2; ++half) {
         Value row = layout.accRow(e, half);

@@ -37,21 +37,34 @@
 
 // Without bf16 mma.sync (sm_75), the loops take each element of A from the
 // lane that holds it: A[g + 8 h, k] is lane 4 g + (k % 8) / 2's [k / 8,
-// 2 h + k % 2], and every lane offers its own element at that place.
+// 2 h + k % 2], and every lane offers its own element at that place. The
+// steps k are unrolled so that the place is a constant (a variable one
+// would put the lane's registers in local memory): two shuffles a step,
+// each for all of the lane's columns; the accumulators are values.
 // SHUFFLE-LABEL: func.func @pv_own_fragments
-// SHUFFLE-SAME:    %[[P:[a-z0-9]+]]: memref<4x4xf32>, %{{.+}}: memref<32x8xbf16>, %{{.+}}: memref<1x4xf32>, %{{.+}}: index, %[[LANE:[a-z0-9]+]]: index
+// SHUFFLE-SAME:    %[[P:[a-z0-9]+]]: memref<4x4xf32>, %{{.+}}: memref<32x8xbf16>, %[[O:[a-z0-9]+]]: memref<1x4xf32>, %{{.+}}: index, %[[LANE:[a-z0-9]+]]: index
+// SHUFFLE-NOT:     scf.for
 // SHUFFLE:         %[[G:.+]] = arith.divui %[[LANE]], %c4
-// SHUFFLE:         scf.for %[[K:.+]] = %c0 to %c32 step %c1
-// SHUFFLE-DAG:       %[[KIN8:.+]] = arith.remui %[[K]], %c8
-// SHUFFLE-DAG:       %[[PAIR:.+]] = arith.divui %[[KIN8]], %c2
-// SHUFFLE-DAG:       %[[QUAD:.+]] = arith.muli %[[G]], %c4
-// SHUFFLE-DAG:       %[[OWNER:.+]] = arith.addi %[[QUAD]], %[[PAIR]]
-// SHUFFLE-DAG:       %[[BLOCK:.+]] = arith.divui %[[K]], %c8
-// SHUFFLE-DAG:       %[[EL:.+]] = arith.remui %[[K]], %c2
-// SHUFFLE:           %[[MINE:.+]] = memref.load %[[P]][%[[BLOCK]], %[[EL]]]
-// SHUFFLE:           %[[OWNER32:.+]] = arith.index_cast %[[OWNER]] : index to i32
-// SHUFFLE:           %[[A:.+]], %{{.+}} = gpu.shuffle  idx %[[MINE]], %[[OWNER32]], %c32_i32 : f32
-// SHUFFLE:           math.fma %[[A]], %{{.+}}, %{{.+}} : f32
+// SHUFFLE:         %[[ACC0:.+]] = memref.load %[[O]][%c0, %c0]
+// SHUFFLE:         %[[QUAD:.+]] = arith.muli %[[G]], %c4
+// SHUFFLE:         %[[X0:.+]] = memref.load %[[P]][%c0, %c0]
+// SHUFFLE:         %[[OWNER0:.+]] = arith.index_cast %[[QUAD]] : index to i32
+// SHUFFLE:         %[[A0:.+]], %{{.+}} = gpu.shuffle  idx %[[X0]], %[[OWNER0]], %c32_i32 : f32
+// SHUFFLE:         %[[X0H:.+]] = memref.load %[[P]][%c0, %c2]
+// SHUFFLE:         gpu.shuffle  idx %[[X0H]], %[[OWNER0]], %c32_i32 : f32
+// SHUFFLE:         math.fma %[[A0]], %{{.+}}, %[[ACC0]] : f32
+// k = 1: the same lane's [0, 1] and [0, 3]; k = 2: lane 4 g + 1's [0, 0].
+// SHUFFLE:         %[[X1:.+]] = memref.load %[[P]][%c0, %c1]
+// SHUFFLE:         gpu.shuffle  idx %[[X1]], %[[OWNER0]], %c32_i32 : f32
+// SHUFFLE:         %[[X1H:.+]] = memref.load %[[P]][%c0, %c3]
+// SHUFFLE:         gpu.shuffle  idx %[[X1H]], %[[OWNER0]], %c32_i32 : f32
+// SHUFFLE:         %[[QUAD1:.+]] = arith.addi %[[QUAD]], %c1 : index
+// SHUFFLE:         %[[OWNER1:.+]] = arith.index_cast %[[QUAD1]] : index to i32
+// SHUFFLE:         gpu.shuffle  idx %[[X0]], %[[OWNER1]], %c32_i32 : f32
+// 64 shuffles in all: 2 for each of the 32 steps.
+// SHUFFLE-COUNT-59: gpu.shuffle  idx
+// SHUFFLE-NOT:     gpu.shuffle
+// SHUFFLE:         memref.store %{{.+}}, %[[O]][%c0, %c3]
 // SHUFFLE-NOT:     nvvm.mma.sync
 
 // On the CPU a lane cannot shuffle: its own fragments are not enough.
@@ -64,14 +77,15 @@ func.func @pv_own_fragments(%p: memref<4x4xf32>, %v: memref<32x8xbf16>, %o: memr
 // -----
 
 // The CPU reads the warp's register buffer: A[g + 8 h, k] from the view's
-// row 4 g + (k % 8) / 2 (the lane that holds it), [k / 8, 2 h + k % 2].
+// row 4 g + (k % 8) / 2 (the lane that holds it), [k / 8, 2 h + k % 2], in
+// a loop over k that carries the lane's accumulators.
 // LOOPS-LABEL: func.func @pv_warp_fragments
 // LOOPS:         %[[P:.+]] = memref.alloca() {attn.registers} : memref<64x2x4xf32>
 // LOOPS:         scf.parallel (%[[T:.+]]) =
 // LOOPS:           %[[LANE:.+]] = arith.remui %[[T]], %c32
 // LOOPS:           %[[WARP:.+]] = memref.subview %[[P]][%{{.+}}, 0, 0] [32, 2, 4] [1, 1, 1]
 // LOOPS:           %[[G:.+]] = arith.divui %[[LANE]], %c4
-// LOOPS:           scf.for %[[K:.+]] = %c0 to %c16 step %c1
+// LOOPS:           scf.for %[[K:.+]] = %c0 to %c16 step %c1 iter_args(
 // LOOPS-DAG:         %[[KIN8:.+]] = arith.remui %[[K]], %c8
 // LOOPS-DAG:         %[[PAIR:.+]] = arith.divui %[[KIN8]], %c2
 // LOOPS-DAG:         %[[QUAD:.+]] = arith.muli %[[G]], %c4

@@ -102,19 +102,29 @@ func.func @pv_f16(%p: memref<16x16xf16>, %v: memref<16x8xf16>, %o: memref<16x8xf
 // MMA-NOT:     nvvm.mma.sync
 // MMA:         memref.store %[[D0]], %[[FRAG]][%c0, %c0]
 // MMA:         memref.store %{{.+}}, %[[FRAG]][%c1, %c3]
-// The loops' element (block, half 1, column 1) is acc[block, 3], at row
-// row + g + 8 and column 8 block + 2t + 1 of the product.
+// The loops keep a fragment's elements as values, never indexing the
+// lane's registers with a variable (which the GPU would put in local
+// memory): the lane's 8 (2 blocks x rows g, g + 8 x columns 2t, 2t + 1)
+// are loaded from constant places, carried through one loop over K and
+// stored back. acc[1, 3] is row row + g + 8, column 8 + 2t + 1.
 // LOOPS-LABEL: func.func @pv_fragment
-// LOOPS-SAME:    %[[P:[a-z0-9]+]]: memref<32x16xbf16>, %{{[a-z0-9]+}}: memref<16x16xbf16>, %[[FRAG:[a-z0-9]+]]: memref<2x4xf32, strided<[4, 1], offset: ?>>, %[[ROW:[a-z0-9]+]]: index, %[[LANE:[a-z0-9]+]]: index
-// LOOPS:       scf.for %[[BLOCK:.+]] = %c0 to %c2 step %c1 {
-// LOOPS:         memref.load %[[FRAG]][%[[BLOCK]], %c0]
-// LOOPS:         memref.store %{{.+}}, %[[FRAG]][%[[BLOCK]], %c0]
-// LOOPS:         memref.load %[[FRAG]][%[[BLOCK]], %c1]
-// LOOPS:         memref.load %[[FRAG]][%[[BLOCK]], %c2]
-// LOOPS:         %[[INIT3:.+]] = memref.load %[[FRAG]][%[[BLOCK]], %c3]
-// LOOPS:         %[[SUM3:.+]] = scf.for %{{.+}} = %c0 to %c16 step %c1 iter_args(%{{.+}} = %[[INIT3]])
-// LOOPS:           memref.load %[[P]][%[[ROW8:.+]], %{{.+}}] : memref<32x16xbf16>
-// LOOPS:         memref.store %[[SUM3]], %[[FRAG]][%[[BLOCK]], %c3]
+// LOOPS-SAME:    %[[P:[a-z0-9]+]]: memref<32x16xbf16>, %[[V:[a-z0-9]+]]: memref<16x16xbf16>, %[[FRAG:[a-z0-9]+]]: memref<2x4xf32, strided<[4, 1], offset: ?>>, %[[ROW:[a-z0-9]+]]: index, %[[LANE:[a-z0-9]+]]: index
+// LOOPS-DAG:     %[[G:.+]] = arith.divui %[[LANE]], %c4
+// LOOPS-DAG:     %[[INIT00:.+]] = memref.load %[[FRAG]][%c0, %c0]
+// LOOPS-DAG:     %[[INIT13:.+]] = memref.load %[[FRAG]][%c1, %c3]
+// LOOPS-DAG:     %[[COL13:.+]] = arith.addi %{{.+}}, %c9 : index
+// LOOPS-DAG:     %[[G8:.+]] = arith.addi %[[G]], %c8 : index
+// LOOPS-DAG:     %[[ROW8:.+]] = arith.addi %[[ROW]], %[[G8]] : index
+// LOOPS:         %[[SUMS:.+]]:8 = scf.for %[[K:.+]] = %c0 to %c16 step %c1 iter_args(%{{.+}} = %[[INIT00]], {{.+}}, %[[ACC13:[a-z0-9]+]] = %[[INIT13]]) -> (f32, f32, f32, f32, f32, f32, f32, f32) {
+// LOOPS:           %[[A1:.+]] = memref.load %[[P]][%[[ROW8]], %[[K]]] : memref<32x16xbf16>
+// LOOPS:           %[[A1F:.+]] = arith.extf %[[A1]]
+// LOOPS:           %[[B13:.+]] = memref.load %[[V]][%[[K]], %[[COL13]]] : memref<16x16xbf16>
+// LOOPS:           %[[B13F:.+]] = arith.extf %[[B13]]
+// LOOPS:           %[[SUM13:.+]] = math.fma %[[A1F]], %[[B13F]], %[[ACC13]] : f32
+// LOOPS:           scf.yield {{.+}}, %[[SUM13]] : f32, f32, f32, f32, f32, f32, f32, f32
+// LOOPS-NOT:     memref.load %[[FRAG]]
+// LOOPS:         memref.store %[[SUMS]]#0, %[[FRAG]][%c0, %c0]
+// LOOPS:         memref.store %[[SUMS]]#7, %[[FRAG]][%c1, %c3]
 // LOOPS-LABEL: func.func @scores_f32
 // LOOPS-NOT:   nvvm.mma.sync
 // LOOPS:       math.fma
@@ -218,16 +228,20 @@ func.func @unaligned_rows(%p: memref<16x20xf16, #gpu.address_space<workgroup>>, 
 // MMA-NOT:     nvvm.mma.sync
 // MMA:         memref.store %{{.+}}, %[[S]][%c0, %c3]
 // MMA:         memref.store %{{.+}}, %[[S]][%c1, %c0]
+// The loops take the row tiles one after the other, each its own loop over
+// K, the first tile's elements at s[0, ...], the second's at s[1, ...].
 // LOOPS-LABEL: func.func @two_row_tiles
 // LOOPS-SAME:    %[[Q:[a-z0-9]+]]: memref<32x16xbf16>, %{{.+}}: memref<8x16xbf16>, %[[S:[a-z0-9]+]]: memref<2x4xf32>, %[[ROW:[a-z0-9]+]]: index, %[[LANE:[a-z0-9]+]]: index
 // LOOPS:         %[[G:.+]] = arith.divui %[[LANE]], %c4
 // LOOPS:         %[[R0:.+]] = arith.addi %[[ROW]], %[[G]]
-// LOOPS:         memref.load %[[Q]][%[[R0]], %{{.+}}]
-// LOOPS:         memref.store %{{.+}}, %[[S]][%c0, %c0]
+// LOOPS:         %[[T0:.+]]:4 = scf.for %[[K0:.+]] = %c0 to %c16 step %c1 iter_args(
+// LOOPS:           memref.load %[[Q]][%[[R0]], %[[K0]]]
+// LOOPS:         memref.store %[[T0]]#0, %[[S]][%c0, %c0]
 // LOOPS:         %[[ROW16:.+]] = arith.addi %[[ROW]], %c16
 // LOOPS:         %[[R16:.+]] = arith.addi %[[ROW16]], %[[G]]
-// LOOPS:         memref.load %[[Q]][%[[R16]], %{{.+}}]
-// LOOPS:         memref.store %{{.+}}, %[[S]][%c1, %c0]
+// LOOPS:         %[[T1:.+]]:4 = scf.for %[[K1:.+]] = %c0 to %c16 step %c1 iter_args(
+// LOOPS:           memref.load %[[Q]][%[[R16]], %[[K1]]]
+// LOOPS:         memref.store %[[T1]]#0, %[[S]][%c1, %c0]
 func.func @two_row_tiles(%q: memref<32x16xbf16>, %k: memref<8x16xbf16>,
                          %s: memref<2x4xf32>, %row: index, %lane: index) {
   attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(8) k(16)
