@@ -648,7 +648,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
         // every pass, and the passes are unrolled, so each copy costs its
         // row's address and predicate alone (a loop spent as much again on
         // the index arithmetic and induction variables).
-        const int64_t maxUnrolledPasses = 8;
+        const int64_t maxUnrolledPasses = 32;
         if (pieces && threads % perRow == 0 && copies % threads == 0 &&
             copies / threads <= maxUnrolledPasses) {
           Value firstRow = e.div(thread, e.index(perRow));
