@@ -504,9 +504,13 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     };
     rowOf = [&, first](Value r) { return e.rem(e.add(first, r), lq); };
   } else {
-    // Workgroup order (batch, head, query tile), the tile fastest.
+    // Workgroup order (batch, head, query tile), the tile fastest (a
+    // head's blocks run together and share its k and v in L2), the last
+    // tile first: under a causal mask the later tiles see the most keys,
+    // and blocks launched heaviest first leave a lighter last wave (as
+    // FlashAttention-3 schedules them).
     Value tiles = e.ceilDiv(lq, e.index(TQ));
-    Value tile = e.rem(workgroup, tiles);
+    Value tile = e.sub(e.sub(tiles, c1), e.rem(workgroup, tiles));
     Value bh = e.div(workgroup, tiles);
     Value head = e.rem(bh, e.index(shape.numHeads));
     batch = e.div(bh, e.index(shape.numHeads));

@@ -23,9 +23,14 @@
 // CHECK:         %[[O:.+]] = memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x8x4xf32>
 // CHECK:         %[[M:.+]] = memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x2xf32>
 // CHECK:         %[[L:.+]] = memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x2xf32>
-// The block's query tile is the workgroup's fastest part.
+// The block's query tile is the workgroup's fastest part, the last tile
+// first (under a causal mask, the blocks that see the most keys start
+// first).
 // CHECK:         %[[TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
-// CHECK:         arith.remui %arg5, %[[TILES]] : index
+// CHECK:         %[[NTH:.+]] = arith.remui %arg5, %[[TILES]] : index
+// CHECK:         %[[LAST:.+]] = arith.subi %[[TILES]], %c1 : index
+// CHECK:         %[[TILE:.+]] = arith.subi %[[LAST]], %[[NTH]] : index
+// CHECK:         arith.muli %[[TILE]], %c64 : index
 // The q tile is staged once, 16 bytes a copy (4 f32 of a 64-channel row),
 // zero past Lq: 64 rows x 16 copies are 8 of each thread's, unrolled, its
 // column fixed (thread % 16) and its row stepping by 128 / 16 = 8. Each
