@@ -209,14 +209,27 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
       // Prefill: a thread per row scores its blocks and selects. Decode has
       // too few rows for that to fill a GPU (a thread per head, each
       // reading all the metadata): a thread per (row, block) computes the
-      // bounds into a [B, H, Lq, NB] temporary first, and the selecting
-      // threads read them. The other path gets zero threads.
+      // bounds into a [B, H, Lq, NB] temporary first; then, for up to
+      // kMaxRankedTopKBlocks blocks, a thread per (row, block) ranks its
+      // block among the row's and another places the kept ones, else a
+      // thread per row selects through its heap. The other paths get zero
+      // threads.
       Value decode =
           arith::CmpIOp::create(b, arith::CmpIPredicate::ule, m.dim(q, 2),
                                 m.index(tiling.decodeMaxQueries));
       Value zero = m.index(0);
       Value meta = bindings[1];
       Value numBlocks = m.dim(meta, 2);
+      Value rankable =
+          arith::CmpIOp::create(b, arith::CmpIPredicate::ule, numBlocks,
+                                m.index(kMaxRankedTopKBlocks));
+      // Threads of decode's ranked path, and of its heap path.
+      auto ranked = [&](Value threads) {
+        return m.select(decode, m.select(rankable, threads, zero), zero);
+      };
+      auto heapDecode = [&](Value threads) {
+        return m.select(decode, m.select(rankable, zero, threads), zero);
+      };
       Value boundsRows = m.select(decode, m.dim(q, 2), zero);
       Value bounds = memref::AllocOp::create(
           b,
@@ -242,11 +255,34 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
       SmallVector<Value> withBounds(all);
       withBounds.push_back(bounds);
       std::string fromBoundsName = kernelName("select_topk");
-      return dispatchKernel(b, m.select(decode, rows, zero), withBounds,
+      dispatchKernel(b, heapDecode(rows), withBounds,
+                     [&](OpBuilder &builder, TypeRange types) {
+                       return buildSimtSelectTopKKernel(
+                           builder, loc, fromBoundsName, select, tiling, types,
+                           /*boundsGiven=*/true);
+                     });
+      Value keyCarrier = bindings[2], blocks = bindings[3];
+      Value threshold = memref::AllocOp::create(
+          b,
+          MemRefType::get({ShapedType::kDynamic, m.staticDim(q, 1),
+                           ShapedType::kDynamic, 1},
+                          b.getI32Type()),
+          ValueRange{m.dim(q, 0), boundsRows});
+      std::string thresholdName = kernelName("topk_threshold");
+      dispatchKernel(b, ranked(m.mul(rows, numBlocks)),
+                     {q, keyCarrier, bounds, threshold},
+                     [&](OpBuilder &builder, TypeRange types) {
+                       return buildSimtTopKThresholdKernel(
+                           builder, loc, thresholdName, select, tiling, types);
+                     });
+      std::string placeName = kernelName("topk_place");
+      Value slotsPerRow = m.maxS(numBlocks, m.index(select.getTopK()));
+      return dispatchKernel(b, ranked(m.mul(rows, slotsPerRow)),
+                            {q, keyCarrier, bounds, threshold, blocks},
                             [&](OpBuilder &builder, TypeRange types) {
-                              return buildSimtSelectTopKKernel(
-                                  builder, loc, fromBoundsName, select, tiling,
-                                  types, /*boundsGiven=*/true);
+                              return buildSimtTopKPlaceKernel(builder, loc,
+                                                              placeName, select,
+                                                              tiling, types);
                             });
     }
     auto select = cast<SelectTopPOp>(op);

@@ -8,11 +8,16 @@
 //
 //  * block metadata: a thread per (batch, kv head, block, channel), so a
 //    warp reads 32 consecutive channels of each key;
-//  * top-k: a thread per (batch, head, row) keeps its budget in a heap
-//    whose block indices live in the row's own output slots and whose
-//    scores live in a [B, H, Lq, fill] temporary; it scores its candidate
-//    blocks itself in prefill, and reads the bounds a thread per (row,
-//    block) wrote first in decode;
+//  * top-k: in prefill, a thread per (batch, head, row) scores its
+//    candidate blocks and keeps its budget in a heap whose block indices
+//    live in the row's own output slots and whose scores live in a [B, H,
+//    Lq, fill] temporary. Decode's few rows would leave the GPU idle: a
+//    thread per (row, block) writes the bounds first; then a thread per
+//    (row, block) ranks its block among the row's, the fill-th best
+//    writing its index to a [B, H, Lq, 1] threshold, and a thread per
+//    (row, slot or block) places the blocks at or above it (rows of more
+//    than kMaxRankedTopKBlocks blocks, for which ranking costs more than
+//    the heap, take the heap over the bounds);
 //  * top-p: a thread per row lists its candidates in a [B, H, Lq, n]
 //    temporary (n: the most candidates a row can have), a thread per
 //    candidate scores it, and a thread per row selects among them with the
@@ -321,6 +326,166 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
         e.loop(c0, e.index(local), c1, [&](Value n) {
           store(e.add(localFirst, n), e.add(e.index(sink + fill), n));
         });
+        return {};
+      });
+  func::ReturnOp::create(b);
+  return func;
+}
+
+namespace {
+
+/// What both ranked top-k kernels of a (row, n) thread read first: the
+/// row's candidates and the middle ones between the sinks and the locals,
+/// which compete for the `fill` slots by their bounds.
+struct RankedTopKRow {
+  RankedTopKRow(SimtEmitter &e, SelectTopKOp op, Value q, Value keyCarrier,
+                Value bounds, Value thread, Value perRow)
+      : e(e), bounds(bounds), n(e.rem(thread, perRow)),
+        at(e, e.div(thread, perRow), staticDim(q.getType(), 1), e.dim(q, 2)) {
+    Value lq = e.dim(q, 2), lk = e.dim(keyCarrier, 0);
+    std::tie(firstBlock, count) =
+        topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
+    middleFirst = e.add(firstBlock, e.index(op.getSinkBlocks()));
+    middle = e.sub(count, e.index(op.getSinkBlocks() + op.getLocalBlocks()));
+    prefix = {at.batch, at.head, at.row};
+  }
+  /// Middle candidate j's bound, NaN read as -inf so that the order is
+  /// total (NaN bounds come from NaN inputs, whose outputs are NaN anyway).
+  Value boundOf(Value j) {
+    Value bound = e.load(bounds, indicesOf(prefix, e.add(middleFirst, j)));
+    return e.select(e.fcmp(arith::CmpFPredicate::UNO, bound, bound),
+                    e.scalar(kNegInf), bound);
+  }
+  /// Whether middle candidate `a` (bound scoreA) ranks below `b`.
+  Value worse(Value scoreA, Value a, Value scoreB, Value b) {
+    return worseScored(e, scoreA, e.toI32(a), scoreB, e.toI32(b));
+  }
+
+  SimtEmitter &e;
+  Value bounds, n;
+  RowOfWorkgroup at;
+  Value firstBlock, count, middleFirst, middle;
+  SmallVector<Value> prefix;
+};
+
+} // namespace
+
+func::FuncOp mlir::attn::buildSimtTopKThresholdKernel(
+    OpBuilder &builder, Location loc, StringRef name, SelectTopKOp op,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
+                                         tiling, "topk_threshold");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value q = args[0], keyCarrier = args[1], bounds = args[2];
+  Value threshold = args[3], thread = args[4];
+  const int64_t fill = op.getTopK() - op.getSinkBlocks() - op.getLocalBlocks();
+  RankedTopKRow row(e, op, q, keyCarrier, bounds, thread, e.dim(bounds, 3));
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value competes = e.andI(
+      e.icmp(arith::CmpIPredicate::ugt, row.count, e.index(op.getTopK())),
+      e.icmp(arith::CmpIPredicate::ult, row.n, row.middle));
+  if (fill > 0)
+    e.ifThen(competes, [&] {
+      Value mine = row.boundOf(row.n);
+      Value rank = e.loop(c0, row.middle, c1, {c0},
+                          [&](Value i, ValueRange it) -> SmallVector<Value> {
+                            Value better =
+                                row.worse(mine, row.n, row.boundOf(i), i);
+                            return {e.select(better, e.add(it[0], c1), it[0])};
+                          })[0];
+      e.ifThen(e.icmp(arith::CmpIPredicate::eq, rank, e.index(fill - 1)), [&] {
+        memref::StoreOp::create(b, e.toI32(row.n), threshold,
+                                indicesOf(row.prefix, c0));
+      });
+    });
+  func::ReturnOp::create(b);
+  return func;
+}
+
+func::FuncOp mlir::attn::buildSimtTopKPlaceKernel(OpBuilder &builder,
+                                                  Location loc, StringRef name,
+                                                  SelectTopKOp op,
+                                                  const GpuTiling &tiling,
+                                                  TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
+                                         tiling, "topk_place");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value q = args[0], keyCarrier = args[1], bounds = args[2];
+  Value threshold = args[3], blocks = args[4], thread = args[5];
+  const int64_t topK = op.getTopK();
+  const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
+  const int64_t fill = topK - sink - local;
+  Value perRow = e.maxS(e.dim(bounds, 3), e.index(topK));
+  RankedTopKRow row(e, op, q, keyCarrier, bounds, thread, perRow);
+  Value c0 = e.index(0), c1 = e.index(1), n = row.n;
+  auto store = [&](Value block, Value slot) {
+    memref::StoreOp::create(b, e.toI32(block), blocks,
+                            indicesOf(row.prefix, slot));
+  };
+  auto below = [&](Value x, int64_t bound) {
+    return e.icmp(arith::CmpIPredicate::ult, x, e.index(bound));
+  };
+
+  Value fits = e.icmp(arith::CmpIPredicate::ule, row.count, e.index(topK));
+  e.ifElse(
+      fits,
+      [&]() -> SmallVector<Value> {
+        // Every candidate, then -1 padding.
+        e.ifElse(
+            e.icmp(arith::CmpIPredicate::ult, n, row.count),
+            [&]() -> SmallVector<Value> {
+              store(e.add(row.firstBlock, n), n);
+              return {};
+            },
+            [&]() -> SmallVector<Value> {
+              e.ifThen(below(n, topK), [&] {
+                memref::StoreOp::create(b, e.i32(-1), blocks,
+                                        indicesOf(row.prefix, n));
+              });
+              return {};
+            });
+        return {};
+      },
+      [&]() -> SmallVector<Value> {
+        // Slot n of the sinks or of the locals (the last `local`
+        // candidates in the last `local` slots).
+        e.ifThen(below(n, sink), [&] { store(e.add(row.firstBlock, n), n); });
+        e.ifThen(
+            e.andI(e.icmp(arith::CmpIPredicate::uge, n, e.index(sink + fill)),
+                   below(n, topK)),
+            [&] {
+              store(e.sub(e.add(row.firstBlock, row.count),
+                          e.sub(e.index(topK), n)),
+                    n);
+            });
+        if (fill == 0)
+          return {};
+        // Middle candidate n is kept when it is the threshold (the
+        // fill-th best) or better; its slot follows the sinks and the kept
+        // middle candidates before it, so the kept blocks are ascending.
+        Value t = e.toIndex(e.loadInt(threshold, indicesOf(row.prefix, c0)));
+        Value thresholdBound = row.boundOf(t);
+        auto kept = [&](Value j) {
+          Value worse = row.worse(row.boundOf(j), j, thresholdBound, t);
+          return e.icmp(arith::CmpIPredicate::eq, worse,
+                        arith::ConstantIntOp::create(b, b.getI1Type(), 0));
+        };
+        e.ifThen(
+            e.andI(e.icmp(arith::CmpIPredicate::ult, n, row.middle), kept(n)),
+            [&] {
+              Value before =
+                  e.loop(c0, n, c1, {c0},
+                         [&](Value i, ValueRange it) -> SmallVector<Value> {
+                           return {e.select(kept(i), e.add(it[0], c1), it[0])};
+                         })[0];
+              store(e.add(row.middleFirst, n), e.add(e.index(sink), before));
+            });
         return {};
       });
   func::ReturnOp::create(b);

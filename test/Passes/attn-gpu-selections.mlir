@@ -10,9 +10,12 @@
 // top_k - sinks - locals = 2); its block indices live in the output row.
 // Prefill: a thread per row scores its blocks and selects. Decode (Lq <= 8):
 // a thread per (row, block) writes Quest's bounds to a [B, H, Lq, NB]
-// temporary, which the selecting threads read. Four selected blocks of 16
-// keys fit one split (256 keys' worth of entries): the partials' split dim
-// is the constant 1.
+// temporary; then, up to 8192 blocks, a thread per (row, block) ranks its
+// block among the row's (the fill-th best writes its index to a [B, H, Lq,
+// 1] threshold) and a thread per (row, max(NB, top_k)) places the kept
+// ones, else the selecting threads read the bounds into their heaps. Four
+// selected blocks of 16 keys fit one split (256 keys' worth of entries):
+// the partials' split dim is the constant 1.
 // CHECK-LABEL: func.func private @topk__select_topk0(
 // CHECK-SAME:    memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x4xi32>, %{{.*}}: memref<?x4x?x2xf32>, %{{.*}}: index)
 // CHECK-SAME:    attn.kernel = "select_topk"
@@ -31,9 +34,23 @@
 // CHECK-NOT:     memref.load %arg1
 // CHECK:         memref.load %arg5
 // CHECK-NOT:     memref.load %arg1
+// The rank: a loop over the row's middle candidates counting those above
+// the thread's; rank fill - 1 = 1 writes the threshold.
+// CHECK-LABEL: func.func private @topk__topk_threshold3(
+// CHECK-SAME:    %{{.*}}: memref<?x4x?x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: memref<?x4x?x1xi32>, %{{.*}}: index)
+// CHECK-SAME:    attn.kernel = "topk_threshold"
+// CHECK:         %[[RANK:.*]] = scf.for
+// CHECK:           memref.load %arg2
+// CHECK:         arith.cmpi eq, %[[RANK]], %c1
+// CHECK:         memref.store %{{.*}}, %arg3[%{{.*}}, %{{.*}}, %{{.*}}, %c0]
+// CHECK-LABEL: func.func private @topk__topk_place4(
+// CHECK-SAME:    %{{.*}}: memref<?x4x?x1xi32>, %{{.*}}: memref<?x4x?x4xi32>, %{{.*}}: index)
+// CHECK-SAME:    attn.kernel = "topk_place"
+// CHECK:         memref.load %arg3
+// CHECK:         memref.store %{{.*}}, %arg4
 // Sparse attention: decode calls (Lq <= 8) run decode's flash kernel, a
 // block per (row, split); longer calls a thread per row.
-// CHECK-LABEL: func.func private @topk__sparse_decode3(
+// CHECK-LABEL: func.func private @topk__sparse_decode5(
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "flash_decode"
 // CHECK-SAME:    block_threads = 32
@@ -50,9 +67,9 @@
 // CHECK:             memref.load %[[LISTED]]
 // CHECK:             attn.async_copy %arg1
 // CHECK:           attn.warp_mma
-// CHECK-LABEL: func.func private @topk__sparse_split4(
+// CHECK-LABEL: func.func private @topk__sparse_split6(
 // CHECK-SAME:    attn.kernel = "sparse_split"
-// CHECK-LABEL: func.func private @topk__merge5(
+// CHECK-LABEL: func.func private @topk__merge7(
 // CHECK-LABEL: func.func @topk(
 // CHECK:         %[[NB:.*]] = memref.dim %arg3, %c2
 // CHECK:         cf.assert %{{.*}}, "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / 16), the blocks of the keys"
@@ -63,6 +80,7 @@
 // CHECK:         %[[ROWS:.*]] = arith.muli %[[BH]], %[[LQ]]
 // CHECK:         %[[HEAP:.*]] = memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x2xf32>
 // CHECK:         %[[DECODE:.*]] = arith.cmpi ule, %[[LQ]], %c8
+// CHECK:         %[[RANKABLE:.*]] = arith.cmpi ule, %[[NB]], %c8192
 // CHECK:         %[[BOUND_ROWS:.*]] = arith.select %[[DECODE]], %[[LQ]], %c0
 // CHECK:         %[[BOUNDS:.*]] = memref.alloc(%[[B]], %[[BOUND_ROWS]], %[[NB]]) : memref<?x4x?x?xf32>
 // CHECK:         %[[PREFILL_ROWS:.*]] = arith.select %[[DECODE]], %c0, %[[ROWS]]
@@ -70,12 +88,24 @@
 // CHECK:         %[[BHR:.*]] = arith.muli %[[BH]], %[[BOUND_ROWS]]
 // CHECK:         %[[PAIRS:.*]] = arith.muli %[[BHR]], %[[NB]]
 // CHECK:         attn.dispatch @topk__block_bounds1 workgroups(%[[PAIRS]]) bindings(%arg0, %arg3, %[[BOUNDS]])
-// CHECK:         %[[DECODE_ROWS:.*]] = arith.select %[[DECODE]], %[[ROWS]], %c0
-// CHECK:         attn.dispatch @topk__select_topk2 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]], %[[BOUNDS]])
+// CHECK:         %[[LONG_ROWS:.*]] = arith.select %[[RANKABLE]], %c0, %[[ROWS]]
+// CHECK:         %[[HEAP_ROWS:.*]] = arith.select %[[DECODE]], %[[LONG_ROWS]], %c0
+// CHECK:         attn.dispatch @topk__select_topk2 workgroups(%[[HEAP_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]], %[[BOUNDS]])
+// CHECK:         %[[THRESHOLD:.*]] = memref.alloc(%[[B]], %[[BOUND_ROWS]]) : memref<?x4x?x1xi32>
+// CHECK:         %[[RANKS:.*]] = arith.muli %[[ROWS]], %[[NB]]
+// CHECK:         %[[SHORT_RANKS:.*]] = arith.select %[[RANKABLE]], %[[RANKS]], %c0
+// CHECK:         %[[RANK_THREADS:.*]] = arith.select %[[DECODE]], %[[SHORT_RANKS]], %c0
+// CHECK:         attn.dispatch @topk__topk_threshold3 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]])
+// CHECK:         %[[SLOTS:.*]] = arith.maxsi %[[NB]], %c4
+// CHECK:         %[[PLACES:.*]] = arith.muli %[[ROWS]], %[[SLOTS]]
+// CHECK:         %[[SHORT_PLACES:.*]] = arith.select %[[RANKABLE]], %[[PLACES]], %c0
+// CHECK:         %[[PLACE_THREADS:.*]] = arith.select %[[DECODE]], %[[SHORT_PLACES]], %c0
+// CHECK:         attn.dispatch @topk__topk_place4 workgroups(%[[PLACE_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]], %[[BLOCKS]])
 // CHECK:         memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x1x16xf32>
-// CHECK:         attn.dispatch @topk__sparse_decode3 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
-// CHECK:         attn.dispatch @topk__sparse_split4 workgroups(%[[PREFILL_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
-// CHECK:         attn.dispatch @topk__merge5 workgroups(%[[ROWS]]) bindings(%{{.*}}, %{{.*}}, %arg4)
+// CHECK:         %[[DECODE_ROWS:.*]] = arith.select %[[DECODE]], %[[ROWS]], %c0
+// CHECK:         attn.dispatch @topk__sparse_decode5 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         attn.dispatch @topk__sparse_split6 workgroups(%[[PREFILL_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         attn.dispatch @topk__merge7 workgroups(%[[ROWS]]) bindings(%{{.*}}, %{{.*}}, %arg4)
 func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x16xf32>, %meta: tensor<?x2x?x2x16xf32>)
     -> tensor<?x4x?x16xf32> {

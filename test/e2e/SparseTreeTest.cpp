@@ -444,6 +444,81 @@ TEST_P(Selections, MatchReferenceExactly) {
              "select_topp over every visible key");
 }
 
+TEST_P(Selections, TopKTiesAndBudgetsInDecode) {
+  // Decode's top-k, which CUDA ranks a thread per (row, block): blocks with
+  // equal bounds (copies of one block, so ties are exact) go to the lower
+  // index first; a budget of sinks and locals alone (no block competes);
+  // a budget above the candidates (all kept, -1 after them). 95 keys in
+  // blocks of 4: the last block holds 3.
+  const char *source = R"mlir(
+    func.func @ties(%q: tensor<?x4x?x6xf32>, %meta: tensor<?x2x?x2x6xf32>,
+                    %k: tensor<?x2x?x6xf32>) -> tensor<?x4x?x7xi32> {
+      %c2 = arith.constant 2 : index
+      %lk = tensor.dim %k, %c2 : tensor<?x2x?x6xf32>
+      %b = attn.select_topk %q, %meta, %lk {block_size = 4, top_k = 7,
+          sink_blocks = 2, local_blocks = 1, mask = #attn.mask<causal>}
+          : tensor<?x4x?x6xf32>, tensor<?x2x?x2x6xf32>
+      return %b : tensor<?x4x?x7xi32>
+    }
+    func.func @no_fill(%q: tensor<?x4x?x6xf32>, %meta: tensor<?x2x?x2x6xf32>,
+                       %k: tensor<?x2x?x6xf32>) -> tensor<?x4x?x3xi32> {
+      %c2 = arith.constant 2 : index
+      %lk = tensor.dim %k, %c2 : tensor<?x2x?x6xf32>
+      %b = attn.select_topk %q, %meta, %lk {block_size = 4, top_k = 3,
+          sink_blocks = 1, local_blocks = 2, mask = #attn.mask<causal>}
+          : tensor<?x4x?x6xf32>, tensor<?x2x?x2x6xf32>
+      return %b : tensor<?x4x?x3xi32>
+    }
+    func.func @fits(%q: tensor<?x4x?x6xf32>, %meta: tensor<?x2x?x2x6xf32>,
+                    %k: tensor<?x2x?x6xf32>) -> tensor<?x4x?x30xi32> {
+      %c2 = arith.constant 2 : index
+      %lk = tensor.dim %k, %c2 : tensor<?x2x?x6xf32>
+      %b = attn.select_topk %q, %meta, %lk {block_size = 4, top_k = 30,
+          sink_blocks = 1, local_blocks = 1, mask = #attn.mask<causal>}
+          : tensor<?x4x?x6xf32>, tensor<?x2x?x2x6xf32>
+      return %b : tensor<?x4x?x30xi32>
+    }
+  )mlir";
+  std::unique_ptr<Model> model;
+  compile(source, model);
+  if (!model)
+    return;
+  const int64_t B = 2, H = 4, Hkv = 2, D = 6, Lk = 95, bs = 4;
+  std::mt19937_64 rng(29);
+  ref::Tensor k = randomF32({B, Hkv, Lk, D}, rng, -1.0, 1.0);
+  // Blocks 3, 7, 11, ... are copies of block 3, scaled up so that they
+  // compete for the budget among themselves.
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t j = 0; j < bs; ++j)
+        for (int64_t d = 0; d < D; ++d) {
+          double x = 3.0 * k(b, h, 3 * bs + j, d);
+          for (int64_t block = 3; block * bs + j < Lk; block += 4)
+            k(b, h, block * bs + j, d) = x;
+        }
+  ref::Tensor meta = ref::blockMeta(k, bs);
+  for (int64_t lq : {1, 2}) {
+    ref::Tensor q = randomF32({B, H, lq, D}, rng, -1.0, 1.0);
+    struct Case {
+      const char *entry;
+      ref::TopK budget;
+    };
+    for (const Case &c :
+         {Case{"ties", {bs, 7, 2, 1}}, Case{"no_fill", {bs, 3, 1, 2}},
+          Case{"fits", {bs, 30, 1, 1}}}) {
+      std::vector<Tensor> blocks = runEntry(
+          *model, c.entry, {toRuntime(q), toRuntime(meta), toRuntime(k)});
+      ASSERT_EQ(blocks.size(), 1u);
+      std::string what =
+          std::string(c.entry) + " with " + std::to_string(lq) + " rows";
+      expectSame(
+          blocks[0],
+          ref::selectTopK(q, meta, Lk, ref::Mask::causal(), {}, c.budget),
+          what.c_str());
+    }
+  }
+}
+
 TEST_P(Selections, ListedBlocksIgnorePaddingRepeatsAndStrays) {
   // A selection given as an input, not sorted, with -1 padding, repeats
   // and blocks past the keys: each listed block counts once (SPEC §1.3).
