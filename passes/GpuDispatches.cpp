@@ -157,7 +157,7 @@ void GpuEntryLowering::lowerGatheredSoftmax(
                    });
   }
   std::string mergeName = kernelName("merge");
-  dispatchKernel(b, rows, s.mergeBindings(),
+  dispatchKernel(b, m.mul(rows, m.index(shape.valueDim)), s.mergeBindings(),
                  [&](OpBuilder &builder, TypeRange types) {
                    return buildSimtMergeKernel(builder, op.getLoc(), mergeName,
                                                shape, tiling, types);
@@ -406,8 +406,10 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
       zero);
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
                         decodeRows, decodeSplits);
+  // The merge: a thread per (row, feature).
   Value mergeThreads =
-      m.mul(m.mul(decodeBatch, m.index(shape.numHeads)), decodeRows);
+      m.mul(m.mul(m.mul(decodeBatch, m.index(shape.numHeads)), decodeRows),
+            m.index(shape.valueDim));
   Value decodeBlocks =
       m.mul(m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)), groupRowTiles),
             decodeSplits);

@@ -230,18 +230,6 @@ private:
   SmallVector<Value> rowAt;
 };
 
-/// o = acc[d] * inv, gated, written to out[at..., :] (`at`: batch, head,
-/// row).
-void storeRow(SimtEmitter &e, const SoftmaxAttentionShape &shape, Value acc,
-              Value inv, Value gate, Value out, ValueRange at) {
-  RowGate rowGate(e, shape, gate, at);
-  e.loop(e.index(0), e.index(shape.valueDim), e.index(1), [&](Value d) {
-    SmallVector<Value> outAt(at);
-    outAt.push_back(d);
-    e.store(rowGate.apply(e.fmul(e.load(acc, d), inv), d), out, outAt);
-  });
-}
-
 } // namespace
 
 SimtRowSoftmax::SimtRowSoftmax(SimtEmitter &e,
@@ -1004,31 +992,39 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
       createSimtKernel(builder, loc, name, bindingTypes, tiling, "merge");
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
-  SplitKvMerge merge(e, func, shape);
-  Value partialOut = merge.partialOut, partialLse = merge.partialLse;
+  // A thread per (row, feature d), d fastest: a decode call has few rows,
+  // and a thread per row looping over its features and every split left
+  // the GPU idle (it took longer than the split kernel it merged).
+  Value thread = func.getArguments().back();
+  Value dv = e.index(shape.valueDim);
+  Value d = e.rem(thread, dv);
+  SplitKvMerge merge(e, func, shape, e.div(thread, dv));
   Value batch = merge.batch, head = merge.head, row = merge.row,
         safe = merge.maxLse;
-  Value c0 = e.index(0), c1 = e.index(1), dv = e.index(shape.valueDim);
+  Value c0 = e.index(0), c1 = e.index(1);
 
   // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
   // of empty ranges have lse_s = -inf and weigh 0.
-  Value acc = e.scratch(shape.valueDim);
-  e.loop(c0, dv, c1, [&](Value d) { e.store(e.scalar(0.0), acc, d); });
-  Value total = e.loop(
-      c0, merge.splits, c1, {e.scalar(0.0)}, [&](Value s, ValueRange it) {
-        Value weight =
-            e.exp(e.fsub(e.load(partialLse, {batch, head, row, s}), safe));
-        e.loop(c0, dv, c1, [&](Value d) {
-          e.store(e.fma(weight, e.load(partialOut, {batch, head, row, s, d}),
-                        e.load(acc, d)),
-                  acc, d);
-        });
-        return SmallVector<Value>{e.fadd(it[0], weight)};
-      })[0];
-  storeRow(e, shape, acc, e.reciprocalOrZero(total), merge.gate, merge.out,
-           {batch, head, row});
+  SmallVector<Value> sums =
+      e.loop(c0, merge.splits, c1, {e.scalar(0.0), e.scalar(0.0)},
+             [&](Value s, ValueRange it) -> SmallVector<Value> {
+               Value weight = e.exp(e.fsub(
+                   e.load(merge.partialLse, {batch, head, row, s}), safe));
+               return {e.fma(weight,
+                             e.load(merge.partialOut, {batch, head, row, s, d}),
+                             it[0]),
+                       e.fadd(it[1], weight)};
+             });
+  Value acc = sums[0], total = sums[1];
+  SmallVector<Value> at{batch, head, row};
+  RowGate rowGate(e, shape, merge.gate, at);
+  SmallVector<Value> outAt(at);
+  outAt.push_back(d);
+  e.store(rowGate.apply(e.fmul(acc, e.reciprocalOrZero(total)), d), merge.out,
+          outAt);
   if (merge.lse)
-    e.store(e.logSumExp(safe, total), merge.lse, {batch, head, row});
+    e.ifThen(e.icmp(arith::CmpIPredicate::eq, d, c0),
+             [&] { e.store(e.logSumExp(safe, total), merge.lse, at); });
   func::ReturnOp::create(b);
   return func;
 }

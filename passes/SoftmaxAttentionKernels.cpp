@@ -731,7 +731,7 @@ func::FuncOp mlir::attn::buildSplitKvMergeKernel(
 }
 
 SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
-                           const SoftmaxAttentionShape &shape) {
+                           const SoftmaxAttentionShape &shape, Value rowIndex) {
   auto args = kernel.getArguments();
   unsigned next = 0;
   partialOut = args[next++];
@@ -741,12 +741,13 @@ SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
   out = args[next++];
   if (shape.withLogSumExp)
     lse = args[next++];
-  Value workgroup = args.back();
+  if (!rowIndex)
+    rowIndex = args.back();
 
   Value lq = e.dim(partialLse, 2);
   splits = e.dim(partialLse, 3);
-  row = e.rem(workgroup, lq);
-  Value bh = e.div(workgroup, lq);
+  row = e.rem(rowIndex, lq);
+  Value bh = e.div(rowIndex, lq);
   head = e.rem(bh, e.index(shape.numHeads));
   batch = e.div(bh, e.index(shape.numHeads));
   Value max = e.loop(e.index(0), splits, e.index(1), {e.scalar(kNegInf)},

@@ -98,16 +98,17 @@ func::FuncOp buildSplitKvMergeKernel(OpBuilder &builder, Location loc,
 
 /// What every target's merge kernel starts from: its arguments in binding
 /// order (partial o, partial lse, [gate], o, [lse], workgroup), the query
-/// row the workgroup merges (row fastest, then head, then batch), and the
-/// largest partial lse of that row made safe to exponentiate against
-/// (KernelEmitter::safeMax: 0 for a row whose ranges are all empty).
+/// row it merges, `rowIndex` (by default the workgroup; row fastest, then
+/// head, then batch), and the largest partial lse of that row made safe to
+/// exponentiate against (KernelEmitter::safeMax: 0 for a row whose ranges
+/// are all empty).
 struct SplitKvMerge {
   Value partialOut, partialLse, gate, out, lse;
   Value batch, head, row, splits;
   Value maxLse;
 
   SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
-               const SoftmaxAttentionShape &shape);
+               const SoftmaxAttentionShape &shape, Value rowIndex = Value());
 };
 
 } // namespace mlir::attn

@@ -5,7 +5,7 @@
 // kernel: a block per (batch, head, 64 query rows), 4 warps. Decode is the
 // same kernel over key splits (FlashDecoding): a block per (batch, kv head,
 // tile of the group's 4 heads x up to 8 rows = 32 rows, 2 warps, split of
-// 256 keys) writing partials, then a merge thread per row.
+// 256 keys) writing partials, then a merge thread per (row, feature).
 
 // CHECK-LABEL: func.func private @layer__flash0
 // CHECK-SAME:    attn.block_kernel

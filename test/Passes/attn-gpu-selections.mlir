@@ -105,7 +105,9 @@
 // CHECK:         %[[DECODE_ROWS:.*]] = arith.select %[[DECODE]], %[[ROWS]], %c0
 // CHECK:         attn.dispatch @topk__sparse_decode5 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
 // CHECK:         attn.dispatch @topk__sparse_split6 workgroups(%[[PREFILL_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
-// CHECK:         attn.dispatch @topk__merge7 workgroups(%[[ROWS]]) bindings(%{{.*}}, %{{.*}}, %arg4)
+// The merge: a thread per (row, feature).
+// CHECK:         %[[MERGE:.*]] = arith.muli %[[ROWS]], %c16
+// CHECK:         attn.dispatch @topk__merge7 workgroups(%[[MERGE]]) bindings(%{{.*}}, %{{.*}}, %arg4)
 func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x16xf32>, %meta: tensor<?x2x?x2x16xf32>)
     -> tensor<?x4x?x16xf32> {
@@ -281,7 +283,8 @@ func.func @topp_capped(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
 // CHECK:         %[[SMALL_BLOCKS:.*]] = arith.select %[[MANY]], %c0, %[[SMALL]]
 // CHECK:         attn.dispatch @tree__small_tree_prefix1 workgroups(%[[SMALL_BLOCKS]])
 // CHECK:         attn.dispatch @tree__tree_nodes2 workgroups(%[[ROWS]])
-// CHECK:         attn.dispatch @tree__merge3 workgroups(%[[ROWS]])
+// CHECK:         %[[MERGE:.*]] = arith.muli %[[ROWS]], %c8
+// CHECK:         attn.dispatch @tree__merge3 workgroups(%[[MERGE]])
 func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x8xf32>, %parents: tensor<?x?xi32>)
     -> tensor<?x4x?x8xf32> {
