@@ -7,7 +7,7 @@
 //
 //  * prefill, B=4, H=32, L=4096, D=128, bf16, dense and causal, in TFLOP/s
 //    of visible work (4 D per visible (query, key) pair), with 32 query
-//    rows per warp (two mma row tiles, the default) and with 16;
+//    rows per warp (two mma row tiles) and with 16 (the default);
 //  * decode, B=1, H=32, Hkv=8, D=128, bf16, Lq=1, Lk=4K..32K, in GB/s of K
 //    and V read;
 //  * sparse decode, the same layer with Quest top-k (64 blocks of 16
@@ -84,7 +84,7 @@ struct Options {
 /// there is no toolkit, driver or GPU.
 std::unique_ptr<attn::Model> load(const Options &options,
                                   const std::string &json,
-                                  int64_t flashRowTiles = 2) {
+                                  int64_t flashRowTiles = 1) {
   mlir::attn::CompileOptions compile;
   compile.cudaFlashRowTiles = flashRowTiles;
   if (options.checkOnCpu) {

@@ -48,8 +48,8 @@ struct CompileOptions {
   /// arithmetic is checked on machines without a GPU.
   bool cpuRunsCudaKernels = false;
   /// Row tiles of 16 per warp in the CUDA prefill flash kernels (1 or 2;
-  /// the benchmark compares them).
-  int64_t cudaFlashRowTiles = 2;
+  /// the benchmark compares them; 1 was faster on an H100).
+  int64_t cudaFlashRowTiles = 1;
 };
 
 /// Lowers `module` (attn IR, verified) in place up to `stage`. For

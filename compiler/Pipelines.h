@@ -91,7 +91,7 @@ struct GpuDispatchOptions : public PassPipelineOptions<GpuDispatchOptions> {
   Option<int64_t> flashRowTiles{
       *this, "flash-row-tiles",
       llvm::cl::desc("row tiles of 16 per warp in prefill flash kernels"),
-      llvm::cl::init(2)};
+      llvm::cl::init(1)};
 };
 
 /// attn IR (after attn-optimize) -> host dispatch programs and one-thread

@@ -167,7 +167,7 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
            "calls with at most this many query rows take the split-KV path">,
     Option<"maxSharedBytes", "max-shared-bytes", "int64_t", "232448",
            "shared memory a block may use (the chip's limit)">,
-    Option<"flashRowTiles", "flash-row-tiles", "int64_t", "2",
+    Option<"flashRowTiles", "flash-row-tiles", "int64_t", "1",
            "row tiles of 16 per warp in prefill flash kernels (f16/bf16, "
            "value dims up to 128)">,
   ];
