@@ -2,7 +2,8 @@
 //
 // The chunked linear recurrence as a CUDA block kernel (see SimtKernels.h
 // for block kernels). One block owns `blockThreads` columns of one state
-// S [Dk, Dv]; thread j carries column c = tile * blockThreads + j. Per
+// S [Dk, Dv]; thread j carries column c = tile * blockThreads + j, in its
+// registers from S_init to the final state. Per
 // chunk of C steps, with G the cumulative log-decay inside the chunk (the
 // algebra of LinearRecurrenceKernels.cpp and fla's chunk_gated_delta):
 //
@@ -97,6 +98,12 @@ func::FuncOp mlir::attn::buildSimtChunkedRecurrenceKernel(
   Value scores = e.shared({C, C});
   Value transform = delta ? e.shared({C, C}) : Value();
   Value values = e.shared({C, blockThreads});
+  // Each thread's state column, in registers from S_init to the final
+  // state: indexed by constants only (the loops over Dk are unrolled), as
+  // registers must be. (In global memory, its 16 K accesses per chunk
+  // each fed a chain of dependent multiply-adds: the kernel waited on
+  // memory.)
+  Value stateRegs = e.registers({Dk});
 
   // Runs `body(column)` on the threads that own a state column.
   auto onColumn = [&](Value thread, function_ref<void(Value)> body) {
@@ -108,13 +115,13 @@ func::FuncOp mlir::attn::buildSimtChunkedRecurrenceKernel(
     return SmallVector<Value>{batch, hv, i, column};
   };
 
-  // The state starts as S_init (S is then updated in place).
+  // The state starts as S_init.
   e.eachThread([&](Value thread) {
+    Value column0 = e.registersOf(stateRegs, thread);
     onColumn(thread, [&](Value column) {
-      e.loop(c0, dk, c1, [&](Value i) {
-        e.store(e.load(args.initialState, state(i, column)), args.finalState,
-                state(i, column));
-      });
+      for (int64_t i = 0; i < Dk; ++i)
+        e.store(e.load(args.initialState, state(e.index(i), column)), column0,
+                e.index(i));
     });
   });
 
@@ -197,18 +204,17 @@ func::FuncOp mlir::attn::buildSimtChunkedRecurrenceKernel(
 
     // 3. Each thread's column through the chunk; v' in values[:, thread].
     e.eachThread([&](Value thread) {
+      Value stateColumn = e.registersOf(stateRegs, thread);
       onColumn(thread, [&](Value column) {
         e.loop(c0, n, c1, [&](Value t) {
-          SmallVector<Value> sums = e.loop(
-              c0, dk, c1, SmallVector<Value>(delta ? 2 : 1, e.scalar(0.0)),
-              [&](Value i, ValueRange acc) {
-                Value s = e.load(args.finalState, state(i, column));
-                SmallVector<Value> next{
-                    e.fma(e.load(queries, {t, i}), s, acc[0])};
-                if (delta)
-                  next.push_back(e.fma(e.load(keys, {t, i}), s, acc[1]));
-                return next;
-              });
+          SmallVector<Value> sums(delta ? 2 : 1, e.scalar(0.0));
+          for (int64_t d = 0; d < Dk; ++d) {
+            Value i = e.index(d);
+            Value s = e.load(stateColumn, i);
+            sums[0] = e.fma(e.load(queries, {t, i}), s, sums[0]);
+            if (delta)
+              sums[1] = e.fma(e.load(keys, {t, i}), s, sums[1]);
+          }
           Value decay = scalarDecay ? e.exp(e.load(logDecay, {t})) : Value();
           Value out = decay ? e.fmul(sums[0], decay) : sums[0];
           e.store(out, args.out, {batch, hv, e.add(first, t), column});
@@ -247,8 +253,9 @@ func::FuncOp mlir::attn::buildSimtChunkedRecurrenceKernel(
                     {s, thread});
           });
         }
-        e.loop(c0, dk, c1, [&](Value i) {
-          Value s = e.load(args.finalState, state(i, column));
+        for (int64_t d = 0; d < Dk; ++d) {
+          Value i = e.index(d);
+          Value s = e.load(stateColumn, i);
           if (lastDecay)
             s = e.fmul(s, lastDecay);
           if (featureDecay)
@@ -256,9 +263,19 @@ func::FuncOp mlir::attn::buildSimtChunkedRecurrenceKernel(
           Value update = e.sumOver(c0, n, [&](Value t) {
             return e.fmul(e.load(keys, {t, i}), e.load(values, {t, thread}));
           });
-          e.store(e.fadd(s, update), args.finalState, state(i, column));
-        });
+          e.store(e.fadd(s, update), stateColumn, i);
+        }
       });
+    });
+  });
+
+  // The final state.
+  e.eachThread([&](Value thread) {
+    Value stateColumn = e.registersOf(stateRegs, thread);
+    onColumn(thread, [&](Value column) {
+      for (int64_t i = 0; i < Dk; ++i)
+        e.store(e.load(stateColumn, e.index(i)), args.finalState,
+                state(e.index(i), column));
     });
   });
   func::ReturnOp::create(b);

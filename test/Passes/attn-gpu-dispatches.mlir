@@ -218,13 +218,22 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x16xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x16xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x32xf32>
-// The state is copied in, then per chunk: stage rows, normalize, P and A,
-// then each thread's column: five thread loops per chunk.
+// Each thread's state column (Dk = 32) stays in registers for the whole
+// call: read from S_init first, then per chunk: stage rows, normalize, P
+// and A, then each thread's column (four thread loops per chunk), and the
+// final state written last, at constant places of the registers.
+// CHECK:         %[[S:.+]] = memref.alloca() {alignment = 16 : i64, attn.registers} : memref<32x32xf32>
 // CHECK:         scf.parallel (%{{.+}}) = (%c0) to (%c32) step (%c1) {
+// CHECK:           %[[S0:.+]] = memref.subview %[[S]]
+// CHECK-COUNT-32:    memref.store %{{.+}}, %[[S0]][%c{{[0-9]+}}] : memref<32xf32, strided<[1], offset: ?>>
 // CHECK:         } {attn.threads}
 // CHECK:         scf.for %{{.+}} = %c0 to %{{.+}} step %c1 {
 // CHECK-COUNT-4:   } {attn.threads}
-// CHECK-NOT:       attn.threads
+// CHECK:         }
+// CHECK:         scf.parallel (%{{.+}}) = (%c0) to (%c32) step (%c1) {
+// CHECK-COUNT-32:  memref.store %{{.+}}, %arg9
+// CHECK:         } {attn.threads}
+// CHECK-NOT:     attn.threads
 // CHECK:         return
 // CHECK-LABEL: func.func private @gdn__gate1
 // CHECK-SAME:    attn.kernel = "gate"
