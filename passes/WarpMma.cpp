@@ -215,7 +215,7 @@ void lowerFragmentAccTile(SimtEmitter &e, WarpMmaOp op, int64_t tile,
     return after;
   };
   if (op.getLhsFragment() && op.getLhs().getType().getRank() == 2) {
-    for (int64_t k = 0; k < op.getK(); ++k)
+    for (int64_t k = 0, steps = op.getK(); k < steps; ++k)
       sums = step(e.index(k), sums);
   } else {
     sums = e.loop(e.index(0), e.index(op.getK()), e.index(1), sums,
