@@ -450,40 +450,40 @@ TEST_P(Selections, TopKTiesAndBudgetsInDecode) {
   // index first; a budget of sinks and locals alone (no block competes);
   // a budget above the candidates (all kept, -1 after them). 95 keys in
   // blocks of 4: the last block holds 3.
-  const char *source = R"mlir(
-    func.func @ties(%q: tensor<?x4x?x6xf32>, %meta: tensor<?x2x?x2x6xf32>,
-                    %k: tensor<?x2x?x6xf32>) -> tensor<?x4x?x7xi32> {
-      %c2 = arith.constant 2 : index
-      %lk = tensor.dim %k, %c2 : tensor<?x2x?x6xf32>
-      %b = attn.select_topk %q, %meta, %lk {block_size = 4, top_k = 7,
-          sink_blocks = 2, local_blocks = 1, mask = #attn.mask<causal>}
-          : tensor<?x4x?x6xf32>, tensor<?x2x?x2x6xf32>
-      return %b : tensor<?x4x?x7xi32>
-    }
-    func.func @no_fill(%q: tensor<?x4x?x6xf32>, %meta: tensor<?x2x?x2x6xf32>,
-                       %k: tensor<?x2x?x6xf32>) -> tensor<?x4x?x3xi32> {
-      %c2 = arith.constant 2 : index
-      %lk = tensor.dim %k, %c2 : tensor<?x2x?x6xf32>
-      %b = attn.select_topk %q, %meta, %lk {block_size = 4, top_k = 3,
-          sink_blocks = 1, local_blocks = 2, mask = #attn.mask<causal>}
-          : tensor<?x4x?x6xf32>, tensor<?x2x?x2x6xf32>
-      return %b : tensor<?x4x?x3xi32>
-    }
-    func.func @fits(%q: tensor<?x4x?x6xf32>, %meta: tensor<?x2x?x2x6xf32>,
-                    %k: tensor<?x2x?x6xf32>) -> tensor<?x4x?x30xi32> {
-      %c2 = arith.constant 2 : index
-      %lk = tensor.dim %k, %c2 : tensor<?x2x?x6xf32>
-      %b = attn.select_topk %q, %meta, %lk {block_size = 4, top_k = 30,
-          sink_blocks = 1, local_blocks = 1, mask = #attn.mask<causal>}
-          : tensor<?x4x?x6xf32>, tensor<?x2x?x2x6xf32>
-      return %b : tensor<?x4x?x30xi32>
-    }
-  )mlir";
+  const int64_t B = 2, H = 4, Hkv = 2, D = 6, Lk = 95, bs = 4;
+  struct Case {
+    const char *entry;
+    ref::TopK budget;
+  };
+  const Case cases[] = {{"ties", {bs, 7, 2, 1}},
+                        {"no_fill", {bs, 3, 1, 2}},
+                        {"fits", {bs, 30, 1, 1}}};
+  // One entry per case, its budget taken from the case.
+  std::string source;
+  for (const Case &c : cases) {
+    const ref::TopK &t = c.budget;
+    std::string out = "tensor<?x4x?x" + std::to_string(t.topK) + "xi32>";
+    source += std::string("func.func @") + c.entry +
+              "(%q: tensor<?x4x?x6xf32>, %meta: tensor<?x2x?x2x6xf32>, "
+              "%k: tensor<?x2x?x6xf32>) -> " +
+              out +
+              " {\n"
+              "  %c2 = arith.constant 2 : index\n"
+              "  %lk = tensor.dim %k, %c2 : tensor<?x2x?x6xf32>\n"
+              "  %b = attn.select_topk %q, %meta, %lk {block_size = " +
+              std::to_string(t.blockSize) +
+              ", top_k = " + std::to_string(t.topK) +
+              ", sink_blocks = " + std::to_string(t.sinkBlocks) +
+              ", local_blocks = " + std::to_string(t.localBlocks) +
+              ", mask = #attn.mask<causal>} : tensor<?x4x?x6xf32>, "
+              "tensor<?x2x?x2x6xf32>\n"
+              "  return %b : " +
+              out + "\n}\n";
+  }
   std::unique_ptr<Model> model;
-  compile(source, model);
+  compile(source.c_str(), model);
   if (!model)
     return;
-  const int64_t B = 2, H = 4, Hkv = 2, D = 6, Lk = 95, bs = 4;
   std::mt19937_64 rng(29);
   ref::Tensor k = randomF32({B, Hkv, Lk, D}, rng, -1.0, 1.0);
   // Blocks 3, 7, 11, ... are copies of block 3, scaled up so that they
@@ -499,13 +499,7 @@ TEST_P(Selections, TopKTiesAndBudgetsInDecode) {
   ref::Tensor meta = ref::blockMeta(k, bs);
   for (int64_t lq : {1, 2}) {
     ref::Tensor q = randomF32({B, H, lq, D}, rng, -1.0, 1.0);
-    struct Case {
-      const char *entry;
-      ref::TopK budget;
-    };
-    for (const Case &c :
-         {Case{"ties", {bs, 7, 2, 1}}, Case{"no_fill", {bs, 3, 1, 2}},
-          Case{"fits", {bs, 30, 1, 1}}}) {
+    for (const Case &c : cases) {
       std::vector<Tensor> blocks = runEntry(
           *model, c.entry, {toRuntime(q), toRuntime(meta), toRuntime(k)});
       ASSERT_EQ(blocks.size(), 1u);
