@@ -34,7 +34,10 @@ struct BinaryWriter::Impl {
     Program cpu, cuda;
   };
   std::vector<PendingEntry> entries;
+  /// The binding types of every kernel of each target, by exported name.
+  std::vector<flatbuffers::Offset<fb::KernelAbi>> cpuAbis, cudaAbis;
 
+  LogicalResult addKernelAbis(ModuleOp module, CodeTarget target);
   LogicalResult addEntry(func::FuncOp host, CodeTarget target, size_t position);
 };
 
@@ -64,13 +67,18 @@ FailureOr<fb::DType> temporaryDtypeOf(Type elementType) {
   return dtypeOf(elementType);
 }
 
+/// The exported name of kernel `symbol` in `target`'s code.
+std::string exportedKernelName(StringRef symbol, CodeTarget target) {
+  return ((target == CodeTarget::Cpu ? "attn_kernel_" : "") + symbol).str();
+}
+
 /// Builds one entry's program: registers are step indices.
 class HostProgramBuilder {
 public:
-  /// `kernelPrefix` turns a kernel symbol into the name the code exports.
+  /// `target`'s code exports the kernels the program dispatches.
   HostProgramBuilder(flatbuffers::FlatBufferBuilder &builder, func::FuncOp host,
-                     StringRef kernelPrefix)
-      : builder(builder), host(host), kernelPrefix(kernelPrefix) {}
+                     CodeTarget target)
+      : builder(builder), host(host), target(target) {}
 
   LogicalResult build() {
     for (BlockArgument arg : host.getArguments())
@@ -213,7 +221,7 @@ private:
                   "a dispatch binds arguments or temporaries only");
             bindings.push_back(bufferIds[binding]);
           }
-          std::string kernel = (kernelPrefix + dispatch.getKernel()).str();
+          std::string kernel = exportedKernelName(dispatch.getKernel(), target);
           addStep(fb::Step::Dispatch,
                   fb::CreateDispatchDirect(builder, kernel.c_str(),
                                            reg(dispatch.getWorkgroups()),
@@ -249,7 +257,7 @@ private:
 
   flatbuffers::FlatBufferBuilder &builder;
   func::FuncOp host;
-  StringRef kernelPrefix;
+  CodeTarget target;
   llvm::DenseMap<Value, int32_t> registers;
   llvm::DenseMap<Value, int32_t> bufferIds;
   unsigned numTemps = 0;
@@ -326,8 +334,7 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
         builder, name.c_str(), *dtype, &dims, contract, contractInput);
     (isInput ? inputs : outputs).push_back(signature);
   }
-  HostProgramBuilder program(builder, host,
-                             target == CodeTarget::Cpu ? "attn_kernel_" : "");
+  HostProgramBuilder program(builder, host, target);
   if (failed(program.build()))
     return failure();
   if (!known)
@@ -338,7 +345,40 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
   return success();
 }
 
+LogicalResult BinaryWriter::Impl::addKernelAbis(ModuleOp module,
+                                                CodeTarget target) {
+  auto &abis = target == CodeTarget::Cpu ? cpuAbis : cudaAbis;
+  for (auto kernel : module.getOps<func::FuncOp>()) {
+    if (!kernel->hasAttr("attn.kernel"))
+      continue;
+    // The bindings, then the workgroup id and count (indices).
+    std::vector<flatbuffers::Offset<fb::BindingAbi>> bindings;
+    for (auto [index, type] : llvm::enumerate(kernel.getArgumentTypes())) {
+      if (type.isIndex())
+        break;
+      auto memref = dyn_cast<MemRefType>(type);
+      FailureOr<fb::DType> dtype = failure();
+      if (memref)
+        dtype = temporaryDtypeOf(memref.getElementType());
+      if (failed(dtype))
+        return kernel.emitError()
+               << "kernel binding #" << index
+               << " must be a memref of f32, f16, bf16, f64, i32 or i8, got "
+               << type;
+      std::vector<int64_t> dims;
+      for (int64_t size : memref.getShape())
+        dims.push_back(ShapedType::isDynamic(size) ? -1 : size);
+      bindings.push_back(fb::CreateBindingAbiDirect(builder, *dtype, &dims));
+    }
+    std::string name = exportedKernelName(kernel.getSymName(), target);
+    abis.push_back(fb::CreateKernelAbiDirect(builder, name.c_str(), &bindings));
+  }
+  return success();
+}
+
 LogicalResult BinaryWriter::addEntries(ModuleOp module, CodeTarget target) {
+  if (failed(impl->addKernelAbis(module, target)))
+    return failure();
   size_t position = 0;
   for (auto host : module.getOps<func::FuncOp>())
     if (host->hasAttr("attn.entry") &&
@@ -377,11 +417,11 @@ std::string BinaryWriter::finish(llvm::StringRef modelName,
     auto so = builder.CreateVector(
         reinterpret_cast<const uint8_t *>(cpuCode->sharedObject.data()),
         cpuCode->sharedObject.size());
-    cpu =
-        fb::CreateCpuCode(builder, builder.CreateString(cpuCode->target.triple),
-                          builder.CreateString(cpuCode->target.isaLevel),
-                          builder.CreateVector(features),
-                          builder.CreateString(cpuCode->tiling), so);
+    cpu = fb::CreateCpuCode(
+        builder, builder.CreateString(cpuCode->target.triple),
+        builder.CreateString(cpuCode->target.isaLevel),
+        builder.CreateVector(features), builder.CreateString(cpuCode->tiling),
+        so, builder.CreateVector(impl->cpuAbis));
   }
   flatbuffers::Offset<fb::CudaCode> cuda;
   if (cudaCode) {
@@ -399,7 +439,8 @@ std::string BinaryWriter::finish(llvm::StringRef modelName,
     cuda = fb::CreateCudaCode(builder, builder.CreateString(cudaCode->chip),
                               builder.CreateString(cudaCode->tiling),
                               builder.CreateString(cudaCode->ptx), cubin,
-                              builder.CreateVector(kernels));
+                              builder.CreateVector(kernels),
+                              builder.CreateVector(impl->cudaAbis));
   }
   auto model = fb::CreateModel(builder, builder.CreateString("attnc"),
                                builder.CreateString(modelName.str()),

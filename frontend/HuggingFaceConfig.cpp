@@ -23,6 +23,8 @@
 
 #include "llvm/Support/FormatVariadic.h"
 
+#include <algorithm>
+
 using namespace mlir::attn::frontend;
 
 namespace {
@@ -51,6 +53,13 @@ std::vector<std::string> readLayerKinds(Reader &reader,
   };
   if (const json::Value *types = config.get("layer_types")) {
     const json::Array *array = types->getAsArray();
+    if (array && static_cast<int64_t>(array->size()) > limits::kMaxLayers) {
+      reader.fail("$.layer_types",
+                  llvm::formatv("{0} layers; attn compiles at most {1}",
+                                array->size(), limits::kMaxLayers)
+                      .str());
+      return kinds;
+    }
     if (!array || array->empty()) {
       reader.fail("$.layer_types",
                   "expected a non-empty array of \"full_attention\" or "
@@ -71,12 +80,15 @@ std::vector<std::string> readLayerKinds(Reader &reader,
     }
     return kinds;
   }
-  int64_t layers = reader.integer(config, "$", "num_hidden_layers", {});
-  int64_t interval = reader.integer(config, "$", "full_attention_interval", {});
+  int64_t layers = reader.integer(config, "$", "num_hidden_layers", {}, 1,
+                                  limits::kMaxLayers);
+  int64_t interval = reader.integer(config, "$", "full_attention_interval", {},
+                                    1, limits::kMaxLayers);
   if (reader.failed())
     return kinds;
   // transformers: layer i is full attention when (i + 1) % interval == 0.
-  for (int64_t i = 0; i < layers; ++i)
+  // The kinds repeat with the interval, so one period names them all.
+  for (int64_t i = 0; i < std::min(layers, interval); ++i)
     addKind((i + 1) % interval == 0 ? kFullAttention : kLinearAttention);
   return kinds;
 }
@@ -84,14 +96,27 @@ std::vector<std::string> readLayerKinds(Reader &reader,
 AttentionLayer readFullAttention(Reader &reader, const json::Object &config) {
   AttentionLayer layer;
   layer.name = kFullAttention.str();
-  layer.numHeads = reader.integer(config, "$", "num_attention_heads", {});
-  layer.numKvHeads =
-      reader.integer(config, "$", "num_key_value_heads", layer.numHeads);
+  layer.numHeads = reader.integer(config, "$", "num_attention_heads", {}, 1,
+                                  limits::kMaxHeads);
+  layer.numKvHeads = reader.integer(config, "$", "num_key_value_heads",
+                                    layer.numHeads, 1, limits::kMaxHeads);
   // transformers' default head_dim is hidden_size / num_attention_heads.
   std::optional<int64_t> headDim;
-  if (!config.get("head_dim") && !reader.failed())
-    headDim = reader.integer(config, "$", "hidden_size", {}) / layer.numHeads;
-  layer.headDim = reader.integer(config, "$", "head_dim", headDim);
+  if (!config.get("head_dim") && !reader.failed()) {
+    int64_t hidden = reader.integer(config, "$", "hidden_size", {}, 1,
+                                    limits::kMaxHeads * limits::kMaxFeatureDim);
+    headDim = hidden / layer.numHeads;
+    if (!reader.failed() && (*headDim < 1 || *headDim > limits::kMaxFeatureDim))
+      reader.fail("$.hidden_size",
+                  llvm::formatv("without head_dim, the head dim is "
+                                "hidden_size / num_attention_heads = {0} / {1} "
+                                "= {2}; expected 1 to {3} (give head_dim)",
+                                hidden, layer.numHeads, *headDim,
+                                limits::kMaxFeatureDim)
+                      .str());
+  }
+  layer.headDim = reader.integer(config, "$", "head_dim", headDim, 1,
+                                 limits::kMaxFeatureDim);
   layer.valueDim = layer.headDim;
   layer.mask = MaskKind::Causal;
   layer.gate = GateKind::Elementwise;
@@ -105,10 +130,14 @@ LinearAttentionLayer readLinearAttention(Reader &reader,
   LinearAttentionLayer layer;
   layer.name = kLinearAttention.str();
   layer.rule = Rule::GatedDelta;
-  layer.numKHeads = reader.integer(config, "$", "linear_num_key_heads", {});
-  layer.numVHeads = reader.integer(config, "$", "linear_num_value_heads", {});
-  layer.kDim = reader.integer(config, "$", "linear_key_head_dim", {});
-  layer.vDim = reader.integer(config, "$", "linear_value_head_dim", {});
+  layer.numKHeads = reader.integer(config, "$", "linear_num_key_heads", {}, 1,
+                                   limits::kMaxHeads);
+  layer.numVHeads = reader.integer(config, "$", "linear_num_value_heads", {}, 1,
+                                   limits::kMaxHeads);
+  layer.kDim = reader.integer(config, "$", "linear_key_head_dim", {}, 1,
+                              limits::kMaxFeatureDim);
+  layer.vDim = reader.integer(config, "$", "linear_value_head_dim", {}, 1,
+                              limits::kMaxFeatureDim);
   layer.chunkSize = 64;
   layer.qkL2Norm = true;
   layer.outputGate = OutputGate::RmsNormSilu;

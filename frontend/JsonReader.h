@@ -9,6 +9,8 @@
 #ifndef ATTN_FRONTEND_JSONREADER_H
 #define ATTN_FRONTEND_JSONREADER_H
 
+#include "frontend/Limits.h"
+
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/JSON.h"
@@ -71,10 +73,10 @@ public:
     return "";
   }
 
-  /// An integer >= `minimum`.
+  /// An integer in [`minimum`, `maximum`] (the bounds of Limits.h).
   int64_t integer(const json::Object &object, const std::string &path,
                   llvm::StringRef key, std::optional<int64_t> fallback,
-                  int64_t minimum = 1) {
+                  int64_t minimum, int64_t maximum) {
     const json::Value *value = object.get(key);
     if (!value) {
       if (!fallback)
@@ -82,10 +84,12 @@ public:
       return fallback.value_or(0);
     }
     std::optional<int64_t> n = value->getAsInteger();
-    if (!n || *n < minimum) {
-      std::string expected = minimum == 1
-                                 ? "a positive integer"
-                                 : "an integer >= " + std::to_string(minimum);
+    if (!n || *n < minimum || *n > maximum) {
+      std::string expected =
+          n && *n > maximum
+              ? "an integer <= " + std::to_string(maximum) + " (attn's limit)"
+          : minimum == 1 ? "a positive integer"
+                         : "an integer >= " + std::to_string(minimum);
       fail(join(path, key),
            "expected " + expected + ", got " + describe(value));
       return fallback.value_or(minimum);
@@ -170,9 +174,47 @@ private:
   std::optional<std::string> error;
 };
 
+/// Where `text` nests arrays and objects deeper than `maxDepth`: the byte
+/// offset of the first bracket too deep, if any. llvm::json parses (and
+/// destroys values) recursively, so this runs first.
+inline std::optional<size_t> tooDeep(llvm::StringRef text, int64_t maxDepth) {
+  int64_t depth = 0;
+  bool inString = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char c = text[i];
+    if (inString) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    if (c == '"')
+      inString = true;
+    else if ((c == '[' || c == '{') && ++depth > maxDepth)
+      return i;
+    else if (c == ']' || c == '}')
+      --depth;
+  }
+  return std::nullopt;
+}
+
 /// Parses `text`; the error says "$: not valid JSON: ..." like every other
 /// frontend error names its path.
 inline llvm::Expected<json::Value> parseJson(llvm::StringRef text) {
+  auto refuse = [](const llvm::Twine &why) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "$: " + why);
+  };
+  if (static_cast<int64_t>(text.size()) > limits::kMaxJsonBytes)
+    return refuse("the input has " + llvm::Twine(text.size()) +
+                  " bytes; attn reads at most " +
+                  llvm::Twine(limits::kMaxJsonBytes));
+  if (std::optional<size_t> at = tooDeep(text, limits::kMaxJsonDepth))
+    return refuse("arrays and objects nest deeper than " +
+                  llvm::Twine(limits::kMaxJsonDepth) + " (at byte " +
+                  llvm::Twine(*at) + ")");
   llvm::Expected<json::Value> parsed = json::parse(text);
   if (!parsed)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),

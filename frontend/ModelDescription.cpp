@@ -96,7 +96,8 @@ void readMask(Reader &reader, const json::Object &layer,
   }
   reader.onlyKeys(*window, maskPath, {"sliding_window"});
   out.mask = MaskKind::SlidingWindow;
-  out.window = reader.integer(*window, maskPath, "sliding_window", {});
+  out.window = reader.integer(*window, maskPath, "sliding_window", {}, 1,
+                              limits::kMaxTokens);
 }
 
 std::optional<Sparsity> readSparsity(Reader &reader, const json::Object &layer,
@@ -114,11 +115,15 @@ std::optional<Sparsity> readSparsity(Reader &reader, const json::Object &layer,
   Sparsity s;
   s.method =
       reader.choice<SparsityMethod>(*o, sparsityPath, "method", kMethods, {});
-  s.blockSize = reader.integer(*o, sparsityPath, "block_size", {});
-  s.sinkBlocks = reader.integer(*o, sparsityPath, "sink_blocks", 0, 0);
-  s.localBlocks = reader.integer(*o, sparsityPath, "local_blocks", 0, 0);
+  s.blockSize = reader.integer(*o, sparsityPath, "block_size", {}, 1,
+                               limits::kMaxBlockSize);
+  s.sinkBlocks = reader.integer(*o, sparsityPath, "sink_blocks", 0, 0,
+                                limits::kMaxBudgetBlocks);
+  s.localBlocks = reader.integer(*o, sparsityPath, "local_blocks", 0, 0,
+                                 limits::kMaxBudgetBlocks);
   if (o->get("top_k") || s.method == SparsityMethod::TopK)
-    s.topK = reader.integer(*o, sparsityPath, "top_k", {});
+    s.topK = reader.integer(*o, sparsityPath, "top_k", {}, 1,
+                            limits::kMaxBudgetBlocks);
   if (s.method == SparsityMethod::TopK) {
     for (llvm::StringRef key :
          {"top_p", "min_tokens", "max_tokens", "estimator"})
@@ -133,9 +138,11 @@ std::optional<Sparsity> readSparsity(Reader &reader, const json::Object &layer,
       reader.fail(Reader::join(sparsityPath, "top_p"),
                   "expected a number in (0, 1], got " + formatNumber(*topP));
     s.topP = topP.value_or(1.0);
-    s.minTokens = reader.integer(*o, sparsityPath, "min_tokens", 0, 0);
+    s.minTokens = reader.integer(*o, sparsityPath, "min_tokens", 0, 0,
+                                 limits::kMaxTokens);
     if (o->get("max_tokens"))
-      s.maxTokens = reader.integer(*o, sparsityPath, "max_tokens", {});
+      s.maxTokens = reader.integer(*o, sparsityPath, "max_tokens", {}, 1,
+                                   limits::kMaxTokens);
     if (s.maxTokens && s.minTokens > *s.maxTokens)
       reader.fail(sparsityPath,
                   llvm::formatv("min_tokens ({0}) must not exceed max_tokens "
@@ -161,10 +168,14 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
                    "value_dim", "mask", "gate", "softcap", "scale", "sparsity",
                    "tree"});
   AttentionLayer out;
-  out.numHeads = reader.integer(layer, path, "num_heads", {});
-  out.numKvHeads = reader.integer(layer, path, "num_kv_heads", out.numHeads);
-  out.headDim = reader.integer(layer, path, "head_dim", {});
-  out.valueDim = reader.integer(layer, path, "value_dim", out.headDim);
+  out.numHeads =
+      reader.integer(layer, path, "num_heads", {}, 1, limits::kMaxHeads);
+  out.numKvHeads = reader.integer(layer, path, "num_kv_heads", out.numHeads, 1,
+                                  limits::kMaxHeads);
+  out.headDim =
+      reader.integer(layer, path, "head_dim", {}, 1, limits::kMaxFeatureDim);
+  out.valueDim = reader.integer(layer, path, "value_dim", out.headDim, 1,
+                                limits::kMaxFeatureDim);
   checkHeadGroups(reader, path, "num_heads", out.numHeads, "num_kv_heads",
                   out.numKvHeads);
   readMask(reader, layer, path, out);
@@ -191,13 +202,17 @@ LinearAttentionLayer readLinearAttention(Reader &reader,
                    "scale", "gate_eps"});
   LinearAttentionLayer out;
   out.rule = reader.choice<Rule>(layer, path, "rule", kRules, {});
-  out.numKHeads = reader.integer(layer, path, "num_k_heads", {});
-  out.numVHeads = reader.integer(layer, path, "num_v_heads", out.numKHeads);
-  out.kDim = reader.integer(layer, path, "k_dim", {});
-  out.vDim = reader.integer(layer, path, "v_dim", out.kDim);
+  out.numKHeads =
+      reader.integer(layer, path, "num_k_heads", {}, 1, limits::kMaxHeads);
+  out.numVHeads = reader.integer(layer, path, "num_v_heads", out.numKHeads, 1,
+                                 limits::kMaxHeads);
+  out.kDim =
+      reader.integer(layer, path, "k_dim", {}, 1, limits::kMaxFeatureDim);
+  out.vDim =
+      reader.integer(layer, path, "v_dim", out.kDim, 1, limits::kMaxFeatureDim);
   checkHeadGroups(reader, path, "num_v_heads", out.numVHeads, "num_k_heads",
                   out.numKHeads);
-  out.chunkSize = reader.integer(layer, path, "chunk_size", 64);
+  out.chunkSize = reader.integer(layer, path, "chunk_size", 64, 1, 128);
   if (!llvm::is_contained(std::initializer_list<int64_t>{16, 32, 64, 128},
                           out.chunkSize))
     reader.fail(
@@ -251,6 +266,11 @@ mlir::attn::frontend::parseModelDescription(llvm::StringRef text) {
   else if (!layerArray || layerArray->empty())
     reader.fail("$.layers", "expected a non-empty array of layers, got " +
                                 Reader::describe(layers));
+  else if (static_cast<int64_t>(layerArray->size()) > limits::kMaxLayers)
+    reader.fail("$.layers",
+                llvm::formatv("{0} layers; attn compiles at most {1}",
+                              layerArray->size(), limits::kMaxLayers)
+                    .str());
   llvm::StringMap<std::string> namePaths;
   for (size_t i = 0; layerArray && i < layerArray->size() && !reader.failed();
        ++i) {
@@ -289,8 +309,8 @@ mlir::attn::frontend::parseModelDescription(llvm::StringRef text) {
   if (const json::Value *speculative = root->get("speculative")) {
     if (const json::Object *o = reader.object(speculative, "$.speculative")) {
       reader.onlyKeys(*o, "$.speculative", {"max_tree_nodes"});
-      model.maxTreeNodes =
-          reader.integer(*o, "$.speculative", "max_tree_nodes", {});
+      model.maxTreeNodes = reader.integer(*o, "$.speculative", "max_tree_nodes",
+                                          {}, 1, limits::kMaxTreeNodes);
     }
   }
   if (reader.failed())

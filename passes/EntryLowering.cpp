@@ -452,6 +452,11 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
     s.lse = bufferFor(b, lseResult, {s.batch, s.lq});
     buffers.map(lseResult, s.lse);
   }
+  // A tree places its rows by depth; every other op bottom-right aligns
+  // them, which a causal mask allows only for Lq <= Lk (SPEC §1.1).
+  if (op.getKeySelectionKind() != KeySelectionKind::Tree)
+    assertCausalRowsFit(b, op.getPositionMask(), s.lq, s.lk,
+                        op->getName().getStringRef());
   if (Value selection = op.getKeySelection()) {
     s.selection = buffers.lookup(selection);
     if (op.getKeySelectionKind() == KeySelectionKind::Tree)
@@ -497,6 +502,8 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     bindOperands({select.getQuery(), select.getMeta()});
     Value q = bindings[0], meta = bindings[1];
     Value keyLength = buffers.lookupOrDefault(select.getKeyLength());
+    assertCausalRowsFit(b, select.getMask(), m.dim(q, 2), keyLength,
+                        "attn.select_topk");
     check(arith::CmpIPredicate::eq, m.dim(meta, 2),
           m.ceilDiv(keyLength, m.index(select.getBlockSize())),
           "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / " +
@@ -511,6 +518,8 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     if (Value blocks = select.getBlocks())
       bindOperands(blocks);
     Value q = bindings[0], k = bindings[1];
+    assertCausalRowsFit(b, select.getMask(), m.dim(q, 2), m.dim(k, 2),
+                        "attn.select_topp");
     SmallVector<Value> sizes{m.dim(q, 0), m.dim(q, 2)};
     if (!select.getMaxTokens())
       sizes.push_back(m.dim(k, 2));
@@ -581,6 +590,16 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
 void EntryLowering::assertAtRunTime(ImplicitLocOpBuilder &b, Value condition,
                                     const Twine &message) {
   cf::AssertOp::create(b, condition, b.getStringAttr(message));
+}
+
+void EntryLowering::assertCausalRowsFit(ImplicitLocOpBuilder &b, MaskAttr mask,
+                                        Value lq, Value lk, StringRef opName) {
+  if (!mask || !mask.isCausal())
+    return;
+  assertAtRunTime(
+      b, arith::CmpIOp::create(b, arith::CmpIPredicate::ule, lq, lk),
+      opName + ": a causal mask needs at most as many query rows as keys "
+               "(Lq <= Lk: query i sits at position Lk - Lq + i)");
 }
 
 EntryLowering::RecurrenceBuffers

@@ -85,6 +85,9 @@ protected:
   /// (a cf.assert in the host program).
   void assertAtRunTime(ImplicitLocOpBuilder &b, Value condition,
                        const Twine &message);
+  /// Under a causal `mask`, stops the call unless `lq` <= `lk` (SPEC §1.1).
+  void assertCausalRowsFit(ImplicitLocOpBuilder &b, MaskAttr mask, Value lq,
+                           Value lk, StringRef opName);
 
   /// The buffer of `result`: the output argument it is returned through, or
   /// a new allocation with `dynamicSizes` (host index values, one per

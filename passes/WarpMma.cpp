@@ -84,7 +84,10 @@ LogicalResult mlir::attn::verifyWarpFragmentRead(WarpMmaOp op) {
   // The view starts at the warp's first thread, (thread / 32) 32, and takes
   // all of the next 32 threads' registers.
   Value thread = loop.getInductionVars().front();
-  auto first = dyn_cast_if_present<Value>(view.getMixedOffsets().front());
+  // getMixedOffsets() returns a new vector: keep it alive for the loops
+  // below.
+  SmallVector<OpFoldResult> offsets = view.getMixedOffsets();
+  auto first = dyn_cast_if_present<Value>(offsets.front());
   auto times = first ? first.getDefiningOp<arith::MulIOp>() : nullptr;
   auto quotient =
       times ? times.getLhs().getDefiningOp<arith::DivUIOp>() : arith::DivUIOp();
@@ -92,7 +95,7 @@ LogicalResult mlir::attn::verifyWarpFragmentRead(WarpMmaOp op) {
   bool warpStart = quotient && quotient.getLhs() == thread &&
                    isConstantIntValue(quotient.getRhs(), lanes) &&
                    isConstantIntValue(times.getRhs(), lanes);
-  for (OpFoldResult offset : ArrayRef(view.getMixedOffsets()).drop_front())
+  for (OpFoldResult offset : ArrayRef(offsets).drop_front())
     warpStart &= isConstantIntValue(offset, 0);
   for (OpFoldResult stride : view.getMixedStrides())
     warpStart &= isConstantIntValue(stride, 1);

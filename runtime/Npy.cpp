@@ -1,11 +1,13 @@
 //===- Npy.cpp - NumPy .npy files for attn-run and tests ------------------===//
 
 #include "runtime/Npy.h"
+#include "runtime/CheckedSize.h"
 
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 namespace attn::npy {
 
@@ -155,10 +157,7 @@ const char *descriptor(DType dtype) {
 size_t elementSize(DType dtype) { return dtype == DType::F16 ? 2 : 4; }
 
 int64_t Array::numElements() const {
-  int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
-  return n;
+  return checkedTensorBytes(shape, 1).value_or(0);
 }
 
 std::string formatShape(const std::vector<int64_t> &shape) {
@@ -221,8 +220,14 @@ bool parse(const uint8_t *bytes, size_t size, Array &out, std::string &error) {
   }
   out.shape = shape;
   const size_t dataStart = headerStart + headerLength;
-  const uint64_t expected =
-      uint64_t(out.numElements()) * elementSize(out.dtype);
+  std::optional<int64_t> dataBytes =
+      checkedTensorBytes(shape, static_cast<int64_t>(elementSize(out.dtype)));
+  if (!dataBytes) {
+    error = "shape " + formatShape(shape) + " of " + descr +
+            " holds more than 2^63 bytes";
+    return false;
+  }
+  const uint64_t expected = static_cast<uint64_t>(*dataBytes);
   const uint64_t found = size - dataStart;
   if (found != expected) {
     error = (found < expected ? "truncated data: " : "trailing data: ") +

@@ -10,6 +10,7 @@
 
 #include "runtime/attn_runtime.h"
 
+#include "runtime/CheckedSize.h"
 #include "runtime/Checksum.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/ThreadPool.h"
@@ -20,6 +21,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -30,14 +32,17 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
 
-constexpr uint32_t kFormatVersion = 6;
+constexpr uint32_t kFormatVersion = 7;
 
 /// Whether an integer op reads operand registers (a, b; Select also c).
 bool readsRegisters(attn::fb::IntOpKind op) {
@@ -50,6 +55,19 @@ thread_local std::string lastError;
 attn_status fail(attn_status status, const std::string &message) {
   lastError = message;
   return status;
+}
+
+/// Runs the body of a C API function: no C++ exception (an allocation
+/// that fails, a thread that cannot start) crosses into the caller.
+template <typename Body>
+attn_status guarded(const char *function, Body &&body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc &) {
+    return fail(ATTN_RUN_ERROR, std::string(function) + ": out of memory");
+  } catch (const std::exception &e) {
+    return fail(ATTN_RUN_ERROR, std::string(function) + ": " + e.what());
+  }
 }
 
 using KernelFn = void (*)(void *const *buffers, const int64_t *dims,
@@ -76,6 +94,7 @@ struct Step {
   int32_t a = 0, b = 0, c = 0;
   int64_t value = 0;
   // Temp
+  attn::fb::DType tempDtype = attn::fb::DType::f32;
   size_t elementBytes = 0;
   std::vector<int32_t> dims;
   // Dispatch
@@ -83,8 +102,17 @@ struct Step {
   std::string kernelName;
   int32_t workgroups = 0;
   std::vector<int32_t> bindings;
+  /// What the kernel was compiled to bind (set when the binary is loaded).
+  const struct KernelAbi *abi = nullptr;
   // Assert: fails with `message` unless register `a` is non-zero.
   std::string message;
+};
+
+/// What a kernel binds: per binding the dtype and dims (-1: dynamic).
+struct KernelAbi {
+  std::string name;
+  std::vector<attn::fb::DType> dtypes;
+  std::vector<std::vector<int64_t>> dims;
 };
 
 /// A host program: its steps and how many temporaries it allocates.
@@ -221,10 +249,26 @@ struct attn_model {
   int codeFd = -1;
   std::unique_ptr<attn::ThreadPool> pool;
   std::optional<CudaCode> cuda;
-  attn_device device = ATTN_DEVICE_CPU;
-  /// What the last successful attn_run spent in its host program and
-  /// kernels (see attn_model_last_kernel_ms); negative before any run.
-  double lastKernelMs = -1.0;
+  /// The kernel ABIs of each target's code, by exported name.
+  std::map<std::string, KernelAbi> cpuAbis, cudaAbis;
+  /// Serializes what changes `device` and every CUDA run: the module's
+  /// events and context are one per model. CPU runs take no lock.
+  std::mutex cudaMutex;
+  std::atomic<attn_device> device{ATTN_DEVICE_CPU};
+
+  /// What the last successful attn_run on the calling thread spent in its
+  /// host program and kernels (see attn_model_last_kernel_ms).
+  void recordKernelMs(double milliseconds) {
+    std::lock_guard<std::mutex> lock(timesMutex);
+    lastKernelMs[std::this_thread::get_id()] = milliseconds;
+  }
+  std::optional<double> kernelMsOfThisThread() {
+    std::lock_guard<std::mutex> lock(timesMutex);
+    auto it = lastKernelMs.find(std::this_thread::get_id());
+    if (it == lastKernelMs.end())
+      return std::nullopt;
+    return it->second;
+  }
 
   ~attn_model() {
     if (library)
@@ -236,7 +280,16 @@ struct attn_model {
   attn_status load(int32_t numThreads);
 
 private:
+  std::mutex timesMutex;
+  std::map<std::thread::id, double> lastKernelMs;
+
   attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry);
+  attn_status readKernelAbis(
+      const flatbuffers::Vector<flatbuffers::Offset<attn::fb::KernelAbi>> *list,
+      const char *target, std::map<std::string, KernelAbi> &abis);
+  attn_status checkBindings(Entry &entry, Program &program,
+                            const std::map<std::string, KernelAbi> &abis,
+                            const char *target);
   attn_status
   readProgram(const Entry &entry,
               const flatbuffers::Vector<attn::fb::Step> *types,
@@ -257,6 +310,30 @@ extern "C" size_t attn_dtype_size(attn_dtype dtype) {
     return 2;
   }
   return 0;
+}
+
+extern "C" attn_status attn_tensor_bytes(attn_dtype dtype, int32_t rank,
+                                         const int64_t *shape, size_t *bytes) {
+  if (!bytes || rank < 0 || (rank > 0 && !shape))
+    return fail(ATTN_INVALID_ARGUMENT,
+                "attn_tensor_bytes: null pointer or negative rank");
+  if (!attn_dtype_size(dtype))
+    return fail(ATTN_INVALID_ARGUMENT,
+                "attn_tensor_bytes: unknown dtype " +
+                    std::to_string(static_cast<int>(dtype)));
+  std::vector<int64_t> dims(shape, shape + rank);
+  std::optional<int64_t> total = attn::checkedTensorBytes(
+      dims, static_cast<int64_t>(attn_dtype_size(dtype)));
+  if (!total)
+    return fail(ATTN_INVALID_ARGUMENT,
+                std::string("a tensor of ") + attn_dtype_name(dtype) + " " +
+                    formatDims(dims) +
+                    (std::any_of(dims.begin(), dims.end(),
+                                 [](int64_t d) { return d < 0; })
+                         ? " has a negative dim"
+                         : " holds more than 2^63 bytes"));
+  *bytes = static_cast<size_t>(*total);
+  return ATTN_OK;
 }
 
 extern "C" const char *attn_dtype_name(attn_dtype dtype) {
@@ -425,6 +502,7 @@ attn_status attn_model::readProgram(
       step.kind = Step::Temp;
       if (!temp->dims())
         return bad("a temporary has no dims");
+      step.tempDtype = temp->dtype();
       step.elementBytes = temporaryElementBytes(temp->dtype());
       if (!step.elementBytes)
         return bad("a temporary has an unknown dtype");
@@ -474,6 +552,114 @@ attn_status attn_model::readProgram(
       return bad("unknown program step at " + std::to_string(i));
     }
     program.steps.push_back(std::move(step));
+  }
+  return ATTN_OK;
+}
+
+namespace {
+/// The binary's dtype of a signature's.
+attn::fb::DType storedDtype(attn_dtype dtype) {
+  switch (dtype) {
+  case ATTN_I32:
+    return attn::fb::DType::i32;
+  case ATTN_F16:
+    return attn::fb::DType::f16;
+  case ATTN_BF16:
+    return attn::fb::DType::bf16;
+  case ATTN_F32:
+    break;
+  }
+  return attn::fb::DType::f32;
+}
+} // namespace
+
+attn_status attn_model::readKernelAbis(
+    const flatbuffers::Vector<flatbuffers::Offset<attn::fb::KernelAbi>> *list,
+    const char *target, std::map<std::string, KernelAbi> &abis) {
+  auto bad = [&](const std::string &why) {
+    return fail(ATTN_INVALID_BINARY, std::string("corrupt .attnb: the ") +
+                                         target + " code's kernel ABI " + why);
+  };
+  if (!list)
+    return bad("records are missing");
+  for (const attn::fb::KernelAbi *record : *list) {
+    if (!record->name() || !record->bindings())
+      return bad("record has no name or bindings");
+    KernelAbi abi;
+    abi.name = record->name()->str();
+    for (const attn::fb::BindingAbi *binding : *record->bindings()) {
+      if (!temporaryElementBytes(binding->dtype()) || !binding->dims())
+        return bad("of '" + abi.name +
+                   "' has a binding of unknown dtype or "
+                   "without dims");
+      std::vector<int64_t> dims(binding->dims()->begin(),
+                                binding->dims()->end());
+      for (int64_t size : dims)
+        if (size < -1)
+          return bad("of '" + abi.name + "' has a negative dim");
+      abi.dtypes.push_back(binding->dtype());
+      abi.dims.push_back(std::move(dims));
+    }
+    std::string name = abi.name;
+    if (!abis.emplace(name, std::move(abi)).second)
+      return bad("names '" + name + "' twice");
+  }
+  return ATTN_OK;
+}
+
+attn_status
+attn_model::checkBindings(Entry &entry, Program &program,
+                          const std::map<std::string, KernelAbi> &abis,
+                          const char *target) {
+  // The dtype and dims of every buffer a program can bind: the
+  // signatures, then the temporaries in order.
+  std::vector<attn::fb::DType> dtypes;
+  std::vector<std::vector<int64_t>> dims;
+  for (const std::vector<Signature> *list : {&entry.inputs, &entry.outputs})
+    for (const Signature &sig : *list) {
+      dtypes.push_back(storedDtype(sig.dtype));
+      dims.push_back(sig.dims);
+    }
+  for (const Step &step : program.steps)
+    if (step.kind == Step::Temp) {
+      dtypes.push_back(step.tempDtype);
+      dims.push_back(std::vector<int64_t>(step.dims.size(), -1));
+    }
+  for (Step &step : program.steps) {
+    if (step.kind != Step::Dispatch)
+      continue;
+    auto bad = [&](const std::string &why) {
+      return fail(ATTN_INVALID_BINARY, "corrupt .attnb: entry '" + entry.name +
+                                           "', " + target +
+                                           " program: the dispatch of '" +
+                                           step.kernelName + "' " + why);
+    };
+    auto it = abis.find(step.kernelName);
+    if (it == abis.end())
+      return bad("names a kernel without an ABI record");
+    const KernelAbi &abi = it->second;
+    if (step.bindings.size() != abi.dtypes.size())
+      return bad("binds " + std::to_string(step.bindings.size()) +
+                 " buffers; the kernel takes " +
+                 std::to_string(abi.dtypes.size()));
+    for (size_t i = 0; i < step.bindings.size(); ++i) {
+      int32_t buffer = step.bindings[i];
+      const std::vector<int64_t> &expected = abi.dims[i];
+      if (dtypes[buffer] != abi.dtypes[i] ||
+          dims[buffer].size() != expected.size())
+        return bad("binds buffer " + std::to_string(buffer) + " as binding #" +
+                   std::to_string(i) +
+                   " with another dtype or rank than the kernel's");
+      for (size_t d = 0; d < expected.size(); ++d)
+        if (expected[d] >= 0 && dims[buffer][d] >= 0 &&
+            dims[buffer][d] != expected[d])
+          return bad(
+              "binds buffer " + std::to_string(buffer) + " as binding #" +
+              std::to_string(i) + ", whose dim " + std::to_string(d) + " is " +
+              std::to_string(dims[buffer][d]) +
+              "; the kernel was compiled for " + std::to_string(expected[d]));
+    }
+    step.abi = &abi;
   }
   return ATTN_OK;
 }
@@ -586,6 +772,25 @@ attn_status attn_model::load(int32_t numThreads) {
   }
   if (!model->cpu() && !model->cuda())
     return fail(ATTN_INVALID_BINARY, "corrupt .attnb: no CPU or CUDA code");
+  // Every dispatch must bind what its kernel was compiled for before any
+  // code is loaded.
+  if (model->cpu()) {
+    if (attn_status status =
+            readKernelAbis(model->cpu()->kernels(), "CPU", cpuAbis))
+      return status;
+    for (Entry &entry : entries)
+      if (attn_status status = checkBindings(entry, entry.cpu, cpuAbis, "CPU"))
+        return status;
+  }
+  if (model->cuda()) {
+    if (attn_status status =
+            readKernelAbis(model->cuda()->abis(), "CUDA", cudaAbis))
+      return status;
+    for (Entry &entry : entries)
+      if (attn_status status =
+              checkBindings(entry, entry.cuda, cudaAbis, "CUDA"))
+        return status;
+  }
   if (model->cpu())
     if (attn_status status = loadCode(model->cpu()))
       return status;
@@ -629,77 +834,90 @@ attn_status attn_model::load(int32_t numThreads) {
       }
   }
   hasCpuCode = model->cpu() != nullptr;
-  pool = std::make_unique<attn::ThreadPool>(numThreads);
+  std::string poolError;
+  pool = attn::ThreadPool::create(numThreads, poolError);
+  if (!pool)
+    return fail(ATTN_INVALID_ARGUMENT,
+                "num_threads = " + std::to_string(numThreads) + ": " +
+                    poolError);
   return ATTN_OK;
 }
 
 extern "C" attn_status attn_model_load_memory(const void *data, size_t size,
                                               int32_t numThreads,
                                               attn_model **model) {
-  if (!model || (!data && size))
-    return fail(ATTN_INVALID_ARGUMENT, "attn_model_load_memory: null pointer");
-  auto loaded = std::make_unique<attn_model>();
-  loaded->bytes.assign(static_cast<const uint8_t *>(data),
-                       static_cast<const uint8_t *>(data) + size);
-  if (attn_status status = loaded->load(numThreads))
-    return status;
-  *model = loaded.release();
-  return ATTN_OK;
+  return guarded("attn_model_load_memory", [&]() -> attn_status {
+    if (!model || (!data && size))
+      return fail(ATTN_INVALID_ARGUMENT,
+                  "attn_model_load_memory: null pointer");
+    auto loaded = std::make_unique<attn_model>();
+    loaded->bytes.assign(static_cast<const uint8_t *>(data),
+                         static_cast<const uint8_t *>(data) + size);
+    if (attn_status status = loaded->load(numThreads))
+      return status;
+    *model = loaded.release();
+    return ATTN_OK;
+  });
 }
 
 extern "C" attn_status
 attn_model_load_file(const char *path, int32_t numThreads, attn_model **model) {
-  if (!path || !model)
-    return fail(ATTN_INVALID_ARGUMENT, "attn_model_load_file: null pointer");
-  std::ifstream file(path, std::ios::binary);
-  if (!file)
-    return fail(ATTN_IO_ERROR,
-                std::string(path) + ": cannot open: " + std::strerror(errno));
-  std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
-                          std::istreambuf_iterator<char>());
-  attn_status status =
-      attn_model_load_memory(bytes.data(), bytes.size(), numThreads, model);
-  if (status != ATTN_OK)
-    lastError = std::string(path) + ": " + lastError;
-  return status;
+  return guarded("attn_model_load_file", [&]() -> attn_status {
+    if (!path || !model)
+      return fail(ATTN_INVALID_ARGUMENT, "attn_model_load_file: null pointer");
+    std::ifstream file(path, std::ios::binary);
+    if (!file)
+      return fail(ATTN_IO_ERROR,
+                  std::string(path) + ": cannot open: " + std::strerror(errno));
+    std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
+                            std::istreambuf_iterator<char>());
+    attn_status status =
+        attn_model_load_memory(bytes.data(), bytes.size(), numThreads, model);
+    if (status != ATTN_OK)
+      lastError = std::string(path) + ": " + lastError;
+    return status;
+  });
 }
 
 extern "C" void attn_model_free(attn_model *model) { delete model; }
 
 extern "C" attn_status attn_model_set_device(attn_model *model,
                                              attn_device device) {
-  if (!model)
-    return fail(ATTN_INVALID_ARGUMENT, "attn_model_set_device: null model");
-  if (device == ATTN_DEVICE_CPU) {
-    if (!model->hasCpuCode)
+  return guarded("attn_model_set_device", [&]() -> attn_status {
+    if (!model)
+      return fail(ATTN_INVALID_ARGUMENT, "attn_model_set_device: null model");
+    std::lock_guard<std::mutex> lock(model->cudaMutex);
+    if (device == ATTN_DEVICE_CPU) {
+      if (!model->hasCpuCode)
+        return fail(ATTN_UNSUPPORTED,
+                    "the binary has no CPU code (compiled with --target cuda)");
+      model->device = device;
+      return ATTN_OK;
+    }
+    if (device != ATTN_DEVICE_CUDA)
+      return fail(ATTN_INVALID_ARGUMENT,
+                  "attn_model_set_device: unknown device " +
+                      std::to_string(static_cast<int>(device)));
+    if (!model->cuda)
       return fail(ATTN_UNSUPPORTED,
-                  "the binary has no CPU code (compiled with --target cuda)");
+                  "the binary has no CUDA code; compile it with attnc --target "
+                  "cuda or --target all");
+    if (!model->cuda->module) {
+      attn::cuda::Module *loaded = nullptr;
+      std::string error;
+      if (!attn::cuda::Module::load(model->cuda->cubin, model->cuda->ptx,
+                                    model->cuda->chip, model->cuda->kernels,
+                                    loaded, error))
+        return fail(ATTN_UNSUPPORTED, error);
+      model->cuda->module.reset(loaded);
+    }
     model->device = device;
     return ATTN_OK;
-  }
-  if (device != ATTN_DEVICE_CUDA)
-    return fail(ATTN_INVALID_ARGUMENT,
-                "attn_model_set_device: unknown device " +
-                    std::to_string(static_cast<int>(device)));
-  if (!model->cuda)
-    return fail(ATTN_UNSUPPORTED,
-                "the binary has no CUDA code; compile it with attnc --target "
-                "cuda or --target all");
-  if (!model->cuda->module) {
-    attn::cuda::Module *loaded = nullptr;
-    std::string error;
-    if (!attn::cuda::Module::load(model->cuda->cubin, model->cuda->ptx,
-                                  model->cuda->chip, model->cuda->kernels,
-                                  loaded, error))
-      return fail(ATTN_UNSUPPORTED, error);
-    model->cuda->module.reset(loaded);
-  }
-  model->device = device;
-  return ATTN_OK;
+  });
 }
 
 extern "C" attn_device attn_model_device(const attn_model *model) {
-  return model ? model->device : ATTN_DEVICE_CPU;
+  return model ? model->device.load() : ATTN_DEVICE_CPU;
 }
 
 extern "C" attn_status attn_model_last_kernel_ms(const attn_model *model,
@@ -707,10 +925,13 @@ extern "C" attn_status attn_model_last_kernel_ms(const attn_model *model,
   if (!model || !milliseconds)
     return fail(ATTN_INVALID_ARGUMENT,
                 "attn_model_last_kernel_ms: null model or result");
-  if (model->lastKernelMs < 0)
+  std::optional<double> last =
+      const_cast<attn_model *>(model)->kernelMsOfThisThread();
+  if (!last)
     return fail(ATTN_INVALID_ARGUMENT,
-                "attn_model_last_kernel_ms: no entry has run yet");
-  *milliseconds = model->lastKernelMs;
+                "attn_model_last_kernel_ms: no entry of this model has run "
+                "on this thread yet");
+  *milliseconds = *last;
   return ATTN_OK;
 }
 
@@ -740,18 +961,20 @@ extern "C" const char *attn_entry_name(const attn_model *model, int32_t entry) {
 
 extern "C" attn_status attn_model_find_entry(const attn_model *model,
                                              const char *name, int32_t *entry) {
-  if (!model || !name || !entry)
-    return fail(ATTN_INVALID_ARGUMENT, "attn_model_find_entry: null pointer");
-  std::string known;
-  for (size_t i = 0; i < model->entries.size(); ++i) {
-    if (model->entries[i].name == name) {
-      *entry = static_cast<int32_t>(i);
-      return ATTN_OK;
+  return guarded("attn_model_find_entry", [&]() -> attn_status {
+    if (!model || !name || !entry)
+      return fail(ATTN_INVALID_ARGUMENT, "attn_model_find_entry: null pointer");
+    std::string known;
+    for (size_t i = 0; i < model->entries.size(); ++i) {
+      if (model->entries[i].name == name) {
+        *entry = static_cast<int32_t>(i);
+        return ATTN_OK;
+      }
+      known += (i ? ", " : "") + model->entries[i].name;
     }
-    known += (i ? ", " : "") + model->entries[i].name;
-  }
-  return fail(ATTN_NOT_FOUND, std::string("no entry named '") + name +
-                                  "'; the model has: " + known);
+    return fail(ATTN_NOT_FOUND, std::string("no entry named '") + name +
+                                    "'; the model has: " + known);
+  });
 }
 
 extern "C" int32_t attn_entry_num_inputs(const attn_model *model,
@@ -839,13 +1062,12 @@ attn_status checkTensor(const Entry &entry, const char *role, size_t index,
                       ", which an earlier argument set to " +
                       std::to_string(it->second));
   }
-  if (!tensor.data) {
-    int64_t elements = 1;
-    for (int64_t size : actual)
-      elements *= size;
-    if (elements != 0)
-      return fail(ATTN_INVALID_ARGUMENT, what + ": data is null");
-  }
+  std::optional<int64_t> bytes = attn::checkedTensorBytes(
+      actual, static_cast<int64_t>(attn_dtype_size(tensor.dtype)));
+  if (!bytes)
+    return mismatch("its size in bytes does not fit in 64 bits");
+  if (!tensor.data && *bytes != 0)
+    return fail(ATTN_INVALID_ARGUMENT, what + ": data is null");
   return ATTN_OK;
 }
 
@@ -961,6 +1183,15 @@ attn_status evalInt(const Entry &entry, size_t index, const Step &step,
                  step.op == K::RemS;
   if (divides && b == 0)
     return bad("division by zero");
+  // The one signed quotient that does not fit in 64 bits.
+  bool signedDivides = step.op == K::DivS || step.op == K::CeilDivS ||
+                       step.op == K::FloorDivS || step.op == K::RemS;
+  if (signedDivides && a == INT64_MIN && b == -1)
+    return bad("integer overflow: " + std::to_string(a) + " / -1");
+  auto overflow = [&](const char *op) {
+    return bad("integer overflow: " + std::to_string(a) + " " + op + " " +
+               std::to_string(b));
+  };
   uint64_t ua = static_cast<uint64_t>(a), ub = static_cast<uint64_t>(b);
   switch (step.op) {
   case K::Constant:
@@ -978,19 +1209,22 @@ attn_status evalInt(const Entry &entry, size_t index, const Step &step,
     break;
   }
   case K::Add:
-    result = a + b;
+    if (__builtin_add_overflow(a, b, &result))
+      return overflow("+");
     break;
   case K::Sub:
-    result = a - b;
+    if (__builtin_sub_overflow(a, b, &result))
+      return overflow("-");
     break;
   case K::Mul:
-    result = a * b;
+    if (__builtin_mul_overflow(a, b, &result))
+      return overflow("*");
     break;
   case K::DivU:
     result = static_cast<int64_t>(ua / ub);
     break;
   case K::CeilDivU:
-    result = static_cast<int64_t>((ua + ub - 1) / ub);
+    result = static_cast<int64_t>(ua / ub + (ua % ub != 0));
     break;
   case K::RemU:
     result = static_cast<int64_t>(ua % ub);
@@ -1079,16 +1313,17 @@ attn_status runProgram(
     case Step::Temp: {
       Buffer buffer;
       buffer.elementBytes = step.elementBytes;
-      int64_t elements = 1;
-      for (int32_t r : step.dims) {
-        if (regs[r] < 0)
-          return fail(ATTN_RUN_ERROR, "entry '" + e.name +
-                                          "': a temporary has a negative size");
+      for (int32_t r : step.dims)
         buffer.shape.push_back(regs[r]);
-        elements *= regs[r];
-      }
-      if (attn_status status = allocate(
-              static_cast<size_t>(elements) * step.elementBytes, buffer.data))
+      std::optional<int64_t> bytes = attn::checkedTensorBytes(
+          buffer.shape, static_cast<int64_t>(step.elementBytes));
+      if (!bytes)
+        return fail(ATTN_RUN_ERROR, "entry '" + e.name + "', step " +
+                                        std::to_string(i) + ": a temporary " +
+                                        formatDims(buffer.shape) +
+                                        " has a negative or too large size");
+      if (attn_status status =
+              allocate(static_cast<size_t>(*bytes), buffer.data))
         return status;
       buffers.push_back(std::move(buffer));
       break;
@@ -1107,12 +1342,30 @@ attn_status runProgram(
       if (count == 0)
         break;
       std::vector<const Buffer *> bindings;
-      for (int32_t binding : step.bindings) {
+      for (size_t b = 0; b < step.bindings.size(); ++b) {
+        int32_t binding = step.bindings[b];
         if (binding >= static_cast<int32_t>(buffers.size()))
           return fail(ATTN_RUN_ERROR, "entry '" + e.name +
                                           "': a dispatch binds a temporary "
                                           "before it is allocated");
-        bindings.push_back(&buffers[binding]);
+        // The static dims the kernel was compiled for (ranks were checked
+        // at load time).
+        if (!step.abi)
+          return fail(ATTN_INVALID_BINARY,
+                      "corrupt .attnb: entry '" + e.name + "' dispatches '" +
+                          step.kernelName + "', which has no ABI record");
+        const Buffer &buffer = buffers[binding];
+        const std::vector<int64_t> &expected = step.abi->dims[b];
+        for (size_t d = 0; d < expected.size(); ++d)
+          if (expected[d] >= 0 && buffer.shape[d] != expected[d])
+            return fail(ATTN_INVALID_BINARY,
+                        "corrupt .attnb: entry '" + e.name + "' binds " +
+                            formatDims(buffer.shape) + " as binding #" +
+                            std::to_string(b) + " of '" + step.kernelName +
+                            "', which was compiled for dim " +
+                            std::to_string(d) + " = " +
+                            std::to_string(expected[d]));
+        bindings.push_back(&buffer);
       }
       if (attn_status status = dispatch(step, count, bindings))
         return status;
@@ -1159,9 +1412,9 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
   attn_status status =
       runProgram(e, e.cpu, buffers, model.pool->size(), allocate, dispatch);
   if (status == ATTN_OK)
-    model.lastKernelMs = std::chrono::duration<double, std::milli>(
+    model.recordKernelMs(std::chrono::duration<double, std::milli>(
                              std::chrono::steady_clock::now() - begin)
-                             .count();
+                             .count());
   return status;
 }
 
@@ -1234,7 +1487,7 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
   double kernelMs = 0;
   if (!gpu.stopTimer(kernelMs, error) || !gpu.synchronize(error))
     return cudaFail(error);
-  model.lastKernelMs = kernelMs;
+  model.recordKernelMs(kernelMs);
   for (size_t i = e.inputs.size(); i < hostBuffers.size(); ++i)
     if (!gpu.copyToHost(hostBuffers[i].data,
                         reinterpret_cast<uint64_t>(buffers[i].data),
@@ -1250,50 +1503,60 @@ extern "C" attn_status attn_entry_output_shapes(const attn_model *model,
                                                 const attn_tensor *inputs,
                                                 int32_t numInputs,
                                                 int64_t *const *outputShapes) {
-  const Entry *e = entryAt(model, entry);
-  if (!e || (!outputShapes && !e->outputs.empty()))
-    return fail(ATTN_INVALID_ARGUMENT, "attn_entry_output_shapes: bad entry");
-  std::map<std::string, int64_t> bound;
-  if (attn_status status = bindInputs(*e, inputs, numInputs, bound))
-    return status;
-  for (size_t i = 0; i < e->outputs.size(); ++i) {
-    std::vector<int64_t> shape = outputShape(e->outputs[i], bound);
-    std::copy(shape.begin(), shape.end(), outputShapes[i]);
-  }
-  return ATTN_OK;
+  return guarded("attn_entry_output_shapes", [&]() -> attn_status {
+    const Entry *e = entryAt(model, entry);
+    if (!e || (!outputShapes && !e->outputs.empty()))
+      return fail(ATTN_INVALID_ARGUMENT, "attn_entry_output_shapes: bad entry");
+    std::map<std::string, int64_t> bound;
+    if (attn_status status = bindInputs(*e, inputs, numInputs, bound))
+      return status;
+    for (size_t i = 0; i < e->outputs.size(); ++i) {
+      std::vector<int64_t> shape = outputShape(e->outputs[i], bound);
+      std::copy(shape.begin(), shape.end(), outputShapes[i]);
+    }
+    return ATTN_OK;
+  });
 }
 
 extern "C" attn_status attn_run(attn_model *model, int32_t entry,
                                 const attn_tensor *inputs, int32_t numInputs,
                                 const attn_tensor *outputs,
                                 int32_t numOutputs) {
-  const Entry *e = entryAt(model, entry);
-  if (!e)
-    return fail(ATTN_INVALID_ARGUMENT,
-                "attn_run: no entry #" + std::to_string(entry));
-  std::map<std::string, int64_t> bound;
-  if (attn_status status = bindInputs(*e, inputs, numInputs, bound))
-    return status;
-  if (numOutputs != static_cast<int32_t>(e->outputs.size()) ||
-      (numOutputs > 0 && !outputs))
-    return fail(ATTN_SIGNATURE_MISMATCH,
-                "entry '" + e->name + "' has " +
-                    std::to_string(e->outputs.size()) + " outputs, got " +
-                    std::to_string(numOutputs) + " output buffers");
-  for (int32_t i = 0; i < numOutputs; ++i)
-    if (attn_status status =
-            checkTensor(*e, "output", i, e->outputs[i], outputs[i], bound))
+  return guarded("attn_run", [&]() -> attn_status {
+    const Entry *e = entryAt(model, entry);
+    if (!e)
+      return fail(ATTN_INVALID_ARGUMENT,
+                  "attn_run: no entry #" + std::to_string(entry));
+    std::map<std::string, int64_t> bound;
+    if (attn_status status = bindInputs(*e, inputs, numInputs, bound))
       return status;
-  if (attn_status status = checkContracts(*e, inputs))
-    return status;
+    if (numOutputs != static_cast<int32_t>(e->outputs.size()) ||
+        (numOutputs > 0 && !outputs))
+      return fail(ATTN_SIGNATURE_MISMATCH,
+                  "entry '" + e->name + "' has " +
+                      std::to_string(e->outputs.size()) + " outputs, got " +
+                      std::to_string(numOutputs) + " output buffers");
+    for (int32_t i = 0; i < numOutputs; ++i)
+      if (attn_status status =
+              checkTensor(*e, "output", i, e->outputs[i], outputs[i], bound))
+        return status;
+    if (attn_status status = checkContracts(*e, inputs))
+      return status;
 
-  std::vector<Buffer> buffers;
-  for (int32_t i = 0; i < numInputs; ++i)
-    buffers.push_back({inputs[i].data, outputShape(e->inputs[i], bound),
-                       attn_dtype_size(e->inputs[i].dtype)});
-  for (int32_t i = 0; i < numOutputs; ++i)
-    buffers.push_back({outputs[i].data, outputShape(e->outputs[i], bound),
-                       attn_dtype_size(e->outputs[i].dtype)});
-  return model->device == ATTN_DEVICE_CUDA ? runOnCuda(*model, *e, buffers)
-                                           : runOnCpu(*model, *e, buffers);
+    std::vector<Buffer> buffers;
+    for (int32_t i = 0; i < numInputs; ++i)
+      buffers.push_back({inputs[i].data, outputShape(e->inputs[i], bound),
+                         attn_dtype_size(e->inputs[i].dtype)});
+    for (int32_t i = 0; i < numOutputs; ++i)
+      buffers.push_back({outputs[i].data, outputShape(e->outputs[i], bound),
+                         attn_dtype_size(e->outputs[i].dtype)});
+    if (model->device == ATTN_DEVICE_CPU)
+      return runOnCpu(*model, *e, buffers);
+    // One CUDA run at a time per model (its events and module are shared);
+    // the device is read again under the lock set_device takes.
+    std::lock_guard<std::mutex> lock(model->cudaMutex);
+    if (model->device == ATTN_DEVICE_CPU)
+      return runOnCpu(*model, *e, buffers);
+    return runOnCuda(*model, *e, buffers);
+  });
 }

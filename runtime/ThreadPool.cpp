@@ -2,18 +2,65 @@
 
 #include "runtime/ThreadPool.h"
 
+#include <algorithm>
+#include <atomic>
+#include <system_error>
+
 using namespace attn;
 
-ThreadPool::ThreadPool(int threads) {
+/// One parallelFor call. `body` lives on the caller's stack: it is called
+/// only for ids claimed below `count`, and the caller returns only after
+/// every claimed id has finished.
+struct ThreadPool::Job {
+  const std::function<void(int64_t)> *body;
+  int64_t count;
+  std::atomic<int64_t> next{0};
+  std::atomic<int64_t> finished{0};
+  std::mutex mutex;
+  std::condition_variable done;
+
+  /// Runs ids until none is left; false once the job has none to hand out.
+  void runAvailable() {
+    for (int64_t id = next.fetch_add(1); id < count; id = next.fetch_add(1)) {
+      (*body)(id);
+      if (finished.fetch_add(1) + 1 == count) {
+        std::lock_guard<std::mutex> lock(mutex);
+        done.notify_all();
+      }
+    }
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    done.wait(lock, [&] { return finished.load() == count; });
+  }
+};
+
+std::unique_ptr<ThreadPool> ThreadPool::create(int threads,
+                                               std::string &error) {
   if (threads <= 0)
     threads = static_cast<int>(std::thread::hardware_concurrency());
-  if (threads <= 0)
-    threads = 1;
-  for (int i = 1; i < threads; ++i)
-    workers.emplace_back([this] { work(); });
+  threads = std::max(threads, 1);
+  if (threads > kMaxThreads) {
+    error = "a pool of " + std::to_string(threads) +
+            " threads was asked for; at most " + std::to_string(kMaxThreads) +
+            " are allowed";
+    return nullptr;
+  }
+  std::unique_ptr<ThreadPool> pool(new ThreadPool());
+  try {
+    for (int i = 1; i < threads; ++i)
+      pool->workers.emplace_back([p = pool.get()] { p->work(); });
+  } catch (const std::system_error &e) {
+    error = "starting thread " + std::to_string(pool->workers.size() + 1) +
+            " of " + std::to_string(threads) + " failed: " + e.what();
+    return nullptr; // the destructor stops the workers already started
+  }
+  return pool;
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop(); }
+
+void ThreadPool::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex);
     stopping = true;
@@ -21,30 +68,25 @@ ThreadPool::~ThreadPool() {
   wake.notify_all();
   for (std::thread &worker : workers)
     worker.join();
-}
-
-void ThreadPool::drain() {
-  for (int64_t id = next.fetch_add(1); id < jobCount; id = next.fetch_add(1))
-    (*job)(id);
+  workers.clear();
 }
 
 void ThreadPool::work() {
-  uint64_t seen = 0;
   for (;;) {
+    std::shared_ptr<Job> job;
     {
       std::unique_lock<std::mutex> lock(mutex);
-      wake.wait(lock, [&] { return stopping || generation != seen; });
+      wake.wait(lock, [&] { return stopping || !jobs.empty(); });
       if (stopping)
         return;
-      seen = generation;
-      ++busy;
+      job = jobs.front();
     }
-    drain();
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      --busy;
-    }
-    done.notify_all();
+    job->runAvailable();
+    // Every id of this job is handed out: stop offering it.
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = std::find(jobs.begin(), jobs.end(), job);
+    if (it != jobs.end())
+      jobs.erase(it);
   }
 }
 
@@ -57,17 +99,21 @@ void ThreadPool::parallelFor(int64_t count,
       body(id);
     return;
   }
+  auto job = std::make_shared<Job>();
+  job->body = &body;
+  job->count = count;
   {
     std::lock_guard<std::mutex> lock(mutex);
-    job = &body;
-    jobCount = count;
-    next.store(0);
-    ++generation;
+    jobs.push_back(job);
   }
   wake.notify_all();
-  drain();
-  // Every id was handed out; wait for the workers still running theirs.
-  std::unique_lock<std::mutex> lock(mutex);
-  done.wait(lock, [&] { return busy == 0; });
-  job = nullptr;
+  job->runAvailable();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = std::find(jobs.begin(), jobs.end(), job);
+    if (it != jobs.end())
+      jobs.erase(it);
+  }
+  // Every id was handed out; wait for the threads still running theirs.
+  job->wait();
 }

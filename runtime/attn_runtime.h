@@ -68,6 +68,16 @@ typedef struct attn_tensor {
   void *data;
 } attn_tensor;
 
+/** The bytes a dense tensor of `dtype` and `shape` holds, into `*bytes`.
+    Fails with ATTN_INVALID_ARGUMENT when the dtype is unknown, a dim is
+    negative or the size does not fit in 63 bits, so callers never compute
+    a size that wraps. attn_run refuses such tensors the same way. */
+attn_status attn_tensor_bytes(attn_dtype dtype, int32_t rank,
+                              const int64_t *shape, size_t *bytes);
+
+/** The most threads a model's pool may have. */
+#define ATTN_MAX_THREADS 1024
+
 /** What the values of an i32 input must satisfy; attn_run checks them
     before anything runs and names the first offending element. */
 typedef enum attn_value_contract {

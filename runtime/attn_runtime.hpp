@@ -8,10 +8,12 @@
 #ifndef ATTN_RUNTIME_HPP
 #define ATTN_RUNTIME_HPP
 
+#include "runtime/CheckedSize.h"
 #include "runtime/attn_runtime.h"
 
 #include <cstring>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -28,23 +30,51 @@ struct Status {
   }
 };
 
-/// A dense row-major tensor that owns its elements (4 bytes each).
+/// A dense row-major tensor that owns its elements (zeroed), in 4-byte
+/// words.
 struct Tensor {
   attn_dtype dtype = ATTN_F32;
   std::vector<int64_t> shape;
   std::vector<uint32_t> storage;
 
   Tensor() = default;
+  /// For shapes known to be small (tests). A shape whose size does not fit
+  /// (attn_tensor_bytes) gets no storage, and attn_run refuses it; use
+  /// allocate() for shapes that come from users.
   Tensor(attn_dtype dtype, std::vector<int64_t> shape)
       : dtype(dtype), shape(std::move(shape)) {
-    size_t bytes = static_cast<size_t>(numElements()) * attn_dtype_size(dtype);
-    storage.assign((bytes + 3) / 4, 0);
+    size_t bytes = 0;
+    if (attn_tensor_bytes(dtype, static_cast<int32_t>(this->shape.size()),
+                          this->shape.data(), &bytes) == ATTN_OK)
+      storage.assign((bytes + 3) / 4, 0);
   }
+  /// A tensor of `dtype` and `shape` into `out`, or an error naming the
+  /// shape when its size does not fit or memory runs out.
+  static Status allocate(attn_dtype dtype, std::vector<int64_t> shape,
+                         Tensor &out) {
+    size_t bytes = 0;
+    Status status = Status::fromC(attn_tensor_bytes(
+        dtype, static_cast<int32_t>(shape.size()), shape.data(), &bytes));
+    if (!status.ok())
+      return status;
+    out.dtype = dtype;
+    out.shape = std::move(shape);
+#if defined(__cpp_exceptions)
+    try {
+      out.storage.assign((bytes + 3) / 4, 0);
+    } catch (const std::bad_alloc &) {
+      out.storage.clear();
+      return {ATTN_RUN_ERROR, "out of memory for a tensor of " +
+                                  std::to_string(bytes) + " bytes"};
+    }
+#else
+    out.storage.assign((bytes + 3) / 4, 0);
+#endif
+    return {};
+  }
+  /// The elements, when the shape's size fits (else 0).
   int64_t numElements() const {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
+    return checkedTensorBytes(shape, 1).value_or(0);
   }
   float *f32() { return reinterpret_cast<float *>(storage.data()); }
   const float *f32() const {
@@ -132,7 +162,9 @@ public:
       return status;
     std::vector<attn_tensor> out;
     for (int32_t i = 0; i < numOutputs; ++i) {
-      outputs[i] = Tensor(outputs[i].dtype, shapes[i]);
+      status = Tensor::allocate(outputs[i].dtype, shapes[i], outputs[i]);
+      if (!status.ok())
+        return status;
       out.push_back(outputs[i].view());
     }
     return Status::fromC(

@@ -24,11 +24,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
 
 namespace {
+
+/// Timed runs beyond this are a typo, not a benchmark.
+constexpr long long kMaxRepeat = 1000000;
 
 int usageError(const std::string &message) {
   std::fprintf(stderr,
@@ -188,7 +192,7 @@ void list(const attn::Model &model) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+int run(int argc, char **argv) {
   std::string modelPath, entryName, device = "cpu", randomDims;
   std::vector<std::string> inputPaths, outputPaths;
   long long threads = 0, repeat = 0, seed = 0;
@@ -219,13 +223,16 @@ int main(int argc, char **argv) {
       if (!value(device) || (device != "cpu" && device != "cuda"))
         return usageError("--device must be cpu or cuda");
     } else if (arg == "--threads") {
-      if (!value(text) || !parseInt(text, threads) || threads <= 0)
-        return usageError("--threads needs a positive count, got '" + text +
+      if (!value(text) || !parseInt(text, threads) || threads <= 0 ||
+          threads > ATTN_MAX_THREADS)
+        return usageError("--threads needs a count in [1, " +
+                          std::to_string(ATTN_MAX_THREADS) + "], got '" + text +
                           "'");
     } else if (arg == "--repeat") {
-      if (!value(text) || !parseInt(text, repeat) || repeat <= 0)
-        return usageError("--repeat needs a positive count, got '" + text +
-                          "'");
+      if (!value(text) || !parseInt(text, repeat) || repeat <= 0 ||
+          repeat > kMaxRepeat)
+        return usageError("--repeat needs a count in [1, " +
+                          std::to_string(kMaxRepeat) + "], got '" + text + "'");
     } else if (arg == "--seed") {
       if (!value(text) || !parseInt(text, seed))
         return usageError("--seed needs an integer, got '" + text + "'");
@@ -306,10 +313,16 @@ int main(int argc, char **argv) {
           return usageError(std::string("--random: input '") + info.name +
                             "' needs a size for " + info.symbols[d]);
         int64_t divisor = info.ceil_divs[d];
-        shape.push_back(divisor > 0 ? (it->second + divisor - 1) / divisor
-                                    : it->second);
+        shape.push_back(divisor > 0
+                            ? it->second / divisor + (it->second % divisor != 0)
+                            : it->second);
       }
-      attn::Tensor tensor(info.dtype, shape);
+      attn::Tensor tensor;
+      status = attn::Tensor::allocate(info.dtype, shape, tensor);
+      if (!status.ok())
+        return error(std::string("--random: input '") + info.name + "' " +
+                     attn_dtype_name(info.dtype) +
+                     attn::npy::formatShape(shape) + ": " + status.message);
       for (int64_t e = 0; e < tensor.numElements(); ++e) {
         if (info.dtype == ATTN_F32)
           tensor.f32()[e] = uniform(rng);
@@ -394,4 +407,14 @@ int main(int argc, char **argv) {
       return error(message);
   }
   return 0;
+}
+
+int main(int argc, char **argv) {
+  // Every size is checked before it is allocated; what remains (a vector
+  // that cannot grow) is reported, not an abort.
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc &) {
+    return error("out of memory");
+  }
 }

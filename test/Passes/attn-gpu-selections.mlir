@@ -71,10 +71,13 @@
 // CHECK-SAME:    attn.kernel = "sparse_split"
 // CHECK-LABEL: func.func private @topk__merge7(
 // CHECK-LABEL: func.func @topk(
+// CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
+// CHECK:         %[[LQ:.*]] = memref.dim %arg0, %c2
+// CHECK:         %[[ROWS_FIT:.*]] = arith.cmpi ule, %[[LQ]], %[[LK]]
+// CHECK:         cf.assert %[[ROWS_FIT]], "attn.select_topk: a causal mask needs at most as many query rows as keys (Lq <= Lk: query i sits at position Lk - Lq + i)"
 // CHECK:         %[[NB:.*]] = memref.dim %arg3, %c2
 // CHECK:         cf.assert %{{.*}}, "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / 16), the blocks of the keys"
 // CHECK:         %[[B:.*]] = memref.dim %arg0, %c0
-// CHECK:         %[[LQ:.*]] = memref.dim %arg0, %c2
 // CHECK:         %[[BLOCKS:.*]] = memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x4xi32>
 // CHECK:         %[[BH:.*]] = arith.muli %[[B]], %c4
 // CHECK:         %[[ROWS:.*]] = arith.muli %[[BH]], %[[LQ]]
@@ -180,9 +183,12 @@ func.func @tokens(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CHECK:         scf.while
 // CHECK-LABEL: func.func @topp(
 // CHECK-SAME:    %arg2: memref<?x4x?x?xi32> {attn.shape = ["B", 4, "Lq", "Lk"]}
+// CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
+// CHECK:         %[[LQ:.*]] = memref.dim %arg0, %c2
+// CHECK:         %[[ROWS_FIT:.*]] = arith.cmpi ule, %[[LQ]], %[[LK]]
+// CHECK:         cf.assert %[[ROWS_FIT]], "attn.select_topp: a causal mask needs
 // CHECK:         %[[BH:.*]] = arith.muli %{{.*}}, %c4
 // CHECK:         %[[ROWS:.*]] = arith.muli %[[BH]], %{{.*}}
-// CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
 // CHECK:         %[[N:.*]] = arith.maxsi %[[LK]], %c1
 // CHECK:         %[[NB:.*]] = arith.minsi %[[N]], %c4096
 // CHECK:         %[[SCORES:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xf32>

@@ -320,8 +320,9 @@ std::vector<RecurrenceCase> cases() {
   // One (batch, value head) and more threads: column tiles of the state,
   // the width whose critical path is the shortest (checked to be a column
   // path, not whole rows, for every case). Dv = 80: 2 tiles of 40 on 2
-  // threads, 5 of 16 on 4 threads with tiles down to 16; Dv = 36: 5 tiles
-  // of 8, the last with 4 real columns; Dv = 128: 2 tiles of 64. The gated
+  // threads, 5 of 16 on 4 threads with tiles down to 16; tiles of one host
+  // vector w (the narrowest the compiler takes) over Dv = 4.5 w: 5 tiles,
+  // the last with w / 2 real columns; Dv = 128: 2 tiles of 64. The gated
   // cases run the rmsnorm-silu gate kernel after the tiles.
   add({.label = "gated_delta_columns",
        .keyHeads = 1,
@@ -338,15 +339,16 @@ std::vector<RecurrenceCase> cases() {
        .length = 100,
        .threads = 4,
        .stateColumns = 16});
-  add({.label = "delta_columns_Dv36_3threads",
+  const int64_t vector = mlir::attn::CpuTarget::host().vectorWidth;
+  add({.label = "delta_columns_one_vector_3threads",
        .rule = "delta",
        .keyHeads = 1,
        .valueHeads = 1,
        .keyDim = 40,
-       .valueDim = 36,
+       .valueDim = 4 * vector + vector / 2,
        .length = 70,
        .threads = 3,
-       .stateColumns = 8});
+       .stateColumns = vector});
   add({.label = "gla_columns_gate",
        .rule = "gla",
        .keyHeads = 1,

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/Compile.h"
+#include "runtime/Checksum.h"
 #include "runtime/attn_runtime.hpp"
 #include "runtime/schemas/attnb_generated.h"
 #include "test/e2e/E2E.h"
@@ -16,7 +17,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <thread>
 
 using namespace attn;
 
@@ -85,7 +88,8 @@ void checkKernelTime(Model &model, const std::vector<Tensor> &inputs) {
   double ms = 0;
   Status status = model.lastKernelMs(ms);
   EXPECT_EQ(status.code, ATTN_INVALID_ARGUMENT);
-  EXPECT_EQ(status.message, "attn_model_last_kernel_ms: no entry has run yet");
+  EXPECT_EQ(status.message, "attn_model_last_kernel_ms: no entry of this "
+                            "model has run on this thread yet");
   std::vector<Tensor> outputs;
   auto begin = std::chrono::steady_clock::now();
   status = model.run(0, inputs, outputs);
@@ -97,6 +101,11 @@ void checkKernelTime(Model &model, const std::vector<Tensor> &inputs) {
   ASSERT_TRUE(status.ok()) << status.message;
   EXPECT_GT(ms, 0.0);
   EXPECT_LE(ms, wallMs);
+  // The time is the calling thread's: another thread has run nothing.
+  std::thread([&] {
+    double other = 0;
+    EXPECT_EQ(model.lastKernelMs(other).code, ATTN_INVALID_ARGUMENT);
+  }).join();
 }
 
 TEST_F(RuntimeErrors, KernelTimeOnCpu) {
@@ -198,7 +207,7 @@ TEST_F(RuntimeErrors, UnknownFormatVersion) {
   Status status = load(bytes, model);
   EXPECT_EQ(status.code, ATTN_INVALID_BINARY);
   EXPECT_EQ(status.message, ".attnb format version 99 is not supported; this "
-                            "runtime reads version 6");
+                            "runtime reads version 7");
 }
 
 TEST_F(RuntimeErrors, UnknownEntry) {
@@ -274,6 +283,228 @@ TEST_F(RuntimeErrors, WrongOutputBuffer) {
                "output 'o' (#0) of entry 'layer': expected shape [B=1, 4, "
                "Lq=5, 16], got [1, 4, 6, 16] (dim 2 is Lq, which an earlier "
                "argument set to 5)");
+}
+
+// Sizes whose byte count wraps 64 bits are refused before anything reads
+// them (attn::Tensor leaves them without storage, attn_run names them).
+TEST_F(RuntimeErrors, ShapeWhoseSizeWraps) {
+  const int64_t shape[] = {int64_t(1) << 40, 4, int64_t(1) << 40, 16};
+  size_t bytes = 0;
+  EXPECT_EQ(attn_tensor_bytes(ATTN_F32, 4, shape, &bytes),
+            ATTN_INVALID_ARGUMENT);
+  EXPECT_STREQ(attn_last_error(),
+               "a tensor of f32 [1099511627776, 4, 1099511627776, 16] holds "
+               "more than 2^63 bytes");
+  std::vector<Tensor> inputs = goodInputs();
+  inputs[0].shape = {int64_t(1) << 40, 4, 5, int64_t(1) << 40};
+  Status status = loadAndRun(inputs);
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "input 'q' (#0) of entry 'layer': expected shape [B=1099511627776, "
+            "4, Lq=5, 16], got [1099511627776, 4, 5, 1099511627776] (dim 3 "
+            "must be 16)");
+  inputs = goodInputs();
+  for (Tensor &t : inputs)
+    t.shape[0] = int64_t(1) << 60;
+  status = loadAndRun(inputs);
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "input 'q' (#0) of entry 'layer': expected shape "
+            "[B=1152921504606846976, 4, Lq=5, 16], got [1152921504606846976, "
+            "4, 5, 16] (its size in bytes does not fit in 64 bits)");
+}
+
+TEST_F(RuntimeErrors, TooManyThreads) {
+  std::unique_ptr<Model> model;
+  Status status =
+      Model::loadMemory(binary->data(), binary->size(), 100000, model);
+  EXPECT_EQ(status.code, ATTN_INVALID_ARGUMENT);
+  EXPECT_EQ(status.message, "num_threads = 100000: a pool of 100000 threads "
+                            "was asked for; at most 1024 are allowed");
+}
+
+// A causal mask places query i at Lk - Lq + i: more queries than keys is
+// refused (SPEC §1.1), with nothing written.
+TEST_F(RuntimeErrors, CausalWithMoreQueriesThanKeys) {
+  std::vector<Tensor> inputs = goodInputs();
+  inputs[0] = Tensor(ATTN_F32, {1, 4, 8, 16});
+  inputs[3] = Tensor(ATTN_F32, {1, 4, 8, 1});
+  Status status = loadAndRun(inputs);
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "entry 'layer': attn.sdpa: a causal mask needs at most as many "
+            "query rows as keys (Lq <= Lk: query i sits at position Lk - Lq "
+            "+ i)");
+}
+
+/// `bytes` with its model changed by `edit` and the checksum recomputed:
+/// what a corrupted file whose checksum was made to match looks like.
+std::string rewriteModel(const std::string &bytes,
+                         const std::function<void(fb::ModelT &)> &edit) {
+  const fb::Binary *file = fb::GetBinary(bytes.data());
+  fb::ModelT model;
+  flatbuffers::GetRoot<fb::Model>(file->model()->data())->UnPackTo(&model);
+  edit(model);
+  flatbuffers::FlatBufferBuilder inner;
+  inner.Finish(fb::Model::Pack(inner, &model));
+  flatbuffers::FlatBufferBuilder outer;
+  outer.ForceVectorAlignment(inner.GetSize(), sizeof(uint8_t), 16);
+  auto nested = outer.CreateVector(inner.GetBufferPointer(), inner.GetSize());
+  outer.Finish(
+      fb::CreateBinary(outer, file->format_version(), nested,
+                       fnv1a64(inner.GetBufferPointer(), inner.GetSize())),
+      fb::BinaryIdentifier());
+  return std::string(reinterpret_cast<const char *>(outer.GetBufferPointer()),
+                     outer.GetSize());
+}
+
+/// Appends `ops` (integer steps whose operands are relative: -1 is the
+/// step before) to the CPU program of entry 0.
+void appendIntOps(fb::ModelT &model, std::vector<fb::IntOpT> ops) {
+  auto &program = model.entries[0]->program;
+  for (fb::IntOpT op : ops) {
+    int32_t self = static_cast<int32_t>(program.size());
+    op.a += self;
+    op.b += self;
+    fb::StepUnion step;
+    step.Set(op);
+    program.push_back(std::move(step));
+  }
+}
+
+fb::IntOpT constant(int64_t value) {
+  fb::IntOpT op;
+  op.kind = fb::IntOpKind::Constant;
+  op.value = value;
+  return op;
+}
+fb::IntOpT twoOperands(fb::IntOpKind kind) {
+  fb::IntOpT op;
+  op.kind = kind;
+  op.a = -2;
+  op.b = -1;
+  return op;
+}
+
+/// Loads `bytes` and runs entry 0 on the good inputs.
+Status loadAndRunBytes(const std::string &bytes) {
+  std::unique_ptr<Model> model;
+  Status status = Model::loadMemory(bytes.data(), bytes.size(), 1, model);
+  if (!status.ok())
+    return status;
+  std::vector<Tensor> inputs{
+      Tensor(ATTN_F32, {1, 4, 5, 16}), Tensor(ATTN_F32, {1, 2, 7, 16}),
+      Tensor(ATTN_F32, {1, 2, 7, 16}), Tensor(ATTN_F32, {1, 4, 5, 1})};
+  std::vector<Tensor> outputs;
+  return model->run(0, inputs, outputs);
+}
+
+// The host program's integer ops are checked: no signed overflow, no
+// INT64_MIN / -1, no temporary whose size wraps.
+TEST_F(RuntimeErrors, HostProgramArithmeticIsChecked) {
+  struct Case {
+    std::vector<fb::IntOpT> ops;
+    const char *message;
+  } cases[] = {
+      {{constant(INT64_MAX), constant(2), twoOperands(fb::IntOpKind::Mul)},
+       "integer overflow: 9223372036854775807 * 2"},
+      {{constant(INT64_MAX), constant(1), twoOperands(fb::IntOpKind::Add)},
+       "integer overflow: 9223372036854775807 + 1"},
+      {{constant(INT64_MIN), constant(1), twoOperands(fb::IntOpKind::Sub)},
+       "integer overflow: -9223372036854775808 - 1"},
+      {{constant(INT64_MIN), constant(-1), twoOperands(fb::IntOpKind::DivS)},
+       "integer overflow: -9223372036854775808 / -1"},
+      {{constant(INT64_MIN), constant(-1), twoOperands(fb::IntOpKind::RemS)},
+       "integer overflow: -9223372036854775808 / -1"},
+      {{constant(7), constant(0), twoOperands(fb::IntOpKind::CeilDivU)},
+       "division by zero"},
+  };
+  for (const Case &c : cases) {
+    std::string bytes =
+        rewriteModel(*binary, [&](fb::ModelT &m) { appendIntOps(m, c.ops); });
+    Status status = loadAndRunBytes(bytes);
+    EXPECT_EQ(status.code, ATTN_RUN_ERROR);
+    EXPECT_NE(status.message.find(c.message), std::string::npos)
+        << status.message;
+  }
+  std::string bytes = rewriteModel(*binary, [](fb::ModelT &m) {
+    appendIntOps(m, {constant(int64_t(1) << 62)});
+    auto &program = m.entries[0]->program;
+    fb::TempBufferT temp;
+    temp.dtype = fb::DType::f32;
+    int32_t size = static_cast<int32_t>(program.size()) - 1;
+    temp.dims = {size, size};
+    fb::StepUnion step;
+    step.Set(temp);
+    program.push_back(std::move(step));
+  });
+  Status status = loadAndRunBytes(bytes);
+  EXPECT_EQ(status.code, ATTN_RUN_ERROR);
+  EXPECT_NE(status.message.find("a temporary [4611686018427387904, "
+                                "4611686018427387904] has a negative or too "
+                                "large size"),
+            std::string::npos)
+      << status.message;
+}
+
+/// The first dispatch step of entry 0's CPU program.
+fb::DispatchT &firstDispatch(fb::ModelT &model) {
+  for (fb::StepUnion &step : model.entries[0]->program)
+    if (fb::DispatchT *dispatch = step.AsDispatch())
+      return *dispatch;
+  ADD_FAILURE() << "no dispatch";
+  static fb::DispatchT none;
+  return none;
+}
+
+// Every dispatch binds what its kernel was compiled for (the kernel ABI
+// records), checked when the binary is loaded, or, for dims the signature
+// leaves dynamic, before the kernel runs.
+TEST_F(RuntimeErrors, BindingsAgreeWithTheKernels) {
+  // q's binding replaced by the headwise gate: [B, 4, Lq, 1] where the
+  // kernel takes [B, 4, Lq, 16].
+  Status status = loadAndRunBytes(rewriteModel(
+      *binary, [](fb::ModelT &m) { firstDispatch(m).bindings[0] = 3; }));
+  EXPECT_EQ(status.code, ATTN_INVALID_BINARY);
+  EXPECT_NE(status.message.find("binds buffer 3 as binding #0, whose dim 3 "
+                                "is 1; the kernel was compiled for 16"),
+            std::string::npos)
+      << status.message;
+  // A binding too few.
+  status = loadAndRunBytes(rewriteModel(
+      *binary, [](fb::ModelT &m) { firstDispatch(m).bindings.pop_back(); }));
+  EXPECT_EQ(status.code, ATTN_INVALID_BINARY);
+  EXPECT_NE(status.message.find("buffers; the kernel takes"), std::string::npos)
+      << status.message;
+  // The ABI record of another rank than the signature.
+  status = loadAndRunBytes(rewriteModel(*binary, [](fb::ModelT &m) {
+    for (auto &abi : m.cpu->kernels)
+      abi->bindings[0]->dims.push_back(-1);
+  }));
+  EXPECT_EQ(status.code, ATTN_INVALID_BINARY);
+  EXPECT_NE(status.message.find("with another dtype or rank than the "
+                                "kernel's"),
+            std::string::npos)
+      << status.message;
+  // q's head dim made dynamic in the signature: the kernel still takes 16,
+  // and a call with 8 is stopped before it runs.
+  std::string dynamic = rewriteModel(*binary, [](fb::ModelT &m) {
+    auto &dim = m.entries[0]->inputs[0]->dims[3];
+    dim->size = -1;
+    dim->symbol = "D";
+  });
+  std::unique_ptr<Model> model;
+  ASSERT_TRUE(Model::loadMemory(dynamic.data(), dynamic.size(), 1, model).ok());
+  std::vector<Tensor> inputs = goodInputs(), outputs;
+  inputs[0] = Tensor(ATTN_F32, {1, 4, 5, 8});
+  status = model->run(0, inputs, outputs);
+  EXPECT_EQ(status.code, ATTN_INVALID_BINARY);
+  EXPECT_NE(status.message.find("[1, 4, 5, 8] as binding #0"),
+            std::string::npos)
+      << status.message;
+  EXPECT_NE(status.message.find("which was compiled for dim 3 = 16"),
+            std::string::npos)
+      << status.message;
 }
 
 } // namespace

@@ -253,7 +253,70 @@ INSTANTIATE_TEST_SUITE_P(
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 1, "head_dim": 8}], "speculative": {"max_tree_nodes": 0}})",
             "$.speculative.max_tree_nodes: expected a positive integer, got "
-            "0"}));
+            "0"},
+        // The bounds of frontend/Limits.h (docs/limits.md).
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 8, "head_dim": 1048576}]})",
+            "$.layers[0].head_dim: expected an integer <= 512 (attn's limit), "
+            "got 1048576"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 2147483648, "head_dim": 64}]})",
+            "$.layers[0].num_heads: expected an integer <= 1024 (attn's "
+            "limit), got 2147483648"},
+        BadDescription{LAYER(R"(, "value_dim": 513)"),
+                       "$.layers[0].value_dim: expected an integer <= 512 "
+                       "(attn's limit), got 513"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "k_dim": 8, "v_dim": 100000}]})",
+            "$.layers[0].v_dim: expected an integer <= 512 (attn's limit), "
+            "got 100000"},
+        BadDescription{LAYER(R"(, "mask": {"sliding_window": 4294967296})"),
+                       "$.layers[0].mask.sliding_window: expected an integer "
+                       "<= 2147483647 (attn's limit), got 4294967296"},
+        // Past their bounds, sink_blocks + local_blocks once wrapped
+        // around its check against top_k.
+        BadDescription{
+            LAYER(
+                R"(, "sparsity": {"method": "top_k", "block_size": 16, "top_k": 4, "sink_blocks": 9223372036854775807, "local_blocks": 2})"),
+            "$.layers[0].sparsity.sink_blocks: expected an integer <= "
+            "1048576 (attn's limit), got 9223372036854775807"},
+        BadDescription{
+            LAYER(
+                R"(, "sparsity": {"method": "top_k", "block_size": 16, "top_k": 4611686018427387904})"),
+            "$.layers[0].sparsity.top_k: expected an integer <= 1048576 "
+            "(attn's limit), got 4611686018427387904"},
+        BadDescription{
+            LAYER(
+                R"(, "sparsity": {"method": "top_k", "block_size": 65536, "top_k": 4})"),
+            "$.layers[0].sparsity.block_size: expected an integer <= 4096 "
+            "(attn's limit), got 65536"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 1, "head_dim": 8}], "speculative": {"max_tree_nodes": 1000000}})",
+            "$.speculative.max_tree_nodes: expected an integer <= 4096 "
+            "(attn's limit), got 1000000"}));
+
+// 50,000 nested brackets once overflowed the parser's stack.
+TEST(Frontend, NestingIsBounded) {
+  std::string deep = std::string(50000, '[') + std::string(50000, ']');
+  EXPECT_EQ(parseError(deep),
+            "$: arrays and objects nest deeper than 64 (at byte 64)");
+  // Brackets inside strings do not count.
+  std::string quoted = R"({"model": ")" + std::string(100, '[') +
+                       R"(", "layers": [{"name": "a", "type": "attention", )"
+                       R"("num_heads": 1, "head_dim": 8}]})";
+  llvm::Expected<ModelDescription> model = parseModelDescription(quoted);
+  EXPECT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+}
+
+TEST(Frontend, LayerCountIsBounded) {
+  std::string json = R"({"model": "m", "layers": [)";
+  for (int i = 0; i < 4097; ++i)
+    json += std::string(i ? "," : "") + R"({"name": "l)" + std::to_string(i) +
+            R"(", "type": "attention", "num_heads": 1, "head_dim": 8})";
+  json += "]}";
+  EXPECT_EQ(parseError(json),
+            "$.layers: 4097 layers; attn compiles at most 4096");
+}
 
 } // namespace
 
@@ -365,6 +428,29 @@ TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
     "num_key_value_heads": 3, "head_dim": 64})"),
             "$.num_attention_heads: expected a multiple of "
             "num_key_value_heads (3), got 8");
+}
+
+// A config without head_dim whose hidden_size / num_attention_heads is 0
+// once compiled to head dim 0; num_hidden_layers = 1e15 once hung.
+TEST(HuggingFaceConfig, SizesAreBounded) {
+  EXPECT_EQ(configError(R"({"model_type": "qwen3_next",
+    "layer_types": ["full_attention"], "num_attention_heads": 16,
+    "hidden_size": 8})"),
+            "$.hidden_size: without head_dim, the head dim is hidden_size / "
+            "num_attention_heads = 8 / 16 = 0; expected 1 to 512 (give "
+            "head_dim)");
+  EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
+    "num_hidden_layers": 1000000000000000, "full_attention_interval": 4, )") +
+                        kQwenHeads + "}"),
+            "$.num_hidden_layers: expected an integer <= 4096 (attn's "
+            "limit), got 1000000000000000");
+  // The kinds of a long model come from one interval.
+  llvm::Expected<ModelDescription> model =
+      parseModelInput(std::string(R"({"model_type": "qwen3_next",
+    "num_hidden_layers": 4096, "full_attention_interval": 4, )") +
+                      kQwenHeads + "}");
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  EXPECT_EQ(model->layers.size(), 2u);
 }
 
 TEST(HuggingFaceConfig, ModelDescriptionsStillParse) {

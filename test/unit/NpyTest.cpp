@@ -213,6 +213,27 @@ TEST(Npy, RejectsWhatSpecDoesNotAllow) {
       "'shape'): {'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }");
 }
 
+// A shape whose byte count wraps 64 bits is refused instead of matching a
+// short file: 4 x 1048577 x 1099510579201 elements of 4 bytes are 2^64 + 16
+// bytes, which wrapped to the 16 bytes given.
+TEST(Npy, ShapeWhoseSizeWraps) {
+  std::vector<uint8_t> sixteen(16, 0);
+  EXPECT_EQ(parseError(numpyFile("{'descr': '<f4', 'fortran_order': False, "
+                                 "'shape': (4, 1048577, 1099510579201), }",
+                                 sixteen)),
+            "shape (4, 1048577, 1099510579201) of <f4 holds more than 2^63 "
+            "bytes");
+  // Huge dims around a zero hold nothing, and nothing wraps.
+  std::vector<uint8_t> bytes = numpyFile(
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (281474976710656, "
+      "281474976710656, 0), }",
+      {});
+  Array out;
+  std::string error;
+  EXPECT_TRUE(parse(bytes.data(), bytes.size(), out, error)) << error;
+  EXPECT_EQ(out.numElements(), 0);
+}
+
 TEST(Npy, FileErrorsNameTheFile) {
   Array out;
   std::string error;
