@@ -305,13 +305,16 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
       auto derivedOf = derived ? derived.getAs<StringAttr>("of") : StringAttr();
       auto ceilDiv =
           derived ? derived.getAs<IntegerAttr>("ceil_div") : IntegerAttr();
+      auto atMost =
+          derived ? derived.getAs<IntegerAttr>("at_most") : IntegerAttr();
       if (!type.isDynamicDim(d))
         dims.push_back(fb::CreateDim(builder, type.getDimSize(d)));
       else if (auto symbol = dyn_cast_or_null<StringAttr>(dim))
         dims.push_back(fb::CreateDimDirect(builder, -1, symbol.str().c_str()));
       else if (derivedOf && ceilDiv && ceilDiv.getInt() > 0)
         dims.push_back(fb::CreateDimDirect(builder, -1, derivedOf.str().c_str(),
-                                           ceilDiv.getInt()));
+                                           ceilDiv.getInt(),
+                                           atMost ? atMost.getInt() : -1));
       else
         return host.emitError() << "argument #" << index
                                 << " has no symbolic shape (attn.shape)";

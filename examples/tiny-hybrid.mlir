@@ -19,7 +19,7 @@ func.func @full0(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>,
   %tokens = attn.select_topp %q, %k blocks(%blocks)
       {top_p = 0.95, min_tokens = 16, max_tokens = 1024, block_size = 16,
        mask = #attn.mask<causal>}
-      : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x8x?x64xi32>
+      : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x8x?x?xi32>
   %o = attn.sparse_sdpa %q, %k, %v, %tokens gate(%gate)
       {block_size = 1, mask = #attn.mask<causal>}
       : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>,

@@ -50,9 +50,16 @@ public:
     return failure(result.wasInterrupted());
   }
 
-  /// Whether dim `ref` is derived from another (ceil(Lk / block_size)),
-  /// and from which.
-  std::optional<std::pair<DimRef, int64_t>> derivedFrom(DimRef ref) const {
+  /// A dim computed from another: min(atMost, ceil(from / divisor))
+  /// (Quest's block count ceil(Lk / block_size), a top-k selection's
+  /// min(top_k, ceil(Lk / block_size)) slots). atMost < 0: no cap.
+  struct Derived {
+    DimRef from;
+    int64_t divisor;
+    int64_t atMost;
+  };
+  /// Whether dim `ref` is derived from another, and how.
+  std::optional<Derived> derivedFrom(DimRef ref) const {
     auto it = derived.find(key(ref));
     if (it == derived.end())
       return std::nullopt;
@@ -70,10 +77,15 @@ public:
         continue;
       }
       if (auto from = derivedFrom({value, d})) {
-        // {of = "Lk", ceil_div = 16}: the runtime computes and checks it.
-        dims.push_back(b.getDictionaryAttr(
-            {b.getNamedAttr("of", b.getStringAttr(nameOf(from->first))),
-             b.getNamedAttr("ceil_div", b.getI64IntegerAttr(from->second))}));
+        // {of = "Lk", ceil_div = 16[, at_most = 64]}: the runtime computes
+        // and checks it.
+        SmallVector<NamedAttribute> fields{
+            b.getNamedAttr("of", b.getStringAttr(nameOf(from->from))),
+            b.getNamedAttr("ceil_div", b.getI64IntegerAttr(from->divisor))};
+        if (from->atMost >= 0)
+          fields.push_back(
+              b.getNamedAttr("at_most", b.getI64IntegerAttr(from->atMost)));
+        dims.push_back(b.getDictionaryAttr(fields));
         continue;
       }
       dims.push_back(b.getStringAttr(nameOf({value, d})));
@@ -113,11 +125,12 @@ private:
     if (cast<ShapedType>(ref.first.getType()).isDynamicDim(ref.second))
       roles.try_emplace(key(ref), role.str());
   }
-  /// `ref` is ceil(`from` / `divisor`) (when both are dynamic).
-  void derive(DimRef ref, DimRef from, int64_t divisor) {
+  /// `ref` is min(`atMost`, ceil(`from` / `divisor`)) (when both are
+  /// dynamic; atMost < 0: no cap).
+  void derive(DimRef ref, DimRef from, int64_t divisor, int64_t atMost = -1) {
     if (cast<ShapedType>(ref.first.getType()).isDynamicDim(ref.second) &&
         cast<ShapedType>(from.first.getType()).isDynamicDim(from.second))
-      derived.try_emplace(key(ref), from, divisor);
+      derived.try_emplace(key(ref), Derived{from, divisor, atMost});
   }
   /// Unites dims [0, count) of `a` and `b`.
   void uniteLeading(Value a, Value b, int64_t count) {
@@ -138,10 +151,14 @@ private:
       unite({q, 2}, {select.getBlocks(), 2}, "Lq");
       // The metadata holds ceil(Lk / block_size) blocks of the keys whose
       // length is `key_length`.
+      // Its result keeps min(top_k, that many) slots a row.
       if (auto dim = select.getKeyLength().getDefiningOp<tensor::DimOp>())
-        if (std::optional<int64_t> index = dim.getConstantIndex())
-          derive({select.getMeta(), 2}, {dim.getSource(), *index},
-                 select.getBlockSize());
+        if (std::optional<int64_t> index = dim.getConstantIndex()) {
+          DimRef keyLength{dim.getSource(), *index};
+          derive({select.getMeta(), 2}, keyLength, select.getBlockSize());
+          derive({select.getBlocks(), 3}, keyLength, select.getBlockSize(),
+                 select.getTopK());
+        }
     } else if (auto select = dyn_cast<SelectTopPOp>(op)) {
       Value q = select.getQuery(), tokens = select.getTokens();
       unite({q, 0}, {select.getKey(), 0}, "B");
@@ -246,7 +263,7 @@ private:
   }
 
   llvm::EquivalenceClasses<Key> classes;
-  llvm::DenseMap<Key, std::pair<DimRef, int64_t>> derived;
+  llvm::DenseMap<Key, Derived> derived;
   llvm::DenseMap<Key, std::string> roles;
   llvm::DenseMap<Key, std::string> names;
   llvm::StringSet<> usedNames;
@@ -329,7 +346,7 @@ LogicalResult EntryLowering::run() {
         continue;
       DimRef dim{value, d};
       if (auto from = shapes.derivedFrom(dim))
-        dim = from->first;
+        dim = from->from;
       bool bound = llvm::any_of(entry.getArguments(), [&](BlockArgument arg) {
         auto argType = cast<RankedTensorType>(arg.getType());
         for (int64_t ad = 0; ad < argType.getRank(); ++ad)
@@ -512,7 +529,10 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     bindings.push_back(memref::AllocOp::create(
         b, MemRefType::get({ShapedType::kDynamic, 0}, b.getI32Type()),
         ValueRange{keyLength}));
-    bindResult(select.getBlocks(), {m.dim(q, 0), m.dim(q, 2)});
+    SmallVector<Value> sizes{m.dim(q, 0), m.dim(q, 2)};
+    if (cast<ShapedType>(select.getBlocks().getType()).isDynamicDim(3))
+      sizes.push_back(m.minS(m.index(select.getTopK()), m.dim(meta, 2)));
+    bindResult(select.getBlocks(), sizes);
   } else if (auto select = dyn_cast<SelectTopPOp>(op)) {
     bindOperands({select.getQuery(), select.getKey()});
     if (Value blocks = select.getBlocks())

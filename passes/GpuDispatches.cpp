@@ -205,7 +205,12 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     if (auto select = dyn_cast<SelectTopKOp>(op)) {
       int64_t fill =
           select.getTopK() - select.getSinkBlocks() - select.getLocalBlocks();
-      rowTemporary(b.getF32Type(), std::max<int64_t>(fill, 1), Value());
+      // The heap of a row's `fill` best middle blocks, used only when the
+      // row has more candidates than top_k: never more than its blocks.
+      rowTemporary(b.getF32Type(), ShapedType::kDynamic,
+                   m.maxS(m.minS(m.index(std::max<int64_t>(fill, 1)),
+                                 m.dim(bindings[1], 2)),
+                          m.index(1)));
       // Prefill: a thread per row scores its blocks and selects. Decode has
       // too few rows for that to fill a GPU (a thread per head, each
       // reading all the metadata): a thread per (row, block) computes the
@@ -276,8 +281,8 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                            builder, loc, thresholdName, select, tiling, types);
                      });
       std::string placeName = kernelName("topk_place");
-      Value slotsPerRow = m.maxS(numBlocks, m.index(select.getTopK()));
-      return dispatchKernel(b, ranked(m.mul(rows, slotsPerRow)),
+      // A thread per (row, block): a row's slots are among its blocks.
+      return dispatchKernel(b, ranked(m.mul(rows, numBlocks)),
                             {q, keyCarrier, bounds, threshold, blocks},
                             [&](OpBuilder &builder, TypeRange types) {
                               return buildSimtTopKPlaceKernel(builder, loc,

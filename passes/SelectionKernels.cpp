@@ -455,7 +455,7 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
           e.loop(c0, count, c1, [&](Value n) {
             store(prefix, e.toI32(e.add(firstBlock, n)), n);
           });
-          padWithMinusOne(e, blocks, prefix, count, e.index(topK));
+          padWithMinusOne(e, blocks, prefix, count, e.dim(blocks, 3));
         });
         return {};
       },

@@ -255,7 +255,7 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
       fits,
       [&]() -> SmallVector<Value> {
         e.loop(c0, count, c1, [&](Value n) { store(e.add(firstBlock, n), n); });
-        padWithMinusOne(e, blocks, prefix, count, e.index(topK));
+        padWithMinusOne(e, blocks, prefix, count, e.dim(blocks, 3));
         return {};
       },
       [&]() -> SmallVector<Value> {
@@ -421,8 +421,9 @@ func::FuncOp mlir::attn::buildSimtTopKPlaceKernel(OpBuilder &builder,
   const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
   const int64_t fill = topK - sink - local;
-  Value perRow = e.maxS(e.dim(bounds, 3), e.index(topK));
-  RankedTopKRow row(e, op, q, keyCarrier, bounds, thread, perRow);
+  // Slot n < NB: the row's slots, min(top_k, NB), are among them.
+  RankedTopKRow row(e, op, q, keyCarrier, bounds, thread, e.dim(bounds, 3));
+  Value slots = e.dim(blocks, 3);
   Value c0 = e.index(0), c1 = e.index(1), n = row.n;
   auto store = [&](Value block, Value slot) {
     memref::StoreOp::create(b, e.toI32(block), blocks,
@@ -444,7 +445,7 @@ func::FuncOp mlir::attn::buildSimtTopKPlaceKernel(OpBuilder &builder,
               return {};
             },
             [&]() -> SmallVector<Value> {
-              e.ifThen(below(n, topK), [&] {
+              e.ifThen(e.icmp(arith::CmpIPredicate::ult, n, slots), [&] {
                 memref::StoreOp::create(b, e.i32(-1), blocks,
                                         indicesOf(row.prefix, n));
               });

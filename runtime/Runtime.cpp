@@ -78,8 +78,9 @@ struct Signature {
   attn_dtype dtype;
   std::vector<int64_t> dims;        // -1 for dynamic
   std::vector<std::string> symbols; // "" for static
-  /// > 0: the dim is ceil(symbol / ceilDiv), not a symbol of its own.
-  std::vector<int64_t> ceilDivs;
+  /// > 0: the dim is ceil(symbol / ceilDiv), not a symbol of its own,
+  /// capped at atMosts[d] when that is >= 0.
+  std::vector<int64_t> ceilDivs, atMosts;
   /// What users see of each dim: the symbol, or "ceil(Lk/16)".
   std::vector<std::string> displaySymbols;
   std::vector<const char *> symbolPtrs;
@@ -173,7 +174,10 @@ std::string formatDims(const std::vector<int64_t> &dims) {
 /// The size of dynamic dim `d` of `sig` when its symbol is `symbolValue`.
 int64_t dimSize(const Signature &sig, size_t d, int64_t symbolValue) {
   int64_t divisor = sig.ceilDivs[d];
-  return divisor > 0 ? (symbolValue + divisor - 1) / divisor : symbolValue;
+  if (divisor <= 0)
+    return symbolValue;
+  int64_t blocks = symbolValue / divisor + (symbolValue % divisor != 0);
+  return sig.atMosts[d] >= 0 ? std::min(blocks, sig.atMosts[d]) : blocks;
 }
 
 /// "[B=2, 8, Lq, 64]": the signature with the symbols bound so far.
@@ -380,12 +384,18 @@ attn_status attn_model::readEntry(const attn::fb::Entry *fbEntry,
         } else {
           return false;
         }
-        if (dim->ceil_div() < 0 || (dim->ceil_div() > 0 && dim->size() >= 0))
+        if (dim->ceil_div() < 0 || (dim->ceil_div() > 0 && dim->size() >= 0) ||
+            dim->at_most() < -1 ||
+            (dim->at_most() >= 0 && dim->ceil_div() == 0))
           return false;
         sig.ceilDivs.push_back(dim->ceil_div());
+        sig.atMosts.push_back(dim->at_most());
         if (dim->ceil_div() > 0)
           sig.displaySymbols.back() = "ceil(" + sig.symbols.back() + "/" +
                                       std::to_string(dim->ceil_div()) + ")";
+        if (dim->at_most() >= 0)
+          sig.displaySymbols.back() = "min(" + std::to_string(dim->at_most()) +
+                                      ", " + sig.displaySymbols.back() + ")";
       }
       switch (fbSig->contract()) {
       case attn::fb::ValueContract::none:
@@ -1006,6 +1016,7 @@ extern "C" attn_status attn_entry_argument(const attn_model *model,
   info->dims = sig.dims.data();
   info->symbols = sig.symbolPtrs.data();
   info->ceil_divs = sig.ceilDivs.data();
+  info->at_mosts = sig.atMosts.data();
   info->contract = sig.contract;
   info->contract_input = sig.contractInput;
   return ATTN_OK;

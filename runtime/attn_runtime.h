@@ -93,7 +93,9 @@ typedef enum attn_value_contract {
 /** One argument or result of an entry. `dims[i]` is the static size or -1,
     with `symbols[i]` naming a dynamic size (dims with one symbol agree).
     When `ceil_divs[i]` > 0 the size is derived: ceil(symbols[i] /
-    ceil_divs[i]) (Quest's block count ceil(Lk / block_size)). */
+    ceil_divs[i]) (Quest's block count ceil(Lk / block_size)), capped at
+    `at_mosts[i]` when that is >= 0 (a top-k selection's min(top_k,
+    ceil(Lk / block_size)) slots). */
 typedef struct attn_argument_info {
   const char *name;
   attn_dtype dtype;
@@ -101,6 +103,7 @@ typedef struct attn_argument_info {
   const int64_t *dims;
   const char *const *symbols;
   const int64_t *ceil_divs;
+  const int64_t *at_mosts;
   attn_value_contract contract;
   /** ATTN_CONTRACT_TREE_PATH: the input holding the path lengths; else -1. */
   int32_t contract_input;

@@ -355,8 +355,14 @@ LogicalResult SelectTopKOp::inferReturnTypes(
   int64_t topK = topKAttr.getInt();
   if (failed(checkPositive(emit, "top_k", topK)))
     return failure();
+  // A row keeps at most every block the keys have: the budget is capped by
+  // the metadata's block count, so no buffer is sized by a budget alone.
+  int64_t slots = ShapedType::kDynamic;
+  if (auto meta = dyn_cast<RankedTensorType>(adaptor.getMeta().getType()))
+    if (meta.getRank() == 5 && !meta.isDynamicDim(2))
+      slots = std::min(topK, meta.getDimSize(2));
   inferredReturnTypes.push_back(tensorOf(
-      {q->dim(0), q->dim(1), q->dim(2), topK}, IntegerType::get(context, 32)));
+      {q->dim(0), q->dim(1), q->dim(2), slots}, IntegerType::get(context, 32)));
   return success();
 }
 

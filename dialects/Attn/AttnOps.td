@@ -143,8 +143,9 @@ def Attn_SelectTopKOp : Attn_PureOp<"select_topk"> {
 
     `key_length` is `Lk`, which places the query rows (bottom-right
     alignment) and bounds the last block. The result
-    `blocks [B, H, Lq, top_k]` lists the kept block indices in ascending
-    order, padded with -1.
+    `blocks [B, H, Lq, min(top_k, NB)]` (NB: the metadata's blocks, so a
+    budget larger than the keys costs nothing) lists the kept block indices
+    in ascending order, padded with -1.
 
     ```mlir
     %blocks = attn.select_topk %q, %meta, %lk

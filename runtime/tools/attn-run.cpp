@@ -65,6 +65,10 @@ std::string formatArgument(const attn_argument_info &info) {
     text += d ? ", " : "";
     if (info.dims[d] >= 0)
       text += std::to_string(info.dims[d]);
+    else if (info.ceil_divs[d] > 0 && info.at_mosts[d] >= 0)
+      text += "min(" + std::to_string(info.at_mosts[d]) + ", ceil(" +
+              std::string(info.symbols[d]) + "/" +
+              std::to_string(info.ceil_divs[d]) + "))";
     else if (info.ceil_divs[d] > 0)
       text += "ceil(" + std::string(info.symbols[d]) + "/" +
               std::to_string(info.ceil_divs[d]) + ")";
@@ -312,10 +316,12 @@ int run(int argc, char **argv) {
         if (it == sizes.end())
           return usageError(std::string("--random: input '") + info.name +
                             "' needs a size for " + info.symbols[d]);
-        int64_t divisor = info.ceil_divs[d];
-        shape.push_back(divisor > 0
-                            ? it->second / divisor + (it->second % divisor != 0)
-                            : it->second);
+        int64_t divisor = info.ceil_divs[d], size = it->second;
+        if (divisor > 0)
+          size = size / divisor + (size % divisor != 0);
+        if (divisor > 0 && info.at_mosts[d] >= 0)
+          size = std::min(size, info.at_mosts[d]);
+        shape.push_back(size);
       }
       attn::Tensor tensor;
       status = attn::Tensor::allocate(info.dtype, shape, tensor);

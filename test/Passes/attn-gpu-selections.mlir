@@ -12,12 +12,12 @@
 // a thread per (row, block) writes Quest's bounds to a [B, H, Lq, NB]
 // temporary; then, up to 8192 blocks, a thread per (row, block) ranks its
 // block among the row's (the fill-th best writes its index to a [B, H, Lq,
-// 1] threshold) and a thread per (row, max(NB, top_k)) places the kept
-// ones, else the selecting threads read the bounds into their heaps. Four
-// selected blocks of 16 keys fit one split (256 keys' worth of entries):
-// the partials' split dim is the constant 1.
+// 1] threshold) and a thread per (row, block) places the kept ones, else
+// the selecting threads read the bounds into their heaps. A row's
+// min(top_k, NB) slots are split 16 blocks (256 keys' worth of entries) a
+// split in decode.
 // CHECK-LABEL: func.func private @topk__select_topk0(
-// CHECK-SAME:    memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x4xi32>, %{{.*}}: memref<?x4x?x2xf32>, %{{.*}}: index)
+// CHECK-SAME:    memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x?xi32>, %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: index)
 // CHECK-SAME:    attn.kernel = "select_topk"
 // CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
 // CHECK:         memref.load %arg1
@@ -28,7 +28,7 @@
 // CHECK:         arith.maximumf
 // CHECK:         memref.store %{{.*}}, %arg2
 // CHECK-LABEL: func.func private @topk__select_topk2(
-// CHECK-SAME:    %{{.*}}: memref<?x4x?x2xf32>, %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: index)
+// CHECK-SAME:    %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: index)
 // CHECK-SAME:    attn.kernel = "select_topk"
 // The bounds are read, not computed: the metadata is never loaded.
 // CHECK-NOT:     memref.load %arg1
@@ -44,7 +44,7 @@
 // CHECK:         arith.cmpi eq, %[[RANK]], %c1
 // CHECK:         memref.store %{{.*}}, %arg3[%{{.*}}, %{{.*}}, %{{.*}}, %c0]
 // CHECK-LABEL: func.func private @topk__topk_place4(
-// CHECK-SAME:    %{{.*}}: memref<?x4x?x1xi32>, %{{.*}}: memref<?x4x?x4xi32>, %{{.*}}: index)
+// CHECK-SAME:    %{{.*}}: memref<?x4x?x1xi32>, %{{.*}}: memref<?x4x?x?xi32>, %{{.*}}: index)
 // CHECK-SAME:    attn.kernel = "topk_place"
 // CHECK:         memref.load %arg3
 // CHECK:         memref.store %{{.*}}, %arg4
@@ -78,10 +78,15 @@
 // CHECK:         %[[NB:.*]] = memref.dim %arg3, %c2
 // CHECK:         cf.assert %{{.*}}, "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / 16), the blocks of the keys"
 // CHECK:         %[[B:.*]] = memref.dim %arg0, %c0
-// CHECK:         %[[BLOCKS:.*]] = memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x4xi32>
+// A row's slots, and its heap of the fill = 2 best middle blocks, are
+// capped by the blocks the keys have.
+// CHECK:         %[[SLOTS:.*]] = arith.minsi %[[NB]], %c4
+// CHECK:         %[[BLOCKS:.*]] = memref.alloc(%[[B]], %[[LQ]], %[[SLOTS]]) : memref<?x4x?x?xi32>
 // CHECK:         %[[BH:.*]] = arith.muli %[[B]], %c4
 // CHECK:         %[[ROWS:.*]] = arith.muli %[[BH]], %[[LQ]]
-// CHECK:         %[[HEAP:.*]] = memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x2xf32>
+// CHECK:         %[[FILL:.*]] = arith.minsi %[[NB]], %c2
+// CHECK:         %[[HEAP_SIZE:.*]] = arith.maxsi %[[FILL]], %c1
+// CHECK:         %[[HEAP:.*]] = memref.alloc(%[[B]], %[[LQ]], %[[HEAP_SIZE]]) : memref<?x4x?x?xf32>
 // CHECK:         %[[DECODE:.*]] = arith.cmpi ule, %[[LQ]], %c8
 // CHECK:         %[[RANKABLE:.*]] = arith.cmpi ule, %[[NB]], %c8192
 // CHECK:         %[[BOUND_ROWS:.*]] = arith.select %[[DECODE]], %[[LQ]], %c0
@@ -99,15 +104,17 @@
 // CHECK:         %[[SHORT_RANKS:.*]] = arith.select %[[RANKABLE]], %[[RANKS]], %c0
 // CHECK:         %[[RANK_THREADS:.*]] = arith.select %[[DECODE]], %[[SHORT_RANKS]], %c0
 // CHECK:         attn.dispatch @topk__topk_threshold3 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]])
-// CHECK:         %[[SLOTS:.*]] = arith.maxsi %[[NB]], %c4
-// CHECK:         %[[PLACES:.*]] = arith.muli %[[ROWS]], %[[SLOTS]]
-// CHECK:         %[[SHORT_PLACES:.*]] = arith.select %[[RANKABLE]], %[[PLACES]], %c0
-// CHECK:         %[[PLACE_THREADS:.*]] = arith.select %[[DECODE]], %[[SHORT_PLACES]], %c0
-// CHECK:         attn.dispatch @topk__topk_place4 workgroups(%[[PLACE_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]], %[[BLOCKS]])
-// CHECK:         memref.alloc(%[[B]], %[[LQ]]) : memref<?x4x?x1x16xf32>
-// CHECK:         %[[DECODE_ROWS:.*]] = arith.select %[[DECODE]], %[[ROWS]], %c0
+// Placing: a thread per (row, block), as many as ranking.
+// CHECK:         attn.dispatch @topk__topk_place4 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]], %[[BLOCKS]])
+// CHECK:         %[[SLOT_SPLITS:.*]] = arith.ceildivui %[[SLOTS]], %c16
+// CHECK:         %[[SPLITS:.*]] = arith.maxsi %[[SLOT_SPLITS]], %c1
+// CHECK:         %[[DECODE_SPLITS:.*]] = arith.select %[[DECODE]], %[[SPLITS]], %c1
+// CHECK:         memref.alloc(%[[B]], %[[LQ]], %[[DECODE_SPLITS]]) : memref<?x4x?x?x16xf32>
+// CHECK:         %[[SPLIT_ROWS:.*]] = arith.muli %[[ROWS]], %[[DECODE_SPLITS]]
+// CHECK:         %[[DECODE_ROWS:.*]] = arith.select %[[DECODE]], %[[SPLIT_ROWS]], %c0
 // CHECK:         attn.dispatch @topk__sparse_decode5 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
-// CHECK:         attn.dispatch @topk__sparse_split6 workgroups(%[[PREFILL_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         %[[PREFILL_SPLIT_ROWS:.*]] = arith.select %[[DECODE]], %c0, %[[SPLIT_ROWS]]
+// CHECK:         attn.dispatch @topk__sparse_split6 workgroups(%[[PREFILL_SPLIT_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
 // The merge: a thread per (row, feature).
 // CHECK:         %[[MERGE:.*]] = arith.muli %[[ROWS]], %c16
 // CHECK:         attn.dispatch @topk__merge7 workgroups(%[[MERGE]]) bindings(%{{.*}}, %{{.*}}, %arg4)
@@ -122,7 +129,7 @@ func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
   %o = attn.sparse_sdpa %q, %k, %v, %blocks
       {block_size = 16, mask = #attn.mask<causal>}
       : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>,
-        tensor<?x4x?x4xi32>
+        tensor<?x4x?x?xi32>
   return %o : tensor<?x4x?x16xf32>
 }
 

@@ -180,7 +180,8 @@ IntTensor selectTopK(const Tensor &q, const Tensor &meta, int64_t keyLength,
   const int64_t B = q.dim(0), H = q.dim(1), Lq = q.dim(2), D = q.dim(3);
   const int64_t Hkv = meta.dim(1), NB = meta.dim(2), bs = options.blockSize;
   const double scale = resolveScale(scoreMod.scale, D);
-  IntTensor kept({B, H, Lq, options.topK}, -1);
+  // As attn.select_topk: a row lists at most every block there is.
+  IntTensor kept({B, H, Lq, std::min(options.topK, NB)}, -1);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hk = h / (H / Hkv);

@@ -126,7 +126,7 @@ struct TopK {
   int64_t localBlocks = 0;
 };
 
-/// Kept block indices [B, H, Lq, topK], ascending, padded with -1.
+/// Kept block indices [B, H, Lq, min(topK, NB)], ascending, padded with -1.
 IntTensor selectTopK(const Tensor &q, const Tensor &meta, int64_t keyLength,
                      const Mask &mask, const Score &score, const TopK &topK);
 

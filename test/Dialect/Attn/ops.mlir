@@ -61,14 +61,28 @@ func.func @block_meta(%k: tensor<3x2x33x64xf32>, %kd: tensor<?x2x?x64xf32>)
 
 // CHECK-LABEL: func @select_topk
 // CHECK: %[[B:.+]] = attn.select_topk %{{.+}}, %{{.+}}, %{{.+}} {block_size = 16 : i64, local_blocks = 1 : i64, mask = #attn.mask<causal>, sink_blocks = 1 : i64, top_k = 8 : i64} : tensor<?x8x?x64xf32>, tensor<?x2x?x2x64xf32>
-// CHECK: return %[[B]] : tensor<?x8x?x8xi32>
+// CHECK: return %[[B]] : tensor<?x8x?x?xi32>
 func.func @select_topk(%q: tensor<?x8x?x64xf32>, %m: tensor<?x2x?x2x64xf32>,
-                       %lk: index) -> tensor<?x8x?x8xi32> {
+                       %lk: index) -> tensor<?x8x?x?xi32> {
   %b = attn.select_topk %q, %m, %lk
       {block_size = 16, top_k = 8, sink_blocks = 1, local_blocks = 1,
        mask = #attn.mask<causal>}
       : tensor<?x8x?x64xf32>, tensor<?x2x?x2x64xf32>
-  return %b : tensor<?x8x?x8xi32>
+  return %b : tensor<?x8x?x?xi32>
+}
+
+// A budget is capped by the blocks the metadata has.
+// CHECK-LABEL: func @select_topk_capped
+// CHECK: attn.select_topk
+// CHECK-SAME: tensor<?x8x?x64xf32>, tensor<?x2x3x2x64xf32>
+// CHECK: return %{{.+}} : tensor<?x8x?x3xi32>
+func.func @select_topk_capped(%q: tensor<?x8x?x64xf32>,
+                              %m: tensor<?x2x3x2x64xf32>,
+                              %lk: index) -> tensor<?x8x?x3xi32> {
+  %b = attn.select_topk %q, %m, %lk
+      {block_size = 16, top_k = 1000000, mask = #attn.mask<causal>}
+      : tensor<?x8x?x64xf32>, tensor<?x2x3x2x64xf32>
+  return %b : tensor<?x8x?x3xi32>
 }
 
 // CHECK-LABEL: func @select_topp
