@@ -43,6 +43,8 @@ void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
   pm.addPass(createAttnCpuDispatches(dispatch));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  // Equal layers: their kernels are lowered and compiled once.
+  pm.addPass(createAttnMergeIdenticalKernels());
 }
 
 void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
@@ -84,6 +86,8 @@ void mlir::attn::buildGpuDispatchPipeline(OpPassManager &pm,
   pm.addPass(createAttnGpuDispatches(dispatch));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
+  // Equal layers: their kernels are lowered, compiled and assembled once.
+  pm.addPass(createAttnMergeIdenticalKernels());
 }
 
 void mlir::attn::buildGpuKernelLoweringPipeline(

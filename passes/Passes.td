@@ -94,6 +94,29 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
   ];
 }
 
+def AttnMergeIdenticalKernels
+    : Pass<"attn-merge-identical-kernels", "ModuleOp"> {
+  let summary = "Keep one copy of kernels that differ only in their names";
+  let description = [{
+    Equal layers of a model lower to entries whose kernels (`attn.kernel`
+    functions) are the same but for their symbol names. This pass keeps the
+    first of each set of equal kernels, points every `attn.dispatch` of the
+    others at it and erases them, so code generation, which costs time per
+    kernel, runs once per distinct kernel (a 48-layer model of two layer
+    kinds compiles the kernels of two layers). Runs after the dispatch
+    passes' canonicalization, on either target's kernels.
+
+    ```mlir
+    func.func private @a__flash0(...) attributes {attn.kernel = "flash"}
+    func.func private @b__flash0(...) attributes {attn.kernel = "flash"}
+    attn.dispatch @b__flash0 ...
+    // becomes (when the two bodies are equal)
+    func.func private @a__flash0(...) attributes {attn.kernel = "flash"}
+    attn.dispatch @a__flash0 ...
+    ```
+  }];
+}
+
 def AttnCpuKernelAbi : Pass<"attn-cpu-kernel-abi", "ModuleOp"> {
   let summary = "Give every CPU kernel the runtime's calling convention";
   let description = [{

@@ -511,6 +511,61 @@ TEST_F(RuntimeErrors, BindingsAgreeWithTheKernels) {
 
 namespace {
 
+// Equal layers share their kernels (compiled once): a model of two equal
+// layers and a third with another mask has the kernels of two layers, and
+// every entry still computes its own layer.
+TEST(Runtime, EqualLayersShareKernels) {
+  auto layer = [](const char *name, const char *mask) {
+    return std::string(R"({"name": ")") + name +
+           R"(", "type": "attention", "num_heads": 2, "num_kv_heads": 1, )"
+           R"("head_dim": 8, "mask": )" +
+           mask + "}";
+  };
+  auto kernelsOf = [](const std::string &json) -> size_t {
+    llvm::Expected<std::string> bytes = mlir::attn::compileModelDescription(
+        json, mlir::attn::CpuTarget::host());
+    EXPECT_TRUE(static_cast<bool>(bytes)) << llvm::toString(bytes.takeError());
+    if (!bytes)
+      return 0;
+    const fb::Binary *file = fb::GetBinary(bytes->data());
+    return flatbuffers::GetRoot<fb::Model>(file->model()->data())
+        ->cpu()
+        ->kernels()
+        ->size();
+  };
+  const std::string head = R"({"model": "equal", "dtype": "f32", "layers": [)";
+  std::string one = head + layer("a", "\"causal\"") + "]}";
+  std::string three = head + layer("a", "\"causal\"") + ", " +
+                      layer("b", "{\"sliding_window\": 3}") + ", " +
+                      layer("c", "\"causal\"") + "]}";
+  std::string twoKinds = head + layer("a", "\"causal\"") + ", " +
+                         layer("b", "{\"sliding_window\": 3}") + "]}";
+  EXPECT_EQ(kernelsOf(three), kernelsOf(twoKinds));
+  EXPECT_LT(kernelsOf(three), 3 * kernelsOf(one));
+
+  std::unique_ptr<Model> model = e2e::compileAndLoad(three, 2);
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(5);
+  ref::Tensor q = e2e::randomF32({1, 2, 6, 8}, rng, -2.0, 2.0);
+  ref::Tensor k = e2e::randomF32({1, 1, 9, 8}, rng, -2.0, 2.0);
+  ref::Tensor v = e2e::randomF32({1, 1, 9, 8}, rng, -1.0, 1.0);
+  std::vector<Tensor> inputs{e2e::toRuntime(q), e2e::toRuntime(k),
+                             e2e::toRuntime(v)};
+  for (auto [entry, mask] : {std::pair{"a", ref::Mask::causal()},
+                             std::pair{"b", ref::Mask::slidingWindow(3)},
+                             std::pair{"c", ref::Mask::causal()}}) {
+    int32_t index = -1;
+    ASSERT_TRUE(model->findEntry(entry, index).ok());
+    std::vector<Tensor> outputs;
+    Status status = model->run(index, inputs, outputs);
+    ASSERT_TRUE(status.ok()) << status.message;
+    EXPECT_LE(ref::maxRelativeError(e2e::fromRuntime(outputs[0]),
+                                    ref::sdpa(q, k, v, mask).output),
+              1e-5)
+        << entry;
+  }
+}
+
 // Two models alive at once whose kernels have the same names (same model
 // and entry names, different masks) each run their own code. The CPU code
 // is loaded through /proc/self/fd/N, and the dynamic loader hands back an
