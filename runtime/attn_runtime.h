@@ -3,7 +3,18 @@
 |* Loads a compiled model (.attnb, SPEC §6) and runs its entries (SPEC §4). *|
 |* Every call that can fail returns an attn_status; the message of the last *|
 |* failure on the calling thread is attn_last_error(). The runtime links    *|
-|* neither LLVM nor MLIR.                                                   *|
+|* neither LLVM nor MLIR, and no C++ exception leaves it.                   *|
+|*                                                                          *|
+|* Threads: a loaded model may be used from any number of threads at once.  *|
+|* attn_run calls on one model run concurrently on the CPU (they share the  *|
+|* model's thread pool; each call's workgroups are a job of their own), and *|
+|* take turns on CUDA. attn_model_free must not race with other calls on    *|
+|* the same model.                                                          *|
+|*                                                                          *|
+|* Trust: an .attnb holds native code; load only binaries you trust, as     *|
+|* with a shared library. Its checksum catches corruption, not tampering.   *|
+|* Within that, every signature, host program, temporary and binding is     *|
+|* checked against the kernels' ABI records before anything runs.          *|
 |*                                                                          *|
 \*===----------------------------------------------------------------------===*/
 
@@ -116,7 +127,8 @@ const char *attn_last_error(void);
 
 /** Loads a model from a file / from memory (the bytes are copied). The
     buffer is verified and the host checked for the CPU features the code
-    needs before anything runs. `num_threads` <= 0 means every core. */
+    needs before anything runs. `num_threads` <= 0 means every core; more
+    than ATTN_MAX_THREADS is ATTN_INVALID_ARGUMENT. */
 attn_status attn_model_load_file(const char *path, int32_t num_threads,
                                  attn_model **model);
 attn_status attn_model_load_memory(const void *data, size_t size,
@@ -132,8 +144,9 @@ void attn_model_free(attn_model *model);
 attn_status attn_model_set_device(attn_model *model, attn_device device);
 attn_device attn_model_device(const attn_model *model);
 
-/** The time the last successful attn_run spent running the entry's host
-    program and kernels, in milliseconds: on CUDA the device time between
+/** The time the last successful attn_run of this model on the calling
+    thread spent running the entry's host program and kernels, in
+    milliseconds: on CUDA the device time between
     events recorded around the launches (the copies of inputs and outputs
     excluded), on the CPU the wall time of the host program (its
     dispatches on the thread pool). For benchmarks; fails before any run. */

@@ -387,7 +387,9 @@ LogicalResult SelectTopKOp::verify() {
     return emitOpError() << "'sink_blocks' and 'local_blocks' must be >= 0, "
                             "got "
                          << sink << " and " << local;
-  if (sink + local > static_cast<int64_t>(getTopK()))
+  // Both are >= 0: compare without a sum that could overflow.
+  if (sink > static_cast<int64_t>(getTopK()) ||
+      local > static_cast<int64_t>(getTopK()) - sink)
     return emitOpError() << "'sink_blocks' + 'local_blocks' (" << sink << " + "
                          << local << ") must not exceed 'top_k' (" << getTopK()
                          << ")";

@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <dlfcn.h>
 #include <functional>
 #include <memory>
@@ -135,11 +137,30 @@ compileAndLoad(const CompileFn &compile, int threads,
   return model;
 }
 
-/// A model description compiled for the host CPU.
+/// The CPU the tests compile for: the host, or the x86-64 level
+/// ATTN_TEST_CPU names (x86-64-v2, -v3, -v4), so one machine runs the suite
+/// as every level the project supports would.
+inline const mlir::attn::CpuTarget &testCpu() {
+  static const mlir::attn::CpuTarget target = [] {
+    const char *level = std::getenv("ATTN_TEST_CPU");
+    if (!level || !*level)
+      return mlir::attn::CpuTarget::host();
+    llvm::Expected<mlir::attn::CpuTarget> named =
+        mlir::attn::CpuTarget::forLevel(level);
+    if (!named) {
+      std::fprintf(stderr, "ATTN_TEST_CPU: %s\n",
+                   llvm::toString(named.takeError()).c_str());
+      std::abort();
+    }
+    return *named;
+  }();
+  return target;
+}
+
+/// A model description compiled for the test CPU.
 inline CompileFn modelDescription(std::string json) {
   return [json = std::move(json)](const mlir::attn::CompileOptions &options) {
-    return mlir::attn::compileModelDescription(
-        json, mlir::attn::CpuTarget::host(), options);
+    return mlir::attn::compileModelDescription(json, testCpu(), options);
   };
 }
 

@@ -339,7 +339,7 @@ std::vector<RecurrenceCase> cases() {
        .length = 100,
        .threads = 4,
        .stateColumns = 16});
-  const int64_t vector = mlir::attn::CpuTarget::host().vectorWidth;
+  const int64_t vector = testCpu().vectorWidth;
   add({.label = "delta_columns_one_vector_3threads",
        .rule = "delta",
        .keyHeads = 1,

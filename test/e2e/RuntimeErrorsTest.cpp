@@ -32,8 +32,8 @@ const char *kModel = R"({"model": "errors", "dtype": "f32", "layers": [
 class RuntimeErrors : public testing::Test {
 protected:
   static void SetUpTestSuite() {
-    llvm::Expected<std::string> bytes = mlir::attn::compileModelDescription(
-        kModel, mlir::attn::CpuTarget::host());
+    llvm::Expected<std::string> bytes =
+        mlir::attn::compileModelDescription(kModel, e2e::testCpu());
     ASSERT_TRUE(static_cast<bool>(bytes)) << llvm::toString(bytes.takeError());
     binary = new std::string(std::move(*bytes));
   }
@@ -522,8 +522,8 @@ TEST(Runtime, EqualLayersShareKernels) {
            mask + "}";
   };
   auto kernelsOf = [](const std::string &json) -> size_t {
-    llvm::Expected<std::string> bytes = mlir::attn::compileModelDescription(
-        json, mlir::attn::CpuTarget::host());
+    llvm::Expected<std::string> bytes =
+        mlir::attn::compileModelDescription(json, e2e::testCpu());
     EXPECT_TRUE(static_cast<bool>(bytes)) << llvm::toString(bytes.takeError());
     if (!bytes)
       return 0;

@@ -341,8 +341,7 @@ CompileFn attnIR(std::string source) {
     if (!module)
       return llvm::createStringError("the test's attn IR does not parse");
     return mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
-                               mlir::attn::CpuTarget::host(), "selections",
-                               options);
+                               testCpu(), "selections", options);
   };
 }
 

@@ -230,6 +230,15 @@ func.func @topk_sink_local(%q: tensor<2x8x5x64xf32>, %m: tensor<2x2x3x2x64xf32>,
 
 // -----
 
+// Budgets whose sum wraps 64 bits are compared without summing them.
+func.func @topk_sink_local_wrap(%q: tensor<2x8x5x64xf32>, %m: tensor<2x2x3x2x64xf32>, %lk: index) {
+  // expected-error @+1 {{'sink_blocks' + 'local_blocks' (9223372036854775807 + 2) must not exceed 'top_k' (3)}}
+  %b = attn.select_topk %q, %m, %lk {block_size = 4, top_k = 3, sink_blocks = 9223372036854775807, local_blocks = 2, mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x3x2x64xf32>
+  return
+}
+
+// -----
+
 func.func @topk_negative_sink(%q: tensor<2x8x5x64xf32>, %m: tensor<2x2x3x2x64xf32>, %lk: index) {
   // expected-error @+1 {{'sink_blocks' and 'local_blocks' must be >= 0, got -1 and 0}}
   %b = attn.select_topk %q, %m, %lk {block_size = 4, top_k = 3, sink_blocks = -1, mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x3x2x64xf32>

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The sanitizer and fuzzing checks CI runs after the README's test command
+# (.ci/run):
+#   1. builds build-sanitize with clang-22, AddressSanitizer +
+#      UndefinedBehaviorSanitizer on every target of ours, and the libFuzzer
+#      targets of test/fuzz;
+#   2. runs the unit tests and every end-to-end case that needs no GPU under
+#      them (the e2e cases compile in-process, so the frontend, the passes,
+#      the compiler and the runtime all run instrumented);
+#   3. runs each fuzzer for FUZZ_SECONDS seconds (default 60) on its seed
+#      corpus: the .npy reader, the frontend, the .attnb loader with the
+#      host-program interpreter.
+# Any sanitizer report, failing test or fuzzer finding fails the script; a
+# fuzzer's reproducer is left in build-sanitize/fuzz/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build-sanitize
+seconds=${FUZZ_SECONDS:-60}
+
+cmake -G Ninja -S . -B "$build" -DCMAKE_C_COMPILER=clang-22 \
+  -DCMAKE_CXX_COMPILER=clang++-22 -DATTN_SANITIZE=ON -DATTN_FUZZERS=ON
+ninja -C "$build" AttnFuzzers AttnNpyTests AttnFrontendTests \
+  AttnReferenceTests AttnE2ETests
+
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+for tests in AttnNpyTests AttnFrontendTests AttnReferenceTests; do
+  "$build/test/unit/$tests" --gtest_brief=1
+done
+# The CUDA backend's cases need a GPU; their kernels run on the CPU in the
+# cuda_kernels_on_cpu cases.
+"$build/test/unit/AttnE2ETests" --gtest_brief=1 \
+  --gtest_filter='-*_cuda:*/cuda:*OnCuda'
+
+fuzz() {
+  local fuzzer=$1
+  shift
+  local corpus
+  corpus=$(mktemp -d)
+  echo "fuzzing with $fuzzer for $seconds s"
+  "$build/bin/$fuzzer" -max_total_time="$seconds" -timeout=60 \
+    -rss_limit_mb=4096 -print_final_stats=1 \
+    -artifact_prefix="$build/fuzz/$fuzzer-" "$corpus" "$@"
+  rm -rf "$corpus"
+}
+mkdir -p "$build/fuzz"
+fuzz attn-fuzz-npy test/fuzz/corpus/npy
+fuzz attn-fuzz-model test/fuzz/corpus/model examples examples/qwen3-next \
+  test/attnc/Inputs
+fuzz attn-fuzz-attnb "$build/fuzz/attnb-seeds"
+echo "check-sanitized: passed"
