@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -95,6 +96,46 @@ bool hostSupports(const std::string &feature, bool &known) {
 
 } // namespace
 
+/// Memory for the temporaries of CPU calls, kept with the model. Fresh
+/// temporaries on every call cost more than the kernels on long inputs:
+/// glibc maps large blocks anew and returns them on free, so each call
+/// page-faults (and the kernel zeroes) every page again (Gated DeltaNet
+/// prefill of 8K tokens spent about half its time there). A call takes a
+/// workspace (one per concurrent call), carves its temporaries from it and
+/// gives it back; one that was too small grows to what the call needed.
+class WorkspacePool {
+public:
+  struct Workspace {
+    std::unique_ptr<uint8_t, decltype(&std::free)> block{nullptr, &std::free};
+    size_t capacity = 0;
+  };
+
+  std::unique_ptr<Workspace> take() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (free.empty())
+      return std::make_unique<Workspace>();
+    std::unique_ptr<Workspace> workspace = std::move(free.back());
+    free.pop_back();
+    return workspace;
+  }
+  /// Returns `workspace`, first regrown to `needed` bytes if it held less
+  /// (left empty if that much cannot be had: the next call allocates).
+  void give(std::unique_ptr<Workspace> workspace, size_t needed) {
+    if (needed > workspace->capacity) {
+      workspace->block.reset();
+      workspace->block.reset(
+          static_cast<uint8_t *>(std::aligned_alloc(64, needed)));
+      workspace->capacity = workspace->block ? needed : 0;
+    }
+    std::lock_guard<std::mutex> lock(mutex);
+    free.push_back(std::move(workspace));
+  }
+
+private:
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Workspace>> free;
+};
+
 /// The CUDA code of a binary, loaded onto the GPU at first use.
 struct CudaCode {
   std::string chip, ptx;
@@ -114,6 +155,7 @@ struct attn_model {
   /// seen, so every live model needs its own /proc/self/fd/N.
   int codeFd = -1;
   std::unique_ptr<attn::ThreadPool> pool;
+  WorkspacePool workspaces;
   std::optional<CudaCode> cuda;
   /// The kernel ABIs of each target's code, by exported name.
   std::map<std::string, KernelAbi> cpuAbis, cudaAbis;
@@ -559,15 +601,28 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
     return fail(ATTN_UNSUPPORTED,
                 "the binary has no CPU code (compiled with --target cuda); "
                 "run it on the GPU (--device cuda)");
-  std::vector<std::unique_ptr<void, decltype(&std::free)>> temps;
+  // Temporaries come from the call's workspace while it has room, else
+  // from the heap; the workspace then grows to all of them for next time.
+  std::unique_ptr<WorkspacePool::Workspace> workspace = model.workspaces.take();
+  size_t used = 0, needed = 0;
+  std::vector<std::unique_ptr<void, decltype(&std::free)>> overflow;
   auto allocate = [&](size_t bytes, void *&data) {
     bytes = (bytes + 63) / 64 * 64;
-    data = bytes ? std::aligned_alloc(64, bytes) : nullptr;
-    if (bytes && !data)
+    data = nullptr;
+    if (!bytes)
+      return ATTN_OK;
+    needed = bytes > SIZE_MAX - needed ? SIZE_MAX : needed + bytes;
+    if (bytes <= workspace->capacity - used) {
+      data = workspace->block.get() + used;
+      used += bytes;
+      return ATTN_OK;
+    }
+    data = std::aligned_alloc(64, bytes);
+    if (!data)
       return fail(ATTN_RUN_ERROR, "entry '" + e.name +
                                       "': out of memory for a temporary of " +
                                       std::to_string(bytes) + " bytes");
-    temps.emplace_back(data, &std::free);
+    overflow.emplace_back(data, &std::free);
     return ATTN_OK;
   };
   auto dispatch = [&](const Step &step, int64_t count,
@@ -592,6 +647,8 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
     model.recordKernelMs(std::chrono::duration<double, std::milli>(
                              std::chrono::steady_clock::now() - begin)
                              .count());
+  overflow.clear();
+  model.workspaces.give(std::move(workspace), status == ATTN_OK ? needed : 0);
   return status;
 }
 

@@ -19,6 +19,7 @@ config.excludes = [
     "lit.site.cfg.py",
     "Inputs",
     "e2e",
+    "fuzz",
     "lib",
     "reference",
     "unit",
