@@ -99,6 +99,24 @@ std::string formatSignature(const Signature &sig,
   return text + "]";
 }
 
+bool wideVectorsAligned(const attn::fb::Model *model) {
+  auto aligned = [](const auto *abis) {
+    if (!abis)
+      return true;
+    for (const attn::fb::KernelAbi *abi : *abis)
+      if (abi && abi->bindings())
+        for (const attn::fb::BindingAbi *binding : *abi->bindings())
+          if (binding && binding->dims() &&
+              reinterpret_cast<uintptr_t>(binding->dims()->data()) %
+                      alignof(int64_t) !=
+                  0)
+            return false;
+    return true;
+  };
+  return (!model->cpu() || aligned(model->cpu()->kernels())) &&
+         (!model->cuda() || aligned(model->cuda()->abis()));
+}
+
 /// Reads one of an entry's host programs (`target` names it in errors).
 attn_status
 readProgram(const Entry &entry,

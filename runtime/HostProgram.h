@@ -109,6 +109,12 @@ size_t temporaryElementBytes(attn::fb::DType stored);
 /// "[2, 3]".
 std::string formatDims(const std::vector<int64_t> &dims);
 
+/// Whether every vector of 8-byte elements in `model` (the kernel ABI
+/// records' dims) is 8-byte aligned. Flatbuffers 2.0's verifier checks a
+/// vector's 4-byte length only, and reading a misaligned int64 is undefined
+/// behaviour: a binary that fails this is corrupt.
+bool wideVectorsAligned(const attn::fb::Model *model);
+
 /// Reads an entry's signatures and both host programs, checking that every
 /// program reads only registers and buffers that exist.
 attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry);

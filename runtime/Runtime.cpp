@@ -146,6 +146,8 @@ struct CudaCode {
 
 struct attn_model {
   std::vector<uint8_t> bytes;
+  /// The nested model, copied when it does not start 8-byte aligned.
+  std::vector<uint64_t> alignedModel;
   std::string name;
   std::vector<Entry> entries;
   bool hasCpuCode = false;
@@ -335,6 +337,13 @@ attn_status attn_model::load(int32_t numThreads) {
     return fail(ATTN_INVALID_BINARY, "corrupt .attnb: no model");
   const uint8_t *payload = binary->model()->data();
   size_t payloadSize = binary->model()->size();
+  // The nested model's 8-byte fields are aligned relative to its start; a
+  // file whose model does not start 8-byte aligned is read from a copy.
+  if (reinterpret_cast<uintptr_t>(payload) % alignof(int64_t) != 0) {
+    alignedModel.assign((payloadSize + 7) / 8, 0);
+    std::memcpy(alignedModel.data(), payload, payloadSize);
+    payload = reinterpret_cast<const uint8_t *>(alignedModel.data());
+  }
   if (attn::fnv1a64(payload, payloadSize) != binary->model_fnv1a64())
     return fail(ATTN_INVALID_BINARY,
                 "corrupt .attnb: the model does not match its checksum");
@@ -343,6 +352,10 @@ attn_status attn_model::load(int32_t numThreads) {
     return fail(ATTN_INVALID_BINARY,
                 "corrupt .attnb: the Flatbuffers verifier rejected the model");
   const attn::fb::Model *model = flatbuffers::GetRoot<attn::fb::Model>(payload);
+  if (!wideVectorsAligned(model))
+    return fail(ATTN_INVALID_BINARY,
+                "corrupt .attnb: a kernel ABI record's dims are not 8-byte "
+                "aligned");
   name = model->name() ? model->name()->str() : "";
   if (!model->entries())
     return fail(ATTN_INVALID_BINARY, "corrupt .attnb: no entry list");

@@ -60,5 +60,5 @@ mkdir -p "$build/fuzz"
 fuzz attn-fuzz-npy test/fuzz/corpus/npy
 fuzz attn-fuzz-model test/fuzz/corpus/model examples examples/qwen3-next \
   test/attnc/Inputs
-fuzz attn-fuzz-attnb "$build/fuzz/attnb-seeds"
+fuzz attn-fuzz-attnb "$build/fuzz/attnb-seeds" test/fuzz/corpus/attnb
 echo "check-sanitized: passed"

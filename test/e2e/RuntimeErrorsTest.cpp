@@ -17,7 +17,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <thread>
 
@@ -445,6 +447,32 @@ TEST_F(RuntimeErrors, HostProgramArithmeticIsChecked) {
                                 "large size"),
             std::string::npos)
       << status.message;
+}
+
+// Flatbuffers 2.0's verifier checks a vector's 4-byte length, not that its
+// 8-byte elements are aligned; a kernel ABI record whose dims are not was
+// read with misaligned int64 loads (undefined behaviour; the .attnb fuzzer
+// found it). The fuzzer's reproducer, its checksum made to match, is now
+// refused.
+TEST(Runtime, MisalignedWideVectorIsCorrupt) {
+  std::ifstream in(std::string(ATTN_SOURCE_DIR) +
+                       "/test/fuzz/corpus/attnb/misaligned-kernel-abi-dims.bin",
+                   std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)),
+                    std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 64u);
+  const fb::Binary *file = fb::GetBinary(bytes.data());
+  uint64_t stored = file->model_fnv1a64();
+  uint64_t actual = fnv1a64(file->model()->data(), file->model()->size());
+  size_t at = bytes.find(
+      std::string(reinterpret_cast<const char *>(&stored), sizeof(stored)));
+  ASSERT_NE(at, std::string::npos);
+  std::memcpy(&bytes[at], &actual, sizeof(actual));
+  std::unique_ptr<Model> model;
+  Status status = Model::loadMemory(bytes.data(), bytes.size(), 1, model);
+  EXPECT_EQ(status.code, ATTN_INVALID_BINARY);
+  EXPECT_EQ(status.message, "corrupt .attnb: a kernel ABI record's dims are "
+                            "not 8-byte aligned");
 }
 
 /// The first dispatch step of entry 0's CPU program.

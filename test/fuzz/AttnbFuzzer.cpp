@@ -79,9 +79,9 @@ std::string wrap(fb::ModelT &model) {
   flatbuffers::FlatBufferBuilder outer;
   outer.ForceVectorAlignment(inner.GetSize(), sizeof(uint8_t), 16);
   auto nested = outer.CreateVector(inner.GetBufferPointer(), inner.GetSize());
-  outer.Finish(fb::CreateBinary(outer, /*format_version=*/7, nested,
-                                attn::fnv1a64(inner.GetBufferPointer(),
-                                              inner.GetSize())),
+  outer.Finish(fb::CreateBinary(
+                   outer, /*format_version=*/7, nested,
+                   attn::fnv1a64(inner.GetBufferPointer(), inner.GetSize())),
                fb::BinaryIdentifier());
   return std::string(reinterpret_cast<const char *>(outer.GetBufferPointer()),
                      outer.GetSize());
@@ -139,9 +139,8 @@ void interpretPrograms(const std::string &file) {
           {storage[i].data(), shapes[i],
            static_cast<size_t>(attn_dtype_size(entry.inputs[i].dtype))});
     for (const attn::host::Signature &sig : entry.outputs)
-      buffers.push_back(
-          {nullptr, attn::host::outputShape(sig, bound),
-           static_cast<size_t>(attn_dtype_size(sig.dtype))});
+      buffers.push_back({nullptr, attn::host::outputShape(sig, bound),
+                         static_cast<size_t>(attn_dtype_size(sig.dtype))});
     static int64_t dummy;
     attn::host::runProgram(
         entry, entry.cpu, buffers, /*workers=*/2,
@@ -167,15 +166,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 8 || !fb::VerifyBinaryBuffer(verifier))
     return 0;
   const fb::Binary *binary = fb::GetBinary(data);
-  if (!binary->model())
+  // A model that does not start 8-byte aligned was tried as it is above
+  // (the runtime reads it from a copy).
+  if (!binary->model() ||
+      reinterpret_cast<uintptr_t>(binary->model()->data()) % 8 != 0)
     return 0;
   flatbuffers::Verifier modelVerifier(binary->model()->data(),
                                       binary->model()->size());
-  if (!modelVerifier.VerifyBuffer<fb::Model>(nullptr))
+  if (!modelVerifier.VerifyBuffer<fb::Model>(nullptr) ||
+      !attn::host::wideVectorsAligned(
+          flatbuffers::GetRoot<fb::Model>(binary->model()->data())))
     return 0;
   fb::ModelT unpacked;
-  flatbuffers::GetRoot<fb::Model>(binary->model()->data())
-      ->UnPackTo(&unpacked);
+  flatbuffers::GetRoot<fb::Model>(binary->model()->data())->UnPackTo(&unpacked);
   if (unpacked.cpu) {
     auto trusted = trustedCode().find(unpacked.name);
     if (trusted == trustedCode().end())
