@@ -172,7 +172,7 @@ struct attn_model {
     std::lock_guard<std::mutex> lock(timesMutex);
     lastKernelMs[std::this_thread::get_id()] = milliseconds;
   }
-  std::optional<double> kernelMsOfThisThread() {
+  std::optional<double> kernelMsOfThisThread() const {
     std::lock_guard<std::mutex> lock(timesMutex);
     auto it = lastKernelMs.find(std::this_thread::get_id());
     if (it == lastKernelMs.end())
@@ -190,7 +190,7 @@ struct attn_model {
   attn_status load(int32_t numThreads);
 
 private:
-  std::mutex timesMutex;
+  mutable std::mutex timesMutex;
   std::map<std::thread::id, double> lastKernelMs;
 
   attn_status loadCode(const attn::fb::CpuCode *cpu);
@@ -520,8 +520,7 @@ extern "C" attn_status attn_model_last_kernel_ms(const attn_model *model,
   if (!model || !milliseconds)
     return fail(ATTN_INVALID_ARGUMENT,
                 "attn_model_last_kernel_ms: null model or result");
-  std::optional<double> last =
-      const_cast<attn_model *>(model)->kernelMsOfThisThread();
+  std::optional<double> last = model->kernelMsOfThisThread();
   if (!last)
     return fail(ATTN_INVALID_ARGUMENT,
                 "attn_model_last_kernel_ms: no entry of this model has run "
