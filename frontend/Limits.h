@@ -34,6 +34,8 @@ constexpr int64_t kMaxBlockSize = 4096;
 /// top_k, sink_blocks and local_blocks, in blocks; at run time a budget is
 /// also capped by the blocks the keys have.
 constexpr int64_t kMaxBudgetBlocks = int64_t(1) << 20;
+/// R of a {"relative_bias": R} score_mod: its table has 2R + 1 columns.
+constexpr int64_t kMaxRelativeBiasRadius = 65536;
 /// speculative.max_tree_nodes.
 constexpr int64_t kMaxTreeNodes = 4096;
 

@@ -33,6 +33,10 @@ const std::pair<llvm::StringRef, GateKind> kGates[] = {
     {"none", GateKind::None},
     {"elementwise", GateKind::Elementwise},
     {"headwise", GateKind::Headwise}};
+const std::pair<llvm::StringRef, MaskMod> kMaskMods[] = {
+    {"none", MaskMod::None},
+    {"document", MaskMod::Document},
+    {"prefix_lm", MaskMod::PrefixLm}};
 const std::pair<llvm::StringRef, SparsityMethod> kMethods[] = {
     {"top_k", SparsityMethod::TopK}, {"top_p", SparsityMethod::TopP}};
 const std::pair<llvm::StringRef, Estimator> kEstimators[] = {
@@ -98,6 +102,32 @@ void readMask(Reader &reader, const json::Object &layer,
   out.mask = MaskKind::SlidingWindow;
   out.window = reader.integer(*window, maskPath, "sliding_window", {}, 1,
                               limits::kMaxTokens);
+}
+
+/// `score_mod`: "alibi" or {"relative_bias": R} (SPEC §7).
+void readScoreMod(Reader &reader, const json::Object &layer,
+                  const std::string &path, AttentionLayer &out) {
+  const json::Value *value = layer.get("score_mod");
+  if (!value || value->kind() == json::Value::Null)
+    return;
+  const std::string modPath = Reader::join(path, "score_mod");
+  const char *expected = "expected \"alibi\" or {\"relative_bias\": R}, got ";
+  if (std::optional<llvm::StringRef> s = value->getAsString()) {
+    if (*s == "alibi")
+      out.scoreMod = ScoreMod::Alibi;
+    else
+      reader.fail(modPath, expected + Reader::describe(value));
+    return;
+  }
+  const json::Object *bias = value->getAsObject();
+  if (!bias) {
+    reader.fail(modPath, expected + Reader::describe(value));
+    return;
+  }
+  reader.onlyKeys(*bias, modPath, {"relative_bias"});
+  out.scoreMod = ScoreMod::RelativeBias;
+  out.relativeBiasRadius = reader.integer(*bias, modPath, "relative_bias", {},
+                                          0, limits::kMaxRelativeBiasRadius);
 }
 
 std::optional<Sparsity> readSparsity(Reader &reader, const json::Object &layer,
@@ -166,7 +196,7 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   reader.onlyKeys(layer, path,
                   {"name", "type", "num_heads", "num_kv_heads", "head_dim",
                    "value_dim", "mask", "gate", "softcap", "scale", "sparsity",
-                   "tree"});
+                   "tree", "score_mod", "mask_mod"});
   AttentionLayer out;
   out.numHeads =
       reader.integer(layer, path, "num_heads", {}, 1, limits::kMaxHeads);
@@ -190,6 +220,9 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   out.scale = readScale(reader, layer, path);
   out.sparsity = readSparsity(reader, layer, path);
   out.tree = reader.boolean(layer, path, "tree", false);
+  readScoreMod(reader, layer, path, out);
+  out.maskMod =
+      reader.choice<MaskMod>(layer, path, "mask_mod", kMaskMods, MaskMod::None);
   return out;
 }
 

@@ -27,6 +27,9 @@ enum class SparsityMethod { TopK, TopP };
 enum class Estimator { Exact, Int4 };
 enum class Rule { Linear, Decay, Gla, Delta, GatedDelta };
 enum class OutputGate { None, RmsNormSilu };
+/// The named variants of SPEC §7, built as score_mod / mask_mod regions.
+enum class ScoreMod { None, Alibi, RelativeBias };
+enum class MaskMod { None, Document, PrefixLm };
 
 struct Sparsity {
   SparsityMethod method = SparsityMethod::TopK;
@@ -53,6 +56,9 @@ struct AttentionLayer {
   std::optional<double> scale; ///< null: 1/sqrt(head_dim)
   std::optional<Sparsity> sparsity;
   bool tree = false;
+  ScoreMod scoreMod = ScoreMod::None;
+  int64_t relativeBiasRadius = 0; ///< R of {"relative_bias": R}
+  MaskMod maskMod = MaskMod::None;
 };
 
 struct LinearAttentionLayer {

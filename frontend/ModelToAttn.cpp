@@ -13,6 +13,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -153,6 +154,131 @@ private:
     entry.arg("gate", rows(layer.numHeads, width));
   }
 
+  /// The extra inputs of the layer's named variants (SPEC §7), after every
+  /// other input of an entry: rel_bias, doc_ids, prefix_len.
+  void declareVariantInputs(EntryBuilder &entry, const AttentionLayer &layer) {
+    if (layer.scoreMod == ScoreMod::RelativeBias)
+      entry.arg("rel_bias",
+                tensor({layer.numHeads, 2 * layer.relativeBiasRadius + 1},
+                       Float32Type::get(context)));
+    if (layer.maskMod == MaskMod::Document)
+      entry.arg("doc_ids", tensor({kDyn, kDyn}, i32()));
+    if (layer.maskMod == MaskMod::PrefixLm)
+      entry.arg("prefix_len", tensor({kDyn}, i32()));
+  }
+
+  /// Fills `region` with a block of the variant arguments (the score
+  /// first when `withScore`) whose ops `body` builds; it yields the value
+  /// `body` returns.
+  void fillRegion(Region &region, bool withScore,
+                  function_ref<Value(ValueRange args)> body) {
+    OpBuilder::InsertionGuard guard(builder);
+    Location loc = builder.getUnknownLoc();
+    SmallVector<Type> types;
+    if (withScore)
+      types.push_back(Float32Type::get(context));
+    types.append(4, builder.getIndexType());
+    Block *block = builder.createBlock(
+        &region, {}, types, SmallVector<Location>(types.size(), loc));
+    YieldOp::create(builder, loc, body(block->getArguments()));
+  }
+
+  /// The layer's named variants as the regions of `op` (sdpa, sparse_sdpa
+  /// or tree_sdpa), reading the entry's variant inputs.
+  void addVariantRegions(Operation *op, const AttentionLayer &layer,
+                         EntryBuilder &entry) {
+    Location loc = builder.getUnknownLoc();
+    auto index = [&](int64_t value) -> Value {
+      return arith::ConstantIndexOp::create(builder, loc, value);
+    };
+    auto f32 = [&](double value) -> Value {
+      return arith::ConstantOp::create(builder, loc,
+                                       builder.getF32FloatAttr(value));
+    };
+    // An index as f32 (positions stay below 2^31).
+    auto toFloat = [&](Value x) -> Value {
+      Value i = arith::IndexCastOp::create(builder, loc, i32(), x);
+      return arith::SIToFPOp::create(builder, loc, builder.getF32Type(), i);
+    };
+    Region &scoreMod = op->getRegion(0), &maskMod = op->getRegion(1);
+    if (layer.scoreMod == ScoreMod::Alibi) {
+      // s - m_h * (qp - kp), with n the largest power of two <= H:
+      // m_h = 2^(-8 (h + 1) / n) for h < n, else 2^(-4 (2 (h - n) + 1) / n).
+      int64_t n = 1;
+      while (n * 2 <= layer.numHeads)
+        n *= 2;
+      fillRegion(scoreMod, true, [&](ValueRange a) -> Value {
+        Value s = a[0], h = a[2], qp = a[3], kp = a[4];
+        Value low = arith::CmpIOp::create(
+            builder, loc, arith::CmpIPredicate::slt, h, index(n));
+        Value one = index(1);
+        Value lowSteps = arith::AddIOp::create(builder, loc, h, one);
+        Value highSteps = arith::AddIOp::create(
+            builder, loc,
+            arith::MulIOp::create(
+                builder, loc, arith::SubIOp::create(builder, loc, h, index(n)),
+                index(2)),
+            one);
+        Value steps =
+            arith::SelectOp::create(builder, loc, low, lowSteps, highSteps);
+        Value perStep = arith::SelectOp::create(
+            builder, loc, low, f32(-8.0 / static_cast<double>(n)),
+            f32(-4.0 / static_cast<double>(n)));
+        Value slope = math::Exp2Op::create(
+            builder, loc,
+            arith::MulFOp::create(builder, loc, toFloat(steps), perStep));
+        Value distance = toFloat(arith::SubIOp::create(builder, loc, qp, kp));
+        return arith::SubFOp::create(
+            builder, loc, s,
+            arith::MulFOp::create(builder, loc, slope, distance));
+      });
+    } else if (layer.scoreMod == ScoreMod::RelativeBias) {
+      // s + rel_bias[h, clamp(kp - qp, -R, R) + R]
+      int64_t radius = layer.relativeBiasRadius;
+      Value table = entry["rel_bias"];
+      fillRegion(scoreMod, true, [&](ValueRange a) -> Value {
+        Value s = a[0], h = a[2], qp = a[3], kp = a[4];
+        Value offset = arith::SubIOp::create(builder, loc, kp, qp);
+        Value clamped = arith::MinSIOp::create(
+            builder, loc,
+            arith::MaxSIOp::create(builder, loc, offset, index(-radius)),
+            index(radius));
+        Value column =
+            arith::AddIOp::create(builder, loc, clamped, index(radius));
+        Value bias = tensor::ExtractOp::create(builder, loc, table,
+                                               ValueRange{h, column});
+        return arith::AddFOp::create(builder, loc, s, bias);
+      });
+    }
+    if (layer.maskMod == MaskMod::Document) {
+      // doc_ids[b, qp] == doc_ids[b, kp]
+      Value docs = entry["doc_ids"];
+      fillRegion(maskMod, false, [&](ValueRange a) -> Value {
+        Value b = a[0], qp = a[2], kp = a[3];
+        Value queryDoc =
+            tensor::ExtractOp::create(builder, loc, docs, ValueRange{b, qp});
+        Value keyDoc =
+            tensor::ExtractOp::create(builder, loc, docs, ValueRange{b, kp});
+        return arith::CmpIOp::create(builder, loc, arith::CmpIPredicate::eq,
+                                     queryDoc, keyDoc);
+      });
+    } else if (layer.maskMod == MaskMod::PrefixLm) {
+      // kp < prefix_len[b] or kp <= qp
+      Value prefix = entry["prefix_len"];
+      fillRegion(maskMod, false, [&](ValueRange a) -> Value {
+        Value b = a[0], qp = a[2], kp = a[3];
+        Value length =
+            tensor::ExtractOp::create(builder, loc, prefix, ValueRange{b});
+        Value key = arith::IndexCastOp::create(builder, loc, i32(), kp);
+        Value inPrefix = arith::CmpIOp::create(
+            builder, loc, arith::CmpIPredicate::slt, key, length);
+        Value notAhead = arith::CmpIOp::create(
+            builder, loc, arith::CmpIPredicate::sle, kp, qp);
+        return arith::OrIOp::create(builder, loc, inPrefix, notAhead);
+      });
+    }
+  }
+
   void addAttention(const AttentionLayer &layer) {
     Location loc = builder.getUnknownLoc();
     MaskAttr mask = maskOf(context, layer);
@@ -170,12 +296,14 @@ private:
       declareGate(entry, layer);
       if (layer.sparsity)
         entry.arg("kmeta", metaType);
+      declareVariantInputs(entry, layer);
       entry.beginBody();
       Value q = entry["q"], k = entry["k"], v = entry["v"], o;
       if (!layer.sparsity) {
-        o = SdpaOp::create(builder, loc, q, k, v, Value(), mask, scale, softcap,
-                           UnitAttr())
-                .getOutput();
+        auto sdpa = SdpaOp::create(builder, loc, q, k, v, Value(), mask, scale,
+                                   softcap, UnitAttr());
+        addVariantRegions(sdpa, layer, entry);
+        o = sdpa.getOutput();
       } else {
         const Sparsity &s = *layer.sparsity;
         Value blocks;
@@ -205,10 +333,12 @@ private:
               mask, scale, softcap);
           selectionBlock = 1;
         }
-        o = SparseSdpaOp::create(builder, loc, q, k, v, selection, Value(),
+        auto sparse =
+            SparseSdpaOp::create(builder, loc, q, k, v, selection, Value(),
                                  builder.getI64IntegerAttr(selectionBlock),
-                                 mask, scale, softcap, UnitAttr())
-                .getOutput();
+                                 mask, scale, softcap, UnitAttr());
+        addVariantRegions(sparse, layer, entry);
+        o = sparse.getOutput();
       }
       entry.finish({gated(entry, o)}, {"o"});
     }
@@ -234,15 +364,16 @@ private:
       entry.arg("v", rows(layer.numKvHeads, layer.valueDim));
       entry.arg("parents", tensor({kDyn, kDyn}, i32()));
       declareGate(entry, layer);
+      declareVariantInputs(entry, layer);
       entry.beginBody();
       IntegerAttr window = layer.mask == frontend::MaskKind::SlidingWindow
                                ? builder.getI64IntegerAttr(layer.window)
                                : IntegerAttr();
-      Value o = TreeSdpaOp::create(builder, loc, entry["q"], entry["k"],
-                                   entry["v"], entry["parents"], Value(),
-                                   window, scale, softcap, UnitAttr())
-                    .getOutput();
-      entry.finish({gated(entry, o)}, {"o"});
+      auto tree = TreeSdpaOp::create(builder, loc, entry["q"], entry["k"],
+                                     entry["v"], entry["parents"], Value(),
+                                     window, scale, softcap, UnitAttr());
+      addVariantRegions(tree, layer, entry);
+      entry.finish({gated(entry, tree.getOutput())}, {"o"});
     }
     // <layer>.compact: k, v, path, length -> k', v'
     {
@@ -325,6 +456,6 @@ OwningOpRef<ModuleOp>
 mlir::attn::frontend::buildAttnModule(MLIRContext &context,
                                       const ModelDescription &model) {
   context.loadDialect<AttnDialect, arith::ArithDialect, func::FuncDialect,
-                      tensor::TensorDialect>();
+                      math::MathDialect, tensor::TensorDialect>();
   return ModuleBuilder(&context, model).build();
 }

@@ -83,10 +83,11 @@ void CpuEntryLowering::lowerGatheredSoftmax(
                  m.index(2));
     allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
                           splits);
-    // With a window, a node's first prefix key depends on its depth: the
-    // prefix kernels also read the parents.
+    // With a window or variant regions, a node's first prefix key or its
+    // position depends on its depth: the prefix kernels also read the
+    // parents.
     SmallVector<Value> prefixBindings = s.splitBindings();
-    if (shape.mask == MaskKind::SlidingWindow)
+    if (shape.treePrefixNeedsDepths())
       prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
     std::string prefixName = kernelName("tree_prefix");
     Value queryTiles = m.ceilDiv(s.lq, m.index(tiling.queryTile));
@@ -112,8 +113,8 @@ void CpuEntryLowering::lowerGatheredSoftmax(
                                              shape, tiling, types,
                                              KeyPart::TreePrefix);
         });
-    SmallVector<Value> nodeBindings{s.q,         s.k,          s.v,
-                                    s.selection, s.partialOut, s.partialLse};
+    SmallVector<Value> nodeBindings = s.withVariantTensors(
+        {s.q, s.k, s.v, s.selection, s.partialOut, s.partialLse});
     std::string nodesName = kernelName("tree_nodes");
     dispatchKernel(b, rows, nodeBindings,
                    [&](OpBuilder &builder, TypeRange types) {
@@ -134,6 +135,7 @@ void CpuEntryLowering::lowerGatheredSoftmax(
   bindings.push_back(s.out);
   if (s.lse)
     bindings.push_back(s.lse);
+  bindings = s.withVariantTensors(std::move(bindings));
   std::string name = kernelName("sparse");
   dispatchKernel(b, rows, bindings, [&](OpBuilder &builder, TypeRange types) {
     return buildGatheredAttentionKernel(builder, op.getLoc(), name, shape,

@@ -219,6 +219,33 @@ private:
       unite({q, 0}, {operand, 0});
       unite({q, 2}, {operand, 2});
     }
+    addVariantTensors(op);
+  }
+
+  /// A dim of a tensor that a variant region reads directly at the batch
+  /// `b` is B, at a position `qp` or `kp` it is Lk (positions index the
+  /// keys): the runtime then checks, say, that document ids are [B, Lk].
+  /// Dims read at computed indices stay free (the kernels clamp them).
+  void addVariantTensors(AttentionOpInterface op) {
+    for (Region *region : {op.getScoreModifier(), op.getMaskModifier()}) {
+      if (!region)
+        continue;
+      // score_mod's arguments are (s, b, h, qp, kp), mask_mod's (b, h, qp,
+      // kp).
+      auto args = region->getArguments();
+      unsigned first = args.size() == 5 ? 1 : 0;
+      Value batch = args[first], queryPos = args[first + 2],
+            keyPos = args[first + 3];
+      region->walk([&](tensor::ExtractOp extract) {
+        for (auto [d, index] : llvm::enumerate(extract.getIndices())) {
+          DimRef dim{extract.getTensor(), static_cast<int64_t>(d)};
+          if (index == batch)
+            unite(dim, {op.getQuery(), 0});
+          else if (index == queryPos || index == keyPos)
+            unite(dim, {op.getKey(), 2});
+        }
+      });
+    }
   }
 
   /// Every per-step operand shares the batch B and the length L; the
@@ -281,6 +308,13 @@ bool isHostArithmetic(Operation &op) {
                       [](Type t) { return t.isIntOrIndex(); });
 }
 
+/// A float constant, which only variant regions read (canonicalization
+/// hoists their constants out of them); each kernel clones its own.
+bool isRegionConstant(Operation &op) {
+  return op.hasTrait<OpTrait::ConstantLike>() && op.getNumResults() == 1 &&
+         isa<FloatType>(op.getResult(0).getType());
+}
+
 } // namespace
 
 LogicalResult EntryLowering::run() {
@@ -302,7 +336,8 @@ LogicalResult EntryLowering::run() {
 
   // Refuse what cannot be lowered before anything is built.
   for (Operation &op : entry.getBody().front()) {
-    if (isa<func::ReturnOp, tensor::DimOp>(op) || isHostArithmetic(op))
+    if (isa<func::ReturnOp, tensor::DimOp>(op) || isHostArithmetic(op) ||
+        isRegionConstant(op))
       continue;
     if (auto attention = dyn_cast<AttentionOpInterface>(op)) {
       if (failed(checkLowerable(attention)))
@@ -394,6 +429,8 @@ LogicalResult EntryLowering::run() {
       b.clone(op, buffers);
       continue;
     }
+    if (isRegionConstant(op))
+      continue;
     auto attention = dyn_cast<AttentionOpInterface>(op);
     if (!attention) {
       lowerOp(b, &op);
@@ -454,6 +491,8 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
   s.v = buffers.lookup(op.getValue());
   if (gated)
     s.gate = buffers.lookup(op.getEpilogueOperands()[0]);
+  for (Value tensor : getVariantTensors(op))
+    s.variantTensors.push_back(buffers.lookup(tensor));
   s.batch = memref::DimOp::create(b, s.q, 0);
   s.lq = memref::DimOp::create(b, s.q, 2);
   s.lk = memref::DimOp::create(b, s.k, 2);
@@ -667,11 +706,17 @@ SmallVector<Value> EntryLowering::SoftmaxBuffers::rowBindings() const {
   bindings.push_back(out);
   if (lse)
     bindings.push_back(lse);
-  return bindings;
+  return withVariantTensors(std::move(bindings));
 }
 
 SmallVector<Value> EntryLowering::SoftmaxBuffers::splitBindings() const {
-  return {q, k, v, partialOut, partialLse};
+  return withVariantTensors({q, k, v, partialOut, partialLse});
+}
+
+SmallVector<Value> EntryLowering::SoftmaxBuffers::withVariantTensors(
+    SmallVector<Value> bindings) const {
+  llvm::append_range(bindings, variantTensors);
+  return bindings;
 }
 
 SmallVector<Value> EntryLowering::SoftmaxBuffers::mergeBindings() const {

@@ -112,11 +112,17 @@ protected:
     /// Sparse and tree attention: the block or token selection, or the
     /// tree's parents (null for dense attention).
     Value selection;
+    /// The buffers of the tensors the variant regions read, which every
+    /// kernel that scores keys binds last.
+    SmallVector<Value> variantTensors;
 
-    /// q, k, v, [gate], o, [lse]: a kernel that writes whole rows.
+    /// q, k, v, [gate], o, [lse], variant tensors: a kernel that writes
+    /// whole rows.
     SmallVector<Value> rowBindings() const;
-    /// q, k, v, partial o, partial lse.
+    /// q, k, v, partial o, partial lse, variant tensors.
     SmallVector<Value> splitBindings() const;
+    /// `bindings` followed by the variant tensors.
+    SmallVector<Value> withVariantTensors(SmallVector<Value> bindings) const;
     /// partial o, partial lse, [gate], o, [lse].
     SmallVector<Value> mergeBindings() const;
   };

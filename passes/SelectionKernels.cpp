@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/SelectionKernels.h"
+#include "passes/VariantRegions.h"
 
 using namespace mlir;
 using namespace mlir::attn;
@@ -72,14 +73,15 @@ void mlir::attn::padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix,
 TreeNodeKeys::TreeNodeKeys(KernelEmitter &e, Value parents, Value batch,
                            Value node, Value prefixLength, MaskKind mask,
                            int64_t window)
-    : e(e), parents(parents), batch(batch), node(node), mask(mask),
-      window(window) {
+    : e(e), parents(parents), batch(batch), node(node),
+      prefixLength(prefixLength), mask(mask), window(window) {
   Value c0 = e.index(0), c1 = e.index(1);
   depth = e.whileLoop(
       {node, c0}, [&](ValueRange it) { return isNode(parentOf(it[0])); },
       [&](ValueRange it) -> SmallVector<Value> {
         return {parentOf(it[0]), e.add(it[1], c1)};
       })[1];
+  position = e.add(prefixLength, depth);
   prefixBegin = c0;
   if (mask == MaskKind::SlidingWindow)
     prefixBegin = e.minS(
@@ -98,7 +100,8 @@ Value TreeNodeKeys::isNode(Value u) {
 
 SmallVector<Value> TreeNodeKeys::eachTreeKey(
     ValueRange inits,
-    function_ref<SmallVector<Value>(Value u, ValueRange)> body) {
+    function_ref<SmallVector<Value>(Value u, Value position, ValueRange)>
+        body) {
   // Ancestors at depth > depth(t) - window.
   Value deepEnough = mask == MaskKind::SlidingWindow
                          ? e.sub(depth, e.index(window))
@@ -113,7 +116,8 @@ SmallVector<Value> TreeNodeKeys::eachTreeKey(
       },
       [&](ValueRange it) -> SmallVector<Value> {
         SmallVector<Value> next{parentOf(it[0]), e.sub(it[1], e.index(1))};
-        llvm::append_range(next, body(it[0], it.drop_front(2)));
+        llvm::append_range(
+            next, body(it[0], e.add(prefixLength, it[1]), it.drop_front(2)));
         return next;
       });
   return SmallVector<Value>(ValueRange(walked).drop_front(2));
@@ -856,32 +860,44 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   Value out = args[next++];
   Value lse = tree || shape.withLogSumExp ? args[next++] : Value();
   Value workgroup = args.back();
+  VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
 
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
   RowOfWorkgroup at(e, workgroup, shape.numHeads, lq);
   Value kvHead = e.div(at.head, e.index(shape.numHeads / shape.numKvHeads));
   // A node has at most T = Lq tree keys.
-  Value keys = allocRow(e, b.getI32Type(), e.maxS(tree ? lq : lk, c1));
+  Value listLength = e.maxS(tree ? lq : lk, c1);
+  Value keys = allocRow(e, b.getI32Type(), listLength);
+  // Where the variant regions see the row and each listed key: the row's
+  // position and the keys' indices, or a tree node's and its keys'
+  // positions P + depth (a list of their own).
+  Value queryPos, keyPositions;
   Value count;
   Value marks;
   if (!tree) {
     // The visible keys of the selected blocks, ascending.
-    Value pos = e.add(e.sub(lk, lq), at.row);
-    auto [begin, end] = visibleRange(e, shape.mask, shape.window, pos, lk);
+    queryPos = e.add(e.sub(lk, lq), at.row);
+    auto [begin, end] = visibleRange(e, shape.mask, shape.window, queryPos, lk);
     int64_t bs = shape.selectionBlockSize;
     marks = markSelectedBlocks(e, selection, {at.batch, at.head, at.row},
                                e.ceilDiv(lk, e.index(bs)));
     count = gatherMarkedKeys(e, marks, bs, begin, end, keys, c0);
+    keyPositions = keys;
   } else {
     // The node's own and its ancestors' keys inside its window.
     Value prefixLength = e.sub(lk, lq);
     TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
                       shape.window);
+    queryPos = node.position;
+    if (!shape.variants.empty())
+      keyPositions = allocRow(e, b.getI32Type(), listLength);
     count = node.eachTreeKey(
-        {c0}, [&](Value u, ValueRange n) -> SmallVector<Value> {
+        {c0}, [&](Value u, Value position, ValueRange n) -> SmallVector<Value> {
           memref::StoreOp::create(b, e.toI32(e.add(prefixLength, u)), keys,
                                   n[0]);
+          if (keyPositions)
+            memref::StoreOp::create(b, e.toI32(position), keyPositions, n[0]);
           return {e.add(n[0], c1)};
         })[0];
   }
@@ -898,7 +914,19 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
       [&](Value first, ValueRange it) -> SmallVector<Value> {
         SmallVector<Value> rows = keyRowsOf(e, keys, first, count);
         Value s = scoreKeys(e, qs, k, at.batch, kvHead, rows, D, shape.softcap);
-        s = e.select(e.dynamicMask(e.sub(count, first)), s, e.splat(kNegInf));
+        Value visible = e.dynamicMask(e.sub(count, first));
+        if (!shape.variants.empty()) {
+          SmallVector<Value> positions;
+          for (Value position : keyRowsOf(e, keyPositions, first, count))
+            positions.push_back(e.toI32(position));
+          Value keyPos = vector::FromElementsOp::create(
+              b, VectorType::get({W}, b.getI32Type()), positions);
+          s = variants.score(s, at.batch, at.head, queryPos, keyPos);
+          if (variants.hasMaskMod())
+            visible = e.andI(
+                visible, variants.visible(at.batch, at.head, queryPos, keyPos));
+        }
+        s = e.select(visible, s, e.splat(kNegInf));
         Value newMax = e.fmax(it[0], e.maxLanes(s));
         Value safe = e.safeMax(newMax);
         Value alpha = e.exp(e.fsub(it[0], safe));
@@ -930,6 +958,8 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   if (lse)
     e.store(e.logSumExp(state[0], state[1]), lse, outAt);
   memref::DeallocOp::create(b, keys);
+  if (keyPositions && keyPositions != keys)
+    memref::DeallocOp::create(b, keyPositions);
   if (marks)
     memref::DeallocOp::create(b, marks);
   func::ReturnOp::create(b);

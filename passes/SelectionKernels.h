@@ -51,18 +51,21 @@ public:
                Value prefixLength, MaskKind mask, int64_t window);
   /// The first prefix key in the node's window (the prefix ends at P).
   Value prefixBegin;
-  /// Runs `body(u, iters)` for the node and each ancestor u in its window,
-  /// nearest first; returns the final iters.
-  SmallVector<Value>
-  eachTreeKey(ValueRange inits,
-              function_ref<SmallVector<Value>(Value u, ValueRange)> body);
+  /// The node's position P + depth.
+  Value position;
+  /// Runs `body(u, position of u, iters)` for the node and each ancestor u
+  /// in its window, nearest first; returns the final iters.
+  SmallVector<Value> eachTreeKey(
+      ValueRange inits,
+      function_ref<SmallVector<Value>(Value u, Value position, ValueRange)>
+          body);
 
 private:
   Value parentOf(Value u);
   Value isNode(Value u);
 
   KernelEmitter &e;
-  Value parents, batch, node, depth;
+  Value parents, batch, node, prefixLength, depth;
   MaskKind mask;
   int64_t window;
 };

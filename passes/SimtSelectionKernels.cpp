@@ -717,7 +717,7 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
     Value prefixLength = e.sub(lk, lq);
     TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
                       shape.window);
-    state = node.eachTreeKey(row.initial(), [&](Value u, ValueRange it) {
+    state = node.eachTreeKey(row.initial(), [&](Value u, Value, ValueRange it) {
       return row.addKey(it, e.add(prefixLength, u));
     });
   } else {

@@ -24,6 +24,7 @@
 
 #include "passes/SoftmaxAttentionKernels.h"
 #include "passes/SelectionKernels.h"
+#include "passes/VariantRegions.h"
 
 #include <cmath>
 
@@ -66,6 +67,10 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   shape.selection = op.getKeySelectionKind();
   if (shape.selection == KeySelectionKind::Blocks)
     shape.selectionBlockSize = op.getSelectionBlockSize();
+  shape.variants = VariantRegions::of(op);
+  if (!shape.variants.empty() && target != "CPU")
+    return fail("score_mod and mask_mod regions run on the CPU target only "
+                "so far");
   return shape;
 }
 
@@ -142,9 +147,11 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
   // The tree's prefix: the keys before the T = Lq tree keys, all visible,
-  // or with a window those from each node's window start (its depth's).
+  // or with a window those from each node's window start (its depth's);
+  // variant regions see each node at its position P + depth.
   const bool treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
-  Value parents = treeWindow ? args[next++] : Value();
+  const bool treeDepths = treePrefix && shape.treePrefixNeedsDepths();
+  Value parents = treeDepths ? args[next++] : Value();
   Value gate = !treePrefix && shape.epilogue == Epilogue::SigmoidGate
                    ? args[next++]
                    : Value();
@@ -152,6 +159,7 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
   Value lse = treePrefix || shape.withLogSumExp ? args[next++] : Value();
   Value workgroup = args.back();
   const MaskKind mask = treePrefix ? MaskKind::None : shape.mask;
+  VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
 
   Value c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
@@ -177,13 +185,16 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
     keyBegin = e.minS(
         keyEnd, e.maxS(c0, e.add(e.sub(firstPos, e.index(shape.window)), c1)));
 
-  // A tree node's window start depends on its depth: each row's first
-  // visible prefix key, i32 [TQ] (rows past the end repeat the last one),
-  // and the tile's keys start at the smallest.
-  Value rowStarts;
-  if (treeWindow) {
-    rowStarts = memref::AllocaOp::create(
-        b, MemRefType::get({TQ}, b.getI32Type()), b.getI64IntegerAttr(64));
+  // A tree node's window start and position depend on its depth: each
+  // row's first visible prefix key and position P + depth, i32 [TQ] (rows
+  // past the end repeat the last one); the tile's keys start at the
+  // smallest first key.
+  Value rowStarts, rowPositions;
+  if (treeDepths) {
+    auto rowType = MemRefType::get({TQ}, b.getI32Type());
+    rowStarts = memref::AllocaOp::create(b, rowType, b.getI64IntegerAttr(64));
+    rowPositions =
+        memref::AllocaOp::create(b, rowType, b.getI64IntegerAttr(64));
     Value lastNode = e.sub(lq, c1);
     keyBegin =
         e.loop(c0, e.index(TQ), c1, {keyEnd}, [&](Value i, ValueRange it) {
@@ -191,9 +202,12 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
           TreeNodeKeys keys(e, parents, batch, node, lk, shape.mask,
                             shape.window);
           memref::StoreOp::create(b, e.toI32(keys.prefixBegin), rowStarts, i);
+          memref::StoreOp::create(b, e.toI32(keys.position), rowPositions, i);
           return SmallVector<Value>{e.minS(it[0], keys.prefixBegin)};
         })[0];
   }
+  if (!treeWindow)
+    rowStarts = Value();
 
   // Scratch: q^T pre-scaled [D, TQ], scores^T [TK, TQ], and the online
   // softmax state acc [TQ, Dv], m [TQ], l [TQ] plus the rescale of the
@@ -285,28 +299,33 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
       Value rowStart = rowStarts
                            ? vector::LoadOp::create(b, i32Vec, rowStarts, col)
                            : Value();
+      // The rows' positions as the variant regions see them.
+      Value regionQueryPos =
+          rowPositions ? vector::LoadOp::create(b, i32Vec, rowPositions, col)
+                       : queryPos;
       Value oldMax = vector::LoadOp::create(b, e.vec, runningMax, col);
       Value tileMax =
           e.loop(c0, cols, c1, {e.splat(kNegInf)}, [&](Value j, ValueRange it) {
             Value s =
                 vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
-            s = e.softcap(s, shape.softcap);
-            if (rowStart) {
-              Value key =
-                  vector::BroadcastOp::create(b, i32Vec, toI32(e.add(k0, j)));
-              s = e.select(e.icmp(arith::CmpIPredicate::sge, key, rowStart), s,
-                           e.splat(kNegInf));
-            }
-            if (mask != MaskKind::None) {
-              Value key =
-                  vector::BroadcastOp::create(b, i32Vec, toI32(e.add(k0, j)));
-              Value visible = e.icmp(arith::CmpIPredicate::sle, key, queryPos);
-              if (windowStart)
-                visible = arith::AndIOp::create(
-                    b, visible,
-                    e.icmp(arith::CmpIPredicate::sgt, key, windowStart));
+            Value keyIndex = e.add(k0, j);
+            s = variants.score(e.softcap(s, shape.softcap), batch, head,
+                               regionQueryPos, keyIndex);
+            Value key = vector::BroadcastOp::create(b, i32Vec, toI32(keyIndex));
+            Value visible;
+            auto narrow = [&](Value condition) {
+              visible = visible ? e.andI(visible, condition) : condition;
+            };
+            if (rowStart)
+              narrow(e.icmp(arith::CmpIPredicate::sge, key, rowStart));
+            if (mask != MaskKind::None)
+              narrow(e.icmp(arith::CmpIPredicate::sle, key, queryPos));
+            if (windowStart)
+              narrow(e.icmp(arith::CmpIPredicate::sgt, key, windowStart));
+            if (variants.hasMaskMod())
+              narrow(variants.visible(batch, head, regionQueryPos, keyIndex));
+            if (visible)
               s = e.select(visible, s, e.splat(kNegInf));
-            }
             vector::StoreOp::create(b, s, scores, ValueRange{j, col});
             return SmallVector<Value>{e.fmax(it[0], s)};
           })[0];
@@ -410,15 +429,16 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
   const int64_t DPadded = roundUp(D, W), DvPadded = roundUp(Dv, W);
   const int64_t group = shape.numHeads / shape.numKvHeads;
 
-  // The tree's prefix with a window: each node's window start depends on
-  // its depth, read from the parents.
-  const bool treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
+  // The tree's prefix with a window or variant regions: each node's window
+  // start and position depend on its depth, read from the parents.
+  const bool treeDepths = treePrefix && shape.treePrefixNeedsDepths();
   auto args = func.getArguments();
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
-  Value parents = treeWindow ? args[next++] : Value();
+  Value parents = treeDepths ? args[next++] : Value();
   Value partialOut = args[next++], partialLse = args[next++];
-  Value workgroup = args[next];
+  Value workgroup = args.back();
+  VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
   Value c0 = e.index(0), c1 = e.index(1);
   Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
   // The tree's prefix: keys before the T = Lq tree keys, all visible, in
@@ -447,10 +467,13 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
     end = e.minS(end, e.add(pos, c1));
   if (mask == MaskKind::SlidingWindow)
     begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)), c1));
-  if (treeWindow)
-    begin = e.maxS(begin, TreeNodeKeys(e, parents, batch, row, lk, shape.mask,
-                                       shape.window)
-                              .prefixBegin);
+  // Where the variant regions see the row: its position, or a tree node's.
+  Value regionQueryPos = pos;
+  if (treeDepths) {
+    TreeNodeKeys node(e, parents, batch, row, lk, shape.mask, shape.window);
+    begin = e.maxS(begin, node.prefixBegin);
+    regionQueryPos = node.position;
+  }
   end = e.maxS(end, begin);
 
   // Per query head of the group: the scaled query row (zero-padded to
@@ -583,7 +606,18 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
                      b, i32Vec,
                      arith::IndexCastOp::create(
                          b, b.getI32Type(), e.sub(count, e.index(i * W))))));
+    // The keys of the step's vectors, one per lane, as the variant regions
+    // see them.
+    SmallVector<Value> keyLanes;
+    if (!shape.variants.empty())
+      for (int64_t i = 0; i < stepVectors; ++i)
+        keyLanes.push_back(arith::AddIOp::create(
+            b,
+            vector::BroadcastOp::create(b, i32Vec,
+                                        e.toI32(e.add(j0, e.index(i * W)))),
+            lanes));
     e.loop(c0, groupSize, c1, [&](Value g) {
+      Value head = e.add(firstHead, g);
       SmallVector<Value> scores;
       Value stepMax;
       for (int64_t i = 0; i < stepVectors; ++i) {
@@ -591,8 +625,14 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
         for (int64_t jj = i * W; jj < (i + 1) * W; ++jj)
           keyDots.push_back(vector::LoadOp::create(
               b, e.vec, dots, ValueRange{g, e.index(jj), c0}));
-        Value s = e.softcap(e.sumEach(keyDots), shape.softcap);
-        scores.push_back(e.select(inRange[i], s, e.splat(kNegInf)));
+        Value keyPos = keyLanes.empty() ? Value() : keyLanes[i];
+        Value s = variants.score(e.softcap(e.sumEach(keyDots), shape.softcap),
+                                 batch, head, regionQueryPos, keyPos);
+        Value visible = inRange[i];
+        if (variants.hasMaskMod())
+          visible = e.andI(
+              visible, variants.visible(batch, head, regionQueryPos, keyPos));
+        scores.push_back(e.select(visible, s, e.splat(kNegInf)));
         stepMax = stepMax ? e.fmax(stepMax, scores.back()) : scores.back();
       }
       Value oldMax = e.load(runningMax, g);

@@ -14,6 +14,7 @@
 
 #include "Attn/AttnOps.h"
 #include "passes/KernelEmitter.h"
+#include "passes/VariantRegions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -36,6 +37,15 @@ struct SoftmaxAttentionShape {
   /// or a draft tree's (tree_sdpa).
   KeySelectionKind selection = KeySelectionKind::Dense;
   int64_t selectionBlockSize = 0;
+  /// The op's score_mod and mask_mod (SPEC §7) and the tensors they read,
+  /// which every kernel that scores keys binds last.
+  VariantRegions variants;
+
+  /// Whether the kernels of a tree's prefix need each node's position
+  /// P + depth: for its window, or for the variant regions.
+  bool treePrefixNeedsDepths() const {
+    return mask == MaskKind::SlidingWindow || !variants.empty();
+  }
 
   /// Reads the shape of `op`, or says why the kernels of `target` ("CPU",
   /// "CUDA") cannot run it.
@@ -70,7 +80,8 @@ enum class KeyPart {
 };
 
 /// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse]; for
-/// KeyPart::TreePrefix q, k, v, [parents], partial o, partial lse.
+/// KeyPart::TreePrefix q, k, v, [parents], partial o, partial lse. Every
+/// kernel that scores keys then binds the variant tensors.
 func::FuncOp buildFlashAttentionKernel(OpBuilder &builder, Location loc,
                                        StringRef name,
                                        const SoftmaxAttentionShape &shape,

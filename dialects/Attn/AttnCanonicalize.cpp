@@ -20,6 +20,15 @@ using namespace mlir::attn;
 
 namespace {
 
+/// Moves the variant regions (score_mod, mask_mod) of `from` into the empty
+/// ones of `to`, a softmax-attention op replacing it.
+void moveVariantRegions(RewriterBase &rewriter, Operation *from,
+                        Operation *to) {
+  for (auto [source, target] :
+       llvm::zip_equal(from->getRegions(), to->getRegions()))
+    rewriter.inlineRegionBefore(source, target, target.end());
+}
+
 /// Recreates a softmax-attention op without its unused `lse` result.
 template <typename OpTy>
 struct DropUnusedLogSumExp final : OpRewritePattern<OpTy> {
@@ -39,7 +48,10 @@ struct DropUnusedLogSumExp final : OpRewritePattern<OpTy> {
         attrs.push_back(attr);
     OperationState state(op.getLoc(), op->getName(), op->getOperands(),
                          TypeRange{op.getOutput().getType()}, attrs);
+    for (unsigned i = 0; i < op->getNumRegions(); ++i)
+      state.addRegion();
     Operation *replacement = rewriter.create(state);
+    moveVariantRegions(rewriter, op, replacement);
     rewriter.replaceAllUsesWith(op.getOutput(), replacement->getResult(0));
     rewriter.eraseOp(op);
     return success();
@@ -92,6 +104,7 @@ static void replaceWithDense(SparseSdpaOp op, PatternRewriter &rewriter) {
                               op.getValue(), op.getGate(), op.getMask(),
                               op.getScaleAttr(), op.getSoftcapAttr(),
                               op.getReturnLseAttr());
+  moveVariantRegions(rewriter, op, dense);
   rewriter.replaceOp(op, dense->getResults());
 }
 
@@ -159,6 +172,7 @@ struct FullTopPIsCandidates final : OpRewritePattern<SparseSdpaOp> {
         blocks, op.getGate(),
         rewriter.getI64IntegerAttr(*select.getBlockSize()), op.getMask(),
         op.getScaleAttr(), op.getSoftcapAttr(), op.getReturnLseAttr());
+    moveVariantRegions(rewriter, op, overBlocks);
     rewriter.replaceOp(op, overBlocks->getResults());
     return success();
   }

@@ -28,6 +28,7 @@ def Attn_Dialect : Dialect {
   }];
   let useDefaultAttributePrinterParser = 1;
   let dependentDialects = ["::mlir::arith::ArithDialect",
+                           "::mlir::math::MathDialect",
                            "::mlir::tensor::TensorDialect"];
   let extraClassDeclaration = [{
     void registerAttributes();

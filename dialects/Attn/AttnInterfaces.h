@@ -18,4 +18,13 @@ class EpilogueOpInterface;
 
 #include "Attn/AttnInterfaces.h.inc"
 
+namespace mlir::attn {
+
+/// The tensors that the variant regions of `op` (score_mod, mask_mod) read
+/// with `tensor.extract`, each once, in the order the regions first read
+/// them. Kernels take them as extra bindings.
+SmallVector<Value> getVariantTensors(AttentionOpInterface op);
+
+} // namespace mlir::attn
+
 #endif // ATTN_DIALECT_ATTN_ATTNINTERFACES_H

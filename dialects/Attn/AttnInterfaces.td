@@ -78,6 +78,18 @@ def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
       "double", "getScoreScale">,
     InterfaceMethod<"The softcap `c` (s = c * tanh(s / c)), 0 for none.",
       "double", "getScoreSoftcap", (ins), [{}], [{ return 0.0; }]>,
+    InterfaceMethod<[{
+        The `score_mod` region (SPEC §7) that modifies each score after
+        scale and softcap, or null when the op has none.
+      }],
+      "::mlir::Region *", "getScoreModifier", (ins), [{}],
+      [{ return nullptr; }]>,
+    InterfaceMethod<[{
+        The `mask_mod` region (SPEC §7) that may hide keys the position mask
+        and the selection leave visible, or null when the op has none.
+      }],
+      "::mlir::Region *", "getMaskModifier", (ins), [{}],
+      [{ return nullptr; }]>,
     InterfaceMethod<"How scores become weights.",
       "::mlir::attn::Normalizer", "getNormalizer", (ins), [{}],
       [{ return ::mlir::attn::Normalizer::Softmax; }]>,

@@ -11,8 +11,10 @@
 #include "Attn/AttnOps.h"
 #include "Attn/ShapeChecks.h"
 
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Matchers.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
@@ -236,6 +238,136 @@ static FailureOr<Operation *> fuseSigmoidGate(OpTy op, RewriterBase &rewriter,
   return fused.getOperation();
 }
 
+/// The block arguments of the variant regions (SPEC §7).
+enum class VariantRegion { Score, Mask };
+
+static StringRef regionName(VariantRegion kind) {
+  return kind == VariantRegion::Score ? "score_mod" : "mask_mod";
+}
+
+static std::string typeList(TypeRange types) {
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << "(";
+  llvm::interleaveComma(types, os);
+  os << ")";
+  return text;
+}
+
+/// Checks one variant region: empty, or a single block taking
+/// `(s: f32, b, h, qp, kp: index)` (score_mod) or `(b, h, qp, kp: index)`
+/// (mask_mod) whose ops are `arith` and `math` on scalars and
+/// `tensor.extract` of tensors defined above, ending in an `attn.yield` of
+/// an f32 (score_mod) or an i1 (mask_mod). A static dim read at the head
+/// index `h` must hold every one of the `numHeads` heads.
+static LogicalResult verifyVariantRegion(Operation *op, Region &region,
+                                         VariantRegion kind, int64_t numHeads) {
+  if (region.empty())
+    return success();
+  StringRef name = regionName(kind);
+  MLIRContext *context = op->getContext();
+  Type f32 = Float32Type::get(context), index = IndexType::get(context);
+  SmallVector<Type> expected;
+  if (kind == VariantRegion::Score)
+    expected.push_back(f32);
+  expected.append(4, index);
+  Block &block = region.front();
+  if (!llvm::equal(block.getArgumentTypes(), expected))
+    return op->emitOpError()
+           << "'" << name << "' must take " << typeList(expected) << " ("
+           << (kind == VariantRegion::Score ? "s, " : "")
+           << "b, h, qp, kp), got " << typeList(block.getArgumentTypes());
+  Value head = block.getArgument(kind == VariantRegion::Score ? 2 : 1);
+
+  for (Operation &nested : block) {
+    bool scalarCode =
+        isa<arith::ArithDialect, math::MathDialect>(nested.getDialect());
+    if (!scalarCode && !isa<tensor::ExtractOp, YieldOp>(nested))
+      return op->emitOpError()
+             << "'" << name
+             << "' may hold only arith, math and tensor.extract ops and "
+                "attn.yield, got '"
+             << nested.getName() << "'";
+    if (scalarCode)
+      for (Type type : llvm::concat<Type>(nested.getOperandTypes(),
+                                          nested.getResultTypes()))
+        if (!type.isIntOrIndexOrFloat())
+          return op->emitOpError()
+                 << "'" << name << "' computes on scalars only: '"
+                 << nested.getName() << "' has a value of type " << type;
+    for (OpOperand &use : nested.getOpOperands()) {
+      Value operand = use.get();
+      if (region.isAncestor(operand.getParentRegion()))
+        continue;
+      // Canonicalization hoists a region's constants out of it.
+      if (matchPattern(operand, m_Constant()) &&
+          operand.getType().isIntOrIndexOrFloat())
+        continue;
+      auto extract = dyn_cast<tensor::ExtractOp>(nested);
+      if (!extract || use.getOperandNumber() != 0)
+        return op->emitOpError()
+               << "'" << name << "' reads only tensors defined above it, "
+               << "with tensor.extract, and scalar constants; operand #"
+               << use.getOperandNumber() << " of '" << nested.getName()
+               << "' is a value of type " << operand.getType()
+               << " defined outside it";
+    }
+    if (auto extract = dyn_cast<tensor::ExtractOp>(nested)) {
+      RankedTensorType type = extract.getTensor().getType();
+      Type element = type.getElementType();
+      if (!element.isF32() && !element.isF16() && !element.isBF16() &&
+          !element.isInteger(32))
+        return op->emitOpError()
+               << "'" << name << "' reads a " << type
+               << "; region tensors hold f32, f16, bf16 or i32";
+      for (auto [dim, at] : llvm::enumerate(extract.getIndices()))
+        if (at == head && !type.isDynamicDim(dim) &&
+            type.getDimSize(dim) < numHeads)
+          return op->emitOpError()
+                 << "'" << name << "' reads dim " << dim << " of a " << type
+                 << " at the head index h, which reaches " << numHeads - 1
+                 << " (H = " << numHeads << ")";
+    }
+  }
+  auto yield = dyn_cast<YieldOp>(block.getTerminator());
+  Type yieldType =
+      kind == VariantRegion::Score ? f32 : IntegerType::get(context, 1);
+  if (!yield || yield.getValue().getType() != yieldType)
+    return op->emitOpError()
+           << "'" << name << "' must end in attn.yield of an " << yieldType
+           << (kind == VariantRegion::Score ? " (the modified score)"
+                                            : " (whether the key is visible)");
+  return success();
+}
+
+/// Both variant regions of a softmax-attention op.
+template <typename OpTy> static LogicalResult verifyVariantRegions(OpTy op) {
+  int64_t numHeads = op.getQuery().getType().getDimSize(1);
+  return failure(failed(verifyVariantRegion(op, op.getScoreMod(),
+                                            VariantRegion::Score, numHeads)) ||
+                 failed(verifyVariantRegion(op, op.getMaskMod(),
+                                            VariantRegion::Mask, numHeads)));
+}
+
+/// Names the regions' block arguments after SPEC §7 in the printed IR.
+static void nameVariantArguments(Operation *op, OpAsmSetValueNameFn setName) {
+  static const char *const scoreNames[] = {"s", "b", "h", "qp", "kp"};
+  for (auto [index, region] : llvm::enumerate(op->getRegions())) {
+    if (region.empty())
+      continue;
+    // mask_mod's arguments are score_mod's but the score.
+    ArrayRef<const char *> names(scoreNames);
+    if (index != 0)
+      names = names.drop_front();
+    for (auto [arg, name] : llvm::zip(region.front().getArguments(), names))
+      setName(arg, name);
+  }
+}
+
+static Region *nonEmpty(Region &region) {
+  return region.empty() ? nullptr : &region;
+}
+
 //===----------------------------------------------------------------------===//
 // SdpaOp
 //===----------------------------------------------------------------------===//
@@ -262,7 +394,23 @@ LogicalResult SdpaOp::verify() {
   return verifyMaskFitsLengths(emit, getMask(), q, k);
 }
 
+void SdpaOp::getAsmResultNames(OpAsmSetValueNameFn setName) {
+  setName(getOutput(), "output");
+  if (Value lse = getLse())
+    setName(lse, "lse");
+}
+
+void SdpaOp::getAsmBlockArgumentNames(Region &region,
+                                      OpAsmSetValueNameFn setName) {
+  if (&region == &getScoreMod() || &region == &getMaskMod())
+    nameVariantArguments(*this, setName);
+}
+
+LogicalResult SdpaOp::verifyRegions() { return verifyVariantRegions(*this); }
+
 Value SdpaOp::getLogSumExp() { return getLse(); }
+Region *SdpaOp::getScoreModifier() { return nonEmpty(getScoreMod()); }
+Region *SdpaOp::getMaskModifier() { return nonEmpty(getMaskMod()); }
 MaskAttr SdpaOp::getPositionMask() { return getMask(); }
 double SdpaOp::getScoreScale() { return softmaxScoreScale(*this); }
 double SdpaOp::getScoreSoftcap() { return getSoftcap().convertToDouble(); }
@@ -506,7 +654,25 @@ LogicalResult SparseSdpaOp::verify() {
   return success();
 }
 
+void SparseSdpaOp::getAsmResultNames(OpAsmSetValueNameFn setName) {
+  setName(getOutput(), "output");
+  if (Value lse = getLse())
+    setName(lse, "lse");
+}
+
+void SparseSdpaOp::getAsmBlockArgumentNames(Region &region,
+                                            OpAsmSetValueNameFn setName) {
+  if (&region == &getScoreMod() || &region == &getMaskMod())
+    nameVariantArguments(*this, setName);
+}
+
+LogicalResult SparseSdpaOp::verifyRegions() {
+  return verifyVariantRegions(*this);
+}
+
 Value SparseSdpaOp::getLogSumExp() { return getLse(); }
+Region *SparseSdpaOp::getScoreModifier() { return nonEmpty(getScoreMod()); }
+Region *SparseSdpaOp::getMaskModifier() { return nonEmpty(getMaskMod()); }
 MaskAttr SparseSdpaOp::getPositionMask() { return getMask(); }
 double SparseSdpaOp::getScoreScale() { return softmaxScoreScale(*this); }
 double SparseSdpaOp::getScoreSoftcap() {
@@ -564,7 +730,25 @@ LogicalResult TreeSdpaOp::verify() {
   return success();
 }
 
+void TreeSdpaOp::getAsmResultNames(OpAsmSetValueNameFn setName) {
+  setName(getOutput(), "output");
+  if (Value lse = getLse())
+    setName(lse, "lse");
+}
+
+void TreeSdpaOp::getAsmBlockArgumentNames(Region &region,
+                                          OpAsmSetValueNameFn setName) {
+  if (&region == &getScoreMod() || &region == &getMaskMod())
+    nameVariantArguments(*this, setName);
+}
+
+LogicalResult TreeSdpaOp::verifyRegions() {
+  return verifyVariantRegions(*this);
+}
+
 Value TreeSdpaOp::getLogSumExp() { return getLse(); }
+Region *TreeSdpaOp::getScoreModifier() { return nonEmpty(getScoreMod()); }
+Region *TreeSdpaOp::getMaskModifier() { return nonEmpty(getMaskMod()); }
 MaskAttr TreeSdpaOp::getPositionMask() {
   // The tree narrows a causal mask: a node never sees a later position.
   if (std::optional<uint64_t> window = getWindow())

@@ -10,9 +10,11 @@
 #define ATTN_OPS_TD
 
 include "mlir/IR/OpBase.td"
+include "mlir/IR/OpAsmInterface.td"
 include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/Interfaces/ControlFlowInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "AttnDialect.td"
 include "AttnAttrs.td"
@@ -42,17 +44,68 @@ class Attn_PureOp<string mnemonic, list<Trait> traits = []>
 
 defvar Attn_AttentionInterfaceMethods = [
   "getLogSumExp", "getPositionMask", "getScoreScale",
-  "getScoreSoftcap", "getEpilogue", "getEpilogueOperands", "fuseEpilogue"];
+  "getScoreSoftcap", "getScoreModifier", "getMaskModifier", "getEpilogue",
+  "getEpilogueOperands", "fuseEpilogue"];
+
+/// The user-defined variant of a softmax-attention op (SPEC §7), as
+/// FlexAttention's `score_mod` and `mask_mod` functions: each region is
+/// empty or one block of pure scalar code ending in `attn.yield`.
+///   score_mod (s: f32, b: index, h: index, qp: index, kp: index) -> f32
+///   mask_mod (b: index, h: index, qp: index, kp: index) -> i1
+defvar Attn_VariantRegions = (region
+  MaxSizedRegion<1>:$score_mod,
+  MaxSizedRegion<1>:$mask_mod);
+
+/// How the variant regions print: after the types, each behind its keyword.
+defvar Attn_VariantRegionsFormat = [{
+  (`score_mod` $score_mod^)? (`mask_mod` $mask_mod^)?
+}];
+
+/// What the three softmax-attention ops' descriptions say of the regions.
+defvar Attn_VariantRegionsDoc = [{
+
+    Optional regions state a variant without C++ (SPEC §7). `score_mod`
+    receives the score `s` (after `scale` and `softcap`), the batch `b`, the
+    query head `h`, the query position `qp` and the key position `kp`, and
+    yields the score to use; `mask_mod` receives `b, h, qp, kp` and yields
+    whether the key stays visible (on top of the op's own rules). Both hold
+    only `arith`, `math` and `tensor.extract` ops on scalars and may read
+    tensors defined above them; every kernel of every target inlines them.
+
+    ```mlir
+    %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
+        : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>
+        score_mod {
+        ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+          %d = arith.subi %kp, %qp : index
+          %di = arith.index_cast %d : index to i32
+          %df = arith.sitofp %di : i32 to f32
+          %c = arith.constant 0.0625 : f32
+          %bias = arith.mulf %df, %c : f32
+          %r = arith.addf %s, %bias : f32
+          attn.yield %r : f32
+        }
+        mask_mod {
+        ^bb0(%b: index, %h: index, %qp: index, %kp: index):
+          %dq = tensor.extract %doc[%b, %qp] : tensor<?x?xi32>
+          %dk = tensor.extract %doc[%b, %kp] : tensor<?x?xi32>
+          %same = arith.cmpi eq, %dq, %dk : i32
+          attn.yield %same : i1
+        }
+    ```
+}];
 
 //===----------------------------------------------------------------------===//
 // §1.1 Dense attention and §1.2 its output gate
 //===----------------------------------------------------------------------===//
 
 def Attn_SdpaOp : Attn_PureOp<"sdpa", [
+    DeclareOpInterfaceMethods<OpAsmOpInterface,
+        ["getAsmResultNames", "getAsmBlockArgumentNames"]>,
     DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
                               Attn_AttentionInterfaceMethods>]> {
   let summary = "dense softmax attention with mask, softcap, GQA and gate";
-  let description = [{
+  let description = !strconcat([{
     `o[i] = sum_j softmax_j(s[i, :]) * v[j]` over the keys that `mask` leaves
     visible to row `i`, with `s[i, j] = scale * dot(q[i], k[j])` (`scale`
     defaults to `1/sqrt(D)`), softcapped to `c * tanh(s / c)` when
@@ -75,7 +128,7 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
         : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>,
           tensor<?x8x?x64xf32>
     ```
-  }];
+  }], Attn_VariantRegionsDoc);
   let arguments = !con((ins
     Attn_FloatTensor:$query,
     Attn_FloatTensor:$key,
@@ -83,10 +136,12 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
     Optional<Attn_FloatTensor>:$gate,
     Attn_MaskAttr:$mask), Attn_ScoreModifierAttrs);
   let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
-  let assemblyFormat = [{
+  let regions = Attn_VariantRegions;
+  let assemblyFormat = !strconcat([{
     $query `,` $key `,` $value (`gate` `(` $gate^ `)`)? attr-dict `:`
     type($query) `,` type($key) `,` type($value) (`,` type($gate)^)?
-  }];
+  }], Attn_VariantRegionsFormat);
+  let hasRegionVerifier = 1;
   let hasCanonicalizer = 1;
 }
 
@@ -217,12 +272,14 @@ def Attn_SelectTopPOp : Attn_PureOp<"select_topp"> {
 }
 
 def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
+    DeclareOpInterfaceMethods<OpAsmOpInterface,
+        ["getAsmResultNames", "getAsmBlockArgumentNames"]>,
     DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
         !listconcat(Attn_AttentionInterfaceMethods,
                     ["getKeySelectionKind", "getKeySelection",
                      "getSelectionBlockSize"])>]> {
   let summary = "softmax attention over a block or token selection";
-  let description = [{
+  let description = !strconcat([{
     `attn.sdpa` restricted, for each head and row, to the visible keys of the
     selected blocks: key `j` is seen by row `i` iff `mask` leaves it visible
     and `j / block_size` is listed in `selection[b, h, i, :]` (-1 entries and
@@ -236,7 +293,7 @@ def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
         : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>,
           tensor<?x8x?x8xi32>
     ```
-  }];
+  }], Attn_VariantRegionsDoc);
   let arguments = !con((ins
     Attn_FloatTensor:$query,
     Attn_FloatTensor:$key,
@@ -246,11 +303,13 @@ def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
     I64Attr:$block_size,
     Attn_MaskAttr:$mask), Attn_ScoreModifierAttrs);
   let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
-  let assemblyFormat = [{
+  let regions = Attn_VariantRegions;
+  let assemblyFormat = !strconcat([{
     $query `,` $key `,` $value `,` $selection (`gate` `(` $gate^ `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
     type($selection) (`,` type($gate)^)?
-  }];
+  }], Attn_VariantRegionsFormat);
+  let hasRegionVerifier = 1;
   let hasCanonicalizer = 1;
 }
 
@@ -259,11 +318,13 @@ def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
 //===----------------------------------------------------------------------===//
 
 def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
+    DeclareOpInterfaceMethods<OpAsmOpInterface,
+        ["getAsmResultNames", "getAsmBlockArgumentNames"]>,
     DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
         !listconcat(Attn_AttentionInterfaceMethods,
                     ["getKeySelectionKind", "getKeySelection"])>]> {
   let summary = "softmax attention of a draft tree over prefix + tree keys";
-  let description = [{
+  let description = !strconcat([{
     The queries are the `T` nodes of a draft tree given by
     `parents [B, T]` (i32; `parents[b, 0] = -1`, `0 <= parents[b, t] < t`).
     Keys and values hold the committed prefix of `P` tokens followed by the
@@ -279,7 +340,10 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
         : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>,
           tensor<?x?xi32>
     ```
-  }];
+
+    In the regions, `qp` is the node's position `P + depth(t)` and `kp` the
+    key's: `j` for a prefix key, `P + depth(u)` for tree key `P + u`.
+  }], Attn_VariantRegionsDoc);
   let arguments = !con((ins
     Attn_FloatTensor:$query,
     Attn_FloatTensor:$key,
@@ -288,12 +352,29 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
     Optional<Attn_FloatTensor>:$gate,
     OptionalAttr<I64Attr>:$window), Attn_ScoreModifierAttrs);
   let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
-  let assemblyFormat = [{
+  let regions = Attn_VariantRegions;
+  let assemblyFormat = !strconcat([{
     $query `,` $key `,` $value `,` $parents (`gate` `(` $gate^ `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
     type($parents) (`,` type($gate)^)?
-  }];
+  }], Attn_VariantRegionsFormat);
+  let hasRegionVerifier = 1;
   let hasCanonicalizer = 1;
+}
+
+def Attn_YieldOp : Attn_Op<"yield", [Pure, Terminator, ReturnLike,
+    ParentOneOf<["SdpaOp", "SparseSdpaOp", "TreeSdpaOp"]>]> {
+  let summary = "the value a variant region computes";
+  let description = [{
+    Ends a `score_mod` region (with the modified `f32` score) or a
+    `mask_mod` region (with an `i1`: whether the key stays visible).
+
+    ```mlir
+    attn.yield %score : f32
+    ```
+  }];
+  let arguments = (ins AnyTypeOf<[F32, I1]>:$value);
+  let assemblyFormat = "$value attr-dict `:` type($value)";
 }
 
 def Attn_TreeAcceptOp : Attn_PureOp<"tree_accept"> {

@@ -10,6 +10,10 @@
 #define ATTN_TEST_E2E_E2E_H
 
 #include "compiler/Compile.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
 #include "runtime/Float16.h"
 #include "runtime/attn_runtime.hpp"
 #include "test/reference/Reference.h"
@@ -80,6 +84,26 @@ inline ref::Tensor randomF32(std::vector<int64_t> shape, std::mt19937_64 &rng,
   for (double &x : t.values())
     x = roundTo(dtype, x);
   return t;
+}
+
+inline Tensor intsToRuntime(const ref::IntTensor &t) {
+  Tensor out(ATTN_I32, t.shape());
+  for (int64_t i = 0; i < t.size(); ++i)
+    out.i32()[i] = t.values()[i];
+  return out;
+}
+
+/// A random tree of `nodes` nodes per batch row: node t's parent is uniform
+/// among the earlier nodes, or (with `chain`) t - 1.
+inline ref::IntTensor randomParents(int64_t batch, int64_t nodes,
+                                    std::mt19937_64 &rng, bool chain = false) {
+  ref::IntTensor parents({batch, nodes});
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t t = 0; t < nodes; ++t)
+      parents(b, t) = t == 0  ? -1
+                      : chain ? static_cast<int32_t>(t - 1)
+                              : static_cast<int32_t>(rng() % t);
+  return parents;
 }
 
 /// Which code runs a test's entries.
@@ -164,10 +188,37 @@ inline CompileFn modelDescription(std::string json) {
   };
 }
 
+/// attn IR compiled for the test CPU.
+inline CompileFn attnIR(std::string source) {
+  return [source = std::move(source)](const mlir::attn::CompileOptions &options)
+             -> llvm::Expected<std::string> {
+    mlir::DialectRegistry registry;
+    mlir::attn::registerCompilerDialects(registry);
+    mlir::MLIRContext context(registry);
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+    if (!module)
+      return llvm::createStringError("the test's attn IR does not parse");
+    return mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
+                               testCpu(), "attn_ir", options);
+  };
+}
+
 inline std::unique_ptr<Model>
 compileAndLoad(const std::string &json, int threads,
                const mlir::attn::CompileOptions &options = {}) {
   return compileAndLoad(modelDescription(json), threads, options);
+}
+
+/// Runs entry `name` of `model`; a test failure if it fails.
+inline std::vector<Tensor> runEntry(Model &model, const std::string &name,
+                                    const std::vector<Tensor> &inputs) {
+  int32_t entry = -1;
+  EXPECT_TRUE(model.findEntry(name, entry).ok()) << name;
+  std::vector<Tensor> outputs;
+  Status status = model.run(entry, inputs, outputs);
+  EXPECT_TRUE(status.ok()) << name << ": " << status.message;
+  return outputs;
 }
 
 /// As compileAndLoad, for `backend`. For Backend::Cuda, sets `skip` (and

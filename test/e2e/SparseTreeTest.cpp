@@ -42,24 +42,6 @@ ref::IntTensor toReference(const Tensor &t) {
   return out;
 }
 
-Tensor intsToRuntime(const ref::IntTensor &t) {
-  Tensor out(ATTN_I32, t.shape());
-  for (int64_t i = 0; i < t.size(); ++i)
-    out.i32()[i] = t.values()[i];
-  return out;
-}
-
-/// Runs entry `name` of `model`; a test failure if it fails.
-std::vector<Tensor> runEntry(Model &model, const std::string &name,
-                             const std::vector<Tensor> &inputs) {
-  int32_t entry = -1;
-  EXPECT_TRUE(model.findEntry(name, entry).ok()) << name;
-  std::vector<Tensor> outputs;
-  Status status = model.run(entry, inputs, outputs);
-  EXPECT_TRUE(status.ok()) << name << ": " << status.message;
-  return outputs;
-}
-
 void expectClose(const Tensor &actual, const ref::Tensor &expected,
                  double tolerance, const char *what) {
   ASSERT_EQ(actual.shape, expected.shape()) << what;
@@ -77,19 +59,6 @@ void expectSame(const Tensor &actual, const ref::IntTensor &expected,
   for (int64_t i = 0; i < values.size(); ++i)
     ASSERT_EQ(values.values()[i], expected.values()[i])
         << what << ": element " << i << " differs";
-}
-
-/// A random tree of `nodes` nodes per batch row: node t's parent is uniform
-/// among the earlier nodes, or (with `chain`) t - 1.
-ref::IntTensor randomParents(int64_t batch, int64_t nodes, std::mt19937_64 &rng,
-                             bool chain = false) {
-  ref::IntTensor parents({batch, nodes});
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t t = 0; t < nodes; ++t)
-      parents(b, t) = t == 0  ? -1
-                      : chain ? static_cast<int32_t>(t - 1)
-                              : static_cast<int32_t>(rng() % t);
-  return parents;
 }
 
 //===----------------------------------------------------------------------===//
@@ -328,22 +297,6 @@ INSTANTIATE_TEST_SUITE_P(
 //===----------------------------------------------------------------------===//
 // Selections, index for index: attn IR whose entries return them.
 //===----------------------------------------------------------------------===//
-
-/// attn IR compiled for the host CPU.
-CompileFn attnIR(std::string source) {
-  return [source = std::move(source)](const mlir::attn::CompileOptions &options)
-             -> llvm::Expected<std::string> {
-    mlir::DialectRegistry registry;
-    mlir::attn::registerCompilerDialects(registry);
-    mlir::MLIRContext context(registry);
-    mlir::OwningOpRef<mlir::ModuleOp> module =
-        mlir::parseSourceString<mlir::ModuleOp>(source, &context);
-    if (!module)
-      return llvm::createStringError("the test's attn IR does not parse");
-    return mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
-                               testCpu(), "selections", options);
-  };
-}
 
 class Selections : public testing::TestWithParam<Backend> {
 protected:

@@ -62,12 +62,17 @@ double int4Score(const Tensor &q, const Tensor &k, int64_t b, int64_t h,
 /// Whether key j is seen by row i of head h in batch b.
 using Visibility =
     std::function<bool(int64_t b, int64_t h, int64_t i, int64_t j)>;
+/// The positions (query, key) that the variant sees for row i and key j of
+/// batch b.
+using Positions =
+    std::function<std::pair<int64_t, int64_t>(int64_t b, int64_t i, int64_t j)>;
 
-/// Softmax attention of every row over the keys `visible` admits: the one
-/// definition shared by dense, sparse and tree attention.
+/// Softmax attention of every row over the keys `visible` (and the
+/// variant's mask_mod) admits: the one definition shared by dense, sparse
+/// and tree attention.
 AttentionResult attend(const Tensor &q, const Tensor &k, const Tensor &v,
                        const Score &scoreMod, const Tensor *gate,
-                       const Visibility &visible) {
+                       const Visibility &visible, const Positions &positions) {
   const int64_t B = q.dim(0), H = q.dim(1), Lq = q.dim(2), D = q.dim(3);
   const int64_t Hkv = k.dim(1), Lk = k.dim(2), Dv = v.dim(3);
   assert(k.dim(0) == B && v.dim(0) == B && k.dim(3) == D && H % Hkv == 0);
@@ -80,9 +85,14 @@ AttentionResult attend(const Tensor &q, const Tensor &k, const Tensor &v,
       for (int64_t i = 0; i < Lq; ++i) {
         double maxScore = kNegInf;
         for (int64_t j = 0; j < Lk; ++j) {
-          s[j] = visible(b, h, i, j)
-                     ? score(q, k, b, h, i, hk, j, scale, scoreMod.softcap)
-                     : kNegInf;
+          auto [qp, kp] = positions(b, i, j);
+          s[j] = kNegInf;
+          if (!visible(b, h, i, j) ||
+              (scoreMod.maskMod && !scoreMod.maskMod(b, h, qp, kp)))
+            continue;
+          s[j] = score(q, k, b, h, i, hk, j, scale, scoreMod.softcap);
+          if (scoreMod.scoreMod)
+            s[j] = scoreMod.scoreMod(s[j], b, h, qp, kp);
           maxScore = std::max(maxScore, s[j]);
         }
         if (maxScore == kNegInf) { // No visible key: o = 0, lse = -inf.
@@ -137,10 +147,14 @@ bool Mask::visible(int64_t queryPos, int64_t keyPos) const {
 AttentionResult sdpa(const Tensor &q, const Tensor &k, const Tensor &v,
                      const Mask &mask, const Score &score, const Tensor *gate) {
   const int64_t Lq = q.dim(2), Lk = k.dim(2);
-  return attend(q, k, v, score, gate,
-                [&](int64_t, int64_t, int64_t i, int64_t j) {
-                  return mask.visible(queryPosition(i, Lq, Lk), j);
-                });
+  return attend(
+      q, k, v, score, gate,
+      [&](int64_t, int64_t, int64_t i, int64_t j) {
+        return mask.visible(queryPosition(i, Lq, Lk), j);
+      },
+      [&](int64_t, int64_t i, int64_t j) {
+        return std::pair{queryPosition(i, Lq, Lk), j};
+      });
 }
 
 Tensor sigmoidGate(const Tensor &o, const Tensor &gate) {
@@ -299,16 +313,20 @@ AttentionResult sparseSdpa(const Tensor &q, const Tensor &k, const Tensor &v,
                            const Mask &mask, const Score &score,
                            const Tensor *gate) {
   const int64_t Lq = q.dim(2), Lk = k.dim(2);
-  return attend(q, k, v, score, gate,
-                [&](int64_t b, int64_t h, int64_t i, int64_t j) {
-                  if (!mask.visible(queryPosition(i, Lq, Lk), j))
-                    return false;
-                  for (int64_t n = 0; n < selection.dim(3); ++n)
-                    if (selection(b, h, i, n) >= 0 &&
-                        selection(b, h, i, n) == j / blockSize)
-                      return true;
-                  return false;
-                });
+  return attend(
+      q, k, v, score, gate,
+      [&](int64_t b, int64_t h, int64_t i, int64_t j) {
+        if (!mask.visible(queryPosition(i, Lq, Lk), j))
+          return false;
+        for (int64_t n = 0; n < selection.dim(3); ++n)
+          if (selection(b, h, i, n) >= 0 &&
+              selection(b, h, i, n) == j / blockSize)
+            return true;
+        return false;
+      },
+      [&](int64_t, int64_t i, int64_t j) {
+        return std::pair{queryPosition(i, Lq, Lk), j};
+      });
 }
 
 std::string checkParents(const IntTensor &parents) {
@@ -348,17 +366,21 @@ AttentionResult treeSdpa(const Tensor &q, const Tensor &k, const Tensor &v,
         return true;
     return false;
   };
-  return attend(q, k, v, score, gate,
-                [&](int64_t b, int64_t, int64_t t, int64_t j) {
-                  const int64_t queryPos = P + depth[b][t];
-                  int64_t keyPos = j;
-                  if (j >= P) {
-                    if (!isAncestorOrSelf(b, j - P, t))
-                      return false;
-                    keyPos = P + depth[b][j - P];
-                  }
-                  return !window || keyPos > queryPos - *window;
-                });
+  return attend(
+      q, k, v, score, gate,
+      [&](int64_t b, int64_t, int64_t t, int64_t j) {
+        const int64_t queryPos = P + depth[b][t];
+        int64_t keyPos = j;
+        if (j >= P) {
+          if (!isAncestorOrSelf(b, j - P, t))
+            return false;
+          keyPos = P + depth[b][j - P];
+        }
+        return !window || keyPos > queryPos - *window;
+      },
+      [&](int64_t b, int64_t t, int64_t j) {
+        return std::pair{P + depth[b][t], j < P ? j : P + depth[b][j - P]};
+      });
 }
 
 Acceptance treeAccept(const IntTensor &tokens, const IntTensor &target,

@@ -15,6 +15,7 @@
 
 #include <cassert>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
@@ -91,10 +92,22 @@ struct Mask {
   bool visible(int64_t queryPos, int64_t keyPos) const;
 };
 
-/// The score modifier: s = scale * dot(q, k), then c * tanh(s / c).
+/// SPEC §7's score_mod: the score to use for `s` (after scale and softcap)
+/// of query position `qp` and key position `kp` in batch `b`, head `h`.
+using ScoreMod = std::function<double(double s, int64_t b, int64_t h,
+                                      int64_t qp, int64_t kp)>;
+/// SPEC §7's mask_mod: whether the key stays visible.
+using MaskMod =
+    std::function<bool(int64_t b, int64_t h, int64_t qp, int64_t kp)>;
+
+/// How keys are scored: s = scale * dot(q, k), then c * tanh(s / c), then
+/// the variant's score_mod; its mask_mod hides keys on top of the op's
+/// mask, selection or tree. Selections (top-k, top-p) ignore the variant.
 struct Score {
   std::optional<double> scale; ///< default 1/sqrt(D)
   double softcap = 0.0;        ///< 0: none
+  ScoreMod scoreMod;           ///< none when empty
+  MaskMod maskMod;             ///< none when empty
 };
 
 struct AttentionResult {

@@ -4,6 +4,8 @@
 #include "frontend/ModelDescription.h"
 #include "frontend/ModelToAttn.h"
 
+#include "Attn/AttnOps.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -13,6 +15,8 @@
 
 using namespace mlir;
 using namespace mlir::attn::frontend;
+using mlir::attn::AttentionOpInterface;
+using mlir::attn::SelectTopKOp;
 
 namespace {
 
@@ -132,6 +136,45 @@ TEST(Frontend, EveryRuleAndMaskBuildsVerifiedIR) {
     }
 }
 
+TEST(Frontend, NamedVariantsAddTheirInputsInSpecOrder) {
+  // SPEC §7: extra inputs come after every §4 input of the entry and of its
+  // .tree entry, in the order rel_bias, doc_ids, prefix_len.
+  const char *json = R"({"model": "m", "layers": [{"name": "a",
+    "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+    "gate": "elementwise", "score_mod": {"relative_bias": 3},
+    "mask_mod": "document", "tree": true,
+    "sparsity": {"method": "top_k", "block_size": 8, "top_k": 2}},
+   {"name": "p", "type": "attention", "num_heads": 2, "head_dim": 8,
+    "mask": "none", "score_mod": "alibi", "mask_mod": "prefix_lm"}]})";
+  llvm::Expected<ModelDescription> model = parseModelDescription(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  const auto &a = std::get<AttentionLayer>(model->layers[0]);
+  EXPECT_EQ(a.scoreMod, ScoreMod::RelativeBias);
+  EXPECT_EQ(a.relativeBiasRadius, 3);
+  EXPECT_EQ(a.maskMod, MaskMod::Document);
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  using Args = std::vector<std::string>;
+  std::vector<std::pair<std::string, Args>> expected = {
+      {"a", Args{"q", "k", "v", "gate", "kmeta", "rel_bias", "doc_ids"}},
+      {"a.meta", Args{"k"}},
+      {"a.tree", Args{"q", "k", "v", "parents", "gate", "rel_bias", "doc_ids"}},
+      {"a.compact", Args{"k", "v", "path", "length"}},
+      {"p", Args{"q", "k", "v", "prefix_len"}}};
+  EXPECT_EQ(entrySignatures(*module), expected);
+  // The variants are regions of the attention ops, never of the selection.
+  int regions = 0;
+  module->walk([&](Operation *op) {
+    if (auto attention = dyn_cast<AttentionOpInterface>(op))
+      regions += (attention.getScoreModifier() != nullptr) +
+                 (attention.getMaskModifier() != nullptr);
+    if (isa<SelectTopKOp>(op))
+      EXPECT_EQ(op->getNumRegions(), 0u);
+  });
+  EXPECT_EQ(regions, 2 + 2 + 2); // a, a.tree, p
+}
+
 struct BadDescription {
   const char *json;
   const char *message;
@@ -171,7 +214,7 @@ INSTANTIATE_TEST_SUITE_P(
                        "$.layers[0]: unknown key 'num_head'; expected one "
                        "of: name, type, num_heads, num_kv_heads, head_dim, "
                        "value_dim, mask, gate, softcap, scale, sparsity, "
-                       "tree"},
+                       "tree, score_mod, mask_mod"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": -8, "head_dim": 64}]})",
             "$.layers[0].num_heads: expected a positive integer, got -8"},
@@ -194,6 +237,27 @@ INSTANTIATE_TEST_SUITE_P(
         BadDescription{LAYER(R"(, "gate": "sigmoid")"),
                        "$.layers[0].gate: expected \"none\", \"elementwise\" "
                        "or \"headwise\", got \"sigmoid\""},
+        BadDescription{LAYER(R"(, "score_mod": "t5")"),
+                       "$.layers[0].score_mod: expected \"alibi\" or "
+                       "{\"relative_bias\": R}, got \"t5\""},
+        BadDescription{LAYER(R"(, "score_mod": {"relative_bias": -1})"),
+                       "$.layers[0].score_mod.relative_bias: expected an "
+                       "integer >= 0, got -1"},
+        BadDescription{LAYER(R"(, "score_mod": {"relative_bias": 70000})"),
+                       "$.layers[0].score_mod.relative_bias: expected an "
+                       "integer <= 65536 (attn's limit), got 70000"},
+        BadDescription{LAYER(R"(, "score_mod": {"relative_bias": 2.5})"),
+                       "$.layers[0].score_mod.relative_bias: expected an "
+                       "integer >= 0, got 2.5"},
+        BadDescription{LAYER(R"(, "score_mod": {"bias": 4})"),
+                       "$.layers[0].score_mod: unknown key 'bias'; expected "
+                       "one of: relative_bias"},
+        BadDescription{LAYER(R"(, "score_mod": 3)"),
+                       "$.layers[0].score_mod: expected \"alibi\" or "
+                       "{\"relative_bias\": R}, got 3"},
+        BadDescription{LAYER(R"(, "mask_mod": "documents")"),
+                       "$.layers[0].mask_mod: expected \"none\", "
+                       "\"document\" or \"prefix_lm\", got \"documents\""},
         BadDescription{LAYER(R"(, "softcap": -1)"),
                        "$.layers[0].softcap: expected a number >= 0 (0 "
                        "disables it), got -1"},

@@ -213,3 +213,30 @@ func.func @budgeted_topp_stays(%q: tensor<?x4x?x8xf32>, %k: tensor<?x2x?x8xf32>,
       : tensor<?x4x?x8xf32>, tensor<?x2x?x8xf32>, tensor<?x2x?x8xf32>, tensor<?x4x?x?xi32>
   return %o0, %o1, %o2 : tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>
 }
+
+// -----
+
+// Recreating an op keeps its variant regions.
+// CHECK-LABEL: func @drop_unused_lse_keeps_regions
+// CHECK: attn.sdpa
+// CHECK-NOT: return_lse
+// CHECK-SAME: score_mod {
+// CHECK: math.tanh
+// CHECK: } mask_mod {
+// CHECK: arith.cmpi
+func.func @drop_unused_lse_keeps_regions(%q: tensor<?x4x?x8xf32>, %k: tensor<?x4x?x8xf32>,
+                                         %v: tensor<?x4x?x8xf32>) -> tensor<?x4x?x8xf32> {
+  %o, %lse = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>, return_lse}
+      : tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>, tensor<?x4x?x8xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %t = math.tanh %s : f32
+        attn.yield %t : f32
+      }
+      mask_mod {
+      ^bb0(%b: index, %h: index, %qp: index, %kp: index):
+        %ne = arith.cmpi ne, %qp, %kp : index
+        attn.yield %ne : i1
+      }
+  return %o : tensor<?x4x?x8xf32>
+}

@@ -78,7 +78,7 @@ func.func @sdpa_element_type(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf16>,
 
 func.func @sdpa_integer_query(%q: tensor<2x8x5x64xi32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
   // expected-error @+1 {{operand #0 must be ranked tensor of 32-bit float or 16-bit float or bfloat16 type values}}
-  %o = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<none>}> : (tensor<2x8x5x64xi32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> tensor<2x8x5x32xi32>
+  %o = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<none>}> ({}, {}) : (tensor<2x8x5x64xi32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> tensor<2x8x5x32xi32>
   return
 }
 
@@ -127,7 +127,7 @@ func.func @sdpa_gate_rows(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v
 func.func @sdpa_lse_type(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
   // expected-error @+2 {{'attn.sdpa' op failed to infer returned types}}
   // expected-error @+1 {{'attn.sdpa' op inferred type(s) 'tensor<2x8x5x32xf32>', 'tensor<2x8x5xf32>' are incompatible with return type(s) of operation 'tensor<2x8x5x32xf32>', 'tensor<2x8x6xf32>'}}
-  %o:2 = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<causal>, return_lse}> : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> (tensor<2x8x5x32xf32>, tensor<2x8x6xf32>)
+  %o:2 = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<causal>, return_lse}> ({}, {}) : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> (tensor<2x8x5x32xf32>, tensor<2x8x6xf32>)
   return
 }
 
@@ -369,7 +369,7 @@ func.func @sparse_block_size(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>,
 
 func.func @sparse_selection_type(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %s: tensor<2x8x5x3xf32>) {
   // expected-error @+1 {{operand #3 must be ranked tensor of 32-bit signless integer values, but got 'tensor<2x8x5x3xf32>'}}
-  %o = "attn.sparse_sdpa"(%q, %k, %v, %s) <{block_size = 4 : i64, mask = #attn.mask<causal>}> : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x8x5x3xf32>) -> tensor<2x8x5x32xf32>
+  %o = "attn.sparse_sdpa"(%q, %k, %v, %s) <{block_size = 4 : i64, mask = #attn.mask<causal>}> ({}, {}) : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x8x5x3xf32>) -> tensor<2x8x5x32xf32>
   return
 }
 
@@ -870,4 +870,131 @@ func.func @warp_mma_row_tiles_zero(%a: memref<16x16xbf16>, %b: memref<16x16xbf16
   // expected-error @+1 {{row_tiles must be positive, got 0}}
   attn.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed, row_tiles = 0 : i64} : memref<16x16xbf16>, memref<16x16xbf16>, memref<16x16xf32>
   return
+}
+
+// -----
+
+// The variant regions (SPEC §7).
+
+func.func @score_mod_arguments(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
+  // expected-error @+1 {{'score_mod' must take (f32, index, index, index, index) (s, b, h, qp, kp), got (f32, index, index, index)}}
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index):
+        attn.yield %s : f32
+      }
+  return
+}
+
+// -----
+
+func.func @mask_mod_arguments(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
+  // expected-error @+1 {{'mask_mod' must take (index, index, index, index) (b, h, qp, kp), got (i32, index, index, index)}}
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>
+      mask_mod {
+      ^bb0(%b: i32, %h: index, %qp: index, %kp: index):
+        %t = arith.constant true
+        attn.yield %t : i1
+      }
+  return
+}
+
+// -----
+
+func.func @score_mod_yields_i1(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
+  // expected-error @+1 {{'score_mod' must end in attn.yield of an 'f32' (the modified score)}}
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %t = arith.constant true
+        attn.yield %t : i1
+      }
+  return
+}
+
+// -----
+
+func.func @mask_mod_yields_f32(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %parents: tensor<2x5xi32>) {
+  // expected-error @+1 {{'mask_mod' must end in attn.yield of an 'i1' (whether the key is visible)}}
+  %o = attn.tree_sdpa %q, %k, %v, %parents : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x5xi32>
+      mask_mod {
+      ^bb0(%b: index, %h: index, %qp: index, %kp: index):
+        %c = arith.constant 1.0 : f32
+        attn.yield %c : f32
+      }
+  return
+}
+
+// -----
+
+func.func @region_op_not_scalar_code(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %sel: tensor<2x8x5x1xi32>) {
+  // expected-error @+1 {{'score_mod' may hold only arith, math and tensor.extract ops and attn.yield, got 'tensor.empty'}}
+  %o = attn.sparse_sdpa %q, %k, %v, %sel {block_size = 4, mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x8x5x1xi32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %e = tensor.empty() : tensor<4xf32>
+        attn.yield %s : f32
+      }
+  return
+}
+
+// -----
+
+func.func @region_op_on_tensors(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
+  // expected-error @+1 {{'score_mod' computes on scalars only: 'arith.constant' has a value of type 'tensor<4xf32>'}}
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %t = arith.constant dense<1.0> : tensor<4xf32>
+        attn.yield %s : f32
+      }
+  return
+}
+
+// -----
+
+func.func @region_reads_scalar_from_above(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %bias: f32) {
+  // expected-error @+1 {{'score_mod' reads only tensors defined above it, with tensor.extract, and scalar constants; operand #1 of 'arith.addf' is a value of type 'f32' defined outside it}}
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %r = arith.addf %s, %bias : f32
+        attn.yield %r : f32
+      }
+  return
+}
+
+// -----
+
+func.func @region_reads_i8_tensor(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %t: tensor<8xi8>) {
+  // expected-error @+1 {{'score_mod' reads a 'tensor<8xi8>'; region tensors hold f32, f16, bf16 or i32}}
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %x = tensor.extract %t[%h] : tensor<8xi8>
+        attn.yield %s : f32
+      }
+  return
+}
+
+// -----
+
+func.func @region_head_table_too_short(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %t: tensor<4xf32>) {
+  // expected-error @+1 {{'score_mod' reads dim 0 of a 'tensor<4xf32>' at the head index h, which reaches 7 (H = 8)}}
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %x = tensor.extract %t[%h] : tensor<4xf32>
+        %r = arith.addf %s, %x : f32
+        attn.yield %r : f32
+      }
+  return
+}
+
+// -----
+
+func.func @yield_outside_variant_region() {
+  // expected-error @+2 {{'attn.yield' op expects parent op to be one of 'attn.sdpa, attn.sparse_sdpa, attn.tree_sdpa'}}
+  %c = arith.constant 1.0 : f32
+  attn.yield %c : f32
 }

@@ -276,3 +276,69 @@ func.func @async_copy(%k: memref<?x?x?x128xbf16>, %ks: memref<64x136xbf16>,
   attn.async_wait
   return
 }
+
+// The variant regions (SPEC §7) print after the types with their arguments
+// named s, b, h, qp, kp.
+// CHECK-LABEL: func @sdpa_variant_regions
+// CHECK: attn.sdpa %{{.+}}, %{{.+}}, %{{.+}} {mask = #attn.mask<causal>} : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32> score_mod {
+// CHECK-NEXT: ^bb0(%[[S:.+]]: f32, %{{.+}}: index, %[[H:.+]]: index, %[[QP:.+]]: index, %[[KP:.+]]: index):
+// CHECK-NEXT: %[[D:.+]] = arith.subi %[[KP]], %[[QP]] : index
+// CHECK: %[[BIAS:.+]] = tensor.extract %{{.+}}[%[[H]]] : tensor<8xf32>
+// CHECK: attn.yield %{{.+}} : f32
+// CHECK-NEXT: } mask_mod {
+// CHECK-NEXT: ^bb0(%[[B:.+]]: index, %{{.+}}: index, %[[MQP:.+]]: index, %[[MKP:.+]]: index):
+// CHECK-NEXT: tensor.extract %{{.+}}[%[[B]], %[[MQP]]] : tensor<?x?xi32>
+// CHECK: attn.yield %{{.+}} : i1
+func.func @sdpa_variant_regions(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>,
+                                %v: tensor<?x2x?x64xf32>, %slopes: tensor<8xf32>,
+                                %doc: tensor<?x?xi32>) -> tensor<?x8x?x64xf32> {
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
+      : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %d = arith.subi %kp, %qp : index
+        %di = arith.index_cast %d : index to i32
+        %df = arith.sitofp %di : i32 to f32
+        %m = tensor.extract %slopes[%h] : tensor<8xf32>
+        %r = math.fma %m, %df, %s : f32
+        attn.yield %r : f32
+      }
+      mask_mod {
+      ^bb0(%b: index, %h: index, %qp: index, %kp: index):
+        %dq = tensor.extract %doc[%b, %qp] : tensor<?x?xi32>
+        %dk = tensor.extract %doc[%b, %kp] : tensor<?x?xi32>
+        %same = arith.cmpi eq, %dq, %dk : i32
+        attn.yield %same : i1
+      }
+  return %o : tensor<?x8x?x64xf32>
+}
+
+// CHECK-LABEL: func @sparse_and_tree_variant_regions
+// CHECK: attn.sparse_sdpa {{.+}} : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x8x?x8xi32> mask_mod {
+// CHECK: arith.cmpi sge
+// CHECK: attn.tree_sdpa {{.+}} gate(%{{.+}}) {return_lse} : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x?xi32>, tensor<?x8x?x1xf32> score_mod {
+// CHECK: math.tanh
+func.func @sparse_and_tree_variant_regions(
+    %q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>,
+    %sel: tensor<?x8x?x8xi32>, %parents: tensor<?x?xi32>, %g: tensor<?x8x?x1xf32>)
+    -> (tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>, tensor<?x8x?xf32>) {
+  %o = attn.sparse_sdpa %q, %k, %v, %sel {block_size = 16, mask = #attn.mask<causal>}
+      : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x8x?x8xi32>
+      mask_mod {
+      ^bb0(%b: index, %h: index, %qp: index, %kp: index):
+        %c4 = arith.constant 4 : index
+        %visible = arith.cmpi sge, %kp, %c4 : index
+        attn.yield %visible : i1
+      }
+  %t, %lse = attn.tree_sdpa %q, %k, %v, %parents gate(%g) {return_lse}
+      : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x?xi32>, tensor<?x8x?x1xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %c = arith.constant 20.0 : f32
+        %x = arith.divf %s, %c : f32
+        %th = math.tanh %x : f32
+        %r = arith.mulf %th, %c : f32
+        attn.yield %r : f32
+      }
+  return %o, %t, %lse : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>, tensor<?x8x?xf32>
+}

@@ -1,0 +1,246 @@
+//===- VariantRegions.cpp - score_mod / mask_mod inside kernels -----------===//
+//
+// A region is scalar code (the verifier allows arith, math and
+// tensor.extract only). It is emitted lane-wise: a value that depends on
+// no vector argument stays a scalar, computed once (LLVM hoists what depends
+// only on the head); every other value becomes a vector of the same op, its
+// index values i32 lanes. tensor.extract becomes a load (scalar indices) or
+// a gather (lane indices), its indices clamped into the tensor so that no
+// region, and no lane past the end of a tile, can read outside it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/VariantRegions.h"
+
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/IR/IRMapping.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+VariantRegions VariantRegions::of(AttentionOpInterface op) {
+  VariantRegions regions;
+  regions.scoreMod = op.getScoreModifier();
+  regions.maskMod = op.getMaskModifier();
+  regions.tensors = getVariantTensors(op);
+  return regions;
+}
+
+ValueRange VariantRegions::buffersOf(func::FuncOp kernel) const {
+  auto args = kernel.getArguments();
+  return ValueRange(args).slice(args.size() - 1 - tensors.size(),
+                                tensors.size());
+}
+
+namespace {
+
+/// Emits one region's ops lane-wise (see the file comment).
+class LanewiseEmitter {
+public:
+  LanewiseEmitter(ImplicitLocOpBuilder &b,
+                  const llvm::DenseMap<Value, Value> &bufferOf)
+      : b(b), bufferOf(bufferOf) {}
+
+  Value run(Region &region, ArrayRef<Value> args) {
+    Block &block = region.front();
+    for (auto [arg, value] : llvm::zip_equal(block.getArguments(), args)) {
+      if (auto type = dyn_cast<VectorType>(value.getType())) {
+        width = type.getNumElements();
+        lanes[arg] = value;
+      } else {
+        scalars.map(arg, value);
+      }
+    }
+    for (Operation &op : block.without_terminator()) {
+      for (Value operand : op.getOperands())
+        mapHoistedConstant(operand);
+      if (auto extract = dyn_cast<tensor::ExtractOp>(op))
+        emitExtract(extract);
+      else if (llvm::any_of(op.getOperands(), isLanes))
+        emitLanewise(op);
+      else
+        b.clone(op, scalars);
+    }
+    Value yielded = cast<YieldOp>(block.getTerminator()).getValue();
+    mapHoistedConstant(yielded);
+    return isLanes(yielded) ? lanes.lookup(yielded) : scalars.lookup(yielded);
+  }
+
+private:
+  /// Clones a constant that canonicalization hoisted out of the region
+  /// (the only scalars a region reads from above; its tensors are bound).
+  void mapHoistedConstant(Value value) {
+    Operation *def = value.getDefiningOp();
+    if (def && def->hasTrait<OpTrait::ConstantLike>() && !isLanes(value) &&
+        !scalars.contains(value))
+      b.clone(*def, scalars);
+  }
+
+  /// The lane type of a region type: index values are i32 lanes.
+  Type laneType(Type type) const {
+    return type.isIndex() ? b.getI32Type() : type;
+  }
+  VectorType vectorOf(Type type) const {
+    return VectorType::get({width}, laneType(type));
+  }
+  /// `value` as a vector: its lanes, or its scalar broadcast.
+  Value lanesOf(Value value) {
+    if (Value vector = lanes.lookup(value))
+      return vector;
+    Value scalar = scalars.lookup(value);
+    if (scalar.getType().isIndex())
+      scalar = arith::IndexCastOp::create(b, b.getI32Type(), scalar);
+    return vector::BroadcastOp::create(b, vectorOf(value.getType()), scalar);
+  }
+
+  /// `index` clamped into [0, size - 1]: a scalar index, or i32 lanes.
+  Value clamp(Value index, Value size) {
+    Value zero, last;
+    if (isa<VectorType>(index.getType())) {
+      auto type = cast<VectorType>(index.getType());
+      zero = arith::ConstantOp::create(
+          b, DenseElementsAttr::get(type, b.getI32IntegerAttr(0)));
+      last = vector::BroadcastOp::create(
+          b, type,
+          arith::IndexCastOp::create(
+              b, b.getI32Type(),
+              arith::SubIOp::create(b, size,
+                                    arith::ConstantIndexOp::create(b, 1))));
+    } else {
+      zero = arith::ConstantIndexOp::create(b, 0);
+      last =
+          arith::SubIOp::create(b, size, arith::ConstantIndexOp::create(b, 1));
+    }
+    return arith::MaxSIOp::create(b, zero,
+                                  arith::MinSIOp::create(b, index, last));
+  }
+
+  /// A load at scalar indices; a gather from the flattened buffer at lane
+  /// indices (row-major offsets, i32).
+  void emitExtract(tensor::ExtractOp op) {
+    Value buffer = bufferOf.lookup(op.getTensor());
+    assert(buffer && "a region tensor without a kernel binding");
+    auto type = cast<MemRefType>(buffer.getType());
+    int64_t rank = type.getRank();
+    SmallVector<Value> sizes;
+    for (int64_t d = 0; d < rank; ++d)
+      sizes.push_back(memref::DimOp::create(b, buffer, d));
+    if (!llvm::any_of(op.getIndices(), isLanes)) {
+      SmallVector<Value> indices;
+      for (auto [index, size] : llvm::zip(op.getIndices(), sizes))
+        indices.push_back(clamp(scalars.lookup(index), size));
+      scalars.map(op.getResult(),
+                  memref::LoadOp::create(b, buffer, indices).getResult());
+      return;
+    }
+    VectorType offsetType = vectorOf(b.getIndexType());
+    Value offset, stride;
+    for (int64_t d = rank - 1; d >= 0; --d) {
+      Value index = clamp(lanesOf(op.getIndices()[d]), sizes[d]);
+      if (stride)
+        index = arith::MulIOp::create(
+            b, index,
+            vector::BroadcastOp::create(
+                b, offsetType,
+                arith::IndexCastOp::create(b, b.getI32Type(), stride)));
+      offset = offset ? arith::AddIOp::create(b, offset, index) : index;
+      stride = stride ? arith::MulIOp::create(b, stride, sizes[d]) : sizes[d];
+    }
+    Value flat = buffer;
+    if (rank > 1) {
+      SmallVector<ReassociationIndices> all(1);
+      for (int64_t d = 0; d < rank; ++d)
+        all[0].push_back(d);
+      flat = memref::CollapseShapeOp::create(b, buffer, all);
+    }
+    Type element = type.getElementType();
+    auto resultType = VectorType::get({width}, element);
+    Value allLanes = arith::ConstantOp::create(
+        b,
+        DenseElementsAttr::get(VectorType::get({width}, b.getI1Type()), true));
+    Value zero = arith::ConstantOp::create(
+        b, DenseElementsAttr::get(resultType, b.getZeroAttr(element)));
+    lanes[op.getResult()] = vector::GatherOp::create(
+        b, resultType, flat, ValueRange{arith::ConstantIndexOp::create(b, 0)},
+        offset, allLanes, zero);
+  }
+
+  /// The op on vectors. Casts between index (i32 lanes) and an integer
+  /// type become the integer casts they are on lanes.
+  void emitLanewise(Operation &op) {
+    if (isa<arith::IndexCastOp, arith::IndexCastUIOp>(op)) {
+      Value from = lanesOf(op.getOperand(0));
+      auto to = vectorOf(op.getResult(0).getType());
+      unsigned fromBits = getElementTypeOrSelf(from).getIntOrFloatBitWidth();
+      unsigned toBits = to.getElementType().getIntOrFloatBitWidth();
+      bool isSigned = isa<arith::IndexCastOp>(op);
+      Value cast = from;
+      if (toBits < fromBits)
+        cast = arith::TruncIOp::create(b, to, from);
+      else if (toBits > fromBits && isSigned)
+        cast = arith::ExtSIOp::create(b, to, from);
+      else if (toBits > fromBits)
+        cast = arith::ExtUIOp::create(b, to, from);
+      lanes[op.getResult(0)] = cast;
+      return;
+    }
+    SmallVector<Value> operands;
+    for (Value operand : op.getOperands())
+      operands.push_back(lanesOf(operand));
+    SmallVector<Type> types;
+    for (Type type : op.getResultTypes())
+      types.push_back(vectorOf(type));
+    OperationState state(op.getLoc(), op.getName(), operands, types,
+                         op.getAttrs());
+    Operation *lanewise = b.create(state);
+    for (auto [result, vector] :
+         llvm::zip(op.getResults(), lanewise->getResults()))
+      lanes[result] = vector;
+  }
+
+  ImplicitLocOpBuilder &b;
+  const llvm::DenseMap<Value, Value> &bufferOf;
+  int64_t width = 1;
+  /// Region value -> its scalar in the kernel (the region's own type).
+  IRMapping scalars;
+  /// Region value -> its vector of lanes in the kernel.
+  llvm::DenseMap<Value, Value> lanes;
+  std::function<bool(Value)> isLanes = [this](Value v) {
+    return lanes.contains(v);
+  };
+};
+
+} // namespace
+
+VariantEmitter::VariantEmitter(KernelEmitter &e, const VariantRegions &regions,
+                               ValueRange buffers)
+    : e(e), regions(regions) {
+  for (auto [tensor, buffer] : llvm::zip_equal(regions.tensors, buffers))
+    bufferOf[tensor] = buffer;
+}
+
+Value VariantEmitter::emit(Region &region, ArrayRef<Value> args) {
+  return LanewiseEmitter(e.b, bufferOf).run(region, args);
+}
+
+Value VariantEmitter::score(Value s, Value batch, Value head, Value queryPos,
+                            Value keyPos) {
+  if (!regions.scoreMod)
+    return s;
+  Value modified = emit(*regions.scoreMod, {s, batch, head, queryPos, keyPos});
+  // A score_mod that ignores a vector score's lanes yields a scalar.
+  if (isa<VectorType>(s.getType()) && !isa<VectorType>(modified.getType()))
+    modified = vector::BroadcastOp::create(e.b, s.getType(), modified);
+  return modified;
+}
+
+Value VariantEmitter::visible(Value batch, Value head, Value queryPos,
+                              Value keyPos) {
+  assert(regions.maskMod && "visible() needs a mask_mod");
+  Value visible = emit(*regions.maskMod, {batch, head, queryPos, keyPos});
+  // A verdict that depends on no lane holds for every lane.
+  if (e.width > 1 && !isa<VectorType>(visible.getType()))
+    visible = vector::BroadcastOp::create(
+        e.b, VectorType::get({e.width}, e.b.getI1Type()), visible);
+  return visible;
+}

@@ -1,0 +1,648 @@
+//===- VariantTest.cpp - score_mod / mask_mod regions, end to end --------===//
+//
+// Each case writes attn IR whose softmax-attention op (dense, sparse or
+// tree) carries variant regions (SPEC §7), compiles it for a backend, runs
+// it on random inputs and compares o and lse with the float64 reference,
+// whose score and mask callbacks state the same variant in C++. Two
+// variants restate an attribute as a region (softcap, sliding window) and
+// are checked against the reference of the attribute itself.
+//
+//===----------------------------------------------------------------------===//
+
+#include "test/e2e/E2E.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <sstream>
+
+using namespace attn;
+using namespace attn::e2e;
+
+namespace {
+
+enum class OpKind { Dense, Sparse, Tree };
+
+struct VariantCase {
+  std::string label;
+  /// softcap_region, window_region, head_table, alibi, relative_bias,
+  /// document, prefix_lm, empty_rows, alibi_document.
+  std::string variant;
+  OpKind op = OpKind::Dense;
+  /// The op's position mask (dense and sparse): none, causal.
+  std::string mask = "causal";
+  int64_t batch = 2, heads = 6, kvHeads = 2, headDim = 24, valueDim = 20;
+  /// Tree: Lq = T nodes and Lk = P + T.
+  int64_t queries = 37, keys = 37;
+  bool gate = false;
+};
+
+void PrintTo(const VariantCase &c, std::ostream *os) { *os << c.label; }
+
+/// A variant as attn IR regions, its extra entry inputs, and its meaning
+/// for the reference.
+struct Variant {
+  std::string scoreMod, maskMod;     // region bodies; empty: no region
+  std::vector<std::string> argTypes; // the extra inputs' MLIR types
+  std::vector<Tensor> inputs;
+  ref::Score score;
+  /// What the variant restates: a window over positions.
+  std::optional<int64_t> window;
+};
+
+std::string f32(double x) {
+  std::ostringstream os;
+  os.precision(17);
+  os << std::scientific << x;
+  return os.str();
+}
+
+/// SPEC §7's ALiBi slope of head h of H.
+double alibiSlope(int64_t h, int64_t heads) {
+  int64_t n = 1;
+  while (n * 2 <= heads)
+    n *= 2;
+  return h < n ? std::exp2(-8.0 * (h + 1) / n)
+               : std::exp2(-4.0 * (2 * (h - n) + 1) / n);
+}
+
+/// ALiBi's score_mod body: s - m_h * (qp - kp), the slope computed from h.
+std::string alibiRegion(int64_t heads) {
+  int64_t n = 1;
+  while (n * 2 <= heads)
+    n *= 2;
+  std::ostringstream ir;
+  ir << "%n = arith.constant " << n << " : index\n"
+     << "%c1 = arith.constant 1 : index\n"
+     << "%c2 = arith.constant 2 : index\n"
+     << "%low = arith.cmpi slt, %h, %n : index\n"
+     << "%hp1 = arith.addi %h, %c1 : index\n"
+     << "%hmn = arith.subi %h, %n : index\n"
+     << "%twice = arith.muli %hmn, %c2 : index\n"
+     << "%odd = arith.addi %twice, %c1 : index\n"
+     << "%steps = arith.select %low, %hp1, %odd : index\n"
+     << "%stepsi = arith.index_cast %steps : index to i32\n"
+     << "%stepsf = arith.sitofp %stepsi : i32 to f32\n"
+     << "%wlow = arith.constant " << f32(-8.0 / n) << " : f32\n"
+     << "%whigh = arith.constant " << f32(-4.0 / n) << " : f32\n"
+     << "%w = arith.select %low, %wlow, %whigh : f32\n"
+     << "%e = arith.mulf %stepsf, %w : f32\n"
+     << "%m = math.exp2 %e : f32\n"
+     << "%d = arith.subi %qp, %kp : index\n"
+     << "%di = arith.index_cast %d : index to i32\n"
+     << "%df = arith.sitofp %di : i32 to f32\n"
+     << "%bias = arith.mulf %m, %df : f32\n"
+     << "%r = arith.subf %s, %bias : f32\n"
+     << "attn.yield %r : f32\n";
+  return ir.str();
+}
+
+/// Document ids [B, Lk]: runs of 1 .. 12 keys per document.
+ref::IntTensor randomDocuments(int64_t batch, int64_t keys,
+                               std::mt19937_64 &rng) {
+  ref::IntTensor docs({batch, keys});
+  for (int64_t b = 0; b < batch; ++b) {
+    int32_t id = 0;
+    int64_t left = 1 + rng() % 12;
+    for (int64_t j = 0; j < keys; ++j) {
+      if (left-- == 0) {
+        ++id;
+        left = rng() % 12;
+      }
+      docs(b, j) = id;
+    }
+  }
+  return docs;
+}
+
+const char *kDocumentRegion = R"(
+  %dq = tensor.extract %doc[%b, %qp] : tensor<?x?xi32>
+  %dk = tensor.extract %doc[%b, %kp] : tensor<?x?xi32>
+  %same = arith.cmpi eq, %dq, %dk : i32
+  attn.yield %same : i1
+)";
+
+Variant makeVariant(const VariantCase &c, std::mt19937_64 &rng) {
+  Variant v;
+  const int64_t H = c.heads;
+  if (c.variant == "softcap_region") {
+    v.scoreMod = R"(
+      %c = arith.constant 5.0 : f32
+      %x = arith.divf %s, %c : f32
+      %t = math.tanh %x : f32
+      %r = arith.mulf %t, %c : f32
+      attn.yield %r : f32
+    )";
+    v.score.softcap = 5.0;
+  } else if (c.variant == "window_region") {
+    v.maskMod = R"(
+      %c7 = arith.constant 7 : index
+      %le = arith.cmpi sle, %kp, %qp : index
+      %lo = arith.subi %qp, %c7 : index
+      %gt = arith.cmpi sgt, %kp, %lo : index
+      %in = arith.andi %le, %gt : i1
+      attn.yield %in : i1
+    )";
+    v.window = 7;
+  } else if (c.variant == "head_table") {
+    auto table = std::make_shared<ref::Tensor>(randomF32({H}, rng, -2.0, 2.0));
+    v.argTypes.push_back("tensor<" + std::to_string(H) + "xf32>");
+    v.inputs.push_back(toRuntime(*table));
+    v.scoreMod = "%t = tensor.extract %arg0[%h] : tensor<" + std::to_string(H) +
+                 "xf32>\n%r = arith.addf %s, %t : f32\nattn.yield %r : f32\n";
+    v.score.scoreMod = [table](double s, int64_t, int64_t h, int64_t, int64_t) {
+      return s + (*table)(h);
+    };
+  } else if (c.variant == "alibi" || c.variant == "alibi_document") {
+    v.scoreMod = alibiRegion(H);
+    v.score.scoreMod = [H](double s, int64_t, int64_t h, int64_t qp,
+                           int64_t kp) {
+      return s - alibiSlope(h, H) * static_cast<double>(qp - kp);
+    };
+  } else if (c.variant == "relative_bias") {
+    const int64_t R = 3;
+    auto table = std::make_shared<ref::Tensor>(
+        randomF32({H, 2 * R + 1}, rng, -2.0, 2.0));
+    std::string type = "tensor<" + std::to_string(H) + "x7xf32>";
+    v.argTypes.push_back(type);
+    v.inputs.push_back(toRuntime(*table));
+    v.scoreMod = R"(
+      %d = arith.subi %kp, %qp : index
+      %r3 = arith.constant 3 : index
+      %m3 = arith.constant -3 : index
+      %lo = arith.maxsi %d, %m3 : index
+      %cl = arith.minsi %lo, %r3 : index
+      %i = arith.addi %cl, %r3 : index
+      %x = tensor.extract %arg0[%h, %i] : )" +
+                 type + R"(
+      %r = arith.addf %s, %x : f32
+      attn.yield %r : f32
+    )";
+    v.score.scoreMod = [table, R](double s, int64_t, int64_t h, int64_t qp,
+                                  int64_t kp) {
+      return s + (*table)(h, std::clamp<int64_t>(kp - qp, -R, R) + R);
+    };
+  } else if (c.variant == "prefix_lm") {
+    auto prefix =
+        std::make_shared<ref::IntTensor>(std::vector<int64_t>{c.batch});
+    for (int64_t b = 0; b < c.batch; ++b)
+      (*prefix)(b) = static_cast<int32_t>(rng() % (c.keys + 1));
+    v.argTypes.push_back("tensor<?xi32>");
+    v.inputs.push_back(intsToRuntime(*prefix));
+    v.maskMod = R"(
+      %p = tensor.extract %arg0[%b] : tensor<?xi32>
+      %kpi = arith.index_cast %kp : index to i32
+      %inPrefix = arith.cmpi slt, %kpi, %p : i32
+      %past = arith.cmpi sle, %kp, %qp : index
+      %in = arith.ori %inPrefix, %past : i1
+      attn.yield %in : i1
+    )";
+    v.score.maskMod = [prefix](int64_t b, int64_t, int64_t qp, int64_t kp) {
+      return kp < (*prefix)(b) || kp <= qp;
+    };
+  } else if (c.variant == "empty_rows") {
+    v.maskMod = R"(
+      %c3 = arith.constant 3 : index
+      %c0 = arith.constant 0 : index
+      %r = arith.remui %qp, %c3 : index
+      %in = arith.cmpi ne, %r, %c0 : index
+      attn.yield %in : i1
+    )";
+    v.score.maskMod = [](int64_t, int64_t, int64_t qp, int64_t) {
+      return qp % 3 != 0;
+    };
+  }
+  if (c.variant == "document" || c.variant == "alibi_document") {
+    auto docs =
+        std::make_shared<ref::IntTensor>(randomDocuments(c.batch, c.keys, rng));
+    v.argTypes.push_back("tensor<?x?xi32>");
+    v.inputs.push_back(intsToRuntime(*docs));
+    std::string region = kDocumentRegion;
+    std::string name = "%arg" + std::to_string(v.argTypes.size() - 1);
+    for (size_t at; (at = region.find("%doc")) != std::string::npos;)
+      region.replace(at, 4, name);
+    v.maskMod = region;
+    v.score.maskMod = [docs](int64_t b, int64_t, int64_t qp, int64_t kp) {
+      return (*docs)(b, qp) == (*docs)(b, kp);
+    };
+  }
+  return v;
+}
+
+/// The entry: q, k, v, [selection | parents], [gate], the variant's
+/// inputs; it returns o and lse.
+std::string sourceOf(const VariantCase &c, const Variant &v, int64_t slots) {
+  auto t = [](std::initializer_list<std::string> dims, const char *element) {
+    std::string type = "tensor<";
+    for (const std::string &d : dims)
+      type += d + "x";
+    return type + element + ">";
+  };
+  std::string H = std::to_string(c.heads), Hkv = std::to_string(c.kvHeads);
+  std::string D = std::to_string(c.headDim), Dv = std::to_string(c.valueDim);
+  std::string qType = t({"?", H, "?", D}, "f32"),
+              kType = t({"?", Hkv, "?", D}, "f32"),
+              vType = t({"?", Hkv, "?", Dv}, "f32"),
+              oType = t({"?", H, "?", Dv}, "f32"),
+              lseType = t({"?", H, "?"}, "f32");
+  std::string selectionType =
+      c.op == OpKind::Sparse ? t({"?", H, "?", std::to_string(slots)}, "i32")
+                             : t({"?", "?"}, "i32");
+  std::ostringstream ir;
+  ir << "func.func @layer(%q: " << qType << ", %k: " << kType
+     << ", %v: " << vType;
+  if (c.op != OpKind::Dense)
+    ir << ", %sel: " << selectionType;
+  if (c.gate)
+    ir << ", %g: " << oType;
+  for (size_t i = 0; i < v.argTypes.size(); ++i)
+    ir << ", %arg" << i << ": " << v.argTypes[i];
+  ir << ") -> (" << oType << ", " << lseType << ") {\n";
+  const char *name = c.op == OpKind::Dense    ? "attn.sdpa"
+                     : c.op == OpKind::Sparse ? "attn.sparse_sdpa"
+                                              : "attn.tree_sdpa";
+  ir << "  %o, %lse = " << name << " %q, %k, %v";
+  if (c.op != OpKind::Dense)
+    ir << ", %sel";
+  if (c.gate)
+    ir << " gate(%g)";
+  ir << " {return_lse";
+  if (c.op == OpKind::Sparse)
+    ir << ", block_size = 4";
+  if (c.op != OpKind::Tree)
+    ir << ", mask = #attn.mask<" << c.mask << ">";
+  ir << "} : " << qType << ", " << kType << ", " << vType;
+  if (c.op != OpKind::Dense)
+    ir << ", " << selectionType;
+  if (c.gate)
+    ir << ", " << oType;
+  ir << "\n";
+  if (!v.scoreMod.empty())
+    ir << "  score_mod {\n  ^bb0(%s: f32, %b: index, %h: index, %qp: index, "
+          "%kp: index):\n"
+       << v.scoreMod << "  }\n";
+  if (!v.maskMod.empty())
+    ir << "  mask_mod {\n  ^bb0(%b: index, %h: index, %qp: index, %kp: "
+          "index):\n"
+       << v.maskMod << "  }\n";
+  ir << "  return %o, %lse : " << oType << ", " << lseType << "\n}\n";
+  return ir.str();
+}
+
+class Variants
+    : public testing::TestWithParam<std::tuple<VariantCase, Backend>> {};
+
+TEST_P(Variants, MatchReference) {
+  const auto &[c, backend] = GetParam();
+  std::mt19937_64 rng(std::hash<std::string>()(c.label));
+  Variant variant = makeVariant(c, rng);
+  const int64_t slots = 4;
+  std::string source = sourceOf(c, variant, slots);
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(backend, attnIR(source), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model) << source;
+
+  ref::Tensor q =
+      randomF32({c.batch, c.heads, c.queries, c.headDim}, rng, -2.0, 2.0);
+  ref::Tensor k =
+      randomF32({c.batch, c.kvHeads, c.keys, c.headDim}, rng, -2.0, 2.0);
+  ref::Tensor v =
+      randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, -1.0, 1.0);
+  std::vector<Tensor> inputs{toRuntime(q), toRuntime(k), toRuntime(v)};
+  std::optional<ref::IntTensor> selection;
+  if (c.op == OpKind::Sparse) {
+    // Blocks of 4 keys, -1 padding and repeats among them.
+    int64_t blocks = (c.keys + 3) / 4;
+    selection = ref::IntTensor({c.batch, c.heads, c.queries, slots});
+    for (int32_t &entry : selection->values())
+      entry = static_cast<int32_t>(rng() % (blocks + 1)) - 1;
+    inputs.push_back(intsToRuntime(*selection));
+  } else if (c.op == OpKind::Tree) {
+    selection = randomParents(c.batch, c.queries, rng);
+    inputs.push_back(intsToRuntime(*selection));
+  }
+  std::optional<ref::Tensor> gate;
+  if (c.gate) {
+    gate = randomF32({c.batch, c.heads, c.queries, c.valueDim}, rng, -3.0, 3.0);
+    inputs.push_back(toRuntime(*gate));
+  }
+  for (const Tensor &input : variant.inputs)
+    inputs.push_back(input);
+  std::vector<Tensor> outputs = runEntry(*model, "layer", inputs);
+  ASSERT_EQ(outputs.size(), 2u);
+
+  ref::Mask mask = c.mask == "none" ? ref::Mask::none() : ref::Mask::causal();
+  if (variant.window)
+    mask = ref::Mask::slidingWindow(*variant.window);
+  const ref::Tensor *gateRef = gate ? &*gate : nullptr;
+  ref::AttentionResult expected =
+      c.op == OpKind::Dense ? ref::sdpa(q, k, v, mask, variant.score, gateRef)
+      : c.op == OpKind::Sparse
+          ? ref::sparseSdpa(q, k, v, *selection, 4, mask, variant.score,
+                            gateRef)
+          : ref::treeSdpa(q, k, v, *selection, variant.window, variant.score,
+                          gateRef);
+  for (auto [actual, wanted, what] :
+       {std::tuple{&outputs[0], &expected.output, "o"},
+        std::tuple{&outputs[1], &expected.lse, "lse"}}) {
+    ASSERT_EQ(actual->shape, wanted->shape()) << what;
+    double error = ref::maxRelativeError(fromRuntime(*actual), *wanted);
+    EXPECT_LE(error, 1e-5) << what;
+  }
+}
+
+std::vector<VariantCase> cases() {
+  const char *variants[] = {
+      "softcap_region", "window_region", "head_table",
+      "alibi",          "relative_bias", "document",
+      "prefix_lm",      "empty_rows",    "alibi_document"};
+  std::vector<VariantCase> all;
+  for (const char *variant : variants) {
+    std::string name = variant;
+    // Masks the variant states itself want the op's mask to be none.
+    bool ownMask = name == "window_region" || name == "prefix_lm";
+    auto add = [&](VariantCase c) {
+      c.variant = name;
+      c.label = name + "_" + c.label;
+      if (ownMask && c.op != OpKind::Tree)
+        c.mask = "none";
+      all.push_back(c);
+    };
+    VariantCase prefill;
+    prefill.label = "prefill";
+    prefill.gate = true;
+    add(prefill);
+    VariantCase decode;
+    decode.label = "decode";
+    decode.queries = 1;
+    decode.keys = 53;
+    add(decode);
+    VariantCase shorter;
+    shorter.label = "lq_below_lk";
+    shorter.queries = 13;
+    shorter.keys = 50;
+    shorter.heads = shorter.kvHeads = 3;
+    add(shorter);
+    VariantCase sparse;
+    sparse.label = "sparse";
+    sparse.op = OpKind::Sparse;
+    sparse.queries = 19;
+    sparse.keys = 41;
+    add(sparse);
+    VariantCase fewNodes;
+    fewNodes.label = "tree_5_nodes";
+    fewNodes.op = OpKind::Tree;
+    fewNodes.queries = 5;
+    fewNodes.keys = 35;
+    fewNodes.gate = true;
+    add(fewNodes);
+    VariantCase manyNodes;
+    manyNodes.label = "tree_23_nodes";
+    manyNodes.op = OpKind::Tree;
+    manyNodes.queries = 23;
+    manyNodes.keys = 60;
+    add(manyNodes);
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Regions, Variants,
+    testing::Combine(testing::ValuesIn(cases()), testing::Values(Backend::Cpu)),
+    [](const testing::TestParamInfo<std::tuple<VariantCase, Backend>> &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
+
+//===----------------------------------------------------------------------===//
+// The named variants of model descriptions (SPEC §7), with their extra
+// entry inputs in SPEC's order, combined with gates, windows, GQA,
+// sparsity and trees.
+//===----------------------------------------------------------------------===//
+
+struct NamedCase {
+  std::string label;
+  std::string scoreMod; ///< JSON value, or empty
+  std::string maskMod;  ///< JSON value, or empty
+  std::string mask = "\"causal\"";
+  std::string gate = "none";
+  int64_t heads = 6, kvHeads = 2, headDim = 24, valueDim = 20;
+  int64_t batch = 2, queries = 29, keys = 29;
+  /// top_k blocks of 4 keys; 0: dense.
+  int64_t topK = 0;
+  /// Also run the `.tree` entry with this many nodes; 0: no tree.
+  int64_t treeNodes = 0;
+};
+
+void PrintTo(const NamedCase &c, std::ostream *os) { *os << c.label; }
+
+std::string namedJson(const NamedCase &c) {
+  std::ostringstream json;
+  json << R"({"model": "variants", "layers": [{"name": "layer",)"
+       << R"( "type": "attention", "num_heads": )" << c.heads
+       << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
+       << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
+       << c.mask << R"(, "gate": ")" << c.gate << '"';
+  if (!c.scoreMod.empty())
+    json << R"(, "score_mod": )" << c.scoreMod;
+  if (!c.maskMod.empty())
+    json << R"(, "mask_mod": )" << c.maskMod;
+  if (c.topK)
+    json << R"(, "sparsity": {"method": "top_k", "block_size": 4, "top_k": )"
+         << c.topK << "}";
+  if (c.treeNodes)
+    json << R"(, "tree": true)";
+  json << "}]}";
+  return json.str();
+}
+
+/// The reference of the case's variants, and the runtime inputs they add
+/// (rel_bias, doc_ids, prefix_len) for `keys` keys.
+ref::Score namedScore(const NamedCase &c, int64_t keys, std::mt19937_64 &rng,
+                      std::vector<Tensor> &extra) {
+  ref::Score score;
+  const int64_t H = c.heads;
+  if (c.scoreMod == "\"alibi\"") {
+    score.scoreMod = [H](double s, int64_t, int64_t h, int64_t qp, int64_t kp) {
+      return s - alibiSlope(h, H) * static_cast<double>(qp - kp);
+    };
+  } else if (!c.scoreMod.empty()) { // {"relative_bias": R}
+    const int64_t R = std::stoll(c.scoreMod.substr(c.scoreMod.find(':') + 1));
+    auto table =
+        std::make_shared<ref::Tensor>(randomF32({H, 2 * R + 1}, rng, -3, 3));
+    extra.push_back(toRuntime(*table));
+    score.scoreMod = [table, R](double s, int64_t, int64_t h, int64_t qp,
+                                int64_t kp) {
+      return s + (*table)(h, std::clamp<int64_t>(kp - qp, -R, R) + R);
+    };
+  }
+  if (c.maskMod == "\"document\"") {
+    auto docs =
+        std::make_shared<ref::IntTensor>(randomDocuments(c.batch, keys, rng));
+    extra.push_back(intsToRuntime(*docs));
+    score.maskMod = [docs](int64_t b, int64_t, int64_t qp, int64_t kp) {
+      return (*docs)(b, qp) == (*docs)(b, kp);
+    };
+  } else if (c.maskMod == "\"prefix_lm\"") {
+    auto prefix =
+        std::make_shared<ref::IntTensor>(std::vector<int64_t>{c.batch});
+    for (int64_t b = 0; b < c.batch; ++b)
+      (*prefix)(b) = static_cast<int32_t>(rng() % (keys + 1));
+    extra.push_back(intsToRuntime(*prefix));
+    score.maskMod = [prefix](int64_t b, int64_t, int64_t qp, int64_t kp) {
+      return kp < (*prefix)(b) || kp <= qp;
+    };
+  }
+  return score;
+}
+
+ref::Mask maskOfJson(const std::string &json) {
+  if (json == "\"none\"")
+    return ref::Mask::none();
+  if (json == "\"causal\"")
+    return ref::Mask::causal();
+  return ref::Mask::slidingWindow(std::stoll(json.substr(json.find(':') + 1)));
+}
+
+void expectMatches(const Tensor &actual, const ref::Tensor &expected,
+                   const char *what) {
+  ASSERT_EQ(actual.shape, expected.shape()) << what;
+  EXPECT_LE(ref::maxRelativeError(fromRuntime(actual), expected), 1e-5) << what;
+}
+
+class NamedVariants
+    : public testing::TestWithParam<std::tuple<NamedCase, Backend>> {};
+
+TEST_P(NamedVariants, MatchReference) {
+  const auto &[c, backend] = GetParam();
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(backend, modelDescription(namedJson(c)), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(std::hash<std::string>()(c.label));
+  const ref::Mask mask = maskOfJson(c.mask);
+
+  ref::Tensor q =
+      randomF32({c.batch, c.heads, c.queries, c.headDim}, rng, -2.0, 2.0);
+  ref::Tensor k =
+      randomF32({c.batch, c.kvHeads, c.keys, c.headDim}, rng, -2.0, 2.0);
+  ref::Tensor v =
+      randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, -1.0, 1.0);
+  auto gateOf = [&](int64_t rows) -> std::optional<ref::Tensor> {
+    if (c.gate == "none")
+      return std::nullopt;
+    return randomF32(
+        {c.batch, c.heads, rows, c.gate == "elementwise" ? c.valueDim : 1}, rng,
+        -3.0, 3.0);
+  };
+  std::optional<ref::Tensor> gate = gateOf(c.queries);
+  std::vector<Tensor> inputs{toRuntime(q), toRuntime(k), toRuntime(v)};
+  if (gate)
+    inputs.push_back(toRuntime(*gate));
+  std::optional<ref::Tensor> meta;
+  if (c.topK) {
+    meta = ref::blockMeta(k, 4);
+    inputs.push_back(toRuntime(*meta));
+  }
+  ref::Score score = namedScore(c, c.keys, rng, inputs);
+  std::vector<Tensor> out = runEntry(*model, "layer", inputs);
+  ASSERT_EQ(out.size(), 1u);
+  const ref::Tensor *g = gate ? &*gate : nullptr;
+  ref::AttentionResult expected;
+  if (c.topK) {
+    // The selection ranks blocks without the variant (SPEC §7).
+    ref::IntTensor blocks =
+        ref::selectTopK(q, *meta, c.keys, mask, {}, {4, c.topK, 0, 0});
+    expected = ref::sparseSdpa(q, k, v, blocks, 4, mask, score, g);
+  } else {
+    expected = ref::sdpa(q, k, v, mask, score, g);
+  }
+  expectMatches(out[0], expected.output, "o");
+
+  if (!c.treeNodes)
+    return;
+  // .tree: q [B, H, T, D], k, v (P + T keys), parents (+ gate), variant
+  // inputs for the P + T keys.
+  const int64_t T = c.treeNodes, keys = c.keys + T;
+  ref::Tensor tq = randomF32({c.batch, c.heads, T, c.headDim}, rng, -2.0, 2.0);
+  ref::Tensor tk =
+      randomF32({c.batch, c.kvHeads, keys, c.headDim}, rng, -2.0, 2.0);
+  ref::Tensor tv =
+      randomF32({c.batch, c.kvHeads, keys, c.valueDim}, rng, -1.0, 1.0);
+  ref::IntTensor parents = randomParents(c.batch, T, rng);
+  std::optional<ref::Tensor> treeGate = gateOf(T);
+  std::vector<Tensor> treeInputs{toRuntime(tq), toRuntime(tk), toRuntime(tv),
+                                 intsToRuntime(parents)};
+  if (treeGate)
+    treeInputs.push_back(toRuntime(*treeGate));
+  ref::Score treeScore = namedScore(c, keys, rng, treeInputs);
+  std::vector<Tensor> treeOut = runEntry(*model, "layer.tree", treeInputs);
+  ASSERT_EQ(treeOut.size(), 1u);
+  std::optional<int64_t> window;
+  if (mask.kind == ref::MaskKind::SlidingWindow)
+    window = mask.window;
+  expectMatches(treeOut[0],
+                ref::treeSdpa(tq, tk, tv, parents, window, treeScore,
+                              treeGate ? &*treeGate : nullptr)
+                    .output,
+                "tree o");
+}
+
+std::vector<NamedCase> namedCases() {
+  std::vector<NamedCase> all;
+  auto add = [&](NamedCase c) { all.push_back(std::move(c)); };
+  add({.label = "alibi_prefill_gated",
+       .scoreMod = "\"alibi\"",
+       .gate = "elementwise"});
+  add({.label = "alibi_decode_gqa3",
+       .scoreMod = "\"alibi\"",
+       .queries = 1,
+       .keys = 77});
+  add({.label = "relative_bias_window_headwise_gate",
+       .scoreMod = R"({"relative_bias": 5})",
+       .mask = R"({"sliding_window": 9})",
+       .gate = "headwise"});
+  add({.label = "document_lq_below_lk",
+       .maskMod = "\"document\"",
+       .heads = 4,
+       .kvHeads = 4,
+       .queries = 11,
+       .keys = 43});
+  add({.label = "prefix_lm_none",
+       .maskMod = "\"prefix_lm\"",
+       .mask = "\"none\""});
+  add({.label = "alibi_document_topk",
+       .scoreMod = "\"alibi\"",
+       .maskMod = "\"document\"",
+       .queries = 21,
+       .keys = 45,
+       .topK = 4});
+  add({.label = "relative_bias_document_tree",
+       .scoreMod = R"({"relative_bias": 2})",
+       .maskMod = "\"document\"",
+       .gate = "elementwise",
+       .treeNodes = 7});
+  add({.label = "alibi_prefix_lm_window_tree",
+       .scoreMod = "\"alibi\"",
+       .maskMod = "\"prefix_lm\"",
+       .mask = R"({"sliding_window": 12})",
+       .treeNodes = 19});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Descriptions, NamedVariants,
+    testing::Combine(testing::ValuesIn(namedCases()),
+                     testing::Values(Backend::Cpu)),
+    [](const testing::TestParamInfo<std::tuple<NamedCase, Backend>> &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
+
+} // namespace
