@@ -61,7 +61,8 @@ void GpuEntryLowering::lowerGatheredSoftmax(
   Type storage = cast<MemRefType>(s.q.getType()).getElementType();
   // The gathered kernels' bindings, once the partials are allocated.
   auto gatheredBindings = [&]() -> SmallVector<Value> {
-    return {s.q, s.k, s.v, s.selection, s.partialOut, s.partialLse};
+    return s.withVariantTensors(
+        {s.q, s.k, s.v, s.selection, s.partialOut, s.partialLse});
   };
   if (tree) {
     // The prefix, which every node sees (from its window's start), is dense
@@ -79,10 +80,11 @@ void GpuEntryLowering::lowerGatheredSoftmax(
     Value splits = arith::AddIOp::create(b, prefixSplits, m.index(1));
     allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
                           splits);
-    // With a window, a node's first prefix key depends on its depth: the
-    // flash kernels also read the parents.
+    // With a window or variant regions, a node's first prefix key or its
+    // position depends on its depth: the flash kernels also read the
+    // parents.
     SmallVector<Value> prefixBindings = s.splitBindings();
-    if (shape.mask == MaskKind::SlidingWindow)
+    if (shape.treePrefixNeedsDepths())
       prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
 
     SimtFlashTiling flash = SimtFlashTiling::choose(

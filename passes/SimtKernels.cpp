@@ -235,8 +235,10 @@ private:
 SimtRowSoftmax::SimtRowSoftmax(SimtEmitter &e,
                                const SoftmaxAttentionShape &shape, Value q,
                                Value k, Value v, Value batch, Value head,
-                               Value row)
-    : e(e), shape(shape), k(k), v(v), batch(batch), head(head), row(row) {
+                               Value row, Value queryPos,
+                               ValueRange variantBuffers)
+    : e(e), shape(shape), k(k), v(v), batch(batch), head(head), row(row),
+      queryPos(queryPos), variants(e, shape.variants, variantBuffers) {
   Value c0 = e.index(0), c1 = e.index(1);
   kvHead = e.div(head, e.index(shape.numHeads / shape.numKvHeads));
   // The scaled query row, read once.
@@ -254,7 +256,8 @@ SmallVector<Value> SimtRowSoftmax::initial() {
   return {e.scalar(kNegInf), e.scalar(0.0)};
 }
 
-SmallVector<Value> SimtRowSoftmax::addKey(ValueRange state, Value key) {
+SmallVector<Value> SimtRowSoftmax::addKey(ValueRange state, Value key,
+                                          Value keyPos) {
   Value c0 = e.index(0), c1 = e.index(1);
   Value score = e.loop(c0, e.index(shape.headDim), c1, {e.scalar(0.0)},
                        [&](Value d, ValueRange dot) {
@@ -262,12 +265,19 @@ SmallVector<Value> SimtRowSoftmax::addKey(ValueRange state, Value key) {
                              e.fma(e.load(query, d),
                                    e.load(k, {batch, kvHead, key, d}), dot[0])};
                        })[0];
-  score = e.softcap(score, shape.softcap);
-  // The key is visible, so the new max is finite and exp(m - max) is 0 for
-  // the first key (m = -inf).
+  if (!keyPos)
+    keyPos = key;
+  score = variants.score(e.softcap(score, shape.softcap), batch, head, queryPos,
+                         keyPos);
+  if (variants.hasMaskMod())
+    score = e.select(variants.visible(batch, head, queryPos, keyPos), score,
+                     e.scalar(kNegInf));
+  // Against a max made safe (0 while it is -inf), so that a key mask_mod
+  // hides before any visible one weighs 0 and leaves the state as it was.
   Value max = e.fmax(state[0], score);
-  Value rescale = e.exp(e.fsub(state[0], max));
-  Value p = e.exp(e.fsub(score, max));
+  Value safe = e.safeMax(max);
+  Value rescale = e.exp(e.fsub(state[0], safe));
+  Value p = e.exp(e.fsub(score, safe));
   e.loop(c0, e.index(shape.valueDim), c1, [&](Value d) {
     e.store(e.fma(p, e.load(v, {batch, kvHead, key, d}),
                   e.fmul(e.load(acc, d), rescale)),
@@ -388,9 +398,11 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   unsigned next = 0;
   Value q = args[next++], k = args[next++], v = args[next++];
   // The tree's prefix: the keys before the T = Lq tree keys, all visible,
-  // or with a window those from each node's window start (its depth's).
+  // or with a window those from each node's window start (its depth's);
+  // variant regions see each node at its position P + depth.
   const bool treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
-  Value parents = treeWindow ? args[next++] : Value();
+  const bool treeDepths = treePrefix && shape.treePrefixNeedsDepths();
+  Value parents = treeDepths ? args[next++] : Value();
   // Sparse decode: the keys of the blocks a row's selection lists.
   const bool gathered = shape.selection == KeySelectionKind::Blocks;
   assert((!gathered || decodeSplit) && "sparse attention tiles decode rows");
@@ -404,6 +416,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   SoftmaxAttentionShape keys = shape;
   if (treePrefix)
     keys.mask = MaskKind::None;
+  VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
 
   const int64_t TQ = flash.queryTile(), TK = flash.keyTile;
   const int64_t D = shape.headDim, Dv = shape.valueDim;
@@ -434,6 +447,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
       };
 
   Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  // Query row i sits at Lk - Lq + i (the variant regions' position).
+  Value firstPosition = e.sub(lk, lq);
   if (treePrefix)
     lk = e.sub(lk, lq);
   // Tile row r (< rows) is query row rowOf(r) of head headOf(r), and sees
@@ -510,9 +525,16 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     if (treePrefix)
       split = c0;
   }
-  // A windowed tree node's first prefix key, found once per row by walking
-  // its ancestors (rows past the end repeat the last node).
-  Value rowStarts;
+  // A windowed tree node's first prefix key, and a tree node's position
+  // for the variant regions, found once per row by walking its ancestors
+  // (rows past the end repeat the last node).
+  Value rowStarts, rowPositions;
+  // Where the variant regions see tile row r.
+  auto queryPositionOf = [&](Value r) -> Value {
+    if (rowPositions)
+      return e.toIndex(e.loadInt(rowPositions, {r}));
+    return e.add(firstPosition, rowOf(r));
+  };
   // Sparse decode: the split's blocks, each counted once in the row,
   // gathered into `listed`; tiles walk their keys as one range of
   // `listedKeys` virtual keys, v standing for key listed[v / bs] * bs +
@@ -591,20 +613,23 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   };
 
   // The softmax in base 2, as FlashAttention-2 takes it: a lane's scores t
-  // are its products s as they are (softcap(scale s) with a softcap), the
-  // running max m is in t's units, and p = 2^(c t - c m) is one fma and one
-  // ex2 with c = scale log2(e) (log2(e) with a softcap); so lse = (c ln 2) m
-  // + log l.
-  const bool softcapped = shape.softcap > 0.0;
+  // are its products s as they are (the scores themselves with a softcap or
+  // a score_mod: softcap(scale s), then score_mod), the running max m is in
+  // t's units, and p = 2^(c t - c m) is one fma and one ex2 with
+  // c = scale log2(e) (log2(e) for scores themselves); so
+  // lse = (c ln 2) m + log l.
+  const bool scoresScaled = shape.softcap > 0.0 || variants.hasScoreMod();
   const double log2e = 1.4426950408889634;
-  const double exponentScaleValue = softcapped ? log2e : shape.scale * log2e;
+  const double exponentScaleValue = scoresScaled ? log2e : shape.scale * log2e;
   Value exponentScale = e.scalar(exponentScaleValue);
   Value negExponentScale = e.scalar(-exponentScaleValue);
-  Value maxToNatural = e.scalar(softcapped ? 1.0 : shape.scale);
-  auto scoreOf = [&](Value product) {
-    if (!softcapped)
+  Value maxToNatural = e.scalar(scoresScaled ? 1.0 : shape.scale);
+  // The score t of the product of tile row r and `key`.
+  auto scoreOf = [&](Value product, Value r, Value key) {
+    if (!scoresScaled)
       return product;
-    return e.softcap(e.fmul(product, e.scalar(shape.scale)), shape.softcap);
+    Value s = e.softcap(e.fmul(product, e.scalar(shape.scale)), shape.softcap);
+    return variants.score(s, batch, headOf(r), queryPositionOf(r), key);
   };
 
   // Copies `count` rows of `dim` elements into the shared tile `to`, whose
@@ -670,14 +695,18 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
       e.store(e.scalar(0.0), l, e.index(slot));
     }
   });
-  if (treeWindow) {
-    rowStarts = e.shared({TQ}, b.getI32Type());
+  if (treeDepths) {
+    if (treeWindow)
+      rowStarts = e.shared({TQ}, b.getI32Type());
+    if (!shape.variants.empty())
+      rowPositions = e.shared({TQ}, b.getI32Type());
     e.forAll(e.index(TQ), [&](Value r) {
       Value node = e.minS(rowOf(r), e.sub(lq, c1));
-      Value start =
-          TreeNodeKeys(e, parents, batch, node, lk, shape.mask, shape.window)
-              .prefixBegin;
-      memref::StoreOp::create(b, e.toI32(start), rowStarts, r);
+      TreeNodeKeys tree(e, parents, batch, node, lk, shape.mask, shape.window);
+      if (rowStarts)
+        memref::StoreOp::create(b, e.toI32(tree.prefixBegin), rowStarts, r);
+      if (rowPositions)
+        memref::StoreOp::create(b, e.toI32(tree.position), rowPositions, r);
     });
   }
 
@@ -791,7 +820,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
           auto scoreTile = [&](bool masked) {
             // The keys of the lane's columns (the same in all its rows).
             SmallVector<std::pair<Value, Value>> columnKeys;
-            if (masked)
+            if (masked || scoresScaled)
               for (int64_t block = 0; block < keyBlocks; ++block)
                 for (int64_t el = 0; el < 2; ++el)
                   columnKeys.push_back(keyAt(e.add(
@@ -806,16 +835,24 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
                 for (int64_t el = 0; el < 2; ++el) {
                   SmallVector<Value> at =
                       fragmentAt(laneRow, keyBlocks, block, el);
-                  Value score = scoreOf(e.load(s, at));
+                  Value key = columnKeys.empty()
+                                  ? Value()
+                                  : columnKeys[2 * block + el].first;
+                  Value score = scoreOf(e.load(s, at), laneRow.row, key);
                   if (masked) {
-                    auto [key, isKey] = columnKeys[2 * block + el];
+                    Value isKey = columnKeys[2 * block + el].second;
                     Value visible =
                         both(isKey, both(e.icmp(arith::CmpIPredicate::sge, key,
                                                 visibleRange.first),
                                          lt(key, visibleRange.second)));
+                    if (variants.hasMaskMod())
+                      visible = both(
+                          visible,
+                          variants.visible(batch, headOf(laneRow.row),
+                                           queryPositionOf(laneRow.row), key));
                     score = e.select(visible, score, e.scalar(kNegInf));
                   }
-                  if (masked || softcapped)
+                  if (masked || scoresScaled)
                     e.store(score, s, at);
                   partMax = e.fmax(partMax, score);
                 }
@@ -823,11 +860,13 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
             }
             return partMaxes;
           };
+          // A mask_mod may hide keys of any tile.
           SmallVector<Value> partMaxes =
-              gathered ? scoreTile(/*masked=*/true)
-                       : e.ifElse(
-                             interiorTile, [&] { return scoreTile(false); },
-                             [&] { return scoreTile(true); });
+              gathered || variants.hasMaskMod()
+                  ? scoreTile(/*masked=*/true)
+                  : e.ifElse(
+                        interiorTile, [&] { return scoreTile(false); },
+                        [&] { return scoreTile(true); });
           Value quadLane = quadLaneOf(lane);
           for (auto [laneRow, partMax] : llvm::zip(laneRows, partMaxes))
             e.store(partMax, quad, {laneRow.row, quadLane});

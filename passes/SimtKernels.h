@@ -35,6 +35,7 @@
 
 #include "passes/LinearRecurrenceKernels.h"
 #include "passes/SoftmaxAttentionKernels.h"
+#include "passes/VariantRegions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -196,14 +197,18 @@ struct MmaFragmentLayout {
 /// values the caller carries through its loops over keys.
 class SimtRowSoftmax {
 public:
-  /// Reads q[batch, head, row, :] and zeroes the output.
+  /// Reads q[batch, head, row, :] and zeroes the output. The variant
+  /// regions see the row at `queryPos` and read `variantBuffers`.
   SimtRowSoftmax(SimtEmitter &e, const SoftmaxAttentionShape &shape, Value q,
-                 Value k, Value v, Value batch, Value head, Value row);
+                 Value k, Value v, Value batch, Value head, Value row,
+                 Value queryPos, ValueRange variantBuffers);
   /// (m, l) before any key.
   SmallVector<Value> initial();
   /// (m, l) after key row `key` of k and v (of the row's kv head), which
-  /// the row sees.
-  SmallVector<Value> addKey(ValueRange state, Value key);
+  /// the row's mask and selection leave visible (its mask_mod may still
+  /// hide it); the variant regions see it at `keyPos` (default: `key`).
+  SmallVector<Value> addKey(ValueRange state, Value key,
+                            Value keyPos = Value());
   /// Writes the normalized output and its log-sum-exp (0 and -inf for a row
   /// that saw no key) to partial o [B, H, Lq, S, Dv] and partial lse
   /// [B, H, Lq, S] at [batch, head, row, split], for the merge kernel.
@@ -213,7 +218,8 @@ public:
 private:
   SimtEmitter &e;
   const SoftmaxAttentionShape &shape;
-  Value k, v, batch, head, row, kvHead, query, acc;
+  Value k, v, batch, head, row, queryPos, kvHead, query, acc;
+  VariantEmitter variants;
 };
 
 /// The tiles of the flash block kernel: a warp per 16 query rows, key

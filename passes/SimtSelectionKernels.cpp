@@ -700,7 +700,8 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
   SimtEmitter e(b);
   auto args = func.getArguments();
   Value q = args[0], k = args[1], v = args[2], selection = args[3];
-  Value partialOut = args[4], partialLse = args[5], thread = args[6];
+  Value partialOut = args[4], partialLse = args[5], thread = args.back();
+  ValueRange variantBuffers = shape.variants.buffersOf(func);
   Value c1 = e.index(1);
 
   // Sparse: thread order (batch, head, row, split), the split fastest.
@@ -709,28 +710,33 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
   Value split = tree ? e.sub(splits, c1) : e.rem(thread, splits);
   RowOfWorkgroup at(e, tree ? thread : e.div(thread, splits), shape.numHeads,
                     lq);
-  SimtRowSoftmax row(e, shape, q, k, v, at.batch, at.head, at.row);
 
-  SmallVector<Value> state;
   if (tree) {
-    // The node's own and its ancestors' keys in its window.
+    // The node's own and its ancestors' keys in its window, at their
+    // positions P + depth.
     Value prefixLength = e.sub(lk, lq);
     TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
                       shape.window);
-    state = node.eachTreeKey(row.initial(), [&](Value u, Value, ValueRange it) {
-      return row.addKey(it, e.add(prefixLength, u));
-    });
+    SimtRowSoftmax row(e, shape, q, k, v, at.batch, at.head, at.row,
+                       node.position, variantBuffers);
+    SmallVector<Value> state = node.eachTreeKey(
+        row.initial(), [&](Value u, Value position, ValueRange it) {
+          return row.addKey(it, e.add(prefixLength, u), position);
+        });
+    row.storePartial(state, partialOut, partialLse, split);
   } else {
     // The split's share of the selection entries; the visible keys of each
     // block listed there for the first time.
     Value pos = e.add(e.sub(lk, lq), at.row);
+    SimtRowSoftmax row(e, shape, q, k, v, at.batch, at.head, at.row, pos,
+                       variantBuffers);
     auto [begin, end] = visibleRange(e, shape.mask, shape.window, pos, lk);
     Value bs = e.index(shape.selectionBlockSize);
     Value entries = e.dim(selection, 3);
     Value perSplit = e.ceilDiv(entries, splits);
     Value from = e.minS(entries, e.mul(split, perSplit));
     Value to = e.minS(entries, e.add(from, perSplit));
-    state = forEachListedBlock(
+    SmallVector<Value> state = forEachListedBlock(
         e, selection, {at.batch, at.head, at.row}, e.ceilDiv(lk, bs), from, to,
         row.initial(), [&](Value block, ValueRange it) {
           Value first = e.mul(block, bs);
@@ -740,8 +746,8 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
             return row.addKey(state, key);
           });
         });
+    row.storePartial(state, partialOut, partialLse, split);
   }
-  row.storePartial(state, partialOut, partialLse, split);
   func::ReturnOp::create(b);
   return func;
 }

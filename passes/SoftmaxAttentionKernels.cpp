@@ -68,9 +68,6 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   if (shape.selection == KeySelectionKind::Blocks)
     shape.selectionBlockSize = op.getSelectionBlockSize();
   shape.variants = VariantRegions::of(op);
-  if (!shape.variants.empty() && target != "CPU")
-    return fail("score_mod and mask_mod regions run on the CPU target only "
-                "so far");
   return shape;
 }
 

@@ -412,7 +412,9 @@ std::vector<VariantCase> cases() {
 
 INSTANTIATE_TEST_SUITE_P(
     Regions, Variants,
-    testing::Combine(testing::ValuesIn(cases()), testing::Values(Backend::Cpu)),
+    testing::Combine(testing::ValuesIn(cases()),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
     [](const testing::TestParamInfo<std::tuple<VariantCase, Backend>> &info) {
       return std::get<0>(info.param).label + "_" +
              backendName(std::get<1>(info.param));
@@ -639,7 +641,8 @@ std::vector<NamedCase> namedCases() {
 INSTANTIATE_TEST_SUITE_P(
     Descriptions, NamedVariants,
     testing::Combine(testing::ValuesIn(namedCases()),
-                     testing::Values(Backend::Cpu)),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
     [](const testing::TestParamInfo<std::tuple<NamedCase, Backend>> &info) {
       return std::get<0>(info.param).label + "_" +
              backendName(std::get<1>(info.param));

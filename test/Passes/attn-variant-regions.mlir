@@ -1,0 +1,121 @@
+// RUN: attn-opt %s -split-input-file -attn-cpu-dispatches | FileCheck %s --check-prefix=CPU
+// RUN: attn-opt %s -split-input-file -attn-gpu-dispatches | FileCheck %s --check-prefix=CUDA
+
+// Every kernel that scores keys inlines the variant regions (SPEC §7) and
+// binds the tensors they read after its other bindings. On the CPU the
+// region runs lane-wise: a bias read at the head index is a scalar load, a
+// document id read at a lane's position a gather (indices clamped into the
+// tensor); on CUDA each thread runs it on scalars.
+
+func.func @layer(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                 %v: tensor<?x2x?x16xf32>, %bias: tensor<4xf32>,
+                 %doc: tensor<?x?xi32>) -> tensor<?x4x?x16xf32> {
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %x = tensor.extract %bias[%h] : tensor<4xf32>
+        %r = arith.addf %s, %x : f32
+        attn.yield %r : f32
+      }
+      mask_mod {
+      ^bb0(%b: index, %h: index, %qp: index, %kp: index):
+        %dq = tensor.extract %doc[%b, %qp] : tensor<?x?xi32>
+        %dk = tensor.extract %doc[%b, %kp] : tensor<?x?xi32>
+        %same = arith.cmpi eq, %dq, %dk : i32
+        attn.yield %same : i1
+      }
+  return %o : tensor<?x4x?x16xf32>
+}
+
+// The flash kernel's lanes are query rows: qp is a vector, kp a scalar.
+// CPU-LABEL: func.func private @layer__flash0(
+// CPU-SAME:    %{{.+}}: memref<4xf32>, %[[DOC:.+]]: memref<?x?xi32>, %{{.+}}: index)
+// CPU:         memref.load %{{.+}}[%{{.+}}] : memref<4xf32>
+// CPU:         arith.addf %{{.+}}, %{{.+}} : vector<8xf32>
+// CPU:         %[[FLAT:.+]] = memref.collapse_shape %[[DOC]] {{\[\[}}0, 1]] : memref<?x?xi32> into memref<?xi32>
+// CPU:         vector.gather %[[FLAT]][%{{.+}}] [%{{.+}}], %{{.+}}, %{{.+}} : memref<?xi32>, vector<8xi32>, vector<8xi1>, vector<8xi32> into vector<8xi32>
+// CPU:         memref.load %[[DOC]][%{{.+}}, %{{.+}}] : memref<?x?xi32>
+// CPU:         arith.cmpi eq, %{{.+}}, %{{.+}} : vector<8xi32>
+// The split-KV kernel's lanes are keys: kp is the vector.
+// CPU-LABEL: func.func private @layer__split_kv1(
+// CPU-SAME:    %{{.+}}: memref<4xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: index)
+// CPU:         memref.load %{{.+}}[%{{.+}}] : memref<4xf32>
+// CPU:         vector.gather
+// CPU:         arith.cmpi eq, %{{.+}}, %{{.+}} : vector<8xi32>
+// The merge kernel scores nothing and binds no region tensor.
+// CPU-LABEL: func.func private @layer__merge2(
+// CPU-NOT:     memref<4xf32>
+// CPU-LABEL: func.func @layer(
+// CPU-SAME:    %[[BIAS:[a-z0-9]+]]: memref<4xf32> {attn.shape = [4]}
+// CPU-SAME:    %[[DOCS:[a-z0-9]+]]: memref<?x?xi32> {attn.shape = ["B", "Lk"]}
+// CPU:         attn.dispatch @layer__flash0 {{.+}} bindings({{.+}}, %[[BIAS]], %[[DOCS]])
+// CPU:         attn.dispatch @layer__split_kv1 {{.+}} bindings({{.+}}, %[[BIAS]], %[[DOCS]])
+
+// CUDA-LABEL: func.func private @layer__flash0(
+// CUDA-SAME:    %{{.+}}: memref<4xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: index)
+// CUDA:         memref.load %{{.+}}[%{{.+}}] : memref<4xf32>
+// CUDA:         memref.load %{{.+}}[%{{.+}}, %{{.+}}] : memref<?x?xi32>
+// CUDA:         arith.cmpi eq, %{{.+}}, %{{.+}} : i32
+// CUDA-LABEL: func.func private @layer__flash_decode1(
+// CUDA-SAME:    %{{.+}}: memref<4xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: index)
+// CUDA:         arith.cmpi eq, %{{.+}}, %{{.+}} : i32
+
+// -----
+
+// Sparse and tree attention: the gathered kernels see each listed key at
+// its position (a tree key P + u at P + depth(u)); a tree's prefix kernels
+// also bind the parents, for each node's position P + depth(t).
+func.func @sparse(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                  %v: tensor<?x2x?x16xf32>, %sel: tensor<?x4x?x2xi32>)
+    -> tensor<?x4x?x16xf32> {
+  %o = attn.sparse_sdpa %q, %k, %v, %sel {block_size = 8, mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x4x?x2xi32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %d = arith.subi %qp, %kp : index
+        %di = arith.index_cast %d : index to i32
+        %df = arith.sitofp %di : i32 to f32
+        %r = arith.subf %s, %df : f32
+        attn.yield %r : f32
+      }
+  return %o : tensor<?x4x?x16xf32>
+}
+func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                %v: tensor<?x2x?x16xf32>, %parents: tensor<?x?xi32>)
+    -> tensor<?x4x?x16xf32> {
+  %o = attn.tree_sdpa %q, %k, %v, %parents
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x?xi32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %d = arith.subi %qp, %kp : index
+        %di = arith.index_cast %d : index to i32
+        %df = arith.sitofp %di : i32 to f32
+        %r = arith.subf %s, %df : f32
+        attn.yield %r : f32
+      }
+  return %o : tensor<?x4x?x16xf32>
+}
+
+// CPU-LABEL: func.func private @sparse__sparse0(
+// CPU:         arith.subi %{{.+}}, %{{.+}} : vector<8xi32>
+// CPU:         arith.sitofp %{{.+}} : vector<8xi32> to vector<8xf32>
+// CPU-LABEL: func.func private @tree__tree_prefix0(
+// CPU-SAME:    %{{.+}}: memref<?x2x?x16xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: memref<?x4x?x?x16xf32>
+// CPU:         arith.subi %{{.+}}, %{{.+}} : vector<8xi32>
+// CPU-LABEL: func.func private @tree__tree_prefix_split1(
+// CPU-SAME:    %{{.+}}: memref<?x2x?x16xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: memref<?x4x?x?x16xf32>
+// CPU-LABEL: func.func private @tree__tree_nodes2(
+// CPU:         arith.subi %{{.+}}, %{{.+}} : vector<8xi32>
+
+// CUDA-LABEL: func.func private @sparse__sparse_decode0(
+// CUDA:         arith.sitofp %{{.+}} : i32 to f32
+// CUDA-LABEL: func.func private @sparse__sparse_split1(
+// CUDA:         arith.sitofp %{{.+}} : i32 to f32
+// CUDA-LABEL: func.func private @tree__tree_prefix0(
+// CUDA-SAME:    %{{.+}}: memref<?x2x?x16xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: memref<?x4x?x?x16xf32>
+// CUDA:         arith.sitofp %{{.+}} : i32 to f32
+// CUDA-LABEL: func.func private @tree__small_tree_prefix1(
+// CUDA-SAME:    %{{.+}}: memref<?x2x?x16xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: memref<?x4x?x?x16xf32>
+// CUDA-LABEL: func.func private @tree__tree_nodes2(
+// CUDA:         arith.sitofp %{{.+}} : i32 to f32
