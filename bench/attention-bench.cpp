@@ -22,9 +22,14 @@
 //  * tree verification (T = 8 and 64 draft nodes, random trees, over
 //    8K-32K keys, H = 8, Hkv = 2) in GFLOP/s of visible work over sgemm,
 //    beside dense attention of as many query rows over the same keys.
+//  * variants (SPEC §7; causal prefill, H = 8, Hkv = 2, D = 128, L = 4096):
+//    ALiBi, a relative-bias table (R = 64) and a document mask of 8
+//    documents of L / 8 tokens, each as a ratio to plain causal attention
+//    timed beside it. A document mask leaves 1/8 of the causal pairs
+//    visible, so block masks should bring it near 0.125.
 //
 //   attention-bench [--threads N] [--repeat N] [--quick]
-//                   [--only prefill|decode|sparse|tree]
+//                   [--only prefill|decode|sparse|tree|variants]
 //
 //===----------------------------------------------------------------------===//
 
@@ -288,6 +293,61 @@ bool treeTable(const BenchOptions &options, double sgemm) {
   return true;
 }
 
+/// The variants table: named variants (SPEC §7) in causal prefill, as
+/// ratios to plain causal attention timed in the same run.
+bool variantsTable(const BenchOptions &options) {
+  const int heads = 8, kvHeads = 2, dim = 128;
+  const int64_t l = options.quick ? 1024 : 4096, documents = 8;
+  const int64_t radius = 64;
+  std::printf("| causal prefill, L = %lld | ms | x plain causal |\n",
+              static_cast<long long>(l));
+  std::printf("|---|---|---|\n");
+  struct Variant {
+    const char *name, *keys;
+  };
+  const Variant variants[] = {
+      {"plain causal", ""},
+      {"alibi", R"(, "score_mod": "alibi")"},
+      {"relative_bias R = 64", R"(, "score_mod": {"relative_bias": 64})"},
+      {"document (8 documents)", R"(, "mask_mod": "document")"},
+  };
+  double plain = 0.0;
+  for (const Variant &variant : variants) {
+    char json[512];
+    std::snprintf(
+        json, sizeof(json),
+        R"({"model": "bench", "dtype": "f32", "layers": [{"name": )"
+        R"("layer", "type": "attention", "num_heads": %d, )"
+        R"("num_kv_heads": %d, "head_dim": %d, "mask": "causal"%s}]})",
+        heads, kvHeads, dim, variant.keys);
+    auto model = attn::bench::compileAndLoad(json, options.threads);
+    if (!model)
+      return false;
+    std::vector<attn::Tensor> inputs = randomInputs(heads, kvHeads, l, l, dim),
+                              outputs;
+    if (std::strstr(variant.keys, "relative_bias")) {
+      attn::Tensor table(ATTN_F32, {heads, 2 * radius + 1});
+      for (int64_t i = 0; i < table.numElements(); ++i)
+        table.f32()[i] = 0.01f * static_cast<float>(i % 17);
+      inputs.push_back(std::move(table));
+    }
+    if (std::strstr(variant.keys, "document")) {
+      attn::Tensor docs(ATTN_I32, {1, l});
+      for (int64_t j = 0; j < l; ++j)
+        docs.i32()[j] = static_cast<int32_t>(j * documents / l);
+      inputs.push_back(std::move(docs));
+    }
+    double seconds = medianSeconds(
+        options.repeat, [&] { runOrExit(*model, 0, inputs, outputs); });
+    if (plain == 0.0)
+      plain = seconds;
+    std::printf("| %s | %.2f | %.3f |\n", variant.name, seconds * 1e3,
+                seconds / plain);
+  }
+  std::printf("\n");
+  return true;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -306,6 +366,8 @@ int main(int argc, char **argv) {
   if (options.runs("decode") && !decodeTable(options))
     return 1;
   if (options.runs("sparse") && !sparseTable(options))
+    return 1;
+  if (options.runs("variants") && !variantsTable(options))
     return 1;
   return 0;
 }

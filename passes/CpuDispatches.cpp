@@ -241,6 +241,29 @@ LogicalResult CpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   auto types = [](ValueRange values) {
     return SmallVector<Type>(values.getTypes());
   };
+  // With a mask_mod, prefill classifies its tiles first (the block mask):
+  // per batch row and head only if the mask_mod reads them.
+  if (flashUsesBlockMask(shape, KeyPart::All)) {
+    Value one = m.index(1);
+    Value maskBatch = shape.variants.maskModReadsBatch()
+                          ? m.select(decode, zero, s.batch)
+                          : m.select(decode, zero, one);
+    Value maskHeads =
+        shape.variants.maskModReadsHead() ? m.index(shape.numHeads) : one;
+    Value keyTiles = m.ceilDiv(s.lk, m.index(tiling.keyTile));
+    int64_t dynamic = ShapedType::kDynamic;
+    Value classes = memref::AllocOp::create(
+        b, MemRefType::get({dynamic, dynamic, dynamic, dynamic}, b.getI8Type()),
+        ValueRange{maskBatch, maskHeads, queryTiles, keyTiles});
+    SmallVector<Value> classBindings =
+        s.withVariantTensors({s.q, s.k, classes});
+    dispatch(buildTileClassKernel(kernelBuilder, op.getLoc(),
+                                  kernelName("tile_classes"), shape, tiling,
+                                  types(classBindings)),
+             m.mul(m.mul(maskBatch, maskHeads), queryTiles), classBindings);
+    flashBindings.insert(flashBindings.end() - s.variantTensors.size(),
+                         classes);
+  }
   dispatch(buildFlashAttentionKernel(kernelBuilder, op.getLoc(),
                                      kernelName("flash"), shape, tiling,
                                      types(flashBindings)),

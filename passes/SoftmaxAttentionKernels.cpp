@@ -117,6 +117,36 @@ void forEachTile(KernelEmitter &e, int64_t loopItems, int64_t items,
     body(e.index(first), std::min(tile, items - first));
 }
 
+/// The keys some row of a flash tile sees: rows at positions firstPos ..
+/// firstPos + rows - 1 (signed: Lq may exceed Lk without a mask) among
+/// `lk` keys under `mask`. With a block mask the range starts at a
+/// multiple of `keyTile`, where the tile classes' key tiles start.
+std::pair<Value, Value> flashTileKeys(KernelEmitter &e, MaskKind mask,
+                                      int64_t window, Value firstPos,
+                                      Value rows, Value lk, int64_t keyTile,
+                                      bool blockMask) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value lastPos = e.sub(e.add(firstPos, rows), c1);
+  Value begin = c0, end = lk;
+  if (mask != MaskKind::None)
+    end = e.maxS(c0, e.minS(lk, e.add(lastPos, c1)));
+  if (mask == MaskKind::SlidingWindow)
+    begin =
+        e.minS(end, e.maxS(c0, e.add(e.sub(firstPos, e.index(window)), c1)));
+  if (blockMask)
+    begin = e.mul(e.div(begin, e.index(keyTile)), e.index(keyTile));
+  return {begin, end};
+}
+
+/// Where a workgroup of the flash (or tile-class) kernel finds its block
+/// mask row: [bm, hm, query tile, :] of the tile classes.
+SmallVector<Value> blockMaskRow(KernelEmitter &e,
+                                const SoftmaxAttentionShape &shape, Value batch,
+                                Value head, Value queryTile) {
+  return {shape.variants.maskModReadsBatch() ? batch : e.index(0),
+          shape.variants.maskModReadsHead() ? head : e.index(0), queryTile};
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -154,6 +184,7 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
                    : Value();
   Value out = args[next++];
   Value lse = treePrefix || shape.withLogSumExp ? args[next++] : Value();
+  Value tileClasses = flashUsesBlockMask(shape, part) ? args[next++] : Value();
   Value workgroup = args.back();
   const MaskKind mask = treePrefix ? MaskKind::None : shape.mask;
   VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
@@ -172,15 +203,13 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
   Value rows = e.minS(e.index(TQ), e.sub(lq, q0));
 
   // Visible key range of the whole tile: rows sit at positions
-  // Lk - Lq + q0 ... + rows - 1 (signed: Lq may exceed Lk without a mask).
+  // Lk - Lq + q0 ... + rows - 1.
   Value firstPos = e.add(e.sub(lk, lq), q0);
-  Value lastPos = e.sub(e.add(firstPos, rows), c1);
-  Value keyBegin = c0, keyEnd = lk;
-  if (mask != MaskKind::None)
-    keyEnd = e.maxS(c0, e.minS(lk, e.add(lastPos, c1)));
-  if (mask == MaskKind::SlidingWindow)
-    keyBegin = e.minS(
-        keyEnd, e.maxS(c0, e.add(e.sub(firstPos, e.index(shape.window)), c1)));
+  auto [keyBegin, keyEnd] = flashTileKeys(e, mask, shape.window, firstPos, rows,
+                                          lk, TK, tileClasses != nullptr);
+  SmallVector<Value> classRow;
+  if (tileClasses)
+    classRow = blockMaskRow(e, shape, batch, head, tile);
 
   // A tree node's window start and position depend on its depth: each
   // row's first visible prefix key and position P + depth, i32 [TQ] (rows
@@ -241,7 +270,9 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
     return arith::IndexCastOp::create(b, b.getI32Type(), index);
   };
 
-  e.loop(keyBegin, keyEnd, e.index(TK), [&](Value k0) {
+  // One key tile [k0, k0 + TK) of the range; `isFull` (with a block mask)
+  // says the mask_mod shows every key of the tile to every row.
+  auto flashTile = [&](Value k0, Value isFull) {
     Value cols = e.minS(e.index(TK), e.sub(keyEnd, k0));
     Value lastKey = e.sub(keyEnd, c1);
 
@@ -319,8 +350,24 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
               narrow(e.icmp(arith::CmpIPredicate::sle, key, queryPos));
             if (windowStart)
               narrow(e.icmp(arith::CmpIPredicate::sgt, key, windowStart));
-            if (variants.hasMaskMod())
-              narrow(variants.visible(batch, head, regionQueryPos, keyIndex));
+            if (variants.hasMaskMod()) {
+              auto maskMod = [&]() -> SmallVector<Value> {
+                return {
+                    variants.visible(batch, head, regionQueryPos, keyIndex)};
+              };
+              // A full tile needs no mask_mod.
+              narrow(isFull
+                         ? e.ifElse(
+                               isFull,
+                               [&]() -> SmallVector<Value> {
+                                 return {arith::ConstantOp::create(
+                                     b, DenseElementsAttr::get(
+                                            VectorType::get({W}, b.getI1Type()),
+                                            true))};
+                               },
+                               maskMod)[0]
+                         : maskMod()[0]);
+            }
             if (visible)
               s = e.select(visible, s, e.splat(kNegInf));
             vector::StoreOp::create(b, s, scores, ValueRange{j, col});
@@ -388,6 +435,25 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
                 ValueRange{rowIdx[ii], e.index(off0 + x * W)});
       }
     });
+  };
+  e.loop(keyBegin, keyEnd, e.index(TK), [&](Value k0) {
+    // The tile's class under the block mask: empty tiles are skipped, full
+    // ones evaluate no mask_mod.
+    Value isFull;
+    if (tileClasses) {
+      SmallVector<Value> at(classRow);
+      at.push_back(e.div(k0, e.index(TK)));
+      Value tileClass = memref::LoadOp::create(b, tileClasses, at);
+      isFull =
+          e.icmp(arith::CmpIPredicate::eq, tileClass,
+                 arith::ConstantIntOp::create(b, b.getI8Type(), kFullTile));
+      e.ifThen(
+          e.icmp(arith::CmpIPredicate::ne, tileClass,
+                 arith::ConstantIntOp::create(b, b.getI8Type(), kEmptyTile)),
+          [&] { flashTile(k0, isFull); });
+      return;
+    }
+    flashTile(k0, isFull);
   });
 
   // Epilogue: o = acc / l (0 for an empty row), the gate, lse = m + log l
@@ -400,6 +466,92 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
     storeOutputRow(e, shape, acc, {i}, e.reciprocalOrZero(l), gate, out, at);
     if (lse)
       e.store(e.logSumExp(e.load(runningMax, i), l), lse, at);
+  });
+  func::ReturnOp::create(b);
+  return func;
+}
+
+//===----------------------------------------------------------------------===//
+// Tile-class kernel (block masks)
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildTileClassKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "tile_classes");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  const int64_t W = e.width, TQ = tiling.queryTile, TK = tiling.keyTile;
+  auto args = func.getArguments();
+  Value q = args[0], k = args[1], classes = args[2];
+  Value workgroup = args.back();
+  VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
+  Value c0 = e.index(0), c1 = e.index(1);
+
+  // Workgroup order (bm, hm, query tile), the tile fastest; the mask_mod
+  // sees batch bm and head hm (0 for an argument it does not read).
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  Value queryTiles = e.dim(classes, 2);
+  Value tile = e.rem(workgroup, queryTiles);
+  Value rest = e.div(workgroup, queryTiles);
+  Value head = e.rem(rest, e.dim(classes, 1));
+  Value batch = e.div(rest, e.dim(classes, 1));
+  Value q0 = e.mul(tile, e.index(TQ));
+  Value rows = e.minS(e.index(TQ), e.sub(lq, q0));
+  Value firstPos = e.add(e.sub(lk, lq), q0);
+  auto [keyBegin, keyEnd] =
+      flashTileKeys(e, shape.mask, shape.window, firstPos, rows, lk, TK, true);
+  SmallVector<Value> classRow = blockMaskRow(e, shape, batch, head, tile);
+
+  // Lane l of query vector iv is row iv * W + l; rows past the tile's end
+  // count for neither "some key visible" nor "every key hidden".
+  auto i1Vec = VectorType::get({W}, b.getI1Type());
+  auto i32Vec = VectorType::get({W}, b.getI32Type());
+  Value lanes = e.laneIds();
+  Value allTrue =
+      arith::ConstantOp::create(b, DenseElementsAttr::get(i1Vec, true));
+  Value allFalse =
+      arith::ConstantOp::create(b, DenseElementsAttr::get(i1Vec, false));
+  e.loop(keyBegin, keyEnd, e.index(TK), [&](Value k0) {
+    Value keys = e.minS(e.index(TK), e.sub(keyEnd, k0));
+    SmallVector<Value> found = e.loop(
+        c0, keys, c1, {allFalse, allTrue},
+        [&](Value j, ValueRange it) -> SmallVector<Value> {
+          Value key = e.add(k0, j);
+          Value some = it[0], every = it[1];
+          for (int64_t iv = 0; iv < TQ / W; ++iv) {
+            Value first = e.toI32(e.index(iv * W));
+            Value row = arith::AddIOp::create(
+                b, vector::BroadcastOp::create(b, i32Vec, first), lanes);
+            Value valid =
+                e.icmp(arith::CmpIPredicate::slt, row,
+                       vector::BroadcastOp::create(b, i32Vec, e.toI32(rows)));
+            Value queryPos = arith::AddIOp::create(
+                b, vector::BroadcastOp::create(b, i32Vec, e.toI32(firstPos)),
+                row);
+            Value visible = variants.visible(batch, head, queryPos, key);
+            some = e.orI(some, e.andI(visible, valid));
+            every =
+                e.andI(every, e.orI(visible,
+                                    arith::XOrIOp::create(b, valid, allTrue)));
+          }
+          return {some, every};
+        });
+    Value any =
+        vector::ReductionOp::create(b, vector::CombiningKind::OR, found[0]);
+    Value all =
+        vector::ReductionOp::create(b, vector::CombiningKind::AND, found[1]);
+    auto i8 = [&](int64_t value) -> Value {
+      return arith::ConstantIntOp::create(b, b.getI8Type(), value);
+    };
+    Value tileClass = e.select(
+        any, e.select(all, i8(kFullTile), i8(kPartialTile)), i8(kEmptyTile));
+    SmallVector<Value> at(classRow);
+    at.push_back(e.div(k0, e.index(TK)));
+    memref::StoreOp::create(b, tileClass, classes, at);
   });
   func::ReturnOp::create(b);
   return func;

@@ -79,15 +79,42 @@ enum class KeyPart {
   TreeNodes,
 };
 
-/// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse]; for
-/// KeyPart::TreePrefix q, k, v, [parents], partial o, partial lse. Every
-/// kernel that scores keys then binds the variant tensors.
+/// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse], [tile
+/// classes]; for KeyPart::TreePrefix q, k, v, [parents], partial o, partial
+/// lse. Every kernel that scores keys then binds the variant tensors.
 func::FuncOp buildFlashAttentionKernel(OpBuilder &builder, Location loc,
                                        StringRef name,
                                        const SoftmaxAttentionShape &shape,
                                        const CpuTiling &tiling,
                                        TypeRange bindingTypes,
                                        KeyPart part = KeyPart::All);
+
+/// FlexAttention's block mask, for the flash kernels of an op with a
+/// mask_mod: the class of each (query tile, key tile) under the mask_mod,
+/// computed per call (the mask_mod may read run-time tensors, such as
+/// document ids) into `tile classes` [Bm, Hm, ceil(Lq / TQ),
+/// ceil(Lk / TK)] i8, where Bm is B when the mask_mod reads `b` and 1
+/// otherwise, Hm likewise H or 1. The flash kernel skips empty tiles and
+/// evaluates no mask_mod on full ones; its key tiles then start at
+/// multiples of TK.
+enum TileClass : int8_t { kEmptyTile = 0, kPartialTile = 1, kFullTile = 2 };
+
+/// Whether the flash kernel of `shape` for `part` takes tile classes: with
+/// a mask_mod, over ranges whose rows sit at their own positions (not a
+/// tree's prefix, whose nodes sit at their depths).
+inline bool flashUsesBlockMask(const SoftmaxAttentionShape &shape,
+                               KeyPart part) {
+  return shape.variants.maskMod && part == KeyPart::All;
+}
+
+/// Kernel bindings of the tile-class kernel: q, k, tile classes, variant
+/// tensors. A workgroup per (Bm, Hm, query tile) classifies the key tiles
+/// the flash kernel's tile visits.
+func::FuncOp buildTileClassKernel(OpBuilder &builder, Location loc,
+                                  StringRef name,
+                                  const SoftmaxAttentionShape &shape,
+                                  const CpuTiling &tiling,
+                                  TypeRange bindingTypes);
 
 /// Kernel bindings of the split-KV kernel: q, k, v, partial o
 /// [B, H, Lq, S, Dv], partial lse [B, H, Lq, S] (KeyPart::TreePrefix: the

@@ -27,6 +27,14 @@ struct VariantRegions {
 
   static VariantRegions of(AttentionOpInterface op);
   bool empty() const { return !scoreMod && !maskMod; }
+  /// Whether the mask_mod reads its batch (`b`) or head (`h`) argument:
+  /// a block mask is kept per batch row or head only when it does.
+  bool maskModReadsBatch() const {
+    return maskMod && !maskMod->getArgument(0).use_empty();
+  }
+  bool maskModReadsHead() const {
+    return maskMod && !maskMod->getArgument(1).use_empty();
+  }
   /// The kernel arguments holding `tensors`: the last ones before the
   /// workgroup id.
   ValueRange buffersOf(func::FuncOp kernel) const;

@@ -28,29 +28,47 @@ func.func @layer(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
   return %o : tensor<?x4x?x16xf32>
 }
 
-// The flash kernel's lanes are query rows: qp is a vector, kp a scalar.
-// CPU-LABEL: func.func private @layer__flash0(
-// CPU-SAME:    %{{.+}}: memref<4xf32>, %[[DOC:.+]]: memref<?x?xi32>, %{{.+}}: index)
+// The block mask: a workgroup per (batch row, query tile) classifies the
+// key tiles under the mask_mod, which reads b but not h (one class per
+// head); lanes whose rows are past the tile count for nothing.
+// CPU-LABEL: func.func private @layer__tile_classes0(
+// CPU-SAME:    %{{.+}}: memref<?x?x?x?xi8>, %{{.+}}: memref<4xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: index)
+// CPU:         vector.gather
+// CPU:         vector.reduction <or>, %{{.+}} : vector<8xi1> into i1
+// CPU:         vector.reduction <and>, %{{.+}} : vector<8xi1> into i1
+// CPU:         memref.store %{{.+}}, %{{.+}}[%{{.+}}, %c0{{.*}}, %{{.+}}, %{{.+}}] : memref<?x?x?x?xi8>
+// The flash kernel's lanes are query rows: qp is a vector, kp a scalar. It
+// skips empty tiles and evaluates no mask_mod on full ones.
+// CPU-LABEL: func.func private @layer__flash1(
+// CPU-SAME:    %{{.+}}: memref<?x?x?x?xi8>, %{{.+}}: memref<4xf32>, %[[DOC:.+]]: memref<?x?xi32>, %{{.+}}: index)
+// CPU:         %[[CLASS:.+]] = memref.load %{{.+}} : memref<?x?x?x?xi8>
+// CPU:         %[[FULL:.+]] = arith.cmpi eq, %[[CLASS]], %c2_i8 : i8
+// CPU:         %[[SOME:.+]] = arith.cmpi ne, %[[CLASS]], %c0_i8 : i8
+// CPU:         scf.if %[[SOME]] {
 // CPU:         memref.load %{{.+}}[%{{.+}}] : memref<4xf32>
 // CPU:         arith.addf %{{.+}}, %{{.+}} : vector<8xf32>
 // CPU:         %[[FLAT:.+]] = memref.collapse_shape %[[DOC]] {{\[\[}}0, 1]] : memref<?x?xi32> into memref<?xi32>
 // CPU:         vector.gather %[[FLAT]][%{{.+}}] [%{{.+}}], %{{.+}}, %{{.+}} : memref<?xi32>, vector<8xi32>, vector<8xi1>, vector<8xi32> into vector<8xi32>
 // CPU:         memref.load %[[DOC]][%{{.+}}, %{{.+}}] : memref<?x?xi32>
+// CPU:         scf.if %[[FULL]] -> (vector<8xi1>) {
+// CPU:         } else {
 // CPU:         arith.cmpi eq, %{{.+}}, %{{.+}} : vector<8xi32>
 // The split-KV kernel's lanes are keys: kp is the vector.
-// CPU-LABEL: func.func private @layer__split_kv1(
+// CPU-LABEL: func.func private @layer__split_kv2(
 // CPU-SAME:    %{{.+}}: memref<4xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: index)
 // CPU:         memref.load %{{.+}}[%{{.+}}] : memref<4xf32>
 // CPU:         vector.gather
 // CPU:         arith.cmpi eq, %{{.+}}, %{{.+}} : vector<8xi32>
 // The merge kernel scores nothing and binds no region tensor.
-// CPU-LABEL: func.func private @layer__merge2(
+// CPU-LABEL: func.func private @layer__merge3(
 // CPU-NOT:     memref<4xf32>
 // CPU-LABEL: func.func @layer(
 // CPU-SAME:    %[[BIAS:[a-z0-9]+]]: memref<4xf32> {attn.shape = [4]}
 // CPU-SAME:    %[[DOCS:[a-z0-9]+]]: memref<?x?xi32> {attn.shape = ["B", "Lk"]}
-// CPU:         attn.dispatch @layer__flash0 {{.+}} bindings({{.+}}, %[[BIAS]], %[[DOCS]])
-// CPU:         attn.dispatch @layer__split_kv1 {{.+}} bindings({{.+}}, %[[BIAS]], %[[DOCS]])
+// CPU:         %[[CLASSES:.+]] = memref.alloc({{.+}}) : memref<?x?x?x?xi8>
+// CPU:         attn.dispatch @layer__tile_classes0 {{.+}} bindings(%{{.+}}, %{{.+}}, %[[CLASSES]], %[[BIAS]], %[[DOCS]])
+// CPU:         attn.dispatch @layer__flash1 {{.+}} bindings({{.+}}, %[[CLASSES]], %[[BIAS]], %[[DOCS]])
+// CPU:         attn.dispatch @layer__split_kv2 {{.+}} bindings({{.+}}, %[[BIAS]], %[[DOCS]])
 
 // CUDA-LABEL: func.func private @layer__flash0(
 // CUDA-SAME:    %{{.+}}: memref<4xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: index)

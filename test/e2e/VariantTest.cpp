@@ -98,17 +98,17 @@ std::string alibiRegion(int64_t heads) {
   return ir.str();
 }
 
-/// Document ids [B, Lk]: runs of 1 .. 12 keys per document.
+/// Document ids [B, Lk]: runs of 1 .. `longest` keys per document.
 ref::IntTensor randomDocuments(int64_t batch, int64_t keys,
-                               std::mt19937_64 &rng) {
+                               std::mt19937_64 &rng, int64_t longest = 12) {
   ref::IntTensor docs({batch, keys});
   for (int64_t b = 0; b < batch; ++b) {
     int32_t id = 0;
-    int64_t left = 1 + rng() % 12;
+    int64_t left = 1 + rng() % longest;
     for (int64_t j = 0; j < keys; ++j) {
       if (left-- == 0) {
         ++id;
-        left = rng() % 12;
+        left = rng() % longest;
       }
       docs(b, j) = id;
     }
@@ -201,6 +201,20 @@ Variant makeVariant(const VariantCase &c, std::mt19937_64 &rng) {
     v.score.maskMod = [prefix](int64_t b, int64_t, int64_t qp, int64_t kp) {
       return kp < (*prefix)(b) || kp <= qp;
     };
+  } else if (c.variant == "head_prefix") {
+    // Heads 0-2 see every key, the others only keys from 64 on: whole key
+    // tiles are full for some heads and empty for others.
+    v.maskMod = R"(
+      %c3 = arith.constant 3 : index
+      %c64 = arith.constant 64 : index
+      %low = arith.cmpi slt, %h, %c3 : index
+      %late = arith.cmpi sge, %kp, %c64 : index
+      %in = arith.ori %low, %late : i1
+      attn.yield %in : i1
+    )";
+    v.score.maskMod = [](int64_t, int64_t h, int64_t, int64_t kp) {
+      return h < 3 || kp >= 64;
+    };
   } else if (c.variant == "empty_rows") {
     v.maskMod = R"(
       %c3 = arith.constant 3 : index
@@ -213,9 +227,13 @@ Variant makeVariant(const VariantCase &c, std::mt19937_64 &rng) {
       return qp % 3 != 0;
     };
   }
-  if (c.variant == "document" || c.variant == "alibi_document") {
-    auto docs =
-        std::make_shared<ref::IntTensor>(randomDocuments(c.batch, c.keys, rng));
+  if (c.variant == "document" || c.variant == "alibi_document" ||
+      c.variant == "long_documents") {
+    // Long documents leave whole tiles inside one document (full) or
+    // across two (empty).
+    int64_t longest = c.variant == "long_documents" ? 90 : 12;
+    auto docs = std::make_shared<ref::IntTensor>(
+        randomDocuments(c.batch, c.keys, rng, longest));
     v.argTypes.push_back("tensor<?x?xi32>");
     v.inputs.push_back(intsToRuntime(*docs));
     std::string region = kDocumentRegion;
@@ -406,6 +424,21 @@ std::vector<VariantCase> cases() {
     manyNodes.queries = 23;
     manyNodes.keys = 60;
     add(manyNodes);
+  }
+  // Block masks: prefill long enough for tiles the mask_mod shows whole or
+  // hides whole, per batch row (documents) and per head.
+  for (const char *variant : {"long_documents", "head_prefix"}) {
+    VariantCase c;
+    c.variant = variant;
+    c.label = std::string(variant) + "_prefill_block_mask";
+    c.queries = c.keys = 203;
+    c.gate = true;
+    all.push_back(c);
+    c.label = std::string(variant) + "_lq_below_lk_block_mask";
+    c.queries = 71;
+    c.mask = "none";
+    c.gate = false;
+    all.push_back(c);
   }
   return all;
 }
