@@ -431,6 +431,43 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   auto dispatch = [&](func::FuncOp kernel, Value threads, ValueRange bindings) {
     DispatchOp::create(b, kernel.getSymName(), threads, bindings);
   };
+  // With a mask_mod, prefill first classifies its tiles (a thread per
+  // tile) and lists each query tile's key tiles that are not empty (a
+  // thread per query tile): the block mask, per batch row and head only if
+  // the mask_mod reads them.
+  if (flashUsesBlockMask(shape, KeyPart::All)) {
+    Value one = m.index(1);
+    Value maskBatch = m.select(
+        decode, zero, shape.variants.maskModReadsBatch() ? s.batch : one);
+    Value maskHeads =
+        shape.variants.maskModReadsHead() ? m.index(shape.numHeads) : one;
+    Value keyTiles = m.ceilDiv(s.lk, m.index(flash.keyTile));
+    int64_t dynamic = ShapedType::kDynamic;
+    auto table = [&](int64_t rank, Type element, ValueRange sizes) -> Value {
+      return memref::AllocOp::create(
+          b, MemRefType::get(SmallVector<int64_t>(rank, dynamic), element),
+          sizes);
+    };
+    Value classes =
+        table(4, b.getI8Type(), {maskBatch, maskHeads, queryTiles, keyTiles});
+    Value list =
+        table(4, b.getI32Type(), {maskBatch, maskHeads, queryTiles, keyTiles});
+    Value counts = table(3, b.getI32Type(), {maskBatch, maskHeads, queryTiles});
+    Value maskedQueryTiles = m.mul(m.mul(maskBatch, maskHeads), queryTiles);
+    SmallVector<Value> classBindings =
+        s.withVariantTensors({s.q, s.k, classes});
+    dispatch(buildSimtTileClassKernel(kernelBuilder, op.getLoc(),
+                                      kernelName("tile_classes"), shape, flash,
+                                      tiling, types(classBindings)),
+             m.mul(maskedQueryTiles, keyTiles), classBindings);
+    SmallVector<Value> listBindings{s.q, s.k, classes, list, counts};
+    dispatch(buildSimtTileListKernel(kernelBuilder, op.getLoc(),
+                                     kernelName("tile_list"), shape, flash,
+                                     tiling, types(listBindings)),
+             maskedQueryTiles, listBindings);
+    rowBindings.insert(rowBindings.end() - s.variantTensors.size(),
+                       {classes, list, counts});
+  }
   dispatch(buildSimtFlashKernel(kernelBuilder, op.getLoc(), kernelName("flash"),
                                 shape, flash, tiling, types(rowBindings)),
            flashBlocks, rowBindings);

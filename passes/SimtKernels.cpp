@@ -412,6 +412,14 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
                    : Value();
   Value out = args[next++];
   Value lse = partials || shape.withLogSumExp ? args[next++] : Value();
+  // Prefill with a mask_mod walks the key tiles its block mask lists.
+  const bool blockMask = flashUsesBlockMask(shape, part) && !decodeSplit;
+  Value tileClasses, tileList, tileCounts;
+  if (blockMask) {
+    tileClasses = args[next++];
+    tileList = args[next++];
+    tileCounts = args[next++];
+  }
   Value workgroup = args.back();
   SoftmaxAttentionShape keys = shape;
   if (treePrefix)
@@ -455,6 +463,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   // keys in [from, to) only.
   Value batch, kvHead, split, first, rows, from = c0, to = lk;
   std::function<Value(Value)> headOf, rowOf;
+  // With a block mask: where the query tile's row of it is.
+  SmallVector<Value> maskRow;
   // Sparse decode: split s takes selection entries [entryFrom, entryTo).
   const int64_t bs = shape.selectionBlockSize;
   const int64_t entriesPerSplit =
@@ -524,6 +534,9 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     rowOf = [&, first](Value r) { return e.add(first, r); };
     if (treePrefix)
       split = c0;
+    if (blockMask)
+      maskRow = {shape.variants.maskModReadsBatch() ? batch : c0,
+                 shape.variants.maskModReadsHead() ? head : c0, tile};
   }
   // A windowed tree node's first prefix key, and a tree node's position
   // for the variant regions, found once per row by walking its ancestors
@@ -755,11 +768,27 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
     auto [firstRowBegin, firstRowEnd] = rowKeys(c0);
     auto [lastRowBegin, lastRowEnd] = rowKeys(e.sub(rows, c1));
     begin = firstRowBegin;
+    // The block mask's key tiles start at multiples of TK.
+    if (blockMask)
+      begin = e.mul(e.div(begin, e.index(TK)), e.index(TK));
     end = lastRowEnd;
     allBegin = lastRowBegin;
     allEnd = firstRowEnd;
   }
   Value keyTiles = e.ceilDiv(e.maxS(e.sub(end, begin), c0), e.index(TK));
+  // The first key of the tile-th key tile the block walks: the next TK
+  // keys of the range, or with a block mask the next listed tile (whose
+  // class then says whether any mask_mod work remains).
+  auto tileFirstKey = [&](Value tile) -> Value {
+    if (!blockMask)
+      return e.add(begin, e.mul(tile, e.index(TK)));
+    Value last = e.sub(e.dim(tileList, 3), c1);
+    SmallVector<Value> at(maskRow);
+    at.push_back(e.minS(tile, last));
+    return e.mul(e.toIndex(e.loadInt(tileList, at)), e.index(TK));
+  };
+  if (blockMask)
+    keyTiles = e.toIndex(e.loadInt(tileCounts, maskRow));
   // The key at position v of the tile range [begin, end), and whether it is
   // one (inside the range and the keys).
   auto keyAt = [&](Value v) -> std::pair<Value, Value> {
@@ -773,7 +802,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
 
   // The k and v rows of key tile `tile`.
   auto keyRowsOf = [&](Value tile) {
-    Value firstKey = e.add(begin, e.mul(tile, e.index(TK)));
+    Value firstKey = tileFirstKey(tile);
     return [&, firstKey](Value j) -> std::pair<SmallVector<Value>, Value> {
       auto [key, isKey] = keyAt(e.add(firstKey, j));
       return {{batch, kvHead, key}, isKey};
@@ -793,7 +822,7 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   });
 
   e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
-    Value firstKey = e.add(begin, e.mul(keyTileIndex, e.index(TK)));
+    Value firstKey = tileFirstKey(keyTileIndex);
     Value nextTile = e.add(keyTileIndex, c1);
 
     // S = q k^T into the lanes' registers; each lane turns its elements
@@ -805,6 +834,15 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
         both(e.icmp(arith::CmpIPredicate::sge, firstKey, allBegin),
              e.icmp(arith::CmpIPredicate::sle, e.add(firstKey, e.index(TK)),
                     allEnd));
+    if (blockMask) {
+      SmallVector<Value> at(maskRow);
+      at.push_back(e.div(firstKey, e.index(TK)));
+      Value tileClass = memref::LoadOp::create(b, tileClasses, at);
+      interiorTile = both(
+          interiorTile,
+          e.icmp(arith::CmpIPredicate::eq, tileClass,
+                 arith::ConstantIntOp::create(b, b.getI8Type(), kFullTile)));
+    }
     eachWarp(
         [&](Value warpRow, Value lane, Value thread) {
           Value s = e.registersOf(scoreRegs, thread);
@@ -860,9 +898,10 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
             }
             return partMaxes;
           };
-          // A mask_mod may hide keys of any tile.
+          // A mask_mod may hide keys of any tile but those the block mask
+          // found full.
           SmallVector<Value> partMaxes =
-              gathered || variants.hasMaskMod()
+              gathered || (variants.hasMaskMod() && !blockMask)
                   ? scoreTile(/*masked=*/true)
                   : e.ifElse(
                         interiorTile, [&] { return scoreTile(false); },
@@ -1005,6 +1044,111 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Block masks
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSimtTileClassKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes, tiling,
+                                       "tile_classes");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value q = args[0], k = args[1], classes = args[2], thread = args.back();
+  VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
+  const int64_t TQ = flash.queryTile(), TK = flash.keyTile;
+  Value c1 = e.index(1);
+
+  // Thread order (bm, hm, query tile, key tile), the key tile fastest.
+  Value keyTile = e.rem(thread, e.dim(classes, 3));
+  Value rest = e.div(thread, e.dim(classes, 3));
+  Value queryTile = e.rem(rest, e.dim(classes, 2));
+  rest = e.div(rest, e.dim(classes, 2));
+  Value head = e.rem(rest, e.dim(classes, 1));
+  Value batch = e.div(rest, e.dim(classes, 1));
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  Value firstRow = e.mul(queryTile, e.index(TQ));
+  Value rowEnd = e.minS(lq, e.add(firstRow, e.index(TQ)));
+  Value firstKey = e.mul(keyTile, e.index(TK));
+  Value keyEnd = e.minS(lk, e.add(firstKey, e.index(TK)));
+  Value firstPosition = e.sub(lk, lq);
+  auto flag = [&](bool value) {
+    return arith::ConstantIntOp::create(b, b.getI1Type(), value).getResult();
+  };
+  SmallVector<Value> found = e.loop(
+      firstRow, rowEnd, c1, {flag(false), flag(true)},
+      [&](Value row, ValueRange rowIt) {
+        Value queryPos = e.add(firstPosition, row);
+        return e.loop(firstKey, keyEnd, c1, rowIt,
+                      [&](Value key, ValueRange it) -> SmallVector<Value> {
+                        Value visible =
+                            variants.visible(batch, head, queryPos, key);
+                        return {e.orI(it[0], visible), e.andI(it[1], visible)};
+                      });
+      });
+  auto i8 = [&](int64_t value) -> Value {
+    return arith::ConstantIntOp::create(b, b.getI8Type(), value);
+  };
+  Value tileClass =
+      e.select(found[0], e.select(found[1], i8(kFullTile), i8(kPartialTile)),
+               i8(kEmptyTile));
+  memref::StoreOp::create(b, tileClass, classes,
+                          ValueRange{batch, head, queryTile, keyTile});
+  func::ReturnOp::create(b);
+  return func;
+}
+
+func::FuncOp mlir::attn::buildSimtTileListKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createSimtKernel(builder, loc, name, bindingTypes, tiling, "tile_list");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value q = args[0], k = args[1], classes = args[2], list = args[3],
+        counts = args[4], thread = args.back();
+  const int64_t TQ = flash.queryTile(), TK = flash.keyTile;
+  Value c0 = e.index(0), c1 = e.index(1);
+
+  // Thread order (bm, hm, query tile), the tile fastest.
+  Value queryTile = e.rem(thread, e.dim(classes, 2));
+  Value rest = e.div(thread, e.dim(classes, 2));
+  Value head = e.rem(rest, e.dim(classes, 1));
+  Value batch = e.div(rest, e.dim(classes, 1));
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  // The key tiles the flash kernel's query tile visits: from its first
+  // row's first visible key to its last row's last (under the op's mask).
+  Value firstRow = e.mul(queryTile, e.index(TQ));
+  Value lastRow = e.sub(e.minS(lq, e.add(firstRow, e.index(TQ))), c1);
+  Value begin = visibleKeys(e, shape, firstRow, lq, lk, c0, lk).first;
+  Value end = visibleKeys(e, shape, lastRow, lq, lk, c0, lk).second;
+  Value count = e.loop(
+      e.div(begin, e.index(TK)), e.ceilDiv(e.maxS(end, begin), e.index(TK)), c1,
+      {c0}, [&](Value tile, ValueRange it) -> SmallVector<Value> {
+        Value tileClass = memref::LoadOp::create(
+            b, classes, ValueRange{batch, head, queryTile, tile});
+        Value listed =
+            e.icmp(arith::CmpIPredicate::ne, tileClass,
+                   arith::ConstantIntOp::create(b, b.getI8Type(), kEmptyTile));
+        e.ifThen(listed, [&] {
+          memref::StoreOp::create(b, e.toI32(tile), list,
+                                  ValueRange{batch, head, queryTile, it[0]});
+        });
+        return {e.select(listed, e.add(it[0], c1), it[0])};
+      })[0];
+  memref::StoreOp::create(b, e.toI32(count), counts,
+                          ValueRange{batch, head, queryTile});
+  func::ReturnOp::create(b);
+  return func;
+}
 
 func::FuncOp mlir::attn::buildSimtFlashKernel(
     OpBuilder &builder, Location loc, StringRef name,

@@ -271,8 +271,9 @@ struct SimtFlashTiling {
 /// register fragments, each lane applies scale, softcap and mask and the
 /// online-softmax update to its elements (the row max agreed by the row's
 /// 4 lanes through shared memory), and each warp adds P V to its lanes'
-/// output fragments with attn.warp_mma. Bindings: q, k, v, [gate], o, [lse];
-/// for KeyPart::TreePrefix q, k, v, partial o, partial lse (split 0 of 2).
+/// output fragments with attn.warp_mma. Bindings: q, k, v, [gate], o, [lse]
+/// (with a block mask then tile classes, tile list, tile counts); for
+/// KeyPart::TreePrefix q, k, v, partial o, partial lse (split 0 of 2).
 func::FuncOp
 buildSimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
                      const SoftmaxAttentionShape &shape,
@@ -300,6 +301,29 @@ func::FuncOp buildSimtFlashDecodeKernel(OpBuilder &builder, Location loc,
                                         const GpuTiling &tiling,
                                         TypeRange bindingTypes,
                                         KeyPart part = KeyPart::All);
+
+/// The block mask of the flash kernel (SoftmaxAttentionKernels.h's
+/// TileClass) for the prefill tiles of `flash`: a thread per (Bm, Hm, query
+/// tile, key tile) classifies the tile under the mask_mod. Bindings: q, k,
+/// tile classes [Bm, Hm, QT, KT] i8, variant tensors.
+func::FuncOp buildSimtTileClassKernel(OpBuilder &builder, Location loc,
+                                      StringRef name,
+                                      const SoftmaxAttentionShape &shape,
+                                      const SimtFlashTiling &flash,
+                                      const GpuTiling &tiling,
+                                      TypeRange bindingTypes);
+
+/// A thread per (Bm, Hm, query tile) lists, ascending, the key tiles that
+/// the flash kernel's query tile visits and the mask_mod does not hide
+/// (FlexAttention's kv_indices and kv_num_blocks), so the flash kernel's
+/// blocks walk only those. Bindings: q, k, tile classes, tile list
+/// [Bm, Hm, QT, KT] i32, tile counts [Bm, Hm, QT] i32.
+func::FuncOp buildSimtTileListKernel(OpBuilder &builder, Location loc,
+                                     StringRef name,
+                                     const SoftmaxAttentionShape &shape,
+                                     const SimtFlashTiling &flash,
+                                     const GpuTiling &tiling,
+                                     TypeRange bindingTypes);
 
 /// One thread per (batch, head, query row): merges the partials through
 /// their log-sum-exp and applies the gate. Bindings: partial o, partial

@@ -70,12 +70,23 @@ func.func @layer(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CPU:         attn.dispatch @layer__flash1 {{.+}} bindings({{.+}}, %[[CLASSES]], %[[BIAS]], %[[DOCS]])
 // CPU:         attn.dispatch @layer__split_kv2 {{.+}} bindings({{.+}}, %[[BIAS]], %[[DOCS]])
 
-// CUDA-LABEL: func.func private @layer__flash0(
-// CUDA-SAME:    %{{.+}}: memref<4xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: index)
+// The CUDA block mask: a thread per tile classifies it, a thread per query
+// tile lists its key tiles that are not empty; the flash kernel's blocks
+// walk the list (FlexAttention's kv_indices and kv_num_blocks).
+// CUDA-LABEL: func.func private @layer__tile_classes0(
+// CUDA-SAME:    %{{.+}}: memref<?x?x?x?xi8>, %{{.+}}: memref<4xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: index)
+// CUDA:         arith.cmpi eq, %{{.+}}, %{{.+}} : i32
+// CUDA:         memref.store %{{.+}} : memref<?x?x?x?xi8>
+// CUDA-LABEL: func.func private @layer__tile_list1(
+// CUDA-SAME:    %{{.+}}: memref<?x?x?x?xi8>, %{{.+}}: memref<?x?x?x?xi32>, %{{.+}}: memref<?x?x?xi32>, %{{.+}}: index)
+// CUDA-LABEL: func.func private @layer__flash2(
+// CUDA-SAME:    %{{.+}}: memref<?x?x?x?xi8>, %[[LIST:.+]]: memref<?x?x?x?xi32>, %[[COUNTS:.+]]: memref<?x?x?xi32>, %{{.+}}: memref<4xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: index)
+// CUDA:         memref.load %[[COUNTS]]
+// CUDA:         memref.load %[[LIST]]
 // CUDA:         memref.load %{{.+}}[%{{.+}}] : memref<4xf32>
 // CUDA:         memref.load %{{.+}}[%{{.+}}, %{{.+}}] : memref<?x?xi32>
 // CUDA:         arith.cmpi eq, %{{.+}}, %{{.+}} : i32
-// CUDA-LABEL: func.func private @layer__flash_decode1(
+// CUDA-LABEL: func.func private @layer__flash_decode3(
 // CUDA-SAME:    %{{.+}}: memref<4xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: index)
 // CUDA:         arith.cmpi eq, %{{.+}}, %{{.+}} : i32
 
