@@ -16,6 +16,9 @@
 //  * tree verification, T = 8 and 64 random draft nodes over 8K and 32K
 //    prefix keys, in TFLOP/s of visible work, against dense attention of
 //    as many rows;
+//  * variants (SPEC §7): causal prefill (H = 32, Hkv = 8, the prefill
+//    sizes) with ALiBi, a relative-bias table (R = 64) and a document mask
+//    of 8 documents, as ratios to plain causal timed beside them;
 //  * Gated DeltaNet prefill (Qwen3-Next's linear layers: 16 k heads, 32 v
 //    heads, Dk = Dv = 128, 64-step chunks, bf16), L = 4K and 16K, in
 //    tokens per second and GB/s of the inputs and outputs.
@@ -177,6 +180,59 @@ double deviceMs(attn::Model &model, const std::vector<attn::Tensor> &inputs,
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
+}
+
+/// The variants table (SPEC §7): causal prefill with ALiBi, a relative-bias
+/// table and a document mask of 8 documents, as ratios to plain causal
+/// attention timed beside them (FlexAttention's times for the same
+/// variants come from bench/torch-attention-baseline.py).
+bool variantsTable(const Options &options, int64_t batch, int64_t length) {
+  const int heads = 32, kvHeads = 8, dim = 128;
+  const int64_t radius = 64, documents = 8;
+  std::printf("\n| causal prefill variant | B | H | L | ms | x plain causal "
+              "|\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  struct Variant {
+    const char *name, *keys;
+  };
+  const Variant variants[] = {
+      {"plain causal", ""},
+      {"alibi", R"(, "score_mod": "alibi")"},
+      {"relative_bias R = 64", R"(, "score_mod": {"relative_bias": 64})"},
+      {"document (8 documents)", R"(, "mask_mod": "document")"},
+  };
+  double plain = 0.0;
+  for (const Variant &variant : variants) {
+    std::unique_ptr<attn::Model> model =
+        load(options, layerJson(heads, kvHeads, dim, "causal", variant.keys));
+    if (!model)
+      return false;
+    std::vector<attn::Tensor> inputs =
+        randomInputs(batch, heads, kvHeads, length, length, dim);
+    if (std::string(variant.keys).find("relative_bias") != std::string::npos) {
+      attn::Tensor table(ATTN_F32, {heads, 2 * radius + 1});
+      for (int64_t i = 0; i < table.numElements(); ++i)
+        table.f32()[i] = 0.01f * static_cast<float>(i % 17);
+      inputs.push_back(std::move(table));
+    }
+    if (std::string(variant.keys).find("document") != std::string::npos) {
+      attn::Tensor docs(ATTN_I32, {batch, length});
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t j = 0; j < length; ++j)
+          docs.i32()[b * length + j] =
+              static_cast<int32_t>(j * documents / length);
+      inputs.push_back(std::move(docs));
+    }
+    double ms = deviceMs(*model, inputs, options.repeat);
+    if (ms < 0)
+      return false;
+    if (plain == 0.0)
+      plain = ms;
+    std::printf("| %s | %lld | %d | %lld | %.3f | %.3f |\n", variant.name,
+                static_cast<long long>(batch), heads,
+                static_cast<long long>(length), ms, ms / plain);
+  }
+  return true;
 }
 
 /// The sparse decode table: top-k and top-k + top-p against dense decode.
@@ -391,6 +447,8 @@ int main(int argc, char **argv) {
                                       ? std::vector<int64_t>{8192}
                                       : std::vector<int64_t>{8192, 32768};
   if (!sparseTable(options, *model, longKeys) || !treeTable(options, longKeys))
+    return 1;
+  if (!variantsTable(options, batch, length))
     return 1;
   std::vector<int64_t> sequences = small ? std::vector<int64_t>{200}
                                    : options.quick

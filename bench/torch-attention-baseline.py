@@ -6,7 +6,9 @@ same GPU in the same session (issue NVVM's benchmark):
     visible work for scaled_dot_product_attention (flash backend) and
     FlexAttention (torch.compile'd);
   * the card's copy bandwidth (a 1 GiB device-to-device copy, counted as
-    bytes read + written, as the CPU benchmarks count memcpy).
+    bytes read + written, as the CPU benchmarks count memcpy);
+  * FlexAttention on the variants of cuda-attention-bench's variants table
+    (ALiBi, a relative-bias table, a document mask), the anchor to beat.
 
 Timed with CUDA events, median of --repeat runs after warm-up. Divide
 cuda-attention-bench's numbers by these for the ratios in RESULTS.md.
@@ -31,6 +33,65 @@ def median_ms(fn, repeat):
         stop.synchronize()
         times.append(start.elapsed_time(stop))
     return statistics.median(times)
+
+
+def variants(args, length):
+    """FlexAttention's times for cuda-attention-bench's variants table
+    (SPEC §7): causal prefill, B=4, H=32, Hkv=8, D=128, bf16, with ALiBi, a
+    relative-bias table (R = 64) and a document mask of 8 documents, beside
+    plain causal."""
+    batch, heads, kv_heads, dim, radius = 4, 32, 8, 128, 64
+    try:
+        from torch.nn.attention.flex_attention import (create_block_mask,
+                                                       flex_attention)
+    except Exception as error:  # an older torch
+        print(f"\nFlexAttention variants: failed: {error!r}")
+        return
+    flex = torch.compile(flex_attention)
+    q = torch.randn(batch, heads, length, dim, device="cuda",
+                    dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, kv_heads, length, dim, device="cuda",
+                        dtype=torch.bfloat16) for _ in range(2))
+    n = 1 << (heads.bit_length() - 1)
+    slopes = torch.tensor(
+        [2.0 ** (-8.0 * (h + 1) / n) if h < n
+         else 2.0 ** (-4.0 * (2 * (h - n) + 1) / n) for h in range(heads)],
+        device="cuda")
+    table = (torch.arange(heads * (2 * radius + 1), device="cuda") % 17
+             ).float().reshape(heads, 2 * radius + 1) * 0.01
+    docs = (torch.arange(length, device="cuda") * 8 // length).int()
+
+    def causal(b, h, qi, ki):
+        return qi >= ki
+
+    def document(b, h, qi, ki):
+        return (qi >= ki) & (docs[qi] == docs[ki])
+
+    def alibi(score, b, h, qi, ki):
+        return score - slopes[h] * (qi - ki)
+
+    def relative_bias(score, b, h, qi, ki):
+        return score + table[h, (ki - qi).clamp(-radius, radius) + radius]
+
+    causal_mask = create_block_mask(causal, None, None, length, length)
+    document_mask = create_block_mask(document, None, None, length, length)
+    rows = [("plain causal", None, causal_mask),
+            ("alibi", alibi, causal_mask),
+            ("relative_bias R = 64", relative_bias, causal_mask),
+            ("document (8 documents)", None, document_mask)]
+    print("\n| causal prefill variant | FlexAttention ms | x plain causal |")
+    print("|---|---|---|")
+    plain = None
+    for name, score_mod, mask in rows:
+        try:
+            ms = median_ms(lambda: flex(q, k, v, score_mod=score_mod,
+                                        block_mask=mask, enable_gqa=True),
+                           args.repeat)
+        except Exception as error:
+            print(f"| {name} | failed: {error!r} | |")
+            continue
+        plain = plain or ms
+        print(f"| {name} | {ms:.3f} | {ms / plain:.3f} |")
 
 
 def main():
@@ -68,6 +129,7 @@ def main():
                   f"{flops / ms / 1e9:.1f} |")
         except Exception as error:  # no Triton, an older torch, ...
             print(f"| {name} | FlexAttention | failed: {error!r} | |")
+    variants(args, length)
     source = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     target = torch.empty_like(source)
     ms = median_ms(lambda: target.copy_(source), args.repeat)

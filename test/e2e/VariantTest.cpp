@@ -671,6 +671,38 @@ std::vector<NamedCase> namedCases() {
   return all;
 }
 
+/// The runtime checks the variant inputs' shapes against the entry's
+/// symbolic dims: doc_ids is [B, Lk], prefix_len [B], rel_bias [H, 2R+1].
+TEST(VariantInputs, WrongShapesAreErrorsNamingTheArgument) {
+  NamedCase c{.label = "shapes",
+              .scoreMod = R"({"relative_bias": 2})",
+              .maskMod = "\"document\""};
+  std::unique_ptr<Model> model = compileAndLoad(namedJson(c), 1);
+  ASSERT_TRUE(model);
+  int32_t entry = -1;
+  ASSERT_TRUE(model->findEntry("layer", entry).ok());
+  auto run = [&](std::vector<int64_t> biasShape,
+                 std::vector<int64_t> docShape) {
+    std::vector<Tensor> inputs{Tensor(ATTN_F32, {2, c.heads, 9, c.headDim}),
+                               Tensor(ATTN_F32, {2, c.kvHeads, 11, c.headDim}),
+                               Tensor(ATTN_F32, {2, c.kvHeads, 11, c.valueDim}),
+                               Tensor(ATTN_F32, biasShape),
+                               Tensor(ATTN_I32, docShape)};
+    std::vector<Tensor> outputs;
+    return model->run(entry, inputs, outputs);
+  };
+  EXPECT_TRUE(run({c.heads, 5}, {2, 11}).ok());
+  Status keys = run({c.heads, 5}, {2, 12});
+  EXPECT_FALSE(keys.ok());
+  EXPECT_NE(keys.message.find("doc_ids"), std::string::npos) << keys.message;
+  Status batch = run({c.heads, 5}, {3, 11});
+  EXPECT_FALSE(batch.ok());
+  EXPECT_NE(batch.message.find("doc_ids"), std::string::npos) << batch.message;
+  Status table = run({c.heads, 7}, {2, 11});
+  EXPECT_FALSE(table.ok());
+  EXPECT_NE(table.message.find("rel_bias"), std::string::npos) << table.message;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Descriptions, NamedVariants,
     testing::Combine(testing::ValuesIn(namedCases()),

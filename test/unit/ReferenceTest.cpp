@@ -105,6 +105,63 @@ TEST(Sdpa, EmptyRowIsZeroWithNegInfLse) {
   EXPECT_NEAR(r.output(0, 0, 2, 1), -7.0, kTight);
 }
 
+TEST(Variants, ScoreModSeesPositionsAfterSoftcap) {
+  // Lq = 2 against Lk = 3 (positions 1 and 2), zero scores: score_mod adds
+  // -(qp - kp), so row 1 (qp = 2) weighs keys 0, 1, 2 as e^-2 : e^-1 : 1.
+  Tensor q({1, 1, 2, 1}), k({1, 1, 3, 1});
+  Tensor v({1, 1, 3, 1}, {0.0, 1.0, 2.0});
+  Score score;
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  score.scoreMod = [&](double s, int64_t b, int64_t h, int64_t qp, int64_t kp) {
+    EXPECT_EQ(s, 0.0);
+    EXPECT_EQ(b, 0);
+    EXPECT_EQ(h, 0);
+    seen.emplace_back(qp, kp);
+    return s - static_cast<double>(qp - kp);
+  };
+  AttentionResult r = sdpa(q, k, v, Mask::causal(), score);
+  // Only visible keys are scored: (1, 0), (1, 1), then (2, 0..2).
+  std::vector<std::pair<int64_t, int64_t>> expected{
+      {1, 0}, {1, 1}, {2, 0}, {2, 1}, {2, 2}};
+  EXPECT_EQ(seen, expected);
+  double w0 = std::exp(-2.0), w1 = std::exp(-1.0), w2 = 1.0;
+  EXPECT_NEAR(r.output(0, 0, 1, 0), (w1 + 2 * w2) / (w0 + w1 + w2), kTight);
+  EXPECT_NEAR(r.lse(0, 0, 1), std::log(w0 + w1 + w2), kTight);
+}
+
+TEST(Variants, MaskModNarrowsTheMaskAndEmptiesRows) {
+  // mask_mod hides odd keys and every key of the row at position 3.
+  Tensor q({1, 1, 2, 1}), k({1, 1, 4, 1});
+  Tensor v({1, 1, 4, 1}, {10.0, 20.0, 30.0, 40.0});
+  Score score;
+  score.maskMod = [](int64_t, int64_t, int64_t qp, int64_t kp) {
+    return kp % 2 == 0 && qp != 3;
+  };
+  AttentionResult r = sdpa(q, k, v, Mask::causal(), score);
+  EXPECT_NEAR(r.output(0, 0, 0, 0), 20.0, kTight); // keys 0, 2
+  EXPECT_NEAR(r.lse(0, 0, 0), std::log(2.0), kTight);
+  EXPECT_EQ(r.output(0, 0, 1, 0), 0.0);
+  EXPECT_EQ(r.lse(0, 0, 1), -std::numeric_limits<double>::infinity());
+}
+
+TEST(Variants, TreePositionsAreDepths) {
+  // P = 2 prefix keys and a chain root -> 1 plus a sibling 2 of 1: node 2
+  // (depth 1) sits at 3, its tree keys P + 0 and P + 2 at 2 and 3.
+  Tensor q({1, 1, 3, 1}), k({1, 1, 5, 1}), v({1, 1, 5, 1});
+  IntTensor parents({1, 3}, {-1, 0, 0});
+  Score score;
+  std::set<std::pair<int64_t, int64_t>> node2;
+  score.maskMod = [&](int64_t, int64_t, int64_t qp, int64_t kp) {
+    if (qp == 3)
+      node2.emplace(qp, kp);
+    return true;
+  };
+  treeSdpa(q, k, v, parents, std::nullopt, score);
+  std::set<std::pair<int64_t, int64_t>> expected{
+      {3, 0}, {3, 1}, {3, 2}, {3, 3}};
+  EXPECT_EQ(node2, expected);
+}
+
 TEST(Sdpa, HugeLogitsDoNotOverflow) {
   // Scores of 1e4 and 1e4 - ln 2: weights 2/3 and 1/3, exactly representable
   // only through the running maximum.
