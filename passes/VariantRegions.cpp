@@ -6,7 +6,8 @@
 // only on the head); every other value becomes a vector of the same op, its
 // index values i32 lanes. tensor.extract becomes a load (scalar indices) or
 // a gather (lane indices), its indices clamped into the tensor so that no
-// region, and no lane past the end of a tile, can read outside it.
+// region, and no lane past the end of a tile, can read outside it (an empty
+// tensor reads as 0).
 //
 //===----------------------------------------------------------------------===//
 
@@ -125,12 +126,36 @@ private:
     SmallVector<Value> sizes;
     for (int64_t d = 0; d < rank; ++d)
       sizes.push_back(memref::DimOp::create(b, buffer, d));
+    // An empty tensor has no element to clamp to: it reads as 0.
+    Value nonEmpty;
+    for (Value size : sizes) {
+      Value positive =
+          arith::CmpIOp::create(b, arith::CmpIPredicate::sgt, size,
+                                arith::ConstantIndexOp::create(b, 0));
+      nonEmpty =
+          nonEmpty ? arith::AndIOp::create(b, nonEmpty, positive) : positive;
+    }
+    Type element = type.getElementType();
     if (!llvm::any_of(op.getIndices(), isLanes)) {
       SmallVector<Value> indices;
       for (auto [index, size] : llvm::zip(op.getIndices(), sizes))
         indices.push_back(clamp(scalars.lookup(index), size));
-      scalars.map(op.getResult(),
-                  memref::LoadOp::create(b, buffer, indices).getResult());
+      Value loaded;
+      if (!nonEmpty) {
+        loaded = memref::LoadOp::create(b, buffer, indices);
+      } else {
+        auto read = scf::IfOp::create(b, element, nonEmpty,
+                                      /*withElseRegion=*/true);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(read.thenBlock());
+        scf::YieldOp::create(
+            b, ValueRange{memref::LoadOp::create(b, buffer, indices)});
+        b.setInsertionPointToStart(read.elseBlock());
+        scf::YieldOp::create(b, ValueRange{arith::ConstantOp::create(
+                                    b, b.getZeroAttr(element))});
+        loaded = read.getResult(0);
+      }
+      scalars.map(op.getResult(), loaded);
       return;
     }
     VectorType offsetType = vectorOf(b.getIndexType());
@@ -153,16 +178,14 @@ private:
         all[0].push_back(d);
       flat = memref::CollapseShapeOp::create(b, buffer, all);
     }
-    Type element = type.getElementType();
     auto resultType = VectorType::get({width}, element);
-    Value allLanes = arith::ConstantOp::create(
-        b,
-        DenseElementsAttr::get(VectorType::get({width}, b.getI1Type()), true));
+    Value readLanes = vector::BroadcastOp::create(
+        b, VectorType::get({width}, b.getI1Type()), nonEmpty);
     Value zero = arith::ConstantOp::create(
         b, DenseElementsAttr::get(resultType, b.getZeroAttr(element)));
     lanes[op.getResult()] = vector::GatherOp::create(
         b, resultType, flat, ValueRange{arith::ConstantIndexOp::create(b, 0)},
-        offset, allLanes, zero);
+        offset, readLanes, zero);
   }
 
   /// The op on vectors. Casts between index (i32 lanes) and an integer

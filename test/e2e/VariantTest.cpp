@@ -703,6 +703,45 @@ TEST(VariantInputs, WrongShapesAreErrorsNamingTheArgument) {
   EXPECT_NE(table.message.find("rel_bias"), std::string::npos) << table.message;
 }
 
+/// A region may read any tensor the caller passes, even an empty one: it
+/// reads as 0 (never outside the buffer), on every backend's kernels.
+TEST(VariantInputs, EmptyTensorReadsAsZero) {
+  const char *source = R"mlir(
+    func.func @layer(%q: tensor<?x2x?x8xf32>, %k: tensor<?x2x?x8xf32>,
+                     %v: tensor<?x2x?x8xf32>, %bias: tensor<?xf32>)
+        -> tensor<?x2x?x8xf32> {
+      %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
+          : tensor<?x2x?x8xf32>, tensor<?x2x?x8xf32>, tensor<?x2x?x8xf32>
+          score_mod {
+          ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+            %d = arith.subi %qp, %kp : index
+            %x = tensor.extract %bias[%d] : tensor<?xf32>
+            %r = arith.addf %s, %x : f32
+            attn.yield %r : f32
+          }
+      return %o : tensor<?x2x?x8xf32>
+    }
+  )mlir";
+  for (Backend backend : {Backend::Cpu, Backend::CudaKernelsOnCpu}) {
+    std::string skip;
+    std::unique_ptr<Model> model =
+        compileAndLoadFor(backend, attnIR(source), 2, skip);
+    ASSERT_TRUE(model);
+    std::mt19937_64 rng(5);
+    for (int64_t rows : {1, 40}) {
+      ref::Tensor q = randomF32({1, 2, rows, 8}, rng, -1.0, 1.0);
+      ref::Tensor k = randomF32({1, 2, 40, 8}, rng, -1.0, 1.0);
+      ref::Tensor v = randomF32({1, 2, 40, 8}, rng, -1.0, 1.0);
+      std::vector<Tensor> out = runEntry(
+          *model, "layer",
+          {toRuntime(q), toRuntime(k), toRuntime(v), Tensor(ATTN_F32, {0})});
+      ASSERT_EQ(out.size(), 1u);
+      expectMatches(out[0], ref::sdpa(q, k, v, ref::Mask::causal()).output,
+                    backendName(backend));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Descriptions, NamedVariants,
     testing::Combine(testing::ValuesIn(namedCases()),
