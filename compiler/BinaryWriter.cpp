@@ -3,6 +3,7 @@
 #include "compiler/BinaryWriter.h"
 
 #include "Attn/AttnOps.h"
+#include "AttnKernel/AttnKernelOps.h"
 #include "runtime/Checksum.h"
 #include "runtime/schemas/attnb_generated.h"
 

@@ -7,6 +7,7 @@
 #include "passes/SimtKernels.h"
 
 #include "Attn/AttnDialect.h"
+#include "AttnKernel/AttnKernelOps.h"
 #include "frontend/HuggingFaceConfig.h"
 #include "frontend/ModelToAttn.h"
 
@@ -33,7 +34,7 @@ llvm::Error error(const llvm::Twine &message) {
 } // namespace
 
 void mlir::attn::registerCompilerDialects(DialectRegistry &registry) {
-  registry.insert<AttnDialect>();
+  registry.insert<AttnDialect, AttnKernelDialect>();
   registerAllDialects(registry);
   registerAllExtensions(registry);
   registerBuiltinDialectTranslation(registry);

@@ -1,7 +1,7 @@
-//===- AsyncCopy.cpp - Lowerings of attn.async_copy -----------------------===//
+//===- AsyncCopy.cpp - Lowerings of attn_kernel.async_copy -----------------------===//
 //
-// attn.async_copy is one thread's copy of 4, 8 or 16 bytes into a shared
-// buffer that may complete as late as the thread's next attn.async_wait
+// attn_kernel.async_copy is one thread's copy of 4, 8 or 16 bytes into a shared
+// buffer that may complete as late as the thread's next attn_kernel.async_wait
 // (see the op). Block kernels stage their tiles with it so that a thread
 // has all its copies of a tile in flight at once, instead of one load and
 // its store at a time. Two lowerings:
@@ -10,11 +10,12 @@
 //    block's threads one after another, so there is nothing to overlap;
 //  * cp.async (-attn-async-copy-to-nvvm): global memory to shared memory
 //    without passing through registers, zero-filled where the copy is not
-//    valid, committed and waited for at attn.async_wait.
+//    valid, committed and waited for at attn_kernel.async_wait.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Attn/AttnOps.h"
+#include "AttnKernel/AttnKernelOps.h"
 #include "passes/Passes.h"
 #include "passes/SimtKernels.h"
 

@@ -16,6 +16,7 @@
 #include "passes/SoftmaxAttentionKernels.h"
 
 #include "Attn/AttnOps.h"
+#include "AttnKernel/AttnKernelOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"

@@ -4,7 +4,7 @@
 // -attn-gpu-dispatches: an entry function on tensors becomes a host
 // function on buffers in destination-passing style (inputs, then one
 // buffer per result, each argument's symbolic shape in `attn.shape`) whose
-// body is index arithmetic, temporaries and `attn.dispatch` ops. What each
+// body is index arithmetic, temporaries and `attn_kernel.dispatch` ops. What each
 // attention op dispatches is the target's: a subclass lowers one op at a
 // time and creates its kernels before the entry.
 //
@@ -14,6 +14,7 @@
 #define ATTN_PASSES_ENTRYLOWERING_H
 
 #include "Attn/AttnOps.h"
+#include "AttnKernel/AttnKernelOps.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"

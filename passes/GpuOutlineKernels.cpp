@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Attn/AttnOps.h"
+#include "AttnKernel/AttnKernelOps.h"
 #include "passes/Passes.h"
 #include "passes/SimtKernels.h"
 
@@ -122,7 +123,7 @@ struct AttnGpuOutlineKernels final
       auto loop = dyn_cast<scf::ParallelOp>(op->getParentOp());
       if (launch->perBlock && loop && loop->hasAttr(kThreadLoopAttr))
         return WalkResult::advance();
-      op.emitError("attn.warp_mma must be directly in a thread loop of a "
+      op.emitError("attn_kernel.warp_mma must be directly in a thread loop of a "
                    "block kernel, where the 32 lanes of a warp run it "
                    "together");
       return WalkResult::interrupt();
@@ -170,7 +171,7 @@ struct AttnGpuOutlineKernels final
       b.setInsertionPointAfter(perThread);
       for (Operation *user : llvm::make_early_inc_range(alloca->getUsers())) {
         auto view = dyn_cast<memref::SubViewOp>(user);
-        // A warp's view, read by attn.warp_mma as lhs fragments: on the GPU
+        // A warp's view, read by attn_kernel.warp_mma as lhs fragments: on the GPU
         // each lane holds its own, and the lowering shuffles the others'.
         auto fragmentRead = [&](Operation *viewUser) {
           auto mma = dyn_cast<WarpMmaOp>(viewUser);
@@ -205,7 +206,7 @@ struct AttnGpuOutlineKernels final
           return user->emitError(
               "a register buffer may only be used through a thread's view of "
               "its own slice (memref.subview at the thread of the enclosing "
-              "thread loop), or its warp's that attn.warp_mma reads as lhs "
+              "thread loop), or its warp's that attn_kernel.warp_mma reads as lhs "
               "fragments");
         OpBuilder at(view);
         view.replaceAllUsesWith(
@@ -250,7 +251,7 @@ struct AttnGpuOutlineKernels final
                  vector::StoreOp, WarpMmaOp, AsyncCopyOp>(user))
           return user->emitError("a shared buffer may only be loaded, "
                                  "stored (elements or vectors) and used by "
-                                 "attn.warp_mma and attn.async_copy");
+                                 "attn_kernel.warp_mma and attn_kernel.async_copy");
       MemRefType type = alloca.getType();
       auto sharedType =
           MemRefType::get(type.getShape(), type.getElementType(),

@@ -16,6 +16,7 @@
 #include "passes/Passes.h"
 
 #include "Attn/AttnOps.h"
+#include "AttnKernel/AttnKernelOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"

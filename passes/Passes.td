@@ -32,7 +32,7 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
     - a host function on memrefs in destination-passing style (inputs, then
       one buffer per result; `attn.entry`, with each argument's symbolic
       shape in `attn.shape`), whose body is index arithmetic on the
-      argument dims, `memref.alloc` of temporaries and `attn.dispatch` ops;
+      argument dims, `memref.alloc` of temporaries and `attn_kernel.dispatch` ops;
     - one kernel function per dispatch (`attn.kernel`, with the tile sizes
       in `attn.tiling`): the body of one workgroup in scf + vector + memref
       + math.
@@ -51,7 +51,7 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
     state passed from chunk to chunk) for prefill, and the step-by-step
     recurrence for calls of at most `recurrent-max-steps` steps (decode).
     When batch x value heads is smaller than the runtime's worker count
-    (`attn.worker_count`), the chunked form can instead run over column
+    (`attn_kernel.worker_count`), the chunked form can instead run over column
     tiles of the state (at most `state-columns` value features each), the
     host choosing whichever has the shorter critical path. Output gates
     fused into the op run in the kernels' epilogues (the rmsnorm-silu gate
@@ -90,7 +90,7 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
     "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect",
-    "::mlir::cf::ControlFlowDialect"
+    "::mlir::cf::ControlFlowDialect", "::mlir::attn::AttnKernelDialect"
   ];
 }
 
@@ -100,7 +100,7 @@ def AttnMergeIdenticalKernels
   let description = [{
     Equal layers of a model lower to entries whose kernels (`attn.kernel`
     functions) are the same but for their symbol names. This pass keeps the
-    first of each set of equal kernels, points every `attn.dispatch` of the
+    first of each set of equal kernels, points every `attn_kernel.dispatch` of the
     others at it and erases them, so code generation, which costs time per
     kernel, runs once per distinct kernel (a 48-layer model of two layer
     kinds compiles the kernels of two layers). Runs after the dispatch
@@ -109,10 +109,10 @@ def AttnMergeIdenticalKernels
     ```mlir
     func.func private @a__flash0(...) attributes {attn.kernel = "flash"}
     func.func private @b__flash0(...) attributes {attn.kernel = "flash"}
-    attn.dispatch @b__flash0 ...
+    attn_kernel.dispatch @b__flash0 ...
     // becomes (when the two bodies are equal)
     func.func private @a__flash0(...) attributes {attn.kernel = "flash"}
-    attn.dispatch @a__flash0 ...
+    attn_kernel.dispatch @a__flash0 ...
     ```
   }];
 }
@@ -157,7 +157,7 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
   let summary = "Split each entry into a host dispatch program and CUDA kernels";
   let description = [{
     The same host functions as -attn-cpu-dispatches (destination passing,
-    `attn.shape`, index arithmetic, temporaries, `attn.dispatch`), with
+    `attn.shape`, index arithmetic, temporaries, `attn_kernel.dispatch`), with
     CUDA kernels (`attn.kernel`, the launch shape in `attn.tiling`): a
     function `(bindings..., %workgroup: index)` in scalar scf + memref +
     math. In a thread kernel a workgroup is one CUDA thread; in a block
@@ -167,7 +167,7 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
 
     Softmax attention runs as a flash block kernel: a block per (batch,
     head, tile of 16 query rows per warp) stages q and each key tile's k
-    and v in shared memory and computes both products with `attn.warp_mma`
+    and v in shared memory and computes both products with `attn_kernel.warp_mma`
     (tensor cores for f16/bf16), a thread per row doing the masked online
     softmax; the tiles are the largest that fit in half of
     `max-shared-bytes`. Calls with at most `decode-max-queries` query rows
@@ -198,7 +198,8 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
     "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect", "::mlir::attn::AttnDialect",
-    "::mlir::cf::ControlFlowDialect", "::mlir::vector::VectorDialect"
+    "::mlir::attn::AttnKernelDialect", "::mlir::cf::ControlFlowDialect",
+    "::mlir::vector::VectorDialect"
   ];
 }
 
@@ -254,9 +255,9 @@ def AttnNvvmExternDynamicShared
 }
 
 def AttnWarpMmaToLoops : Pass<"attn-warp-mma-to-loops"> {
-  let summary = "Each lane's share of attn.warp_mma as loops";
+  let summary = "Each lane's share of attn_kernel.warp_mma as loops";
   let description = [{
-    Replaces every `attn.warp_mma` by loops that compute the calling lane's
+    Replaces every `attn_kernel.warp_mma` by loops that compute the calling lane's
     accumulator elements (see the op): per block of 8 columns, its 2 rows x
     2 columns, each a fused multiply-add chain over K in f32. This is the
     op's CPU lowering, and on the GPU the one for f32 and for chips without
@@ -272,9 +273,9 @@ def AttnWarpMmaToLoops : Pass<"attn-warp-mma-to-loops"> {
 }
 
 def AttnWarpMmaToNvvm : Pass<"attn-warp-mma-to-nvvm"> {
-  let summary = "attn.warp_mma on f16/bf16 as tensor-core mma.sync";
+  let summary = "attn_kernel.warp_mma on f16/bf16 as tensor-core mma.sync";
   let description = [{
-    Lowers every f16 or bf16 `attn.warp_mma` to `nvvm.mma.sync` with shape
+    Lowers every f16 or bf16 `attn_kernel.warp_mma` to `nvvm.mma.sync` with shape
     m16n8k16 (row-major A, column-major B, f32 accumulators) when `chip` is
     sm_80 or newer: per 16-wide step of K the lane loads its A fragment
     once (4 pairs of elements), then per block of 8 columns its B fragment
@@ -305,11 +306,11 @@ def AttnWarpMmaToNvvm : Pass<"attn-warp-mma-to-nvvm"> {
 }
 
 def AttnAsyncCopyToLoops : Pass<"attn-async-copy-to-loops"> {
-  let summary = "attn.async_copy as a copy done at once";
+  let summary = "attn_kernel.async_copy as a copy done at once";
   let description = [{
-    Replaces every `attn.async_copy` by a vector load and store of its
+    Replaces every `attn_kernel.async_copy` by a vector load and store of its
     elements (or stores of zeros where it is not valid) and erases
-    `attn.async_wait`: each copy is complete when the thread moves on. This
+    `attn_kernel.async_wait`: each copy is complete when the thread moves on. This
     is the CPU lowering, which runs a block's threads one after another.
   }];
   let dependentDialects = [
@@ -319,12 +320,12 @@ def AttnAsyncCopyToLoops : Pass<"attn-async-copy-to-loops"> {
 }
 
 def AttnAsyncCopyToNvvm : Pass<"attn-async-copy-to-nvvm"> {
-  let summary = "attn.async_copy as cp.async";
+  let summary = "attn_kernel.async_copy as cp.async";
   let description = [{
-    On sm_80 and newer, lowers every `attn.async_copy` to
+    On sm_80 and newer, lowers every `attn_kernel.async_copy` to
     `nvgpu.device_async_copy` (PTX `cp.async`, `.cg` for 16 bytes), whose
     source size is 0 where the copy is not valid so that the target gets
-    zeros, and every `attn.async_wait` to `cp.async.commit_group` and
+    zeros, and every `attn_kernel.async_wait` to `cp.async.commit_group` and
     `cp.async.wait_group 0`. Runs after -attn-gpu-outline-kernels, which
     puts the shared buffers in workgroup memory. Older chips get the plain
     copies of -attn-async-copy-to-loops.

@@ -5,12 +5,12 @@
 // and walks the key tiles its rows see (the mask's range). Tiles are staged
 // in shared memory by asynchronous copies that overlap the products before
 // them; each warp computes its rows' scores S = q k^T with
-// attn.warp_mma (tensor cores for f16/bf16) into its lanes' fragments;
+// attn_kernel.warp_mma (tensor cores for f16/bf16) into its lanes' fragments;
 // each lane masks its elements and, once a row's 4 lanes have exchanged
 // their parts of its max, does the online-softmax update of its elements
 // (its rows' m, its part of l and its output fragment, all in registers);
 // and each warp adds P v to its lanes' output fragments with
-// attn.warp_mma, P taken from the lanes' score fragments (lhs_fragment:
+// attn_kernel.warp_mma, P taken from the lanes' score fragments (lhs_fragment:
 // it never leaves the registers on the GPU). P is rounded to the storage
 // dtype for the tensor cores, and l sums the rounded values, so o stays a
 // weighted mean of v. Key tiles inside every row's visible keys skip the
@@ -650,8 +650,8 @@ func::FuncOp buildFlash(OpBuilder &builder, Location loc, StringRef name,
   // where rowAt(j).second holds, zeros elsewhere. 16 bytes a copy where a
   // row is whole 16-byte pieces (every row then starts 16-byte aligned, in
   // global memory as in the padded shared rows), all of a thread's copies
-  // in flight at once (attn.async_copy: cp.async on the GPU; they are
-  // complete after the thread's next attn.async_wait); else an element a
+  // in flight at once (attn_kernel.async_copy: cp.async on the GPU; they are
+  // complete after the thread's next attn_kernel.async_wait); else an element a
   // load.
   auto stageRows =
       [&](Value thread, int64_t count, Value from, Value to, int64_t dim,

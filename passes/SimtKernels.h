@@ -37,6 +37,8 @@
 #include "passes/SoftmaxAttentionKernels.h"
 #include "passes/VariantRegions.h"
 
+#include "AttnKernel/AttnKernelOps.h"
+
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
@@ -82,7 +84,7 @@ constexpr llvm::StringLiteral kRegisterBufferAttr = "attn.registers";
 
 class WarpMmaOp;
 
-/// Checks an attn.warp_mma whose lhs is the warp's fragments: lhs is
+/// Checks an attn_kernel.warp_mma whose lhs is the warp's fragments: lhs is
 /// registersOfWarp of a register buffer at the thread of the thread loop
 /// that holds the op, and no op of that loop writes the buffer (on the CPU
 /// a lane reads other lanes' fragments from it, and lanes run one after
@@ -143,7 +145,7 @@ struct SimtEmitter : KernelEmitter {
   /// thread of the enclosing thread loop.
   Value registersOf(Value buffer, Value thread);
   /// The [32, shape...] registers of the warp of thread `thread` (of the
-  /// enclosing thread loop), for attn.warp_mma's lhs fragments alone: the
+  /// enclosing thread loop), for attn_kernel.warp_mma's lhs fragments alone: the
   /// CUDA outliner makes them the thread's own, whose lanes exchange
   /// elements by shuffles.
   Value registersOfWarp(Value buffer, Value thread);
@@ -168,7 +170,7 @@ struct SimtEmitter : KernelEmitter {
 };
 
 /// Where lane `lane`'s elements of an mma.m16n8k16 accumulator fragment
-/// lie in a warp's 16-row tile from row `row` (attn.warp_mma): with
+/// lie in a warp's 16-row tile from row `row` (attn_kernel.warp_mma): with
 /// g = lane / 4 and t = lane % 4, rows row + g and row + g + 8, columns
 /// 8 b + 2t and 8 b + 2t + 1 of each block b of 8 columns.
 struct MmaFragmentLayout {
@@ -223,7 +225,7 @@ private:
 };
 
 /// The tiles of the flash block kernel: a warp per 16 query rows, key
-/// tiles of `keyTile` keys, head dims padded for attn.warp_mma.
+/// tiles of `keyTile` keys, head dims padded for attn_kernel.warp_mma.
 struct SimtFlashTiling {
   int64_t warps = 4, keyTile = 64;
   /// Row tiles of 16 per warp: 2 shares each k and v fragment between two
@@ -267,11 +269,11 @@ struct SimtFlashTiling {
 /// 16 * rowTiles * warps query rows): the block stages its q tile and each
 /// key tile's k and v in shared memory (asynchronous copies overlapping the
 /// products before them); per key tile each warp computes its rows'
-/// scores with attn.warp_mma (tensor cores for f16/bf16) into its lanes'
+/// scores with attn_kernel.warp_mma (tensor cores for f16/bf16) into its lanes'
 /// register fragments, each lane applies scale, softcap and mask and the
 /// online-softmax update to its elements (the row max agreed by the row's
 /// 4 lanes through shared memory), and each warp adds P V to its lanes'
-/// output fragments with attn.warp_mma. Bindings: q, k, v, [gate], o, [lse]
+/// output fragments with attn_kernel.warp_mma. Bindings: q, k, v, [gate], o, [lse]
 /// (with a block mask then tile classes, tile list, tile counts); for
 /// KeyPart::TreePrefix q, k, v, partial o, partial lse (split 0 of 2).
 func::FuncOp

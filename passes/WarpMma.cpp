@@ -1,6 +1,6 @@
-//===- WarpMma.cpp - Lowerings of attn.warp_mma ---------------------------===//
+//===- WarpMma.cpp - Lowerings of attn_kernel.warp_mma ---------------------------===//
 //
-// attn.warp_mma is one lane's share of a warp's 16-row matrix product: the
+// attn_kernel.warp_mma is one lane's share of a warp's 16-row matrix product: the
 // elements of mma.m16n8k16's accumulator fragment that the lane holds, in
 // every block of 8 columns (see the op). Two lowerings compute that share:
 //
@@ -25,6 +25,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Attn/AttnOps.h"
+#include "AttnKernel/AttnKernelOps.h"
 #include "passes/Passes.h"
 #include "passes/SimtKernels.h"
 

@@ -46,10 +46,10 @@ func.func @stage(%k: memref<?x128xbf16>,
                  %x: memref<?xf32>,
                  %xs: memref<4xf32, #gpu.address_space<workgroup>>,
                  %i: index, %j: index, %valid: i1) {
-  attn.async_copy %k[%i, %j], %ks[%j, %j] if(%valid) elements(8)
+  attn_kernel.async_copy %k[%i, %j], %ks[%j, %j] if(%valid) elements(8)
       : memref<?x128xbf16>, memref<64x136xbf16, #gpu.address_space<workgroup>>
-  attn.async_copy %x[%i], %xs[%j] if(%valid) elements(1)
+  attn_kernel.async_copy %x[%i], %xs[%j] if(%valid) elements(1)
       : memref<?xf32>, memref<4xf32, #gpu.address_space<workgroup>>
-  attn.async_wait
+  attn_kernel.async_wait
   return
 }

@@ -30,9 +30,9 @@
 // CHECK:         %[[FLASH:.+]] = arith.select %[[DECODE]], %c0
 // CHECK:         %[[PO:.+]] = memref.alloc({{.+}}) : memref<?x8x?x?x64xf32>
 // CHECK:         %[[PL:.+]] = memref.alloc({{.+}}) : memref<?x8x?x?xf32>
-// CHECK:         attn.dispatch @layer__flash0 workgroups(%[[FLASH]]) bindings(%[[Q]], %[[K]], %[[V]], %[[G]], %[[O]])
-// CHECK:         attn.dispatch @layer__split_kv1 workgroups(%{{.+}}) bindings(%[[Q]], %[[K]], %[[V]], %[[PO]], %[[PL]])
-// CHECK:         attn.dispatch @layer__merge2 workgroups(%{{.+}}) bindings(%[[PO]], %[[PL]], %[[G]], %[[O]])
+// CHECK:         attn_kernel.dispatch @layer__flash0 workgroups(%[[FLASH]]) bindings(%[[Q]], %[[K]], %[[V]], %[[G]], %[[O]])
+// CHECK:         attn_kernel.dispatch @layer__split_kv1 workgroups(%{{.+}}) bindings(%[[Q]], %[[K]], %[[V]], %[[PO]], %[[PL]])
+// CHECK:         attn_kernel.dispatch @layer__merge2 workgroups(%{{.+}}) bindings(%[[PO]], %[[PL]], %[[G]], %[[O]])
 // CHECK-NEXT:    return
 func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
                  %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>,
@@ -72,8 +72,8 @@ func.func @window(%q: tensor<?x4x?x32xf32>, %k: tensor<?x4x?x32xf32>,
 
 // CHECK-LABEL: func.func @chained(
 // CHECK:         %[[TMP:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x2x?x16xf32>
-// CHECK:         attn.dispatch @chained__flash0 {{.+}} bindings({{.+}}, %[[TMP]])
-// CHECK:         attn.dispatch @chained__flash3 {{.+}} bindings(%[[TMP]],
+// CHECK:         attn_kernel.dispatch @chained__flash0 {{.+}} bindings({{.+}}, %[[TMP]])
+// CHECK:         attn_kernel.dispatch @chained__flash3 {{.+}} bindings(%[[TMP]],
 func.func @chained(%q: tensor<?x2x?x16xf32>, %k: tensor<?x2x?x16xf32>)
     -> tensor<?x2x?x16xf32> {
   %o = attn.sdpa %q, %k, %k {mask = #attn.mask<none>}
@@ -160,8 +160,8 @@ func.func @gdn(%q: tensor<?x2x?x32xf32> {attn.name = "q"}, %k: tensor<?x2x?x32xf
 // CHECK:         %[[GROUPS:.+]] = arith.muli %{{.+}}, %c4
 // CHECK:         %[[CHUNKED:.+]] = arith.select %[[STEPWISE]], %c0{{.*}}, %[[GROUPS]] : index
 // CHECK:         %[[STEPS:.+]] = arith.select %[[STEPWISE]], %[[GROUPS]], %c0{{.*}} : index
-// CHECK:         attn.dispatch @gdn__chunked0 workgroups(%[[CHUNKED]]) bindings(%[[Q]], {{.+}}, %[[O]], %[[S]])
-// CHECK:         attn.dispatch @gdn__recurrent1 workgroups(%[[STEPS]]) bindings(%[[Q]], {{.+}}, %[[O]], %[[S]])
+// CHECK:         attn_kernel.dispatch @gdn__chunked0 workgroups(%[[CHUNKED]]) bindings(%[[Q]], {{.+}}, %[[O]], %[[S]])
+// CHECK:         attn_kernel.dispatch @gdn__recurrent1 workgroups(%[[STEPS]]) bindings(%[[Q]], {{.+}}, %[[O]], %[[S]])
 // CHECK-NEXT:    return
 
 // -----
@@ -202,7 +202,7 @@ func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64x
 // CHECK:         %[[STEPWISE:.+]] = arith.cmpi ule
 // CHECK:         %[[GROUPS:.+]] = arith.muli %{{.+}}, %c1
 // CHECK:         %[[WHOLE:.+]] = arith.select %[[STEPWISE]], %c0{{.*}}, %[[GROUPS]] : index
-// CHECK:         %[[WORKERS:.+]] = attn.worker_count : index
+// CHECK:         %[[WORKERS:.+]] = attn_kernel.worker_count : index
 // CHECK:         %[[ROUNDS:.+]] = arith.ceildivui %[[GROUPS]], %[[WORKERS]]
 // CHECK:         %[[PATH:.+]] = arith.muli %[[ROUNDS]], %c291498
 // CHECK:         %[[TILES:.+]] = arith.muli %[[GROUPS]], %c2
@@ -214,10 +214,10 @@ func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64x
 // CHECK:         %[[CHUNKED:.+]] = arith.select %[[ISROWS]], %[[WHOLE]], %c0
 // CHECK:         %[[IS40:.+]] = arith.cmpi eq, %[[WIDTH]], %c40
 // CHECK:         %[[COLUMNS:.+]] = arith.select %[[IS40]], %{{.+}}, %c0
-// CHECK:         attn.dispatch @wide__chunked0 workgroups(%[[CHUNKED]])
-// CHECK:         attn.dispatch @wide__chunked_columns40_2 workgroups(%[[COLUMNS]])
-// CHECK:         attn.dispatch @wide__gate3 workgroups(%{{.+}})
-// CHECK:         attn.dispatch @wide__recurrent1 workgroups(%{{.+}})
+// CHECK:         attn_kernel.dispatch @wide__chunked0 workgroups(%[[CHUNKED]])
+// CHECK:         attn_kernel.dispatch @wide__chunked_columns40_2 workgroups(%[[COLUMNS]])
+// CHECK:         attn_kernel.dispatch @wide__gate3 workgroups(%{{.+}})
+// CHECK:         attn_kernel.dispatch @wide__recurrent1 workgroups(%{{.+}})
 
 // -----
 

@@ -38,7 +38,7 @@ func.func @host(%in: memref<?x4xf32>, %out: memref<?x4xf32>)
     attributes {attn.entry, attn.num_inputs = 1 : i64} {
   %c0 = arith.constant 0 : index
   %n = memref.dim %in, %c0 : memref<?x4xf32>
-  attn.dispatch @copy_rows workgroups(%n) bindings(%in, %out)
+  attn_kernel.dispatch @copy_rows workgroups(%n) bindings(%in, %out)
       : memref<?x4xf32>, memref<?x4xf32>
   return
 }

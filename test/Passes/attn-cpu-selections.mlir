@@ -22,8 +22,8 @@
 // CHECK:         cf.assert %[[OK]], "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / 16), the blocks of the keys"
 // CHECK:         %[[CARRIER:.*]] = memref.alloc(%[[LK]]) : memref<?x0xi32>
 // CHECK:         %[[BLOCKS:.*]] = memref.alloc({{.*}}) : memref<?x4x?x?xi32>
-// CHECK:         attn.dispatch @topk__select_topk0 workgroups({{.*}}) bindings(%arg0, %[[META]], %[[CARRIER]], %[[BLOCKS]])
-// CHECK:         attn.dispatch @topk__sparse1 workgroups({{.*}}) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %arg4)
+// CHECK:         attn_kernel.dispatch @topk__select_topk0 workgroups({{.*}}) bindings(%arg0, %[[META]], %[[CARRIER]], %[[BLOCKS]])
+// CHECK:         attn_kernel.dispatch @topk__sparse1 workgroups({{.*}}) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %arg4)
 func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x16xf32>, %meta: tensor<?x2x?x2x16xf32>)
     -> tensor<?x4x?x16xf32> {
@@ -53,7 +53,7 @@ func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // A workgroup per (batch, kv head, block) of the output.
 // CHECK:         %[[NB:.*]] = memref.dim %arg1, %c2
 // CHECK:         %[[GROUPS:.*]] = arith.muli %{{.*}}, %[[NB]]
-// CHECK:         attn.dispatch @meta__block_meta0 workgroups(%[[GROUPS]]) bindings(%arg0, %arg1)
+// CHECK:         attn_kernel.dispatch @meta__block_meta0 workgroups(%[[GROUPS]]) bindings(%arg0, %arg1)
 func.func @meta(%k: tensor<?x2x?x24xf32>)
     -> (tensor<?x2x?x2x24xf32> {attn.name = "kmeta"}) {
   %m = attn.block_meta %k {block_size = 5} : tensor<?x2x?x24xf32>
@@ -121,10 +121,10 @@ func.func @topp_int4(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
 // CHECK-SAME:    memref<?x?xi32> {attn.contract = "tree_parents", attn.shape = ["B", "T"]}
 // CHECK:         %[[ENOUGH:.*]] = arith.cmpi sge, %{{.*}}, %{{.*}} : index
 // CHECK:         cf.assert %[[ENOUGH]], "attn.tree_sdpa: dim 2 of 'k' (P + T) must hold at least the T tree nodes of 'q'"
-// CHECK:         attn.dispatch @tree__tree_prefix0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
-// CHECK:         attn.dispatch @tree__tree_prefix_split1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
-// CHECK:         attn.dispatch @tree__tree_nodes2 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
-// CHECK:         attn.dispatch @tree__merge3
+// CHECK:         attn_kernel.dispatch @tree__tree_prefix0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
+// CHECK:         attn_kernel.dispatch @tree__tree_prefix_split1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
+// CHECK:         attn_kernel.dispatch @tree__tree_nodes2 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
+// CHECK:         attn_kernel.dispatch @tree__merge3
 func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x1x?x16xf32>,
                 %v: tensor<?x1x?x16xf32>, %parents: tensor<?x?xi32>)
     -> tensor<?x4x?x16xf32> {
@@ -147,9 +147,9 @@ func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 // CHECK-SAME:    %arg2: memref<?x?xi32> {attn.contract = "tree_parents", attn.shape = ["B", "T"]}
 // CHECK-NOT:     attn.contract
 // CHECK:         cf.assert %{{.*}}, "attn.tree_accept: a draft tree needs its root (T >= 1)"
-// CHECK:         attn.dispatch @accept__tree_accept0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2,
+// CHECK:         attn_kernel.dispatch @accept__tree_accept0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2,
 // CHECK:         cf.assert %{{.*}}, "attn.kv_compact: dim 2 of 'k' (P + T) must hold at least the T tree nodes of 'path'"
-// CHECK:         attn.dispatch @accept__kv_compact1
+// CHECK:         attn_kernel.dispatch @accept__kv_compact1
 func.func @accept(%tokens: tensor<?x?xi32>, %target: tensor<?x?xi32>,
                   %parents: tensor<?x?xi32>, %k: tensor<?x1x?x8xf32>,
                   %v: tensor<?x1x?x8xf32>)
@@ -201,10 +201,10 @@ func.func @half_input(%k: tensor<?x1x?x8xf32>, %v: tensor<?x1x?x8xf32>,
 // CHECK:         %[[S:.*]] = arith.select %[[FEW]], %[[PLUS_ONE]], %c2
 // CHECK:         %[[PO:.*]] = memref.alloc(%{{.*}}, %[[T]], %[[S]]) : memref<?x4x?x?x16xf32>
 // CHECK:         %[[PL:.*]] = memref.alloc(%{{.*}}, %[[T]], %[[S]]) : memref<?x4x?x?xf32>
-// CHECK:         attn.dispatch @prefix_tree__tree_prefix0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %[[PO]], %[[PL]])
-// CHECK:         attn.dispatch @prefix_tree__tree_prefix_split1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %[[PO]], %[[PL]])
-// CHECK:         attn.dispatch @prefix_tree__tree_nodes2 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3, %[[PO]], %[[PL]])
-// CHECK:         attn.dispatch @prefix_tree__merge3 workgroups(%{{.*}}) bindings(%[[PO]], %[[PL]], %arg4)
+// CHECK:         attn_kernel.dispatch @prefix_tree__tree_prefix0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %[[PO]], %[[PL]])
+// CHECK:         attn_kernel.dispatch @prefix_tree__tree_prefix_split1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %[[PO]], %[[PL]])
+// CHECK:         attn_kernel.dispatch @prefix_tree__tree_nodes2 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3, %[[PO]], %[[PL]])
+// CHECK:         attn_kernel.dispatch @prefix_tree__merge3 workgroups(%{{.*}}) bindings(%[[PO]], %[[PL]], %arg4)
 func.func @prefix_tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x1x?x16xf32>,
                        %v: tensor<?x1x?x16xf32>, %parents: tensor<?x?xi32>)
     -> tensor<?x4x?x16xf32> {

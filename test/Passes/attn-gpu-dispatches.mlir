@@ -40,11 +40,11 @@
 // CHECK:           %[[QROW:.+]] = arith.divui %[[T0]], %c16 : index
 // CHECK:           %[[QPIECE:.+]] = arith.remui %[[T0]], %c16 : index
 // CHECK:           %[[QCOL:.+]] = arith.muli %[[QPIECE]], %c4 : index
-// CHECK:           attn.async_copy %arg0[{{.*}}, %[[QCOL]]], %{{.*}}[%[[QROW]], %[[QCOL]]] if(%{{.*}}) elements(4) : memref<?x8x?x64xf32>, memref<64x68xf32>
+// CHECK:           attn_kernel.async_copy %arg0[{{.*}}, %[[QCOL]]], %{{.*}}[%[[QROW]], %[[QCOL]]] if(%{{.*}}) elements(4) : memref<?x8x?x64xf32>, memref<64x68xf32>
 // CHECK:           %[[QROW1:.+]] = arith.addi %[[QROW]], %c8 : index
-// CHECK:           attn.async_copy %arg0[{{.*}}, %[[QCOL]]], %{{.*}}[%[[QROW1]], %[[QCOL]]] if(%{{.*}}) elements(4)
-// CHECK-COUNT-6:   attn.async_copy %arg0
-// CHECK-NOT:       attn.async_copy
+// CHECK:           attn_kernel.async_copy %arg0[{{.*}}, %[[QCOL]]], %{{.*}}[%[[QROW1]], %[[QCOL]]] if(%{{.*}}) elements(4)
+// CHECK-COUNT-6:   attn_kernel.async_copy %arg0
+// CHECK-NOT:       attn_kernel.async_copy
 // CHECK:           %[[O0:.+]] = memref.subview %[[O]][%[[T0]], 0, 0] [1, 8, 4] [1, 1, 1] : memref<128x8x4xf32> to memref<8x4xf32, strided<[4, 1], offset: ?>>
 // CHECK-COUNT-32:  memref.store %cst{{.*}}, %[[O0]][%c{{[0-7]}}, %c{{[0-3]}}]
 // CHECK:           memref.subview %[[M]][%[[T0]], 0] [1, 2] [1, 1] : memref<128x2xf32> to memref<2xf32, strided<[1], offset: ?>>
@@ -56,8 +56,8 @@
 // before its wait; q's too).
 // CHECK:         scf.parallel
 // CHECK-NOT:       scf.for
-// CHECK-COUNT-8:   attn.async_copy %arg1[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
-// CHECK-NEXT:      attn.async_wait
+// CHECK-COUNT-8:   attn_kernel.async_copy %arg1[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
+// CHECK-NEXT:      attn_kernel.async_wait
 // CHECK:         } {attn.threads}
 // CHECK:         scf.for %{{.+}} = %c0 to %[[KEY_TILES]] step %c1 {
 // A key tile inside the keys of every row of the block (here: ending by
@@ -73,7 +73,7 @@
 // (attn.warp_sync).
 // CHECK:           scf.parallel (%[[T1:.+]]) = (%c0) to (%c128) step (%c1) {
 // CHECK:             %[[S1:.+]] = memref.subview %[[S]][%[[T1]], 0, 0]
-// CHECK:             attn.warp_mma %{{.+}}, %{{.+}}, %[[S1]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
+// CHECK:             attn_kernel.warp_mma %{{.+}}, %{{.+}}, %[[S1]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
 // CHECK:             %[[MAXES:.+]]:2 = scf.if %[[INTERIOR]] -> (f32, f32) {
 // CHECK-NOT:           memref.store
 // CHECK-NOT:           arith.select
@@ -90,7 +90,7 @@
 // then P = 2^(c s - c m), c = scale log2(e) = log2(e) / 8, one fma and one
 // exp2 an element, and the rescaling; then the wait for v.
 // CHECK:           scf.parallel
-// CHECK:             attn.async_copy %arg2[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
+// CHECK:             attn_kernel.async_copy %arg2[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
 // The output fragment (2 rows x 16 elements) is rescaled only when the max
 // of one of the lane's 2 rows changed.
 // CHECK-COUNT-4:     memref.load %[[QUAD]]
@@ -104,7 +104,7 @@
 // CHECK-COUNT-32:      arith.mulf
 // CHECK-NEXT:          memref.store
 // CHECK-NEXT:        }
-// CHECK-NEXT:        attn.async_wait
+// CHECK-NEXT:        attn_kernel.async_wait
 // CHECK:           } {attn.threads}
 // P v, P from the warp's fragments (those of the lane's warp, [(thread /
 // 32) 32, + 32)), the next tile's k (if there is one) on its way meanwhile.
@@ -112,12 +112,12 @@
 // CHECK:             %[[WARP3:.+]] = arith.divui %[[T3]], %c32 : index
 // CHECK:             %[[MORE:.+]] = arith.cmpi ult, %{{.+}}, %[[KEY_TILES]] : index
 // CHECK:             scf.if %[[MORE]] {
-// CHECK:               attn.async_copy %arg1
+// CHECK:               attn_kernel.async_copy %arg1
 // CHECK:             %[[O3:.+]] = memref.subview %[[O]][%[[T3]], 0, 0]
 // CHECK:             %[[FIRST3:.+]] = arith.muli %[[WARP3]], %c32 : index
 // CHECK:             %[[P3:.+]] = memref.subview %[[S]][%[[FIRST3]], 0, 0] [32, 8, 4] [1, 1, 1]
-// CHECK:             attn.warp_mma %[[P3]], %{{.+}}, %[[O3]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate, lhs_fragment}
-// CHECK-NEXT:        attn.async_wait
+// CHECK:             attn_kernel.warp_mma %[[P3]], %{{.+}}, %[[O3]] rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate, lhs_fragment}
+// CHECK-NEXT:        attn_kernel.async_wait
 // CHECK:           } {attn.threads}
 // CHECK:         }
 // The lanes' parts of each row's sum, exchanged (within the warp); then
@@ -157,15 +157,15 @@
 // CHECK:           arith.divui %{{.+}}, %[[LQ]] : index
 // CHECK:           arith.muli %{{.+}}, %c4 : index
 // CHECK:           arith.remui %{{.+}}, %[[LQ]] : index
-// CHECK:             attn.async_copy %arg0
+// CHECK:             attn_kernel.async_copy %arg0
 // CHECK:         } {attn.threads}
 // The split's first k tile; per key tile: v staged during the
 // probabilities, the next k during P v (P from the warp's fragments).
-// CHECK:         attn.async_copy %arg1
+// CHECK:         attn_kernel.async_copy %arg1
 // CHECK:         scf.for
-// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
-// CHECK:           attn.async_copy %arg2
-// CHECK:           attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate, lhs_fragment}
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
+// CHECK:           attn_kernel.async_copy %arg2
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate, lhs_fragment}
 // The partials, ungated: o at [batch, head, row, split], and lse.
 // CHECK-NOT:     math.exp
 // CHECK:         memref.store %{{.+}}, %arg3[%{{.+}}, %{{.+}}, %{{.+}}, %[[SPLIT]], %{{.+}}]
@@ -184,15 +184,15 @@
 // GPU, 4 blocks per multiprocessor).
 // CHECK:         %[[UNSPLIT:.+]] = arith.maxsi %{{.+}}, %c1 : index
 // CHECK:         %[[MOST:.+]] = arith.ceildivui %[[LK]], %c64 : index
-// CHECK:         %[[WORKERS:.+]] = attn.worker_count : index
+// CHECK:         %[[WORKERS:.+]] = attn_kernel.worker_count : index
 // CHECK:         %[[FILLING:.+]] = arith.ceildivui %[[WORKERS]], %[[UNSPLIT]] : index
 // CHECK:         %[[FILL:.+]] = arith.minsi %[[FILLING]], %[[MOST]] : index
 // CHECK:         %[[LEAST:.+]] = arith.ceildivui %[[LK]], %c256
 // CHECK:         %[[SPLITS:.+]] = arith.maxsi %[[LEAST]], %[[FILL]] : index
 // CHECK:         arith.select %[[DECODE]], %[[SPLITS]], %c0 : index
-// CHECK:         attn.dispatch @layer__flash0 workgroups(%{{.+}}) bindings(
-// CHECK:         attn.dispatch @layer__flash_decode1 workgroups(%{{.+}}) bindings(
-// CHECK:         attn.dispatch @layer__merge2 workgroups(%{{.+}}) bindings(
+// CHECK:         attn_kernel.dispatch @layer__flash0 workgroups(%{{.+}}) bindings(
+// CHECK:         attn_kernel.dispatch @layer__flash_decode1 workgroups(%{{.+}}) bindings(
+// CHECK:         attn_kernel.dispatch @layer__merge2 workgroups(%{{.+}}) bindings(
 func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
                  %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>,
                  %g: tensor<?x8x?x64xf32>) -> (tensor<?x8x?x64xf32> {attn.name = "o"}) {
@@ -243,9 +243,9 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         %[[B:.+]] = memref.dim %{{.+}}, %c0
 // CHECK:         %[[L:.+]] = memref.dim %{{.+}}, %c2
 // CHECK:         %[[HEADS:.+]] = arith.muli %[[B]], %c4
-// CHECK:         attn.dispatch @gdn__chunked0 workgroups(%[[HEADS]])
+// CHECK:         attn_kernel.dispatch @gdn__chunked0 workgroups(%[[HEADS]])
 // CHECK:         %[[ROWS:.+]] = arith.muli %[[HEADS]], %[[L]]
-// CHECK:         attn.dispatch @gdn__gate1 workgroups(%[[ROWS]])
+// CHECK:         attn_kernel.dispatch @gdn__gate1 workgroups(%[[ROWS]])
 func.func @gdn(%q: tensor<?x2x?x32xf32>, %k: tensor<?x2x?x32xf32>,
                %v: tensor<?x4x?x24xf32>, %g: tensor<?x4x?xf32>,
                %beta: tensor<?x4x?xf32>, %s0: tensor<?x4x32x24xf32>,

@@ -30,21 +30,21 @@
 // OUTLINE:             scf.for
 // OUTLINE:               %[[LANE:.+]] = arith.remui %thread_id_x{{.*}}, %c32
 // OUTLINE:               %[[S:.+]] = memref.cast %[[SCORES]] : memref<8x4xf32> to memref<8x4xf32, strided<[4, 1], offset: ?>>
-// OUTLINE-NEXT:          attn.warp_mma %{{.+}}, %{{.+}}, %[[S]] rows(%{{.+}}) lane(%[[LANE]]) n(64) k(32) {acc_fragment, rhs_transposed} : memref<64x36xf32, #gpu.address_space<workgroup>>
+// OUTLINE-NEXT:          attn_kernel.warp_mma %{{.+}}, %{{.+}}, %[[S]] rows(%{{.+}}) lane(%[[LANE]]) n(64) k(32) {acc_fragment, rhs_transposed} : memref<64x36xf32, #gpu.address_space<workgroup>>
 // The scores' loop (attn.warp_sync) waits for the warp only.
 // OUTLINE-NOT:           gpu.barrier
 // OUTLINE:               %[[ALL:.+]] = arith.constant -1 : i32
 // OUTLINE-NEXT:          nvvm.bar.warp.sync %[[ALL]] : i32
 // OUTLINE-NOT:           gpu.barrier
-// OUTLINE:               attn.async_copy
-// OUTLINE:               attn.async_wait
+// OUTLINE:               attn_kernel.async_copy
+// OUTLINE:               attn_kernel.async_wait
 // OUTLINE-NEXT:          gpu.barrier
 // P v reads P from the warp's score fragments: on the GPU the lane's own
 // array (the lowering shuffles or packs it).
 // OUTLINE:               %[[O:.+]] = memref.cast %[[OUT]] : memref<4x4xf32> to memref<4x4xf32, strided<[4, 1], offset: ?>>
 // OUTLINE-NOT:           memref.subview
-// OUTLINE:               attn.warp_mma %[[SCORES]], %{{.+}}, %[[O]] rows(%{{.+}}) lane(%{{.+}}) n(32) k(64) {acc_fragment, accumulate, lhs_fragment} : memref<8x4xf32>
-// OUTLINE-NEXT:          attn.async_wait
+// OUTLINE:               attn_kernel.warp_mma %[[SCORES]], %{{.+}}, %[[O]] rows(%{{.+}}) lane(%{{.+}}) n(32) k(64) {acc_fragment, accumulate, lhs_fragment} : memref<8x4xf32>
+// OUTLINE-NEXT:          attn_kernel.async_wait
 // OUTLINE-NEXT:          gpu.barrier
 // OUTLINE:           gpu.return
 // Decode's flash kernel over key splits: a block kernel of one warp (the

@@ -52,7 +52,7 @@ func.func private @shared_buffer_copied(%a: memref<4xf32>, %n: index)
     attributes {attn.kernel = "x", attn.block_kernel,
                 attn.tiling = {block_threads = 32 : i64}} {
   %s = memref.alloca() {attn.shared} : memref<4xf32>
-  // expected-error @below {{a shared buffer may only be loaded, stored (elements or vectors) and used by attn.warp_mma and attn.async_copy}}
+  // expected-error @below {{a shared buffer may only be loaded, stored (elements or vectors) and used by attn_kernel.warp_mma and attn_kernel.async_copy}}
   memref.copy %s, %a : memref<4xf32> to memref<4xf32>
   return
 }
@@ -74,8 +74,8 @@ func.func private @warp_mma_divergent(%n: index)
   scf.parallel (%t) = (%c0) to (%c32) step (%c1) {
     %low = arith.cmpi ult, %t, %c16 : index
     scf.if %low {
-      // expected-error @below {{attn.warp_mma must be directly in a thread loop of a block kernel, where the 32 lanes of a warp run it together}}
-      attn.warp_mma %a, %b, %acc rows(%c0) lane(%t) n(8) k(16) {rhs_transposed}
+      // expected-error @below {{attn_kernel.warp_mma must be directly in a thread loop of a block kernel, where the 32 lanes of a warp run it together}}
+      attn_kernel.warp_mma %a, %b, %acc rows(%c0) lane(%t) n(8) k(16) {rhs_transposed}
           : memref<16x16xbf16>, memref<8x16xbf16>, memref<16x8xf32>
     }
     scf.reduce
@@ -92,8 +92,8 @@ func.func private @warp_mma_in_thread_kernel(%lane: index)
   %a = memref.alloca() : memref<16x16xf16>
   %b = memref.alloca() : memref<8x16xf16>
   %acc = memref.alloca() : memref<16x8xf32>
-  // expected-error @below {{attn.warp_mma must be directly in a thread loop of a block kernel}}
-  attn.warp_mma %a, %b, %acc rows(%c0) lane(%lane) n(8) k(16) {rhs_transposed}
+  // expected-error @below {{attn_kernel.warp_mma must be directly in a thread loop of a block kernel}}
+  attn_kernel.warp_mma %a, %b, %acc rows(%c0) lane(%lane) n(8) k(16) {rhs_transposed}
       : memref<16x16xf16>, memref<8x16xf16>, memref<16x8xf32>
   return
 }
@@ -155,7 +155,7 @@ func.func private @registers_in_thread_kernel(%n: index)
 
 // -----
 
-// A warp's view of a register buffer, read by attn.warp_mma as lhs
+// A warp's view of a register buffer, read by attn_kernel.warp_mma as lhs
 // fragments, becomes each lane's own array on the GPU; the CPU reads the
 // other lanes' from the buffer, so the loop must not write it.
 func.func private @warp_fragments_written_in_loop(%v: memref<16x8xf32>)
@@ -174,7 +174,7 @@ func.func private @warp_fragments_written_in_loop(%v: memref<16x8xf32>)
     %warp = memref.subview %p[%first, 0, 0] [32, 2, 4] [1, 1, 1] : memref<32x2x4xf32> to memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>
     %own = memref.subview %o[%t, 0, 0] [1, 1, 4] [1, 1, 1] : memref<32x1x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
     // expected-error @below {{'lhs' (the warp's fragments) is written in the same thread loop}}
-    attn.warp_mma %warp, %v, %own rows(%c0) lane(%lane) n(8) k(16) {acc_fragment, lhs_fragment} : memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>, memref<16x8xf32>, memref<1x4xf32, strided<[4, 1], offset: ?>>
+    attn_kernel.warp_mma %warp, %v, %own rows(%c0) lane(%lane) n(8) k(16) {acc_fragment, lhs_fragment} : memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>, memref<16x8xf32>, memref<1x4xf32, strided<[4, 1], offset: ?>>
     %mine = memref.subview %p[%t, 0, 0] [1, 2, 4] [1, 1, 1] : memref<32x2x4xf32> to memref<2x4xf32, strided<[4, 1], offset: ?>>
     // expected-note @below {{written here}}
     memref.store %zero, %mine[%c0, %c0] : memref<2x4xf32, strided<[4, 1], offset: ?>>

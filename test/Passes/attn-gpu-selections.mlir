@@ -65,8 +65,8 @@
 // CHECK:         } {attn.threads}
 // CHECK:         scf.for
 // CHECK:             memref.load %[[LISTED]]
-// CHECK:             attn.async_copy %arg1
-// CHECK:           attn.warp_mma
+// CHECK:             attn_kernel.async_copy %arg1
+// CHECK:           attn_kernel.warp_mma
 // CHECK-LABEL: func.func private @topk__sparse_split6(
 // CHECK-SAME:    attn.kernel = "sparse_split"
 // CHECK-LABEL: func.func private @topk__merge7(
@@ -92,32 +92,32 @@
 // CHECK:         %[[BOUND_ROWS:.*]] = arith.select %[[DECODE]], %[[LQ]], %c0
 // CHECK:         %[[BOUNDS:.*]] = memref.alloc(%[[B]], %[[BOUND_ROWS]], %[[NB]]) : memref<?x4x?x?xf32>
 // CHECK:         %[[PREFILL_ROWS:.*]] = arith.select %[[DECODE]], %c0, %[[ROWS]]
-// CHECK:         attn.dispatch @topk__select_topk0 workgroups(%[[PREFILL_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]])
+// CHECK:         attn_kernel.dispatch @topk__select_topk0 workgroups(%[[PREFILL_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]])
 // CHECK:         %[[BHR:.*]] = arith.muli %[[BH]], %[[BOUND_ROWS]]
 // CHECK:         %[[PAIRS:.*]] = arith.muli %[[BHR]], %[[NB]]
-// CHECK:         attn.dispatch @topk__block_bounds1 workgroups(%[[PAIRS]]) bindings(%arg0, %arg3, %[[BOUNDS]])
+// CHECK:         attn_kernel.dispatch @topk__block_bounds1 workgroups(%[[PAIRS]]) bindings(%arg0, %arg3, %[[BOUNDS]])
 // CHECK:         %[[LONG_ROWS:.*]] = arith.select %[[RANKABLE]], %c0, %[[ROWS]]
 // CHECK:         %[[HEAP_ROWS:.*]] = arith.select %[[DECODE]], %[[LONG_ROWS]], %c0
-// CHECK:         attn.dispatch @topk__select_topk2 workgroups(%[[HEAP_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]], %[[BOUNDS]])
+// CHECK:         attn_kernel.dispatch @topk__select_topk2 workgroups(%[[HEAP_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]], %[[BOUNDS]])
 // CHECK:         %[[THRESHOLD:.*]] = memref.alloc(%[[B]], %[[BOUND_ROWS]]) : memref<?x4x?x1xi32>
 // CHECK:         %[[RANKS:.*]] = arith.muli %[[ROWS]], %[[NB]]
 // CHECK:         %[[SHORT_RANKS:.*]] = arith.select %[[RANKABLE]], %[[RANKS]], %c0
 // CHECK:         %[[RANK_THREADS:.*]] = arith.select %[[DECODE]], %[[SHORT_RANKS]], %c0
-// CHECK:         attn.dispatch @topk__topk_threshold3 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]])
+// CHECK:         attn_kernel.dispatch @topk__topk_threshold3 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]])
 // Placing: a thread per (row, block), as many as ranking.
-// CHECK:         attn.dispatch @topk__topk_place4 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]], %[[BLOCKS]])
+// CHECK:         attn_kernel.dispatch @topk__topk_place4 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]], %[[BLOCKS]])
 // CHECK:         %[[SLOT_SPLITS:.*]] = arith.ceildivui %[[SLOTS]], %c16
 // CHECK:         %[[SPLITS:.*]] = arith.maxsi %[[SLOT_SPLITS]], %c1
 // CHECK:         %[[DECODE_SPLITS:.*]] = arith.select %[[DECODE]], %[[SPLITS]], %c1
 // CHECK:         memref.alloc(%[[B]], %[[LQ]], %[[DECODE_SPLITS]]) : memref<?x4x?x?x16xf32>
 // CHECK:         %[[SPLIT_ROWS:.*]] = arith.muli %[[ROWS]], %[[DECODE_SPLITS]]
 // CHECK:         %[[DECODE_ROWS:.*]] = arith.select %[[DECODE]], %[[SPLIT_ROWS]], %c0
-// CHECK:         attn.dispatch @topk__sparse_decode5 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         attn_kernel.dispatch @topk__sparse_decode5 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
 // CHECK:         %[[PREFILL_SPLIT_ROWS:.*]] = arith.select %[[DECODE]], %c0, %[[SPLIT_ROWS]]
-// CHECK:         attn.dispatch @topk__sparse_split6 workgroups(%[[PREFILL_SPLIT_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         attn_kernel.dispatch @topk__sparse_split6 workgroups(%[[PREFILL_SPLIT_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
 // The merge: a thread per (row, feature).
 // CHECK:         %[[MERGE:.*]] = arith.muli %[[ROWS]], %c16
-// CHECK:         attn.dispatch @topk__merge7 workgroups(%[[MERGE]]) bindings(%{{.*}}, %{{.*}}, %arg4)
+// CHECK:         attn_kernel.dispatch @topk__merge7 workgroups(%[[MERGE]]) bindings(%{{.*}}, %{{.*}}, %arg4)
 func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x16xf32>, %meta: tensor<?x2x?x2x16xf32>)
     -> tensor<?x4x?x16xf32> {
@@ -149,9 +149,9 @@ func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CHECK:         memref.alloc(%{{.*}}, %[[LQ]], %[[SPLITS]]) : memref<?x4x?x?x16xf32>
 // CHECK:         %[[WORK:.*]] = arith.muli %[[ROWS]], %[[SPLITS]]
 // CHECK:         %[[BLOCKS:.*]] = arith.select %[[DECODE]], %[[WORK]], %c0
-// CHECK:         attn.dispatch @tokens__sparse_decode0 workgroups(%[[BLOCKS]])
+// CHECK:         attn_kernel.dispatch @tokens__sparse_decode0 workgroups(%[[BLOCKS]])
 // CHECK:         %[[THREADS:.*]] = arith.select %[[DECODE]], %c0, %[[WORK]]
-// CHECK:         attn.dispatch @tokens__sparse_split1 workgroups(%[[THREADS]])
+// CHECK:         attn_kernel.dispatch @tokens__sparse_split1 workgroups(%[[THREADS]])
 func.func @tokens(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                   %v: tensor<?x2x?x16xf32>, %tokens: tensor<?x4x?x600xi32>)
     -> tensor<?x4x?x16xf32> {
@@ -205,10 +205,10 @@ func.func @tokens(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CHECK:         %[[WEIGHTS:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[NB]]) : memref<?x4x?x?xf64>
 // CHECK:         %[[ORDER:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xi32>
 // CHECK:         %[[KEPT:.*]] = memref.alloc(%{{.*}}, %{{.*}}, %[[N]]) : memref<?x4x?x?xi8>
-// CHECK:         attn.dispatch @topp__topp_candidates0 workgroups(%[[ROWS]]) bindings(%arg0, %arg1, %[[KEYS]], %[[COUNT]])
+// CHECK:         attn_kernel.dispatch @topp__topp_candidates0 workgroups(%[[ROWS]]) bindings(%arg0, %arg1, %[[KEYS]], %[[COUNT]])
 // CHECK:         %[[PAIRS:.*]] = arith.muli %[[ROWS]], %[[N]]
-// CHECK:         attn.dispatch @topp__topp_scores1 workgroups(%[[PAIRS]]) bindings(%arg0, %arg1, %[[KEYS]], %[[COUNT]], %[[SCORES]])
-// CHECK:         attn.dispatch @topp__select_topp2 workgroups(%[[ROWS]]) bindings(%arg0, %arg1, %arg2, %[[SCORES]], %[[KEYS]], %[[COUNT]], %[[SIZES]], %[[WEIGHTS]], %[[ORDER]], %[[KEPT]])
+// CHECK:         attn_kernel.dispatch @topp__topp_scores1 workgroups(%[[PAIRS]]) bindings(%arg0, %arg1, %[[KEYS]], %[[COUNT]], %[[SCORES]])
+// CHECK:         attn_kernel.dispatch @topp__select_topp2 workgroups(%[[ROWS]]) bindings(%arg0, %arg1, %arg2, %[[SCORES]], %[[KEYS]], %[[COUNT]], %[[SIZES]], %[[WEIGHTS]], %[[ORDER]], %[[KEPT]])
 func.func @topp(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
     -> tensor<?x4x?x?xi32> {
   %t = attn.select_topp %q, %k {top_p = 0.9, mask = #attn.mask<causal>}
@@ -287,17 +287,17 @@ func.func @topp_capped(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
 // CHECK:         %[[TILES:.*]] = arith.ceildivui %[[T]], %c64
 // CHECK:         %[[BLOCKS:.*]] = arith.muli %{{.*}}, %[[TILES]]
 // CHECK:         %[[FLASH:.*]] = arith.select %[[MANY]], %[[BLOCKS]], %c0
-// CHECK:         attn.dispatch @tree__tree_prefix0 workgroups(%[[FLASH]])
+// CHECK:         attn_kernel.dispatch @tree__tree_prefix0 workgroups(%[[FLASH]])
 // CHECK:         %[[PACKED:.*]] = arith.muli %[[T]], %c2
 // CHECK:         %[[ROW_TILES:.*]] = arith.ceildivui %[[PACKED]], %c16
 // CHECK:         %[[BKV:.*]] = arith.muli %[[B]], %c2
 // CHECK:         %[[PER_SPLIT:.*]] = arith.muli %[[BKV]], %[[ROW_TILES]]
 // CHECK:         %[[SMALL:.*]] = arith.muli %[[PER_SPLIT]], %[[PS]]
 // CHECK:         %[[SMALL_BLOCKS:.*]] = arith.select %[[MANY]], %c0, %[[SMALL]]
-// CHECK:         attn.dispatch @tree__small_tree_prefix1 workgroups(%[[SMALL_BLOCKS]])
-// CHECK:         attn.dispatch @tree__tree_nodes2 workgroups(%[[ROWS]])
+// CHECK:         attn_kernel.dispatch @tree__small_tree_prefix1 workgroups(%[[SMALL_BLOCKS]])
+// CHECK:         attn_kernel.dispatch @tree__tree_nodes2 workgroups(%[[ROWS]])
 // CHECK:         %[[MERGE:.*]] = arith.muli %[[ROWS]], %c8
-// CHECK:         attn.dispatch @tree__merge3 workgroups(%[[MERGE]])
+// CHECK:         attn_kernel.dispatch @tree__merge3 workgroups(%[[MERGE]])
 func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x8xf32>, %parents: tensor<?x?xi32>)
     -> tensor<?x4x?x8xf32> {
@@ -318,8 +318,8 @@ func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CHECK-SAME:    %{{.*}}: memref<?x?xi32>,
 // CHECK-SAME:    attn.kernel = "flash_decode_tree_prefix"
 // CHECK-LABEL: func.func @window_tree(
-// CHECK:         attn.dispatch @window_tree__tree_prefix0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
-// CHECK:         attn.dispatch @window_tree__small_tree_prefix1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
+// CHECK:         attn_kernel.dispatch @window_tree__tree_prefix0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
+// CHECK:         attn_kernel.dispatch @window_tree__small_tree_prefix1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %arg2, %arg3,
 func.func @window_tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                        %v: tensor<?x2x?x8xf32>, %parents: tensor<?x?xi32>)
     -> tensor<?x4x?x8xf32> {
@@ -342,7 +342,7 @@ func.func @window_tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CHECK:         %[[BH:.*]] = arith.muli %[[B]], %c2
 // CHECK:         %[[BLOCKS:.*]] = arith.muli %[[BH]], %[[NB]]
 // CHECK:         %[[THREADS:.*]] = arith.muli %[[BLOCKS]], %c16
-// CHECK:         attn.dispatch @meta__block_meta0 workgroups(%[[THREADS]])
+// CHECK:         attn_kernel.dispatch @meta__block_meta0 workgroups(%[[THREADS]])
 func.func @meta(%k: tensor<?x2x?x16xf32>) -> tensor<?x2x?x2x16xf32> {
   %m = attn.block_meta %k {block_size = 16} : tensor<?x2x?x16xf32>
   return %m : tensor<?x2x?x2x16xf32>
@@ -354,7 +354,7 @@ func.func @meta(%k: tensor<?x2x?x16xf32>) -> tensor<?x2x?x2x16xf32> {
 // CHECK:         %[[BH:.*]] = arith.muli %{{.*}}, %c2
 // CHECK:         %[[ROWS:.*]] = arith.muli %[[BH]], %{{.*}}
 // CHECK:         %[[THREADS:.*]] = arith.muli %[[ROWS]], %c24
-// CHECK:         attn.dispatch @compact__kv_compact0 workgroups(%[[THREADS]])
+// CHECK:         attn_kernel.dispatch @compact__kv_compact0 workgroups(%[[THREADS]])
 func.func @compact(%k: tensor<?x2x?x16xf32>, %v: tensor<?x2x?x8xf32>,
                    %path: tensor<?x?xi32>, %length: tensor<?xi32>)
     -> (tensor<?x2x?x16xf32>, tensor<?x2x?x8xf32>) {
@@ -369,7 +369,7 @@ func.func @compact(%k: tensor<?x2x?x16xf32>, %v: tensor<?x2x?x8xf32>,
 // CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
 // CHECK-LABEL: func.func @accept(
 // CHECK:         %[[B:.*]] = memref.dim %arg0, %c0
-// CHECK:         attn.dispatch @accept__tree_accept0 workgroups(%[[B]])
+// CHECK:         attn_kernel.dispatch @accept__tree_accept0 workgroups(%[[B]])
 func.func @accept(%tokens: tensor<?x?xi32>, %target: tensor<?x?xi32>,
                   %parents: tensor<?x?xi32>)
     -> (tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>) {

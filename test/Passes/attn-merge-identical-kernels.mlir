@@ -10,27 +10,27 @@
 // CHECK-LABEL: func.func private @first__merge2(
 // CHECK-NOT:   func.func private @second__
 // CHECK-LABEL: func.func @first(
-// CHECK:         attn.dispatch @first__flash0
-// CHECK:         attn.dispatch @first__split_kv1
-// CHECK:         attn.dispatch @first__merge2
+// CHECK:         attn_kernel.dispatch @first__flash0
+// CHECK:         attn_kernel.dispatch @first__split_kv1
+// CHECK:         attn_kernel.dispatch @first__merge2
 // CHECK-NOT:   func.func private @second__
 // CHECK-LABEL: func.func private @windowed__flash0(
 // CHECK-LABEL: func.func @windowed(
-// CHECK:         attn.dispatch @windowed__flash0
-// CHECK:         attn.dispatch @windowed__split_kv1
-// CHECK:         attn.dispatch @first__merge2
+// CHECK:         attn_kernel.dispatch @windowed__flash0
+// CHECK:         attn_kernel.dispatch @windowed__split_kv1
+// CHECK:         attn_kernel.dispatch @first__merge2
 // CHECK-LABEL: func.func @second(
-// CHECK:         attn.dispatch @first__flash0
-// CHECK:         attn.dispatch @first__split_kv1
-// CHECK:         attn.dispatch @first__merge2
+// CHECK:         attn_kernel.dispatch @first__flash0
+// CHECK:         attn_kernel.dispatch @first__split_kv1
+// CHECK:         attn_kernel.dispatch @first__merge2
 
 // GPU-NOT:     func.func private @second__
 // GPU-LABEL:   func.func @windowed(
-// GPU:           attn.dispatch @windowed__
+// GPU:           attn_kernel.dispatch @windowed__
 // GPU-LABEL:   func.func @second(
-// GPU-NOT:       attn.dispatch @second__
-// GPU:           attn.dispatch @first__
-// GPU-NOT:       attn.dispatch @second__
+// GPU-NOT:       attn_kernel.dispatch @second__
+// GPU:           attn_kernel.dispatch @first__
+// GPU-NOT:       attn_kernel.dispatch @second__
 // GPU:         return
 
 func.func @first(%q: tensor<?x4x?x32xf32>, %k: tensor<?x2x?x32xf32>,

@@ -66,9 +66,9 @@ func.func @layer(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CPU-SAME:    %[[BIAS:[a-z0-9]+]]: memref<4xf32> {attn.shape = [4]}
 // CPU-SAME:    %[[DOCS:[a-z0-9]+]]: memref<?x?xi32> {attn.shape = ["B", "Lk"]}
 // CPU:         %[[CLASSES:.+]] = memref.alloc({{.+}}) : memref<?x?x?x?xi8>
-// CPU:         attn.dispatch @layer__tile_classes0 {{.+}} bindings(%{{.+}}, %{{.+}}, %[[CLASSES]], %[[BIAS]], %[[DOCS]])
-// CPU:         attn.dispatch @layer__flash1 {{.+}} bindings({{.+}}, %[[CLASSES]], %[[BIAS]], %[[DOCS]])
-// CPU:         attn.dispatch @layer__split_kv2 {{.+}} bindings({{.+}}, %[[BIAS]], %[[DOCS]])
+// CPU:         attn_kernel.dispatch @layer__tile_classes0 {{.+}} bindings(%{{.+}}, %{{.+}}, %[[CLASSES]], %[[BIAS]], %[[DOCS]])
+// CPU:         attn_kernel.dispatch @layer__flash1 {{.+}} bindings({{.+}}, %[[CLASSES]], %[[BIAS]], %[[DOCS]])
+// CPU:         attn_kernel.dispatch @layer__split_kv2 {{.+}} bindings({{.+}}, %[[BIAS]], %[[DOCS]])
 
 // The CUDA block mask: a thread per tile classifies it, a thread per query
 // tile lists its key tiles that are not empty; the flash kernel's blocks

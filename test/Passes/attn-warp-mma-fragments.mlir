@@ -2,7 +2,7 @@
 // RUN: attn-opt %s -attn-warp-mma-to-nvvm=chip=sm_75 -canonicalize -cse | FileCheck %s --check-prefix=SHUFFLE
 // RUN: attn-opt %s -split-input-file -verify-diagnostics -attn-warp-mma-to-loops -canonicalize -cse | FileCheck %s --check-prefix=LOOPS
 
-// attn.warp_mma with lhs_fragment: A is the warp's accumulator fragments
+// attn_kernel.warp_mma with lhs_fragment: A is the warp's accumulator fragments
 // of an earlier product (P in registers, as FlashAttention-2 keeps it).
 // Lane l (g = l / 4, 2t = 2 (l % 4)) holds A's rows g and g + 8, columns
 // 8 b + 2t and 8 b + 2t + 1 of each block b of 8: [b, 0..1] and [b, 2..3].
@@ -70,7 +70,7 @@
 // On the CPU a lane cannot shuffle: its own fragments are not enough.
 func.func @pv_own_fragments(%p: memref<4x4xf32>, %v: memref<32x8xbf16>, %o: memref<1x4xf32>, %row: index, %lane: index) {
   // expected-error @+1 {{'lhs' (fragments) must be a warp's view of a register buffer (memref.subview of a memref.alloca {attn.registers}) in the thread loop that holds the op}}
-  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(32) {acc_fragment, accumulate, lhs_fragment} : memref<4x4xf32>, memref<32x8xbf16>, memref<1x4xf32>
+  attn_kernel.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(32) {acc_fragment, accumulate, lhs_fragment} : memref<4x4xf32>, memref<32x8xbf16>, memref<1x4xf32>
   return
 }
 
@@ -108,7 +108,7 @@ func.func @pv_warp_fragments(%v: memref<16x8xf32>) {
     %first = arith.muli %w, %c32 : index
     %warp = memref.subview %p[%first, 0, 0] [32, 2, 4] [1, 1, 1] : memref<64x2x4xf32> to memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>
     %own = memref.subview %o[%t, 0, 0] [1, 1, 4] [1, 1, 1] : memref<64x1x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
-    attn.warp_mma %warp, %v, %own rows(%c0) lane(%lane) n(8) k(16) {acc_fragment, lhs_fragment} : memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>, memref<16x8xf32>, memref<1x4xf32, strided<[4, 1], offset: ?>>
+    attn_kernel.warp_mma %warp, %v, %own rows(%c0) lane(%lane) n(8) k(16) {acc_fragment, lhs_fragment} : memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>, memref<16x8xf32>, memref<1x4xf32, strided<[4, 1], offset: ?>>
     scf.reduce
   } {attn.threads}
   return
@@ -135,7 +135,7 @@ func.func @fragments_written_in_loop(%v: memref<16x8xf32>) {
     %warp = memref.subview %p[%first, 0, 0] [32, 2, 4] [1, 1, 1] : memref<32x2x4xf32> to memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>
     %own = memref.subview %o[%t, 0, 0] [1, 1, 4] [1, 1, 1] : memref<32x1x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
     // expected-error @+1 {{'lhs' (the warp's fragments) is written in the same thread loop, where lanes would read fragments that other lanes have already changed}}
-    attn.warp_mma %warp, %v, %own rows(%c0) lane(%lane) n(8) k(16) {acc_fragment, lhs_fragment} : memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>, memref<16x8xf32>, memref<1x4xf32, strided<[4, 1], offset: ?>>
+    attn_kernel.warp_mma %warp, %v, %own rows(%c0) lane(%lane) n(8) k(16) {acc_fragment, lhs_fragment} : memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>, memref<16x8xf32>, memref<1x4xf32, strided<[4, 1], offset: ?>>
     scf.reduce
   } {attn.threads}
   return
@@ -156,7 +156,7 @@ func.func @fragments_not_the_warps(%v: memref<16x8xf32>) {
     %warp = memref.subview %p[%lane, 0, 0] [32, 2, 4] [1, 1, 1] : memref<64x2x4xf32> to memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>
     %own = memref.subview %o[%t, 0, 0] [1, 1, 4] [1, 1, 1] : memref<64x1x4xf32> to memref<1x4xf32, strided<[4, 1], offset: ?>>
     // expected-error @+1 {{'lhs' (fragments) must view the registers of the warp of the loop's thread: offsets [(thread / 32) * 32, 0, ...], strides 1}}
-    attn.warp_mma %warp, %v, %own rows(%c0) lane(%lane) n(8) k(16) {acc_fragment, lhs_fragment} : memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>, memref<16x8xf32>, memref<1x4xf32, strided<[4, 1], offset: ?>>
+    attn_kernel.warp_mma %warp, %v, %own rows(%c0) lane(%lane) n(8) k(16) {acc_fragment, lhs_fragment} : memref<32x2x4xf32, strided<[8, 4, 1], offset: ?>>, memref<16x8xf32>, memref<1x4xf32, strided<[4, 1], offset: ?>>
     scf.reduce
   } {attn.threads}
   return

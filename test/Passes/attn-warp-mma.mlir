@@ -45,7 +45,7 @@
 // MMA:         memref.store %{{.+}}, %[[S]][%[[R0]], %[[T2]]]
 // MMA:         memref.store %[[E0]], %[[S]][%[[R0]], %[[T2P8]]]
 func.func @scores_bf16(%q: memref<32x32xbf16>, %k: memref<16x32xbf16>, %s: memref<32x16xf32>, %row: index, %lane: index) {
-  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(16) k(32) {rhs_transposed}
+  attn_kernel.warp_mma %q, %k, %s rows(%row) lane(%lane) n(16) k(32) {rhs_transposed}
       : memref<32x32xbf16>, memref<16x32xbf16>, memref<32x16xf32>
   return
 }
@@ -80,7 +80,7 @@ func.func @scores_bf16(%q: memref<32x32xbf16>, %k: memref<16x32xbf16>, %s: memre
 // LOOPS:       scf.for %[[KK:.+]] = %c0 to %c16 step %c1 iter_args(%{{.+}} = %[[INIT]])
 // LOOPS:         memref.load %arg1[%[[KK]], %{{.+}}] : memref<16x8xf16>
 func.func @pv_f16(%p: memref<16x16xf16>, %v: memref<16x8xf16>, %o: memref<16x8xf32>, %row: index, %lane: index) {
-  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(16) {accumulate}
+  attn_kernel.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(16) {accumulate}
       : memref<16x16xf16>, memref<16x8xf16>, memref<16x8xf32>
   return
 }
@@ -129,7 +129,7 @@ func.func @pv_f16(%p: memref<16x16xf16>, %v: memref<16x8xf16>, %o: memref<16x8xf
 // LOOPS-NOT:   nvvm.mma.sync
 // LOOPS:       math.fma
 func.func @pv_fragment(%p: memref<32x16xbf16>, %v: memref<16x16xbf16>, %frag: memref<2x4xf32, strided<[4, 1], offset: ?>>, %row: index, %lane: index) {
-  attn.warp_mma %p, %v, %frag rows(%row) lane(%lane) n(16) k(16) {accumulate, acc_fragment}
+  attn_kernel.warp_mma %p, %v, %frag rows(%row) lane(%lane) n(16) k(16) {accumulate, acc_fragment}
       : memref<32x16xbf16>, memref<16x16xbf16>, memref<2x4xf32, strided<[4, 1], offset: ?>>
   return
 }
@@ -139,7 +139,7 @@ func.func @pv_fragment(%p: memref<32x16xbf16>, %v: memref<16x16xbf16>, %frag: me
 // MMA-NOT:   nvvm.mma.sync
 // MMA:       math.fma
 func.func @scores_f32(%q: memref<16x16xf32>, %k: memref<8x16xf32>, %s: memref<16x8xf32>, %row: index, %lane: index) {
-  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(8) k(16) {rhs_transposed}
+  attn_kernel.warp_mma %q, %k, %s rows(%row) lane(%lane) n(8) k(16) {rhs_transposed}
       : memref<16x16xf32>, memref<8x16xf32>, memref<16x8xf32>
   return
 }
@@ -169,7 +169,7 @@ func.func @scores_f32(%q: memref<16x16xf32>, %k: memref<8x16xf32>, %s: memref<16
 // MMA-NOT:     nvgpu.ldmatrix
 // MMA:         return
 func.func @scores_ldmatrix(%q: memref<32x24xbf16, #gpu.address_space<workgroup>>, %k: memref<16x24xbf16, #gpu.address_space<workgroup>>, %s: memref<2x4xf32>, %row: index, %lane: index) {
-  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(16) k(16) {rhs_transposed, acc_fragment}
+  attn_kernel.warp_mma %q, %k, %s rows(%row) lane(%lane) n(16) k(16) {rhs_transposed, acc_fragment}
       : memref<32x24xbf16, #gpu.address_space<workgroup>>, memref<16x24xbf16, #gpu.address_space<workgroup>>, memref<2x4xf32>
   return
 }
@@ -190,7 +190,7 @@ func.func @scores_ldmatrix(%q: memref<32x24xbf16, #gpu.address_space<workgroup>>
 // MMA-NOT:     nvvm.mma.sync
 // MMA:         return
 func.func @pv_ldmatrix(%p: memref<16x24xf16, #gpu.address_space<workgroup>>, %v: memref<16x24xf16, #gpu.address_space<workgroup>>, %o: memref<3x4xf32>, %row: index, %lane: index) {
-  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(24) k(16) {accumulate, acc_fragment}
+  attn_kernel.warp_mma %p, %v, %o rows(%row) lane(%lane) n(24) k(16) {accumulate, acc_fragment}
       : memref<16x24xf16, #gpu.address_space<workgroup>>, memref<16x24xf16, #gpu.address_space<workgroup>>, memref<3x4xf32>
   return
 }
@@ -201,7 +201,7 @@ func.func @pv_ldmatrix(%p: memref<16x24xf16, #gpu.address_space<workgroup>>, %v:
 // MMA-COUNT-4: vector.load %arg0
 // MMA:         nvgpu.ldmatrix %arg1
 func.func @unaligned_rows(%p: memref<16x20xf16, #gpu.address_space<workgroup>>, %v: memref<16x8xf16, #gpu.address_space<workgroup>>, %o: memref<1x4xf32>, %row: index, %lane: index) {
-  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(16) {accumulate, acc_fragment}
+  attn_kernel.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(16) {accumulate, acc_fragment}
       : memref<16x20xf16, #gpu.address_space<workgroup>>, memref<16x8xf16, #gpu.address_space<workgroup>>, memref<1x4xf32>
   return
 }
@@ -244,7 +244,7 @@ func.func @unaligned_rows(%p: memref<16x20xf16, #gpu.address_space<workgroup>>, 
 // LOOPS:         memref.store %[[T1]]#0, %[[S]][%c1, %c0]
 func.func @two_row_tiles(%q: memref<32x16xbf16>, %k: memref<8x16xbf16>,
                          %s: memref<2x4xf32>, %row: index, %lane: index) {
-  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(8) k(16)
+  attn_kernel.warp_mma %q, %k, %s rows(%row) lane(%lane) n(8) k(16)
       {rhs_transposed, acc_fragment, row_tiles = 2}
       : memref<32x16xbf16>, memref<8x16xbf16>, memref<2x4xf32>
   return

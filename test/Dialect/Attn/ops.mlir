@@ -202,29 +202,29 @@ func.func @rmsnorm_gate(%o: tensor<?x8x?x32xbf16>, %z: tensor<?x8x?x32xbf16>,
 }
 
 // CHECK-LABEL: func.func @dispatch
-// CHECK:         attn.dispatch @kernel workgroups(%{{.+}}) bindings(%{{.+}}, %{{.+}}) : memref<?x8xf32>, memref<?x8xf32>
+// CHECK:         attn_kernel.dispatch @kernel workgroups(%{{.+}}) bindings(%{{.+}}, %{{.+}}) : memref<?x8xf32>, memref<?x8xf32>
 func.func private @kernel(%a: memref<?x8xf32>, %b: memref<?x8xf32>, %wg: index)
 func.func @dispatch(%a: memref<?x8xf32>, %b: memref<?x8xf32>, %n: index) {
-  attn.dispatch @kernel workgroups(%n) bindings(%a, %b)
+  attn_kernel.dispatch @kernel workgroups(%n) bindings(%a, %b)
       : memref<?x8xf32>, memref<?x8xf32>
   return
 }
 
 // CHECK-LABEL: func.func @worker_count
-// CHECK:         %[[N:.+]] = attn.worker_count : index
+// CHECK:         %[[N:.+]] = attn_kernel.worker_count : index
 // CHECK:         return %[[N]] : index
 func.func @worker_count() -> index {
-  %n = attn.worker_count : index
+  %n = attn_kernel.worker_count : index
   return %n : index
 }
 
 // CHECK-LABEL: func.func @warp_mma
-// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(48) {rhs_transposed} : memref<64x56xbf16>, memref<32x56xbf16>, memref<64x33xf32>
-// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<64x25xf32>
-// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
-// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, row_tiles = 2 : i64} : memref<64x34xf16>, memref<32x32xf16>, memref<6x4xf32>
-// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, lhs_fragment} : memref<32x4x4xf32, strided<[16, 4, 1], offset: ?>>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
-// CHECK:         attn.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, lhs_fragment} : memref<4x4xf32>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(48) {rhs_transposed} : memref<64x56xbf16>, memref<32x56xbf16>, memref<64x33xf32>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<64x25xf32>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, row_tiles = 2 : i64} : memref<64x34xf16>, memref<32x32xf16>, memref<6x4xf32>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, lhs_fragment} : memref<32x4x4xf32, strided<[16, 4, 1], offset: ?>>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, lhs_fragment} : memref<4x4xf32>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
 // Buffers wider than the product (padded rows); a lane's fragment (3
 // blocks of 8 columns, 4 elements each) as the accumulator.
 func.func @warp_mma(%q: memref<64x56xbf16>, %k: memref<32x56xbf16>,
@@ -235,25 +235,25 @@ func.func @warp_mma(%q: memref<64x56xbf16>, %k: memref<32x56xbf16>,
                     %warpP: memref<32x4x4xf32, strided<[16, 4, 1], offset: ?>>,
                     %ownP: memref<4x4xf32>,
                     %row: index, %lane: index) {
-  attn.warp_mma %q, %k, %s rows(%row) lane(%lane) n(32) k(48) {rhs_transposed}
+  attn_kernel.warp_mma %q, %k, %s rows(%row) lane(%lane) n(32) k(48) {rhs_transposed}
       : memref<64x56xbf16>, memref<32x56xbf16>, memref<64x33xf32>
-  attn.warp_mma %p, %v, %o rows(%row) lane(%lane) n(24) k(32) {accumulate}
+  attn_kernel.warp_mma %p, %v, %o rows(%row) lane(%lane) n(24) k(32) {accumulate}
       : memref<64x34xf16>, memref<32x32xf16>, memref<64x25xf32>
-  attn.warp_mma %p, %v, %frag rows(%row) lane(%lane) n(24) k(32)
+  attn_kernel.warp_mma %p, %v, %frag rows(%row) lane(%lane) n(24) k(32)
       {accumulate, acc_fragment}
       : memref<64x34xf16>, memref<32x32xf16>,
         memref<3x4xf32, strided<[4, 1], offset: ?>>
   // Two row tiles of 16: the fragment holds 3 blocks for each.
-  attn.warp_mma %p, %v, %frag2 rows(%row) lane(%lane) n(24) k(32)
+  attn_kernel.warp_mma %p, %v, %frag2 rows(%row) lane(%lane) n(24) k(32)
       {accumulate, acc_fragment, row_tiles = 2}
       : memref<64x34xf16>, memref<32x32xf16>, memref<6x4xf32>
   // P as the warp's fragments of an earlier product (32 keys: 4 blocks of
   // 8 per lane), and as a lane's own after the CUDA outliner.
-  attn.warp_mma %warpP, %v, %frag rows(%row) lane(%lane) n(24) k(32)
+  attn_kernel.warp_mma %warpP, %v, %frag rows(%row) lane(%lane) n(24) k(32)
       {accumulate, acc_fragment, lhs_fragment}
       : memref<32x4x4xf32, strided<[16, 4, 1], offset: ?>>, memref<32x32xf16>,
         memref<3x4xf32, strided<[4, 1], offset: ?>>
-  attn.warp_mma %ownP, %v, %frag rows(%row) lane(%lane) n(24) k(32)
+  attn_kernel.warp_mma %ownP, %v, %frag rows(%row) lane(%lane) n(24) k(32)
       {accumulate, acc_fragment, lhs_fragment}
       : memref<4x4xf32>, memref<32x32xf16>,
         memref<3x4xf32, strided<[4, 1], offset: ?>>
@@ -261,19 +261,19 @@ func.func @warp_mma(%q: memref<64x56xbf16>, %k: memref<32x56xbf16>,
 }
 
 // CHECK-LABEL: func.func @async_copy
-// CHECK:         attn.async_copy %{{.+}}[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}], %{{.+}}[%{{.+}}, %{{.+}}] if(%{{.+}}) elements(8) : memref<?x?x?x128xbf16>, memref<64x136xbf16>
-// CHECK:         attn.async_copy %{{.+}}[%{{.+}}], %{{.+}}[%{{.+}}] if(%{{.+}}) elements(1) : memref<?xf32>, memref<4xf32>
-// CHECK:         attn.async_wait
+// CHECK:         attn_kernel.async_copy %{{.+}}[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}], %{{.+}}[%{{.+}}, %{{.+}}] if(%{{.+}}) elements(8) : memref<?x?x?x128xbf16>, memref<64x136xbf16>
+// CHECK:         attn_kernel.async_copy %{{.+}}[%{{.+}}], %{{.+}}[%{{.+}}] if(%{{.+}}) elements(1) : memref<?xf32>, memref<4xf32>
+// CHECK:         attn_kernel.async_wait
 // 16 bytes of a bf16 row into a padded shared row; 4 bytes of a 1-D
 // buffer.
 func.func @async_copy(%k: memref<?x?x?x128xbf16>, %ks: memref<64x136xbf16>,
                       %x: memref<?xf32>, %xs: memref<4xf32>, %i: index,
                       %valid: i1) {
-  attn.async_copy %k[%i, %i, %i, %i], %ks[%i, %i] if(%valid) elements(8)
+  attn_kernel.async_copy %k[%i, %i, %i, %i], %ks[%i, %i] if(%valid) elements(8)
       : memref<?x?x?x128xbf16>, memref<64x136xbf16>
-  attn.async_copy %x[%i], %xs[%i] if(%valid) elements(1)
+  attn_kernel.async_copy %x[%i], %xs[%i] if(%valid) elements(1)
       : memref<?xf32>, memref<4xf32>
-  attn.async_wait
+  attn_kernel.async_wait
   return
 }
 

@@ -1,0 +1,192 @@
+//===- AttnKernelOps.cpp - Ops below the dispatch boundary ----------------===//
+//
+// The dialect, and the verifiers of its ops.
+//
+//===----------------------------------------------------------------------===//
+
+#include "AttnKernel/AttnKernelOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+#include "AttnKernel/AttnKernelOpsDialect.cpp.inc"
+
+void AttnKernelDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "AttnKernel/AttnKernelOps.cpp.inc"
+      >();
+}
+
+#define GET_OP_CLASSES
+#include "AttnKernel/AttnKernelOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// DispatchOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult DispatchOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
+  auto kernel = symbolTable.lookupNearestSymbolFrom<FunctionOpInterface>(
+      *this, getKernelAttr());
+  if (!kernel)
+    return emitOpError() << "kernel " << getKernelAttr()
+                         << " is not a function in this module";
+  ArrayRef<Type> argTypes = kernel.getArgumentTypes();
+  size_t numBindings = getBindings().size();
+  if (argTypes.size() != numBindings + 1)
+    return emitOpError() << "kernel " << getKernelAttr() << " takes "
+                         << argTypes.size()
+                         << " arguments, expected one per binding ("
+                         << numBindings << ") plus the workgroup id";
+  for (auto [index, binding] : llvm::enumerate(getBindings()))
+    if (binding.getType() != argTypes[index])
+      return emitOpError() << "binding #" << index << " has type "
+                           << binding.getType() << " but kernel "
+                           << getKernelAttr() << " takes " << argTypes[index];
+  if (!argTypes.back().isIndex())
+    return emitOpError() << "kernel " << getKernelAttr()
+                         << " must take the workgroup id (index) last, got "
+                         << argTypes.back();
+  if (!kernel.getResultTypes().empty())
+    return emitOpError() << "kernel " << getKernelAttr()
+                         << " must not return values";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// WarpMmaOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult WarpMmaOp::verify() {
+  auto check = [&](Value operand, StringRef name) -> LogicalResult {
+    auto type = cast<MemRefType>(operand.getType());
+    if (type.getRank() != 2 || !type.hasStaticShape() ||
+        !type.getLayout().isIdentity())
+      return emitOpError() << "'" << name
+                           << "' must be a row-major 2-D memref of static "
+                              "shape, got "
+                           << type;
+    return success();
+  };
+  if ((!getLhsFragment() && failed(check(getLhs(), "lhs"))) ||
+      failed(check(getRhs(), "rhs")))
+    return failure();
+  if (!getAccFragment() && failed(check(getAcc(), "acc")))
+    return failure();
+  MemRefType lhs = getLhs().getType(), rhs = getRhs().getType(),
+             acc = getAcc().getType();
+  Type element = getProductType();
+  StringRef typed = getLhsFragment() ? "rhs" : "lhs";
+  if (!element.isF16() && !element.isBF16() && !element.isF32())
+    return emitOpError() << "'" << typed
+                         << "' elements must be f16, bf16 or f32, got "
+                         << element;
+  if (!getLhsFragment() && rhs.getElementType() != element)
+    return emitOpError() << "'rhs' elements must match 'lhs' (" << element
+                         << "), got " << rhs.getElementType();
+  if (!acc.getElementType().isF32())
+    return emitOpError() << "'acc' elements must be f32, got "
+                         << acc.getElementType();
+  const int64_t k = getK(), n = getN(), tiles = getRowTiles();
+  if (tiles < 1)
+    return emitOpError() << "row_tiles must be positive, got " << tiles;
+  const int64_t rows = kRows * tiles;
+  if (k <= 0 || k % kReductionStep != 0)
+    return emitOpError() << "k must be a positive multiple of "
+                         << kReductionStep << ", got " << k;
+  if (n <= 0 || n % kFragmentColumns != 0)
+    return emitOpError() << "n must be a positive multiple of "
+                         << kFragmentColumns << ", got " << n;
+  auto tooSmall = [&](StringRef name, MemRefType type, int64_t rows,
+                      int64_t columns) {
+    return emitOpError() << "'" << name << "' [" << type.getDimSize(0) << ", "
+                         << type.getDimSize(1) << "] is smaller than the ["
+                         << rows << ", " << columns << "] it must hold";
+  };
+  if (getLhsFragment()) {
+    // The warp's fragments [32, T k / 8, 4], or (on the GPU, outlined) the
+    // lane's own [T k / 8, 4].
+    const int64_t blocks = tiles * k / kFragmentColumns;
+    const bool warp = lhs.getRank() == 3 && lhs.getDimSize(0) == kWarpLanes;
+    const bool own = lhs.getRank() == 2;
+    ArrayRef<int64_t> fragment = lhs.getShape().take_back(2);
+    if (!lhs.getElementType().isF32() || !lhs.hasStaticShape() ||
+        !(warp || own) || fragment[0] != blocks || fragment[1] != 4)
+      return emitOpError() << "'lhs' (fragments) must be f32 [" << kWarpLanes
+                           << ", " << blocks
+                           << ", 4] (each lane's 4 elements per 8 of the " << k
+                           << " columns, per row tile) or a lane's own ["
+                           << blocks << ", 4], got " << lhs;
+  } else if (lhs.getDimSize(0) < rows || lhs.getDimSize(1) < k) {
+    return tooSmall("lhs", lhs, rows, k);
+  }
+  if (getAccFragment()) {
+    // The lane's fragment: 4 elements per block of 8 columns and row tile.
+    const int64_t blocks = tiles * n / kFragmentColumns;
+    if (acc.getRank() != 2 || !acc.hasStaticShape() ||
+        acc.getDimSize(0) != blocks || acc.getDimSize(1) != 4)
+      return emitOpError() << "'acc' (a fragment) must be [" << blocks
+                           << ", 4] (4 elements per 8 of the " << n
+                           << " columns, per row tile), got " << acc;
+  } else if (acc.getDimSize(0) < rows || acc.getDimSize(1) < n) {
+    return tooSmall("acc", acc, rows, n);
+  }
+  const int64_t rhsRows = getRhsTransposed() ? n : k;
+  const int64_t rhsColumns = getRhsTransposed() ? k : n;
+  if (rhs.getDimSize(0) < rhsRows || rhs.getDimSize(1) < rhsColumns)
+    return tooSmall(getRhsTransposed() ? "rhs (transposed, [n, k])"
+                                       : "rhs ([k, n])",
+                    rhs, rhsRows, rhsColumns);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AsyncCopyOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AsyncCopyOp::verify() {
+  MemRefType source = getSource().getType(), target = getTarget().getType();
+  auto checkOperand = [&](StringRef name, MemRefType type,
+                          ValueRange indices) -> LogicalResult {
+    if (static_cast<int64_t>(indices.size()) != type.getRank())
+      return emitOpError() << "'" << name << "' has rank " << type.getRank()
+                           << " but " << indices.size() << " indices";
+    SmallVector<int64_t> strides;
+    int64_t offset;
+    if (type.getRank() == 0 ||
+        failed(type.getStridesAndOffset(strides, offset)) ||
+        strides.back() != 1)
+      return emitOpError() << "'" << name
+                           << "' must be contiguous along its last "
+                              "dimension, got "
+                           << type;
+    return success();
+  };
+  if (failed(checkOperand("source", source, getSourceIndices())) ||
+      failed(checkOperand("target", target, getTargetIndices())))
+    return failure();
+  Type element = source.getElementType();
+  if (target.getElementType() != element)
+    return emitOpError() << "'target' elements must match 'source' (" << element
+                         << "), got " << target.getElementType();
+  if (!element.isIntOrFloat())
+    return emitOpError() << "elements must be integers or floats, got "
+                         << element;
+  const int64_t elements = getElements();
+  const int64_t bytes = elements * element.getIntOrFloatBitWidth() / 8;
+  if (elements <= 0 || (bytes != 4 && bytes != 8 && bytes != 16))
+    return emitOpError() << "copies 4, 8 or 16 bytes, got " << elements
+                         << " elements of " << element;
+  if (!target.isDynamicDim(target.getRank() - 1) &&
+      target.getDimSize(target.getRank() - 1) < elements)
+    return emitOpError() << "'target' rows of "
+                         << target.getDimSize(target.getRank() - 1)
+                         << " elements cannot hold " << elements;
+  return success();
+}

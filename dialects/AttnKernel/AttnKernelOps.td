@@ -1,0 +1,218 @@
+//===- AttnKernelOps.td - Ops below the dispatch boundary --*- tablegen -*-===//
+//
+// The ops that exist only after entry lowering: the host side of a lowered
+// entry (dispatches and the worker count) and the primitives its kernels
+// are built from (a warp's matrix product, asynchronous copies). They are
+// kept apart from the user-facing attn ops, which state what to compute;
+// these say how a target runs it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_KERNEL_OPS_TD
+#define ATTN_KERNEL_OPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "AttnKernelDialect.td"
+
+//===----------------------------------------------------------------------===//
+// Host side of a lowered entry
+//===----------------------------------------------------------------------===//
+
+def AttnKernel_WorkerCountOp : AttnKernel_Op<"worker_count", [Pure]> {
+  let summary = "the number of workers that run a dispatch's workgroups";
+  let description = [{
+    Read by a host program to size its grids: how many workgroups can run
+    at once (the CPU runtime's thread count). Work is split finer only
+    when there are fewer natural workgroups than workers.
+
+    ```mlir
+    %workers = attn_kernel.worker_count : index
+    ```
+  }];
+  let results = (outs Index:$count);
+  let assemblyFormat = "attr-dict `:` type($count)";
+}
+
+def AttnKernel_DispatchOp : AttnKernel_Op<"dispatch", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "runs a kernel over a grid of workgroups";
+  let description = [{
+    The host side of a lowered entry is a sequence of dispatches. A dispatch
+    runs the kernel function `kernel` once per workgroup id in
+    `[0, workgroups)`, in any order and possibly in parallel, each call
+    receiving every buffer of `bindings` and its workgroup id as the last
+    argument. The CPU runtime runs the workgroups on its thread pool; a GPU
+    launch uses them as the grid. Dispatches run one after the other.
+
+    ```mlir
+    attn_kernel.dispatch @layer__flash workgroups(%n) bindings(%q, %k, %v, %o)
+        : memref<?x8x?x64xf32>, memref<?x2x?x64xf32>, memref<?x2x?x64xf32>,
+          memref<?x8x?x64xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$kernel, Index:$workgroups,
+                       Variadic<AnyMemRef>:$bindings);
+  let assemblyFormat = [{
+    $kernel `workgroups` `(` $workgroups `)` `bindings` `(` $bindings `)`
+    attr-dict `:` type($bindings)
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Inside kernels
+//===----------------------------------------------------------------------===//
+
+def AttnKernel_WarpMmaOp : AttnKernel_Op<"warp_mma"> {
+  let summary = "one lane's share of a warp's 16-row matrix product";
+  let description = [{
+    Used by block kernels (passes/SimtKernels.h) for the matrix products of
+    a tile that lives in shared buffers. The 32 lanes of a warp together
+    compute, for `i` in [0, 16) and `j` in [0, n),
+
+      acc[row + i, j] = (accumulate ? acc[row + i, j] : 0)
+                        + sum_{l < k} lhs[row + i, l] * B[l, j]
+
+    where `B` is `rhs` read as [k, n] (`B[l, j] = rhs[l, j]`), or as [n, k]
+    when `rhs_transposed` is set (`B[l, j] = rhs[j, l]`). Buffers may be
+    wider than the product (rows padded so that threads reading down a
+    column hit different shared-memory banks); only the first `k` (`n`)
+    columns are used. Lane `lane` (in [0, 32)) computes and writes exactly
+    the elements that PTX's `mma.m16n8k16` gives it in each block of 8
+    columns (the accumulator fragment): rows `lane / 4` and
+    `lane / 4 + 8`, columns `2 * (lane % 4)` and `2 * (lane % 4) + 1`. It
+    reads only its own elements of `acc`, so lanes never race on it.
+
+    That per-lane meaning makes one op two things: on the GPU, when the 32
+    lanes of a warp run it together, `-attn-warp-mma-to-nvvm` lowers it to
+    tensor-core `mma.sync` instructions (f16 and bf16 on sm_80 and newer;
+    f32 and older chips get the same products as fused multiply-adds); on
+    the CPU, `-attn-warp-mma-to-loops` lowers each lane's share to loops,
+    which is how the GPU kernels are tested without a GPU.
+
+    With `row_tiles` = T > 1 the warp computes T such products, of rows
+    `row + 16 t` to `row + 16 t + 15` for t in [0, T), each lane the same
+    elements of each; on the tensor cores every fragment of B is then
+    loaded once for the T products (FlashAttention-2's 32 rows per warp
+    halve the shared-memory reads of k and v per mma).
+
+    With `acc_fragment`, `acc` is not a shared tile but the lane's own
+    fragment, held in its registers (a view of a `memref.alloca
+    {attn.registers}` at the thread, SimtKernels.h): `acc` is [T n / 8, 4]
+    and `acc[t n / 8 + b, 2 h + e]` stands for the element of row `row +
+    16 t + lane / 4 + 8 h`, column `8 b + 2 (lane % 4) + e` above. The accumulators of a
+    flash kernel stay in registers across its key tiles this way, as in
+    FlashAttention-2.
+
+    With `lhs_fragment`, `lhs` is not a shared tile either but the warp's
+    accumulator fragments of an earlier product (FlashAttention-2 keeps P
+    in registers this way, from the scores' fragments to P v): `lhs` is
+    [32, T k / 8, 4], lane `l`'s fragment at `lhs[l]`, a view of a register
+    buffer at the warp's first thread (SimtKernels.h), so that `lhs[row +
+    16 t + i, j]` above is `lhs[4 (i % 8) + (j % 8) / 2, t k / 8 + j / 8,
+    2 (i / 8) + j % 2]`. On the CPU each lane reads its quad's fragments
+    from the buffer, so the enclosing thread loop must not write it (the
+    lanes run one after another there); on the GPU, after the outliner has
+    made the buffer per-thread, `lhs` is the lane's own [T k / 8, 4]: the
+    tensor cores take their A operand from it directly (one conversion per
+    pair of elements), the loops form through warp shuffles. Its elements
+    are f32, rounded to `rhs`'s element type for the tensor cores (exact for
+    values rounded so before).
+
+    `lhs` and `rhs` have the same element type (f16, bf16 or f32; f32
+    fragments with `lhs_fragment`), `acc` is f32; `k` is a multiple of 16
+    and `n` of 8.
+
+    ```mlir
+    // S[r .. r + 16, 0 .. 64] = Q[r .., 0 .. 128] * K[0 .. 64, 0 .. 128]^T
+    attn_kernel.warp_mma %qs, %ks, %scores rows(%r) lane(%lane) n(64) k(128)
+        {rhs_transposed}
+        : memref<64x136xbf16>, memref<64x136xbf16>, memref<64x65xf32>
+    // The lane's share of O[r .. r + 16, 0 .. 128] += P V, in registers.
+    attn_kernel.warp_mma %ps, %vs, %o rows(%r) lane(%lane) n(128) k(64)
+        {acc_fragment, accumulate}
+        : memref<64x66xbf16>, memref<64x136xbf16>,
+          memref<16x4xf32, strided<[4, 1], offset: ?>>
+    // The same with P in the warp's registers (its 32 lanes' fragments).
+    attn_kernel.warp_mma %p, %vs, %o rows(%r) lane(%lane) n(128) k(64)
+        {acc_fragment, accumulate, lhs_fragment}
+        : memref<32x8x4xf32, strided<[32, 4, 1], offset: ?>>,
+          memref<64x136xbf16>, memref<16x4xf32, strided<[4, 1], offset: ?>>
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$lhs, AnyMemRef:$rhs, AnyMemRef:$acc,
+                       Index:$row, Index:$lane, I64Attr:$n, I64Attr:$k,
+                       UnitAttr:$rhs_transposed, UnitAttr:$accumulate,
+                       UnitAttr:$acc_fragment, UnitAttr:$lhs_fragment,
+                       DefaultValuedAttr<I64Attr, "1">:$row_tiles);
+  let assemblyFormat = [{
+    $lhs `,` $rhs `,` $acc `rows` `(` $row `)` `lane` `(` $lane `)`
+    `n` `(` $n `)` `k` `(` $k `)` attr-dict
+    `:` type($lhs) `,` type($rhs) `,` type($acc)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Rows of the product (the m of mma.m16n8k16).
+    static constexpr int64_t kRows = 16;
+    /// Columns of one accumulator fragment and the reduction step.
+    static constexpr int64_t kFragmentColumns = 8, kReductionStep = 16;
+    /// The lanes of a warp.
+    static constexpr int64_t kWarpLanes = 32;
+    /// The element type of the products: lhs's, or rhs's when lhs is a
+    /// fragment (f32 values rounded to it for the tensor cores).
+    Type getProductType() {
+      return (getLhsFragment() ? getRhs() : getLhs())
+          .getType().getElementType();
+    }
+  }];
+}
+
+def AttnKernel_AsyncCopyOp : AttnKernel_Op<"async_copy", [AttrSizedOperandSegments]> {
+  let summary = "one thread's asynchronous copy of a few elements into a "
+                "shared buffer";
+  let description = [{
+    Used by block kernels (passes/SimtKernels.h) to stage tiles in shared
+    buffers. Copies the `elements` consecutive elements (4, 8 or 16 bytes in
+    all) at `source[source_indices]` along its last dimension to
+    `target[target_indices]`, or writes that many zeros there when `valid`
+    is false (the source is then not read, so its indices may be out of
+    bounds). Both addresses must be aligned to the copy's size, as
+    `cp.async` requires (the flash kernels copy 16-byte pieces of rows that
+    are whole 16-byte pieces). The copy may complete late: the thread sees the data after its
+    next `attn_kernel.async_wait`, other threads after a barrier that follows it.
+
+    A thread can so have all its copies of a tile in flight at once. On the
+    GPU, `-attn-async-copy-to-nvvm` lowers the op to `cp.async` (through
+    `nvgpu.device_async_copy`, with a source size of 0 for the zeros) and
+    `attn_kernel.async_wait` to a commit and a wait of the thread's copies; on the
+    CPU, `-attn-async-copy-to-loops` makes it a plain copy at once.
+
+    ```mlir
+    attn_kernel.async_copy %k[%b, %h, %key, %d], %ks[%j, %d] if(%inRange)
+        elements(8) : memref<?x?x?x128xbf16>, memref<64x136xbf16>
+    attn_kernel.async_wait
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$source, Variadic<Index>:$source_indices,
+                       AnyMemRef:$target, Variadic<Index>:$target_indices,
+                       I1:$valid, I64Attr:$elements);
+  let assemblyFormat = [{
+    $source `[` $source_indices `]` `,` $target `[` $target_indices `]`
+    `if` `(` $valid `)` `elements` `(` $elements `)` attr-dict
+    `:` type($source) `,` type($target)
+  }];
+  let hasVerifier = 1;
+}
+
+def AttnKernel_AsyncWaitOp : AttnKernel_Op<"async_wait"> {
+  let summary = "waits for the calling thread's attn_kernel.async_copy ops";
+  let description = [{
+    After it, the data of every `attn_kernel.async_copy` the thread issued before
+    is in the target buffers (see that op).
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
+#endif // ATTN_KERNEL_OPS_TD
