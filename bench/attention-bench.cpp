@@ -34,6 +34,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "bench/Ceilings.h"
+#include "bench/Variants.h"
 
 #include <random>
 
@@ -297,22 +298,12 @@ bool treeTable(const BenchOptions &options, double sgemm) {
 /// ratios to plain causal attention timed in the same run.
 bool variantsTable(const BenchOptions &options) {
   const int heads = 8, kvHeads = 2, dim = 128;
-  const int64_t l = options.quick ? 1024 : 4096, documents = 8;
-  const int64_t radius = 64;
+  const int64_t l = options.quick ? 1024 : 4096;
   std::printf("| causal prefill, L = %lld | ms | x plain causal |\n",
               static_cast<long long>(l));
   std::printf("|---|---|---|\n");
-  struct Variant {
-    const char *name, *keys;
-  };
-  const Variant variants[] = {
-      {"plain causal", ""},
-      {"alibi", R"(, "score_mod": "alibi")"},
-      {"relative_bias R = 64", R"(, "score_mod": {"relative_bias": 64})"},
-      {"document (8 documents)", R"(, "mask_mod": "document")"},
-  };
   double plain = 0.0;
-  for (const Variant &variant : variants) {
+  for (const BenchVariant &variant : benchVariants()) {
     char json[512];
     std::snprintf(
         json, sizeof(json),
@@ -325,18 +316,7 @@ bool variantsTable(const BenchOptions &options) {
       return false;
     std::vector<attn::Tensor> inputs = randomInputs(heads, kvHeads, l, l, dim),
                               outputs;
-    if (std::strstr(variant.keys, "relative_bias")) {
-      attn::Tensor table(ATTN_F32, {heads, 2 * radius + 1});
-      for (int64_t i = 0; i < table.numElements(); ++i)
-        table.f32()[i] = 0.01f * static_cast<float>(i % 17);
-      inputs.push_back(std::move(table));
-    }
-    if (std::strstr(variant.keys, "document")) {
-      attn::Tensor docs(ATTN_I32, {1, l});
-      for (int64_t j = 0; j < l; ++j)
-        docs.i32()[j] = static_cast<int32_t>(j * documents / l);
-      inputs.push_back(std::move(docs));
-    }
+    appendVariantInputs(variant, 1, heads, l, inputs);
     double seconds = medianSeconds(
         options.repeat, [&] { runOrExit(*model, 0, inputs, outputs); });
     if (plain == 0.0)

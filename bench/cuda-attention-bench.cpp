@@ -37,6 +37,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "bench/Variants.h"
 #include "compiler/Compile.h"
 #include "runtime/Float16.h"
 #include "runtime/attn_runtime.hpp"
@@ -188,41 +189,19 @@ double deviceMs(attn::Model &model, const std::vector<attn::Tensor> &inputs,
 /// variants come from bench/torch-attention-baseline.py).
 bool variantsTable(const Options &options, int64_t batch, int64_t length) {
   const int heads = 32, kvHeads = 8, dim = 128;
-  const int64_t radius = 64, documents = 8;
   std::printf("\n| causal prefill variant | B | H | L | ms | x plain causal "
               "|\n");
   std::printf("|---|---|---|---|---|---|\n");
-  struct Variant {
-    const char *name, *keys;
-  };
-  const Variant variants[] = {
-      {"plain causal", ""},
-      {"alibi", R"(, "score_mod": "alibi")"},
-      {"relative_bias R = 64", R"(, "score_mod": {"relative_bias": 64})"},
-      {"document (8 documents)", R"(, "mask_mod": "document")"},
-  };
   double plain = 0.0;
-  for (const Variant &variant : variants) {
+  for (const attn::bench::BenchVariant &variant :
+       attn::bench::benchVariants()) {
     std::unique_ptr<attn::Model> model =
         load(options, layerJson(heads, kvHeads, dim, "causal", variant.keys));
     if (!model)
       return false;
     std::vector<attn::Tensor> inputs =
         randomInputs(batch, heads, kvHeads, length, length, dim);
-    if (std::string(variant.keys).find("relative_bias") != std::string::npos) {
-      attn::Tensor table(ATTN_F32, {heads, 2 * radius + 1});
-      for (int64_t i = 0; i < table.numElements(); ++i)
-        table.f32()[i] = 0.01f * static_cast<float>(i % 17);
-      inputs.push_back(std::move(table));
-    }
-    if (std::string(variant.keys).find("document") != std::string::npos) {
-      attn::Tensor docs(ATTN_I32, {batch, length});
-      for (int64_t b = 0; b < batch; ++b)
-        for (int64_t j = 0; j < length; ++j)
-          docs.i32()[b * length + j] =
-              static_cast<int32_t>(j * documents / length);
-      inputs.push_back(std::move(docs));
-    }
+    attn::bench::appendVariantInputs(variant, batch, heads, length, inputs);
     double ms = deviceMs(*model, inputs, options.repeat);
     if (ms < 0)
       return false;

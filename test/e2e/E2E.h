@@ -86,6 +86,16 @@ inline ref::Tensor randomF32(std::vector<int64_t> shape, std::mt19937_64 &rng,
   return t;
 }
 
+/// The reference mask of a model description's "mask" JSON value:
+/// "none", "causal" or {"sliding_window": W}.
+inline ref::Mask referenceMask(const std::string &json) {
+  if (json == "\"none\"")
+    return ref::Mask::none();
+  if (json == "\"causal\"")
+    return ref::Mask::causal();
+  return ref::Mask::slidingWindow(std::stoll(json.substr(json.find(':') + 1)));
+}
+
 inline Tensor intsToRuntime(const ref::IntTensor &t) {
   Tensor out(ATTN_I32, t.shape());
   for (int64_t i = 0; i < t.size(); ++i)

@@ -61,16 +61,6 @@ std::string modelJson(const AttentionCase &c) {
   return json.str();
 }
 
-ref::Mask referenceMask(const std::string &json) {
-  if (json == "\"none\"")
-    return ref::Mask::none();
-  if (json == "\"causal\"")
-    return ref::Mask::causal();
-  // {"sliding_window": W}
-  size_t colon = json.find(':');
-  return ref::Mask::slidingWindow(std::stoll(json.substr(colon + 1)));
-}
-
 class SoftmaxAttention
     : public testing::TestWithParam<std::tuple<AttentionCase, Backend>> {};
 

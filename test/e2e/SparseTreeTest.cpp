@@ -27,14 +27,6 @@ using namespace attn::e2e;
 
 namespace {
 
-ref::Mask maskOf(const std::string &json) {
-  if (json == "\"none\"")
-    return ref::Mask::none();
-  if (json == "\"causal\"")
-    return ref::Mask::causal();
-  return ref::Mask::slidingWindow(std::stoll(json.substr(json.find(':') + 1)));
-}
-
 ref::IntTensor toReference(const Tensor &t) {
   ref::IntTensor out(t.shape);
   for (int64_t i = 0; i < out.size(); ++i)
@@ -145,7 +137,7 @@ TEST_P(SparseAttention, MatchesReference) {
   std::vector<Tensor> out = runEntry(*model, "layer", inputs);
   ASSERT_EQ(out.size(), 1u);
 
-  ref::Mask mask = maskOf(c.mask);
+  ref::Mask mask = referenceMask(c.mask);
   ref::Score score;
   score.softcap = c.softcap;
   const ref::Tensor *g = gate ? &*gate : nullptr;
@@ -746,7 +738,7 @@ TEST_P(TreeAttention, MatchesReference) {
   ASSERT_EQ(out.size(), 1u);
   std::optional<int64_t> window;
   if (c.mask != "\"causal\"")
-    window = maskOf(c.mask).window;
+    window = referenceMask(c.mask).window;
   ref::AttentionResult expected =
       ref::treeSdpa(q, k, v, parents, window, {}, gate ? &*gate : nullptr);
   expectClose(out[0], expected.output, 1e-5, "tree o");

@@ -116,6 +116,39 @@ ref::IntTensor randomDocuments(int64_t batch, int64_t keys,
   return docs;
 }
 
+/// Prefix lengths [B] of a prefix-LM, uniform in [0, keys].
+std::shared_ptr<ref::IntTensor> randomPrefixLengths(int64_t batch, int64_t keys,
+                                                    std::mt19937_64 &rng) {
+  auto prefix = std::make_shared<ref::IntTensor>(std::vector<int64_t>{batch});
+  for (int64_t b = 0; b < batch; ++b)
+    (*prefix)(b) = static_cast<int32_t>(rng() % (keys + 1));
+  return prefix;
+}
+
+// SPEC §7's named variants, as the float64 reference states them.
+ref::ScoreMod alibiReference(int64_t heads) {
+  return [heads](double s, int64_t, int64_t h, int64_t qp, int64_t kp) {
+    return s - alibiSlope(h, heads) * static_cast<double>(qp - kp);
+  };
+}
+ref::ScoreMod relativeBiasReference(std::shared_ptr<ref::Tensor> table,
+                                    int64_t radius) {
+  return [table, radius](double s, int64_t, int64_t h, int64_t qp, int64_t kp) {
+    return s +
+           (*table)(h, std::clamp<int64_t>(kp - qp, -radius, radius) + radius);
+  };
+}
+ref::MaskMod documentReference(std::shared_ptr<ref::IntTensor> docs) {
+  return [docs](int64_t b, int64_t, int64_t qp, int64_t kp) {
+    return (*docs)(b, qp) == (*docs)(b, kp);
+  };
+}
+ref::MaskMod prefixLmReference(std::shared_ptr<ref::IntTensor> prefix) {
+  return [prefix](int64_t b, int64_t, int64_t qp, int64_t kp) {
+    return kp < (*prefix)(b) || kp <= qp;
+  };
+}
+
 const char *kDocumentRegion = R"(
   %dq = tensor.extract %doc[%b, %qp] : tensor<?x?xi32>
   %dk = tensor.extract %doc[%b, %kp] : tensor<?x?xi32>
@@ -156,10 +189,7 @@ Variant makeVariant(const VariantCase &c, std::mt19937_64 &rng) {
     };
   } else if (c.variant == "alibi" || c.variant == "alibi_document") {
     v.scoreMod = alibiRegion(H);
-    v.score.scoreMod = [H](double s, int64_t, int64_t h, int64_t qp,
-                           int64_t kp) {
-      return s - alibiSlope(h, H) * static_cast<double>(qp - kp);
-    };
+    v.score.scoreMod = alibiReference(H);
   } else if (c.variant == "relative_bias") {
     const int64_t R = 3;
     auto table = std::make_shared<ref::Tensor>(
@@ -179,15 +209,9 @@ Variant makeVariant(const VariantCase &c, std::mt19937_64 &rng) {
       %r = arith.addf %s, %x : f32
       attn.yield %r : f32
     )";
-    v.score.scoreMod = [table, R](double s, int64_t, int64_t h, int64_t qp,
-                                  int64_t kp) {
-      return s + (*table)(h, std::clamp<int64_t>(kp - qp, -R, R) + R);
-    };
+    v.score.scoreMod = relativeBiasReference(table, R);
   } else if (c.variant == "prefix_lm") {
-    auto prefix =
-        std::make_shared<ref::IntTensor>(std::vector<int64_t>{c.batch});
-    for (int64_t b = 0; b < c.batch; ++b)
-      (*prefix)(b) = static_cast<int32_t>(rng() % (c.keys + 1));
+    auto prefix = randomPrefixLengths(c.batch, c.keys, rng);
     v.argTypes.push_back("tensor<?xi32>");
     v.inputs.push_back(intsToRuntime(*prefix));
     v.maskMod = R"(
@@ -198,9 +222,7 @@ Variant makeVariant(const VariantCase &c, std::mt19937_64 &rng) {
       %in = arith.ori %inPrefix, %past : i1
       attn.yield %in : i1
     )";
-    v.score.maskMod = [prefix](int64_t b, int64_t, int64_t qp, int64_t kp) {
-      return kp < (*prefix)(b) || kp <= qp;
-    };
+    v.score.maskMod = prefixLmReference(prefix);
   } else if (c.variant == "head_prefix") {
     // Heads 0-2 see every key, the others only keys from 64 on: whole key
     // tiles are full for some heads and empty for others.
@@ -241,9 +263,7 @@ Variant makeVariant(const VariantCase &c, std::mt19937_64 &rng) {
     for (size_t at; (at = region.find("%doc")) != std::string::npos;)
       region.replace(at, 4, name);
     v.maskMod = region;
-    v.score.maskMod = [docs](int64_t b, int64_t, int64_t qp, int64_t kp) {
-      return (*docs)(b, qp) == (*docs)(b, kp);
-    };
+    v.score.maskMod = documentReference(docs);
   }
   return v;
 }
@@ -502,45 +522,25 @@ ref::Score namedScore(const NamedCase &c, int64_t keys, std::mt19937_64 &rng,
   ref::Score score;
   const int64_t H = c.heads;
   if (c.scoreMod == "\"alibi\"") {
-    score.scoreMod = [H](double s, int64_t, int64_t h, int64_t qp, int64_t kp) {
-      return s - alibiSlope(h, H) * static_cast<double>(qp - kp);
-    };
+    score.scoreMod = alibiReference(H);
   } else if (!c.scoreMod.empty()) { // {"relative_bias": R}
     const int64_t R = std::stoll(c.scoreMod.substr(c.scoreMod.find(':') + 1));
     auto table =
         std::make_shared<ref::Tensor>(randomF32({H, 2 * R + 1}, rng, -3, 3));
     extra.push_back(toRuntime(*table));
-    score.scoreMod = [table, R](double s, int64_t, int64_t h, int64_t qp,
-                                int64_t kp) {
-      return s + (*table)(h, std::clamp<int64_t>(kp - qp, -R, R) + R);
-    };
+    score.scoreMod = relativeBiasReference(table, R);
   }
   if (c.maskMod == "\"document\"") {
     auto docs =
         std::make_shared<ref::IntTensor>(randomDocuments(c.batch, keys, rng));
     extra.push_back(intsToRuntime(*docs));
-    score.maskMod = [docs](int64_t b, int64_t, int64_t qp, int64_t kp) {
-      return (*docs)(b, qp) == (*docs)(b, kp);
-    };
+    score.maskMod = documentReference(docs);
   } else if (c.maskMod == "\"prefix_lm\"") {
-    auto prefix =
-        std::make_shared<ref::IntTensor>(std::vector<int64_t>{c.batch});
-    for (int64_t b = 0; b < c.batch; ++b)
-      (*prefix)(b) = static_cast<int32_t>(rng() % (keys + 1));
+    auto prefix = randomPrefixLengths(c.batch, keys, rng);
     extra.push_back(intsToRuntime(*prefix));
-    score.maskMod = [prefix](int64_t b, int64_t, int64_t qp, int64_t kp) {
-      return kp < (*prefix)(b) || kp <= qp;
-    };
+    score.maskMod = prefixLmReference(prefix);
   }
   return score;
-}
-
-ref::Mask maskOfJson(const std::string &json) {
-  if (json == "\"none\"")
-    return ref::Mask::none();
-  if (json == "\"causal\"")
-    return ref::Mask::causal();
-  return ref::Mask::slidingWindow(std::stoll(json.substr(json.find(':') + 1)));
 }
 
 void expectMatches(const Tensor &actual, const ref::Tensor &expected,
@@ -561,7 +561,7 @@ TEST_P(NamedVariants, MatchReference) {
     GTEST_SKIP() << skip;
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
-  const ref::Mask mask = maskOfJson(c.mask);
+  const ref::Mask mask = referenceMask(c.mask);
 
   ref::Tensor q =
       randomF32({c.batch, c.heads, c.queries, c.headDim}, rng, -2.0, 2.0);
