@@ -4,7 +4,7 @@
 
 #include "compiler/BinaryWriter.h"
 #include "compiler/Pipelines.h"
-#include "passes/SimtKernels.h"
+#include "passes/kernels/cuda/SimtKernels.h"
 
 #include "Attn/AttnDialect.h"
 #include "AttnKernel/AttnKernelOps.h"

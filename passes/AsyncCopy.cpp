@@ -1,4 +1,4 @@
-//===- AsyncCopy.cpp - Lowerings of attn_kernel.async_copy -----------------------===//
+//===- AsyncCopy.cpp - Lowerings of attn_kernel.async_copy ------------===//
 //
 // attn_kernel.async_copy is one thread's copy of 4, 8 or 16 bytes into a shared
 // buffer that may complete as late as the thread's next attn_kernel.async_wait
@@ -17,7 +17,7 @@
 #include "Attn/AttnOps.h"
 #include "AttnKernel/AttnKernelOps.h"
 #include "passes/Passes.h"
-#include "passes/SimtKernels.h"
+#include "passes/kernels/cuda/SimtKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"

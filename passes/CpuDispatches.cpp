@@ -10,10 +10,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "passes/EntryLowering.h"
-#include "passes/LinearRecurrenceKernels.h"
 #include "passes/Passes.h"
-#include "passes/SelectionKernels.h"
-#include "passes/SoftmaxAttentionKernels.h"
+#include "passes/kernels/cpu/CpuKernels.h"
 
 #include "Attn/AttnOps.h"
 #include "AttnKernel/AttnKernelOps.h"

@@ -9,8 +9,7 @@
 
 #include "passes/EntryLowering.h"
 
-#include "passes/LinearRecurrenceKernels.h"
-#include "passes/SoftmaxAttentionKernels.h"
+#include "passes/kernels/AttentionShapes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"

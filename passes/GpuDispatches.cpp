@@ -13,8 +13,8 @@
 
 #include "passes/EntryLowering.h"
 #include "passes/Passes.h"
-#include "passes/SelectionKernels.h"
-#include "passes/SimtKernels.h"
+#include "passes/kernels/KeySelection.h"
+#include "passes/kernels/cuda/SimtKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"

@@ -15,7 +15,7 @@
 #include "Attn/AttnOps.h"
 #include "AttnKernel/AttnKernelOps.h"
 #include "passes/Passes.h"
-#include "passes/SimtKernels.h"
+#include "passes/kernels/cuda/SimtKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -123,9 +123,10 @@ struct AttnGpuOutlineKernels final
       auto loop = dyn_cast<scf::ParallelOp>(op->getParentOp());
       if (launch->perBlock && loop && loop->hasAttr(kThreadLoopAttr))
         return WalkResult::advance();
-      op.emitError("attn_kernel.warp_mma must be directly in a thread loop of a "
-                   "block kernel, where the 32 lanes of a warp run it "
-                   "together");
+      op.emitError(
+          "attn_kernel.warp_mma must be directly in a thread loop of a "
+          "block kernel, where the 32 lanes of a warp run it "
+          "together");
       return WalkResult::interrupt();
     });
     if (divergent.wasInterrupted())
@@ -171,8 +172,8 @@ struct AttnGpuOutlineKernels final
       b.setInsertionPointAfter(perThread);
       for (Operation *user : llvm::make_early_inc_range(alloca->getUsers())) {
         auto view = dyn_cast<memref::SubViewOp>(user);
-        // A warp's view, read by attn_kernel.warp_mma as lhs fragments: on the GPU
-        // each lane holds its own, and the lowering shuffles the others'.
+        // A warp's view, read by attn_kernel.warp_mma as lhs fragments: on the
+        // GPU each lane holds its own, and the lowering shuffles the others'.
         auto fragmentRead = [&](Operation *viewUser) {
           auto mma = dyn_cast<WarpMmaOp>(viewUser);
           return mma && mma.getLhsFragment() && mma.getLhs() == view &&
@@ -206,7 +207,8 @@ struct AttnGpuOutlineKernels final
           return user->emitError(
               "a register buffer may only be used through a thread's view of "
               "its own slice (memref.subview at the thread of the enclosing "
-              "thread loop), or its warp's that attn_kernel.warp_mma reads as lhs "
+              "thread loop), or its warp's that attn_kernel.warp_mma reads as "
+              "lhs "
               "fragments");
         OpBuilder at(view);
         view.replaceAllUsesWith(
@@ -249,9 +251,10 @@ struct AttnGpuOutlineKernels final
       for (Operation *user : alloca->getUsers())
         if (!isa<memref::LoadOp, memref::StoreOp, vector::LoadOp,
                  vector::StoreOp, WarpMmaOp, AsyncCopyOp>(user))
-          return user->emitError("a shared buffer may only be loaded, "
-                                 "stored (elements or vectors) and used by "
-                                 "attn_kernel.warp_mma and attn_kernel.async_copy");
+          return user->emitError(
+              "a shared buffer may only be loaded, "
+              "stored (elements or vectors) and used by "
+              "attn_kernel.warp_mma and attn_kernel.async_copy");
       MemRefType type = alloca.getType();
       auto sharedType =
           MemRefType::get(type.getShape(), type.getElementType(),

@@ -1,7 +1,7 @@
-//===- WarpMma.cpp - Lowerings of attn_kernel.warp_mma ---------------------------===//
+//===- WarpMma.cpp - Lowerings of attn_kernel.warp_mma ----------------===//
 //
-// attn_kernel.warp_mma is one lane's share of a warp's 16-row matrix product: the
-// elements of mma.m16n8k16's accumulator fragment that the lane holds, in
+// attn_kernel.warp_mma is one lane's share of a warp's 16-row matrix product:
+// the elements of mma.m16n8k16's accumulator fragment that the lane holds, in
 // every block of 8 columns (see the op). Two lowerings compute that share:
 //
 //  * loops (-attn-warp-mma-to-loops): per element, a fused multiply-add
@@ -27,7 +27,7 @@
 #include "Attn/AttnOps.h"
 #include "AttnKernel/AttnKernelOps.h"
 #include "passes/Passes.h"
-#include "passes/SimtKernels.h"
+#include "passes/kernels/cuda/SimtKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

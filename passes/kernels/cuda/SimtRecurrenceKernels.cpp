@@ -30,7 +30,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "passes/SimtKernels.h"
+#include "passes/kernels/cuda/SimtKernels.h"
 
 using namespace mlir;
 using namespace mlir::attn;

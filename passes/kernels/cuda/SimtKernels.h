@@ -30,12 +30,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef ATTN_PASSES_SIMTKERNELS_H
-#define ATTN_PASSES_SIMTKERNELS_H
+#ifndef ATTN_PASSES_KERNELS_CUDA_SIMTKERNELS_H
+#define ATTN_PASSES_KERNELS_CUDA_SIMTKERNELS_H
 
-#include "passes/LinearRecurrenceKernels.h"
-#include "passes/SoftmaxAttentionKernels.h"
-#include "passes/VariantRegions.h"
+#include "passes/kernels/AttentionShapes.h"
+#include "passes/kernels/VariantRegions.h"
 
 #include "AttnKernel/AttnKernelOps.h"
 
@@ -145,8 +144,8 @@ struct SimtEmitter : KernelEmitter {
   /// thread of the enclosing thread loop.
   Value registersOf(Value buffer, Value thread);
   /// The [32, shape...] registers of the warp of thread `thread` (of the
-  /// enclosing thread loop), for attn_kernel.warp_mma's lhs fragments alone: the
-  /// CUDA outliner makes them the thread's own, whose lanes exchange
+  /// enclosing thread loop), for attn_kernel.warp_mma's lhs fragments alone:
+  /// the CUDA outliner makes them the thread's own, whose lanes exchange
   /// elements by shuffles.
   Value registersOfWarp(Value buffer, Value thread);
   /// The element at `indices` of `memref` (widened to f32) where
@@ -191,6 +190,51 @@ struct MmaFragmentLayout {
   Value accColumn(SimtEmitter &e, Value block, int64_t element) {
     return e.add(e.mul(block, e.index(8)), e.add(pairColumn, e.index(element)));
   }
+};
+
+/// A CUDA kernel `name` with `bindingTypes` and the launch of `tiling`;
+/// `kind` names what it computes (attn.kernel_kind).
+inline func::FuncOp createSimtKernel(OpBuilder &builder, Location loc,
+                                     StringRef name, TypeRange bindingTypes,
+                                     const GpuTiling &tiling, StringRef kind) {
+  return createKernel(builder, loc, name, bindingTypes,
+                      tiling.toAttr(builder.getContext()), kind);
+}
+
+/// The visible keys [begin, end) of query row `row` (its position is
+/// Lk - Lq + row), intersected with [from, to).
+std::pair<Value, Value> visibleKeys(SimtEmitter &e,
+                                    const SoftmaxAttentionShape &shape,
+                                    Value row, Value lq, Value lk, Value from,
+                                    Value to);
+
+/// The output gate of one row, [B, H, Lq, Dv or 1] read at (batch, head,
+/// row) = rowAt[0..3): a headwise gate is read once, an elementwise one per
+/// feature.
+class RowGate {
+public:
+  RowGate(SimtEmitter &e, const SoftmaxAttentionShape &shape, Value gate,
+          ValueRange rowAt)
+      : e(e), gate(gate), rowAt(rowAt.take_front(3)) {
+    if (gate && shape.headwiseGate)
+      headGate = e.load(gate, at(e.index(0)));
+  }
+  /// o of feature d, gated (o itself without a gate).
+  Value apply(Value o, Value d) {
+    if (!gate)
+      return o;
+    return e.sigmoidGate(o, headGate ? headGate : e.load(gate, at(d)));
+  }
+
+private:
+  SmallVector<Value> at(Value d) {
+    SmallVector<Value> indices(rowAt);
+    indices.push_back(d);
+    return indices;
+  }
+  SimtEmitter &e;
+  Value gate, headGate;
+  SmallVector<Value> rowAt;
 };
 
 /// The online softmax of one query row carried by one thread (decode,
@@ -273,8 +317,8 @@ struct SimtFlashTiling {
 /// register fragments, each lane applies scale, softcap and mask and the
 /// online-softmax update to its elements (the row max agreed by the row's
 /// 4 lanes through shared memory), and each warp adds P V to its lanes'
-/// output fragments with attn_kernel.warp_mma. Bindings: q, k, v, [gate], o, [lse]
-/// (with a block mask then tile classes, tile list, tile counts); for
+/// output fragments with attn_kernel.warp_mma. Bindings: q, k, v, [gate], o,
+/// [lse] (with a block mask then tile classes, tile list, tile counts); for
 /// KeyPart::TreePrefix q, k, v, partial o, partial lse (split 0 of 2).
 func::FuncOp
 buildSimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
@@ -478,4 +522,4 @@ func::FuncOp buildSimtKvCompactKernel(OpBuilder &builder, Location loc,
 
 } // namespace mlir::attn
 
-#endif // ATTN_PASSES_SIMTKERNELS_H
+#endif // ATTN_PASSES_KERNELS_CUDA_SIMTKERNELS_H

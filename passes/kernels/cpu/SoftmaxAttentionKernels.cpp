@@ -22,54 +22,12 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "passes/SoftmaxAttentionKernels.h"
-#include "passes/SelectionKernels.h"
-#include "passes/VariantRegions.h"
+#include "passes/kernels/cpu/CpuKernels.h"
 
 #include <cmath>
 
 using namespace mlir;
 using namespace mlir::attn;
-
-FailureOr<SoftmaxAttentionShape>
-SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
-  auto fail = [&](const Twine &why) {
-    op->emitError() << "no " << target << " lowering: " << why;
-    return failure();
-  };
-  if (op.getNormalizer() != Normalizer::Softmax)
-    return fail("not a softmax attention");
-  auto q = cast<RankedTensorType>(op.getQuery().getType());
-  auto k = cast<RankedTensorType>(op.getKey().getType());
-  auto v = cast<RankedTensorType>(op.getValue().getType());
-  if (q.isDynamicDim(1) || k.isDynamicDim(1) || q.isDynamicDim(3) ||
-      v.isDynamicDim(3))
-    return fail("head counts and feature sizes must be static");
-
-  SoftmaxAttentionShape shape;
-  shape.numHeads = q.getDimSize(1);
-  shape.numKvHeads = k.getDimSize(1);
-  shape.headDim = q.getDimSize(3);
-  shape.valueDim = v.getDimSize(3);
-  shape.scale = op.getScoreScale();
-  shape.softcap = op.getScoreSoftcap();
-  MaskAttr mask = op.getPositionMask();
-  shape.mask = mask.getKind();
-  shape.window = mask.getWindow();
-  shape.epilogue = op.getEpilogue();
-  if (shape.epilogue == Epilogue::RmsNormSiluGate)
-    return fail("the rmsnorm-silu gate is not lowered for softmax attention");
-  if (shape.epilogue == Epilogue::SigmoidGate) {
-    auto gate = cast<RankedTensorType>(op.getEpilogueOperands()[0].getType());
-    shape.headwiseGate = gate.getDimSize(3) == 1 && shape.valueDim != 1;
-  }
-  shape.withLogSumExp = static_cast<bool>(op.getLogSumExp());
-  shape.selection = op.getKeySelectionKind();
-  if (shape.selection == KeySelectionKind::Blocks)
-    shape.selectionBlockSize = op.getSelectionBlockSize();
-  shape.variants = VariantRegions::of(op);
-  return shape;
-}
 
 void mlir::attn::storeOutputRow(KernelEmitter &e,
                                 const SoftmaxAttentionShape &shape,
@@ -917,32 +875,4 @@ func::FuncOp mlir::attn::buildSplitKvMergeKernel(
     e.store(e.logSumExp(safe, total), lse, {batch, head, row});
   func::ReturnOp::create(b);
   return func;
-}
-
-SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
-                           const SoftmaxAttentionShape &shape, Value rowIndex) {
-  auto args = kernel.getArguments();
-  unsigned next = 0;
-  partialOut = args[next++];
-  partialLse = args[next++];
-  if (shape.epilogue == Epilogue::SigmoidGate)
-    gate = args[next++];
-  out = args[next++];
-  if (shape.withLogSumExp)
-    lse = args[next++];
-  if (!rowIndex)
-    rowIndex = args.back();
-
-  Value lq = e.dim(partialLse, 2);
-  splits = e.dim(partialLse, 3);
-  row = e.rem(rowIndex, lq);
-  Value bh = e.div(rowIndex, lq);
-  head = e.rem(bh, e.index(shape.numHeads));
-  batch = e.div(bh, e.index(shape.numHeads));
-  Value max = e.loop(e.index(0), splits, e.index(1), {e.scalar(kNegInf)},
-                     [&](Value s, ValueRange it) {
-                       return SmallVector<Value>{e.fmax(
-                           it[0], e.load(partialLse, {batch, head, row, s}))};
-                     })[0];
-  maxLse = e.safeMax(max);
 }

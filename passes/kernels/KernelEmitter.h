@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef ATTN_PASSES_KERNELEMITTER_H
-#define ATTN_PASSES_KERNELEMITTER_H
+#ifndef ATTN_PASSES_KERNELS_KERNELEMITTER_H
+#define ATTN_PASSES_KERNELS_KERNELEMITTER_H
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -416,4 +416,4 @@ void sortBestFirst(KernelEmitter &e, const HeapStorage &heap, Value size);
 
 } // namespace mlir::attn
 
-#endif // ATTN_PASSES_KERNELEMITTER_H
+#endif // ATTN_PASSES_KERNELS_KERNELEMITTER_H

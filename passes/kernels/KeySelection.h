@@ -1,19 +1,17 @@
-//===- SelectionKernels.h - CPU kernels of sparsity and trees ---*- C++ -*-===//
+//===- KeySelection.h - Which keys a row sees, on both targets --*- C++ -*-===//
 //
-// The workgroup bodies of SPEC §1.3-1.4 that -attn-cpu-dispatches emits:
-// Quest block metadata, top-k block and top-p token selection, softmax
-// attention over the keys a row gathers (selected blocks; a draft tree's
-// prefix and ancestors), greedy tree acceptance and KV compaction. Like the
-// other CPU kernels they are scf + vector + memref + math; per-row scratch
-// whose size depends on Lk is heap-allocated (memref.alloc), the rest is on
-// the stack.
+// What the CPU and CUDA kernels of masks, sparsity and trees share: the
+// visible key range of a mask, the walk over a draft tree's keys, SPEC
+// §1.3's order and estimators of scored candidates, per-row flag buffers,
+// top-p's bucketed selection, and the tree acceptance kernel (scalar code,
+// the same on both targets).
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef ATTN_PASSES_SELECTIONKERNELS_H
-#define ATTN_PASSES_SELECTIONKERNELS_H
+#ifndef ATTN_PASSES_KERNELS_KEYSELECTION_H
+#define ATTN_PASSES_KERNELS_KEYSELECTION_H
 
-#include "passes/SoftmaxAttentionKernels.h"
+#include "passes/kernels/AttentionShapes.h"
 
 namespace mlir::attn {
 
@@ -162,42 +160,16 @@ void flagTopPKept(KernelEmitter &e, SelectTopPOp op, const TopPRow &row,
 /// The score scale of a selection op: its `scale`, else 1/sqrt(D).
 double selectionScale(std::optional<APFloat> scale, int64_t headDim);
 
-/// Rows of keys that one KV-compaction workgroup copies.
-constexpr int64_t kCompactRowTile = 64;
+/// Runs `use` on the heap (KernelEmitter.h) of the i32 items of `items`,
+/// ordered by `worse`.
+using WorsePredicate = function_ref<Value(Value, Value)>;
+void withIntHeap(KernelEmitter &e, const RowBuffer &items, WorsePredicate worse,
+                 function_ref<void(const HeapStorage &)> use);
 
-/// Bindings: k [B, Hkv, Lk, D], meta [B, Hkv, NB, 2, D]. Workgroup =
-/// (batch, kv head, block).
-func::FuncOp buildBlockMetaKernel(OpBuilder &builder, Location loc,
-                                  StringRef name, BlockMetaOp op,
-                                  const CpuTiling &tiling,
-                                  TypeRange bindingTypes);
-
-/// Bindings: q, meta, keys [Lk, 0] (a buffer that only carries the key
-/// length), blocks [B, H, Lq, top_k]. Workgroup = (batch, kv head, row):
-/// the query heads of a kv group share each block's metadata load.
-func::FuncOp buildSelectTopKKernel(OpBuilder &builder, Location loc,
-                                   StringRef name, SelectTopKOp op,
-                                   const CpuTiling &tiling,
-                                   TypeRange bindingTypes);
-
-/// Bindings: q, k, [blocks], tokens [B, H, Lq, N]. Workgroup = (batch,
-/// head, row).
-func::FuncOp buildSelectTopPKernel(OpBuilder &builder, Location loc,
-                                   StringRef name, SelectTopPOp op,
-                                   const CpuTiling &tiling,
-                                   TypeRange bindingTypes);
-
-/// Softmax attention over the keys each row gathers. `shape.selection` is
-/// Blocks (sparse_sdpa; bindings q, k, v, selection, [gate], o, [lse]) or
-/// Tree (tree_sdpa's KeyPart::TreeNodes: each node's own and ancestors'
-/// keys inside its window, into the last split of the partials; bindings
-/// q, k, v, parents, partial o, partial lse). Workgroup = (batch, head,
-/// row).
-func::FuncOp buildGatheredAttentionKernel(OpBuilder &builder, Location loc,
-                                          StringRef name,
-                                          const SoftmaxAttentionShape &shape,
-                                          const CpuTiling &tiling,
-                                          TypeRange bindingTypes);
+/// Whether entry `n` of the i8 `flags` is set.
+Value isFlagged(KernelEmitter &e, const RowBuffer &flags, Value n);
+/// Sets entry `n` of the i8 `flags`.
+void setFlag(KernelEmitter &e, const RowBuffer &flags, Value n);
 
 /// Bindings: tokens, target, parents, path, length, bonus. Workgroup =
 /// batch row. Scalar code, so also the CUDA kernel (one thread per batch
@@ -206,12 +178,6 @@ func::FuncOp buildTreeAcceptKernel(OpBuilder &builder, Location loc,
                                    StringRef name, DictionaryAttr tiling,
                                    TypeRange bindingTypes);
 
-/// Bindings: k, v, path, length, k', v'. Workgroup = (batch, kv head, tile
-/// of kCompactRowTile rows).
-func::FuncOp buildKvCompactKernel(OpBuilder &builder, Location loc,
-                                  StringRef name, const CpuTiling &tiling,
-                                  TypeRange bindingTypes);
-
 } // namespace mlir::attn
 
-#endif // ATTN_PASSES_SELECTIONKERNELS_H
+#endif // ATTN_PASSES_KERNELS_KEYSELECTION_H

@@ -41,8 +41,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "passes/SelectionKernels.h"
-#include "passes/SimtKernels.h"
+#include "passes/kernels/KeySelection.h"
+#include "passes/kernels/cuda/SimtKernels.h"
 
 using namespace mlir;
 using namespace mlir::attn;

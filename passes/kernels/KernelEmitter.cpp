@@ -1,6 +1,6 @@
 //===- KernelEmitter.cpp - Building CPU kernel IR -------------------------===//
 
-#include "passes/KernelEmitter.h"
+#include "passes/kernels/KernelEmitter.h"
 
 using namespace mlir;
 using namespace mlir::attn;

@@ -25,71 +25,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "passes/LinearRecurrenceKernels.h"
+#include "passes/kernels/cpu/CpuKernels.h"
 
 using namespace mlir;
 using namespace mlir::attn;
-
-FailureOr<LinearRecurrenceShape>
-LinearRecurrenceShape::get(AttentionOpInterface op, StringRef target) {
-  auto fail = [&](const Twine &why) {
-    op->emitError() << "no " << target << " lowering: " << why;
-    return failure();
-  };
-  if (op.getNormalizer() != Normalizer::RecurrentState)
-    return fail("not a recurrence");
-  auto q = cast<RankedTensorType>(op.getQuery().getType());
-  auto v = cast<RankedTensorType>(op.getValue().getType());
-  if (q.isDynamicDim(1) || q.isDynamicDim(3) || v.isDynamicDim(1) ||
-      v.isDynamicDim(3))
-    return fail("head counts and feature sizes must be static");
-
-  LinearRecurrenceShape shape;
-  shape.rule = op.getRecurrenceRule();
-  shape.numKeyHeads = q.getDimSize(1);
-  shape.numValueHeads = v.getDimSize(1);
-  shape.keyDim = q.getDimSize(3);
-  shape.valueDim = v.getDimSize(3);
-  shape.chunkSize = op.getStepChunkSize();
-  shape.scale = op.getScoreScale();
-  shape.normalizeQueryKey = op.getNormalizesQueryKey();
-  switch (op.getEpilogue()) {
-  case Epilogue::None:
-    break;
-  case Epilogue::RmsNormSiluGate:
-    shape.rmsNormGate = true;
-    shape.gateEpsilon = op.getEpilogueEpsilon();
-    break;
-  default:
-    return fail("only the rmsnorm-silu gate is lowered for recurrences");
-  }
-  return shape;
-}
-
-SmallVector<int64_t>
-LinearRecurrenceShape::stateColumnTiles(const CpuTiling &tiling) const {
-  const int64_t W = tiling.vectorWidth, padded = paddedValueDim(W);
-  SmallVector<int64_t> widths;
-  for (int64_t tiles = 2; padded / tiles >= tiling.stateColumns; ++tiles)
-    if (padded % tiles == 0 && (padded / tiles) % W == 0)
-      widths.push_back(padded / tiles);
-  return widths;
-}
-
-int64_t LinearRecurrenceShape::chunkWork(int64_t columns) const {
-  const int64_t C = chunkSize, Dk = keyDim;
-  // Scores Q K^T (half: causal); delta rules add the Gram matrix K K^T,
-  // the triangular solve and W = T K.
-  int64_t shared = C * C * Dk / 2;
-  if (isDelta())
-    shared += C * C * Dk + C * C * C / 6;
-  // Per column: O = Q S + P V and S += K^T V; delta rules add U = T V and
-  // V' = U - W S.
-  int64_t perColumn = 2 * C * Dk + C * C / 2;
-  if (isDelta())
-    perColumn += C * Dk + C * C / 2;
-  return shared + perColumn * columns;
-}
 
 namespace {
 
@@ -153,9 +92,9 @@ void zeroRow(KernelEmitter &e, Value dst, ValueRange prefix, int64_t padded) {
 /// Stores one output row (`row[rowPrefix..., :]`, Dv features zero-padded
 /// to whole vectors) to `out[outPrefix..., :]`, through the rmsnorm-silu
 /// gate `(o / sqrt(mean(o^2) + eps)) * w * silu(z)` when the op has it.
-void storeOutputRow(KernelEmitter &e, const LinearRecurrenceShape &shape,
-                    const RecurrenceBindings &args, Value row,
-                    ValueRange rowPrefix, ValueRange outPrefix) {
+void storeRecurrenceRow(KernelEmitter &e, const LinearRecurrenceShape &shape,
+                        const RecurrenceBindings &args, Value row,
+                        ValueRange rowPrefix, ValueRange outPrefix) {
   const int64_t dv = shape.valueDim;
   auto at = [&](ValueRange prefix, int64_t off) {
     SmallVector<Value> indices(prefix);
@@ -654,7 +593,7 @@ func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
     e.loop(c0, steps, c1, [&](Value t) {
       Value pos = e.add(first, t);
       if (!firstColumn) {
-        storeOutputRow(e, shape, args, outputs, {t}, {batch, hv, pos});
+        storeRecurrenceRow(e, shape, args, outputs, {t}, {batch, hv, pos});
         return;
       }
       // A column tile holds part of each row: the gate kernel follows.
@@ -734,7 +673,7 @@ func::FuncOp mlir::attn::buildRecurrenceGateKernel(
                        std::min(e.width, shape.valueDim - off)),
           row, e.index(off));
     }
-    storeOutputRow(e, shape, args, row, {}, prefix);
+    storeRecurrenceRow(e, shape, args, row, {}, prefix);
   });
   func::ReturnOp::create(b);
   return func;
@@ -865,7 +804,7 @@ func::FuncOp mlir::attn::buildRecurrentStepKernel(
         }
       });
     }
-    storeOutputRow(e, shape, args, output, {}, {batch, hv, t});
+    storeRecurrenceRow(e, shape, args, output, {}, {batch, hv, t});
   });
   func::ReturnOp::create(b);
   return func;

@@ -1,23 +1,21 @@
-//===- SoftmaxAttentionKernels.h - CPU kernels of softmax attention -*- C++
-//-*-===//
+//===- AttentionShapes.h - What both targets' kernels share -----*- C++ -*-===//
 //
-// The workgroup bodies that -attn-cpu-dispatches emits for an attention op
-// read through AttentionOpInterface: flash tiling with the online-softmax
-// state carried explicitly, split-KV partials for decode, and their
-// log-sum-exp merge. Everything is scf + vector + memref + math, so the
-// upstream conversions take it to LLVM.
+// The static facts a kernel is specialized on, read from an
+// AttentionOpInterface op, and the conventions the CPU and CUDA kernels of
+// one op share: which part of a tree's keys a kernel attends to, the tile
+// classes of a block mask, the arguments of a split-KV merge and of a
+// recurrence kernel.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef ATTN_PASSES_SOFTMAXATTENTIONKERNELS_H
-#define ATTN_PASSES_SOFTMAXATTENTIONKERNELS_H
+#ifndef ATTN_PASSES_KERNELS_ATTENTIONSHAPES_H
+#define ATTN_PASSES_KERNELS_ATTENTIONSHAPES_H
 
 #include "Attn/AttnOps.h"
-#include "passes/KernelEmitter.h"
-#include "passes/VariantRegions.h"
+#include "passes/kernels/KernelEmitter.h"
+#include "passes/kernels/VariantRegions.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/Builders.h"
 
 namespace mlir::attn {
 
@@ -53,13 +51,6 @@ struct SoftmaxAttentionShape {
                                               StringRef target = "CPU");
 };
 
-/// The stored epilogue of one output row: o = acc * inv (+ the sigmoid gate
-/// of `shape`), `acc` f32 at `accIndexPrefix` + feature, `gate` and `out`
-/// at `outIndexPrefix` + feature, in vectors of the emitter's width.
-void storeOutputRow(KernelEmitter &e, const SoftmaxAttentionShape &shape,
-                    Value accRow, ValueRange accIndexPrefix, Value inv,
-                    Value gate, Value out, ValueRange outIndexPrefix);
-
 /// Which keys a kernel attends to and where its results go. Tree attention
 /// without a window runs in two parts merged like split-KV partials: the
 /// prefix, which every node sees whole (tiled like prefill by the flash
@@ -79,16 +70,6 @@ enum class KeyPart {
   TreeNodes,
 };
 
-/// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse], [tile
-/// classes]; for KeyPart::TreePrefix q, k, v, [parents], partial o, partial
-/// lse. Every kernel that scores keys then binds the variant tensors.
-func::FuncOp buildFlashAttentionKernel(OpBuilder &builder, Location loc,
-                                       StringRef name,
-                                       const SoftmaxAttentionShape &shape,
-                                       const CpuTiling &tiling,
-                                       TypeRange bindingTypes,
-                                       KeyPart part = KeyPart::All);
-
 /// FlexAttention's block mask, for the flash kernels of an op with a
 /// mask_mod: the class of each (query tile, key tile) under the mask_mod,
 /// computed per call (the mask_mod may read run-time tensors, such as
@@ -107,33 +88,6 @@ inline bool flashUsesBlockMask(const SoftmaxAttentionShape &shape,
   return shape.variants.maskMod && part == KeyPart::All;
 }
 
-/// Kernel bindings of the tile-class kernel: q, k, tile classes, variant
-/// tensors. A workgroup per (Bm, Hm, query tile) classifies the key tiles
-/// the flash kernel's tile visits.
-func::FuncOp buildTileClassKernel(OpBuilder &builder, Location loc,
-                                  StringRef name,
-                                  const SoftmaxAttentionShape &shape,
-                                  const CpuTiling &tiling,
-                                  TypeRange bindingTypes);
-
-/// Kernel bindings of the split-KV kernel: q, k, v, partial o
-/// [B, H, Lq, S, Dv], partial lse [B, H, Lq, S] (KeyPart::TreePrefix: the
-/// prefix in splits [0, S - 1), and [parents] after v).
-func::FuncOp buildSplitKvAttentionKernel(OpBuilder &builder, Location loc,
-                                         StringRef name,
-                                         const SoftmaxAttentionShape &shape,
-                                         const CpuTiling &tiling,
-                                         TypeRange bindingTypes,
-                                         KeyPart part = KeyPart::All);
-
-/// Kernel bindings of the merge kernel: partial o, partial lse, [gate], o,
-/// [lse].
-func::FuncOp buildSplitKvMergeKernel(OpBuilder &builder, Location loc,
-                                     StringRef name,
-                                     const SoftmaxAttentionShape &shape,
-                                     const CpuTiling &tiling,
-                                     TypeRange bindingTypes);
-
 /// What every target's merge kernel starts from: its arguments in binding
 /// order (partial o, partial lse, [gate], o, [lse], workgroup), the query
 /// row it merges, `rowIndex` (by default the workgroup; row fastest, then
@@ -149,6 +103,73 @@ struct SplitKvMerge {
                const SoftmaxAttentionShape &shape, Value rowIndex = Value());
 };
 
+/// The static facts a recurrence kernel is specialized on.
+struct LinearRecurrenceShape {
+  RecurrenceRule rule = RecurrenceRule::Linear;
+  int64_t numKeyHeads = 0, numValueHeads = 0, keyDim = 0, valueDim = 0;
+  int64_t chunkSize = 64;
+  double scale = 1.0;
+  bool normalizeQueryKey = false;
+  /// The rmsnorm-silu output gate, fused into the kernels' epilogue.
+  bool rmsNormGate = false;
+  double gateEpsilon = 0.0;
+
+  /// A scalar log-decay per step (decay, gated_delta).
+  bool scalarDecay() const {
+    return rule == RecurrenceRule::Decay || rule == RecurrenceRule::GatedDelta;
+  }
+  /// A log-decay per step and key feature (gla).
+  bool featureDecay() const { return rule == RecurrenceRule::Gla; }
+  bool hasDecay() const { return scalarDecay() || featureDecay(); }
+  /// A delta rule: a write strength per step and the WY / UT form.
+  bool isDelta() const {
+    return rule == RecurrenceRule::Delta || rule == RecurrenceRule::GatedDelta;
+  }
+
+  /// Value features padded to whole vectors of `width` lanes.
+  int64_t paddedValueDim(int64_t width) const {
+    return roundUp(valueDim, width);
+  }
+  /// The column tiles of the state for workgroups that share a value head,
+  /// widest first: the padded Dv split in 2, 3, ... equal tiles of whole
+  /// vectors, down to `tiling.stateColumns` columns.
+  SmallVector<int64_t> stateColumnTiles(const CpuTiling &tiling) const;
+  /// Multiply-adds of one chunk of the chunked kernel for a workgroup that
+  /// owns `columns` state columns: the part that depends only on q, k and
+  /// the gates (every column tile repeats it) plus the part per column.
+  int64_t chunkWork(int64_t columns) const;
+
+  /// Reads the shape of `op`, or says why the kernels of `target` ("CPU",
+  /// "CUDA") cannot run it.
+  static FailureOr<LinearRecurrenceShape> get(AttentionOpInterface op,
+                                              StringRef target = "CPU");
+};
+
+/// A recurrence kernel's arguments, in binding order (below).
+struct RecurrenceBindings {
+  Value q, k, v, g, beta, initialState, z, w, out, finalState, workgroup;
+
+  RecurrenceBindings(func::FuncOp func, const LinearRecurrenceShape &shape) {
+    auto args = func.getArguments();
+    unsigned next = 0;
+    q = args[next++];
+    k = args[next++];
+    v = args[next++];
+    if (shape.hasDecay())
+      g = args[next++];
+    if (shape.isDelta())
+      beta = args[next++];
+    initialState = args[next++];
+    if (shape.rmsNormGate) {
+      z = args[next++];
+      w = args[next++];
+    }
+    out = args[next++];
+    finalState = args[next++];
+    workgroup = args.back();
+  }
+};
+
 } // namespace mlir::attn
 
-#endif // ATTN_PASSES_SOFTMAXATTENTIONKERNELS_H
+#endif // ATTN_PASSES_KERNELS_ATTENTIONSHAPES_H

@@ -11,7 +11,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "passes/VariantRegions.h"
+#include "passes/kernels/VariantRegions.h"
 
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"

@@ -9,10 +9,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef ATTN_PASSES_VARIANTREGIONS_H
-#define ATTN_PASSES_VARIANTREGIONS_H
+#ifndef ATTN_PASSES_KERNELS_VARIANTREGIONS_H
+#define ATTN_PASSES_KERNELS_VARIANTREGIONS_H
 
-#include "passes/KernelEmitter.h"
+#include "passes/kernels/KernelEmitter.h"
 
 #include "Attn/AttnOps.h"
 
@@ -72,4 +72,4 @@ private:
 
 } // namespace mlir::attn
 
-#endif // ATTN_PASSES_VARIANTREGIONS_H
+#endif // ATTN_PASSES_KERNELS_VARIANTREGIONS_H

@@ -1,0 +1,136 @@
+//===- AttentionShapes.cpp - What both targets' kernels are built from ----===//
+//===----------------------------------------------------------------------===//
+
+#include "passes/kernels/AttentionShapes.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+FailureOr<SoftmaxAttentionShape>
+SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
+  auto fail = [&](const Twine &why) {
+    op->emitError() << "no " << target << " lowering: " << why;
+    return failure();
+  };
+  if (op.getNormalizer() != Normalizer::Softmax)
+    return fail("not a softmax attention");
+  auto q = cast<RankedTensorType>(op.getQuery().getType());
+  auto k = cast<RankedTensorType>(op.getKey().getType());
+  auto v = cast<RankedTensorType>(op.getValue().getType());
+  if (q.isDynamicDim(1) || k.isDynamicDim(1) || q.isDynamicDim(3) ||
+      v.isDynamicDim(3))
+    return fail("head counts and feature sizes must be static");
+
+  SoftmaxAttentionShape shape;
+  shape.numHeads = q.getDimSize(1);
+  shape.numKvHeads = k.getDimSize(1);
+  shape.headDim = q.getDimSize(3);
+  shape.valueDim = v.getDimSize(3);
+  shape.scale = op.getScoreScale();
+  shape.softcap = op.getScoreSoftcap();
+  MaskAttr mask = op.getPositionMask();
+  shape.mask = mask.getKind();
+  shape.window = mask.getWindow();
+  shape.epilogue = op.getEpilogue();
+  if (shape.epilogue == Epilogue::RmsNormSiluGate)
+    return fail("the rmsnorm-silu gate is not lowered for softmax attention");
+  if (shape.epilogue == Epilogue::SigmoidGate) {
+    auto gate = cast<RankedTensorType>(op.getEpilogueOperands()[0].getType());
+    shape.headwiseGate = gate.getDimSize(3) == 1 && shape.valueDim != 1;
+  }
+  shape.withLogSumExp = static_cast<bool>(op.getLogSumExp());
+  shape.selection = op.getKeySelectionKind();
+  if (shape.selection == KeySelectionKind::Blocks)
+    shape.selectionBlockSize = op.getSelectionBlockSize();
+  shape.variants = VariantRegions::of(op);
+  return shape;
+}
+
+SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
+                           const SoftmaxAttentionShape &shape, Value rowIndex) {
+  auto args = kernel.getArguments();
+  unsigned next = 0;
+  partialOut = args[next++];
+  partialLse = args[next++];
+  if (shape.epilogue == Epilogue::SigmoidGate)
+    gate = args[next++];
+  out = args[next++];
+  if (shape.withLogSumExp)
+    lse = args[next++];
+  if (!rowIndex)
+    rowIndex = args.back();
+
+  Value lq = e.dim(partialLse, 2);
+  splits = e.dim(partialLse, 3);
+  row = e.rem(rowIndex, lq);
+  Value bh = e.div(rowIndex, lq);
+  head = e.rem(bh, e.index(shape.numHeads));
+  batch = e.div(bh, e.index(shape.numHeads));
+  Value max = e.loop(e.index(0), splits, e.index(1), {e.scalar(kNegInf)},
+                     [&](Value s, ValueRange it) {
+                       return SmallVector<Value>{e.fmax(
+                           it[0], e.load(partialLse, {batch, head, row, s}))};
+                     })[0];
+  maxLse = e.safeMax(max);
+}
+
+FailureOr<LinearRecurrenceShape>
+LinearRecurrenceShape::get(AttentionOpInterface op, StringRef target) {
+  auto fail = [&](const Twine &why) {
+    op->emitError() << "no " << target << " lowering: " << why;
+    return failure();
+  };
+  if (op.getNormalizer() != Normalizer::RecurrentState)
+    return fail("not a recurrence");
+  auto q = cast<RankedTensorType>(op.getQuery().getType());
+  auto v = cast<RankedTensorType>(op.getValue().getType());
+  if (q.isDynamicDim(1) || q.isDynamicDim(3) || v.isDynamicDim(1) ||
+      v.isDynamicDim(3))
+    return fail("head counts and feature sizes must be static");
+
+  LinearRecurrenceShape shape;
+  shape.rule = op.getRecurrenceRule();
+  shape.numKeyHeads = q.getDimSize(1);
+  shape.numValueHeads = v.getDimSize(1);
+  shape.keyDim = q.getDimSize(3);
+  shape.valueDim = v.getDimSize(3);
+  shape.chunkSize = op.getStepChunkSize();
+  shape.scale = op.getScoreScale();
+  shape.normalizeQueryKey = op.getNormalizesQueryKey();
+  switch (op.getEpilogue()) {
+  case Epilogue::None:
+    break;
+  case Epilogue::RmsNormSiluGate:
+    shape.rmsNormGate = true;
+    shape.gateEpsilon = op.getEpilogueEpsilon();
+    break;
+  default:
+    return fail("only the rmsnorm-silu gate is lowered for recurrences");
+  }
+  return shape;
+}
+
+SmallVector<int64_t>
+LinearRecurrenceShape::stateColumnTiles(const CpuTiling &tiling) const {
+  const int64_t W = tiling.vectorWidth, padded = paddedValueDim(W);
+  SmallVector<int64_t> widths;
+  for (int64_t tiles = 2; padded / tiles >= tiling.stateColumns; ++tiles)
+    if (padded % tiles == 0 && (padded / tiles) % W == 0)
+      widths.push_back(padded / tiles);
+  return widths;
+}
+
+int64_t LinearRecurrenceShape::chunkWork(int64_t columns) const {
+  const int64_t C = chunkSize, Dk = keyDim;
+  // Scores Q K^T (half: causal); delta rules add the Gram matrix K K^T,
+  // the triangular solve and W = T K.
+  int64_t shared = C * C * Dk / 2;
+  if (isDelta())
+    shared += C * C * Dk + C * C * C / 6;
+  // Per column: O = Q S + P V and S += K^T V; delta rules add U = T V and
+  // V' = U - W S.
+  int64_t perColumn = 2 * C * Dk + C * C / 2;
+  if (isDelta())
+    perColumn += C * Dk + C * C / 2;
+  return shared + perColumn * columns;
+}

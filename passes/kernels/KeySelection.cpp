@@ -1,0 +1,448 @@
+//===- KeySelection.cpp - Which keys a row sees, on both targets ----------===//
+//===----------------------------------------------------------------------===//
+
+#include "passes/kernels/KeySelection.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace mlir::attn;
+
+//===----------------------------------------------------------------------===//
+// What the CPU and CUDA kernels of selections share
+//===----------------------------------------------------------------------===//
+
+RowOfWorkgroup::RowOfWorkgroup(KernelEmitter &e, Value workgroup,
+                               int64_t numHeads, Value rows) {
+  row = e.rem(workgroup, rows);
+  Value bh = e.div(workgroup, rows);
+  head = e.rem(bh, e.index(numHeads));
+  batch = e.div(bh, e.index(numHeads));
+}
+
+std::pair<Value, Value> mlir::attn::visibleRange(KernelEmitter &e,
+                                                 MaskKind mask, int64_t window,
+                                                 Value pos, Value lk) {
+  Value c0 = e.index(0);
+  if (mask == MaskKind::None)
+    return {c0, lk};
+  Value end = e.maxS(c0, e.minS(lk, e.add(pos, e.index(1))));
+  if (mask == MaskKind::Causal)
+    return {c0, end};
+  Value begin =
+      e.minS(end, e.maxS(c0, e.add(e.sub(pos, e.index(window)), e.index(1))));
+  return {begin, end};
+}
+
+std::pair<Value, Value> mlir::attn::topKCandidates(KernelEmitter &e,
+                                                   SelectTopKOp op, Value pos,
+                                                   Value lk) {
+  MaskAttr mask = op.getMask();
+  auto [begin, end] =
+      visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
+  Value bs = e.index(op.getBlockSize());
+  Value first = e.div(begin, bs);
+  return {first, e.sub(e.maxS(e.ceilDiv(end, bs), first), first)};
+}
+
+void mlir::attn::padWithMinusOne(KernelEmitter &e, Value out, ValueRange prefix,
+                                 Value from, Value to) {
+  Value minusOne = e.i32(-1);
+  e.loop(from, to, e.index(1), [&](Value slot) {
+    SmallVector<Value> indices(prefix);
+    indices.push_back(slot);
+    memref::StoreOp::create(e.b, minusOne, out, indices);
+  });
+}
+
+TreeNodeKeys::TreeNodeKeys(KernelEmitter &e, Value parents, Value batch,
+                           Value node, Value prefixLength, MaskKind mask,
+                           int64_t window)
+    : e(e), parents(parents), batch(batch), node(node),
+      prefixLength(prefixLength), mask(mask), window(window) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  depth = e.whileLoop(
+      {node, c0}, [&](ValueRange it) { return isNode(parentOf(it[0])); },
+      [&](ValueRange it) -> SmallVector<Value> {
+        return {parentOf(it[0]), e.add(it[1], c1)};
+      })[1];
+  position = e.add(prefixLength, depth);
+  prefixBegin = c0;
+  if (mask == MaskKind::SlidingWindow)
+    prefixBegin = e.minS(
+        prefixLength,
+        e.maxS(c0,
+               e.add(e.sub(e.add(prefixLength, depth), e.index(window)), c1)));
+}
+
+Value TreeNodeKeys::parentOf(Value u) {
+  return e.toIndex(e.loadInt(parents, {batch, u}));
+}
+
+Value TreeNodeKeys::isNode(Value u) {
+  return e.icmp(arith::CmpIPredicate::sge, u, e.index(0));
+}
+
+SmallVector<Value> TreeNodeKeys::eachTreeKey(
+    ValueRange inits,
+    function_ref<SmallVector<Value>(Value u, Value position, ValueRange)>
+        body) {
+  // Ancestors at depth > depth(t) - window.
+  Value deepEnough = mask == MaskKind::SlidingWindow
+                         ? e.sub(depth, e.index(window))
+                         : e.index(-1);
+  SmallVector<Value> walkInits{node, depth};
+  llvm::append_range(walkInits, inits);
+  SmallVector<Value> walked = e.whileLoop(
+      walkInits,
+      [&](ValueRange it) {
+        return e.andI(isNode(it[0]),
+                      e.icmp(arith::CmpIPredicate::sgt, it[1], deepEnough));
+      },
+      [&](ValueRange it) -> SmallVector<Value> {
+        SmallVector<Value> next{parentOf(it[0]), e.sub(it[1], e.index(1))};
+        llvm::append_range(
+            next, body(it[0], e.add(prefixLength, it[1]), it.drop_front(2)));
+        return next;
+      });
+  return SmallVector<Value>(ValueRange(walked).drop_front(2));
+}
+
+Value mlir::attn::worseScored(KernelEmitter &e, Value scoreA, Value indexA,
+                              Value scoreB, Value indexB) {
+  Value lower = e.fcmp(arith::CmpFPredicate::OLT, scoreA, scoreB);
+  Value tieLater = e.andI(e.fcmp(arith::CmpFPredicate::OEQ, scoreA, scoreB),
+                          e.icmp(arith::CmpIPredicate::sgt, indexA, indexB));
+  return e.orI(lower, tieLater);
+}
+
+Int4Levels Int4Levels::of(KernelEmitter &e, Value lowest, Value highest) {
+  constexpr double kSteps = 15.0; // 16 levels
+  Value range = e.fsub(highest, lowest);
+  Value perStep =
+      e.select(e.fcmp(arith::CmpFPredicate::OGT, range, e.scalar(0.0)),
+               e.fdiv(e.scalar(kSteps), range), e.scalar(0.0));
+  return {lowest, e.fdiv(range, e.scalar(kSteps)), perStep};
+}
+
+Int4Levels Int4Levels::broadcast(KernelEmitter &e) const {
+  return {e.broadcast(lowest), e.broadcast(step), e.broadcast(perStep)};
+}
+
+Value Int4Levels::round(KernelEmitter &e, Value x) const {
+  Value half = isa<VectorType>(x.getType()) ? e.splat(0.5) : e.scalar(0.5);
+  Value level = math::FloorOp::create(
+      e.b, e.fadd(e.fmul(e.fsub(x, lowest), perStep), half));
+  // Not KernelEmitter::fma, which is vector-only.
+  return e.fadd(e.fmul(level, step), lowest);
+}
+
+double mlir::attn::selectionScale(std::optional<APFloat> scale,
+                                  int64_t headDim) {
+  return scale ? scale->convertToDouble()
+               : 1.0 / std::sqrt(static_cast<double>(headDim));
+}
+
+using WorsePredicate = function_ref<Value(Value, Value)>;
+
+/// Runs `use` on the heap (KernelEmitter.h) of the i32 items of `items`,
+/// ordered by `worse`.
+void mlir::attn::withIntHeap(KernelEmitter &e, const RowBuffer &items,
+                             WorsePredicate worse,
+                             function_ref<void(const HeapStorage &)> use) {
+  auto load = [&](Value slot) -> SmallVector<Value> {
+    return {items.loadStored(e, slot)};
+  };
+  auto store = [&](Value slot, ValueRange item) {
+    items.store(e, item[0], slot);
+  };
+  auto worseItem = [&](ValueRange a, ValueRange b) {
+    return worse(a[0], b[0]);
+  };
+  use(HeapStorage{load, store, worseItem});
+}
+
+Value mlir::attn::isFlagged(KernelEmitter &e, const RowBuffer &flags, Value n) {
+  return e.icmp(arith::CmpIPredicate::ne, flags.loadStored(e, n),
+                arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 0));
+}
+
+void mlir::attn::setFlag(KernelEmitter &e, const RowBuffer &flags, Value n) {
+  flags.store(e, arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 1), n);
+}
+
+void mlir::attn::clearFlags(KernelEmitter &e, const RowBuffer &flags,
+                            Value count) {
+  Value zero = arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 0);
+  e.loop(e.index(0), count, e.index(1),
+         [&](Value n) { flags.store(e, zero, n); });
+}
+
+Value mlir::attn::writeFlagged(KernelEmitter &e, const RowBuffer &flags,
+                               Value count, Value out, ValueRange prefix,
+                               Value slot, function_ref<Value(Value)> valueOf) {
+  RowBuffer outRow(out, prefix);
+  return e.loop(e.index(0), count, e.index(1), {slot},
+                [&](Value n, ValueRange it) -> SmallVector<Value> {
+                  return e.ifElse(
+                      isFlagged(e, flags, n),
+                      [&]() -> SmallVector<Value> {
+                        outRow.store(e, valueOf(n), it[0]);
+                        return {e.add(it[0], e.index(1))};
+                      },
+                      [&]() -> SmallVector<Value> { return {it[0]}; });
+                })[0];
+}
+
+//===----------------------------------------------------------------------===//
+// Top-p token selection
+//===----------------------------------------------------------------------===//
+
+Value mlir::attn::topPBucketCount(KernelEmitter &e, Value count) {
+  return e.maxS(e.minS(count, e.index(kMaxTopPBuckets)), e.index(1));
+}
+
+namespace {
+
+/// A row's scores cut into topPBucketCount equal-width buckets from its
+/// highest score (bucket 0) to its lowest. The bucket is a monotone
+/// function of the score, so a better score never lands in a later bucket:
+/// the best m candidates are whole buckets plus the best of one bucket, and
+/// only that bucket has to be sorted. A NaN score goes to bucket 0.
+struct ScoreBuckets {
+  ScoreBuckets(KernelEmitter &e, const RowBuffer &scores, Value count) : e(e) {
+    ImplicitLocOpBuilder &b = e.b;
+    Value c0 = e.index(0), c1 = e.index(1);
+    SmallVector<Value> range = e.loop(
+        c0, count, c1,
+        {e.scalar(kNegInf), e.scalar(std::numeric_limits<float>::infinity())},
+        [&](Value n, ValueRange it) -> SmallVector<Value> {
+          Value s = scores.load(e, n);
+          return {e.fmax(it[0], s), arith::MinimumFOp::create(b, it[1], s)};
+        });
+    highest = range[0];
+    size = topPBucketCount(e, count);
+    Value spread = e.fsub(range[0], range[1]);
+    perScore = e.select(e.fcmp(arith::CmpFPredicate::OGT, spread, e.scalar(0)),
+                        e.fdiv(toF32(size), spread), e.scalar(0));
+    lastBucket = toF32(e.sub(size, c1));
+  }
+
+  Value of(Value score) {
+    ImplicitLocOpBuilder &b = e.b;
+    Value x = e.fmul(e.fsub(highest, score), perScore);
+    x = arith::MinNumFOp::create(b, arith::MaxNumFOp::create(b, x, e.scalar(0)),
+                                 lastBucket);
+    return arith::IndexCastOp::create(
+        b, b.getIndexType(), arith::FPToSIOp::create(b, b.getI64Type(), x));
+  }
+
+  KernelEmitter &e;
+  Value highest, size;
+
+private:
+  Value toF32(Value index) {
+    ImplicitLocOpBuilder &b = e.b;
+    return arith::SIToFPOp::create(
+        b, e.f32, arith::IndexCastOp::create(b, b.getI64Type(), index));
+  }
+
+  Value perScore, lastBucket;
+};
+
+/// A candidate's unnormalized top-p weight exp(s - max), widened to f64 for
+/// the sums that decide how many are kept.
+Value topPWeight(KernelEmitter &e, Value score, Value maxScore) {
+  return arith::ExtFOp::create(e.b, e.b.getF64Type(),
+                               e.exp(e.fsub(score, maxScore)));
+}
+
+} // namespace
+
+void mlir::attn::flagTopPKept(KernelEmitter &e, SelectTopPOp op,
+                              const TopPRow &row, Value count, Value capacity) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value zero64 = arith::ConstantOp::create(b, b.getF64FloatAttr(0.0));
+  const double topP = op.getTopP().convertToDouble();
+  const bool byWeight = topP < 1.0;
+  auto scoreAt = [&](Value n) { return row.scores.load(e, n); };
+  ScoreBuckets buckets(e, row.scores, count);
+  auto weightAt = [&](Value n) {
+    return topPWeight(e, scoreAt(n), buckets.highest);
+  };
+  Value lastBucket = e.sub(buckets.size, c1);
+
+  // How many candidates, and how much weight, each bucket holds.
+  const RowBuffer &sizes = row.bucketSizes, &weights = row.bucketWeights;
+  e.loop(c0, buckets.size, c1, [&](Value bucket) {
+    sizes.store(e, e.i32(0), bucket);
+    if (byWeight)
+      weights.store(e, zero64, bucket);
+  });
+  Value total = e.loop(
+      c0, count, c1, {zero64},
+      [&](Value n, ValueRange it) -> SmallVector<Value> {
+        Value bucket = buckets.of(scoreAt(n));
+        sizes.store(e, e.add(sizes.loadStored(e, bucket), e.i32(1)), bucket);
+        if (!byWeight)
+          return {it[0]};
+        Value w = weightAt(n);
+        weights.store(e, e.fadd(weights.loadStored(e, bucket), w), bucket);
+        return {e.fadd(it[0], w)};
+      })[0];
+  auto sizeOf = [&](Value bucket) {
+    return e.toIndex(sizes.loadStored(e, e.minS(bucket, lastBucket)));
+  };
+  auto weightOf = [&](Value bucket) {
+    return weights.loadStored(e, e.minS(bucket, lastBucket));
+  };
+
+  // The candidates of one bucket, best first, in order[0, size).
+  auto sortBucket = [&](Value bucket) {
+    Value size = e.loop(
+        c0, count, c1, {c0}, [&](Value n, ValueRange it) -> SmallVector<Value> {
+          return e.ifElse(
+              e.icmp(arith::CmpIPredicate::eq, buckets.of(scoreAt(n)), bucket),
+              [&]() -> SmallVector<Value> {
+                row.order.store(e, e.toI32(n), it[0]);
+                return {e.add(it[0], c1)};
+              },
+              [&]() -> SmallVector<Value> { return {it[0]}; });
+        })[0];
+    auto worse = [&](Value x, Value y) {
+      Value nx = e.toIndex(x), ny = e.toIndex(y);
+      return worseScored(e, scoreAt(nx), row.tokenOf(nx), scoreAt(ny),
+                         row.tokenOf(ny));
+    };
+    withIntHeap(e, row.order, worse,
+                [&](const HeapStorage &heap) { sortBestFirst(e, heap, size); });
+    return size;
+  };
+
+  // The shortest best-first prefix whose weight reaches top_p: whole
+  // buckets while they stay short of it, then the crossing bucket in order.
+  Value keep = count, sortedBucket = e.index(-1);
+  if (byWeight) {
+    Value target =
+        e.fmul(total, arith::ConstantOp::create(b, b.getF64FloatAttr(topP)));
+    SmallVector<Value> whole = e.whileLoop(
+        {c0, zero64, c0},
+        [&](ValueRange it) {
+          return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], buckets.size),
+                        e.fcmp(arith::CmpFPredicate::OLT,
+                               e.fadd(it[1], weightOf(it[0])), target));
+        },
+        [&](ValueRange it) -> SmallVector<Value> {
+          return {e.add(it[0], c1), e.fadd(it[1], weightOf(it[0])),
+                  e.add(it[2], sizeOf(it[0]))};
+        });
+    Value crossing = whole[0];
+    SmallVector<Value> found = e.ifElse(
+        e.icmp(arith::CmpIPredicate::ult, crossing, buckets.size),
+        [&]() -> SmallVector<Value> {
+          Value size = sortBucket(crossing);
+          Value taken = e.whileLoop(
+              {c0, whole[1]},
+              [&](ValueRange it) {
+                return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], size),
+                              e.fcmp(arith::CmpFPredicate::OLT, it[1], target));
+              },
+              [&](ValueRange it) -> SmallVector<Value> {
+                Value n = e.toIndex(row.order.loadStored(e, it[0]));
+                return {e.add(it[0], c1), e.fadd(it[1], weightAt(n))};
+              })[0];
+          return {e.add(whole[2], taken), crossing};
+        },
+        [&]() -> SmallVector<Value> {
+          return {count, e.index(-1)};
+        });
+    keep = found[0];
+    sortedBucket = found[1];
+  }
+  keep = e.maxS(keep, e.index(op.getMinTokens()));
+  keep = e.minS(e.minS(keep, capacity), count);
+
+  // Flag the best `keep`: the buckets before the one where the count
+  // reaches it, then that bucket's best.
+  SmallVector<Value> before = e.whileLoop(
+      {c0, c0},
+      [&](ValueRange it) {
+        return e.andI(e.icmp(arith::CmpIPredicate::ult, it[0], buckets.size),
+                      e.icmp(arith::CmpIPredicate::ult,
+                             e.add(it[1], sizeOf(it[0])), keep));
+      },
+      [&](ValueRange it) -> SmallVector<Value> {
+        return {e.add(it[0], c1), e.add(it[1], sizeOf(it[0]))};
+      });
+  Value last = before[0], rest = e.sub(keep, before[1]);
+  e.ifThen(e.icmp(arith::CmpIPredicate::sgt, rest, c0), [&] {
+    e.ifThen(e.icmp(arith::CmpIPredicate::ne, last, sortedBucket),
+             [&] { sortBucket(last); });
+    e.loop(c0, rest, c1, [&](Value n) {
+      setFlag(e, row.kept, e.toIndex(row.order.loadStored(e, n)));
+    });
+  });
+  e.loop(c0, count, c1, [&](Value n) {
+    e.ifThen(e.icmp(arith::CmpIPredicate::ult, buckets.of(scoreAt(n)), last),
+             [&] { setFlag(e, row.kept, n); });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Tree acceptance: scalar code, the same kernel on both targets
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildTreeAcceptKernel(OpBuilder &builder, Location loc,
+                                               StringRef name,
+                                               DictionaryAttr tiling,
+                                               TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "tree_accept");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, /*vectorWidth=*/1);
+  auto args = func.getArguments();
+  Value tokens = args[0], target = args[1], parents = args[2];
+  Value path = args[3], length = args[4], bonus = args[5];
+  Value batch = args[6];
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value nodes = e.dim(tokens, 1);
+
+  padWithMinusOne(e, path, {batch}, c0, nodes);
+  memref::StoreOp::create(b, e.i32(0), path, ValueRange{batch, c0});
+  // From the root, move to the lowest-index child whose draft token is
+  // the target's next token after the current node; children come after
+  // their parent.
+  SmallVector<Value> walk = e.whileLoop(
+      {c0, c1, arith::ConstantIntOp::create(b, b.getI1Type(), 1)},
+      [&](ValueRange it) { return it[2]; },
+      [&](ValueRange it) -> SmallVector<Value> {
+        Value current = it[0];
+        Value wanted = e.loadInt(target, {batch, current});
+        Value none = e.index(-1);
+        Value child = e.loop(
+            e.add(current, c1), nodes, c1, {none},
+            [&](Value c, ValueRange found) -> SmallVector<Value> {
+              Value matches = e.andI(
+                  e.icmp(arith::CmpIPredicate::eq,
+                         e.loadInt(parents, {batch, c}), e.toI32(current)),
+                  e.icmp(arith::CmpIPredicate::eq,
+                         e.loadInt(tokens, {batch, c}), wanted));
+              Value first = e.andI(
+                  matches, e.icmp(arith::CmpIPredicate::eq, found[0], none));
+              return {e.select(first, c, found[0])};
+            })[0];
+        Value moves = e.icmp(arith::CmpIPredicate::ne, child, none);
+        e.ifThen(moves, [&] {
+          memref::StoreOp::create(b, e.toI32(child), path,
+                                  ValueRange{batch, it[1]});
+        });
+        return {e.select(moves, child, current),
+                e.select(moves, e.add(it[1], c1), it[1]), moves};
+      });
+  memref::StoreOp::create(b, e.toI32(walk[1]), length, batch);
+  memref::StoreOp::create(b, e.loadInt(target, {batch, walk[0]}), bonus, batch);
+  func::ReturnOp::create(b);
+  return func;
+}

@@ -1,0 +1,167 @@
+//===- CpuKernels.h - The CPU kernel builders -------------------*- C++ -*-===//
+//
+// The workgroup bodies that -attn-cpu-dispatches emits, read through
+// AttentionOpInterface. Everything is scf + vector + memref + math, so the
+// upstream conversions take it to LLVM:
+//
+//  * softmax attention (SoftmaxAttentionKernels.cpp): flash tiling with the
+//    online-softmax state carried explicitly, split-KV partials for decode,
+//    and their log-sum-exp merge;
+//  * sparsity and trees (SelectionKernels.cpp, SPEC §1.3-1.4): Quest block
+//    metadata, top-k block and top-p token selection, softmax attention
+//    over the keys a row gathers, KV compaction. Per-row scratch whose size
+//    depends on Lk is heap-allocated (memref.alloc), the rest is on the
+//    stack;
+//  * linear recurrences (LinearRecurrenceKernels.cpp, SPEC §2): the chunked
+//    form for prefill and the step-by-step recurrence for decode, one
+//    workgroup per (batch, value head, column tile), the state living in
+//    the workgroup from the initial state to the final one.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef ATTN_PASSES_KERNELS_CPU_CPUKERNELS_H
+#define ATTN_PASSES_KERNELS_CPU_CPUKERNELS_H
+
+#include "passes/kernels/AttentionShapes.h"
+#include "passes/kernels/KeySelection.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+namespace mlir::attn {
+
+//===----------------------------------------------------------------------===//
+// Softmax attention
+//===----------------------------------------------------------------------===//
+
+/// The stored epilogue of one output row: o = acc * inv (+ the sigmoid gate
+/// of `shape`), `acc` f32 at `accIndexPrefix` + feature, `gate` and `out`
+/// at `outIndexPrefix` + feature, in vectors of the emitter's width.
+void storeOutputRow(KernelEmitter &e, const SoftmaxAttentionShape &shape,
+                    Value accRow, ValueRange accIndexPrefix, Value inv,
+                    Value gate, Value out, ValueRange outIndexPrefix);
+
+/// Kernel bindings of the flash kernel: q, k, v, [gate], o, [lse], [tile
+/// classes]; for KeyPart::TreePrefix q, k, v, [parents], partial o, partial
+/// lse. Every kernel that scores keys then binds the variant tensors.
+func::FuncOp buildFlashAttentionKernel(OpBuilder &builder, Location loc,
+                                       StringRef name,
+                                       const SoftmaxAttentionShape &shape,
+                                       const CpuTiling &tiling,
+                                       TypeRange bindingTypes,
+                                       KeyPart part = KeyPart::All);
+
+/// Kernel bindings of the tile-class kernel: q, k, tile classes, variant
+/// tensors. A workgroup per (Bm, Hm, query tile) classifies the key tiles
+/// the flash kernel's tile visits.
+func::FuncOp buildTileClassKernel(OpBuilder &builder, Location loc,
+                                  StringRef name,
+                                  const SoftmaxAttentionShape &shape,
+                                  const CpuTiling &tiling,
+                                  TypeRange bindingTypes);
+
+/// Kernel bindings of the split-KV kernel: q, k, v, partial o
+/// [B, H, Lq, S, Dv], partial lse [B, H, Lq, S] (KeyPart::TreePrefix: the
+/// prefix in splits [0, S - 1), and [parents] after v).
+func::FuncOp buildSplitKvAttentionKernel(OpBuilder &builder, Location loc,
+                                         StringRef name,
+                                         const SoftmaxAttentionShape &shape,
+                                         const CpuTiling &tiling,
+                                         TypeRange bindingTypes,
+                                         KeyPart part = KeyPart::All);
+
+/// Kernel bindings of the merge kernel: partial o, partial lse, [gate], o,
+/// [lse].
+func::FuncOp buildSplitKvMergeKernel(OpBuilder &builder, Location loc,
+                                     StringRef name,
+                                     const SoftmaxAttentionShape &shape,
+                                     const CpuTiling &tiling,
+                                     TypeRange bindingTypes);
+
+//===----------------------------------------------------------------------===//
+// Sparsity and trees
+//===----------------------------------------------------------------------===//
+
+/// Rows of keys that one KV-compaction workgroup copies.
+constexpr int64_t kCompactRowTile = 64;
+
+/// Bindings: k [B, Hkv, Lk, D], meta [B, Hkv, NB, 2, D]. Workgroup =
+/// (batch, kv head, block).
+func::FuncOp buildBlockMetaKernel(OpBuilder &builder, Location loc,
+                                  StringRef name, BlockMetaOp op,
+                                  const CpuTiling &tiling,
+                                  TypeRange bindingTypes);
+
+/// Bindings: q, meta, keys [Lk, 0] (a buffer that only carries the key
+/// length), blocks [B, H, Lq, top_k]. Workgroup = (batch, kv head, row):
+/// the query heads of a kv group share each block's metadata load.
+func::FuncOp buildSelectTopKKernel(OpBuilder &builder, Location loc,
+                                   StringRef name, SelectTopKOp op,
+                                   const CpuTiling &tiling,
+                                   TypeRange bindingTypes);
+
+/// Bindings: q, k, [blocks], tokens [B, H, Lq, N]. Workgroup = (batch,
+/// head, row).
+func::FuncOp buildSelectTopPKernel(OpBuilder &builder, Location loc,
+                                   StringRef name, SelectTopPOp op,
+                                   const CpuTiling &tiling,
+                                   TypeRange bindingTypes);
+
+/// Softmax attention over the keys each row gathers. `shape.selection` is
+/// Blocks (sparse_sdpa; bindings q, k, v, selection, [gate], o, [lse]) or
+/// Tree (tree_sdpa's KeyPart::TreeNodes: each node's own and ancestors'
+/// keys inside its window, into the last split of the partials; bindings
+/// q, k, v, parents, partial o, partial lse). Workgroup = (batch, head,
+/// row).
+func::FuncOp buildGatheredAttentionKernel(OpBuilder &builder, Location loc,
+                                          StringRef name,
+                                          const SoftmaxAttentionShape &shape,
+                                          const CpuTiling &tiling,
+                                          TypeRange bindingTypes);
+
+/// Bindings: k, v, path, length, k', v'. Workgroup = (batch, kv head, tile
+/// of kCompactRowTile rows).
+func::FuncOp buildKvCompactKernel(OpBuilder &builder, Location loc,
+                                  StringRef name, const CpuTiling &tiling,
+                                  TypeRange bindingTypes);
+
+//===----------------------------------------------------------------------===//
+// Linear recurrences
+//===----------------------------------------------------------------------===//
+
+/// Kernel bindings of every kernel, in this order: q, k, v, [g], [beta],
+/// S_init, [z, w], o, S.
+///
+/// The chunked form: per chunk of C steps, masked matrix products inside
+/// the chunk (and for the delta rules the UT transform), then the state
+/// carried to the next chunk. A workgroup owns `columns` columns of the
+/// state (and of v and o): workgroups B * Hv * (padded Dv / columns),
+/// (batch, value head, column tile) with the tile fastest. With whole rows
+/// (`columns` = padded Dv) the rmsnorm-silu gate is fused; with column
+/// tiles o is stored ungated and the gate kernel follows.
+func::FuncOp buildChunkedRecurrenceKernel(OpBuilder &builder, Location loc,
+                                          StringRef name,
+                                          const LinearRecurrenceShape &shape,
+                                          const CpuTiling &tiling,
+                                          int64_t columns,
+                                          TypeRange bindingTypes);
+
+/// The rmsnorm-silu gate applied in place to o, after the column-tiled
+/// chunked kernel: workgroups B * Hv * ceil(L / C), C rows of one head each.
+func::FuncOp buildRecurrenceGateKernel(OpBuilder &builder, Location loc,
+                                       StringRef name,
+                                       const LinearRecurrenceShape &shape,
+                                       const CpuTiling &tiling,
+                                       TypeRange bindingTypes);
+
+/// The recurrence one step at a time, reading S_init and writing S in
+/// place (decode).
+func::FuncOp buildRecurrentStepKernel(OpBuilder &builder, Location loc,
+                                      StringRef name,
+                                      const LinearRecurrenceShape &shape,
+                                      const CpuTiling &tiling,
+                                      TypeRange bindingTypes);
+
+} // namespace mlir::attn
+
+#endif // ATTN_PASSES_KERNELS_CPU_CPUKERNELS_H

@@ -1,0 +1,883 @@
+//===- SimtFlashKernel.cpp - The flash block kernel of CUDA ---------------===//
+//
+// Softmax attention as a block kernel (buildSimtFlashKernel for prefill and
+// a large tree's prefix, buildSimtFlashDecodeKernel for FlashDecoding's
+// splits and sparse decode), built one phase at a time by SimtFlashKernel:
+// which rows the block takes, which keys they see, the staged q tile, and
+// per key tile the scores, the online-softmax update and P V, then the
+// epilogue. Variant semantics reach it only through VariantEmitter and the
+// shape's mask; the block mask (a mask_mod's tile list) only changes which
+// key tiles are walked and which need per-element work.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/kernels/KeySelection.h"
+#include "passes/kernels/cuda/SimtKernels.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+namespace {
+
+/// What a flash block kernel's block works on: `part` says which keys
+/// (KeyPart::All: those the mask leaves visible, o gated and [lse] written;
+/// KeyPart::TreePrefix: the tree's prefix, partials written). Query tiles
+/// are 16 R W query rows of one head over their keys (R row tiles per
+/// warp); decode splits (`decodeSplit`) are 16 W rows (R = 1) of one kv
+/// group's (head, row) pairs over one split of the keys, partials written.
+class SimtFlashKernel {
+public:
+  SimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
+                  const SoftmaxAttentionShape &shape,
+                  const SimtFlashTiling &flash, const GpuTiling &tiling,
+                  TypeRange bindingTypes, KeyPart part, bool decodeSplit);
+
+  /// Emits the phases in order and returns the kernel.
+  func::FuncOp build();
+
+private:
+  /// A lane's rows: row g + 8 half of the warp's row tile `tile` (from row
+  /// warpRow + 16 tile), whose running max and sum are at `slot`.
+  struct LaneRow {
+    int64_t tile, half, slot;
+    Value row;
+  };
+  /// Which (head, query row) pairs a block's tile rows are.
+  enum class RowMapping {
+    /// A tile of one head's query rows (prefill, a tree's prefix).
+    QueryTile,
+    /// A kv group's (head, row) pairs, head-major, over one key split.
+    DecodeTile,
+    /// One query row over one split of its selection (sparse decode).
+    SparseRow,
+  };
+
+  // The phases, in the order build() emits them.
+  void bindArguments(TypeRange bindingTypes);
+  void mapRows();
+  void allocateBuffers();
+  void stageQueryTile();
+  void findTreeNodes();
+  void findKeyRange();
+  void scoreKeyTile(Value firstKey);
+  void updateSoftmax(Value keyTileIndex);
+  void accumulateValues(Value nextTile);
+  void storeOutputs();
+
+  // What the phases share.
+  Value lt(Value x, Value y) { return e.icmp(arith::CmpIPredicate::ult, x, y); }
+  Value both(Value x, Value y) {
+    return arith::AndIOp::create(b, x, y).getResult();
+  }
+  /// The head and query row of tile row r (< rows).
+  Value headOf(Value r);
+  Value rowOf(Value r);
+  /// Where the variant regions see tile row r.
+  Value queryPositionOf(Value r);
+  /// The keys tile row r sees, [begin, end), inside [from, to).
+  std::pair<Value, Value> rowKeys(Value r);
+  /// The first key of the tile-th key tile the block walks: the next TK
+  /// keys of the range, or with a block mask the next listed tile (whose
+  /// class then says whether any mask_mod work remains).
+  Value tileFirstKey(Value tile);
+  /// The key at position v of the tile range [begin, end), and whether it
+  /// is one (inside the range and the keys).
+  std::pair<Value, Value> keyAt(Value v);
+  /// The k and v rows of key tile `tile`.
+  std::function<std::pair<SmallVector<Value>, Value>(Value)>
+  keyRowsOf(Value tile);
+  /// The score t of the product of tile row r and `key`.
+  Value scoreOf(Value product, Value r, Value key);
+  /// A thread loop in which each warp works on its 16 x rowTiles rows:
+  /// body(first row of the warp, lane, thread). The quad exchange and P are
+  /// rows of the warp's own, so loops that only write those (and
+  /// registers) may end with SimtEmitter::Sync::Warp.
+  void
+  eachWarp(function_ref<void(Value warpRow, Value lane, Value thread)> body,
+           SimtEmitter::Sync sync = SimtEmitter::Sync::Block);
+  SmallVector<LaneRow> laneRowsOf(Value warpRow, Value lane);
+  /// The lane's place among the 4 that hold its rows.
+  Value quadLaneOf(Value lane);
+  /// The combination of row r's 4 parts in `quad`.
+  Value combineQuad(Value r, function_ref<Value(Value, Value)> combine);
+  /// Fragment element `el` of lane row `at` in column block `block` (of
+  /// `blocks` per row tile).
+  SmallVector<Value> fragmentAt(const LaneRow &at, int64_t blocks,
+                                int64_t block, int64_t el);
+  void setRegisters(Value registers, int64_t blocks, double value);
+  /// Copies `count` rows of `dim` elements into the shared tile `to`, whose
+  /// rows are `padded` long: row j from source[rowAt(j).first..., 0 .. dim)
+  /// where rowAt(j).second holds, zeros elsewhere. 16 bytes a copy where a
+  /// row is whole 16-byte pieces (every row then starts 16-byte aligned, in
+  /// global memory as in the padded shared rows), all of a thread's copies
+  /// in flight at once (attn_kernel.async_copy: cp.async on the GPU; they
+  /// are complete after the thread's next attn_kernel.async_wait); else an
+  /// element a load.
+  void
+  stageRows(Value thread, int64_t count, Value from, Value to, int64_t dim,
+            int64_t padded,
+            function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt);
+
+  const SoftmaxAttentionShape &shape;
+  const SimtFlashTiling &flash;
+  const GpuTiling &tiling;
+  const KeyPart part;
+  const bool decodeSplit;
+  Location loc;
+  OpBuilder::InsertionGuard guard;
+  func::FuncOp func;
+  ImplicitLocOpBuilder b;
+  SimtEmitter e;
+  VariantEmitter variants;
+
+  // What the kind of block says.
+  bool treePrefix, partials, treeWindow, treeDepths, gathered, blockMask;
+  RowMapping mapping;
+  /// The shape whose mask rowKeys applies: a tree's prefix is all visible.
+  SoftmaxAttentionShape keys;
+
+  // The bindings.
+  Value q, k, v, parents, selection, gate, out, lse;
+  Value tileClasses, tileList, tileCounts, workgroup;
+
+  // Tiles and constants.
+  int64_t TQ, TK, D, Dv, Dp, Dvp, group, RT, keyBlocks, valueBlocks;
+  Type storage;
+  Value c0, c1, c32;
+  Value lq, lk, firstPosition;
+
+  // The rows (mapRows): tile row r < rows is query row rowOf(r) of head
+  // headOf(r) and sees keys in [from, to) only.
+  Value batch, kvHead, head, row, split, first, rows, from, to;
+  /// With a block mask: where the query tile's row of it is.
+  SmallVector<Value> maskRow;
+  /// Sparse decode: split s takes selection entries [entryFrom, entryTo).
+  int64_t entriesPerSplit = 0;
+  Value entryFrom, entryTo;
+  /// A windowed tree node's first prefix key, and a tree node's position
+  /// for the variant regions, found once per row by walking its ancestors
+  /// (rows past the end repeat the last node).
+  Value rowStarts, rowPositions;
+  /// Sparse decode: the split's blocks, each counted once in the row,
+  /// gathered into `listed`; tiles walk their keys as one range of
+  /// `listedKeys` virtual keys, v standing for key listed[v / bs] * bs +
+  /// v % bs.
+  Value listed, listedKeys;
+
+  // Shared and register buffers (allocateBuffers).
+  Value qs, ks, vs, quad, scoreRegs, outRegs, maxRegs, sumRegs;
+
+  // The softmax in base 2 (see allocateBuffers).
+  bool scoresScaled;
+  Value exponentScale, negExponentScale, maxToNatural;
+
+  // The key range (findKeyRange): the keys some row of the tile sees,
+  // [begin, end), the keys every row sees, [allBegin, allEnd), and the key
+  // tiles the block walks.
+  Value begin, end, allBegin, allEnd, keyTiles;
+};
+
+SimtFlashKernel::SimtFlashKernel(OpBuilder &builder, Location loc,
+                                 StringRef name,
+                                 const SoftmaxAttentionShape &shape,
+                                 const SimtFlashTiling &flash,
+                                 const GpuTiling &tiling,
+                                 TypeRange bindingTypes, KeyPart part,
+                                 bool decodeSplit)
+    : shape(shape), flash(flash), tiling(tiling), part(part),
+      decodeSplit(decodeSplit), loc(loc), guard(builder), func([&] {
+        GpuTiling kernelTiling = tiling;
+        kernelTiling.blockThreads = flash.threads();
+        assert(part != KeyPart::TreeNodes &&
+               "the flash kernel tiles whole ranges");
+        std::string kind = std::string(decodeSplit ? "flash_decode" : "flash") +
+                           (part == KeyPart::TreePrefix ? "_tree_prefix" : "");
+        func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes,
+                                             kernelTiling, kind);
+        // The tile sizes join the launch shape in attn.tiling.
+        NamedAttrList tilingAttrs(kernelTiling.toAttr(builder.getContext()));
+        tilingAttrs.set("query_tile",
+                        builder.getI64IntegerAttr(flash.queryTile()));
+        tilingAttrs.set("key_tile", builder.getI64IntegerAttr(flash.keyTile));
+        func->setAttr("attn.tiling",
+                      tilingAttrs.getDictionary(builder.getContext()));
+        func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
+        return func;
+      }()),
+      b(loc, builder), e(b, flash.threads()),
+      variants(e, shape.variants, shape.variants.buffersOf(func)) {
+  bindArguments(bindingTypes);
+}
+
+func::FuncOp SimtFlashKernel::build() {
+  mapRows();
+  allocateBuffers();
+  stageQueryTile();
+  findTreeNodes();
+  findKeyRange();
+  // The copies of a tile's k and v overlap the products of the one before
+  // them, as in FlashAttention-2: k of the first tile is staged here; v of
+  // each tile is copied while its probabilities are computed, and k of the
+  // next while P v is. Each phase's copies are waited for at its end,
+  // before the barrier after which the next phase reads them. (Copying v
+  // during the scores too would overlap more, but its address arithmetic
+  // beside the mma operands made decode with D = 256 and a small tree's
+  // prefix spill 16 bytes.)
+  e.eachThread([&](Value thread) {
+    stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(c0));
+    AsyncWaitOp::create(b, loc);
+  });
+  e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
+    Value firstKey = tileFirstKey(keyTileIndex);
+    Value nextTile = e.add(keyTileIndex, c1);
+    scoreKeyTile(firstKey);
+    updateSoftmax(keyTileIndex);
+    accumulateValues(nextTile);
+  });
+  storeOutputs();
+  func::ReturnOp::create(b);
+  return func;
+}
+
+void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
+  treePrefix = part == KeyPart::TreePrefix;
+  partials = treePrefix || decodeSplit;
+  auto args = func.getArguments();
+  unsigned next = 0;
+  q = args[next++], k = args[next++], v = args[next++];
+  // The tree's prefix: the keys before the T = Lq tree keys, all visible,
+  // or with a window those from each node's window start (its depth's);
+  // variant regions see each node at its position P + depth.
+  treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
+  treeDepths = treePrefix && shape.treePrefixNeedsDepths();
+  parents = treeDepths ? args[next++] : Value();
+  // Sparse decode: the keys of the blocks a row's selection lists.
+  gathered = shape.selection == KeySelectionKind::Blocks;
+  assert((!gathered || decodeSplit) && "sparse attention tiles decode rows");
+  selection = gathered ? args[next++] : Value();
+  gate = !partials && shape.epilogue == Epilogue::SigmoidGate ? args[next++]
+                                                              : Value();
+  out = args[next++];
+  lse = partials || shape.withLogSumExp ? args[next++] : Value();
+  // Prefill with a mask_mod walks the key tiles its block mask lists.
+  blockMask = flashUsesBlockMask(shape, part) && !decodeSplit;
+  if (blockMask) {
+    tileClasses = args[next++];
+    tileList = args[next++];
+    tileCounts = args[next++];
+  }
+  workgroup = args.back();
+  keys = shape;
+  if (treePrefix)
+    keys.mask = MaskKind::None;
+  mapping = gathered      ? RowMapping::SparseRow
+            : decodeSplit ? RowMapping::DecodeTile
+                          : RowMapping::QueryTile;
+
+  TQ = flash.queryTile(), TK = flash.keyTile;
+  D = shape.headDim, Dv = shape.valueDim;
+  Dp = flash.paddedHeadDim, Dvp = flash.paddedValueDim;
+  group = shape.numHeads / shape.numKvHeads;
+  RT = flash.rowTiles;
+  keyBlocks = TK / WarpMmaOp::kFragmentColumns;
+  valueBlocks = Dvp / WarpMmaOp::kFragmentColumns;
+  storage = KernelEmitter::storageType(q);
+  c0 = e.index(0), c1 = e.index(1), c32 = e.index(32);
+
+  lq = e.dim(q, 2), lk = e.dim(k, 2);
+  // Query row i sits at Lk - Lq + i (the variant regions' position).
+  firstPosition = e.sub(lk, lq);
+  if (treePrefix)
+    lk = e.sub(lk, lq);
+}
+
+void SimtFlashKernel::mapRows() {
+  from = c0, to = lk;
+  switch (mapping) {
+  case RowMapping::SparseRow: {
+    // Workgroup order (batch, head, query row, split), the split fastest:
+    // each row selects its own blocks, so a tile is one row (the warp's
+    // other 15 rows are padding).
+    const int64_t bs = shape.selectionBlockSize;
+    entriesPerSplit = std::max<int64_t>(1, tiling.splitKeys / bs);
+    Value splits = e.dim(lse, 3);
+    split = e.rem(workgroup, splits);
+    RowOfWorkgroup at(e, e.div(workgroup, splits), shape.numHeads, lq);
+    batch = at.batch;
+    kvHead = e.div(at.head, e.index(group));
+    first = at.row;
+    rows = c1;
+    head = at.head, row = at.row;
+    Value entries = e.dim(selection, 3);
+    entryFrom = e.minS(entries, e.mul(split, e.index(entriesPerSplit)));
+    entryTo = e.minS(entries, e.add(entryFrom, e.index(entriesPerSplit)));
+    return;
+  }
+  case RowMapping::DecodeTile: {
+    // Workgroup order (batch, kv head, row tile, split), the split
+    // fastest. The group's (head, query row) pairs, head-major, make the
+    // rows, so its heads share each staged k and v tile. A tree's last
+    // split is its nodes' own keys', not the prefix's.
+    Value splits = e.dim(lse, 3);
+    if (treePrefix)
+      splits = e.sub(splits, c1);
+    Value packed = e.mul(e.index(group), lq);
+    Value tiles = e.ceilDiv(packed, e.index(TQ));
+    split = e.rem(workgroup, splits);
+    Value rest = e.div(workgroup, splits);
+    Value tile = e.rem(rest, tiles);
+    rest = e.div(rest, tiles);
+    kvHead = e.rem(rest, e.index(shape.numKvHeads));
+    batch = e.div(rest, e.index(shape.numKvHeads));
+    first = e.mul(tile, e.index(TQ));
+    rows = e.minS(e.index(TQ), e.sub(packed, first));
+    // The splits share the keys in whole key tiles (the host program picks
+    // how many: at least one per split_keys keys, more while the GPU would
+    // idle); trailing splits may hold none.
+    Value splitLength =
+        e.mul(e.ceilDiv(e.ceilDiv(lk, splits), e.index(TK)), e.index(TK));
+    from = e.minS(lk, e.mul(split, splitLength));
+    to = e.minS(lk, e.add(from, splitLength));
+    return;
+  }
+  case RowMapping::QueryTile: {
+    // Workgroup order (batch, head, query tile), the tile fastest (a
+    // head's blocks run together and share its k and v in L2), the last
+    // tile first: under a causal mask the later tiles see the most keys,
+    // and blocks launched heaviest first leave a lighter last wave (as
+    // FlashAttention-3 schedules them).
+    Value tiles = e.ceilDiv(lq, e.index(TQ));
+    Value tile = e.sub(e.sub(tiles, c1), e.rem(workgroup, tiles));
+    Value bh = e.div(workgroup, tiles);
+    head = e.rem(bh, e.index(shape.numHeads));
+    batch = e.div(bh, e.index(shape.numHeads));
+    kvHead = e.div(head, e.index(group));
+    first = e.mul(tile, e.index(TQ));
+    rows = e.minS(e.index(TQ), e.sub(lq, first));
+    if (treePrefix)
+      split = c0;
+    if (blockMask)
+      maskRow = {shape.variants.maskModReadsBatch() ? batch : c0,
+                 shape.variants.maskModReadsHead() ? head : c0, tile};
+    return;
+  }
+  }
+}
+
+Value SimtFlashKernel::headOf(Value r) {
+  if (mapping != RowMapping::DecodeTile)
+    return head;
+  return e.add(e.mul(kvHead, e.index(group)), e.div(e.add(first, r), lq));
+}
+
+Value SimtFlashKernel::rowOf(Value r) {
+  switch (mapping) {
+  case RowMapping::SparseRow:
+    return row;
+  case RowMapping::DecodeTile:
+    return e.rem(e.add(first, r), lq);
+  case RowMapping::QueryTile:
+    return e.add(first, r);
+  }
+  llvm_unreachable("unknown row mapping");
+}
+
+Value SimtFlashKernel::queryPositionOf(Value r) {
+  if (rowPositions)
+    return e.toIndex(e.loadInt(rowPositions, {r}));
+  return e.add(firstPosition, rowOf(r));
+}
+
+std::pair<Value, Value> SimtFlashKernel::rowKeys(Value r) {
+  auto [rowBegin, rowEnd] = visibleKeys(e, keys, rowOf(r), lq, lk, from, to);
+  if (rowStarts) {
+    rowBegin = e.maxS(rowBegin, e.toIndex(e.loadInt(rowStarts, {r})));
+    rowEnd = e.maxS(rowEnd, rowBegin);
+  }
+  return {rowBegin, rowEnd};
+}
+
+void SimtFlashKernel::allocateBuffers() {
+  // Zero padding (rows past the tile's, keys past the range, features past
+  // D and Dv) keeps the products exact; padded keys are masked, padded rows
+  // and features never stored.
+  qs = e.shared({TQ, flash.headStride()}, storage);
+  ks = e.shared({TK, flash.headStride()}, storage);
+  vs = e.shared({TK, flash.valueStride()}, storage);
+  // The 4 lanes that hold a row (those of one lane / 4) exchange their parts
+  // of its max and sum here: quad[row, lane % 4].
+  quad = e.shared({TQ, SimtFlashTiling::kLanesPerRow});
+  // Each lane keeps in registers its share of its warp's scores and output
+  // (mma accumulator fragments: rows g and g + 8 of each of the warp's row
+  // tiles of 16, two columns of every 8) and, for each of its rows, the
+  // running max (the same in a row's 4 lanes) and its part of the running
+  // sum.
+  scoreRegs = e.registers({RT * keyBlocks, 4});
+  outRegs = e.registers({RT * valueBlocks, 4});
+  maxRegs = e.registers({2 * RT});
+  sumRegs = e.registers({2 * RT});
+
+  // The softmax in base 2, as FlashAttention-2 takes it: a lane's scores t
+  // are its products s as they are (the scores themselves with a softcap or
+  // a score_mod: softcap(scale s), then score_mod), the running max m is in
+  // t's units, and p = 2^(c t - c m) is one fma and one ex2 with
+  // c = scale log2(e) (log2(e) for scores themselves); so
+  // lse = (c ln 2) m + log l.
+  scoresScaled = shape.softcap > 0.0 || variants.hasScoreMod();
+  const double log2e = 1.4426950408889634;
+  const double exponentScaleValue = scoresScaled ? log2e : shape.scale * log2e;
+  exponentScale = e.scalar(exponentScaleValue);
+  negExponentScale = e.scalar(-exponentScaleValue);
+  maxToNatural = e.scalar(scoresScaled ? 1.0 : shape.scale);
+}
+
+void SimtFlashKernel::eachWarp(
+    function_ref<void(Value warpRow, Value lane, Value thread)> body,
+    SimtEmitter::Sync sync) {
+  e.eachThread(
+      [&](Value thread) {
+        Value warpRow = e.mul(e.div(thread, c32),
+                              e.index(WarpMmaOp::kRows * flash.rowTiles));
+        body(warpRow, e.rem(thread, c32), thread);
+      },
+      sync);
+}
+
+SmallVector<SimtFlashKernel::LaneRow> SimtFlashKernel::laneRowsOf(Value warpRow,
+                                                                  Value lane) {
+  SmallVector<LaneRow> laneRows;
+  for (int64_t tile = 0; tile < RT; ++tile) {
+    MmaFragmentLayout layout(
+        e, e.add(warpRow, e.index(tile * WarpMmaOp::kRows)), lane);
+    for (int64_t half = 0; half < 2; ++half)
+      laneRows.push_back({tile, half, 2 * tile + half, layout.accRow(e, half)});
+  }
+  return laneRows;
+}
+
+Value SimtFlashKernel::quadLaneOf(Value lane) {
+  return e.rem(lane, e.index(SimtFlashTiling::kLanesPerRow));
+}
+
+Value SimtFlashKernel::combineQuad(Value r,
+                                   function_ref<Value(Value, Value)> combine) {
+  Value all = e.load(quad, {r, c0});
+  for (int64_t i = 1; i < SimtFlashTiling::kLanesPerRow; ++i)
+    all = combine(all, e.load(quad, {r, e.index(i)}));
+  return all;
+}
+
+SmallVector<Value> SimtFlashKernel::fragmentAt(const LaneRow &at,
+                                               int64_t blocks, int64_t block,
+                                               int64_t el) {
+  return {e.index(at.tile * blocks + block), e.index(2 * at.half + el)};
+}
+
+void SimtFlashKernel::setRegisters(Value registers, int64_t blocks,
+                                   double value) {
+  for (int64_t block = 0; block < blocks; ++block)
+    for (int64_t i = 0; i < 4; ++i)
+      e.store(e.scalar(value), registers, {e.index(block), e.index(i)});
+}
+
+Value SimtFlashKernel::scoreOf(Value product, Value r, Value key) {
+  if (!scoresScaled)
+    return product;
+  Value s = e.softcap(e.fmul(product, e.scalar(shape.scale)), shape.softcap);
+  return variants.score(s, batch, headOf(r), queryPositionOf(r), key);
+}
+
+void SimtFlashKernel::stageRows(
+    Value thread, int64_t count, Value from, Value to, int64_t dim,
+    int64_t padded,
+    function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt) {
+  const int64_t lanes = 16 / flash.elementBytes;
+  const bool pieces = dim % lanes == 0 && padded % lanes == 0;
+  const int64_t step = pieces ? lanes : 1;
+  const int64_t perRow = padded / step, threads = flash.threads();
+  const int64_t copies = count * perRow;
+  auto copy = [&](Value j, Value d) {
+    auto [at, isRow] = rowAt(j);
+    at.push_back(d);
+    Value valid = padded <= dim ? isRow : both(isRow, lt(d, e.index(dim)));
+    if (pieces)
+      AsyncCopyOp::create(b, loc, from, at, to, ValueRange{j, d}, valid, lanes);
+    else
+      e.store(e.loadOrZero(valid, from, at), to, {j, d});
+  };
+  // The usual case (whole pieces, the threads a multiple of a row's and
+  // the copies of the threads): a thread's column is the same in every
+  // pass, and the passes are unrolled, so each copy costs its row's address
+  // and predicate alone (a loop spent as much again on the index arithmetic
+  // and induction variables).
+  const int64_t maxUnrolledPasses = 32;
+  if (pieces && threads % perRow == 0 && copies % threads == 0 &&
+      copies / threads <= maxUnrolledPasses) {
+    Value firstRow = e.div(thread, e.index(perRow));
+    Value d = e.mul(e.rem(thread, e.index(perRow)), e.index(step));
+    for (int64_t pass = 0; pass < copies / threads; ++pass)
+      copy(e.add(firstRow, e.index(pass * (threads / perRow))), d);
+    return;
+  }
+  e.loop(thread, e.index(copies), e.index(threads), [&](Value i) {
+    copy(e.div(i, e.index(perRow)),
+         e.mul(e.rem(i, e.index(perRow)), e.index(step)));
+  });
+}
+
+void SimtFlashKernel::stageQueryTile() {
+  // Stage the q tile (waited for with the first key tile's k), clear the
+  // registers.
+  e.eachThread([&](Value thread) {
+    stageRows(thread, TQ, q, qs, D, Dp,
+              [&](Value r) -> std::pair<SmallVector<Value>, Value> {
+                return {{batch, headOf(r), rowOf(r)}, lt(r, rows)};
+              });
+    setRegisters(e.registersOf(outRegs, thread), RT * valueBlocks, 0.0);
+    Value m = e.registersOf(maxRegs, thread),
+          l = e.registersOf(sumRegs, thread);
+    for (int64_t slot = 0; slot < 2 * RT; ++slot) {
+      e.store(e.scalar(kNegInf), m, e.index(slot));
+      e.store(e.scalar(0.0), l, e.index(slot));
+    }
+  });
+}
+
+void SimtFlashKernel::findTreeNodes() {
+  if (!treeDepths)
+    return;
+  if (treeWindow)
+    rowStarts = e.shared({TQ}, b.getI32Type());
+  if (!shape.variants.empty())
+    rowPositions = e.shared({TQ}, b.getI32Type());
+  e.forAll(e.index(TQ), [&](Value r) {
+    Value node = e.minS(rowOf(r), e.sub(lq, c1));
+    TreeNodeKeys tree(e, parents, batch, node, lk, shape.mask, shape.window);
+    if (rowStarts)
+      memref::StoreOp::create(b, e.toI32(tree.prefixBegin), rowStarts, r);
+    if (rowPositions)
+      memref::StoreOp::create(b, e.toI32(tree.position), rowPositions, r);
+  });
+}
+
+void SimtFlashKernel::findKeyRange() {
+  // The keys some row of the tile sees. Query tiles of the op's mask: from
+  // the first row's first to the last row's last (both grow with the row).
+  // Else the union of the rows' ranges: decode rows cycle through the
+  // query rows once per head, windowed tree nodes start where their depth
+  // says. Key tiles inside the keys every row sees need no mask (with
+  // sparse rows' gathered keys, none is taken to be).
+  if (gathered) {
+    const int64_t bs = shape.selectionBlockSize;
+    listed = e.shared({entriesPerSplit}, b.getI32Type());
+    Value listedCount = e.shared({1}, b.getI32Type());
+    e.eachThread([&](Value thread) {
+      e.ifThen(e.icmp(arith::CmpIPredicate::eq, thread, c0), [&] {
+        Value count = forEachListedBlock(
+            e, selection, {batch, headOf(c0), rowOf(c0)},
+            e.ceilDiv(lk, e.index(bs)), entryFrom, entryTo, {c0},
+            [&](Value block, ValueRange it) -> SmallVector<Value> {
+              memref::StoreOp::create(b, e.toI32(block), listed, it[0]);
+              return {e.add(it[0], c1)};
+            })[0];
+        memref::StoreOp::create(b, e.toI32(count), listedCount, c0);
+      });
+    });
+    listedKeys = e.mul(e.toIndex(e.loadInt(listedCount, {c0})), e.index(bs));
+    begin = c0;
+    end = listedKeys;
+    allBegin = allEnd = c0;
+  } else if (decodeSplit || rowStarts) {
+    SmallVector<Value> range =
+        e.loop(c0, rows, c1, {to, from, from, to},
+               [&](Value r, ValueRange it) -> SmallVector<Value> {
+                 auto [rowBegin, rowEnd] = rowKeys(r);
+                 return {e.minS(it[0], rowBegin), e.maxS(it[1], rowEnd),
+                         e.maxS(it[2], rowBegin), e.minS(it[3], rowEnd)};
+               });
+    begin = range[0];
+    end = e.maxS(range[1], range[0]);
+    allBegin = range[2];
+    allEnd = range[3];
+  } else {
+    auto [firstRowBegin, firstRowEnd] = rowKeys(c0);
+    auto [lastRowBegin, lastRowEnd] = rowKeys(e.sub(rows, c1));
+    begin = firstRowBegin;
+    // The block mask's key tiles start at multiples of TK.
+    if (blockMask)
+      begin = e.mul(e.div(begin, e.index(TK)), e.index(TK));
+    end = lastRowEnd;
+    allBegin = lastRowBegin;
+    allEnd = firstRowEnd;
+  }
+  keyTiles = e.ceilDiv(e.maxS(e.sub(end, begin), c0), e.index(TK));
+  if (blockMask)
+    keyTiles = e.toIndex(e.loadInt(tileCounts, maskRow));
+}
+
+Value SimtFlashKernel::tileFirstKey(Value tile) {
+  if (!blockMask)
+    return e.add(begin, e.mul(tile, e.index(TK)));
+  Value last = e.sub(e.dim(tileList, 3), c1);
+  SmallVector<Value> at(maskRow);
+  at.push_back(e.minS(tile, last));
+  return e.mul(e.toIndex(e.loadInt(tileList, at)), e.index(TK));
+}
+
+std::pair<Value, Value> SimtFlashKernel::keyAt(Value v) {
+  if (!gathered)
+    return {v, lt(v, end)};
+  const int64_t bs = shape.selectionBlockSize;
+  Value entry = e.minS(e.div(v, e.index(bs)), e.index(entriesPerSplit - 1));
+  Value key = e.add(e.mul(e.toIndex(e.loadInt(listed, {entry})), e.index(bs)),
+                    e.rem(v, e.index(bs)));
+  return {key, both(lt(v, end), lt(key, lk))};
+}
+
+std::function<std::pair<SmallVector<Value>, Value>(Value)>
+SimtFlashKernel::keyRowsOf(Value tile) {
+  Value firstKey = tileFirstKey(tile);
+  return [this, firstKey](Value j) -> std::pair<SmallVector<Value>, Value> {
+    auto [key, isKey] = keyAt(e.add(firstKey, j));
+    return {{batch, kvHead, key}, isKey};
+  };
+}
+
+void SimtFlashKernel::scoreKeyTile(Value firstKey) {
+  // S = q k^T into the lanes' registers; each lane turns its elements into
+  // scores t (softcapped, masked) and offers its part of its rows' max
+  // (read by its warp alone: the warps need not wait for each other here).
+  // Tiles whose keys every row sees skip the mask, as FlashAttention-2
+  // masks only the tiles on the mask's edge.
+  Value interiorTile = both(
+      e.icmp(arith::CmpIPredicate::sge, firstKey, allBegin),
+      e.icmp(arith::CmpIPredicate::sle, e.add(firstKey, e.index(TK)), allEnd));
+  if (blockMask) {
+    SmallVector<Value> at(maskRow);
+    at.push_back(e.div(firstKey, e.index(TK)));
+    Value tileClass = memref::LoadOp::create(b, tileClasses, at);
+    interiorTile =
+        both(interiorTile,
+             e.icmp(arith::CmpIPredicate::eq, tileClass,
+                    arith::ConstantIntOp::create(b, b.getI8Type(), kFullTile)));
+  }
+  eachWarp(
+      [&](Value warpRow, Value lane, Value thread) {
+        Value s = e.registersOf(scoreRegs, thread);
+        auto scoresOp = WarpMmaOp::create(b, qs, ks, s, warpRow, lane,
+                                          /*n=*/TK, /*k=*/Dp);
+        scoresOp.setRhsTransposed(true);
+        scoresOp.setAccFragment(true);
+        scoresOp.setRowTiles(RT);
+        MmaFragmentLayout layout(e, warpRow, lane);
+        SmallVector<LaneRow> laneRows = laneRowsOf(warpRow, lane);
+        // The scores of the lane's elements and its parts of its rows'
+        // maxes.
+        auto scoreTile = [&](bool masked) {
+          // The keys of the lane's columns (the same in all its rows).
+          SmallVector<std::pair<Value, Value>> columnKeys;
+          if (masked || scoresScaled)
+            for (int64_t block = 0; block < keyBlocks; ++block)
+              for (int64_t el = 0; el < 2; ++el)
+                columnKeys.push_back(keyAt(
+                    e.add(firstKey, layout.accColumn(e, e.index(block), el))));
+          SmallVector<Value> partMaxes;
+          for (const LaneRow &laneRow : laneRows) {
+            std::pair<Value, Value> visibleRange;
+            if (masked)
+              visibleRange = rowKeys(laneRow.row);
+            Value partMax = e.scalar(kNegInf);
+            for (int64_t block = 0; block < keyBlocks; ++block)
+              for (int64_t el = 0; el < 2; ++el) {
+                SmallVector<Value> at =
+                    fragmentAt(laneRow, keyBlocks, block, el);
+                Value key = columnKeys.empty()
+                                ? Value()
+                                : columnKeys[2 * block + el].first;
+                Value score = scoreOf(e.load(s, at), laneRow.row, key);
+                if (masked) {
+                  Value isKey = columnKeys[2 * block + el].second;
+                  Value visible =
+                      both(isKey, both(e.icmp(arith::CmpIPredicate::sge, key,
+                                              visibleRange.first),
+                                       lt(key, visibleRange.second)));
+                  if (variants.hasMaskMod())
+                    visible = both(
+                        visible,
+                        variants.visible(batch, headOf(laneRow.row),
+                                         queryPositionOf(laneRow.row), key));
+                  score = e.select(visible, score, e.scalar(kNegInf));
+                }
+                if (masked || scoresScaled)
+                  e.store(score, s, at);
+                partMax = e.fmax(partMax, score);
+              }
+            partMaxes.push_back(partMax);
+          }
+          return partMaxes;
+        };
+        // A mask_mod may hide keys of any tile but those the block mask
+        // found full.
+        SmallVector<Value> partMaxes =
+            gathered || (variants.hasMaskMod() && !blockMask)
+                ? scoreTile(/*masked=*/true)
+                : e.ifElse(
+                      interiorTile, [&] { return scoreTile(false); },
+                      [&] { return scoreTile(true); });
+        Value quadLane = quadLaneOf(lane);
+        for (auto [laneRow, partMax] : llvm::zip(laneRows, partMaxes))
+          e.store(partMax, quad, {laneRow.row, quadLane});
+      },
+      SimtEmitter::Sync::Warp);
+}
+
+void SimtFlashKernel::updateSoftmax(Value keyTileIndex) {
+  // The online-softmax update of each lane's rows: the row's new max from
+  // its 4 lanes' parts; P (rounded to the storage dtype for the tensor
+  // cores) to shared memory; the lane's sum and output rescaled. The sum
+  // adds the probabilities as stored, so o is a weighted mean of v with
+  // exactly P's weights.
+  eachWarp([&](Value warpRow, Value lane, Value thread) {
+    stageRows(thread, TK, v, vs, Dv, Dvp, keyRowsOf(keyTileIndex));
+    Value s = e.registersOf(scoreRegs, thread);
+    Value o = e.registersOf(outRegs, thread);
+    Value m = e.registersOf(maxRegs, thread);
+    Value l = e.registersOf(sumRegs, thread);
+    SmallVector<LaneRow> laneRows = laneRowsOf(warpRow, lane);
+    // Each row's rescaling alpha, 1 where its max stayed; the output
+    // fragment is rescaled only when some row of the lane's changed, which
+    // after the first tiles is rare (a branch, not 16 Dv / 8 multiplies per
+    // row on every tile).
+    SmallVector<Value> rescales;
+    Value anyChanged;
+    for (const LaneRow &laneRow : laneRows) {
+      Value r = laneRow.row, h = e.index(laneRow.slot);
+      Value tileMax =
+          combineQuad(r, [&](Value x, Value y) { return e.fmax(x, y); });
+      Value oldMax = e.load(m, h);
+      Value newMax = e.fmax(oldMax, tileMax);
+      Value safe = e.safeMax(newMax);
+      Value changed = e.fcmp(arith::CmpFPredicate::UNE, oldMax, newMax);
+      Value rescale =
+          e.select(changed, e.exp2(e.fmul(e.fsub(oldMax, safe), exponentScale)),
+                   e.scalar(1.0));
+      Value shift = e.fmul(safe, negExponentScale);
+      Value partSum = e.scalar(0.0);
+      for (int64_t block = 0; block < keyBlocks; ++block)
+        for (int64_t el = 0; el < 2; ++el) {
+          SmallVector<Value> at = fragmentAt(laneRow, keyBlocks, block, el);
+          Value p = e.exp2(e.fma(e.load(s, at), exponentScale, shift));
+          Value rounded = e.widen(e.narrow(p, storage));
+          e.store(rounded, s, at);
+          partSum = e.fadd(partSum, rounded);
+        }
+      e.store(e.fma(e.load(l, h), rescale, partSum), l, h);
+      e.store(newMax, m, h);
+      rescales.push_back(rescale);
+      anyChanged =
+          anyChanged ? arith::OrIOp::create(b, anyChanged, changed) : changed;
+    }
+    e.ifThen(anyChanged, [&] {
+      for (auto [laneRow, rescale] : llvm::zip(laneRows, rescales))
+        for (int64_t block = 0; block < valueBlocks; ++block)
+          for (int64_t el = 0; el < 2; ++el) {
+            SmallVector<Value> at = fragmentAt(laneRow, valueBlocks, block, el);
+            e.store(e.fmul(e.load(o, at), rescale), o, at);
+          }
+    });
+    AsyncWaitOp::create(b, loc); // this tile's v
+  });
+}
+
+void SimtFlashKernel::accumulateValues(Value nextTile) {
+  // o += P v into the lanes' registers, the next tile's k on its way.
+  eachWarp([&](Value warpRow, Value lane, Value thread) {
+    e.ifThen(lt(nextTile, keyTiles),
+             [&] { stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(nextTile)); });
+    auto outputOp = WarpMmaOp::create(b, e.registersOfWarp(scoreRegs, thread),
+                                      vs, e.registersOf(outRegs, thread),
+                                      warpRow, lane, /*n=*/Dvp, /*k=*/TK);
+    outputOp.setAccumulate(true);
+    outputOp.setAccFragment(true);
+    outputOp.setLhsFragment(true);
+    outputOp.setRowTiles(RT);
+    AsyncWaitOp::create(b, loc); // the next tile's k
+  });
+}
+
+void SimtFlashKernel::storeOutputs() {
+  // Each row's sum from its 4 lanes' parts, then o = acc / l, gated, and
+  // lse = m + log l (by the row's first lane). The tree's prefix and
+  // decode splits: their partials, ungated (an empty range gives o = 0 and
+  // lse = -inf, which the merge weighs 0).
+  eachWarp(
+      [&](Value warpRow, Value lane, Value thread) {
+        Value l = e.registersOf(sumRegs, thread);
+        Value quadLane = quadLaneOf(lane);
+        for (const LaneRow &laneRow : laneRowsOf(warpRow, lane))
+          e.store(e.load(l, e.index(laneRow.slot)), quad,
+                  {laneRow.row, quadLane});
+      },
+      SimtEmitter::Sync::Warp);
+  eachWarp([&](Value warpRow, Value lane, Value thread) {
+    Value o = e.registersOf(outRegs, thread);
+    Value m = e.registersOf(maxRegs, thread);
+    MmaFragmentLayout layout(e, warpRow, lane);
+    Value quadLane = quadLaneOf(lane);
+    for (const LaneRow &laneRow : laneRowsOf(warpRow, lane)) {
+      Value r = laneRow.row;
+      e.ifThen(lt(r, rows), [&] {
+        Value sum =
+            combineQuad(r, [&](Value x, Value y) { return e.fadd(x, y); });
+        Value inv = e.reciprocalOrZero(sum);
+        SmallVector<Value> at{batch, headOf(r), rowOf(r)};
+        if (split)
+          at.push_back(split);
+        RowGate rowGate(e, shape, gate, at);
+        for (int64_t block = 0; block < valueBlocks; ++block)
+          for (int64_t el = 0; el < 2; ++el) {
+            Value d = layout.accColumn(e, e.index(block), el);
+            auto storeElement = [&] {
+              Value value = rowGate.apply(
+                  e.fmul(e.load(o, fragmentAt(laneRow, valueBlocks, block, el)),
+                         inv),
+                  d);
+              SmallVector<Value> outAt(at);
+              outAt.push_back(d);
+              e.store(value, out, outAt);
+            };
+            // Blocks past Dv hold padding only; the last may hold both.
+            if ((block + 1) * WarpMmaOp::kFragmentColumns <= Dv)
+              storeElement();
+            else if (block * WarpMmaOp::kFragmentColumns < Dv)
+              e.ifThen(lt(d, e.index(Dv)), storeElement);
+          }
+        if (lse)
+          e.ifThen(e.icmp(arith::CmpIPredicate::eq, quadLane, c0), [&] {
+            Value max = e.load(m, e.index(laneRow.slot));
+            e.store(e.logSumExp(e.fmul(max, maxToNatural), sum), lse, at);
+          });
+      });
+    }
+  });
+}
+
+} // namespace
+
+func::FuncOp mlir::attn::buildSimtFlashKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
+    const GpuTiling &tiling, TypeRange bindingTypes, KeyPart part) {
+  return SimtFlashKernel(builder, loc, name, shape, flash, tiling, bindingTypes,
+                         part, /*decodeSplit=*/false)
+      .build();
+}
+
+func::FuncOp mlir::attn::buildSimtFlashDecodeKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
+    const GpuTiling &tiling, TypeRange bindingTypes, KeyPart part) {
+  return SimtFlashKernel(builder, loc, name, shape, flash, tiling, bindingTypes,
+                         part, /*decodeSplit=*/true)
+      .build();
+}

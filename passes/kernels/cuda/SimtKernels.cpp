@@ -1,0 +1,472 @@
+//===- SimtKernels.cpp - Softmax attention kernels for CUDA ---------------===//
+//
+// Prefill is the flash block kernel (FlashAttention-2's tiling): a block of
+// W warps owns 16 R W query rows of one head (R row tiles of 16 per warp)
+// and walks the key tiles its rows see (the mask's range). Tiles are staged
+// in shared memory by asynchronous copies that overlap the products before
+// them; each warp computes its rows' scores S = q k^T with
+// attn_kernel.warp_mma (tensor cores for f16/bf16) into its lanes' fragments;
+// each lane masks its elements and, once a row's 4 lanes have exchanged
+// their parts of its max, does the online-softmax update of its elements
+// (its rows' m, its part of l and its output fragment, all in registers);
+// and each warp adds P v to its lanes' output fragments with
+// attn_kernel.warp_mma, P taken from the lanes' score fragments (lhs_fragment:
+// it never leaves the registers on the GPU). P is rounded to the storage
+// dtype for the tensor cores, and l sums the rounded values, so o stays a
+// weighted mean of v. Key tiles inside every row's visible keys skip the
+// mask.
+//
+// Decode (at most decodeMaxQueries rows) is FlashDecoding: the same kernel
+// with a block per (batch, kv head, key split of splitKeys keys), whose
+// rows are the kv group's (head, query row) pairs, so the group's heads
+// share each staged k and v tile and their products run on the tensor
+// cores; it writes split partials, which a thread per row merges through
+// their log-sum-exp, as on the CPU. Sparse decode and small draft trees'
+// prefixes take the same kernel (one row per tile for sparse rows, whose
+// selections are their own).
+//
+// Empty rows (no visible key) give o = 0 and lse = -inf: exponentials are
+// taken against a max that is 0 while the max is -inf.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/kernels/cuda/SimtKernels.h"
+
+#include "passes/kernels/KernelEmitter.h"
+#include "passes/kernels/KeySelection.h"
+
+#include "Attn/AttnOps.h"
+
+using namespace mlir;
+using namespace mlir::attn;
+
+DictionaryAttr GpuTiling::toAttr(MLIRContext *context) const {
+  Builder b(context);
+  return b.getDictionaryAttr({
+      b.getNamedAttr("block_threads", b.getI64IntegerAttr(blockThreads)),
+      b.getNamedAttr("split_keys", b.getI64IntegerAttr(splitKeys)),
+      b.getNamedAttr("decode_max_queries",
+                     b.getI64IntegerAttr(decodeMaxQueries)),
+  });
+}
+
+FailureOr<SimtLaunch> SimtLaunch::get(func::FuncOp kernel) {
+  auto tiling = kernel->getAttrOfType<DictionaryAttr>("attn.tiling");
+  auto blockThreads =
+      tiling ? tiling.getAs<IntegerAttr>("block_threads") : IntegerAttr();
+  if (!blockThreads || !kernel.getBody().hasOneBlock())
+    return kernel.emitError("not a kernel of -attn-gpu-dispatches "
+                            "(attn.tiling has no block_threads, or the body "
+                            "has several blocks)");
+  SimtLaunch launch;
+  launch.blockThreads = blockThreads.getInt();
+  launch.perBlock = kernel->hasAttr(kBlockKernelAttr);
+  for (auto alloca : kernel.getOps<memref::AllocaOp>()) {
+    if (!alloca->hasAttr(kSharedBufferAttr))
+      continue;
+    MemRefType type = alloca.getType();
+    if (!type.hasStaticShape())
+      return alloca.emitError("a shared buffer needs a static shape");
+    if (!type.getElementType().isIntOrFloat())
+      return alloca.emitError("a shared buffer holds integers or floats (its "
+                              "size in bytes must be known), not ")
+             << type.getElementType();
+    launch.sharedBytes +=
+        roundUp(type.getNumElements() * type.getElementTypeBitWidth() / 8, 16);
+  }
+  return launch;
+}
+
+Value SimtEmitter::shared(ArrayRef<int64_t> shape, Type element) {
+  OpBuilder::InsertionGuard guard(b);
+  Operation *parent = b.getInsertionBlock()->getParentOp();
+  auto func = dyn_cast<func::FuncOp>(parent);
+  if (!func)
+    func = parent->getParentOfType<func::FuncOp>();
+  Block *entry = &func.getBody().front();
+  // After the allocations already there, so they keep their order.
+  auto it = entry->begin();
+  while (it != entry->end() && isa<memref::AllocaOp>(*it))
+    ++it;
+  b.setInsertionPoint(entry, it);
+  auto alloca = memref::AllocaOp::create(
+      b, MemRefType::get(shape, element ? element : f32),
+      b.getI64IntegerAttr(16));
+  alloca->setAttr(kSharedBufferAttr, b.getUnitAttr());
+  return alloca;
+}
+
+Value SimtEmitter::registers(ArrayRef<int64_t> shape) {
+  assert(blockThreads > 0 && "registers are for block kernels");
+  SmallVector<int64_t> perThread{blockThreads};
+  llvm::append_range(perThread, shape);
+  Value buffer = shared(perThread);
+  Operation *alloca = buffer.getDefiningOp();
+  alloca->removeAttr(kSharedBufferAttr);
+  alloca->setAttr(kRegisterBufferAttr, b.getUnitAttr());
+  return buffer;
+}
+
+/// The registers of `count` threads of `buffer` from thread `first`: a
+/// [count, shape...] view, or with `dropThreads` (count 1) [shape...].
+static Value threadsRegisters(ImplicitLocOpBuilder &b, Value buffer,
+                              Value first, int64_t count, bool dropThreads) {
+  auto type = cast<MemRefType>(buffer.getType());
+  const int64_t rank = type.getRank();
+  SmallVector<OpFoldResult> offsets(rank, b.getIndexAttr(0));
+  offsets[0] = first;
+  SmallVector<OpFoldResult> sizes{b.getIndexAttr(count)},
+      strides(rank, b.getIndexAttr(1));
+  for (int64_t size : type.getShape().drop_front())
+    sizes.push_back(b.getIndexAttr(size));
+  if (!dropThreads)
+    return memref::SubViewOp::create(b, buffer, offsets, sizes, strides);
+  auto viewType = memref::SubViewOp::inferRankReducedResultType(
+      type.getShape().drop_front(), type, offsets, sizes, strides);
+  return memref::SubViewOp::create(b, viewType, buffer, offsets, sizes,
+                                   strides);
+}
+
+Value SimtEmitter::registersOfWarp(Value buffer, Value thread) {
+  Value lanes = index(WarpMmaOp::kWarpLanes);
+  return threadsRegisters(b, buffer, mul(div(thread, lanes), lanes),
+                          WarpMmaOp::kWarpLanes, /*dropThreads=*/false);
+}
+
+Value SimtEmitter::registersOf(Value buffer, Value thread) {
+  return threadsRegisters(b, buffer, thread, 1, /*dropThreads=*/true);
+}
+
+Value SimtEmitter::loadOrZero(Value condition, Value memref,
+                              ValueRange indices) {
+  auto op = scf::IfOp::create(
+      b, condition,
+      [&](OpBuilder &nested, Location loc) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(nested.getInsertionBlock(),
+                            nested.getInsertionPoint());
+        scf::YieldOp::create(b, load(memref, indices));
+      },
+      [&](OpBuilder &nested, Location loc) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(nested.getInsertionBlock(),
+                            nested.getInsertionPoint());
+        scf::YieldOp::create(b, scalar(0.0));
+      });
+  return op.getResult(0);
+}
+
+void SimtEmitter::eachThread(function_ref<void(Value thread)> body, Sync sync) {
+  assert(blockThreads > 0 && "thread loops are for block kernels");
+  auto loop = scf::ParallelOp::create(
+      b, ValueRange{index(0)}, ValueRange{index(blockThreads)},
+      ValueRange{index(1)}, [&](OpBuilder &nested, Location, ValueRange ivs) {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(nested.getInsertionBlock(),
+                            nested.getInsertionPoint());
+        body(ivs[0]);
+      });
+  loop->setAttr(kThreadLoopAttr, b.getUnitAttr());
+  if (sync == Sync::Warp)
+    loop->setAttr(kWarpSyncAttr, b.getUnitAttr());
+}
+
+void SimtEmitter::forAll(Value count, function_ref<void(Value i)> body) {
+  eachThread([&](Value thread) {
+    loop(thread, count, index(blockThreads), [&](Value i) { body(i); });
+  });
+}
+
+std::pair<Value, Value>
+mlir::attn::visibleKeys(SimtEmitter &e, const SoftmaxAttentionShape &shape,
+                        Value row, Value lq, Value lk, Value from, Value to) {
+  Value pos = e.add(e.sub(lk, lq), row);
+  Value begin = from, end = to;
+  if (shape.mask != MaskKind::None)
+    end = e.minS(end, e.add(pos, e.index(1)));
+  if (shape.mask == MaskKind::SlidingWindow)
+    begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)), e.index(1)));
+  return {begin, e.maxS(end, begin)};
+}
+
+SimtRowSoftmax::SimtRowSoftmax(SimtEmitter &e,
+                               const SoftmaxAttentionShape &shape, Value q,
+                               Value k, Value v, Value batch, Value head,
+                               Value row, Value queryPos,
+                               ValueRange variantBuffers)
+    : e(e), shape(shape), k(k), v(v), batch(batch), head(head), row(row),
+      queryPos(queryPos), variants(e, shape.variants, variantBuffers) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  kvHead = e.div(head, e.index(shape.numHeads / shape.numKvHeads));
+  // The scaled query row, read once.
+  query = e.scratch(shape.headDim);
+  e.loop(c0, e.index(shape.headDim), c1, [&](Value d) {
+    e.store(e.fmul(e.load(q, {batch, head, row, d}), e.scalar(shape.scale)),
+            query, d);
+  });
+  acc = e.scratch(shape.valueDim);
+  e.loop(c0, e.index(shape.valueDim), c1,
+         [&](Value d) { e.store(e.scalar(0.0), acc, d); });
+}
+
+SmallVector<Value> SimtRowSoftmax::initial() {
+  return {e.scalar(kNegInf), e.scalar(0.0)};
+}
+
+SmallVector<Value> SimtRowSoftmax::addKey(ValueRange state, Value key,
+                                          Value keyPos) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value score = e.loop(c0, e.index(shape.headDim), c1, {e.scalar(0.0)},
+                       [&](Value d, ValueRange dot) {
+                         return SmallVector<Value>{
+                             e.fma(e.load(query, d),
+                                   e.load(k, {batch, kvHead, key, d}), dot[0])};
+                       })[0];
+  if (!keyPos)
+    keyPos = key;
+  score = variants.score(e.softcap(score, shape.softcap), batch, head, queryPos,
+                         keyPos);
+  if (variants.hasMaskMod())
+    score = e.select(variants.visible(batch, head, queryPos, keyPos), score,
+                     e.scalar(kNegInf));
+  // Against a max made safe (0 while it is -inf), so that a key mask_mod
+  // hides before any visible one weighs 0 and leaves the state as it was.
+  Value max = e.fmax(state[0], score);
+  Value safe = e.safeMax(max);
+  Value rescale = e.exp(e.fsub(state[0], safe));
+  Value p = e.exp(e.fsub(score, safe));
+  e.loop(c0, e.index(shape.valueDim), c1, [&](Value d) {
+    e.store(e.fma(p, e.load(v, {batch, kvHead, key, d}),
+                  e.fmul(e.load(acc, d), rescale)),
+            acc, d);
+  });
+  return {max, e.fma(state[1], rescale, p)};
+}
+
+void SimtRowSoftmax::storePartial(ValueRange state, Value partialOut,
+                                  Value partialLse, Value split) {
+  // The normalized partial and its log-sum-exp (0 and -inf when empty).
+  Value inv = e.reciprocalOrZero(state[1]);
+  e.loop(e.index(0), e.index(shape.valueDim), e.index(1), [&](Value d) {
+    e.store(e.fmul(e.load(acc, d), inv), partialOut,
+            {batch, head, row, split, d});
+  });
+  e.store(e.logSumExp(state[0], state[1]), partialLse,
+          {batch, head, row, split});
+}
+
+int64_t SimtFlashTiling::sharedBytes() const {
+  const int64_t rows = queryTile(), keys = keyTile;
+  auto buffer = [](int64_t elements, int64_t bytes) {
+    return roundUp(elements * bytes, 16);
+  };
+  // The buffers the flash kernel allocates, padded rows included.
+  return buffer(rows * headStride(), elementBytes) +  // q tile
+         buffer(keys * headStride(), elementBytes) +  // k tile
+         buffer(keys * valueStride(), elementBytes) + // v tile
+         buffer(rows * kLanesPerRow, 4);              // quad exchange
+}
+
+SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
+                                        Type storage, const GpuTiling &tiling,
+                                        int64_t maxWarps, int64_t maxRowTiles) {
+  // Largest first. FlashAttention-2 tiles head dims up to 128 on
+  // sm_80/sm_90 with 4 warps of 32 rows (128) over 64 keys; here 32 rows
+  // per warp take 32-key tiles, since the score fragments of 64 keys would
+  // take the registers past 255 (ptxas spilled 64 bytes at D = 128).
+  auto make = [&](int64_t rowTiles, int64_t warps, int64_t keyTile) {
+    SimtFlashTiling flash;
+    flash.rowTiles = rowTiles;
+    flash.warps = warps;
+    flash.keyTile = keyTile;
+    flash.paddedHeadDim = roundUp(shape.headDim, WarpMmaOp::kReductionStep);
+    flash.paddedValueDim = roundUp(shape.valueDim, WarpMmaOp::kFragmentColumns);
+    flash.elementBytes = storage.getIntOrFloatBitWidth() / 8;
+    return flash;
+  };
+  auto keyTiles = [](int64_t rowTiles) {
+    return rowTiles > 1 ? SmallVector<int64_t>{32, 16}
+                        : SmallVector<int64_t>{64, 32, 16};
+  };
+  // Two row tiles pay off only on the tensor cores (B fragments shared),
+  // and double the output fragment: 2 x Dv / 8 x 4 registers per lane, 128
+  // at Dv = 128.
+  const bool tensorCores = storage.isF16() || storage.isBF16();
+  if (!tensorCores || roundUp(shape.valueDim, 8) > 128)
+    maxRowTiles = 1;
+  for (int64_t budget : {tiling.maxSharedBytes / 2, tiling.maxSharedBytes})
+    for (int64_t rowTiles = maxRowTiles; rowTiles >= 1; rowTiles /= 2)
+      for (int64_t warps = maxWarps; warps >= 1; warps /= 2)
+        for (int64_t keyTile : keyTiles(rowTiles))
+          if (make(rowTiles, warps, keyTile).sharedBytes() <= budget)
+            return make(rowTiles, warps, keyTile);
+  return make(1, 1, 16);
+}
+
+SimtFlashTiling
+SimtFlashTiling::chooseForDecode(const SoftmaxAttentionShape &shape,
+                                 Type storage, const GpuTiling &tiling) {
+  const int64_t rows = shape.numHeads / shape.numKvHeads *
+                       std::max<int64_t>(tiling.decodeMaxQueries, 1);
+  int64_t warps = 1;
+  while (warps < 4 && warps * WarpMmaOp::kRows < rows)
+    warps *= 2;
+  SimtFlashTiling flash = choose(shape, storage, tiling, warps);
+  // Above 128 value channels the output fragment alone takes 128 registers
+  // or more: 32-key tiles (16 score registers, not 32) keep decode with
+  // D = 256 from spilling, at no cost to a kernel that waits on memory.
+  if (flash.paddedValueDim > 128 && flash.keyTile > 32)
+    flash.keyTile = 32;
+  return flash;
+}
+
+//===----------------------------------------------------------------------===//
+// Block masks
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildSimtTileClassKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes, tiling,
+                                       "tile_classes");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value q = args[0], k = args[1], classes = args[2], thread = args.back();
+  VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
+  const int64_t TQ = flash.queryTile(), TK = flash.keyTile;
+  Value c1 = e.index(1);
+
+  // Thread order (bm, hm, query tile, key tile), the key tile fastest.
+  Value keyTile = e.rem(thread, e.dim(classes, 3));
+  Value rest = e.div(thread, e.dim(classes, 3));
+  Value queryTile = e.rem(rest, e.dim(classes, 2));
+  rest = e.div(rest, e.dim(classes, 2));
+  Value head = e.rem(rest, e.dim(classes, 1));
+  Value batch = e.div(rest, e.dim(classes, 1));
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  Value firstRow = e.mul(queryTile, e.index(TQ));
+  Value rowEnd = e.minS(lq, e.add(firstRow, e.index(TQ)));
+  Value firstKey = e.mul(keyTile, e.index(TK));
+  Value keyEnd = e.minS(lk, e.add(firstKey, e.index(TK)));
+  Value firstPosition = e.sub(lk, lq);
+  auto flag = [&](bool value) {
+    return arith::ConstantIntOp::create(b, b.getI1Type(), value).getResult();
+  };
+  SmallVector<Value> found = e.loop(
+      firstRow, rowEnd, c1, {flag(false), flag(true)},
+      [&](Value row, ValueRange rowIt) {
+        Value queryPos = e.add(firstPosition, row);
+        return e.loop(firstKey, keyEnd, c1, rowIt,
+                      [&](Value key, ValueRange it) -> SmallVector<Value> {
+                        Value visible =
+                            variants.visible(batch, head, queryPos, key);
+                        return {e.orI(it[0], visible), e.andI(it[1], visible)};
+                      });
+      });
+  auto i8 = [&](int64_t value) -> Value {
+    return arith::ConstantIntOp::create(b, b.getI8Type(), value);
+  };
+  Value tileClass =
+      e.select(found[0], e.select(found[1], i8(kFullTile), i8(kPartialTile)),
+               i8(kEmptyTile));
+  memref::StoreOp::create(b, tileClass, classes,
+                          ValueRange{batch, head, queryTile, keyTile});
+  func::ReturnOp::create(b);
+  return func;
+}
+
+func::FuncOp mlir::attn::buildSimtTileListKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createSimtKernel(builder, loc, name, bindingTypes, tiling, "tile_list");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value q = args[0], k = args[1], classes = args[2], list = args[3],
+        counts = args[4], thread = args.back();
+  const int64_t TQ = flash.queryTile(), TK = flash.keyTile;
+  Value c0 = e.index(0), c1 = e.index(1);
+
+  // Thread order (bm, hm, query tile), the tile fastest.
+  Value queryTile = e.rem(thread, e.dim(classes, 2));
+  Value rest = e.div(thread, e.dim(classes, 2));
+  Value head = e.rem(rest, e.dim(classes, 1));
+  Value batch = e.div(rest, e.dim(classes, 1));
+  Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  // The key tiles the flash kernel's query tile visits: from its first
+  // row's first visible key to its last row's last (under the op's mask).
+  Value firstRow = e.mul(queryTile, e.index(TQ));
+  Value lastRow = e.sub(e.minS(lq, e.add(firstRow, e.index(TQ))), c1);
+  Value begin = visibleKeys(e, shape, firstRow, lq, lk, c0, lk).first;
+  Value end = visibleKeys(e, shape, lastRow, lq, lk, c0, lk).second;
+  Value count = e.loop(
+      e.div(begin, e.index(TK)), e.ceilDiv(e.maxS(end, begin), e.index(TK)), c1,
+      {c0}, [&](Value tile, ValueRange it) -> SmallVector<Value> {
+        Value tileClass = memref::LoadOp::create(
+            b, classes, ValueRange{batch, head, queryTile, tile});
+        Value listed =
+            e.icmp(arith::CmpIPredicate::ne, tileClass,
+                   arith::ConstantIntOp::create(b, b.getI8Type(), kEmptyTile));
+        e.ifThen(listed, [&] {
+          memref::StoreOp::create(b, e.toI32(tile), list,
+                                  ValueRange{batch, head, queryTile, it[0]});
+        });
+        return {e.select(listed, e.add(it[0], c1), it[0])};
+      })[0];
+  memref::StoreOp::create(b, e.toI32(count), counts,
+                          ValueRange{batch, head, queryTile});
+  func::ReturnOp::create(b);
+  return func;
+}
+
+func::FuncOp mlir::attn::buildSimtMergeKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const GpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createSimtKernel(builder, loc, name, bindingTypes, tiling, "merge");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  // A thread per (row, feature d), d fastest: a decode call has few rows,
+  // and a thread per row looping over its features and every split left
+  // the GPU idle (it took longer than the split kernel it merged).
+  Value thread = func.getArguments().back();
+  Value dv = e.index(shape.valueDim);
+  Value d = e.rem(thread, dv);
+  SplitKvMerge merge(e, func, shape, e.div(thread, dv));
+  Value batch = merge.batch, head = merge.head, row = merge.row,
+        safe = merge.maxLse;
+  Value c0 = e.index(0), c1 = e.index(1);
+
+  // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
+  // of empty ranges have lse_s = -inf and weigh 0.
+  SmallVector<Value> sums =
+      e.loop(c0, merge.splits, c1, {e.scalar(0.0), e.scalar(0.0)},
+             [&](Value s, ValueRange it) -> SmallVector<Value> {
+               Value weight = e.exp(e.fsub(
+                   e.load(merge.partialLse, {batch, head, row, s}), safe));
+               return {e.fma(weight,
+                             e.load(merge.partialOut, {batch, head, row, s, d}),
+                             it[0]),
+                       e.fadd(it[1], weight)};
+             });
+  Value acc = sums[0], total = sums[1];
+  SmallVector<Value> at{batch, head, row};
+  RowGate rowGate(e, shape, merge.gate, at);
+  SmallVector<Value> outAt(at);
+  outAt.push_back(d);
+  e.store(rowGate.apply(e.fmul(acc, e.reciprocalOrZero(total)), d), merge.out,
+          outAt);
+  if (merge.lse)
+    e.ifThen(e.icmp(arith::CmpIPredicate::eq, d, c0),
+             [&] { e.store(e.logSumExp(safe, total), merge.lse, at); });
+  func::ReturnOp::create(b);
+  return func;
+}
