@@ -111,69 +111,160 @@ SmallVector<Value> blockMaskRow(KernelEmitter &e,
 // Flash kernel
 //===----------------------------------------------------------------------===//
 
-func::FuncOp mlir::attn::buildFlashAttentionKernel(
-    OpBuilder &builder, Location loc, StringRef name,
-    const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
-    TypeRange bindingTypes, KeyPart part) {
+namespace {
+
+/// The flash kernel, built one phase at a time (see the file comment):
+/// the workgroup's rows and the keys they see, the transposed q tile and
+/// the online-softmax state, then per key tile the scores S^T, the
+/// online-softmax update and P V, then the epilogue.
+class FlashKernel {
+public:
+  FlashKernel(OpBuilder &builder, Location loc, StringRef name,
+              const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
+              TypeRange bindingTypes, KeyPart part);
+
+  /// Emits the phases in order and returns the kernel.
+  func::FuncOp build();
+
+private:
+  // The phases, in the order build() emits them.
+  void bindArguments();
+  void mapRows();
+  void findKeyRange();
+  void findTreeNodes();
+  void allocateState();
+  void stageQuery();
+  void walkKeyTiles();
+  void scoreKeyTile(Value k0, Value cols);
+  void updateSoftmax(Value k0, Value cols, Value isFull);
+  void accumulateValues(Value k0, Value cols);
+  void storeOutputs();
+
+  /// The visibility of key `keyIndex` to the rows of query vector `col`,
+  /// or null where every key is visible: the op's mask, a tree node's
+  /// window start and the mask_mod (none on a tile the block mask found
+  /// full, `isFull`).
+  Value visibleKeys(Value keyIndex, Value queryPos, Value windowStart,
+                    Value rowStart, Value regionQueryPos, Value isFull);
+
+  const SoftmaxAttentionShape &shape;
+  const CpuTiling &tiling;
+  const KeyPart part;
+  OpBuilder::InsertionGuard guard;
+  func::FuncOp func;
+  ImplicitLocOpBuilder b;
+  KernelEmitter e;
+  VariantEmitter variants;
+
+  // What the kind of kernel says.
+  bool treePrefix, treeWindow, treeDepths;
+  /// The mask the rows' positions see: a tree's prefix is all visible.
+  MaskKind mask;
+  int64_t W, TQ, TK, D, Dv, DvPadded, queryVectors, group;
+
+  // The bindings.
+  Value q, k, v, parents, gate, out, lse, tileClasses, workgroup;
+
+  Value c0, c1, c4, lq, lk;
+  // The rows (mapRows): query rows q0 .. q0 + rows - 1 of one head.
+  Value tile, head, batch, kvHead, q0, rows;
+  // The keys the tile sees (findKeyRange): rows sit at positions
+  // firstPos ...; with a block mask, where the tile's row of it is.
+  Value firstPos, keyBegin, keyEnd;
+  SmallVector<Value> classRow;
+  /// A tree node's window start and position depend on its depth: each
+  /// row's first visible prefix key and position P + depth, i32 [TQ].
+  Value rowStarts, rowPositions;
+
+  // Scratch (allocateState): q^T pre-scaled [D, TQ], scores^T [TK, TQ],
+  // and the online softmax state acc [TQ, Dv], m [TQ], l [TQ] plus the
+  // rescale of the current step alpha [TQ].
+  Value qT, scores, acc, runningMax, runningSum, alpha;
+  /// Lane l of query vector iv is tile row iv * W + l.
+  VectorType i32Vec;
+  Value lanes;
+};
+
+FlashKernel::FlashKernel(OpBuilder &builder, Location loc, StringRef name,
+                         const SoftmaxAttentionShape &shape,
+                         const CpuTiling &tiling, TypeRange bindingTypes,
+                         KeyPart part)
+    : shape(shape), tiling(tiling), part(part), guard(builder),
+      func(createKernel(builder, loc, name, bindingTypes, tiling,
+                        part == KeyPart::TreePrefix ? "flash_tree_prefix"
+                                                    : "flash")),
+      b(loc, builder), e(b, tiling.vectorWidth),
+      variants(e, shape.variants, shape.variants.buffersOf(func)) {
   assert(part != KeyPart::TreeNodes && "the flash kernel tiles whole ranges");
-  OpBuilder::InsertionGuard guard(builder);
-  const bool treePrefix = part == KeyPart::TreePrefix;
-  func::FuncOp func = createKernel(builder, loc, name, bindingTypes, tiling,
-                                   treePrefix ? "flash_tree_prefix" : "flash");
-  ImplicitLocOpBuilder b(loc, builder);
-  KernelEmitter e(b, tiling.vectorWidth);
-  const int64_t W = e.width, TQ = tiling.queryTile, TK = tiling.keyTile;
-  const int64_t D = shape.headDim, Dv = shape.valueDim;
-  const int64_t DvPadded = roundUp(Dv, W);
-  const int64_t queryVectors = TQ / W;
-  const int64_t group = shape.numHeads / shape.numKvHeads;
+  bindArguments();
+}
+
+func::FuncOp FlashKernel::build() {
+  c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
+  lq = e.dim(q, 2), lk = e.dim(k, 2);
+  if (treePrefix)
+    lk = e.sub(lk, lq);
+  mapRows();
+  findKeyRange();
+  findTreeNodes();
+  allocateState();
+  stageQuery();
+  walkKeyTiles();
+  storeOutputs();
+  func::ReturnOp::create(b);
+  return func;
+}
+
+void FlashKernel::bindArguments() {
+  treePrefix = part == KeyPart::TreePrefix;
+  W = e.width, TQ = tiling.queryTile, TK = tiling.keyTile;
+  D = shape.headDim, Dv = shape.valueDim;
+  DvPadded = roundUp(Dv, W);
+  queryVectors = TQ / W;
+  group = shape.numHeads / shape.numKvHeads;
 
   auto args = func.getArguments();
   unsigned next = 0;
-  Value q = args[next++], k = args[next++], v = args[next++];
+  q = args[next++], k = args[next++], v = args[next++];
   // The tree's prefix: the keys before the T = Lq tree keys, all visible,
   // or with a window those from each node's window start (its depth's);
   // variant regions see each node at its position P + depth.
-  const bool treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
-  const bool treeDepths = treePrefix && shape.treePrefixNeedsDepths();
-  Value parents = treeDepths ? args[next++] : Value();
-  Value gate = !treePrefix && shape.epilogue == Epilogue::SigmoidGate
-                   ? args[next++]
-                   : Value();
-  Value out = args[next++];
-  Value lse = treePrefix || shape.withLogSumExp ? args[next++] : Value();
-  Value tileClasses = flashUsesBlockMask(shape, part) ? args[next++] : Value();
-  Value workgroup = args.back();
-  const MaskKind mask = treePrefix ? MaskKind::None : shape.mask;
-  VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
+  treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
+  treeDepths = treePrefix && shape.treePrefixNeedsDepths();
+  parents = treeDepths ? args[next++] : Value();
+  gate = !treePrefix && shape.epilogue == Epilogue::SigmoidGate ? args[next++]
+                                                                : Value();
+  out = args[next++];
+  lse = treePrefix || shape.withLogSumExp ? args[next++] : Value();
+  tileClasses = flashUsesBlockMask(shape, part) ? args[next++] : Value();
+  workgroup = args.back();
+  mask = treePrefix ? MaskKind::None : shape.mask;
+}
 
-  Value c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
-  Value lq = e.dim(q, 2), lk = e.dim(k, 2);
-  if (treePrefix)
-    lk = e.sub(lk, lq);
+void FlashKernel::mapRows() {
   Value queryTiles = e.ceilDiv(lq, e.index(TQ));
-  Value tile = e.rem(workgroup, queryTiles);
+  tile = e.rem(workgroup, queryTiles);
   Value bh = e.div(workgroup, queryTiles);
-  Value head = e.rem(bh, e.index(shape.numHeads));
-  Value batch = e.div(bh, e.index(shape.numHeads));
-  Value kvHead = e.div(head, e.index(group));
-  Value q0 = e.mul(tile, e.index(TQ));
-  Value rows = e.minS(e.index(TQ), e.sub(lq, q0));
+  head = e.rem(bh, e.index(shape.numHeads));
+  batch = e.div(bh, e.index(shape.numHeads));
+  kvHead = e.div(head, e.index(group));
+  q0 = e.mul(tile, e.index(TQ));
+  rows = e.minS(e.index(TQ), e.sub(lq, q0));
+}
 
+void FlashKernel::findKeyRange() {
   // Visible key range of the whole tile: rows sit at positions
   // Lk - Lq + q0 ... + rows - 1.
-  Value firstPos = e.add(e.sub(lk, lq), q0);
-  auto [keyBegin, keyEnd] = flashTileKeys(e, mask, shape.window, firstPos, rows,
-                                          lk, TK, tileClasses != nullptr);
-  SmallVector<Value> classRow;
+  firstPos = e.add(e.sub(lk, lq), q0);
+  std::tie(keyBegin, keyEnd) = flashTileKeys(
+      e, mask, shape.window, firstPos, rows, lk, TK, tileClasses != nullptr);
   if (tileClasses)
     classRow = blockMaskRow(e, shape, batch, head, tile);
+}
 
-  // A tree node's window start and position depend on its depth: each
-  // row's first visible prefix key and position P + depth, i32 [TQ] (rows
-  // past the end repeat the last one); the tile's keys start at the
+void FlashKernel::findTreeNodes() {
+  // Rows past the end repeat the last node; the tile's keys start at the
   // smallest first key.
-  Value rowStarts, rowPositions;
   if (treeDepths) {
     auto rowType = MemRefType::get({TQ}, b.getI32Type());
     rowStarts = memref::AllocaOp::create(b, rowType, b.getI64IntegerAttr(64));
@@ -192,17 +283,18 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
   }
   if (!treeWindow)
     rowStarts = Value();
+}
 
-  // Scratch: q^T pre-scaled [D, TQ], scores^T [TK, TQ], and the online
-  // softmax state acc [TQ, Dv], m [TQ], l [TQ] plus the rescale of the
-  // current step alpha [TQ].
-  Value qT = e.scratch({D, TQ});
-  Value scores = e.scratch({TK, TQ});
-  Value acc = e.scratch({TQ, DvPadded});
-  Value runningMax = e.scratch({TQ});
-  Value runningSum = e.scratch({TQ});
-  Value alpha = e.scratch({TQ});
+void FlashKernel::allocateState() {
+  qT = e.scratch({D, TQ});
+  scores = e.scratch({TK, TQ});
+  acc = e.scratch({TQ, DvPadded});
+  runningMax = e.scratch({TQ});
+  runningSum = e.scratch({TQ});
+  alpha = e.scratch({TQ});
+}
 
+void FlashKernel::stageQuery() {
   Value scale = e.scalar(shape.scale);
   Value lastRow = e.sub(lq, c1);
   e.loop(c0, e.index(TQ), c1, [&](Value i) {
@@ -220,179 +312,18 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
     for (int64_t off = 0; off < DvPadded; off += W)
       e.storeVector(e.splat(0.0), acc, {i, e.index(off)}, W);
   });
+  i32Vec = VectorType::get({W}, b.getI32Type());
+  lanes = e.laneIds();
+}
 
-  // Lane l of query vector iv is tile row iv * W + l.
-  auto i32Vec = VectorType::get({W}, b.getI32Type());
-  Value lanes = e.laneIds();
-  auto toI32 = [&](Value index) {
-    return arith::IndexCastOp::create(b, b.getI32Type(), index);
-  };
-
+void FlashKernel::walkKeyTiles() {
   // One key tile [k0, k0 + TK) of the range; `isFull` (with a block mask)
   // says the mask_mod shows every key of the tile to every row.
   auto flashTile = [&](Value k0, Value isFull) {
     Value cols = e.minS(e.index(TK), e.sub(keyEnd, k0));
-    Value lastKey = e.sub(keyEnd, c1);
-
-    // S^T[j, i] = sum_d k[j, d] * qT[d, i], in register blocks of 4 keys x
-    // 2 query vectors; keys past `cols` repeat the last one and are masked
-    // below.
-    e.loop(c0, cols, c4, [&](Value j0) {
-      SmallVector<Value> keyRows;
-      for (int64_t jj = 0; jj < 4; ++jj)
-        keyRows.push_back(e.minS(e.add(e.add(k0, j0), e.index(jj)), lastKey));
-      for (int64_t iv0 = 0; iv0 < queryVectors; iv0 += 2) {
-        int64_t nv = std::min<int64_t>(2, queryVectors - iv0);
-        SmallVector<Value> init(4 * nv, e.splat(0.0));
-        SmallVector<Value> sums =
-            e.loop(c0, e.index(D), c1, init, [&](Value d, ValueRange partial) {
-              SmallVector<Value> qv;
-              for (int64_t x = 0; x < nv; ++x)
-                qv.push_back(vector::LoadOp::create(
-                    b, e.vec, qT, ValueRange{d, e.index((iv0 + x) * W)}));
-              SmallVector<Value> updated;
-              for (int64_t jj = 0; jj < 4; ++jj) {
-                Value kb =
-                    e.broadcast(e.load(k, {batch, kvHead, keyRows[jj], d}));
-                for (int64_t x = 0; x < nv; ++x)
-                  updated.push_back(e.fma(kb, qv[x], partial[jj * nv + x]));
-              }
-              return updated;
-            });
-        for (int64_t jj = 0; jj < 4; ++jj)
-          for (int64_t x = 0; x < nv; ++x)
-            vector::StoreOp::create(
-                b, sums[jj * nv + x], scores,
-                ValueRange{e.add(j0, e.index(jj)), e.index((iv0 + x) * W)});
-      }
-    });
-
-    // Online softmax, one query per lane: mask, new max, rescale factor,
-    // exponentials in place, new sum.
-    for (int64_t iv = 0; iv < queryVectors; ++iv) {
-      Value col = e.index(iv * W);
-      Value queryPos = arith::AddIOp::create(
-          b,
-          vector::BroadcastOp::create(b, i32Vec, toI32(e.add(firstPos, col))),
-          lanes);
-      Value windowStart;
-      if (mask == MaskKind::SlidingWindow)
-        windowStart = arith::SubIOp::create(
-            b, queryPos,
-            arith::ConstantOp::create(
-                b, DenseElementsAttr::get(i32Vec,
-                                          static_cast<int32_t>(shape.window))));
-      Value rowStart = rowStarts
-                           ? vector::LoadOp::create(b, i32Vec, rowStarts, col)
-                           : Value();
-      // The rows' positions as the variant regions see them.
-      Value regionQueryPos =
-          rowPositions ? vector::LoadOp::create(b, i32Vec, rowPositions, col)
-                       : queryPos;
-      Value oldMax = vector::LoadOp::create(b, e.vec, runningMax, col);
-      Value tileMax =
-          e.loop(c0, cols, c1, {e.splat(kNegInf)}, [&](Value j, ValueRange it) {
-            Value s =
-                vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
-            Value keyIndex = e.add(k0, j);
-            s = variants.score(e.softcap(s, shape.softcap), batch, head,
-                               regionQueryPos, keyIndex);
-            Value key = vector::BroadcastOp::create(b, i32Vec, toI32(keyIndex));
-            Value visible;
-            auto narrow = [&](Value condition) {
-              visible = visible ? e.andI(visible, condition) : condition;
-            };
-            if (rowStart)
-              narrow(e.icmp(arith::CmpIPredicate::sge, key, rowStart));
-            if (mask != MaskKind::None)
-              narrow(e.icmp(arith::CmpIPredicate::sle, key, queryPos));
-            if (windowStart)
-              narrow(e.icmp(arith::CmpIPredicate::sgt, key, windowStart));
-            if (variants.hasMaskMod()) {
-              auto maskMod = [&]() -> SmallVector<Value> {
-                return {
-                    variants.visible(batch, head, regionQueryPos, keyIndex)};
-              };
-              // A full tile needs no mask_mod.
-              narrow(isFull
-                         ? e.ifElse(
-                               isFull,
-                               [&]() -> SmallVector<Value> {
-                                 return {arith::ConstantOp::create(
-                                     b, DenseElementsAttr::get(
-                                            VectorType::get({W}, b.getI1Type()),
-                                            true))};
-                               },
-                               maskMod)[0]
-                         : maskMod()[0]);
-            }
-            if (visible)
-              s = e.select(visible, s, e.splat(kNegInf));
-            vector::StoreOp::create(b, s, scores, ValueRange{j, col});
-            return SmallVector<Value>{e.fmax(it[0], s)};
-          })[0];
-      Value newMax = e.fmax(oldMax, tileMax);
-      Value safe = e.safeMax(newMax);
-      Value rescale = e.exp(e.fsub(oldMax, safe));
-      Value tileSum =
-          e.loop(c0, cols, c1, {e.splat(0.0)}, [&](Value j, ValueRange it) {
-            Value p = e.exp(e.fsub(
-                vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col}),
-                safe));
-            vector::StoreOp::create(b, p, scores, ValueRange{j, col});
-            return SmallVector<Value>{e.fadd(it[0], p)};
-          })[0];
-      Value oldSum = vector::LoadOp::create(b, e.vec, runningSum, col);
-      vector::StoreOp::create(b, e.fma(oldSum, rescale, tileSum), runningSum,
-                              col);
-      vector::StoreOp::create(b, newMax, runningMax, col);
-      vector::StoreOp::create(b, rescale, alpha, col);
-    }
-
-    // acc[i, :] = alpha[i] * acc[i, :] + sum_j P^T[j, i] * v[j, :], in
-    // register blocks of 4 rows x 2 vectors of Dv.
-    e.loop(c0, rows, c4, [&](Value i0) {
-      SmallVector<Value> rowIdx, rowAlpha;
-      for (int64_t ii = 0; ii < 4; ++ii) {
-        rowIdx.push_back(e.add(i0, e.index(ii)));
-        rowAlpha.push_back(e.broadcast(e.load(alpha, rowIdx.back())));
-      }
-      for (int64_t off0 = 0; off0 < Dv; off0 += 2 * W) {
-        SmallVector<int64_t> laneCounts;
-        for (int64_t off = off0; off < std::min(Dv, off0 + 2 * W); off += W)
-          laneCounts.push_back(std::min(W, Dv - off));
-        int64_t nv = laneCounts.size();
-        SmallVector<Value> init;
-        for (int64_t ii = 0; ii < 4; ++ii)
-          for (int64_t x = 0; x < nv; ++x)
-            init.push_back(
-                e.fmul(vector::LoadOp::create(
-                           b, e.vec, acc,
-                           ValueRange{rowIdx[ii], e.index(off0 + x * W)}),
-                       rowAlpha[ii]));
-        SmallVector<Value> updated =
-            e.loop(c0, cols, c1, init, [&](Value j, ValueRange partial) {
-              Value key = e.add(k0, j);
-              SmallVector<Value> vv;
-              for (int64_t x = 0; x < nv; ++x)
-                vv.push_back(
-                    e.loadVector(v, {batch, kvHead, key, e.index(off0 + x * W)},
-                                 laneCounts[x]));
-              SmallVector<Value> next;
-              for (int64_t ii = 0; ii < 4; ++ii) {
-                Value p = e.broadcast(e.load(scores, {j, rowIdx[ii]}));
-                for (int64_t x = 0; x < nv; ++x)
-                  next.push_back(e.fma(p, vv[x], partial[ii * nv + x]));
-              }
-              return next;
-            });
-        for (int64_t ii = 0; ii < 4; ++ii)
-          for (int64_t x = 0; x < nv; ++x)
-            vector::StoreOp::create(
-                b, updated[ii * nv + x], acc,
-                ValueRange{rowIdx[ii], e.index(off0 + x * W)});
-      }
-    });
+    scoreKeyTile(k0, cols);
+    updateSoftmax(k0, cols, isFull);
+    accumulateValues(k0, cols);
   };
   e.loop(keyBegin, keyEnd, e.index(TK), [&](Value k0) {
     // The tile's class under the block mask: empty tiles are skipped, full
@@ -413,9 +344,186 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
     }
     flashTile(k0, isFull);
   });
+}
 
-  // Epilogue: o = acc / l (0 for an empty row), the gate, lse = m + log l
-  // (the tree's prefix: split 0 of the partials, ungated).
+void FlashKernel::scoreKeyTile(Value k0, Value cols) {
+  Value lastKey = e.sub(keyEnd, c1);
+  // S^T[j, i] = sum_d k[j, d] * qT[d, i], in register blocks of 4 keys x
+  // 2 query vectors; keys past `cols` repeat the last one and are masked
+  // by updateSoftmax.
+  e.loop(c0, cols, c4, [&](Value j0) {
+    SmallVector<Value> keyRows;
+    for (int64_t jj = 0; jj < 4; ++jj)
+      keyRows.push_back(e.minS(e.add(e.add(k0, j0), e.index(jj)), lastKey));
+    for (int64_t iv0 = 0; iv0 < queryVectors; iv0 += 2) {
+      int64_t nv = std::min<int64_t>(2, queryVectors - iv0);
+      SmallVector<Value> init(4 * nv, e.splat(0.0));
+      SmallVector<Value> sums =
+          e.loop(c0, e.index(D), c1, init, [&](Value d, ValueRange partial) {
+            SmallVector<Value> qv;
+            for (int64_t x = 0; x < nv; ++x)
+              qv.push_back(vector::LoadOp::create(
+                  b, e.vec, qT, ValueRange{d, e.index((iv0 + x) * W)}));
+            SmallVector<Value> updated;
+            for (int64_t jj = 0; jj < 4; ++jj) {
+              Value kb =
+                  e.broadcast(e.load(k, {batch, kvHead, keyRows[jj], d}));
+              for (int64_t x = 0; x < nv; ++x)
+                updated.push_back(e.fma(kb, qv[x], partial[jj * nv + x]));
+            }
+            return updated;
+          });
+      for (int64_t jj = 0; jj < 4; ++jj)
+        for (int64_t x = 0; x < nv; ++x)
+          vector::StoreOp::create(
+              b, sums[jj * nv + x], scores,
+              ValueRange{e.add(j0, e.index(jj)), e.index((iv0 + x) * W)});
+    }
+  });
+}
+
+Value FlashKernel::visibleKeys(Value keyIndex, Value queryPos,
+                               Value windowStart, Value rowStart,
+                               Value regionQueryPos, Value isFull) {
+  auto toI32 = [&](Value index) {
+    return arith::IndexCastOp::create(b, b.getI32Type(), index);
+  };
+  Value key = vector::BroadcastOp::create(b, i32Vec, toI32(keyIndex));
+  Value visible;
+  auto narrow = [&](Value condition) {
+    visible = visible ? e.andI(visible, condition) : condition;
+  };
+  if (rowStart)
+    narrow(e.icmp(arith::CmpIPredicate::sge, key, rowStart));
+  if (mask != MaskKind::None)
+    narrow(e.icmp(arith::CmpIPredicate::sle, key, queryPos));
+  if (windowStart)
+    narrow(e.icmp(arith::CmpIPredicate::sgt, key, windowStart));
+  if (variants.hasMaskMod()) {
+    auto maskMod = [&]() -> SmallVector<Value> {
+      return {variants.visible(batch, head, regionQueryPos, keyIndex)};
+    };
+    // A full tile needs no mask_mod.
+    narrow(isFull
+               ? e.ifElse(
+                     isFull,
+                     [&]() -> SmallVector<Value> {
+                       return {arith::ConstantOp::create(
+                           b, DenseElementsAttr::get(
+                                  VectorType::get({W}, b.getI1Type()), true))};
+                     },
+                     maskMod)[0]
+               : maskMod()[0]);
+  }
+  return visible;
+}
+
+void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
+  auto toI32 = [&](Value index) {
+    return arith::IndexCastOp::create(b, b.getI32Type(), index);
+  };
+  // Online softmax, one query per lane: mask, new max, rescale factor,
+  // exponentials in place, new sum.
+  for (int64_t iv = 0; iv < queryVectors; ++iv) {
+    Value col = e.index(iv * W);
+    Value queryPos = arith::AddIOp::create(
+        b, vector::BroadcastOp::create(b, i32Vec, toI32(e.add(firstPos, col))),
+        lanes);
+    Value windowStart;
+    if (mask == MaskKind::SlidingWindow)
+      windowStart = arith::SubIOp::create(
+          b, queryPos,
+          arith::ConstantOp::create(
+              b, DenseElementsAttr::get(i32Vec,
+                                        static_cast<int32_t>(shape.window))));
+    Value rowStart =
+        rowStarts ? vector::LoadOp::create(b, i32Vec, rowStarts, col) : Value();
+    // The rows' positions as the variant regions see them.
+    Value regionQueryPos =
+        rowPositions ? vector::LoadOp::create(b, i32Vec, rowPositions, col)
+                     : queryPos;
+    Value oldMax = vector::LoadOp::create(b, e.vec, runningMax, col);
+    Value tileMax =
+        e.loop(c0, cols, c1, {e.splat(kNegInf)}, [&](Value j, ValueRange it) {
+          Value s =
+              vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
+          Value keyIndex = e.add(k0, j);
+          s = variants.score(e.softcap(s, shape.softcap), batch, head,
+                             regionQueryPos, keyIndex);
+          if (Value visible = visibleKeys(keyIndex, queryPos, windowStart,
+                                          rowStart, regionQueryPos, isFull))
+            s = e.select(visible, s, e.splat(kNegInf));
+          vector::StoreOp::create(b, s, scores, ValueRange{j, col});
+          return SmallVector<Value>{e.fmax(it[0], s)};
+        })[0];
+    Value newMax = e.fmax(oldMax, tileMax);
+    Value safe = e.safeMax(newMax);
+    Value rescale = e.exp(e.fsub(oldMax, safe));
+    Value tileSum =
+        e.loop(c0, cols, c1, {e.splat(0.0)}, [&](Value j, ValueRange it) {
+          Value p = e.exp(e.fsub(
+              vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col}),
+              safe));
+          vector::StoreOp::create(b, p, scores, ValueRange{j, col});
+          return SmallVector<Value>{e.fadd(it[0], p)};
+        })[0];
+    Value oldSum = vector::LoadOp::create(b, e.vec, runningSum, col);
+    vector::StoreOp::create(b, e.fma(oldSum, rescale, tileSum), runningSum,
+                            col);
+    vector::StoreOp::create(b, newMax, runningMax, col);
+    vector::StoreOp::create(b, rescale, alpha, col);
+  }
+}
+
+void FlashKernel::accumulateValues(Value k0, Value cols) {
+  // acc[i, :] = alpha[i] * acc[i, :] + sum_j P^T[j, i] * v[j, :], in
+  // register blocks of 4 rows x 2 vectors of Dv.
+  e.loop(c0, rows, c4, [&](Value i0) {
+    SmallVector<Value> rowIdx, rowAlpha;
+    for (int64_t ii = 0; ii < 4; ++ii) {
+      rowIdx.push_back(e.add(i0, e.index(ii)));
+      rowAlpha.push_back(e.broadcast(e.load(alpha, rowIdx.back())));
+    }
+    for (int64_t off0 = 0; off0 < Dv; off0 += 2 * W) {
+      SmallVector<int64_t> laneCounts;
+      for (int64_t off = off0; off < std::min(Dv, off0 + 2 * W); off += W)
+        laneCounts.push_back(std::min(W, Dv - off));
+      int64_t nv = laneCounts.size();
+      SmallVector<Value> init;
+      for (int64_t ii = 0; ii < 4; ++ii)
+        for (int64_t x = 0; x < nv; ++x)
+          init.push_back(e.fmul(
+              vector::LoadOp::create(
+                  b, e.vec, acc, ValueRange{rowIdx[ii], e.index(off0 + x * W)}),
+              rowAlpha[ii]));
+      SmallVector<Value> updated =
+          e.loop(c0, cols, c1, init, [&](Value j, ValueRange partial) {
+            Value key = e.add(k0, j);
+            SmallVector<Value> vv;
+            for (int64_t x = 0; x < nv; ++x)
+              vv.push_back(
+                  e.loadVector(v, {batch, kvHead, key, e.index(off0 + x * W)},
+                               laneCounts[x]));
+            SmallVector<Value> next;
+            for (int64_t ii = 0; ii < 4; ++ii) {
+              Value p = e.broadcast(e.load(scores, {j, rowIdx[ii]}));
+              for (int64_t x = 0; x < nv; ++x)
+                next.push_back(e.fma(p, vv[x], partial[ii * nv + x]));
+            }
+            return next;
+          });
+      for (int64_t ii = 0; ii < 4; ++ii)
+        for (int64_t x = 0; x < nv; ++x)
+          vector::StoreOp::create(
+              b, updated[ii * nv + x], acc,
+              ValueRange{rowIdx[ii], e.index(off0 + x * W)});
+    }
+  });
+}
+
+void FlashKernel::storeOutputs() {
+  // o = acc / l (0 for an empty row), the gate, lse = m + log l (the tree's
+  // prefix: split 0 of the partials, ungated).
   e.loop(c0, rows, c1, [&](Value i) {
     Value l = e.load(runningSum, i);
     SmallVector<Value> at{batch, head, e.add(q0, i)};
@@ -425,8 +533,16 @@ func::FuncOp mlir::attn::buildFlashAttentionKernel(
     if (lse)
       e.store(e.logSumExp(e.load(runningMax, i), l), lse, at);
   });
-  func::ReturnOp::create(b);
-  return func;
+}
+
+} // namespace
+
+func::FuncOp mlir::attn::buildFlashAttentionKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes, KeyPart part) {
+  return FlashKernel(builder, loc, name, shape, tiling, bindingTypes, part)
+      .build();
 }
 
 //===----------------------------------------------------------------------===//
@@ -519,38 +635,129 @@ func::FuncOp mlir::attn::buildTileClassKernel(
 // Split-KV kernel
 //===----------------------------------------------------------------------===//
 
-func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
-    OpBuilder &builder, Location loc, StringRef name,
-    const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
-    TypeRange bindingTypes, KeyPart part) {
+namespace {
+
+/// The split-KV kernel, built one phase at a time (see the file comment):
+/// the workgroup's row, kv group and split, the keys the row sees, the
+/// group's scaled query rows and online-softmax state, then per step of
+/// keys the dot products, the online-softmax update and P V, then the
+/// partials.
+class SplitKvKernel {
+public:
+  SplitKvKernel(OpBuilder &builder, Location loc, StringRef name,
+                const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
+                TypeRange bindingTypes, KeyPart part);
+
+  /// Emits the phases in order and returns the kernel.
+  func::FuncOp build();
+
+private:
+  // The phases, in the order build() emits them.
+  void bindArguments();
+  void mapRow();
+  void findKeyRange();
+  void allocateState();
+  void chooseRegisterTiles();
+  void walkKeySteps();
+  void scoreStep(Value j0);
+  void updateSoftmax(Value j0, Value count);
+  void accumulateValues(Value j0);
+  void storePartials();
+
+  /// Key jj of the step from j0; lanes past the range repeat the last key
+  /// (and are masked).
+  Value keyAt(Value j0, Value jj) { return e.minS(e.add(j0, jj), lastKey); }
+
+  const SoftmaxAttentionShape &shape;
+  const CpuTiling &tiling;
+  const KeyPart part;
+  OpBuilder::InsertionGuard guard;
+  func::FuncOp func;
+  ImplicitLocOpBuilder b;
+  KernelEmitter e;
+  VariantEmitter variants;
+
+  bool treePrefix, treeDepths;
+  /// The mask the row's position sees: a tree's prefix is all visible.
+  MaskKind mask;
+  int64_t W, D, Dv, DPadded, DvPadded, group;
+
+  // The bindings.
+  Value q, k, v, parents, partialOut, partialLse, workgroup;
+
+  Value c0, c1, lq, lk, splits;
+  // The row (mapRow) and the keys it sees in its split (findKeyRange).
+  Value row, split, kvHead, batch, firstHead;
+  Value pos, begin, end, lastKey;
+  /// Where the variant regions see the row: its position, or a tree
+  /// node's.
+  Value regionQueryPos;
+
+  // Per query head of the group (allocateState): the scaled query row
+  // (zero-padded to whole vectors), acc, and the running max and sum; per
+  // step of keys, the dot products (one vector per key, lanes summed
+  // later), the probabilities and the rescale of acc. A step is 16 keys
+  // (two AVX2 vectors): one online-softmax update (maxima, rescale, sums)
+  // per two vectors of keys halves its cost; longer steps measured no
+  // faster.
+  int64_t stepVectors, stepKeys;
+  Value query, acc, runningMax, runningSum, dots, probs, rescales, groupSize;
+
+  // Register tiles (chooseRegisterTiles).
+  int64_t tileHeads, tileKeys, tileVectors;
+  VectorType i32Vec;
+  Value lanes;
+};
+
+SplitKvKernel::SplitKvKernel(OpBuilder &builder, Location loc, StringRef name,
+                             const SoftmaxAttentionShape &shape,
+                             const CpuTiling &tiling, TypeRange bindingTypes,
+                             KeyPart part)
+    : shape(shape), tiling(tiling), part(part), guard(builder),
+      func(createKernel(builder, loc, name, bindingTypes, tiling,
+                        part == KeyPart::TreePrefix ? "split_kv_tree_prefix"
+                                                    : "split_kv")),
+      b(loc, builder), e(b, tiling.vectorWidth),
+      variants(e, shape.variants, shape.variants.buffersOf(func)) {
   assert(part != KeyPart::TreeNodes && "split-KV splits whole ranges");
-  OpBuilder::InsertionGuard guard(builder);
-  const bool treePrefix = part == KeyPart::TreePrefix;
-  func::FuncOp func =
-      createKernel(builder, loc, name, bindingTypes, tiling,
-                   treePrefix ? "split_kv_tree_prefix" : "split_kv");
-  ImplicitLocOpBuilder b(loc, builder);
-  KernelEmitter e(b, tiling.vectorWidth);
-  const int64_t W = e.width;
-  const int64_t D = shape.headDim, Dv = shape.valueDim;
-  const int64_t DPadded = roundUp(D, W), DvPadded = roundUp(Dv, W);
-  const int64_t group = shape.numHeads / shape.numKvHeads;
+  bindArguments();
+}
+
+func::FuncOp SplitKvKernel::build() {
+  mapRow();
+  findKeyRange();
+  allocateState();
+  chooseRegisterTiles();
+  walkKeySteps();
+  storePartials();
+  func::ReturnOp::create(b);
+  return func;
+}
+
+void SplitKvKernel::bindArguments() {
+  treePrefix = part == KeyPart::TreePrefix;
+  W = e.width;
+  D = shape.headDim, Dv = shape.valueDim;
+  DPadded = roundUp(D, W), DvPadded = roundUp(Dv, W);
+  group = shape.numHeads / shape.numKvHeads;
 
   // The tree's prefix with a window or variant regions: each node's window
   // start and position depend on its depth, read from the parents.
-  const bool treeDepths = treePrefix && shape.treePrefixNeedsDepths();
+  treeDepths = treePrefix && shape.treePrefixNeedsDepths();
   auto args = func.getArguments();
   unsigned next = 0;
-  Value q = args[next++], k = args[next++], v = args[next++];
-  Value parents = treeDepths ? args[next++] : Value();
-  Value partialOut = args[next++], partialLse = args[next++];
-  Value workgroup = args.back();
-  VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
-  Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
+  q = args[next++], k = args[next++], v = args[next++];
+  parents = treeDepths ? args[next++] : Value();
+  partialOut = args[next++], partialLse = args[next++];
+  workgroup = args.back();
+}
+
+void SplitKvKernel::mapRow() {
+  c0 = e.index(0), c1 = e.index(1);
+  lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
   // The tree's prefix: keys before the T = Lq tree keys, all visible, in
   // every split but the last (the tree keys').
-  const MaskKind mask = treePrefix ? MaskKind::None : shape.mask;
+  mask = treePrefix ? MaskKind::None : shape.mask;
   if (treePrefix) {
     lk = e.sub(lk, lq);
     splits = e.sub(splits, c1);
@@ -559,46 +766,43 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
   // Workgroup order (batch, kv head, split, row), the row fastest. One
   // workgroup serves every query head of its kv head: each block of keys
   // is read from memory once and reused from L1 by the whole group.
-  Value row = e.rem(workgroup, lq);
+  row = e.rem(workgroup, lq);
   Value rest = e.div(workgroup, lq);
-  Value split = e.rem(rest, splits);
+  split = e.rem(rest, splits);
   rest = e.div(rest, splits);
-  Value kvHead = e.rem(rest, e.index(shape.numKvHeads));
-  Value batch = e.div(rest, e.index(shape.numKvHeads));
-  Value firstHead = e.mul(kvHead, e.index(group));
+  kvHead = e.rem(rest, e.index(shape.numKvHeads));
+  batch = e.div(rest, e.index(shape.numKvHeads));
+  firstHead = e.mul(kvHead, e.index(group));
+}
 
-  Value pos = e.add(e.sub(lk, lq), row);
-  Value begin = e.mul(split, e.index(tiling.splitKeys));
-  Value end = e.minS(lk, e.add(begin, e.index(tiling.splitKeys)));
+void SplitKvKernel::findKeyRange() {
+  pos = e.add(e.sub(lk, lq), row);
+  begin = e.mul(split, e.index(tiling.splitKeys));
+  end = e.minS(lk, e.add(begin, e.index(tiling.splitKeys)));
   if (mask != MaskKind::None)
     end = e.minS(end, e.add(pos, c1));
   if (mask == MaskKind::SlidingWindow)
     begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)), c1));
-  // Where the variant regions see the row: its position, or a tree node's.
-  Value regionQueryPos = pos;
+  regionQueryPos = pos;
   if (treeDepths) {
     TreeNodeKeys node(e, parents, batch, row, lk, shape.mask, shape.window);
     begin = e.maxS(begin, node.prefixBegin);
     regionQueryPos = node.position;
   }
   end = e.maxS(end, begin);
+}
 
-  // Per query head of the group: the scaled query row (zero-padded to
-  // whole vectors), acc, and the running max and sum; per step of keys,
-  // the dot products (one vector per key, lanes summed later), the
-  // probabilities and the rescale of acc. A step is 16 keys (two AVX2
-  // vectors): one online-softmax update (maxima, rescale, sums) per two
-  // vectors of keys halves its cost; longer steps measured no faster.
-  const int64_t stepVectors = std::max<int64_t>(1, 16 / W);
-  const int64_t stepKeys = stepVectors * W;
-  Value query = e.scratch({group, DPadded});
-  Value acc = e.scratch({group, DvPadded});
-  Value runningMax = e.scratch({group});
-  Value runningSum = e.scratch({group});
-  Value dots = e.scratch({group, stepKeys, W});
-  Value probs = e.scratch({group, stepKeys});
-  Value rescales = e.scratch({group});
-  Value groupSize = e.index(group);
+void SplitKvKernel::allocateState() {
+  stepVectors = std::max<int64_t>(1, 16 / W);
+  stepKeys = stepVectors * W;
+  query = e.scratch({group, DPadded});
+  acc = e.scratch({group, DvPadded});
+  runningMax = e.scratch({group});
+  runningSum = e.scratch({group});
+  dots = e.scratch({group, stepKeys, W});
+  probs = e.scratch({group, stepKeys});
+  rescales = e.scratch({group});
+  groupSize = e.index(group);
   e.loop(c0, groupSize, c1, [&](Value g) {
     Value head = e.add(firstHead, g);
     for (int64_t off = 0; off < DPadded; off += W)
@@ -614,200 +818,212 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
     e.store(e.scalar(kNegInf), runningMax, {g});
     e.store(e.scalar(0.0), runningSum, {g});
   });
+}
 
-  // Register tiles: both products work on `tileHeads` heads of the group
-  // at once, so each K or V vector loaded serves all of them and each query
-  // or probability broadcast serves `tileKeys` keys or `tileVectors` value
-  // vectors. The accumulators of a tile take half the vector registers
-  // (8 of AVX2's 16, 16 of AVX-512's 32) and its operands most of the rest;
-  // anything larger spills. (With one head at a time, LLVM hoisted each
-  // step's K and V vectors out of the head loop into stack slots, and the
-  // kernel was bound by loads: the tiles made GQA-4 decode from cache 1.3x
-  // faster.)
+void SplitKvKernel::chooseRegisterTiles() {
+  // Both products work on `tileHeads` heads of the group at once, so each
+  // K or V vector loaded serves all of them and each query or probability
+  // broadcast serves `tileKeys` keys or `tileVectors` value vectors. The
+  // accumulators of a tile take half the vector registers (8 of AVX2's 16,
+  // 16 of AVX-512's 32) and its operands most of the rest; anything larger
+  // spills. (With one head at a time, LLVM hoisted each step's K and V
+  // vectors out of the head loop into stack slots, and the kernel was bound
+  // by loads: the tiles made GQA-4 decode from cache 1.3x faster.)
   const int64_t accumulators = W >= 16 ? 16 : 8;
-  const int64_t tileHeads = std::min<int64_t>(group, 4);
-  int64_t tileKeys = 1;
+  tileHeads = std::min<int64_t>(group, 4);
+  tileKeys = 1;
   while (tileKeys * 2 * tileHeads <= accumulators && tileKeys * 2 <= W)
     tileKeys *= 2;
-  const int64_t tileVectors = std::max<int64_t>(1, accumulators / tileHeads);
+  tileVectors = std::max<int64_t>(1, accumulators / tileHeads);
 
-  auto i32Vec = VectorType::get({W}, b.getI32Type());
-  Value lanes = e.laneIds();
+  i32Vec = VectorType::get({W}, b.getI32Type());
+  lanes = e.laneIds();
+}
 
+void SplitKvKernel::walkKeySteps() {
   // One step of keys [j0, j0 + stepKeys).
-  Value lastKey = e.sub(end, c1);
-  const int64_t valuesPerLine =
-      64 * 8 / KernelEmitter::storageType(v).getIntOrFloatBitWidth();
+  lastKey = e.sub(end, c1);
   e.loop(begin, end, e.index(stepKeys), [&](Value j0) {
     Value count = e.sub(end, j0);
-    // Lanes past the range repeat the last key (and are masked).
-    auto keyAt = [&](Value jj) { return e.minS(e.add(j0, jj), lastKey); };
-    // Dot products: dots[g, jj] holds the lane-wise products of query g
-    // and key jj, summed over D.
-    forEachTile(e, group, group, tileHeads, [&](Value g0, int64_t heads) {
-      e.loop(c0, e.index(stepKeys), e.index(tileKeys), [&](Value jj0) {
-        SmallVector<Value> keys;
-        for (int64_t t = 0; t < tileKeys; ++t)
-          keys.push_back(keyAt(e.add(jj0, e.index(t))));
-        // The V rows of these keys are requested as their scores are
-        // computed, so that their misses overlap the dot products instead
-        // of stalling P V, a few lines at a time (the core tracks only a
-        // couple of dozen outstanding misses). GQA-4 decode from DRAM:
-        // 0.56-0.69x memcpy, against 0.41-0.52 with the step's V rows
-        // requested all at once as it starts, and 0.40-0.48 with K and V
-        // rows requested 64 keys ahead; none of the variants that also
-        // prefetched K (16-512 keys ahead) was faster. K rows are read
-        // at once, and the hardware prefetcher covers them.
-        // (Once per step: by the first tile of heads.)
-        auto prefetchValues = [&] {
-          for (Value key : keys)
-            for (int64_t off = 0; off < Dv; off += valuesPerLine)
-              memref::PrefetchOp::create(
-                  b, v, ValueRange{batch, kvHead, key, e.index(off)},
-                  /*isWrite=*/false, /*localityHint=*/3,
-                  /*isDataCache=*/true);
-        };
-        if (std::optional<int64_t> first = getConstantIntValue(g0)) {
-          if (*first == 0)
-            prefetchValues();
-        } else {
-          scf::IfOp::create(b, e.icmp(arith::CmpIPredicate::eq, g0, c0),
-                            [&](OpBuilder &nested, Location) {
-                              OpBuilder::InsertionGuard guard(b);
-                              b.setInsertionPointToEnd(
-                                  nested.getInsertionBlock());
-                              prefetchValues();
-                              scf::YieldOp::create(b);
-                            });
-        }
-        SmallVector<Value> sums(heads * tileKeys, e.splat(0.0));
-        for (int64_t off = 0; off < D; off += W) {
-          SmallVector<Value> queries;
-          for (int64_t h = 0; h < heads; ++h)
-            queries.push_back(vector::LoadOp::create(
-                b, e.vec, query,
-                ValueRange{e.add(g0, e.index(h)), e.index(off)}));
-          for (int64_t t = 0; t < tileKeys; ++t) {
-            Value key = e.loadVector(k, {batch, kvHead, keys[t], e.index(off)},
-                                     std::min(W, D - off));
-            for (int64_t h = 0; h < heads; ++h)
-              sums[h * tileKeys + t] =
-                  e.fma(queries[h], key, sums[h * tileKeys + t]);
-          }
-        }
+    scoreStep(j0);
+    updateSoftmax(j0, count);
+    accumulateValues(j0);
+  });
+}
+
+void SplitKvKernel::scoreStep(Value j0) {
+  const int64_t valuesPerLine =
+      64 * 8 / KernelEmitter::storageType(v).getIntOrFloatBitWidth();
+  // Dot products: dots[g, jj] holds the lane-wise products of query g and
+  // key jj, summed over D.
+  forEachTile(e, group, group, tileHeads, [&](Value g0, int64_t heads) {
+    e.loop(c0, e.index(stepKeys), e.index(tileKeys), [&](Value jj0) {
+      SmallVector<Value> keys;
+      for (int64_t t = 0; t < tileKeys; ++t)
+        keys.push_back(keyAt(j0, e.add(jj0, e.index(t))));
+      // The V rows of these keys are requested as their scores are
+      // computed, so that their misses overlap the dot products instead of
+      // stalling P V, a few lines at a time (the core tracks only a couple
+      // of dozen outstanding misses). GQA-4 decode from DRAM: 0.56-0.69x
+      // memcpy, against 0.41-0.52 with the step's V rows requested all at
+      // once as it starts, and 0.40-0.48 with K and V rows requested 64
+      // keys ahead; none of the variants that also prefetched K (16-512
+      // keys ahead) was faster. K rows are read at once, and the hardware
+      // prefetcher covers them. (Once per step: by the first tile of
+      // heads.)
+      auto prefetchValues = [&] {
+        for (Value key : keys)
+          for (int64_t off = 0; off < Dv; off += valuesPerLine)
+            memref::PrefetchOp::create(
+                b, v, ValueRange{batch, kvHead, key, e.index(off)},
+                /*isWrite=*/false, /*localityHint=*/3,
+                /*isDataCache=*/true);
+      };
+      if (std::optional<int64_t> first = getConstantIntValue(g0)) {
+        if (*first == 0)
+          prefetchValues();
+      } else {
+        scf::IfOp::create(b, e.icmp(arith::CmpIPredicate::eq, g0, c0),
+                          [&](OpBuilder &nested, Location) {
+                            OpBuilder::InsertionGuard guard(b);
+                            b.setInsertionPointToEnd(
+                                nested.getInsertionBlock());
+                            prefetchValues();
+                            scf::YieldOp::create(b);
+                          });
+      }
+      SmallVector<Value> sums(heads * tileKeys, e.splat(0.0));
+      for (int64_t off = 0; off < D; off += W) {
+        SmallVector<Value> queries;
         for (int64_t h = 0; h < heads; ++h)
-          for (int64_t t = 0; t < tileKeys; ++t)
-            vector::StoreOp::create(
-                b, sums[h * tileKeys + t], dots,
-                ValueRange{e.add(g0, e.index(h)), e.add(jj0, e.index(t)), c0});
-      });
-    });
-
-    // One online-softmax step per head: the scores of the step's keys,
-    // their probabilities against the new running max, and acc's rescale.
-    SmallVector<Value> inRange;
-    for (int64_t i = 0; i < stepVectors; ++i)
-      inRange.push_back(
-          e.icmp(arith::CmpIPredicate::slt, lanes,
-                 vector::BroadcastOp::create(
-                     b, i32Vec,
-                     arith::IndexCastOp::create(
-                         b, b.getI32Type(), e.sub(count, e.index(i * W))))));
-    // The keys of the step's vectors, one per lane, as the variant regions
-    // see them.
-    SmallVector<Value> keyLanes;
-    if (!shape.variants.empty())
-      for (int64_t i = 0; i < stepVectors; ++i)
-        keyLanes.push_back(arith::AddIOp::create(
-            b,
-            vector::BroadcastOp::create(b, i32Vec,
-                                        e.toI32(e.add(j0, e.index(i * W)))),
-            lanes));
-    e.loop(c0, groupSize, c1, [&](Value g) {
-      Value head = e.add(firstHead, g);
-      SmallVector<Value> scores;
-      Value stepMax;
-      for (int64_t i = 0; i < stepVectors; ++i) {
-        SmallVector<Value> keyDots;
-        for (int64_t jj = i * W; jj < (i + 1) * W; ++jj)
-          keyDots.push_back(vector::LoadOp::create(
-              b, e.vec, dots, ValueRange{g, e.index(jj), c0}));
-        Value keyPos = keyLanes.empty() ? Value() : keyLanes[i];
-        Value s = variants.score(e.softcap(e.sumEach(keyDots), shape.softcap),
-                                 batch, head, regionQueryPos, keyPos);
-        Value visible = inRange[i];
-        if (variants.hasMaskMod())
-          visible = e.andI(
-              visible, variants.visible(batch, head, regionQueryPos, keyPos));
-        scores.push_back(e.select(visible, s, e.splat(kNegInf)));
-        stepMax = stepMax ? e.fmax(stepMax, scores.back()) : scores.back();
+          queries.push_back(vector::LoadOp::create(
+              b, e.vec, query,
+              ValueRange{e.add(g0, e.index(h)), e.index(off)}));
+        for (int64_t t = 0; t < tileKeys; ++t) {
+          Value key = e.loadVector(k, {batch, kvHead, keys[t], e.index(off)},
+                                   std::min(W, D - off));
+          for (int64_t h = 0; h < heads; ++h)
+            sums[h * tileKeys + t] =
+                e.fma(queries[h], key, sums[h * tileKeys + t]);
+        }
       }
-      Value oldMax = e.load(runningMax, g);
-      Value newMax = e.fmax(oldMax, e.maxLanes(stepMax));
-      Value safe = e.safeMax(newMax);
-      Value rescale = e.exp(e.fsub(oldMax, safe));
-      Value stepSum;
-      for (int64_t i = 0; i < stepVectors; ++i) {
-        Value p = e.exp(e.fsub(scores[i], e.broadcast(safe)));
-        vector::StoreOp::create(b, p, probs, ValueRange{g, e.index(i * W)});
-        stepSum = stepSum ? e.fadd(stepSum, p) : p;
-      }
-      e.store(
-          e.fadd(e.fmul(e.load(runningSum, g), rescale), e.sumLanes(stepSum)),
-          runningSum, g);
-      e.store(newMax, runningMax, g);
-      e.store(rescale, rescales, g);
-    });
-
-    // acc = acc * rescale + P V, in tiles of heads x value vectors. Only
-    // the last vector may be partial: it goes in the static last tile.
-    SmallVector<Value> keys;
-    for (int64_t jj = 0; jj < stepKeys; ++jj)
-      keys.push_back(keyAt(e.index(jj)));
-    forEachTile(e, group, group, tileHeads, [&](Value g0, int64_t heads) {
-      forEachTile(
-          e, Dv / W, DvPadded / W, tileVectors,
-          [&](Value firstVector, int64_t vectors) {
-            SmallVector<Value> headIndex, offsets, sums;
-            SmallVector<int64_t> laneCounts;
-            for (int64_t h = 0; h < heads; ++h)
-              headIndex.push_back(e.add(g0, e.index(h)));
-            std::optional<int64_t> first = getConstantIntValue(firstVector);
-            for (int64_t n = 0; n < vectors; ++n) {
-              offsets.push_back(
-                  e.mul(e.add(firstVector, e.index(n)), e.index(W)));
-              laneCounts.push_back(first ? std::min(W, Dv - (*first + n) * W)
-                                         : W);
-            }
-            for (int64_t h = 0; h < heads; ++h) {
-              Value rescale = e.broadcast(e.load(rescales, headIndex[h]));
-              for (int64_t n = 0; n < vectors; ++n)
-                sums.push_back(e.fmul(
-                    vector::LoadOp::create(
-                        b, e.vec, acc, ValueRange{headIndex[h], offsets[n]}),
-                    rescale));
-            }
-            for (int64_t jj = 0; jj < stepKeys; ++jj) {
-              SmallVector<Value> p;
-              for (int64_t h = 0; h < heads; ++h)
-                p.push_back(
-                    e.broadcast(e.load(probs, {headIndex[h], e.index(jj)})));
-              for (int64_t n = 0; n < vectors; ++n) {
-                Value value = e.loadVector(
-                    v, {batch, kvHead, keys[jj], offsets[n]}, laneCounts[n]);
-                for (int64_t h = 0; h < heads; ++h)
-                  sums[h * vectors + n] =
-                      e.fma(p[h], value, sums[h * vectors + n]);
-              }
-            }
-            for (int64_t h = 0; h < heads; ++h)
-              for (int64_t n = 0; n < vectors; ++n)
-                vector::StoreOp::create(b, sums[h * vectors + n], acc,
-                                        ValueRange{headIndex[h], offsets[n]});
-          });
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t t = 0; t < tileKeys; ++t)
+          vector::StoreOp::create(
+              b, sums[h * tileKeys + t], dots,
+              ValueRange{e.add(g0, e.index(h)), e.add(jj0, e.index(t)), c0});
     });
   });
+}
 
+void SplitKvKernel::updateSoftmax(Value j0, Value count) {
+  // One online-softmax step per head: the scores of the step's keys, their
+  // probabilities against the new running max, and acc's rescale.
+  SmallVector<Value> inRange;
+  for (int64_t i = 0; i < stepVectors; ++i)
+    inRange.push_back(
+        e.icmp(arith::CmpIPredicate::slt, lanes,
+               vector::BroadcastOp::create(
+                   b, i32Vec,
+                   arith::IndexCastOp::create(b, b.getI32Type(),
+                                              e.sub(count, e.index(i * W))))));
+  // The keys of the step's vectors, one per lane, as the variant regions
+  // see them.
+  SmallVector<Value> keyLanes;
+  if (!shape.variants.empty())
+    for (int64_t i = 0; i < stepVectors; ++i)
+      keyLanes.push_back(arith::AddIOp::create(
+          b,
+          vector::BroadcastOp::create(b, i32Vec,
+                                      e.toI32(e.add(j0, e.index(i * W)))),
+          lanes));
+  e.loop(c0, groupSize, c1, [&](Value g) {
+    Value head = e.add(firstHead, g);
+    SmallVector<Value> scores;
+    Value stepMax;
+    for (int64_t i = 0; i < stepVectors; ++i) {
+      SmallVector<Value> keyDots;
+      for (int64_t jj = i * W; jj < (i + 1) * W; ++jj)
+        keyDots.push_back(vector::LoadOp::create(
+            b, e.vec, dots, ValueRange{g, e.index(jj), c0}));
+      Value keyPos = keyLanes.empty() ? Value() : keyLanes[i];
+      Value s = variants.score(e.softcap(e.sumEach(keyDots), shape.softcap),
+                               batch, head, regionQueryPos, keyPos);
+      Value visible = inRange[i];
+      if (variants.hasMaskMod())
+        visible = e.andI(visible,
+                         variants.visible(batch, head, regionQueryPos, keyPos));
+      scores.push_back(e.select(visible, s, e.splat(kNegInf)));
+      stepMax = stepMax ? e.fmax(stepMax, scores.back()) : scores.back();
+    }
+    Value oldMax = e.load(runningMax, g);
+    Value newMax = e.fmax(oldMax, e.maxLanes(stepMax));
+    Value safe = e.safeMax(newMax);
+    Value rescale = e.exp(e.fsub(oldMax, safe));
+    Value stepSum;
+    for (int64_t i = 0; i < stepVectors; ++i) {
+      Value p = e.exp(e.fsub(scores[i], e.broadcast(safe)));
+      vector::StoreOp::create(b, p, probs, ValueRange{g, e.index(i * W)});
+      stepSum = stepSum ? e.fadd(stepSum, p) : p;
+    }
+    e.store(e.fadd(e.fmul(e.load(runningSum, g), rescale), e.sumLanes(stepSum)),
+            runningSum, g);
+    e.store(newMax, runningMax, g);
+    e.store(rescale, rescales, g);
+  });
+}
+
+void SplitKvKernel::accumulateValues(Value j0) {
+  // acc = acc * rescale + P V, in tiles of heads x value vectors. Only the
+  // last vector may be partial: it goes in the static last tile.
+  SmallVector<Value> keys;
+  for (int64_t jj = 0; jj < stepKeys; ++jj)
+    keys.push_back(keyAt(j0, e.index(jj)));
+  forEachTile(e, group, group, tileHeads, [&](Value g0, int64_t heads) {
+    forEachTile(
+        e, Dv / W, DvPadded / W, tileVectors,
+        [&](Value firstVector, int64_t vectors) {
+          SmallVector<Value> headIndex, offsets, sums;
+          SmallVector<int64_t> laneCounts;
+          for (int64_t h = 0; h < heads; ++h)
+            headIndex.push_back(e.add(g0, e.index(h)));
+          std::optional<int64_t> first = getConstantIntValue(firstVector);
+          for (int64_t n = 0; n < vectors; ++n) {
+            offsets.push_back(
+                e.mul(e.add(firstVector, e.index(n)), e.index(W)));
+            laneCounts.push_back(first ? std::min(W, Dv - (*first + n) * W)
+                                       : W);
+          }
+          for (int64_t h = 0; h < heads; ++h) {
+            Value rescale = e.broadcast(e.load(rescales, headIndex[h]));
+            for (int64_t n = 0; n < vectors; ++n)
+              sums.push_back(e.fmul(
+                  vector::LoadOp::create(b, e.vec, acc,
+                                         ValueRange{headIndex[h], offsets[n]}),
+                  rescale));
+          }
+          for (int64_t jj = 0; jj < stepKeys; ++jj) {
+            SmallVector<Value> p;
+            for (int64_t h = 0; h < heads; ++h)
+              p.push_back(
+                  e.broadcast(e.load(probs, {headIndex[h], e.index(jj)})));
+            for (int64_t n = 0; n < vectors; ++n) {
+              Value value = e.loadVector(
+                  v, {batch, kvHead, keys[jj], offsets[n]}, laneCounts[n]);
+              for (int64_t h = 0; h < heads; ++h)
+                sums[h * vectors + n] =
+                    e.fma(p[h], value, sums[h * vectors + n]);
+            }
+          }
+          for (int64_t h = 0; h < heads; ++h)
+            for (int64_t n = 0; n < vectors; ++n)
+              vector::StoreOp::create(b, sums[h * vectors + n], acc,
+                                      ValueRange{headIndex[h], offsets[n]});
+        });
+  });
+}
+
+void SplitKvKernel::storePartials() {
   // The normalized partials and their log-sum-exp (0 and -inf when empty).
   e.loop(c0, groupSize, c1, [&](Value g) {
     Value head = e.add(firstHead, g);
@@ -821,8 +1037,16 @@ func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
                     std::min(W, Dv - off));
     e.store(e.logSumExp(m, l), partialLse, {batch, head, row, split});
   });
-  func::ReturnOp::create(b);
-  return func;
+}
+
+} // namespace
+
+func::FuncOp mlir::attn::buildSplitKvAttentionKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes, KeyPart part) {
+  return SplitKvKernel(builder, loc, name, shape, tiling, bindingTypes, part)
+      .build();
 }
 
 //===----------------------------------------------------------------------===//
