@@ -326,65 +326,156 @@ void scaleRows(KernelEmitter &e, Value rows, int64_t count, int64_t padded,
 // Chunked kernel
 //===----------------------------------------------------------------------===//
 
-func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
-    OpBuilder &builder, Location loc, StringRef name,
-    const LinearRecurrenceShape &shape, const CpuTiling &tiling,
-    int64_t columns, TypeRange bindingTypes) {
-  OpBuilder::InsertionGuard guard(builder);
-  const int64_t W = tiling.vectorWidth;
-  const int64_t tiles = shape.paddedValueDim(W) / columns;
-  assert(columns % W == 0 && shape.paddedValueDim(W) % columns == 0 &&
-         "a column tile is whole vectors and divides the padded Dv");
-  func::FuncOp func = createKernel(builder, loc, name, bindingTypes, tiling,
-                                   tiles > 1 ? "chunked_columns" : "chunked");
-  ImplicitLocOpBuilder b(loc, builder);
-  KernelEmitter e(b, W);
-  const int64_t C = shape.chunkSize;
-  const int64_t Dk = shape.keyDim, Dv = shape.valueDim;
-  // DvP: the value columns of this workgroup (the padded Dv when whole).
-  const int64_t DkP = roundUp(Dk, W), DvP = columns;
-  RecurrenceBindings args(func, shape);
-  Heads heads(e, shape, args.workgroup, tiles);
-  Value batch = heads.batch, hv = heads.valueHead, hk = heads.keyHead;
+namespace {
 
-  Value c0 = e.index(0), c1 = e.index(1);
-  Value length = e.dim(args.q, 2);
+/// The chunked kernel, built one phase at a time (see the file comment):
+/// the workgroup's heads and state columns and its scratch, the initial
+/// state, then per chunk its steps, the cumulative decays, K^T, for the
+/// delta rules the UT transform, the scores P, the outputs and the state
+/// carried to the next chunk, then the final state.
+class ChunkedRecurrenceKernel {
+public:
+  ChunkedRecurrenceKernel(OpBuilder &builder, Location loc, StringRef name,
+                          const LinearRecurrenceShape &shape,
+                          const CpuTiling &tiling, int64_t columns,
+                          TypeRange bindingTypes);
 
-  // The workgroup's columns of v, o and the state: [first, first + DvP),
-  // the vector at `off` holding the real features left of Dv.
-  Value firstColumn = tiles > 1 ? e.mul(heads.tile, e.index(DvP)) : Value();
-  auto column = [&](int64_t off) -> Value {
-    return firstColumn ? e.add(firstColumn, e.index(off)) : e.index(off);
-  };
-  auto at = [&](ValueRange prefix, int64_t off) {
-    SmallVector<Value> indices(prefix);
-    indices.push_back(column(off));
-    return indices;
-  };
-  auto loadColumns = [&](Value src, ValueRange prefix, int64_t off) {
-    if (!firstColumn)
-      return e.loadVector(src, at(prefix, off), std::min(W, Dv - off));
-    return e.loadVector(src, at(prefix, off), e.sub(e.index(Dv), column(off)));
-  };
-  auto storeColumns = [&](Value x, Value dst, ValueRange prefix, int64_t off) {
-    if (!firstColumn)
-      return e.storeVector(x, dst, at(prefix, off), std::min(W, Dv - off));
-    e.storeVector(x, dst, at(prefix, off), e.sub(e.index(Dv), column(off)));
-  };
+  /// Emits the phases in order and returns the kernel.
+  func::FuncOp build();
+
+private:
+  // The phases, in the order build() emits them.
+  void allocateScratch();
+  void loadInitialState();
+  void loadChunk(Value first, Value steps);
+  void accumulateDecays();
+  void transposeKeys();
+  void transformDeltaValues();
+  void scoreChunk();
+  void storeChunkOutputs(Value first, Value steps);
+  void carryState();
+  void storeFinalState();
+
+  /// The workgroup's columns of v, o and the state: [first, first + DvP),
+  /// the vector at `off` holding the real features left of Dv.
+  Value column(int64_t off);
+  SmallVector<Value> at(ValueRange prefix, int64_t off);
+  Value loadColumns(Value src, ValueRange prefix, int64_t off);
+  void storeColumns(Value x, Value dst, ValueRange prefix, int64_t off);
+  /// exp(G_last - G_s) for each step s: what the decay of the rest of the
+  /// chunk leaves of step s's write.
+  Value decayToEnd(Value s, int64_t off);
+
+  const LinearRecurrenceShape &shape;
+  const int64_t W, tiles;
+  OpBuilder::InsertionGuard guard;
+  func::FuncOp func;
+  ImplicitLocOpBuilder b;
+  KernelEmitter e;
+  RecurrenceBindings args;
+  Heads heads;
+  const int64_t C, Dk, Dv;
+  /// DvP: the value columns of this workgroup (the padded Dv when whole).
+  const int64_t DkP, DvP;
+  Value batch, hv, hk;
+  Value c0, c1, length, firstColumn;
 
   // Scratch tiles of one chunk, feature dims padded to whole vectors with
   // zeros: K, Q (normalized, Q scaled), V, the per-step gates, the
   // transposed keys, the C x C score tiles and the state.
-  Value keys = e.scratch({C, DkP}), queries = e.scratch({C, DkP});
-  Value values = e.scratch({C, DvP});
-  Value keysT = e.scratch({DkP, C});
-  Value scores = e.scratch({C, C});
-  Value outputs = e.scratch({C, DvP});
-  Value state = e.scratch({DkP, DvP});
-  Value cumulative = shape.scalarDecay()    ? e.scratch({C})
-                     : shape.featureDecay() ? e.scratch({C, DkP})
-                                            : Value();
-  Value betas, transform, weights, scaledKeys, newValues;
+  Value keys, queries, values, keysT, scores, outputs, state, cumulative;
+  Value betas, transform, weights, scaledKeys, newValues, lastDecay;
+  /// The last row of the chunk, where G_last is.
+  Value lastRow;
+  /// The values the state update reads: V, or the delta rules' V'.
+  Value update;
+};
+
+ChunkedRecurrenceKernel::ChunkedRecurrenceKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, const CpuTiling &tiling,
+    int64_t columns, TypeRange bindingTypes)
+    : shape(shape), W(tiling.vectorWidth),
+      tiles(shape.paddedValueDim(W) / columns), guard(builder),
+      func(createKernel(builder, loc, name, bindingTypes, tiling,
+                        tiles > 1 ? "chunked_columns" : "chunked")),
+      b(loc, builder), e(b, W), args(func, shape),
+      heads(e, shape, args.workgroup, tiles), C(shape.chunkSize),
+      Dk(shape.keyDim), Dv(shape.valueDim), DkP(roundUp(Dk, W)), DvP(columns) {
+  assert(columns % W == 0 && shape.paddedValueDim(W) % columns == 0 &&
+         "a column tile is whole vectors and divides the padded Dv");
+  batch = heads.batch, hv = heads.valueHead, hk = heads.keyHead;
+}
+
+func::FuncOp ChunkedRecurrenceKernel::build() {
+  c0 = e.index(0), c1 = e.index(1);
+  length = e.dim(args.q, 2);
+  firstColumn = tiles > 1 ? e.mul(heads.tile, e.index(DvP)) : Value();
+  allocateScratch();
+  loadInitialState();
+  Value chunks = e.ceilDiv(length, e.index(C));
+  e.loop(c0, chunks, c1, [&](Value chunk) {
+    Value first = e.mul(chunk, e.index(C));
+    Value steps = e.minS(e.index(C), e.sub(length, first));
+    loadChunk(first, steps);
+    accumulateDecays();
+    transposeKeys();
+    update = values;
+    if (shape.isDelta())
+      transformDeltaValues();
+    scoreChunk();
+    storeChunkOutputs(first, steps);
+    carryState();
+  });
+  storeFinalState();
+  func::ReturnOp::create(b);
+  return func;
+}
+
+Value ChunkedRecurrenceKernel::column(int64_t off) {
+  return firstColumn ? e.add(firstColumn, e.index(off)) : e.index(off);
+}
+
+SmallVector<Value> ChunkedRecurrenceKernel::at(ValueRange prefix, int64_t off) {
+  SmallVector<Value> indices(prefix);
+  indices.push_back(column(off));
+  return indices;
+}
+
+Value ChunkedRecurrenceKernel::loadColumns(Value src, ValueRange prefix,
+                                           int64_t off) {
+  if (!firstColumn)
+    return e.loadVector(src, at(prefix, off), std::min(W, Dv - off));
+  return e.loadVector(src, at(prefix, off), e.sub(e.index(Dv), column(off)));
+}
+
+void ChunkedRecurrenceKernel::storeColumns(Value x, Value dst,
+                                           ValueRange prefix, int64_t off) {
+  if (!firstColumn)
+    return e.storeVector(x, dst, at(prefix, off), std::min(W, Dv - off));
+  e.storeVector(x, dst, at(prefix, off), e.sub(e.index(Dv), column(off)));
+}
+
+Value ChunkedRecurrenceKernel::decayToEnd(Value s, int64_t off) {
+  if (shape.scalarDecay())
+    return e.broadcast(
+        e.exp(e.fsub(e.load(cumulative, lastRow), e.load(cumulative, s))));
+  Value col = e.index(off);
+  return e.exp(e.fsub(
+      vector::LoadOp::create(b, e.vec, cumulative, ValueRange{lastRow, col}),
+      vector::LoadOp::create(b, e.vec, cumulative, ValueRange{s, col})));
+}
+
+void ChunkedRecurrenceKernel::allocateScratch() {
+  keys = e.scratch({C, DkP}), queries = e.scratch({C, DkP});
+  values = e.scratch({C, DvP});
+  keysT = e.scratch({DkP, C});
+  scores = e.scratch({C, C});
+  outputs = e.scratch({C, DvP});
+  state = e.scratch({DkP, DvP});
+  cumulative = shape.scalarDecay()    ? e.scratch({C})
+               : shape.featureDecay() ? e.scratch({C, DkP})
+                                      : Value();
   if (shape.isDelta()) {
     betas = e.scratch({C});
     transform = e.scratch({C, C});
@@ -392,8 +483,10 @@ func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
     scaledKeys = e.scratch({C, DkP});
     newValues = e.scratch({C, DvP});
   }
-  Value lastDecay = shape.featureDecay() ? e.scratch({DkP}) : Value();
+  lastDecay = shape.featureDecay() ? e.scratch({DkP}) : Value();
+}
 
+void ChunkedRecurrenceKernel::loadInitialState() {
   // S = S_init, zero in the padding.
   e.loop(c0, e.index(DkP), c1, [&](Value i) { zeroRow(e, state, {i}, DvP); });
   e.loop(c0, e.index(Dk), c1, [&](Value i) {
@@ -402,240 +495,239 @@ func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
           b, loadColumns(args.initialState, {batch, hv, i}, off), state,
           ValueRange{i, e.index(off)});
   });
+}
 
-  Value chunks = e.ceilDiv(length, e.index(C));
-  e.loop(c0, chunks, c1, [&](Value chunk) {
-    Value first = e.mul(chunk, e.index(C));
-    Value steps = e.minS(e.index(C), e.sub(length, first));
-
-    // Load the chunk; steps past the end are zeros (g = 0, beta = 0), which
-    // leave the state and every real row unchanged.
-    e.loop(c0, steps, c1, [&](Value t) {
-      Value pos = e.add(first, t);
-      copyFeatureRow(e, args.k, {batch, hk, pos}, Dk, shape.normalizeQueryKey,
-                     1.0, keys, {t});
-      copyFeatureRow(e, args.q, {batch, hk, pos}, Dk, shape.normalizeQueryKey,
-                     shape.scale, queries, {t});
-      for (int64_t off = 0; off < DvP; off += W)
-        vector::StoreOp::create(b, loadColumns(args.v, {batch, hv, pos}, off),
-                                values, ValueRange{t, e.index(off)});
-      if (shape.scalarDecay())
-        e.store(e.load(args.g, {batch, hv, pos}), cumulative, {t});
-      if (shape.featureDecay())
-        copyFeatureRow(e, args.g, {batch, hv, pos}, Dk, false, 1.0, cumulative,
-                       {t});
-      if (betas)
-        e.store(e.load(args.beta, {batch, hv, pos}), betas, {t});
-    });
-    e.loop(steps, e.index(C), c1, [&](Value t) {
-      zeroRow(e, keys, {t}, DkP);
-      zeroRow(e, queries, {t}, DkP);
-      zeroRow(e, values, {t}, DvP);
-      if (shape.scalarDecay())
-        e.store(e.scalar(0.0), cumulative, {t});
-      if (shape.featureDecay())
-        zeroRow(e, cumulative, {t}, DkP);
-      if (betas)
-        e.store(e.scalar(0.0), betas, {t});
-    });
-
-    // G = cumulative sum of g inside the chunk.
+void ChunkedRecurrenceKernel::loadChunk(Value first, Value steps) {
+  // Steps past the end are zeros (g = 0, beta = 0), which leave the state
+  // and every real row unchanged.
+  e.loop(c0, steps, c1, [&](Value t) {
+    Value pos = e.add(first, t);
+    copyFeatureRow(e, args.k, {batch, hk, pos}, Dk, shape.normalizeQueryKey,
+                   1.0, keys, {t});
+    copyFeatureRow(e, args.q, {batch, hk, pos}, Dk, shape.normalizeQueryKey,
+                   shape.scale, queries, {t});
+    for (int64_t off = 0; off < DvP; off += W)
+      vector::StoreOp::create(b, loadColumns(args.v, {batch, hv, pos}, off),
+                              values, ValueRange{t, e.index(off)});
     if (shape.scalarDecay())
-      e.loop(c0, e.index(C), c1, {e.scalar(0.0)}, [&](Value t, ValueRange it) {
-        Value sum = e.fadd(it[0], e.load(cumulative, t));
-        e.store(sum, cumulative, {t});
-        return SmallVector<Value>{sum};
-      });
-    if (shape.featureDecay()) {
-      SmallVector<Value> zeros(DkP / W, e.splat(0.0));
-      e.loop(c0, e.index(C), c1, zeros, [&](Value t, ValueRange it) {
-        SmallVector<Value> sums;
-        for (int64_t x = 0; x < DkP / W; ++x) {
-          Value col = e.index(x * W);
-          sums.push_back(
-              e.fadd(it[x], vector::LoadOp::create(b, e.vec, cumulative,
-                                                   ValueRange{t, col})));
-          vector::StoreOp::create(b, sums.back(), cumulative,
-                                  ValueRange{t, col});
-        }
-        return sums;
-      });
-    }
-    Value lastRow = e.index(C - 1);
-    // exp(G_last - G_s) for each step s: what the decay of the rest of the
-    // chunk leaves of step s's write.
-    auto decayToEnd = [&](Value s, int64_t off) -> Value {
-      if (shape.scalarDecay())
-        return e.broadcast(
-            e.exp(e.fsub(e.load(cumulative, lastRow), e.load(cumulative, s))));
-      Value col = e.index(off);
-      return e.exp(e.fsub(
-          vector::LoadOp::create(b, e.vec, cumulative,
-                                 ValueRange{lastRow, col}),
-          vector::LoadOp::create(b, e.vec, cumulative, ValueRange{s, col})));
-    };
+      e.store(e.load(args.g, {batch, hv, pos}), cumulative, {t});
+    if (shape.featureDecay())
+      copyFeatureRow(e, args.g, {batch, hv, pos}, Dk, false, 1.0, cumulative,
+                     {t});
+    if (betas)
+      e.store(e.load(args.beta, {batch, hv, pos}), betas, {t});
+  });
+  e.loop(steps, e.index(C), c1, [&](Value t) {
+    zeroRow(e, keys, {t}, DkP);
+    zeroRow(e, queries, {t}, DkP);
+    zeroRow(e, values, {t}, DvP);
+    if (shape.scalarDecay())
+      e.store(e.scalar(0.0), cumulative, {t});
+    if (shape.featureDecay())
+      zeroRow(e, cumulative, {t}, DkP);
+    if (betas)
+      e.store(e.scalar(0.0), betas, {t});
+  });
+}
 
-    // K^T, for gla already carrying exp(G_last - G_s) per feature for the
-    // state update (gla needs no plain K^T).
-    e.loop(c0, e.index(C), c1, [&](Value s) {
-      for (int64_t off = 0; off < DkP; off += W) {
-        Value x =
-            vector::LoadOp::create(b, e.vec, keys, ValueRange{s, e.index(off)});
-        if (shape.featureDecay())
-          x = e.fmul(x, decayToEnd(s, off));
-        for (int64_t lane = 0; lane < W; ++lane)
-          e.store(vector::ExtractOp::create(b, x, lane), keysT,
-                  {e.index(off + lane), s});
-      }
+void ChunkedRecurrenceKernel::accumulateDecays() {
+  // G = cumulative sum of g inside the chunk.
+  if (shape.scalarDecay())
+    e.loop(c0, e.index(C), c1, {e.scalar(0.0)}, [&](Value t, ValueRange it) {
+      Value sum = e.fadd(it[0], e.load(cumulative, t));
+      e.store(sum, cumulative, {t});
+      return SmallVector<Value>{sum};
     });
+  if (shape.featureDecay()) {
+    SmallVector<Value> zeros(DkP / W, e.splat(0.0));
+    e.loop(c0, e.index(C), c1, zeros, [&](Value t, ValueRange it) {
+      SmallVector<Value> sums;
+      for (int64_t x = 0; x < DkP / W; ++x) {
+        Value col = e.index(x * W);
+        sums.push_back(
+            e.fadd(it[x], vector::LoadOp::create(b, e.vec, cumulative,
+                                                 ValueRange{t, col})));
+        vector::StoreOp::create(b, sums.back(), cumulative, ValueRange{t, col});
+      }
+      return sums;
+    });
+  }
+  lastRow = e.index(C - 1);
+}
 
-    // Delta rules: the UT transform and the new values V' = U - W S.
-    Value update = values;
-    if (shape.isDelta()) {
-      Product gram;
-      gram.rows = C, gram.cols = C, gram.depth = DkP;
-      gram.a = keys, gram.b = keysT, gram.c = transform, gram.lowerC = true;
-      emitProduct(e, gram);
-      maskChunkScores(e, transform, C,
-                      shape.scalarDecay() ? cumulative : Value(), betas,
-                      /*strict=*/true);
-      invertUnitLower(e, transform, C);
-      // T diag(beta)
-      e.loop(c0, e.index(C), c1, [&](Value t) {
-        for (int64_t off = 0; off < C; off += W) {
-          Value col = e.index(off);
-          vector::StoreOp::create(
-              b,
-              e.fmul(vector::LoadOp::create(b, e.vec, transform,
-                                            ValueRange{t, col}),
-                     vector::LoadOp::create(b, e.vec, betas, col)),
-              transform, ValueRange{t, col});
-        }
-      });
-      // -exp(G_s) k_s, so that V' = U + W S accumulates.
-      e.loop(c0, e.index(C), c1, [&](Value s) {
-        Value factor = shape.scalarDecay()
-                           ? e.broadcast(arith::NegFOp::create(
-                                 b, e.exp(e.load(cumulative, s))))
-                           : e.splat(-1.0);
+void ChunkedRecurrenceKernel::transposeKeys() {
+  // K^T, for gla already carrying exp(G_last - G_s) per feature for the
+  // state update (gla needs no plain K^T).
+  e.loop(c0, e.index(C), c1, [&](Value s) {
+    for (int64_t off = 0; off < DkP; off += W) {
+      Value x =
+          vector::LoadOp::create(b, e.vec, keys, ValueRange{s, e.index(off)});
+      if (shape.featureDecay())
+        x = e.fmul(x, decayToEnd(s, off));
+      for (int64_t lane = 0; lane < W; ++lane)
+        e.store(vector::ExtractOp::create(b, x, lane), keysT,
+                {e.index(off + lane), s});
+    }
+  });
+}
+
+void ChunkedRecurrenceKernel::transformDeltaValues() {
+  // The UT transform and the new values V' = U - W S.
+  Product gram;
+  gram.rows = C, gram.cols = C, gram.depth = DkP;
+  gram.a = keys, gram.b = keysT, gram.c = transform, gram.lowerC = true;
+  emitProduct(e, gram);
+  maskChunkScores(e, transform, C, shape.scalarDecay() ? cumulative : Value(),
+                  betas, /*strict=*/true);
+  invertUnitLower(e, transform, C);
+  // T diag(beta)
+  e.loop(c0, e.index(C), c1, [&](Value t) {
+    for (int64_t off = 0; off < C; off += W) {
+      Value col = e.index(off);
+      vector::StoreOp::create(
+          b,
+          e.fmul(
+              vector::LoadOp::create(b, e.vec, transform, ValueRange{t, col}),
+              vector::LoadOp::create(b, e.vec, betas, col)),
+          transform, ValueRange{t, col});
+    }
+  });
+  // -exp(G_s) k_s, so that V' = U + W S accumulates.
+  e.loop(c0, e.index(C), c1, [&](Value s) {
+    Value factor = shape.scalarDecay() ? e.broadcast(arith::NegFOp::create(
+                                             b, e.exp(e.load(cumulative, s))))
+                                       : e.splat(-1.0);
+    for (int64_t off = 0; off < DkP; off += W) {
+      Value col = e.index(off);
+      vector::StoreOp::create(
+          b,
+          e.fmul(vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}),
+                 factor),
+          scaledKeys, ValueRange{s, col});
+    }
+  });
+  Product w;
+  w.rows = C, w.cols = DkP, w.depth = C;
+  w.a = transform, w.b = scaledKeys, w.c = weights, w.lowerA = true;
+  emitProduct(e, w);
+  Product u;
+  u.rows = C, u.cols = DvP, u.depth = C;
+  u.a = transform, u.b = values, u.c = newValues, u.lowerA = true;
+  emitProduct(e, u);
+  Product correction;
+  correction.rows = C, correction.cols = DvP, correction.depth = DkP;
+  correction.a = weights, correction.b = state, correction.c = newValues;
+  correction.accumulate = true;
+  emitProduct(e, correction);
+  update = newValues;
+}
+
+void ChunkedRecurrenceKernel::scoreChunk() {
+  // P[t, s] = (q_t . k_s) exp(G_t - G_s) for s <= t (q carries the scale).
+  if (shape.featureDecay()) {
+    e.loop(c0, e.index(C), c1, [&](Value t) {
+      zeroRow(e, scores, {t}, C);
+      e.loop(c0, e.add(t, c1), c1, [&](Value s) {
+        Value dot = e.splat(0.0);
         for (int64_t off = 0; off < DkP; off += W) {
           Value col = e.index(off);
-          vector::StoreOp::create(
-              b,
-              e.fmul(vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}),
-                     factor),
-              scaledKeys, ValueRange{s, col});
+          Value decay = e.exp(e.fsub(
+              vector::LoadOp::create(b, e.vec, cumulative, ValueRange{t, col}),
+              vector::LoadOp::create(b, e.vec, cumulative,
+                                     ValueRange{s, col})));
+          Value qk = e.fmul(
+              vector::LoadOp::create(b, e.vec, queries, ValueRange{t, col}),
+              vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}));
+          dot = e.fma(qk, decay, dot);
         }
+        e.store(e.sumLanes(dot), scores, {t, s});
       });
-      Product w;
-      w.rows = C, w.cols = DkP, w.depth = C;
-      w.a = transform, w.b = scaledKeys, w.c = weights, w.lowerA = true;
-      emitProduct(e, w);
-      Product u;
-      u.rows = C, u.cols = DvP, u.depth = C;
-      u.a = transform, u.b = values, u.c = newValues, u.lowerA = true;
-      emitProduct(e, u);
-      Product correction;
-      correction.rows = C, correction.cols = DvP, correction.depth = DkP;
-      correction.a = weights, correction.b = state, correction.c = newValues;
-      correction.accumulate = true;
-      emitProduct(e, correction);
-      update = newValues;
-    }
-
-    // P[t, s] = (q_t . k_s) exp(G_t - G_s) for s <= t (q carries the scale).
-    if (shape.featureDecay()) {
-      e.loop(c0, e.index(C), c1, [&](Value t) {
-        zeroRow(e, scores, {t}, C);
-        e.loop(c0, e.add(t, c1), c1, [&](Value s) {
-          Value dot = e.splat(0.0);
-          for (int64_t off = 0; off < DkP; off += W) {
-            Value col = e.index(off);
-            Value decay =
-                e.exp(e.fsub(vector::LoadOp::create(b, e.vec, cumulative,
-                                                    ValueRange{t, col}),
-                             vector::LoadOp::create(b, e.vec, cumulative,
-                                                    ValueRange{s, col})));
-            Value qk = e.fmul(
-                vector::LoadOp::create(b, e.vec, queries, ValueRange{t, col}),
-                vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}));
-            dot = e.fma(qk, decay, dot);
-          }
-          e.store(e.sumLanes(dot), scores, {t, s});
-        });
-      });
-    } else {
-      Product p;
-      p.rows = C, p.cols = C, p.depth = DkP;
-      p.a = queries, p.b = keysT, p.c = scores, p.lowerC = true;
-      emitProduct(e, p);
-      maskChunkScores(e, scores, C, shape.scalarDecay() ? cumulative : Value(),
-                      Value(), /*strict=*/false);
-    }
-
-    // O = (exp(G) * Q) S + P V'.
-    if (shape.hasDecay())
-      scaleRows(e, queries, C, DkP, [&](Value t, int64_t off) -> Value {
-        if (shape.scalarDecay())
-          return e.broadcast(e.exp(e.load(cumulative, t)));
-        return e.exp(vector::LoadOp::create(b, e.vec, cumulative,
-                                            ValueRange{t, e.index(off)}));
-      });
-    Product inter;
-    inter.rows = C, inter.cols = DvP, inter.depth = DkP;
-    inter.a = queries, inter.b = state, inter.c = outputs;
-    emitProduct(e, inter);
-    Product intra;
-    intra.rows = C, intra.cols = DvP, intra.depth = C;
-    intra.a = scores, intra.b = update, intra.c = outputs;
-    intra.accumulate = true, intra.lowerA = true;
-    emitProduct(e, intra);
-    e.loop(c0, steps, c1, [&](Value t) {
-      Value pos = e.add(first, t);
-      if (!firstColumn) {
-        storeRecurrenceRow(e, shape, args, outputs, {t}, {batch, hv, pos});
-        return;
-      }
-      // A column tile holds part of each row: the gate kernel follows.
-      for (int64_t off = 0; off < DvP; off += W)
-        storeColumns(vector::LoadOp::create(b, e.vec, outputs,
-                                            ValueRange{t, e.index(off)}),
-                     args.out, {batch, hv, pos}, off);
     });
+    return;
+  }
+  Product p;
+  p.rows = C, p.cols = C, p.depth = DkP;
+  p.a = queries, p.b = keysT, p.c = scores, p.lowerC = true;
+  emitProduct(e, p);
+  maskChunkScores(e, scores, C, shape.scalarDecay() ? cumulative : Value(),
+                  Value(), /*strict=*/false);
+}
 
-    // S = exp(G_last) S + (exp(G_last - G) * K)^T V'.
-    Product carry;
-    carry.rows = DkP, carry.cols = DvP, carry.depth = C;
-    carry.a = keysT, carry.b = update, carry.c = state;
-    carry.accumulate = true;
-    if (shape.scalarDecay()) {
-      scaleRows(e, update, C, DvP,
-                [&](Value s, int64_t) { return decayToEnd(s, 0); });
-      carry.scale = e.exp(e.load(cumulative, lastRow));
+void ChunkedRecurrenceKernel::storeChunkOutputs(Value first, Value steps) {
+  // O = (exp(G) * Q) S + P V'.
+  if (shape.hasDecay())
+    scaleRows(e, queries, C, DkP, [&](Value t, int64_t off) -> Value {
+      if (shape.scalarDecay())
+        return e.broadcast(e.exp(e.load(cumulative, t)));
+      return e.exp(vector::LoadOp::create(b, e.vec, cumulative,
+                                          ValueRange{t, e.index(off)}));
+    });
+  Product inter;
+  inter.rows = C, inter.cols = DvP, inter.depth = DkP;
+  inter.a = queries, inter.b = state, inter.c = outputs;
+  emitProduct(e, inter);
+  Product intra;
+  intra.rows = C, intra.cols = DvP, intra.depth = C;
+  intra.a = scores, intra.b = update, intra.c = outputs;
+  intra.accumulate = true, intra.lowerA = true;
+  emitProduct(e, intra);
+  e.loop(c0, steps, c1, [&](Value t) {
+    Value pos = e.add(first, t);
+    if (!firstColumn) {
+      storeRecurrenceRow(e, shape, args, outputs, {t}, {batch, hv, pos});
+      return;
     }
-    if (shape.featureDecay()) {
-      for (int64_t off = 0; off < DkP; off += W) {
-        Value col = e.index(off);
-        vector::StoreOp::create(
-            b,
-            e.exp(vector::LoadOp::create(b, e.vec, cumulative,
-                                         ValueRange{lastRow, col})),
-            lastDecay, col);
-      }
-      carry.rowScale = lastDecay;
-    }
-    emitProduct(e, carry);
+    // A column tile holds part of each row: the gate kernel follows.
+    for (int64_t off = 0; off < DvP; off += W)
+      storeColumns(vector::LoadOp::create(b, e.vec, outputs,
+                                          ValueRange{t, e.index(off)}),
+                   args.out, {batch, hv, pos}, off);
   });
+}
 
-  // The final state.
+void ChunkedRecurrenceKernel::carryState() {
+  // S = exp(G_last) S + (exp(G_last - G) * K)^T V'.
+  Product carry;
+  carry.rows = DkP, carry.cols = DvP, carry.depth = C;
+  carry.a = keysT, carry.b = update, carry.c = state;
+  carry.accumulate = true;
+  if (shape.scalarDecay()) {
+    scaleRows(e, update, C, DvP,
+              [&](Value s, int64_t) { return decayToEnd(s, 0); });
+    carry.scale = e.exp(e.load(cumulative, lastRow));
+  }
+  if (shape.featureDecay()) {
+    for (int64_t off = 0; off < DkP; off += W) {
+      Value col = e.index(off);
+      vector::StoreOp::create(
+          b,
+          e.exp(vector::LoadOp::create(b, e.vec, cumulative,
+                                       ValueRange{lastRow, col})),
+          lastDecay, col);
+    }
+    carry.rowScale = lastDecay;
+  }
+  emitProduct(e, carry);
+}
+
+void ChunkedRecurrenceKernel::storeFinalState() {
   e.loop(c0, e.index(Dk), c1, [&](Value i) {
     for (int64_t off = 0; off < DvP; off += W)
       storeColumns(
           vector::LoadOp::create(b, e.vec, state, ValueRange{i, e.index(off)}),
           args.finalState, {batch, hv, i}, off);
   });
-  func::ReturnOp::create(b);
-  return func;
+}
+
+} // namespace
+
+func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, const CpuTiling &tiling,
+    int64_t columns, TypeRange bindingTypes) {
+  return ChunkedRecurrenceKernel(builder, loc, name, shape, tiling, columns,
+                                 bindingTypes)
+      .build();
 }
 
 //===----------------------------------------------------------------------===//

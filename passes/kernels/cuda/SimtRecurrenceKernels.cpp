@@ -59,227 +59,332 @@ void scaleRow(SimtEmitter &e, Value rows, Value row, int64_t dim,
   });
 }
 
+/// The chunked block kernel, built one phase at a time (the numbered steps
+/// of the file comment): the block's heads and column tile, its shared
+/// buffers and registers, the initial state, then per chunk the staged
+/// rows (1), the chunk's matrices (2), gla's folded decays, and each
+/// thread's column through the chunk (3), then the final state.
+class SimtChunkedRecurrenceKernel {
+public:
+  SimtChunkedRecurrenceKernel(OpBuilder &builder, Location loc, StringRef name,
+                              const LinearRecurrenceShape &shape,
+                              int64_t blockThreads, const GpuTiling &tiling,
+                              TypeRange bindingTypes);
+
+  /// Emits the phases in order and returns the kernel.
+  func::FuncOp build();
+
+private:
+  // The phases, in the order build() emits them.
+  void mapBlock();
+  void allocateBuffers();
+  void loadInitialState();
+  void stageChunk(Value first, Value n);
+  void scoreChunk(Value n);
+  void foldFeatureDecays(Value n, Value last);
+  void walkColumns(Value first, Value n, Value last);
+  void storeFinalState();
+
+  // Step 3 for the column of `thread`, its state column in registers.
+  void columnOutputs(Value thread, Value column, Value stateColumn, Value first,
+                     Value n);
+  void solveDeltaValues(Value thread, Value n);
+  void addIntraChunkOutputs(Value thread, Value column, Value first, Value n);
+  void carryState(Value thread, Value stateColumn, Value n, Value last);
+
+  /// Runs `body(column)` on the threads that own a state column.
+  void onColumn(Value thread, function_ref<void(Value)> body);
+  /// The state index of row i of `column`.
+  SmallVector<Value> stateAt(Value i, Value column) {
+    return {batch, hv, i, column};
+  }
+
+  const LinearRecurrenceShape &shape;
+  const int64_t blockThreads;
+  OpBuilder::InsertionGuard guard;
+  func::FuncOp func;
+  ImplicitLocOpBuilder b;
+  SimtEmitter e;
+  RecurrenceBindings args;
+  const int64_t C, Dk, Dv, tiles;
+  const bool scalarDecay, featureDecay, delta;
+
+  Value c0, c1, dk, tile, hv, batch, hk, length;
+  Value keys, queries, logDecay, betas, scores, transform, values, stateRegs;
+};
+
+SimtChunkedRecurrenceKernel::SimtChunkedRecurrenceKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, int64_t blockThreads,
+    const GpuTiling &tiling, TypeRange bindingTypes)
+    : shape(shape), blockThreads(blockThreads), guard(builder), func([&] {
+        GpuTiling kernelTiling = tiling;
+        kernelTiling.blockThreads = blockThreads;
+        func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes,
+                                             kernelTiling, "chunked");
+        func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
+        return func;
+      }()),
+      b(loc, builder), e(b, blockThreads), args(func, shape),
+      C(shape.chunkSize), Dk(shape.keyDim), Dv(shape.valueDim),
+      tiles((Dv + blockThreads - 1) / blockThreads),
+      scalarDecay(shape.scalarDecay()), featureDecay(shape.featureDecay()),
+      delta(shape.isDelta()) {}
+
+func::FuncOp SimtChunkedRecurrenceKernel::build() {
+  mapBlock();
+  allocateBuffers();
+  loadInitialState();
+  Value chunks = e.ceilDiv(length, e.index(C));
+  e.loop(c0, chunks, c1, [&](Value chunk) {
+    Value first = e.mul(chunk, e.index(C));
+    Value n = e.minS(e.index(C), e.sub(length, first));
+    Value last = e.sub(n, c1);
+    stageChunk(first, n);
+    scoreChunk(n);
+    foldFeatureDecays(n, last);
+    walkColumns(first, n, last);
+  });
+  storeFinalState();
+  func::ReturnOp::create(b);
+  return func;
+}
+
+void SimtChunkedRecurrenceKernel::mapBlock() {
+  // Block order (batch, value head, column tile), the tile fastest.
+  c0 = e.index(0), c1 = e.index(1), dk = e.index(Dk);
+  Value rest = args.workgroup;
+  tile = e.rem(rest, e.index(tiles));
+  rest = e.div(rest, e.index(tiles));
+  hv = e.rem(rest, e.index(shape.numValueHeads));
+  batch = e.div(rest, e.index(shape.numValueHeads));
+  hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
+  length = e.dim(args.q, 2);
+}
+
+void SimtChunkedRecurrenceKernel::allocateBuffers() {
+  keys = e.shared({C, Dk + 1}), queries = e.shared({C, Dk + 1});
+  logDecay = scalarDecay    ? e.shared({C})
+             : featureDecay ? e.shared({C, Dk + 1})
+                            : Value();
+  betas = delta ? e.shared({C}) : Value();
+  scores = e.shared({C, C});
+  transform = delta ? e.shared({C, C}) : Value();
+  values = e.shared({C, blockThreads});
+  // Each thread's state column, in registers from S_init to the final
+  // state: indexed by constants only (the loops over Dk are unrolled), as
+  // registers must be. (In global memory, its 16 K accesses per chunk each
+  // fed a chain of dependent multiply-adds: the kernel waited on memory.)
+  stateRegs = e.registers({Dk});
+}
+
+void SimtChunkedRecurrenceKernel::onColumn(Value thread,
+                                           function_ref<void(Value)> body) {
+  Value column = e.add(e.mul(tile, e.index(blockThreads)), thread);
+  e.ifThen(e.icmp(arith::CmpIPredicate::ult, column, e.index(Dv)),
+           [&] { body(column); });
+}
+
+void SimtChunkedRecurrenceKernel::loadInitialState() {
+  e.eachThread([&](Value thread) {
+    Value column0 = e.registersOf(stateRegs, thread);
+    onColumn(thread, [&](Value column) {
+      for (int64_t i = 0; i < Dk; ++i)
+        e.store(e.load(args.initialState, stateAt(e.index(i), column)), column0,
+                e.index(i));
+    });
+  });
+}
+
+void SimtChunkedRecurrenceKernel::stageChunk(Value first, Value n) {
+  // 1. The chunk's k and q rows (feature fastest: coalesced reads), gla's
+  //    log-decays; then per step the normalization and scale, the
+  //    cumulative scalar log-decay and beta.
+  e.forAll(e.mul(n, dk), [&](Value x) {
+    Value t = e.div(x, dk), i = e.rem(x, dk), step = e.add(first, t);
+    e.store(e.load(args.k, {batch, hk, step, i}), keys, {t, i});
+    e.store(e.load(args.q, {batch, hk, step, i}), queries, {t, i});
+    if (featureDecay)
+      e.store(e.load(args.g, {batch, hv, step, i}), logDecay, {t, i});
+  });
+  e.forAll(n, [&](Value t) {
+    scaleRow(e, keys, t, Dk, shape.normalizeQueryKey, 1.0);
+    scaleRow(e, queries, t, Dk, shape.normalizeQueryKey, shape.scale);
+    if (scalarDecay)
+      e.store(e.sumOver(c0, e.add(t, c1),
+                        [&](Value s) {
+                          return e.load(args.g, {batch, hv, e.add(first, s)});
+                        }),
+              logDecay, {t});
+    if (delta)
+      e.store(e.load(args.beta, {batch, hv, e.add(first, t)}), betas, {t});
+  });
+  if (featureDecay)
+    e.forAll(dk, [&](Value i) {
+      e.loop(c0, n, c1, {e.scalar(0.0)}, [&](Value t, ValueRange sum) {
+        Value total = e.fadd(sum[0], e.load(logDecay, {t, i}));
+        e.store(total, logDecay, {t, i});
+        return SmallVector<Value>{total};
+      });
+    });
+}
+
+void SimtChunkedRecurrenceKernel::scoreChunk(Value n) {
+  // 2. P and A, one entry (t, s) at a time, s fastest.
+  e.forAll(e.mul(n, n), [&](Value x) {
+    Value t = e.div(x, n), s = e.rem(x, n);
+    e.ifThen(e.icmp(arith::CmpIPredicate::ule, s, t), [&] {
+      Value score = e.sumOver(c0, dk, [&](Value i) {
+        Value product = e.fmul(e.load(queries, {t, i}), e.load(keys, {s, i}));
+        if (!featureDecay)
+          return product;
+        return e.fmul(product, e.exp(e.fsub(e.load(logDecay, {t, i}),
+                                            e.load(logDecay, {s, i}))));
+      });
+      Value decay =
+          scalarDecay
+              ? e.exp(e.fsub(e.load(logDecay, {t}), e.load(logDecay, {s})))
+              : Value();
+      e.store(decay ? e.fmul(score, decay) : score, scores, {t, s});
+      if (!delta)
+        return;
+      e.ifThen(e.icmp(arith::CmpIPredicate::ult, s, t), [&] {
+        Value gram = e.sumOver(c0, dk, [&](Value i) {
+          return e.fmul(e.load(keys, {t, i}), e.load(keys, {s, i}));
+        });
+        Value a = e.fmul(e.load(betas, {t}), gram);
+        e.store(decay ? e.fmul(a, decay) : a, transform, {t, s});
+      });
+    });
+  });
+}
+
+void SimtChunkedRecurrenceKernel::foldFeatureDecays(Value n, Value last) {
+  // gla: fold the decays into q (exp(G_t)) and k (exp(G_last - G_s)), as
+  // the column pass reads them.
+  if (!featureDecay)
+    return;
+  e.forAll(e.mul(n, dk), [&](Value x) {
+    Value t = e.div(x, dk), i = e.rem(x, dk);
+    Value g = e.load(logDecay, {t, i});
+    e.store(e.fmul(e.load(queries, {t, i}), e.exp(g)), queries, {t, i});
+    e.store(e.fmul(e.load(keys, {t, i}),
+                   e.exp(e.fsub(e.load(logDecay, {last, i}), g))),
+            keys, {t, i});
+  });
+}
+
+void SimtChunkedRecurrenceKernel::walkColumns(Value first, Value n,
+                                              Value last) {
+  // 3. Each thread's column through the chunk; v' in values[:, thread].
+  e.eachThread([&](Value thread) {
+    Value stateColumn = e.registersOf(stateRegs, thread);
+    onColumn(thread, [&](Value column) {
+      columnOutputs(thread, column, stateColumn, first, n);
+      if (delta)
+        solveDeltaValues(thread, n);
+      addIntraChunkOutputs(thread, column, first, n);
+      carryState(thread, stateColumn, n, last);
+    });
+  });
+}
+
+void SimtChunkedRecurrenceKernel::columnOutputs(Value thread, Value column,
+                                                Value stateColumn, Value first,
+                                                Value n) {
+  // o_t = exp(G_t) q_t . S, and v'_t's right-hand side
+  // beta (v - exp(G) K S) (v itself without the delta rules).
+  e.loop(c0, n, c1, [&](Value t) {
+    SmallVector<Value> sums(delta ? 2 : 1, e.scalar(0.0));
+    for (int64_t d = 0; d < Dk; ++d) {
+      Value i = e.index(d);
+      Value s = e.load(stateColumn, i);
+      sums[0] = e.fma(e.load(queries, {t, i}), s, sums[0]);
+      if (delta)
+        sums[1] = e.fma(e.load(keys, {t, i}), s, sums[1]);
+    }
+    Value decay = scalarDecay ? e.exp(e.load(logDecay, {t})) : Value();
+    Value out = decay ? e.fmul(sums[0], decay) : sums[0];
+    e.store(out, args.out, {batch, hv, e.add(first, t), column});
+    Value v = e.load(args.v, {batch, hv, e.add(first, t), column});
+    if (delta)
+      v = e.fmul(e.load(betas, {t}),
+                 e.fsub(v, decay ? e.fmul(sums[1], decay) : sums[1]));
+    e.store(v, values, {t, thread});
+  });
+}
+
+void SimtChunkedRecurrenceKernel::solveDeltaValues(Value thread, Value n) {
+  // (I + A) v' = rhs by forward substitution: the UT transform applied to
+  // one column.
+  e.loop(c1, n, c1, [&](Value t) {
+    Value known = e.sumOver(c0, t, [&](Value s) {
+      return e.fmul(e.load(transform, {t, s}), e.load(values, {s, thread}));
+    });
+    e.store(e.fsub(e.load(values, {t, thread}), known), values, {t, thread});
+  });
+}
+
+void SimtChunkedRecurrenceKernel::addIntraChunkOutputs(Value thread,
+                                                       Value column,
+                                                       Value first, Value n) {
+  // o_t += sum_{s <= t} P[t, s] v'_s.
+  e.loop(c0, n, c1, [&](Value t) {
+    SmallVector<Value> at{batch, hv, e.add(first, t), column};
+    Value intra = e.sumOver(c0, e.add(t, c1), [&](Value s) {
+      return e.fmul(e.load(scores, {t, s}), e.load(values, {s, thread}));
+    });
+    e.store(e.fadd(e.load(args.out, at), intra), args.out, at);
+  });
+}
+
+void SimtChunkedRecurrenceKernel::carryState(Value thread, Value stateColumn,
+                                             Value n, Value last) {
+  // S = exp(G_last) S + sum_s exp(G_last - G_s) k_s v'_s (gla's keys
+  // already carry their decay).
+  Value lastDecay;
+  if (scalarDecay) {
+    Value gLast = e.load(logDecay, {last});
+    lastDecay = e.exp(gLast);
+    e.loop(c0, n, c1, [&](Value s) {
+      Value tail = e.exp(e.fsub(gLast, e.load(logDecay, {s})));
+      e.store(e.fmul(e.load(values, {s, thread}), tail), values, {s, thread});
+    });
+  }
+  for (int64_t d = 0; d < Dk; ++d) {
+    Value i = e.index(d);
+    Value s = e.load(stateColumn, i);
+    if (lastDecay)
+      s = e.fmul(s, lastDecay);
+    if (featureDecay)
+      s = e.fmul(s, e.exp(e.load(logDecay, {last, i})));
+    Value update = e.sumOver(c0, n, [&](Value t) {
+      return e.fmul(e.load(keys, {t, i}), e.load(values, {t, thread}));
+    });
+    e.store(e.fadd(s, update), stateColumn, i);
+  }
+}
+
+void SimtChunkedRecurrenceKernel::storeFinalState() {
+  e.eachThread([&](Value thread) {
+    Value stateColumn = e.registersOf(stateRegs, thread);
+    onColumn(thread, [&](Value column) {
+      for (int64_t i = 0; i < Dk; ++i)
+        e.store(e.load(stateColumn, e.index(i)), args.finalState,
+                stateAt(e.index(i), column));
+    });
+  });
+}
+
 } // namespace
 
 func::FuncOp mlir::attn::buildSimtChunkedRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, int64_t blockThreads,
     const GpuTiling &tiling, TypeRange bindingTypes) {
-  OpBuilder::InsertionGuard guard(builder);
-  GpuTiling kernelTiling = tiling;
-  kernelTiling.blockThreads = blockThreads;
-  func::FuncOp func =
-      createKernel(builder, loc, name, bindingTypes,
-                   kernelTiling.toAttr(builder.getContext()), "chunked");
-  func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
-  ImplicitLocOpBuilder b(loc, builder);
-  SimtEmitter e(b, blockThreads);
-  RecurrenceBindings args(func, shape);
-  const int64_t C = shape.chunkSize, Dk = shape.keyDim, Dv = shape.valueDim;
-  const int64_t tiles = (Dv + blockThreads - 1) / blockThreads;
-  const bool scalarDecay = shape.scalarDecay(),
-             featureDecay = shape.featureDecay(), delta = shape.isDelta();
-
-  // Block order (batch, value head, column tile), the tile fastest.
-  Value c0 = e.index(0), c1 = e.index(1), dk = e.index(Dk);
-  Value rest = args.workgroup;
-  Value tile = e.rem(rest, e.index(tiles));
-  rest = e.div(rest, e.index(tiles));
-  Value hv = e.rem(rest, e.index(shape.numValueHeads));
-  Value batch = e.div(rest, e.index(shape.numValueHeads));
-  Value hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
-  Value length = e.dim(args.q, 2);
-
-  Value keys = e.shared({C, Dk + 1}), queries = e.shared({C, Dk + 1});
-  Value logDecay = scalarDecay    ? e.shared({C})
-                   : featureDecay ? e.shared({C, Dk + 1})
-                                  : Value();
-  Value betas = delta ? e.shared({C}) : Value();
-  Value scores = e.shared({C, C});
-  Value transform = delta ? e.shared({C, C}) : Value();
-  Value values = e.shared({C, blockThreads});
-  // Each thread's state column, in registers from S_init to the final
-  // state: indexed by constants only (the loops over Dk are unrolled), as
-  // registers must be. (In global memory, its 16 K accesses per chunk
-  // each fed a chain of dependent multiply-adds: the kernel waited on
-  // memory.)
-  Value stateRegs = e.registers({Dk});
-
-  // Runs `body(column)` on the threads that own a state column.
-  auto onColumn = [&](Value thread, function_ref<void(Value)> body) {
-    Value column = e.add(e.mul(tile, e.index(blockThreads)), thread);
-    e.ifThen(e.icmp(arith::CmpIPredicate::ult, column, e.index(Dv)),
-             [&] { body(column); });
-  };
-  auto state = [&](Value i, Value column) {
-    return SmallVector<Value>{batch, hv, i, column};
-  };
-
-  // The state starts as S_init.
-  e.eachThread([&](Value thread) {
-    Value column0 = e.registersOf(stateRegs, thread);
-    onColumn(thread, [&](Value column) {
-      for (int64_t i = 0; i < Dk; ++i)
-        e.store(e.load(args.initialState, state(e.index(i), column)), column0,
-                e.index(i));
-    });
-  });
-
-  Value chunks = e.ceilDiv(length, e.index(C));
-  e.loop(c0, chunks, c1, [&](Value chunk) {
-    Value first = e.mul(chunk, e.index(C));
-    Value n = e.minS(e.index(C), e.sub(length, first));
-    Value last = e.sub(n, c1);
-
-    // 1. The chunk's k and q rows (feature fastest: coalesced reads), gla's
-    //    log-decays; then per step the normalization and scale, the
-    //    cumulative scalar log-decay and beta.
-    e.forAll(e.mul(n, dk), [&](Value x) {
-      Value t = e.div(x, dk), i = e.rem(x, dk), step = e.add(first, t);
-      e.store(e.load(args.k, {batch, hk, step, i}), keys, {t, i});
-      e.store(e.load(args.q, {batch, hk, step, i}), queries, {t, i});
-      if (featureDecay)
-        e.store(e.load(args.g, {batch, hv, step, i}), logDecay, {t, i});
-    });
-    e.forAll(n, [&](Value t) {
-      scaleRow(e, keys, t, Dk, shape.normalizeQueryKey, 1.0);
-      scaleRow(e, queries, t, Dk, shape.normalizeQueryKey, shape.scale);
-      if (scalarDecay)
-        e.store(e.sumOver(c0, e.add(t, c1),
-                          [&](Value s) {
-                            return e.load(args.g, {batch, hv, e.add(first, s)});
-                          }),
-                logDecay, {t});
-      if (delta)
-        e.store(e.load(args.beta, {batch, hv, e.add(first, t)}), betas, {t});
-    });
-    if (featureDecay)
-      e.forAll(dk, [&](Value i) {
-        e.loop(c0, n, c1, {e.scalar(0.0)}, [&](Value t, ValueRange sum) {
-          Value total = e.fadd(sum[0], e.load(logDecay, {t, i}));
-          e.store(total, logDecay, {t, i});
-          return SmallVector<Value>{total};
-        });
-      });
-
-    // 2. P and A, one entry (t, s) at a time, s fastest.
-    e.forAll(e.mul(n, n), [&](Value x) {
-      Value t = e.div(x, n), s = e.rem(x, n);
-      e.ifThen(e.icmp(arith::CmpIPredicate::ule, s, t), [&] {
-        Value score = e.sumOver(c0, dk, [&](Value i) {
-          Value product = e.fmul(e.load(queries, {t, i}), e.load(keys, {s, i}));
-          if (!featureDecay)
-            return product;
-          return e.fmul(product, e.exp(e.fsub(e.load(logDecay, {t, i}),
-                                              e.load(logDecay, {s, i}))));
-        });
-        Value decay =
-            scalarDecay
-                ? e.exp(e.fsub(e.load(logDecay, {t}), e.load(logDecay, {s})))
-                : Value();
-        e.store(decay ? e.fmul(score, decay) : score, scores, {t, s});
-        if (!delta)
-          return;
-        e.ifThen(e.icmp(arith::CmpIPredicate::ult, s, t), [&] {
-          Value gram = e.sumOver(c0, dk, [&](Value i) {
-            return e.fmul(e.load(keys, {t, i}), e.load(keys, {s, i}));
-          });
-          Value a = e.fmul(e.load(betas, {t}), gram);
-          e.store(decay ? e.fmul(a, decay) : a, transform, {t, s});
-        });
-      });
-    });
-
-    // gla: fold the decays into q (exp(G_t)) and k (exp(G_last - G_s)), as
-    // the column pass reads them.
-    if (featureDecay)
-      e.forAll(e.mul(n, dk), [&](Value x) {
-        Value t = e.div(x, dk), i = e.rem(x, dk);
-        Value g = e.load(logDecay, {t, i});
-        e.store(e.fmul(e.load(queries, {t, i}), e.exp(g)), queries, {t, i});
-        e.store(e.fmul(e.load(keys, {t, i}),
-                       e.exp(e.fsub(e.load(logDecay, {last, i}), g))),
-                keys, {t, i});
-      });
-
-    // 3. Each thread's column through the chunk; v' in values[:, thread].
-    e.eachThread([&](Value thread) {
-      Value stateColumn = e.registersOf(stateRegs, thread);
-      onColumn(thread, [&](Value column) {
-        e.loop(c0, n, c1, [&](Value t) {
-          SmallVector<Value> sums(delta ? 2 : 1, e.scalar(0.0));
-          for (int64_t d = 0; d < Dk; ++d) {
-            Value i = e.index(d);
-            Value s = e.load(stateColumn, i);
-            sums[0] = e.fma(e.load(queries, {t, i}), s, sums[0]);
-            if (delta)
-              sums[1] = e.fma(e.load(keys, {t, i}), s, sums[1]);
-          }
-          Value decay = scalarDecay ? e.exp(e.load(logDecay, {t})) : Value();
-          Value out = decay ? e.fmul(sums[0], decay) : sums[0];
-          e.store(out, args.out, {batch, hv, e.add(first, t), column});
-          Value v = e.load(args.v, {batch, hv, e.add(first, t), column});
-          if (delta)
-            v = e.fmul(e.load(betas, {t}),
-                       e.fsub(v, decay ? e.fmul(sums[1], decay) : sums[1]));
-          e.store(v, values, {t, thread});
-        });
-        if (delta)
-          e.loop(c1, n, c1, [&](Value t) {
-            Value known = e.sumOver(c0, t, [&](Value s) {
-              return e.fmul(e.load(transform, {t, s}),
-                            e.load(values, {s, thread}));
-            });
-            e.store(e.fsub(e.load(values, {t, thread}), known), values,
-                    {t, thread});
-          });
-        e.loop(c0, n, c1, [&](Value t) {
-          SmallVector<Value> at{batch, hv, e.add(first, t), column};
-          Value intra = e.sumOver(c0, e.add(t, c1), [&](Value s) {
-            return e.fmul(e.load(scores, {t, s}), e.load(values, {s, thread}));
-          });
-          e.store(e.fadd(e.load(args.out, at), intra), args.out, at);
-        });
-
-        // S = exp(G_last) S + sum_s exp(G_last - G_s) k_s v'_s (gla's keys
-        // already carry their decay).
-        Value lastDecay;
-        if (scalarDecay) {
-          Value gLast = e.load(logDecay, {last});
-          lastDecay = e.exp(gLast);
-          e.loop(c0, n, c1, [&](Value s) {
-            Value tail = e.exp(e.fsub(gLast, e.load(logDecay, {s})));
-            e.store(e.fmul(e.load(values, {s, thread}), tail), values,
-                    {s, thread});
-          });
-        }
-        for (int64_t d = 0; d < Dk; ++d) {
-          Value i = e.index(d);
-          Value s = e.load(stateColumn, i);
-          if (lastDecay)
-            s = e.fmul(s, lastDecay);
-          if (featureDecay)
-            s = e.fmul(s, e.exp(e.load(logDecay, {last, i})));
-          Value update = e.sumOver(c0, n, [&](Value t) {
-            return e.fmul(e.load(keys, {t, i}), e.load(values, {t, thread}));
-          });
-          e.store(e.fadd(s, update), stateColumn, i);
-        }
-      });
-    });
-  });
-
-  // The final state.
-  e.eachThread([&](Value thread) {
-    Value stateColumn = e.registersOf(stateRegs, thread);
-    onColumn(thread, [&](Value column) {
-      for (int64_t i = 0; i < Dk; ++i)
-        e.store(e.load(stateColumn, e.index(i)), args.finalState,
-                state(e.index(i), column));
-    });
-  });
-  func::ReturnOp::create(b);
-  return func;
+  return SimtChunkedRecurrenceKernel(builder, loc, name, shape, blockThreads,
+                                     tiling, bindingTypes)
+      .build();
 }
 
 func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
