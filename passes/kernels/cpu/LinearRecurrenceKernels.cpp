@@ -775,129 +775,205 @@ func::FuncOp mlir::attn::buildRecurrenceGateKernel(
 // Recurrent step kernel
 //===----------------------------------------------------------------------===//
 
-func::FuncOp mlir::attn::buildRecurrentStepKernel(
-    OpBuilder &builder, Location loc, StringRef name,
-    const LinearRecurrenceShape &shape, const CpuTiling &tiling,
-    TypeRange bindingTypes) {
-  OpBuilder::InsertionGuard guard(builder);
-  func::FuncOp func =
-      createKernel(builder, loc, name, bindingTypes, tiling, "recurrent");
-  ImplicitLocOpBuilder b(loc, builder);
-  KernelEmitter e(b, tiling.vectorWidth);
-  const int64_t W = e.width;
-  const int64_t Dk = shape.keyDim, Dv = shape.valueDim;
-  const int64_t DkP = roundUp(Dk, W), DvP = roundUp(Dv, W);
-  // Columns of S per block: S^T k and S^T q of a block take 2 registers
-  // per vector, and the block (Dk x 32 floats) stays in L1 between the
-  // read pass and the update pass.
-  const int64_t blockVectors = 4;
-  RecurrenceBindings args(func, shape);
-  Heads heads(e, shape, args.workgroup);
-  Value batch = heads.batch, hv = heads.valueHead, hk = heads.keyHead;
+namespace {
 
-  Value c0 = e.index(0), c1 = e.index(1);
+/// The recurrent step kernel, built one phase at a time (see the file
+/// comment): per step, its k, q and gates; then per block of state columns
+/// the read pass (S^T q, S^T k), the step's values and outputs, and the
+/// update pass; then the output row.
+class RecurrentStepKernel {
+public:
+  RecurrentStepKernel(OpBuilder &builder, Location loc, StringRef name,
+                      const LinearRecurrenceShape &shape,
+                      const CpuTiling &tiling, TypeRange bindingTypes);
+
+  /// Emits the phases in order and returns the kernel.
+  func::FuncOp build();
+
+private:
+  /// One block of state columns: `lanes` real features in each of its
+  /// vectors from column `block`.
+  struct ColumnBlock {
+    int64_t block;
+    SmallVector<int64_t> lanes;
+    int64_t size() const { return lanes.size(); }
+  };
+
+  // The phases of one step t, in the order build() emits them.
+  void loadStep(Value t);
+  SmallVector<Value> readState(const ColumnBlock &columns);
+  SmallVector<Value> stepValues(Value t, const ColumnBlock &columns,
+                                ArrayRef<Value> sums);
+  void updateState(const ColumnBlock &columns, ArrayRef<Value> u);
+
+  Value column(const ColumnBlock &columns, int64_t x) {
+    return e.index(columns.block + x * W);
+  }
+
+  const LinearRecurrenceShape &shape;
+  OpBuilder::InsertionGuard guard;
+  func::FuncOp func;
+  ImplicitLocOpBuilder b;
+  KernelEmitter e;
+  const int64_t W, Dk, Dv, DkP, DvP;
+  /// Columns of S per block: S^T k and S^T q of a block take 2 registers
+  /// per vector, and the block (Dk x 32 floats) stays in L1 between the
+  /// read pass and the update pass.
+  static constexpr int64_t kBlockVectors = 4;
+  RecurrenceBindings args;
+  Heads heads;
+  Value batch, hv, hk, c0, c1;
+  Value key, query, decay, output;
+
+  // What loadStep reads of step t: the state it starts from (S_init at
+  // the first step, the state written in place after), k . q, the
+  // scalar decay alpha and the delta rules' beta (broadcast).
+  Value source, kqVec, alpha, beta;
+};
+
+RecurrentStepKernel::RecurrentStepKernel(OpBuilder &builder, Location loc,
+                                         StringRef name,
+                                         const LinearRecurrenceShape &shape,
+                                         const CpuTiling &tiling,
+                                         TypeRange bindingTypes)
+    : shape(shape), guard(builder),
+      func(createKernel(builder, loc, name, bindingTypes, tiling, "recurrent")),
+      b(loc, builder), e(b, tiling.vectorWidth), W(e.width), Dk(shape.keyDim),
+      Dv(shape.valueDim), DkP(roundUp(Dk, W)), DvP(roundUp(Dv, W)),
+      args(func, shape), heads(e, shape, args.workgroup) {
+  batch = heads.batch, hv = heads.valueHead, hk = heads.keyHead;
+}
+
+func::FuncOp RecurrentStepKernel::build() {
+  c0 = e.index(0), c1 = e.index(1);
   Value length = e.dim(args.q, 2);
-  Value key = e.scratch({DkP}), query = e.scratch({DkP});
-  Value decay = shape.featureDecay() ? e.scratch({DkP}) : Value();
-  Value output = e.scratch({DvP});
+  key = e.scratch({DkP}), query = e.scratch({DkP});
+  decay = shape.featureDecay() ? e.scratch({DkP}) : Value();
+  output = e.scratch({DvP});
 
   e.loop(c0, length, c1, [&](Value t) {
-    // The first step reads S_init, later ones the state written in place.
-    Value first = e.icmp(arith::CmpIPredicate::eq, t, c0);
-    Value source = e.select(first, args.initialState, args.finalState);
-
-    copyFeatureRow(e, args.k, {batch, hk, t}, Dk, shape.normalizeQueryKey, 1.0,
-                   key, {});
-    copyFeatureRow(e, args.q, {batch, hk, t}, Dk, shape.normalizeQueryKey,
-                   shape.scale, query, {});
-    // k . q, for the part of o_t that step t itself writes.
-    Value kq = e.splat(0.0);
-    for (int64_t off = 0; off < DkP; off += W)
-      kq = e.fma(vector::LoadOp::create(b, e.vec, key, e.index(off)),
-                 vector::LoadOp::create(b, e.vec, query, e.index(off)), kq);
-    Value kqVec = e.broadcast(e.sumLanes(kq));
-    // The decay of this step: alpha (scalar), or per feature for gla, where
-    // it is folded into q for S^T q.
-    Value alpha;
-    if (shape.scalarDecay())
-      alpha = e.broadcast(e.exp(e.load(args.g, {batch, hv, t})));
-    if (shape.featureDecay()) {
-      copyFeatureRow(e, args.g, {batch, hv, t}, Dk, false, 1.0, decay, {});
-      for (int64_t off = 0; off < DkP; off += W) {
-        Value col = e.index(off);
-        Value a = e.exp(vector::LoadOp::create(b, e.vec, decay, col));
-        vector::StoreOp::create(b, a, decay, col);
-        vector::StoreOp::create(
-            b, e.fmul(vector::LoadOp::create(b, e.vec, query, col), a), query,
-            col);
-      }
-    }
-    Value beta = shape.isDelta()
-                     ? e.broadcast(e.load(args.beta, {batch, hv, t}))
-                     : Value();
-
-    for (int64_t block = 0; block < Dv; block += blockVectors * W) {
-      SmallVector<int64_t> lanes;
-      for (int64_t off = block; off < std::min(Dv, block + blockVectors * W);
+    loadStep(t);
+    for (int64_t block = 0; block < Dv; block += kBlockVectors * W) {
+      ColumnBlock columns{block, {}};
+      for (int64_t off = block; off < std::min(Dv, block + kBlockVectors * W);
            off += W)
-        lanes.push_back(std::min(W, Dv - off));
-      int64_t nv = lanes.size();
-      auto column = [&](int64_t x) { return e.index(block + x * W); };
-
-      // Pass 1: S^T q (and S^T k for the delta rules).
-      bool needKey = shape.isDelta();
-      SmallVector<Value> init(needKey ? 2 * nv : nv, e.splat(0.0));
-      SmallVector<Value> sums =
-          e.loop(c0, e.index(Dk), c1, init, [&](Value i, ValueRange acc) {
-            Value qb = e.broadcast(e.load(query, i));
-            Value kb = needKey ? e.broadcast(e.load(key, i)) : Value();
-            SmallVector<Value> byQuery, byKey;
-            for (int64_t x = 0; x < nv; ++x) {
-              Value s =
-                  e.loadVector(source, {batch, hv, i, column(x)}, lanes[x]);
-              byQuery.push_back(e.fma(qb, s, acc[x]));
-              if (needKey)
-                byKey.push_back(e.fma(kb, s, acc[nv + x]));
-            }
-            // The S^T q sums first, then the S^T k sums.
-            llvm::append_range(byQuery, byKey);
-            return byQuery;
-          });
-
-      // u = v (+ delta correction), o = (decayed S)^T q + u (k . q).
-      SmallVector<Value> u;
-      for (int64_t x = 0; x < nv; ++x) {
-        Value v = e.loadVector(args.v, {batch, hv, t, column(x)}, lanes[x]);
-        Value sq = sums[x];
-        if (shape.isDelta()) {
-          Value sk = sums[nv + x];
-          if (alpha)
-            sk = e.fmul(sk, alpha);
-          v = e.fmul(beta, e.fsub(v, sk));
-        }
-        if (alpha)
-          sq = e.fmul(sq, alpha);
-        u.push_back(v);
-        vector::StoreOp::create(b, e.fma(v, kqVec, sq), output, column(x));
-      }
-
-      // Pass 2: S = decay * S + k u^T.
-      e.loop(c0, e.index(Dk), c1, [&](Value i) {
-        Value kb = e.broadcast(e.load(key, i));
-        Value rowDecay = alpha;
-        if (decay)
-          rowDecay = e.broadcast(e.load(decay, i));
-        for (int64_t x = 0; x < nv; ++x) {
-          Value s = e.loadVector(source, {batch, hv, i, column(x)}, lanes[x]);
-          if (rowDecay)
-            s = e.fmul(s, rowDecay);
-          e.storeVector(e.fma(kb, u[x], s), args.finalState,
-                        {batch, hv, i, column(x)}, lanes[x]);
-        }
-      });
+        columns.lanes.push_back(std::min(W, Dv - off));
+      SmallVector<Value> sums = readState(columns);
+      SmallVector<Value> u = stepValues(t, columns, sums);
+      updateState(columns, u);
     }
     storeRecurrenceRow(e, shape, args, output, {}, {batch, hv, t});
   });
   func::ReturnOp::create(b);
   return func;
+}
+
+void RecurrentStepKernel::loadStep(Value t) {
+  // The first step reads S_init, later ones the state written in place.
+  Value first = e.icmp(arith::CmpIPredicate::eq, t, c0);
+  source = e.select(first, args.initialState, args.finalState);
+
+  copyFeatureRow(e, args.k, {batch, hk, t}, Dk, shape.normalizeQueryKey, 1.0,
+                 key, {});
+  copyFeatureRow(e, args.q, {batch, hk, t}, Dk, shape.normalizeQueryKey,
+                 shape.scale, query, {});
+  // k . q, for the part of o_t that step t itself writes.
+  Value kq = e.splat(0.0);
+  for (int64_t off = 0; off < DkP; off += W)
+    kq = e.fma(vector::LoadOp::create(b, e.vec, key, e.index(off)),
+               vector::LoadOp::create(b, e.vec, query, e.index(off)), kq);
+  kqVec = e.broadcast(e.sumLanes(kq));
+  // The decay of this step: alpha (scalar), or per feature for gla, where
+  // it is folded into q for S^T q.
+  alpha = Value();
+  if (shape.scalarDecay())
+    alpha = e.broadcast(e.exp(e.load(args.g, {batch, hv, t})));
+  if (shape.featureDecay()) {
+    copyFeatureRow(e, args.g, {batch, hv, t}, Dk, false, 1.0, decay, {});
+    for (int64_t off = 0; off < DkP; off += W) {
+      Value col = e.index(off);
+      Value a = e.exp(vector::LoadOp::create(b, e.vec, decay, col));
+      vector::StoreOp::create(b, a, decay, col);
+      vector::StoreOp::create(
+          b, e.fmul(vector::LoadOp::create(b, e.vec, query, col), a), query,
+          col);
+    }
+  }
+  beta = shape.isDelta() ? e.broadcast(e.load(args.beta, {batch, hv, t}))
+                         : Value();
+}
+
+SmallVector<Value> RecurrentStepKernel::readState(const ColumnBlock &columns) {
+  // Pass 1: S^T q (and S^T k for the delta rules): the S^T q sums first,
+  // then the S^T k sums.
+  const int64_t nv = columns.size();
+  bool needKey = shape.isDelta();
+  SmallVector<Value> init(needKey ? 2 * nv : nv, e.splat(0.0));
+  return e.loop(c0, e.index(Dk), c1, init, [&](Value i, ValueRange acc) {
+    Value qb = e.broadcast(e.load(query, i));
+    Value kb = needKey ? e.broadcast(e.load(key, i)) : Value();
+    SmallVector<Value> byQuery, byKey;
+    for (int64_t x = 0; x < nv; ++x) {
+      Value s = e.loadVector(source, {batch, hv, i, column(columns, x)},
+                             columns.lanes[x]);
+      byQuery.push_back(e.fma(qb, s, acc[x]));
+      if (needKey)
+        byKey.push_back(e.fma(kb, s, acc[nv + x]));
+    }
+    llvm::append_range(byQuery, byKey);
+    return byQuery;
+  });
+}
+
+SmallVector<Value> RecurrentStepKernel::stepValues(Value t,
+                                                   const ColumnBlock &columns,
+                                                   ArrayRef<Value> sums) {
+  // u = v (+ delta correction), o = (decayed S)^T q + u (k . q).
+  const int64_t nv = columns.size();
+  SmallVector<Value> u;
+  for (int64_t x = 0; x < nv; ++x) {
+    Value v = e.loadVector(args.v, {batch, hv, t, column(columns, x)},
+                           columns.lanes[x]);
+    Value sq = sums[x];
+    if (shape.isDelta()) {
+      Value sk = sums[nv + x];
+      if (alpha)
+        sk = e.fmul(sk, alpha);
+      v = e.fmul(beta, e.fsub(v, sk));
+    }
+    if (alpha)
+      sq = e.fmul(sq, alpha);
+    u.push_back(v);
+    vector::StoreOp::create(b, e.fma(v, kqVec, sq), output, column(columns, x));
+  }
+  return u;
+}
+
+void RecurrentStepKernel::updateState(const ColumnBlock &columns,
+                                      ArrayRef<Value> u) {
+  // Pass 2: S = decay * S + k u^T.
+  e.loop(c0, e.index(Dk), c1, [&](Value i) {
+    Value kb = e.broadcast(e.load(key, i));
+    Value rowDecay = alpha;
+    if (decay)
+      rowDecay = e.broadcast(e.load(decay, i));
+    for (int64_t x = 0; x < columns.size(); ++x) {
+      Value s = e.loadVector(source, {batch, hv, i, column(columns, x)},
+                             columns.lanes[x]);
+      if (rowDecay)
+        s = e.fmul(s, rowDecay);
+      e.storeVector(e.fma(kb, u[x], s), args.finalState,
+                    {batch, hv, i, column(columns, x)}, columns.lanes[x]);
+    }
+  });
+}
+
+} // namespace
+
+func::FuncOp mlir::attn::buildRecurrentStepKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes) {
+  return RecurrentStepKernel(builder, loc, name, shape, tiling, bindingTypes)
+      .build();
 }
