@@ -1,0 +1,82 @@
+// RUN: attn-opt %s | attn-opt | FileCheck %s
+// RUN: attn-opt %s --mlir-print-op-generic | attn-opt | FileCheck %s
+// RUN: attn-opt %s --emit-bytecode | attn-opt | FileCheck %s
+
+// The ops below the dispatch boundary (attn_kernel): host dispatches and
+// the CUDA kernels' warp-level ops.
+
+// CHECK-LABEL: func.func @dispatch
+// CHECK:         attn_kernel.dispatch @kernel workgroups(%{{.+}}) bindings(%{{.+}}, %{{.+}}) : memref<?x8xf32>, memref<?x8xf32>
+func.func private @kernel(%a: memref<?x8xf32>, %b: memref<?x8xf32>, %wg: index)
+func.func @dispatch(%a: memref<?x8xf32>, %b: memref<?x8xf32>, %n: index) {
+  attn_kernel.dispatch @kernel workgroups(%n) bindings(%a, %b)
+      : memref<?x8xf32>, memref<?x8xf32>
+  return
+}
+
+// CHECK-LABEL: func.func @worker_count
+// CHECK:         %[[N:.+]] = attn_kernel.worker_count : index
+// CHECK:         return %[[N]] : index
+func.func @worker_count() -> index {
+  %n = attn_kernel.worker_count : index
+  return %n : index
+}
+
+// CHECK-LABEL: func.func @warp_mma
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(48) {rhs_transposed} : memref<64x56xbf16>, memref<32x56xbf16>, memref<64x33xf32>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<64x25xf32>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate} : memref<64x34xf16>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, row_tiles = 2 : i64} : memref<64x34xf16>, memref<32x32xf16>, memref<6x4xf32>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, lhs_fragment} : memref<32x4x4xf32, strided<[16, 4, 1], offset: ?>>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(24) k(32) {acc_fragment, accumulate, lhs_fragment} : memref<4x4xf32>, memref<32x32xf16>, memref<3x4xf32, strided<[4, 1], offset: ?>>
+// Buffers wider than the product (padded rows); a lane's fragment (3
+// blocks of 8 columns, 4 elements each) as the accumulator.
+func.func @warp_mma(%q: memref<64x56xbf16>, %k: memref<32x56xbf16>,
+                    %s: memref<64x33xf32>, %p: memref<64x34xf16>,
+                    %v: memref<32x32xf16>, %o: memref<64x25xf32>,
+                    %frag: memref<3x4xf32, strided<[4, 1], offset: ?>>,
+                    %frag2: memref<6x4xf32>,
+                    %warpP: memref<32x4x4xf32, strided<[16, 4, 1], offset: ?>>,
+                    %ownP: memref<4x4xf32>,
+                    %row: index, %lane: index) {
+  attn_kernel.warp_mma %q, %k, %s rows(%row) lane(%lane) n(32) k(48) {rhs_transposed}
+      : memref<64x56xbf16>, memref<32x56xbf16>, memref<64x33xf32>
+  attn_kernel.warp_mma %p, %v, %o rows(%row) lane(%lane) n(24) k(32) {accumulate}
+      : memref<64x34xf16>, memref<32x32xf16>, memref<64x25xf32>
+  attn_kernel.warp_mma %p, %v, %frag rows(%row) lane(%lane) n(24) k(32)
+      {accumulate, acc_fragment}
+      : memref<64x34xf16>, memref<32x32xf16>,
+        memref<3x4xf32, strided<[4, 1], offset: ?>>
+  // Two row tiles of 16: the fragment holds 3 blocks for each.
+  attn_kernel.warp_mma %p, %v, %frag2 rows(%row) lane(%lane) n(24) k(32)
+      {accumulate, acc_fragment, row_tiles = 2}
+      : memref<64x34xf16>, memref<32x32xf16>, memref<6x4xf32>
+  // P as the warp's fragments of an earlier product (32 keys: 4 blocks of
+  // 8 per lane), and as a lane's own after the CUDA outliner.
+  attn_kernel.warp_mma %warpP, %v, %frag rows(%row) lane(%lane) n(24) k(32)
+      {accumulate, acc_fragment, lhs_fragment}
+      : memref<32x4x4xf32, strided<[16, 4, 1], offset: ?>>, memref<32x32xf16>,
+        memref<3x4xf32, strided<[4, 1], offset: ?>>
+  attn_kernel.warp_mma %ownP, %v, %frag rows(%row) lane(%lane) n(24) k(32)
+      {accumulate, acc_fragment, lhs_fragment}
+      : memref<4x4xf32>, memref<32x32xf16>,
+        memref<3x4xf32, strided<[4, 1], offset: ?>>
+  return
+}
+
+// CHECK-LABEL: func.func @async_copy
+// CHECK:         attn_kernel.async_copy %{{.+}}[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}], %{{.+}}[%{{.+}}, %{{.+}}] if(%{{.+}}) elements(8) : memref<?x?x?x128xbf16>, memref<64x136xbf16>
+// CHECK:         attn_kernel.async_copy %{{.+}}[%{{.+}}], %{{.+}}[%{{.+}}] if(%{{.+}}) elements(1) : memref<?xf32>, memref<4xf32>
+// CHECK:         attn_kernel.async_wait
+// 16 bytes of a bf16 row into a padded shared row; 4 bytes of a 1-D
+// buffer.
+func.func @async_copy(%k: memref<?x?x?x128xbf16>, %ks: memref<64x136xbf16>,
+                      %x: memref<?xf32>, %xs: memref<4xf32>, %i: index,
+                      %valid: i1) {
+  attn_kernel.async_copy %k[%i, %i, %i, %i], %ks[%i, %i] if(%valid) elements(8)
+      : memref<?x?x?x128xbf16>, memref<64x136xbf16>
+  attn_kernel.async_copy %x[%i], %xs[%i] if(%valid) elements(1)
+      : memref<?xf32>, memref<4xf32>
+  attn_kernel.async_wait
+  return
+}
