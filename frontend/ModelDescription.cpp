@@ -196,7 +196,7 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   reader.onlyKeys(layer, path,
                   {"name", "type", "num_heads", "num_kv_heads", "head_dim",
                    "value_dim", "mask", "gate", "softcap", "scale", "sparsity",
-                   "tree", "score_mod", "mask_mod"});
+                   "tree", "score_mod", "mask_mod", "return_lse"});
   AttentionLayer out;
   out.numHeads =
       reader.integer(layer, path, "num_heads", {}, 1, limits::kMaxHeads);
@@ -223,6 +223,7 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   readScoreMod(reader, layer, path, out);
   out.maskMod =
       reader.choice<MaskMod>(layer, path, "mask_mod", kMaskMods, MaskMod::None);
+  out.returnLse = reader.boolean(layer, path, "return_lse", false);
   return out;
 }
 

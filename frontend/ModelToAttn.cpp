@@ -279,6 +279,18 @@ private:
     }
   }
 
+  UnitAttr returnLse(const AttentionLayer &layer) {
+    return layer.returnLse ? builder.getUnitAttr() : UnitAttr();
+  }
+
+  /// Returns o, and lse after it when the layer asks for it (SPEC §9).
+  static void finishAttention(EntryBuilder &entry, Value o, Value lse) {
+    if (lse)
+      entry.finish({o, lse}, {"o", "lse"});
+    else
+      entry.finish({o}, {"o"});
+  }
+
   void addAttention(const AttentionLayer &layer) {
     Location loc = builder.getUnknownLoc();
     MaskAttr mask = maskOf(context, layer);
@@ -298,12 +310,13 @@ private:
         entry.arg("kmeta", metaType);
       declareVariantInputs(entry, layer);
       entry.beginBody();
-      Value q = entry["q"], k = entry["k"], v = entry["v"], o;
+      Value q = entry["q"], k = entry["k"], v = entry["v"], o, lse;
       if (!layer.sparsity) {
         auto sdpa = SdpaOp::create(builder, loc, q, k, v, Value(), mask, scale,
-                                   softcap, UnitAttr());
+                                   softcap, returnLse(layer));
         addVariantRegions(sdpa, layer, entry);
         o = sdpa.getOutput();
+        lse = sdpa.getLse();
       } else {
         const Sparsity &s = *layer.sparsity;
         Value blocks;
@@ -336,11 +349,12 @@ private:
         auto sparse =
             SparseSdpaOp::create(builder, loc, q, k, v, selection, Value(),
                                  builder.getI64IntegerAttr(selectionBlock),
-                                 mask, scale, softcap, UnitAttr());
+                                 mask, scale, softcap, returnLse(layer));
         addVariantRegions(sparse, layer, entry);
         o = sparse.getOutput();
+        lse = sparse.getLse();
       }
-      entry.finish({gated(entry, o)}, {"o"});
+      finishAttention(entry, gated(entry, o), lse);
     }
 
     // <layer>.meta: k -> kmeta
@@ -371,9 +385,9 @@ private:
                                : IntegerAttr();
       auto tree = TreeSdpaOp::create(builder, loc, entry["q"], entry["k"],
                                      entry["v"], entry["parents"], Value(),
-                                     window, scale, softcap, UnitAttr());
+                                     window, scale, softcap, returnLse(layer));
       addVariantRegions(tree, layer, entry);
-      entry.finish({gated(entry, tree.getOutput())}, {"o"});
+      finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
     }
     // <layer>.compact: k, v, path, length -> k', v'
     {

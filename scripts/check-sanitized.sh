@@ -18,7 +18,8 @@ build=build-sanitize
 seconds=${FUZZ_SECONDS:-60}
 
 cmake -G Ninja -S . -B "$build" -DCMAKE_C_COMPILER=clang-22 \
-  -DCMAKE_CXX_COMPILER=clang++-22 -DATTN_SANITIZE=ON -DATTN_FUZZERS=ON
+  -DCMAKE_CXX_COMPILER=clang++-22 -DATTN_SANITIZE=ON -DATTN_FUZZERS=ON \
+  -DATTN_PYTHON=OFF
 ninja -C "$build" AttnFuzzers AttnNpyTests AttnFrontendTests \
   AttnReferenceTests AttnE2ETests
 

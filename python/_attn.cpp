@@ -1,0 +1,293 @@
+//===- _attn.cpp - The native half of the attn Python package -------------===//
+//
+// A thin layer over the runtime's C API (runtime/attn_runtime.h): a loaded
+// model, its entries and signatures, and `run`, which hands NumPy arrays
+// (the package turns PyTorch CPU tensors and other DLPack producers into
+// NumPy views first, without copying) to attn_run in place. Everything the
+// runtime checks it also reports: its message becomes attn.Error. The GIL
+// is released while an entry runs, so Python threads may call one model at
+// once (the runtime allows it).
+//
+// pybind11 rather than nanobind: Debian 12 packages pybind11 (2.10) but not
+// nanobind, and scripts/setup.sh installs from Debian only. NumPy arrays
+// cover the zero-copy path: PyTorch CPU tensors and DLPack producers become
+// NumPy views of the same memory in the Python half.
+//
+//===----------------------------------------------------------------------===//
+
+#include "runtime/attn_runtime.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+/// attn.Error: a ValueError carrying the runtime's message.
+struct AttnError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(attn_status status) {
+  if (status != ATTN_OK)
+    throw AttnError(attn_last_error());
+}
+
+/// The attn dtype a NumPy array of `dtype` holds, for an argument of
+/// `expected`: bf16 has no NumPy dtype, so a bf16 argument takes its bit
+/// patterns as 2-byte integers or ml_dtypes' bfloat16.
+std::optional<attn_dtype> dtypeOf(const py::dtype &dtype, attn_dtype expected) {
+  const char kind = dtype.kind();
+  const py::ssize_t size = dtype.itemsize();
+  if (kind == 'f' && size == 4)
+    return ATTN_F32;
+  if (kind == 'f' && size == 2)
+    return ATTN_F16;
+  if (kind == 'i' && size == 4)
+    return ATTN_I32;
+  if (expected == ATTN_BF16 && size == 2 &&
+      (kind == 'i' || kind == 'u' ||
+       py::str(dtype.attr("name")).cast<std::string>() == "bfloat16"))
+    return ATTN_BF16;
+  return std::nullopt;
+}
+
+/// One argument's description, from attn_entry_argument.
+struct Argument {
+  std::string name;
+  attn_dtype dtype;
+  std::vector<std::optional<int64_t>> dims;
+  std::vector<std::string> symbols;
+};
+
+class Model {
+public:
+  static std::unique_ptr<Model> fromFile(const std::string &path,
+                                         int threads) {
+    attn_model *model = nullptr;
+    check(attn_model_load_file(path.c_str(), threads, &model));
+    return std::unique_ptr<Model>(new Model(model));
+  }
+  static std::unique_ptr<Model> fromBytes(const py::bytes &data, int threads) {
+    std::string_view bytes = data;
+    attn_model *model = nullptr;
+    check(attn_model_load_memory(bytes.data(), bytes.size(), threads, &model));
+    return std::unique_ptr<Model>(new Model(model));
+  }
+  ~Model() { attn_model_free(model); }
+  Model(const Model &) = delete;
+  Model &operator=(const Model &) = delete;
+
+  std::string name() const { return attn_model_name(model); }
+  int threads() const { return attn_model_num_threads(model); }
+
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (int32_t i = 0, e = attn_model_num_entries(model); i < e; ++i)
+      names.push_back(attn_entry_name(model, i));
+    return names;
+  }
+
+  std::string device() const {
+    return attn_model_device(model) == ATTN_DEVICE_CUDA ? "cuda" : "cpu";
+  }
+  void setDevice(const std::string &device) {
+    if (device != "cpu" && device != "cuda")
+      throw AttnError("device must be \"cpu\" or \"cuda\", got \"" + device +
+                      "\"");
+    check(attn_model_set_device(
+        model, device == "cuda" ? ATTN_DEVICE_CUDA : ATTN_DEVICE_CPU));
+  }
+
+  /// (inputs, outputs) of `entry`, each a list of Arguments.
+  std::pair<std::vector<Argument>, std::vector<Argument>>
+  signature(const std::string &entry) const {
+    int32_t index = find(entry);
+    std::pair<std::vector<Argument>, std::vector<Argument>> result;
+    int32_t inputs = attn_entry_num_inputs(model, index);
+    int32_t outputs = attn_entry_num_outputs(model, index);
+    for (int32_t i = 0; i < inputs + outputs; ++i)
+      (i < inputs ? result.first : result.second)
+          .push_back(argument(index, i));
+    return result;
+  }
+
+  /// The shapes of `entry`'s outputs for `inputs`.
+  std::vector<std::vector<int64_t>> outputShapes(const std::string &entry,
+                                                 const py::list &inputs) {
+    int32_t index = find(entry);
+    Call call = prepare(index, inputs, py::list(), /*withOutputs=*/false);
+    int32_t outputs = attn_entry_num_outputs(model, index);
+    int32_t numInputs = attn_entry_num_inputs(model, index);
+    std::vector<std::vector<int64_t>> shapes(outputs);
+    std::vector<int64_t *> pointers;
+    for (int32_t i = 0; i < outputs; ++i) {
+      shapes[i].resize(argument(index, numInputs + i).dims.size());
+      pointers.push_back(shapes[i].data());
+    }
+    check(attn_entry_output_shapes(model, index, call.inputs.data(),
+                                   static_cast<int32_t>(call.inputs.size()),
+                                   pointers.data()));
+    return shapes;
+  }
+
+  /// Runs `entry` on `inputs`, writing `outputs` in place; the GIL is
+  /// released while it runs.
+  void run(const std::string &entry, const py::list &inputs,
+           const py::list &outputs) {
+    int32_t index = find(entry);
+    Call call = prepare(index, inputs, outputs, /*withOutputs=*/true);
+    attn_status status;
+    {
+      py::gil_scoped_release release;
+      status = attn_run(model, index, call.inputs.data(),
+                        static_cast<int32_t>(call.inputs.size()),
+                        call.outputs.data(),
+                        static_cast<int32_t>(call.outputs.size()));
+    }
+    check(status);
+  }
+
+  /// The C API's own time per call: `repeat` calls of attn_run in a C++
+  /// loop, in microseconds (bench/python-overhead.py sets it beside the
+  /// Python call's).
+  double runMicroseconds(const std::string &entry, const py::list &inputs,
+                         const py::list &outputs, int repeat) {
+    int32_t index = find(entry);
+    Call call = prepare(index, inputs, outputs, /*withOutputs=*/true);
+    py::gil_scoped_release release;
+    auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < repeat; ++i)
+      if (attn_run(model, index, call.inputs.data(),
+                   static_cast<int32_t>(call.inputs.size()),
+                   call.outputs.data(),
+                   static_cast<int32_t>(call.outputs.size())) != ATTN_OK) {
+        py::gil_scoped_acquire acquire;
+        check(ATTN_RUN_ERROR);
+      }
+    std::chrono::duration<double, std::micro> elapsed =
+        std::chrono::steady_clock::now() - start;
+    return elapsed.count() / repeat;
+  }
+
+private:
+  explicit Model(attn_model *model) : model(model) {}
+
+  /// The attn_tensors of one call, and the shapes they point to.
+  struct Call {
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<attn_tensor> inputs, outputs;
+  };
+
+  int32_t find(const std::string &entry) const {
+    int32_t index = -1;
+    check(attn_model_find_entry(model, entry.c_str(), &index));
+    return index;
+  }
+
+  Argument argument(int32_t entry, int32_t index) const {
+    attn_argument_info info;
+    check(attn_entry_argument(model, entry, index, &info));
+    Argument arg{info.name, info.dtype, {}, {}};
+    for (int32_t d = 0; d < info.rank; ++d) {
+      arg.dims.push_back(info.dims[d] >= 0 ? std::optional(info.dims[d])
+                                           : std::nullopt);
+      arg.symbols.push_back(info.symbols[d] ? info.symbols[d] : "");
+    }
+    return arg;
+  }
+
+  /// Checks what the C API cannot see (a NumPy array, C-contiguous, of the
+  /// argument's dtype, writable outputs) and describes each array to it.
+  Call prepare(int32_t entry, const py::list &inputs, const py::list &outputs,
+               bool withOutputs) {
+    const int32_t numInputs = attn_entry_num_inputs(model, entry);
+    const int32_t numOutputs = attn_entry_num_outputs(model, entry);
+    const std::string entryName = attn_entry_name(model, entry);
+    if (static_cast<int32_t>(inputs.size()) != numInputs)
+      throw AttnError(entryName + ": expected " + std::to_string(numInputs) +
+                      " inputs, got " + std::to_string(inputs.size()));
+    if (withOutputs && static_cast<int32_t>(outputs.size()) != numOutputs)
+      throw AttnError(entryName + ": expected " + std::to_string(numOutputs) +
+                      " outputs, got " + std::to_string(outputs.size()));
+    Call call;
+    call.shapes.reserve(inputs.size() + outputs.size());
+    auto describe = [&](py::handle object, int32_t index, bool isOutput) {
+      attn_argument_info info;
+      check(attn_entry_argument(model, entry, index, &info));
+      std::string what = entryName + ": " + (isOutput ? "output" : "input") +
+                         " " + std::to_string(isOutput ? index - numInputs
+                                                       : index) +
+                         " (" + info.name + ")";
+      if (!py::isinstance<py::array>(object))
+        throw AttnError(what + ": expected an array, got " +
+                        py::str(py::type::of(object).attr("__name__"))
+                            .cast<std::string>());
+      auto array = py::reinterpret_borrow<py::array>(object);
+      std::optional<attn_dtype> dtype = dtypeOf(array.dtype(), info.dtype);
+      if (!dtype || *dtype != info.dtype)
+        throw AttnError(what + ": expected dtype " +
+                        attn_dtype_name(info.dtype) + ", got " +
+                        py::str(array.dtype()).cast<std::string>());
+      if (!(array.flags() & py::array::c_style))
+        throw AttnError(what + ": not C-contiguous (a strided view); pass a "
+                               "contiguous tensor");
+      if (isOutput && !array.writeable())
+        throw AttnError(what + ": the buffer is read-only");
+      std::vector<int64_t> &shape = call.shapes.emplace_back(
+          array.shape(), array.shape() + array.ndim());
+      attn_tensor tensor{*dtype, static_cast<int32_t>(array.ndim()),
+                         shape.data(), const_cast<void *>(array.data())};
+      (isOutput ? call.outputs : call.inputs).push_back(tensor);
+    };
+    for (int32_t i = 0; i < numInputs; ++i)
+      describe(inputs[i], i, false);
+    if (withOutputs)
+      for (int32_t i = 0; i < numOutputs; ++i)
+        describe(outputs[i], numInputs + i, true);
+    return call;
+  }
+
+  attn_model *model;
+};
+
+} // namespace
+
+PYBIND11_MODULE(_attn, m) {
+  m.doc() = "The native half of the attn package: the runtime's C API.";
+  py::register_exception<AttnError>(m, "Error", PyExc_ValueError);
+
+  py::class_<Argument>(m, "Argument")
+      .def_readonly("name", &Argument::name)
+      .def_property_readonly("dtype",
+                             [](const Argument &a) {
+                               return std::string(attn_dtype_name(a.dtype));
+                             })
+      .def_readonly("dims", &Argument::dims)
+      .def_readonly("symbols", &Argument::symbols);
+
+  py::class_<Model>(m, "Model")
+      .def_static("from_file", &Model::fromFile, py::arg("path"),
+                  py::arg("threads") = 0)
+      .def_static("from_bytes", &Model::fromBytes, py::arg("data"),
+                  py::arg("threads") = 0)
+      .def_property_readonly("name", &Model::name)
+      .def_property_readonly("threads", &Model::threads)
+      .def_property_readonly("entries", &Model::entries)
+      .def_property("device", &Model::device, &Model::setDevice)
+      .def("signature", &Model::signature, py::arg("entry"))
+      .def("output_shapes", &Model::outputShapes, py::arg("entry"),
+           py::arg("inputs"))
+      .def("run", &Model::run, py::arg("entry"), py::arg("inputs"),
+           py::arg("outputs"))
+      .def("run_microseconds", &Model::runMicroseconds, py::arg("entry"),
+           py::arg("inputs"), py::arg("outputs"), py::arg("repeat"));
+}

@@ -1,0 +1,296 @@
+"""attn: compile attention variants to one binary and run its entries.
+
+    import attn
+    m = attn.compile("model.json", target="cpu")   # or attn.load("model.attnb")
+    m.entries                                      # entry names, in binary order
+    m.signature("full_attention")                  # names, dtypes, dims
+    o = m["full_attention"](q, k, v, gate)         # positional, SPEC §4 order
+    o, S = m["linear_attention"](*inputs, out=(o_buf, S_buf))
+    m.device = "cuda"                              # "cpu" (default) | "cuda"
+
+Inputs are NumPy arrays, PyTorch CPU tensors or other DLPack producers on
+the CPU. Contiguous inputs of the entry's dtype are used in place (PyTorch
+tensors through a NumPy view of their memory, never a copy); anything else
+raises attn.Error (a ValueError) with the runtime's message, and nothing is
+written. Outputs come back as the first input's kind (NumPy in, NumPy out;
+torch in, torch out) unless ``out=`` gives the buffers to write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ._attn import Error
+from . import _attn
+
+__all__ = ["Error", "Module", "Entry", "Signature", "Argument", "compile",
+           "load", "merge_states"]
+
+_NUMPY_DTYPES = {"f32": np.float32, "i32": np.int32, "f16": np.float16,
+                 # bf16 has no NumPy dtype: its bit patterns as int16.
+                 "bf16": np.int16}
+
+
+def _torch():
+    """The torch module if it is imported, else None (attn does not need it)."""
+    import sys
+    return sys.modules.get("torch")
+
+
+def _is_torch(x: Any) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+class Argument:
+    """One input or output of an entry: name, dtype ("f32", "i32", "f16",
+    "bf16") and shape, with None for a dynamic dim (dims that share a symbol
+    agree at run time)."""
+
+    def __init__(self, native: _attn.Argument):
+        self.name: str = native.name
+        self.dtype: str = native.dtype
+        self.shape: tuple = tuple(native.dims)
+        self.symbols: tuple = tuple(native.symbols)
+
+    def __repr__(self) -> str:
+        dims = ", ".join(str(d) if d is not None else (s or "?")
+                         for d, s in zip(self.shape, self.symbols))
+        return f"{self.name}: {self.dtype}[{dims}]"
+
+
+class Signature:
+    """An entry's inputs and outputs, in argument order."""
+
+    def __init__(self, name: str, native):
+        self.name = name
+        self.inputs = [Argument(a) for a in native[0]]
+        self.outputs = [Argument(a) for a in native[1]]
+
+    def __repr__(self) -> str:
+        ins = ", ".join(map(repr, self.inputs))
+        outs = ", ".join(map(repr, self.outputs))
+        return f"{self.name}({ins}) -> ({outs})"
+
+
+def _as_numpy(x: Any, what: str) -> np.ndarray:
+    """A NumPy view of `x`'s memory (no copy), or attn.Error."""
+    if isinstance(x, np.ndarray):
+        return x
+    if _is_torch(x):
+        torch = _torch()
+        if x.device.type != "cpu":
+            raise Error(f"{what}: a {x.device.type} tensor; attn takes CPU "
+                        "tensors (device tensors on streams come with the "
+                        "serving layouts of SPEC §8)")
+        x = x.detach()
+        if x.dtype == torch.bfloat16:
+            x = x.view(torch.int16)
+        return x.numpy()
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except (TypeError, RuntimeError, BufferError) as e:
+            raise Error(f"{what}: cannot view it as a CPU array: {e}") from None
+    raise Error(f"{what}: expected a NumPy array, a torch tensor or a DLPack "
+                f"tensor, got {type(x).__name__}")
+
+
+class Entry:
+    """One entry of a compiled model; call it with its inputs in order."""
+
+    def __init__(self, module: "Module", name: str):
+        self._module = module
+        self._native = module._native
+        self.name = name
+        self.signature = module.signature(name)
+        self.__doc__ = f"{self.signature!r}"
+
+    def __repr__(self) -> str:
+        return f"<attn entry {self.signature!r}>"
+
+    def __call__(self, *inputs: Any, out: Sequence[Any] | Any | None = None):
+        native_inputs = [_as_numpy(x, f"{self.name}: input {i} "
+                                   f"({self.signature.inputs[i].name})"
+                                   if i < len(self.signature.inputs) else
+                                   f"{self.name}: input {i}")
+                         for i, x in enumerate(inputs)]
+        outputs = self.signature.outputs
+        if out is not None:
+            results = list(out) if isinstance(out, (tuple, list)) else [out]
+        else:
+            shapes = self._native.output_shapes(self.name, native_inputs)
+            results = [self._allocate(arg, shape, inputs[0] if inputs else None)
+                       for arg, shape in zip(outputs, shapes)]
+        native_outputs = [_as_numpy(r, f"{self.name}: output {i} "
+                                    f"({outputs[i].name})"
+                                    if i < len(outputs) else
+                                    f"{self.name}: output {i}")
+                          for i, r in enumerate(results)]
+        self._native.run(self.name, native_inputs, native_outputs)
+        return results[0] if len(results) == 1 else tuple(results)
+
+    @staticmethod
+    def _allocate(arg: Argument, shape, like: Any):
+        if _is_torch(like):
+            torch = _torch()
+            dtypes = {"f32": torch.float32, "i32": torch.int32,
+                      "f16": torch.float16, "bf16": torch.bfloat16}
+            return torch.empty(tuple(shape), dtype=dtypes[arg.dtype],
+                               device=like.device)
+        return np.empty(tuple(shape), dtype=_NUMPY_DTYPES[arg.dtype])
+
+
+class Module:
+    """A loaded binary: its entries, their signatures, where they run."""
+
+    def __init__(self, native: _attn.Model):
+        self._native = native
+        self._entries: dict[str, Entry] = {}
+
+    @property
+    def name(self) -> str:
+        return self._native.name
+
+    @property
+    def entries(self) -> list[str]:
+        """Entry names, in binary order."""
+        return list(self._native.entries)
+
+    @property
+    def device(self) -> str:
+        """"cpu" (the model's thread pool) or "cuda" (the first GPU)."""
+        return self._native.device
+
+    @device.setter
+    def device(self, device: str) -> None:
+        self._native.device = device
+
+    def signature(self, entry: str) -> Signature:
+        return Signature(entry, self._native.signature(entry))
+
+    def __getitem__(self, entry: str) -> Entry:
+        if entry not in self._entries:
+            self._entries[entry] = Entry(self, entry)
+        return self._entries[entry]
+
+    def __contains__(self, entry: str) -> bool:
+        return entry in self._native.entries
+
+    def __repr__(self) -> str:
+        return f"<attn module {self.name!r}: {', '.join(self.entries)}>"
+
+
+def _attnc() -> str:
+    """The attnc driver: $ATTN_ATTNC, else the build tree's (this package
+    lives in build/python/attn, attnc in build/bin)."""
+    path = os.environ.get("ATTN_ATTNC")
+    if path:
+        return path
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(here, os.pardir, os.pardir, "bin", "attnc")
+
+
+def compile(source: Any, target: str = "cpu", *, threads: int = 0,
+            cpu: str | None = None, sm: str | None = None,
+            output: str | os.PathLike | None = None) -> Module:
+    """Compiles a model and loads it.
+
+    `source` is a path (a model description .json, a Hugging Face
+    config.json, attn IR .mlir), a dict (a model description), or the text
+    of a description or of attn IR. `target` is "cpu", "cuda" or "all";
+    `cpu` and `sm` are attnc's --cpu and --sm; `output` keeps the .attnb
+    there for attn.load or attn-run. A compile error raises attn.Error with
+    attnc's message.
+    """
+    with tempfile.TemporaryDirectory(prefix="attn-") as tmp:
+        if isinstance(source, dict):
+            path = os.path.join(tmp, "model.json")
+            with open(path, "w") as f:
+                json.dump(source, f)
+        elif isinstance(source, (str, os.PathLike)) and os.path.exists(source):
+            path = os.fspath(source)
+        elif isinstance(source, str):
+            text = source.lstrip()
+            path = os.path.join(tmp, "model.json" if text.startswith("{")
+                                else "model.mlir")
+            with open(path, "w") as f:
+                f.write(source)
+        else:
+            raise Error(f"compile: expected a path, a dict or the text of a "
+                        f"model, got {type(source).__name__}")
+        binary = (os.fspath(output) if output is not None
+                  else os.path.join(tmp, "model.attnb"))
+        command = [_attnc(), path, "-o", binary, f"--target={target}"]
+        if cpu:
+            command.append(f"--cpu={cpu}")
+        if sm:
+            command.append(f"--sm={sm}")
+        try:
+            done = subprocess.run(command, capture_output=True, text=True)
+        except OSError as e:
+            raise Error(f"compile: cannot run attnc ({command[0]}): {e}; set "
+                        "ATTN_ATTNC to its path") from None
+        if done.returncode != 0:
+            raise Error(done.stderr.strip() or
+                        f"attnc failed with status {done.returncode}")
+        return load(binary, threads=threads)
+
+
+def load(source: Any, *, threads: int = 0) -> Module:
+    """Loads a compiled model from a path or from its bytes. `threads` <= 0
+    uses every core."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return Module(_attn.Model.from_bytes(bytes(source), threads))
+    return Module(_attn.Model.from_file(os.fspath(source), threads))
+
+
+def merge_states(parts: Iterable[tuple[Any, Any]]):
+    """The (o, lse) of attention over the union of the key sets of `parts`,
+    each an (o, lse) pair of one key set (SPEC §1.1's log-sum-exp
+    combination): o[..., Dv] and lse[...] with the same leading dims (e.g.
+    [B, H, Lq, Dv] and [B, H, Lq], or ragged [T, H, Dv] and [T, H]). A part
+    with lse = -inf contributes nothing; a row whose parts all have
+    lse = -inf gives o = 0 and lse = -inf. NumPy or torch, as the inputs.
+    """
+    parts = list(parts)
+    if not parts:
+        raise Error("merge_states: no parts")
+    os_, lses = zip(*parts)
+    if _is_torch(os_[0]):
+        torch = _torch()
+        lse = torch.stack([x.float() for x in lses])
+        o = torch.stack([x.float() for x in os_])
+        top = lse.max(dim=0).values
+        safe = torch.where(torch.isinf(top) & (top < 0), torch.zeros_like(top),
+                           top)
+        weights = torch.exp(lse - safe)
+        total = weights.sum(dim=0)
+        merged = (weights.unsqueeze(-1) * o).sum(dim=0)
+        merged = torch.where(total.unsqueeze(-1) > 0,
+                             merged / total.clamp_min(1e-38).unsqueeze(-1),
+                             torch.zeros_like(merged))
+        return merged.to(os_[0].dtype), safe + torch.log(total)
+    lse = np.stack([np.asarray(x, dtype=np.float64) for x in lses])
+    o = np.stack([np.asarray(x, dtype=np.float64) for x in os_])
+    for x, y in zip(os_, lses):
+        if np.shape(x)[:-1] != np.shape(y):
+            raise Error(f"merge_states: o {np.shape(x)} and lse {np.shape(y)} "
+                        "differ in their leading dims")
+    top = lse.max(axis=0)
+    safe = np.where(np.isneginf(top), 0.0, top)
+    weights = np.exp(lse - safe)
+    total = weights.sum(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        merged = np.where(total[..., None] > 0,
+                          (weights[..., None] * o).sum(axis=0) /
+                          total[..., None], 0.0)
+        merged_lse = safe + np.log(total)
+    dtype = np.asarray(os_[0]).dtype
+    return merged.astype(dtype), merged_lse.astype(np.float32)

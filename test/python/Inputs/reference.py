@@ -1,0 +1,76 @@
+"""float64 references for the Python tests (SPEC §1.1, §1.2, §2), in NumPy."""
+import numpy as np
+
+
+def attention(q, k, v, mask="causal", window=0, gate=None, scale=None,
+              score_mod=None):
+    """o [B,H,Lq,Dv] and lse [B,H,Lq] of SPEC §1.1 in float64; `gate`
+    [B,H,Lq,Dv or 1] is applied as o * sigmoid(gate); `score_mod(s, h, qp,
+    kp)` modifies scores elementwise."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    B, H, Lq, D = q.shape
+    Hkv, Lk, Dv = k.shape[1], k.shape[2], v.shape[3]
+    scale = 1.0 / np.sqrt(D) if scale is None else scale
+    group = H // Hkv
+    o = np.zeros((B, H, Lq, Dv))
+    lse = np.full((B, H, Lq), -np.inf)
+    qp = np.arange(Lq)[:, None] + (Lk - Lq)
+    kp = np.arange(Lk)[None, :]
+    if mask == "none":
+        visible = np.ones((Lq, Lk), dtype=bool)
+    elif mask == "causal":
+        visible = kp <= qp
+    else:
+        visible = (kp <= qp) & (kp > qp - window)
+    for b in range(B):
+        for h in range(H):
+            s = scale * q[b, h] @ k[b, h // group].T
+            if score_mod is not None:
+                s = score_mod(s, h, qp, kp)
+            s = np.where(visible, s, -np.inf)
+            m = s.max(axis=1, keepdims=True)
+            safe = np.where(np.isneginf(m), 0.0, m)
+            p = np.exp(s - safe)
+            total = p.sum(axis=1, keepdims=True)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                o[b, h] = np.where(total > 0, (p @ v[b, h // group]) / total,
+                                   0.0)
+                lse[b, h] = (safe + np.log(total))[:, 0]
+    if gate is not None:
+        o = o / (1.0 + np.exp(-np.asarray(gate, dtype=np.float64)))
+    return o, lse
+
+
+def gated_delta(q, k, v, g, beta, s_init, scale=None, l2norm=True):
+    """o [B,Hv,L,Dv] and the final S [B,Hv,Dk,Dv] of SPEC §2's gated_delta
+    rule, step by step in float64."""
+    q, k, v, g, beta, s = (np.array(x, dtype=np.float64)
+                           for x in (q, k, v, g, beta, s_init))
+    B, Hk, L, Dk = q.shape
+    Hv, Dv = v.shape[1], v.shape[3]
+    scale = 1.0 / np.sqrt(Dk) if scale is None else scale
+    if l2norm:
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    o = np.zeros((B, Hv, L, Dv))
+    for b in range(B):
+        for j in range(Hv):
+            i = j // (Hv // Hk)
+            for t in range(L):
+                s[b, j] *= np.exp(g[b, j, t])
+                u = beta[b, j, t] * (v[b, j, t] - s[b, j].T @ k[b, i, t])
+                s[b, j] += np.outer(k[b, i, t], u)
+                o[b, j, t] = s[b, j].T @ (scale * q[b, i, t])
+    return o, s
+
+
+def close(actual, expected, tolerance, what):
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, (what, actual.shape, expected.shape)
+    finite = np.isfinite(expected)
+    assert (np.isfinite(actual) == finite).all(), f"{what}: infinities differ"
+    scale = max(1.0, np.abs(expected[finite]).max(initial=0.0))
+    error = np.abs(actual[finite] - expected[finite]).max(initial=0.0) / scale
+    assert error <= tolerance, f"{what}: relative error {error:.3g} > {tolerance}"
+    assert (actual[~finite] == expected[~finite]).all(), f"{what}: infinities"

@@ -1,0 +1,72 @@
+# REQUIRES: torch
+# RUN: %attn_python %s
+# PyTorch CPU tensors: used in place through NumPy views (no copy), outputs
+# as torch tensors, out= torch buffers, f16 and bf16 storage, errors, and
+# merge_states on torch tensors.
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
+import attn
+from reference import attention, close
+
+torch.manual_seed(0)
+H, HKV, D = 4, 1, 32
+layer = {"type": "attention", "num_heads": H, "num_kv_heads": HKV,
+         "head_dim": D, "gate": "headwise", "return_lse": True}
+f32 = attn.compile({"model": "t32", "layers": [dict(layer, name="full")]})
+bf16 = attn.compile({"model": "t16", "dtype": "bf16",
+                     "layers": [dict(layer, name="full")]})
+
+B, LQ, LK = 2, 7, 29
+q, k, v = (torch.randn(B, H, LQ, D), torch.randn(B, HKV, LK, D),
+           torch.randn(B, HKV, LK, D))
+gate = torch.randn(B, H, LQ, 1)
+o, lse = f32["full"](q, k, v, gate)
+assert isinstance(o, torch.Tensor) and o.dtype == torch.float32
+assert isinstance(lse, torch.Tensor) and lse.shape == (B, H, LQ)
+ref_o, ref_lse = attention(q.numpy(), k.numpy(), v.numpy(), gate=gate.numpy())
+close(o.numpy(), ref_o, 1e-5, "torch o")
+close(lse.numpy(), ref_lse, 1e-5, "torch lse")
+
+# out= torch buffers are written in place (the NumPy view shares memory).
+o_buf, lse_buf = torch.full_like(o, 3.0), torch.empty_like(lse)
+got = f32["full"](q, k, v, gate, out=(o_buf, lse_buf))
+assert got[0] is o_buf and torch.equal(o_buf, o)
+
+# bf16 storage: torch bf16 tensors in and out.
+qb, kb, vb, gb = (t.to(torch.bfloat16) for t in (q, k, v, gate))
+ob, lseb = bf16["full"](qb, kb, vb, gb)
+assert ob.dtype == torch.bfloat16 and lseb.dtype == torch.float32
+ref_o, _ = attention(*(t.float().numpy() for t in (qb, kb, vb)),
+                     gate=gb.float().numpy())
+close(ob.float().numpy(), ref_o, 1e-5 + 2.0 ** -7, "bf16 o")
+
+# Errors: a strided view, a wrong dtype, a tensor that needs grad is fine
+# (read through detach), nothing written on failure.
+o_buf.fill_(3.0)
+for bad, needle in ((k.transpose(2, 3), "not C-contiguous"),
+                    (k.double(), "expected dtype f32")):
+    try:
+        f32["full"](q, bad, v, gate, out=(o_buf, lse_buf))
+        raise AssertionError("no error")
+    except attn.Error as e:
+        assert needle in str(e), str(e)
+assert (o_buf == 3.0).all()
+f32["full"](q.requires_grad_(), k, v, gate)
+
+# merge_states on torch tensors.
+m2 = attn.compile({"model": "m", "layers": [
+    {"name": "a", "type": "attention", "num_heads": H, "num_kv_heads": HKV,
+     "head_dim": D, "mask": "none", "return_lse": True}]})
+whole = m2["a"](q.detach(), k, v)
+parts = [m2["a"](q.detach(), k[:, :, :10].contiguous(), v[:, :, :10].contiguous()),
+         m2["a"](q.detach(), k[:, :, 10:].contiguous(), v[:, :, 10:].contiguous())]
+merged_o, merged_lse = attn.merge_states(parts)
+assert isinstance(merged_o, torch.Tensor)
+close(merged_o.numpy(), whole[0].numpy(), 1e-5, "torch merged o")
+close(merged_lse.numpy(), whole[1].numpy(), 1e-5, "torch merged lse")
+print("torch: all checks passed")
