@@ -10,6 +10,9 @@
 #                 scripts/check-sanitized.sh)
 #   build         cmake ninja-build ccache g++
 #   tests         libgtest-dev python3
+  python3-dev pybind11-dev python3-numpy
+#   Python        python3-dev pybind11-dev python3-numpy (the attn package,
+#                 build/python/attn; Debian packages pybind11, not nanobind)
 #   benchmarks    libopenblas-dev (the sgemm ceiling)
 set -euo pipefail
 
@@ -19,6 +22,7 @@ packages=(
   libclang-rt-22-dev
   cmake ninja-build ccache g++ make
   libgtest-dev python3
+  python3-dev pybind11-dev python3-numpy
   libopenblas-dev
 )
 

@@ -85,12 +85,13 @@ def _as_numpy(x: Any, what: str) -> np.ndarray:
         return x
     if _is_torch(x):
         torch = _torch()
-        if x.device.type != "cpu":
+        if not x.is_cpu:
             raise Error(f"{what}: a {x.device.type} tensor; attn takes CPU "
                         "tensors (device tensors on streams come with the "
                         "serving layouts of SPEC §8)")
-        x = x.detach()
-        if x.dtype == torch.bfloat16:
+        if x.requires_grad:
+            x = x.detach()
+        if x.dtype is torch.bfloat16:
             x = x.view(torch.int16)
         return x.numpy()
     if hasattr(x, "__dlpack__"):
@@ -116,10 +117,8 @@ class Entry:
         return f"<attn entry {self.signature!r}>"
 
     def __call__(self, *inputs: Any, out: Sequence[Any] | Any | None = None):
-        native_inputs = [_as_numpy(x, f"{self.name}: input {i} "
-                                   f"({self.signature.inputs[i].name})"
-                                   if i < len(self.signature.inputs) else
-                                   f"{self.name}: input {i}")
+        native_inputs = [x if type(x) is np.ndarray else
+                         _as_numpy(x, self._label("input", i))
                          for i, x in enumerate(inputs)]
         outputs = self.signature.outputs
         if out is not None:
@@ -128,13 +127,17 @@ class Entry:
             shapes = self._native.output_shapes(self.name, native_inputs)
             results = [self._allocate(arg, shape, inputs[0] if inputs else None)
                        for arg, shape in zip(outputs, shapes)]
-        native_outputs = [_as_numpy(r, f"{self.name}: output {i} "
-                                    f"({outputs[i].name})"
-                                    if i < len(outputs) else
-                                    f"{self.name}: output {i}")
+        native_outputs = [r if type(r) is np.ndarray else
+                          _as_numpy(r, self._label("output", i))
                           for i, r in enumerate(results)]
         self._native.run(self.name, native_inputs, native_outputs)
         return results[0] if len(results) == 1 else tuple(results)
+
+    def _label(self, kind: str, i: int) -> str:
+        """How errors name argument `i` of `kind` ("input", "output")."""
+        args = self.signature.inputs if kind == "input" else self.signature.outputs
+        name = f" ({args[i].name})" if i < len(args) else ""
+        return f"{self.name}: {kind} {i}{name}"
 
     @staticmethod
     def _allocate(arg: Argument, shape, like: Any):
@@ -263,6 +266,10 @@ def merge_states(parts: Iterable[tuple[Any, Any]]):
     if not parts:
         raise Error("merge_states: no parts")
     os_, lses = zip(*parts)
+    for x, y in zip(os_, lses):
+        if tuple(x.shape)[:-1] != tuple(y.shape):
+            raise Error(f"merge_states: o {tuple(x.shape)} and lse "
+                        f"{tuple(y.shape)} differ in their leading dims")
     if _is_torch(os_[0]):
         torch = _torch()
         lse = torch.stack([x.float() for x in lses])
@@ -279,10 +286,6 @@ def merge_states(parts: Iterable[tuple[Any, Any]]):
         return merged.to(os_[0].dtype), safe + torch.log(total)
     lse = np.stack([np.asarray(x, dtype=np.float64) for x in lses])
     o = np.stack([np.asarray(x, dtype=np.float64) for x in os_])
-    for x, y in zip(os_, lses):
-        if np.shape(x)[:-1] != np.shape(y):
-            raise Error(f"merge_states: o {np.shape(x)} and lse {np.shape(y)} "
-                        "differ in their leading dims")
     top = lse.max(axis=0)
     safe = np.where(np.isneginf(top), 0.0, top)
     weights = np.exp(lse - safe)

@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 using namespace mlir;
 using namespace mlir::attn::frontend;
 using mlir::attn::AttentionOpInterface;
@@ -175,6 +177,43 @@ TEST(Frontend, NamedVariantsAddTheirInputsInSpecOrder) {
   EXPECT_EQ(regions, 2 + 2 + 2); // a, a.tree, p
 }
 
+TEST(Frontend, ReturnLseAddsASecondOutput) {
+  // SPEC §9: "return_lse" adds lse [B, H, Lq] after o in the layer's entry
+  // and its .tree entry (sparse or dense); other entries are unchanged.
+  const char *json = R"({"model": "m", "layers": [{"name": "a",
+    "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+    "gate": "headwise", "tree": true, "return_lse": true},
+   {"name": "s", "type": "attention", "num_heads": 2, "head_dim": 8,
+    "return_lse": true,
+    "sparsity": {"method": "top_k", "block_size": 8, "top_k": 2}},
+   {"name": "p", "type": "attention", "num_heads": 2, "head_dim": 8}]})";
+  llvm::Expected<ModelDescription> model = parseModelDescription(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  std::map<std::string, std::vector<std::string>> results;
+  module->walk([&](func::FuncOp func) {
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      auto name = func.getResultAttrOfType<StringAttr>(i, "attn.name");
+      results[func.getSymName().str()].push_back(name ? name.str() : "?");
+    }
+    if (func.getSymName() == "a") {
+      auto lse = cast<RankedTensorType>(func.getResultTypes()[1]);
+      EXPECT_EQ(lse.getRank(), 3);
+      EXPECT_EQ(lse.getDimSize(1), 4);
+      EXPECT_TRUE(lse.getElementType().isF32());
+    }
+  });
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(results["a"], (Names{"o", "lse"}));
+  EXPECT_EQ(results["a.tree"], (Names{"o", "lse"}));
+  EXPECT_EQ(results["a.compact"], (Names{"k'", "v'"}));
+  EXPECT_EQ(results["s"], (Names{"o", "lse"}));
+  EXPECT_EQ(results["s.meta"], (Names{"kmeta"}));
+  EXPECT_EQ(results["p"], (Names{"o"}));
+}
+
 struct BadDescription {
   const char *json;
   const char *message;
@@ -214,7 +253,7 @@ INSTANTIATE_TEST_SUITE_P(
                        "$.layers[0]: unknown key 'num_head'; expected one "
                        "of: name, type, num_heads, num_kv_heads, head_dim, "
                        "value_dim, mask, gate, softcap, scale, sparsity, "
-                       "tree, score_mod, mask_mod"},
+                       "tree, score_mod, mask_mod, return_lse"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": -8, "head_dim": 64}]})",
             "$.layers[0].num_heads: expected a positive integer, got -8"},
@@ -265,6 +304,9 @@ INSTANTIATE_TEST_SUITE_P(
                        "$.layers[0].scale: expected a number, got \"auto\""},
         BadDescription{LAYER(R"(, "tree": 1)"),
                        "$.layers[0].tree: expected true or false, got 1"},
+        BadDescription{LAYER(R"(, "return_lse": "yes")"),
+                       "$.layers[0].return_lse: expected true or false, got "
+                       "\"yes\""},
         BadDescription{
             LAYER(
                 R"(, "sparsity": {"method": "top_p", "block_size": 16, "top_p": 1.5})"),

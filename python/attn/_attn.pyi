@@ -1,0 +1,29 @@
+"""Type stubs of the native module (python/_attn.cpp)."""
+from typing import Optional, Sequence
+
+import numpy as np
+
+class Error(ValueError): ...
+
+class Argument:
+    name: str
+    dtype: str
+    dims: list[Optional[int]]
+    symbols: list[str]
+
+class Model:
+    @staticmethod
+    def from_file(path: str, threads: int = 0) -> Model: ...
+    @staticmethod
+    def from_bytes(data: bytes, threads: int = 0) -> Model: ...
+    name: str
+    threads: int
+    entries: list[str]
+    device: str
+    def signature(self, entry: str) -> tuple[list[Argument], list[Argument]]: ...
+    def output_shapes(self, entry: str,
+                      inputs: Sequence[np.ndarray]) -> list[list[int]]: ...
+    def run(self, entry: str, inputs: Sequence[np.ndarray],
+            outputs: Sequence[np.ndarray]) -> None: ...
+    def run_microseconds(self, entry: str, inputs: Sequence[np.ndarray],
+                         outputs: Sequence[np.ndarray], repeat: int) -> float: ...
