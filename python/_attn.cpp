@@ -2,16 +2,17 @@
 //
 // A thin layer over the runtime's C API (runtime/attn_runtime.h): a loaded
 // model, its entries and signatures, and `run`, which hands NumPy arrays
-// (the package turns PyTorch CPU tensors and other DLPack producers into
-// NumPy views first, without copying) to attn_run in place. Everything the
+// and PyTorch CPU tensors (by their data pointers) to attn_run in place;
+// the package turns other DLPack producers into NumPy views first, without
+// copying. Everything the
 // runtime checks it also reports: its message becomes attn.Error. The GIL
 // is released while an entry runs, so Python threads may call one model at
 // once (the runtime allows it).
 //
 // pybind11 rather than nanobind: Debian 12 packages pybind11 (2.10) but not
 // nanobind, and scripts/setup.sh installs from Debian only. NumPy arrays
-// cover the zero-copy path: PyTorch CPU tensors and DLPack producers become
-// NumPy views of the same memory in the Python half.
+// and torch tensors are read in place; other DLPack producers become NumPy
+// views of the same memory in the Python half.
 //
 //===----------------------------------------------------------------------===//
 
@@ -227,6 +228,10 @@ private:
                          " " + std::to_string(isOutput ? index - numInputs
                                                        : index) +
                          " (" + info.name + ")";
+      if (isTorchTensor(object)) {
+        describeTorch(object, info, what, call, isOutput);
+        return;
+      }
       if (!py::isinstance<py::array>(object))
         throw AttnError(what + ": expected an array, got " +
                         py::str(py::type::of(object).attr("__name__"))
@@ -254,6 +259,50 @@ private:
       for (int32_t i = 0; i < numOutputs; ++i)
         describe(outputs[i], numInputs + i, true);
     return call;
+  }
+
+  /// A torch.Tensor, recognized without importing torch: its type's
+  /// module and name.
+  static bool isTorchTensor(py::handle object) {
+    py::handle type = py::type::handle_of(object);
+    return py::hasattr(type, "__module__") &&
+           py::str(type.attr("__module__")).cast<std::string>() == "torch" &&
+           py::hasattr(object, "data_ptr");
+  }
+
+  /// Describes a torch CPU tensor by its own data pointer: reading
+  /// data_ptr, shape and dtype costs far less than a NumPy view of it.
+  void describeTorch(py::handle tensor, const attn_argument_info &info,
+                     const std::string &what, Call &call, bool isOutput) {
+    if (!tensor.attr("is_cpu").cast<bool>())
+      throw AttnError(
+          what + ": a " +
+          py::str(tensor.attr("device").attr("type")).cast<std::string>() +
+          " tensor; attn takes CPU tensors (device tensors on streams come "
+          "with the serving layouts of SPEC §8)");
+    std::string dtypeName = py::str(tensor.attr("dtype")).cast<std::string>();
+    std::optional<attn_dtype> dtype;
+    if (dtypeName == "torch.float32")
+      dtype = ATTN_F32;
+    else if (dtypeName == "torch.int32")
+      dtype = ATTN_I32;
+    else if (dtypeName == "torch.float16")
+      dtype = ATTN_F16;
+    else if (dtypeName == "torch.bfloat16")
+      dtype = ATTN_BF16;
+    if (!dtype || *dtype != info.dtype)
+      throw AttnError(what + ": expected dtype " +
+                      attn_dtype_name(info.dtype) + ", got " + dtypeName);
+    if (!tensor.attr("is_contiguous")().cast<bool>())
+      throw AttnError(what + ": not C-contiguous (a strided view); pass a "
+                             "contiguous tensor");
+    std::vector<int64_t> &shape = call.shapes.emplace_back(
+        tensor.attr("shape").cast<std::vector<int64_t>>());
+    auto data = reinterpret_cast<void *>(
+        tensor.attr("data_ptr")().cast<std::uintptr_t>());
+    attn_tensor described{*dtype, static_cast<int32_t>(shape.size()),
+                          shape.data(), data};
+    (isOutput ? call.outputs : call.inputs).push_back(described);
   }
 
   attn_model *model;

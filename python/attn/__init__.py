@@ -43,6 +43,13 @@ def _torch():
     return sys.modules.get("torch")
 
 
+def _direct_types() -> tuple:
+    """The types the native module reads in place: NumPy arrays, and torch
+    tensors once torch is imported."""
+    torch = _torch()
+    return (np.ndarray,) if torch is None else (np.ndarray, torch.Tensor)
+
+
 def _is_torch(x: Any) -> bool:
     torch = _torch()
     return torch is not None and isinstance(x, torch.Tensor)
@@ -79,21 +86,12 @@ class Signature:
         return f"{self.name}({ins}) -> ({outs})"
 
 
-def _as_numpy(x: Any, what: str) -> np.ndarray:
-    """A NumPy view of `x`'s memory (no copy), or attn.Error."""
-    if isinstance(x, np.ndarray):
-        return x
-    if _is_torch(x):
-        torch = _torch()
-        if not x.is_cpu:
-            raise Error(f"{what}: a {x.device.type} tensor; attn takes CPU "
-                        "tensors (device tensors on streams come with the "
-                        "serving layouts of SPEC §8)")
-        if x.requires_grad:
-            x = x.detach()
-        if x.dtype is torch.bfloat16:
-            x = x.view(torch.int16)
-        return x.numpy()
+def _as_native(x: Any, what: str):
+    """`x` as the native module takes it (a NumPy array or a torch tensor),
+    a NumPy view of its memory for other DLPack producers (no copy), or
+    attn.Error."""
+    if isinstance(x, np.ndarray) or _is_torch(x):
+        return x  # the native module reads both in place
     if hasattr(x, "__dlpack__"):
         try:
             return np.from_dlpack(x)
@@ -117,8 +115,9 @@ class Entry:
         return f"<attn entry {self.signature!r}>"
 
     def __call__(self, *inputs: Any, out: Sequence[Any] | Any | None = None):
-        native_inputs = [x if type(x) is np.ndarray else
-                         _as_numpy(x, self._label("input", i))
+        direct = _direct_types()
+        native_inputs = [_as_native(x, self._label("input", i))
+                         if not isinstance(x, direct) else x
                          for i, x in enumerate(inputs)]
         outputs = self.signature.outputs
         if out is not None:
@@ -127,8 +126,8 @@ class Entry:
             shapes = self._native.output_shapes(self.name, native_inputs)
             results = [self._allocate(arg, shape, inputs[0] if inputs else None)
                        for arg, shape in zip(outputs, shapes)]
-        native_outputs = [r if type(r) is np.ndarray else
-                          _as_numpy(r, self._label("output", i))
+        native_outputs = [_as_native(r, self._label("output", i))
+                          if not isinstance(r, direct) else r
                           for i, r in enumerate(results)]
         self._native.run(self.name, native_inputs, native_outputs)
         return results[0] if len(results) == 1 else tuple(results)
