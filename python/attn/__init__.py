@@ -66,6 +66,11 @@ class Argument:
         self.shape: tuple = tuple(native.dims)
         self.symbols: tuple = tuple(native.symbols)
 
+    @property
+    def dims(self) -> tuple:
+        """The shape (None for a dynamic dim)."""
+        return self.shape
+
     def __repr__(self) -> str:
         dims = ", ".join(str(d) if d is not None else (s or "?")
                          for d, s in zip(self.shape, self.symbols))
@@ -79,6 +84,23 @@ class Signature:
         self.name = name
         self.inputs = [Argument(a) for a in native[0]]
         self.outputs = [Argument(a) for a in native[1]]
+
+    def __iter__(self):
+        """The inputs, then the outputs."""
+        return iter(self.inputs + self.outputs)
+
+    def __len__(self) -> int:
+        return len(self.inputs) + len(self.outputs)
+
+    def __getitem__(self, key: int | str) -> Argument:
+        """An argument by position (inputs, then outputs) or by name."""
+        arguments = self.inputs + self.outputs
+        if isinstance(key, str):
+            for argument in arguments:
+                if argument.name == key:
+                    return argument
+            raise KeyError(f"{self.name} has no argument {key!r}")
+        return arguments[key]
 
     def __repr__(self) -> str:
         ins = ", ".join(map(repr, self.inputs))

@@ -58,6 +58,9 @@ with tempfile.TemporaryDirectory() as tmp:
     assert sig.outputs[0].shape == (None, H, None, DV)
     assert sig.outputs[1].shape == (None, H, None)
     assert "q: f32[" in repr(sig) and "full(" in m["full"].__doc__
+    assert [a.name for a in sig] == ["q", "k", "v", "gate", "o", "lse"]
+    assert len(sig) == 6 and sig["gate"].dims == (None, H, None, DV)
+    assert sig[5].name == "lse" and "lse" not in m and "full" in m
 
     # A call on awkward sizes against the reference: decode-like Lq < Lk.
     B, LQ, LK = 3, 5, 37
