@@ -48,6 +48,7 @@ const char *const kRecValueDims[] = {"B", "Hv", "L", "Dv"};
 const char *const kRecScalarGateDims[] = {"B", "Hv", "L"};
 const char *const kRecVectorGateDims[] = {"B", "Hv", "L", "Dk"};
 const char *const kRecStateDims[] = {"B", "Hv", "Dk", "Dv"};
+const char *const kRecTreeDims[] = {"B", "L"};
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -863,14 +864,18 @@ static bool usesBeta(RecurrenceRule rule) {
   return rule == RecurrenceRule::Delta || rule == RecurrenceRule::GatedDelta;
 }
 
-LogicalResult LinearRecurrenceOp::verify() {
-  auto emit = [&]() { return emitOpError(); };
-  RecurrenceRule rule = getRule();
+/// What attn.linear_recurrence and attn.tree_recurrence verify alike: the
+/// operands of SPEC §2 (q, k, v, the rule's gates, the state, the output
+/// gate) and the scale.
+template <typename RecurrenceOp>
+static LogicalResult verifyRecurrenceOperands(RecurrenceOp op) {
+  auto emit = [&]() { return op.emitOpError(); };
+  RecurrenceRule rule = op.getRule();
   StringRef ruleName = stringifyRecurrenceRule(rule);
-  NamedTensor q = named("query", getQuery(), kRecQueryDims);
-  NamedTensor k = named("key", getKey(), kRecQueryDims);
-  NamedTensor v = named("value", getValue(), kRecValueDims);
-  NamedTensor s = named("initial_state", getInitialState(), kRecStateDims);
+  NamedTensor q = named("query", op.getQuery(), kRecQueryDims);
+  NamedTensor k = named("key", op.getKey(), kRecQueryDims);
+  NamedTensor v = named("value", op.getValue(), kRecValueDims);
+  NamedTensor s = named("initial_state", op.getInitialState(), kRecStateDims);
   for (const NamedTensor *t : {&q, &k, &v, &s})
     if (failed(checkRank(emit, *t)))
       return failure();
@@ -898,12 +903,12 @@ LogicalResult LinearRecurrenceOp::verify() {
                           ArrayRef<const char *> dims) -> LogicalResult {
     if (!wanted) {
       if (operand)
-        return emitOpError()
+        return op.emitOpError()
                << "rule '" << ruleName << "' takes no '" << name << "' operand";
       return success();
     }
     if (!operand)
-      return emitOpError() << "rule '" << ruleName << "' needs a '" << name
+      return op.emitOpError() << "rule '" << ruleName << "' needs a '" << name
                            << "' operand " << formatLayout(dims);
     NamedTensor t = named(name, operand, dims);
     if (failed(checkRank(emit, t)) || failed(checkSameElementType(emit, t, q)))
@@ -918,17 +923,17 @@ LogicalResult LinearRecurrenceOp::verify() {
   ArrayRef<const char *> decayDims = rule == RecurrenceRule::Gla
                                          ? ArrayRef(kRecVectorGateDims)
                                          : ArrayRef(kRecScalarGateDims);
-  if (failed(checkPerStep("decay", getDecay(), usesDecay(rule), decayDims)) ||
+  if (failed(checkPerStep("decay", op.getDecay(), usesDecay(rule), decayDims)) ||
       failed(
-          checkPerStep("beta", getBeta(), usesBeta(rule), kRecScalarGateDims)))
+          checkPerStep("beta", op.getBeta(), usesBeta(rule), kRecScalarGateDims)))
     return failure();
 
-  if (static_cast<bool>(getGateZ()) != static_cast<bool>(getGateWeight()))
-    return emitOpError() << "the output gate needs both 'gate_z' and "
+  if (static_cast<bool>(op.getGateZ()) != static_cast<bool>(op.getGateWeight()))
+    return op.emitOpError() << "the output gate needs both 'gate_z' and "
                             "'gate_weight'";
-  if (Value z = getGateZ()) {
+  if (Value z = op.getGateZ()) {
     NamedTensor zt = named("gate_z", z, kRecValueDims);
-    NamedTensor wt = named("gate_weight", getGateWeight(), kFeatureDims);
+    NamedTensor wt = named("gate_weight", op.getGateWeight(), kFeatureDims);
     if (failed(checkRank(emit, zt)) || failed(checkRank(emit, wt)) ||
         failed(checkSameElementType(emit, zt, v)) ||
         failed(checkSameElementType(emit, wt, v)))
@@ -938,16 +943,22 @@ LogicalResult LinearRecurrenceOp::verify() {
         return failure();
     if (failed(checkSameDim(emit, wt, 0, v, 3)))
       return failure();
-    double eps = getGateEps().convertToDouble();
+    double eps = op.getGateEps().convertToDouble();
     if (!(eps > 0.0))
-      return emitOpError() << "'gate_eps' must be > 0, got " << eps;
+      return op.emitOpError() << "'gate_eps' must be > 0, got " << eps;
   }
 
+  return checkScale(emit, toDouble(op.getScale()));
+}
+
+LogicalResult LinearRecurrenceOp::verify() {
+  if (failed(verifyRecurrenceOperands(*this)))
+    return failure();
   int64_t chunk = getChunkSize();
   if (chunk != 16 && chunk != 32 && chunk != 64 && chunk != 128)
     return emitOpError() << "'chunk_size' must be 16, 32, 64 or 128, got "
                          << chunk;
-  return checkScale(emit, toDouble(getScale()));
+  return success();
 }
 
 MaskAttr LinearRecurrenceOp::getPositionMask() {
@@ -984,6 +995,86 @@ LinearRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
   if (!gate || getGateZ())
     return failure();
   auto fused = llvm::cast<LinearRecurrenceOp>(rewriter.clone(*getOperation()));
+  rewriter.modifyOpInPlace(fused, [&] {
+    fused.getGateZMutable().assign(gate.getZ());
+    fused.getGateWeightMutable().assign(gate.getWeight());
+    fused.setGateEpsAttr(gate.getEpsAttr());
+  });
+  return fused.getOperation();
+}
+
+//===----------------------------------------------------------------------===//
+// TreeRecurrenceOp
+//===----------------------------------------------------------------------===//
+
+/// The most nodes a tree recurrence's kernels take (SPEC §10: trees up to
+/// 256 nodes); the kernels hold T x T tiles.
+static constexpr int64_t kMaxTreeRecurrenceNodes = 256;
+
+LogicalResult TreeRecurrenceOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  inferredReturnTypes.push_back(adaptor.getValue().getType());
+  return success();
+}
+
+LogicalResult TreeRecurrenceOp::verify() {
+  if (failed(verifyRecurrenceOperands(*this)))
+    return failure();
+  auto emit = [&]() { return emitOpError(); };
+  NamedTensor q = named("query", getQuery(), kRecQueryDims);
+  NamedTensor parents = named("parents", getParents(), kRecTreeDims);
+  if (failed(checkRank(emit, parents)) ||
+      failed(checkSameDim(emit, parents, 0, q, 0)) ||
+      failed(checkSameDim(emit, parents, 1, q, 2)))
+    return failure();
+  int64_t maxNodes = getMaxNodes();
+  if (maxNodes < 1 || maxNodes > kMaxTreeRecurrenceNodes)
+    return emitOpError() << "'max_nodes' must be in [1, "
+                         << kMaxTreeRecurrenceNodes << "], got " << maxNodes;
+  if (q.isStatic(2) && q.dim(2) > maxNodes)
+    return emitOpError() << "a tree of " << q.dim(2)
+                         << " nodes exceeds 'max_nodes' = " << maxNodes;
+  return success();
+}
+
+MaskAttr TreeRecurrenceOp::getPositionMask() {
+  return MaskAttr::get(getContext(), MaskKind::Causal, 0);
+}
+double TreeRecurrenceOp::getScoreScale() {
+  return resolveScale(toDouble(getScale()), getQuery().getType().getDimSize(3));
+}
+Normalizer TreeRecurrenceOp::getNormalizer() {
+  return Normalizer::RecurrentState;
+}
+Epilogue TreeRecurrenceOp::getEpilogue() {
+  return getGateZ() ? Epilogue::RmsNormSiluGate : Epilogue::None;
+}
+SmallVector<Value> TreeRecurrenceOp::getEpilogueOperands() {
+  if (getGateZ())
+    return {getGateZ(), getGateWeight()};
+  return {};
+}
+RecurrenceRule TreeRecurrenceOp::getRecurrenceRule() { return getRule(); }
+Value TreeRecurrenceOp::getStepDecay() { return getDecay(); }
+Value TreeRecurrenceOp::getStepBeta() { return getBeta(); }
+Value TreeRecurrenceOp::getStateInput() { return getInitialState(); }
+int64_t TreeRecurrenceOp::getStepChunkSize() { return getMaxNodes(); }
+bool TreeRecurrenceOp::getNormalizesQueryKey() { return getQkL2norm(); }
+double TreeRecurrenceOp::getEpilogueEpsilon() {
+  return getGateZ() ? getGateEps().convertToDouble() : 0.0;
+}
+KeySelectionKind TreeRecurrenceOp::getKeySelectionKind() {
+  return KeySelectionKind::Tree;
+}
+Value TreeRecurrenceOp::getKeySelection() { return getParents(); }
+FailureOr<Operation *>
+TreeRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
+                               EpilogueOpInterface epilogue) {
+  auto gate = llvm::dyn_cast<RmsNormGateOp>(epilogue.getOperation());
+  if (!gate || getGateZ())
+    return failure();
+  auto fused = llvm::cast<TreeRecurrenceOp>(rewriter.clone(*getOperation()));
   rewriter.modifyOpInPlace(fused, [&] {
     fused.getGateZMutable().assign(gate.getZ());
     fused.getGateWeightMutable().assign(gate.getWeight());

@@ -498,6 +498,67 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
   }];
 }
 
+def Attn_TreeRecurrenceOp : Attn_PureOp<"tree_recurrence", [
+    AttrSizedOperandSegments,
+    DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
+        ["getPositionMask", "getScoreScale", "getNormalizer",
+         "getEpilogue", "getEpilogueOperands", "fuseEpilogue",
+         "getRecurrenceRule", "getStepDecay", "getStepBeta", "getStateInput",
+         "getStepChunkSize", "getNormalizesQueryKey", "getEpilogueEpsilon",
+         "getKeySelectionKind", "getKeySelection"]>]> {
+  let summary = "a linear recurrence over the nodes of a draft tree (SPEC §10)";
+  let description = [{
+    The tree form of `attn.linear_recurrence`: the `T` steps are the nodes
+    of a draft tree given by `parents [B, T]` (i32; `parents[b, 0] = -1`,
+    `0 <= parents[b, t] < t`). Node `t`'s state is `rule` applied to its
+    parent's state (the root's to `initial_state`) with node `t`'s inputs,
+    and `o_t = S_t^T (scale * q_t)`: running `attn.linear_recurrence` on
+    each root-to-node path gives the same outputs. Operands, attributes and
+    the output gate are those of `attn.linear_recurrence`, with `L = T`;
+    there is no final state (the state after an accepted path is that
+    path's `attn.linear_recurrence`).
+
+    The kernels take the whole tree as one chunk of the chunked form, in
+    which the ancestor relation replaces the causal mask and the decays
+    are summed along each node's path; `max_nodes` bounds `T` (a larger
+    tree is a run-time error).
+
+    ```mlir
+    %o = attn.tree_recurrence gated_delta %q, %k, %v
+        decay(%g : tensor<?x8x?xf32>) beta(%beta : tensor<?x8x?xf32>)
+        parents(%parents : tensor<?x?xi32>)
+        state(%s0 : tensor<?x8x64x64xf32>) {qk_l2norm}
+        : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x8x?x64xf32>
+    ```
+  }];
+  let arguments = (ins
+    Attn_RecurrenceRuleAttr:$rule,
+    Attn_FloatTensor:$query,
+    Attn_FloatTensor:$key,
+    Attn_FloatTensor:$value,
+    Optional<Attn_FloatTensor>:$decay,
+    Optional<Attn_FloatTensor>:$beta,
+    Attn_I32Tensor:$parents,
+    Attn_F32Tensor:$initial_state,
+    Optional<Attn_FloatTensor>:$gate_z,
+    Optional<Attn_FloatTensor>:$gate_weight,
+    DefaultValuedAttr<I64Attr, "64">:$max_nodes,
+    OptionalAttr<F64Attr>:$scale,
+    UnitAttr:$qk_l2norm,
+    DefaultValuedAttr<F64Attr, "1.0e-6">:$gate_eps);
+  let results = (outs Attn_FloatTensor:$output);
+  let assemblyFormat = [{
+    custom<RuleKeyword>($rule) $query `,` $key `,` $value
+    (`decay` `(` $decay^ `:` type($decay) `)`)?
+    (`beta` `(` $beta^ `:` type($beta) `)`)?
+    `parents` `(` $parents `:` type($parents) `)`
+    `state` `(` $initial_state `:` type($initial_state) `)`
+    (`output_gate` `(` $gate_z^ `,` $gate_weight `:` type($gate_z) `,`
+       type($gate_weight) `)`)?
+    attr-dict `:` type($query) `,` type($key) `,` type($value)
+  }];
+}
+
 def Attn_RmsNormGateOp : Attn_PureOp<"rmsnorm_gate", [SameOperandsElementType,
     DeclareOpInterfaceMethods<Attn_EpilogueOpInterface>]> {
   let summary = "rmsnorm-silu output gate (Qwen3-Next, Mamba2)";

@@ -779,3 +779,39 @@ func.func @yield_outside_variant_region() {
   %c = arith.constant 1.0 : f32
   attn.yield %c : f32
 }
+
+// -----
+
+func.func @tree_recurrence_max_nodes(%q: tensor<?x4x?x64xf32>, %v: tensor<?x4x?x64xf32>, %p: tensor<?x?xi32>, %s: tensor<?x4x64x64xf32>) {
+  // expected-error @+1 {{'attn.tree_recurrence' op 'max_nodes' must be in [1, 256], got 300}}
+  %o = attn.tree_recurrence linear %q, %q, %v parents(%p : tensor<?x?xi32>) state(%s : tensor<?x4x64x64xf32>) {max_nodes = 300}
+      : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>
+  return
+}
+
+// -----
+
+func.func @tree_recurrence_too_many_nodes(%q: tensor<1x4x80x64xf32>, %v: tensor<1x4x80x64xf32>, %p: tensor<1x80xi32>, %s: tensor<1x4x64x64xf32>) {
+  // expected-error @+1 {{'attn.tree_recurrence' op a tree of 80 nodes exceeds 'max_nodes' = 64}}
+  %o = attn.tree_recurrence linear %q, %q, %v parents(%p : tensor<1x80xi32>) state(%s : tensor<1x4x64x64xf32>)
+      : tensor<1x4x80x64xf32>, tensor<1x4x80x64xf32>, tensor<1x4x80x64xf32>
+  return
+}
+
+// -----
+
+func.func @tree_recurrence_parents(%q: tensor<1x4x8x64xf32>, %v: tensor<1x4x8x64xf32>, %p: tensor<1x7xi32>, %s: tensor<1x4x64x64xf32>) {
+  // expected-error @+1 {{'attn.tree_recurrence' op 'parents' dim 1 (L) must match 'query' dim 2 (L): expected 8, got 7}}
+  %o = attn.tree_recurrence linear %q, %q, %v parents(%p : tensor<1x7xi32>) state(%s : tensor<1x4x64x64xf32>)
+      : tensor<1x4x8x64xf32>, tensor<1x4x8x64xf32>, tensor<1x4x8x64xf32>
+  return
+}
+
+// -----
+
+func.func @tree_recurrence_rule_operands(%q: tensor<?x4x?x64xf32>, %v: tensor<?x4x?x64xf32>, %p: tensor<?x?xi32>, %s: tensor<?x4x64x64xf32>) {
+  // expected-error @+1 {{'attn.tree_recurrence' op rule 'gated_delta' needs a 'decay' operand}}
+  %o = attn.tree_recurrence gated_delta %q, %q, %v parents(%p : tensor<?x?xi32>) state(%s : tensor<?x4x64x64xf32>)
+      : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>
+  return
+}

@@ -266,3 +266,24 @@ func.func @sparse_and_tree_variant_regions(
       }
   return %o, %t, %lse : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>, tensor<?x8x?xf32>
 }
+
+// CHECK-LABEL: func.func @tree_recurrence
+// CHECK: attn.tree_recurrence gated_delta %{{.+}}, %{{.+}}, %{{.+}} decay(%{{.+}} : tensor<?x8x?xf32>) beta(%{{.+}} : tensor<?x8x?xf32>) parents(%{{.+}} : tensor<?x?xi32>) state(%{{.+}} : tensor<?x8x64x64xf32>) {max_nodes = 128 : i64, qk_l2norm} : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x8x?x64xf32>
+// CHECK: attn.tree_recurrence linear %{{.+}}, %{{.+}}, %{{.+}} parents(%{{.+}} : tensor<?x?xi32>) state(%{{.+}} : tensor<?x8x64x64xf32>) output_gate(%{{.+}}, %{{.+}} : tensor<?x8x?x64xf32>, tensor<64xf32>) : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x8x?x64xf32>
+func.func @tree_recurrence(%q: tensor<?x4x?x64xf32>, %k: tensor<?x4x?x64xf32>,
+                           %v: tensor<?x8x?x64xf32>, %g: tensor<?x8x?xf32>,
+                           %beta: tensor<?x8x?xf32>, %parents: tensor<?x?xi32>,
+                           %s0: tensor<?x8x64x64xf32>, %z: tensor<?x8x?x64xf32>,
+                           %w: tensor<64xf32>)
+    -> (tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>) {
+  %o = attn.tree_recurrence gated_delta %q, %k, %v
+      decay(%g : tensor<?x8x?xf32>) beta(%beta : tensor<?x8x?xf32>)
+      parents(%parents : tensor<?x?xi32>)
+      state(%s0 : tensor<?x8x64x64xf32>) {qk_l2norm, max_nodes = 128}
+      : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x8x?x64xf32>
+  %o2 = attn.tree_recurrence linear %q, %k, %v
+      parents(%parents : tensor<?x?xi32>) state(%s0 : tensor<?x8x64x64xf32>)
+      output_gate(%z, %w : tensor<?x8x?x64xf32>, tensor<64xf32>)
+      : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x8x?x64xf32>
+  return %o, %o2 : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>
+}
