@@ -290,6 +290,25 @@ LogicalResult CpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   SmallVector<Value> &bindings = buffersOfOp.bindings;
   Value batch = buffersOfOp.batch, length = buffersOfOp.length;
 
+  if (shape.tree) {
+    // The whole tree is one chunk of the chunked kernel: a workgroup per
+    // (batch, value head), whole rows of the state.
+    assertAtRunTime(
+        b,
+        arith::CmpIOp::create(b, arith::CmpIPredicate::ule, length,
+                              m.index(shape.chunkSize)),
+        op->getName().getStringRef() + ": a tree of more than max_nodes = " +
+            Twine(shape.chunkSize) + " nodes");
+    dispatchKernel(
+        b, arith::MulIOp::create(b, batch, m.index(shape.numValueHeads)),
+        bindings, [&](OpBuilder &builder, TypeRange types) {
+          return buildChunkedRecurrenceKernel(
+              builder, op.getLoc(), kernelName("tree"), shape, tiling,
+              shape.paddedValueDim(tiling.vectorWidth), types);
+        });
+    return success();
+  }
+
   // Calls of 1 .. recurrent-max-steps steps run the recurrence step by step,
   // others (prefill, and L = 0, which only copies the state) the chunked
   // form; the other kernel gets zero workgroups.

@@ -258,14 +258,21 @@ private:
     for (Value operand : op.getEpilogueOperands())
       if (cast<ShapedType>(operand.getType()).getRank() == 4)
         perStep.push_back(operand);
+    const bool tree = op.getKeySelectionKind() == KeySelectionKind::Tree;
     nameRole({q, 0}, "B");
-    nameRole({q, 2}, "L");
+    nameRole({q, 2}, tree ? "T" : "L");
     for (Value operand : perStep) {
       unite({q, 0}, {operand, 0});
       unite({q, 2}, {operand, 2});
     }
     unite({q, 0}, {op.getStateInput(), 0});
-    unite({q, 0}, {op.getStateOutput(), 0});
+    if (Value stateOutput = op.getStateOutput())
+      unite({q, 0}, {stateOutput, 0});
+    // A tree's parents [B, T].
+    if (tree) {
+      unite({q, 0}, {op.getKeySelection(), 0});
+      unite({q, 2}, {op.getKeySelection(), 1});
+    }
   }
 
   std::string nameOf(DimRef ref) {
@@ -624,8 +631,9 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
   };
   for (Operation &op : entry.getBody().front()) {
     Value parents;
-    if (auto tree = dyn_cast<TreeSdpaOp>(op))
-      parents = tree.getParents();
+    auto attention = dyn_cast<AttentionOpInterface>(op);
+    if (attention && attention.getKeySelectionKind() == KeySelectionKind::Tree)
+      parents = attention.getKeySelection();
     else if (auto accept = dyn_cast<TreeAcceptOp>(op))
       parents = accept.getParents();
     if (auto arg = dyn_cast_or_null<BlockArgument>(parents))
@@ -664,9 +672,13 @@ EntryLowering::RecurrenceBuffers
 EntryLowering::bindRecurrence(ImplicitLocOpBuilder &b,
                               AttentionOpInterface op) {
   RecurrenceBuffers r;
+  // A tree recurrence binds its parents before the state.
+  Value parents = op.getKeySelectionKind() == KeySelectionKind::Tree
+                      ? op.getKeySelection()
+                      : Value();
   for (Value operand :
        {op.getQuery(), op.getKey(), op.getValue(), op.getStepDecay(),
-        op.getStepBeta(), op.getStateInput()})
+        op.getStepBeta(), parents, op.getStateInput()})
     if (operand)
       r.bindings.push_back(buffers.lookup(operand));
   for (Value operand : op.getEpilogueOperands())
@@ -675,11 +687,13 @@ EntryLowering::bindRecurrence(ImplicitLocOpBuilder &b,
   r.batch = memref::DimOp::create(b, q, 0);
   r.length = memref::DimOp::create(b, q, 2);
   Value out = bufferFor(b, op.getOutput(), {r.batch, r.length});
-  Value state = bufferFor(b, op.getStateOutput(), {r.batch});
   buffers.map(op.getOutput(), out);
-  buffers.map(op.getStateOutput(), state);
   r.bindings.push_back(out);
-  r.bindings.push_back(state);
+  if (Value stateOutput = op.getStateOutput()) {
+    Value state = bufferFor(b, stateOutput, {r.batch});
+    buffers.map(stateOutput, state);
+    r.bindings.push_back(state);
+  }
   return r;
 }
 

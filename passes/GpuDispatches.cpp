@@ -488,6 +488,9 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   if (failed(maybeShape))
     return failure();
   const LinearRecurrenceShape &shape = *maybeShape;
+  if (shape.tree)
+    return op->emitError() << "no CUDA lowering: tree recurrences (SPEC §10) "
+                              "have CPU kernels only";
   HostIndexMath m{b};
   RecurrenceBuffers r = bindRecurrence(b, op);
   SmallVector<Type> types(ValueRange(r.bindings).getTypes());

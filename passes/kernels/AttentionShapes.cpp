@@ -97,6 +97,7 @@ LinearRecurrenceShape::get(AttentionOpInterface op, StringRef target) {
   shape.chunkSize = op.getStepChunkSize();
   shape.scale = op.getScoreScale();
   shape.normalizeQueryKey = op.getNormalizesQueryKey();
+  shape.tree = op.getKeySelectionKind() == KeySelectionKind::Tree;
   switch (op.getEpilogue()) {
   case Epilogue::None:
     break;

@@ -112,6 +112,10 @@ struct LinearRecurrenceShape {
   bool normalizeQueryKey = false;
   /// The rmsnorm-silu output gate, fused into the kernels' epilogue.
   bool rmsNormGate = false;
+  /// attn.tree_recurrence (SPEC §10): the steps are a draft tree's nodes,
+  /// `parents` is bound after beta, there is no final state, and
+  /// `chunkSize` is the most nodes (the whole tree is one chunk).
+  bool tree = false;
   double gateEpsilon = 0.0;
 
   /// A scalar log-decay per step (decay, gated_delta).
@@ -147,7 +151,8 @@ struct LinearRecurrenceShape {
 
 /// A recurrence kernel's arguments, in binding order (below).
 struct RecurrenceBindings {
-  Value q, k, v, g, beta, initialState, z, w, out, finalState, workgroup;
+  Value q, k, v, g, beta, parents, initialState, z, w, out, finalState,
+      workgroup;
 
   RecurrenceBindings(func::FuncOp func, const LinearRecurrenceShape &shape) {
     auto args = func.getArguments();
@@ -159,13 +164,16 @@ struct RecurrenceBindings {
       g = args[next++];
     if (shape.isDelta())
       beta = args[next++];
+    if (shape.tree)
+      parents = args[next++];
     initialState = args[next++];
     if (shape.rmsNormGate) {
       z = args[next++];
       w = args[next++];
     }
     out = args[next++];
-    finalState = args[next++];
+    if (!shape.tree)
+      finalState = args[next++];
     workgroup = args.back();
   }
 };

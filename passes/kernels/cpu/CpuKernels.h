@@ -130,7 +130,8 @@ func::FuncOp buildKvCompactKernel(OpBuilder &builder, Location loc,
 //===----------------------------------------------------------------------===//
 
 /// Kernel bindings of every kernel, in this order: q, k, v, [g], [beta],
-/// S_init, [z, w], o, S.
+/// [parents], S_init, [z, w], o, [S] (a tree recurrence binds the parents
+/// and has no final state).
 ///
 /// The chunked form: per chunk of C steps, masked matrix products inside
 /// the chunk (and for the delta rules the UT transform), then the state
@@ -139,6 +140,13 @@ func::FuncOp buildKvCompactKernel(OpBuilder &builder, Location loc,
 /// (batch, value head, column tile) with the tile fastest. With whole rows
 /// (`columns` = padded Dv) the rmsnorm-silu gate is fused; with column
 /// tiles o is stored ungated and the gate kernel follows.
+///
+/// A tree recurrence (`shape.tree`, whole rows) is one chunk of C =
+/// max_nodes steps, the tree's nodes in index order (the host has checked
+/// T <= C): the decays are summed along each node's path instead of the
+/// chunk, and the ancestor relation replaces the causal mask in every
+/// matrix of the chunk (a node's ancestors precede it, so the matrices stay
+/// lower triangular and the UT transform's forward substitution holds).
 func::FuncOp buildChunkedRecurrenceKernel(OpBuilder &builder, Location loc,
                                           StringRef name,
                                           const LinearRecurrenceShape &shape,

@@ -244,11 +244,26 @@ Value lanePositions(KernelEmitter &e, int64_t offset) {
           e.b, DenseElementsAttr::get(type, static_cast<int32_t>(offset))));
 }
 
+/// Lanes [off, off + width) of row t of a tree's `ancestors` (i32 [C, C])
+/// as i1: whether each column is t or an ancestor of t.
+Value isAncestorLane(KernelEmitter &e, Value ancestors, Value t, int64_t off) {
+  auto i32Vec = VectorType::get({e.width}, e.b.getI32Type());
+  Value row = vector::LoadOp::create(e.b, i32Vec, ancestors,
+                                     ValueRange{t, e.index(off)});
+  return e.icmp(arith::CmpIPredicate::ne, row,
+                arith::ConstantOp::create(
+                    e.b, DenseElementsAttr::get(i32Vec, static_cast<int32_t>(0))));
+}
+
 /// Keeps, in each row t of the C x C `scores`, the columns s < t (`strict`)
 /// or s <= t, multiplied by exp(G_t - G_s) (scalar decay: `cumulative` [C])
-/// and by `rowFactor[t]`; everything else becomes 0.
+/// and by `rowFactor[t]`; everything else becomes 0. With `ancestors`
+/// (a tree: i32 [C, C], nonzero where s is t or an ancestor of t) only
+/// those columns are kept. The exponentials of dropped entries may
+/// overflow; the select discards them.
 void maskChunkScores(KernelEmitter &e, Value scores, int64_t chunk,
-                     Value cumulative, Value rowFactor, bool strict) {
+                     Value cumulative, Value rowFactor, bool strict,
+                     Value ancestors = Value()) {
   auto i32Vec = VectorType::get({e.width}, e.b.getI32Type());
   e.loop(e.index(0), e.index(chunk), e.index(1), [&](Value t) {
     Value row = vector::BroadcastOp::create(
@@ -267,6 +282,8 @@ void maskChunkScores(KernelEmitter &e, Value scores, int64_t chunk,
       Value keep =
           e.icmp(strict ? arith::CmpIPredicate::slt : arith::CmpIPredicate::sle,
                  lanePositions(e, off), row);
+      if (ancestors)
+        keep = e.andI(keep, isAncestorLane(e, ancestors, t, off));
       vector::StoreOp::create(e.b, e.select(keep, s, e.splat(0.0)), scores,
                               ValueRange{t, col});
     }
@@ -349,6 +366,8 @@ private:
   void loadInitialState();
   void loadChunk(Value first, Value steps);
   void accumulateDecays();
+  void findAncestors(Value steps);
+  void accumulatePathDecays(Value steps);
   void transposeKeys();
   void transformDeltaValues();
   void scoreChunk();
@@ -385,6 +404,8 @@ private:
   // transposed keys, the C x C score tiles and the state.
   Value keys, queries, values, keysT, scores, outputs, state, cumulative;
   Value betas, transform, weights, scaledKeys, newValues, lastDecay;
+  /// A tree: i32 [C, C], row t nonzero at t and t's ancestors.
+  Value ancestors;
   /// The last row of the chunk, where G_last is.
   Value lastRow;
   /// The values the state update reads: V, or the delta rules' V'.
@@ -413,6 +434,20 @@ func::FuncOp ChunkedRecurrenceKernel::build() {
   firstColumn = tiles > 1 ? e.mul(heads.tile, e.index(DvP)) : Value();
   allocateScratch();
   loadInitialState();
+  if (shape.tree) {
+    // One chunk: the whole tree (the host checked T <= C).
+    loadChunk(c0, length);
+    findAncestors(length);
+    accumulatePathDecays(length);
+    transposeKeys();
+    update = values;
+    if (shape.isDelta())
+      transformDeltaValues();
+    scoreChunk();
+    storeChunkOutputs(c0, length);
+    func::ReturnOp::create(b);
+    return func;
+  }
   Value chunks = e.ceilDiv(length, e.index(C));
   e.loop(c0, chunks, c1, [&](Value chunk) {
     Value first = e.mul(chunk, e.index(C));
@@ -484,6 +519,65 @@ void ChunkedRecurrenceKernel::allocateScratch() {
     newValues = e.scratch({C, DvP});
   }
   lastDecay = shape.featureDecay() ? e.scratch({DkP}) : Value();
+  if (shape.tree)
+    ancestors = memref::AllocaOp::create(
+        b, MemRefType::get({C, C}, b.getI32Type()), b.getI64IntegerAttr(64));
+}
+
+void ChunkedRecurrenceKernel::findAncestors(Value steps) {
+  // Row t = its parent's row plus t itself, in index order (a parent
+  // precedes its children); rows past the tree hold only themselves.
+  auto i32Vec = VectorType::get({W}, b.getI32Type());
+  Value zeros = arith::ConstantOp::create(
+      b, DenseElementsAttr::get(i32Vec, static_cast<int32_t>(0)));
+  Value one = arith::ConstantIntOp::create(b, b.getI32Type(), 1);
+  e.loop(c0, e.index(C), c1, [&](Value t) {
+    Value parent = e.ifElse(
+        e.icmp(arith::CmpIPredicate::ult, t, steps),
+        [&]() -> SmallVector<Value> {
+          return {e.loadInt(args.parents, {batch, t})};
+        },
+        [&]() -> SmallVector<Value> { return {e.i32(-1)}; })[0];
+    Value isRoot = e.icmp(arith::CmpIPredicate::slt, parent, e.i32(0));
+    Value parentRow = e.toIndex(e.select(isRoot, e.i32(0), parent));
+    for (int64_t off = 0; off < C; off += W) {
+      Value col = e.index(off);
+      Value inherited = vector::LoadOp::create(b, i32Vec, ancestors,
+                                               ValueRange{parentRow, col});
+      vector::StoreOp::create(b, e.select(isRoot, zeros, inherited), ancestors,
+                              ValueRange{t, col});
+    }
+    memref::StoreOp::create(b, one, ancestors, ValueRange{t, t});
+  });
+}
+
+void ChunkedRecurrenceKernel::accumulatePathDecays(Value steps) {
+  // G_t = g_t + G_parent(t): the decays summed along t's path from the
+  // root, in index order.
+  if (!shape.hasDecay())
+    return;
+  lastRow = e.index(C - 1);
+  e.loop(c0, steps, c1, [&](Value t) {
+    Value parent = e.loadInt(args.parents, {batch, t});
+    e.ifThen(e.icmp(arith::CmpIPredicate::sge, parent, e.i32(0)), [&] {
+      Value p = e.toIndex(parent);
+      if (shape.scalarDecay()) {
+        e.store(e.fadd(e.load(cumulative, t), e.load(cumulative, p)),
+                cumulative, {t});
+        return;
+      }
+      for (int64_t off = 0; off < DkP; off += W) {
+        Value col = e.index(off);
+        vector::StoreOp::create(
+            b,
+            e.fadd(vector::LoadOp::create(b, e.vec, cumulative,
+                                          ValueRange{t, col}),
+                   vector::LoadOp::create(b, e.vec, cumulative,
+                                          ValueRange{p, col})),
+            cumulative, ValueRange{t, col});
+      }
+    });
+  });
 }
 
 void ChunkedRecurrenceKernel::loadInitialState() {
@@ -562,7 +656,7 @@ void ChunkedRecurrenceKernel::transposeKeys() {
     for (int64_t off = 0; off < DkP; off += W) {
       Value x =
           vector::LoadOp::create(b, e.vec, keys, ValueRange{s, e.index(off)});
-      if (shape.featureDecay())
+      if (shape.featureDecay() && !shape.tree)
         x = e.fmul(x, decayToEnd(s, off));
       for (int64_t lane = 0; lane < W; ++lane)
         e.store(vector::ExtractOp::create(b, x, lane), keysT,
@@ -578,7 +672,7 @@ void ChunkedRecurrenceKernel::transformDeltaValues() {
   gram.a = keys, gram.b = keysT, gram.c = transform, gram.lowerC = true;
   emitProduct(e, gram);
   maskChunkScores(e, transform, C, shape.scalarDecay() ? cumulative : Value(),
-                  betas, /*strict=*/true);
+                  betas, /*strict=*/true, ancestors);
   invertUnitLower(e, transform, C);
   // T diag(beta)
   e.loop(c0, e.index(C), c1, [&](Value t) {
@@ -640,7 +734,16 @@ void ChunkedRecurrenceKernel::scoreChunk() {
               vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}));
           dot = e.fma(qk, decay, dot);
         }
-        e.store(e.sumLanes(dot), scores, {t, s});
+        Value score = e.sumLanes(dot);
+        // A tree keeps its ancestors' columns only (the others' decays may
+        // have overflowed).
+        if (ancestors)
+          score = e.select(
+              e.icmp(arith::CmpIPredicate::ne,
+                     memref::LoadOp::create(b, ancestors, ValueRange{t, s}),
+                     e.i32(0)),
+              score, e.scalar(0.0));
+        e.store(score, scores, {t, s});
       });
     });
     return;
@@ -650,7 +753,7 @@ void ChunkedRecurrenceKernel::scoreChunk() {
   p.a = queries, p.b = keysT, p.c = scores, p.lowerC = true;
   emitProduct(e, p);
   maskChunkScores(e, scores, C, shape.scalarDecay() ? cumulative : Value(),
-                  Value(), /*strict=*/false);
+                  Value(), /*strict=*/false, ancestors);
 }
 
 void ChunkedRecurrenceKernel::storeChunkOutputs(Value first, Value steps) {
