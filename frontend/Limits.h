@@ -38,6 +38,9 @@ constexpr int64_t kMaxBudgetBlocks = int64_t(1) << 20;
 constexpr int64_t kMaxRelativeBiasRadius = 65536;
 /// speculative.max_tree_nodes.
 constexpr int64_t kMaxTreeNodes = 4096;
+/// speculative.max_tree_nodes of a model whose linear layers verify trees
+/// (attn.tree_recurrence's max_nodes: its kernels hold T x T tiles).
+constexpr int64_t kMaxTreeRecurrenceNodes = 256;
 
 } // namespace mlir::attn::frontend::limits
 

@@ -233,7 +233,7 @@ LinearAttentionLayer readLinearAttention(Reader &reader,
   reader.onlyKeys(layer, path,
                   {"name", "type", "rule", "num_k_heads", "num_v_heads",
                    "k_dim", "v_dim", "chunk_size", "qk_l2norm", "output_gate",
-                   "scale", "gate_eps"});
+                   "scale", "gate_eps", "tree"});
   LinearAttentionLayer out;
   out.rule = reader.choice<Rule>(layer, path, "rule", kRules, {});
   out.numKHeads =
@@ -254,6 +254,7 @@ LinearAttentionLayer readLinearAttention(Reader &reader,
         llvm::formatv("expected 16, 32, 64 or 128, got {0}", out.chunkSize)
             .str());
   out.qkL2Norm = reader.boolean(layer, path, "qk_l2norm", false);
+  out.tree = reader.boolean(layer, path, "tree", false);
   out.outputGate = reader.choice<OutputGate>(layer, path, "output_gate",
                                              kOutputGates, OutputGate::None);
   out.scale = readScale(reader, layer, path);
@@ -347,6 +348,18 @@ mlir::attn::frontend::parseModelDescription(llvm::StringRef text) {
                                           {}, 1, limits::kMaxTreeNodes);
     }
   }
+  bool linearTrees = llvm::any_of(model.layers, [](const Layer &layer) {
+    const auto *linear = std::get_if<LinearAttentionLayer>(&layer);
+    return linear && linear->tree;
+  });
+  if (linearTrees && model.maxTreeNodes &&
+      *model.maxTreeNodes > limits::kMaxTreeRecurrenceNodes)
+    reader.fail("$.speculative.max_tree_nodes",
+                llvm::formatv("expected at most {0} with a linear layer's "
+                              "\"tree\", got {1}",
+                              limits::kMaxTreeRecurrenceNodes,
+                              *model.maxTreeNodes)
+                    .str());
   if (reader.failed())
     return reader.takeError();
   return model;

@@ -76,6 +76,8 @@ struct LinearAttentionLayer {
   OutputGate outputGate = OutputGate::None;
   std::optional<double> scale; ///< null: 1/sqrt(k_dim)
   double gateEps = 1e-6;
+  /// SPEC §10: the layer also verifies draft trees (its .tree entry).
+  bool tree = false;
 };
 
 using Layer = std::variant<AttentionLayer, LinearAttentionLayer>;

@@ -119,7 +119,8 @@ public:
       if (const auto *attention = std::get_if<AttentionLayer>(&layer))
         addAttention(*attention);
       else
-        addLinearAttention(std::get<LinearAttentionLayer>(layer));
+        addLinearAttention(std::get<LinearAttentionLayer>(layer),
+                           model.maxTreeNodes.value_or(kDefaultTreeNodes));
     }
     if (model.maxTreeNodes)
       addAccept();
@@ -415,46 +416,98 @@ private:
                  {"path", "length", "bonus"});
   }
 
-  void addLinearAttention(const LinearAttentionLayer &layer) {
-    Location loc = builder.getUnknownLoc();
-    static const RecurrenceRule kRules[] = {
-        RecurrenceRule::Linear, RecurrenceRule::Decay, RecurrenceRule::Gla,
-        RecurrenceRule::Delta, RecurrenceRule::GatedDelta};
-    RecurrenceRule rule = kRules[static_cast<int>(layer.rule)];
-    bool decay = layer.rule == Rule::Decay || layer.rule == Rule::Gla ||
-                 layer.rule == Rule::GatedDelta;
-    bool beta = layer.rule == Rule::Delta || layer.rule == Rule::GatedDelta;
+  /// The most nodes of a draft tree in a model that does not say
+  /// (speculative.max_tree_nodes).
+  static constexpr int64_t kDefaultTreeNodes = 64;
 
-    // <layer>: q, k, v (+ g) (+ beta) + S_init (+ z, w) -> o, S
-    EntryBuilder entry(builder, module, layer.name);
+  /// A linear layer's per-step inputs: q, k, v (+ g) (+ beta), then
+  /// `between` (the tree's parents), S_init (+ z, w).
+  void declareRecurrenceInputs(EntryBuilder &entry,
+                               const LinearAttentionLayer &layer,
+                               ArrayRef<std::pair<StringRef, Type>> between) {
     entry.arg("q", rows(layer.numKHeads, layer.kDim));
     entry.arg("k", rows(layer.numKHeads, layer.kDim));
     entry.arg("v", rows(layer.numVHeads, layer.vDim));
-    if (decay)
+    if (usesDecay(layer))
       entry.arg("g", layer.rule == Rule::Gla
                          ? rows(layer.numVHeads, layer.kDim)
                          : tensor({kDyn, layer.numVHeads, kDyn}, element));
-    if (beta)
+    if (usesBeta(layer))
       entry.arg("beta", tensor({kDyn, layer.numVHeads, kDyn}, element));
+    for (auto [name, type] : between)
+      entry.arg(name, type);
     entry.arg("S_init", tensor({kDyn, layer.numVHeads, layer.kDim, layer.vDim},
                                Float32Type::get(context)));
     if (layer.outputGate == OutputGate::RmsNormSilu) {
       entry.arg("z", rows(layer.numVHeads, layer.vDim));
       entry.arg("w", tensor({layer.vDim}, element));
     }
-    entry.beginBody();
-    auto recurrence = LinearRecurrenceOp::create(
-        builder, loc, RecurrenceRuleAttr::get(context, rule), entry["q"],
-        entry["k"], entry["v"], decay ? entry["g"] : Value(),
-        beta ? entry["beta"] : Value(), entry["S_init"], Value(), Value(),
-        builder.getI64IntegerAttr(layer.chunkSize), optionalF64(layer.scale),
-        layer.qkL2Norm ? builder.getUnitAttr() : UnitAttr(),
-        builder.getF64FloatAttr(1e-6));
-    Value o = recurrence.getOutput();
-    if (layer.outputGate == OutputGate::RmsNormSilu)
-      o = RmsNormGateOp::create(builder, loc, o, entry["z"], entry["w"],
-                                builder.getF64FloatAttr(layer.gateEps));
-    entry.finish({o, recurrence.getFinalState()}, {"o", "S"});
+  }
+
+  static bool usesDecay(const LinearAttentionLayer &layer) {
+    return layer.rule == Rule::Decay || layer.rule == Rule::Gla ||
+           layer.rule == Rule::GatedDelta;
+  }
+  static bool usesBeta(const LinearAttentionLayer &layer) {
+    return layer.rule == Rule::Delta || layer.rule == Rule::GatedDelta;
+  }
+
+  /// o through the layer's output gate, if it has one.
+  Value gatedRecurrence(EntryBuilder &entry, const LinearAttentionLayer &layer,
+                        Value o) {
+    if (layer.outputGate != OutputGate::RmsNormSilu)
+      return o;
+    return RmsNormGateOp::create(builder, builder.getUnknownLoc(), o,
+                                 entry["z"], entry["w"],
+                                 builder.getF64FloatAttr(layer.gateEps));
+  }
+
+  void addLinearAttention(const LinearAttentionLayer &layer,
+                          int64_t maxTreeNodes) {
+    Location loc = builder.getUnknownLoc();
+    static const RecurrenceRule kRules[] = {
+        RecurrenceRule::Linear, RecurrenceRule::Decay, RecurrenceRule::Gla,
+        RecurrenceRule::Delta, RecurrenceRule::GatedDelta};
+    auto rule =
+        RecurrenceRuleAttr::get(context, kRules[static_cast<int>(layer.rule)]);
+    auto step = [&](EntryBuilder &entry, StringRef name) {
+      return usesDecay(layer) && name == "g"     ? entry["g"]
+             : usesBeta(layer) && name == "beta" ? entry["beta"]
+                                                 : Value();
+    };
+    UnitAttr l2norm = layer.qkL2Norm ? builder.getUnitAttr() : UnitAttr();
+
+    // <layer>: q, k, v (+ g) (+ beta) + S_init (+ z, w) -> o, S
+    {
+      EntryBuilder entry(builder, module, layer.name);
+      declareRecurrenceInputs(entry, layer, {});
+      entry.beginBody();
+      auto recurrence = LinearRecurrenceOp::create(
+          builder, loc, rule, entry["q"], entry["k"], entry["v"],
+          step(entry, "g"), step(entry, "beta"), entry["S_init"], Value(),
+          Value(), builder.getI64IntegerAttr(layer.chunkSize),
+          optionalF64(layer.scale), l2norm, builder.getF64FloatAttr(1e-6));
+      entry.finish({gatedRecurrence(entry, layer, recurrence.getOutput()),
+                    recurrence.getFinalState()},
+                   {"o", "S"});
+    }
+    if (!layer.tree)
+      return;
+    // <layer>.tree: q, k, v (+ g) (+ beta), parents, S_init (+ z, w) -> o
+    {
+      EntryBuilder entry(builder, module, layer.name + ".tree");
+      declareRecurrenceInputs(entry, layer,
+                              {{"parents", tensor({kDyn, kDyn}, i32())}});
+      entry.beginBody();
+      auto recurrence = TreeRecurrenceOp::create(
+          builder, loc, rule, entry["q"], entry["k"], entry["v"],
+          step(entry, "g"), step(entry, "beta"), entry["parents"],
+          entry["S_init"], Value(), Value(),
+          builder.getI64IntegerAttr(maxTreeNodes), optionalF64(layer.scale),
+          l2norm, builder.getF64FloatAttr(1e-6));
+      entry.finish({gatedRecurrence(entry, layer, recurrence.getOutput())},
+                   {"o"});
+    }
   }
 
   MLIRContext *context;

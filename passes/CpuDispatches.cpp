@@ -293,12 +293,12 @@ LogicalResult CpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   if (shape.tree) {
     // The whole tree is one chunk of the chunked kernel: a workgroup per
     // (batch, value head), whole rows of the state.
-    assertAtRunTime(
-        b,
-        arith::CmpIOp::create(b, arith::CmpIPredicate::ule, length,
-                              m.index(shape.chunkSize)),
-        op->getName().getStringRef() + ": a tree of more than max_nodes = " +
-            Twine(shape.chunkSize) + " nodes");
+    assertAtRunTime(b,
+                    arith::CmpIOp::create(b, arith::CmpIPredicate::ule, length,
+                                          m.index(shape.chunkSize)),
+                    op->getName().getStringRef() +
+                        ": a tree of more than max_nodes = " +
+                        Twine(shape.chunkSize) + " nodes");
     dispatchKernel(
         b, arith::MulIOp::create(b, batch, m.index(shape.numValueHeads)),
         bindings, [&](OpBuilder &builder, TypeRange types) {

@@ -71,8 +71,7 @@ struct Argument {
 
 class Model {
 public:
-  static std::unique_ptr<Model> fromFile(const std::string &path,
-                                         int threads) {
+  static std::unique_ptr<Model> fromFile(const std::string &path, int threads) {
     attn_model *model = nullptr;
     check(attn_model_load_file(path.c_str(), threads, &model));
     return std::unique_ptr<Model>(new Model(model));
@@ -104,8 +103,8 @@ public:
     if (device != "cpu" && device != "cuda")
       throw AttnError("device must be \"cpu\" or \"cuda\", got \"" + device +
                       "\"");
-    check(attn_model_set_device(
-        model, device == "cuda" ? ATTN_DEVICE_CUDA : ATTN_DEVICE_CPU));
+    check(attn_model_set_device(model, device == "cuda" ? ATTN_DEVICE_CUDA
+                                                        : ATTN_DEVICE_CPU));
   }
 
   /// (inputs, outputs) of `entry`, each a list of Arguments.
@@ -116,8 +115,7 @@ public:
     int32_t inputs = attn_entry_num_inputs(model, index);
     int32_t outputs = attn_entry_num_outputs(model, index);
     for (int32_t i = 0; i < inputs + outputs; ++i)
-      (i < inputs ? result.first : result.second)
-          .push_back(argument(index, i));
+      (i < inputs ? result.first : result.second).push_back(argument(index, i));
     return result;
   }
 
@@ -225,17 +223,17 @@ private:
       attn_argument_info info;
       check(attn_entry_argument(model, entry, index, &info));
       std::string what = entryName + ": " + (isOutput ? "output" : "input") +
-                         " " + std::to_string(isOutput ? index - numInputs
-                                                       : index) +
+                         " " +
+                         std::to_string(isOutput ? index - numInputs : index) +
                          " (" + info.name + ")";
       if (isTorchTensor(object)) {
         describeTorch(object, info, what, call, isOutput);
         return;
       }
       if (!py::isinstance<py::array>(object))
-        throw AttnError(what + ": expected an array, got " +
-                        py::str(py::type::of(object).attr("__name__"))
-                            .cast<std::string>());
+        throw AttnError(
+            what + ": expected an array, got " +
+            py::str(py::type::of(object).attr("__name__")).cast<std::string>());
       auto array = py::reinterpret_borrow<py::array>(object);
       std::optional<attn_dtype> dtype = dtypeOf(array.dtype(), info.dtype);
       if (!dtype || *dtype != info.dtype)
@@ -247,8 +245,8 @@ private:
                                "contiguous tensor");
       if (isOutput && !array.writeable())
         throw AttnError(what + ": the buffer is read-only");
-      std::vector<int64_t> &shape = call.shapes.emplace_back(
-          array.shape(), array.shape() + array.ndim());
+      std::vector<int64_t> &shape =
+          call.shapes.emplace_back(array.shape(), array.shape() + array.ndim());
       attn_tensor tensor{*dtype, static_cast<int32_t>(array.ndim()),
                          shape.data(), const_cast<void *>(array.data())};
       (isOutput ? call.outputs : call.inputs).push_back(tensor);
@@ -291,8 +289,8 @@ private:
     else if (dtypeName == "torch.bfloat16")
       dtype = ATTN_BF16;
     if (!dtype || *dtype != info.dtype)
-      throw AttnError(what + ": expected dtype " +
-                      attn_dtype_name(info.dtype) + ", got " + dtypeName);
+      throw AttnError(what + ": expected dtype " + attn_dtype_name(info.dtype) +
+                      ", got " + dtypeName);
     if (!tensor.attr("is_contiguous")().cast<bool>())
       throw AttnError(what + ": not C-contiguous (a strided view); pass a "
                              "contiguous tensor");

@@ -909,7 +909,7 @@ static LogicalResult verifyRecurrenceOperands(RecurrenceOp op) {
     }
     if (!operand)
       return op.emitOpError() << "rule '" << ruleName << "' needs a '" << name
-                           << "' operand " << formatLayout(dims);
+                              << "' operand " << formatLayout(dims);
     NamedTensor t = named(name, operand, dims);
     if (failed(checkRank(emit, t)) || failed(checkSameElementType(emit, t, q)))
       return failure();
@@ -923,14 +923,15 @@ static LogicalResult verifyRecurrenceOperands(RecurrenceOp op) {
   ArrayRef<const char *> decayDims = rule == RecurrenceRule::Gla
                                          ? ArrayRef(kRecVectorGateDims)
                                          : ArrayRef(kRecScalarGateDims);
-  if (failed(checkPerStep("decay", op.getDecay(), usesDecay(rule), decayDims)) ||
-      failed(
-          checkPerStep("beta", op.getBeta(), usesBeta(rule), kRecScalarGateDims)))
+  if (failed(
+          checkPerStep("decay", op.getDecay(), usesDecay(rule), decayDims)) ||
+      failed(checkPerStep("beta", op.getBeta(), usesBeta(rule),
+                          kRecScalarGateDims)))
     return failure();
 
   if (static_cast<bool>(op.getGateZ()) != static_cast<bool>(op.getGateWeight()))
     return op.emitOpError() << "the output gate needs both 'gate_z' and "
-                            "'gate_weight'";
+                               "'gate_weight'";
   if (Value z = op.getGateZ()) {
     NamedTensor zt = named("gate_z", z, kRecValueDims);
     NamedTensor wt = named("gate_weight", op.getGateWeight(), kFeatureDims);

@@ -177,6 +177,33 @@ TEST(Frontend, NamedVariantsAddTheirInputsInSpecOrder) {
   EXPECT_EQ(regions, 2 + 2 + 2); // a, a.tree, p
 }
 
+TEST(Frontend, LinearTreeEntryTakesParentsBeforeTheState) {
+  // SPEC §10: <linear layer>.tree(q, k, v, (g), (beta), parents, S_init,
+  // (z, w)) -> o, an attn.tree_recurrence of max_tree_nodes nodes.
+  const char *json = R"({"model": "m", "layers": [{"name": "l",
+    "type": "linear_attention", "rule": "gated_delta", "num_k_heads": 2,
+    "num_v_heads": 4, "k_dim": 16, "output_gate": "rmsnorm_silu",
+    "tree": true}], "speculative": {"max_tree_nodes": 100}})";
+  llvm::Expected<ModelDescription> model = parseModelDescription(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  using Args = std::vector<std::string>;
+  std::vector<std::pair<std::string, Args>> expected = {
+      {"l", Args{"q", "k", "v", "g", "beta", "S_init", "z", "w"}},
+      {"l.tree",
+       Args{"q", "k", "v", "g", "beta", "parents", "S_init", "z", "w"}},
+      {"verify.accept", Args{"tokens", "target", "parents"}}};
+  EXPECT_EQ(entrySignatures(*module), expected);
+  int trees = 0;
+  module->walk([&](mlir::attn::TreeRecurrenceOp op) {
+    EXPECT_EQ(op.getMaxNodes(), 100u);
+    ++trees;
+  });
+  EXPECT_EQ(trees, 1);
+}
+
 TEST(Frontend, ReturnLseAddsASecondOutput) {
   // SPEC §9: "return_lse" adds lse [B, H, Lq] after o in the layer's entry
   // and its .tree entry (sparse or dense); other entries are unchanged.
@@ -399,7 +426,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 1, "head_dim": 8}], "speculative": {"max_tree_nodes": 1000000}})",
             "$.speculative.max_tree_nodes: expected an integer <= 4096 "
-            "(attn's limit), got 1000000"}));
+            "(attn's limit), got 1000000"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "l", "type": "linear_attention", "rule": "delta", "num_k_heads": 1, "k_dim": 8, "tree": true}], "speculative": {"max_tree_nodes": 300}})",
+            "$.speculative.max_tree_nodes: expected at most 256 with a linear "
+            "layer's \"tree\", got 300"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "l", "type": "linear_attention", "rule": "delta", "num_k_heads": 1, "k_dim": 8, "tree": "yes"}]})",
+            "$.layers[0].tree: expected true or false, got \"yes\""}));
 
 // 50,000 nested brackets once overflowed the parser's stack.
 TEST(Frontend, NestingIsBounded) {

@@ -250,9 +250,10 @@ Value isAncestorLane(KernelEmitter &e, Value ancestors, Value t, int64_t off) {
   auto i32Vec = VectorType::get({e.width}, e.b.getI32Type());
   Value row = vector::LoadOp::create(e.b, i32Vec, ancestors,
                                      ValueRange{t, e.index(off)});
-  return e.icmp(arith::CmpIPredicate::ne, row,
-                arith::ConstantOp::create(
-                    e.b, DenseElementsAttr::get(i32Vec, static_cast<int32_t>(0))));
+  return e.icmp(
+      arith::CmpIPredicate::ne, row,
+      arith::ConstantOp::create(
+          e.b, DenseElementsAttr::get(i32Vec, static_cast<int32_t>(0))));
 }
 
 /// Keeps, in each row t of the C x C `scores`, the columns s < t (`strict`)
@@ -412,6 +413,15 @@ private:
   Value update;
 };
 
+/// The steps of one chunk: the op's chunk size, or for a tree its
+/// max_nodes rounded up to whole vectors and to the 16 steps the products'
+/// register blocks take (nodes past the tree are zero steps).
+static int64_t chunkOf(const LinearRecurrenceShape &shape, int64_t width) {
+  if (!shape.tree)
+    return shape.chunkSize;
+  return roundUp(shape.chunkSize, std::max<int64_t>(16, width));
+}
+
 ChunkedRecurrenceKernel::ChunkedRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, const CpuTiling &tiling,
@@ -421,7 +431,7 @@ ChunkedRecurrenceKernel::ChunkedRecurrenceKernel(
       func(createKernel(builder, loc, name, bindingTypes, tiling,
                         tiles > 1 ? "chunked_columns" : "chunked")),
       b(loc, builder), e(b, W), args(func, shape),
-      heads(e, shape, args.workgroup, tiles), C(shape.chunkSize),
+      heads(e, shape, args.workgroup, tiles), C(chunkOf(shape, W)),
       Dk(shape.keyDim), Dv(shape.valueDim), DkP(roundUp(Dk, W)), DvP(columns) {
   assert(columns % W == 0 && shape.paddedValueDim(W) % columns == 0 &&
          "a column tile is whole vectors and divides the padded Dv");

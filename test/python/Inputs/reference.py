@@ -74,3 +74,63 @@ def close(actual, expected, tolerance, what):
     error = np.abs(actual[finite] - expected[finite]).max(initial=0.0) / scale
     assert error <= tolerance, f"{what}: relative error {error:.3g} > {tolerance}"
     assert (actual[~finite] == expected[~finite]).all(), f"{what}: infinities"
+
+
+def recurrence(rule, q, k, v, g, beta, s_init, scale=None, l2norm=False,
+               z=None, w=None, eps=1e-6):
+    """o [B,Hv,L,Dv] and S of SPEC §2 for any rule, step by step in
+    float64; g is [B,Hv,L] ([B,Hv,L,Dk] for gla) or None, beta [B,Hv,L] or
+    None; z and w apply the rmsnorm-silu output gate."""
+    q, k, v, s = (np.array(x, dtype=np.float64) for x in (q, k, v, s_init))
+    g = None if g is None else np.asarray(g, dtype=np.float64)
+    beta = None if beta is None else np.asarray(beta, dtype=np.float64)
+    B, Hk, L, Dk = q.shape
+    Hv, Dv = v.shape[1], v.shape[3]
+    scale = 1.0 / np.sqrt(Dk) if scale is None else scale
+    if l2norm:
+        q = q / np.sqrt((q * q).sum(-1, keepdims=True) + 1e-6)
+        k = k / np.sqrt((k * k).sum(-1, keepdims=True) + 1e-6)
+    o = np.zeros((B, Hv, L, Dv))
+    for b in range(B):
+        for j in range(Hv):
+            i = j // (Hv // Hk)
+            for t in range(L):
+                if rule == "gla":
+                    s[b, j] *= np.exp(g[b, j, t])[:, None]
+                elif rule in ("decay", "gated_delta"):
+                    s[b, j] *= np.exp(g[b, j, t])
+                u = v[b, j, t].copy()
+                if rule in ("delta", "gated_delta"):
+                    u = beta[b, j, t] * (u - s[b, j].T @ k[b, i, t])
+                s[b, j] += np.outer(k[b, i, t], u)
+                o[b, j, t] = s[b, j].T @ (scale * q[b, i, t])
+    if z is not None:
+        z = np.asarray(z, dtype=np.float64)
+        w = np.asarray(w, dtype=np.float64)
+        o = o / np.sqrt((o * o).mean(-1, keepdims=True) + eps) * w * \
+            (z / (1.0 + np.exp(-z)))
+    return o, s
+
+
+def tree_recurrence(rule, q, k, v, g, beta, parents, s_init, **options):
+    """o [B,Hv,T,Dv] of SPEC §10's .tree: §2 on each root-to-node path."""
+    B, T = parents.shape
+    Hv, Dv = v.shape[1], v.shape[3]
+    o = np.zeros((B, Hv, T, Dv))
+    for b in range(B):
+        for t in range(T):
+            path, u = [], t
+            while u >= 0:
+                path.append(u)
+                u = parents[b, u]
+            path = path[::-1]
+            pick = lambda x: None if x is None else x[b:b + 1][:, :, path]
+            gate = {}
+            if options.get("z") is not None:
+                gate = dict(z=pick(options["z"]), w=options["w"])
+            rest = {key: value for key, value in options.items()
+                    if key not in ("z", "w")}
+            path_o, _ = recurrence(rule, pick(q), pick(k), pick(v), pick(g),
+                                   pick(beta), s_init[b:b + 1], **rest, **gate)
+            o[b, :, t] = path_o[0, :, -1]
+    return o

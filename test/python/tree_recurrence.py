@@ -1,0 +1,113 @@
+# RUN: %attn_python %s
+# SPEC §10's .tree entry of a linear layer, for every rule: random trees,
+# chains (equal to the layer's own prefill), stars, T = 1 and trees of
+# exactly max_nodes, Hv/Hk groups, the rmsnorm-silu gate, batches with
+# different trees, against running §2 on every root-to-node path in
+# float64; a tree past max_nodes and parents that are no tree are errors.
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
+import attn
+from reference import close, recurrence, tree_recurrence
+
+HK, HV, DK, DV = 2, 4, 20, 12
+MAX_NODES = 40
+rng = np.random.default_rng(11)
+
+
+def compile_layer(rule, gate):
+    layer = {"name": "lin", "type": "linear_attention", "rule": rule,
+             "num_k_heads": HK, "num_v_heads": HV, "k_dim": DK, "v_dim": DV,
+             "chunk_size": 16, "qk_l2norm": True, "tree": True}
+    if gate:
+        layer["output_gate"] = "rmsnorm_silu"
+    return attn.compile({"model": f"tree-{rule}", "layers": [layer],
+                         "speculative": {"max_tree_nodes": MAX_NODES}})
+
+
+def inputs(rule, B, T, gate):
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)
+    x = {"q": f(B, HK, T, DK), "k": f(B, HK, T, DK), "v": f(B, HV, T, DV),
+         "g": None, "beta": None, "s0": f(B, HV, DK, DV) * 0.1,
+         "z": None, "w": None}
+    if rule == "gla":
+        x["g"] = -rng.uniform(0.0, 1.0, (B, HV, T, DK)).astype(np.float32)
+    elif rule in ("decay", "gated_delta"):
+        x["g"] = -rng.uniform(0.0, 2.0, (B, HV, T)).astype(np.float32)
+    if rule in ("delta", "gated_delta"):
+        x["beta"] = rng.uniform(0.05, 0.95, (B, HV, T)).astype(np.float32)
+    if gate:
+        x["z"], x["w"] = f(B, HV, T, DV), f(DV)
+    return x
+
+
+def arguments(x, between):
+    args = [x["q"], x["k"], x["v"]]
+    args += [a for a in (x["g"], x["beta"]) if a is not None]
+    args += between + [x["s0"]]
+    args += [a for a in (x["z"], x["w"]) if a is not None]
+    return args
+
+
+def random_parents(B, T, shape):
+    parents = np.full((B, T), -1, np.int32)
+    for b in range(B):
+        for t in range(1, T):
+            parents[b, t] = {"chain": t - 1, "star": 0,
+                             "random": rng.integers(0, t)}[shape]
+    return parents
+
+
+for rule in ("linear", "decay", "gla", "delta", "gated_delta"):
+    for gate in (False, True):
+        m = compile_layer(rule, gate)
+        names = [a.name for a in m.signature("lin.tree").inputs]
+        assert names[names.index("parents") + 1] == "S_init", names
+        for T, shape in ((1, "random"), (9, "random"), (MAX_NODES, "random"),
+                         (17, "chain"), (13, "star")):
+            x = inputs(rule, 2, T, gate)
+            parents = random_parents(2, T, shape)
+            o = m["lin.tree"](*arguments(x, [parents]))
+            expected = tree_recurrence(rule, x["q"], x["k"], x["v"], x["g"],
+                                       x["beta"], parents, x["s0"],
+                                       l2norm=True, z=x["z"], w=x["w"])
+            close(o, expected, 1e-4, f"{rule} gate={gate} T={T} {shape}")
+            if shape == "chain":
+                # A chain is the layer's own prefill.
+                prefill, _ = m["lin"](*arguments(x, []))
+                close(o, prefill, 1e-5, f"{rule} chain vs prefill")
+
+# Trees around and above a 64-step chunk, up to the 256 nodes the kernels
+# take, as in Qwen3-Next's speculative decoding.
+MAX_NODES = 256
+m = compile_layer("gated_delta", True)
+for T, shape in ((63, "random"), (64, "random"), (65, "random"),
+                 (200, "random"), (256, "random"), (100, "chain")):
+    x = inputs("gated_delta", 1, T, True)
+    parents = random_parents(1, T, shape)
+    o = m["lin.tree"](*arguments(x, [parents]))
+    expected = tree_recurrence("gated_delta", x["q"], x["k"], x["v"], x["g"],
+                               x["beta"], parents, x["s0"], l2norm=True,
+                               z=x["z"], w=x["w"])
+    close(o, expected, 1e-4, f"gated_delta T={T} {shape}")
+
+MAX_NODES = 40
+m = compile_layer("gated_delta", False)
+x = inputs("gated_delta", 1, MAX_NODES + 1, False)
+try:
+    m["lin.tree"](*arguments(x, [random_parents(1, MAX_NODES + 1, "random")]))
+    raise AssertionError("no error for a tree past max_nodes")
+except attn.Error as e:
+    assert f"max_nodes = {MAX_NODES}" in str(e), str(e)
+x = inputs("gated_delta", 1, 5, False)
+bad = random_parents(1, 5, "random")
+bad[0, 3] = 3
+try:
+    m["lin.tree"](*arguments(x, [bad]))
+    raise AssertionError("no error for parents that are no tree")
+except attn.Error as e:
+    assert "parents" in str(e), str(e)
+print("tree recurrence: all checks passed")
