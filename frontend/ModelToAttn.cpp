@@ -508,6 +508,31 @@ private:
       entry.finish({gatedRecurrence(entry, layer, recurrence.getOutput())},
                    {"o"});
     }
+    // <layer>.commit: q, k, v (+ g) (+ beta), path, length, S_init -> S: the
+    // recurrence over the accepted path's steps (zero steps past its
+    // length change nothing), so no per-node state is kept.
+    {
+      EntryBuilder entry(builder, module, layer.name + ".commit");
+      LinearAttentionLayer ungated = layer;
+      ungated.outputGate = OutputGate::None;
+      declareRecurrenceInputs(entry, ungated,
+                              {{"path", tensor({kDyn, kDyn}, i32())},
+                               {"length", tensor({kDyn}, i32())}});
+      entry.beginBody();
+      auto pathSteps = [&](Value x) -> Value {
+        if (!x)
+          return x;
+        return PathStepsOp::create(builder, loc, x, entry["path"],
+                                   entry["length"]);
+      };
+      auto recurrence = LinearRecurrenceOp::create(
+          builder, loc, rule, pathSteps(entry["q"]), pathSteps(entry["k"]),
+          pathSteps(entry["v"]), pathSteps(step(entry, "g")),
+          pathSteps(step(entry, "beta")), entry["S_init"], Value(), Value(),
+          builder.getI64IntegerAttr(layer.chunkSize), optionalF64(layer.scale),
+          l2norm, builder.getF64FloatAttr(1e-6));
+      entry.finish({recurrence.getFinalState()}, {"S"});
+    }
   }
 
   MLIRContext *context;

@@ -178,6 +178,15 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     return emit(rows, [&](OpBuilder &builder, TypeRange types) {
       return buildSelectTopPKernel(builder, loc, name, select, tiling, types);
     });
+  if (isa<PathStepsOp>(op))
+    // A workgroup per (batch, head, step).
+    return emit(m.mul(m.mul(m.dim(bindings[0], 0),
+                            m.index(m.staticDim(bindings[0], 1))),
+                      m.dim(bindings[1], 1)),
+                [&](OpBuilder &builder, TypeRange types) {
+                  return buildPathStepsKernel(
+                      builder, loc, name, tiling.toAttr(b.getContext()), types);
+                });
   if (isa<TreeAcceptOp>(op))
     // A workgroup per batch row.
     return emit(m.dim(bindings[0], 0),

@@ -177,6 +177,14 @@ private:
         uniteLeading(tokens, tree, 2);
       unite({tokens, 0}, {accept.getLength(), 0});
       unite({tokens, 0}, {accept.getBonus(), 0});
+    } else if (auto steps = dyn_cast<PathStepsOp>(op)) {
+      Value input = steps.getInput(), result = steps.getResult();
+      nameRole({input, 0}, "B");
+      nameRole({steps.getPath(), 1}, "T");
+      unite({input, 0}, {steps.getPath(), 0});
+      unite({input, 0}, {steps.getLength(), 0});
+      unite({input, 2}, {steps.getPath(), 1});
+      uniteLeading(input, result, cast<ShapedType>(input.getType()).getRank());
     } else if (auto compact = dyn_cast<KvCompactOp>(op)) {
       Value k = compact.getKey();
       nameRole({k, 0}, "B");
@@ -531,8 +539,8 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
 }
 
 bool EntryLowering::isSelectionOrTreeOp(Operation *op) {
-  return isa<BlockMetaOp, SelectTopKOp, SelectTopPOp, TreeAcceptOp,
-             KvCompactOp>(op);
+  return isa<BlockMetaOp, SelectTopKOp, SelectTopPOp, TreeAcceptOp, KvCompactOp,
+             PathStepsOp>(op);
 }
 
 void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
@@ -597,6 +605,13 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     bindResult(accept.getPath(), {batch, nodes});
     bindResult(accept.getLength(), {batch});
     bindResult(accept.getBonus(), {batch});
+  } else if (auto steps = dyn_cast<PathStepsOp>(op)) {
+    bindOperands(steps->getOperands());
+    Value input = bindings[0], path = bindings[1];
+    check(arith::CmpIPredicate::eq, m.dim(input, 2), m.dim(path, 1),
+          "attn.path_steps: dim 2 of the input must be the T tree nodes of "
+          "'path'");
+    bindResult(steps.getResult(), {m.dim(input, 0), m.dim(path, 1)});
   } else {
     auto compact = cast<KvCompactOp>(op);
     bindOperands(compact->getOperands());
@@ -638,15 +653,23 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
       parents = accept.getParents();
     if (auto arg = dyn_cast_or_null<BlockArgument>(parents))
       setContract(arg, "tree_parents");
-    auto compact = dyn_cast<KvCompactOp>(op);
-    if (!compact)
+    // The accepted path of attn.kv_compact and attn.path_steps.
+    Value pathOperand, lengthOperand;
+    if (auto compact = dyn_cast<KvCompactOp>(op)) {
+      pathOperand = compact.getPath();
+      lengthOperand = compact.getLength();
+    } else if (auto steps = dyn_cast<PathStepsOp>(op)) {
+      pathOperand = steps.getPath();
+      lengthOperand = steps.getLength();
+    } else {
       continue;
-    auto path = dyn_cast<BlockArgument>(compact.getPath());
-    auto length = dyn_cast<BlockArgument>(compact.getLength());
+    }
+    auto path = dyn_cast<BlockArgument>(pathOperand);
+    auto length = dyn_cast<BlockArgument>(lengthOperand);
     if (path && length)
       setContract(path, "tree_path", length.getArgNumber());
     else if (path || length)
-      return compact.emitError()
+      return op.emitError()
              << "'path' and 'length' must both be entry inputs (checked "
                 "together at run time) or both results of attn.tree_accept";
   }

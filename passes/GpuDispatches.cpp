@@ -346,6 +346,17 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                                            tiling, types);
         });
   }
+  if (isa<PathStepsOp>(op))
+    // The scalar kernel of the CPU, a thread per (batch, head, step).
+    return dispatchKernel(
+        b,
+        m.mul(
+            m.mul(m.dim(bindings[0], 0), m.index(m.staticDim(bindings[0], 1))),
+            m.dim(bindings[1], 1)),
+        all, [&](OpBuilder &builder, TypeRange types) {
+          return buildPathStepsKernel(builder, loc, name,
+                                      tiling.toAttr(b.getContext()), types);
+        });
   if (isa<TreeAcceptOp>(op))
     // The scalar kernel of the CPU, a thread per batch row.
     return dispatchKernel(b, m.dim(bindings[0], 0), all,

@@ -843,6 +843,44 @@ LogicalResult KvCompactOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// PathStepsOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult
+PathStepsOp::inferReturnTypes(MLIRContext *context,
+                              std::optional<Location> location, Adaptor adaptor,
+                              SmallVectorImpl<Type> &inferredReturnTypes) {
+  // The input's type with the path's T steps.
+  auto input = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto path = cast<RankedTensorType>(adaptor.getPath().getType());
+  SmallVector<int64_t> shape(input.getShape());
+  if (shape.size() >= 3 && path.getRank() == 2)
+    shape[2] = path.getDimSize(1);
+  inferredReturnTypes.push_back(input.clone(shape));
+  return success();
+}
+
+LogicalResult PathStepsOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  auto input = cast<RankedTensorType>(getInput().getType());
+  if (input.getRank() != 3 && input.getRank() != 4)
+    return emitOpError() << "'input' must be [B, H, T] or [B, H, T, F], got "
+                            "rank "
+                         << input.getRank();
+  const char *const inputDims[] = {"B", "H", "T", "F"};
+  NamedTensor in = named("input", getInput(),
+                         ArrayRef(inputDims).take_front(input.getRank()));
+  NamedTensor path = named("path", getPath(), kRecTreeDims);
+  NamedTensor length = named("length", getLength(), kBatchDims);
+  if (failed(checkRank(emit, path)) || failed(checkRank(emit, length)) ||
+      failed(checkSameDim(emit, path, 0, in, 0)) ||
+      failed(checkSameDim(emit, length, 0, in, 0)) ||
+      failed(checkSameDim(emit, path, 1, in, 2)))
+    return failure();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // LinearRecurrenceOp
 //===----------------------------------------------------------------------===//
 

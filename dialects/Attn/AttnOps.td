@@ -427,6 +427,32 @@ def Attn_KvCompactOp : Attn_PureOp<"kv_compact"> {
   }];
 }
 
+def Attn_PathStepsOp : Attn_PureOp<"path_steps"> {
+  let summary = "the steps of an accepted path, in path order";
+  let description = [{
+    Per-step tensor `input [B, H, T]` or `[B, H, T, F]` (a draft tree's
+    per-node inputs) comes out with step `i` holding node `path[i]` for
+    `i < length`, and zeros after: `result[b, h, i] = input[b, h,
+    path[b, i]]`. `path [B, T]` and `length [B]` are those of
+    `attn.tree_accept`. Zero steps leave a linear recurrence's state
+    unchanged under every rule (no write, no decay), so the state after an
+    accepted path (SPEC §10's `.commit`) is `attn.linear_recurrence` over
+    the path steps of its inputs.
+
+    ```mlir
+    %kp = attn.path_steps %k, %path, %length
+        : tensor<?x4x?x64xf32>, tensor<?x?xi32>, tensor<?xi32>
+    ```
+  }];
+  let arguments = (ins Attn_FloatTensor:$input, Attn_I32Tensor:$path,
+                       Attn_I32Tensor:$length);
+  let results = (outs Attn_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $path `,` $length attr-dict `:` type($input) `,` type($path)
+    `,` type($length)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // §2 Chunked linear recurrences
 //===----------------------------------------------------------------------===//

@@ -446,3 +446,47 @@ func::FuncOp mlir::attn::buildTreeAcceptKernel(OpBuilder &builder, Location loc,
   func::ReturnOp::create(b);
   return func;
 }
+
+//===----------------------------------------------------------------------===//
+// The steps of an accepted path: scalar code, the same kernel on both
+// targets
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildPathStepsKernel(OpBuilder &builder, Location loc,
+                                              StringRef name,
+                                              DictionaryAttr tiling,
+                                              TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "path_steps");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, /*vectorWidth=*/1);
+  auto args = func.getArguments();
+  Value input = args[0], path = args[1], length = args[2], result = args[3];
+  Value workgroup = args.back();
+  auto type = cast<MemRefType>(input.getType());
+  Value steps = e.dim(path, 1);
+  Value step = e.rem(workgroup, steps);
+  Value rest = e.div(workgroup, steps);
+  Value head = e.rem(rest, e.index(type.getDimSize(1)));
+  Value batch = e.div(rest, e.index(type.getDimSize(1)));
+  // The runtime checked the path (0 <= path[i] < T for i < length).
+  Value onPath = e.icmp(arith::CmpIPredicate::slt, e.toI32(step),
+                        e.loadInt(length, {batch}));
+  Value node =
+      e.toIndex(e.select(onPath, e.loadInt(path, {batch, step}), e.i32(0)));
+  Value features = type.getRank() == 4 ? e.index(type.getDimSize(3)) : Value();
+  auto copy = [&](SmallVector<Value> at, SmallVector<Value> from) {
+    Value x = e.select(onPath, e.load(input, from), e.scalar(0.0));
+    e.store(x, result, at);
+  };
+  if (!features) {
+    copy({batch, head, step}, {batch, head, node});
+  } else {
+    e.loop(e.index(0), features, e.index(1), [&](Value f) {
+      copy({batch, head, step, f}, {batch, head, node, f});
+    });
+  }
+  func::ReturnOp::create(b);
+  return func;
+}

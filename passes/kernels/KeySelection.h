@@ -178,6 +178,14 @@ func::FuncOp buildTreeAcceptKernel(OpBuilder &builder, Location loc,
                                    StringRef name, DictionaryAttr tiling,
                                    TypeRange bindingTypes);
 
+/// Bindings: input [B, H, T(, F)], path, length, result. Workgroup =
+/// (batch, head, step), the step fastest: result row i is input row
+/// path[i] for i < length, zeros after. Scalar code, so also the CUDA
+/// kernel (a thread per row): `tiling` is the target's.
+func::FuncOp buildPathStepsKernel(OpBuilder &builder, Location loc,
+                                  StringRef name, DictionaryAttr tiling,
+                                  TypeRange bindingTypes);
+
 } // namespace mlir::attn
 
 #endif // ATTN_PASSES_KERNELS_KEYSELECTION_H

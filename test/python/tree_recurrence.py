@@ -1,5 +1,5 @@
 # RUN: %attn_python %s
-# SPEC §10's .tree entry of a linear layer, for every rule: random trees,
+# SPEC §10's .tree and .commit entries of a linear layer, for every rule: random trees,
 # chains (equal to the layer's own prefill), stars, T = 1 and trees of
 # exactly max_nodes, Hv/Hk groups, the rmsnorm-silu gate, batches with
 # different trees, against running §2 on every root-to-node path in
@@ -80,6 +80,43 @@ for rule in ("linear", "decay", "gla", "delta", "gated_delta"):
                 prefill, _ = m["lin"](*arguments(x, []))
                 close(o, prefill, 1e-5, f"{rule} chain vs prefill")
 
+# .commit: the state after an accepted path (a root-to-node walk, padded
+# with -1 like attn.tree_accept's), equal to §2 over the path's nodes; the
+# root alone and an empty path (S_init back) included.
+def random_path(parents, b, length):
+    T = parents.shape[1]
+    children = {u: [t for t in range(T) if parents[b, t] == u] for u in range(T)}
+    path = [0]
+    while len(path) < length and children[path[-1]]:
+        path.append(children[path[-1]][rng.integers(len(children[path[-1]]))])
+    return path
+
+
+for rule in ("linear", "decay", "gla", "delta", "gated_delta"):
+    m = compile_layer(rule, gate=True)
+    names = [a.name for a in m.signature("lin.commit").inputs]
+    assert names[-3:] == ["path", "length", "S_init"], names
+    for T, shape, wanted in ((9, "random", (3, 1)), (30, "chain", (30, 0)),
+                             (25, "random", (6, 25))):
+        B = len(wanted)
+        x = inputs(rule, B, T, False)
+        parents = random_parents(B, T, shape)
+        path = np.full((B, T), -1, np.int32)
+        length = np.zeros(B, np.int32)
+        expected = np.array(x["s0"], dtype=np.float64)
+        for b in range(B):
+            nodes = random_path(parents, b, wanted[b]) if wanted[b] else []
+            path[b, :len(nodes)] = nodes
+            length[b] = len(nodes)
+            if nodes:
+                pick = lambda a: None if a is None else a[b:b + 1][:, :, nodes]
+                _, s = recurrence(rule, pick(x["q"]), pick(x["k"]),
+                                  pick(x["v"]), pick(x["g"]), pick(x["beta"]),
+                                  x["s0"][b:b + 1], l2norm=True)
+                expected[b] = s[0]
+        state = m["lin.commit"](*arguments(x, [path, length]))
+        close(state, expected, 1e-4, f"{rule} commit T={T} lengths={list(length)}")
+
 # Trees around and above a 64-step chunk, up to the 256 nodes the kernels
 # take, as in Qwen3-Next's speculative decoding.
 MAX_NODES = 256
@@ -96,6 +133,14 @@ for T, shape in ((63, "random"), (64, "random"), (65, "random"),
 
 MAX_NODES = 40
 m = compile_layer("gated_delta", False)
+x = inputs("gated_delta", 1, 4, False)
+for path, length in (([0, 4, -1, -1], 2), ([0, 1, 2, 3], 5)):
+    try:
+        m["lin.commit"](*arguments(x, [np.array([path], np.int32),
+                                       np.array([length], np.int32)]))
+        raise AssertionError("no error for a path outside the tree")
+    except attn.Error as e:
+        assert "path" in str(e) or "length" in str(e), str(e)
 x = inputs("gated_delta", 1, MAX_NODES + 1, False)
 try:
     m["lin.tree"](*arguments(x, [random_parents(1, MAX_NODES + 1, "random")]))

@@ -194,6 +194,8 @@ TEST(Frontend, LinearTreeEntryTakesParentsBeforeTheState) {
       {"l", Args{"q", "k", "v", "g", "beta", "S_init", "z", "w"}},
       {"l.tree",
        Args{"q", "k", "v", "g", "beta", "parents", "S_init", "z", "w"}},
+      {"l.commit",
+       Args{"q", "k", "v", "g", "beta", "path", "length", "S_init"}},
       {"verify.accept", Args{"tokens", "target", "parents"}}};
   EXPECT_EQ(entrySignatures(*module), expected);
   int trees = 0;

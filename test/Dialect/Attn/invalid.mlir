@@ -815,3 +815,19 @@ func.func @tree_recurrence_rule_operands(%q: tensor<?x4x?x64xf32>, %v: tensor<?x
       : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>
   return
 }
+
+// -----
+
+func.func @path_steps_rank(%x: tensor<?x?xf32>, %path: tensor<?x?xi32>, %length: tensor<?xi32>) {
+  // expected-error @+1 {{'attn.path_steps' op 'input' must be [B, H, T] or [B, H, T, F], got rank 2}}
+  %r = attn.path_steps %x, %path, %length : tensor<?x?xf32>, tensor<?x?xi32>, tensor<?xi32>
+  return
+}
+
+// -----
+
+func.func @path_steps_nodes(%x: tensor<1x4x8xf32>, %path: tensor<1x6xi32>, %length: tensor<1xi32>) {
+  // expected-error @+1 {{'attn.path_steps' op 'path' dim 1 (L) must match 'input' dim 2 (T): expected 8, got 6}}
+  %r = attn.path_steps %x, %path, %length : tensor<1x4x8xf32>, tensor<1x6xi32>, tensor<1xi32>
+  return
+}

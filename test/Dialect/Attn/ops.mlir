@@ -287,3 +287,16 @@ func.func @tree_recurrence(%q: tensor<?x4x?x64xf32>, %k: tensor<?x4x?x64xf32>,
       : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x8x?x64xf32>
   return %o, %o2 : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>
 }
+
+// CHECK-LABEL: func.func @path_steps
+// CHECK: attn.path_steps %{{.+}}, %{{.+}}, %{{.+}} : tensor<?x4x?x64xbf16>, tensor<?x?xi32>, tensor<?xi32>
+// CHECK: attn.path_steps %{{.+}}, %{{.+}}, %{{.+}} : tensor<?x8x?xf32>, tensor<?x?xi32>, tensor<?xi32>
+func.func @path_steps(%k: tensor<?x4x?x64xbf16>, %g: tensor<?x8x?xf32>,
+                      %path: tensor<?x?xi32>, %length: tensor<?xi32>)
+    -> (tensor<?x4x?x64xbf16>, tensor<?x8x?xf32>) {
+  %kp = attn.path_steps %k, %path, %length
+      : tensor<?x4x?x64xbf16>, tensor<?x?xi32>, tensor<?xi32>
+  %gp = attn.path_steps %g, %path, %length
+      : tensor<?x8x?xf32>, tensor<?x?xi32>, tensor<?xi32>
+  return %kp, %gp : tensor<?x4x?x64xbf16>, tensor<?x8x?xf32>
+}
