@@ -499,12 +499,16 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   if (failed(maybeShape))
     return failure();
   const LinearRecurrenceShape &shape = *maybeShape;
-  if (shape.tree)
-    return op->emitError() << "no CUDA lowering: tree recurrences (SPEC §10) "
-                              "have CPU kernels only";
   HostIndexMath m{b};
   RecurrenceBuffers r = bindRecurrence(b, op);
   SmallVector<Type> types(ValueRange(r.bindings).getTypes());
+  if (shape.tree)
+    assertAtRunTime(b,
+                    arith::CmpIOp::create(b, arith::CmpIPredicate::ule,
+                                          r.length, m.index(shape.chunkSize)),
+                    op->getName().getStringRef() +
+                        ": a tree of more than max_nodes = " +
+                        Twine(shape.chunkSize) + " nodes");
 
   // One state column per thread: blocks of whole warps, no wider than the
   // state (a narrow state leaves no idle warps).
@@ -513,8 +517,19 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   const int64_t tiles = (shape.valueDim + threads - 1) / threads;
   OpBuilder kernelBuilder(host);
   func::FuncOp chunked = buildSimtChunkedRecurrenceKernel(
-      kernelBuilder, op.getLoc(), kernelName("chunked"), shape, threads, tiling,
-      types);
+      kernelBuilder, op.getLoc(), kernelName(shape.tree ? "tree" : "chunked"),
+      shape, threads, tiling, types);
+  // A tree is one chunk of max_nodes steps, whose [C, C] tiles must fit in
+  // a block's shared memory.
+  FailureOr<SimtLaunch> launch = SimtLaunch::get(chunked);
+  if (failed(launch))
+    return failure();
+  if (launch->sharedBytes > tiling.maxSharedBytes)
+    return op->emitError() << "no CUDA lowering: a chunk of " << shape.chunkSize
+                           << " steps needs " << launch->sharedBytes
+                           << " bytes of shared memory, more than the GPU's "
+                           << tiling.maxSharedBytes
+                           << " (lower max_nodes or chunk_size)";
   Value heads = m.mul(r.batch, m.index(shape.numValueHeads));
   DispatchOp::create(b, chunked.getSymName(), m.mul(heads, m.index(tiles)),
                      r.bindings);

@@ -92,6 +92,12 @@ private:
   void addIntraChunkOutputs(Value thread, Value column, Value first, Value n);
   void carryState(Value thread, Value stateColumn, Value n, Value last);
 
+  // A tree's relations, walking `parents` up from a node.
+  /// The sum of term(u) over the nodes u on t's path from the root.
+  Value pathSum(Value t, function_ref<Value(Value)> term);
+  /// Whether node s is t or an ancestor of t.
+  Value isAncestorOrSelf(Value s, Value t);
+
   /// Runs `body(column)` on the threads that own a state column.
   void onColumn(Value thread, function_ref<void(Value)> body);
   /// The state index of row i of `column`.
@@ -135,6 +141,17 @@ func::FuncOp SimtChunkedRecurrenceKernel::build() {
   mapBlock();
   allocateBuffers();
   loadInitialState();
+  if (shape.tree) {
+    // The whole tree is one chunk (the host checked T <= max_nodes); no
+    // state leaves it.
+    Value last = e.sub(length, c1);
+    stageChunk(c0, length);
+    scoreChunk(length);
+    foldFeatureDecays(length, last);
+    walkColumns(c0, length, last);
+    func::ReturnOp::create(b);
+    return func;
+  }
   Value chunks = e.ceilDiv(length, e.index(C));
   e.loop(c0, chunks, c1, [&](Value chunk) {
     Value first = e.mul(chunk, e.index(C));
@@ -210,7 +227,13 @@ void SimtChunkedRecurrenceKernel::stageChunk(Value first, Value n) {
   e.forAll(n, [&](Value t) {
     scaleRow(e, keys, t, Dk, shape.normalizeQueryKey, 1.0);
     scaleRow(e, queries, t, Dk, shape.normalizeQueryKey, shape.scale);
-    if (scalarDecay)
+    if (scalarDecay && shape.tree)
+      e.store(pathSum(t,
+                      [&](Value u) {
+                        return e.load(args.g, {batch, hv, u});
+                      }),
+              logDecay, {t});
+    else if (scalarDecay)
       e.store(e.sumOver(c0, e.add(t, c1),
                         [&](Value s) {
                           return e.load(args.g, {batch, hv, e.add(first, s)});
@@ -219,7 +242,20 @@ void SimtChunkedRecurrenceKernel::stageChunk(Value first, Value n) {
     if (delta)
       e.store(e.load(args.beta, {batch, hv, e.add(first, t)}), betas, {t});
   });
-  if (featureDecay)
+  if (featureDecay && shape.tree)
+    // Along each node's path: a parent precedes its children, so in index
+    // order its sum is complete when a child adds to it.
+    e.forAll(dk, [&](Value i) {
+      e.loop(c0, n, c1, [&](Value t) {
+        Value parent = e.loadInt(args.parents, {batch, t});
+        e.ifThen(e.icmp(arith::CmpIPredicate::sge, parent, e.i32(0)), [&] {
+          e.store(e.fadd(e.load(logDecay, {t, i}),
+                         e.load(logDecay, {e.toIndex(parent), i})),
+                  logDecay, {t, i});
+        });
+      });
+    });
+  else if (featureDecay)
     e.forAll(dk, [&](Value i) {
       e.loop(c0, n, c1, {e.scalar(0.0)}, [&](Value t, ValueRange sum) {
         Value total = e.fadd(sum[0], e.load(logDecay, {t, i}));
@@ -229,11 +265,56 @@ void SimtChunkedRecurrenceKernel::stageChunk(Value first, Value n) {
     });
 }
 
+Value SimtChunkedRecurrenceKernel::pathSum(Value t,
+                                           function_ref<Value(Value)> term) {
+  // From t up to the root (the runtime checked that parents form a tree).
+  Value none = e.index(-1);
+  return e.whileLoop(
+      {t, e.scalar(0.0)},
+      [&](ValueRange it) {
+        return e.icmp(arith::CmpIPredicate::ne, it[0], none);
+      },
+      [&](ValueRange it) -> SmallVector<Value> {
+        Value parent = e.loadInt(args.parents, {batch, it[0]});
+        return {e.toIndex(parent), e.fadd(it[1], term(it[0]))};
+      })[1];
+}
+
+Value SimtChunkedRecurrenceKernel::isAncestorOrSelf(Value s, Value t) {
+  // Up from t while above s; ancestors have smaller indices.
+  Value u = e.whileLoop(
+      {t},
+      [&](ValueRange it) {
+        return e.icmp(arith::CmpIPredicate::sgt, it[0], s);
+      },
+      [&](ValueRange it) -> SmallVector<Value> {
+        return {e.toIndex(e.loadInt(args.parents, {batch, it[0]}))};
+      })[0];
+  return e.icmp(arith::CmpIPredicate::eq, u, s);
+}
+
 void SimtChunkedRecurrenceKernel::scoreChunk(Value n) {
   // 2. P and A, one entry (t, s) at a time, s fastest.
   e.forAll(e.mul(n, n), [&](Value x) {
     Value t = e.div(x, n), s = e.rem(x, n);
-    e.ifThen(e.icmp(arith::CmpIPredicate::ule, s, t), [&] {
+    Value inChunk = e.icmp(arith::CmpIPredicate::ule, s, t);
+    if (shape.tree) {
+      // The ancestor relation in place of s <= t: the column pass sums
+      // over s <= t, so the other entries there are zeros.
+      Value related = isAncestorOrSelf(s, t);
+      e.ifThen(arith::AndIOp::create(
+                   b, inChunk,
+                   arith::XOrIOp::create(
+                       b, related,
+                       arith::ConstantIntOp::create(b, b.getI1Type(), 1))),
+               [&] {
+                 e.store(e.scalar(0.0), scores, {t, s});
+                 if (delta)
+                   e.store(e.scalar(0.0), transform, {t, s});
+               });
+      inChunk = arith::AndIOp::create(b, inChunk, related);
+    }
+    e.ifThen(inChunk, [&] {
       Value score = e.sumOver(c0, dk, [&](Value i) {
         Value product = e.fmul(e.load(queries, {t, i}), e.load(keys, {s, i}));
         if (!featureDecay)
@@ -261,16 +342,17 @@ void SimtChunkedRecurrenceKernel::scoreChunk(Value n) {
 
 void SimtChunkedRecurrenceKernel::foldFeatureDecays(Value n, Value last) {
   // gla: fold the decays into q (exp(G_t)) and k (exp(G_last - G_s)), as
-  // the column pass reads them.
+  // the column pass reads them (a tree carries no state out: q only).
   if (!featureDecay)
     return;
   e.forAll(e.mul(n, dk), [&](Value x) {
     Value t = e.div(x, dk), i = e.rem(x, dk);
     Value g = e.load(logDecay, {t, i});
     e.store(e.fmul(e.load(queries, {t, i}), e.exp(g)), queries, {t, i});
-    e.store(e.fmul(e.load(keys, {t, i}),
-                   e.exp(e.fsub(e.load(logDecay, {last, i}), g))),
-            keys, {t, i});
+    if (!shape.tree)
+      e.store(e.fmul(e.load(keys, {t, i}),
+                     e.exp(e.fsub(e.load(logDecay, {last, i}), g))),
+              keys, {t, i});
   });
 }
 
@@ -284,7 +366,8 @@ void SimtChunkedRecurrenceKernel::walkColumns(Value first, Value n,
       if (delta)
         solveDeltaValues(thread, n);
       addIntraChunkOutputs(thread, column, first, n);
-      carryState(thread, stateColumn, n, last);
+      if (!shape.tree)
+        carryState(thread, stateColumn, n, last);
     });
   });
 }
