@@ -141,7 +141,7 @@ compileCuda(ModuleOp module, CompileStage stage, const CudaTarget &target,
                    llvm::Twine(launch->sharedBytes) +
                    " bytes of shared memory per block; " + target.chip +
                    " allows " + llvm::Twine(target.maxSharedBytesPerBlock()) +
-                   " (a smaller chunk_size or head dims need less)");
+                   " (a smaller chunk_size, max_tree_nodes or head dims need less)");
     code.kernels.push_back({kernel.getSymName().str(), launch->blockThreads,
                             launch->perBlock, launch->sharedBytes});
   }

@@ -519,17 +519,6 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   func::FuncOp chunked = buildSimtChunkedRecurrenceKernel(
       kernelBuilder, op.getLoc(), kernelName(shape.tree ? "tree" : "chunked"),
       shape, threads, tiling, types);
-  // A tree is one chunk of max_nodes steps, whose [C, C] tiles must fit in
-  // a block's shared memory.
-  FailureOr<SimtLaunch> launch = SimtLaunch::get(chunked);
-  if (failed(launch))
-    return failure();
-  if (launch->sharedBytes > tiling.maxSharedBytes)
-    return op->emitError() << "no CUDA lowering: a chunk of " << shape.chunkSize
-                           << " steps needs " << launch->sharedBytes
-                           << " bytes of shared memory, more than the GPU's "
-                           << tiling.maxSharedBytes
-                           << " (lower max_nodes or chunk_size)";
   Value heads = m.mul(r.batch, m.index(shape.numValueHeads));
   DispatchOp::create(b, chunked.getSymName(), m.mul(heads, m.index(tiles)),
                      r.bindings);
