@@ -327,6 +327,10 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
         contract = fb::ValueContract::tree_parents;
       else if (attr.getValue() == "tree_path")
         contract = fb::ValueContract::tree_path;
+      else if (attr.getValue() == "sequence_offsets")
+        contract = fb::ValueContract::sequence_offsets;
+      else if (attr.getValue() == "pool_slots")
+        contract = fb::ValueContract::pool_slots;
       else
         return host.emitError()
                << "argument #" << index << ": unknown value contract " << attr;
@@ -334,8 +338,9 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
               host.getArgAttrOfType<IntegerAttr>(index, "attn.contract_input"))
         contractInput = static_cast<int32_t>(input.getInt());
     }
+    bool inPlace = isInput && host.getArgAttr(index, "attn.in_place");
     auto signature = fb::CreateTensorSignatureDirect(
-        builder, name.c_str(), *dtype, &dims, contract, contractInput);
+        builder, name.c_str(), *dtype, &dims, contract, contractInput, inPlace);
     (isInput ? inputs : outputs).push_back(signature);
   }
   HostProgramBuilder program(builder, host, target);

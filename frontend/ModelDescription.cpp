@@ -196,7 +196,12 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   reader.onlyKeys(layer, path,
                   {"name", "type", "num_heads", "num_kv_heads", "head_dim",
                    "value_dim", "mask", "gate", "softcap", "scale", "sparsity",
-                   "tree", "score_mod", "mask_mod", "return_lse"});
+                   "tree", "score_mod", "mask_mod", "return_lse", "layout"});
+  if (layer.get("layout"))
+    reader.fail(Reader::join(path, "layout"),
+                "ragged batches and paged KV caches are not implemented for "
+                "softmax attention layers yet; linear_attention layers take "
+                "{\"ragged\": true}");
   AttentionLayer out;
   out.numHeads =
       reader.integer(layer, path, "num_heads", {}, 1, limits::kMaxHeads);
@@ -227,13 +232,32 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   return out;
 }
 
+/// A linear layer's SPEC §8 layout: whether its batch is ragged (a state
+/// pool has no pages).
+bool readLinearLayout(Reader &reader, const json::Object &layer,
+                      const std::string &path) {
+  const json::Value *value = layer.get("layout");
+  if (!value || value->kind() == json::Value::Null)
+    return false;
+  const std::string layoutPath = Reader::join(path, "layout");
+  const json::Object *o = reader.object(value, layoutPath);
+  if (!o)
+    return false;
+  if (o->get("page_size"))
+    reader.fail(Reader::join(layoutPath, "page_size"),
+                "pages hold keys and values of softmax attention layers; a "
+                "linear layer keeps a state pool (\"ragged\": true)");
+  reader.onlyKeys(*o, layoutPath, {"ragged", "page_size"});
+  return reader.boolean(*o, layoutPath, "ragged", false);
+}
+
 LinearAttentionLayer readLinearAttention(Reader &reader,
                                          const json::Object &layer,
                                          const std::string &path) {
   reader.onlyKeys(layer, path,
                   {"name", "type", "rule", "num_k_heads", "num_v_heads",
                    "k_dim", "v_dim", "chunk_size", "qk_l2norm", "output_gate",
-                   "scale", "gate_eps", "tree"});
+                   "scale", "gate_eps", "tree", "layout"});
   LinearAttentionLayer out;
   out.rule = reader.choice<Rule>(layer, path, "rule", kRules, {});
   out.numKHeads =
@@ -255,6 +279,7 @@ LinearAttentionLayer readLinearAttention(Reader &reader,
             .str());
   out.qkL2Norm = reader.boolean(layer, path, "qk_l2norm", false);
   out.tree = reader.boolean(layer, path, "tree", false);
+  out.ragged = readLinearLayout(reader, layer, path);
   out.outputGate = reader.choice<OutputGate>(layer, path, "output_gate",
                                              kOutputGates, OutputGate::None);
   out.scale = readScale(reader, layer, path);

@@ -78,6 +78,10 @@ struct LinearAttentionLayer {
   double gateEps = 1e-6;
   /// SPEC §10: the layer also verifies draft trees (its .tree entry).
   bool tree = false;
+  /// SPEC §8 `"layout": {"ragged": true}`: the main entry takes a ragged
+  /// batch packed token-major with `cu_seqlens` and a state pool updated
+  /// in place.
+  bool ragged = false;
 };
 
 using Layer = std::variant<AttentionLayer, LinearAttentionLayer>;

@@ -33,10 +33,12 @@ public:
   EntryBuilder(OpBuilder &builder, ModuleOp module, StringRef name)
       : builder(builder), module(module), name(name.str()) {}
 
-  /// Declares the next argument.
-  void arg(StringRef argName, Type type) {
+  /// Declares the next argument; one `inPlace` is updated in place, its
+  /// update returned after the results (finish()).
+  void arg(StringRef argName, Type type, bool inPlace = false) {
     argNames.push_back(argName.str());
     argTypes.push_back(type);
+    argsInPlace.push_back(inPlace);
   }
 
   /// Creates the function; arguments are then available through `operator[]`.
@@ -47,8 +49,11 @@ public:
                                 builder.getFunctionType(argTypes, {}));
     Block *entry = func.addEntryBlock();
     builder.setInsertionPointToStart(entry);
-    for (auto [i, argName] : llvm::enumerate(argNames))
+    for (auto [i, argName] : llvm::enumerate(argNames)) {
       func.setArgAttr(i, "attn.name", builder.getStringAttr(argName));
+      if (argsInPlace[i])
+        func.setArgAttr(i, "attn.in_place", builder.getUnitAttr());
+    }
   }
 
   Value operator[](StringRef argName) {
@@ -62,8 +67,12 @@ public:
     return llvm::is_contained(argNames, argName.str());
   }
 
-  /// Returns `values` as the results named `names`.
-  void finish(ArrayRef<Value> values, ArrayRef<StringRef> names) {
+  /// Returns `values` as the results named `names`, then `updates`, the
+  /// new values of the in-place arguments in order.
+  void finish(ArrayRef<Value> results, ArrayRef<StringRef> names,
+              ArrayRef<Value> updates = {}) {
+    SmallVector<Value> values(results);
+    llvm::append_range(values, updates);
     func::ReturnOp::create(builder, builder.getUnknownLoc(), values);
     func.setFunctionType(
         builder.getFunctionType(argTypes, ValueRange(values).getTypes()));
@@ -78,6 +87,7 @@ private:
   std::string name;
   std::vector<std::string> argNames;
   SmallVector<Type> argTypes;
+  SmallVector<bool> argsInPlace;
   func::FuncOp func;
 };
 
@@ -444,6 +454,48 @@ private:
     }
   }
 
+  /// <layer> over a ragged batch (SPEC §8): q, k, v (+ g) (+ beta),
+  /// states (in place), state_idx (+ z, w), cu_seqlens -> o.
+  void addRaggedRecurrence(const LinearAttentionLayer &layer,
+                           RecurrenceRuleAttr rule, UnitAttr l2norm) {
+    Location loc = builder.getUnknownLoc();
+    auto packed = [&](int64_t heads, int64_t features) {
+      return tensor({kDyn, heads, features}, element);
+    };
+    EntryBuilder entry(builder, module, layer.name);
+    entry.arg("q", packed(layer.numKHeads, layer.kDim));
+    entry.arg("k", packed(layer.numKHeads, layer.kDim));
+    entry.arg("v", packed(layer.numVHeads, layer.vDim));
+    if (usesDecay(layer))
+      entry.arg("g", layer.rule == Rule::Gla
+                         ? packed(layer.numVHeads, layer.kDim)
+                         : tensor({kDyn, layer.numVHeads}, element));
+    if (usesBeta(layer))
+      entry.arg("beta", tensor({kDyn, layer.numVHeads}, element));
+    entry.arg("states",
+              tensor({kDyn, layer.numVHeads, layer.kDim, layer.vDim},
+                     Float32Type::get(context)),
+              /*inPlace=*/true);
+    entry.arg("state_idx", tensor({kDyn}, i32()));
+    if (layer.outputGate == OutputGate::RmsNormSilu) {
+      entry.arg("z", packed(layer.numVHeads, layer.vDim));
+      entry.arg("w", tensor({layer.vDim}, element));
+    }
+    entry.arg("cu_seqlens", tensor({kDyn}, i32()));
+    entry.beginBody();
+    auto optional = [&](StringRef name) {
+      return entry.has(name) ? entry[name] : Value();
+    };
+    auto recurrence = LinearRecurrenceOp::create(
+        builder, loc, rule, entry["q"], entry["k"], entry["v"], optional("g"),
+        optional("beta"), entry["states"], entry["cu_seqlens"],
+        entry["state_idx"], Value(), Value(),
+        builder.getI64IntegerAttr(layer.chunkSize), optionalF64(layer.scale),
+        l2norm, builder.getF64FloatAttr(1e-6));
+    entry.finish({gatedRecurrence(entry, layer, recurrence.getOutput())}, {"o"},
+                 {recurrence.getFinalState()});
+  }
+
   static bool usesDecay(const LinearAttentionLayer &layer) {
     return layer.rule == Rule::Decay || layer.rule == Rule::Gla ||
            layer.rule == Rule::GatedDelta;
@@ -477,15 +529,18 @@ private:
     };
     UnitAttr l2norm = layer.qkL2Norm ? builder.getUnitAttr() : UnitAttr();
 
-    // <layer>: q, k, v (+ g) (+ beta) + S_init (+ z, w) -> o, S
-    {
+    // <layer>: q, k, v (+ g) (+ beta) + S_init (+ z, w) -> o, S, or its
+    // ragged form.
+    if (layer.ragged) {
+      addRaggedRecurrence(layer, rule, l2norm);
+    } else {
       EntryBuilder entry(builder, module, layer.name);
       declareRecurrenceInputs(entry, layer, {});
       entry.beginBody();
       auto recurrence = LinearRecurrenceOp::create(
           builder, loc, rule, entry["q"], entry["k"], entry["v"],
           step(entry, "g"), step(entry, "beta"), entry["S_init"], Value(),
-          Value(), builder.getI64IntegerAttr(layer.chunkSize),
+          Value(), Value(), Value(), builder.getI64IntegerAttr(layer.chunkSize),
           optionalF64(layer.scale), l2norm, builder.getF64FloatAttr(1e-6));
       entry.finish({gatedRecurrence(entry, layer, recurrence.getOutput()),
                     recurrence.getFinalState()},
@@ -529,8 +584,8 @@ private:
           builder, loc, rule, pathSteps(entry["q"]), pathSteps(entry["k"]),
           pathSteps(entry["v"]), pathSteps(step(entry, "g")),
           pathSteps(step(entry, "beta")), entry["S_init"], Value(), Value(),
-          builder.getI64IntegerAttr(layer.chunkSize), optionalF64(layer.scale),
-          l2norm, builder.getF64FloatAttr(1e-6));
+          Value(), Value(), builder.getI64IntegerAttr(layer.chunkSize),
+          optionalF64(layer.scale), l2norm, builder.getF64FloatAttr(1e-6));
       entry.finish({recurrence.getFinalState()}, {"S"});
     }
   }

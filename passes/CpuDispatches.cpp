@@ -318,6 +318,29 @@ LogicalResult CpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
     return success();
   }
 
+  if (shape.ragged) {
+    // A ragged batch mixes lengths (decode and prefill in one call): both
+    // kernels get a workgroup per (sequence, value head), and each takes
+    // the sequences of its kind by their real length, the step kernel
+    // those of 1 .. recurrent-max-steps steps, the chunked kernel the
+    // longer ones, on whole state rows.
+    Value groups =
+        arith::MulIOp::create(b, batch, m.index(shape.numValueHeads));
+    for (bool stepwise : {false, true})
+      dispatchKernel(
+          b, groups, bindings, [&](OpBuilder &builder, TypeRange types) {
+            return stepwise
+                       ? buildRecurrentStepKernel(builder, op.getLoc(),
+                                                  kernelName("recurrent"),
+                                                  shape, tiling, types)
+                       : buildChunkedRecurrenceKernel(
+                             builder, op.getLoc(), kernelName("chunked"), shape,
+                             tiling, shape.paddedValueDim(tiling.vectorWidth),
+                             types);
+          });
+    return success();
+  }
+
   // Calls of 1 .. recurrent-max-steps steps run the recurrence step by step,
   // others (prefill, and L = 0, which only copies the state) the chunked
   // form; the other kernel gets zero workgroups.

@@ -256,9 +256,29 @@ private:
   }
 
   /// Every per-step operand shares the batch B and the length L; the
-  /// states share B.
+  /// states share B. A ragged batch (SPEC §8) packs the steps token-major
+  /// ([T, H, ...]): they share T, the states are a pool of N, and B is
+  /// that of the pool's slots.
   void addRecurrence(AttentionOpInterface op) {
     Value q = op.getQuery();
+    if (Value offsets = op.getSequenceOffsets()) {
+      nameRole({q, 0}, "T");
+      SmallVector<Value> perStep{op.getKey(), op.getValue(), op.getOutput()};
+      for (Value operand : {op.getStepDecay(), op.getStepBeta()})
+        if (operand)
+          perStep.push_back(operand);
+      for (Value operand : op.getEpilogueOperands())
+        if (cast<ShapedType>(operand.getType()).getRank() == 3)
+          perStep.push_back(operand);
+      for (Value operand : perStep)
+        unite({q, 0}, {operand, 0});
+      unite({op.getStateInput(), 0}, {op.getStateOutput(), 0}, "N");
+      nameRole({op.getStateSlots(), 0}, "B");
+      // cu_seqlens holds B + 1 offsets: a dim of its own, which the host
+      // program checks against B.
+      nameRole({offsets, 0}, "B+1");
+      return;
+    }
     SmallVector<Value> perStep{op.getKey(), op.getValue(), op.getOutput()};
     for (Value operand : {op.getStepDecay(), op.getStepBeta()})
       if (operand)
@@ -336,7 +356,27 @@ LogicalResult EntryLowering::run() {
     return entry.emitError("an entry must have a single block");
   auto returnOp = cast<func::ReturnOp>(entry.getBody().front().getTerminator());
   numInputs = entry.getNumArguments();
-  for (auto [index, value] : llvm::enumerate(returnOp.getOperands())) {
+  // Arguments marked attn.in_place (state pools, KV caches) are updated in
+  // place: the entry's last results, one per such argument in order, are
+  // their new values, written into the argument's own buffer.
+  SmallVector<BlockArgument> inPlace;
+  for (BlockArgument arg : entry.getArguments())
+    if (entry.getArgAttr(arg.getArgNumber(), "attn.in_place"))
+      inPlace.push_back(arg);
+  if (inPlace.size() > returnOp.getNumOperands())
+    return returnOp.emitError()
+           << "an entry with " << inPlace.size()
+           << " in-place arguments must return their updates last, got "
+           << returnOp.getNumOperands() << " results";
+  numOutputs = returnOp.getNumOperands() - inPlace.size();
+  for (auto [n, arg] : llvm::enumerate(inPlace)) {
+    Value update = returnOp.getOperand(numOutputs + n);
+    if (failed(checkInPlaceUpdate(arg, update)))
+      return failure();
+    returnedAt[update] = arg.getArgNumber();
+  }
+  for (auto [index, value] :
+       llvm::enumerate(returnOp.getOperands().take_front(numOutputs))) {
     if (isa<BlockArgument>(value))
       return returnOp.emitError()
              << "result #" << index
@@ -354,7 +394,8 @@ LogicalResult EntryLowering::run() {
         isRegionConstant(op))
       continue;
     if (auto attention = dyn_cast<AttentionOpInterface>(op)) {
-      if (failed(checkLowerable(attention)))
+      if (failed(checkLowerable(attention)) ||
+          failed(checkStatePoolInPlace(attention)))
         return failure();
       continue;
     }
@@ -382,7 +423,8 @@ LogicalResult EntryLowering::run() {
     list.set("attn.shape", shapes.shapeOf(arg, attrs));
     argAttrs.push_back(list.getDictionary(builder.getContext()));
   }
-  for (auto [index, value] : llvm::enumerate(returnOp.getOperands())) {
+  for (auto [index, value] :
+       llvm::enumerate(returnOp.getOperands().take_front(numOutputs))) {
     argTypes.push_back(bufferTypeOf(value.getType()));
     NamedAttrList list(entry.getResultAttrDict(index));
     list.set("attn.shape", shapes.shapeOf(value, attrs));
@@ -626,6 +668,50 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
   dispatchOp(b, op, bindings);
 }
 
+LogicalResult EntryLowering::checkInPlaceUpdate(BlockArgument arg,
+                                                Value update) {
+  auto name =
+      entry.getArgAttrOfType<StringAttr>(arg.getArgNumber(), "attn.name");
+  auto describe = [&](InFlightDiagnostic diag) -> InFlightDiagnostic {
+    diag << "in-place argument #" << arg.getArgNumber();
+    if (name)
+      diag << " ('" << name.getValue() << "')";
+    return diag;
+  };
+  if (update.getType() != arg.getType())
+    return describe(entry.emitError())
+           << " must be returned with its own type " << arg.getType()
+           << ", got " << update.getType();
+  if (update == arg)
+    return success();
+  // Kernels write an update into the argument's buffer while reading the
+  // argument, which is safe for the state of a recurrence (each workgroup
+  // reads its slice of the state before writing it) and only when nothing
+  // else reads the argument.
+  auto op = update.getDefiningOp<AttentionOpInterface>();
+  if (!op || op.getStateOutput() != update || op.getStateInput() != arg)
+    return describe(entry.emitError())
+           << " must be returned unchanged or as the state output of the "
+              "recurrence that takes it as its state";
+  if (!arg.hasOneUse())
+    return describe(entry.emitError())
+           << " is updated in place, so its update must be its only use";
+  return success();
+}
+
+LogicalResult EntryLowering::checkStatePoolInPlace(AttentionOpInterface op) {
+  if (!op.getStateSlots())
+    return success();
+  // The kernels write only the slots of the batch's sequences.
+  auto pool = dyn_cast<BlockArgument>(op.getStateInput());
+  auto tied = returnedAt.find(op.getStateOutput());
+  if (!pool || tied == returnedAt.end() || tied->second != pool.getArgNumber())
+    return op->emitError()
+           << "the state pool of a ragged batch must be an entry argument "
+              "marked 'attn.in_place' and returned as its update";
+  return success();
+}
+
 LogicalResult EntryLowering::checkLowerable(AttentionOpInterface op) {
   return op.getNormalizer() == Normalizer::RecurrentState
              ? LogicalResult(LinearRecurrenceShape::get(op, target))
@@ -653,6 +739,21 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
       parents = accept.getParents();
     if (auto arg = dyn_cast_or_null<BlockArgument>(parents))
       setContract(arg, "tree_parents");
+    // A ragged batch's offsets (against the tokens of q) and pool slots
+    // (against the pool).
+    if (attention && attention.getSequenceOffsets()) {
+      auto offsets = dyn_cast<BlockArgument>(attention.getSequenceOffsets());
+      auto slots = dyn_cast<BlockArgument>(attention.getStateSlots());
+      auto q = dyn_cast<BlockArgument>(attention.getQuery());
+      auto pool = dyn_cast<BlockArgument>(attention.getStateInput());
+      if (!offsets || !slots || !q || !pool)
+        return op.emitError()
+               << "a ragged batch's 'cu_seqlens', 'state_indices', queries "
+                  "and state pool must be entry inputs (checked at run time "
+                  "before anything runs)";
+      setContract(offsets, "sequence_offsets", q.getArgNumber());
+      setContract(slots, "pool_slots", pool.getArgNumber());
+    }
     // The accepted path of attn.kv_compact and attn.path_steps.
     Value pathOperand, lengthOperand;
     if (auto compact = dyn_cast<KvCompactOp>(op)) {
@@ -699,17 +800,37 @@ EntryLowering::bindRecurrence(ImplicitLocOpBuilder &b,
   Value parents = op.getKeySelectionKind() == KeySelectionKind::Tree
                       ? op.getKeySelection()
                       : Value();
+  // A ragged batch binds its pool slots and offsets after the pool.
   for (Value operand :
        {op.getQuery(), op.getKey(), op.getValue(), op.getStepDecay(),
-        op.getStepBeta(), parents, op.getStateInput()})
+        op.getStepBeta(), parents, op.getStateInput(), op.getStateSlots(),
+        op.getSequenceOffsets()})
     if (operand)
       r.bindings.push_back(buffers.lookup(operand));
   for (Value operand : op.getEpilogueOperands())
     r.bindings.push_back(buffers.lookup(operand));
   Value q = r.bindings.front();
-  r.batch = memref::DimOp::create(b, q, 0);
-  r.length = memref::DimOp::create(b, q, 2);
-  Value out = bufferFor(b, op.getOutput(), {r.batch, r.length});
+  SmallVector<Value> outSizes;
+  if (Value offsets = op.getSequenceOffsets()) {
+    // B sequences of T tokens in all.
+    HostIndexMath m{b};
+    r.batch = m.dim(buffers.lookup(op.getStateSlots()), 0);
+    r.length = m.dim(q, 0);
+    assertAtRunTime(
+        b,
+        arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
+                              m.dim(buffers.lookup(offsets), 0),
+                              arith::AddIOp::create(b, r.batch, m.index(1))),
+        op->getName().getStringRef() +
+            ": 'cu_seqlens' must hold B + 1 offsets for the B sequences of "
+            "'state_indices'");
+    outSizes.push_back(r.length);
+  } else {
+    r.batch = memref::DimOp::create(b, q, 0);
+    r.length = memref::DimOp::create(b, q, 2);
+    outSizes = {r.batch, r.length};
+  }
+  Value out = bufferFor(b, op.getOutput(), outSizes);
   buffers.map(op.getOutput(), out);
   r.bindings.push_back(out);
   if (Value stateOutput = op.getStateOutput()) {

@@ -90,6 +90,13 @@ protected:
   void assertCausalRowsFit(ImplicitLocOpBuilder &b, MaskAttr mask, Value lq,
                            Value lk, StringRef opName);
 
+  /// An in-place argument's `update` is the argument itself or the state
+  /// output of the recurrence it is the state of, its only use.
+  LogicalResult checkInPlaceUpdate(BlockArgument arg, Value update);
+  /// A ragged recurrence's state pool is an in-place argument updated by
+  /// the op (its kernels write only the batch's slots).
+  LogicalResult checkStatePoolInPlace(AttentionOpInterface op);
+
   /// The buffer of `result`: the output argument it is returned through, or
   /// a new allocation with `dynamicSizes` (host index values, one per
   /// dynamic dim).
@@ -169,7 +176,7 @@ private:
 
   /// Result value -> output argument index of the host function.
   llvm::DenseMap<Value, unsigned> returnedAt;
-  unsigned numInputs = 0;
+  unsigned numInputs = 0, numOutputs = 0;
   unsigned kernelCount = 0;
 };
 

@@ -525,8 +525,11 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   if (shape.rmsNormGate) {
     func::FuncOp gate = buildSimtRecurrenceGateKernel(
         kernelBuilder, op.getLoc(), kernelName("gate"), shape, tiling, types);
-    DispatchOp::create(b, gate.getSymName(), m.mul(heads, r.length),
-                       r.bindings);
+    // A thread per (batch, value head, step), or in a ragged batch per
+    // (value head, token).
+    Value rows = shape.ragged ? m.mul(m.index(shape.numValueHeads), r.length)
+                              : m.mul(heads, r.length);
+    DispatchOp::create(b, gate.getSymName(), rows, r.bindings);
   }
   return success();
 }

@@ -67,6 +67,8 @@ struct Argument {
   attn_dtype dtype;
   std::vector<std::optional<int64_t>> dims;
   std::vector<std::string> symbols;
+  /// An input the call updates in place (SPEC §8: a state pool).
+  bool inPlace = false;
 };
 
 class Model {
@@ -195,7 +197,7 @@ private:
   Argument argument(int32_t entry, int32_t index) const {
     attn_argument_info info;
     check(attn_entry_argument(model, entry, index, &info));
-    Argument arg{info.name, info.dtype, {}, {}};
+    Argument arg{info.name, info.dtype, {}, {}, info.in_place != 0};
     for (int32_t d = 0; d < info.rank; ++d) {
       arg.dims.push_back(info.dims[d] >= 0 ? std::optional(info.dims[d])
                                            : std::nullopt);
@@ -243,8 +245,9 @@ private:
       if (!(array.flags() & py::array::c_style))
         throw AttnError(what + ": not C-contiguous (a strided view); pass a "
                                "contiguous tensor");
-      if (isOutput && !array.writeable())
-        throw AttnError(what + ": the buffer is read-only");
+      if ((isOutput || info.in_place) && !array.writeable())
+        throw AttnError(what + ": the buffer is read-only" +
+                        (isOutput ? "" : " (the call updates it in place)"));
       std::vector<int64_t> &shape =
           call.shapes.emplace_back(array.shape(), array.shape() + array.ndim());
       attn_tensor tensor{*dtype, static_cast<int32_t>(array.ndim()),
@@ -319,7 +322,8 @@ PYBIND11_MODULE(_attn, m) {
                                return std::string(attn_dtype_name(a.dtype));
                              })
       .def_readonly("dims", &Argument::dims)
-      .def_readonly("symbols", &Argument::symbols);
+      .def_readonly("symbols", &Argument::symbols)
+      .def_readonly("in_place", &Argument::inPlace);
 
   py::class_<Model>(m, "Model")
       .def_static("from_file", &Model::fromFile, py::arg("path"),

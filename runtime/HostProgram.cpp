@@ -175,10 +175,17 @@ attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry) {
       case attn::fb::ValueContract::tree_path:
         sig.contract = ATTN_CONTRACT_TREE_PATH;
         break;
+      case attn::fb::ValueContract::sequence_offsets:
+        sig.contract = ATTN_CONTRACT_SEQUENCE_OFFSETS;
+        break;
+      case attn::fb::ValueContract::pool_slots:
+        sig.contract = ATTN_CONTRACT_POOL_SLOTS;
+        break;
       default:
         return false;
       }
       sig.contractInput = fbSig->contract_input();
+      sig.inPlace = fbSig->in_place();
       out.push_back(std::move(sig));
     }
     return true;
@@ -204,16 +211,34 @@ attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry) {
           return bad("'" + sig.name + "' has a dim '" + sig.displaySymbols[d] +
                      "' that no input binds");
       }
+      if (sig.inPlace && list != &entry.inputs)
+        return bad("output '" + sig.name + "' is marked in place");
       if (sig.contract == ATTN_CONTRACT_NONE)
         continue;
-      bool pathWithLengths =
-          sig.contract == ATTN_CONTRACT_TREE_PATH && sig.contractInput >= 0 &&
-          sig.contractInput < static_cast<int32_t>(entry.inputs.size()) &&
-          entry.inputs[sig.contractInput].dims.size() == 1 &&
-          entry.inputs[sig.contractInput].dtype == ATTN_I32;
-      if (list != &entry.inputs || sig.dtype != ATTN_I32 ||
-          sig.dims.size() != 2 ||
-          (sig.contract == ATTN_CONTRACT_TREE_PATH && !pathWithLengths))
+      // The contract's other input, where it has one, and the ranks both
+      // must have.
+      const Signature *other =
+          sig.contractInput >= 0 &&
+                  sig.contractInput < static_cast<int32_t>(entry.inputs.size())
+              ? &entry.inputs[sig.contractInput]
+              : nullptr;
+      bool fits = false;
+      switch (sig.contract) {
+      case ATTN_CONTRACT_TREE_PARENTS:
+        fits = sig.dims.size() == 2;
+        break;
+      case ATTN_CONTRACT_TREE_PATH:
+        fits = sig.dims.size() == 2 && other && other->dims.size() == 1 &&
+               other->dtype == ATTN_I32;
+        break;
+      case ATTN_CONTRACT_SEQUENCE_OFFSETS:
+      case ATTN_CONTRACT_POOL_SLOTS:
+        fits = sig.dims.size() == 1 && other && !other->dims.empty();
+        break;
+      default:
+        break;
+      }
+      if (list != &entry.inputs || sig.dtype != ATTN_I32 || !fits)
         return bad("'" + sig.name +
                    "' has a value contract that does not "
                    "fit it");
@@ -516,14 +541,70 @@ attn_status bindInputs(const Entry &entry, const attn_tensor *inputs,
   return ATTN_OK;
 }
 
+/// Checks the contract of a rank-1 index input against dim 0 of its
+/// other input: the offsets of a ragged batch or the slots of a state pool.
+static attn_status checkIndexList(const Entry &entry, const attn_tensor *inputs,
+                                  size_t i) {
+  const Signature &sig = entry.inputs[i];
+  const Signature &other = entry.inputs[sig.contractInput];
+  const auto *values = static_cast<const int32_t *>(inputs[i].data);
+  const int64_t count = inputs[i].shape[0];
+  const int64_t limit = inputs[sig.contractInput].shape[0];
+  auto bad = [&](int64_t n, const std::string &why) {
+    return fail(ATTN_SIGNATURE_MISMATCH,
+                "input '" + sig.name + "' (#" + std::to_string(i) +
+                    ") of entry '" + entry.name + "': " + sig.name + "[" +
+                    std::to_string(n) + "] = " + std::to_string(values[n]) +
+                    " " + why);
+  };
+  if (sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS) {
+    if (count < 1)
+      return fail(ATTN_SIGNATURE_MISMATCH,
+                  "input '" + sig.name + "' (#" + std::to_string(i) +
+                      ") of entry '" + entry.name +
+                      "' must hold B + 1 >= 1 offsets, got none");
+    if (values[0] != 0)
+      return bad(0, "must be 0");
+    for (int64_t n = 1; n < count; ++n)
+      if (values[n] < values[n - 1])
+        return bad(n, "must be at least " + sig.name + "[" +
+                          std::to_string(n - 1) +
+                          "] = " + std::to_string(values[n - 1]));
+    if (values[count - 1] != limit)
+      return bad(count - 1, "must be " + std::to_string(limit) +
+                                ", the tokens of '" + other.name + "'");
+    return ATTN_OK;
+  }
+  // Pool slots: in range and distinct (two sequences writing one slot
+  // would race).
+  std::vector<int64_t> owner(static_cast<size_t>(limit), -1);
+  for (int64_t n = 0; n < count; ++n) {
+    int32_t slot = values[n];
+    if (slot < 0 || slot >= limit)
+      return bad(n, "must be a slot of '" + other.name + "' in [0, " +
+                        std::to_string(limit) + ")");
+    if (owner[slot] >= 0)
+      return bad(n, "is also " + sig.name + "[" + std::to_string(owner[slot]) +
+                        "]: each sequence needs its own slot");
+    owner[slot] = n;
+  }
+  return ATTN_OK;
+}
+
 /// Checks the value contracts of the inputs (tree parents, accepted
-/// paths), naming the first offending element.
+/// paths, ragged offsets, pool slots), naming the first offending element.
 attn_status checkContracts(const Entry &entry, const attn_tensor *inputs) {
   for (size_t i = 0; i < entry.inputs.size(); ++i) {
     const Signature &sig = entry.inputs[i];
     if (sig.contract == ATTN_CONTRACT_NONE)
       continue;
     const auto *values = static_cast<const int32_t *>(inputs[i].data);
+    if (sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS ||
+        sig.contract == ATTN_CONTRACT_POOL_SLOTS) {
+      if (attn_status status = checkIndexList(entry, inputs, i))
+        return status;
+      continue;
+    }
     const int64_t rows = inputs[i].shape[0], cols = inputs[i].shape[1];
     auto bad = [&](int64_t b, int64_t t, const std::string &why) {
       return fail(ATTN_SIGNATURE_MISMATCH,

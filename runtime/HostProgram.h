@@ -44,6 +44,8 @@ struct Signature {
   std::vector<const char *> symbolPtrs;
   attn_value_contract contract = ATTN_CONTRACT_NONE;
   int32_t contractInput = -1;
+  /// An input the entry writes (a state pool, a KV cache).
+  bool inPlace = false;
 };
 
 struct Step {

@@ -46,7 +46,7 @@ using namespace attn::host;
 
 namespace {
 
-constexpr uint32_t kFormatVersion = 7;
+constexpr uint32_t kFormatVersion = 8;
 
 /// Runs the body of a C API function: no C++ exception (an allocation
 /// that fails, a thread that cannot start) crosses into the caller.
@@ -603,6 +603,7 @@ extern "C" attn_status attn_entry_argument(const attn_model *model,
   info->at_mosts = sig.atMosts.data();
   info->contract = sig.contract;
   info->contract_input = sig.contractInput;
+  info->in_place = sig.inPlace ? 1 : 0;
   return ATTN_OK;
 }
 
@@ -734,8 +735,10 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
   if (!gpu.stopTimer(kernelMs, error) || !gpu.synchronize(error))
     return cudaFail(error);
   model.recordKernelMs(kernelMs);
-  for (size_t i = e.inputs.size(); i < hostBuffers.size(); ++i)
-    if (!gpu.copyToHost(hostBuffers[i].data,
+  // The outputs and the inputs updated in place come back.
+  for (size_t i = 0; i < hostBuffers.size(); ++i)
+    if ((i >= e.inputs.size() || e.inputs[i].inPlace) &&
+        !gpu.copyToHost(hostBuffers[i].data,
                         reinterpret_cast<uint64_t>(buffers[i].data),
                         hostBuffers[i].bytes(), error))
       return cudaFail(error);

@@ -99,6 +99,12 @@ typedef enum attn_value_contract {
   /** [B, T] accepted path whose lengths are input `contract_input`:
       0 <= length[b] <= T and 0 <= path[b][n] < T for n < length[b]. */
   ATTN_CONTRACT_TREE_PATH = 2,
+  /** [B+1] offsets of a ragged batch: cu[0] = 0, non-decreasing, and
+      cu[B] = dim 0 (T) of input `contract_input`. */
+  ATTN_CONTRACT_SEQUENCE_OFFSETS = 3,
+  /** [B] slots of a state pool: distinct and in [0, N), N being dim 0 of
+      input `contract_input` (the pool). */
+  ATTN_CONTRACT_POOL_SLOTS = 4,
 } attn_value_contract;
 
 /** One argument or result of an entry. `dims[i]` is the static size or -1,
@@ -116,8 +122,12 @@ typedef struct attn_argument_info {
   const int64_t *ceil_divs;
   const int64_t *at_mosts;
   attn_value_contract contract;
-  /** ATTN_CONTRACT_TREE_PATH: the input holding the path lengths; else -1. */
+  /** The input the contract refers to (the path lengths, the packed
+      tensor, the pool); else -1. */
   int32_t contract_input;
+  /** 1 for an input attn_run updates in place (a state pool, a KV cache):
+      the caller's buffer is written, and it is no output. */
+  int32_t in_place;
 } attn_argument_info;
 
 typedef struct attn_model attn_model;

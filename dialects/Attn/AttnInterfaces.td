@@ -117,6 +117,17 @@ def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
     InterfaceMethod<"See getStateInput.",
       "::mlir::Value", "getStateOutput", (ins), [{}], [{ return {}; }]>,
     InterfaceMethod<[{
+        A ragged batch (SPEC §8): the offsets `cu_seqlens [B+1]` (i32) of
+        the sequences packed token-major in the per-step operands, which
+        then have no batch dim ([T, H, ...]); null for [B, H, L, ...].
+      }],
+      "::mlir::Value", "getSequenceOffsets", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        With a state pool [N, Hv, Dk, Dv] as the state input: the pool slot
+        of each sequence, `state_indices [B]` (i32); null otherwise.
+      }],
+      "::mlir::Value", "getStateSlots", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
         Steps per chunk of the chunked form of a recurrence; 0 otherwise.
       }],
       "int64_t", "getStepChunkSize", (ins), [{}], [{ return 0; }]>,

@@ -49,6 +49,14 @@ const char *const kRecScalarGateDims[] = {"B", "Hv", "L"};
 const char *const kRecVectorGateDims[] = {"B", "Hv", "L", "Dk"};
 const char *const kRecStateDims[] = {"B", "Hv", "Dk", "Dv"};
 const char *const kRecTreeDims[] = {"B", "L"};
+// A ragged batch (SPEC §8): per-step tensors packed token-major.
+const char *const kPackedQueryDims[] = {"T", "Hk", "Dk"};
+const char *const kPackedValueDims[] = {"T", "Hv", "Dv"};
+const char *const kPackedScalarGateDims[] = {"T", "Hv"};
+const char *const kPackedVectorGateDims[] = {"T", "Hv", "Dk"};
+const char *const kPoolDims[] = {"N", "Hv", "Dk", "Dv"};
+const char *const kOffsetDims[] = {"B+1"};
+const char *const kRowsDims[] = {"T", "H", "Dv"};
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -902,38 +910,70 @@ static bool usesBeta(RecurrenceRule rule) {
   return rule == RecurrenceRule::Delta || rule == RecurrenceRule::GatedDelta;
 }
 
+/// Where the dims of a recurrence's per-step tensors are: [B, H, L, F], or
+/// packed token-major [T, H, F] in a ragged batch (no batch dim).
+struct StepLayout {
+  bool packed;
+  ArrayRef<const char *> queryDims, valueDims, scalarGateDims, vectorGateDims,
+      stateDims;
+  /// The dims of the head, the step and the feature.
+  unsigned head() const { return 1; }
+  unsigned step() const { return packed ? 0 : 2; }
+  unsigned feature() const { return packed ? 2 : 3; }
+  unsigned rank() const { return packed ? 3 : 4; }
+
+  static StepLayout get(bool packed) {
+    if (packed)
+      return {true,
+              kPackedQueryDims,
+              kPackedValueDims,
+              kPackedScalarGateDims,
+              kPackedVectorGateDims,
+              kPoolDims};
+    return {false,
+            kRecQueryDims,
+            kRecValueDims,
+            kRecScalarGateDims,
+            kRecVectorGateDims,
+            kRecStateDims};
+  }
+};
+
 /// What attn.linear_recurrence and attn.tree_recurrence verify alike: the
 /// operands of SPEC §2 (q, k, v, the rule's gates, the state, the output
-/// gate) and the scale.
+/// gate) and the scale, in the layout `layout`.
 template <typename RecurrenceOp>
-static LogicalResult verifyRecurrenceOperands(RecurrenceOp op) {
+static LogicalResult verifyRecurrenceOperands(RecurrenceOp op,
+                                              const StepLayout &layout) {
   auto emit = [&]() { return op.emitOpError(); };
   RecurrenceRule rule = op.getRule();
   StringRef ruleName = stringifyRecurrenceRule(rule);
-  NamedTensor q = named("query", op.getQuery(), kRecQueryDims);
-  NamedTensor k = named("key", op.getKey(), kRecQueryDims);
-  NamedTensor v = named("value", op.getValue(), kRecValueDims);
-  NamedTensor s = named("initial_state", op.getInitialState(), kRecStateDims);
+  const unsigned H = layout.head(), L = layout.step(), F = layout.feature();
+  NamedTensor q = named("query", op.getQuery(), layout.queryDims);
+  NamedTensor k = named("key", op.getKey(), layout.queryDims);
+  NamedTensor v = named("value", op.getValue(), layout.valueDims);
+  NamedTensor s =
+      named("initial_state", op.getInitialState(), layout.stateDims);
   for (const NamedTensor *t : {&q, &k, &v, &s})
     if (failed(checkRank(emit, *t)))
       return failure();
   for (const NamedTensor *t : {&q, &k, &v})
-    for (unsigned d : {1u, 3u})
+    for (unsigned d : {H, F})
       if (failed(checkStaticDim(emit, *t, d)))
         return failure();
   if (failed(checkSameElementType(emit, k, q)) ||
       failed(checkSameElementType(emit, v, q)))
     return failure();
-  for (unsigned d = 0; d < 4; ++d)
+  for (unsigned d = 0; d < layout.rank(); ++d)
     if (failed(checkSameDim(emit, k, d, q, d)))
       return failure();
-  if (failed(checkSameDim(emit, v, 0, q, 0)) ||
-      failed(checkSameDim(emit, v, 2, q, 2)) ||
-      failed(checkDimMultiple(emit, v, q, 1)) ||
-      failed(checkSameDim(emit, s, 0, q, 0)) ||
-      failed(checkSameDim(emit, s, 1, v, 1)) ||
-      failed(checkSameDim(emit, s, 2, q, 3)) ||
-      failed(checkSameDim(emit, s, 3, v, 3)))
+  if ((!layout.packed && failed(checkSameDim(emit, v, 0, q, 0))) ||
+      (!layout.packed && failed(checkSameDim(emit, s, 0, q, 0))) ||
+      failed(checkSameDim(emit, v, L, q, L)) ||
+      failed(checkDimMultiple(emit, v, q, H)) ||
+      failed(checkSameDim(emit, s, 1, v, H)) ||
+      failed(checkSameDim(emit, s, 2, q, F)) ||
+      failed(checkSameDim(emit, s, 3, v, F)))
     return failure();
 
   // Operands the rule needs, and only those.
@@ -951,36 +991,36 @@ static LogicalResult verifyRecurrenceOperands(RecurrenceOp op) {
     NamedTensor t = named(name, operand, dims);
     if (failed(checkRank(emit, t)) || failed(checkSameElementType(emit, t, q)))
       return failure();
-    for (unsigned d = 0; d < 3; ++d)
+    for (unsigned d = 0; d <= std::max(L, H); ++d)
       if (failed(checkSameDim(emit, t, d, v, d)))
         return failure();
-    if (dims.size() == 4 && failed(checkSameDim(emit, t, 3, q, 3)))
+    if (dims.size() == layout.rank() && failed(checkSameDim(emit, t, F, q, F)))
       return failure();
     return success();
   };
   ArrayRef<const char *> decayDims = rule == RecurrenceRule::Gla
-                                         ? ArrayRef(kRecVectorGateDims)
-                                         : ArrayRef(kRecScalarGateDims);
+                                         ? layout.vectorGateDims
+                                         : layout.scalarGateDims;
   if (failed(
           checkPerStep("decay", op.getDecay(), usesDecay(rule), decayDims)) ||
       failed(checkPerStep("beta", op.getBeta(), usesBeta(rule),
-                          kRecScalarGateDims)))
+                          layout.scalarGateDims)))
     return failure();
 
   if (static_cast<bool>(op.getGateZ()) != static_cast<bool>(op.getGateWeight()))
     return op.emitOpError() << "the output gate needs both 'gate_z' and "
                                "'gate_weight'";
   if (Value z = op.getGateZ()) {
-    NamedTensor zt = named("gate_z", z, kRecValueDims);
+    NamedTensor zt = named("gate_z", z, layout.valueDims);
     NamedTensor wt = named("gate_weight", op.getGateWeight(), kFeatureDims);
     if (failed(checkRank(emit, zt)) || failed(checkRank(emit, wt)) ||
         failed(checkSameElementType(emit, zt, v)) ||
         failed(checkSameElementType(emit, wt, v)))
       return failure();
-    for (unsigned d = 0; d < 4; ++d)
+    for (unsigned d = 0; d < layout.rank(); ++d)
       if (failed(checkSameDim(emit, zt, d, v, d)))
         return failure();
-    if (failed(checkSameDim(emit, wt, 0, v, 3)))
+    if (failed(checkSameDim(emit, wt, 0, v, F)))
       return failure();
     double eps = op.getGateEps().convertToDouble();
     if (!(eps > 0.0))
@@ -991,8 +1031,26 @@ static LogicalResult verifyRecurrenceOperands(RecurrenceOp op) {
 }
 
 LogicalResult LinearRecurrenceOp::verify() {
-  if (failed(verifyRecurrenceOperands(*this)))
+  // A ragged batch takes both its offsets and its state slots.
+  Value offsets = getCuSeqlens(), slots = getStateIndices();
+  if (static_cast<bool>(offsets) != static_cast<bool>(slots))
+    return emitOpError() << "a ragged batch needs both 'cu_seqlens' and "
+                            "'state_indices'";
+  if (failed(
+          verifyRecurrenceOperands(*this, StepLayout::get(offsets != nullptr))))
     return failure();
+  if (offsets) {
+    auto emit = [&]() { return emitOpError(); };
+    NamedTensor cu = named("cu_seqlens", offsets, kOffsetDims);
+    NamedTensor idx = named("state_indices", slots, kBatchDims);
+    if (failed(checkRank(emit, cu)) || failed(checkRank(emit, idx)))
+      return failure();
+    if (cu.isStatic(0) && idx.isStatic(0) && cu.dim(0) != idx.dim(0) + 1)
+      return emitOpError() << "'cu_seqlens' must have one more element than "
+                              "'state_indices' (B + 1 offsets of B "
+                              "sequences), got "
+                           << cu.dim(0) << " and " << idx.dim(0);
+  }
   int64_t chunk = getChunkSize();
   if (chunk != 16 && chunk != 32 && chunk != 64 && chunk != 128)
     return emitOpError() << "'chunk_size' must be 16, 32, 64 or 128, got "
@@ -1004,7 +1062,10 @@ MaskAttr LinearRecurrenceOp::getPositionMask() {
   return MaskAttr::get(getContext(), MaskKind::Causal, 0);
 }
 double LinearRecurrenceOp::getScoreScale() {
-  return resolveScale(toDouble(getScale()), getQuery().getType().getDimSize(3));
+  // Dk is the last dim: [B, Hk, L, Dk], or [T, Hk, Dk] in a ragged batch.
+  auto query = getQuery().getType();
+  return resolveScale(toDouble(getScale()),
+                      query.getDimSize(query.getRank() - 1));
 }
 Normalizer LinearRecurrenceOp::getNormalizer() {
   return Normalizer::RecurrentState;
@@ -1023,6 +1084,8 @@ Value LinearRecurrenceOp::getStepBeta() { return getBeta(); }
 Value LinearRecurrenceOp::getStateInput() { return getInitialState(); }
 Value LinearRecurrenceOp::getStateOutput() { return getFinalState(); }
 int64_t LinearRecurrenceOp::getStepChunkSize() { return getChunkSize(); }
+Value LinearRecurrenceOp::getSequenceOffsets() { return getCuSeqlens(); }
+Value LinearRecurrenceOp::getStateSlots() { return getStateIndices(); }
 bool LinearRecurrenceOp::getNormalizesQueryKey() { return getQkL2norm(); }
 double LinearRecurrenceOp::getEpilogueEpsilon() {
   return getGateZ() ? getGateEps().convertToDouble() : 0.0;
@@ -1058,7 +1121,7 @@ LogicalResult TreeRecurrenceOp::inferReturnTypes(
 }
 
 LogicalResult TreeRecurrenceOp::verify() {
-  if (failed(verifyRecurrenceOperands(*this)))
+  if (failed(verifyRecurrenceOperands(*this, StepLayout::get(false))))
     return failure();
   auto emit = [&]() { return emitOpError(); };
   NamedTensor q = named("query", getQuery(), kRecQueryDims);
@@ -1135,16 +1198,19 @@ LogicalResult RmsNormGateOp::inferReturnTypes(
 
 LogicalResult RmsNormGateOp::verify() {
   auto emit = [&]() { return emitOpError(); };
-  NamedTensor o = named("output", getOutput(), kRowDims);
-  NamedTensor z = named("z", getZ(), kRowDims);
+  // [B, H, L, Dv], or packed token-major [T, H, Dv] (SPEC §8).
+  bool packed = getOutput().getType().getRank() == 3;
+  ArrayRef<const char *> rowDims = packed ? ArrayRef(kRowsDims) : kRowDims;
+  NamedTensor o = named("output", getOutput(), rowDims);
+  NamedTensor z = named("z", getZ(), rowDims);
   NamedTensor w = named("weight", getWeight(), kFeatureDims);
   for (const NamedTensor *t : {&o, &z, &w})
     if (failed(checkRank(emit, *t)))
       return failure();
-  for (unsigned d = 0; d < 4; ++d)
+  for (unsigned d = 0; d < rowDims.size(); ++d)
     if (failed(checkSameDim(emit, z, d, o, d)))
       return failure();
-  if (failed(checkSameDim(emit, w, 0, o, 3)))
+  if (failed(checkSameDim(emit, w, 0, o, rowDims.size() - 1)))
     return failure();
   double eps = getEps().convertToDouble();
   if (!(eps > 0.0))

@@ -464,7 +464,7 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
          "getEpilogue", "getEpilogueOperands", "fuseEpilogue",
          "getRecurrenceRule", "getStepDecay", "getStepBeta", "getStateInput",
          "getStateOutput", "getStepChunkSize", "getNormalizesQueryKey",
-         "getEpilogueEpsilon"]>]> {
+         "getEpilogueEpsilon", "getSequenceOffsets", "getStateSlots"]>]> {
   let summary = "linear attention as a state recurrence (linear to Gated DeltaNet)";
   let description = [{
     Per batch and value head, a state `S [Dk, Dv]` evolves from
@@ -491,6 +491,26 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     `gate_weight [Dv]` (see `attn.rmsnorm_gate`). Results:
     `output [B, Hv, L, Dv]` and `final_state [B, Hv, Dk, Dv]` (f32).
 
+    A ragged batch (SPEC §8) packs its sequences token-major: with
+    `cu_seqlens [B+1]` (i32; sequence `b` owns steps `cu_seqlens[b] ..
+    cu_seqlens[b+1] - 1`), every per-step operand drops its batch dim
+    (`query, key [T, Hk, Dk]`, `value [T, Hv, Dv]`, `decay [T, Hv]` or
+    `[T, Hv, Dk]`, `beta [T, Hv]`, `gate_z [T, Hv, Dv]`, `output
+    [T, Hv, Dv]`), and `initial_state` is a pool `[N, Hv, Dk, Dv]` with
+    `state_indices [B]` (i32, distinct): sequence `b` starts from pool
+    slot `state_indices[b]`, and `final_state` is the pool with those slots
+    replaced by the sequences' final states (the others unchanged). The
+    pool is meant to be updated in place: an entry that returns it as the
+    update of an `attn.in_place` argument writes only those slots.
+
+    ```mlir
+    %o2, %pool2 = attn.linear_recurrence gated_delta %q, %k, %v
+        decay(%g : tensor<?x8xf32>) beta(%beta : tensor<?x8xf32>)
+        state(%pool : tensor<?x8x64x64xf32>)
+        ragged(%cu_seqlens, %state_indices : tensor<?xi32>, tensor<?xi32>)
+        : tensor<?x4x64xf32>, tensor<?x4x64xf32>, tensor<?x8x64xf32>
+    ```
+
     ```mlir
     %o, %s = attn.linear_recurrence gated_delta %q, %k, %v
         decay(%g : tensor<?x8x?xf32>) beta(%beta : tensor<?x8x?xf32>)
@@ -506,6 +526,8 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     Optional<Attn_FloatTensor>:$decay,
     Optional<Attn_FloatTensor>:$beta,
     Attn_F32Tensor:$initial_state,
+    Optional<Attn_I32Tensor>:$cu_seqlens,
+    Optional<Attn_I32Tensor>:$state_indices,
     Optional<Attn_FloatTensor>:$gate_z,
     Optional<Attn_FloatTensor>:$gate_weight,
     DefaultValuedAttr<I64Attr, "64">:$chunk_size,
@@ -518,6 +540,8 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     (`decay` `(` $decay^ `:` type($decay) `)`)?
     (`beta` `(` $beta^ `:` type($beta) `)`)?
     `state` `(` $initial_state `:` type($initial_state) `)`
+    (`ragged` `(` $cu_seqlens^ `,` $state_indices `:` type($cu_seqlens) `,`
+       type($state_indices) `)`)?
     (`output_gate` `(` $gate_z^ `,` $gate_weight `:` type($gate_z) `,`
        type($gate_weight) `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value)

@@ -84,16 +84,20 @@ LinearRecurrenceShape::get(AttentionOpInterface op, StringRef target) {
     return fail("not a recurrence");
   auto q = cast<RankedTensorType>(op.getQuery().getType());
   auto v = cast<RankedTensorType>(op.getValue().getType());
-  if (q.isDynamicDim(1) || q.isDynamicDim(3) || v.isDynamicDim(1) ||
-      v.isDynamicDim(3))
+  // [B, H, L, F], or packed token-major [T, H, F] in a ragged batch.
+  const bool ragged = static_cast<bool>(op.getSequenceOffsets());
+  const unsigned feature = ragged ? 2 : 3;
+  if (q.isDynamicDim(1) || q.isDynamicDim(feature) || v.isDynamicDim(1) ||
+      v.isDynamicDim(feature))
     return fail("head counts and feature sizes must be static");
 
   LinearRecurrenceShape shape;
   shape.rule = op.getRecurrenceRule();
+  shape.ragged = ragged;
   shape.numKeyHeads = q.getDimSize(1);
   shape.numValueHeads = v.getDimSize(1);
-  shape.keyDim = q.getDimSize(3);
-  shape.valueDim = v.getDimSize(3);
+  shape.keyDim = q.getDimSize(feature);
+  shape.valueDim = v.getDimSize(feature);
   shape.chunkSize = op.getStepChunkSize();
   shape.scale = op.getScoreScale();
   shape.normalizeQueryKey = op.getNormalizesQueryKey();
@@ -134,4 +138,31 @@ int64_t LinearRecurrenceShape::chunkWork(int64_t columns) const {
   if (isDelta())
     perColumn += C * Dk + C * C / 2;
   return shared + perColumn * columns;
+}
+
+RecurrenceSequence::RecurrenceSequence(KernelEmitter &e,
+                                       const LinearRecurrenceShape &shape,
+                                       const RecurrenceBindings &args,
+                                       Value batch)
+    : e(e), batch(batch) {
+  if (!shape.ragged) {
+    length = e.dim(args.q, 2);
+    return;
+  }
+  first = e.toIndex(e.loadInt(args.offsets, {batch}));
+  length = e.sub(e.toIndex(e.loadInt(args.offsets, {e.add(batch, e.index(1))})),
+                 first);
+  slot = e.toIndex(e.loadInt(args.slots, {batch}));
+}
+
+SmallVector<Value> RecurrenceSequence::step(Value head, Value t) const {
+  if (!first)
+    return {batch, head, t};
+  return {e.add(first, t), head};
+}
+
+SmallVector<Value> RecurrenceSequence::state(Value head) const {
+  if (!slot)
+    return {batch, head};
+  return {slot, head};
 }

@@ -116,6 +116,10 @@ struct LinearRecurrenceShape {
   /// `parents` is bound after beta, there is no final state, and
   /// `chunkSize` is the most nodes (the whole tree is one chunk).
   bool tree = false;
+  /// A ragged batch (SPEC §8): per-step tensors packed token-major
+  /// [T, H, ...] with `cu_seqlens`, the states a pool indexed by
+  /// `state_indices`, both bound after the pool.
+  bool ragged = false;
   double gateEpsilon = 0.0;
 
   /// A scalar log-decay per step (decay, gated_delta).
@@ -151,8 +155,8 @@ struct LinearRecurrenceShape {
 
 /// A recurrence kernel's arguments, in binding order (below).
 struct RecurrenceBindings {
-  Value q, k, v, g, beta, parents, initialState, z, w, out, finalState,
-      workgroup;
+  Value q, k, v, g, beta, parents, initialState, slots, offsets, z, w, out,
+      finalState, workgroup;
 
   RecurrenceBindings(func::FuncOp func, const LinearRecurrenceShape &shape) {
     auto args = func.getArguments();
@@ -167,6 +171,10 @@ struct RecurrenceBindings {
     if (shape.tree)
       parents = args[next++];
     initialState = args[next++];
+    if (shape.ragged) {
+      slots = args[next++];
+      offsets = args[next++];
+    }
     if (shape.rmsNormGate) {
       z = args[next++];
       w = args[next++];
@@ -176,6 +184,32 @@ struct RecurrenceBindings {
       finalState = args[next++];
     workgroup = args.back();
   }
+};
+
+/// Where one sequence's steps and state are, for the kernels of a
+/// recurrence: per batch row (steps [B, H, L, ...], state [B, Hv, Dk, Dv])
+/// or, in a ragged batch, packed token-major from `cu_seqlens[b]` (steps
+/// [T, H, ...]) with the state in pool slot `state_indices[b]` (whose
+/// update goes back to the same slot: the pool is updated in place).
+class RecurrenceSequence {
+public:
+  RecurrenceSequence(KernelEmitter &e, const LinearRecurrenceShape &shape,
+                     const RecurrenceBindings &args, Value batch);
+
+  /// The sequence's steps.
+  Value length;
+  /// The index prefix of step `t`'s row at `head` in a per-step tensor
+  /// (q, k, v, g, beta, z, o), before its feature index, if any.
+  SmallVector<Value> step(Value head, Value t) const;
+  /// The index prefix of the state at value head `head`, before its
+  /// [Dk, Dv] indices.
+  SmallVector<Value> state(Value head) const;
+
+private:
+  KernelEmitter &e;
+  Value batch;
+  /// Ragged: the first token and the pool slot; null otherwise.
+  Value first, slot;
 };
 
 } // namespace mlir::attn

@@ -58,13 +58,15 @@ def _is_torch(x: Any) -> bool:
 class Argument:
     """One input or output of an entry: name, dtype ("f32", "i32", "f16",
     "bf16") and shape, with None for a dynamic dim (dims that share a symbol
-    agree at run time)."""
+    agree at run time). `in_place` marks an input the call updates in its
+    caller's buffer (SPEC §8: a state pool)."""
 
     def __init__(self, native: _attn.Argument):
         self.name: str = native.name
         self.dtype: str = native.dtype
         self.shape: tuple = tuple(native.dims)
         self.symbols: tuple = tuple(native.symbols)
+        self.in_place: bool = native.in_place
 
     @property
     def dims(self) -> tuple:
@@ -74,7 +76,8 @@ class Argument:
     def __repr__(self) -> str:
         dims = ", ".join(str(d) if d is not None else (s or "?")
                          for d, s in zip(self.shape, self.symbols))
-        return f"{self.name}: {self.dtype}[{dims}]"
+        suffix = " (updated in place)" if self.in_place else ""
+        return f"{self.name}: {self.dtype}[{dims}]{suffix}"
 
 
 class Signature:

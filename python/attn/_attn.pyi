@@ -10,6 +10,7 @@ class Argument:
     dtype: str
     dims: list[Optional[int]]
     symbols: list[str]
+    in_place: bool
 
 class Model:
     @staticmethod

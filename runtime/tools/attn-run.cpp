@@ -7,11 +7,14 @@
 //            [--out O.npy ...] [--threads N] [--repeat N]
 //
 // SPEC §5: inputs in entry order as .npy files, outputs written as .npy
-// only when the run succeeded. `--repeat N` runs once to warm up, then N
+// only when the run succeeded; then, for each input the entry updates in
+// place (SPEC §8: a state pool, a KV cache), an --out file for its updated
+// value, in argument order. `--repeat N` runs once to warm up, then N
 // times, and prints `median_ms=<float> min_ms=<float> runs=<N>`. `--random`
 // makes inputs from the signature (f32 uniform in [-1, 1], i32 zeros, random
-// valid trees and paths where an input has a value contract) with the
-// dynamic dims given, for trying a model without files.
+// valid trees, paths, ragged offsets and pool slots where an input has a
+// value contract) with the dynamic dims given (a dim named `B+1` is one
+// more than B), for trying a model without files.
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,6 +83,12 @@ std::string formatArgument(const attn_argument_info &info) {
     text += " (tree parents: -1 for the root, then 0 <= parents[b][t] < t)";
   else if (info.contract == ATTN_CONTRACT_TREE_PATH)
     text += " (accepted path: nodes in [0, T) for the first length[b])";
+  else if (info.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS)
+    text += " (sequence offsets: 0, non-decreasing, up to the tokens)";
+  else if (info.contract == ATTN_CONTRACT_POOL_SLOTS)
+    text += " (pool slots: distinct, in [0, N))";
+  if (info.in_place)
+    text += " (updated in place)";
   return text;
 }
 
@@ -94,8 +103,36 @@ void meetContracts(attn_model *m, int32_t entry,
     if (info.contract == ATTN_CONTRACT_NONE)
       continue;
     attn::Tensor &tensor = inputs[i];
-    const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
     int32_t *values = tensor.i32();
+    const int64_t count = tensor.shape[0];
+    const int64_t limit =
+        info.contract_input >= 0 && !inputs[info.contract_input].shape.empty()
+            ? inputs[info.contract_input].shape[0]
+            : 0;
+    if (info.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS) {
+      // Sorted random cut points of the tokens: 0, ..., limit.
+      for (int64_t n = 0; n < count; ++n)
+        values[n] = n == 0 || limit == 0
+                        ? 0
+                        : static_cast<int32_t>(
+                              rng() % static_cast<uint64_t>(limit + 1));
+      std::sort(values, values + count);
+      if (count > 0)
+        values[count - 1] = static_cast<int32_t>(limit);
+      continue;
+    }
+    if (info.contract == ATTN_CONTRACT_POOL_SLOTS) {
+      // Distinct slots, a random draw of the pool's (the run names the
+      // error when it has fewer slots than sequences).
+      std::vector<int32_t> all(static_cast<size_t>(limit));
+      for (int64_t n = 0; n < limit; ++n)
+        all[n] = static_cast<int32_t>(n);
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int64_t n = 0; n < count; ++n)
+        values[n] = n < limit ? all[n] : 0;
+      continue;
+    }
+    const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
     for (int64_t b = 0; b < rows; ++b) {
       if (info.contract == ATTN_CONTRACT_TREE_PARENTS) {
         for (int64_t t = 0; t < cols; ++t)
@@ -312,11 +349,19 @@ int run(int argc, char **argv) {
           shape.push_back(info.dims[d]);
           continue;
         }
-        auto it = sizes.find(info.symbols[d]);
+        std::string symbol = info.symbols[d];
+        auto it = sizes.find(symbol);
+        // B+1 (a ragged batch's offsets) follows from B.
+        int64_t plus = 0;
+        if (it == sizes.end() && symbol.size() > 2 &&
+            symbol.compare(symbol.size() - 2, 2, "+1") == 0) {
+          it = sizes.find(symbol.substr(0, symbol.size() - 2));
+          plus = 1;
+        }
         if (it == sizes.end())
           return usageError(std::string("--random: input '") + info.name +
-                            "' needs a size for " + info.symbols[d]);
-        int64_t divisor = info.ceil_divs[d], size = it->second;
+                            "' needs a size for " + symbol);
+        int64_t divisor = info.ceil_divs[d], size = it->second + plus;
         if (divisor > 0)
           size = size / divisor + (size % divisor != 0);
         if (divisor > 0 && info.at_mosts[d] >= 0)
@@ -352,18 +397,35 @@ int run(int argc, char **argv) {
       inputs.push_back(inputTensor(array, info.dtype));
     }
   }
-  if (!outputPaths.empty() &&
-      static_cast<int32_t>(outputPaths.size()) != numOutputs) {
-    std::string names;
-    for (int32_t i = 0; i < numOutputs; ++i) {
-      attn_argument_info info;
-      attn_entry_argument(m, entry, numInputs + i, &info);
-      names += (i ? ", " : "") + std::string(info.name);
-    }
-    return error("entry '" + entryName + "' has " + std::to_string(numOutputs) +
-                 " outputs (" + names + "), got " +
-                 std::to_string(outputPaths.size()) + " --out files");
+  // The inputs updated in place: their --out files follow the outputs'.
+  std::vector<int32_t> inPlace;
+  std::string names;
+  for (int32_t i = 0; i < numOutputs; ++i) {
+    attn_argument_info info;
+    attn_entry_argument(m, entry, numInputs + i, &info);
+    names += (i ? ", " : "") + std::string(info.name);
   }
+  for (int32_t i = 0; i < numInputs; ++i) {
+    attn_argument_info info;
+    attn_entry_argument(m, entry, i, &info);
+    if (!info.in_place)
+      continue;
+    inPlace.push_back(i);
+    names += (names.empty() ? "" : ", ") + std::string(info.name) +
+             " (updated in place)";
+  }
+  const int32_t numFiles = numOutputs + static_cast<int32_t>(inPlace.size());
+  if (!outputPaths.empty() &&
+      static_cast<int32_t>(outputPaths.size()) != numFiles)
+    return error("entry '" + entryName + "' writes " +
+                 std::to_string(numFiles) + " --out files (" + names +
+                 "), got " + std::to_string(outputPaths.size()));
+  // Timed repeats start from the inputs as given, so what is written is
+  // one run's.
+  std::vector<attn::Tensor> given;
+  if (repeat > 0)
+    for (int32_t i : inPlace)
+      given.push_back(inputs[i]);
 
   std::vector<attn::Tensor> outputs;
   status = model->run(entry, inputs, outputs);
@@ -390,6 +452,8 @@ int run(int argc, char **argv) {
   if (repeat > 0) {
     std::vector<double> times;
     for (long long r = 0; r < repeat; ++r) {
+      for (size_t n = 0; n < inPlace.size(); ++n)
+        inputs[inPlace[n]] = given[n];
       auto begin = std::chrono::steady_clock::now();
       status = model->run(entry, inputs, outputs);
       auto end = std::chrono::steady_clock::now();
@@ -407,7 +471,9 @@ int run(int argc, char **argv) {
                 repeat);
   }
   for (size_t i = 0; i < outputPaths.size(); ++i) {
-    attn::npy::Array array = outputArray(outputs[i]);
+    const attn::Tensor &tensor =
+        i < outputs.size() ? outputs[i] : inputs[inPlace[i - outputs.size()]];
+    attn::npy::Array array = outputArray(tensor);
     std::string message;
     if (!attn::npy::writeFile(outputPaths[i], array, message))
       return error(message);

@@ -55,6 +55,10 @@ struct TestAttentionInterfacePass final
       for (Value operand : op.getEpilogueOperands())
         remark << " " << operandIndex(operation, operand);
       remark << ", lse = " << (op.getLogSumExp() ? "yes" : "no");
+      if (Value offsets = op.getSequenceOffsets())
+        remark << ", ragged: offsets = operand "
+               << operandIndex(operation, offsets) << ", slots = operand "
+               << operandIndex(operation, op.getStateSlots());
     });
   }
 };

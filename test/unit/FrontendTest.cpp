@@ -282,7 +282,7 @@ INSTANTIATE_TEST_SUITE_P(
                        "$.layers[0]: unknown key 'num_head'; expected one "
                        "of: name, type, num_heads, num_kv_heads, head_dim, "
                        "value_dim, mask, gate, softcap, scale, sparsity, "
-                       "tree, score_mod, mask_mod, return_lse"},
+                       "tree, score_mod, mask_mod, return_lse, layout"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": -8, "head_dim": 64}]})",
             "$.layers[0].num_heads: expected a positive integer, got -8"},
@@ -435,7 +435,55 @@ INSTANTIATE_TEST_SUITE_P(
             "layer's \"tree\", got 300"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "l", "type": "linear_attention", "rule": "delta", "num_k_heads": 1, "k_dim": 8, "tree": "yes"}]})",
-            "$.layers[0].tree: expected true or false, got \"yes\""}));
+            "$.layers[0].tree: expected true or false, got \"yes\""},
+        // SPEC §8 layouts.
+        BadDescription{
+            LAYER(R"(, "layout": {"ragged": true, "page_size": 16})"),
+            "$.layers[0].layout: ragged batches and paged KV caches are not "
+            "implemented for softmax attention layers yet; linear_attention "
+            "layers take {\"ragged\": true}"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "l", "type": "linear_attention", "rule": "delta", "num_k_heads": 1, "k_dim": 8, "layout": {"ragged": true, "page_size": 16}}]})",
+            "$.layers[0].layout.page_size: pages hold keys and values of "
+            "softmax attention layers; a linear layer keeps a state pool "
+            "(\"ragged\": true)"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "l", "type": "linear_attention", "rule": "delta", "num_k_heads": 1, "k_dim": 8, "layout": {"packed": true}}]})",
+            "$.layers[0].layout: unknown key 'packed'; expected one of: "
+            "ragged, page_size"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "l", "type": "linear_attention", "rule": "delta", "num_k_heads": 1, "k_dim": 8, "layout": {"ragged": 1}}]})",
+            "$.layers[0].layout.ragged: expected true or false, got 1"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "l", "type": "linear_attention", "rule": "delta", "num_k_heads": 1, "k_dim": 8, "layout": true}]})",
+            "$.layers[0].layout: expected an object, got true"}));
+
+TEST(Frontend, RaggedLinearEntryTakesAPoolInPlace) {
+  // SPEC §8: <linear layer>(q, k, v, (g), (beta), states, state_idx,
+  // (z, w), cu_seqlens) -> o, the pool updated in place.
+  const char *json = R"({"model": "m", "layers": [{"name": "l",
+    "type": "linear_attention", "rule": "gated_delta", "num_k_heads": 2,
+    "num_v_heads": 4, "k_dim": 16, "output_gate": "rmsnorm_silu",
+    "layout": {"ragged": true}}]})";
+  llvm::Expected<ModelDescription> model = parseModelDescription(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  using Args = std::vector<std::string>;
+  std::vector<std::pair<std::string, Args>> expected = {
+      {"l", Args{"q", "k", "v", "g", "beta", "states", "state_idx", "z", "w",
+                 "cu_seqlens"}}};
+  EXPECT_EQ(entrySignatures(*module), expected);
+  auto func = *module->getOps<func::FuncOp>().begin();
+  for (unsigned i = 0; i < func.getNumArguments(); ++i)
+    EXPECT_EQ(static_cast<bool>(func.getArgAttr(i, "attn.in_place")), i == 5)
+        << i;
+  // o, then the pool's update.
+  ASSERT_EQ(func.getNumResults(), 2u);
+  EXPECT_EQ(cast<RankedTensorType>(func.getResultTypes()[0]).getRank(), 3);
+  EXPECT_EQ(func.getResultTypes()[1], func.getArgumentTypes()[5]);
+}
 
 // 50,000 nested brackets once overflowed the parser's stack.
 TEST(Frontend, NestingIsBounded) {

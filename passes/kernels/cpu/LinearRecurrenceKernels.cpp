@@ -362,7 +362,9 @@ public:
   func::FuncOp build();
 
 private:
-  // The phases, in the order build() emits them.
+  /// The whole recurrence of the workgroup's sequence.
+  void runChunks();
+  // The phases, in the order runChunks() emits them.
   void allocateScratch();
   void loadInitialState();
   void loadChunk(Value first, Value steps);
@@ -394,6 +396,10 @@ private:
   KernelEmitter e;
   RecurrenceBindings args;
   Heads heads;
+  RecurrenceSequence seq;
+  /// A ragged batch's sequences of at most this many steps are the step
+  /// kernel's.
+  const int64_t maxSteps;
   const int64_t C, Dk, Dv;
   /// DvP: the value columns of this workgroup (the padded Dv when whole).
   const int64_t DkP, DvP;
@@ -431,7 +437,8 @@ ChunkedRecurrenceKernel::ChunkedRecurrenceKernel(
       func(createKernel(builder, loc, name, bindingTypes, tiling,
                         tiles > 1 ? "chunked_columns" : "chunked")),
       b(loc, builder), e(b, W), args(func, shape),
-      heads(e, shape, args.workgroup, tiles), C(chunkOf(shape, W)),
+      heads(e, shape, args.workgroup, tiles), seq(e, shape, args, heads.batch),
+      maxSteps(tiling.recurrentMaxSteps), C(chunkOf(shape, W)),
       Dk(shape.keyDim), Dv(shape.valueDim), DkP(roundUp(Dk, W)), DvP(columns) {
   assert(columns % W == 0 && shape.paddedValueDim(W) % columns == 0 &&
          "a column tile is whole vectors and divides the padded Dv");
@@ -440,8 +447,22 @@ ChunkedRecurrenceKernel::ChunkedRecurrenceKernel(
 
 func::FuncOp ChunkedRecurrenceKernel::build() {
   c0 = e.index(0), c1 = e.index(1);
-  length = e.dim(args.q, 2);
+  length = seq.length;
   firstColumn = tiles > 1 ? e.mul(heads.tile, e.index(DvP)) : Value();
+  if (shape.ragged) {
+    // In a ragged batch, the sequences of 1 .. maxSteps steps are the step
+    // kernel's, and those of none keep their pool slot as it is.
+    e.ifThen(e.icmp(arith::CmpIPredicate::ugt, length, e.index(maxSteps)),
+             [&] { runChunks(); });
+    func::ReturnOp::create(b);
+    return func;
+  }
+  runChunks();
+  func::ReturnOp::create(b);
+  return func;
+}
+
+void ChunkedRecurrenceKernel::runChunks() {
   allocateScratch();
   loadInitialState();
   if (shape.tree) {
@@ -455,8 +476,7 @@ func::FuncOp ChunkedRecurrenceKernel::build() {
       transformDeltaValues();
     scoreChunk();
     storeChunkOutputs(c0, length);
-    func::ReturnOp::create(b);
-    return func;
+    return;
   }
   Value chunks = e.ceilDiv(length, e.index(C));
   e.loop(c0, chunks, c1, [&](Value chunk) {
@@ -473,8 +493,6 @@ func::FuncOp ChunkedRecurrenceKernel::build() {
     carryState();
   });
   storeFinalState();
-  func::ReturnOp::create(b);
-  return func;
 }
 
 Value ChunkedRecurrenceKernel::column(int64_t off) {
@@ -594,10 +612,11 @@ void ChunkedRecurrenceKernel::loadInitialState() {
   // S = S_init, zero in the padding.
   e.loop(c0, e.index(DkP), c1, [&](Value i) { zeroRow(e, state, {i}, DvP); });
   e.loop(c0, e.index(Dk), c1, [&](Value i) {
+    SmallVector<Value> row = seq.state(hv);
+    row.push_back(i);
     for (int64_t off = 0; off < DvP; off += W)
-      vector::StoreOp::create(
-          b, loadColumns(args.initialState, {batch, hv, i}, off), state,
-          ValueRange{i, e.index(off)});
+      vector::StoreOp::create(b, loadColumns(args.initialState, row, off),
+                              state, ValueRange{i, e.index(off)});
   });
 }
 
@@ -606,20 +625,21 @@ void ChunkedRecurrenceKernel::loadChunk(Value first, Value steps) {
   // and every real row unchanged.
   e.loop(c0, steps, c1, [&](Value t) {
     Value pos = e.add(first, t);
-    copyFeatureRow(e, args.k, {batch, hk, pos}, Dk, shape.normalizeQueryKey,
-                   1.0, keys, {t});
-    copyFeatureRow(e, args.q, {batch, hk, pos}, Dk, shape.normalizeQueryKey,
-                   shape.scale, queries, {t});
+    SmallVector<Value> keyStep = seq.step(hk, pos),
+                       valueStep = seq.step(hv, pos);
+    copyFeatureRow(e, args.k, keyStep, Dk, shape.normalizeQueryKey, 1.0, keys,
+                   {t});
+    copyFeatureRow(e, args.q, keyStep, Dk, shape.normalizeQueryKey, shape.scale,
+                   queries, {t});
     for (int64_t off = 0; off < DvP; off += W)
-      vector::StoreOp::create(b, loadColumns(args.v, {batch, hv, pos}, off),
-                              values, ValueRange{t, e.index(off)});
+      vector::StoreOp::create(b, loadColumns(args.v, valueStep, off), values,
+                              ValueRange{t, e.index(off)});
     if (shape.scalarDecay())
-      e.store(e.load(args.g, {batch, hv, pos}), cumulative, {t});
+      e.store(e.load(args.g, valueStep), cumulative, {t});
     if (shape.featureDecay())
-      copyFeatureRow(e, args.g, {batch, hv, pos}, Dk, false, 1.0, cumulative,
-                     {t});
+      copyFeatureRow(e, args.g, valueStep, Dk, false, 1.0, cumulative, {t});
     if (betas)
-      e.store(e.load(args.beta, {batch, hv, pos}), betas, {t});
+      e.store(e.load(args.beta, valueStep), betas, {t});
   });
   e.loop(steps, e.index(C), c1, [&](Value t) {
     zeroRow(e, keys, {t}, DkP);
@@ -785,16 +805,16 @@ void ChunkedRecurrenceKernel::storeChunkOutputs(Value first, Value steps) {
   intra.accumulate = true, intra.lowerA = true;
   emitProduct(e, intra);
   e.loop(c0, steps, c1, [&](Value t) {
-    Value pos = e.add(first, t);
+    SmallVector<Value> at = seq.step(hv, e.add(first, t));
     if (!firstColumn) {
-      storeRecurrenceRow(e, shape, args, outputs, {t}, {batch, hv, pos});
+      storeRecurrenceRow(e, shape, args, outputs, {t}, at);
       return;
     }
     // A column tile holds part of each row: the gate kernel follows.
     for (int64_t off = 0; off < DvP; off += W)
       storeColumns(vector::LoadOp::create(b, e.vec, outputs,
                                           ValueRange{t, e.index(off)}),
-                   args.out, {batch, hv, pos}, off);
+                   args.out, at, off);
   });
 }
 
@@ -825,10 +845,12 @@ void ChunkedRecurrenceKernel::carryState() {
 
 void ChunkedRecurrenceKernel::storeFinalState() {
   e.loop(c0, e.index(Dk), c1, [&](Value i) {
+    SmallVector<Value> row = seq.state(hv);
+    row.push_back(i);
     for (int64_t off = 0; off < DvP; off += W)
       storeColumns(
           vector::LoadOp::create(b, e.vec, state, ValueRange{i, e.index(off)}),
-          args.finalState, {batch, hv, i}, off);
+          args.finalState, row, off);
   });
 }
 
@@ -856,6 +878,7 @@ func::FuncOp mlir::attn::buildRecurrenceGateKernel(
       createKernel(builder, loc, name, bindingTypes, tiling, "gate");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
+  assert(!shape.ragged && "a ragged batch's kernels keep whole state rows");
   const int64_t C = shape.chunkSize;
   RecurrenceBindings args(func, shape);
   Value length = e.dim(args.q, 2);
@@ -922,6 +945,14 @@ private:
   Value column(const ColumnBlock &columns, int64_t x) {
     return e.index(columns.block + x * W);
   }
+  /// Where row `i` of the state has vector `x` of a column block.
+  SmallVector<Value> stateIndex(Value i, const ColumnBlock &columns,
+                                int64_t x) {
+    SmallVector<Value> at(stateAt);
+    at.push_back(i);
+    at.push_back(column(columns, x));
+    return at;
+  }
 
   const LinearRecurrenceShape &shape;
   OpBuilder::InsertionGuard guard;
@@ -935,7 +966,11 @@ private:
   static constexpr int64_t kBlockVectors = 4;
   RecurrenceBindings args;
   Heads heads;
+  RecurrenceSequence seq;
+  const int64_t maxSteps;
   Value batch, hv, hk, c0, c1;
+  /// The index prefixes of the state and of step t's rows.
+  SmallVector<Value> stateAt, keyStep, valueStep;
   Value key, query, decay, output;
 
   // What loadStep reads of step t: the state it starts from (S_init at
@@ -953,18 +988,26 @@ RecurrentStepKernel::RecurrentStepKernel(OpBuilder &builder, Location loc,
       func(createKernel(builder, loc, name, bindingTypes, tiling, "recurrent")),
       b(loc, builder), e(b, tiling.vectorWidth), W(e.width), Dk(shape.keyDim),
       Dv(shape.valueDim), DkP(roundUp(Dk, W)), DvP(roundUp(Dv, W)),
-      args(func, shape), heads(e, shape, args.workgroup) {
+      args(func, shape), heads(e, shape, args.workgroup),
+      seq(e, shape, args, heads.batch), maxSteps(tiling.recurrentMaxSteps) {
   batch = heads.batch, hv = heads.valueHead, hk = heads.keyHead;
+  stateAt = seq.state(hv);
 }
 
 func::FuncOp RecurrentStepKernel::build() {
   c0 = e.index(0), c1 = e.index(1);
-  Value length = e.dim(args.q, 2);
+  Value length = seq.length;
   key = e.scratch({DkP}), query = e.scratch({DkP});
   decay = shape.featureDecay() ? e.scratch({DkP}) : Value();
   output = e.scratch({DvP});
+  // In a ragged batch, the longer sequences are the chunked kernel's.
+  if (shape.ragged)
+    length =
+        e.select(e.icmp(arith::CmpIPredicate::ule, length, e.index(maxSteps)),
+                 length, c0);
 
   e.loop(c0, length, c1, [&](Value t) {
+    keyStep = seq.step(hk, t), valueStep = seq.step(hv, t);
     loadStep(t);
     for (int64_t block = 0; block < Dv; block += kBlockVectors * W) {
       ColumnBlock columns{block, {}};
@@ -975,7 +1018,7 @@ func::FuncOp RecurrentStepKernel::build() {
       SmallVector<Value> u = stepValues(t, columns, sums);
       updateState(columns, u);
     }
-    storeRecurrenceRow(e, shape, args, output, {}, {batch, hv, t});
+    storeRecurrenceRow(e, shape, args, output, {}, valueStep);
   });
   func::ReturnOp::create(b);
   return func;
@@ -986,10 +1029,9 @@ void RecurrentStepKernel::loadStep(Value t) {
   Value first = e.icmp(arith::CmpIPredicate::eq, t, c0);
   source = e.select(first, args.initialState, args.finalState);
 
-  copyFeatureRow(e, args.k, {batch, hk, t}, Dk, shape.normalizeQueryKey, 1.0,
-                 key, {});
-  copyFeatureRow(e, args.q, {batch, hk, t}, Dk, shape.normalizeQueryKey,
-                 shape.scale, query, {});
+  copyFeatureRow(e, args.k, keyStep, Dk, shape.normalizeQueryKey, 1.0, key, {});
+  copyFeatureRow(e, args.q, keyStep, Dk, shape.normalizeQueryKey, shape.scale,
+                 query, {});
   // k . q, for the part of o_t that step t itself writes.
   Value kq = e.splat(0.0);
   for (int64_t off = 0; off < DkP; off += W)
@@ -1000,9 +1042,9 @@ void RecurrentStepKernel::loadStep(Value t) {
   // it is folded into q for S^T q.
   alpha = Value();
   if (shape.scalarDecay())
-    alpha = e.broadcast(e.exp(e.load(args.g, {batch, hv, t})));
+    alpha = e.broadcast(e.exp(e.load(args.g, valueStep)));
   if (shape.featureDecay()) {
-    copyFeatureRow(e, args.g, {batch, hv, t}, Dk, false, 1.0, decay, {});
+    copyFeatureRow(e, args.g, valueStep, Dk, false, 1.0, decay, {});
     for (int64_t off = 0; off < DkP; off += W) {
       Value col = e.index(off);
       Value a = e.exp(vector::LoadOp::create(b, e.vec, decay, col));
@@ -1012,8 +1054,7 @@ void RecurrentStepKernel::loadStep(Value t) {
           col);
     }
   }
-  beta = shape.isDelta() ? e.broadcast(e.load(args.beta, {batch, hv, t}))
-                         : Value();
+  beta = shape.isDelta() ? e.broadcast(e.load(args.beta, valueStep)) : Value();
 }
 
 SmallVector<Value> RecurrentStepKernel::readState(const ColumnBlock &columns) {
@@ -1027,8 +1068,8 @@ SmallVector<Value> RecurrentStepKernel::readState(const ColumnBlock &columns) {
     Value kb = needKey ? e.broadcast(e.load(key, i)) : Value();
     SmallVector<Value> byQuery, byKey;
     for (int64_t x = 0; x < nv; ++x) {
-      Value s = e.loadVector(source, {batch, hv, i, column(columns, x)},
-                             columns.lanes[x]);
+      Value s =
+          e.loadVector(source, stateIndex(i, columns, x), columns.lanes[x]);
       byQuery.push_back(e.fma(qb, s, acc[x]));
       if (needKey)
         byKey.push_back(e.fma(kb, s, acc[nv + x]));
@@ -1045,8 +1086,9 @@ SmallVector<Value> RecurrentStepKernel::stepValues(Value t,
   const int64_t nv = columns.size();
   SmallVector<Value> u;
   for (int64_t x = 0; x < nv; ++x) {
-    Value v = e.loadVector(args.v, {batch, hv, t, column(columns, x)},
-                           columns.lanes[x]);
+    SmallVector<Value> at(valueStep);
+    at.push_back(column(columns, x));
+    Value v = e.loadVector(args.v, at, columns.lanes[x]);
     Value sq = sums[x];
     if (shape.isDelta()) {
       Value sk = sums[nv + x];
@@ -1071,12 +1113,11 @@ void RecurrentStepKernel::updateState(const ColumnBlock &columns,
     if (decay)
       rowDecay = e.broadcast(e.load(decay, i));
     for (int64_t x = 0; x < columns.size(); ++x) {
-      Value s = e.loadVector(source, {batch, hv, i, column(columns, x)},
-                             columns.lanes[x]);
+      SmallVector<Value> at = stateIndex(i, columns, x);
+      Value s = e.loadVector(source, at, columns.lanes[x]);
       if (rowDecay)
         s = e.fmul(s, rowDecay);
-      e.storeVector(e.fma(kb, u[x], s), args.finalState,
-                    {batch, hv, i, column(columns, x)}, columns.lanes[x]);
+      e.storeVector(e.fma(kb, u[x], s), args.finalState, at, columns.lanes[x]);
     }
   });
 }

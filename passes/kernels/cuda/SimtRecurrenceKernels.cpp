@@ -32,6 +32,8 @@
 
 #include "passes/kernels/cuda/SimtKernels.h"
 
+#include <optional>
+
 using namespace mlir;
 using namespace mlir::attn;
 
@@ -102,7 +104,16 @@ private:
   void onColumn(Value thread, function_ref<void(Value)> body);
   /// The state index of row i of `column`.
   SmallVector<Value> stateAt(Value i, Value column) {
-    return {batch, hv, i, column};
+    return with(seq->state(hv), {i, column});
+  }
+  /// Step `t`'s element `f` of a per-step tensor at `head`.
+  SmallVector<Value> stepAt(Value head, Value t, Value f) {
+    return with(seq->step(head, t), {f});
+  }
+  static SmallVector<Value> with(SmallVector<Value> prefix,
+                                 ArrayRef<Value> rest) {
+    llvm::append_range(prefix, rest);
+    return prefix;
   }
 
   const LinearRecurrenceShape &shape;
@@ -116,6 +127,8 @@ private:
   const bool scalarDecay, featureDecay, delta;
 
   Value c0, c1, dk, tile, hv, batch, hk, length;
+  /// Where the block's sequence is (mapBlock).
+  std::optional<RecurrenceSequence> seq;
   Value keys, queries, logDecay, betas, scores, transform, values, stateRegs;
 };
 
@@ -176,7 +189,8 @@ void SimtChunkedRecurrenceKernel::mapBlock() {
   hv = e.rem(rest, e.index(shape.numValueHeads));
   batch = e.div(rest, e.index(shape.numValueHeads));
   hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
-  length = e.dim(args.q, 2);
+  seq.emplace(e, shape, args, batch);
+  length = seq->length;
 }
 
 void SimtChunkedRecurrenceKernel::allocateBuffers() {
@@ -219,28 +233,26 @@ void SimtChunkedRecurrenceKernel::stageChunk(Value first, Value n) {
   //    cumulative scalar log-decay and beta.
   e.forAll(e.mul(n, dk), [&](Value x) {
     Value t = e.div(x, dk), i = e.rem(x, dk), step = e.add(first, t);
-    e.store(e.load(args.k, {batch, hk, step, i}), keys, {t, i});
-    e.store(e.load(args.q, {batch, hk, step, i}), queries, {t, i});
+    e.store(e.load(args.k, stepAt(hk, step, i)), keys, {t, i});
+    e.store(e.load(args.q, stepAt(hk, step, i)), queries, {t, i});
     if (featureDecay)
-      e.store(e.load(args.g, {batch, hv, step, i}), logDecay, {t, i});
+      e.store(e.load(args.g, stepAt(hv, step, i)), logDecay, {t, i});
   });
   e.forAll(n, [&](Value t) {
     scaleRow(e, keys, t, Dk, shape.normalizeQueryKey, 1.0);
     scaleRow(e, queries, t, Dk, shape.normalizeQueryKey, shape.scale);
     if (scalarDecay && shape.tree)
-      e.store(pathSum(t,
-                      [&](Value u) {
-                        return e.load(args.g, {batch, hv, u});
-                      }),
-              logDecay, {t});
+      e.store(
+          pathSum(t, [&](Value u) { return e.load(args.g, seq->step(hv, u)); }),
+          logDecay, {t});
     else if (scalarDecay)
       e.store(e.sumOver(c0, e.add(t, c1),
                         [&](Value s) {
-                          return e.load(args.g, {batch, hv, e.add(first, s)});
+                          return e.load(args.g, seq->step(hv, e.add(first, s)));
                         }),
               logDecay, {t});
     if (delta)
-      e.store(e.load(args.beta, {batch, hv, e.add(first, t)}), betas, {t});
+      e.store(e.load(args.beta, seq->step(hv, e.add(first, t))), betas, {t});
   });
   if (featureDecay && shape.tree)
     // Along each node's path: a parent precedes its children, so in index
@@ -388,8 +400,9 @@ void SimtChunkedRecurrenceKernel::columnOutputs(Value thread, Value column,
     }
     Value decay = scalarDecay ? e.exp(e.load(logDecay, {t})) : Value();
     Value out = decay ? e.fmul(sums[0], decay) : sums[0];
-    e.store(out, args.out, {batch, hv, e.add(first, t), column});
-    Value v = e.load(args.v, {batch, hv, e.add(first, t), column});
+    SmallVector<Value> at = stepAt(hv, e.add(first, t), column);
+    e.store(out, args.out, at);
+    Value v = e.load(args.v, at);
     if (delta)
       v = e.fmul(e.load(betas, {t}),
                  e.fsub(v, decay ? e.fmul(sums[1], decay) : sums[1]));
@@ -413,7 +426,7 @@ void SimtChunkedRecurrenceKernel::addIntraChunkOutputs(Value thread,
                                                        Value first, Value n) {
   // o_t += sum_{s <= t} P[t, s] v'_s.
   e.loop(c0, n, c1, [&](Value t) {
-    SmallVector<Value> at{batch, hv, e.add(first, t), column};
+    SmallVector<Value> at = stepAt(hv, e.add(first, t), column);
     Value intra = e.sumOver(c0, e.add(t, c1), [&](Value s) {
       return e.fmul(e.load(scores, {t, s}), e.load(values, {s, thread}));
     });
@@ -482,17 +495,22 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
   RecurrenceBindings args(func, shape);
   const int64_t Dv = shape.valueDim;
 
-  // Thread order (batch, value head, step), the step fastest.
-  Value length = e.dim(args.out, 2);
+  // Thread order (batch, value head, step), the step fastest; in a ragged
+  // batch (value head, token), the token fastest.
+  Value length = e.dim(args.out, shape.ragged ? 0 : 2);
   Value step = e.rem(args.workgroup, length);
   Value rest = e.div(args.workgroup, length);
   Value hv = e.rem(rest, e.index(shape.numValueHeads));
   Value batch = e.div(rest, e.index(shape.numValueHeads));
+  SmallVector<Value> row = shape.ragged ? SmallVector<Value>{step, hv}
+                                        : SmallVector<Value>{batch, hv, step};
   Value c0 = e.index(0), dv = e.index(Dv);
 
   // o = (o / sqrt(mean(o^2) + eps)) * w * silu(z).
   Value squares = e.sumOver(c0, dv, [&](Value d) {
-    Value o = e.load(args.out, {batch, hv, step, d});
+    SmallVector<Value> at(row);
+    at.push_back(d);
+    Value o = e.load(args.out, at);
     return e.fmul(o, o);
   });
   Value meanSquare = e.fmul(squares, e.scalar(1.0 / static_cast<double>(Dv)));
@@ -500,7 +518,8 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
       e.scalar(1.0),
       math::SqrtOp::create(b, e.fadd(meanSquare, e.scalar(shape.gateEpsilon))));
   e.loop(c0, dv, e.index(1), [&](Value d) {
-    SmallVector<Value> at{batch, hv, step, d};
+    SmallVector<Value> at(row);
+    at.push_back(d);
     Value o = e.fmul(e.fmul(e.load(args.out, at), inv), e.load(args.w, {d}));
     e.store(e.fmul(o, e.silu(e.load(args.z, at))), args.out, at);
   });

@@ -1,0 +1,58 @@
+// RUN: attn-opt %s -split-input-file -verify-diagnostics
+
+// The diagnostics of a ragged attn.linear_recurrence (SPEC §8): per-step
+// operands packed token-major [T, H, F], the state a pool [N, Hv, Dk, Dv].
+
+func.func @rank(%q: tensor<2x4x7x16xf32>, %v: tensor<2x8x7x12xf32>, %pool: tensor<5x8x16x12xf32>, %cu: tensor<3xi32>, %idx: tensor<2xi32>) {
+  // expected-error @+1 {{'query' must be a rank-3 tensor [T, Hk, Dk], got 'tensor<2x4x7x16xf32>'}}
+  %o, %s = attn.linear_recurrence linear %q, %q, %v state(%pool : tensor<5x8x16x12xf32>) ragged(%cu, %idx : tensor<3xi32>, tensor<2xi32>) : tensor<2x4x7x16xf32>, tensor<2x4x7x16xf32>, tensor<2x8x7x12xf32>
+  return
+}
+
+// -----
+
+func.func @count(%q: tensor<9x4x16xf32>, %v: tensor<9x8x12xf32>, %pool: tensor<5x8x16x12xf32>, %cu: tensor<3xi32>, %idx: tensor<3xi32>) {
+  // expected-error @+1 {{'cu_seqlens' must have one more element than 'state_indices' (B + 1 offsets of B sequences), got 3 and 3}}
+  %o, %s = attn.linear_recurrence linear %q, %q, %v state(%pool : tensor<5x8x16x12xf32>) ragged(%cu, %idx : tensor<3xi32>, tensor<3xi32>) : tensor<9x4x16xf32>, tensor<9x4x16xf32>, tensor<9x8x12xf32>
+  return
+}
+
+// -----
+
+func.func @tokens(%q: tensor<9x4x16xf32>, %v: tensor<8x8x12xf32>, %pool: tensor<5x8x16x12xf32>, %cu: tensor<3xi32>, %idx: tensor<2xi32>) {
+  // expected-error @+1 {{'value' dim 0 (T) must match 'query' dim 0 (T): expected 9, got 8}}
+  %o, %s = attn.linear_recurrence linear %q, %q, %v state(%pool : tensor<5x8x16x12xf32>) ragged(%cu, %idx : tensor<3xi32>, tensor<2xi32>) : tensor<9x4x16xf32>, tensor<9x4x16xf32>, tensor<8x8x12xf32>
+  return
+}
+
+// -----
+
+func.func @gate(%q: tensor<9x4x16xf32>, %v: tensor<9x8x12xf32>, %g: tensor<9x8x1xf32>, %pool: tensor<5x8x16x12xf32>, %cu: tensor<3xi32>, %idx: tensor<2xi32>) {
+  // expected-error @+1 {{'decay' must be a rank-2 tensor [T, Hv], got 'tensor<9x8x1xf32>'}}
+  %o, %s = attn.linear_recurrence decay %q, %q, %v decay(%g : tensor<9x8x1xf32>) state(%pool : tensor<5x8x16x12xf32>) ragged(%cu, %idx : tensor<3xi32>, tensor<2xi32>) : tensor<9x4x16xf32>, tensor<9x4x16xf32>, tensor<9x8x12xf32>
+  return
+}
+
+// -----
+
+func.func @pool(%q: tensor<9x4x16xf32>, %v: tensor<9x8x12xf32>, %pool: tensor<5x4x16x12xf32>, %cu: tensor<3xi32>, %idx: tensor<2xi32>) {
+  // expected-error @+1 {{'initial_state' dim 1 (Hv) must match 'value' dim 1 (Hv): expected 8, got 4}}
+  %o, %s = attn.linear_recurrence linear %q, %q, %v state(%pool : tensor<5x4x16x12xf32>) ragged(%cu, %idx : tensor<3xi32>, tensor<2xi32>) : tensor<9x4x16xf32>, tensor<9x4x16xf32>, tensor<9x8x12xf32>
+  return
+}
+
+// -----
+
+func.func @offsets(%q: tensor<9x4x16xf32>, %v: tensor<9x8x12xf32>, %pool: tensor<5x8x16x12xf32>, %cu: tensor<3x1xi32>, %idx: tensor<2xi32>) {
+  // expected-error @+1 {{'cu_seqlens' must be a rank-1 tensor [B+1], got 'tensor<3x1xi32>'}}
+  %o, %s = attn.linear_recurrence linear %q, %q, %v state(%pool : tensor<5x8x16x12xf32>) ragged(%cu, %idx : tensor<3x1xi32>, tensor<2xi32>) : tensor<9x4x16xf32>, tensor<9x4x16xf32>, tensor<9x8x12xf32>
+  return
+}
+
+// -----
+
+func.func @half(%q: tensor<9x4x16xf32>, %v: tensor<9x8x12xf32>, %pool: tensor<5x8x16x12xf32>, %cu: tensor<3xi32>) {
+  // expected-error @+1 {{a ragged batch needs both 'cu_seqlens' and 'state_indices'}}
+  %o:2 = "attn.linear_recurrence"(%q, %q, %v, %pool, %cu) <{chunk_size = 64 : i64, gate_eps = 1.0e-6 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 1, 0, 0, 0>, rule = #attn.rule<linear>}> : (tensor<9x4x16xf32>, tensor<9x4x16xf32>, tensor<9x8x12xf32>, tensor<5x8x16x12xf32>, tensor<3xi32>) -> (tensor<9x8x12xf32>, tensor<5x8x16x12xf32>)
+  return
+}

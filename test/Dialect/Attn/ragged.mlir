@@ -1,0 +1,57 @@
+// RUN: attn-opt %s -split-input-file | attn-opt -split-input-file | FileCheck %s
+// RUN: attn-opt %s -split-input-file --mlir-print-op-generic | attn-opt -split-input-file | FileCheck %s
+// RUN: attn-opt %s --emit-bytecode | attn-opt | FileCheck %s --check-prefix=BYTECODE
+// RUN: attn-opt %s -split-input-file -test-attention-interface 2>&1 | FileCheck %s --check-prefix=INTERFACE
+
+// A ragged batch (SPEC §8): attn.linear_recurrence over sequences packed
+// token-major, its states in a pool.
+
+// CHECK-LABEL: func.func @ragged_gated_delta
+// CHECK: attn.linear_recurrence gated_delta %{{.*}}, %{{.*}}, %{{.*}} decay(%{{.*}} : tensor<?x8xf32>) beta(%{{.*}} : tensor<?x8xf32>) state(%{{.*}} : tensor<?x8x16x12xf32>) ragged(%{{.*}}, %{{.*}} : tensor<?xi32>, tensor<?xi32>) output_gate(%{{.*}}, %{{.*}} : tensor<?x8x12xf32>, tensor<12xf32>) {qk_l2norm} : tensor<?x4x16xf32>, tensor<?x4x16xf32>, tensor<?x8x12xf32>
+// BYTECODE: ragged(
+// Dk = 16 is the last dim of the packed q: scale 1/4.
+// INTERFACE: remark: q/k/v = operands 0/1/2, mask = #attn.mask<causal>, selection = dense, scale = 2.500000e-01, softcap = 0.000000e+00, normalizer = recurrent_state, epilogue = rmsnorm_silu_gate 8 9, lse = no, ragged: offsets = operand 6, slots = operand 7
+func.func @ragged_gated_delta(%q: tensor<?x4x16xf32>, %k: tensor<?x4x16xf32>,
+                              %v: tensor<?x8x12xf32>, %g: tensor<?x8xf32>,
+                              %b: tensor<?x8xf32>,
+                              %pool: tensor<?x8x16x12xf32>,
+                              %cu: tensor<?xi32>, %idx: tensor<?xi32>,
+                              %z: tensor<?x8x12xf32>, %w: tensor<12xf32>)
+    -> (tensor<?x8x12xf32>, tensor<?x8x16x12xf32>) {
+  %o, %s = attn.linear_recurrence gated_delta %q, %k, %v
+      decay(%g : tensor<?x8xf32>) beta(%b : tensor<?x8xf32>)
+      state(%pool : tensor<?x8x16x12xf32>)
+      ragged(%cu, %idx : tensor<?xi32>, tensor<?xi32>)
+      output_gate(%z, %w : tensor<?x8x12xf32>, tensor<12xf32>) {qk_l2norm}
+      : tensor<?x4x16xf32>, tensor<?x4x16xf32>, tensor<?x8x12xf32>
+  return %o, %s : tensor<?x8x12xf32>, tensor<?x8x16x12xf32>
+}
+
+// -----
+
+// gla's decay per key feature, [T, Hv, Dk]; static sizes.
+// CHECK-LABEL: func.func @ragged_gla
+// CHECK: attn.linear_recurrence gla {{.*}} decay(%{{.*}} : tensor<9x2x16xf32>) state(%{{.*}} : tensor<5x2x16x8xf32>) ragged(%{{.*}}, %{{.*}} : tensor<4xi32>, tensor<3xi32>)
+// INTERFACE: remark: q/k/v = operands 0/0/2, {{.*}}, ragged: offsets = operand 5, slots = operand 6
+func.func @ragged_gla(%q: tensor<9x2x16xf32>, %v: tensor<9x2x8xf32>,
+                      %g: tensor<9x2x16xf32>, %pool: tensor<5x2x16x8xf32>,
+                      %cu: tensor<4xi32>, %idx: tensor<3xi32>)
+    -> tensor<9x2x8xf32> {
+  %o, %s = attn.linear_recurrence gla %q, %q, %v
+      decay(%g : tensor<9x2x16xf32>) state(%pool : tensor<5x2x16x8xf32>)
+      ragged(%cu, %idx : tensor<4xi32>, tensor<3xi32>)
+      : tensor<9x2x16xf32>, tensor<9x2x16xf32>, tensor<9x2x8xf32>
+  return %o : tensor<9x2x8xf32>
+}
+
+// -----
+
+// The rmsnorm-silu gate on packed rows [T, H, Dv].
+// CHECK-LABEL: func.func @packed_gate
+// CHECK: attn.rmsnorm_gate
+func.func @packed_gate(%o: tensor<?x8x12xf32>, %z: tensor<?x8x12xf32>,
+                       %w: tensor<12xf32>) -> tensor<?x8x12xf32> {
+  %r = attn.rmsnorm_gate %o, %z, %w {eps = 1.0e-6}
+      : tensor<?x8x12xf32>, tensor<?x8x12xf32>, tensor<12xf32>
+  return %r : tensor<?x8x12xf32>
+}
