@@ -103,7 +103,7 @@ padded_ms = median_ms(lambda: dense["gdn"](qp, kp, vp, gp, bp, pool, zp, w))
 
 print(f"Gated DeltaNet, Hk={HK} Hv={HV} Dk=Dv={DK}, gate; one sequence of "
       f"{args.long} + {args.count} of {args.short} tokens, "
-      f"threads={ragged.threads}")
+      f"threads={args.threads or 'all'}")
 print(f"ragged (one call)       {ragged_ms:9.2f} ms")
 print(f"separate (one per seq.) {separate_ms:9.2f} ms   "
       f"ragged/separate = {ragged_ms / separate_ms:.2f}x")

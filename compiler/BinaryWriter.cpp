@@ -331,6 +331,10 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
         contract = fb::ValueContract::sequence_offsets;
       else if (attr.getValue() == "pool_slots")
         contract = fb::ValueContract::pool_slots;
+      else if (attr.getValue() == "page_table")
+        contract = fb::ValueContract::page_table;
+      else if (attr.getValue() == "sequence_lengths")
+        contract = fb::ValueContract::sequence_lengths;
       else
         return host.emitError()
                << "argument #" << index << ": unknown value contract " << attr;
@@ -339,8 +343,13 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
         contractInput = static_cast<int32_t>(input.getInt());
     }
     bool inPlace = isInput && host.getArgAttr(index, "attn.in_place");
+    int32_t contractQueries = -1;
+    if (auto queries =
+            host.getArgAttrOfType<IntegerAttr>(index, "attn.contract_queries"))
+      contractQueries = static_cast<int32_t>(queries.getInt());
     auto signature = fb::CreateTensorSignatureDirect(
-        builder, name.c_str(), *dtype, &dims, contract, contractInput, inPlace);
+        builder, name.c_str(), *dtype, &dims, contract, contractInput, inPlace,
+        contractQueries);
     (isInput ? inputs : outputs).push_back(signature);
   }
   HostProgramBuilder program(builder, host, target);

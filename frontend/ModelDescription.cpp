@@ -191,17 +191,46 @@ std::optional<Sparsity> readSparsity(Reader &reader, const json::Object &layer,
   return s;
 }
 
+/// A softmax layer's SPEC §8 layout: the page size of its paged cache. The
+/// parts of SPEC §8 not implemented yet are errors that say so.
+void readAttentionLayout(Reader &reader, const json::Object &layer,
+                         const std::string &path, AttentionLayer &out) {
+  const json::Value *value = layer.get("layout");
+  if (!value || value->kind() == json::Value::Null)
+    return;
+  const std::string layoutPath = Reader::join(path, "layout");
+  const json::Object *o = reader.object(value, layoutPath);
+  if (!o)
+    return;
+  reader.onlyKeys(*o, layoutPath, {"ragged", "page_size"});
+  if (reader.boolean(*o, layoutPath, "ragged", false))
+    reader.fail(Reader::join(layoutPath, "ragged"),
+                "ragged softmax attention layers are not implemented yet "
+                "(paged caches with [B, H, Lq, D] queries are: give "
+                "\"page_size\" alone)");
+  if (!o->get("page_size")) {
+    reader.fail(layoutPath, "a softmax attention layer's layout needs "
+                            "\"page_size\"");
+    return;
+  }
+  out.pageSize =
+      reader.integer(*o, layoutPath, "page_size", {}, 1, limits::kMaxBlockSize);
+  const char *unsupported = out.sparsity                   ? "sparsity"
+                            : out.tree                     ? "\"tree\""
+                            : out.maskMod != MaskMod::None ? "a mask_mod"
+                                                           : nullptr;
+  if (unsupported)
+    reader.fail(Reader::join(layoutPath, "page_size"),
+                std::string(unsupported) +
+                    " over a paged KV cache is not implemented yet");
+}
+
 AttentionLayer readAttention(Reader &reader, const json::Object &layer,
                              const std::string &path) {
   reader.onlyKeys(layer, path,
                   {"name", "type", "num_heads", "num_kv_heads", "head_dim",
                    "value_dim", "mask", "gate", "softcap", "scale", "sparsity",
                    "tree", "score_mod", "mask_mod", "return_lse", "layout"});
-  if (layer.get("layout"))
-    reader.fail(Reader::join(path, "layout"),
-                "ragged batches and paged KV caches are not implemented for "
-                "softmax attention layers yet; linear_attention layers take "
-                "{\"ragged\": true}");
   AttentionLayer out;
   out.numHeads =
       reader.integer(layer, path, "num_heads", {}, 1, limits::kMaxHeads);
@@ -229,6 +258,7 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   out.maskMod =
       reader.choice<MaskMod>(layer, path, "mask_mod", kMaskMods, MaskMod::None);
   out.returnLse = reader.boolean(layer, path, "return_lse", false);
+  readAttentionLayout(reader, layer, path, out);
   return out;
 }
 

@@ -59,6 +59,9 @@ struct AttentionLayer {
   ScoreMod scoreMod = ScoreMod::None;
   int64_t relativeBiasRadius = 0; ///< R of {"relative_bias": R}
   MaskMod maskMod = MaskMod::None;
+  /// SPEC §8 `"layout": {"page_size": P}`: keys and values in a paged
+  /// cache of pages of P keys; 0 for [B, Hkv, Lk, F].
+  int64_t pageSize = 0;
   /// SPEC §9: the entries <layer> and <layer>.tree also return lse [B, H, Lq]
   /// (the log-sum-exp of each row's scores), for merging partial results.
   bool returnLse = false;

@@ -310,6 +310,31 @@ private:
     RankedTensorType metaType =
         tensor({kDyn, layer.numKvHeads, kDyn, 2, layer.headDim}, element);
 
+    // <layer> over a paged cache (SPEC §8): q, k_cache, v_cache,
+    // page_table, seq_lens (+ gate) (+ extras) -> o
+    if (layer.pageSize > 0) {
+      auto cache = [&](int64_t features) {
+        return tensor({kDyn, layer.pageSize, layer.numKvHeads, features},
+                      element);
+      };
+      EntryBuilder entry(builder, module, layer.name);
+      entry.arg("q", rows(layer.numHeads, layer.headDim));
+      entry.arg("k_cache", cache(layer.headDim));
+      entry.arg("v_cache", cache(layer.valueDim));
+      entry.arg("page_table", tensor({kDyn, kDyn}, i32()));
+      entry.arg("seq_lens", tensor({kDyn}, i32()));
+      declareGate(entry, layer);
+      declareVariantInputs(entry, layer);
+      entry.beginBody();
+      auto sdpa = SdpaOp::create(builder, loc, entry["q"], entry["k_cache"],
+                                 entry["v_cache"], Value(), entry["page_table"],
+                                 entry["seq_lens"], mask, scale, softcap,
+                                 returnLse(layer));
+      addVariantRegions(sdpa, layer, entry);
+      finishAttention(entry, gated(entry, sdpa.getOutput()), sdpa.getLse());
+      return;
+    }
+
     // <layer>: q, k, v (+ gate) (+ kmeta) -> o
     {
       EntryBuilder entry(builder, module, layer.name);
@@ -323,8 +348,9 @@ private:
       entry.beginBody();
       Value q = entry["q"], k = entry["k"], v = entry["v"], o, lse;
       if (!layer.sparsity) {
-        auto sdpa = SdpaOp::create(builder, loc, q, k, v, Value(), mask, scale,
-                                   softcap, returnLse(layer));
+        auto sdpa =
+            SdpaOp::create(builder, loc, q, k, v, Value(), Value(), Value(),
+                           mask, scale, softcap, returnLse(layer));
         addVariantRegions(sdpa, layer, entry);
         o = sdpa.getOutput();
         lse = sdpa.getLse();

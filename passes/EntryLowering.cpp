@@ -203,6 +203,27 @@ private:
       return addRecurrence(op);
     Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
     Value o = op.getOutput(), lse = op.getLogSumExp();
+    if (Value pageTable = op.getKeyPageTable()) {
+      // A paged cache [NP, P, Hkv, F]: its pages are shared by the batch's
+      // sequences; the page table [B, MP] and seq_lens [B] follow the
+      // queries.
+      unite({k, 0}, {v, 0}, "NP");
+      unite({q, 0}, {pageTable, 0}, "B");
+      nameRole({pageTable, 1}, "MP");
+      unite({q, 0}, {op.getKeyLengths(), 0});
+      unite({q, 0}, {o, 0});
+      unite({q, 2}, {o, 2}, "Lq");
+      if (lse) {
+        unite({q, 0}, {lse, 0});
+        unite({q, 2}, {lse, 2});
+      }
+      for (Value operand : op.getEpilogueOperands()) {
+        unite({q, 0}, {operand, 0});
+        unite({q, 2}, {operand, 2});
+      }
+      addVariantTensors(op);
+      return;
+    }
     if (Value selection = op.getKeySelection()) {
       if (op.getKeySelectionKind() == KeySelectionKind::Tree) {
         // parents [B, T]: the queries are the T tree nodes.
@@ -248,7 +269,8 @@ private:
           DimRef dim{extract.getTensor(), static_cast<int64_t>(d)};
           if (index == batch)
             unite(dim, {op.getQuery(), 0});
-          else if (index == queryPos || index == keyPos)
+          else if ((index == queryPos || index == keyPos) &&
+                   !op.getKeyPageTable())
             unite(dim, {op.getKey(), 2});
         }
       });
@@ -551,7 +573,16 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
     s.variantTensors.push_back(buffers.lookup(tensor));
   s.batch = memref::DimOp::create(b, s.q, 0);
   s.lq = memref::DimOp::create(b, s.q, 2);
-  s.lk = memref::DimOp::create(b, s.k, 2);
+  if (Value pageTable = op.getKeyPageTable()) {
+    // Splits are planned for the most keys the page table holds; each
+    // split kernel stops at its sequence's length.
+    HostIndexMath m{b};
+    s.pageTable = buffers.lookup(pageTable);
+    s.keyLengths = buffers.lookup(op.getKeyLengths());
+    s.lk = m.mul(m.dim(s.pageTable, 1), m.index(m.staticDim(s.k, 1)));
+  } else {
+    s.lk = memref::DimOp::create(b, s.k, 2);
+  }
 
   auto outType = cast<RankedTensorType>(op.getOutput().getType());
   SmallVector<Value> outSizes;
@@ -565,8 +596,10 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
     buffers.map(lseResult, s.lse);
   }
   // A tree places its rows by depth; every other op bottom-right aligns
-  // them, which a causal mask allows only for Lq <= Lk (SPEC §1.1).
-  if (op.getKeySelectionKind() != KeySelectionKind::Tree)
+  // them, which a causal mask allows only for Lq <= Lk (SPEC §1.1); with a
+  // paged cache the runtime checks it per sequence (the contract of
+  // seq_lens).
+  if (op.getKeySelectionKind() != KeySelectionKind::Tree && !s.pageTable)
     assertCausalRowsFit(b, op.getPositionMask(), s.lq, s.lk,
                         op->getName().getStringRef());
   if (Value selection = op.getKeySelection()) {
@@ -739,6 +772,29 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
       parents = accept.getParents();
     if (auto arg = dyn_cast_or_null<BlockArgument>(parents))
       setContract(arg, "tree_parents");
+    // A paged cache's page table (against the pages of the cache) and key
+    // lengths (against the page table, and under a causal mask the
+    // queries).
+    if (attention && attention.getKeyPageTable()) {
+      auto table = dyn_cast<BlockArgument>(attention.getKeyPageTable());
+      auto lengths = dyn_cast<BlockArgument>(attention.getKeyLengths());
+      auto cache = dyn_cast<BlockArgument>(attention.getKey());
+      auto q = dyn_cast<BlockArgument>(attention.getQuery());
+      if (!table || !lengths || !cache || !q)
+        return op.emitError()
+               << "a paged cache's 'page_table', 'seq_lens', keys and the "
+                  "queries must be entry inputs (checked at run time before "
+                  "anything runs)";
+      setContract(table, "page_table", cache.getArgNumber());
+      setContract(lengths, "sequence_lengths", table.getArgNumber());
+      if (attention.getPositionMask().isCausal()) {
+        NamedAttrList list(argAttrs[lengths.getArgNumber()]);
+        list.set(
+            "attn.contract_queries",
+            IntegerAttr::get(IntegerType::get(context, 64), q.getArgNumber()));
+        argAttrs[lengths.getArgNumber()] = list.getDictionary(context);
+      }
+    }
     // A ragged batch's offsets (against the tokens of q) and pool slots
     // (against the pool).
     if (attention && attention.getSequenceOffsets()) {
@@ -856,8 +912,15 @@ void EntryLowering::allocateSplitPartials(ImplicitLocOpBuilder &b,
       memref::AllocOp::create(b, lseType, ValueRange{batch, rows, splits});
 }
 
-SmallVector<Value> EntryLowering::SoftmaxBuffers::rowBindings() const {
+SmallVector<Value> EntryLowering::SoftmaxBuffers::keyBindings() const {
   SmallVector<Value> bindings{q, k, v};
+  if (pageTable)
+    bindings.append({pageTable, keyLengths});
+  return bindings;
+}
+
+SmallVector<Value> EntryLowering::SoftmaxBuffers::rowBindings() const {
+  SmallVector<Value> bindings = keyBindings();
   if (gate)
     bindings.push_back(gate);
   bindings.push_back(out);
@@ -867,7 +930,9 @@ SmallVector<Value> EntryLowering::SoftmaxBuffers::rowBindings() const {
 }
 
 SmallVector<Value> EntryLowering::SoftmaxBuffers::splitBindings() const {
-  return withVariantTensors({q, k, v, partialOut, partialLse});
+  SmallVector<Value> bindings = keyBindings();
+  bindings.append({partialOut, partialLse});
+  return withVariantTensors(std::move(bindings));
 }
 
 SmallVector<Value> EntryLowering::SoftmaxBuffers::withVariantTensors(

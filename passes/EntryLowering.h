@@ -4,8 +4,8 @@
 // -attn-gpu-dispatches: an entry function on tensors becomes a host
 // function on buffers in destination-passing style (inputs, then one
 // buffer per result, each argument's symbolic shape in `attn.shape`) whose
-// body is index arithmetic, temporaries and `attn_kernel.dispatch` ops. What each
-// attention op dispatches is the target's: a subclass lowers one op at a
+// body is index arithmetic, temporaries and `attn_kernel.dispatch` ops. What
+// each attention op dispatches is the target's: a subclass lowers one op at a
 // time and creates its kernels before the entry.
 //
 //===----------------------------------------------------------------------===//
@@ -114,7 +114,12 @@ protected:
   /// bind the same way.
   struct SoftmaxBuffers {
     Value q, k, v, gate, out, lse; // gate, lse: null when absent
-    Value batch, lq, lk;           // B, Lq, Lk as host index values
+    /// A paged cache's page table and key lengths (null otherwise), which
+    /// kernels bind after v.
+    Value pageTable, keyLengths;
+    /// B, Lq, Lk as host index values; with a paged cache, Lk is the most
+    /// keys the page table holds (MP * P), what splits are planned for.
+    Value batch, lq, lk;
     /// The split-KV partials: o [B, H, Lq, S, Dv] and lse [B, H, Lq, S].
     Value partialOut, partialLse;
     /// Sparse and tree attention: the block or token selection, or the
@@ -124,11 +129,14 @@ protected:
     /// kernel that scores keys binds last.
     SmallVector<Value> variantTensors;
 
-    /// q, k, v, [gate], o, [lse], variant tensors: a kernel that writes
-    /// whole rows.
+    /// q, k, v, [page table, key lengths], [gate], o, [lse], variant
+    /// tensors: a kernel that writes whole rows.
     SmallVector<Value> rowBindings() const;
-    /// q, k, v, partial o, partial lse, variant tensors.
+    /// q, k, v, [page table, key lengths], partial o, partial lse, variant
+    /// tensors.
     SmallVector<Value> splitBindings() const;
+    /// q, k, v and, with a paged cache, the page table and key lengths.
+    SmallVector<Value> keyBindings() const;
     /// `bindings` followed by the variant tensors.
     SmallVector<Value> withVariantTensors(SmallVector<Value> bindings) const;
     /// partial o, partial lse, [gate], o, [lse].

@@ -181,11 +181,18 @@ attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry) {
       case attn::fb::ValueContract::pool_slots:
         sig.contract = ATTN_CONTRACT_POOL_SLOTS;
         break;
+      case attn::fb::ValueContract::page_table:
+        sig.contract = ATTN_CONTRACT_PAGE_TABLE;
+        break;
+      case attn::fb::ValueContract::sequence_lengths:
+        sig.contract = ATTN_CONTRACT_SEQUENCE_LENGTHS;
+        break;
       default:
         return false;
       }
       sig.contractInput = fbSig->contract_input();
       sig.inPlace = fbSig->in_place();
+      sig.contractQueries = fbSig->contract_queries();
       out.push_back(std::move(sig));
     }
     return true;
@@ -235,6 +242,18 @@ attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry) {
       case ATTN_CONTRACT_POOL_SLOTS:
         fits = sig.dims.size() == 1 && other && !other->dims.empty();
         break;
+      case ATTN_CONTRACT_PAGE_TABLE:
+        fits = sig.dims.size() == 2 && other && other->dims.size() == 4;
+        break;
+      case ATTN_CONTRACT_SEQUENCE_LENGTHS: {
+        bool queries =
+            sig.contractQueries < 0 ||
+            (sig.contractQueries < static_cast<int32_t>(entry.inputs.size()) &&
+             entry.inputs[sig.contractQueries].dims.size() == 4);
+        fits = sig.dims.size() == 1 && other &&
+               other->contract == ATTN_CONTRACT_PAGE_TABLE && queries;
+        break;
+      }
       default:
         break;
       }
@@ -591,6 +610,56 @@ static attn_status checkIndexList(const Entry &entry, const attn_tensor *inputs,
   return ATTN_OK;
 }
 
+/// Checks the key lengths of a paged cache (input `i`) and the pages of its
+/// page table they use.
+static attn_status checkKeyLengths(const Entry &entry,
+                                   const attn_tensor *inputs, size_t i) {
+  const Signature &sig = entry.inputs[i];
+  const int32_t tableInput = sig.contractInput;
+  const Signature &tableSig = entry.inputs[tableInput];
+  const attn_tensor &table = inputs[tableInput];
+  const attn_tensor &cache = inputs[tableSig.contractInput];
+  const auto *lengths = static_cast<const int32_t *>(inputs[i].data);
+  const auto *pages = static_cast<const int32_t *>(table.data);
+  const int64_t batch = inputs[i].shape[0], perRow = table.shape[1];
+  const int64_t numPages = cache.shape[0], pageSize = cache.shape[1];
+  const int64_t queries =
+      sig.contractQueries >= 0 ? inputs[sig.contractQueries].shape[2] : 0;
+  auto where = [&](const Signature &s, int32_t index) {
+    return "input '" + s.name + "' (#" + std::to_string(index) +
+           ") of entry '" + entry.name + "': ";
+  };
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t length = lengths[b];
+    std::string value =
+        sig.name + "[" + std::to_string(b) + "] = " + std::to_string(length);
+    if (length < 0 || length > perRow * pageSize)
+      return fail(ATTN_SIGNATURE_MISMATCH,
+                  where(sig, static_cast<int32_t>(i)) + value +
+                      " must be in [0, " + std::to_string(perRow * pageSize) +
+                      "] (the " + std::to_string(perRow) + " pages of " +
+                      std::to_string(pageSize) + " keys of '" + tableSig.name +
+                      "')");
+    if (length < queries)
+      return fail(ATTN_SIGNATURE_MISMATCH,
+                  where(sig, static_cast<int32_t>(i)) + value +
+                      " must be at least the " + std::to_string(queries) +
+                      " queries (a causal mask places query i at " + sig.name +
+                      "[b] - Lq + i)");
+    for (int64_t p = 0; p * pageSize < length; ++p) {
+      int32_t page = pages[b * perRow + p];
+      if (page < 0 || page >= numPages)
+        return fail(ATTN_SIGNATURE_MISMATCH,
+                    where(tableSig, tableInput) + tableSig.name + "[" +
+                        std::to_string(b) + "][" + std::to_string(p) +
+                        "] = " + std::to_string(page) +
+                        " must be a page in [0, " + std::to_string(numPages) +
+                        ") (it holds keys of " + value + ")");
+    }
+  }
+  return ATTN_OK;
+}
+
 /// Checks the value contracts of the inputs (tree parents, accepted
 /// paths, ragged offsets, pool slots), naming the first offending element.
 attn_status checkContracts(const Entry &entry, const attn_tensor *inputs) {
@@ -599,6 +668,14 @@ attn_status checkContracts(const Entry &entry, const attn_tensor *inputs) {
     if (sig.contract == ATTN_CONTRACT_NONE)
       continue;
     const auto *values = static_cast<const int32_t *>(inputs[i].data);
+    // A page table is checked with its key lengths.
+    if (sig.contract == ATTN_CONTRACT_PAGE_TABLE)
+      continue;
+    if (sig.contract == ATTN_CONTRACT_SEQUENCE_LENGTHS) {
+      if (attn_status status = checkKeyLengths(entry, inputs, i))
+        return status;
+      continue;
+    }
     if (sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS ||
         sig.contract == ATTN_CONTRACT_POOL_SLOTS) {
       if (attn_status status = checkIndexList(entry, inputs, i))

@@ -46,6 +46,7 @@ struct Signature {
   int32_t contractInput = -1;
   /// An input the entry writes (a state pool, a KV cache).
   bool inPlace = false;
+  int32_t contractQueries = -1;
 };
 
 struct Step {

@@ -604,6 +604,7 @@ extern "C" attn_status attn_entry_argument(const attn_model *model,
   info->contract = sig.contract;
   info->contract_input = sig.contractInput;
   info->in_place = sig.inPlace ? 1 : 0;
+  info->contract_queries = sig.contractQueries;
   return ATTN_OK;
 }
 

@@ -105,6 +105,14 @@ typedef enum attn_value_contract {
   /** [B] slots of a state pool: distinct and in [0, N), N being dim 0 of
       input `contract_input` (the pool). */
   ATTN_CONTRACT_POOL_SLOTS = 4,
+  /** [B, MP] page table of a paged KV cache, the cache [NP, P, ...] being
+      input `contract_input`; checked with the key lengths. */
+  ATTN_CONTRACT_PAGE_TABLE = 5,
+  /** [B] key lengths of a paged cache whose page table is input
+      `contract_input`: 0 <= len[b] <= MP * P, the first ceil(len[b] / P)
+      entries of page_table[b] in [0, NP), and len[b] >= Lq (dim 2 of input
+      `contract_queries`) when that is >= 0 (a causal mask). */
+  ATTN_CONTRACT_SEQUENCE_LENGTHS = 6,
 } attn_value_contract;
 
 /** One argument or result of an entry. `dims[i]` is the static size or -1,
@@ -128,6 +136,9 @@ typedef struct attn_argument_info {
   /** 1 for an input attn_run updates in place (a state pool, a KV cache):
       the caller's buffer is written, and it is no output. */
   int32_t in_place;
+  /** ATTN_CONTRACT_SEQUENCE_LENGTHS under a causal mask: the queries'
+      input; else -1. */
+  int32_t contract_queries;
 } attn_argument_info;
 
 typedef struct attn_model attn_model;

@@ -70,6 +70,8 @@ struct WindowCoveringKeysIsCausal final : OpRewritePattern<OpTy> {
     MaskAttr mask = op.getMask();
     if (!mask.isSlidingWindow())
       return rewriter.notifyMatchFailure(op, "not a sliding window");
+    if (cast<AttentionOpInterface>(op.getOperation()).getKeyPageTable())
+      return rewriter.notifyMatchFailure(op, "keys in a paged cache");
     auto queryType = op.getQuery().getType();
     auto keyType = op.getKey().getType();
     if (queryType.isDynamicDim(2) || keyType.isDynamicDim(2))
@@ -101,9 +103,9 @@ static bool isKeyLengthOf(Value length, Value key) {
 /// Replaces `op` (a sparse_sdpa) by a dense sdpa over the same operands.
 static void replaceWithDense(SparseSdpaOp op, PatternRewriter &rewriter) {
   auto dense = SdpaOp::create(rewriter, op.getLoc(), op.getQuery(), op.getKey(),
-                              op.getValue(), op.getGate(), op.getMask(),
-                              op.getScaleAttr(), op.getSoftcapAttr(),
-                              op.getReturnLseAttr());
+                              op.getValue(), op.getGate(), Value(), Value(),
+                              op.getMask(), op.getScaleAttr(),
+                              op.getSoftcapAttr(), op.getReturnLseAttr());
   moveVariantRegions(rewriter, op, dense);
   rewriter.replaceOp(op, dense->getResults());
 }

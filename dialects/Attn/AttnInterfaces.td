@@ -117,6 +117,16 @@ def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
     InterfaceMethod<"See getStateInput.",
       "::mlir::Value", "getStateOutput", (ins), [{}], [{ return {}; }]>,
     InterfaceMethod<[{
+        A paged KV cache (SPEC §8): the page table [B, MP] (i32) through
+        which the keys and values [NP, P, Hkv, F] are read; null when they
+        are [B, Hkv, Lk, F].
+      }],
+      "::mlir::Value", "getKeyPageTable", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        With a page table: each sequence's key count `seq_lens [B]` (i32).
+      }],
+      "::mlir::Value", "getKeyLengths", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
         A ragged batch (SPEC §8): the offsets `cu_seqlens [B+1]` (i32) of
         the sequences packed token-major in the per-step operands, which
         then have no batch dim ([T, H, ...]); null for [B, H, L, ...].

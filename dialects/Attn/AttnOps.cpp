@@ -30,6 +30,9 @@ using namespace mlir::attn;
 
 namespace {
 const char *const kQueryDims[] = {"B", "H", "Lq", "D"};
+const char *const kPagedKeyDims[] = {"NP", "P", "Hkv", "D"};
+const char *const kPagedValueDims[] = {"NP", "P", "Hkv", "Dv"};
+const char *const kPageTableDims[] = {"B", "MP"};
 const char *const kKeyDims[] = {"B", "Hkv", "Lk", "D"};
 const char *const kValueDims[] = {"B", "Hkv", "Lk", "Dv"};
 const char *const kGateDims[] = {"B", "H", "Lq", "Dv or 1"};
@@ -391,8 +394,58 @@ SdpaOp::inferReturnTypes(MLIRContext *context, std::optional<Location> location,
       kValueDims, inferredReturnTypes);
 }
 
+/// Checks a paged cache (SPEC §8): `key [NP, P, Hkv, D]`, `value [NP, P,
+/// Hkv, Dv]`, `page_table [B, MP]` and `seq_lens [B]` beside `query [B, H,
+/// Lq, D]`.
+static LogicalResult
+verifyPagedCache(EmitErrorFn emitError, const NamedTensor &q, Value key,
+                 Value value, Value pageTable, Value seqLens, Value gate,
+                 std::optional<double> scale, double softcap) {
+  const NamedTensor k = named("key", key, kPagedKeyDims);
+  const NamedTensor v = named("value", value, kPagedValueDims);
+  const NamedTensor table = named("page_table", pageTable, kPageTableDims);
+  const NamedTensor lengths = named("seq_lens", seqLens, kBatchDims);
+  for (const NamedTensor *t : {&q, &k, &v, &table, &lengths})
+    if (failed(checkRank(emitError, *t)))
+      return failure();
+  for (unsigned d : {1u, 3u})
+    if (failed(checkStaticDim(emitError, q, d)))
+      return failure();
+  for (const NamedTensor *t : {&k, &v})
+    for (unsigned d : {1u, 2u, 3u})
+      if (failed(checkStaticDim(emitError, *t, d)))
+        return failure();
+  if (failed(checkSameElementType(emitError, k, q)) ||
+      failed(checkSameElementType(emitError, v, q)) ||
+      failed(checkSameDim(emitError, k, 3, q, 3)) ||
+      failed(checkSameDim(emitError, v, 0, k, 0)) ||
+      failed(checkSameDim(emitError, v, 1, k, 1)) ||
+      failed(checkSameDim(emitError, v, 2, k, 2)) ||
+      failed(checkSameDim(emitError, table, 0, q, 0)) ||
+      failed(checkSameDim(emitError, lengths, 0, q, 0)))
+    return failure();
+  if (q.dim(1) % k.dim(2) != 0)
+    return emitError() << "'query' dim 1 (H) must be a multiple of 'key' "
+                          "dim 2 (Hkv), got "
+                       << q.dim(1) << " and " << k.dim(2);
+  // The gate's feature dim is the value's (dim 3 of both layouts).
+  if (gate && failed(verifyGateOperand(
+                  emitError, named("gate", gate, kGateDims), q, v, 3)))
+    return failure();
+  return failure(failed(checkScale(emitError, scale)) ||
+                 failed(checkSoftcap(emitError, softcap)));
+}
+
 LogicalResult SdpaOp::verify() {
   auto emit = [&]() { return emitOpError(); };
+  if (static_cast<bool>(getPageTable()) != static_cast<bool>(getSeqLens()))
+    return emitOpError() << "a paged cache needs both 'page_table' and "
+                            "'seq_lens'";
+  if (getPageTable())
+    return verifyPagedCache(emit, named("query", getQuery(), kQueryDims),
+                            getKey(), getValue(), getPageTable(), getSeqLens(),
+                            getGate(), toDouble(getScale()),
+                            getSoftcap().convertToDouble());
   NamedTensor q = named("query", getQuery(), kQueryDims);
   NamedTensor k = named("key", getKey(), kKeyDims);
   NamedTensor v = named("value", getValue(), kValueDims);
@@ -418,6 +471,8 @@ void SdpaOp::getAsmBlockArgumentNames(Region &region,
 LogicalResult SdpaOp::verifyRegions() { return verifyVariantRegions(*this); }
 
 Value SdpaOp::getLogSumExp() { return getLse(); }
+Value SdpaOp::getKeyPageTable() { return getPageTable(); }
+Value SdpaOp::getKeyLengths() { return getSeqLens(); }
 Region *SdpaOp::getScoreModifier() { return nonEmpty(getScoreMod()); }
 Region *SdpaOp::getMaskModifier() { return nonEmpty(getMaskMod()); }
 MaskAttr SdpaOp::getPositionMask() { return getMask(); }

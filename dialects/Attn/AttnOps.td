@@ -100,10 +100,12 @@ defvar Attn_VariantRegionsDoc = [{
 //===----------------------------------------------------------------------===//
 
 def Attn_SdpaOp : Attn_PureOp<"sdpa", [
+    AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<OpAsmOpInterface,
         ["getAsmResultNames", "getAsmBlockArgumentNames"]>,
     DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
-                              Attn_AttentionInterfaceMethods>]> {
+        !listconcat(Attn_AttentionInterfaceMethods,
+                    ["getKeyPageTable", "getKeyLengths"])>]> {
   let summary = "dense softmax attention with mask, softcap, GQA and gate";
   let description = !strconcat([{
     `o[i] = sum_j softmax_j(s[i, :]) * v[j]` over the keys that `mask` leaves
@@ -120,6 +122,12 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
     `value [B, Hkv, Lk, Dv]`. Results: `output [B, H, Lq, Dv]` and, with
     `return_lse`, `lse [B, H, Lq]` (f32).
 
+    With `paged(%page_table, %seq_lens)` (SPEC §8) the keys and values live
+    in a paged cache, `key [NP, P, Hkv, D]` and `value [NP, P, Hkv, Dv]`:
+    sequence `b` has `seq_lens[b]` keys (i32 `[B]`), key `j` being slot
+    `j % P` of page `page_table[b, j / P]` (i32 `[B, MP]`), and its query
+    `i` sits at position `seq_lens[b] - Lq + i`.
+
     ```mlir
     %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
         : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>
@@ -134,11 +142,15 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
     Attn_FloatTensor:$key,
     Attn_FloatTensor:$value,
     Optional<Attn_FloatTensor>:$gate,
+    Optional<Attn_I32Tensor>:$page_table,
+    Optional<Attn_I32Tensor>:$seq_lens,
     Attn_MaskAttr:$mask), Attn_ScoreModifierAttrs);
   let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
   let regions = Attn_VariantRegions;
   let assemblyFormat = !strconcat([{
-    $query `,` $key `,` $value (`gate` `(` $gate^ `)`)? attr-dict `:`
+    $query `,` $key `,` $value (`gate` `(` $gate^ `)`)?
+    (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
+       type($seq_lens) `)`)? attr-dict `:`
     type($query) `,` type($key) `,` type($value) (`,` type($gate)^)?
   }], Attn_VariantRegionsFormat);
   let hasRegionVerifier = 1;

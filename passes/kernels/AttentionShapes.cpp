@@ -17,13 +17,17 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   auto q = cast<RankedTensorType>(op.getQuery().getType());
   auto k = cast<RankedTensorType>(op.getKey().getType());
   auto v = cast<RankedTensorType>(op.getValue().getType());
-  if (q.isDynamicDim(1) || k.isDynamicDim(1) || q.isDynamicDim(3) ||
-      v.isDynamicDim(3))
-    return fail("head counts and feature sizes must be static");
+  // Keys [B, Hkv, Lk, D], or a paged cache [NP, P, Hkv, D].
+  const bool paged = static_cast<bool>(op.getKeyPageTable());
+  const unsigned kvHeadDim = paged ? 2 : 1;
+  if (q.isDynamicDim(1) || k.isDynamicDim(kvHeadDim) || q.isDynamicDim(3) ||
+      v.isDynamicDim(3) || (paged && k.isDynamicDim(1)))
+    return fail("head counts, feature sizes and page sizes must be static");
 
   SoftmaxAttentionShape shape;
   shape.numHeads = q.getDimSize(1);
-  shape.numKvHeads = k.getDimSize(1);
+  shape.numKvHeads = k.getDimSize(kvHeadDim);
+  shape.pageSize = paged ? k.getDimSize(1) : 0;
   shape.headDim = q.getDimSize(3);
   shape.valueDim = v.getDimSize(3);
   shape.scale = op.getScoreScale();
@@ -43,7 +47,31 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   if (shape.selection == KeySelectionKind::Blocks)
     shape.selectionBlockSize = op.getSelectionBlockSize();
   shape.variants = VariantRegions::of(op);
+  if (paged && target != "CPU")
+    return fail("paged KV caches have CPU kernels only so far");
+  if (paged && shape.variants.maskMod)
+    return fail("a mask_mod over a paged KV cache is not lowered yet (its "
+                "block mask classifies tiles of contiguous keys)");
   return shape;
+}
+
+KeyRows::KeyRows(KernelEmitter &e, const SoftmaxAttentionShape &shape, Value k,
+                 Value pageTable, Value keyLengths)
+    : e(e), k(k), pageTable(pageTable), keyLengths(keyLengths),
+      pageSize(shape.pageSize) {}
+
+Value KeyRows::length(Value batch) const {
+  if (!pageTable)
+    return e.dim(k, 2);
+  return e.toIndex(e.loadInt(keyLengths, {batch}));
+}
+
+SmallVector<Value> KeyRows::at(Value batch, Value kvHead, Value j) const {
+  if (!pageTable)
+    return {batch, kvHead, j};
+  Value size = e.index(pageSize);
+  Value page = e.toIndex(e.loadInt(pageTable, {batch, e.div(j, size)}));
+  return {page, e.rem(j, size), kvHead};
 }
 
 SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,

@@ -23,6 +23,11 @@ namespace mlir::attn {
 /// an AttentionOpInterface op.
 struct SoftmaxAttentionShape {
   int64_t numHeads = 0, numKvHeads = 0, headDim = 0, valueDim = 0;
+  /// Keys and values in a paged cache of pages of this many keys (SPEC
+  /// §8): the kernels bind the page table and the key lengths after v.
+  /// 0: [B, Hkv, Lk, F].
+  int64_t pageSize = 0;
+  bool paged() const { return pageSize > 0; }
   double scale = 1.0, softcap = 0.0;
   MaskKind mask = MaskKind::None;
   int64_t window = 0;
@@ -49,6 +54,29 @@ struct SoftmaxAttentionShape {
   /// "CUDA") cannot run it.
   static FailureOr<SoftmaxAttentionShape> get(AttentionOpInterface op,
                                               StringRef target = "CPU");
+};
+
+/// Where a softmax kernel reads its keys and values: rows of [B, Hkv, Lk, F],
+/// or of a paged cache [NP, P, Hkv, F], key j of sequence b being slot
+/// j % P of page page_table[b, j / P] (SPEC §8). Kernels see keys by their
+/// position in the sequence, whatever the layout.
+class KeyRows {
+public:
+  /// `pageTable` and `keyLengths` are the kernel's bindings when
+  /// `shape.paged()`, null otherwise.
+  KeyRows(KernelEmitter &e, const SoftmaxAttentionShape &shape, Value k,
+          Value pageTable, Value keyLengths);
+
+  /// The keys of sequence `batch`: dim 2 of k, or seq_lens[batch].
+  Value length(Value batch) const;
+  /// The index prefix of key `j` of sequence `batch` at kv head `kvHead` in
+  /// k and v, before the feature index.
+  SmallVector<Value> at(Value batch, Value kvHead, Value j) const;
+
+private:
+  KernelEmitter &e;
+  Value k, pageTable, keyLengths;
+  int64_t pageSize;
 };
 
 /// Which keys a kernel attends to and where its results go. Tree attention

@@ -87,6 +87,11 @@ std::string formatArgument(const attn_argument_info &info) {
     text += " (sequence offsets: 0, non-decreasing, up to the tokens)";
   else if (info.contract == ATTN_CONTRACT_POOL_SLOTS)
     text += " (pool slots: distinct, in [0, N))";
+  else if (info.contract == ATTN_CONTRACT_PAGE_TABLE)
+    text += " (page table: pages in [0, NP) for each sequence's keys)";
+  else if (info.contract == ATTN_CONTRACT_SEQUENCE_LENGTHS)
+    text += info.contract_queries >= 0 ? " (key lengths: in [Lq, MP * P])"
+                                       : " (key lengths: in [0, MP * P])";
   if (info.in_place)
     text += " (updated in place)";
   return text;
@@ -119,6 +124,33 @@ void meetContracts(attn_model *m, int32_t entry,
       std::sort(values, values + count);
       if (count > 0)
         values[count - 1] = static_cast<int32_t>(limit);
+      continue;
+    }
+    if (info.contract == ATTN_CONTRACT_PAGE_TABLE) {
+      // Pages drawn from the cache's (the run names the error when it has
+      // none).
+      for (int64_t n = 0; n < tensor.numElements(); ++n)
+        values[n] =
+            limit > 0
+                ? static_cast<int32_t>(rng() % static_cast<uint64_t>(limit))
+                : 0;
+      continue;
+    }
+    if (info.contract == ATTN_CONTRACT_SEQUENCE_LENGTHS) {
+      // Lengths in [Lq, MP * P] under a causal mask, [0, MP * P] otherwise.
+      attn_argument_info table;
+      attn_entry_argument(m, entry, info.contract_input, &table);
+      const attn::Tensor &pages = inputs[info.contract_input];
+      const int64_t most =
+          pages.shape[1] * inputs[table.contract_input].shape[1];
+      const int64_t least =
+          info.contract_queries >= 0
+              ? std::min(most, inputs[info.contract_queries].shape[2])
+              : 0;
+      for (int64_t n = 0; n < count; ++n)
+        values[n] = static_cast<int32_t>(
+            least + static_cast<int64_t>(
+                        rng() % static_cast<uint64_t>(most - least + 1)));
       continue;
     }
     if (info.contract == ATTN_CONTRACT_POOL_SLOTS) {

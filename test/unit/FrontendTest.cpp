@@ -439,9 +439,24 @@ INSTANTIATE_TEST_SUITE_P(
         // SPEC §8 layouts.
         BadDescription{
             LAYER(R"(, "layout": {"ragged": true, "page_size": 16})"),
-            "$.layers[0].layout: ragged batches and paged KV caches are not "
-            "implemented for softmax attention layers yet; linear_attention "
-            "layers take {\"ragged\": true}"},
+            "$.layers[0].layout.ragged: ragged softmax attention layers are "
+            "not implemented yet (paged caches with [B, H, Lq, D] queries "
+            "are: give \"page_size\" alone)"},
+        BadDescription{LAYER(R"(, "layout": {})"),
+                       "$.layers[0].layout: a softmax attention layer's "
+                       "layout needs \"page_size\""},
+        BadDescription{LAYER(R"(, "layout": {"page_size": 0})"),
+                       "$.layers[0].layout.page_size: expected a positive "
+                       "integer, got 0"},
+        BadDescription{
+            LAYER(R"(, "tree": true, "layout": {"page_size": 16})"),
+            "$.layers[0].layout.page_size: \"tree\" over a paged KV cache "
+            "is not implemented yet"},
+        BadDescription{
+            LAYER(
+                R"(, "sparsity": {"method": "top_k", "block_size": 16, "top_k": 4}, "layout": {"page_size": 16})"),
+            "$.layers[0].layout.page_size: sparsity over a paged KV cache "
+            "is not implemented yet"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "l", "type": "linear_attention", "rule": "delta", "num_k_heads": 1, "k_dim": 8, "layout": {"ragged": true, "page_size": 16}}]})",
             "$.layers[0].layout.page_size: pages hold keys and values of "
@@ -457,6 +472,32 @@ INSTANTIATE_TEST_SUITE_P(
         BadDescription{
             R"({"model": "m", "layers": [{"name": "l", "type": "linear_attention", "rule": "delta", "num_k_heads": 1, "k_dim": 8, "layout": true}]})",
             "$.layers[0].layout: expected an object, got true"}));
+
+TEST(Frontend, PagedAttentionEntryTakesTheCacheAndItsTable) {
+  // SPEC §8: q, k_cache, v_cache, page_table, seq_lens (+ gate) (+ extras)
+  // -> o, one attn.sdpa reading the cache through the table.
+  const char *json = R"({"model": "m", "layers": [{"name": "a",
+    "type": "attention", "num_heads": 8, "num_kv_heads": 2, "head_dim": 64,
+    "gate": "headwise", "score_mod": {"relative_bias": 4},
+    "layout": {"page_size": 16}}]})";
+  llvm::Expected<ModelDescription> model = parseModelDescription(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  using Args = std::vector<std::string>;
+  std::vector<std::pair<std::string, Args>> expected = {
+      {"a", Args{"q", "k_cache", "v_cache", "page_table", "seq_lens", "gate",
+                 "rel_bias"}}};
+  EXPECT_EQ(entrySignatures(*module), expected);
+  int paged = 0;
+  module->walk([&](mlir::attn::SdpaOp op) {
+    EXPECT_TRUE(op.getPageTable());
+    EXPECT_EQ(op.getKey().getType().getDimSize(1), 16);
+    ++paged;
+  });
+  EXPECT_EQ(paged, 1);
+}
 
 TEST(Frontend, RaggedLinearEntryTakesAPoolInPlace) {
   // SPEC §8: <linear layer>(q, k, v, (g), (beta), states, state_idx,

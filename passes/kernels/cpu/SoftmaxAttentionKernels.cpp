@@ -25,6 +25,7 @@
 #include "passes/kernels/cpu/CpuKernels.h"
 
 #include <cmath>
+#include <optional>
 
 using namespace mlir;
 using namespace mlir::attn;
@@ -107,6 +108,13 @@ SmallVector<Value> blockMaskRow(KernelEmitter &e,
 
 } // namespace
 
+/// `prefix` followed by `last`: a key row's indices and a feature.
+static SmallVector<Value> withIndex(ArrayRef<Value> prefix, Value last) {
+  SmallVector<Value> indices(prefix);
+  indices.push_back(last);
+  return indices;
+}
+
 //===----------------------------------------------------------------------===//
 // Flash kernel
 //===----------------------------------------------------------------------===//
@@ -163,7 +171,10 @@ private:
   int64_t W, TQ, TK, D, Dv, DvPadded, queryVectors, group;
 
   // The bindings.
-  Value q, k, v, parents, gate, out, lse, tileClasses, workgroup;
+  Value q, k, v, pageTable, keyLengths, parents, gate, out, lse, tileClasses,
+      workgroup;
+  /// Where key j of the tile's sequence is (after mapRows).
+  std::optional<KeyRows> kv;
 
   Value c0, c1, c4, lq, lk;
   // The rows (mapRows): query rows q0 .. q0 + rows - 1 of one head.
@@ -201,10 +212,12 @@ FlashKernel::FlashKernel(OpBuilder &builder, Location loc, StringRef name,
 
 func::FuncOp FlashKernel::build() {
   c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
-  lq = e.dim(q, 2), lk = e.dim(k, 2);
+  lq = e.dim(q, 2);
+  mapRows();
+  kv.emplace(e, shape, k, pageTable, keyLengths);
+  lk = kv->length(batch);
   if (treePrefix)
     lk = e.sub(lk, lq);
-  mapRows();
   findKeyRange();
   findTreeNodes();
   allocateState();
@@ -226,6 +239,10 @@ void FlashKernel::bindArguments() {
   auto args = func.getArguments();
   unsigned next = 0;
   q = args[next++], k = args[next++], v = args[next++];
+  if (shape.paged()) {
+    pageTable = args[next++];
+    keyLengths = args[next++];
+  }
   // The tree's prefix: the keys before the T = Lq tree keys, all visible,
   // or with a window those from each node's window start (its depth's);
   // variant regions see each node at its position P + depth.
@@ -352,9 +369,10 @@ void FlashKernel::scoreKeyTile(Value k0, Value cols) {
   // 2 query vectors; keys past `cols` repeat the last one and are masked
   // by updateSoftmax.
   e.loop(c0, cols, c4, [&](Value j0) {
-    SmallVector<Value> keyRows;
+    SmallVector<SmallVector<Value>> keyRows;
     for (int64_t jj = 0; jj < 4; ++jj)
-      keyRows.push_back(e.minS(e.add(e.add(k0, j0), e.index(jj)), lastKey));
+      keyRows.push_back(kv->at(
+          batch, kvHead, e.minS(e.add(e.add(k0, j0), e.index(jj)), lastKey)));
     for (int64_t iv0 = 0; iv0 < queryVectors; iv0 += 2) {
       int64_t nv = std::min<int64_t>(2, queryVectors - iv0);
       SmallVector<Value> init(4 * nv, e.splat(0.0));
@@ -366,8 +384,7 @@ void FlashKernel::scoreKeyTile(Value k0, Value cols) {
                   b, e.vec, qT, ValueRange{d, e.index((iv0 + x) * W)}));
             SmallVector<Value> updated;
             for (int64_t jj = 0; jj < 4; ++jj) {
-              Value kb =
-                  e.broadcast(e.load(k, {batch, kvHead, keyRows[jj], d}));
+              Value kb = e.broadcast(e.load(k, withIndex(keyRows[jj], d)));
               for (int64_t x = 0; x < nv; ++x)
                 updated.push_back(e.fma(kb, qv[x], partial[jj * nv + x]));
             }
@@ -498,12 +515,11 @@ void FlashKernel::accumulateValues(Value k0, Value cols) {
               rowAlpha[ii]));
       SmallVector<Value> updated =
           e.loop(c0, cols, c1, init, [&](Value j, ValueRange partial) {
-            Value key = e.add(k0, j);
+            SmallVector<Value> row = kv->at(batch, kvHead, e.add(k0, j));
             SmallVector<Value> vv;
             for (int64_t x = 0; x < nv; ++x)
-              vv.push_back(
-                  e.loadVector(v, {batch, kvHead, key, e.index(off0 + x * W)},
-                               laneCounts[x]));
+              vv.push_back(e.loadVector(
+                  v, withIndex(row, e.index(off0 + x * W)), laneCounts[x]));
             SmallVector<Value> next;
             for (int64_t ii = 0; ii < 4; ++ii) {
               Value p = e.broadcast(e.load(scores, {j, rowIdx[ii]}));
@@ -683,7 +699,10 @@ private:
   int64_t W, D, Dv, DPadded, DvPadded, group;
 
   // The bindings.
-  Value q, k, v, parents, partialOut, partialLse, workgroup;
+  Value q, k, v, pageTable, keyLengths, parents, partialOut, partialLse,
+      workgroup;
+  /// Where key j of the row's sequence is (after mapRow).
+  std::optional<KeyRows> kv;
 
   Value c0, c1, lq, lk, splits;
   // The row (mapRow) and the keys it sees in its split (findKeyRange).
@@ -747,6 +766,10 @@ void SplitKvKernel::bindArguments() {
   auto args = func.getArguments();
   unsigned next = 0;
   q = args[next++], k = args[next++], v = args[next++];
+  if (shape.paged()) {
+    pageTable = args[next++];
+    keyLengths = args[next++];
+  }
   parents = treeDepths ? args[next++] : Value();
   partialOut = args[next++], partialLse = args[next++];
   workgroup = args.back();
@@ -754,14 +777,12 @@ void SplitKvKernel::bindArguments() {
 
 void SplitKvKernel::mapRow() {
   c0 = e.index(0), c1 = e.index(1);
-  lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
+  lq = e.dim(q, 2), splits = e.dim(partialLse, 3);
   // The tree's prefix: keys before the T = Lq tree keys, all visible, in
   // every split but the last (the tree keys').
   mask = treePrefix ? MaskKind::None : shape.mask;
-  if (treePrefix) {
-    lk = e.sub(lk, lq);
+  if (treePrefix)
     splits = e.sub(splits, c1);
-  }
 
   // Workgroup order (batch, kv head, split, row), the row fastest. One
   // workgroup serves every query head of its kv head: each block of keys
@@ -773,6 +794,10 @@ void SplitKvKernel::mapRow() {
   kvHead = e.rem(rest, e.index(shape.numKvHeads));
   batch = e.div(rest, e.index(shape.numKvHeads));
   firstHead = e.mul(kvHead, e.index(group));
+  kv.emplace(e, shape, k, pageTable, keyLengths);
+  lk = kv->length(batch);
+  if (treePrefix)
+    lk = e.sub(lk, lq);
 }
 
 void SplitKvKernel::findKeyRange() {
@@ -858,9 +883,10 @@ void SplitKvKernel::scoreStep(Value j0) {
   // key jj, summed over D.
   forEachTile(e, group, group, tileHeads, [&](Value g0, int64_t heads) {
     e.loop(c0, e.index(stepKeys), e.index(tileKeys), [&](Value jj0) {
-      SmallVector<Value> keys;
+      SmallVector<SmallVector<Value>> keys;
       for (int64_t t = 0; t < tileKeys; ++t)
-        keys.push_back(keyAt(j0, e.add(jj0, e.index(t))));
+        keys.push_back(
+            kv->at(batch, kvHead, keyAt(j0, e.add(jj0, e.index(t)))));
       // The V rows of these keys are requested as their scores are
       // computed, so that their misses overlap the dot products instead of
       // stalling P V, a few lines at a time (the core tracks only a couple
@@ -872,12 +898,11 @@ void SplitKvKernel::scoreStep(Value j0) {
       // prefetcher covers them. (Once per step: by the first tile of
       // heads.)
       auto prefetchValues = [&] {
-        for (Value key : keys)
+        for (const SmallVector<Value> &key : keys)
           for (int64_t off = 0; off < Dv; off += valuesPerLine)
-            memref::PrefetchOp::create(
-                b, v, ValueRange{batch, kvHead, key, e.index(off)},
-                /*isWrite=*/false, /*localityHint=*/3,
-                /*isDataCache=*/true);
+            memref::PrefetchOp::create(b, v, withIndex(key, e.index(off)),
+                                       /*isWrite=*/false, /*localityHint=*/3,
+                                       /*isDataCache=*/true);
       };
       if (std::optional<int64_t> first = getConstantIntValue(g0)) {
         if (*first == 0)
@@ -900,7 +925,7 @@ void SplitKvKernel::scoreStep(Value j0) {
               b, e.vec, query,
               ValueRange{e.add(g0, e.index(h)), e.index(off)}));
         for (int64_t t = 0; t < tileKeys; ++t) {
-          Value key = e.loadVector(k, {batch, kvHead, keys[t], e.index(off)},
+          Value key = e.loadVector(k, withIndex(keys[t], e.index(off)),
                                    std::min(W, D - off));
           for (int64_t h = 0; h < heads; ++h)
             sums[h * tileKeys + t] =
@@ -976,9 +1001,9 @@ void SplitKvKernel::updateSoftmax(Value j0, Value count) {
 void SplitKvKernel::accumulateValues(Value j0) {
   // acc = acc * rescale + P V, in tiles of heads x value vectors. Only the
   // last vector may be partial: it goes in the static last tile.
-  SmallVector<Value> keys;
+  SmallVector<SmallVector<Value>> keys;
   for (int64_t jj = 0; jj < stepKeys; ++jj)
-    keys.push_back(keyAt(j0, e.index(jj)));
+    keys.push_back(kv->at(batch, kvHead, keyAt(j0, e.index(jj))));
   forEachTile(e, group, group, tileHeads, [&](Value g0, int64_t heads) {
     forEachTile(
         e, Dv / W, DvPadded / W, tileVectors,
@@ -1008,8 +1033,8 @@ void SplitKvKernel::accumulateValues(Value j0) {
               p.push_back(
                   e.broadcast(e.load(probs, {headIndex[h], e.index(jj)})));
             for (int64_t n = 0; n < vectors; ++n) {
-              Value value = e.loadVector(
-                  v, {batch, kvHead, keys[jj], offsets[n]}, laneCounts[n]);
+              Value value = e.loadVector(v, withIndex(keys[jj], offsets[n]),
+                                         laneCounts[n]);
               for (int64_t h = 0; h < heads; ++h)
                 sums[h * vectors + n] =
                     e.fma(p[h], value, sums[h * vectors + n]);

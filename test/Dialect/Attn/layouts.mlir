@@ -4,7 +4,7 @@
 // RUN: attn-opt %s -split-input-file -test-attention-interface 2>&1 | FileCheck %s --check-prefix=INTERFACE
 
 // A ragged batch (SPEC §8): attn.linear_recurrence over sequences packed
-// token-major, its states in a pool.
+// token-major, its states in a pool; attn.sdpa over a paged KV cache.
 
 // CHECK-LABEL: func.func @ragged_gated_delta
 // CHECK: attn.linear_recurrence gated_delta %{{.*}}, %{{.*}}, %{{.*}} decay(%{{.*}} : tensor<?x8xf32>) beta(%{{.*}} : tensor<?x8xf32>) state(%{{.*}} : tensor<?x8x16x12xf32>) ragged(%{{.*}}, %{{.*}} : tensor<?xi32>, tensor<?xi32>) output_gate(%{{.*}}, %{{.*}} : tensor<?x8x12xf32>, tensor<12xf32>) {qk_l2norm} : tensor<?x4x16xf32>, tensor<?x4x16xf32>, tensor<?x8x12xf32>
@@ -54,4 +54,23 @@ func.func @packed_gate(%o: tensor<?x8x12xf32>, %z: tensor<?x8x12xf32>,
   %r = attn.rmsnorm_gate %o, %z, %w {eps = 1.0e-6}
       : tensor<?x8x12xf32>, tensor<?x8x12xf32>, tensor<12xf32>
   return %r : tensor<?x8x12xf32>
+}
+
+// -----
+
+// A paged KV cache (SPEC §8): attn.sdpa reads keys and values [NP, P, Hkv,
+// F] through the page table.
+// CHECK-LABEL: func.func @paged_sdpa
+// CHECK: attn.sdpa %{{.*}}, %{{.*}}, %{{.*}} gate(%{{.*}}) paged(%{{.*}}, %{{.*}} : tensor<?x?xi32>, tensor<?xi32>) {mask = #attn.mask<causal>, return_lse} : tensor<?x8x?x64xf32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>, tensor<?x8x?x1xf32>
+// BYTECODE: paged(
+func.func @paged_sdpa(%q: tensor<?x8x?x64xf32>, %k: tensor<?x16x2x64xf32>,
+                      %v: tensor<?x16x2x32xf32>, %g: tensor<?x8x?x1xf32>,
+                      %table: tensor<?x?xi32>, %lens: tensor<?xi32>)
+    -> (tensor<?x8x?x32xf32>, tensor<?x8x?xf32>) {
+  %o, %lse = attn.sdpa %q, %k, %v gate(%g)
+      paged(%table, %lens : tensor<?x?xi32>, tensor<?xi32>)
+      {mask = #attn.mask<causal>, return_lse}
+      : tensor<?x8x?x64xf32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>,
+        tensor<?x8x?x1xf32>
+  return %o, %lse : tensor<?x8x?x32xf32>, tensor<?x8x?xf32>
 }

@@ -1,7 +1,8 @@
 // RUN: attn-opt %s -split-input-file -verify-diagnostics
 
-// The diagnostics of a ragged attn.linear_recurrence (SPEC §8): per-step
-// operands packed token-major [T, H, F], the state a pool [N, Hv, Dk, Dv].
+// The diagnostics of SPEC §8 layouts: a ragged attn.linear_recurrence (per-step
+// operands packed token-major [T, H, F], the state a pool [N, Hv, Dk, Dv]) and
+// attn.sdpa over a paged cache.
 
 func.func @rank(%q: tensor<2x4x7x16xf32>, %v: tensor<2x8x7x12xf32>, %pool: tensor<5x8x16x12xf32>, %cu: tensor<3xi32>, %idx: tensor<2xi32>) {
   // expected-error @+1 {{'query' must be a rank-3 tensor [T, Hk, Dk], got 'tensor<2x4x7x16xf32>'}}
@@ -54,5 +55,37 @@ func.func @offsets(%q: tensor<9x4x16xf32>, %v: tensor<9x8x12xf32>, %pool: tensor
 func.func @half(%q: tensor<9x4x16xf32>, %v: tensor<9x8x12xf32>, %pool: tensor<5x8x16x12xf32>, %cu: tensor<3xi32>) {
   // expected-error @+1 {{a ragged batch needs both 'cu_seqlens' and 'state_indices'}}
   %o:2 = "attn.linear_recurrence"(%q, %q, %v, %pool, %cu) <{chunk_size = 64 : i64, gate_eps = 1.0e-6 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 1, 0, 0, 0>, rule = #attn.rule<linear>}> : (tensor<9x4x16xf32>, tensor<9x4x16xf32>, tensor<9x8x12xf32>, tensor<5x8x16x12xf32>, tensor<3xi32>) -> (tensor<9x8x12xf32>, tensor<5x8x16x12xf32>)
+  return
+}
+
+// -----
+
+func.func @paged_heads(%q: tensor<2x6x1x64xf32>, %k: tensor<9x16x4x64xf32>, %v: tensor<9x16x4x32xf32>, %t: tensor<2x4xi32>, %l: tensor<2xi32>) {
+  // expected-error @+1 {{'query' dim 1 (H) must be a multiple of 'key' dim 2 (Hkv), got 6 and 4}}
+  %o = attn.sdpa %q, %k, %v paged(%t, %l : tensor<2x4xi32>, tensor<2xi32>) {mask = #attn.mask<causal>} : tensor<2x6x1x64xf32>, tensor<9x16x4x64xf32>, tensor<9x16x4x32xf32>
+  return
+}
+
+// -----
+
+func.func @paged_pages(%q: tensor<2x8x1x64xf32>, %k: tensor<9x16x2x64xf32>, %v: tensor<8x16x2x32xf32>, %t: tensor<2x4xi32>, %l: tensor<2xi32>) {
+  // expected-error @+1 {{'value' dim 0 (NP) must match 'key' dim 0 (NP): expected 9, got 8}}
+  %o = attn.sdpa %q, %k, %v paged(%t, %l : tensor<2x4xi32>, tensor<2xi32>) {mask = #attn.mask<causal>} : tensor<2x8x1x64xf32>, tensor<9x16x2x64xf32>, tensor<8x16x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @paged_table(%q: tensor<2x8x1x64xf32>, %k: tensor<9x16x2x64xf32>, %v: tensor<9x16x2x32xf32>, %t: tensor<3x4xi32>, %l: tensor<2xi32>) {
+  // expected-error @+1 {{'page_table' dim 0 (B) must match 'query' dim 0 (B): expected 2, got 3}}
+  %o = attn.sdpa %q, %k, %v paged(%t, %l : tensor<3x4xi32>, tensor<2xi32>) {mask = #attn.mask<causal>} : tensor<2x8x1x64xf32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @paged_half(%q: tensor<2x8x1x64xf32>, %k: tensor<9x16x2x64xf32>, %v: tensor<9x16x2x32xf32>, %t: tensor<2x4xi32>) {
+  // expected-error @+1 {{a paged cache needs both 'page_table' and 'seq_lens'}}
+  %o = "attn.sdpa"(%q, %k, %v, %t) <{mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0>}> ({}, {}) : (tensor<2x8x1x64xf32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>, tensor<2x4xi32>) -> tensor<2x8x1x32xf32>
   return
 }

@@ -1,0 +1,145 @@
+# RUN: %attn_python %s
+# Softmax attention over a paged KV cache (SPEC §8): random page tables with
+# pages scattered through a cache full of junk, page sizes 1, 16 and 5,
+# sequences of different lengths in one batch (decode, extend, prefill;
+# more keys than queries), GQA, gates, windows, softcap, ALiBi and lse,
+# against the float64 reference run on each sequence's gathered keys; bad
+# page tables and key lengths are errors that name the index.
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
+import attn
+from reference import attention, close
+
+H, HKV, D, DV = 4, 2, 24, 20
+rng = np.random.default_rng(11)
+
+
+def compile_layer(page_size, **extra):
+    layer = {"name": "attn", "type": "attention", "num_heads": H,
+             "num_kv_heads": HKV, "head_dim": D, "value_dim": DV,
+             "layout": {"page_size": page_size}}
+    layer.update(extra)
+    return attn.compile({"model": "paged", "layers": [layer]})
+
+
+def paged_cache(lengths, page_size, pages_per_row):
+    """The keys and values of each sequence, written to scattered pages of
+    a cache whose other slots hold junk, and the page table."""
+    needed = [-(-n // page_size) for n in lengths]
+    num_pages = sum(needed) + 3
+    order = rng.permutation(num_pages)
+    k_cache = rng.standard_normal((num_pages, page_size, HKV, D)).astype(np.float32) * 100
+    v_cache = rng.standard_normal((num_pages, page_size, HKV, DV)).astype(np.float32) * 100
+    table = rng.integers(-5, 1000, (len(lengths), pages_per_row)).astype(np.int32)
+    keys, values, used = [], [], 0
+    for b, n in enumerate(lengths):
+        k = rng.standard_normal((HKV, n, D)).astype(np.float32)
+        v = rng.standard_normal((HKV, n, DV)).astype(np.float32)
+        for p in range(needed[b]):
+            page = order[used]
+            used += 1
+            table[b, p] = page
+            rows = slice(p * page_size, min(n, (p + 1) * page_size))
+            count = rows.stop - rows.start
+            k_cache[page, :count] = np.moveaxis(k[:, rows], 0, 1)
+            v_cache[page, :count] = np.moveaxis(v[:, rows], 0, 1)
+        keys.append(k)
+        values.append(v)
+    return k_cache, v_cache, table, keys, values
+
+
+def check(page_size, lengths, lq, mask="causal", window=0, gate=None,
+          softcap=0.0, alibi=False, lse=False):
+    extra = {}
+    if mask == "none":
+        extra["mask"] = "none"
+    if window:
+        extra["mask"] = {"sliding_window": window}
+    if gate:
+        extra["gate"] = gate
+    if softcap:
+        extra["softcap"] = softcap
+    if alibi:
+        extra["score_mod"] = "alibi"
+    if lse:
+        extra["return_lse"] = True
+    m = compile_layer(page_size, **extra)
+    names = [a.name for a in m.signature("attn").inputs]
+    assert names[:5] == ["q", "k_cache", "v_cache", "page_table", "seq_lens"], names
+    pages_per_row = -(-max(lengths) // page_size) + 2
+    k_cache, v_cache, table, keys, values = paged_cache(lengths, page_size,
+                                                        pages_per_row)
+    B = len(lengths)
+    q = rng.standard_normal((B, H, lq, D)).astype(np.float32)
+    args = [q, k_cache, v_cache, table, np.array(lengths, np.int32)]
+    g = None
+    if gate:
+        g = rng.standard_normal((B, H, lq, DV if gate == "elementwise" else 1)).astype(np.float32)
+        args.append(g)
+    result = m["attn"](*args)
+    o, o_lse = (result if lse else (result, None))
+    for b in range(B):
+        def score_mod(s, h, qp, kp):
+            s = softcap * np.tanh(s / softcap) if softcap else s
+            if alibi:
+                slope = 2.0 ** (-8.0 * (h + 1) / H)
+                s = s + slope * (kp - qp)
+            return s
+        if lengths[b] == 0:
+            # No key: o = 0 and lse = -inf (SPEC §1.1).
+            ref_o = np.zeros((1, H, lq, DV))
+            ref_lse = np.full((1, H, lq), -np.inf)
+        else:
+            ref_o, ref_lse = attention(
+                q[b:b + 1], keys[b][None], values[b][None],
+                mask=mask if not window else "window", window=window,
+                gate=None if g is None else g[b:b + 1],
+                score_mod=score_mod if (softcap or alibi) else None)
+        what = f"P={page_size} lengths={lengths} Lq={lq} {extra}"
+        close(o[b:b + 1], ref_o, 2e-4, f"o of sequence {b}, {what}")
+        if lse:
+            finite = np.isfinite(ref_lse)
+            assert np.array_equal(np.isfinite(o_lse[b:b + 1]), finite), what
+            close(o_lse[b:b + 1][finite], ref_lse[finite], 2e-4, f"lse, {what}")
+
+
+for page_size in (1, 16, 5):
+    check(page_size, [37, 1, 16, 80], 1)                  # decode
+    check(page_size, [37, 9, 16, 80], 6)                  # extend
+    check(page_size, [40, 25, 33], 25, gate="elementwise")  # prefill (flash)
+check(16, [100, 3, 64], 1, window=8, gate="headwise", lse=True)
+check(5, [50, 70, 20], 20, window=12, lse=True)
+check(16, [0, 5, 33], 1, mask="none", lse=True)           # an empty sequence
+check(16, [300, 7], 3, softcap=20.0)
+check(5, [64, 33], 33, alibi=True)
+
+# Bad tables and lengths name the index.
+m = compile_layer(4)
+k_cache, v_cache, table, _, _ = paged_cache([6, 9], 4, 3)
+q = np.zeros((2, H, 2, D), np.float32)
+
+
+def expect_error(fragment, table, lengths):
+    try:
+        m["attn"](q, k_cache, v_cache, table, np.array(lengths, np.int32))
+    except attn.Error as e:
+        assert fragment in str(e), str(e)
+        return
+    raise AssertionError(f"no error: {fragment}")
+
+
+bad = table.copy()
+bad[1, 2] = k_cache.shape[0]
+expect_error(f"page_table[1][2] = {k_cache.shape[0]} must be a page in "
+             f"[0, {k_cache.shape[0]}) (it holds keys of seq_lens[1] = 9)", bad, [6, 9])
+expect_error("seq_lens[0] = 13 must be in [0, 12] (the 3 pages of 4 keys", table, [13, 9])
+expect_error("seq_lens[1] = 1 must be at least the 2 queries", table, [6, 1])
+# Pages past a sequence's length are never read: junk there is fine.
+junk = table.copy()
+junk[0, 2] = -7
+m["attn"](q, k_cache, v_cache, junk, np.array([6, 9], np.int32))
+print("paged attention: ok")
