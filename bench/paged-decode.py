@@ -25,6 +25,8 @@ parser.add_argument("--page", type=int, default=16)
 parser.add_argument("--heads", type=int, default=16)
 parser.add_argument("--kv-heads", type=int, default=2)
 parser.add_argument("--dim", type=int, default=256)
+parser.add_argument("--in-order", action="store_true",
+                    help="pages in order, one sequence after another")
 args = parser.parse_args()
 
 B, L, P = args.batch, args.keys, args.page
@@ -42,7 +44,8 @@ k = rng.standard_normal((B, HKV, L, D)).astype(np.float32)
 v = rng.standard_normal((B, HKV, L, D)).astype(np.float32)
 pages_per_row = -(-L // P)
 num_pages = B * pages_per_row * 5 // 4
-order = rng.permutation(num_pages)[:B * pages_per_row]
+order = (np.arange(B * pages_per_row) if args.in_order
+         else rng.permutation(num_pages)[:B * pages_per_row])
 table = order.reshape(B, pages_per_row).astype(np.int32)
 k_cache = np.zeros((num_pages, P, HKV, D), np.float32)
 v_cache = np.zeros((num_pages, P, HKV, D), np.float32)
