@@ -335,6 +335,8 @@ LogicalResult BinaryWriter::Impl::addEntry(func::FuncOp host, CodeTarget target,
         contract = fb::ValueContract::page_table;
       else if (attr.getValue() == "sequence_lengths")
         contract = fb::ValueContract::sequence_lengths;
+      else if (attr.getValue() == "cache_slots")
+        contract = fb::ValueContract::cache_slots;
       else
         return host.emitError()
                << "argument #" << index << ": unknown value contract " << attr;

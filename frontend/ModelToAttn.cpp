@@ -332,6 +332,7 @@ private:
                                  returnLse(layer));
       addVariantRegions(sdpa, layer, entry);
       finishAttention(entry, gated(entry, sdpa.getOutput()), sdpa.getLse());
+      addAppend(layer);
       return;
     }
 
@@ -520,6 +521,28 @@ private:
         l2norm, builder.getF64FloatAttr(1e-6));
     entry.finish({gatedRecurrence(entry, layer, recurrence.getOutput())}, {"o"},
                  {recurrence.getFinalState()});
+  }
+
+  /// <layer>.append (SPEC §8): k_new, v_new, slots, k_cache, v_cache (both
+  /// updated in place), no outputs.
+  void addAppend(const AttentionLayer &layer) {
+    auto cache = [&](int64_t features) {
+      return tensor({kDyn, layer.pageSize, layer.numKvHeads, features},
+                    element);
+    };
+    EntryBuilder entry(builder, module, layer.name + ".append");
+    entry.arg("k_new",
+              tensor({kDyn, layer.numKvHeads, layer.headDim}, element));
+    entry.arg("v_new",
+              tensor({kDyn, layer.numKvHeads, layer.valueDim}, element));
+    entry.arg("slots", tensor({kDyn}, i32()));
+    entry.arg("k_cache", cache(layer.headDim), /*inPlace=*/true);
+    entry.arg("v_cache", cache(layer.valueDim), /*inPlace=*/true);
+    entry.beginBody();
+    auto append = KvAppendOp::create(
+        builder, builder.getUnknownLoc(), entry["k_new"], entry["v_new"],
+        entry["slots"], entry["k_cache"], entry["v_cache"]);
+    entry.finish({}, {}, {append.getNewKeyCache(), append.getNewValueCache()});
   }
 
   static bool usesDecay(const LinearAttentionLayer &layer) {

@@ -187,6 +187,12 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                   return buildPathStepsKernel(
                       builder, loc, name, tiling.toAttr(b.getContext()), types);
                 });
+  if (isa<KvAppendOp>(op))
+    // A workgroup per new token.
+    return emit(m.dim(bindings[0], 0),
+                [&](OpBuilder &builder, TypeRange types) {
+                  return buildKvAppendKernel(builder, loc, name, tiling, types);
+                });
   if (isa<TreeAcceptOp>(op))
     // A workgroup per batch row.
     return emit(m.dim(bindings[0], 0),

@@ -185,6 +185,16 @@ private:
       unite({input, 0}, {steps.getLength(), 0});
       unite({input, 2}, {steps.getPath(), 1});
       uniteLeading(input, result, cast<ShapedType>(input.getType()).getRank());
+    } else if (auto append = dyn_cast<KvAppendOp>(op)) {
+      Value k = append.getKey();
+      nameRole({k, 0}, "T");
+      unite({k, 0}, {append.getValue(), 0});
+      unite({k, 0}, {append.getSlots(), 0});
+      Value cache = append.getKeyCache();
+      nameRole({cache, 0}, "NP");
+      for (Value other : {append.getValueCache(), append.getNewKeyCache(),
+                          append.getNewValueCache()})
+        unite({cache, 0}, {other, 0});
     } else if (auto compact = dyn_cast<KvCompactOp>(op)) {
       Value k = compact.getKey();
       nameRole({k, 0}, "B");
@@ -421,6 +431,14 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
+    if (auto append = dyn_cast<KvAppendOp>(op)) {
+      if (target != "CPU")
+        return op.emitError()
+               << "no " << target << " lowering for 'attn.kv_append' yet";
+      if (failed(checkCachesInPlace(append)))
+        return failure();
+      continue;
+    }
     if (isSelectionOrTreeOp(&op))
       continue;
     return op.emitError() << "no " << target << " lowering for '"
@@ -615,7 +633,7 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
 
 bool EntryLowering::isSelectionOrTreeOp(Operation *op) {
   return isa<BlockMetaOp, SelectTopKOp, SelectTopPOp, TreeAcceptOp, KvCompactOp,
-             PathStepsOp>(op);
+             PathStepsOp, KvAppendOp>(op);
 }
 
 void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
@@ -680,6 +698,13 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     bindResult(accept.getPath(), {batch, nodes});
     bindResult(accept.getLength(), {batch});
     bindResult(accept.getBonus(), {batch});
+  } else if (auto append = dyn_cast<KvAppendOp>(op)) {
+    // The caches are in-place arguments (checked before lowering): the
+    // kernel writes the new rows into their buffers.
+    bindOperands({append.getKey(), append.getValue(), append.getSlots(),
+                  append.getKeyCache(), append.getValueCache()});
+    buffers.map(append.getNewKeyCache(), bindings[3]);
+    buffers.map(append.getNewValueCache(), bindings[4]);
   } else if (auto steps = dyn_cast<PathStepsOp>(op)) {
     bindOperands(steps->getOperands());
     Value input = bindings[0], path = bindings[1];
@@ -717,6 +742,18 @@ LogicalResult EntryLowering::checkInPlaceUpdate(BlockArgument arg,
            << ", got " << update.getType();
   if (update == arg)
     return success();
+  // attn.kv_append writes its new rows into the cache it updates.
+  if (auto append = update.getDefiningOp<KvAppendOp>()) {
+    Value cache = update == append.getNewKeyCache() ? append.getKeyCache()
+                                                    : append.getValueCache();
+    if (cache != arg)
+      return describe(entry.emitError())
+             << " must be returned as the update of the cache it is";
+    if (!arg.hasOneUse())
+      return describe(entry.emitError())
+             << " is updated in place, so its update must be its only use";
+    return success();
+  }
   // Kernels write an update into the argument's buffer while reading the
   // argument, which is safe for the state of a recurrence (each workgroup
   // reads its slice of the state before writing it) and only when nothing
@@ -729,6 +766,21 @@ LogicalResult EntryLowering::checkInPlaceUpdate(BlockArgument arg,
   if (!arg.hasOneUse())
     return describe(entry.emitError())
            << " is updated in place, so its update must be its only use";
+  return success();
+}
+
+LogicalResult EntryLowering::checkCachesInPlace(KvAppendOp op) {
+  // The kernel writes only the new rows.
+  for (auto [cache, update] :
+       {std::pair{op.getKeyCache(), op.getNewKeyCache()},
+        std::pair{op.getValueCache(), op.getNewValueCache()}}) {
+    auto arg = dyn_cast<BlockArgument>(cache);
+    auto tied = returnedAt.find(update);
+    if (!arg || tied == returnedAt.end() || tied->second != arg.getArgNumber())
+      return op->emitError()
+             << "the caches of attn.kv_append must be entry arguments marked "
+                "'attn.in_place' and returned as their updates";
+  }
   return success();
 }
 
@@ -794,6 +846,17 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
             IntegerAttr::get(IntegerType::get(context, 64), q.getArgNumber()));
         argAttrs[lengths.getArgNumber()] = list.getDictionary(context);
       }
+    }
+    // The slots attn.kv_append writes (against the cache).
+    if (auto append = dyn_cast<KvAppendOp>(op)) {
+      auto slots = dyn_cast<BlockArgument>(append.getSlots());
+      auto cache = dyn_cast<BlockArgument>(append.getKeyCache());
+      if (!slots || !cache)
+        return op.emitError() << "the slots of attn.kv_append and its caches "
+                                 "must be entry inputs (checked at run time "
+                                 "before anything runs)";
+      setContract(slots, "cache_slots", cache.getArgNumber());
+      continue;
     }
     // A ragged batch's offsets (against the tokens of q) and pool slots
     // (against the pool).

@@ -96,6 +96,8 @@ protected:
   /// A ragged recurrence's state pool is an in-place argument updated by
   /// the op (its kernels write only the batch's slots).
   LogicalResult checkStatePoolInPlace(AttentionOpInterface op);
+  /// attn.kv_append's caches are in-place arguments it updates.
+  LogicalResult checkCachesInPlace(KvAppendOp op);
 
   /// The buffer of `result`: the output argument it is returned through, or
   /// a new allocation with `dynamicSizes` (host index values, one per

@@ -187,6 +187,9 @@ attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry) {
       case attn::fb::ValueContract::sequence_lengths:
         sig.contract = ATTN_CONTRACT_SEQUENCE_LENGTHS;
         break;
+      case attn::fb::ValueContract::cache_slots:
+        sig.contract = ATTN_CONTRACT_CACHE_SLOTS;
+        break;
       default:
         return false;
       }
@@ -244,6 +247,9 @@ attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry) {
         break;
       case ATTN_CONTRACT_PAGE_TABLE:
         fits = sig.dims.size() == 2 && other && other->dims.size() == 4;
+        break;
+      case ATTN_CONTRACT_CACHE_SLOTS:
+        fits = sig.dims.size() == 1 && other && other->dims.size() == 4;
         break;
       case ATTN_CONTRACT_SEQUENCE_LENGTHS: {
         bool queries =
@@ -594,19 +600,32 @@ static attn_status checkIndexList(const Entry &entry, const attn_tensor *inputs,
                                 ", the tokens of '" + other.name + "'");
     return ATTN_OK;
   }
-  // Pool slots: in range and distinct (two sequences writing one slot
-  // would race).
-  std::vector<int64_t> owner(static_cast<size_t>(limit), -1);
+  // Pool or cache slots: in range and distinct (two writers of one slot
+  // would race); a cache slot may be -1, a token not written.
+  const bool cache = sig.contract == ATTN_CONTRACT_CACHE_SLOTS;
+  const int64_t slotsOf =
+      cache ? limit * inputs[sig.contractInput].shape[1] : limit;
+  // (slot, index) sorted by slot: a repeated slot sits next to its first
+  // use. Sorting the T entries costs less than a table of every slot.
+  std::vector<std::pair<int32_t, int64_t>> used;
   for (int64_t n = 0; n < count; ++n) {
     int32_t slot = values[n];
-    if (slot < 0 || slot >= limit)
-      return bad(n, "must be a slot of '" + other.name + "' in [0, " +
-                        std::to_string(limit) + ")");
-    if (owner[slot] >= 0)
-      return bad(n, "is also " + sig.name + "[" + std::to_string(owner[slot]) +
-                        "]: each sequence needs its own slot");
-    owner[slot] = n;
+    if (cache && slot == -1)
+      continue;
+    if (slot < 0 || slot >= slotsOf)
+      return bad(n, "must be " + std::string(cache ? "-1 or " : "") +
+                        "a slot of '" + other.name + "' in [0, " +
+                        std::to_string(slotsOf) + ")");
+    used.push_back({slot, n});
   }
+  std::sort(used.begin(), used.end());
+  for (size_t u = 1; u < used.size(); ++u)
+    if (used[u].first == used[u - 1].first)
+      return bad(used[u].second,
+                 "is also " + sig.name + "[" +
+                     std::to_string(used[u - 1].second) + "]: " +
+                     (cache ? "each token needs its own slot"
+                            : "each sequence needs its own slot"));
   return ATTN_OK;
 }
 
@@ -677,7 +696,8 @@ attn_status checkContracts(const Entry &entry, const attn_tensor *inputs) {
       continue;
     }
     if (sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS ||
-        sig.contract == ATTN_CONTRACT_POOL_SLOTS) {
+        sig.contract == ATTN_CONTRACT_POOL_SLOTS ||
+        sig.contract == ATTN_CONTRACT_CACHE_SLOTS) {
       if (attn_status status = checkIndexList(entry, inputs, i))
         return status;
       continue;

@@ -113,6 +113,10 @@ typedef enum attn_value_contract {
       entries of page_table[b] in [0, NP), and len[b] >= Lq (dim 2 of input
       `contract_queries`) when that is >= 0 (a causal mask). */
   ATTN_CONTRACT_SEQUENCE_LENGTHS = 6,
+  /** [T] flat slots (page * P + offset) of the paged cache in input
+      `contract_input`: -1 (the token is skipped) or in [0, NP * P), the
+      others distinct. */
+  ATTN_CONTRACT_CACHE_SLOTS = 7,
 } attn_value_contract;
 
 /** One argument or result of an entry. `dims[i]` is the static size or -1,

@@ -882,6 +882,48 @@ KvCompactOp::inferReturnTypes(MLIRContext *context,
   return success();
 }
 
+LogicalResult
+KvAppendOp::inferReturnTypes(MLIRContext *context,
+                             std::optional<Location> location, Adaptor adaptor,
+                             SmallVectorImpl<Type> &inferredReturnTypes) {
+  inferredReturnTypes.push_back(adaptor.getKeyCache().getType());
+  inferredReturnTypes.push_back(adaptor.getValueCache().getType());
+  return success();
+}
+
+LogicalResult KvAppendOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  const char *const keyDims[] = {"T", "Hkv", "D"};
+  const char *const valueDims[] = {"T", "Hkv", "Dv"};
+  const char *const slotDims[] = {"T"};
+  const NamedTensor k = named("key", getKey(), keyDims);
+  const NamedTensor v = named("value", getValue(), valueDims);
+  const NamedTensor slots = named("slots", getSlots(), slotDims);
+  const NamedTensor kc = named("key_cache", getKeyCache(), kPagedKeyDims);
+  const NamedTensor vc = named("value_cache", getValueCache(), kPagedValueDims);
+  for (const NamedTensor *t : {&k, &v, &slots, &kc, &vc})
+    if (failed(checkRank(emit, *t)))
+      return failure();
+  for (const NamedTensor *t : {&kc, &vc})
+    for (unsigned d : {1u, 2u, 3u})
+      if (failed(checkStaticDim(emit, *t, d)))
+        return failure();
+  if (failed(checkSameElementType(emit, kc, k)) ||
+      failed(checkSameElementType(emit, v, k)) ||
+      failed(checkSameElementType(emit, vc, k)) ||
+      failed(checkSameDim(emit, v, 0, k, 0)) ||
+      failed(checkSameDim(emit, slots, 0, k, 0)) ||
+      failed(checkSameDim(emit, k, 1, kc, 2)) ||
+      failed(checkSameDim(emit, k, 2, kc, 3)) ||
+      failed(checkSameDim(emit, v, 1, vc, 2)) ||
+      failed(checkSameDim(emit, v, 2, vc, 3)))
+    return failure();
+  for (unsigned d = 0; d < 3; ++d)
+    if (failed(checkSameDim(emit, vc, d, kc, d)))
+      return failure();
+  return success();
+}
+
 LogicalResult KvCompactOp::verify() {
   auto emit = [&]() { return emitOpError(); };
   NamedTensor k = named("key", getKey(), kTreeKeyDims);

@@ -414,6 +414,34 @@ def Attn_TreeAcceptOp : Attn_PureOp<"tree_accept"> {
   }];
 }
 
+def Attn_KvAppendOp : Attn_PureOp<"kv_append"> {
+  let summary = "writes new key and value rows into a paged cache";
+  let description = [{
+    SPEC §8's `<layer>.append`: token `t` of `key [T, Hkv, D]` and
+    `value [T, Hkv, Dv]` goes to flat slot `slots[t]` (i32 `[T]`: `page * P
+    + offset`, `-1` skips the token) of `key_cache [NP, P, Hkv, D]` and
+    `value_cache [NP, P, Hkv, Dv]`; the results are the caches with those
+    rows replaced. An entry returns them as the updates of its
+    `attn.in_place` cache arguments, so only the written rows are touched.
+
+    ```mlir
+    %kc2, %vc2 = attn.kv_append %k, %v, %slots into %kc, %vc
+        : tensor<?x2x64xf32>, tensor<?x2x64xf32>, tensor<?xi32>,
+          tensor<?x16x2x64xf32>, tensor<?x16x2x64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_FloatTensor:$key, Attn_FloatTensor:$value,
+                       Attn_I32Tensor:$slots, Attn_FloatTensor:$key_cache,
+                       Attn_FloatTensor:$value_cache);
+  let results = (outs Attn_FloatTensor:$new_key_cache,
+                      Attn_FloatTensor:$new_value_cache);
+  let assemblyFormat = [{
+    $key `,` $value `,` $slots `into` $key_cache `,` $value_cache attr-dict
+    `:` type($key) `,` type($value) `,` type($slots) `,` type($key_cache)
+    `,` type($value_cache)
+  }];
+}
+
 def Attn_KvCompactOp : Attn_PureOp<"kv_compact"> {
   let summary = "moves the accepted path's KV rows right after the prefix";
   let description = [{

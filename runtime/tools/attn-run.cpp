@@ -87,6 +87,8 @@ std::string formatArgument(const attn_argument_info &info) {
     text += " (sequence offsets: 0, non-decreasing, up to the tokens)";
   else if (info.contract == ATTN_CONTRACT_POOL_SLOTS)
     text += " (pool slots: distinct, in [0, N))";
+  else if (info.contract == ATTN_CONTRACT_CACHE_SLOTS)
+    text += " (cache slots: -1 or distinct in [0, NP * P))";
   else if (info.contract == ATTN_CONTRACT_PAGE_TABLE)
     text += " (page table: pages in [0, NP) for each sequence's keys)";
   else if (info.contract == ATTN_CONTRACT_SEQUENCE_LENGTHS)
@@ -151,6 +153,17 @@ void meetContracts(attn_model *m, int32_t entry,
         values[n] = static_cast<int32_t>(
             least + static_cast<int64_t>(
                         rng() % static_cast<uint64_t>(most - least + 1)));
+      continue;
+    }
+    if (info.contract == ATTN_CONTRACT_CACHE_SLOTS) {
+      // Distinct slots of the cache, -1 (skipped) past them.
+      const int64_t slots = limit * inputs[info.contract_input].shape[1];
+      std::vector<int32_t> all(static_cast<size_t>(slots));
+      for (int64_t n = 0; n < slots; ++n)
+        all[n] = static_cast<int32_t>(n);
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int64_t n = 0; n < count; ++n)
+        values[n] = n < slots ? all[n] : -1;
       continue;
     }
     if (info.contract == ATTN_CONTRACT_POOL_SLOTS) {

@@ -3,8 +3,9 @@
 # pages scattered through a cache full of junk, page sizes 1, 16 and 5,
 # sequences of different lengths in one batch (decode, extend, prefill;
 # more keys than queries), GQA, gates, windows, softcap, ALiBi and lse,
-# against the float64 reference run on each sequence's gathered keys; bad
-# page tables and key lengths are errors that name the index.
+# against the float64 reference run on each sequence's gathered keys; the
+# cache filled by <layer>.append; bad page tables, key lengths and slots
+# are errors that name the index.
 import os
 import sys
 
@@ -142,4 +143,58 @@ expect_error("seq_lens[1] = 1 must be at least the 2 queries", table, [6, 1])
 junk = table.copy()
 junk[0, 2] = -7
 m["attn"](q, k_cache, v_cache, junk, np.array([6, 9], np.int32))
+# <layer>.append writes new rows into their slots, in place; -1 skips a
+# token; a decode step then attends over the cache it filled.
+m = compile_layer(4)
+sig = m.signature("attn.append")
+assert [a.name for a in sig.inputs] == ["k_new", "v_new", "slots", "k_cache",
+                                        "v_cache"]
+assert [a.in_place for a in sig.inputs] == [False, False, False, True, True]
+assert sig.outputs == []
+k_cache = np.zeros((5, 4, HKV, D), np.float32)
+v_cache = np.zeros((5, 4, HKV, DV), np.float32)
+# Sequence 0 owns pages 3 and 1, sequence 1 page 4.
+table = np.array([[3, 1], [4, 0]], np.int32)
+lengths = [6, 3]
+k_seq = [rng.standard_normal((HKV, n, D)).astype(np.float32) for n in lengths]
+v_seq = [rng.standard_normal((HKV, n, DV)).astype(np.float32) for n in lengths]
+k_new = np.concatenate([np.moveaxis(k, 0, 1) for k in k_seq])
+v_new = np.concatenate([np.moveaxis(v, 0, 1) for v in v_seq])
+slots = np.array([table[b, j // 4] * 4 + j % 4
+                  for b, n in enumerate(lengths) for j in range(n)], np.int32)
+# An extra token that is skipped.
+k_new = np.ascontiguousarray(
+    np.concatenate([k_new, np.full((1, HKV, D), 7, np.float32)]))
+v_new = np.ascontiguousarray(
+    np.concatenate([v_new, np.full((1, HKV, DV), 7, np.float32)]))
+slots = np.append(slots, -1).astype(np.int32)
+result = m["attn.append"](k_new, v_new, slots, k_cache, v_cache)
+assert result == () or result is None or len(result) == 0, result
+written = np.zeros(k_cache.shape[:2], bool)
+written.reshape(-1)[slots[slots >= 0]] = True
+assert not np.any(k_cache[~written]) and not np.any(v_cache[~written])
+q = rng.standard_normal((2, H, 1, D)).astype(np.float32)
+o = m["attn"](q, k_cache, v_cache, table, np.array(lengths, np.int32))
+for b in range(2):
+    ref_o, _ = attention(q[b:b + 1], k_seq[b][None], v_seq[b][None])
+    close(o[b:b + 1], ref_o, 2e-4, f"o of sequence {b} after append")
+
+
+def expect_append_error(fragment, slots):
+    before = k_cache.copy()
+    try:
+        m["attn.append"](k_new[:2], v_new[:2], np.array(slots, np.int32),
+                         k_cache, v_cache)
+    except attn.Error as e:
+        assert fragment in str(e), str(e)
+        assert np.array_equal(k_cache, before), "a failed append wrote"
+        return
+    raise AssertionError(f"no error: {fragment}")
+
+
+expect_append_error("slots[1] = 20 must be -1 or a slot of 'k_cache' in [0, 20)",
+                    [0, 20])
+expect_append_error("slots[1] = -2 must be -1 or a slot", [0, -2])
+expect_append_error("slots[1] = 3 is also slots[0]: each token needs its own "
+                    "slot", [3, 3])
 print("paged attention: ok")

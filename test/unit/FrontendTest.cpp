@@ -475,7 +475,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(Frontend, PagedAttentionEntryTakesTheCacheAndItsTable) {
   // SPEC §8: q, k_cache, v_cache, page_table, seq_lens (+ gate) (+ extras)
-  // -> o, one attn.sdpa reading the cache through the table.
+  // -> o, one attn.sdpa reading the cache through the table; .append
+  // updates both caches in place and returns nothing else.
   const char *json = R"({"model": "m", "layers": [{"name": "a",
     "type": "attention", "num_heads": 8, "num_kv_heads": 2, "head_dim": 64,
     "gate": "headwise", "score_mod": {"relative_bias": 4},
@@ -488,7 +489,8 @@ TEST(Frontend, PagedAttentionEntryTakesTheCacheAndItsTable) {
   using Args = std::vector<std::string>;
   std::vector<std::pair<std::string, Args>> expected = {
       {"a", Args{"q", "k_cache", "v_cache", "page_table", "seq_lens", "gate",
-                 "rel_bias"}}};
+                 "rel_bias"}},
+      {"a.append", Args{"k_new", "v_new", "slots", "k_cache", "v_cache"}}};
   EXPECT_EQ(entrySignatures(*module), expected);
   int paged = 0;
   module->walk([&](mlir::attn::SdpaOp op) {
@@ -497,6 +499,13 @@ TEST(Frontend, PagedAttentionEntryTakesTheCacheAndItsTable) {
     ++paged;
   });
   EXPECT_EQ(paged, 1);
+  module->walk([&](func::FuncOp func) {
+    if (func.getSymName() != "a.append")
+      return;
+    EXPECT_TRUE(func.getArgAttr(3, "attn.in_place"));
+    EXPECT_TRUE(func.getArgAttr(4, "attn.in_place"));
+    EXPECT_EQ(func.getNumResults(), 2u); // the caches' updates, no outputs
+  });
 }
 
 TEST(Frontend, RaggedLinearEntryTakesAPoolInPlace) {

@@ -119,6 +119,12 @@ func::FuncOp buildGatheredAttentionKernel(OpBuilder &builder, Location loc,
                                           const CpuTiling &tiling,
                                           TypeRange bindingTypes);
 
+/// Bindings: k [T, Hkv, D], v [T, Hkv, Dv], slots [T], k_cache, v_cache
+/// (written in place). Workgroup = token.
+func::FuncOp buildKvAppendKernel(OpBuilder &builder, Location loc,
+                                 StringRef name, const CpuTiling &tiling,
+                                 TypeRange bindingTypes);
+
 /// Bindings: k, v, path, length, k', v'. Workgroup = (batch, kv head, tile
 /// of kCompactRowTile rows).
 func::FuncOp buildKvCompactKernel(OpBuilder &builder, Location loc,

@@ -593,6 +593,42 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
 // KV compaction
 //===----------------------------------------------------------------------===//
 
+func::FuncOp mlir::attn::buildKvAppendKernel(OpBuilder &builder, Location loc,
+                                             StringRef name,
+                                             const CpuTiling &tiling,
+                                             TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "kv_append");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  auto args = func.getArguments();
+  // A workgroup per new token: its rows go to flat slot slots[t] of the
+  // caches (the runtime checked it is -1 or a slot of the cache).
+  Value k = args[0], v = args[1], slots = args[2];
+  Value kCache = args[3], vCache = args[4], token = args[5];
+  const int64_t pageSize = staticDim(bindingTypes[3], 1);
+  const int64_t numKvHeads = staticDim(bindingTypes[3], 2);
+  Value slot = e.loadInt(slots, {token});
+  e.ifThen(e.icmp(arith::CmpIPredicate::sge, slot, e.i32(0)), [&] {
+    Value flat = e.toIndex(slot);
+    Value page = e.div(flat, e.index(pageSize));
+    Value offset = e.rem(flat, e.index(pageSize));
+    for (auto [from, to] : {std::pair{k, kCache}, std::pair{v, vCache}}) {
+      int64_t features = staticDim(from.getType(), 2);
+      for (int64_t h = 0; h < numKvHeads; ++h)
+        for (int64_t off = 0; off < features; off += e.width) {
+          int64_t lanes = std::min(e.width, features - off);
+          Value head = e.index(h);
+          Value row = e.loadVector(from, {token, head, e.index(off)}, lanes);
+          e.storeVector(row, to, {page, offset, head, e.index(off)}, lanes);
+        }
+    }
+  });
+  func::ReturnOp::create(b);
+  return func;
+}
+
 func::FuncOp mlir::attn::buildKvCompactKernel(OpBuilder &builder, Location loc,
                                               StringRef name,
                                               const CpuTiling &tiling,

@@ -89,3 +89,19 @@ func.func @paged_half(%q: tensor<2x8x1x64xf32>, %k: tensor<9x16x2x64xf32>, %v: t
   %o = "attn.sdpa"(%q, %k, %v, %t) <{mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0>}> ({}, {}) : (tensor<2x8x1x64xf32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>, tensor<2x4xi32>) -> tensor<2x8x1x32xf32>
   return
 }
+
+// -----
+
+func.func @append_heads(%k: tensor<5x4x64xf32>, %v: tensor<5x4x32xf32>, %s: tensor<5xi32>, %kc: tensor<9x16x2x64xf32>, %vc: tensor<9x16x2x32xf32>) {
+  // expected-error @+1 {{'key' dim 1 (Hkv) must match 'key_cache' dim 2 (Hkv): expected 2, got 4}}
+  %a, %b = attn.kv_append %k, %v, %s into %kc, %vc : tensor<5x4x64xf32>, tensor<5x4x32xf32>, tensor<5xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @append_slots(%k: tensor<5x2x64xf32>, %v: tensor<5x2x32xf32>, %s: tensor<4xi32>, %kc: tensor<9x16x2x64xf32>, %vc: tensor<9x16x2x32xf32>) {
+  // expected-error @+1 {{'slots' dim 0 (T) must match 'key' dim 0 (T): expected 5, got 4}}
+  %a, %b = attn.kv_append %k, %v, %s into %kc, %vc : tensor<5x2x64xf32>, tensor<5x2x32xf32>, tensor<4xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
+  return
+}
