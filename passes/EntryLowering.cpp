@@ -806,13 +806,20 @@ LogicalResult EntryLowering::checkLowerable(AttentionOpInterface op) {
 LogicalResult
 EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
   MLIRContext *context = entry.getContext();
+  // `input` and `queries`: the other inputs the contract is checked
+  // against (attn.contract_input, attn.contract_queries).
   auto setContract = [&](BlockArgument arg, StringRef contract,
-                         std::optional<unsigned> input = std::nullopt) {
+                         std::optional<unsigned> input = std::nullopt,
+                         std::optional<unsigned> queries = std::nullopt) {
     NamedAttrList list(argAttrs[arg.getArgNumber()]);
     list.set("attn.contract", StringAttr::get(context, contract));
+    auto index = [&](unsigned i) {
+      return IntegerAttr::get(IntegerType::get(context, 64), i);
+    };
     if (input)
-      list.set("attn.contract_input",
-               IntegerAttr::get(IntegerType::get(context, 64), *input));
+      list.set("attn.contract_input", index(*input));
+    if (queries)
+      list.set("attn.contract_queries", index(*queries));
     argAttrs[arg.getArgNumber()] = list.getDictionary(context);
   };
   for (Operation &op : entry.getBody().front()) {
@@ -838,14 +845,10 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
                   "queries must be entry inputs (checked at run time before "
                   "anything runs)";
       setContract(table, "page_table", cache.getArgNumber());
-      setContract(lengths, "sequence_lengths", table.getArgNumber());
-      if (attention.getPositionMask().isCausal()) {
-        NamedAttrList list(argAttrs[lengths.getArgNumber()]);
-        list.set(
-            "attn.contract_queries",
-            IntegerAttr::get(IntegerType::get(context, 64), q.getArgNumber()));
-        argAttrs[lengths.getArgNumber()] = list.getDictionary(context);
-      }
+      setContract(lengths, "sequence_lengths", table.getArgNumber(),
+                  attention.getPositionMask().isCausal()
+                      ? std::optional<unsigned>(q.getArgNumber())
+                      : std::nullopt);
     }
     // The slots attn.kv_append writes (against the cache).
     if (auto append = dyn_cast<KvAppendOp>(op)) {
