@@ -191,8 +191,8 @@ std::optional<Sparsity> readSparsity(Reader &reader, const json::Object &layer,
   return s;
 }
 
-/// A softmax layer's SPEC §8 layout: the page size of its paged cache. The
-/// parts of SPEC §8 not implemented yet are errors that say so.
+/// A softmax layer's SPEC §8 layout: a ragged batch, a paged cache, or
+/// both. The parts of SPEC §8 not implemented yet are errors that say so.
 void readAttentionLayout(Reader &reader, const json::Object &layer,
                          const std::string &path, AttentionLayer &out) {
   const json::Value *value = layer.get("layout");
@@ -203,26 +203,26 @@ void readAttentionLayout(Reader &reader, const json::Object &layer,
   if (!o)
     return;
   reader.onlyKeys(*o, layoutPath, {"ragged", "page_size"});
-  if (reader.boolean(*o, layoutPath, "ragged", false))
-    reader.fail(Reader::join(layoutPath, "ragged"),
-                "ragged softmax attention layers are not implemented yet "
-                "(paged caches with [B, H, Lq, D] queries are: give "
-                "\"page_size\" alone)");
-  if (!o->get("page_size")) {
-    reader.fail(layoutPath, "a softmax attention layer's layout needs "
-                            "\"page_size\"");
+  out.ragged = reader.boolean(*o, layoutPath, "ragged", false);
+  if (o->get("page_size"))
+    out.pageSize = reader.integer(*o, layoutPath, "page_size", {}, 1,
+                                  limits::kMaxBlockSize);
+  if (out.sparsity && out.pageSize == 0) {
+    if (out.ragged)
+      reader.fail(layoutPath, "sparsity with a layout needs \"page_size\" "
+                              "(Quest's blocks are the cache's pages)");
     return;
   }
-  out.pageSize =
-      reader.integer(*o, layoutPath, "page_size", {}, 1, limits::kMaxBlockSize);
-  const char *unsupported = out.sparsity                   ? "sparsity"
-                            : out.tree                     ? "\"tree\""
-                            : out.maskMod != MaskMod::None ? "a mask_mod"
-                                                           : nullptr;
-  if (unsupported)
-    reader.fail(Reader::join(layoutPath, "page_size"),
-                std::string(unsupported) +
-                    " over a paged KV cache is not implemented yet");
+  // What is named is where the layout meets what it does not support yet.
+  const std::string at =
+      Reader::join(layoutPath, out.pageSize > 0 ? "page_size" : "ragged");
+  const char *unsupported = out.sparsity ? "sparsity"
+                            : out.tree   ? "\"tree\""
+                                         : nullptr;
+  if (unsupported && (out.ragged || out.pageSize > 0))
+    reader.fail(at, std::string(unsupported) + " over a " +
+                        (out.pageSize > 0 ? "paged KV cache" : "ragged batch") +
+                        " is not implemented yet");
 }
 
 AttentionLayer readAttention(Reader &reader, const json::Object &layer,

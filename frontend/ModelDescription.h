@@ -62,6 +62,10 @@ struct AttentionLayer {
   /// SPEC §8 `"layout": {"page_size": P}`: keys and values in a paged
   /// cache of pages of P keys; 0 for [B, Hkv, Lk, F].
   int64_t pageSize = 0;
+  /// SPEC §8 `"layout": {"ragged": true}`: the main entry takes a ragged
+  /// batch packed token-major, q [T, H, D] with cu_seqlens_q (and packed
+  /// keys with cu_seqlens_k unless paged).
+  bool ragged = false;
   /// SPEC §9: the entries <layer> and <layer>.tree also return lse [B, H, Lq]
   /// (the log-sum-exp of each row's scores), for merging partial results.
   bool returnLse = false;

@@ -310,29 +310,11 @@ private:
     RankedTensorType metaType =
         tensor({kDyn, layer.numKvHeads, kDyn, 2, layer.headDim}, element);
 
-    // <layer> over a paged cache (SPEC §8): q, k_cache, v_cache,
-    // page_table, seq_lens (+ gate) (+ extras) -> o
-    if (layer.pageSize > 0) {
-      auto cache = [&](int64_t features) {
-        return tensor({kDyn, layer.pageSize, layer.numKvHeads, features},
-                      element);
-      };
-      EntryBuilder entry(builder, module, layer.name);
-      entry.arg("q", rows(layer.numHeads, layer.headDim));
-      entry.arg("k_cache", cache(layer.headDim));
-      entry.arg("v_cache", cache(layer.valueDim));
-      entry.arg("page_table", tensor({kDyn, kDyn}, i32()));
-      entry.arg("seq_lens", tensor({kDyn}, i32()));
-      declareGate(entry, layer);
-      declareVariantInputs(entry, layer);
-      entry.beginBody();
-      auto sdpa = SdpaOp::create(builder, loc, entry["q"], entry["k_cache"],
-                                 entry["v_cache"], Value(), entry["page_table"],
-                                 entry["seq_lens"], mask, scale, softcap,
-                                 returnLse(layer));
-      addVariantRegions(sdpa, layer, entry);
-      finishAttention(entry, gated(entry, sdpa.getOutput()), sdpa.getLse());
-      addAppend(layer);
+    // <layer> with a SPEC §8 layout: q, then k, v or over a paged cache
+    // k_cache, v_cache, page_table, seq_lens, (+ gate), then for a ragged
+    // batch cu_seqlens_q (+ cu_seqlens_k unless paged), (+ extras) -> o
+    if (layer.pageSize > 0 || layer.ragged) {
+      addLaidOutAttention(layer, mask, scale, softcap);
       return;
     }
 
@@ -349,9 +331,9 @@ private:
       entry.beginBody();
       Value q = entry["q"], k = entry["k"], v = entry["v"], o, lse;
       if (!layer.sparsity) {
-        auto sdpa =
-            SdpaOp::create(builder, loc, q, k, v, Value(), Value(), Value(),
-                           mask, scale, softcap, returnLse(layer));
+        auto sdpa = SdpaOp::create(builder, loc, q, k, v, Value(), Value(),
+                                   Value(), Value(), Value(), mask, scale,
+                                   softcap, returnLse(layer));
         addVariantRegions(sdpa, layer, entry);
         o = sdpa.getOutput();
         lse = sdpa.getLse();
@@ -521,6 +503,58 @@ private:
         l2norm, builder.getF64FloatAttr(1e-6));
     entry.finish({gatedRecurrence(entry, layer, recurrence.getOutput())}, {"o"},
                  {recurrence.getFinalState()});
+  }
+
+  /// <layer> over a paged cache, a ragged batch or both (SPEC §8), and
+  /// <layer>.append with a paged cache.
+  void addLaidOutAttention(const AttentionLayer &layer, MaskAttr mask,
+                           FloatAttr scale, FloatAttr softcap) {
+    Location loc = builder.getUnknownLoc();
+    auto cache = [&](int64_t features) {
+      return tensor({kDyn, layer.pageSize, layer.numKvHeads, features},
+                    element);
+    };
+    // [B, H, L, F], or packed token-major [T, H, F] in a ragged batch.
+    auto perRow = [&](int64_t heads, int64_t features) {
+      return layer.ragged ? tensor({kDyn, heads, features}, element)
+                          : rows(heads, features);
+    };
+    const bool paged = layer.pageSize > 0;
+    EntryBuilder entry(builder, module, layer.name);
+    entry.arg("q", perRow(layer.numHeads, layer.headDim));
+    if (paged) {
+      entry.arg("k_cache", cache(layer.headDim));
+      entry.arg("v_cache", cache(layer.valueDim));
+      entry.arg("page_table", tensor({kDyn, kDyn}, i32()));
+      entry.arg("seq_lens", tensor({kDyn}, i32()));
+    } else {
+      entry.arg("k", perRow(layer.numKvHeads, layer.headDim));
+      entry.arg("v", perRow(layer.numKvHeads, layer.valueDim));
+    }
+    if (layer.gate != GateKind::None)
+      entry.arg("gate",
+                perRow(layer.numHeads, layer.gate == GateKind::Elementwise
+                                           ? layer.valueDim
+                                           : 1));
+    if (layer.ragged) {
+      entry.arg("cu_seqlens_q", tensor({kDyn}, i32()));
+      if (!paged)
+        entry.arg("cu_seqlens_k", tensor({kDyn}, i32()));
+    }
+    declareVariantInputs(entry, layer);
+    entry.beginBody();
+    auto optional = [&](StringRef name) {
+      return entry.has(name) ? entry[name] : Value();
+    };
+    auto sdpa = SdpaOp::create(
+        builder, loc, entry["q"], paged ? entry["k_cache"] : entry["k"],
+        paged ? entry["v_cache"] : entry["v"], Value(), optional("page_table"),
+        optional("seq_lens"), optional("cu_seqlens_q"),
+        optional("cu_seqlens_k"), mask, scale, softcap, returnLse(layer));
+    addVariantRegions(sdpa, layer, entry);
+    finishAttention(entry, gated(entry, sdpa.getOutput()), sdpa.getLse());
+    if (paged)
+      addAppend(layer);
   }
 
   /// <layer>.append (SPEC §8): k_new, v_new, slots, k_cache, v_cache (both

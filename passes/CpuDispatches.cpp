@@ -56,6 +56,11 @@ private:
   /// Sparse and tree attention: a workgroup per query row.
   void lowerGatheredSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                             const SoftmaxAttentionShape &shape);
+  /// A ragged batch: the plan kernel, then the flash, split-KV and merge
+  /// kernels over its entries.
+  void lowerRaggedSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
+                          const SoftmaxAttentionShape &shape,
+                          SoftmaxBuffers &s);
   const CpuTiling &tiling;
 };
 
@@ -209,6 +214,73 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
        });
 }
 
+void CpuEntryLowering::lowerRaggedSoftmax(ImplicitLocOpBuilder &b,
+                                          AttentionOpInterface op,
+                                          const SoftmaxAttentionShape &shape,
+                                          SoftmaxBuffers &s) {
+  HostIndexMath m{b};
+  // The plans' sizes from the dims alone (RaggedPlan): a sequence's flash
+  // tiles number at most its rows / TQ + 1, the decode rows at most
+  // decodeMaxQueries a sequence, and their key ranges at most kMaxSplits +
+  // B a row.
+  Value tokens = s.lq, batch = s.batch;
+  Value decodeMax = m.index(tiling.decodeMaxQueries);
+  Value flashEntries =
+      m.add(m.ceilDiv(tokens, m.index(tiling.queryTile)), batch);
+  Value mergeEntries = m.minS(tokens, m.mul(batch, decodeMax));
+  Value splitEntries = m.mul(m.minS(tokens, decodeMax),
+                             m.add(m.index(RaggedPlan::kMaxSplits), batch));
+  auto planOf = [&](Value entries) {
+    return memref::AllocOp::create(
+        b,
+        MemRefType::get({ShapedType::kDynamic, RaggedPlan::kColumns},
+                        b.getI32Type()),
+        ValueRange{entries});
+  };
+  Value flashPlan = planOf(flashEntries), splitPlan = planOf(splitEntries),
+        mergePlan = planOf(mergeEntries);
+  int64_t dynamic = ShapedType::kDynamic;
+  s.partialOut = memref::AllocOp::create(
+      b,
+      MemRefType::get({dynamic, shape.numHeads, shape.valueDim},
+                      b.getF32Type()),
+      ValueRange{splitEntries});
+  s.partialLse = memref::AllocOp::create(
+      b, MemRefType::get({dynamic, shape.numHeads}, b.getF32Type()),
+      ValueRange{splitEntries});
+
+  SmallVector<Value> planBindings{s.queryOffsets,
+                                  s.keyOffsets ? s.keyOffsets : s.keyLengths,
+                                  flashPlan, splitPlan, mergePlan};
+  std::string planName = kernelName("ragged_plan");
+  dispatchKernel(b, m.index(1), planBindings,
+                 [&](OpBuilder &builder, TypeRange types) {
+                   return buildRaggedPlanKernel(builder, op.getLoc(), planName,
+                                                shape, tiling, types);
+                 });
+  std::string flashName = kernelName("flash");
+  dispatchKernel(
+      b, m.mul(flashEntries, m.index(shape.numHeads)), s.rowBindings(flashPlan),
+      [&](OpBuilder &builder, TypeRange types) {
+        return buildFlashAttentionKernel(builder, op.getLoc(), flashName, shape,
+                                         tiling, types, KeyPart::All);
+      });
+  std::string splitName = kernelName("split_kv");
+  dispatchKernel(
+      b, m.mul(splitEntries, m.index(shape.numKvHeads)),
+      s.splitBindings(splitPlan), [&](OpBuilder &builder, TypeRange types) {
+        return buildSplitKvAttentionKernel(builder, op.getLoc(), splitName,
+                                           shape, tiling, types, KeyPart::All);
+      });
+  std::string mergeName = kernelName("merge");
+  dispatchKernel(b, m.mul(mergeEntries, m.index(shape.numHeads)),
+                 s.mergeBindings(mergePlan),
+                 [&](OpBuilder &builder, TypeRange types) {
+                   return buildSplitKvMergeKernel(
+                       builder, op.getLoc(), mergeName, shape, tiling, types);
+                 });
+}
+
 LogicalResult CpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
                                              AttentionOpInterface op) {
   FailureOr<SoftmaxAttentionShape> maybeShape =
@@ -224,6 +296,10 @@ LogicalResult CpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
 
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
+  if (shape.ragged) {
+    lowerRaggedSoftmax(b, op, shape, s);
+    return success();
+  }
 
   // Decode calls (few query rows) take split-KV + merge, others the flash
   // kernel; the other path gets zero workgroups and empty temporaries.

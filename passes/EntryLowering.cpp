@@ -213,6 +213,28 @@ private:
       return addRecurrence(op);
     Value q = op.getQuery(), k = op.getKey(), v = op.getValue();
     Value o = op.getOutput(), lse = op.getLogSumExp();
+    if (Value offsets = op.getSequenceOffsets()) {
+      // A ragged batch: rows packed token-major [T, H, F], keys packed
+      // [Tk, Hkv, F] or in a paged cache; the offsets hold B + 1 entries,
+      // a dim of its own that the host program checks against B.
+      nameRole({q, 0}, "T");
+      unite({q, 0}, {o, 0});
+      if (lse)
+        unite({q, 0}, {lse, 0});
+      for (Value operand : op.getEpilogueOperands())
+        unite({q, 0}, {operand, 0});
+      nameRole({offsets, 0}, "B+1");
+      if (Value pageTable = op.getKeyPageTable()) {
+        unite({k, 0}, {v, 0}, "NP");
+        nameRole({pageTable, 0}, "B");
+        nameRole({pageTable, 1}, "MP");
+        unite({pageTable, 0}, {op.getKeyLengths(), 0});
+      } else {
+        unite({k, 0}, {v, 0}, "Tk");
+        unite({offsets, 0}, {op.getKeyOffsets(), 0});
+      }
+      return;
+    }
     if (Value pageTable = op.getKeyPageTable()) {
       // A paged cache [NP, P, Hkv, F]: its pages are shared by the batch's
       // sequences; the page table [B, MP] and seq_lens [B] follow the
@@ -589,35 +611,63 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
     s.gate = buffers.lookup(op.getEpilogueOperands()[0]);
   for (Value tensor : getVariantTensors(op))
     s.variantTensors.push_back(buffers.lookup(tensor));
-  s.batch = memref::DimOp::create(b, s.q, 0);
-  s.lq = memref::DimOp::create(b, s.q, 2);
+  HostIndexMath m{b};
+  const bool ragged = static_cast<bool>(op.getSequenceOffsets());
+  if (ragged) {
+    // B sequences of T query rows in all.
+    s.queryOffsets = buffers.lookup(op.getSequenceOffsets());
+    s.batch = m.sub(m.dim(s.queryOffsets, 0), m.index(1));
+    s.lq = m.dim(s.q, 0);
+  } else {
+    s.batch = m.dim(s.q, 0);
+    s.lq = m.dim(s.q, 2);
+  }
+  StringRef opName = op->getName().getStringRef();
   if (Value pageTable = op.getKeyPageTable()) {
     // Splits are planned for the most keys the page table holds; each
     // split kernel stops at its sequence's length.
-    HostIndexMath m{b};
     s.pageTable = buffers.lookup(pageTable);
     s.keyLengths = buffers.lookup(op.getKeyLengths());
     s.lk = m.mul(m.dim(s.pageTable, 1), m.index(m.staticDim(s.k, 1)));
+    if (ragged)
+      assertAtRunTime(b,
+                      arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
+                                            m.dim(s.pageTable, 0), s.batch),
+                      opName + ": 'cu_seqlens_q' must hold B + 1 offsets for "
+                               "the B sequences of 'page_table'");
+  } else if (Value keyOffsets = op.getKeyOffsets()) {
+    s.keyOffsets = buffers.lookup(keyOffsets);
+    s.lk = m.dim(s.k, 0);
+    assertAtRunTime(b,
+                    arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
+                                          m.dim(s.keyOffsets, 0),
+                                          m.dim(s.queryOffsets, 0)),
+                    opName + ": 'cu_seqlens_k' must hold as many offsets as "
+                             "'cu_seqlens_q' (B + 1)");
   } else {
-    s.lk = memref::DimOp::create(b, s.k, 2);
+    s.lk = m.dim(s.k, 2);
   }
 
+  // [B, H, Lq, Dv] and [B, H, Lq], or packed [T, H, Dv] and [T, H].
   auto outType = cast<RankedTensorType>(op.getOutput().getType());
   SmallVector<Value> outSizes;
   for (int64_t d = 0; d < outType.getRank(); ++d)
     if (outType.isDynamicDim(d))
-      outSizes.push_back(d == 0 ? s.batch : s.lq);
+      outSizes.push_back(d == 0 && !ragged ? s.batch : s.lq);
   s.out = bufferFor(b, op.getOutput(), outSizes);
   buffers.map(op.getOutput(), s.out);
   if (Value lseResult = op.getLogSumExp()) {
-    s.lse = bufferFor(b, lseResult, {s.batch, s.lq});
+    s.lse = bufferFor(b, lseResult,
+                      ragged ? SmallVector<Value>{s.lq}
+                             : SmallVector<Value>{s.batch, s.lq});
     buffers.map(lseResult, s.lse);
   }
   // A tree places its rows by depth; every other op bottom-right aligns
   // them, which a causal mask allows only for Lq <= Lk (SPEC §1.1); with a
-  // paged cache the runtime checks it per sequence (the contract of
-  // seq_lens).
-  if (op.getKeySelectionKind() != KeySelectionKind::Tree && !s.pageTable)
+  // paged cache or a ragged batch the runtime checks it per sequence (the
+  // contracts of seq_lens and cu_seqlens_k).
+  if (op.getKeySelectionKind() != KeySelectionKind::Tree && !s.pageTable &&
+      !ragged)
     assertCausalRowsFit(b, op.getPositionMask(), s.lq, s.lk,
                         op->getName().getStringRef());
   if (Value selection = op.getKeySelection()) {
@@ -834,21 +884,48 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
     // A paged cache's page table (against the pages of the cache) and key
     // lengths (against the page table, and under a causal mask the
     // queries).
+    // A ragged softmax batch: the queries' offsets (against the rows of
+    // q) and the keys' (against the keys, and under a causal mask the
+    // queries' offsets); with a paged cache the queries' offsets are what
+    // the key lengths are checked against.
+    const bool softmax =
+        attention && attention.getNormalizer() == Normalizer::Softmax;
+    const bool causal = attention && attention.getPositionMask().isCausal();
+    BlockArgument queries;
+    if (softmax) {
+      queries = dyn_cast<BlockArgument>(attention.getQuery());
+      if (Value offsets = attention.getSequenceOffsets()) {
+        auto queryOffsets = dyn_cast<BlockArgument>(offsets);
+        auto keyOffsets =
+            dyn_cast_or_null<BlockArgument>(attention.getKeyOffsets());
+        auto k = dyn_cast<BlockArgument>(attention.getKey());
+        if (!queryOffsets || !queries || !k ||
+            (attention.getKeyOffsets() && !keyOffsets))
+          return op.emitError()
+                 << "a ragged batch's offsets, queries and keys must be entry "
+                    "inputs (checked at run time before anything runs)";
+        setContract(queryOffsets, "sequence_offsets", queries.getArgNumber());
+        if (keyOffsets)
+          setContract(keyOffsets, "sequence_offsets", k.getArgNumber(),
+                      causal
+                          ? std::optional<unsigned>(queryOffsets.getArgNumber())
+                          : std::nullopt);
+        queries = queryOffsets;
+      }
+    }
     if (attention && attention.getKeyPageTable()) {
       auto table = dyn_cast<BlockArgument>(attention.getKeyPageTable());
       auto lengths = dyn_cast<BlockArgument>(attention.getKeyLengths());
       auto cache = dyn_cast<BlockArgument>(attention.getKey());
-      auto q = dyn_cast<BlockArgument>(attention.getQuery());
-      if (!table || !lengths || !cache || !q)
+      if (!table || !lengths || !cache || !queries)
         return op.emitError()
                << "a paged cache's 'page_table', 'seq_lens', keys and the "
                   "queries must be entry inputs (checked at run time before "
                   "anything runs)";
       setContract(table, "page_table", cache.getArgNumber());
       setContract(lengths, "sequence_lengths", table.getArgNumber(),
-                  attention.getPositionMask().isCausal()
-                      ? std::optional<unsigned>(q.getArgNumber())
-                      : std::nullopt);
+                  causal ? std::optional<unsigned>(queries.getArgNumber())
+                         : std::nullopt);
     }
     // The slots attn.kv_append writes (against the cache).
     if (auto append = dyn_cast<KvAppendOp>(op)) {
@@ -863,7 +940,7 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
     }
     // A ragged batch's offsets (against the tokens of q) and pool slots
     // (against the pool).
-    if (attention && attention.getSequenceOffsets()) {
+    if (attention && !softmax && attention.getSequenceOffsets()) {
       auto offsets = dyn_cast<BlockArgument>(attention.getSequenceOffsets());
       auto slots = dyn_cast<BlockArgument>(attention.getStateSlots());
       auto q = dyn_cast<BlockArgument>(attention.getQuery());
@@ -978,15 +1055,23 @@ void EntryLowering::allocateSplitPartials(ImplicitLocOpBuilder &b,
       memref::AllocOp::create(b, lseType, ValueRange{batch, rows, splits});
 }
 
-SmallVector<Value> EntryLowering::SoftmaxBuffers::keyBindings() const {
+SmallVector<Value>
+EntryLowering::SoftmaxBuffers::keyBindings(Value plan) const {
   SmallVector<Value> bindings{q, k, v};
   if (pageTable)
     bindings.append({pageTable, keyLengths});
+  if (queryOffsets) {
+    bindings.push_back(queryOffsets);
+    if (keyOffsets)
+      bindings.push_back(keyOffsets);
+    bindings.push_back(plan);
+  }
   return bindings;
 }
 
-SmallVector<Value> EntryLowering::SoftmaxBuffers::rowBindings() const {
-  SmallVector<Value> bindings = keyBindings();
+SmallVector<Value>
+EntryLowering::SoftmaxBuffers::rowBindings(Value plan) const {
+  SmallVector<Value> bindings = keyBindings(plan);
   if (gate)
     bindings.push_back(gate);
   bindings.push_back(out);
@@ -995,8 +1080,9 @@ SmallVector<Value> EntryLowering::SoftmaxBuffers::rowBindings() const {
   return withVariantTensors(std::move(bindings));
 }
 
-SmallVector<Value> EntryLowering::SoftmaxBuffers::splitBindings() const {
-  SmallVector<Value> bindings = keyBindings();
+SmallVector<Value>
+EntryLowering::SoftmaxBuffers::splitBindings(Value plan) const {
+  SmallVector<Value> bindings = keyBindings(plan);
   bindings.append({partialOut, partialLse});
   return withVariantTensors(std::move(bindings));
 }
@@ -1007,8 +1093,12 @@ SmallVector<Value> EntryLowering::SoftmaxBuffers::withVariantTensors(
   return bindings;
 }
 
-SmallVector<Value> EntryLowering::SoftmaxBuffers::mergeBindings() const {
-  SmallVector<Value> bindings{partialOut, partialLse};
+SmallVector<Value>
+EntryLowering::SoftmaxBuffers::mergeBindings(Value plan) const {
+  SmallVector<Value> bindings;
+  if (queryOffsets)
+    bindings.append({queryOffsets, plan});
+  bindings.append({partialOut, partialLse});
   if (gate)
     bindings.push_back(gate);
   bindings.push_back(out);

@@ -32,6 +32,8 @@ struct HostIndexMath {
   ImplicitLocOpBuilder &b;
 
   Value index(int64_t v) const { return arith::ConstantIndexOp::create(b, v); }
+  Value add(Value x, Value y) const { return arith::AddIOp::create(b, x, y); }
+  Value sub(Value x, Value y) const { return arith::SubIOp::create(b, x, y); }
   Value mul(Value x, Value y) const { return arith::MulIOp::create(b, x, y); }
   Value ceilDiv(Value x, Value y) const {
     return arith::CeilDivUIOp::create(b, x, y);
@@ -119,8 +121,13 @@ protected:
     /// A paged cache's page table and key lengths (null otherwise), which
     /// kernels bind after v.
     Value pageTable, keyLengths;
+    /// A ragged batch's offsets of the queries and (unless paged) of the
+    /// keys, which kernels bind after those (null otherwise).
+    Value queryOffsets, keyOffsets;
     /// B, Lq, Lk as host index values; with a paged cache, Lk is the most
-    /// keys the page table holds (MP * P), what splits are planned for.
+    /// keys the page table holds (MP * P), what splits are planned for. In
+    /// a ragged batch Lq is T, the rows of all sequences, and Lk Tk (or
+    /// MP * P).
     Value batch, lq, lk;
     /// The split-KV partials: o [B, H, Lq, S, Dv] and lse [B, H, Lq, S].
     Value partialOut, partialLse;
@@ -131,18 +138,18 @@ protected:
     /// kernel that scores keys binds last.
     SmallVector<Value> variantTensors;
 
-    /// q, k, v, [page table, key lengths], [gate], o, [lse], variant
-    /// tensors: a kernel that writes whole rows.
-    SmallVector<Value> rowBindings() const;
-    /// q, k, v, [page table, key lengths], partial o, partial lse, variant
-    /// tensors.
-    SmallVector<Value> splitBindings() const;
-    /// q, k, v and, with a paged cache, the page table and key lengths.
-    SmallVector<Value> keyBindings() const;
+    /// keyBindings, [gate], o, [lse], variant tensors: a kernel that
+    /// writes whole rows.
+    SmallVector<Value> rowBindings(Value plan = Value()) const;
+    /// keyBindings, partial o, partial lse, variant tensors.
+    SmallVector<Value> splitBindings(Value plan = Value()) const;
+    /// q, k, v, then with a paged cache the page table and key lengths,
+    /// then in a ragged batch the offsets and the kernel's `plan`.
+    SmallVector<Value> keyBindings(Value plan = Value()) const;
     /// `bindings` followed by the variant tensors.
     SmallVector<Value> withVariantTensors(SmallVector<Value> bindings) const;
-    /// partial o, partial lse, [gate], o, [lse].
-    SmallVector<Value> mergeBindings() const;
+    /// [queries' offsets, plan], partial o, partial lse, [gate], o, [lse].
+    SmallVector<Value> mergeBindings(Value plan = Value()) const;
   };
   /// Looks up the buffers of `op`'s operands (the gate when `gated`, the
   /// key selection of sparse and tree attention, whose sizes it checks at

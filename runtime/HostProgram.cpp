@@ -225,6 +225,16 @@ attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry) {
         return bad("output '" + sig.name + "' is marked in place");
       if (sig.contract == ATTN_CONTRACT_NONE)
         continue;
+      // A ragged batch's query offsets, which other contracts compare
+      // with: an input of the plain offsets contract (checkContracts checks
+      // those first).
+      auto queryOffsets = [&](int32_t input) {
+        if (input < 0 || input >= static_cast<int32_t>(entry.inputs.size()))
+          return false;
+        const Signature &offsets = entry.inputs[input];
+        return offsets.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS &&
+               offsets.contractQueries < 0 && offsets.dims.size() == 1;
+      };
       // The contract's other input, where it has one, and the ranks both
       // must have.
       const Signature *other =
@@ -242,6 +252,9 @@ attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry) {
                other->dtype == ATTN_I32;
         break;
       case ATTN_CONTRACT_SEQUENCE_OFFSETS:
+        fits = sig.dims.size() == 1 && other && !other->dims.empty() &&
+               (sig.contractQueries < 0 || queryOffsets(sig.contractQueries));
+        break;
       case ATTN_CONTRACT_POOL_SLOTS:
         fits = sig.dims.size() == 1 && other && !other->dims.empty();
         break;
@@ -255,7 +268,8 @@ attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry) {
         bool queries =
             sig.contractQueries < 0 ||
             (sig.contractQueries < static_cast<int32_t>(entry.inputs.size()) &&
-             entry.inputs[sig.contractQueries].dims.size() == 4);
+             entry.inputs[sig.contractQueries].dims.size() == 4) ||
+            queryOffsets(sig.contractQueries);
         fits = sig.dims.size() == 1 && other &&
                other->contract == ATTN_CONTRACT_PAGE_TABLE && queries;
         break;
@@ -568,6 +582,57 @@ attn_status bindInputs(const Entry &entry, const attn_tensor *inputs,
 
 /// Checks the contract of a rank-1 index input against dim 0 of its
 /// other input: the offsets of a ragged batch or the slots of a state pool.
+/// The query rows of sequence `b` by the (checked) offsets in input
+/// `offsets`.
+static int64_t rowsOf(const attn_tensor *inputs, int32_t offsets, int64_t b) {
+  const auto *cu = static_cast<const int32_t *>(inputs[offsets].data);
+  return static_cast<int64_t>(cu[b + 1]) - cu[b];
+}
+
+/// Whether the query offsets in input `offsets` number `batch` + 1, or
+/// the error that names both inputs.
+static attn_status checkBatchOfOffsets(const Entry &entry,
+                                       const attn_tensor *inputs,
+                                       int32_t offsets, size_t i,
+                                       int64_t batch) {
+  if (inputs[offsets].shape[0] == batch + 1)
+    return ATTN_OK;
+  const Signature &sig = entry.inputs[i];
+  return fail(ATTN_SIGNATURE_MISMATCH,
+              "input '" + entry.inputs[offsets].name + "' (#" +
+                  std::to_string(offsets) + ") of entry '" + entry.name +
+                  "' must hold B + 1 = " + std::to_string(batch + 1) +
+                  " offsets for the B sequences of '" + sig.name + "' (#" +
+                  std::to_string(i) + "), got " +
+                  std::to_string(inputs[offsets].shape[0]));
+}
+
+/// Checks a ragged batch's (checked) key offsets in input `i` against its
+/// query offsets under a causal mask: as many sequences, and each with at
+/// least as many keys as query rows.
+static attn_status checkKeyOffsets(const Entry &entry,
+                                   const attn_tensor *inputs, size_t i) {
+  const Signature &sig = entry.inputs[i];
+  const int64_t batch = inputs[i].shape[0] - 1;
+  if (attn_status status =
+          checkBatchOfOffsets(entry, inputs, sig.contractQueries, i, batch))
+    return status;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t keys = rowsOf(inputs, static_cast<int32_t>(i), b);
+    const int64_t rows = rowsOf(inputs, sig.contractQueries, b);
+    if (keys < rows)
+      return fail(ATTN_SIGNATURE_MISMATCH,
+                  "input '" + sig.name + "' (#" + std::to_string(i) +
+                      ") of entry '" + entry.name + "': sequence " +
+                      std::to_string(b) + " has " + std::to_string(keys) +
+                      " keys but " + std::to_string(rows) + " query rows in '" +
+                      entry.inputs[sig.contractQueries].name +
+                      "' (a causal mask places query i at Lk - Lq + i, so it "
+                      "needs Lq <= Lk)");
+  }
+  return ATTN_OK;
+}
+
 static attn_status checkIndexList(const Entry &entry, const attn_tensor *inputs,
                                   size_t i) {
   const Signature &sig = entry.inputs[i];
@@ -598,6 +663,8 @@ static attn_status checkIndexList(const Entry &entry, const attn_tensor *inputs,
     if (values[count - 1] != limit)
       return bad(count - 1, "must be " + std::to_string(limit) +
                                 ", the tokens of '" + other.name + "'");
+    if (sig.contractQueries >= 0)
+      return checkKeyOffsets(entry, inputs, i);
     return ATTN_OK;
   }
   // Pool or cache slots: in range and distinct (two writers of one slot
@@ -642,8 +709,20 @@ static attn_status checkKeyLengths(const Entry &entry,
   const auto *pages = static_cast<const int32_t *>(table.data);
   const int64_t batch = inputs[i].shape[0], perRow = table.shape[1];
   const int64_t numPages = cache.shape[0], pageSize = cache.shape[1];
-  const int64_t queries =
-      sig.contractQueries >= 0 ? inputs[sig.contractQueries].shape[2] : 0;
+  // The queries: q [B, H, Lq, D], or a ragged batch's offsets.
+  const bool raggedQueries =
+      sig.contractQueries >= 0 && entry.inputs[sig.contractQueries].contract ==
+                                      ATTN_CONTRACT_SEQUENCE_OFFSETS;
+  if (raggedQueries)
+    if (attn_status status =
+            checkBatchOfOffsets(entry, inputs, sig.contractQueries, i, batch))
+      return status;
+  auto queriesOf = [&](int64_t b) -> int64_t {
+    if (sig.contractQueries < 0)
+      return 0;
+    return raggedQueries ? rowsOf(inputs, sig.contractQueries, b)
+                         : inputs[sig.contractQueries].shape[2];
+  };
   auto where = [&](const Signature &s, int32_t index) {
     return "input '" + s.name + "' (#" + std::to_string(index) +
            ") of entry '" + entry.name + "': ";
@@ -659,6 +738,7 @@ static attn_status checkKeyLengths(const Entry &entry,
                       "] (the " + std::to_string(perRow) + " pages of " +
                       std::to_string(pageSize) + " keys of '" + tableSig.name +
                       "')");
+    const int64_t queries = queriesOf(b);
     if (length < queries)
       return fail(ATTN_SIGNATURE_MISMATCH,
                   where(sig, static_cast<int32_t>(i)) + value +
@@ -682,9 +762,19 @@ static attn_status checkKeyLengths(const Entry &entry,
 /// Checks the value contracts of the inputs (tree parents, accepted
 /// paths, ragged offsets, pool slots), naming the first offending element.
 attn_status checkContracts(const Entry &entry, const attn_tensor *inputs) {
+  // A ragged batch's query offsets first: the other contracts read them.
   for (size_t i = 0; i < entry.inputs.size(); ++i) {
     const Signature &sig = entry.inputs[i];
-    if (sig.contract == ATTN_CONTRACT_NONE)
+    if (sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS &&
+        sig.contractQueries < 0)
+      if (attn_status status = checkIndexList(entry, inputs, i))
+        return status;
+  }
+  for (size_t i = 0; i < entry.inputs.size(); ++i) {
+    const Signature &sig = entry.inputs[i];
+    if (sig.contract == ATTN_CONTRACT_NONE ||
+        (sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS &&
+         sig.contractQueries < 0))
       continue;
     const auto *values = static_cast<const int32_t *>(inputs[i].data);
     // A page table is checked with its key lengths.

@@ -100,7 +100,10 @@ typedef enum attn_value_contract {
       0 <= length[b] <= T and 0 <= path[b][n] < T for n < length[b]. */
   ATTN_CONTRACT_TREE_PATH = 2,
   /** [B+1] offsets of a ragged batch: cu[0] = 0, non-decreasing, and
-      cu[B] = dim 0 (T) of input `contract_input`. */
+      cu[B] = dim 0 (T) of input `contract_input`; when `contract_queries`
+      >= 0 (a ragged softmax batch's key offsets under a causal mask),
+      each sequence has at least as many keys as the queries' offsets in
+      that input give it rows, and as many offsets. */
   ATTN_CONTRACT_SEQUENCE_OFFSETS = 3,
   /** [B] slots of a state pool: distinct and in [0, N), N being dim 0 of
       input `contract_input` (the pool). */
@@ -111,7 +114,8 @@ typedef enum attn_value_contract {
   /** [B] key lengths of a paged cache whose page table is input
       `contract_input`: 0 <= len[b] <= MP * P, the first ceil(len[b] / P)
       entries of page_table[b] in [0, NP), and len[b] >= Lq (dim 2 of input
-      `contract_queries`) when that is >= 0 (a causal mask). */
+      `contract_queries`, or the rows its offsets give sequence b in a
+      ragged batch) when that is >= 0 (a causal mask). */
   ATTN_CONTRACT_SEQUENCE_LENGTHS = 6,
   /** [T] flat slots (page * P + offset) of the paged cache in input
       `contract_input`: -1 (the token is skipped) or in [0, NP * P), the
@@ -140,8 +144,10 @@ typedef struct attn_argument_info {
   /** 1 for an input attn_run updates in place (a state pool, a KV cache):
       the caller's buffer is written, and it is no output. */
   int32_t in_place;
-  /** ATTN_CONTRACT_SEQUENCE_LENGTHS under a causal mask: the queries'
-      input; else -1. */
+  /** Under a causal mask, the queries' input (q [B, H, Lq, D], or a
+      ragged batch's query offsets) of ATTN_CONTRACT_SEQUENCE_LENGTHS and
+      of a ragged batch's key offsets (ATTN_CONTRACT_SEQUENCE_OFFSETS);
+      else -1. */
   int32_t contract_queries;
 } attn_argument_info;
 

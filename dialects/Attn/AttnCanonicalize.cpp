@@ -104,7 +104,7 @@ static bool isKeyLengthOf(Value length, Value key) {
 static void replaceWithDense(SparseSdpaOp op, PatternRewriter &rewriter) {
   auto dense = SdpaOp::create(rewriter, op.getLoc(), op.getQuery(), op.getKey(),
                               op.getValue(), op.getGate(), Value(), Value(),
-                              op.getMask(), op.getScaleAttr(),
+                              Value(), Value(), op.getMask(), op.getScaleAttr(),
                               op.getSoftcapAttr(), op.getReturnLseAttr());
   moveVariantRegions(rewriter, op, dense);
   rewriter.replaceOp(op, dense->getResults());

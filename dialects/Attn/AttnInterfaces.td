@@ -128,10 +128,19 @@ def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
       "::mlir::Value", "getKeyLengths", (ins), [{}], [{ return {}; }]>,
     InterfaceMethod<[{
         A ragged batch (SPEC §8): the offsets `cu_seqlens [B+1]` (i32) of
-        the sequences packed token-major in the per-step operands, which
-        then have no batch dim ([T, H, ...]); null for [B, H, L, ...].
+        the sequences packed token-major in the per-step operands (a
+        recurrence) or the per-row operands (softmax attention: query, gate,
+        output, lse), which then have no batch dim ([T, H, ...]); null for
+        [B, H, L, ...].
       }],
       "::mlir::Value", "getSequenceOffsets", (ins), [{}], [{ return {}; }]>,
+    InterfaceMethod<[{
+        A ragged batch of softmax attention with packed keys (SPEC §8): the
+        offsets `cu_seqlens_k [B+1]` (i32) of each sequence's keys in the
+        packed key and value [Tk, Hkv, F]; null otherwise (the queries'
+        offsets are getSequenceOffsets).
+      }],
+      "::mlir::Value", "getKeyOffsets", (ins), [{}], [{ return {}; }]>,
     InterfaceMethod<[{
         With a state pool [N, Hv, Dk, Dv] as the state input: the pool slot
         of each sequence, `state_indices [B]` (i32); null otherwise.

@@ -60,6 +60,10 @@ const char *const kPackedVectorGateDims[] = {"T", "Hv", "Dk"};
 const char *const kPoolDims[] = {"N", "Hv", "Dk", "Dv"};
 const char *const kOffsetDims[] = {"B+1"};
 const char *const kRowsDims[] = {"T", "H", "Dv"};
+const char *const kRowsGateDims[] = {"T", "H", "Dv or 1"};
+const char *const kPackedSoftmaxQueryDims[] = {"T", "H", "D"};
+const char *const kPackedKeyDims[] = {"Tk", "Hkv", "D"};
+const char *const kPackedSoftmaxValueDims[] = {"Tk", "Hkv", "Dv"};
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -152,8 +156,9 @@ static LogicalResult inferAttentionResults(EmitErrorFn emitError, Value query,
   return success();
 }
 
-/// Checks the sigmoid gate operand of an output `[B, H, L, Dv]`: same
-/// element type, `[B, H, L, Dv]` (elementwise) or `[B, H, L, 1]` (headwise).
+/// Checks the sigmoid gate operand of an output `[B, H, L, Dv]` (or packed
+/// `[T, H, Dv]`): same element type, the rows' leading dims and a last dim
+/// of Dv (elementwise) or 1 (headwise).
 static LogicalResult verifyGateOperand(EmitErrorFn emitError,
                                        const NamedTensor &gate,
                                        const NamedTensor &rows,
@@ -162,17 +167,20 @@ static LogicalResult verifyGateOperand(EmitErrorFn emitError,
   if (failed(checkRank(emitError, gate)) ||
       failed(checkSameElementType(emitError, gate, rows)))
     return failure();
-  for (unsigned d = 0; d < 3; ++d)
+  const unsigned last = gate.type.getRank() - 1;
+  for (unsigned d = 0; d < last; ++d)
     if (failed(checkSameDim(emitError, gate, d, rows, d)))
       return failure();
-  if (gate.isStatic(3) && gate.dim(3) != 1 && features.isStatic(featureDim) &&
-      gate.dim(3) != features.dim(featureDim))
-    return emitError() << "'" << gate.name
-                       << "' dim 3 must be 1 (headwise gate) or match '"
+  if (gate.isStatic(last) && gate.dim(last) != 1 &&
+      features.isStatic(featureDim) &&
+      gate.dim(last) != features.dim(featureDim))
+    return emitError() << "'" << gate.name << "' dim " << last
+                       << " must be 1 (headwise gate) or match '"
                        << features.name << "' dim " << featureDim << " ("
                        << features.dims[featureDim]
                        << ", elementwise gate): expected 1 or "
-                       << features.dim(featureDim) << ", got " << gate.dim(3);
+                       << features.dim(featureDim) << ", got "
+                       << gate.dim(last);
   return success();
 }
 
@@ -222,8 +230,10 @@ static LogicalResult verifyMaskFitsLengths(EmitErrorFn emitError, MaskAttr mask,
 /// The interface answers shared by the softmax-attention ops (sdpa,
 /// sparse_sdpa, tree_sdpa): their scale, softcap and sigmoid-gate epilogue.
 template <typename OpTy> static double softmaxScoreScale(OpTy op) {
+  // D is the last dim of [B, H, Lq, D] and of a ragged batch's [T, H, D].
+  RankedTensorType query = op.getQuery().getType();
   return resolveScale(toDouble(op.getScale()),
-                      op.getQuery().getType().getDimSize(3));
+                      query.getDimSize(query.getRank() - 1));
 }
 template <typename OpTy> static Epilogue softmaxEpilogue(OpTy op) {
   return op.getGate() ? Epilogue::SigmoidGate : Epilogue::None;
@@ -388,19 +398,61 @@ LogicalResult
 SdpaOp::inferReturnTypes(MLIRContext *context, std::optional<Location> location,
                          Adaptor adaptor,
                          SmallVectorImpl<Type> &inferredReturnTypes) {
-  return inferAttentionResults(
-      inferenceErrorAt(context, location, getOperationName()),
-      adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor), kQueryDims,
-      kValueDims, inferredReturnTypes);
+  auto emitError = inferenceErrorAt(context, location, getOperationName());
+  if (!adaptor.getCuSeqlensQ())
+    return inferAttentionResults(emitError, adaptor.getQuery(),
+                                 adaptor.getValue(), returnsLse(adaptor),
+                                 kQueryDims, kValueDims, inferredReturnTypes);
+  // A ragged batch: output [T, H, Dv], lse [T, H]; Dv is the last dim of
+  // the packed values and of a paged cache alike.
+  FailureOr<NamedTensor> q = namedWithRank(
+      emitError, "query", adaptor.getQuery(), kPackedSoftmaxQueryDims);
+  auto value = llvm::dyn_cast<RankedTensorType>(adaptor.getValue().getType());
+  if (failed(q))
+    return failure();
+  if (!value || value.getRank() < 1)
+    return emitError() << "'value' must be a ranked tensor, got "
+                       << adaptor.getValue().getType();
+  inferredReturnTypes.push_back(
+      tensorOf({q->dim(0), q->dim(1), value.getDimSize(value.getRank() - 1)},
+               q->type.getElementType()));
+  if (returnsLse(adaptor))
+    inferredReturnTypes.push_back(
+        tensorOf({q->dim(0), q->dim(1)}, Float32Type::get(context)));
+  return success();
+}
+
+/// Checks a ragged batch's offsets `[B+1]`, and when `batchOf` (`[B]`, named
+/// `batchName`) is given, that they number one more than its elements.
+static LogicalResult verifyOffsets(EmitErrorFn emitError, Value offsets,
+                                   StringRef name, Value batchOf,
+                                   StringRef batchName) {
+  NamedTensor cu = named(name, offsets, kOffsetDims);
+  if (failed(checkRank(emitError, cu)))
+    return failure();
+  if (!batchOf)
+    return success();
+  NamedTensor batch = named(batchName, batchOf, kBatchDims);
+  if (failed(checkRank(emitError, batch)))
+    return failure();
+  if (cu.isStatic(0) && batch.isStatic(0) && cu.dim(0) != batch.dim(0) + 1)
+    return emitError() << "'" << name << "' must have one more element than '"
+                       << batchName << "' (B + 1 offsets of B sequences), got "
+                       << cu.dim(0) << " and " << batch.dim(0);
+  return success();
 }
 
 /// Checks a paged cache (SPEC §8): `key [NP, P, Hkv, D]`, `value [NP, P,
 /// Hkv, Dv]`, `page_table [B, MP]` and `seq_lens [B]` beside `query [B, H,
 /// Lq, D]`.
-static LogicalResult
-verifyPagedCache(EmitErrorFn emitError, const NamedTensor &q, Value key,
-                 Value value, Value pageTable, Value seqLens, Value gate,
-                 std::optional<double> scale, double softcap) {
+static LogicalResult verifyPagedCache(EmitErrorFn emitError,
+                                      const NamedTensor &q, Value key,
+                                      Value value, Value pageTable,
+                                      Value seqLens, Value gate,
+                                      std::optional<double> scale,
+                                      double softcap, Value queryOffsets) {
+  // The queries [B, H, Lq, D], or packed [T, H, D] with B + 1 offsets.
+  const unsigned qFeature = queryOffsets ? 2 : 3;
   const NamedTensor k = named("key", key, kPagedKeyDims);
   const NamedTensor v = named("value", value, kPagedValueDims);
   const NamedTensor table = named("page_table", pageTable, kPageTableDims);
@@ -408,7 +460,7 @@ verifyPagedCache(EmitErrorFn emitError, const NamedTensor &q, Value key,
   for (const NamedTensor *t : {&q, &k, &v, &table, &lengths})
     if (failed(checkRank(emitError, *t)))
       return failure();
-  for (unsigned d : {1u, 3u})
+  for (unsigned d : {1u, qFeature})
     if (failed(checkStaticDim(emitError, q, d)))
       return failure();
   for (const NamedTensor *t : {&k, &v})
@@ -417,20 +469,66 @@ verifyPagedCache(EmitErrorFn emitError, const NamedTensor &q, Value key,
         return failure();
   if (failed(checkSameElementType(emitError, k, q)) ||
       failed(checkSameElementType(emitError, v, q)) ||
-      failed(checkSameDim(emitError, k, 3, q, 3)) ||
+      failed(checkSameDim(emitError, k, 3, q, qFeature)) ||
       failed(checkSameDim(emitError, v, 0, k, 0)) ||
       failed(checkSameDim(emitError, v, 1, k, 1)) ||
-      failed(checkSameDim(emitError, v, 2, k, 2)) ||
-      failed(checkSameDim(emitError, table, 0, q, 0)) ||
-      failed(checkSameDim(emitError, lengths, 0, q, 0)))
+      failed(checkSameDim(emitError, v, 2, k, 2)))
+    return failure();
+  // B: q's dim 0, or one less than the queries' offsets in a ragged batch.
+  if (!queryOffsets && failed(checkSameDim(emitError, table, 0, q, 0)))
+    return failure();
+  if (failed(checkSameDim(emitError, lengths, 0, table, 0)))
+    return failure();
+  if (queryOffsets &&
+      failed(verifyOffsets(emitError, queryOffsets, "cu_seqlens_q", seqLens,
+                           "seq_lens")))
     return failure();
   if (q.dim(1) % k.dim(2) != 0)
     return emitError() << "'query' dim 1 (H) must be a multiple of 'key' "
                           "dim 2 (Hkv), got "
                        << q.dim(1) << " and " << k.dim(2);
-  // The gate's feature dim is the value's (dim 3 of both layouts).
+  // The gate's feature dim is the value's (dim 3 of the cache).
   if (gate && failed(verifyGateOperand(
-                  emitError, named("gate", gate, kGateDims), q, v, 3)))
+                  emitError,
+                  named("gate", gate,
+                        queryOffsets ? ArrayRef<const char *>(kRowsGateDims)
+                                     : ArrayRef<const char *>(kGateDims)),
+                  q, v, 3)))
+    return failure();
+  return failure(failed(checkScale(emitError, scale)) ||
+                 failed(checkSoftcap(emitError, softcap)));
+}
+
+/// Checks a ragged batch's packed keys (SPEC §8): `key [Tk, Hkv, D]`,
+/// `value [Tk, Hkv, Dv]` with `cu_seqlens_k [B+1]` beside `query [T, H,
+/// D]` with `cu_seqlens_q [B+1]`.
+static LogicalResult
+verifyPackedKeys(EmitErrorFn emitError, const NamedTensor &q, Value key,
+                 Value value, Value gate, Value queryOffsets, Value keyOffsets,
+                 std::optional<double> scale, double softcap) {
+  const NamedTensor k = named("key", key, kPackedKeyDims);
+  const NamedTensor v = named("value", value, kPackedSoftmaxValueDims);
+  for (const NamedTensor *t : {&q, &k, &v})
+    if (failed(checkRank(emitError, *t)))
+      return failure();
+  for (const NamedTensor *t : {&q, &k, &v})
+    for (unsigned d : {1u, 2u})
+      if (failed(checkStaticDim(emitError, *t, d)))
+        return failure();
+  if (failed(checkSameElementType(emitError, k, q)) ||
+      failed(checkSameElementType(emitError, v, q)) ||
+      failed(checkSameDim(emitError, k, 2, q, 2)) ||
+      failed(checkSameDim(emitError, v, 0, k, 0)) ||
+      failed(checkSameDim(emitError, v, 1, k, 1)) ||
+      failed(checkDimMultiple(emitError, q, k, 1)) ||
+      failed(verifyOffsets(emitError, keyOffsets, "cu_seqlens_k", {}, "")))
+    return failure();
+  const NamedTensor queries = named("cu_seqlens_q", queryOffsets, kOffsetDims);
+  const NamedTensor keys = named("cu_seqlens_k", keyOffsets, kOffsetDims);
+  if (failed(checkSameDim(emitError, keys, 0, queries, 0)))
+    return failure();
+  if (gate && failed(verifyGateOperand(
+                  emitError, named("gate", gate, kRowsGateDims), q, v, 2)))
     return failure();
   return failure(failed(checkScale(emitError, scale)) ||
                  failed(checkSoftcap(emitError, softcap)));
@@ -441,11 +539,31 @@ LogicalResult SdpaOp::verify() {
   if (static_cast<bool>(getPageTable()) != static_cast<bool>(getSeqLens()))
     return emitOpError() << "a paged cache needs both 'page_table' and "
                             "'seq_lens'";
+  Value queryOffsets = getCuSeqlensQ(), keyOffsets = getCuSeqlensK();
+  if (queryOffsets) {
+    if (failed(verifyOffsets(emit, queryOffsets, "cu_seqlens_q", {}, "")))
+      return failure();
+    NamedTensor q = named("query", getQuery(), kPackedSoftmaxQueryDims);
+    if (getPageTable() && keyOffsets)
+      return emitOpError() << "a ragged batch over a paged cache takes the "
+                              "queries' offsets alone: the cache's 'seq_lens' "
+                              "place the keys";
+    if (getPageTable())
+      return verifyPagedCache(emit, q, getKey(), getValue(), getPageTable(),
+                              getSeqLens(), getGate(), toDouble(getScale()),
+                              getSoftcap().convertToDouble(), queryOffsets);
+    if (!keyOffsets)
+      return emitOpError() << "a ragged batch needs the keys' offsets "
+                              "'cu_seqlens_k' (or a paged cache)";
+    return verifyPackedKeys(emit, q, getKey(), getValue(), getGate(),
+                            queryOffsets, keyOffsets, toDouble(getScale()),
+                            getSoftcap().convertToDouble());
+  }
   if (getPageTable())
     return verifyPagedCache(emit, named("query", getQuery(), kQueryDims),
                             getKey(), getValue(), getPageTable(), getSeqLens(),
                             getGate(), toDouble(getScale()),
-                            getSoftcap().convertToDouble());
+                            getSoftcap().convertToDouble(), Value());
   NamedTensor q = named("query", getQuery(), kQueryDims);
   NamedTensor k = named("key", getKey(), kKeyDims);
   NamedTensor v = named("value", getValue(), kValueDims);
@@ -473,6 +591,8 @@ LogicalResult SdpaOp::verifyRegions() { return verifyVariantRegions(*this); }
 Value SdpaOp::getLogSumExp() { return getLse(); }
 Value SdpaOp::getKeyPageTable() { return getPageTable(); }
 Value SdpaOp::getKeyLengths() { return getSeqLens(); }
+Value SdpaOp::getSequenceOffsets() { return getCuSeqlensQ(); }
+Value SdpaOp::getKeyOffsets() { return getCuSeqlensK(); }
 Region *SdpaOp::getScoreModifier() { return nonEmpty(getScoreMod()); }
 Region *SdpaOp::getMaskModifier() { return nonEmpty(getMaskMod()); }
 MaskAttr SdpaOp::getPositionMask() { return getMask(); }
@@ -501,11 +621,18 @@ GateOp::inferReturnTypes(MLIRContext *context, std::optional<Location> location,
 
 LogicalResult GateOp::verify() {
   auto emit = [&]() { return emitOpError(); };
-  NamedTensor rows = named("output", getOutput(), kRowDims);
+  // [B, H, L, Dv], or a ragged batch's packed [T, H, Dv].
+  const bool packed = getOutput().getType().getRank() == 3;
+  NamedTensor rows = named("output", getOutput(),
+                           packed ? ArrayRef<const char *>(kRowsDims)
+                                  : ArrayRef<const char *>(kRowDims));
   if (failed(checkRank(emit, rows)))
     return failure();
-  return verifyGateOperand(emit, named("gate", getGate(), kRowGateDims), rows,
-                           rows, 3);
+  return verifyGateOperand(emit,
+                           named("gate", getGate(),
+                                 packed ? ArrayRef<const char *>(kRowsGateDims)
+                                        : ArrayRef<const char *>(kRowGateDims)),
+                           rows, rows, packed ? 2 : 3);
 }
 
 Value GateOp::getEpilogueInput() { return getOutput(); }
@@ -1136,18 +1263,9 @@ LogicalResult LinearRecurrenceOp::verify() {
   if (failed(
           verifyRecurrenceOperands(*this, StepLayout::get(offsets != nullptr))))
     return failure();
-  if (offsets) {
-    auto emit = [&]() { return emitOpError(); };
-    NamedTensor cu = named("cu_seqlens", offsets, kOffsetDims);
-    NamedTensor idx = named("state_indices", slots, kBatchDims);
-    if (failed(checkRank(emit, cu)) || failed(checkRank(emit, idx)))
-      return failure();
-    if (cu.isStatic(0) && idx.isStatic(0) && cu.dim(0) != idx.dim(0) + 1)
-      return emitOpError() << "'cu_seqlens' must have one more element than "
-                              "'state_indices' (B + 1 offsets of B "
-                              "sequences), got "
-                           << cu.dim(0) << " and " << idx.dim(0);
-  }
+  if (offsets && failed(verifyOffsets([&]() { return emitOpError(); }, offsets,
+                                      "cu_seqlens", slots, "state_indices")))
+    return failure();
   int64_t chunk = getChunkSize();
   if (chunk != 16 && chunk != 32 && chunk != 64 && chunk != 128)
     return emitOpError() << "'chunk_size' must be 16, 32, 64 or 128, got "

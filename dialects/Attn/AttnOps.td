@@ -105,7 +105,8 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
         ["getAsmResultNames", "getAsmBlockArgumentNames"]>,
     DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
         !listconcat(Attn_AttentionInterfaceMethods,
-                    ["getKeyPageTable", "getKeyLengths"])>]> {
+                    ["getKeyPageTable", "getKeyLengths",
+                     "getSequenceOffsets", "getKeyOffsets"])>]> {
   let summary = "dense softmax attention with mask, softcap, GQA and gate";
   let description = !strconcat([{
     `o[i] = sum_j softmax_j(s[i, :]) * v[j]` over the keys that `mask` leaves
@@ -128,6 +129,14 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
     `j % P` of page `page_table[b, j / P]` (i32 `[B, MP]`), and its query
     `i` sits at position `seq_lens[b] - Lq + i`.
 
+    With `ragged(%cu_seqlens_q, %cu_seqlens_k)` (SPEC §8) the batch is
+    packed token-major: `query [T, H, D]`, `gate [T, H, Dv or 1]`,
+    `output [T, H, Dv]`, `lse [T, H]`, sequence `b` owning rows
+    `cu_seqlens_q[b] .. cu_seqlens_q[b+1] - 1` (i32 `[B+1]`), and likewise
+    `key [Tk, Hkv, D]`, `value [Tk, Hkv, Dv]` with `cu_seqlens_k`. With a
+    paged cache, `ragged(%cu_seqlens_q)` alone: the keys are the cache's.
+    Query `i` of sequence `b` sits at position `Lk_b - Lq_b + i`.
+
     ```mlir
     %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
         : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>
@@ -144,13 +153,17 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
     Optional<Attn_FloatTensor>:$gate,
     Optional<Attn_I32Tensor>:$page_table,
     Optional<Attn_I32Tensor>:$seq_lens,
+    Optional<Attn_I32Tensor>:$cu_seqlens_q,
+    Optional<Attn_I32Tensor>:$cu_seqlens_k,
     Attn_MaskAttr:$mask), Attn_ScoreModifierAttrs);
   let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
   let regions = Attn_VariantRegions;
   let assemblyFormat = !strconcat([{
     $query `,` $key `,` $value (`gate` `(` $gate^ `)`)?
     (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
-       type($seq_lens) `)`)? attr-dict `:`
+       type($seq_lens) `)`)?
+    (`ragged` `(` $cu_seqlens_q^ (`,` $cu_seqlens_k^)? `:`
+       type($cu_seqlens_q) (`,` type($cu_seqlens_k)^)? `)`)? attr-dict `:`
     type($query) `,` type($key) `,` type($value) (`,` type($gate)^)?
   }], Attn_VariantRegionsFormat);
   let hasRegionVerifier = 1;

@@ -17,19 +17,24 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   auto q = cast<RankedTensorType>(op.getQuery().getType());
   auto k = cast<RankedTensorType>(op.getKey().getType());
   auto v = cast<RankedTensorType>(op.getValue().getType());
-  // Keys [B, Hkv, Lk, D], or a paged cache [NP, P, Hkv, D].
+  // Queries [B, H, Lq, D], or packed [T, H, D] in a ragged batch; keys
+  // [B, Hkv, Lk, D], packed [Tk, Hkv, D], or a paged cache [NP, P, Hkv, D].
   const bool paged = static_cast<bool>(op.getKeyPageTable());
+  const bool ragged = static_cast<bool>(op.getSequenceOffsets());
   const unsigned kvHeadDim = paged ? 2 : 1;
-  if (q.isDynamicDim(1) || k.isDynamicDim(kvHeadDim) || q.isDynamicDim(3) ||
-      v.isDynamicDim(3) || (paged && k.isDynamicDim(1)))
+  const unsigned queryFeature = q.getRank() - 1, keyFeature = k.getRank() - 1;
+  if (q.isDynamicDim(1) || k.isDynamicDim(kvHeadDim) ||
+      q.isDynamicDim(queryFeature) || v.isDynamicDim(keyFeature) ||
+      (paged && k.isDynamicDim(1)))
     return fail("head counts, feature sizes and page sizes must be static");
 
   SoftmaxAttentionShape shape;
   shape.numHeads = q.getDimSize(1);
   shape.numKvHeads = k.getDimSize(kvHeadDim);
   shape.pageSize = paged ? k.getDimSize(1) : 0;
-  shape.headDim = q.getDimSize(3);
-  shape.valueDim = v.getDimSize(3);
+  shape.ragged = ragged;
+  shape.headDim = q.getDimSize(queryFeature);
+  shape.valueDim = v.getDimSize(keyFeature);
   shape.scale = op.getScoreScale();
   shape.softcap = op.getScoreSoftcap();
   MaskAttr mask = op.getPositionMask();
@@ -40,7 +45,8 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
     return fail("the rmsnorm-silu gate is not lowered for softmax attention");
   if (shape.epilogue == Epilogue::SigmoidGate) {
     auto gate = cast<RankedTensorType>(op.getEpilogueOperands()[0].getType());
-    shape.headwiseGate = gate.getDimSize(3) == 1 && shape.valueDim != 1;
+    shape.headwiseGate =
+        gate.getDimSize(gate.getRank() - 1) == 1 && shape.valueDim != 1;
   }
   shape.withLogSumExp = static_cast<bool>(op.getLogSumExp());
   shape.selection = op.getKeySelectionKind();
@@ -49,35 +55,81 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   shape.variants = VariantRegions::of(op);
   if (paged && target != "CPU")
     return fail("paged KV caches have CPU kernels only so far");
-  if (paged && shape.variants.maskMod)
-    return fail("a mask_mod over a paged KV cache is not lowered yet (its "
-                "block mask classifies tiles of contiguous keys)");
+  if (ragged && target != "CPU")
+    return fail("ragged softmax batches have CPU kernels only so far");
+  if (ragged && shape.selection != KeySelectionKind::Dense)
+    return fail("sparse and tree attention over a ragged batch are not "
+                "lowered yet");
   return shape;
 }
 
-KeyRows::KeyRows(KernelEmitter &e, const SoftmaxAttentionShape &shape, Value k,
-                 Value pageTable, Value keyLengths)
-    : e(e), k(k), pageTable(pageTable), keyLengths(keyLengths),
-      pageSize(shape.pageSize) {}
+SoftmaxBindings::SoftmaxBindings(func::FuncOp kernel,
+                                 const SoftmaxAttentionShape &shape,
+                                 unsigned &next) {
+  auto args = kernel.getArguments();
+  q = args[next++], k = args[next++], v = args[next++];
+  if (shape.paged()) {
+    pageTable = args[next++];
+    keyLengths = args[next++];
+  }
+  if (shape.ragged) {
+    queryOffsets = args[next++];
+    if (shape.packedKeys())
+      keyOffsets = args[next++];
+    plan = args[next++];
+  }
+}
+
+KeyRows::KeyRows(KernelEmitter &e, const SoftmaxAttentionShape &shape,
+                 const SoftmaxBindings &args)
+    : e(e), k(args.k), pageTable(args.pageTable), keyLengths(args.keyLengths),
+      keyOffsets(args.keyOffsets), pageSize(shape.pageSize) {}
 
 Value KeyRows::length(Value batch) const {
-  if (!pageTable)
-    return e.dim(k, 2);
-  return e.toIndex(e.loadInt(keyLengths, {batch}));
+  if (pageTable)
+    return e.toIndex(e.loadInt(keyLengths, {batch}));
+  if (keyOffsets)
+    return e.sub(e.toIndex(e.loadInt(keyOffsets, {e.add(batch, e.index(1))})),
+                 e.toIndex(e.loadInt(keyOffsets, {batch})));
+  return e.dim(k, 2);
 }
 
 SmallVector<Value> KeyRows::at(Value batch, Value kvHead, Value j) const {
-  if (!pageTable)
-    return {batch, kvHead, j};
-  Value size = e.index(pageSize);
-  Value page = e.toIndex(e.loadInt(pageTable, {batch, e.div(j, size)}));
-  return {page, e.rem(j, size), kvHead};
+  if (pageTable) {
+    Value size = e.index(pageSize);
+    Value page = e.toIndex(e.loadInt(pageTable, {batch, e.div(j, size)}));
+    return {page, e.rem(j, size), kvHead};
+  }
+  if (keyOffsets)
+    return {e.add(e.toIndex(e.loadInt(keyOffsets, {batch})), j), kvHead};
+  return {batch, kvHead, j};
+}
+
+QueryRows::QueryRows(KernelEmitter &e, const SoftmaxBindings &args)
+    : e(e), q(args.q), offsets(args.queryOffsets) {}
+
+Value QueryRows::length(Value batch) const {
+  if (!offsets)
+    return e.dim(q, 2);
+  return e.sub(e.toIndex(e.loadInt(offsets, {e.add(batch, e.index(1))})),
+               e.toIndex(e.loadInt(offsets, {batch})));
+}
+
+SmallVector<Value> QueryRows::at(Value batch, Value head, Value row) const {
+  if (!offsets)
+    return {batch, head, row};
+  return {e.add(e.toIndex(e.loadInt(offsets, {batch})), row), head};
 }
 
 SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
-                           const SoftmaxAttentionShape &shape, Value rowIndex) {
+                           const SoftmaxAttentionShape &shape, Value rowIndex)
+    : e(e), ragged(shape.ragged) {
   auto args = kernel.getArguments();
   unsigned next = 0;
+  if (ragged) {
+    queryOffsets = args[next++];
+    plan = args[next++];
+  }
   partialOut = args[next++];
   partialLse = args[next++];
   if (shape.epilogue == Epilogue::SigmoidGate)
@@ -88,18 +140,50 @@ SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
   if (!rowIndex)
     rowIndex = args.back();
 
+  Value numHeads = e.index(shape.numHeads);
+  if (ragged) {
+    // Entry (sequence, row, first split, splits) of the merge plan.
+    Value entry = e.div(rowIndex, numHeads);
+    head = e.rem(rowIndex, numHeads);
+    auto column = [&](int64_t c) {
+      return e.toIndex(e.loadInt(plan, {entry, e.index(c)}));
+    };
+    Value sequence = e.loadInt(plan, {entry, e.index(0)});
+    hasRow = e.icmp(arith::CmpIPredicate::sge, sequence, e.i32(0));
+    batch = e.toIndex(sequence);
+    row = column(1);
+    firstSplit = column(2);
+    splits = column(3);
+    return;
+  }
   Value lq = e.dim(partialLse, 2);
+  firstSplit = e.index(0);
   splits = e.dim(partialLse, 3);
   row = e.rem(rowIndex, lq);
   Value bh = e.div(rowIndex, lq);
-  head = e.rem(bh, e.index(shape.numHeads));
-  batch = e.div(bh, e.index(shape.numHeads));
+  head = e.rem(bh, numHeads);
+  batch = e.div(bh, numHeads);
+}
+
+SmallVector<Value> SplitKvMerge::partialAt(Value s) const {
+  if (ragged)
+    return {e.add(firstSplit, s), head};
+  return {batch, head, row, s};
+}
+
+SmallVector<Value> SplitKvMerge::rowAt() const {
+  if (ragged)
+    return {e.add(e.toIndex(e.loadInt(queryOffsets, {batch})), row), head};
+  return {batch, head, row};
+}
+
+Value SplitKvMerge::maxLse() const {
   Value max = e.loop(e.index(0), splits, e.index(1), {e.scalar(kNegInf)},
                      [&](Value s, ValueRange it) {
-                       return SmallVector<Value>{e.fmax(
-                           it[0], e.load(partialLse, {batch, head, row, s}))};
+                       return SmallVector<Value>{
+                           e.fmax(it[0], e.load(partialLse, partialAt(s)))};
                      })[0];
-  maxLse = e.safeMax(max);
+  return e.safeMax(max);
 }
 
 FailureOr<LinearRecurrenceShape>

@@ -28,6 +28,13 @@ struct SoftmaxAttentionShape {
   /// 0: [B, Hkv, Lk, F].
   int64_t pageSize = 0;
   bool paged() const { return pageSize > 0; }
+  /// A ragged batch (SPEC §8): q, gate, o and lse packed token-major
+  /// [T, H, F] with the queries' offsets, and the keys too ([Tk, Hkv, F]
+  /// with their own offsets) unless paged. Work is planned over the real
+  /// lengths: the kernels bind the offsets and their part of the plan
+  /// after the keys (see RaggedPlan).
+  bool ragged = false;
+  bool packedKeys() const { return ragged && !paged(); }
   double scale = 1.0, softcap = 0.0;
   MaskKind mask = MaskKind::None;
   int64_t window = 0;
@@ -56,18 +63,31 @@ struct SoftmaxAttentionShape {
                                               StringRef target = "CPU");
 };
 
-/// Where a softmax kernel reads its keys and values: rows of [B, Hkv, Lk, F],
-/// or of a paged cache [NP, P, Hkv, F], key j of sequence b being slot
-/// j % P of page page_table[b, j / P] (SPEC §8). Kernels see keys by their
-/// position in the sequence, whatever the layout.
+/// The bindings every softmax kernel that reads q, k and v starts with:
+/// q, k, v, then [page table, key lengths] over a paged cache, then in a
+/// ragged batch the queries' offsets, [the keys' offsets] and the kernel's
+/// part of the plan (RaggedPlan).
+struct SoftmaxBindings {
+  Value q, k, v, pageTable, keyLengths, queryOffsets, keyOffsets, plan;
+
+  /// Reads them from `kernel`'s arguments from `next`, which it advances.
+  SoftmaxBindings(func::FuncOp kernel, const SoftmaxAttentionShape &shape,
+                  unsigned &next);
+  SoftmaxBindings() = default;
+};
+
+/// Where a softmax kernel reads its keys and values: rows of [B, Hkv, Lk,
+/// F], of a ragged batch's packed [Tk, Hkv, F] from cu_seqlens_k[b], or of
+/// a paged cache [NP, P, Hkv, F], key j of sequence b being slot j % P of
+/// page page_table[b, j / P] (SPEC §8). Kernels see keys by their position
+/// in the sequence, whatever the layout.
 class KeyRows {
 public:
-  /// `pageTable` and `keyLengths` are the kernel's bindings when
-  /// `shape.paged()`, null otherwise.
-  KeyRows(KernelEmitter &e, const SoftmaxAttentionShape &shape, Value k,
-          Value pageTable, Value keyLengths);
+  KeyRows(KernelEmitter &e, const SoftmaxAttentionShape &shape,
+          const SoftmaxBindings &args);
 
-  /// The keys of sequence `batch`: dim 2 of k, or seq_lens[batch].
+  /// The keys of sequence `batch`: dim 2 of k, the difference of its
+  /// offsets, or seq_lens[batch].
   Value length(Value batch) const;
   /// The index prefix of key `j` of sequence `batch` at kv head `kvHead` in
   /// k and v, before the feature index.
@@ -75,8 +95,48 @@ public:
 
 private:
   KernelEmitter &e;
-  Value k, pageTable, keyLengths;
+  Value k, pageTable, keyLengths, keyOffsets;
   int64_t pageSize;
+};
+
+/// Where a softmax kernel reads its queries and writes its rows (q, gate,
+/// o: before the feature index; lse: the whole index): [B, H, Lq, F], or a
+/// ragged batch's packed [T, H, F] from cu_seqlens_q[b].
+class QueryRows {
+public:
+  QueryRows(KernelEmitter &e, const SoftmaxBindings &args);
+
+  /// The query rows of sequence `batch`.
+  Value length(Value batch) const;
+  /// The index prefix of row `row` of sequence `batch` at head `head`.
+  SmallVector<Value> at(Value batch, Value head, Value row) const;
+
+private:
+  KernelEmitter &e;
+  Value q, offsets;
+};
+
+/// A ragged batch's work (SPEC §8), planned per call over the real
+/// lengths, as FlashInfer's plan/run: a one-workgroup plan kernel reads the
+/// offsets (and key lengths) and lists the work of the flash, split-KV and
+/// merge kernels, each an i32 table of entries [N, 4] whose first column
+/// is the sequence (-1: no work; the host sizes the tables for the most
+/// entries any batch of these dims can need, so workgroups past the plan
+/// return at once).
+///
+///  * flash: (sequence, first query row of a tile of TQ rows) for the
+///    sequences with more than decodeMaxQueries rows, the last tiles of
+///    each sequence (the most keys under a causal mask) first;
+///  * split: (sequence, query row, first key, end key) for the other
+///    sequences' rows; the entry's index is its partial's;
+///  * merge: (sequence, query row, first split entry, split entries).
+///
+/// Decode rows split their keys into ranges of at least splitKeys keys and
+/// at most kMaxSplits + B ranges in all, so the partials are bounded by
+/// the dims alone.
+struct RaggedPlan {
+  static constexpr int64_t kColumns = 4;
+  static constexpr int64_t kMaxSplits = 64;
 };
 
 /// Which keys a kernel attends to and where its results go. Tree attention
@@ -111,24 +171,45 @@ enum TileClass : int8_t { kEmptyTile = 0, kPartialTile = 1, kFullTile = 2 };
 /// Whether the flash kernel of `shape` for `part` takes tile classes: with
 /// a mask_mod, over ranges whose rows sit at their own positions (not a
 /// tree's prefix, whose nodes sit at their depths).
+/// The tile classes are those of one batch row's contiguous query and key
+/// positions: over a paged cache or a ragged batch the flash kernel
+/// evaluates the mask_mod per key instead (no empty tile skipped).
 inline bool flashUsesBlockMask(const SoftmaxAttentionShape &shape,
                                KeyPart part) {
-  return shape.variants.maskMod && part == KeyPart::All;
+  return shape.variants.maskMod && part == KeyPart::All && !shape.paged() &&
+         !shape.ragged;
 }
 
 /// What every target's merge kernel starts from: its arguments in binding
-/// order (partial o, partial lse, [gate], o, [lse], workgroup), the query
-/// row it merges, `rowIndex` (by default the workgroup; row fastest, then
-/// head, then batch), and the largest partial lse of that row made safe to
-/// exponentiate against (KernelEmitter::safeMax: 0 for a row whose ranges
-/// are all empty).
+/// order ([queries' offsets, merge plan] in a ragged batch, partial o,
+/// partial lse, [gate], o, [lse], workgroup) and the query row it merges,
+/// `rowIndex` (by default the workgroup): row fastest, then head, then
+/// batch; in a ragged batch head fastest, then the plan's entry.
 struct SplitKvMerge {
-  Value partialOut, partialLse, gate, out, lse;
-  Value batch, head, row, splits;
-  Value maxLse;
+  Value queryOffsets, plan, partialOut, partialLse, gate, out, lse;
+  Value batch, head, row;
+  /// The row's partials are splits firstSplit .. firstSplit + splits - 1.
+  Value firstSplit, splits;
+  /// In a ragged batch, whether the plan gives the workgroup a row (merge
+  /// only where it holds); null otherwise.
+  Value hasRow;
 
   SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
                const SoftmaxAttentionShape &shape, Value rowIndex = Value());
+
+  /// The index of split `s`'s partial lse; partial o's is followed by the
+  /// feature index.
+  SmallVector<Value> partialAt(Value s) const;
+  /// The index prefix of the row in gate and o (before the feature index)
+  /// and its index in lse.
+  SmallVector<Value> rowAt() const;
+  /// The largest partial lse of the row made safe to exponentiate against
+  /// (KernelEmitter::safeMax: 0 for a row whose ranges are all empty).
+  Value maxLse() const;
+
+private:
+  KernelEmitter &e;
+  bool ragged;
 };
 
 /// The static facts a recurrence kernel is specialized on.

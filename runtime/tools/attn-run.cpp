@@ -84,7 +84,10 @@ std::string formatArgument(const attn_argument_info &info) {
   else if (info.contract == ATTN_CONTRACT_TREE_PATH)
     text += " (accepted path: nodes in [0, T) for the first length[b])";
   else if (info.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS)
-    text += " (sequence offsets: 0, non-decreasing, up to the tokens)";
+    text += info.contract_queries >= 0
+                ? " (sequence offsets: 0, non-decreasing, up to the tokens, "
+                  "each sequence with at least its query rows)"
+                : " (sequence offsets: 0, non-decreasing, up to the tokens)";
   else if (info.contract == ATTN_CONTRACT_POOL_SLOTS)
     text += " (pool slots: distinct, in [0, N))";
   else if (info.contract == ATTN_CONTRACT_CACHE_SLOTS)
@@ -104,101 +107,140 @@ std::string formatArgument(const attn_argument_info &info) {
 /// random paths with lengths in [1, T].
 void meetContracts(attn_model *m, int32_t entry,
                    std::vector<attn::Tensor> &inputs, std::mt19937 &rng) {
-  for (int32_t i = 0; i < static_cast<int32_t>(inputs.size()); ++i) {
-    attn_argument_info info;
-    attn_entry_argument(m, entry, i, &info);
-    if (info.contract == ATTN_CONTRACT_NONE)
-      continue;
-    attn::Tensor &tensor = inputs[i];
-    int32_t *values = tensor.i32();
-    const int64_t count = tensor.shape[0];
-    const int64_t limit =
-        info.contract_input >= 0 && !inputs[info.contract_input].shape.empty()
-            ? inputs[info.contract_input].shape[0]
-            : 0;
-    if (info.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS) {
-      // Sorted random cut points of the tokens: 0, ..., limit.
-      for (int64_t n = 0; n < count; ++n)
-        values[n] = n == 0 || limit == 0
-                        ? 0
-                        : static_cast<int32_t>(
-                              rng() % static_cast<uint64_t>(limit + 1));
-      std::sort(values, values + count);
-      if (count > 0)
-        values[count - 1] = static_cast<int32_t>(limit);
-      continue;
-    }
-    if (info.contract == ATTN_CONTRACT_PAGE_TABLE) {
-      // Pages drawn from the cache's (the run names the error when it has
-      // none).
-      for (int64_t n = 0; n < tensor.numElements(); ++n)
-        values[n] =
-            limit > 0
-                ? static_cast<int32_t>(rng() % static_cast<uint64_t>(limit))
-                : 0;
-      continue;
-    }
-    if (info.contract == ATTN_CONTRACT_SEQUENCE_LENGTHS) {
-      // Lengths in [Lq, MP * P] under a causal mask, [0, MP * P] otherwise.
-      attn_argument_info table;
-      attn_entry_argument(m, entry, info.contract_input, &table);
-      const attn::Tensor &pages = inputs[info.contract_input];
-      const int64_t most =
-          pages.shape[1] * inputs[table.contract_input].shape[1];
-      const int64_t least =
-          info.contract_queries >= 0
-              ? std::min(most, inputs[info.contract_queries].shape[2])
+  // A ragged batch's query offsets first: other contracts follow them.
+  for (int pass = 0; pass < 2; ++pass)
+    for (int32_t i = 0; i < static_cast<int32_t>(inputs.size()); ++i) {
+      attn_argument_info info;
+      attn_entry_argument(m, entry, i, &info);
+      const bool queryOffsets =
+          info.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS &&
+          info.contract_queries < 0;
+      if (info.contract == ATTN_CONTRACT_NONE || queryOffsets != (pass == 0))
+        continue;
+      attn::Tensor &tensor = inputs[i];
+      int32_t *values = tensor.i32();
+      const int64_t count = tensor.shape[0];
+      const int64_t limit =
+          info.contract_input >= 0 && !inputs[info.contract_input].shape.empty()
+              ? inputs[info.contract_input].shape[0]
               : 0;
-      for (int64_t n = 0; n < count; ++n)
-        values[n] = static_cast<int32_t>(
-            least + static_cast<int64_t>(
-                        rng() % static_cast<uint64_t>(most - least + 1)));
-      continue;
-    }
-    if (info.contract == ATTN_CONTRACT_CACHE_SLOTS) {
-      // Distinct slots of the cache, -1 (skipped) past them.
-      const int64_t slots = limit * inputs[info.contract_input].shape[1];
-      std::vector<int32_t> all(static_cast<size_t>(slots));
-      for (int64_t n = 0; n < slots; ++n)
-        all[n] = static_cast<int32_t>(n);
-      std::shuffle(all.begin(), all.end(), rng);
-      for (int64_t n = 0; n < count; ++n)
-        values[n] = n < slots ? all[n] : -1;
-      continue;
-    }
-    if (info.contract == ATTN_CONTRACT_POOL_SLOTS) {
-      // Distinct slots, a random draw of the pool's (the run names the
-      // error when it has fewer slots than sequences).
-      std::vector<int32_t> all(static_cast<size_t>(limit));
-      for (int64_t n = 0; n < limit; ++n)
-        all[n] = static_cast<int32_t>(n);
-      std::shuffle(all.begin(), all.end(), rng);
-      for (int64_t n = 0; n < count; ++n)
-        values[n] = n < limit ? all[n] : 0;
-      continue;
-    }
-    const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
-    for (int64_t b = 0; b < rows; ++b) {
-      if (info.contract == ATTN_CONTRACT_TREE_PARENTS) {
-        for (int64_t t = 0; t < cols; ++t)
-          values[b * cols + t] =
-              t == 0 ? -1
-                     : static_cast<int32_t>(rng() % static_cast<uint64_t>(t));
+      // The query rows of sequence b under the offsets in input `queries`
+      // (filled before: the query offsets have no queries of their own).
+      auto rowsOf = [&](int32_t queries, int64_t b) -> int64_t {
+        const int32_t *cu = inputs[queries].i32();
+        return b + 1 < inputs[queries].shape[0] ? cu[b + 1] - cu[b] : 0;
+      };
+      if (info.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS &&
+          info.contract_queries >= 0) {
+        // Key offsets under a causal mask: each sequence's query rows plus a
+        // random share of the other keys (when there are enough keys).
+        const int64_t rows =
+            inputs[info.contract_queries]
+                .i32()[inputs[info.contract_queries].shape[0] - 1];
+        std::vector<int64_t> extra(static_cast<size_t>(count), 0);
+        for (int64_t n = 0; n < limit - rows; ++n)
+          ++extra[rng() %
+                  static_cast<uint64_t>(std::max<int64_t>(1, count - 1))];
+        int64_t at = 0;
+        for (int64_t n = 0; n < count; ++n) {
+          values[n] = static_cast<int32_t>(std::min(at, limit));
+          if (n + 1 < count)
+            at += rowsOf(info.contract_queries, n) + extra[n];
+        }
+        if (count > 0)
+          values[count - 1] = static_cast<int32_t>(limit);
         continue;
       }
-      int32_t *lengths = inputs[info.contract_input].i32();
-      int32_t length =
-          cols == 0
-              ? 0
-              : 1 + static_cast<int32_t>(rng() % static_cast<uint64_t>(cols));
-      lengths[b] = length;
-      for (int64_t n = 0; n < cols; ++n)
-        values[b * cols + n] =
-            n < length
-                ? static_cast<int32_t>(rng() % static_cast<uint64_t>(cols))
-                : -1;
+      if (info.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS) {
+        // Sorted random cut points of the tokens: 0, ..., limit.
+        for (int64_t n = 0; n < count; ++n)
+          values[n] = n == 0 || limit == 0
+                          ? 0
+                          : static_cast<int32_t>(
+                                rng() % static_cast<uint64_t>(limit + 1));
+        std::sort(values, values + count);
+        if (count > 0)
+          values[count - 1] = static_cast<int32_t>(limit);
+        continue;
+      }
+      if (info.contract == ATTN_CONTRACT_PAGE_TABLE) {
+        // Pages drawn from the cache's (the run names the error when it has
+        // none).
+        for (int64_t n = 0; n < tensor.numElements(); ++n)
+          values[n] =
+              limit > 0
+                  ? static_cast<int32_t>(rng() % static_cast<uint64_t>(limit))
+                  : 0;
+        continue;
+      }
+      if (info.contract == ATTN_CONTRACT_SEQUENCE_LENGTHS) {
+        // Lengths in [Lq, MP * P] under a causal mask, [0, MP * P] otherwise.
+        attn_argument_info table;
+        attn_entry_argument(m, entry, info.contract_input, &table);
+        const attn::Tensor &pages = inputs[info.contract_input];
+        const int64_t most =
+            pages.shape[1] * inputs[table.contract_input].shape[1];
+        // The queries: q [B, H, Lq, D] or a ragged batch's offsets.
+        auto leastOf = [&](int64_t b) -> int64_t {
+          if (info.contract_queries < 0)
+            return 0;
+          const attn::Tensor &queries = inputs[info.contract_queries];
+          return std::min(most, queries.shape.size() == 1
+                                    ? rowsOf(info.contract_queries, b)
+                                    : queries.shape[2]);
+        };
+        for (int64_t n = 0; n < count; ++n) {
+          const int64_t least = leastOf(n);
+          values[n] = static_cast<int32_t>(
+              least + static_cast<int64_t>(
+                          rng() % static_cast<uint64_t>(most - least + 1)));
+        }
+        continue;
+      }
+      if (info.contract == ATTN_CONTRACT_CACHE_SLOTS) {
+        // Distinct slots of the cache, -1 (skipped) past them.
+        const int64_t slots = limit * inputs[info.contract_input].shape[1];
+        std::vector<int32_t> all(static_cast<size_t>(slots));
+        for (int64_t n = 0; n < slots; ++n)
+          all[n] = static_cast<int32_t>(n);
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int64_t n = 0; n < count; ++n)
+          values[n] = n < slots ? all[n] : -1;
+        continue;
+      }
+      if (info.contract == ATTN_CONTRACT_POOL_SLOTS) {
+        // Distinct slots, a random draw of the pool's (the run names the
+        // error when it has fewer slots than sequences).
+        std::vector<int32_t> all(static_cast<size_t>(limit));
+        for (int64_t n = 0; n < limit; ++n)
+          all[n] = static_cast<int32_t>(n);
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int64_t n = 0; n < count; ++n)
+          values[n] = n < limit ? all[n] : 0;
+        continue;
+      }
+      const int64_t rows = tensor.shape[0], cols = tensor.shape[1];
+      for (int64_t b = 0; b < rows; ++b) {
+        if (info.contract == ATTN_CONTRACT_TREE_PARENTS) {
+          for (int64_t t = 0; t < cols; ++t)
+            values[b * cols + t] =
+                t == 0 ? -1
+                       : static_cast<int32_t>(rng() % static_cast<uint64_t>(t));
+          continue;
+        }
+        int32_t *lengths = inputs[info.contract_input].i32();
+        int32_t length =
+            cols == 0
+                ? 0
+                : 1 + static_cast<int32_t>(rng() % static_cast<uint64_t>(cols));
+        lengths[b] = length;
+        for (int64_t n = 0; n < cols; ++n)
+          values[b * cols + n] =
+              n < length
+                  ? static_cast<int32_t>(rng() % static_cast<uint64_t>(cols))
+                  : -1;
+      }
     }
-  }
 }
 
 std::string formatTensor(const std::string &name, const attn::Tensor &t) {

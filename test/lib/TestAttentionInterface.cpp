@@ -55,10 +55,15 @@ struct TestAttentionInterfacePass final
       for (Value operand : op.getEpilogueOperands())
         remark << " " << operandIndex(operation, operand);
       remark << ", lse = " << (op.getLogSumExp() ? "yes" : "no");
-      if (Value offsets = op.getSequenceOffsets())
+      if (Value offsets = op.getSequenceOffsets()) {
         remark << ", ragged: offsets = operand "
-               << operandIndex(operation, offsets) << ", slots = operand "
-               << operandIndex(operation, op.getStateSlots());
+               << operandIndex(operation, offsets);
+        if (Value keyOffsets = op.getKeyOffsets())
+          remark << ", key offsets = operand "
+                 << operandIndex(operation, keyOffsets);
+        if (Value slots = op.getStateSlots())
+          remark << ", slots = operand " << operandIndex(operation, slots);
+      }
     });
   }
 };

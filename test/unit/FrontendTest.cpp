@@ -438,13 +438,17 @@ INSTANTIATE_TEST_SUITE_P(
             "$.layers[0].tree: expected true or false, got \"yes\""},
         // SPEC §8 layouts.
         BadDescription{
-            LAYER(R"(, "layout": {"ragged": true, "page_size": 16})"),
-            "$.layers[0].layout.ragged: ragged softmax attention layers are "
-            "not implemented yet (paged caches with [B, H, Lq, D] queries "
-            "are: give \"page_size\" alone)"},
-        BadDescription{LAYER(R"(, "layout": {})"),
-                       "$.layers[0].layout: a softmax attention layer's "
-                       "layout needs \"page_size\""},
+            LAYER(
+                R"(, "sparsity": {"method": "top_k", "block_size": 16, "top_k": 4}, "layout": {"ragged": true})"),
+            "$.layers[0].layout: sparsity with a layout needs \"page_size\" "
+            "(Quest's blocks are the cache's pages)"},
+        BadDescription{
+            LAYER(R"(, "tree": true, "layout": {"ragged": true})"),
+            "$.layers[0].layout.ragged: \"tree\" over a ragged batch is not "
+            "implemented yet"},
+        BadDescription{LAYER(R"(, "layout": {"ragged": "yes"})"),
+                       "$.layers[0].layout.ragged: expected true or false, "
+                       "got \"yes\""},
         BadDescription{LAYER(R"(, "layout": {"page_size": 0})"),
                        "$.layers[0].layout.page_size: expected a positive "
                        "integer, got 0"},
@@ -506,6 +510,44 @@ TEST(Frontend, PagedAttentionEntryTakesTheCacheAndItsTable) {
     EXPECT_TRUE(func.getArgAttr(4, "attn.in_place"));
     EXPECT_EQ(func.getNumResults(), 2u); // the caches' updates, no outputs
   });
+}
+
+TEST(Frontend, RaggedAttentionEntriesTakeOffsetsAfterTheGate) {
+  // SPEC §8: the §4 list, then cu_seqlens_q (+ cu_seqlens_k unless paged),
+  // then the §7 extras; rows packed [T, H, F].
+  using Args = std::vector<std::string>;
+  struct Case {
+    const char *layout;
+    std::vector<std::pair<std::string, Args>> entries;
+  };
+  const Case cases[] = {
+      {R"({"ragged": true})",
+       {{"a", Args{"q", "k", "v", "gate", "cu_seqlens_q", "cu_seqlens_k",
+                   "doc_ids"}}}},
+      {R"({"ragged": true, "page_size": 16})",
+       {{"a", Args{"q", "k_cache", "v_cache", "page_table", "seq_lens", "gate",
+                   "cu_seqlens_q", "doc_ids"}},
+        {"a.append", Args{"k_new", "v_new", "slots", "k_cache", "v_cache"}}}},
+  };
+  for (const Case &c : cases) {
+    std::string json = std::string(R"({"model": "m", "layers": [{"name": "a",
+      "type": "attention", "num_heads": 8, "num_kv_heads": 2, "head_dim": 64,
+      "gate": "elementwise", "mask_mod": "document", "return_lse": true,
+      "layout": )") + c.layout +
+                       "}]}";
+    llvm::Expected<ModelDescription> model = parseModelDescription(json);
+    ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+    MLIRContext context;
+    OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+    ASSERT_TRUE(succeeded(verify(*module))) << c.layout;
+    EXPECT_EQ(entrySignatures(*module), c.entries) << c.layout;
+    auto func = *module->getOps<func::FuncOp>().begin();
+    // o [T, H, Dv] and lse [T, H].
+    ASSERT_EQ(func.getNumResults(), 2u);
+    EXPECT_EQ(cast<RankedTensorType>(func.getResultTypes()[0]).getShape(),
+              (ArrayRef<int64_t>{ShapedType::kDynamic, 8, 64}));
+    EXPECT_EQ(cast<RankedTensorType>(func.getResultTypes()[1]).getRank(), 2);
+  }
 }
 
 TEST(Frontend, RaggedLinearEntryTakesAPoolInPlace) {

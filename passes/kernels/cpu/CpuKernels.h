@@ -70,13 +70,22 @@ func::FuncOp buildSplitKvAttentionKernel(OpBuilder &builder, Location loc,
                                          TypeRange bindingTypes,
                                          KeyPart part = KeyPart::All);
 
-/// Kernel bindings of the merge kernel: partial o, partial lse, [gate], o,
-/// [lse].
+/// Kernel bindings of the merge kernel: [queries' offsets, merge plan] in
+/// a ragged batch, partial o, partial lse, [gate], o, [lse].
 func::FuncOp buildSplitKvMergeKernel(OpBuilder &builder, Location loc,
                                      StringRef name,
                                      const SoftmaxAttentionShape &shape,
                                      const CpuTiling &tiling,
                                      TypeRange bindingTypes);
+
+/// The plan of a ragged batch (RaggedPlan), one workgroup. Kernel
+/// bindings: the queries' offsets, the keys' offsets or (paged) key
+/// lengths, the flash, split and merge plans.
+func::FuncOp buildRaggedPlanKernel(OpBuilder &builder, Location loc,
+                                   StringRef name,
+                                   const SoftmaxAttentionShape &shape,
+                                   const CpuTiling &tiling,
+                                   TypeRange bindingTypes);
 
 //===----------------------------------------------------------------------===//
 // Sparsity and trees

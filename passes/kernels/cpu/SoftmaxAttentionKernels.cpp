@@ -16,6 +16,9 @@
 //  * merge: one workgroup = (batch, head, query row); it combines the
 //    partials through their log-sum-exp and applies the epilogue.
 //
+// A ragged batch (SPEC §8) runs the same bodies over the entries of a plan
+// made per call by a fourth, one-workgroup kernel (RaggedPlan).
+//
 // A row with no visible key keeps m = -inf and l = 0 and gives o = 0 and
 // lse = -inf: exponentials are taken against a "safe" max that is 0 when
 // the max is -inf, so no inf - inf appears.
@@ -171,14 +174,17 @@ private:
   int64_t W, TQ, TK, D, Dv, DvPadded, queryVectors, group;
 
   // The bindings.
-  Value q, k, v, pageTable, keyLengths, parents, gate, out, lse, tileClasses,
-      workgroup;
+  SoftmaxBindings inputs;
+  Value q, k, v, parents, gate, out, lse, tileClasses, workgroup;
   /// Where key j of the tile's sequence is (after mapRows).
   std::optional<KeyRows> kv;
+  /// Where the tile's rows are.
+  std::optional<QueryRows> queries;
 
   Value c0, c1, c4, lq, lk;
-  // The rows (mapRows): query rows q0 .. q0 + rows - 1 of one head.
-  Value tile, head, batch, kvHead, q0, rows;
+  // The rows (mapRows): query rows q0 .. q0 + rows - 1 of one head; in a
+  // ragged batch, whether the plan gives the workgroup a tile.
+  Value tile, head, batch, kvHead, q0, rows, hasTile;
   // The keys the tile sees (findKeyRange): rows sit at positions
   // firstPos ...; with a block mask, where the tile's row of it is.
   Value firstPos, keyBegin, keyEnd;
@@ -212,18 +218,29 @@ FlashKernel::FlashKernel(OpBuilder &builder, Location loc, StringRef name,
 
 func::FuncOp FlashKernel::build() {
   c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
-  lq = e.dim(q, 2);
+  queries.emplace(e, inputs);
+  if (!shape.ragged)
+    lq = e.dim(q, 2);
   mapRows();
-  kv.emplace(e, shape, k, pageTable, keyLengths);
-  lk = kv->length(batch);
-  if (treePrefix)
-    lk = e.sub(lk, lq);
-  findKeyRange();
-  findTreeNodes();
-  allocateState();
-  stageQuery();
-  walkKeyTiles();
-  storeOutputs();
+  auto attend = [&] {
+    if (shape.ragged)
+      lq = queries->length(batch);
+    rows = e.minS(e.index(TQ), e.sub(lq, q0));
+    kv.emplace(e, shape, inputs);
+    lk = kv->length(batch);
+    if (treePrefix)
+      lk = e.sub(lk, lq);
+    findKeyRange();
+    findTreeNodes();
+    allocateState();
+    stageQuery();
+    walkKeyTiles();
+    storeOutputs();
+  };
+  if (hasTile)
+    e.ifThen(hasTile, attend);
+  else
+    attend();
   func::ReturnOp::create(b);
   return func;
 }
@@ -238,11 +255,8 @@ void FlashKernel::bindArguments() {
 
   auto args = func.getArguments();
   unsigned next = 0;
-  q = args[next++], k = args[next++], v = args[next++];
-  if (shape.paged()) {
-    pageTable = args[next++];
-    keyLengths = args[next++];
-  }
+  inputs = SoftmaxBindings(func, shape, next);
+  q = inputs.q, k = inputs.k, v = inputs.v;
   // The tree's prefix: the keys before the T = Lq tree keys, all visible,
   // or with a window those from each node's window start (its depth's);
   // variant regions see each node at its position P + depth.
@@ -259,14 +273,25 @@ void FlashKernel::bindArguments() {
 }
 
 void FlashKernel::mapRows() {
-  Value queryTiles = e.ceilDiv(lq, e.index(TQ));
-  tile = e.rem(workgroup, queryTiles);
-  Value bh = e.div(workgroup, queryTiles);
-  head = e.rem(bh, e.index(shape.numHeads));
-  batch = e.div(bh, e.index(shape.numHeads));
+  Value numHeads = e.index(shape.numHeads);
+  if (shape.ragged) {
+    // Head fastest, then the plan's entry (sequence, first row): the
+    // heads of a kv group read the same keys one after the other.
+    Value entry = e.div(workgroup, numHeads);
+    head = e.rem(workgroup, numHeads);
+    Value sequence = e.loadInt(inputs.plan, {entry, c0});
+    hasTile = e.icmp(arith::CmpIPredicate::sge, sequence, e.i32(0));
+    batch = e.toIndex(sequence);
+    q0 = e.toIndex(e.loadInt(inputs.plan, {entry, c1}));
+  } else {
+    Value queryTiles = e.ceilDiv(lq, e.index(TQ));
+    tile = e.rem(workgroup, queryTiles);
+    Value bh = e.div(workgroup, queryTiles);
+    head = e.rem(bh, numHeads);
+    batch = e.div(bh, numHeads);
+    q0 = e.mul(tile, e.index(TQ));
+  }
   kvHead = e.div(head, e.index(group));
-  q0 = e.mul(tile, e.index(TQ));
-  rows = e.minS(e.index(TQ), e.sub(lq, q0));
 }
 
 void FlashKernel::findKeyRange() {
@@ -318,7 +343,9 @@ void FlashKernel::stageQuery() {
     // Rows past the end repeat the last row; their results are not stored.
     Value row = e.minS(e.add(q0, i), lastRow);
     e.loop(c0, e.index(D), c1, [&](Value d) {
-      e.store(e.fmul(e.load(q, {batch, head, row, d}), scale), qT, {d, i});
+      e.store(
+          e.fmul(e.load(q, withIndex(queries->at(batch, head, row), d)), scale),
+          qT, {d, i});
     });
   });
   for (int64_t iv = 0; iv < queryVectors; ++iv) {
@@ -542,7 +569,7 @@ void FlashKernel::storeOutputs() {
   // prefix: split 0 of the partials, ungated).
   e.loop(c0, rows, c1, [&](Value i) {
     Value l = e.load(runningSum, i);
-    SmallVector<Value> at{batch, head, e.add(q0, i)};
+    SmallVector<Value> at = queries->at(batch, head, e.add(q0, i));
     if (treePrefix)
       at.push_back(c0);
     storeOutputRow(e, shape, acc, {i}, e.reciprocalOrZero(l), gate, out, at);
@@ -699,14 +726,19 @@ private:
   int64_t W, D, Dv, DPadded, DvPadded, group;
 
   // The bindings.
-  Value q, k, v, pageTable, keyLengths, parents, partialOut, partialLse,
-      workgroup;
+  SoftmaxBindings inputs;
+  Value q, k, v, parents, partialOut, partialLse, workgroup;
   /// Where key j of the row's sequence is (after mapRow).
   std::optional<KeyRows> kv;
+  /// Where the row is.
+  std::optional<QueryRows> queries;
 
   Value c0, c1, lq, lk, splits;
-  // The row (mapRow) and the keys it sees in its split (findKeyRange).
+  // The row (mapRow) and the keys it sees in its split (findKeyRange); in
+  // a ragged batch, the plan's entry, whether it gives the workgroup a row
+  // and the entry's key range.
   Value row, split, kvHead, batch, firstHead;
+  Value entry, hasRow, plannedBegin, plannedEnd;
   Value pos, begin, end, lastKey;
   /// Where the variant regions see the row: its position, or a tree
   /// node's.
@@ -744,11 +776,23 @@ SplitKvKernel::SplitKvKernel(OpBuilder &builder, Location loc, StringRef name,
 
 func::FuncOp SplitKvKernel::build() {
   mapRow();
-  findKeyRange();
-  allocateState();
-  chooseRegisterTiles();
-  walkKeySteps();
-  storePartials();
+  auto attend = [&] {
+    kv.emplace(e, shape, inputs);
+    lk = kv->length(batch);
+    if (shape.ragged)
+      lq = queries->length(batch);
+    if (treePrefix)
+      lk = e.sub(lk, lq);
+    findKeyRange();
+    allocateState();
+    chooseRegisterTiles();
+    walkKeySteps();
+    storePartials();
+  };
+  if (hasRow)
+    e.ifThen(hasRow, attend);
+  else
+    attend();
   func::ReturnOp::create(b);
   return func;
 }
@@ -765,11 +809,8 @@ void SplitKvKernel::bindArguments() {
   treeDepths = treePrefix && shape.treePrefixNeedsDepths();
   auto args = func.getArguments();
   unsigned next = 0;
-  q = args[next++], k = args[next++], v = args[next++];
-  if (shape.paged()) {
-    pageTable = args[next++];
-    keyLengths = args[next++];
-  }
+  inputs = SoftmaxBindings(func, shape, next);
+  q = inputs.q, k = inputs.k, v = inputs.v;
   parents = treeDepths ? args[next++] : Value();
   partialOut = args[next++], partialLse = args[next++];
   workgroup = args.back();
@@ -777,10 +818,29 @@ void SplitKvKernel::bindArguments() {
 
 void SplitKvKernel::mapRow() {
   c0 = e.index(0), c1 = e.index(1);
+  mask = treePrefix ? MaskKind::None : shape.mask;
+  queries.emplace(e, inputs);
+  if (shape.ragged) {
+    // Kv head fastest, then the plan's entry (sequence, row, key range),
+    // whose index is its partial's.
+    Value numKvHeads = e.index(shape.numKvHeads);
+    entry = e.div(workgroup, numKvHeads);
+    kvHead = e.rem(workgroup, numKvHeads);
+    firstHead = e.mul(kvHead, e.index(group));
+    auto column = [&](int64_t c) {
+      return e.loadInt(inputs.plan, {entry, e.index(c)});
+    };
+    Value sequence = column(0);
+    hasRow = e.icmp(arith::CmpIPredicate::sge, sequence, e.i32(0));
+    batch = e.toIndex(sequence);
+    row = e.toIndex(column(1));
+    plannedBegin = e.toIndex(column(2));
+    plannedEnd = e.toIndex(column(3));
+    return;
+  }
   lq = e.dim(q, 2), splits = e.dim(partialLse, 3);
   // The tree's prefix: keys before the T = Lq tree keys, all visible, in
   // every split but the last (the tree keys').
-  mask = treePrefix ? MaskKind::None : shape.mask;
   if (treePrefix)
     splits = e.sub(splits, c1);
 
@@ -794,16 +854,17 @@ void SplitKvKernel::mapRow() {
   kvHead = e.rem(rest, e.index(shape.numKvHeads));
   batch = e.div(rest, e.index(shape.numKvHeads));
   firstHead = e.mul(kvHead, e.index(group));
-  kv.emplace(e, shape, k, pageTable, keyLengths);
-  lk = kv->length(batch);
-  if (treePrefix)
-    lk = e.sub(lk, lq);
 }
 
 void SplitKvKernel::findKeyRange() {
   pos = e.add(e.sub(lk, lq), row);
-  begin = e.mul(split, e.index(tiling.splitKeys));
-  end = e.minS(lk, e.add(begin, e.index(tiling.splitKeys)));
+  if (shape.ragged) {
+    begin = plannedBegin;
+    end = plannedEnd;
+  } else {
+    begin = e.mul(split, e.index(tiling.splitKeys));
+    end = e.minS(lk, e.add(begin, e.index(tiling.splitKeys)));
+  }
   if (mask != MaskKind::None)
     end = e.minS(end, e.add(pos, c1));
   if (mask == MaskKind::SlidingWindow)
@@ -833,8 +894,9 @@ void SplitKvKernel::allocateState() {
     for (int64_t off = 0; off < DPadded; off += W)
       vector::StoreOp::create(
           b,
-          e.fmul(e.loadVector(q, {batch, head, row, e.index(off)},
-                              std::min(W, D - off)),
+          e.fmul(e.loadVector(
+                     q, withIndex(queries->at(batch, head, row), e.index(off)),
+                     std::min(W, D - off)),
                  e.splat(shape.scale)),
           query, ValueRange{g, e.index(off)});
     for (int64_t off = 0; off < DvPadded; off += W)
@@ -1054,13 +1116,17 @@ void SplitKvKernel::storePartials() {
     Value head = e.add(firstHead, g);
     Value m = e.load(runningMax, g), l = e.load(runningSum, g);
     Value invVec = e.broadcast(e.reciprocalOrZero(l));
+    // [B, H, Lq, S], or in a ragged batch [entries, H].
+    SmallVector<Value> at{batch, head, row, split};
+    if (shape.ragged)
+      at = {entry, head};
     for (int64_t off = 0; off < Dv; off += W)
       e.storeVector(e.fmul(vector::LoadOp::create(b, e.vec, acc,
                                                   ValueRange{g, e.index(off)}),
                            invVec),
-                    partialOut, {batch, head, row, split, e.index(off)},
+                    partialOut, withIndex(at, e.index(off)),
                     std::min(W, Dv - off));
-    e.store(e.logSumExp(m, l), partialLse, {batch, head, row, split});
+    e.store(e.logSumExp(m, l), partialLse, at);
   });
 }
 
@@ -1091,37 +1157,133 @@ func::FuncOp mlir::attn::buildSplitKvMergeKernel(
   const int64_t DvPadded = roundUp(Dv, W);
 
   SplitKvMerge merge(e, func, shape);
-  Value partialOut = merge.partialOut, gate = merge.gate, out = merge.out,
-        lse = merge.lse, partialLse = merge.partialLse;
-  Value batch = merge.batch, head = merge.head, row = merge.row,
-        safe = merge.maxLse;
   Value c0 = e.index(0), c1 = e.index(1);
+  auto mergeRow = [&] {
+    // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
+    // of empty ranges have lse_s = -inf and weigh 0.
+    Value safe = merge.maxLse();
+    Value acc = e.scratch({DvPadded});
+    for (int64_t off = 0; off < DvPadded; off += W)
+      vector::StoreOp::create(b, e.splat(0.0), acc, e.index(off));
+    Value total = e.loop(
+        c0, merge.splits, c1, {e.scalar(0.0)}, [&](Value s, ValueRange it) {
+          SmallVector<Value> at = merge.partialAt(s);
+          Value weight = e.exp(e.fsub(e.load(merge.partialLse, at), safe));
+          Value wv = e.broadcast(weight);
+          for (int64_t off = 0; off < Dv; off += W)
+            vector::StoreOp::create(
+                b,
+                e.fma(wv,
+                      e.loadVector(merge.partialOut,
+                                   withIndex(at, e.index(off)),
+                                   std::min(W, Dv - off)),
+                      vector::LoadOp::create(b, e.vec, acc, e.index(off))),
+                acc, e.index(off));
+          return SmallVector<Value>{e.fadd(it[0], weight)};
+        })[0];
+    SmallVector<Value> at = merge.rowAt();
+    storeOutputRow(e, shape, acc, {}, e.reciprocalOrZero(total), merge.gate,
+                   merge.out, at);
+    if (merge.lse)
+      e.store(e.logSumExp(safe, total), merge.lse, at);
+  };
+  if (merge.hasRow)
+    e.ifThen(merge.hasRow, mergeRow);
+  else
+    mergeRow();
+  func::ReturnOp::create(b);
+  return func;
+}
 
-  // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
-  // of empty ranges have lse_s = -inf and weigh 0.
-  Value acc = e.scratch({DvPadded});
-  for (int64_t off = 0; off < DvPadded; off += W)
-    vector::StoreOp::create(b, e.splat(0.0), acc, e.index(off));
-  Value total = e.loop(
-      c0, merge.splits, c1, {e.scalar(0.0)}, [&](Value s, ValueRange it) {
-        Value weight =
-            e.exp(e.fsub(e.load(partialLse, {batch, head, row, s}), safe));
-        Value wv = e.broadcast(weight);
-        for (int64_t off = 0; off < Dv; off += W)
-          vector::StoreOp::create(
-              b,
-              e.fma(wv,
-                    e.loadVector(partialOut,
-                                 {batch, head, row, s, e.index(off)},
-                                 std::min(W, Dv - off)),
-                    vector::LoadOp::create(b, e.vec, acc, e.index(off))),
-              acc, e.index(off));
-        return SmallVector<Value>{e.fadd(it[0], weight)};
-      })[0];
-  storeOutputRow(e, shape, acc, {}, e.reciprocalOrZero(total), gate, out,
-                 {batch, head, row});
-  if (lse)
-    e.store(e.logSumExp(safe, total), lse, {batch, head, row});
+//===----------------------------------------------------------------------===//
+// Ragged plan kernel
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildRaggedPlanKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const CpuTiling &tiling,
+    TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "ragged_plan");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  auto args = func.getArguments();
+  Value queryOffsets = args[0], keysOf = args[1], flashPlan = args[2],
+        splitPlan = args[3], mergePlan = args[4];
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value batch = e.sub(e.dim(queryOffsets, 0), c1);
+  Value decodeMax = e.index(tiling.decodeMaxQueries);
+  auto queriesOf = [&](Value seq) {
+    return e.sub(e.toIndex(e.loadInt(queryOffsets, {e.add(seq, c1)})),
+                 e.toIndex(e.loadInt(queryOffsets, {seq})));
+  };
+  auto keysOfSeq = [&](Value seq) {
+    if (shape.paged())
+      return e.toIndex(e.loadInt(keysOf, {seq}));
+    return e.sub(e.toIndex(e.loadInt(keysOf, {e.add(seq, c1)})),
+                 e.toIndex(e.loadInt(keysOf, {seq})));
+  };
+  // Sequences of 1 .. decodeMaxQueries rows decode (split-KV), longer ones
+  // take the flash kernel; empty ones have no work.
+  auto decodes = [&](Value rows) {
+    return e.andI(e.icmp(arith::CmpIPredicate::sgt, rows, c0),
+                  e.icmp(arith::CmpIPredicate::sle, rows, decodeMax));
+  };
+  auto store = [&](Value plan, Value at, ArrayRef<Value> entry) {
+    for (auto [c, value] : llvm::enumerate(entry))
+      memref::StoreOp::create(b, e.toI32(value), plan,
+                              ValueRange{at, e.index(c)});
+  };
+
+  // The split size: at least splitKeys keys, and large enough that the
+  // decode rows' keys make at most kMaxSplits ranges (plus one partial
+  // range per sequence), which bounds the partials by the dims alone.
+  Value decodeKeys = e.loop(c0, batch, c1, {c0}, [&](Value seq, ValueRange it) {
+    Value keys = e.select(decodes(queriesOf(seq)), keysOfSeq(seq), c0);
+    return SmallVector<Value>{e.add(it[0], keys)};
+  })[0];
+  Value chunk = e.maxS(e.index(tiling.splitKeys),
+                       e.ceilDiv(decodeKeys, e.index(RaggedPlan::kMaxSplits)));
+
+  Value queryTile = e.index(tiling.queryTile);
+  SmallVector<Value> counts =
+      e.loop(c0, batch, c1, {c0, c0, c0}, [&](Value seq, ValueRange it) {
+        Value flashCount = it[0], splitCount = it[1], mergeCount = it[2];
+        Value rows = queriesOf(seq), keys = keysOfSeq(seq);
+        Value decode = decodes(rows);
+        // Flash tiles, the last (most keys under a causal mask) first so
+        // that the longest work starts first.
+        Value tiles =
+            e.select(e.icmp(arith::CmpIPredicate::sgt, rows, decodeMax),
+                     e.ceilDiv(rows, queryTile), c0);
+        e.loop(c0, tiles, c1, [&](Value t) {
+          Value first = e.mul(e.sub(e.sub(tiles, c1), t), queryTile);
+          store(flashPlan, e.add(flashCount, t), {seq, first, c0, c0});
+        });
+        // Each decode row's key ranges, then its merge entry.
+        Value decodeRows = e.select(decode, rows, c0);
+        Value splits = e.maxS(c1, e.ceilDiv(keys, chunk));
+        e.loop(c0, decodeRows, c1, [&](Value r) {
+          Value firstSplit = e.add(splitCount, e.mul(r, splits));
+          e.loop(c0, splits, c1, [&](Value sIndex) {
+            Value begin = e.mul(sIndex, chunk);
+            Value end = e.minS(keys, e.add(begin, chunk));
+            store(splitPlan, e.add(firstSplit, sIndex), {seq, r, begin, end});
+          });
+          store(mergePlan, e.add(mergeCount, r), {seq, r, firstSplit, splits});
+        });
+        return SmallVector<Value>{e.add(flashCount, tiles),
+                                  e.add(splitCount, e.mul(decodeRows, splits)),
+                                  e.add(mergeCount, decodeRows)};
+      });
+  // Entries past the plan have no work.
+  Value none = e.i32(-1);
+  SmallVector<Value> plans{flashPlan, splitPlan, mergePlan};
+  for (auto [plan, count] : llvm::zip(plans, counts))
+    e.loop(count, e.dim(plan, 0), c1, [&](Value at) {
+      memref::StoreOp::create(b, none, plan, ValueRange{at, c0});
+    });
   func::ReturnOp::create(b);
   return func;
 }

@@ -441,8 +441,7 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
   Value dv = e.index(shape.valueDim);
   Value d = e.rem(thread, dv);
   SplitKvMerge merge(e, func, shape, e.div(thread, dv));
-  Value batch = merge.batch, head = merge.head, row = merge.row,
-        safe = merge.maxLse;
+  Value safe = merge.maxLse();
   Value c0 = e.index(0), c1 = e.index(1);
 
   // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
@@ -450,15 +449,14 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
   SmallVector<Value> sums =
       e.loop(c0, merge.splits, c1, {e.scalar(0.0), e.scalar(0.0)},
              [&](Value s, ValueRange it) -> SmallVector<Value> {
-               Value weight = e.exp(e.fsub(
-                   e.load(merge.partialLse, {batch, head, row, s}), safe));
-               return {e.fma(weight,
-                             e.load(merge.partialOut, {batch, head, row, s, d}),
-                             it[0]),
+               SmallVector<Value> at = merge.partialAt(s);
+               Value weight = e.exp(e.fsub(e.load(merge.partialLse, at), safe));
+               at.push_back(d);
+               return {e.fma(weight, e.load(merge.partialOut, at), it[0]),
                        e.fadd(it[1], weight)};
              });
   Value acc = sums[0], total = sums[1];
-  SmallVector<Value> at{batch, head, row};
+  SmallVector<Value> at = merge.rowAt();
   RowGate rowGate(e, shape, merge.gate, at);
   SmallVector<Value> outAt(at);
   outAt.push_back(d);

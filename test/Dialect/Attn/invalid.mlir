@@ -78,7 +78,7 @@ func.func @sdpa_element_type(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf16>,
 
 func.func @sdpa_integer_query(%q: tensor<2x8x5x64xi32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
   // expected-error @+1 {{operand #0 must be ranked tensor of 32-bit float or 16-bit float or bfloat16 type values}}
-  %o = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<none>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0>}> ({}, {}) : (tensor<2x8x5x64xi32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> tensor<2x8x5x32xi32>
+  %o = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<none>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0>}> ({}, {}) : (tensor<2x8x5x64xi32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> tensor<2x8x5x32xi32>
   return
 }
 
@@ -127,7 +127,7 @@ func.func @sdpa_gate_rows(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v
 func.func @sdpa_lse_type(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
   // expected-error @+2 {{'attn.sdpa' op failed to infer returned types}}
   // expected-error @+1 {{'attn.sdpa' op inferred type(s) 'tensor<2x8x5x32xf32>', 'tensor<2x8x5xf32>' are incompatible with return type(s) of operation 'tensor<2x8x5x32xf32>', 'tensor<2x8x6xf32>'}}
-  %o:2 = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0>, return_lse}> ({}, {}) : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> (tensor<2x8x5x32xf32>, tensor<2x8x6xf32>)
+  %o:2 = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0>, return_lse}> ({}, {}) : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> (tensor<2x8x5x32xf32>, tensor<2x8x6xf32>)
   return
 }
 
@@ -166,9 +166,18 @@ func.func @mask_unknown_kind(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>,
 
 // -----
 
-func.func @gate_rank(%o: tensor<8x5x32xf32>, %g: tensor<8x5x32xf32>) {
-  // expected-error @+1 {{'output' must be a rank-4 tensor [B, H, L, Dv], got 'tensor<8x5x32xf32>'}}
-  %r = attn.gate %o, %g : tensor<8x5x32xf32>, tensor<8x5x32xf32>
+func.func @gate_rank(%o: tensor<8x5xf32>, %g: tensor<8x5xf32>) {
+  // expected-error @+1 {{'output' must be a rank-4 tensor [B, H, L, Dv], got 'tensor<8x5xf32>'}}
+  %r = attn.gate %o, %g : tensor<8x5xf32>, tensor<8x5xf32>
+  return
+}
+
+// -----
+
+// A ragged batch's rows are packed [T, H, Dv]: the gate follows them.
+func.func @gate_packed_rank(%o: tensor<8x5x32xf32>, %g: tensor<8x5x32x1xf32>) {
+  // expected-error @+1 {{'gate' must be a rank-3 tensor [T, H, Dv or 1], got 'tensor<8x5x32x1xf32>'}}
+  %r = attn.gate %o, %g : tensor<8x5x32xf32>, tensor<8x5x32x1xf32>
   return
 }
 

@@ -86,7 +86,7 @@ func.func @paged_table(%q: tensor<2x8x1x64xf32>, %k: tensor<9x16x2x64xf32>, %v: 
 
 func.func @paged_half(%q: tensor<2x8x1x64xf32>, %k: tensor<9x16x2x64xf32>, %v: tensor<9x16x2x32xf32>, %t: tensor<2x4xi32>) {
   // expected-error @+1 {{a paged cache needs both 'page_table' and 'seq_lens'}}
-  %o = "attn.sdpa"(%q, %k, %v, %t) <{mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0>}> ({}, {}) : (tensor<2x8x1x64xf32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>, tensor<2x4xi32>) -> tensor<2x8x1x32xf32>
+  %o = "attn.sdpa"(%q, %k, %v, %t) <{mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0, 0, 0>}> ({}, {}) : (tensor<2x8x1x64xf32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>, tensor<2x4xi32>) -> tensor<2x8x1x32xf32>
   return
 }
 
@@ -103,5 +103,53 @@ func.func @append_heads(%k: tensor<5x4x64xf32>, %v: tensor<5x4x32xf32>, %s: tens
 func.func @append_slots(%k: tensor<5x2x64xf32>, %v: tensor<5x2x32xf32>, %s: tensor<4xi32>, %kc: tensor<9x16x2x64xf32>, %vc: tensor<9x16x2x32xf32>) {
   // expected-error @+1 {{'slots' dim 0 (T) must match 'key' dim 0 (T): expected 5, got 4}}
   %a, %b = attn.kv_append %k, %v, %s into %kc, %vc : tensor<5x2x64xf32>, tensor<5x2x32xf32>, tensor<4xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_keys_missing(%q: tensor<9x8x64xf32>, %k: tensor<12x2x64xf32>, %v: tensor<12x2x32xf32>, %cu: tensor<3xi32>) {
+  // expected-error @+1 {{a ragged batch needs the keys' offsets 'cu_seqlens_k' (or a paged cache)}}
+  %o = attn.sdpa %q, %k, %v ragged(%cu : tensor<3xi32>) {mask = #attn.mask<causal>} : tensor<9x8x64xf32>, tensor<12x2x64xf32>, tensor<12x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_paged_key_offsets(%q: tensor<9x8x64xf32>, %k: tensor<5x16x2x64xf32>, %v: tensor<5x16x2x32xf32>, %t: tensor<2x4xi32>, %l: tensor<2xi32>, %cu: tensor<3xi32>) {
+  // expected-error @+1 {{a ragged batch over a paged cache takes the queries' offsets alone: the cache's 'seq_lens' place the keys}}
+  %o = attn.sdpa %q, %k, %v paged(%t, %l : tensor<2x4xi32>, tensor<2xi32>) ragged(%cu, %cu : tensor<3xi32>, tensor<3xi32>) {mask = #attn.mask<causal>} : tensor<9x8x64xf32>, tensor<5x16x2x64xf32>, tensor<5x16x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_query_rank(%q: tensor<1x8x9x64xf32>, %k: tensor<12x2x64xf32>, %v: tensor<12x2x32xf32>, %cu: tensor<3xi32>) {
+  // expected-error @+1 {{'query' must be a rank-3 tensor [T, H, D]}}
+  %o = attn.sdpa %q, %k, %v ragged(%cu, %cu : tensor<3xi32>, tensor<3xi32>) {mask = #attn.mask<causal>} : tensor<1x8x9x64xf32>, tensor<12x2x64xf32>, tensor<12x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_offsets_count(%q: tensor<9x8x64xf32>, %k: tensor<12x2x64xf32>, %v: tensor<12x2x32xf32>, %cu_q: tensor<3xi32>, %cu_k: tensor<4xi32>) {
+  // expected-error @+1 {{'cu_seqlens_k' dim 0 (B+1) must match 'cu_seqlens_q' dim 0 (B+1): expected 3, got 4}}
+  %o = attn.sdpa %q, %k, %v ragged(%cu_q, %cu_k : tensor<3xi32>, tensor<4xi32>) {mask = #attn.mask<causal>} : tensor<9x8x64xf32>, tensor<12x2x64xf32>, tensor<12x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_paged_batch(%q: tensor<9x8x64xf32>, %k: tensor<5x16x2x64xf32>, %v: tensor<5x16x2x32xf32>, %t: tensor<2x4xi32>, %l: tensor<2xi32>, %cu: tensor<4xi32>) {
+  // expected-error @+1 {{'cu_seqlens_q' must have one more element than 'seq_lens' (B + 1 offsets of B sequences), got 4 and 2}}
+  %o = attn.sdpa %q, %k, %v paged(%t, %l : tensor<2x4xi32>, tensor<2xi32>) ragged(%cu : tensor<4xi32>) {mask = #attn.mask<causal>} : tensor<9x8x64xf32>, tensor<5x16x2x64xf32>, tensor<5x16x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_gate(%q: tensor<9x8x64xf32>, %k: tensor<12x2x64xf32>, %v: tensor<12x2x32xf32>, %g: tensor<9x8x7xf32>, %cu: tensor<3xi32>) {
+  // expected-error @+1 {{'gate' dim 2 must be 1 (headwise gate) or match 'value' dim 2 (Dv, elementwise gate): expected 1 or 32, got 7}}
+  %o = attn.sdpa %q, %k, %v gate(%g) ragged(%cu, %cu : tensor<3xi32>, tensor<3xi32>) {mask = #attn.mask<causal>} : tensor<9x8x64xf32>, tensor<12x2x64xf32>, tensor<12x2x32xf32>, tensor<9x8x7xf32>
   return
 }

@@ -77,6 +77,44 @@ func.func @paged_sdpa(%q: tensor<?x8x?x64xf32>, %k: tensor<?x16x2x64xf32>,
 
 // -----
 
+// A ragged softmax batch (SPEC §8): queries, gate, output and lse packed
+// token-major [T, H, F] with their offsets, keys packed [Tk, Hkv, F] with
+// theirs; D = 64 is the last dim of the packed q: scale 1/8.
+// CHECK-LABEL: func.func @ragged_sdpa
+// CHECK: attn.sdpa %{{.*}}, %{{.*}}, %{{.*}} gate(%{{.*}}) ragged(%{{.*}}, %{{.*}} : tensor<?xi32>, tensor<?xi32>) {mask = #attn.mask<causal>, return_lse} : tensor<?x8x64xf32>, tensor<?x2x64xf32>, tensor<?x2x32xf32>, tensor<?x8x32xf32>
+// BYTECODE: ragged(
+// INTERFACE: remark: q/k/v = operands 0/1/2, mask = #attn.mask<causal>, selection = dense, scale = 1.250000e-01, softcap = 0.000000e+00, normalizer = softmax, epilogue = sigmoid_gate 3, lse = yes, ragged: offsets = operand 4, key offsets = operand 5
+func.func @ragged_sdpa(%q: tensor<?x8x64xf32>, %k: tensor<?x2x64xf32>,
+                       %v: tensor<?x2x32xf32>, %g: tensor<?x8x32xf32>,
+                       %cu_q: tensor<?xi32>, %cu_k: tensor<?xi32>)
+    -> (tensor<?x8x32xf32>, tensor<?x8xf32>) {
+  %o, %lse = attn.sdpa %q, %k, %v gate(%g)
+      ragged(%cu_q, %cu_k : tensor<?xi32>, tensor<?xi32>)
+      {mask = #attn.mask<causal>, return_lse}
+      : tensor<?x8x64xf32>, tensor<?x2x64xf32>, tensor<?x2x32xf32>,
+        tensor<?x8x32xf32>
+  return %o, %lse : tensor<?x8x32xf32>, tensor<?x8xf32>
+}
+
+// -----
+
+// A ragged batch over a paged cache: the queries' offsets alone.
+// CHECK-LABEL: func.func @ragged_paged_sdpa
+// CHECK: attn.sdpa %{{.*}}, %{{.*}}, %{{.*}} paged(%{{.*}}, %{{.*}} : tensor<?x?xi32>, tensor<?xi32>) ragged(%{{.*}} : tensor<?xi32>) {mask = #attn.mask<causal>} : tensor<?x8x64xf32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>
+// INTERFACE: remark: q/k/v = operands 0/1/2, mask = #attn.mask<causal>, selection = dense, scale = 1.250000e-01, softcap = 0.000000e+00, normalizer = softmax, epilogue = none, lse = no, ragged: offsets = operand 5
+func.func @ragged_paged_sdpa(%q: tensor<?x8x64xf32>, %k: tensor<?x16x2x64xf32>,
+                             %v: tensor<?x16x2x32xf32>, %table: tensor<?x?xi32>,
+                             %lens: tensor<?xi32>, %cu_q: tensor<?xi32>)
+    -> tensor<?x8x32xf32> {
+  %o = attn.sdpa %q, %k, %v
+      paged(%table, %lens : tensor<?x?xi32>, tensor<?xi32>)
+      ragged(%cu_q : tensor<?xi32>) {mask = #attn.mask<causal>}
+      : tensor<?x8x64xf32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>
+  return %o : tensor<?x8x32xf32>
+}
+
+// -----
+
 // New rows written to their slots of a paged cache (SPEC §8 .append).
 // CHECK-LABEL: func.func @append
 // CHECK: attn.kv_append %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}} : tensor<?x2x64xf32>, tensor<?x2x32xf32>, tensor<?xi32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>
