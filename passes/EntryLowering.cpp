@@ -454,9 +454,6 @@ LogicalResult EntryLowering::run() {
       continue;
     }
     if (auto append = dyn_cast<KvAppendOp>(op)) {
-      if (target != "CPU")
-        return op.emitError()
-               << "no " << target << " lowering for 'attn.kv_append' yet";
       if (failed(checkCachesInPlace(append)))
         return failure();
       continue;

@@ -365,6 +365,16 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                                 builder, loc, name,
                                 tiling.toAttr(b.getContext()), types);
                           });
+  if (isa<KvAppendOp>(op)) {
+    // A thread per (new token, kv head, feature of k then v).
+    Value k = bindings[0];
+    Value features = m.index(m.staticDim(k, 2) + m.staticDim(bindings[1], 2));
+    return dispatchKernel(
+        b, m.mul(m.mul(m.dim(k, 0), m.index(m.staticDim(k, 1))), features), all,
+        [&](OpBuilder &builder, TypeRange types) {
+          return buildSimtKvAppendKernel(builder, loc, name, tiling, types);
+        });
+  }
   Value k = bindings[0];
   Value features = m.index(m.staticDim(k, 3) + m.staticDim(bindings[1], 3));
   Value threads =

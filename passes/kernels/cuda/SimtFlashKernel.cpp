@@ -55,6 +55,9 @@ private:
   // The phases, in the order build() emits them.
   void bindArguments(TypeRange bindingTypes);
   void mapRows();
+  /// Lk of the block's sequence and what follows from it (after mapRows
+  /// has the batch).
+  void findKeyLength();
   void allocateBuffers();
   void stageQueryTile();
   void findTreeNodes();
@@ -137,6 +140,9 @@ private:
   SoftmaxAttentionShape keys;
 
   // The bindings.
+  SoftmaxBindings inputs;
+  /// Where key j of the block's sequence is (findKeyLength).
+  std::optional<KeyRows> kv;
   Value q, k, v, parents, selection, gate, out, lse;
   Value tileClasses, tileList, tileCounts, workgroup;
 
@@ -244,7 +250,8 @@ void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
   partials = treePrefix || decodeSplit;
   auto args = func.getArguments();
   unsigned next = 0;
-  q = args[next++], k = args[next++], v = args[next++];
+  inputs = SoftmaxBindings(func, shape, next);
+  q = inputs.q, k = inputs.k, v = inputs.v;
   // The tree's prefix: the keys before the T = Lq tree keys, all visible,
   // or with a window those from each node's window start (its depth's);
   // variant regions see each node at its position P + depth.
@@ -284,15 +291,22 @@ void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
   storage = KernelEmitter::storageType(q);
   c0 = e.index(0), c1 = e.index(1), c32 = e.index(32);
 
-  lq = e.dim(q, 2), lk = e.dim(k, 2);
-  // Query row i sits at Lk - Lq + i (the variant regions' position).
+  lq = e.dim(q, 2);
+}
+
+void SimtFlashKernel::findKeyLength() {
+  // The keys of the block's sequence: dim 2 of k, or its seq_lens entry
+  // in a paged cache. Query row i sits at Lk - Lq + i (the variant
+  // regions' position).
+  kv.emplace(e, shape, inputs);
+  lk = kv->length(batch);
   firstPosition = e.sub(lk, lq);
   if (treePrefix)
     lk = e.sub(lk, lq);
+  from = c0, to = lk;
 }
 
 void SimtFlashKernel::mapRows() {
-  from = c0, to = lk;
   switch (mapping) {
   case RowMapping::SparseRow: {
     // Workgroup order (batch, head, query row, split), the split fastest:
@@ -304,6 +318,7 @@ void SimtFlashKernel::mapRows() {
     split = e.rem(workgroup, splits);
     RowOfWorkgroup at(e, e.div(workgroup, splits), shape.numHeads, lq);
     batch = at.batch;
+    findKeyLength();
     kvHead = e.div(at.head, e.index(group));
     first = at.row;
     rows = c1;
@@ -329,6 +344,7 @@ void SimtFlashKernel::mapRows() {
     rest = e.div(rest, tiles);
     kvHead = e.rem(rest, e.index(shape.numKvHeads));
     batch = e.div(rest, e.index(shape.numKvHeads));
+    findKeyLength();
     first = e.mul(tile, e.index(TQ));
     rows = e.minS(e.index(TQ), e.sub(packed, first));
     // The splits share the keys in whole key tiles (the host program picks
@@ -351,6 +367,7 @@ void SimtFlashKernel::mapRows() {
     Value bh = e.div(workgroup, tiles);
     head = e.rem(bh, e.index(shape.numHeads));
     batch = e.div(bh, e.index(shape.numHeads));
+    findKeyLength();
     kvHead = e.div(head, e.index(group));
     first = e.mul(tile, e.index(TQ));
     rows = e.minS(e.index(TQ), e.sub(lq, first));
@@ -639,7 +656,9 @@ SimtFlashKernel::keyRowsOf(Value tile) {
   Value firstKey = tileFirstKey(tile);
   return [this, firstKey](Value j) -> std::pair<SmallVector<Value>, Value> {
     auto [key, isKey] = keyAt(e.add(firstKey, j));
-    return {{batch, kvHead, key}, isKey};
+    // Rows past the keys are not read: clamp them to key 0 (a paged
+    // cache's table holds no page past a sequence's keys).
+    return {kv->at(batch, kvHead, e.select(isKey, key, c0)), isKey};
   };
 }
 

@@ -520,6 +520,12 @@ func::FuncOp buildSimtKvCompactKernel(OpBuilder &builder, Location loc,
                                       StringRef name, const GpuTiling &tiling,
                                       TypeRange bindingTypes);
 
+/// attn.kv_append: one thread per (new token, kv head, feature of k then
+/// v). Bindings: k_new, v_new, slots, k_cache, v_cache.
+func::FuncOp buildSimtKvAppendKernel(OpBuilder &builder, Location loc,
+                                     StringRef name, const GpuTiling &tiling,
+                                     TypeRange bindingTypes);
+
 } // namespace mlir::attn
 
 #endif // ATTN_PASSES_KERNELS_CUDA_SIMTKERNELS_H

@@ -810,3 +810,53 @@ func::FuncOp mlir::attn::buildSimtKvCompactKernel(OpBuilder &builder,
   func::ReturnOp::create(b);
   return func;
 }
+
+func::FuncOp mlir::attn::buildSimtKvAppendKernel(OpBuilder &builder,
+                                                 Location loc, StringRef name,
+                                                 const GpuTiling &tiling,
+                                                 TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createThreadKernel(builder, loc, name, bindingTypes, tiling, "kv_append");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  auto args = func.getArguments();
+  Value k = args[0], v = args[1], slots = args[2];
+  Value kCache = args[3], vCache = args[4], thread = args[5];
+  const int64_t pageSize = staticDim(bindingTypes[3], 1);
+  const int64_t numKvHeads = staticDim(bindingTypes[3], 2);
+  const int64_t D = staticDim(bindingTypes[0], 2);
+  const int64_t Dv = staticDim(bindingTypes[1], 2);
+
+  // Thread order (token, kv head, feature), the D features of k then the
+  // Dv of v fastest; the token's rows go to flat slot slots[t] of the
+  // caches (the runtime checked it is -1 or a slot of the cache).
+  Value feature = e.rem(thread, e.index(D + Dv));
+  Value rest = e.div(thread, e.index(D + Dv));
+  Value head = e.rem(rest, e.index(numKvHeads));
+  Value token = e.div(rest, e.index(numKvHeads));
+  Value slot = e.loadInt(slots, {token});
+  e.ifThen(e.icmp(arith::CmpIPredicate::sge, slot, e.i32(0)), [&] {
+    Value flat = e.toIndex(slot);
+    Value page = e.div(flat, e.index(pageSize));
+    Value offset = e.rem(flat, e.index(pageSize));
+    Value ofKey = e.icmp(arith::CmpIPredicate::ult, feature, e.index(D));
+    e.ifElse(
+        ofKey,
+        [&]() -> SmallVector<Value> {
+          memref::StoreOp::create(
+              b, memref::LoadOp::create(b, k, {token, head, feature}), kCache,
+              ValueRange{page, offset, head, feature});
+          return {};
+        },
+        [&]() -> SmallVector<Value> {
+          Value d = e.sub(feature, e.index(D));
+          memref::StoreOp::create(
+              b, memref::LoadOp::create(b, v, {token, head, d}), vCache,
+              ValueRange{page, offset, head, d});
+          return {};
+        });
+  });
+  func::ReturnOp::create(b);
+  return func;
+}

@@ -1,0 +1,229 @@
+//===- PagedAttentionTest.cpp - SPEC §8 paged KV caches, every backend ----===//
+//
+// A softmax layer with "layout": {"page_size": P}: each sequence's keys and
+// values in pages scattered through a cache whose other slots hold junk,
+// sequences of different lengths in one batch (decode through split-KV,
+// prefill through the flash kernel; an empty sequence), page sizes 1, 16
+// and 5, GQA, gates, windows and lse. Checked on the CPU kernels, the CUDA
+// kernels' CPU bodies and (when there is one) a GPU against the float64
+// reference run on each sequence's own keys.
+//
+//===----------------------------------------------------------------------===//
+
+#include "test/e2e/E2E.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+namespace attn::e2e {
+namespace {
+
+constexpr int64_t kH = 4, kHkv = 2, kD = 24, kDv = 20;
+
+struct PagedCase {
+  std::string label;
+  int64_t pageSize = 16;
+  std::vector<int64_t> keys;        ///< seq_lens
+  int64_t queries = 1;              ///< Lq
+  std::string mask = R"("causal")"; ///< as the description writes it
+  std::string gate;                 ///< "", "elementwise", "headwise"
+  bool lse = false;
+};
+
+std::string modelJson(const PagedCase &c) {
+  std::string json = R"({"model": "p", "layers": [{"name": "attn",
+    "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 24,
+    "value_dim": 20, "mask": )" +
+                     c.mask + R"(, "layout": {"page_size": )" +
+                     std::to_string(c.pageSize) + "}";
+  if (!c.gate.empty())
+    json += R"(, "gate": ")" + c.gate + "\"";
+  if (c.lse)
+    json += R"(, "return_lse": true)";
+  return json + "}]}";
+}
+
+class PagedAttention
+    : public testing::TestWithParam<std::tuple<PagedCase, Backend>> {};
+
+TEST_P(PagedAttention, MatchesEachSequencesKeys) {
+  const auto &[c, backend] = GetParam();
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(backend, modelDescription(modelJson(c)), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(std::hash<std::string>()(c.label));
+  const int64_t B = static_cast<int64_t>(c.keys.size()), P = c.pageSize;
+  const int64_t Lq = c.queries;
+
+  // Pages in a random order, two spare ones, junk everywhere first.
+  std::vector<int64_t> needed;
+  int64_t mostPages = 0, pages = 2;
+  for (int64_t n : c.keys) {
+    needed.push_back((n + P - 1) / P);
+    mostPages = std::max(mostPages, needed.back());
+    pages += needed.back();
+  }
+  std::vector<int32_t> order(pages);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  ref::Tensor kCache = ref::randomTensor({pages, P, kHkv, kD}, rng, -50, 50);
+  ref::Tensor vCache = ref::randomTensor({pages, P, kHkv, kDv}, rng, -50, 50);
+  ref::IntTensor table({B, mostPages + 1});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t p = 0; p <= mostPages; ++p)
+      table(b, p) = static_cast<int32_t>(1000 + p); // junk past the pages
+  ref::IntTensor lengths({B});
+  ref::Tensor q = ref::randomTensor({B, kH, Lq, kD}, rng);
+  ref::Tensor gate = ref::randomTensor(
+      {B, kH, Lq, c.gate == "headwise" ? int64_t{1} : kDv}, rng);
+  std::vector<ref::Tensor> keys, values;
+  int64_t used = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = c.keys[b];
+    lengths(b) = static_cast<int32_t>(n);
+    ref::Tensor k = ref::randomTensor({1, kHkv, n, kD}, rng);
+    ref::Tensor v = ref::randomTensor({1, kHkv, n, kDv}, rng);
+    for (int64_t p = 0; p < needed[b]; ++p)
+      table(b, p) = order[used++];
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t h = 0; h < kHkv; ++h) {
+        const int64_t page = table(b, j / P), slot = j % P;
+        for (int64_t d = 0; d < kD; ++d)
+          kCache(page, slot, h, d) = k(0, h, j, d);
+        for (int64_t d = 0; d < kDv; ++d)
+          vCache(page, slot, h, d) = v(0, h, j, d);
+      }
+    keys.push_back(std::move(k));
+    values.push_back(std::move(v));
+  }
+
+  std::vector<Tensor> inputs{toRuntime(q), toRuntime(kCache), toRuntime(vCache),
+                             intsToRuntime(table), intsToRuntime(lengths)};
+  if (!c.gate.empty())
+    inputs.push_back(toRuntime(gate));
+  std::vector<Tensor> outputs = runEntry(*model, "attn", inputs);
+  ASSERT_EQ(outputs.size(), c.lse ? 2u : 1u);
+  ref::Tensor o = fromRuntime(outputs[0]);
+
+  const ref::Mask mask = referenceMask(c.mask);
+  for (int64_t b = 0; b < B; ++b) {
+    ref::Tensor qb({1, kH, Lq, kD}), gb({1, kH, Lq, gate.dim(3)});
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t i = 0; i < Lq; ++i) {
+        for (int64_t d = 0; d < kD; ++d)
+          qb(0, h, i, d) = q(b, h, i, d);
+        for (int64_t d = 0; d < gate.dim(3); ++d)
+          gb(0, h, i, d) = gate(b, h, i, d);
+      }
+    ref::AttentionResult expected = ref::sdpa(qb, keys[b], values[b], mask, {},
+                                              c.gate.empty() ? nullptr : &gb);
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t i = 0; i < Lq; ++i) {
+        for (int64_t d = 0; d < kDv; ++d)
+          EXPECT_NEAR(o(b, h, i, d), expected.output(0, h, i, d), 2e-4)
+              << "o of sequence " << b << " head " << h << " row " << i;
+        if (!c.lse)
+          continue;
+        const double lse = fromRuntime(outputs[1])(b, h, i),
+                     want = expected.lse(0, h, i);
+        if (std::isinf(want))
+          EXPECT_TRUE(std::isinf(lse) && lse < 0) << "lse of an empty row";
+        else
+          EXPECT_NEAR(lse, want, 2e-4) << "lse of sequence " << b;
+      }
+  }
+}
+
+class PagedAppend : public testing::TestWithParam<Backend> {};
+
+// <layer>.append writes each new token's rows to its flat slot of both
+// caches, in place; slot -1 skips a token and every other slot keeps its
+// value.
+TEST_P(PagedAppend, WritesEachTokenToItsSlot) {
+  const Backend backend = GetParam();
+  PagedCase c;
+  c.pageSize = 4;
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(backend, modelDescription(modelJson(c)), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(7);
+  const int64_t T = 7, pages = 5;
+  ref::Tensor kNew = randomF32({T, kHkv, kD}, rng, -1, 1);
+  ref::Tensor vNew = randomF32({T, kHkv, kDv}, rng, -1, 1);
+  ref::IntTensor slots({T});
+  const int32_t chosen[T] = {13, 2, -1, 19, 0, 7, 8};
+  for (int64_t t = 0; t < T; ++t)
+    slots(t) = chosen[t];
+  ref::Tensor kCache = randomF32({pages, 4, kHkv, kD}, rng, -1, 1);
+  ref::Tensor vCache = randomF32({pages, 4, kHkv, kDv}, rng, -1, 1);
+  ref::Tensor kExpected = kCache, vExpected = vCache;
+  for (int64_t t = 0; t < T; ++t) {
+    if (chosen[t] < 0)
+      continue;
+    const int64_t page = chosen[t] / 4, offset = chosen[t] % 4;
+    for (int64_t h = 0; h < kHkv; ++h) {
+      for (int64_t d = 0; d < kD; ++d)
+        kExpected(page, offset, h, d) = kNew(t, h, d);
+      for (int64_t d = 0; d < kDv; ++d)
+        vExpected(page, offset, h, d) = vNew(t, h, d);
+    }
+  }
+  std::vector<Tensor> inputs{toRuntime(kNew), toRuntime(vNew),
+                             intsToRuntime(slots), toRuntime(kCache),
+                             toRuntime(vCache)};
+  std::vector<Tensor> outputs = runEntry(*model, "attn.append", inputs);
+  EXPECT_TRUE(outputs.empty());
+  EXPECT_EQ(ref::maxRelativeError(fromRuntime(inputs[3]), kExpected), 0.0);
+  EXPECT_EQ(ref::maxRelativeError(fromRuntime(inputs[4]), vExpected), 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, PagedAppend,
+    testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu, Backend::Cuda),
+    [](const auto &info) { return std::string(backendName(info.param)); });
+
+std::vector<PagedCase> cases() {
+  std::vector<PagedCase> all;
+  for (int64_t P : {1, 16, 5}) {
+    const std::string p = "_p" + std::to_string(P);
+    all.push_back({"decode" + p, P, {37, 1, 16, 80}, 1});
+    all.push_back({"extend" + p, P, {37, 9, 16, 80}, 6});
+    all.push_back({"prefill" + p, P, {40, 25, 33}, 25});
+  }
+  all.push_back({"decode_gate_lse",
+                 16,
+                 {100, 3, 64},
+                 1,
+                 R"("causal")",
+                 "headwise",
+                 true});
+  all.push_back(
+      {"prefill_gate", 5, {70, 40}, 40, R"("causal")", "elementwise"});
+  all.push_back(
+      {"window", 5, {50, 70, 20}, 20, R"({"sliding_window": 12})", "", true});
+  all.push_back({"empty_sequence", 16, {0, 5, 33}, 1, R"("none")", "", true});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PagedAttention,
+    testing::Combine(testing::ValuesIn(cases()),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
+    [](const auto &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
+
+} // namespace
+} // namespace attn::e2e
