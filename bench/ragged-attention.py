@@ -9,13 +9,15 @@ ragged layout, all in one run:
     ragged layout);
   * padded: the dense entry on [count + 1, H, long, D] (every sequence
     padded to the longest, what a batch of equal lengths needs; the causal
-    mask leaves each short sequence attending over its padding).
+    mask leaves each short sequence attending over its padding), timed
+    once.
 
 The targets: ragged at most the separate calls' time (the same arithmetic,
 one call) and a small fraction of the padded call's. A mixed batch (the
 long prefill beside `--count` decode rows over `--context` keys each) is
-timed too, against its two halves called separately. Medians of
-`--runs` runs after a warm-up, milliseconds.
+timed too, against its sequences called separately. Medians of `--runs`
+runs after a warm-up (the ragged and separate runs interleaved), in
+milliseconds.
 
     PYTHONPATH=build/python python3 bench/ragged-attention.py [--threads N]
 """
@@ -36,7 +38,7 @@ parser.add_argument("--context", type=int, default=2048)
 parser.add_argument("--heads", type=int, default=8)
 parser.add_argument("--kv-heads", type=int, default=2)
 parser.add_argument("--dim", type=int, default=64)
-parser.add_argument("--runs", type=int, default=3)
+parser.add_argument("--runs", type=int, default=9)
 parser.add_argument("--skip-padded", action="store_true",
                     help="the padded call takes minutes at the defaults")
 args = parser.parse_args()
@@ -52,14 +54,18 @@ rng = np.random.default_rng(0)
 f = lambda *s: rng.standard_normal(s).astype(np.float32)
 
 
-def median_ms(fn):
-    fn()
-    times = []
-    for _ in range(args.runs):
-        start = time.perf_counter()
+def median_ms(*fns):
+    """Each function's median time, the runs interleaved (this machine's
+    speed drifts over seconds: alternating keeps the ratio fair)."""
+    for fn in fns:
         fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    times = [[] for _ in fns]
+    for _ in range(args.runs):
+        for fn, out in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - start) * 1e3)
+    return [statistics.median(t) for t in times]
 
 
 def offsets(lengths):
@@ -75,7 +81,6 @@ def compare(title, q_lengths, k_lengths, padded):
     cu_q, cu_k = offsets(q_lengths), offsets(k_lengths)
     q = f(cu_q[-1], H, D)
     k, v = f(cu_k[-1], HKV, D), f(cu_k[-1], HKV, D)
-    ragged_ms = median_ms(lambda: ragged["attn"](q, k, v, cu_q, cu_k))
     sequences = [(per_sequence(q, cu_q, b), per_sequence(k, cu_k, b),
                   per_sequence(v, cu_k, b)) for b in range(len(q_lengths))]
 
@@ -83,7 +88,8 @@ def compare(title, q_lengths, k_lengths, padded):
         for qb, kb, vb in sequences:
             dense["attn"](qb, kb, vb)
 
-    separate_ms = median_ms(separate)
+    ragged_ms, separate_ms = median_ms(
+        lambda: ragged["attn"](q, k, v, cu_q, cu_k), separate)
     print(title)
     print(f"  ragged (one call)       {ragged_ms:10.2f} ms")
     print(f"  separate (one per seq.) {separate_ms:10.2f} ms   "
@@ -98,7 +104,10 @@ def compare(title, q_lengths, k_lengths, padded):
         qp[b, :, Lq - q_lengths[b]:] = qb[0]
         kp[b, :, Lk - k_lengths[b]:] = kb[0]
         vp[b, :, Lk - k_lengths[b]:] = vb[0]
-    padded_ms = median_ms(lambda: dense["attn"](qp, kp, vp))
+    # One run: it takes 60x the others.
+    start = time.perf_counter()
+    dense["attn"](qp, kp, vp)
+    padded_ms = (time.perf_counter() - start) * 1e3
     print(f"  padded to {Lq:<6d}        {padded_ms:10.2f} ms   "
           f"ragged/padded = {ragged_ms / padded_ms:.3f}x")
 

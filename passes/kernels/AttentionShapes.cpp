@@ -98,9 +98,20 @@ SmallVector<Value> KeyRows::at(Value batch, Value kvHead, Value j) const {
     Value page = e.toIndex(e.loadInt(pageTable, {batch, e.div(j, size)}));
     return {page, e.rem(j, size), kvHead};
   }
-  if (keyOffsets)
-    return {e.add(e.toIndex(e.loadInt(keyOffsets, {batch})), j), kvHead};
+  if (keyOffsets) {
+    Value first = batch == boundBatch
+                      ? boundFirst
+                      : e.toIndex(e.loadInt(keyOffsets, {batch}));
+    return {e.add(first, j), kvHead};
+  }
   return {batch, kvHead, j};
+}
+
+void KeyRows::bind(Value batch) {
+  if (!keyOffsets)
+    return;
+  boundBatch = batch;
+  boundFirst = e.toIndex(e.loadInt(keyOffsets, {batch}));
 }
 
 QueryRows::QueryRows(KernelEmitter &e, const SoftmaxBindings &args)
@@ -116,7 +127,16 @@ Value QueryRows::length(Value batch) const {
 SmallVector<Value> QueryRows::at(Value batch, Value head, Value row) const {
   if (!offsets)
     return {batch, head, row};
-  return {e.add(e.toIndex(e.loadInt(offsets, {batch})), row), head};
+  Value first = batch == boundBatch ? boundFirst
+                                    : e.toIndex(e.loadInt(offsets, {batch}));
+  return {e.add(first, row), head};
+}
+
+void QueryRows::bind(Value batch) {
+  if (!offsets)
+    return;
+  boundBatch = batch;
+  boundFirst = e.toIndex(e.loadInt(offsets, {batch}));
 }
 
 SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,

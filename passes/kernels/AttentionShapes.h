@@ -92,11 +92,16 @@ public:
   /// The index prefix of key `j` of sequence `batch` at kv head `kvHead` in
   /// k and v, before the feature index.
   SmallVector<Value> at(Value batch, Value kvHead, Value j) const;
+  /// Reads where sequence `batch` starts once, here, for the kernel's later
+  /// at(batch, ...) (in its inner loops the offset's load would be
+  /// repeated: LLVM cannot tell that the kernel's stores leave it alone).
+  void bind(Value batch);
 
 private:
   KernelEmitter &e;
   Value k, pageTable, keyLengths, keyOffsets;
   int64_t pageSize;
+  Value boundBatch, boundFirst;
 };
 
 /// Where a softmax kernel reads its queries and writes its rows (q, gate,
@@ -110,10 +115,13 @@ public:
   Value length(Value batch) const;
   /// The index prefix of row `row` of sequence `batch` at head `head`.
   SmallVector<Value> at(Value batch, Value head, Value row) const;
+  /// As KeyRows::bind.
+  void bind(Value batch);
 
 private:
   KernelEmitter &e;
   Value q, offsets;
+  Value boundBatch, boundFirst;
 };
 
 /// A ragged batch's work (SPEC §8), planned per call over the real

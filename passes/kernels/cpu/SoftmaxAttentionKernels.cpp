@@ -225,8 +225,10 @@ func::FuncOp FlashKernel::build() {
   auto attend = [&] {
     if (shape.ragged)
       lq = queries->length(batch);
+    queries->bind(batch);
     rows = e.minS(e.index(TQ), e.sub(lq, q0));
     kv.emplace(e, shape, inputs);
+    kv->bind(batch);
     lk = kv->length(batch);
     if (treePrefix)
       lk = e.sub(lk, lq);
@@ -778,7 +780,9 @@ func::FuncOp SplitKvKernel::build() {
   mapRow();
   auto attend = [&] {
     kv.emplace(e, shape, inputs);
+    kv->bind(batch);
     lk = kv->length(batch);
+    queries->bind(batch);
     if (shape.ragged)
       lq = queries->length(batch);
     if (treePrefix)
