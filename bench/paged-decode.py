@@ -3,8 +3,8 @@ contiguously, on the CPU, in one run (SPEC §8, issue: serving layouts):
 Qwen3-Next's gated attention shape (16 query heads, 2 kv heads, head dim
 256) by default, B sequences of L keys each, pages of P keys scattered at
 random through a cache with room to spare. The target is paged at most
-1.1x the contiguous time. Medians of 21 runs after a warm-up,
-milliseconds; the traffic of the keys and values read, against the
+1.1x the contiguous time. Medians of 21 runs after a warm-up (paged and
+contiguous interleaved), milliseconds; the traffic of the keys and values read, against the
 machine's copy bandwidth measured in the same run.
 
     PYTHONPATH=build/python python3 bench/paged-decode.py [--threads N]
@@ -57,26 +57,30 @@ for b in range(B):
 lengths = np.full(B, L, np.int32)
 
 
-def median_ms(fn, runs=21):
-    fn()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
+def median_ms(*fns, runs=21):
+    """Each function's median time, the runs interleaved (this machine's
+    speed drifts over seconds: alternating keeps the ratio fair)."""
+    for fn in fns:
         fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    times = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, out in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - start) * 1e3)
+    return [statistics.median(t) for t in times]
 
 
 o_contiguous = contiguous["attn"](q, k, v)
 o_paged = paged["attn"](q, k_cache, v_cache, table, lengths)
 assert np.allclose(o_contiguous, o_paged, atol=1e-5), "paged != contiguous"
 
-contiguous_ms = median_ms(lambda: contiguous["attn"](q, k, v))
-paged_ms = median_ms(lambda: paged["attn"](q, k_cache, v_cache, table,
-                                           lengths))
+contiguous_ms, paged_ms = median_ms(
+    lambda: contiguous["attn"](q, k, v),
+    lambda: paged["attn"](q, k_cache, v_cache, table, lengths))
 source = np.ones(k.nbytes // 4, np.float32)
 target = np.empty_like(source)
-copy_ms = median_ms(lambda: np.copyto(target, source))
+copy_ms, = median_ms(lambda: np.copyto(target, source))
 traffic = k.nbytes + v.nbytes
 print(f"decode, B={B} H={H} Hkv={HKV} D={D}, {L} keys per sequence, pages "
       f"of {P}, threads={args.threads or 'all'}")

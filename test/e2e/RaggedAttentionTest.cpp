@@ -1,0 +1,181 @@
+//===- RaggedAttentionTest.cpp - SPEC §8 ragged softmax batches -----------===//
+//
+// A softmax layer with "layout": {"ragged": true}: sequences of 0 to 70
+// query rows packed token-major with their offsets, decode rows (split-KV)
+// and prefill rows (flash tiles) in one call, keys packed with their own
+// offsets or in a paged cache, against the float64 reference run on each
+// sequence alone. Ragged batches have CPU kernels only so far.
+//
+//===----------------------------------------------------------------------===//
+
+#include "test/e2e/E2E.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+
+namespace attn::e2e {
+namespace {
+
+constexpr int64_t kH = 4, kHkv = 2, kD = 24, kDv = 20;
+
+struct RaggedCase {
+  std::string label;
+  std::vector<int64_t> queries, keys;
+  int64_t pageSize = 0; ///< 0: packed keys
+  std::string mask = R"("causal")";
+  bool gate = false, lse = false;
+};
+
+std::string modelJson(const RaggedCase &c) {
+  std::string layout = R"({"ragged": true)";
+  if (c.pageSize)
+    layout += R"(, "page_size": )" + std::to_string(c.pageSize);
+  std::string json = R"({"model": "r", "layers": [{"name": "attn",
+    "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 24,
+    "value_dim": 20, "mask": )" +
+                     c.mask + R"(, "layout": )" + layout + "}";
+  if (c.gate)
+    json += R"(, "gate": "elementwise")";
+  if (c.lse)
+    json += R"(, "return_lse": true)";
+  return json + "}]}";
+}
+
+ref::IntTensor offsetsOf(const std::vector<int64_t> &lengths) {
+  ref::IntTensor cu({static_cast<int64_t>(lengths.size()) + 1});
+  cu(0) = 0;
+  for (size_t b = 0; b < lengths.size(); ++b)
+    cu(b + 1) = cu(b) + static_cast<int32_t>(lengths[b]);
+  return cu;
+}
+
+/// Rows [first, first + n) of a packed [T, H, F] tensor as [1, H, n, F].
+ref::Tensor unpack(const ref::Tensor &x, int64_t first, int64_t n) {
+  ref::Tensor out({1, x.dim(1), n, x.dim(2)});
+  for (int64_t h = 0; h < x.dim(1); ++h)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t f = 0; f < x.dim(2); ++f)
+        out(0, h, t, f) = x(first + t, h, f);
+  return out;
+}
+
+class RaggedAttention : public testing::TestWithParam<RaggedCase> {};
+
+TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
+  const RaggedCase &c = GetParam();
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(Backend::Cpu, modelDescription(modelJson(c)), 2, skip);
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(std::hash<std::string>()(c.label));
+  const int64_t B = static_cast<int64_t>(c.queries.size());
+  const ref::IntTensor cuQ = offsetsOf(c.queries), cuK = offsetsOf(c.keys);
+  const int64_t T = cuQ(B), Tk = cuK(B);
+  ref::Tensor q = ref::randomTensor({T, kH, kD}, rng);
+  ref::Tensor k = ref::randomTensor({Tk, kHkv, kD}, rng);
+  ref::Tensor v = ref::randomTensor({Tk, kHkv, kDv}, rng);
+  ref::Tensor gate = ref::randomTensor({T, kH, kDv}, rng);
+
+  std::vector<Tensor> inputs{toRuntime(q)};
+  if (c.pageSize) {
+    // Each sequence's pages at scattered places of a cache full of junk.
+    const int64_t P = c.pageSize;
+    int64_t pages = 1, mostPages = 1;
+    for (int64_t n : c.keys) {
+      pages += (n + P - 1) / P;
+      mostPages = std::max(mostPages, (n + P - 1) / P);
+    }
+    std::vector<int32_t> order(pages);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    ref::Tensor kCache = ref::randomTensor({pages, P, kHkv, kD}, rng, -50, 50);
+    ref::Tensor vCache = ref::randomTensor({pages, P, kHkv, kDv}, rng, -50, 50);
+    ref::IntTensor table({B, mostPages});
+    ref::IntTensor lengths({B});
+    int64_t used = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      lengths(b) = static_cast<int32_t>(c.keys[b]);
+      for (int64_t p = 0; p < mostPages; ++p)
+        table(b, p) = p * P < c.keys[b] ? order[used++] : -3;
+      for (int64_t j = 0; j < c.keys[b]; ++j)
+        for (int64_t h = 0; h < kHkv; ++h) {
+          for (int64_t d = 0; d < kD; ++d)
+            kCache(table(b, j / P), j % P, h, d) = k(cuK(b) + j, h, d);
+          for (int64_t d = 0; d < kDv; ++d)
+            vCache(table(b, j / P), j % P, h, d) = v(cuK(b) + j, h, d);
+        }
+    }
+    for (const Tensor &t : {toRuntime(kCache), toRuntime(vCache),
+                            intsToRuntime(table), intsToRuntime(lengths)})
+      inputs.push_back(t);
+  } else {
+    inputs.push_back(toRuntime(k));
+    inputs.push_back(toRuntime(v));
+  }
+  if (c.gate)
+    inputs.push_back(toRuntime(gate));
+  inputs.push_back(intsToRuntime(cuQ));
+  if (!c.pageSize)
+    inputs.push_back(intsToRuntime(cuK));
+  std::vector<Tensor> outputs = runEntry(*model, "attn", inputs);
+  ASSERT_EQ(outputs.size(), c.lse ? 2u : 1u);
+  ref::Tensor o = fromRuntime(outputs[0]);
+  ASSERT_EQ(o.shape(), (std::vector<int64_t>{T, kH, kDv}));
+
+  const ref::Mask mask = referenceMask(c.mask);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t lq = c.queries[b], lk = c.keys[b];
+    if (lq == 0)
+      continue;
+    ref::Tensor gb = unpack(gate, cuQ(b), lq);
+    ref::AttentionResult expected =
+        ref::sdpa(unpack(q, cuQ(b), lq), unpack(k, cuK(b), lk),
+                  unpack(v, cuK(b), lk), mask, {}, c.gate ? &gb : nullptr);
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t i = 0; i < lq; ++i) {
+        for (int64_t d = 0; d < kDv; ++d)
+          EXPECT_NEAR(o(cuQ(b) + i, h, d), expected.output(0, h, i, d), 2e-4)
+              << "o of sequence " << b << " head " << h << " row " << i;
+        if (!c.lse)
+          continue;
+        const double lse = fromRuntime(outputs[1])(cuQ(b) + i, h),
+                     want = expected.lse(0, h, i);
+        if (std::isinf(want))
+          EXPECT_TRUE(std::isinf(lse) && lse < 0) << "lse of an empty row";
+        else
+          EXPECT_NEAR(lse, want, 2e-4) << "lse of sequence " << b;
+      }
+  }
+}
+
+std::vector<RaggedCase> cases() {
+  // Decode rows (1 .. 8: split-KV) and prefill rows (flash) mixed, an
+  // empty sequence, more keys than queries.
+  const std::vector<int64_t> queries{1, 37, 0, 8, 9, 1, 70};
+  const std::vector<int64_t> keys{600, 37, 5, 40, 100, 1, 75};
+  std::vector<RaggedCase> all;
+  all.push_back({"packed", queries, keys});
+  all.push_back(
+      {"packed_gate_lse", queries, keys, 0, R"("causal")", true, true});
+  all.push_back(
+      {"packed_window", queries, keys, 0, R"({"sliding_window": 16})"});
+  all.push_back(
+      {"packed_no_key", {3, 50}, {0, 60}, 0, R"("none")", false, true});
+  all.push_back({"decode_only", {1, 1, 1, 1, 1}, {1, 2, 1100, 3, 64}});
+  for (int64_t P : {1, 16, 5})
+    all.push_back({"paged_p" + std::to_string(P), queries, keys, P});
+  all.push_back(
+      {"paged_gate_lse", queries, keys, 16, R"("causal")", true, true});
+  // Many long decode rows: the plan makes longer key ranges, not more.
+  all.push_back({"many_decode_rows", std::vector<int64_t>(40, 2),
+                 std::vector<int64_t>(40, 900), 16});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, RaggedAttention, testing::ValuesIn(cases()),
+                         [](const auto &info) { return info.param.label; });
+
+} // namespace
+} // namespace attn::e2e
