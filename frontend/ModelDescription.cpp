@@ -216,9 +216,10 @@ void readAttentionLayout(Reader &reader, const json::Object &layer,
   // What is named is where the layout meets what it does not support yet.
   const std::string at =
       Reader::join(layoutPath, out.pageSize > 0 ? "page_size" : "ragged");
-  const char *unsupported = out.sparsity ? "sparsity"
-                            : out.tree   ? "\"tree\""
-                                         : nullptr;
+  // A paged layer's "tree" reads its prefix and tree keys from the cache.
+  const char *unsupported = out.sparsity             ? "sparsity"
+                            : out.tree && out.ragged ? "\"tree\""
+                                                     : nullptr;
   if (unsupported && (out.ragged || out.pageSize > 0))
     reader.fail(at, std::string(unsupported) + " over a " +
                         (out.pageSize > 0 ? "paged KV cache" : "ragged batch") +

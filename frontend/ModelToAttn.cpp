@@ -403,9 +403,9 @@ private:
       IntegerAttr window = layer.mask == frontend::MaskKind::SlidingWindow
                                ? builder.getI64IntegerAttr(layer.window)
                                : IntegerAttr();
-      auto tree = TreeSdpaOp::create(builder, loc, entry["q"], entry["k"],
-                                     entry["v"], entry["parents"], Value(),
-                                     window, scale, softcap, returnLse(layer));
+      auto tree = TreeSdpaOp::create(
+          builder, loc, entry["q"], entry["k"], entry["v"], entry["parents"],
+          Value(), Value(), Value(), window, scale, softcap, returnLse(layer));
       addVariantRegions(tree, layer, entry);
       finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
     }
@@ -553,8 +553,42 @@ private:
         optional("cu_seqlens_k"), mask, scale, softcap, returnLse(layer));
     addVariantRegions(sdpa, layer, entry);
     finishAttention(entry, gated(entry, sdpa.getOutput()), sdpa.getLse());
-    if (paged)
-      addAppend(layer);
+    if (!paged)
+      return;
+    addAppend(layer);
+    if (layer.tree)
+      addPagedTree(layer, scale, softcap);
+  }
+
+  /// <layer>.tree over a paged cache: q[B,H,T,D], k_cache, v_cache,
+  /// page_table, seq_lens, parents (+ gate) (+ extras) -> o, the tree's T
+  /// keys the last of each sequence's seq_lens[b]. There is no .compact:
+  /// the engine writes the accepted tokens' rows with <layer>.append.
+  void addPagedTree(const AttentionLayer &layer, FloatAttr scale,
+                    FloatAttr softcap) {
+    auto cache = [&](int64_t features) {
+      return tensor({kDyn, layer.pageSize, layer.numKvHeads, features},
+                    element);
+    };
+    EntryBuilder entry(builder, module, layer.name + ".tree");
+    entry.arg("q", rows(layer.numHeads, layer.headDim));
+    entry.arg("k_cache", cache(layer.headDim));
+    entry.arg("v_cache", cache(layer.valueDim));
+    entry.arg("page_table", tensor({kDyn, kDyn}, i32()));
+    entry.arg("seq_lens", tensor({kDyn}, i32()));
+    entry.arg("parents", tensor({kDyn, kDyn}, i32()));
+    declareGate(entry, layer);
+    declareVariantInputs(entry, layer);
+    entry.beginBody();
+    IntegerAttr window = layer.mask == frontend::MaskKind::SlidingWindow
+                             ? builder.getI64IntegerAttr(layer.window)
+                             : IntegerAttr();
+    auto tree = TreeSdpaOp::create(
+        builder, builder.getUnknownLoc(), entry["q"], entry["k_cache"],
+        entry["v_cache"], entry["parents"], Value(), entry["page_table"],
+        entry["seq_lens"], window, scale, softcap, returnLse(layer));
+    addVariantRegions(tree, layer, entry);
+    finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
   }
 
   /// <layer>.append (SPEC §8): k_new, v_new, slots, k_cache, v_cache (both

@@ -92,7 +92,8 @@ void CpuEntryLowering::lowerGatheredSoftmax(
     // parents.
     SmallVector<Value> prefixBindings = s.splitBindings();
     if (shape.treePrefixNeedsDepths())
-      prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
+      prefixBindings.insert(prefixBindings.begin() + s.keyBindings().size(),
+                            s.selection);
     std::string prefixName = kernelName("tree_prefix");
     Value queryTiles = m.ceilDiv(s.lq, m.index(tiling.queryTile));
     dispatchKernel(
@@ -117,8 +118,9 @@ void CpuEntryLowering::lowerGatheredSoftmax(
                                              shape, tiling, types,
                                              KeyPart::TreePrefix);
         });
-    SmallVector<Value> nodeBindings = s.withVariantTensors(
-        {s.q, s.k, s.v, s.selection, s.partialOut, s.partialLse});
+    SmallVector<Value> nodeBindings = s.keyBindings();
+    nodeBindings.append({s.selection, s.partialOut, s.partialLse});
+    nodeBindings = s.withVariantTensors(std::move(nodeBindings));
     std::string nodesName = kernelName("tree_nodes");
     dispatchKernel(b, rows, nodeBindings,
                    [&](OpBuilder &builder, TypeRange types) {
@@ -133,7 +135,8 @@ void CpuEntryLowering::lowerGatheredSoftmax(
                    });
     return;
   }
-  SmallVector<Value> bindings{s.q, s.k, s.v, s.selection};
+  SmallVector<Value> bindings = s.keyBindings();
+  bindings.push_back(s.selection);
   if (s.gate)
     bindings.push_back(s.gate);
   bindings.push_back(s.out);

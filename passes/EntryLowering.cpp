@@ -238,7 +238,13 @@ private:
     if (Value pageTable = op.getKeyPageTable()) {
       // A paged cache [NP, P, Hkv, F]: its pages are shared by the batch's
       // sequences; the page table [B, MP] and seq_lens [B] follow the
-      // queries.
+      // queries (a tree's T nodes, with its parents [B, T]).
+      if (op.getKeySelectionKind() == KeySelectionKind::Tree) {
+        Value parents = op.getKeySelection();
+        nameRole({q, 2}, "T");
+        unite({q, 0}, {parents, 0});
+        unite({q, 2}, {parents, 1});
+      }
       unite({k, 0}, {v, 0}, "NP");
       unite({q, 0}, {pageTable, 0}, "B");
       nameRole({pageTable, 1}, "MP");
@@ -669,7 +675,9 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                         op->getName().getStringRef());
   if (Value selection = op.getKeySelection()) {
     s.selection = buffers.lookup(selection);
-    if (op.getKeySelectionKind() == KeySelectionKind::Tree)
+    // Over a paged cache the runtime checks each sequence's keys (the
+    // contract of seq_lens).
+    if (op.getKeySelectionKind() == KeySelectionKind::Tree && !s.pageTable)
       assertAtRunTime(
           b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, s.lk, s.lq),
           "attn.tree_sdpa: dim 2 of 'k' (P + T) must hold at least "
@@ -920,9 +928,14 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
                   "queries must be entry inputs (checked at run time before "
                   "anything runs)";
       setContract(table, "page_table", cache.getArgNumber());
+      // A tree's sequences hold at least its T nodes' keys, whatever the
+      // mask.
+      const bool tree =
+          attention.getKeySelectionKind() == KeySelectionKind::Tree;
       setContract(lengths, "sequence_lengths", table.getArgNumber(),
-                  causal ? std::optional<unsigned>(queries.getArgNumber())
-                         : std::nullopt);
+                  causal || tree
+                      ? std::optional<unsigned>(queries.getArgNumber())
+                      : std::nullopt);
     }
     // The slots attn.kv_append writes (against the cache).
     if (auto append = dyn_cast<KvAppendOp>(op)) {

@@ -900,6 +900,23 @@ TreeSdpaOp::inferReturnTypes(MLIRContext *context,
 
 LogicalResult TreeSdpaOp::verify() {
   auto emit = [&]() { return emitOpError(); };
+  if (static_cast<bool>(getPageTable()) != static_cast<bool>(getSeqLens()))
+    return emitOpError() << "a paged cache needs both 'page_table' and "
+                            "'seq_lens'";
+  if (getPageTable()) {
+    NamedTensor q = named("query", getQuery(), kTreeQueryDims);
+    NamedTensor parents = named("parents", getParents(), kTreeDims);
+    if (failed(verifyPagedCache(emit, q, getKey(), getValue(), getPageTable(),
+                                getSeqLens(), getGate(), toDouble(getScale()),
+                                getSoftcap().convertToDouble(), Value())) ||
+        failed(checkRank(emit, parents)) ||
+        failed(checkSameDim(emit, parents, 0, q, 0)) ||
+        failed(checkSameDim(emit, parents, 1, q, 2)))
+      return failure();
+    if (std::optional<uint64_t> window = getWindow())
+      return checkPositive(emit, "window", static_cast<int64_t>(*window));
+    return success();
+  }
   NamedTensor q = named("query", getQuery(), kTreeQueryDims);
   NamedTensor k = named("key", getKey(), kTreeKeyDims);
   NamedTensor v = named("value", getValue(), kTreeValueDims);
@@ -961,6 +978,8 @@ KeySelectionKind TreeSdpaOp::getKeySelectionKind() {
   return KeySelectionKind::Tree;
 }
 Value TreeSdpaOp::getKeySelection() { return getParents(); }
+Value TreeSdpaOp::getKeyPageTable() { return getPageTable(); }
+Value TreeSdpaOp::getKeyLengths() { return getSeqLens(); }
 
 //===----------------------------------------------------------------------===//
 // TreeAcceptOp

@@ -343,11 +343,13 @@ def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
 //===----------------------------------------------------------------------===//
 
 def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
+    AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<OpAsmOpInterface,
         ["getAsmResultNames", "getAsmBlockArgumentNames"]>,
     DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
         !listconcat(Attn_AttentionInterfaceMethods,
-                    ["getKeySelectionKind", "getKeySelection"])>]> {
+                    ["getKeySelectionKind", "getKeySelection",
+                     "getKeyPageTable", "getKeyLengths"])>]> {
   let summary = "softmax attention of a draft tree over prefix + tree keys";
   let description = !strconcat([{
     The queries are the `T` nodes of a draft tree given by
@@ -368,6 +370,10 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
 
     In the regions, `qp` is the node's position `P + depth(t)` and `kp` the
     key's: `j` for a prefix key, `P + depth(u)` for tree key `P + u`.
+
+    With `paged(%page_table, %seq_lens)` (SPEC §8) the keys and values are
+    a paged cache as for `attn.sdpa`: sequence `b`'s `seq_lens[b]` keys are
+    its prefix followed by its `T` tree keys (the last `T`).
   }], Attn_VariantRegionsDoc);
   let arguments = !con((ins
     Attn_FloatTensor:$query,
@@ -375,11 +381,15 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
     Attn_FloatTensor:$value,
     Attn_I32Tensor:$parents,
     Optional<Attn_FloatTensor>:$gate,
+    Optional<Attn_I32Tensor>:$page_table,
+    Optional<Attn_I32Tensor>:$seq_lens,
     OptionalAttr<I64Attr>:$window), Attn_ScoreModifierAttrs);
   let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
   let regions = Attn_VariantRegions;
   let assemblyFormat = !strconcat([{
     $query `,` $key `,` $value `,` $parents (`gate` `(` $gate^ `)`)?
+    (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
+       type($seq_lens) `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
     type($parents) (`,` type($gate)^)?
   }], Attn_VariantRegionsFormat);

@@ -53,6 +53,8 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   if (shape.selection == KeySelectionKind::Blocks)
     shape.selectionBlockSize = op.getSelectionBlockSize();
   shape.variants = VariantRegions::of(op);
+  if (paged && shape.selection == KeySelectionKind::Tree && target != "CPU")
+    return fail("trees over a paged KV cache have CPU kernels only so far");
   if (ragged && target != "CPU")
     return fail("ragged softmax batches have CPU kernels only so far");
   if (ragged && shape.selection != KeySelectionKind::Dense)
@@ -127,8 +129,8 @@ Value QueryRows::length(Value batch) const {
 SmallVector<Value> QueryRows::at(Value batch, Value head, Value row) const {
   if (!offsets)
     return {batch, head, row};
-  Value first = batch == boundBatch ? boundFirst
-                                    : e.toIndex(e.loadInt(offsets, {batch}));
+  Value first =
+      batch == boundBatch ? boundFirst : e.toIndex(e.loadInt(offsets, {batch}));
   return {e.add(first, row), head};
 }
 

@@ -453,10 +453,6 @@ INSTANTIATE_TEST_SUITE_P(
                        "$.layers[0].layout.page_size: expected a positive "
                        "integer, got 0"},
         BadDescription{
-            LAYER(R"(, "tree": true, "layout": {"page_size": 16})"),
-            "$.layers[0].layout.page_size: \"tree\" over a paged KV cache "
-            "is not implemented yet"},
-        BadDescription{
             LAYER(
                 R"(, "sparsity": {"method": "top_k", "block_size": 16, "top_k": 4}, "layout": {"page_size": 16})"),
             "$.layers[0].layout.page_size: sparsity over a paged KV cache "

@@ -50,17 +50,36 @@ Value scaledQueryRow(KernelEmitter &e, Value q, Value batch, Value head,
   return qs;
 }
 
-/// The scores of `width` keys, lane l for key row `keyRows[l]` of
-/// k[batch, kvHead]: dot(qs, k) (softcapped), all lanes valid keys.
-Value scoreKeys(KernelEmitter &e, Value qs, Value k, Value batch, Value kvHead,
-                ArrayRef<Value> keyRows, int64_t headDim, double softcap) {
+/// `prefix` followed by `last`: a key row's indices and a feature.
+SmallVector<Value> withFeature(ArrayRef<Value> prefix, Value last) {
+  SmallVector<Value> indices(prefix);
+  indices.push_back(last);
+  return indices;
+}
+
+/// The index prefixes of key rows `keyRows` of k[batch, kvHead] ([B, Hkv,
+/// Lk, D]).
+SmallVector<SmallVector<Value>> rowsOfHead(Value batch, Value kvHead,
+                                           ArrayRef<Value> keyRows) {
+  SmallVector<SmallVector<Value>> rows;
+  for (Value row : keyRows)
+    rows.push_back({batch, kvHead, row});
+  return rows;
+}
+
+/// The scores of `width` keys, lane l for the key whose row of k has the
+/// index prefix `keyRows[l]`: dot(qs, k) (softcapped), all lanes valid
+/// keys.
+Value scoreKeys(KernelEmitter &e, Value qs, Value k,
+                ArrayRef<SmallVector<Value>> keyRows, int64_t headDim,
+                double softcap) {
   SmallVector<Value> sums(e.width, e.splat(0.0));
   for (int64_t off = 0; off < headDim; off += e.width) {
     int64_t lanes = std::min(e.width, headDim - off);
     Value qv = vector::LoadOp::create(e.b, e.vec, qs, e.index(off));
     for (int64_t l = 0; l < e.width; ++l)
       sums[l] = e.fma(
-          qv, e.loadVector(k, {batch, kvHead, keyRows[l], e.index(off)}, lanes),
+          qv, e.loadVector(k, withFeature(keyRows[l], e.index(off)), lanes),
           sums[l]);
   }
   return e.softcap(e.sumEach(sums), softcap);
@@ -69,14 +88,14 @@ Value scoreKeys(KernelEmitter &e, Value qs, Value k, Value batch, Value kvHead,
 /// scoreKeys with each key read through the `int4` estimator's levels
 /// (Int4Levels): a first pass over the key's channels finds its lowest and
 /// highest, a second takes the dot product with the rounded channels.
-Value estimateKeysInt4(KernelEmitter &e, Value qs, Value k, Value batch,
-                       Value kvHead, ArrayRef<Value> keyRows, int64_t headDim,
+Value estimateKeysInt4(KernelEmitter &e, Value qs, Value k,
+                       ArrayRef<SmallVector<Value>> keyRows, int64_t headDim,
                        double softcap) {
   const float inf = std::numeric_limits<float>::infinity();
   auto load = [&](int64_t l, int64_t off) {
     int64_t lanes = std::min(e.width, headDim - off);
     return std::make_pair(
-        e.loadVector(k, {batch, kvHead, keyRows[l], e.index(off)}, lanes),
+        e.loadVector(k, withFeature(keyRows[l], e.index(off)), lanes),
         lanes == e.width ? Value() : e.prefixMask(lanes));
   };
   SmallVector<Value> sums;
@@ -428,8 +447,10 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   auto score = op.getEstimator() == SelectionEstimator::Int4 ? estimateKeysInt4
                                                              : scoreKeys;
   e.loop(c0, count, e.index(e.width), [&](Value first) {
-    Value s = score(e, qs, k, at.batch, kvHead,
-                    keyRowsOf(e, candidates, first, count), D, softcap);
+    Value s = score(
+        e, qs, k,
+        rowsOfHead(at.batch, kvHead, keyRowsOf(e, candidates, first, count)), D,
+        softcap);
     e.storeVector(s, scores, {first}, e.sub(count, first));
   });
 
@@ -476,7 +497,8 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   const int64_t W = e.width, D = shape.headDim, Dv = shape.valueDim;
   auto args = func.getArguments();
   unsigned next = 0;
-  Value q = args[next++], k = args[next++], v = args[next++];
+  SoftmaxBindings inputs(func, shape, next);
+  Value q = inputs.q, k = inputs.k, v = inputs.v;
   Value selection = args[next++];
   Value gate =
       !tree && shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
@@ -486,9 +508,12 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
 
   Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+  Value lq = e.dim(q, 2);
   RowOfWorkgroup at(e, workgroup, shape.numHeads, lq);
   Value kvHead = e.div(at.head, e.index(shape.numHeads / shape.numKvHeads));
+  // The keys of the row's sequence, contiguous or in a paged cache.
+  KeyRows kv(e, shape, inputs);
+  Value lk = kv.length(at.batch);
   // A node has at most T = Lq tree keys.
   Value listLength = e.maxS(tree ? lq : lk, c1);
   Value keys = allocRow(e, b.getI32Type(), listLength);
@@ -535,8 +560,10 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   SmallVector<Value> state = e.loop(
       c0, count, e.index(W), {e.scalar(kNegInf), e.scalar(0.0)},
       [&](Value first, ValueRange it) -> SmallVector<Value> {
-        SmallVector<Value> rows = keyRowsOf(e, keys, first, count);
-        Value s = scoreKeys(e, qs, k, at.batch, kvHead, rows, D, shape.softcap);
+        SmallVector<SmallVector<Value>> rows;
+        for (Value j : keyRowsOf(e, keys, first, count))
+          rows.push_back(kv.at(at.batch, kvHead, j));
+        Value s = scoreKeys(e, qs, k, rows, D, shape.softcap);
         Value visible = e.dynamicMask(e.sub(count, first));
         if (!shape.variants.empty()) {
           SmallVector<Value> positions;
@@ -564,10 +591,9 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
           Value a = e.fmul(vector::LoadOp::create(b, e.vec, acc, e.index(off)),
                            alphaVec);
           for (int64_t l = 0; l < W; ++l)
-            a = e.fma(weights[l],
-                      e.loadVector(v, {at.batch, kvHead, rows[l], e.index(off)},
-                                   lanes),
-                      a);
+            a = e.fma(
+                weights[l],
+                e.loadVector(v, withFeature(rows[l], e.index(off)), lanes), a);
           vector::StoreOp::create(b, a, acc, e.index(off));
         }
         return {newMax, sum};

@@ -153,3 +153,11 @@ func.func @ragged_gate(%q: tensor<9x8x64xf32>, %k: tensor<12x2x64xf32>, %v: tens
   %o = attn.sdpa %q, %k, %v gate(%g) ragged(%cu, %cu : tensor<3xi32>, tensor<3xi32>) {mask = #attn.mask<causal>} : tensor<9x8x64xf32>, tensor<12x2x64xf32>, tensor<12x2x32xf32>, tensor<9x8x7xf32>
   return
 }
+
+// -----
+
+func.func @paged_tree_parents(%q: tensor<2x8x4x64xf32>, %k: tensor<5x16x2x64xf32>, %v: tensor<5x16x2x32xf32>, %p: tensor<2x5xi32>, %t: tensor<2x4xi32>, %l: tensor<2xi32>) {
+  // expected-error @+1 {{'parents' dim 1 (T) must match 'query' dim 2 (T): expected 4, got 5}}
+  %o = attn.tree_sdpa %q, %k, %v, %p paged(%t, %l : tensor<2x4xi32>, tensor<2xi32>) : tensor<2x8x4x64xf32>, tensor<5x16x2x64xf32>, tensor<5x16x2x32xf32>, tensor<2x5xi32>
+  return
+}

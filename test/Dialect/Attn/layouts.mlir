@@ -115,6 +115,23 @@ func.func @ragged_paged_sdpa(%q: tensor<?x8x64xf32>, %k: tensor<?x16x2x64xf32>,
 
 // -----
 
+// A draft tree over a paged cache: each sequence's last T keys are its
+// tree's.
+// CHECK-LABEL: func.func @paged_tree
+// CHECK: attn.tree_sdpa %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} paged(%{{.*}}, %{{.*}} : tensor<?x?xi32>, tensor<?xi32>) {window = 8 : i64} : tensor<?x8x?x64xf32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>, tensor<?x?xi32>
+func.func @paged_tree(%q: tensor<?x8x?x64xf32>, %k: tensor<?x16x2x64xf32>,
+                      %v: tensor<?x16x2x32xf32>, %parents: tensor<?x?xi32>,
+                      %table: tensor<?x?xi32>, %lens: tensor<?xi32>)
+    -> tensor<?x8x?x32xf32> {
+  %o = attn.tree_sdpa %q, %k, %v, %parents
+      paged(%table, %lens : tensor<?x?xi32>, tensor<?xi32>) {window = 8}
+      : tensor<?x8x?x64xf32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>,
+        tensor<?x?xi32>
+  return %o : tensor<?x8x?x32xf32>
+}
+
+// -----
+
 // New rows written to their slots of a paged cache (SPEC §8 .append).
 // CHECK-LABEL: func.func @append
 // CHECK: attn.kv_append %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}} : tensor<?x2x64xf32>, tensor<?x2x32xf32>, tensor<?xi32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>
