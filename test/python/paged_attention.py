@@ -54,7 +54,7 @@ def paged_cache(lengths, page_size, pages_per_row):
 
 
 def check(page_size, lengths, lq, mask="causal", window=0, gate=None,
-          softcap=0.0, alibi=False, lse=False):
+          softcap=0.0, alibi=False, lse=False, documents=False):
     extra = {}
     if mask == "none":
         extra["mask"] = "none"
@@ -66,6 +66,8 @@ def check(page_size, lengths, lq, mask="causal", window=0, gate=None,
         extra["softcap"] = softcap
     if alibi:
         extra["score_mod"] = "alibi"
+    if documents:
+        extra["mask_mod"] = "document"
     if lse:
         extra["return_lse"] = True
     m = compile_layer(page_size, **extra)
@@ -81,6 +83,12 @@ def check(page_size, lengths, lq, mask="causal", window=0, gate=None,
     if gate:
         g = rng.standard_normal((B, H, lq, DV if gate == "elementwise" else 1)).astype(np.float32)
         args.append(g)
+    docs = None
+    if documents:
+        # Document ids per (sequence, position): runs of random lengths.
+        docs = np.cumsum(rng.random((B, max(lengths) + 1)) < 0.1,
+                         axis=1).astype(np.int32)
+        args.append(docs)
     result = m["attn"](*args)
     o, o_lse = (result if lse else (result, None))
     for b in range(B):
@@ -89,6 +97,8 @@ def check(page_size, lengths, lq, mask="causal", window=0, gate=None,
             if alibi:
                 slope = 2.0 ** (-8.0 * (h + 1) / H)
                 s = s + slope * (kp - qp)
+            if documents:
+                s = np.where(docs[b, qp] == docs[b, kp], s, -np.inf)
             return s
         if lengths[b] == 0:
             # No key: o = 0 and lse = -inf (SPEC §1.1).
@@ -99,7 +109,8 @@ def check(page_size, lengths, lq, mask="causal", window=0, gate=None,
                 q[b:b + 1], keys[b][None], values[b][None],
                 mask=mask if not window else "window", window=window,
                 gate=None if g is None else g[b:b + 1],
-                score_mod=score_mod if (softcap or alibi) else None)
+                score_mod=score_mod if (softcap or alibi or documents)
+                else None)
         what = f"P={page_size} lengths={lengths} Lq={lq} {extra}"
         close(o[b:b + 1], ref_o, 2e-4, f"o of sequence {b}, {what}")
         if lse:
@@ -117,6 +128,8 @@ check(5, [50, 70, 20], 20, window=12, lse=True)
 check(16, [0, 5, 33], 1, mask="none", lse=True)           # an empty sequence
 check(16, [300, 7], 3, softcap=20.0)
 check(5, [64, 33], 33, alibi=True)
+check(16, [300, 7, 40], 1, documents=True, lse=True)    # a mask_mod, decode
+check(5, [64, 33], 33, documents=True)                  # and prefill
 
 # Bad tables and lengths name the index.
 m = compile_layer(4)
