@@ -39,6 +39,12 @@ using namespace mlir::attn;
 
 namespace {
 
+/// The split-KV workgroups per (row, key range): one per group of kv heads
+/// a workgroup serves (splitKvHeadsPerWorkgroup).
+int64_t splitKvSlots(const SoftmaxAttentionShape &shape) {
+  return shape.numKvHeads / splitKvHeadsPerWorkgroup(shape);
+}
+
 /// The CPU side of an entry: flash / split-KV kernels for softmax attention,
 /// chunked / column-tiled / step kernels for linear recurrences.
 class CpuEntryLowering : public EntryLowering {
@@ -109,7 +115,7 @@ void CpuEntryLowering::lowerGatheredSoftmax(
     dispatchKernel(
         b,
         m.select(fewNodes,
-                 m.mul(m.mul(m.mul(s.batch, m.index(shape.numKvHeads)),
+                 m.mul(m.mul(m.mul(s.batch, m.index(splitKvSlots(shape))),
                              prefixSplits),
                        s.lq),
                  zero),
@@ -270,7 +276,7 @@ void CpuEntryLowering::lowerRaggedSoftmax(ImplicitLocOpBuilder &b,
       });
   std::string splitName = kernelName("split_kv");
   dispatchKernel(
-      b, m.mul(splitEntries, m.index(shape.numKvHeads)),
+      b, m.mul(splitEntries, m.index(splitKvSlots(shape))),
       s.splitBindings(splitPlan), [&](OpBuilder &builder, TypeRange types) {
         return buildSplitKvAttentionKernel(builder, op.getLoc(), splitName,
                                            shape, tiling, types, KeyPart::All);
@@ -318,9 +324,9 @@ LogicalResult CpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   Value decodeRows = m.select(decode, s.lq, zero);
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
                         decodeRows, decodeSplits);
-  Value splitGroups =
-      m.mul(m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)), decodeSplits),
-            decodeRows);
+  Value splitGroups = m.mul(
+      m.mul(m.mul(decodeBatch, m.index(splitKvSlots(shape))), decodeSplits),
+      decodeRows);
   Value mergeGroups =
       m.mul(m.mul(decodeBatch, m.index(shape.numHeads)), decodeRows);
   SmallVector<Value> flashBindings = s.rowBindings();

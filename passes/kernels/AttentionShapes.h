@@ -147,6 +147,13 @@ struct RaggedPlan {
   static constexpr int64_t kMaxSplits = 64;
 };
 
+/// The kv heads one CPU split-KV workgroup serves: every kv head over a
+/// paged cache (its pages hold [P, Hkv, D] rows, read front to back once
+/// that way), one otherwise (a kv head's keys are contiguous).
+inline int64_t splitKvHeadsPerWorkgroup(const SoftmaxAttentionShape &shape) {
+  return shape.paged() ? shape.numKvHeads : 1;
+}
+
 /// Which keys a kernel attends to and where its results go. Tree attention
 /// without a window runs in two parts merged like split-KV partials: the
 /// prefix, which every node sees whole (tiled like prefill by the flash

@@ -709,6 +709,14 @@ private:
   void accumulateValues(Value j0);
   void storePartials();
 
+  /// Calls `body(g0, tileOfKvHead, heads, kvHead)` for the tiles of
+  /// `tileHeads` query heads the workgroup serves, a kv head's at a time:
+  /// g0 indexes the per-head scratch, tileOfKvHead is the tile's first head
+  /// within its kv head's group.
+  void forEachHeadTile(function_ref<void(Value g0, Value tileOfKvHead,
+                                         int64_t heads, Value kvHead)>
+                           body);
+
   /// Key jj of the step from j0; lanes past the range repeat the last key
   /// (and are masked).
   Value keyAt(Value j0, Value jj) { return e.minS(e.add(j0, jj), lastKey); }
@@ -726,6 +734,11 @@ private:
   /// The mask the row's position sees: a tree's prefix is all visible.
   MaskKind mask;
   int64_t W, D, Dv, DPadded, DvPadded, group;
+  /// The kv heads a workgroup serves, from kvHead on, and the query heads:
+  /// over a paged cache every kv head, so that each page's rows ([P, Hkv,
+  /// D]) are read front to back once, key by key, instead of every other
+  /// row by one workgroup per kv head; else one.
+  int64_t kvHeadsServed, headsServed;
 
   // The bindings.
   SoftmaxBindings inputs;
@@ -807,6 +820,8 @@ void SplitKvKernel::bindArguments() {
   D = shape.headDim, Dv = shape.valueDim;
   DPadded = roundUp(D, W), DvPadded = roundUp(Dv, W);
   group = shape.numHeads / shape.numKvHeads;
+  kvHeadsServed = splitKvHeadsPerWorkgroup(shape);
+  headsServed = group * kvHeadsServed;
 
   // The tree's prefix with a window or variant regions: each node's window
   // start and position depend on its depth, read from the parents.
@@ -827,9 +842,9 @@ void SplitKvKernel::mapRow() {
   if (shape.ragged) {
     // Kv head fastest, then the plan's entry (sequence, row, key range),
     // whose index is its partial's.
-    Value numKvHeads = e.index(shape.numKvHeads);
-    entry = e.div(workgroup, numKvHeads);
-    kvHead = e.rem(workgroup, numKvHeads);
+    Value kvSlots = e.index(shape.numKvHeads / kvHeadsServed);
+    entry = e.div(workgroup, kvSlots);
+    kvHead = e.mul(e.rem(workgroup, kvSlots), e.index(kvHeadsServed));
     firstHead = e.mul(kvHead, e.index(group));
     auto column = [&](int64_t c) {
       return e.loadInt(inputs.plan, {entry, e.index(c)});
@@ -855,8 +870,9 @@ void SplitKvKernel::mapRow() {
   Value rest = e.div(workgroup, lq);
   split = e.rem(rest, splits);
   rest = e.div(rest, splits);
-  kvHead = e.rem(rest, e.index(shape.numKvHeads));
-  batch = e.div(rest, e.index(shape.numKvHeads));
+  Value kvSlots = e.index(shape.numKvHeads / kvHeadsServed);
+  kvHead = e.mul(e.rem(rest, kvSlots), e.index(kvHeadsServed));
+  batch = e.div(rest, kvSlots);
   firstHead = e.mul(kvHead, e.index(group));
 }
 
@@ -885,14 +901,14 @@ void SplitKvKernel::findKeyRange() {
 void SplitKvKernel::allocateState() {
   stepVectors = std::max<int64_t>(1, 16 / W);
   stepKeys = stepVectors * W;
-  query = e.scratch({group, DPadded});
-  acc = e.scratch({group, DvPadded});
-  runningMax = e.scratch({group});
-  runningSum = e.scratch({group});
-  dots = e.scratch({group, stepKeys, W});
-  probs = e.scratch({group, stepKeys});
-  rescales = e.scratch({group});
-  groupSize = e.index(group);
+  query = e.scratch({headsServed, DPadded});
+  acc = e.scratch({headsServed, DvPadded});
+  runningMax = e.scratch({headsServed});
+  runningSum = e.scratch({headsServed});
+  dots = e.scratch({headsServed, stepKeys, W});
+  probs = e.scratch({headsServed, stepKeys});
+  rescales = e.scratch({headsServed});
+  groupSize = e.index(headsServed);
   e.loop(c0, groupSize, c1, [&](Value g) {
     Value head = e.add(firstHead, g);
     for (int64_t off = 0; off < DPadded; off += W)
@@ -942,17 +958,30 @@ void SplitKvKernel::walkKeySteps() {
   });
 }
 
+void SplitKvKernel::forEachHeadTile(
+    function_ref<void(Value, Value, int64_t, Value)> body) {
+  for (int64_t served = 0; served < kvHeadsServed; ++served) {
+    // Built once per kv head; the value stays the same across its tiles.
+    Value kvHeadOfTiles = served == 0 ? kvHead : e.add(kvHead, e.index(served));
+    forEachTile(e, group, group, tileHeads, [&](Value first, int64_t heads) {
+      Value g0 = served == 0 ? first : e.add(first, e.index(served * group));
+      body(g0, first, heads, kvHeadOfTiles);
+    });
+  }
+}
+
 void SplitKvKernel::scoreStep(Value j0) {
   const int64_t valuesPerLine =
       64 * 8 / KernelEmitter::storageType(v).getIntOrFloatBitWidth();
   // Dot products: dots[g, jj] holds the lane-wise products of query g and
   // key jj, summed over D.
-  forEachTile(e, group, group, tileHeads, [&](Value g0, int64_t heads) {
+  forEachHeadTile([&](Value g0, Value tileOfKvHead, int64_t heads,
+                      Value kvHeadOfTile) {
     e.loop(c0, e.index(stepKeys), e.index(tileKeys), [&](Value jj0) {
       SmallVector<SmallVector<Value>> keys;
       for (int64_t t = 0; t < tileKeys; ++t)
         keys.push_back(
-            kv->at(batch, kvHead, keyAt(j0, e.add(jj0, e.index(t)))));
+            kv->at(batch, kvHeadOfTile, keyAt(j0, e.add(jj0, e.index(t)))));
       // The V rows of these keys are requested as their scores are
       // computed, so that their misses overlap the dot products instead of
       // stalling P V, a few lines at a time (the core tracks only a couple
@@ -970,11 +999,11 @@ void SplitKvKernel::scoreStep(Value j0) {
                                        /*isWrite=*/false, /*localityHint=*/3,
                                        /*isDataCache=*/true);
       };
-      if (std::optional<int64_t> first = getConstantIntValue(g0)) {
+      if (std::optional<int64_t> first = getConstantIntValue(tileOfKvHead)) {
         if (*first == 0)
           prefetchValues();
       } else {
-        scf::IfOp::create(b, e.icmp(arith::CmpIPredicate::eq, g0, c0),
+        scf::IfOp::create(b, e.icmp(arith::CmpIPredicate::eq, tileOfKvHead, c0),
                           [&](OpBuilder &nested, Location) {
                             OpBuilder::InsertionGuard guard(b);
                             b.setInsertionPointToEnd(
@@ -1068,9 +1097,16 @@ void SplitKvKernel::accumulateValues(Value j0) {
   // acc = acc * rescale + P V, in tiles of heads x value vectors. Only the
   // last vector may be partial: it goes in the static last tile.
   SmallVector<SmallVector<Value>> keys;
-  for (int64_t jj = 0; jj < stepKeys; ++jj)
-    keys.push_back(kv->at(batch, kvHead, keyAt(j0, e.index(jj))));
-  forEachTile(e, group, group, tileHeads, [&](Value g0, int64_t heads) {
+  Value keysOfKvHead;
+  forEachHeadTile([&](Value g0, Value tileOfKvHead, int64_t heads,
+                      Value kvHeadOfTile) {
+    // The step's rows, once per kv head.
+    if (kvHeadOfTile != keysOfKvHead) {
+      keys.clear();
+      for (int64_t jj = 0; jj < stepKeys; ++jj)
+        keys.push_back(kv->at(batch, kvHeadOfTile, keyAt(j0, e.index(jj))));
+      keysOfKvHead = kvHeadOfTile;
+    }
     forEachTile(
         e, Dv / W, DvPadded / W, tileVectors,
         [&](Value firstVector, int64_t vectors) {
