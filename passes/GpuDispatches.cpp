@@ -61,8 +61,9 @@ void GpuEntryLowering::lowerGatheredSoftmax(
   Type storage = cast<MemRefType>(s.q.getType()).getElementType();
   // The gathered kernels' bindings, once the partials are allocated.
   auto gatheredBindings = [&]() -> SmallVector<Value> {
-    return s.withVariantTensors(
-        {s.q, s.k, s.v, s.selection, s.partialOut, s.partialLse});
+    SmallVector<Value> bindings = s.keyBindings();
+    bindings.append({s.selection, s.partialOut, s.partialLse});
+    return s.withVariantTensors(std::move(bindings));
   };
   if (tree) {
     // The prefix, which every node sees (from its window's start), is dense
@@ -85,7 +86,8 @@ void GpuEntryLowering::lowerGatheredSoftmax(
     // parents.
     SmallVector<Value> prefixBindings = s.splitBindings();
     if (shape.treePrefixNeedsDepths())
-      prefixBindings.insert(prefixBindings.begin() + 3, s.selection);
+      prefixBindings.insert(prefixBindings.begin() + s.keyBindings().size(),
+                            s.selection);
 
     SimtFlashTiling flash = SimtFlashTiling::choose(
         shape, storage, tiling, /*maxWarps=*/4, tiling.flashRowTiles);

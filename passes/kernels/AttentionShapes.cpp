@@ -53,8 +53,6 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   if (shape.selection == KeySelectionKind::Blocks)
     shape.selectionBlockSize = op.getSelectionBlockSize();
   shape.variants = VariantRegions::of(op);
-  if (paged && shape.selection == KeySelectionKind::Tree && target != "CPU")
-    return fail("trees over a paged KV cache have CPU kernels only so far");
   if (ragged && target != "CPU")
     return fail("ragged softmax batches have CPU kernels only so far");
   if (ragged && shape.selection != KeySelectionKind::Dense)

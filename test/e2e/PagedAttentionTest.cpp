@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <random>
 
 namespace attn::e2e {
@@ -191,6 +192,113 @@ INSTANTIATE_TEST_SUITE_P(
     Backends, PagedAppend,
     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu, Backend::Cuda),
     [](const auto &info) { return std::string(backendName(info.param)); });
+
+struct PagedTreeCase {
+  std::string label;
+  int64_t pageSize;
+  std::vector<int64_t> prefixes;
+  int64_t nodes;
+  std::optional<int64_t> window;
+};
+
+class PagedTree
+    : public testing::TestWithParam<std::tuple<PagedTreeCase, Backend>> {};
+
+// <layer>.tree over a paged cache: each sequence's last T keys are its
+// tree's; checked against the reference tree attention on each sequence's
+// own keys.
+TEST_P(PagedTree, MatchesEachSequencesTree) {
+  const auto &[c, backend] = GetParam();
+  std::string json = R"({"model": "t", "layers": [{"name": "attn",
+    "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 24,
+    "value_dim": 20, "tree": true, "layout": {"page_size": )" +
+                     std::to_string(c.pageSize) + "}";
+  if (c.window)
+    json +=
+        R"(, "mask": {"sliding_window": )" + std::to_string(*c.window) + "}";
+  json += "}]}";
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(backend, modelDescription(json), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(std::hash<std::string>()(c.label));
+  const int64_t B = static_cast<int64_t>(c.prefixes.size()), P = c.pageSize;
+  const int64_t T = c.nodes;
+  int64_t pages = 1, mostPages = 1;
+  for (int64_t prefix : c.prefixes) {
+    pages += (prefix + T + P - 1) / P;
+    mostPages = std::max(mostPages, (prefix + T + P - 1) / P);
+  }
+  std::vector<int32_t> order(pages);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  ref::Tensor kCache = ref::randomTensor({pages, P, kHkv, kD}, rng, -50, 50);
+  ref::Tensor vCache = ref::randomTensor({pages, P, kHkv, kDv}, rng, -50, 50);
+  ref::IntTensor table({B, mostPages}), lengths({B});
+  ref::Tensor q = ref::randomTensor({B, kH, T, kD}, rng);
+  ref::IntTensor parents = randomParents(B, T, rng, /*chain=*/false);
+  std::vector<ref::Tensor> keys, values;
+  int64_t used = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = c.prefixes[b] + T;
+    lengths(b) = static_cast<int32_t>(n);
+    for (int64_t p = 0; p < mostPages; ++p)
+      table(b, p) = p * P < n ? order[used++] : -1;
+    ref::Tensor k = ref::randomTensor({1, kHkv, n, kD}, rng);
+    ref::Tensor v = ref::randomTensor({1, kHkv, n, kDv}, rng);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t h = 0; h < kHkv; ++h) {
+        for (int64_t d = 0; d < kD; ++d)
+          kCache(table(b, j / P), j % P, h, d) = k(0, h, j, d);
+        for (int64_t d = 0; d < kDv; ++d)
+          vCache(table(b, j / P), j % P, h, d) = v(0, h, j, d);
+      }
+    keys.push_back(std::move(k));
+    values.push_back(std::move(v));
+  }
+  std::vector<Tensor> inputs{toRuntime(q),           toRuntime(kCache),
+                             toRuntime(vCache),      intsToRuntime(table),
+                             intsToRuntime(lengths), intsToRuntime(parents)};
+  std::vector<Tensor> outputs = runEntry(*model, "attn.tree", inputs);
+  ASSERT_EQ(outputs.size(), 1u);
+  ref::Tensor o = fromRuntime(outputs[0]);
+  for (int64_t b = 0; b < B; ++b) {
+    ref::Tensor qb({1, kH, T, kD});
+    ref::IntTensor pb({1, T});
+    for (int64_t t = 0; t < T; ++t) {
+      pb(0, t) = parents(b, t);
+      for (int64_t h = 0; h < kH; ++h)
+        for (int64_t d = 0; d < kD; ++d)
+          qb(0, h, t, d) = q(b, h, t, d);
+    }
+    ref::AttentionResult expected =
+        ref::treeSdpa(qb, keys[b], values[b], pb, c.window);
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < kDv; ++d)
+          EXPECT_NEAR(o(b, h, t, d), expected.output(0, h, t, d), 2e-4)
+              << "o of sequence " << b << " head " << h << " node " << t;
+  }
+}
+
+std::vector<PagedTreeCase> treeCases() {
+  return {{"few_nodes_p16", 16, {37, 0, 100}, 6, std::nullopt},
+          {"few_nodes_p5", 5, {37, 3}, 6, std::nullopt},
+          {"many_nodes_p16", 16, {20, 70}, 40, std::nullopt},
+          {"window_p1", 1, {50, 3}, 12, 8}};
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PagedTree,
+    testing::Combine(testing::ValuesIn(treeCases()),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
+    [](const auto &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
 
 std::vector<PagedCase> cases() {
   std::vector<PagedCase> all;

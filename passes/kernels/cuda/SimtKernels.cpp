@@ -190,12 +190,15 @@ mlir::attn::visibleKeys(SimtEmitter &e, const SoftmaxAttentionShape &shape,
 }
 
 SimtRowSoftmax::SimtRowSoftmax(SimtEmitter &e,
-                               const SoftmaxAttentionShape &shape, Value q,
-                               Value k, Value v, Value batch, Value head,
+                               const SoftmaxAttentionShape &shape,
+                               const SoftmaxBindings &inputs,
+                               const KeyRows &keys, Value batch, Value head,
                                Value row, Value queryPos,
                                ValueRange variantBuffers)
-    : e(e), shape(shape), k(k), v(v), batch(batch), head(head), row(row),
-      queryPos(queryPos), variants(e, shape.variants, variantBuffers) {
+    : e(e), shape(shape), keys(keys), k(inputs.k), v(inputs.v), batch(batch),
+      head(head), row(row), queryPos(queryPos),
+      variants(e, shape.variants, variantBuffers) {
+  Value q = inputs.q;
   Value c0 = e.index(0), c1 = e.index(1);
   kvHead = e.div(head, e.index(shape.numHeads / shape.numKvHeads));
   // The scaled query row, read once.
@@ -216,11 +219,16 @@ SmallVector<Value> SimtRowSoftmax::initial() {
 SmallVector<Value> SimtRowSoftmax::addKey(ValueRange state, Value key,
                                           Value keyPos) {
   Value c0 = e.index(0), c1 = e.index(1);
+  SmallVector<Value> keyRow = keys.at(batch, kvHead, key);
+  auto feature = [&](Value d) {
+    SmallVector<Value> at(keyRow);
+    at.push_back(d);
+    return at;
+  };
   Value score = e.loop(c0, e.index(shape.headDim), c1, {e.scalar(0.0)},
                        [&](Value d, ValueRange dot) {
-                         return SmallVector<Value>{
-                             e.fma(e.load(query, d),
-                                   e.load(k, {batch, kvHead, key, d}), dot[0])};
+                         return SmallVector<Value>{e.fma(
+                             e.load(query, d), e.load(k, feature(d)), dot[0])};
                        })[0];
   if (!keyPos)
     keyPos = key;
@@ -236,8 +244,7 @@ SmallVector<Value> SimtRowSoftmax::addKey(ValueRange state, Value key,
   Value rescale = e.exp(e.fsub(state[0], safe));
   Value p = e.exp(e.fsub(score, safe));
   e.loop(c0, e.index(shape.valueDim), c1, [&](Value d) {
-    e.store(e.fma(p, e.load(v, {batch, kvHead, key, d}),
-                  e.fmul(e.load(acc, d), rescale)),
+    e.store(e.fma(p, e.load(v, feature(d)), e.fmul(e.load(acc, d), rescale)),
             acc, d);
   });
   return {max, e.fma(state[1], rescale, p)};

@@ -243,11 +243,13 @@ private:
 /// values the caller carries through its loops over keys.
 class SimtRowSoftmax {
 public:
-  /// Reads q[batch, head, row, :] and zeroes the output. The variant
-  /// regions see the row at `queryPos` and read `variantBuffers`.
-  SimtRowSoftmax(SimtEmitter &e, const SoftmaxAttentionShape &shape, Value q,
-                 Value k, Value v, Value batch, Value head, Value row,
-                 Value queryPos, ValueRange variantBuffers);
+  /// Reads q[batch, head, row, :] and zeroes the output; keys are read
+  /// through `keys` (contiguous or paged). The variant regions see the row
+  /// at `queryPos` and read `variantBuffers`.
+  SimtRowSoftmax(SimtEmitter &e, const SoftmaxAttentionShape &shape,
+                 const SoftmaxBindings &inputs, const KeyRows &keys,
+                 Value batch, Value head, Value row, Value queryPos,
+                 ValueRange variantBuffers);
   /// (m, l) before any key.
   SmallVector<Value> initial();
   /// (m, l) after key row `key` of k and v (of the row's kv head), which
@@ -264,6 +266,7 @@ public:
 private:
   SimtEmitter &e;
   const SoftmaxAttentionShape &shape;
+  const KeyRows &keys;
   Value k, v, batch, head, row, queryPos, kvHead, query, acc;
   VariantEmitter variants;
 };

@@ -699,17 +699,24 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  Value q = args[0], k = args[1], v = args[2], selection = args[3];
-  Value partialOut = args[4], partialLse = args[5], thread = args.back();
+  unsigned next = 0;
+  SoftmaxBindings inputs(func, shape, next);
+  Value q = inputs.q;
+  Value selection = args[next++];
+  Value partialOut = args[next++], partialLse = args[next++];
+  Value thread = args.back();
   ValueRange variantBuffers = shape.variants.buffersOf(func);
   Value c1 = e.index(1);
 
   // Sparse: thread order (batch, head, row, split), the split fastest.
   // Tree nodes: a thread per (batch, head, row), for the last split.
-  Value lq = e.dim(q, 2), lk = e.dim(k, 2), splits = e.dim(partialLse, 3);
+  Value lq = e.dim(q, 2), splits = e.dim(partialLse, 3);
   Value split = tree ? e.sub(splits, c1) : e.rem(thread, splits);
   RowOfWorkgroup at(e, tree ? thread : e.div(thread, splits), shape.numHeads,
                     lq);
+  // The keys of the row's sequence, contiguous or in a paged cache.
+  KeyRows keys(e, shape, inputs);
+  Value lk = keys.length(at.batch);
 
   if (tree) {
     // The node's own and its ancestors' keys in its window, at their
@@ -717,7 +724,7 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
     Value prefixLength = e.sub(lk, lq);
     TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
                       shape.window);
-    SimtRowSoftmax row(e, shape, q, k, v, at.batch, at.head, at.row,
+    SimtRowSoftmax row(e, shape, inputs, keys, at.batch, at.head, at.row,
                        node.position, variantBuffers);
     SmallVector<Value> state = node.eachTreeKey(
         row.initial(), [&](Value u, Value position, ValueRange it) {
@@ -728,7 +735,7 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
     // The split's share of the selection entries; the visible keys of each
     // block listed there for the first time.
     Value pos = e.add(e.sub(lk, lq), at.row);
-    SimtRowSoftmax row(e, shape, q, k, v, at.batch, at.head, at.row, pos,
+    SimtRowSoftmax row(e, shape, inputs, keys, at.batch, at.head, at.row, pos,
                        variantBuffers);
     auto [begin, end] = visibleRange(e, shape.mask, shape.window, pos, lk);
     Value bs = e.index(shape.selectionBlockSize);
