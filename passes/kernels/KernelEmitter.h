@@ -52,6 +52,14 @@ struct CpuTiling {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+/// `prefix` followed by `last`: a row's indices and a feature, say, as
+/// KeyRows::at and QueryRows::at give rows.
+inline SmallVector<Value> withIndex(ArrayRef<Value> prefix, Value last) {
+  SmallVector<Value> indices(prefix);
+  indices.push_back(last);
+  return indices;
+}
+
 /// Rounds `value` up to a multiple of `multiple`.
 inline int64_t roundUp(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;

@@ -50,13 +50,6 @@ Value scaledQueryRow(KernelEmitter &e, Value q, Value batch, Value head,
   return qs;
 }
 
-/// `prefix` followed by `last`: a key row's indices and a feature.
-SmallVector<Value> withFeature(ArrayRef<Value> prefix, Value last) {
-  SmallVector<Value> indices(prefix);
-  indices.push_back(last);
-  return indices;
-}
-
 /// The index prefixes of key rows `keyRows` of k[batch, kvHead] ([B, Hkv,
 /// Lk, D]).
 SmallVector<SmallVector<Value>> rowsOfHead(Value batch, Value kvHead,
@@ -78,9 +71,9 @@ Value scoreKeys(KernelEmitter &e, Value qs, Value k,
     int64_t lanes = std::min(e.width, headDim - off);
     Value qv = vector::LoadOp::create(e.b, e.vec, qs, e.index(off));
     for (int64_t l = 0; l < e.width; ++l)
-      sums[l] = e.fma(
-          qv, e.loadVector(k, withFeature(keyRows[l], e.index(off)), lanes),
-          sums[l]);
+      sums[l] =
+          e.fma(qv, e.loadVector(k, withIndex(keyRows[l], e.index(off)), lanes),
+                sums[l]);
   }
   return e.softcap(e.sumEach(sums), softcap);
 }
@@ -95,7 +88,7 @@ Value estimateKeysInt4(KernelEmitter &e, Value qs, Value k,
   auto load = [&](int64_t l, int64_t off) {
     int64_t lanes = std::min(e.width, headDim - off);
     return std::make_pair(
-        e.loadVector(k, withFeature(keyRows[l], e.index(off)), lanes),
+        e.loadVector(k, withIndex(keyRows[l], e.index(off)), lanes),
         lanes == e.width ? Value() : e.prefixMask(lanes));
   };
   SmallVector<Value> sums;
@@ -591,9 +584,9 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
           Value a = e.fmul(vector::LoadOp::create(b, e.vec, acc, e.index(off)),
                            alphaVec);
           for (int64_t l = 0; l < W; ++l)
-            a = e.fma(
-                weights[l],
-                e.loadVector(v, withFeature(rows[l], e.index(off)), lanes), a);
+            a = e.fma(weights[l],
+                      e.loadVector(v, withIndex(rows[l], e.index(off)), lanes),
+                      a);
           vector::StoreOp::create(b, a, acc, e.index(off));
         }
         return {newMax, sum};

@@ -111,13 +111,6 @@ SmallVector<Value> blockMaskRow(KernelEmitter &e,
 
 } // namespace
 
-/// `prefix` followed by `last`: a key row's indices and a feature.
-static SmallVector<Value> withIndex(ArrayRef<Value> prefix, Value last) {
-  SmallVector<Value> indices(prefix);
-  indices.push_back(last);
-  return indices;
-}
-
 //===----------------------------------------------------------------------===//
 // Flash kernel
 //===----------------------------------------------------------------------===//

@@ -220,16 +220,12 @@ SmallVector<Value> SimtRowSoftmax::addKey(ValueRange state, Value key,
                                           Value keyPos) {
   Value c0 = e.index(0), c1 = e.index(1);
   SmallVector<Value> keyRow = keys.at(batch, kvHead, key);
-  auto feature = [&](Value d) {
-    SmallVector<Value> at(keyRow);
-    at.push_back(d);
-    return at;
-  };
-  Value score = e.loop(c0, e.index(shape.headDim), c1, {e.scalar(0.0)},
-                       [&](Value d, ValueRange dot) {
-                         return SmallVector<Value>{e.fma(
-                             e.load(query, d), e.load(k, feature(d)), dot[0])};
-                       })[0];
+  Value score =
+      e.loop(c0, e.index(shape.headDim), c1, {e.scalar(0.0)},
+             [&](Value d, ValueRange dot) {
+               return SmallVector<Value>{e.fma(
+                   e.load(query, d), e.load(k, withIndex(keyRow, d)), dot[0])};
+             })[0];
   if (!keyPos)
     keyPos = key;
   score = variants.score(e.softcap(score, shape.softcap), batch, head, queryPos,
@@ -244,7 +240,8 @@ SmallVector<Value> SimtRowSoftmax::addKey(ValueRange state, Value key,
   Value rescale = e.exp(e.fsub(state[0], safe));
   Value p = e.exp(e.fsub(score, safe));
   e.loop(c0, e.index(shape.valueDim), c1, [&](Value d) {
-    e.store(e.fma(p, e.load(v, feature(d)), e.fmul(e.load(acc, d), rescale)),
+    e.store(e.fma(p, e.load(v, withIndex(keyRow, d)),
+                  e.fmul(e.load(acc, d), rescale)),
             acc, d);
   });
   return {max, e.fma(state[1], rescale, p)};
