@@ -145,8 +145,11 @@ std::optional<Sparsity> readSparsity(Reader &reader, const json::Object &layer,
   Sparsity s;
   s.method =
       reader.choice<SparsityMethod>(*o, sparsityPath, "method", kMethods, {});
-  s.blockSize = reader.integer(*o, sparsityPath, "block_size", {}, 1,
-                               limits::kMaxBlockSize);
+  // Over a paged cache the blocks are the pages: block_size may be left
+  // out there (readAttentionLayout checks it).
+  if (o->get("block_size"))
+    s.blockSize = reader.integer(*o, sparsityPath, "block_size", {}, 1,
+                                 limits::kMaxBlockSize);
   s.sinkBlocks = reader.integer(*o, sparsityPath, "sink_blocks", 0, 0,
                                 limits::kMaxBudgetBlocks);
   s.localBlocks = reader.integer(*o, sparsityPath, "local_blocks", 0, 0,
@@ -213,17 +216,27 @@ void readAttentionLayout(Reader &reader, const json::Object &layer,
                               "(Quest's blocks are the cache's pages)");
     return;
   }
+  if (out.sparsity) {
+    // Quest's blocks are the pages.
+    if (out.sparsity->blockSize == 0)
+      out.sparsity->blockSize = out.pageSize;
+    else if (out.sparsity->blockSize != out.pageSize)
+      reader.fail(Reader::join(Reader::join(path, "sparsity"), "block_size"),
+                  llvm::formatv("over a paged cache the blocks are its pages: "
+                                "expected the page size {0}, got {1}",
+                                out.pageSize, out.sparsity->blockSize)
+                      .str());
+  }
   // What is named is where the layout meets what it does not support yet.
-  const std::string at =
-      Reader::join(layoutPath, out.pageSize > 0 ? "page_size" : "ragged");
+  const std::string at = Reader::join(layoutPath, "ragged");
   // A paged layer's "tree" reads its prefix and tree keys from the cache.
-  const char *unsupported = out.sparsity             ? "sparsity"
-                            : out.tree && out.ragged ? "\"tree\""
-                                                     : nullptr;
-  if (unsupported && (out.ragged || out.pageSize > 0))
-    reader.fail(at, std::string(unsupported) + " over a " +
-                        (out.pageSize > 0 ? "paged KV cache" : "ragged batch") +
-                        " is not implemented yet");
+  const char *unsupported = !out.ragged    ? nullptr
+                            : out.sparsity ? "sparsity"
+                            : out.tree     ? "\"tree\""
+                                           : nullptr;
+  if (unsupported)
+    reader.fail(at, std::string(unsupported) +
+                        " over a ragged batch is not implemented yet");
 }
 
 AttentionLayer readAttention(Reader &reader, const json::Object &layer,
@@ -260,6 +273,9 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
       reader.choice<MaskMod>(layer, path, "mask_mod", kMaskMods, MaskMod::None);
   out.returnLse = reader.boolean(layer, path, "return_lse", false);
   readAttentionLayout(reader, layer, path, out);
+  if (out.sparsity && out.sparsity->blockSize == 0)
+    reader.fail(Reader::join(path, "sparsity"),
+                "missing required key 'block_size'");
   return out;
 }
 

@@ -302,6 +302,56 @@ private:
       entry.finish({o}, {"o"});
   }
 
+  /// The layer's sparsity (SPEC §1.3) over q, k, v, with `meta` its keys'
+  /// block metadata: top-k blocks, top-p tokens or both, then attention
+  /// over the selection. Over a paged cache (`pageTable`, `seqLens`) the
+  /// blocks are the pages; in a ragged batch `queryOffsets` place the
+  /// packed query rows.
+  SparseSdpaOp addSparseAttention(const AttentionLayer &layer,
+                                  EntryBuilder &entry, MaskAttr mask,
+                                  FloatAttr scale, FloatAttr softcap, Value q,
+                                  Value k, Value v, Value meta, Value pageTable,
+                                  Value seqLens, Value queryOffsets) {
+    Location loc = builder.getUnknownLoc();
+    const Sparsity &s = *layer.sparsity;
+    Value blocks;
+    if (s.topK) {
+      // The keys' length places the rows; a paged cache has one per
+      // sequence.
+      Value keyLength;
+      if (!pageTable)
+        keyLength = tensor::DimOp::create(
+            builder, loc, k, arith::ConstantIndexOp::create(builder, loc, 2));
+      blocks = SelectTopKOp::create(
+          builder, loc, q, meta, keyLength, pageTable, seqLens, queryOffsets,
+          builder.getI64IntegerAttr(s.blockSize),
+          builder.getI64IntegerAttr(*s.topK),
+          builder.getI64IntegerAttr(s.sinkBlocks),
+          builder.getI64IntegerAttr(s.localBlocks), mask, scale);
+    }
+    Value selection = blocks;
+    int64_t selectionBlock = s.blockSize;
+    if (s.method == SparsityMethod::TopP) {
+      selection = SelectTopPOp::create(
+          builder, loc, q, k, pageTable, seqLens, queryOffsets, blocks,
+          builder.getF64FloatAttr(s.topP),
+          builder.getI64IntegerAttr(s.minTokens),
+          s.maxTokens ? builder.getI64IntegerAttr(*s.maxTokens) : IntegerAttr(),
+          blocks ? builder.getI64IntegerAttr(s.blockSize) : IntegerAttr(),
+          SelectionEstimatorAttr::get(context, s.estimator == Estimator::Exact
+                                                   ? SelectionEstimator::Exact
+                                                   : SelectionEstimator::Int4),
+          mask, scale, softcap);
+      selectionBlock = 1;
+    }
+    auto sparse = SparseSdpaOp::create(
+        builder, loc, q, k, v, selection, Value(), pageTable, seqLens,
+        queryOffsets, builder.getI64IntegerAttr(selectionBlock), mask, scale,
+        softcap, returnLse(layer));
+    addVariantRegions(sparse, layer, entry);
+    return sparse;
+  }
+
   void addAttention(const AttentionLayer &layer) {
     Location loc = builder.getUnknownLoc();
     MaskAttr mask = maskOf(context, layer);
@@ -338,39 +388,9 @@ private:
         o = sdpa.getOutput();
         lse = sdpa.getLse();
       } else {
-        const Sparsity &s = *layer.sparsity;
-        Value blocks;
-        if (s.topK) {
-          Value two = arith::ConstantIndexOp::create(builder, loc, 2);
-          Value keyLength = tensor::DimOp::create(builder, loc, k, two);
-          blocks = SelectTopKOp::create(
-              builder, loc, q, entry["kmeta"], keyLength,
-              builder.getI64IntegerAttr(s.blockSize),
-              builder.getI64IntegerAttr(*s.topK),
-              builder.getI64IntegerAttr(s.sinkBlocks),
-              builder.getI64IntegerAttr(s.localBlocks), mask, scale);
-        }
-        Value selection = blocks;
-        int64_t selectionBlock = s.blockSize;
-        if (s.method == SparsityMethod::TopP) {
-          selection = SelectTopPOp::create(
-              builder, loc, q, k, blocks, builder.getF64FloatAttr(s.topP),
-              builder.getI64IntegerAttr(s.minTokens),
-              s.maxTokens ? builder.getI64IntegerAttr(*s.maxTokens)
-                          : IntegerAttr(),
-              blocks ? builder.getI64IntegerAttr(s.blockSize) : IntegerAttr(),
-              SelectionEstimatorAttr::get(context,
-                                          s.estimator == Estimator::Exact
-                                              ? SelectionEstimator::Exact
-                                              : SelectionEstimator::Int4),
-              mask, scale, softcap);
-          selectionBlock = 1;
-        }
-        auto sparse =
-            SparseSdpaOp::create(builder, loc, q, k, v, selection, Value(),
-                                 builder.getI64IntegerAttr(selectionBlock),
-                                 mask, scale, softcap, returnLse(layer));
-        addVariantRegions(sparse, layer, entry);
+        SparseSdpaOp sparse =
+            addSparseAttention(layer, entry, mask, scale, softcap, q, k, v,
+                               entry["kmeta"], Value(), Value(), Value());
         o = sparse.getOutput();
         lse = sparse.getLse();
       }
@@ -383,7 +403,7 @@ private:
       entry.arg("k", rows(layer.numKvHeads, layer.headDim));
       entry.beginBody();
       Value meta = BlockMetaOp::create(
-          builder, loc, entry["k"],
+          builder, loc, entry["k"], Value(), Value(),
           builder.getI64IntegerAttr(layer.sparsity->blockSize));
       entry.finish({meta}, {"kmeta"});
     }
@@ -536,6 +556,11 @@ private:
                 perRow(layer.numHeads, layer.gate == GateKind::Elementwise
                                            ? layer.valueDim
                                            : 1));
+    // A page's [2, Hkv, D] per page of the cache.
+    RankedTensorType pageMetaType =
+        tensor({kDyn, 2, layer.numKvHeads, layer.headDim}, element);
+    if (layer.sparsity)
+      entry.arg("kmeta_pages", pageMetaType);
     if (layer.ragged) {
       entry.arg("cu_seqlens_q", tensor({kDyn}, i32()));
       if (!paged)
@@ -546,6 +571,19 @@ private:
     auto optional = [&](StringRef name) {
       return entry.has(name) ? entry[name] : Value();
     };
+    if (layer.sparsity) {
+      // The reader allows sparsity over a paged cache only.
+      SparseSdpaOp sparse = addSparseAttention(
+          layer, entry, mask, scale, softcap, entry["q"], entry["k_cache"],
+          entry["v_cache"], entry["kmeta_pages"], entry["page_table"],
+          entry["seq_lens"], optional("cu_seqlens_q"));
+      finishAttention(entry, gated(entry, sparse.getOutput()), sparse.getLse());
+      addPagedMeta(layer);
+      addAppend(layer);
+      if (layer.tree)
+        addPagedTree(layer, scale, softcap);
+      return;
+    }
     auto sdpa = SdpaOp::create(
         builder, loc, entry["q"], paged ? entry["k_cache"] : entry["k"],
         paged ? entry["v_cache"] : entry["v"], Value(), optional("page_table"),
@@ -589,6 +627,22 @@ private:
         entry["seq_lens"], window, scale, softcap, returnLse(layer));
     addVariantRegions(tree, layer, entry);
     finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
+  }
+
+  /// <layer>.meta over a paged cache (SPEC §8): k_cache, page_table,
+  /// seq_lens -> kmeta_pages, the bounds of each page's keys.
+  void addPagedMeta(const AttentionLayer &layer) {
+    EntryBuilder entry(builder, module, layer.name + ".meta");
+    entry.arg("k_cache",
+              tensor({kDyn, layer.pageSize, layer.numKvHeads, layer.headDim},
+                     element));
+    entry.arg("page_table", tensor({kDyn, kDyn}, i32()));
+    entry.arg("seq_lens", tensor({kDyn}, i32()));
+    entry.beginBody();
+    Value meta = BlockMetaOp::create(
+        builder, builder.getUnknownLoc(), entry["k_cache"], entry["page_table"],
+        entry["seq_lens"], builder.getI64IntegerAttr(layer.pageSize));
+    entry.finish({meta}, {"kmeta_pages"});
   }
 
   /// <layer>.append (SPEC §8): k_new, v_new, slots, k_cache, v_cache (both

@@ -166,6 +166,27 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     dispatchKernel(b, groups, bindings, kernel);
   };
 
+  if (auto meta = dyn_cast<BlockMetaOp>(op); meta && meta.getPageTable()) {
+    // Bindings k_cache, page_table, seq_lens, kmeta_pages. One workgroup
+    // finds the slots of each page that sequences use, then a workgroup
+    // per (page, kv head) bounds them.
+    Value cache = bindings[0], out = bindings[3];
+    Value used = memref::AllocOp::create(
+        b, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+        ValueRange{m.dim(cache, 0)});
+    std::string useName = kernelName("page_use");
+    dispatchKernel(b, m.index(1), {cache, bindings[1], bindings[2], used},
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildPageUseKernel(builder, loc, useName, tiling,
+                                               types);
+                   });
+    dispatchKernel(
+        b, m.mul(m.dim(cache, 0), m.index(m.staticDim(cache, 2))),
+        {cache, used, out}, [&](OpBuilder &builder, TypeRange types) {
+          return buildBlockMetaKernel(builder, loc, name, meta, tiling, types);
+        });
+    return;
+  }
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {
     // A workgroup per (batch, kv head, block).
     Value out = bindings[1];
@@ -182,7 +203,11 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   Value rows =
       m.mul(m.mul(m.dim(q, 0), m.index(m.staticDim(q, 1))), m.dim(q, 2));
   if (auto select = dyn_cast<SelectTopKOp>(op))
-    return emit(m.mul(m.mul(m.dim(q, 0), m.index(m.staticDim(bindings[1], 1))),
+    // The metadata's kv heads: [B, Hkv, NB, 2, D] or per page [NP, 2, Hkv,
+    // D].
+    return emit(m.mul(m.mul(m.dim(q, 0),
+                            m.index(m.staticDim(
+                                bindings[1], select.getPageTable() ? 2 : 1))),
                       m.dim(q, 2)),
                 [&](OpBuilder &builder, TypeRange types) {
                   return buildSelectTopKKernel(builder, loc, name, select,

@@ -137,9 +137,57 @@ private:
       unite({a, d}, {b, d});
   }
 
+  /// A page table [B, MP] and the key lengths [B] beside it, both
+  /// following the queries `q` [B, ...] when given.
+  void addPageTable(Value pageTable, Value seqLens, Value q) {
+    if (q)
+      unite({q, 0}, {pageTable, 0}, "B");
+    else
+      nameRole({pageTable, 0}, "B");
+    nameRole({pageTable, 1}, "MP");
+    unite({pageTable, 0}, {seqLens, 0});
+  }
+
+  /// Unites dim 0 of `pages` (a tensor indexed by page) with the NP of the
+  /// paged caches read through `pageTable`, which its page numbers index.
+  void unitePages(Value pages, Value pageTable) {
+    for (Operation *user : pageTable.getUsers()) {
+      Value cache;
+      if (auto attention = dyn_cast<AttentionOpInterface>(user))
+        cache = attention.getKeyPageTable() == pageTable ? attention.getKey()
+                                                         : Value();
+      else if (auto select = dyn_cast<SelectTopPOp>(user))
+        cache = select.getKey();
+      else if (auto meta = dyn_cast<BlockMetaOp>(user))
+        cache = meta.getKey();
+      if (cache)
+        unite({pages, 0}, {cache, 0}, "NP");
+    }
+  }
+
   /// The shape relations of the ops around sparse and tree attention.
   void addSelectionOrTree(Operation *op) {
-    if (auto meta = dyn_cast<BlockMetaOp>(op)) {
+    if (auto meta = dyn_cast<BlockMetaOp>(op); meta && meta.getPageTable()) {
+      // kmeta_pages [NP, 2, Hkv, D] of a cache [NP, P, Hkv, D].
+      unite({meta.getKey(), 0}, {meta.getMeta(), 0}, "NP");
+      addPageTable(meta.getPageTable(), meta.getSeqLens(), Value());
+    } else if (auto select = dyn_cast<SelectTopKOp>(op);
+               select && select.getPageTable()) {
+      Value q = select.getQuery();
+      addPageTable(select.getPageTable(), select.getSeqLens(), q);
+      unitePages(select.getMeta(), select.getPageTable());
+      unite({q, 0}, {select.getBlocks(), 0});
+      unite({q, 2}, {select.getBlocks(), 2}, "Lq");
+    } else if (auto select = dyn_cast<SelectTopPOp>(op);
+               select && select.getPageTable()) {
+      Value q = select.getQuery(), tokens = select.getTokens();
+      addPageTable(select.getPageTable(), select.getSeqLens(), q);
+      nameRole({select.getKey(), 0}, "NP");
+      unite({q, 0}, {tokens, 0});
+      unite({q, 2}, {tokens, 2}, "Lq");
+      if (Value blocks = select.getBlocks())
+        uniteLeading(q, blocks, 3);
+    } else if (auto meta = dyn_cast<BlockMetaOp>(op)) {
       unite({meta.getKey(), 0}, {meta.getMeta(), 0}, "B");
       nameRole({meta.getKey(), 2}, "Lk");
       derive({meta.getMeta(), 2}, {meta.getKey(), 2}, meta.getBlockSize());
@@ -244,6 +292,8 @@ private:
         nameRole({q, 2}, "T");
         unite({q, 0}, {parents, 0});
         unite({q, 2}, {parents, 1});
+      } else if (Value selection = op.getKeySelection()) {
+        uniteLeading(q, selection, 3);
       }
       unite({k, 0}, {v, 0}, "NP");
       unite({q, 0}, {pageTable, 0}, "B");
@@ -411,6 +461,17 @@ bool isRegionConstant(Operation &op) {
 
 } // namespace
 
+/// The page table a block_meta, select_topk or select_topp reads, if any.
+static Value selectionPageTable(Operation *op) {
+  if (auto meta = dyn_cast<BlockMetaOp>(op))
+    return meta.getPageTable();
+  if (auto select = dyn_cast<SelectTopKOp>(op))
+    return select.getPageTable();
+  if (auto select = dyn_cast<SelectTopPOp>(op))
+    return select.getPageTable();
+  return Value();
+}
+
 LogicalResult EntryLowering::run() {
   if (!entry.getBody().hasOneBlock())
     return entry.emitError("an entry must have a single block");
@@ -464,8 +525,23 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
-    if (isSelectionOrTreeOp(&op))
+    if (isSelectionOrTreeOp(&op)) {
+      // The selections over a paged cache read the page table: CPU only so
+      // far.
+      auto select = dyn_cast<SelectTopKOp>(op);
+      auto selectP = dyn_cast<SelectTopPOp>(op);
+      if ((select && select.getCuSeqlensQ()) ||
+          (selectP && selectP.getCuSeqlensQ()))
+        return op.emitError()
+               << "no " << target << " lowering: '" << op.getName()
+               << "' over a ragged batch is not lowered yet";
+      if (selectionPageTable(&op) && target != "CPU")
+        return op.emitError()
+               << "no " << target << " lowering: '" << op.getName()
+               << "' over a paged cache has CPU kernels only "
+                  "so far";
       continue;
+    }
     return op.emitError() << "no " << target << " lowering for '"
                           << op.getName() << "' yet";
   }
@@ -710,12 +786,28 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     bindings.push_back(buffer);
   };
 
-  if (auto meta = dyn_cast<BlockMetaOp>(op)) {
+  if (auto meta = dyn_cast<BlockMetaOp>(op); meta && meta.getPageTable()) {
+    // k_cache, page_table, seq_lens -> kmeta_pages [NP, 2, Hkv, D].
+    bindOperands(meta->getOperands());
+    bindResult(meta.getMeta(), {m.dim(bindings[0], 0)});
+  } else if (auto meta = dyn_cast<BlockMetaOp>(op)) {
     bindOperands(meta.getKey());
     Value k = bindings[0];
     bindResult(
         meta.getMeta(),
         {m.dim(k, 0), m.ceilDiv(m.dim(k, 2), m.index(meta.getBlockSize()))});
+  } else if (auto select = dyn_cast<SelectTopKOp>(op);
+             select && select.getPageTable()) {
+    // q, kmeta_pages, page_table, seq_lens -> blocks [B, H, Lq,
+    // min(top_k, MP)]: a sequence has at most MP blocks (its pages). The
+    // runtime checked the pages and lengths (value contracts).
+    bindOperands({select.getQuery(), select.getMeta(), select.getPageTable(),
+                  select.getSeqLens()});
+    Value q = bindings[0], table = bindings[2];
+    SmallVector<Value> sizes{m.dim(q, 0), m.dim(q, 2)};
+    if (cast<ShapedType>(select.getBlocks().getType()).isDynamicDim(3))
+      sizes.push_back(m.minS(m.index(select.getTopK()), m.dim(table, 1)));
+    bindResult(select.getBlocks(), sizes);
   } else if (auto select = dyn_cast<SelectTopKOp>(op)) {
     bindOperands({select.getQuery(), select.getMeta()});
     Value q = bindings[0], meta = bindings[1];
@@ -735,15 +827,24 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
       sizes.push_back(m.minS(m.index(select.getTopK()), m.dim(meta, 2)));
     bindResult(select.getBlocks(), sizes);
   } else if (auto select = dyn_cast<SelectTopPOp>(op)) {
+    // q, k (or k_cache, page_table, seq_lens), [blocks] -> tokens.
     bindOperands({select.getQuery(), select.getKey()});
+    Value pageTable = select.getPageTable();
+    if (pageTable)
+      bindOperands({pageTable, select.getSeqLens()});
     if (Value blocks = select.getBlocks())
       bindOperands(blocks);
     Value q = bindings[0], k = bindings[1];
-    assertCausalRowsFit(b, select.getMask(), m.dim(q, 2), m.dim(k, 2),
-                        "attn.select_topp");
+    // Over a paged cache the runtime checked each sequence's rows against
+    // its keys (value contracts), and a sequence holds at most MP * P keys.
+    if (!pageTable)
+      assertCausalRowsFit(b, select.getMask(), m.dim(q, 2), m.dim(k, 2),
+                          "attn.select_topp");
     SmallVector<Value> sizes{m.dim(q, 0), m.dim(q, 2)};
     if (!select.getMaxTokens())
-      sizes.push_back(m.dim(k, 2));
+      sizes.push_back(
+          pageTable ? m.mul(m.dim(bindings[2], 1), m.index(m.staticDim(k, 1)))
+                    : m.dim(k, 2));
     bindResult(select.getTokens(), sizes);
   } else if (auto accept = dyn_cast<TreeAcceptOp>(op)) {
     bindOperands(accept->getOperands());
@@ -937,6 +1038,9 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
                       ? std::optional<unsigned>(queries.getArgNumber())
                       : std::nullopt);
     }
+    // The selections over a paged cache, like the attention they serve.
+    if (failed(addPagedSelectionContracts(&op, setContract)))
+      return failure();
     // The slots attn.kv_append writes (against the cache).
     if (auto append = dyn_cast<KvAppendOp>(op)) {
       auto slots = dyn_cast<BlockArgument>(append.getSlots());
@@ -983,6 +1087,60 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
              << "'path' and 'length' must both be entry inputs (checked "
                 "together at run time) or both results of attn.tree_accept";
   }
+  return success();
+}
+
+LogicalResult EntryLowering::addPagedSelectionContracts(
+    Operation *op,
+    function_ref<void(BlockArgument, StringRef, std::optional<unsigned>,
+                      std::optional<unsigned>)>
+        setContract) {
+  Value pageTable, seqLens, cache, queries;
+  MaskAttr mask;
+  if (auto meta = dyn_cast<BlockMetaOp>(op)) {
+    pageTable = meta.getPageTable();
+    seqLens = meta.getSeqLens();
+    cache = meta.getKey();
+  } else if (auto select = dyn_cast<SelectTopPOp>(op)) {
+    pageTable = select.getPageTable();
+    seqLens = select.getSeqLens();
+    cache = select.getKey();
+    queries = select.getQuery();
+    mask = select.getMask();
+  } else if (auto select = dyn_cast<SelectTopKOp>(op)) {
+    pageTable = select.getPageTable();
+    seqLens = select.getSeqLens();
+    queries = select.getQuery();
+    mask = select.getMask();
+    // Its metadata is per page: the runtime checks the table against the
+    // cache that another op of the entry reads through it.
+    if (pageTable)
+      for (Operation *user : pageTable.getUsers())
+        if (auto attention = dyn_cast<AttentionOpInterface>(user))
+          if (attention.getKeyPageTable() == pageTable)
+            cache = attention.getKey();
+    if (pageTable && !cache)
+      return op->emitError()
+             << "attn.select_topk over a paged cache: its 'page_table' must "
+                "also index a key cache in the entry (the runtime checks the "
+                "table against the cache's pages)";
+  }
+  if (!pageTable)
+    return success();
+  auto table = dyn_cast<BlockArgument>(pageTable);
+  auto lengths = dyn_cast<BlockArgument>(seqLens);
+  auto pages = dyn_cast<BlockArgument>(cache);
+  auto rows = dyn_cast_or_null<BlockArgument>(queries);
+  if (!table || !lengths || !pages || (queries && !rows))
+    return op->emitError()
+           << "a paged cache's 'page_table', 'seq_lens', keys and the "
+              "queries must be entry inputs (checked at run time before "
+              "anything runs)";
+  setContract(table, "page_table", pages.getArgNumber(), std::nullopt);
+  setContract(lengths, "sequence_lengths", table.getArgNumber(),
+              mask && mask.isCausal()
+                  ? std::optional<unsigned>(rows.getArgNumber())
+                  : std::nullopt);
   return success();
 }
 

@@ -190,6 +190,13 @@ private:
   /// Marks the entry inputs whose values kernels index with (tree parents,
   /// accepted paths) with the contract the runtime checks them against.
   LogicalResult addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs);
+  /// The contracts of the page table and key lengths of a block_meta,
+  /// select_topk or select_topp over a paged cache.
+  LogicalResult addPagedSelectionContracts(
+      Operation *op,
+      function_ref<void(BlockArgument, StringRef, std::optional<unsigned>,
+                        std::optional<unsigned>)>
+          setContract);
 
   /// Result value -> output argument index of the host function.
   llvm::DenseMap<Value, unsigned> returnedAt;

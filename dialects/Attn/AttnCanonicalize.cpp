@@ -100,11 +100,13 @@ static bool isKeyLengthOf(Value length, Value key) {
          constant.getSExtValue() == keyType.getDimSize(2);
 }
 
-/// Replaces `op` (a sparse_sdpa) by a dense sdpa over the same operands.
+/// Replaces `op` (a sparse_sdpa) by a dense sdpa over the same operands
+/// (and paged cache).
 static void replaceWithDense(SparseSdpaOp op, PatternRewriter &rewriter) {
   auto dense = SdpaOp::create(rewriter, op.getLoc(), op.getQuery(), op.getKey(),
-                              op.getValue(), op.getGate(), Value(), Value(),
-                              Value(), Value(), op.getMask(), op.getScaleAttr(),
+                              op.getValue(), op.getGate(), op.getPageTable(),
+                              op.getSeqLens(), op.getCuSeqlensQ(), Value(),
+                              op.getMask(), op.getScaleAttr(),
                               op.getSoftcapAttr(), op.getReturnLseAttr());
   moveVariantRegions(rewriter, op, dense);
   rewriter.replaceOp(op, dense->getResults());
@@ -122,7 +124,10 @@ struct ExhaustiveTopKIsDense final : OpRewritePattern<SparseSdpaOp> {
     if (select.getMask() != op.getMask() ||
         select.getBlockSize() != op.getBlockSize())
       return rewriter.notifyMatchFailure(op, "mask or block size differ");
-    if (!isKeyLengthOf(select.getKeyLength(), op.getKey()))
+    // Over a paged cache each sequence has its own blocks, known at run
+    // time.
+    if (op.getPageTable() || !select.getKeyLength() ||
+        !isKeyLengthOf(select.getKeyLength(), op.getKey()))
       return rewriter.notifyMatchFailure(op, "selection ranks another Lk");
     auto keyType = op.getKey().getType();
     auto metaType = select.getMeta().getType();
@@ -156,11 +161,14 @@ struct FullTopPIsCandidates final : OpRewritePattern<SparseSdpaOp> {
     if (op.getBlockSize() != 1 || select.getMask() != op.getMask() ||
         select.getQuery() != op.getQuery() || select.getKey() != op.getKey() ||
         select.getScaleAttr() != op.getScaleAttr() ||
-        select.getSoftcapAttr() != op.getSoftcapAttr())
+        select.getSoftcapAttr() != op.getSoftcapAttr() ||
+        select.getPageTable() != op.getPageTable() ||
+        select.getSeqLens() != op.getSeqLens() ||
+        select.getCuSeqlensQ() != op.getCuSeqlensQ())
       return rewriter.notifyMatchFailure(op, "selection scores other keys");
     if (std::optional<uint64_t> maxTokens = select.getMaxTokens()) {
       auto keyType = op.getKey().getType();
-      if (keyType.isDynamicDim(2) ||
+      if (op.getPageTable() || keyType.isDynamicDim(2) ||
           static_cast<int64_t>(*maxTokens) < keyType.getDimSize(2))
         return rewriter.notifyMatchFailure(op, "max_tokens may drop keys");
     }
@@ -171,9 +179,10 @@ struct FullTopPIsCandidates final : OpRewritePattern<SparseSdpaOp> {
     }
     auto overBlocks = SparseSdpaOp::create(
         rewriter, op.getLoc(), op.getQuery(), op.getKey(), op.getValue(),
-        blocks, op.getGate(),
-        rewriter.getI64IntegerAttr(*select.getBlockSize()), op.getMask(),
-        op.getScaleAttr(), op.getSoftcapAttr(), op.getReturnLseAttr());
+        blocks, op.getGate(), op.getPageTable(), op.getSeqLens(),
+        op.getCuSeqlensQ(), rewriter.getI64IntegerAttr(*select.getBlockSize()),
+        op.getMask(), op.getScaleAttr(), op.getSoftcapAttr(),
+        op.getReturnLseAttr());
     moveVariantRegions(rewriter, op, overBlocks);
     rewriter.replaceOp(op, overBlocks->getResults());
     return success();

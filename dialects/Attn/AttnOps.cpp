@@ -38,6 +38,8 @@ const char *const kValueDims[] = {"B", "Hkv", "Lk", "Dv"};
 const char *const kGateDims[] = {"B", "H", "Lq", "Dv or 1"};
 const char *const kSelectionDims[] = {"B", "H", "Lq", "N"};
 const char *const kMetaDims[] = {"B", "Hkv", "NB", "2", "D"};
+const char *const kPagedMetaDims[] = {"NP", "2", "Hkv", "D"};
+const char *const kPackedSelectionDims[] = {"T", "H", "N"};
 const char *const kTreeQueryDims[] = {"B", "H", "T", "D"};
 const char *const kTreeKeyDims[] = {"B", "Hkv", "P+T", "D"};
 const char *const kTreeValueDims[] = {"B", "Hkv", "P+T", "Dv"};
@@ -394,6 +396,29 @@ static Region *nonEmpty(Region &region) {
 // SdpaOp
 //===----------------------------------------------------------------------===//
 
+/// The results of attention over a ragged batch: output [T, H, Dv] and
+/// lse [T, H]; Dv is the last dim of the packed values and of a paged
+/// cache alike.
+static LogicalResult inferPackedResults(EmitErrorFn emitError, Value query,
+                                        Value value, bool withLse,
+                                        SmallVectorImpl<Type> &results) {
+  FailureOr<NamedTensor> q =
+      namedWithRank(emitError, "query", query, kPackedSoftmaxQueryDims);
+  auto values = llvm::dyn_cast<RankedTensorType>(value.getType());
+  if (failed(q))
+    return failure();
+  if (!values || values.getRank() < 1)
+    return emitError() << "'value' must be a ranked tensor, got "
+                       << value.getType();
+  results.push_back(
+      tensorOf({q->dim(0), q->dim(1), values.getDimSize(values.getRank() - 1)},
+               q->type.getElementType()));
+  if (withLse)
+    results.push_back(
+        tensorOf({q->dim(0), q->dim(1)}, Float32Type::get(query.getContext())));
+  return success();
+}
+
 LogicalResult
 SdpaOp::inferReturnTypes(MLIRContext *context, std::optional<Location> location,
                          Adaptor adaptor,
@@ -403,23 +428,8 @@ SdpaOp::inferReturnTypes(MLIRContext *context, std::optional<Location> location,
     return inferAttentionResults(emitError, adaptor.getQuery(),
                                  adaptor.getValue(), returnsLse(adaptor),
                                  kQueryDims, kValueDims, inferredReturnTypes);
-  // A ragged batch: output [T, H, Dv], lse [T, H]; Dv is the last dim of
-  // the packed values and of a paged cache alike.
-  FailureOr<NamedTensor> q = namedWithRank(
-      emitError, "query", adaptor.getQuery(), kPackedSoftmaxQueryDims);
-  auto value = llvm::dyn_cast<RankedTensorType>(adaptor.getValue().getType());
-  if (failed(q))
-    return failure();
-  if (!value || value.getRank() < 1)
-    return emitError() << "'value' must be a ranked tensor, got "
-                       << adaptor.getValue().getType();
-  inferredReturnTypes.push_back(
-      tensorOf({q->dim(0), q->dim(1), value.getDimSize(value.getRank() - 1)},
-               q->type.getElementType()));
-  if (returnsLse(adaptor))
-    inferredReturnTypes.push_back(
-        tensorOf({q->dim(0), q->dim(1)}, Float32Type::get(context)));
-  return success();
+  return inferPackedResults(emitError, adaptor.getQuery(), adaptor.getValue(),
+                            returnsLse(adaptor), inferredReturnTypes);
 }
 
 /// Checks a ragged batch's offsets `[B+1]`, and when `batchOf` (`[B]`, named
@@ -643,11 +653,72 @@ SmallVector<Value> GateOp::getEpilogueParameters() { return {getGate()}; }
 // BlockMetaOp
 //===----------------------------------------------------------------------===//
 
+/// The queries of a selection: `[B, H, Lq, D]`, or packed token-major
+/// `[T, H, D]` in a ragged batch (`ragged`).
+static NamedTensor selectionQueries(Value query, bool ragged) {
+  return named("query", query,
+               ragged ? ArrayRef<const char *>(kPackedSoftmaxQueryDims)
+                      : ArrayRef<const char *>(kQueryDims));
+}
+
+/// The result of a selection with `slots` entries a row: [B, H, Lq, slots],
+/// or [T, H, slots] for packed queries.
+static RankedTensorType selectionType(const NamedTensor &q, int64_t slots) {
+  Type i32 = IntegerType::get(q.type.getContext(), 32);
+  if (q.type.getRank() == 3)
+    return tensorOf({q.dim(0), q.dim(1), slots}, i32);
+  return tensorOf({q.dim(0), q.dim(1), q.dim(2), slots}, i32);
+}
+
+/// Checks the queries' offsets of a ragged selection: only over a paged
+/// cache, and B + 1 of them for the B sequences of `seq_lens`.
+static LogicalResult verifyRaggedSelection(EmitErrorFn emitError,
+                                           Value queryOffsets, Value pageTable,
+                                           Value seqLens) {
+  if (!queryOffsets)
+    return success();
+  if (!pageTable)
+    return emitError() << "a ragged batch's selections read their keys from "
+                          "a paged cache: 'ragged' needs 'paged'";
+  return verifyOffsets(emitError, queryOffsets, "cu_seqlens_q", seqLens,
+                       "seq_lens");
+}
+
+/// Checks a paged cache's `page_table [B, MP]` and `seq_lens [B]`, given
+/// both or neither (`opName` says what needs them), and when `q` is given
+/// that B is its dim 0.
+static LogicalResult verifyPageTable(EmitErrorFn emitError, Value pageTable,
+                                     Value seqLens, const NamedTensor *q) {
+  if (static_cast<bool>(pageTable) != static_cast<bool>(seqLens))
+    return emitError() << "a paged cache needs both 'page_table' and "
+                          "'seq_lens'";
+  if (!pageTable)
+    return success();
+  const NamedTensor table = named("page_table", pageTable, kPageTableDims);
+  const NamedTensor lengths = named("seq_lens", seqLens, kBatchDims);
+  if (failed(checkRank(emitError, table)) ||
+      failed(checkRank(emitError, lengths)) ||
+      failed(checkSameDim(emitError, lengths, 0, table, 0)))
+    return failure();
+  return failure(q && failed(checkSameDim(emitError, table, 0, *q, 0)));
+}
+
 LogicalResult
 BlockMetaOp::inferReturnTypes(MLIRContext *context,
                               std::optional<Location> location, Adaptor adaptor,
                               SmallVectorImpl<Type> &inferredReturnTypes) {
   auto emit = inferenceErrorAt(context, location, getOperationName());
+  if (adaptor.getPageTable()) {
+    // A page's [2, Hkv, D] per page of the cache.
+    FailureOr<NamedTensor> cache =
+        namedWithRank(emit, "key", adaptor.getKey(), kPagedKeyDims);
+    if (failed(cache))
+      return failure();
+    inferredReturnTypes.push_back(
+        tensorOf({cache->dim(0), 2, cache->dim(2), cache->dim(3)},
+                 cache->type.getElementType()));
+    return success();
+  }
   FailureOr<NamedTensor> k =
       namedWithRank(emit, "key", adaptor.getKey(), kKeyDims);
   auto blockSizeAttr =
@@ -670,6 +741,22 @@ BlockMetaOp::inferReturnTypes(MLIRContext *context,
 
 LogicalResult BlockMetaOp::verify() {
   auto emit = [&]() { return emitOpError(); };
+  if (failed(verifyPageTable(emit, getPageTable(), getSeqLens(), nullptr)))
+    return failure();
+  if (getPageTable()) {
+    NamedTensor cache = named("key", getKey(), kPagedKeyDims);
+    for (unsigned d : {1u, 2u, 3u})
+      if (failed(checkStaticDim(emit, cache, d)))
+        return failure();
+    if (failed(checkPositive(emit, "block_size", getBlockSize())))
+      return failure();
+    if (static_cast<int64_t>(getBlockSize()) != cache.dim(1))
+      return emitOpError() << "over a paged cache the blocks are its pages: "
+                              "'block_size' ("
+                           << getBlockSize()
+                           << ") must be the page size P = " << cache.dim(1);
+    return success();
+  }
   NamedTensor k = named("key", getKey(), kKeyDims);
   return failure(failed(checkStaticDim(emit, k, 1)) ||
                  failed(checkStaticDim(emit, k, 3)));
@@ -683,8 +770,10 @@ LogicalResult SelectTopKOp::inferReturnTypes(
     MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
     SmallVectorImpl<Type> &inferredReturnTypes) {
   auto emit = inferenceErrorAt(context, location, getOperationName());
-  FailureOr<NamedTensor> q =
-      namedWithRank(emit, "query", adaptor.getQuery(), kQueryDims);
+  FailureOr<NamedTensor> q = namedWithRank(
+      emit, "query", adaptor.getQuery(),
+      adaptor.getCuSeqlensQ() ? ArrayRef<const char *>(kPackedSoftmaxQueryDims)
+                              : ArrayRef<const char *>(kQueryDims));
   auto topKAttr = inherentAttr<IntegerAttr>(adaptor.getProperties().top_k,
                                             adaptor.getAttributes(), "top_k");
   if (failed(q))
@@ -696,31 +785,58 @@ LogicalResult SelectTopKOp::inferReturnTypes(
     return failure();
   // A row keeps at most every block the keys have: the budget is capped by
   // the metadata's block count, so no buffer is sized by a budget alone.
+  // Over a paged cache a sequence has at most MP blocks (its pages).
   int64_t slots = ShapedType::kDynamic;
-  if (auto meta = dyn_cast<RankedTensorType>(adaptor.getMeta().getType()))
+  if (Value pageTable = adaptor.getPageTable()) {
+    auto table = dyn_cast<RankedTensorType>(pageTable.getType());
+    if (table && table.getRank() == 2 && !table.isDynamicDim(1))
+      slots = std::min(topK, table.getDimSize(1));
+  } else if (auto meta =
+                 dyn_cast<RankedTensorType>(adaptor.getMeta().getType())) {
     if (meta.getRank() == 5 && !meta.isDynamicDim(2))
       slots = std::min(topK, meta.getDimSize(2));
-  inferredReturnTypes.push_back(tensorOf(
-      {q->dim(0), q->dim(1), q->dim(2), slots}, IntegerType::get(context, 32)));
+  }
+  inferredReturnTypes.push_back(selectionType(*q, slots));
   return success();
 }
 
 LogicalResult SelectTopKOp::verify() {
   auto emit = [&]() { return emitOpError(); };
-  NamedTensor q = named("query", getQuery(), kQueryDims);
-  NamedTensor meta = named("meta", getMeta(), kMetaDims);
+  const bool ragged = static_cast<bool>(getCuSeqlensQ());
+  NamedTensor q = selectionQueries(getQuery(), ragged);
+  const unsigned qFeature = ragged ? 2 : 3;
+  const bool paged = static_cast<bool>(getPageTable());
+  if (paged == static_cast<bool>(getKeyLength()))
+    return emitOpError() << "needs either 'key_length' or a paged cache's "
+                            "'page_table' and 'seq_lens', not both";
+  if (failed(checkRank(emit, q)) ||
+      failed(verifyPageTable(emit, getPageTable(), getSeqLens(),
+                             ragged ? nullptr : &q)) ||
+      failed(verifyRaggedSelection(emit, getCuSeqlensQ(), getPageTable(),
+                                   getSeqLens())))
+    return failure();
+  // [B, Hkv, NB, 2, D], or a page's [2, Hkv, D] per page of the cache.
+  NamedTensor meta = named("meta", getMeta(),
+                           paged ? ArrayRef<const char *>(kPagedMetaDims)
+                                 : ArrayRef<const char *>(kMetaDims));
+  const unsigned metaHeads = paged ? 2 : 1, metaFeature = paged ? 3 : 4;
+  const unsigned metaPair = paged ? 1 : 3;
   if (failed(checkRank(emit, meta)) || failed(checkStaticDim(emit, q, 1)) ||
-      failed(checkStaticDim(emit, q, 3)) ||
-      failed(checkStaticDim(emit, meta, 1)) ||
-      failed(checkStaticDim(emit, meta, 4)) ||
+      failed(checkStaticDim(emit, q, qFeature)) ||
+      failed(checkStaticDim(emit, meta, metaHeads)) ||
+      failed(checkStaticDim(emit, meta, metaFeature)) ||
       failed(checkSameElementType(emit, meta, q)) ||
-      failed(checkSameDim(emit, meta, 0, q, 0)) ||
-      failed(checkDimIs(emit, meta, 3, 2)) ||
-      failed(checkSameDim(emit, meta, 4, q, 3)) ||
-      failed(checkDimMultiple(emit, q, meta, 1)) ||
+      (!paged && failed(checkSameDim(emit, meta, 0, q, 0))) ||
+      failed(checkDimIs(emit, meta, metaPair, 2)) ||
+      failed(checkSameDim(emit, meta, metaFeature, q, qFeature)) ||
       failed(checkPositive(emit, "block_size", getBlockSize())) ||
       failed(checkScale(emit, toDouble(getScale()))))
     return failure();
+  if (q.dim(1) % meta.dim(metaHeads) != 0)
+    return emitOpError() << "'query' dim 1 (H) must be a multiple of 'meta' "
+                            "dim "
+                         << metaHeads << " (Hkv), got " << q.dim(1) << " and "
+                         << meta.dim(metaHeads);
   int64_t sink = getSinkBlocks(), local = getLocalBlocks();
   if (sink < 0 || local < 0)
     return emitOpError() << "'sink_blocks' and 'local_blocks' must be >= 0, "
@@ -743,13 +859,23 @@ LogicalResult SelectTopPOp::inferReturnTypes(
     MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
     SmallVectorImpl<Type> &inferredReturnTypes) {
   auto emit = inferenceErrorAt(context, location, getOperationName());
-  FailureOr<NamedTensor> q =
-      namedWithRank(emit, "query", adaptor.getQuery(), kQueryDims);
+  FailureOr<NamedTensor> q = namedWithRank(
+      emit, "query", adaptor.getQuery(),
+      adaptor.getCuSeqlensQ() ? ArrayRef<const char *>(kPackedSoftmaxQueryDims)
+                              : ArrayRef<const char *>(kQueryDims));
   FailureOr<NamedTensor> k =
       namedWithRank(emit, "key", adaptor.getKey(), kKeyDims);
   if (failed(q) || failed(k))
     return failure();
+  // Over a paged cache a sequence has at most MP * P keys.
   int64_t capacity = k->dim(2);
+  if (Value pageTable = adaptor.getPageTable()) {
+    auto table = dyn_cast<RankedTensorType>(pageTable.getType());
+    capacity = table && table.getRank() == 2 && !table.isDynamicDim(1) &&
+                       k->isStatic(1)
+                   ? table.getDimSize(1) * k->dim(1)
+                   : ShapedType::kDynamic;
+  }
   if (auto maxTokens =
           inherentAttr<IntegerAttr>(adaptor.getProperties().max_tokens,
                                     adaptor.getAttributes(), "max_tokens")) {
@@ -757,32 +883,54 @@ LogicalResult SelectTopPOp::inferReturnTypes(
     if (failed(checkPositive(emit, "max_tokens", capacity)))
       return failure();
   }
-  inferredReturnTypes.push_back(
-      tensorOf({q->dim(0), q->dim(1), q->dim(2), capacity},
-               IntegerType::get(context, 32)));
+  inferredReturnTypes.push_back(selectionType(*q, capacity));
   return success();
 }
 
 LogicalResult SelectTopPOp::verify() {
   auto emit = [&]() { return emitOpError(); };
-  NamedTensor q = named("query", getQuery(), kQueryDims);
-  NamedTensor k = named("key", getKey(), kKeyDims);
-  for (const NamedTensor *t : {&q, &k})
-    for (unsigned d : {1u, 3u})
-      if (failed(checkStaticDim(emit, *t, d)))
-        return failure();
+  const bool ragged = static_cast<bool>(getCuSeqlensQ());
+  NamedTensor q = selectionQueries(getQuery(), ragged);
+  const unsigned qFeature = ragged ? 2 : 3;
+  const bool paged = static_cast<bool>(getPageTable());
+  // [B, Hkv, Lk, D], or a paged cache [NP, P, Hkv, D].
+  NamedTensor k = named("key", getKey(),
+                        paged ? ArrayRef<const char *>(kPagedKeyDims)
+                              : ArrayRef<const char *>(kKeyDims));
+  const unsigned kvHeads = paged ? 2 : 1;
+  if (failed(checkRank(emit, q)) || failed(checkRank(emit, k)) ||
+      failed(verifyPageTable(emit, getPageTable(), getSeqLens(),
+                             ragged ? nullptr : &q)) ||
+      failed(verifyRaggedSelection(emit, getCuSeqlensQ(), getPageTable(),
+                                   getSeqLens())))
+    return failure();
+  for (unsigned d : {1u, qFeature})
+    if (failed(checkStaticDim(emit, q, d)))
+      return failure();
+  for (unsigned d : {kvHeads, 3u})
+    if (failed(checkStaticDim(emit, k, d)))
+      return failure();
+  if (paged && failed(checkStaticDim(emit, k, 1)))
+    return failure();
+  if (q.dim(1) % k.dim(kvHeads) != 0)
+    return emitOpError() << "'query' dim 1 (H) must be a multiple of 'key' "
+                            "dim "
+                         << kvHeads << " (Hkv), got " << q.dim(1) << " and "
+                         << k.dim(kvHeads);
   if (failed(checkSameElementType(emit, k, q)) ||
-      failed(checkSameDim(emit, k, 0, q, 0)) ||
-      failed(checkSameDim(emit, k, 3, q, 3)) ||
-      failed(checkDimMultiple(emit, q, k, 1)) ||
+      (!paged && failed(checkSameDim(emit, k, 0, q, 0))) ||
+      failed(checkSameDim(emit, k, 3, q, qFeature)) ||
       failed(checkScale(emit, toDouble(getScale()))) ||
       failed(checkSoftcap(emit, getSoftcap().convertToDouble())))
     return failure();
   if (Value blocks = getBlocks()) {
-    NamedTensor sel = named("blocks", blocks, kSelectionDims);
+    NamedTensor sel =
+        named("blocks", blocks,
+              ragged ? ArrayRef<const char *>(kPackedSelectionDims)
+                     : ArrayRef<const char *>(kSelectionDims));
     if (failed(checkRank(emit, sel)))
       return failure();
-    for (unsigned d = 0; d < 3; ++d)
+    for (unsigned d = 0; d < qFeature; ++d)
       if (failed(checkSameDim(emit, sel, d, q, d)))
         return failure();
     if (!getBlockSize())
@@ -819,6 +967,11 @@ LogicalResult SelectTopPOp::verify() {
 LogicalResult SparseSdpaOp::inferReturnTypes(
     MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
     SmallVectorImpl<Type> &inferredReturnTypes) {
+  if (adaptor.getCuSeqlensQ())
+    return inferPackedResults(
+        inferenceErrorAt(context, location, getOperationName()),
+        adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor),
+        inferredReturnTypes);
   return inferAttentionResults(
       inferenceErrorAt(context, location, getOperationName()),
       adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor), kQueryDims,
@@ -828,18 +981,42 @@ LogicalResult SparseSdpaOp::inferReturnTypes(
 LogicalResult SparseSdpaOp::verify() {
   auto emit = [&]() { return emitOpError(); };
   NamedTensor q = named("query", getQuery(), kQueryDims);
-  NamedTensor k = named("key", getKey(), kKeyDims);
-  NamedTensor v = named("value", getValue(), kValueDims);
-  if (failed(verifySoftmaxAttention(emit, q, k, v, getGate(),
-                                    toDouble(getScale()),
-                                    getSoftcap().convertToDouble())) ||
-      failed(verifyMaskFitsLengths(emit, getMask(), q, k)) ||
-      failed(checkPositive(emit, "block_size", getBlockSize())))
+  if (static_cast<bool>(getPageTable()) != static_cast<bool>(getSeqLens()))
+    return emitOpError() << "a paged cache needs both 'page_table' and "
+                            "'seq_lens'";
+  const bool ragged = static_cast<bool>(getCuSeqlensQ());
+  if (ragged) {
+    if (!getPageTable())
+      return emitOpError() << "a ragged batch's sparse attention reads its "
+                              "keys from a paged cache: 'ragged' needs "
+                              "'paged'";
+    q = named("query", getQuery(), kPackedSoftmaxQueryDims);
+    if (failed(verifyOffsets(emit, getCuSeqlensQ(), "cu_seqlens_q", {}, "")))
+      return failure();
+  }
+  if (getPageTable()) {
+    if (failed(verifyPagedCache(emit, q, getKey(), getValue(), getPageTable(),
+                                getSeqLens(), getGate(), toDouble(getScale()),
+                                getSoftcap().convertToDouble(),
+                                getCuSeqlensQ())))
+      return failure();
+  } else {
+    NamedTensor k = named("key", getKey(), kKeyDims);
+    NamedTensor v = named("value", getValue(), kValueDims);
+    if (failed(verifySoftmaxAttention(emit, q, k, v, getGate(),
+                                      toDouble(getScale()),
+                                      getSoftcap().convertToDouble())) ||
+        failed(verifyMaskFitsLengths(emit, getMask(), q, k)))
+      return failure();
+  }
+  if (failed(checkPositive(emit, "block_size", getBlockSize())))
     return failure();
-  NamedTensor sel = named("selection", getSelection(), kSelectionDims);
+  NamedTensor sel = named("selection", getSelection(),
+                          ragged ? ArrayRef<const char *>(kPackedSelectionDims)
+                                 : ArrayRef<const char *>(kSelectionDims));
   if (failed(checkRank(emit, sel)))
     return failure();
-  for (unsigned d = 0; d < 3; ++d)
+  for (unsigned d = 0; d < (ragged ? 2u : 3u); ++d)
     if (failed(checkSameDim(emit, sel, d, q, d)))
       return failure();
   return success();
@@ -882,6 +1059,9 @@ KeySelectionKind SparseSdpaOp::getKeySelectionKind() {
   return KeySelectionKind::Blocks;
 }
 Value SparseSdpaOp::getKeySelection() { return getSelection(); }
+Value SparseSdpaOp::getKeyPageTable() { return getPageTable(); }
+Value SparseSdpaOp::getKeyLengths() { return getSeqLens(); }
+Value SparseSdpaOp::getSequenceOffsets() { return getCuSeqlensQ(); }
 int64_t SparseSdpaOp::getSelectionBlockSize() { return getBlockSize(); }
 
 //===----------------------------------------------------------------------===//

@@ -194,7 +194,7 @@ def Attn_GateOp : Attn_PureOp<"gate", [SameOperandsElementType,
 // §1.3 Sparsity budgets
 //===----------------------------------------------------------------------===//
 
-def Attn_BlockMetaOp : Attn_PureOp<"block_meta"> {
+def Attn_BlockMetaOp : Attn_PureOp<"block_meta", [AttrSizedOperandSegments]> {
   let summary = "Quest block metadata: channel-wise min and max of key blocks";
   let description = [{
     Cuts the keys into blocks of `block_size` tokens (the last one may be
@@ -202,16 +202,33 @@ def Attn_BlockMetaOp : Attn_PureOp<"block_meta"> {
     block_size)`, with `kmeta[.., b, 0, :]` the channel-wise minimum and
     `kmeta[.., b, 1, :]` the channel-wise maximum of the keys of block `b`.
 
+    With `paged(%page_table, %seq_lens)` (SPEC §8) the keys are a paged
+    cache `key [NP, P, Hkv, D]`, the blocks are its pages (`block_size =
+    P`) and the result is `kmeta_pages [NP, 2, Hkv, D]`: each page's
+    minimum and maximum over the slots that hold keys of a sequence (the
+    first `min(P, seq_lens[b] - i * P)` slots of page `page_table[b, i]`,
+    the most any sequence uses), so junk past a sequence's keys never
+    loosens a bound. A page no sequence uses is summarized whole.
+
     ```mlir
     %meta = attn.block_meta %k {block_size = 16} : tensor<?x2x?x64xf32>
+    %pages = attn.block_meta %k_cache paged(%pt, %lens
+        : tensor<?x?xi32>, tensor<?xi32>) {block_size = 16}
+        : tensor<?x16x2x64xf32>
     ```
   }];
-  let arguments = (ins Attn_FloatTensor:$key, I64Attr:$block_size);
+  let arguments = (ins Attn_FloatTensor:$key,
+    Optional<Attn_I32Tensor>:$page_table,
+    Optional<Attn_I32Tensor>:$seq_lens,
+    I64Attr:$block_size);
   let results = (outs Attn_FloatTensor:$meta);
-  let assemblyFormat = "$key attr-dict `:` type($key)";
+  let assemblyFormat = [{
+    $key (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
+       type($seq_lens) `)`)? attr-dict `:` type($key)
+  }];
 }
 
-def Attn_SelectTopKOp : Attn_PureOp<"select_topk"> {
+def Attn_SelectTopKOp : Attn_PureOp<"select_topk", [AttrSizedOperandSegments]> {
   let summary = "Quest top-k block selection per query head and row";
   let description = [{
     Scores every candidate key block `b` of row `i` (a block holding at
@@ -227,6 +244,15 @@ def Attn_SelectTopKOp : Attn_PureOp<"select_topk"> {
     budget larger than the keys costs nothing) lists the kept block indices
     in ascending order, padded with -1.
 
+    Over a paged cache, `paged(%page_table, %seq_lens)` replaces
+    `key_length`: `meta` is `kmeta_pages [NP, 2, Hkv, D]` (see
+    `attn.block_meta`), sequence `b` has `seq_lens[b]` keys, its block `i`
+    is page `page_table[b, i]` (so `block_size` is the page size) and the
+    result has `min(top_k, MP)` slots a row, listing blocks by their index
+    in the sequence. With `ragged(%cu_seqlens_q)` as well, the queries are
+    packed token-major `[T, H, D]` (SPEC §8) and so is the result,
+    `[T, H, min(top_k, MP)]`.
+
     ```mlir
     %blocks = attn.select_topk %q, %meta, %lk
         {block_size = 16, top_k = 8, sink_blocks = 1, local_blocks = 1,
@@ -237,7 +263,10 @@ def Attn_SelectTopKOp : Attn_PureOp<"select_topk"> {
   let arguments = (ins
     Attn_FloatTensor:$query,
     Attn_FloatTensor:$meta,
-    Index:$key_length,
+    Optional<Index>:$key_length,
+    Optional<Attn_I32Tensor>:$page_table,
+    Optional<Attn_I32Tensor>:$seq_lens,
+    Optional<Attn_I32Tensor>:$cu_seqlens_q,
     I64Attr:$block_size,
     I64Attr:$top_k,
     DefaultValuedAttr<I64Attr, "0">:$sink_blocks,
@@ -246,11 +275,13 @@ def Attn_SelectTopKOp : Attn_PureOp<"select_topk"> {
     OptionalAttr<F64Attr>:$scale);
   let results = (outs Attn_I32Tensor:$blocks);
   let assemblyFormat = [{
-    $query `,` $meta `,` $key_length attr-dict `:` type($query) `,` type($meta)
+    $query `,` $meta (`,` $key_length^)?
+    (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
+       type($seq_lens) `)`)? (`ragged` `(` $cu_seqlens_q^ `:` type($cu_seqlens_q) `)`)? attr-dict `:` type($query) `,` type($meta)
   }];
 }
 
-def Attn_SelectTopPOp : Attn_PureOp<"select_topp"> {
+def Attn_SelectTopPOp : Attn_PureOp<"select_topp", [AttrSizedOperandSegments]> {
   let summary = "Twilight top-p token selection per query head and row";
   let description = [{
     The candidates of row `i` are the keys visible to it under `mask`, or,
@@ -269,6 +300,12 @@ def Attn_SelectTopPOp : Attn_PureOp<"select_topp"> {
     ascending order padded with -1; `N` is `max_tokens` when given, else
     `Lk`.
 
+    With `paged(%page_table, %seq_lens)` the keys are a paged cache
+    `key [NP, P, Hkv, D]` as in `attn.sdpa`; indices are positions in the
+    sequence and `N` defaults to the table's capacity `MP * P`; with
+    `ragged(%cu_seqlens_q)` too the queries and the result are packed
+    token-major, `[T, H, D]` and `[T, H, N]`.
+
     ```mlir
     %tokens = attn.select_topp %q, %k blocks(%blocks)
         {top_p = 0.95, min_tokens = 16, max_tokens = 1024, block_size = 16,
@@ -279,6 +316,9 @@ def Attn_SelectTopPOp : Attn_PureOp<"select_topp"> {
   let arguments = (ins
     Attn_FloatTensor:$query,
     Attn_FloatTensor:$key,
+    Optional<Attn_I32Tensor>:$page_table,
+    Optional<Attn_I32Tensor>:$seq_lens,
+    Optional<Attn_I32Tensor>:$cu_seqlens_q,
     Optional<Attn_I32Tensor>:$blocks,
     F64Attr:$top_p,
     DefaultValuedAttr<I64Attr, "0">:$min_tokens,
@@ -291,18 +331,22 @@ def Attn_SelectTopPOp : Attn_PureOp<"select_topp"> {
     DefaultValuedAttr<F64Attr, "0.0">:$softcap);
   let results = (outs Attn_I32Tensor:$tokens);
   let assemblyFormat = [{
-    $query `,` $key (`blocks` `(` $blocks^ `)`)? attr-dict `:`
+    $query `,` $key (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
+       type($seq_lens) `)`)? (`ragged` `(` $cu_seqlens_q^ `:` type($cu_seqlens_q) `)`)?
+    (`blocks` `(` $blocks^ `)`)? attr-dict `:`
     type($query) `,` type($key) (`,` type($blocks)^)?
   }];
 }
 
 def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
+    AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<OpAsmOpInterface,
         ["getAsmResultNames", "getAsmBlockArgumentNames"]>,
     DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
         !listconcat(Attn_AttentionInterfaceMethods,
                     ["getKeySelectionKind", "getKeySelection",
-                     "getSelectionBlockSize"])>]> {
+                     "getSelectionBlockSize", "getKeyPageTable",
+                     "getKeyLengths", "getSequenceOffsets"])>]> {
   let summary = "softmax attention over a block or token selection";
   let description = !strconcat([{
     `attn.sdpa` restricted, for each head and row, to the visible keys of the
@@ -310,7 +354,11 @@ def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
     and `j / block_size` is listed in `selection[b, h, i, :]` (-1 entries and
     repeats are ignored). A token selection is a selection of 1-token
     blocks. Operands and results are those of `attn.sdpa` plus
-    `selection [B, H, Lq, N]` (i32).
+    `selection [B, H, Lq, N]` (i32), whose entries count blocks (or
+    tokens) by their position in the sequence; `paged(%page_table,
+    %seq_lens)` reads the keys and values from a paged cache as in
+    `attn.sdpa`, and `ragged(%cu_seqlens_q)` packs the rows token-major
+    (`query`, `gate`, `output`, `lse` and `selection [T, H, N]`).
 
     ```mlir
     %o = attn.sparse_sdpa %q, %k, %v, %blocks
@@ -325,13 +373,17 @@ def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
     Attn_FloatTensor:$value,
     Attn_I32Tensor:$selection,
     Optional<Attn_FloatTensor>:$gate,
+    Optional<Attn_I32Tensor>:$page_table,
+    Optional<Attn_I32Tensor>:$seq_lens,
+    Optional<Attn_I32Tensor>:$cu_seqlens_q,
     I64Attr:$block_size,
     Attn_MaskAttr:$mask), Attn_ScoreModifierAttrs);
   let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
   let regions = Attn_VariantRegions;
   let assemblyFormat = !strconcat([{
     $query `,` $key `,` $value `,` $selection (`gate` `(` $gate^ `)`)?
-    attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
+    (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
+       type($seq_lens) `)`)? (`ragged` `(` $cu_seqlens_q^ `:` type($cu_seqlens_q) `)`)? attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
     type($selection) (`,` type($gate)^)?
   }], Attn_VariantRegionsFormat);
   let hasRegionVerifier = 1;

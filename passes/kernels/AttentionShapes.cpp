@@ -53,6 +53,9 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   if (shape.selection == KeySelectionKind::Blocks)
     shape.selectionBlockSize = op.getSelectionBlockSize();
   shape.variants = VariantRegions::of(op);
+  if (paged && shape.selection == KeySelectionKind::Blocks && target != "CPU")
+    return fail("sparse attention over a paged cache has CPU kernels only so "
+                "far");
   if (ragged && target != "CPU")
     return fail("ragged softmax batches have CPU kernels only so far");
   if (ragged && shape.selection != KeySelectionKind::Dense)
@@ -82,6 +85,10 @@ KeyRows::KeyRows(KernelEmitter &e, const SoftmaxAttentionShape &shape,
                  const SoftmaxBindings &args)
     : e(e), k(args.k), pageTable(args.pageTable), keyLengths(args.keyLengths),
       keyOffsets(args.keyOffsets), pageSize(shape.pageSize) {}
+
+KeyRows::KeyRows(KernelEmitter &e, Value k, Value pageTable, Value keyLengths)
+    : e(e), k(k), pageTable(pageTable), keyLengths(keyLengths),
+      pageSize(pageTable ? cast<MemRefType>(k.getType()).getDimSize(1) : 0) {}
 
 Value KeyRows::length(Value batch) const {
   if (pageTable)

@@ -85,6 +85,9 @@ class KeyRows {
 public:
   KeyRows(KernelEmitter &e, const SoftmaxAttentionShape &shape,
           const SoftmaxBindings &args);
+  /// Keys `k` [B, Hkv, Lk, D], or a paged cache [NP, P, Hkv, D] with its
+  /// page table and key lengths (the selections, which read no values).
+  KeyRows(KernelEmitter &e, Value k, Value pageTable, Value keyLengths);
 
   /// The keys of sequence `batch`: dim 2 of k, the difference of its
   /// offsets, or seq_lens[batch].

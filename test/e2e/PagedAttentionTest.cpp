@@ -300,6 +300,255 @@ INSTANTIATE_TEST_SUITE_P(
              backendName(std::get<1>(info.param));
     });
 
+struct PagedSparseCase {
+  std::string label;
+  int64_t pageSize;
+  std::vector<int64_t> keys; ///< seq_lens
+  int64_t queries;           ///< Lq
+  /// The "sparsity" object of the description (SPEC §3), without
+  /// block_size: over pages the blocks are the pages.
+  std::string sparsity;
+  int64_t topK = 0; ///< 0: top-p alone
+  int64_t sink = 0, local = 0;
+  std::optional<ref::TopP> topP;
+  std::string mask = R"("causal")";
+  std::string gate;
+};
+
+class PagedSparsity
+    : public testing::TestWithParam<std::tuple<PagedSparseCase, Backend>> {};
+
+// Sparsity over a paged cache (SPEC §8): <layer>.meta bounds each page's
+// keys (junk past a sequence's keys left out), and <layer> selects pages
+// (top-k) and tokens (top-p) and attends to them, equal to the reference
+// selection and sparse attention on each sequence's own keys with blocks
+// of the page size.
+TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
+  const auto &[c, backend] = GetParam();
+  std::string json = R"({"model": "s", "layers": [{"name": "attn",
+    "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 24,
+    "value_dim": 20, "mask": )" +
+                     c.mask + R"(, "sparsity": )" + c.sparsity +
+                     R"(, "layout": {"page_size": )" +
+                     std::to_string(c.pageSize) + "}";
+  if (!c.gate.empty())
+    json += R"(, "gate": ")" + c.gate + "\"";
+  json += "}]}";
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(backend, modelDescription(json), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(std::hash<std::string>()(c.label));
+  const int64_t B = static_cast<int64_t>(c.keys.size()), P = c.pageSize;
+  const int64_t Lq = c.queries;
+  int64_t pages = 3, mostPages = 1;
+  for (int64_t n : c.keys) {
+    pages += (n + P - 1) / P;
+    mostPages = std::max(mostPages, (n + P - 1) / P);
+  }
+  std::vector<int32_t> order(pages);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  // Junk far outside the keys' range: a bound that took it in would
+  // rank its page first.
+  ref::Tensor kCache = ref::randomTensor({pages, P, kHkv, kD}, rng, -50, 50);
+  ref::Tensor vCache = ref::randomTensor({pages, P, kHkv, kDv}, rng, -50, 50);
+  ref::IntTensor table({B, mostPages + 1}), lengths({B});
+  ref::Tensor q = ref::randomTensor({B, kH, Lq, kD}, rng);
+  ref::Tensor gate = ref::randomTensor(
+      {B, kH, Lq, c.gate == "headwise" ? int64_t{1} : kDv}, rng);
+  std::vector<ref::Tensor> keys, values;
+  int64_t used = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = c.keys[b];
+    lengths(b) = static_cast<int32_t>(n);
+    for (int64_t p = 0; p <= mostPages; ++p)
+      table(b, p) = p * P < n ? order[used++] : 999; // junk past the pages
+    ref::Tensor k = ref::randomTensor({1, kHkv, n, kD}, rng);
+    ref::Tensor v = ref::randomTensor({1, kHkv, n, kDv}, rng);
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t h = 0; h < kHkv; ++h) {
+        for (int64_t d = 0; d < kD; ++d)
+          kCache(table(b, j / P), j % P, h, d) = k(0, h, j, d);
+        for (int64_t d = 0; d < kDv; ++d)
+          vCache(table(b, j / P), j % P, h, d) = v(0, h, j, d);
+      }
+    keys.push_back(std::move(k));
+    values.push_back(std::move(v));
+  }
+
+  std::vector<Tensor> metaOut = runEntry(
+      *model, "attn.meta",
+      {toRuntime(kCache), intsToRuntime(table), intsToRuntime(lengths)});
+  ASSERT_EQ(metaOut.size(), 1u);
+  ref::Tensor pageMeta = fromRuntime(metaOut[0]);
+  ASSERT_EQ(pageMeta.dim(0), pages);
+  for (int64_t b = 0; b < B; ++b) {
+    if (c.keys[b] == 0)
+      continue;
+    ref::Tensor expected = ref::blockMeta(keys[b], P);
+    for (int64_t i = 0; i * P < c.keys[b]; ++i)
+      for (int64_t which = 0; which < 2; ++which)
+        for (int64_t h = 0; h < kHkv; ++h)
+          for (int64_t d = 0; d < kD; ++d)
+            // Exact: the bounds are keys (as f32).
+            ASSERT_EQ(static_cast<float>(pageMeta(table(b, i), which, h, d)),
+                      static_cast<float>(expected(0, h, i, which, d)))
+                << "bound " << which << " of page " << i << " of sequence "
+                << b;
+  }
+
+  // A page no sequence uses is summarized whole.
+  for (int64_t page = used; page < pages; ++page)
+    for (int64_t h = 0; h < kHkv; ++h)
+      for (int64_t d = 0; d < kD; ++d) {
+        float low = INFINITY, high = -INFINITY;
+        for (int64_t slot = 0; slot < P; ++slot) {
+          low = std::min(low,
+                         static_cast<float>(kCache(order[page], slot, h, d)));
+          high = std::max(high,
+                          static_cast<float>(kCache(order[page], slot, h, d)));
+        }
+        ASSERT_EQ(static_cast<float>(pageMeta(order[page], 0, h, d)), low);
+        ASSERT_EQ(static_cast<float>(pageMeta(order[page], 1, h, d)), high);
+      }
+
+  std::vector<Tensor> inputs{toRuntime(q), toRuntime(kCache), toRuntime(vCache),
+                             intsToRuntime(table), intsToRuntime(lengths)};
+  if (!c.gate.empty())
+    inputs.push_back(toRuntime(gate));
+  inputs.push_back(toRuntime(pageMeta));
+  std::vector<Tensor> outputs = runEntry(*model, "attn", inputs);
+  ASSERT_EQ(outputs.size(), 1u);
+  ref::Tensor o = fromRuntime(outputs[0]);
+
+  const ref::Mask mask = referenceMask(c.mask);
+  for (int64_t b = 0; b < B; ++b) {
+    ref::Tensor qb({1, kH, Lq, kD}), gb({1, kH, Lq, gate.dim(3)});
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t i = 0; i < Lq; ++i) {
+        for (int64_t d = 0; d < kD; ++d)
+          qb(0, h, i, d) = q(b, h, i, d);
+        for (int64_t d = 0; d < gate.dim(3); ++d)
+          gb(0, h, i, d) = gate(b, h, i, d);
+      }
+    const ref::Tensor *g = c.gate.empty() ? nullptr : &gb;
+    const int64_t n = c.keys[b];
+    ref::Tensor expected({1, kH, Lq, kDv}); // no key: o = 0
+    if (n > 0) {
+      std::optional<ref::IntTensor> blocks;
+      if (c.topK > 0)
+        blocks = ref::selectTopK(qb, ref::blockMeta(keys[b], P), n, mask, {},
+                                 {P, c.topK, c.sink, c.local});
+      if (c.topP) {
+        ref::IntTensor tokens = ref::selectTopP(
+            qb, keys[b], blocks ? &*blocks : nullptr, P, mask, {}, *c.topP);
+        expected =
+            ref::sparseSdpa(qb, keys[b], values[b], tokens, 1, mask, {}, g)
+                .output;
+      } else {
+        expected =
+            ref::sparseSdpa(qb, keys[b], values[b], *blocks, P, mask, {}, g)
+                .output;
+      }
+    }
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t i = 0; i < Lq; ++i)
+        for (int64_t d = 0; d < kDv; ++d)
+          EXPECT_NEAR(o(b, h, i, d), expected(0, h, i, d), 2e-4)
+              << "o of sequence " << b << " head " << h << " row " << i;
+  }
+}
+
+std::vector<PagedSparseCase> sparseCases() {
+  const std::string topK =
+      R"({"method": "top_k", "top_k": 3, "sink_blocks": 1, "local_blocks": 1})";
+  std::vector<PagedSparseCase> all;
+  for (int64_t P : {1, 16, 5}) {
+    const std::string p = "_p" + std::to_string(P);
+    // top_k = 3 of pages of 1 key is 3 keys: take more there.
+    const int64_t k = P == 1 ? 12 : 3;
+    const std::string json = P == 1 ? R"({"method": "top_k", "top_k": 12,
+      "sink_blocks": 2, "local_blocks": 3, "block_size": 1})"
+                                    : topK;
+    all.push_back({"topk_decode" + p,
+                   P,
+                   {37, 1, 16, 80},
+                   1,
+                   json,
+                   k,
+                   P == 1 ? 2 : 1,
+                   P == 1 ? 3 : 1});
+    all.push_back({"topk_extend" + p,
+                   P,
+                   {37, 9, 16, 80},
+                   6,
+                   json,
+                   k,
+                   P == 1 ? 2 : 1,
+                   P == 1 ? 3 : 1});
+  }
+  all.push_back({"topk_window_gate",
+                 5,
+                 {70, 33, 90},
+                 4,
+                 topK,
+                 3,
+                 1,
+                 1,
+                 std::nullopt,
+                 R"({"sliding_window": 30})",
+                 "headwise"});
+  all.push_back({"topk_no_mask_empty",
+                 16,
+                 {0, 40, 100},
+                 2,
+                 topK,
+                 3,
+                 1,
+                 1,
+                 std::nullopt,
+                 R"("none")",
+                 "elementwise"});
+  ref::TopP topP;
+  topP.topP = 0.8;
+  topP.minTokens = 4;
+  topP.maxTokens = 40;
+  all.push_back({"topp_after_topk",
+                 16,
+                 {100, 7, 64},
+                 3,
+                 R"({"method": "top_p", "top_k": 4, "sink_blocks": 1,
+                     "local_blocks": 1, "top_p": 0.8, "min_tokens": 4,
+                     "max_tokens": 40})",
+                 4,
+                 1,
+                 1,
+                 topP});
+  ref::TopP alone;
+  alone.topP = 0.9;
+  all.push_back({"topp_alone",
+                 5,
+                 {60, 2, 23},
+                 2,
+                 R"({"method": "top_p", "top_p": 0.9})",
+                 0,
+                 0,
+                 0,
+                 alone});
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, PagedSparsity,
+                         testing::Combine(testing::ValuesIn(sparseCases()),
+                                          testing::Values(Backend::Cpu)),
+                         [](const auto &info) {
+                           return std::get<0>(info.param).label + "_" +
+                                  backendName(std::get<1>(info.param));
+                         });
+
 std::vector<PagedCase> cases() {
   std::vector<PagedCase> all;
   for (int64_t P : {1, 16, 5}) {

@@ -454,9 +454,18 @@ INSTANTIATE_TEST_SUITE_P(
                        "integer, got 0"},
         BadDescription{
             LAYER(
-                R"(, "sparsity": {"method": "top_k", "block_size": 16, "top_k": 4}, "layout": {"page_size": 16})"),
-            "$.layers[0].layout.page_size: sparsity over a paged KV cache "
-            "is not implemented yet"},
+                R"(, "sparsity": {"method": "top_k", "block_size": 8, "top_k": 4}, "layout": {"page_size": 16})"),
+            "$.layers[0].sparsity.block_size: over a paged cache the blocks "
+            "are its pages: expected the page size 16, got 8"},
+        BadDescription{
+            LAYER(
+                R"(, "sparsity": {"method": "top_k", "top_k": 4}, "layout": {"page_size": 16, "ragged": true})"),
+            "$.layers[0].layout.ragged: sparsity over a ragged batch is not "
+            "implemented yet"},
+        BadDescription{
+            LAYER(R"(, "sparsity": {"method": "top_k", "top_k": 4})"),
+            "$.layers[0].sparsity: missing required key "
+            "'block_size'"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "l", "type": "linear_attention", "rule": "delta", "num_k_heads": 1, "k_dim": 8, "layout": {"ragged": true, "page_size": 16}}]})",
             "$.layers[0].layout.page_size: pages hold keys and values of "

@@ -95,22 +95,32 @@ func::FuncOp buildRaggedPlanKernel(OpBuilder &builder, Location loc,
 constexpr int64_t kCompactRowTile = 64;
 
 /// Bindings: k [B, Hkv, Lk, D], meta [B, Hkv, NB, 2, D]. Workgroup =
-/// (batch, kv head, block).
+/// (batch, kv head, block). Over a paged cache: k_cache [NP, P, Hkv, D],
+/// the pages' used slots (buildPageUseKernel), kmeta_pages [NP, 2, Hkv,
+/// D]; workgroup = (page, kv head).
 func::FuncOp buildBlockMetaKernel(OpBuilder &builder, Location loc,
                                   StringRef name, BlockMetaOp op,
                                   const CpuTiling &tiling,
                                   TypeRange bindingTypes);
 
+/// Bindings: k_cache, page_table [B, MP], seq_lens [B], used [NP] (i32). One
+/// workgroup: used[p] becomes the most slots of page p that a sequence
+/// holds keys in (0: no sequence uses it).
+func::FuncOp buildPageUseKernel(OpBuilder &builder, Location loc,
+                                StringRef name, const CpuTiling &tiling,
+                                TypeRange bindingTypes);
+
 /// Bindings: q, meta, keys [Lk, 0] (a buffer that only carries the key
-/// length), blocks [B, H, Lq, top_k]. Workgroup = (batch, kv head, row):
+/// length), blocks [B, H, Lq, top_k]; over a paged cache q, kmeta_pages,
+/// page_table, seq_lens, blocks. Workgroup = (batch, kv head, row):
 /// the query heads of a kv group share each block's metadata load.
 func::FuncOp buildSelectTopKKernel(OpBuilder &builder, Location loc,
                                    StringRef name, SelectTopKOp op,
                                    const CpuTiling &tiling,
                                    TypeRange bindingTypes);
 
-/// Bindings: q, k, [blocks], tokens [B, H, Lq, N]. Workgroup = (batch,
-/// head, row).
+/// Bindings: q, k, [page_table, seq_lens], [blocks], tokens [B, H, Lq,
+/// N]. Workgroup = (batch, head, row).
 func::FuncOp buildSelectTopPKernel(OpBuilder &builder, Location loc,
                                    StringRef name, SelectTopPOp op,
                                    const CpuTiling &tiling,

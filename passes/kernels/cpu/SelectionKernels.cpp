@@ -50,16 +50,6 @@ Value scaledQueryRow(KernelEmitter &e, Value q, Value batch, Value head,
   return qs;
 }
 
-/// The index prefixes of key rows `keyRows` of k[batch, kvHead] ([B, Hkv,
-/// Lk, D]).
-SmallVector<SmallVector<Value>> rowsOfHead(Value batch, Value kvHead,
-                                           ArrayRef<Value> keyRows) {
-  SmallVector<SmallVector<Value>> rows;
-  for (Value row : keyRows)
-    rows.push_back({batch, kvHead, row});
-  return rows;
-}
-
 /// The scores of `width` keys, lane l for the key whose row of k has the
 /// index prefix `keyRows[l]`: dot(qs, k) (softcapped), all lanes valid
 /// keys.
@@ -202,16 +192,42 @@ func::FuncOp mlir::attn::buildBlockMetaKernel(OpBuilder &builder, Location loc,
       createKernel(builder, loc, name, bindingTypes, tiling, "block_meta");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
-  Value k = func.getArgument(0), meta = func.getArgument(1);
-  Value workgroup = func.getArgument(2);
-  const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
+  const bool paged = static_cast<bool>(op.getPageTable());
+  auto args = func.getArguments();
+  Value k = args[0], meta = args.drop_back().back(), workgroup = args.back();
   const int64_t D = staticDim(bindingTypes[0], 3);
   const int64_t bs = op.getBlockSize();
 
-  Value numBlocks = e.dim(meta, 2), lk = e.dim(k, 2);
-  RowOfWorkgroup at(e, workgroup, numKvHeads, numBlocks);
-  Value first = e.mul(at.row, e.index(bs));
-  Value end = e.minS(lk, e.add(first, e.index(bs)));
+  // The keys of one block, and where its bounds go, before the feature
+  // index: keys [first, end) of (batch, kv head, block), or the used slots
+  // of (page, kv head) (all P when no sequence uses the page).
+  Value first, end;
+  std::function<SmallVector<Value>(Value)> keyAt;
+  std::function<SmallVector<Value>(int64_t)> boundAt;
+  if (paged) {
+    const int64_t numKvHeads = staticDim(bindingTypes[0], 2);
+    Value used = args[1];
+    Value page = e.div(workgroup, e.index(numKvHeads));
+    Value head = e.rem(workgroup, e.index(numKvHeads));
+    Value slots = e.toIndex(e.loadInt(used, {page}));
+    first = e.index(0);
+    end = e.select(e.icmp(arith::CmpIPredicate::eq, slots, first), e.index(bs),
+                   slots);
+    keyAt = [=](Value j) { return SmallVector<Value>{page, j, head}; };
+    boundAt = [=, &e](int64_t which) {
+      return SmallVector<Value>{page, e.index(which), head};
+    };
+  } else {
+    const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
+    Value numBlocks = e.dim(meta, 2), lk = e.dim(k, 2);
+    RowOfWorkgroup at(e, workgroup, numKvHeads, numBlocks);
+    first = e.mul(at.row, e.index(bs));
+    end = e.minS(lk, e.add(first, e.index(bs)));
+    keyAt = [=](Value j) { return SmallVector<Value>{at.batch, at.head, j}; };
+    boundAt = [=, &e](int64_t which) {
+      return SmallVector<Value>{at.batch, at.head, at.row, e.index(which)};
+    };
+  }
   // Channel-wise min and max, a vector of channels at a time.
   for (int64_t off = 0; off < D; off += e.width) {
     int64_t lanes = std::min(e.width, D - off);
@@ -219,15 +235,44 @@ func::FuncOp mlir::attn::buildBlockMetaKernel(OpBuilder &builder, Location loc,
         first, end, e.index(1),
         {e.splat(std::numeric_limits<float>::infinity()), e.splat(kNegInf)},
         [&](Value j, ValueRange it) -> SmallVector<Value> {
-          Value key =
-              e.loadVector(k, {at.batch, at.head, j, e.index(off)}, lanes);
+          Value key = e.loadVector(k, withIndex(keyAt(j), e.index(off)), lanes);
           return {arith::MinimumFOp::create(b, it[0], key), e.fmax(it[1], key)};
         });
     for (int64_t which = 0; which < 2; ++which)
       e.storeVector(extremes[which], meta,
-                    {at.batch, at.head, at.row, e.index(which), e.index(off)},
-                    lanes);
+                    withIndex(boundAt(which), e.index(off)), lanes);
   }
+  func::ReturnOp::create(b);
+  return func;
+}
+
+func::FuncOp mlir::attn::buildPageUseKernel(OpBuilder &builder, Location loc,
+                                            StringRef name,
+                                            const CpuTiling &tiling,
+                                            TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "page_use");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, tiling.vectorWidth);
+  auto args = func.getArguments();
+  Value table = args[1], lengths = args[2], used = args[3];
+  const int64_t pageSize = staticDim(bindingTypes[0], 1);
+  Value c0 = e.index(0), c1 = e.index(1), size = e.index(pageSize);
+  e.loop(c0, e.dim(used, 0), c1, [&](Value p) {
+    memref::StoreOp::create(b, e.i32(0), used, ValueRange{p});
+  });
+  // The runtime checked the pages of every sequence's keys.
+  e.loop(c0, e.dim(lengths, 0), c1, [&](Value batch) {
+    Value length = e.toIndex(e.loadInt(lengths, {batch}));
+    e.loop(c0, e.ceilDiv(length, size), c1, [&](Value i) {
+      Value page = e.toIndex(e.loadInt(table, {batch, i}));
+      Value slots = e.toI32(e.minS(size, e.sub(length, e.mul(i, size))));
+      Value before = e.loadInt(used, {page});
+      memref::StoreOp::create(b, arith::MaxSIOp::create(b, before, slots), used,
+                              ValueRange{page});
+    });
+  });
   func::ReturnOp::create(b);
   return func;
 }
@@ -245,23 +290,38 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
       createKernel(builder, loc, name, bindingTypes, tiling, "select_topk");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
-  Value q = func.getArgument(0), meta = func.getArgument(1);
-  Value keyCarrier = func.getArgument(2), blocks = func.getArgument(3);
-  Value workgroup = func.getArgument(4);
+  // Over a paged cache the metadata is per page ([NP, 2, Hkv, D]) and
+  // each sequence has its own key length.
+  const bool paged = static_cast<bool>(op.getPageTable());
+  auto args = func.getArguments();
+  Value q = args[0], meta = args[1];
+  Value keyCarrier = paged ? Value() : args[2];
+  Value pageTable = paged ? args[2] : Value();
+  Value keyLengths = paged ? args[3] : Value();
+  Value blocks = args[args.size() - 2], workgroup = args.back();
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], 3);
-  const int64_t group = H / staticDim(bindingTypes[1], 1);
+  const int64_t group = H / staticDim(bindingTypes[1], paged ? 2 : 1);
   const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
   const int64_t fill = topK - sink - local;
   double scale = selectionScale(op.getScale(), D);
 
   Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(q, 2), lk = e.dim(keyCarrier, 0);
+  Value lq = e.dim(q, 2);
   // A workgroup per (batch, kv head, row): the query heads of a kv group
   // share the row's candidates and read each block's metadata once.
   RowOfWorkgroup at(e, workgroup, H / group, lq);
   Value kvHead = at.head;
+  Value lk = paged ? e.toIndex(e.loadInt(keyLengths, {at.batch}))
+                   : e.dim(keyCarrier, 0);
+  // The index of block `block`'s bound `which` (0: min, 1: max) before the
+  // feature index.
+  auto boundOf = [&](Value block, Value which) -> SmallVector<Value> {
+    if (!paged)
+      return {at.batch, kvHead, block, which};
+    return {e.toIndex(e.loadInt(pageTable, {at.batch, block})), which, kvHead};
+  };
   Value firstHead = e.mul(kvHead, e.index(group));
   auto [firstBlock, count] =
       topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
@@ -318,13 +378,15 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
           scores = allocRow(e, e.f32, e.mul(middle, e.index(group)));
           e.loop(c0, middle, c1, [&](Value n) {
             Value block = e.add(middleFirst, n);
+            SmallVector<Value> low = boundOf(block, c0);
+            SmallVector<Value> high = boundOf(block, c1);
             SmallVector<Value> sums(group, e.splat(0.0));
             for (int64_t off = 0; off < D; off += e.width) {
               int64_t lanes = std::min(e.width, D - off);
-              Value lo = e.loadVector(
-                  meta, {at.batch, kvHead, block, c0, e.index(off)}, lanes);
-              Value hi = e.loadVector(
-                  meta, {at.batch, kvHead, block, c1, e.index(off)}, lanes);
+              Value lo =
+                  e.loadVector(meta, withIndex(low, e.index(off)), lanes);
+              Value hi =
+                  e.loadVector(meta, withIndex(high, e.index(off)), lanes);
               for (int64_t g = 0; g < group; ++g) {
                 Value qv = vector::LoadOp::create(
                     b, e.vec, queries, ValueRange{e.index(g), e.index(off)});
@@ -400,20 +462,26 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
   unsigned next = 0;
+  const bool paged = static_cast<bool>(op.getPageTable());
   Value q = func.getArgument(next++), k = func.getArgument(next++);
+  Value pageTable = paged ? func.getArgument(next++) : Value();
+  Value keyLengths = paged ? func.getArgument(next++) : Value();
   Value blocks = op.getBlocks() ? func.getArgument(next++) : Value();
   Value tokens = func.getArgument(next++);
   Value workgroup = func.getArgument(next);
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], 3);
-  const int64_t group = H / staticDim(bindingTypes[1], 1);
+  const int64_t group = H / staticDim(bindingTypes[1], paged ? 2 : 1);
   MaskAttr mask = op.getMask();
   double scale = selectionScale(op.getScale(), D);
   double softcap = op.getSoftcap().convertToDouble();
   Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(q, 2), lk = e.dim(k, 2), capacity = e.dim(tokens, 3);
+  Value lq = e.dim(q, 2), capacity = e.dim(tokens, 3);
   RowOfWorkgroup at(e, workgroup, H, lq);
   Value kvHead = e.div(at.head, e.index(group));
+  // The keys of the row's sequence, contiguous or in a paged cache.
+  KeyRows kv(e, k, pageTable, keyLengths);
+  Value lk = kv.length(at.batch);
   Value pos = e.add(e.sub(lk, lq), at.row);
   auto [begin, end] =
       visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
@@ -440,10 +508,10 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   auto score = op.getEstimator() == SelectionEstimator::Int4 ? estimateKeysInt4
                                                              : scoreKeys;
   e.loop(c0, count, e.index(e.width), [&](Value first) {
-    Value s = score(
-        e, qs, k,
-        rowsOfHead(at.batch, kvHead, keyRowsOf(e, candidates, first, count)), D,
-        softcap);
+    SmallVector<SmallVector<Value>> rows;
+    for (Value j : keyRowsOf(e, candidates, first, count))
+      rows.push_back(kv.at(at.batch, kvHead, j));
+    Value s = score(e, qs, k, rows, D, softcap);
     e.storeVector(s, scores, {first}, e.sub(count, first));
   });
 

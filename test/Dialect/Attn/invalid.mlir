@@ -378,7 +378,7 @@ func.func @sparse_block_size(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>,
 
 func.func @sparse_selection_type(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %s: tensor<2x8x5x3xf32>) {
   // expected-error @+1 {{operand #3 must be ranked tensor of 32-bit signless integer values, but got 'tensor<2x8x5x3xf32>'}}
-  %o = "attn.sparse_sdpa"(%q, %k, %v, %s) <{block_size = 4 : i64, mask = #attn.mask<causal>}> ({}, {}) : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x8x5x3xf32>) -> tensor<2x8x5x32xf32>
+  %o = "attn.sparse_sdpa"(%q, %k, %v, %s) <{block_size = 4 : i64, mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0>}> ({}, {}) : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x8x5x3xf32>) -> tensor<2x8x5x32xf32>
   return
 }
 

@@ -161,3 +161,51 @@ func.func @paged_tree_parents(%q: tensor<2x8x4x64xf32>, %k: tensor<5x16x2x64xf32
   %o = attn.tree_sdpa %q, %k, %v, %p paged(%t, %l : tensor<2x4xi32>, tensor<2xi32>) : tensor<2x8x4x64xf32>, tensor<5x16x2x64xf32>, tensor<5x16x2x32xf32>, tensor<2x5xi32>
   return
 }
+
+// -----
+
+func.func @meta_block_is_page(%kc: tensor<?x16x2x24xf32>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) {
+  // expected-error @+1 {{over a paged cache the blocks are its pages: 'block_size' (8) must be the page size P = 16}}
+  %meta = attn.block_meta %kc paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>) {block_size = 8} : tensor<?x16x2x24xf32>
+  return
+}
+
+// -----
+
+func.func @topk_length_and_pages(%q: tensor<?x4x?x24xf32>, %meta: tensor<?x2x2x24xf32>, %lk: index, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) {
+  // expected-error @+1 {{needs either 'key_length' or a paged cache's 'page_table' and 'seq_lens', not both}}
+  %b = attn.select_topk %q, %meta, %lk paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>) {block_size = 16, top_k = 4, mask = #attn.mask<causal>} : tensor<?x4x?x24xf32>, tensor<?x2x2x24xf32>
+  return
+}
+
+// -----
+
+func.func @topk_page_meta_rank(%q: tensor<?x4x?x24xf32>, %meta: tensor<?x2x?x2x24xf32>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) {
+  // expected-error @+1 {{'meta' must be a rank-4 tensor [NP, 2, Hkv, D]}}
+  %b = attn.select_topk %q, %meta paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>) {block_size = 16, top_k = 4, mask = #attn.mask<causal>} : tensor<?x4x?x24xf32>, tensor<?x2x?x2x24xf32>
+  return
+}
+
+// -----
+
+func.func @topk_page_table_batch(%q: tensor<2x4x?x24xf32>, %meta: tensor<?x2x2x24xf32>, %pt: tensor<3x?xi32>, %lens: tensor<3xi32>) {
+  // expected-error @+1 {{'page_table' dim 0 (B) must match 'query' dim 0 (B): expected 2, got 3}}
+  %b = attn.select_topk %q, %meta paged(%pt, %lens : tensor<3x?xi32>, tensor<3xi32>) {block_size = 16, top_k = 4, mask = #attn.mask<causal>} : tensor<2x4x?x24xf32>, tensor<?x2x2x24xf32>
+  return
+}
+
+// -----
+
+func.func @topp_cache_heads(%q: tensor<?x3x?x24xf32>, %kc: tensor<?x16x2x24xf32>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) {
+  // expected-error @+1 {{'query' dim 1 (H) must be a multiple of 'key' dim 2 (Hkv), got 3 and 2}}
+  %t = attn.select_topp %q, %kc paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>) {top_p = 0.9, mask = #attn.mask<causal>} : tensor<?x3x?x24xf32>, tensor<?x16x2x24xf32>
+  return
+}
+
+// -----
+
+func.func @sparse_cache_feature(%q: tensor<?x4x?x24xf32>, %kc: tensor<?x16x2x32xf32>, %vc: tensor<?x16x2x20xf32>, %s: tensor<?x4x?x4xi32>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) {
+  // expected-error @+1 {{'key' dim 3 (D) must match 'query' dim 3 (D)}}
+  %o = attn.sparse_sdpa %q, %kc, %vc, %s paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>) {block_size = 16, mask = #attn.mask<causal>} : tensor<?x4x?x24xf32>, tensor<?x16x2x32xf32>, tensor<?x16x2x20xf32>, tensor<?x4x?x4xi32>
+  return
+}

@@ -145,3 +145,61 @@ func.func @append(%k: tensor<?x2x64xf32>, %v: tensor<?x2x32xf32>,
         tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>
   return %kc2, %vc2 : tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>
 }
+
+// -----
+
+// Sparsity over a paged cache: each page's bounds [NP, 2, Hkv, D], top-k
+// pages and top-p tokens through the page table, and attention over them.
+// CHECK-LABEL: func.func @paged_sparsity
+// CHECK: attn.block_meta %{{.*}} paged(%{{.*}}, %{{.*}} : tensor<?x?xi32>, tensor<?xi32>) {block_size = 16 : i64} : tensor<?x16x2x24xf32>
+// CHECK: attn.select_topk %{{.*}}, %{{.*}} paged(%{{.*}}, %{{.*}} : tensor<?x?xi32>, tensor<?xi32>) {{.*}}top_k = 4 : i64} : tensor<?x4x?x24xf32>, tensor<?x2x2x24xf32>
+// CHECK: attn.select_topp %{{.*}}, %{{.*}} paged(%{{.*}}, %{{.*}} : tensor<?x?xi32>, tensor<?xi32>) blocks(%{{.*}})
+// CHECK: attn.sparse_sdpa %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} gate(%{{.*}}) paged(%{{.*}}, %{{.*}} : tensor<?x?xi32>, tensor<?xi32>) {block_size = 1 : i64
+// INTERFACE: remark: q/k/v = operands 0/1/2, mask = #attn.mask<causal>, selection = blocks (operand 3, block 1), {{.*}}, epilogue = sigmoid_gate 4
+func.func @paged_sparsity(%q: tensor<?x4x?x24xf32>,
+                          %kc: tensor<?x16x2x24xf32>,
+                          %vc: tensor<?x16x2x20xf32>,
+                          %pt: tensor<?x?xi32>, %lens: tensor<?xi32>,
+                          %g: tensor<?x4x?x1xf32>)
+    -> tensor<?x4x?x20xf32> {
+  %meta = attn.block_meta %kc paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>)
+      {block_size = 16} : tensor<?x16x2x24xf32>
+  %blocks = attn.select_topk %q, %meta
+      paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>)
+      {block_size = 16, top_k = 4, sink_blocks = 1, local_blocks = 1,
+       mask = #attn.mask<causal>}
+      : tensor<?x4x?x24xf32>, tensor<?x2x2x24xf32>
+  %tokens = attn.select_topp %q, %kc
+      paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>) blocks(%blocks)
+      {top_p = 0.9, block_size = 16, mask = #attn.mask<causal>}
+      : tensor<?x4x?x24xf32>, tensor<?x16x2x24xf32>, tensor<?x4x?x?xi32>
+  %o = attn.sparse_sdpa %q, %kc, %vc, %tokens gate(%g)
+      paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>)
+      {block_size = 1, mask = #attn.mask<causal>}
+      : tensor<?x4x?x24xf32>, tensor<?x16x2x24xf32>, tensor<?x16x2x20xf32>,
+        tensor<?x4x?x?xi32>, tensor<?x4x?x1xf32>
+  return %o : tensor<?x4x?x20xf32>
+}
+
+// -----
+
+// A static table bounds the selections: min(top_k, MP) blocks, MP * P
+// tokens.
+// CHECK-LABEL: func.func @paged_selection_sizes
+// CHECK: attn.select_topk {{.*}} : tensor<2x4x3x24xf32>, tensor<9x2x2x24xf32>
+// CHECK: attn.select_topp {{.*}} : tensor<2x4x3x24xf32>, tensor<9x4x2x24xf32>
+func.func @paged_selection_sizes(%q: tensor<2x4x3x24xf32>,
+                                 %meta: tensor<9x2x2x24xf32>,
+                                 %kc: tensor<9x4x2x24xf32>,
+                                 %pt: tensor<2x5xi32>, %lens: tensor<2xi32>)
+    -> (tensor<2x4x3x5xi32>, tensor<2x4x3x20xi32>) {
+  %blocks = attn.select_topk %q, %meta
+      paged(%pt, %lens : tensor<2x5xi32>, tensor<2xi32>)
+      {block_size = 4, top_k = 8, mask = #attn.mask<causal>}
+      : tensor<2x4x3x24xf32>, tensor<9x2x2x24xf32>
+  %tokens = attn.select_topp %q, %kc
+      paged(%pt, %lens : tensor<2x5xi32>, tensor<2xi32>)
+      {top_p = 0.5, mask = #attn.mask<causal>}
+      : tensor<2x4x3x24xf32>, tensor<9x4x2x24xf32>
+  return %blocks, %tokens : tensor<2x4x3x5xi32>, tensor<2x4x3x20xi32>
+}
