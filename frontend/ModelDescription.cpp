@@ -230,13 +230,8 @@ void readAttentionLayout(Reader &reader, const json::Object &layer,
   // What is named is where the layout meets what it does not support yet.
   const std::string at = Reader::join(layoutPath, "ragged");
   // A paged layer's "tree" reads its prefix and tree keys from the cache.
-  const char *unsupported = !out.ragged    ? nullptr
-                            : out.sparsity ? "sparsity"
-                            : out.tree     ? "\"tree\""
-                                           : nullptr;
-  if (unsupported)
-    reader.fail(at, std::string(unsupported) +
-                        " over a ragged batch is not implemented yet");
+  if (out.ragged && out.tree)
+    reader.fail(at, "\"tree\" over a ragged batch is not implemented yet");
 }
 
 AttentionLayer readAttention(Reader &reader, const json::Object &layer,

@@ -76,7 +76,10 @@ void CpuEntryLowering::lowerGatheredSoftmax(
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
   HostIndexMath m{b};
-  Value rows = m.mul(m.mul(s.batch, m.index(shape.numHeads)), s.lq);
+  // A workgroup per query row: of [B, H, Lq], or of the T packed rows.
+  Value rows = shape.ragged
+                   ? m.mul(s.lq, m.index(shape.numHeads))
+                   : m.mul(m.mul(s.batch, m.index(shape.numHeads)), s.lq);
   if (shape.selection == KeySelectionKind::Tree) {
     // Every node sees the prefix (from its window's start), so it is dense
     // attention: the flash kernel tiles it (a tile of nodes reads K and V
@@ -198,21 +201,23 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     return;
   }
   // The selections: a workgroup per (batch, head, query row); top-k's per
-  // (batch, kv head, query row), for the heads of a kv group together.
+  // (batch, kv head, query row), for the heads of a kv group together. In a
+  // ragged batch the rows are the packed queries' tokens.
   Value q = bindings[0];
-  Value rows =
-      m.mul(m.mul(m.dim(q, 0), m.index(m.staticDim(q, 1))), m.dim(q, 2));
+  Value queryRows = cast<MemRefType>(q.getType()).getRank() == 3
+                        ? m.dim(q, 0)
+                        : m.mul(m.dim(q, 0), m.dim(q, 2));
+  Value rows = m.mul(queryRows, m.index(m.staticDim(q, 1)));
   if (auto select = dyn_cast<SelectTopKOp>(op))
     // The metadata's kv heads: [B, Hkv, NB, 2, D] or per page [NP, 2, Hkv,
     // D].
-    return emit(m.mul(m.mul(m.dim(q, 0),
-                            m.index(m.staticDim(
-                                bindings[1], select.getPageTable() ? 2 : 1))),
-                      m.dim(q, 2)),
-                [&](OpBuilder &builder, TypeRange types) {
-                  return buildSelectTopKKernel(builder, loc, name, select,
-                                               tiling, types);
-                });
+    return emit(
+        m.mul(queryRows,
+              m.index(m.staticDim(bindings[1], select.getPageTable() ? 2 : 1))),
+        [&](OpBuilder &builder, TypeRange types) {
+          return buildSelectTopKKernel(builder, loc, name, select, tiling,
+                                       types);
+        });
   if (auto select = dyn_cast<SelectTopPOp>(op))
     return emit(rows, [&](OpBuilder &builder, TypeRange types) {
       return buildSelectTopPKernel(builder, loc, name, select, tiling, types);

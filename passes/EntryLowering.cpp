@@ -165,6 +165,17 @@ private:
     }
   }
 
+  /// A selection's rows follow its queries: [B, H, Lq, N] beside [B, H,
+  /// Lq, D], or packed [T, H, N] beside [T, H, D] with the queries'
+  /// offsets [B+1].
+  void addSelectionRows(Value q, Value selection, Value queryOffsets) {
+    unite({q, 0}, {selection, 0}, queryOffsets ? "T" : "B");
+    if (queryOffsets)
+      nameRole({queryOffsets, 0}, "B+1");
+    else
+      unite({q, 2}, {selection, 2}, "Lq");
+  }
+
   /// The shape relations of the ops around sparse and tree attention.
   void addSelectionOrTree(Operation *op) {
     if (auto meta = dyn_cast<BlockMetaOp>(op); meta && meta.getPageTable()) {
@@ -173,20 +184,20 @@ private:
       addPageTable(meta.getPageTable(), meta.getSeqLens(), Value());
     } else if (auto select = dyn_cast<SelectTopKOp>(op);
                select && select.getPageTable()) {
-      Value q = select.getQuery();
-      addPageTable(select.getPageTable(), select.getSeqLens(), q);
+      Value q = select.getQuery(), offsets = select.getCuSeqlensQ();
+      addPageTable(select.getPageTable(), select.getSeqLens(),
+                   offsets ? Value() : q);
       unitePages(select.getMeta(), select.getPageTable());
-      unite({q, 0}, {select.getBlocks(), 0});
-      unite({q, 2}, {select.getBlocks(), 2}, "Lq");
+      addSelectionRows(q, select.getBlocks(), offsets);
     } else if (auto select = dyn_cast<SelectTopPOp>(op);
                select && select.getPageTable()) {
-      Value q = select.getQuery(), tokens = select.getTokens();
-      addPageTable(select.getPageTable(), select.getSeqLens(), q);
+      Value q = select.getQuery(), offsets = select.getCuSeqlensQ();
+      addPageTable(select.getPageTable(), select.getSeqLens(),
+                   offsets ? Value() : q);
       nameRole({select.getKey(), 0}, "NP");
-      unite({q, 0}, {tokens, 0});
-      unite({q, 2}, {tokens, 2}, "Lq");
+      addSelectionRows(q, select.getTokens(), offsets);
       if (Value blocks = select.getBlocks())
-        uniteLeading(q, blocks, 3);
+        addSelectionRows(q, blocks, offsets);
     } else if (auto meta = dyn_cast<BlockMetaOp>(op)) {
       unite({meta.getKey(), 0}, {meta.getMeta(), 0}, "B");
       nameRole({meta.getKey(), 2}, "Lk");
@@ -272,6 +283,9 @@ private:
       for (Value operand : op.getEpilogueOperands())
         unite({q, 0}, {operand, 0});
       nameRole({offsets, 0}, "B+1");
+      // Sparse attention's selection [T, H, N].
+      if (Value selection = op.getKeySelection())
+        uniteLeading(q, selection, 2);
       if (Value pageTable = op.getKeyPageTable()) {
         unite({k, 0}, {v, 0}, "NP");
         nameRole({pageTable, 0}, "B");
@@ -528,13 +542,6 @@ LogicalResult EntryLowering::run() {
     if (isSelectionOrTreeOp(&op)) {
       // The selections over a paged cache read the page table: CPU only so
       // far.
-      auto select = dyn_cast<SelectTopKOp>(op);
-      auto selectP = dyn_cast<SelectTopPOp>(op);
-      if ((select && select.getCuSeqlensQ()) ||
-          (selectP && selectP.getCuSeqlensQ()))
-        return op.emitError()
-               << "no " << target << " lowering: '" << op.getName()
-               << "' over a ragged batch is not lowered yet";
       if (selectionPageTable(&op) && target != "CPU")
         return op.emitError()
                << "no " << target << " lowering: '" << op.getName()
@@ -803,9 +810,15 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     // runtime checked the pages and lengths (value contracts).
     bindOperands({select.getQuery(), select.getMeta(), select.getPageTable(),
                   select.getSeqLens()});
+    if (Value offsets = select.getCuSeqlensQ())
+      bindOperands(offsets);
     Value q = bindings[0], table = bindings[2];
-    SmallVector<Value> sizes{m.dim(q, 0), m.dim(q, 2)};
-    if (cast<ShapedType>(select.getBlocks().getType()).isDynamicDim(3))
+    // [B, H, Lq, slots], or packed [T, H, slots].
+    SmallVector<Value> sizes{m.dim(q, 0)};
+    if (!select.getCuSeqlensQ())
+      sizes.push_back(m.dim(q, 2));
+    if (auto blocks = cast<ShapedType>(select.getBlocks().getType());
+        blocks.isDynamicDim(blocks.getRank() - 1))
       sizes.push_back(m.minS(m.index(select.getTopK()), m.dim(table, 1)));
     bindResult(select.getBlocks(), sizes);
   } else if (auto select = dyn_cast<SelectTopKOp>(op)) {
@@ -832,6 +845,8 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     Value pageTable = select.getPageTable();
     if (pageTable)
       bindOperands({pageTable, select.getSeqLens()});
+    if (Value offsets = select.getCuSeqlensQ())
+      bindOperands(offsets);
     if (Value blocks = select.getBlocks())
       bindOperands(blocks);
     Value q = bindings[0], k = bindings[1];
@@ -840,7 +855,9 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     if (!pageTable)
       assertCausalRowsFit(b, select.getMask(), m.dim(q, 2), m.dim(k, 2),
                           "attn.select_topp");
-    SmallVector<Value> sizes{m.dim(q, 0), m.dim(q, 2)};
+    SmallVector<Value> sizes{m.dim(q, 0)};
+    if (!select.getCuSeqlensQ())
+      sizes.push_back(m.dim(q, 2));
     if (!select.getMaxTokens())
       sizes.push_back(
           pageTable ? m.mul(m.dim(bindings[2], 1), m.index(m.staticDim(k, 1)))
@@ -1095,7 +1112,7 @@ LogicalResult EntryLowering::addPagedSelectionContracts(
     function_ref<void(BlockArgument, StringRef, std::optional<unsigned>,
                       std::optional<unsigned>)>
         setContract) {
-  Value pageTable, seqLens, cache, queries;
+  Value pageTable, seqLens, cache, queries, queryOffsets;
   MaskAttr mask;
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {
     pageTable = meta.getPageTable();
@@ -1106,11 +1123,13 @@ LogicalResult EntryLowering::addPagedSelectionContracts(
     seqLens = select.getSeqLens();
     cache = select.getKey();
     queries = select.getQuery();
+    queryOffsets = select.getCuSeqlensQ();
     mask = select.getMask();
   } else if (auto select = dyn_cast<SelectTopKOp>(op)) {
     pageTable = select.getPageTable();
     seqLens = select.getSeqLens();
     queries = select.getQuery();
+    queryOffsets = select.getCuSeqlensQ();
     mask = select.getMask();
     // Its metadata is per page: the runtime checks the table against the
     // cache that another op of the entry reads through it.
@@ -1131,12 +1150,20 @@ LogicalResult EntryLowering::addPagedSelectionContracts(
   auto lengths = dyn_cast<BlockArgument>(seqLens);
   auto pages = dyn_cast<BlockArgument>(cache);
   auto rows = dyn_cast_or_null<BlockArgument>(queries);
-  if (!table || !lengths || !pages || (queries && !rows))
+  auto offsets = dyn_cast_or_null<BlockArgument>(queryOffsets);
+  if (!table || !lengths || !pages || (queries && !rows) ||
+      (queryOffsets && !offsets))
     return op->emitError()
            << "a paged cache's 'page_table', 'seq_lens', keys and the "
-              "queries must be entry inputs (checked at run time before "
-              "anything runs)";
+              "queries (and their offsets) must be entry inputs (checked at "
+              "run time before anything runs)";
   setContract(table, "page_table", pages.getArgNumber(), std::nullopt);
+  // In a ragged batch the key lengths are checked against each sequence's
+  // query rows.
+  if (offsets) {
+    setContract(offsets, "sequence_offsets", rows.getArgNumber(), std::nullopt);
+    rows = offsets;
+  }
   setContract(lengths, "sequence_lengths", table.getArgNumber(),
               mask && mask.isCausal()
                   ? std::optional<unsigned>(rows.getArgNumber())
@@ -1232,7 +1259,9 @@ EntryLowering::SoftmaxBuffers::keyBindings(Value plan) const {
     bindings.push_back(queryOffsets);
     if (keyOffsets)
       bindings.push_back(keyOffsets);
-    bindings.push_back(plan);
+    // Sparse attention over a ragged batch has no plan.
+    if (plan)
+      bindings.push_back(plan);
   }
   return bindings;
 }

@@ -58,9 +58,10 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
                 "far");
   if (ragged && target != "CPU")
     return fail("ragged softmax batches have CPU kernels only so far");
-  if (ragged && shape.selection != KeySelectionKind::Dense)
-    return fail("sparse and tree attention over a ragged batch are not "
-                "lowered yet");
+  if (ragged && shape.selection == KeySelectionKind::Tree)
+    return fail("tree attention over a ragged batch is not lowered yet");
+  if (ragged && shape.selection == KeySelectionKind::Blocks && !paged)
+    return fail("sparse attention over a ragged batch reads a paged cache");
   return shape;
 }
 
@@ -77,7 +78,9 @@ SoftmaxBindings::SoftmaxBindings(func::FuncOp kernel,
     queryOffsets = args[next++];
     if (shape.packedKeys())
       keyOffsets = args[next++];
-    plan = args[next++];
+    // Sparse attention takes a workgroup per row, with no plan.
+    if (shape.selection == KeySelectionKind::Dense)
+      plan = args[next++];
   }
 }
 

@@ -65,8 +65,8 @@ struct SoftmaxAttentionShape {
 
 /// The bindings every softmax kernel that reads q, k and v starts with:
 /// q, k, v, then [page table, key lengths] over a paged cache, then in a
-/// ragged batch the queries' offsets, [the keys' offsets] and the kernel's
-/// part of the plan (RaggedPlan).
+/// ragged batch the queries' offsets, [the keys' offsets] and, for dense
+/// attention, the kernel's part of the plan (RaggedPlan).
 struct SoftmaxBindings {
   Value q, k, v, pageTable, keyLengths, queryOffsets, keyOffsets, plan;
 

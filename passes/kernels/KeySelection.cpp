@@ -20,6 +20,52 @@ RowOfWorkgroup::RowOfWorkgroup(KernelEmitter &e, Value workgroup,
   batch = e.div(bh, e.index(numHeads));
 }
 
+Value mlir::attn::sequenceOfToken(KernelEmitter &e, Value offsets,
+                                  Value token) {
+  // The last b in [0, B) with offsets[b] <= token, by steps of 2^30 .. 1:
+  // offsets[B] = T > token stops every step past the batch.
+  Value last = e.sub(e.dim(offsets, 0), e.index(1));
+  constexpr int64_t kSteps = 31;
+  return e.loop(e.index(0), e.index(kSteps), e.index(1), {e.index(0)},
+                [&](Value i, ValueRange it) -> SmallVector<Value> {
+                  Value step = arith::ShLIOp::create(
+                      e.b, e.index(1), e.sub(e.index(kSteps - 1), i));
+                  Value candidate = e.add(it[0], step);
+                  Value first =
+                      e.toIndex(e.loadInt(offsets, {e.minS(candidate, last)}));
+                  Value inside =
+                      e.andI(e.icmp(arith::CmpIPredicate::slt, candidate, last),
+                             e.icmp(arith::CmpIPredicate::sle, first, token));
+                  return {e.select(inside, candidate, it[0])};
+                })[0];
+}
+
+QueryRowOfWorkgroup::QueryRowOfWorkgroup(KernelEmitter &e, Value workgroup,
+                                         int64_t numHeads, Value q,
+                                         Value queryOffsets) {
+  if (!queryOffsets) {
+    RowOfWorkgroup dense(e, workgroup, numHeads, e.dim(q, 2));
+    batch = dense.batch;
+    head = dense.head;
+    row = dense.row;
+    rows = e.dim(q, 2);
+    return;
+  }
+  head = e.rem(workgroup, e.index(numHeads));
+  token = e.div(workgroup, e.index(numHeads));
+  batch = sequenceOfToken(e, queryOffsets, token);
+  Value first = e.toIndex(e.loadInt(queryOffsets, {batch}));
+  row = e.sub(token, first);
+  rows = e.sub(e.toIndex(e.loadInt(queryOffsets, {e.add(batch, e.index(1))})),
+               first);
+}
+
+SmallVector<Value> QueryRowOfWorkgroup::at(Value h) const {
+  if (token)
+    return {token, h};
+  return {batch, h, row};
+}
+
 std::pair<Value, Value> mlir::attn::visibleRange(KernelEmitter &e,
                                                  MaskKind mask, int64_t window,
                                                  Value pos, Value lk) {

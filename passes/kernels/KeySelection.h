@@ -23,6 +23,34 @@ struct RowOfWorkgroup {
                  Value rows);
 };
 
+/// The query row of a per-row workgroup of the selections and sparse
+/// attention: over [B, heads, Lq] as RowOfWorkgroup, or in a ragged batch
+/// (`queryOffsets` [B+1] given) over the packed [T, heads], the head
+/// fastest, the token's sequence found by a binary search of the offsets.
+class QueryRowOfWorkgroup {
+public:
+  QueryRowOfWorkgroup(KernelEmitter &e, Value workgroup, int64_t numHeads,
+                      Value q, Value queryOffsets);
+  /// The row `row` of sequence `batch` at head `head`.
+  Value batch, head, row;
+  /// The query rows of the sequence: Lq, or the difference of its offsets.
+  Value rows;
+  /// The index prefix of the row at head `h` in a per-row tensor (q, gate,
+  /// o, lse, a selection), before its feature or slot index:
+  /// [batch, h, row], or [token, h] when packed.
+  SmallVector<Value> at(Value h) const;
+
+private:
+  /// The packed row, in a ragged batch; null otherwise.
+  Value token;
+};
+
+/// The sequence b of a ragged batch that holds token `token` (< T):
+/// offsets[b] <= token < offsets[b + 1], found by a binary search of the
+/// B + 1 offsets (which the runtime checked are non-decreasing from 0 to
+/// T), so empty sequences are skipped.
+Value sequenceOfToken(KernelEmitter &e, Value offsets, Value token);
+
 /// The keys [begin, end) that `mask` leaves visible to a query at (signed)
 /// position `pos` among `lk` keys; empty when none is.
 std::pair<Value, Value> visibleRange(KernelEmitter &e, MaskKind mask,

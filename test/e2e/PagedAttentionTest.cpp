@@ -313,6 +313,9 @@ struct PagedSparseCase {
   std::optional<ref::TopP> topP;
   std::string mask = R"("causal")";
   std::string gate;
+  /// A ragged batch's query rows per sequence (`queries` is then unused);
+  /// empty: [B, H, Lq, D] queries.
+  std::vector<int64_t> rows = {};
 };
 
 class PagedSparsity
@@ -322,15 +325,18 @@ class PagedSparsity
 // keys (junk past a sequence's keys left out), and <layer> selects pages
 // (top-k) and tokens (top-p) and attends to them, equal to the reference
 // selection and sparse attention on each sequence's own keys with blocks
-// of the page size.
+// of the page size; in a ragged batch too, each sequence with its own
+// query rows packed token-major.
 TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
   const auto &[c, backend] = GetParam();
+  const bool ragged = !c.rows.empty();
   std::string json = R"({"model": "s", "layers": [{"name": "attn",
     "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 24,
     "value_dim": 20, "mask": )" +
                      c.mask + R"(, "sparsity": )" + c.sparsity +
                      R"(, "layout": {"page_size": )" +
-                     std::to_string(c.pageSize) + "}";
+                     std::to_string(c.pageSize) +
+                     (ragged ? R"(, "ragged": true})" : "}");
   if (!c.gate.empty())
     json += R"(, "gate": ")" + c.gate + "\"";
   json += "}]}";
@@ -342,7 +348,7 @@ TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   const int64_t B = static_cast<int64_t>(c.keys.size()), P = c.pageSize;
-  const int64_t Lq = c.queries;
+  auto rowsOf = [&](int64_t b) { return ragged ? c.rows[b] : c.queries; };
   int64_t pages = 3, mostPages = 1;
   for (int64_t n : c.keys) {
     pages += (n + P - 1) / P;
@@ -356,9 +362,13 @@ TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
   ref::Tensor kCache = ref::randomTensor({pages, P, kHkv, kD}, rng, -50, 50);
   ref::Tensor vCache = ref::randomTensor({pages, P, kHkv, kDv}, rng, -50, 50);
   ref::IntTensor table({B, mostPages + 1}), lengths({B});
-  ref::Tensor q = ref::randomTensor({B, kH, Lq, kD}, rng);
-  ref::Tensor gate = ref::randomTensor(
-      {B, kH, Lq, c.gate == "headwise" ? int64_t{1} : kDv}, rng);
+  // Each sequence's queries and gate [1, H, Lq_b, F], packed below.
+  const int64_t gateDim = c.gate == "headwise" ? 1 : kDv;
+  std::vector<ref::Tensor> queries, gates;
+  for (int64_t b = 0; b < B; ++b) {
+    queries.push_back(ref::randomTensor({1, kH, rowsOf(b), kD}, rng));
+    gates.push_back(ref::randomTensor({1, kH, rowsOf(b), gateDim}, rng));
+  }
   std::vector<ref::Tensor> keys, values;
   int64_t used = 0;
   for (int64_t b = 0; b < B; ++b) {
@@ -415,27 +425,45 @@ TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
         ASSERT_EQ(static_cast<float>(pageMeta(order[page], 1, h, d)), high);
       }
 
-  std::vector<Tensor> inputs{toRuntime(q), toRuntime(kCache), toRuntime(vCache),
-                             intsToRuntime(table), intsToRuntime(lengths)};
+  // [B, H, Lq, F], or packed [T, H, F] with the offsets of the rows.
+  std::vector<int64_t> firstRow{0};
+  for (int64_t b = 0; b < B; ++b)
+    firstRow.push_back(firstRow.back() + rowsOf(b));
+  auto pack = [&](const std::vector<ref::Tensor> &perSequence, int64_t F) {
+    ref::Tensor all = ragged ? ref::Tensor({firstRow.back(), kH, F})
+                             : ref::Tensor({B, kH, c.queries, F});
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < kH; ++h)
+        for (int64_t i = 0; i < rowsOf(b); ++i)
+          for (int64_t d = 0; d < F; ++d)
+            (ragged ? all(firstRow[b] + i, h, d) : all(b, h, i, d)) =
+                perSequence[b](0, h, i, d);
+    return all;
+  };
+  std::vector<Tensor> inputs{toRuntime(pack(queries, kD)), toRuntime(kCache),
+                             toRuntime(vCache), intsToRuntime(table),
+                             intsToRuntime(lengths)};
   if (!c.gate.empty())
-    inputs.push_back(toRuntime(gate));
+    inputs.push_back(toRuntime(pack(gates, gateDim)));
   inputs.push_back(toRuntime(pageMeta));
+  if (ragged) {
+    ref::IntTensor offsets({B + 1});
+    for (int64_t b = 0; b <= B; ++b)
+      offsets(b) = static_cast<int32_t>(firstRow[b]);
+    inputs.push_back(intsToRuntime(offsets));
+  }
   std::vector<Tensor> outputs = runEntry(*model, "attn", inputs);
   ASSERT_EQ(outputs.size(), 1u);
   ref::Tensor o = fromRuntime(outputs[0]);
+  auto outAt = [&](int64_t b, int64_t h, int64_t i, int64_t d) {
+    return ragged ? o(firstRow[b] + i, h, d) : o(b, h, i, d);
+  };
 
   const ref::Mask mask = referenceMask(c.mask);
   for (int64_t b = 0; b < B; ++b) {
-    ref::Tensor qb({1, kH, Lq, kD}), gb({1, kH, Lq, gate.dim(3)});
-    for (int64_t h = 0; h < kH; ++h)
-      for (int64_t i = 0; i < Lq; ++i) {
-        for (int64_t d = 0; d < kD; ++d)
-          qb(0, h, i, d) = q(b, h, i, d);
-        for (int64_t d = 0; d < gate.dim(3); ++d)
-          gb(0, h, i, d) = gate(b, h, i, d);
-      }
-    const ref::Tensor *g = c.gate.empty() ? nullptr : &gb;
-    const int64_t n = c.keys[b];
+    const ref::Tensor &qb = queries[b];
+    const ref::Tensor *g = c.gate.empty() ? nullptr : &gates[b];
+    const int64_t n = c.keys[b], Lq = rowsOf(b);
     ref::Tensor expected({1, kH, Lq, kDv}); // no key: o = 0
     if (n > 0) {
       std::optional<ref::IntTensor> blocks;
@@ -457,7 +485,7 @@ TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
     for (int64_t h = 0; h < kH; ++h)
       for (int64_t i = 0; i < Lq; ++i)
         for (int64_t d = 0; d < kDv; ++d)
-          EXPECT_NEAR(o(b, h, i, d), expected(0, h, i, d), 2e-4)
+          EXPECT_NEAR(outAt(b, h, i, d), expected(0, h, i, d), 2e-4)
               << "o of sequence " << b << " head " << h << " row " << i;
   }
 }
@@ -538,6 +566,58 @@ std::vector<PagedSparseCase> sparseCases() {
                  0,
                  0,
                  alone});
+  // Ragged batches: decode and extend rows mixed, a sequence without rows,
+  // more keys than rows.
+  all.push_back({"ragged_topk",
+                 16,
+                 {100, 7, 64, 33},
+                 0,
+                 topK,
+                 3,
+                 1,
+                 1,
+                 std::nullopt,
+                 R"("causal")",
+                 "elementwise",
+                 {1, 7, 0, 20}});
+  all.push_back({"ragged_topk_p5_window",
+                 5,
+                 {70, 12, 41},
+                 0,
+                 topK,
+                 3,
+                 1,
+                 1,
+                 std::nullopt,
+                 R"({"sliding_window": 16})",
+                 "",
+                 {3, 1, 41}});
+  all.push_back({"ragged_topp_after_topk",
+                 16,
+                 {100, 9, 64},
+                 0,
+                 R"({"method": "top_p", "top_k": 4, "sink_blocks": 1,
+                     "local_blocks": 1, "top_p": 0.8, "min_tokens": 4,
+                     "max_tokens": 40})",
+                 4,
+                 1,
+                 1,
+                 topP,
+                 R"("causal")",
+                 "headwise",
+                 {2, 9, 1}});
+  all.push_back({"ragged_topp_alone_no_mask",
+                 5,
+                 {60, 0, 23},
+                 0,
+                 R"({"method": "top_p", "top_p": 0.9})",
+                 0,
+                 0,
+                 0,
+                 alone,
+                 R"("none")",
+                 "",
+                 {4, 2, 1}});
   return all;
 }
 

@@ -458,11 +458,6 @@ INSTANTIATE_TEST_SUITE_P(
             "$.layers[0].sparsity.block_size: over a paged cache the blocks "
             "are its pages: expected the page size 16, got 8"},
         BadDescription{
-            LAYER(
-                R"(, "sparsity": {"method": "top_k", "top_k": 4}, "layout": {"page_size": 16, "ragged": true})"),
-            "$.layers[0].layout.ragged: sparsity over a ragged batch is not "
-            "implemented yet"},
-        BadDescription{
             LAYER(R"(, "sparsity": {"method": "top_k", "top_k": 4})"),
             "$.layers[0].sparsity: missing required key "
             "'block_size'"},

@@ -35,17 +35,18 @@ Value allocRow(KernelEmitter &e, Type type, Value count) {
       e.b, MemRefType::get({ShapedType::kDynamic}, type), ValueRange{count});
 }
 
-/// q[batch, head, row, :] * scale as f32 on the stack, padded with zeros
-/// to whole vectors (so that masked key loads meet zeros).
-Value scaledQueryRow(KernelEmitter &e, Value q, Value batch, Value head,
-                     Value row, int64_t headDim, double scale) {
+/// q[row..., :] * scale as f32 on the stack (`row`: the row's index prefix),
+/// padded with zeros to whole vectors (so that masked key loads meet
+/// zeros).
+Value scaledQueryRow(KernelEmitter &e, Value q, ArrayRef<Value> row,
+                     int64_t headDim, double scale) {
   int64_t padded = roundUp(headDim, e.width);
   Value qs = e.scratch({padded});
   for (int64_t off = 0; off < padded; off += e.width)
     e.storeVector(e.splat(0.0), qs, {e.index(off)}, e.width);
   Value s = e.scalar(scale);
   e.loop(e.index(0), e.index(headDim), e.index(1), [&](Value d) {
-    e.store(e.fmul(e.load(q, {batch, head, row, d}), s), qs, {d});
+    e.store(e.fmul(e.load(q, withIndex(row, d)), s), qs, {d});
   });
   return qs;
 }
@@ -135,7 +136,8 @@ namespace {
 Value markSelectedBlocks(KernelEmitter &e, Value selection, ValueRange prefix,
                          Value numBlocks) {
   Value marks = zeroFlags(e, numBlocks);
-  Value entries = e.dim(selection, 3);
+  Value entries =
+      e.dim(selection, cast<MemRefType>(selection.getType()).getRank() - 1);
   e.loop(e.index(0), entries, e.index(1), [&](Value n) {
     SmallVector<Value> indices(prefix);
     indices.push_back(n);
@@ -291,16 +293,18 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
   // Over a paged cache the metadata is per page ([NP, 2, Hkv, D]) and
-  // each sequence has its own key length.
+  // each sequence has its own key length; a ragged batch packs the rows.
   const bool paged = static_cast<bool>(op.getPageTable());
+  const bool ragged = static_cast<bool>(op.getCuSeqlensQ());
   auto args = func.getArguments();
   Value q = args[0], meta = args[1];
   Value keyCarrier = paged ? Value() : args[2];
   Value pageTable = paged ? args[2] : Value();
   Value keyLengths = paged ? args[3] : Value();
+  Value queryOffsets = ragged ? args[4] : Value();
   Value blocks = args[args.size() - 2], workgroup = args.back();
   const int64_t H = staticDim(bindingTypes[0], 1);
-  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t D = staticDim(bindingTypes[0], ragged ? 2 : 3);
   const int64_t group = H / staticDim(bindingTypes[1], paged ? 2 : 1);
   const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
@@ -308,10 +312,10 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
   double scale = selectionScale(op.getScale(), D);
 
   Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(q, 2);
   // A workgroup per (batch, kv head, row): the query heads of a kv group
   // share the row's candidates and read each block's metadata once.
-  RowOfWorkgroup at(e, workgroup, H / group, lq);
+  QueryRowOfWorkgroup at(e, workgroup, H / group, q, queryOffsets);
+  Value lq = at.rows;
   Value kvHead = at.head;
   Value lk = paged ? e.toIndex(e.loadInt(keyLengths, {at.batch}))
                    : e.dim(keyCarrier, 0);
@@ -327,9 +331,8 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
       topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
   // Runs body(head, output prefix) for each query head of the group.
   auto eachHead = [&](function_ref<void(Value g, ValueRange prefix)> body) {
-    e.loop(c0, e.index(group), c1, [&](Value g) {
-      body(g, {at.batch, e.add(firstHead, g), at.row});
-    });
+    e.loop(c0, e.index(group), c1,
+           [&](Value g) { body(g, at.at(e.add(firstHead, g))); });
   };
   auto store = [&](ValueRange prefix, Value value, Value slot) {
     SmallVector<Value> indices(prefix);
@@ -370,7 +373,7 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
                                       ValueRange{g, e.index(off)});
             e.loop(c0, e.index(D), c1, [&](Value d) {
               e.store(
-                  e.fmul(e.load(q, {at.batch, e.add(firstHead, g), at.row, d}),
+                  e.fmul(e.load(q, withIndex(at.at(e.add(firstHead, g)), d)),
                          e.scalar(scale)),
                   queries, {g, d});
             });
@@ -463,21 +466,24 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   KernelEmitter e(b, tiling.vectorWidth);
   unsigned next = 0;
   const bool paged = static_cast<bool>(op.getPageTable());
+  const bool ragged = static_cast<bool>(op.getCuSeqlensQ());
   Value q = func.getArgument(next++), k = func.getArgument(next++);
   Value pageTable = paged ? func.getArgument(next++) : Value();
   Value keyLengths = paged ? func.getArgument(next++) : Value();
+  Value queryOffsets = ragged ? func.getArgument(next++) : Value();
   Value blocks = op.getBlocks() ? func.getArgument(next++) : Value();
   Value tokens = func.getArgument(next++);
   Value workgroup = func.getArgument(next);
   const int64_t H = staticDim(bindingTypes[0], 1);
-  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t D = staticDim(bindingTypes[0], ragged ? 2 : 3);
   const int64_t group = H / staticDim(bindingTypes[1], paged ? 2 : 1);
   MaskAttr mask = op.getMask();
   double scale = selectionScale(op.getScale(), D);
   double softcap = op.getSoftcap().convertToDouble();
   Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(q, 2), capacity = e.dim(tokens, 3);
-  RowOfWorkgroup at(e, workgroup, H, lq);
+  Value capacity = e.dim(tokens, ragged ? 2 : 3);
+  QueryRowOfWorkgroup at(e, workgroup, H, q, queryOffsets);
+  Value lq = at.rows;
   Value kvHead = e.div(at.head, e.index(group));
   // The keys of the row's sequence, contiguous or in a paged cache.
   KeyRows kv(e, k, pageTable, keyLengths);
@@ -485,7 +491,7 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   Value pos = e.add(e.sub(lk, lq), at.row);
   auto [begin, end] =
       visibleRange(e, mask.getKind(), mask.getWindow(), pos, lk);
-  SmallVector<Value> prefix{at.batch, at.head, at.row};
+  SmallVector<Value> prefix = at.at(at.head);
 
   // The candidates, ascending: the visible keys (of the listed blocks).
   Value candidates = allocRow(e, b.getI32Type(), e.maxS(lk, c1));
@@ -503,7 +509,7 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
   }
 
   // Their scores (exact, or from int4 keys), a vector of keys at a time.
-  Value qs = scaledQueryRow(e, q, at.batch, at.head, at.row, D, scale);
+  Value qs = scaledQueryRow(e, q, prefix, D, scale);
   Value scores = allocRow(e, e.f32, e.add(count, e.index(e.width)));
   auto score = op.getEstimator() == SelectionEstimator::Int4 ? estimateKeysInt4
                                                              : scoreKeys;
@@ -569,8 +575,9 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   VariantEmitter variants(e, shape.variants, shape.variants.buffersOf(func));
 
   Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(q, 2);
-  RowOfWorkgroup at(e, workgroup, shape.numHeads, lq);
+  // The row: of [B, H, Lq], or packed [T, H] in a ragged batch.
+  QueryRowOfWorkgroup at(e, workgroup, shape.numHeads, q, inputs.queryOffsets);
+  Value lq = at.rows;
   Value kvHead = e.div(at.head, e.index(shape.numHeads / shape.numKvHeads));
   // The keys of the row's sequence, contiguous or in a paged cache.
   KeyRows kv(e, shape, inputs);
@@ -589,7 +596,7 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
     queryPos = e.add(e.sub(lk, lq), at.row);
     auto [begin, end] = visibleRange(e, shape.mask, shape.window, queryPos, lk);
     int64_t bs = shape.selectionBlockSize;
-    marks = markSelectedBlocks(e, selection, {at.batch, at.head, at.row},
+    marks = markSelectedBlocks(e, selection, at.at(at.head),
                                e.ceilDiv(lk, e.index(bs)));
     count = gatherMarkedKeys(e, marks, bs, begin, end, keys, c0);
     keyPositions = keys;
@@ -613,7 +620,7 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
 
   // Online softmax over the list, `W` keys at a time: one rescale of the
   // accumulator per vector of keys.
-  Value qs = scaledQueryRow(e, q, at.batch, at.head, at.row, D, shape.scale);
+  Value qs = scaledQueryRow(e, q, at.at(at.head), D, shape.scale);
   const int64_t DvPadded = roundUp(Dv, W);
   Value acc = e.scratch({DvPadded});
   for (int64_t off = 0; off < DvPadded; off += W)
@@ -660,7 +667,7 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
         return {newMax, sum};
       });
   // The tree keys' part is the last split of the partials, ungated.
-  SmallVector<Value> outAt{at.batch, at.head, at.row};
+  SmallVector<Value> outAt = at.at(at.head);
   if (tree)
     outAt.push_back(e.sub(e.dim(lse, 3), c1));
   storeOutputRow(e, shape, acc, {}, e.reciprocalOrZero(state[1]), gate, out,

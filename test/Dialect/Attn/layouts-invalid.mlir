@@ -209,3 +209,19 @@ func.func @sparse_cache_feature(%q: tensor<?x4x?x24xf32>, %kc: tensor<?x16x2x32x
   %o = attn.sparse_sdpa %q, %kc, %vc, %s paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>) {block_size = 16, mask = #attn.mask<causal>} : tensor<?x4x?x24xf32>, tensor<?x16x2x32xf32>, tensor<?x16x2x20xf32>, tensor<?x4x?x4xi32>
   return
 }
+
+// -----
+
+func.func @ragged_selection_needs_pages(%q: tensor<?x4x24xf32>, %k: tensor<?x2x?x24xf32>, %cu: tensor<?xi32>) {
+  // expected-error @+1 {{a ragged batch's selections read their keys from a paged cache: 'ragged' needs 'paged'}}
+  %t = attn.select_topp %q, %k ragged(%cu : tensor<?xi32>) {top_p = 0.9, mask = #attn.mask<causal>} : tensor<?x4x24xf32>, tensor<?x2x?x24xf32>
+  return
+}
+
+// -----
+
+func.func @ragged_selection_rows(%q: tensor<?x4x24xf32>, %kc: tensor<?x16x2x24xf32>, %vc: tensor<?x16x2x20xf32>, %s: tensor<?x4x3x8xi32>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>, %cu: tensor<?xi32>) {
+  // expected-error @+1 {{'selection' must be a rank-3 tensor [T, H, N]}}
+  %o = attn.sparse_sdpa %q, %kc, %vc, %s paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>) ragged(%cu : tensor<?xi32>) {block_size = 16, mask = #attn.mask<causal>} : tensor<?x4x24xf32>, tensor<?x16x2x24xf32>, tensor<?x16x2x20xf32>, tensor<?x4x3x8xi32>
+  return
+}

@@ -203,3 +203,37 @@ func.func @paged_selection_sizes(%q: tensor<2x4x3x24xf32>,
       : tensor<2x4x3x24xf32>, tensor<9x4x2x24xf32>
   return %blocks, %tokens : tensor<2x4x3x5xi32>, tensor<2x4x3x20xi32>
 }
+
+// -----
+
+// The same over a ragged batch: rows packed token-major, selections
+// [T, H, N].
+// CHECK-LABEL: func.func @ragged_paged_sparsity
+// CHECK: attn.select_topk %{{.*}}, %{{.*}} paged(%{{.*}}, %{{.*}} : tensor<?x?xi32>, tensor<?xi32>) ragged(%{{.*}} : tensor<?xi32>)
+// CHECK: attn.select_topp %{{.*}}, %{{.*}} paged(%{{.*}}, %{{.*}} : tensor<?x?xi32>, tensor<?xi32>) ragged(%{{.*}} : tensor<?xi32>) blocks(%{{.*}})
+// CHECK: attn.sparse_sdpa {{.*}} ragged(%{{.*}} : tensor<?xi32>) {block_size = 1 : i64, mask = #attn.mask<causal>, return_lse} : tensor<?x4x24xf32>, tensor<?x16x2x24xf32>, tensor<?x16x2x20xf32>, tensor<?x4x?xi32>
+func.func @ragged_paged_sparsity(%q: tensor<?x4x24xf32>,
+                                 %kc: tensor<?x16x2x24xf32>,
+                                 %vc: tensor<?x16x2x20xf32>,
+                                 %meta: tensor<?x2x2x24xf32>,
+                                 %pt: tensor<?x?xi32>, %lens: tensor<?xi32>,
+                                 %cu: tensor<?xi32>)
+    -> (tensor<?x4x20xf32>, tensor<?x4xf32>) {
+  %blocks = attn.select_topk %q, %meta
+      paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>)
+      ragged(%cu : tensor<?xi32>)
+      {block_size = 16, top_k = 4, mask = #attn.mask<causal>}
+      : tensor<?x4x24xf32>, tensor<?x2x2x24xf32>
+  %tokens = attn.select_topp %q, %kc
+      paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>)
+      ragged(%cu : tensor<?xi32>) blocks(%blocks)
+      {top_p = 0.9, block_size = 16, mask = #attn.mask<causal>}
+      : tensor<?x4x24xf32>, tensor<?x16x2x24xf32>, tensor<?x4x?xi32>
+  %o, %lse = attn.sparse_sdpa %q, %kc, %vc, %tokens
+      paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>)
+      ragged(%cu : tensor<?xi32>)
+      {block_size = 1, mask = #attn.mask<causal>, return_lse}
+      : tensor<?x4x24xf32>, tensor<?x16x2x24xf32>, tensor<?x16x2x20xf32>,
+        tensor<?x4x?xi32>
+  return %o, %lse : tensor<?x4x20xf32>, tensor<?x4xf32>
+}
