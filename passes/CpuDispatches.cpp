@@ -180,7 +180,8 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     std::string useName = kernelName("page_use");
     dispatchKernel(b, m.index(1), {cache, bindings[1], bindings[2], used},
                    [&](OpBuilder &builder, TypeRange types) {
-                     return buildPageUseKernel(builder, loc, useName, tiling,
+                     return buildPageUseKernel(builder, loc, useName,
+                                               tiling.toAttr(b.getContext()),
                                                types);
                    });
     dispatchKernel(

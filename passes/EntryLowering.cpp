@@ -475,17 +475,6 @@ bool isRegionConstant(Operation &op) {
 
 } // namespace
 
-/// The page table a block_meta, select_topk or select_topp reads, if any.
-static Value selectionPageTable(Operation *op) {
-  if (auto meta = dyn_cast<BlockMetaOp>(op))
-    return meta.getPageTable();
-  if (auto select = dyn_cast<SelectTopKOp>(op))
-    return select.getPageTable();
-  if (auto select = dyn_cast<SelectTopPOp>(op))
-    return select.getPageTable();
-  return Value();
-}
-
 LogicalResult EntryLowering::run() {
   if (!entry.getBody().hasOneBlock())
     return entry.emitError("an entry must have a single block");
@@ -540,13 +529,14 @@ LogicalResult EntryLowering::run() {
       continue;
     }
     if (isSelectionOrTreeOp(&op)) {
-      // The selections over a paged cache read the page table: CPU only so
-      // far.
-      if (selectionPageTable(&op) && target != "CPU")
+      // Ragged batches have CPU kernels only so far.
+      auto topK = dyn_cast<SelectTopKOp>(op);
+      auto topP = dyn_cast<SelectTopPOp>(op);
+      if (target != "CPU" &&
+          ((topK && topK.getCuSeqlensQ()) || (topP && topP.getCuSeqlensQ())))
         return op.emitError()
                << "no " << target << " lowering: '" << op.getName()
-               << "' over a paged cache has CPU kernels only "
-                  "so far";
+               << "' over a ragged batch has CPU kernels only so far";
       continue;
     }
     return op.emitError() << "no " << target << " lowering for '"

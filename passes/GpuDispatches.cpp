@@ -168,6 +168,15 @@ void GpuEntryLowering::lowerGatheredSoftmax(
                  });
 }
 
+/// The values of `parts`, in order.
+static SmallVector<Value> concat(ValueRange first, ValueRange second,
+                                 ValueRange third = {}) {
+  SmallVector<Value> all(first);
+  llvm::append_range(all, second);
+  llvm::append_range(all, third);
+  return all;
+}
+
 void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                                   ValueRange bindings) {
   HostIndexMath m{b};
@@ -190,6 +199,30 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     all.push_back(memref::AllocOp::create(b, type, sizes));
   };
 
+  if (auto meta = dyn_cast<BlockMetaOp>(op); meta && meta.getPageTable()) {
+    // Bindings k_cache, page_table, seq_lens, kmeta_pages: one thread
+    // finds the slots of each page that sequences use (the CPU's scalar
+    // kernel), then a thread per (page, kv head, channel) bounds them.
+    Value cache = bindings[0], out = bindings[3];
+    Value used = memref::AllocOp::create(
+        b, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+        ValueRange{m.dim(cache, 0)});
+    std::string useName = kernelName("page_use");
+    dispatchKernel(b, m.index(1), {cache, bindings[1], bindings[2], used},
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildPageUseKernel(builder, loc, useName,
+                                               tiling.toAttr(b.getContext()),
+                                               types);
+                   });
+    Value threads =
+        m.mul(m.mul(m.dim(cache, 0), m.index(m.staticDim(cache, 2))),
+              m.index(m.staticDim(cache, 3)));
+    return dispatchKernel(b, threads, {cache, used, out},
+                          [&](OpBuilder &builder, TypeRange types) {
+                            return buildSimtBlockMetaKernel(
+                                builder, loc, name, meta, tiling, types);
+                          });
+  }
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {
     Value out = bindings[1];
     Value threads =
@@ -209,12 +242,20 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     if (auto select = dyn_cast<SelectTopKOp>(op)) {
       int64_t fill =
           select.getTopK() - select.getSinkBlocks() - select.getLocalBlocks();
+      // Bindings q, meta, keys (the key length's carrier, or over a paged
+      // cache the page table and key lengths), blocks. A row has at most
+      // NB blocks: the metadata's, or the table's MP.
+      const bool paged = static_cast<bool>(select.getPageTable());
+      Value meta = bindings[1];
+      SmallVector<Value> keys(bindings.begin() + 2,
+                              bindings.begin() + (paged ? 4 : 3));
+      Value numBlocks = paged ? m.dim(keys[0], 1) : m.dim(meta, 2);
       // The heap of a row's `fill` best middle blocks, used only when the
       // row has more candidates than top_k: never more than its blocks.
-      rowTemporary(b.getF32Type(), ShapedType::kDynamic,
-                   m.maxS(m.minS(m.index(std::max<int64_t>(fill, 1)),
-                                 m.dim(bindings[1], 2)),
-                          m.index(1)));
+      rowTemporary(
+          b.getF32Type(), ShapedType::kDynamic,
+          m.maxS(m.minS(m.index(std::max<int64_t>(fill, 1)), numBlocks),
+                 m.index(1)));
       // Prefill: a thread per row scores its blocks and selects. Decode has
       // too few rows for that to fill a GPU (a thread per head, each
       // reading all the metadata): a thread per (row, block) computes the
@@ -227,8 +268,6 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
           arith::CmpIOp::create(b, arith::CmpIPredicate::ule, m.dim(q, 2),
                                 m.index(tiling.decodeMaxQueries));
       Value zero = m.index(0);
-      Value meta = bindings[1];
-      Value numBlocks = m.dim(meta, 2);
       Value rankable =
           arith::CmpIOp::create(b, arith::CmpIPredicate::ule, numBlocks,
                                 m.index(kMaxRankedTopKBlocks));
@@ -256,7 +295,7 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                      m.mul(m.mul(m.mul(m.dim(q, 0), m.index(m.staticDim(q, 1))),
                                  boundsRows),
                            numBlocks),
-                     {q, meta, bounds},
+                     concat(ValueRange{q, meta}, keys, ValueRange{bounds}),
                      [&](OpBuilder &builder, TypeRange types) {
                        return buildSimtBlockBoundsKernel(
                            builder, loc, boundsName, select, tiling, types);
@@ -270,7 +309,7 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                            builder, loc, fromBoundsName, select, tiling, types,
                            /*boundsGiven=*/true);
                      });
-      Value keyCarrier = bindings[2], blocks = bindings[3];
+      Value blocks = bindings.back();
       Value threshold = memref::AllocOp::create(
           b,
           MemRefType::get({ShapedType::kDynamic, m.staticDim(q, 1),
@@ -279,30 +318,39 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
           ValueRange{m.dim(q, 0), boundsRows});
       std::string thresholdName = kernelName("topk_threshold");
       dispatchKernel(b, ranked(m.mul(rows, numBlocks)),
-                     {q, keyCarrier, bounds, threshold},
+                     concat(ValueRange{q}, keys, ValueRange{bounds, threshold}),
                      [&](OpBuilder &builder, TypeRange types) {
                        return buildSimtTopKThresholdKernel(
                            builder, loc, thresholdName, select, tiling, types);
                      });
       std::string placeName = kernelName("topk_place");
       // A thread per (row, block): a row's slots are among its blocks.
-      return dispatchKernel(b, ranked(m.mul(rows, numBlocks)),
-                            {q, keyCarrier, bounds, threshold, blocks},
-                            [&](OpBuilder &builder, TypeRange types) {
-                              return buildSimtTopKPlaceKernel(builder, loc,
-                                                              placeName, select,
-                                                              tiling, types);
-                            });
+      return dispatchKernel(
+          b, ranked(m.mul(rows, numBlocks)),
+          concat(ValueRange{q}, keys, ValueRange{bounds, threshold, blocks}),
+          [&](OpBuilder &builder, TypeRange types) {
+            return buildSimtTopKPlaceKernel(builder, loc, placeName, select,
+                                            tiling, types);
+          });
     }
     auto select = cast<SelectTopPOp>(op);
-    // A row's candidates: its visible keys, and within a block selection of
-    // N entries (each counted once) at most N * block_size of them. The cap
-    // keeps prefill rows after top-k from needing Lq x Lk temporaries.
-    Value keys = m.dim(bindings[1], 2);
-    if (select.getBlocks())
+    // Bindings q, k, [page table, key lengths], [blocks], tokens.
+    const bool paged = static_cast<bool>(select.getPageTable());
+    SmallVector<Value> keyInputs(bindings.begin(),
+                                 bindings.begin() + (paged ? 4 : 2));
+    Value selectedBlocks =
+        select.getBlocks() ? bindings[keyInputs.size()] : Value();
+    // A row's candidates: its visible keys (at most Lk, over a paged cache
+    // MP * P), and within a block selection of N entries (each counted
+    // once) at most N * block_size of them. The cap keeps prefill rows
+    // after top-k from needing Lq x Lk temporaries.
+    Value keys = paged ? m.mul(m.dim(bindings[2], 1),
+                               m.index(m.staticDim(bindings[1], 1)))
+                       : m.dim(bindings[1], 2);
+    if (selectedBlocks)
       keys = arith::MinSIOp::create(
           b, keys,
-          m.mul(m.dim(bindings[2], 3), m.index(*select.getBlockSize())));
+          m.mul(m.dim(selectedBlocks, 3), m.index(*select.getBlockSize())));
     keys = m.maxS(keys, m.index(1));
     // Scores and key indices; bucket counts and f64 weights (none when
     // top_p = 1 leaves the weights unused); a bucket's sort space; flags.
@@ -322,9 +370,9 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     rowTemporary(b.getI8Type(), ShapedType::kDynamic, keys);
     ValueRange selectTemps = ValueRange(all).drop_front(first + 3);
 
-    SmallVector<Value> candidateBindings{q, bindings[1]};
-    if (select.getBlocks())
-      candidateBindings.push_back(bindings[2]);
+    SmallVector<Value> candidateBindings(keyInputs);
+    if (selectedBlocks)
+      candidateBindings.push_back(selectedBlocks);
     candidateBindings.append({keyList, count});
     dispatchKernel(b, rows, candidateBindings,
                    [&](OpBuilder &builder, TypeRange types) {
@@ -333,13 +381,13 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                    });
     std::string scoresName = kernelName("topp_scores");
     dispatchKernel(b, m.mul(rows, keys),
-                   {q, bindings[1], keyList, count, scores},
+                   concat(keyInputs, ValueRange{keyList, count, scores}),
                    [&](OpBuilder &builder, TypeRange types) {
                      return buildSimtTopPScoresKernel(builder, loc, scoresName,
                                                       select, tiling, types);
                    });
-    SmallVector<Value> selectBindings{q,      bindings[1], bindings.back(),
-                                      scores, keyList,     count};
+    SmallVector<Value> selectBindings(keyInputs);
+    selectBindings.append({bindings.back(), scores, keyList, count});
     llvm::append_range(selectBindings, selectTemps);
     std::string selectName = kernelName("select_topp");
     return dispatchKernel(

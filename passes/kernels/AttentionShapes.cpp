@@ -53,9 +53,6 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   if (shape.selection == KeySelectionKind::Blocks)
     shape.selectionBlockSize = op.getSelectionBlockSize();
   shape.variants = VariantRegions::of(op);
-  if (paged && shape.selection == KeySelectionKind::Blocks && target != "CPU")
-    return fail("sparse attention over a paged cache has CPU kernels only so "
-                "far");
   if (ragged && target != "CPU")
     return fail("ragged softmax batches have CPU kernels only so far");
   if (ragged && shape.selection == KeySelectionKind::Tree)

@@ -40,6 +40,35 @@ Value mlir::attn::sequenceOfToken(KernelEmitter &e, Value offsets,
                 })[0];
 }
 
+SelectionKeys::SelectionKeys(ValueRange args, unsigned &next, bool paged) {
+  if (paged) {
+    pageTable = args[next++];
+    keyLengths = args[next++];
+  } else {
+    keyCarrier = args[next++];
+  }
+}
+
+SmallVector<Value> SelectionKeys::bindings() const {
+  if (pageTable)
+    return {pageTable, keyLengths};
+  return {keyCarrier};
+}
+
+Value SelectionKeys::length(KernelEmitter &e, Value batch) const {
+  if (pageTable)
+    return e.toIndex(e.loadInt(keyLengths, {batch}));
+  return e.dim(keyCarrier, 0);
+}
+
+SmallVector<Value> SelectionKeys::bound(KernelEmitter &e, Value batch,
+                                        Value kvHead, Value block,
+                                        Value which) const {
+  if (!pageTable)
+    return {batch, kvHead, block, which};
+  return {e.toIndex(e.loadInt(pageTable, {batch, block})), which, kvHead};
+}
+
 QueryRowOfWorkgroup::QueryRowOfWorkgroup(KernelEmitter &e, Value workgroup,
                                          int64_t numHeads, Value q,
                                          Value queryOffsets) {
@@ -438,6 +467,37 @@ void mlir::attn::flagTopPKept(KernelEmitter &e, SelectTopPOp op,
 //===----------------------------------------------------------------------===//
 // Tree acceptance: scalar code, the same kernel on both targets
 //===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildPageUseKernel(OpBuilder &builder, Location loc,
+                                            StringRef name,
+                                            DictionaryAttr tiling,
+                                            TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "page_use");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, /*vectorWidth=*/1);
+  auto args = func.getArguments();
+  Value table = args[1], lengths = args[2], used = args[3];
+  const int64_t pageSize = cast<MemRefType>(bindingTypes[0]).getDimSize(1);
+  Value c0 = e.index(0), c1 = e.index(1), size = e.index(pageSize);
+  e.loop(c0, e.dim(used, 0), c1, [&](Value p) {
+    memref::StoreOp::create(b, e.i32(0), used, ValueRange{p});
+  });
+  // The runtime checked the pages of every sequence's keys.
+  e.loop(c0, e.dim(lengths, 0), c1, [&](Value batch) {
+    Value length = e.toIndex(e.loadInt(lengths, {batch}));
+    e.loop(c0, e.ceilDiv(length, size), c1, [&](Value i) {
+      Value page = e.toIndex(e.loadInt(table, {batch, i}));
+      Value slots = e.toI32(e.minS(size, e.sub(length, e.mul(i, size))));
+      Value before = e.loadInt(used, {page});
+      memref::StoreOp::create(b, arith::MaxSIOp::create(b, before, slots), used,
+                              ValueRange{page});
+    });
+  });
+  func::ReturnOp::create(b);
+  return func;
+}
 
 func::FuncOp mlir::attn::buildTreeAcceptKernel(OpBuilder &builder, Location loc,
                                                StringRef name,

@@ -45,6 +45,31 @@ private:
   Value token;
 };
 
+/// Where top-k finds each row's keys and their blocks' bounds: one key
+/// length for the batch (carried as dim 0 of an empty [Lk, 0] buffer) and
+/// metadata [B, Hkv, NB, 2, D]; or over a paged cache (SPEC §8) each
+/// sequence's seq_lens[b], its block i being page page_table[b, i] of the
+/// per-page metadata [NP, 2, Hkv, D].
+class SelectionKeys {
+public:
+  /// Reads the bindings from `args` at `next` (advanced): the carrier, or
+  /// the page table and the key lengths.
+  SelectionKeys(ValueRange args, unsigned &next, bool paged);
+  /// The bindings, in that order.
+  SmallVector<Value> bindings() const;
+  /// The keys of sequence `batch`.
+  Value length(KernelEmitter &e, Value batch) const;
+  /// The index of bound `which` (0: min, 1: max) of block `block` of
+  /// sequence `batch` at kv head `kvHead`, before the feature index.
+  SmallVector<Value> bound(KernelEmitter &e, Value batch, Value kvHead,
+                           Value block, Value which) const;
+  /// The kv-head dim of the metadata.
+  static unsigned metaHeadDim(bool paged) { return paged ? 2 : 1; }
+
+private:
+  Value keyCarrier, pageTable, keyLengths;
+};
+
 /// The sequence b of a ragged batch that holds token `token` (< T):
 /// offsets[b] <= token < offsets[b + 1], found by a binary search of the
 /// B + 1 offsets (which the runtime checked are non-decreasing from 0 to
@@ -198,6 +223,15 @@ void withIntHeap(KernelEmitter &e, const RowBuffer &items, WorsePredicate worse,
 Value isFlagged(KernelEmitter &e, const RowBuffer &flags, Value n);
 /// Sets entry `n` of the i8 `flags`.
 void setFlag(KernelEmitter &e, const RowBuffer &flags, Value n);
+
+/// Bindings: k_cache [NP, P, Hkv, D], page_table [B, MP], seq_lens [B],
+/// used [NP] (i32). One workgroup: used[p] becomes the most slots of page
+/// p that a sequence holds keys in (0: no sequence uses it), what
+/// attn.block_meta over a paged cache bounds. Scalar code, so also the
+/// CUDA kernel (one thread): `tiling` is the target's.
+func::FuncOp buildPageUseKernel(OpBuilder &builder, Location loc,
+                                StringRef name, DictionaryAttr tiling,
+                                TypeRange bindingTypes);
 
 /// Bindings: tokens, target, parents, path, length, bonus. Workgroup =
 /// batch row. Scalar code, so also the CUDA kernel (one thread per batch

@@ -330,6 +330,8 @@ class PagedSparsity
 TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
   const auto &[c, backend] = GetParam();
   const bool ragged = !c.rows.empty();
+  if (ragged && backend != Backend::Cpu)
+    GTEST_SKIP() << "ragged batches have CPU kernels only so far";
   std::string json = R"({"model": "s", "layers": [{"name": "attn",
     "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 24,
     "value_dim": 20, "mask": )" +
@@ -621,13 +623,15 @@ std::vector<PagedSparseCase> sparseCases() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, PagedSparsity,
-                         testing::Combine(testing::ValuesIn(sparseCases()),
-                                          testing::Values(Backend::Cpu)),
-                         [](const auto &info) {
-                           return std::get<0>(info.param).label + "_" +
-                                  backendName(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, PagedSparsity,
+    testing::Combine(testing::ValuesIn(sparseCases()),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
+    [](const auto &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
 
 std::vector<PagedCase> cases() {
   std::vector<PagedCase> all;

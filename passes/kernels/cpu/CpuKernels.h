@@ -103,13 +103,6 @@ func::FuncOp buildBlockMetaKernel(OpBuilder &builder, Location loc,
                                   const CpuTiling &tiling,
                                   TypeRange bindingTypes);
 
-/// Bindings: k_cache, page_table [B, MP], seq_lens [B], used [NP] (i32). One
-/// workgroup: used[p] becomes the most slots of page p that a sequence
-/// holds keys in (0: no sequence uses it).
-func::FuncOp buildPageUseKernel(OpBuilder &builder, Location loc,
-                                StringRef name, const CpuTiling &tiling,
-                                TypeRange bindingTypes);
-
 /// Bindings: q, meta, keys [Lk, 0] (a buffer that only carries the key
 /// length), blocks [B, H, Lq, top_k]; over a paged cache q, kmeta_pages,
 /// page_table, seq_lens, blocks. Workgroup = (batch, kv head, row):

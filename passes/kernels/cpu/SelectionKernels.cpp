@@ -248,37 +248,6 @@ func::FuncOp mlir::attn::buildBlockMetaKernel(OpBuilder &builder, Location loc,
   return func;
 }
 
-func::FuncOp mlir::attn::buildPageUseKernel(OpBuilder &builder, Location loc,
-                                            StringRef name,
-                                            const CpuTiling &tiling,
-                                            TypeRange bindingTypes) {
-  OpBuilder::InsertionGuard guard(builder);
-  func::FuncOp func =
-      createKernel(builder, loc, name, bindingTypes, tiling, "page_use");
-  ImplicitLocOpBuilder b(loc, builder);
-  KernelEmitter e(b, tiling.vectorWidth);
-  auto args = func.getArguments();
-  Value table = args[1], lengths = args[2], used = args[3];
-  const int64_t pageSize = staticDim(bindingTypes[0], 1);
-  Value c0 = e.index(0), c1 = e.index(1), size = e.index(pageSize);
-  e.loop(c0, e.dim(used, 0), c1, [&](Value p) {
-    memref::StoreOp::create(b, e.i32(0), used, ValueRange{p});
-  });
-  // The runtime checked the pages of every sequence's keys.
-  e.loop(c0, e.dim(lengths, 0), c1, [&](Value batch) {
-    Value length = e.toIndex(e.loadInt(lengths, {batch}));
-    e.loop(c0, e.ceilDiv(length, size), c1, [&](Value i) {
-      Value page = e.toIndex(e.loadInt(table, {batch, i}));
-      Value slots = e.toI32(e.minS(size, e.sub(length, e.mul(i, size))));
-      Value before = e.loadInt(used, {page});
-      memref::StoreOp::create(b, arith::MaxSIOp::create(b, before, slots), used,
-                              ValueRange{page});
-    });
-  });
-  func::ReturnOp::create(b);
-  return func;
-}
-
 //===----------------------------------------------------------------------===//
 // Top-k block selection
 //===----------------------------------------------------------------------===//
@@ -297,15 +266,15 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
   const bool paged = static_cast<bool>(op.getPageTable());
   const bool ragged = static_cast<bool>(op.getCuSeqlensQ());
   auto args = func.getArguments();
-  Value q = args[0], meta = args[1];
-  Value keyCarrier = paged ? Value() : args[2];
-  Value pageTable = paged ? args[2] : Value();
-  Value keyLengths = paged ? args[3] : Value();
-  Value queryOffsets = ragged ? args[4] : Value();
-  Value blocks = args[args.size() - 2], workgroup = args.back();
+  unsigned next = 0;
+  Value q = args[next++], meta = args[next++];
+  SelectionKeys keys(args, next, paged);
+  Value queryOffsets = ragged ? args[next++] : Value();
+  Value blocks = args[next++], workgroup = args.back();
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], ragged ? 2 : 3);
-  const int64_t group = H / staticDim(bindingTypes[1], paged ? 2 : 1);
+  const int64_t group =
+      H / staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
   const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
   const int64_t fill = topK - sink - local;
@@ -317,14 +286,9 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
   QueryRowOfWorkgroup at(e, workgroup, H / group, q, queryOffsets);
   Value lq = at.rows;
   Value kvHead = at.head;
-  Value lk = paged ? e.toIndex(e.loadInt(keyLengths, {at.batch}))
-                   : e.dim(keyCarrier, 0);
-  // The index of block `block`'s bound `which` (0: min, 1: max) before the
-  // feature index.
-  auto boundOf = [&](Value block, Value which) -> SmallVector<Value> {
-    if (!paged)
-      return {at.batch, kvHead, block, which};
-    return {e.toIndex(e.loadInt(pageTable, {at.batch, block})), which, kvHead};
+  Value lk = keys.length(e, at.batch);
+  auto boundOf = [&](Value block, Value which) {
+    return keys.bound(e, at.batch, kvHead, block, which);
   };
   Value firstHead = e.mul(kvHead, e.index(group));
   auto [firstBlock, count] =

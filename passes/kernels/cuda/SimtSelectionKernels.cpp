@@ -82,13 +82,15 @@ Value scaledQuery(SimtEmitter &e, Value q, const RowOfWorkgroup &at,
 /// is queryAt(d): sum_d max(q_d kmin_d, q_d kmax_d), summed in channel
 /// order.
 Value questBound(SimtEmitter &e, function_ref<Value(Value d)> queryAt,
-                 Value meta, Value batch, Value kvHead, Value block,
-                 int64_t headDim) {
+                 Value meta, const SelectionKeys &keys, Value batch,
+                 Value kvHead, Value block, int64_t headDim) {
   Value c0 = e.index(0), c1 = e.index(1);
+  SmallVector<Value> low = keys.bound(e, batch, kvHead, block, c0);
+  SmallVector<Value> high = keys.bound(e, batch, kvHead, block, c1);
   return e.sumOver(c0, e.index(headDim), [&](Value d) {
     Value qd = queryAt(d);
-    return e.fmax(e.fmul(qd, e.load(meta, {batch, kvHead, block, c0, d})),
-                  e.fmul(qd, e.load(meta, {batch, kvHead, block, c1, d})));
+    return e.fmax(e.fmul(qd, e.load(meta, withIndex(low, d))),
+                  e.fmul(qd, e.load(meta, withIndex(high, d))));
   });
 }
 
@@ -161,27 +163,55 @@ func::FuncOp mlir::attn::buildSimtBlockMetaKernel(OpBuilder &builder,
                                          tiling, "block_meta");
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
-  Value k = func.getArgument(0), meta = func.getArgument(1);
-  Value thread = func.getArgument(2);
-  const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
+  auto args = func.getArguments();
+  Value k = args[0], meta = args.drop_back().back(), thread = args.back();
+  const bool paged = static_cast<bool>(op.getPageTable());
   const int64_t D = staticDim(bindingTypes[0], 3);
   const int64_t bs = op.getBlockSize();
 
-  // Thread order (batch, kv head, block, channel), the channel fastest.
+  // Thread order (batch, kv head, block, channel) or (page, kv head,
+  // channel), the channel fastest: a block's keys [first, end), the used
+  // slots of a page (all P when no sequence uses it).
   Value channel = e.rem(thread, e.index(D));
-  RowOfWorkgroup at(e, e.div(thread, e.index(D)), numKvHeads, e.dim(meta, 2));
-  Value first = e.mul(at.row, e.index(bs));
-  Value end = e.minS(e.dim(k, 2), e.add(first, e.index(bs)));
+  Value first, end;
+  std::function<SmallVector<Value>(Value)> keyAt;
+  std::function<SmallVector<Value>(int64_t)> boundAt;
+  if (paged) {
+    const int64_t numKvHeads = staticDim(bindingTypes[0], 2);
+    Value used = args[1];
+    Value pageHead = e.div(thread, e.index(D));
+    Value page = e.div(pageHead, e.index(numKvHeads));
+    Value head = e.rem(pageHead, e.index(numKvHeads));
+    Value slots = e.toIndex(e.loadInt(used, {page}));
+    first = e.index(0);
+    end = e.select(e.icmp(arith::CmpIPredicate::eq, slots, first), e.index(bs),
+                   slots);
+    keyAt = [=](Value j) { return SmallVector<Value>{page, j, head, channel}; };
+    boundAt = [=, &e](int64_t which) {
+      return SmallVector<Value>{page, e.index(which), head, channel};
+    };
+  } else {
+    const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
+    RowOfWorkgroup at(e, e.div(thread, e.index(D)), numKvHeads, e.dim(meta, 2));
+    first = e.mul(at.row, e.index(bs));
+    end = e.minS(e.dim(k, 2), e.add(first, e.index(bs)));
+    keyAt = [=](Value j) {
+      return SmallVector<Value>{at.batch, at.head, j, channel};
+    };
+    boundAt = [=, &e](int64_t which) {
+      return SmallVector<Value>{at.batch, at.head, at.row, e.index(which),
+                                channel};
+    };
+  }
   SmallVector<Value> extremes = e.loop(
       first, end, e.index(1),
       {e.scalar(std::numeric_limits<float>::infinity()), e.scalar(kNegInf)},
       [&](Value j, ValueRange it) -> SmallVector<Value> {
-        Value key = e.load(k, {at.batch, at.head, j, channel});
+        Value key = e.load(k, keyAt(j));
         return {arith::MinimumFOp::create(b, it[0], key), e.fmax(it[1], key)};
       });
   for (int64_t which = 0; which < 2; ++which)
-    e.store(extremes[which], meta,
-            {at.batch, at.head, at.row, e.index(which), channel});
+    e.store(extremes[which], meta, boundAt(which));
   func::ReturnOp::create(b);
   return func;
 }
@@ -199,10 +229,15 @@ func::FuncOp mlir::attn::buildSimtBlockBoundsKernel(
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  Value q = args[0], meta = args[1], bounds = args[2], thread = args[3];
+  const bool paged = static_cast<bool>(op.getPageTable());
+  unsigned next = 0;
+  Value q = args[next++], meta = args[next++];
+  SelectionKeys keys(args, next, paged);
+  Value bounds = args[next++], thread = args.back();
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], 3);
-  const int64_t group = H / staticDim(bindingTypes[1], 1);
+  const int64_t group =
+      H / staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
   const double scale = selectionScale(op.getScale(), D);
 
   // Thread order (batch, head, row, block), the block fastest.
@@ -213,8 +248,16 @@ func::FuncOp mlir::attn::buildSimtBlockBoundsKernel(
   auto queryAt = [&](Value d) {
     return e.fmul(e.load(q, {at.batch, at.head, at.row, d}), e.scalar(scale));
   };
-  e.store(questBound(e, queryAt, meta, at.batch, kvHead, block, D), bounds,
-          {at.batch, at.head, at.row, block});
+  // Blocks past the sequence's (over a paged cache, the table's other
+  // entries) are never read: only the candidates' bounds are.
+  Value lk = keys.length(e, at.batch);
+  e.ifThen(e.icmp(arith::CmpIPredicate::ult, block,
+                  e.ceilDiv(lk, e.index(op.getBlockSize()))),
+           [&] {
+             e.store(
+                 questBound(e, queryAt, meta, keys, at.batch, kvHead, block, D),
+                 bounds, {at.batch, at.head, at.row, block});
+           });
   func::ReturnOp::create(b);
   return func;
 }
@@ -228,21 +271,26 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  Value q = args[0], meta = args[1], keyCarrier = args[2], blocks = args[3];
-  Value heapScores = args[4];
-  Value bounds = boundsGiven ? args[5] : Value();
+  const bool paged = static_cast<bool>(op.getPageTable());
+  unsigned next = 0;
+  Value q = args[next++], meta = args[next++];
+  SelectionKeys keys(args, next, paged);
+  Value blocks = args[next++], heapScores = args[next++];
+  Value bounds = boundsGiven ? args[next++] : Value();
   Value thread = args.back();
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], 3);
-  const int64_t group = H / staticDim(bindingTypes[1], 1);
+  const int64_t group =
+      H / staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
   const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
   const int64_t fill = topK - sink - local;
 
   Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(q, 2), lk = e.dim(keyCarrier, 0);
+  Value lq = e.dim(q, 2);
   RowOfWorkgroup at(e, thread, H, lq);
   Value kvHead = e.div(at.head, e.index(group));
+  Value lk = keys.length(e, at.batch);
   auto [firstBlock, count] =
       topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
   SmallVector<Value> prefix{at.batch, at.head, at.row};
@@ -273,8 +321,8 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
             if (bounds)
               return e.load(bounds, indicesOf(prefix, block));
             return questBound(
-                e, [&](Value d) { return e.load(query, d); }, meta, at.batch,
-                kvHead, block, D);
+                e, [&](Value d) { return e.load(query, d); }, meta, keys,
+                at.batch, kvHead, block, D);
           };
           // Heap slot i: block in blocks[.., sink + i], score in
           // heapScores[.., i].
@@ -338,11 +386,12 @@ namespace {
 /// row's candidates and the middle ones between the sinks and the locals,
 /// which compete for the `fill` slots by their bounds.
 struct RankedTopKRow {
-  RankedTopKRow(SimtEmitter &e, SelectTopKOp op, Value q, Value keyCarrier,
-                Value bounds, Value thread, Value perRow)
+  RankedTopKRow(SimtEmitter &e, SelectTopKOp op, Value q,
+                const SelectionKeys &keys, Value bounds, Value thread,
+                Value perRow)
       : e(e), bounds(bounds), n(e.rem(thread, perRow)),
         at(e, e.div(thread, perRow), staticDim(q.getType(), 1), e.dim(q, 2)) {
-    Value lq = e.dim(q, 2), lk = e.dim(keyCarrier, 0);
+    Value lq = e.dim(q, 2), lk = keys.length(e, at.batch);
     std::tie(firstBlock, count) =
         topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
     middleFirst = e.add(firstBlock, e.index(op.getSinkBlocks()));
@@ -379,10 +428,12 @@ func::FuncOp mlir::attn::buildSimtTopKThresholdKernel(
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  Value q = args[0], keyCarrier = args[1], bounds = args[2];
-  Value threshold = args[3], thread = args[4];
+  unsigned next = 0;
+  Value q = args[next++];
+  SelectionKeys keys(args, next, static_cast<bool>(op.getPageTable()));
+  Value bounds = args[next++], threshold = args[next++], thread = args.back();
   const int64_t fill = op.getTopK() - op.getSinkBlocks() - op.getLocalBlocks();
-  RankedTopKRow row(e, op, q, keyCarrier, bounds, thread, e.dim(bounds, 3));
+  RankedTopKRow row(e, op, q, keys, bounds, thread, e.dim(bounds, 3));
   Value c0 = e.index(0), c1 = e.index(1);
   Value competes = e.andI(
       e.icmp(arith::CmpIPredicate::ugt, row.count, e.index(op.getTopK())),
@@ -416,13 +467,16 @@ func::FuncOp mlir::attn::buildSimtTopKPlaceKernel(OpBuilder &builder,
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  Value q = args[0], keyCarrier = args[1], bounds = args[2];
-  Value threshold = args[3], blocks = args[4], thread = args[5];
+  unsigned next = 0;
+  Value q = args[next++];
+  SelectionKeys keys(args, next, static_cast<bool>(op.getPageTable()));
+  Value bounds = args[next++], threshold = args[next++];
+  Value blocks = args[next++], thread = args.back();
   const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
   const int64_t fill = topK - sink - local;
   // Slot n < NB: the row's slots, min(top_k, NB), are among them.
-  RankedTopKRow row(e, op, q, keyCarrier, bounds, thread, e.dim(bounds, 3));
+  RankedTopKRow row(e, op, q, keys, bounds, thread, e.dim(bounds, 3));
   Value slots = e.dim(blocks, 3);
   Value c0 = e.index(0), c1 = e.index(1), n = row.n;
   auto store = [&](Value block, Value slot) {
@@ -499,20 +553,32 @@ func::FuncOp mlir::attn::buildSimtTopKPlaceKernel(OpBuilder &builder,
 
 namespace {
 
-/// What every top-p kernel of a row reads first.
+/// What every top-p kernel of a row reads first: its bindings q, k and,
+/// over a paged cache, the page table and key lengths (from `next`,
+/// advanced), and the row's place.
 struct TopPRowStart {
-  TopPRowStart(SimtEmitter &e, SelectTopPOp op, Value q, Value k, Value row)
-      : at(e, row, staticDim(q.getType(), 1), e.dim(q, 2)) {
+  TopPRowStart(SimtEmitter &e, SelectTopPOp op, ValueRange args, unsigned &next,
+               function_ref<Value()> thread)
+      : q(args[next]), k(args[next + 1]),
+        keys(e, args[next + 1], op.getPageTable() ? args[next + 2] : Value(),
+             op.getPageTable() ? args[next + 3] : Value()),
+        at(e, thread(), staticDim(q.getType(), 1), e.dim(q, 2)) {
+    next += op.getPageTable() ? 4 : 2;
     const int64_t H = staticDim(q.getType(), 1);
-    kvHead = e.div(at.head, e.index(H / staticDim(k.getType(), 1)));
-    Value lq = e.dim(q, 2), lk = e.dim(k, 2);
+    const unsigned kvHeadDim = op.getPageTable() ? 2 : 1;
+    kvHead = e.div(at.head, e.index(H / staticDim(k.getType(), kvHeadDim)));
+    Value lq = e.dim(q, 2);
+    lk = keys.length(at.batch);
     MaskAttr mask = op.getMask();
     std::tie(begin, end) = visibleRange(e, mask.getKind(), mask.getWindow(),
                                         e.add(e.sub(lk, lq), at.row), lk);
     prefix = {at.batch, at.head, at.row};
   }
+  Value q, k;
+  /// The keys of the row's sequence, contiguous or in a paged cache.
+  KeyRows keys;
   RowOfWorkgroup at;
-  Value kvHead, begin, end;
+  Value kvHead, lk, begin, end;
   SmallVector<Value> prefix;
 };
 
@@ -528,22 +594,20 @@ func::FuncOp mlir::attn::buildSimtTopPCandidatesKernel(
   SimtEmitter e(b);
   auto args = func.getArguments();
   unsigned next = 0;
-  Value q = args[next++], k = args[next++];
+  TopPRowStart row(e, op, args, next, [&] { return args.back(); });
   Value blocks = op.getBlocks() ? args[next++] : Value();
   Value keys = args[next++], counts = args[next++];
-  Value thread = args[next];
   Value c0 = e.index(0), c1 = e.index(1);
-  TopPRowStart row(e, op, q, k, thread);
 
   // Every visible key, or those of the listed blocks (each counted once),
   // in ascending order of the listing; the scores kernel writes the keys
   // of the first case itself.
   Value count = e.sub(row.end, row.begin);
   if (blocks) {
-    Value lk = e.dim(k, 2), bs = e.index(*op.getBlockSize());
+    Value bs = e.index(*op.getBlockSize());
     count = forEachListedBlock(
-        e, blocks, row.prefix, e.ceilDiv(lk, bs), c0, e.dim(blocks, 3), {c0},
-        [&](Value block, ValueRange it) -> SmallVector<Value> {
+        e, blocks, row.prefix, e.ceilDiv(row.lk, bs), c0, e.dim(blocks, 3),
+        {c0}, [&](Value block, ValueRange it) -> SmallVector<Value> {
           Value first = e.mul(block, bs);
           Value from = e.maxS(row.begin, first);
           Value to = e.maxS(e.minS(row.end, e.add(first, bs)), from);
@@ -571,17 +635,22 @@ func::FuncOp mlir::attn::buildSimtTopPScoresKernel(OpBuilder &builder,
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  Value q = args[0], k = args[1], keys = args[2], counts = args[3];
-  Value scores = args[4], thread = args[5];
+  unsigned next = 0;
+  // Thread order (batch, head, row, slot), the slot fastest.
+  Value keys = args[args.size() - 4], thread = args.back();
+  Value slots, slot;
+  TopPRowStart row(e, op, args, next, [&] {
+    slots = e.dim(keys, 3);
+    slot = e.rem(thread, slots);
+    return e.div(thread, slots);
+  });
+  Value counts = args[next + 1], scores = args[next + 2];
+  Value q = row.q;
   const int64_t D = staticDim(bindingTypes[0], 3);
   const double scale = selectionScale(op.getScale(), D);
   const double softcap = op.getSoftcap().convertToDouble();
   Value c0 = e.index(0), c1 = e.index(1);
 
-  // Thread order (batch, head, row, slot), the slot fastest.
-  Value slots = e.dim(keys, 3);
-  Value slot = e.rem(thread, slots);
-  TopPRowStart row(e, op, q, k, e.div(thread, slots));
   Value count = e.toIndex(e.loadInt(counts, indicesOf(row.prefix, c0)));
   e.ifThen(e.icmp(arith::CmpIPredicate::ult, slot, count), [&] {
     SmallVector<Value> at = indicesOf(row.prefix, slot);
@@ -593,9 +662,8 @@ func::FuncOp mlir::attn::buildSimtTopPScoresKernel(OpBuilder &builder,
       memref::StoreOp::create(b, e.toI32(key), keys, at);
     }
     // The score, exact or from the key rounded to its int4 levels.
-    auto channel = [&](Value d) {
-      return e.load(k, {row.at.batch, row.kvHead, key, d});
-    };
+    SmallVector<Value> keyRow = row.keys.at(row.at.batch, row.kvHead, key);
+    auto channel = [&](Value d) { return e.load(row.k, withIndex(keyRow, d)); };
     std::optional<Int4Levels> levels;
     if (op.getEstimator() == SelectionEstimator::Int4) {
       const float inf = std::numeric_limits<float>::infinity();
@@ -630,13 +698,14 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  Value q = args[0], k = args[1], tokens = args[2], scores = args[3];
-  Value keys = args[4], counts = args[5], bucketSizes = args[6];
-  Value bucketWeights = args[7], order = args[8], kept = args[9];
-  Value thread = args[10];
+  unsigned next = 0;
+  TopPRowStart row(e, op, args, next, [&] { return args.back(); });
+  Value tokens = args[next++], scores = args[next++];
+  Value keys = args[next++], counts = args[next++], bucketSizes = args[next++];
+  Value bucketWeights = args[next++], order = args[next++];
+  Value kept = args[next++];
   Value c0 = e.index(0), c1 = e.index(1);
   Value capacity = e.dim(tokens, 3);
-  TopPRowStart row(e, op, q, k, thread);
   SmallVector<Value> prefix = row.prefix;
   auto at3 = [&](Value slot) { return indicesOf(prefix, slot); };
   Value count = e.toIndex(e.loadInt(counts, at3(c0)));

@@ -1,0 +1,93 @@
+"""Quest top-k decode over a paged KV cache beside dense decode over the
+same cache, on the CPU, in one run (SPEC §8 and §1.3; issue: serving
+layouts): Qwen3-Next's gated attention shape (16 query heads, 2 kv heads,
+head dim 256) by default, B sequences of L keys in pages of P keys
+scattered through the cache, top_k pages with one sink and one local page
+(the selection is Quest's block = page). Times the attention entry alone
+(the engine refreshes `<layer>.meta` when pages change, not every step) and
+`.meta` over the whole cache; medians of 21 interleaved runs after a
+warm-up, milliseconds. Also checks the paged top-k output against the same
+model over contiguous keys.
+
+    PYTHONPATH=build/python python3 bench/paged-sparse-decode.py [--threads N]
+"""
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import attn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--threads", type=int, default=0)
+parser.add_argument("--batch", type=int, default=4)
+parser.add_argument("--keys", type=int, default=32768)
+parser.add_argument("--page", type=int, default=16)
+parser.add_argument("--top-k", type=int, default=64)
+parser.add_argument("--heads", type=int, default=16)
+parser.add_argument("--kv-heads", type=int, default=2)
+parser.add_argument("--dim", type=int, default=256)
+args = parser.parse_args()
+
+B, L, P, K = args.batch, args.keys, args.page, args.top_k
+H, HKV, D = args.heads, args.kv_heads, args.dim
+layer = {"name": "attn", "type": "attention", "num_heads": H,
+         "num_kv_heads": HKV, "head_dim": D}
+sparsity = {"method": "top_k", "block_size": P, "top_k": K,
+            "sink_blocks": 1, "local_blocks": 1}
+dense = attn.compile({"model": "dense", "layers": [
+    dict(layer, layout={"page_size": P})]}, threads=args.threads)
+sparse = attn.compile({"model": "sparse", "layers": [
+    dict(layer, sparsity=sparsity, layout={"page_size": P})]},
+    threads=args.threads)
+contiguous = attn.compile({"model": "contiguous", "layers": [
+    dict(layer, sparsity=sparsity)]}, threads=args.threads)
+
+rng = np.random.default_rng(0)
+q = rng.standard_normal((B, H, 1, D)).astype(np.float32)
+k = rng.standard_normal((B, HKV, L, D)).astype(np.float32)
+v = rng.standard_normal((B, HKV, L, D)).astype(np.float32)
+pages_per_row = -(-L // P)
+num_pages = B * pages_per_row * 5 // 4
+table = rng.permutation(num_pages)[:B * pages_per_row].reshape(
+    B, pages_per_row).astype(np.int32)
+k_cache = np.zeros((num_pages, P, HKV, D), np.float32)
+v_cache = np.zeros((num_pages, P, HKV, D), np.float32)
+for b in range(B):
+    for p in range(pages_per_row):
+        rows = slice(p * P, min(L, (p + 1) * P))
+        k_cache[table[b, p], :rows.stop - rows.start] = np.moveaxis(k[b, :, rows], 0, 1)
+        v_cache[table[b, p], :rows.stop - rows.start] = np.moveaxis(v[b, :, rows], 0, 1)
+lengths = np.full(B, L, np.int32)
+
+
+def median_ms(*fns, runs=21):
+    """Each function's median time, the runs interleaved (this machine's
+    speed drifts over seconds: alternating keeps the ratios fair)."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(runs):
+        for fn, out in zip(fns, times):
+            start = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - start) * 1e3)
+    return [statistics.median(t) for t in times]
+
+
+pages_meta = sparse["attn.meta"](k_cache, table, lengths)
+o_sparse = sparse["attn"](q, k_cache, v_cache, table, lengths, pages_meta)
+o_contiguous = contiguous["attn"](q, k, v, contiguous["attn.meta"](k))
+assert np.allclose(o_sparse, o_contiguous, atol=1e-5), "paged != contiguous"
+
+dense_ms, sparse_ms, meta_ms = median_ms(
+    lambda: dense["attn"](q, k_cache, v_cache, table, lengths),
+    lambda: sparse["attn"](q, k_cache, v_cache, table, lengths, pages_meta),
+    lambda: sparse["attn.meta"](k_cache, table, lengths))
+print(f"decode, B={B} H={H} Hkv={HKV} D={D}, {L} keys per sequence, pages "
+      f"of {P} scattered, top_k={K} pages, threads={args.threads or 'all'}")
+print(f"dense paged decode          {dense_ms:8.3f} ms")
+print(f"top-k paged decode          {sparse_ms:8.3f} ms   "
+      f"dense/top-k = {dense_ms / sparse_ms:.2f}x")
+print(f"<layer>.meta, whole cache   {meta_ms:8.3f} ms")
