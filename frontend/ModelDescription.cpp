@@ -227,11 +227,14 @@ void readAttentionLayout(Reader &reader, const json::Object &layer,
                                 out.pageSize, out.sparsity->blockSize)
                       .str());
   }
-  // What is named is where the layout meets what it does not support yet.
-  const std::string at = Reader::join(layoutPath, "ragged");
-  // A paged layer's "tree" reads its prefix and tree keys from the cache.
-  if (out.ragged && out.tree)
-    reader.fail(at, "\"tree\" over a ragged batch is not implemented yet");
+  // A paged layer's "tree" reads its prefix and tree keys from the cache,
+  // ragged or not: its .tree entry verifies a tree of T nodes per sequence
+  // (SPEC §8), so only packed keys are left.
+  if (out.ragged && out.tree && out.pageSize == 0)
+    reader.fail(Reader::join(layoutPath, "ragged"),
+                "\"tree\" over a ragged batch needs \"page_size\" (the "
+                "tree's keys are the last T of each sequence's keys in the "
+                "cache); packed keys are not implemented yet");
 }
 
 AttentionLayer readAttention(Reader &reader, const json::Object &layer,

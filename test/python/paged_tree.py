@@ -3,7 +3,8 @@
 # sequence's prefix and its T tree tokens are the seq_lens[b] keys of its
 # pages, scattered through a cache full of junk; prefixes of different
 # lengths in one batch, page sizes 1, 16 and 5, windows, gates, ALiBi and
-# lse, against a float64 reference of tree attention run on each sequence;
+# lse, the .tree entry of a ragged layer, against a float64 reference of
+# tree attention run on each sequence;
 # a sequence with fewer keys than tree nodes is an error that names it.
 import os
 import sys
@@ -58,10 +59,14 @@ def tree_reference(q, k, v, parents, window=0, gate=None, alibi=False):
     return o, lse
 
 
-def check(page_size, prefixes, T, window=0, gate=None, alibi=False, lse=False):
+def check(page_size, prefixes, T, window=0, gate=None, alibi=False, lse=False,
+          ragged=False):
     layer = {"name": "attn", "type": "attention", "num_heads": H,
              "num_kv_heads": HKV, "head_dim": D, "value_dim": DV,
              "tree": True, "layout": {"page_size": page_size}}
+    if ragged:
+        # A ragged layer's .tree is the paged one: T nodes per sequence.
+        layer["layout"]["ragged"] = True
     if window:
         layer["mask"] = {"sliding_window": window}
     if gate:
@@ -75,6 +80,8 @@ def check(page_size, prefixes, T, window=0, gate=None, alibi=False, lse=False):
     expected = ["q", "k_cache", "v_cache", "page_table", "seq_lens", "parents"]
     assert names[:6] == expected, names
     assert "attn.compact" not in m.entries, m.entries
+    main = [a.name for a in m.signature("attn").inputs]
+    assert ("cu_seqlens_q" in main) == ragged, main
     B = len(prefixes)
     lengths = [p + T for p in prefixes]
     needed = [-(-n // page_size) for n in lengths]
@@ -124,6 +131,8 @@ for page_size in (1, 16, 5):
 check(16, [50, 3], 12, window=8, lse=True)
 check(5, [64, 9], 20, gate="elementwise", alibi=True)
 check(16, [200], 70, gate="headwise", lse=True)
+check(16, [37, 0, 100], 6, ragged=True)
+check(5, [20, 70], 40, gate="headwise", ragged=True)
 
 # Each sequence must hold its T tree keys.
 m = attn.compile({"model": "t", "layers": [{

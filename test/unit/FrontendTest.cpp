@@ -444,8 +444,10 @@ INSTANTIATE_TEST_SUITE_P(
             "(Quest's blocks are the cache's pages)"},
         BadDescription{
             LAYER(R"(, "tree": true, "layout": {"ragged": true})"),
-            "$.layers[0].layout.ragged: \"tree\" over a ragged batch is not "
-            "implemented yet"},
+            "$.layers[0].layout.ragged: \"tree\" over a ragged batch needs "
+            "\"page_size\" (the tree's keys are the last T of each "
+            "sequence's keys in the cache); packed keys are not implemented "
+            "yet"},
         BadDescription{LAYER(R"(, "layout": {"ragged": "yes"})"),
                        "$.layers[0].layout.ragged: expected true or false, "
                        "got \"yes\""},
