@@ -557,6 +557,20 @@ std::vector<PagedSparseCase> sparseCases() {
                  1,
                  1,
                  topP});
+  // The int4 estimator reads each key row through the page table too.
+  ref::TopP int4 = topP;
+  int4.int4 = true;
+  all.push_back({"topp_int4_after_topk",
+                 5,
+                 {90, 31},
+                 1,
+                 R"({"method": "top_p", "top_k": 4, "sink_blocks": 1,
+                     "local_blocks": 1, "top_p": 0.8, "min_tokens": 4,
+                     "max_tokens": 40, "estimator": "int4"})",
+                 4,
+                 1,
+                 1,
+                 int4});
   ref::TopP alone;
   alone.topP = 0.9;
   all.push_back({"topp_alone",
