@@ -12,6 +12,11 @@
 //    `linear_value_head_dim`, L2-normalized q/k, chunks of 64 steps, and the
 //    rmsnorm-silu output gate with `rms_norm_eps`.
 //
+// attn's own key `speculative` (SPEC §3's object, e.g. {"max_tree_nodes":
+// 64}) turns on speculative verification: both kinds get "tree": true, so
+// full_attention gets .tree and .compact, linear_attention .tree and
+// .commit, and the model verify.accept.
+//
 // Weights, projections, convolutions and MoE blocks are not attention and
 // are not compiled. Storage is f32 whatever `torch_dtype` says: the CPU
 // kernels compute in f32.
@@ -183,12 +188,19 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
   ModelDescription model;
   model.model = modelType;
   model.dtype = ElementType::F32;
+  const bool speculative = config->get("speculative") != nullptr;
   for (const std::string &kind : readLayerKinds(reader, *config)) {
-    if (kind == kFullAttention)
-      model.layers.push_back(readFullAttention(reader, *config));
-    else
-      model.layers.push_back(readLinearAttention(reader, *config));
+    if (kind == kFullAttention) {
+      AttentionLayer layer = readFullAttention(reader, *config);
+      layer.tree = speculative;
+      model.layers.push_back(layer);
+    } else {
+      LinearAttentionLayer layer = readLinearAttention(reader, *config);
+      layer.tree = speculative;
+      model.layers.push_back(layer);
+    }
   }
+  readSpeculative(reader, *config, model);
   if (reader.failed())
     return reader.takeError();
   return model;

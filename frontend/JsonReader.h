@@ -223,6 +223,13 @@ inline llvm::Expected<json::Value> parseJson(llvm::StringRef text) {
   return parsed;
 }
 
+struct ModelDescription;
+
+/// Reads SPEC §3's "speculative" object of `root`, if any, into `model`
+/// (its layers read first: a linear layer's tree bounds max_tree_nodes).
+void readSpeculative(Reader &reader, const json::Object &root,
+                     ModelDescription &model);
+
 } // namespace mlir::attn::frontend
 
 #endif // ATTN_FRONTEND_JSONREADER_H

@@ -349,6 +349,30 @@ bool isValidLayerName(llvm::StringRef name) {
 
 } // namespace
 
+void mlir::attn::frontend::readSpeculative(Reader &reader,
+                                           const json::Object &root,
+                                           ModelDescription &model) {
+  if (const json::Value *speculative = root.get("speculative")) {
+    if (const json::Object *o = reader.object(speculative, "$.speculative")) {
+      reader.onlyKeys(*o, "$.speculative", {"max_tree_nodes"});
+      model.maxTreeNodes = reader.integer(*o, "$.speculative", "max_tree_nodes",
+                                          {}, 1, limits::kMaxTreeNodes);
+    }
+  }
+  bool linearTrees = llvm::any_of(model.layers, [](const Layer &layer) {
+    const auto *linear = std::get_if<LinearAttentionLayer>(&layer);
+    return linear && linear->tree;
+  });
+  if (linearTrees && model.maxTreeNodes &&
+      *model.maxTreeNodes > limits::kMaxTreeRecurrenceNodes)
+    reader.fail("$.speculative.max_tree_nodes",
+                llvm::formatv("expected at most {0} with a linear layer's "
+                              "\"tree\", got {1}",
+                              limits::kMaxTreeRecurrenceNodes,
+                              *model.maxTreeNodes)
+                    .str());
+}
+
 llvm::Expected<ModelDescription>
 mlir::attn::frontend::parseModelDescription(llvm::StringRef text) {
   llvm::Expected<json::Value> parsed = parseJson(text);
@@ -411,25 +435,7 @@ mlir::attn::frontend::parseModelDescription(llvm::StringRef text) {
     }
   }
 
-  if (const json::Value *speculative = root->get("speculative")) {
-    if (const json::Object *o = reader.object(speculative, "$.speculative")) {
-      reader.onlyKeys(*o, "$.speculative", {"max_tree_nodes"});
-      model.maxTreeNodes = reader.integer(*o, "$.speculative", "max_tree_nodes",
-                                          {}, 1, limits::kMaxTreeNodes);
-    }
-  }
-  bool linearTrees = llvm::any_of(model.layers, [](const Layer &layer) {
-    const auto *linear = std::get_if<LinearAttentionLayer>(&layer);
-    return linear && linear->tree;
-  });
-  if (linearTrees && model.maxTreeNodes &&
-      *model.maxTreeNodes > limits::kMaxTreeRecurrenceNodes)
-    reader.fail("$.speculative.max_tree_nodes",
-                llvm::formatv("expected at most {0} with a linear layer's "
-                              "\"tree\", got {1}",
-                              limits::kMaxTreeRecurrenceNodes,
-                              *model.maxTreeNodes)
-                    .str());
+  readSpeculative(reader, *root, model);
   if (reader.failed())
     return reader.takeError();
   return model;

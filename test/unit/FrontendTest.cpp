@@ -681,6 +681,42 @@ TEST(HuggingFaceConfig, HeadDimDefaultsToHiddenSizeOverHeads) {
   EXPECT_EQ(full.numKvHeads, 4);
 }
 
+// attn's "speculative" key in a Hugging Face config turns on draft-tree
+// verification for every layer kind (SPEC §10).
+TEST(HuggingFaceConfig, SpeculativeAddsTheTreeEntries) {
+  std::string json = std::string(R"({"model_type": "qwen3_next",
+    "layer_types": ["linear_attention", "full_attention"],
+    "speculative": {"max_tree_nodes": 64}, )") +
+                     kQwenHeads + "}";
+  llvm::Expected<ModelDescription> model = parseModelInput(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  EXPECT_EQ(model->maxTreeNodes, 64);
+  EXPECT_TRUE(std::get<LinearAttentionLayer>(model->layers[0]).tree);
+  EXPECT_TRUE(std::get<AttentionLayer>(model->layers[1]).tree);
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  std::vector<std::string> names;
+  for (const auto &entry : entrySignatures(*module))
+    names.push_back(entry.first);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "linear_attention", "linear_attention.tree",
+                       "linear_attention.commit", "full_attention",
+                       "full_attention.tree", "full_attention.compact",
+                       "verify.accept"}));
+  EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
+    "layer_types": ["linear_attention"],
+    "speculative": {"max_tree_nodes": 300}, )") +
+                        kQwenHeads + "}"),
+            "$.speculative.max_tree_nodes: expected at most 256 with a linear "
+            "layer's \"tree\", got 300");
+  EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
+    "layer_types": ["full_attention"], "speculative": {"nodes": 8}, )") +
+                        kQwenHeads + "}"),
+            "$.speculative: unknown key 'nodes'; expected one of: "
+            "max_tree_nodes");
+}
+
 TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
   EXPECT_EQ(configError(R"({"model_type": "llama", "num_hidden_layers": 2})"),
             "$.model_type: unsupported Hugging Face model type \"llama\"; "
