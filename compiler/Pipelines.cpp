@@ -103,6 +103,9 @@ void mlir::attn::buildGpuKernelLoweringPipeline(
   copies.chip = options.chip;
   pm.addPass(createAttnAsyncCopyToNvvm(copies));
   pm.addPass(createCanonicalizerPass());
+  // Views of global scratch rows (memref.subview) as pointer arithmetic.
+  pm.addPass(memref::createExpandStridedMetadataPass());
+  pm.addPass(createLowerAffinePass());
   pm.addPass(createSCFToControlFlowPass());
   // ldmatrix (from the tensor-core products) to nvvm.ldmatrix, the
   // staging copies to cp.async.

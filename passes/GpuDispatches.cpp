@@ -575,13 +575,23 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   const int64_t threads =
       std::min(tiling.blockThreads, roundUp(shape.valueDim, 32));
   const int64_t tiles = (shape.valueDim + threads - 1) / threads;
+  Value heads = m.mul(r.batch, m.index(shape.numValueHeads));
+  Value blocks = m.mul(heads, m.index(tiles));
+  // The chunk's buffers in global scratch, a row per block, when they do
+  // not fit in shared memory (large trees).
+  SmallVector<Value> chunkedBindings(r.bindings);
+  for (ArrayRef<int64_t> bufferShape :
+       recurrenceScratchShapes(shape, threads, tiling)) {
+    SmallVector<int64_t> scratchShape{ShapedType::kDynamic};
+    llvm::append_range(scratchShape, bufferShape);
+    chunkedBindings.push_back(memref::AllocOp::create(
+        b, MemRefType::get(scratchShape, b.getF32Type()), ValueRange{blocks}));
+  }
   OpBuilder kernelBuilder(host);
   func::FuncOp chunked = buildSimtChunkedRecurrenceKernel(
       kernelBuilder, op.getLoc(), kernelName(shape.tree ? "tree" : "chunked"),
-      shape, threads, tiling, types);
-  Value heads = m.mul(r.batch, m.index(shape.numValueHeads));
-  DispatchOp::create(b, chunked.getSymName(), m.mul(heads, m.index(tiles)),
-                     r.bindings);
+      shape, threads, tiling, ValueRange(chunkedBindings).getTypes());
+  DispatchOp::create(b, chunked.getSymName(), blocks, chunkedBindings);
   if (shape.rmsNormGate) {
     func::FuncOp gate = buildSimtRecurrenceGateKernel(
         kernelBuilder, op.getLoc(), kernelName("gate"), shape, tiling, types);

@@ -202,6 +202,17 @@ std::vector<TreeCase> cases() {
   chain.nodes = 20;
   chain.chain = true;
   all.push_back(chain);
+  // Trees whose chunk buffers exceed the CUDA kernel's shared memory (a
+  // 256 x 256 score matrix alone is 256 KiB): they live in global scratch.
+  for (const char *rule : {"gated_delta", "gla"}) {
+    TreeCase large;
+    large.label = std::string("large_tree_") + rule;
+    large.rule = rule;
+    large.nodes = 200;
+    large.maxNodes = 256;
+    large.gate = true;
+    all.push_back(large);
+  }
   return all;
 }
 

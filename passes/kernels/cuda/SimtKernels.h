@@ -383,6 +383,15 @@ func::FuncOp buildSimtMergeKernel(OpBuilder &builder, Location loc,
                                   const GpuTiling &tiling,
                                   TypeRange bindingTypes);
 
+/// The shapes of the chunked recurrence kernel's per-block buffers that
+/// scale with the chunk (k and q rows, gla's decays, the score and UT
+/// matrices, the values), in binding order, when they do not fit in
+/// `tiling.maxSharedBytes` beside the rest; empty when they fit in shared
+/// memory.
+SmallVector<SmallVector<int64_t>>
+recurrenceScratchShapes(const LinearRecurrenceShape &shape,
+                        int64_t blockThreads, const GpuTiling &tiling);
+
 /// The chunked linear recurrence (SPEC §2) as a block kernel: one block
 /// per (batch, value head, column tile of `blockThreads` state columns),
 /// the tile fastest. Per chunk of C steps the block stages k, q, the decays
@@ -390,7 +399,11 @@ func::FuncOp buildSimtMergeKernel(OpBuilder &builder, Location loc,
 /// rules) UT-transform matrices together; then each thread carries its own
 /// column of the state through the chunk. A one-step call is one chunk of
 /// one step, i.e. the recurrent step. Bindings as the CPU kernels': q, k, v,
-/// [g], [beta], S_init, [z, w], o, S; o is stored ungated.
+/// [g], [beta], S_init, [z, w], o, S; o is stored ungated. When the chunk's
+/// buffers do not fit in `tiling.maxSharedBytes` (a large tree at Dk =
+/// 128), the ones that scale with the chunk live in global memory instead:
+/// then one [blocks, shape...] scratch binding per
+/// recurrenceScratchShapes() entry follows, the block using its row.
 func::FuncOp buildSimtChunkedRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, int64_t blockThreads,

@@ -26,7 +26,10 @@
 // which span column tiles, so a thread kernel applies it afterwards.
 //
 // Shared rows of k and q are padded to Dk + 1 floats, so a thread per row
-// (step 1) reads distinct banks.
+// (step 1) reads distinct banks. When the chunk's buffers do not fit in
+// shared memory (a 256-node tree at Dk = 128 needs about 900 KiB), those
+// that scale with the chunk are rows of global scratch bindings instead
+// (recurrenceScratchShapes); the phases read them the same way.
 //
 //===----------------------------------------------------------------------===//
 
@@ -118,6 +121,7 @@ private:
 
   const LinearRecurrenceShape &shape;
   const int64_t blockThreads;
+  const GpuTiling &tiling;
   OpBuilder::InsertionGuard guard;
   func::FuncOp func;
   ImplicitLocOpBuilder b;
@@ -136,7 +140,8 @@ SimtChunkedRecurrenceKernel::SimtChunkedRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, int64_t blockThreads,
     const GpuTiling &tiling, TypeRange bindingTypes)
-    : shape(shape), blockThreads(blockThreads), guard(builder), func([&] {
+    : shape(shape), blockThreads(blockThreads), tiling(tiling), guard(builder),
+      func([&] {
         GpuTiling kernelTiling = tiling;
         kernelTiling.blockThreads = blockThreads;
         func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes,
@@ -194,14 +199,35 @@ void SimtChunkedRecurrenceKernel::mapBlock() {
 }
 
 void SimtChunkedRecurrenceKernel::allocateBuffers() {
-  keys = e.shared({C, Dk + 1}), queries = e.shared({C, Dk + 1});
+  // The buffers that scale with the chunk: in shared memory, or when they
+  // do not fit there, each in its row of a global scratch binding (they
+  // follow the others, before the workgroup).
+  auto scratchShapes = recurrenceScratchShapes(shape, blockThreads, tiling);
+  unsigned nextScratch = func.getNumArguments() - 1 - scratchShapes.size();
+  auto chunkBuffer = [&](ArrayRef<int64_t> bufferShape) -> Value {
+    if (scratchShapes.empty())
+      return e.shared(bufferShape);
+    Value scratch = func.getArgument(nextScratch++);
+    auto type = cast<MemRefType>(scratch.getType());
+    SmallVector<OpFoldResult> offsets(type.getRank(), b.getIndexAttr(0));
+    offsets[0] = args.workgroup;
+    SmallVector<OpFoldResult> sizes{b.getIndexAttr(1)};
+    for (int64_t size : bufferShape)
+      sizes.push_back(b.getIndexAttr(size));
+    SmallVector<OpFoldResult> strides(type.getRank(), b.getIndexAttr(1));
+    auto view = memref::SubViewOp::inferRankReducedResultType(
+        bufferShape, type, offsets, sizes, strides);
+    return memref::SubViewOp::create(b, cast<MemRefType>(view), scratch,
+                                     offsets, sizes, strides);
+  };
+  keys = chunkBuffer({C, Dk + 1}), queries = chunkBuffer({C, Dk + 1});
   logDecay = scalarDecay    ? e.shared({C})
-             : featureDecay ? e.shared({C, Dk + 1})
+             : featureDecay ? chunkBuffer({C, Dk + 1})
                             : Value();
   betas = delta ? e.shared({C}) : Value();
-  scores = e.shared({C, C});
-  transform = delta ? e.shared({C, C}) : Value();
-  values = e.shared({C, blockThreads});
+  scores = chunkBuffer({C, C});
+  transform = delta ? chunkBuffer({C, C}) : Value();
+  values = chunkBuffer({C, blockThreads});
   // Each thread's state column, in registers from S_init to the final
   // state: indexed by constants only (the loops over Dk are unrolled), as
   // registers must be. (In global memory, its 16 K accesses per chunk each
@@ -473,6 +499,34 @@ void SimtChunkedRecurrenceKernel::storeFinalState() {
 }
 
 } // namespace
+
+SmallVector<SmallVector<int64_t>>
+mlir::attn::recurrenceScratchShapes(const LinearRecurrenceShape &shape,
+                                    int64_t blockThreads,
+                                    const GpuTiling &tiling) {
+  // In allocateBuffers' order.
+  const int64_t C = shape.chunkSize, Dk = shape.keyDim;
+  SmallVector<SmallVector<int64_t>> chunked{{C, Dk + 1}, {C, Dk + 1}};
+  if (shape.featureDecay())
+    chunked.push_back({C, Dk + 1});
+  chunked.push_back({C, C});
+  if (shape.isDelta())
+    chunked.push_back({C, C});
+  chunked.push_back({C, blockThreads});
+  // Bytes as SimtLaunch counts them: each buffer rounded to 16, the
+  // scalar decays and betas and the state columns' registers beside.
+  auto bytes = [](int64_t floats) { return roundUp(floats * 4, 16); };
+  int64_t total = 0;
+  for (ArrayRef<int64_t> buffer : chunked)
+    total += bytes(buffer[0] * buffer[1]);
+  if (shape.scalarDecay())
+    total += bytes(C);
+  if (shape.isDelta())
+    total += bytes(C);
+  if (total <= tiling.maxSharedBytes)
+    return {};
+  return chunked;
+}
 
 func::FuncOp mlir::attn::buildSimtChunkedRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
