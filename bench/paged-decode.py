@@ -10,12 +10,11 @@ machine's copy bandwidth measured in the same run.
     PYTHONPATH=build/python python3 bench/paged-decode.py [--threads N]
 """
 import argparse
-import statistics
-import time
 
 import numpy as np
 
 import attn
+from paged_cache import median_ms, scatter_into_pages
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--threads", type=int, default=0)
@@ -42,33 +41,8 @@ rng = np.random.default_rng(0)
 q = rng.standard_normal((B, H, 1, D)).astype(np.float32)
 k = rng.standard_normal((B, HKV, L, D)).astype(np.float32)
 v = rng.standard_normal((B, HKV, L, D)).astype(np.float32)
-pages_per_row = -(-L // P)
-num_pages = B * pages_per_row * 5 // 4
-order = (np.arange(B * pages_per_row) if args.in_order
-         else rng.permutation(num_pages)[:B * pages_per_row])
-table = order.reshape(B, pages_per_row).astype(np.int32)
-k_cache = np.zeros((num_pages, P, HKV, D), np.float32)
-v_cache = np.zeros((num_pages, P, HKV, D), np.float32)
-for b in range(B):
-    for p in range(pages_per_row):
-        rows = slice(p * P, min(L, (p + 1) * P))
-        k_cache[table[b, p], :rows.stop - rows.start] = np.moveaxis(k[b, :, rows], 0, 1)
-        v_cache[table[b, p], :rows.stop - rows.start] = np.moveaxis(v[b, :, rows], 0, 1)
+k_cache, v_cache, table = scatter_into_pages(k, v, P, rng, in_order=args.in_order)
 lengths = np.full(B, L, np.int32)
-
-
-def median_ms(*fns, runs=21):
-    """Each function's median time, the runs interleaved (this machine's
-    speed drifts over seconds: alternating keeps the ratio fair)."""
-    for fn in fns:
-        fn()
-    times = [[] for _ in fns]
-    for _ in range(runs):
-        for fn, out in zip(fns, times):
-            start = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - start) * 1e3)
-    return [statistics.median(t) for t in times]
 
 
 o_contiguous = contiguous["attn"](q, k, v)

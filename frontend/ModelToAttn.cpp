@@ -145,6 +145,11 @@ private:
     return tensor({kDyn, heads, kDyn, features}, element);
   }
   Type i32() const { return IntegerType::get(context, 32); }
+  /// A layer's paged cache [NP, P, Hkv, features] (SPEC §8).
+  RankedTensorType pagedCache(const AttentionLayer &layer,
+                              int64_t features) const {
+    return tensor({kDyn, layer.pageSize, layer.numKvHeads, features}, element);
+  }
 
   FloatAttr optionalF64(std::optional<double> value) {
     return value ? builder.getF64FloatAttr(*value) : FloatAttr();
@@ -530,10 +535,6 @@ private:
   void addLaidOutAttention(const AttentionLayer &layer, MaskAttr mask,
                            FloatAttr scale, FloatAttr softcap) {
     Location loc = builder.getUnknownLoc();
-    auto cache = [&](int64_t features) {
-      return tensor({kDyn, layer.pageSize, layer.numKvHeads, features},
-                    element);
-    };
     // [B, H, L, F], or packed token-major [T, H, F] in a ragged batch.
     auto perRow = [&](int64_t heads, int64_t features) {
       return layer.ragged ? tensor({kDyn, heads, features}, element)
@@ -543,10 +544,9 @@ private:
     EntryBuilder entry(builder, module, layer.name);
     entry.arg("q", perRow(layer.numHeads, layer.headDim));
     if (paged) {
-      entry.arg("k_cache", cache(layer.headDim));
-      entry.arg("v_cache", cache(layer.valueDim));
-      entry.arg("page_table", tensor({kDyn, kDyn}, i32()));
-      entry.arg("seq_lens", tensor({kDyn}, i32()));
+      entry.arg("k_cache", pagedCache(layer, layer.headDim));
+      entry.arg("v_cache", pagedCache(layer, layer.valueDim));
+      declarePageTable(entry);
     } else {
       entry.arg("k", perRow(layer.numKvHeads, layer.headDim));
       entry.arg("v", perRow(layer.numKvHeads, layer.valueDim));
@@ -604,16 +604,11 @@ private:
   /// the engine writes the accepted tokens' rows with <layer>.append.
   void addPagedTree(const AttentionLayer &layer, FloatAttr scale,
                     FloatAttr softcap) {
-    auto cache = [&](int64_t features) {
-      return tensor({kDyn, layer.pageSize, layer.numKvHeads, features},
-                    element);
-    };
     EntryBuilder entry(builder, module, layer.name + ".tree");
     entry.arg("q", rows(layer.numHeads, layer.headDim));
-    entry.arg("k_cache", cache(layer.headDim));
-    entry.arg("v_cache", cache(layer.valueDim));
-    entry.arg("page_table", tensor({kDyn, kDyn}, i32()));
-    entry.arg("seq_lens", tensor({kDyn}, i32()));
+    entry.arg("k_cache", pagedCache(layer, layer.headDim));
+    entry.arg("v_cache", pagedCache(layer, layer.valueDim));
+    declarePageTable(entry);
     entry.arg("parents", tensor({kDyn, kDyn}, i32()));
     declareGate(entry, layer);
     declareVariantInputs(entry, layer);
@@ -633,11 +628,8 @@ private:
   /// seq_lens -> kmeta_pages, the bounds of each page's keys.
   void addPagedMeta(const AttentionLayer &layer) {
     EntryBuilder entry(builder, module, layer.name + ".meta");
-    entry.arg("k_cache",
-              tensor({kDyn, layer.pageSize, layer.numKvHeads, layer.headDim},
-                     element));
-    entry.arg("page_table", tensor({kDyn, kDyn}, i32()));
-    entry.arg("seq_lens", tensor({kDyn}, i32()));
+    entry.arg("k_cache", pagedCache(layer, layer.headDim));
+    declarePageTable(entry);
     entry.beginBody();
     Value meta = BlockMetaOp::create(
         builder, builder.getUnknownLoc(), entry["k_cache"], entry["page_table"],
@@ -645,21 +637,23 @@ private:
     entry.finish({meta}, {"kmeta_pages"});
   }
 
+  /// The page table [B, MP] and key lengths [B] of a paged cache.
+  void declarePageTable(EntryBuilder &entry) {
+    entry.arg("page_table", tensor({kDyn, kDyn}, i32()));
+    entry.arg("seq_lens", tensor({kDyn}, i32()));
+  }
+
   /// <layer>.append (SPEC §8): k_new, v_new, slots, k_cache, v_cache (both
   /// updated in place), no outputs.
   void addAppend(const AttentionLayer &layer) {
-    auto cache = [&](int64_t features) {
-      return tensor({kDyn, layer.pageSize, layer.numKvHeads, features},
-                    element);
-    };
     EntryBuilder entry(builder, module, layer.name + ".append");
     entry.arg("k_new",
               tensor({kDyn, layer.numKvHeads, layer.headDim}, element));
     entry.arg("v_new",
               tensor({kDyn, layer.numKvHeads, layer.valueDim}, element));
     entry.arg("slots", tensor({kDyn}, i32()));
-    entry.arg("k_cache", cache(layer.headDim), /*inPlace=*/true);
-    entry.arg("v_cache", cache(layer.valueDim), /*inPlace=*/true);
+    entry.arg("k_cache", pagedCache(layer, layer.headDim), /*inPlace=*/true);
+    entry.arg("v_cache", pagedCache(layer, layer.valueDim), /*inPlace=*/true);
     entry.beginBody();
     auto append = KvAppendOp::create(
         builder, builder.getUnknownLoc(), entry["k_new"], entry["v_new"],

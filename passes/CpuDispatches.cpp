@@ -67,6 +67,9 @@ private:
   void lowerRaggedSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                           const SoftmaxAttentionShape &shape,
                           SoftmaxBuffers &s);
+  DictionaryAttr scalarTiling(MLIRContext *context) const override {
+    return tiling.toAttr(context);
+  }
   const CpuTiling &tiling;
 };
 
@@ -170,25 +173,14 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   };
 
   if (auto meta = dyn_cast<BlockMetaOp>(op); meta && meta.getPageTable()) {
-    // Bindings k_cache, page_table, seq_lens, kmeta_pages. One workgroup
-    // finds the slots of each page that sequences use, then a workgroup
-    // per (page, kv head) bounds them.
-    Value cache = bindings[0], out = bindings[3];
-    Value used = memref::AllocOp::create(
-        b, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
-        ValueRange{m.dim(cache, 0)});
-    std::string useName = kernelName("page_use");
-    dispatchKernel(b, m.index(1), {cache, bindings[1], bindings[2], used},
-                   [&](OpBuilder &builder, TypeRange types) {
-                     return buildPageUseKernel(builder, loc, useName,
-                                               tiling.toAttr(b.getContext()),
-                                               types);
+    // Bindings k_cache, used slots, kmeta_pages: a workgroup per (page, kv
+    // head).
+    Value cache = bindings[0];
+    dispatchKernel(b, m.mul(m.dim(cache, 0), m.index(m.staticDim(cache, 2))),
+                   bindings, [&](OpBuilder &builder, TypeRange types) {
+                     return buildBlockMetaKernel(builder, loc, name, meta,
+                                                 tiling, types);
                    });
-    dispatchKernel(
-        b, m.mul(m.dim(cache, 0), m.index(m.staticDim(cache, 2))),
-        {cache, used, out}, [&](OpBuilder &builder, TypeRange types) {
-          return buildBlockMetaKernel(builder, loc, name, meta, tiling, types);
-        });
     return;
   }
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {

@@ -10,6 +10,7 @@
 #include "passes/EntryLowering.h"
 
 #include "passes/kernels/AttentionShapes.h"
+#include "passes/kernels/KeySelection.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
@@ -784,9 +785,23 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
   };
 
   if (auto meta = dyn_cast<BlockMetaOp>(op); meta && meta.getPageTable()) {
-    // k_cache, page_table, seq_lens -> kmeta_pages [NP, 2, Hkv, D].
+    // k_cache, page_table, seq_lens -> kmeta_pages [NP, 2, Hkv, D]: one
+    // workgroup finds the slots of each page that sequences use, then the
+    // target's kernel bounds them (k_cache, used, kmeta_pages).
     bindOperands(meta->getOperands());
-    bindResult(meta.getMeta(), {m.dim(bindings[0], 0)});
+    Value cache = bindings[0];
+    Value used = memref::AllocOp::create(
+        b, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+        ValueRange{m.dim(cache, 0)});
+    std::string useName = kernelName("page_use");
+    dispatchKernel(b, m.index(1), {cache, bindings[1], bindings[2], used},
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildPageUseKernel(builder, op->getLoc(), useName,
+                                               scalarTiling(b.getContext()),
+                                               types);
+                   });
+    bindings = {cache, used};
+    bindResult(meta.getMeta(), {m.dim(cache, 0)});
   } else if (auto meta = dyn_cast<BlockMetaOp>(op)) {
     bindOperands(meta.getKey());
     Value k = bindings[0];

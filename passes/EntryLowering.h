@@ -82,8 +82,13 @@ protected:
   /// sizes: `bindings` are its operands' buffers, then its results'
   /// (select_topk: q, meta, a [key_length x 0] buffer that carries the key
   /// length, blocks).
+  /// block_meta over a paged cache: k_cache, the pages' used slots
+  /// (buildPageUseKernel, which lowerOp dispatches first), kmeta_pages.
   virtual void dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                           ValueRange bindings) = 0;
+  /// The tiling attribute of the target's scalar kernels (one workgroup
+  /// or thread running code shared by both targets).
+  virtual DictionaryAttr scalarTiling(MLIRContext *context) const = 0;
   /// Stops the call at run time with `message` unless `condition` holds
   /// (a cf.assert in the host program).
   void assertAtRunTime(ImplicitLocOpBuilder &b, Value condition,

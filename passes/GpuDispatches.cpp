@@ -46,6 +46,9 @@ private:
   void lowerGatheredSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                             const SoftmaxAttentionShape &shape);
 
+  DictionaryAttr scalarTiling(MLIRContext *context) const override {
+    return tiling.toAttr(context);
+  }
   const GpuTiling &tiling;
 };
 
@@ -200,24 +203,13 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   };
 
   if (auto meta = dyn_cast<BlockMetaOp>(op); meta && meta.getPageTable()) {
-    // Bindings k_cache, page_table, seq_lens, kmeta_pages: one thread
-    // finds the slots of each page that sequences use (the CPU's scalar
-    // kernel), then a thread per (page, kv head, channel) bounds them.
-    Value cache = bindings[0], out = bindings[3];
-    Value used = memref::AllocOp::create(
-        b, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
-        ValueRange{m.dim(cache, 0)});
-    std::string useName = kernelName("page_use");
-    dispatchKernel(b, m.index(1), {cache, bindings[1], bindings[2], used},
-                   [&](OpBuilder &builder, TypeRange types) {
-                     return buildPageUseKernel(builder, loc, useName,
-                                               tiling.toAttr(b.getContext()),
-                                               types);
-                   });
+    // Bindings k_cache, used slots, kmeta_pages: a thread per (page, kv
+    // head, channel).
+    Value cache = bindings[0];
     Value threads =
         m.mul(m.mul(m.dim(cache, 0), m.index(m.staticDim(cache, 2))),
               m.index(m.staticDim(cache, 3)));
-    return dispatchKernel(b, threads, {cache, used, out},
+    return dispatchKernel(b, threads, bindings,
                           [&](OpBuilder &builder, TypeRange types) {
                             return buildSimtBlockMetaKernel(
                                 builder, loc, name, meta, tiling, types);

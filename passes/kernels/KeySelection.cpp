@@ -40,6 +40,38 @@ Value mlir::attn::sequenceOfToken(KernelEmitter &e, Value offsets,
                 })[0];
 }
 
+MetaBlock::MetaBlock(KernelEmitter &e, Value index, Value k, Value meta,
+                     Value used, int64_t blockSize)
+    : e(e), paged(static_cast<bool>(used)) {
+  auto type = cast<MemRefType>(k.getType());
+  if (paged) {
+    const int64_t numKvHeads = type.getDimSize(2);
+    page = e.div(index, e.index(numKvHeads));
+    head = e.rem(index, e.index(numKvHeads));
+    Value slots = e.toIndex(e.loadInt(used, {page}));
+    first = e.index(0);
+    end = e.select(e.icmp(arith::CmpIPredicate::eq, slots, first),
+                   e.index(blockSize), slots);
+    return;
+  }
+  RowOfWorkgroup at(e, index, type.getDimSize(1), e.dim(meta, 2));
+  batch = at.batch, head = at.head, block = at.row;
+  first = e.mul(block, e.index(blockSize));
+  end = e.minS(e.dim(k, 2), e.add(first, e.index(blockSize)));
+}
+
+SmallVector<Value> MetaBlock::key(Value j) const {
+  if (paged)
+    return {page, j, head};
+  return {batch, head, j};
+}
+
+SmallVector<Value> MetaBlock::bound(int64_t which) const {
+  if (paged)
+    return {page, e.index(which), head};
+  return {batch, head, block, e.index(which)};
+}
+
 SelectionKeys::SelectionKeys(ValueRange args, unsigned &next, bool paged) {
   if (paged) {
     pageTable = args[next++];

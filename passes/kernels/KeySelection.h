@@ -45,6 +45,31 @@ private:
   Value token;
 };
 
+/// The block attn.block_meta bounds for `index`: a (batch, kv head, block)
+/// of k [B, Hkv, Lk, D] in RowOfWorkgroup's order, or over a paged cache
+/// (`used` given: the slots sequences use of each page, from
+/// buildPageUseKernel) a (page, kv head) of k_cache [NP, P, Hkv, D], the
+/// kv head fastest, whose keys are its used slots (all P when no sequence
+/// uses it).
+class MetaBlock {
+public:
+  MetaBlock(KernelEmitter &e, Value index, Value k, Value meta, Value used,
+            int64_t blockSize);
+  /// The block's keys [first, end).
+  Value first, end;
+  /// The index prefix of key `j` in k, before the feature index.
+  SmallVector<Value> key(Value j) const;
+  /// The index prefix of bound `which` (0: min, 1: max) in the metadata,
+  /// before the feature index.
+  SmallVector<Value> bound(int64_t which) const;
+
+private:
+  KernelEmitter &e;
+  bool paged;
+  /// (page, kv head), or (batch, kv head, block).
+  Value page, head, batch, block;
+};
+
 /// Where top-k finds each row's keys and their blocks' bounds: one key
 /// length for the batch (carried as dim 0 of an empty [Lk, 0] buffer) and
 /// metadata [B, Hkv, NB, 2, D]; or over a paged cache (SPEC §8) each

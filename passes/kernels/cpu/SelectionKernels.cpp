@@ -198,51 +198,23 @@ func::FuncOp mlir::attn::buildBlockMetaKernel(OpBuilder &builder, Location loc,
   auto args = func.getArguments();
   Value k = args[0], meta = args.drop_back().back(), workgroup = args.back();
   const int64_t D = staticDim(bindingTypes[0], 3);
-  const int64_t bs = op.getBlockSize();
 
-  // The keys of one block, and where its bounds go, before the feature
-  // index: keys [first, end) of (batch, kv head, block), or the used slots
-  // of (page, kv head) (all P when no sequence uses the page).
-  Value first, end;
-  std::function<SmallVector<Value>(Value)> keyAt;
-  std::function<SmallVector<Value>(int64_t)> boundAt;
-  if (paged) {
-    const int64_t numKvHeads = staticDim(bindingTypes[0], 2);
-    Value used = args[1];
-    Value page = e.div(workgroup, e.index(numKvHeads));
-    Value head = e.rem(workgroup, e.index(numKvHeads));
-    Value slots = e.toIndex(e.loadInt(used, {page}));
-    first = e.index(0);
-    end = e.select(e.icmp(arith::CmpIPredicate::eq, slots, first), e.index(bs),
-                   slots);
-    keyAt = [=](Value j) { return SmallVector<Value>{page, j, head}; };
-    boundAt = [=, &e](int64_t which) {
-      return SmallVector<Value>{page, e.index(which), head};
-    };
-  } else {
-    const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
-    Value numBlocks = e.dim(meta, 2), lk = e.dim(k, 2);
-    RowOfWorkgroup at(e, workgroup, numKvHeads, numBlocks);
-    first = e.mul(at.row, e.index(bs));
-    end = e.minS(lk, e.add(first, e.index(bs)));
-    keyAt = [=](Value j) { return SmallVector<Value>{at.batch, at.head, j}; };
-    boundAt = [=, &e](int64_t which) {
-      return SmallVector<Value>{at.batch, at.head, at.row, e.index(which)};
-    };
-  }
+  MetaBlock block(e, workgroup, k, meta, paged ? args[1] : Value(),
+                  op.getBlockSize());
   // Channel-wise min and max, a vector of channels at a time.
   for (int64_t off = 0; off < D; off += e.width) {
     int64_t lanes = std::min(e.width, D - off);
     SmallVector<Value> extremes = e.loop(
-        first, end, e.index(1),
+        block.first, block.end, e.index(1),
         {e.splat(std::numeric_limits<float>::infinity()), e.splat(kNegInf)},
         [&](Value j, ValueRange it) -> SmallVector<Value> {
-          Value key = e.loadVector(k, withIndex(keyAt(j), e.index(off)), lanes);
+          Value key =
+              e.loadVector(k, withIndex(block.key(j), e.index(off)), lanes);
           return {arith::MinimumFOp::create(b, it[0], key), e.fmax(it[1], key)};
         });
     for (int64_t which = 0; which < 2; ++which)
       e.storeVector(extremes[which], meta,
-                    withIndex(boundAt(which), e.index(off)), lanes);
+                    withIndex(block.bound(which), e.index(off)), lanes);
   }
   func::ReturnOp::create(b);
   return func;

@@ -167,51 +167,21 @@ func::FuncOp mlir::attn::buildSimtBlockMetaKernel(OpBuilder &builder,
   Value k = args[0], meta = args.drop_back().back(), thread = args.back();
   const bool paged = static_cast<bool>(op.getPageTable());
   const int64_t D = staticDim(bindingTypes[0], 3);
-  const int64_t bs = op.getBlockSize();
 
   // Thread order (batch, kv head, block, channel) or (page, kv head,
-  // channel), the channel fastest: a block's keys [first, end), the used
-  // slots of a page (all P when no sequence uses it).
+  // channel), the channel fastest.
   Value channel = e.rem(thread, e.index(D));
-  Value first, end;
-  std::function<SmallVector<Value>(Value)> keyAt;
-  std::function<SmallVector<Value>(int64_t)> boundAt;
-  if (paged) {
-    const int64_t numKvHeads = staticDim(bindingTypes[0], 2);
-    Value used = args[1];
-    Value pageHead = e.div(thread, e.index(D));
-    Value page = e.div(pageHead, e.index(numKvHeads));
-    Value head = e.rem(pageHead, e.index(numKvHeads));
-    Value slots = e.toIndex(e.loadInt(used, {page}));
-    first = e.index(0);
-    end = e.select(e.icmp(arith::CmpIPredicate::eq, slots, first), e.index(bs),
-                   slots);
-    keyAt = [=](Value j) { return SmallVector<Value>{page, j, head, channel}; };
-    boundAt = [=, &e](int64_t which) {
-      return SmallVector<Value>{page, e.index(which), head, channel};
-    };
-  } else {
-    const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
-    RowOfWorkgroup at(e, e.div(thread, e.index(D)), numKvHeads, e.dim(meta, 2));
-    first = e.mul(at.row, e.index(bs));
-    end = e.minS(e.dim(k, 2), e.add(first, e.index(bs)));
-    keyAt = [=](Value j) {
-      return SmallVector<Value>{at.batch, at.head, j, channel};
-    };
-    boundAt = [=, &e](int64_t which) {
-      return SmallVector<Value>{at.batch, at.head, at.row, e.index(which),
-                                channel};
-    };
-  }
+  MetaBlock block(e, e.div(thread, e.index(D)), k, meta,
+                  paged ? args[1] : Value(), op.getBlockSize());
   SmallVector<Value> extremes = e.loop(
-      first, end, e.index(1),
+      block.first, block.end, e.index(1),
       {e.scalar(std::numeric_limits<float>::infinity()), e.scalar(kNegInf)},
       [&](Value j, ValueRange it) -> SmallVector<Value> {
-        Value key = e.load(k, keyAt(j));
+        Value key = e.load(k, withIndex(block.key(j), channel));
         return {arith::MinimumFOp::create(b, it[0], key), e.fmax(it[1], key)};
       });
   for (int64_t which = 0; which < 2; ++which)
-    e.store(extremes[which], meta, boundAt(which));
+    e.store(extremes[which], meta, withIndex(block.bound(which), channel));
   func::ReturnOp::create(b);
   return func;
 }
