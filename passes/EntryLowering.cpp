@@ -1041,25 +1041,15 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
         queries = queryOffsets;
       }
     }
-    if (attention && attention.getKeyPageTable()) {
-      auto table = dyn_cast<BlockArgument>(attention.getKeyPageTable());
-      auto lengths = dyn_cast<BlockArgument>(attention.getKeyLengths());
-      auto cache = dyn_cast<BlockArgument>(attention.getKey());
-      if (!table || !lengths || !cache || !queries)
-        return op.emitError()
-               << "a paged cache's 'page_table', 'seq_lens', keys and the "
-                  "queries must be entry inputs (checked at run time before "
-                  "anything runs)";
-      setContract(table, "page_table", cache.getArgNumber());
-      // A tree's sequences hold at least its T nodes' keys, whatever the
-      // mask.
-      const bool tree =
-          attention.getKeySelectionKind() == KeySelectionKind::Tree;
-      setContract(lengths, "sequence_lengths", table.getArgNumber(),
-                  causal || tree
-                      ? std::optional<unsigned>(queries.getArgNumber())
-                      : std::nullopt);
-    }
+    // A tree's sequences hold at least its T nodes' keys, whatever the
+    // mask.
+    if (attention && attention.getKeyPageTable() &&
+        failed(setPageTableContracts(
+            &op, attention.getKeyPageTable(), attention.getKeyLengths(),
+            attention.getKey(), queries,
+            causal || attention.getKeySelectionKind() == KeySelectionKind::Tree,
+            setContract)))
+      return failure();
     // The selections over a paged cache, like the attention they serve.
     if (failed(addPagedSelectionContracts(&op, setContract)))
       return failure();
@@ -1112,11 +1102,9 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
   return success();
 }
 
-LogicalResult EntryLowering::addPagedSelectionContracts(
-    Operation *op,
-    function_ref<void(BlockArgument, StringRef, std::optional<unsigned>,
-                      std::optional<unsigned>)>
-        setContract) {
+LogicalResult
+EntryLowering::addPagedSelectionContracts(Operation *op,
+                                          ContractSetter setContract) {
   Value pageTable, seqLens, cache, queries, queryOffsets;
   MaskAttr mask;
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {
@@ -1151,28 +1139,37 @@ LogicalResult EntryLowering::addPagedSelectionContracts(
   }
   if (!pageTable)
     return success();
-  auto table = dyn_cast<BlockArgument>(pageTable);
-  auto lengths = dyn_cast<BlockArgument>(seqLens);
-  auto pages = dyn_cast<BlockArgument>(cache);
-  auto rows = dyn_cast_or_null<BlockArgument>(queries);
-  auto offsets = dyn_cast_or_null<BlockArgument>(queryOffsets);
-  if (!table || !lengths || !pages || (queries && !rows) ||
-      (queryOffsets && !offsets))
-    return op->emitError()
-           << "a paged cache's 'page_table', 'seq_lens', keys and the "
-              "queries (and their offsets) must be entry inputs (checked at "
-              "run time before anything runs)";
-  setContract(table, "page_table", pages.getArgNumber(), std::nullopt);
   // In a ragged batch the key lengths are checked against each sequence's
   // query rows.
-  if (offsets) {
+  auto rows = dyn_cast_or_null<BlockArgument>(queries);
+  if (queryOffsets) {
+    auto offsets = dyn_cast<BlockArgument>(queryOffsets);
+    if (!offsets || !rows)
+      return op->emitError() << "a ragged batch's 'cu_seqlens_q' and queries "
+                                "must be entry inputs (checked at run time "
+                                "before anything runs)";
     setContract(offsets, "sequence_offsets", rows.getArgNumber(), std::nullopt);
     rows = offsets;
   }
+  return setPageTableContracts(op, pageTable, seqLens, cache, rows,
+                               mask && mask.isCausal(), setContract);
+}
+
+LogicalResult EntryLowering::setPageTableContracts(
+    Operation *op, Value pageTable, Value seqLens, Value cache,
+    BlockArgument queries, bool checkQueries, ContractSetter setContract) {
+  auto table = dyn_cast<BlockArgument>(pageTable);
+  auto lengths = dyn_cast<BlockArgument>(seqLens);
+  auto pages = dyn_cast<BlockArgument>(cache);
+  if (!table || !lengths || !pages || (checkQueries && !queries))
+    return op->emitError()
+           << "a paged cache's 'page_table', 'seq_lens', keys and the "
+              "queries must be entry inputs (checked at run time before "
+              "anything runs)";
+  setContract(table, "page_table", pages.getArgNumber(), std::nullopt);
   setContract(lengths, "sequence_lengths", table.getArgNumber(),
-              mask && mask.isCausal()
-                  ? std::optional<unsigned>(rows.getArgNumber())
-                  : std::nullopt);
+              checkQueries ? std::optional<unsigned>(queries.getArgNumber())
+                           : std::nullopt);
   return success();
 }
 

@@ -195,13 +195,22 @@ private:
   /// Marks the entry inputs whose values kernels index with (tree parents,
   /// accepted paths) with the contract the runtime checks them against.
   LogicalResult addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs);
+  /// Sets an input's value contract: (argument, contract, the input it is
+  /// checked against, the queries' input).
+  using ContractSetter =
+      function_ref<void(BlockArgument, StringRef, std::optional<unsigned>,
+                        std::optional<unsigned>)>;
   /// The contracts of the page table and key lengths of a block_meta,
   /// select_topk or select_topp over a paged cache.
-  LogicalResult addPagedSelectionContracts(
-      Operation *op,
-      function_ref<void(BlockArgument, StringRef, std::optional<unsigned>,
-                        std::optional<unsigned>)>
-          setContract);
+  LogicalResult addPagedSelectionContracts(Operation *op,
+                                           ContractSetter setContract);
+  /// A paged cache's page table (against the cache's pages) and key
+  /// lengths (against the table, and with `checkQueries` each sequence's
+  /// query rows in `queries`: q, or a ragged batch's offsets).
+  LogicalResult setPageTableContracts(Operation *op, Value pageTable,
+                                      Value seqLens, Value cache,
+                                      BlockArgument queries, bool checkQueries,
+                                      ContractSetter setContract);
 
   /// Result value -> output argument index of the host function.
   llvm::DenseMap<Value, unsigned> returnedAt;
