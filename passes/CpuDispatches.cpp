@@ -251,62 +251,29 @@ void CpuEntryLowering::lowerRaggedSoftmax(ImplicitLocOpBuilder &b,
                                           const SoftmaxAttentionShape &shape,
                                           SoftmaxBuffers &s) {
   HostIndexMath m{b};
-  // The plans' sizes from the dims alone (RaggedPlan): a sequence's flash
-  // tiles number at most its rows / TQ + 1, the decode rows at most
-  // decodeMaxQueries a sequence, and their key ranges at most kMaxSplits +
-  // B a row.
-  Value tokens = s.lq, batch = s.batch;
-  Value decodeMax = m.index(tiling.decodeMaxQueries);
-  Value flashEntries =
-      m.add(m.ceilDiv(tokens, m.index(tiling.queryTile)), batch);
-  Value mergeEntries = m.minS(tokens, m.mul(batch, decodeMax));
-  Value splitEntries = m.mul(m.minS(tokens, decodeMax),
-                             m.add(m.index(RaggedPlan::kMaxSplits), batch));
-  auto planOf = [&](Value entries) {
-    return memref::AllocOp::create(
-        b,
-        MemRefType::get({ShapedType::kDynamic, RaggedPlan::kColumns},
-                        b.getI32Type()),
-        ValueRange{entries});
-  };
-  Value flashPlan = planOf(flashEntries), splitPlan = planOf(splitEntries),
-        mergePlan = planOf(mergeEntries);
-  int64_t dynamic = ShapedType::kDynamic;
-  s.partialOut = memref::AllocOp::create(
-      b,
-      MemRefType::get({dynamic, shape.numHeads, shape.valueDim},
-                      b.getF32Type()),
-      ValueRange{splitEntries});
-  s.partialLse = memref::AllocOp::create(
-      b, MemRefType::get({dynamic, shape.numHeads}, b.getF32Type()),
-      ValueRange{splitEntries});
-
-  SmallVector<Value> planBindings{s.queryOffsets,
-                                  s.keyOffsets ? s.keyOffsets : s.keyLengths,
-                                  flashPlan, splitPlan, mergePlan};
-  std::string planName = kernelName("ragged_plan");
-  dispatchKernel(b, m.index(1), planBindings,
-                 [&](OpBuilder &builder, TypeRange types) {
-                   return buildRaggedPlanKernel(builder, op.getLoc(), planName,
-                                                shape, tiling, types);
-                 });
+  RaggedPlan plan;
+  plan.queryTile = tiling.queryTile;
+  plan.decodeMaxQueries = tiling.decodeMaxQueries;
+  plan.splitKeys = tiling.splitKeys;
+  RaggedWork work = planRaggedBatch(b, op, shape, plan, s);
   std::string flashName = kernelName("flash");
   dispatchKernel(
-      b, m.mul(flashEntries, m.index(shape.numHeads)), s.rowBindings(flashPlan),
-      [&](OpBuilder &builder, TypeRange types) {
+      b, m.mul(work.flashEntries, m.index(shape.numHeads)),
+      s.rowBindings(work.flashPlan), [&](OpBuilder &builder, TypeRange types) {
         return buildFlashAttentionKernel(builder, op.getLoc(), flashName, shape,
                                          tiling, types, KeyPart::All);
       });
   std::string splitName = kernelName("split_kv");
-  dispatchKernel(
-      b, m.mul(splitEntries, m.index(splitKvSlots(shape))),
-      s.splitBindings(splitPlan), [&](OpBuilder &builder, TypeRange types) {
-        return buildSplitKvAttentionKernel(builder, op.getLoc(), splitName,
-                                           shape, tiling, types, KeyPart::All);
-      });
+  dispatchKernel(b, m.mul(work.splitEntries, m.index(splitKvSlots(shape))),
+                 s.splitBindings(work.splitPlan),
+                 [&](OpBuilder &builder, TypeRange types) {
+                   return buildSplitKvAttentionKernel(builder, op.getLoc(),
+                                                      splitName, shape, tiling,
+                                                      types, KeyPart::All);
+                 });
   std::string mergeName = kernelName("merge");
-  dispatchKernel(b, m.mul(mergeEntries, m.index(shape.numHeads)),
-                 s.mergeBindings(mergePlan),
+  dispatchKernel(b, m.mul(work.mergeEntries, m.index(shape.numHeads)),
+                 s.mergeBindings(work.mergePlan),
                  [&](OpBuilder &builder, TypeRange types) {
                    return buildSplitKvMergeKernel(
                        builder, op.getLoc(), mergeName, shape, tiling, types);

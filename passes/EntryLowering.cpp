@@ -529,17 +529,8 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
-    if (isSelectionOrTreeOp(&op)) {
-      // Ragged batches have CPU kernels only so far.
-      auto topK = dyn_cast<SelectTopKOp>(op);
-      auto topP = dyn_cast<SelectTopPOp>(op);
-      if (target != "CPU" &&
-          ((topK && topK.getCuSeqlensQ()) || (topP && topP.getCuSeqlensQ())))
-        return op.emitError()
-               << "no " << target << " lowering: '" << op.getName()
-               << "' over a ragged batch has CPU kernels only so far";
+    if (isSelectionOrTreeOp(&op))
       continue;
-    }
     return op.emitError() << "no " << target << " lowering for '"
                           << op.getName() << "' yet";
   }
@@ -1252,6 +1243,55 @@ void EntryLowering::allocateSplitPartials(ImplicitLocOpBuilder &b,
       memref::AllocOp::create(b, lseType, ValueRange{batch, rows, splits});
 }
 
+EntryLowering::RaggedWork
+EntryLowering::planRaggedBatch(ImplicitLocOpBuilder &b, AttentionOpInterface op,
+                               const SoftmaxAttentionShape &shape,
+                               const RaggedPlan &plan, SoftmaxBuffers &s) {
+  HostIndexMath m{b};
+  // The tables' sizes from the dims alone: a sequence's flash tiles number
+  // at most its rows / queryTile + 1, the decode rows at most
+  // decodeMaxQueries a sequence, and their key ranges at most kMaxSplits +
+  // B a row.
+  Value tokens = s.lq, batch = s.batch;
+  Value decodeMax = m.index(plan.decodeMaxQueries);
+  RaggedWork work;
+  work.flashEntries = m.add(m.ceilDiv(tokens, m.index(plan.queryTile)), batch);
+  work.mergeEntries = m.minS(tokens, m.mul(batch, decodeMax));
+  work.splitEntries = m.mul(m.minS(tokens, decodeMax),
+                            m.add(m.index(RaggedPlan::kMaxSplits), batch));
+  auto tableOf = [&](Value entries) -> Value {
+    return memref::AllocOp::create(
+        b,
+        MemRefType::get({ShapedType::kDynamic, RaggedPlan::kColumns},
+                        b.getI32Type()),
+        ValueRange{entries});
+  };
+  work.flashPlan = tableOf(work.flashEntries);
+  work.splitPlan = tableOf(work.splitEntries);
+  work.mergePlan = tableOf(work.mergeEntries);
+  // The split partials, [entries, H, Dv] and [entries, H].
+  int64_t dynamic = ShapedType::kDynamic;
+  s.partialOut = memref::AllocOp::create(
+      b,
+      MemRefType::get({dynamic, shape.numHeads, shape.valueDim},
+                      b.getF32Type()),
+      ValueRange{work.splitEntries});
+  s.partialLse = memref::AllocOp::create(
+      b, MemRefType::get({dynamic, shape.numHeads}, b.getF32Type()),
+      ValueRange{work.splitEntries});
+
+  SmallVector<Value> planBindings{
+      s.queryOffsets, s.keyOffsets ? s.keyOffsets : s.keyLengths,
+      work.flashPlan, work.splitPlan, work.mergePlan};
+  std::string planName = kernelName("ragged_plan");
+  dispatchKernel(
+      b, m.index(1), planBindings, [&](OpBuilder &builder, TypeRange types) {
+        return buildRaggedPlanKernel(builder, op.getLoc(), planName, shape,
+                                     plan, scalarTiling(b.getContext()), types);
+      });
+  return work;
+}
+
 SmallVector<Value>
 EntryLowering::SoftmaxBuffers::keyBindings(Value plan) const {
   SmallVector<Value> bindings{q, k, v};
@@ -1295,7 +1335,8 @@ SmallVector<Value> EntryLowering::SoftmaxBuffers::withVariantTensors(
 SmallVector<Value>
 EntryLowering::SoftmaxBuffers::mergeBindings(Value plan) const {
   SmallVector<Value> bindings;
-  if (queryOffsets)
+  // Sparse attention over a ragged batch has no plan.
+  if (plan)
     bindings.append({queryOffsets, plan});
   bindings.append({partialOut, partialLse});
   if (gate)

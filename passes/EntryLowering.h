@@ -26,6 +26,9 @@
 
 namespace mlir::attn {
 
+struct RaggedPlan;
+struct SoftmaxAttentionShape;
+
 /// The index arithmetic host programs are made of (sizes, workgroup
 /// counts), on one builder.
 struct HostIndexMath {
@@ -153,7 +156,8 @@ protected:
     SmallVector<Value> keyBindings(Value plan = Value()) const;
     /// `bindings` followed by the variant tensors.
     SmallVector<Value> withVariantTensors(SmallVector<Value> bindings) const;
-    /// [queries' offsets, plan], partial o, partial lse, [gate], o, [lse].
+    /// [queries' offsets, plan] (a ragged batch's merge plan, when given),
+    /// partial o, partial lse, [gate], o, [lse].
     SmallVector<Value> mergeBindings(Value plan = Value()) const;
   };
   /// Looks up the buffers of `op`'s operands (the gate when `gated`, the
@@ -175,6 +179,17 @@ protected:
   void allocateSplitPartials(ImplicitLocOpBuilder &b, SoftmaxBuffers &buffers,
                              int64_t numHeads, int64_t valueDim, Value batch,
                              Value rows, Value splits);
+
+  /// A ragged batch's work (RaggedPlan): its three tables, sized from the
+  /// dims, with the split partials ([entries, H, Dv] and [entries, H]), and
+  /// the plan kernel that fills them dispatched at `b`.
+  struct RaggedWork {
+    Value flashPlan, splitPlan, mergePlan;
+    Value flashEntries, splitEntries, mergeEntries;
+  };
+  RaggedWork planRaggedBatch(ImplicitLocOpBuilder &b, AttentionOpInterface op,
+                             const SoftmaxAttentionShape &shape,
+                             const RaggedPlan &plan, SoftmaxBuffers &s);
 
   func::FuncOp entry;
   StringRef target;

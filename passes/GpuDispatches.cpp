@@ -45,6 +45,11 @@ private:
   /// Sparse and tree attention: split + merge like decode.
   void lowerGatheredSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                             const SoftmaxAttentionShape &shape);
+  /// A ragged batch: the plan kernel, then the flash block kernel over its
+  /// flash entries, decode's over its split entries, and the merge.
+  void lowerRaggedSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
+                          const SoftmaxAttentionShape &shape,
+                          SoftmaxBuffers &s);
 
   DictionaryAttr scalarTiling(MLIRContext *context) const override {
     return tiling.toAttr(context);
@@ -59,7 +64,10 @@ void GpuEntryLowering::lowerGatheredSoftmax(
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
   bool tree = shape.selection == KeySelectionKind::Tree;
-  Value rows = m.mul(m.mul(s.batch, m.index(shape.numHeads)), s.lq);
+  // The query rows: [B, H, Lq], or a ragged batch's packed [T, H].
+  Value rows = shape.ragged
+                   ? m.mul(s.lq, m.index(shape.numHeads))
+                   : m.mul(m.mul(s.batch, m.index(shape.numHeads)), s.lq);
   Value zero = m.index(0);
   Type storage = cast<MemRefType>(s.q.getType()).getElementType();
   // The gathered kernels' bindings, once the partials are allocated.
@@ -130,6 +138,29 @@ void GpuEntryLowering::lowerGatheredSoftmax(
                                               shape, tiling, types,
                                               KeyPart::TreeNodes);
         });
+  } else if (shape.ragged) {
+    // A ragged batch mixes decode and prefill rows: a thread per (token,
+    // head, split), the splits sharing the row's selection entries,
+    // split_keys keys' worth each; partials [T, H, S, (Dv)].
+    int64_t perSplit =
+        std::max<int64_t>(1, tiling.splitKeys / shape.selectionBlockSize);
+    Value entries = memref::DimOp::create(b, s.selection, 2);
+    Value splits = m.maxS(m.index(1), m.ceilDiv(entries, m.index(perSplit)));
+    int64_t dynamic = ShapedType::kDynamic;
+    s.partialOut = memref::AllocOp::create(
+        b,
+        MemRefType::get({dynamic, shape.numHeads, dynamic, shape.valueDim},
+                        b.getF32Type()),
+        ValueRange{s.lq, splits});
+    s.partialLse = memref::AllocOp::create(
+        b, MemRefType::get({dynamic, shape.numHeads, dynamic}, b.getF32Type()),
+        ValueRange{s.lq, splits});
+    std::string splitName = kernelName("sparse_split");
+    dispatchKernel(b, m.mul(rows, splits), gatheredBindings(),
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildSimtGatheredSplitKernel(
+                         builder, op.getLoc(), splitName, shape, tiling, types);
+                   });
   } else {
     // Decode calls split the selection entries, split_keys keys' worth
     // each, and run a split per block of decode's flash kernel: it gathers
@@ -190,16 +221,22 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
       kernelName(isa<SelectTopPOp>(op) ? StringRef("topp_candidates")
                                        : op->getName().stripDialect());
   SmallVector<Value> all(bindings);
-  // A [B, H, Lq, n] temporary per row of q (bindings[0]).
+  // A [B, H, Lq, n] temporary per row of q (bindings[0]), or [T, H, n]
+  // for a ragged batch's packed rows.
   auto rowTemporary = [&](Type element, int64_t staticLast, Value last) {
     Value q = bindings[0];
-    auto type = MemRefType::get({ShapedType::kDynamic, m.staticDim(q, 1),
-                                 ShapedType::kDynamic, staticLast},
-                                element);
-    SmallVector<Value> sizes{m.dim(q, 0), m.dim(q, 2)};
+    const bool packed = cast<MemRefType>(q.getType()).getRank() == 3;
+    SmallVector<int64_t> shape{ShapedType::kDynamic, m.staticDim(q, 1)};
+    SmallVector<Value> sizes{m.dim(q, 0)};
+    if (!packed) {
+      shape.push_back(ShapedType::kDynamic);
+      sizes.push_back(m.dim(q, 2));
+    }
+    shape.push_back(staticLast);
     if (last)
       sizes.push_back(last);
-    all.push_back(memref::AllocOp::create(b, type, sizes));
+    all.push_back(
+        memref::AllocOp::create(b, MemRefType::get(shape, element), sizes));
   };
 
   if (auto meta = dyn_cast<BlockMetaOp>(op); meta && meta.getPageTable()) {
@@ -228,15 +265,19 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                           });
   }
   if (isa<SelectTopKOp, SelectTopPOp>(op)) {
+    // The query rows: [B, H, Lq], or a ragged batch's packed [T, H].
     Value q = bindings[0];
-    Value rows =
-        m.mul(m.mul(m.dim(q, 0), m.index(m.staticDim(q, 1))), m.dim(q, 2));
+    const bool ragged = cast<MemRefType>(q.getType()).getRank() == 3;
+    Value rows = m.mul(m.dim(q, 0), m.index(m.staticDim(q, 1)));
+    if (!ragged)
+      rows = m.mul(rows, m.dim(q, 2));
     if (auto select = dyn_cast<SelectTopKOp>(op)) {
       int64_t fill =
           select.getTopK() - select.getSinkBlocks() - select.getLocalBlocks();
       // Bindings q, meta, keys (the key length's carrier, or over a paged
-      // cache the page table and key lengths), blocks. A row has at most
-      // NB blocks: the metadata's, or the table's MP.
+      // cache the page table and key lengths), [a ragged batch's query
+      // offsets], blocks. A row has at most NB blocks: the metadata's, or
+      // the table's MP.
       const bool paged = static_cast<bool>(select.getPageTable());
       Value meta = bindings[1];
       SmallVector<Value> keys(bindings.begin() + 2,
@@ -248,6 +289,14 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
           b.getF32Type(), ShapedType::kDynamic,
           m.maxS(m.minS(m.index(std::max<int64_t>(fill, 1)), numBlocks),
                  m.index(1)));
+      // A ragged batch's rows, decode and prefill mixed, each take a thread
+      // that scores its blocks and selects.
+      if (ragged)
+        return dispatchKernel(b, rows, all,
+                              [&](OpBuilder &builder, TypeRange types) {
+                                return buildSimtSelectTopKKernel(
+                                    builder, loc, name, select, tiling, types);
+                              });
       // Prefill: a thread per row scores its blocks and selects. Decode has
       // too few rows for that to fill a GPU (a thread per head, each
       // reading all the metadata): a thread per (row, block) computes the
@@ -326,10 +375,12 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
           });
     }
     auto select = cast<SelectTopPOp>(op);
-    // Bindings q, k, [page table, key lengths], [blocks], tokens.
+    // Bindings q, k, [page table, key lengths], [a ragged batch's query
+    // offsets], [blocks], tokens.
     const bool paged = static_cast<bool>(select.getPageTable());
-    SmallVector<Value> keyInputs(bindings.begin(),
-                                 bindings.begin() + (paged ? 4 : 2));
+    SmallVector<Value> keyInputs(bindings.begin(), bindings.begin() +
+                                                       (paged ? 4 : 2) +
+                                                       (ragged ? 1 : 0));
     Value selectedBlocks =
         select.getBlocks() ? bindings[keyInputs.size()] : Value();
     // A row's candidates: its visible keys (at most Lk, over a paged cache
@@ -340,9 +391,9 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                                m.index(m.staticDim(bindings[1], 1)))
                        : m.dim(bindings[1], 2);
     if (selectedBlocks)
-      keys = arith::MinSIOp::create(
-          b, keys,
-          m.mul(m.dim(selectedBlocks, 3), m.index(*select.getBlockSize())));
+      keys = arith::MinSIOp::create(b, keys,
+                                    m.mul(m.dim(selectedBlocks, ragged ? 2 : 3),
+                                          m.index(*select.getBlockSize())));
     keys = m.maxS(keys, m.index(1));
     // Scores and key indices; bucket counts and f64 weights (none when
     // top_p = 1 leaves the weights unused); a bucket's sort space; flags.
@@ -427,6 +478,52 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   });
 }
 
+void GpuEntryLowering::lowerRaggedSoftmax(ImplicitLocOpBuilder &b,
+                                          AttentionOpInterface op,
+                                          const SoftmaxAttentionShape &shape,
+                                          SoftmaxBuffers &s) {
+  HostIndexMath m{b};
+  Type storage = cast<MemRefType>(s.q.getType()).getElementType();
+  SimtFlashTiling flash = SimtFlashTiling::choose(
+      shape, storage, tiling, /*maxWarps=*/4, tiling.flashRowTiles);
+  SimtFlashTiling decodeFlash =
+      SimtFlashTiling::chooseForDecode(shape, storage, tiling);
+  RaggedPlan plan;
+  plan.queryTile = flash.queryTile();
+  plan.decodeMaxQueries = tiling.decodeMaxQueries;
+  plan.splitKeys = tiling.splitKeys;
+  plan.keyGranule = decodeFlash.keyTile;
+  RaggedWork work = planRaggedBatch(b, op, shape, plan, s);
+
+  // Flash blocks (entry, head); decode blocks (entry, kv head, tile of the
+  // group's heads); merge threads (entry, head, feature).
+  std::string flashName = kernelName("flash");
+  dispatchKernel(b, m.mul(work.flashEntries, m.index(shape.numHeads)),
+                 s.rowBindings(work.flashPlan),
+                 [&](OpBuilder &builder, TypeRange types) {
+                   return buildSimtFlashKernel(builder, op.getLoc(), flashName,
+                                               shape, flash, tiling, types);
+                 });
+  const int64_t group = shape.numHeads / shape.numKvHeads;
+  const int64_t groupTiles = llvm::divideCeil(group, decodeFlash.queryTile());
+  std::string decodeName = kernelName("flash_decode");
+  dispatchKernel(
+      b, m.mul(work.splitEntries, m.index(shape.numKvHeads * groupTiles)),
+      s.splitBindings(work.splitPlan),
+      [&](OpBuilder &builder, TypeRange types) {
+        return buildSimtFlashDecodeKernel(builder, op.getLoc(), decodeName,
+                                          shape, decodeFlash, tiling, types);
+      });
+  std::string mergeName = kernelName("merge");
+  dispatchKernel(
+      b, m.mul(work.mergeEntries, m.index(shape.numHeads * shape.valueDim)),
+      s.mergeBindings(work.mergePlan),
+      [&](OpBuilder &builder, TypeRange types) {
+        return buildSimtMergeKernel(builder, op.getLoc(), mergeName, shape,
+                                    tiling, types);
+      });
+}
+
 LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
                                              AttentionOpInterface op) {
   FailureOr<SoftmaxAttentionShape> maybeShape =
@@ -442,6 +539,10 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
 
   SoftmaxBuffers s =
       bindSoftmax(b, op, shape.epilogue == Epilogue::SigmoidGate);
+  if (shape.ragged) {
+    lowerRaggedSoftmax(b, op, shape, s);
+    return success();
+  }
 
   // Decode calls take split-KV + merge, others the flash block kernel; the
   // other path gets zero workgroups and empty temporaries.

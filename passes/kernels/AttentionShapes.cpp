@@ -53,8 +53,6 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   if (shape.selection == KeySelectionKind::Blocks)
     shape.selectionBlockSize = op.getSelectionBlockSize();
   shape.variants = VariantRegions::of(op);
-  if (ragged && target != "CPU")
-    return fail("ragged softmax batches have CPU kernels only so far");
   if (ragged && shape.selection == KeySelectionKind::Tree)
     return fail("tree attention over a ragged batch is not lowered yet");
   if (ragged && shape.selection == KeySelectionKind::Blocks && !paged)
@@ -148,10 +146,11 @@ void QueryRows::bind(Value batch) {
 
 SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
                            const SoftmaxAttentionShape &shape, Value rowIndex)
-    : e(e), ragged(shape.ragged) {
+    : e(e), ragged(shape.ragged),
+      planned(shape.ragged && shape.selection == KeySelectionKind::Dense) {
   auto args = kernel.getArguments();
   unsigned next = 0;
-  if (ragged) {
+  if (planned) {
     queryOffsets = args[next++];
     plan = args[next++];
   }
@@ -166,7 +165,15 @@ SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
     rowIndex = args.back();
 
   Value numHeads = e.index(shape.numHeads);
-  if (ragged) {
+  if (ragged && !planned) {
+    // Packed rows [T, H], the head fastest; `batch` is the token.
+    head = e.rem(rowIndex, numHeads);
+    batch = e.div(rowIndex, numHeads);
+    firstSplit = e.index(0);
+    splits = e.dim(partialLse, 2);
+    return;
+  }
+  if (planned) {
     // Entry (sequence, row, first split, splits) of the merge plan.
     Value entry = e.div(rowIndex, numHeads);
     head = e.rem(rowIndex, numHeads);
@@ -191,14 +198,18 @@ SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
 }
 
 SmallVector<Value> SplitKvMerge::partialAt(Value s) const {
-  if (ragged)
+  if (planned)
     return {e.add(firstSplit, s), head};
+  if (ragged)
+    return {batch, head, s};
   return {batch, head, row, s};
 }
 
 SmallVector<Value> SplitKvMerge::rowAt() const {
-  if (ragged)
+  if (planned)
     return {e.add(e.toIndex(e.loadInt(queryOffsets, {batch})), row), head};
+  if (ragged)
+    return {batch, head};
   return {batch, head, row};
 }
 
@@ -302,4 +313,102 @@ SmallVector<Value> RecurrenceSequence::state(Value head) const {
   if (!slot)
     return {batch, head};
   return {slot, head};
+}
+
+//===----------------------------------------------------------------------===//
+// Ragged plan kernel
+//===----------------------------------------------------------------------===//
+
+func::FuncOp mlir::attn::buildRaggedPlanKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const RaggedPlan &plan,
+    DictionaryAttr tiling, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "ragged_plan");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, /*vectorWidth=*/1);
+  auto args = func.getArguments();
+  Value queryOffsets = args[0], keysOf = args[1], flashPlan = args[2],
+        splitPlan = args[3], mergePlan = args[4];
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value batch = e.sub(e.dim(queryOffsets, 0), c1);
+  Value decodeMax = e.index(plan.decodeMaxQueries);
+  auto queriesOf = [&](Value seq) {
+    return e.sub(e.toIndex(e.loadInt(queryOffsets, {e.add(seq, c1)})),
+                 e.toIndex(e.loadInt(queryOffsets, {seq})));
+  };
+  auto keysOfSeq = [&](Value seq) {
+    if (shape.paged())
+      return e.toIndex(e.loadInt(keysOf, {seq}));
+    return e.sub(e.toIndex(e.loadInt(keysOf, {e.add(seq, c1)})),
+                 e.toIndex(e.loadInt(keysOf, {seq})));
+  };
+  // Sequences of 1 .. decodeMaxQueries rows decode (split-KV), longer ones
+  // take the flash kernel; empty ones have no work.
+  auto decodes = [&](Value rows) {
+    return e.andI(e.icmp(arith::CmpIPredicate::sgt, rows, c0),
+                  e.icmp(arith::CmpIPredicate::sle, rows, decodeMax));
+  };
+  auto store = [&](Value table, Value at, ArrayRef<Value> entry) {
+    for (auto [c, value] : llvm::enumerate(entry))
+      memref::StoreOp::create(b, e.toI32(value), table,
+                              ValueRange{at, e.index(c)});
+  };
+
+  // The split size: at least splitKeys keys, and large enough that the
+  // decode rows' keys make at most kMaxSplits ranges (plus one partial
+  // range per sequence), which bounds the partials by the dims alone; a
+  // multiple of the key granule.
+  Value decodeKeys = e.loop(c0, batch, c1, {c0}, [&](Value seq, ValueRange it) {
+    Value keys = e.select(decodes(queriesOf(seq)), keysOfSeq(seq), c0);
+    return SmallVector<Value>{e.add(it[0], keys)};
+  })[0];
+  Value granule = e.index(plan.keyGranule);
+  Value chunk = e.mul(
+      e.ceilDiv(e.maxS(e.index(plan.splitKeys),
+                       e.ceilDiv(decodeKeys, e.index(RaggedPlan::kMaxSplits))),
+                granule),
+      granule);
+
+  Value queryTile = e.index(plan.queryTile);
+  SmallVector<Value> counts =
+      e.loop(c0, batch, c1, {c0, c0, c0}, [&](Value seq, ValueRange it) {
+        Value flashCount = it[0], splitCount = it[1], mergeCount = it[2];
+        Value rows = queriesOf(seq), keys = keysOfSeq(seq);
+        Value decode = decodes(rows);
+        // Flash tiles, the last (most keys under a causal mask) first so
+        // that the longest work starts first.
+        Value tiles =
+            e.select(e.icmp(arith::CmpIPredicate::sgt, rows, decodeMax),
+                     e.ceilDiv(rows, queryTile), c0);
+        e.loop(c0, tiles, c1, [&](Value t) {
+          Value first = e.mul(e.sub(e.sub(tiles, c1), t), queryTile);
+          store(flashPlan, e.add(flashCount, t), {seq, first, c0, c0});
+        });
+        // Each decode row's key ranges, then its merge entry.
+        Value decodeRows = e.select(decode, rows, c0);
+        Value splits = e.maxS(c1, e.ceilDiv(keys, chunk));
+        e.loop(c0, decodeRows, c1, [&](Value r) {
+          Value firstSplit = e.add(splitCount, e.mul(r, splits));
+          e.loop(c0, splits, c1, [&](Value sIndex) {
+            Value begin = e.mul(sIndex, chunk);
+            Value end = e.minS(keys, e.add(begin, chunk));
+            store(splitPlan, e.add(firstSplit, sIndex), {seq, r, begin, end});
+          });
+          store(mergePlan, e.add(mergeCount, r), {seq, r, firstSplit, splits});
+        });
+        return SmallVector<Value>{e.add(flashCount, tiles),
+                                  e.add(splitCount, e.mul(decodeRows, splits)),
+                                  e.add(mergeCount, decodeRows)};
+      });
+  // Entries past the plan have no work.
+  Value none = e.i32(-1);
+  SmallVector<Value> tables{flashPlan, splitPlan, mergePlan};
+  for (auto [table, count] : llvm::zip(tables, counts))
+    e.loop(count, e.dim(table, 0), c1, [&](Value at) {
+      memref::StoreOp::create(b, none, table, ValueRange{at, c0});
+    });
+  func::ReturnOp::create(b);
+  return func;
 }

@@ -148,7 +148,25 @@ private:
 struct RaggedPlan {
   static constexpr int64_t kColumns = 4;
   static constexpr int64_t kMaxSplits = 64;
+  /// The rows of a flash entry (the flash kernel's query tile).
+  int64_t queryTile = 0;
+  /// Sequences of 1 .. decodeMaxQueries rows decode.
+  int64_t decodeMaxQueries = 0;
+  /// A decode key range's least keys, and what its size is a multiple of
+  /// (the CUDA decode kernel walks whole key tiles).
+  int64_t splitKeys = 0, keyGranule = 1;
 };
+
+/// The plan kernel of a ragged batch (RaggedPlan): scalar code, one
+/// workgroup or thread on either target. Kernel bindings: the queries'
+/// offsets, the keys' offsets or (paged) key lengths, the flash, split and
+/// merge tables.
+func::FuncOp buildRaggedPlanKernel(OpBuilder &builder, Location loc,
+                                   StringRef name,
+                                   const SoftmaxAttentionShape &shape,
+                                   const RaggedPlan &plan,
+                                   DictionaryAttr tiling,
+                                   TypeRange bindingTypes);
 
 /// The kv heads one CPU split-KV workgroup serves: every kv head over a
 /// paged cache (its pages hold [P, Hkv, D] rows, read front to back once
@@ -199,10 +217,12 @@ inline bool flashUsesBlockMask(const SoftmaxAttentionShape &shape,
 }
 
 /// What every target's merge kernel starts from: its arguments in binding
-/// order ([queries' offsets, merge plan] in a ragged batch, partial o,
-/// partial lse, [gate], o, [lse], workgroup) and the query row it merges,
-/// `rowIndex` (by default the workgroup): row fastest, then head, then
-/// batch; in a ragged batch head fastest, then the plan's entry.
+/// order ([queries' offsets, merge plan] in a ragged batch of dense
+/// attention, partial o, partial lse, [gate], o, [lse], workgroup) and the
+/// query row it merges, `rowIndex` (by default the workgroup): row fastest,
+/// then head, then batch; in a ragged batch head fastest, then the plan's
+/// entry, or for sparse attention (no plan, partials [T, H, S, (Dv)]) the
+/// packed row, `batch` then being the token.
 struct SplitKvMerge {
   Value queryOffsets, plan, partialOut, partialLse, gate, out, lse;
   Value batch, head, row;
@@ -227,7 +247,7 @@ struct SplitKvMerge {
 
 private:
   KernelEmitter &e;
-  bool ragged;
+  bool ragged, planned;
 };
 
 /// The static facts a recurrence kernel is specialized on.

@@ -260,12 +260,12 @@ public:
 
   /// scf.if without results.
   void ifThen(Value condition, function_ref<void()> body) {
-    scf::IfOp::create(b, condition, [&](OpBuilder &nested, Location) {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToEnd(nested.getInsertionBlock());
-      body();
-      scf::YieldOp::create(b);
-    });
+    // The op exists before its body is built, so the body can reach the
+    // enclosing function (SimtEmitter::shared allocates at its entry).
+    auto op = scf::IfOp::create(b, condition, /*withElseRegion=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPoint(op.thenBlock()->getTerminator());
+    body();
   }
   /// scf.if yielding the values of `thenBody` or `elseBody` (same types).
   SmallVector<Value> ifElse(Value condition,

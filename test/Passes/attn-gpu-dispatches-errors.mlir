@@ -22,13 +22,3 @@ func.func @topk_pages_without_cache(%q: tensor<?x4x?x16xf32>,
   return %b : tensor<?x4x?x2xi32>
 }
 
-// -----
-
-// Ragged batches have CPU kernels only so far.
-func.func @ragged_topk(%q: tensor<?x4x16xf32>, %meta: tensor<?x2x2x16xf32>,
-                       %pt: tensor<?x5xi32>, %lens: tensor<?xi32>,
-                       %cu: tensor<?xi32>) -> tensor<?x4x2xi32> {
-  // expected-error @below {{no CUDA lowering: 'attn.select_topk' over a ragged batch has CPU kernels only so far}}
-  %b = attn.select_topk %q, %meta paged(%pt, %lens : tensor<?x5xi32>, tensor<?xi32>) ragged(%cu : tensor<?xi32>) {block_size = 8, top_k = 2, mask = #attn.mask<causal>} : tensor<?x4x16xf32>, tensor<?x2x2x16xf32>
-  return %b : tensor<?x4x2xi32>
-}

@@ -20,6 +20,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <dlfcn.h>
@@ -30,6 +31,15 @@
 #include <string>
 
 namespace attn::e2e {
+
+/// SPEC §7's ALiBi slope of head h of H.
+inline double alibiSlope(int64_t h, int64_t heads) {
+  int64_t n = 1;
+  while (n * 2 <= heads)
+    n *= 2;
+  return h < n ? std::exp2(-8.0 * (h + 1) / n)
+               : std::exp2(-4.0 * (2 * (h - n) + 1) / n);
+}
 
 /// The dtype of a model description's "dtype".
 inline attn_dtype storageDtype(const std::string &name) {

@@ -330,8 +330,6 @@ class PagedSparsity
 TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
   const auto &[c, backend] = GetParam();
   const bool ragged = !c.rows.empty();
-  if (ragged && backend != Backend::Cpu)
-    GTEST_SKIP() << "ragged batches have CPU kernels only so far";
   std::string json = R"({"model": "s", "layers": [{"name": "attn",
     "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 24,
     "value_dim": 20, "mask": )" +
@@ -634,6 +632,22 @@ std::vector<PagedSparseCase> sparseCases() {
                  R"("none")",
                  "",
                  {4, 2, 1}});
+  // Long rows of many selected tokens: the CUDA kernels split a row's
+  // selection over threads and merge the splits.
+  ref::TopP most;
+  most.topP = 0.99;
+  all.push_back({"ragged_topp_alone_long",
+                 16,
+                 {700, 30},
+                 0,
+                 R"({"method": "top_p", "top_p": 0.99})",
+                 0,
+                 0,
+                 0,
+                 most,
+                 R"("causal")",
+                 "elementwise",
+                 {1, 12}});
   return all;
 }
 

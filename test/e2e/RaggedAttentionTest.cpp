@@ -4,7 +4,8 @@
 // query rows packed token-major with their offsets, decode rows (split-KV)
 // and prefill rows (flash tiles) in one call, keys packed with their own
 // offsets or in a paged cache, against the float64 reference run on each
-// sequence alone. Ragged batches have CPU kernels only so far.
+// sequence alone, on the CPU and through the CUDA kernels (their CPU
+// bodies, and a GPU when there is one).
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,13 +13,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
 namespace attn::e2e {
 namespace {
 
-constexpr int64_t kH = 4, kHkv = 2, kD = 24, kDv = 20;
+constexpr int64_t kD = 24, kDv = 20;
 
 struct RaggedCase {
   std::string label;
@@ -26,18 +29,33 @@ struct RaggedCase {
   int64_t pageSize = 0; ///< 0: packed keys
   std::string mask = R"("causal")";
   bool gate = false, lse = false;
+  /// A headwise gate [T, H, 1] instead of an elementwise one.
+  bool headwise = false;
+  /// SPEC §7's variants: a softcap of 20 with ALiBi, and a document
+  /// mask_mod (doc_ids [B, most keys + 1]).
+  bool softcapAlibi = false, documents = false;
+  int64_t heads = 4, kvHeads = 2;
 };
+
+void PrintTo(const RaggedCase &c, std::ostream *os) { *os << c.label; }
 
 std::string modelJson(const RaggedCase &c) {
   std::string layout = R"({"ragged": true)";
   if (c.pageSize)
     layout += R"(, "page_size": )" + std::to_string(c.pageSize);
   std::string json = R"({"model": "r", "layers": [{"name": "attn",
-    "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 24,
-    "value_dim": 20, "mask": )" +
-                     c.mask + R"(, "layout": )" + layout + "}";
+    "type": "attention", "num_heads": )" +
+                     std::to_string(c.heads) + R"(, "num_kv_heads": )" +
+                     std::to_string(c.kvHeads) +
+                     R"(, "head_dim": 24, "value_dim": 20, "mask": )" + c.mask +
+                     R"(, "layout": )" + layout + "}";
   if (c.gate)
-    json += R"(, "gate": "elementwise")";
+    json +=
+        c.headwise ? R"(, "gate": "headwise")" : R"(, "gate": "elementwise")";
+  if (c.softcapAlibi)
+    json += R"(, "softcap": 20, "score_mod": "alibi")";
+  if (c.documents)
+    json += R"(, "mask_mod": "document")";
   if (c.lse)
     json += R"(, "return_lse": true)";
   return json + "}]}";
@@ -61,22 +79,34 @@ ref::Tensor unpack(const ref::Tensor &x, int64_t first, int64_t n) {
   return out;
 }
 
-class RaggedAttention : public testing::TestWithParam<RaggedCase> {};
+class RaggedAttention
+    : public testing::TestWithParam<std::tuple<RaggedCase, Backend>> {};
 
 TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
-  const RaggedCase &c = GetParam();
+  const auto &[c, backend] = GetParam();
   std::string skip;
   std::unique_ptr<Model> model =
-      compileAndLoadFor(Backend::Cpu, modelDescription(modelJson(c)), 2, skip);
+      compileAndLoadFor(backend, modelDescription(modelJson(c)), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   const int64_t B = static_cast<int64_t>(c.queries.size());
   const ref::IntTensor cuQ = offsetsOf(c.queries), cuK = offsetsOf(c.keys);
   const int64_t T = cuQ(B), Tk = cuK(B);
+  const int64_t kH = c.heads, kHkv = c.kvHeads;
   ref::Tensor q = ref::randomTensor({T, kH, kD}, rng);
   ref::Tensor k = ref::randomTensor({Tk, kHkv, kD}, rng);
   ref::Tensor v = ref::randomTensor({Tk, kHkv, kDv}, rng);
-  ref::Tensor gate = ref::randomTensor({T, kH, kDv}, rng);
+  ref::Tensor gate = ref::randomTensor({T, kH, c.headwise ? 1 : kDv}, rng);
+  // Document ids per (sequence, position): runs of 1 .. 12 positions.
+  const int64_t mostKeys = *std::max_element(c.keys.begin(), c.keys.end()) + 1;
+  ref::IntTensor docs({B, mostKeys});
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0, id = 0; j < mostKeys; ++j) {
+      id += rng() % 6 == 0;
+      docs(b, j) = static_cast<int32_t>(id);
+    }
 
   std::vector<Tensor> inputs{toRuntime(q)};
   if (c.pageSize) {
@@ -119,6 +149,8 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
   inputs.push_back(intsToRuntime(cuQ));
   if (!c.pageSize)
     inputs.push_back(intsToRuntime(cuK));
+  if (c.documents)
+    inputs.push_back(intsToRuntime(docs));
   std::vector<Tensor> outputs = runEntry(*model, "attn", inputs);
   ASSERT_EQ(outputs.size(), c.lse ? 2u : 1u);
   ref::Tensor o = fromRuntime(outputs[0]);
@@ -130,9 +162,21 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
     if (lq == 0)
       continue;
     ref::Tensor gb = unpack(gate, cuQ(b), lq);
+    ref::Score score;
+    if (c.softcapAlibi) {
+      score.softcap = 20.0;
+      score.scoreMod = [kH](double s, int64_t, int64_t h, int64_t qp,
+                            int64_t kp) {
+        return s - alibiSlope(h, kH) * static_cast<double>(qp - kp);
+      };
+    }
+    if (c.documents)
+      score.maskMod = [&docs, b](int64_t, int64_t, int64_t qp, int64_t kp) {
+        return docs(b, qp) == docs(b, kp);
+      };
     ref::AttentionResult expected =
         ref::sdpa(unpack(q, cuQ(b), lq), unpack(k, cuK(b), lk),
-                  unpack(v, cuK(b), lk), mask, {}, c.gate ? &gb : nullptr);
+                  unpack(v, cuK(b), lk), mask, score, c.gate ? &gb : nullptr);
     for (int64_t h = 0; h < kH; ++h)
       for (int64_t i = 0; i < lq; ++i) {
         for (int64_t d = 0; d < kDv; ++d)
@@ -171,11 +215,30 @@ std::vector<RaggedCase> cases() {
   // Many long decode rows: the plan makes longer key ranges, not more.
   all.push_back({"many_decode_rows", std::vector<int64_t>(40, 2),
                  std::vector<int64_t>(40, 900), 16});
+  // The variants of SPEC §7, evaluated per key over ragged rows.
+  RaggedCase variants{"softcap_alibi_headwise", queries, keys};
+  variants.gate = variants.headwise = variants.softcapAlibi = true;
+  all.push_back(variants);
+  RaggedCase documents{"documents_paged_lse", queries, keys, 5};
+  documents.documents = documents.lse = true;
+  all.push_back(documents);
+  // A kv group wider than the CUDA decode kernel's tile of 16 rows.
+  RaggedCase wide{"gqa_group_20", {1, 3, 40}, {300, 20, 41}};
+  wide.heads = 20;
+  wide.kvHeads = 1;
+  all.push_back(wide);
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, RaggedAttention, testing::ValuesIn(cases()),
-                         [](const auto &info) { return info.param.label; });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, RaggedAttention,
+    testing::Combine(testing::ValuesIn(cases()),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
+    [](const auto &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
 
 } // namespace
 } // namespace attn::e2e

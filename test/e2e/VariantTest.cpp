@@ -58,15 +58,6 @@ std::string f32(double x) {
   return os.str();
 }
 
-/// SPEC §7's ALiBi slope of head h of H.
-double alibiSlope(int64_t h, int64_t heads) {
-  int64_t n = 1;
-  while (n * 2 <= heads)
-    n *= 2;
-  return h < n ? std::exp2(-8.0 * (h + 1) / n)
-               : std::exp2(-4.0 * (2 * (h - n) + 1) / n);
-}
-
 /// ALiBi's score_mod body: s - m_h * (qp - kp), the slope computed from h.
 std::string alibiRegion(int64_t heads) {
   int64_t n = 1;

@@ -78,15 +78,6 @@ func::FuncOp buildSplitKvMergeKernel(OpBuilder &builder, Location loc,
                                      const CpuTiling &tiling,
                                      TypeRange bindingTypes);
 
-/// The plan of a ragged batch (RaggedPlan), one workgroup. Kernel
-/// bindings: the queries' offsets, the keys' offsets or (paged) key
-/// lengths, the flash, split and merge plans.
-func::FuncOp buildRaggedPlanKernel(OpBuilder &builder, Location loc,
-                                   StringRef name,
-                                   const SoftmaxAttentionShape &shape,
-                                   const CpuTiling &tiling,
-                                   TypeRange bindingTypes);
-
 //===----------------------------------------------------------------------===//
 // Sparsity and trees
 //===----------------------------------------------------------------------===//

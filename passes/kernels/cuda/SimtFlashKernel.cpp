@@ -54,6 +54,8 @@ private:
 
   // The phases, in the order build() emits them.
   void bindArguments(TypeRange bindingTypes);
+  /// A ragged batch: whether the block's plan entry has work.
+  Value hasPlannedWork();
   void mapRows();
   /// Lk of the block's sequence and what follows from it (after mapRows
   /// has the batch).
@@ -75,6 +77,13 @@ private:
   /// The head and query row of tile row r (< rows).
   Value headOf(Value r);
   Value rowOf(Value r);
+  /// Where tile row r's q, gate, o and lse are (o: before the feature
+  /// index), or its decode partials.
+  SmallVector<Value> rowAt(Value r);
+  /// A ragged batch: the block's entry in its plan (RaggedPlan), blocks
+  /// being (entry, head) for query tiles and (entry, kv head, tile of the
+  /// group's heads) for decode, the last fastest.
+  Value plannedEntry();
   /// Where the variant regions see tile row r.
   Value queryPositionOf(Value r);
   /// The keys tile row r sees, [begin, end), inside [from, to).
@@ -143,6 +152,8 @@ private:
   SoftmaxBindings inputs;
   /// Where key j of the block's sequence is (findKeyLength).
   std::optional<KeyRows> kv;
+  /// Where the rows of q, gate, o and lse are.
+  std::optional<QueryRows> queries;
   Value q, k, v, parents, selection, gate, out, lse;
   Value tileClasses, tileList, tileCounts, workgroup;
 
@@ -155,6 +166,12 @@ private:
   // The rows (mapRows): tile row r < rows is query row rowOf(r) of head
   // headOf(r) and sees keys in [from, to) only.
   Value batch, kvHead, head, row, split, first, rows, from, to;
+  /// Decode: the tile's rows are the group's (head, query row) pairs from
+  /// pair `first`, each head's rows being rowBase .. rowBase +
+  /// rowsPerHead - 1 (all Lq rows, or a ragged batch's planned row).
+  Value rowBase, rowsPerHead;
+  /// A ragged batch: the block's entry in its plan.
+  Value entry;
   /// With a block mask: where the query tile's row of it is.
   SmallVector<Value> maskRow;
   /// Sparse decode: split s takes selection entries [entryFrom, entryTo).
@@ -216,31 +233,40 @@ SimtFlashKernel::SimtFlashKernel(OpBuilder &builder, Location loc,
 }
 
 func::FuncOp SimtFlashKernel::build() {
-  mapRows();
-  allocateBuffers();
-  stageQueryTile();
-  findTreeNodes();
-  findKeyRange();
-  // The copies of a tile's k and v overlap the products of the one before
-  // them, as in FlashAttention-2: k of the first tile is staged here; v of
-  // each tile is copied while its probabilities are computed, and k of the
-  // next while P v is. Each phase's copies are waited for at its end,
-  // before the barrier after which the next phase reads them. (Copying v
-  // during the scores too would overlap more, but its address arithmetic
-  // beside the mma operands made decode with D = 256 and a small tree's
-  // prefix spill 16 bytes.)
-  e.eachThread([&](Value thread) {
-    stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(c0));
-    AsyncWaitOp::create(b, loc);
-  });
-  e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
-    Value firstKey = tileFirstKey(keyTileIndex);
-    Value nextTile = e.add(keyTileIndex, c1);
-    scoreKeyTile(firstKey);
-    updateSoftmax(keyTileIndex);
-    accumulateValues(nextTile);
-  });
-  storeOutputs();
+  queries.emplace(e, inputs);
+  auto attend = [&] {
+    mapRows();
+    allocateBuffers();
+    stageQueryTile();
+    findTreeNodes();
+    findKeyRange();
+    // The copies of a tile's k and v overlap the products of the one
+    // before them, as in FlashAttention-2: k of the first tile is staged
+    // here; v of each tile is copied while its probabilities are computed,
+    // and k of the next while P v is. Each phase's copies are waited for at
+    // its end, before the barrier after which the next phase reads them.
+    // (Copying v during the scores too would overlap more, but its address
+    // arithmetic beside the mma operands made decode with D = 256 and a
+    // small tree's prefix spill 16 bytes.)
+    e.eachThread([&](Value thread) {
+      stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(c0));
+      AsyncWaitOp::create(b, loc);
+    });
+    e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
+      Value firstKey = tileFirstKey(keyTileIndex);
+      Value nextTile = e.add(keyTileIndex, c1);
+      scoreKeyTile(firstKey);
+      updateSoftmax(keyTileIndex);
+      accumulateValues(nextTile);
+    });
+    storeOutputs();
+  };
+  // Entries past a ragged batch's plan have no work: the whole block skips
+  // (the condition is the block's, so its barriers stay uniform).
+  if (shape.ragged)
+    e.ifThen(hasPlannedWork(), attend);
+  else
+    attend();
   func::ReturnOp::create(b);
   return func;
 }
@@ -291,15 +317,36 @@ void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
   storage = KernelEmitter::storageType(q);
   c0 = e.index(0), c1 = e.index(1), c32 = e.index(32);
 
-  lq = e.dim(q, 2);
+  // A ragged batch's rows are per sequence (findKeyLength).
+  if (!shape.ragged)
+    lq = e.dim(q, 2);
+}
+
+Value SimtFlashKernel::plannedEntry() {
+  const int64_t blocksPerEntry =
+      mapping == RowMapping::DecodeTile
+          ? shape.numKvHeads * llvm::divideCeil(group, TQ)
+          : shape.numHeads;
+  return e.div(workgroup, e.index(blocksPerEntry));
+}
+
+Value SimtFlashKernel::hasPlannedWork() {
+  return e.icmp(arith::CmpIPredicate::sge,
+                e.loadInt(inputs.plan, {plannedEntry(), c0}), e.i32(0));
 }
 
 void SimtFlashKernel::findKeyLength() {
-  // The keys of the block's sequence: dim 2 of k, or its seq_lens entry
-  // in a paged cache. Query row i sits at Lk - Lq + i (the variant
-  // regions' position).
+  // The keys of the block's sequence: dim 2 of k, its seq_lens entry in a
+  // paged cache, or the difference of its offsets in a ragged batch (whose
+  // query rows are the sequence's too). Query row i sits at Lk - Lq + i
+  // (the variant regions' position).
   kv.emplace(e, shape, inputs);
+  kv->bind(batch);
   lk = kv->length(batch);
+  if (shape.ragged) {
+    queries->bind(batch);
+    lq = queries->length(batch);
+  }
   firstPosition = e.sub(lk, lq);
   if (treePrefix)
     lk = e.sub(lk, lq);
@@ -329,6 +376,27 @@ void SimtFlashKernel::mapRows() {
     return;
   }
   case RowMapping::DecodeTile: {
+    if (shape.ragged) {
+      // The plan's entry (sequence, query row, key range): the group's
+      // heads at that row make the rows.
+      entry = plannedEntry();
+      Value tiles = e.index(llvm::divideCeil(group, TQ));
+      Value rest = e.rem(workgroup, e.mul(e.index(shape.numKvHeads), tiles));
+      Value tile = e.rem(rest, tiles);
+      kvHead = e.div(rest, tiles);
+      auto column = [&](int64_t c) {
+        return e.toIndex(e.loadInt(inputs.plan, {entry, e.index(c)}));
+      };
+      batch = column(0);
+      findKeyLength();
+      rowBase = column(1);
+      rowsPerHead = c1;
+      first = e.mul(tile, e.index(TQ));
+      rows = e.minS(e.index(TQ), e.sub(e.index(group), first));
+      from = e.minS(lk, column(2));
+      to = e.minS(lk, column(3));
+      return;
+    }
     // Workgroup order (batch, kv head, row tile, split), the split
     // fastest. The group's (head, query row) pairs, head-major, make the
     // rows, so its heads share each staged k and v tile. A tree's last
@@ -345,6 +413,8 @@ void SimtFlashKernel::mapRows() {
     kvHead = e.rem(rest, e.index(shape.numKvHeads));
     batch = e.div(rest, e.index(shape.numKvHeads));
     findKeyLength();
+    rowBase = c0;
+    rowsPerHead = lq;
     first = e.mul(tile, e.index(TQ));
     rows = e.minS(e.index(TQ), e.sub(packed, first));
     // The splits share the keys in whole key tiles (the host program picks
@@ -357,6 +427,18 @@ void SimtFlashKernel::mapRows() {
     return;
   }
   case RowMapping::QueryTile: {
+    if (shape.ragged) {
+      // The plan's entry (sequence, first row of the tile), the head
+      // fastest: a kv group's heads read the same keys together.
+      entry = plannedEntry();
+      head = e.rem(workgroup, e.index(shape.numHeads));
+      batch = e.toIndex(e.loadInt(inputs.plan, {entry, c0}));
+      findKeyLength();
+      kvHead = e.div(head, e.index(group));
+      first = e.toIndex(e.loadInt(inputs.plan, {entry, c1}));
+      rows = e.minS(e.index(TQ), e.sub(lq, first));
+      return;
+    }
     // Workgroup order (batch, head, query tile), the tile fastest (a
     // head's blocks run together and share its k and v in L2), the last
     // tile first: under a causal mask the later tiles see the most keys,
@@ -384,7 +466,8 @@ void SimtFlashKernel::mapRows() {
 Value SimtFlashKernel::headOf(Value r) {
   if (mapping != RowMapping::DecodeTile)
     return head;
-  return e.add(e.mul(kvHead, e.index(group)), e.div(e.add(first, r), lq));
+  return e.add(e.mul(kvHead, e.index(group)),
+               e.div(e.add(first, r), rowsPerHead));
 }
 
 Value SimtFlashKernel::rowOf(Value r) {
@@ -392,11 +475,22 @@ Value SimtFlashKernel::rowOf(Value r) {
   case RowMapping::SparseRow:
     return row;
   case RowMapping::DecodeTile:
-    return e.rem(e.add(first, r), lq);
+    return e.add(rowBase, e.rem(e.add(first, r), rowsPerHead));
   case RowMapping::QueryTile:
     return e.add(first, r);
   }
   llvm_unreachable("unknown row mapping");
+}
+
+SmallVector<Value> SimtFlashKernel::rowAt(Value r) {
+  // A ragged batch's partials are [entries, H, (Dv)], the entry's index
+  // being its partial's.
+  if (partials && shape.ragged)
+    return {entry, headOf(r)};
+  SmallVector<Value> at = queries->at(batch, headOf(r), rowOf(r));
+  if (split)
+    at.push_back(split);
+  return at;
 }
 
 Value SimtFlashKernel::queryPositionOf(Value r) {
@@ -548,7 +642,7 @@ void SimtFlashKernel::stageQueryTile() {
   e.eachThread([&](Value thread) {
     stageRows(thread, TQ, q, qs, D, Dp,
               [&](Value r) -> std::pair<SmallVector<Value>, Value> {
-                return {{batch, headOf(r), rowOf(r)}, lt(r, rows)};
+                return {queries->at(batch, headOf(r), rowOf(r)), lt(r, rows)};
               });
     setRegisters(e.registersOf(outRegs, thread), RT * valueBlocks, 0.0);
     Value m = e.registersOf(maxRegs, thread),
@@ -849,9 +943,7 @@ void SimtFlashKernel::storeOutputs() {
         Value sum =
             combineQuad(r, [&](Value x, Value y) { return e.fadd(x, y); });
         Value inv = e.reciprocalOrZero(sum);
-        SmallVector<Value> at{batch, headOf(r), rowOf(r)};
-        if (split)
-          at.push_back(split);
+        SmallVector<Value> at = rowAt(r);
         RowGate rowGate(e, shape, gate, at);
         for (int64_t block = 0; block < valueBlocks; ++block)
           for (int64_t el = 0; el < 2; ++el) {

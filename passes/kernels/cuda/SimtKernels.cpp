@@ -192,11 +192,11 @@ mlir::attn::visibleKeys(SimtEmitter &e, const SoftmaxAttentionShape &shape,
 SimtRowSoftmax::SimtRowSoftmax(SimtEmitter &e,
                                const SoftmaxAttentionShape &shape,
                                const SoftmaxBindings &inputs,
-                               const KeyRows &keys, Value batch, Value head,
-                               Value row, Value queryPos,
+                               const KeyRows &keys,
+                               const QueryRowOfWorkgroup &at, Value queryPos,
                                ValueRange variantBuffers)
-    : e(e), shape(shape), keys(keys), k(inputs.k), v(inputs.v), batch(batch),
-      head(head), row(row), queryPos(queryPos),
+    : e(e), shape(shape), keys(keys), k(inputs.k), v(inputs.v), batch(at.batch),
+      head(at.head), queryPos(queryPos), rowAt(at.at(at.head)),
       variants(e, shape.variants, variantBuffers) {
   Value q = inputs.q;
   Value c0 = e.index(0), c1 = e.index(1);
@@ -204,7 +204,7 @@ SimtRowSoftmax::SimtRowSoftmax(SimtEmitter &e,
   // The scaled query row, read once.
   query = e.scratch(shape.headDim);
   e.loop(c0, e.index(shape.headDim), c1, [&](Value d) {
-    e.store(e.fmul(e.load(q, {batch, head, row, d}), e.scalar(shape.scale)),
+    e.store(e.fmul(e.load(q, withIndex(rowAt, d)), e.scalar(shape.scale)),
             query, d);
   });
   acc = e.scratch(shape.valueDim);
@@ -251,12 +251,11 @@ void SimtRowSoftmax::storePartial(ValueRange state, Value partialOut,
                                   Value partialLse, Value split) {
   // The normalized partial and its log-sum-exp (0 and -inf when empty).
   Value inv = e.reciprocalOrZero(state[1]);
+  SmallVector<Value> at = withIndex(rowAt, split);
   e.loop(e.index(0), e.index(shape.valueDim), e.index(1), [&](Value d) {
-    e.store(e.fmul(e.load(acc, d), inv), partialOut,
-            {batch, head, row, split, d});
+    e.store(e.fmul(e.load(acc, d), inv), partialOut, withIndex(at, d));
   });
-  e.store(e.logSumExp(state[0], state[1]), partialLse,
-          {batch, head, row, split});
+  e.store(e.logSumExp(state[0], state[1]), partialLse, at);
 }
 
 int64_t SimtFlashTiling::sharedBytes() const {
@@ -445,30 +444,38 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
   Value dv = e.index(shape.valueDim);
   Value d = e.rem(thread, dv);
   SplitKvMerge merge(e, func, shape, e.div(thread, dv));
-  Value safe = merge.maxLse();
-  Value c0 = e.index(0), c1 = e.index(1);
+  auto mergeRow = [&] {
+    Value safe = merge.maxLse();
+    Value c0 = e.index(0), c1 = e.index(1);
 
-  // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
-  // of empty ranges have lse_s = -inf and weigh 0.
-  SmallVector<Value> sums =
-      e.loop(c0, merge.splits, c1, {e.scalar(0.0), e.scalar(0.0)},
-             [&](Value s, ValueRange it) -> SmallVector<Value> {
-               SmallVector<Value> at = merge.partialAt(s);
-               Value weight = e.exp(e.fsub(e.load(merge.partialLse, at), safe));
-               at.push_back(d);
-               return {e.fma(weight, e.load(merge.partialOut, at), it[0]),
-                       e.fadd(it[1], weight)};
-             });
-  Value acc = sums[0], total = sums[1];
-  SmallVector<Value> at = merge.rowAt();
-  RowGate rowGate(e, shape, merge.gate, at);
-  SmallVector<Value> outAt(at);
-  outAt.push_back(d);
-  e.store(rowGate.apply(e.fmul(acc, e.reciprocalOrZero(total)), d), merge.out,
-          outAt);
-  if (merge.lse)
-    e.ifThen(e.icmp(arith::CmpIPredicate::eq, d, c0),
-             [&] { e.store(e.logSumExp(safe, total), merge.lse, at); });
+    // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
+    // of empty ranges have lse_s = -inf and weigh 0.
+    SmallVector<Value> sums =
+        e.loop(c0, merge.splits, c1, {e.scalar(0.0), e.scalar(0.0)},
+               [&](Value s, ValueRange it) -> SmallVector<Value> {
+                 SmallVector<Value> at = merge.partialAt(s);
+                 Value weight =
+                     e.exp(e.fsub(e.load(merge.partialLse, at), safe));
+                 at.push_back(d);
+                 return {e.fma(weight, e.load(merge.partialOut, at), it[0]),
+                         e.fadd(it[1], weight)};
+               });
+    Value acc = sums[0], total = sums[1];
+    SmallVector<Value> at = merge.rowAt();
+    RowGate rowGate(e, shape, merge.gate, at);
+    SmallVector<Value> outAt(at);
+    outAt.push_back(d);
+    e.store(rowGate.apply(e.fmul(acc, e.reciprocalOrZero(total)), d), merge.out,
+            outAt);
+    if (merge.lse)
+      e.ifThen(e.icmp(arith::CmpIPredicate::eq, d, c0),
+               [&] { e.store(e.logSumExp(safe, total), merge.lse, at); });
+  };
+  // A ragged batch's entries past the plan have no row.
+  if (merge.hasRow)
+    e.ifThen(merge.hasRow, mergeRow);
+  else
+    mergeRow();
   func::ReturnOp::create(b);
   return func;
 }

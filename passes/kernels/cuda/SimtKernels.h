@@ -34,6 +34,7 @@
 #define ATTN_PASSES_KERNELS_CUDA_SIMTKERNELS_H
 
 #include "passes/kernels/AttentionShapes.h"
+#include "passes/kernels/KeySelection.h"
 #include "passes/kernels/VariantRegions.h"
 
 #include "AttnKernel/AttnKernelOps.h"
@@ -243,12 +244,13 @@ private:
 /// values the caller carries through its loops over keys.
 class SimtRowSoftmax {
 public:
-  /// Reads q[batch, head, row, :] and zeroes the output; keys are read
-  /// through `keys` (contiguous or paged). The variant regions see the row
-  /// at `queryPos` and read `variantBuffers`.
+  /// Reads the query row `at` (of [B, H, Lq] or a ragged batch's packed
+  /// [T, H]) and zeroes the output; keys are read through `keys`
+  /// (contiguous or paged). The variant regions see the row at `queryPos`
+  /// and read `variantBuffers`.
   SimtRowSoftmax(SimtEmitter &e, const SoftmaxAttentionShape &shape,
                  const SoftmaxBindings &inputs, const KeyRows &keys,
-                 Value batch, Value head, Value row, Value queryPos,
+                 const QueryRowOfWorkgroup &at, Value queryPos,
                  ValueRange variantBuffers);
   /// (m, l) before any key.
   SmallVector<Value> initial();
@@ -259,7 +261,8 @@ public:
                             Value keyPos = Value());
   /// Writes the normalized output and its log-sum-exp (0 and -inf for a row
   /// that saw no key) to partial o [B, H, Lq, S, Dv] and partial lse
-  /// [B, H, Lq, S] at [batch, head, row, split], for the merge kernel.
+  /// [B, H, Lq, S] at [batch, head, row, split] (a ragged batch's [T, H,
+  /// S, Dv] and [T, H, S] at [token, head, split]), for the merge kernel.
   void storePartial(ValueRange state, Value partialOut, Value partialLse,
                     Value split);
 
@@ -267,7 +270,9 @@ private:
   SimtEmitter &e;
   const SoftmaxAttentionShape &shape;
   const KeyRows &keys;
-  Value k, v, batch, head, row, queryPos, kvHead, query, acc;
+  Value k, v, batch, head, queryPos, kvHead, query, acc;
+  /// The row's index prefix in q and the partials.
+  SmallVector<Value> rowAt;
   VariantEmitter variants;
 };
 

@@ -67,13 +67,18 @@ SmallVector<Value> indicesOf(ValueRange prefix, Value last) {
   return indices;
 }
 
-/// q[batch, head, row, :] * scale in thread-local scratch.
-Value scaledQuery(SimtEmitter &e, Value q, const RowOfWorkgroup &at,
+/// The last dim of a per-row tensor ([B, H, Lq, n], or a ragged batch's
+/// packed [T, H, n]).
+Value lastDim(SimtEmitter &e, Value rowTensor) {
+  return e.dim(rowTensor, cast<MemRefType>(rowTensor.getType()).getRank() - 1);
+}
+
+/// The query row at `prefix` in q, times `scale`, in thread-local scratch.
+Value scaledQuery(SimtEmitter &e, Value q, ArrayRef<Value> prefix,
                   int64_t headDim, double scale) {
   Value query = e.scratch(headDim);
   e.loop(e.index(0), e.index(headDim), e.index(1), [&](Value d) {
-    e.store(e.fmul(e.load(q, {at.batch, at.head, at.row, d}), e.scalar(scale)),
-            query, d);
+    e.store(e.fmul(e.load(q, withIndex(prefix, d)), e.scalar(scale)), query, d);
   });
   return query;
 }
@@ -242,14 +247,18 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
   SimtEmitter e(b);
   auto args = func.getArguments();
   const bool paged = static_cast<bool>(op.getPageTable());
+  // A ragged batch's rows are packed [T, H] (its query offsets bound after
+  // the keys).
+  const bool ragged = static_cast<bool>(op.getCuSeqlensQ());
   unsigned next = 0;
   Value q = args[next++], meta = args[next++];
   SelectionKeys keys(args, next, paged);
+  Value queryOffsets = ragged ? args[next++] : Value();
   Value blocks = args[next++], heapScores = args[next++];
   Value bounds = boundsGiven ? args[next++] : Value();
   Value thread = args.back();
   const int64_t H = staticDim(bindingTypes[0], 1);
-  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t D = staticDim(bindingTypes[0], ragged ? 2 : 3);
   const int64_t group =
       H / staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
   const int64_t topK = op.getTopK();
@@ -257,13 +266,13 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
   const int64_t fill = topK - sink - local;
 
   Value c0 = e.index(0), c1 = e.index(1);
-  Value lq = e.dim(q, 2);
-  RowOfWorkgroup at(e, thread, H, lq);
+  QueryRowOfWorkgroup at(e, thread, H, q, queryOffsets);
+  Value lq = at.rows;
   Value kvHead = e.div(at.head, e.index(group));
   Value lk = keys.length(e, at.batch);
   auto [firstBlock, count] =
       topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
-  SmallVector<Value> prefix{at.batch, at.head, at.row};
+  SmallVector<Value> prefix = at.at(at.head);
   auto store = [&](Value block, Value slot) {
     memref::StoreOp::create(b, e.toI32(block), blocks, indicesOf(prefix, slot));
   };
@@ -273,7 +282,7 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
       fits,
       [&]() -> SmallVector<Value> {
         e.loop(c0, count, c1, [&](Value n) { store(e.add(firstBlock, n), n); });
-        padWithMinusOne(e, blocks, prefix, count, e.dim(blocks, 3));
+        padWithMinusOne(e, blocks, prefix, count, lastDim(e, blocks));
         return {};
       },
       [&]() -> SmallVector<Value> {
@@ -285,7 +294,7 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
         Value middle = e.sub(count, e.index(sink + local));
         if (fill > 0) {
           Value query = bounds ? Value()
-                               : scaledQuery(e, q, at, D,
+                               : scaledQuery(e, q, prefix, D,
                                              selectionScale(op.getScale(), D));
           auto boundOf = [&](Value block) {
             if (bounds)
@@ -524,30 +533,32 @@ func::FuncOp mlir::attn::buildSimtTopKPlaceKernel(OpBuilder &builder,
 namespace {
 
 /// What every top-p kernel of a row reads first: its bindings q, k and,
-/// over a paged cache, the page table and key lengths (from `next`,
-/// advanced), and the row's place.
+/// over a paged cache, the page table and key lengths, then a ragged
+/// batch's query offsets (from `next`, advanced), and the row's place.
 struct TopPRowStart {
   TopPRowStart(SimtEmitter &e, SelectTopPOp op, ValueRange args, unsigned &next,
                function_ref<Value()> thread)
       : q(args[next]), k(args[next + 1]),
         keys(e, args[next + 1], op.getPageTable() ? args[next + 2] : Value(),
              op.getPageTable() ? args[next + 3] : Value()),
-        at(e, thread(), staticDim(q.getType(), 1), e.dim(q, 2)) {
-    next += op.getPageTable() ? 4 : 2;
+        at(e, thread(), staticDim(q.getType(), 1), q,
+           op.getCuSeqlensQ() ? args[next + (op.getPageTable() ? 4 : 2)]
+                              : Value()) {
+    next += (op.getPageTable() ? 4 : 2) + (op.getCuSeqlensQ() ? 1 : 0);
     const int64_t H = staticDim(q.getType(), 1);
     const unsigned kvHeadDim = op.getPageTable() ? 2 : 1;
     kvHead = e.div(at.head, e.index(H / staticDim(k.getType(), kvHeadDim)));
-    Value lq = e.dim(q, 2);
+    Value lq = at.rows;
     lk = keys.length(at.batch);
     MaskAttr mask = op.getMask();
     std::tie(begin, end) = visibleRange(e, mask.getKind(), mask.getWindow(),
                                         e.add(e.sub(lk, lq), at.row), lk);
-    prefix = {at.batch, at.head, at.row};
+    prefix = at.at(at.head);
   }
   Value q, k;
   /// The keys of the row's sequence, contiguous or in a paged cache.
   KeyRows keys;
-  RowOfWorkgroup at;
+  QueryRowOfWorkgroup at;
   Value kvHead, lk, begin, end;
   SmallVector<Value> prefix;
 };
@@ -576,7 +587,7 @@ func::FuncOp mlir::attn::buildSimtTopPCandidatesKernel(
   if (blocks) {
     Value bs = e.index(*op.getBlockSize());
     count = forEachListedBlock(
-        e, blocks, row.prefix, e.ceilDiv(row.lk, bs), c0, e.dim(blocks, 3),
+        e, blocks, row.prefix, e.ceilDiv(row.lk, bs), c0, lastDim(e, blocks),
         {c0}, [&](Value block, ValueRange it) -> SmallVector<Value> {
           Value first = e.mul(block, bs);
           Value from = e.maxS(row.begin, first);
@@ -610,13 +621,13 @@ func::FuncOp mlir::attn::buildSimtTopPScoresKernel(OpBuilder &builder,
   Value keys = args[args.size() - 4], thread = args.back();
   Value slots, slot;
   TopPRowStart row(e, op, args, next, [&] {
-    slots = e.dim(keys, 3);
+    slots = lastDim(e, keys);
     slot = e.rem(thread, slots);
     return e.div(thread, slots);
   });
   Value counts = args[next + 1], scores = args[next + 2];
   Value q = row.q;
-  const int64_t D = staticDim(bindingTypes[0], 3);
+  const int64_t D = staticDim(bindingTypes[0], op.getCuSeqlensQ() ? 2 : 3);
   const double scale = selectionScale(op.getScale(), D);
   const double softcap = op.getSoftcap().convertToDouble();
   Value c0 = e.index(0), c1 = e.index(1);
@@ -646,8 +657,7 @@ func::FuncOp mlir::attn::buildSimtTopPScoresKernel(OpBuilder &builder,
       levels = Int4Levels::of(e, range[0], range[1]);
     }
     Value s = e.sumOver(c0, e.index(D), [&](Value d) {
-      Value qd = e.fmul(e.load(q, {row.at.batch, row.at.head, row.at.row, d}),
-                        e.scalar(scale));
+      Value qd = e.fmul(e.load(q, withIndex(row.prefix, d)), e.scalar(scale));
       Value x = channel(d);
       return e.fmul(qd, levels ? levels->round(e, x) : x);
     });
@@ -675,7 +685,7 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
   Value bucketWeights = args[next++], order = args[next++];
   Value kept = args[next++];
   Value c0 = e.index(0), c1 = e.index(1);
-  Value capacity = e.dim(tokens, 3);
+  Value capacity = lastDim(e, tokens);
   SmallVector<Value> prefix = row.prefix;
   auto at3 = [&](Value slot) { return indicesOf(prefix, slot); };
   Value count = e.toIndex(e.loadInt(counts, at3(c0)));
@@ -747,12 +757,14 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
   ValueRange variantBuffers = shape.variants.buffersOf(func);
   Value c1 = e.index(1);
 
-  // Sparse: thread order (batch, head, row, split), the split fastest.
-  // Tree nodes: a thread per (batch, head, row), for the last split.
-  Value lq = e.dim(q, 2), splits = e.dim(partialLse, 3);
+  // Sparse: thread order (batch, head, row, split), or in a ragged batch
+  // (token, head, split), the split fastest. Tree nodes: a thread per
+  // (batch, head, row), for the last split.
+  Value splits = e.dim(partialLse, shape.ragged ? 2 : 3);
   Value split = tree ? e.sub(splits, c1) : e.rem(thread, splits);
-  RowOfWorkgroup at(e, tree ? thread : e.div(thread, splits), shape.numHeads,
-                    lq);
+  QueryRowOfWorkgroup at(e, tree ? thread : e.div(thread, splits),
+                         shape.numHeads, q, inputs.queryOffsets);
+  Value lq = at.rows;
   // The keys of the row's sequence, contiguous or in a paged cache.
   KeyRows keys(e, shape, inputs);
   Value lk = keys.length(at.batch);
@@ -763,8 +775,8 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
     Value prefixLength = e.sub(lk, lq);
     TreeNodeKeys node(e, selection, at.batch, at.row, prefixLength, shape.mask,
                       shape.window);
-    SimtRowSoftmax row(e, shape, inputs, keys, at.batch, at.head, at.row,
-                       node.position, variantBuffers);
+    SimtRowSoftmax row(e, shape, inputs, keys, at, node.position,
+                       variantBuffers);
     SmallVector<Value> state = node.eachTreeKey(
         row.initial(), [&](Value u, Value position, ValueRange it) {
           return row.addKey(it, e.add(prefixLength, u), position);
@@ -774,16 +786,15 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
     // The split's share of the selection entries; the visible keys of each
     // block listed there for the first time.
     Value pos = e.add(e.sub(lk, lq), at.row);
-    SimtRowSoftmax row(e, shape, inputs, keys, at.batch, at.head, at.row, pos,
-                       variantBuffers);
+    SimtRowSoftmax row(e, shape, inputs, keys, at, pos, variantBuffers);
     auto [begin, end] = visibleRange(e, shape.mask, shape.window, pos, lk);
     Value bs = e.index(shape.selectionBlockSize);
-    Value entries = e.dim(selection, 3);
+    Value entries = e.dim(selection, shape.ragged ? 2 : 3);
     Value perSplit = e.ceilDiv(entries, splits);
     Value from = e.minS(entries, e.mul(split, perSplit));
     Value to = e.minS(entries, e.add(from, perSplit));
     SmallVector<Value> state = forEachListedBlock(
-        e, selection, {at.batch, at.head, at.row}, e.ceilDiv(lk, bs), from, to,
+        e, selection, at.at(at.head), e.ceilDiv(lk, bs), from, to,
         row.initial(), [&](Value block, ValueRange it) {
           Value first = e.mul(block, bs);
           Value from = e.maxS(begin, first);
