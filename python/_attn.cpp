@@ -2,7 +2,8 @@
 //
 // A thin layer over the runtime's C API (runtime/attn_runtime.h): a loaded
 // model, its entries and signatures, and `run`, which hands NumPy arrays
-// and PyTorch CPU tensors (by their data pointers) to attn_run in place;
+// and PyTorch CPU tensors (by their data pointers) to attn_run in place,
+// and PyTorch CUDA tensors to attn_run_device on torch's current stream;
 // the package turns other DLPack producers into NumPy views first, without
 // copying. Everything the
 // runtime checks it also reports: its message becomes attn.Error. The GIL
@@ -141,18 +142,34 @@ public:
   }
 
   /// Runs `entry` on `inputs`, writing `outputs` in place; the GIL is
-  /// released while it runs.
+  /// released while it runs. CUDA tensors are enqueued on torch's current
+  /// stream of their device, with no copy and no synchronisation (SPEC §8).
   void run(const std::string &entry, const py::list &inputs,
            const py::list &outputs) {
     int32_t index = find(entry);
     Call call = prepare(index, inputs, outputs, /*withOutputs=*/true);
+    void *stream = nullptr;
+    if (call.onDevice)
+      stream = reinterpret_cast<void *>(
+          py::module_::import("torch")
+              .attr("cuda")
+              .attr("current_stream")(call.device)
+              .attr("cuda_stream")
+              .cast<std::uintptr_t>());
     attn_status status;
     {
       py::gil_scoped_release release;
-      status = attn_run(model, index, call.inputs.data(),
-                        static_cast<int32_t>(call.inputs.size()),
-                        call.outputs.data(),
-                        static_cast<int32_t>(call.outputs.size()));
+      status =
+          call.onDevice
+              ? attn_run_device(model, index, call.inputs.data(),
+                                static_cast<int32_t>(call.inputs.size()),
+                                call.outputs.data(),
+                                static_cast<int32_t>(call.outputs.size()),
+                                stream)
+              : attn_run(model, index, call.inputs.data(),
+                         static_cast<int32_t>(call.inputs.size()),
+                         call.outputs.data(),
+                         static_cast<int32_t>(call.outputs.size()));
     }
     check(status);
   }
@@ -186,6 +203,9 @@ private:
   struct Call {
     std::vector<std::vector<int64_t>> shapes;
     std::vector<attn_tensor> inputs, outputs;
+    /// CUDA tensors (all of the call's): their torch device.
+    bool onDevice = false, onHost = false;
+    py::object device;
   };
 
   int32_t find(const std::string &entry) const {
@@ -237,6 +257,10 @@ private:
             what + ": expected an array, got " +
             py::str(py::type::of(object).attr("__name__")).cast<std::string>());
       auto array = py::reinterpret_borrow<py::array>(object);
+      call.onHost = true;
+      if (call.onDevice)
+        throw AttnError(what + ": CUDA and CPU tensors in one call; pass all "
+                               "of them on one device");
       std::optional<attn_dtype> dtype = dtypeOf(array.dtype(), info.dtype);
       if (!dtype || *dtype != info.dtype)
         throw AttnError(what + ": expected dtype " +
@@ -271,16 +295,31 @@ private:
            py::hasattr(object, "data_ptr");
   }
 
-  /// Describes a torch CPU tensor by its own data pointer: reading
-  /// data_ptr, shape and dtype costs far less than a NumPy view of it.
+  /// Describes a torch tensor by its own data pointer: reading data_ptr,
+  /// shape and dtype costs far less than a NumPy view of it. A call's
+  /// tensors are all on the CPU or all on the GPU the model runs on (the
+  /// first, cuda:0).
   void describeTorch(py::handle tensor, const attn_argument_info &info,
                      const std::string &what, Call &call, bool isOutput) {
-    if (!tensor.attr("is_cpu").cast<bool>())
+    const bool cuda = tensor.attr("is_cuda").cast<bool>();
+    if (!cuda && !tensor.attr("is_cpu").cast<bool>())
       throw AttnError(
           what + ": a " +
           py::str(tensor.attr("device").attr("type")).cast<std::string>() +
-          " tensor; attn takes CPU tensors (device tensors on streams come "
-          "with the serving layouts of SPEC §8)");
+          " tensor; attn takes CPU and CUDA tensors");
+    if (cuda) {
+      py::object device = tensor.attr("device");
+      py::object index = device.attr("index");
+      if (!index.is_none() && index.cast<int64_t>() != 0)
+        throw AttnError(what + ": a tensor on " +
+                        py::str(device).cast<std::string>() +
+                        "; attn runs on the first GPU (cuda:0)");
+      call.device = device;
+    }
+    (cuda ? call.onDevice : call.onHost) = true;
+    if (call.onDevice && call.onHost)
+      throw AttnError(what + ": CUDA and CPU tensors in one call; pass all "
+                             "of them on one device");
     std::string dtypeName = py::str(tensor.attr("dtype")).cast<std::string>();
     std::optional<attn_dtype> dtype;
     if (dtypeName == "torch.float32")

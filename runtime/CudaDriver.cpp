@@ -45,6 +45,8 @@ struct Driver {
   X(cuFuncSetAttribute, CUresult (*)(void *, int, int))                        \
   X(cuMemAlloc_v2, CUresult (*)(CUdeviceptr *, size_t))                        \
   X(cuMemFree_v2, CUresult (*)(CUdeviceptr))                                   \
+  X(cuMemAllocAsync, CUresult (*)(CUdeviceptr *, size_t, void *))              \
+  X(cuMemFreeAsync, CUresult (*)(CUdeviceptr, void *))                         \
   X(cuMemcpyHtoD_v2, CUresult (*)(CUdeviceptr, const void *, size_t))          \
   X(cuMemcpyDtoH_v2, CUresult (*)(void *, CUdeviceptr, size_t))                \
   X(cuEventCreate, CUresult (*)(void **, unsigned))                            \
@@ -218,6 +220,35 @@ const Module::Kernel *Module::kernel(const std::string &name) const {
   return nullptr;
 }
 
+bool Module::makeCurrent(std::string &error) {
+  Driver *driver = Driver::get(error);
+  return driver && driver->check(driver->cuCtxSetCurrent(context),
+                                 "cuCtxSetCurrent", error);
+}
+
+bool Module::allocateAsync(size_t bytes, void *stream, uint64_t &pointer,
+                           std::string &error) {
+  pointer = 0;
+  if (bytes == 0)
+    return true;
+  Driver *driver = Driver::get(error);
+  CUdeviceptr p = 0;
+  if (!driver || !driver->check(driver->cuMemAllocAsync(&p, bytes, stream),
+                                ("allocating " + std::to_string(bytes) +
+                                 " bytes of device memory on the stream")
+                                    .c_str(),
+                                error))
+    return false;
+  pointer = p;
+  return true;
+}
+
+void Module::releaseAsync(uint64_t pointer, void *stream) {
+  std::string ignored;
+  if (Driver *driver = Driver::get(ignored); driver && pointer)
+    driver->cuMemFreeAsync(pointer, stream);
+}
+
 bool Module::allocate(size_t bytes, uint64_t &pointer, std::string &error) {
   pointer = 0;
   if (bytes == 0)
@@ -262,7 +293,7 @@ bool Module::copyToHost(void *dst, uint64_t src, size_t bytes,
 bool Module::launch(const Kernel &kernel, int64_t workgroups,
                     const std::vector<uint64_t> &pointers,
                     const std::vector<std::vector<int64_t>> &shapes,
-                    std::string &error) {
+                    void *stream, std::string &error) {
   Driver *driver = Driver::get(error);
   if (!driver)
     return false;
@@ -297,7 +328,7 @@ bool Module::launch(const Kernel &kernel, int64_t workgroups,
       driver->cuLaunchKernel(kernel.function, static_cast<unsigned>(blocks), 1,
                              1, static_cast<unsigned>(kernel.blockThreads), 1,
                              1, static_cast<unsigned>(kernel.sharedBytes),
-                             nullptr, params.data(), nullptr),
+                             stream, params.data(), nullptr),
       ("launching kernel '" + kernel.name + "'").c_str(), error);
 }
 

@@ -48,9 +48,19 @@ public:
 
   const Kernel *kernel(const std::string &name) const;
 
+  /// Makes the module's context (the device's primary context, which the
+  /// CUDA runtime and PyTorch share) current on the calling thread.
+  bool makeCurrent(std::string &error);
+
   /// Device memory; `bytes` = 0 gives a null pointer.
   bool allocate(size_t bytes, uint64_t &pointer, std::string &error);
   void release(uint64_t pointer);
+  /// Stream-ordered device memory (cuMemAllocAsync / cuMemFreeAsync on
+  /// `stream`, a CUstream; null is the legacy default stream): usable by
+  /// the work enqueued on `stream` after it, with no synchronisation.
+  bool allocateAsync(size_t bytes, void *stream, uint64_t &pointer,
+                     std::string &error);
+  void releaseAsync(uint64_t pointer, void *stream);
   bool copyToDevice(uint64_t dst, const void *src, size_t bytes,
                     std::string &error);
   bool copyToHost(void *dst, uint64_t src, size_t bytes, std::string &error);
@@ -58,9 +68,10 @@ public:
   /// Launches `kernel` over `workgroups` workgroups (threads or blocks)
   /// with the parameters of the CudaKernel ABI (attnb.fbs): per binding a
   /// row-major memref descriptor, then the workgroup count.
+  /// Enqueued on `stream` (a CUstream; null is the legacy default stream).
   bool launch(const Kernel &kernel, int64_t workgroups,
               const std::vector<uint64_t> &pointers,
-              const std::vector<std::vector<int64_t>> &shapes,
+              const std::vector<std::vector<int64_t>> &shapes, void *stream,
               std::string &error);
   bool synchronize(std::string &error);
 

@@ -103,6 +103,17 @@ bool hostSupports(const std::string &feature, bool &known) {
 /// prefill of 8K tokens spent about half its time there). A call takes a
 /// workspace (one per concurrent call), carves its temporaries from it and
 /// gives it back; one that was too small grows to what the call needed.
+/// Device temporaries are carved at this alignment (cuMemAlloc's), host
+/// ones at a cache line.
+constexpr size_t kDeviceTemporaryAlignment = 256, kHostTemporaryAlignment = 64;
+
+/// `bytes` rounded up to `alignment` (SIZE_MAX when that does not fit).
+size_t alignTemporary(size_t bytes, size_t alignment) {
+  if (bytes > SIZE_MAX - alignment)
+    return SIZE_MAX;
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
 class WorkspacePool {
 public:
   struct Workspace {
@@ -165,6 +176,11 @@ struct attn_model {
   /// events and context are one per model. CPU runs take no lock.
   std::mutex cudaMutex;
   std::atomic<attn_device> device{ATTN_DEVICE_CPU};
+  /// The device memory attn_run_device calls take their temporaries from
+  /// (attn_model_set_workspace; 0 bytes: none, they allocate on their
+  /// stream). Guarded by cudaMutex.
+  uint64_t deviceWorkspace = 0;
+  size_t deviceWorkspaceBytes = 0;
 
   /// What the last successful attn_run on the calling thread spent in its
   /// host program and kernels (see attn_model_last_kernel_ms).
@@ -621,7 +637,7 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
   size_t used = 0, needed = 0;
   std::vector<std::unique_ptr<void, decltype(&std::free)>> overflow;
   auto allocate = [&](size_t bytes, void *&data) {
-    bytes = (bytes + 63) / 64 * 64;
+    bytes = alignTemporary(bytes, kHostTemporaryAlignment);
     data = nullptr;
     if (!bytes)
       return ATTN_OK;
@@ -720,7 +736,8 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
       pointers.push_back(reinterpret_cast<uint64_t>(buffer->data));
       shapes.push_back(buffer->shape);
     }
-    if (!kernel || !gpu.launch(*kernel, count, pointers, shapes, error))
+    if (!kernel ||
+        !gpu.launch(*kernel, count, pointers, shapes, nullptr, error))
       return cudaFail(kernel ? error : "no kernel " + step.kernelName);
     return ATTN_OK;
   };
@@ -768,6 +785,128 @@ extern "C" attn_status attn_entry_output_shapes(const attn_model *model,
   });
 }
 
+namespace {
+
+/// Checks a call's inputs and outputs against the entry's signature and
+/// makes the program's buffers of them (inputs, then outputs).
+attn_status bindCall(const Entry &e, const attn_tensor *inputs,
+                     int32_t numInputs, const attn_tensor *outputs,
+                     int32_t numOutputs, std::vector<Buffer> &buffers) {
+  std::map<std::string, int64_t> bound;
+  if (attn_status status = bindInputs(e, inputs, numInputs, bound))
+    return status;
+  if (numOutputs != static_cast<int32_t>(e.outputs.size()) ||
+      (numOutputs > 0 && !outputs))
+    return fail(ATTN_SIGNATURE_MISMATCH,
+                "entry '" + e.name + "' has " +
+                    std::to_string(e.outputs.size()) + " outputs, got " +
+                    std::to_string(numOutputs) + " output buffers");
+  for (int32_t i = 0; i < numOutputs; ++i)
+    if (attn_status status =
+            checkTensor(e, "output", i, e.outputs[i], outputs[i], bound))
+      return status;
+  for (int32_t i = 0; i < numInputs; ++i)
+    buffers.push_back({inputs[i].data, outputShape(e.inputs[i], bound),
+                       attn_dtype_size(e.inputs[i].dtype)});
+  for (int32_t i = 0; i < numOutputs; ++i)
+    buffers.push_back({outputs[i].data, outputShape(e.outputs[i], bound),
+                       attn_dtype_size(e.outputs[i].dtype)});
+  return ATTN_OK;
+}
+
+/// The bytes of the temporaries `program` allocates for `buffers` (each
+/// aligned to `alignment`), without running a kernel: its sizes depend on
+/// the dims and `workers` alone.
+attn_status temporaryBytes(const Entry &e, const Program &program,
+                           std::vector<Buffer> buffers, int64_t workers,
+                           size_t alignment, size_t &bytes) {
+  bytes = 0;
+  auto allocate = [&](size_t size, void *&data) {
+    data = nullptr;
+    size_t aligned = alignTemporary(size, alignment);
+    if (aligned > SIZE_MAX - bytes)
+      return fail(ATTN_RUN_ERROR, "entry '" + e.name +
+                                      "': its temporaries do not fit in "
+                                      "memory");
+    bytes += aligned;
+    return ATTN_OK;
+  };
+  auto dispatch = [](const Step &, int64_t,
+                     const std::vector<const Buffer *> &) { return ATTN_OK; };
+  return runProgram(e, program, buffers, workers, allocate, dispatch);
+}
+
+/// attn_run_device's work: the entry's program on the model's GPU over
+/// buffers in its memory, enqueued on `stream`.
+attn_status runOnCudaStream(attn_model &model, const Entry &e,
+                            std::vector<Buffer> &buffers, void *stream) {
+  attn::cuda::Module &gpu = *model.cuda->module;
+  std::string error;
+  auto cudaFail = [&](const std::string &what) {
+    return fail(ATTN_RUN_ERROR,
+                "entry '" + e.name + "' on " + gpu.deviceName() + ": " + what);
+  };
+  if (!gpu.makeCurrent(error))
+    return cudaFail(error);
+  const int64_t workers =
+      kCudaBlocksPerMultiprocessor * gpu.multiprocessorCount();
+  // What the temporaries need, first: a workspace too small fails before
+  // anything is enqueued.
+  size_t needed = 0;
+  if (attn_status status = temporaryBytes(e, e.cuda, buffers, workers,
+                                          kDeviceTemporaryAlignment, needed))
+    return status;
+  const bool fromWorkspace = model.deviceWorkspaceBytes > 0;
+  if (fromWorkspace && needed > model.deviceWorkspaceBytes)
+    return fail(ATTN_INVALID_ARGUMENT,
+                "entry '" + e.name + "' needs " + std::to_string(needed) +
+                    " bytes of workspace for these inputs, and the model's "
+                    "workspace holds " +
+                    std::to_string(model.deviceWorkspaceBytes) +
+                    " (attn_entry_workspace_bytes says what a call needs)");
+  // Without a workspace the temporaries are allocated on the stream and
+  // freed on it after the launches that use them.
+  std::vector<uint64_t> owned;
+  size_t used = 0;
+  auto allocate = [&](size_t bytes, void *&data) {
+    data = nullptr;
+    bytes = alignTemporary(bytes, kDeviceTemporaryAlignment);
+    if (bytes == 0)
+      return ATTN_OK;
+    if (fromWorkspace) {
+      data = reinterpret_cast<void *>(model.deviceWorkspace + used);
+      used += bytes;
+      return ATTN_OK;
+    }
+    uint64_t pointer = 0;
+    if (!gpu.allocateAsync(bytes, stream, pointer, error))
+      return cudaFail(error);
+    owned.push_back(pointer);
+    data = reinterpret_cast<void *>(pointer);
+    return ATTN_OK;
+  };
+  auto dispatch = [&](const Step &step, int64_t count,
+                      const std::vector<const Buffer *> &bindings) {
+    const attn::cuda::Module::Kernel *kernel = gpu.kernel(step.kernelName);
+    std::vector<uint64_t> pointers;
+    std::vector<std::vector<int64_t>> shapes;
+    for (const Buffer *buffer : bindings) {
+      pointers.push_back(reinterpret_cast<uint64_t>(buffer->data));
+      shapes.push_back(buffer->shape);
+    }
+    if (!kernel || !gpu.launch(*kernel, count, pointers, shapes, stream, error))
+      return cudaFail(kernel ? error : "no kernel " + step.kernelName);
+    return ATTN_OK;
+  };
+  attn_status status =
+      runProgram(e, e.cuda, buffers, workers, allocate, dispatch);
+  for (uint64_t pointer : owned)
+    gpu.releaseAsync(pointer, stream);
+  return status;
+}
+
+} // namespace
+
 extern "C" attn_status attn_run(attn_model *model, int32_t entry,
                                 const attn_tensor *inputs, int32_t numInputs,
                                 const attn_tensor *outputs,
@@ -777,29 +916,12 @@ extern "C" attn_status attn_run(attn_model *model, int32_t entry,
     if (!e)
       return fail(ATTN_INVALID_ARGUMENT,
                   "attn_run: no entry #" + std::to_string(entry));
-    std::map<std::string, int64_t> bound;
-    if (attn_status status = bindInputs(*e, inputs, numInputs, bound))
+    std::vector<Buffer> buffers;
+    if (attn_status status =
+            bindCall(*e, inputs, numInputs, outputs, numOutputs, buffers))
       return status;
-    if (numOutputs != static_cast<int32_t>(e->outputs.size()) ||
-        (numOutputs > 0 && !outputs))
-      return fail(ATTN_SIGNATURE_MISMATCH,
-                  "entry '" + e->name + "' has " +
-                      std::to_string(e->outputs.size()) + " outputs, got " +
-                      std::to_string(numOutputs) + " output buffers");
-    for (int32_t i = 0; i < numOutputs; ++i)
-      if (attn_status status =
-              checkTensor(*e, "output", i, e->outputs[i], outputs[i], bound))
-        return status;
     if (attn_status status = checkContracts(*e, inputs))
       return status;
-
-    std::vector<Buffer> buffers;
-    for (int32_t i = 0; i < numInputs; ++i)
-      buffers.push_back({inputs[i].data, outputShape(e->inputs[i], bound),
-                         attn_dtype_size(e->inputs[i].dtype)});
-    for (int32_t i = 0; i < numOutputs; ++i)
-      buffers.push_back({outputs[i].data, outputShape(e->outputs[i], bound),
-                         attn_dtype_size(e->outputs[i].dtype)});
     if (model->device == ATTN_DEVICE_CPU)
       return runOnCpu(*model, *e, buffers);
     // One CUDA run at a time per model (its events and module are shared);
@@ -808,5 +930,98 @@ extern "C" attn_status attn_run(attn_model *model, int32_t entry,
     if (model->device == ATTN_DEVICE_CPU)
       return runOnCpu(*model, *e, buffers);
     return runOnCuda(*model, *e, buffers);
+  });
+}
+
+extern "C" attn_status attn_run_device(attn_model *model, int32_t entry,
+                                       const attn_tensor *inputs,
+                                       int32_t numInputs,
+                                       const attn_tensor *outputs,
+                                       int32_t numOutputs, void *stream) {
+  return guarded("attn_run_device", [&]() -> attn_status {
+    const Entry *e = entryAt(model, entry);
+    if (!e)
+      return fail(ATTN_INVALID_ARGUMENT,
+                  "attn_run_device: no entry #" + std::to_string(entry));
+    std::vector<Buffer> buffers;
+    if (attn_status status =
+            bindCall(*e, inputs, numInputs, outputs, numOutputs, buffers))
+      return status;
+    // Index inputs are checked on the host before anything runs; device
+    // memory cannot be read there without a synchronisation.
+    for (size_t i = 0; i < e->inputs.size(); ++i)
+      if (e->inputs[i].contract != ATTN_CONTRACT_NONE)
+        return fail(ATTN_UNSUPPORTED,
+                    "input '" + e->inputs[i].name + "' (#" + std::to_string(i) +
+                        ") of entry '" + e->name +
+                        "' holds indices that attn checks on the host before "
+                        "a call; entries with index inputs take host tensors "
+                        "(attn_run)");
+    std::lock_guard<std::mutex> lock(model->cudaMutex);
+    if (model->device != ATTN_DEVICE_CUDA)
+      return fail(ATTN_UNSUPPORTED,
+                  "attn_run_device: the model runs on the CPU; choose the "
+                  "GPU first (attn_model_set_device(ATTN_DEVICE_CUDA))");
+    return runOnCudaStream(*model, *e, buffers, stream);
+  });
+}
+
+extern "C" attn_status attn_entry_workspace_bytes(const attn_model *model,
+                                                  int32_t entry,
+                                                  const attn_tensor *inputs,
+                                                  int32_t numInputs,
+                                                  size_t *bytes) {
+  return guarded("attn_entry_workspace_bytes", [&]() -> attn_status {
+    const Entry *e = entryAt(model, entry);
+    if (!e || !bytes)
+      return fail(ATTN_INVALID_ARGUMENT,
+                  "attn_entry_workspace_bytes: bad entry or null result");
+    // Only the shapes matter: the data pointers are never read.
+    std::vector<attn_tensor> shapes(inputs, inputs + std::max(numInputs, 0));
+    static uint8_t unread;
+    for (attn_tensor &tensor : shapes)
+      tensor.data = &unread;
+    std::map<std::string, int64_t> bound;
+    if (attn_status status =
+            bindInputs(*e, inputs ? shapes.data() : nullptr, numInputs, bound))
+      return status;
+    std::vector<Buffer> buffers;
+    for (size_t i = 0; i < e->inputs.size(); ++i)
+      buffers.push_back({nullptr, outputShape(e->inputs[i], bound),
+                         attn_dtype_size(e->inputs[i].dtype)});
+    for (const Signature &output : e->outputs)
+      buffers.push_back(
+          {nullptr, outputShape(output, bound), attn_dtype_size(output.dtype)});
+    if (model->device == ATTN_DEVICE_CPU) {
+      if (!model->hasCpuCode)
+        return fail(ATTN_UNSUPPORTED,
+                    "the binary has no CPU code (compiled with --target "
+                    "cuda); choose the GPU first");
+      return temporaryBytes(*e, e->cpu, buffers, model->pool->size(),
+                            kHostTemporaryAlignment, *bytes);
+    }
+    return temporaryBytes(*e, e->cuda, buffers,
+                          kCudaBlocksPerMultiprocessor *
+                              model->cuda->module->multiprocessorCount(),
+                          kDeviceTemporaryAlignment, *bytes);
+  });
+}
+
+extern "C" attn_status
+attn_model_set_workspace(attn_model *model, void *devicePointer, size_t bytes) {
+  return guarded("attn_model_set_workspace", [&]() -> attn_status {
+    if (!model || (!devicePointer && bytes > 0))
+      return fail(ATTN_INVALID_ARGUMENT,
+                  "attn_model_set_workspace: null model, or no memory for " +
+                      std::to_string(bytes) + " bytes");
+    std::lock_guard<std::mutex> lock(model->cudaMutex);
+    if (model->device != ATTN_DEVICE_CUDA)
+      return fail(ATTN_UNSUPPORTED,
+                  "attn_model_set_workspace: a workspace of device memory is "
+                  "for a model on the GPU (attn_model_set_device("
+                  "ATTN_DEVICE_CUDA)); CPU calls keep their own");
+    model->deviceWorkspace = reinterpret_cast<uint64_t>(devicePointer);
+    model->deviceWorkspaceBytes = devicePointer ? bytes : 0;
+    return ATTN_OK;
   });
 }

@@ -67,7 +67,8 @@ typedef enum attn_device {
   /** The model's thread pool runs the CPU code (the default). */
   ATTN_DEVICE_CPU = 0,
   /** The first CUDA device runs the CUDA code; attn_run copies the inputs
-      to it and the outputs back. */
+      to it and the outputs back, attn_run_device takes tensors already in
+      its memory. */
   ATTN_DEVICE_CUDA = 1,
 } attn_device;
 
@@ -213,6 +214,48 @@ attn_status attn_entry_output_shapes(const attn_model *model, int32_t entry,
 attn_status attn_run(attn_model *model, int32_t entry,
                      const attn_tensor *inputs, int32_t num_inputs,
                      const attn_tensor *outputs, int32_t num_outputs);
+
+/** Device memory (SPEC §8). Runs an entry on the model's GPU (after
+    attn_model_set_device(model, ATTN_DEVICE_CUDA)) with every input and
+    output in that GPU's memory: each `data` is a CUDA device pointer (a
+    CUdeviceptr, e.g. from cuMemAlloc, or a PyTorch CUDA tensor's
+    data_ptr()). The work is enqueued on `stream` (a CUstream; NULL is the
+    legacy default stream) and the call returns without waiting: no copy,
+    no synchronisation. Temporaries come from the model's workspace
+    (attn_model_set_workspace) when one is set, so the call allocates
+    nothing and can be captured in a CUDA graph; otherwise they are
+    allocated and freed on the stream (cuMemAllocAsync, cuMemFreeAsync).
+    Dtypes and shapes are checked as attn_run checks them, before anything
+    is enqueued; an error of the kernels themselves surfaces at the
+    caller's next synchronisation, as CUDA errors do. Calls on one model
+    enqueue one at a time; calls that share its workspace must be ordered
+    on the device (one stream, or events between streams).
+
+    Index inputs (ATTN_CONTRACT_* other than NONE: tree parents and paths,
+    offsets, page tables, key lengths, slots) are checked on the host before
+    a call, and device memory cannot be read there without a
+    synchronisation: entries with such inputs are refused here
+    (ATTN_UNSUPPORTED) and take host tensors (attn_run). */
+attn_status attn_run_device(attn_model *model, int32_t entry,
+                            const attn_tensor *inputs, int32_t num_inputs,
+                            const attn_tensor *outputs, int32_t num_outputs,
+                            void *stream);
+
+/** The bytes of temporaries a call of `entry` with inputs of these dtypes
+    and shapes needs on the model's device (the data pointers are not
+    read). A workspace of the most any of a caller's calls needs serves
+    them all. */
+attn_status attn_entry_workspace_bytes(const attn_model *model, int32_t entry,
+                                       const attn_tensor *inputs,
+                                       int32_t num_inputs, size_t *bytes);
+
+/** Gives the model's attn_run_device calls `bytes` of the GPU's memory at
+    `device_pointer` for their temporaries (NULL and 0 take it back: calls
+    then allocate on their stream). The caller keeps it alive while calls
+    that use it may run. A call that needs more fails before enqueuing
+    anything, naming both sizes. The model must be on the GPU. */
+attn_status attn_model_set_workspace(attn_model *model, void *device_pointer,
+                                     size_t bytes);
 
 #ifdef __cplusplus
 }

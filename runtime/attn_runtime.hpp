@@ -171,6 +171,27 @@ public:
         attn_run(model, entry, in.data(), numInputs, out.data(), numOutputs));
   }
 
+  /// Runs `entry` on tensors in the GPU's memory, enqueued on `stream`
+  /// (see attn_run_device).
+  Status runDevice(int32_t entry, const std::vector<attn_tensor> &inputs,
+                   const std::vector<attn_tensor> &outputs,
+                   void *stream) const {
+    return Status::fromC(attn_run_device(
+        model, entry, inputs.data(), static_cast<int32_t>(inputs.size()),
+        outputs.data(), static_cast<int32_t>(outputs.size()), stream));
+  }
+  /// The temporaries' bytes of a call (see attn_entry_workspace_bytes).
+  Status workspaceBytes(int32_t entry, const std::vector<attn_tensor> &inputs,
+                        size_t &bytes) const {
+    return Status::fromC(attn_entry_workspace_bytes(
+        model, entry, inputs.data(), static_cast<int32_t>(inputs.size()),
+        &bytes));
+  }
+  /// See attn_model_set_workspace.
+  Status setWorkspace(void *devicePointer, size_t bytes) {
+    return Status::fromC(attn_model_set_workspace(model, devicePointer, bytes));
+  }
+
 private:
   explicit Model(attn_model *model) : model(model) {}
   attn_model *model;

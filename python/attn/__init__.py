@@ -8,12 +8,14 @@
     o, S = m["linear_attention"](*inputs, out=(o_buf, S_buf))
     m.device = "cuda"                              # "cpu" (default) | "cuda"
 
-Inputs are NumPy arrays, PyTorch CPU tensors or other DLPack producers on
-the CPU. Contiguous inputs of the entry's dtype are used in place (PyTorch
-tensors through a NumPy view of their memory, never a copy); anything else
-raises attn.Error (a ValueError) with the runtime's message, and nothing is
+Inputs are NumPy arrays, PyTorch tensors or other DLPack producers on the
+CPU. Contiguous inputs of the entry's dtype are used in place (PyTorch
+tensors by their data pointers, never a copy); anything else raises
+attn.Error (a ValueError) with the runtime's message, and nothing is
 written. Outputs come back as the first input's kind (NumPy in, NumPy out;
-torch in, torch out) unless ``out=`` gives the buffers to write.
+torch in, torch out, on its device) unless ``out=`` gives the buffers to
+write. With ``m.device = "cuda"``, PyTorch CUDA tensors (on cuda:0) are used
+in place and the call is enqueued on torch's current stream (SPEC §8).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 # RUN: %attn_python %s
 # PyTorch CPU tensors: used in place through NumPy views (no copy), outputs
 # as torch tensors, out= torch buffers, f16 and bf16 storage, errors, and
-# merge_states on torch tensors.
+# merge_states on torch tensors; CUDA tensors on a stream when there is a
+# GPU.
 import os
 import sys
 
@@ -69,4 +70,26 @@ merged_o, merged_lse = attn.merge_states(parts)
 assert isinstance(merged_o, torch.Tensor)
 close(merged_o.numpy(), whole[0].numpy(), 1e-5, "torch merged o")
 close(merged_lse.numpy(), whole[1].numpy(), 1e-5, "torch merged lse")
+# CUDA tensors (SPEC §8), when there is a GPU: used in place on torch's
+# current stream, outputs on the GPU, equal to the reference; a call mixing
+# CUDA and CPU tensors is refused.
+if torch.cuda.is_available():
+    g = attn.compile({"model": "tc", "layers": [dict(layer, name="full")]},
+                     target="all")
+    g.device = "cuda"
+    qc, kc, vc, gc = (t.detach().cuda() for t in (q, k, v, gate))
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        oc, lsec = g["full"](qc, kc, vc, gc)
+    stream.synchronize()
+    assert oc.is_cuda and lsec.is_cuda
+    ref_o, ref_lse = attention(q.detach().numpy(), k.numpy(), v.numpy(),
+                               gate=gate.numpy())
+    close(oc.cpu().numpy(), ref_o, 1e-5, "CUDA o")
+    close(lsec.cpu().numpy(), ref_lse, 1e-5, "CUDA lse")
+    try:
+        g["full"](qc, k, vc, gc)
+        raise AssertionError("no error")
+    except attn.Error as e:
+        assert "CUDA and CPU tensors in one call" in str(e), str(e)
 print("torch: all checks passed")
