@@ -192,8 +192,9 @@ TEST_P(RaggedRecurrence, MatchesEachSequenceAcrossCalls) {
             expectedPool(slots[b], h, d, e) = r.state(0, h, d, e);
       }
     }
-    if (T > 0)
+    if (T > 0) {
       EXPECT_LE(ref::maxRelativeError(o, expectedOut), 1e-4) << "o";
+    }
     // Every slot: the sequences' updated, the others untouched.
     EXPECT_LE(ref::maxRelativeError(pool, expectedPool), 1e-4) << "states";
   }
