@@ -141,6 +141,40 @@ public:
     return shapes;
   }
 
+  /// The shapes of `entry`'s outputs for inputs of these shapes and dtypes
+  /// ("f32", "i32", "f16", "bf16"), with no data (torch's Meta kernels).
+  std::vector<std::vector<int64_t>>
+  outputShapesOf(const std::string &entry,
+                 const std::vector<std::vector<int64_t>> &shapes,
+                 const std::vector<std::string> &dtypes) {
+    int32_t index = find(entry);
+    if (shapes.size() != dtypes.size())
+      throw AttnError("output_shapes_of: one dtype per shape");
+    std::vector<attn_tensor> inputs;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      attn_dtype dtype = ATTN_F32;
+      for (attn_dtype d : {ATTN_F32, ATTN_I32, ATTN_F16, ATTN_BF16})
+        if (dtypes[i] == attn_dtype_name(d))
+          dtype = d;
+      if (dtypes[i] != attn_dtype_name(dtype))
+        throw AttnError("output_shapes_of: unknown dtype '" + dtypes[i] + "'");
+      inputs.push_back({dtype, static_cast<int32_t>(shapes[i].size()),
+                        shapes[i].data(), nullptr});
+    }
+    int32_t outputs = attn_entry_num_outputs(model, index);
+    int32_t numInputs = attn_entry_num_inputs(model, index);
+    std::vector<std::vector<int64_t>> result(outputs);
+    std::vector<int64_t *> pointers;
+    for (int32_t i = 0; i < outputs; ++i) {
+      result[i].resize(argument(index, numInputs + i).dims.size());
+      pointers.push_back(result[i].data());
+    }
+    check(attn_entry_output_shapes(model, index, inputs.data(),
+                                   static_cast<int32_t>(inputs.size()),
+                                   pointers.data()));
+    return result;
+  }
+
   /// Runs `entry` on `inputs`, writing `outputs` in place; the GIL is
   /// released while it runs. CUDA tensors are enqueued on torch's current
   /// stream of their device, with no copy and no synchronisation (SPEC §8).
@@ -376,6 +410,8 @@ PYBIND11_MODULE(_attn, m) {
       .def("signature", &Model::signature, py::arg("entry"))
       .def("output_shapes", &Model::outputShapes, py::arg("entry"),
            py::arg("inputs"))
+      .def("output_shapes_of", &Model::outputShapesOf, py::arg("entry"),
+           py::arg("shapes"), py::arg("dtypes"))
       .def("run", &Model::run, py::arg("entry"), py::arg("inputs"),
            py::arg("outputs"))
       .def("run_microseconds", &Model::runMicroseconds, py::arg("entry"),

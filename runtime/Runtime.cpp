@@ -765,6 +765,24 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
 
 } // namespace
 
+namespace {
+
+/// Binds the symbols of `inputs`' dtypes and shapes as bindInputs does,
+/// their data pointers unread (they may be null).
+attn_status bindShapes(const Entry &e, const attn_tensor *inputs,
+                       int32_t numInputs,
+                       std::map<std::string, int64_t> &bound) {
+  std::vector<attn_tensor> shapes;
+  if (inputs && numInputs > 0)
+    shapes.assign(inputs, inputs + numInputs);
+  static uint8_t unread;
+  for (attn_tensor &tensor : shapes)
+    tensor.data = &unread;
+  return bindInputs(e, inputs ? shapes.data() : nullptr, numInputs, bound);
+}
+
+} // namespace
+
 extern "C" attn_status attn_entry_output_shapes(const attn_model *model,
                                                 int32_t entry,
                                                 const attn_tensor *inputs,
@@ -775,7 +793,7 @@ extern "C" attn_status attn_entry_output_shapes(const attn_model *model,
     if (!e || (!outputShapes && !e->outputs.empty()))
       return fail(ATTN_INVALID_ARGUMENT, "attn_entry_output_shapes: bad entry");
     std::map<std::string, int64_t> bound;
-    if (attn_status status = bindInputs(*e, inputs, numInputs, bound))
+    if (attn_status status = bindShapes(*e, inputs, numInputs, bound))
       return status;
     for (size_t i = 0; i < e->outputs.size(); ++i) {
       std::vector<int64_t> shape = outputShape(e->outputs[i], bound);
@@ -976,14 +994,8 @@ extern "C" attn_status attn_entry_workspace_bytes(const attn_model *model,
     if (!e || !bytes)
       return fail(ATTN_INVALID_ARGUMENT,
                   "attn_entry_workspace_bytes: bad entry or null result");
-    // Only the shapes matter: the data pointers are never read.
-    std::vector<attn_tensor> shapes(inputs, inputs + std::max(numInputs, 0));
-    static uint8_t unread;
-    for (attn_tensor &tensor : shapes)
-      tensor.data = &unread;
     std::map<std::string, int64_t> bound;
-    if (attn_status status =
-            bindInputs(*e, inputs ? shapes.data() : nullptr, numInputs, bound))
+    if (attn_status status = bindShapes(*e, inputs, numInputs, bound))
       return status;
     std::vector<Buffer> buffers;
     for (size_t i = 0; i < e->inputs.size(); ++i)

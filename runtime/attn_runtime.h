@@ -199,9 +199,10 @@ int32_t attn_entry_num_outputs(const attn_model *model, int32_t entry);
 attn_status attn_entry_argument(const attn_model *model, int32_t entry,
                                 int32_t index, attn_argument_info *info);
 
-/** Checks `inputs` against the entry's signature and writes each output's
-    shape: output `i` has rank `attn_entry_argument(num_inputs + i).rank` and
-    its dims go to `output_shapes[i]` (arrays the caller provides). */
+/** Checks the dtypes and shapes of `inputs` against the entry's signature
+    (their data pointers are not read) and writes each output's shape:
+    output `i` has rank `attn_entry_argument(num_inputs + i).rank` and its
+    dims go to `output_shapes[i]` (arrays the caller provides). */
 attn_status attn_entry_output_shapes(const attn_model *model, int32_t entry,
                                      const attn_tensor *inputs,
                                      int32_t num_inputs,

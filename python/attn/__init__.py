@@ -212,6 +212,58 @@ class Module:
     def __contains__(self, entry: str) -> bool:
         return entry in self._native.entries
 
+    def register_torch_ops(self, namespace: str):
+        """Registers each entry as a PyTorch operator,
+        ``torch.ops.<namespace>.<entry>`` (a dot in an entry's name becomes
+        an underscore: ``full_attention_tree``), and returns
+        ``torch.ops.<namespace>``. Its CPU and CUDA kernels call the entry
+        (CUDA tensors run on the current stream); its Meta kernel gives the
+        outputs' shapes and dtypes without running anything, for tracing.
+        Inputs the entry updates in place are mutable in the schema. The
+        registrations live as long as this module."""
+        import torch
+        from torch import library
+
+        lib = library.Library(namespace, "DEF")
+        torch_dtypes = {"f32": torch.float32, "i32": torch.int32,
+                        "f16": torch.float16, "bf16": torch.bfloat16}
+        names = {value: key for key, value in torch_dtypes.items()}
+        for index, entry_name in enumerate(self.entries):
+            op = entry_name.replace(".", "_")
+            signature = self.signature(entry_name)
+            params = ", ".join(
+                f"Tensor(a{i}!) {a.name}" if a.in_place else f"Tensor {a.name}"
+                for i, a in enumerate(signature.inputs))
+            results = ", ".join("Tensor" for _ in signature.outputs)
+            returns = (results if len(signature.outputs) == 1
+                       else f"({results})")
+            lib.define(f"{op}({params}) -> {returns}")
+            entry = self[entry_name]
+            outputs = signature.outputs
+
+            def run(*inputs, entry=entry, outputs=outputs):
+                result = entry(*inputs)
+                return result if outputs else None  # "-> ()"
+
+            def meta(*inputs, entry_name=entry_name, outputs=outputs):
+                shapes = self._native.output_shapes_of(
+                    entry_name, [list(x.shape) for x in inputs],
+                    [names.get(x.dtype, str(x.dtype)) for x in inputs])
+                made = tuple(torch.empty(shape, dtype=torch_dtypes[a.dtype],
+                                         device="meta")
+                             for a, shape in zip(outputs, shapes))
+                if not made:
+                    return None
+                return made[0] if len(made) == 1 else made
+
+            for key in ("CPU", "CUDA"):
+                lib.impl(op, run, key)
+            # Torch 1.13 has no autograd fallthrough for Meta tensors.
+            for key in ("Meta", "AutogradMeta"):
+                lib.impl(op, meta, key)
+        self._torch_libraries = getattr(self, "_torch_libraries", []) + [lib]
+        return getattr(torch.ops, namespace)
+
     def __repr__(self) -> str:
         return f"<attn module {self.name!r}: {', '.join(self.entries)}>"
 
