@@ -141,6 +141,25 @@ public:
     return shapes;
   }
 
+  /// The bytes of temporaries a call of `entry` on `inputs` needs on the
+  /// model's device (attn_entry_workspace_bytes).
+  size_t workspaceBytes(const std::string &entry, const py::list &inputs) {
+    int32_t index = find(entry);
+    Call call = prepare(index, inputs, py::list(), /*withOutputs=*/false);
+    size_t bytes = 0;
+    check(attn_entry_workspace_bytes(model, index, call.inputs.data(),
+                                     static_cast<int32_t>(call.inputs.size()),
+                                     &bytes));
+    return bytes;
+  }
+
+  /// Device calls' workspace: `bytes` of GPU memory at `pointer` (0, 0:
+  /// none) (attn_model_set_workspace).
+  void setWorkspace(std::uintptr_t pointer, size_t bytes) {
+    check(attn_model_set_workspace(model, reinterpret_cast<void *>(pointer),
+                                   bytes));
+  }
+
   /// The shapes of `entry`'s outputs for inputs of these shapes and dtypes
   /// ("f32", "i32", "f16", "bf16"), with no data (torch's Meta kernels).
   std::vector<std::vector<int64_t>>
@@ -410,6 +429,10 @@ PYBIND11_MODULE(_attn, m) {
       .def("signature", &Model::signature, py::arg("entry"))
       .def("output_shapes", &Model::outputShapes, py::arg("entry"),
            py::arg("inputs"))
+      .def("workspace_bytes", &Model::workspaceBytes, py::arg("entry"),
+           py::arg("inputs"))
+      .def("set_workspace", &Model::setWorkspace, py::arg("pointer"),
+           py::arg("bytes"))
       .def("output_shapes_of", &Model::outputShapesOf, py::arg("entry"),
            py::arg("shapes"), py::arg("dtypes"))
       .def("run", &Model::run, py::arg("entry"), py::arg("inputs"),

@@ -159,6 +159,16 @@ class Entry:
         self._native.run(self.name, native_inputs, native_outputs)
         return results[0] if len(results) == 1 else tuple(results)
 
+    def workspace_bytes(self, *inputs: Any) -> int:
+        """The bytes of temporaries a call on inputs of these shapes needs
+        on the module's device: what `Module.set_workspace` must hold for
+        it (SPEC §8)."""
+        direct = _direct_types()
+        native_inputs = [_as_native(x, self._label("input", i))
+                         if not isinstance(x, direct) else x
+                         for i, x in enumerate(inputs)]
+        return self._native.workspace_bytes(self.name, native_inputs)
+
     def _label(self, kind: str, i: int) -> str:
         """How errors name argument `i` of `kind` ("input", "output")."""
         args = self.signature.inputs if kind == "input" else self.signature.outputs
@@ -211,6 +221,24 @@ class Module:
 
     def __contains__(self, entry: str) -> bool:
         return entry in self._native.entries
+
+    def set_workspace(self, buffer: Any) -> None:
+        """Gives calls on CUDA tensors a workspace for their temporaries: a
+        contiguous torch CUDA tensor of at least the bytes
+        `Entry.workspace_bytes` reports for the largest call (None takes it
+        back). With one, a call allocates nothing, so it can be captured in
+        a CUDA graph; calls that share it must be ordered on the GPU. The
+        module keeps the tensor alive while it is set."""
+        if buffer is None:
+            self._native.set_workspace(0, 0)
+        else:
+            if not (_is_torch(buffer) and buffer.is_cuda
+                    and buffer.is_contiguous()):
+                raise Error("set_workspace: expected a contiguous torch CUDA "
+                            "tensor or None")
+            self._native.set_workspace(buffer.data_ptr(),
+                                       buffer.numel() * buffer.element_size())
+        self._workspace = buffer
 
     def register_torch_ops(self, namespace: str):
         """Registers each entry as a PyTorch operator,

@@ -62,6 +62,20 @@ with tempfile.TemporaryDirectory() as tmp:
     assert len(sig) == 6 and sig["gate"].dims == (None, H, None, DV)
     assert sig[5].name == "lse" and "lse" not in m and "full" in m
 
+    # The temporaries a call needs on the module's device (SPEC §8): decode
+    # splits its keys and merges them, prefill needs none; a workspace of
+    # device memory is for a module on the GPU.
+    decode_bytes = m["full"].workspace_bytes(
+        random(2, H, 1, D), random(2, HKV, 700, D), random(2, HKV, 700, DV),
+        random(2, H, 1, DV))
+    assert decode_bytes > 0, decode_bytes
+    assert m["full"].workspace_bytes(
+        random(2, H, 40, D), random(2, HKV, 40, D), random(2, HKV, 40, DV),
+        random(2, H, 40, DV)) == 0
+    expect_error(lambda: m.set_workspace(None), "for a model on the GPU")
+    expect_error(lambda: m.set_workspace(np.zeros(16, np.uint8)),
+                 "expected a contiguous torch CUDA tensor")
+
     # A call on awkward sizes against the reference: decode-like Lq < Lk.
     B, LQ, LK = 3, 5, 37
     q, k, v = random(B, H, LQ, D), random(B, HKV, LK, D), random(B, HKV, LK, DV)

@@ -92,4 +92,28 @@ if torch.cuda.is_available():
         raise AssertionError("no error")
     except attn.Error as e:
         assert "CUDA and CPU tensors in one call" in str(e), str(e)
+
+    # Captured in a CUDA graph with a workspace, replayed on new inputs.
+    workspace = torch.empty(g["full"].workspace_bytes(qc, kc, vc, gc),
+                            dtype=torch.uint8, device="cuda")
+    g.set_workspace(workspace)
+    out = (torch.empty_like(oc), torch.empty_like(lsec))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        g["full"](qc, kc, vc, gc, out=out)  # warm-up, outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        g["full"](qc, kc, vc, gc, out=out)
+    for _ in range(2):
+        fresh = [torch.randn_like(t) for t in (qc, kc, vc, gc)]
+        for dst, src in zip((qc, kc, vc, gc), fresh):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_o, _ = attention(*(t.cpu().numpy() for t in fresh[:3]),
+                             gate=fresh[3].cpu().numpy())
+        close(out[0].cpu().numpy(), ref_o, 1e-5, "replayed CUDA o")
+    g.set_workspace(None)
 print("torch: all checks passed")
