@@ -127,18 +127,7 @@ public:
                                                  const py::list &inputs) {
     int32_t index = find(entry);
     Call call = prepare(index, inputs, py::list(), /*withOutputs=*/false);
-    int32_t outputs = attn_entry_num_outputs(model, index);
-    int32_t numInputs = attn_entry_num_inputs(model, index);
-    std::vector<std::vector<int64_t>> shapes(outputs);
-    std::vector<int64_t *> pointers;
-    for (int32_t i = 0; i < outputs; ++i) {
-      shapes[i].resize(argument(index, numInputs + i).dims.size());
-      pointers.push_back(shapes[i].data());
-    }
-    check(attn_entry_output_shapes(model, index, call.inputs.data(),
-                                   static_cast<int32_t>(call.inputs.size()),
-                                   pointers.data()));
-    return shapes;
+    return shapesOfOutputs(index, call.inputs);
   }
 
   /// The bytes of temporaries a call of `entry` on `inputs` needs on the
@@ -180,18 +169,7 @@ public:
       inputs.push_back({dtype, static_cast<int32_t>(shapes[i].size()),
                         shapes[i].data(), nullptr});
     }
-    int32_t outputs = attn_entry_num_outputs(model, index);
-    int32_t numInputs = attn_entry_num_inputs(model, index);
-    std::vector<std::vector<int64_t>> result(outputs);
-    std::vector<int64_t *> pointers;
-    for (int32_t i = 0; i < outputs; ++i) {
-      result[i].resize(argument(index, numInputs + i).dims.size());
-      pointers.push_back(result[i].data());
-    }
-    check(attn_entry_output_shapes(model, index, inputs.data(),
-                                   static_cast<int32_t>(inputs.size()),
-                                   pointers.data()));
-    return result;
+    return shapesOfOutputs(index, inputs);
   }
 
   /// Runs `entry` on `inputs`, writing `outputs` in place; the GIL is
@@ -203,26 +181,24 @@ public:
     Call call = prepare(index, inputs, outputs, /*withOutputs=*/true);
     void *stream = nullptr;
     if (call.onDevice)
-      stream = reinterpret_cast<void *>(
-          py::module_::import("torch")
-              .attr("cuda")
-              .attr("current_stream")(call.device)
-              .attr("cuda_stream")
-              .cast<std::uintptr_t>());
+      stream = reinterpret_cast<void *>(py::module_::import("torch")
+                                            .attr("cuda")
+                                            .attr("current_stream")(call.device)
+                                            .attr("cuda_stream")
+                                            .cast<std::uintptr_t>());
     attn_status status;
     {
       py::gil_scoped_release release;
-      status =
-          call.onDevice
-              ? attn_run_device(model, index, call.inputs.data(),
-                                static_cast<int32_t>(call.inputs.size()),
-                                call.outputs.data(),
-                                static_cast<int32_t>(call.outputs.size()),
-                                stream)
-              : attn_run(model, index, call.inputs.data(),
-                         static_cast<int32_t>(call.inputs.size()),
-                         call.outputs.data(),
-                         static_cast<int32_t>(call.outputs.size()));
+      status = call.onDevice
+                   ? attn_run_device(model, index, call.inputs.data(),
+                                     static_cast<int32_t>(call.inputs.size()),
+                                     call.outputs.data(),
+                                     static_cast<int32_t>(call.outputs.size()),
+                                     stream)
+                   : attn_run(model, index, call.inputs.data(),
+                              static_cast<int32_t>(call.inputs.size()),
+                              call.outputs.data(),
+                              static_cast<int32_t>(call.outputs.size()));
     }
     check(status);
   }
@@ -260,6 +236,24 @@ private:
     bool onDevice = false, onHost = false;
     py::object device;
   };
+
+  /// The output shapes of entry `index` for `inputs` (the runtime's
+  /// attn_entry_output_shapes).
+  std::vector<std::vector<int64_t>>
+  shapesOfOutputs(int32_t index, const std::vector<attn_tensor> &inputs) {
+    int32_t outputs = attn_entry_num_outputs(model, index);
+    int32_t numInputs = attn_entry_num_inputs(model, index);
+    std::vector<std::vector<int64_t>> shapes(outputs);
+    std::vector<int64_t *> pointers;
+    for (int32_t i = 0; i < outputs; ++i) {
+      shapes[i].resize(argument(index, numInputs + i).dims.size());
+      pointers.push_back(shapes[i].data());
+    }
+    check(attn_entry_output_shapes(model, index, inputs.data(),
+                                   static_cast<int32_t>(inputs.size()),
+                                   pointers.data()));
+    return shapes;
+  }
 
   int32_t find(const std::string &entry) const {
     int32_t index = -1;

@@ -687,6 +687,25 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
 /// blocks): 4 blocks per multiprocessor.
 constexpr int64_t kCudaBlocksPerMultiprocessor = 4;
 
+/// Launches the kernel of dispatch `step` over `count` workgroups on
+/// `stream`, its bindings passed by pointer and shape (the CudaKernel ABI).
+bool launchDispatch(attn::cuda::Module &gpu, const Step &step, int64_t count,
+                    const std::vector<const Buffer *> &bindings, void *stream,
+                    std::string &error) {
+  const attn::cuda::Module::Kernel *kernel = gpu.kernel(step.kernelName);
+  if (!kernel) {
+    error = "no kernel " + step.kernelName;
+    return false;
+  }
+  std::vector<uint64_t> pointers;
+  std::vector<std::vector<int64_t>> shapes;
+  for (const Buffer *buffer : bindings) {
+    pointers.push_back(reinterpret_cast<uint64_t>(buffer->data));
+    shapes.push_back(buffer->shape);
+  }
+  return gpu.launch(*kernel, count, pointers, shapes, stream, error);
+}
+
 attn_status runOnCuda(attn_model &model, const Entry &e,
                       std::vector<Buffer> &hostBuffers) {
   attn::cuda::Module &gpu = *model.cuda->module;
@@ -729,16 +748,8 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
   };
   auto dispatch = [&](const Step &step, int64_t count,
                       const std::vector<const Buffer *> &bindings) {
-    const attn::cuda::Module::Kernel *kernel = gpu.kernel(step.kernelName);
-    std::vector<uint64_t> pointers;
-    std::vector<std::vector<int64_t>> shapes;
-    for (const Buffer *buffer : bindings) {
-      pointers.push_back(reinterpret_cast<uint64_t>(buffer->data));
-      shapes.push_back(buffer->shape);
-    }
-    if (!kernel ||
-        !gpu.launch(*kernel, count, pointers, shapes, nullptr, error))
-      return cudaFail(kernel ? error : "no kernel " + step.kernelName);
+    if (!launchDispatch(gpu, step, count, bindings, nullptr, error))
+      return cudaFail(error);
     return ATTN_OK;
   };
   // The copies in are synchronous, so the events time the launches alone.
@@ -905,15 +916,8 @@ attn_status runOnCudaStream(attn_model &model, const Entry &e,
   };
   auto dispatch = [&](const Step &step, int64_t count,
                       const std::vector<const Buffer *> &bindings) {
-    const attn::cuda::Module::Kernel *kernel = gpu.kernel(step.kernelName);
-    std::vector<uint64_t> pointers;
-    std::vector<std::vector<int64_t>> shapes;
-    for (const Buffer *buffer : bindings) {
-      pointers.push_back(reinterpret_cast<uint64_t>(buffer->data));
-      shapes.push_back(buffer->shape);
-    }
-    if (!kernel || !gpu.launch(*kernel, count, pointers, shapes, stream, error))
-      return cudaFail(kernel ? error : "no kernel " + step.kernelName);
+    if (!launchDispatch(gpu, step, count, bindings, stream, error))
+      return cudaFail(error);
     return ATTN_OK;
   };
   attn_status status =
