@@ -816,6 +816,25 @@ extern "C" attn_status attn_entry_output_shapes(const attn_model *model,
 
 namespace {
 
+/// The program's buffers of a call whose symbols are `bound`: its inputs,
+/// then its outputs, each with the data of `inputs` / `outputs` (none when
+/// those are null: a dry run).
+std::vector<Buffer> callBuffers(const Entry &e,
+                                const std::map<std::string, int64_t> &bound,
+                                const attn_tensor *inputs,
+                                const attn_tensor *outputs) {
+  std::vector<Buffer> buffers;
+  for (size_t i = 0; i < e.inputs.size(); ++i)
+    buffers.push_back({inputs ? inputs[i].data : nullptr,
+                       outputShape(e.inputs[i], bound),
+                       attn_dtype_size(e.inputs[i].dtype)});
+  for (size_t i = 0; i < e.outputs.size(); ++i)
+    buffers.push_back({outputs ? outputs[i].data : nullptr,
+                       outputShape(e.outputs[i], bound),
+                       attn_dtype_size(e.outputs[i].dtype)});
+  return buffers;
+}
+
 /// Checks a call's inputs and outputs against the entry's signature and
 /// makes the program's buffers of them (inputs, then outputs).
 attn_status bindCall(const Entry &e, const attn_tensor *inputs,
@@ -834,12 +853,7 @@ attn_status bindCall(const Entry &e, const attn_tensor *inputs,
     if (attn_status status =
             checkTensor(e, "output", i, e.outputs[i], outputs[i], bound))
       return status;
-  for (int32_t i = 0; i < numInputs; ++i)
-    buffers.push_back({inputs[i].data, outputShape(e.inputs[i], bound),
-                       attn_dtype_size(e.inputs[i].dtype)});
-  for (int32_t i = 0; i < numOutputs; ++i)
-    buffers.push_back({outputs[i].data, outputShape(e.outputs[i], bound),
-                       attn_dtype_size(e.outputs[i].dtype)});
+  buffers = callBuffers(e, bound, inputs, outputs);
   return ATTN_OK;
 }
 
@@ -879,20 +893,22 @@ attn_status runOnCudaStream(attn_model &model, const Entry &e,
     return cudaFail(error);
   const int64_t workers =
       kCudaBlocksPerMultiprocessor * gpu.multiprocessorCount();
-  // What the temporaries need, first: a workspace too small fails before
-  // anything is enqueued.
-  size_t needed = 0;
-  if (attn_status status = temporaryBytes(e, e.cuda, buffers, workers,
-                                          kDeviceTemporaryAlignment, needed))
-    return status;
+  // With a workspace, what the temporaries need first (a dry run of the
+  // host program): one too small fails before anything is enqueued.
   const bool fromWorkspace = model.deviceWorkspaceBytes > 0;
-  if (fromWorkspace && needed > model.deviceWorkspaceBytes)
-    return fail(ATTN_INVALID_ARGUMENT,
-                "entry '" + e.name + "' needs " + std::to_string(needed) +
-                    " bytes of workspace for these inputs, and the model's "
-                    "workspace holds " +
-                    std::to_string(model.deviceWorkspaceBytes) +
-                    " (attn_entry_workspace_bytes says what a call needs)");
+  if (fromWorkspace) {
+    size_t needed = 0;
+    if (attn_status status = temporaryBytes(e, e.cuda, buffers, workers,
+                                            kDeviceTemporaryAlignment, needed))
+      return status;
+    if (needed > model.deviceWorkspaceBytes)
+      return fail(ATTN_INVALID_ARGUMENT,
+                  "entry '" + e.name + "' needs " + std::to_string(needed) +
+                      " bytes of workspace for these inputs, and the model's "
+                      "workspace holds " +
+                      std::to_string(model.deviceWorkspaceBytes) +
+                      " (attn_entry_workspace_bytes says what a call needs)");
+  }
   // Without a workspace the temporaries are allocated on the stream and
   // freed on it after the launches that use them.
   std::vector<uint64_t> owned;
@@ -1001,13 +1017,7 @@ extern "C" attn_status attn_entry_workspace_bytes(const attn_model *model,
     std::map<std::string, int64_t> bound;
     if (attn_status status = bindShapes(*e, inputs, numInputs, bound))
       return status;
-    std::vector<Buffer> buffers;
-    for (size_t i = 0; i < e->inputs.size(); ++i)
-      buffers.push_back({nullptr, outputShape(e->inputs[i], bound),
-                         attn_dtype_size(e->inputs[i].dtype)});
-    for (const Signature &output : e->outputs)
-      buffers.push_back(
-          {nullptr, outputShape(output, bound), attn_dtype_size(output.dtype)});
+    std::vector<Buffer> buffers = callBuffers(*e, bound, nullptr, nullptr);
     if (model->device == ATTN_DEVICE_CPU) {
       if (!model->hasCpuCode)
         return fail(ATTN_UNSUPPORTED,
