@@ -214,6 +214,18 @@ private:
                   fb::CreateTempBufferDirect(builder, *dtype, &dims).Union());
           return success();
         })
+        .Case([&](IndexStatusOp status) {
+          // Bound by the runtime, not allocated: its record of index errors.
+          std::vector<int32_t> dims = {
+              addIntOp(Kind::Constant, 0, 0, 0, IndexStatusOp::kFields)};
+          bufferIds[status] =
+              static_cast<int32_t>(host.getNumArguments() + numTemps++);
+          addStep(fb::Step::TempBuffer,
+                  fb::CreateTempBufferDirect(builder, fb::DType::i32, &dims,
+                                             /*index_status=*/true)
+                      .Union());
+          return success();
+        })
         .Case([&](DispatchOp dispatch) -> LogicalResult {
           std::vector<int32_t> bindings;
           for (Value binding : dispatch.getBindings()) {

@@ -22,7 +22,7 @@
 namespace mlir::attn {
 
 /// The format version this compiler writes (Binary.format_version).
-constexpr uint32_t kAttnbFormatVersion = 8;
+constexpr uint32_t kAttnbFormatVersion = 9;
 
 /// The CPU code of a model.
 struct CpuCode {

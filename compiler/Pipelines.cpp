@@ -84,6 +84,9 @@ void mlir::attn::buildGpuDispatchPipeline(OpPassManager &pm,
   dispatch.maxSharedBytes = options.maxSharedBytes;
   dispatch.flashRowTiles = options.flashRowTiles;
   pm.addPass(createAttnGpuDispatches(dispatch));
+  // Device memory cannot be read on the host: index inputs are checked
+  // by the kernels.
+  pm.addPass(createAttnGpuIndexChecks());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   // Equal layers: their kernels are lowered, compiled and assembled once.

@@ -203,6 +203,38 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
   ];
 }
 
+def AttnGpuIndexChecks : Pass<"attn-gpu-index-checks", "ModuleOp"> {
+  let summary = "CUDA entries check their index inputs on the device";
+  let description = [{
+    For tensors in device memory, which the runtime cannot read before a
+    call. Each entry with index inputs (arguments with `attn.contract`:
+    page tables, offsets, slots, tree parents and paths) gets the runtime's
+    record of index errors (`attn_kernel.index_status`) and, first in its
+    host program, one check kernel per index input: a thread per element
+    checks it against its value contract, as the runtime does on the host,
+    and the first that fails records the error, the input and the element.
+    Every other kernel of the entry takes the record as its last binding
+    and runs its body only while the record is clear, so no kernel indexes
+    memory with a value that breaks its contract.
+
+    ```mlir
+    %record = attn_kernel.index_status : memref<8xi32>
+    attn_kernel.dispatch @e__check_4 workgroups(%n)
+        bindings(%cu_seqlens, %q, %record) : ...
+    attn_kernel.dispatch @e__flash1 workgroups(%w)
+        bindings(%q, %k, %v, %cu_seqlens, %o, %record) : ...
+    ```
+
+    Runs after -attn-gpu-dispatches, before kernels are merged (each
+    kernel is still dispatched by one entry).
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+    "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect",
+    "::mlir::attn::AttnKernelDialect"
+  ];
+}
+
 def AttnGpuOutlineKernels : Pass<"attn-gpu-outline-kernels", "ModuleOp"> {
   let summary = "Move the CUDA kernels into a gpu.module for NVVM";
   let description = [{

@@ -149,6 +149,17 @@ public:
                                    bytes));
   }
 
+  /// Raises the first index error that the kernels of device calls found
+  /// (attn_model_device_status), after the caller synchronised them.
+  void checkDevice() {
+    attn_status status;
+    {
+      py::gil_scoped_release release;
+      status = attn_model_device_status(model);
+    }
+    check(status);
+  }
+
   /// The shapes of `entry`'s outputs for inputs of these shapes and dtypes
   /// ("f32", "i32", "f16", "bf16"), with no data (torch's Meta kernels).
   std::vector<std::vector<int64_t>>
@@ -427,6 +438,7 @@ PYBIND11_MODULE(_attn, m) {
            py::arg("inputs"))
       .def("set_workspace", &Model::setWorkspace, py::arg("pointer"),
            py::arg("bytes"))
+      .def("check_device", &Model::checkDevice)
       .def("output_shapes_of", &Model::outputShapesOf, py::arg("entry"),
            py::arg("shapes"), py::arg("dtypes"))
       .def("run", &Model::run, py::arg("entry"), py::arg("inputs"),

@@ -350,6 +350,11 @@ readProgram(const Entry &entry,
       step.elementBytes = temporaryElementBytes(temp->dtype());
       if (!step.elementBytes)
         return bad("a temporary has an unknown dtype");
+      step.indexStatus = temp->index_status();
+      if (step.indexStatus &&
+          (temp->dtype() != attn::fb::DType::i32 || temp->dims()->size() != 1))
+        return bad("the record of index errors is not an i32 [8]");
+      program.checksIndices |= step.indexStatus;
       for (int32_t r : *temp->dims()) {
         if (!checkRegister(r))
           return bad("a temporary's size reads a register no earlier step "
@@ -614,9 +619,6 @@ static attn_status checkKeyOffsets(const Entry &entry,
                                    const attn_tensor *inputs, size_t i) {
   const Signature &sig = entry.inputs[i];
   const int64_t batch = inputs[i].shape[0] - 1;
-  if (attn_status status =
-          checkBatchOfOffsets(entry, inputs, sig.contractQueries, i, batch))
-    return status;
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t keys = rowsOf(inputs, static_cast<int32_t>(i), b);
     const int64_t rows = rowsOf(inputs, sig.contractQueries, b);
@@ -648,11 +650,6 @@ static attn_status checkIndexList(const Entry &entry, const attn_tensor *inputs,
                     " " + why);
   };
   if (sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS) {
-    if (count < 1)
-      return fail(ATTN_SIGNATURE_MISMATCH,
-                  "input '" + sig.name + "' (#" + std::to_string(i) +
-                      ") of entry '" + entry.name +
-                      "' must hold B + 1 >= 1 offsets, got none");
     if (values[0] != 0)
       return bad(0, "must be 0");
     for (int64_t n = 1; n < count; ++n)
@@ -713,10 +710,6 @@ static attn_status checkKeyLengths(const Entry &entry,
   const bool raggedQueries =
       sig.contractQueries >= 0 && entry.inputs[sig.contractQueries].contract ==
                                       ATTN_CONTRACT_SEQUENCE_OFFSETS;
-  if (raggedQueries)
-    if (attn_status status =
-            checkBatchOfOffsets(entry, inputs, sig.contractQueries, i, batch))
-      return status;
   auto queriesOf = [&](int64_t b) -> int64_t {
     if (sig.contractQueries < 0)
       return 0;
@@ -761,7 +754,37 @@ static attn_status checkKeyLengths(const Entry &entry,
 
 /// Checks the value contracts of the inputs (tree parents, accepted
 /// paths, ragged offsets, pool slots), naming the first offending element.
+attn_status checkContractShapes(const Entry &entry, const attn_tensor *inputs) {
+  for (size_t i = 0; i < entry.inputs.size(); ++i) {
+    const Signature &sig = entry.inputs[i];
+    const int64_t count = inputs[i].shape[0];
+    if (sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS && count < 1)
+      return fail(ATTN_SIGNATURE_MISMATCH,
+                  "input '" + sig.name + "' (#" + std::to_string(i) +
+                      ") of entry '" + entry.name +
+                      "' must hold B + 1 >= 1 offsets, got none");
+    // The query offsets that key offsets or key lengths are checked with
+    // are one per sequence of theirs.
+    const bool withQueryOffsets =
+        sig.contractQueries >= 0 &&
+        (sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS ||
+         (sig.contract == ATTN_CONTRACT_SEQUENCE_LENGTHS &&
+          entry.inputs[sig.contractQueries].contract ==
+              ATTN_CONTRACT_SEQUENCE_OFFSETS));
+    if (!withQueryOffsets)
+      continue;
+    const int64_t batch =
+        sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS ? count - 1 : count;
+    if (attn_status status =
+            checkBatchOfOffsets(entry, inputs, sig.contractQueries, i, batch))
+      return status;
+  }
+  return ATTN_OK;
+}
+
 attn_status checkContracts(const Entry &entry, const attn_tensor *inputs) {
+  if (attn_status status = checkContractShapes(entry, inputs))
+    return status;
   // A ragged batch's query offsets first: the other contracts read them.
   for (size_t i = 0; i < entry.inputs.size(); ++i) {
     const Signature &sig = entry.inputs[i];
@@ -832,6 +855,110 @@ attn_status checkContracts(const Entry &entry, const attn_tensor *inputs) {
     }
   }
   return ATTN_OK;
+}
+
+attn_status indexRecordError(const std::vector<Entry> &entries,
+                             const int32_t *record) {
+  if (record[0] == 0)
+    return ATTN_OK;
+  using attn::fb::IndexError;
+  const auto error = static_cast<IndexError>(record[1]);
+  const int32_t entryIndex = record[2], input = record[3];
+  const int32_t i = record[4], j = record[5], value = record[6],
+                limit = record[7];
+  if (entryIndex < 0 || entryIndex >= static_cast<int32_t>(entries.size()) ||
+      input < 0 ||
+      input >= static_cast<int32_t>(entries[entryIndex].inputs.size()))
+    return fail(ATTN_RUN_ERROR,
+                "the GPU's index checks left a record naming no input of "
+                "this model (entry #" +
+                    std::to_string(entryIndex) + ", input #" +
+                    std::to_string(input) + ")");
+  const Entry &entry = entries[entryIndex];
+  const Signature &sig = entry.inputs[input];
+  const std::string &name = sig.name;
+  auto n = [](int32_t x) { return std::to_string(x); };
+  // The input the contract names (a slot's pool or cache).
+  auto other = [&]() -> std::string {
+    if (sig.contractInput < 0 ||
+        sig.contractInput >= static_cast<int32_t>(entry.inputs.size()))
+      return "its other input";
+    return "'" + entry.inputs[sig.contractInput].name + "'";
+  };
+  const bool cache = sig.contract == ATTN_CONTRACT_CACHE_SLOTS;
+  std::string element = name + "[" + n(i) + "]";
+  if (error == IndexError::page_out_of_range ||
+      error == IndexError::parent_not_root ||
+      error == IndexError::parent_not_earlier ||
+      error == IndexError::path_node_out_of_range)
+    element += "[" + n(j) + "]";
+  std::string why;
+  switch (error) {
+  case IndexError::offsets_not_zero:
+    why = "must be 0";
+    break;
+  case IndexError::offsets_decrease:
+    why = "must be at least " + name + "[" + n(i - 1) + "] = " + n(limit);
+    break;
+  case IndexError::offsets_not_total:
+    why = "must be " + n(limit) + ", the tokens of its rows";
+    break;
+  case IndexError::fewer_keys_than_queries:
+    // value: the keys of sequence i, limit: its query rows.
+    element = "sequence " + n(i);
+    why = "has " + n(value) + " keys but " + n(limit) +
+          " query rows (a causal mask places query i at Lk - Lq + i, so it "
+          "needs Lq <= Lk)";
+    break;
+  case IndexError::slot_out_of_range:
+    why = "must be " + std::string(cache ? "-1 or " : "") + "a slot of " +
+          other() + " in [0, " + n(limit) + ")";
+    break;
+  case IndexError::slot_repeated:
+    why = "is also " + name + "[" + n(j) + "]: " +
+          (cache ? "each token needs its own slot"
+                 : "each sequence needs its own slot");
+    break;
+  case IndexError::length_out_of_range:
+    why = "must be in [0, " + n(limit) + "] (the keys its pages hold)";
+    break;
+  case IndexError::length_below_queries:
+    why = "must be at least the " + n(limit) +
+          " queries (a causal mask places query i at " + name + "[b] - Lq + i)";
+    break;
+  case IndexError::page_out_of_range:
+    why = "must be a page in [0, " + n(limit) + ")";
+    break;
+  case IndexError::parent_not_root:
+    why = "must be -1 (the root)";
+    break;
+  case IndexError::parent_not_earlier:
+    why = "must be in [0, " + n(j) + ")";
+    break;
+  case IndexError::path_length_out_of_range: {
+    // The path whose lengths these are.
+    std::string path = "the path";
+    for (const Signature &s : entry.inputs)
+      if (s.contract == ATTN_CONTRACT_TREE_PATH && s.contractInput == input)
+        path = "'" + s.name + "'";
+    why = "must be in [0, " + n(limit) + "] (the nodes of " + path + ")";
+    break;
+  }
+  case IndexError::path_node_out_of_range:
+    why = "must be a tree node in [0, " + n(limit) + ")";
+    break;
+  default:
+    return fail(ATTN_RUN_ERROR, "the GPU's index checks left a record of "
+                                "unknown error " +
+                                    n(record[1]));
+  }
+  if (error != IndexError::fewer_keys_than_queries)
+    element += " = " + n(value);
+  return fail(ATTN_SIGNATURE_MISMATCH,
+              "input '" + name + "' (#" + n(input) + ") of entry '" +
+                  entry.name + "': " + element + " " + why +
+                  " (found on the device by the entry's index checks; its "
+                  "kernels wrote nothing)");
 }
 
 std::vector<int64_t> outputShape(const Signature &sig,
@@ -974,7 +1101,7 @@ attn_status evalInt(const Entry &entry, size_t index, const Step &step,
 /// `dispatch`.
 attn_status runProgram(
     const Entry &e, const Program &program, std::vector<Buffer> &buffers,
-    int64_t workers,
+    int64_t workers, int32_t *indexRecord,
     const std::function<attn_status(size_t bytes, void *&data)> &allocate,
     const std::function<attn_status(const Step &step, int64_t count,
                                     const std::vector<const Buffer *> &)>
@@ -993,6 +1120,17 @@ attn_status runProgram(
       buffer.elementBytes = step.elementBytes;
       for (int32_t r : step.dims)
         buffer.shape.push_back(regs[r]);
+      if (step.indexStatus) {
+        if (buffer.shape[0] != kIndexRecordFields)
+          return fail(ATTN_INVALID_BINARY,
+                      "corrupt .attnb: entry '" + e.name +
+                          "' binds a record of index errors of " +
+                          std::to_string(buffer.shape[0]) + " fields, not " +
+                          std::to_string(kIndexRecordFields));
+        buffer.data = indexRecord;
+        buffers.push_back(std::move(buffer));
+        break;
+      }
       std::optional<int64_t> bytes = attn::checkedTensorBytes(
           buffer.shape, static_cast<int64_t>(step.elementBytes));
       if (!bytes)

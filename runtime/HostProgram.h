@@ -22,6 +22,9 @@
 
 namespace attn::host {
 
+/// The i32 fields of the record of index errors (attn::fb::IndexError).
+constexpr int64_t kIndexRecordFields = 8;
+
 /// Records `message` as the calling thread's last error (attn_last_error)
 /// and returns `status`.
 attn_status fail(attn_status status, const std::string &message);
@@ -59,6 +62,8 @@ struct Step {
   attn::fb::DType tempDtype = attn::fb::DType::f32;
   size_t elementBytes = 0;
   std::vector<int32_t> dims;
+  /// Not allocated: the runtime's record of index errors (i32 [8]).
+  bool indexStatus = false;
   // Dispatch
   KernelFn kernel = nullptr;
   std::string kernelName;
@@ -81,6 +86,9 @@ struct KernelAbi {
 struct Program {
   std::vector<Step> steps;
   int32_t numTemps = 0;
+  /// Whether its kernels check the index inputs (it binds the record of
+  /// index errors).
+  bool checksIndices = false;
 };
 
 struct Entry {
@@ -143,8 +151,18 @@ attn_status checkTensor(const Entry &entry, const char *role, size_t index,
                         std::map<std::string, int64_t> &bound,
                         bool derived = true);
 /// Checks the value contracts of the inputs (tree parents, accepted
-/// paths), naming the first offending element.
+/// paths, offsets, slots, page tables), naming the first offending element.
+/// Checks checkContractShapes first.
 attn_status checkContracts(const Entry &entry, const attn_tensor *inputs);
+/// The part of the value contracts that the dims state (B + 1 offsets for
+/// B sequences, at least one offset), which calls whose index values are
+/// checked on the device check on the host; the data is not read.
+attn_status checkContractShapes(const Entry &entry, const attn_tensor *inputs);
+/// The error an index check of the CUDA kernels recorded in `record` (i32
+/// [8], attn::fb::IndexError's layout), naming the entry of `entries`, the
+/// input and the element; ATTN_OK for a clear record.
+attn_status indexRecordError(const std::vector<Entry> &entries,
+                             const int32_t *record);
 /// The shape of an argument once its symbols are bound.
 std::vector<int64_t> outputShape(const Signature &sig,
                                  const std::map<std::string, int64_t> &bound);
@@ -155,9 +173,11 @@ std::vector<int64_t> outputShape(const Signature &sig,
 /// `dispatch` after checking its bindings' static dims against the
 /// kernel's ABI record. Integer arithmetic is checked: an overflow, a
 /// division by zero or a temporary whose size does not fit is an error.
+/// `indexRecord` is the record of index errors bound where the program
+/// asks for it (TempBuffer.index_status; null in a dry run).
 attn_status runProgram(
     const Entry &e, const Program &program, std::vector<Buffer> &buffers,
-    int64_t workers,
+    int64_t workers, int32_t *indexRecord,
     const std::function<attn_status(size_t bytes, void *&data)> &allocate,
     const std::function<attn_status(const Step &step, int64_t count,
                                     const std::vector<const Buffer *> &)>

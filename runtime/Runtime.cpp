@@ -14,6 +14,7 @@
 #include "runtime/Checksum.h"
 #include "runtime/CudaDriver.h"
 #include "runtime/HostProgram.h"
+#include "runtime/RuntimeTesting.h"
 #include "runtime/ThreadPool.h"
 #include "runtime/schemas/attnb_generated.h"
 
@@ -46,7 +47,7 @@ using namespace attn::host;
 
 namespace {
 
-constexpr uint32_t kFormatVersion = 8;
+constexpr uint32_t kFormatVersion = 9;
 
 /// Runs the body of a C API function: no C++ exception (an allocation
 /// that fails, a thread that cannot start) crosses into the caller.
@@ -153,6 +154,15 @@ struct CudaCode {
   std::vector<uint8_t> cubin;
   std::vector<attn::cuda::Module::Kernel> kernels;
   std::unique_ptr<attn::cuda::Module> module;
+  /// The record of index errors of attn_run_device calls (i32 [8] of
+  /// device memory, allocated at the first such call; see
+  /// attn_model_device_status). Guarded by the model's cudaMutex.
+  uint64_t deviceIndexRecord = 0;
+
+  ~CudaCode() {
+    if (module && deviceIndexRecord)
+      module->release(deviceIndexRecord);
+  }
 };
 
 struct attn_model {
@@ -521,6 +531,20 @@ extern "C" attn_status attn_model_set_device(attn_model *model,
                                     loaded, error))
         return fail(ATTN_UNSUPPORTED, error);
       model->cuda->module.reset(loaded);
+      // The record of index errors of attn_run_device calls, made here so
+      // that no call (which may be captured in a CUDA graph) has to.
+      bool checksIndices = false;
+      for (const Entry &e : model->entries)
+        checksIndices |= e.cuda.checksIndices;
+      const int32_t clear[kIndexRecordFields] = {};
+      uint64_t record = 0;
+      if (checksIndices &&
+          (!loaded->allocate(sizeof clear, record, error) ||
+           !loaded->copyToDevice(record, clear, sizeof clear, error))) {
+        model->cuda->module.reset();
+        return fail(ATTN_RUN_ERROR, error);
+      }
+      model->cuda->deviceIndexRecord = record;
     }
     model->device = device;
     return ATTN_OK;
@@ -670,9 +694,15 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
                             [&](int64_t id) { kernel(ptrs, dimData, id); });
     return ATTN_OK;
   };
+  // The record of index errors, for programs whose kernels check their
+  // index inputs (CUDA kernels run on the CPU, CompileOptions::
+  // cpuRunsCudaKernels): clear unless the host's checks were skipped.
+  int32_t indexRecord[kIndexRecordFields] = {};
   auto begin = std::chrono::steady_clock::now();
-  attn_status status =
-      runProgram(e, e.cpu, buffers, model.pool->size(), allocate, dispatch);
+  attn_status status = runProgram(e, e.cpu, buffers, model.pool->size(),
+                                  indexRecord, allocate, dispatch);
+  if (status == ATTN_OK)
+    status = indexRecordError(model.entries, indexRecord);
   if (status == ATTN_OK)
     model.recordKernelMs(std::chrono::duration<double, std::milli>(
                              std::chrono::steady_clock::now() - begin)
@@ -752,17 +782,33 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
       return cudaFail(error);
     return ATTN_OK;
   };
+  // The call's own record of index errors (its inputs were checked on the
+  // host, so the kernels' checks agree and leave it clear).
+  int32_t indexRecord[kIndexRecordFields] = {};
+  uint64_t deviceRecord = 0;
+  if (e.cuda.checksIndices &&
+      (!gpu.allocate(sizeof indexRecord, deviceRecord, error) ||
+       (owned.push_back(deviceRecord),
+        !gpu.copyToDevice(deviceRecord, indexRecord, sizeof indexRecord,
+                          error))))
+    return cudaFail(error);
   // The copies in are synchronous, so the events time the launches alone.
   if (!gpu.startTimer(error))
     return cudaFail(error);
-  if (attn_status status =
-          runProgram(e, e.cuda, buffers,
-                     kCudaBlocksPerMultiprocessor * gpu.multiprocessorCount(),
-                     allocate, dispatch))
+  if (attn_status status = runProgram(
+          e, e.cuda, buffers,
+          kCudaBlocksPerMultiprocessor * gpu.multiprocessorCount(),
+          reinterpret_cast<int32_t *>(deviceRecord), allocate, dispatch))
     return status;
   double kernelMs = 0;
   if (!gpu.stopTimer(kernelMs, error) || !gpu.synchronize(error))
     return cudaFail(error);
+  if (deviceRecord) {
+    if (!gpu.copyToHost(indexRecord, deviceRecord, sizeof indexRecord, error))
+      return cudaFail(error);
+    if (attn_status status = indexRecordError(model.entries, indexRecord))
+      return status;
+  }
   model.recordKernelMs(kernelMs);
   // The outputs and the inputs updated in place come back.
   for (size_t i = 0; i < hostBuffers.size(); ++i)
@@ -876,7 +922,8 @@ attn_status temporaryBytes(const Entry &e, const Program &program,
   };
   auto dispatch = [](const Step &, int64_t,
                      const std::vector<const Buffer *> &) { return ATTN_OK; };
-  return runProgram(e, program, buffers, workers, allocate, dispatch);
+  return runProgram(e, program, buffers, workers, /*indexRecord=*/nullptr,
+                    allocate, dispatch);
 }
 
 /// attn_run_device's work: the entry's program on the model's GPU over
@@ -936,11 +983,46 @@ attn_status runOnCudaStream(attn_model &model, const Entry &e,
       return cudaFail(error);
     return ATTN_OK;
   };
+  // The model's record of index errors, which the kernels' checks set
+  // and attn_model_device_status reads and clears.
   attn_status status =
-      runProgram(e, e.cuda, buffers, workers, allocate, dispatch);
+      runProgram(e, e.cuda, buffers, workers,
+                 reinterpret_cast<int32_t *>(model.cuda->deviceIndexRecord),
+                 allocate, dispatch);
   for (uint64_t pointer : owned)
     gpu.releaseAsync(pointer, stream);
   return status;
+}
+
+} // namespace
+
+namespace {
+
+/// attn_run's work; `checkIndexValues` false leaves the values of index
+/// inputs to the kernels' own checks (attn::test_hooks).
+attn_status runHostTensors(attn_model *model, int32_t entry,
+                           const attn_tensor *inputs, int32_t numInputs,
+                           const attn_tensor *outputs, int32_t numOutputs,
+                           bool checkIndexValues) {
+  const Entry *e = entryAt(model, entry);
+  if (!e)
+    return fail(ATTN_INVALID_ARGUMENT,
+                "attn_run: no entry #" + std::to_string(entry));
+  std::vector<Buffer> buffers;
+  if (attn_status status =
+          bindCall(*e, inputs, numInputs, outputs, numOutputs, buffers))
+    return status;
+  if (attn_status status = checkIndexValues ? checkContracts(*e, inputs)
+                                            : checkContractShapes(*e, inputs))
+    return status;
+  if (model->device == ATTN_DEVICE_CPU)
+    return runOnCpu(*model, *e, buffers);
+  // One CUDA run at a time per model (its events and module are shared);
+  // the device is read again under the lock set_device takes.
+  std::lock_guard<std::mutex> lock(model->cudaMutex);
+  if (model->device == ATTN_DEVICE_CPU)
+    return runOnCpu(*model, *e, buffers);
+  return runOnCuda(*model, *e, buffers);
 }
 
 } // namespace
@@ -950,24 +1032,30 @@ extern "C" attn_status attn_run(attn_model *model, int32_t entry,
                                 const attn_tensor *outputs,
                                 int32_t numOutputs) {
   return guarded("attn_run", [&]() -> attn_status {
+    return runHostTensors(model, entry, inputs, numInputs, outputs, numOutputs,
+                          /*checkIndexValues=*/true);
+  });
+}
+
+attn_status attn::test_hooks::runCheckingIndicesInKernels(
+    attn_model *model, int32_t entry, const attn_tensor *inputs,
+    int32_t numInputs, const attn_tensor *outputs, int32_t numOutputs) {
+  return guarded("runCheckingIndicesInKernels", [&]() -> attn_status {
     const Entry *e = entryAt(model, entry);
     if (!e)
-      return fail(ATTN_INVALID_ARGUMENT,
-                  "attn_run: no entry #" + std::to_string(entry));
-    std::vector<Buffer> buffers;
-    if (attn_status status =
-            bindCall(*e, inputs, numInputs, outputs, numOutputs, buffers))
-      return status;
-    if (attn_status status = checkContracts(*e, inputs))
-      return status;
-    if (model->device == ATTN_DEVICE_CPU)
-      return runOnCpu(*model, *e, buffers);
-    // One CUDA run at a time per model (its events and module are shared);
-    // the device is read again under the lock set_device takes.
-    std::lock_guard<std::mutex> lock(model->cudaMutex);
-    if (model->device == ATTN_DEVICE_CPU)
-      return runOnCpu(*model, *e, buffers);
-    return runOnCuda(*model, *e, buffers);
+      return fail(ATTN_INVALID_ARGUMENT, "no entry #" + std::to_string(entry));
+    bool hasIndexInputs = false;
+    for (const Signature &sig : e->inputs)
+      hasIndexInputs |= sig.contract != ATTN_CONTRACT_NONE;
+    const Program &program =
+        model->device == ATTN_DEVICE_CPU ? e->cpu : e->cuda;
+    if (hasIndexInputs && !program.checksIndices)
+      return fail(ATTN_UNSUPPORTED,
+                  "entry '" + e->name +
+                      "': its kernels here do not check its index inputs "
+                      "(CPU kernels: compile with cpuRunsCudaKernels)");
+    return runHostTensors(model, entry, inputs, numInputs, outputs, numOutputs,
+                          /*checkIndexValues=*/false);
   });
 }
 
@@ -985,16 +1073,11 @@ extern "C" attn_status attn_run_device(attn_model *model, int32_t entry,
     if (attn_status status =
             bindCall(*e, inputs, numInputs, outputs, numOutputs, buffers))
       return status;
-    // Index inputs are checked on the host before anything runs; device
-    // memory cannot be read there without a synchronisation.
-    for (size_t i = 0; i < e->inputs.size(); ++i)
-      if (e->inputs[i].contract != ATTN_CONTRACT_NONE)
-        return fail(ATTN_UNSUPPORTED,
-                    "input '" + e->inputs[i].name + "' (#" + std::to_string(i) +
-                        ") of entry '" + e->name +
-                        "' holds indices that attn checks on the host before "
-                        "a call; entries with index inputs take host tensors "
-                        "(attn_run)");
+    // Index values in device memory cannot be read here without a
+    // synchronisation: the kernels check them (attn_model_device_status
+    // reports what they find), the host checks what the dims state.
+    if (attn_status status = checkContractShapes(*e, inputs))
+      return status;
     std::lock_guard<std::mutex> lock(model->cudaMutex);
     if (model->device != ATTN_DEVICE_CUDA)
       return fail(ATTN_UNSUPPORTED,
@@ -1030,6 +1113,30 @@ extern "C" attn_status attn_entry_workspace_bytes(const attn_model *model,
                           kCudaBlocksPerMultiprocessor *
                               model->cuda->module->multiprocessorCount(),
                           kDeviceTemporaryAlignment, *bytes);
+  });
+}
+
+extern "C" attn_status attn_model_device_status(attn_model *model) {
+  return guarded("attn_model_device_status", [&]() -> attn_status {
+    if (!model)
+      return fail(ATTN_INVALID_ARGUMENT,
+                  "attn_model_device_status: null model");
+    std::lock_guard<std::mutex> lock(model->cudaMutex);
+    if (!model->cuda || !model->cuda->module || !model->cuda->deviceIndexRecord)
+      return ATTN_OK;
+    attn::cuda::Module &gpu = *model->cuda->module;
+    const uint64_t deviceRecord = model->cuda->deviceIndexRecord;
+    int32_t record[kIndexRecordFields] = {};
+    const int32_t clear[kIndexRecordFields] = {};
+    std::string error;
+    if (!gpu.makeCurrent(error) ||
+        !gpu.copyToHost(record, deviceRecord, sizeof record, error))
+      return fail(ATTN_RUN_ERROR, "attn_model_device_status: " + error);
+    if (record[0] == 0)
+      return ATTN_OK;
+    if (!gpu.copyToDevice(deviceRecord, clear, sizeof clear, error))
+      return fail(ATTN_RUN_ERROR, "attn_model_device_status: " + error);
+    return indexRecordError(model->entries, record);
   });
 }
 

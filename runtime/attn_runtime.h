@@ -233,14 +233,28 @@ attn_status attn_run(attn_model *model, int32_t entry,
     on the device (one stream, or events between streams).
 
     Index inputs (ATTN_CONTRACT_* other than NONE: tree parents and paths,
-    offsets, page tables, key lengths, slots) are checked on the host before
-    a call, and device memory cannot be read there without a
-    synchronisation: entries with such inputs are refused here
-    (ATTN_UNSUPPORTED) and take host tensors (attn_run). */
+    offsets, page tables, key lengths, slots) cannot be read on the host
+    without a synchronisation, so their values are checked on the device:
+    the entry's first kernels check every element against its contract, as
+    attn_run does on the host, and when one fails they record it and no
+    kernel of the call (or of a later device call of the model, until the
+    record is read) reads or writes anything through an index. What the
+    dims state (B + 1 offsets for B sequences) is checked here, before
+    anything is enqueued. attn_model_device_status reports the record. */
 attn_status attn_run_device(attn_model *model, int32_t entry,
                             const attn_tensor *inputs, int32_t num_inputs,
                             const attn_tensor *outputs, int32_t num_outputs,
                             void *stream);
+
+/** The first index error that the model's attn_run_device calls found on
+    the device since the last call of this function, which clears it:
+    ATTN_SIGNATURE_MISMATCH with a message naming the entry, the input, the
+    element and its value, as attn_run's host checks name them; ATTN_OK when
+    there was none. Call it once the streams of those calls are synchronised
+    (it reads the record with a synchronous copy). While an error is
+    recorded, the model's device calls enqueue kernels that skip their work,
+    so outputs and in-place inputs keep their contents. */
+attn_status attn_model_device_status(attn_model *model);
 
 /** The bytes of temporaries a call of `entry` with inputs of these dtypes
     and shapes needs on the model's device (the data pointers are not

@@ -191,6 +191,11 @@ public:
   Status setWorkspace(void *devicePointer, size_t bytes) {
     return Status::fromC(attn_model_set_workspace(model, devicePointer, bytes));
   }
+  /// attn_model_device_status: the first index error the kernels of
+  /// runDevice calls found, once their streams are synchronised.
+  Status deviceStatus() {
+    return Status::fromC(attn_model_device_status(model));
+  }
 
 private:
   explicit Model(attn_model *model) : model(model) {}

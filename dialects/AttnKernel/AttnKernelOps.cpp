@@ -60,6 +60,19 @@ LogicalResult DispatchOp::verifySymbolUses(SymbolTableCollection &symbolTable) {
 }
 
 //===----------------------------------------------------------------------===//
+// IndexStatusOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult IndexStatusOp::verify() {
+  MemRefType type = getRecord().getType();
+  if (type.getRank() != 1 || type.getDimSize(0) != kFields ||
+      !type.getLayout().isIdentity())
+    return emitOpError() << "the record is memref<" << kFields << "xi32>, got "
+                         << type;
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // WarpMmaOp
 //===----------------------------------------------------------------------===//
 

@@ -61,6 +61,32 @@ def AttnKernel_DispatchOp : AttnKernel_Op<"dispatch", [
   }];
 }
 
+def AttnKernel_IndexStatusOp : AttnKernel_Op<"index_status", [Pure]> {
+  let summary = "the runtime's record of index errors found on the device";
+  let description = [{
+    Read by a host program whose kernels check index inputs on the device
+    (-attn-gpu-index-checks): the buffer is not allocated by the call but
+    bound by the runtime. It holds nothing (zeros) until a check kernel
+    finds an index input that breaks its value contract; then the first
+    such check writes the error, the entry, the input, the element and its
+    value (`IndexError` in runtime/schemas/attnb.fbs), and every other
+    kernel of the entry skips its work while the record is set, so no
+    kernel reads or writes memory through a bad index. The runtime turns a
+    set record into an error at the next synchronisation.
+
+    ```mlir
+    %status = attn_kernel.index_status : memref<8xi32>
+    ```
+  }];
+  let results = (outs StaticShapeMemRefOf<[I32]>:$record);
+  let hasVerifier = 1;
+  let assemblyFormat = "attr-dict `:` type($record)";
+  let extraClassDeclaration = [{
+    /// The i32 fields of the record (IndexError's layout).
+    static constexpr int64_t kFields = 8;
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Inside kernels
 //===----------------------------------------------------------------------===//

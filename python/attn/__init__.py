@@ -240,6 +240,16 @@ class Module:
                                        buffer.numel() * buffer.element_size())
         self._workspace = buffer
 
+    def check_device(self) -> None:
+        """Raises `attn.Error` for the first index input in CUDA memory (a
+        page table, offsets, slots, tree parents or a path) that broke its
+        contract in a call since the last check, naming the entry, the input
+        and the element; the kernels found it on the GPU, and the module's
+        CUDA calls write nothing until it is checked. Call it after
+        synchronising the streams of those calls
+        (``torch.cuda.synchronize()``)."""
+        self._native.check_device()
+
     def register_torch_ops(self, namespace: str):
         """Registers each entry as a PyTorch operator,
         ``torch.ops.<namespace>.<entry>`` (a dot in an entry's name becomes

@@ -7,7 +7,9 @@
 // same inputs, a call captured in a CUDA graph replays on new inputs, and a
 // workspace too small is refused before anything is enqueued. Everywhere:
 // the workspace a call needs, and the errors of calls that cannot run
-// (a model on the CPU, index inputs, bad arguments).
+// (a model on the CPU, index inputs of the wrong shapes, bad arguments).
+// On a GPU, index inputs in device memory that break their contracts are
+// found by the kernels and reported by attn_model_device_status.
 //
 //===----------------------------------------------------------------------===//
 
@@ -111,26 +113,39 @@ TEST(DeviceMemory, DeviceCallsNeedTheGpu) {
             ATTN_INVALID_ARGUMENT);
 }
 
-TEST(DeviceMemory, IndexInputsTakeHostTensors) {
-  std::unique_ptr<Model> model = loadOnCpu(kPaged);
+TEST(DeviceMemory, IndexShapesAreCheckedBeforeTheDevice) {
+  // Index values are the kernels' to check on the device; what the dims
+  // state is checked before anything is enqueued.
+  std::unique_ptr<Model> model = loadOnCpu(R"({"model": "ragged", "layers": [
+    {"name": "attn", "type": "attention", "num_heads": 4, "num_kv_heads": 2,
+     "head_dim": 32, "mask": "causal",
+     "layout": {"ragged": true, "page_size": 16}}]})");
   ASSERT_TRUE(model);
   float data[8192] = {};
+  // q, k_cache, v_cache, page_table, seq_lens, cu_seqlens_q; o.
   std::vector<std::vector<int64_t>> dims{
-      {2, 4, 1, 32}, {3, 16, 2, 32}, {3, 16, 2, 32}, {2, 2},
-      {2},           {2, 4, 1, 32}};
+      {5, 4, 32}, {2, 16, 2, 32}, {2, 16, 2, 32}, {2, 1}, {2}, {4}, {5, 4, 32}};
   std::vector<attn_tensor> tensors;
   for (size_t i = 0; i < dims.size(); ++i)
-    tensors.push_back({i == 3 || i == 4 ? ATTN_I32 : ATTN_F32,
+    tensors.push_back({i >= 3 && i <= 5 ? ATTN_I32 : ATTN_F32,
                        static_cast<int32_t>(dims[i].size()), dims[i].data(),
                        data});
   std::vector<attn_tensor> inputs(tensors.begin(), tensors.end() - 1);
   std::vector<attn_tensor> outputs{tensors.back()};
   Status status = model->runDevice(0, inputs, outputs, nullptr);
-  EXPECT_EQ(status.code, ATTN_UNSUPPORTED);
-  EXPECT_NE(status.message.find("input 'page_table' (#3) of entry 'attn' "
-                                "holds indices"),
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_NE(status.message.find("input 'cu_seqlens_q' (#5) of entry 'attn' "
+                                "must hold B + 1 = 3 offsets for the B "
+                                "sequences of 'seq_lens' (#4), got 4"),
             std::string::npos)
       << status.message;
+  // With matching offsets the call gets as far as the device.
+  dims[5] = {3};
+  status = model->runDevice(0, inputs, outputs, nullptr);
+  EXPECT_EQ(status.code, ATTN_UNSUPPORTED) << status.message;
+  // A model that made no device call has no index error to report.
+  EXPECT_EQ(attn_model_device_status(model->get()), ATTN_OK);
+  EXPECT_EQ(attn_model_device_status(nullptr), ATTN_INVALID_ARGUMENT);
 }
 
 //===----------------------------------------------------------------------===//
@@ -332,6 +347,64 @@ TEST_F(DeviceMemoryOnGpu, GraphReplaysOnNewInputs) {
   driver.cuGraphDestroy(graph);
   ASSERT_TRUE(model->setWorkspace(nullptr, 0).ok());
   driver.cuMemFree_v2(workspace);
+}
+
+TEST_F(DeviceMemoryOnGpu, KernelsFindBadIndicesInDeviceMemory) {
+  std::string skip;
+  std::unique_ptr<Model> paged =
+      compileAndLoadFor(Backend::Cuda, R"({"model": "paged", "layers": [
+        {"name": "attn", "type": "attention", "num_heads": 4,
+         "num_kv_heads": 2, "head_dim": 32, "layout": {"page_size": 16}}]})",
+                        1, skip);
+  ASSERT_TRUE(paged) << skip;
+  std::mt19937_64 rng(5);
+  Tensor table(ATTN_I32, {2, 3}), lengths(ATTN_I32, {2});
+  const int32_t pages[] = {4, 1, 2, 3, 0, 99};
+  std::copy(pages, pages + 6, table.i32());
+  lengths.i32()[0] = 40;
+  lengths.i32()[1] = 20;
+  std::vector<Tensor> inputs = {
+      toRuntime(ref::randomTensor({2, 4, 1, 32}, rng)),
+      toRuntime(ref::randomTensor({5, 16, 2, 32}, rng)),
+      toRuntime(ref::randomTensor({5, 16, 2, 32}, rng)), table, lengths};
+  std::vector<std::unique_ptr<DeviceTensor>> device;
+  std::vector<attn_tensor> in;
+  for (const Tensor &t : inputs) {
+    device.push_back(std::make_unique<DeviceTensor>(driver, t));
+    in.push_back(device.back()->view());
+  }
+  Tensor pattern(ATTN_F32, {2, 4, 1, 32});
+  std::fill(pattern.storage.begin(), pattern.storage.end(), 0x7fc01234u);
+  DeviceTensor out(driver, pattern);
+
+  // A page out of range in a page the sequence uses: the call is enqueued,
+  // its kernels find it and write nothing.
+  device[3]->host.i32()[4] = 5;
+  device[3]->upload();
+  Status status = paged->runDevice(0, in, {out.view()}, stream);
+  ASSERT_TRUE(status.ok()) << status.message;
+  ASSERT_EQ(driver.cuStreamSynchronize(stream), 0);
+  status = paged->deviceStatus();
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_NE(status.message.find("input 'page_table' (#3) of entry 'attn': "
+                                "page_table[1][1] = 5 must be a page in [0, "
+                                "5)"),
+            std::string::npos)
+      << status.message;
+  EXPECT_EQ(out.download().storage, pattern.storage);
+  // Read once: the record is clear again.
+  EXPECT_TRUE(paged->deviceStatus().ok());
+
+  // Fixed, the call runs and equals the host call; junk past a sequence's
+  // pages is not read.
+  device[3]->host = table;
+  device[3]->upload();
+  status = paged->runDevice(0, in, {out.view()}, stream);
+  ASSERT_TRUE(status.ok()) << status.message;
+  ASSERT_EQ(driver.cuStreamSynchronize(stream), 0);
+  EXPECT_TRUE(paged->deviceStatus().ok());
+  std::vector<Tensor> expected = runEntry(*paged, "attn", inputs);
+  EXPECT_EQ(out.download().storage, expected.at(0).storage);
 }
 
 } // namespace

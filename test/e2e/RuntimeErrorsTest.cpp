@@ -209,7 +209,7 @@ TEST_F(RuntimeErrors, UnknownFormatVersion) {
   Status status = load(bytes, model);
   EXPECT_EQ(status.code, ATTN_INVALID_BINARY);
   EXPECT_EQ(status.message, ".attnb format version 99 is not supported; this "
-                            "runtime reads version 8");
+                            "runtime reads version 9");
 }
 
 TEST_F(RuntimeErrors, UnknownEntry) {

@@ -80,7 +80,7 @@ std::string wrap(fb::ModelT &model) {
   outer.ForceVectorAlignment(inner.GetSize(), sizeof(uint8_t), 16);
   auto nested = outer.CreateVector(inner.GetBufferPointer(), inner.GetSize());
   outer.Finish(fb::CreateBinary(
-                   outer, /*format_version=*/8, nested,
+                   outer, /*format_version=*/9, nested,
                    attn::fnv1a64(inner.GetBufferPointer(), inner.GetSize())),
                fb::BinaryIdentifier());
   return std::string(reinterpret_cast<const char *>(outer.GetBufferPointer()),

@@ -116,4 +116,39 @@ if torch.cuda.is_available():
                              gate=fresh[3].cpu().numpy())
         close(out[0].cpu().numpy(), ref_o, 1e-5, "replayed CUDA o")
     g.set_workspace(None)
+
+    # Index inputs in CUDA memory are checked by the kernels: a page out of
+    # range is reported by check_device after a synchronisation, and the
+    # call wrote nothing.
+    paged = attn.compile({"model": "pc", "layers": [
+        {"name": "attn", "type": "attention", "num_heads": H,
+         "num_kv_heads": HKV, "head_dim": D, "layout": {"page_size": 16}}]},
+        target="all")
+    paged.device = "cuda"
+    qp = torch.randn(2, H, 1, D, device="cuda")
+    kcache, vcache = (torch.randn(5, 16, HKV, D, device="cuda")
+                      for _ in range(2))
+    table = torch.tensor([[4, 1, 2], [3, 0, 99]], dtype=torch.int32,
+                         device="cuda")
+    lengths = torch.tensor([40, 20], dtype=torch.int32, device="cuda")
+    bad = table.clone()
+    bad[1, 1] = 5
+    op = torch.full((2, H, 1, D), 3.0, device="cuda")
+    paged["attn"](qp, kcache, vcache, bad, lengths, out=(op,))
+    torch.cuda.synchronize()
+    try:
+        paged.check_device()
+        raise AssertionError("no error")
+    except attn.Error as e:
+        assert "page_table[1][1] = 5 must be a page in [0, 5)" in str(e), str(e)
+    assert (op == 3.0).all()
+    paged.check_device()  # read once: clear again
+    (good,) = paged["attn"](qp, kcache, vcache, table, lengths)
+    torch.cuda.synchronize()
+    paged.check_device()
+    paged.device = "cpu"
+    (expected,) = paged["attn"](*(t.cpu() for t in (qp, kcache, vcache,
+                                                    table, lengths)))
+    close(good.cpu().numpy(), expected.numpy(), 1e-5, "paged CUDA o")
+f32.check_device()  # a module that made no device call has nothing to report
 print("torch: all checks passed")
