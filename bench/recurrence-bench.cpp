@@ -15,12 +15,20 @@
 //      - "decode calls": the model's L = 1 entry called once per token, the
 //        state fed back, as an engine with only a decode kernel runs it.
 //
-//   recurrence-bench [--threads N] [--repeat N] [--quick]
+//  * every rule (linear, decay, gla, delta, gated_delta) chunked at C = 64,
+//    L = 1K..32K: the growths t(8K) / t(2K) and t(32K) / t(8K) (linear: 4)
+//    and, per length, the slowest of the timed calls over the fastest, so
+//    that a bimodal or drifting cost shows.
+//
+//   recurrence-bench [--threads N] [--repeat N] [--quick] [--only SECTION]
+//
+// Sections: prefill, stepwise, rules.
 //
 //===----------------------------------------------------------------------===//
 
 #include "bench/Ceilings.h"
 
+#include <map>
 #include <random>
 
 namespace {
@@ -131,6 +139,117 @@ double timeDecodeCalls(attn::Model &model,
   });
 }
 
+std::string ruleJson(const std::string &rule) {
+  char json[512];
+  std::snprintf(json, sizeof(json),
+                R"({"model": "bench", "dtype": "f32", "layers": [{"name": )"
+                R"("gdn", "type": "linear_attention", "rule": "%s", )"
+                R"("num_k_heads": %d, "num_v_heads": %d, "k_dim": %d, )"
+                R"("v_dim": %d, "chunk_size": 64}]})",
+                rule.c_str(), kHeads, kHeads, kDim, kDim);
+  return json;
+}
+
+/// Inputs and output buffers for entry `gdn` of `model` at B = 1 over
+/// `length` steps, from its signature: log-decays ("g") in [-0.1, 0],
+/// "beta" in [0, 1], the initial state 0, the rest uniform in [-1, 1].
+struct RuleCall {
+  std::vector<attn::Tensor> inputs, outputs;
+
+  bool make(attn::Model &model, int64_t length) {
+    int32_t entry = -1;
+    if (!model.findEntry("gdn", entry).ok())
+      return false;
+    const int32_t numInputs = attn_entry_num_inputs(model.get(), entry);
+    const int32_t numOutputs = attn_entry_num_outputs(model.get(), entry);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> uniform(-1, 1);
+    for (int32_t a = 0; a < numInputs + numOutputs; ++a) {
+      attn_argument_info info;
+      if (attn_entry_argument(model.get(), entry, a, &info) != ATTN_OK)
+        return false;
+      std::vector<int64_t> shape;
+      for (int32_t d = 0; d < info.rank; ++d)
+        shape.push_back(info.dims[d] >= 0                     ? info.dims[d]
+                        : std::string(info.symbols[d]) == "B" ? 1
+                                                              : length);
+      attn::Tensor t(ATTN_F32, shape);
+      const std::string name = info.name;
+      if (a < numInputs && name != "S_init")
+        for (int64_t j = 0; j < t.numElements(); ++j) {
+          float x = uniform(rng);
+          t.f32()[j] = name == "g"      ? -0.05f * (x + 1.0f)
+                       : name == "beta" ? 0.5f * (x + 1.0f)
+                                        : x;
+        }
+      (a < numInputs ? inputs : outputs).push_back(std::move(t));
+    }
+    return true;
+  }
+};
+
+/// The median and the slowest over the fastest of `repeat` calls (after
+/// one warm-up call).
+std::pair<double, double> timeSpread(attn::Model &model, RuleCall &call,
+                                     int repeat) {
+  int32_t entry = -1;
+  model.findEntry("gdn", entry);
+  std::vector<attn_tensor> in, out;
+  for (const attn::Tensor &t : call.inputs)
+    in.push_back(t.view());
+  for (const attn::Tensor &t : call.outputs)
+    out.push_back(t.view());
+  std::vector<double> times;
+  auto run = [&] {
+    if (attn_run(model.get(), entry, in.data(), static_cast<int32_t>(in.size()),
+                 out.data(), static_cast<int32_t>(out.size())) != ATTN_OK)
+      std::fprintf(stderr, "%s\n", attn_last_error());
+  };
+  run();
+  for (int r = 0; r < repeat; ++r) {
+    auto begin = Clock::now();
+    run();
+    times.push_back(
+        std::chrono::duration<double>(Clock::now() - begin).count());
+  }
+  auto [fastest, slowest] = std::minmax_element(times.begin(), times.end());
+  return {median(times), *slowest / *fastest};
+}
+
+/// Every rule at L = 1K..32K: whether the cost is linear in L.
+void ruleGrowth(int threads, int repeat, bool quick) {
+  std::vector<int64_t> lengths = {1024, 2048, 8192, 32768};
+  if (quick)
+    lengths = {1024, 2048, 8192};
+  std::printf("| rule, C=64 | L | ms | us/token | slowest / fastest |\n"
+              "|---|---|---|---|---|\n");
+  std::string growths;
+  for (const char *rule : {"linear", "decay", "gla", "delta", "gated_delta"}) {
+    std::unique_ptr<attn::Model> model =
+        compileAndLoad(ruleJson(rule), threads);
+    if (!model)
+      return;
+    std::map<int64_t, double> median;
+    for (int64_t length : lengths) {
+      RuleCall call;
+      if (!call.make(*model, length))
+        return;
+      auto [seconds, spread] = timeSpread(*model, call, repeat);
+      median[length] = seconds;
+      std::printf("| %s | %lld | %.2f | %.2f | %.2f |\n", rule,
+                  static_cast<long long>(length), seconds * 1e3,
+                  seconds * 1e6 / length, spread);
+    }
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  "%-12s t(8K) / t(2K) = %.2f  t(32K) / t(8K) = %.2f\n", rule,
+                  median[8192] / median[2048],
+                  median.count(32768) ? median[32768] / median[8192] : 0.0);
+    growths += line;
+  }
+  std::printf("\ngrowth (linear: 4)\n%s\n", growths.c_str());
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -139,6 +258,10 @@ int main(int argc, char **argv) {
     return 2;
   const int threads = options.threads, repeat = options.repeat;
   const bool quick = options.quick;
+  if (options.runs("rules"))
+    ruleGrowth(threads, repeat, quick);
+  if (!options.runs("prefill") && !options.runs("stepwise"))
+    return 0;
   double sgemm = sgemmGflops(threads, repeat);
   std::printf("threads=%d  sgemm=%.1f GFLOP/s\n\n", threads, sgemm);
 
@@ -158,7 +281,7 @@ int main(int argc, char **argv) {
   std::vector<int64_t> lengths = {1024, 2048, 4096, 8192, 16384};
   if (quick)
     lengths = {1024, 2048, 8192};
-  for (int c = 0; c < 2; ++c) {
+  for (int c = 0; c < 2 && options.runs("prefill"); ++c) {
     std::printf("| gated_delta chunked | L | ms | us/token | GFLOP/s | x sgemm "
                 "|\n|---|---|---|---|---|---|\n");
     double t2k = 0, t8k = 0;
@@ -177,6 +300,8 @@ int main(int argc, char **argv) {
     std::printf("\ngrowth t(8K) / t(2K) = %.2f (linear: 4)\n\n", t8k / t2k);
   }
 
+  if (!options.runs("stepwise"))
+    return 0;
   std::printf("| step by step | L | ms | chunked C=32 ms | speed-up | chunked "
               "C=64 ms | speed-up |\n|---|---|---|---|---|---|---|\n");
   for (int64_t length : {int64_t(1024), int64_t(4096)}) {

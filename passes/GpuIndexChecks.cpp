@@ -70,7 +70,6 @@ struct IndexContract {
 struct CheckEmitter {
   KernelEmitter &e;
   Value record;
-  int64_t entry;
 
   /// Records `error` at element (i, j) of input `input` when `failed`
   /// holds, unless an error was recorded first: field 0 is the flag, set
@@ -84,7 +83,6 @@ struct CheckEmitter {
       Value first = e.icmp(arith::CmpIPredicate::eq, wasSet, e.i32(0));
       e.ifThen(first, [&] {
         Value fields[] = {e.i32(static_cast<int32_t>(error)),
-                          e.i32(entry),
                           e.i32(input),
                           asI32(i),
                           j ? asI32(j) : e.i32(-1),
@@ -374,19 +372,14 @@ struct AttnGpuIndexChecks final
       if (!inserted && it->second != host)
         it->second = nullptr;
     });
-    int64_t entryIndex = 0;
-    for (auto host : llvm::to_vector(module.getOps<func::FuncOp>())) {
-      if (!host->hasAttr("attn.entry"))
-        continue;
-      if (failed(addChecks(host, entryIndex++, symbols)))
+    for (auto host : llvm::to_vector(module.getOps<func::FuncOp>()))
+      if (host->hasAttr("attn.entry") && failed(addChecks(host, symbols)))
         return signalPassFailure();
-    }
   }
 
   llvm::DenseMap<Operation *, Operation *> dispatchers;
 
-  LogicalResult addChecks(func::FuncOp host, int64_t entryIndex,
-                          SymbolTable &symbols) {
+  LogicalResult addChecks(func::FuncOp host, SymbolTable &symbols) {
     // A ragged batch's query offsets first, as the runtime checks them:
     // the other checks read them.
     SmallVector<IndexContract> contracts;
@@ -451,8 +444,7 @@ struct AttnGpuIndexChecks final
       {
         ImplicitLocOpBuilder b(host.getLoc(), kernelBuilder);
         KernelEmitter e(b, /*vectorWidth=*/1);
-        CheckEmitter checks{e, kernel.getArgument(bindings.size() - 1),
-                            entryIndex};
+        CheckEmitter checks{e, kernel.getArgument(bindings.size() - 1)};
         (*plan)->body(checks, kernel.getArguments(),
                       kernel.getArguments().back());
         func::ReturnOp::create(b);

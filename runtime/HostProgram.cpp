@@ -857,24 +857,19 @@ attn_status checkContracts(const Entry &entry, const attn_tensor *inputs) {
   return ATTN_OK;
 }
 
-attn_status indexRecordError(const std::vector<Entry> &entries,
-                             const int32_t *record) {
+attn_status indexRecordError(const Entry &entry, const int32_t *record) {
   if (record[0] == 0)
     return ATTN_OK;
   using attn::fb::IndexError;
   const auto error = static_cast<IndexError>(record[1]);
-  const int32_t entryIndex = record[2], input = record[3];
-  const int32_t i = record[4], j = record[5], value = record[6],
-                limit = record[7];
-  if (entryIndex < 0 || entryIndex >= static_cast<int32_t>(entries.size()) ||
-      input < 0 ||
-      input >= static_cast<int32_t>(entries[entryIndex].inputs.size()))
-    return fail(ATTN_RUN_ERROR,
-                "the GPU's index checks left a record naming no input of "
-                "this model (entry #" +
-                    std::to_string(entryIndex) + ", input #" +
-                    std::to_string(input) + ")");
-  const Entry &entry = entries[entryIndex];
+  const int32_t input = record[2];
+  const int32_t i = record[3], j = record[4], value = record[5],
+                limit = record[6];
+  if (input < 0 || input >= static_cast<int32_t>(entry.inputs.size()))
+    return fail(ATTN_RUN_ERROR, "entry '" + entry.name +
+                                    "': its index checks left a record "
+                                    "naming no input (#" +
+                                    std::to_string(input) + ")");
   const Signature &sig = entry.inputs[input];
   const std::string &name = sig.name;
   auto n = [](int32_t x) { return std::to_string(x); };
@@ -948,8 +943,9 @@ attn_status indexRecordError(const std::vector<Entry> &entries,
     why = "must be a tree node in [0, " + n(limit) + ")";
     break;
   default:
-    return fail(ATTN_RUN_ERROR, "the GPU's index checks left a record of "
-                                "unknown error " +
+    return fail(ATTN_RUN_ERROR, "entry '" + entry.name +
+                                    "': its index checks left a record of "
+                                    "unknown error " +
                                     n(record[1]));
   }
   if (error != IndexError::fewer_keys_than_queries)

@@ -158,11 +158,10 @@ attn_status checkContracts(const Entry &entry, const attn_tensor *inputs);
 /// B sequences, at least one offset), which calls whose index values are
 /// checked on the device check on the host; the data is not read.
 attn_status checkContractShapes(const Entry &entry, const attn_tensor *inputs);
-/// The error an index check of the CUDA kernels recorded in `record` (i32
-/// [8], attn::fb::IndexError's layout), naming the entry of `entries`, the
-/// input and the element; ATTN_OK for a clear record.
-attn_status indexRecordError(const std::vector<Entry> &entries,
-                             const int32_t *record);
+/// The error an index check of `entry`'s CUDA kernels recorded in `record`
+/// (i32 [8], attn::fb::IndexError's layout), naming the input and the
+/// element; ATTN_OK for a clear record.
+attn_status indexRecordError(const Entry &entry, const int32_t *record);
 /// The shape of an argument once its symbols are bound.
 std::vector<int64_t> outputShape(const Signature &sig,
                                  const std::map<std::string, int64_t> &bound);

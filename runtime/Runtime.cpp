@@ -154,14 +154,14 @@ struct CudaCode {
   std::vector<uint8_t> cubin;
   std::vector<attn::cuda::Module::Kernel> kernels;
   std::unique_ptr<attn::cuda::Module> module;
-  /// The record of index errors of attn_run_device calls (i32 [8] of
-  /// device memory, allocated at the first such call; see
-  /// attn_model_device_status). Guarded by the model's cudaMutex.
-  uint64_t deviceIndexRecord = 0;
+  /// The records of index errors of attn_run_device calls, one i32 [8]
+  /// per entry in device memory (see attn_model_device_status). Guarded by
+  /// the model's cudaMutex.
+  uint64_t deviceIndexRecords = 0;
 
   ~CudaCode() {
-    if (module && deviceIndexRecord)
-      module->release(deviceIndexRecord);
+    if (module && deviceIndexRecords)
+      module->release(deviceIndexRecords);
   }
 };
 
@@ -531,20 +531,23 @@ extern "C" attn_status attn_model_set_device(attn_model *model,
                                     loaded, error))
         return fail(ATTN_UNSUPPORTED, error);
       model->cuda->module.reset(loaded);
-      // The record of index errors of attn_run_device calls, made here so
-      // that no call (which may be captured in a CUDA graph) has to.
+      // The entries' records of index errors of attn_run_device calls,
+      // made here so that no call (which may be captured in a CUDA graph)
+      // has to.
       bool checksIndices = false;
       for (const Entry &e : model->entries)
         checksIndices |= e.cuda.checksIndices;
-      const int32_t clear[kIndexRecordFields] = {};
-      uint64_t record = 0;
+      const std::vector<int32_t> clear(
+          model->entries.size() * kIndexRecordFields, 0);
+      const size_t bytes = clear.size() * sizeof(int32_t);
+      uint64_t records = 0;
       if (checksIndices &&
-          (!loaded->allocate(sizeof clear, record, error) ||
-           !loaded->copyToDevice(record, clear, sizeof clear, error))) {
+          (!loaded->allocate(bytes, records, error) ||
+           !loaded->copyToDevice(records, clear.data(), bytes, error))) {
         model->cuda->module.reset();
         return fail(ATTN_RUN_ERROR, error);
       }
-      model->cuda->deviceIndexRecord = record;
+      model->cuda->deviceIndexRecords = records;
     }
     model->device = device;
     return ATTN_OK;
@@ -702,7 +705,7 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
   attn_status status = runProgram(e, e.cpu, buffers, model.pool->size(),
                                   indexRecord, allocate, dispatch);
   if (status == ATTN_OK)
-    status = indexRecordError(model.entries, indexRecord);
+    status = indexRecordError(e, indexRecord);
   if (status == ATTN_OK)
     model.recordKernelMs(std::chrono::duration<double, std::milli>(
                              std::chrono::steady_clock::now() - begin)
@@ -806,7 +809,7 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
   if (deviceRecord) {
     if (!gpu.copyToHost(indexRecord, deviceRecord, sizeof indexRecord, error))
       return cudaFail(error);
-    if (attn_status status = indexRecordError(model.entries, indexRecord))
+    if (attn_status status = indexRecordError(e, indexRecord))
       return status;
   }
   model.recordKernelMs(kernelMs);
@@ -983,12 +986,16 @@ attn_status runOnCudaStream(attn_model &model, const Entry &e,
       return cudaFail(error);
     return ATTN_OK;
   };
-  // The model's record of index errors, which the kernels' checks set
-  // and attn_model_device_status reads and clears.
+  // The entry's record of index errors, which its kernels' checks set and
+  // attn_model_device_status reads and clears.
+  const size_t entryIndex = static_cast<size_t>(&e - model.entries.data());
+  int32_t *indexRecord =
+      model.cuda->deviceIndexRecords
+          ? reinterpret_cast<int32_t *>(model.cuda->deviceIndexRecords) +
+                entryIndex * kIndexRecordFields
+          : nullptr;
   attn_status status =
-      runProgram(e, e.cuda, buffers, workers,
-                 reinterpret_cast<int32_t *>(model.cuda->deviceIndexRecord),
-                 allocate, dispatch);
+      runProgram(e, e.cuda, buffers, workers, indexRecord, allocate, dispatch);
   for (uint64_t pointer : owned)
     gpu.releaseAsync(pointer, stream);
   return status;
@@ -1122,21 +1129,30 @@ extern "C" attn_status attn_model_device_status(attn_model *model) {
       return fail(ATTN_INVALID_ARGUMENT,
                   "attn_model_device_status: null model");
     std::lock_guard<std::mutex> lock(model->cudaMutex);
-    if (!model->cuda || !model->cuda->module || !model->cuda->deviceIndexRecord)
+    if (!model->cuda || !model->cuda->module ||
+        !model->cuda->deviceIndexRecords)
       return ATTN_OK;
     attn::cuda::Module &gpu = *model->cuda->module;
-    const uint64_t deviceRecord = model->cuda->deviceIndexRecord;
-    int32_t record[kIndexRecordFields] = {};
-    const int32_t clear[kIndexRecordFields] = {};
+    const uint64_t records = model->cuda->deviceIndexRecords;
+    std::vector<int32_t> all(model->entries.size() * kIndexRecordFields);
     std::string error;
     if (!gpu.makeCurrent(error) ||
-        !gpu.copyToHost(record, deviceRecord, sizeof record, error))
+        !gpu.copyToHost(all.data(), records, all.size() * sizeof(int32_t),
+                        error))
       return fail(ATTN_RUN_ERROR, "attn_model_device_status: " + error);
-    if (record[0] == 0)
-      return ATTN_OK;
-    if (!gpu.copyToDevice(deviceRecord, clear, sizeof clear, error))
-      return fail(ATTN_RUN_ERROR, "attn_model_device_status: " + error);
-    return indexRecordError(model->entries, record);
+    // The first entry with an error; its record is cleared, so the next
+    // call reports the next.
+    for (size_t i = 0; i < model->entries.size(); ++i) {
+      const int32_t *record = all.data() + i * kIndexRecordFields;
+      if (record[0] == 0)
+        continue;
+      const int32_t clear[kIndexRecordFields] = {};
+      if (!gpu.copyToDevice(records + i * sizeof clear, clear, sizeof clear,
+                            error))
+        return fail(ATTN_RUN_ERROR, "attn_model_device_status: " + error);
+      return indexRecordError(model->entries[i], record);
+    }
+    return ATTN_OK;
   });
 }
 

@@ -237,7 +237,7 @@ attn_status attn_run(attn_model *model, int32_t entry,
     without a synchronisation, so their values are checked on the device:
     the entry's first kernels check every element against its contract, as
     attn_run does on the host, and when one fails they record it and no
-    kernel of the call (or of a later device call of the model, until the
+    kernel of the call (or of a later device call of that entry, until the
     record is read) reads or writes anything through an index. What the
     dims state (B + 1 offsets for B sequences) is checked here, before
     anything is enqueued. attn_model_device_status reports the record. */
@@ -246,14 +246,16 @@ attn_status attn_run_device(attn_model *model, int32_t entry,
                             const attn_tensor *outputs, int32_t num_outputs,
                             void *stream);
 
-/** The first index error that the model's attn_run_device calls found on
-    the device since the last call of this function, which clears it:
-    ATTN_SIGNATURE_MISMATCH with a message naming the entry, the input, the
-    element and its value, as attn_run's host checks name them; ATTN_OK when
-    there was none. Call it once the streams of those calls are synchronised
-    (it reads the record with a synchronous copy). While an error is
-    recorded, the model's device calls enqueue kernels that skip their work,
-    so outputs and in-place inputs keep their contents. */
+/** An index error that the model's attn_run_device calls found on the
+    device: ATTN_SIGNATURE_MISMATCH with a message naming the entry, the
+    input, the element and its value, as attn_run's host checks name them;
+    ATTN_OK when there was none. Each entry keeps the first its calls found
+    until this function reports it, which clears it; with errors in several
+    entries, a call reports the first entry's, the next call the next's.
+    Call it once the streams of those calls are synchronised (it reads the
+    records with a synchronous copy). While an entry's error is recorded,
+    its device calls enqueue kernels that skip their work, so outputs and
+    in-place inputs keep their contents. */
 attn_status attn_model_device_status(attn_model *model);
 
 /** The bytes of temporaries a call of `entry` with inputs of these dtypes

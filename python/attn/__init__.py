@@ -244,8 +244,9 @@ class Module:
         """Raises `attn.Error` for the first index input in CUDA memory (a
         page table, offsets, slots, tree parents or a path) that broke its
         contract in a call since the last check, naming the entry, the input
-        and the element; the kernels found it on the GPU, and the module's
-        CUDA calls write nothing until it is checked. Call it after
+        and the element; the kernels found it on the GPU, and that entry's
+        CUDA calls write nothing until it is checked. With errors in several
+        entries, each check raises the next. Call it after
         synchronising the streams of those calls
         (``torch.cuda.synchronize()``)."""
         self._native.check_device()

@@ -143,7 +143,7 @@ void interpretPrograms(const std::string &file) {
                          static_cast<size_t>(attn_dtype_size(sig.dtype))});
     static int64_t dummy;
     attn::host::runProgram(
-        entry, entry.cpu, buffers, /*workers=*/2,
+        entry, entry.cpu, buffers, /*workers=*/2, /*indexRecord=*/nullptr,
         [](size_t, void *&data) {
           data = &dummy; // sized and checked, never touched
           return ATTN_OK;
