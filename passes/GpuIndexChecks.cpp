@@ -22,6 +22,7 @@
 #include "AttnKernel/AttnKernelOps.h"
 #include "passes/Passes.h"
 #include "passes/kernels/KernelEmitter.h"
+#include "passes/kernels/cuda/SimtKernels.h"
 #include "runtime/schemas/attnb_generated.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -82,12 +83,9 @@ struct CheckEmitter {
                                       record, ValueRange{e.index(0)});
       Value first = e.icmp(arith::CmpIPredicate::eq, wasSet, e.i32(0));
       e.ifThen(first, [&] {
-        Value fields[] = {e.i32(static_cast<int32_t>(error)),
-                          e.i32(input),
-                          asI32(i),
-                          j ? asI32(j) : e.i32(-1),
-                          asI32(value),
-                          asI32(limit)};
+        Value fields[] = {
+            e.i32(static_cast<int32_t>(error)), e.i32(input), asI32(i),
+            j ? asI32(j) : e.i32(-1),           asI32(value), asI32(limit)};
         for (auto [f, field] : llvm::enumerate(fields))
           memref::StoreOp::create(e.b, field, record,
                                   ValueRange{e.index(f + 1)});
@@ -332,8 +330,7 @@ planCheck(func::FuncOp host, const IndexContract &c, OpBuilder &hostBuilder) {
 
 /// Makes `kernel` take the record as its binding before the workgroup and
 /// run its body only while the record is clear. Its allocations stay at
-/// the top (launch shapes count shared buffers there); the condition is
-/// the same for every thread of a block, so barriers stay uniform.
+/// the top (launch shapes count shared buffers there).
 void guardKernel(func::FuncOp kernel, MLIRContext *context) {
   Type recordType =
       MemRefType::get({IndexStatusOp::kFields}, IntegerType::get(context, 32));
@@ -347,8 +344,26 @@ void guardKernel(func::FuncOp kernel, MLIRContext *context) {
     if (!isa<memref::AllocaOp>(op))
       work.push_back(&op);
   ImplicitLocOpBuilder b(kernel.getLoc(), body.getTerminator());
-  Value flag = memref::LoadOp::create(
-      b, record, ValueRange{arith::ConstantIndexOp::create(b, 0)});
+  Value c0 = arith::ConstantIndexOp::create(b, 0);
+  Value flag;
+  if (kernel->hasAttr(kBlockKernelAttr)) {
+    // A block's threads must agree, or their barriers would diverge: a
+    // check of a concurrent call (on another stream) may set the record
+    // while they read it. One thread reads it into shared memory; the
+    // thread loop's barrier publishes it to all.
+    FailureOr<SimtLaunch> launch = SimtLaunch::get(kernel);
+    SimtEmitter e(b, launch->blockThreads);
+    Value seen = e.shared({1}, b.getI32Type());
+    e.eachThread([&](Value thread) {
+      e.ifThen(e.icmp(arith::CmpIPredicate::eq, thread, c0), [&] {
+        memref::StoreOp::create(b, memref::LoadOp::create(b, record, c0), seen,
+                                c0);
+      });
+    });
+    flag = memref::LoadOp::create(b, seen, c0);
+  } else {
+    flag = memref::LoadOp::create(b, record, c0);
+  }
   Value clear =
       arith::CmpIOp::create(b, arith::CmpIPredicate::eq, flag,
                             arith::ConstantIntOp::create(b, b.getI32Type(), 0));
