@@ -188,10 +188,13 @@ struct RuleCall {
   }
 };
 
-/// The median and the slowest over the fastest of `repeat` calls (after
-/// one warm-up call).
-std::pair<double, double> timeSpread(attn::Model &model, RuleCall &call,
-                                     int repeat) {
+/// Seconds of `repeat` calls (after one warm-up call): the median and the
+/// fastest.
+struct Spread {
+  double median, fastest, slowest;
+};
+
+Spread timeSpread(attn::Model &model, RuleCall &call, int repeat) {
   int32_t entry = -1;
   model.findEntry("gdn", entry);
   std::vector<attn_tensor> in, out;
@@ -213,7 +216,7 @@ std::pair<double, double> timeSpread(attn::Model &model, RuleCall &call,
         std::chrono::duration<double>(Clock::now() - begin).count());
   }
   auto [fastest, slowest] = std::minmax_element(times.begin(), times.end());
-  return {median(times), *slowest / *fastest};
+  return {median(times), *fastest, *slowest};
 }
 
 /// Every rule at L = 1K..32K: whether the cost is linear in L.
@@ -221,33 +224,43 @@ void ruleGrowth(int threads, int repeat, bool quick) {
   std::vector<int64_t> lengths = {1024, 2048, 8192, 32768};
   if (quick)
     lengths = {1024, 2048, 8192};
-  std::printf("| rule, C=64 | L | ms | us/token | slowest / fastest |\n"
-              "|---|---|---|---|---|\n");
+  std::printf("| rule, C=64 | L | median ms | us/token | fastest ms | "
+              "slowest / fastest |\n|---|---|---|---|---|---|\n");
   std::string growths;
   for (const char *rule : {"linear", "decay", "gla", "delta", "gated_delta"}) {
     std::unique_ptr<attn::Model> model =
         compileAndLoad(ruleJson(rule), threads);
     if (!model)
       return;
-    std::map<int64_t, double> median;
+    std::map<int64_t, Spread> times;
     for (int64_t length : lengths) {
       RuleCall call;
       if (!call.make(*model, length))
         return;
-      auto [seconds, spread] = timeSpread(*model, call, repeat);
-      median[length] = seconds;
-      std::printf("| %s | %lld | %.2f | %.2f | %.2f |\n", rule,
-                  static_cast<long long>(length), seconds * 1e3,
-                  seconds * 1e6 / length, spread);
+      Spread t = timeSpread(*model, call, repeat);
+      times[length] = t;
+      std::printf("| %s | %lld | %.2f | %.2f | %.2f | %.2f |\n", rule,
+                  static_cast<long long>(length), t.median * 1e3,
+                  t.median * 1e6 / length, t.fastest * 1e3,
+                  t.slowest / t.fastest);
     }
-    char line[160];
-    std::snprintf(line, sizeof(line),
-                  "%-12s t(8K) / t(2K) = %.2f  t(32K) / t(8K) = %.2f\n", rule,
-                  median[8192] / median[2048],
-                  median.count(32768) ? median[32768] / median[8192] : 0.0);
+    // Growth of the medians, and of the fastest calls (what the kernels
+    // cost when no other tenant of the machine interferes).
+    auto growth = [&](int64_t from, int64_t to, double Spread::*of) {
+      return times.count(to) ? times[to].*of / times[from].*of : 0.0;
+    };
+    char line[200];
+    std::snprintf(line, sizeof(line), "| %s | %.2f | %.2f | %.2f | %.2f |\n",
+                  rule, growth(2048, 8192, &Spread::median),
+                  growth(8192, 32768, &Spread::median),
+                  growth(2048, 8192, &Spread::fastest),
+                  growth(8192, 32768, &Spread::fastest));
     growths += line;
   }
-  std::printf("\ngrowth (linear: 4)\n%s\n", growths.c_str());
+  std::printf("\n| growth (linear: 4) | median t(8K) / t(2K) | median "
+              "t(32K) / t(8K) | fastest t(8K) / t(2K) | fastest t(32K) / "
+              "t(8K) |\n|---|---|---|---|---|\n%s\n",
+              growths.c_str());
 }
 
 } // namespace
