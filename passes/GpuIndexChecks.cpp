@@ -103,6 +103,16 @@ struct CheckEmitter {
     return e.orI(lt(v, e.i32(0)),
                  e.icmp(arith::CmpIPredicate::sge, index, limit));
   }
+  Value not_(Value flag) {
+    return arith::XOrIOp::create(
+        e.b, flag, arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 1));
+  }
+  /// The row and column of thread `id` over rows of `columns` threads, at
+  /// least one (see perRow).
+  std::pair<Value, Value> rowAndColumn(Value id, Value columns) {
+    Value width = e.maxS(columns, e.index(1));
+    return {e.div(id, width), e.rem(id, width)};
+  }
   /// Offsets' rows of sequence `seq`: cu[seq + 1] - cu[seq] (i32).
   Value rowsOf(Value cu, Value seq) {
     return arith::SubIOp::create(e.b, e.loadInt(cu, {e.add(seq, e.index(1))}),
@@ -129,6 +139,14 @@ planCheck(func::FuncOp host, const IndexContract &c, OpBuilder &hostBuilder) {
     return memref::DimOp::create(b, memref, d);
   };
   const int64_t input = c.input;
+  // A thread per element of `table`'s rows, at least one per row of
+  // `rows` (dim 0 of both).
+  auto perRow = [&](Value rows, Value table) -> Value {
+    return arith::MulIOp::create(
+        b, dim(rows, 0),
+        arith::MaxSIOp::create(b, dim(table, 1),
+                               arith::ConstantIndexOp::create(b, 1)));
+  };
   CheckPlan plan;
   auto needOther = [&]() -> LogicalResult {
     if (c.other)
@@ -195,9 +213,7 @@ planCheck(func::FuncOp host, const IndexContract &c, OpBuilder &hostBuilder) {
       Value skipped = cache ? k.eq(v, e.i32(-1)) : Value();
       Value bad = k.outside(v, limit);
       if (skipped)
-        bad = e.andI(bad, arith::XOrIOp::create(e.b, skipped,
-                                                arith::ConstantIntOp::create(
-                                                    e.b, e.b.getI1Type(), 1)));
+        bad = e.andI(bad, k.not_(skipped));
       k.check(bad, IndexError::slot_out_of_range, input, n, Value(), v, limit);
       Value none = e.index(-1);
       Value earlier = e.loop(
@@ -236,36 +252,42 @@ planCheck(func::FuncOp host, const IndexContract &c, OpBuilder &hostBuilder) {
     plan.bindings = {arg(input), arg(*c.other), arg(*table->other)};
     if (c.queries)
       plan.bindings.push_back(arg(*c.queries));
-    plan.threads = dim(arg(input), 0);
+    // A thread per page-table entry (at least one per sequence, so that a
+    // table of no pages still has its lengths checked): thread b * MP + p
+    // checks page p of sequence b when the sequence uses it, and thread
+    // b * MP checks the length.
+    plan.threads = perRow(arg(input), arg(*c.other));
     const int64_t tableInput = *c.other;
     const bool withQueries = c.queries.has_value();
-    // Thread b checks the length of sequence b, and the pages it uses.
-    plan.body = [=](CheckEmitter &k, ValueRange args, Value seq) {
+    plan.body = [=](CheckEmitter &k, ValueRange args, Value id) {
       KernelEmitter &e = k.e;
       Value lengths = args[0], pages = args[1], cache = args[2];
       Value pageSize = e.dim(cache, 1), numPages = e.dim(cache, 0);
-      Value limit = e.mul(e.dim(pages, 1), pageSize);
+      Value perSequence = e.dim(pages, 1);
+      auto [seq, p] = k.rowAndColumn(id, perSequence);
+      Value limit = e.mul(perSequence, pageSize);
       Value length = e.loadInt(lengths, {seq});
       Value bad =
           e.orI(k.lt(length, e.i32(0)),
                 e.icmp(arith::CmpIPredicate::sgt, e.toIndex(length), limit));
-      k.check(bad, IndexError::length_out_of_range, input, seq, Value(), length,
-              limit);
-      Value ok = arith::XOrIOp::create(
-          e.b, bad, arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 1));
-      e.ifThen(ok, [&] {
-        if (withQueries) {
-          Value queries = raggedQueries ? k.rowsOf(args[3], seq)
-                                        : e.toI32(e.dim(args[3], 2));
-          k.check(k.lt(length, queries), IndexError::length_below_queries,
-                  input, seq, Value(), length, queries);
-        }
-        Value used = e.ceilDiv(e.toIndex(length), pageSize);
-        e.loop(e.index(0), used, e.index(1), [&](Value p) {
-          Value page = e.loadInt(pages, {seq, p});
-          k.check(k.outside(page, numPages), IndexError::page_out_of_range,
-                  tableInput, seq, p, page, numPages);
-        });
+      Value first = e.icmp(arith::CmpIPredicate::eq, p, e.index(0));
+      k.check(e.andI(first, bad), IndexError::length_out_of_range, input, seq,
+              Value(), length, limit);
+      if (withQueries) {
+        Value queries =
+            raggedQueries ? k.rowsOf(args[3], seq) : e.toI32(e.dim(args[3], 2));
+        k.check(e.andI(e.andI(first, k.not_(bad)), k.lt(length, queries)),
+                IndexError::length_below_queries, input, seq, Value(), length,
+                queries);
+      }
+      // Page p holds keys [p P, (p + 1) P) of the sequence.
+      Value used =
+          e.andI(k.not_(bad), e.icmp(arith::CmpIPredicate::ult,
+                                     e.mul(p, pageSize), e.toIndex(length)));
+      e.ifThen(used, [&] {
+        Value page = e.loadInt(pages, {seq, p});
+        k.check(k.outside(page, numPages), IndexError::page_out_of_range,
+                tableInput, seq, p, page, numPages);
       });
     };
     return std::optional<CheckPlan>(std::move(plan));
@@ -296,28 +318,30 @@ planCheck(func::FuncOp host, const IndexContract &c, OpBuilder &hostBuilder) {
   if (c.kind == "tree_path") {
     if (failed(needOther()))
       return failure();
-    // Thread b checks the length of path b and its nodes.
+    // A thread per path node (at least one per path): thread b * T + n
+    // checks node n of path b when the path holds it, and thread b * T the
+    // length.
     plan.bindings = {arg(input), arg(*c.other)};
-    plan.threads = dim(arg(input), 0);
+    plan.threads = perRow(arg(*c.other), arg(input));
     const int64_t lengthInput = *c.other;
-    plan.body = [=](CheckEmitter &k, ValueRange args, Value seq) {
+    plan.body = [=](CheckEmitter &k, ValueRange args, Value id) {
       KernelEmitter &e = k.e;
       Value path = args[0], lengths = args[1];
       Value nodes = e.dim(path, 1);
+      auto [seq, n] = k.rowAndColumn(id, nodes);
       Value length = e.loadInt(lengths, {seq});
       Value bad =
           e.orI(k.lt(length, e.i32(0)),
                 e.icmp(arith::CmpIPredicate::sgt, e.toIndex(length), nodes));
-      k.check(bad, IndexError::path_length_out_of_range, lengthInput, seq,
-              Value(), length, nodes);
-      Value ok = arith::XOrIOp::create(
-          e.b, bad, arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 1));
-      e.ifThen(ok, [&] {
-        e.loop(e.index(0), e.toIndex(length), e.index(1), [&](Value n) {
-          Value node = e.loadInt(path, {seq, n});
-          k.check(k.outside(node, nodes), IndexError::path_node_out_of_range,
-                  input, seq, n, node, nodes);
-        });
+      Value first = e.icmp(arith::CmpIPredicate::eq, n, e.index(0));
+      k.check(e.andI(first, bad), IndexError::path_length_out_of_range,
+              lengthInput, seq, Value(), length, nodes);
+      Value held = e.andI(
+          k.not_(bad), e.icmp(arith::CmpIPredicate::ult, n, e.toIndex(length)));
+      e.ifThen(held, [&] {
+        Value node = e.loadInt(path, {seq, n});
+        k.check(k.outside(node, nodes), IndexError::path_node_out_of_range,
+                input, seq, n, node, nodes);
       });
     };
     return std::optional<CheckPlan>(std::move(plan));

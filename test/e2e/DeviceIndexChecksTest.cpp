@@ -174,6 +174,23 @@ std::vector<IndexCase> cases() {
         {5, 1, 4,
          "input 'cu_seqlens_q' (#5) of entry 'paged': cu_seqlens_q[2] = 3 "
          "must be at least cu_seqlens_q[1] = 4"}}});
+  // Empty sequences and a page table of no pages: the lengths are still
+  // checked (a thread per sequence at least).
+  all.push_back(
+      {"no_pages",
+       kRagged,
+       "paged",
+       [](std::mt19937_64 &rng) {
+         return std::vector<Tensor>{randomValues({0, 4, 16}, rng),
+                                    randomValues({4, 8, 2, 16}, rng),
+                                    randomValues({4, 8, 2, 16}, rng),
+                                    ints({2, 0}, {}),
+                                    ints({2}, {0, 0}),
+                                    ints({3}, {0, 0, 0})};
+       },
+       {{4, 1, 3,
+         "input 'seq_lens' (#4) of entry 'paged': seq_lens[1] = 3 must be "
+         "in [0, 0]"}}});
   // A ragged linear batch of 5, 0 and 12 tokens with states in a pool of 4.
   all.push_back(
       {"pool_slots",
@@ -235,6 +252,19 @@ std::vector<IndexCase> cases() {
         {2, 7, 6,
          "input 'path' (#2) of entry 'attn.compact': path[1][1] = 6 must be "
          "a tree node in [0, 6)"}}});
+  // Paths of no nodes: their lengths are still checked.
+  all.push_back({"empty_paths",
+                 kTree,
+                 "attn.compact",
+                 [](std::mt19937_64 &rng) {
+                   return std::vector<Tensor>{randomValues({2, 1, 9, 16}, rng),
+                                              randomValues({2, 1, 9, 16}, rng),
+                                              ints({2, 0}, {}),
+                                              ints({2}, {0, 0})};
+                 },
+                 {{3, 0, 1,
+                   "input 'length' (#3) of entry 'attn.compact': length[0] = "
+                   "1 must be in [0, 0] (the nodes of 'path')"}}});
   return all;
 }
 
