@@ -160,7 +160,8 @@ struct CudaCode {
   uint64_t deviceIndexRecords = 0;
 
   ~CudaCode() {
-    if (module && deviceIndexRecords)
+    std::string ignored;
+    if (module && deviceIndexRecords && module->makeCurrent(ignored))
       module->release(deviceIndexRecords);
   }
 };
