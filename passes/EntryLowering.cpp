@@ -1284,12 +1284,22 @@ EntryLowering::planRaggedBatch(ImplicitLocOpBuilder &b, AttentionOpInterface op,
       s.queryOffsets, s.keyOffsets ? s.keyOffsets : s.keyLengths,
       work.flashPlan, work.splitPlan, work.mergePlan};
   std::string planName = kernelName("ragged_plan");
-  dispatchKernel(
-      b, m.index(1), planBindings, [&](OpBuilder &builder, TypeRange types) {
-        return buildRaggedPlanKernel(builder, op.getLoc(), planName, shape,
-                                     plan, scalarTiling(b.getContext()), types);
-      });
+  dispatchKernel(b, m.index(1), planBindings,
+                 [&](OpBuilder &builder, TypeRange types) {
+                   return buildRaggedPlan(builder, op.getLoc(), planName, shape,
+                                          plan, types);
+                 });
   return work;
+}
+
+func::FuncOp EntryLowering::buildRaggedPlan(OpBuilder &builder, Location loc,
+                                            StringRef name,
+                                            const SoftmaxAttentionShape &shape,
+                                            const RaggedPlan &plan,
+                                            TypeRange bindingTypes) {
+  return buildRaggedPlanKernel(builder, loc, name, shape, plan,
+                               scalarTiling(builder.getContext()),
+                               bindingTypes);
 }
 
 SmallVector<Value>

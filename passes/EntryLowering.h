@@ -92,6 +92,13 @@ protected:
   /// The tiling attribute of the target's scalar kernels (one workgroup
   /// or thread running code shared by both targets).
   virtual DictionaryAttr scalarTiling(MLIRContext *context) const = 0;
+  /// The plan kernel of a ragged batch (RaggedPlan): by default the scalar
+  /// one, a workgroup walking every sequence.
+  virtual func::FuncOp buildRaggedPlan(OpBuilder &builder, Location loc,
+                                       StringRef name,
+                                       const SoftmaxAttentionShape &shape,
+                                       const RaggedPlan &plan,
+                                       TypeRange bindingTypes);
   /// Stops the call at run time with `message` unless `condition` holds
   /// (a cf.assert in the host program).
   void assertAtRunTime(ImplicitLocOpBuilder &b, Value condition,

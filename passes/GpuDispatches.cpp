@@ -54,6 +54,16 @@ private:
   DictionaryAttr scalarTiling(MLIRContext *context) const override {
     return tiling.toAttr(context);
   }
+  /// A block plans the batch, a share of the sequences per thread: one
+  /// thread walking every sequence waits on each one's offsets in turn.
+  func::FuncOp buildRaggedPlan(OpBuilder &builder, Location loc, StringRef name,
+                               const SoftmaxAttentionShape &shape,
+                               const RaggedPlan &plan,
+                               TypeRange bindingTypes) override {
+    return buildSimtRaggedPlanKernel(builder, loc, name, shape, plan,
+                                     tiling.toAttr(builder.getContext()),
+                                     tiling.blockThreads, bindingTypes);
+  }
   const GpuTiling &tiling;
 };
 

@@ -319,6 +319,102 @@ SmallVector<Value> RecurrenceSequence::state(Value head) const {
 // Ragged plan kernel
 //===----------------------------------------------------------------------===//
 
+RaggedPlanner::RaggedPlanner(KernelEmitter &e,
+                             const SoftmaxAttentionShape &shape,
+                             const RaggedPlan &plan, ValueRange args)
+    : e(e), shape(shape), plan(plan), queryOffsets(args[0]),
+      keyCounts(args[1]), tables{args[2], args[3], args[4]} {
+  batchSize = e.sub(e.dim(queryOffsets, 0), e.index(1));
+}
+
+Value RaggedPlanner::queriesOf(Value seq) {
+  return e.sub(e.toIndex(e.loadInt(queryOffsets, {e.add(seq, e.index(1))})),
+               e.toIndex(e.loadInt(queryOffsets, {seq})));
+}
+
+Value RaggedPlanner::keysOf(Value seq) {
+  if (shape.paged())
+    return e.toIndex(e.loadInt(keyCounts, {seq}));
+  return e.sub(e.toIndex(e.loadInt(keyCounts, {e.add(seq, e.index(1))})),
+               e.toIndex(e.loadInt(keyCounts, {seq})));
+}
+
+// Sequences of 1 .. decodeMaxQueries rows decode (split-KV), longer ones
+// take the flash kernel; empty ones have no work.
+Value RaggedPlanner::decodes(Value rows) {
+  return e.andI(
+      e.icmp(arith::CmpIPredicate::sgt, rows, e.index(0)),
+      e.icmp(arith::CmpIPredicate::sle, rows, e.index(plan.decodeMaxQueries)));
+}
+
+Value RaggedPlanner::decodeKeys(Value seq) {
+  return e.select(decodes(queriesOf(seq)), keysOf(seq), e.index(0));
+}
+
+Value RaggedPlanner::chunkFor(Value decodeKeys) {
+  Value granule = e.index(plan.keyGranule);
+  return e.mul(
+      e.ceilDiv(e.maxS(e.index(plan.splitKeys),
+                       e.ceilDiv(decodeKeys, e.index(RaggedPlan::kMaxSplits))),
+                granule),
+      granule);
+}
+
+RaggedPlanner::Work RaggedPlanner::work(Value seq, Value chunk) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  Work w;
+  w.rows = queriesOf(seq);
+  w.keys = keysOf(seq);
+  w.tiles = e.select(
+      e.icmp(arith::CmpIPredicate::sgt, w.rows, e.index(plan.decodeMaxQueries)),
+      e.ceilDiv(w.rows, e.index(plan.queryTile)), c0);
+  w.decodeRows = e.select(decodes(w.rows), w.rows, c0);
+  w.splits = e.maxS(c1, e.ceilDiv(w.keys, chunk));
+  return w;
+}
+
+std::array<Value, 3> RaggedPlanner::entries(Value seq, Value chunk) {
+  Work w = work(seq, chunk);
+  return {w.tiles, e.mul(w.decodeRows, w.splits), w.decodeRows};
+}
+
+std::array<Value, 3> RaggedPlanner::write(Value seq, Value chunk,
+                                          ArrayRef<Value> at) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  auto store = [&](Value table, Value entry, ArrayRef<Value> columns) {
+    for (auto [c, value] : llvm::enumerate(columns))
+      memref::StoreOp::create(e.b, e.toI32(value), table,
+                              ValueRange{entry, e.index(c)});
+  };
+  Work w = work(seq, chunk);
+  // Flash tiles, the last (most keys under a causal mask) first so that
+  // the longest work starts first.
+  Value queryTile = e.index(plan.queryTile);
+  e.loop(c0, w.tiles, c1, [&](Value t) {
+    Value first = e.mul(e.sub(e.sub(w.tiles, c1), t), queryTile);
+    store(tables[0], e.add(at[0], t), {seq, first, c0, c0});
+  });
+  // Each decode row's key ranges, then its merge entry.
+  e.loop(c0, w.decodeRows, c1, [&](Value r) {
+    Value firstSplit = e.add(at[1], e.mul(r, w.splits));
+    e.loop(c0, w.splits, c1, [&](Value sIndex) {
+      Value begin = e.mul(sIndex, chunk);
+      Value end = e.minS(w.keys, e.add(begin, chunk));
+      store(tables[1], e.add(firstSplit, sIndex), {seq, r, begin, end});
+    });
+    store(tables[2], e.add(at[2], r), {seq, r, firstSplit, w.splits});
+  });
+  return {w.tiles, e.mul(w.decodeRows, w.splits), w.decodeRows};
+}
+
+void RaggedPlanner::markUnused(int table, Value from, Value step) {
+  Value none = e.i32(-1);
+  Value t = tables[table];
+  e.loop(from, e.dim(t, 0), step, [&](Value at) {
+    memref::StoreOp::create(e.b, none, t, ValueRange{at, e.index(0)});
+  });
+}
+
 func::FuncOp mlir::attn::buildRaggedPlanKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const RaggedPlan &plan,
@@ -328,87 +424,25 @@ func::FuncOp mlir::attn::buildRaggedPlanKernel(
       createKernel(builder, loc, name, bindingTypes, tiling, "ragged_plan");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, /*vectorWidth=*/1);
-  auto args = func.getArguments();
-  Value queryOffsets = args[0], keysOf = args[1], flashPlan = args[2],
-        splitPlan = args[3], mergePlan = args[4];
+  RaggedPlanner planner(e, shape, plan, func.getArguments());
   Value c0 = e.index(0), c1 = e.index(1);
-  Value batch = e.sub(e.dim(queryOffsets, 0), c1);
-  Value decodeMax = e.index(plan.decodeMaxQueries);
-  auto queriesOf = [&](Value seq) {
-    return e.sub(e.toIndex(e.loadInt(queryOffsets, {e.add(seq, c1)})),
-                 e.toIndex(e.loadInt(queryOffsets, {seq})));
-  };
-  auto keysOfSeq = [&](Value seq) {
-    if (shape.paged())
-      return e.toIndex(e.loadInt(keysOf, {seq}));
-    return e.sub(e.toIndex(e.loadInt(keysOf, {e.add(seq, c1)})),
-                 e.toIndex(e.loadInt(keysOf, {seq})));
-  };
-  // Sequences of 1 .. decodeMaxQueries rows decode (split-KV), longer ones
-  // take the flash kernel; empty ones have no work.
-  auto decodes = [&](Value rows) {
-    return e.andI(e.icmp(arith::CmpIPredicate::sgt, rows, c0),
-                  e.icmp(arith::CmpIPredicate::sle, rows, decodeMax));
-  };
-  auto store = [&](Value table, Value at, ArrayRef<Value> entry) {
-    for (auto [c, value] : llvm::enumerate(entry))
-      memref::StoreOp::create(b, e.toI32(value), table,
-                              ValueRange{at, e.index(c)});
-  };
-
-  // The split size: at least splitKeys keys, and large enough that the
-  // decode rows' keys make at most kMaxSplits ranges (plus one partial
-  // range per sequence), which bounds the partials by the dims alone; a
-  // multiple of the key granule.
-  Value decodeKeys = e.loop(c0, batch, c1, {c0}, [&](Value seq, ValueRange it) {
-    Value keys = e.select(decodes(queriesOf(seq)), keysOfSeq(seq), c0);
-    return SmallVector<Value>{e.add(it[0], keys)};
-  })[0];
-  Value granule = e.index(plan.keyGranule);
-  Value chunk = e.mul(
-      e.ceilDiv(e.maxS(e.index(plan.splitKeys),
-                       e.ceilDiv(decodeKeys, e.index(RaggedPlan::kMaxSplits))),
-                granule),
-      granule);
-
-  Value queryTile = e.index(plan.queryTile);
-  SmallVector<Value> counts =
-      e.loop(c0, batch, c1, {c0, c0, c0}, [&](Value seq, ValueRange it) {
-        Value flashCount = it[0], splitCount = it[1], mergeCount = it[2];
-        Value rows = queriesOf(seq), keys = keysOfSeq(seq);
-        Value decode = decodes(rows);
-        // Flash tiles, the last (most keys under a causal mask) first so
-        // that the longest work starts first.
-        Value tiles =
-            e.select(e.icmp(arith::CmpIPredicate::sgt, rows, decodeMax),
-                     e.ceilDiv(rows, queryTile), c0);
-        e.loop(c0, tiles, c1, [&](Value t) {
-          Value first = e.mul(e.sub(e.sub(tiles, c1), t), queryTile);
-          store(flashPlan, e.add(flashCount, t), {seq, first, c0, c0});
-        });
-        // Each decode row's key ranges, then its merge entry.
-        Value decodeRows = e.select(decode, rows, c0);
-        Value splits = e.maxS(c1, e.ceilDiv(keys, chunk));
-        e.loop(c0, decodeRows, c1, [&](Value r) {
-          Value firstSplit = e.add(splitCount, e.mul(r, splits));
-          e.loop(c0, splits, c1, [&](Value sIndex) {
-            Value begin = e.mul(sIndex, chunk);
-            Value end = e.minS(keys, e.add(begin, chunk));
-            store(splitPlan, e.add(firstSplit, sIndex), {seq, r, begin, end});
-          });
-          store(mergePlan, e.add(mergeCount, r), {seq, r, firstSplit, splits});
-        });
-        return SmallVector<Value>{e.add(flashCount, tiles),
-                                  e.add(splitCount, e.mul(decodeRows, splits)),
-                                  e.add(mergeCount, decodeRows)};
+  Value decodeKeys =
+      e.loop(c0, planner.batch(), c1, {c0}, [&](Value seq, ValueRange it) {
+        return SmallVector<Value>{e.add(it[0], planner.decodeKeys(seq))};
+      })[0];
+  Value chunk = planner.chunkFor(decodeKeys);
+  SmallVector<Value> counts = e.loop(
+      c0, planner.batch(), c1, {c0, c0, c0}, [&](Value seq, ValueRange at) {
+        std::array<Value, 3> written =
+            planner.write(seq, chunk, SmallVector<Value>(at));
+        SmallVector<Value> next;
+        for (auto [count, more] : llvm::zip(at, written))
+          next.push_back(e.add(count, more));
+        return next;
       });
   // Entries past the plan have no work.
-  Value none = e.i32(-1);
-  SmallVector<Value> tables{flashPlan, splitPlan, mergePlan};
-  for (auto [table, count] : llvm::zip(tables, counts))
-    e.loop(count, e.dim(table, 0), c1, [&](Value at) {
-      memref::StoreOp::create(b, none, table, ValueRange{at, c0});
-    });
+  for (int table = 0; table < 3; ++table)
+    planner.markUnused(table, counts[table], c1);
   func::ReturnOp::create(b);
   return func;
 }

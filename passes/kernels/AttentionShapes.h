@@ -17,6 +17,8 @@
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 
+#include <array>
+
 namespace mlir::attn {
 
 /// The static facts a softmax-attention kernel is specialized on, read from
@@ -157,10 +159,56 @@ struct RaggedPlan {
   int64_t splitKeys = 0, keyGranule = 1;
 };
 
+/// The steps of a ragged plan for one sequence, which a plan kernel walks
+/// its sequences through: the scalar kernel (buildRaggedPlanKernel) all of
+/// them in order, the CUDA one (buildSimtRaggedPlanKernel) a share per
+/// thread. Built over the plan kernel's arguments: the queries' offsets,
+/// the keys' offsets or (paged) key lengths, the flash, split and merge
+/// tables.
+class RaggedPlanner {
+public:
+  RaggedPlanner(KernelEmitter &e, const SoftmaxAttentionShape &shape,
+                const RaggedPlan &plan, ValueRange args);
+
+  /// The sequences of the batch.
+  Value batch() const { return batchSize; }
+  /// The keys of sequence `seq` when it decodes, else 0.
+  Value decodeKeys(Value seq);
+  /// The size of a decode key range, for all decode rows' keys
+  /// `decodeKeys`: at least splitKeys keys, and large enough that they make
+  /// at most kMaxSplits ranges (plus one partial range per sequence), which
+  /// bounds the partials by the dims alone; a multiple of the key granule.
+  Value chunkFor(Value decodeKeys);
+  /// The entries sequence `seq` takes in the flash, split and merge tables.
+  std::array<Value, 3> entries(Value seq, Value chunk);
+  /// Writes sequence `seq`'s entries into the three tables from entries
+  /// `at`, and returns how many it wrote to each.
+  std::array<Value, 3> write(Value seq, Value chunk, ArrayRef<Value> at);
+  /// Marks entries `from`, `from + step`, ... of table `table` (0: flash,
+  /// 1: split, 2: merge) as having no work.
+  void markUnused(int table, Value from, Value step);
+
+private:
+  /// A sequence's rows and keys, and the work they make.
+  struct Work {
+    Value rows, keys, tiles, decodeRows, splits;
+  };
+  Work work(Value seq, Value chunk);
+  Value queriesOf(Value seq);
+  Value keysOf(Value seq);
+  Value decodes(Value rows);
+
+  KernelEmitter &e;
+  const SoftmaxAttentionShape &shape;
+  const RaggedPlan &plan;
+  Value queryOffsets, keyCounts, batchSize;
+  std::array<Value, 3> tables;
+};
+
 /// The plan kernel of a ragged batch (RaggedPlan): scalar code, one
-/// workgroup or thread on either target. Kernel bindings: the queries'
-/// offsets, the keys' offsets or (paged) key lengths, the flash, split and
-/// merge tables.
+/// workgroup walking every sequence (the CPU target's). Kernel bindings:
+/// the queries' offsets, the keys' offsets or (paged) key lengths, the
+/// flash, split and merge tables.
 func::FuncOp buildRaggedPlanKernel(OpBuilder &builder, Location loc,
                                    StringRef name,
                                    const SoftmaxAttentionShape &shape,

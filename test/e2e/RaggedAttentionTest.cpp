@@ -222,6 +222,14 @@ std::vector<RaggedCase> cases() {
   RaggedCase documents{"documents_paged_lse", queries, keys, 5};
   documents.documents = documents.lse = true;
   all.push_back(documents);
+  // More sequences than the CUDA plan kernel's threads (128): each thread
+  // plans a share of three, after the shares before it.
+  std::vector<int64_t> manyQueries, manyKeys;
+  for (int64_t seq = 0; seq < 301; ++seq) {
+    manyQueries.push_back(seq % 7 == 3 ? 12 : seq % 5 == 0 ? 0 : 1 + seq % 3);
+    manyKeys.push_back(manyQueries.back() + 3 * (seq % 11) + (seq % 9) * 40);
+  }
+  all.push_back({"many_sequences_paged", manyQueries, manyKeys, 16});
   // A kv group wider than the CUDA decode kernel's tile of 16 rows.
   RaggedCase wide{"gqa_group_20", {1, 3, 40}, {300, 20, 41}};
   wide.heads = 20;

@@ -479,3 +479,90 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
   func::ReturnOp::create(b);
   return func;
 }
+
+func::FuncOp mlir::attn::buildSimtRaggedPlanKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const RaggedPlan &plan,
+    DictionaryAttr tiling, int64_t blockThreads, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "ragged_plan");
+  func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b, blockThreads);
+  RaggedPlanner planner(e, shape, plan, func.getArguments());
+  Type i64 = b.getI64Type();
+  Value decodeKeysOfShare = e.shared({blockThreads}, i64);
+  Value entriesOfShare = e.shared({blockThreads, 3}, i64);
+  Value c0 = e.index(0), c1 = e.index(1), threads = e.index(blockThreads);
+  Value batch = planner.batch();
+  Value perShare = e.ceilDiv(batch, threads);
+  // Thread t plans sequences [t perShare, (t + 1) perShare).
+  auto shareOf = [&](Value t) {
+    Value first = e.minS(e.mul(t, perShare), batch);
+    return std::pair{first, e.minS(e.add(first, perShare), batch)};
+  };
+  auto sumOf = [&](Value buffer, Value shares,
+                   std::optional<int64_t> column) -> Value {
+    return e.loop(c0, shares, c1, {c0}, [&](Value u, ValueRange sum) {
+      Value x = column ? e.loadInt(buffer, {u, e.index(*column)})
+                       : e.loadInt(buffer, {u});
+      return SmallVector<Value>{
+          e.add(sum[0], arith::IndexCastOp::create(b, b.getIndexType(), x))};
+    })[0];
+  };
+  auto store = [&](Value x, Value buffer, ValueRange at) {
+    memref::StoreOp::create(b, arith::IndexCastOp::create(b, i64, x), buffer,
+                            at);
+  };
+  auto splitSize = [&] {
+    return planner.chunkFor(sumOf(decodeKeysOfShare, threads, std::nullopt));
+  };
+
+  // The decode keys of each share.
+  e.eachThread([&](Value t) {
+    auto [first, end] = shareOf(t);
+    Value keys = e.loop(first, end, c1, {c0}, [&](Value seq, ValueRange sum) {
+      return SmallVector<Value>{e.add(sum[0], planner.decodeKeys(seq))};
+    })[0];
+    store(keys, decodeKeysOfShare, t);
+  });
+  // The entries of each share, under the split size of all decode keys.
+  e.eachThread([&](Value t) {
+    Value chunk = splitSize();
+    auto [first, end] = shareOf(t);
+    SmallVector<Value> counts =
+        e.loop(first, end, c1, {c0, c0, c0}, [&](Value seq, ValueRange sum) {
+          std::array<Value, 3> more = planner.entries(seq, chunk);
+          SmallVector<Value> next;
+          for (auto [count, add] : llvm::zip(sum, more))
+            next.push_back(e.add(count, add));
+          return next;
+        });
+    for (int64_t table = 0; table < 3; ++table)
+      store(counts[table], entriesOfShare, {t, e.index(table)});
+  });
+  // Each share writes its entries after those of the shares before it;
+  // the entries past all of them have no work.
+  e.eachThread([&](Value t) {
+    Value chunk = splitSize();
+    auto [first, end] = shareOf(t);
+    SmallVector<Value> at, total;
+    for (int64_t table = 0; table < 3; ++table) {
+      at.push_back(sumOf(entriesOfShare, t, table));
+      total.push_back(sumOf(entriesOfShare, threads, table));
+    }
+    e.loop(first, end, c1, at, [&](Value seq, ValueRange next) {
+      std::array<Value, 3> written =
+          planner.write(seq, chunk, SmallVector<Value>(next));
+      SmallVector<Value> after;
+      for (auto [count, add] : llvm::zip(next, written))
+        after.push_back(e.add(count, add));
+      return after;
+    });
+    for (int table = 0; table < 3; ++table)
+      planner.markUnused(table, e.add(total[table], t), threads);
+  });
+  func::ReturnOp::create(b);
+  return func;
+}

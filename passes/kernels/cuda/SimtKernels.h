@@ -547,6 +547,18 @@ func::FuncOp buildSimtKvAppendKernel(OpBuilder &builder, Location loc,
                                      StringRef name, const GpuTiling &tiling,
                                      TypeRange bindingTypes);
 
+/// The plan kernel of a ragged batch (RaggedPlan) on CUDA: one block of
+/// `blockThreads` threads, each planning a share of the sequences through
+/// RaggedPlanner after block-wide sums of what the shares need (all decode
+/// keys, for the split size; the entries of the shares before it, for its
+/// first entries), so that no thread walks the whole batch. Bindings as
+/// buildRaggedPlanKernel's.
+func::FuncOp
+buildSimtRaggedPlanKernel(OpBuilder &builder, Location loc, StringRef name,
+                          const SoftmaxAttentionShape &shape,
+                          const RaggedPlan &plan, DictionaryAttr tiling,
+                          int64_t blockThreads, TypeRange bindingTypes);
+
 } // namespace mlir::attn
 
 #endif // ATTN_PASSES_KERNELS_CUDA_SIMTKERNELS_H
