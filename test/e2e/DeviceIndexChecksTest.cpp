@@ -26,7 +26,7 @@ namespace {
 Tensor ints(std::vector<int64_t> shape, std::vector<int32_t> values) {
   Tensor t(ATTN_I32, std::move(shape));
   EXPECT_EQ(values.size(), t.storage.size());
-  std::memcpy(t.storage.data(), values.data(), values.size() * 4);
+  std::copy(values.begin(), values.end(), t.i32());
   return t;
 }
 
