@@ -10,7 +10,6 @@
 #                 scripts/check-sanitized.sh)
 #   build         cmake ninja-build ccache g++
 #   tests         libgtest-dev python3
-  python3-dev pybind11-dev python3-numpy
 #   Python        python3-dev pybind11-dev python3-numpy (the attn package,
 #                 build/python/attn; Debian packages pybind11, not nanobind)
 #   benchmarks    libopenblas-dev (the sgemm ceiling)
