@@ -1,0 +1,13 @@
+# Copyright (c) 2023-2026, Songlin Yang, Yu Zhang, Zhiyuan Li
+#
+# This source code is licensed under the MIT license found in the
+# LICENSE file in the root directory of this source tree.
+# For a list of all contributors, visit:
+#   https://github.com/fla-org/flash-linear-attention/graphs/contributors
+
+from .ops import CausalConv1dFunctionCP, causal_conv1d_cp
+
+__all__ = [
+    'CausalConv1dFunctionCP',
+    'causal_conv1d_cp',
+]
