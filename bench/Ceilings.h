@@ -114,15 +114,19 @@ private:
 };
 
 /// The command line every benchmark takes:
-/// `NAME [--threads N] [--repeat N] [--quick] [--only SECTION]`.
+/// `NAME [--threads N] [--repeat N] [--quick] [--only SECTION[,SECTION...]]`.
 struct BenchOptions {
   int threads = 2, repeat = 5;
   bool quick = false;
-  /// Empty: every table; otherwise only the table of that name.
+  /// Empty: every table; otherwise only the tables of these names,
+  /// separated by commas.
   std::string only;
 
   bool runs(const char *section) const {
-    return only.empty() || only == section;
+    if (only.empty())
+      return true;
+    std::string list = "," + only + ",";
+    return list.find("," + std::string(section) + ",") != std::string::npos;
   }
 
   /// False (with the usage printed) on an unknown argument.
@@ -140,7 +144,7 @@ struct BenchOptions {
       else {
         std::fprintf(stderr,
                      "usage: %s [--threads N] [--repeat N] [--quick] "
-                     "[--only SECTION]\n",
+                     "[--only SECTION[,SECTION...]]\n",
                      argv[0]);
         return false;
       }

@@ -5,9 +5,9 @@
 // copies of inputs and outputs left out), median of --repeat runs after
 // one warm-up:
 //
-//  * prefill, B=4, H=32, L=4096, D=128, bf16, dense and causal, in TFLOP/s
-//    of visible work (4 D per visible (query, key) pair), with 32 query
-//    rows per warp (two mma row tiles) and with 16 (the default);
+//  * prefill, bf16, dense and causal, in TFLOP/s of visible work (4 D per
+//    visible (query, key) pair), as FlashAttention-3 reports it: D = 64,
+//    128 and 256 with H = 2048 / D, L = 4K, 8K and 16K with B = 16K / L;
 //  * decode, B=1, H=32, Hkv=8, D=128, bf16, Lq=1, Lk=4K..32K, in GB/s of K
 //    and V read;
 //  * sparse decode, the same layer with Quest top-k (64 blocks of 16
@@ -20,8 +20,10 @@
 //    sizes) with ALiBi, a relative-bias table (R = 64) and a document mask
 //    of 8 documents, as ratios to plain causal timed beside them;
 //  * Gated DeltaNet prefill (Qwen3-Next's linear layers: 16 k heads, 32 v
-//    heads, Dk = Dv = 128, 64-step chunks, bf16), L = 4K and 16K, in
-//    tokens per second and GB/s of the inputs and outputs.
+//    heads, Dk = Dv = 128, 64-step chunks, bf16), B = 1 at L = 4K, 16K and
+//    64K and B = 8 at 4K, and decode steps (L = 1) of B = 1 and 32, in
+//    tokens per second and GB/s of the inputs and outputs (FLA's kernels
+//    at the same sizes: bench/fla-baseline.py).
 //
 // The ceilings to divide by (PyTorch's scaled_dot_product_attention with
 // the flash backend, FlexAttention, the card's copy bandwidth) come from
@@ -87,10 +89,8 @@ struct Options {
 /// CUDA kernels compiled for this CPU); null with the reason printed when
 /// there is no toolkit, driver or GPU.
 std::unique_ptr<attn::Model> load(const Options &options,
-                                  const std::string &json,
-                                  int64_t flashRowTiles = 1) {
+                                  const std::string &json) {
   mlir::attn::CompileOptions compile;
-  compile.cudaFlashRowTiles = flashRowTiles;
   if (options.checkOnCpu) {
     compile.cpuRunsCudaKernels = true;
   } else {
@@ -313,9 +313,14 @@ bool treeTable(const Options &options, const std::vector<int64_t> &prefixes) {
   return true;
 }
 
-/// The Gated DeltaNet table: the chunked kernel over a whole sequence.
+/// A batch of `batch` sequences of `length` tokens.
+struct Sequences {
+  int64_t batch, length;
+};
+
+/// The Gated DeltaNet table: the chunked kernel over whole sequences.
 bool recurrenceTable(const Options &options,
-                     const std::vector<int64_t> &lengths) {
+                     const std::vector<Sequences> &sizes) {
   const int kHeads = 16, vHeads = 32, dim = 128;
   char json[512];
   std::snprintf(json, sizeof(json),
@@ -327,19 +332,19 @@ bool recurrenceTable(const Options &options,
   std::unique_ptr<attn::Model> model = load(options, json);
   if (!model)
     return false;
-  std::printf("\n| Gated DeltaNet (Hk = 16, Hv = 32, D = 128, C = 64) | L | ms "
-              "| M tokens/s | GB/s (q, k, v, g, beta, o, S) |\n");
-  std::printf("|---|---|---|---|---|\n");
+  std::printf("\n| Gated DeltaNet (Hk = 16, Hv = 32, D = 128, C = 64) | B | L "
+              "| ms | M tokens/s | GB/s (q, k, v, g, beta, o, S) |\n");
+  std::printf("|---|---|---|---|---|---|\n");
   std::mt19937 rng(4);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  for (int64_t length : lengths) {
+  for (auto [batch, length] : sizes) {
     std::vector<attn::Tensor> inputs{
-        attn::Tensor(ATTN_BF16, {1, kHeads, length, dim}),
-        attn::Tensor(ATTN_BF16, {1, kHeads, length, dim}),
-        attn::Tensor(ATTN_BF16, {1, vHeads, length, dim}),
-        attn::Tensor(ATTN_BF16, {1, vHeads, length}),
-        attn::Tensor(ATTN_BF16, {1, vHeads, length}),
-        attn::Tensor(ATTN_F32, {1, vHeads, dim, dim})};
+        attn::Tensor(ATTN_BF16, {batch, kHeads, length, dim}),
+        attn::Tensor(ATTN_BF16, {batch, kHeads, length, dim}),
+        attn::Tensor(ATTN_BF16, {batch, vHeads, length, dim}),
+        attn::Tensor(ATTN_BF16, {batch, vHeads, length}),
+        attn::Tensor(ATTN_BF16, {batch, vHeads, length}),
+        attn::Tensor(ATTN_F32, {batch, vHeads, dim, dim})};
     // q, k, v in [-1, 1]; log-decays in [-0.1, 0); beta in (0, 1].
     for (int i = 0; i < 3; ++i)
       for (int64_t j = 0; j < inputs[i].numElements(); ++j)
@@ -355,11 +360,12 @@ bool recurrenceTable(const Options &options,
     if (ms < 0)
       return false;
     // q, k (16 heads) and v, o (32 heads) in bf16, g and beta, S in and out.
-    double bytes = 2.0 * length * dim * (2 * kHeads + 2 * vHeads) +
-                   2.0 * 2 * vHeads * length + 2.0 * 4 * vHeads * dim * dim;
-    std::printf("| gated delta, bf16 | %lld | %.4f | %.2f | %.1f |\n",
-                static_cast<long long>(length), ms, length / ms / 1e3,
-                bytes / ms / 1e6);
+    double bytes = batch * (2.0 * length * dim * (2 * kHeads + 2 * vHeads) +
+                            2.0 * 2 * vHeads * length +
+                            2.0 * 4 * vHeads * dim * dim);
+    std::printf("| gated delta, bf16 | %lld | %lld | %.4f | %.2f | %.1f |\n",
+                static_cast<long long>(batch), static_cast<long long>(length),
+                ms, batch * length / ms / 1e3, bytes / ms / 1e6);
   }
   return true;
 }
@@ -374,33 +380,45 @@ int main(int argc, char **argv) {
     std::printf("CPU check: the CUDA kernels compiled for this CPU, at small "
                 "sizes; the times are not GPU times.\n\n");
   const bool small = options.checkOnCpu;
+  // Prefill as FlashAttention-3 reports it: 16K tokens per call (B = 16K /
+  // L) and a model width of 2048 (H = 2048 / D), for each head dim.
+  const int64_t tokens = small ? 128 : 16384;
+  std::vector<int64_t> lengths = small ? std::vector<int64_t>{64}
+                                 : options.quick
+                                     ? std::vector<int64_t>{4096}
+                                     : std::vector<int64_t>{4096, 8192, 16384};
+  std::vector<int> dims = options.quick ? std::vector<int>{128}
+                                        : std::vector<int>{64, 128, 256};
+  std::printf("| prefill | B | H | L | D | ms | TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  for (int dim : dims)
+    for (const char *mask : {"none", "causal"}) {
+      const int width = 2048, heads = width / dim;
+      std::unique_ptr<attn::Model> model =
+          load(options, layerJson(heads, heads, dim, mask));
+      if (!model)
+        return 1;
+      for (int64_t length : lengths) {
+        const int64_t batch = std::max<int64_t>(1, tokens / length);
+        double ms = deviceMs(
+            *model, randomInputs(batch, heads, heads, length, length, dim),
+            options.repeat);
+        if (ms < 0)
+          return 1;
+        double pairs = std::string(mask) == "causal"
+                           ? length * (length + 1) / 2.0
+                           : static_cast<double>(length) * length;
+        double flops = 4.0 * dim * pairs * batch * heads;
+        std::printf("| %s | %lld | %d | %lld | %d | %.3f | %.1f |\n",
+                    mask[0] == 'n' ? "dense" : "causal",
+                    static_cast<long long>(batch), heads,
+                    static_cast<long long>(length), dim, ms, flops / ms / 1e9);
+      }
+    }
+
   const int heads = 32, dim = 128;
   const int64_t batch = small ? 1 : 4;
   const int64_t length = small ? 64 : options.quick ? 1024 : 4096;
-  std::printf("| prefill | rows per warp | B | H | L | D | ms | TFLOP/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
-  for (const char *mask : {"none", "causal"})
-    for (int64_t rowTiles : {2, 1}) {
-      std::unique_ptr<attn::Model> model =
-          load(options, layerJson(heads, heads, dim, mask), rowTiles);
-      if (!model)
-        return 1;
-      double ms = deviceMs(
-          *model, randomInputs(batch, heads, heads, length, length, dim),
-          options.repeat);
-      if (ms < 0)
-        return 1;
-      double pairs = std::string(mask) == "causal"
-                         ? length * (length + 1) / 2.0
-                         : static_cast<double>(length) * length;
-      double flops = 4.0 * dim * pairs * batch * heads;
-      std::printf("| %s | %lld | %lld | %d | %lld | %d | %.3f | %.1f |\n",
-                  mask[0] == 'n' ? "dense" : "causal",
-                  static_cast<long long>(16 * rowTiles),
-                  static_cast<long long>(batch), heads,
-                  static_cast<long long>(length), dim, ms, flops / ms / 1e9);
-    }
-
   const int kvHeads = 8;
   std::printf("\n| decode | H | Hkv | Lk | ms | GB/s of K and V |\n");
   std::printf("|---|---|---|---|---|---|\n");
@@ -429,9 +447,16 @@ int main(int argc, char **argv) {
     return 1;
   if (!variantsTable(options, batch, length))
     return 1;
-  std::vector<int64_t> sequences = small ? std::vector<int64_t>{200}
-                                   : options.quick
-                                       ? std::vector<int64_t>{4096}
-                                       : std::vector<int64_t>{4096, 16384};
+  // FLA's chunk_gated_delta_rule is measured at the same sizes by
+  // bench/fla-baseline.py.
+  std::vector<Sequences> sequences =
+      small           ? std::vector<Sequences>{{1, 200}, {2, 70}, {3, 1}}
+      : options.quick ? std::vector<Sequences>{{1, 4096}, {32, 1}}
+                      : std::vector<Sequences>{{1, 4096},
+                                               {1, 16384},
+                                               {1, 65536},
+                                               {8, 4096},
+                                               {1, 1},
+                                               {32, 1}};
   return recurrenceTable(options, sequences) ? 0 : 1;
 }

@@ -2,9 +2,10 @@
 """The ceilings of bench/cuda-attention-bench, measured with PyTorch on the
 same GPU in the same session (issue NVVM's benchmark):
 
-  * prefill B=4, H=32, L=4096, D=128, bf16, dense and causal: TFLOP/s of
-    visible work for scaled_dot_product_attention (flash backend) and
-    FlexAttention (torch.compile'd);
+  * prefill, bf16, dense and causal, D = 64, 128 and 256 (H = 2048 / D) at
+    L = 4K, 8K and 16K (B = 16K / L): TFLOP/s of visible work for
+    scaled_dot_product_attention's flash and cuDNN backends, and
+    FlexAttention (torch.compile'd) at D = 128;
   * the card's copy bandwidth (a 1 GiB device-to-device copy, counted as
     bytes read + written, as the CPU benchmarks count memcpy);
   * FlexAttention on the variants of cuda-attention-bench's variants table
@@ -94,41 +95,75 @@ def variants(args, length):
         print(f"| {name} | {ms:.3f} | {ms / plain:.3f} |")
 
 
+def prefill(args):
+    """Prefill as cuda-attention-bench sweeps it (FlashAttention-3's setup:
+    16K tokens per call, B = 16K / L, H = 2048 / D), through each of
+    PyTorch's SDPA backends that runs here, and FlexAttention at D = 128
+    (each shape is a compilation of its own)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backends = [("SDPA flash", SDPBackend.FLASH_ATTENTION)]
+    if hasattr(SDPBackend, "CUDNN_ATTENTION"):
+        backends.append(("SDPA cuDNN", SDPBackend.CUDNN_ATTENTION))
+    try:
+        from torch.nn.attention.flex_attention import (create_block_mask,
+                                                       flex_attention)
+        import torch._dynamo
+        torch._dynamo.config.cache_size_limit = 64
+        flex = torch.compile(flex_attention)
+    except Exception as error:  # no Triton, an older torch, ...
+        print(f"FlexAttention: unavailable: {error!r}")
+        flex = None
+    lengths = [4096] if args.quick else [4096, 8192, 16384]
+    dims = [128] if args.quick else [64, 128, 256]
+    print("| prefill | implementation | B | H | L | D | ms | TFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for dim in dims:
+        heads = 2048 // dim
+        for causal in (False, True):
+            name = "causal" if causal else "dense"
+            for length in lengths:
+                batch = max(1, 16384 // length)
+                q, k, v = (torch.randn(batch, heads, length, dim,
+                                       device="cuda", dtype=torch.bfloat16)
+                           for _ in range(3))
+                pairs = length * (length + 1) / 2 if causal else length ** 2
+                flops = 4.0 * dim * pairs * batch * heads
+                row = f"| {name} | {{}} | {batch} | {heads} | {length} | {dim} |"
+                for label, backend in backends:
+                    try:
+                        with sdpa_kernel(backend):
+                            ms = median_ms(
+                                lambda: F.scaled_dot_product_attention(
+                                    q, k, v, is_causal=causal), args.repeat)
+                        print(row.format(label),
+                              f"{ms:.3f} | {flops / ms / 1e9:.1f} |")
+                    except Exception as error:
+                        print(row.format(label), f"failed: {error!r} | |")
+                if flex is None or dim != 128:
+                    continue
+                try:
+                    mask = None
+                    if causal:
+                        mask = create_block_mask(lambda b, h, qi, ki: qi >= ki,
+                                                 None, None, length, length)
+                    ms = median_ms(lambda: flex(q, k, v, block_mask=mask),
+                                   args.repeat)
+                    print(row.format("FlexAttention"),
+                          f"{ms:.3f} | {flops / ms / 1e9:.1f} |")
+                except Exception as error:
+                    print(row.format("FlexAttention"), f"failed: {error!r} | |")
+                del q, k, v
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    batch, heads, dim = 4, 32, 128
-    length = 1024 if args.quick else 4096
     print(torch.cuda.get_device_name(), "torch", torch.__version__,
           "CUDA", torch.version.cuda)
-    q, k, v = (torch.randn(batch, heads, length, dim, device="cuda",
-                           dtype=torch.bfloat16) for _ in range(3))
-    print("| prefill | implementation | ms | TFLOP/s |")
-    print("|---|---|---|---|")
-    for causal in (False, True):
-        pairs = length * (length + 1) / 2 if causal else length * length
-        flops = 4.0 * dim * pairs * batch * heads
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            ms = median_ms(lambda: F.scaled_dot_product_attention(
-                q, k, v, is_causal=causal), args.repeat)
-        name = "causal" if causal else "dense"
-        print(f"| {name} | SDPA flash | {ms:.3f} | {flops / ms / 1e9:.1f} |")
-        try:
-            from torch.nn.attention.flex_attention import (create_block_mask,
-                                                           flex_attention)
-            flex = torch.compile(flex_attention)
-            mask = None
-            if causal:
-                mask = create_block_mask(
-                    lambda b, h, qi, ki: qi >= ki, None, None, length, length)
-            ms = median_ms(lambda: flex(q, k, v, block_mask=mask), args.repeat)
-            print(f"| {name} | FlexAttention | {ms:.3f} | "
-                  f"{flops / ms / 1e9:.1f} |")
-        except Exception as error:  # no Triton, an older torch, ...
-            print(f"| {name} | FlexAttention | failed: {error!r} | |")
+    prefill(args)
+    length = 1024 if args.quick else 4096
     variants(args, length)
     source = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     target = torch.empty_like(source)

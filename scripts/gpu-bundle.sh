@@ -5,7 +5,7 @@
 #
 #   scripts/gpu-bundle.sh DIR        # after `ninja -C build`
 #   (on the GPU machine, from the repository root)
-#   bash DIR/run.sh info e2e bench torch
+#   bash DIR/run.sh info e2e bench torch fla python
 #
 # The e2e tests and the bench compile models in-process, so they need
 # libMLIR.so and libLLVM.so (and ld.lld, which links a binary's host code);
@@ -16,9 +16,18 @@
 #
 # run.sh's steps, in the order given:
 #   info   the GPU, the driver, ptxas, missing libraries
-#   e2e    every _cuda e2e case (8 shards in parallel), log in $OUT/e2e.log
-#   bench  build/bin/cuda-attention-bench ($BENCH_ARGS), log in $OUT/bench.log
-#   torch  bench/torch-attention-baseline.py, log in $OUT/torch.log
+#   e2e    every _cuda e2e case and every case that needs a GPU (8 shards
+#          in parallel), log in $OUT/e2e.log
+#   bench  build/bin/cuda-attention-bench ($BENCH_ARGS)
+#   torch  bench/torch-attention-baseline.py (PyTorch's SDPA backends,
+#          FlexAttention, the copy bandwidth)
+#   fla    bench/fla-baseline.py (flash-linear-attention's Gated DeltaNet
+#          kernels, from bench/third_party)
+#   python the Python package's CUDA tests (test/python/torch_*.py) when the
+#          machine's python3 is the version the package was built for
+# bench, torch and fla append their tables to $OUT/gpu.log under one
+# header (date, commit, device, driver, steps): the raw log that
+# bench/logs/gpu-<date>.txt keeps and bench/plot.py draws.
 set -euo pipefail
 
 dir=${1:?usage: scripts/gpu-bundle.sh DIR}
@@ -32,6 +41,13 @@ for binary in test/unit/AttnE2ETests bin/cuda-attention-bench bin/attnc \
               bin/attn-run; do
   strip -o "$dir/bin/$(basename $binary)" "$root/build/$binary"
 done
+rm -rf "$dir/python"
+cp -r "$root/build/python" "$dir/python"
+rm -rf "$dir/python/CMakeFiles" "$dir/python/attn/__pycache__"
+python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' > "$dir/python/version"
+{ git -C "$root" rev-parse HEAD
+  git -C "$root" diff --quiet HEAD || echo "(with uncommitted changes)"
+} | paste -sd' ' > "$dir/commit"
 
 mkdir -p "$stage/libs" "$stage/fallback"
 cp -L "$llvm/lib/libLLVM.so.22.1" "$llvm/lib/libMLIR.so.22.1" \
@@ -82,6 +98,16 @@ fi
 export LD_LIBRARY_PATH=$llvm/lib
 bin=$here/bin
 chmod +x "$bin"/*
+# The session's raw log: one header, then each bench step's tables.
+if [ ! -s "$out/gpu.log" ]; then
+  { echo "# attn GPU session (scripts/gpu-bundle.sh run.sh)"
+    echo "# date: $(date -u)"
+    echo "# commit: $(cat "$here/commit")"
+    echo "# device: $(nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | head -1), $(ptxas --version | tail -1)"
+    echo "# command: run.sh $*"
+  } > "$out/gpu.log"
+fi
+log_step() { echo; echo "## $1"; } >> "$out/gpu.log"
 for step in "$@"; do
   case $step in
   info)
@@ -92,16 +118,32 @@ for step in "$@"; do
     export GTEST_TOTAL_SHARDS=8
     for i in $(seq 0 7); do
       GTEST_SHARD_INDEX=$i timeout ${E2E_TIMEOUT:-300} "$bin/AttnE2ETests" \
-        --gtest_filter="${E2E_FILTER:-*_cuda:*/cuda:*OnCuda*}" > "$out/e2e$i.log" 2>&1 &
+        --gtest_filter="${E2E_FILTER:-*_cuda:*/cuda:*OnCuda*:*OnGpu*}" > "$out/e2e$i.log" 2>&1 &
     done
     wait
     cat "$out"/e2e[0-7].log > "$out/e2e.log"; rm "$out"/e2e[0-7].log
     grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/e2e.log" | sort | uniq -c;;
   bench)
-    timeout ${BENCH_TIMEOUT:-240} "$bin/cuda-attention-bench" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.log";;
+    log_step "cuda-attention-bench ${BENCH_ARGS:-}"
+    timeout ${BENCH_TIMEOUT:-300} "$bin/cuda-attention-bench" ${BENCH_ARGS:-} 2>&1 | tee -a "$out/gpu.log";;
   torch)
-    PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch-attention-baseline.py 2>&1 | tee "$out/torch.log";;
-  *) echo "run.sh: unknown step '$step' (info, e2e, bench, torch)"; exit 2;;
+    log_step "bench/torch-attention-baseline.py"
+    PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/torch-attention-baseline.py 2>&1 | tee -a "$out/gpu.log";;
+  fla)
+    log_step "bench/fla-baseline.py"
+    PYTHONUNBUFFERED=1 timeout ${FLA_TIMEOUT:-200} python3 bench/fla-baseline.py 2>&1 | tee -a "$out/gpu.log";;
+  python)
+    have=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    if [ "$have" != "$(cat "$here/python/version")" ]; then
+      echo "python: skipped: the package is built for Python $(cat "$here/python/version"), this machine has $have"
+      continue
+    fi
+    for test in test/python/torch_tensors.py test/python/torch_ops.py; do
+      PYTHONPATH=$here/python ATTN_ATTNC=$bin/attnc timeout 200 python3 "$test" \
+        > "$out/$(basename "$test" .py).log" 2>&1
+      echo "$test: exit $? (log in \$OUT/$(basename "$test" .py).log)"
+    done;;
+  *) echo "run.sh: unknown step '$step' (info, e2e, bench, torch, fla, python)"; exit 2;;
   esac
 done
 EOF

@@ -12,7 +12,8 @@
 #   tests         libgtest-dev python3
 #   Python        python3-dev pybind11-dev python3-numpy (the attn package,
 #                 build/python/attn; Debian packages pybind11, not nanobind)
-#   benchmarks    libopenblas-dev (the sgemm ceiling)
+#   benchmarks    libopenblas-dev (the sgemm ceiling), python3-matplotlib
+#                 (bench/plot.py)
 set -euo pipefail
 
 packages=(
@@ -22,7 +23,7 @@ packages=(
   cmake ninja-build ccache g++ make
   libgtest-dev python3
   python3-dev pybind11-dev python3-numpy
-  libopenblas-dev
+  libopenblas-dev python3-matplotlib
 )
 
 missing=()

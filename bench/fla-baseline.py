@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""The anchor of cuda-attention-bench's Gated DeltaNet table (issue: GPU
+speed, item 3): flash-linear-attention's Triton kernels at the same sizes,
+timed the same way (CUDA events around the call, median of --repeat after
+a warm-up), on the same GPU in the same session:
+
+  * chunk_gated_delta_rule (prefill): Qwen3-Next's linear layers, 16 key
+    heads, 32 value heads, Dk = Dv = 128, bf16, q and k l2-normalised in
+    the kernel, log-decays in [-0.1, 0), beta in (0, 1], an f32 initial
+    state in and the final state out; B = 1 at L = 4K, 16K and 64K, B = 8
+    at 4K;
+  * fused_recurrent_gated_delta_rule (decode): one token per sequence with
+    its state in and out, B = 1 and 32.
+
+FLA and einops come from bench/third_party (the GPU machines reach no
+package index); FLA needs PyTorch >= 2.7 with Triton.
+
+    python3 bench/fla-baseline.py [--repeat N] [--quick]
+"""
+import argparse
+import pathlib
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "third_party"))
+
+K_HEADS, V_HEADS, DIM = 16, 32, 128
+
+
+def median_ms(fn, repeat):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def inputs(batch, length):
+    """FLA's layout, [B, T, H, D], with cuda-attention-bench's values."""
+    def uniform(*shape):
+        return torch.rand(*shape, device="cuda") * 2 - 1
+    q = uniform(batch, length, K_HEADS, DIM).bfloat16()
+    k = uniform(batch, length, K_HEADS, DIM).bfloat16()
+    v = uniform(batch, length, V_HEADS, DIM).bfloat16()
+    g = (-0.05 * (uniform(batch, length, V_HEADS) + 1) - 1e-3).bfloat16()
+    beta = (0.5 * (uniform(batch, length, V_HEADS) + 1)).bfloat16()
+    state = 0.01 * uniform(batch, V_HEADS, DIM, DIM)
+    return q, k, v, g, beta, state
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(torch.cuda.get_device_name(), "torch", torch.__version__,
+          "CUDA", torch.version.cuda)
+    try:
+        import triton
+        from fla.ops.gated_delta_rule import (chunk_gated_delta_rule,
+                                              fused_recurrent_gated_delta_rule)
+    except Exception as error:
+        print(f"FLA: unavailable: {error!r}")
+        return 1
+    print("triton", triton.__version__)
+
+    print("\n| FLA (Hk = 16, Hv = 32, D = 128, bf16) | B | L | ms | M tokens/s |")
+    print("|---|---|---|---|---|")
+    sizes = ([(1, 4096)] if args.quick
+             else [(1, 4096), (1, 16384), (1, 65536), (8, 4096)])
+    for batch, length in sizes:
+        q, k, v, g, beta, state = inputs(batch, length)
+        try:
+            ms = median_ms(lambda: chunk_gated_delta_rule(
+                q, k, v, g=g, beta=beta, initial_state=state,
+                output_final_state=True, use_qk_l2norm_in_kernel=True),
+                args.repeat)
+            print(f"| FLA chunk_gated_delta_rule | {batch} | {length} | "
+                  f"{ms:.4f} | {batch * length / ms / 1e3:.2f} |")
+        except Exception as error:
+            print(f"| FLA chunk_gated_delta_rule | {batch} | {length} | "
+                  f"failed: {error!r} | |")
+        del q, k, v, g, beta, state
+    for batch in (1, 32):
+        q, k, v, g, beta, state = inputs(batch, 1)
+        try:
+            ms = median_ms(lambda: fused_recurrent_gated_delta_rule(
+                q, k, v, g=g, beta=beta, initial_state=state,
+                output_final_state=True, use_qk_l2norm_in_kernel=True),
+                args.repeat)
+            print(f"| FLA fused_recurrent_gated_delta_rule | {batch} | 1 | "
+                  f"{ms:.4f} | {batch / ms / 1e3:.2f} |")
+        except Exception as error:
+            print(f"| FLA fused_recurrent_gated_delta_rule | {batch} | 1 | "
+                  f"failed: {error!r} | |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
