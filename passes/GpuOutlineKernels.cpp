@@ -249,11 +249,12 @@ struct AttnGpuOutlineKernels final
     int64_t offset = 0;
     for (memref::AllocaOp alloca : sharedBuffers) {
       for (Operation *user : alloca->getUsers())
-        if (!isa<memref::LoadOp, memref::StoreOp, vector::LoadOp,
-                 vector::StoreOp, WarpMmaOp, AsyncCopyOp>(user))
+        if (!isa<memref::LoadOp, memref::StoreOp, memref::AtomicRMWOp,
+                 vector::LoadOp, vector::StoreOp, WarpMmaOp, AsyncCopyOp>(
+                user))
           return user->emitError(
-              "a shared buffer may only be loaded, "
-              "stored (elements or vectors) and used by "
+              "a shared buffer may only be loaded, stored (elements or "
+              "vectors), updated atomically (memref.atomic_rmw) and used by "
               "attn_kernel.warp_mma and attn_kernel.async_copy");
       MemRefType type = alloca.getType();
       auto sharedType =

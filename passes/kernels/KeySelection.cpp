@@ -286,10 +286,11 @@ void mlir::attn::clearFlags(KernelEmitter &e, const RowBuffer &flags,
 }
 
 Value mlir::attn::writeFlagged(KernelEmitter &e, const RowBuffer &flags,
-                               Value count, Value out, ValueRange prefix,
-                               Value slot, function_ref<Value(Value)> valueOf) {
+                               Value first, Value end, Value out,
+                               ValueRange prefix, Value slot,
+                               function_ref<Value(Value)> valueOf) {
   RowBuffer outRow(out, prefix);
-  return e.loop(e.index(0), count, e.index(1), {slot},
+  return e.loop(first, end, e.index(1), {slot},
                 [&](Value n, ValueRange it) -> SmallVector<Value> {
                   return e.ifElse(
                       isFlagged(e, flags, n),
@@ -309,62 +310,47 @@ Value mlir::attn::topPBucketCount(KernelEmitter &e, Value count) {
   return e.maxS(e.minS(count, e.index(kMaxTopPBuckets)), e.index(1));
 }
 
-namespace {
+ScoreBuckets::ScoreBuckets(KernelEmitter &e, Value highest, Value lowest,
+                           Value count)
+    : e(e), highest(highest), size(topPBucketCount(e, count)) {
+  Value spread = e.fsub(highest, lowest);
+  perScore = e.select(e.fcmp(arith::CmpFPredicate::OGT, spread, e.scalar(0)),
+                      e.fdiv(toF32(size), spread), e.scalar(0));
+  lastBucket = toF32(e.sub(size, e.index(1)));
+}
 
-/// A row's scores cut into topPBucketCount equal-width buckets from its
-/// highest score (bucket 0) to its lowest. The bucket is a monotone
-/// function of the score, so a better score never lands in a later bucket:
-/// the best m candidates are whole buckets plus the best of one bucket, and
-/// only that bucket has to be sorted. A NaN score goes to bucket 0.
-struct ScoreBuckets {
-  ScoreBuckets(KernelEmitter &e, const RowBuffer &scores, Value count) : e(e) {
-    ImplicitLocOpBuilder &b = e.b;
-    Value c0 = e.index(0), c1 = e.index(1);
-    SmallVector<Value> range = e.loop(
-        c0, count, c1,
-        {e.scalar(kNegInf), e.scalar(std::numeric_limits<float>::infinity())},
-        [&](Value n, ValueRange it) -> SmallVector<Value> {
-          Value s = scores.load(e, n);
-          return {e.fmax(it[0], s), arith::MinimumFOp::create(b, it[1], s)};
-        });
-    highest = range[0];
-    size = topPBucketCount(e, count);
-    Value spread = e.fsub(range[0], range[1]);
-    perScore = e.select(e.fcmp(arith::CmpFPredicate::OGT, spread, e.scalar(0)),
-                        e.fdiv(toF32(size), spread), e.scalar(0));
-    lastBucket = toF32(e.sub(size, c1));
-  }
+std::pair<Value, Value> ScoreBuckets::range(KernelEmitter &e,
+                                            const RowBuffer &scores,
+                                            Value first, Value end) {
+  SmallVector<Value> range = e.loop(
+      first, end, e.index(1),
+      {e.scalar(kNegInf), e.scalar(std::numeric_limits<float>::infinity())},
+      [&](Value n, ValueRange it) -> SmallVector<Value> {
+        Value s = scores.load(e, n);
+        return {e.fmax(it[0], s), arith::MinimumFOp::create(e.b, it[1], s)};
+      });
+  return {range[0], range[1]};
+}
 
-  Value of(Value score) {
-    ImplicitLocOpBuilder &b = e.b;
-    Value x = e.fmul(e.fsub(highest, score), perScore);
-    x = arith::MinNumFOp::create(b, arith::MaxNumFOp::create(b, x, e.scalar(0)),
-                                 lastBucket);
-    return arith::IndexCastOp::create(
-        b, b.getIndexType(), arith::FPToSIOp::create(b, b.getI64Type(), x));
-  }
+Value ScoreBuckets::of(Value score) {
+  ImplicitLocOpBuilder &b = e.b;
+  Value x = e.fmul(e.fsub(highest, score), perScore);
+  x = arith::MinNumFOp::create(b, arith::MaxNumFOp::create(b, x, e.scalar(0)),
+                               lastBucket);
+  return arith::IndexCastOp::create(
+      b, b.getIndexType(), arith::FPToSIOp::create(b, b.getI64Type(), x));
+}
 
-  KernelEmitter &e;
-  Value highest, size;
+Value ScoreBuckets::toF32(Value index) {
+  ImplicitLocOpBuilder &b = e.b;
+  return arith::SIToFPOp::create(
+      b, e.f32, arith::IndexCastOp::create(b, b.getI64Type(), index));
+}
 
-private:
-  Value toF32(Value index) {
-    ImplicitLocOpBuilder &b = e.b;
-    return arith::SIToFPOp::create(
-        b, e.f32, arith::IndexCastOp::create(b, b.getI64Type(), index));
-  }
-
-  Value perScore, lastBucket;
-};
-
-/// A candidate's unnormalized top-p weight exp(s - max), widened to f64 for
-/// the sums that decide how many are kept.
-Value topPWeight(KernelEmitter &e, Value score, Value maxScore) {
+Value mlir::attn::topPWeight(KernelEmitter &e, Value score, Value maxScore) {
   return arith::ExtFOp::create(e.b, e.b.getF64Type(),
                                e.exp(e.fsub(score, maxScore)));
 }
-
-} // namespace
 
 void mlir::attn::flagTopPKept(KernelEmitter &e, SelectTopPOp op,
                               const TopPRow &row, Value count, Value capacity) {
@@ -374,7 +360,9 @@ void mlir::attn::flagTopPKept(KernelEmitter &e, SelectTopPOp op,
   const double topP = op.getTopP().convertToDouble();
   const bool byWeight = topP < 1.0;
   auto scoreAt = [&](Value n) { return row.scores.load(e, n); };
-  ScoreBuckets buckets(e, row.scores, count);
+  auto [highest, lowest] =
+      ScoreBuckets::range(e, row.scores, e.index(0), count);
+  ScoreBuckets buckets(e, highest, lowest, count);
   auto weightAt = [&](Value n) {
     return topPWeight(e, scoreAt(n), buckets.highest);
   };

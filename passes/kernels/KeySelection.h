@@ -195,10 +195,10 @@ struct RowBuffer {
 /// Clears the i8 flags of entries [0, count).
 void clearFlags(KernelEmitter &e, const RowBuffer &flags, Value count);
 
-/// Writes, in ascending order of n in [0, count), `valueOf(n)` of every
+/// Writes, in ascending order of n in [first, end), `valueOf(n)` of every
 /// flagged n to out[prefix..., slot++] from `slot`; returns the next slot.
-Value writeFlagged(KernelEmitter &e, const RowBuffer &flags, Value count,
-                   Value out, ValueRange prefix, Value slot,
+Value writeFlagged(KernelEmitter &e, const RowBuffer &flags, Value first,
+                   Value end, Value out, ValueRange prefix, Value slot,
                    function_ref<Value(Value)> valueOf);
 
 /// The most score buckets top-p cuts a row's candidates into.
@@ -207,6 +207,35 @@ constexpr int64_t kMaxTopPBuckets = 4096;
 /// The buckets of a top-p row of `count` candidates:
 /// max(min(count, kMaxTopPBuckets), 1).
 Value topPBucketCount(KernelEmitter &e, Value count);
+
+/// A row's scores cut into topPBucketCount equal-width buckets from its
+/// highest score (bucket 0) to its lowest. The bucket is a monotone
+/// function of the score, so a better score never lands in a later bucket:
+/// the best m candidates are whole buckets plus the best of one bucket, and
+/// only that bucket has to be sorted. A NaN score goes to bucket 0.
+struct ScoreBuckets {
+  /// The buckets of `count` candidates whose scores span [lowest, highest].
+  ScoreBuckets(KernelEmitter &e, Value highest, Value lowest, Value count);
+  /// The highest and lowest of scores [first, end) (-inf and +inf when
+  /// empty); ranges of parts combine by the same max and min.
+  static std::pair<Value, Value> range(KernelEmitter &e,
+                                       const RowBuffer &scores, Value first,
+                                       Value end);
+  /// The bucket (index) of `score`.
+  Value of(Value score);
+
+  KernelEmitter &e;
+  Value highest, size;
+
+private:
+  Value toF32(Value index);
+
+  Value perScore, lastBucket;
+};
+
+/// A candidate's unnormalized top-p weight exp(s - max), widened to f64 for
+/// the sums that decide how many are kept.
+Value topPWeight(KernelEmitter &e, Value score, Value maxScore);
 
 /// Where top-p selects among one row's `count` candidates.
 struct TopPRow {

@@ -47,12 +47,12 @@ func.func private @nested_thread_loops(%a: memref<4xf32>, %n: index)
 // -----
 
 // Shared buffers become views into dynamic shared memory, which only loads,
-// stores and warp_mma may use.
+// stores, atomic updates and warp_mma may use.
 func.func private @shared_buffer_copied(%a: memref<4xf32>, %n: index)
     attributes {attn.kernel = "x", attn.block_kernel,
                 attn.tiling = {block_threads = 32 : i64}} {
   %s = memref.alloca() {attn.shared} : memref<4xf32>
-  // expected-error @below {{a shared buffer may only be loaded, stored (elements or vectors) and used by attn_kernel.warp_mma and attn_kernel.async_copy}}
+  // expected-error @below {{a shared buffer may only be loaded, stored (elements or vectors), updated atomically (memref.atomic_rmw) and used by attn_kernel.warp_mma and attn_kernel.async_copy}}
   memref.copy %s, %a : memref<4xf32> to memref<4xf32>
   return
 }

@@ -166,7 +166,7 @@ func.func @tokens(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 
 // Top-p runs in three kernels over [B, H, Lq, n] temporaries, n =
 // max(Lk, 1) here: a thread per row counts (and within a block selection
-// lists) its candidates; a thread per (row, candidate) scores one; a thread
+// lists) its candidates; a thread per (row, candidate) scores one; a block
 // per row selects among them with min(n, 4096) buckets' counts and f64
 // weights, the sort space of one bucket and i8 flags, sorting one bucket
 // (a heap sort), not the row.
@@ -183,9 +183,19 @@ func.func @tokens(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CHECK:         scf.if %[[IN]] {
 // CHECK:           memref.load %arg1
 // CHECK:           memref.store %{{.*}}, %arg4
+// The selection is a block per row: each thread takes a share of the
+// candidates and of the buckets, counts and weighs its candidates into
+// their buckets by atomic adds, and walks its buckets from the sums of the
+// shares before it; one thread sorts a cut bucket.
 // CHECK-LABEL: func.func private @topp__select_topp2(
+// CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "select_topp"
 // CHECK-NOT:     memref.load %arg1
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<128xf64>
+// CHECK:         scf.parallel
+// CHECK:         memref.atomic_rmw addi %{{.*}}, %arg6[{{.*}}] : (i32, memref<?x4x?x?xi32>) -> i32
+// CHECK:         memref.atomic_rmw addf %{{.*}}, %arg7[{{.*}}] : (f64, memref<?x4x?x?xf64>) -> f64
+// CHECK:         scf.parallel
 // CHECK:         memref.load %{{.*}} : memref<?x4x?x?xf64>
 // CHECK:         scf.while
 // CHECK-LABEL: func.func @topp(

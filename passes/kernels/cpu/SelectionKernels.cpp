@@ -371,7 +371,7 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
               setFlag(e, chosen, e.toIndex(e.loadInt(heap, {n})));
             });
             slot = writeFlagged(
-                e, chosen, middle, blocks, prefix, slot,
+                e, chosen, c0, middle, blocks, prefix, slot,
                 [&](Value n) { return e.toI32(e.add(middleFirst, n)); });
           }
           e.loop(c0, e.index(local), c1, [&](Value n) {
@@ -468,7 +468,7 @@ func::FuncOp mlir::attn::buildSelectTopPKernel(OpBuilder &builder, Location loc,
                TopPRow{scores, [&](Value n) { return e.toI32(n); }, bucketSizes,
                        bucketWeights, order, kept},
                count, capacity);
-  Value slot = writeFlagged(e, kept, count, tokens, prefix, c0, [&](Value n) {
+  Value slot = writeFlagged(e, kept, c0, count, tokens, prefix, c0, [&](Value n) {
     return e.loadInt(candidates, {n});
   });
   padWithMinusOne(e, tokens, prefix, slot, capacity);

@@ -511,8 +511,9 @@ func::FuncOp buildSimtTopPScoresKernel(OpBuilder &builder, Location loc,
                                        const GpuTiling &tiling,
                                        TypeRange bindingTypes);
 
-/// Selection, a thread per (batch, head, row): flagTopPKept over the
-/// scores, the kept keys written ascending. Bindings: q, k, tokens, scores,
+/// Selection, a block per (batch, head, row): flagTopPKept's passes over
+/// the scores, each spread over the block's threads, the kept keys written
+/// ascending. Bindings: q, k, tokens, scores,
 /// keys, count, then flagTopPKept's [B, H, Lq, min(n, kMaxTopPBuckets)]
 /// bucket counts (i32) and weights (f64; empty when top_p = 1) and its
 /// [B, H, Lq, n] sort space (i32) and flags (i8).

@@ -20,9 +20,10 @@
 //    the heap, take the heap over the bounds);
 //  * top-p: a thread per row lists its candidates in a [B, H, Lq, n]
 //    temporary (n: the most candidates a row can have), a thread per
-//    candidate scores it, and a thread per row selects among them with the
-//    CPU's score buckets (flagTopPKept), whose counts, weights, sort space
-//    and flags are temporaries too;
+//    candidate scores it, and a block per row selects among them with the
+//    CPU's score buckets (flagTopPKept's passes, each spread over the
+//    block's threads: SimtTopPBlockSelection), whose counts, weights, sort
+//    space and flags are temporaries too;
 //  * sparse attention: split-KV, a thread per (batch, head, row, split)
 //    running the online softmax over its share of the row's selection
 //    entries, then the merge kernel of dense decode combines the splits
@@ -667,6 +668,423 @@ func::FuncOp mlir::attn::buildSimtTopPScoresKernel(OpBuilder &builder,
   return func;
 }
 
+namespace {
+
+/// Top-p's selection of one row by a block (see flagTopPKept for the
+/// algorithm, which the CPU kernel runs on one thread). The block cuts the
+/// row's candidates, and its buckets, into one contiguous share per thread
+/// and runs flagTopPKept's passes over the shares in parallel: the score
+/// range, the buckets' counts and weights (atomic adds), the bucket where
+/// the weight crosses top_p and the one where the count reaches `keep`
+/// (each thread walks its share of buckets from the sum of the shares
+/// before it), the kept flags and the kept keys written ascending (each
+/// thread writes its share's after those of the shares before it). Only
+/// the sorts of the one or two buckets that are cut run on one thread.
+///
+/// Sums of f64 weights are taken share by share in bucket order, so the
+/// walk of one share ends exactly where the next share's starts, and a
+/// bucket's weight is summed by atomics in any order: as on the CPU, a sum
+/// that reaches top_p only within f64 rounding may keep one token more or
+/// less than a walk over the sorted candidates.
+class SimtTopPBlockSelection {
+public:
+  SimtTopPBlockSelection(SimtEmitter &e, SelectTopPOp op,
+                         const TopPRowStart &row, ValueRange temporaries,
+                         Value tokens);
+  void build();
+
+private:
+  /// The share [first, end) of `total` entries that thread `t` takes.
+  std::pair<Value, Value> shareOf(Value t, Value total);
+  /// The sum of shared `buffer`[0, t) (i64 as index, f64 as f64), in order.
+  Value sumOfShares(Value buffer, Value t);
+  /// The score range, and the cleared flags and buckets.
+  void findRangeAndClear();
+  /// Each bucket's count and weight, and each bucket share's sums.
+  void fillBuckets();
+  /// The bucket where the best-first weight crosses top_p, its bucket
+  /// sorted, and how many candidates that keeps (picks).
+  void findWeightCut();
+  /// The bucket where the best-first count reaches `keep`, and how many of
+  /// its best are kept; then the flags.
+  void flagKept();
+  /// The kept keys, ascending, then -1 to the capacity.
+  void writeKept();
+  /// Collects the candidates of `bucket` in `order` and sorts them best
+  /// first on thread 0, which then runs `then(size)`.
+  void sortBucket(Value bucket, function_ref<void(Value size)> then);
+  /// i64 shared values as indices, and back.
+  Value fromI64(Value x) {
+    return arith::IndexCastOp::create(e.b, e.b.getIndexType(), x);
+  }
+  Value toI64(Value x) {
+    return arith::IndexCastOp::create(e.b, e.b.getI64Type(), x);
+  }
+  Value loadPick(int64_t field) {
+    return fromI64(
+        memref::LoadOp::create(e.b, picks, ValueRange{e.index(field)}));
+  }
+  void storePick(Value value, int64_t field) {
+    memref::StoreOp::create(e.b, toI64(value), picks,
+                            ValueRange{e.index(field)});
+  }
+  void onThread0(Value t, function_ref<void()> body) {
+    e.ifThen(e.icmp(arith::CmpIPredicate::eq, t, c0), body);
+  }
+
+  // picks: the crossing bucket (-1: none), the candidates and the weight
+  // (weightBeforeCut) of the buckets before it, the sorted bucket, keep,
+  // the bucket where the count reaches keep, and how many of it are kept.
+  enum Pick : int64_t { Cut, CountBeforeCut, Sorted, Keep, Last, Rest, Picks };
+
+  SimtEmitter &e;
+  SelectTopPOp op;
+  const TopPRowStart &row;
+  Value tokens;
+  SmallVector<Value> prefix;
+  RowBuffer scores, keys, sizes, weights, order, kept;
+  Value count, capacity, bucketCount, threads, c0, c1;
+  const bool byWeight;
+  Value shareHigh, shareLow, shareCounts, shareWeights, picks, weightBeforeCut,
+      counter;
+  std::optional<ScoreBuckets> buckets;
+};
+
+SimtTopPBlockSelection::SimtTopPBlockSelection(SimtEmitter &e, SelectTopPOp op,
+                                               const TopPRowStart &row,
+                                               ValueRange temporaries,
+                                               Value tokens)
+    : e(e), op(op), row(row), tokens(tokens), prefix(row.prefix),
+      scores(temporaries[0], prefix), keys(temporaries[1], prefix),
+      sizes(temporaries[3], prefix), weights(temporaries[4], prefix),
+      order(temporaries[5], prefix), kept(temporaries[6], prefix),
+      byWeight(op.getTopP().convertToDouble() < 1.0) {
+  ImplicitLocOpBuilder &b = e.b;
+  c0 = e.index(0), c1 = e.index(1);
+  threads = e.index(e.blockThreads);
+  SmallVector<Value> at(prefix);
+  at.push_back(c0);
+  count = e.toIndex(e.loadInt(temporaries[2], at));
+  capacity = e.dim(tokens, cast<MemRefType>(tokens.getType()).getRank() - 1);
+  bucketCount = topPBucketCount(e, count);
+  Type i64 = b.getI64Type(), f64 = b.getF64Type();
+  shareHigh = e.shared({e.blockThreads});
+  shareLow = e.shared({e.blockThreads});
+  shareCounts = e.shared({e.blockThreads}, i64);
+  shareWeights = e.shared({e.blockThreads}, f64);
+  picks = e.shared({Picks}, i64);
+  weightBeforeCut = e.shared({1}, f64);
+  counter = e.shared({1}, b.getI32Type());
+}
+
+std::pair<Value, Value> SimtTopPBlockSelection::shareOf(Value t, Value total) {
+  Value perShare = e.ceilDiv(total, threads);
+  Value first = e.minS(e.mul(t, perShare), total);
+  return {first, e.minS(e.add(first, perShare), total)};
+}
+
+Value SimtTopPBlockSelection::sumOfShares(Value buffer, Value t) {
+  Type element = cast<MemRefType>(buffer.getType()).getElementType();
+  Value zero = element.isF64()
+                   ? arith::ConstantOp::create(e.b, e.b.getF64FloatAttr(0.0))
+                         .getResult()
+                   : c0;
+  return e.loop(c0, t, c1, {zero}, [&](Value u, ValueRange sum) {
+    Value x = memref::LoadOp::create(e.b, buffer, ValueRange{u});
+    return SmallVector<Value>{element.isF64() ? e.fadd(sum[0], x)
+                                              : e.add(sum[0], fromI64(x))};
+  })[0];
+}
+
+void SimtTopPBlockSelection::build() {
+  findRangeAndClear();
+  fillBuckets();
+  if (byWeight)
+    findWeightCut();
+  flagKept();
+  writeKept();
+}
+
+void SimtTopPBlockSelection::findRangeAndClear() {
+  Value zeroFlag = arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 0);
+  Value zero64 = arith::ConstantOp::create(e.b, e.b.getF64FloatAttr(0.0));
+  e.eachThread([&](Value t) {
+    auto [first, end] = shareOf(t, count);
+    auto [high, low] = ScoreBuckets::range(e, scores, first, end);
+    e.store(high, shareHigh, {t});
+    e.store(low, shareLow, {t});
+    e.loop(first, end, c1, [&](Value n) { kept.store(e, zeroFlag, n); });
+    auto [firstBucket, endBucket] = shareOf(t, bucketCount);
+    e.loop(firstBucket, endBucket, c1, [&](Value bucket) {
+      sizes.store(e, e.i32(0), bucket);
+      if (byWeight)
+        weights.store(e, zero64, bucket);
+    });
+    // No cut until one is found; keep = count when top_p = 1.
+    onThread0(t, [&] {
+      storePick(e.index(-1), Cut);
+      storePick(e.index(-1), Sorted);
+      storePick(count, Keep);
+      storePick(c0, Last);
+      storePick(c0, Rest);
+    });
+  });
+  // max and min are exact, so the shares' ranges combine to the row's.
+  SmallVector<Value> range = e.loop(
+      c0, threads, c1,
+      {e.scalar(kNegInf), e.scalar(std::numeric_limits<float>::infinity())},
+      [&](Value u, ValueRange it) -> SmallVector<Value> {
+        return {e.fmax(it[0], e.load(shareHigh, {u})),
+                arith::MinimumFOp::create(e.b, it[1], e.load(shareLow, {u}))};
+      });
+  buckets.emplace(e, range[0], range[1], count);
+}
+
+void SimtTopPBlockSelection::fillBuckets() {
+  e.eachThread([&](Value t) {
+    auto [first, end] = shareOf(t, count);
+    e.loop(first, end, c1, [&](Value n) {
+      Value s = scores.load(e, n);
+      Value bucket = buckets->of(s);
+      memref::AtomicRMWOp::create(e.b, arith::AtomicRMWKind::addi, e.i32(1),
+                                  sizes.memref, sizes.at(bucket));
+      if (byWeight)
+        memref::AtomicRMWOp::create(e.b, arith::AtomicRMWKind::addf,
+                                    topPWeight(e, s, buckets->highest),
+                                    weights.memref, weights.at(bucket));
+    });
+  });
+  e.eachThread([&](Value t) {
+    auto [first, end] = shareOf(t, bucketCount);
+    Value zero64 = arith::ConstantOp::create(e.b, e.b.getF64FloatAttr(0.0));
+    SmallVector<Value> sums = e.loop(
+        first, end, c1, {c0, zero64},
+        [&](Value bucket, ValueRange it) -> SmallVector<Value> {
+          Value weight = byWeight ? weights.loadStored(e, bucket) : zero64;
+          return {e.add(it[0], e.toIndex(sizes.loadStored(e, bucket))),
+                  e.fadd(it[1], weight)};
+        });
+    memref::StoreOp::create(e.b, toI64(sums[0]), shareCounts,
+                            ValueRange{t});
+    memref::StoreOp::create(e.b, sums[1], shareWeights, ValueRange{t});
+  });
+}
+
+void SimtTopPBlockSelection::findWeightCut() {
+  Value total = sumOfShares(shareWeights, threads);
+  Value target = e.fmul(
+      total, arith::ConstantOp::create(
+                 e.b, e.b.getF64FloatAttr(op.getTopP().convertToDouble())));
+  // The first bucket c whose weight, added to all before it, reaches the
+  // target: in thread t's share when the shares before it stay short.
+  e.eachThread([&](Value t) {
+    Value before = sumOfShares(shareWeights, t);
+    Value countBefore = sumOfShares(shareCounts, t);
+    e.ifThen(e.fcmp(arith::CmpFPredicate::OLT, before, target), [&] {
+      auto [first, end] = shareOf(t, bucketCount);
+      Value zero64 = arith::ConstantOp::create(e.b, e.b.getF64FloatAttr(0.0));
+      SmallVector<Value> walk = e.whileLoop(
+          {first, zero64, c0},
+          [&](ValueRange it) {
+            // Read clamped to the last bucket, used only in the share.
+            Value inShare = e.icmp(arith::CmpIPredicate::ult, it[0], end);
+            Value weight = e.select(
+                inShare,
+                weights.loadStored(e, e.minS(it[0], e.sub(bucketCount, c1))),
+                zero64);
+            return e.andI(inShare,
+                          e.fcmp(arith::CmpFPredicate::OLT,
+                                 e.fadd(before, e.fadd(it[1], weight)),
+                                 target));
+          },
+          [&](ValueRange it) -> SmallVector<Value> {
+            return {e.add(it[0], c1),
+                    e.fadd(it[1], weights.loadStored(e, it[0])),
+                    e.add(it[2], e.toIndex(sizes.loadStored(e, it[0])))};
+          });
+      e.ifThen(e.icmp(arith::CmpIPredicate::ult, walk[0], end), [&] {
+        storePick(walk[0], Cut);
+        storePick(e.add(countBefore, walk[2]), CountBeforeCut);
+        memref::StoreOp::create(e.b, e.fadd(before, walk[1]), weightBeforeCut,
+                                ValueRange{c0});
+      });
+    });
+  });
+  // The cut bucket in order, and how many of its best reach the target.
+  Value cut = loadPick(Cut);
+  e.ifThen(e.icmp(arith::CmpIPredicate::sge, cut, c0), [&] {
+    sortBucket(cut, [&](Value size) {
+      Value start = memref::LoadOp::create(e.b, weightBeforeCut,
+                                           ValueRange{c0});
+      Value taken = e.whileLoop(
+          {c0, start},
+          [&](ValueRange it) {
+            return e.andI(
+                e.icmp(arith::CmpIPredicate::ult, it[0], size),
+                e.fcmp(arith::CmpFPredicate::OLT, it[1], target));
+          },
+          [&](ValueRange it) -> SmallVector<Value> {
+            Value n = e.toIndex(order.loadStored(e, it[0]));
+            return {e.add(it[0], c1),
+                    e.fadd(it[1], topPWeight(e, scores.load(e, n),
+                                             buckets->highest))};
+          })[0];
+      storePick(e.add(loadPick(CountBeforeCut), taken), Keep);
+      storePick(cut, Sorted);
+    });
+  });
+}
+
+void SimtTopPBlockSelection::sortBucket(Value bucket,
+                                        function_ref<void(Value)> then) {
+  e.eachThread([&](Value t) {
+    onThread0(t, [&] {
+      memref::StoreOp::create(e.b, e.i32(0), counter, ValueRange{c0});
+    });
+  });
+  e.eachThread([&](Value t) {
+    auto [first, end] = shareOf(t, count);
+    e.loop(first, end, c1, [&](Value n) {
+      e.ifThen(e.icmp(arith::CmpIPredicate::eq,
+                      buckets->of(scores.load(e, n)), bucket),
+               [&] {
+                 Value slot = memref::AtomicRMWOp::create(
+                     e.b, arith::AtomicRMWKind::addi, e.i32(1), counter,
+                     ValueRange{c0});
+                 order.store(e, e.toI32(n), e.toIndex(slot));
+               });
+    });
+  });
+  // The heap's order (SPEC §1.3's, a total order on distinct keys) does
+  // not depend on the order the atomics collected them in.
+  e.eachThread([&](Value t) {
+    onThread0(t, [&] {
+      Value size = e.toIndex(
+          memref::LoadOp::create(e.b, counter, ValueRange{c0}));
+      auto worse = [&](Value x, Value y) {
+        Value nx = e.toIndex(x), ny = e.toIndex(y);
+        return worseScored(e, scores.load(e, nx), keys.loadStored(e, nx),
+                           scores.load(e, ny), keys.loadStored(e, ny));
+      };
+      withIntHeap(e, order, worse, [&](const HeapStorage &heap) {
+        sortBestFirst(e, heap, size);
+      });
+      then(size);
+    });
+  });
+}
+
+void SimtTopPBlockSelection::flagKept() {
+  Value keep = e.maxS(loadPick(Keep), e.index(op.getMinTokens()));
+  keep = e.minS(e.minS(keep, capacity), count);
+  // The first bucket whose count, added to all before it, reaches keep.
+  e.eachThread([&](Value t) {
+    Value before = sumOfShares(shareCounts, t);
+    e.ifThen(e.icmp(arith::CmpIPredicate::slt, before, keep), [&] {
+      auto [first, end] = shareOf(t, bucketCount);
+      SmallVector<Value> walk = e.whileLoop(
+          {first, before},
+          [&](ValueRange it) {
+            Value inShare = e.icmp(arith::CmpIPredicate::ult, it[0], end);
+            Value size = e.select(
+                inShare,
+                e.toIndex(sizes.loadStored(
+                    e, e.minS(it[0], e.sub(bucketCount, c1)))),
+                c0);
+            return e.andI(inShare, e.icmp(arith::CmpIPredicate::slt,
+                                          e.add(it[1], size), keep));
+          },
+          [&](ValueRange it) -> SmallVector<Value> {
+            return {e.add(it[0], c1),
+                    e.add(it[1], e.toIndex(sizes.loadStored(e, it[0])))};
+          });
+      e.ifThen(e.icmp(arith::CmpIPredicate::ult, walk[0], end), [&] {
+        storePick(walk[0], Last);
+        storePick(e.sub(keep, walk[1]), Rest);
+      });
+    });
+  });
+  // The best `rest` of bucket `last`, then every bucket before it.
+  Value last = loadPick(Last), rest = loadPick(Rest);
+  e.ifThen(e.icmp(arith::CmpIPredicate::sgt, rest, c0), [&] {
+    e.ifThen(e.icmp(arith::CmpIPredicate::ne, last, loadPick(Sorted)),
+             [&] { sortBucket(last, [](Value) {}); });
+    e.forAll(rest, [&](Value i) {
+      setFlag(e, kept, e.toIndex(order.loadStored(e, i)));
+    });
+  });
+  e.eachThread([&](Value t) {
+    auto [first, end] = shareOf(t, count);
+    e.loop(first, end, c1, [&](Value n) {
+      e.ifThen(e.icmp(arith::CmpIPredicate::ult,
+                      buckets->of(scores.load(e, n)), last),
+               [&] { setFlag(e, kept, n); });
+    });
+  });
+}
+
+void SimtTopPBlockSelection::writeKept() {
+  RowBuffer out(tokens, prefix);
+  auto flaggedIn = [&](Value first, Value end) {
+    return e.loop(first, end, c1, {c0}, [&](Value n, ValueRange it) {
+      return SmallVector<Value>{
+          e.add(it[0], e.select(isFlagged(e, kept, n), c1, c0))};
+    })[0];
+  };
+  e.eachThread([&](Value t) {
+    auto [first, end] = shareOf(t, count);
+    memref::StoreOp::create(e.b, toI64(flaggedIn(first, end)), shareCounts,
+                            ValueRange{t});
+  });
+  e.eachThread([&](Value t) {
+    auto [first, end] = shareOf(t, count);
+    writeFlagged(e, kept, first, end, tokens, prefix,
+                 sumOfShares(shareCounts, t),
+                 [&](Value n) { return keys.loadStored(e, n); });
+    onThread0(t, [&] {
+      memref::StoreOp::create(e.b, e.i32(0), counter, ValueRange{c0});
+    });
+  });
+  Value keep = sumOfShares(shareCounts, threads);
+  if (op.getBlocks()) {
+    // Slot order is token order unless the selection lists its blocks out
+    // of order (select_topk writes them ascending): sort only then.
+    e.forAll(e.maxS(e.sub(keep, c1), c0), [&](Value n) {
+      Value earlier = out.loadStored(e, n);
+      e.ifThen(e.icmp(arith::CmpIPredicate::sgt, earlier,
+                      out.loadStored(e, e.add(n, c1))),
+               [&] {
+                 memref::StoreOp::create(e.b, e.i32(1), counter,
+                                         ValueRange{c0});
+               });
+    });
+    Value unsorted = e.icmp(
+        arith::CmpIPredicate::ne,
+        memref::LoadOp::create(e.b, counter, ValueRange{c0}), e.i32(0));
+    e.ifThen(unsorted, [&] {
+      e.eachThread([&](Value t) {
+        onThread0(t, [&] {
+          auto tokenAt = [&](Value slot) -> SmallVector<Value> {
+            return {out.loadStored(e, slot)};
+          };
+          auto storeToken = [&](Value slot, ValueRange item) {
+            out.store(e, item[0], slot);
+          };
+          auto later = [&](ValueRange x, ValueRange y) {
+            return e.icmp(arith::CmpIPredicate::sgt, x[0], y[0]);
+          };
+          sortBestFirst(e, HeapStorage{tokenAt, storeToken, later}, keep);
+        });
+      });
+    });
+  }
+  e.forAll(e.maxS(e.sub(capacity, keep), c0), [&](Value i) {
+    out.store(e, e.i32(-1), e.add(keep, i));
+  });
+}
+
+} // namespace
+
 func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
                                                    Location loc, StringRef name,
                                                    SelectTopPOp op,
@@ -675,57 +1093,17 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
   OpBuilder::InsertionGuard guard(builder);
   func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
                                          tiling, "select_topp");
+  func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
   ImplicitLocOpBuilder b(loc, builder);
-  SimtEmitter e(b);
+  SimtEmitter e(b, tiling.blockThreads);
   auto args = func.getArguments();
   unsigned next = 0;
+  // A block per (batch, head, row), or per packed row.
   TopPRowStart row(e, op, args, next, [&] { return args.back(); });
-  Value tokens = args[next++], scores = args[next++];
-  Value keys = args[next++], counts = args[next++], bucketSizes = args[next++];
-  Value bucketWeights = args[next++], order = args[next++];
-  Value kept = args[next++];
-  Value c0 = e.index(0), c1 = e.index(1);
-  Value capacity = lastDim(e, tokens);
-  SmallVector<Value> prefix = row.prefix;
-  auto at3 = [&](Value slot) { return indicesOf(prefix, slot); };
-  Value count = e.toIndex(e.loadInt(counts, at3(c0)));
-
-  // The kept candidates flagged, then written in slot order.
-  auto tokenOf = [&](Value n) { return e.loadInt(keys, at3(n)); };
-  RowBuffer keptFlags(kept, prefix);
-  clearFlags(e, keptFlags, count);
-  flagTopPKept(e, op,
-               TopPRow{RowBuffer(scores, prefix), tokenOf,
-                       RowBuffer(bucketSizes, prefix),
-                       RowBuffer(bucketWeights, prefix),
-                       RowBuffer(order, prefix), keptFlags},
-               count, capacity);
-  Value keep = writeFlagged(e, keptFlags, count, tokens, prefix, c0, tokenOf);
-  if (op.getBlocks()) {
-    // Slot order is token order unless the selection lists its blocks out
-    // of order (select_topk writes them ascending): sort only then.
-    Value noBit = arith::ConstantIntOp::create(b, b.getI1Type(), 0);
-    Value unsorted =
-        e.loop(c1, keep, c1, {noBit},
-               [&](Value n, ValueRange it) -> SmallVector<Value> {
-                 Value earlier = e.loadInt(tokens, at3(e.sub(n, c1)));
-                 return {e.orI(it[0], e.icmp(arith::CmpIPredicate::sgt, earlier,
-                                             e.loadInt(tokens, at3(n))))};
-               })[0];
-    e.ifThen(unsorted, [&] {
-      auto tokenAt = [&](Value slot) -> SmallVector<Value> {
-        return {e.loadInt(tokens, at3(slot))};
-      };
-      auto storeToken = [&](Value slot, ValueRange item) {
-        memref::StoreOp::create(b, item[0], tokens, at3(slot));
-      };
-      auto later = [&](ValueRange x, ValueRange y) {
-        return e.icmp(arith::CmpIPredicate::sgt, x[0], y[0]);
-      };
-      sortBestFirst(e, HeapStorage{tokenAt, storeToken, later}, keep);
-    });
-  }
-  padWithMinusOne(e, tokens, prefix, keep, capacity);
+  Value tokens = args[next++];
+  // scores, keys, count, bucket sizes, bucket weights, order, flags.
+  ValueRange temporaries = args.slice(next, 7);
+  SimtTopPBlockSelection(e, op, row, temporaries, tokens).build();
   func::ReturnOp::create(b);
   return func;
 }
