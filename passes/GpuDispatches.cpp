@@ -67,6 +67,22 @@ private:
   const GpuTiling &tiling;
 };
 
+/// How many splits decode work over keys takes: at least `least` (a split
+/// per split_keys keys' worth), and more, up to `most` (a key tile's worth
+/// each), while `unsplitBlocks` blocks per split would leave the GPU's
+/// workers (attn.worker_count: 4 blocks per multiprocessor) idle: a short
+/// cache read by few rows or kv heads otherwise leaves most
+/// multiprocessors idle (FlashDecoding).
+static Value splitsFillingWorkers(ImplicitLocOpBuilder &b,
+                                  const HostIndexMath &m, Value least,
+                                  Value unsplitBlocks, Value most) {
+  Value filling = m.minS(
+      m.ceilDiv(WorkerCountOp::create(b, b.getIndexType()),
+                m.maxS(unsplitBlocks, m.index(1))),
+      most);
+  return m.maxS(least, filling);
+}
+
 void GpuEntryLowering::lowerGatheredSoftmax(
     ImplicitLocOpBuilder &b, AttentionOpInterface op,
     const SoftmaxAttentionShape &shape) {
@@ -172,24 +188,31 @@ void GpuEntryLowering::lowerGatheredSoftmax(
                          builder, op.getLoc(), splitName, shape, tiling, types);
                    });
   } else {
-    // Decode calls split the selection entries, split_keys keys' worth
-    // each, and run a split per block of decode's flash kernel: it gathers
-    // the split's blocks and stages their keys in shared memory by
-    // coalesced loads. Longer calls have enough rows to fill the GPU with a
-    // thread per row. The other path gets zero workgroups.
+    // Decode calls split the selection entries, at most split_keys keys'
+    // worth each and fewer (down to a key tile's worth) while the rows'
+    // splits would not fill the GPU, and run a split per block of decode's
+    // flash kernel: it gathers the split's blocks and stages their keys in
+    // shared memory by coalesced loads. Longer calls have enough rows to
+    // fill the GPU with a thread per row. The other path gets zero
+    // workgroups.
     Value entries = memref::DimOp::create(b, s.selection, 3);
     int64_t perSplit =
         std::max<int64_t>(1, tiling.splitKeys / shape.selectionBlockSize);
+    SimtFlashTiling flash =
+        SimtFlashTiling::choose(shape, storage, tiling, /*maxWarps=*/1);
+    int64_t perTile =
+        std::max<int64_t>(1, flash.keyTile / shape.selectionBlockSize);
     Value decode = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
                                          m.index(tiling.decodeMaxQueries));
     Value splits = m.select(
-        decode, m.maxS(m.index(1), m.ceilDiv(entries, m.index(perSplit))),
+        decode,
+        splitsFillingWorkers(
+            b, m, m.maxS(m.index(1), m.ceilDiv(entries, m.index(perSplit))),
+            rows, m.ceilDiv(entries, m.index(perTile))),
         m.index(1));
     allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
                           splits);
     Value work = m.mul(rows, splits);
-    SimtFlashTiling flash =
-        SimtFlashTiling::choose(shape, storage, tiling, /*maxWarps=*/1);
     std::string flashName = kernelName("sparse_decode");
     dispatchKernel(b, m.select(decode, work, zero), gatheredBindings(),
                    [&](OpBuilder &builder, TypeRange types) {
@@ -574,16 +597,14 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   Value groupRowTiles = arith::CeilDivUIOp::create(
       b, m.mul(m.index(group), decodeRows), m.index(decodeFlash.queryTile()));
   // At least a split per split_keys keys; more (down to a key tile each)
-  // while the blocks would not fill the GPU: a short cache read by few kv
-  // heads otherwise leaves most multiprocessors idle (FlashDecoding).
+  // while the blocks would not fill the GPU.
   Value unsplitBlocks =
-      m.maxS(m.index(1), m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)),
-                               groupRowTiles));
-  Value fillingSplits = m.minS(
-      m.ceilDiv(WorkerCountOp::create(b, b.getIndexType()), unsplitBlocks),
-      m.ceilDiv(s.lk, m.index(decodeFlash.keyTile)));
+      m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)), groupRowTiles);
   Value decodeSplits = m.select(
-      decode, m.maxS(m.ceilDiv(s.lk, m.index(tiling.splitKeys)), fillingSplits),
+      decode,
+      splitsFillingWorkers(b, m, m.ceilDiv(s.lk, m.index(tiling.splitKeys)),
+                           unsplitBlocks,
+                           m.ceilDiv(s.lk, m.index(decodeFlash.keyTile))),
       zero);
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
                         decodeRows, decodeSplits);

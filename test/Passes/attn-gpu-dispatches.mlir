@@ -182,12 +182,12 @@
 // Decode splits: one per 256 keys, more (down to one 64-key tile each)
 // while the B x Hkv x row tiles blocks are fewer than the workers (on a
 // GPU, 4 blocks per multiprocessor).
-// CHECK:         %[[UNSPLIT:.+]] = arith.maxsi %{{.+}}, %c1 : index
 // CHECK:         %[[MOST:.+]] = arith.ceildivui %[[LK]], %c64 : index
+// CHECK:         %[[LEAST:.+]] = arith.ceildivui %[[LK]], %c256
+// CHECK:         %[[UNSPLIT:.+]] = arith.maxsi %{{.+}}, %c1 : index
 // CHECK:         %[[WORKERS:.+]] = attn_kernel.worker_count : index
 // CHECK:         %[[FILLING:.+]] = arith.ceildivui %[[WORKERS]], %[[UNSPLIT]] : index
 // CHECK:         %[[FILL:.+]] = arith.minsi %[[FILLING]], %[[MOST]] : index
-// CHECK:         %[[LEAST:.+]] = arith.ceildivui %[[LK]], %c256
 // CHECK:         %[[SPLITS:.+]] = arith.maxsi %[[LEAST]], %[[FILL]] : index
 // CHECK:         arith.select %[[DECODE]], %[[SPLITS]], %c0 : index
 // CHECK:         attn_kernel.dispatch @layer__flash0 workgroups(%{{.+}}) bindings(

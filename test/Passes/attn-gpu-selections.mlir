@@ -106,8 +106,17 @@
 // CHECK:         attn_kernel.dispatch @topk__topk_threshold3 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]])
 // Placing: a thread per (row, block), as many as ranking.
 // CHECK:         attn_kernel.dispatch @topk__topk_place4 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]], %[[BLOCKS]])
+// Decode splits: at most 16 entries (256 keys) each, more (down to a
+// 64-key tile's 4 entries each) while the rows' splits are fewer than the
+// workers (on a GPU, 4 blocks per multiprocessor).
+// CHECK:         %[[MOST:.*]] = arith.ceildivui %[[SLOTS]], %c4
 // CHECK:         %[[SLOT_SPLITS:.*]] = arith.ceildivui %[[SLOTS]], %c16
-// CHECK:         %[[SPLITS:.*]] = arith.maxsi %[[SLOT_SPLITS]], %c1
+// CHECK:         %[[LEAST:.*]] = arith.maxsi %[[SLOT_SPLITS]], %c1
+// CHECK:         %[[UNSPLIT:.*]] = arith.maxsi %[[ROWS]], %c1
+// CHECK:         %[[WORKERS:.*]] = attn_kernel.worker_count
+// CHECK:         %[[FILLING:.*]] = arith.ceildivui %[[WORKERS]], %[[UNSPLIT]]
+// CHECK:         %[[FILL:.*]] = arith.minsi %[[FILLING]], %[[MOST]]
+// CHECK:         %[[SPLITS:.*]] = arith.maxsi %[[LEAST]], %[[FILL]]
 // CHECK:         %[[DECODE_SPLITS:.*]] = arith.select %[[DECODE]], %[[SPLITS]], %c1
 // CHECK:         memref.alloc(%[[B]], %[[LQ]], %[[DECODE_SPLITS]]) : memref<?x4x?x?x16xf32>
 // CHECK:         %[[SPLIT_ROWS:.*]] = arith.muli %[[ROWS]], %[[DECODE_SPLITS]]
@@ -136,8 +145,9 @@ func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // -----
 
 // Token selections of up to 600 tokens: decode calls (Lq <= 8) split them
-// 256 entries a block of decode's flash kernel, longer calls take one
-// split per row, a thread each.
+// at most 256 entries a block of decode's flash kernel (3 splits), more
+// (down to 64 entries, 10 splits) while the rows would not fill the
+// workers; longer calls take one split per row, a thread each.
 // CHECK-LABEL: func.func private @tokens__sparse_decode0(
 // CHECK-SAME:    attn.kernel = "flash_decode"
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<256xi32>
@@ -145,7 +155,12 @@ func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CHECK:         %[[LQ:.*]] = memref.dim %arg0, %c2
 // CHECK:         %[[ROWS:.*]] = arith.muli %{{.*}}, %[[LQ]]
 // CHECK:         %[[DECODE:.*]] = arith.cmpi ule, %[[LQ]], %c8
-// CHECK:         %[[SPLITS:.*]] = arith.select %[[DECODE]], %c3, %c1
+// CHECK:         %[[UNSPLIT:.*]] = arith.maxsi %[[ROWS]], %c1
+// CHECK:         %[[WORKERS:.*]] = attn_kernel.worker_count
+// CHECK:         %[[FILLING:.*]] = arith.ceildivui %[[WORKERS]], %[[UNSPLIT]]
+// CHECK:         %[[FILL:.*]] = arith.minsi %[[FILLING]], %c10
+// CHECK:         %[[FILLED:.*]] = arith.maxsi %[[FILL]], %c3
+// CHECK:         %[[SPLITS:.*]] = arith.select %[[DECODE]], %[[FILLED]], %c1
 // CHECK:         memref.alloc(%{{.*}}, %[[LQ]], %[[SPLITS]]) : memref<?x4x?x?x16xf32>
 // CHECK:         %[[WORK:.*]] = arith.muli %[[ROWS]], %[[SPLITS]]
 // CHECK:         %[[BLOCKS:.*]] = arith.select %[[DECODE]], %[[WORK]], %c0

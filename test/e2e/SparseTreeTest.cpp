@@ -217,6 +217,19 @@ std::vector<SparseCase> sparseCases() {
        .topK = 70,
        .sinkBlocks = 2,
        .localBlocks = 3});
+  // One row and a short selection: the host splits it further than
+  // split_keys asks, so that the splits fill the workers (two here).
+  add({.label = "topk_decode_one_row_fills_workers",
+       .heads = 1,
+       .kvHeads = 1,
+       .headDim = 16,
+       .valueDim = 16,
+       .batch = 1,
+       .queries = 1,
+       .keys = 300,
+       .topK = 9,
+       .sinkBlocks = 1,
+       .localBlocks = 1});
   add({.label = "topp_decode_split_tokens",
        .heads = 2,
        .kvHeads = 2,

@@ -174,7 +174,8 @@ private:
   Value entry;
   /// With a block mask: where the query tile's row of it is.
   SmallVector<Value> maskRow;
-  /// Sparse decode: split s takes selection entries [entryFrom, entryTo).
+  /// Sparse decode: split s takes selection entries [entryFrom, entryTo),
+  /// at most entriesPerSplit (split_keys keys' worth).
   int64_t entriesPerSplit = 0;
   Value entryFrom, entryTo;
   /// A windowed tree node's first prefix key, and a tree node's position
@@ -370,9 +371,14 @@ void SimtFlashKernel::mapRows() {
     first = at.row;
     rows = c1;
     head = at.head, row = at.row;
+    // The host takes more splits than split_keys asks (fewer entries
+    // each) when the rows alone would not fill the GPU; a split never
+    // takes more than entriesPerSplit, the size of its shared list.
     Value entries = e.dim(selection, 3);
-    entryFrom = e.minS(entries, e.mul(split, e.index(entriesPerSplit)));
-    entryTo = e.minS(entries, e.add(entryFrom, e.index(entriesPerSplit)));
+    Value perSplit = e.minS(e.ceilDiv(entries, splits),
+                            e.index(entriesPerSplit));
+    entryFrom = e.minS(entries, e.mul(split, perSplit));
+    entryTo = e.minS(entries, e.add(entryFrom, perSplit));
     return;
   }
   case RowMapping::DecodeTile: {
