@@ -364,11 +364,18 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                        return buildSimtSelectTopKKernel(builder, loc, name,
                                                         select, tiling, types);
                      });
+      // A block per (batch, kv head, tile of blocks) over the kv group's
+      // decode rows; none in prefill.
       std::string boundsName = kernelName("block_bounds");
+      Value boundsTiles = m.ceilDiv(
+          numBlocks,
+          m.index(boundsTileBlocks(m.staticDim(q, 3), tiling)));
+      Value kvHeads = m.index(
+          m.staticDim(meta, SelectionKeys::metaHeadDim(paged)));
       dispatchKernel(b,
-                     m.mul(m.mul(m.mul(m.dim(q, 0), m.index(m.staticDim(q, 1))),
-                                 boundsRows),
-                           numBlocks),
+                     m.select(decode,
+                              m.mul(m.mul(m.dim(q, 0), kvHeads), boundsTiles),
+                              zero),
                      concat(ValueRange{q, meta}, keys, ValueRange{bounds}),
                      [&](OpBuilder &builder, TypeRange types) {
                        return buildSimtBlockBoundsKernel(

@@ -22,11 +22,20 @@
 // CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
 // CHECK:         memref.load %arg1
 // CHECK:         scf.while
+// The bounds: the tile's min and max rows of metadata staged in shared
+// memory (rows padded to D + 1), then a bound per (row, block).
 // CHECK-LABEL: func.func private @topk__block_bounds1(
 // CHECK-SAME:    %{{.*}}: memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: index)
+// CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "block_bounds"
-// CHECK:         arith.maximumf
-// CHECK:         memref.store %{{.*}}, %arg3
+// CHECK:         %[[STAGED:.*]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<2x32x17xf32>
+// CHECK:         scf.parallel
+// CHECK:           memref.load %arg1
+// CHECK:           memref.store %{{.*}}, %[[STAGED]]
+// CHECK:         scf.parallel
+// CHECK:           memref.load %[[STAGED]]
+// CHECK:           arith.maximumf
+// CHECK:           memref.store %{{.*}}, %arg3
 // CHECK-LABEL: func.func private @topk__select_topk2(
 // CHECK-SAME:    %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: index)
 // CHECK-SAME:    attn.kernel = "select_topk"
@@ -93,9 +102,12 @@
 // CHECK:         %[[BOUNDS:.*]] = memref.alloc(%[[B]], %[[BOUND_ROWS]], %[[NB]]) : memref<?x4x?x?xf32>
 // CHECK:         %[[PREFILL_ROWS:.*]] = arith.select %[[DECODE]], %c0, %[[ROWS]]
 // CHECK:         attn_kernel.dispatch @topk__select_topk0 workgroups(%[[PREFILL_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]])
-// CHECK:         %[[BHR:.*]] = arith.muli %[[BH]], %[[BOUND_ROWS]]
-// CHECK:         %[[PAIRS:.*]] = arith.muli %[[BHR]], %[[NB]]
-// CHECK:         attn_kernel.dispatch @topk__block_bounds1 workgroups(%[[PAIRS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BOUNDS]])
+// The bounds: a block per (batch, kv head, tile of 32 blocks) in decode.
+// CHECK:         %[[TILES:.*]] = arith.ceildivui %[[NB]], %c32
+// CHECK:         %[[BKV:.*]] = arith.muli %[[B]], %c2
+// CHECK:         %[[BOUND_BLOCKS:.*]] = arith.muli %[[BKV]], %[[TILES]]
+// CHECK:         %[[DECODE_BOUND_BLOCKS:.*]] = arith.select %[[DECODE]], %[[BOUND_BLOCKS]], %c0
+// CHECK:         attn_kernel.dispatch @topk__block_bounds1 workgroups(%[[DECODE_BOUND_BLOCKS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BOUNDS]])
 // CHECK:         %[[LONG_ROWS:.*]] = arith.select %[[RANKABLE]], %c0, %[[ROWS]]
 // CHECK:         %[[HEAP_ROWS:.*]] = arith.select %[[DECODE]], %[[LONG_ROWS]], %c0
 // CHECK:         attn_kernel.dispatch @topk__select_topk2 workgroups(%[[HEAP_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]], %[[BOUNDS]])

@@ -443,9 +443,18 @@ func::FuncOp buildSimtBlockMetaKernel(OpBuilder &builder, Location loc,
                                       const GpuTiling &tiling,
                                       TypeRange bindingTypes);
 
-/// Quest's bound of every block for every row, one thread per (batch,
-/// head, row, block): decode's top-k computes them all in parallel before
-/// its few selecting threads run. Bindings: q, meta, bounds [B, H, Lq, NB].
+/// The blocks of metadata a block of buildSimtBlockBoundsKernel stages:
+/// 32, or fewer where their min and max rows of `headDim` channels would
+/// take more than half the shared memory.
+int64_t boundsTileBlocks(int64_t headDim, const GpuTiling &tiling);
+
+/// Quest's bound of every block for every decode row: a block per (batch,
+/// kv head, tile of boundsTileBlocks blocks) stages the tile's metadata in
+/// shared memory by coalesced loads, then a thread per (row of the kv
+/// group, block of the tile) sums its bound, so the group's rows read the
+/// metadata once. Decode's top-k computes them all in parallel before its
+/// few selecting threads run. Bindings: q, meta, (key lengths or page
+/// table), bounds [B, H, Lq, NB].
 func::FuncOp buildSimtBlockBoundsKernel(OpBuilder &builder, Location loc,
                                         StringRef name, SelectTopKOp op,
                                         const GpuTiling &tiling,

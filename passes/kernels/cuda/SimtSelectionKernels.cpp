@@ -12,7 +12,9 @@
 //    candidate blocks and keeps its budget in a heap whose block indices
 //    live in the row's own output slots and whose scores live in a [B, H,
 //    Lq, fill] temporary. Decode's few rows would leave the GPU idle: a
-//    thread per (row, block) writes the bounds first; then a thread per
+//    block per (batch, kv head, tile of blocks) stages the tile's metadata
+//    in shared memory and writes the bounds of the kv group's rows first;
+//    then a thread per
 //    (row, block) ranks its block among the row's, the fill-th best
 //    writing its index to a [B, H, Lq, 1] threshold, and a thread per
 //    (row, slot or block) places the blocks at or above it (rows of more
@@ -196,44 +198,81 @@ func::FuncOp mlir::attn::buildSimtBlockMetaKernel(OpBuilder &builder,
 // Top-k block selection
 //===----------------------------------------------------------------------===//
 
+int64_t mlir::attn::boundsTileBlocks(int64_t headDim, const GpuTiling &tiling) {
+  // The tile's two bounds [2, TB, D + 1] f32 in at most half the shared
+  // memory, so two blocks fit on a multiprocessor.
+  int64_t blocks = 32;
+  while (blocks > 1 && 2 * blocks * (headDim + 1) * 4 > tiling.maxSharedBytes / 2)
+    blocks /= 2;
+  return blocks;
+}
+
 func::FuncOp mlir::attn::buildSimtBlockBoundsKernel(
     OpBuilder &builder, Location loc, StringRef name, SelectTopKOp op,
     const GpuTiling &tiling, TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
   func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
                                          tiling, "block_bounds");
+  func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
   ImplicitLocOpBuilder b(loc, builder);
-  SimtEmitter e(b);
+  SimtEmitter e(b, tiling.blockThreads);
   auto args = func.getArguments();
   const bool paged = static_cast<bool>(op.getPageTable());
   unsigned next = 0;
   Value q = args[next++], meta = args[next++];
   SelectionKeys keys(args, next, paged);
-  Value bounds = args[next++], thread = args.back();
+  Value bounds = args[next++], workgroup = args.back();
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], 3);
-  const int64_t group =
-      H / staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
+  const int64_t Hkv =
+      staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
+  const int64_t group = H / Hkv;
+  const int64_t TB = boundsTileBlocks(D, tiling);
   const double scale = selectionScale(op.getScale(), D);
+  Value c0 = e.index(0), c1 = e.index(1);
 
-  // Thread order (batch, head, row, block), the block fastest.
-  Value numBlocks = e.dim(bounds, 3);
-  Value block = e.rem(thread, numBlocks);
-  RowOfWorkgroup at(e, e.div(thread, numBlocks), H, e.dim(bounds, 2));
-  Value kvHead = e.div(at.head, e.index(group));
-  auto queryAt = [&](Value d) {
-    return e.fmul(e.load(q, {at.batch, at.head, at.row, d}), e.scalar(scale));
-  };
+  // Block order (batch, kv head, tile of TB blocks), the tile fastest: the
+  // block stages the tile's bounds once for every row of the kv group.
+  Value numBlocks = e.dim(bounds, 3), lq = e.dim(bounds, 2);
+  Value tiles = e.ceilDiv(numBlocks, e.index(TB));
+  Value firstBlock = e.mul(e.rem(workgroup, tiles), e.index(TB));
+  Value rest = e.div(workgroup, tiles);
+  Value kvHead = e.rem(rest, e.index(Hkv));
+  Value batch = e.div(rest, e.index(Hkv));
   // Blocks past the sequence's (over a paged cache, the table's other
   // entries) are never read: only the candidates' bounds are.
-  Value lk = keys.length(e, at.batch);
-  e.ifThen(e.icmp(arith::CmpIPredicate::ult, block,
-                  e.ceilDiv(lk, e.index(op.getBlockSize()))),
-           [&] {
-             e.store(
-                 questBound(e, queryAt, meta, keys, at.batch, kvHead, block, D),
-                 bounds, {at.batch, at.head, at.row, block});
-           });
+  Value tileBlocks = e.maxS(
+      e.minS(e.index(TB),
+             e.sub(e.ceilDiv(keys.length(e, batch), e.index(op.getBlockSize())),
+                   firstBlock)),
+      c0);
+
+  // The tile's min and max rows, a thread per channel so that a warp reads
+  // 32 consecutive channels; rows padded to D + 1 floats, so that threads
+  // reading one channel of consecutive blocks hit distinct banks.
+  Value staged = e.shared({2, TB, D + 1});
+  e.forAll(e.mul(e.index(2 * D), tileBlocks), [&](Value i) {
+    Value d = e.rem(i, e.index(D));
+    Value j = e.rem(e.div(i, e.index(D)), tileBlocks);
+    Value which = e.div(i, e.mul(e.index(D), tileBlocks));
+    SmallVector<Value> at =
+        keys.bound(e, batch, kvHead, e.add(firstBlock, j), which);
+    e.store(e.load(meta, withIndex(at, d)), staged, {which, j, d});
+  });
+  // A thread per (row of the group, block of the tile), the block fastest:
+  // the bound sum_d max(q_d lo_d, q_d hi_d) in the order of questBound.
+  e.forAll(e.mul(e.mul(e.index(group), lq), tileBlocks), [&](Value i) {
+    Value j = e.rem(i, tileBlocks);
+    Value r = e.div(i, tileBlocks);
+    Value head = e.add(e.mul(kvHead, e.index(group)), e.div(r, lq));
+    Value row = e.rem(r, lq);
+    Value bound = e.sumOver(c0, e.index(D), [&](Value d) {
+      Value qd = e.fmul(e.load(q, {batch, head, row, d}), e.scalar(scale));
+      return e.fmax(e.fmul(qd, e.load(staged, {c0, j, d})),
+                    e.fmul(qd, e.load(staged, {c1, j, d})));
+    });
+    e.store(bound, bounds, {batch, head, row, e.add(firstBlock, j)});
+  });
   func::ReturnOp::create(b);
   return func;
 }
