@@ -17,31 +17,16 @@ package index); FLA needs PyTorch >= 2.7 with Triton.
 
     python3 bench/fla-baseline.py [--repeat N] [--quick]
 """
-import argparse
 import pathlib
-import statistics
 import sys
 
 import torch
 
+from cuda_events import median_ms, session_args
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "third_party"))
 
 K_HEADS, V_HEADS, DIM = 16, 32, 128
-
-
-def median_ms(fn, repeat):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
 
 
 def inputs(batch, length):
@@ -58,12 +43,7 @@ def inputs(batch, length):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(torch.cuda.get_device_name(), "torch", torch.__version__,
-          "CUDA", torch.version.cuda)
+    args = session_args()
     try:
         import triton
         from fla.ops.gated_delta_rule import (chunk_gated_delta_rule,
@@ -77,31 +57,26 @@ def main():
     print("|---|---|---|---|---|")
     sizes = ([(1, 4096)] if args.quick
              else [(1, 4096), (1, 16384), (1, 65536), (8, 4096)])
-    for batch, length in sizes:
+
+    def row(name, kernel, batch, length):
+        """Times `kernel` on a batch of `batch` sequences of `length`
+        tokens, each with its state in and out, as a table row."""
         q, k, v, g, beta, state = inputs(batch, length)
+        label = f"| FLA {name} | {batch} | {length} |"
         try:
-            ms = median_ms(lambda: chunk_gated_delta_rule(
+            ms = median_ms(lambda: kernel(
                 q, k, v, g=g, beta=beta, initial_state=state,
                 output_final_state=True, use_qk_l2norm_in_kernel=True),
                 args.repeat)
-            print(f"| FLA chunk_gated_delta_rule | {batch} | {length} | "
-                  f"{ms:.4f} | {batch * length / ms / 1e3:.2f} |")
+            print(label, f"{ms:.4f} | {batch * length / ms / 1e3:.2f} |")
         except Exception as error:
-            print(f"| FLA chunk_gated_delta_rule | {batch} | {length} | "
-                  f"failed: {error!r} | |")
-        del q, k, v, g, beta, state
+            print(label, f"failed: {error!r} | |")
+
+    for batch, length in sizes:
+        row("chunk_gated_delta_rule", chunk_gated_delta_rule, batch, length)
     for batch in (1, 32):
-        q, k, v, g, beta, state = inputs(batch, 1)
-        try:
-            ms = median_ms(lambda: fused_recurrent_gated_delta_rule(
-                q, k, v, g=g, beta=beta, initial_state=state,
-                output_final_state=True, use_qk_l2norm_in_kernel=True),
-                args.repeat)
-            print(f"| FLA fused_recurrent_gated_delta_rule | {batch} | 1 | "
-                  f"{ms:.4f} | {batch / ms / 1e3:.2f} |")
-        except Exception as error:
-            print(f"| FLA fused_recurrent_gated_delta_rule | {batch} | 1 | "
-                  f"failed: {error!r} | |")
+        row("fused_recurrent_gated_delta_rule",
+            fused_recurrent_gated_delta_rule, batch, 1)
     return 0
 
 

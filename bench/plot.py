@@ -84,11 +84,6 @@ def value_after(path, label):
     return float(match.group(1)) if match else None
 
 
-def newest(logs, pattern):
-    found = sorted(logs.glob(pattern))
-    return found[-1] if found else None
-
-
 def lengths_axis(ax, lengths):
     """A log-scale axis ticked at the measured lengths, written out."""
     ax.set_xscale("log")
@@ -104,6 +99,32 @@ def caption(ax, path, header):
                    fontsize=7, color="0.35")
 
 
+def finish(fig, ax, log, out, name, lengths, **labels):
+    """The labels from 0 up, the lengths' axis, the legend and the log's
+    caption; then saves the plot."""
+    ax.set(ylim=(0, None), **labels)
+    lengths_axis(ax, lengths)
+    ax.legend(fontsize=8)
+    caption(ax, log.path, log.header)
+    save(fig, out, name)
+
+
+class Log:
+    """The newest log matching `pattern`, read (see read_log)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.header, self.tables = read_log(path)
+
+    @staticmethod
+    def newest(logs, pattern, plots):
+        found = sorted(logs.glob(pattern))
+        if not found:
+            print(f"plot: no {pattern} log; skipping {plots}")
+            return None
+        return Log(found[-1])
+
+
 def save(fig, out, name):
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(out / name, dpi=110)
@@ -112,13 +133,11 @@ def save(fig, out, name):
 
 
 def cpu_attention(logs, out):
-    path = newest(logs, "cpu-attention-*.txt")
-    if path is None:
-        print("plot: no cpu-attention-*.txt log; skipping cpu-prefill, "
-              "cpu-decode")
+    log = Log.newest(logs, "cpu-attention-*.txt", "cpu-prefill, cpu-decode")
+    if log is None:
         return
-    header, tables = read_log(path)
-    sgemm = value_after(path, "sgemm")
+    tables = log.tables
+    sgemm = value_after(log.path, "sgemm")
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     rows = tables_named(tables, "prefill")
     for mask in ("dense", "causal"):
@@ -129,12 +148,9 @@ def cpu_attention(logs, out):
     if sgemm:
         ax.axhline(sgemm, color="k", ls="--", lw=1,
                    label=f"OpenBLAS sgemm {sgemm:.0f}")
-    ax.set(xlabel="L (queries = keys)", ylabel="GFLOP/s",
-           title="CPU prefill, f32, H = 8, D = 128", ylim=(0, None))
-    lengths_axis(ax, [int(r["L"]) for r in rows])
-    ax.legend(fontsize=8)
-    caption(ax, path, header)
-    save(fig, out, "cpu-prefill.png")
+    finish(fig, ax, log, out, "cpu-prefill.png", [int(r["L"]) for r in rows],
+           xlabel="L (queries = keys)", ylabel="GFLOP/s",
+           title="CPU prefill, f32, H = 8, D = 128")
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     rows = tables_named(tables, "decode")
@@ -146,22 +162,16 @@ def cpu_attention(logs, out):
     if copy:
         ax.axhline(max(copy), color="k", ls="--", lw=1,
                    label=f"memcpy {max(copy):.0f} (read + written)")
-    ax.set(xlabel="Lk", ylabel="GB/s of K and V",
-           title="CPU decode, f32, H = 8, D = 128, Lq = 1", ylim=(0, None))
-    lengths_axis(ax, [int(r["Lk"]) for r in rows])
-    ax.legend(fontsize=8)
-    caption(ax, path, header)
-    save(fig, out, "cpu-decode.png")
+    finish(fig, ax, log, out, "cpu-decode.png", [int(r["Lk"]) for r in rows],
+           xlabel="Lk", ylabel="GB/s of K and V",
+           title="CPU decode, f32, H = 8, D = 128, Lq = 1")
 
 
 def cpu_recurrence(logs, out):
-    path = newest(logs, "cpu-recurrence-rules-*.txt")
-    if path is None:
-        print("plot: no cpu-recurrence-rules-*.txt log; skipping "
-              "cpu-recurrence")
+    log = Log.newest(logs, "cpu-recurrence-rules-*.txt", "cpu-recurrence")
+    if log is None:
         return
-    header, tables = read_log(path)
-    rows = tables_named(tables, "rule")
+    rows = tables_named(log.tables, "rule")
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for rule in dict.fromkeys(r[next(iter(r))] for r in rows):
         points = sorted((int(r["L"]), 1.0 / number(r["us/token"]))
@@ -174,22 +184,17 @@ def cpu_recurrence(logs, out):
         (line,) = ax.plot(list(best), list(best.values()), marker="o",
                           label=rule)
         ax.scatter(*zip(*points), s=10, color=line.get_color(), alpha=0.5)
-    ax.set(xlabel="L (tokens)", ylabel="M tokens/s",
-           title="CPU chunked recurrences, B = 1, H = 8, Dk = Dv = 128, C = 64",
-           ylim=(0, None))
-    lengths_axis(ax, [int(r["L"]) for r in rows])
-    ax.legend(fontsize=8)
-    caption(ax, path, header)
-    save(fig, out, "cpu-recurrence.png")
+    finish(fig, ax, log, out, "cpu-recurrence.png", [int(r["L"]) for r in rows],
+           xlabel="L (tokens)", ylabel="M tokens/s",
+           title="CPU chunked recurrences, B = 1, H = 8, Dk = Dv = 128, C = 64")
 
 
 def gpu(logs, out):
-    path = newest(logs, "gpu-*.txt")
-    if path is None:
-        print("plot: no gpu-*.txt log; skipping gpu-prefill, gpu-decode, "
-              "gpu-gated-delta")
+    log = Log.newest(logs, "gpu-*.txt",
+                     "gpu-prefill, gpu-decode, gpu-gated-delta")
+    if log is None:
         return
-    header, tables = read_log(path)
+    tables = log.tables
 
     ours = [r for r in tables_named(tables, "prefill")
             if "implementation" not in r]
@@ -224,10 +229,11 @@ def gpu(logs, out):
         axes[0][-1].legend(fontsize=7)
         fig.suptitle("GPU prefill, 16K tokens per call (B = 16K / L), "
                      "H = 2048 / D", fontsize=10)
-        caption(axes[0][0], path, header)
+        caption(axes[0][0], log.path, log.header)
         save(fig, out, "gpu-prefill.png")
     else:
-        print(f"plot: {path.name} has no prefill table; skipping gpu-prefill")
+        print(f"plot: {log.path.name} has no prefill table; skipping "
+              "gpu-prefill")
 
     rows = tables_named(tables, "decode")
     if rows:
@@ -235,17 +241,14 @@ def gpu(logs, out):
         line = sorted((int(r["Lk"]), number(r["GB/s of K and V"]))
                       for r in rows)
         ax.plot(*zip(*line), marker="o", label="attn, dense decode")
-        copy = value_after(path, "copy")
+        copy = value_after(log.path, "copy")
         if copy:
             ax.axhline(copy, color="k", ls="--", lw=1,
                        label=f"device copy {copy:.0f} (read + written)")
-        ax.set(xlabel="Lk", ylabel="GB/s of K and V",
-               title="GPU decode, bf16, H = 32, Hkv = 8, D = 128",
-               ylim=(0, None))
-        lengths_axis(ax, [int(r["Lk"]) for r in rows])
-        ax.legend(fontsize=8)
-        caption(ax, path, header)
-        save(fig, out, "gpu-decode.png")
+        finish(fig, ax, log, out, "gpu-decode.png",
+               [int(r["Lk"]) for r in rows], xlabel="Lk",
+               ylabel="GB/s of K and V",
+               title="GPU decode, bf16, H = 32, Hkv = 8, D = 128")
 
     rows = tables_named(tables, "Gated DeltaNet")
     fla = tables_named(tables, "FLA")
@@ -266,13 +269,10 @@ def gpu(logs, out):
                     ax.plot(*zip(*line), marker="o" if "attn" in name
                             else ".", label=f"{name}, B = {batch}")
                     lengths += [length for length, _ in line]
-        ax.set(xlabel="L (tokens per sequence)", ylabel="M tokens/s",
+        finish(fig, ax, log, out, "gpu-gated-delta.png", lengths,
+               xlabel="L (tokens per sequence)", ylabel="M tokens/s",
                title="GPU Gated DeltaNet prefill, bf16, Hk = 16, Hv = 32, "
-                     "D = 128", ylim=(0, None))
-        lengths_axis(ax, lengths)
-        ax.legend(fontsize=8)
-        caption(ax, path, header)
-        save(fig, out, "gpu-gated-delta.png")
+                     "D = 128")
 
 
 def main():

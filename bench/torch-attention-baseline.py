@@ -14,26 +14,11 @@ same GPU in the same session (issue NVVM's benchmark):
 Timed with CUDA events, median of --repeat runs after warm-up. Divide
 cuda-attention-bench's numbers by these for the ratios in RESULTS.md.
 """
-import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
 
-
-def median_ms(fn, repeat):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+from cuda_events import median_ms, session_args
 
 
 def variants(args, length):
@@ -156,12 +141,7 @@ def prefill(args):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(torch.cuda.get_device_name(), "torch", torch.__version__,
-          "CUDA", torch.version.cuda)
+    args = session_args()
     prefill(args)
     length = 1024 if args.quick else 4096
     variants(args, length)
