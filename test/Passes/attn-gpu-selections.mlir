@@ -192,12 +192,13 @@ func.func @tokens(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // -----
 
 // Top-p runs in three kernels over [B, H, Lq, n] temporaries, n =
-// max(Lk, 1) here: a thread per row counts (and within a block selection
+// max(Lk, 1) here: a block per row counts (and within a block selection
 // lists) its candidates; a thread per (row, candidate) scores one; a block
 // per row selects among them with min(n, 4096) buckets' counts and f64
 // weights, the sort space of one bucket and i8 flags, sorting one bucket
 // (a heap sort), not the row.
 // CHECK-LABEL: func.func private @topp__topp_candidates0(
+// CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "topp_candidates"
 // CHECK:         memref.store %{{.*}}, %arg3[%{{.*}}, %{{.*}}, %{{.*}}, %c0] : memref<?x4x?x1xi32>
 // CHECK-LABEL: func.func private @topp__topp_scores1(

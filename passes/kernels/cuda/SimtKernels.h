@@ -504,8 +504,9 @@ func::FuncOp buildSimtTopKPlaceKernel(OpBuilder &builder, Location loc,
 /// candidates of a row) of key indices (i32) and scores (f32), and a
 /// [B, H, Lq, 1] count (i32).
 ///
-/// Candidates, a thread per (batch, head, row): counts the row's candidates
-/// and, within a block selection, lists their keys. Bindings: q, k,
+/// Candidates, a block per (batch, head, row): counts the row's candidates
+/// and, within a block selection, lists their keys (each thread a share of
+/// the listed blocks, written after the shares before it). Bindings: q, k,
 /// [blocks], keys, count.
 func::FuncOp buildSimtTopPCandidatesKernel(OpBuilder &builder, Location loc,
                                            StringRef name, SelectTopPOp op,

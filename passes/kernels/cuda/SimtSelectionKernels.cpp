@@ -20,7 +20,7 @@
 //    (row, slot or block) places the blocks at or above it (rows of more
 //    than kMaxRankedTopKBlocks blocks, for which ranking costs more than
 //    the heap, take the heap over the bounds);
-//  * top-p: a thread per row lists its candidates in a [B, H, Lq, n]
+//  * top-p: a block per row lists its candidates in a [B, H, Lq, n]
 //    temporary (n: the most candidates a row can have), a thread per
 //    candidate scores it, and a block per row selects among them with the
 //    CPU's score buckets (flagTopPKept's passes, each spread over the
@@ -611,36 +611,85 @@ func::FuncOp mlir::attn::buildSimtTopPCandidatesKernel(
   OpBuilder::InsertionGuard guard(builder);
   func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
                                          tiling, "topp_candidates");
+  func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
   ImplicitLocOpBuilder b(loc, builder);
-  SimtEmitter e(b);
+  SimtEmitter e(b, tiling.blockThreads);
   auto args = func.getArguments();
   unsigned next = 0;
+  // A block per (batch, head, row), or per packed row.
   TopPRowStart row(e, op, args, next, [&] { return args.back(); });
   Value blocks = op.getBlocks() ? args[next++] : Value();
   Value keys = args[next++], counts = args[next++];
   Value c0 = e.index(0), c1 = e.index(1);
+  SmallVector<Value> countAt = indicesOf(row.prefix, c0);
 
-  // Every visible key, or those of the listed blocks (each counted once),
-  // in ascending order of the listing; the scores kernel writes the keys
-  // of the first case itself.
-  Value count = e.sub(row.end, row.begin);
-  if (blocks) {
-    Value bs = e.index(*op.getBlockSize());
-    count = forEachListedBlock(
-        e, blocks, row.prefix, e.ceilDiv(row.lk, bs), c0, lastDim(e, blocks),
-        {c0}, [&](Value block, ValueRange it) -> SmallVector<Value> {
-          Value first = e.mul(block, bs);
-          Value from = e.maxS(row.begin, first);
-          Value to = e.maxS(e.minS(row.end, e.add(first, bs)), from);
-          return e.loop(from, to, c1, {it[0]},
+  // Every visible key is a candidate: the scores kernel writes their keys.
+  if (!blocks) {
+    e.eachThread([&](Value t) {
+      e.ifThen(e.icmp(arith::CmpIPredicate::eq, t, c0), [&] {
+        memref::StoreOp::create(b, e.toI32(e.sub(row.end, row.begin)), counts,
+                                countAt);
+      });
+    });
+    func::ReturnOp::create(b);
+    return func;
+  }
+  // The keys of the listed blocks (each counted once), in ascending order
+  // of the listing: thread t takes a contiguous share of the entries,
+  // counts its keys, then writes them after the shares before it.
+  Value bs = e.index(*op.getBlockSize());
+  Value numBlocks = e.ceilDiv(row.lk, bs);
+  Value entries = lastDim(e, blocks), threads = e.index(e.blockThreads);
+  Value perShare = e.ceilDiv(entries, threads);
+  auto shareOf = [&](Value t) {
+    Value from = e.minS(e.mul(t, perShare), entries);
+    return std::pair{from, e.minS(e.add(from, perShare), entries)};
+  };
+  // The visible keys of block `block`: [from, to).
+  auto keysOf = [&](Value block) {
+    Value first = e.mul(block, bs);
+    Value from = e.maxS(row.begin, first);
+    return std::pair{from, e.maxS(e.minS(row.end, e.add(first, bs)), from)};
+  };
+  Value shareCounts = e.shared({e.blockThreads}, b.getI64Type());
+  auto toI64 = [&](Value x) {
+    return arith::IndexCastOp::create(b, b.getI64Type(), x);
+  };
+  auto sharesBefore = [&](Value t) {
+    return e.loop(c0, t, c1, {c0}, [&](Value u, ValueRange sum) {
+      Value x = memref::LoadOp::create(b, shareCounts, ValueRange{u});
+      return SmallVector<Value>{e.add(
+          sum[0], arith::IndexCastOp::create(b, b.getIndexType(), x))};
+    })[0];
+  };
+  e.eachThread([&](Value t) {
+    auto [from, to] = shareOf(t);
+    Value count = forEachListedBlock(
+        e, blocks, row.prefix, numBlocks, from, to, {c0},
+        [&](Value block, ValueRange it) -> SmallVector<Value> {
+          auto [first, end] = keysOf(block);
+          return {e.add(it[0], e.sub(end, first))};
+        })[0];
+    memref::StoreOp::create(b, toI64(count), shareCounts, ValueRange{t});
+  });
+  e.eachThread([&](Value t) {
+    auto [from, to] = shareOf(t);
+    forEachListedBlock(
+        e, blocks, row.prefix, numBlocks, from, to, {sharesBefore(t)},
+        [&](Value block, ValueRange it) -> SmallVector<Value> {
+          auto [first, end] = keysOf(block);
+          return e.loop(first, end, c1, {it[0]},
                         [&](Value j, ValueRange n) -> SmallVector<Value> {
                           memref::StoreOp::create(b, e.toI32(j), keys,
                                                   indicesOf(row.prefix, n[0]));
                           return {e.add(n[0], c1)};
                         });
-        })[0];
-  }
-  memref::StoreOp::create(b, e.toI32(count), counts, indicesOf(row.prefix, c0));
+        });
+    e.ifThen(e.icmp(arith::CmpIPredicate::eq, t, c0), [&] {
+      memref::StoreOp::create(b, e.toI32(sharesBefore(threads)), counts,
+                              countAt);
+    });
+  });
   func::ReturnOp::create(b);
   return func;
 }
