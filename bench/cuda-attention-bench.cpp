@@ -9,7 +9,8 @@
 //    visible (query, key) pair), as FlashAttention-3 reports it: D = 64,
 //    128 and 256 with H = 2048 / D, L = 4K, 8K and 16K with B = 16K / L;
 //  * decode, B=1, H=32, Hkv=8, D=128, bf16, Lq=1, Lk=4K..32K, in GB/s of K
-//    and V read;
+//    and V read; the same over a paged cache (pages of 16 scattered, SPEC
+//    §8) against the contiguous time;
 //  * sparse decode, the same layer with Quest top-k (64 blocks of 16
 //    keys, 1 sink, 1 local), alone and followed by top-p 0.9, Lk = 8K and
 //    32K, against dense decode of the same cache;
@@ -47,6 +48,7 @@
 #include "llvm/Support/Error.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -210,6 +212,79 @@ bool variantsTable(const Options &options, int64_t batch, int64_t length) {
     std::printf("| %s | %lld | %d | %lld | %.3f | %.3f |\n", variant.name,
                 static_cast<long long>(batch), heads,
                 static_cast<long long>(length), ms, ms / plain);
+  }
+  return true;
+}
+
+/// The paged decode table (SPEC §8): the decode rows' keys in a paged cache
+/// of pages of 16, scattered at random over a cache a quarter larger than
+/// needed, against the same keys stored contiguously (issue: serving
+/// layouts, target at most 1.1x the contiguous time).
+bool pagedDecodeTable(const Options &options, attn::Model &contiguous,
+                      const std::vector<int64_t> &keyLengths) {
+  const int heads = 32, kvHeads = 8, dim = 128, pageSize = 16;
+  std::unique_ptr<attn::Model> model = load(
+      options, layerJson(heads, kvHeads, dim, "causal",
+                         R"(, "layout": {"page_size": 16})"));
+  if (!model)
+    return false;
+  std::printf("\n| paged decode (pages of 16, scattered) | Lk | ms | GB/s of K "
+              "and V | x contiguous time |\n");
+  std::printf("|---|---|---|---|---|\n");
+  std::mt19937 rng(5);
+  for (int64_t keys : keyLengths) {
+    std::vector<attn::Tensor> inputs =
+        randomInputs(1, heads, kvHeads, 1, keys, dim);
+    const int64_t pages = (keys + pageSize - 1) / pageSize;
+    const int64_t cachePages = pages + pages / 4;
+    std::vector<int32_t> order(cachePages);
+    for (int64_t p = 0; p < cachePages; ++p)
+      order[p] = static_cast<int32_t>(p);
+    std::shuffle(order.begin(), order.end(), rng);
+    attn::Tensor kCache(ATTN_BF16, {cachePages, pageSize, kvHeads, dim}),
+        vCache(ATTN_BF16, {cachePages, pageSize, kvHeads, dim}),
+        table(ATTN_I32, {1, pages}), lengths(ATTN_I32, {1});
+    for (int64_t p = 0; p < pages; ++p)
+      table.i32()[p] = order[p];
+    lengths.i32()[0] = static_cast<int32_t>(keys);
+    // Key j of kv head h: slot j % 16 of page table[j / 16].
+    for (int64_t h = 0; h < kvHeads; ++h)
+      for (int64_t j = 0; j < keys; ++j) {
+        int64_t slot = (order[j / pageSize] * pageSize + j % pageSize) *
+                           kvHeads + h;
+        for (int64_t d = 0; d < dim; ++d) {
+          kCache.bits16()[slot * dim + d] =
+              inputs[1].bits16()[(h * keys + j) * dim + d];
+          vCache.bits16()[slot * dim + d] =
+              inputs[2].bits16()[(h * keys + j) * dim + d];
+        }
+      }
+    std::vector<attn::Tensor> pagedInputs{inputs[0], kCache, vCache, table,
+                                          lengths};
+    // The paged cache holds the same keys: the outputs agree.
+    std::vector<attn::Tensor> paged, dense;
+    attn::Status status = model->run(0, pagedInputs, paged);
+    if (status.ok())
+      status = contiguous.run(0, inputs, dense);
+    if (!status.ok()) {
+      std::fprintf(stderr, "%s\n", status.message.c_str());
+      return false;
+    }
+    for (int64_t i = 0; i < dense[0].numElements(); ++i)
+      if (std::abs(attn::bf16ToFloat(paged[0].bits16()[i]) -
+                   attn::bf16ToFloat(dense[0].bits16()[i])) > 1e-2f) {
+        std::fprintf(stderr, "paged decode differs from contiguous at %lld\n",
+                     static_cast<long long>(i));
+        return false;
+      }
+    double ms = deviceMs(*model, pagedInputs, options.repeat);
+    double contiguousMs = deviceMs(contiguous, inputs, options.repeat);
+    if (ms < 0 || contiguousMs < 0)
+      return false;
+    double bytes = 2.0 * kvHeads * keys * dim * 2; // K and V, bf16
+    std::printf("| paged | %lld | %.4f | %.1f | %.2f |\n",
+                static_cast<long long>(keys), ms, bytes / ms / 1e6,
+                ms / contiguousMs);
   }
   return true;
 }
@@ -438,6 +513,9 @@ int main(int argc, char **argv) {
     std::printf("| bf16 | %d | %d | %lld | %.4f | %.1f |\n", heads, kvHeads,
                 static_cast<long long>(keys), ms, bytes / ms / 1e6);
   }
+
+  if (!pagedDecodeTable(options, *model, decodeKeys))
+    return 1;
 
   std::vector<int64_t> longKeys = small ? std::vector<int64_t>{1100}
                                   : options.quick

@@ -17,8 +17,9 @@ never separated from its raw output:
   gpu-prefill.png     TFLOP/s against L per head dim, beside PyTorch's SDPA
                       backends and FlexAttention from the same session
                       (cuda-attention-bench + torch-attention-baseline.py)
-  gpu-decode.png      GB/s of K and V against Lk, the copy bandwidth of
-                      the same session drawn across
+  gpu-decode.png      GB/s of K and V against Lk, dense and over a paged
+                      cache, the copy bandwidth of the same session drawn
+                      across
   gpu-gated-delta.png M tokens/s against L, beside FLA's chunked kernel
                       when the session measured it (bench/fla-baseline.py)
 
@@ -241,6 +242,11 @@ def gpu(logs, out):
         line = sorted((int(r["Lk"]), number(r["GB/s of K and V"]))
                       for r in rows)
         ax.plot(*zip(*line), marker="o", label="attn, dense decode")
+        paged = sorted((int(r["Lk"]), number(r["GB/s of K and V"]))
+                       for r in tables_named(tables, "paged decode"))
+        if paged:
+            ax.plot(*zip(*paged), marker=".",
+                    label="attn, paged decode (pages of 16, scattered)")
         copy = value_after(log.path, "copy")
         if copy:
             ax.axhline(copy, color="k", ls="--", lw=1,
