@@ -776,8 +776,9 @@ namespace {
 /// less than a walk over the sorted candidates.
 class SimtTopPBlockSelection {
 public:
+  /// The row at `prefix` of the temporaries and of `tokens`.
   SimtTopPBlockSelection(SimtEmitter &e, SelectTopPOp op,
-                         const TopPRowStart &row, ValueRange temporaries,
+                         ArrayRef<Value> prefix, ValueRange temporaries,
                          Value tokens);
   void build();
 
@@ -827,7 +828,6 @@ private:
 
   SimtEmitter &e;
   SelectTopPOp op;
-  const TopPRowStart &row;
   Value tokens;
   SmallVector<Value> prefix;
   RowBuffer scores, keys, sizes, weights, order, kept;
@@ -839,10 +839,10 @@ private:
 };
 
 SimtTopPBlockSelection::SimtTopPBlockSelection(SimtEmitter &e, SelectTopPOp op,
-                                               const TopPRowStart &row,
+                                               ArrayRef<Value> prefix,
                                                ValueRange temporaries,
                                                Value tokens)
-    : e(e), op(op), row(row), tokens(tokens), prefix(row.prefix),
+    : e(e), op(op), tokens(tokens), prefix(prefix),
       scores(temporaries[0], prefix), keys(temporaries[1], prefix),
       sizes(temporaries[3], prefix), weights(temporaries[4], prefix),
       order(temporaries[5], prefix), kept(temporaries[6], prefix),
@@ -1191,7 +1191,7 @@ func::FuncOp mlir::attn::buildSimtSelectTopPKernel(OpBuilder &builder,
   Value tokens = args[next++];
   // scores, keys, count, bucket sizes, bucket weights, order, flags.
   ValueRange temporaries = args.slice(next, 7);
-  SimtTopPBlockSelection(e, op, row, temporaries, tokens).build();
+  SimtTopPBlockSelection(e, op, row.prefix, temporaries, tokens).build();
   func::ReturnOp::create(b);
   return func;
 }
