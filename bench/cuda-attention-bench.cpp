@@ -225,7 +225,8 @@ bool pagedDecodeTable(const Options &options, attn::Model &contiguous,
   const int heads = 32, kvHeads = 8, dim = 128, pageSize = 16;
   std::unique_ptr<attn::Model> model = load(
       options, layerJson(heads, kvHeads, dim, "causal",
-                         R"(, "layout": {"page_size": 16})"));
+                         R"(, "layout": {"page_size": )" +
+                             std::to_string(pageSize) + "}"));
   if (!model)
     return false;
   std::printf("\n| paged decode (pages of 16, scattered) | Lk | ms | GB/s of K "

@@ -177,6 +177,27 @@ void SimtEmitter::forAll(Value count, function_ref<void(Value i)> body) {
   });
 }
 
+std::pair<Value, Value> SimtEmitter::shareOf(Value t, Value total) {
+  Value perShare = ceilDiv(total, index(blockThreads));
+  Value first = minS(mul(t, perShare), total);
+  return {first, minS(add(first, perShare), total)};
+}
+
+Value SimtEmitter::sumOfShares(Value buffer, Value t) {
+  Type element = cast<MemRefType>(buffer.getType()).getElementType();
+  Value zero =
+      element.isF64()
+          ? arith::ConstantOp::create(b, b.getF64FloatAttr(0.0)).getResult()
+          : index(0);
+  return loop(index(0), t, index(1), {zero}, [&](Value u, ValueRange sum) {
+    Value x = memref::LoadOp::create(b, buffer, ValueRange{u});
+    return SmallVector<Value>{
+        element.isF64()
+            ? fadd(sum[0], x)
+            : add(sum[0], arith::IndexCastOp::create(b, b.getIndexType(), x))};
+  })[0];
+}
+
 std::pair<Value, Value>
 mlir::attn::visibleKeys(SimtEmitter &e, const SoftmaxAttentionShape &shape,
                         Value row, Value lq, Value lk, Value from, Value to) {
@@ -496,12 +517,8 @@ func::FuncOp mlir::attn::buildSimtRaggedPlanKernel(
   Value entriesOfShare = e.shared({blockThreads, 3}, i64);
   Value c0 = e.index(0), c1 = e.index(1), threads = e.index(blockThreads);
   Value batch = planner.batch();
-  Value perShare = e.ceilDiv(batch, threads);
-  // Thread t plans sequences [t perShare, (t + 1) perShare).
-  auto shareOf = [&](Value t) {
-    Value first = e.minS(e.mul(t, perShare), batch);
-    return std::pair{first, e.minS(e.add(first, perShare), batch)};
-  };
+  // Thread t plans its share of the sequences.
+  auto shareOf = [&](Value t) { return e.shareOf(t, batch); };
   auto sumOf = [&](Value buffer, Value shares,
                    std::optional<int64_t> column) -> Value {
     return e.loop(c0, shares, c1, {c0}, [&](Value u, ValueRange sum) {

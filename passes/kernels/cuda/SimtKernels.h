@@ -165,6 +165,13 @@ struct SimtEmitter : KernelEmitter {
   /// Runs `body(i)` for every i in [0, count), spread over the block's
   /// threads (thread t takes i = t, t + blockThreads, ...), then waits.
   void forAll(Value count, function_ref<void(Value i)> body);
+  /// Thread `t`'s contiguous share [first, end) of `total` entries, the
+  /// shares in thread order (block kernels whose threads each take a run
+  /// of entries, then combine the shares' counts in that order).
+  std::pair<Value, Value> shareOf(Value t, Value total);
+  /// The sum of the shared per-thread `buffer`[0, t), in thread order: an
+  /// index for an integer buffer, f64 for an f64 one.
+  Value sumOfShares(Value buffer, Value t);
 
   int64_t blockThreads;
 };

@@ -90,16 +90,28 @@ Value scaledQuery(SimtEmitter &e, Value q, ArrayRef<Value> prefix,
 /// is queryAt(d): sum_d max(q_d kmin_d, q_d kmax_d), summed in channel
 /// order.
 Value questBound(SimtEmitter &e, function_ref<Value(Value d)> queryAt,
+                 function_ref<Value(int64_t which, Value d)> boundAt,
+                 int64_t headDim) {
+  return e.sumOver(e.index(0), e.index(headDim), [&](Value d) {
+    Value qd = queryAt(d);
+    return e.fmax(e.fmul(qd, boundAt(0, d)), e.fmul(qd, boundAt(1, d)));
+  });
+}
+
+/// Quest's bound of block `block` from the metadata (its min and max
+/// rows, where `keys` says they are).
+Value questBound(SimtEmitter &e, function_ref<Value(Value d)> queryAt,
                  Value meta, const SelectionKeys &keys, Value batch,
                  Value kvHead, Value block, int64_t headDim) {
-  Value c0 = e.index(0), c1 = e.index(1);
-  SmallVector<Value> low = keys.bound(e, batch, kvHead, block, c0);
-  SmallVector<Value> high = keys.bound(e, batch, kvHead, block, c1);
-  return e.sumOver(c0, e.index(headDim), [&](Value d) {
-    Value qd = queryAt(d);
-    return e.fmax(e.fmul(qd, e.load(meta, withIndex(low, d))),
-                  e.fmul(qd, e.load(meta, withIndex(high, d))));
-  });
+  SmallVector<Value> rows[] = {
+      keys.bound(e, batch, kvHead, block, e.index(0)),
+      keys.bound(e, batch, kvHead, block, e.index(1))};
+  return questBound(
+      e, queryAt,
+      [&](int64_t which, Value d) {
+        return e.load(meta, withIndex(rows[which], d));
+      },
+      headDim);
 }
 
 } // namespace
@@ -229,7 +241,7 @@ func::FuncOp mlir::attn::buildSimtBlockBoundsKernel(
   const int64_t group = H / Hkv;
   const int64_t TB = boundsTileBlocks(D, tiling);
   const double scale = selectionScale(op.getScale(), D);
-  Value c0 = e.index(0), c1 = e.index(1);
+  Value c0 = e.index(0);
 
   // Block order (batch, kv head, tile of TB blocks), the tile fastest: the
   // block stages the tile's bounds once for every row of the kv group.
@@ -259,18 +271,22 @@ func::FuncOp mlir::attn::buildSimtBlockBoundsKernel(
         keys.bound(e, batch, kvHead, e.add(firstBlock, j), which);
     e.store(e.load(meta, withIndex(at, d)), staged, {which, j, d});
   });
-  // A thread per (row of the group, block of the tile), the block fastest:
-  // the bound sum_d max(q_d lo_d, q_d hi_d) in the order of questBound.
+  // A thread per (row of the group, block of the tile), the block fastest,
+  // reading the staged rows.
   e.forAll(e.mul(e.mul(e.index(group), lq), tileBlocks), [&](Value i) {
     Value j = e.rem(i, tileBlocks);
     Value r = e.div(i, tileBlocks);
     Value head = e.add(e.mul(kvHead, e.index(group)), e.div(r, lq));
     Value row = e.rem(r, lq);
-    Value bound = e.sumOver(c0, e.index(D), [&](Value d) {
-      Value qd = e.fmul(e.load(q, {batch, head, row, d}), e.scalar(scale));
-      return e.fmax(e.fmul(qd, e.load(staged, {c0, j, d})),
-                    e.fmul(qd, e.load(staged, {c1, j, d})));
-    });
+    Value bound = questBound(
+        e,
+        [&](Value d) {
+          return e.fmul(e.load(q, {batch, head, row, d}), e.scalar(scale));
+        },
+        [&](int64_t which, Value d) {
+          return e.load(staged, {e.index(which), j, d});
+        },
+        D);
     e.store(bound, bounds, {batch, head, row, e.add(firstBlock, j)});
   });
   func::ReturnOp::create(b);
@@ -640,11 +656,6 @@ func::FuncOp mlir::attn::buildSimtTopPCandidatesKernel(
   Value bs = e.index(*op.getBlockSize());
   Value numBlocks = e.ceilDiv(row.lk, bs);
   Value entries = lastDim(e, blocks), threads = e.index(e.blockThreads);
-  Value perShare = e.ceilDiv(entries, threads);
-  auto shareOf = [&](Value t) {
-    Value from = e.minS(e.mul(t, perShare), entries);
-    return std::pair{from, e.minS(e.add(from, perShare), entries)};
-  };
   // The visible keys of block `block`: [from, to).
   auto keysOf = [&](Value block) {
     Value first = e.mul(block, bs);
@@ -652,30 +663,23 @@ func::FuncOp mlir::attn::buildSimtTopPCandidatesKernel(
     return std::pair{from, e.maxS(e.minS(row.end, e.add(first, bs)), from)};
   };
   Value shareCounts = e.shared({e.blockThreads}, b.getI64Type());
-  auto toI64 = [&](Value x) {
-    return arith::IndexCastOp::create(b, b.getI64Type(), x);
-  };
-  auto sharesBefore = [&](Value t) {
-    return e.loop(c0, t, c1, {c0}, [&](Value u, ValueRange sum) {
-      Value x = memref::LoadOp::create(b, shareCounts, ValueRange{u});
-      return SmallVector<Value>{e.add(
-          sum[0], arith::IndexCastOp::create(b, b.getIndexType(), x))};
-    })[0];
-  };
   e.eachThread([&](Value t) {
-    auto [from, to] = shareOf(t);
+    auto [from, to] = e.shareOf(t, entries);
     Value count = forEachListedBlock(
         e, blocks, row.prefix, numBlocks, from, to, {c0},
         [&](Value block, ValueRange it) -> SmallVector<Value> {
           auto [first, end] = keysOf(block);
           return {e.add(it[0], e.sub(end, first))};
         })[0];
-    memref::StoreOp::create(b, toI64(count), shareCounts, ValueRange{t});
+    memref::StoreOp::create(
+        b, arith::IndexCastOp::create(b, b.getI64Type(), count), shareCounts,
+        ValueRange{t});
   });
   e.eachThread([&](Value t) {
-    auto [from, to] = shareOf(t);
+    auto [from, to] = e.shareOf(t, entries);
     forEachListedBlock(
-        e, blocks, row.prefix, numBlocks, from, to, {sharesBefore(t)},
+        e, blocks, row.prefix, numBlocks, from, to,
+        {e.sumOfShares(shareCounts, t)},
         [&](Value block, ValueRange it) -> SmallVector<Value> {
           auto [first, end] = keysOf(block);
           return e.loop(first, end, c1, {it[0]},
@@ -686,8 +690,8 @@ func::FuncOp mlir::attn::buildSimtTopPCandidatesKernel(
                         });
         });
     e.ifThen(e.icmp(arith::CmpIPredicate::eq, t, c0), [&] {
-      memref::StoreOp::create(b, e.toI32(sharesBefore(threads)), counts,
-                              countAt);
+      memref::StoreOp::create(b, e.toI32(e.sumOfShares(shareCounts, threads)),
+                              counts, countAt);
     });
   });
   func::ReturnOp::create(b);
@@ -783,10 +787,6 @@ public:
   void build();
 
 private:
-  /// The share [first, end) of `total` entries that thread `t` takes.
-  std::pair<Value, Value> shareOf(Value t, Value total);
-  /// The sum of shared `buffer`[0, t) (i64 as index, f64 as f64), in order.
-  Value sumOfShares(Value buffer, Value t);
   /// The score range, and the cleared flags and buckets.
   void findRangeAndClear();
   /// Each bucket's count and weight, and each bucket share's sums.
@@ -865,25 +865,6 @@ SimtTopPBlockSelection::SimtTopPBlockSelection(SimtEmitter &e, SelectTopPOp op,
   counter = e.shared({1}, b.getI32Type());
 }
 
-std::pair<Value, Value> SimtTopPBlockSelection::shareOf(Value t, Value total) {
-  Value perShare = e.ceilDiv(total, threads);
-  Value first = e.minS(e.mul(t, perShare), total);
-  return {first, e.minS(e.add(first, perShare), total)};
-}
-
-Value SimtTopPBlockSelection::sumOfShares(Value buffer, Value t) {
-  Type element = cast<MemRefType>(buffer.getType()).getElementType();
-  Value zero = element.isF64()
-                   ? arith::ConstantOp::create(e.b, e.b.getF64FloatAttr(0.0))
-                         .getResult()
-                   : c0;
-  return e.loop(c0, t, c1, {zero}, [&](Value u, ValueRange sum) {
-    Value x = memref::LoadOp::create(e.b, buffer, ValueRange{u});
-    return SmallVector<Value>{element.isF64() ? e.fadd(sum[0], x)
-                                              : e.add(sum[0], fromI64(x))};
-  })[0];
-}
-
 void SimtTopPBlockSelection::build() {
   findRangeAndClear();
   fillBuckets();
@@ -897,12 +878,12 @@ void SimtTopPBlockSelection::findRangeAndClear() {
   Value zeroFlag = arith::ConstantIntOp::create(e.b, e.b.getI8Type(), 0);
   Value zero64 = arith::ConstantOp::create(e.b, e.b.getF64FloatAttr(0.0));
   e.eachThread([&](Value t) {
-    auto [first, end] = shareOf(t, count);
+    auto [first, end] = e.shareOf(t, count);
     auto [high, low] = ScoreBuckets::range(e, scores, first, end);
     e.store(high, shareHigh, {t});
     e.store(low, shareLow, {t});
     e.loop(first, end, c1, [&](Value n) { kept.store(e, zeroFlag, n); });
-    auto [firstBucket, endBucket] = shareOf(t, bucketCount);
+    auto [firstBucket, endBucket] = e.shareOf(t, bucketCount);
     e.loop(firstBucket, endBucket, c1, [&](Value bucket) {
       sizes.store(e, e.i32(0), bucket);
       if (byWeight)
@@ -930,7 +911,7 @@ void SimtTopPBlockSelection::findRangeAndClear() {
 
 void SimtTopPBlockSelection::fillBuckets() {
   e.eachThread([&](Value t) {
-    auto [first, end] = shareOf(t, count);
+    auto [first, end] = e.shareOf(t, count);
     e.loop(first, end, c1, [&](Value n) {
       Value s = scores.load(e, n);
       Value bucket = buckets->of(s);
@@ -943,7 +924,7 @@ void SimtTopPBlockSelection::fillBuckets() {
     });
   });
   e.eachThread([&](Value t) {
-    auto [first, end] = shareOf(t, bucketCount);
+    auto [first, end] = e.shareOf(t, bucketCount);
     Value zero64 = arith::ConstantOp::create(e.b, e.b.getF64FloatAttr(0.0));
     SmallVector<Value> sums = e.loop(
         first, end, c1, {c0, zero64},
@@ -959,17 +940,17 @@ void SimtTopPBlockSelection::fillBuckets() {
 }
 
 void SimtTopPBlockSelection::findWeightCut() {
-  Value total = sumOfShares(shareWeights, threads);
+  Value total = e.sumOfShares(shareWeights, threads);
   Value target = e.fmul(
       total, arith::ConstantOp::create(
                  e.b, e.b.getF64FloatAttr(op.getTopP().convertToDouble())));
   // The first bucket c whose weight, added to all before it, reaches the
   // target: in thread t's share when the shares before it stay short.
   e.eachThread([&](Value t) {
-    Value before = sumOfShares(shareWeights, t);
-    Value countBefore = sumOfShares(shareCounts, t);
+    Value before = e.sumOfShares(shareWeights, t);
+    Value countBefore = e.sumOfShares(shareCounts, t);
     e.ifThen(e.fcmp(arith::CmpFPredicate::OLT, before, target), [&] {
-      auto [first, end] = shareOf(t, bucketCount);
+      auto [first, end] = e.shareOf(t, bucketCount);
       Value zero64 = arith::ConstantOp::create(e.b, e.b.getF64FloatAttr(0.0));
       SmallVector<Value> walk = e.whileLoop(
           {first, zero64, c0},
@@ -1031,7 +1012,7 @@ void SimtTopPBlockSelection::sortBucket(Value bucket,
     });
   });
   e.eachThread([&](Value t) {
-    auto [first, end] = shareOf(t, count);
+    auto [first, end] = e.shareOf(t, count);
     e.loop(first, end, c1, [&](Value n) {
       e.ifThen(e.icmp(arith::CmpIPredicate::eq,
                       buckets->of(scores.load(e, n)), bucket),
@@ -1067,9 +1048,9 @@ void SimtTopPBlockSelection::flagKept() {
   keep = e.minS(e.minS(keep, capacity), count);
   // The first bucket whose count, added to all before it, reaches keep.
   e.eachThread([&](Value t) {
-    Value before = sumOfShares(shareCounts, t);
+    Value before = e.sumOfShares(shareCounts, t);
     e.ifThen(e.icmp(arith::CmpIPredicate::slt, before, keep), [&] {
-      auto [first, end] = shareOf(t, bucketCount);
+      auto [first, end] = e.shareOf(t, bucketCount);
       SmallVector<Value> walk = e.whileLoop(
           {first, before},
           [&](ValueRange it) {
@@ -1102,7 +1083,7 @@ void SimtTopPBlockSelection::flagKept() {
     });
   });
   e.eachThread([&](Value t) {
-    auto [first, end] = shareOf(t, count);
+    auto [first, end] = e.shareOf(t, count);
     e.loop(first, end, c1, [&](Value n) {
       e.ifThen(e.icmp(arith::CmpIPredicate::ult,
                       buckets->of(scores.load(e, n)), last),
@@ -1120,20 +1101,20 @@ void SimtTopPBlockSelection::writeKept() {
     })[0];
   };
   e.eachThread([&](Value t) {
-    auto [first, end] = shareOf(t, count);
+    auto [first, end] = e.shareOf(t, count);
     memref::StoreOp::create(e.b, toI64(flaggedIn(first, end)), shareCounts,
                             ValueRange{t});
   });
   e.eachThread([&](Value t) {
-    auto [first, end] = shareOf(t, count);
+    auto [first, end] = e.shareOf(t, count);
     writeFlagged(e, kept, first, end, tokens, prefix,
-                 sumOfShares(shareCounts, t),
+                 e.sumOfShares(shareCounts, t),
                  [&](Value n) { return keys.loadStored(e, n); });
     onThread0(t, [&] {
       memref::StoreOp::create(e.b, e.i32(0), counter, ValueRange{c0});
     });
   });
-  Value keep = sumOfShares(shareCounts, threads);
+  Value keep = e.sumOfShares(shareCounts, threads);
   if (op.getBlocks()) {
     // Slot order is token order unless the selection lists its blocks out
     // of order (select_topk writes them ascending): sort only then.
