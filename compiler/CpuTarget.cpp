@@ -180,8 +180,14 @@ mlir::attn::emitCpuSharedObject(ModuleOp module, const CpuTarget &target) {
     return error("cannot find ld.lld (looked in " ATTN_LLVM_TOOLS_DIR
                  " and PATH); install lld-22");
   std::string errorMessage;
-  llvm::StringRef args[] = {*linker, "-shared",  "--no-undefined-version",
-                            "-o",    sharedPath, objectPath};
+  // The builtins archive last: ld.lld takes from it only the members the
+  // kernels call.
+  if (!llvm::sys::fs::exists(ATTN_CLANG_RT_BUILTINS))
+    return error("cannot find the compiler-rt builtins " ATTN_CLANG_RT_BUILTINS
+                 "; install libclang-rt-22-dev");
+  llvm::StringRef args[] = {*linker,    "-shared",  "--no-undefined-version",
+                            "-o",       sharedPath, objectPath,
+                            ATTN_CLANG_RT_BUILTINS};
   int status = llvm::sys::ExecuteAndWait(*linker, args, std::nullopt, {}, 0, 0,
                                          &errorMessage);
   if (status != 0)

@@ -5,9 +5,11 @@
 // the flash block kernel, a block per (batch, head, query tile); decode
 // calls (few query rows) split the keys over threads and merge the
 // partials, a thread kernel's workgroup count being its thread count.
-// Linear recurrences run the chunked block kernel, one block
-// per (batch, value head, column tile), then (with the rmsnorm-silu gate)
-// one thread per output row.
+// Linear recurrences run a chunked block kernel, one block per (batch,
+// value head, column tile): the chunk's products on warp_mma where its
+// tiles fit and a call has more than a step per sequence, else a state
+// column per thread; then (with the rmsnorm-silu gate) one thread per
+// output row.
 //
 //===----------------------------------------------------------------------===//
 
@@ -722,7 +724,28 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   func::FuncOp chunked = buildSimtChunkedRecurrenceKernel(
       kernelBuilder, op.getLoc(), kernelName(shape.tree ? "tree" : "chunked"),
       shape, threads, tiling, ValueRange(chunkedBindings).getTypes());
-  DispatchOp::create(b, chunked.getSymName(), blocks, chunkedBindings);
+  // Calls of more than a step per sequence take the chunk's products on
+  // warp_mma where its tiles fit; steps (decode) the SIMT kernel, whose
+  // column per thread pads nothing to 16 rows. The other kernel gets zero
+  // blocks.
+  std::optional<SimtMmaRecurrenceTiling> mma = SimtMmaRecurrenceTiling::choose(
+      shape, cast<MemRefType>(r.bindings.front().getType()).getElementType(),
+      tiling);
+  Value simtBlocks = blocks;
+  if (mma) {
+    Value steps = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, r.length,
+                                        shape.ragged ? r.batch : m.index(1));
+    Value zero = m.index(0);
+    Value mmaBlocks = m.mul(
+        heads, m.index((shape.valueDim + mma->columns - 1) / mma->columns));
+    func::FuncOp products = buildSimtMmaRecurrenceKernel(
+        kernelBuilder, op.getLoc(), kernelName("chunked_mma"), shape, *mma,
+        tiling, types);
+    DispatchOp::create(b, products.getSymName(),
+                       m.select(steps, zero, mmaBlocks), r.bindings);
+    simtBlocks = m.select(steps, blocks, zero);
+  }
+  DispatchOp::create(b, chunked.getSymName(), simtBlocks, chunkedBindings);
   if (shape.rmsNormGate) {
     func::FuncOp gate = buildSimtRecurrenceGateKernel(
         kernelBuilder, op.getLoc(), kernelName("gate"), shape, tiling, types);

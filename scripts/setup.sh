@@ -6,7 +6,8 @@
 #   LLVM/MLIR 22  libmlir-22-dev mlir-22-tools llvm-22-dev llvm-22-tools
 #                 (lit and FileCheck live in llvm-22-tools) clang-22 lld-22
 #   Flatbuffers   libflatbuffers-dev flatbuffers-compiler
-#   sanitizers    libclang-rt-22-dev (ASan, UBSan and libFuzzer for clang-22:
+#   compiler-rt   libclang-rt-22-dev (the builtins linked into the CPU code;
+#                 ASan, UBSan and libFuzzer for clang-22:
 #                 scripts/check-sanitized.sh)
 #   build         cmake ninja-build ccache g++
 #   tests         libgtest-dev python3

@@ -370,6 +370,35 @@ std::vector<RecurrenceCase> cases() {
        .length = 70,
        .dtype = "bf16"});
   add({.label = "bf16_decode", .gate = true, .length = 1, .dtype = "bf16"});
+  // The CUDA kernel with the chunk's products on warp_mma (f16 / bf16: the
+  // tensor cores' operands as bf16 parts): Qwen3-Next's head dims over
+  // chunks of 64 with weak decays, so the state crosses several chunks;
+  // the rules without delta (v as stored is an operand) with f16's two
+  // parts per stored value and a chunk of 16 over more tiles than warps.
+  add({.label = "bf16_gated_delta_dims128",
+       .keyHeads = 1,
+       .valueHeads = 1,
+       .keyDim = 128,
+       .valueDim = 128,
+       .chunk = 64,
+       .gate = true,
+       .maxDecay = 0.05,
+       .length = 150,
+       .dtype = "bf16"});
+  add({.label = "bf16_decay_Dv20",
+       .rule = "decay",
+       .keyDim = 36,
+       .valueDim = 20,
+       .chunk = 16,
+       .length = 50,
+       .dtype = "bf16"});
+  add({.label = "f16_linear_Dv40",
+       .rule = "linear",
+       .keyDim = 24,
+       .valueDim = 40,
+       .chunk = 32,
+       .length = 70,
+       .dtype = "f16"});
   add({.label = "f16_gla", .rule = "gla", .length = 45, .dtype = "f16"});
   add({.label = "f16_continue_delta",
        .rule = "delta",

@@ -42,6 +42,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <optional>
+
 namespace mlir::attn {
 
 /// The launch shape and work split of the CUDA kernels, recorded on every
@@ -420,6 +422,51 @@ func::FuncOp buildSimtChunkedRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, int64_t blockThreads,
     const GpuTiling &tiling, TypeRange bindingTypes);
+
+/// The tiles of the chunked recurrence on matrix products
+/// (buildSimtMmaRecurrenceKernel): a block per `columns` state columns, a
+/// warp per 16 of them.
+struct SimtMmaRecurrenceTiling {
+  /// State columns per block (16, 32 or 64) and warps (columns / 16).
+  int64_t columns = 64, warps = 4;
+  /// Dk padded to the products' reduction step of 16.
+  int64_t paddedKeyDim = 0;
+  /// Row tiles of 16 per warp in the products over the chunk's C steps
+  /// (ceil(C / 16 / warps); see chunkRowTile in the kernel).
+  int64_t rowTiles = 1;
+  /// The products' element type: bf16 for f16 / bf16 storage, f32 for f32.
+  Type product;
+  /// Operand parts (hi, then lo: see the kernel): q and k as stored (1, or
+  /// 2 for f16 storage), v as stored for the rules without delta, and the
+  /// values computed in f32 (1 in f32, else 2).
+  int64_t rawParts = 1, computedParts = 1;
+
+  int64_t threads() const { return 32 * warps; }
+  /// Elements a shared row of the products' operands gets past its width:
+  /// 16 bytes, as SimtFlashTiling's rows (ldmatrix, banks).
+  int64_t rowPadding() const;
+  /// The shared memory of a block (as SimtLaunch counts it).
+  int64_t sharedBytes(const LinearRecurrenceShape &shape) const;
+  /// The widest tiles whose shared memory fits in
+  /// `tiling.maxSharedBytes`, or none: trees and gla
+  /// (whose decays are per feature, inside the products' sums) and chunks
+  /// that are not whole row tiles of 16 take the chunked SIMT kernel.
+  static std::optional<SimtMmaRecurrenceTiling>
+  choose(const LinearRecurrenceShape &shape, Type storage,
+         const GpuTiling &tiling);
+};
+
+/// The chunked linear recurrence (SPEC §2) with its chunk's matrix products
+/// on attn_kernel.warp_mma (tensor cores for f16 / bf16): one block per
+/// (batch, value head, tile of `mma.columns` state columns), the tile
+/// fastest, the state's tile in the warps' registers across the chunks.
+/// Same bindings as buildSimtChunkedRecurrenceKernel (without scratch).
+func::FuncOp buildSimtMmaRecurrenceKernel(OpBuilder &builder, Location loc,
+                                          StringRef name,
+                                          const LinearRecurrenceShape &shape,
+                                          const SimtMmaRecurrenceTiling &mma,
+                                          const GpuTiling &tiling,
+                                          TypeRange bindingTypes);
 
 /// The rmsnorm-silu output gate applied in place to o, one thread per
 /// (batch, value head, step). Same bindings.
