@@ -736,13 +736,39 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
     Value steps = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, r.length,
                                         shape.ragged ? r.batch : m.index(1));
     Value zero = m.index(0);
+    SmallVector<Value> mmaBindings(r.bindings);
+    if (shape.isDelta()) {
+      // The WY form's W and U, all chunks at once (f32, laid out as v).
+      Value v = r.bindings[2];
+      auto vType = cast<MemRefType>(v.getType());
+      SmallVector<Value> sizes;
+      for (int64_t d = 0; d < vType.getRank(); ++d)
+        if (vType.isDynamicDim(d))
+          sizes.push_back(m.dim(v, d));
+      for (int64_t features : {shape.keyDim, shape.valueDim}) {
+        SmallVector<int64_t> wyShape(vType.getShape());
+        wyShape.back() = features;
+        mmaBindings.push_back(memref::AllocOp::create(
+            b, MemRefType::get(wyShape, b.getF32Type()), sizes));
+      }
+      Value chunks = m.ceilDiv(r.length, m.index(shape.chunkSize));
+      Value wyBlocks =
+          shape.ragged
+              ? m.mul(m.index(shape.numValueHeads), m.add(chunks, r.batch))
+              : m.mul(heads, chunks);
+      func::FuncOp wy = buildSimtChunkWyKernel(
+          kernelBuilder, op.getLoc(), kernelName("chunk_wy"), shape, tiling,
+          ValueRange(mmaBindings).getTypes());
+      DispatchOp::create(b, wy.getSymName(), m.select(steps, zero, wyBlocks),
+                         mmaBindings);
+    }
     Value mmaBlocks = m.mul(
         heads, m.index((shape.valueDim + mma->columns - 1) / mma->columns));
     func::FuncOp products = buildSimtMmaRecurrenceKernel(
         kernelBuilder, op.getLoc(), kernelName("chunked_mma"), shape, *mma,
-        tiling, types);
+        tiling, ValueRange(mmaBindings).getTypes());
     DispatchOp::create(b, products.getSymName(),
-                       m.select(steps, zero, mmaBlocks), r.bindings);
+                       m.select(steps, zero, mmaBlocks), mmaBindings);
     simtBlocks = m.select(steps, blocks, zero);
   }
   DispatchOp::create(b, chunked.getSymName(), simtBlocks, chunkedBindings);

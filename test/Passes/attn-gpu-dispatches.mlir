@@ -235,37 +235,49 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
-// Calls of more than a step: the chunk's products on warp_mma, a block
-// per (batch, value head, 32 state columns: Dv = 24 padded to a power of
-// 2), a warp per 16 columns. Shared: q and k rows as stored (Dk = 32, and
-// 16 bytes), the state's transposed copy, V' and U^T (the products'
-// operands, one f32 part each), the row scales, G, beta, A and R.
-// CHECK-LABEL: func.func private @gdn__chunked_mma1
+// Calls of more than a step, first the WY form's W and U for every chunk
+// at once: a block per (batch, value head, chunk) stages the chunk's k
+// rows, G and beta, computes A, then solves (I + A) [W | U] a column per
+// thread, 128 columns at a time.
+// CHECK-LABEL: func.func private @gdn__chunk_wy1
+// CHECK-SAME:    attn.block_kernel
+// CHECK-SAME:    attn.kernel = "wy"
+// CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
+// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x17xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x129xf32>
+// CHECK-COUNT-4: } {attn.threads}
+// CHECK-NOT:     attn.threads
+// CHECK:         return
+// Then the chunks in order, their products on warp_mma: a block per
+// (batch, value head, 32 state columns: Dv = 24 padded to a power of 2), a
+// warp per 16 columns. Shared: q, k and W rows (Dk = 32, and 16 bytes), the
+// state's transposed copy, V' and U'^T (the products' operands, one f32
+// part each), the row scales, G and V'.
+// CHECK-LABEL: func.func private @gdn__chunked_mma2
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "chunked_mma"
 // CHECK-SAME:    attn.tiling = {block_threads = 64 : i64
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x20xf32>
-// CHECK-COUNT-4: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x17xf32>
+// CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
 // The lanes' fragments of S^T (16 columns of Dk = 32 per warp), of the
 // outputs and of the chunk's scores.
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x2x4xf32>
-// Per chunk: stage, scale; then K K^T, K S and Q S; the solve; the
-// operands; Q K^T (waited for by its warp alone); P V' and U^T K.
+// Per chunk: stage, scale; W S and Q S; the operands; Q K^T (waited for by
+// its warp alone); P V' and U'^T K. No solve.
 // CHECK:         scf.for
 // CHECK-COUNT-2:   } {attn.threads}
-// CHECK:           attn_kernel.warp_mma %[[K:.+]], %[[K]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(16) k(32) {acc_fragment, rhs_transposed}
-// CHECK:           attn_kernel.warp_mma %[[K]], %[[ST:.+]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
+// CHECK:           attn_kernel.warp_mma %[[W:.+]], %[[ST:.+]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
 // CHECK:           attn_kernel.warp_mma %[[Q:.+]], %[[ST]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
-// CHECK-COUNT-3:   } {attn.threads}
-// CHECK:           attn_kernel.warp_mma %[[Q]], %[[K]], %{{.+}} n(16) k(32) {acc_fragment, rhs_transposed}
+// CHECK-COUNT-2:   } {attn.threads}
+// CHECK:           attn_kernel.warp_mma %[[Q]], %[[K:.+]], %{{.+}} n(16) k(32) {acc_fragment, rhs_transposed}
 // CHECK:           } {attn.threads, attn.warp_sync}
 // CHECK:           attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} n(32) k(16) {acc_fragment, accumulate, lhs_fragment}
 // CHECK:           attn_kernel.warp_mma %{{.+}}, %[[K]], %{{.+}} n(32) k(16) {acc_fragment, accumulate}
@@ -274,23 +286,30 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
-// CHECK-LABEL: func.func private @gdn__gate2
+// CHECK-LABEL: func.func private @gdn__gate3
 // CHECK-SAME:    attn.kernel = "gate"
 // CHECK-NOT:     attn.block_kernel
 // CHECK:         math.sqrt
-// The SIMT kernel takes calls of one step (decode), the products' kernel
-// the others; the other gets no blocks.
+// The SIMT kernel takes calls of one step (decode), the WY and products'
+// kernels the others (W and U f32 temporaries laid out as v); the others
+// get no blocks.
 // CHECK-LABEL: func.func @gdn(
 // CHECK:         %[[B:.+]] = memref.dim %{{.+}}, %c0
 // CHECK:         %[[L:.+]] = memref.dim %{{.+}}, %c2
 // CHECK:         %[[HEADS:.+]] = arith.muli %[[B]], %c4
 // CHECK:         %[[STEP:.+]] = arith.cmpi ule, %[[L]], %c1
+// CHECK:         %[[WM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x4x?x32xf32>
+// CHECK:         %[[UM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x4x?x24xf32>
+// CHECK:         %[[CHUNKS:.+]] = arith.ceildivui %[[L]], %c16
+// CHECK:         %[[ALL:.+]] = arith.muli %[[HEADS]], %[[CHUNKS]]
+// CHECK:         %[[WYB:.+]] = arith.select %[[STEP]], %c0, %[[ALL]]
+// CHECK:         attn_kernel.dispatch @gdn__chunk_wy1 workgroups(%[[WYB]]) bindings({{.*}}, %[[WM]], %[[UM]])
 // CHECK:         %[[MMA:.+]] = arith.select %[[STEP]], %c0, %[[HEADS]]
-// CHECK:         attn_kernel.dispatch @gdn__chunked_mma1 workgroups(%[[MMA]])
+// CHECK:         attn_kernel.dispatch @gdn__chunked_mma2 workgroups(%[[MMA]]) bindings({{.*}}, %[[WM]], %[[UM]])
 // CHECK:         %[[SIMT:.+]] = arith.select %[[STEP]], %[[HEADS]], %c0
 // CHECK:         attn_kernel.dispatch @gdn__chunked0 workgroups(%[[SIMT]])
 // CHECK:         %[[ROWS:.+]] = arith.muli %[[HEADS]], %[[L]]
-// CHECK:         attn_kernel.dispatch @gdn__gate2 workgroups(%[[ROWS]])
+// CHECK:         attn_kernel.dispatch @gdn__gate3 workgroups(%[[ROWS]])
 func.func @gdn(%q: tensor<?x2x?x32xf32>, %k: tensor<?x2x?x32xf32>,
                %v: tensor<?x4x?x24xf32>, %g: tensor<?x4x?xf32>,
                %beta: tensor<?x4x?xf32>, %s0: tensor<?x4x32x24xf32>,

@@ -456,11 +456,26 @@ struct SimtMmaRecurrenceTiling {
          const GpuTiling &tiling);
 };
 
+/// The delta rules' WY form for every chunk at once: per (sequence, value
+/// head, chunk), W and U with (I + A) [W | U] = [beta exp(G) k^ | beta v]
+/// (SimtMmaRecurrenceKernel.cpp), stored in f32 temporaries laid out as v
+/// with Dk and Dv features. One block per (batch, value head, chunk), the
+/// chunk fastest; in a ragged batch per (chunk slot, value head), slot j
+/// being the j-th chunk of the batch, sequence by sequence (ceil(T / C) +
+/// B slots hold them all; the others exit). Bindings as
+/// buildSimtChunkedRecurrenceKernel's, then W, U.
+func::FuncOp buildSimtChunkWyKernel(OpBuilder &builder, Location loc,
+                                    StringRef name,
+                                    const LinearRecurrenceShape &shape,
+                                    const GpuTiling &tiling,
+                                    TypeRange bindingTypes);
+
 /// The chunked linear recurrence (SPEC §2) with its chunk's matrix products
 /// on attn_kernel.warp_mma (tensor cores for f16 / bf16): one block per
 /// (batch, value head, tile of `mma.columns` state columns), the tile
 /// fastest, the state's tile in the warps' registers across the chunks.
-/// Same bindings as buildSimtChunkedRecurrenceKernel (without scratch).
+/// Same bindings as buildSimtChunkedRecurrenceKernel (without scratch),
+/// then for the delta rules buildSimtChunkWyKernel's W and U.
 func::FuncOp buildSimtMmaRecurrenceKernel(OpBuilder &builder, Location loc,
                                           StringRef name,
                                           const LinearRecurrenceShape &shape,

@@ -7,30 +7,41 @@
 // changes is that every product over the chunk's steps or the key features
 // is a warp's 16-row matrix product.
 //
-// One block per (sequence, value head, tile of `columns` state columns),
-// W = columns / 16 warps. The block's tile of the state is kept transposed,
-// S^T [columns, Dk] in f32, as mma accumulator fragments in the warps'
-// registers (warp w holds state columns 16 w .. 16 w + 15) from S_init to
-// the final state, and as a copy in shared memory for the products that
-// read it. Per chunk of C steps, with G the cumulative log-decay inside the
-// chunk, q^ = scale q / |q| and k^ = k / |k| (or scale q and k without
-// qk_l2norm):
+// The delta rules take FLA's WY form, in two kernels. The first
+// (SimtChunkWyKernel), a block per (sequence, value head, chunk), all
+// chunks at once, solves the chunk's UT transform for what does not depend
+// on the state:
+//
+//   (I + A) [W | U] = [beta exp(G) k^ | beta v],
+//   A[t, s] = beta_t k^_t . k^_s exp(G_t - G_s) for s < t,
+//
+// so that the chunk's new values are V' = U - W S (for the rules without
+// delta, V' = V). The second (SimtMmaRecurrenceKernel), a block per
+// (sequence, value head, tile of `columns` state columns), a warp per 16
+// of them, walks the chunks in order. Its tile of the state is kept
+// transposed, S^T [columns, Dk] in f32, as mma accumulator fragments in the
+// warps' registers (warp w holds state columns 16 w .. 16 w + 15) from
+// S_init to the final state, and as a copy in shared memory for the
+// products that read it. Per chunk of C steps, with G the cumulative
+// log-decay inside the chunk, q^ = scale q / |q| and k^ = k / |k| (or
+// scale q and k without qk_l2norm):
 //
 //   1. stage:   the chunk's q and k rows as stored (zero rows past its steps
-//               and zero features past Dk), the row scales, G and beta;
-//   2. project: A = beta_t k^_t . k^_s exp(G_t - G_s) for s < t    [K K^T]
-//               R = beta_t (v_t - exp(G_t) k^_t S)                  [K S]
+//               and zero features past Dk), W's rows, the row scales and G;
+//   2. project: V' = U - W S                                        [W S]
 //               O = exp(G_t) q^_t S                                 [Q S]
-//   3. solve:   (I + A) V' = R by forward substitution, a thread per state
-//               column (the delta rules; V' = V for the others);
-//   4. operands: V', and U^T = (exp(G_last - G_s) V'_s / |k_s|)^T;
-//   5. score:   P = q^_t . k^_s exp(G_t - G_s) for s <= t  [Q K^T], in the
+//   3. operands: V', and U'^T = (exp(G_last - G_s) V'_s / |k_s|)^T;
+//   4. score:   P = q^_t . k^_s exp(G_t - G_s) for s <= t  [Q K^T], in the
 //               warps' registers;
-//   6. finish:  O += P V', stored; S^T = exp(G_last) S^T + U^T K    [U^T K]
+//   5. finish:  O += P V', stored; S^T = exp(G_last) S^T + U'^T K  [U'^T K]
+//
+// Nothing on that chain of chunks solves a system: the solves (64
+// dependent steps per column) run in the first kernel, in parallel over
+// the whole sequence.
 //
 // The products read q and k as stored and scale their results:
 // (q / |q|) . (k / |k|) = (q . k) / (|q| |k|), so that bf16 rows are exact
-// tensor-core operands. Operands computed in f32 (the state, P, V', U^T)
+// tensor-core operands. Operands computed in f32 (the state, W, P, V', U'^T)
 // would lose up to 2^-9 of their value rounded to bf16: they go into the
 // products as two bf16 parts, hi = bf16(x) and lo = bf16(x - hi), and a
 // product of two such operands is hi hi + hi lo + lo hi (lo lo is below
@@ -89,7 +100,6 @@ private:
   void loadInitialState();
   void stageChunk(Value first, Value n);
   void projectChunk(Value first, Value n);
-  void solveDeltaValues(Value n);
   void prepareValueOperands(Value first, Value n, Value last);
   void scoreChunk();
   void finishChunk(Value first, Value n, Value last);
@@ -166,8 +176,11 @@ private:
   std::optional<RecurrenceSequence> seq;
   // Shared: the chunk's rows and per-step scalars, A and the values (f32),
   // the products' operands.
-  Parts queries, keys, stateCopy, valueOperand, updateOperand;
-  Value queryScale, keyScale, logDecay, betas, transform, values;
+  Parts queries, keys, wyRows, stateCopy, valueOperand, updateOperand;
+  Value queryScale, keyScale, logDecay, values;
+  /// The delta rules' W [.., Dk] and U [.., Dv] (SimtChunkWyKernel), laid
+  /// out as v.
+  Value wyW, wyU;
   // Registers: the state's tile (S^T), the outputs, a product over the
   // chunk's steps (the Gram matrix, then the scores' hi part) and the
   // scores' lo part.
@@ -204,8 +217,6 @@ func::FuncOp SimtMmaRecurrenceKernel::build() {
     Value last = e.sub(n, c1);
     stageChunk(first, n);
     projectChunk(first, n);
-    if (delta)
-      solveDeltaValues(n);
     prepareValueOperands(first, n, last);
     scoreChunk();
     finishChunk(first, n, last);
@@ -226,6 +237,11 @@ void SimtMmaRecurrenceKernel::mapBlock() {
   Value batch = e.div(rest, e.index(shape.numValueHeads));
   hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
   seq.emplace(e, shape, args, batch);
+  if (delta) {
+    // After the recurrence's bindings, before the workgroup.
+    wyW = func.getArgument(func.getNumArguments() - 3);
+    wyU = func.getArgument(func.getNumArguments() - 2);
+  }
 }
 
 Parts SimtMmaRecurrenceKernel::sharedParts(int64_t count,
@@ -241,6 +257,8 @@ void SimtMmaRecurrenceKernel::allocateBuffers() {
   const int64_t pad = mma.rowPadding();
   queries = sharedParts(mma.rawParts, {C, Dkp + pad});
   keys = sharedParts(mma.rawParts, {C, Dkp + pad});
+  if (delta)
+    wyRows = sharedParts(mma.computedParts, {C, Dkp + pad});
   stateCopy = sharedParts(mma.computedParts, {columns, Dkp + pad});
   valueOperand = sharedParts(delta ? mma.computedParts : mma.rawParts,
                              {C, columns + pad});
@@ -248,12 +266,8 @@ void SimtMmaRecurrenceKernel::allocateBuffers() {
   queryScale = e.shared({C});
   keyScale = e.shared({C});
   logDecay = scalarDecay ? e.shared({C}) : Value();
-  if (delta) {
-    betas = e.shared({C});
-    // Rows padded by one float: a thread per column walks down them.
-    transform = e.shared({C, C + 1});
+  if (delta)
     values = e.shared({C, columns + 1});
-  }
   const int64_t chunkBlocks = tilesPerWarp * C / WarpMmaOp::kFragmentColumns;
   stateRegs = e.registers({Dkp / WarpMmaOp::kFragmentColumns, 4});
   outRegs =
@@ -362,9 +376,12 @@ void SimtMmaRecurrenceKernel::stageChunk(Value first, Value n) {
     SmallVector<Value> at = stepAt(hk, e.add(first, t), i);
     storeParts(e.loadOrZero(exists, args.q, at), queries, {t, i});
     storeParts(e.loadOrZero(exists, args.k, at), keys, {t, i});
+    if (delta)
+      storeParts(e.loadOrZero(exists, wyW, stepAt(hv, e.add(first, t), i)),
+                 wyRows, {t, i});
   });
   // Per step: the rows' scales (0 past the chunk's steps, so those rows add
-  // nothing), G (past the steps, G of the last) and beta.
+  // nothing) and G (past the steps, G of the last).
   auto rowScale = [&](ArrayRef<Value> rows, Value t, double factor) {
     if (!shape.normalizeQueryKey)
       return e.scalar(factor);
@@ -389,86 +406,49 @@ void SimtMmaRecurrenceKernel::stageChunk(Value first, Value n) {
                                         seq->step(hv, e.add(first, s)));
                         }),
               logDecay, {t});
-    if (delta)
-      e.store(e.loadOrZero(exists, args.beta, seq->step(hv, e.add(first, t))),
-              betas, {t});
   });
 }
 
 void SimtMmaRecurrenceKernel::projectChunk(Value first, Value n) {
-  // 2. A and R (the delta rules) and the outputs from the state so far.
+  // 2. V' = U - W S (the delta rules) and the outputs from the state so far.
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value row = chunkRow(warp);
-    auto load = [&](Value buffer, Value t) { return e.load(buffer, {t}); };
     if (delta) {
-      Value gram = e.registersOf(pairRegs, thread);
-      multiply(keys, keys, gram, row, lane, /*n=*/C, /*k=*/Dkp,
-               /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
-      eachFragmentElement(
-          row, lane, tilesPerWarp, C, warp, [&](const FragmentElement &x) {
-            Value t = x.row, s = x.column;
-            Value a = e.fmul(
-                e.fmul(e.load(gram, x.at), load(betas, t)),
-                e.fmul(e.fmul(load(keyScale, t), load(keyScale, s)),
-                       decayBetween(t, s)));
-            ifOwned(x.owned, [&] {
-              e.store(e.select(lt(s, t), a, e.scalar(0.0)), transform,
-                      {t, s});
-            });
-          });
       Value projected = e.registersOf(outRegs, thread);
-      multiply(keys, stateCopy, projected, row, lane, /*n=*/columns,
+      multiply(wyRows, stateCopy, projected, row, lane, /*n=*/columns,
                /*k=*/Dkp, /*rhsTransposed=*/true, /*accumulate=*/false,
                tilesPerWarp);
       eachFragmentElement(
           row, lane, tilesPerWarp, columns, warp,
           [&](const FragmentElement &x) {
             Value t = x.row, c = x.column;
-            Value v = e.loadOrZero(both(lt(t, n), isColumn(c)), args.v,
+            Value u = e.loadOrZero(both(lt(t, n), isColumn(c)), wyU,
                                    stepAt(hv, e.add(first, t), columnOf(c)));
-            Value ks = e.fmul(e.fmul(e.load(projected, x.at), decayTo(t)),
-                              load(keyScale, t));
             ifOwned(x.owned, [&] {
-              e.store(e.fmul(load(betas, t), e.fsub(v, ks)), values, {t, c});
+              e.store(e.fsub(u, e.load(projected, x.at)), values, {t, c});
             });
           });
     }
-    // O = exp(G_t) q^_t S into the output fragments (after R: they held
-    // K S).
+    // O = exp(G_t) q^_t S into the output fragments (after V': they held
+    // W S).
     Value out = e.registersOf(outRegs, thread);
     multiply(queries, stateCopy, out, row, lane, /*n=*/columns, /*k=*/Dkp,
              /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
     eachFragmentElement(row, lane, tilesPerWarp, columns, Value(),
                         [&](const FragmentElement &x) {
-                          Value factor =
-                              e.fmul(decayTo(x.row), load(queryScale, x.row));
+                          Value factor = e.fmul(
+                              decayTo(x.row), e.load(queryScale, {x.row}));
                           e.store(e.fmul(e.load(out, x.at), factor), out,
                                   x.at);
                         });
   });
 }
 
-void SimtMmaRecurrenceKernel::solveDeltaValues(Value n) {
-  // 3. (I + A) V' = R by forward substitution: the UT transform applied to
-  //    one column per thread, in place.
-  e.eachThread([&](Value thread) {
-    e.ifThen(lt(thread, e.index(columns)), [&] {
-      e.loop(c1, n, c1, [&](Value t) {
-        Value known = e.sumOver(c0, t, [&](Value s) {
-          return e.fmul(e.load(transform, {t, s}),
-                        e.load(values, {s, thread}));
-        });
-        e.store(e.fsub(e.load(values, {t, thread}), known), values,
-                {t, thread});
-      });
-    });
-  });
-}
-
 void SimtMmaRecurrenceKernel::prepareValueOperands(Value first, Value n,
                                                    Value last) {
-  // 4. V' [C, columns] and U^T [columns, C], U_s = exp(G_last - G_s) V'_s /
-  //    |k_s| (the chunk's contribution to the state is U^T K, k as stored).
+  // 3. V' [C, columns] and U'^T [columns, C], U'_s = exp(G_last - G_s)
+  //    V'_s / |k_s| (the chunk's contribution to the state is U'^T K, k as
+  //    stored).
   Value width = e.index(columns);
   e.forAll(e.index(C * columns), [&](Value x) {
     Value t = e.div(x, width), c = e.rem(x, width);
@@ -482,7 +462,7 @@ void SimtMmaRecurrenceKernel::prepareValueOperands(Value first, Value n,
 }
 
 void SimtMmaRecurrenceKernel::scoreChunk() {
-  // 5. P = q^_t . k^_s exp(G_t - G_s) for s <= t in the warp's registers,
+  // 4. P = q^_t . k^_s exp(G_t - G_s) for s <= t in the warp's registers,
   //    as parts (the hi part in place of q k^T), which only the warp reads.
   eachWarp(
       [&](Value warp, Value lane, Value thread) {
@@ -517,7 +497,7 @@ void SimtMmaRecurrenceKernel::scoreChunk() {
 }
 
 void SimtMmaRecurrenceKernel::finishChunk(Value first, Value n, Value last) {
-  // 6. O += P V', stored; the state's tile S^T = exp(G_last) S^T + U^T K,
+  // 5. O += P V', stored; the state's tile S^T = exp(G_last) S^T + U'^T K,
   //    and its shared copy for the next chunk's products.
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value row = chunkRow(warp);
@@ -573,6 +553,220 @@ void SimtMmaRecurrenceKernel::storeFinalState() {
   });
 }
 
+/// The delta rules' W and U (the file comment) for one chunk of one
+/// sequence and value head per block, a thread per column of [W | U]:
+/// the chunk's k rows (normalized), G and beta are staged in shared memory,
+/// A computed an entry per thread at a time, and each thread solves
+/// (I + A) x = rhs for its column by forward substitution, in blockThreads
+/// columns at a time.
+class SimtChunkWyKernel {
+public:
+  SimtChunkWyKernel(OpBuilder &builder, Location loc, StringRef name,
+                    const LinearRecurrenceShape &shape, const GpuTiling &tiling,
+                    TypeRange bindingTypes)
+      : shape(shape), threads(tiling.blockThreads), guard(builder),
+        func([&] {
+          func::FuncOp func = createSimtKernel(builder, loc, name,
+                                               bindingTypes, tiling, "wy");
+          func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
+          return func;
+        }()),
+        b(loc, builder), e(b, threads), args(func, shape),
+        C(shape.chunkSize), Dk(shape.keyDim), Dv(shape.valueDim) {}
+
+  func::FuncOp build() {
+    c0 = e.index(0), c1 = e.index(1);
+    wyW = func.getArgument(func.getNumArguments() - 3);
+    wyU = func.getArgument(func.getNumArguments() - 2);
+    Value first, n;
+    mapBlock(first, n);
+    keys = e.shared({C, Dk + 1});
+    logDecay = shape.scalarDecay() ? e.shared({C}) : Value();
+    betas = e.shared({C});
+    transform = e.shared({C, C + 1});
+    columns = e.shared({C, threads + 1});
+    stage(first, n);
+    computeTransform(n);
+    for (int64_t pass = 0; pass * threads < Dk + Dv; ++pass)
+      solveColumns(pass, first, n);
+    func::ReturnOp::create(b);
+    return func;
+  }
+
+private:
+  /// The block's sequence, value head and chunk: its first step and its
+  /// steps `n` (0 for a block past the last chunk).
+  void mapBlock(Value &first, Value &n) {
+    Value heads = e.index(shape.numValueHeads), chunk = e.index(C);
+    Value batch, index;
+    if (!shape.ragged) {
+      // Block order (batch, value head, chunk), the chunk fastest.
+      Value chunks = e.maxS(e.ceilDiv(e.dim(args.q, 2), chunk), c1);
+      index = e.rem(args.workgroup, chunks);
+      Value rest = e.div(args.workgroup, chunks);
+      hv = e.rem(rest, heads);
+      batch = e.div(rest, heads);
+    } else {
+      // Block order (chunk slot, value head): slot j is the j-th chunk of
+      // the batch, sequence by sequence; slots past the last have none.
+      hv = e.rem(args.workgroup, heads);
+      Value slot = e.div(args.workgroup, heads);
+      Value sequences = e.sub(e.dim(args.offsets, 0), c1);
+      auto chunksOf = [&](Value seqIndex) {
+        Value begin = e.toIndex(e.loadInt(args.offsets, {seqIndex}));
+        Value end = e.toIndex(e.loadInt(args.offsets, {e.add(seqIndex, c1)}));
+        return e.ceilDiv(e.sub(end, begin), chunk);
+      };
+      SmallVector<Value> found = e.whileLoop(
+          {c0, slot},
+          [&](ValueRange it) {
+            Value inBatch = lt(it[0], sequences);
+            // Only read a sequence's offsets while it exists.
+            Value past = e.ifElse(
+                inBatch,
+                [&]() -> SmallVector<Value> {
+                  return {e.icmp(arith::CmpIPredicate::uge, it[1],
+                                 chunksOf(it[0]))};
+                },
+                [&]() -> SmallVector<Value> {
+                  return {arith::ConstantIntOp::create(b, b.getI1Type(), 0)};
+                })[0];
+            return e.andI(inBatch, past);
+          },
+          [&](ValueRange it) -> SmallVector<Value> {
+            return {e.add(it[0], c1), e.sub(it[1], chunksOf(it[0]))};
+          });
+      Value exists = lt(found[0], sequences);
+      batch = e.select(exists, found[0], c0);
+      index = e.select(exists, found[1], c0);
+      seq.emplace(e, shape, args, batch);
+      first = e.mul(index, chunk);
+      n = e.select(exists, e.minS(chunk, e.sub(seq->length, first)), c0);
+      return;
+    }
+    seq.emplace(e, shape, args, batch);
+    first = e.mul(index, chunk);
+    n = e.maxS(e.minS(chunk, e.sub(seq->length, first)), c0);
+  }
+
+  /// k^ rows (normalized), G and beta of the chunk's steps.
+  void stage(Value first, Value n) {
+    Value dk = e.index(Dk);
+    e.forAll(e.mul(n, dk), [&](Value x) {
+      Value t = e.div(x, dk), i = e.rem(x, dk);
+      e.store(e.load(args.k, stepAt(hkOf(), e.add(first, t), i)), keys,
+              {t, i});
+    });
+    e.forAll(n, [&](Value t) {
+      if (shape.normalizeQueryKey) {
+        Value squares = e.sumOver(c0, dk, [&](Value i) {
+          Value x = e.load(keys, {t, i});
+          return e.fmul(x, x);
+        });
+        Value inverse = e.fdiv(
+            e.scalar(1.0),
+            math::SqrtOp::create(b, e.fadd(squares, e.scalar(1e-6))));
+        e.loop(c0, dk, c1, [&](Value i) {
+          e.store(e.fmul(e.load(keys, {t, i}), inverse), keys, {t, i});
+        });
+      }
+      if (logDecay)
+        e.store(e.sumOver(c0, e.add(t, c1),
+                          [&](Value s) {
+                            return e.load(args.g,
+                                          seq->step(hv, e.add(first, s)));
+                          }),
+                logDecay, {t});
+      e.store(e.load(args.beta, seq->step(hv, e.add(first, t))), betas, {t});
+    });
+  }
+
+  /// A[t, s] = beta_t k^_t . k^_s exp(G_t - G_s) for s < t.
+  void computeTransform(Value n) {
+    e.forAll(e.mul(n, n), [&](Value x) {
+      Value t = e.div(x, n), s = e.rem(x, n);
+      e.ifThen(lt(s, t), [&] {
+        Value gram = e.sumOver(c0, e.index(Dk), [&](Value i) {
+          return e.fmul(e.load(keys, {t, i}), e.load(keys, {s, i}));
+        });
+        Value a = e.fmul(e.load(betas, {t}), gram);
+        if (logDecay)
+          a = e.fmul(a, e.exp(e.fsub(e.load(logDecay, {t}),
+                                     e.load(logDecay, {s}))));
+        e.store(a, transform, {t, s});
+      });
+    });
+  }
+
+  /// Columns [pass * threads, ...) of [W | U]: thread j solves column
+  /// pass * threads + j in its column of the shared buffer, then stores it.
+  void solveColumns(int64_t pass, Value first, Value n) {
+    e.eachThread([&](Value thread) {
+      Value column = e.add(e.index(pass * threads), thread);
+      e.ifThen(lt(column, e.index(Dk + Dv)), [&] {
+        Value isKey = lt(column, e.index(Dk));
+        e.loop(c0, n, c1, [&](Value t) {
+          Value step = e.add(first, t);
+          // beta exp(G) k^ for W's columns, beta v for U's.
+          Value rhs = e.ifElse(
+              isKey,
+              [&]() -> SmallVector<Value> {
+                Value key = e.load(keys, {t, column});
+                if (logDecay)
+                  key = e.fmul(key, e.exp(e.load(logDecay, {t})));
+                return {key};
+              },
+              [&]() -> SmallVector<Value> {
+                return {e.load(args.v,
+                               stepAt(hv, step, e.sub(column, e.index(Dk))))};
+              })[0];
+          Value known = e.sumOver(c0, t, [&](Value s) {
+            return e.fmul(e.load(transform, {t, s}),
+                          e.load(columns, {s, thread}));
+          });
+          Value x = e.fsub(e.fmul(e.load(betas, {t}), rhs), known);
+          e.store(x, columns, {t, thread});
+          e.ifElse(
+              isKey,
+              [&]() -> SmallVector<Value> {
+                e.store(x, wyW, stepAt(hv, step, column));
+                return {};
+              },
+              [&]() -> SmallVector<Value> {
+                e.store(x, wyU,
+                        stepAt(hv, step, e.sub(column, e.index(Dk))));
+                return {};
+              });
+        });
+      });
+    });
+  }
+
+  Value hkOf() {
+    return e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
+  }
+  Value lt(Value x, Value y) {
+    return e.icmp(arith::CmpIPredicate::ult, x, y);
+  }
+  SmallVector<Value> stepAt(Value head, Value t, Value f) {
+    SmallVector<Value> at = seq->step(head, t);
+    at.push_back(f);
+    return at;
+  }
+
+  const LinearRecurrenceShape &shape;
+  const int64_t threads;
+  OpBuilder::InsertionGuard guard;
+  func::FuncOp func;
+  ImplicitLocOpBuilder b;
+  SimtEmitter e;
+  RecurrenceBindings args;
+  const int64_t C, Dk, Dv;
+  Value c0, c1, hv, wyW, wyU;
+  std::optional<RecurrenceSequence> seq;
+  Value keys, logDecay, betas, transform, columns;
+};
+
 } // namespace
 
 int64_t SimtMmaRecurrenceTiling::rowPadding() const {
@@ -590,6 +784,8 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(
     return roundUp(elements * bytes, 16);
   };
   int64_t total = 2 * rawParts * buffer(C * (paddedKeyDim + pad), elementBytes);
+  if (delta)
+    total += computedParts * buffer(C * (paddedKeyDim + pad), elementBytes);
   total += computedParts * buffer(columns * (paddedKeyDim + pad), elementBytes);
   total += (delta ? computedParts : rawParts) *
            buffer(C * (columns + pad), elementBytes);
@@ -598,8 +794,7 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(
   if (shape.scalarDecay())
     total += buffer(C, 4);
   if (delta)
-    total += buffer(C, 4) + buffer(C * (C + 1), 4) +
-             buffer(C * (columns + 1), 4);
+    total += buffer(C * (columns + 1), 4);
   return total;
 }
 
@@ -632,6 +827,14 @@ SimtMmaRecurrenceTiling::choose(const LinearRecurrenceShape &shape,
       return mma;
   }
   return std::nullopt;
+}
+
+func::FuncOp mlir::attn::buildSimtChunkWyKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const LinearRecurrenceShape &shape, const GpuTiling &tiling,
+    TypeRange bindingTypes) {
+  return SimtChunkWyKernel(builder, loc, name, shape, tiling, bindingTypes)
+      .build();
 }
 
 func::FuncOp mlir::attn::buildSimtMmaRecurrenceKernel(
