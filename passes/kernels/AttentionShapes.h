@@ -399,6 +399,18 @@ public:
   /// The index prefix of the state at value head `head`, before its
   /// [Dk, Dv] indices.
   SmallVector<Value> state(Value head) const;
+  /// The index of feature `f` of step `t`'s row at `head`.
+  SmallVector<Value> stepFeature(Value head, Value t, Value f) const {
+    SmallVector<Value> at = step(head, t);
+    at.push_back(f);
+    return at;
+  }
+  /// The index of state element [i, column] at value head `head`.
+  SmallVector<Value> stateElement(Value head, Value i, Value column) const {
+    SmallVector<Value> at = state(head);
+    at.append({i, column});
+    return at;
+  }
 
 private:
   KernelEmitter &e;

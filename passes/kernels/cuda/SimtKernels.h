@@ -406,6 +406,16 @@ SmallVector<SmallVector<int64_t>>
 recurrenceScratchShapes(const LinearRecurrenceShape &shape,
                         int64_t blockThreads, const GpuTiling &tiling);
 
+/// Multiplies row `row` of the shared `rows` (of `dim` features) by
+/// `factor`, first dividing it by its L2 norm (x / sqrt(sum(x^2) + 1e-6),
+/// SPEC §2's qk_l2norm) when `normalize`: one thread's row.
+void scaleSharedRow(SimtEmitter &e, Value rows, Value row, int64_t dim,
+                    bool normalize, double factor);
+/// A chunk's cumulative log-decay G: the sum of the scalar log-decays `g`
+/// of steps [first, first + count) of `seq` at value head `hv`.
+Value cumulativeLogDecay(SimtEmitter &e, Value g, const RecurrenceSequence &seq,
+                         Value hv, Value first, Value count);
+
 /// The chunked linear recurrence (SPEC §2) as a block kernel: one block
 /// per (batch, value head, column tile of `blockThreads` state columns),
 /// the tile fastest. Per chunk of C steps the block stages k, q, the decays

@@ -117,8 +117,8 @@ private:
   /// fragment of `tiles` row tiles from `firstRow` and `n` columns. With
   /// `warp`, an element is owned by the warp whose own tiles hold its row
   /// (chunkRow); without, always.
-  void eachFragmentElement(Value firstRow, Value lane, int64_t tiles,
-                           int64_t n, Value warp,
+  void eachFragmentElement(Value firstRow, Value lane, int64_t tiles, int64_t n,
+                           Value warp,
                            function_ref<void(const FragmentElement &)> body);
   /// acc (+)= lhs rhs over the parts, smaller terms first: lo hi, hi lo,
   /// hi hi. The accumulator is the lane's fragment; `lhsFragments`: lhs
@@ -139,9 +139,7 @@ private:
   /// Whether state column `c` of the tile exists (is below Dv).
   Value isColumn(Value c) { return lt(columnOf(c), e.index(Dv)); }
   Value columnOf(Value c) { return e.add(col0, c); }
-  Value lt(Value x, Value y) {
-    return e.icmp(arith::CmpIPredicate::ult, x, y);
-  }
+  Value lt(Value x, Value y) { return e.icmp(arith::CmpIPredicate::ult, x, y); }
   Value both(Value x, Value y) { return e.andI(x, y); }
   void ifOwned(Value owned, function_ref<void()> body) {
     if (owned)
@@ -149,19 +147,6 @@ private:
     else
       body();
   }
-  /// Step `t`'s element `f` of a per-step tensor at `head`.
-  SmallVector<Value> stepAt(Value head, Value t, Value f) {
-    SmallVector<Value> at = seq->step(head, t);
-    at.push_back(f);
-    return at;
-  }
-  /// The state index of key feature i of state column `column`.
-  SmallVector<Value> stateAt(Value i, Value column) {
-    SmallVector<Value> at = seq->state(hv);
-    at.append({i, column});
-    return at;
-  }
-
   const LinearRecurrenceShape &shape;
   const SimtMmaRecurrenceTiling &mma;
   OpBuilder::InsertionGuard guard;
@@ -191,8 +176,7 @@ SimtMmaRecurrenceKernel::SimtMmaRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, const SimtMmaRecurrenceTiling &mma,
     const GpuTiling &tiling, TypeRange bindingTypes)
-    : shape(shape), mma(mma), guard(builder),
-      func([&] {
+    : shape(shape), mma(mma), guard(builder), func([&] {
         GpuTiling kernelTiling = tiling;
         kernelTiling.blockThreads = mma.threads();
         func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes,
@@ -260,8 +244,8 @@ void SimtMmaRecurrenceKernel::allocateBuffers() {
   if (delta)
     wyRows = sharedParts(mma.computedParts, {C, Dkp + pad});
   stateCopy = sharedParts(mma.computedParts, {columns, Dkp + pad});
-  valueOperand = sharedParts(delta ? mma.computedParts : mma.rawParts,
-                             {C, columns + pad});
+  valueOperand =
+      sharedParts(delta ? mma.computedParts : mma.rawParts, {C, columns + pad});
   updateOperand = sharedParts(mma.computedParts, {columns, C + pad});
   queryScale = e.shared({C});
   keyScale = e.shared({C});
@@ -273,7 +257,8 @@ void SimtMmaRecurrenceKernel::allocateBuffers() {
   outRegs =
       e.registers({tilesPerWarp * columns / WarpMmaOp::kFragmentColumns, 4});
   pairRegs = e.registers({chunkBlocks, 4});
-  scoreLoRegs = mma.computedParts == 2 ? e.registers({chunkBlocks, 4}) : Value();
+  scoreLoRegs =
+      mma.computedParts == 2 ? e.registers({chunkBlocks, 4}) : Value();
 }
 
 void SimtMmaRecurrenceKernel::eachWarp(
@@ -314,10 +299,9 @@ void SimtMmaRecurrenceKernel::eachFragmentElement(
   }
 }
 
-void SimtMmaRecurrenceKernel::multiply(ArrayRef<Value> lhs,
-                                       ArrayRef<Value> rhs, Value acc,
-                                       Value row, Value lane, int64_t n,
-                                       int64_t k, bool rhsTransposed,
+void SimtMmaRecurrenceKernel::multiply(ArrayRef<Value> lhs, ArrayRef<Value> rhs,
+                                       Value acc, Value row, Value lane,
+                                       int64_t n, int64_t k, bool rhsTransposed,
                                        bool accumulate, int64_t rowTiles,
                                        bool lhsFragments) {
   for (auto [i, j] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{0, 0}}) {
@@ -356,11 +340,11 @@ void SimtMmaRecurrenceKernel::loadInitialState() {
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value state = e.registersOf(stateRegs, thread);
     eachFragmentElement(
-        e.mul(warp, c16), lane, 1, Dkp, Value(),
-        [&](const FragmentElement &x) {
+        e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
           Value exists = both(isColumn(x.row), lt(x.column, e.index(Dk)));
-          Value s = e.loadOrZero(exists, args.initialState,
-                                 stateAt(x.column, columnOf(x.row)));
+          Value s =
+              e.loadOrZero(exists, args.initialState,
+                           seq->stateElement(hv, x.column, columnOf(x.row)));
           e.store(s, state, x.at);
           storeParts(s, stateCopy, {x.row, x.column});
         });
@@ -373,12 +357,13 @@ void SimtMmaRecurrenceKernel::stageChunk(Value first, Value n) {
   e.forAll(e.index(C * Dkp), [&](Value x) {
     Value t = e.div(x, dkp), i = e.rem(x, dkp);
     Value exists = both(lt(t, n), lt(i, e.index(Dk)));
-    SmallVector<Value> at = stepAt(hk, e.add(first, t), i);
+    SmallVector<Value> at = seq->stepFeature(hk, e.add(first, t), i);
     storeParts(e.loadOrZero(exists, args.q, at), queries, {t, i});
     storeParts(e.loadOrZero(exists, args.k, at), keys, {t, i});
     if (delta)
-      storeParts(e.loadOrZero(exists, wyW, stepAt(hv, e.add(first, t), i)),
-                 wyRows, {t, i});
+      storeParts(
+          e.loadOrZero(exists, wyW, seq->stepFeature(hv, e.add(first, t), i)),
+          wyRows, {t, i});
   });
   // Per step: the rows' scales (0 past the chunk's steps, so those rows add
   // nothing) and G (past the steps, G of the last).
@@ -400,11 +385,8 @@ void SimtMmaRecurrenceKernel::stageChunk(Value first, Value n) {
             queryScale, {t});
     e.store(e.select(exists, rowScale(keys, t, 1.0), zero), keyScale, {t});
     if (scalarDecay)
-      e.store(e.sumOver(c0, e.minS(e.add(t, c1), n),
-                        [&](Value s) {
-                          return e.load(args.g,
-                                        seq->step(hv, e.add(first, s)));
-                        }),
+      e.store(cumulativeLogDecay(e, args.g, *seq, hv, first,
+                                 e.minS(e.add(t, c1), n)),
               logDecay, {t});
   });
 }
@@ -422,8 +404,9 @@ void SimtMmaRecurrenceKernel::projectChunk(Value first, Value n) {
           row, lane, tilesPerWarp, columns, warp,
           [&](const FragmentElement &x) {
             Value t = x.row, c = x.column;
-            Value u = e.loadOrZero(both(lt(t, n), isColumn(c)), wyU,
-                                   stepAt(hv, e.add(first, t), columnOf(c)));
+            Value u = e.loadOrZero(
+                both(lt(t, n), isColumn(c)), wyU,
+                seq->stepFeature(hv, e.add(first, t), columnOf(c)));
             ifOwned(x.owned, [&] {
               e.store(e.fsub(u, e.load(projected, x.at)), values, {t, c});
             });
@@ -436,10 +419,9 @@ void SimtMmaRecurrenceKernel::projectChunk(Value first, Value n) {
              /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
     eachFragmentElement(row, lane, tilesPerWarp, columns, Value(),
                         [&](const FragmentElement &x) {
-                          Value factor = e.fmul(
-                              decayTo(x.row), e.load(queryScale, {x.row}));
-                          e.store(e.fmul(e.load(out, x.at), factor), out,
-                                  x.at);
+                          Value factor = e.fmul(decayTo(x.row),
+                                                e.load(queryScale, {x.row}));
+                          e.store(e.fmul(e.load(out, x.at), factor), out, x.at);
                         });
   });
 }
@@ -452,9 +434,11 @@ void SimtMmaRecurrenceKernel::prepareValueOperands(Value first, Value n,
   Value width = e.index(columns);
   e.forAll(e.index(C * columns), [&](Value x) {
     Value t = e.div(x, width), c = e.rem(x, width);
-    Value v = delta ? e.load(values, {t, c})
-                    : e.loadOrZero(both(lt(t, n), isColumn(c)), args.v,
-                                   stepAt(hv, e.add(first, t), columnOf(c)));
+    Value v =
+        delta
+            ? e.load(values, {t, c})
+            : e.loadOrZero(both(lt(t, n), isColumn(c)), args.v,
+                           seq->stepFeature(hv, e.add(first, t), columnOf(c)));
     storeParts(v, valueOperand, {t, c});
     Value u = e.fmul(v, e.fmul(decayBetween(last, t), e.load(keyScale, {t})));
     storeParts(u, updateOperand, {c, t});
@@ -473,12 +457,11 @@ void SimtMmaRecurrenceKernel::scoreChunk() {
         multiply(queries, keys, scores, row, lane, /*n=*/C, /*k=*/Dkp,
                  /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
         eachFragmentElement(
-            row, lane, tilesPerWarp, C, Value(),
-            [&](const FragmentElement &x) {
+            row, lane, tilesPerWarp, C, Value(), [&](const FragmentElement &x) {
               Value t = x.row, s = x.column;
-              Value p = e.fmul(
-                  e.fmul(e.load(scores, x.at), e.load(queryScale, {t})),
-                  e.fmul(e.load(keyScale, {s}), decayBetween(t, s)));
+              Value p =
+                  e.fmul(e.fmul(e.load(scores, x.at), e.load(queryScale, {t})),
+                         e.fmul(e.load(keyScale, {s}), decayBetween(t, s)));
               p = e.select(e.icmp(arith::CmpIPredicate::ule, s, t), p,
                            e.scalar(0.0));
               if (!scoresLo) {
@@ -489,8 +472,8 @@ void SimtMmaRecurrenceKernel::scoreChunk() {
               // them, so that the CPU's loops compute what they do.
               Value hi = e.widen(e.narrow(p, mma.product));
               e.store(hi, scores, x.at);
-              e.store(e.widen(e.narrow(e.fsub(p, hi), mma.product)),
-                      scoresLo, x.at);
+              e.store(e.widen(e.narrow(e.fsub(p, hi), mma.product)), scoresLo,
+                      x.at);
             });
       },
       SimtEmitter::Sync::Warp);
@@ -514,7 +497,7 @@ void SimtMmaRecurrenceKernel::finishChunk(Value first, Value n, Value last) {
           ifOwned(x.owned, [&] {
             e.ifThen(both(lt(t, n), isColumn(c)), [&] {
               e.store(e.load(out, x.at), args.out,
-                      stepAt(hv, e.add(first, t), columnOf(c)));
+                      seq->stepFeature(hv, e.add(first, t), columnOf(c)));
             });
           });
         });
@@ -523,19 +506,17 @@ void SimtMmaRecurrenceKernel::finishChunk(Value first, Value n, Value last) {
     Value stateRow = e.mul(warp, c16);
     if (scalarDecay) {
       Value decay = decayTo(last);
-      eachFragmentElement(stateRow, lane, 1, Dkp, Value(),
-                          [&](const FragmentElement &x) {
-                            e.store(e.fmul(e.load(state, x.at), decay), state,
-                                    x.at);
-                          });
+      eachFragmentElement(
+          stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
+            e.store(e.fmul(e.load(state, x.at), decay), state, x.at);
+          });
     }
     multiply(updateOperand, keys, state, stateRow, lane, /*n=*/Dkp, /*k=*/C,
              /*rhsTransposed=*/false, /*accumulate=*/true, /*rowTiles=*/1);
-    eachFragmentElement(stateRow, lane, 1, Dkp, Value(),
-                        [&](const FragmentElement &x) {
-                          storeParts(e.load(state, x.at), stateCopy,
-                                     {x.row, x.column});
-                        });
+    eachFragmentElement(
+        stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
+          storeParts(e.load(state, x.at), stateCopy, {x.row, x.column});
+        });
   });
 }
 
@@ -543,11 +524,10 @@ void SimtMmaRecurrenceKernel::storeFinalState() {
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value state = e.registersOf(stateRegs, thread);
     eachFragmentElement(
-        e.mul(warp, c16), lane, 1, Dkp, Value(),
-        [&](const FragmentElement &x) {
+        e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
           e.ifThen(both(isColumn(x.row), lt(x.column, e.index(Dk))), [&] {
             e.store(e.load(state, x.at), args.finalState,
-                    stateAt(x.column, columnOf(x.row)));
+                    seq->stateElement(hv, x.column, columnOf(x.row)));
           });
         });
   });
@@ -564,15 +544,14 @@ public:
   SimtChunkWyKernel(OpBuilder &builder, Location loc, StringRef name,
                     const LinearRecurrenceShape &shape, const GpuTiling &tiling,
                     TypeRange bindingTypes)
-      : shape(shape), threads(tiling.blockThreads), guard(builder),
-        func([&] {
-          func::FuncOp func = createSimtKernel(builder, loc, name,
-                                               bindingTypes, tiling, "wy");
+      : shape(shape), threads(tiling.blockThreads), guard(builder), func([&] {
+          func::FuncOp func =
+              createSimtKernel(builder, loc, name, bindingTypes, tiling, "wy");
           func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
           return func;
         }()),
-        b(loc, builder), e(b, threads), args(func, shape),
-        C(shape.chunkSize), Dk(shape.keyDim), Dv(shape.valueDim) {}
+        b(loc, builder), e(b, threads), args(func, shape), C(shape.chunkSize),
+        Dk(shape.keyDim), Dv(shape.valueDim) {}
 
   func::FuncOp build() {
     c0 = e.index(0), c1 = e.index(1);
@@ -654,28 +633,13 @@ private:
     Value dk = e.index(Dk);
     e.forAll(e.mul(n, dk), [&](Value x) {
       Value t = e.div(x, dk), i = e.rem(x, dk);
-      e.store(e.load(args.k, stepAt(hkOf(), e.add(first, t), i)), keys,
-              {t, i});
+      e.store(e.load(args.k, seq->stepFeature(hkOf(), e.add(first, t), i)),
+              keys, {t, i});
     });
     e.forAll(n, [&](Value t) {
-      if (shape.normalizeQueryKey) {
-        Value squares = e.sumOver(c0, dk, [&](Value i) {
-          Value x = e.load(keys, {t, i});
-          return e.fmul(x, x);
-        });
-        Value inverse = e.fdiv(
-            e.scalar(1.0),
-            math::SqrtOp::create(b, e.fadd(squares, e.scalar(1e-6))));
-        e.loop(c0, dk, c1, [&](Value i) {
-          e.store(e.fmul(e.load(keys, {t, i}), inverse), keys, {t, i});
-        });
-      }
+      scaleSharedRow(e, keys, t, Dk, shape.normalizeQueryKey, 1.0);
       if (logDecay)
-        e.store(e.sumOver(c0, e.add(t, c1),
-                          [&](Value s) {
-                            return e.load(args.g,
-                                          seq->step(hv, e.add(first, s)));
-                          }),
+        e.store(cumulativeLogDecay(e, args.g, *seq, hv, first, e.add(t, c1)),
                 logDecay, {t});
       e.store(e.load(args.beta, seq->step(hv, e.add(first, t))), betas, {t});
     });
@@ -691,8 +655,8 @@ private:
         });
         Value a = e.fmul(e.load(betas, {t}), gram);
         if (logDecay)
-          a = e.fmul(a, e.exp(e.fsub(e.load(logDecay, {t}),
-                                     e.load(logDecay, {s}))));
+          a = e.fmul(
+              a, e.exp(e.fsub(e.load(logDecay, {t}), e.load(logDecay, {s}))));
         e.store(a, transform, {t, s});
       });
     });
@@ -717,8 +681,9 @@ private:
                 return {key};
               },
               [&]() -> SmallVector<Value> {
-                return {e.load(args.v,
-                               stepAt(hv, step, e.sub(column, e.index(Dk))))};
+                return {e.load(
+                    args.v,
+                    seq->stepFeature(hv, step, e.sub(column, e.index(Dk))))};
               })[0];
           Value known = e.sumOver(c0, t, [&](Value s) {
             return e.fmul(e.load(transform, {t, s}),
@@ -729,12 +694,12 @@ private:
           e.ifElse(
               isKey,
               [&]() -> SmallVector<Value> {
-                e.store(x, wyW, stepAt(hv, step, column));
+                e.store(x, wyW, seq->stepFeature(hv, step, column));
                 return {};
               },
               [&]() -> SmallVector<Value> {
                 e.store(x, wyU,
-                        stepAt(hv, step, e.sub(column, e.index(Dk))));
+                        seq->stepFeature(hv, step, e.sub(column, e.index(Dk))));
                 return {};
               });
         });
@@ -745,15 +710,7 @@ private:
   Value hkOf() {
     return e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
   }
-  Value lt(Value x, Value y) {
-    return e.icmp(arith::CmpIPredicate::ult, x, y);
-  }
-  SmallVector<Value> stepAt(Value head, Value t, Value f) {
-    SmallVector<Value> at = seq->step(head, t);
-    at.push_back(f);
-    return at;
-  }
-
+  Value lt(Value x, Value y) { return e.icmp(arith::CmpIPredicate::ult, x, y); }
   const LinearRecurrenceShape &shape;
   const int64_t threads;
   OpBuilder::InsertionGuard guard;
@@ -773,8 +730,8 @@ int64_t SimtMmaRecurrenceTiling::rowPadding() const {
   return 16 / (product.getIntOrFloatBitWidth() / 8);
 }
 
-int64_t SimtMmaRecurrenceTiling::sharedBytes(
-    const LinearRecurrenceShape &shape) const {
+int64_t
+SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape) const {
   // The buffers SimtMmaRecurrenceKernel::allocateBuffers allocates, in its
   // order, each rounded to 16 bytes.
   const int64_t C = shape.chunkSize, pad = rowPadding();

@@ -42,28 +42,6 @@ using namespace mlir::attn;
 
 namespace {
 
-/// Multiplies `row` of the shared `rows` [C, Dk + 1] by `factor`, first
-/// dividing it by its L2 norm (x / sqrt(sum(x^2) + 1e-6), SPEC §2) when
-/// `normalize`.
-void scaleRow(SimtEmitter &e, Value rows, Value row, int64_t dim,
-              bool normalize, double factor) {
-  if (!normalize && factor == 1.0)
-    return;
-  Value c0 = e.index(0), end = e.index(dim);
-  Value multiplier = e.scalar(factor);
-  if (normalize) {
-    Value squares = e.sumOver(c0, end, [&](Value i) {
-      Value x = e.load(rows, {row, i});
-      return e.fmul(x, x);
-    });
-    multiplier = e.fdiv(
-        multiplier, math::SqrtOp::create(e.b, e.fadd(squares, e.scalar(1e-6))));
-  }
-  e.loop(c0, end, e.index(1), [&](Value i) {
-    e.store(e.fmul(e.load(rows, {row, i}), multiplier), rows, {row, i});
-  });
-}
-
 /// The chunked block kernel, built one phase at a time (the numbered steps
 /// of the file comment): the block's heads and column tile, its shared
 /// buffers and registers, the initial state, then per chunk the staged
@@ -105,20 +83,6 @@ private:
 
   /// Runs `body(column)` on the threads that own a state column.
   void onColumn(Value thread, function_ref<void(Value)> body);
-  /// The state index of row i of `column`.
-  SmallVector<Value> stateAt(Value i, Value column) {
-    return with(seq->state(hv), {i, column});
-  }
-  /// Step `t`'s element `f` of a per-step tensor at `head`.
-  SmallVector<Value> stepAt(Value head, Value t, Value f) {
-    return with(seq->step(head, t), {f});
-  }
-  static SmallVector<Value> with(SmallVector<Value> prefix,
-                                 ArrayRef<Value> rest) {
-    llvm::append_range(prefix, rest);
-    return prefix;
-  }
-
   const LinearRecurrenceShape &shape;
   const int64_t blockThreads;
   const GpuTiling &tiling;
@@ -247,8 +211,9 @@ void SimtChunkedRecurrenceKernel::loadInitialState() {
     Value column0 = e.registersOf(stateRegs, thread);
     onColumn(thread, [&](Value column) {
       for (int64_t i = 0; i < Dk; ++i)
-        e.store(e.load(args.initialState, stateAt(e.index(i), column)), column0,
-                e.index(i));
+        e.store(e.load(args.initialState,
+                       seq->stateElement(hv, e.index(i), column)),
+                column0, e.index(i));
     });
   });
 }
@@ -259,23 +224,20 @@ void SimtChunkedRecurrenceKernel::stageChunk(Value first, Value n) {
   //    cumulative scalar log-decay and beta.
   e.forAll(e.mul(n, dk), [&](Value x) {
     Value t = e.div(x, dk), i = e.rem(x, dk), step = e.add(first, t);
-    e.store(e.load(args.k, stepAt(hk, step, i)), keys, {t, i});
-    e.store(e.load(args.q, stepAt(hk, step, i)), queries, {t, i});
+    e.store(e.load(args.k, seq->stepFeature(hk, step, i)), keys, {t, i});
+    e.store(e.load(args.q, seq->stepFeature(hk, step, i)), queries, {t, i});
     if (featureDecay)
-      e.store(e.load(args.g, stepAt(hv, step, i)), logDecay, {t, i});
+      e.store(e.load(args.g, seq->stepFeature(hv, step, i)), logDecay, {t, i});
   });
   e.forAll(n, [&](Value t) {
-    scaleRow(e, keys, t, Dk, shape.normalizeQueryKey, 1.0);
-    scaleRow(e, queries, t, Dk, shape.normalizeQueryKey, shape.scale);
+    scaleSharedRow(e, keys, t, Dk, shape.normalizeQueryKey, 1.0);
+    scaleSharedRow(e, queries, t, Dk, shape.normalizeQueryKey, shape.scale);
     if (scalarDecay && shape.tree)
       e.store(
           pathSum(t, [&](Value u) { return e.load(args.g, seq->step(hv, u)); }),
           logDecay, {t});
     else if (scalarDecay)
-      e.store(e.sumOver(c0, e.add(t, c1),
-                        [&](Value s) {
-                          return e.load(args.g, seq->step(hv, e.add(first, s)));
-                        }),
+      e.store(cumulativeLogDecay(e, args.g, *seq, hv, first, e.add(t, c1)),
               logDecay, {t});
     if (delta)
       e.store(e.load(args.beta, seq->step(hv, e.add(first, t))), betas, {t});
@@ -426,7 +388,7 @@ void SimtChunkedRecurrenceKernel::columnOutputs(Value thread, Value column,
     }
     Value decay = scalarDecay ? e.exp(e.load(logDecay, {t})) : Value();
     Value out = decay ? e.fmul(sums[0], decay) : sums[0];
-    SmallVector<Value> at = stepAt(hv, e.add(first, t), column);
+    SmallVector<Value> at = seq->stepFeature(hv, e.add(first, t), column);
     e.store(out, args.out, at);
     Value v = e.load(args.v, at);
     if (delta)
@@ -452,7 +414,7 @@ void SimtChunkedRecurrenceKernel::addIntraChunkOutputs(Value thread,
                                                        Value first, Value n) {
   // o_t += sum_{s <= t} P[t, s] v'_s.
   e.loop(c0, n, c1, [&](Value t) {
-    SmallVector<Value> at = stepAt(hv, e.add(first, t), column);
+    SmallVector<Value> at = seq->stepFeature(hv, e.add(first, t), column);
     Value intra = e.sumOver(c0, e.add(t, c1), [&](Value s) {
       return e.fmul(e.load(scores, {t, s}), e.load(values, {s, thread}));
     });
@@ -493,12 +455,39 @@ void SimtChunkedRecurrenceKernel::storeFinalState() {
     onColumn(thread, [&](Value column) {
       for (int64_t i = 0; i < Dk; ++i)
         e.store(e.load(stateColumn, e.index(i)), args.finalState,
-                stateAt(e.index(i), column));
+                seq->stateElement(hv, e.index(i), column));
     });
   });
 }
 
 } // namespace
+
+void mlir::attn::scaleSharedRow(SimtEmitter &e, Value rows, Value row,
+                                int64_t dim, bool normalize, double factor) {
+  if (!normalize && factor == 1.0)
+    return;
+  Value c0 = e.index(0), end = e.index(dim);
+  Value multiplier = e.scalar(factor);
+  if (normalize) {
+    Value squares = e.sumOver(c0, end, [&](Value i) {
+      Value x = e.load(rows, {row, i});
+      return e.fmul(x, x);
+    });
+    multiplier = e.fdiv(
+        multiplier, math::SqrtOp::create(e.b, e.fadd(squares, e.scalar(1e-6))));
+  }
+  e.loop(c0, end, e.index(1), [&](Value i) {
+    e.store(e.fmul(e.load(rows, {row, i}), multiplier), rows, {row, i});
+  });
+}
+
+Value mlir::attn::cumulativeLogDecay(SimtEmitter &e, Value g,
+                                     const RecurrenceSequence &seq, Value hv,
+                                     Value first, Value count) {
+  return e.sumOver(e.index(0), count, [&](Value s) {
+    return e.load(g, seq.step(hv, e.add(first, s)));
+  });
+}
 
 SmallVector<SmallVector<int64_t>>
 mlir::attn::recurrenceScratchShapes(const LinearRecurrenceShape &shape,
