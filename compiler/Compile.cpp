@@ -59,6 +59,7 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
   if (options.cpuRunsCudaKernels) {
     GpuDispatchOptions tiling;
     tiling.flashRowTiles = options.cudaFlashRowTiles;
+    tiling.flashWarpgroupMma = options.cudaFlashWarpgroupMma;
     buildGpuDispatchPipeline(dispatch, tiling);
     tilingStream << "cuda_kernels_on_cpu block_threads=" << tiling.blockThreads
                  << " split_keys=" << tiling.splitKeys
@@ -109,11 +110,16 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
 /// PTX alone for CompileStage::Ptx, std::nullopt for the stages before.
 llvm::Expected<std::optional<CudaCode>>
 compileCuda(ModuleOp module, CompileStage stage, const CudaTarget &target,
-            int64_t flashRowTiles, BinaryWriter &writer) {
+            const CompileOptions &options, BinaryWriter &writer) {
   MLIRContext *context = module.getContext();
+  // wgmma exists on sm_90a alone (not sm_90, nor later chips).
+  if (options.cudaFlashWarpgroupMma && target.chip != "sm_90a")
+    return error("warpgroup products (wgmma) need --sm sm_90a, not " +
+                 target.chip);
   GpuDispatchOptions tiling;
   tiling.maxSharedBytes = target.maxSharedBytesPerBlock();
-  tiling.flashRowTiles = flashRowTiles;
+  tiling.flashRowTiles = options.cudaFlashRowTiles;
+  tiling.flashWarpgroupMma = options.cudaFlashWarpgroupMma;
   PassManager dispatch(context);
   buildGpuDispatchPipeline(dispatch, tiling);
   if (failed(dispatch.run(module)))
@@ -208,8 +214,7 @@ mlir::attn::compile(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
   }
   std::optional<CudaCode> cudaCode;
   if (withCuda) {
-    auto code = compileCuda(cudaModule, stage, options.cuda,
-                            options.cudaFlashRowTiles, writer);
+    auto code = compileCuda(cudaModule, stage, options.cuda, options, writer);
     if (!code)
       return code.takeError();
     if (!*code)

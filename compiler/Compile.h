@@ -50,6 +50,10 @@ struct CompileOptions {
   /// Row tiles of 16 per warp in the CUDA prefill flash kernels (1 or 2;
   /// the benchmark compares them; 1 was faster on an H100).
   int64_t cudaFlashRowTiles = 1;
+  /// The CUDA prefill flash kernels of f16/bf16 compute their products on
+  /// sm_90a's warpgroup instructions (wgmma) instead of mma.sync. Off by
+  /// default until it has been checked and timed on an H100.
+  bool cudaFlashWarpgroupMma = false;
 };
 
 /// Lowers `module` (attn IR, verified) in place up to `stage`. For

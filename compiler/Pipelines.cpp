@@ -12,6 +12,7 @@
 #include "mlir/Conversion/MathToLLVM/MathToLLVM.h"
 #include "mlir/Conversion/MemRefToLLVM/MemRefToLLVM.h"
 #include "mlir/Conversion/NVGPUToNVVM/NVGPUToNVVM.h"
+#include "mlir/Conversion/NVVMToLLVM/NVVMToLLVM.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Conversion/VectorToLLVM/ConvertVectorToLLVMPass.h"
@@ -83,6 +84,7 @@ void mlir::attn::buildGpuDispatchPipeline(OpPassManager &pm,
   dispatch.decodeMaxQueries = options.decodeMaxQueries;
   dispatch.maxSharedBytes = options.maxSharedBytes;
   dispatch.flashRowTiles = options.flashRowTiles;
+  dispatch.flashWarpgroupMma = options.flashWarpgroupMma;
   pm.addPass(createAttnGpuDispatches(dispatch));
   // Device memory cannot be read on the host: index inputs are checked
   // by the kernels.
@@ -116,6 +118,8 @@ void mlir::attn::buildGpuKernelLoweringPipeline(
   // math ops become libdevice calls (__nv_expf, ...), linked in when the
   // PTX is made.
   pm.addNestedPass<gpu::GPUModuleOp>(createConvertGpuOpsToNVVMOps());
+  // NVVM ops written as inline PTX (wgmma.mma_async) become llvm.inline_asm.
+  pm.addPass(createConvertNVVMToLLVMPass());
   pm.addPass(createAttnNvvmExternDynamicShared());
   pm.addPass(createReconcileUnrealizedCastsPass());
   pm.addPass(createCanonicalizerPass());

@@ -116,6 +116,8 @@ struct AttnAsyncCopyToNvvm final
   void runOnOperation() override {
     // cp.async needs sm_80.
     const bool cpAsync = smVersionOf(chip) >= 80;
+    // The async proxy (and wgmma, which reads through it) begins at sm_90.
+    const bool asyncProxy = smVersionOf(chip) >= 90;
     WalkResult result = getOperation()->walk([&](Operation *op) {
       if (auto copy = dyn_cast<AsyncCopyOp>(op)) {
         if (!cpAsync) {
@@ -132,12 +134,21 @@ struct AttnAsyncCopyToNvvm final
           return WalkResult::interrupt();
         }
         lowerToCpAsync(copy);
-      } else if (isa<AsyncWaitOp>(op)) {
+      } else if (auto wait = dyn_cast<AsyncWaitOp>(op)) {
+        OpBuilder b(op);
         if (cpAsync) {
-          OpBuilder b(op);
           NVVM::CpAsyncCommitGroupOp::create(b, op->getLoc());
           NVVM::CpAsyncWaitGroupOp::create(b, op->getLoc(), 0);
         }
+        // The thread's shared-memory writes, now complete, made visible to
+        // the async proxy through which wgmma reads its operands.
+        if (wait.getAsyncProxy() && asyncProxy)
+          NVVM::FenceProxyOp::create(
+              b, op->getLoc(),
+              NVVM::ProxyKindAttr::get(b.getContext(),
+                                       NVVM::ProxyKind::async_shared),
+              NVVM::SharedSpaceAttr::get(b.getContext(),
+                                         NVVM::SharedSpace::shared_cta));
         op->erase();
       }
       return WalkResult::advance();

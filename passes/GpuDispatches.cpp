@@ -795,6 +795,7 @@ struct AttnGpuDispatches final
     tiling.decodeMaxQueries = decodeMaxQueries;
     tiling.maxSharedBytes = maxSharedBytes;
     tiling.flashRowTiles = flashRowTiles;
+    tiling.flashWarpgroupMma = flashWarpgroupMma;
     if (tiling.blockThreads <= 0 || tiling.blockThreads > 1024 ||
         tiling.blockThreads % 32 != 0 || tiling.splitKeys <= 0 ||
         (tiling.flashRowTiles != 1 && tiling.flashRowTiles != 2)) {

@@ -193,6 +193,9 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
     Option<"flashRowTiles", "flash-row-tiles", "int64_t", "1",
            "row tiles of 16 per warp in prefill flash kernels (f16/bf16, "
            "value dims up to 128)">,
+    Option<"flashWarpgroupMma", "flash-warpgroup-mma", "bool", "false",
+           "prefill flash kernels of f16/bf16 compute their products as "
+           "warpgroups of 4 warps (wgmma, sm_90a)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",

@@ -144,12 +144,18 @@ MmaFragmentLayout tileLayout(SimtEmitter &e, WarpMmaOp op, int64_t tile) {
       e, e.add(op.getRow(), e.index(tile * WarpMmaOp::kRows)), op.getLane());
 }
 
-/// B[k, column] of the op: rhs[k, column], or rhs[column, k] when
-/// transposed.
-SmallVector<Value, 2> rhsIndices(WarpMmaOp op, Value k, Value column) {
+/// Where B[k, column] of the op lies: at (k, column) of rhs, or (column,
+/// k) when transposed (of a 2-D or a core-matrix tiled buffer).
+SmallVector<Value, 4> rhsIndices(SimtEmitter &e, WarpMmaOp op, Value k,
+                                 Value column) {
   if (op.getRhsTransposed())
-    return {column, k};
-  return {k, column};
+    return tileElement(e, op.getRhs(), column, k);
+  return tileElement(e, op.getRhs(), k, column);
+}
+
+/// A[row, k] of an op whose lhs is a shared tile.
+Value sharedLhs(SimtEmitter &e, WarpMmaOp op, Value row, Value k) {
+  return e.load(op.getLhs(), tileElement(e, op.getLhs(), row, k));
 }
 
 /// A[row + 16 tile + g + 8 half, k] of an op whose lhs is fragments (g =
@@ -210,10 +216,10 @@ void lowerFragmentAccTile(SimtEmitter &e, WarpMmaOp op, int64_t tile,
     for (int64_t half = 0; half < 2; ++half)
       a[half] = op.getLhsFragment()
                     ? fragmentLhs(e, op, tile, layout.group, half, k)
-                    : e.load(op.getLhs(), {rows[half], k});
+                    : sharedLhs(e, op, rows[half], k);
     SmallVector<Value> after;
     for (auto [element, sum] : llvm::zip(elements, before)) {
-      Value y = e.load(op.getRhs(), rhsIndices(op, k, element.column));
+      Value y = e.load(op.getRhs(), rhsIndices(e, op, k, element.column));
       after.push_back(e.fma(a[element.half], y, sum));
     }
     return after;
@@ -253,8 +259,8 @@ void lowerToLoops(WarpMmaOp op) {
               c0, e.index(op.getK()), c1, {init}, [&](Value k, ValueRange it) {
                 Value x = op.getLhsFragment()
                               ? fragmentLhs(e, op, tile, layout.group, half, k)
-                              : e.load(op.getLhs(), {row, k});
-                Value y = e.load(op.getRhs(), rhsIndices(op, k, column));
+                              : sharedLhs(e, op, row, k);
+                Value y = e.load(op.getRhs(), rhsIndices(e, op, k, column));
                 return SmallVector<Value>{e.fma(x, y, it[0])};
               })[0];
           e.store(sum, op.getAcc(), at);
@@ -275,6 +281,36 @@ bool ldmatrixReads(Value memref) {
   return space && space.getValue() == gpu::AddressSpace::Workgroup &&
          type.hasStaticShape() &&
          type.getDimSize(1) * type.getElementTypeBitWidth() / 8 % 16 == 0;
+}
+
+/// A of row tile `tile` in reduction step `step` from the lane's own
+/// fragments (lhs_fragment), as the 4 pairs of 16-bit elements that an
+/// mma.m16n8k16 (or a wgmma .m64nNk16, per warp) takes: the accumulator
+/// layout of column blocks 2 step and 2 step + 1 is A's, a0 = (c0, c1) of
+/// the first, a1 = (c2, c3), a2 and a3 the same of the second. f32 elements
+/// are rounded to the product type.
+SmallVector<Value, 4> ownFragmentPairs(ImplicitLocOpBuilder &b, WarpMmaOp op,
+                                       int64_t tile, int64_t step) {
+  Type element = op.getProductType();
+  auto pairType = VectorType::get({2}, element);
+  Value lhs = op.getLhs();
+  const int64_t firstBlock = tile * op.getK() / 8 + 2 * step;
+  SmallVector<Value, 4> pairs;
+  for (int64_t block : {firstBlock, firstBlock + 1})
+    for (int64_t half = 0; half < 2; ++half) {
+      SmallVector<Value, 2> pair;
+      for (int64_t el = 0; el < 2; ++el) {
+        SmallVector<Value, 3> at{
+            arith::ConstantIndexOp::create(b, block),
+            arith::ConstantIndexOp::create(b, 2 * half + el)};
+        if (cast<MemRefType>(lhs.getType()).getRank() == 3)
+          at.insert(at.begin(), op.getLane());
+        pair.push_back(arith::TruncFOp::create(
+            b, element, memref::LoadOp::create(b, lhs, at)));
+      }
+      pairs.push_back(vector::FromElementsOp::create(b, pairType, pair));
+    }
+  return pairs;
 }
 
 /// The unrolled mma.sync form of `op` (f16 or bf16).
@@ -320,27 +356,10 @@ void lowerToMmaSync(WarpMmaOp op) {
   auto adjacentPair = [&](Value memref, Value i, Value j) {
     return reg(vector::LoadOp::create(b, pairType, memref, ValueRange{i, j}));
   };
-  // A of row tile `tile` in step `step` from the lane's own fragments: the
-  // accumulator layout of column blocks 2 step and 2 step + 1 is A's, a0 =
-  // (c0, c1) of the first, a1 = (c2, c3), a2 and a3 the same of the second.
   auto fragmentA = [&](int64_t tile, int64_t step) {
-    Value lhs = op.getLhs();
-    Value lane = op.getLane();
-    const int64_t firstBlock = tile * op.getK() / 8 + 2 * step;
     SmallVector<Value, 4> regs;
-    for (int64_t block : {firstBlock, firstBlock + 1})
-      for (int64_t half = 0; half < 2; ++half) {
-        SmallVector<Value, 2> pair;
-        for (int64_t el = 0; el < 2; ++el) {
-          SmallVector<Value, 3> at{e.index(block), e.index(2 * half + el)};
-          if (cast<MemRefType>(lhs.getType()).getRank() == 3)
-            at.insert(at.begin(), lane);
-          pair.push_back(arith::TruncFOp::create(
-              b, element, memref::LoadOp::create(b, lhs, at)));
-        }
-        regs.push_back(reg(vector::FromElementsOp::create(b, pairType, pair)));
-      }
-    // a0, a1 are (c0 c1), (c2 c3) of the first block; a2, a3 the second's.
+    for (Value pair : ownFragmentPairs(b, op, tile, step))
+      regs.push_back(reg(pair));
     return regs;
   };
   // The registers of `count` matrices at [row, column] (this lane's
@@ -482,6 +501,183 @@ void lowerToMmaSync(WarpMmaOp op) {
   op.erase();
 }
 
+/// The wgmma matrix descriptor of a core-matrix tiled operand without
+/// swizzling (PTX ISA, "Matrix Descriptor Format"): bits 0-13 the start
+/// address, 16-29 the leading dimension byte offset (LBO), 32-45 the stride
+/// dimension byte offset (SBO), each encoded as (x & 0x3FFFF) >> 4; bits
+/// 62-63 the swizzle mode, 0 here. In the canonical layouts of no
+/// swizzling, K-major ((8, m), (T, 2k)) : ((1T, SBO), (1, LBO)) and
+/// MN-major ((T, 1, m), (8, k)) : ((1, T, SBO), (1T, LBO)), LBO is the
+/// stride between core matrices along K and SBO along M or N.
+Value wgmmaDescriptor(ImplicitLocOpBuilder &b, Value address,
+                      int64_t kGroupBytes, int64_t mnGroupBytes) {
+  auto i64 = [&](int64_t value) {
+    return arith::ConstantIntOp::create(b, b.getI64Type(), value).getResult();
+  };
+  auto encode = [&](int64_t bytes) { return (bytes & 0x3FFFF) >> 4; };
+  Value start = arith::ShRUIOp::create(
+      b, arith::AndIOp::create(b, address, i64(0x3FFFF)), i64(4));
+  int64_t strides = (encode(kGroupBytes) << 16) | (encode(mnGroupBytes) << 32);
+  return arith::OrIOp::create(b, start, i64(strides));
+}
+
+/// The warpgroup form of `op` on sm_90a: wgmma.mma_async .m64nNk16, one per
+/// 16 of k, on the 64 rows of the op's warpgroup, from the core-matrix tiled
+/// shared operands (descriptors) or, for lhs fragments, the lane's
+/// registers; then the lane's accumulator fragment is the wgmma's D
+/// fragment, whose per-warp layout is mma.m16n8k16's (d[4 b + 2 h + e] =
+/// acc[b, 2 h + e]). The group waits for its products before the lanes use
+/// them (commit, wait 0): the kernels' next steps read them at once.
+void lowerToWgmma(WarpMmaOp op) {
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  SimtEmitter e(b);
+  MLIRContext *context = b.getContext();
+  const int64_t n = op.getN(), k = op.getK();
+  const int64_t steps = k / WarpMmaOp::kReductionStep;
+  const int64_t accCount = n / 2;
+  Type element = op.getProductType();
+  const int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
+  const int64_t side = WarpMmaOp::kCoreMatrixSide;
+  const int64_t coreBytes = side * side * elementBytes;
+  auto i64 = [&](int64_t value) {
+    return arith::ConstantIntOp::create(b, b.getI64Type(), value).getResult();
+  };
+  auto toI64 = [&](Value index) {
+    return arith::IndexCastUIOp::create(b, b.getI64Type(), index).getResult();
+  };
+  auto baseAddress = [&](Value memref) {
+    return toI64(memref::ExtractAlignedPointerAsIndexOp::create(b, memref));
+  };
+  // The byte strides of a tiled operand's first two dimensions.
+  auto groupBytes = [&](Value memref, int64_t dim) {
+    auto type = cast<MemRefType>(memref.getType());
+    return dim == 0 ? type.getDimSize(1) * coreBytes : coreBytes;
+  };
+
+  // The warpgroup's first row: that of warp 0 of the group, whose warps
+  // have rows R + 16 w (the op's contract).
+  Value thread = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+  Value warpInGroup =
+      e.rem(e.div(thread, e.index(WarpMmaOp::kWarpLanes)),
+            e.index(WarpMmaOp::kWarpgroupWarps));
+  Value groupRow = e.sub(op.getRow(), e.mul(warpInGroup, e.index(16)));
+
+  // A: K-major, rows [R, R + 64) from core-matrix row R / 8.
+  Value lhsBase, lhsDescriptorBase;
+  if (!op.getLhsFragment()) {
+    Value lhs = op.getLhs();
+    lhsBase = e.add(baseAddress(lhs),
+                    e.mul(toI64(e.div(groupRow, e.index(side))),
+                          i64(groupBytes(lhs, 0))));
+  }
+  // B: K-major when transposed ([n / 8, k / 8, 8, 8]), else N-major
+  // ([k / 8, n / 8, 8, 8]).
+  Value rhs = op.getRhs();
+  const bool kMajorB = op.getRhsTransposed();
+  const int64_t rhsKGroup = groupBytes(rhs, kMajorB ? 1 : 0);
+  const int64_t rhsNGroup = groupBytes(rhs, kMajorB ? 0 : 1);
+  Value rhsBase = baseAddress(rhs);
+
+  // The accumulators, d0 .. d(n/2 - 1).
+  SmallVector<SmallVector<Value, 2>> accAt;
+  SmallVector<Value> acc;
+  for (int64_t i = 0; i < accCount; ++i) {
+    accAt.push_back({e.index(i / 4), e.index(i % 4)});
+    acc.push_back(op.getAccumulate() ? e.load(op.getAcc(), accAt.back())
+                                     : e.scalar(0.0));
+  }
+  auto structType = LLVM::LLVMStructType::getLiteral(
+      context, SmallVector<Type>(accCount, e.f32));
+  auto pack = [&](ArrayRef<Value> values) {
+    Value packed = LLVM::PoisonOp::create(b, structType);
+    for (auto [i, value] : llvm::enumerate(values))
+      packed = LLVM::InsertValueOp::create(b, packed, value, i);
+    return packed;
+  };
+  auto unpack = [&](Value packed) {
+    for (int64_t i = 0; i < accCount; ++i)
+      acc[i] = LLVM::ExtractValueOp::create(b, packed, i);
+  };
+  const bool bf16 = element.isBF16();
+  const char *ptxType = bf16 ? "bf16" : "f16";
+  auto wgmmaType = NVVM::WGMMATypesAttr::get(
+      context, bf16 ? NVVM::WGMMATypes::bf16 : NVVM::WGMMATypes::f16);
+
+  // A's registers of every step, made before the fence: wgmma may read
+  // only registers written before it (ptxas otherwise injects a warpgroup
+  // arrive before each product).
+  SmallVector<SmallVector<Value, 4>> fragmentA(steps);
+  if (op.getLhsFragment())
+    for (int64_t step = 0; step < steps; ++step)
+      for (Value pair : ownFragmentPairs(b, op, /*tile=*/0, step))
+        fragmentA[step].push_back(vector::ExtractOp::create(
+            b,
+            vector::BitCastOp::create(
+                b, VectorType::get({1}, b.getI32Type()), pair),
+            0));
+
+  NVVM::WgmmaFenceAlignedOp::create(b);
+  for (int64_t step = 0; step < steps; ++step) {
+    // 16 of k are two core matrices along K.
+    Value rhsDescriptor = wgmmaDescriptor(
+        b, e.add(rhsBase, i64(2 * step * rhsKGroup)), rhsKGroup, rhsNGroup);
+    if (!op.getLhsFragment()) {
+      const int64_t lhsKGroup = groupBytes(op.getLhs(), 1);
+      Value lhsDescriptor = wgmmaDescriptor(
+          b, e.add(lhsBase, i64(2 * step * lhsKGroup)), lhsKGroup,
+          groupBytes(op.getLhs(), 0));
+      // layout row (A) / col (B): K-major, no transpose.
+      Value result = NVVM::WgmmaMmaAsyncOp::create(
+          b, structType, pack(acc), lhsDescriptor, rhsDescriptor,
+          NVVM::MMAShapeAttr::get(context, 64, n, 16), wgmmaType, wgmmaType,
+          NVVM::WGMMATypesAttr::get(context, NVVM::WGMMATypes::f32),
+          NVVM::WGMMAScaleOutAttr::get(context, NVVM::WGMMAScaleOut::one),
+          NVVM::WGMMAScaleInAttr::get(context, NVVM::WGMMAScaleIn::one),
+          NVVM::WGMMAScaleInAttr::get(context, NVVM::WGMMAScaleIn::one),
+          NVVM::MMALayoutAttr::get(context, NVVM::MMALayout::row),
+          NVVM::MMALayoutAttr::get(context, kMajorB ? NVVM::MMALayout::col
+                                                    : NVVM::MMALayout::row),
+          NVVM::MMAIntOverflowAttr());
+      unpack(result);
+      continue;
+    }
+    // A from registers: nvvm.wgmma.mma_async takes descriptors only, so
+    // this form is written as PTX (FlashAttention-3 keeps P in registers
+    // for P V the same way).
+    SmallVector<Value> operands(acc);
+    llvm::append_range(operands, fragmentA[step]);
+    operands.push_back(rhsDescriptor);
+    std::string ptx, constraints;
+    llvm::raw_string_ostream text(ptx), constraintText(constraints);
+    text << "wgmma.mma_async.sync.aligned.m64n" << n << "k16.f32." << ptxType
+         << "." << ptxType << " {";
+    for (int64_t i = 0; i < accCount; ++i) {
+      text << (i ? ", " : "") << "$" << i;
+      constraintText << (i ? "," : "") << "=f";
+    }
+    // The accumulators in (tied to the outputs), A's 4 registers, B's
+    // descriptor; scale-d 1 (accumulate), A and B not negated, B
+    // transposed when N-major.
+    for (int64_t i = 0; i < accCount; ++i)
+      constraintText << "," << i;
+    constraintText << ",r,r,r,r,l";
+    text << "}, {$" << 2 * accCount << ", $" << 2 * accCount + 1 << ", $"
+         << 2 * accCount + 2 << ", $" << 2 * accCount + 3 << "}, $"
+         << 2 * accCount + 4 << ", 1, 1, 1, " << (kMajorB ? 0 : 1) << ";";
+    auto asmOp = LLVM::InlineAsmOp::create(
+        b, structType, operands, ptx, constraints, /*has_side_effects=*/true,
+        /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,
+        LLVM::AsmDialectAttr::get(context, LLVM::AsmDialect::AD_ATT),
+        ArrayAttr());
+    unpack(asmOp.getResult(0));
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(b);
+  NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+  for (int64_t i = 0; i < accCount; ++i)
+    e.store(acc[i], op.getAcc(), accAt[i]);
+  op.erase();
+}
+
 struct AttnWarpMmaToLoops final
     : mlir::attn::impl::AttnWarpMmaToLoopsBase<AttnWarpMmaToLoops> {
   void runOnOperation() override {
@@ -500,11 +696,22 @@ struct AttnWarpMmaToNvvm final
   using Base::Base;
 
   void runOnOperation() override {
-    // bf16 mma.sync and f16 m16n8k16 need sm_80.
+    // bf16 mma.sync and f16 m16n8k16 need sm_80; wgmma sm_90a (the
+    // architecture-specific features of sm_90, which no later chip has).
     const bool tensorCores = smVersionOf(chip) >= 80;
+    const bool warpgroupProducts = chip == "sm_90a";
     SmallVector<WarpMmaOp> ops;
     getOperation()->walk([&](WarpMmaOp op) { ops.push_back(op); });
     for (WarpMmaOp op : ops) {
+      if (op.getWarpgroup()) {
+        if (!warpgroupProducts) {
+          op.emitOpError() << "a warpgroup product (wgmma) needs sm_90a, not "
+                           << chip;
+          return signalPassFailure();
+        }
+        lowerToWgmma(op);
+        continue;
+      }
       Type element = op.getProductType();
       if (tensorCores && (element.isF16() || element.isBF16()))
         lowerToMmaSync(op);

@@ -76,15 +76,33 @@ LogicalResult IndexStatusOp::verify() {
 // WarpMmaOp
 //===----------------------------------------------------------------------===//
 
+/// The [rows, columns] tile a warp_mma operand holds: a row-major 2-D
+/// buffer's shape, or a core-matrix tiled buffer's [r / 8, c / 8, 8, 8].
+static std::pair<int64_t, int64_t> tileShape(MemRefType type) {
+  if (type.getRank() == 4)
+    return {type.getDimSize(0) * type.getDimSize(2),
+            type.getDimSize(1) * type.getDimSize(3)};
+  return {type.getDimSize(0), type.getDimSize(1)};
+}
+
 LogicalResult WarpMmaOp::verify() {
+  const bool warpgroup = getWarpgroup();
   auto check = [&](Value operand, StringRef name) -> LogicalResult {
     auto type = cast<MemRefType>(operand.getType());
-    if (type.getRank() != 2 || !type.hasStaticShape() ||
-        !type.getLayout().isIdentity())
+    if (!type.hasStaticShape() || !type.getLayout().isIdentity())
       return emitOpError() << "'" << name
-                           << "' must be a row-major 2-D memref of static "
-                              "shape, got "
+                           << "' must be a row-major memref of static shape, "
+                              "got "
                            << type;
+    const int64_t side = kCoreMatrixSide;
+    if (warpgroup && (type.getRank() != 4 || type.getDimSize(2) != side ||
+                      type.getDimSize(3) != side))
+      return emitOpError() << "'" << name
+                           << "' of a warpgroup product must be core-matrix "
+                              "tiled, [r / 8, c / 8, 8, 8], got "
+                           << type;
+    if (!warpgroup && type.getRank() != 2)
+      return emitOpError() << "'" << name << "' must be 2-D, got " << type;
     return success();
   };
   if ((!getLhsFragment() && failed(check(getLhs(), "lhs"))) ||
@@ -116,11 +134,25 @@ LogicalResult WarpMmaOp::verify() {
   if (n <= 0 || n % kFragmentColumns != 0)
     return emitOpError() << "n must be a positive multiple of "
                          << kFragmentColumns << ", got " << n;
+  if (warpgroup) {
+    if (element.isF32())
+      return emitOpError() << "a warpgroup product takes f16 or bf16 "
+                              "operands, got "
+                           << element;
+    if (!getAccFragment() || tiles != 1)
+      return emitOpError() << "a warpgroup product accumulates into the "
+                              "lane's fragment (acc_fragment) of one row "
+                              "tile";
+    if (n > kMaxWarpgroupColumns)
+      return emitOpError() << "a warpgroup product has at most "
+                           << kMaxWarpgroupColumns << " columns, got " << n;
+  }
   auto tooSmall = [&](StringRef name, MemRefType type, int64_t rows,
                       int64_t columns) {
-    return emitOpError() << "'" << name << "' [" << type.getDimSize(0) << ", "
-                         << type.getDimSize(1) << "] is smaller than the ["
-                         << rows << ", " << columns << "] it must hold";
+    auto [typeRows, typeColumns] = tileShape(type);
+    return emitOpError() << "'" << name << "' [" << typeRows << ", "
+                         << typeColumns << "] is smaller than the [" << rows
+                         << ", " << columns << "] it must hold";
   };
   if (getLhsFragment()) {
     // The warp's fragments [32, T k / 8, 4], or (on the GPU, outlined) the
@@ -136,7 +168,7 @@ LogicalResult WarpMmaOp::verify() {
                            << ", 4] (each lane's 4 elements per 8 of the " << k
                            << " columns, per row tile) or a lane's own ["
                            << blocks << ", 4], got " << lhs;
-  } else if (lhs.getDimSize(0) < rows || lhs.getDimSize(1) < k) {
+  } else if (tileShape(lhs).first < rows || tileShape(lhs).second < k) {
     return tooSmall("lhs", lhs, rows, k);
   }
   if (getAccFragment()) {
@@ -152,7 +184,7 @@ LogicalResult WarpMmaOp::verify() {
   }
   const int64_t rhsRows = getRhsTransposed() ? n : k;
   const int64_t rhsColumns = getRhsTransposed() ? k : n;
-  if (rhs.getDimSize(0) < rhsRows || rhs.getDimSize(1) < rhsColumns)
+  if (tileShape(rhs).first < rhsRows || tileShape(rhs).second < rhsColumns)
     return tooSmall(getRhsTransposed() ? "rhs (transposed, [n, k])"
                                        : "rhs ([k, n])",
                     rhs, rhsRows, rhsColumns);

@@ -147,6 +147,24 @@ def AttnKernel_WarpMmaOp : AttnKernel_Op<"warp_mma"> {
     are f32, rounded to `rhs`'s element type for the tensor cores (exact for
     values rounded so before).
 
+    With `warpgroup`, the four warps of an aligned warpgroup (threads 128 g
+    to 128 g + 127 of the block) run the op together, warp w of the group
+    with `row` = R + 16 w for one R, so that on sm_90a the tensor cores
+    compute the group's 64 rows [R, R + 64) as one warpgroup product
+    (`wgmma.mma_async`, FlashAttention-3's instruction), reading its shared
+    operands where they are instead of loading fragments into registers
+    first. Each lane still computes exactly its elements above, so the CPU
+    lowering is unchanged. The shared operands are then *core-matrix
+    tiled*: a buffer [r / 8, c / 8, 8, 8] holds the [r, c] tile with
+    element (i, j) at [i / 8, j / 8, i % 8, j % 8], so that each 8 x 8 core
+    matrix is 128 contiguous bytes, the layout wgmma's descriptors name
+    without swizzling (PTX ISA, "Shared Memory Matrix Layout"): rhs's K is
+    then K-major when `rhs_transposed` (a k tile [keys, d]) and N-major
+    otherwise (a v tile [keys, d] read as [k, n]). `acc` must be a fragment
+    (`acc_fragment`) and `row_tiles` 1; lhs is a tiled buffer or the warp's
+    fragments (wgmma takes A from registers with the same per-warp layout as
+    mma.m16n8k16); f16 or bf16; `n` at most 256.
+
     `lhs` and `rhs` have the same element type (f16, bf16 or f32; f32
     fragments with `lhs_fragment`), `acc` is f32; `k` is a multiple of 16
     and `n` of 8.
@@ -172,7 +190,8 @@ def AttnKernel_WarpMmaOp : AttnKernel_Op<"warp_mma"> {
                        Index:$row, Index:$lane, I64Attr:$n, I64Attr:$k,
                        UnitAttr:$rhs_transposed, UnitAttr:$accumulate,
                        UnitAttr:$acc_fragment, UnitAttr:$lhs_fragment,
-                       DefaultValuedAttr<I64Attr, "1">:$row_tiles);
+                       DefaultValuedAttr<I64Attr, "1">:$row_tiles,
+                       UnitAttr:$warpgroup);
   let assemblyFormat = [{
     $lhs `,` $rhs `,` $acc `rows` `(` $row `)` `lane` `(` $lane `)`
     `n` `(` $n `)` `k` `(` $k `)` attr-dict
@@ -186,6 +205,10 @@ def AttnKernel_WarpMmaOp : AttnKernel_Op<"warp_mma"> {
     static constexpr int64_t kFragmentColumns = 8, kReductionStep = 16;
     /// The lanes of a warp.
     static constexpr int64_t kWarpLanes = 32;
+    /// The warps of a warpgroup, and the widest wgmma product.
+    static constexpr int64_t kWarpgroupWarps = 4, kMaxWarpgroupColumns = 256;
+    /// The side of a core matrix of a tiled shared operand.
+    static constexpr int64_t kCoreMatrixSide = 8;
     /// The element type of the products: lhs's, or rhs's when lhs is a
     /// fragment (f32 values rounded to it for the tensor cores).
     Type getProductType() {
@@ -237,7 +260,15 @@ def AttnKernel_AsyncWaitOp : AttnKernel_Op<"async_wait"> {
   let description = [{
     After it, the data of every `attn_kernel.async_copy` the thread issued before
     is in the target buffers (see that op).
+
+    With `async_proxy`, the thread's writes to shared memory before it (its
+    copies and its plain stores) are also made visible to the tensor cores'
+    warpgroup products (`attn_kernel.warp_mma {warpgroup}`) that run after a
+    barrier that follows it: wgmma reads shared memory through the async
+    proxy, which on the GPU takes `fence.proxy.async.shared::cta` after the
+    writes.
   }];
+  let arguments = (ins UnitAttr:$async_proxy);
   let assemblyFormat = "attr-dict";
 }
 

@@ -53,3 +53,25 @@ func.func @stage(%k: memref<?x128xbf16>,
   attn_kernel.async_wait
   return
 }
+
+// -----
+
+// A wait for warpgroup products: after the copies complete, the thread's
+// shared writes are made visible to the async proxy that wgmma reads
+// through. sm_75 and the CPU have no wgmma: nothing is left.
+// CPASYNC-LABEL: func.func @stage_for_wgmma
+// CPASYNC:         nvvm.cp.async.commit.group
+// CPASYNC-NEXT:    nvvm.cp.async.wait.group 0
+// CPASYNC-NEXT:    nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
+// COPY-LABEL: func.func @stage_for_wgmma
+// COPY-NOT:     fence
+// COPY-NOT:     async_wait
+// COPY:         return
+func.func @stage_for_wgmma(%k: memref<?x128xbf16>,
+                           %ks: memref<8x16x8x8xbf16, #gpu.address_space<workgroup>>,
+                           %i: index, %j: index, %valid: i1) {
+  attn_kernel.async_copy %k[%i, %j], %ks[%j, %j, %j, %j] if(%valid) elements(8)
+      : memref<?x128xbf16>, memref<8x16x8x8xbf16, #gpu.address_space<workgroup>>
+  attn_kernel.async_wait {async_proxy}
+  return
+}

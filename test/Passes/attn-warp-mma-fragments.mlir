@@ -19,14 +19,14 @@
 // MMA-NEXT:    %[[X1:.+]] = memref.load %[[P]][%c0, %c1] : memref<4x4xf32>
 // MMA-NEXT:    %[[Y1:.+]] = arith.truncf %[[X1]] : f32 to bf16
 // MMA-NEXT:    %[[PAIR0:.+]] = vector.from_elements %[[Y0]], %[[Y1]] : vector<2xbf16>
-// MMA-NEXT:    %[[WORD0:.+]] = vector.bitcast %[[PAIR0]] : vector<2xbf16> to vector<1xi32>
-// MMA-NEXT:    %[[A0:.+]] = vector.extract %[[WORD0]][0] : i32 from vector<1xi32>
 // MMA:         memref.load %[[P]][%c0, %c2]
 // MMA:         memref.load %[[P]][%c0, %c3]
 // MMA:         memref.load %[[P]][%c1, %c0]
 // MMA:         memref.load %[[P]][%c1, %c1]
 // MMA:         memref.load %[[P]][%c1, %c2]
 // MMA:         memref.load %[[P]][%c1, %c3]
+// MMA:         %[[WORD0:.+]] = vector.bitcast %[[PAIR0]] : vector<2xbf16> to vector<1xi32>
+// MMA-NEXT:    %[[A0:.+]] = vector.extract %[[WORD0]][0] : i32 from vector<1xi32>
 // MMA:         %[[D0:.+]] = nvvm.mma.sync A[%[[A0]], %{{.+}}, %{{.+}}, %{{.+}}]
 // The second step: blocks 2 and 3.
 // MMA:         memref.load %[[P]][%c2, %c0]

@@ -61,14 +61,13 @@ std::string modelJson(const AttentionCase &c) {
   return json.str();
 }
 
-class SoftmaxAttention
-    : public testing::TestWithParam<std::tuple<AttentionCase, Backend>> {};
-
-TEST_P(SoftmaxAttention, MatchesReference) {
-  const auto &[c, backend] = GetParam();
+/// Runs case `c` on `backend` compiled with `options` and compares with
+/// the float64 reference.
+void checkAttention(const AttentionCase &c, Backend backend,
+                    const mlir::attn::CompileOptions &options = {}) {
   std::string skip;
   std::unique_ptr<Model> model =
-      compileAndLoadFor(backend, modelJson(c), c.threads, skip);
+      compileAndLoadFor(backend, modelJson(c), c.threads, skip, options);
   if (!skip.empty())
     GTEST_SKIP() << skip;
   ASSERT_TRUE(model);
@@ -112,9 +111,30 @@ TEST_P(SoftmaxAttention, MatchesReference) {
   double error = ref::maxRelativeError(actual, expected.output);
   char text[32];
   std::snprintf(text, sizeof(text), "%.3e", error);
-  RecordProperty("max_relative_error", text);
+  testing::Test::RecordProperty("max_relative_error", text);
   EXPECT_LE(error,
             c.tolerance + (dtype == ATTN_F32 ? 0.0 : unitInLastPlace(dtype)));
+}
+
+class SoftmaxAttention
+    : public testing::TestWithParam<std::tuple<AttentionCase, Backend>> {};
+
+TEST_P(SoftmaxAttention, MatchesReference) {
+  const auto &[c, backend] = GetParam();
+  checkAttention(c, backend);
+}
+
+/// The CUDA prefill kernels with warpgroup products (wgmma on sm_90a,
+/// CompileOptions::cudaFlashWarpgroupMma): core-matrix tiled q, k and v,
+/// P in registers as wgmma's A.
+class SoftmaxAttentionWarpgroups
+    : public testing::TestWithParam<std::tuple<AttentionCase, Backend>> {};
+
+TEST_P(SoftmaxAttentionWarpgroups, MatchesReference) {
+  const auto &[c, backend] = GetParam();
+  mlir::attn::CompileOptions options;
+  options.cudaFlashWarpgroupMma = true;
+  checkAttention(c, backend, options);
 }
 
 std::vector<AttentionCase> cases() {
@@ -407,6 +427,12 @@ std::vector<AttentionCase> cases() {
   return all;
 }
 
+std::string caseName(
+    const testing::TestParamInfo<std::tuple<AttentionCase, Backend>> &info) {
+  return std::get<0>(info.param).label + "_" +
+         backendName(std::get<1>(info.param));
+}
+
 // Every case on every backend: the CPU kernels, the CUDA kernels' bodies
 // run on the CPU (always), the CUDA kernels on a GPU (skipped without one).
 INSTANTIATE_TEST_SUITE_P(
@@ -414,9 +440,32 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Combine(testing::ValuesIn(cases()),
                      testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
                                      Backend::Cuda)),
-    [](const testing::TestParamInfo<std::tuple<AttentionCase, Backend>> &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+    caseName);
+
+/// The f16 and bf16 cases (the warpgroup products' dtypes), and odd head
+/// dims (36 -> 48 in the products, value dims 20 -> 24: rows of k and v
+/// that are no whole 16-byte pieces, staged an element at a time) and a
+/// value dim of 64 beside a head dim of 128, in bf16.
+std::vector<AttentionCase> warpgroupCases() {
+  std::vector<AttentionCase> all;
+  for (AttentionCase c : cases()) {
+    if (c.dtype != "f32") {
+      all.push_back(c);
+    } else if (c.label == "odd_dims" || c.label == "custom_scale" ||
+               c.label == "window_gqa8_softcap") {
+      c.label += "_bf16";
+      c.dtype = "bf16";
+      all.push_back(c);
+    }
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(EndToEnd, SoftmaxAttentionWarpgroups,
+                         testing::Combine(testing::ValuesIn(warpgroupCases()),
+                                          testing::Values(
+                                              Backend::CudaKernelsOnCpu,
+                                              Backend::Cuda)),
+                         caseName);
 
 } // namespace

@@ -91,6 +91,11 @@ cl::opt<int64_t> recurrentMaxSteps(
              "step by step, longer ones in the chunked form (default 1: "
              "decode steps only)"),
     cl::init(1), cl::cat(attncOptions));
+cl::opt<bool> cudaWarpgroupMma(
+    "cuda-wgmma",
+    cl::desc("CUDA prefill of f16/bf16 on sm_90a's warpgroup tensor-core "
+             "instructions (wgmma) instead of mma.sync (not yet timed)"),
+    cl::init(false), cl::cat(attncOptions));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "attnc") << message << "\n";
@@ -186,6 +191,7 @@ int main(int argc, char **argv) {
                 llvm::Twine(recurrentMaxSteps.getValue()));
   attn::CompileOptions options;
   options.recurrentMaxSteps = recurrentMaxSteps;
+  options.cudaFlashWarpgroupMma = cudaWarpgroupMma;
   options.targets = target == "cpu"    ? attn::TargetSet::Cpu
                     : target == "cuda" ? attn::TargetSet::Cuda
                                        : attn::TargetSet::All;

@@ -125,6 +125,11 @@ private:
   /// in flight at once (attn_kernel.async_copy: cp.async on the GPU; they
   /// are complete after the thread's next attn_kernel.async_wait); else an
   /// element a load.
+  /// Waits for the thread's staging copies (and with warpgroup products
+  /// makes its shared writes visible to them).
+  void waitForCopies() {
+    AsyncWaitOp::create(b, loc).setAsyncProxy(flash.warpgroupMma);
+  }
   void
   stageRows(Value thread, int64_t count, Value from, Value to, int64_t dim,
             int64_t padded,
@@ -251,7 +256,7 @@ func::FuncOp SimtFlashKernel::build() {
     // small tree's prefix spill 16 bytes.)
     e.eachThread([&](Value thread) {
       stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(c0));
-      AsyncWaitOp::create(b, loc);
+      waitForCopies();
     });
     e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
       Value firstKey = tileFirstKey(keyTileIndex);
@@ -518,9 +523,17 @@ void SimtFlashKernel::allocateBuffers() {
   // Zero padding (rows past the tile's, keys past the range, features past
   // D and Dv) keeps the products exact; padded keys are masked, padded rows
   // and features never stored.
-  qs = e.shared({TQ, flash.headStride()}, storage);
-  ks = e.shared({TK, flash.headStride()}, storage);
-  vs = e.shared({TK, flash.valueStride()}, storage);
+  // With warpgroup products the tiles are core-matrix tiled (see
+  // attn_kernel.warp_mma {warpgroup}).
+  auto tile = [&](int64_t rows, int64_t columns) {
+    const int64_t side = WarpMmaOp::kCoreMatrixSide;
+    if (flash.warpgroupMma)
+      return e.shared({rows / side, columns / side, side, side}, storage);
+    return e.shared({rows, columns}, storage);
+  };
+  qs = tile(TQ, flash.headStride());
+  ks = tile(TK, flash.headStride());
+  vs = tile(TK, flash.valueStride());
   // The 4 lanes that hold a row (those of one lane / 4) exchange their parts
   // of its max and sum here: quad[row, lane % 4].
   quad = e.shared({TQ, SimtFlashTiling::kLanesPerRow});
@@ -617,10 +630,11 @@ void SimtFlashKernel::stageRows(
     auto [at, isRow] = rowAt(j);
     at.push_back(d);
     Value valid = padded <= dim ? isRow : both(isRow, lt(d, e.index(dim)));
+    SmallVector<Value, 4> target = tileElement(e, to, j, d);
     if (pieces)
-      AsyncCopyOp::create(b, loc, from, at, to, ValueRange{j, d}, valid, lanes);
+      AsyncCopyOp::create(b, loc, from, at, to, target, valid, lanes);
     else
-      e.store(e.loadOrZero(valid, from, at), to, {j, d});
+      e.store(e.loadOrZero(valid, from, at), to, target);
   };
   // The usual case (whole pieces, the threads a multiple of a row's and
   // the copies of the threads): a thread's column is the same in every
@@ -788,6 +802,7 @@ void SimtFlashKernel::scoreKeyTile(Value firstKey) {
         scoresOp.setRhsTransposed(true);
         scoresOp.setAccFragment(true);
         scoresOp.setRowTiles(RT);
+        scoresOp.setWarpgroup(flash.warpgroupMma);
         MmaFragmentLayout layout(e, warpRow, lane);
         SmallVector<LaneRow> laneRows = laneRowsOf(warpRow, lane);
         // The scores of the lane's elements and its parts of its rows'
@@ -904,7 +919,7 @@ void SimtFlashKernel::updateSoftmax(Value keyTileIndex) {
             e.store(e.fmul(e.load(o, at), rescale), o, at);
           }
     });
-    AsyncWaitOp::create(b, loc); // this tile's v
+    waitForCopies(); // this tile's v
   });
 }
 
@@ -920,7 +935,8 @@ void SimtFlashKernel::accumulateValues(Value nextTile) {
     outputOp.setAccFragment(true);
     outputOp.setLhsFragment(true);
     outputOp.setRowTiles(RT);
-    AsyncWaitOp::create(b, loc); // the next tile's k
+    outputOp.setWarpgroup(flash.warpgroupMma);
+    waitForCopies(); // the next tile's k
   });
 }
 

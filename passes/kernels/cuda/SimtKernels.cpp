@@ -318,12 +318,25 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
   const bool tensorCores = storage.isF16() || storage.isBF16();
   if (!tensorCores || roundUp(shape.valueDim, 8) > 128)
     maxRowTiles = 1;
+  // wgmma: one warpgroup of 4 warps of 16 rows; value dims of at most 256
+  // (the widest product).
+  const bool warpgroups = tiling.flashWarpgroupMma && tensorCores &&
+                          maxWarps >= WarpMmaOp::kWarpgroupWarps &&
+                          roundUp(shape.valueDim, 8) <=
+                              WarpMmaOp::kMaxWarpgroupColumns;
+  if (warpgroups)
+    maxRowTiles = 1;
+  auto fits = [&](SimtFlashTiling flash, int64_t budget) {
+    flash.warpgroupMma =
+        warpgroups && flash.warps == WarpMmaOp::kWarpgroupWarps;
+    return flash.sharedBytes() <= budget ? std::optional(flash) : std::nullopt;
+  };
   for (int64_t budget : {tiling.maxSharedBytes / 2, tiling.maxSharedBytes})
     for (int64_t rowTiles = maxRowTiles; rowTiles >= 1; rowTiles /= 2)
       for (int64_t warps = maxWarps; warps >= 1; warps /= 2)
         for (int64_t keyTile : keyTiles(rowTiles))
-          if (make(rowTiles, warps, keyTile).sharedBytes() <= budget)
-            return make(rowTiles, warps, keyTile);
+          if (auto flash = fits(make(rowTiles, warps, keyTile), budget))
+            return *flash;
   return make(1, 1, 16);
 }
 
@@ -335,7 +348,10 @@ SimtFlashTiling::chooseForDecode(const SoftmaxAttentionShape &shape,
   int64_t warps = 1;
   while (warps < 4 && warps * WarpMmaOp::kRows < rows)
     warps *= 2;
-  SimtFlashTiling flash = choose(shape, storage, tiling, warps);
+  // Decode waits on memory: mma.sync's warps of 16 rows, not wgmma.
+  GpuTiling decodeTiling = tiling;
+  decodeTiling.flashWarpgroupMma = false;
+  SimtFlashTiling flash = choose(shape, storage, decodeTiling, warps);
   // Above 128 value channels the output fragment alone takes 128 registers
   // or more: 32-key tiles (16 score registers, not 32) keep decode with
   // D = 256 from spilling, at no cost to a kernel that waits on memory.

@@ -65,6 +65,10 @@ struct GpuTiling {
   /// bf16 D = 128 prefill ran 5-8% faster with 16 rows per warp than with
   /// 32, whose 246 registers leave room for 2 blocks per SM, not 3.
   int64_t flashRowTiles = 1;
+  /// Prefill flash kernels of f16/bf16 take their products on the
+  /// warpgroup tensor-core instructions of sm_90a (wgmma): 4 warps of 16
+  /// rows as one warpgroup of 64 (SimtFlashTiling::warpgroupMma).
+  bool flashWarpgroupMma = false;
 
   DictionaryAttr toAttr(MLIRContext *context) const;
 };
@@ -202,6 +206,19 @@ struct MmaFragmentLayout {
   }
 };
 
+/// Where element (row, column) of a shared tile lies in `buffer`: at [row,
+/// column] of a row-major 2-D buffer, or at [row / 8, column / 8, row % 8,
+/// column % 8] of a core-matrix tiled one (attn_kernel.warp_mma
+/// {warpgroup}: each 8 x 8 core matrix 128 contiguous bytes for wgmma).
+inline SmallVector<Value, 4> tileElement(SimtEmitter &e, Value buffer,
+                                         Value row, Value column) {
+  if (cast<MemRefType>(buffer.getType()).getRank() == 2)
+    return {row, column};
+  Value side = e.index(8);
+  return {e.div(row, side), e.div(column, side), e.rem(row, side),
+          e.rem(column, side)};
+}
+
 /// A CUDA kernel `name` with `bindingTypes` and the launch of `tiling`;
 /// `kind` names what it computes (attn.kernel_kind).
 inline func::FuncOp createSimtKernel(OpBuilder &builder, Location loc,
@@ -295,6 +312,10 @@ struct SimtFlashTiling {
   int64_t paddedHeadDim = 0, paddedValueDim = 0;
   /// Bytes of one stored element of q, k, v.
   int64_t elementBytes = 4;
+  /// The 4 warps are one warpgroup whose products are wgmma's
+  /// (attn_kernel.warp_mma {warpgroup}), the q, k and v tiles core-matrix
+  /// tiled in shared memory.
+  bool warpgroupMma = false;
 
   int64_t queryTile() const { return 16 * rowTiles * warps; }
   int64_t threads() const { return 32 * warps; }
@@ -306,9 +327,14 @@ struct SimtFlashTiling {
   // more than they hold. Rows stay whole 16-byte pieces (ldmatrix reads
   // them), and start 4 banks apart, so the 8 rows of an 8 x 8 matrix
   // (ldmatrix, or an mma fragment read a pair at a time) spread over the 32
-  // banks of shared memory.
-  int64_t headStride() const { return paddedHeadDim + 16 / elementBytes; }
-  int64_t valueStride() const { return paddedValueDim + 16 / elementBytes; }
+  // banks of shared memory. Core-matrix tiles need no padding: a core
+  // matrix is 128 contiguous bytes, all 32 banks.
+  int64_t headStride() const {
+    return paddedHeadDim + (warpgroupMma ? 0 : 16 / elementBytes);
+  }
+  int64_t valueStride() const {
+    return paddedValueDim + (warpgroupMma ? 0 : 16 / elementBytes);
+  }
 
   /// The shared memory of a block (as SimtLaunch counts it).
   int64_t sharedBytes() const;

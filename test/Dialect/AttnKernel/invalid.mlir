@@ -39,7 +39,7 @@ func.func @dispatch_workgroup_type(%b: memref<?xf32>, %n: index) {
 // -----
 
 func.func @warp_mma_dynamic(%a: memref<?x16xbf16>, %b: memref<8x16xbf16>, %c: memref<16x8xf32>, %i: index) {
-  // expected-error @+1 {{'attn_kernel.warp_mma' op 'lhs' must be a row-major 2-D memref of static shape, got 'memref<?x16xbf16>'}}
+  // expected-error @+1 {{'attn_kernel.warp_mma' op 'lhs' must be a row-major memref of static shape, got 'memref<?x16xbf16>'}}
   attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed} : memref<?x16xbf16>, memref<8x16xbf16>, memref<16x8xf32>
   return
 }
@@ -214,5 +214,54 @@ func.func @warp_mma_row_tiles_lhs(%a: memref<16x16xbf16>, %b: memref<16x16xbf16>
 func.func @warp_mma_row_tiles_zero(%a: memref<16x16xbf16>, %b: memref<16x16xbf16>, %c: memref<16x16xf32>, %i: index) {
   // expected-error @+1 {{row_tiles must be positive, got 0}}
   attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {rhs_transposed, row_tiles = 0 : i64} : memref<16x16xbf16>, memref<16x16xbf16>, memref<16x16xf32>
+  return
+}
+
+// -----
+
+func.func @warp_mma_3d(%a: memref<2x8x16xbf16>, %b: memref<8x16xbf16>, %c: memref<16x8xf32>, %i: index) {
+  // expected-error @+1 {{'lhs' must be 2-D, got 'memref<2x8x16xbf16>'}}
+  attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed} : memref<2x8x16xbf16>, memref<8x16xbf16>, memref<16x8xf32>
+  return
+}
+
+// -----
+
+// A warpgroup product's shared operands are core-matrix tiled.
+func.func @warpgroup_untiled(%a: memref<64x16xbf16>, %b: memref<1x2x8x8xbf16>, %c: memref<1x4xf32>, %i: index) {
+  // expected-error @+1 {{'lhs' of a warpgroup product must be core-matrix tiled, [r / 8, c / 8, 8, 8], got 'memref<64x16xbf16>'}}
+  attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed, acc_fragment, warpgroup} : memref<64x16xbf16>, memref<1x2x8x8xbf16>, memref<1x4xf32>
+  return
+}
+
+// -----
+
+func.func @warpgroup_f32(%a: memref<8x2x8x8xf32>, %b: memref<1x2x8x8xf32>, %c: memref<1x4xf32>, %i: index) {
+  // expected-error @+1 {{a warpgroup product takes f16 or bf16 operands, got 'f32'}}
+  attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed, acc_fragment, warpgroup} : memref<8x2x8x8xf32>, memref<1x2x8x8xf32>, memref<1x4xf32>
+  return
+}
+
+// -----
+
+func.func @warpgroup_shared_acc(%a: memref<8x2x8x8xbf16>, %b: memref<1x2x8x8xbf16>, %c: memref<1x1x8x8xf32>, %i: index) {
+  // expected-error @+1 {{a warpgroup product accumulates into the lane's fragment (acc_fragment) of one row tile}}
+  attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed, warpgroup} : memref<8x2x8x8xbf16>, memref<1x2x8x8xbf16>, memref<1x1x8x8xf32>
+  return
+}
+
+// -----
+
+func.func @warpgroup_wide(%a: memref<8x2x8x8xbf16>, %b: memref<33x2x8x8xbf16>, %c: memref<33x4xf32>, %i: index) {
+  // expected-error @+1 {{a warpgroup product has at most 256 columns, got 264}}
+  attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(264) k(16) {rhs_transposed, acc_fragment, warpgroup} : memref<8x2x8x8xbf16>, memref<33x2x8x8xbf16>, memref<33x4xf32>
+  return
+}
+
+// -----
+
+func.func @warpgroup_small_rhs(%a: memref<8x2x8x8xbf16>, %b: memref<2x1x8x8xbf16>, %c: memref<2x4xf32>, %i: index) {
+  // expected-error @+1 {{'rhs ([k, n])' [16, 8] is smaller than the [16, 16] it must hold}}
+  attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {acc_fragment, warpgroup} : memref<8x2x8x8xbf16>, memref<2x1x8x8xbf16>, memref<2x4xf32>
   return
 }
