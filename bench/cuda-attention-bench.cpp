@@ -8,6 +8,7 @@
 //  * prefill, bf16, dense and causal, in TFLOP/s of visible work (4 D per
 //    visible (query, key) pair), as FlashAttention-3 reports it: D = 64,
 //    128 and 256 with H = 2048 / D, L = 4K, 8K and 16K with B = 16K / L;
+//    with the products on mma.sync and, for sm_90a, on wgmma;
 //  * decode, B=1, H=32, Hkv=8, D=128, bf16, Lq=1, Lk=4K..32K, in GB/s of K
 //    and V read; the same over a paged cache (pages of 16 scattered, SPEC
 //    §8) against the contiguous time;
@@ -91,8 +92,10 @@ struct Options {
 /// CUDA kernels compiled for this CPU); null with the reason printed when
 /// there is no toolkit, driver or GPU.
 std::unique_ptr<attn::Model> load(const Options &options,
-                                  const std::string &json) {
+                                  const std::string &json,
+                                  bool warpgroupMma = false) {
   mlir::attn::CompileOptions compile;
+  compile.cudaFlashWarpgroupMma = warpgroupMma;
   if (options.checkOnCpu) {
     compile.cpuRunsCudaKernels = true;
   } else {
@@ -223,10 +226,10 @@ bool variantsTable(const Options &options, int64_t batch, int64_t length) {
 bool pagedDecodeTable(const Options &options, attn::Model &contiguous,
                       const std::vector<int64_t> &keyLengths) {
   const int heads = 32, kvHeads = 8, dim = 128, pageSize = 16;
-  std::unique_ptr<attn::Model> model = load(
-      options, layerJson(heads, kvHeads, dim, "causal",
-                         R"(, "layout": {"page_size": )" +
-                             std::to_string(pageSize) + "}"));
+  std::unique_ptr<attn::Model> model =
+      load(options, layerJson(heads, kvHeads, dim, "causal",
+                              R"(, "layout": {"page_size": )" +
+                                  std::to_string(pageSize) + "}"));
   if (!model)
     return false;
   std::printf("\n| paged decode (pages of 16, scattered) | Lk | ms | GB/s of K "
@@ -251,8 +254,8 @@ bool pagedDecodeTable(const Options &options, attn::Model &contiguous,
     // Key j of kv head h: slot j % 16 of page table[j / 16].
     for (int64_t h = 0; h < kvHeads; ++h)
       for (int64_t j = 0; j < keys; ++j) {
-        int64_t slot = (order[j / pageSize] * pageSize + j % pageSize) *
-                           kvHeads + h;
+        int64_t slot =
+            (order[j / pageSize] * pageSize + j % pageSize) * kvHeads + h;
         for (int64_t d = 0; d < dim; ++d) {
           kCache.bits16()[slot * dim + d] =
               inputs[1].bits16()[(h * keys + j) * dim + d];
@@ -436,9 +439,9 @@ bool recurrenceTable(const Options &options,
     if (ms < 0)
       return false;
     // q, k (16 heads) and v, o (32 heads) in bf16, g and beta, S in and out.
-    double bytes = batch * (2.0 * length * dim * (2 * kHeads + 2 * vHeads) +
-                            2.0 * 2 * vHeads * length +
-                            2.0 * 4 * vHeads * dim * dim);
+    double bytes =
+        batch * (2.0 * length * dim * (2 * kHeads + 2 * vHeads) +
+                 2.0 * 2 * vHeads * length + 2.0 * 4 * vHeads * dim * dim);
     std::printf("| gated delta, bf16 | %lld | %lld | %.4f | %.2f | %.1f |\n",
                 static_cast<long long>(batch), static_cast<long long>(length),
                 ms, batch * length / ms / 1e3, bytes / ms / 1e6);
@@ -463,34 +466,43 @@ int main(int argc, char **argv) {
                                  : options.quick
                                      ? std::vector<int64_t>{4096}
                                      : std::vector<int64_t>{4096, 8192, 16384};
-  std::vector<int> dims = options.quick ? std::vector<int>{128}
-                                        : std::vector<int>{64, 128, 256};
-  std::printf("| prefill | B | H | L | D | ms | TFLOP/s |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::vector<int> dims =
+      options.quick ? std::vector<int>{128} : std::vector<int>{64, 128, 256};
+  // The products on mma.sync (the default) and, on sm_90a (or checked on
+  // the CPU), on wgmma (CompileOptions::cudaFlashWarpgroupMma), side by
+  // side.
+  std::vector<bool> warpgroupChoices{false};
+  if (options.sm == "sm_90a")
+    warpgroupChoices.push_back(true);
+  std::printf("| prefill | products | B | H | L | D | ms | TFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
   for (int dim : dims)
-    for (const char *mask : {"none", "causal"}) {
-      const int width = 2048, heads = width / dim;
-      std::unique_ptr<attn::Model> model =
-          load(options, layerJson(heads, heads, dim, mask));
-      if (!model)
-        return 1;
-      for (int64_t length : lengths) {
-        const int64_t batch = std::max<int64_t>(1, tokens / length);
-        double ms = deviceMs(
-            *model, randomInputs(batch, heads, heads, length, length, dim),
-            options.repeat);
-        if (ms < 0)
+    for (const char *mask : {"none", "causal"})
+      for (bool warpgroupMma : warpgroupChoices) {
+        const int width = 2048, heads = width / dim;
+        std::unique_ptr<attn::Model> model =
+            load(options, layerJson(heads, heads, dim, mask), warpgroupMma);
+        if (!model)
           return 1;
-        double pairs = std::string(mask) == "causal"
-                           ? length * (length + 1) / 2.0
-                           : static_cast<double>(length) * length;
-        double flops = 4.0 * dim * pairs * batch * heads;
-        std::printf("| %s | %lld | %d | %lld | %d | %.3f | %.1f |\n",
-                    mask[0] == 'n' ? "dense" : "causal",
-                    static_cast<long long>(batch), heads,
-                    static_cast<long long>(length), dim, ms, flops / ms / 1e9);
+        for (int64_t length : lengths) {
+          const int64_t batch = std::max<int64_t>(1, tokens / length);
+          double ms = deviceMs(
+              *model, randomInputs(batch, heads, heads, length, length, dim),
+              options.repeat);
+          if (ms < 0)
+            return 1;
+          double pairs = std::string(mask) == "causal"
+                             ? length * (length + 1) / 2.0
+                             : static_cast<double>(length) * length;
+          double flops = 4.0 * dim * pairs * batch * heads;
+          std::printf("| %s | %s | %lld | %d | %lld | %d | %.3f | %.1f |\n",
+                      mask[0] == 'n' ? "dense" : "causal",
+                      warpgroupMma ? "wgmma" : "mma.sync",
+                      static_cast<long long>(batch), heads,
+                      static_cast<long long>(length), dim, ms,
+                      flops / ms / 1e9);
+        }
       }
-    }
 
   const int heads = 32, dim = 128;
   const int64_t batch = small ? 1 : 4;
@@ -529,13 +541,10 @@ int main(int argc, char **argv) {
   // FLA's chunk_gated_delta_rule is measured at the same sizes by
   // bench/fla-baseline.py.
   std::vector<Sequences> sequences =
-      small           ? std::vector<Sequences>{{1, 200}, {2, 70}, {3, 1}}
-      : options.quick ? std::vector<Sequences>{{1, 4096}, {32, 1}}
-                      : std::vector<Sequences>{{1, 4096},
-                                               {1, 16384},
-                                               {1, 65536},
-                                               {8, 4096},
-                                               {1, 1},
-                                               {32, 1}};
+      small ? std::vector<Sequences>{{1, 200}, {2, 70}, {3, 1}}
+      : options.quick
+          ? std::vector<Sequences>{{1, 4096}, {32, 1}}
+          : std::vector<Sequences>{{1, 4096}, {1, 16384}, {1, 65536},
+                                   {8, 4096}, {1, 1},     {32, 1}};
   return recurrenceTable(options, sequences) ? 0 : 1;
 }

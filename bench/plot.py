@@ -212,10 +212,13 @@ def gpu(logs, out):
                                   for r in rows if int(r["D"]) == dim and
                                   r["prefill"] == mask and name(r) and
                                   number(r["TFLOP/s"]) is not None)
-                line = series(ours, lambda r: True)
-                if line:
-                    ax.plot(*zip(*line), style, marker="o", color="C0",
-                            label=f"attn, {mask}")
+                # Logs before the products column hold mma.sync alone.
+                for products, color in (("mma.sync", "C0"), ("wgmma", "C5")):
+                    line = series(ours, lambda r: r.get(
+                        "products", "mma.sync") == products)
+                    if line:
+                        ax.plot(*zip(*line), style, marker="o", color=color,
+                                label=f"attn ({products}), {mask}")
                 for i, impl in enumerate(dict.fromkeys(
                         r["implementation"] for r in anchors)):
                     line = series(anchors,
