@@ -8,7 +8,8 @@
 //  * prefill, bf16, dense and causal, in TFLOP/s of visible work (4 D per
 //    visible (query, key) pair), as FlashAttention-3 reports it: D = 64,
 //    128 and 256 with H = 2048 / D, L = 4K, 8K and 16K with B = 16K / L;
-//    with the products on mma.sync and, for sm_90a, on wgmma;
+//    with the products on mma.sync and, for sm_90a, on wgmma (one and
+//    two warpgroups per block);
 //  * decode, B=1, H=32, Hkv=8, D=128, bf16, Lq=1, Lk=4K..32K, in GB/s of K
 //    and V read; the same over a paged cache (pages of 16 scattered, SPEC
 //    §8) against the contiguous time;
@@ -91,11 +92,10 @@ struct Options {
 /// A model compiled for the GPU and loaded on it (with --check-on-cpu: its
 /// CUDA kernels compiled for this CPU); null with the reason printed when
 /// there is no toolkit, driver or GPU.
-std::unique_ptr<attn::Model> load(const Options &options,
-                                  const std::string &json,
-                                  bool warpgroupMma = false) {
+std::unique_ptr<attn::Model>
+load(const Options &options, const std::string &json, int64_t warpgroups = 0) {
   mlir::attn::CompileOptions compile;
-  compile.cudaFlashWarpgroupMma = warpgroupMma;
+  compile.cudaFlashWarpgroups = warpgroups;
   if (options.checkOnCpu) {
     compile.cpuRunsCudaKernels = true;
   } else {
@@ -469,19 +469,19 @@ int main(int argc, char **argv) {
   std::vector<int> dims =
       options.quick ? std::vector<int>{128} : std::vector<int>{64, 128, 256};
   // The products on mma.sync (the default) and, on sm_90a (or checked on
-  // the CPU), on wgmma (CompileOptions::cudaFlashWarpgroupMma), side by
-  // side.
-  std::vector<bool> warpgroupChoices{false};
+  // the CPU), on wgmma with one and two warpgroups per block
+  // (CompileOptions::cudaFlashWarpgroups), side by side.
+  std::vector<int64_t> warpgroupChoices{0};
   if (options.sm == "sm_90a")
-    warpgroupChoices.push_back(true);
+    warpgroupChoices.insert(warpgroupChoices.end(), {1, 2});
   std::printf("| prefill | products | B | H | L | D | ms | TFLOP/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   for (int dim : dims)
     for (const char *mask : {"none", "causal"})
-      for (bool warpgroupMma : warpgroupChoices) {
+      for (int64_t warpgroups : warpgroupChoices) {
         const int width = 2048, heads = width / dim;
         std::unique_ptr<attn::Model> model =
-            load(options, layerJson(heads, heads, dim, mask), warpgroupMma);
+            load(options, layerJson(heads, heads, dim, mask), warpgroups);
         if (!model)
           return 1;
         for (int64_t length : lengths) {
@@ -497,7 +497,9 @@ int main(int argc, char **argv) {
           double flops = 4.0 * dim * pairs * batch * heads;
           std::printf("| %s | %s | %lld | %d | %lld | %d | %.3f | %.1f |\n",
                       mask[0] == 'n' ? "dense" : "causal",
-                      warpgroupMma ? "wgmma" : "mma.sync",
+                      warpgroups == 0   ? "mma.sync"
+                      : warpgroups == 1 ? "wgmma x1"
+                                        : "wgmma x2",
                       static_cast<long long>(batch), heads,
                       static_cast<long long>(length), dim, ms,
                       flops / ms / 1e9);

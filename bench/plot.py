@@ -213,7 +213,8 @@ def gpu(logs, out):
                                   r["prefill"] == mask and name(r) and
                                   number(r["TFLOP/s"]) is not None)
                 # Logs before the products column hold mma.sync alone.
-                for products, color in (("mma.sync", "C0"), ("wgmma", "C5")):
+                for products, color in (("mma.sync", "C0"), ("wgmma x1", "C5"),
+                                        ("wgmma x2", "C6")):
                     line = series(ours, lambda r: r.get(
                         "products", "mma.sync") == products)
                     if line:

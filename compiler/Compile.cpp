@@ -59,7 +59,7 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
   if (options.cpuRunsCudaKernels) {
     GpuDispatchOptions tiling;
     tiling.flashRowTiles = options.cudaFlashRowTiles;
-    tiling.flashWarpgroupMma = options.cudaFlashWarpgroupMma;
+    tiling.flashWarpgroups = options.cudaFlashWarpgroups;
     buildGpuDispatchPipeline(dispatch, tiling);
     tilingStream << "cuda_kernels_on_cpu block_threads=" << tiling.blockThreads
                  << " split_keys=" << tiling.splitKeys
@@ -113,13 +113,13 @@ compileCuda(ModuleOp module, CompileStage stage, const CudaTarget &target,
             const CompileOptions &options, BinaryWriter &writer) {
   MLIRContext *context = module.getContext();
   // wgmma exists on sm_90a alone (not sm_90, nor later chips).
-  if (options.cudaFlashWarpgroupMma && target.chip != "sm_90a")
+  if (options.cudaFlashWarpgroups > 0 && target.chip != "sm_90a")
     return error("warpgroup products (wgmma) need --sm sm_90a, not " +
                  target.chip);
   GpuDispatchOptions tiling;
   tiling.maxSharedBytes = target.maxSharedBytesPerBlock();
   tiling.flashRowTiles = options.cudaFlashRowTiles;
-  tiling.flashWarpgroupMma = options.cudaFlashWarpgroupMma;
+  tiling.flashWarpgroups = options.cudaFlashWarpgroups;
   PassManager dispatch(context);
   buildGpuDispatchPipeline(dispatch, tiling);
   if (failed(dispatch.run(module)))

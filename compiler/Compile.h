@@ -51,9 +51,10 @@ struct CompileOptions {
   /// the benchmark compares them; 1 was faster on an H100).
   int64_t cudaFlashRowTiles = 1;
   /// The CUDA prefill flash kernels of f16/bf16 compute their products on
-  /// sm_90a's warpgroup instructions (wgmma) instead of mma.sync. Off by
-  /// default until it has been checked and timed on an H100.
-  bool cudaFlashWarpgroupMma = false;
+  /// sm_90a's warpgroup instructions (wgmma) with this many warpgroups of
+  /// 64 rows per block (1 or 2) instead of mma.sync (0). 0 by default
+  /// until wgmma has been checked and timed on an H100.
+  int64_t cudaFlashWarpgroups = 0;
 };
 
 /// Lowers `module` (attn IR, verified) in place up to `stage`. For

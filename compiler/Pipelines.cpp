@@ -84,7 +84,7 @@ void mlir::attn::buildGpuDispatchPipeline(OpPassManager &pm,
   dispatch.decodeMaxQueries = options.decodeMaxQueries;
   dispatch.maxSharedBytes = options.maxSharedBytes;
   dispatch.flashRowTiles = options.flashRowTiles;
-  dispatch.flashWarpgroupMma = options.flashWarpgroupMma;
+  dispatch.flashWarpgroups = options.flashWarpgroups;
   pm.addPass(createAttnGpuDispatches(dispatch));
   // Device memory cannot be read on the host: index inputs are checked
   // by the kernels.

@@ -92,11 +92,11 @@ struct GpuDispatchOptions : public PassPipelineOptions<GpuDispatchOptions> {
       *this, "flash-row-tiles",
       llvm::cl::desc("row tiles of 16 per warp in prefill flash kernels"),
       llvm::cl::init(1)};
-  Option<bool> flashWarpgroupMma{
-      *this, "flash-warpgroup-mma",
-      llvm::cl::desc("prefill flash kernels' products as warpgroups (wgmma, "
-                     "sm_90a)"),
-      llvm::cl::init(false)};
+  Option<int64_t> flashWarpgroups{
+      *this, "flash-warpgroups",
+      llvm::cl::desc("prefill flash kernels' products on this many "
+                     "warpgroups per block (wgmma, sm_90a; 0: mma.sync)"),
+      llvm::cl::init(0)};
 };
 
 /// attn IR (after attn-optimize) -> host dispatch programs and one-thread

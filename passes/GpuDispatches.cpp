@@ -795,15 +795,17 @@ struct AttnGpuDispatches final
     tiling.decodeMaxQueries = decodeMaxQueries;
     tiling.maxSharedBytes = maxSharedBytes;
     tiling.flashRowTiles = flashRowTiles;
-    tiling.flashWarpgroupMma = flashWarpgroupMma;
+    tiling.flashWarpgroups = flashWarpgroups;
     if (tiling.blockThreads <= 0 || tiling.blockThreads > 1024 ||
         tiling.blockThreads % 32 != 0 || tiling.splitKeys <= 0 ||
-        (tiling.flashRowTiles != 1 && tiling.flashRowTiles != 2)) {
+        (tiling.flashRowTiles != 1 && tiling.flashRowTiles != 2) ||
+        tiling.flashWarpgroups < 0 || tiling.flashWarpgroups > 2) {
       getOperation().emitError()
           << "bad CUDA tiling: block-threads (" << tiling.blockThreads
           << ") must be a multiple of 32 in [32, 1024], split-keys ("
           << tiling.splitKeys << ") positive, flash-row-tiles ("
-          << tiling.flashRowTiles << ") 1 or 2";
+          << tiling.flashRowTiles << ") 1 or 2, flash-warpgroups ("
+          << tiling.flashWarpgroups << ") 0, 1 or 2";
       return signalPassFailure();
     }
     for (func::FuncOp entry : EntryLowering::entriesOf(getOperation()))

@@ -193,9 +193,10 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
     Option<"flashRowTiles", "flash-row-tiles", "int64_t", "1",
            "row tiles of 16 per warp in prefill flash kernels (f16/bf16, "
            "value dims up to 128)">,
-    Option<"flashWarpgroupMma", "flash-warpgroup-mma", "bool", "false",
+    Option<"flashWarpgroups", "flash-warpgroups", "int64_t", "0",
            "prefill flash kernels of f16/bf16 compute their products as "
-           "warpgroups of 4 warps (wgmma, sm_90a)">,
+           "this many warpgroups of 4 warps per block (wgmma, sm_90a): 1 or "
+           "2; 0 keeps mma.sync">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",

@@ -125,15 +125,17 @@ TEST_P(SoftmaxAttention, MatchesReference) {
 }
 
 /// The CUDA prefill kernels with warpgroup products (wgmma on sm_90a,
-/// CompileOptions::cudaFlashWarpgroupMma): core-matrix tiled q, k and v,
-/// P in registers as wgmma's A.
+/// CompileOptions::cudaFlashWarpgroups): core-matrix tiled q, k and v, P
+/// in registers as wgmma's A, one warpgroup (64 rows) or two (128) per
+/// block.
 class SoftmaxAttentionWarpgroups
-    : public testing::TestWithParam<std::tuple<AttentionCase, Backend>> {};
+    : public testing::TestWithParam<
+          std::tuple<AttentionCase, Backend, int64_t>> {};
 
 TEST_P(SoftmaxAttentionWarpgroups, MatchesReference) {
-  const auto &[c, backend] = GetParam();
+  const auto &[c, backend, warpgroups] = GetParam();
   mlir::attn::CompileOptions options;
-  options.cudaFlashWarpgroupMma = true;
+  options.cudaFlashWarpgroups = warpgroups;
   checkAttention(c, backend, options);
 }
 
@@ -461,11 +463,16 @@ std::vector<AttentionCase> warpgroupCases() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(EndToEnd, SoftmaxAttentionWarpgroups,
-                         testing::Combine(testing::ValuesIn(warpgroupCases()),
-                                          testing::Values(
-                                              Backend::CudaKernelsOnCpu,
-                                              Backend::Cuda)),
-                         caseName);
+INSTANTIATE_TEST_SUITE_P(
+    EndToEnd, SoftmaxAttentionWarpgroups,
+    testing::Combine(testing::ValuesIn(warpgroupCases()),
+                     testing::Values(Backend::CudaKernelsOnCpu, Backend::Cuda),
+                     testing::Values(1, 2)),
+    [](const testing::TestParamInfo<std::tuple<AttentionCase, Backend, int64_t>>
+           &info) {
+      return std::get<0>(info.param).label + "_warpgroups" +
+             std::to_string(std::get<2>(info.param)) + "_" +
+             backendName(std::get<1>(info.param));
+    });
 
 } // namespace

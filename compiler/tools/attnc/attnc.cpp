@@ -91,11 +91,12 @@ cl::opt<int64_t> recurrentMaxSteps(
              "step by step, longer ones in the chunked form (default 1: "
              "decode steps only)"),
     cl::init(1), cl::cat(attncOptions));
-cl::opt<bool> cudaWarpgroupMma(
-    "cuda-wgmma",
+cl::opt<int64_t> cudaWarpgroups(
+    "cuda-warpgroups",
     cl::desc("CUDA prefill of f16/bf16 on sm_90a's warpgroup tensor-core "
-             "instructions (wgmma) instead of mma.sync (not yet timed)"),
-    cl::init(false), cl::cat(attncOptions));
+             "instructions (wgmma), N warpgroups of 64 rows per block (1 "
+             "or 2; default 0: mma.sync; not yet timed)"),
+    cl::init(0), cl::cat(attncOptions));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "attnc") << message << "\n";
@@ -191,7 +192,10 @@ int main(int argc, char **argv) {
                 llvm::Twine(recurrentMaxSteps.getValue()));
   attn::CompileOptions options;
   options.recurrentMaxSteps = recurrentMaxSteps;
-  options.cudaFlashWarpgroupMma = cudaWarpgroupMma;
+  if (cudaWarpgroups < 0 || cudaWarpgroups > 2)
+    return fail("--cuda-warpgroups must be 0, 1 or 2, got " +
+                llvm::Twine(cudaWarpgroups.getValue()));
+  options.cudaFlashWarpgroups = cudaWarpgroups;
   options.targets = target == "cpu"    ? attn::TargetSet::Cpu
                     : target == "cuda" ? attn::TargetSet::Cuda
                                        : attn::TargetSet::All;

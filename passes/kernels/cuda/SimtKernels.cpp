@@ -318,17 +318,20 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
   const bool tensorCores = storage.isF16() || storage.isBF16();
   if (!tensorCores || roundUp(shape.valueDim, 8) > 128)
     maxRowTiles = 1;
-  // wgmma: one warpgroup of 4 warps of 16 rows; value dims of at most 256
-  // (the widest product).
-  const bool warpgroups = tiling.flashWarpgroupMma && tensorCores &&
+  // wgmma: warpgroups of 4 warps of 16 rows (as many as the tiling asks,
+  // if they fit, else fewer); value dims of at most 256 (the widest
+  // product).
+  const bool warpgroups = tiling.flashWarpgroups > 0 && tensorCores &&
                           maxWarps >= WarpMmaOp::kWarpgroupWarps &&
                           roundUp(shape.valueDim, 8) <=
                               WarpMmaOp::kMaxWarpgroupColumns;
-  if (warpgroups)
+  if (warpgroups) {
     maxRowTiles = 1;
+    maxWarps = WarpMmaOp::kWarpgroupWarps * tiling.flashWarpgroups;
+  }
   auto fits = [&](SimtFlashTiling flash, int64_t budget) {
     flash.warpgroupMma =
-        warpgroups && flash.warps == WarpMmaOp::kWarpgroupWarps;
+        warpgroups && flash.warps % WarpMmaOp::kWarpgroupWarps == 0;
     return flash.sharedBytes() <= budget ? std::optional(flash) : std::nullopt;
   };
   for (int64_t budget : {tiling.maxSharedBytes / 2, tiling.maxSharedBytes})
@@ -350,7 +353,7 @@ SimtFlashTiling::chooseForDecode(const SoftmaxAttentionShape &shape,
     warps *= 2;
   // Decode waits on memory: mma.sync's warps of 16 rows, not wgmma.
   GpuTiling decodeTiling = tiling;
-  decodeTiling.flashWarpgroupMma = false;
+  decodeTiling.flashWarpgroups = 0;
   SimtFlashTiling flash = choose(shape, storage, decodeTiling, warps);
   // Above 128 value channels the output fragment alone takes 128 registers
   // or more: 32-key tiles (16 score registers, not 32) keep decode with

@@ -66,9 +66,10 @@ struct GpuTiling {
   /// 32, whose 246 registers leave room for 2 blocks per SM, not 3.
   int64_t flashRowTiles = 1;
   /// Prefill flash kernels of f16/bf16 take their products on the
-  /// warpgroup tensor-core instructions of sm_90a (wgmma): 4 warps of 16
-  /// rows as one warpgroup of 64 (SimtFlashTiling::warpgroupMma).
-  bool flashWarpgroupMma = false;
+  /// warpgroup tensor-core instructions of sm_90a (wgmma) with this many
+  /// warpgroups of 4 warps (64 rows each) per block, 1 or 2; 0 keeps
+  /// mma.sync (SimtFlashTiling::warpgroupMma).
+  int64_t flashWarpgroups = 0;
 
   DictionaryAttr toAttr(MLIRContext *context) const;
 };
