@@ -138,7 +138,7 @@ struct AttnAsyncCopyToNvvm final
         OpBuilder b(op);
         if (cpAsync) {
           NVVM::CpAsyncCommitGroupOp::create(b, op->getLoc());
-          NVVM::CpAsyncWaitGroupOp::create(b, op->getLoc(), 0);
+          NVVM::CpAsyncWaitGroupOp::create(b, op->getLoc(), wait.getPending());
         }
         // The thread's shared-memory writes, now complete, made visible to
         // the async proxy through which wgmma reads its operands.

@@ -235,3 +235,14 @@ LogicalResult AsyncCopyOp::verify() {
                          << " elements cannot hold " << elements;
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// AsyncWaitOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AsyncWaitOp::verify() {
+  if (getPending() < 0)
+    return emitOpError() << "pending must not be negative, got "
+                         << getPending();
+  return success();
+}

@@ -261,6 +261,12 @@ def AttnKernel_AsyncWaitOp : AttnKernel_Op<"async_wait"> {
     After it, the data of every `attn_kernel.async_copy` the thread issued before
     is in the target buffers (see that op).
 
+    With `pending = N`, the copies issued since the thread's previous wait
+    form a group, and the wait lets the thread's newest N groups complete
+    later (`cp.async.wait_group N`): a kernel that stages tile j + 1 before
+    waiting with `pending = 1` has tile j's data while tile j + 1's copies
+    stay in flight (a two-stage pipeline).
+
     With `async_proxy`, the thread's writes to shared memory before it (its
     copies and its plain stores) are also made visible to the tensor cores'
     warpgroup products (`attn_kernel.warp_mma {warpgroup}`) that run after a
@@ -268,8 +274,10 @@ def AttnKernel_AsyncWaitOp : AttnKernel_Op<"async_wait"> {
     proxy, which on the GPU takes `fence.proxy.async.shared::cta` after the
     writes.
   }];
-  let arguments = (ins UnitAttr:$async_proxy);
+  let arguments = (ins UnitAttr:$async_proxy,
+                       DefaultValuedAttr<I64Attr, "0">:$pending);
   let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
 }
 
 #endif // ATTN_KERNEL_OPS_TD

@@ -392,6 +392,17 @@ std::vector<AttentionCase> cases() {
        .keys = 1000,
        .dtype = "bf16",
        .threads = 16});
+  // 13 splits of 256 keys (the last partial) over 8 workers: the CUDA
+  // merge takes its splits 8 at a time, here a whole batch and a partial
+  // one; the decode kernel's two k/v buffers each take several tiles.
+  add({.label = "decode_thirteen_splits",
+       .heads = 4,
+       .kvHeads = 1,
+       .gate = "elementwise",
+       .queries = 1,
+       .keys = 3300,
+       .dtype = "bf16",
+       .threads = 8});
   add({.label = "f16_huge_logits_decode",
        .heads = 2,
        .kvHeads = 1,

@@ -64,9 +64,20 @@ private:
   void stageQueryTile();
   void findTreeNodes();
   void findKeyRange();
-  void scoreKeyTile(Value firstKey);
-  void updateSoftmax(Value keyTileIndex);
-  void accumulateValues(Value nextTile);
+  /// The key tiles' loop: one k and one v buffer, each tile's copies
+  /// overlapping the products before them (prefill), or two of each
+  /// (flash.stages = 2, decode), a tile's copies in flight while the one
+  /// before it is used.
+  void walkKeyTiles();
+  void walkKeyTilesInTwoStages();
+  /// Per key tile: the scores from `keyBuffer`, the online-softmax update
+  /// (with `stageValues`, the tile's v copied meanwhile), P v from
+  /// `valueBuffer` (with `stageNext`'s copies issued meanwhile by each
+  /// thread).
+  void scoreKeyTile(Value firstKey, Value keyBuffer);
+  void updateSoftmax(Value keyTileIndex, bool stageValues);
+  void accumulateValues(Value valueBuffer,
+                        function_ref<void(Value thread)> stageNext);
   void storeOutputs();
 
   // What the phases share.
@@ -125,10 +136,13 @@ private:
   /// in flight at once (attn_kernel.async_copy: cp.async on the GPU; they
   /// are complete after the thread's next attn_kernel.async_wait); else an
   /// element a load.
-  /// Waits for the thread's staging copies (and with warpgroup products
-  /// makes its shared writes visible to them).
-  void waitForCopies() {
-    AsyncWaitOp::create(b, loc).setAsyncProxy(flash.warpgroupMma);
+  /// Waits for the thread's staging copies but those of its `pending`
+  /// newest groups (and with warpgroup products makes its shared writes
+  /// visible to them).
+  void waitForCopies(int64_t pending = 0) {
+    auto wait = AsyncWaitOp::create(b, loc);
+    wait.setAsyncProxy(flash.warpgroupMma);
+    wait.setPending(pending);
   }
   void
   stageRows(Value thread, int64_t count, Value from, Value to, int64_t dim,
@@ -194,7 +208,9 @@ private:
   Value listed, listedKeys;
 
   // Shared and register buffers (allocateBuffers).
-  Value qs, ks, vs, quad, scoreRegs, outRegs, maxRegs, sumRegs;
+  /// The k and v buffers: one of each, or two with flash.stages = 2.
+  Value qs, quad, scoreRegs, outRegs, maxRegs, sumRegs;
+  SmallVector<Value, 2> ks, vs;
 
   // The softmax in base 2 (see allocateBuffers).
   bool scoresScaled;
@@ -246,25 +262,10 @@ func::FuncOp SimtFlashKernel::build() {
     stageQueryTile();
     findTreeNodes();
     findKeyRange();
-    // The copies of a tile's k and v overlap the products of the one
-    // before them, as in FlashAttention-2: k of the first tile is staged
-    // here; v of each tile is copied while its probabilities are computed,
-    // and k of the next while P v is. Each phase's copies are waited for at
-    // its end, before the barrier after which the next phase reads them.
-    // (Copying v during the scores too would overlap more, but its address
-    // arithmetic beside the mma operands made decode with D = 256 and a
-    // small tree's prefix spill 16 bytes.)
-    e.eachThread([&](Value thread) {
-      stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(c0));
-      waitForCopies();
-    });
-    e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
-      Value firstKey = tileFirstKey(keyTileIndex);
-      Value nextTile = e.add(keyTileIndex, c1);
-      scoreKeyTile(firstKey);
-      updateSoftmax(keyTileIndex);
-      accumulateValues(nextTile);
-    });
+    if (flash.stages == 2)
+      walkKeyTilesInTwoStages();
+    else
+      walkKeyTiles();
     storeOutputs();
   };
   // Entries past a ragged batch's plan have no work: the whole block skips
@@ -275,6 +276,70 @@ func::FuncOp SimtFlashKernel::build() {
     attend();
   func::ReturnOp::create(b);
   return func;
+}
+
+void SimtFlashKernel::walkKeyTiles() {
+  // The copies of a tile's k and v overlap the products of the one before
+  // them, as in FlashAttention-2: k of the first tile is staged here; v of
+  // each tile is copied while its probabilities are computed, and k of the
+  // next while P v is. Each phase's copies are waited for at its end,
+  // before the barrier after which the next phase reads them. (Copying v
+  // during the scores too would overlap more, but its address arithmetic
+  // beside the mma operands made decode with D = 256 and a small tree's
+  // prefix spill 16 bytes.)
+  e.eachThread([&](Value thread) {
+    stageRows(thread, TK, k, ks[0], D, Dp, keyRowsOf(c0));
+    waitForCopies();
+  });
+  e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
+    Value nextTile = e.add(keyTileIndex, c1);
+    scoreKeyTile(tileFirstKey(keyTileIndex), ks[0]);
+    updateSoftmax(keyTileIndex, /*stageValues=*/true);
+    accumulateValues(vs[0], [&](Value thread) {
+      e.ifThen(lt(nextTile, keyTiles), [&] {
+        stageRows(thread, TK, k, ks[0], D, Dp, keyRowsOf(nextTile));
+      });
+    });
+  });
+}
+
+void SimtFlashKernel::walkKeyTilesInTwoStages() {
+  // Decode waits on memory, not on its few rows' products: each tile's k
+  // and v are copied together into one of two buffers while the tile
+  // before is used, so that a block always has the next tile's copies in
+  // flight (the stages of FlashInfer's decode). Tile j uses buffer j % 2;
+  // the loop takes the tiles two at a time so that each buffer is a fixed
+  // operand of its products.
+  auto stageTile = [&](Value thread, Value tile, int64_t buffer) {
+    stageRows(thread, TK, k, ks[buffer], D, Dp, keyRowsOf(tile));
+    stageRows(thread, TK, v, vs[buffer], Dv, Dvp, keyRowsOf(tile));
+  };
+  // Tile 0's copies are a group of their own (the wait with one pending
+  // group waits for none).
+  e.eachThread([&](Value thread) {
+    stageTile(thread, c0, 0);
+    waitForCopies(/*pending=*/1);
+  });
+  Value pairs = e.ceilDiv(keyTiles, e.index(2));
+  e.loop(c0, pairs, c1, [&](Value pair) {
+    for (int64_t buffer = 0; buffer < 2; ++buffer) {
+      Value tile = e.add(e.mul(pair, e.index(2)), e.index(buffer));
+      Value nextTile = e.add(tile, c1);
+      e.ifThen(lt(tile, keyTiles), [&] {
+        // Tile j + 1's copies go into the other buffer (whose last readers,
+        // tile j - 1's products, finished before the barrier that ended
+        // them), then the thread waits for all but them: tile j's.
+        e.eachThread([&](Value thread) {
+          e.ifThen(lt(nextTile, keyTiles),
+                   [&] { stageTile(thread, nextTile, 1 - buffer); });
+          waitForCopies(/*pending=*/1);
+        });
+        scoreKeyTile(tileFirstKey(tile), ks[buffer]);
+        updateSoftmax(tile, /*stageValues=*/false);
+        accumulateValues(vs[buffer], [](Value) {});
+      });
+    }
+  });
 }
 
 void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
@@ -532,8 +597,10 @@ void SimtFlashKernel::allocateBuffers() {
     return e.shared({rows, columns}, storage);
   };
   qs = tile(TQ, flash.headStride());
-  ks = tile(TK, flash.headStride());
-  vs = tile(TK, flash.valueStride());
+  for (int64_t stage = 0; stage < flash.stages; ++stage) {
+    ks.push_back(tile(TK, flash.headStride()));
+    vs.push_back(tile(TK, flash.valueStride()));
+  }
   // The 4 lanes that hold a row (those of one lane / 4) exchange their parts
   // of its max and sum here: quad[row, lane % 4].
   quad = e.shared({TQ, SimtFlashTiling::kLanesPerRow});
@@ -776,7 +843,7 @@ SimtFlashKernel::keyRowsOf(Value tile) {
   };
 }
 
-void SimtFlashKernel::scoreKeyTile(Value firstKey) {
+void SimtFlashKernel::scoreKeyTile(Value firstKey, Value keyBuffer) {
   // S = q k^T into the lanes' registers; each lane turns its elements into
   // scores t (softcapped, masked) and offers its part of its rows' max
   // (read by its warp alone: the warps need not wait for each other here).
@@ -797,7 +864,7 @@ void SimtFlashKernel::scoreKeyTile(Value firstKey) {
   eachWarp(
       [&](Value warpRow, Value lane, Value thread) {
         Value s = e.registersOf(scoreRegs, thread);
-        auto scoresOp = WarpMmaOp::create(b, qs, ks, s, warpRow, lane,
+        auto scoresOp = WarpMmaOp::create(b, qs, keyBuffer, s, warpRow, lane,
                                           /*n=*/TK, /*k=*/Dp);
         scoresOp.setRhsTransposed(true);
         scoresOp.setAccFragment(true);
@@ -865,14 +932,15 @@ void SimtFlashKernel::scoreKeyTile(Value firstKey) {
       SimtEmitter::Sync::Warp);
 }
 
-void SimtFlashKernel::updateSoftmax(Value keyTileIndex) {
+void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues) {
   // The online-softmax update of each lane's rows: the row's new max from
   // its 4 lanes' parts; P (rounded to the storage dtype for the tensor
   // cores) to shared memory; the lane's sum and output rescaled. The sum
   // adds the probabilities as stored, so o is a weighted mean of v with
   // exactly P's weights.
   eachWarp([&](Value warpRow, Value lane, Value thread) {
-    stageRows(thread, TK, v, vs, Dv, Dvp, keyRowsOf(keyTileIndex));
+    if (stageValues)
+      stageRows(thread, TK, v, vs[0], Dv, Dvp, keyRowsOf(keyTileIndex));
     Value s = e.registersOf(scoreRegs, thread);
     Value o = e.registersOf(outRegs, thread);
     Value m = e.registersOf(maxRegs, thread);
@@ -919,24 +987,27 @@ void SimtFlashKernel::updateSoftmax(Value keyTileIndex) {
             e.store(e.fmul(e.load(o, at), rescale), o, at);
           }
     });
-    waitForCopies(); // this tile's v
-  });
+    if (stageValues)
+      waitForCopies(); // this tile's v
+  }, stageValues ? SimtEmitter::Sync::Block : SimtEmitter::Sync::Warp);
 }
 
-void SimtFlashKernel::accumulateValues(Value nextTile) {
+void SimtFlashKernel::accumulateValues(
+    Value valueBuffer, function_ref<void(Value thread)> stageNext) {
   // o += P v into the lanes' registers, the next tile's k on its way.
   eachWarp([&](Value warpRow, Value lane, Value thread) {
-    e.ifThen(lt(nextTile, keyTiles),
-             [&] { stageRows(thread, TK, k, ks, D, Dp, keyRowsOf(nextTile)); });
+    stageNext(thread);
     auto outputOp = WarpMmaOp::create(b, e.registersOfWarp(scoreRegs, thread),
-                                      vs, e.registersOf(outRegs, thread),
+                                      valueBuffer,
+                                      e.registersOf(outRegs, thread),
                                       warpRow, lane, /*n=*/Dvp, /*k=*/TK);
     outputOp.setAccumulate(true);
     outputOp.setAccFragment(true);
     outputOp.setLhsFragment(true);
     outputOp.setRowTiles(RT);
     outputOp.setWarpgroup(flash.warpgroupMma);
-    waitForCopies(); // the next tile's k
+    if (flash.stages == 1)
+      waitForCopies(); // the next tile's k
   });
 }
 

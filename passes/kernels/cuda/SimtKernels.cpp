@@ -285,15 +285,16 @@ int64_t SimtFlashTiling::sharedBytes() const {
     return roundUp(elements * bytes, 16);
   };
   // The buffers the flash kernel allocates, padded rows included.
-  return buffer(rows * headStride(), elementBytes) +  // q tile
-         buffer(keys * headStride(), elementBytes) +  // k tile
-         buffer(keys * valueStride(), elementBytes) + // v tile
-         buffer(rows * kLanesPerRow, 4);              // quad exchange
+  return buffer(rows * headStride(), elementBytes) +            // q tile
+         stages * buffer(keys * headStride(), elementBytes) +   // k tiles
+         stages * buffer(keys * valueStride(), elementBytes) +  // v tiles
+         buffer(rows * kLanesPerRow, 4);                        // quad exchange
 }
 
 SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
                                         Type storage, const GpuTiling &tiling,
-                                        int64_t maxWarps, int64_t maxRowTiles) {
+                                        int64_t maxWarps, int64_t maxRowTiles,
+                                        int64_t stages) {
   // Largest first. FlashAttention-2 tiles head dims up to 128 on
   // sm_80/sm_90 with 4 warps of 32 rows (128) over 64 keys; here 32 rows
   // per warp take 32-key tiles, since the score fragments of 64 keys would
@@ -306,6 +307,7 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
     flash.paddedHeadDim = roundUp(shape.headDim, WarpMmaOp::kReductionStep);
     flash.paddedValueDim = roundUp(shape.valueDim, WarpMmaOp::kFragmentColumns);
     flash.elementBytes = storage.getIntOrFloatBitWidth() / 8;
+    flash.stages = stages;
     return flash;
   };
   auto keyTiles = [](int64_t rowTiles) {
@@ -351,10 +353,16 @@ SimtFlashTiling::chooseForDecode(const SoftmaxAttentionShape &shape,
   int64_t warps = 1;
   while (warps < 4 && warps * WarpMmaOp::kRows < rows)
     warps *= 2;
-  // Decode waits on memory: mma.sync's warps of 16 rows, not wgmma.
+  // Decode waits on memory: mma.sync's warps of 16 rows, not wgmma, and
+  // two tiles of k and v in flight where their buffers fit (else one: f32
+  // with head_dim 256 on a 64 KiB SM).
   GpuTiling decodeTiling = tiling;
   decodeTiling.flashWarpgroups = 0;
-  SimtFlashTiling flash = choose(shape, storage, decodeTiling, warps);
+  SimtFlashTiling flash =
+      choose(shape, storage, decodeTiling, warps, /*maxRowTiles=*/1,
+             /*stages=*/2);
+  if (flash.sharedBytes() > tiling.maxSharedBytes)
+    flash = choose(shape, storage, decodeTiling, warps);
   // Above 128 value channels the output fragment alone takes 128 registers
   // or more: 32-key tiles (16 score registers, not 32) keep decode with
   // D = 256 from spilling, at no cost to a kernel that waits on memory.
@@ -489,17 +497,36 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
     Value c0 = e.index(0), c1 = e.index(1);
 
     // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
-    // of empty ranges have lse_s = -inf and weigh 0.
-    SmallVector<Value> sums =
-        e.loop(c0, merge.splits, c1, {e.scalar(0.0), e.scalar(0.0)},
-               [&](Value s, ValueRange it) -> SmallVector<Value> {
-                 SmallVector<Value> at = merge.partialAt(s);
-                 Value weight =
-                     e.exp(e.fsub(e.load(merge.partialLse, at), safe));
-                 at.push_back(d);
-                 return {e.fma(weight, e.load(merge.partialOut, at), it[0]),
-                         e.fadd(it[1], weight)};
-               });
+    // of empty ranges have lse_s = -inf and weigh 0. The splits go a batch
+    // at a time, the batch's loads issued before any of its arithmetic:
+    // they do not depend on the sums, but the GPU issues in order, and a
+    // split a step waited a memory latency per split (with few rows, as in
+    // decode, nothing else hides it). The sums keep the order of s.
+    const int64_t batchSplits = 8;
+    Value lastSplit = e.sub(merge.splits, c1);
+    Value batches = e.ceilDiv(merge.splits, e.index(batchSplits));
+    SmallVector<Value> sums = e.loop(
+        c0, batches, c1, {e.scalar(0.0), e.scalar(0.0)},
+        [&](Value batch, ValueRange it) -> SmallVector<Value> {
+          SmallVector<Value> lses, outs;
+          for (int64_t i = 0; i < batchSplits; ++i) {
+            Value s = e.add(e.mul(batch, e.index(batchSplits)), e.index(i));
+            SmallVector<Value> at = merge.partialAt(e.minS(s, lastSplit));
+            lses.push_back(e.select(e.icmp(arith::CmpIPredicate::slt, s,
+                                           merge.splits),
+                                    e.load(merge.partialLse, at),
+                                    e.scalar(kNegInf)));
+            at.push_back(d);
+            outs.push_back(e.load(merge.partialOut, at));
+          }
+          Value acc = it[0], total = it[1];
+          for (auto [lse, out] : llvm::zip(lses, outs)) {
+            Value weight = e.exp(e.fsub(lse, safe));
+            acc = e.fma(weight, out, acc);
+            total = e.fadd(total, weight);
+          }
+          return {acc, total};
+        });
     Value acc = sums[0], total = sums[1];
     SmallVector<Value> at = merge.rowAt();
     RowGate rowGate(e, shape, merge.gate, at);

@@ -313,10 +313,15 @@ struct SimtFlashTiling {
   int64_t paddedHeadDim = 0, paddedValueDim = 0;
   /// Bytes of one stored element of q, k, v.
   int64_t elementBytes = 4;
-  /// The 4 warps are one warpgroup whose products are wgmma's
+  /// The warps are warpgroups of 4 whose products are wgmma's
   /// (attn_kernel.warp_mma {warpgroup}), the q, k and v tiles core-matrix
   /// tiled in shared memory.
   bool warpgroupMma = false;
+  /// k and v tiles in flight: 1 stages each tile while the one before is
+  /// used (k during P v, v during the softmax); 2 (decode) keeps a second
+  /// k and v buffer, so that tile j + 1's copies are in flight while tile
+  /// j is used.
+  int64_t stages = 1;
 
   int64_t queryTile() const { return 16 * rowTiles * warps; }
   int64_t threads() const { return 32 * warps; }
@@ -346,9 +351,11 @@ struct SimtFlashTiling {
   /// (else in all of it; else the smallest).
   static SimtFlashTiling choose(const SoftmaxAttentionShape &shape,
                                 Type storage, const GpuTiling &tiling,
-                                int64_t maxWarps = 4, int64_t maxRowTiles = 1);
+                                int64_t maxWarps = 4, int64_t maxRowTiles = 1,
+                                int64_t stages = 1);
   /// Decode's tiles (buildSimtFlashDecodeKernel): as few warps as hold a
-  /// kv group's heads times `tiling.decodeMaxQueries` rows, at most 4.
+  /// kv group's heads times `tiling.decodeMaxQueries` rows, at most 4; two
+  /// stages of k and v.
   static SimtFlashTiling chooseForDecode(const SoftmaxAttentionShape &shape,
                                          Type storage, const GpuTiling &tiling);
 };
