@@ -5,7 +5,8 @@
 // kernel: a block per (batch, head, 64 query rows), 4 warps. Decode is the
 // same kernel over key splits (FlashDecoding): a block per (batch, kv head,
 // tile of the group's 4 heads x up to 8 rows = 32 rows, 2 warps, split of
-// 256 keys) writing partials, then a merge thread per (row, feature).
+// 256 keys) writing partials, its k and v in two stages of 32-key tiles,
+// then a merge thread per (row, feature).
 
 // CHECK-LABEL: func.func private @layer__flash0
 // CHECK-SAME:    attn.block_kernel
@@ -134,10 +135,11 @@
 // CHECK-LABEL: func.func private @layer__flash_decode1
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "flash_decode"
-// CHECK-SAME:    attn.tiling = {block_threads = 64 : i64, decode_max_queries = 8 : i64, key_tile = 64 : i64, query_tile = 32 : i64, split_keys = 256 : i64}
+// CHECK-SAME:    attn.tiling = {block_threads = 64 : i64, decode_max_queries = 8 : i64, key_tile = 32 : i64, query_tile = 32 : i64, split_keys = 256 : i64}
+// The q tile, then k and v of stage 0 and of stage 1 (32 keys each).
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x68xf32>
-// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<64x68xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x8x4xf32>
+// CHECK-COUNT-4: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x68xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
 // Workgroup order (batch, kv head, row tile, split), the split fastest; the
 // rows are the group's (head, query row) pairs: ceil(4 Lq / 32) tiles.
 // CHECK:         %[[PACKED:.+]] = arith.muli %[[LQ:dim]], %c4 : index
@@ -145,11 +147,11 @@
 // CHECK:         %[[SPLIT:.+]] = arith.remui %arg5, %[[SPLITS:.+]] : index
 // CHECK:         %[[REST:.+]] = arith.divui %arg5, %[[SPLITS]] : index
 // CHECK:         arith.remui %[[REST]], %[[ROW_TILES]] : index
-// The splits share the keys in whole 64-key tiles: split s takes
-// [s L, min(Lk, (s + 1) L)) for L = ceil(ceil(Lk / S) / 64) * 64.
+// The splits share the keys in whole 32-key tiles: split s takes
+// [s L, min(Lk, (s + 1) L)) for L = ceil(ceil(Lk / S) / 32) * 32.
 // CHECK:         %[[PER_SPLIT:.+]] = arith.ceildivui %[[LK:dim_[0-9]+]], %[[SPLITS]] : index
-// CHECK:         %[[TILES_PER_SPLIT:.+]] = arith.ceildivui %[[PER_SPLIT]], %c64 : index
-// CHECK:         %[[LENGTH:.+]] = arith.muli %[[TILES_PER_SPLIT]], %c64 : index
+// CHECK:         %[[TILES_PER_SPLIT:.+]] = arith.ceildivui %[[PER_SPLIT]], %c32 : index
+// CHECK:         %[[LENGTH:.+]] = arith.muli %[[TILES_PER_SPLIT]], %c32 : index
 // CHECK:         %[[START:.+]] = arith.muli %[[SPLIT]], %[[LENGTH]] : index
 // CHECK:         arith.minsi %[[LK]], %[[START]] : index
 // A row's head and query row: kv head * 4 + packed / Lq, packed % Lq.
@@ -159,13 +161,25 @@
 // CHECK:           arith.remui %{{.+}}, %[[LQ]] : index
 // CHECK:             attn_kernel.async_copy %arg0
 // CHECK:         } {attn.threads}
-// The split's first k tile; per key tile: v staged during the
-// probabilities, the next k during P v (P from the warp's fragments).
-// CHECK:         attn_kernel.async_copy %arg1
+// The split's first tile, k and v, as a group of copies of its own (a
+// wait with one group pending); then the tiles two at a time, one per
+// stage: tile j + 1's k and v copied into the other stage's buffers, a
+// wait for all but that group (tile j's), then tile j's products from
+// its stage's buffers (P from the warp's fragments).
+// CHECK:         attn_kernel.async_copy %arg1{{.+}}, %[[K0:alloca_[0-9]+]]
+// CHECK:         attn_kernel.async_copy %arg2{{.+}}, %[[V0:alloca_[0-9]+]]
+// CHECK:         attn_kernel.async_wait {pending = 1 : i64}
 // CHECK:         scf.for
-// CHECK:           attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, rhs_transposed}
-// CHECK:           attn_kernel.async_copy %arg2
-// CHECK:           attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(64) {acc_fragment, accumulate, lhs_fragment}
+// CHECK:           attn_kernel.async_copy %arg1{{.+}}, %[[K1:alloca_[0-9]+]]
+// CHECK:           attn_kernel.async_copy %arg2{{.+}}, %[[V1:alloca_[0-9]+]]
+// CHECK:           attn_kernel.async_wait {pending = 1 : i64}
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[K0]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(64) {acc_fragment, rhs_transposed}
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[V0]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(32) {acc_fragment, accumulate, lhs_fragment}
+// CHECK:           attn_kernel.async_copy %arg1{{.+}}, %[[K0]]
+// CHECK:           attn_kernel.async_copy %arg2{{.+}}, %[[V0]]
+// CHECK:           attn_kernel.async_wait {pending = 1 : i64}
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[K1]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(64) {acc_fragment, rhs_transposed}
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[V1]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(64) k(32) {acc_fragment, accumulate, lhs_fragment}
 // The partials, ungated: o at [batch, head, row, split], and lse.
 // CHECK-NOT:     math.exp
 // CHECK:         memref.store %{{.+}}, %arg3[%{{.+}}, %{{.+}}, %{{.+}}, %[[SPLIT]], %{{.+}}]
@@ -179,10 +193,10 @@
 // CHECK:         %[[LQ:.+]] = memref.dim %[[Q]], %c2
 // CHECK:         %[[LK:.+]] = memref.dim %[[K]], %c2
 // CHECK:         %[[DECODE:.+]] = arith.cmpi ule, %[[LQ]], %c8
-// Decode splits: one per 256 keys, more (down to one 64-key tile each)
+// Decode splits: one per 256 keys, more (down to one 32-key tile each)
 // while the B x Hkv x row tiles blocks are fewer than the workers (on a
 // GPU, 4 blocks per multiprocessor).
-// CHECK:         %[[MOST:.+]] = arith.ceildivui %[[LK]], %c64 : index
+// CHECK:         %[[MOST:.+]] = arith.ceildivui %[[LK]], %c32 : index
 // CHECK:         %[[LEAST:.+]] = arith.ceildivui %[[LK]], %c256
 // CHECK:         %[[UNSPLIT:.+]] = arith.maxsi %{{.+}}, %c1 : index
 // CHECK:         %[[WORKERS:.+]] = attn_kernel.worker_count : index

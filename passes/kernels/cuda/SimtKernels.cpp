@@ -353,21 +353,22 @@ SimtFlashTiling::chooseForDecode(const SoftmaxAttentionShape &shape,
   int64_t warps = 1;
   while (warps < 4 && warps * WarpMmaOp::kRows < rows)
     warps *= 2;
-  // Decode waits on memory: mma.sync's warps of 16 rows, not wgmma, and
-  // two tiles of k and v in flight where their buffers fit (else one: f32
-  // with head_dim 256 on a 64 KiB SM).
+  // Decode waits on memory: mma.sync's warps of 16 rows, not wgmma.
   GpuTiling decodeTiling = tiling;
   decodeTiling.flashWarpgroups = 0;
-  SimtFlashTiling flash =
-      choose(shape, storage, decodeTiling, warps, /*maxRowTiles=*/1,
-             /*stages=*/2);
-  if (flash.sharedBytes() > tiling.maxSharedBytes)
-    flash = choose(shape, storage, decodeTiling, warps);
+  SimtFlashTiling flash = choose(shape, storage, decodeTiling, warps);
   // Above 128 value channels the output fragment alone takes 128 registers
   // or more: 32-key tiles (16 score registers, not 32) keep decode with
   // D = 256 from spilling, at no cost to a kernel that waits on memory.
   if (flash.paddedValueDim > 128 && flash.keyTile > 32)
     flash.keyTile = 32;
+  // Two stages of k and v, each half as many keys: the next tile's copies
+  // in flight while one is used, in the shared memory of one stage, so
+  // that as many blocks fit on an SM as the host's split count assumes.
+  if (flash.keyTile >= 2 * WarpMmaOp::kReductionStep) {
+    flash.keyTile /= 2;
+    flash.stages = 2;
+  }
   return flash;
 }
 
