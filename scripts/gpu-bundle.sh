@@ -5,7 +5,7 @@
 #
 #   scripts/gpu-bundle.sh DIR        # after `ninja -C build`
 #   (on the GPU machine, from the repository root)
-#   bash DIR/run.sh info e2e bench torch fla python
+#   bash DIR/run.sh info e2e bench torch fla python wgmma
 #
 # The e2e tests and the bench compile models in-process, so they need
 # libMLIR.so and libLLVM.so (and ld.lld, which links a binary's host code);
@@ -17,7 +17,11 @@
 # run.sh's steps, in the order given:
 #   info   the GPU, the driver, ptxas, missing libraries
 #   e2e    every _cuda e2e case and every case that needs a GPU (8 shards
-#          in parallel), log in $OUT/e2e.log
+#          in parallel), log in $OUT/e2e.log, but the warpgroup products'
+#   wgmma  those (prefill on sm_90a's wgmma, not yet default), log in
+#          $OUT/e2e-wgmma.log, then the bench's prefill table on them
+#          (cuda-attention-bench --wgmma): last and in processes of their
+#          own, so that a fault of an untried kernel costs no other result
 #   bench  build/bin/cuda-attention-bench ($BENCH_ARGS)
 #   torch  bench/torch-attention-baseline.py (PyTorch's SDPA backends,
 #          FlexAttention, the copy bandwidth)
@@ -118,7 +122,7 @@ for step in "$@"; do
     export GTEST_TOTAL_SHARDS=8
     for i in $(seq 0 7); do
       GTEST_SHARD_INDEX=$i timeout ${E2E_TIMEOUT:-300} "$bin/AttnE2ETests" \
-        --gtest_filter="${E2E_FILTER:-*_cuda:*/cuda:*OnCuda*:*OnGpu*}" > "$out/e2e$i.log" 2>&1 &
+        --gtest_filter="${E2E_FILTER:-*_cuda:*/cuda:*OnCuda*:*OnGpu*-*Warpgroups*}" > "$out/e2e$i.log" 2>&1 &
     done
     wait
     cat "$out"/e2e[0-7].log > "$out/e2e.log"; rm "$out"/e2e[0-7].log
@@ -143,7 +147,13 @@ for step in "$@"; do
         > "$out/$(basename "$test" .py).log" 2>&1
       echo "$test: exit $? (log in \$OUT/$(basename "$test" .py).log)"
     done;;
-  *) echo "run.sh: unknown step '$step' (info, e2e, bench, torch, fla, python)"; exit 2;;
+  wgmma)
+    timeout ${E2E_TIMEOUT:-300} "$bin/AttnE2ETests" --gtest_filter='*Warpgroups*_cuda' \
+      > "$out/e2e-wgmma.log" 2>&1
+    grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/e2e-wgmma.log" | sort | uniq -c
+    log_step "cuda-attention-bench --wgmma ${BENCH_ARGS:-}"
+    timeout ${BENCH_TIMEOUT:-300} "$bin/cuda-attention-bench" --wgmma ${BENCH_ARGS:-} 2>&1 | tee -a "$out/gpu.log";;
+  *) echo "run.sh: unknown step '$step' (info, e2e, bench, torch, fla, python, wgmma)"; exit 2;;
   esac
 done
 EOF
