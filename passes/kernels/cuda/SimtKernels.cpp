@@ -177,6 +177,26 @@ void SimtEmitter::forAll(Value count, function_ref<void(Value i)> body) {
   });
 }
 
+void SimtEmitter::forAllBatched(
+    Value count, int64_t batch,
+    function_ref<SmallVector<Value>(Value i, Value inRange)> load,
+    function_ref<void(Value i, ValueRange loaded)> store) {
+  eachThread([&](Value thread) {
+    loop(thread, count, index(blockThreads * batch), [&](Value first) {
+      SmallVector<Value> indices, inRange;
+      SmallVector<SmallVector<Value>> loaded;
+      for (int64_t step = 0; step < batch; ++step) {
+        indices.push_back(add(first, index(step * blockThreads)));
+        inRange.push_back(
+            icmp(arith::CmpIPredicate::ult, indices.back(), count));
+        loaded.push_back(load(indices.back(), inRange.back()));
+      }
+      for (int64_t step = 0; step < batch; ++step)
+        ifThen(inRange[step], [&] { store(indices[step], loaded[step]); });
+    });
+  });
+}
+
 std::pair<Value, Value> SimtEmitter::shareOf(Value t, Value total) {
   Value perShare = ceilDiv(total, index(blockThreads));
   Value first = minS(mul(t, perShare), total);

@@ -172,6 +172,17 @@ struct SimtEmitter : KernelEmitter {
   /// Runs `body(i)` for every i in [0, count), spread over the block's
   /// threads (thread t takes i = t, t + blockThreads, ...), then waits.
   void forAll(Value count, function_ref<void(Value i)> body);
+  /// forAll for a body that loads, then stores what it loaded: each thread
+  /// takes `batch` of its indices a step (i, i + blockThreads, ...) and
+  /// makes all their loads (`load(i, inRange)`; past `count` inRange is
+  /// false and nothing may be read) before any of their stores
+  /// (`store(i, loaded)`, for indices below `count` alone). A GPU issues
+  /// in order: a body that stores what it has just loaded waits a memory
+  /// latency per index, where a batch waits one for all.
+  void forAllBatched(
+      Value count, int64_t batch,
+      function_ref<SmallVector<Value>(Value i, Value inRange)> load,
+      function_ref<void(Value i, ValueRange loaded)> store);
   /// Thread `t`'s contiguous share [first, end) of `total` entries, the
   /// shares in thread order (block kernels whose threads each take a run
   /// of entries, then combine the shares' counts in that order).

@@ -162,7 +162,9 @@ private:
   // Shared: the chunk's rows and per-step scalars, A and the values (f32),
   // the products' operands.
   Parts queries, keys, wyRows, stateCopy, valueOperand, updateOperand;
-  Value queryScale, keyScale, logDecay, values;
+  /// With a scalar decay, the chunk's log-decays g per step and their
+  /// running sums G.
+  Value queryScale, keyScale, stepLogDecay, logDecay, values;
   /// The delta rules' W [.., Dk] and U [.., Dv] (SimtChunkWyKernel), laid
   /// out as v.
   Value wyW, wyU;
@@ -249,6 +251,7 @@ void SimtMmaRecurrenceKernel::allocateBuffers() {
   updateOperand = sharedParts(mma.computedParts, {columns, C + pad});
   queryScale = e.shared({C});
   keyScale = e.shared({C});
+  stepLogDecay = scalarDecay ? e.shared({C}) : Value();
   logDecay = scalarDecay ? e.shared({C}) : Value();
   if (delta)
     values = e.shared({C, columns + 1});
@@ -352,19 +355,30 @@ void SimtMmaRecurrenceKernel::loadInitialState() {
 }
 
 void SimtMmaRecurrenceKernel::stageChunk(Value first, Value n) {
-  // 1. q and k rows as stored (feature fastest: coalesced reads).
+  // 1. q and k rows as stored (feature fastest: coalesced reads), and W's:
+  //    8 elements a thread at a time, their loads first (this is on the
+  //    chain of chunks, which nothing else hides).
   Value dkp = e.index(Dkp);
-  e.forAll(e.index(C * Dkp), [&](Value x) {
-    Value t = e.div(x, dkp), i = e.rem(x, dkp);
-    Value exists = both(lt(t, n), lt(i, e.index(Dk)));
-    SmallVector<Value> at = seq->stepFeature(hk, e.add(first, t), i);
-    storeParts(e.loadOrZero(exists, args.q, at), queries, {t, i});
-    storeParts(e.loadOrZero(exists, args.k, at), keys, {t, i});
-    if (delta)
-      storeParts(
-          e.loadOrZero(exists, wyW, seq->stepFeature(hv, e.add(first, t), i)),
-          wyRows, {t, i});
-  });
+  e.forAllBatched(
+      e.index(C * Dkp), /*batch=*/4,
+      [&](Value x, Value inRange) -> SmallVector<Value> {
+        Value t = e.div(x, dkp), i = e.rem(x, dkp);
+        Value exists = both(inRange, both(lt(t, n), lt(i, e.index(Dk))));
+        SmallVector<Value> at = seq->stepFeature(hk, e.add(first, t), i);
+        SmallVector<Value> loaded{e.loadOrZero(exists, args.q, at),
+                                  e.loadOrZero(exists, args.k, at)};
+        if (delta)
+          loaded.push_back(e.loadOrZero(
+              exists, wyW, seq->stepFeature(hv, e.add(first, t), i)));
+        return loaded;
+      },
+      [&](Value x, ValueRange loaded) {
+        Value t = e.div(x, dkp), i = e.rem(x, dkp);
+        storeParts(loaded[0], queries, {t, i});
+        storeParts(loaded[1], keys, {t, i});
+        if (delta)
+          storeParts(loaded[2], wyRows, {t, i});
+      });
   // Per step: the rows' scales (0 past the chunk's steps, so those rows add
   // nothing) and G (past the steps, G of the last).
   auto rowScale = [&](ArrayRef<Value> rows, Value t, double factor) {
@@ -379,14 +393,22 @@ void SimtMmaRecurrenceKernel::stageChunk(Value first, Value n) {
     return e.fdiv(e.scalar(factor),
                   math::SqrtOp::create(b, e.fadd(squares, e.scalar(1e-6))));
   };
+  // The steps' log-decays, a load per thread, then each step's running
+  // sum from shared memory: summed from global memory, a step's sum
+  // waited for its loads on the chain of chunks.
+  if (scalarDecay)
+    e.forAll(e.index(C), [&](Value t) {
+      e.store(e.loadOrZero(lt(t, n), args.g, seq->step(hv, e.add(first, t))),
+              stepLogDecay, {t});
+    });
   e.forAll(e.index(C), [&](Value t) {
     Value exists = lt(t, n), zero = e.scalar(0.0);
     e.store(e.select(exists, rowScale(queries, t, shape.scale), zero),
             queryScale, {t});
     e.store(e.select(exists, rowScale(keys, t, 1.0), zero), keyScale, {t});
     if (scalarDecay)
-      e.store(cumulativeLogDecay(e, args.g, *seq, hv, first,
-                                 e.minS(e.add(t, c1), n)),
+      e.store(e.sumOver(c0, e.minS(e.add(t, c1), n),
+                        [&](Value s) { return e.load(stepLogDecay, {s}); }),
               logDecay, {t});
   });
 }
@@ -749,7 +771,7 @@ SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape) const {
   total += computedParts * buffer(columns * (C + pad), elementBytes);
   total += 2 * buffer(C, 4);
   if (shape.scalarDecay())
-    total += buffer(C, 4);
+    total += 2 * buffer(C, 4);
   if (delta)
     total += buffer(C * (columns + 1), 4);
   return total;
