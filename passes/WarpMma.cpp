@@ -557,18 +557,17 @@ void lowerToWgmma(WarpMmaOp op) {
   // The warpgroup's first row: that of warp 0 of the group, whose warps
   // have rows R + 16 w (the op's contract).
   Value thread = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
-  Value warpInGroup =
-      e.rem(e.div(thread, e.index(WarpMmaOp::kWarpLanes)),
-            e.index(WarpMmaOp::kWarpgroupWarps));
+  Value warpInGroup = e.rem(e.div(thread, e.index(WarpMmaOp::kWarpLanes)),
+                            e.index(WarpMmaOp::kWarpgroupWarps));
   Value groupRow = e.sub(op.getRow(), e.mul(warpInGroup, e.index(16)));
 
   // A: K-major, rows [R, R + 64) from core-matrix row R / 8.
   Value lhsBase, lhsDescriptorBase;
   if (!op.getLhsFragment()) {
     Value lhs = op.getLhs();
-    lhsBase = e.add(baseAddress(lhs),
-                    e.mul(toI64(e.div(groupRow, e.index(side))),
-                          i64(groupBytes(lhs, 0))));
+    lhsBase =
+        e.add(baseAddress(lhs), e.mul(toI64(e.div(groupRow, e.index(side))),
+                                      i64(groupBytes(lhs, 0))));
   }
   // B: K-major when transposed ([n / 8, k / 8, 8, 8]), else N-major
   // ([k / 8, n / 8, 8, 8]).
@@ -612,8 +611,8 @@ void lowerToWgmma(WarpMmaOp op) {
       for (Value pair : ownFragmentPairs(b, op, /*tile=*/0, step))
         fragmentA[step].push_back(vector::ExtractOp::create(
             b,
-            vector::BitCastOp::create(
-                b, VectorType::get({1}, b.getI32Type()), pair),
+            vector::BitCastOp::create(b, VectorType::get({1}, b.getI32Type()),
+                                      pair),
             0));
 
   NVVM::WgmmaFenceAlignedOp::create(b);
@@ -623,9 +622,9 @@ void lowerToWgmma(WarpMmaOp op) {
         b, e.add(rhsBase, i64(2 * step * rhsKGroup)), rhsKGroup, rhsNGroup);
     if (!op.getLhsFragment()) {
       const int64_t lhsKGroup = groupBytes(op.getLhs(), 1);
-      Value lhsDescriptor = wgmmaDescriptor(
-          b, e.add(lhsBase, i64(2 * step * lhsKGroup)), lhsKGroup,
-          groupBytes(op.getLhs(), 0));
+      Value lhsDescriptor =
+          wgmmaDescriptor(b, e.add(lhsBase, i64(2 * step * lhsKGroup)),
+                          lhsKGroup, groupBytes(op.getLhs(), 0));
       // layout row (A) / col (B): K-major, no transpose.
       Value result = NVVM::WgmmaMmaAsyncOp::create(
           b, structType, pack(acc), lhsDescriptor, rhsDescriptor,

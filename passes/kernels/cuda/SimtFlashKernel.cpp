@@ -938,58 +938,61 @@ void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues) {
   // cores) to shared memory; the lane's sum and output rescaled. The sum
   // adds the probabilities as stored, so o is a weighted mean of v with
   // exactly P's weights.
-  eachWarp([&](Value warpRow, Value lane, Value thread) {
-    if (stageValues)
-      stageRows(thread, TK, v, vs[0], Dv, Dvp, keyRowsOf(keyTileIndex));
-    Value s = e.registersOf(scoreRegs, thread);
-    Value o = e.registersOf(outRegs, thread);
-    Value m = e.registersOf(maxRegs, thread);
-    Value l = e.registersOf(sumRegs, thread);
-    SmallVector<LaneRow> laneRows = laneRowsOf(warpRow, lane);
-    // Each row's rescaling alpha, 1 where its max stayed; the output
-    // fragment is rescaled only when some row of the lane's changed, which
-    // after the first tiles is rare (a branch, not 16 Dv / 8 multiplies per
-    // row on every tile).
-    SmallVector<Value> rescales;
-    Value anyChanged;
-    for (const LaneRow &laneRow : laneRows) {
-      Value r = laneRow.row, h = e.index(laneRow.slot);
-      Value tileMax =
-          combineQuad(r, [&](Value x, Value y) { return e.fmax(x, y); });
-      Value oldMax = e.load(m, h);
-      Value newMax = e.fmax(oldMax, tileMax);
-      Value safe = e.safeMax(newMax);
-      Value changed = e.fcmp(arith::CmpFPredicate::UNE, oldMax, newMax);
-      Value rescale =
-          e.select(changed, e.exp2(e.fmul(e.fsub(oldMax, safe), exponentScale)),
-                   e.scalar(1.0));
-      Value shift = e.fmul(safe, negExponentScale);
-      Value partSum = e.scalar(0.0);
-      for (int64_t block = 0; block < keyBlocks; ++block)
-        for (int64_t el = 0; el < 2; ++el) {
-          SmallVector<Value> at = fragmentAt(laneRow, keyBlocks, block, el);
-          Value p = e.exp2(e.fma(e.load(s, at), exponentScale, shift));
-          Value rounded = e.widen(e.narrow(p, storage));
-          e.store(rounded, s, at);
-          partSum = e.fadd(partSum, rounded);
+  eachWarp(
+      [&](Value warpRow, Value lane, Value thread) {
+        if (stageValues)
+          stageRows(thread, TK, v, vs[0], Dv, Dvp, keyRowsOf(keyTileIndex));
+        Value s = e.registersOf(scoreRegs, thread);
+        Value o = e.registersOf(outRegs, thread);
+        Value m = e.registersOf(maxRegs, thread);
+        Value l = e.registersOf(sumRegs, thread);
+        SmallVector<LaneRow> laneRows = laneRowsOf(warpRow, lane);
+        // Each row's rescaling alpha, 1 where its max stayed; the output
+        // fragment is rescaled only when some row of the lane's changed, which
+        // after the first tiles is rare (a branch, not 16 Dv / 8 multiplies per
+        // row on every tile).
+        SmallVector<Value> rescales;
+        Value anyChanged;
+        for (const LaneRow &laneRow : laneRows) {
+          Value r = laneRow.row, h = e.index(laneRow.slot);
+          Value tileMax =
+              combineQuad(r, [&](Value x, Value y) { return e.fmax(x, y); });
+          Value oldMax = e.load(m, h);
+          Value newMax = e.fmax(oldMax, tileMax);
+          Value safe = e.safeMax(newMax);
+          Value changed = e.fcmp(arith::CmpFPredicate::UNE, oldMax, newMax);
+          Value rescale = e.select(
+              changed, e.exp2(e.fmul(e.fsub(oldMax, safe), exponentScale)),
+              e.scalar(1.0));
+          Value shift = e.fmul(safe, negExponentScale);
+          Value partSum = e.scalar(0.0);
+          for (int64_t block = 0; block < keyBlocks; ++block)
+            for (int64_t el = 0; el < 2; ++el) {
+              SmallVector<Value> at = fragmentAt(laneRow, keyBlocks, block, el);
+              Value p = e.exp2(e.fma(e.load(s, at), exponentScale, shift));
+              Value rounded = e.widen(e.narrow(p, storage));
+              e.store(rounded, s, at);
+              partSum = e.fadd(partSum, rounded);
+            }
+          e.store(e.fma(e.load(l, h), rescale, partSum), l, h);
+          e.store(newMax, m, h);
+          rescales.push_back(rescale);
+          anyChanged = anyChanged ? arith::OrIOp::create(b, anyChanged, changed)
+                                  : changed;
         }
-      e.store(e.fma(e.load(l, h), rescale, partSum), l, h);
-      e.store(newMax, m, h);
-      rescales.push_back(rescale);
-      anyChanged =
-          anyChanged ? arith::OrIOp::create(b, anyChanged, changed) : changed;
-    }
-    e.ifThen(anyChanged, [&] {
-      for (auto [laneRow, rescale] : llvm::zip(laneRows, rescales))
-        for (int64_t block = 0; block < valueBlocks; ++block)
-          for (int64_t el = 0; el < 2; ++el) {
-            SmallVector<Value> at = fragmentAt(laneRow, valueBlocks, block, el);
-            e.store(e.fmul(e.load(o, at), rescale), o, at);
-          }
-    });
-    if (stageValues)
-      waitForCopies(); // this tile's v
-  }, stageValues ? SimtEmitter::Sync::Block : SimtEmitter::Sync::Warp);
+        e.ifThen(anyChanged, [&] {
+          for (auto [laneRow, rescale] : llvm::zip(laneRows, rescales))
+            for (int64_t block = 0; block < valueBlocks; ++block)
+              for (int64_t el = 0; el < 2; ++el) {
+                SmallVector<Value> at =
+                    fragmentAt(laneRow, valueBlocks, block, el);
+                e.store(e.fmul(e.load(o, at), rescale), o, at);
+              }
+        });
+        if (stageValues)
+          waitForCopies(); // this tile's v
+      },
+      stageValues ? SimtEmitter::Sync::Block : SimtEmitter::Sync::Warp);
 }
 
 void SimtFlashKernel::accumulateValues(
@@ -997,10 +1000,9 @@ void SimtFlashKernel::accumulateValues(
   // o += P v into the lanes' registers, the next tile's k on its way.
   eachWarp([&](Value warpRow, Value lane, Value thread) {
     stageNext(thread);
-    auto outputOp = WarpMmaOp::create(b, e.registersOfWarp(scoreRegs, thread),
-                                      valueBuffer,
-                                      e.registersOf(outRegs, thread),
-                                      warpRow, lane, /*n=*/Dvp, /*k=*/TK);
+    auto outputOp = WarpMmaOp::create(
+        b, e.registersOfWarp(scoreRegs, thread), valueBuffer,
+        e.registersOf(outRegs, thread), warpRow, lane, /*n=*/Dvp, /*k=*/TK);
     outputOp.setAccumulate(true);
     outputOp.setAccFragment(true);
     outputOp.setLhsFragment(true);

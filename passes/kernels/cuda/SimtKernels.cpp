@@ -305,10 +305,10 @@ int64_t SimtFlashTiling::sharedBytes() const {
     return roundUp(elements * bytes, 16);
   };
   // The buffers the flash kernel allocates, padded rows included.
-  return buffer(rows * headStride(), elementBytes) +            // q tile
-         stages * buffer(keys * headStride(), elementBytes) +   // k tiles
-         stages * buffer(keys * valueStride(), elementBytes) +  // v tiles
-         buffer(rows * kLanesPerRow, 4);                        // quad exchange
+  return buffer(rows * headStride(), elementBytes) +           // q tile
+         stages * buffer(keys * headStride(), elementBytes) +  // k tiles
+         stages * buffer(keys * valueStride(), elementBytes) + // v tiles
+         buffer(rows * kLanesPerRow, 4);                       // quad exchange
 }
 
 SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
@@ -343,10 +343,10 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
   // wgmma: warpgroups of 4 warps of 16 rows (as many as the tiling asks,
   // if they fit, else fewer); value dims of at most 256 (the widest
   // product).
-  const bool warpgroups = tiling.flashWarpgroups > 0 && tensorCores &&
-                          maxWarps >= WarpMmaOp::kWarpgroupWarps &&
-                          roundUp(shape.valueDim, 8) <=
-                              WarpMmaOp::kMaxWarpgroupColumns;
+  const bool warpgroups =
+      tiling.flashWarpgroups > 0 && tensorCores &&
+      maxWarps >= WarpMmaOp::kWarpgroupWarps &&
+      roundUp(shape.valueDim, 8) <= WarpMmaOp::kMaxWarpgroupColumns;
   if (warpgroups) {
     maxRowTiles = 1;
     maxWarps = WarpMmaOp::kWarpgroupWarps * tiling.flashWarpgroups;
@@ -533,10 +533,9 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
           for (int64_t i = 0; i < batchSplits; ++i) {
             Value s = e.add(e.mul(batch, e.index(batchSplits)), e.index(i));
             SmallVector<Value> at = merge.partialAt(e.minS(s, lastSplit));
-            lses.push_back(e.select(e.icmp(arith::CmpIPredicate::slt, s,
-                                           merge.splits),
-                                    e.load(merge.partialLse, at),
-                                    e.scalar(kNegInf)));
+            lses.push_back(
+                e.select(e.icmp(arith::CmpIPredicate::slt, s, merge.splits),
+                         e.load(merge.partialLse, at), e.scalar(kNegInf)));
             at.push_back(d);
             outs.push_back(e.load(merge.partialOut, at));
           }

@@ -179,10 +179,10 @@ struct SimtEmitter : KernelEmitter {
   /// (`store(i, loaded)`, for indices below `count` alone). A GPU issues
   /// in order: a body that stores what it has just loaded waits a memory
   /// latency per index, where a batch waits one for all.
-  void forAllBatched(
-      Value count, int64_t batch,
-      function_ref<SmallVector<Value>(Value i, Value inRange)> load,
-      function_ref<void(Value i, ValueRange loaded)> store);
+  void
+  forAllBatched(Value count, int64_t batch,
+                function_ref<SmallVector<Value>(Value i, Value inRange)> load,
+                function_ref<void(Value i, ValueRange loaded)> store);
   /// Thread `t`'s contiguous share [first, end) of `total` entries, the
   /// shares in thread order (block kernels whose threads each take a run
   /// of entries, then combine the shares' counts in that order).

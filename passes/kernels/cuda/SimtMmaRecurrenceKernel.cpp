@@ -422,17 +422,26 @@ void SimtMmaRecurrenceKernel::projectChunk(Value first, Value n) {
       multiply(wyRows, stateCopy, projected, row, lane, /*n=*/columns,
                /*k=*/Dkp, /*rhsTransposed=*/true, /*accumulate=*/false,
                tilesPerWarp);
+      // The lane's elements of U, all loaded before any is used (on the
+      // chain of chunks: one memory latency, not one per element).
+      SmallVector<Value> us;
       eachFragmentElement(
           row, lane, tilesPerWarp, columns, warp,
           [&](const FragmentElement &x) {
             Value t = x.row, c = x.column;
-            Value u = e.loadOrZero(
+            us.push_back(e.loadOrZero(
                 both(lt(t, n), isColumn(c)), wyU,
-                seq->stepFeature(hv, e.add(first, t), columnOf(c)));
-            ifOwned(x.owned, [&] {
-              e.store(e.fsub(u, e.load(projected, x.at)), values, {t, c});
-            });
+                seq->stepFeature(hv, e.add(first, t), columnOf(c))));
           });
+      Value *u = us.begin();
+      eachFragmentElement(row, lane, tilesPerWarp, columns, warp,
+                          [&](const FragmentElement &x) {
+                            Value uElement = *u++;
+                            ifOwned(x.owned, [&] {
+                              e.store(e.fsub(uElement, e.load(projected, x.at)),
+                                      values, {x.row, x.column});
+                            });
+                          });
     }
     // O = exp(G_t) q^_t S into the output fragments (after V': they held
     // W S).
