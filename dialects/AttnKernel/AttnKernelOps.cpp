@@ -241,8 +241,9 @@ LogicalResult AsyncCopyOp::verify() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult AsyncWaitOp::verify() {
-  if (getPending() < 0)
-    return emitOpError() << "pending must not be negative, got "
-                         << getPending();
+  // The attribute's signed value (its getter's is unsigned).
+  const int64_t pending = getPendingAttr().getInt();
+  if (pending < 0)
+    return emitOpError() << "pending must not be negative, got " << pending;
   return success();
 }

@@ -265,3 +265,11 @@ func.func @warpgroup_small_rhs(%a: memref<8x2x8x8xbf16>, %b: memref<2x1x8x8xbf16
   attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(16) k(16) {acc_fragment, warpgroup} : memref<8x2x8x8xbf16>, memref<2x1x8x8xbf16>, memref<2x4xf32>
   return
 }
+
+// -----
+
+func.func @async_wait_negative() {
+  // expected-error @+1 {{'attn_kernel.async_wait' op pending must not be negative, got -1}}
+  attn_kernel.async_wait {pending = -1 : i64}
+  return
+}
