@@ -9,7 +9,10 @@
 //    runs f32 products (and those of chips without bf16 mma.sync) this way;
 //  * tensor cores (-attn-warp-mma-to-nvvm): the lane's A and B fragments
 //    loaded from the shared buffers and one nvvm.mma.sync per 16 x 8 x 16
-//    step, the accumulators in registers across K.
+//    step, the accumulators in registers across K;
+//  * warpgroup tensor cores (-attn-warp-mma-to-nvvm on sm_90a, ops marked
+//    `warpgroup`): one wgmma.mma_async per 16 of K for the warpgroup's 64
+//    rows, the shared operands read through matrix descriptors.
 //
 // Both place the lane's elements with the same function (MmaFragmentLayout
 // in SimtKernels.h), PTX's layout for mma.m16n8k16 with .row.col and 16-bit
@@ -559,10 +562,11 @@ void lowerToWgmma(WarpMmaOp op) {
   Value thread = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
   Value warpInGroup = e.rem(e.div(thread, e.index(WarpMmaOp::kWarpLanes)),
                             e.index(WarpMmaOp::kWarpgroupWarps));
-  Value groupRow = e.sub(op.getRow(), e.mul(warpInGroup, e.index(16)));
+  Value groupRow =
+      e.sub(op.getRow(), e.mul(warpInGroup, e.index(WarpMmaOp::kRows)));
 
   // A: K-major, rows [R, R + 64) from core-matrix row R / 8.
-  Value lhsBase, lhsDescriptorBase;
+  Value lhsBase;
   if (!op.getLhsFragment()) {
     Value lhs = op.getLhs();
     lhsBase =
