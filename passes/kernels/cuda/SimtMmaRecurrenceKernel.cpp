@@ -401,15 +401,25 @@ void SimtMmaRecurrenceKernel::stageChunk(Value first, Value n) {
       e.store(e.loadOrZero(lt(t, n), args.g, seq->step(hv, e.add(first, t))),
               stepLogDecay, {t});
     });
-  e.forAll(e.index(C), [&](Value t) {
+  // A thread per (step, q or k): the rows' norms are sums over Dk on the
+  // chain of chunks, so q's and k's go to different threads (whole warps
+  // each), the q threads also summing G.
+  Value c = e.index(C);
+  e.forAll(e.index(2 * C), [&](Value x) {
+    Value t = e.rem(x, c);
     Value exists = lt(t, n), zero = e.scalar(0.0);
-    e.store(e.select(exists, rowScale(queries, t, shape.scale), zero),
-            queryScale, {t});
-    e.store(e.select(exists, rowScale(keys, t, 1.0), zero), keyScale, {t});
-    if (scalarDecay)
-      e.store(e.sumOver(c0, e.minS(e.add(t, c1), n),
-                        [&](Value s) { return e.load(stepLogDecay, {s}); }),
-              logDecay, {t});
+    Value isQuery = lt(x, c);
+    e.ifThen(isQuery, [&] {
+      e.store(e.select(exists, rowScale(queries, t, shape.scale), zero),
+              queryScale, {t});
+      if (scalarDecay)
+        e.store(e.sumOver(c0, e.minS(e.add(t, c1), n),
+                          [&](Value s) { return e.load(stepLogDecay, {s}); }),
+                logDecay, {t});
+    });
+    e.ifThen(e.icmp(arith::CmpIPredicate::uge, x, c), [&] {
+      e.store(e.select(exists, rowScale(keys, t, 1.0), zero), keyScale, {t});
+    });
   });
 }
 
