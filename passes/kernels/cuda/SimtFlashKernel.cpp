@@ -72,8 +72,8 @@ private:
   void walkKeyTilesInTwoStages();
   /// Per key tile: the scores from `keyBuffer`, the online-softmax update
   /// (with `stageValues`, the tile's v copied meanwhile), P v from
-  /// `valueBuffer` (with `stageNext`'s copies issued meanwhile by each
-  /// thread).
+  /// `valueBuffer` (with `stageNext`, if given, each thread's copies issued
+  /// meanwhile and waited for at the end).
   void scoreKeyTile(Value firstKey, Value keyBuffer);
   void updateSoftmax(Value keyTileIndex, bool stageValues);
   void accumulateValues(Value valueBuffer,
@@ -128,14 +128,6 @@ private:
   SmallVector<Value> fragmentAt(const LaneRow &at, int64_t blocks,
                                 int64_t block, int64_t el);
   void setRegisters(Value registers, int64_t blocks, double value);
-  /// Copies `count` rows of `dim` elements into the shared tile `to`, whose
-  /// rows are `padded` long: row j from source[rowAt(j).first..., 0 .. dim)
-  /// where rowAt(j).second holds, zeros elsewhere. 16 bytes a copy where a
-  /// row is whole 16-byte pieces (every row then starts 16-byte aligned, in
-  /// global memory as in the padded shared rows), all of a thread's copies
-  /// in flight at once (attn_kernel.async_copy: cp.async on the GPU; they
-  /// are complete after the thread's next attn_kernel.async_wait); else an
-  /// element a load.
   /// Waits for the thread's staging copies but those of its `pending`
   /// newest groups (and with warpgroup products makes its shared writes
   /// visible to them).
@@ -144,6 +136,14 @@ private:
     wait.setAsyncProxy(flash.warpgroupMma);
     wait.setPending(pending);
   }
+  /// Copies `count` rows of `dim` elements into the shared tile `to`, whose
+  /// rows are `padded` long: row j from source[rowAt(j).first..., 0 .. dim)
+  /// where rowAt(j).second holds, zeros elsewhere. 16 bytes a copy where a
+  /// row is whole 16-byte pieces (every row then starts 16-byte aligned, in
+  /// global memory as in the padded shared rows), all of a thread's copies
+  /// in flight at once (attn_kernel.async_copy: cp.async on the GPU; they
+  /// are complete after the thread's next attn_kernel.async_wait); else an
+  /// element a load.
   void
   stageRows(Value thread, int64_t count, Value from, Value to, int64_t dim,
             int64_t padded,
@@ -336,7 +336,7 @@ void SimtFlashKernel::walkKeyTilesInTwoStages() {
         });
         scoreKeyTile(tileFirstKey(tile), ks[buffer]);
         updateSoftmax(tile, /*stageValues=*/false);
-        accumulateValues(vs[buffer], [](Value) {});
+        accumulateValues(vs[buffer], /*stageNext=*/nullptr);
       });
     }
   });
@@ -999,7 +999,8 @@ void SimtFlashKernel::accumulateValues(
     Value valueBuffer, function_ref<void(Value thread)> stageNext) {
   // o += P v into the lanes' registers, the next tile's k on its way.
   eachWarp([&](Value warpRow, Value lane, Value thread) {
-    stageNext(thread);
+    if (stageNext)
+      stageNext(thread);
     auto outputOp = WarpMmaOp::create(
         b, e.registersOfWarp(scoreRegs, thread), valueBuffer,
         e.registersOf(outRegs, thread), warpRow, lane, /*n=*/Dvp, /*k=*/TK);
@@ -1008,7 +1009,7 @@ void SimtFlashKernel::accumulateValues(
     outputOp.setLhsFragment(true);
     outputOp.setRowTiles(RT);
     outputOp.setWarpgroup(flash.warpgroupMma);
-    if (flash.stages == 1)
+    if (stageNext)
       waitForCopies(); // the next tile's k
   });
 }

@@ -313,8 +313,7 @@ int64_t SimtFlashTiling::sharedBytes() const {
 
 SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
                                         Type storage, const GpuTiling &tiling,
-                                        int64_t maxWarps, int64_t maxRowTiles,
-                                        int64_t stages) {
+                                        int64_t maxWarps, int64_t maxRowTiles) {
   // Largest first. FlashAttention-2 tiles head dims up to 128 on
   // sm_80/sm_90 with 4 warps of 32 rows (128) over 64 keys; here 32 rows
   // per warp take 32-key tiles, since the score fragments of 64 keys would
@@ -327,7 +326,6 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
     flash.paddedHeadDim = roundUp(shape.headDim, WarpMmaOp::kReductionStep);
     flash.paddedValueDim = roundUp(shape.valueDim, WarpMmaOp::kFragmentColumns);
     flash.elementBytes = storage.getIntOrFloatBitWidth() / 8;
-    flash.stages = stages;
     return flash;
   };
   auto keyTiles = [](int64_t rowTiles) {

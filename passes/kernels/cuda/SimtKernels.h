@@ -362,8 +362,7 @@ struct SimtFlashTiling {
   /// (else in all of it; else the smallest).
   static SimtFlashTiling choose(const SoftmaxAttentionShape &shape,
                                 Type storage, const GpuTiling &tiling,
-                                int64_t maxWarps = 4, int64_t maxRowTiles = 1,
-                                int64_t stages = 1);
+                                int64_t maxWarps = 4, int64_t maxRowTiles = 1);
   /// Decode's tiles (buildSimtFlashDecodeKernel): as few warps as hold a
   /// kv group's heads times `tiling.decodeMaxQueries` rows, at most 4; two
   /// stages of k and v.
