@@ -736,9 +736,13 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
     Value steps = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, r.length,
                                         shape.ragged ? r.batch : m.index(1));
     Value zero = m.index(0);
+    auto whenChunked = [&](Value workgroups) {
+      return m.select(steps, zero, workgroups);
+    };
+    // The temporaries (ChunkTemporaries), f32: the delta rules' W and U
+    // laid out as v, then each chunk's starting state.
     SmallVector<Value> mmaBindings(r.bindings);
     if (shape.isDelta()) {
-      // The WY form's W and U, all chunks at once (f32, laid out as v).
       Value v = r.bindings[2];
       auto vType = cast<MemRefType>(v.getType());
       SmallVector<Value> sizes;
@@ -751,24 +755,40 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
         mmaBindings.push_back(memref::AllocOp::create(
             b, MemRefType::get(wyShape, b.getF32Type()), sizes));
       }
-      Value chunks = m.ceilDiv(r.length, m.index(shape.chunkSize));
-      Value wyBlocks =
-          shape.ragged
-              ? m.mul(m.index(shape.numValueHeads), m.add(chunks, r.batch))
-              : m.mul(heads, chunks);
-      func::FuncOp wy = buildSimtChunkWyKernel(
-          kernelBuilder, op.getLoc(), kernelName("chunk_wy"), shape, tiling,
-          ValueRange(mmaBindings).getTypes());
-      DispatchOp::create(b, wy.getSymName(), m.select(steps, zero, wyBlocks),
+    }
+    Value chunks = m.ceilDiv(r.length, m.index(shape.chunkSize));
+    Value slots =
+        shape.ragged ? m.add(chunks, r.batch) : m.mul(r.batch, chunks);
+    mmaBindings.push_back(memref::AllocOp::create(
+        b,
+        MemRefType::get({ShapedType::kDynamic, shape.numValueHeads,
+                         shape.valueDim, shape.keyDim},
+                        b.getF32Type()),
+        ValueRange{slots}));
+    // A block per (sequence, value head, chunk) for what runs on all
+    // chunks at once; in a ragged batch per (chunk slot, value head).
+    Value chunkBlocks = m.mul(m.index(shape.numValueHeads), slots);
+    Value columnTiles =
+        m.index((shape.valueDim + mma->columns - 1) / mma->columns);
+    TypeRange mmaTypes = ValueRange(mmaBindings).getTypes();
+    if (shape.isDelta()) {
+      func::FuncOp wy =
+          buildSimtChunkWyKernel(kernelBuilder, op.getLoc(),
+                                 kernelName("chunk_wy"), shape, tiling, mmaTypes);
+      DispatchOp::create(b, wy.getSymName(), whenChunked(chunkBlocks),
                          mmaBindings);
     }
-    Value mmaBlocks = m.mul(
-        heads, m.index((shape.valueDim + mma->columns - 1) / mma->columns));
-    func::FuncOp products = buildSimtMmaRecurrenceKernel(
-        kernelBuilder, op.getLoc(), kernelName("chunked_mma"), shape, *mma,
-        tiling, ValueRange(mmaBindings).getTypes());
-    DispatchOp::create(b, products.getSymName(),
-                       m.select(steps, zero, mmaBlocks), mmaBindings);
+    func::FuncOp chain = buildSimtMmaRecurrenceKernel(
+        kernelBuilder, op.getLoc(), kernelName("chunk_states"), shape, *mma,
+        ChunkMmaKernel::States, tiling, mmaTypes);
+    DispatchOp::create(b, chain.getSymName(),
+                       whenChunked(m.mul(heads, columnTiles)), mmaBindings);
+    func::FuncOp outputs = buildSimtMmaRecurrenceKernel(
+        kernelBuilder, op.getLoc(), kernelName("chunk_outputs"), shape, *mma,
+        ChunkMmaKernel::Outputs, tiling, mmaTypes);
+    DispatchOp::create(b, outputs.getSymName(),
+                       whenChunked(m.mul(chunkBlocks, columnTiles)),
+                       mmaBindings);
     simtBlocks = m.select(steps, blocks, zero);
   }
   DispatchOp::create(b, chunked.getSymName(), simtBlocks, chunkedBindings);

@@ -27,7 +27,7 @@
 // OUTLINE-COUNT-3:     gpu.barrier
 // OUTLINE:         gpu.return
 // The gate is a thread kernel: no barrier, no shared memory.
-// OUTLINE:       gpu.func @gdn__gate3
+// OUTLINE:       gpu.func @gdn__gate4
 // OUTLINE-NOT:     gpu.barrier
 // OUTLINE-NOT:     dynamic_shared_memory
 // OUTLINE:         gpu.return

@@ -264,49 +264,71 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK-COUNT-4: } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
-// Then the chunks in order, their products on warp_mma: a block per
-// (batch, value head, 32 state columns: Dv = 24 padded to a power of 2), a
-// warp per 16 columns. Shared: q, k and W rows (Dk = 32, and 16 bytes), the
-// state's transposed copy, V' and U'^T (the products' operands, one f32
-// part each), the row scales, G and V'.
-// CHECK-LABEL: func.func private @gdn__chunked_mma2
+// Then the chain of chunks, the products on warp_mma: a block per (batch,
+// value head, 32 state columns: Dv = 24 padded to a power of 2), a warp
+// per 16 columns. Shared: k and W rows (Dk = 32, and 16 bytes), the
+// state's transposed copy, U'^T (the products' operands, one f32 part
+// each), 1 / |k|, g and G.
+// CHECK-LABEL: func.func private @gdn__chunk_states2
 // CHECK-SAME:    attn.block_kernel
-// CHECK-SAME:    attn.kernel = "chunked_mma"
+// CHECK-SAME:    attn.kernel = "chunk_states"
 // CHECK-SAME:    attn.tiling = {block_threads = 64 : i64
-// CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x36xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x20xf32>
 // CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
-// The lanes' fragments of S^T (16 columns of Dk = 32 per warp), of the
-// outputs and of the chunk's scores.
+// The lanes' fragments of S^T (16 columns of Dk = 32 per warp) and of W S.
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x2x4xf32>
-// Per chunk: stage, scale; W S and Q S; the operands; Q K^T (waited for by
-// its warp alone); P V' and U'^T K. No solve.
+// S_init is the first chunk's starting state, stored to the temporary
+// when the sequence has a chunk.
+// CHECK:         memref.store %{{.+}}, %arg12[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<?x4x24x32xf32>
+// CHECK:         } {attn.threads}
+// Per chunk: stage k and W, g, then the scales and G; W S, V' stored over
+// U and U'^T; U'^T K, and the next chunk's starting state. No solve, no
+// outputs.
 // CHECK:         scf.for
-// CHECK-COUNT-2:   } {attn.threads}
-// CHECK:           attn_kernel.warp_mma %[[W:.+]], %[[ST:.+]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
-// CHECK:           attn_kernel.warp_mma %[[Q:.+]], %[[ST]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
-// CHECK-COUNT-2:   } {attn.threads}
-// CHECK:           attn_kernel.warp_mma %[[Q]], %[[K:.+]], %{{.+}} n(16) k(32) {acc_fragment, rhs_transposed}
-// CHECK:           } {attn.threads, attn.warp_sync}
-// CHECK:           attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} n(32) k(16) {acc_fragment, accumulate, lhs_fragment}
-// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[K]], %{{.+}} n(32) k(16) {acc_fragment, accumulate}
+// CHECK-COUNT-3:   } {attn.threads}
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[ST:.+]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
+// CHECK:           memref.store %{{.+}}, %arg11
+// CHECK:           } {attn.threads}
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(16) {acc_fragment, accumulate}
+// CHECK:           memref.store %{{.+}}, %arg12
 // CHECK:           } {attn.threads}
 // CHECK:         }
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
-// CHECK-LABEL: func.func private @gdn__gate3
+// Then the outputs of every chunk at once, a block per (batch, value
+// head, chunk, column tile): q and k rows, the chunk's starting state and
+// V' staged; Q S and Q K^T (waited for by its warp alone), then P V'.
+// CHECK-LABEL: func.func private @gdn__chunk_outputs3
+// CHECK-SAME:    attn.kernel = "chunk_outputs"
+// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x36xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK-COUNT-4: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x2x4xf32>
+// CHECK:         memref.load %arg12
+// CHECK:         memref.load %arg11
+// CHECK:         attn_kernel.warp_mma %[[Q:.+]], %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
+// CHECK:         attn_kernel.warp_mma %[[Q]], %{{.+}}, %{{.+}} n(16) k(32) {acc_fragment, rhs_transposed}
+// CHECK:         } {attn.threads, attn.warp_sync}
+// CHECK:         attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} n(32) k(16) {acc_fragment, accumulate, lhs_fragment}
+// CHECK:         memref.store %{{.+}}, %arg8
+// CHECK:         } {attn.threads}
+// CHECK-NOT:     attn.threads
+// CHECK:         return
+// CHECK-LABEL: func.func private @gdn__gate4
 // CHECK-SAME:    attn.kernel = "gate"
 // CHECK-NOT:     attn.block_kernel
 // CHECK:         math.sqrt
-// The SIMT kernel takes calls of one step (decode), the WY and products'
-// kernels the others (W and U f32 temporaries laid out as v); the others
-// get no blocks.
+// The SIMT kernel takes calls of one step (decode), the WY, chain and
+// outputs kernels the others (f32 temporaries: W and U laid out as v, the
+// chunks' starting states, B * ceil(L / C) of them); the others get no
+// blocks. The WY and outputs kernels take a block per (batch, value head,
+// chunk), the chain a block per (batch, value head).
 // CHECK-LABEL: func.func @gdn(
 // CHECK:         %[[B:.+]] = memref.dim %{{.+}}, %c0
 // CHECK:         %[[L:.+]] = memref.dim %{{.+}}, %c2
@@ -315,15 +337,18 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         %[[WM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x4x?x32xf32>
 // CHECK:         %[[UM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x4x?x24xf32>
 // CHECK:         %[[CHUNKS:.+]] = arith.ceildivui %[[L]], %c16
-// CHECK:         %[[ALL:.+]] = arith.muli %[[HEADS]], %[[CHUNKS]]
-// CHECK:         %[[WYB:.+]] = arith.select %[[STEP]], %c0, %[[ALL]]
-// CHECK:         attn_kernel.dispatch @gdn__chunk_wy1 workgroups(%[[WYB]]) bindings({{.*}}, %[[WM]], %[[UM]])
-// CHECK:         %[[MMA:.+]] = arith.select %[[STEP]], %c0, %[[HEADS]]
-// CHECK:         attn_kernel.dispatch @gdn__chunked_mma2 workgroups(%[[MMA]]) bindings({{.*}}, %[[WM]], %[[UM]])
+// CHECK:         %[[SLOTS:.+]] = arith.muli %[[B]], %[[CHUNKS]]
+// CHECK:         %[[SM:.+]] = memref.alloc(%[[SLOTS]]) : memref<?x4x24x32xf32>
+// CHECK:         %[[ALL:.+]] = arith.muli %[[SLOTS]], %c4
+// CHECK:         %[[CHUNKB:.+]] = arith.select %[[STEP]], %c0, %[[ALL]]
+// CHECK:         attn_kernel.dispatch @gdn__chunk_wy1 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[SM]])
+// CHECK:         %[[CHAIN:.+]] = arith.select %[[STEP]], %c0, %[[HEADS]]
+// CHECK:         attn_kernel.dispatch @gdn__chunk_states2 workgroups(%[[CHAIN]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[SM]])
+// CHECK:         attn_kernel.dispatch @gdn__chunk_outputs3 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[SM]])
 // CHECK:         %[[SIMT:.+]] = arith.select %[[STEP]], %[[HEADS]], %c0
 // CHECK:         attn_kernel.dispatch @gdn__chunked0 workgroups(%[[SIMT]])
 // CHECK:         %[[ROWS:.+]] = arith.muli %[[HEADS]], %[[L]]
-// CHECK:         attn_kernel.dispatch @gdn__gate3 workgroups(%[[ROWS]])
+// CHECK:         attn_kernel.dispatch @gdn__gate4 workgroups(%[[ROWS]])
 func.func @gdn(%q: tensor<?x2x?x32xf32>, %k: tensor<?x2x?x32xf32>,
                %v: tensor<?x4x?x24xf32>, %g: tensor<?x4x?xf32>,
                %beta: tensor<?x4x?xf32>, %s0: tensor<?x4x32x24xf32>,

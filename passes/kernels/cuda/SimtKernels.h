@@ -477,6 +477,20 @@ func::FuncOp buildSimtChunkedRecurrenceKernel(
     const LinearRecurrenceShape &shape, int64_t blockThreads,
     const GpuTiling &tiling, TypeRange bindingTypes);
 
+/// The two kernels of the chunked recurrence on matrix products, after
+/// the delta rules' WY kernel (SimtMmaRecurrenceKernel.cpp).
+enum class ChunkMmaKernel {
+  /// The chain of chunks: a block per (batch, value head, tile of
+  /// `columns` state columns), the tile fastest, carries its tile of the
+  /// state in the warps' registers from S_init to the final state, storing
+  /// each chunk's starting state (and for the delta rules V' over U).
+  States,
+  /// The outputs, all chunks at once: a block per (chunk as the WY
+  /// kernel's blocks, column tile), the tile fastest, from the chunk's
+  /// starting state.
+  Outputs,
+};
+
 /// The tiles of the chunked recurrence on matrix products
 /// (buildSimtMmaRecurrenceKernel): a block per `columns` state columns, a
 /// warp per 16 of them.
@@ -499,10 +513,11 @@ struct SimtMmaRecurrenceTiling {
   /// Elements a shared row of the products' operands gets past its width:
   /// 16 bytes, as SimtFlashTiling's rows (ldmatrix, banks).
   int64_t rowPadding() const;
-  /// The shared memory of a block (as SimtLaunch counts it).
-  int64_t sharedBytes(const LinearRecurrenceShape &shape) const;
+  /// The shared memory of a block of `kernel` (as SimtLaunch counts it).
+  int64_t sharedBytes(const LinearRecurrenceShape &shape,
+                      ChunkMmaKernel kernel) const;
   /// The widest tiles whose shared memory fits in
-  /// `tiling.maxSharedBytes`, or none: trees and gla
+  /// `tiling.maxSharedBytes` in both kernels, or none: trees and gla
   /// (whose decays are per feature, inside the products' sums) and chunks
   /// that are not whole row tiles of 16 take the chunked SIMT kernel.
   static std::optional<SimtMmaRecurrenceTiling>
@@ -510,14 +525,29 @@ struct SimtMmaRecurrenceTiling {
          const GpuTiling &tiling);
 };
 
+/// The f32 temporaries of the recurrence on matrix products, bound in
+/// this order after the recurrence's own bindings (before the workgroup)
+/// of the WY kernel and of both ChunkMmaKernel kernels:
+///  - the delta rules' W [.., Dk] and U [.., Dv], laid out as v; the chain
+///    replaces U with V' = U - W S;
+///  - the state at each chunk's start, transposed, S^T [slots, Hv, Dv,
+///    Dk]: sequence b's chunk j at slot b * ceil(L / C) + j, B * ceil(L /
+///    C) slots; in a ragged batch at floor(cu_seqlens[b] / C) + b + j,
+///    ceil(T / C) + B slots.
+struct ChunkTemporaries {
+  Value w, u, states;
+
+  ChunkTemporaries(func::FuncOp kernel, const LinearRecurrenceShape &shape);
+};
+
 /// The delta rules' WY form for every chunk at once: per (sequence, value
 /// head, chunk), W and U with (I + A) [W | U] = [beta exp(G) k^ | beta v]
-/// (SimtMmaRecurrenceKernel.cpp), stored in f32 temporaries laid out as v
-/// with Dk and Dv features. One block per (batch, value head, chunk), the
-/// chunk fastest; in a ragged batch per (chunk slot, value head), slot j
-/// being the j-th chunk of the batch, sequence by sequence (ceil(T / C) +
-/// B slots hold them all; the others exit). Bindings as
-/// buildSimtChunkedRecurrenceKernel's, then W, U.
+/// (SimtMmaRecurrenceKernel.cpp), into ChunkTemporaries' W and U. One
+/// block per (batch, value head, chunk), the chunk fastest; in a ragged
+/// batch per (chunk slot, value head), slot j being the j-th chunk of the
+/// batch, sequence by sequence (ceil(T / C) + B slots hold them all; the
+/// others exit). Bindings as buildSimtChunkedRecurrenceKernel's, then
+/// ChunkTemporaries.
 func::FuncOp buildSimtChunkWyKernel(OpBuilder &builder, Location loc,
                                     StringRef name,
                                     const LinearRecurrenceShape &shape,
@@ -525,15 +555,15 @@ func::FuncOp buildSimtChunkWyKernel(OpBuilder &builder, Location loc,
                                     TypeRange bindingTypes);
 
 /// The chunked linear recurrence (SPEC §2) with its chunk's matrix products
-/// on attn_kernel.warp_mma (tensor cores for f16 / bf16): one block per
-/// (batch, value head, tile of `mma.columns` state columns), the tile
-/// fastest, the state's tile in the warps' registers across the chunks.
-/// Same bindings as buildSimtChunkedRecurrenceKernel (without scratch),
-/// then for the delta rules buildSimtChunkWyKernel's W and U.
+/// on attn_kernel.warp_mma (tensor cores for f16 / bf16): the chain of
+/// chunks or the outputs (`kind`). Same bindings as
+/// buildSimtChunkedRecurrenceKernel (without scratch), then
+/// ChunkTemporaries.
 func::FuncOp buildSimtMmaRecurrenceKernel(OpBuilder &builder, Location loc,
                                           StringRef name,
                                           const LinearRecurrenceShape &shape,
                                           const SimtMmaRecurrenceTiling &mma,
+                                          ChunkMmaKernel kind,
                                           const GpuTiling &tiling,
                                           TypeRange bindingTypes);
 

@@ -3,41 +3,50 @@
 // The chunked linear recurrence (SPEC §2) with the chunk's matrix products
 // on attn_kernel.warp_mma: tensor cores (mma.sync) for f16 / bf16 storage,
 // the same products as loops for f32. The algebra is the SIMT kernel's
-// (SimtRecurrenceKernels.cpp) and fla's chunk_gated_delta_rule; what
-// changes is that every product over the chunk's steps or the key features
-// is a warp's 16-row matrix product.
+// (SimtRecurrenceKernels.cpp) and fla's chunk_gated_delta_rule, in fla's
+// three parts: what each chunk needs from its own steps, all chunks at
+// once; the chain of chunks, which carries the state and nothing else; the
+// outputs, all chunks at once again. Only the chain is sequential, and on
+// the GPU it has few blocks (a value head's state at B = 1), so it does as
+// little as the state needs. With G the cumulative log-decay inside a
+// chunk of C steps, q^ = scale q / |q| and k^ = k / |k| (or scale q and k
+// without qk_l2norm):
 //
-// The delta rules take FLA's WY form, in two kernels. The first
-// (SimtChunkWyKernel), a block per (sequence, value head, chunk), all
-// chunks at once, solves the chunk's UT transform for what does not depend
-// on the state:
+// 1. The delta rules' WY form (SimtChunkWyKernel), a block per (sequence,
+//    value head, chunk), all chunks at once:
 //
-//   (I + A) [W | U] = [beta exp(G) k^ | beta v],
-//   A[t, s] = beta_t k^_t . k^_s exp(G_t - G_s) for s < t,
+//      (I + A) [W | U] = [beta exp(G) k^ | beta v],
+//      A[t, s] = beta_t k^_t . k^_s exp(G_t - G_s) for s < t,
 //
-// so that the chunk's new values are V' = U - W S (for the rules without
-// delta, V' = V). The second (SimtMmaRecurrenceKernel), a block per
-// (sequence, value head, tile of `columns` state columns), a warp per 16
-// of them, walks the chunks in order. Its tile of the state is kept
-// transposed, S^T [columns, Dk] in f32, as mma accumulator fragments in the
-// warps' registers (warp w holds state columns 16 w .. 16 w + 15) from
-// S_init to the final state, and as a copy in shared memory for the
-// products that read it. Per chunk of C steps, with G the cumulative
-// log-decay inside the chunk, q^ = scale q / |q| and k^ = k / |k| (or
-// scale q and k without qk_l2norm):
+//    so that the chunk's new values are V' = U - W S (for the rules
+//    without delta, V' = V).
 //
-//   1. stage:   the chunk's q and k rows as stored (zero rows past its steps
-//               and zero features past Dk), W's rows, the row scales and G;
-//   2. project: V' = U - W S                                        [W S]
-//               O = exp(G_t) q^_t S                                 [Q S]
-//   3. operands: V', and U'^T = (exp(G_last - G_s) V'_s / |k_s|)^T;
-//   4. score:   P = q^_t . k^_s exp(G_t - G_s) for s <= t  [Q K^T], in the
-//               warps' registers;
-//   5. finish:  O += P V', stored; S^T = exp(G_last) S^T + U'^T K  [U'^T K]
+// 2. The chain (ChunkMmaKernel::States), a block per (sequence, value
+//    head, tile of `columns` state columns), a warp per 16 of them. Its
+//    tile of the state is kept transposed, S^T [columns, Dk] in f32, as mma
+//    accumulator fragments in the warps' registers (warp w holds state
+//    columns 16 w .. 16 w + 15) from S_init to the final state, and as a
+//    copy in shared memory for the products that read it. Each chunk's
+//    starting state goes to a temporary (ChunkTemporaries). Per chunk:
 //
-// Nothing on that chain of chunks solves a system: the solves (64
-// dependent steps per column) run in the first kernel, in parallel over
-// the whole sequence.
+//      stage:   k rows as stored (zero rows past the chunk's steps and
+//               zero features past Dk), W's rows, 1 / |k| and G;
+//      values:  V' = U - W S  [W S]; V' replaces U in its temporary, and
+//               U'^T = (exp(G_last - G_s) V'_s / |k_s|)^T goes to shared
+//               memory (for the rules without delta, from V);
+//      update:  S^T = exp(G_last) S^T + U'^T K  [U'^T K].
+//
+// 3. The outputs (ChunkMmaKernel::Outputs), a block per (sequence, value
+//    head, chunk, column tile), all chunks at once, from the chunk's
+//    starting state and V':
+//
+//      stage:   q and k rows as stored, S^T, V', the row scales and G;
+//      score:   O = exp(G_t) q^_t S  [Q S], and P = q^_t . k^_s
+//               exp(G_t - G_s) for s <= t  [Q K^T] in the warps' registers;
+//      finish:  O += P V', stored.
+//
+// Nothing on the chain solves a system (the solves, 64 dependent steps per
+// column, run in the first kernel) or computes an output.
 //
 // The products read q and k as stored and scale their results:
 // (q / |q|) . (k / |k|) = (q . k) / (|q| |k|), so that bf16 rows are exact
@@ -48,7 +57,9 @@
 // f32's rounding), which keeps about 16 bits: enough for SPEC's 1e-4 on
 // the f32 state over hundreds of chunks, which one rounded product (fla's
 // bf16 kernels) would not keep. f16 rows are two exact bf16 parts; f32
-// storage computes in f32, one part each.
+// storage computes in f32, one part each. The chunks' starting states and
+// V' pass between the kernels in f32, so splitting the chain from the
+// outputs changes no result.
 //
 // Decays appear only as exp(G_t - G_s) with t >= s or exp(G_t) with
 // G_t <= 0, so nothing overflows (the masked entries select 0 whatever
@@ -69,10 +80,105 @@
 using namespace mlir;
 using namespace mlir::attn;
 
+ChunkTemporaries::ChunkTemporaries(func::FuncOp kernel,
+                                   const LinearRecurrenceShape &shape) {
+  // After the recurrence's bindings, before the workgroup.
+  const unsigned count = kernel.getNumArguments();
+  states = kernel.getArgument(count - 2);
+  if (shape.isDelta()) {
+    u = kernel.getArgument(count - 3);
+    w = kernel.getArgument(count - 4);
+  }
+}
+
 namespace {
 
 /// An operand of the products: its parts, hi first (see the file comment).
 using Parts = SmallVector<Value, 2>;
+
+/// Where chunk `chunk` of sequence `batch` keeps its starting state in
+/// ChunkTemporaries::states: slot batch * ceil(L / C) + chunk, or in a
+/// ragged batch floor(o_b / C) + b + chunk with o_b = cu_seqlens[b]. The
+/// ragged slots are distinct and below ceil(T / C) + B: sequence b's last,
+/// floor(o_b / C) + b + ceil(n_b / C) - 1, is at most floor(o_{b+1} / C) +
+/// b, below sequence b + 1's first.
+Value chunkStateSlot(SimtEmitter &e, const LinearRecurrenceShape &shape,
+                     const RecurrenceBindings &args, Value batch, Value chunk) {
+  Value steps = e.index(shape.chunkSize);
+  if (!shape.ragged)
+    return e.add(e.mul(batch, e.ceilDiv(e.dim(args.q, 2), steps)), chunk);
+  Value offset = e.toIndex(e.loadInt(args.offsets, {batch}));
+  return e.add(e.add(e.div(offset, steps), batch), chunk);
+}
+
+/// The chunk of a block of the kernels with a block per (sequence, value
+/// head, chunk): its batch row, value head, chunk of the sequence, first
+/// step and steps (0 for a block past the last chunk).
+struct BlockChunk {
+  Value batch, hv, index, first, n;
+};
+
+/// Maps block `block` (the WY kernel's order, below) to its chunk and
+/// emplaces `seq` for its sequence.
+BlockChunk mapChunkBlock(SimtEmitter &e, const LinearRecurrenceShape &shape,
+                         const RecurrenceBindings &args, Value block,
+                         std::optional<RecurrenceSequence> &seq) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  Value heads = e.index(shape.numValueHeads), chunk = e.index(shape.chunkSize);
+  auto lt = [&](Value x, Value y) {
+    return e.icmp(arith::CmpIPredicate::ult, x, y);
+  };
+  BlockChunk found;
+  if (!shape.ragged) {
+    // Block order (batch, value head, chunk), the chunk fastest.
+    Value chunks = e.maxS(e.ceilDiv(e.dim(args.q, 2), chunk), c1);
+    found.index = e.rem(block, chunks);
+    Value rest = e.div(block, chunks);
+    found.hv = e.rem(rest, heads);
+    found.batch = e.div(rest, heads);
+    seq.emplace(e, shape, args, found.batch);
+    found.first = e.mul(found.index, chunk);
+    found.n = e.maxS(e.minS(chunk, e.sub(seq->length, found.first)), c0);
+    return found;
+  }
+  // Block order (chunk slot, value head): slot j is the j-th chunk of the
+  // batch, sequence by sequence; slots past the last have none.
+  found.hv = e.rem(block, heads);
+  Value slot = e.div(block, heads);
+  Value sequences = e.sub(e.dim(args.offsets, 0), c1);
+  auto chunksOf = [&](Value seqIndex) {
+    Value begin = e.toIndex(e.loadInt(args.offsets, {seqIndex}));
+    Value end = e.toIndex(e.loadInt(args.offsets, {e.add(seqIndex, c1)}));
+    return e.ceilDiv(e.sub(end, begin), chunk);
+  };
+  SmallVector<Value> walked = e.whileLoop(
+      {c0, slot},
+      [&](ValueRange it) {
+        Value inBatch = lt(it[0], sequences);
+        // Only read a sequence's offsets while it exists.
+        Value past = e.ifElse(
+            inBatch,
+            [&]() -> SmallVector<Value> {
+              return {
+                  e.icmp(arith::CmpIPredicate::uge, it[1], chunksOf(it[0]))};
+            },
+            [&]() -> SmallVector<Value> {
+              return {arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 0)};
+            })[0];
+        return e.andI(inBatch, past);
+      },
+      [&](ValueRange it) -> SmallVector<Value> {
+        return {e.add(it[0], c1), e.sub(it[1], chunksOf(it[0]))};
+      });
+  Value exists = lt(walked[0], sequences);
+  found.batch = e.select(exists, walked[0], c0);
+  found.index = e.select(exists, walked[1], c0);
+  seq.emplace(e, shape, args, found.batch);
+  found.first = e.mul(found.index, chunk);
+  found.n =
+      e.select(exists, e.minS(chunk, e.sub(seq->length, found.first)), c0);
+  return found;
+}
 
 /// One of the lane's elements of an accumulator fragment: its row and
 /// column in the product, its place in the lane's register buffer, and
@@ -83,27 +189,46 @@ struct FragmentElement {
   Value owned;
 };
 
+/// The chain (ChunkMmaKernel::States) or the outputs
+/// (ChunkMmaKernel::Outputs) of the file comment: the two share the
+/// staging of a chunk, the fragments' geometry and the products.
 class SimtMmaRecurrenceKernel {
 public:
   SimtMmaRecurrenceKernel(OpBuilder &builder, Location loc, StringRef name,
                           const LinearRecurrenceShape &shape,
                           const SimtMmaRecurrenceTiling &mma,
-                          const GpuTiling &tiling, TypeRange bindingTypes);
+                          ChunkMmaKernel kind, const GpuTiling &tiling,
+                          TypeRange bindingTypes);
 
-  /// Emits the phases in order and returns the kernel.
+  /// Emits the kernel's phases in order and returns it.
   func::FuncOp build();
 
 private:
-  // The phases, in the order build() emits them (the file comment's steps).
-  void mapBlock();
-  void allocateBuffers();
-  void loadInitialState();
-  void stageChunk(Value first, Value n);
-  void projectChunk(Value first, Value n);
-  void prepareValueOperands(Value first, Value n, Value last);
-  void scoreChunk();
-  void finishChunk(Value first, Value n, Value last);
+  // The chain, in the order buildStates() emits its phases.
+  void buildStates();
+  void loadInitialState(Value chunks);
+  void projectValues(Value first, Value n, Value last);
+  void prepareUpdate(Value first, Value n, Value last);
+  void updateState(Value chunk, Value chunks, Value last);
   void storeFinalState();
+  /// Stores the lane's elements of its warp's tile of the state (the
+  /// registers) as the starting state of chunk `chunk`.
+  void storeChunkState(Value warp, Value lane, Value thread, Value chunk);
+
+  // The outputs, in the order buildOutputs() emits its phases.
+  void buildOutputs();
+  void stageStateAndValues(Value slot, Value first, Value n);
+  void scoreChunk();
+  void finishOutputs(Value first, Value n);
+
+  // Both.
+  void allocateBuffers();
+  /// The chunk's rows as stored (zero rows past its `n` steps and zero
+  /// features past Dk): q and k for the outputs, k and W for the chain.
+  void stageRows(Value first, Value n);
+  /// The staged rows' scales (0 past the chunk's steps, so those rows add
+  /// nothing) and G (past the steps, G of the last).
+  void scaleRows(Value n);
 
   /// Runs `body(warp, lane, thread)` on every thread of the block.
   void eachWarp(function_ref<void(Value warp, Value lane, Value thread)> body,
@@ -139,6 +264,9 @@ private:
   /// Whether state column `c` of the tile exists (is below Dv).
   Value isColumn(Value c) { return lt(columnOf(c), e.index(Dv)); }
   Value columnOf(Value c) { return e.add(col0, c); }
+  /// The block's first state column in its tile order (the tile fastest
+  /// in both kernels' block order); returns the rest of the block index.
+  Value mapColumnTile(Value block);
   Value lt(Value x, Value y) { return e.icmp(arith::CmpIPredicate::ult, x, y); }
   Value both(Value x, Value y) { return e.andI(x, y); }
   void ifOwned(Value owned, function_ref<void()> body) {
@@ -147,88 +275,348 @@ private:
     else
       body();
   }
+  bool outputs() const { return kind == ChunkMmaKernel::Outputs; }
+
   const LinearRecurrenceShape &shape;
   const SimtMmaRecurrenceTiling &mma;
+  const ChunkMmaKernel kind;
   OpBuilder::InsertionGuard guard;
   func::FuncOp func;
   ImplicitLocOpBuilder b;
   SimtEmitter e;
   RecurrenceBindings args;
+  ChunkTemporaries temporaries;
   const int64_t C, Dk, Dv, Dkp, columns, tilesPerWarp;
   const bool scalarDecay, delta;
 
-  Value c0, c1, c16, hv, hk, col0;
+  Value c0, c1, c16, batch, hv, hk, col0;
   std::optional<RecurrenceSequence> seq;
-  // Shared: the chunk's rows and per-step scalars, A and the values (f32),
-  // the products' operands.
+  // Shared: the chunk's rows and per-step scalars, the products' operands.
   Parts queries, keys, wyRows, stateCopy, valueOperand, updateOperand;
   /// With a scalar decay, the chunk's log-decays g per step and their
   /// running sums G.
-  Value queryScale, keyScale, stepLogDecay, logDecay, values;
-  /// The delta rules' W [.., Dk] and U [.., Dv] (SimtChunkWyKernel), laid
-  /// out as v.
-  Value wyW, wyU;
-  // Registers: the state's tile (S^T), the outputs, a product over the
-  // chunk's steps (the Gram matrix, then the scores' hi part) and the
-  // scores' lo part.
+  Value queryScale, keyScale, stepLogDecay, logDecay;
+  // Registers: the state's tile (S^T, the chain), a product over the
+  // state (W S in the chain, the outputs in the other), the scores over
+  // the chunk's steps (hi part) and their lo part.
   Value stateRegs, outRegs, pairRegs, scoreLoRegs;
 };
 
 SimtMmaRecurrenceKernel::SimtMmaRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, const SimtMmaRecurrenceTiling &mma,
-    const GpuTiling &tiling, TypeRange bindingTypes)
-    : shape(shape), mma(mma), guard(builder), func([&] {
+    ChunkMmaKernel kind, const GpuTiling &tiling, TypeRange bindingTypes)
+    : shape(shape), mma(mma), kind(kind), guard(builder), func([&] {
         GpuTiling kernelTiling = tiling;
         kernelTiling.blockThreads = mma.threads();
-        func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes,
-                                             kernelTiling, "chunked_mma");
+        func::FuncOp func = createSimtKernel(
+            builder, loc, name, bindingTypes, kernelTiling,
+            kind == ChunkMmaKernel::States ? "chunk_states" : "chunk_outputs");
         func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
         return func;
       }()),
       b(loc, builder), e(b, mma.threads()), args(func, shape),
-      C(shape.chunkSize), Dk(shape.keyDim), Dv(shape.valueDim),
-      Dkp(mma.paddedKeyDim), columns(mma.columns), tilesPerWarp(mma.rowTiles),
-      scalarDecay(shape.scalarDecay()), delta(shape.isDelta()) {}
+      temporaries(func, shape), C(shape.chunkSize), Dk(shape.keyDim),
+      Dv(shape.valueDim), Dkp(mma.paddedKeyDim), columns(mma.columns),
+      tilesPerWarp(mma.rowTiles), scalarDecay(shape.scalarDecay()),
+      delta(shape.isDelta()) {}
 
 func::FuncOp SimtMmaRecurrenceKernel::build() {
-  mapBlock();
-  allocateBuffers();
-  loadInitialState();
-  Value length = seq->length;
-  Value chunks = e.ceilDiv(length, e.index(C));
-  e.loop(c0, chunks, c1, [&](Value chunk) {
-    Value first = e.mul(chunk, e.index(C));
-    Value n = e.minS(e.index(C), e.sub(length, first));
-    Value last = e.sub(n, c1);
-    stageChunk(first, n);
-    projectChunk(first, n);
-    prepareValueOperands(first, n, last);
-    scoreChunk();
-    finishChunk(first, n, last);
-  });
-  storeFinalState();
+  c0 = e.index(0), c1 = e.index(1), c16 = e.index(WarpMmaOp::kRows);
+  if (outputs())
+    buildOutputs();
+  else
+    buildStates();
   func::ReturnOp::create(b);
   return func;
 }
 
-void SimtMmaRecurrenceKernel::mapBlock() {
+Value SimtMmaRecurrenceKernel::mapColumnTile(Value block) {
+  Value tiles = e.index(llvm::divideCeil(Dv, columns));
+  col0 = e.mul(e.rem(block, tiles), e.index(columns));
+  return e.div(block, tiles);
+}
+
+//===----------------------------------------------------------------------===//
+// The chain
+//===----------------------------------------------------------------------===//
+
+void SimtMmaRecurrenceKernel::buildStates() {
   // Block order (batch, value head, column tile), the tile fastest.
-  c0 = e.index(0), c1 = e.index(1), c16 = e.index(WarpMmaOp::kRows);
-  const int64_t tiles = (Dv + columns - 1) / columns;
-  Value rest = args.workgroup;
-  col0 = e.mul(e.rem(rest, e.index(tiles)), e.index(columns));
-  rest = e.div(rest, e.index(tiles));
+  Value rest = mapColumnTile(args.workgroup);
   hv = e.rem(rest, e.index(shape.numValueHeads));
-  Value batch = e.div(rest, e.index(shape.numValueHeads));
+  batch = e.div(rest, e.index(shape.numValueHeads));
   hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
   seq.emplace(e, shape, args, batch);
-  if (delta) {
-    // After the recurrence's bindings, before the workgroup.
-    wyW = func.getArgument(func.getNumArguments() - 3);
-    wyU = func.getArgument(func.getNumArguments() - 2);
-  }
+  allocateBuffers();
+  Value length = seq->length;
+  Value chunks = e.ceilDiv(length, e.index(C));
+  loadInitialState(chunks);
+  e.loop(c0, chunks, c1, [&](Value chunk) {
+    Value first = e.mul(chunk, e.index(C));
+    Value n = e.minS(e.index(C), e.sub(length, first));
+    Value last = e.sub(n, c1);
+    stageRows(first, n);
+    scaleRows(n);
+    if (delta)
+      projectValues(first, n, last);
+    else
+      prepareUpdate(first, n, last);
+    updateState(chunk, chunks, last);
+  });
+  storeFinalState();
 }
+
+void SimtMmaRecurrenceKernel::storeChunkState(Value warp, Value lane,
+                                              Value thread, Value chunk) {
+  Value slot = chunkStateSlot(e, shape, args, batch, chunk);
+  Value state = e.registersOf(stateRegs, thread);
+  eachFragmentElement(
+      e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
+        e.ifThen(both(isColumn(x.row), lt(x.column, e.index(Dk))), [&] {
+          e.store(e.load(state, x.at), temporaries.states,
+                  {slot, hv, columnOf(x.row), x.column});
+        });
+      });
+}
+
+void SimtMmaRecurrenceKernel::loadInitialState(Value chunks) {
+  // Lane element (row c, column i) of warp w's fragment is S_init[i, c] of
+  // state column c = 16 w + ...; zeros past Dk and Dv. It is the first
+  // chunk's starting state, when there is a chunk.
+  eachWarp([&](Value warp, Value lane, Value thread) {
+    Value state = e.registersOf(stateRegs, thread);
+    eachFragmentElement(
+        e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
+          Value exists = both(isColumn(x.row), lt(x.column, e.index(Dk)));
+          Value s =
+              e.loadOrZero(exists, args.initialState,
+                           seq->stateElement(hv, x.column, columnOf(x.row)));
+          e.store(s, state, x.at);
+          storeParts(s, stateCopy, {x.row, x.column});
+        });
+    e.ifThen(lt(c0, chunks),
+             [&] { storeChunkState(warp, lane, thread, c0); });
+  });
+}
+
+void SimtMmaRecurrenceKernel::projectValues(Value first, Value n, Value last) {
+  // V' = U - W S: the lane's elements of U are all loaded before any is
+  // used (on the chain: one memory latency, not one per element). The
+  // lane that owns V'[t, c] stores it over U, for the outputs, and its
+  // U'^T[c, t] for the update.
+  eachWarp([&](Value warp, Value lane, Value thread) {
+    Value row = chunkRow(warp);
+    Value projected = e.registersOf(outRegs, thread);
+    multiply(wyRows, stateCopy, projected, row, lane, /*n=*/columns,
+             /*k=*/Dkp, /*rhsTransposed=*/true, /*accumulate=*/false,
+             tilesPerWarp);
+    SmallVector<Value> us;
+    eachFragmentElement(row, lane, tilesPerWarp, columns, warp,
+                        [&](const FragmentElement &x) {
+                          Value t = x.row, c = x.column;
+                          us.push_back(e.loadOrZero(
+                              both(lt(t, n), isColumn(c)), temporaries.u,
+                              seq->stepFeature(hv, e.add(first, t),
+                                               columnOf(c))));
+                        });
+    Value *u = us.begin();
+    eachFragmentElement(
+        row, lane, tilesPerWarp, columns, warp, [&](const FragmentElement &x) {
+          Value uElement = *u++;
+          ifOwned(x.owned, [&] {
+            Value t = x.row, c = x.column;
+            Value value = e.fsub(uElement, e.load(projected, x.at));
+            e.ifThen(both(lt(t, n), isColumn(c)), [&] {
+              e.store(value, temporaries.u,
+                      seq->stepFeature(hv, e.add(first, t), columnOf(c)));
+            });
+            Value update = e.fmul(value, e.fmul(decayBetween(last, t),
+                                                e.load(keyScale, {t})));
+            storeParts(update, updateOperand, {c, t});
+          });
+        });
+  });
+}
+
+void SimtMmaRecurrenceKernel::prepareUpdate(Value first, Value n, Value last) {
+  // The rules without delta: U'^T [columns, C], U'_s = exp(G_last - G_s)
+  // V_s / |k_s| (the chunk's contribution to the state is U'^T K, k as
+  // stored).
+  Value width = e.index(columns);
+  e.forAll(e.index(C * columns), [&](Value x) {
+    Value t = e.div(x, width), c = e.rem(x, width);
+    Value v = e.loadOrZero(both(lt(t, n), isColumn(c)), args.v,
+                           seq->stepFeature(hv, e.add(first, t), columnOf(c)));
+    Value u = e.fmul(v, e.fmul(decayBetween(last, t), e.load(keyScale, {t})));
+    storeParts(u, updateOperand, {c, t});
+  });
+}
+
+void SimtMmaRecurrenceKernel::updateState(Value chunk, Value chunks,
+                                          Value last) {
+  // S^T = exp(G_last) S^T + U'^T K, its shared copy for the next chunk's
+  // products, and the next chunk's starting state.
+  eachWarp([&](Value warp, Value lane, Value thread) {
+    Value state = e.registersOf(stateRegs, thread);
+    Value stateRow = e.mul(warp, c16);
+    if (scalarDecay) {
+      Value decay = decayTo(last);
+      eachFragmentElement(
+          stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
+            e.store(e.fmul(e.load(state, x.at), decay), state, x.at);
+          });
+    }
+    multiply(updateOperand, keys, state, stateRow, lane, /*n=*/Dkp, /*k=*/C,
+             /*rhsTransposed=*/false, /*accumulate=*/true, /*rowTiles=*/1);
+    eachFragmentElement(
+        stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
+          storeParts(e.load(state, x.at), stateCopy, {x.row, x.column});
+        });
+    Value next = e.add(chunk, c1);
+    e.ifThen(lt(next, chunks),
+             [&] { storeChunkState(warp, lane, thread, next); });
+  });
+}
+
+void SimtMmaRecurrenceKernel::storeFinalState() {
+  eachWarp([&](Value warp, Value lane, Value thread) {
+    Value state = e.registersOf(stateRegs, thread);
+    eachFragmentElement(
+        e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
+          e.ifThen(both(isColumn(x.row), lt(x.column, e.index(Dk))), [&] {
+            e.store(e.load(state, x.at), args.finalState,
+                    seq->stateElement(hv, x.column, columnOf(x.row)));
+          });
+        });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// The outputs
+//===----------------------------------------------------------------------===//
+
+void SimtMmaRecurrenceKernel::buildOutputs() {
+  // Block order (the WY kernel's chunk blocks, column tile), the tile
+  // fastest.
+  BlockChunk chunk = mapChunkBlock(e, shape, args,
+                                   mapColumnTile(args.workgroup), seq);
+  batch = chunk.batch, hv = chunk.hv;
+  hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
+  allocateBuffers();
+  stageRows(chunk.first, chunk.n);
+  stageStateAndValues(chunkStateSlot(e, shape, args, batch, chunk.index),
+                      chunk.first, chunk.n);
+  scaleRows(chunk.n);
+  scoreChunk();
+  finishOutputs(chunk.first, chunk.n);
+}
+
+void SimtMmaRecurrenceKernel::stageStateAndValues(Value slot, Value first,
+                                                  Value n) {
+  // The chunk's starting state S^T [columns, Dk] (zeros past Dk and Dv),
+  // and V' [C, columns]: the chain's, over U, for the delta rules, else v.
+  Value dkp = e.index(Dkp);
+  e.forAllBatched(
+      e.index(columns * Dkp), /*batch=*/4,
+      [&](Value x, Value inRange) -> SmallVector<Value> {
+        Value c = e.div(x, dkp), i = e.rem(x, dkp);
+        Value exists =
+            both(inRange, both(isColumn(c), lt(i, e.index(Dk))));
+        return {e.loadOrZero(exists, temporaries.states,
+                             {slot, hv, columnOf(c), i})};
+      },
+      [&](Value x, ValueRange loaded) {
+        storeParts(loaded[0], stateCopy, {e.div(x, dkp), e.rem(x, dkp)});
+      });
+  Value width = e.index(columns);
+  Value values = delta ? temporaries.u : args.v;
+  e.forAllBatched(
+      e.index(C * columns), /*batch=*/4,
+      [&](Value x, Value inRange) -> SmallVector<Value> {
+        Value t = e.div(x, width), c = e.rem(x, width);
+        return {e.loadOrZero(
+            both(inRange, both(lt(t, n), isColumn(c))), values,
+            seq->stepFeature(hv, e.add(first, t), columnOf(c)))};
+      },
+      [&](Value x, ValueRange loaded) {
+        storeParts(loaded[0], valueOperand, {e.div(x, width), e.rem(x, width)});
+      });
+}
+
+void SimtMmaRecurrenceKernel::scoreChunk() {
+  // O = exp(G_t) q^_t S into the output fragments, and P = q^_t . k^_s
+  // exp(G_t - G_s) for s <= t in the warp's registers as parts (the hi
+  // part in place of q k^T), which only the warp reads.
+  eachWarp(
+      [&](Value warp, Value lane, Value thread) {
+        Value row = chunkRow(warp);
+        Value out = e.registersOf(outRegs, thread);
+        multiply(queries, stateCopy, out, row, lane, /*n=*/columns, /*k=*/Dkp,
+                 /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
+        eachFragmentElement(
+            row, lane, tilesPerWarp, columns, Value(),
+            [&](const FragmentElement &x) {
+              Value factor =
+                  e.fmul(decayTo(x.row), e.load(queryScale, {x.row}));
+              e.store(e.fmul(e.load(out, x.at), factor), out, x.at);
+            });
+
+        Value scores = e.registersOf(pairRegs, thread);
+        Value scoresLo =
+            scoreLoRegs ? e.registersOf(scoreLoRegs, thread) : Value();
+        multiply(queries, keys, scores, row, lane, /*n=*/C, /*k=*/Dkp,
+                 /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
+        eachFragmentElement(
+            row, lane, tilesPerWarp, C, Value(), [&](const FragmentElement &x) {
+              Value t = x.row, s = x.column;
+              Value p =
+                  e.fmul(e.fmul(e.load(scores, x.at), e.load(queryScale, {t})),
+                         e.fmul(e.load(keyScale, {s}), decayBetween(t, s)));
+              p = e.select(e.icmp(arith::CmpIPredicate::ule, s, t), p,
+                           e.scalar(0.0));
+              if (!scoresLo) {
+                e.store(p, scores, x.at);
+                return;
+              }
+              // Both parts rounded here as the tensor cores would round
+              // them, so that the CPU's loops compute what they do.
+              Value hi = e.widen(e.narrow(p, mma.product));
+              e.store(hi, scores, x.at);
+              e.store(e.widen(e.narrow(e.fsub(p, hi), mma.product)), scoresLo,
+                      x.at);
+            });
+      },
+      SimtEmitter::Sync::Warp);
+}
+
+void SimtMmaRecurrenceKernel::finishOutputs(Value first, Value n) {
+  // O += P V', stored.
+  eachWarp([&](Value warp, Value lane, Value thread) {
+    Value row = chunkRow(warp);
+    Value out = e.registersOf(outRegs, thread);
+    Parts scores{e.registersOfWarp(pairRegs, thread)};
+    if (scoreLoRegs)
+      scores.push_back(e.registersOfWarp(scoreLoRegs, thread));
+    multiply(scores, valueOperand, out, row, lane, /*n=*/columns, /*k=*/C,
+             /*rhsTransposed=*/false, /*accumulate=*/true, tilesPerWarp,
+             /*lhsFragments=*/true);
+    eachFragmentElement(
+        row, lane, tilesPerWarp, columns, warp, [&](const FragmentElement &x) {
+          Value t = x.row, c = x.column;
+          ifOwned(x.owned, [&] {
+            e.ifThen(both(lt(t, n), isColumn(c)), [&] {
+              e.store(e.load(out, x.at), args.out,
+                      seq->stepFeature(hv, e.add(first, t), columnOf(c)));
+            });
+          });
+        });
+  });
+}
+
+//===----------------------------------------------------------------------===//
+// Both
+//===----------------------------------------------------------------------===//
 
 Parts SimtMmaRecurrenceKernel::sharedParts(int64_t count,
                                            ArrayRef<int64_t> shape) {
@@ -241,27 +629,116 @@ Parts SimtMmaRecurrenceKernel::sharedParts(int64_t count,
 void SimtMmaRecurrenceKernel::allocateBuffers() {
   // In the order SimtMmaRecurrenceTiling::sharedBytes counts them.
   const int64_t pad = mma.rowPadding();
-  queries = sharedParts(mma.rawParts, {C, Dkp + pad});
+  if (outputs())
+    queries = sharedParts(mma.rawParts, {C, Dkp + pad});
   keys = sharedParts(mma.rawParts, {C, Dkp + pad});
-  if (delta)
+  if (!outputs() && delta)
     wyRows = sharedParts(mma.computedParts, {C, Dkp + pad});
   stateCopy = sharedParts(mma.computedParts, {columns, Dkp + pad});
-  valueOperand =
-      sharedParts(delta ? mma.computedParts : mma.rawParts, {C, columns + pad});
-  updateOperand = sharedParts(mma.computedParts, {columns, C + pad});
-  queryScale = e.shared({C});
+  if (outputs())
+    valueOperand = sharedParts(delta ? mma.computedParts : mma.rawParts,
+                               {C, columns + pad});
+  else
+    updateOperand = sharedParts(mma.computedParts, {columns, C + pad});
+  if (outputs())
+    queryScale = e.shared({C});
   keyScale = e.shared({C});
-  stepLogDecay = scalarDecay ? e.shared({C}) : Value();
-  logDecay = scalarDecay ? e.shared({C}) : Value();
-  if (delta)
-    values = e.shared({C, columns + 1});
-  const int64_t chunkBlocks = tilesPerWarp * C / WarpMmaOp::kFragmentColumns;
-  stateRegs = e.registers({Dkp / WarpMmaOp::kFragmentColumns, 4});
-  outRegs =
-      e.registers({tilesPerWarp * columns / WarpMmaOp::kFragmentColumns, 4});
-  pairRegs = e.registers({chunkBlocks, 4});
-  scoreLoRegs =
-      mma.computedParts == 2 ? e.registers({chunkBlocks, 4}) : Value();
+  if (scalarDecay) {
+    stepLogDecay = e.shared({C});
+    logDecay = e.shared({C});
+  }
+  const int64_t fragmentColumns = WarpMmaOp::kFragmentColumns;
+  if (!outputs())
+    stateRegs = e.registers({Dkp / fragmentColumns, 4});
+  if (outputs() || delta)
+    outRegs = e.registers({tilesPerWarp * columns / fragmentColumns, 4});
+  if (outputs()) {
+    const int64_t chunkBlocks = tilesPerWarp * C / fragmentColumns;
+    pairRegs = e.registers({chunkBlocks, 4});
+    if (mma.computedParts == 2)
+      scoreLoRegs = e.registers({chunkBlocks, 4});
+  }
+}
+
+void SimtMmaRecurrenceKernel::stageRows(Value first, Value n) {
+  // Feature fastest (coalesced reads), 4 elements a thread at a time, their
+  // loads first: on the chain nothing else hides them.
+  Value dkp = e.index(Dkp);
+  e.forAllBatched(
+      e.index(C * Dkp), /*batch=*/4,
+      [&](Value x, Value inRange) -> SmallVector<Value> {
+        Value t = e.div(x, dkp), i = e.rem(x, dkp);
+        Value exists = both(inRange, both(lt(t, n), lt(i, e.index(Dk))));
+        SmallVector<Value> at = seq->stepFeature(hk, e.add(first, t), i);
+        SmallVector<Value> loaded;
+        if (outputs())
+          loaded.push_back(e.loadOrZero(exists, args.q, at));
+        loaded.push_back(e.loadOrZero(exists, args.k, at));
+        if (!outputs() && delta)
+          loaded.push_back(e.loadOrZero(
+              exists, temporaries.w, seq->stepFeature(hv, e.add(first, t), i)));
+        return loaded;
+      },
+      [&](Value x, ValueRange loaded) {
+        Value t = e.div(x, dkp), i = e.rem(x, dkp);
+        unsigned next = 0;
+        if (outputs())
+          storeParts(loaded[next++], queries, {t, i});
+        storeParts(loaded[next++], keys, {t, i});
+        if (!outputs() && delta)
+          storeParts(loaded[next++], wyRows, {t, i});
+      });
+  // The steps' log-decays, a load per thread: G is then summed from shared
+  // memory (summed from global memory, a step's sum waited for its loads).
+  if (scalarDecay)
+    e.forAll(e.index(C), [&](Value t) {
+      e.store(e.loadOrZero(lt(t, n), args.g, seq->step(hv, e.add(first, t))),
+              stepLogDecay, {t});
+    });
+}
+
+void SimtMmaRecurrenceKernel::scaleRows(Value n) {
+  auto rowScale = [&](ArrayRef<Value> rows, Value t, double factor) {
+    if (!shape.normalizeQueryKey)
+      return e.scalar(factor);
+    Value squares = e.sumOver(c0, e.index(Dk), [&](Value i) {
+      Value x = e.load(rows[0], {t, i});
+      if (rows.size() == 2)
+        x = e.fadd(x, e.load(rows[1], {t, i}));
+      return e.fmul(x, x);
+    });
+    return e.fdiv(e.scalar(factor),
+                  math::SqrtOp::create(b, e.fadd(squares, e.scalar(1e-6))));
+  };
+  // A thread per (step, staged row): a row's norm is a sum over Dk, so q's
+  // and k's go to different threads (whole warps each); the first row's
+  // threads also sum G.
+  struct ScaledRows {
+    ArrayRef<Value> rows;
+    Value scales;
+    double factor;
+  };
+  SmallVector<ScaledRows, 2> scaled;
+  if (outputs())
+    scaled.push_back({queries, queryScale, shape.scale});
+  scaled.push_back({keys, keyScale, 1.0});
+  Value c = e.index(C);
+  e.forAll(e.index(scaled.size() * C), [&](Value x) {
+    Value t = e.rem(x, c), which = e.div(x, c);
+    Value exists = lt(t, n), zero = e.scalar(0.0);
+    for (auto [index, rows] : llvm::enumerate(scaled)) {
+      e.ifThen(e.icmp(arith::CmpIPredicate::eq, which, e.index(index)), [&] {
+        e.store(e.select(exists, rowScale(rows.rows, t, rows.factor), zero),
+                rows.scales, {t});
+        if (index == 0 && scalarDecay)
+          e.store(e.sumOver(c0, e.minS(e.add(t, c1), n),
+                            [&](Value s) {
+                              return e.load(stepLogDecay, {s});
+                            }),
+                  logDecay, {t});
+      });
+    }
+  });
 }
 
 void SimtMmaRecurrenceKernel::eachWarp(
@@ -337,243 +814,6 @@ Value SimtMmaRecurrenceKernel::decayTo(Value t) {
   return scalarDecay ? e.exp(e.load(logDecay, {t})) : e.scalar(1.0);
 }
 
-void SimtMmaRecurrenceKernel::loadInitialState() {
-  // Lane element (row c, column i) of warp w's fragment is S_init[i, c] of
-  // state column c = 16 w + ...; zeros past Dk and Dv.
-  eachWarp([&](Value warp, Value lane, Value thread) {
-    Value state = e.registersOf(stateRegs, thread);
-    eachFragmentElement(
-        e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
-          Value exists = both(isColumn(x.row), lt(x.column, e.index(Dk)));
-          Value s =
-              e.loadOrZero(exists, args.initialState,
-                           seq->stateElement(hv, x.column, columnOf(x.row)));
-          e.store(s, state, x.at);
-          storeParts(s, stateCopy, {x.row, x.column});
-        });
-  });
-}
-
-void SimtMmaRecurrenceKernel::stageChunk(Value first, Value n) {
-  // 1. q and k rows as stored (feature fastest: coalesced reads), and W's:
-  //    8 elements a thread at a time, their loads first (this is on the
-  //    chain of chunks, which nothing else hides).
-  Value dkp = e.index(Dkp);
-  e.forAllBatched(
-      e.index(C * Dkp), /*batch=*/4,
-      [&](Value x, Value inRange) -> SmallVector<Value> {
-        Value t = e.div(x, dkp), i = e.rem(x, dkp);
-        Value exists = both(inRange, both(lt(t, n), lt(i, e.index(Dk))));
-        SmallVector<Value> at = seq->stepFeature(hk, e.add(first, t), i);
-        SmallVector<Value> loaded{e.loadOrZero(exists, args.q, at),
-                                  e.loadOrZero(exists, args.k, at)};
-        if (delta)
-          loaded.push_back(e.loadOrZero(
-              exists, wyW, seq->stepFeature(hv, e.add(first, t), i)));
-        return loaded;
-      },
-      [&](Value x, ValueRange loaded) {
-        Value t = e.div(x, dkp), i = e.rem(x, dkp);
-        storeParts(loaded[0], queries, {t, i});
-        storeParts(loaded[1], keys, {t, i});
-        if (delta)
-          storeParts(loaded[2], wyRows, {t, i});
-      });
-  // Per step: the rows' scales (0 past the chunk's steps, so those rows add
-  // nothing) and G (past the steps, G of the last).
-  auto rowScale = [&](ArrayRef<Value> rows, Value t, double factor) {
-    if (!shape.normalizeQueryKey)
-      return e.scalar(factor);
-    Value squares = e.sumOver(c0, e.index(Dk), [&](Value i) {
-      Value x = e.load(rows[0], {t, i});
-      if (rows.size() == 2)
-        x = e.fadd(x, e.load(rows[1], {t, i}));
-      return e.fmul(x, x);
-    });
-    return e.fdiv(e.scalar(factor),
-                  math::SqrtOp::create(b, e.fadd(squares, e.scalar(1e-6))));
-  };
-  // The steps' log-decays, a load per thread, then each step's running
-  // sum from shared memory: summed from global memory, a step's sum
-  // waited for its loads on the chain of chunks.
-  if (scalarDecay)
-    e.forAll(e.index(C), [&](Value t) {
-      e.store(e.loadOrZero(lt(t, n), args.g, seq->step(hv, e.add(first, t))),
-              stepLogDecay, {t});
-    });
-  // A thread per (step, q or k): the rows' norms are sums over Dk on the
-  // chain of chunks, so q's and k's go to different threads (whole warps
-  // each), the q threads also summing G.
-  Value c = e.index(C);
-  e.forAll(e.index(2 * C), [&](Value x) {
-    Value t = e.rem(x, c);
-    Value exists = lt(t, n), zero = e.scalar(0.0);
-    Value isQuery = lt(x, c);
-    e.ifThen(isQuery, [&] {
-      e.store(e.select(exists, rowScale(queries, t, shape.scale), zero),
-              queryScale, {t});
-      if (scalarDecay)
-        e.store(e.sumOver(c0, e.minS(e.add(t, c1), n),
-                          [&](Value s) { return e.load(stepLogDecay, {s}); }),
-                logDecay, {t});
-    });
-    e.ifThen(e.icmp(arith::CmpIPredicate::uge, x, c), [&] {
-      e.store(e.select(exists, rowScale(keys, t, 1.0), zero), keyScale, {t});
-    });
-  });
-}
-
-void SimtMmaRecurrenceKernel::projectChunk(Value first, Value n) {
-  // 2. V' = U - W S (the delta rules) and the outputs from the state so far.
-  eachWarp([&](Value warp, Value lane, Value thread) {
-    Value row = chunkRow(warp);
-    if (delta) {
-      Value projected = e.registersOf(outRegs, thread);
-      multiply(wyRows, stateCopy, projected, row, lane, /*n=*/columns,
-               /*k=*/Dkp, /*rhsTransposed=*/true, /*accumulate=*/false,
-               tilesPerWarp);
-      // The lane's elements of U, all loaded before any is used (on the
-      // chain of chunks: one memory latency, not one per element).
-      SmallVector<Value> us;
-      eachFragmentElement(
-          row, lane, tilesPerWarp, columns, warp,
-          [&](const FragmentElement &x) {
-            Value t = x.row, c = x.column;
-            us.push_back(e.loadOrZero(
-                both(lt(t, n), isColumn(c)), wyU,
-                seq->stepFeature(hv, e.add(first, t), columnOf(c))));
-          });
-      Value *u = us.begin();
-      eachFragmentElement(row, lane, tilesPerWarp, columns, warp,
-                          [&](const FragmentElement &x) {
-                            Value uElement = *u++;
-                            ifOwned(x.owned, [&] {
-                              e.store(e.fsub(uElement, e.load(projected, x.at)),
-                                      values, {x.row, x.column});
-                            });
-                          });
-    }
-    // O = exp(G_t) q^_t S into the output fragments (after V': they held
-    // W S).
-    Value out = e.registersOf(outRegs, thread);
-    multiply(queries, stateCopy, out, row, lane, /*n=*/columns, /*k=*/Dkp,
-             /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
-    eachFragmentElement(row, lane, tilesPerWarp, columns, Value(),
-                        [&](const FragmentElement &x) {
-                          Value factor = e.fmul(decayTo(x.row),
-                                                e.load(queryScale, {x.row}));
-                          e.store(e.fmul(e.load(out, x.at), factor), out, x.at);
-                        });
-  });
-}
-
-void SimtMmaRecurrenceKernel::prepareValueOperands(Value first, Value n,
-                                                   Value last) {
-  // 3. V' [C, columns] and U'^T [columns, C], U'_s = exp(G_last - G_s)
-  //    V'_s / |k_s| (the chunk's contribution to the state is U'^T K, k as
-  //    stored).
-  Value width = e.index(columns);
-  e.forAll(e.index(C * columns), [&](Value x) {
-    Value t = e.div(x, width), c = e.rem(x, width);
-    Value v =
-        delta
-            ? e.load(values, {t, c})
-            : e.loadOrZero(both(lt(t, n), isColumn(c)), args.v,
-                           seq->stepFeature(hv, e.add(first, t), columnOf(c)));
-    storeParts(v, valueOperand, {t, c});
-    Value u = e.fmul(v, e.fmul(decayBetween(last, t), e.load(keyScale, {t})));
-    storeParts(u, updateOperand, {c, t});
-  });
-}
-
-void SimtMmaRecurrenceKernel::scoreChunk() {
-  // 4. P = q^_t . k^_s exp(G_t - G_s) for s <= t in the warp's registers,
-  //    as parts (the hi part in place of q k^T), which only the warp reads.
-  eachWarp(
-      [&](Value warp, Value lane, Value thread) {
-        Value row = chunkRow(warp);
-        Value scores = e.registersOf(pairRegs, thread);
-        Value scoresLo =
-            scoreLoRegs ? e.registersOf(scoreLoRegs, thread) : Value();
-        multiply(queries, keys, scores, row, lane, /*n=*/C, /*k=*/Dkp,
-                 /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
-        eachFragmentElement(
-            row, lane, tilesPerWarp, C, Value(), [&](const FragmentElement &x) {
-              Value t = x.row, s = x.column;
-              Value p =
-                  e.fmul(e.fmul(e.load(scores, x.at), e.load(queryScale, {t})),
-                         e.fmul(e.load(keyScale, {s}), decayBetween(t, s)));
-              p = e.select(e.icmp(arith::CmpIPredicate::ule, s, t), p,
-                           e.scalar(0.0));
-              if (!scoresLo) {
-                e.store(p, scores, x.at);
-                return;
-              }
-              // Both parts rounded here as the tensor cores would round
-              // them, so that the CPU's loops compute what they do.
-              Value hi = e.widen(e.narrow(p, mma.product));
-              e.store(hi, scores, x.at);
-              e.store(e.widen(e.narrow(e.fsub(p, hi), mma.product)), scoresLo,
-                      x.at);
-            });
-      },
-      SimtEmitter::Sync::Warp);
-}
-
-void SimtMmaRecurrenceKernel::finishChunk(Value first, Value n, Value last) {
-  // 5. O += P V', stored; the state's tile S^T = exp(G_last) S^T + U'^T K,
-  //    and its shared copy for the next chunk's products.
-  eachWarp([&](Value warp, Value lane, Value thread) {
-    Value row = chunkRow(warp);
-    Value out = e.registersOf(outRegs, thread);
-    Parts scores{e.registersOfWarp(pairRegs, thread)};
-    if (scoreLoRegs)
-      scores.push_back(e.registersOfWarp(scoreLoRegs, thread));
-    multiply(scores, valueOperand, out, row, lane, /*n=*/columns, /*k=*/C,
-             /*rhsTransposed=*/false, /*accumulate=*/true, tilesPerWarp,
-             /*lhsFragments=*/true);
-    eachFragmentElement(
-        row, lane, tilesPerWarp, columns, warp, [&](const FragmentElement &x) {
-          Value t = x.row, c = x.column;
-          ifOwned(x.owned, [&] {
-            e.ifThen(both(lt(t, n), isColumn(c)), [&] {
-              e.store(e.load(out, x.at), args.out,
-                      seq->stepFeature(hv, e.add(first, t), columnOf(c)));
-            });
-          });
-        });
-
-    Value state = e.registersOf(stateRegs, thread);
-    Value stateRow = e.mul(warp, c16);
-    if (scalarDecay) {
-      Value decay = decayTo(last);
-      eachFragmentElement(
-          stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
-            e.store(e.fmul(e.load(state, x.at), decay), state, x.at);
-          });
-    }
-    multiply(updateOperand, keys, state, stateRow, lane, /*n=*/Dkp, /*k=*/C,
-             /*rhsTransposed=*/false, /*accumulate=*/true, /*rowTiles=*/1);
-    eachFragmentElement(
-        stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
-          storeParts(e.load(state, x.at), stateCopy, {x.row, x.column});
-        });
-  });
-}
-
-void SimtMmaRecurrenceKernel::storeFinalState() {
-  eachWarp([&](Value warp, Value lane, Value thread) {
-    Value state = e.registersOf(stateRegs, thread);
-    eachFragmentElement(
-        e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
-          e.ifThen(both(isColumn(x.row), lt(x.column, e.index(Dk))), [&] {
-            e.store(e.load(state, x.at), args.finalState,
-                    seq->stateElement(hv, x.column, columnOf(x.row)));
-          });
-        });
-  });
-}
-
 /// The delta rules' W and U (the file comment) for one chunk of one
 /// sequence and value head per block, a thread per column of [W | U]:
 /// the chunk's k rows (normalized), G and beta are staged in shared memory,
@@ -591,84 +831,28 @@ public:
           func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
           return func;
         }()),
-        b(loc, builder), e(b, threads), args(func, shape), C(shape.chunkSize),
-        Dk(shape.keyDim), Dv(shape.valueDim) {}
+        b(loc, builder), e(b, threads), args(func, shape),
+        temporaries(func, shape), C(shape.chunkSize), Dk(shape.keyDim),
+        Dv(shape.valueDim) {}
 
   func::FuncOp build() {
     c0 = e.index(0), c1 = e.index(1);
-    wyW = func.getArgument(func.getNumArguments() - 3);
-    wyU = func.getArgument(func.getNumArguments() - 2);
-    Value first, n;
-    mapBlock(first, n);
+    BlockChunk chunk = mapChunkBlock(e, shape, args, args.workgroup, seq);
+    hv = chunk.hv;
     keys = e.shared({C, Dk + 1});
     logDecay = shape.scalarDecay() ? e.shared({C}) : Value();
     betas = e.shared({C});
     transform = e.shared({C, C + 1});
     columns = e.shared({C, threads + 1});
-    stage(first, n);
-    computeTransform(n);
+    stage(chunk.first, chunk.n);
+    computeTransform(chunk.n);
     for (int64_t pass = 0; pass * threads < Dk + Dv; ++pass)
-      solveColumns(pass, first, n);
+      solveColumns(pass, chunk.first, chunk.n);
     func::ReturnOp::create(b);
     return func;
   }
 
 private:
-  /// The block's sequence, value head and chunk: its first step and its
-  /// steps `n` (0 for a block past the last chunk).
-  void mapBlock(Value &first, Value &n) {
-    Value heads = e.index(shape.numValueHeads), chunk = e.index(C);
-    Value batch, index;
-    if (!shape.ragged) {
-      // Block order (batch, value head, chunk), the chunk fastest.
-      Value chunks = e.maxS(e.ceilDiv(e.dim(args.q, 2), chunk), c1);
-      index = e.rem(args.workgroup, chunks);
-      Value rest = e.div(args.workgroup, chunks);
-      hv = e.rem(rest, heads);
-      batch = e.div(rest, heads);
-    } else {
-      // Block order (chunk slot, value head): slot j is the j-th chunk of
-      // the batch, sequence by sequence; slots past the last have none.
-      hv = e.rem(args.workgroup, heads);
-      Value slot = e.div(args.workgroup, heads);
-      Value sequences = e.sub(e.dim(args.offsets, 0), c1);
-      auto chunksOf = [&](Value seqIndex) {
-        Value begin = e.toIndex(e.loadInt(args.offsets, {seqIndex}));
-        Value end = e.toIndex(e.loadInt(args.offsets, {e.add(seqIndex, c1)}));
-        return e.ceilDiv(e.sub(end, begin), chunk);
-      };
-      SmallVector<Value> found = e.whileLoop(
-          {c0, slot},
-          [&](ValueRange it) {
-            Value inBatch = lt(it[0], sequences);
-            // Only read a sequence's offsets while it exists.
-            Value past = e.ifElse(
-                inBatch,
-                [&]() -> SmallVector<Value> {
-                  return {e.icmp(arith::CmpIPredicate::uge, it[1],
-                                 chunksOf(it[0]))};
-                },
-                [&]() -> SmallVector<Value> {
-                  return {arith::ConstantIntOp::create(b, b.getI1Type(), 0)};
-                })[0];
-            return e.andI(inBatch, past);
-          },
-          [&](ValueRange it) -> SmallVector<Value> {
-            return {e.add(it[0], c1), e.sub(it[1], chunksOf(it[0]))};
-          });
-      Value exists = lt(found[0], sequences);
-      batch = e.select(exists, found[0], c0);
-      index = e.select(exists, found[1], c0);
-      seq.emplace(e, shape, args, batch);
-      first = e.mul(index, chunk);
-      n = e.select(exists, e.minS(chunk, e.sub(seq->length, first)), c0);
-      return;
-    }
-    seq.emplace(e, shape, args, batch);
-    first = e.mul(index, chunk);
-    n = e.maxS(e.minS(chunk, e.sub(seq->length, first)), c0);
-  }
-
   /// k^ rows (normalized), G and beta of the chunk's steps.
   void stage(Value first, Value n) {
     Value dk = e.index(Dk);
@@ -735,11 +919,11 @@ private:
           e.ifElse(
               isKey,
               [&]() -> SmallVector<Value> {
-                e.store(x, wyW, seq->stepFeature(hv, step, column));
+                e.store(x, temporaries.w, seq->stepFeature(hv, step, column));
                 return {};
               },
               [&]() -> SmallVector<Value> {
-                e.store(x, wyU,
+                e.store(x, temporaries.u,
                         seq->stepFeature(hv, step, e.sub(column, e.index(Dk))));
                 return {};
               });
@@ -759,8 +943,9 @@ private:
   ImplicitLocOpBuilder b;
   SimtEmitter e;
   RecurrenceBindings args;
+  ChunkTemporaries temporaries;
   const int64_t C, Dk, Dv;
-  Value c0, c1, hv, wyW, wyU;
+  Value c0, c1, hv;
   std::optional<RecurrenceSequence> seq;
   Value keys, logDecay, betas, transform, columns;
 };
@@ -771,28 +956,32 @@ int64_t SimtMmaRecurrenceTiling::rowPadding() const {
   return 16 / (product.getIntOrFloatBitWidth() / 8);
 }
 
-int64_t
-SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape) const {
+int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
+                                             ChunkMmaKernel kernel) const {
   // The buffers SimtMmaRecurrenceKernel::allocateBuffers allocates, in its
   // order, each rounded to 16 bytes.
   const int64_t C = shape.chunkSize, pad = rowPadding();
   const int64_t elementBytes = product.getIntOrFloatBitWidth() / 8;
   const bool delta = shape.isDelta();
+  const bool outputs = kernel == ChunkMmaKernel::Outputs;
   auto buffer = [](int64_t elements, int64_t bytes) {
     return roundUp(elements * bytes, 16);
   };
-  int64_t total = 2 * rawParts * buffer(C * (paddedKeyDim + pad), elementBytes);
-  if (delta)
-    total += computedParts * buffer(C * (paddedKeyDim + pad), elementBytes);
-  total += computedParts * buffer(columns * (paddedKeyDim + pad), elementBytes);
-  total += (delta ? computedParts : rawParts) *
-           buffer(C * (columns + pad), elementBytes);
-  total += computedParts * buffer(columns * (C + pad), elementBytes);
-  total += 2 * buffer(C, 4);
+  auto operand = [&](int64_t parts, int64_t rows, int64_t width) {
+    return parts * buffer(rows * (width + pad), elementBytes);
+  };
+  // q (outputs) and k rows, W's (the chain of a delta rule), S^T.
+  int64_t total = (outputs ? 2 : 1) * operand(rawParts, C, paddedKeyDim);
+  if (!outputs && delta)
+    total += operand(computedParts, C, paddedKeyDim);
+  total += operand(computedParts, columns, paddedKeyDim);
+  // V' (outputs) or U'^T (the chain).
+  total += outputs ? operand(delta ? computedParts : rawParts, C, columns)
+                   : operand(computedParts, columns, C);
+  // The row scales, then g and G.
+  total += (outputs ? 2 : 1) * buffer(C, 4);
   if (shape.scalarDecay())
     total += 2 * buffer(C, 4);
-  if (delta)
-    total += buffer(C * (columns + 1), 4);
   return total;
 }
 
@@ -821,7 +1010,9 @@ SimtMmaRecurrenceTiling::choose(const LinearRecurrenceShape &shape,
     mma.columns = columns;
     mma.warps = columns / rows;
     mma.rowTiles = llvm::divideCeil(shape.chunkSize / rows, mma.warps);
-    if (mma.sharedBytes(shape) <= tiling.maxSharedBytes)
+    if (std::max(mma.sharedBytes(shape, ChunkMmaKernel::States),
+                 mma.sharedBytes(shape, ChunkMmaKernel::Outputs)) <=
+        tiling.maxSharedBytes)
       return mma;
   }
   return std::nullopt;
@@ -838,8 +1029,8 @@ func::FuncOp mlir::attn::buildSimtChunkWyKernel(
 func::FuncOp mlir::attn::buildSimtMmaRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, const SimtMmaRecurrenceTiling &mma,
-    const GpuTiling &tiling, TypeRange bindingTypes) {
-  return SimtMmaRecurrenceKernel(builder, loc, name, shape, mma, tiling,
+    ChunkMmaKernel kind, const GpuTiling &tiling, TypeRange bindingTypes) {
+  return SimtMmaRecurrenceKernel(builder, loc, name, shape, mma, kind, tiling,
                                  bindingTypes)
       .build();
 }
