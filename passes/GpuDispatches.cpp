@@ -739,23 +739,30 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
     auto whenChunked = [&](Value workgroups) {
       return m.select(steps, zero, workgroups);
     };
-    // The temporaries (ChunkTemporaries), f32: the delta rules' W and U
-    // laid out as v, then each chunk's starting state.
+    // The temporaries (ChunkTemporaries), laid out as v but for their
+    // features: the delta rules' W (as the products' parts) and U, G and
+    // 1 / |k| per step, then each chunk's starting state.
     SmallVector<Value> mmaBindings(r.bindings);
+    Value v = r.bindings[2];
+    auto vType = cast<MemRefType>(v.getType());
+    SmallVector<Value> vSizes;
+    for (int64_t d = 0; d < vType.getRank(); ++d)
+      if (vType.isDynamicDim(d))
+        vSizes.push_back(m.dim(v, d));
+    auto laidOutAsV = [&](ArrayRef<int64_t> leading, int64_t features,
+                          Type element) -> Value {
+      SmallVector<int64_t> dims(leading);
+      llvm::append_range(dims, vType.getShape());
+      dims.back() = features;
+      return memref::AllocOp::create(b, MemRefType::get(dims, element),
+                                     vSizes);
+    };
     if (shape.isDelta()) {
-      Value v = r.bindings[2];
-      auto vType = cast<MemRefType>(v.getType());
-      SmallVector<Value> sizes;
-      for (int64_t d = 0; d < vType.getRank(); ++d)
-        if (vType.isDynamicDim(d))
-          sizes.push_back(m.dim(v, d));
-      for (int64_t features : {shape.keyDim, shape.valueDim}) {
-        SmallVector<int64_t> wyShape(vType.getShape());
-        wyShape.back() = features;
-        mmaBindings.push_back(memref::AllocOp::create(
-            b, MemRefType::get(wyShape, b.getF32Type()), sizes));
-      }
+      mmaBindings.push_back(
+          laidOutAsV({mma->computedParts}, shape.keyDim, mma->product));
+      mmaBindings.push_back(laidOutAsV({}, shape.valueDim, b.getF32Type()));
     }
+    mmaBindings.push_back(laidOutAsV({}, 2, b.getF32Type()));
     Value chunks = m.ceilDiv(r.length, m.index(shape.chunkSize));
     Value slots =
         shape.ragged ? m.add(chunks, r.batch) : m.mul(r.batch, chunks);
@@ -771,13 +778,11 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
     Value columnTiles =
         m.index((shape.valueDim + mma->columns - 1) / mma->columns);
     TypeRange mmaTypes = ValueRange(mmaBindings).getTypes();
-    if (shape.isDelta()) {
-      func::FuncOp wy =
-          buildSimtChunkWyKernel(kernelBuilder, op.getLoc(),
-                                 kernelName("chunk_wy"), shape, tiling, mmaTypes);
-      DispatchOp::create(b, wy.getSymName(), whenChunked(chunkBlocks),
-                         mmaBindings);
-    }
+    func::FuncOp local = buildSimtChunkLocalKernel(
+        kernelBuilder, op.getLoc(), kernelName("chunk_local"), shape, tiling,
+        mmaTypes);
+    DispatchOp::create(b, local.getSymName(), whenChunked(chunkBlocks),
+                       mmaBindings);
     func::FuncOp chain = buildSimtMmaRecurrenceKernel(
         kernelBuilder, op.getLoc(), kernelName("chunk_states"), shape, *mma,
         ChunkMmaKernel::States, tiling, mmaTypes);

@@ -249,69 +249,101 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
-// Calls of more than a step, first the WY form's W and U for every chunk
-// at once: a block per (batch, value head, chunk) stages the chunk's k
-// rows, G and beta, computes A, then solves (I + A) [W | U] a column per
-// thread, 128 columns at a time.
-// CHECK-LABEL: func.func private @gdn__chunk_wy1
+// Calls of more than a step, first what each chunk needs from its own
+// steps, for every chunk at once: a block per (batch, value head, chunk)
+// stages the chunk's k rows, stores G and 1 / |k| per step, computes A,
+// then solves (I + A) [W | U] a column per thread, 128 columns at a time.
+// CHECK-LABEL: func.func private @gdn__chunk_local1
 // CHECK-SAME:    attn.block_kernel
-// CHECK-SAME:    attn.kernel = "wy"
+// CHECK-SAME:    attn.kernel = "chunk_local"
 // CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
 // CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x17xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x129xf32>
-// CHECK-COUNT-4: } {attn.threads}
+// CHECK:         } {attn.threads}
+// CHECK:         memref.store %{{.+}}, %arg12[%{{.+}}, %{{.+}}, %{{.+}}, %c0] : memref<?x4x?x2xf32>
+// CHECK:         memref.store %{{.+}}, %arg12[%{{.+}}, %{{.+}}, %{{.+}}, %c1] : memref<?x4x?x2xf32>
+// CHECK-COUNT-3: } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
 // Then the chain of chunks, the products on warp_mma: a block per (batch,
 // value head, 32 state columns: Dv = 24 padded to a power of 2), a warp
-// per 16 columns. Shared: k and W rows (Dk = 32, and 16 bytes), the
-// state's transposed copy, U'^T (the products' operands, one f32 part
-// each), 1 / |k|, g and G.
+// per 16 columns. Shared, in two stages: k and W rows (Dk = 32, and 16
+// bytes), G and 1 / |k|, U's columns (and 16 bytes); then the state's
+// transposed copy and U'^T (the products' operands, one f32 part each).
 // CHECK-LABEL: func.func private @gdn__chunk_states2
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "chunk_states"
 // CHECK-SAME:    attn.tiling = {block_threads = 64 : i64
-// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x36xf32>
+// CHECK:         %[[K0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         %[[W0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         %[[G0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x2xf32>
+// CHECK:         %[[U0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         %[[K1:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         %[[W1:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x2xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         %[[ST:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x20xf32>
-// CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
 // The lanes' fragments of S^T (16 columns of Dk = 32 per warp) and of W S.
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
 // S_init is the first chunk's starting state, stored to the temporary
-// when the sequence has a chunk.
-// CHECK:         memref.store %{{.+}}, %arg12[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<?x4x24x32xf32>
+// when the sequence has a chunk, whose inputs are copied into stage 0
+// meanwhile: k, W, G and 1 / |k| (8 bytes a step), U; a group left in
+// flight.
+// CHECK:         memref.store %{{.+}}, %arg13[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<?x4x24x32xf32>
+// CHECK:         attn_kernel.async_copy %arg1[{{.+}}], %[[K0]][{{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         attn_kernel.async_copy %arg10[%c0, {{.+}}], %[[W0]][{{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         attn_kernel.async_copy %arg12[{{.+}}], %[[G0]][{{.+}}] if(%{{.+}}) elements(2)
+// CHECK:         attn_kernel.async_copy %arg11[{{.+}}], %[[U0]][{{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         attn_kernel.async_wait {pending = 1 : i64}
 // CHECK:         } {attn.threads}
-// Per chunk: stage k and W, g, then the scales and G; W S, V' stored over
-// U and U'^T; U'^T K, and the next chunk's starting state. No solve, no
-// outputs.
+// The chunks two at a time, chunk j in stage j % 2: chunk j + 1's copies
+// into the other stage, a wait for all but them; W S, V' stored over U and
+// U'^T; U'^T K, and the next chunk's starting state. No solve, no norms,
+// no outputs.
 // CHECK:         scf.for
-// CHECK-COUNT-3:   } {attn.threads}
-// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[ST:.+]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
+// CHECK:           attn_kernel.async_copy %arg1[{{.+}}], %[[K1]][{{.+}}]
+// CHECK:           attn_kernel.async_copy %arg10[%c0, {{.+}}], %[[W1]][{{.+}}]
+// CHECK:           attn_kernel.async_wait {pending = 1 : i64}
+// CHECK:           } {attn.threads}
+// CHECK:           attn_kernel.warp_mma %[[W0]], %[[ST]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
+// CHECK:           memref.load %[[U0]]
 // CHECK:           memref.store %{{.+}}, %arg11
 // CHECK:           } {attn.threads}
-// CHECK:           attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(16) {acc_fragment, accumulate}
-// CHECK:           memref.store %{{.+}}, %arg12
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[K0]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(16) {acc_fragment, accumulate}
+// CHECK:           memref.store %{{.+}}, %arg13
+// CHECK:           } {attn.threads}
+// CHECK:           attn_kernel.async_copy %arg1[{{.+}}], %[[K0]][{{.+}}]
+// CHECK:           attn_kernel.async_wait {pending = 1 : i64}
+// CHECK:           } {attn.threads}
+// CHECK:           attn_kernel.warp_mma %[[W1]], %[[ST]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
+// CHECK:           } {attn.threads}
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[K1]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(16) {acc_fragment, accumulate}
 // CHECK:           } {attn.threads}
 // CHECK:         }
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
 // Then the outputs of every chunk at once, a block per (batch, value
-// head, chunk, column tile): q and k rows, the chunk's starting state and
-// V' staged; Q S and Q K^T (waited for by its warp alone), then P V'.
+// head, chunk, column tile): k rows, G and 1 / |k|, q rows; the chunk's
+// starting state and V' staged; Q S and Q K^T (waited for by its warp
+// alone), then P V'.
 // CHECK-LABEL: func.func private @gdn__chunk_outputs3
 // CHECK-SAME:    attn.kernel = "chunk_outputs"
-// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x2xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
-// CHECK-COUNT-4: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x2x4xf32>
-// CHECK:         memref.load %arg12
+// CHECK:         memref.load %arg13
 // CHECK:         memref.load %arg11
+// CHECK:         memref.load %arg12
 // CHECK:         attn_kernel.warp_mma %[[Q:.+]], %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
 // CHECK:         attn_kernel.warp_mma %[[Q]], %{{.+}}, %{{.+}} n(16) k(32) {acc_fragment, rhs_transposed}
 // CHECK:         } {attn.threads, attn.warp_sync}
@@ -324,27 +356,29 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK-SAME:    attn.kernel = "gate"
 // CHECK-NOT:     attn.block_kernel
 // CHECK:         math.sqrt
-// The SIMT kernel takes calls of one step (decode), the WY, chain and
-// outputs kernels the others (f32 temporaries: W and U laid out as v, the
-// chunks' starting states, B * ceil(L / C) of them); the others get no
-// blocks. The WY and outputs kernels take a block per (batch, value head,
-// chunk), the chain a block per (batch, value head).
+// The SIMT kernel takes calls of one step (decode), the local, chain and
+// outputs kernels the others (temporaries: W as the products' parts (one
+// f32 part here) and U laid out as v, G and 1 / |k| per step, the chunks'
+// starting states, B * ceil(L / C) of them); the others get no blocks. The
+// local and outputs kernels take a block per (batch, value head, chunk),
+// the chain a block per (batch, value head).
 // CHECK-LABEL: func.func @gdn(
 // CHECK:         %[[B:.+]] = memref.dim %{{.+}}, %c0
 // CHECK:         %[[L:.+]] = memref.dim %{{.+}}, %c2
 // CHECK:         %[[HEADS:.+]] = arith.muli %[[B]], %c4
 // CHECK:         %[[STEP:.+]] = arith.cmpi ule, %[[L]], %c1
-// CHECK:         %[[WM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x4x?x32xf32>
+// CHECK:         %[[WM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<1x?x4x?x32xf32>
 // CHECK:         %[[UM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x4x?x24xf32>
+// CHECK:         %[[GM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x4x?x2xf32>
 // CHECK:         %[[CHUNKS:.+]] = arith.ceildivui %[[L]], %c16
 // CHECK:         %[[SLOTS:.+]] = arith.muli %[[B]], %[[CHUNKS]]
 // CHECK:         %[[SM:.+]] = memref.alloc(%[[SLOTS]]) : memref<?x4x24x32xf32>
 // CHECK:         %[[ALL:.+]] = arith.muli %[[SLOTS]], %c4
 // CHECK:         %[[CHUNKB:.+]] = arith.select %[[STEP]], %c0, %[[ALL]]
-// CHECK:         attn_kernel.dispatch @gdn__chunk_wy1 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[SM]])
+// CHECK:         attn_kernel.dispatch @gdn__chunk_local1 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[GM]], %[[SM]])
 // CHECK:         %[[CHAIN:.+]] = arith.select %[[STEP]], %c0, %[[HEADS]]
-// CHECK:         attn_kernel.dispatch @gdn__chunk_states2 workgroups(%[[CHAIN]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[SM]])
-// CHECK:         attn_kernel.dispatch @gdn__chunk_outputs3 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[SM]])
+// CHECK:         attn_kernel.dispatch @gdn__chunk_states2 workgroups(%[[CHAIN]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[GM]], %[[SM]])
+// CHECK:         attn_kernel.dispatch @gdn__chunk_outputs3 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[GM]], %[[SM]])
 // CHECK:         %[[SIMT:.+]] = arith.select %[[STEP]], %[[HEADS]], %c0
 // CHECK:         attn_kernel.dispatch @gdn__chunked0 workgroups(%[[SIMT]])
 // CHECK:         %[[ROWS:.+]] = arith.muli %[[HEADS]], %[[L]]

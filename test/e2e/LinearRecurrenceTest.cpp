@@ -399,6 +399,22 @@ std::vector<RecurrenceCase> cases() {
        .chunk = 32,
        .length = 70,
        .dtype = "f16"});
+  // Rows of no whole 4-byte pieces (bf16 with odd dims): the chain stages
+  // k, W and the values an element a load instead of by async copies.
+  add({.label = "bf16_linear_odd_dims",
+       .rule = "linear",
+       .keyDim = 27,
+       .valueDim = 7,
+       .chunk = 16,
+       .length = 40,
+       .dtype = "bf16"});
+  add({.label = "bf16_delta_odd_dims",
+       .rule = "delta",
+       .keyDim = 27,
+       .valueDim = 13,
+       .chunk = 16,
+       .length = 37,
+       .dtype = "bf16"});
   add({.label = "f16_gla", .rule = "gla", .length = 45, .dtype = "f16"});
   add({.label = "f16_continue_delta",
        .rule = "delta",

@@ -136,18 +136,6 @@ private:
     wait.setAsyncProxy(flash.warpgroupMma);
     wait.setPending(pending);
   }
-  /// Copies `count` rows of `dim` elements into the shared tile `to`, whose
-  /// rows are `padded` long: row j from source[rowAt(j).first..., 0 .. dim)
-  /// where rowAt(j).second holds, zeros elsewhere. 16 bytes a copy where a
-  /// row is whole 16-byte pieces (every row then starts 16-byte aligned, in
-  /// global memory as in the padded shared rows), all of a thread's copies
-  /// in flight at once (attn_kernel.async_copy: cp.async on the GPU; they
-  /// are complete after the thread's next attn_kernel.async_wait); else an
-  /// element a load.
-  void
-  stageRows(Value thread, int64_t count, Value from, Value to, int64_t dim,
-            int64_t padded,
-            function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt);
 
   const SoftmaxAttentionShape &shape;
   const SimtFlashTiling &flash;
@@ -288,7 +276,7 @@ void SimtFlashKernel::walkKeyTiles() {
   // beside the mma operands made decode with D = 256 and a small tree's
   // prefix spill 16 bytes.)
   e.eachThread([&](Value thread) {
-    stageRows(thread, TK, k, ks[0], D, Dp, keyRowsOf(c0));
+    e.stageRows(thread, TK, k, ks[0], D, Dp, keyRowsOf(c0));
     waitForCopies();
   });
   e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
@@ -297,7 +285,7 @@ void SimtFlashKernel::walkKeyTiles() {
     updateSoftmax(keyTileIndex, /*stageValues=*/true);
     accumulateValues(vs[0], [&](Value thread) {
       e.ifThen(lt(nextTile, keyTiles), [&] {
-        stageRows(thread, TK, k, ks[0], D, Dp, keyRowsOf(nextTile));
+        e.stageRows(thread, TK, k, ks[0], D, Dp, keyRowsOf(nextTile));
       });
     });
   });
@@ -311,8 +299,8 @@ void SimtFlashKernel::walkKeyTilesInTwoStages() {
   // the loop takes the tiles two at a time so that each buffer is a fixed
   // operand of its products.
   auto stageTile = [&](Value thread, Value tile, int64_t buffer) {
-    stageRows(thread, TK, k, ks[buffer], D, Dp, keyRowsOf(tile));
-    stageRows(thread, TK, v, vs[buffer], Dv, Dvp, keyRowsOf(tile));
+    e.stageRows(thread, TK, k, ks[buffer], D, Dp, keyRowsOf(tile));
+    e.stageRows(thread, TK, v, vs[buffer], Dv, Dvp, keyRowsOf(tile));
   };
   // Tile 0's copies are a group of their own (the wait with one pending
   // group waits for none).
@@ -684,50 +672,11 @@ Value SimtFlashKernel::scoreOf(Value product, Value r, Value key) {
   return variants.score(s, batch, headOf(r), queryPositionOf(r), key);
 }
 
-void SimtFlashKernel::stageRows(
-    Value thread, int64_t count, Value from, Value to, int64_t dim,
-    int64_t padded,
-    function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt) {
-  const int64_t lanes = 16 / flash.elementBytes;
-  const bool pieces = dim % lanes == 0 && padded % lanes == 0;
-  const int64_t step = pieces ? lanes : 1;
-  const int64_t perRow = padded / step, threads = flash.threads();
-  const int64_t copies = count * perRow;
-  auto copy = [&](Value j, Value d) {
-    auto [at, isRow] = rowAt(j);
-    at.push_back(d);
-    Value valid = padded <= dim ? isRow : both(isRow, lt(d, e.index(dim)));
-    SmallVector<Value, 4> target = tileElement(e, to, j, d);
-    if (pieces)
-      AsyncCopyOp::create(b, loc, from, at, to, target, valid, lanes);
-    else
-      e.store(e.loadOrZero(valid, from, at), to, target);
-  };
-  // The usual case (whole pieces, the threads a multiple of a row's and
-  // the copies of the threads): a thread's column is the same in every
-  // pass, and the passes are unrolled, so each copy costs its row's address
-  // and predicate alone (a loop spent as much again on the index arithmetic
-  // and induction variables).
-  const int64_t maxUnrolledPasses = 32;
-  if (pieces && threads % perRow == 0 && copies % threads == 0 &&
-      copies / threads <= maxUnrolledPasses) {
-    Value firstRow = e.div(thread, e.index(perRow));
-    Value d = e.mul(e.rem(thread, e.index(perRow)), e.index(step));
-    for (int64_t pass = 0; pass < copies / threads; ++pass)
-      copy(e.add(firstRow, e.index(pass * (threads / perRow))), d);
-    return;
-  }
-  e.loop(thread, e.index(copies), e.index(threads), [&](Value i) {
-    copy(e.div(i, e.index(perRow)),
-         e.mul(e.rem(i, e.index(perRow)), e.index(step)));
-  });
-}
-
 void SimtFlashKernel::stageQueryTile() {
   // Stage the q tile (waited for with the first key tile's k), clear the
   // registers.
   e.eachThread([&](Value thread) {
-    stageRows(thread, TQ, q, qs, D, Dp,
+    e.stageRows(thread, TQ, q, qs, D, Dp,
               [&](Value r) -> std::pair<SmallVector<Value>, Value> {
                 return {queries->at(batch, headOf(r), rowOf(r)), lt(r, rows)};
               });
@@ -941,7 +890,7 @@ void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues) {
   eachWarp(
       [&](Value warpRow, Value lane, Value thread) {
         if (stageValues)
-          stageRows(thread, TK, v, vs[0], Dv, Dvp, keyRowsOf(keyTileIndex));
+          e.stageRows(thread, TK, v, vs[0], Dv, Dvp, keyRowsOf(keyTileIndex));
         Value s = e.registersOf(scoreRegs, thread);
         Value o = e.registersOf(outRegs, thread);
         Value m = e.registersOf(maxRegs, thread);

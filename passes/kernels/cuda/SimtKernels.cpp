@@ -197,6 +197,53 @@ void SimtEmitter::forAllBatched(
   });
 }
 
+void SimtEmitter::stageRows(
+    Value thread, int64_t count, Value from, Value to, int64_t dim,
+    int64_t padded,
+    function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt) {
+  const int64_t elementBytes =
+      cast<MemRefType>(to.getType()).getElementTypeBitWidth() / 8;
+  // The widest copy (16, 8 or 4 bytes) that whole rows are made of, in
+  // global memory and in the padded shared rows.
+  int64_t lanes = 16 / elementBytes;
+  while (lanes > 1 && (dim % lanes != 0 || padded % lanes != 0))
+    lanes /= 2;
+  const bool pieces = lanes * elementBytes >= 4;
+  const int64_t step = pieces ? lanes : 1;
+  const int64_t perRow = padded / step, threads = blockThreads;
+  const int64_t copies = count * perRow;
+  auto copy = [&](Value j, Value d) {
+    auto [at, isRow] = rowAt(j);
+    at.push_back(d);
+    Value valid = padded <= dim
+                      ? isRow
+                      : andI(isRow, icmp(arith::CmpIPredicate::ult, d,
+                                         index(dim)));
+    SmallVector<Value, 4> target = tileElement(*this, to, j, d);
+    if (pieces)
+      AsyncCopyOp::create(b, from, at, to, target, valid, lanes);
+    else
+      store(loadOrZero(valid, from, at), to, target);
+  };
+  // The usual case (whole pieces, the threads a multiple of a row's and
+  // the copies of the threads): a thread's column is the same in every
+  // pass, and the passes are unrolled, so each copy costs its row's address
+  // and predicate alone (a loop spent as much again on the index arithmetic
+  // and induction variables).
+  const int64_t maxUnrolledPasses = 32;
+  if (pieces && threads % perRow == 0 && copies % threads == 0 &&
+      copies / threads <= maxUnrolledPasses) {
+    Value firstRow = div(thread, index(perRow));
+    Value d = mul(rem(thread, index(perRow)), index(step));
+    for (int64_t pass = 0; pass < copies / threads; ++pass)
+      copy(add(firstRow, index(pass * (threads / perRow))), d);
+    return;
+  }
+  loop(thread, index(copies), index(threads), [&](Value i) {
+    copy(div(i, index(perRow)), mul(rem(i, index(perRow)), index(step)));
+  });
+}
+
 std::pair<Value, Value> SimtEmitter::shareOf(Value t, Value total) {
   Value perShare = ceilDiv(total, index(blockThreads));
   Value first = minS(mul(t, perShare), total);

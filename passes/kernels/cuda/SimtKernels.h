@@ -183,6 +183,21 @@ struct SimtEmitter : KernelEmitter {
   forAllBatched(Value count, int64_t batch,
                 function_ref<SmallVector<Value>(Value i, Value inRange)> load,
                 function_ref<void(Value i, ValueRange loaded)> store);
+  /// Thread `thread`'s share of copying `count` rows of `dim` elements
+  /// into the shared tile `to` (of `from`'s element type), whose rows are
+  /// `padded` long: row j from from[rowAt(j).first..., 0 .. dim) where
+  /// rowAt(j).second holds, zeros elsewhere. 16 bytes a copy where a row is
+  /// whole 16-byte pieces (every row then starts 16-byte aligned, in
+  /// global memory as in the padded shared rows; else 8 or 4 bytes), all
+  /// of a thread's copies in flight at once (attn_kernel.async_copy:
+  /// cp.async on the GPU; they are complete after the thread's next
+  /// attn_kernel.async_wait); rows of no whole 4-byte pieces an element a
+  /// load. `to` may be core-matrix tiled (tileElement), and its rows'
+  /// strides must be multiples of 16 bytes.
+  void
+  stageRows(Value thread, int64_t count, Value from, Value to, int64_t dim,
+            int64_t padded,
+            function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt);
   /// Thread `t`'s contiguous share [first, end) of `total` entries, the
   /// shares in thread order (block kernels whose threads each take a run
   /// of entries, then combine the shares' counts in that order).
@@ -450,6 +465,11 @@ SmallVector<SmallVector<int64_t>>
 recurrenceScratchShapes(const LinearRecurrenceShape &shape,
                         int64_t blockThreads, const GpuTiling &tiling);
 
+/// 1 / sqrt(sum(x^2) + 1e-6) of row `row` (of `dim` features) of the
+/// shared buffers `parts`, x being the sum of its parts (SPEC §2's
+/// qk_l2norm): one thread's row.
+Value sharedRowNormInverse(SimtEmitter &e, ArrayRef<Value> parts, Value row,
+                           int64_t dim);
 /// Multiplies row `row` of the shared `rows` (of `dim` features) by
 /// `factor`, first dividing it by its L2 norm (x / sqrt(sum(x^2) + 1e-6),
 /// SPEC §2's qk_l2norm) when `normalize`: one thread's row.
@@ -508,8 +528,13 @@ struct SimtMmaRecurrenceTiling {
   /// 2 for f16 storage), v as stored for the rules without delta, and the
   /// values computed in f32 (1 in f32, else 2).
   int64_t rawParts = 1, computedParts = 1;
+  /// Bytes of an element as stored.
+  int64_t storageBytes = 4;
 
   int64_t threads() const { return 32 * warps; }
+  /// Elements a shared row of the chain's staged values (f32 U, or v as
+  /// stored) gets past its width: 16 bytes.
+  int64_t valuePadding(const LinearRecurrenceShape &shape) const;
   /// Elements a shared row of the products' operands gets past its width:
   /// 16 bytes, as SimtFlashTiling's rows (ldmatrix, banks).
   int64_t rowPadding() const;
@@ -525,34 +550,38 @@ struct SimtMmaRecurrenceTiling {
          const GpuTiling &tiling);
 };
 
-/// The f32 temporaries of the recurrence on matrix products, bound in
-/// this order after the recurrence's own bindings (before the workgroup)
-/// of the WY kernel and of both ChunkMmaKernel kernels:
-///  - the delta rules' W [.., Dk] and U [.., Dv], laid out as v; the chain
-///    replaces U with V' = U - W S;
+/// The temporaries of the recurrence on matrix products, bound in this
+/// order after the recurrence's own bindings (before the workgroup) of the
+/// local kernel and of both ChunkMmaKernel kernels:
+///  - the delta rules' W and U: W [parts, .., Dk] in the products' type
+///    (SimtMmaRecurrenceTiling::product; bf16 hi and lo parts for f16 and
+///    bf16 storage, as the chain copies it into shared memory), U [.., Dv]
+///    in f32, each laid out as v; the chain replaces U with V' = U - W S;
+///  - per step, G (the cumulative log-decay inside its chunk, 0 without
+///    decay) and 1 / |k| (1 without qk_l2norm): f32 [.., 2] laid out as v;
 ///  - the state at each chunk's start, transposed, S^T [slots, Hv, Dv,
-///    Dk]: sequence b's chunk j at slot b * ceil(L / C) + j, B * ceil(L /
-///    C) slots; in a ragged batch at floor(cu_seqlens[b] / C) + b + j,
-///    ceil(T / C) + B slots.
+///    Dk] in f32: sequence b's chunk j at slot b * ceil(L / C) + j, B *
+///    ceil(L / C) slots; in a ragged batch at floor(cu_seqlens[b] / C) + b
+///    + j, ceil(T / C) + B slots.
 struct ChunkTemporaries {
-  Value w, u, states;
+  Value w, u, scales, states;
 
   ChunkTemporaries(func::FuncOp kernel, const LinearRecurrenceShape &shape);
 };
 
-/// The delta rules' WY form for every chunk at once: per (sequence, value
-/// head, chunk), W and U with (I + A) [W | U] = [beta exp(G) k^ | beta v]
-/// (SimtMmaRecurrenceKernel.cpp), into ChunkTemporaries' W and U. One
-/// block per (batch, value head, chunk), the chunk fastest; in a ragged
-/// batch per (chunk slot, value head), slot j being the j-th chunk of the
-/// batch, sequence by sequence (ceil(T / C) + B slots hold them all; the
-/// others exit). Bindings as buildSimtChunkedRecurrenceKernel's, then
-/// ChunkTemporaries.
-func::FuncOp buildSimtChunkWyKernel(OpBuilder &builder, Location loc,
-                                    StringRef name,
-                                    const LinearRecurrenceShape &shape,
-                                    const GpuTiling &tiling,
-                                    TypeRange bindingTypes);
+/// What each chunk needs from its own steps, for every chunk at once
+/// (SimtMmaRecurrenceKernel.cpp): per step G and 1 / |k|, and for the
+/// delta rules W and U with (I + A) [W | U] = [beta exp(G) k^ | beta v],
+/// into ChunkTemporaries. One block per (batch, value head, chunk), the
+/// chunk fastest; in a ragged batch per (chunk slot, value head), slot j
+/// being the j-th chunk of the batch, sequence by sequence (ceil(T / C) + B
+/// slots hold them all; the others exit). Bindings as
+/// buildSimtChunkedRecurrenceKernel's, then ChunkTemporaries.
+func::FuncOp buildSimtChunkLocalKernel(OpBuilder &builder, Location loc,
+                                       StringRef name,
+                                       const LinearRecurrenceShape &shape,
+                                       const GpuTiling &tiling,
+                                       TypeRange bindingTypes);
 
 /// The chunked linear recurrence (SPEC §2) with its chunk's matrix products
 /// on attn_kernel.warp_mma (tensor cores for f16 / bf16): the chain of

@@ -85,9 +85,10 @@ ChunkTemporaries::ChunkTemporaries(func::FuncOp kernel,
   // After the recurrence's bindings, before the workgroup.
   const unsigned count = kernel.getNumArguments();
   states = kernel.getArgument(count - 2);
+  scales = kernel.getArgument(count - 3);
   if (shape.isDelta()) {
-    u = kernel.getArgument(count - 3);
-    w = kernel.getArgument(count - 4);
+    u = kernel.getArgument(count - 4);
+    w = kernel.getArgument(count - 5);
   }
 }
 
@@ -189,9 +190,19 @@ struct FragmentElement {
   Value owned;
 };
 
+/// A chunk's staged inputs in shared memory: its k rows as stored (zero
+/// rows past its steps and zero features past Dk), W's rows (the chain of
+/// a delta rule), G and 1 / |k| per step ([C, 2], f32), and the chain's
+/// values for its column tile ([C, columns + 4]: U in f32 for the delta
+/// rules, else v as stored).
+struct ChunkStage {
+  Parts keys, w;
+  Value scales, values;
+};
+
 /// The chain (ChunkMmaKernel::States) or the outputs
 /// (ChunkMmaKernel::Outputs) of the file comment: the two share the
-/// staging of a chunk, the fragments' geometry and the products.
+/// staged chunk's layout, the fragments' geometry and the products.
 class SimtMmaRecurrenceKernel {
 public:
   SimtMmaRecurrenceKernel(OpBuilder &builder, Location loc, StringRef name,
@@ -207,9 +218,13 @@ private:
   // The chain, in the order buildStates() emits its phases.
   void buildStates();
   void loadInitialState(Value chunks);
-  void projectValues(Value first, Value n, Value last);
-  void prepareUpdate(Value first, Value n, Value last);
-  void updateState(Value chunk, Value chunks, Value last);
+  /// Thread `thread`'s copies of chunk `chunk`'s inputs into `stage`.
+  void stageChunk(Value thread, Value chunk, const ChunkStage &stage);
+  void projectValues(const ChunkStage &stage, Value first, Value n,
+                     Value last);
+  void prepareUpdate(const ChunkStage &stage, Value last);
+  void updateState(const ChunkStage &stage, Value chunk, Value chunks,
+                   Value last);
   void storeFinalState();
   /// Stores the lane's elements of its warp's tile of the state (the
   /// registers) as the starting state of chunk `chunk`.
@@ -217,18 +232,16 @@ private:
 
   // The outputs, in the order buildOutputs() emits its phases.
   void buildOutputs();
+  void stageRows(Value first, Value n);
   void stageStateAndValues(Value slot, Value first, Value n);
+  void stageScales(Value first, Value n);
   void scoreChunk();
   void finishOutputs(Value first, Value n);
 
   // Both.
   void allocateBuffers();
-  /// The chunk's rows as stored (zero rows past its `n` steps and zero
-  /// features past Dk): q and k for the outputs, k and W for the chain.
-  void stageRows(Value first, Value n);
-  /// The staged rows' scales (0 past the chunk's steps, so those rows add
-  /// nothing) and G (past the steps, G of the last).
-  void scaleRows(Value n);
+  /// The buffers of a chunk's stage (ChunkStage).
+  ChunkStage allocateStage();
 
   /// Runs `body(warp, lane, thread)` on every thread of the block.
   void eachWarp(function_ref<void(Value warp, Value lane, Value thread)> body,
@@ -257,10 +270,17 @@ private:
   /// The buffers of `count` parts of shape `shape` in shared memory.
   Parts sharedParts(int64_t count, ArrayRef<int64_t> shape);
 
+  /// G_t and 1 / |k_t| of a stage's scales.
+  Value logDecayOf(Value scales, Value t) {
+    return e.load(scales, {t, e.index(0)});
+  }
+  Value keyScaleOf(Value scales, Value t) {
+    return e.load(scales, {t, e.index(1)});
+  }
   /// exp(G_t - G_s) (1 without decay).
-  Value decayBetween(Value t, Value s);
+  Value decayBetween(Value scales, Value t, Value s);
   /// exp(G_t) (1 without decay).
-  Value decayTo(Value t);
+  Value decayTo(Value scales, Value t);
   /// Whether state column `c` of the tile exists (is below Dv).
   Value isColumn(Value c) { return lt(columnOf(c), e.index(Dv)); }
   Value columnOf(Value c) { return e.add(col0, c); }
@@ -291,11 +311,12 @@ private:
 
   Value c0, c1, c16, batch, hv, hk, col0;
   std::optional<RecurrenceSequence> seq;
-  // Shared: the chunk's rows and per-step scalars, the products' operands.
-  Parts queries, keys, wyRows, stateCopy, valueOperand, updateOperand;
-  /// With a scalar decay, the chunk's log-decays g per step and their
-  /// running sums G.
-  Value queryScale, keyScale, stepLogDecay, logDecay;
+  // Shared: the chunk's inputs (the chain's in two stages: chunk j's used
+  // while chunk j + 1's are copied), the products' operands and (outputs)
+  // q's row scales.
+  SmallVector<ChunkStage, 2> stages;
+  Parts queries, stateCopy, valueOperand, updateOperand;
+  Value queryScale;
   // Registers: the state's tile (S^T, the chain), a product over the
   // state (W S in the chain, the outputs in the other), the scores over
   // the chunk's steps (hi part) and their lo part.
@@ -351,20 +372,96 @@ void SimtMmaRecurrenceKernel::buildStates() {
   allocateBuffers();
   Value length = seq->length;
   Value chunks = e.ceilDiv(length, e.index(C));
+  // Nothing on the chain waits for memory but the state's own products:
+  // chunk j + 1's inputs are copied into one stage while chunk j's are
+  // used from the other (as the decode kernel's key tiles). Chunk j uses
+  // stage j % 2; the loop takes the chunks two at a time so that each
+  // stage's buffers are fixed operands of the products.
   loadInitialState(chunks);
-  e.loop(c0, chunks, c1, [&](Value chunk) {
-    Value first = e.mul(chunk, e.index(C));
-    Value n = e.minS(e.index(C), e.sub(length, first));
-    Value last = e.sub(n, c1);
-    stageRows(first, n);
-    scaleRows(n);
-    if (delta)
-      projectValues(first, n, last);
-    else
-      prepareUpdate(first, n, last);
-    updateState(chunk, chunks, last);
+  Value pairs = e.ceilDiv(chunks, e.index(2));
+  e.loop(c0, pairs, c1, [&](Value pair) {
+    for (int64_t at = 0; at < 2; ++at) {
+      Value chunk = e.add(e.mul(pair, e.index(2)), e.index(at));
+      Value next = e.add(chunk, c1);
+      e.ifThen(lt(chunk, chunks), [&] {
+        Value first = e.mul(chunk, e.index(C));
+        Value n = e.minS(e.index(C), e.sub(length, first));
+        Value last = e.sub(n, c1);
+        // Chunk j + 1's copies go into the other stage (whose last
+        // readers, chunk j - 1's products, finished before the barrier
+        // that ended them); then the thread waits for all but them.
+        e.eachThread([&](Value thread) {
+          e.ifThen(lt(next, chunks),
+                   [&] { stageChunk(thread, next, stages[1 - at]); });
+          AsyncWaitOp::create(b).setPending(1);
+        });
+        if (delta)
+          projectValues(stages[at], first, n, last);
+        else
+          prepareUpdate(stages[at], last);
+        updateState(stages[at], chunk, chunks, last);
+      });
+    }
   });
   storeFinalState();
+}
+
+void SimtMmaRecurrenceKernel::stageChunk(Value thread, Value chunk,
+                                         const ChunkStage &stage) {
+  Value first = e.mul(chunk, e.index(C));
+  Value n = e.minS(e.index(C), e.sub(seq->length, first));
+  auto stepRows = [&](Value head, std::optional<int64_t> part) {
+    return [&, head, part](Value t) -> std::pair<SmallVector<Value>, Value> {
+      SmallVector<Value> at;
+      if (part)
+        at.push_back(e.index(*part));
+      llvm::append_range(at, seq->step(head, e.add(first, t)));
+      return {at, lt(t, n)};
+    };
+  };
+  // k as stored is the products' operand unless it is f16 (two bf16
+  // parts, converted here: loads that the chain waits for).
+  if (stage.keys.size() == 1) {
+    e.stageRows(thread, C, args.k, stage.keys[0], Dk, Dkp,
+                stepRows(hk, std::nullopt));
+  } else {
+    Value dkp = e.index(Dkp);
+    e.loop(thread, e.index(C * Dkp), e.index(mma.threads()), [&](Value x) {
+      Value t = e.div(x, dkp), i = e.rem(x, dkp);
+      storeParts(e.loadOrZero(both(lt(t, n), lt(i, e.index(Dk))), args.k,
+                              seq->stepFeature(hk, e.add(first, t), i)),
+                 stage.keys, {t, i});
+    });
+  }
+  // W's parts as the local kernel stored them; G and 1 / |k|.
+  for (auto [part, w] : llvm::enumerate(stage.w))
+    e.stageRows(thread, C, temporaries.w, w, Dk, Dkp,
+                stepRows(hv, static_cast<int64_t>(part)));
+  e.stageRows(thread, C, temporaries.scales, stage.scales, 2, 2,
+              stepRows(hv, std::nullopt));
+  // The tile's columns of U (f32) or v (as stored), in the widest copies
+  // of at least 4 bytes that whole rows and tiles are made of (element by
+  // element, loaded, when there are none).
+  Value from = delta ? temporaries.u : args.v;
+  const int64_t elementBytes =
+      cast<MemRefType>(stage.values.getType()).getElementTypeBitWidth() / 8;
+  int64_t lanes = 16 / elementBytes;
+  while (lanes > 1 && Dv % lanes != 0)
+    lanes /= 2;
+  const bool copies = lanes * elementBytes >= 4;
+  const int64_t perRow = columns / lanes;
+  e.loop(thread, e.index(C * perRow), e.index(mma.threads()), [&](Value x) {
+    Value t = e.div(x, e.index(perRow));
+    Value c = e.mul(e.rem(x, e.index(perRow)), e.index(lanes));
+    Value valid = both(lt(t, n), isColumn(c));
+    SmallVector<Value> at =
+        seq->stepFeature(hv, e.add(first, t), columnOf(c));
+    if (copies)
+      AsyncCopyOp::create(b, from, at, stage.values, ValueRange{t, c}, valid,
+                          lanes);
+    else
+      e.store(e.loadOrZero(valid, from, at), stage.values, {t, c});
+  });
 }
 
 void SimtMmaRecurrenceKernel::storeChunkState(Value warp, Value lane,
@@ -383,7 +480,9 @@ void SimtMmaRecurrenceKernel::storeChunkState(Value warp, Value lane,
 void SimtMmaRecurrenceKernel::loadInitialState(Value chunks) {
   // Lane element (row c, column i) of warp w's fragment is S_init[i, c] of
   // state column c = 16 w + ...; zeros past Dk and Dv. It is the first
-  // chunk's starting state, when there is a chunk.
+  // chunk's starting state, when there is a chunk, whose inputs are
+  // copied meanwhile (a group of their own: the wait with one pending
+  // group waits for none).
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value state = e.registersOf(stateRegs, thread);
     eachFragmentElement(
@@ -395,80 +494,76 @@ void SimtMmaRecurrenceKernel::loadInitialState(Value chunks) {
           e.store(s, state, x.at);
           storeParts(s, stateCopy, {x.row, x.column});
         });
-    e.ifThen(lt(c0, chunks),
-             [&] { storeChunkState(warp, lane, thread, c0); });
+    e.ifThen(lt(c0, chunks), [&] {
+      storeChunkState(warp, lane, thread, c0);
+      stageChunk(thread, c0, stages[0]);
+    });
+    AsyncWaitOp::create(b).setPending(1);
   });
 }
 
-void SimtMmaRecurrenceKernel::projectValues(Value first, Value n, Value last) {
-  // V' = U - W S: the lane's elements of U are all loaded before any is
-  // used (on the chain: one memory latency, not one per element). The
-  // lane that owns V'[t, c] stores it over U, for the outputs, and its
-  // U'^T[c, t] for the update.
+void SimtMmaRecurrenceKernel::projectValues(const ChunkStage &stage,
+                                            Value first, Value n, Value last) {
+  // V' = U - W S. The lane that owns V'[t, c] stores it over U, for the
+  // outputs, and its U'^T[c, t] = exp(G_last - G_t) V'[t, c] / |k_t| for
+  // the update (past the chunk's steps, 1 / |k| is 0).
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value row = chunkRow(warp);
     Value projected = e.registersOf(outRegs, thread);
-    multiply(wyRows, stateCopy, projected, row, lane, /*n=*/columns,
+    multiply(stage.w, stateCopy, projected, row, lane, /*n=*/columns,
              /*k=*/Dkp, /*rhsTransposed=*/true, /*accumulate=*/false,
              tilesPerWarp);
-    SmallVector<Value> us;
-    eachFragmentElement(row, lane, tilesPerWarp, columns, warp,
-                        [&](const FragmentElement &x) {
-                          Value t = x.row, c = x.column;
-                          us.push_back(e.loadOrZero(
-                              both(lt(t, n), isColumn(c)), temporaries.u,
-                              seq->stepFeature(hv, e.add(first, t),
-                                               columnOf(c))));
-                        });
-    Value *u = us.begin();
     eachFragmentElement(
         row, lane, tilesPerWarp, columns, warp, [&](const FragmentElement &x) {
-          Value uElement = *u++;
           ifOwned(x.owned, [&] {
             Value t = x.row, c = x.column;
-            Value value = e.fsub(uElement, e.load(projected, x.at));
+            Value value = e.fsub(e.load(stage.values, {t, c}),
+                                 e.load(projected, x.at));
             e.ifThen(both(lt(t, n), isColumn(c)), [&] {
               e.store(value, temporaries.u,
                       seq->stepFeature(hv, e.add(first, t), columnOf(c)));
             });
-            Value update = e.fmul(value, e.fmul(decayBetween(last, t),
-                                                e.load(keyScale, {t})));
+            Value update =
+                e.fmul(value, e.fmul(decayBetween(stage.scales, last, t),
+                                     keyScaleOf(stage.scales, t)));
             storeParts(update, updateOperand, {c, t});
           });
         });
   });
 }
 
-void SimtMmaRecurrenceKernel::prepareUpdate(Value first, Value n, Value last) {
-  // The rules without delta: U'^T [columns, C], U'_s = exp(G_last - G_s)
-  // V_s / |k_s| (the chunk's contribution to the state is U'^T K, k as
-  // stored).
+void SimtMmaRecurrenceKernel::prepareUpdate(const ChunkStage &stage,
+                                            Value last) {
+  // The rules without delta: U'^T [columns, C], U'_t = exp(G_last - G_t)
+  // V_t / |k_t| (the chunk's contribution to the state is U'^T K, k as
+  // stored; past the chunk's steps, 1 / |k| is 0).
   Value width = e.index(columns);
   e.forAll(e.index(C * columns), [&](Value x) {
     Value t = e.div(x, width), c = e.rem(x, width);
-    Value v = e.loadOrZero(both(lt(t, n), isColumn(c)), args.v,
-                           seq->stepFeature(hv, e.add(first, t), columnOf(c)));
-    Value u = e.fmul(v, e.fmul(decayBetween(last, t), e.load(keyScale, {t})));
+    Value v = e.load(stage.values, {t, c});
+    Value u = e.fmul(v, e.fmul(decayBetween(stage.scales, last, t),
+                               keyScaleOf(stage.scales, t)));
     storeParts(u, updateOperand, {c, t});
   });
 }
 
-void SimtMmaRecurrenceKernel::updateState(Value chunk, Value chunks,
-                                          Value last) {
+void SimtMmaRecurrenceKernel::updateState(const ChunkStage &stage, Value chunk,
+                                          Value chunks, Value last) {
   // S^T = exp(G_last) S^T + U'^T K, its shared copy for the next chunk's
   // products, and the next chunk's starting state.
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value state = e.registersOf(stateRegs, thread);
     Value stateRow = e.mul(warp, c16);
     if (scalarDecay) {
-      Value decay = decayTo(last);
+      Value decay = decayTo(stage.scales, last);
       eachFragmentElement(
           stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
             e.store(e.fmul(e.load(state, x.at), decay), state, x.at);
           });
     }
-    multiply(updateOperand, keys, state, stateRow, lane, /*n=*/Dkp, /*k=*/C,
-             /*rhsTransposed=*/false, /*accumulate=*/true, /*rowTiles=*/1);
+    multiply(updateOperand, stage.keys, state, stateRow, lane, /*n=*/Dkp,
+             /*k=*/C, /*rhsTransposed=*/false, /*accumulate=*/true,
+             /*rowTiles=*/1);
     eachFragmentElement(
         stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
           storeParts(e.load(state, x.at), stateCopy, {x.row, x.column});
@@ -497,7 +592,7 @@ void SimtMmaRecurrenceKernel::storeFinalState() {
 //===----------------------------------------------------------------------===//
 
 void SimtMmaRecurrenceKernel::buildOutputs() {
-  // Block order (the WY kernel's chunk blocks, column tile), the tile
+  // Block order (the local kernel's chunk blocks, column tile), the tile
   // fastest.
   BlockChunk chunk = mapChunkBlock(e, shape, args,
                                    mapColumnTile(args.workgroup), seq);
@@ -507,9 +602,31 @@ void SimtMmaRecurrenceKernel::buildOutputs() {
   stageRows(chunk.first, chunk.n);
   stageStateAndValues(chunkStateSlot(e, shape, args, batch, chunk.index),
                       chunk.first, chunk.n);
-  scaleRows(chunk.n);
+  stageScales(chunk.first, chunk.n);
   scoreChunk();
   finishOutputs(chunk.first, chunk.n);
+}
+
+void SimtMmaRecurrenceKernel::stageRows(Value first, Value n) {
+  // q and k as stored (zero rows past the chunk's steps, zero features
+  // past Dk), feature fastest (coalesced reads), 4 elements a thread at a
+  // time, their loads first.
+  Value dkp = e.index(Dkp);
+  const Parts &keys = stages[0].keys;
+  e.forAllBatched(
+      e.index(C * Dkp), /*batch=*/4,
+      [&](Value x, Value inRange) -> SmallVector<Value> {
+        Value t = e.div(x, dkp), i = e.rem(x, dkp);
+        Value exists = both(inRange, both(lt(t, n), lt(i, e.index(Dk))));
+        SmallVector<Value> at = seq->stepFeature(hk, e.add(first, t), i);
+        return {e.loadOrZero(exists, args.q, at),
+                e.loadOrZero(exists, args.k, at)};
+      },
+      [&](Value x, ValueRange loaded) {
+        Value t = e.div(x, dkp), i = e.rem(x, dkp);
+        storeParts(loaded[0], queries, {t, i});
+        storeParts(loaded[1], keys, {t, i});
+      });
 }
 
 void SimtMmaRecurrenceKernel::stageStateAndValues(Value slot, Value first,
@@ -521,8 +638,7 @@ void SimtMmaRecurrenceKernel::stageStateAndValues(Value slot, Value first,
       e.index(columns * Dkp), /*batch=*/4,
       [&](Value x, Value inRange) -> SmallVector<Value> {
         Value c = e.div(x, dkp), i = e.rem(x, dkp);
-        Value exists =
-            both(inRange, both(isColumn(c), lt(i, e.index(Dk))));
+        Value exists = both(inRange, both(isColumn(c), lt(i, e.index(Dk))));
         return {e.loadOrZero(exists, temporaries.states,
                              {slot, hv, columnOf(c), i})};
       },
@@ -540,14 +656,37 @@ void SimtMmaRecurrenceKernel::stageStateAndValues(Value slot, Value first,
             seq->stepFeature(hv, e.add(first, t), columnOf(c)))};
       },
       [&](Value x, ValueRange loaded) {
-        storeParts(loaded[0], valueOperand, {e.div(x, width), e.rem(x, width)});
+        storeParts(loaded[0], valueOperand,
+                   {e.div(x, width), e.rem(x, width)});
       });
+}
+
+void SimtMmaRecurrenceKernel::stageScales(Value first, Value n) {
+  // Per step: G and 1 / |k| as the local kernel stored them, scale / |q|
+  // (0 past the chunk's steps, so those rows add nothing; G past them is
+  // G of the last, so that no decay grows).
+  Value scales = stages[0].scales;
+  e.forAll(e.index(C), [&](Value t) {
+    Value exists = lt(t, n), zero = e.scalar(0.0);
+    Value step = e.add(first, e.minS(t, e.maxS(e.sub(n, c1), c0)));
+    e.store(e.loadOrZero(lt(c0, n), temporaries.scales,
+                         seq->stepFeature(hv, step, c0)),
+            scales, {t, c0});
+    e.store(e.loadOrZero(exists, temporaries.scales,
+                         seq->stepFeature(hv, step, c1)),
+            scales, {t, c1});
+    Value scale = e.scalar(shape.scale);
+    if (shape.normalizeQueryKey)
+      scale = e.fmul(scale, sharedRowNormInverse(e, queries, t, Dk));
+    e.store(e.select(exists, scale, zero), queryScale, {t});
+  });
 }
 
 void SimtMmaRecurrenceKernel::scoreChunk() {
   // O = exp(G_t) q^_t S into the output fragments, and P = q^_t . k^_s
   // exp(G_t - G_s) for s <= t in the warp's registers as parts (the hi
   // part in place of q k^T), which only the warp reads.
+  const ChunkStage &stage = stages[0];
   eachWarp(
       [&](Value warp, Value lane, Value thread) {
         Value row = chunkRow(warp);
@@ -557,22 +696,23 @@ void SimtMmaRecurrenceKernel::scoreChunk() {
         eachFragmentElement(
             row, lane, tilesPerWarp, columns, Value(),
             [&](const FragmentElement &x) {
-              Value factor =
-                  e.fmul(decayTo(x.row), e.load(queryScale, {x.row}));
+              Value factor = e.fmul(decayTo(stage.scales, x.row),
+                                    e.load(queryScale, {x.row}));
               e.store(e.fmul(e.load(out, x.at), factor), out, x.at);
             });
 
         Value scores = e.registersOf(pairRegs, thread);
         Value scoresLo =
             scoreLoRegs ? e.registersOf(scoreLoRegs, thread) : Value();
-        multiply(queries, keys, scores, row, lane, /*n=*/C, /*k=*/Dkp,
+        multiply(queries, stage.keys, scores, row, lane, /*n=*/C, /*k=*/Dkp,
                  /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
         eachFragmentElement(
             row, lane, tilesPerWarp, C, Value(), [&](const FragmentElement &x) {
               Value t = x.row, s = x.column;
-              Value p =
-                  e.fmul(e.fmul(e.load(scores, x.at), e.load(queryScale, {t})),
-                         e.fmul(e.load(keyScale, {s}), decayBetween(t, s)));
+              Value p = e.fmul(
+                  e.fmul(e.load(scores, x.at), e.load(queryScale, {t})),
+                  e.fmul(keyScaleOf(stage.scales, s),
+                         decayBetween(stage.scales, t, s)));
               p = e.select(e.icmp(arith::CmpIPredicate::ule, s, t), p,
                            e.scalar(0.0));
               if (!scoresLo) {
@@ -626,26 +766,37 @@ Parts SimtMmaRecurrenceKernel::sharedParts(int64_t count,
   return parts;
 }
 
+ChunkStage SimtMmaRecurrenceKernel::allocateStage() {
+  const int64_t pad = mma.rowPadding();
+  ChunkStage stage;
+  stage.keys = sharedParts(mma.rawParts, {C, Dkp + pad});
+  if (!outputs() && delta)
+    stage.w = sharedParts(mma.computedParts, {C, Dkp + pad});
+  stage.scales = e.shared({C, 2});
+  if (!outputs()) {
+    Type element =
+        delta ? b.getF32Type()
+              : cast<MemRefType>(args.v.getType()).getElementType();
+    stage.values = e.shared(
+        {C, columns + mma.valuePadding(shape)}, element);
+  }
+  return stage;
+}
+
 void SimtMmaRecurrenceKernel::allocateBuffers() {
   // In the order SimtMmaRecurrenceTiling::sharedBytes counts them.
   const int64_t pad = mma.rowPadding();
+  for (int64_t stage = 0; stage < (outputs() ? 1 : 2); ++stage)
+    stages.push_back(allocateStage());
   if (outputs())
     queries = sharedParts(mma.rawParts, {C, Dkp + pad});
-  keys = sharedParts(mma.rawParts, {C, Dkp + pad});
-  if (!outputs() && delta)
-    wyRows = sharedParts(mma.computedParts, {C, Dkp + pad});
   stateCopy = sharedParts(mma.computedParts, {columns, Dkp + pad});
-  if (outputs())
+  if (outputs()) {
     valueOperand = sharedParts(delta ? mma.computedParts : mma.rawParts,
                                {C, columns + pad});
-  else
-    updateOperand = sharedParts(mma.computedParts, {columns, C + pad});
-  if (outputs())
     queryScale = e.shared({C});
-  keyScale = e.shared({C});
-  if (scalarDecay) {
-    stepLogDecay = e.shared({C});
-    logDecay = e.shared({C});
+  } else {
+    updateOperand = sharedParts(mma.computedParts, {columns, C + pad});
   }
   const int64_t fragmentColumns = WarpMmaOp::kFragmentColumns;
   if (!outputs())
@@ -658,87 +809,6 @@ void SimtMmaRecurrenceKernel::allocateBuffers() {
     if (mma.computedParts == 2)
       scoreLoRegs = e.registers({chunkBlocks, 4});
   }
-}
-
-void SimtMmaRecurrenceKernel::stageRows(Value first, Value n) {
-  // Feature fastest (coalesced reads), 4 elements a thread at a time, their
-  // loads first: on the chain nothing else hides them.
-  Value dkp = e.index(Dkp);
-  e.forAllBatched(
-      e.index(C * Dkp), /*batch=*/4,
-      [&](Value x, Value inRange) -> SmallVector<Value> {
-        Value t = e.div(x, dkp), i = e.rem(x, dkp);
-        Value exists = both(inRange, both(lt(t, n), lt(i, e.index(Dk))));
-        SmallVector<Value> at = seq->stepFeature(hk, e.add(first, t), i);
-        SmallVector<Value> loaded;
-        if (outputs())
-          loaded.push_back(e.loadOrZero(exists, args.q, at));
-        loaded.push_back(e.loadOrZero(exists, args.k, at));
-        if (!outputs() && delta)
-          loaded.push_back(e.loadOrZero(
-              exists, temporaries.w, seq->stepFeature(hv, e.add(first, t), i)));
-        return loaded;
-      },
-      [&](Value x, ValueRange loaded) {
-        Value t = e.div(x, dkp), i = e.rem(x, dkp);
-        unsigned next = 0;
-        if (outputs())
-          storeParts(loaded[next++], queries, {t, i});
-        storeParts(loaded[next++], keys, {t, i});
-        if (!outputs() && delta)
-          storeParts(loaded[next++], wyRows, {t, i});
-      });
-  // The steps' log-decays, a load per thread: G is then summed from shared
-  // memory (summed from global memory, a step's sum waited for its loads).
-  if (scalarDecay)
-    e.forAll(e.index(C), [&](Value t) {
-      e.store(e.loadOrZero(lt(t, n), args.g, seq->step(hv, e.add(first, t))),
-              stepLogDecay, {t});
-    });
-}
-
-void SimtMmaRecurrenceKernel::scaleRows(Value n) {
-  auto rowScale = [&](ArrayRef<Value> rows, Value t, double factor) {
-    if (!shape.normalizeQueryKey)
-      return e.scalar(factor);
-    Value squares = e.sumOver(c0, e.index(Dk), [&](Value i) {
-      Value x = e.load(rows[0], {t, i});
-      if (rows.size() == 2)
-        x = e.fadd(x, e.load(rows[1], {t, i}));
-      return e.fmul(x, x);
-    });
-    return e.fdiv(e.scalar(factor),
-                  math::SqrtOp::create(b, e.fadd(squares, e.scalar(1e-6))));
-  };
-  // A thread per (step, staged row): a row's norm is a sum over Dk, so q's
-  // and k's go to different threads (whole warps each); the first row's
-  // threads also sum G.
-  struct ScaledRows {
-    ArrayRef<Value> rows;
-    Value scales;
-    double factor;
-  };
-  SmallVector<ScaledRows, 2> scaled;
-  if (outputs())
-    scaled.push_back({queries, queryScale, shape.scale});
-  scaled.push_back({keys, keyScale, 1.0});
-  Value c = e.index(C);
-  e.forAll(e.index(scaled.size() * C), [&](Value x) {
-    Value t = e.rem(x, c), which = e.div(x, c);
-    Value exists = lt(t, n), zero = e.scalar(0.0);
-    for (auto [index, rows] : llvm::enumerate(scaled)) {
-      e.ifThen(e.icmp(arith::CmpIPredicate::eq, which, e.index(index)), [&] {
-        e.store(e.select(exists, rowScale(rows.rows, t, rows.factor), zero),
-                rows.scales, {t});
-        if (index == 0 && scalarDecay)
-          e.store(e.sumOver(c0, e.minS(e.add(t, c1), n),
-                            [&](Value s) {
-                              return e.load(stepLogDecay, {s});
-                            }),
-                  logDecay, {t});
-      });
-    }
-  });
 }
 
 void SimtMmaRecurrenceKernel::eachWarp(
@@ -804,36 +874,37 @@ void SimtMmaRecurrenceKernel::storeParts(Value x, ArrayRef<Value> parts,
     e.store(e.fsub(x, e.widen(e.narrow(x, mma.product))), parts[1], at);
 }
 
-Value SimtMmaRecurrenceKernel::decayBetween(Value t, Value s) {
+Value SimtMmaRecurrenceKernel::decayBetween(Value scales, Value t, Value s) {
   if (!scalarDecay)
     return e.scalar(1.0);
-  return e.exp(e.fsub(e.load(logDecay, {t}), e.load(logDecay, {s})));
+  return e.exp(e.fsub(logDecayOf(scales, t), logDecayOf(scales, s)));
 }
 
-Value SimtMmaRecurrenceKernel::decayTo(Value t) {
-  return scalarDecay ? e.exp(e.load(logDecay, {t})) : e.scalar(1.0);
+Value SimtMmaRecurrenceKernel::decayTo(Value scales, Value t) {
+  return scalarDecay ? e.exp(logDecayOf(scales, t)) : e.scalar(1.0);
 }
 
-/// The delta rules' W and U (the file comment) for one chunk of one
-/// sequence and value head per block, a thread per column of [W | U]:
-/// the chunk's k rows (normalized), G and beta are staged in shared memory,
-/// A computed an entry per thread at a time, and each thread solves
-/// (I + A) x = rhs for its column by forward substitution, in blockThreads
-/// columns at a time.
-class SimtChunkWyKernel {
+/// What each chunk needs from its own steps (the file comment's first
+/// part) for one chunk of one sequence and value head per block: G and
+/// 1 / |k| per step for every rule, and for the delta rules W and U, a
+/// thread per column of [W | U]. The chunk's k rows, G and beta are
+/// staged in shared memory, A computed an entry per thread at a time, and
+/// each thread solves (I + A) x = rhs for its column by forward
+/// substitution, in blockThreads columns at a time.
+class SimtChunkLocalKernel {
 public:
-  SimtChunkWyKernel(OpBuilder &builder, Location loc, StringRef name,
-                    const LinearRecurrenceShape &shape, const GpuTiling &tiling,
-                    TypeRange bindingTypes)
+  SimtChunkLocalKernel(OpBuilder &builder, Location loc, StringRef name,
+                       const LinearRecurrenceShape &shape,
+                       const GpuTiling &tiling, TypeRange bindingTypes)
       : shape(shape), threads(tiling.blockThreads), guard(builder), func([&] {
-          func::FuncOp func =
-              createSimtKernel(builder, loc, name, bindingTypes, tiling, "wy");
+          func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes,
+                                               tiling, "chunk_local");
           func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
           return func;
         }()),
         b(loc, builder), e(b, threads), args(func, shape),
         temporaries(func, shape), C(shape.chunkSize), Dk(shape.keyDim),
-        Dv(shape.valueDim) {}
+        Dv(shape.valueDim), delta(shape.isDelta()) {}
 
   func::FuncOp build() {
     c0 = e.index(0), c1 = e.index(1);
@@ -841,19 +912,24 @@ public:
     hv = chunk.hv;
     keys = e.shared({C, Dk + 1});
     logDecay = shape.scalarDecay() ? e.shared({C}) : Value();
-    betas = e.shared({C});
-    transform = e.shared({C, C + 1});
-    columns = e.shared({C, threads + 1});
+    if (delta) {
+      betas = e.shared({C});
+      transform = e.shared({C, C + 1});
+      columns = e.shared({C, threads + 1});
+    }
     stage(chunk.first, chunk.n);
-    computeTransform(chunk.n);
-    for (int64_t pass = 0; pass * threads < Dk + Dv; ++pass)
-      solveColumns(pass, chunk.first, chunk.n);
+    if (delta) {
+      computeTransform(chunk.n);
+      for (int64_t pass = 0; pass * threads < Dk + Dv; ++pass)
+        solveColumns(pass, chunk.first, chunk.n);
+    }
     func::ReturnOp::create(b);
     return func;
   }
 
 private:
-  /// k^ rows (normalized), G and beta of the chunk's steps.
+  /// The chunk's k rows, then per step G and 1 / |k|, stored for the
+  /// other kernels; for the delta rules k^ (normalized) and beta.
   void stage(Value first, Value n) {
     Value dk = e.index(Dk);
     e.forAll(e.mul(n, dk), [&](Value x) {
@@ -862,11 +938,24 @@ private:
               keys, {t, i});
     });
     e.forAll(n, [&](Value t) {
-      scaleSharedRow(e, keys, t, Dk, shape.normalizeQueryKey, 1.0);
-      if (logDecay)
-        e.store(cumulativeLogDecay(e, args.g, *seq, hv, first, e.add(t, c1)),
-                logDecay, {t});
-      e.store(e.load(args.beta, seq->step(hv, e.add(first, t))), betas, {t});
+      Value step = e.add(first, t);
+      Value keyScale = shape.normalizeQueryKey
+                           ? sharedRowNormInverse(e, {keys}, t, Dk)
+                           : e.scalar(1.0);
+      Value logDecayTo = e.scalar(0.0);
+      if (logDecay) {
+        logDecayTo = cumulativeLogDecay(e, args.g, *seq, hv, first,
+                                        e.add(t, c1));
+        e.store(logDecayTo, logDecay, {t});
+      }
+      e.store(logDecayTo, temporaries.scales, seq->stepFeature(hv, step, c0));
+      e.store(keyScale, temporaries.scales, seq->stepFeature(hv, step, c1));
+      if (delta) {
+        e.loop(c0, e.index(Dk), c1, [&](Value i) {
+          e.store(e.fmul(e.load(keys, {t, i}), keyScale), keys, {t, i});
+        });
+        e.store(e.load(args.beta, seq->step(hv, step)), betas, {t});
+      }
     });
   }
 
@@ -888,8 +977,10 @@ private:
   }
 
   /// Columns [pass * threads, ...) of [W | U]: thread j solves column
-  /// pass * threads + j in its column of the shared buffer, then stores it.
+  /// pass * threads + j in its column of the shared buffer, then stores it
+  /// (W as the chain's operand parts: hi, then lo = x - hi).
   void solveColumns(int64_t pass, Value first, Value n) {
+    auto wType = cast<MemRefType>(temporaries.w.getType());
     e.eachThread([&](Value thread) {
       Value column = e.add(e.index(pass * threads), thread);
       e.ifThen(lt(column, e.index(Dk + Dv)), [&] {
@@ -919,7 +1010,14 @@ private:
           e.ifElse(
               isKey,
               [&]() -> SmallVector<Value> {
-                e.store(x, temporaries.w, seq->stepFeature(hv, step, column));
+                Value rest = x;
+                for (int64_t part = 0; part < wType.getDimSize(0); ++part) {
+                  SmallVector<Value> at{e.index(part)};
+                  llvm::append_range(at, seq->stepFeature(hv, step, column));
+                  e.store(rest, temporaries.w, at);
+                  rest = e.fsub(
+                      rest, e.widen(e.narrow(rest, wType.getElementType())));
+                }
                 return {};
               },
               [&]() -> SmallVector<Value> {
@@ -945,6 +1043,7 @@ private:
   RecurrenceBindings args;
   ChunkTemporaries temporaries;
   const int64_t C, Dk, Dv;
+  const bool delta;
   Value c0, c1, hv;
   std::optional<RecurrenceSequence> seq;
   Value keys, logDecay, betas, transform, columns;
@@ -954,6 +1053,11 @@ private:
 
 int64_t SimtMmaRecurrenceTiling::rowPadding() const {
   return 16 / (product.getIntOrFloatBitWidth() / 8);
+}
+
+int64_t
+SimtMmaRecurrenceTiling::valuePadding(const LinearRecurrenceShape &shape) const {
+  return 16 / (shape.isDelta() ? 4 : storageBytes);
 }
 
 int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
@@ -970,18 +1074,24 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
   auto operand = [&](int64_t parts, int64_t rows, int64_t width) {
     return parts * buffer(rows * (width + pad), elementBytes);
   };
-  // q (outputs) and k rows, W's (the chain of a delta rule), S^T.
-  int64_t total = (outputs ? 2 : 1) * operand(rawParts, C, paddedKeyDim);
+  // A stage (ChunkStage): k, W's rows (the chain of a delta rule), G and
+  // 1 / |k|, the chain's values; the chain has two.
+  int64_t stage = operand(rawParts, C, paddedKeyDim) + buffer(2 * C, 4);
   if (!outputs && delta)
-    total += operand(computedParts, C, paddedKeyDim);
+    stage += operand(computedParts, C, paddedKeyDim);
+  if (!outputs)
+    stage += buffer(C * (columns + valuePadding(shape)),
+                    delta ? 4 : storageBytes);
+  int64_t total = (outputs ? 1 : 2) * stage;
+  // q's rows (outputs), S^T, then V' and q's scales (outputs) or U'^T.
+  if (outputs)
+    total += operand(rawParts, C, paddedKeyDim);
   total += operand(computedParts, columns, paddedKeyDim);
-  // V' (outputs) or U'^T (the chain).
-  total += outputs ? operand(delta ? computedParts : rawParts, C, columns)
-                   : operand(computedParts, columns, C);
-  // The row scales, then g and G.
-  total += (outputs ? 2 : 1) * buffer(C, 4);
-  if (shape.scalarDecay())
-    total += 2 * buffer(C, 4);
+  if (outputs)
+    total += operand(delta ? computedParts : rawParts, C, columns) +
+             buffer(C, 4);
+  else
+    total += operand(computedParts, columns, C);
   return total;
 }
 
@@ -996,6 +1106,7 @@ SimtMmaRecurrenceTiling::choose(const LinearRecurrenceShape &shape,
   const bool f32 = storage.isF32();
   mma.product = f32 ? storage : BFloat16Type::get(storage.getContext());
   mma.rawParts = storage.isF16() ? 2 : 1;
+  mma.storageBytes = storage.getIntOrFloatBitWidth() / 8;
   mma.computedParts = f32 ? 1 : 2;
   // Widest first, from the narrowest power of 2 that holds Dv (at least a
   // warp's 16, at most 64: 4 warps). Wider tiles share the chunk's q k^T
@@ -1018,11 +1129,11 @@ SimtMmaRecurrenceTiling::choose(const LinearRecurrenceShape &shape,
   return std::nullopt;
 }
 
-func::FuncOp mlir::attn::buildSimtChunkWyKernel(
+func::FuncOp mlir::attn::buildSimtChunkLocalKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, const GpuTiling &tiling,
     TypeRange bindingTypes) {
-  return SimtChunkWyKernel(builder, loc, name, shape, tiling, bindingTypes)
+  return SimtChunkLocalKernel(builder, loc, name, shape, tiling, bindingTypes)
       .build();
 }
 

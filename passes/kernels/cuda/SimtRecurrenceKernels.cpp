@@ -462,21 +462,26 @@ void SimtChunkedRecurrenceKernel::storeFinalState() {
 
 } // namespace
 
+Value mlir::attn::sharedRowNormInverse(SimtEmitter &e, ArrayRef<Value> parts,
+                                       Value row, int64_t dim) {
+  Value squares = e.sumOver(e.index(0), e.index(dim), [&](Value i) {
+    Value x = e.load(parts[0], {row, i});
+    for (Value part : parts.drop_front())
+      x = e.fadd(x, e.load(part, {row, i}));
+    return e.fmul(x, x);
+  });
+  return e.fdiv(e.scalar(1.0),
+                math::SqrtOp::create(e.b, e.fadd(squares, e.scalar(1e-6))));
+}
+
 void mlir::attn::scaleSharedRow(SimtEmitter &e, Value rows, Value row,
                                 int64_t dim, bool normalize, double factor) {
   if (!normalize && factor == 1.0)
     return;
-  Value c0 = e.index(0), end = e.index(dim);
   Value multiplier = e.scalar(factor);
-  if (normalize) {
-    Value squares = e.sumOver(c0, end, [&](Value i) {
-      Value x = e.load(rows, {row, i});
-      return e.fmul(x, x);
-    });
-    multiplier = e.fdiv(
-        multiplier, math::SqrtOp::create(e.b, e.fadd(squares, e.scalar(1e-6))));
-  }
-  e.loop(c0, end, e.index(1), [&](Value i) {
+  if (normalize)
+    multiplier = e.fmul(multiplier, sharedRowNormInverse(e, {rows}, row, dim));
+  e.loop(e.index(0), e.index(dim), e.index(1), [&](Value i) {
     e.store(e.fmul(e.load(rows, {row, i}), multiplier), rows, {row, i});
   });
 }
