@@ -498,7 +498,7 @@ func::FuncOp buildSimtChunkedRecurrenceKernel(
     const GpuTiling &tiling, TypeRange bindingTypes);
 
 /// The two kernels of the chunked recurrence on matrix products, after
-/// the delta rules' WY kernel (SimtMmaRecurrenceKernel.cpp).
+/// the local kernel (buildSimtChunkLocalKernel, SimtMmaRecurrenceKernel.cpp).
 enum class ChunkMmaKernel {
   /// The chain of chunks: a block per (batch, value head, tile of
   /// `columns` state columns), the tile fastest, carries its tile of the

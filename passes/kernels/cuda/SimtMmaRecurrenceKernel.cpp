@@ -12,8 +12,9 @@
 // chunk of C steps, q^ = scale q / |q| and k^ = k / |k| (or scale q and k
 // without qk_l2norm):
 //
-// 1. The delta rules' WY form (SimtChunkWyKernel), a block per (sequence,
-//    value head, chunk), all chunks at once:
+// 1. What each chunk needs from its own steps (SimtChunkLocalKernel), a
+//    block per (sequence, value head, chunk), all chunks at once: per step
+//    G and 1 / |k|, and for the delta rules the WY form
 //
 //      (I + A) [W | U] = [beta exp(G) k^ | beta v],
 //      A[t, s] = beta_t k^_t . k^_s exp(G_t - G_s) for s < t,
@@ -29,8 +30,9 @@
 //    copy in shared memory for the products that read it. Each chunk's
 //    starting state goes to a temporary (ChunkTemporaries). Per chunk:
 //
-//      stage:   k rows as stored (zero rows past the chunk's steps and
-//               zero features past Dk), W's rows, 1 / |k| and G;
+//      stage:   chunk j + 1's k rows as stored, W's rows, G and 1 / |k|,
+//               and the tile's columns of U (or v), copied into one of
+//               two stages while chunk j's products use the other;
 //      values:  V' = U - W S  [W S]; V' replaces U in its temporary, and
 //               U'^T = (exp(G_last - G_s) V'_s / |k_s|)^T goes to shared
 //               memory (for the rules without delta, from V);
@@ -40,13 +42,15 @@
 //    head, chunk, column tile), all chunks at once, from the chunk's
 //    starting state and V':
 //
-//      stage:   q and k rows as stored, S^T, V', the row scales and G;
+//      stage:   q and k rows as stored, S^T, V', G and 1 / |k| (the local
+//               kernel's), scale / |q|;
 //      score:   O = exp(G_t) q^_t S  [Q S], and P = q^_t . k^_s
 //               exp(G_t - G_s) for s <= t  [Q K^T] in the warps' registers;
 //      finish:  O += P V', stored.
 //
 // Nothing on the chain solves a system (the solves, 64 dependent steps per
-// column, run in the first kernel) or computes an output.
+// column, run in the first kernel), sums a norm or a decay, or computes an
+// output, and it waits for no load but copies issued a chunk earlier.
 //
 // The products read q and k as stored and scale their results:
 // (q / |q|) . (k / |k|) = (q . k) / (|q| |k|), so that bf16 rows are exact
@@ -58,8 +62,8 @@
 // the f32 state over hundreds of chunks, which one rounded product (fla's
 // bf16 kernels) would not keep. f16 rows are two exact bf16 parts; f32
 // storage computes in f32, one part each. The chunks' starting states and
-// V' pass between the kernels in f32, so splitting the chain from the
-// outputs changes no result.
+// V' pass between the kernels in f32, and W as the very parts the
+// products take.
 //
 // Decays appear only as exp(G_t - G_s) with t >= s or exp(G_t) with
 // G_t <= 0, so nothing overflows (the masked entries select 0 whatever
@@ -119,7 +123,7 @@ struct BlockChunk {
   Value batch, hv, index, first, n;
 };
 
-/// Maps block `block` (the WY kernel's order, below) to its chunk and
+/// Maps block `block` (SimtChunkLocalKernel's order) to its chunk and
 /// emplaces `seq` for its sequence.
 BlockChunk mapChunkBlock(SimtEmitter &e, const LinearRecurrenceShape &shape,
                          const RecurrenceBindings &args, Value block,
