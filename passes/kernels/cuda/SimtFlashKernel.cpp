@@ -308,25 +308,18 @@ void SimtFlashKernel::walkKeyTilesInTwoStages() {
     stageTile(thread, c0, 0);
     waitForCopies(/*pending=*/1);
   });
-  Value pairs = e.ceilDiv(keyTiles, e.index(2));
-  e.loop(c0, pairs, c1, [&](Value pair) {
-    for (int64_t buffer = 0; buffer < 2; ++buffer) {
-      Value tile = e.add(e.mul(pair, e.index(2)), e.index(buffer));
-      Value nextTile = e.add(tile, c1);
-      e.ifThen(lt(tile, keyTiles), [&] {
-        // Tile j + 1's copies go into the other buffer (whose last readers,
-        // tile j - 1's products, finished before the barrier that ended
-        // them), then the thread waits for all but them: tile j's.
-        e.eachThread([&](Value thread) {
-          e.ifThen(lt(nextTile, keyTiles),
-                   [&] { stageTile(thread, nextTile, 1 - buffer); });
-          waitForCopies(/*pending=*/1);
-        });
-        scoreKeyTile(tileFirstKey(tile), ks[buffer]);
-        updateSoftmax(tile, /*stageValues=*/false);
-        accumulateValues(vs[buffer], /*stageNext=*/nullptr);
-      });
-    }
+  e.inTwoStages(keyTiles, [&](Value tile, Value nextTile, int64_t buffer) {
+    // Tile j + 1's copies go into the other buffer (whose last readers,
+    // tile j - 1's products, finished before the barrier that ended them),
+    // then the thread waits for all but them: tile j's.
+    e.eachThread([&](Value thread) {
+      e.ifThen(lt(nextTile, keyTiles),
+               [&] { stageTile(thread, nextTile, 1 - buffer); });
+      waitForCopies(/*pending=*/1);
+    });
+    scoreKeyTile(tileFirstKey(tile), ks[buffer]);
+    updateSoftmax(tile, /*stageValues=*/false);
+    accumulateValues(vs[buffer], /*stageNext=*/nullptr);
   });
 }
 

@@ -200,7 +200,8 @@ void SimtEmitter::forAllBatched(
 void SimtEmitter::stageRows(
     Value thread, int64_t count, Value from, Value to, int64_t dim,
     int64_t padded,
-    function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt) {
+    function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt,
+    Value firstColumn) {
   const int64_t elementBytes =
       cast<MemRefType>(to.getType()).getElementTypeBitWidth() / 8;
   // The widest copy (16, 8 or 4 bytes) that whole rows are made of, in
@@ -214,10 +215,11 @@ void SimtEmitter::stageRows(
   const int64_t copies = count * perRow;
   auto copy = [&](Value j, Value d) {
     auto [at, isRow] = rowAt(j);
-    at.push_back(d);
-    Value valid = padded <= dim
+    Value column = firstColumn ? add(firstColumn, d) : d;
+    at.push_back(column);
+    Value valid = padded <= dim && !firstColumn
                       ? isRow
-                      : andI(isRow, icmp(arith::CmpIPredicate::ult, d,
+                      : andI(isRow, icmp(arith::CmpIPredicate::ult, column,
                                          index(dim)));
     SmallVector<Value, 4> target = tileElement(*this, to, j, d);
     if (pieces)
@@ -241,6 +243,19 @@ void SimtEmitter::stageRows(
   }
   loop(thread, index(copies), index(threads), [&](Value i) {
     copy(div(i, index(perRow)), mul(rem(i, index(perRow)), index(step)));
+  });
+}
+
+void SimtEmitter::inTwoStages(
+    Value count,
+    function_ref<void(Value index, Value next, int64_t stage)> body) {
+  Value c0 = index(0), c1 = index(1), c2 = index(2);
+  loop(c0, ceilDiv(count, c2), c1, [&](Value pair) {
+    for (int64_t stage = 0; stage < 2; ++stage) {
+      Value at = add(mul(pair, c2), index(stage));
+      ifThen(icmp(arith::CmpIPredicate::ult, at, count),
+             [&] { body(at, add(at, c1), stage); });
+    }
   });
 }
 

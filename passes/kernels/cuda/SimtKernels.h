@@ -193,11 +193,21 @@ struct SimtEmitter : KernelEmitter {
   /// cp.async on the GPU; they are complete after the thread's next
   /// attn_kernel.async_wait); rows of no whole 4-byte pieces an element a
   /// load. `to` may be core-matrix tiled (tileElement), and its rows'
-  /// strides must be multiples of 16 bytes.
+  /// strides must be multiples of 16 bytes. With `firstColumn` (a multiple
+  /// of `padded`), a row's `padded` elements from that column of rows of
+  /// `dim`, zeros past them (a column tile of longer rows).
   void
   stageRows(Value thread, int64_t count, Value from, Value to, int64_t dim,
             int64_t padded,
-            function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt);
+            function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt,
+            Value firstColumn = {});
+  /// Runs body(i, i + 1, i % 2) for i in [0, count), two at a time, so
+  /// that the stage (0 or 1) is a constant of each body: a loop over
+  /// tiles in two stages, tile i using stage i % 2 while tile i + 1 is
+  /// copied into the other.
+  void inTwoStages(
+      Value count,
+      function_ref<void(Value index, Value next, int64_t stage)> body);
   /// Thread `t`'s contiguous share [first, end) of `total` entries, the
   /// shares in thread order (block kernels whose threads each take a run
   /// of entries, then combine the shares' counts in that order).

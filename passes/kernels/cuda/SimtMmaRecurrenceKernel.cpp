@@ -236,7 +236,7 @@ private:
 
   // The outputs, in the order buildOutputs() emits its phases.
   void buildOutputs();
-  void stageRows(Value first, Value n);
+  void stageQueryKeyRows(Value first, Value n);
   void stageStateAndValues(Value slot, Value first, Value n);
   void stageScales(Value first, Value n);
   void scoreChunk();
@@ -378,34 +378,25 @@ void SimtMmaRecurrenceKernel::buildStates() {
   Value chunks = e.ceilDiv(length, e.index(C));
   // Nothing on the chain waits for memory but the state's own products:
   // chunk j + 1's inputs are copied into one stage while chunk j's are
-  // used from the other (as the decode kernel's key tiles). Chunk j uses
-  // stage j % 2; the loop takes the chunks two at a time so that each
-  // stage's buffers are fixed operands of the products.
+  // used from the other (as the decode kernel's key tiles).
   loadInitialState(chunks);
-  Value pairs = e.ceilDiv(chunks, e.index(2));
-  e.loop(c0, pairs, c1, [&](Value pair) {
-    for (int64_t at = 0; at < 2; ++at) {
-      Value chunk = e.add(e.mul(pair, e.index(2)), e.index(at));
-      Value next = e.add(chunk, c1);
-      e.ifThen(lt(chunk, chunks), [&] {
-        Value first = e.mul(chunk, e.index(C));
-        Value n = e.minS(e.index(C), e.sub(length, first));
-        Value last = e.sub(n, c1);
-        // Chunk j + 1's copies go into the other stage (whose last
-        // readers, chunk j - 1's products, finished before the barrier
-        // that ended them); then the thread waits for all but them.
-        e.eachThread([&](Value thread) {
-          e.ifThen(lt(next, chunks),
-                   [&] { stageChunk(thread, next, stages[1 - at]); });
-          AsyncWaitOp::create(b).setPending(1);
-        });
-        if (delta)
-          projectValues(stages[at], first, n, last);
-        else
-          prepareUpdate(stages[at], last);
-        updateState(stages[at], chunk, chunks, last);
-      });
-    }
+  e.inTwoStages(chunks, [&](Value chunk, Value next, int64_t at) {
+    Value first = e.mul(chunk, e.index(C));
+    Value n = e.minS(e.index(C), e.sub(length, first));
+    Value last = e.sub(n, c1);
+    // Chunk j + 1's copies go into the other stage (whose last readers,
+    // chunk j - 1's products, finished before the barrier that ended
+    // them); then the thread waits for all but them.
+    e.eachThread([&](Value thread) {
+      e.ifThen(lt(next, chunks),
+               [&] { stageChunk(thread, next, stages[1 - at]); });
+      AsyncWaitOp::create(b).setPending(1);
+    });
+    if (delta)
+      projectValues(stages[at], first, n, last);
+    else
+      prepareUpdate(stages[at], last);
+    updateState(stages[at], chunk, chunks, last);
   });
   storeFinalState();
 }
@@ -443,29 +434,9 @@ void SimtMmaRecurrenceKernel::stageChunk(Value thread, Value chunk,
                 stepRows(hv, static_cast<int64_t>(part)));
   e.stageRows(thread, C, temporaries.scales, stage.scales, 2, 2,
               stepRows(hv, std::nullopt));
-  // The tile's columns of U (f32) or v (as stored), in the widest copies
-  // of at least 4 bytes that whole rows and tiles are made of (element by
-  // element, loaded, when there are none).
-  Value from = delta ? temporaries.u : args.v;
-  const int64_t elementBytes =
-      cast<MemRefType>(stage.values.getType()).getElementTypeBitWidth() / 8;
-  int64_t lanes = 16 / elementBytes;
-  while (lanes > 1 && Dv % lanes != 0)
-    lanes /= 2;
-  const bool copies = lanes * elementBytes >= 4;
-  const int64_t perRow = columns / lanes;
-  e.loop(thread, e.index(C * perRow), e.index(mma.threads()), [&](Value x) {
-    Value t = e.div(x, e.index(perRow));
-    Value c = e.mul(e.rem(x, e.index(perRow)), e.index(lanes));
-    Value valid = both(lt(t, n), isColumn(c));
-    SmallVector<Value> at =
-        seq->stepFeature(hv, e.add(first, t), columnOf(c));
-    if (copies)
-      AsyncCopyOp::create(b, from, at, stage.values, ValueRange{t, c}, valid,
-                          lanes);
-    else
-      e.store(e.loadOrZero(valid, from, at), stage.values, {t, c});
-  });
+  // The tile's columns of U (f32) or v (as stored).
+  e.stageRows(thread, C, delta ? temporaries.u : args.v, stage.values, Dv,
+              columns, stepRows(hv, std::nullopt), col0);
 }
 
 void SimtMmaRecurrenceKernel::storeChunkState(Value warp, Value lane,
@@ -603,7 +574,7 @@ void SimtMmaRecurrenceKernel::buildOutputs() {
   batch = chunk.batch, hv = chunk.hv;
   hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
   allocateBuffers();
-  stageRows(chunk.first, chunk.n);
+  stageQueryKeyRows(chunk.first, chunk.n);
   stageStateAndValues(chunkStateSlot(e, shape, args, batch, chunk.index),
                       chunk.first, chunk.n);
   stageScales(chunk.first, chunk.n);
@@ -611,7 +582,7 @@ void SimtMmaRecurrenceKernel::buildOutputs() {
   finishOutputs(chunk.first, chunk.n);
 }
 
-void SimtMmaRecurrenceKernel::stageRows(Value first, Value n) {
+void SimtMmaRecurrenceKernel::stageQueryKeyRows(Value first, Value n) {
   // q and k as stored (zero rows past the chunk's steps, zero features
   // past Dk), feature fastest (coalesced reads), 4 elements a thread at a
   // time, their loads first.
@@ -936,11 +907,13 @@ private:
   /// other kernels; for the delta rules k^ (normalized) and beta.
   void stage(Value first, Value n) {
     Value dk = e.index(Dk);
-    e.forAll(e.mul(n, dk), [&](Value x) {
-      Value t = e.div(x, dk), i = e.rem(x, dk);
-      e.store(e.load(args.k, seq->stepFeature(hkOf(), e.add(first, t), i)),
-              keys, {t, i});
-    });
+    // k's rows only when something reads them (the norms, A, W).
+    if (shape.normalizeQueryKey || delta)
+      e.forAll(e.mul(n, dk), [&](Value x) {
+        Value t = e.div(x, dk), i = e.rem(x, dk);
+        e.store(e.load(args.k, seq->stepFeature(hkOf(), e.add(first, t), i)),
+                keys, {t, i});
+      });
     e.forAll(n, [&](Value t) {
       Value step = e.add(first, t);
       Value keyScale = shape.normalizeQueryKey
