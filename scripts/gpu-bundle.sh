@@ -23,6 +23,9 @@
 #          (cuda-attention-bench --wgmma): last and in processes of their
 #          own, so that a fault of an untried kernel costs no other result
 #   bench  build/bin/cuda-attention-bench ($BENCH_ARGS)
+# (each step's timeout: E2E_TIMEOUT, WGMMA_TIMEOUT, BENCH_TIMEOUT,
+# TORCH_TIMEOUT, FLA_TIMEOUT; the Python baselines take TORCH_ARGS and
+# FLA_ARGS, e.g. --quick)
 #   torch  bench/torch-attention-baseline.py (PyTorch's SDPA backends,
 #          FlexAttention, the copy bandwidth)
 #   fla    bench/fla-baseline.py (flash-linear-attention's Gated DeltaNet
@@ -113,6 +116,7 @@ if [ ! -s "$out/gpu.log" ]; then
 fi
 log_step() { echo; echo "## $1"; } >> "$out/gpu.log"
 for step in "$@"; do
+  echo "== $step, $(date -u +%T)"
   case $step in
   info)
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
@@ -131,11 +135,11 @@ for step in "$@"; do
     log_step "cuda-attention-bench ${BENCH_ARGS:-}"
     timeout ${BENCH_TIMEOUT:-300} "$bin/cuda-attention-bench" ${BENCH_ARGS:-} 2>&1 | tee -a "$out/gpu.log";;
   torch)
-    log_step "bench/torch-attention-baseline.py"
-    PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/torch-attention-baseline.py 2>&1 | tee -a "$out/gpu.log";;
+    log_step "bench/torch-attention-baseline.py ${TORCH_ARGS:-}"
+    PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-300} python3 bench/torch-attention-baseline.py ${TORCH_ARGS:-} 2>&1 | tee -a "$out/gpu.log";;
   fla)
-    log_step "bench/fla-baseline.py"
-    PYTHONUNBUFFERED=1 timeout ${FLA_TIMEOUT:-200} python3 bench/fla-baseline.py 2>&1 | tee -a "$out/gpu.log";;
+    log_step "bench/fla-baseline.py ${FLA_ARGS:-}"
+    PYTHONUNBUFFERED=1 timeout ${FLA_TIMEOUT:-200} python3 bench/fla-baseline.py ${FLA_ARGS:-} 2>&1 | tee -a "$out/gpu.log";;
   python)
     have=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
     if [ "$have" != "$(cat "$here/python/version")" ]; then
@@ -148,7 +152,7 @@ for step in "$@"; do
       echo "$test: exit $? (log in \$OUT/$(basename "$test" .py).log)"
     done;;
   wgmma)
-    timeout ${E2E_TIMEOUT:-300} "$bin/AttnE2ETests" --gtest_filter='*Warpgroups*_cuda' \
+    timeout ${WGMMA_TIMEOUT:-300} "$bin/AttnE2ETests" --gtest_filter='*Warpgroups*_cuda' \
       > "$out/e2e-wgmma.log" 2>&1
     grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/e2e-wgmma.log" | sort | uniq -c
     log_step "cuda-attention-bench --wgmma ${BENCH_ARGS:-}"
@@ -156,6 +160,7 @@ for step in "$@"; do
   *) echo "run.sh: unknown step '$step' (info, e2e, bench, torch, fla, python, wgmma)"; exit 2;;
   esac
 done
+echo "== done, $(date -u +%T)"
 EOF
 chmod +x "$dir/run.sh"
 du -sh "$dir"
