@@ -8,8 +8,8 @@
 // Linear recurrences run a chunked block kernel, one block per (batch,
 // value head, column tile): the chunk's products on warp_mma where its
 // tiles fit and a call has more than a step per sequence, else a state
-// column per thread; then (with the rmsnorm-silu gate) one thread per
-// output row.
+// column per thread; then (with the rmsnorm-silu gate) a block per 16
+// output rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -800,11 +800,13 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   if (shape.rmsNormGate) {
     func::FuncOp gate = buildSimtRecurrenceGateKernel(
         kernelBuilder, op.getLoc(), kernelName("gate"), shape, tiling, types);
-    // A thread per (batch, value head, step), or in a ragged batch per
-    // (value head, token).
+    // A block per kGateRowsPerBlock rows (batch, value head, step), or in
+    // a ragged batch (value head, token).
     Value rows = shape.ragged ? m.mul(m.index(shape.numValueHeads), r.length)
                               : m.mul(heads, r.length);
-    DispatchOp::create(b, gate.getSymName(), rows, r.bindings);
+    DispatchOp::create(b, gate.getSymName(),
+                       m.ceilDiv(rows, m.index(kGateRowsPerBlock)),
+                       r.bindings);
   }
   return success();
 }

@@ -18,6 +18,7 @@ constexpr int CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75;
 constexpr int CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76;
 constexpr int CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8;
+constexpr int CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4;
 /// Shared memory a block may use without opting in.
 constexpr int32_t kDefaultSharedBytes = 48 * 1024;
 
@@ -47,6 +48,8 @@ struct Driver {
   X(cuMemFree_v2, CUresult (*)(CUdeviceptr))                                   \
   X(cuMemAllocAsync, CUresult (*)(CUdeviceptr *, size_t, void *))              \
   X(cuMemFreeAsync, CUresult (*)(CUdeviceptr, void *))                         \
+  X(cuDeviceGetDefaultMemPool, CUresult (*)(void **, CUdevice))                \
+  X(cuMemPoolSetAttribute, CUresult (*)(void *, int, void *))                  \
   X(cuMemcpyHtoD_v2, CUresult (*)(CUdeviceptr, const void *, size_t))          \
   X(cuMemcpyDtoH_v2, CUresult (*)(void *, CUdeviceptr, size_t))                \
   X(cuEventCreate, CUresult (*)(void **, unsigned))                            \
@@ -117,6 +120,21 @@ private:
 
 } // namespace
 
+/// A call's device temporaries (split-KV partials, chunk states) come from
+/// the device's default memory pool (cuMemAllocAsync) and go back to it at
+/// the call's end. By default the pool returns freed memory to the driver
+/// at every synchronization, and the next call maps it again, inside the
+/// time of its kernels; a pool that keeps what it held makes every call
+/// after the first reuse it. Best effort: a driver that refuses only
+/// costs that time.
+static void keepFreedTemporaries(Driver &driver, CUdevice device) {
+  void *pool = nullptr;
+  unsigned long long keepAll = ~0ull;
+  if (driver.cuDeviceGetDefaultMemPool(&pool, device) == CUDA_SUCCESS)
+    driver.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                                 &keepAll);
+}
+
 Module::~Module() {
   std::string ignored;
   Driver *driver = Driver::get(ignored);
@@ -176,6 +194,7 @@ bool Module::load(const std::vector<uint8_t> &cubin, const std::string &ptx,
   if (!driver->check(driver->cuCtxSetCurrent(module->context),
                      "cuCtxSetCurrent", error))
     return giveUp();
+  keepFreedTemporaries(*driver, device);
   // The cubin runs only on its SM; any other device JIT-compiles the PTX.
   CUresult loaded =
       cubin.empty() ? 1

@@ -16,8 +16,9 @@
 #
 # run.sh's steps, in the order given:
 #   info   the GPU, the driver, ptxas, missing libraries
-#   e2e    every _cuda e2e case and every case that needs a GPU (8 shards
-#          in parallel), log in $OUT/e2e.log, but the warpgroup products'
+#   e2e    every _cuda e2e case and every case that needs a GPU
+#          ($E2E_FILTER; $E2E_SHARDS shards in parallel, 8 by default), log
+#          in $OUT/e2e.log, but the warpgroup products'
 #   wgmma  those (prefill on sm_90a's wgmma, not yet default), log in
 #          $OUT/e2e-wgmma.log, then the bench's prefill table on them
 #          (cuda-attention-bench --wgmma): last and in processes of their
@@ -59,6 +60,9 @@ python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' > "$dir/python/ve
 mkdir -p "$stage/libs" "$stage/fallback"
 cp -L "$llvm/lib/libLLVM.so.22.1" "$llvm/lib/libMLIR.so.22.1" \
       "$llvm/bin/ld.lld" "$stage/libs/"
+# The compiler-rt builtins that CPU binaries link (e2e cases compile some).
+builtins=lib/clang/22/lib/linux/libclang_rt.builtins-x86_64.a
+cp -L "$llvm/$builtins" "$stage/libs/"
 # Small libraries a GPU image may lack, copied from this machine.
 for lib in libedit.so.2 libbsd.so.0 libmd.so.0 libtinfo.so.6 libffi.so.8; do
   cp -L "/lib/x86_64-linux-gnu/$lib" "$stage/fallback/"
@@ -97,6 +101,8 @@ if [ ! -e $llvm/lib/libMLIR.so.22.1 ]; then
   else python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" "$here/bundle.tar.xz" /tmp/attn-bundle; fi
   cp /tmp/attn-bundle/libs/lib*.so.22.1 $llvm/lib/
   cp /tmp/attn-bundle/libs/ld.lld $llvm/bin/
+  mkdir -p $llvm/lib/clang/22/lib/linux
+  cp /tmp/attn-bundle/libs/libclang_rt.builtins-x86_64.a $llvm/lib/clang/22/lib/linux/
   for lib in /tmp/attn-bundle/fallback/*; do
     name=$(basename "$lib")
     ldconfig -p | grep -q "^\s*$name " || { echo "using the bundle's $name"; cp "$lib" $llvm/lib/; }
@@ -123,13 +129,14 @@ for step in "$@"; do
     ptxas --version | tail -1
     ldd "$bin/AttnE2ETests" | grep "not found";;
   e2e)
-    export GTEST_TOTAL_SHARDS=8
-    for i in $(seq 0 7); do
-      GTEST_SHARD_INDEX=$i timeout ${E2E_TIMEOUT:-300} "$bin/AttnE2ETests" \
+    shards=${E2E_SHARDS:-8}
+    for i in $(seq 0 $((shards - 1))); do
+      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout ${E2E_TIMEOUT:-300} "$bin/AttnE2ETests" \
         --gtest_filter="${E2E_FILTER:-*_cuda:*/cuda:*OnCuda*:*OnGpu*-*Warpgroups*}" > "$out/e2e$i.log" 2>&1 &
     done
     wait
-    cat "$out"/e2e[0-7].log > "$out/e2e.log"; rm "$out"/e2e[0-7].log
+    for i in $(seq 0 $((shards - 1))); do cat "$out/e2e$i.log"; done > "$out/e2e.log"
+    rm "$out"/e2e[0-9]*.log
     grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/e2e.log" | sort | uniq -c;;
   bench)
     log_step "cuda-attention-bench ${BENCH_ARGS:-}"

@@ -251,20 +251,30 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         return
 // Calls of more than a step, first what each chunk needs from its own
 // steps, for every chunk at once: a block per (batch, value head, chunk)
-// stages the chunk's k rows, stores G and 1 / |k| per step, computes A,
-// then solves (I + A) [W | U] a column per thread, 128 columns at a time.
+// stages the chunk's k and v rows, g and beta (zeros past its steps),
+// stores G and 1 / |k| per step, computes A in 4 x 8 tiles a thread (32
+// sums carried over Dk), then solves (I + A) [W | U] a column per thread,
+// W's columns then U's, the steps unrolled.
 // CHECK-LABEL: func.func private @gdn__chunk_local1
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "chunk_local"
 // CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
-// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
+// CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x24xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x17xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x129xf32>
-// CHECK:         } {attn.threads}
+// CHECK-COUNT-3: } {attn.threads}
 // CHECK:         memref.store %{{.+}}, %arg12[%{{.+}}, %{{.+}}, %{{.+}}, %c0] : memref<?x4x?x2xf32>
 // CHECK:         memref.store %{{.+}}, %arg12[%{{.+}}, %{{.+}}, %{{.+}}, %c1] : memref<?x4x?x2xf32>
-// CHECK-COUNT-3: } {attn.threads}
+// CHECK:         } {attn.threads}
+// CHECK:         %{{.+}}:32 = scf.for %{{.+}} = %c0 to %c32 step %c1 iter_args(
+// CHECK:         } {attn.threads}
+// CHECK-NOT:     scf.for
+// CHECK-COUNT-16: memref.store %{{.+}}, %arg10[%c0, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<1x?x4x?x32xf32>
+// CHECK:         } {attn.threads}
+// CHECK-NOT:     scf.for
+// CHECK-COUNT-16: memref.store %{{.+}}, %arg11[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<?x4x?x24xf32>
+// CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
 // Then the chain of chunks, the products on warp_mma: a block per (batch,
@@ -352,9 +362,12 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
+// The gate: a block per 16 rows, whose o rows are staged with coalesced
+// loads.
 // CHECK-LABEL: func.func private @gdn__gate4
+// CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "gate"
-// CHECK-NOT:     attn.block_kernel
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x25xf32>
 // CHECK:         math.sqrt
 // The SIMT kernel takes calls of one step (decode), the local, chain and
 // outputs kernels the others (temporaries: W as the products' parts (one
@@ -382,7 +395,8 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         %[[SIMT:.+]] = arith.select %[[STEP]], %[[HEADS]], %c0
 // CHECK:         attn_kernel.dispatch @gdn__chunked0 workgroups(%[[SIMT]])
 // CHECK:         %[[ROWS:.+]] = arith.muli %[[HEADS]], %[[L]]
-// CHECK:         attn_kernel.dispatch @gdn__gate4 workgroups(%[[ROWS]])
+// CHECK:         %[[GATEB:.+]] = arith.ceildivui %[[ROWS]], %c16
+// CHECK:         attn_kernel.dispatch @gdn__gate4 workgroups(%[[GATEB]])
 func.func @gdn(%q: tensor<?x2x?x32xf32>, %k: tensor<?x2x?x32xf32>,
                %v: tensor<?x4x?x24xf32>, %g: tensor<?x4x?xf32>,
                %beta: tensor<?x4x?xf32>, %s0: tensor<?x4x32x24xf32>,

@@ -574,20 +574,22 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
   Value d = e.rem(thread, dv);
   SplitKvMerge merge(e, func, shape, e.div(thread, dv));
   auto mergeRow = [&] {
-    Value safe = merge.maxLse();
     Value c0 = e.index(0), c1 = e.index(1);
 
     // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
     // of empty ranges have lse_s = -inf and weigh 0. The splits go a batch
     // at a time, the batch's loads issued before any of its arithmetic:
     // they do not depend on the sums, but the GPU issues in order, and a
-    // split a step waited a memory latency per split (with few rows, as in
-    // decode, nothing else hides it). The sums keep the order of s.
-    const int64_t batchSplits = 8;
+    // split a step waits a memory latency per split (with few rows, as in
+    // decode, nothing else hides it). The sums are kept against the
+    // largest lse so far and rescaled when a batch raises it (one pass over
+    // the splits; a first pass for the largest lse waited a latency per
+    // split). They keep the order of s.
+    const int64_t batchSplits = 16;
     Value lastSplit = e.sub(merge.splits, c1);
     Value batches = e.ceilDiv(merge.splits, e.index(batchSplits));
     SmallVector<Value> sums = e.loop(
-        c0, batches, c1, {e.scalar(0.0), e.scalar(0.0)},
+        c0, batches, c1, {e.scalar(kNegInf), e.scalar(0.0), e.scalar(0.0)},
         [&](Value batch, ValueRange it) -> SmallVector<Value> {
           SmallVector<Value> lses, outs;
           for (int64_t i = 0; i < batchSplits; ++i) {
@@ -599,15 +601,23 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
             at.push_back(d);
             outs.push_back(e.load(merge.partialOut, at));
           }
-          Value acc = it[0], total = it[1];
+          Value max = it[0];
+          for (Value lse : lses)
+            max = e.fmax(max, lse);
+          // exp(-inf - safe) = 0 rescales the empty sums of a row whose
+          // splits so far were all empty.
+          Value safe = e.safeMax(max);
+          Value rescale = e.exp(e.fsub(it[0], safe));
+          Value acc = e.fmul(it[1], rescale), total = e.fmul(it[2], rescale);
           for (auto [lse, out] : llvm::zip(lses, outs)) {
             Value weight = e.exp(e.fsub(lse, safe));
             acc = e.fma(weight, out, acc);
             total = e.fadd(total, weight);
           }
-          return {acc, total};
+          return {max, acc, total};
         });
-    Value acc = sums[0], total = sums[1];
+    Value safe = e.safeMax(sums[0]);
+    Value acc = sums[1], total = sums[2];
     SmallVector<Value> at = merge.rowAt();
     RowGate rowGate(e, shape, merge.gate, at);
     SmallVector<Value> outAt(at);

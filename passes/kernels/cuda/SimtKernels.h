@@ -606,8 +606,11 @@ func::FuncOp buildSimtMmaRecurrenceKernel(OpBuilder &builder, Location loc,
                                           const GpuTiling &tiling,
                                           TypeRange bindingTypes);
 
-/// The rmsnorm-silu output gate applied in place to o, one thread per
-/// (batch, value head, step). Same bindings.
+/// Output rows per block of the rmsnorm-silu gate kernel.
+constexpr int64_t kGateRowsPerBlock = 16;
+/// The rmsnorm-silu output gate applied in place to o, a block per
+/// kGateRowsPerBlock rows (batch, value head, step), coalesced. Same
+/// bindings.
 func::FuncOp buildSimtRecurrenceGateKernel(OpBuilder &builder, Location loc,
                                            StringRef name,
                                            const LinearRecurrenceShape &shape,

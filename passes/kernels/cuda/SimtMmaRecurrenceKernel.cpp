@@ -861,11 +861,15 @@ Value SimtMmaRecurrenceKernel::decayTo(Value scales, Value t) {
 
 /// What each chunk needs from its own steps (the file comment's first
 /// part) for one chunk of one sequence and value head per block: G and
-/// 1 / |k| per step for every rule, and for the delta rules W and U, a
-/// thread per column of [W | U]. The chunk's k rows, G and beta are
-/// staged in shared memory, A computed an entry per thread at a time, and
-/// each thread solves (I + A) x = rhs for its column by forward
-/// substitution, in blockThreads columns at a time.
+/// 1 / |k| per step for every rule, and for the delta rules W and U.
+///
+/// The chunk is staged as C whole steps, zeros past its last (beta = 0 and
+/// G flat there), so that A and the solve run on constant sizes without a
+/// test per step: a zero step's row of A is zero and its x is zero. The
+/// solve is unrolled over the C steps with a column's x in registers (a
+/// thread per column of [W | U]), reading A's entries as broadcasts; A's
+/// entries are computed in 4 x 8 tiles a thread, 12 shared loads per 32
+/// fused multiply-adds.
 class SimtChunkLocalKernel {
 public:
   SimtChunkLocalKernel(OpBuilder &builder, Location loc, StringRef name,
@@ -879,130 +883,190 @@ public:
         }()),
         b(loc, builder), e(b, threads), args(func, shape),
         temporaries(func, shape), C(shape.chunkSize), Dk(shape.keyDim),
-        Dv(shape.valueDim), delta(shape.isDelta()) {}
+        Dv(shape.valueDim), delta(shape.isDelta()) {
+    assert(C % kTileColumns == 0 && "the mma path's chunks are 16k steps");
+  }
 
   func::FuncOp build() {
     c0 = e.index(0), c1 = e.index(1);
     BlockChunk chunk = mapChunkBlock(e, shape, args, args.workgroup, seq);
     hv = chunk.hv;
-    keys = e.shared({C, Dk + 1});
-    logDecay = shape.scalarDecay() ? e.shared({C}) : Value();
+    // k's rows only when something reads them (the norms, A, W).
+    if (shape.normalizeQueryKey || delta)
+      keys = e.shared({C, Dk + 1});
+    if (shape.scalarDecay()) {
+      gates = e.shared({C});
+      logDecay = e.shared({C});
+    }
     if (delta) {
       betas = e.shared({C});
+      values = e.shared({C, Dv}, KernelEmitter::storageType(args.v));
       transform = e.shared({C, C + 1});
-      columns = e.shared({C, threads + 1});
     }
     stage(chunk.first, chunk.n);
+    perStep(chunk.first, chunk.n);
     if (delta) {
-      computeTransform(chunk.n);
-      for (int64_t pass = 0; pass * threads < Dk + Dv; ++pass)
-        solveColumns(pass, chunk.first, chunk.n);
+      computeTransform();
+      for (int64_t pass = 0; pass * threads < Dk; ++pass)
+        solveColumns(/*keyColumns=*/true, pass, chunk.first, chunk.n);
+      for (int64_t pass = 0; pass * threads < Dv; ++pass)
+        solveColumns(/*keyColumns=*/false, pass, chunk.first, chunk.n);
     }
     func::ReturnOp::create(b);
     return func;
   }
 
 private:
-  /// The chunk's k rows, then per step G and 1 / |k|, stored for the
-  /// other kernels; for the delta rules k^ (normalized) and beta.
+  static constexpr int64_t kTileRows = 4, kTileColumns = 8;
+
+  /// The chunk's k and v rows, g and beta, zeros past its `n` steps; a
+  /// thread's loads in flight together (forAllBatched).
   void stage(Value first, Value n) {
-    Value dk = e.index(Dk);
-    // k's rows only when something reads them (the norms, A, W).
-    if (shape.normalizeQueryKey || delta)
-      e.forAll(e.mul(n, dk), [&](Value x) {
-        Value t = e.div(x, dk), i = e.rem(x, dk);
-        e.store(e.load(args.k, seq->stepFeature(hkOf(), e.add(first, t), i)),
-                keys, {t, i});
+    auto stageRows = [&](Value to, Value from, Value head, int64_t dim) {
+      Value width = e.index(dim);
+      e.forAllBatched(
+          e.index(C * dim), /*batch=*/8,
+          [&](Value x, Value inRange) -> SmallVector<Value> {
+            Value t = e.div(x, width), i = e.rem(x, width);
+            return {e.loadOrZero(both(inRange, lt(t, n)), from,
+                                 seq->stepFeature(head, e.add(first, t), i))};
+          },
+          [&](Value x, ValueRange loaded) {
+            e.store(loaded[0], to, {e.div(x, width), e.rem(x, width)});
+          });
+    };
+    if (keys)
+      stageRows(keys, args.k, hkOf(), Dk);
+    if (values)
+      stageRows(values, args.v, hv, Dv);
+    if (gates || betas)
+      e.forAll(e.index(C), [&](Value t) {
+        Value exists = lt(t, n);
+        SmallVector<Value> at = seq->step(hv, e.add(first, t));
+        if (gates)
+          e.store(e.loadOrZero(exists, args.g, at), gates, {t});
+        if (betas)
+          e.store(e.loadOrZero(exists, args.beta, at), betas, {t});
       });
-    e.forAll(n, [&](Value t) {
-      Value step = e.add(first, t);
+  }
+
+  /// Per step: G (the sum of the chunk's g up to the step) and 1 / |k|,
+  /// stored for the other kernels; for the delta rules k^ in place.
+  void perStep(Value first, Value n) {
+    e.forAll(e.index(C), [&](Value t) {
       Value keyScale = shape.normalizeQueryKey
                            ? sharedRowNormInverse(e, {keys}, t, Dk)
                            : e.scalar(1.0);
       Value logDecayTo = e.scalar(0.0);
       if (logDecay) {
-        logDecayTo = cumulativeLogDecay(e, args.g, *seq, hv, first,
-                                        e.add(t, c1));
+        logDecayTo = e.sumOver(c0, e.add(t, c1), [&](Value s) {
+          return e.load(gates, {s});
+        });
         e.store(logDecayTo, logDecay, {t});
       }
-      e.store(logDecayTo, temporaries.scales, seq->stepFeature(hv, step, c0));
-      e.store(keyScale, temporaries.scales, seq->stepFeature(hv, step, c1));
-      if (delta) {
+      e.ifThen(lt(t, n), [&] {
+        Value step = e.add(first, t);
+        e.store(logDecayTo, temporaries.scales, seq->stepFeature(hv, step, c0));
+        e.store(keyScale, temporaries.scales, seq->stepFeature(hv, step, c1));
+      });
+      if (delta && shape.normalizeQueryKey)
         e.loop(c0, e.index(Dk), c1, [&](Value i) {
           e.store(e.fmul(e.load(keys, {t, i}), keyScale), keys, {t, i});
         });
-        e.store(e.load(args.beta, seq->step(hv, step)), betas, {t});
-      }
     });
   }
 
-  /// A[t, s] = beta_t k^_t . k^_s exp(G_t - G_s) for s < t.
-  void computeTransform(Value n) {
-    e.forAll(e.mul(n, n), [&](Value x) {
-      Value t = e.div(x, n), s = e.rem(x, n);
-      e.ifThen(lt(s, t), [&] {
-        Value gram = e.sumOver(c0, e.index(Dk), [&](Value i) {
-          return e.fmul(e.load(keys, {t, i}), e.load(keys, {s, i}));
-        });
-        Value a = e.fmul(e.load(betas, {t}), gram);
-        if (logDecay)
-          a = e.fmul(
-              a, e.exp(e.fsub(e.load(logDecay, {t}), e.load(logDecay, {s}))));
-        e.store(a, transform, {t, s});
+  /// A[t, s] = beta_t k^_t . k^_s exp(G_t - G_s) for s < t, 0 for s >= t,
+  /// a 4 x 8 tile of it per thread at a time; tiles wholly above the
+  /// diagonal (never read) are skipped.
+  void computeTransform() {
+    const int64_t columnTiles = C / kTileColumns;
+    e.forAll(e.index(C / kTileRows * columnTiles), [&](Value tile) {
+      Value t0 = e.mul(e.div(tile, e.index(columnTiles)), e.index(kTileRows));
+      Value s0 =
+          e.mul(e.rem(tile, e.index(columnTiles)), e.index(kTileColumns));
+      e.ifThen(lt(s0, e.add(t0, e.index(kTileRows))), [&] {
+        auto row = [&](Value first, int64_t offset) {
+          return e.add(first, e.index(offset));
+        };
+        SmallVector<Value> zeros(kTileRows * kTileColumns, e.scalar(0.0));
+        SmallVector<Value> gram = e.loop(
+            c0, e.index(Dk), c1, zeros,
+            [&](Value i, ValueRange sums) -> SmallVector<Value> {
+              SmallVector<Value> left, right, next;
+              for (int64_t a = 0; a < kTileRows; ++a)
+                left.push_back(e.load(keys, {row(t0, a), i}));
+              for (int64_t c = 0; c < kTileColumns; ++c)
+                right.push_back(e.load(keys, {row(s0, c), i}));
+              for (int64_t a = 0; a < kTileRows; ++a)
+                for (int64_t c = 0; c < kTileColumns; ++c)
+                  next.push_back(
+                      e.fma(left[a], right[c], sums[a * kTileColumns + c]));
+              return next;
+            });
+        for (int64_t a = 0; a < kTileRows; ++a) {
+          Value t = row(t0, a);
+          Value beta = e.load(betas, {t});
+          for (int64_t c = 0; c < kTileColumns; ++c) {
+            Value s = row(s0, c);
+            Value entry = e.fmul(beta, gram[a * kTileColumns + c]);
+            if (logDecay)
+              entry = e.fmul(entry, e.exp(e.fsub(e.load(logDecay, {t}),
+                                                 e.load(logDecay, {s}))));
+            e.store(e.select(lt(s, t), entry, e.scalar(0.0)), transform,
+                    {t, s});
+          }
+        }
       });
     });
   }
 
-  /// Columns [pass * threads, ...) of [W | U]: thread j solves column
-  /// pass * threads + j in its column of the shared buffer, then stores it
-  /// (W as the chain's operand parts: hi, then lo = x - hi).
-  void solveColumns(int64_t pass, Value first, Value n) {
+  /// Columns [pass * threads, ...) of W (`keyColumns`) or U: thread j
+  /// solves (I + A) x = beta rhs for column pass * threads + j by forward
+  /// substitution, x_t = beta_t rhs_t - sum_{s < t} A[t, s] x_s, unrolled
+  /// over the chunk's steps with x in registers (the sum in 4 partial sums,
+  /// 4 independent chains), and stores x_t for the chunk's steps (W as the
+  /// chain's operand parts: hi, then lo = x - hi).
+  void solveColumns(bool keyColumns, int64_t pass, Value first, Value n) {
     auto wType = cast<MemRefType>(temporaries.w.getType());
+    const int64_t width = keyColumns ? Dk : Dv;
     e.eachThread([&](Value thread) {
       Value column = e.add(e.index(pass * threads), thread);
-      e.ifThen(lt(column, e.index(Dk + Dv)), [&] {
-        Value isKey = lt(column, e.index(Dk));
-        e.loop(c0, n, c1, [&](Value t) {
-          Value step = e.add(first, t);
-          // beta exp(G) k^ for W's columns, beta v for U's.
-          Value rhs = e.ifElse(
-              isKey,
-              [&]() -> SmallVector<Value> {
-                Value key = e.load(keys, {t, column});
-                if (logDecay)
-                  key = e.fmul(key, e.exp(e.load(logDecay, {t})));
-                return {key};
-              },
-              [&]() -> SmallVector<Value> {
-                return {e.load(
-                    args.v,
-                    seq->stepFeature(hv, step, e.sub(column, e.index(Dk))))};
-              })[0];
-          Value known = e.sumOver(c0, t, [&](Value s) {
-            return e.fmul(e.load(transform, {t, s}),
-                          e.load(columns, {s, thread}));
+      e.ifThen(lt(column, e.index(width)), [&] {
+        SmallVector<Value> x;
+        for (int64_t t = 0; t < C; ++t) {
+          Value at = e.index(t);
+          Value rhs;
+          if (keyColumns) {
+            rhs = e.load(keys, {at, column});
+            if (logDecay)
+              rhs = e.fmul(rhs, e.exp(e.load(logDecay, {at})));
+          } else {
+            rhs = e.load(values, {at, column});
+          }
+          SmallVector<Value> known(std::min<int64_t>(t, 4), e.scalar(0.0));
+          for (int64_t s = 0; s < t; ++s)
+            known[s % 4] = e.fma(e.load(transform, {at, e.index(s)}), x[s],
+                                 known[s % 4]);
+          Value solved = e.fmul(e.load(betas, {at}), rhs);
+          for (Value partial : known)
+            solved = e.fsub(solved, partial);
+          x.push_back(solved);
+          e.ifThen(lt(at, n), [&] {
+            SmallVector<Value> feature = seq->stepFeature(
+                hv, e.add(first, at), column);
+            if (!keyColumns)
+              return e.store(solved, temporaries.u, feature);
+            Value rest = solved;
+            for (int64_t part = 0; part < wType.getDimSize(0); ++part) {
+              SmallVector<Value> partAt{e.index(part)};
+              llvm::append_range(partAt, feature);
+              e.store(rest, temporaries.w, partAt);
+              rest = e.fsub(rest,
+                            e.widen(e.narrow(rest, wType.getElementType())));
+            }
           });
-          Value x = e.fsub(e.fmul(e.load(betas, {t}), rhs), known);
-          e.store(x, columns, {t, thread});
-          e.ifElse(
-              isKey,
-              [&]() -> SmallVector<Value> {
-                Value rest = x;
-                for (int64_t part = 0; part < wType.getDimSize(0); ++part) {
-                  SmallVector<Value> at{e.index(part)};
-                  llvm::append_range(at, seq->stepFeature(hv, step, column));
-                  e.store(rest, temporaries.w, at);
-                  rest = e.fsub(
-                      rest, e.widen(e.narrow(rest, wType.getElementType())));
-                }
-                return {};
-              },
-              [&]() -> SmallVector<Value> {
-                e.store(x, temporaries.u,
-                        seq->stepFeature(hv, step, e.sub(column, e.index(Dk))));
-                return {};
-              });
-        });
+        }
       });
     });
   }
@@ -1011,6 +1075,7 @@ private:
     return e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
   }
   Value lt(Value x, Value y) { return e.icmp(arith::CmpIPredicate::ult, x, y); }
+  Value both(Value x, Value y) { return e.andI(x, y); }
   const LinearRecurrenceShape &shape;
   const int64_t threads;
   OpBuilder::InsertionGuard guard;
@@ -1023,7 +1088,7 @@ private:
   const bool delta;
   Value c0, c1, hv;
   std::optional<RecurrenceSequence> seq;
-  Value keys, logDecay, betas, transform, columns;
+  Value keys, gates, logDecay, betas, values, transform;
 };
 
 } // namespace

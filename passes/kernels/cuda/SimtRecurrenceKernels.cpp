@@ -23,7 +23,8 @@
 // Decays only appear as exp(G_i - G_j) with i >= j or exp(G_i) with
 // G_i <= 0, so nothing overflows. A one-step call is one chunk of one step:
 // exactly the recurrent step. The rmsnorm-silu gate needs whole output rows,
-// which span column tiles, so a thread kernel applies it afterwards.
+// which span column tiles, so a kernel of its own applies it afterwards
+// (a block per 16 rows, staged with coalesced loads).
 //
 // Shared rows of k and q are padded to Dk + 1 floats, so a thread per row
 // (step 1) reads distinct banks. When the chunk's buffers do not fit in
@@ -536,41 +537,74 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
     const LinearRecurrenceShape &shape, const GpuTiling &tiling,
     TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
-  func::FuncOp func = createKernel(builder, loc, name, bindingTypes,
-                                   tiling.toAttr(builder.getContext()), "gate");
+  func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes, tiling,
+                                       "gate");
+  func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
   ImplicitLocOpBuilder b(loc, builder);
-  SimtEmitter e(b);
+  SimtEmitter e(b, tiling.blockThreads);
   RecurrenceBindings args(func, shape);
-  const int64_t Dv = shape.valueDim;
+  const int64_t Dv = shape.valueDim, rowsPerBlock = kGateRowsPerBlock;
 
-  // Thread order (batch, value head, step), the step fastest; in a ragged
-  // batch (value head, token), the token fastest.
+  // Row order (batch, value head, step), the step fastest; in a ragged
+  // batch (value head, token), the token fastest. Block i takes rows
+  // [i R, i R + R).
   Value length = e.dim(args.out, shape.ragged ? 0 : 2);
-  Value step = e.rem(args.workgroup, length);
-  Value rest = e.div(args.workgroup, length);
-  Value hv = e.rem(rest, e.index(shape.numValueHeads));
-  Value batch = e.div(rest, e.index(shape.numValueHeads));
-  SmallVector<Value> row = shape.ragged ? SmallVector<Value>{step, hv}
-                                        : SmallVector<Value>{batch, hv, step};
-  Value c0 = e.index(0), dv = e.index(Dv);
+  Value heads = e.index(shape.numValueHeads);
+  Value sequences = shape.ragged ? e.index(1) : e.dim(args.out, 0);
+  Value firstRow = e.mul(args.workgroup, e.index(rowsPerBlock));
+  Value rows = e.maxS(e.minS(e.index(rowsPerBlock),
+                             e.sub(e.mul(e.mul(sequences, heads), length),
+                                   firstRow)),
+                      e.index(0));
+  auto element = [&](Value j, Value d) {
+    Value row = e.add(firstRow, j);
+    Value step = e.rem(row, length), rest = e.div(row, length);
+    Value hv = e.rem(rest, heads), batch = e.div(rest, heads);
+    return shape.ragged ? SmallVector<Value>{step, hv, d}
+                        : SmallVector<Value>{batch, hv, step, d};
+  };
 
-  // o = (o / sqrt(mean(o^2) + eps)) * w * silu(z).
-  Value squares = e.sumOver(c0, dv, [&](Value d) {
-    SmallVector<Value> at(row);
-    at.push_back(d);
-    Value o = e.load(args.out, at);
-    return e.fmul(o, o);
+  // o = (o / sqrt(mean(o^2) + eps)) * w * silu(z): the block's rows of o
+  // staged (each thread's loads in flight together, consecutive threads
+  // on consecutive elements), a thread per row for the mean, then every
+  // element again.
+  Value outputs = e.shared({rowsPerBlock, Dv + 1});
+  Value inverses = e.shared({rowsPerBlock});
+  Value dv = e.index(Dv);
+  e.forAllBatched(
+      e.mul(rows, dv), /*batch=*/8,
+      [&](Value x, Value inRange) -> SmallVector<Value> {
+        return {e.loadOrZero(inRange, args.out,
+                             element(e.div(x, dv), e.rem(x, dv)))};
+      },
+      [&](Value x, ValueRange loaded) {
+        e.store(loaded[0], outputs, {e.div(x, dv), e.rem(x, dv)});
+      });
+  e.forAll(rows, [&](Value j) {
+    Value squares = e.sumOver(e.index(0), dv, [&](Value d) {
+      Value o = e.load(outputs, {j, d});
+      return e.fmul(o, o);
+    });
+    Value meanSquare =
+        e.fmul(squares, e.scalar(1.0 / static_cast<double>(Dv)));
+    e.store(e.fdiv(e.scalar(1.0),
+                   math::SqrtOp::create(
+                       b, e.fadd(meanSquare, e.scalar(shape.gateEpsilon)))),
+            inverses, {j});
   });
-  Value meanSquare = e.fmul(squares, e.scalar(1.0 / static_cast<double>(Dv)));
-  Value inv = e.fdiv(
-      e.scalar(1.0),
-      math::SqrtOp::create(b, e.fadd(meanSquare, e.scalar(shape.gateEpsilon))));
-  e.loop(c0, dv, e.index(1), [&](Value d) {
-    SmallVector<Value> at(row);
-    at.push_back(d);
-    Value o = e.fmul(e.fmul(e.load(args.out, at), inv), e.load(args.w, {d}));
-    e.store(e.fmul(o, e.silu(e.load(args.z, at))), args.out, at);
-  });
+  e.forAllBatched(
+      e.mul(rows, dv), /*batch=*/8,
+      [&](Value x, Value inRange) -> SmallVector<Value> {
+        Value d = e.rem(x, dv);
+        return {e.loadOrZero(inRange, args.z, element(e.div(x, dv), d)),
+                e.loadOrZero(inRange, args.w, {d})};
+      },
+      [&](Value x, ValueRange loaded) {
+        Value j = e.div(x, dv), d = e.rem(x, dv);
+        Value o = e.fmul(e.fmul(e.load(outputs, {j, d}), e.load(inverses, {j})),
+                         loaded[1]);
+        e.store(e.fmul(o, e.silu(loaded[0])), args.out, element(j, d));
+      });
   func::ReturnOp::create(b);
   return func;
 }
