@@ -26,13 +26,14 @@
 // OUTLINE:             gpu.barrier
 // OUTLINE-COUNT-3:     gpu.barrier
 // OUTLINE:         gpu.return
-// The gate is a block kernel too (a block per 16 rows): its rows of o
-// (16 x 25 floats) and their scales in shared memory, a barrier after each
-// of its three thread loops.
+// The gate is a block kernel too (a block per 16 rows): its rows' indices
+// (batch, head, step), its rows of o (16 x 25 floats) and their scales in
+// shared memory, a barrier after each of its four thread loops.
 // OUTLINE:       gpu.func @gdn__gate4
-// OUTLINE:         memref.view %{{.+}}[%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x25xf32, #gpu.address_space<workgroup>>
-// OUTLINE:         memref.view %{{.+}}[%c1600{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16xf32, #gpu.address_space<workgroup>>
-// OUTLINE-COUNT-3: gpu.barrier
+// OUTLINE:         memref.view %{{.+}}[%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x3xi64, #gpu.address_space<workgroup>>
+// OUTLINE:         memref.view %{{.+}}[%c384{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x25xf32, #gpu.address_space<workgroup>>
+// OUTLINE:         memref.view %{{.+}}[%c1984{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16xf32, #gpu.address_space<workgroup>>
+// OUTLINE-COUNT-4: gpu.barrier
 // OUTLINE-NOT:     gpu.barrier
 // OUTLINE:         gpu.return
 

@@ -362,11 +362,12 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
-// The gate: a block per 16 rows, whose o rows are staged with coalesced
-// loads.
+// The gate: a block per 16 rows, whose indices are divided out once per
+// row and whose o rows are staged with coalesced loads.
 // CHECK-LABEL: func.func private @gdn__gate4
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "gate"
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x3xi64>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x25xf32>
 // CHECK:         math.sqrt
 // The SIMT kernel takes calls of one step (decode), the local, chain and

@@ -556,12 +556,27 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
                              e.sub(e.mul(e.mul(sequences, heads), length),
                                    firstRow)),
                       e.index(0));
-  auto element = [&](Value j, Value d) {
+  // Each row's indices, divided out once per row into shared memory: a
+  // division by the dynamic length per element cost more than the gate.
+  const int64_t rowRank = shape.ragged ? 2 : 3;
+  Type i64 = b.getI64Type();
+  Value rowIndices = e.shared({rowsPerBlock, rowRank}, i64);
+  e.forAll(rows, [&](Value j) {
     Value row = e.add(firstRow, j);
     Value step = e.rem(row, length), rest = e.div(row, length);
     Value hv = e.rem(rest, heads), batch = e.div(rest, heads);
-    return shape.ragged ? SmallVector<Value>{step, hv, d}
-                        : SmallVector<Value>{batch, hv, step, d};
+    SmallVector<Value> indices = shape.ragged ? SmallVector<Value>{step, hv}
+                                              : SmallVector<Value>{batch, hv, step};
+    for (auto [k, index] : llvm::enumerate(indices))
+      memref::StoreOp::create(b, arith::IndexCastOp::create(b, i64, index),
+                              rowIndices, ValueRange{j, e.index(k)});
+  });
+  auto element = [&](Value j, Value d) {
+    SmallVector<Value> at;
+    for (int64_t k = 0; k < rowRank; ++k)
+      at.push_back(e.toIndex(e.loadInt(rowIndices, {j, e.index(k)})));
+    at.push_back(d);
+    return at;
   };
 
   // o = (o / sqrt(mean(o^2) + eps)) * w * silu(z): the block's rows of o
