@@ -95,7 +95,7 @@ cl::opt<int64_t> cudaWarpgroups(
     "cuda-warpgroups",
     cl::desc("CUDA prefill of f16/bf16 on sm_90a's warpgroup tensor-core "
              "instructions (wgmma), N warpgroups of 64 rows per block (1 "
-             "or 2; default 0: mma.sync; not yet timed)"),
+             "or 2; default 0: mma.sync, faster on an H100 so far)"),
     cl::init(0), cl::cat(attncOptions));
 
 int fail(const llvm::Twine &message) {
