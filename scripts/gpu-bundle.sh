@@ -5,7 +5,7 @@
 #
 #   scripts/gpu-bundle.sh DIR        # after `ninja -C build`
 #   (on the GPU machine, from the repository root)
-#   bash DIR/run.sh info e2e bench torch fla python wgmma
+#   bash DIR/run.sh info e2e profile bench torch fla python wgmma
 #
 # The e2e tests and the bench compile models in-process, so they need
 # libMLIR.so and libLLVM.so (and ld.lld, which links a binary's host code);
@@ -23,8 +23,11 @@
 #          $OUT/e2e-wgmma.log, then the bench's prefill table on them
 #          (cuda-attention-bench --wgmma): last and in processes of their
 #          own, so that a fault of an untried kernel costs no other result
+#   profile  Nsight Compute's time per kernel of Gated DeltaNet prefill
+#          and decode (models compiled here into DIR/models), a table per
+#          call in $OUT/gpu.log, the CSVs in $OUT
 #   bench  build/bin/cuda-attention-bench ($BENCH_ARGS)
-# (each step's timeout: E2E_TIMEOUT, WGMMA_TIMEOUT, BENCH_TIMEOUT,
+# (each step's timeout: E2E_TIMEOUT, WGMMA_TIMEOUT, PROFILE_TIMEOUT, BENCH_TIMEOUT,
 # TORCH_TIMEOUT, FLA_TIMEOUT; the Python baselines take TORCH_ARGS and
 # FLA_ARGS, e.g. --quick)
 #   torch  bench/torch-attention-baseline.py (PyTorch's SDPA backends,
@@ -49,6 +52,14 @@ for binary in test/unit/AttnE2ETests bin/cuda-attention-bench bin/attnc \
               bin/attn-run; do
   strip -o "$dir/bin/$(basename $binary)" "$root/build/$binary"
 done
+# The profile step's models (compiled here: the GPU machine has no LLVM),
+# named .model because .attnb files are ignored and would not travel.
+rm -rf "$dir/models"
+mkdir -p "$dir/models"
+"$root/build/bin/attnc" "$root/test/attnc/Inputs/gdn-bf16.json" --target=cuda \
+  -o "$dir/models/gdn.model"
+"$root/build/bin/attnc" "$root/bench/profile-decode.json" --target=cuda \
+  -o "$dir/models/decode.model"
 rm -rf "$dir/python"
 cp -r "$root/build/python" "$dir/python"
 rm -rf "$dir/python/CMakeFiles" "$dir/python/attn/__pycache__"
@@ -138,6 +149,40 @@ for step in "$@"; do
     for i in $(seq 0 $((shards - 1))); do cat "$out/e2e$i.log"; done > "$out/e2e.log"
     rm "$out"/e2e[0-9]*.log
     grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/e2e.log" | sort | uniq -c;;
+  profile)
+    # Nsight Compute's time per kernel (no clock control, caches flushed
+    # between kernels) of Gated DeltaNet prefill (B = 1, L = 4K, with the
+    # rmsnorm-silu gate) and decode (B = 1, H = 32, Hkv = 8, 4K and 32K
+    # keys): where each call's time goes, beside the bench's per-call time.
+    log_step "profile (ncu, us per kernel)"
+    metrics=gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
+    for run in "gdn gdn B=1,L=4096" "decode attn B=1,Lq=1,Lk=4096" \
+               "decode attn B=1,Lq=1,Lk=32768"; do
+      set -- $run
+      csv="$out/ncu-$1-$(echo "$3" | tr -c 'A-Za-z0-9\n' '_').csv"
+      timeout ${PROFILE_TIMEOUT:-60} ncu --clock-control none --csv \
+        --metrics $metrics "$bin/attn-run" "$here/models/$1.model" \
+        --entry $2 --random $3 --device cuda > "$csv" 2>&1
+      echo "### $1 $3 (ncu exit $?)" >> "$out/gpu.log"
+      grep '^"' "$csv" | python3 -c '
+import csv, sys
+rows = list(csv.reader(sys.stdin))
+head = rows[0]
+name, metric, value = (head.index(k) for k in ("Kernel Name", "Metric Name", "Metric Value"))
+print("| kernel | grid | registers | us | sm % | dram % | warps active % |")
+print("|---|---|---|---|---|---|---|")
+kernels = {}
+for row in rows[1:]:
+    kernels.setdefault((row[0], row[name]), {})[row[metric]] = row[value].replace(",", "")
+for (_, kernel), m in kernels.items():
+    print("| %s | %s | %s | %.1f | %s | %s | %s |" % (kernel,
+          m["launch__grid_size"], m["launch__registers_per_thread"],
+          float(m["gpu__time_duration.sum"]) / 1000,
+          m["sm__throughput.avg.pct_of_peak_sustained_elapsed"],
+          m["dram__throughput.avg.pct_of_peak_sustained_elapsed"],
+          m["sm__warps_active.avg.pct_of_peak_sustained_active"]))
+' 2>&1 | tee -a "$out/gpu.log"
+    done;;
   bench)
     log_step "cuda-attention-bench ${BENCH_ARGS:-}"
     timeout ${BENCH_TIMEOUT:-300} "$bin/cuda-attention-bench" ${BENCH_ARGS:-} 2>&1 | tee -a "$out/gpu.log";;
@@ -164,7 +209,7 @@ for step in "$@"; do
     grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/e2e-wgmma.log" | sort | uniq -c
     log_step "cuda-attention-bench --wgmma ${BENCH_ARGS:-}"
     timeout ${BENCH_TIMEOUT:-300} "$bin/cuda-attention-bench" --wgmma ${BENCH_ARGS:-} 2>&1 | tee -a "$out/gpu.log";;
-  *) echo "run.sh: unknown step '$step' (info, e2e, bench, torch, fla, python, wgmma)"; exit 2;;
+  *) echo "run.sh: unknown step '$step' (info, e2e, profile, bench, torch, fla, python, wgmma)"; exit 2;;
   esac
 done
 echo "== done, $(date -u +%T)"
