@@ -32,3 +32,22 @@ def median_ms(fn, repeat):
         stop.synchronize()
         times.append(start.elapsed_time(stop))
     return statistics.median(times)
+
+
+def graph_median_ms(fn, repeat):
+    """median_ms of `fn` captured once into a CUDA graph and replayed: the
+    GPU's time for its kernels without the Python launches between them
+    (Triton's launches cost tens of microseconds each, and leave the GPU
+    idle when the kernels are short). The warm-ups run on a side stream
+    first, as capture needs: Triton compiles and autotunes there."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return median_ms(graph.replay, repeat)

@@ -2,7 +2,8 @@
 """The anchor of cuda-attention-bench's Gated DeltaNet table (issue: GPU
 speed, item 3): flash-linear-attention's Triton kernels at the same sizes,
 timed the same way (CUDA events around the call, median of --repeat after
-a warm-up), on the same GPU in the same session:
+a warm-up; and again replayed from a CUDA graph, without Python's
+launches), on the same GPU in the same session:
 
   * chunk_gated_delta_rule (prefill): Qwen3-Next's linear layers, 16 key
     heads, 32 value heads, Dk = Dv = 128, bf16, q and k l2-normalised in
@@ -22,7 +23,7 @@ import sys
 
 import torch
 
-from cuda_events import median_ms, session_args
+from cuda_events import graph_median_ms, median_ms, session_args
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "third_party"))
 
@@ -60,17 +61,24 @@ def main():
 
     def row(name, kernel, batch, length):
         """Times `kernel` on a batch of `batch` sequences of `length`
-        tokens, each with its state in and out, as a table row."""
+        tokens, each with its state in and out, as two table rows: called
+        from Python as a model would (launches included), and replayed
+        from a CUDA graph (the kernels alone, the steadier anchor: on an
+        H100 the first varied 2x between two sessions)."""
         q, k, v, g, beta, state = inputs(batch, length)
-        label = f"| FLA {name} | {batch} | {length} |"
-        try:
-            ms = median_ms(lambda: kernel(
-                q, k, v, g=g, beta=beta, initial_state=state,
-                output_final_state=True, use_qk_l2norm_in_kernel=True),
-                args.repeat)
-            print(label, f"{ms:.4f} | {batch * length / ms / 1e3:.2f} |")
-        except Exception as error:
-            print(label, f"failed: {error!r} | |")
+
+        def call():
+            return kernel(q, k, v, g=g, beta=beta, initial_state=state,
+                          output_final_state=True,
+                          use_qk_l2norm_in_kernel=True)
+
+        for suffix, timer in (("", median_ms), (", CUDA graph", graph_median_ms)):
+            label = f"| FLA {name}{suffix} | {batch} | {length} |"
+            try:
+                ms = timer(call, args.repeat)
+                print(label, f"{ms:.4f} | {batch * length / ms / 1e3:.2f} |")
+            except Exception as error:
+                print(label, f"failed: {error!r} | |")
 
     for batch, length in sizes:
         row("chunk_gated_delta_rule", chunk_gated_delta_rule, batch, length)
