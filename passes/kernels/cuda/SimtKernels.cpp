@@ -585,7 +585,7 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
     // largest lse so far and rescaled when a batch raises it (one pass over
     // the splits; a first pass for the largest lse waited a latency per
     // split). They keep the order of s.
-    const int64_t batchSplits = 16;
+    const int64_t batchSplits = 32;
     Value lastSplit = e.sub(merge.splits, c1);
     Value batches = e.ceilDiv(merge.splits, e.index(batchSplits));
     SmallVector<Value> sums = e.loop(
