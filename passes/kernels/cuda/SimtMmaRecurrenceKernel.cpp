@@ -922,7 +922,7 @@ private:
   /// The chunk's k and v rows, g and beta, zeros past its `n` steps; a
   /// thread's loads in flight together (forAllBatched).
   void stage(Value first, Value n) {
-    auto stageRows = [&](Value to, Value from, Value head, int64_t dim) {
+    auto stageSteps = [&](Value to, Value from, Value head, int64_t dim) {
       Value width = e.index(dim);
       e.forAllBatched(
           e.index(C * dim), /*batch=*/8,
@@ -936,9 +936,9 @@ private:
           });
     };
     if (keys)
-      stageRows(keys, args.k, hkOf(), Dk);
+      stageSteps(keys, args.k, hkOf(), Dk);
     if (values)
-      stageRows(values, args.v, hv, Dv);
+      stageSteps(values, args.v, hv, Dv);
     if (gates || betas)
       e.forAll(e.index(C), [&](Value t) {
         Value exists = lt(t, n);
