@@ -35,7 +35,8 @@
 #   fla    bench/fla-baseline.py (flash-linear-attention's Gated DeltaNet
 #          kernels, from bench/third_party)
 #   python the Python package's CUDA tests (test/python/torch_*.py) when the
-#          machine's python3 is the version the package was built for
+#          bundle has an extension module for the machine's python3
+#          ($BUNDLE_PYTHONS when bundling) and it has NumPy and PyTorch
 # bench, torch and fla append their tables to $OUT/gpu.log under one
 # header (date, commit, device, driver, steps): the raw log that
 # bench/logs/gpu-<date>.txt keeps and bench/plot.py draws.
@@ -63,7 +64,31 @@ mkdir -p "$dir/models"
 rm -rf "$dir/python"
 cp -r "$root/build/python" "$dir/python"
 rm -rf "$dir/python/CMakeFiles" "$dir/python/attn/__pycache__"
-python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' > "$dir/python/version"
+# The GPU machine's python3 is 3.12 (PyTorch's venv), this machine's 3.11:
+# the extension module is compiled again for each interpreter in
+# $BUNDLE_PYTHONS (default: a python3.12 here, from PATH or pyenv), from the
+# build's own compile command with that interpreter's headers, and linked
+# with the same runtime library. Python loads the module whose suffix
+# (_attn.cpython-312-...so) names its version.
+bundle_pythons=${BUNDLE_PYTHONS-$( { python3.12 -c 'import sys; print(sys.executable)' ||
+  ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12.*/bin/python3; } 2>/dev/null | head -1)}
+for python in $bundle_pythons; do
+  include=$("$python" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+  suffix=$("$python" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+  compile=$(python3 - "$root/build/compile_commands.json" "$include" "$stage/_attn.o" <<'PY'
+import json, re, sys
+commands, include, obj = sys.argv[1:]
+for entry in json.load(open(commands)):
+    if entry["file"].endswith("python/_attn.cpp"):
+        command = re.sub(r"-isystem \S*/python3\.\d+", "-isystem " + include, entry["command"])
+        print(re.sub(r" -o \S+", " -o " + obj, command))
+PY
+)
+  (cd "$root/build" && eval "$compile")
+  c++ -shared -flto -Wl,-z,nodelete -o "$dir/python/attn/_attn$suffix" "$stage/_attn.o" \
+    "$root/build/runtime/libAttnRuntime.a" -ldl
+  echo "gpu-bundle: the Python extension for $("$python" --version 2>&1) (_attn$suffix)"
+done
 { git -C "$root" rev-parse HEAD
   git -C "$root" diff --quiet HEAD || echo "(with uncommitted changes)"
 } | paste -sd' ' > "$dir/commit"
@@ -193,11 +218,13 @@ for (_, kernel), m in kernels.items():
     log_step "bench/fla-baseline.py ${FLA_ARGS:-}"
     PYTHONUNBUFFERED=1 timeout ${FLA_TIMEOUT:-200} python3 bench/fla-baseline.py ${FLA_ARGS:-} 2>&1 | tee -a "$out/gpu.log";;
   python)
-    have=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-    if [ "$have" != "$(cat "$here/python/version")" ]; then
-      echo "python: skipped: the package is built for Python $(cat "$here/python/version"), this machine has $have"
+    suffix=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+    if [ ! -e "$here/python/attn/_attn$suffix" ]; then
+      echo "python: skipped: no extension module _attn$suffix in the bundle (it has $(cd "$here/python/attn" && ls _attn.*.so | paste -sd' '))"
       continue
     fi
+    missing=$(python3 -c 'import importlib.util as u; print(" ".join(m for m in ("numpy", "torch") if not u.find_spec(m)))')
+    if [ -n "$missing" ]; then echo "python: skipped: python3 lacks $missing"; continue; fi
     for test in test/python/torch_tensors.py test/python/torch_ops.py; do
       PYTHONPATH=$here/python ATTN_ATTNC=$bin/attnc timeout 200 python3 "$test" \
         > "$out/$(basename "$test" .py).log" 2>&1
