@@ -740,8 +740,9 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
       return m.select(steps, zero, workgroups);
     };
     // The temporaries (ChunkTemporaries), laid out as v but for their
-    // features: the delta rules' W (as the products' parts) and U, G and
-    // 1 / |k| per step, then each chunk's starting state.
+    // features: the delta rules' W (as the products' parts), U and V' (as
+    // the parts), G and 1 / |k| per step, then each chunk's starting state
+    // (as the parts).
     SmallVector<Value> mmaBindings(r.bindings);
     Value v = r.bindings[2];
     auto vType = cast<MemRefType>(v.getType());
@@ -761,6 +762,8 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
       mmaBindings.push_back(
           laidOutAsV({mma->computedParts}, shape.keyDim, mma->product));
       mmaBindings.push_back(laidOutAsV({}, shape.valueDim, b.getF32Type()));
+      mmaBindings.push_back(
+          laidOutAsV({mma->computedParts}, shape.valueDim, mma->product));
     }
     mmaBindings.push_back(laidOutAsV({}, 2, b.getF32Type()));
     Value chunks = m.ceilDiv(r.length, m.index(shape.chunkSize));
@@ -768,9 +771,9 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
         shape.ragged ? m.add(chunks, r.batch) : m.mul(r.batch, chunks);
     mmaBindings.push_back(memref::AllocOp::create(
         b,
-        MemRefType::get({ShapedType::kDynamic, shape.numValueHeads,
-                         shape.valueDim, shape.keyDim},
-                        b.getF32Type()),
+        MemRefType::get({mma->computedParts, ShapedType::kDynamic,
+                         shape.numValueHeads, shape.valueDim, shape.keyDim},
+                        mma->product),
         ValueRange{slots}));
     // A block per (sequence, value head, chunk) for what runs on all
     // chunks at once; in a ragged batch per (chunk slot, value head).

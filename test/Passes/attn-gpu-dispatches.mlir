@@ -264,8 +264,8 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x24xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x17xf32>
 // CHECK-COUNT-3: } {attn.threads}
-// CHECK:         memref.store %{{.+}}, %arg12[%{{.+}}, %{{.+}}, %{{.+}}, %c0] : memref<?x4x?x2xf32>
-// CHECK:         memref.store %{{.+}}, %arg12[%{{.+}}, %{{.+}}, %{{.+}}, %c1] : memref<?x4x?x2xf32>
+// CHECK:         memref.store %{{.+}}, %arg13[%{{.+}}, %{{.+}}, %{{.+}}, %c0] : memref<?x4x?x2xf32>
+// CHECK:         memref.store %{{.+}}, %arg13[%{{.+}}, %{{.+}}, %{{.+}}, %c1] : memref<?x4x?x2xf32>
 // CHECK:         } {attn.threads}
 // CHECK:         %{{.+}}:32 = scf.for %{{.+}} = %c0 to %c32 step %c1 iter_args(
 // CHECK:         } {attn.threads}
@@ -303,17 +303,17 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // when the sequence has a chunk, whose inputs are copied into stage 0
 // meanwhile: k, W, G and 1 / |k| (8 bytes a step), U; a group left in
 // flight.
-// CHECK:         memref.store %{{.+}}, %arg13[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<?x4x24x32xf32>
+// CHECK:         memref.store %{{.+}}, %arg14[%c0, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<1x?x4x24x32xf32>
 // CHECK:         attn_kernel.async_copy %arg1[{{.+}}], %[[K0]][{{.+}}] if(%{{.+}}) elements(4)
 // CHECK:         attn_kernel.async_copy %arg10[%c0, {{.+}}], %[[W0]][{{.+}}] if(%{{.+}}) elements(4)
-// CHECK:         attn_kernel.async_copy %arg12[{{.+}}], %[[G0]][{{.+}}] if(%{{.+}}) elements(2)
+// CHECK:         attn_kernel.async_copy %arg13[{{.+}}], %[[G0]][{{.+}}] if(%{{.+}}) elements(2)
 // CHECK:         attn_kernel.async_copy %arg11[{{.+}}], %[[U0]][{{.+}}] if(%{{.+}}) elements(4)
 // CHECK:         attn_kernel.async_wait {pending = 1 : i64}
 // CHECK:         } {attn.threads}
 // The chunks two at a time, chunk j in stage j % 2: chunk j + 1's copies
-// into the other stage, a wait for all but them; W S, V' stored over U and
-// U'^T; U'^T K, and the next chunk's starting state. No solve, no norms,
-// no outputs.
+// into the other stage, a wait for all but them; W S, V' stored (as its
+// parts) and U'^T; U'^T K, and the next chunk's starting state (as its
+// parts). No solve, no norms, no outputs.
 // CHECK:         scf.for
 // CHECK:           attn_kernel.async_copy %arg1[{{.+}}], %[[K1]][{{.+}}]
 // CHECK:           attn_kernel.async_copy %arg10[%c0, {{.+}}], %[[W1]][{{.+}}]
@@ -321,10 +321,10 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:           } {attn.threads}
 // CHECK:           attn_kernel.warp_mma %[[W0]], %[[ST]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
 // CHECK:           memref.load %[[U0]]
-// CHECK:           memref.store %{{.+}}, %arg11
+// CHECK:           memref.store %{{.+}}, %arg12[%c0,
 // CHECK:           } {attn.threads}
 // CHECK:           attn_kernel.warp_mma %{{.+}}, %[[K0]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(16) {acc_fragment, accumulate}
-// CHECK:           memref.store %{{.+}}, %arg13
+// CHECK:           memref.store %{{.+}}, %arg14[%c0,
 // CHECK:           } {attn.threads}
 // CHECK:           attn_kernel.async_copy %arg1[{{.+}}], %[[K0]][{{.+}}]
 // CHECK:           attn_kernel.async_wait {pending = 1 : i64}
@@ -338,9 +338,10 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK-NOT:     attn.threads
 // CHECK:         return
 // Then the outputs of every chunk at once, a block per (batch, value
-// head, chunk, column tile): k rows, G and 1 / |k|, q rows; the chunk's
-// starting state and V' staged; Q S and Q K^T (waited for by its warp
-// alone), then P V'.
+// head, chunk, column tile): q and k rows, the chunk's starting state and
+// V' (the chain's parts) copied as stored, all in flight before one wait;
+// then G and 1 / |k|; Q S and Q K^T (waited for by its warp alone), then
+// P V'.
 // CHECK-LABEL: func.func private @gdn__chunk_outputs3
 // CHECK-SAME:    attn.kernel = "chunk_outputs"
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
@@ -351,9 +352,15 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x2x4xf32>
+// CHECK:         attn_kernel.async_copy %arg0[{{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         attn_kernel.async_copy %arg1[{{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         attn_kernel.async_copy %arg14[%c0, {{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         attn_kernel.async_copy %arg12[%c0, {{.+}}] if(%{{.+}}) elements(4)
+// CHECK-NOT:     attn.threads
+// CHECK:         attn_kernel.async_wait
+// CHECK-NEXT:    scf.reduce
+// CHECK-NEXT:    } {attn.threads}
 // CHECK:         memref.load %arg13
-// CHECK:         memref.load %arg11
-// CHECK:         memref.load %arg12
 // CHECK:         attn_kernel.warp_mma %[[Q:.+]], %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
 // CHECK:         attn_kernel.warp_mma %[[Q]], %{{.+}}, %{{.+}} n(16) k(32) {acc_fragment, rhs_transposed}
 // CHECK:         } {attn.threads, attn.warp_sync}
@@ -371,9 +378,10 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x25xf32>
 // CHECK:         math.sqrt
 // The SIMT kernel takes calls of one step (decode), the local, chain and
-// outputs kernels the others (temporaries: W as the products' parts (one
-// f32 part here) and U laid out as v, G and 1 / |k| per step, the chunks'
-// starting states, B * ceil(L / C) of them); the others get no blocks. The
+// outputs kernels the others (temporaries laid out as v: W as the
+// products' parts (one f32 part here), U, V' as the parts, G and 1 / |k|
+// per step; the chunks' starting states as the parts, B * ceil(L / C) of
+// them); the others get no blocks. The
 // local and outputs kernels take a block per (batch, value head, chunk),
 // the chain a block per (batch, value head).
 // CHECK-LABEL: func.func @gdn(
@@ -383,16 +391,17 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         %[[STEP:.+]] = arith.cmpi ule, %[[L]], %c1
 // CHECK:         %[[WM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<1x?x4x?x32xf32>
 // CHECK:         %[[UM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x4x?x24xf32>
+// CHECK:         %[[VM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<1x?x4x?x24xf32>
 // CHECK:         %[[GM:.+]] = memref.alloc(%{{.+}}, %{{.+}}) : memref<?x4x?x2xf32>
 // CHECK:         %[[CHUNKS:.+]] = arith.ceildivui %[[L]], %c16
 // CHECK:         %[[SLOTS:.+]] = arith.muli %[[B]], %[[CHUNKS]]
-// CHECK:         %[[SM:.+]] = memref.alloc(%[[SLOTS]]) : memref<?x4x24x32xf32>
+// CHECK:         %[[SM:.+]] = memref.alloc(%[[SLOTS]]) : memref<1x?x4x24x32xf32>
 // CHECK:         %[[ALL:.+]] = arith.muli %[[SLOTS]], %c4
 // CHECK:         %[[CHUNKB:.+]] = arith.select %[[STEP]], %c0, %[[ALL]]
-// CHECK:         attn_kernel.dispatch @gdn__chunk_local1 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[GM]], %[[SM]])
+// CHECK:         attn_kernel.dispatch @gdn__chunk_local1 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[VM]], %[[GM]], %[[SM]])
 // CHECK:         %[[CHAIN:.+]] = arith.select %[[STEP]], %c0, %[[HEADS]]
-// CHECK:         attn_kernel.dispatch @gdn__chunk_states2 workgroups(%[[CHAIN]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[GM]], %[[SM]])
-// CHECK:         attn_kernel.dispatch @gdn__chunk_outputs3 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[GM]], %[[SM]])
+// CHECK:         attn_kernel.dispatch @gdn__chunk_states2 workgroups(%[[CHAIN]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[VM]], %[[GM]], %[[SM]])
+// CHECK:         attn_kernel.dispatch @gdn__chunk_outputs3 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[VM]], %[[GM]], %[[SM]])
 // CHECK:         %[[SIMT:.+]] = arith.select %[[STEP]], %[[HEADS]], %c0
 // CHECK:         attn_kernel.dispatch @gdn__chunked0 workgroups(%[[SIMT]])
 // CHECK:         %[[ROWS:.+]] = arith.muli %[[HEADS]], %[[L]]

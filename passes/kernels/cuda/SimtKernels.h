@@ -563,18 +563,22 @@ struct SimtMmaRecurrenceTiling {
 /// The temporaries of the recurrence on matrix products, bound in this
 /// order after the recurrence's own bindings (before the workgroup) of the
 /// local kernel and of both ChunkMmaKernel kernels:
-///  - the delta rules' W and U: W [parts, .., Dk] in the products' type
-///    (SimtMmaRecurrenceTiling::product; bf16 hi and lo parts for f16 and
-///    bf16 storage, as the chain copies it into shared memory), U [.., Dv]
-///    in f32, each laid out as v; the chain replaces U with V' = U - W S;
+///  - the delta rules' W, U and V': W [parts, .., Dk] in the products'
+///    type (SimtMmaRecurrenceTiling::product; bf16 hi and lo parts for f16
+///    and bf16 storage), U [.., Dv] in f32 (the local kernel's), V' = U -
+///    W S [parts, .., Dv] in the products' type (the chain's), each laid
+///    out as v;
 ///  - per step, G (the cumulative log-decay inside its chunk, 0 without
 ///    decay) and 1 / |k| (1 without qk_l2norm): f32 [.., 2] laid out as v;
-///  - the state at each chunk's start, transposed, S^T [slots, Hv, Dv,
-///    Dk] in f32: sequence b's chunk j at slot b * ceil(L / C) + j, B *
-///    ceil(L / C) slots; in a ragged batch at floor(cu_seqlens[b] / C) + b
-///    + j, ceil(T / C) + B slots.
+///  - the state at each chunk's start, transposed, S^T [parts, slots, Hv,
+///    Dv, Dk] in the products' type: sequence b's chunk j at slot b *
+///    ceil(L / C) + j, B * ceil(L / C) slots; in a ragged batch at
+///    floor(cu_seqlens[b] / C) + b + j, ceil(T / C) + B slots.
+/// What the chain passes to the outputs (V', S^T) is stored as the very
+/// parts the outputs' products take, so that the outputs kernel copies
+/// them into shared memory as they are (cp.async), converting nothing.
 struct ChunkTemporaries {
-  Value w, u, scales, states;
+  Value w, u, projected, scales, states;
 
   ChunkTemporaries(func::FuncOp kernel, const LinearRecurrenceShape &shape);
 };

@@ -33,7 +33,7 @@
 //      stage:   chunk j + 1's k rows as stored, W's rows, G and 1 / |k|,
 //               and the tile's columns of U (or v), copied into one of
 //               two stages while chunk j's products use the other;
-//      values:  V' = U - W S  [W S]; V' replaces U in its temporary, and
+//      values:  V' = U - W S  [W S]; V' goes to its temporary, and
 //               U'^T = (exp(G_last - G_s) V'_s / |k_s|)^T goes to shared
 //               memory (for the rules without delta, from V);
 //      update:  S^T = exp(G_last) S^T + U'^T K  [U'^T K].
@@ -42,7 +42,8 @@
 //    head, chunk, column tile), all chunks at once, from the chunk's
 //    starting state and V':
 //
-//      stage:   q and k rows as stored, S^T, V', G and 1 / |k| (the local
+//      stage:   q and k rows as stored, S^T and V' as the chain's parts
+//               (all copies in flight at once), G and 1 / |k| (the local
 //               kernel's), scale / |q|;
 //      score:   O = exp(G_t) q^_t S  [Q S], and P = q^_t . k^_s
 //               exp(G_t - G_s) for s <= t  [Q K^T] in the warps' registers;
@@ -61,9 +62,10 @@
 // f32's rounding), which keeps about 16 bits: enough for SPEC's 1e-4 on
 // the f32 state over hundreds of chunks, which one rounded product (fla's
 // bf16 kernels) would not keep. f16 rows are two exact bf16 parts; f32
-// storage computes in f32, one part each. The chunks' starting states and
-// V' pass between the kernels in f32, and W as the very parts the
-// products take.
+// storage computes in f32, one part each. W, V' and the chunks' starting
+// states pass between the kernels as the very parts the products take:
+// the kernel that computes one splits it as it stores it, and the kernels
+// that read it copy it into shared memory as it is (cp.async).
 //
 // Decays appear only as exp(G_t - G_s) with t >= s or exp(G_t) with
 // G_t <= 0, so nothing overflows (the masked entries select 0 whatever
@@ -79,6 +81,7 @@
 #include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 
 using namespace mlir;
@@ -91,8 +94,9 @@ ChunkTemporaries::ChunkTemporaries(func::FuncOp kernel,
   states = kernel.getArgument(count - 2);
   scales = kernel.getArgument(count - 3);
   if (shape.isDelta()) {
-    u = kernel.getArgument(count - 4);
-    w = kernel.getArgument(count - 5);
+    projected = kernel.getArgument(count - 4);
+    u = kernel.getArgument(count - 5);
+    w = kernel.getArgument(count - 6);
   }
 }
 
@@ -236,8 +240,9 @@ private:
 
   // The outputs, in the order buildOutputs() emits its phases.
   void buildOutputs();
-  void stageQueryKeyRows(Value first, Value n);
-  void stageStateAndValues(Value slot, Value first, Value n);
+  void stageOutputInputs(Value slot, Value first, Value n);
+  void convertQueryKeyRows(Value first, Value n);
+  void convertValues(Value first, Value n);
   void stageScales(Value first, Value n);
   void scoreChunk();
   void finishOutputs(Value first, Value n);
@@ -271,6 +276,14 @@ private:
   /// Stores `x` into `parts` at `at`: hi = x rounded to the parts' type,
   /// then lo = x - hi when there are two.
   void storeParts(Value x, ArrayRef<Value> parts, ValueRange at);
+  /// storeParts into a temporary [parts, at...].
+  void storeTemporaryParts(Value x, Value temporary, ValueRange at);
+  /// stageRows' rows of a per-step tensor at `head` (with `part`, of a
+  /// temporary [parts, ..]): row t is step first + t, which exists below
+  /// `n`.
+  std::function<std::pair<SmallVector<Value>, Value>(Value)>
+  stepRows(Value head, Value first, Value n,
+           std::optional<int64_t> part = std::nullopt);
   /// The buffers of `count` parts of shape `shape` in shared memory.
   Parts sharedParts(int64_t count, ArrayRef<int64_t> shape);
 
@@ -405,20 +418,11 @@ void SimtMmaRecurrenceKernel::stageChunk(Value thread, Value chunk,
                                          const ChunkStage &stage) {
   Value first = e.mul(chunk, e.index(C));
   Value n = e.minS(e.index(C), e.sub(seq->length, first));
-  auto stepRows = [&](Value head, std::optional<int64_t> part) {
-    return [&, head, part](Value t) -> std::pair<SmallVector<Value>, Value> {
-      SmallVector<Value> at;
-      if (part)
-        at.push_back(e.index(*part));
-      llvm::append_range(at, seq->step(head, e.add(first, t)));
-      return {at, lt(t, n)};
-    };
-  };
   // k as stored is the products' operand unless it is f16 (two bf16
   // parts, converted here: loads that the chain waits for).
   if (stage.keys.size() == 1) {
     e.stageRows(thread, C, args.k, stage.keys[0], Dk, Dkp,
-                stepRows(hk, std::nullopt));
+                stepRows(hk, first, n));
   } else {
     Value dkp = e.index(Dkp);
     e.loop(thread, e.index(C * Dkp), e.index(mma.threads()), [&](Value x) {
@@ -431,12 +435,12 @@ void SimtMmaRecurrenceKernel::stageChunk(Value thread, Value chunk,
   // W's parts as the local kernel stored them; G and 1 / |k|.
   for (auto [part, w] : llvm::enumerate(stage.w))
     e.stageRows(thread, C, temporaries.w, w, Dk, Dkp,
-                stepRows(hv, static_cast<int64_t>(part)));
+                stepRows(hv, first, n, part));
   e.stageRows(thread, C, temporaries.scales, stage.scales, 2, 2,
-              stepRows(hv, std::nullopt));
+              stepRows(hv, first, n));
   // The tile's columns of U (f32) or v (as stored).
   e.stageRows(thread, C, delta ? temporaries.u : args.v, stage.values, Dv,
-              columns, stepRows(hv, std::nullopt), col0);
+              columns, stepRows(hv, first, n), col0);
 }
 
 void SimtMmaRecurrenceKernel::storeChunkState(Value warp, Value lane,
@@ -446,8 +450,8 @@ void SimtMmaRecurrenceKernel::storeChunkState(Value warp, Value lane,
   eachFragmentElement(
       e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
         e.ifThen(both(isColumn(x.row), lt(x.column, e.index(Dk))), [&] {
-          e.store(e.load(state, x.at), temporaries.states,
-                  {slot, hv, columnOf(x.row), x.column});
+          storeTemporaryParts(e.load(state, x.at), temporaries.states,
+                              {slot, hv, columnOf(x.row), x.column});
         });
       });
 }
@@ -479,8 +483,8 @@ void SimtMmaRecurrenceKernel::loadInitialState(Value chunks) {
 
 void SimtMmaRecurrenceKernel::projectValues(const ChunkStage &stage,
                                             Value first, Value n, Value last) {
-  // V' = U - W S. The lane that owns V'[t, c] stores it over U, for the
-  // outputs, and its U'^T[c, t] = exp(G_last - G_t) V'[t, c] / |k_t| for
+  // V' = U - W S. The lane that owns V'[t, c] stores it (as the parts),
+  // for the outputs, and its U'^T[c, t] = exp(G_last - G_t) V'[t, c] / |k_t| for
   // the update (past the chunk's steps, 1 / |k| is 0).
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value row = chunkRow(warp);
@@ -495,8 +499,9 @@ void SimtMmaRecurrenceKernel::projectValues(const ChunkStage &stage,
             Value value = e.fsub(e.load(stage.values, {t, c}),
                                  e.load(projected, x.at));
             e.ifThen(both(lt(t, n), isColumn(c)), [&] {
-              e.store(value, temporaries.u,
-                      seq->stepFeature(hv, e.add(first, t), columnOf(c)));
+              storeTemporaryParts(
+                  value, temporaries.projected,
+                  seq->stepFeature(hv, e.add(first, t), columnOf(c)));
             });
             Value update =
                 e.fmul(value, e.fmul(decayBetween(stage.scales, last, t),
@@ -574,18 +579,56 @@ void SimtMmaRecurrenceKernel::buildOutputs() {
   batch = chunk.batch, hv = chunk.hv;
   hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
   allocateBuffers();
-  stageQueryKeyRows(chunk.first, chunk.n);
-  stageStateAndValues(chunkStateSlot(e, shape, args, batch, chunk.index),
-                      chunk.first, chunk.n);
+  stageOutputInputs(chunkStateSlot(e, shape, args, batch, chunk.index),
+                    chunk.first, chunk.n);
   stageScales(chunk.first, chunk.n);
   scoreChunk();
   finishOutputs(chunk.first, chunk.n);
 }
 
-void SimtMmaRecurrenceKernel::stageQueryKeyRows(Value first, Value n) {
-  // q and k as stored (zero rows past the chunk's steps, zero features
-  // past Dk), feature fastest (coalesced reads), 4 elements a thread at a
-  // time, their loads first.
+void SimtMmaRecurrenceKernel::stageOutputInputs(Value slot, Value first,
+                                                Value n) {
+  // Copied as stored, all of a thread's copies in flight at once: the
+  // chunk's starting state S^T [columns, Dk] and V' [C, columns] (the
+  // chain's parts) or v, and q's and k's rows, where they are the products'
+  // operands as stored (f16 is converted into two bf16 parts first). Rows
+  // past the chunk's steps and features past Dk and Dv are zeros.
+  const bool operandsAsStored = stages[0].keys.size() == 1;
+  if (!operandsAsStored) {
+    convertQueryKeyRows(first, n);
+    if (!delta)
+      convertValues(first, n);
+  }
+  e.eachThread([&](Value thread) {
+    if (operandsAsStored) {
+      e.stageRows(thread, C, args.q, queries[0], Dk, Dkp,
+                  stepRows(hk, first, n));
+      e.stageRows(thread, C, args.k, stages[0].keys[0], Dk, Dkp,
+                  stepRows(hk, first, n));
+    }
+    for (auto [part, to] : llvm::enumerate(stateCopy)) {
+      Value partIndex = e.index(part);
+      e.stageRows(thread, columns, temporaries.states, to, Dk, Dkp,
+                  [&](Value c) -> std::pair<SmallVector<Value>, Value> {
+                    return {{partIndex, slot, hv, columnOf(c)}, isColumn(c)};
+                  });
+    }
+    if (delta) {
+      for (auto [part, to] : llvm::enumerate(valueOperand))
+        e.stageRows(thread, C, temporaries.projected, to, Dv, columns,
+                    stepRows(hv, first, n, part), col0);
+    } else if (operandsAsStored) {
+      e.stageRows(thread, C, args.v, valueOperand[0], Dv, columns,
+                  stepRows(hv, first, n), col0);
+    }
+    AsyncWaitOp::create(b);
+  });
+}
+
+void SimtMmaRecurrenceKernel::convertQueryKeyRows(Value first, Value n) {
+  // f16 q and k as two bf16 parts each (zero rows past the chunk's steps,
+  // zero features past Dk), feature fastest (coalesced reads), 4 elements
+  // a thread at a time, their loads first.
   Value dkp = e.index(Dkp);
   const Parts &keys = stages[0].keys;
   e.forAllBatched(
@@ -604,31 +647,17 @@ void SimtMmaRecurrenceKernel::stageQueryKeyRows(Value first, Value n) {
       });
 }
 
-void SimtMmaRecurrenceKernel::stageStateAndValues(Value slot, Value first,
-                                                  Value n) {
-  // The chunk's starting state S^T [columns, Dk] (zeros past Dk and Dv),
-  // and V' [C, columns]: the chain's, over U, for the delta rules, else v.
-  Value dkp = e.index(Dkp);
-  e.forAllBatched(
-      e.index(columns * Dkp), /*batch=*/4,
-      [&](Value x, Value inRange) -> SmallVector<Value> {
-        Value c = e.div(x, dkp), i = e.rem(x, dkp);
-        Value exists = both(inRange, both(isColumn(c), lt(i, e.index(Dk))));
-        return {e.loadOrZero(exists, temporaries.states,
-                             {slot, hv, columnOf(c), i})};
-      },
-      [&](Value x, ValueRange loaded) {
-        storeParts(loaded[0], stateCopy, {e.div(x, dkp), e.rem(x, dkp)});
-      });
+void SimtMmaRecurrenceKernel::convertValues(Value first, Value n) {
+  // f16 v [C, columns] as two bf16 parts (the rules without delta).
   Value width = e.index(columns);
-  Value values = delta ? temporaries.u : args.v;
   e.forAllBatched(
       e.index(C * columns), /*batch=*/4,
       [&](Value x, Value inRange) -> SmallVector<Value> {
         Value t = e.div(x, width), c = e.rem(x, width);
-        return {e.loadOrZero(
-            both(inRange, both(lt(t, n), isColumn(c))), values,
-            seq->stepFeature(hv, e.add(first, t), columnOf(c)))};
+        return {e.loadOrZero(both(inRange, both(lt(t, n), isColumn(c))),
+                             args.v,
+                             seq->stepFeature(hv, e.add(first, t),
+                                              columnOf(c)))};
       },
       [&](Value x, ValueRange loaded) {
         storeParts(loaded[0], valueOperand,
@@ -847,6 +876,33 @@ void SimtMmaRecurrenceKernel::storeParts(Value x, ArrayRef<Value> parts,
   e.store(x, parts[0], at);
   if (parts.size() == 2)
     e.store(e.fsub(x, e.widen(e.narrow(x, mma.product))), parts[1], at);
+}
+
+void SimtMmaRecurrenceKernel::storeTemporaryParts(Value x, Value temporary,
+                                                  ValueRange at) {
+  const int64_t parts = cast<MemRefType>(temporary.getType()).getDimSize(0);
+  auto partAt = [&](int64_t part) {
+    SmallVector<Value> index{e.index(part)};
+    llvm::append_range(index, at);
+    return index;
+  };
+  e.store(x, temporary, partAt(0));
+  if (parts == 2)
+    e.store(e.fsub(x, e.widen(e.narrow(x, mma.product))), temporary,
+            partAt(1));
+}
+
+std::function<std::pair<SmallVector<Value>, Value>(Value)>
+SimtMmaRecurrenceKernel::stepRows(Value head, Value first, Value n,
+                                  std::optional<int64_t> part) {
+  return [this, head, first, n,
+          part](Value t) -> std::pair<SmallVector<Value>, Value> {
+    SmallVector<Value> at;
+    if (part)
+      at.push_back(e.index(*part));
+    llvm::append_range(at, seq->step(head, e.add(first, t)));
+    return {at, lt(t, n)};
+  };
 }
 
 Value SimtMmaRecurrenceKernel::decayBetween(Value scales, Value t, Value s) {
