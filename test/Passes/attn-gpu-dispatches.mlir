@@ -251,28 +251,48 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         return
 // Calls of more than a step, first what each chunk needs from its own
 // steps, for every chunk at once: a block per (batch, value head, chunk)
-// stages the chunk's k and v rows, g and beta (zeros past its steps),
-// stores G and 1 / |k| per step, computes A in 4 x 8 tiles a thread (32
-// sums carried over Dk), then solves (I + A) [W | U] a column per thread,
-// W's columns then U's, the steps unrolled.
+// copies the chunk's k rows as stored (cp.async; zeros past its steps)
+// while it loads g and beta, then waits; stores G and 1 / |k| per step;
+// makes k^ in f32 over every thread; copies v's rows into k's buffer
+// without waiting; computes A in 4 x 8 tiles a thread (32 sums carried
+// over Dk), solves W's columns (a column per thread, the steps unrolled),
+// waits for v, then solves U's.
 // CHECK-LABEL: func.func private @gdn__chunk_local1
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "chunk_local"
 // CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
-// CHECK-COUNT-3: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x24xf32>
+// CHECK:         %[[ROWS:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x32xf32>
+// CHECK:         %[[SCALES:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
+// CHECK:         %[[KEYS:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x17xf32>
-// CHECK-COUNT-3: } {attn.threads}
+// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
+// CHECK:         attn_kernel.async_copy %arg1[{{.+}}], %[[ROWS]][{{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         memref.load %arg3
+// CHECK:         memref.load %arg4
+// CHECK:         attn_kernel.async_wait
+// CHECK-NEXT:    scf.reduce
+// CHECK-NEXT:    } {attn.threads}
+// CHECK:         memref.store %{{.+}}, %[[SCALES]]
 // CHECK:         memref.store %{{.+}}, %arg13[%{{.+}}, %{{.+}}, %{{.+}}, %c0] : memref<?x4x?x2xf32>
 // CHECK:         memref.store %{{.+}}, %arg13[%{{.+}}, %{{.+}}, %{{.+}}, %c1] : memref<?x4x?x2xf32>
+// CHECK:         } {attn.threads}
+// CHECK:         memref.load %[[ROWS]]
+// CHECK:         memref.load %[[SCALES]]
+// CHECK:         memref.store %{{.+}}, %[[KEYS]]
+// CHECK:         } {attn.threads}
+// CHECK:         attn_kernel.async_copy %arg2[{{.+}}], %[[ROWS]][{{.+}}] if(%{{.+}}) elements(4)
+// CHECK-NOT:     attn_kernel.async_wait
 // CHECK:         } {attn.threads}
 // CHECK:         %{{.+}}:32 = scf.for %{{.+}} = %c0 to %c32 step %c1 iter_args(
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     scf.for
 // CHECK-COUNT-16: memref.store %{{.+}}, %arg10[%c0, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<1x?x4x?x32xf32>
 // CHECK:         } {attn.threads}
+// CHECK:         attn_kernel.async_wait
+// CHECK:         } {attn.threads}
 // CHECK-NOT:     scf.for
+// CHECK:         memref.load %[[ROWS]]
 // CHECK-COUNT-16: memref.store %{{.+}}, %arg11[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<?x4x?x24xf32>
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads

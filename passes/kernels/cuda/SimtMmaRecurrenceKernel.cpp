@@ -921,7 +921,11 @@ Value SimtMmaRecurrenceKernel::decayTo(Value scales, Value t) {
 ///
 /// The chunk is staged as C whole steps, zeros past its last (beta = 0 and
 /// G flat there), so that A and the solve run on constant sizes without a
-/// test per step: a zero step's row of A is zero and its x is zero. The
+/// test per step: a zero step's row of A is zero and its x is zero. Its k
+/// rows are copied as stored (cp.async, a thread's copies in flight at
+/// once), and its v rows into the same buffer once k^ is made, while A and
+/// W are computed (a block waits for memory once, not a latency per few
+/// elements a thread). The
 /// solve is unrolled over the C steps with a column's x in registers (a
 /// thread per column of [W | U]), reading A's entries as broadcasts; A's
 /// entries are computed in 4 x 8 tiles a thread, 12 shared loads per 32
@@ -947,24 +951,21 @@ public:
     c0 = e.index(0), c1 = e.index(1);
     BlockChunk chunk = mapChunkBlock(e, shape, args, args.workgroup, seq);
     hv = chunk.hv;
-    // k's rows only when something reads them (the norms, A, W).
-    if (shape.normalizeQueryKey || delta)
-      keys = e.shared({C, Dk + 1});
-    if (shape.scalarDecay()) {
-      gates = e.shared({C});
-      logDecay = e.shared({C});
-    }
-    if (delta) {
-      betas = e.shared({C});
-      values = e.shared({C, Dv}, KernelEmitter::storageType(args.v));
-      transform = e.shared({C, C + 1});
-    }
+    allocateBuffers();
     stage(chunk.first, chunk.n);
     perStep(chunk.first, chunk.n);
     if (delta) {
+      normalizeKeys();
+      // v's rows are copied into the rows buffer, free once k^ is made,
+      // while A and W are computed.
+      e.eachThread([&](Value thread) {
+        e.stageRows(thread, C, args.v, rows, Dv, Dv,
+                    stepRows(hv, chunk.first, chunk.n));
+      });
       computeTransform();
       for (int64_t pass = 0; pass * threads < Dk; ++pass)
         solveColumns(/*keyColumns=*/true, pass, chunk.first, chunk.n);
+      e.eachThread([&](Value) { AsyncWaitOp::create(b); });
       for (int64_t pass = 0; pass * threads < Dv; ++pass)
         solveColumns(/*keyColumns=*/false, pass, chunk.first, chunk.n);
     }
@@ -975,44 +976,70 @@ public:
 private:
   static constexpr int64_t kTileRows = 4, kTileColumns = 8;
 
-  /// The chunk's k and v rows, g and beta, zeros past its `n` steps; a
-  /// thread's loads in flight together (forAllBatched).
-  void stage(Value first, Value n) {
-    auto stageSteps = [&](Value to, Value from, Value head, int64_t dim) {
-      Value width = e.index(dim);
-      e.forAllBatched(
-          e.index(C * dim), /*batch=*/8,
-          [&](Value x, Value inRange) -> SmallVector<Value> {
-            Value t = e.div(x, width), i = e.rem(x, width);
-            return {e.loadOrZero(both(inRange, lt(t, n)), from,
-                                 seq->stepFeature(head, e.add(first, t), i))};
-          },
-          [&](Value x, ValueRange loaded) {
-            e.store(loaded[0], to, {e.div(x, width), e.rem(x, width)});
-          });
+  void allocateBuffers() {
+    // Rows as stored (k's, then for the delta rules v's), copied by
+    // cp.async: only when something reads k (its norms, A, W).
+    if (shape.normalizeQueryKey || delta) {
+      Type storage = KernelEmitter::storageType(args.k);
+      assert(storage == KernelEmitter::storageType(args.v) &&
+             "k and v share the model's storage type");
+      const int64_t lanes = 16 / (storage.getIntOrFloatBitWidth() / 8);
+      rows = e.shared({C, roundUp(std::max(Dk, delta ? Dv : 0), lanes)},
+                      storage);
+    }
+    if (shape.normalizeQueryKey)
+      keyScales = e.shared({C});
+    if (delta) {
+      keys = e.shared({C, Dk + 1});
+      betas = e.shared({C});
+      transform = e.shared({C, C + 1});
+    }
+    if (shape.scalarDecay()) {
+      gates = e.shared({C});
+      logDecay = e.shared({C});
+    }
+  }
+
+  /// The rows of step first + t at `head` for stageRows, which exist below
+  /// `n` (zeros past the chunk's steps).
+  std::function<std::pair<SmallVector<Value>, Value>(Value)>
+  stepRows(Value head, Value first, Value n) {
+    return [this, head, first, n](Value t)
+               -> std::pair<SmallVector<Value>, Value> {
+      return {seq->step(head, e.add(first, t)), lt(t, n)};
     };
-    if (keys)
-      stageSteps(keys, args.k, hkOf(), Dk);
-    if (values)
-      stageSteps(values, args.v, hv, Dv);
-    if (gates || betas)
-      e.forAll(e.index(C), [&](Value t) {
-        Value exists = lt(t, n);
-        SmallVector<Value> at = seq->step(hv, e.add(first, t));
-        if (gates)
-          e.store(e.loadOrZero(exists, args.g, at), gates, {t});
-        if (betas)
-          e.store(e.loadOrZero(exists, args.beta, at), betas, {t});
-      });
+  }
+
+  /// The chunk's k rows as stored (by cp.async), its g and beta, zeros
+  /// past its `n` steps: every load of a thread in flight together.
+  void stage(Value first, Value n) {
+    e.eachThread([&](Value thread) {
+      if (rows)
+        e.stageRows(thread, C, args.k, rows, Dk, Dk,
+                    stepRows(hkOf(), first, n));
+      if (gates || betas)
+        e.loop(thread, e.index(C), e.index(threads), [&](Value t) {
+          Value exists = lt(t, n);
+          SmallVector<Value> at = seq->step(hv, e.add(first, t));
+          if (gates)
+            e.store(e.loadOrZero(exists, args.g, at), gates, {t});
+          if (betas)
+            e.store(e.loadOrZero(exists, args.beta, at), betas, {t});
+        });
+      if (rows)
+        AsyncWaitOp::create(b);
+    });
   }
 
   /// Per step: G (the sum of the chunk's g up to the step) and 1 / |k|,
-  /// stored for the other kernels; for the delta rules k^ in place.
+  /// stored for the other kernels.
   void perStep(Value first, Value n) {
     e.forAll(e.index(C), [&](Value t) {
-      Value keyScale = shape.normalizeQueryKey
-                           ? sharedRowNormInverse(e, {keys}, t, Dk)
-                           : e.scalar(1.0);
+      Value keyScale = e.scalar(1.0);
+      if (keyScales) {
+        keyScale = sharedRowNormInverse(e, {rows}, t, Dk);
+        e.store(keyScale, keyScales, {t});
+      }
       Value logDecayTo = e.scalar(0.0);
       if (logDecay) {
         logDecayTo = e.sumOver(c0, e.add(t, c1), [&](Value s) {
@@ -1025,10 +1052,19 @@ private:
         e.store(logDecayTo, temporaries.scales, seq->stepFeature(hv, step, c0));
         e.store(keyScale, temporaries.scales, seq->stepFeature(hv, step, c1));
       });
-      if (delta && shape.normalizeQueryKey)
-        e.loop(c0, e.index(Dk), c1, [&](Value i) {
-          e.store(e.fmul(e.load(keys, {t, i}), keyScale), keys, {t, i});
-        });
+    });
+  }
+
+  /// The delta rules' k^ in f32 (k / |k| with qk_l2norm, else k) for A
+  /// and W, over every thread.
+  void normalizeKeys() {
+    Value width = e.index(Dk);
+    e.forAll(e.index(C * Dk), [&](Value x) {
+      Value t = e.div(x, width), i = e.rem(x, width);
+      Value key = e.load(rows, {t, i});
+      if (keyScales)
+        key = e.fmul(key, e.load(keyScales, {t}));
+      e.store(key, keys, {t, i});
     });
   }
 
@@ -1098,7 +1134,7 @@ private:
             if (logDecay)
               rhs = e.fmul(rhs, e.exp(e.load(logDecay, {at})));
           } else {
-            rhs = e.load(values, {at, column});
+            rhs = e.load(rows, {at, column});
           }
           SmallVector<Value> known(std::min<int64_t>(t, 4), e.scalar(0.0));
           for (int64_t s = 0; s < t; ++s)
@@ -1144,7 +1180,9 @@ private:
   const bool delta;
   Value c0, c1, hv;
   std::optional<RecurrenceSequence> seq;
-  Value keys, gates, logDecay, betas, values, transform;
+  // Shared: k's rows as stored, then v's (the delta rules); k^ in f32
+  // (the delta rules); per step 1 / |k|, g, G and beta; A.
+  Value rows, keys, keyScales, gates, logDecay, betas, transform;
 };
 
 } // namespace
