@@ -399,8 +399,9 @@ std::vector<RecurrenceCase> cases() {
        .chunk = 32,
        .length = 70,
        .dtype = "f16"});
-  // Rows of no whole 4-byte pieces (bf16 with odd dims): the chain stages
-  // k, W and the values an element a load instead of by async copies.
+  // Rows of no whole 4-byte pieces (bf16 with odd dims): the kernels
+  // stage k, W, the values and (the gate) o and z an element a load
+  // instead of by async copies.
   add({.label = "bf16_linear_odd_dims",
        .rule = "linear",
        .keyDim = 27,
@@ -413,6 +414,7 @@ std::vector<RecurrenceCase> cases() {
        .keyDim = 27,
        .valueDim = 13,
        .chunk = 16,
+       .gate = true,
        .length = 37,
        .dtype = "bf16"});
   add({.label = "f16_gla", .rule = "gla", .length = 45, .dtype = "f16"});

@@ -558,11 +558,12 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
                       e.index(0));
   // Each row's indices, divided out once per row into shared memory: a
   // division by the dynamic length per element cost more than the gate.
+  // Rows past the block's last repeat it (their copies read nothing).
   const int64_t rowRank = shape.ragged ? 2 : 3;
   Type i64 = b.getI64Type();
   Value rowIndices = e.shared({rowsPerBlock, rowRank}, i64);
-  e.forAll(rows, [&](Value j) {
-    Value row = e.add(firstRow, j);
+  e.forAll(e.index(rowsPerBlock), [&](Value j) {
+    Value row = e.add(firstRow, e.minS(j, e.sub(rows, e.index(1))));
     Value step = e.rem(row, length), rest = e.div(row, length);
     Value hv = e.rem(rest, heads), batch = e.div(rest, heads);
     SmallVector<Value> indices = shape.ragged ? SmallVector<Value>{step, hv}
@@ -571,35 +572,63 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
       memref::StoreOp::create(b, arith::IndexCastOp::create(b, i64, index),
                               rowIndices, ValueRange{j, e.index(k)});
   });
-  auto element = [&](Value j, Value d) {
+  auto rowAt = [&](Value j) {
     SmallVector<Value> at;
     for (int64_t k = 0; k < rowRank; ++k)
       at.push_back(e.toIndex(e.loadInt(rowIndices, {j, e.index(k)})));
+    return at;
+  };
+  auto element = [&](Value j, Value d) {
+    SmallVector<Value> at = rowAt(j);
     at.push_back(d);
     return at;
   };
 
   // o = (o / sqrt(mean(o^2) + eps)) * w * silu(z): the block's rows of o
-  // staged (each thread's loads in flight together, consecutive threads
-  // on consecutive elements), a thread per row for the mean, then every
-  // element again.
-  Value outputs = e.shared({rowsPerBlock, Dv + 1});
-  Value inverses = e.shared({rowsPerBlock});
+  // and z and the weights copied as stored (cp.async, every copy of a
+  // thread in flight at once); each row's sum of squares in kSumsPerRow
+  // interleaved partial sums over the block's threads, then combined; then
+  // every element again, consecutive threads on consecutive elements.
+  Type storage = KernelEmitter::storageType(args.out);
+  const int64_t lanes = 16 / (storage.getIntOrFloatBitWidth() / 8);
+  const int64_t padded = roundUp(Dv, lanes);
+  // Rows padded by 16 bytes: the sums' rows fall on different banks.
+  Value outputs = e.shared({rowsPerBlock, padded + lanes}, storage);
+  Value gates = e.shared({rowsPerBlock, padded + lanes},
+                         KernelEmitter::storageType(args.z));
+  Value weights =
+      e.shared({1, padded}, KernelEmitter::storageType(args.w));
+  e.eachThread([&](Value thread) {
+    auto blockRow = [&](Value j) -> std::pair<SmallVector<Value>, Value> {
+      return {rowAt(j), e.icmp(arith::CmpIPredicate::ult, j, rows)};
+    };
+    e.stageRows(thread, rowsPerBlock, args.out, outputs, Dv, Dv, blockRow);
+    e.stageRows(thread, rowsPerBlock, args.z, gates, Dv, Dv, blockRow);
+    e.stageRows(thread, 1, args.w, weights, Dv, Dv,
+                [&](Value) -> std::pair<SmallVector<Value>, Value> {
+                  return {{}, arith::ConstantIntOp::create(b, b.getI1Type(), 1)};
+                });
+    AsyncWaitOp::create(b);
+  });
   Value dv = e.index(Dv);
-  e.forAllBatched(
-      e.mul(rows, dv), /*batch=*/8,
-      [&](Value x, Value inRange) -> SmallVector<Value> {
-        return {e.loadOrZero(inRange, args.out,
-                             element(e.div(x, dv), e.rem(x, dv)))};
-      },
-      [&](Value x, ValueRange loaded) {
-        e.store(loaded[0], outputs, {e.div(x, dv), e.rem(x, dv)});
-      });
+  const int64_t kSumsPerRow = 8;
+  Value partialSums = e.shared({rowsPerBlock, kSumsPerRow});
+  e.forAll(e.mul(rows, e.index(kSumsPerRow)), [&](Value x) {
+    Value j = e.div(x, e.index(kSumsPerRow));
+    Value part = e.rem(x, e.index(kSumsPerRow));
+    Value squares = e.loop(
+        part, dv, e.index(kSumsPerRow), {e.scalar(0.0)},
+        [&](Value d, ValueRange sum) -> SmallVector<Value> {
+          Value o = e.load(outputs, {j, d});
+          return {e.fma(o, o, sum[0])};
+        })[0];
+    e.store(squares, partialSums, {j, part});
+  });
+  Value inverses = e.shared({rowsPerBlock});
   e.forAll(rows, [&](Value j) {
-    Value squares = e.sumOver(e.index(0), dv, [&](Value d) {
-      Value o = e.load(outputs, {j, d});
-      return e.fmul(o, o);
-    });
+    Value squares = e.scalar(0.0);
+    for (int64_t part = 0; part < kSumsPerRow; ++part)
+      squares = e.fadd(squares, e.load(partialSums, {j, e.index(part)}));
     Value meanSquare =
         e.fmul(squares, e.scalar(1.0 / static_cast<double>(Dv)));
     e.store(e.fdiv(e.scalar(1.0),
@@ -607,19 +636,12 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
                        b, e.fadd(meanSquare, e.scalar(shape.gateEpsilon)))),
             inverses, {j});
   });
-  e.forAllBatched(
-      e.mul(rows, dv), /*batch=*/8,
-      [&](Value x, Value inRange) -> SmallVector<Value> {
-        Value d = e.rem(x, dv);
-        return {e.loadOrZero(inRange, args.z, element(e.div(x, dv), d)),
-                e.loadOrZero(inRange, args.w, {d})};
-      },
-      [&](Value x, ValueRange loaded) {
-        Value j = e.div(x, dv), d = e.rem(x, dv);
-        Value o = e.fmul(e.fmul(e.load(outputs, {j, d}), e.load(inverses, {j})),
-                         loaded[1]);
-        e.store(e.fmul(o, e.silu(loaded[0])), args.out, element(j, d));
-      });
+  e.forAll(e.mul(rows, dv), [&](Value x) {
+    Value j = e.div(x, dv), d = e.rem(x, dv);
+    Value o = e.fmul(e.fmul(e.load(outputs, {j, d}), e.load(inverses, {j})),
+                     e.load(weights, {e.index(0), d}));
+    e.store(e.fmul(o, e.silu(e.load(gates, {j, d}))), args.out, element(j, d));
+  });
   func::ReturnOp::create(b);
   return func;
 }
