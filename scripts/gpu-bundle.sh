@@ -25,7 +25,8 @@
 #          own, so that a fault of an untried kernel costs no other result
 #   profile  Nsight Compute's time per kernel of Gated DeltaNet prefill
 #          and decode (models compiled here into DIR/models), a table per
-#          call in $OUT/gpu.log, the CSVs in $OUT
+#          call in $OUT/gpu.log, then their largest stall reasons per
+#          kernel (WarpStateStats), the CSVs in $OUT
 #   bench  build/bin/cuda-attention-bench ($BENCH_ARGS)
 # (each step's timeout: E2E_TIMEOUT, WGMMA_TIMEOUT, PROFILE_TIMEOUT, BENCH_TIMEOUT,
 # TORCH_TIMEOUT, FLA_TIMEOUT; the Python baselines take TORCH_ARGS and
@@ -206,6 +207,38 @@ for (_, kernel), m in kernels.items():
           m["sm__throughput.avg.pct_of_peak_sustained_elapsed"],
           m["dram__throughput.avg.pct_of_peak_sustained_elapsed"],
           m["sm__warps_active.avg.pct_of_peak_sustained_active"]))
+' 2>&1 | tee -a "$out/gpu.log"
+    done
+    # Why the Gated DeltaNet kernels and decode's split kernel wait: the
+    # warp states (stall reasons, cycles per issued instruction) of
+    # Nsight Compute's WarpStateStats section, the largest five per kernel.
+    for run in "gdn gdn B=1,L=4096" "decode attn B=1,Lq=1,Lk=32768"; do
+      set -- $run
+      csv="$out/ncu-stalls-$1.csv"
+      timeout ${PROFILE_TIMEOUT:-60} ncu --clock-control none --csv --page raw \
+        --section WarpStateStats "$bin/attn-run" "$here/models/$1.model" \
+        --entry $2 --random $3 --device cuda > "$csv" 2>&1
+      echo "### stalls: $1 $3 (ncu exit $?; cycles a warp waits per issued instruction)" >> "$out/gpu.log"
+      grep '^"' "$csv" | python3 -c '
+import csv, re, sys
+rows = list(csv.reader(sys.stdin))
+if len(rows) < 3:
+    sys.exit("no rows")
+head = rows[0]
+name = head.index("Kernel Name")
+stall = re.compile(r"smsp__average_warps?_issue_stalled_(.+)_per_issue_active\.ratio$")
+columns = [(i, stall.match(h).group(1)) for i, h in enumerate(head) if stall.match(h)]
+print("| kernel | largest stalls (cycles per issued instruction) |")
+print("|---|---|")
+for row in rows[2:]:
+    values = []
+    for i, reason in columns:
+        try:
+            values.append((float(row[i].replace(",", "")), reason))
+        except ValueError:
+            pass
+    top = sorted(values, reverse=True)[:5]
+    print("| %s | %s |" % (row[name], ", ".join("%s %.1f" % (r, v) for v, r in top)))
 ' 2>&1 | tee -a "$out/gpu.log"
     done;;
   bench)
