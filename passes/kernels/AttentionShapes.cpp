@@ -97,12 +97,17 @@ Value KeyRows::length(Value batch) const {
   return e.dim(k, 2);
 }
 
+Value KeyRows::page(Value batch, Value i) const {
+  return e.toIndex(e.loadInt(pageTable, {batch, i}));
+}
+
+SmallVector<Value> KeyRows::atPage(Value page, Value kvHead, Value j) const {
+  return {page, e.rem(j, e.index(pageSize)), kvHead};
+}
+
 SmallVector<Value> KeyRows::at(Value batch, Value kvHead, Value j) const {
-  if (pageTable) {
-    Value size = e.index(pageSize);
-    Value page = e.toIndex(e.loadInt(pageTable, {batch, e.div(j, size)}));
-    return {page, e.rem(j, size), kvHead};
-  }
+  if (pageTable)
+    return atPage(page(batch, e.div(j, e.index(pageSize))), kvHead, j);
   if (keyOffsets) {
     Value first = batch == boundBatch
                       ? boundFirst

@@ -102,6 +102,14 @@ public:
   /// repeated: LLVM cannot tell that the kernel's stores leave it alone).
   void bind(Value batch);
 
+  /// A paged cache: its page size P (0 otherwise).
+  int64_t pagedBy() const { return pageTable ? pageSize : 0; }
+  /// The page that holds keys [i P, i P + P) of sequence `batch`, read
+  /// from the page table (a kernel may read pages ahead of their keys).
+  Value page(Value batch, Value i) const;
+  /// at() for key `j` of a paged cache when its page is known.
+  SmallVector<Value> atPage(Value page, Value kvHead, Value j) const;
+
 private:
   KernelEmitter &e;
   Value k, pageTable, keyLengths, keyOffsets;

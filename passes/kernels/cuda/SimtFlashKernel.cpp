@@ -109,6 +109,17 @@ private:
   /// The k and v rows of key tile `tile`.
   std::function<std::pair<SmallVector<Value>, Value>(Value)>
   keyRowsOf(Value tile);
+  /// Decode over a paged cache: the pages of each key tile are read two
+  /// tiles ahead into `tilePages` (slot tile % 3), so that a tile's copies
+  /// wait for no page table entry.
+  bool prefetchesPages() const {
+    return decodeSplit && kv->pagedBy() > 0 && !gathered && !blockMask;
+  }
+  /// Thread `thread`'s loads of the entries of key tile `tile`'s pages
+  /// (an entry a thread), to store with storeTilePages once they are
+  /// needed; none past the last tile.
+  SmallVector<Value> loadTilePages(Value thread, Value tile);
+  void storeTilePages(Value thread, Value tile, ValueRange pages);
   /// The score t of the product of tile row r and `key`.
   Value scoreOf(Value product, Value r, Value key);
   /// A thread loop in which each warp works on its 16 x rowTiles rows:
@@ -198,6 +209,10 @@ private:
   // Shared and register buffers (allocateBuffers).
   /// The k and v buffers: one of each, or two with flash.stages = 2.
   Value qs, quad, scoreRegs, outRegs, maxRegs, sumRegs;
+  /// prefetchesPages(): [3, pagesPerTile] page numbers, those of tile j in
+  /// slot j % 3 (a tile's TK keys span at most pagesPerTile pages).
+  Value tilePages;
+  int64_t pagesPerTile = 0;
   SmallVector<Value, 2> ks, vs;
 
   // The softmax in base 2 (see allocateBuffers).
@@ -302,6 +317,16 @@ void SimtFlashKernel::walkKeyTilesInTwoStages() {
     e.stageRows(thread, TK, k, ks[buffer], D, Dp, keyRowsOf(tile));
     e.stageRows(thread, TK, v, vs[buffer], Dv, Dvp, keyRowsOf(tile));
   };
+  // A paged cache's pages two tiles ahead: tiles 0 and 1's here.
+  if (prefetchesPages()) {
+    const int64_t pageSize = kv->pagedBy();
+    pagesPerTile = (TK - 1) / pageSize + 2;
+    tilePages = e.shared({3, pagesPerTile}, b.getI32Type());
+    e.eachThread([&](Value thread) {
+      for (Value tile : {c0, c1})
+        storeTilePages(thread, tile, loadTilePages(thread, tile));
+    });
+  }
   // Tile 0's copies are a group of their own (the wait with one pending
   // group waits for none).
   e.eachThread([&](Value thread) {
@@ -311,11 +336,19 @@ void SimtFlashKernel::walkKeyTilesInTwoStages() {
   e.inTwoStages(keyTiles, [&](Value tile, Value nextTile, int64_t buffer) {
     // Tile j + 1's copies go into the other buffer (whose last readers,
     // tile j - 1's products, finished before the barrier that ended them),
-    // then the thread waits for all but them: tile j's.
+    // then the thread waits for all but them: tile j's. Tile j + 2's pages
+    // are read meanwhile into the slot of tile j - 1's (last read by the
+    // copies of the loop before), stored once the wait is over.
     e.eachThread([&](Value thread) {
+      Value afterNext = e.add(nextTile, c1);
+      SmallVector<Value> pages;
+      if (tilePages)
+        pages = loadTilePages(thread, afterNext);
       e.ifThen(lt(nextTile, keyTiles),
                [&] { stageTile(thread, nextTile, 1 - buffer); });
       waitForCopies(/*pending=*/1);
+      if (tilePages)
+        storeTilePages(thread, afterNext, pages);
     });
     scoreKeyTile(tileFirstKey(tile), ks[buffer]);
     updateSoftmax(tile, /*stageValues=*/false);
@@ -774,9 +807,57 @@ std::pair<Value, Value> SimtFlashKernel::keyAt(Value v) {
   return {key, both(lt(v, end), lt(key, lk))};
 }
 
+SmallVector<Value> SimtFlashKernel::loadTilePages(Value thread, Value tile) {
+  // Entry i is the page of the tile's first key plus i, clamped to the
+  // sequence's last page (the table holds no page past its keys).
+  const int64_t pageSize = kv->pagedBy();
+  Value size = e.index(pageSize);
+  Value firstPage = e.div(tileFirstKey(tile), size);
+  Value lastPage = e.div(e.sub(e.maxS(lk, c1), c1), size);
+  Value zero = e.i32(0);
+  SmallVector<Value> pages;
+  for (int64_t pass = 0; pass * e.blockThreads < pagesPerTile; ++pass) {
+    Value i = e.add(thread, e.index(pass * e.blockThreads));
+    Value loads = both(lt(tile, keyTiles), lt(i, e.index(pagesPerTile)));
+    pages.push_back(e.ifElse(
+        loads,
+        [&]() -> SmallVector<Value> {
+          return {e.toI32(kv->page(batch, e.minS(e.add(firstPage, i),
+                                                lastPage)))};
+        },
+        [&]() -> SmallVector<Value> { return {zero}; })[0]);
+  }
+  return pages;
+}
+
+void SimtFlashKernel::storeTilePages(Value thread, Value tile,
+                                     ValueRange pages) {
+  Value slot = e.rem(tile, e.index(3));
+  for (auto [pass, page] : llvm::enumerate(pages)) {
+    Value i = e.add(thread, e.index(pass * e.blockThreads));
+    e.ifThen(both(lt(tile, keyTiles), lt(i, e.index(pagesPerTile))), [&] {
+      memref::StoreOp::create(b, page, tilePages, ValueRange{slot, i});
+    });
+  }
+}
+
 std::function<std::pair<SmallVector<Value>, Value>(Value)>
 SimtFlashKernel::keyRowsOf(Value tile) {
   Value firstKey = tileFirstKey(tile);
+  if (tilePages) {
+    Value size = e.index(kv->pagedBy());
+    Value firstPage = e.div(firstKey, size);
+    Value slot = e.rem(tile, e.index(3));
+    return [this, firstKey, firstPage, slot,
+            size](Value j) -> std::pair<SmallVector<Value>, Value> {
+      auto [key, isKey] = keyAt(e.add(firstKey, j));
+      // Rows past the keys read nothing: they take the tile's first page.
+      Value row = e.select(isKey, key, firstKey);
+      Value page = e.toIndex(e.loadInt(
+          tilePages, {slot, e.sub(e.div(row, size), firstPage)}));
+      return {kv->atPage(page, kvHead, row), isKey};
+    };
+  }
   return [this, firstKey](Value j) -> std::pair<SmallVector<Value>, Value> {
     auto [key, isKey] = keyAt(e.add(firstKey, j));
     // Rows past the keys are not read: clamp them to key 0 (a paged
