@@ -314,6 +314,12 @@ void SimtFlashKernel::walkKeyTilesInTwoStages() {
   // the loop takes the tiles two at a time so that each buffer is a fixed
   // operand of its products.
   auto stageTile = [&](Value thread, Value tile, int64_t buffer) {
+    if (D == Dv && Dp == Dvp) {
+      // A row's place (a paged cache's page) found once for k and v.
+      e.stageRows(thread, TK, {{k, ks[buffer]}, {v, vs[buffer]}}, D, Dp,
+                  keyRowsOf(tile));
+      return;
+    }
     e.stageRows(thread, TK, k, ks[buffer], D, Dp, keyRowsOf(tile));
     e.stageRows(thread, TK, v, vs[buffer], Dv, Dvp, keyRowsOf(tile));
   };

@@ -198,12 +198,19 @@ void SimtEmitter::forAllBatched(
 }
 
 void SimtEmitter::stageRows(
-    Value thread, int64_t count, Value from, Value to, int64_t dim,
-    int64_t padded,
+    Value thread, int64_t count, ArrayRef<std::pair<Value, Value>> fromTo,
+    int64_t dim, int64_t padded,
     function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt,
     Value firstColumn) {
-  const int64_t elementBytes =
-      cast<MemRefType>(to.getType()).getElementTypeBitWidth() / 8;
+  Type element = cast<MemRefType>(fromTo.front().second.getType())
+                     .getElementType();
+  assert(llvm::all_of(fromTo,
+                      [&](auto pair) {
+                        return cast<MemRefType>(pair.second.getType())
+                                   .getElementType() == element;
+                      }) &&
+         "the pairs share their element type");
+  const int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
   // The widest copy (16, 8 or 4 bytes) that whole rows are made of, in
   // global memory and in the padded shared rows.
   int64_t lanes = 16 / elementBytes;
@@ -221,11 +228,13 @@ void SimtEmitter::stageRows(
                       ? isRow
                       : andI(isRow, icmp(arith::CmpIPredicate::ult, column,
                                          index(dim)));
-    SmallVector<Value, 4> target = tileElement(*this, to, j, d);
-    if (pieces)
-      AsyncCopyOp::create(b, from, at, to, target, valid, lanes);
-    else
-      store(loadOrZero(valid, from, at), to, target);
+    for (auto [from, to] : fromTo) {
+      SmallVector<Value, 4> target = tileElement(*this, to, j, d);
+      if (pieces)
+        AsyncCopyOp::create(b, from, at, to, target, valid, lanes);
+      else
+        store(loadOrZero(valid, from, at), to, target);
+    }
   };
   // The usual case (whole pieces, the threads a multiple of a row's and
   // the copies of the threads): a thread's column is the same in every

@@ -200,6 +200,17 @@ struct SimtEmitter : KernelEmitter {
   stageRows(Value thread, int64_t count, Value from, Value to, int64_t dim,
             int64_t padded,
             function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt,
+            Value firstColumn = {}) {
+    stageRows(thread, count, {{from, to}}, dim, padded, rowAt, firstColumn);
+  }
+  /// stageRows for several (from, to) pairs of one element type whose rows
+  /// are at the same indices (k and v of a key tile): each row's place is
+  /// found once for all of them.
+  void
+  stageRows(Value thread, int64_t count,
+            ArrayRef<std::pair<Value, Value>> fromTo, int64_t dim,
+            int64_t padded,
+            function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt,
             Value firstColumn = {});
   /// Runs body(i, i + 1, i % 2) for i in [0, count), two at a time, so
   /// that the stage (0 or 1) is a constant of each body: a loop over
