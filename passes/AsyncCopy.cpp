@@ -4,7 +4,8 @@
 // buffer that may complete as late as the thread's next attn_kernel.async_wait
 // (see the op). Block kernels stage their tiles with it so that a thread
 // has all its copies of a tile in flight at once, instead of one load and
-// its store at a time. Two lowerings:
+// its store at a time. Two lowerings (which also lower
+// attn_kernel.device_fence: dropped on the CPU, membar.gl on the GPU):
 //
 //  * a copy done at once (-attn-async-copy-to-loops): the CPU runs a
 //    block's threads one after another, so there is nothing to overlap;
@@ -103,7 +104,7 @@ struct AttnAsyncCopyToLoops final
     getOperation()->walk([](Operation *op) {
       if (auto copy = dyn_cast<AsyncCopyOp>(op))
         lowerToCopy(copy);
-      else if (isa<AsyncWaitOp>(op))
+      else if (isa<AsyncWaitOp, DeviceFenceOp>(op))
         op->erase();
     });
   }
@@ -134,6 +135,10 @@ struct AttnAsyncCopyToNvvm final
           return WalkResult::interrupt();
         }
         lowerToCpAsync(copy);
+      } else if (isa<DeviceFenceOp>(op)) {
+        OpBuilder b(op);
+        NVVM::MembarOp::create(b, op->getLoc(), NVVM::MemScopeKind::GPU);
+        op->erase();
       } else if (auto wait = dyn_cast<AsyncWaitOp>(op)) {
         OpBuilder b(op);
         if (cpAsync) {

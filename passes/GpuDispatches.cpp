@@ -3,8 +3,10 @@
 // The CUDA half of entry lowering (EntryLowering.h builds the host
 // function), with the kernels of SimtKernels.h. Softmax attention runs
 // the flash block kernel, a block per (batch, head, query tile); decode
-// calls (few query rows) split the keys over threads and merge the
-// partials, a thread kernel's workgroup count being its thread count.
+// calls (few query rows) split the keys over blocks, the last block of a
+// tile's splits merging their partials (sparse decode, trees and ragged
+// batches: a merge thread kernel, a thread kernel's workgroup count being
+// its thread count).
 // Linear recurrences run a chunked block kernel, one block per (batch,
 // value head, column tile): the chunk's products on warp_mma where its
 // tiles fit and a call has more than a step per sequence, else a state
@@ -617,16 +619,20 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
       zero);
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
                         decodeRows, decodeSplits);
-  // The merge: a thread per (row, feature).
-  Value mergeThreads =
-      m.mul(m.mul(m.mul(decodeBatch, m.index(shape.numHeads)), decodeRows),
-            m.index(shape.valueDim));
-  Value decodeBlocks =
-      m.mul(m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)), groupRowTiles),
-            decodeSplits);
+  // The block that finishes a tile's last split merges the tile's rows
+  // (no merge kernel): a counter per tile, zeroed first, counts its splits
+  // done.
+  Value decodeTiles =
+      m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)), groupRowTiles);
+  Value decodeBlocks = m.mul(decodeTiles, decodeSplits);
+  Value counters = memref::AllocOp::create(
+      b, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+      ValueRange{decodeTiles});
   SmallVector<Value> rowBindings = s.rowBindings();
-  SmallVector<Value> splitBindings = s.splitBindings();
-  SmallVector<Value> mergeBindings = s.mergeBindings();
+  SmallVector<Value> splitBindings = s.keyBindings();
+  llvm::append_range(splitBindings, s.mergeBindings());
+  splitBindings.push_back(counters);
+  splitBindings = s.withVariantTensors(std::move(splitBindings));
 
   OpBuilder kernelBuilder(host);
   auto types = [](ValueRange values) {
@@ -675,13 +681,14 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   dispatch(buildSimtFlashKernel(kernelBuilder, op.getLoc(), kernelName("flash"),
                                 shape, flash, tiling, types(rowBindings)),
            flashBlocks, rowBindings);
-  dispatch(buildSimtFlashDecodeKernel(
-               kernelBuilder, op.getLoc(), kernelName("flash_decode"), shape,
-               decodeFlash, tiling, types(splitBindings)),
-           decodeBlocks, splitBindings);
-  dispatch(buildSimtMergeKernel(kernelBuilder, op.getLoc(), kernelName("merge"),
-                                shape, tiling, types(mergeBindings)),
-           mergeThreads, mergeBindings);
+  func::FuncOp decodeKernel = buildSimtFlashDecodeKernel(
+      kernelBuilder, op.getLoc(), kernelName("flash_decode"), shape,
+      decodeFlash, tiling, types(splitBindings), KeyPart::All,
+      /*mergesSplits=*/true);
+  dispatch(buildSimtZeroKernel(kernelBuilder, op.getLoc(), kernelName("zero"),
+                               tiling, {counters.getType()}),
+           decodeTiles, {counters});
+  dispatch(decodeKernel, decodeBlocks, splitBindings);
   return success();
 }
 

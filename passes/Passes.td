@@ -347,7 +347,8 @@ def AttnAsyncCopyToLoops : Pass<"attn-async-copy-to-loops"> {
     Replaces every `attn_kernel.async_copy` by a vector load and store of its
     elements (or stores of zeros where it is not valid) and erases
     `attn_kernel.async_wait`: each copy is complete when the thread moves on. This
-    is the CPU lowering, which runs a block's threads one after another.
+    is the CPU lowering, which runs a block's threads one after another (on
+    one CPU thread, so `attn_kernel.device_fence` is erased too).
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::memref::MemRefDialect",
@@ -362,7 +363,8 @@ def AttnAsyncCopyToNvvm : Pass<"attn-async-copy-to-nvvm"> {
     `nvgpu.device_async_copy` (PTX `cp.async`, `.cg` for 16 bytes), whose
     source size is 0 where the copy is not valid so that the target gets
     zeros, and every `attn_kernel.async_wait` to `cp.async.commit_group` and
-    `cp.async.wait_group 0`. Runs after -attn-gpu-outline-kernels, which
+    `cp.async.wait_group 0`, and every `attn_kernel.device_fence` to
+    `membar.gl`. Runs after -attn-gpu-outline-kernels, which
     puts the shared buffers in workgroup memory. Older chips get the plain
     copies of -attn-async-copy-to-loops.
   }];

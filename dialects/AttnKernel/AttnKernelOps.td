@@ -280,4 +280,22 @@ def AttnKernel_AsyncWaitOp : AttnKernel_Op<"async_wait"> {
   let hasVerifier = 1;
 }
 
+def AttnKernel_DeviceFenceOp : AttnKernel_Op<"device_fence"> {
+  let summary = "orders the thread's memory accesses for the whole device";
+  let description = [{
+    The calling thread's global memory accesses before the fence are
+    performed, as seen by every thread of the device, before those after
+    it (`membar.gl` on the GPU). Blocks that hand results to one another
+    through global memory and a `memref.atomic_rmw` counter (the last block
+    of a decode row's splits merges them) fence before the count and after
+    reading it. On the CPU a block runs on one thread, whose atomics' own
+    acquire-release order does the same, and the fence is dropped.
+
+    ```mlir
+    attn_kernel.device_fence
+    ```
+  }];
+  let assemblyFormat = "attr-dict";
+}
+
 #endif // ATTN_KERNEL_OPS_TD

@@ -151,9 +151,13 @@ void QueryRows::bind(Value batch) {
 
 SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
                            const SoftmaxAttentionShape &shape, Value rowIndex)
+    : SplitKvMerge(e, ValueRange(kernel.getArguments()), shape,
+                   rowIndex ? rowIndex : kernel.getArguments().back()) {}
+
+SplitKvMerge::SplitKvMerge(KernelEmitter &e, ValueRange args,
+                           const SoftmaxAttentionShape &shape, Value rowIndex)
     : e(e), ragged(shape.ragged),
       planned(shape.ragged && shape.selection == KeySelectionKind::Dense) {
-  auto args = kernel.getArguments();
   unsigned next = 0;
   if (planned) {
     queryOffsets = args[next++];
@@ -166,8 +170,6 @@ SplitKvMerge::SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
   out = args[next++];
   if (shape.withLogSumExp)
     lse = args[next++];
-  if (!rowIndex)
-    rowIndex = args.back();
 
   Value numHeads = e.index(shape.numHeads);
   if (ragged && !planned) {

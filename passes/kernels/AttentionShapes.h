@@ -290,6 +290,10 @@ struct SplitKvMerge {
 
   SplitKvMerge(KernelEmitter &e, func::FuncOp kernel,
                const SoftmaxAttentionShape &shape, Value rowIndex = Value());
+  /// The same over `bindings` (the merge kernel's, from its first) for
+  /// row `rowIndex` (the merge kernel's workgroup order).
+  SplitKvMerge(KernelEmitter &e, ValueRange bindings,
+               const SoftmaxAttentionShape &shape, Value rowIndex);
 
   /// The index of split `s`'s partial lse; partial o's is followed by the
   /// feature index.

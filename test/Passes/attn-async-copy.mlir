@@ -75,3 +75,26 @@ func.func @stage_for_wgmma(%k: memref<?x128xbf16>,
   attn_kernel.async_wait {async_proxy}
   return
 }
+
+// -----
+
+// A device-wide fence between a block's partials and its count of them
+// (and between reading the count and the others' partials): membar.gl on
+// the GPU, whatever the chip; the CPU runs a block on one thread, whose
+// atomics order the rest, and drops it.
+// CPASYNC-LABEL: func.func @count_partials
+// CPASYNC:         nvvm.memory.barrier <gpu>
+// CPASYNC-NEXT:    memref.atomic_rmw
+// CPASYNC-NEXT:    nvvm.memory.barrier <gpu>
+// COPY-LABEL: func.func @count_partials
+// COPY-NOT:     device_fence
+// COPY:         memref.atomic_rmw
+// COPY-NOT:     device_fence
+// COPY:         return
+func.func @count_partials(%counters: memref<?xi32>, %i: index) -> i32 {
+  %one = arith.constant 1 : i32
+  attn_kernel.device_fence
+  %done = memref.atomic_rmw addi %one, %counters[%i] : (i32, memref<?xi32>) -> i32
+  attn_kernel.device_fence
+  return %done : i32
+}

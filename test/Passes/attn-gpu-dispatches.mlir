@@ -5,8 +5,8 @@
 // kernel: a block per (batch, head, 64 query rows), 4 warps. Decode is the
 // same kernel over key splits (FlashDecoding): a block per (batch, kv head,
 // tile of the group's 4 heads x up to 8 rows = 32 rows, 2 warps, split of
-// 256 keys) writing partials, its k and v in two stages of 32-key tiles,
-// then a merge thread per (row, feature).
+// 256 keys) writing partials, its k and v in two stages of 32-key tiles;
+// the block that finishes a tile's last split merges the tile's rows.
 
 // CHECK-LABEL: func.func private @layer__flash0
 // CHECK-SAME:    attn.block_kernel
@@ -144,8 +144,8 @@
 // rows are the group's (head, query row) pairs: ceil(4 Lq / 32) tiles.
 // CHECK:         %[[PACKED:.+]] = arith.muli %[[LQ:dim]], %c4 : index
 // CHECK:         %[[ROW_TILES:.+]] = arith.ceildivui %[[PACKED]], %c32 : index
-// CHECK:         %[[SPLIT:.+]] = arith.remui %arg5, %[[SPLITS:.+]] : index
-// CHECK:         %[[REST:.+]] = arith.divui %arg5, %[[SPLITS]] : index
+// CHECK:         %[[SPLIT:.+]] = arith.remui %arg8, %[[SPLITS:.+]] : index
+// CHECK:         %[[REST:.+]] = arith.divui %arg8, %[[SPLITS]] : index
 // CHECK:         arith.remui %[[REST]], %[[ROW_TILES]] : index
 // The splits share the keys in whole 32-key tiles: split s takes
 // [s L, min(Lk, (s + 1) L)) for L = ceil(ceil(Lk / S) / 32) * 32.
@@ -184,8 +184,33 @@
 // CHECK-NOT:     math.exp
 // CHECK:         memref.store %{{.+}}, %arg3[%{{.+}}, %{{.+}}, %{{.+}}, %[[SPLIT]], %{{.+}}]
 // CHECK:         memref.store %{{.+}}, %arg4[%{{.+}}, %{{.+}}, %{{.+}}, %[[SPLIT]]]
-// CHECK-LABEL: func.func private @layer__merge2
-// CHECK-SAME:    attn.kernel = "merge"
+// Every thread fences its partials; after the barrier one thread counts
+// the split done on its tile's counter (%arg7, at workgroup / splits);
+// the block whose count is the tile's last fences again and merges each
+// (row, feature) of the tile into o (%arg6), gated.
+// CHECK:         } {attn.threads}
+// CHECK:         attn_kernel.device_fence
+// CHECK:         } {attn.threads}
+// CHECK:         %[[DONE:.+]] = memref.atomic_rmw addi %c1_i32, %arg7[%[[REST]]] : (i32, memref<?xi32>) -> i32
+// CHECK:         memref.store %{{.+}}, %[[LAST:alloca_[0-9]+]][%c0] : memref<1xi32>
+// CHECK:         } {attn.threads}
+// CHECK:         %[[IS_LAST:.+]] = memref.load %[[LAST]][%c0] : memref<1xi32>
+// CHECK:         %[[MERGES:.+]] = arith.cmpi ne, %[[IS_LAST]], %c0_i32 : i32
+// CHECK:         scf.if %[[MERGES]] {
+// CHECK:           attn_kernel.device_fence
+// CHECK:           } {attn.threads}
+// CHECK:           memref.load %arg4
+// CHECK:           memref.load %arg3
+// CHECK:           math.exp
+// CHECK:           memref.store %{{.+}}, %arg6
+// CHECK:           } {attn.threads}
+// CHECK:         }
+// CHECK-NOT:     attn.threads
+// CHECK:         return
+// The counters' zeroing, a thread per tile.
+// CHECK-LABEL: func.func private @layer__zero2
+// CHECK-SAME:    attn.kernel = "zero"
+// CHECK:         memref.store %c0_i32, %arg0[%arg1] : memref<?xi32>
 // CHECK-LABEL: func.func @layer(
 // CHECK-SAME:    %[[Q:[a-z0-9]+]]: memref<?x8x?x64xf32> {attn.name = "q", attn.shape = ["B", 8, "Lq", 64]}
 // CHECK-SAME:    %[[K:[a-z0-9]+]]: memref<?x2x?x64xf32> {attn.shape = ["B", 2, "Lk", 64]}
@@ -204,9 +229,13 @@
 // CHECK:         %[[FILL:.+]] = arith.minsi %[[FILLING]], %[[MOST]] : index
 // CHECK:         %[[SPLITS:.+]] = arith.maxsi %[[LEAST]], %[[FILL]] : index
 // CHECK:         arith.select %[[DECODE]], %[[SPLITS]], %c0 : index
+// Then B x Hkv x row tiles counters, zeroed before the split kernel, which
+// takes them after o.
+// CHECK:         %[[COUNTERS:.+]] = memref.alloc(%[[TILES:.+]]) : memref<?xi32>
 // CHECK:         attn_kernel.dispatch @layer__flash0 workgroups(%{{.+}}) bindings(
-// CHECK:         attn_kernel.dispatch @layer__flash_decode1 workgroups(%{{.+}}) bindings(
-// CHECK:         attn_kernel.dispatch @layer__merge2 workgroups(%{{.+}}) bindings(
+// CHECK:         attn_kernel.dispatch @layer__zero2 workgroups(%[[TILES]]) bindings(%[[COUNTERS]])
+// CHECK:         attn_kernel.dispatch @layer__flash_decode1 workgroups(%{{.+}}) bindings(%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}, %[[COUNTERS]])
+// CHECK-NOT:     attn_kernel.dispatch
 func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
                  %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>,
                  %g: tensor<?x8x?x64xf32>) -> (tensor<?x8x?x64xf32> {attn.name = "o"}) {

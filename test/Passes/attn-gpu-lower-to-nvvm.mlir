@@ -55,9 +55,9 @@
 // OUTLINE:           gpu.block_id x
 // OUTLINE:           gpu.barrier
 // OUTLINE:           gpu.return
-// A thread kernel (the merge) runs under `thread < count`, thread =
-// blockIdx.x * blockDim.x + threadIdx.x.
-// OUTLINE:         gpu.func @layer__merge2({{.*}}, %[[COUNT:[a-z0-9]+]]: index) kernel
+// A thread kernel (the zeroing of decode's split counters) runs under
+// `thread < count`, thread = blockIdx.x * blockDim.x + threadIdx.x.
+// OUTLINE:         gpu.func @layer__zero2({{.*}}, %[[COUNT:[a-z0-9]+]]: index) kernel
 // OUTLINE-DAG:       %[[CTAID:.+]] = gpu.block_id x
 // OUTLINE-DAG:       %[[NTID:.+]] = gpu.block_dim x
 // OUTLINE-DAG:       %[[TID:.+]] = gpu.thread_id x
@@ -65,7 +65,7 @@
 // OUTLINE:           %[[THREAD:.+]] = arith.addi %[[BASE]], %[[TID]]
 // OUTLINE:           %[[IN:.+]] = arith.cmpi ult, %[[THREAD]], %[[COUNT]]
 // OUTLINE:           scf.if %[[IN]] {
-// OUTLINE:             arith.remui %[[THREAD]]
+// OUTLINE:             memref.store %{{.+}}, %{{.+}}[%[[THREAD]]]
 // OUTLINE:           gpu.return
 
 // After the NVVM lowering: the kernels in the LLVM dialect, each memref an

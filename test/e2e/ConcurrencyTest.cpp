@@ -3,8 +3,10 @@
 // A serving engine calls one loaded model from many threads at once. Each
 // call must be correct on its own: the same bits as the call made alone,
 // whatever else runs on the model's pool. Checked for a softmax layer with
-// split-KV decode and prefill and a chunked recurrence, on the CPU and on
-// a GPU when there is one (CUDA calls on one model take turns).
+// split-KV decode and prefill and a chunked recurrence, on the CPU, with
+// the CUDA kernels' bodies on the CPU (whose decode blocks count their
+// splits done on counters zeroed by each call) and on a GPU when there is
+// one (CUDA calls on one model take turns).
 //
 //===----------------------------------------------------------------------===//
 
@@ -122,7 +124,9 @@ TEST_P(Concurrency, CallsFromManyThreadsMatchCallsAlone) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Concurrency,
-                         testing::Values(e2e::Backend::Cpu, e2e::Backend::Cuda),
+                         testing::Values(e2e::Backend::Cpu,
+                                         e2e::Backend::CudaKernelsOnCpu,
+                                         e2e::Backend::Cuda),
                          [](const testing::TestParamInfo<e2e::Backend> &info) {
                            return std::string(e2e::backendName(info.param));
                          });

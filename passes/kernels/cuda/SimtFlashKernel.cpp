@@ -30,7 +30,8 @@ public:
   SimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
                   const SoftmaxAttentionShape &shape,
                   const SimtFlashTiling &flash, const GpuTiling &tiling,
-                  TypeRange bindingTypes, KeyPart part, bool decodeSplit);
+                  TypeRange bindingTypes, KeyPart part, bool decodeSplit,
+                  bool mergesSplits = false);
 
   /// Emits the phases in order and returns the kernel.
   func::FuncOp build();
@@ -79,6 +80,10 @@ private:
   void accumulateValues(Value valueBuffer,
                         function_ref<void(Value thread)> stageNext);
   void storeOutputs();
+  /// mergesSplits: counts the block's split done on its tile's counter
+  /// and, in the block that counts the tile's last, merges the tile's
+  /// rows.
+  void mergeIfLastSplit();
 
   // What the phases share.
   Value lt(Value x, Value y) { return e.icmp(arith::CmpIPredicate::ult, x, y); }
@@ -152,7 +157,7 @@ private:
   const SimtFlashTiling &flash;
   const GpuTiling &tiling;
   const KeyPart part;
-  const bool decodeSplit;
+  const bool decodeSplit, mergesSplits;
   Location loc;
   OpBuilder::InsertionGuard guard;
   func::FuncOp func;
@@ -174,6 +179,10 @@ private:
   std::optional<QueryRows> queries;
   Value q, k, v, parents, selection, gate, out, lse;
   Value tileClasses, tileList, tileCounts, workgroup;
+  /// mergesSplits: the merge's bindings (partial o and lse, [gate], o,
+  /// [lse]), and the counters of the tiles' splits done.
+  SmallVector<Value> mergeBindings;
+  Value splitCounters;
 
   // Tiles and constants.
   int64_t TQ, TK, D, Dv, Dp, Dvp, group, RT, keyBlocks, valueBlocks;
@@ -231,9 +240,10 @@ SimtFlashKernel::SimtFlashKernel(OpBuilder &builder, Location loc,
                                  const SimtFlashTiling &flash,
                                  const GpuTiling &tiling,
                                  TypeRange bindingTypes, KeyPart part,
-                                 bool decodeSplit)
+                                 bool decodeSplit, bool mergesSplits)
     : shape(shape), flash(flash), tiling(tiling), part(part),
-      decodeSplit(decodeSplit), loc(loc), guard(builder), func([&] {
+      decodeSplit(decodeSplit), mergesSplits(mergesSplits), loc(loc),
+      guard(builder), func([&] {
         GpuTiling kernelTiling = tiling;
         kernelTiling.blockThreads = flash.threads();
         assert(part != KeyPart::TreeNodes &&
@@ -270,6 +280,8 @@ func::FuncOp SimtFlashKernel::build() {
     else
       walkKeyTiles();
     storeOutputs();
+    if (mergesSplits)
+      mergeIfLastSplit();
   };
   // Entries past a ragged batch's plan have no work: the whole block skips
   // (the condition is the block's, so its barriers stay uniform).
@@ -383,6 +395,17 @@ void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
                                                               : Value();
   out = args[next++];
   lse = partials || shape.withLogSumExp ? args[next++] : Value();
+  if (mergesSplits) {
+    assert(decodeSplit && part == KeyPart::All && !shape.ragged &&
+           shape.selection == KeySelectionKind::Dense &&
+           "the dense decode kernel merges its splits");
+    const unsigned count = 2 + (shape.epilogue == Epilogue::SigmoidGate) +
+                           1 + shape.withLogSumExp;
+    mergeBindings.assign({out, lse});
+    for (unsigned i = 2; i < count; ++i)
+      mergeBindings.push_back(args[next++]);
+    splitCounters = args[next++];
+  }
   // Prefill with a mask_mod walks the key tiles its block mask lists.
   blockMask = flashUsesBlockMask(shape, part) && !decodeSplit;
   if (blockMask) {
@@ -1043,6 +1066,45 @@ void SimtFlashKernel::accumulateValues(
   });
 }
 
+void SimtFlashKernel::mergeIfLastSplit() {
+  // Every thread's partials are ordered before the barrier after which one
+  // thread counts the split done (FlashDecoding's merge, done by the
+  // tile's last block instead of a kernel of its own). The counter says
+  // which block is last; it alone reads the others' partials, after a
+  // fence of its own.
+  Value splits = e.dim(lse, 3);
+  Value tile = e.div(workgroup, splits);
+  e.eachThread([&](Value) { DeviceFenceOp::create(b, loc); });
+  Value last = e.shared({1}, b.getI32Type());
+  e.eachThread([&](Value thread) {
+    e.ifThen(e.icmp(arith::CmpIPredicate::eq, thread, c0), [&] {
+      Value done = memref::AtomicRMWOp::create(
+          b, arith::AtomicRMWKind::addi, e.i32(1), splitCounters,
+          ValueRange{tile});
+      Value isLast = e.icmp(arith::CmpIPredicate::eq, e.toIndex(done),
+                            e.sub(splits, c1));
+      memref::StoreOp::create(b, arith::ExtUIOp::create(b, b.getI32Type(), isLast),
+                              last, ValueRange{c0});
+    });
+  });
+  Value isLast = e.icmp(arith::CmpIPredicate::ne,
+                        memref::LoadOp::create(b, last, ValueRange{c0}),
+                        e.i32(0));
+  e.ifThen(isLast, [&] {
+    e.eachThread([&](Value) { DeviceFenceOp::create(b, loc); });
+    Value dv = e.index(Dv);
+    e.forAll(e.mul(rows, dv), [&](Value x) {
+      Value r = e.div(x, dv);
+      // The merge kernel's row order: (batch, head, query row).
+      Value rowIndex = e.add(
+          e.mul(e.add(e.mul(batch, e.index(shape.numHeads)), headOf(r)), lq),
+          rowOf(r));
+      SplitKvMerge merge(e, mergeBindings, shape, rowIndex);
+      emitSplitKvMerge(e, shape, merge, e.rem(x, dv));
+    });
+  });
+}
+
 void SimtFlashKernel::storeOutputs() {
   // Each row's sum from its 4 lanes' parts, then o = acc / l, gated, and
   // lse = m + log l (by the row's first lane). The tree's prefix and
@@ -1112,8 +1174,9 @@ func::FuncOp mlir::attn::buildSimtFlashKernel(
 func::FuncOp mlir::attn::buildSimtFlashDecodeKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
-    const GpuTiling &tiling, TypeRange bindingTypes, KeyPart part) {
+    const GpuTiling &tiling, TypeRange bindingTypes, KeyPart part,
+    bool mergesSplits) {
   return SimtFlashKernel(builder, loc, name, shape, flash, tiling, bindingTypes,
-                         part, /*decodeSplit=*/true)
+                         part, /*decodeSplit=*/true, mergesSplits)
       .build();
 }

@@ -566,6 +566,78 @@ func::FuncOp mlir::attn::buildSimtTileListKernel(
   return func;
 }
 
+void mlir::attn::emitSplitKvMerge(SimtEmitter &e,
+                                  const SoftmaxAttentionShape &shape,
+                                  const SplitKvMerge &merge, Value d) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
+  // of empty ranges have lse_s = -inf and weigh 0. The splits go a batch
+  // at a time, the batch's loads issued before any of its arithmetic:
+  // they do not depend on the sums, but the GPU issues in order, and a
+  // split a step waits a memory latency per split (with few rows, as in
+  // decode, nothing else hides it). The sums are kept against the
+  // largest lse so far and rescaled when a batch raises it (one pass over
+  // the splits; a first pass for the largest lse waited a latency per
+  // split). They keep the order of s.
+  const int64_t batchSplits = 32;
+  Value lastSplit = e.sub(merge.splits, c1);
+  Value batches = e.ceilDiv(merge.splits, e.index(batchSplits));
+  SmallVector<Value> sums = e.loop(
+      c0, batches, c1, {e.scalar(kNegInf), e.scalar(0.0), e.scalar(0.0)},
+      [&](Value batch, ValueRange it) -> SmallVector<Value> {
+        SmallVector<Value> lses, outs;
+        for (int64_t i = 0; i < batchSplits; ++i) {
+          Value s = e.add(e.mul(batch, e.index(batchSplits)), e.index(i));
+          SmallVector<Value> at = merge.partialAt(e.minS(s, lastSplit));
+          lses.push_back(
+              e.select(e.icmp(arith::CmpIPredicate::slt, s, merge.splits),
+                       e.load(merge.partialLse, at), e.scalar(kNegInf)));
+          at.push_back(d);
+          outs.push_back(e.load(merge.partialOut, at));
+        }
+        Value max = it[0];
+        for (Value lse : lses)
+          max = e.fmax(max, lse);
+        // exp(-inf - safe) = 0 rescales the empty sums of a row whose
+        // splits so far were all empty.
+        Value safe = e.safeMax(max);
+        Value rescale = e.exp(e.fsub(it[0], safe));
+        Value acc = e.fmul(it[1], rescale), total = e.fmul(it[2], rescale);
+        for (auto [lse, out] : llvm::zip(lses, outs)) {
+          Value weight = e.exp(e.fsub(lse, safe));
+          acc = e.fma(weight, out, acc);
+          total = e.fadd(total, weight);
+        }
+        return {max, acc, total};
+      });
+  Value safe = e.safeMax(sums[0]);
+  Value acc = sums[1], total = sums[2];
+  SmallVector<Value> at = merge.rowAt();
+  RowGate rowGate(e, shape, merge.gate, at);
+  SmallVector<Value> outAt(at);
+  outAt.push_back(d);
+  e.store(rowGate.apply(e.fmul(acc, e.reciprocalOrZero(total)), d), merge.out,
+          outAt);
+  if (merge.lse)
+    e.ifThen(e.icmp(arith::CmpIPredicate::eq, d, c0),
+             [&] { e.store(e.logSumExp(safe, total), merge.lse, at); });
+}
+
+func::FuncOp mlir::attn::buildSimtZeroKernel(OpBuilder &builder,
+                                             Location loc, StringRef name,
+                                             const GpuTiling &tiling,
+                                             TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createSimtKernel(builder, loc, name, bindingTypes, tiling, "zero");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  memref::StoreOp::create(b, e.i32(0), func.getArgument(0),
+                          ValueRange{func.getArguments().back()});
+  func::ReturnOp::create(b);
+  return func;
+}
+
 func::FuncOp mlir::attn::buildSimtMergeKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const SoftmaxAttentionShape &shape, const GpuTiling &tiling,
@@ -582,66 +654,11 @@ func::FuncOp mlir::attn::buildSimtMergeKernel(
   Value dv = e.index(shape.valueDim);
   Value d = e.rem(thread, dv);
   SplitKvMerge merge(e, func, shape, e.div(thread, dv));
-  auto mergeRow = [&] {
-    Value c0 = e.index(0), c1 = e.index(1);
-
-    // lse = log sum_s exp(lse_s); o = sum_s exp(lse_s - lse) o_s. Partials
-    // of empty ranges have lse_s = -inf and weigh 0. The splits go a batch
-    // at a time, the batch's loads issued before any of its arithmetic:
-    // they do not depend on the sums, but the GPU issues in order, and a
-    // split a step waits a memory latency per split (with few rows, as in
-    // decode, nothing else hides it). The sums are kept against the
-    // largest lse so far and rescaled when a batch raises it (one pass over
-    // the splits; a first pass for the largest lse waited a latency per
-    // split). They keep the order of s.
-    const int64_t batchSplits = 32;
-    Value lastSplit = e.sub(merge.splits, c1);
-    Value batches = e.ceilDiv(merge.splits, e.index(batchSplits));
-    SmallVector<Value> sums = e.loop(
-        c0, batches, c1, {e.scalar(kNegInf), e.scalar(0.0), e.scalar(0.0)},
-        [&](Value batch, ValueRange it) -> SmallVector<Value> {
-          SmallVector<Value> lses, outs;
-          for (int64_t i = 0; i < batchSplits; ++i) {
-            Value s = e.add(e.mul(batch, e.index(batchSplits)), e.index(i));
-            SmallVector<Value> at = merge.partialAt(e.minS(s, lastSplit));
-            lses.push_back(
-                e.select(e.icmp(arith::CmpIPredicate::slt, s, merge.splits),
-                         e.load(merge.partialLse, at), e.scalar(kNegInf)));
-            at.push_back(d);
-            outs.push_back(e.load(merge.partialOut, at));
-          }
-          Value max = it[0];
-          for (Value lse : lses)
-            max = e.fmax(max, lse);
-          // exp(-inf - safe) = 0 rescales the empty sums of a row whose
-          // splits so far were all empty.
-          Value safe = e.safeMax(max);
-          Value rescale = e.exp(e.fsub(it[0], safe));
-          Value acc = e.fmul(it[1], rescale), total = e.fmul(it[2], rescale);
-          for (auto [lse, out] : llvm::zip(lses, outs)) {
-            Value weight = e.exp(e.fsub(lse, safe));
-            acc = e.fma(weight, out, acc);
-            total = e.fadd(total, weight);
-          }
-          return {max, acc, total};
-        });
-    Value safe = e.safeMax(sums[0]);
-    Value acc = sums[1], total = sums[2];
-    SmallVector<Value> at = merge.rowAt();
-    RowGate rowGate(e, shape, merge.gate, at);
-    SmallVector<Value> outAt(at);
-    outAt.push_back(d);
-    e.store(rowGate.apply(e.fmul(acc, e.reciprocalOrZero(total)), d), merge.out,
-            outAt);
-    if (merge.lse)
-      e.ifThen(e.icmp(arith::CmpIPredicate::eq, d, c0),
-               [&] { e.store(e.logSumExp(safe, total), merge.lse, at); });
-  };
   // A ragged batch's entries past the plan have no row.
   if (merge.hasRow)
-    e.ifThen(merge.hasRow, mergeRow);
+    e.ifThen(merge.hasRow, [&] { emitSplitKvMerge(e, shape, merge, d); });
   else
-    mergeRow();
+    emitSplitKvMerge(e, shape, merge, d);
   func::ReturnOp::create(b);
   return func;
 }

@@ -437,13 +437,26 @@ buildSimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
 /// block per (batch, head, row, split of max(1, splitKeys / block_size)
 /// selection entries), whose keys are those of the split's listed blocks
 /// that count (forEachListedBlock), visible to the row.
+/// With `mergesSplits` (dense decode of a batch of equal rows), the block
+/// that finishes a tile's last split merges its rows' partials as
+/// buildSimtMergeKernel does (no merge kernel runs): each block counts its
+/// split done on the tile's counter (attn_kernel.device_fence, then
+/// memref.atomic_rmw), and the one that counts last merges. Bindings after
+/// partial lse: [gate], o, [lse], counters [B * Hkv * tiles] i32 at zero.
 func::FuncOp buildSimtFlashDecodeKernel(OpBuilder &builder, Location loc,
                                         StringRef name,
                                         const SoftmaxAttentionShape &shape,
                                         const SimtFlashTiling &flash,
                                         const GpuTiling &tiling,
                                         TypeRange bindingTypes,
-                                        KeyPart part = KeyPart::All);
+                                        KeyPart part = KeyPart::All,
+                                        bool mergesSplits = false);
+
+/// Zeroes an i32 buffer of rank 1, a thread per element (the counters of
+/// a decode kernel that merges its splits).
+func::FuncOp buildSimtZeroKernel(OpBuilder &builder, Location loc,
+                                 StringRef name, const GpuTiling &tiling,
+                                 TypeRange bindingTypes);
 
 /// The block mask of the flash kernel (SoftmaxAttentionKernels.h's
 /// TileClass) for the prefill tiles of `flash`: a thread per (Bm, Hm, query
@@ -467,6 +480,11 @@ func::FuncOp buildSimtTileListKernel(OpBuilder &builder, Location loc,
                                      const SimtFlashTiling &flash,
                                      const GpuTiling &tiling,
                                      TypeRange bindingTypes);
+
+/// Merges feature `d` of `merge`'s row from its splits' partials through
+/// their log-sum-exp, applies the gate and stores o (and lse, for d = 0).
+void emitSplitKvMerge(SimtEmitter &e, const SoftmaxAttentionShape &shape,
+                      const SplitKvMerge &merge, Value d);
 
 /// One thread per (batch, head, query row): merges the partials through
 /// their log-sum-exp and applies the gate. Bindings: partial o, partial

@@ -80,3 +80,10 @@ func.func @async_copy(%k: memref<?x?x?x128xbf16>, %ks: memref<64x136xbf16>,
   attn_kernel.async_wait
   return
 }
+
+// CHECK-LABEL: func.func @device_fence
+// CHECK:         attn_kernel.device_fence
+func.func @device_fence() {
+  attn_kernel.device_fence
+  return
+}
