@@ -116,9 +116,14 @@ private:
   keyRowsOf(Value tile);
   /// Decode over a paged cache: the pages of each key tile are read two
   /// tiles ahead into `tilePages` (slot tile % 3), so that a tile's copies
-  /// wait for no page table entry.
+  /// wait for no page table entry. Head dims up to 128 alone: at 256,
+  /// ptxas keeps the rows' slot reads in 84 more registers (252, not 168,
+  /// at Qwen3-Next's bf16 shape: 2 blocks per SM, not 3), so those read
+  /// the table per tile until a GPU run says which is faster (at 128:
+  /// 125 registers, not 140).
   bool prefetchesPages() const {
-    return decodeSplit && kv->pagedBy() > 0 && !gathered && !blockMask;
+    return decodeSplit && kv->pagedBy() > 0 && !gathered && !blockMask &&
+           D <= 128;
   }
   /// Thread `thread`'s loads of the entries of key tile `tile`'s pages
   /// (an entry a thread), to store with storeTilePages once they are
