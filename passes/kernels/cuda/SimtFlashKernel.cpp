@@ -404,10 +404,12 @@ void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
     assert(decodeSplit && part == KeyPart::All && !shape.ragged &&
            shape.selection == KeySelectionKind::Dense &&
            "the dense decode kernel merges its splits");
-    const unsigned count = 2 + (shape.epilogue == Epilogue::SigmoidGate) +
-                           1 + shape.withLogSumExp;
+    // The split's partials, then the merge's own: [gate], o, [lse].
     mergeBindings.assign({out, lse});
-    for (unsigned i = 2; i < count; ++i)
+    if (shape.epilogue == Epilogue::SigmoidGate)
+      mergeBindings.push_back(args[next++]);
+    mergeBindings.push_back(args[next++]);
+    if (shape.withLogSumExp)
       mergeBindings.push_back(args[next++]);
     splitCounters = args[next++];
   }
@@ -856,8 +858,8 @@ SmallVector<Value> SimtFlashKernel::loadTilePages(Value thread, Value tile) {
     pages.push_back(e.ifElse(
         loads,
         [&]() -> SmallVector<Value> {
-          return {e.toI32(kv->page(batch, e.minS(e.add(firstPage, i),
-                                                lastPage)))};
+          return {
+              e.toI32(kv->page(batch, e.minS(e.add(firstPage, i), lastPage)))};
         },
         [&]() -> SmallVector<Value> { return {zero}; })[0]);
   }
@@ -887,8 +889,8 @@ SimtFlashKernel::keyRowsOf(Value tile) {
       auto [key, isKey] = keyAt(e.add(firstKey, j));
       // Rows past the keys read nothing: they take the tile's first page.
       Value row = e.select(isKey, key, firstKey);
-      Value page = e.toIndex(e.loadInt(
-          tilePages, {slot, e.sub(e.div(row, size), firstPage)}));
+      Value page = e.toIndex(
+          e.loadInt(tilePages, {slot, e.sub(e.div(row, size), firstPage)}));
       return {kv->atPage(page, kvHead, row), isKey};
     };
   }
@@ -1083,18 +1085,19 @@ void SimtFlashKernel::mergeIfLastSplit() {
   Value last = e.shared({1}, b.getI32Type());
   e.eachThread([&](Value thread) {
     e.ifThen(e.icmp(arith::CmpIPredicate::eq, thread, c0), [&] {
-      Value done = memref::AtomicRMWOp::create(
-          b, arith::AtomicRMWKind::addi, e.i32(1), splitCounters,
-          ValueRange{tile});
-      Value isLast = e.icmp(arith::CmpIPredicate::eq, e.toIndex(done),
-                            e.sub(splits, c1));
-      memref::StoreOp::create(b, arith::ExtUIOp::create(b, b.getI32Type(), isLast),
+      Value done =
+          memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, e.i32(1),
+                                      splitCounters, ValueRange{tile});
+      Value isLast =
+          e.icmp(arith::CmpIPredicate::eq, e.toIndex(done), e.sub(splits, c1));
+      memref::StoreOp::create(b,
+                              arith::ExtUIOp::create(b, b.getI32Type(), isLast),
                               last, ValueRange{c0});
     });
   });
-  Value isLast = e.icmp(arith::CmpIPredicate::ne,
-                        memref::LoadOp::create(b, last, ValueRange{c0}),
-                        e.i32(0));
+  Value isLast =
+      e.icmp(arith::CmpIPredicate::ne,
+             memref::LoadOp::create(b, last, ValueRange{c0}), e.i32(0));
   e.ifThen(isLast, [&] {
     e.eachThread([&](Value) { DeviceFenceOp::create(b, loc); });
     Value dv = e.index(Dv);

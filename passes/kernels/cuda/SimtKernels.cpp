@@ -202,8 +202,8 @@ void SimtEmitter::stageRows(
     int64_t dim, int64_t padded,
     function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt,
     Value firstColumn) {
-  Type element = cast<MemRefType>(fromTo.front().second.getType())
-                     .getElementType();
+  Type element =
+      cast<MemRefType>(fromTo.front().second.getType()).getElementType();
   assert(llvm::all_of(fromTo,
                       [&](auto pair) {
                         return cast<MemRefType>(pair.second.getType())
@@ -623,8 +623,8 @@ void mlir::attn::emitSplitKvMerge(SimtEmitter &e,
              [&] { e.store(e.logSumExp(safe, total), merge.lse, at); });
 }
 
-func::FuncOp mlir::attn::buildSimtZeroKernel(OpBuilder &builder,
-                                             Location loc, StringRef name,
+func::FuncOp mlir::attn::buildSimtZeroKernel(OpBuilder &builder, Location loc,
+                                             StringRef name,
                                              const GpuTiling &tiling,
                                              TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);

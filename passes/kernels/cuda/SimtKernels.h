@@ -443,14 +443,11 @@ buildSimtFlashKernel(OpBuilder &builder, Location loc, StringRef name,
 /// split done on the tile's counter (attn_kernel.device_fence, then
 /// memref.atomic_rmw), and the one that counts last merges. Bindings after
 /// partial lse: [gate], o, [lse], counters [B * Hkv * tiles] i32 at zero.
-func::FuncOp buildSimtFlashDecodeKernel(OpBuilder &builder, Location loc,
-                                        StringRef name,
-                                        const SoftmaxAttentionShape &shape,
-                                        const SimtFlashTiling &flash,
-                                        const GpuTiling &tiling,
-                                        TypeRange bindingTypes,
-                                        KeyPart part = KeyPart::All,
-                                        bool mergesSplits = false);
+func::FuncOp buildSimtFlashDecodeKernel(
+    OpBuilder &builder, Location loc, StringRef name,
+    const SoftmaxAttentionShape &shape, const SimtFlashTiling &flash,
+    const GpuTiling &tiling, TypeRange bindingTypes,
+    KeyPart part = KeyPart::All, bool mergesSplits = false);
 
 /// Zeroes an i32 buffer of rank 1, a thread per element (the counters of
 /// a decode kernel that merges its splits).

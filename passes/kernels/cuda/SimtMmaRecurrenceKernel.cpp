@@ -484,8 +484,8 @@ void SimtMmaRecurrenceKernel::loadInitialState(Value chunks) {
 void SimtMmaRecurrenceKernel::projectValues(const ChunkStage &stage,
                                             Value first, Value n, Value last) {
   // V' = U - W S. The lane that owns V'[t, c] stores it (as the parts),
-  // for the outputs, and its U'^T[c, t] = exp(G_last - G_t) V'[t, c] / |k_t| for
-  // the update (past the chunk's steps, 1 / |k| is 0).
+  // for the outputs, and its U'^T[c, t] = exp(G_last - G_t) V'[t, c] / |k_t|
+  // for the update (past the chunk's steps, 1 / |k| is 0).
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value row = chunkRow(warp);
     Value projected = e.registersOf(outRegs, thread);
@@ -654,10 +654,9 @@ void SimtMmaRecurrenceKernel::convertValues(Value first, Value n) {
       e.index(C * columns), /*batch=*/4,
       [&](Value x, Value inRange) -> SmallVector<Value> {
         Value t = e.div(x, width), c = e.rem(x, width);
-        return {e.loadOrZero(both(inRange, both(lt(t, n), isColumn(c))),
-                             args.v,
-                             seq->stepFeature(hv, e.add(first, t),
-                                              columnOf(c)))};
+        return {
+            e.loadOrZero(both(inRange, both(lt(t, n), isColumn(c))), args.v,
+                         seq->stepFeature(hv, e.add(first, t), columnOf(c)))};
       },
       [&](Value x, ValueRange loaded) {
         storeParts(loaded[0], valueOperand,
@@ -888,8 +887,7 @@ void SimtMmaRecurrenceKernel::storeTemporaryParts(Value x, Value temporary,
   };
   e.store(x, temporary, partAt(0));
   if (parts == 2)
-    e.store(e.fsub(x, e.widen(e.narrow(x, mma.product))), temporary,
-            partAt(1));
+    e.store(e.fsub(x, e.widen(e.narrow(x, mma.product))), temporary, partAt(1));
 }
 
 std::function<std::pair<SmallVector<Value>, Value>(Value)>
@@ -984,8 +982,8 @@ private:
       assert(storage == KernelEmitter::storageType(args.v) &&
              "k and v share the model's storage type");
       const int64_t lanes = 16 / (storage.getIntOrFloatBitWidth() / 8);
-      rows = e.shared({C, roundUp(std::max(Dk, delta ? Dv : 0), lanes)},
-                      storage);
+      rows =
+          e.shared({C, roundUp(std::max(Dk, delta ? Dv : 0), lanes)}, storage);
     }
     if (shape.normalizeQueryKey)
       keyScales = e.shared({C});
@@ -1004,8 +1002,8 @@ private:
   /// `n` (zeros past the chunk's steps).
   std::function<std::pair<SmallVector<Value>, Value>(Value)>
   stepRows(Value head, Value first, Value n) {
-    return [this, head, first, n](Value t)
-               -> std::pair<SmallVector<Value>, Value> {
+    return [this, head, first,
+            n](Value t) -> std::pair<SmallVector<Value>, Value> {
       return {seq->step(head, e.add(first, t)), lt(t, n)};
     };
   }

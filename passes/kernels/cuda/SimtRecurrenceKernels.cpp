@@ -596,18 +596,18 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
   Value outputs = e.shared({rowsPerBlock, padded + lanes}, storage);
   Value gates = e.shared({rowsPerBlock, padded + lanes},
                          KernelEmitter::storageType(args.z));
-  Value weights =
-      e.shared({1, padded}, KernelEmitter::storageType(args.w));
+  Value weights = e.shared({1, padded}, KernelEmitter::storageType(args.w));
   e.eachThread([&](Value thread) {
     auto blockRow = [&](Value j) -> std::pair<SmallVector<Value>, Value> {
       return {rowAt(j), e.icmp(arith::CmpIPredicate::ult, j, rows)};
     };
     e.stageRows(thread, rowsPerBlock, args.out, outputs, Dv, Dv, blockRow);
     e.stageRows(thread, rowsPerBlock, args.z, gates, Dv, Dv, blockRow);
-    e.stageRows(thread, 1, args.w, weights, Dv, Dv,
-                [&](Value) -> std::pair<SmallVector<Value>, Value> {
-                  return {{}, arith::ConstantIntOp::create(b, b.getI1Type(), 1)};
-                });
+    e.stageRows(
+        thread, 1, args.w, weights, Dv, Dv,
+        [&](Value) -> std::pair<SmallVector<Value>, Value> {
+          return {{}, arith::ConstantIntOp::create(b, b.getI1Type(), 1)};
+        });
     AsyncWaitOp::create(b);
   });
   Value dv = e.index(Dv);
@@ -616,12 +616,11 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
   e.forAll(e.mul(rows, e.index(kSumsPerRow)), [&](Value x) {
     Value j = e.div(x, e.index(kSumsPerRow));
     Value part = e.rem(x, e.index(kSumsPerRow));
-    Value squares = e.loop(
-        part, dv, e.index(kSumsPerRow), {e.scalar(0.0)},
-        [&](Value d, ValueRange sum) -> SmallVector<Value> {
-          Value o = e.load(outputs, {j, d});
-          return {e.fma(o, o, sum[0])};
-        })[0];
+    Value squares = e.loop(part, dv, e.index(kSumsPerRow), {e.scalar(0.0)},
+                           [&](Value d, ValueRange sum) -> SmallVector<Value> {
+                             Value o = e.load(outputs, {j, d});
+                             return {e.fma(o, o, sum[0])};
+                           })[0];
     e.store(squares, partialSums, {j, part});
   });
   Value inverses = e.shared({rowsPerBlock});
