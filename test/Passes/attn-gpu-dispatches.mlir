@@ -348,11 +348,9 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // The lanes' fragments of S^T (16 columns of Dk = 32 per warp) and of W S.
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
-// S_init is the first chunk's starting state, stored to the temporary
-// when the sequence has a chunk, whose inputs are copied into stage 0
-// meanwhile: k, W, G and 1 / |k| (8 bytes a step), U; a group left in
-// flight.
-// CHECK:         memref.store %{{.+}}, %arg14[%c0, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<1x?x4x24x32xf32>
+// S_init is the first chunk's starting state, in the shared copy; the
+// chunk's inputs are copied into stage 0 meanwhile: k, W, G and 1 / |k|
+// (8 bytes a step), U; a group left in flight.
 // CHECK:         attn_kernel.async_copy %arg1[{{.+}}], %[[K0]][{{.+}}] if(%{{.+}}) elements(4)
 // CHECK:         attn_kernel.async_copy %arg10[%c0, {{.+}}], %[[W0]][{{.+}}] if(%{{.+}}) elements(4)
 // CHECK:         attn_kernel.async_copy %arg13[{{.+}}], %[[G0]][{{.+}}] if(%{{.+}}) elements(2)
@@ -360,12 +358,15 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         attn_kernel.async_wait {pending = 1 : i64}
 // CHECK:         } {attn.threads}
 // The chunks two at a time, chunk j in stage j % 2: chunk j + 1's copies
-// into the other stage, a wait for all but them; W S, V' stored (as its
-// parts) and U'^T; U'^T K, and the next chunk's starting state (as its
-// parts). No solve, no norms, no outputs.
+// into the other stage, chunk j's starting state from the shared copy to
+// the temporary (16 bytes a store), a wait for all but the copies; W S,
+// V' stored (as its parts) and U'^T; U'^T K and the state's shared copy.
+// No solve, no norms, no outputs.
 // CHECK:         scf.for
 // CHECK:           attn_kernel.async_copy %arg1[{{.+}}], %[[K1]][{{.+}}]
 // CHECK:           attn_kernel.async_copy %arg10[%c0, {{.+}}], %[[W1]][{{.+}}]
+// CHECK:           %[[PIECE:.+]] = vector.load %[[ST]][{{.+}}] {alignment = 16 : i64} : memref<32x36xf32>, vector<4xf32>
+// CHECK-NEXT:      vector.store %[[PIECE]], %arg14[%c0, {{.+}}] {alignment = 16 : i64} : memref<1x?x4x24x32xf32>, vector<4xf32>
 // CHECK:           attn_kernel.async_wait {pending = 1 : i64}
 // CHECK:           } {attn.threads}
 // CHECK:           attn_kernel.warp_mma %[[W0]], %[[ST]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
@@ -373,7 +374,7 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:           memref.store %{{.+}}, %arg12[%c0,
 // CHECK:           } {attn.threads}
 // CHECK:           attn_kernel.warp_mma %{{.+}}, %[[K0]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(16) {acc_fragment, accumulate}
-// CHECK:           memref.store %{{.+}}, %arg14[%c0,
+// CHECK-NOT:       %arg14
 // CHECK:           } {attn.threads}
 // CHECK:           attn_kernel.async_copy %arg1[{{.+}}], %[[K0]][{{.+}}]
 // CHECK:           attn_kernel.async_wait {pending = 1 : i64}

@@ -37,6 +37,8 @@
 
 #include "Attn/AttnOps.h"
 
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
 using namespace mlir;
 using namespace mlir::attn;
 
@@ -252,6 +254,29 @@ void SimtEmitter::stageRows(
   }
   loop(thread, index(copies), index(threads), [&](Value i) {
     copy(div(i, index(perRow)), mul(rem(i, index(perRow)), index(step)));
+  });
+}
+
+void SimtEmitter::storeRows(
+    Value thread, int64_t count, Value from, Value to, int64_t dim,
+    function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt) {
+  Type element = cast<MemRefType>(from.getType()).getElementType();
+  const int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
+  const int64_t lanes = dim * elementBytes % 16 == 0 ? 16 / elementBytes : 1;
+  const int64_t perRow = dim / lanes;
+  auto vectorType = VectorType::get({lanes}, element);
+  loop(thread, index(count * perRow), index(blockThreads), [&](Value i) {
+    Value j = div(i, index(perRow)), d = mul(rem(i, index(perRow)), index(lanes));
+    auto [at, isRow] = rowAt(j);
+    at.push_back(d);
+    ifThen(isRow, [&] {
+      if (lanes == 1)
+        return store(load(from, {j, d}), to, at);
+      llvm::MaybeAlign align(16);
+      Value piece = vector::LoadOp::create(b, vectorType, from, ValueRange{j, d},
+                                           /*nontemporal=*/false, align);
+      vector::StoreOp::create(b, piece, to, at, /*nontemporal=*/false, align);
+    });
   });
 }
 

@@ -212,6 +212,14 @@ struct SimtEmitter : KernelEmitter {
             int64_t padded,
             function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt,
             Value firstColumn = {});
+  /// Thread `thread`'s share of copying `count` rows of `dim` elements
+  /// from the shared tile `from` (padded rows whose strides are multiples
+  /// of 16 bytes) to rows rowAt(j).first... of `to` (of `from`'s element
+  /// type) where rowAt(j).second holds: 16-byte vector loads and stores
+  /// where a row is whole 16-byte pieces, else an element at a time.
+  void
+  storeRows(Value thread, int64_t count, Value from, Value to, int64_t dim,
+            function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt);
   /// Runs body(i, i + 1, i % 2) for i in [0, count), two at a time, so
   /// that the stage (0 or 1) is a constant of each body: a loop over
   /// tiles in two stages, tile i using stage i % 2 while tile i + 1 is

@@ -231,12 +231,11 @@ private:
   void projectValues(const ChunkStage &stage, Value first, Value n,
                      Value last);
   void prepareUpdate(const ChunkStage &stage, Value last);
-  void updateState(const ChunkStage &stage, Value chunk, Value chunks,
-                   Value last);
+  void updateState(const ChunkStage &stage, Value last);
   void storeFinalState();
-  /// Stores the lane's elements of its warp's tile of the state (the
-  /// registers) as the starting state of chunk `chunk`.
-  void storeChunkState(Value warp, Value lane, Value thread, Value chunk);
+  /// Thread `thread`'s share of storing the state's shared copy (its
+  /// parts) as the starting state of chunk `chunk`.
+  void storeChunkState(Value thread, Value chunk);
 
   // The outputs, in the order buildOutputs() emits its phases.
   void buildOutputs();
@@ -400,16 +399,18 @@ void SimtMmaRecurrenceKernel::buildStates() {
     // Chunk j + 1's copies go into the other stage (whose last readers,
     // chunk j - 1's products, finished before the barrier that ended
     // them); then the thread waits for all but them.
+    // Chunk j's starting state, in the shared copy, goes out meanwhile.
     e.eachThread([&](Value thread) {
       e.ifThen(lt(next, chunks),
                [&] { stageChunk(thread, next, stages[1 - at]); });
+      storeChunkState(thread, chunk);
       AsyncWaitOp::create(b).setPending(1);
     });
     if (delta)
       projectValues(stages[at], first, n, last);
     else
       prepareUpdate(stages[at], last);
-    updateState(stages[at], chunk, chunks, last);
+    updateState(stages[at], last);
   });
   storeFinalState();
 }
@@ -443,17 +444,17 @@ void SimtMmaRecurrenceKernel::stageChunk(Value thread, Value chunk,
               columns, stepRows(hv, first, n), col0);
 }
 
-void SimtMmaRecurrenceKernel::storeChunkState(Value warp, Value lane,
-                                              Value thread, Value chunk) {
+void SimtMmaRecurrenceKernel::storeChunkState(Value thread, Value chunk) {
+  // From the shared copy's parts, 16 bytes a store where rows allow (a
+  // lane's fragment elements were 2-byte stores, 128 a thread a chunk).
   Value slot = chunkStateSlot(e, shape, args, batch, chunk);
-  Value state = e.registersOf(stateRegs, thread);
-  eachFragmentElement(
-      e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
-        e.ifThen(both(isColumn(x.row), lt(x.column, e.index(Dk))), [&] {
-          storeTemporaryParts(e.load(state, x.at), temporaries.states,
-                              {slot, hv, columnOf(x.row), x.column});
-        });
-      });
+  for (auto [part, copy] : llvm::enumerate(stateCopy)) {
+    Value partIndex = e.index(part);
+    e.storeRows(thread, columns, copy, temporaries.states, Dk,
+                [&](Value c) -> std::pair<SmallVector<Value>, Value> {
+                  return {{partIndex, slot, hv, columnOf(c)}, isColumn(c)};
+                });
+  }
 }
 
 void SimtMmaRecurrenceKernel::loadInitialState(Value chunks) {
@@ -473,10 +474,7 @@ void SimtMmaRecurrenceKernel::loadInitialState(Value chunks) {
           e.store(s, state, x.at);
           storeParts(s, stateCopy, {x.row, x.column});
         });
-    e.ifThen(lt(c0, chunks), [&] {
-      storeChunkState(warp, lane, thread, c0);
-      stageChunk(thread, c0, stages[0]);
-    });
+    e.ifThen(lt(c0, chunks), [&] { stageChunk(thread, c0, stages[0]); });
     AsyncWaitOp::create(b).setPending(1);
   });
 }
@@ -527,10 +525,10 @@ void SimtMmaRecurrenceKernel::prepareUpdate(const ChunkStage &stage,
   });
 }
 
-void SimtMmaRecurrenceKernel::updateState(const ChunkStage &stage, Value chunk,
-                                          Value chunks, Value last) {
-  // S^T = exp(G_last) S^T + U'^T K, its shared copy for the next chunk's
-  // products, and the next chunk's starting state.
+void SimtMmaRecurrenceKernel::updateState(const ChunkStage &stage,
+                                          Value last) {
+  // S^T = exp(G_last) S^T + U'^T K, and its shared copy for the next
+  // chunk's products (and its starting state).
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value state = e.registersOf(stateRegs, thread);
     Value stateRow = e.mul(warp, c16);
@@ -548,9 +546,6 @@ void SimtMmaRecurrenceKernel::updateState(const ChunkStage &stage, Value chunk,
         stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
           storeParts(e.load(state, x.at), stateCopy, {x.row, x.column});
         });
-    Value next = e.add(chunk, c1);
-    e.ifThen(lt(next, chunks),
-             [&] { storeChunkState(warp, lane, thread, next); });
   });
 }
 
