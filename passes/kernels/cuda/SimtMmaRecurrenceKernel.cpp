@@ -105,6 +105,39 @@ namespace {
 /// An operand of the products: its parts, hi first (see the file comment).
 using Parts = SmallVector<Value, 2>;
 
+/// Stores `x` into a temporary [parts, at...] as the products take it:
+/// hi = x rounded to the temporary's type, then lo = x - hi when there are
+/// two parts.
+void storeTemporaryParts(SimtEmitter &e, Value x, Value temporary,
+                         ValueRange at) {
+  auto type = cast<MemRefType>(temporary.getType());
+  auto partAt = [&](int64_t part) {
+    SmallVector<Value> index{e.index(part)};
+    llvm::append_range(index, at);
+    return index;
+  };
+  e.store(x, temporary, partAt(0));
+  if (type.getDimSize(0) == 2)
+    e.store(e.fsub(x, e.widen(e.narrow(x, type.getElementType()))), temporary,
+            partAt(1));
+}
+
+/// stageRows' rows of a per-step tensor of `seq` at `head` (with `part`, of
+/// a temporary [parts, ..]): row t is step first + t, which exists below
+/// `n` (zeros past the chunk's steps).
+std::function<std::pair<SmallVector<Value>, Value>(Value)>
+stepRows(SimtEmitter &e, const RecurrenceSequence &seq, Value head, Value first,
+         Value n, std::optional<int64_t> part = std::nullopt) {
+  return [&e, &seq, head, first, n,
+          part](Value t) -> std::pair<SmallVector<Value>, Value> {
+    SmallVector<Value> at;
+    if (part)
+      at.push_back(e.index(*part));
+    llvm::append_range(at, seq.step(head, e.add(first, t)));
+    return {at, e.icmp(arith::CmpIPredicate::ult, t, n)};
+  };
+}
+
 /// Where chunk `chunk` of sequence `batch` keeps its starting state in
 /// ChunkTemporaries::states: slot batch * ceil(L / C) + chunk, or in a
 /// ragged batch floor(o_b / C) + b + chunk with o_b = cu_seqlens[b]. The
@@ -275,14 +308,6 @@ private:
   /// Stores `x` into `parts` at `at`: hi = x rounded to the parts' type,
   /// then lo = x - hi when there are two.
   void storeParts(Value x, ArrayRef<Value> parts, ValueRange at);
-  /// storeParts into a temporary [parts, at...].
-  void storeTemporaryParts(Value x, Value temporary, ValueRange at);
-  /// stageRows' rows of a per-step tensor at `head` (with `part`, of a
-  /// temporary [parts, ..]): row t is step first + t, which exists below
-  /// `n`.
-  std::function<std::pair<SmallVector<Value>, Value>(Value)>
-  stepRows(Value head, Value first, Value n,
-           std::optional<int64_t> part = std::nullopt);
   /// The buffers of `count` parts of shape `shape` in shared memory.
   Parts sharedParts(int64_t count, ArrayRef<int64_t> shape);
 
@@ -423,7 +448,7 @@ void SimtMmaRecurrenceKernel::stageChunk(Value thread, Value chunk,
   // parts, converted here: loads that the chain waits for).
   if (stage.keys.size() == 1) {
     e.stageRows(thread, C, args.k, stage.keys[0], Dk, Dkp,
-                stepRows(hk, first, n));
+                stepRows(e, *seq, hk, first, n));
   } else {
     Value dkp = e.index(Dkp);
     e.loop(thread, e.index(C * Dkp), e.index(mma.threads()), [&](Value x) {
@@ -436,12 +461,12 @@ void SimtMmaRecurrenceKernel::stageChunk(Value thread, Value chunk,
   // W's parts as the local kernel stored them; G and 1 / |k|.
   for (auto [part, w] : llvm::enumerate(stage.w))
     e.stageRows(thread, C, temporaries.w, w, Dk, Dkp,
-                stepRows(hv, first, n, part));
+                stepRows(e, *seq, hv, first, n, part));
   e.stageRows(thread, C, temporaries.scales, stage.scales, 2, 2,
-              stepRows(hv, first, n));
+              stepRows(e, *seq, hv, first, n));
   // The tile's columns of U (f32) or v (as stored).
   e.stageRows(thread, C, delta ? temporaries.u : args.v, stage.values, Dv,
-              columns, stepRows(hv, first, n), col0);
+              columns, stepRows(e, *seq, hv, first, n), col0);
 }
 
 void SimtMmaRecurrenceKernel::storeChunkState(Value thread, Value chunk) {
@@ -497,8 +522,7 @@ void SimtMmaRecurrenceKernel::projectValues(const ChunkStage &stage,
             Value value = e.fsub(e.load(stage.values, {t, c}),
                                  e.load(projected, x.at));
             e.ifThen(both(lt(t, n), isColumn(c)), [&] {
-              storeTemporaryParts(
-                  value, temporaries.projected,
+              storeTemporaryParts(e, value, temporaries.projected,
                   seq->stepFeature(hv, e.add(first, t), columnOf(c)));
             });
             Value update =
@@ -597,9 +621,9 @@ void SimtMmaRecurrenceKernel::stageOutputInputs(Value slot, Value first,
   e.eachThread([&](Value thread) {
     if (operandsAsStored) {
       e.stageRows(thread, C, args.q, queries[0], Dk, Dkp,
-                  stepRows(hk, first, n));
+                  stepRows(e, *seq, hk, first, n));
       e.stageRows(thread, C, args.k, stages[0].keys[0], Dk, Dkp,
-                  stepRows(hk, first, n));
+                  stepRows(e, *seq, hk, first, n));
     }
     for (auto [part, to] : llvm::enumerate(stateCopy)) {
       Value partIndex = e.index(part);
@@ -611,10 +635,10 @@ void SimtMmaRecurrenceKernel::stageOutputInputs(Value slot, Value first,
     if (delta) {
       for (auto [part, to] : llvm::enumerate(valueOperand))
         e.stageRows(thread, C, temporaries.projected, to, Dv, columns,
-                    stepRows(hv, first, n, part), col0);
+                    stepRows(e, *seq, hv, first, n, part), col0);
     } else if (operandsAsStored) {
       e.stageRows(thread, C, args.v, valueOperand[0], Dv, columns,
-                  stepRows(hv, first, n), col0);
+                  stepRows(e, *seq, hv, first, n), col0);
     }
     AsyncWaitOp::create(b);
   });
@@ -872,32 +896,6 @@ void SimtMmaRecurrenceKernel::storeParts(Value x, ArrayRef<Value> parts,
     e.store(e.fsub(x, e.widen(e.narrow(x, mma.product))), parts[1], at);
 }
 
-void SimtMmaRecurrenceKernel::storeTemporaryParts(Value x, Value temporary,
-                                                  ValueRange at) {
-  const int64_t parts = cast<MemRefType>(temporary.getType()).getDimSize(0);
-  auto partAt = [&](int64_t part) {
-    SmallVector<Value> index{e.index(part)};
-    llvm::append_range(index, at);
-    return index;
-  };
-  e.store(x, temporary, partAt(0));
-  if (parts == 2)
-    e.store(e.fsub(x, e.widen(e.narrow(x, mma.product))), temporary, partAt(1));
-}
-
-std::function<std::pair<SmallVector<Value>, Value>(Value)>
-SimtMmaRecurrenceKernel::stepRows(Value head, Value first, Value n,
-                                  std::optional<int64_t> part) {
-  return [this, head, first, n,
-          part](Value t) -> std::pair<SmallVector<Value>, Value> {
-    SmallVector<Value> at;
-    if (part)
-      at.push_back(e.index(*part));
-    llvm::append_range(at, seq->step(head, e.add(first, t)));
-    return {at, lt(t, n)};
-  };
-}
-
 Value SimtMmaRecurrenceKernel::decayBetween(Value scales, Value t, Value s) {
   if (!scalarDecay)
     return e.scalar(1.0);
@@ -953,7 +951,7 @@ public:
       // while A and W are computed.
       e.eachThread([&](Value thread) {
         e.stageRows(thread, C, args.v, rows, Dv, Dv,
-                    stepRows(hv, chunk.first, chunk.n));
+                    stepRows(e, *seq, hv, chunk.first, chunk.n));
       });
       computeTransform();
       for (int64_t pass = 0; pass * threads < Dk; ++pass)
@@ -993,23 +991,13 @@ private:
     }
   }
 
-  /// The rows of step first + t at `head` for stageRows, which exist below
-  /// `n` (zeros past the chunk's steps).
-  std::function<std::pair<SmallVector<Value>, Value>(Value)>
-  stepRows(Value head, Value first, Value n) {
-    return [this, head, first,
-            n](Value t) -> std::pair<SmallVector<Value>, Value> {
-      return {seq->step(head, e.add(first, t)), lt(t, n)};
-    };
-  }
-
   /// The chunk's k rows as stored (by cp.async), its g and beta, zeros
   /// past its `n` steps: every load of a thread in flight together.
   void stage(Value first, Value n) {
     e.eachThread([&](Value thread) {
       if (rows)
         e.stageRows(thread, C, args.k, rows, Dk, Dk,
-                    stepRows(hkOf(), first, n));
+                    stepRows(e, *seq, hkOf(), first, n));
       if (gates || betas)
         e.loop(thread, e.index(C), e.index(threads), [&](Value t) {
           Value exists = lt(t, n);
@@ -1113,7 +1101,6 @@ private:
   /// 4 independent chains), and stores x_t for the chunk's steps (W as the
   /// chain's operand parts: hi, then lo = x - hi).
   void solveColumns(bool keyColumns, int64_t pass, Value first, Value n) {
-    auto wType = cast<MemRefType>(temporaries.w.getType());
     const int64_t width = keyColumns ? Dk : Dv;
     e.eachThread([&](Value thread) {
       Value column = e.add(e.index(pass * threads), thread);
@@ -1142,14 +1129,7 @@ private:
                 hv, e.add(first, at), column);
             if (!keyColumns)
               return e.store(solved, temporaries.u, feature);
-            Value rest = solved;
-            for (int64_t part = 0; part < wType.getDimSize(0); ++part) {
-              SmallVector<Value> partAt{e.index(part)};
-              llvm::append_range(partAt, feature);
-              e.store(rest, temporaries.w, partAt);
-              rest = e.fsub(rest,
-                            e.widen(e.narrow(rest, wType.getElementType())));
-            }
+            storeTemporaryParts(e, solved, temporaries.w, feature);
           });
         }
       });
