@@ -26,7 +26,10 @@
 //    heads, Dk = Dv = 128, 64-step chunks, bf16), B = 1 at L = 4K, 16K and
 //    64K and B = 8 at 4K, and decode steps (L = 1) of B = 1 and 32, in
 //    tokens per second and GB/s of the inputs and outputs (FLA's kernels
-//    at the same sizes: bench/fla-baseline.py).
+//    at the same sizes: bench/fla-baseline.py);
+//  * a 64-node draft tree through the same layer with its rmsnorm-silu
+//    gate (SPEC §10) against the chunked prefill of a 64-token chain, 64
+//    decode steps, and the commit of its deepest path.
 //
 // The ceilings to divide by (PyTorch's scaled_dot_product_attention with
 // the flash backend, FlexAttention, the card's copy bandwidth) come from
@@ -455,55 +458,156 @@ struct Sequences {
   int64_t batch, length;
 };
 
-/// The Gated DeltaNet table: the chunked kernel over whole sequences.
-bool recurrenceTable(const Options &options,
-                     const std::vector<Sequences> &sizes) {
-  const int kHeads = 16, vHeads = 32, dim = 128;
-  char json[512];
+/// Gated DeltaNet at Qwen3-Next's linear shape: 16 key heads, 32 value
+/// heads, dims 128, 64-step chunks, qk_l2norm, bf16.
+constexpr int kGdnKeyHeads = 16, kGdnValueHeads = 32, kGdnDim = 128;
+
+/// The model description of one such layer; `extra` goes into the layer,
+/// `speculative` into the model.
+std::string gdnJson(const std::string &extra = "",
+                    const std::string &speculative = "") {
+  char json[768];
   std::snprintf(json, sizeof(json),
                 R"({"model": "bench", "dtype": "bf16", "layers": [{"name": )"
                 R"("gdn", "type": "linear_attention", "rule": "gated_delta", )"
                 R"("num_k_heads": %d, "num_v_heads": %d, "k_dim": %d, )"
-                R"("v_dim": %d, "chunk_size": 64, "qk_l2norm": true}]})",
-                kHeads, vHeads, dim, dim);
-  std::unique_ptr<attn::Model> model = load(options, json);
+                R"("v_dim": %d, "chunk_size": 64, "qk_l2norm": true%s}]%s})",
+                kGdnKeyHeads, kGdnValueHeads, kGdnDim, kGdnDim, extra.c_str(),
+                speculative.c_str());
+  return json;
+}
+
+/// Random q, k, v, g, beta and S_init of `batch` sequences of `length`
+/// steps: q, k, v in [-1, 1]; log-decays in [-0.1, 0); beta in (0, 1].
+std::vector<attn::Tensor> gdnInputs(std::mt19937 &rng, int64_t batch,
+                                    int64_t length) {
+  const int64_t dim = kGdnDim;
+  std::vector<attn::Tensor> inputs{
+      attn::Tensor(ATTN_BF16, {batch, kGdnKeyHeads, length, dim}),
+      attn::Tensor(ATTN_BF16, {batch, kGdnKeyHeads, length, dim}),
+      attn::Tensor(ATTN_BF16, {batch, kGdnValueHeads, length, dim}),
+      attn::Tensor(ATTN_BF16, {batch, kGdnValueHeads, length}),
+      attn::Tensor(ATTN_BF16, {batch, kGdnValueHeads, length}),
+      attn::Tensor(ATTN_F32, {batch, kGdnValueHeads, dim, dim})};
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (int i = 0; i < 3; ++i)
+    for (int64_t j = 0; j < inputs[i].numElements(); ++j)
+      inputs[i].bits16()[j] = attn::floatToBf16(uniform(rng));
+  for (int64_t j = 0; j < inputs[3].numElements(); ++j)
+    inputs[3].bits16()[j] =
+        attn::floatToBf16(-0.05f * (uniform(rng) + 1.0f) - 1e-3f);
+  for (int64_t j = 0; j < inputs[4].numElements(); ++j)
+    inputs[4].bits16()[j] = attn::floatToBf16(0.5f * (uniform(rng) + 1.0f));
+  for (int64_t j = 0; j < inputs[5].numElements(); ++j)
+    inputs[5].f32()[j] = 0.01f * uniform(rng);
+  return inputs;
+}
+
+/// The Gated DeltaNet table: the chunked kernel over whole sequences.
+bool recurrenceTable(const Options &options,
+                     const std::vector<Sequences> &sizes) {
+  std::unique_ptr<attn::Model> model = load(options, gdnJson());
   if (!model)
     return false;
   std::printf("\n| Gated DeltaNet (Hk = 16, Hv = 32, D = 128, C = 64) | B | L "
               "| ms | M tokens/s | GB/s (q, k, v, g, beta, o, S) |\n");
   std::printf("|---|---|---|---|---|---|\n");
   std::mt19937 rng(4);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const double dim = kGdnDim;
   for (auto [batch, length] : sizes) {
-    std::vector<attn::Tensor> inputs{
-        attn::Tensor(ATTN_BF16, {batch, kHeads, length, dim}),
-        attn::Tensor(ATTN_BF16, {batch, kHeads, length, dim}),
-        attn::Tensor(ATTN_BF16, {batch, vHeads, length, dim}),
-        attn::Tensor(ATTN_BF16, {batch, vHeads, length}),
-        attn::Tensor(ATTN_BF16, {batch, vHeads, length}),
-        attn::Tensor(ATTN_F32, {batch, vHeads, dim, dim})};
-    // q, k, v in [-1, 1]; log-decays in [-0.1, 0); beta in (0, 1].
-    for (int i = 0; i < 3; ++i)
-      for (int64_t j = 0; j < inputs[i].numElements(); ++j)
-        inputs[i].bits16()[j] = attn::floatToBf16(uniform(rng));
-    for (int64_t j = 0; j < inputs[3].numElements(); ++j)
-      inputs[3].bits16()[j] =
-          attn::floatToBf16(-0.05f * (uniform(rng) + 1.0f) - 1e-3f);
-    for (int64_t j = 0; j < inputs[4].numElements(); ++j)
-      inputs[4].bits16()[j] = attn::floatToBf16(0.5f * (uniform(rng) + 1.0f));
-    for (int64_t j = 0; j < inputs[5].numElements(); ++j)
-      inputs[5].f32()[j] = 0.01f * uniform(rng);
-    double ms = deviceMs(*model, inputs, options.repeat);
+    double ms = deviceMs(*model, gdnInputs(rng, batch, length), options.repeat);
     if (ms < 0)
       return false;
     // q, k (16 heads) and v, o (32 heads) in bf16, g and beta, S in and out.
     double bytes =
-        batch * (2.0 * length * dim * (2 * kHeads + 2 * vHeads) +
-                 2.0 * 2 * vHeads * length + 2.0 * 4 * vHeads * dim * dim);
+        batch * (2.0 * length * dim * (2 * kGdnKeyHeads + 2 * kGdnValueHeads) +
+                 2.0 * 2 * kGdnValueHeads * length +
+                 2.0 * 4 * kGdnValueHeads * dim * dim);
     std::printf("| gated delta, bf16 | %lld | %lld | %.4f | %.2f | %.1f |\n",
                 static_cast<long long>(batch), static_cast<long long>(length),
                 ms, batch * length / ms / 1e3, bytes / ms / 1e6);
   }
+  return true;
+}
+
+/// The tree recurrence table (SPEC §10): a random draft tree of `nodes`
+/// through a Gated DeltaNet layer with the rmsnorm-silu gate, B = 1, beside
+/// the chunked prefill of a chain of as many tokens (the target: at most 2x
+/// its time), as many decode steps (the median L = 1 call times `nodes`:
+/// what verifying node by node costs at least), and the commit of the
+/// tree's deepest path.
+bool treeRecurrenceTable(const Options &options, int64_t nodes) {
+  std::unique_ptr<attn::Model> model =
+      load(options, gdnJson(R"(, "output_gate": "rmsnorm_silu", "tree": true)",
+                            R"(, "speculative": {"max_tree_nodes": )" +
+                                std::to_string(nodes) + "}"));
+  if (!model)
+    return false;
+  int32_t treeEntry = entryOf(*model, "gdn.tree"),
+          chainEntry = entryOf(*model, "gdn"),
+          commitEntry = entryOf(*model, "gdn.commit");
+  if (treeEntry < 0 || chainEntry < 0 || commitEntry < 0)
+    return false;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  auto randomBf16 = [&](std::vector<int64_t> shape) {
+    attn::Tensor t(ATTN_BF16, shape);
+    for (int64_t j = 0; j < t.numElements(); ++j)
+      t.bits16()[j] = attn::floatToBf16(uniform(rng));
+    return t;
+  };
+  // The entries' inputs: q, k, v, g, beta, [parents | path, length,]
+  // S_init, then z and w but for the commit.
+  std::vector<attn::Tensor> chain = gdnInputs(rng, 1, nodes);
+  std::vector<attn::Tensor> step = gdnInputs(rng, 1, 1);
+  attn::Tensor weight = randomBf16({kGdnDim});
+  chain.push_back(randomBf16({1, kGdnValueHeads, nodes, kGdnDim}));
+  chain.push_back(weight);
+  step.push_back(randomBf16({1, kGdnValueHeads, 1, kGdnDim}));
+  step.push_back(weight);
+  attn::Tensor parents(ATTN_I32, {1, nodes});
+  std::vector<int64_t> depth(nodes, 0);
+  int64_t deepest = 0;
+  for (int64_t t = 0; t < nodes; ++t) {
+    parents.i32()[t] = t == 0 ? -1 : static_cast<int32_t>(rng() % t);
+    if (t > 0)
+      depth[t] = depth[parents.i32()[t]] + 1;
+    if (depth[t] > depth[deepest])
+      deepest = t;
+  }
+  std::vector<attn::Tensor> tree(chain.begin(), chain.begin() + 5);
+  tree.push_back(parents);
+  tree.insert(tree.end(), chain.begin() + 5, chain.end());
+  attn::Tensor path(ATTN_I32, {1, nodes}), length(ATTN_I32, {1});
+  std::fill(path.i32(), path.i32() + nodes, 0);
+  length.i32()[0] = static_cast<int32_t>(depth[deepest] + 1);
+  for (int64_t node = deepest; node >= 0; node = parents.i32()[node])
+    path.i32()[depth[node]] = static_cast<int32_t>(node);
+  std::vector<attn::Tensor> commit(chain.begin(), chain.begin() + 5);
+  commit.push_back(path);
+  commit.push_back(length);
+  commit.push_back(chain[5]);
+
+  double treeMs = deviceMs(*model, tree, options.repeat, treeEntry);
+  double chainMs = deviceMs(*model, chain, options.repeat, chainEntry);
+  double stepMs = deviceMs(*model, step, options.repeat, chainEntry);
+  double commitMs = deviceMs(*model, commit, options.repeat, commitEntry);
+  if (treeMs < 0 || chainMs < 0 || stepMs < 0 || commitMs < 0)
+    return false;
+  std::printf("\n| tree recurrence (gated delta, Hk = 16, Hv = 32, D = 128, "
+              "rmsnorm-silu gate, B = 1) | nodes | ms | x chain prefill |\n");
+  std::printf("|---|---|---|---|\n");
+  auto row = [&](const std::string &path, double ms) {
+    std::printf("| %s | %lld | %.4f | %.2f |\n", path.c_str(),
+                static_cast<long long>(nodes), ms, ms / chainMs);
+  };
+  row(".tree, a random tree (depth " + std::to_string(depth[deepest] + 1) +
+          ")",
+      treeMs);
+  row("prefill of a chain (chunked)", chainMs);
+  row("decode steps (" + std::to_string(nodes) + " x one L = 1 call)",
+      nodes * stepMs);
+  row(".commit of the deepest path", commitMs);
   return true;
 }
 
@@ -569,5 +673,8 @@ int main(int argc, char **argv) {
           ? std::vector<Sequences>{{1, 4096}, {32, 1}}
           : std::vector<Sequences>{{1, 4096}, {1, 16384}, {1, 65536},
                                    {8, 4096}, {1, 1},     {32, 1}};
-  return recurrenceTable(options, sequences) ? 0 : 1;
+  return recurrenceTable(options, sequences) &&
+                 treeRecurrenceTable(options, small ? 20 : 64)
+             ? 0
+             : 1;
 }
