@@ -601,8 +601,7 @@ bool treeRecurrenceTable(const Options &options, int64_t nodes) {
     std::printf("| %s | %lld | %.4f | %.2f |\n", path.c_str(),
                 static_cast<long long>(nodes), ms, ms / chainMs);
   };
-  row(".tree, a random tree (depth " + std::to_string(depth[deepest] + 1) +
-          ")",
+  row(".tree, a random tree (depth " + std::to_string(depth[deepest] + 1) + ")",
       treeMs);
   row("prefill of a chain (chunked)", chainMs);
   row("decode steps (" + std::to_string(nodes) + " x one L = 1 call)",
