@@ -301,6 +301,8 @@ def AttnWarpMmaToLoops : Pass<"attn-warp-mma-to-loops"> {
     (`lhs_fragment`) is read from the warp's register buffer, each element
     from the lane that holds it; the pass fails unless that buffer is the
     warp's view in the op's thread loop and no op of the loop writes it.
+    Products are done when they run, so `attn_kernel.warpgroup_wait` is
+    erased.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",
@@ -326,7 +328,10 @@ def AttnWarpMmaToNvvm : Pass<"attn-warp-mma-to-nvvm"> {
     -attn-warp-mma-to-loops, which take A of fragments from the lanes that
     hold it with warp shuffles (`gpu.shuffle idx`).
     -attn-gpu-outline-kernels has checked that every op is directly in a
-    thread loop, so the 32 lanes of a warp run it together.
+    thread loop, so the 32 lanes of a warp run it together. On sm_90a,
+    `warpgroup` ops are `wgmma.mma_async` (one per 16 of K), waited for at
+    once unless `async`, and `attn_kernel.warpgroup_wait` is
+    `wgmma.wait_group`; both are errors on other chips.
   }];
   let options = [
     Option<"chip", "chip", "std::string", "\"sm_90a\"",

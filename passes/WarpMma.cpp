@@ -12,7 +12,9 @@
 //    step, the accumulators in registers across K;
 //  * warpgroup tensor cores (-attn-warp-mma-to-nvvm on sm_90a, ops marked
 //    `warpgroup`): one wgmma.mma_async per 16 of K for the warpgroup's 64
-//    rows, the shared operands read through matrix descriptors.
+//    rows, the shared operands read through matrix descriptors; `async`
+//    ones are waited for by attn_kernel.warpgroup_wait (wgmma.wait_group),
+//    which the loops erase.
 //
 // Both place the lane's elements with the same function (MmaFragmentLayout
 // in SimtKernels.h), PTX's layout for mma.m16n8k16 with .row.col and 16-bit
@@ -530,7 +532,8 @@ Value wgmmaDescriptor(ImplicitLocOpBuilder &b, Value address,
 /// registers; then the lane's accumulator fragment is the wgmma's D
 /// fragment, whose per-warp layout is mma.m16n8k16's (d[4 b + 2 h + e] =
 /// acc[b, 2 h + e]). The group waits for its products before the lanes use
-/// them (commit, wait 0): the kernels' next steps read them at once.
+/// them (commit, wait 0), unless the op is async (commit only; its
+/// attn_kernel.warpgroup_wait is wgmma.wait_group).
 void lowerToWgmma(WarpMmaOp op) {
   ImplicitLocOpBuilder b(op.getLoc(), op);
   SimtEmitter e(b);
@@ -675,7 +678,10 @@ void lowerToWgmma(WarpMmaOp op) {
     unpack(asmOp.getResult(0));
   }
   NVVM::WgmmaGroupSyncAlignedOp::create(b);
-  NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
+  // An async op's group completes at a later attn_kernel.warpgroup_wait;
+  // until then its results are the registers the tensor cores write.
+  if (!op.getAsync())
+    NVVM::WgmmaWaitGroupSyncOp::create(b, 0);
   for (int64_t i = 0; i < accCount; ++i)
     e.store(acc[i], op.getAcc(), accAt[i]);
   op.erase();
@@ -691,6 +697,8 @@ struct AttnWarpMmaToLoops final
         return signalPassFailure();
     for (WarpMmaOp op : ops)
       lowerToLoops(op);
+    // Products done when issued leave nothing to wait for.
+    getOperation()->walk([](WarpgroupWaitOp op) { op.erase(); });
   }
 };
 
@@ -720,6 +728,20 @@ struct AttnWarpMmaToNvvm final
         lowerToMmaSync(op);
       else
         lowerToLoops(op);
+    }
+    SmallVector<WarpgroupWaitOp> waits;
+    getOperation()->walk([&](WarpgroupWaitOp op) { waits.push_back(op); });
+    for (WarpgroupWaitOp wait : waits) {
+      if (!warpgroupProducts) {
+        wait.emitOpError() << "waits for warpgroup products (wgmma), which "
+                              "need sm_90a, not "
+                           << chip;
+        return signalPassFailure();
+      }
+      OpBuilder b(wait);
+      NVVM::WgmmaWaitGroupSyncOp::create(b, wait.getLoc(),
+                                         wait.getPendingAttr().getInt());
+      wait.erase();
     }
   }
 };

@@ -146,6 +146,8 @@ LogicalResult WarpMmaOp::verify() {
     if (n > kMaxWarpgroupColumns)
       return emitOpError() << "a warpgroup product has at most "
                            << kMaxWarpgroupColumns << " columns, got " << n;
+  } else if (getAsync()) {
+    return emitOpError() << "only a warpgroup product may be async";
   }
   auto tooSmall = [&](StringRef name, MemRefType type, int64_t rows,
                       int64_t columns) {
@@ -239,6 +241,14 @@ LogicalResult AsyncCopyOp::verify() {
 //===----------------------------------------------------------------------===//
 // AsyncWaitOp
 //===----------------------------------------------------------------------===//
+
+LogicalResult WarpgroupWaitOp::verify() {
+  // The attribute's signed value (its getter's is unsigned).
+  const int64_t pending = getPendingAttr().getInt();
+  if (pending < 0)
+    return emitOpError() << "pending must not be negative, got " << pending;
+  return success();
+}
 
 LogicalResult AsyncWaitOp::verify() {
   // The attribute's signed value (its getter's is unsigned).

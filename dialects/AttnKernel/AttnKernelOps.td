@@ -165,6 +165,15 @@ def AttnKernel_WarpMmaOp : AttnKernel_Op<"warp_mma"> {
     fragments (wgmma takes A from registers with the same per-warp layout as
     mma.m16n8k16); f16 or bf16; `n` at most 256.
 
+    With `async` (warpgroup products only), the op issues its products as
+    the warpgroup's newest group and returns without waiting for them
+    (FlashAttention-3 issues the next tile's scores and this tile's P V
+    before the softmax that overlaps them): `acc` holds the products only
+    after an `attn_kernel.warpgroup_wait` that lets the group complete, and
+    until then the lane must not read or write `acc` nor write `lhs`'s
+    fragments (on the GPU the tensor cores still read and write those
+    registers). On the CPU the products are done when the op runs.
+
     `lhs` and `rhs` have the same element type (f16, bf16 or f32; f32
     fragments with `lhs_fragment`), `acc` is f32; `k` is a multiple of 16
     and `n` of 8.
@@ -191,7 +200,7 @@ def AttnKernel_WarpMmaOp : AttnKernel_Op<"warp_mma"> {
                        UnitAttr:$rhs_transposed, UnitAttr:$accumulate,
                        UnitAttr:$acc_fragment, UnitAttr:$lhs_fragment,
                        DefaultValuedAttr<I64Attr, "1">:$row_tiles,
-                       UnitAttr:$warpgroup);
+                       UnitAttr:$warpgroup, UnitAttr:$async);
   let assemblyFormat = [{
     $lhs `,` $rhs `,` $acc `rows` `(` $row `)` `lane` `(` $lane `)`
     `n` `(` $n `)` `k` `(` $k `)` attr-dict
@@ -276,6 +285,25 @@ def AttnKernel_AsyncWaitOp : AttnKernel_Op<"async_wait"> {
   }];
   let arguments = (ins UnitAttr:$async_proxy,
                        DefaultValuedAttr<I64Attr, "0">:$pending);
+  let assemblyFormat = "attr-dict";
+  let hasVerifier = 1;
+}
+
+def AttnKernel_WarpgroupWaitOp : AttnKernel_Op<"warpgroup_wait"> {
+  let summary = "waits for the warpgroup's asynchronous products";
+  let description = [{
+    Run by the four warps of a warpgroup together: after it, every
+    `attn_kernel.warp_mma {warpgroup, async}` the warpgroup issued before
+    is complete but its newest `pending` ones (`wgmma.wait_group N` on
+    sm_90a), so their accumulators may be read. On the CPU the products
+    are complete when issued and the op is erased.
+
+    ```mlir
+    // The scores issued first are done; P V, issued after them, may not be.
+    attn_kernel.warpgroup_wait {pending = 1}
+    ```
+  }];
+  let arguments = (ins DefaultValuedAttr<I64Attr, "0">:$pending);
   let assemblyFormat = "attr-dict";
   let hasVerifier = 1;
 }

@@ -1,4 +1,5 @@
 // RUN: attn-opt %s -split-input-file -attn-warp-mma-to-nvvm=chip=sm_90a -canonicalize -cse | FileCheck %s --check-prefix=WGMMA
+// RUN: not attn-opt %s -split-input-file -attn-warp-mma-to-nvvm=chip=sm_80 2>&1 | FileCheck %s --check-prefix=SM80
 
 // (The loops form, which the CPU runs, reads the same elements through the
 // tiling, A[r, k] at [r / 8, k / 8, r % 8, k % 8]: the e2e suite's
@@ -81,3 +82,47 @@ func.func @pv(%p: memref<8x4xf32>, %v: memref<8x16x8x8xbf16, #gpu.address_space<
   return
 }
 
+
+// -----
+
+// Async products (FlashAttention-3's overlap): the scores and P v are
+// issued as two groups (commit, no wait), the accumulators stored in
+// program order; attn_kernel.warpgroup_wait is wgmma.wait_group, first for
+// all but the newest group (the scores), then for all. (On the CPU the
+// products are done when issued and the waits go: attn-warpgroup-wait.mlir.)
+// WGMMA-LABEL: func.func @overlapped
+// WGMMA:         nvvm.wgmma.fence.aligned
+// WGMMA-COUNT-8: nvvm.wgmma.mma_async
+// WGMMA:         nvvm.wgmma.commit.group.sync.aligned
+// WGMMA-NOT:     nvvm.wgmma.wait.group.sync.aligned
+// WGMMA:         nvvm.wgmma.fence.aligned
+// WGMMA-COUNT-4: llvm.inline_asm
+// WGMMA:         nvvm.wgmma.commit.group.sync.aligned
+// WGMMA-NOT:     nvvm.wgmma.wait.group.sync.aligned
+// WGMMA:         memref.store
+// WGMMA:         nvvm.wgmma.wait.group.sync.aligned 1
+// WGMMA-NEXT:    memref.load %{{.+}}[%c0, %c0] : memref<8x4xf32>
+// WGMMA:         nvvm.wgmma.wait.group.sync.aligned 0
+// WGMMA-NEXT:    memref.load %{{.+}}[%c0, %c0] : memref<16x4xf32>
+// SM80: error: 'attn_kernel.warp_mma' op a warpgroup product (wgmma) needs sm_90a, not sm_80
+func.func @overlapped(%q: memref<8x16x8x8xbf16, #gpu.address_space<workgroup>>, %k: memref<8x16x8x8xbf16, #gpu.address_space<workgroup>>, %s: memref<8x4xf32>, %p: memref<8x4xf32>, %v: memref<8x16x8x8xbf16, #gpu.address_space<workgroup>>, %o: memref<16x4xf32>, %row: index, %lane: index) -> (f32, f32) {
+  attn_kernel.warp_mma %q, %k, %s rows(%row) lane(%lane) n(64) k(128) {rhs_transposed, acc_fragment, warpgroup, async}
+      : memref<8x16x8x8xbf16, #gpu.address_space<workgroup>>, memref<8x16x8x8xbf16, #gpu.address_space<workgroup>>, memref<8x4xf32>
+  attn_kernel.warp_mma %p, %v, %o rows(%row) lane(%lane) n(128) k(64) {lhs_fragment, acc_fragment, accumulate, warpgroup, async}
+      : memref<8x4xf32>, memref<8x16x8x8xbf16, #gpu.address_space<workgroup>>, memref<16x4xf32>
+  attn_kernel.warpgroup_wait {pending = 1}
+  %c0 = arith.constant 0 : index
+  %score = memref.load %s[%c0, %c0] : memref<8x4xf32>
+  attn_kernel.warpgroup_wait
+  %out = memref.load %o[%c0, %c0] : memref<16x4xf32>
+  return %score, %out : f32, f32
+}
+
+// -----
+
+// A wait with no warpgroup products to wait for on the chip is an error too.
+// SM80: error: 'attn_kernel.warpgroup_wait' op waits for warpgroup products (wgmma), which need sm_90a, not sm_80
+func.func @lone_wait() {
+  attn_kernel.warpgroup_wait
+  return
+}

@@ -71,14 +71,37 @@ private:
   /// before it is used.
   void walkKeyTiles();
   void walkKeyTilesInTwoStages();
+  /// Warpgroup products (flash.overlapsProducts): two stages of k and v, and
+  /// tile j + 1's scores and tile j's P v in flight during tile j + 1's
+  /// softmax (FlashAttention-3's intra-warpgroup overlap).
+  void walkKeyTilesOverlapped();
   /// Per key tile: the scores from `keyBuffer`, the online-softmax update
-  /// (with `stageValues`, the tile's v copied meanwhile), P v from
+  /// (with `stageValues`, the tile's v copied meanwhile; with
+  /// `beforeRescale`, called before the output is rescaled), P v from
   /// `valueBuffer` (with `stageNext`, if given, each thread's copies issued
   /// meanwhile and waited for at the end).
   void scoreKeyTile(Value firstKey, Value keyBuffer);
-  void updateSoftmax(Value keyTileIndex, bool stageValues);
+  void updateSoftmax(Value keyTileIndex, bool stageValues,
+                     function_ref<void()> beforeRescale = nullptr);
   void accumulateValues(Value valueBuffer,
                         function_ref<void(Value thread)> stageNext);
+  /// The parts of those phases, in a warp's thread loop: S = q k^T into
+  /// the lane's score fragment (with `async`, issued and not waited for);
+  /// the lane's scores t from S and its parts of its rows' maxes (in
+  /// `quad`), `interior` saying whether every row sees every key of the
+  /// tile; o += P v from the warp's fragments `probabilities`.
+  void multiplyScores(Value keyBuffer, Value warpRow, Value lane, Value thread,
+                      bool async = false);
+  void scoreProducts(Value firstKey, Value interior, Value warpRow, Value lane,
+                     Value thread);
+  void multiplyValues(Value probabilities, Value valueBuffer, Value warpRow,
+                      Value lane, Value thread, bool async = false);
+  /// Whether every row of the block sees every key of the tile from
+  /// `firstKey` (no mask work in it).
+  Value interiorTileOf(Value firstKey);
+  /// P (the score fragments after the softmax) copied to probRegs, where
+  /// the overlapped walk's P v reads it while the next scores are made.
+  void keepProbabilities();
   void storeOutputs();
   /// mergesSplits: counts the block's split done on its tile's counter
   /// and, in the block that counts the tile's last, merges the tile's
@@ -223,6 +246,8 @@ private:
   // Shared and register buffers (allocateBuffers).
   /// The k and v buffers: one of each, or two with flash.stages = 2.
   Value qs, quad, scoreRegs, outRegs, maxRegs, sumRegs;
+  /// walkKeyTilesOverlapped: tile j's P while tile j + 1's scores are made.
+  Value probRegs;
   /// prefetchesPages(): [3, pagesPerTile] page numbers, those of tile j in
   /// slot j % 3 (a tile's TK keys span at most pagesPerTile pages).
   Value tilePages;
@@ -280,7 +305,9 @@ func::FuncOp SimtFlashKernel::build() {
     stageQueryTile();
     findTreeNodes();
     findKeyRange();
-    if (flash.stages == 2)
+    if (flash.overlapsProducts)
+      walkKeyTilesOverlapped();
+    else if (flash.stages == 2)
       walkKeyTilesInTwoStages();
     else
       walkKeyTiles();
@@ -377,6 +404,94 @@ void SimtFlashKernel::walkKeyTilesInTwoStages() {
     updateSoftmax(tile, /*stageValues=*/false);
     accumulateValues(vs[buffer], /*stageNext=*/nullptr);
   });
+}
+
+void SimtFlashKernel::walkKeyTilesOverlapped() {
+  // FlashAttention-3's intra-warpgroup overlap: with P of tile j in
+  // registers, a warpgroup issues tile j + 1's scores S = q k^T and then
+  // tile j's o += P v, both asynchronous; it waits for the scores alone
+  // (the older group) and computes tile j + 1's softmax while the tensor
+  // cores still run P v, then waits for P v and rescales o. The copies go
+  // a tile ahead of the products that read them: during tile j, k of tile
+  // j + 2 and v of tile j + 1 (two buffers of each; tile i's in buffer
+  // i % 2), each into the buffer whose last products were waited for
+  // before the barrier that starts the tile. No product or wait is under
+  // a condition of its own inside the loop: ptxas serializes every wgmma
+  // of a kernel where the registers of one in flight are merged at the end
+  // of a branch (which reads them).
+  auto stageKeys = [&](Value thread, Value tile, int64_t buffer) {
+    e.stageRows(thread, TK, k, ks[buffer], D, Dp, keyRowsOf(tile));
+  };
+  auto stageValues = [&](Value thread, Value tile, int64_t buffer) {
+    e.stageRows(thread, TK, v, vs[buffer], Dv, Dvp, keyRowsOf(tile));
+  };
+  auto waitForProducts = [&](int64_t pending) {
+    WarpgroupWaitOp::create(b, loc).setPending(pending);
+  };
+  e.ifThen(lt(c0, keyTiles), [&] {
+    // Tile 0: its k and v and tile 1's k, then its scores and P.
+    e.eachThread([&](Value thread) {
+      stageKeys(thread, c0, 0);
+      stageValues(thread, c0, 0);
+      e.ifThen(lt(c1, keyTiles), [&] { stageKeys(thread, c1, 1); });
+      waitForCopies();
+    });
+    scoreKeyTile(tileFirstKey(c0), ks[0]);
+    updateSoftmax(c0, /*stageValues=*/false);
+    keepProbabilities();
+    // Tiles j = 0 .. n - 2: tile j + 1's scores and softmax, tile j's P v.
+    Value lastTile = e.sub(keyTiles, c1);
+    e.inTwoStages(lastTile, [&](Value tile, Value nextTile, int64_t buffer) {
+      Value afterNext = e.add(nextTile, c1);
+      e.eachThread([&](Value) { waitForCopies(); });
+      e.eachThread(
+          [&](Value thread) {
+            e.ifThen(lt(afterNext, keyTiles),
+                     [&] { stageKeys(thread, afterNext, buffer); });
+            stageValues(thread, nextTile, 1 - buffer);
+          },
+          SimtEmitter::Sync::Warp);
+      Value firstKey = tileFirstKey(nextTile);
+      Value interior = interiorTileOf(firstKey);
+      eachWarp(
+          [&](Value warpRow, Value lane, Value thread) {
+            multiplyScores(ks[1 - buffer], warpRow, lane, thread,
+                           /*async=*/true);
+            multiplyValues(e.registersOfWarp(probRegs, thread), vs[buffer],
+                           warpRow, lane, thread, /*async=*/true);
+            waitForProducts(/*pending=*/1); // the scores, not P v
+            scoreProducts(firstKey, interior, warpRow, lane, thread);
+          },
+          SimtEmitter::Sync::Warp);
+      updateSoftmax(nextTile, /*stageValues=*/false,
+                    [&] { waitForProducts(/*pending=*/0); });
+      keepProbabilities();
+    });
+    // The last tile's P v (waited for), from the buffer of its parity.
+    e.eachThread([&](Value) { waitForCopies(); });
+    Value parity = e.rem(lastTile, e.index(2));
+    for (int64_t buffer = 0; buffer < 2; ++buffer)
+      e.ifThen(e.icmp(arith::CmpIPredicate::eq, parity, e.index(buffer)), [&] {
+        eachWarp([&](Value warpRow, Value lane, Value thread) {
+          multiplyValues(e.registersOfWarp(probRegs, thread), vs[buffer],
+                         warpRow, lane, thread);
+        });
+      });
+  });
+}
+
+void SimtFlashKernel::keepProbabilities() {
+  eachWarp(
+      [&](Value, Value, Value thread) {
+        Value s = e.registersOf(scoreRegs, thread);
+        Value p = e.registersOf(probRegs, thread);
+        for (int64_t block = 0; block < RT * keyBlocks; ++block)
+          for (int64_t el = 0; el < 4; ++el) {
+            SmallVector<Value> at{e.index(block), e.index(el)};
+            e.store(e.load(s, at), p, at);
+          }
+      },
+      SimtEmitter::Sync::Warp);
 }
 
 void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
@@ -660,6 +775,8 @@ void SimtFlashKernel::allocateBuffers() {
   // running max (the same in a row's 4 lanes) and its part of the running
   // sum.
   scoreRegs = e.registers({RT * keyBlocks, 4});
+  if (flash.overlapsProducts)
+    probRegs = e.registers({RT * keyBlocks, 4});
   outRegs = e.registers({RT * valueBlocks, 4});
   maxRegs = e.registers({2 * RT});
   sumRegs = e.registers({2 * RT});
@@ -902,12 +1019,7 @@ SimtFlashKernel::keyRowsOf(Value tile) {
   };
 }
 
-void SimtFlashKernel::scoreKeyTile(Value firstKey, Value keyBuffer) {
-  // S = q k^T into the lanes' registers; each lane turns its elements into
-  // scores t (softcapped, masked) and offers its part of its rows' max
-  // (read by its warp alone: the warps need not wait for each other here).
-  // Tiles whose keys every row sees skip the mask, as FlashAttention-2
-  // masks only the tiles on the mask's edge.
+Value SimtFlashKernel::interiorTileOf(Value firstKey) {
   Value interiorTile = both(
       e.icmp(arith::CmpIPredicate::sge, firstKey, allBegin),
       e.icmp(arith::CmpIPredicate::sle, e.add(firstKey, e.index(TK)), allEnd));
@@ -920,78 +1032,97 @@ void SimtFlashKernel::scoreKeyTile(Value firstKey, Value keyBuffer) {
              e.icmp(arith::CmpIPredicate::eq, tileClass,
                     arith::ConstantIntOp::create(b, b.getI8Type(), kFullTile)));
   }
+  return interiorTile;
+}
+
+void SimtFlashKernel::scoreKeyTile(Value firstKey, Value keyBuffer) {
+  // S = q k^T into the lanes' registers; each lane turns its elements into
+  // scores t (softcapped, masked) and offers its part of its rows' max
+  // (read by its warp alone: the warps need not wait for each other here).
+  Value interior = interiorTileOf(firstKey);
   eachWarp(
       [&](Value warpRow, Value lane, Value thread) {
-        Value s = e.registersOf(scoreRegs, thread);
-        auto scoresOp = WarpMmaOp::create(b, qs, keyBuffer, s, warpRow, lane,
-                                          /*n=*/TK, /*k=*/Dp);
-        scoresOp.setRhsTransposed(true);
-        scoresOp.setAccFragment(true);
-        scoresOp.setRowTiles(RT);
-        scoresOp.setWarpgroup(flash.warpgroupMma);
-        MmaFragmentLayout layout(e, warpRow, lane);
-        SmallVector<LaneRow> laneRows = laneRowsOf(warpRow, lane);
-        // The scores of the lane's elements and its parts of its rows'
-        // maxes.
-        auto scoreTile = [&](bool masked) {
-          // The keys of the lane's columns (the same in all its rows).
-          SmallVector<std::pair<Value, Value>> columnKeys;
-          if (masked || scoresScaled)
-            for (int64_t block = 0; block < keyBlocks; ++block)
-              for (int64_t el = 0; el < 2; ++el)
-                columnKeys.push_back(keyAt(
-                    e.add(firstKey, layout.accColumn(e, e.index(block), el))));
-          SmallVector<Value> partMaxes;
-          for (const LaneRow &laneRow : laneRows) {
-            std::pair<Value, Value> visibleRange;
-            if (masked)
-              visibleRange = rowKeys(laneRow.row);
-            Value partMax = e.scalar(kNegInf);
-            for (int64_t block = 0; block < keyBlocks; ++block)
-              for (int64_t el = 0; el < 2; ++el) {
-                SmallVector<Value> at =
-                    fragmentAt(laneRow, keyBlocks, block, el);
-                Value key = columnKeys.empty()
-                                ? Value()
-                                : columnKeys[2 * block + el].first;
-                Value score = scoreOf(e.load(s, at), laneRow.row, key);
-                if (masked) {
-                  Value isKey = columnKeys[2 * block + el].second;
-                  Value visible =
-                      both(isKey, both(e.icmp(arith::CmpIPredicate::sge, key,
-                                              visibleRange.first),
-                                       lt(key, visibleRange.second)));
-                  if (variants.hasMaskMod())
-                    visible = both(
-                        visible,
-                        variants.visible(batch, headOf(laneRow.row),
-                                         queryPositionOf(laneRow.row), key));
-                  score = e.select(visible, score, e.scalar(kNegInf));
-                }
-                if (masked || scoresScaled)
-                  e.store(score, s, at);
-                partMax = e.fmax(partMax, score);
-              }
-            partMaxes.push_back(partMax);
-          }
-          return partMaxes;
-        };
-        // A mask_mod may hide keys of any tile but those the block mask
-        // found full.
-        SmallVector<Value> partMaxes =
-            gathered || (variants.hasMaskMod() && !blockMask)
-                ? scoreTile(/*masked=*/true)
-                : e.ifElse(
-                      interiorTile, [&] { return scoreTile(false); },
-                      [&] { return scoreTile(true); });
-        Value quadLane = quadLaneOf(lane);
-        for (auto [laneRow, partMax] : llvm::zip(laneRows, partMaxes))
-          e.store(partMax, quad, {laneRow.row, quadLane});
+        multiplyScores(keyBuffer, warpRow, lane, thread);
+        scoreProducts(firstKey, interior, warpRow, lane, thread);
       },
       SimtEmitter::Sync::Warp);
 }
 
-void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues) {
+void SimtFlashKernel::multiplyScores(Value keyBuffer, Value warpRow, Value lane,
+                                     Value thread, bool async) {
+  Value s = e.registersOf(scoreRegs, thread);
+  auto scoresOp = WarpMmaOp::create(b, qs, keyBuffer, s, warpRow, lane,
+                                    /*n=*/TK, /*k=*/Dp);
+  scoresOp.setRhsTransposed(true);
+  scoresOp.setAccFragment(true);
+  scoresOp.setRowTiles(RT);
+  scoresOp.setWarpgroup(flash.warpgroupMma);
+  scoresOp.setAsync(async);
+}
+
+void SimtFlashKernel::scoreProducts(Value firstKey, Value interiorTile,
+                                    Value warpRow, Value lane, Value thread) {
+  // Tiles whose keys every row sees skip the mask, as FlashAttention-2
+  // masks only the tiles on the mask's edge.
+  Value s = e.registersOf(scoreRegs, thread);
+  MmaFragmentLayout layout(e, warpRow, lane);
+  SmallVector<LaneRow> laneRows = laneRowsOf(warpRow, lane);
+  // The scores of the lane's elements and its parts of its rows'
+  // maxes.
+  auto scoreTile = [&](bool masked) {
+    // The keys of the lane's columns (the same in all its rows).
+    SmallVector<std::pair<Value, Value>> columnKeys;
+    if (masked || scoresScaled)
+      for (int64_t block = 0; block < keyBlocks; ++block)
+        for (int64_t el = 0; el < 2; ++el)
+          columnKeys.push_back(
+              keyAt(e.add(firstKey, layout.accColumn(e, e.index(block), el))));
+    SmallVector<Value> partMaxes;
+    for (const LaneRow &laneRow : laneRows) {
+      std::pair<Value, Value> visibleRange;
+      if (masked)
+        visibleRange = rowKeys(laneRow.row);
+      Value partMax = e.scalar(kNegInf);
+      for (int64_t block = 0; block < keyBlocks; ++block)
+        for (int64_t el = 0; el < 2; ++el) {
+          SmallVector<Value> at = fragmentAt(laneRow, keyBlocks, block, el);
+          Value key =
+              columnKeys.empty() ? Value() : columnKeys[2 * block + el].first;
+          Value score = scoreOf(e.load(s, at), laneRow.row, key);
+          if (masked) {
+            Value isKey = columnKeys[2 * block + el].second;
+            Value visible = both(isKey, both(e.icmp(arith::CmpIPredicate::sge,
+                                                    key, visibleRange.first),
+                                             lt(key, visibleRange.second)));
+            if (variants.hasMaskMod())
+              visible = both(
+                  visible, variants.visible(batch, headOf(laneRow.row),
+                                            queryPositionOf(laneRow.row), key));
+            score = e.select(visible, score, e.scalar(kNegInf));
+          }
+          if (masked || scoresScaled)
+            e.store(score, s, at);
+          partMax = e.fmax(partMax, score);
+        }
+      partMaxes.push_back(partMax);
+    }
+    return partMaxes;
+  };
+  // A mask_mod may hide keys of any tile but those the block mask
+  // found full.
+  SmallVector<Value> partMaxes =
+      gathered || (variants.hasMaskMod() && !blockMask)
+          ? scoreTile(/*masked=*/true)
+          : e.ifElse(
+                interiorTile, [&] { return scoreTile(false); },
+                [&] { return scoreTile(true); });
+  Value quadLane = quadLaneOf(lane);
+  for (auto [laneRow, partMax] : llvm::zip(laneRows, partMaxes))
+    e.store(partMax, quad, {laneRow.row, quadLane});
+}
+
+void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues,
+                                    function_ref<void()> beforeRescale) {
   // The online-softmax update of each lane's rows: the row's new max from
   // its 4 lanes' parts; P (rounded to the storage dtype for the tensor
   // cores) to shared memory; the lane's sum and output rescaled. The sum
@@ -1039,6 +1170,8 @@ void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues) {
           anyChanged = anyChanged ? arith::OrIOp::create(b, anyChanged, changed)
                                   : changed;
         }
+        if (beforeRescale)
+          beforeRescale();
         e.ifThen(anyChanged, [&] {
           for (auto [laneRow, rescale] : llvm::zip(laneRows, rescales))
             for (int64_t block = 0; block < valueBlocks; ++block)
@@ -1060,17 +1193,25 @@ void SimtFlashKernel::accumulateValues(
   eachWarp([&](Value warpRow, Value lane, Value thread) {
     if (stageNext)
       stageNext(thread);
-    auto outputOp = WarpMmaOp::create(
-        b, e.registersOfWarp(scoreRegs, thread), valueBuffer,
-        e.registersOf(outRegs, thread), warpRow, lane, /*n=*/Dvp, /*k=*/TK);
-    outputOp.setAccumulate(true);
-    outputOp.setAccFragment(true);
-    outputOp.setLhsFragment(true);
-    outputOp.setRowTiles(RT);
-    outputOp.setWarpgroup(flash.warpgroupMma);
+    multiplyValues(e.registersOfWarp(scoreRegs, thread), valueBuffer, warpRow,
+                   lane, thread);
     if (stageNext)
       waitForCopies(); // the next tile's k
   });
+}
+
+void SimtFlashKernel::multiplyValues(Value probabilities, Value valueBuffer,
+                                     Value warpRow, Value lane, Value thread,
+                                     bool async) {
+  auto outputOp = WarpMmaOp::create(b, probabilities, valueBuffer,
+                                    e.registersOf(outRegs, thread), warpRow,
+                                    lane, /*n=*/Dvp, /*k=*/TK);
+  outputOp.setAccumulate(true);
+  outputOp.setAccFragment(true);
+  outputOp.setLhsFragment(true);
+  outputOp.setRowTiles(RT);
+  outputOp.setWarpgroup(flash.warpgroupMma);
+  outputOp.setAsync(async);
 }
 
 void SimtFlashKernel::mergeIfLastSplit() {

@@ -448,6 +448,8 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
   auto fits = [&](SimtFlashTiling flash, int64_t budget) {
     flash.warpgroupMma =
         warpgroups && flash.warps % WarpMmaOp::kWarpgroupWarps == 0;
+    flash.overlapsProducts = flash.warpgroupMma && flash.paddedValueDim <= 128;
+    flash.stages = flash.overlapsProducts ? 2 : 1;
     return flash.sharedBytes() <= budget ? std::optional(flash) : std::nullopt;
   };
   for (int64_t budget : {tiling.maxSharedBytes / 2, tiling.maxSharedBytes})

@@ -373,10 +373,15 @@ struct SimtFlashTiling {
   /// tiled in shared memory.
   bool warpgroupMma = false;
   /// k and v tiles in flight: 1 stages each tile while the one before is
-  /// used (k during P v, v during the softmax); 2 (decode) keeps a second
-  /// k and v buffer, so that tile j + 1's copies are in flight while tile
-  /// j is used.
+  /// used (k during P v, v during the softmax); 2 (decode, and prefill that
+  /// overlaps its products) keeps a second k and v buffer, so that a later
+  /// tile's copies are in flight while tile j is used.
   int64_t stages = 1;
+  /// Warpgroup products with tile j + 1's scores and tile j's P v in
+  /// flight during tile j + 1's softmax (two stages; value dims up to 128:
+  /// at 256 the output fragment's 128 registers leave too few, and ptxas
+  /// spilled 160 bytes).
+  bool overlapsProducts = false;
 
   int64_t queryTile() const { return 16 * rowTiles * warps; }
   int64_t threads() const { return 32 * warps; }

@@ -273,3 +273,20 @@ func.func @async_wait_negative() {
   attn_kernel.async_wait {pending = -1 : i64}
   return
 }
+
+// -----
+
+// Only warpgroup products (wgmma) complete asynchronously.
+func.func @async_warp(%a: memref<16x16xbf16>, %b: memref<8x16xbf16>, %c: memref<1x4xf32>, %i: index) {
+  // expected-error @+1 {{only a warpgroup product may be async}}
+  attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed, acc_fragment, async} : memref<16x16xbf16>, memref<8x16xbf16>, memref<1x4xf32>
+  return
+}
+
+// -----
+
+func.func @negative_warpgroup_pending() {
+  // expected-error @+1 {{'attn_kernel.warpgroup_wait' op pending must not be negative, got -2}}
+  attn_kernel.warpgroup_wait {pending = -2 : i64}
+  return
+}

@@ -87,3 +87,15 @@ func.func @device_fence() {
   attn_kernel.device_fence
   return
 }
+
+// CHECK-LABEL: func.func @warpgroup_async
+// CHECK:         attn_kernel.warp_mma {{.*}} {acc_fragment, async, rhs_transposed, warpgroup}
+// CHECK:         attn_kernel.warpgroup_wait {pending = 1 : i64}
+// CHECK:         attn_kernel.warpgroup_wait{{$}}
+func.func @warpgroup_async(%q: memref<8x16x8x8xbf16>, %k: memref<8x16x8x8xbf16>, %s: memref<8x4xf32>, %row: index, %lane: index) {
+  attn_kernel.warp_mma %q, %k, %s rows(%row) lane(%lane) n(64) k(128) {rhs_transposed, acc_fragment, warpgroup, async}
+      : memref<8x16x8x8xbf16>, memref<8x16x8x8xbf16>, memref<8x4xf32>
+  attn_kernel.warpgroup_wait {pending = 1}
+  attn_kernel.warpgroup_wait
+  return
+}
