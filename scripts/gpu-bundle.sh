@@ -24,8 +24,9 @@
 #          (cuda-attention-bench --wgmma): last and in processes of their
 #          own, so that a fault of an untried kernel costs no other result
 #   profile  Nsight Compute's time per kernel of Gated DeltaNet prefill,
-#          decode, and causal prefill on mma.sync and on wgmma (models
-#          compiled here into DIR/models), a table per call in $OUT/gpu.log, then their largest stall reasons per
+#          decode, top-k sparse decode, and causal prefill on mma.sync and
+#          on wgmma (models compiled here into DIR/models), a table per
+#          call in $OUT/gpu.log, then their largest stall reasons per
 #          kernel (WarpStateStats), the CSVs in $OUT
 #   bench  build/bin/cuda-attention-bench ($BENCH_ARGS)
 # (each step's timeout: E2E_TIMEOUT, WGMMA_TIMEOUT, PROFILE_TIMEOUT, BENCH_TIMEOUT,
@@ -64,6 +65,8 @@ mkdir -p "$dir/models"
   -o "$dir/models/decode.model"
 "$root/build/bin/attnc" "$root/bench/profile-decode.json" --target=cuda \
   --cuda-warpgroups=1 -o "$dir/models/wgmma.model"
+"$root/build/bin/attnc" "$root/bench/profile-sparse.json" --target=cuda \
+  -o "$dir/models/sparse.model"
 rm -rf "$dir/python"
 cp -r "$root/build/python" "$dir/python"
 rm -rf "$dir/python/CMakeFiles" "$dir/python/attn/__pycache__"
@@ -180,15 +183,17 @@ for step in "$@"; do
   profile)
     # Nsight Compute's time per kernel (no clock control, caches flushed
     # between kernels) of Gated DeltaNet prefill (B = 1, L = 4K, with the
-    # rmsnorm-silu gate), decode (B = 1, H = 32, Hkv = 8, 4K and 32K keys)
-    # and causal prefill of the same layer (L = 4K) on mma.sync and on
-    # wgmma: where each call's time goes, beside the bench's per-call time.
+    # rmsnorm-silu gate), decode (B = 1, H = 32, Hkv = 8, 4K and 32K keys),
+    # top-k sparse decode of the same layer (64 blocks of 16 over 32K keys;
+    # random block bounds) and its causal prefill (L = 4K) on mma.sync and
+    # on wgmma: where each call's time goes, beside the bench's per-call
+    # time.
     log_step "profile (ncu, us per kernel)"
     metrics=gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
     prefill="B=1,Lq=4096,Lk=4096"
     for run in "gdn gdn B=1,L=4096" "decode attn B=1,Lq=1,Lk=4096" \
-               "decode attn B=1,Lq=1,Lk=32768" "decode attn $prefill" \
-               "wgmma attn $prefill"; do
+               "decode attn B=1,Lq=1,Lk=32768" "sparse attn B=1,Lq=1,Lk=32768" \
+               "decode attn $prefill" "wgmma attn $prefill"; do
       set -- $run
       csv="$out/ncu-$1-$(echo "$3" | tr -c 'A-Za-z0-9\n' '_').csv"
       timeout ${PROFILE_TIMEOUT:-60} ncu --clock-control none --csv \
@@ -219,7 +224,8 @@ for (_, kernel), m in kernels.items():
     # instruction) of Nsight Compute's WarpStateStats section, the largest
     # five per kernel.
     for run in "gdn gdn B=1,L=4096" "decode attn B=1,Lq=1,Lk=32768" \
-               "decode attn $prefill" "wgmma attn $prefill"; do
+               "sparse attn B=1,Lq=1,Lk=32768" "decode attn $prefill" \
+               "wgmma attn $prefill"; do
       set -- $run
       csv="$out/ncu-stalls-$1-$(echo "$3" | tr -c 'A-Za-z0-9\n' '_').csv"
       timeout ${PROFILE_TIMEOUT:-60} ncu --clock-control none --csv --page raw \
