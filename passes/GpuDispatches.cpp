@@ -338,17 +338,16 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
       // too few rows for that to fill a GPU (a thread per head, each
       // reading all the metadata): a thread per (row, block) computes the
       // bounds into a [B, H, Lq, NB] temporary first; then, for up to
-      // kMaxRankedTopKBlocks blocks, a thread per (row, block) ranks its
-      // block among the row's and another places the kept ones, else a
-      // thread per row selects through its heap. The other paths get zero
-      // threads.
+      // rankedTopKCapacity blocks, a block per row sorts them in shared
+      // memory and writes the kept ones, else a thread per row selects
+      // through its heap. The other paths get zero threads.
       Value decode =
           arith::CmpIOp::create(b, arith::CmpIPredicate::ule, m.dim(q, 2),
                                 m.index(tiling.decodeMaxQueries));
       Value zero = m.index(0);
       Value rankable =
           arith::CmpIOp::create(b, arith::CmpIPredicate::ule, numBlocks,
-                                m.index(kMaxRankedTopKBlocks));
+                                m.index(rankedTopKCapacity(tiling)));
       // Threads of decode's ranked path, and of its heap path.
       auto ranked = [&](Value threads) {
         return m.select(decode, m.select(rankable, threads, zero), zero);
@@ -395,27 +394,14 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                            /*boundsGiven=*/true);
                      });
       Value blocks = bindings.back();
-      Value threshold = memref::AllocOp::create(
-          b,
-          MemRefType::get({ShapedType::kDynamic, m.staticDim(q, 1),
-                           ShapedType::kDynamic, 1},
-                          b.getI32Type()),
-          ValueRange{m.dim(q, 0), boundsRows});
-      std::string thresholdName = kernelName("topk_threshold");
-      dispatchKernel(b, ranked(m.mul(rows, numBlocks)),
-                     concat(ValueRange{q}, keys, ValueRange{bounds, threshold}),
-                     [&](OpBuilder &builder, TypeRange types) {
-                       return buildSimtTopKThresholdKernel(
-                           builder, loc, thresholdName, select, tiling, types);
-                     });
-      std::string placeName = kernelName("topk_place");
-      // A thread per (row, block): a row's slots are among its blocks.
+      std::string rankName = kernelName("topk_rank");
+      // A block per row.
       return dispatchKernel(
-          b, ranked(m.mul(rows, numBlocks)),
-          concat(ValueRange{q}, keys, ValueRange{bounds, threshold, blocks}),
+          b, ranked(rows),
+          concat(ValueRange{q}, keys, ValueRange{bounds, blocks}),
           [&](OpBuilder &builder, TypeRange types) {
-            return buildSimtTopKPlaceKernel(builder, loc, placeName, select,
-                                            tiling, types);
+            return buildSimtTopKRankKernel(builder, loc, rankName, select,
+                                           tiling, types);
           });
     }
     auto select = cast<SelectTopPOp>(op);

@@ -10,10 +10,10 @@
 // top_k - sinks - locals = 2); its block indices live in the output row.
 // Prefill: a thread per row scores its blocks and selects. Decode (Lq <= 8):
 // a thread per (row, block) writes Quest's bounds to a [B, H, Lq, NB]
-// temporary; then, up to 8192 blocks, a thread per (row, block) ranks its
-// block among the row's (the fill-th best writes its index to a [B, H, Lq,
-// 1] threshold) and a thread per (row, block) places the kept ones, else
-// the selecting threads read the bounds into their heaps. A row's
+// temporary; then, up to 8192 blocks (as many bounds and indices as fit in
+// half of the shared memory), a block of 1024 threads per row sorts them
+// in shared memory and writes the kept ones, else the selecting threads
+// read the bounds into their heaps. A row's
 // min(top_k, NB) slots are split 16 blocks (256 keys' worth of entries) a
 // split in decode.
 // CHECK-LABEL: func.func private @topk__select_topk0(
@@ -43,23 +43,38 @@
 // CHECK-NOT:     memref.load %arg1
 // CHECK:         memref.load %arg5
 // CHECK-NOT:     memref.load %arg1
-// The rank: a loop over the row's middle candidates counting those above
-// the thread's; rank fill - 1 = 1 writes the threshold.
-// CHECK-LABEL: func.func private @topk__topk_threshold3(
-// CHECK-SAME:    %{{.*}}: memref<?x4x?x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: memref<?x4x?x1xi32>, %{{.*}}: index)
-// CHECK-SAME:    attn.kernel = "topk_threshold"
-// CHECK:         %[[RANK:.*]] = scf.for
-// CHECK:           memref.load %arg2
-// CHECK:         arith.cmpi eq, %[[RANK]], %c1
-// CHECK:         memref.store %{{.*}}, %arg3[%{{.*}}, %{{.*}}, %{{.*}}, %c0]
-// CHECK-LABEL: func.func private @topk__topk_place4(
-// CHECK-SAME:    %{{.*}}: memref<?x4x?x1xi32>, %{{.*}}: memref<?x4x?x?xi32>, %{{.*}}: index)
-// CHECK-SAME:    attn.kernel = "topk_place"
-// CHECK:         memref.load %arg3
-// CHECK:         memref.store %{{.*}}, %arg4
+// The rank: the row's middle candidates (bound, index) in shared memory,
+// padded to a power of 2 (the first above the candidates, up to 8192),
+// sorted by a bitonic network whose stages are loops of log2 of that many
+// stages, each an exchange of the pairs i, i ^ stride over the block's
+// threads; then the best fill = 2 sorted by block and written after the
+// sinks.
+// CHECK-LABEL: func.func private @topk__topk_rank3(
+// CHECK-SAME:    %{{.*}}: memref<?x4x?x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x?xf32>, %{{.*}}: memref<?x4x?x?xi32>, %{{.*}}: index)
+// CHECK-SAME:    attn.block_kernel
+// CHECK-SAME:    attn.kernel = "topk_rank"
+// CHECK-SAME:    block_threads = 1024
+// CHECK-DAG:     %[[SCORES:.*]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<8192xf32>
+// CHECK-DAG:     %[[ORDER:.*]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<8192xi32>
+// CHECK:         arith.cmpi ugt, %{{.*}}, %c4096 : index
+// CHECK:         %[[COUNT:.*]] = arith.shli %c1, %{{.*}} : index
+// CHECK:         scf.parallel
+// CHECK:           scf.for %{{.*}} = %{{.*}} to %[[COUNT]] step %c1024
+// CHECK:             memref.load %arg2
+// CHECK:             memref.store %{{.*}}, %[[SCORES]]
+// CHECK:             memref.store %{{.*}}, %[[ORDER]]
+// CHECK:         scf.for %[[SPAN:.*]] = %c1 to
+// CHECK:           scf.for %{{.*}} = %c0 to %[[SPAN]] step %c1
+// CHECK:             scf.parallel
+// CHECK:               arith.xori
+// CHECK:               memref.load %[[SCORES]]
+// CHECK:               memref.load %[[ORDER]]
+// CHECK:               memref.store %{{.*}}, %[[ORDER]]
+// CHECK:         memref.load %[[ORDER]]
+// CHECK:         memref.store %{{.*}}, %arg3
 // Sparse attention: decode calls (Lq <= 8) run decode's flash kernel, a
 // block per (row, split); longer calls a thread per row.
-// CHECK-LABEL: func.func private @topk__sparse_decode5(
+// CHECK-LABEL: func.func private @topk__sparse_decode4(
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "flash_decode"
 // CHECK-SAME:    block_threads = 32
@@ -76,9 +91,9 @@
 // CHECK:             memref.load %[[LISTED]]
 // CHECK:             attn_kernel.async_copy %arg1
 // CHECK:           attn_kernel.warp_mma
-// CHECK-LABEL: func.func private @topk__sparse_split6(
+// CHECK-LABEL: func.func private @topk__sparse_split5(
 // CHECK-SAME:    attn.kernel = "sparse_split"
-// CHECK-LABEL: func.func private @topk__merge7(
+// CHECK-LABEL: func.func private @topk__merge6(
 // CHECK-LABEL: func.func @topk(
 // CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
 // CHECK:         %[[LQ:.*]] = memref.dim %arg0, %c2
@@ -111,13 +126,10 @@
 // CHECK:         %[[LONG_ROWS:.*]] = arith.select %[[RANKABLE]], %c0, %[[ROWS]]
 // CHECK:         %[[HEAP_ROWS:.*]] = arith.select %[[DECODE]], %[[LONG_ROWS]], %c0
 // CHECK:         attn_kernel.dispatch @topk__select_topk2 workgroups(%[[HEAP_ROWS]]) bindings(%arg0, %arg3, %{{.*}}, %[[BLOCKS]], %[[HEAP]], %[[BOUNDS]])
-// CHECK:         %[[THRESHOLD:.*]] = memref.alloc(%[[B]], %[[BOUND_ROWS]]) : memref<?x4x?x1xi32>
-// CHECK:         %[[RANKS:.*]] = arith.muli %[[ROWS]], %[[NB]]
-// CHECK:         %[[SHORT_RANKS:.*]] = arith.select %[[RANKABLE]], %[[RANKS]], %c0
-// CHECK:         %[[RANK_THREADS:.*]] = arith.select %[[DECODE]], %[[SHORT_RANKS]], %c0
-// CHECK:         attn_kernel.dispatch @topk__topk_threshold3 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]])
-// Placing: a thread per (row, block), as many as ranking.
-// CHECK:         attn_kernel.dispatch @topk__topk_place4 workgroups(%[[RANK_THREADS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[THRESHOLD]], %[[BLOCKS]])
+// Ranking: a block per decode row of at most 8192 blocks.
+// CHECK:         %[[SHORT_ROWS:.*]] = arith.select %[[RANKABLE]], %[[ROWS]], %c0
+// CHECK:         %[[RANK_BLOCKS:.*]] = arith.select %[[DECODE]], %[[SHORT_ROWS]], %c0
+// CHECK:         attn_kernel.dispatch @topk__topk_rank3 workgroups(%[[RANK_BLOCKS]]) bindings(%arg0, %{{.*}}, %[[BOUNDS]], %[[BLOCKS]])
 // Decode splits: at most 16 entries (256 keys) each, more (down to a
 // 64-key tile's 4 entries each) while the rows' splits are fewer than the
 // workers (on a GPU, 4 blocks per multiprocessor).
@@ -133,12 +145,12 @@
 // CHECK:         memref.alloc(%[[B]], %[[LQ]], %[[DECODE_SPLITS]]) : memref<?x4x?x?x16xf32>
 // CHECK:         %[[SPLIT_ROWS:.*]] = arith.muli %[[ROWS]], %[[DECODE_SPLITS]]
 // CHECK:         %[[DECODE_ROWS:.*]] = arith.select %[[DECODE]], %[[SPLIT_ROWS]], %c0
-// CHECK:         attn_kernel.dispatch @topk__sparse_decode5 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         attn_kernel.dispatch @topk__sparse_decode4 workgroups(%[[DECODE_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
 // CHECK:         %[[PREFILL_SPLIT_ROWS:.*]] = arith.select %[[DECODE]], %c0, %[[SPLIT_ROWS]]
-// CHECK:         attn_kernel.dispatch @topk__sparse_split6 workgroups(%[[PREFILL_SPLIT_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
+// CHECK:         attn_kernel.dispatch @topk__sparse_split5 workgroups(%[[PREFILL_SPLIT_ROWS]]) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %{{.*}}, %{{.*}})
 // The merge: a thread per (row, feature).
 // CHECK:         %[[MERGE:.*]] = arith.muli %[[ROWS]], %c16
-// CHECK:         attn_kernel.dispatch @topk__merge7 workgroups(%[[MERGE]]) bindings(%{{.*}}, %{{.*}}, %arg4)
+// CHECK:         attn_kernel.dispatch @topk__merge6 workgroups(%[[MERGE]]) bindings(%{{.*}}, %{{.*}}, %arg4)
 func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x16xf32>, %meta: tensor<?x2x?x2x16xf32>)
     -> tensor<?x4x?x16xf32> {

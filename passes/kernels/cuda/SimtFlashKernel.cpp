@@ -89,7 +89,8 @@ private:
   /// the lane's score fragment (with `async`, issued and not waited for);
   /// the lane's scores t from S and its parts of its rows' maxes (in
   /// `quad`), `interior` saying whether every row sees every key of the
-  /// tile; o += P v from the warp's fragments `probabilities`.
+  /// tile; o += P v from the warp's fragments of the register buffer
+  /// `probabilities`.
   void multiplyScores(Value keyBuffer, Value warpRow, Value lane, Value thread,
                       bool async = false);
   void scoreProducts(Value firstKey, Value interior, Value warpRow, Value lane,
@@ -457,8 +458,8 @@ void SimtFlashKernel::walkKeyTilesOverlapped() {
           [&](Value warpRow, Value lane, Value thread) {
             multiplyScores(ks[1 - buffer], warpRow, lane, thread,
                            /*async=*/true);
-            multiplyValues(e.registersOfWarp(probRegs, thread), vs[buffer],
-                           warpRow, lane, thread, /*async=*/true);
+            multiplyValues(probRegs, vs[buffer], warpRow, lane, thread,
+                           /*async=*/true);
             waitForProducts(/*pending=*/1); // the scores, not P v
             scoreProducts(firstKey, interior, warpRow, lane, thread);
           },
@@ -473,8 +474,7 @@ void SimtFlashKernel::walkKeyTilesOverlapped() {
     for (int64_t buffer = 0; buffer < 2; ++buffer)
       e.ifThen(e.icmp(arith::CmpIPredicate::eq, parity, e.index(buffer)), [&] {
         eachWarp([&](Value warpRow, Value lane, Value thread) {
-          multiplyValues(e.registersOfWarp(probRegs, thread), vs[buffer],
-                         warpRow, lane, thread);
+          multiplyValues(probRegs, vs[buffer], warpRow, lane, thread);
         });
       });
   });
@@ -1193,8 +1193,7 @@ void SimtFlashKernel::accumulateValues(
   eachWarp([&](Value warpRow, Value lane, Value thread) {
     if (stageNext)
       stageNext(thread);
-    multiplyValues(e.registersOfWarp(scoreRegs, thread), valueBuffer, warpRow,
-                   lane, thread);
+    multiplyValues(scoreRegs, valueBuffer, warpRow, lane, thread);
     if (stageNext)
       waitForCopies(); // the next tile's k
   });
@@ -1203,9 +1202,10 @@ void SimtFlashKernel::accumulateValues(
 void SimtFlashKernel::multiplyValues(Value probabilities, Value valueBuffer,
                                      Value warpRow, Value lane, Value thread,
                                      bool async) {
-  auto outputOp = WarpMmaOp::create(b, probabilities, valueBuffer,
-                                    e.registersOf(outRegs, thread), warpRow,
-                                    lane, /*n=*/Dvp, /*k=*/TK);
+  Value out = e.registersOf(outRegs, thread);
+  auto outputOp = WarpMmaOp::create(b, e.registersOfWarp(probabilities, thread),
+                                    valueBuffer, out, warpRow, lane, /*n=*/Dvp,
+                                    /*k=*/TK);
   outputOp.setAccumulate(true);
   outputOp.setAccFragment(true);
   outputOp.setLhsFragment(true);

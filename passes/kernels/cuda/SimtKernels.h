@@ -709,34 +709,27 @@ func::FuncOp buildSimtSelectTopKKernel(OpBuilder &builder, Location loc,
                                        TypeRange bindingTypes,
                                        bool boundsGiven = false);
 
-/// Decode's top-k in two kernels after buildSimtBlockBoundsKernel, a thread
-/// per (batch, head, row, n) each, so that a call's few rows still fill
-/// the GPU (a thread per row walked all of its blocks through a heap):
-///
-/// Threshold, n < NB: middle candidate n (between the sinks and the locals)
-/// counts the middle candidates that rank above it (SPEC §1.3's order: a
-/// higher bound, or an equal one of an earlier block); the one with `fill`
-/// - 1 above it writes its index to `threshold` [B, H, Lq, 1] (i32).
-/// Bindings: q, keys [Lk, 0], bounds, threshold.
-///
-/// Place, n < max(NB, top_k): writes slot n of the sinks, the locals or the
-/// padding, and middle candidate n when it is the threshold or ranks above
-/// it, after the sinks and the kept middle candidates before it (so the
-/// selection is ascending, as buildSimtSelectTopKKernel writes it).
-/// Bindings: q, keys [Lk, 0], bounds, threshold, blocks [B, H, Lq, top_k].
-///
-/// Each thread compares its candidate with the row's others: quadratic in
-/// the candidates, so the host program takes this path for rows of at most
-/// kMaxRankedTopKBlocks blocks, and the heap beyond.
-constexpr int64_t kMaxRankedTopKBlocks = 8192;
-func::FuncOp buildSimtTopKThresholdKernel(OpBuilder &builder, Location loc,
-                                          StringRef name, SelectTopKOp op,
-                                          const GpuTiling &tiling,
-                                          TypeRange bindingTypes);
-func::FuncOp buildSimtTopKPlaceKernel(OpBuilder &builder, Location loc,
-                                      StringRef name, SelectTopKOp op,
-                                      const GpuTiling &tiling,
-                                      TypeRange bindingTypes);
+/// Decode's top-k after buildSimtBlockBoundsKernel, a block of
+/// kRankedTopKThreads threads per (batch, head, row), so that a call's few
+/// rows still spread over the GPU (a thread per row would walk all of its
+/// blocks through a heap; a thread per (row, block) ranking its block
+/// among all the row's would make as many compares as the square of the
+/// blocks): the row's middle candidates (between the sinks and the locals) are
+/// sorted in shared memory by SPEC §1.3's order (a higher bound, or an
+/// equal one of an earlier block) by a bitonic network, the best `fill`
+/// then by block; the sinks, those and the locals are written ascending,
+/// as buildSimtSelectTopKKernel writes them, or every candidate and -1
+/// padding when they fit. Bindings: q, keys [Lk, 0], bounds, blocks
+/// [B, H, Lq, top_k]. The host program takes this path for rows of at most
+/// rankedTopKCapacity(tiling) blocks, and the heap beyond.
+constexpr int64_t kRankedTopKThreads = 1024;
+/// The most blocks a row's top-k sort holds in shared memory (a bound and
+/// an index each, in at most half of the chip's).
+int64_t rankedTopKCapacity(const GpuTiling &tiling);
+func::FuncOp buildSimtTopKRankKernel(OpBuilder &builder, Location loc,
+                                     StringRef name, SelectTopKOp op,
+                                     const GpuTiling &tiling,
+                                     TypeRange bindingTypes);
 
 /// Top-p in three kernels over [B, H, Lq, n] temporaries (n: the most
 /// candidates of a row) of key indices (i32) and scores (f32), and a

@@ -14,12 +14,10 @@
 //    Lq, fill] temporary. Decode's few rows would leave the GPU idle: a
 //    block per (batch, kv head, tile of blocks) stages the tile's metadata
 //    in shared memory and writes the bounds of the kv group's rows first;
-//    then a thread per
-//    (row, block) ranks its block among the row's, the fill-th best
-//    writing its index to a [B, H, Lq, 1] threshold, and a thread per
-//    (row, slot or block) places the blocks at or above it (rows of more
-//    than kMaxRankedTopKBlocks blocks, for which ranking costs more than
-//    the heap, take the heap over the bounds);
+//    then a block per row sorts its candidates by bound in shared memory
+//    (a bitonic network over the block's threads) and writes the best
+//    (rows of more blocks than shared memory holds, rankedTopKCapacity,
+//    take a thread per row and its heap over the bounds);
 //  * top-p: a block per row lists its candidates in a [B, H, Lq, n]
 //    temporary (n: the most candidates a row can have), a thread per
 //    candidate scores it, and a block per row selects among them with the
@@ -454,128 +452,162 @@ struct RankedTopKRow {
 
 } // namespace
 
-func::FuncOp mlir::attn::buildSimtTopKThresholdKernel(
-    OpBuilder &builder, Location loc, StringRef name, SelectTopKOp op,
-    const GpuTiling &tiling, TypeRange bindingTypes) {
-  OpBuilder::InsertionGuard guard(builder);
-  func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
-                                         tiling, "topk_threshold");
-  ImplicitLocOpBuilder b(loc, builder);
-  SimtEmitter e(b);
-  auto args = func.getArguments();
-  unsigned next = 0;
-  Value q = args[next++];
-  SelectionKeys keys(args, next, static_cast<bool>(op.getPageTable()));
-  Value bounds = args[next++], threshold = args[next++], thread = args.back();
-  const int64_t fill = op.getTopK() - op.getSinkBlocks() - op.getLocalBlocks();
-  RankedTopKRow row(e, op, q, keys, bounds, thread, e.dim(bounds, 3));
-  Value c0 = e.index(0), c1 = e.index(1);
-  Value competes = e.andI(
-      e.icmp(arith::CmpIPredicate::ugt, row.count, e.index(op.getTopK())),
-      e.icmp(arith::CmpIPredicate::ult, row.n, row.middle));
-  if (fill > 0)
-    e.ifThen(competes, [&] {
-      Value mine = row.boundOf(row.n);
-      Value rank = e.loop(c0, row.middle, c1, {c0},
-                          [&](Value i, ValueRange it) -> SmallVector<Value> {
-                            Value better =
-                                row.worse(mine, row.n, row.boundOf(i), i);
-                            return {e.select(better, e.add(it[0], c1), it[0])};
-                          })[0];
-      e.ifThen(e.icmp(arith::CmpIPredicate::eq, rank, e.index(fill - 1)), [&] {
-        memref::StoreOp::create(b, e.toI32(row.n), threshold,
-                                indicesOf(row.prefix, c0));
-      });
-    });
-  func::ReturnOp::create(b);
-  return func;
+int64_t mlir::attn::rankedTopKCapacity(const GpuTiling &tiling) {
+  // A candidate's bound and index in shared memory, in at most half of it.
+  int64_t capacity = 8192;
+  while (capacity > 256 && 8 * capacity > tiling.maxSharedBytes / 2)
+    capacity /= 2;
+  return capacity;
 }
 
-func::FuncOp mlir::attn::buildSimtTopKPlaceKernel(OpBuilder &builder,
-                                                  Location loc, StringRef name,
-                                                  SelectTopKOp op,
-                                                  const GpuTiling &tiling,
-                                                  TypeRange bindingTypes) {
+namespace {
+
+/// Sorts `count` (a power of 2, at most the buffers' size) entries of the
+/// shared (score, index) buffers in place with a bitonic network over the
+/// block's threads, the first `before` (its arguments' scores and indices)
+/// first. The stages are runtime loops (logCount stages of stages), each a
+/// forAll whose pairs are independent.
+void bitonicSort(SimtEmitter &e, Value scores, Value indices, Value logCount,
+                 function_ref<Value(Value, Value, Value, Value)> before) {
+  Value c0 = e.index(0), c1 = e.index(1);
+  auto shl = [&](Value x, Value bits) {
+    return arith::ShLIOp::create(e.b, x, bits).getResult();
+  };
+  Value count = shl(c1, logCount);
+  e.loop(c1, e.add(logCount, c1), c1, [&](Value logSpan) {
+    Value span = shl(c1, logSpan);
+    e.loop(c0, logSpan, c1, [&](Value step) {
+      Value stride = shl(c1, e.sub(e.sub(logSpan, c1), step));
+      e.forAll(count, [&](Value i) {
+        Value l = arith::XOrIOp::create(e.b, i, stride);
+        e.ifThen(e.icmp(arith::CmpIPredicate::ugt, l, i), [&] {
+          Value si = e.load(scores, {i}), sl = e.load(scores, {l});
+          Value ii = e.loadInt(indices, {i}), il = e.loadInt(indices, {l});
+          // Spans whose bit of i is clear sort first-first, the others
+          // last-first, so that each next span merges two sorted runs.
+          Value firstFirst =
+              e.icmp(arith::CmpIPredicate::eq, e.andI(i, span), c0);
+          Value swap = e.select(firstFirst, before(sl, il, si, ii),
+                                before(si, ii, sl, il));
+          e.ifThen(swap, [&] {
+            e.store(sl, scores, {i});
+            e.store(si, scores, {l});
+            memref::StoreOp::create(e.b, il, indices, ValueRange{i});
+            memref::StoreOp::create(e.b, ii, indices, ValueRange{l});
+          });
+        });
+      });
+    });
+  });
+}
+
+} // namespace
+
+func::FuncOp mlir::attn::buildSimtTopKRankKernel(OpBuilder &builder,
+                                                 Location loc, StringRef name,
+                                                 SelectTopKOp op,
+                                                 const GpuTiling &tiling,
+                                                 TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
+  // A block of the most threads per decode row: the sort's stages are
+  // barriers apart, each a compare-exchange or two per thread.
+  GpuTiling blockTiling = tiling;
+  blockTiling.blockThreads = kRankedTopKThreads;
   func::FuncOp func = createThreadKernel(builder, loc, name, bindingTypes,
-                                         tiling, "topk_place");
+                                         blockTiling, "topk_rank");
+  func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
   ImplicitLocOpBuilder b(loc, builder);
-  SimtEmitter e(b);
+  SimtEmitter e(b, blockTiling.blockThreads);
   auto args = func.getArguments();
   unsigned next = 0;
   Value q = args[next++];
   SelectionKeys keys(args, next, static_cast<bool>(op.getPageTable()));
-  Value bounds = args[next++], threshold = args[next++];
-  Value blocks = args[next++], thread = args.back();
+  Value bounds = args[next++], blocks = args[next++], workgroup = args.back();
   const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
   const int64_t fill = topK - sink - local;
-  // Slot n < NB: the row's slots, min(top_k, NB), are among them.
-  RankedTopKRow row(e, op, q, keys, bounds, thread, e.dim(bounds, 3));
+  const int64_t capacity = rankedTopKCapacity(tiling);
+  Value c1 = e.index(1);
+  // The block's row: RankedTopKRow's (row, n) with one n per row.
+  RankedTopKRow row(e, op, q, keys, bounds, workgroup, c1);
   Value slots = e.dim(blocks, 3);
-  Value c0 = e.index(0), c1 = e.index(1), n = row.n;
   auto store = [&](Value block, Value slot) {
     memref::StoreOp::create(b, e.toI32(block), blocks,
                             indicesOf(row.prefix, slot));
   };
-  auto below = [&](Value x, int64_t bound) {
-    return e.icmp(arith::CmpIPredicate::ult, x, e.index(bound));
-  };
+  Value scores = e.shared({capacity});
+  Value order = e.shared({capacity}, b.getI32Type());
 
   Value fits = e.icmp(arith::CmpIPredicate::ule, row.count, e.index(topK));
   e.ifElse(
       fits,
       [&]() -> SmallVector<Value> {
         // Every candidate, then -1 padding.
-        e.ifElse(
-            e.icmp(arith::CmpIPredicate::ult, n, row.count),
-            [&]() -> SmallVector<Value> {
-              store(e.add(row.firstBlock, n), n);
-              return {};
-            },
-            [&]() -> SmallVector<Value> {
-              e.ifThen(e.icmp(arith::CmpIPredicate::ult, n, slots), [&] {
-                memref::StoreOp::create(b, e.i32(-1), blocks,
-                                        indicesOf(row.prefix, n));
-              });
-              return {};
-            });
+        e.forAll(slots, [&](Value n) {
+          Value candidate = e.icmp(arith::CmpIPredicate::ult, n, row.count);
+          memref::StoreOp::create(
+              b,
+              e.select(candidate, e.toI32(e.add(row.firstBlock, n)), e.i32(-1)),
+              blocks, indicesOf(row.prefix, n));
+        });
         return {};
       },
       [&]() -> SmallVector<Value> {
-        // Slot n of the sinks or of the locals (the last `local`
-        // candidates in the last `local` slots).
-        e.ifThen(below(n, sink), [&] { store(e.add(row.firstBlock, n), n); });
-        e.ifThen(
-            e.andI(e.icmp(arith::CmpIPredicate::uge, n, e.index(sink + fill)),
-                   below(n, topK)),
-            [&] {
-              store(e.sub(e.add(row.firstBlock, row.count),
-                          e.sub(e.index(topK), n)),
-                    n);
-            });
+        // The sinks, the locals (the last `local` candidates in the last
+        // `local` slots), and between them the `fill` best middle
+        // candidates, ascending.
+        e.forAll(e.index(sink),
+                 [&](Value n) { store(e.add(row.firstBlock, n), n); });
+        e.forAll(e.index(local), [&](Value n) {
+          store(
+              e.add(e.sub(e.add(row.firstBlock, row.count), e.index(local)), n),
+              e.add(e.index(sink + fill), n));
+        });
         if (fill == 0)
           return {};
-        // Middle candidate n is kept when it is the threshold (the
-        // fill-th best) or better; its slot follows the sinks and the kept
-        // middle candidates before it, so the kept blocks are ascending.
-        Value t = e.toIndex(e.loadInt(threshold, indicesOf(row.prefix, c0)));
-        Value thresholdBound = row.boundOf(t);
-        auto kept = [&](Value j) {
-          Value worse = row.worse(row.boundOf(j), j, thresholdBound, t);
-          return e.icmp(arith::CmpIPredicate::eq, worse,
-                        arith::ConstantIntOp::create(b, b.getI1Type(), 0));
-        };
-        e.ifThen(
-            e.andI(e.icmp(arith::CmpIPredicate::ult, n, row.middle), kept(n)),
-            [&] {
-              Value before =
-                  e.loop(c0, n, c1, {c0},
-                         [&](Value i, ValueRange it) -> SmallVector<Value> {
-                           return {e.select(kept(i), e.add(it[0], c1), it[0])};
-                         })[0];
-              store(e.add(row.middleFirst, n), e.add(e.index(sink), before));
-            });
+        // The middle candidates best first (SPEC §1.3's order: a higher
+        // bound, or an equal one of an earlier block), padded to a power
+        // of 2 with entries after every candidate.
+        Value logCount = c1;
+        for (int64_t bits = 1; (int64_t{1} << bits) < capacity; ++bits)
+          logCount = e.select(e.icmp(arith::CmpIPredicate::ult,
+                                     e.index(int64_t{1} << bits), row.middle),
+                              e.index(bits + 1), logCount);
+        Value count = arith::ShLIOp::create(b, c1, logCount);
+        const int32_t pastAll = std::numeric_limits<int32_t>::max();
+        e.forAll(count, [&](Value n) {
+          Value candidate = e.icmp(arith::CmpIPredicate::ult, n, row.middle);
+          Value bound = e.ifElse(
+              candidate,
+              [&]() -> SmallVector<Value> { return {row.boundOf(n)}; },
+              [&]() -> SmallVector<Value> { return {e.scalar(kNegInf)}; })[0];
+          e.store(bound, scores, {n});
+          memref::StoreOp::create(
+              b, e.select(candidate, e.toI32(n), e.i32(pastAll)), order,
+              ValueRange{n});
+        });
+        bitonicSort(e, scores, order, logCount,
+                    [&](Value scoreA, Value a, Value scoreB, Value b) {
+                      return worseScored(e, scoreB, b, scoreA, a);
+                    });
+        // The `fill` best by block, ascending: the entries past them
+        // sort last.
+        int64_t logFill = 0;
+        while ((int64_t{1} << logFill) < fill)
+          ++logFill;
+        e.forAll(e.index((int64_t{1} << logFill) - fill), [&](Value n) {
+          memref::StoreOp::create(b, e.i32(pastAll), order,
+                                  ValueRange{e.add(e.index(fill), n)});
+        });
+        if (logFill > 0)
+          bitonicSort(e, scores, order, e.index(logFill),
+                      [&](Value, Value a, Value, Value b) {
+                        return e.icmp(arith::CmpIPredicate::slt, a, b);
+                      });
+        e.forAll(e.index(fill), [&](Value n) {
+          store(e.add(row.middleFirst, e.toIndex(e.loadInt(order, {n}))),
+                e.add(e.index(sink), n));
+        });
         return {};
       });
   func::ReturnOp::create(b);
