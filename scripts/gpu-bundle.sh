@@ -23,8 +23,8 @@
 #          $OUT/e2e-wgmma.log, then the bench's prefill table on them
 #          (cuda-attention-bench --wgmma): last and in processes of their
 #          own, so that a fault of an untried kernel costs no other result
-#   profile  Nsight Compute's time per kernel of Gated DeltaNet prefill,
-#          decode, top-k sparse decode, and causal prefill on mma.sync and
+#   profile  Nsight Compute's time per kernel of Gated DeltaNet prefill
+#          and decode step, softmax decode, top-k sparse decode, and causal prefill on mma.sync and
 #          on wgmma (models compiled here into DIR/models), a table per
 #          call in $OUT/gpu.log, then their largest stall reasons per
 #          kernel (WarpStateStats), the CSVs in $OUT
@@ -183,7 +183,7 @@ for step in "$@"; do
   profile)
     # Nsight Compute's time per kernel (no clock control, caches flushed
     # between kernels) of Gated DeltaNet prefill (B = 1, L = 4K, with the
-    # rmsnorm-silu gate), decode (B = 1, H = 32, Hkv = 8, 4K and 32K keys),
+    # rmsnorm-silu gate) and decode step (B = 32), softmax decode (B = 1, H = 32, Hkv = 8, 4K and 32K keys),
     # top-k sparse decode of the same layer (64 blocks of 16 over 32K keys;
     # random block bounds) and its causal prefill (L = 4K) on mma.sync and
     # on wgmma: where each call's time goes, beside the bench's per-call
@@ -191,7 +191,7 @@ for step in "$@"; do
     log_step "profile (ncu, us per kernel)"
     metrics=gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
     prefill="B=1,Lq=4096,Lk=4096"
-    for run in "gdn gdn B=1,L=4096" "decode attn B=1,Lq=1,Lk=4096" \
+    for run in "gdn gdn B=1,L=4096" "gdn gdn B=32,L=1" "decode attn B=1,Lq=1,Lk=4096" \
                "decode attn B=1,Lq=1,Lk=32768" "sparse attn B=1,Lq=1,Lk=32768" \
                "decode attn $prefill" "wgmma attn $prefill"; do
       set -- $run
@@ -223,9 +223,9 @@ for (_, kernel), m in kernels.items():
     # kernels wait: the warp states (stall reasons, cycles per issued
     # instruction) of Nsight Compute's WarpStateStats section, the largest
     # five per kernel.
-    for run in "gdn gdn B=1,L=4096" "decode attn B=1,Lq=1,Lk=32768" \
-               "sparse attn B=1,Lq=1,Lk=32768" "decode attn $prefill" \
-               "wgmma attn $prefill"; do
+    for run in "gdn gdn B=1,L=4096" "gdn gdn B=32,L=1" \
+               "decode attn B=1,Lq=1,Lk=32768" "sparse attn B=1,Lq=1,Lk=32768" \
+               "decode attn $prefill" "wgmma attn $prefill"; do
       set -- $run
       csv="$out/ncu-stalls-$1-$(echo "$3" | tr -c 'A-Za-z0-9\n' '_').csv"
       timeout ${PROFILE_TIMEOUT:-60} ncu --clock-control none --csv --page raw \
