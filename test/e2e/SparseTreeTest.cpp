@@ -480,6 +480,53 @@ TEST_P(Selections, TopKTiesAndBudgetsInDecode) {
   }
 }
 
+TEST_P(Selections, TopKSortsLongRowsInDecode) {
+  // Decode's top-k over rows of many blocks, which CUDA sorts a block per
+  // row in shared memory: 1001 blocks (4003 keys in blocks of 4, the last
+  // holding 3), whose 996 middle candidates pad to 1024 and take every
+  // stage of the sort; every 7th block from block 12 is block 5 doubled,
+  // so 142 exact ties compete for the budget with the row's other blocks,
+  // and a zero query row makes every bound equal (the earliest blocks
+  // win).
+  const int64_t B = 2, H = 2, Hkv = 1, D = 5, Lk = 4003, bs = 4;
+  const ref::TopK budget{bs, 40, 2, 3};
+  const char *source = R"mlir(
+    func.func @long(%q: tensor<?x2x?x5xf32>, %meta: tensor<?x1x?x2x5xf32>,
+                    %k: tensor<?x1x?x5xf32>) -> tensor<?x2x?x?xi32> {
+      %c2 = arith.constant 2 : index
+      %lk = tensor.dim %k, %c2 : tensor<?x1x?x5xf32>
+      %b = attn.select_topk %q, %meta, %lk {block_size = 4, top_k = 40,
+          sink_blocks = 2, local_blocks = 3, mask = #attn.mask<causal>}
+          : tensor<?x2x?x5xf32>, tensor<?x1x?x2x5xf32>
+      return %b : tensor<?x2x?x?xi32>
+    }
+  )mlir";
+  std::unique_ptr<Model> model;
+  compile(source, model);
+  if (!model)
+    return;
+  std::mt19937_64 rng(31);
+  ref::Tensor k = randomF32({B, Hkv, Lk, D}, rng, -1.0, 1.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t j = 0; j < bs; ++j)
+      for (int64_t d = 0; d < D; ++d)
+        for (int64_t block = 12; block * bs + j < Lk; block += 7)
+          k(b, 0, block * bs + j, d) = 2.0 * k(b, 0, 5 * bs + j, d);
+  ref::Tensor meta = ref::blockMeta(k, bs);
+  for (int64_t lq : {1, 3}) {
+    ref::Tensor q = randomF32({B, H, lq, D}, rng, -1.0, 1.0);
+    for (int64_t d = 0; d < D; ++d) // batch 1, head 1, row 0: all ties
+      q(1, 1, 0, d) = 0.0;
+    std::vector<Tensor> blocks =
+        runEntry(*model, "long", {toRuntime(q), toRuntime(meta), toRuntime(k)});
+    ASSERT_EQ(blocks.size(), 1u);
+    std::string what = "1001 blocks with " + std::to_string(lq) + " rows";
+    expectSame(blocks[0],
+               ref::selectTopK(q, meta, Lk, ref::Mask::causal(), {}, budget),
+               what.c_str());
+  }
+}
+
 TEST_P(Selections, ListedBlocksIgnorePaddingRepeatsAndStrays) {
   // A selection given as an input, not sorted, with -1 padding, repeats
   // and blocks past the keys: each listed block counts once (SPEC §1.3).
