@@ -408,6 +408,23 @@ bool sparseTable(const Options &options, attn::Model &dense,
   return true;
 }
 
+/// A random draft tree of `nodes`: parents [1, nodes] (node t's parent
+/// drawn below t, -1 for the root) and each node's depth (the root's 0).
+struct RandomTree {
+  attn::Tensor parents;
+  std::vector<int64_t> depth;
+};
+RandomTree randomTree(std::mt19937 &rng, int64_t nodes) {
+  RandomTree tree{attn::Tensor(ATTN_I32, {1, nodes}),
+                  std::vector<int64_t>(nodes, 0)};
+  for (int64_t t = 0; t < nodes; ++t) {
+    tree.parents.i32()[t] = t == 0 ? -1 : static_cast<int32_t>(rng() % t);
+    if (t > 0)
+      tree.depth[t] = tree.depth[tree.parents.i32()[t]] + 1;
+  }
+  return tree;
+}
+
 /// The tree table: verification of a random draft tree against dense
 /// attention of as many rows over the same keys.
 bool treeTable(const Options &options, const std::vector<int64_t> &prefixes) {
@@ -430,16 +447,11 @@ bool treeTable(const Options &options, const std::vector<int64_t> &prefixes) {
       std::vector<attn::Tensor> inputs =
           randomInputs(1, heads, kvHeads, nodes, prefix + nodes, dim);
       std::vector<attn::Tensor> denseInputs = inputs;
-      attn::Tensor parents(ATTN_I32, {1, nodes});
-      std::vector<int64_t> depth(nodes, 0);
+      RandomTree tree = randomTree(rng, nodes);
       double pairs = 0; // each node sees the prefix, itself and its ancestors
-      for (int64_t t = 0; t < nodes; ++t) {
-        parents.i32()[t] = t == 0 ? -1 : static_cast<int32_t>(rng() % t);
-        if (t > 0)
-          depth[t] = depth[parents.i32()[t]] + 1;
-        pairs += prefix + depth[t] + 1;
-      }
-      inputs.push_back(parents);
+      for (int64_t depth : tree.depth)
+        pairs += prefix + depth + 1;
+      inputs.push_back(tree.parents);
       double ms = deviceMs(*model, inputs, options.repeat, treeEntry);
       double denseMs =
           deviceMs(*model, denseInputs, options.repeat, denseEntry);
@@ -565,16 +577,11 @@ bool treeRecurrenceTable(const Options &options, int64_t nodes) {
   chain.push_back(weight);
   step.push_back(randomBf16({1, kGdnValueHeads, 1, kGdnDim}));
   step.push_back(weight);
-  attn::Tensor parents(ATTN_I32, {1, nodes});
-  std::vector<int64_t> depth(nodes, 0);
-  int64_t deepest = 0;
-  for (int64_t t = 0; t < nodes; ++t) {
-    parents.i32()[t] = t == 0 ? -1 : static_cast<int32_t>(rng() % t);
-    if (t > 0)
-      depth[t] = depth[parents.i32()[t]] + 1;
-    if (depth[t] > depth[deepest])
-      deepest = t;
-  }
+  RandomTree drafted = randomTree(rng, nodes);
+  attn::Tensor &parents = drafted.parents;
+  const std::vector<int64_t> &depth = drafted.depth;
+  const int64_t deepest =
+      std::max_element(depth.begin(), depth.end()) - depth.begin();
   std::vector<attn::Tensor> tree(chain.begin(), chain.begin() + 5);
   tree.push_back(parents);
   tree.insert(tree.end(), chain.begin() + 5, chain.end());

@@ -415,15 +415,14 @@ func::FuncOp mlir::attn::buildSimtSelectTopKKernel(
 
 namespace {
 
-/// What both ranked top-k kernels of a (row, n) thread read first: the
-/// row's candidates and the middle ones between the sinks and the locals,
-/// which compete for the `fill` slots by their bounds.
+/// The decode row of a ranked top-k block (workgroup `row`): its
+/// candidates and the middle ones between the sinks and the locals, which
+/// compete for the `fill` slots by their bounds.
 struct RankedTopKRow {
   RankedTopKRow(SimtEmitter &e, SelectTopKOp op, Value q,
-                const SelectionKeys &keys, Value bounds, Value thread,
-                Value perRow)
-      : e(e), bounds(bounds), n(e.rem(thread, perRow)),
-        at(e, e.div(thread, perRow), staticDim(q.getType(), 1), e.dim(q, 2)) {
+                const SelectionKeys &keys, Value bounds, Value row)
+      : e(e), bounds(bounds),
+        at(e, row, staticDim(q.getType(), 1), e.dim(q, 2)) {
     Value lq = e.dim(q, 2), lk = keys.length(e, at.batch);
     std::tie(firstBlock, count) =
         topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
@@ -438,13 +437,9 @@ struct RankedTopKRow {
     return e.select(e.fcmp(arith::CmpFPredicate::UNO, bound, bound),
                     e.scalar(kNegInf), bound);
   }
-  /// Whether middle candidate `a` (bound scoreA) ranks below `b`.
-  Value worse(Value scoreA, Value a, Value scoreB, Value b) {
-    return worseScored(e, scoreA, e.toI32(a), scoreB, e.toI32(b));
-  }
 
   SimtEmitter &e;
-  Value bounds, n;
+  Value bounds;
   RowOfWorkgroup at;
   Value firstBlock, count, middleFirst, middle;
   SmallVector<Value> prefix;
@@ -528,8 +523,7 @@ func::FuncOp mlir::attn::buildSimtTopKRankKernel(OpBuilder &builder,
   const int64_t fill = topK - sink - local;
   const int64_t capacity = rankedTopKCapacity(tiling);
   Value c1 = e.index(1);
-  // The block's row: RankedTopKRow's (row, n) with one n per row.
-  RankedTopKRow row(e, op, q, keys, bounds, workgroup, c1);
+  RankedTopKRow row(e, op, q, keys, bounds, workgroup);
   Value slots = e.dim(blocks, 3);
   auto store = [&](Value block, Value slot) {
     memref::StoreOp::create(b, e.toI32(block), blocks,
