@@ -696,18 +696,27 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
                         ": a tree of more than max_nodes = " +
                         Twine(shape.chunkSize) + " nodes");
 
-  // One state column per thread: blocks of whole warps, no wider than the
-  // state (a narrow state leaves no idle warps).
-  const int64_t threads =
-      std::min(tiling.blockThreads, roundUp(shape.valueDim, 32));
-  const int64_t tiles = (shape.valueDim + threads - 1) / threads;
+  // Calls of more than a step per sequence take the chunk's products on
+  // warp_mma where its tiles fit; steps (decode) the SIMT kernel, whose
+  // columns pad nothing to 16 rows. The other kernel gets zero blocks.
+  std::optional<SimtMmaRecurrenceTiling> mma = SimtMmaRecurrenceTiling::choose(
+      shape, cast<MemRefType>(r.bindings.front().getType()).getElementType(),
+      tiling);
+  // Beside the products the SIMT kernel runs decode steps alone: built for
+  // chunks of one step (it is correct for any length), its shared buffers
+  // are a step's and its columns split over several threads.
+  LinearRecurrenceShape simtShape = shape;
+  if (mma)
+    simtShape.chunkSize = 1;
+  const SimtRecurrenceColumns columns =
+      SimtRecurrenceColumns::choose(simtShape, tiling);
   Value heads = m.mul(r.batch, m.index(shape.numValueHeads));
-  Value blocks = m.mul(heads, m.index(tiles));
+  Value blocks = m.mul(heads, m.index(columns.tiles(shape)));
   // The chunk's buffers in global scratch, a row per block, when they do
   // not fit in shared memory (large trees).
   SmallVector<Value> chunkedBindings(r.bindings);
   for (ArrayRef<int64_t> bufferShape :
-       recurrenceScratchShapes(shape, threads, tiling)) {
+       recurrenceScratchShapes(simtShape, columns, tiling)) {
     SmallVector<int64_t> scratchShape{ShapedType::kDynamic};
     llvm::append_range(scratchShape, bufferShape);
     chunkedBindings.push_back(memref::AllocOp::create(
@@ -716,14 +725,7 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   OpBuilder kernelBuilder(host);
   func::FuncOp chunked = buildSimtChunkedRecurrenceKernel(
       kernelBuilder, op.getLoc(), kernelName(shape.tree ? "tree" : "chunked"),
-      shape, threads, tiling, ValueRange(chunkedBindings).getTypes());
-  // Calls of more than a step per sequence take the chunk's products on
-  // warp_mma where its tiles fit; steps (decode) the SIMT kernel, whose
-  // column per thread pads nothing to 16 rows. The other kernel gets zero
-  // blocks.
-  std::optional<SimtMmaRecurrenceTiling> mma = SimtMmaRecurrenceTiling::choose(
-      shape, cast<MemRefType>(r.bindings.front().getType()).getElementType(),
-      tiling);
+      simtShape, columns, tiling, ValueRange(chunkedBindings).getTypes());
   Value simtBlocks = blocks;
   if (mma) {
     Value steps = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, r.length,

@@ -4,14 +4,16 @@
 // A block kernel (the chunked recurrence) on its way to NVVM. A workgroup is
 // a block, so the body runs under `blockIdx.x < count` (uniform over the
 // block); the shared buffers become views into dynamic shared memory at
-// 16-byte aligned offsets (16 x 33 floats = 2112 bytes, ...); each thread
-// loop becomes its body for threadIdx.x followed by a barrier.
+// 16-byte aligned offsets (beside the chunk's products on warp_mma it runs
+// decode steps, so its buffers are a step's: 1 x 33 floats, 132 bytes, then
+// 144, ...); each thread loop becomes its body for threadIdx.x followed by
+// a barrier.
 // OUTLINE:       gpu.func @gdn__chunked0({{.*}}, %[[COUNT:[a-z0-9]+]]: index) kernel
 // OUTLINE-SAME:    known_block_size = array<i32: 32, 1, 1>
 // OUTLINE:         %[[SMEM:.+]] = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
-// OUTLINE:         memref.view %[[SMEM]][%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x33xf32, #gpu.address_space<workgroup>>
-// OUTLINE:         memref.view %[[SMEM]][%c2112{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x33xf32, #gpu.address_space<workgroup>>
-// OUTLINE:         memref.view %[[SMEM]][%c6400{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x32xf32, #gpu.address_space<workgroup>>
+// OUTLINE:         memref.view %[[SMEM]][%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<1x33xf32, #gpu.address_space<workgroup>>
+// OUTLINE:         memref.view %[[SMEM]][%c144{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<1x33xf32, #gpu.address_space<workgroup>>
+// OUTLINE:         memref.view %[[SMEM]][%c336{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<1x32xf32, #gpu.address_space<workgroup>>
 // OUTLINE:         %[[BLOCK:.+]] = gpu.block_id x
 // OUTLINE:         %[[IN:.+]] = arith.cmpi ult, %[[BLOCK]], %[[COUNT]]
 // OUTLINE:         scf.if %[[IN]] {

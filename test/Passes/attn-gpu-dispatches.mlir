@@ -247,20 +247,23 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 
 // A gated-delta recurrence: the chunked form as a block kernel, one block
 // per (batch, value head) with a thread per state column (Dv = 24: one
-// warp), then the rmsnorm-silu gate, one thread per output row.
+// warp; Dk = 32 rows need no split), then the rmsnorm-silu gate, one
+// thread per output row. Beside the chunk's products on warp_mma (below)
+// it runs decode steps alone, so it is built for chunks of one step.
 // CHECK-LABEL: func.func private @gdn__chunked0
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "chunked"
 // CHECK-SAME:    attn.tiling = {block_threads = 32 : i64
-// The chunk's k and q rows (padded to Dk + 1), G, beta, P, A and the
-// columns' new values, shared by the block.
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x16xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x16xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x32xf32>
+// The step's k and q rows (padded to Dk + 1), G, beta, P and the columns'
+// new values, shared by the block (a step has no UT solve: A is never read
+// and folds away with the loops over the step's one step).
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<1x33xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<1x33xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<1xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<1xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<1x1xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<1x32xf32>
+// CHECK-NOT:     attn.shared
 // Each thread's state column (Dk = 32) stays in registers for the whole
 // call: read from S_init first, then per chunk: stage rows, normalize, P
 // and A, then each thread's column (four thread loops per chunk), and the

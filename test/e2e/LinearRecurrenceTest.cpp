@@ -423,6 +423,32 @@ std::vector<RecurrenceCase> cases() {
        .length = 20,
        .continuation = 21,
        .dtype = "f16"});
+  // Decode steps on columns split over threads (SimtRecurrenceColumns):
+  // Qwen3-Next's dims (4 parts of 32 rows), rows per part that are no
+  // power of two (Dk = 100: 4 of 25) over two column tiles, 8 parts
+  // (Dk = 256), and two steps in a row.
+  add({.label = "bf16_decode_dims128",
+       .keyHeads = 2,
+       .valueHeads = 4,
+       .keyDim = 128,
+       .valueDim = 128,
+       .chunk = 64,
+       .gate = true,
+       .batch = 3,
+       .length = 1,
+       .dtype = "bf16"});
+  add({.label = "decode_Dk100_Dv50",
+       .keyDim = 100,
+       .valueDim = 50,
+       .length = 1});
+  add({.label = "decay_decode_Dk256",
+       .rule = "decay",
+       .keyHeads = 1,
+       .valueHeads = 1,
+       .keyDim = 256,
+       .valueDim = 20,
+       .length = 1});
+  add({.label = "continue_decode_decode", .length = 1, .continuation = 1});
   // CUDA: a value dim wider than a block (2 column tiles of 128, the
   // second with 72 idle threads) and one narrower than a warp.
   add({.label = "gated_delta_Dv200_gate",

@@ -20,7 +20,7 @@ namespace {
 
 struct TreeCase {
   std::string label, rule = "gated_delta";
-  int64_t nodes = 9, maxNodes = 32;
+  int64_t nodes = 9, maxNodes = 32, keyDim = 20;
   bool gate = false, chain = false;
 };
 
@@ -31,12 +31,13 @@ bool deltas(const TreeCase &c) {
   return c.rule == "delta" || c.rule == "gated_delta";
 }
 
-constexpr int64_t kHk = 2, kHv = 4, kDk = 20, kDv = 12, kBatch = 2;
+constexpr int64_t kHk = 2, kHv = 4, kDv = 12, kBatch = 2;
 
 std::string modelJson(const TreeCase &c) {
   return R"({"model": "t", "layers": [{"name": "lin",
     "type": "linear_attention", "rule": ")" +
-         c.rule + R"(", "num_k_heads": 2, "num_v_heads": 4, "k_dim": 20,
+         c.rule + R"(", "num_k_heads": 2, "num_v_heads": 4, "k_dim": )" +
+         std::to_string(c.keyDim) + R"(,
     "v_dim": 12, "chunk_size": 16, "qk_l2norm": true, "tree": true)" +
          (c.gate ? R"(, "output_gate": "rmsnorm_silu")" : "") +
          R"(}], "speculative": {"max_tree_nodes": )" +
@@ -88,14 +89,14 @@ TEST_P(TreeRecurrence, MatchesEveryPath) {
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   const int64_t T = c.nodes;
-  Inputs x{ref::randomTensor({kBatch, kHk, T, kDk}, rng),
-           ref::randomTensor({kBatch, kHk, T, kDk}, rng),
+  Inputs x{ref::randomTensor({kBatch, kHk, T, c.keyDim}, rng),
+           ref::randomTensor({kBatch, kHk, T, c.keyDim}, rng),
            ref::randomTensor({kBatch, kHv, T, kDv}, rng),
            c.rule == "gla"
-               ? ref::randomTensor({kBatch, kHv, T, kDk}, rng, -1, 0)
+               ? ref::randomTensor({kBatch, kHv, T, c.keyDim}, rng, -1, 0)
                : ref::randomTensor({kBatch, kHv, T}, rng, -2, 0),
            ref::randomTensor({kBatch, kHv, T}, rng, 0.05, 0.95),
-           ref::randomTensor({kBatch, kHv, kDk, kDv}, rng, -0.1, 0.1),
+           ref::randomTensor({kBatch, kHv, c.keyDim, kDv}, rng, -0.1, 0.1),
            ref::randomTensor({kBatch, kHv, T, kDv}, rng),
            ref::randomTensor({kDv}, rng)};
   ref::IntTensor parents = randomParents(kBatch, T, rng, c.chain);
@@ -166,11 +167,11 @@ TEST_P(TreeRecurrence, MatchesEveryPath) {
   commitInputs.push_back(toRuntime(x.s0));
   std::vector<Tensor> commit = runEntry(*model, "lin.commit", commitInputs);
   ASSERT_EQ(commit.size(), 1u);
-  ref::Tensor state({kBatch, kHv, kDk, kDv});
+  ref::Tensor state({kBatch, kHv, c.keyDim, kDv});
   for (int64_t b = 0; b < kBatch; ++b) {
     ref::Tensor s = pathRecurrence(b, accepted[b]).state;
     for (int64_t h = 0; h < kHv; ++h)
-      for (int64_t d = 0; d < kDk; ++d)
+      for (int64_t d = 0; d < c.keyDim; ++d)
         for (int64_t e = 0; e < kDv; ++e)
           state(b, h, d, e) = s(0, h, d, e);
   }
@@ -202,6 +203,17 @@ std::vector<TreeCase> cases() {
   chain.nodes = 20;
   chain.chain = true;
   all.push_back(chain);
+  // Trees of at most 8 nodes with Dk = 72: the CUDA kernel splits each
+  // state column over 4 threads (SimtRecurrenceColumns).
+  for (const char *rule : {"gated_delta", "gla"}) {
+    TreeCase small;
+    small.label = std::string("split_columns_") + rule;
+    small.rule = rule;
+    small.nodes = 7;
+    small.maxNodes = 8;
+    small.keyDim = 72;
+    all.push_back(small);
+  }
   // Trees whose chunk buffers exceed the CUDA kernel's shared memory (a
   // 256 x 256 score matrix alone is 256 KiB): they live in global scratch.
   for (const char *rule : {"gated_delta", "gla"}) {

@@ -505,14 +505,45 @@ func::FuncOp buildSimtMergeKernel(OpBuilder &builder, Location loc,
                                   const GpuTiling &tiling,
                                   TypeRange bindingTypes);
 
+/// How the chunked recurrence kernel (buildSimtChunkedRecurrenceKernel)
+/// spreads a state's columns over a block: each column over `parts`
+/// threads of one warp, part p keeping rows p, p + parts, ... of it in
+/// registers, whose partial sums (q . S, k . S) meet in shared memory.
+/// With a thread per column, a thread keeps Dk floats of state: at Dk =
+/// 128 the decode step took 255 registers, spilled, and ran few warps per
+/// SM. The column's scalar work (the UT solve and the intra-chunk outputs,
+/// O(C^2)) stays on one of its threads, so the split is for short chunks
+/// (decode steps) alone.
+struct SimtRecurrenceColumns {
+  /// Threads per block: whole warps.
+  int64_t threads = 128;
+  /// Threads per state column: a power of two that divides Dk and 32.
+  int64_t parts = 1;
+
+  /// State columns per block.
+  int64_t columns() const { return threads / parts; }
+  /// Column tiles of a state.
+  int64_t tiles(const LinearRecurrenceShape &shape) const {
+    return (shape.valueDim + columns() - 1) / columns();
+  }
+  /// Blocks of whole warps, no wider than the state (a narrow state leaves
+  /// no idle warps), and parts enough for at most kStateRowsPerThread rows
+  /// a thread where chunks have at most kMaxSplitChunk steps.
+  static SimtRecurrenceColumns choose(const LinearRecurrenceShape &shape,
+                                      const GpuTiling &tiling);
+  static constexpr int64_t kStateRowsPerThread = 32;
+  static constexpr int64_t kMaxSplitChunk = 8;
+};
+
 /// The shapes of the chunked recurrence kernel's per-block buffers that
 /// scale with the chunk (k and q rows, gla's decays, the score and UT
-/// matrices, the values), in binding order, when they do not fit in
-/// `tiling.maxSharedBytes` beside the rest; empty when they fit in shared
-/// memory.
+/// matrices, the values, the split columns' partial sums), in binding
+/// order, when they do not fit in `tiling.maxSharedBytes` beside the rest;
+/// empty when they fit in shared memory.
 SmallVector<SmallVector<int64_t>>
 recurrenceScratchShapes(const LinearRecurrenceShape &shape,
-                        int64_t blockThreads, const GpuTiling &tiling);
+                        const SimtRecurrenceColumns &columns,
+                        const GpuTiling &tiling);
 
 /// 1 / sqrt(sum(x^2) + 1e-6) of row `row` (of `dim` features) of the
 /// shared buffers `parts`, x being the sum of its parts (SPEC §2's
@@ -530,11 +561,11 @@ Value cumulativeLogDecay(SimtEmitter &e, Value g, const RecurrenceSequence &seq,
                          Value hv, Value first, Value count);
 
 /// The chunked linear recurrence (SPEC §2) as a block kernel: one block
-/// per (batch, value head, column tile of `blockThreads` state columns),
-/// the tile fastest. Per chunk of C steps the block stages k, q, the decays
-/// and beta in shared memory and computes the chunk's score and (delta
-/// rules) UT-transform matrices together; then each thread carries its own
-/// column of the state through the chunk. A one-step call is one chunk of
+/// per (batch, value head, column tile of `columns.columns()` state
+/// columns), the tile fastest. Per chunk of C steps the block stages k, q,
+/// the decays and beta in shared memory and computes the chunk's score and
+/// (delta rules) UT-transform matrices together; then each column's
+/// threads carry it through the chunk. A one-step call is one chunk of
 /// one step, i.e. the recurrent step. Bindings as the CPU kernels': q, k, v,
 /// [g], [beta], S_init, [z, w], o, S; o is stored ungated. When the chunk's
 /// buffers do not fit in `tiling.maxSharedBytes` (a large tree at Dk =
@@ -543,7 +574,7 @@ Value cumulativeLogDecay(SimtEmitter &e, Value g, const RecurrenceSequence &seq,
 /// recurrenceScratchShapes() entry follows, the block using its row.
 func::FuncOp buildSimtChunkedRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
-    const LinearRecurrenceShape &shape, int64_t blockThreads,
+    const LinearRecurrenceShape &shape, const SimtRecurrenceColumns &columns,
     const GpuTiling &tiling, TypeRange bindingTypes);
 
 /// The two kernels of the chunked recurrence on matrix products, after

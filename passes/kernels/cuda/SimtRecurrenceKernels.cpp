@@ -1,9 +1,10 @@
 //===- SimtRecurrenceKernels.cpp - Linear recurrences for CUDA ------------===//
 //
 // The chunked linear recurrence as a CUDA block kernel (see SimtKernels.h
-// for block kernels). One block owns `blockThreads` columns of one state
-// S [Dk, Dv]; thread j carries column c = tile * blockThreads + j, in its
-// registers from S_init to the final state. Per
+// for block kernels). One block owns a tile of columns of one state
+// S [Dk, Dv] (SimtRecurrenceColumns); each column is carried in registers
+// from S_init to the final state by one thread, or for short chunks by
+// `parts` threads of a warp, each with every parts-th row. Per
 // chunk of C steps, with G the cumulative log-decay inside the chunk (the
 // algebra of LinearRecurrenceKernels.cpp and fla's chunk_gated_delta):
 //
@@ -12,7 +13,7 @@
 //  2. the block computes the chunk's matrices, one entry per thread at a
 //     time: P[t, s] = (q_t . k_s) exp(G_t - G_s) for s <= t and, for the
 //     delta rules, A[t, s] = beta_t (k_t . k_s) exp(G_t - G_s) for s < t;
-//  3. each thread takes its column through the chunk:
+//  3. each column's threads take it through the chunk:
 //       o_t  = exp(G_t) q_t . S                      (the state so far),
 //       v'_t = v_t, or for the delta rules the solution of
 //              (I + A) v' = beta (v - exp(G) K S)    (forward substitution:
@@ -22,7 +23,10 @@
 //
 // Decays only appear as exp(G_i - G_j) with i >= j or exp(G_i) with
 // G_i <= 0, so nothing overflows. A one-step call is one chunk of one step:
-// exactly the recurrent step. The rmsnorm-silu gate needs whole output rows,
+// exactly the recurrent step. With split columns, each part sums q_t . S
+// and k_t . S over its rows, the column's first part adds the partial
+// sums and does the column's scalar work (v', o), and every part updates
+// its rows of S. The rmsnorm-silu gate needs whole output rows,
 // which span column tiles, so a kernel of its own applies it afterwards
 // (a block per 16 rows, staged with coalesced loads).
 //
@@ -52,8 +56,8 @@ class SimtChunkedRecurrenceKernel {
 public:
   SimtChunkedRecurrenceKernel(OpBuilder &builder, Location loc, StringRef name,
                               const LinearRecurrenceShape &shape,
-                              int64_t blockThreads, const GpuTiling &tiling,
-                              TypeRange bindingTypes);
+                              const SimtRecurrenceColumns &columns,
+                              const GpuTiling &tiling, TypeRange bindingTypes);
 
   /// Emits the phases in order and returns the kernel.
   func::FuncOp build();
@@ -69,12 +73,20 @@ private:
   void walkColumns(Value first, Value n, Value last);
   void storeFinalState();
 
-  // Step 3 for the column of `thread`, its state column in registers.
-  void columnOutputs(Value thread, Value column, Value stateColumn, Value first,
-                     Value n);
-  void solveDeltaValues(Value thread, Value n);
-  void addIntraChunkOutputs(Value thread, Value column, Value first, Value n);
-  void carryState(Value thread, Value stateColumn, Value n, Value last);
+  // Step 3 for state column `column`, whose v' are values[:, valueColumn]
+  // and whose `part`'s rows are `stateColumn` (registers).
+  void walkWholeColumns(Value first, Value n, Value last);
+  void walkSplitColumns(Value first, Value n, Value last);
+  /// q_t . S and (delta rules) k_t . S over the rows of `part`.
+  SmallVector<Value> stateSums(Value stateColumn, Value part, Value t);
+  void columnOutputs(Value valueColumn, Value column, Value first, Value n,
+                     function_ref<SmallVector<Value>(Value t)> sumsAt);
+  void solveDeltaValues(Value valueColumn, Value n);
+  void addIntraChunkOutputs(Value valueColumn, Value column, Value first,
+                            Value n);
+  void decayValues(Value valueColumn, Value n, Value last);
+  void carryState(Value valueColumn, Value stateColumn, Value part, Value n,
+                  Value last);
 
   // A tree's relations, walking `parents` up from a node.
   /// The sum of term(u) over the nodes u on t's path from the root.
@@ -82,43 +94,52 @@ private:
   /// Whether node s is t or an ancestor of t.
   Value isAncestorOrSelf(Value s, Value t);
 
-  /// Runs `body(column)` on the threads that own a state column.
+  /// Runs `body(column)` on the threads whose state column is in the
+  /// state.
   void onColumn(Value thread, function_ref<void(Value)> body);
+  /// The part of its column `thread` holds, and the column's index in the
+  /// block (lanes [p W, p W + W) of a warp hold part p of its W columns).
+  Value partOf(Value thread);
+  Value blockColumnOf(Value thread);
+  /// The state row of register `k` of part `part`.
+  Value stateRow(Value part, int64_t k);
   const LinearRecurrenceShape &shape;
-  const int64_t blockThreads;
+  const SimtRecurrenceColumns columns;
   const GpuTiling &tiling;
   OpBuilder::InsertionGuard guard;
   func::FuncOp func;
   ImplicitLocOpBuilder b;
   SimtEmitter e;
   RecurrenceBindings args;
-  const int64_t C, Dk, Dv, tiles;
+  const int64_t C, Dk, Dv, tiles, parts;
+  /// State rows per thread, and columns per warp.
+  const int64_t rows, warpColumns;
   const bool scalarDecay, featureDecay, delta;
 
   Value c0, c1, dk, tile, hv, batch, hk, length;
   /// Where the block's sequence is (mapBlock).
   std::optional<RecurrenceSequence> seq;
-  Value keys, queries, logDecay, betas, scores, transform, values, stateRegs;
+  Value keys, queries, logDecay, betas, scores, transform, values, partials,
+      stateRegs;
 };
 
 SimtChunkedRecurrenceKernel::SimtChunkedRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
-    const LinearRecurrenceShape &shape, int64_t blockThreads,
+    const LinearRecurrenceShape &shape, const SimtRecurrenceColumns &columns,
     const GpuTiling &tiling, TypeRange bindingTypes)
-    : shape(shape), blockThreads(blockThreads), tiling(tiling), guard(builder),
-      func([&] {
+    : shape(shape), columns(columns), tiling(tiling), guard(builder), func([&] {
         GpuTiling kernelTiling = tiling;
-        kernelTiling.blockThreads = blockThreads;
+        kernelTiling.blockThreads = columns.threads;
         func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes,
                                              kernelTiling, "chunked");
         func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
         return func;
       }()),
-      b(loc, builder), e(b, blockThreads), args(func, shape),
+      b(loc, builder), e(b, columns.threads), args(func, shape),
       C(shape.chunkSize), Dk(shape.keyDim), Dv(shape.valueDim),
-      tiles((Dv + blockThreads - 1) / blockThreads),
-      scalarDecay(shape.scalarDecay()), featureDecay(shape.featureDecay()),
-      delta(shape.isDelta()) {}
+      tiles(columns.tiles(shape)), parts(columns.parts), rows(Dk / parts),
+      warpColumns(32 / parts), scalarDecay(shape.scalarDecay()),
+      featureDecay(shape.featureDecay()), delta(shape.isDelta()) {}
 
 func::FuncOp SimtChunkedRecurrenceKernel::build() {
   mapBlock();
@@ -138,7 +159,9 @@ func::FuncOp SimtChunkedRecurrenceKernel::build() {
   Value chunks = e.ceilDiv(length, e.index(C));
   e.loop(c0, chunks, c1, [&](Value chunk) {
     Value first = e.mul(chunk, e.index(C));
-    Value n = e.minS(e.index(C), e.sub(length, first));
+    // Chunks of one step (decode's kernel) are always whole: the loops
+    // over their steps fold away.
+    Value n = C == 1 ? c1 : e.minS(e.index(C), e.sub(length, first));
     Value last = e.sub(n, c1);
     stageChunk(first, n);
     scoreChunk(n);
@@ -167,7 +190,7 @@ void SimtChunkedRecurrenceKernel::allocateBuffers() {
   // The buffers that scale with the chunk: in shared memory, or when they
   // do not fit there, each in its row of a global scratch binding (they
   // follow the others, before the workgroup).
-  auto scratchShapes = recurrenceScratchShapes(shape, blockThreads, tiling);
+  auto scratchShapes = recurrenceScratchShapes(shape, columns, tiling);
   unsigned nextScratch = func.getNumArguments() - 1 - scratchShapes.size();
   auto chunkBuffer = [&](ArrayRef<int64_t> bufferShape) -> Value {
     if (scratchShapes.empty())
@@ -192,29 +215,55 @@ void SimtChunkedRecurrenceKernel::allocateBuffers() {
   betas = delta ? e.shared({C}) : Value();
   scores = chunkBuffer({C, C});
   transform = delta ? chunkBuffer({C, C}) : Value();
-  values = chunkBuffer({C, blockThreads});
-  // Each thread's state column, in registers from S_init to the final
-  // state: indexed by constants only (the loops over Dk are unrolled), as
-  // registers must be. (In global memory, its 16 K accesses per chunk each
-  // fed a chain of dependent multiply-adds: the kernel waited on memory.)
-  stateRegs = e.registers({Dk});
+  values = chunkBuffer({C, columns.columns()});
+  // Split columns: per step, each thread's partial sums (q . S, then for
+  // the delta rules k . S), [t, sum * threads + thread].
+  const int64_t sums = delta ? 2 : 1;
+  partials = parts > 1 ? chunkBuffer({C, sums * columns.threads}) : Value();
+  // Each thread's part of its state column, in registers from S_init to
+  // the final state: indexed by constants only (the loops over its rows
+  // are unrolled), as registers must be. (In global memory, its 16 K
+  // accesses per chunk each fed a chain of dependent multiply-adds: the
+  // kernel waited on memory.)
+  stateRegs = e.registers({rows});
+}
+
+Value SimtChunkedRecurrenceKernel::partOf(Value thread) {
+  if (parts == 1)
+    return c0;
+  return e.div(e.rem(thread, e.index(32)), e.index(warpColumns));
+}
+
+Value SimtChunkedRecurrenceKernel::blockColumnOf(Value thread) {
+  if (parts == 1)
+    return thread;
+  return e.add(e.mul(e.div(thread, e.index(32)), e.index(warpColumns)),
+               e.rem(thread, e.index(warpColumns)));
+}
+
+Value SimtChunkedRecurrenceKernel::stateRow(Value part, int64_t k) {
+  if (parts == 1)
+    return e.index(k);
+  return e.add(e.index(k * parts), part);
 }
 
 void SimtChunkedRecurrenceKernel::onColumn(Value thread,
                                            function_ref<void(Value)> body) {
-  Value column = e.add(e.mul(tile, e.index(blockThreads)), thread);
+  Value column =
+      e.add(e.mul(tile, e.index(columns.columns())), blockColumnOf(thread));
   e.ifThen(e.icmp(arith::CmpIPredicate::ult, column, e.index(Dv)),
            [&] { body(column); });
 }
 
 void SimtChunkedRecurrenceKernel::loadInitialState() {
   e.eachThread([&](Value thread) {
-    Value column0 = e.registersOf(stateRegs, thread);
+    Value stateColumn = e.registersOf(stateRegs, thread);
+    Value part = partOf(thread);
     onColumn(thread, [&](Value column) {
-      for (int64_t i = 0; i < Dk; ++i)
+      for (int64_t k = 0; k < rows; ++k)
         e.store(e.load(args.initialState,
-                       seq->stateElement(hv, e.index(i), column)),
-                column0, e.index(i));
+                       seq->stateElement(hv, stateRow(part, k), column)),
+                stateColumn, e.index(k));
     });
   });
 }
@@ -359,34 +408,112 @@ void SimtChunkedRecurrenceKernel::foldFeatureDecays(Value n, Value last) {
 
 void SimtChunkedRecurrenceKernel::walkColumns(Value first, Value n,
                                               Value last) {
-  // 3. Each thread's column through the chunk; v' in values[:, thread].
+  // 3. Each column through the chunk; v' in values[:, its block column].
+  if (parts == 1)
+    walkWholeColumns(first, n, last);
+  else
+    walkSplitColumns(first, n, last);
+}
+
+void SimtChunkedRecurrenceKernel::walkWholeColumns(Value first, Value n,
+                                                   Value last) {
   e.eachThread([&](Value thread) {
     Value stateColumn = e.registersOf(stateRegs, thread);
     onColumn(thread, [&](Value column) {
-      columnOutputs(thread, column, stateColumn, first, n);
+      columnOutputs(thread, column, first, n,
+                    [&](Value t) { return stateSums(stateColumn, c0, t); });
       if (delta)
         solveDeltaValues(thread, n);
       addIntraChunkOutputs(thread, column, first, n);
-      if (!shape.tree)
-        carryState(thread, stateColumn, n, last);
+      if (shape.tree)
+        return;
+      decayValues(thread, n, last);
+      carryState(thread, stateColumn, c0, n, last);
     });
   });
 }
 
-void SimtChunkedRecurrenceKernel::columnOutputs(Value thread, Value column,
-                                                Value stateColumn, Value first,
-                                                Value n) {
+void SimtChunkedRecurrenceKernel::walkSplitColumns(Value first, Value n,
+                                                   Value last) {
+  // Each part's sums, which only its warp reads.
+  const int64_t sums = delta ? 2 : 1;
+  e.eachThread(
+      [&](Value thread) {
+        Value stateColumn = e.registersOf(stateRegs, thread);
+        Value part = partOf(thread);
+        onColumn(thread, [&](Value) {
+          e.loop(c0, n, c1, [&](Value t) {
+            for (auto [j, sum] :
+                 llvm::enumerate(stateSums(stateColumn, part, t)))
+              e.store(sum, partials,
+                      {t, e.add(e.index(j * columns.threads), thread)});
+          });
+        });
+      },
+      SimtEmitter::Sync::Warp);
+  // The column's scalar work on its first part (the others' sums are at
+  // threads thread + p W of its warp); v' is read by the column's parts.
+  e.eachThread(
+      [&](Value thread) {
+        onColumn(thread, [&](Value column) {
+          Value valueColumn = blockColumnOf(thread);
+          e.ifThen(e.icmp(arith::CmpIPredicate::eq, partOf(thread), c0), [&] {
+            columnOutputs(valueColumn, column, first, n, [&](Value t) {
+              SmallVector<Value> total;
+              for (int64_t j = 0; j < sums; ++j) {
+                auto partial = [&](int64_t p) {
+                  return e.load(
+                      partials,
+                      {t, e.add(e.index(j * columns.threads + p * warpColumns),
+                                thread)});
+                };
+                Value sum = partial(0);
+                for (int64_t p = 1; p < parts; ++p)
+                  sum = e.fadd(sum, partial(p));
+                total.push_back(sum);
+              }
+              return total;
+            });
+            if (delta)
+              solveDeltaValues(valueColumn, n);
+            addIntraChunkOutputs(valueColumn, column, first, n);
+            if (!shape.tree)
+              decayValues(valueColumn, n, last);
+          });
+        });
+      },
+      SimtEmitter::Sync::Warp);
+  if (shape.tree)
+    return;
+  e.eachThread([&](Value thread) {
+    Value stateColumn = e.registersOf(stateRegs, thread);
+    Value part = partOf(thread);
+    onColumn(thread, [&](Value) {
+      carryState(blockColumnOf(thread), stateColumn, part, n, last);
+    });
+  });
+}
+
+SmallVector<Value> SimtChunkedRecurrenceKernel::stateSums(Value stateColumn,
+                                                          Value part, Value t) {
+  SmallVector<Value> sums(delta ? 2 : 1, e.scalar(0.0));
+  for (int64_t k = 0; k < rows; ++k) {
+    Value i = stateRow(part, k);
+    Value s = e.load(stateColumn, e.index(k));
+    sums[0] = e.fma(e.load(queries, {t, i}), s, sums[0]);
+    if (delta)
+      sums[1] = e.fma(e.load(keys, {t, i}), s, sums[1]);
+  }
+  return sums;
+}
+
+void SimtChunkedRecurrenceKernel::columnOutputs(
+    Value valueColumn, Value column, Value first, Value n,
+    function_ref<SmallVector<Value>(Value t)> sumsAt) {
   // o_t = exp(G_t) q_t . S, and v'_t's right-hand side
   // beta (v - exp(G) K S) (v itself without the delta rules).
   e.loop(c0, n, c1, [&](Value t) {
-    SmallVector<Value> sums(delta ? 2 : 1, e.scalar(0.0));
-    for (int64_t d = 0; d < Dk; ++d) {
-      Value i = e.index(d);
-      Value s = e.load(stateColumn, i);
-      sums[0] = e.fma(e.load(queries, {t, i}), s, sums[0]);
-      if (delta)
-        sums[1] = e.fma(e.load(keys, {t, i}), s, sums[1]);
-    }
+    SmallVector<Value> sums = sumsAt(t);
     Value decay = scalarDecay ? e.exp(e.load(logDecay, {t})) : Value();
     Value out = decay ? e.fmul(sums[0], decay) : sums[0];
     SmallVector<Value> at = seq->stepFeature(hv, e.add(first, t), column);
@@ -395,68 +522,77 @@ void SimtChunkedRecurrenceKernel::columnOutputs(Value thread, Value column,
     if (delta)
       v = e.fmul(e.load(betas, {t}),
                  e.fsub(v, decay ? e.fmul(sums[1], decay) : sums[1]));
-    e.store(v, values, {t, thread});
+    e.store(v, values, {t, valueColumn});
   });
 }
 
-void SimtChunkedRecurrenceKernel::solveDeltaValues(Value thread, Value n) {
+void SimtChunkedRecurrenceKernel::solveDeltaValues(Value valueColumn, Value n) {
   // (I + A) v' = rhs by forward substitution: the UT transform applied to
   // one column.
   e.loop(c1, n, c1, [&](Value t) {
     Value known = e.sumOver(c0, t, [&](Value s) {
-      return e.fmul(e.load(transform, {t, s}), e.load(values, {s, thread}));
+      return e.fmul(e.load(transform, {t, s}),
+                    e.load(values, {s, valueColumn}));
     });
-    e.store(e.fsub(e.load(values, {t, thread}), known), values, {t, thread});
+    e.store(e.fsub(e.load(values, {t, valueColumn}), known), values,
+            {t, valueColumn});
   });
 }
 
-void SimtChunkedRecurrenceKernel::addIntraChunkOutputs(Value thread,
+void SimtChunkedRecurrenceKernel::addIntraChunkOutputs(Value valueColumn,
                                                        Value column,
                                                        Value first, Value n) {
   // o_t += sum_{s <= t} P[t, s] v'_s.
   e.loop(c0, n, c1, [&](Value t) {
     SmallVector<Value> at = seq->stepFeature(hv, e.add(first, t), column);
     Value intra = e.sumOver(c0, e.add(t, c1), [&](Value s) {
-      return e.fmul(e.load(scores, {t, s}), e.load(values, {s, thread}));
+      return e.fmul(e.load(scores, {t, s}), e.load(values, {s, valueColumn}));
     });
     e.store(e.fadd(e.load(args.out, at), intra), args.out, at);
   });
 }
 
-void SimtChunkedRecurrenceKernel::carryState(Value thread, Value stateColumn,
+void SimtChunkedRecurrenceKernel::decayValues(Value valueColumn, Value n,
+                                              Value last) {
+  // v'_s exp(G_last - G_s), as the state update takes them.
+  if (!scalarDecay)
+    return;
+  Value gLast = e.load(logDecay, {last});
+  e.loop(c0, n, c1, [&](Value s) {
+    Value tail = e.exp(e.fsub(gLast, e.load(logDecay, {s})));
+    e.store(e.fmul(e.load(values, {s, valueColumn}), tail), values,
+            {s, valueColumn});
+  });
+}
+
+void SimtChunkedRecurrenceKernel::carryState(Value valueColumn,
+                                             Value stateColumn, Value part,
                                              Value n, Value last) {
-  // S = exp(G_last) S + sum_s exp(G_last - G_s) k_s v'_s (gla's keys
-  // already carry their decay).
-  Value lastDecay;
-  if (scalarDecay) {
-    Value gLast = e.load(logDecay, {last});
-    lastDecay = e.exp(gLast);
-    e.loop(c0, n, c1, [&](Value s) {
-      Value tail = e.exp(e.fsub(gLast, e.load(logDecay, {s})));
-      e.store(e.fmul(e.load(values, {s, thread}), tail), values, {s, thread});
-    });
-  }
-  for (int64_t d = 0; d < Dk; ++d) {
-    Value i = e.index(d);
-    Value s = e.load(stateColumn, i);
+  // S = exp(G_last) S + sum_s exp(G_last - G_s) k_s v'_s (the values
+  // already carry their decay, gla's keys theirs).
+  Value lastDecay = scalarDecay ? e.exp(e.load(logDecay, {last})) : Value();
+  for (int64_t k = 0; k < rows; ++k) {
+    Value i = stateRow(part, k);
+    Value s = e.load(stateColumn, e.index(k));
     if (lastDecay)
       s = e.fmul(s, lastDecay);
     if (featureDecay)
       s = e.fmul(s, e.exp(e.load(logDecay, {last, i})));
     Value update = e.sumOver(c0, n, [&](Value t) {
-      return e.fmul(e.load(keys, {t, i}), e.load(values, {t, thread}));
+      return e.fmul(e.load(keys, {t, i}), e.load(values, {t, valueColumn}));
     });
-    e.store(e.fadd(s, update), stateColumn, i);
+    e.store(e.fadd(s, update), stateColumn, e.index(k));
   }
 }
 
 void SimtChunkedRecurrenceKernel::storeFinalState() {
   e.eachThread([&](Value thread) {
     Value stateColumn = e.registersOf(stateRegs, thread);
+    Value part = partOf(thread);
     onColumn(thread, [&](Value column) {
-      for (int64_t i = 0; i < Dk; ++i)
-        e.store(e.load(stateColumn, e.index(i)), args.finalState,
-                seq->stateElement(hv, e.index(i), column));
+      for (int64_t k = 0; k < rows; ++k)
+        e.store(e.load(stateColumn, e.index(k)), args.finalState,
+                seq->stateElement(hv, stateRow(part, k), column));
     });
   });
 }
@@ -497,7 +633,7 @@ Value mlir::attn::cumulativeLogDecay(SimtEmitter &e, Value g,
 
 SmallVector<SmallVector<int64_t>>
 mlir::attn::recurrenceScratchShapes(const LinearRecurrenceShape &shape,
-                                    int64_t blockThreads,
+                                    const SimtRecurrenceColumns &columns,
                                     const GpuTiling &tiling) {
   // In allocateBuffers' order.
   const int64_t C = shape.chunkSize, Dk = shape.keyDim;
@@ -507,7 +643,9 @@ mlir::attn::recurrenceScratchShapes(const LinearRecurrenceShape &shape,
   chunked.push_back({C, C});
   if (shape.isDelta())
     chunked.push_back({C, C});
-  chunked.push_back({C, blockThreads});
+  chunked.push_back({C, columns.columns()});
+  if (columns.parts > 1)
+    chunked.push_back({C, (shape.isDelta() ? 2 : 1) * columns.threads});
   // Bytes as SimtLaunch counts them: each buffer rounded to 16, the
   // scalar decays and betas and the state columns' registers beside.
   auto bytes = [](int64_t floats) { return roundUp(floats * 4, 16); };
@@ -525,11 +663,26 @@ mlir::attn::recurrenceScratchShapes(const LinearRecurrenceShape &shape,
 
 func::FuncOp mlir::attn::buildSimtChunkedRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
-    const LinearRecurrenceShape &shape, int64_t blockThreads,
+    const LinearRecurrenceShape &shape, const SimtRecurrenceColumns &columns,
     const GpuTiling &tiling, TypeRange bindingTypes) {
-  return SimtChunkedRecurrenceKernel(builder, loc, name, shape, blockThreads,
-                                     tiling, bindingTypes)
+  return SimtChunkedRecurrenceKernel(builder, loc, name, shape, columns, tiling,
+                                     bindingTypes)
       .build();
+}
+
+SimtRecurrenceColumns
+SimtRecurrenceColumns::choose(const LinearRecurrenceShape &shape,
+                              const GpuTiling &tiling) {
+  assert(tiling.blockThreads % 32 == 0 && "blocks of whole warps");
+  SimtRecurrenceColumns columns;
+  const int64_t Dk = shape.keyDim;
+  if (shape.chunkSize <= kMaxSplitChunk)
+    while (columns.parts < 32 && Dk / columns.parts > kStateRowsPerThread &&
+           Dk % (2 * columns.parts) == 0)
+      columns.parts *= 2;
+  columns.threads = std::min(tiling.blockThreads,
+                             roundUp(shape.valueDim * columns.parts, 32));
+  return columns;
 }
 
 func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
