@@ -224,6 +224,14 @@ std::vector<RaggedCase> cases() {
   decode.first = {1, 1, 1};
   decode.second = {1, 1, 1};
   all.push_back(decode);
+  // No more tokens than sequences, but unevenly: the CUDA host takes the
+  // decode kernel (built for chunks of one step), which walks a sequence
+  // of 3 steps as 3 chunks.
+  RaggedCase uneven;
+  uneven.label = "few_tokens_uneven";
+  uneven.first = {0, 3, 0, 1};
+  uneven.second = {2, 0, 1, 0};
+  all.push_back(uneven);
   RaggedCase single;
   single.label = "one_long_sequence";
   single.first = {50};
