@@ -186,6 +186,34 @@ Value fragmentLhs(SimtEmitter &e, WarpMmaOp op, int64_t tile, Value group,
       .getShuffleResult();
 }
 
+/// `values` (f32) passed through an empty inline asm, so that the code
+/// generator computes them before anything uses them. Without it LLVM's
+/// code generation puts every unrolled step's shuffles and loads ahead of
+/// the first multiply-add (about 1,000 values live in an f32 `P V'` of 64
+/// steps, which ptxas spills: 8 KB); an asm with a memory clobber alone
+/// keeps the loads in their steps but not the multiply-adds.
+SmallVector<Value> computedBeforeUse(ImplicitLocOpBuilder &b,
+                                     ValueRange values) {
+  std::string constraints;
+  for (size_t i = 0; i < values.size(); ++i)
+    constraints += "=f,";
+  for (size_t i = 0; i < values.size(); ++i)
+    constraints += std::to_string(i) + (i + 1 < values.size() ? "," : "");
+  auto type = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), SmallVector<Type>(values.size(), b.getF32Type()));
+  Value pinned = LLVM::InlineAsmOp::create(
+                     b, type, values, "", constraints,
+                     /*has_side_effects=*/false, /*is_align_stack=*/false,
+                     LLVM::tailcallkind::TailCallKind::None,
+                     /*asm_dialect=*/LLVM::AsmDialectAttr(),
+                     /*operand_attrs=*/ArrayAttr())
+                     .getResult(0);
+  SmallVector<Value> results;
+  for (size_t i = 0; i < values.size(); ++i)
+    results.push_back(LLVM::ExtractValueOp::create(b, pinned, i));
+  return results;
+}
+
 /// The lane's accumulator elements of row tile `tile` of an op whose acc is
 /// fragments, in loops. The elements are values (iteration arguments of
 /// the loop over k), never a register array indexed by a variable, which
@@ -230,8 +258,11 @@ void lowerFragmentAccTile(SimtEmitter &e, WarpMmaOp op, int64_t tile,
     return after;
   };
   if (op.getLhsFragment() && op.getLhs().getType().getRank() == 2) {
-    for (int64_t k = 0, steps = op.getK(); k < steps; ++k)
+    for (int64_t k = 0, steps = op.getK(); k < steps; ++k) {
       sums = step(e.index(k), sums);
+      if (k + 1 < steps)
+        sums = computedBeforeUse(e.b, sums);
+    }
   } else {
     sums = e.loop(e.index(0), e.index(op.getK()), e.index(1), sums,
                   [&](Value k, ValueRange it) { return step(k, it); });

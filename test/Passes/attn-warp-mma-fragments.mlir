@@ -53,17 +53,25 @@
 // SHUFFLE:         %[[X0H:.+]] = memref.load %[[P]][%c0, %c2]
 // SHUFFLE:         gpu.shuffle  idx %[[X0H]], %[[OWNER0]], %c32_i32 : f32
 // SHUFFLE:         math.fma %[[A0]], %{{.+}}, %[[ACC0]] : f32
+// Each step's accumulators pass through an empty asm that the next step
+// reads them from, so that LLVM's code generation computes a step before
+// the next one's shuffles and loads (it emitted all of them first, and
+// ptxas spilled).
+// SHUFFLE:         %[[PINNED:.+]] = llvm.inline_asm "", "=f,=f,=f,=f,0,1,2,3" %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : (f32, f32, f32, f32) -> !llvm.struct<(f32, f32, f32, f32)>
+// SHUFFLE:         %[[ACC1:.+]] = llvm.extractvalue %[[PINNED]][0]
 // k = 1: the same lane's [0, 1] and [0, 3]; k = 2: lane 4 g + 1's [0, 0].
 // SHUFFLE:         %[[X1:.+]] = memref.load %[[P]][%c0, %c1]
 // SHUFFLE:         gpu.shuffle  idx %[[X1]], %[[OWNER0]], %c32_i32 : f32
 // SHUFFLE:         %[[X1H:.+]] = memref.load %[[P]][%c0, %c3]
 // SHUFFLE:         gpu.shuffle  idx %[[X1H]], %[[OWNER0]], %c32_i32 : f32
+// SHUFFLE:         math.fma %{{.+}}, %{{.+}}, %[[ACC1]] : f32
 // SHUFFLE:         %[[QUAD1:.+]] = arith.addi %[[QUAD]], %c1 : index
 // SHUFFLE:         %[[OWNER1:.+]] = arith.index_cast %[[QUAD1]] : index to i32
 // SHUFFLE:         gpu.shuffle  idx %[[X0]], %[[OWNER1]], %c32_i32 : f32
 // 64 shuffles in all: 2 for each of the 32 steps.
 // SHUFFLE-COUNT-59: gpu.shuffle  idx
 // SHUFFLE-NOT:     gpu.shuffle
+// SHUFFLE-NOT:     llvm.inline_asm
 // SHUFFLE:         memref.store %{{.+}}, %[[O]][%c0, %c3]
 // SHUFFLE-NOT:     nvvm.mma.sync
 
