@@ -510,10 +510,9 @@ func::FuncOp buildSimtMergeKernel(OpBuilder &builder, Location loc,
 /// threads of one warp, part p keeping rows p, p + parts, ... of it in
 /// registers, whose partial sums (q . S, k . S) meet in shared memory.
 /// With a thread per column, a thread keeps Dk floats of state: at Dk =
-/// 128 the decode step took 255 registers, spilled, and ran few warps per
-/// SM. The column's scalar work (the UT solve and the intra-chunk outputs,
-/// O(C^2)) stays on one of its threads, so the split is for short chunks
-/// (decode steps) alone.
+/// 128 that is 255 registers, spills and few warps per SM. The column's scalar
+/// work (the UT solve and the intra-chunk outputs, O(C^2)) stays on one of its
+/// threads, so the split is for short chunks (decode steps) alone.
 struct SimtRecurrenceColumns {
   /// Threads per block: whole warps.
   int64_t threads = 128;
@@ -525,6 +524,11 @@ struct SimtRecurrenceColumns {
   /// Column tiles of a state.
   int64_t tiles(const LinearRecurrenceShape &shape) const {
     return (shape.valueDim + columns() - 1) / columns();
+  }
+  /// Partial sums a step of the chunk exchanges (q . S, then for the delta
+  /// rules k . S, of every thread): 0 with whole columns.
+  int64_t partialSumsPerStep(const LinearRecurrenceShape &shape) const {
+    return parts == 1 ? 0 : (shape.isDelta() ? 2 : 1) * threads;
   }
   /// Blocks of whole warps, no wider than the state (a narrow state leaves
   /// no idle warps), and parts enough for at most kStateRowsPerThread rows

@@ -112,8 +112,9 @@ private:
   SimtEmitter e;
   RecurrenceBindings args;
   const int64_t C, Dk, Dv, tiles, parts;
-  /// State rows per thread, and columns per warp.
-  const int64_t rows, warpColumns;
+  /// State rows per thread, columns per warp, and sums over a column's
+  /// rows per step (q . S, then for the delta rules k . S).
+  const int64_t rows, warpColumns, sumsPerStep;
   const bool scalarDecay, featureDecay, delta;
 
   Value c0, c1, dk, tile, hv, batch, hk, length;
@@ -138,8 +139,9 @@ SimtChunkedRecurrenceKernel::SimtChunkedRecurrenceKernel(
       b(loc, builder), e(b, columns.threads), args(func, shape),
       C(shape.chunkSize), Dk(shape.keyDim), Dv(shape.valueDim),
       tiles(columns.tiles(shape)), parts(columns.parts), rows(Dk / parts),
-      warpColumns(32 / parts), scalarDecay(shape.scalarDecay()),
-      featureDecay(shape.featureDecay()), delta(shape.isDelta()) {}
+      warpColumns(32 / parts), sumsPerStep(shape.isDelta() ? 2 : 1),
+      scalarDecay(shape.scalarDecay()), featureDecay(shape.featureDecay()),
+      delta(shape.isDelta()) {}
 
 func::FuncOp SimtChunkedRecurrenceKernel::build() {
   mapBlock();
@@ -216,10 +218,10 @@ void SimtChunkedRecurrenceKernel::allocateBuffers() {
   scores = chunkBuffer({C, C});
   transform = delta ? chunkBuffer({C, C}) : Value();
   values = chunkBuffer({C, columns.columns()});
-  // Split columns: per step, each thread's partial sums (q . S, then for
-  // the delta rules k . S), [t, sum * threads + thread].
-  const int64_t sums = delta ? 2 : 1;
-  partials = parts > 1 ? chunkBuffer({C, sums * columns.threads}) : Value();
+  // Split columns: per step, each thread's partial sums,
+  // [t, sum * threads + thread].
+  if (int64_t width = columns.partialSumsPerStep(shape))
+    partials = chunkBuffer({C, width});
   // Each thread's part of its state column, in registers from S_init to
   // the final state: indexed by constants only (the loops over its rows
   // are unrolled), as registers must be. (In global memory, its 16 K
@@ -436,7 +438,6 @@ void SimtChunkedRecurrenceKernel::walkWholeColumns(Value first, Value n,
 void SimtChunkedRecurrenceKernel::walkSplitColumns(Value first, Value n,
                                                    Value last) {
   // Each part's sums, which only its warp reads.
-  const int64_t sums = delta ? 2 : 1;
   e.eachThread(
       [&](Value thread) {
         Value stateColumn = e.registersOf(stateRegs, thread);
@@ -460,7 +461,7 @@ void SimtChunkedRecurrenceKernel::walkSplitColumns(Value first, Value n,
           e.ifThen(e.icmp(arith::CmpIPredicate::eq, partOf(thread), c0), [&] {
             columnOutputs(valueColumn, column, first, n, [&](Value t) {
               SmallVector<Value> total;
-              for (int64_t j = 0; j < sums; ++j) {
+              for (int64_t j = 0; j < sumsPerStep; ++j) {
                 auto partial = [&](int64_t p) {
                   return e.load(
                       partials,
@@ -496,7 +497,7 @@ void SimtChunkedRecurrenceKernel::walkSplitColumns(Value first, Value n,
 
 SmallVector<Value> SimtChunkedRecurrenceKernel::stateSums(Value stateColumn,
                                                           Value part, Value t) {
-  SmallVector<Value> sums(delta ? 2 : 1, e.scalar(0.0));
+  SmallVector<Value> sums(sumsPerStep, e.scalar(0.0));
   for (int64_t k = 0; k < rows; ++k) {
     Value i = stateRow(part, k);
     Value s = e.load(stateColumn, e.index(k));
@@ -644,8 +645,8 @@ mlir::attn::recurrenceScratchShapes(const LinearRecurrenceShape &shape,
   if (shape.isDelta())
     chunked.push_back({C, C});
   chunked.push_back({C, columns.columns()});
-  if (columns.parts > 1)
-    chunked.push_back({C, (shape.isDelta() ? 2 : 1) * columns.threads});
+  if (int64_t width = columns.partialSumsPerStep(shape))
+    chunked.push_back({C, width});
   // Bytes as SimtLaunch counts them: each buffer rounded to 16, the
   // scalar decays and betas and the state columns' registers beside.
   auto bytes = [](int64_t floats) { return roundUp(floats * 4, 16); };
