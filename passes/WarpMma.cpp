@@ -5,11 +5,12 @@
 // every block of 8 columns (see the op). Two lowerings compute that share:
 //
 //  * loops (-attn-warp-mma-to-loops): per element, a fused multiply-add
-//    chain over K in f32. The CPU runs block kernels this way, and the GPU
-//    runs f32 products (and those of chips without bf16 mma.sync) this way;
+//    chain over K in f32. The CPU runs block kernels this way, and so do
+//    chips without bf16 mma.sync (before sm_80);
 //  * tensor cores (-attn-warp-mma-to-nvvm): the lane's A and B fragments
 //    loaded from the shared buffers and one nvvm.mma.sync per 16 x 8 x 16
-//    step, the accumulators in registers across K;
+//    step, the accumulators in registers across K; f32 products take three
+//    tf32 mma.sync per 16 x 8 x 8 step (lowerToTf32MmaSync);
 //  * warpgroup tensor cores (-attn-warp-mma-to-nvvm on sm_90a, ops marked
 //    `warpgroup`): one wgmma.mma_async per 16 of K for the warpgroup's 64
 //    rows, the shared operands read through matrix descriptors; `async`
@@ -349,6 +350,57 @@ SmallVector<Value, 4> ownFragmentPairs(ImplicitLocOpBuilder &b, WarpMmaOp op,
   return pairs;
 }
 
+/// The lane's accumulator elements of `op` as values: [tile][block] =
+/// {c0, c1, c2, c3}, from acc when the op accumulates, else zeros.
+using AccumulatorValues = SmallVector<SmallVector<SmallVector<Value, 4>>>;
+
+AccumulatorValues loadAccumulators(SimtEmitter &e, WarpMmaOp op,
+                                   ArrayRef<MmaFragmentLayout> tileLayouts) {
+  AccumulatorValues acc(op.getRowTiles(),
+                        SmallVector<SmallVector<Value, 4>>(columnBlocks(op)));
+  for (auto [tile, blocks] : llvm::enumerate(acc))
+    for (auto [block, values] : llvm::enumerate(blocks))
+      for (int64_t half = 0; half < 2; ++half)
+        for (int64_t el = 0; el < 2; ++el) {
+          MmaFragmentLayout layout = tileLayouts[tile];
+          values.push_back(
+              op.getAccumulate()
+                  ? e.load(op.getAcc(), accIndices(e, op, layout, tile,
+                                                   e.index(block), half, el))
+                  : e.scalar(0.0));
+        }
+  return acc;
+}
+
+void storeAccumulators(SimtEmitter &e, WarpMmaOp op,
+                       ArrayRef<MmaFragmentLayout> tileLayouts,
+                       const AccumulatorValues &acc) {
+  for (auto [tile, blocks] : llvm::enumerate(acc))
+    for (auto [block, values] : llvm::enumerate(blocks))
+      for (int64_t half = 0; half < 2; ++half)
+        for (int64_t el = 0; el < 2; ++el) {
+          MmaFragmentLayout layout = tileLayouts[tile];
+          e.store(values[2 * half + el], op.getAcc(),
+                  accIndices(e, op, layout, tile, e.index(block), half, el));
+        }
+}
+
+/// acc (c0..c3) = A B + acc by one nvvm.mma.sync .m16n8k`k` .row.col with
+/// f32 accumulators, A and B of `type`.
+void mmaSync(ImplicitLocOpBuilder &b, NVVM::MMATypes type, int64_t k,
+             ValueRange a, ValueRange bRegs, SmallVectorImpl<Value> &acc) {
+  auto structType = LLVM::LLVMStructType::getLiteral(
+      b.getContext(), SmallVector<Type>(4, b.getF32Type()));
+  Value result = NVVM::MmaOp::create(
+      b, structType, a, bRegs, acc,
+      ArrayRef<int64_t>{WarpMmaOp::kRows, WarpMmaOp::kFragmentColumns, k},
+      std::nullopt, std::nullopt, std::array<NVVM::MMATypes, 2>{type, type},
+      std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row,
+                                     NVVM::MMALayout::col});
+  for (int64_t i = 0; i < 4; ++i)
+    acc[i] = LLVM::ExtractValueOp::create(b, result, i);
+}
+
 /// The unrolled mma.sync form of `op` (f16 or bf16).
 ///
 /// ldmatrix (.x4) loads four 8 x 8 matrices of 16-bit elements for the
@@ -423,19 +475,7 @@ void lowerToMmaSync(WarpMmaOp op) {
 
   const int64_t blocks = columnBlocks(op);
   const int64_t steps = op.getK() / WarpMmaOp::kReductionStep;
-  // acc[tile][block] = {c0, c1, c2, c3}.
-  SmallVector<SmallVector<SmallVector<Value, 4>>> acc(
-      tiles, SmallVector<SmallVector<Value, 4>>(blocks));
-  for (int64_t tile = 0; tile < tiles; ++tile)
-    for (int64_t block = 0; block < blocks; ++block)
-      for (int64_t half = 0; half < 2; ++half)
-        for (int64_t el = 0; el < 2; ++el)
-          acc[tile][block].push_back(
-              op.getAccumulate()
-                  ? e.load(op.getAcc(),
-                           accIndices(e, op, tileLayouts[tile], tile,
-                                      e.index(block), half, el))
-                  : e.scalar(0.0));
+  AccumulatorValues acc = loadAccumulators(e, op, tileLayouts);
 
   // B's registers {b0, b1} of column block `block` in the step at k0,
   // read alone.
@@ -471,21 +511,9 @@ void lowerToMmaSync(WarpMmaOp op) {
                     pair ? 4 : 2, /*transpose=*/true);
   };
 
-  auto structType = LLVM::LLVMStructType::getLiteral(
-      b.getContext(), SmallVector<Type>(4, e.f32));
-  std::array<NVVM::MMATypes, 2> ptxTypes = {
-      bf16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16,
-      bf16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16};
-  std::array<NVVM::MMALayout, 2> layouts = {NVVM::MMALayout::row,
-                                            NVVM::MMALayout::col};
   auto mma = [&](ValueRange a, ValueRange bRegs, int64_t tile, int64_t block) {
-    Value result = NVVM::MmaOp::create(
-        b, structType, a, bRegs, acc[tile][block],
-        ArrayRef<int64_t>{WarpMmaOp::kRows, WarpMmaOp::kFragmentColumns,
-                          WarpMmaOp::kReductionStep},
-        std::nullopt, std::nullopt, ptxTypes, layouts);
-    for (int64_t i = 0; i < 4; ++i)
-      acc[tile][block][i] = LLVM::ExtractValueOp::create(b, result, i);
+    mmaSync(b, bf16 ? NVVM::MMATypes::bf16 : NVVM::MMATypes::f16,
+            WarpMmaOp::kReductionStep, a, bRegs, acc[tile][block]);
   };
   for (int64_t step = 0; step < steps; ++step) {
     Value k0 = e.index(step * WarpMmaOp::kReductionStep);
@@ -527,13 +555,124 @@ void lowerToMmaSync(WarpMmaOp op) {
         mmaEachTile(ArrayRef(bRegs).drop_front(2), ++block);
     }
   }
+  storeAccumulators(e, op, tileLayouts, acc);
+  op.erase();
+}
+
+/// The three-tf32 mma.sync form of an f32 `op` (sm_80 and newer), as
+/// CUTLASS's "fast accurate" f32 GEMM: each operand x is split as hi =
+/// tf32(x) and lo = tf32(x - hi), both rounded to nearest (cvt.rna; x - hi
+/// is exact in f32), and a b is taken as hi_a lo_b + lo_a hi_b + hi_a hi_b,
+/// smaller terms first. hi and lo keep 11 significant bits each, so a
+/// product is good to about 2^-21 of |a b|, near f32's own rounding; one
+/// tf32 product (2^-11) would break SPEC's f32 tolerances. Three tf32
+/// products take the tensor cores half the time of one 16-wide bf16 step
+/// each, which still beats fused multiply-adds on the CUDA cores (whose
+/// operands, moreover, come one element a load or a shuffle).
+///
+/// PTX's fragments of mma.m16n8k8 with .tf32 (g = lane / 4, t = lane % 4)
+/// give each lane two "k slots", t and t + 4:
+///
+///   A [16 x 8]: a0 = (g, t), a1 = (g+8, t), a2 = (g, t+4), a3 = (g+8, t+4)
+///   B [8 x 8]:  b0 = (t, g), b1 = (t+4, g)
+///   C:          as m16n8k16's (the op's accumulator fragment)
+///
+/// A step's sum over its 8 k does not depend on their order, so the slots
+/// may hold any two of them as long as A and B agree. `natural` slots hold k
+/// t and t + 4; `paired` ones k 2t and 2t + 1, where A's elements are c0,
+/// c2, c1 and c3 of the accumulator fragment of the step's column block:
+/// A from the lane's own fragments (P in registers) needs no shuffle.
+/// Paired slots are taken for fragments and for B read down its columns
+/// (rhs [k, n]), natural ones otherwise: with shared rows padded by 16
+/// bytes (4 floats, as the kernels' operands are), the lanes of a load of
+/// B (and of A, natural) then hit 32 different banks.
+void lowerToTf32MmaSync(WarpMmaOp op) {
+  ImplicitLocOpBuilder b(op.getLoc(), op);
+  SimtEmitter e(b);
+  MmaFragmentLayout layout(e, op.getRow(), op.getLane());
+  const int64_t tiles = op.getRowTiles();
+  SmallVector<MmaFragmentLayout> tileLayouts;
   for (int64_t tile = 0; tile < tiles; ++tile)
-    for (int64_t block = 0; block < blocks; ++block)
+    tileLayouts.push_back(tileLayout(e, op, tile));
+  const int64_t blocks = columnBlocks(op);
+  const int64_t step = WarpMmaOp::kFragmentColumns;
+  AccumulatorValues acc = loadAccumulators(e, op, tileLayouts);
+
+  // The lane's k slots in a step, from the step's first k.
+  const bool paired = op.getLhsFragment() || !op.getRhsTransposed();
+  Value t = e.rem(op.getLane(), e.index(4));
+  Value slots[2] = {paired ? e.mul(t, e.index(2)) : t,
+                    paired ? e.add(e.mul(t, e.index(2)), e.index(1))
+                           : e.add(t, e.index(4))};
+  // x as {hi, lo}, each a tf32 in an i32.
+  auto split = [&](Value x) -> std::array<Value, 2> {
+    auto tf32 = [&](Value value) -> Value {
+      return NVVM::ConvertFloatToTF32Op::create(b, b.getI32Type(), value,
+                                                NVVM::FPRoundingMode::RNA);
+    };
+    Value hi = tf32(x);
+    Value rest = e.fsub(x, arith::BitcastOp::create(b, e.f32, hi));
+    return {hi, tf32(rest)};
+  };
+  // {hi parts, lo parts} of `values`.
+  auto splitAll = [&](ArrayRef<Value> values) {
+    std::array<SmallVector<Value, 4>, 2> parts;
+    for (Value x : values) {
+      auto [hi, lo] = split(x);
+      parts[0].push_back(hi);
+      parts[1].push_back(lo);
+    }
+    return parts;
+  };
+  // A's elements {a0, a1, a2, a3} of row tile `tile` in the step at k0.
+  auto fragmentA = [&](int64_t tile, int64_t stepIndex, Value k0) {
+    if (op.getLhsFragment()) {
+      // Column block `block` of the lane's fragments: (g, 2t) = [block,
+      // 0], (g + 8, 2t) = [block, 2], then 2t + 1 at [block, 1], [block, 3].
+      Value block = e.index(tile * op.getK() / step + stepIndex);
+      SmallVector<Value, 4> a;
+      for (int64_t element : {0, 2, 1, 3}) {
+        SmallVector<Value, 3> at{block, e.index(element)};
+        if (cast<MemRefType>(op.getLhs().getType()).getRank() == 3)
+          at.insert(at.begin(), op.getLane());
+        a.push_back(e.load(op.getLhs(), at));
+      }
+      return a;
+    }
+    MmaFragmentLayout &rows = tileLayouts[tile];
+    SmallVector<Value, 4> a;
+    for (Value slot : slots)
       for (int64_t half = 0; half < 2; ++half)
-        for (int64_t el = 0; el < 2; ++el)
-          e.store(acc[tile][block][2 * half + el], op.getAcc(),
-                  accIndices(e, op, tileLayouts[tile], tile, e.index(block),
-                             half, el));
+        a.push_back(sharedLhs(e, op, rows.accRow(e, half), e.add(k0, slot)));
+    return a;
+  };
+  const int64_t steps = op.getK() / step;
+  for (int64_t stepIndex = 0; stepIndex < steps; ++stepIndex) {
+    Value k0 = e.index(stepIndex * step);
+    SmallVector<std::array<SmallVector<Value, 4>, 2>> a;
+    for (int64_t tile = 0; tile < tiles; ++tile)
+      a.push_back(splitAll(fragmentA(tile, stepIndex, k0)));
+    for (int64_t block = 0; block < blocks; ++block) {
+      Value column = e.add(e.index(block * step), layout.group);
+      SmallVector<Value, 2> bValues;
+      for (Value slot : slots)
+        bValues.push_back(
+            e.load(op.getRhs(), rhsIndices(e, op, e.add(k0, slot), column)));
+      auto bParts = splitAll(bValues);
+      for (int64_t tile = 0; tile < tiles; ++tile) {
+        auto &aParts = a[tile];
+        // hi lo, lo hi, hi hi: of the orders with the small terms first,
+        // the one after which ptxas spills nothing in the f32 flash
+        // kernels of head_dim 256 (lo hi first: 16-36 bytes in decode).
+        const std::array<std::pair<int, int>, 3> terms = {
+            std::pair{0, 1}, std::pair{1, 0}, std::pair{0, 0}};
+        for (auto [aPart, bPart] : terms)
+          mmaSync(b, NVVM::MMATypes::tf32, step, aParts[aPart], bParts[bPart],
+                  acc[tile][block]);
+      }
+    }
+  }
+  storeAccumulators(e, op, tileLayouts, acc);
   op.erase();
 }
 
@@ -738,7 +877,7 @@ struct AttnWarpMmaToNvvm final
   using Base::Base;
 
   void runOnOperation() override {
-    // bf16 mma.sync and f16 m16n8k16 need sm_80; wgmma sm_90a (the
+    // bf16 and tf32 mma.sync and f16 m16n8k16 need sm_80; wgmma sm_90a (the
     // architecture-specific features of sm_90, which no later chip has).
     const bool tensorCores = smVersionOf(chip) >= 80;
     const bool warpgroupProducts = chip == "sm_90a";
@@ -757,6 +896,8 @@ struct AttnWarpMmaToNvvm final
       Type element = op.getProductType();
       if (tensorCores && (element.isF16() || element.isBF16()))
         lowerToMmaSync(op);
+      else if (tensorCores && element.isF32())
+        lowerToTf32MmaSync(op);
       else
         lowerToLoops(op);
     }

@@ -114,7 +114,9 @@ def AttnKernel_WarpMmaOp : AttnKernel_Op<"warp_mma"> {
     That per-lane meaning makes one op two things: on the GPU, when the 32
     lanes of a warp run it together, `-attn-warp-mma-to-nvvm` lowers it to
     tensor-core `mma.sync` instructions (f16 and bf16 on sm_80 and newer;
-    f32 and older chips get the same products as fused multiply-adds); on
+    f32 as three tf32 products of each operand's high and low parts, about
+    f32's precision; older chips get the same products as fused
+    multiply-adds); on
     the CPU, `-attn-warp-mma-to-loops` lowers each lane's share to loops,
     which is how the GPU kernels are tested without a GPU.
 

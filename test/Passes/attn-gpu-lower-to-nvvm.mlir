@@ -71,9 +71,9 @@
 // After the NVVM lowering: the kernels in the LLVM dialect, each memref an
 // expanded descriptor (2 pointers, offset, 4 sizes, 4 strides), the
 // workgroup count last; math through libdevice (the flash kernels' softmax
-// exponentials as exp2); f32 products are fused
-// multiply-adds, not tensor cores (attn-warp-mma.mlir has those), and P v
-// takes each element of P from the lane that holds it by a warp shuffle.
+// exponentials as exp2); f32 products are three tf32 mma.sync a step
+// (attn-warp-mma.mlir has their operands), and P v takes P from the lane's
+// own fragments, with no warp shuffle.
 // NVVM:          gpu.module @attn_kernels [#nvvm.target<O = 3, chip = "sm_80", features = "+ptx80">]
 // NVVM-DAG:        llvm.func @__nv_exp2f(f32) -> f32
 // NVVM:            llvm.func @layer__flash0(%{{.+}}: !llvm.ptr, %{{.+}}: !llvm.ptr, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: i64, %{{.+}}: !llvm.ptr,
@@ -84,10 +84,12 @@
 // NVVM:              llvm.icmp "ult" %{{.+}}, %[[COUNT]] : i64
 // NVVM:              nvvm.read.ptx.sreg.tid.x
 // NVVM:              nvvm.barrier
-// NVVM:              llvm.call @__nv_fmaf
+// NVVM:              nvvm.convert.float.to.tf32 %{{.+}} {rnd = #nvvm.fp_rnd_mode<rna>}
+// NVVM:              nvvm.mma.sync {{.+}} multiplicandAPtxType = #nvvm.mma_type<tf32>, multiplicandBPtxType = #nvvm.mma_type<tf32>, shape = #nvvm.shape<m = 16, n = 8, k = 8>
 // NVVM:              llvm.call @__nv_exp2f
-// NVVM:              nvvm.shfl.sync  idx %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : f32 -> f32
-// NVVM-NOT:          nvvm.mma.sync
+// NVVM:              nvvm.mma.sync {{.+}} multiplicandAPtxType = #nvvm.mma_type<tf32>
+// NVVM-NOT:          nvvm.shfl.sync
+// NVVM:              llvm.func
 // NVVM-NOT:      func.func
 func.func @layer(%q: tensor<?x4x?x32xf32>, %k: tensor<?x4x?x32xf32>,
                  %v: tensor<?x4x?x32xf32>) -> tensor<?x4x?x32xf32> {

@@ -84,6 +84,37 @@ func.func @pv_own_fragments(%p: memref<4x4xf32>, %v: memref<32x8xbf16>, %o: memr
 
 // -----
 
+// f32 (rhs f32) on sm_80 and newer: three tf32 mma.sync per step of 8 k
+// (WarpMma.cpp, lowerToTf32MmaSync). The lane's k slots hold k 2t and
+// 2t + 1, so that A of step s is the lane's own [s, 0], [s, 2], [s, 1],
+// [s, 3] (rows g, g + 8 at k 2t, then at 2t + 1): no shuffle. B: v's rows
+// 2t and 2t + 1 at column g.
+// MMA-LABEL: func.func @pv_own_fragments_f32
+// MMA-SAME:    %[[P:[a-z0-9]+]]: memref<2x4xf32>, %[[V:[a-z0-9]+]]: memref<16x8xf32>
+// MMA-NOT:     gpu.shuffle
+// MMA:         memref.load %[[P]][%c0, %c0] : memref<2x4xf32>
+// MMA-NEXT:    memref.load %[[P]][%c0, %c2] : memref<2x4xf32>
+// MMA-NEXT:    memref.load %[[P]][%c0, %c1] : memref<2x4xf32>
+// MMA-NEXT:    memref.load %[[P]][%c0, %c3] : memref<2x4xf32>
+// MMA:         memref.load %[[V]][%[[T2:.+]], %[[G:.+]]] : memref<16x8xf32>
+// MMA:         memref.load %[[V]][%{{.+}}, %[[G]]] : memref<16x8xf32>
+// MMA-COUNT-3: nvvm.mma.sync {{.+}} shape = #nvvm.shape<m = 16, n = 8, k = 8>
+// MMA:         memref.load %[[P]][%c1, %c0] : memref<2x4xf32>
+// MMA-NEXT:    memref.load %[[P]][%c1, %c2] : memref<2x4xf32>
+// MMA-NEXT:    memref.load %[[P]][%c1, %c1] : memref<2x4xf32>
+// MMA-NEXT:    memref.load %[[P]][%c1, %c3] : memref<2x4xf32>
+// MMA-COUNT-3: nvvm.mma.sync
+// MMA-NOT:     nvvm.mma.sync
+// MMA-NOT:     gpu.shuffle
+// MMA:         return
+func.func @pv_own_fragments_f32(%p: memref<2x4xf32>, %v: memref<16x8xf32>, %o: memref<1x4xf32>, %row: index, %lane: index) {
+  // expected-error @+1 {{'lhs' (fragments) must be a warp's view of a register buffer (memref.subview of a memref.alloca {attn.registers}) in the thread loop that holds the op}}
+  attn_kernel.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(16) {acc_fragment, accumulate, lhs_fragment} : memref<2x4xf32>, memref<16x8xf32>, memref<1x4xf32>
+  return
+}
+
+// -----
+
 // The CPU reads the warp's register buffer: A[g + 8 h, k] from the view's
 // row 4 g + (k % 8) / 2 (the lane that holds it), [k / 8, 2 h + k % 2], in
 // a loop over k that carries the lane's accumulators.

@@ -64,7 +64,7 @@ func.func @scores_bf16(%q: memref<32x32xbf16>, %k: memref<16x32xbf16>, %s: memre
 // MMA-NOT:     nvvm.mma.sync
 // MMA:         return
 
-// Loops (the CPU, f32, and chips before sm_80): per element of the lane,
+// Loops (the CPU, and chips before sm_80): per element of the lane,
 // a fused multiply-add chain over K in f32; no tensor cores.
 // LOOPS-LABEL: func.func @scores_bf16
 // LOOPS-NOT:   nvvm.mma.sync
@@ -134,13 +134,79 @@ func.func @pv_fragment(%p: memref<32x16xbf16>, %v: memref<16x16xbf16>, %frag: me
   return
 }
 
-// f32 has no tensor-core path here even on sm_90a.
+// f32 on sm_80 and newer: three tf32 mma.sync (.m16n8k8) per step of 8
+// and block of 8 columns. Each element x is split as hi = tf32(x), lo =
+// tf32(x - hi), both rounded to nearest, and the products go smaller terms
+// first: hi lo, lo hi, hi hi. The lane's k slots of PTX's tf32 fragments
+// hold k t and t + 4 here ("natural": B is k's rows, transposed): A's
+// rows g, g + 8 at k t, then at k t + 4; B's column g at k t and t + 4.
 // MMA-LABEL: func.func @scores_f32
-// MMA-NOT:   nvvm.mma.sync
-// MMA:       math.fma
+// MMA-SAME:    %[[Q:[a-z0-9]+]]: memref<16x16xf32>, %[[K:[a-z0-9]+]]: memref<8x16xf32>, %[[S:[a-z0-9]+]]: memref<16x8xf32>, %[[ROW:[a-z0-9]+]]: index, %[[LANE:[a-z0-9]+]]: index
+// MMA-DAG:     %[[G:.+]] = arith.divui %[[LANE]], %c4
+// MMA-DAG:     %[[T:.+]] = arith.remui %[[LANE]], %c4
+// MMA-DAG:     %[[T4:.+]] = arith.addi %[[T]], %c4
+// MMA-DAG:     %[[R0:.+]] = arith.addi %[[ROW]], %[[G]]
+// MMA:         %[[A0:.+]] = memref.load %[[Q]][%[[R0]], %[[T]]]
+// MMA:         %[[A1:.+]] = memref.load %[[Q]][%[[R8:.+]], %[[T]]]
+// MMA:         %[[A2:.+]] = memref.load %[[Q]][%[[R0]], %[[T4]]]
+// MMA:         %[[A3:.+]] = memref.load %[[Q]][%[[R8]], %[[T4]]]
+// MMA:         %[[A0HI:.+]] = nvvm.convert.float.to.tf32 %[[A0]] {rnd = #nvvm.fp_rnd_mode<rna>}
+// MMA-NEXT:    %[[A0HIF:.+]] = arith.bitcast %[[A0HI]] : i32 to f32
+// MMA-NEXT:    %[[A0REST:.+]] = arith.subf %[[A0]], %[[A0HIF]] : f32
+// MMA-NEXT:    %[[A0LO:.+]] = nvvm.convert.float.to.tf32 %[[A0REST]] {rnd = #nvvm.fp_rnd_mode<rna>}
+// MMA:         %[[A1HI:.+]] = nvvm.convert.float.to.tf32 %[[A1]]
+// MMA:         %[[A2HI:.+]] = nvvm.convert.float.to.tf32 %[[A2]]
+// MMA:         %[[A3HI:.+]] = nvvm.convert.float.to.tf32 %[[A3]]
+// MMA:         %[[B0:.+]] = memref.load %[[K]][%[[G]], %[[T]]]
+// MMA:         %[[B1:.+]] = memref.load %[[K]][%[[G]], %[[T4]]]
+// MMA:         %[[B0HI:.+]] = nvvm.convert.float.to.tf32 %[[B0]]
+// MMA:         %[[B0LO:.+]] = nvvm.convert.float.to.tf32
+// MMA:         %[[B1HI:.+]] = nvvm.convert.float.to.tf32 %[[B1]]
+// MMA:         %[[B1LO:.+]] = nvvm.convert.float.to.tf32
+// MMA:         %[[D0:.+]] = nvvm.mma.sync A[%[[A0HI]], %[[A1HI]], %[[A2HI]], %[[A3HI]]]  B[%[[B0LO]], %[[B1LO]]]  C[%cst, %cst, %cst, %cst]
+// MMA-SAME:      multiplicandAPtxType = #nvvm.mma_type<tf32>, multiplicandBPtxType = #nvvm.mma_type<tf32>, shape = #nvvm.shape<m = 16, n = 8, k = 8>
+// MMA:         %[[D0C0:.+]] = llvm.extractvalue %[[D0]][0]
+// MMA:         %[[D1:.+]] = nvvm.mma.sync A[%[[A0LO]], %{{.+}}, %{{.+}}, %{{.+}}]  B[%[[B0HI]], %[[B1HI]]]  C[%[[D0C0]], %{{.+}}, %{{.+}}, %{{.+}}]
+// MMA:         %[[D1C0:.+]] = llvm.extractvalue %[[D1]][0]
+// MMA:         nvvm.mma.sync A[%[[A0HI]], %[[A1HI]], %[[A2HI]], %[[A3HI]]]  B[%[[B0HI]], %[[B1HI]]]  C[%[[D1C0]], %{{.+}}, %{{.+}}, %{{.+}}]
+// The second step: k 8 + t and 12 + t.
+// MMA:         %[[T8:.+]] = arith.addi %[[T]], %c8
+// MMA:         memref.load %[[Q]][%[[R0]], %[[T8]]]
+// MMA-COUNT-3: nvvm.mma.sync
+// MMA-NOT:     nvvm.mma.sync
+// MMA:         memref.store %{{.+}}, %[[S]]
 func.func @scores_f32(%q: memref<16x16xf32>, %k: memref<8x16xf32>, %s: memref<16x8xf32>, %row: index, %lane: index) {
   attn_kernel.warp_mma %q, %k, %s rows(%row) lane(%lane) n(8) k(16) {rhs_transposed}
       : memref<16x16xf32>, memref<8x16xf32>, memref<16x8xf32>
+  return
+}
+
+// B read down its columns (rhs [k, n]): the slots hold k 2t and 2t + 1
+// ("paired"), whose loads of B hit 32 different banks in rows padded by 4
+// floats: A's rows g, g + 8 at k 2t, then at 2t + 1; B's rows 2t and
+// 2t + 1 at column g.
+// MMA-LABEL: func.func @pv_f32
+// MMA-SAME:    %[[P:[a-z0-9]+]]: memref<16x16xf32>, %[[V:[a-z0-9]+]]: memref<16x8xf32>, %{{.+}}: memref<16x8xf32>, %[[ROW:[a-z0-9]+]]: index, %[[LANE:[a-z0-9]+]]: index
+// MMA-DAG:     %[[G:.+]] = arith.divui %[[LANE]], %c4
+// MMA-DAG:     %[[T:.+]] = arith.remui %[[LANE]], %c4
+// MMA-DAG:     %[[T2:.+]] = arith.muli %[[T]], %c2
+// MMA-DAG:     %[[T21:.+]] = arith.addi %[[T2]], %c1
+// MMA-DAG:     %[[R0:.+]] = arith.addi %[[ROW]], %[[G]]
+// MMA:         memref.load %[[P]][%[[R0]], %[[T2]]]
+// MMA:         memref.load %[[P]][%[[R8:.+]], %[[T2]]]
+// MMA:         memref.load %[[P]][%[[R0]], %[[T21]]]
+// MMA:         memref.load %[[P]][%[[R8]], %[[T21]]]
+// MMA:         memref.load %[[V]][%[[T2]], %[[G]]]
+// MMA:         memref.load %[[V]][%[[T21]], %[[G]]]
+// MMA-COUNT-3: nvvm.mma.sync
+// The second step: k 8 + 2t and 9 + 2t.
+// MMA:         %[[K8:.+]] = arith.addi %[[T2]], %c8
+// MMA:         memref.load %[[P]][%[[R0]], %[[K8]]]
+// MMA-COUNT-3: nvvm.mma.sync
+// MMA-NOT:     nvvm.mma.sync
+func.func @pv_f32(%p: memref<16x16xf32>, %v: memref<16x8xf32>, %o: memref<16x8xf32>, %row: index, %lane: index) {
+  attn_kernel.warp_mma %p, %v, %o rows(%row) lane(%lane) n(8) k(16) {accumulate}
+      : memref<16x16xf32>, memref<16x8xf32>, memref<16x8xf32>
   return
 }
 

@@ -2,7 +2,7 @@
 //
 // The chunked linear recurrence (SPEC §2) with the chunk's matrix products
 // on attn_kernel.warp_mma: tensor cores (mma.sync) for f16 / bf16 storage,
-// the same products as loops for f32. The algebra is the SIMT kernel's
+// three tf32 products a step for f32 (WarpMma.cpp). The algebra is the SIMT kernel's
 // (SimtRecurrenceKernels.cpp) and fla's chunk_gated_delta_rule, in fla's
 // three parts: what each chunk needs from its own steps, all chunks at
 // once; the chain of chunks, which carries the state and nothing else; the

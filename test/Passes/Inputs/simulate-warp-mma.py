@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""Runs the tensor-core lowering of attn_kernel.warp_mma on a simulated warp.
+
+    attn-opt F.mlir -attn-warp-mma-to-nvvm=chip=sm_90a -canonicalize -cse \
+        | simulate-warp-mma.py F.mlir
+
+The lowered functions (straight-line code: index arithmetic, memref loads
+and stores, nvvm.convert.float.to.tf32, nvvm.mma.sync, llvm.extractvalue)
+run on 32 lanes in lockstep over random f32 operands. nvvm.mma.sync takes
+its fragments from the lanes as PTX's ISA lays out mma.m16n8k8 with .tf32
+(written out here, apart from the lowering): A [16 x 8] a0 = (g, t), a1 =
+(g + 8, t), a2 = (g, t + 4), a3 = (g + 8, t + 4); B [8 x 8] b0 = (t, g),
+b1 = (t + 4, g); C and D c0, c1 = (g, 2t), (g, 2t + 1), c2, c3 = (g + 8,
+2t), (g + 8, 2t + 1), with g = lane / 4 and t = lane % 4. The result is
+compared with the op's own definition (the attn_kernel.warp_mma of F.mlir,
+in float64). A lane whose fragments the lowering placed wrongly gives a
+wrong sum, and a product taken as one tf32 rounding (2^-11) fails the
+bound below. Prints one line per function: its name, its largest error
+relative to sum_l |a_il b_lj|, and ok or FAIL.
+"""
+
+import math
+import random
+import re
+import struct
+import sys
+
+LANES = 32
+# 3xTF32 keeps about 2^-21 of each product; f32's own rounding is 2^-24.
+BOUND = 2.0 ** -19
+
+
+def f32(x):
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def bits(x):
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def from_bits(b):
+    return struct.unpack("<f", struct.pack("<I", b & 0xFFFFFFFF))[0]
+
+
+def tf32_rna(x):
+    """cvt.rna.tf32.f32: 10 fraction bits, ties away from zero (the carry
+    of adding half an ulp to the magnitude's bits)."""
+    return (bits(x) + 0x1000) & 0xFFFFE000
+
+
+def shape_of(memref_type):
+    dims = re.match(r"memref<([0-9x]+)x(f32|bf16|f16)", memref_type).group(1)
+    return [int(d) for d in dims.split("x")]
+
+
+class Buffer:
+    def __init__(self, shape, fill):
+        self.shape = shape
+        self.data = {}
+        for index in range(math.prod(shape)):
+            self.data[index] = fill()
+
+    def flat(self, at):
+        index = 0
+        for i, size in zip(at, self.shape):
+            assert 0 <= i < size, f"index {at} outside {self.shape}"
+            index = index * size + i
+        return index
+
+    def get(self, *at):
+        return self.data[self.flat(at)]
+
+    def set(self, value, *at):
+        self.data[self.flat(at)] = value
+
+
+def mma_tf32(lanes_a, lanes_b, lanes_c):
+    """D = A B + C of mma.m16n8k8 .row.col f32.tf32.tf32.f32 for the warp."""
+    a = [[0.0] * 8 for _ in range(16)]
+    b = [[0.0] * 8 for _ in range(8)]
+    c = [[0.0] * 8 for _ in range(16)]
+    for lane in range(LANES):
+        g, t = lane // 4, lane % 4
+        for reg, (i, k) in enumerate([(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]):
+            a[i][k] = from_bits(lanes_a[reg][lane])
+        for reg, k in enumerate([t, t + 4]):
+            b[k][g] = from_bits(lanes_b[reg][lane])
+        for reg, (i, j) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
+            c[i][j] = lanes_c[reg][lane]
+    d = [[f32(c[i][j] + sum(a[i][k] * b[k][j] for k in range(8))) for j in range(8)] for i in range(16)]
+    out = [[0.0] * LANES for _ in range(4)]
+    for lane in range(LANES):
+        g, t = lane // 4, lane % 4
+        for reg, (i, j) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
+            out[reg][lane] = d[i][j]
+    return out
+
+
+def parse_source(path):
+    """{function: (argument names, warp_mma attributes)} of the source."""
+    ops = {}
+    text = open(path).read()
+    for func in re.finditer(r"func\.func @(\w+)\(([^)]*)\)\s*\{(.*?)\n\}", text, re.S):
+        name, arguments, body = func.groups()
+        op = re.search(r"attn_kernel\.warp_mma (%\w+), (%\w+), (%\w+) rows\((%\w+)\) "
+                       r"lane\((%\w+)\) n\((\d+)\) k\((\d+)\)(?: \{([^}]*)\})?", body)
+        if not op:
+            continue
+        flags = set(f.strip() for f in (op.group(8) or "").split(",") if f.strip())
+        tiles = re.search(r"row_tiles = (\d+)", op.group(8) or "")
+        ops[name] = {"operands": op.groups()[:5], "n": int(op.group(6)),
+                     "k": int(op.group(7)), "flags": flags,
+                     "tiles": int(tiles.group(1)) if tiles else 1,
+                     "arguments": re.findall(r"(%\w+): (memref<[^>]*>(?:, strided<[^>]*>)?|index)", arguments)}
+    return ops
+
+
+def run(lowered_body, arguments, spec, rng):
+    """Runs the lowered body on 32 lanes; returns the lanes' buffers."""
+    lhs, rhs, acc, row_name, lane_name = spec["operands"]
+    per_lane = set()
+    if "lhs_fragment" in spec["flags"]:
+        per_lane.add(lhs)
+    if "acc_fragment" in spec["flags"]:
+        per_lane.add(acc)
+    shared = {}
+    lanes = [dict() for _ in range(LANES)]
+    row = 16 if shape_of(dict(spec["arguments"])[lhs])[0] >= 32 and lhs not in per_lane else 0
+    for name, type_text in spec["arguments"]:
+        if type_text == "index":
+            for lane in range(LANES):
+                lanes[lane][name] = lane if name == lane_name else row
+            continue
+        if name in per_lane:
+            for lane in range(LANES):
+                lanes[lane][name] = Buffer(shape_of(type_text), lambda: f32(rng.uniform(-1, 1)))
+        else:
+            buffer = Buffer(shape_of(type_text), lambda: f32(rng.uniform(-1, 1)))
+            for lane in range(LANES):
+                lanes[lane][name] = buffer
+    before = {name: [dict(lanes[lane][name].data) for lane in range(LANES)]
+              for name, t in spec["arguments"] if t != "index"}
+    lowered_names = re.match(r"\(([^)]*)\)", lowered_body).group(1)
+    rename = {}
+    for (source_name, _), lowered in zip(spec["arguments"],
+                                         re.findall(r"(%\w+):", lowered_names)):
+        rename[lowered] = source_name
+    values = [{rename.get(k, k): v for k, v in lanes[lane].items()} for lane in range(LANES)]
+    for lane in range(LANES):
+        for lowered, source_name in rename.items():
+            values[lane][lowered] = lanes[lane][source_name]
+
+    def get(lane, name):
+        return values[lane][name]
+
+    for line in lowered_body.splitlines()[1:]:
+        line = line.strip()
+        if not line or line.startswith("return") or line == "}":
+            continue
+        m = re.match(r"(%\w+) = arith\.constant ([-0-9.e+]+) : (\w+)", line)
+        if m:
+            value = int(m.group(2)) if m.group(3) in ("index", "i32", "i64") else float(m.group(2))
+            for lane in range(LANES):
+                values[lane][m.group(1)] = value
+            continue
+        m = re.match(r"(%\w+) = arith\.(divui|remui|muli|addi|subf|bitcast) (%\w+)(?:, (%\w+))?", line)
+        if m:
+            result, op, x, y = m.groups()
+            for lane in range(LANES):
+                a = get(lane, x)
+                b = get(lane, y) if y else None
+                values[lane][result] = {
+                    "divui": lambda: a // b, "remui": lambda: a % b,
+                    "muli": lambda: a * b, "addi": lambda: a + b,
+                    "subf": lambda: f32(a - b), "bitcast": lambda: from_bits(a),
+                }[op]()
+            continue
+        m = re.match(r"(%\w+) = memref\.load (%\w+)\[([^\]]*)\]", line)
+        if m:
+            result, buffer, at = m.groups()
+            for lane in range(LANES):
+                index = [get(lane, i.strip()) for i in at.split(",")]
+                values[lane][result] = get(lane, buffer).get(*index)
+            continue
+        m = re.match(r"memref\.store (%\w+), (%\w+)\[([^\]]*)\]", line)
+        if m:
+            value, buffer, at = m.groups()
+            for lane in range(LANES):
+                index = [get(lane, i.strip()) for i in at.split(",")]
+                get(lane, buffer).set(get(lane, value), *index)
+            continue
+        m = re.match(r"(%\w+) = nvvm\.convert\.float\.to\.tf32 (%\w+) \{rnd = #nvvm\.fp_rnd_mode<rna>\}", line)
+        if m:
+            for lane in range(LANES):
+                values[lane][m.group(1)] = tf32_rna(get(lane, m.group(2)))
+            continue
+        m = re.match(r"(%\w+) = nvvm\.mma\.sync A\[([^\]]*)\]\s+B\[([^\]]*)\]\s+C\[([^\]]*)\].*"
+                     r"multiplicandAPtxType = #nvvm\.mma_type<tf32>.*shape = #nvvm\.shape<m = 16, n = 8, k = 8>", line)
+        if m:
+            regs = [[[get(lane, r.strip()) for lane in range(LANES)] for r in group.split(",")]
+                    for group in m.groups()[1:]]
+            out = mma_tf32(*regs)
+            for lane in range(LANES):
+                values[lane][m.group(1)] = [out[i][lane] for i in range(4)]
+            continue
+        m = re.match(r"(%\w+) = llvm\.extractvalue (%\w+)\[(\d+)\]", line)
+        if m:
+            for lane in range(LANES):
+                values[lane][m.group(1)] = get(lane, m.group(2))[int(m.group(3))]
+            continue
+        raise SystemExit(f"simulate-warp-mma: cannot run: {line}")
+    return lanes, before, row
+
+
+def check(name, spec, lanes, before, row):
+    """The op's definition in float64: the largest error of the lanes'
+    accumulator elements, relative to sum_l |a b|."""
+    lhs, rhs, acc, _, _ = spec["operands"]
+    n, k, flags, tiles = spec["n"], spec["k"], spec["flags"], spec["tiles"]
+    types = dict(spec["arguments"])
+
+    def lhs_at(tile, i, l):
+        if "lhs_fragment" in flags:
+            owner = 4 * (i % 8) + (l % 8) // 2
+            buffer = Buffer(shape_of(types[lhs]), lambda: 0.0)
+            buffer.data = before[lhs][owner]
+            return buffer.get(tile * k // 8 + l // 8, 2 * (i // 8) + l % 2)
+        buffer = Buffer(shape_of(types[lhs]), lambda: 0.0)
+        buffer.data = before[lhs][0]
+        return buffer.get(row + 16 * tile + i, l)
+
+    rhs_buffer = Buffer(shape_of(types[rhs]), lambda: 0.0)
+    rhs_buffer.data = before[rhs][0]
+
+    def rhs_at(l, j):
+        return rhs_buffer.get(j, l) if "rhs_transposed" in flags else rhs_buffer.get(l, j)
+
+    worst = 0.0
+    elements = [(lane, tile, block, half, el) for lane in range(LANES)
+                for tile in range(tiles) for block in range(n // 8)
+                for half in range(2) for el in range(2)]
+    for lane, tile, block, half, el in elements:
+                    g, t = lane // 4, lane % 4
+                    i, j = g + 8 * half, 8 * block + 2 * t + el
+                    start = Buffer(shape_of(types[acc]), lambda: 0.0)
+                    if "acc_fragment" in flags:
+                        at = (tile * n // 8 + block, 2 * half + el)
+                        start.data = before[acc][lane]
+                    else:
+                        at = (row + 16 * tile + i, j)
+                        start.data = before[acc][0]
+                    initial = start.get(*at)
+                    got = lanes[lane][acc].get(*at)
+                    terms = [lhs_at(tile, i, l) * rhs_at(l, j) for l in range(k)]
+                    expected = sum(terms) + (initial if "accumulate" in flags else 0.0)
+                    scale = sum(abs(x) for x in terms) + abs(initial)
+                    worst = max(worst, abs(got - expected) / scale)
+    print(f"{name}: max error {worst:.2e} of sum |a b|: {'ok' if worst <= BOUND else 'FAIL'}")
+
+
+def main():
+    source = parse_source(sys.argv[1])
+    lowered = sys.stdin.read()
+    rng = random.Random(7)
+    for func in re.finditer(r"func\.func @(\w+)(\([^)]*\)) \{\n(.*?)\n  \}", lowered, re.S):
+        name = func.group(1)
+        if name not in source:
+            continue
+        body = func.group(2) + "\n" + func.group(3)
+        lanes, before, row = run(body, source[name]["arguments"], source[name], rng)
+        check(name, source[name], lanes, before, row)
+
+
+if __name__ == "__main__":
+    main()
