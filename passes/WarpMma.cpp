@@ -150,6 +150,14 @@ MmaFragmentLayout tileLayout(SimtEmitter &e, WarpMmaOp op, int64_t tile) {
       e, e.add(op.getRow(), e.index(tile * WarpMmaOp::kRows)), op.getLane());
 }
 
+/// The layouts of the op's row tiles, in order.
+SmallVector<MmaFragmentLayout> eachTileLayout(SimtEmitter &e, WarpMmaOp op) {
+  SmallVector<MmaFragmentLayout> layouts;
+  for (int64_t tile = 0, tiles = op.getRowTiles(); tile < tiles; ++tile)
+    layouts.push_back(tileLayout(e, op, tile));
+  return layouts;
+}
+
 /// Where B[k, column] of the op lies: at (k, column) of rhs, or (column,
 /// k) when transposed (of a 2-D or a core-matrix tiled buffer).
 SmallVector<Value, 4> rhsIndices(SimtEmitter &e, WarpMmaOp op, Value k,
@@ -426,9 +434,7 @@ void lowerToMmaSync(WarpMmaOp op) {
   // tile: `layout` places them; the tiles' own place their rows.
   MmaFragmentLayout layout(e, op.getRow(), op.getLane());
   const int64_t tiles = op.getRowTiles();
-  SmallVector<MmaFragmentLayout> tileLayouts;
-  for (int64_t tile = 0; tile < tiles; ++tile)
-    tileLayouts.push_back(tileLayout(e, op, tile));
+  SmallVector<MmaFragmentLayout> tileLayouts = eachTileLayout(e, op);
   Type element = op.getProductType();
   const bool bf16 = element.isBF16();
   auto pairType = VectorType::get({2}, element);
@@ -591,9 +597,7 @@ void lowerToTf32MmaSync(WarpMmaOp op) {
   SimtEmitter e(b);
   MmaFragmentLayout layout(e, op.getRow(), op.getLane());
   const int64_t tiles = op.getRowTiles();
-  SmallVector<MmaFragmentLayout> tileLayouts;
-  for (int64_t tile = 0; tile < tiles; ++tile)
-    tileLayouts.push_back(tileLayout(e, op, tile));
+  SmallVector<MmaFragmentLayout> tileLayouts = eachTileLayout(e, op);
   const int64_t blocks = columnBlocks(op);
   const int64_t step = WarpMmaOp::kFragmentColumns;
   AccumulatorValues acc = loadAccumulators(e, op, tileLayouts);
