@@ -56,6 +56,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -131,34 +132,44 @@ load(const Options &options, const std::string &json, int64_t warpgroups = 0) {
   return model;
 }
 
-/// A bf16 attention layer's model description; `extra` goes into the
-/// layer, `speculative` into the model.
+/// An attention layer's model description (bf16 unless `dtype` says);
+/// `extra` goes into the layer, `speculative` into the model.
 std::string layerJson(int heads, int kvHeads, int dim, const char *mask,
                       const std::string &extra = "",
-                      const std::string &speculative = "") {
+                      const std::string &speculative = "",
+                      const char *dtype = "bf16") {
   char json[768];
   std::snprintf(json, sizeof(json),
-                R"({"model": "bench", "dtype": "bf16", "layers": [{"name": )"
+                R"({"model": "bench", "dtype": "%s", "layers": [{"name": )"
                 R"("layer", "type": "attention", "num_heads": %d, )"
                 R"("num_kv_heads": %d, "head_dim": %d, "mask": "%s"%s}]%s})",
-                heads, kvHeads, dim, mask, extra.c_str(), speculative.c_str());
+                dtype, heads, kvHeads, dim, mask, extra.c_str(),
+                speculative.c_str());
   return json;
 }
 
-/// q, k, v of random bf16 values in [-1, 1].
+/// q, k, v of random bf16 values in [-1, 1] (stored as f32 for ATTN_F32).
 std::vector<attn::Tensor> randomInputs(int64_t batch, int heads, int kvHeads,
-                                       int64_t lq, int64_t lk, int dim) {
+                                       int64_t lq, int64_t lk, int dim,
+                                       attn_dtype dtype = ATTN_BF16) {
   std::vector<attn::Tensor> inputs{
-      attn::Tensor(ATTN_BF16, {batch, heads, lq, dim}),
-      attn::Tensor(ATTN_BF16, {batch, kvHeads, lk, dim}),
-      attn::Tensor(ATTN_BF16, {batch, kvHeads, lk, dim})};
+      attn::Tensor(dtype, {batch, heads, lq, dim}),
+      attn::Tensor(dtype, {batch, kvHeads, lk, dim}),
+      attn::Tensor(dtype, {batch, kvHeads, lk, dim})};
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> mantissa(0, 127);
   std::bernoulli_distribution sign;
   for (attn::Tensor &t : inputs)
-    for (int64_t i = 0; i < t.numElements(); ++i) // exponent 2^-1: [0.5, 1)
-      t.bits16()[i] = static_cast<uint16_t>((sign(rng) ? 0x8000 : 0) | 0x3f00 |
-                                            mantissa(rng));
+    for (int64_t i = 0; i < t.numElements(); ++i) { // exponent 2^-1: [0.5, 1)
+      const auto bits = static_cast<uint16_t>((sign(rng) ? 0x8000 : 0) |
+                                              0x3f00 | mantissa(rng));
+      if (dtype == ATTN_F32) {
+        const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+        std::memcpy(&t.f32()[i], &wide, sizeof(wide));
+      } else {
+        t.bits16()[i] = bits;
+      }
+    }
   return inputs;
 }
 
@@ -195,9 +206,11 @@ double deviceMs(attn::Model &model, const std::vector<attn::Tensor> &inputs,
 
 /// The prefill table (FlashAttention-3's sizes: 16K tokens per call, B =
 /// 16K / L, H = 2048 / D) for each kind of products: 0 is mma.sync, 1 and
-/// 2 the warpgroups of wgmma per block (CompileOptions::cudaFlashWarpgroups).
-/// A failing wgmma row prints as failed and the table goes on; a failing
-/// mma.sync row fails the table.
+/// 2 the warpgroups of wgmma per block (CompileOptions::cudaFlashWarpgroups),
+/// and -1 mma.sync on an f32 model (three tf32 products a step: how far
+/// SPEC's default dtype is from bf16, whose 16-wide steps take a sixth of
+/// the tensor-core slots). A failing wgmma row prints as failed and the
+/// table goes on; a failing mma.sync row fails the table.
 bool prefillTable(const Options &options,
                   const std::vector<int64_t> &warpgroupChoices) {
   const bool small = options.checkOnCpu;
@@ -213,21 +226,27 @@ bool prefillTable(const Options &options,
   for (int dim : dims)
     for (const char *mask : {"none", "causal"})
       for (int64_t warpgroups : warpgroupChoices) {
-        const char *products = warpgroups == 0   ? "mma.sync"
+        const bool f32 = warpgroups < 0;
+        const char *products = f32               ? "mma.sync, f32 (3xTF32)"
+                               : warpgroups == 0 ? "mma.sync"
                                : warpgroups == 1 ? "wgmma x1"
                                                  : "wgmma x2";
         const char *maskName = mask[0] == 'n' ? "dense" : "causal";
         const int width = 2048, heads = width / dim;
         std::unique_ptr<attn::Model> model =
-            load(options, layerJson(heads, heads, dim, mask), warpgroups);
+            load(options,
+                 layerJson(heads, heads, dim, mask, "", "",
+                           f32 ? "f32" : "bf16"),
+                 std::max<int64_t>(warpgroups, 0));
         for (int64_t length : lengths) {
           const int64_t batch = std::max<int64_t>(1, tokens / length);
           double ms = model ? deviceMs(*model,
                                        randomInputs(batch, heads, heads, length,
-                                                    length, dim),
+                                                    length, dim,
+                                                    f32 ? ATTN_F32 : ATTN_BF16),
                                        options.repeat)
                             : -1;
-          if (ms < 0 && warpgroups == 0)
+          if (ms < 0 && warpgroups <= 0)
             return false;
           if (ms < 0) {
             std::printf("| %s | %s | %lld | %d | %lld | %d | failed | "
@@ -634,7 +653,7 @@ int main(int argc, char **argv) {
     prefillTable(options, {1, 2});
     return 0;
   }
-  if (!prefillTable(options, {0}))
+  if (!prefillTable(options, {0, -1}))
     return 1;
 
   const int heads = 32, dim = 128;

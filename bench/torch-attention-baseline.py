@@ -83,8 +83,9 @@ def variants(args, length):
 def prefill(args):
     """Prefill as cuda-attention-bench sweeps it (FlashAttention-3's setup:
     16K tokens per call, B = 16K / L, H = 2048 / D), through each of
-    PyTorch's SDPA backends that runs here, and FlexAttention at D = 128
-    (each shape is a compilation of its own)."""
+    PyTorch's SDPA backends that runs here, SDPA's memory-efficient
+    backend on f32 copies, and FlexAttention at D = 128 (each shape is a
+    compilation of its own)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     backends = [("SDPA flash", SDPBackend.FLASH_ATTENTION)]
     if hasattr(SDPBackend, "CUDNN_ATTENTION"):
@@ -124,6 +125,21 @@ def prefill(args):
                               f"{ms:.3f} | {flops / ms / 1e9:.1f} |")
                     except Exception as error:
                         print(row.format(label), f"failed: {error!r} | |")
+                # The f32 anchor (SPEC's default dtype; cuda-attention-bench's
+                # "mma.sync, f32" row): SDPA's memory-efficient backend,
+                # which takes f32, as PyTorch's defaults leave it.
+                label = "SDPA efficient, f32"
+                try:
+                    q32, k32, v32 = (x.float() for x in (q, k, v))
+                    with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION):
+                        ms = median_ms(
+                            lambda: F.scaled_dot_product_attention(
+                                q32, k32, v32, is_causal=causal), args.repeat)
+                    print(row.format(label),
+                          f"{ms:.3f} | {flops / ms / 1e9:.1f} |")
+                    del q32, k32, v32
+                except Exception as error:
+                    print(row.format(label), f"failed: {error!r} | |")
                 if flex is None or dim != 128:
                     continue
                 try:
