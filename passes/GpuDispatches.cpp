@@ -776,9 +776,9 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
     Value columnTiles =
         m.index((shape.valueDim + mma->columns - 1) / mma->columns);
     TypeRange mmaTypes = ValueRange(mmaBindings).getTypes();
-    func::FuncOp local = buildSimtChunkLocalKernel(
-        kernelBuilder, op.getLoc(), kernelName("chunk_local"), shape, tiling,
-        mmaTypes);
+    func::FuncOp local = buildSimtMmaRecurrenceKernel(
+        kernelBuilder, op.getLoc(), kernelName("chunk_local"), shape, *mma,
+        ChunkMmaKernel::Local, tiling, mmaTypes);
     DispatchOp::create(b, local.getSymName(), whenChunked(chunkBlocks),
                        mmaBindings);
     func::FuncOp chain = buildSimtMmaRecurrenceKernel(

@@ -283,48 +283,52 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         return
 // Calls of more than a step, first what each chunk needs from its own
 // steps, for every chunk at once: a block per (batch, value head, chunk)
-// copies the chunk's k rows as stored (cp.async; zeros past its steps)
-// while it loads g and beta, then waits; stores G and 1 / |k| per step;
-// makes k^ in f32 over every thread; copies v's rows into k's buffer
-// without waiting; computes A in 4 x 8 tiles a thread (32 sums carried
-// over Dk), solves W's columns (a column per thread, the steps unrolled),
-// waits for v, then solves U's.
+// copies the chunk's k rows as the products' operand (cp.async; zeros past
+// its steps and past Dk) while it loads g and beta, then waits; stores G
+// and 1 / |k| per step; copies v's rows without waiting; makes A = K K^T
+// on warp_mma, scaled and kept below the diagonal; inverts I + A in blocks
+// of 16 steps (here one: forward substitution, a thread per column); then
+// W = T diag(beta exp(G) / |k|) K and, once v is in, U = T diag(beta) V,
+// each a product whose elements are stored for the chunk's steps. The
+// block has the chain's 2 warps.
 // CHECK-LABEL: func.func private @gdn__chunk_local1
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "chunk_local"
-// CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
-// CHECK:         %[[ROWS:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x32xf32>
-// CHECK:         %[[SCALES:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
-// CHECK:         %[[KEYS:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x33xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x17xf32>
-// CHECK-COUNT-2: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
-// CHECK:         attn_kernel.async_copy %arg1[{{.+}}], %[[ROWS]][{{.+}}] if(%{{.+}}) elements(4)
+// CHECK-SAME:    attn.tiling = {block_threads = 64 : i64
+// CHECK:         %[[KEYS:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         %[[VALUES:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK-COUNT-4: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
+// CHECK:         %[[A:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x20xf32>
+// CHECK:         %[[T:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x17xf32>
+// CHECK-NOT:     attn.shared
+// CHECK:         attn_kernel.async_copy %arg1[{{.+}}], %[[KEYS]][{{.+}}] if(%{{.+}}) elements(4)
 // CHECK:         memref.load %arg3
 // CHECK:         memref.load %arg4
 // CHECK:         attn_kernel.async_wait
 // CHECK-NEXT:    scf.reduce
 // CHECK-NEXT:    } {attn.threads}
-// CHECK:         memref.store %{{.+}}, %[[SCALES]]
 // CHECK:         memref.store %{{.+}}, %arg13[%{{.+}}, %{{.+}}, %{{.+}}, %c0] : memref<?x4x?x2xf32>
 // CHECK:         memref.store %{{.+}}, %arg13[%{{.+}}, %{{.+}}, %{{.+}}, %c1] : memref<?x4x?x2xf32>
 // CHECK:         } {attn.threads}
-// CHECK:         memref.load %[[ROWS]]
-// CHECK:         memref.load %[[SCALES]]
-// CHECK:         memref.store %{{.+}}, %[[KEYS]]
-// CHECK:         } {attn.threads}
-// CHECK:         attn_kernel.async_copy %arg2[{{.+}}], %[[ROWS]][{{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         attn_kernel.async_copy %arg2[{{.+}}], %[[VALUES]][{{.+}}] if(%{{.+}}) elements(4)
 // CHECK-NOT:     attn_kernel.async_wait
 // CHECK:         } {attn.threads}
-// CHECK:         %{{.+}}:32 = scf.for %{{.+}} = %c0 to %c32 step %c1 iter_args(
+// CHECK:         attn_kernel.warp_mma %[[KEYS]], %[[KEYS]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(16) k(32) {acc_fragment, rhs_transposed}
+// CHECK:         memref.store %{{.+}}, %[[A]]
 // CHECK:         } {attn.threads}
-// CHECK-NOT:     scf.for
+// CHECK-COUNT-16: memref.store %{{.+}}, %[[T]]
+// CHECK:         } {attn.threads}
+// In f32, T diag(w) is one part, and takes A's buffer.
+// CHECK:         memref.store %{{.+}}, %[[A]]
+// CHECK:         } {attn.threads}
+// CHECK:         attn_kernel.warp_mma %[[A]], %[[KEYS]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(16) {acc_fragment}
 // CHECK-COUNT-16: memref.store %{{.+}}, %arg10[%c0, %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<1x?x4x?x32xf32>
 // CHECK:         } {attn.threads}
 // CHECK:         attn_kernel.async_wait
 // CHECK:         } {attn.threads}
-// CHECK-NOT:     scf.for
-// CHECK:         memref.load %[[ROWS]]
+// CHECK:         memref.store %{{.+}}, %[[A]]
+// CHECK:         } {attn.threads}
+// CHECK:         attn_kernel.warp_mma %[[A]], %[[VALUES]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(16) {acc_fragment}
 // CHECK-COUNT-16: memref.store %{{.+}}, %arg11[%{{.+}}, %{{.+}}, %{{.+}}, %{{.+}}] : memref<?x4x?x24xf32>
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads

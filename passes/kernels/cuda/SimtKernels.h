@@ -581,9 +581,17 @@ func::FuncOp buildSimtChunkedRecurrenceKernel(
     const LinearRecurrenceShape &shape, const SimtRecurrenceColumns &columns,
     const GpuTiling &tiling, TypeRange bindingTypes);
 
-/// The two kernels of the chunked recurrence on matrix products, after
-/// the local kernel (buildSimtChunkLocalKernel, SimtMmaRecurrenceKernel.cpp).
+/// The three kernels of the chunked recurrence on matrix products
+/// (SimtMmaRecurrenceKernel.cpp), in the order they run.
 enum class ChunkMmaKernel {
+  /// What each chunk needs from its own steps, for every chunk at once:
+  /// per step G and 1 / |k|, and for the delta rules W and U with (I + A)
+  /// [W | U] = [beta exp(G) k^ | beta v], into ChunkTemporaries. One block
+  /// per (batch, value head, chunk), the chunk fastest; in a ragged batch
+  /// per (chunk slot, value head), slot j being the j-th chunk of the
+  /// batch, sequence by sequence (ceil(T / C) + B slots hold them all; the
+  /// others exit).
+  Local,
   /// The chain of chunks: a block per (batch, value head, tile of
   /// `columns` state columns), the tile fastest, carries its tile of the
   /// state in the warps' registers from S_init to the final state, storing
@@ -626,7 +634,7 @@ struct SimtMmaRecurrenceTiling {
   int64_t sharedBytes(const LinearRecurrenceShape &shape,
                       ChunkMmaKernel kernel) const;
   /// The widest tiles whose shared memory fits in
-  /// `tiling.maxSharedBytes` in both kernels, or none: trees and gla
+  /// `tiling.maxSharedBytes` in the three kernels, or none: trees and gla
   /// (whose decays are per feature, inside the products' sums) and chunks
   /// that are not whole row tiles of 16 take the chunked SIMT kernel.
   static std::optional<SimtMmaRecurrenceTiling>
@@ -657,22 +665,8 @@ struct ChunkTemporaries {
   ChunkTemporaries(func::FuncOp kernel, const LinearRecurrenceShape &shape);
 };
 
-/// What each chunk needs from its own steps, for every chunk at once
-/// (SimtMmaRecurrenceKernel.cpp): per step G and 1 / |k|, and for the
-/// delta rules W and U with (I + A) [W | U] = [beta exp(G) k^ | beta v],
-/// into ChunkTemporaries. One block per (batch, value head, chunk), the
-/// chunk fastest; in a ragged batch per (chunk slot, value head), slot j
-/// being the j-th chunk of the batch, sequence by sequence (ceil(T / C) + B
-/// slots hold them all; the others exit). Bindings as
-/// buildSimtChunkedRecurrenceKernel's, then ChunkTemporaries.
-func::FuncOp buildSimtChunkLocalKernel(OpBuilder &builder, Location loc,
-                                       StringRef name,
-                                       const LinearRecurrenceShape &shape,
-                                       const GpuTiling &tiling,
-                                       TypeRange bindingTypes);
-
 /// The chunked linear recurrence (SPEC §2) with its chunk's matrix products
-/// on attn_kernel.warp_mma (tensor cores for f16 / bf16): the chain of
+/// on attn_kernel.warp_mma (tensor cores): the local kernel, the chain of
 /// chunks or the outputs (`kind`). Same bindings as
 /// buildSimtChunkedRecurrenceKernel (without scratch), then
 /// ChunkTemporaries.

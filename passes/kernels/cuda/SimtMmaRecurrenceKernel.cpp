@@ -2,9 +2,9 @@
 //
 // The chunked linear recurrence (SPEC §2) with the chunk's matrix products
 // on attn_kernel.warp_mma: tensor cores (mma.sync) for f16 / bf16 storage,
-// three tf32 products a step for f32 (WarpMma.cpp). The algebra is the SIMT kernel's
-// (SimtRecurrenceKernels.cpp) and fla's chunk_gated_delta_rule, in fla's
-// three parts: what each chunk needs from its own steps, all chunks at
+// three tf32 products a step for f32 (WarpMma.cpp). The algebra is the SIMT
+// kernel's (SimtRecurrenceKernels.cpp) and fla's chunk_gated_delta_rule, in
+// fla's three parts: what each chunk needs from its own steps, all chunks at
 // once; the chain of chunks, which carries the state and nothing else; the
 // outputs, all chunks at once again. Only the chain is sequential, and on
 // the GPU it has few blocks (a value head's state at B = 1), so it does as
@@ -12,7 +12,7 @@
 // chunk of C steps, q^ = scale q / |q| and k^ = k / |k| (or scale q and k
 // without qk_l2norm):
 //
-// 1. What each chunk needs from its own steps (SimtChunkLocalKernel), a
+// 1. What each chunk needs from its own steps (ChunkMmaKernel::Local), a
 //    block per (sequence, value head, chunk), all chunks at once: per step
 //    G and 1 / |k|, and for the delta rules the WY form
 //
@@ -20,7 +20,15 @@
 //      A[t, s] = beta_t k^_t . k^_s exp(G_t - G_s) for s < t,
 //
 //    so that the chunk's new values are V' = U - W S (for the rules
-//    without delta, V' = V).
+//    without delta, V' = V). As fla's chunk_scaled_dot_kkt, solve_tril and
+//    recompute_w_u:
+//
+//      gram:    A from K K^T  [K K^T], k as stored;
+//      invert:  T = (I + A)^-1 in blocks of 16 steps: the diagonal blocks
+//               by forward substitution (a thread per column), the others
+//               nearest the diagonal first, T_ij = -T_ii sum_k A_ik T_kj;
+//      solve:   W = T diag(beta exp(G) / |k|) K and U = T diag(beta) V
+//               [T' K, T' V], k and v as stored.
 //
 // 2. The chain (ChunkMmaKernel::States), a block per (sequence, value
 //    head, tile of `columns` state columns), a warp per 16 of them. Its
@@ -256,6 +264,30 @@ public:
   func::FuncOp build();
 
 private:
+  // The local kernel, in the order buildLocal() emits its phases.
+  void buildLocal();
+  /// The chunk's k rows as the products' operand (zeros past its steps
+  /// and past Dk), its g and beta (zero past its steps).
+  void stageLocalChunk(Value first, Value n);
+  /// Thread `thread`'s copies of the chunk's v rows as the products'
+  /// operand (the delta rules' U), in flight until an async_wait.
+  void stageValueRows(Value thread, Value first, Value n);
+  /// Per step G and 1 / |k|, in shared memory and the temporaries.
+  void storeStepScales(Value first, Value n);
+  /// A[t, s] = beta_t k^_t . k^_s exp(G_t - G_s) below the diagonal, 0 on
+  /// and above it  [K K^T].
+  void computeTransform();
+  /// T = (I + A)^-1, in blocks of 16 steps.
+  void invertTransform();
+  /// W (`keyColumns`) or U = T diag(weights) rows  [T' K or T' V], stored
+  /// for the chunk's steps.
+  void solveByProduct(bool keyColumns, Value first, Value n);
+  /// T's entries of row block `rowBlock` and column block `columnBlock`
+  /// ([16 x 16]) times the rows of `right` from `rightRow`: element (r, c)
+  /// of T[rowBlock] x right[.., column], summed over `blocks` blocks of 16.
+  Value blockRowSum(Value left, Value leftRow, Value leftColumn, Value right,
+                    Value rightColumn, int64_t terms);
+
   // The chain, in the order buildStates() emits its phases.
   void buildStates();
   void loadInitialState(Value chunks);
@@ -337,6 +369,17 @@ private:
       body();
   }
   bool outputs() const { return kind == ChunkMmaKernel::Outputs; }
+  bool local() const { return kind == ChunkMmaKernel::Local; }
+  /// 1 / |k_t| of the local kernel (1 without qk_l2norm).
+  Value localKeyScale(Value t) {
+    return keyScales ? e.load(keyScales, {t}) : e.scalar(1.0);
+  }
+  /// G_t of the local kernel (0 without decay).
+  Value localLogDecay(Value t) {
+    return logDecay ? e.load(logDecay, {t}) : e.scalar(0.0);
+  }
+  /// The local kernel's shared buffers (allocateBuffers).
+  void allocateLocalBuffers();
 
   const LinearRecurrenceShape &shape;
   const SimtMmaRecurrenceTiling &mma;
@@ -362,6 +405,14 @@ private:
   // state (W S in the chain, the outputs in the other), the scores over
   // the chunk's steps (hi part) and their lo part.
   Value stateRegs, outRegs, pairRegs, scoreLoRegs;
+  // The local kernel's: shared k and (delta) v rows as the products'
+  // operands; per step g, G, 1 / |k| and beta; A, T = (I + A)^-1; T
+  // diag(weights) as the products' parts.
+  // Registers: K K^T, W and U.
+  Parts localKeys, localValues, weighted;
+  Value gates, logDecay, keyScales, betas, transform, inverse;
+  Value gramRegs, keyRegs, valueRegs;
+  int64_t Dvp = 0;
 };
 
 SimtMmaRecurrenceKernel::SimtMmaRecurrenceKernel(
@@ -373,7 +424,9 @@ SimtMmaRecurrenceKernel::SimtMmaRecurrenceKernel(
         kernelTiling.blockThreads = mma.threads();
         func::FuncOp func = createSimtKernel(
             builder, loc, name, bindingTypes, kernelTiling,
-            kind == ChunkMmaKernel::States ? "chunk_states" : "chunk_outputs");
+            kind == ChunkMmaKernel::Local    ? "chunk_local"
+            : kind == ChunkMmaKernel::States ? "chunk_states"
+                                             : "chunk_outputs");
         func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
         return func;
       }()),
@@ -381,11 +434,14 @@ SimtMmaRecurrenceKernel::SimtMmaRecurrenceKernel(
       temporaries(func, shape), C(shape.chunkSize), Dk(shape.keyDim),
       Dv(shape.valueDim), Dkp(mma.paddedKeyDim), columns(mma.columns),
       tilesPerWarp(mma.rowTiles), scalarDecay(shape.scalarDecay()),
-      delta(shape.isDelta()) {}
+      delta(shape.isDelta()),
+      Dvp(roundUp(shape.valueDim, WarpMmaOp::kReductionStep)) {}
 
 func::FuncOp SimtMmaRecurrenceKernel::build() {
   c0 = e.index(0), c1 = e.index(1), c16 = e.index(WarpMmaOp::kRows);
-  if (outputs())
+  if (local())
+    buildLocal();
+  else if (outputs())
     buildOutputs();
   else
     buildStates();
@@ -397,6 +453,269 @@ Value SimtMmaRecurrenceKernel::mapColumnTile(Value block) {
   Value tiles = e.index(llvm::divideCeil(Dv, columns));
   col0 = e.mul(e.rem(block, tiles), e.index(columns));
   return e.div(block, tiles);
+}
+
+//===----------------------------------------------------------------------===//
+// The local kernel
+//===----------------------------------------------------------------------===//
+
+void SimtMmaRecurrenceKernel::buildLocal() {
+  BlockChunk chunk = mapChunkBlock(e, shape, args, args.workgroup, seq);
+  batch = chunk.batch, hv = chunk.hv;
+  hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
+  allocateBuffers();
+  stageLocalChunk(chunk.first, chunk.n);
+  storeStepScales(chunk.first, chunk.n);
+  if (!delta)
+    return;
+  // v's rows are copied while A, T and W are made.
+  e.eachThread(
+      [&](Value thread) { stageValueRows(thread, chunk.first, chunk.n); });
+  computeTransform();
+  invertTransform();
+  solveByProduct(/*keyColumns=*/true, chunk.first, chunk.n);
+  e.eachThread([&](Value) { AsyncWaitOp::create(b); });
+  solveByProduct(/*keyColumns=*/false, chunk.first, chunk.n);
+}
+
+void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
+  const int64_t pad = mma.rowPadding();
+  localKeys = sharedParts(mma.rawParts, {C, Dkp + pad});
+  if (delta)
+    localValues = sharedParts(mma.rawParts, {C, Dvp + pad});
+  if (scalarDecay) {
+    gates = e.shared({C});
+    logDecay = e.shared({C});
+  }
+  if (shape.normalizeQueryKey)
+    keyScales = e.shared({C});
+  if (!delta)
+    return;
+  betas = e.shared({C});
+  // A is dead once T is made: where T diag(w) is one f32 part, it takes
+  // A's buffer (which then shares its padding), keeping two f32 blocks
+  // to an SM at Dk = Dv = 128.
+  const bool onePartF32 = mma.computedParts == 1 && mma.product.isF32();
+  transform = e.shared({C, C + (onePartF32 ? pad : 1)});
+  inverse = e.shared({C, C + 1});
+  weighted = onePartF32 ? Parts{transform}
+                        : sharedParts(mma.computedParts, {C, C + pad});
+  const int64_t fragmentColumns = WarpMmaOp::kFragmentColumns;
+  gramRegs = e.registers({tilesPerWarp * C / fragmentColumns, 4});
+  keyRegs = e.registers({tilesPerWarp * Dkp / fragmentColumns, 4});
+  valueRegs = e.registers({tilesPerWarp * Dvp / fragmentColumns, 4});
+}
+
+/// Copies `count` rows of `dim` features of `from` into the operand
+/// `parts` ([count, padded + ...]): by cp.async when the rows are stored as
+/// the products take them (one part), else converted (f16 into two bf16
+/// parts, loads the thread waits for).
+static void stageOperandRows(
+    SimtEmitter &e, Value thread, int64_t count, int64_t threads, Value from,
+    ArrayRef<Value> parts, int64_t dim, int64_t padded,
+    function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt) {
+  Type product = cast<MemRefType>(parts[0].getType()).getElementType();
+  if (parts.size() == 1 && KernelEmitter::storageType(from) == product)
+    return e.stageRows(thread, count, from, parts[0], dim, padded, rowAt);
+  Value width = e.index(padded);
+  e.loop(thread, e.index(count * padded), e.index(threads), [&](Value x) {
+    Value row = e.div(x, width), i = e.rem(x, width);
+    auto [at, exists] = rowAt(row);
+    at.push_back(i);
+    Value value = e.loadOrZero(
+        e.andI(exists, e.icmp(arith::CmpIPredicate::ult, i, e.index(dim))),
+        from, at);
+    e.store(value, parts[0], {row, i});
+    if (parts.size() == 2)
+      e.store(e.fsub(value, e.widen(e.narrow(value, product))), parts[1],
+              {row, i});
+  });
+}
+
+void SimtMmaRecurrenceKernel::stageLocalChunk(Value first, Value n) {
+  e.eachThread([&](Value thread) {
+    stageOperandRows(e, thread, C, mma.threads(), args.k, localKeys, Dk, Dkp,
+                     stepRows(e, *seq, hk, first, n));
+    if (gates || betas)
+      e.loop(thread, e.index(C), e.index(mma.threads()), [&](Value t) {
+        Value exists = lt(t, n);
+        SmallVector<Value> at = seq->step(hv, e.add(first, t));
+        if (gates)
+          e.store(e.loadOrZero(exists, args.g, at), gates, {t});
+        if (betas)
+          e.store(e.loadOrZero(exists, args.beta, at), betas, {t});
+      });
+    AsyncWaitOp::create(b);
+  });
+}
+
+void SimtMmaRecurrenceKernel::stageValueRows(Value thread, Value first,
+                                             Value n) {
+  stageOperandRows(e, thread, C, mma.threads(), args.v, localValues, Dv, Dvp,
+                   stepRows(e, *seq, hv, first, n));
+}
+
+void SimtMmaRecurrenceKernel::storeStepScales(Value first, Value n) {
+  e.forAll(e.index(C), [&](Value t) {
+    Value keyScale = e.scalar(1.0);
+    if (keyScales) {
+      keyScale = sharedRowNormInverse(e, localKeys, t, Dk);
+      e.store(keyScale, keyScales, {t});
+    }
+    Value logDecayTo = e.scalar(0.0);
+    if (logDecay) {
+      logDecayTo = e.sumOver(c0, e.add(t, c1),
+                             [&](Value s) { return e.load(gates, {s}); });
+      e.store(logDecayTo, logDecay, {t});
+    }
+    e.ifThen(lt(t, n), [&] {
+      Value step = e.add(first, t);
+      e.store(logDecayTo, temporaries.scales, seq->stepFeature(hv, step, c0));
+      e.store(keyScale, temporaries.scales, seq->stepFeature(hv, step, c1));
+    });
+  });
+}
+
+void SimtMmaRecurrenceKernel::computeTransform() {
+  // k as stored is exact in the products: the entries are scaled after.
+  // Past the chunk's steps beta is 0, so their rows of A are 0.
+  eachWarp([&](Value warp, Value lane, Value thread) {
+    Value row = chunkRow(warp);
+    Value gram = e.registersOf(gramRegs, thread);
+    multiply(localKeys, localKeys, gram, row, lane, /*n=*/C, /*k=*/Dkp,
+             /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
+    eachFragmentElement(
+        row, lane, tilesPerWarp, C, warp, [&](const FragmentElement &x) {
+          ifOwned(x.owned, [&] {
+            Value t = x.row, s = x.column;
+            Value scale = e.fmul(e.load(betas, {t}),
+                                 e.fmul(localKeyScale(t), localKeyScale(s)));
+            if (scalarDecay)
+              scale = e.fmul(scale,
+                             e.exp(e.fsub(localLogDecay(t), localLogDecay(s))));
+            Value entry = e.fmul(e.load(gram, x.at), scale);
+            e.store(e.select(lt(s, t), entry, e.scalar(0.0)), transform,
+                    {t, s});
+          });
+        });
+  });
+}
+
+Value SimtMmaRecurrenceKernel::blockRowSum(Value left, Value leftRow,
+                                           Value leftColumn, Value right,
+                                           Value rightColumn, int64_t terms) {
+  // Four partial sums: four independent chains of multiply-adds.
+  SmallVector<Value, 4> sums(4, e.scalar(0.0));
+  for (int64_t u = 0; u < terms; ++u) {
+    Value m = e.add(leftColumn, e.index(u));
+    sums[u % 4] = e.fma(e.load(left, {leftRow, m}),
+                        e.load(right, {m, rightColumn}), sums[u % 4]);
+  }
+  return e.fadd(e.fadd(sums[0], sums[1]), e.fadd(sums[2], sums[3]));
+}
+
+void SimtMmaRecurrenceKernel::invertTransform() {
+  // T = (I + A)^-1 is unit lower triangular, as I + A is. Its diagonal
+  // blocks of 16 steps are inverted by forward substitution, a thread per
+  // column (16 dependent steps, not C); then, for blocks i > j at distance
+  // d = i - j = 1, 2, ..., T_ij = -T_ii sum_{k=j}^{i-1} A_ik T_kj, which
+  // needs only blocks nearer the diagonal (fla's solve_tril takes the
+  // same blocks). Only T's blocks on and below the diagonal are written.
+  const int64_t side = WarpMmaOp::kRows, blocks = C / side;
+  e.forAll(e.index(blocks * side), [&](Value x) {
+    Value first = e.mul(e.div(x, c16), c16), c = e.rem(x, c16);
+    // x_r = [r == c] - sum_{m < r} A[r, m] x_m, x_m = 0 for m < c.
+    SmallVector<Value> column;
+    for (int64_t r = 0; r < side; ++r) {
+      Value row = e.add(first, e.index(r));
+      Value solved = e.select(e.icmp(arith::CmpIPredicate::eq, c, e.index(r)),
+                              e.scalar(1.0), e.scalar(0.0));
+      for (int64_t m = 0; m < r; ++m)
+        solved = e.fsub(
+            solved, e.fmul(e.load(transform, {row, e.add(first, e.index(m))}),
+                           column[m]));
+      column.push_back(solved);
+      e.store(solved, inverse, {row, e.add(first, c)});
+    }
+  });
+  const int64_t entries = side * side;
+  for (int64_t distance = 1; distance < blocks; ++distance) {
+    // Block (i, j = i - distance) for each i in [distance, blocks).
+    auto blockOf = [&](Value x, int64_t size) {
+      Value i = e.add(e.div(x, e.index(size)), e.index(distance));
+      return std::pair{e.mul(i, c16), e.mul(e.sub(i, e.index(distance)), c16)};
+    };
+    // M_ij = sum_{k=j}^{i-1} A_ik T_kj, into T_ij's place (not yet T).
+    e.forAll(e.index((blocks - distance) * entries), [&](Value x) {
+      auto [firstI, firstJ] = blockOf(x, entries);
+      Value row = e.add(firstI, e.div(e.rem(x, e.index(entries)), c16));
+      Value column = e.add(firstJ, e.rem(x, c16));
+      e.store(
+          blockRowSum(transform, row, firstJ, inverse, column, distance * side),
+          inverse, {row, column});
+    });
+    // T_ij = -T_ii M_ij, a thread per column of the block: it reads the
+    // column of M whole before writing T's over it.
+    e.forAll(e.index((blocks - distance) * side), [&](Value x) {
+      auto [firstI, firstJ] = blockOf(x, side);
+      Value column = e.add(firstJ, e.rem(x, c16));
+      SmallVector<Value> sums;
+      for (int64_t m = 0; m < side; ++m)
+        sums.push_back(e.load(inverse, {e.add(firstI, e.index(m)), column}));
+      for (int64_t r = 0; r < side; ++r) {
+        Value row = e.add(firstI, e.index(r));
+        Value solved = e.scalar(0.0);
+        for (int64_t m = 0; m <= r; ++m)
+          solved = e.fsub(
+              solved, e.fmul(e.load(inverse, {row, e.add(firstI, e.index(m))}),
+                             sums[m]));
+        e.store(solved, inverse, {row, column});
+      }
+    });
+  }
+}
+
+void SimtMmaRecurrenceKernel::solveByProduct(bool keyColumns, Value first,
+                                             Value n) {
+  // (I + A) x = [beta exp(G) k^ | beta v]: x = T diag(w) [k | v] as
+  // stored, w_s = beta_s exp(G_s) / |k_s| for W and beta_s for U; T
+  // diag(w) goes to the products as its parts.
+  Value width = e.index(C);
+  e.forAll(e.index(C * C), [&](Value x) {
+    Value t = e.div(x, width), s = e.rem(x, width);
+    Value weight = e.load(betas, {s});
+    if (keyColumns) {
+      weight = e.fmul(weight, localKeyScale(s));
+      if (scalarDecay)
+        weight = e.fmul(weight, e.exp(localLogDecay(s)));
+    }
+    Value entry =
+        e.loadOrZero(e.icmp(arith::CmpIPredicate::ule, s, t), inverse, {t, s});
+    storeParts(e.fmul(entry, weight), weighted, {t, s});
+  });
+  const int64_t dim = keyColumns ? Dk : Dv, padded = keyColumns ? Dkp : Dvp;
+  eachWarp([&](Value warp, Value lane, Value thread) {
+    Value row = chunkRow(warp);
+    Value solved = e.registersOf(keyColumns ? keyRegs : valueRegs, thread);
+    multiply(weighted, keyColumns ? localKeys : localValues, solved, row, lane,
+             /*n=*/padded, /*k=*/C, /*rhsTransposed=*/false,
+             /*accumulate=*/false, tilesPerWarp);
+    eachFragmentElement(
+        row, lane, tilesPerWarp, padded, warp, [&](const FragmentElement &x) {
+          ifOwned(x.owned, [&] {
+            Value t = x.row, c = x.column;
+            e.ifThen(both(lt(t, n), lt(c, e.index(dim))), [&] {
+              Value value = e.load(solved, x.at);
+              SmallVector<Value> feature =
+                  seq->stepFeature(hv, e.add(first, t), c);
+              if (keyColumns)
+                storeTemporaryParts(e, value, temporaries.w, feature);
+              else
+                e.store(value, temporaries.u, feature);
+            });
+          });
+        });
+  });
 }
 
 //===----------------------------------------------------------------------===//
@@ -807,6 +1126,8 @@ ChunkStage SimtMmaRecurrenceKernel::allocateStage() {
 
 void SimtMmaRecurrenceKernel::allocateBuffers() {
   // In the order SimtMmaRecurrenceTiling::sharedBytes counts them.
+  if (local())
+    return allocateLocalBuffers();
   const int64_t pad = mma.rowPadding();
   for (int64_t stage = 0; stage < (outputs() ? 1 : 2); ++stage)
     stages.push_back(allocateStage());
@@ -906,258 +1227,6 @@ Value SimtMmaRecurrenceKernel::decayTo(Value scales, Value t) {
   return scalarDecay ? e.exp(logDecayOf(scales, t)) : e.scalar(1.0);
 }
 
-/// What each chunk needs from its own steps (the file comment's first
-/// part) for one chunk of one sequence and value head per block: G and
-/// 1 / |k| per step for every rule, and for the delta rules W and U.
-///
-/// The chunk is staged as C whole steps, zeros past its last (beta = 0 and
-/// G flat there), so that A and the solve run on constant sizes without a
-/// test per step: a zero step's row of A is zero and its x is zero. Its k
-/// rows are copied as stored (cp.async, a thread's copies in flight at
-/// once), and its v rows into the same buffer once k^ is made, while A and
-/// W are computed (a block waits for memory once, not a latency per few
-/// elements a thread). The
-/// solve is unrolled over the C steps with a column's x in registers (a
-/// thread per column of [W | U]), reading A's entries as broadcasts; A's
-/// entries are computed in 4 x 8 tiles a thread, 12 shared loads per 32
-/// fused multiply-adds.
-class SimtChunkLocalKernel {
-public:
-  SimtChunkLocalKernel(OpBuilder &builder, Location loc, StringRef name,
-                       const LinearRecurrenceShape &shape,
-                       const GpuTiling &tiling, TypeRange bindingTypes)
-      : shape(shape), threads(tiling.blockThreads), guard(builder), func([&] {
-          func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes,
-                                               tiling, "chunk_local");
-          func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
-          return func;
-        }()),
-        b(loc, builder), e(b, threads), args(func, shape),
-        temporaries(func, shape), C(shape.chunkSize), Dk(shape.keyDim),
-        Dv(shape.valueDim), delta(shape.isDelta()) {
-    assert(C % kTileColumns == 0 && "the mma path's chunks are 16k steps");
-  }
-
-  func::FuncOp build() {
-    c0 = e.index(0), c1 = e.index(1);
-    BlockChunk chunk = mapChunkBlock(e, shape, args, args.workgroup, seq);
-    hv = chunk.hv;
-    allocateBuffers();
-    stage(chunk.first, chunk.n);
-    perStep(chunk.first, chunk.n);
-    if (delta) {
-      normalizeKeys();
-      // v's rows are copied into the rows buffer, free once k^ is made,
-      // while A and W are computed.
-      e.eachThread([&](Value thread) {
-        e.stageRows(thread, C, args.v, rows, Dv, Dv,
-                    stepRows(e, *seq, hv, chunk.first, chunk.n));
-      });
-      computeTransform();
-      for (int64_t pass = 0; pass * threads < Dk; ++pass)
-        solveColumns(/*keyColumns=*/true, pass, chunk.first, chunk.n);
-      e.eachThread([&](Value) { AsyncWaitOp::create(b); });
-      for (int64_t pass = 0; pass * threads < Dv; ++pass)
-        solveColumns(/*keyColumns=*/false, pass, chunk.first, chunk.n);
-    }
-    func::ReturnOp::create(b);
-    return func;
-  }
-
-private:
-  static constexpr int64_t kTileRows = 4, kTileColumns = 8;
-
-  void allocateBuffers() {
-    // Rows as stored (k's, then for the delta rules v's), copied by
-    // cp.async: only when something reads k (its norms, A, W).
-    if (shape.normalizeQueryKey || delta) {
-      Type storage = KernelEmitter::storageType(args.k);
-      assert(storage == KernelEmitter::storageType(args.v) &&
-             "k and v share the model's storage type");
-      const int64_t lanes = 16 / (storage.getIntOrFloatBitWidth() / 8);
-      rows =
-          e.shared({C, roundUp(std::max(Dk, delta ? Dv : 0), lanes)}, storage);
-    }
-    if (shape.normalizeQueryKey)
-      keyScales = e.shared({C});
-    if (delta) {
-      keys = e.shared({C, Dk + 1});
-      betas = e.shared({C});
-      transform = e.shared({C, C + 1});
-    }
-    if (shape.scalarDecay()) {
-      gates = e.shared({C});
-      logDecay = e.shared({C});
-    }
-  }
-
-  /// The chunk's k rows as stored (by cp.async), its g and beta, zeros
-  /// past its `n` steps: every load of a thread in flight together.
-  void stage(Value first, Value n) {
-    e.eachThread([&](Value thread) {
-      if (rows)
-        e.stageRows(thread, C, args.k, rows, Dk, Dk,
-                    stepRows(e, *seq, hkOf(), first, n));
-      if (gates || betas)
-        e.loop(thread, e.index(C), e.index(threads), [&](Value t) {
-          Value exists = lt(t, n);
-          SmallVector<Value> at = seq->step(hv, e.add(first, t));
-          if (gates)
-            e.store(e.loadOrZero(exists, args.g, at), gates, {t});
-          if (betas)
-            e.store(e.loadOrZero(exists, args.beta, at), betas, {t});
-        });
-      if (rows)
-        AsyncWaitOp::create(b);
-    });
-  }
-
-  /// Per step: G (the sum of the chunk's g up to the step) and 1 / |k|,
-  /// stored for the other kernels.
-  void perStep(Value first, Value n) {
-    e.forAll(e.index(C), [&](Value t) {
-      Value keyScale = e.scalar(1.0);
-      if (keyScales) {
-        keyScale = sharedRowNormInverse(e, {rows}, t, Dk);
-        e.store(keyScale, keyScales, {t});
-      }
-      Value logDecayTo = e.scalar(0.0);
-      if (logDecay) {
-        logDecayTo = e.sumOver(c0, e.add(t, c1), [&](Value s) {
-          return e.load(gates, {s});
-        });
-        e.store(logDecayTo, logDecay, {t});
-      }
-      e.ifThen(lt(t, n), [&] {
-        Value step = e.add(first, t);
-        e.store(logDecayTo, temporaries.scales, seq->stepFeature(hv, step, c0));
-        e.store(keyScale, temporaries.scales, seq->stepFeature(hv, step, c1));
-      });
-    });
-  }
-
-  /// The delta rules' k^ in f32 (k / |k| with qk_l2norm, else k) for A
-  /// and W, over every thread.
-  void normalizeKeys() {
-    Value width = e.index(Dk);
-    e.forAll(e.index(C * Dk), [&](Value x) {
-      Value t = e.div(x, width), i = e.rem(x, width);
-      Value key = e.load(rows, {t, i});
-      if (keyScales)
-        key = e.fmul(key, e.load(keyScales, {t}));
-      e.store(key, keys, {t, i});
-    });
-  }
-
-  /// A[t, s] = beta_t k^_t . k^_s exp(G_t - G_s) for s < t, 0 for s >= t,
-  /// a 4 x 8 tile of it per thread at a time; tiles wholly above the
-  /// diagonal (never read) are skipped.
-  void computeTransform() {
-    const int64_t columnTiles = C / kTileColumns;
-    e.forAll(e.index(C / kTileRows * columnTiles), [&](Value tile) {
-      Value t0 = e.mul(e.div(tile, e.index(columnTiles)), e.index(kTileRows));
-      Value s0 =
-          e.mul(e.rem(tile, e.index(columnTiles)), e.index(kTileColumns));
-      e.ifThen(lt(s0, e.add(t0, e.index(kTileRows))), [&] {
-        auto row = [&](Value first, int64_t offset) {
-          return e.add(first, e.index(offset));
-        };
-        SmallVector<Value> zeros(kTileRows * kTileColumns, e.scalar(0.0));
-        SmallVector<Value> gram = e.loop(
-            c0, e.index(Dk), c1, zeros,
-            [&](Value i, ValueRange sums) -> SmallVector<Value> {
-              SmallVector<Value> left, right, next;
-              for (int64_t a = 0; a < kTileRows; ++a)
-                left.push_back(e.load(keys, {row(t0, a), i}));
-              for (int64_t c = 0; c < kTileColumns; ++c)
-                right.push_back(e.load(keys, {row(s0, c), i}));
-              for (int64_t a = 0; a < kTileRows; ++a)
-                for (int64_t c = 0; c < kTileColumns; ++c)
-                  next.push_back(
-                      e.fma(left[a], right[c], sums[a * kTileColumns + c]));
-              return next;
-            });
-        for (int64_t a = 0; a < kTileRows; ++a) {
-          Value t = row(t0, a);
-          Value beta = e.load(betas, {t});
-          for (int64_t c = 0; c < kTileColumns; ++c) {
-            Value s = row(s0, c);
-            Value entry = e.fmul(beta, gram[a * kTileColumns + c]);
-            if (logDecay)
-              entry = e.fmul(entry, e.exp(e.fsub(e.load(logDecay, {t}),
-                                                 e.load(logDecay, {s}))));
-            e.store(e.select(lt(s, t), entry, e.scalar(0.0)), transform,
-                    {t, s});
-          }
-        }
-      });
-    });
-  }
-
-  /// Columns [pass * threads, ...) of W (`keyColumns`) or U: thread j
-  /// solves (I + A) x = beta rhs for column pass * threads + j by forward
-  /// substitution, x_t = beta_t rhs_t - sum_{s < t} A[t, s] x_s, unrolled
-  /// over the chunk's steps with x in registers (the sum in 4 partial sums,
-  /// 4 independent chains), and stores x_t for the chunk's steps (W as the
-  /// chain's operand parts: hi, then lo = x - hi).
-  void solveColumns(bool keyColumns, int64_t pass, Value first, Value n) {
-    const int64_t width = keyColumns ? Dk : Dv;
-    e.eachThread([&](Value thread) {
-      Value column = e.add(e.index(pass * threads), thread);
-      e.ifThen(lt(column, e.index(width)), [&] {
-        SmallVector<Value> x;
-        for (int64_t t = 0; t < C; ++t) {
-          Value at = e.index(t);
-          Value rhs;
-          if (keyColumns) {
-            rhs = e.load(keys, {at, column});
-            if (logDecay)
-              rhs = e.fmul(rhs, e.exp(e.load(logDecay, {at})));
-          } else {
-            rhs = e.load(rows, {at, column});
-          }
-          SmallVector<Value> known(std::min<int64_t>(t, 4), e.scalar(0.0));
-          for (int64_t s = 0; s < t; ++s)
-            known[s % 4] = e.fma(e.load(transform, {at, e.index(s)}), x[s],
-                                 known[s % 4]);
-          Value solved = e.fmul(e.load(betas, {at}), rhs);
-          for (Value partial : known)
-            solved = e.fsub(solved, partial);
-          x.push_back(solved);
-          e.ifThen(lt(at, n), [&] {
-            SmallVector<Value> feature = seq->stepFeature(
-                hv, e.add(first, at), column);
-            if (!keyColumns)
-              return e.store(solved, temporaries.u, feature);
-            storeTemporaryParts(e, solved, temporaries.w, feature);
-          });
-        }
-      });
-    });
-  }
-
-  Value hkOf() {
-    return e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
-  }
-  Value lt(Value x, Value y) { return e.icmp(arith::CmpIPredicate::ult, x, y); }
-  Value both(Value x, Value y) { return e.andI(x, y); }
-  const LinearRecurrenceShape &shape;
-  const int64_t threads;
-  OpBuilder::InsertionGuard guard;
-  func::FuncOp func;
-  ImplicitLocOpBuilder b;
-  SimtEmitter e;
-  RecurrenceBindings args;
-  ChunkTemporaries temporaries;
-  const int64_t C, Dk, Dv;
-  const bool delta;
-  Value c0, c1, hv;
-  std::optional<RecurrenceSequence> seq;
-  // Shared: k's rows as stored, then v's (the delta rules); k^ in f32
-  // (the delta rules); per step 1 / |k|, g, G and beta; A.
-  Value rows, keys, keyScales, gates, logDecay, betas, transform;
-};
-
 } // namespace
 
 int64_t SimtMmaRecurrenceTiling::rowPadding() const {
@@ -1183,6 +1252,24 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
   auto operand = [&](int64_t parts, int64_t rows, int64_t width) {
     return parts * buffer(rows * (width + pad), elementBytes);
   };
+  if (kernel == ChunkMmaKernel::Local) {
+    // k's (and v's) rows, per step g and G, 1 / |k|, beta; A, T; T
+    // diag(w).
+    int64_t total = operand(rawParts, C, paddedKeyDim);
+    if (delta)
+      total += operand(rawParts, C,
+                       roundUp(shape.valueDim, WarpMmaOp::kReductionStep));
+    if (shape.scalarDecay())
+      total += 2 * buffer(C, 4);
+    if (shape.normalizeQueryKey)
+      total += buffer(C, 4);
+    if (delta && computedParts == 1 && product.isF32())
+      total += buffer(C, 4) + buffer(C * (C + pad), 4) + buffer(C * (C + 1), 4);
+    else if (delta)
+      total += buffer(C, 4) + 2 * buffer(C * (C + 1), 4) +
+               operand(computedParts, C, C);
+    return total;
+  }
   // A stage (ChunkStage): k, W's rows (the chain of a delta rule), G and
   // 1 / |k|, the chain's values; the chain has two.
   int64_t stage = operand(rawParts, C, paddedKeyDim) + buffer(2 * C, 4);
@@ -1230,20 +1317,13 @@ SimtMmaRecurrenceTiling::choose(const LinearRecurrenceShape &shape,
     mma.columns = columns;
     mma.warps = columns / rows;
     mma.rowTiles = llvm::divideCeil(shape.chunkSize / rows, mma.warps);
-    if (std::max(mma.sharedBytes(shape, ChunkMmaKernel::States),
-                 mma.sharedBytes(shape, ChunkMmaKernel::Outputs)) <=
+    if (std::max({mma.sharedBytes(shape, ChunkMmaKernel::Local),
+                  mma.sharedBytes(shape, ChunkMmaKernel::States),
+                  mma.sharedBytes(shape, ChunkMmaKernel::Outputs)}) <=
         tiling.maxSharedBytes)
       return mma;
   }
   return std::nullopt;
-}
-
-func::FuncOp mlir::attn::buildSimtChunkLocalKernel(
-    OpBuilder &builder, Location loc, StringRef name,
-    const LinearRecurrenceShape &shape, const GpuTiling &tiling,
-    TypeRange bindingTypes) {
-  return SimtChunkLocalKernel(builder, loc, name, shape, tiling, bindingTypes)
-      .build();
 }
 
 func::FuncOp mlir::attn::buildSimtMmaRecurrenceKernel(
