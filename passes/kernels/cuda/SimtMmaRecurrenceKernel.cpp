@@ -168,7 +168,7 @@ struct BlockChunk {
   Value batch, hv, index, first, n;
 };
 
-/// Maps block `block` (SimtChunkLocalKernel's order) to its chunk and
+/// Maps block `block` (the local kernel's order) to its chunk and
 /// emplaces `seq` for its sequence.
 BlockChunk mapChunkBlock(SimtEmitter &e, const LinearRecurrenceShape &shape,
                          const RecurrenceBindings &args, Value block,
