@@ -4,19 +4,29 @@
     attn-opt F.mlir -attn-warp-mma-to-nvvm=chip=sm_90a -canonicalize -cse \
         | simulate-warp-mma.py F.mlir
 
-The lowered functions (straight-line code: index arithmetic, memref loads
-and stores, nvvm.convert.float.to.tf32, nvvm.mma.sync, llvm.extractvalue)
-run on 32 lanes in lockstep over random f32 operands. nvvm.mma.sync takes
-its fragments from the lanes as PTX's ISA lays out mma.m16n8k8 with .tf32
-(written out here, apart from the lowering): A [16 x 8] a0 = (g, t), a1 =
-(g + 8, t), a2 = (g, t + 4), a3 = (g + 8, t + 4); B [8 x 8] b0 = (t, g),
-b1 = (t + 4, g); C and D c0, c1 = (g, 2t), (g, 2t + 1), c2, c3 = (g + 8,
-2t), (g + 8, 2t + 1), with g = lane / 4 and t = lane % 4. The result is
-compared with the op's own definition (the attn_kernel.warp_mma of F.mlir,
-in float64). A lane whose fragments the lowering placed wrongly gives a
-wrong sum, and a product taken as one tf32 rounding (2^-11) fails the
-bound below. Prints one line per function: its name, its largest error
-relative to sum_l |a_il b_lj|, and ok or FAIL.
+The lowered functions (straight-line code: index arithmetic, memref and
+vector loads and stores, nvgpu.ldmatrix, conversions, nvvm.mma.sync,
+llvm.extractvalue) run on 32 lanes in lockstep over random operands.
+nvvm.mma.sync and nvgpu.ldmatrix take and give their fragments as PTX's
+ISA lays them out (written out here, apart from the lowering), with g =
+lane / 4 and t = lane % 4:
+
+  mma.m16n8k8 .tf32:  A a0 = (g, t), a1 = (g + 8, t), a2 = (g, t + 4),
+                      a3 = (g + 8, t + 4); B b0 = (t, g), b1 = (t + 4, g)
+  mma.m16n8k16 .bf16: A a0 = (g, 2t..2t+1), a1 = (g + 8, 2t..),
+                      a2 = (g, 2t+8..), a3 = (g + 8, 2t+8..);
+                      B b0 = (2t..2t+1, g), b1 = (2t+8..2t+9, g)
+  both, C and D:      c0, c1 = (g, 2t), (g, 2t + 1); c2, c3 = (g + 8, ..)
+  ldmatrix:           lane 8 i + r points at row r of matrix i; lane (g, t)
+                      gets (row g, columns 2t, 2t + 1) of each, or with
+                      .trans (rows 2t, 2t + 1, column g)
+
+The result is compared with the op's own definition (the
+attn_kernel.warp_mma of F.mlir, in float64). A fragment element the
+lowering placed wrongly gives a wrong sum, and an f32 product taken as
+one tf32 rounding (2^-11) fails the bound below. Prints one line per
+function: its name, its largest error relative to sum_l |a_il b_lj|, and
+ok or FAIL.
 """
 
 import math
@@ -42,6 +52,12 @@ def from_bits(b):
     return struct.unpack("<f", struct.pack("<I", b & 0xFFFFFFFF))[0]
 
 
+def bf16(x):
+    """x rounded to bf16 (to nearest, ties to even), as a float."""
+    b = bits(x)
+    return from_bits((b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000)
+
+
 def tf32_rna(x):
     """cvt.rna.tf32.f32: 10 fraction bits, ties away from zero (the carry
     of adding half an ulp to the magnitude's bits)."""
@@ -51,6 +67,10 @@ def tf32_rna(x):
 def shape_of(memref_type):
     dims = re.match(r"memref<([0-9x]+)x(f32|bf16|f16)", memref_type).group(1)
     return [int(d) for d in dims.split("x")]
+
+
+def element_of(memref_type):
+    return re.match(r"memref<(?:[0-9]+x)+(f32|bf16|f16)", memref_type).group(1)
 
 
 class Buffer:
@@ -96,6 +116,47 @@ def mma_tf32(lanes_a, lanes_b, lanes_c):
     return out
 
 
+def mma_bf16(lanes_a, lanes_b, lanes_c):
+    """D = A B + C of mma.m16n8k16 .row.col f32.bf16.bf16.f32: each
+    register a pair of bf16, the lower index first."""
+    a = [[0.0] * 16 for _ in range(16)]
+    b = [[0.0] * 8 for _ in range(16)]
+    c = [[0.0] * 8 for _ in range(16)]
+    for lane in range(LANES):
+        g, t = lane // 4, lane % 4
+        for reg, (i, k) in enumerate([(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)]):
+            a[i][k], a[i][k + 1] = lanes_a[reg][lane]
+        for reg, k in enumerate([2 * t, 2 * t + 8]):
+            b[k][g], b[k + 1][g] = lanes_b[reg][lane]
+        for reg, (i, j) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
+            c[i][j] = lanes_c[reg][lane]
+    d = [[f32(c[i][j] + sum(a[i][k] * b[k][j] for k in range(16))) for j in range(8)] for i in range(16)]
+    out = [[0.0] * LANES for _ in range(4)]
+    for lane in range(LANES):
+        g, t = lane // 4, lane % 4
+        for reg, (i, j) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
+            out[reg][lane] = d[i][j]
+    return out
+
+
+def ldmatrix(buffers, addresses, tiles, transpose):
+    """ldmatrix .x1/.x2/.x4 (.trans) of 16-bit elements: lane 8 i + r gives
+    the address of row r of matrix i (8 consecutive elements); lane (g, t)
+    gets, of each matrix, the pair (row g, columns 2t, 2t + 1), or with
+    .trans (rows 2t, 2t + 1, column g)."""
+    def element(i, row, column):
+        buffer, at = buffers[8 * i + row], addresses[8 * i + row]
+        return buffer.get(*at[:-1], at[-1] + column)
+    out = []
+    for lane in range(LANES):
+        g, t = lane // 4, lane % 4
+        if transpose:
+            out.append([(element(i, 2 * t, g), element(i, 2 * t + 1, g)) for i in range(tiles)])
+        else:
+            out.append([(element(i, g, 2 * t), element(i, g, 2 * t + 1)) for i in range(tiles)])
+    return out
+
+
 def parse_source(path):
     """{function: (argument names, warp_mma attributes)} of the source."""
     ops = {}
@@ -131,11 +192,12 @@ def run(lowered_body, arguments, spec, rng):
             for lane in range(LANES):
                 lanes[lane][name] = lane if name == lane_name else row
             continue
+        round_to = bf16 if element_of(type_text) == "bf16" else f32
         if name in per_lane:
             for lane in range(LANES):
                 lanes[lane][name] = Buffer(shape_of(type_text), lambda: f32(rng.uniform(-1, 1)))
         else:
-            buffer = Buffer(shape_of(type_text), lambda: f32(rng.uniform(-1, 1)))
+            buffer = Buffer(shape_of(type_text), lambda: round_to(rng.uniform(-1, 1)))
             for lane in range(LANES):
                 lanes[lane][name] = buffer
     before = {name: [dict(lanes[lane][name].data) for lane in range(LANES)]
@@ -203,6 +265,53 @@ def run(lowered_body, arguments, spec, rng):
             for lane in range(LANES):
                 values[lane][m.group(1)] = [out[i][lane] for i in range(4)]
             continue
+        m = re.match(r"(%\w+) = nvgpu\.ldmatrix (%\w+)\[([^\]]*)\] \{numTiles = (\d+) : i32, transpose = (true|false)\}", line)
+        if m:
+            result, buffer, at, tiles, transpose = m.groups()
+            addresses = [[get(lane, i.strip()) for i in at.split(",")] for lane in range(LANES)]
+            buffers = [get(lane, buffer) for lane in range(LANES)]
+            out = ldmatrix(buffers, addresses, int(tiles), transpose == "true")
+            for lane in range(LANES):
+                values[lane][result] = out[lane]
+            continue
+        m = re.match(r"(%\w+) = vector\.extract (%\w+)\[(\d+)\]", line)
+        if m:
+            for lane in range(LANES):
+                values[lane][m.group(1)] = get(lane, m.group(2))[int(m.group(3))]
+            continue
+        m = re.match(r"(%\w+) = vector\.bitcast (%\w+) : vector<2x(bf16|f16)> to vector<1xi32>", line)
+        if m:
+            for lane in range(LANES):
+                values[lane][m.group(1)] = [get(lane, m.group(2))]
+            continue
+        m = re.match(r"(%\w+) = vector\.load (%\w+)\[([^\]]*)\] : [^,]*>, vector<2x(bf16|f16)>", line)
+        if m:
+            result, buffer, at = m.group(1), m.group(2), m.group(3)
+            for lane in range(LANES):
+                index = [get(lane, i.strip()) for i in at.split(",")]
+                first = get(lane, buffer).get(*index)
+                index[-1] += 1
+                values[lane][result] = (first, get(lane, buffer).get(*index))
+            continue
+        m = re.match(r"(%\w+) = vector\.from_elements (%\w+), (%\w+) : vector<2x", line)
+        if m:
+            for lane in range(LANES):
+                values[lane][m.group(1)] = (get(lane, m.group(2)), get(lane, m.group(3)))
+            continue
+        m = re.match(r"(%\w+) = arith\.truncf (%\w+) : f32 to bf16", line)
+        if m:
+            for lane in range(LANES):
+                values[lane][m.group(1)] = bf16(get(lane, m.group(2)))
+            continue
+        m = re.match(r"(%\w+) = nvvm\.mma\.sync A\[([^\]]*)\]\s+B\[([^\]]*)\]\s+C\[([^\]]*)\].*"
+                     r"multiplicandAPtxType = #nvvm\.mma_type<bf16>.*shape = #nvvm\.shape<m = 16, n = 8, k = 16>", line)
+        if m:
+            regs = [[[get(lane, r.strip()) for lane in range(LANES)] for r in group.split(",")]
+                    for group in m.groups()[1:]]
+            out = mma_bf16(*regs)
+            for lane in range(LANES):
+                values[lane][m.group(1)] = [out[i][lane] for i in range(4)]
+            continue
         m = re.match(r"(%\w+) = llvm\.extractvalue (%\w+)\[(\d+)\]", line)
         if m:
             for lane in range(LANES):
@@ -219,12 +328,15 @@ def check(name, spec, lanes, before, row):
     n, k, flags, tiles = spec["n"], spec["k"], spec["flags"], spec["tiles"]
     types = dict(spec["arguments"])
 
+    # The products' type: rhs's (fragments of f32 are rounded to it).
+    product = bf16 if element_of(types[rhs]) == "bf16" else f32
+
     def lhs_at(tile, i, l):
         if "lhs_fragment" in flags:
             owner = 4 * (i % 8) + (l % 8) // 2
             buffer = Buffer(shape_of(types[lhs]), lambda: 0.0)
             buffer.data = before[lhs][owner]
-            return buffer.get(tile * k // 8 + l // 8, 2 * (i // 8) + l % 2)
+            return product(buffer.get(tile * k // 8 + l // 8, 2 * (i // 8) + l % 2))
         buffer = Buffer(shape_of(types[lhs]), lambda: 0.0)
         buffer.data = before[lhs][0]
         return buffer.get(row + 16 * tile + i, l)
