@@ -449,6 +449,24 @@ std::vector<RecurrenceCase> cases() {
        .valueDim = 20,
        .length = 1});
   add({.label = "continue_decode_decode", .length = 1, .continuation = 1});
+  // CUDA, the per-chunk kernel on products: chunks of two blocks of 16
+  // steps (T's off-diagonal block), Dk and Dv padded to the products' 16
+  // (72 -> 80, 40 -> 48), a last chunk of 22 steps, two sequences, two
+  // value heads a key head; and the same in f16 (k and v converted into
+  // two bf16 parts).
+  add({.label = "delta_chunk32_padded_dims",
+       .rule = "delta",
+       .keyDim = 72,
+       .valueDim = 40,
+       .chunk = 32,
+       .batch = 2,
+       .length = 150});
+  add({.label = "f16_gated_delta_chunk32",
+       .keyDim = 72,
+       .valueDim = 40,
+       .chunk = 32,
+       .length = 150,
+       .dtype = "f16"});
   // CUDA: a value dim wider than a block (2 column tiles of 128, the
   // second with 72 idle threads) and one narrower than a warp.
   add({.label = "gated_delta_Dv200_gate",
