@@ -480,7 +480,9 @@ void SimtMmaRecurrenceKernel::buildLocal() {
 
 void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
   const int64_t pad = mma.rowPadding();
-  localKeys = sharedParts(mma.rawParts, {C, Dkp + pad});
+  // k's rows only where something reads k (its norms, A, W).
+  if (shape.normalizeQueryKey || delta)
+    localKeys = sharedParts(mma.rawParts, {C, Dkp + pad});
   if (delta)
     localValues = sharedParts(mma.rawParts, {C, Dvp + pad});
   if (scalarDecay) {
@@ -534,8 +536,9 @@ static void stageOperandRows(
 
 void SimtMmaRecurrenceKernel::stageLocalChunk(Value first, Value n) {
   e.eachThread([&](Value thread) {
-    stageOperandRows(e, thread, C, mma.threads(), args.k, localKeys, Dk, Dkp,
-                     stepRows(e, *seq, hk, first, n));
+    if (!localKeys.empty())
+      stageOperandRows(e, thread, C, mma.threads(), args.k, localKeys, Dk, Dkp,
+                       stepRows(e, *seq, hk, first, n));
     if (gates || betas)
       e.loop(thread, e.index(C), e.index(mma.threads()), [&](Value t) {
         Value exists = lt(t, n);
@@ -1255,7 +1258,9 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
   if (kernel == ChunkMmaKernel::Local) {
     // k's (and v's) rows, per step g and G, 1 / |k|, beta; A, T; T
     // diag(w).
-    int64_t total = operand(rawParts, C, paddedKeyDim);
+    int64_t total = 0;
+    if (shape.normalizeQueryKey || delta)
+      total += operand(rawParts, C, paddedKeyDim);
     if (delta)
       total += operand(rawParts, C,
                        roundUp(shape.valueDim, WarpMmaOp::kReductionStep));
