@@ -328,6 +328,18 @@ bool ldmatrixReads(Value memref) {
          type.getDimSize(1) * type.getElementTypeBitWidth() / 8 % 16 == 0;
 }
 
+/// Element `index` (2 half + el) of column block `block` of the lane's own
+/// fragments (lhs_fragment): the lane's [block, index], or [lane, block,
+/// index] of a warp's buffer.
+Value ownFragmentElement(ImplicitLocOpBuilder &b, WarpMmaOp op, int64_t block,
+                         int64_t index) {
+  SmallVector<Value, 3> at{arith::ConstantIndexOp::create(b, block),
+                           arith::ConstantIndexOp::create(b, index)};
+  if (cast<MemRefType>(op.getLhs().getType()).getRank() == 3)
+    at.insert(at.begin(), op.getLane());
+  return memref::LoadOp::create(b, op.getLhs(), at);
+}
+
 /// A of row tile `tile` in reduction step `step` from the lane's own
 /// fragments (lhs_fragment), as the 4 pairs of 16-bit elements that an
 /// mma.m16n8k16 (or a wgmma .m64nNk16, per warp) takes: the accumulator
@@ -338,21 +350,14 @@ SmallVector<Value, 4> ownFragmentPairs(ImplicitLocOpBuilder &b, WarpMmaOp op,
                                        int64_t tile, int64_t step) {
   Type element = op.getProductType();
   auto pairType = VectorType::get({2}, element);
-  Value lhs = op.getLhs();
   const int64_t firstBlock = tile * op.getK() / 8 + 2 * step;
   SmallVector<Value, 4> pairs;
   for (int64_t block : {firstBlock, firstBlock + 1})
     for (int64_t half = 0; half < 2; ++half) {
       SmallVector<Value, 2> pair;
-      for (int64_t el = 0; el < 2; ++el) {
-        SmallVector<Value, 3> at{
-            arith::ConstantIndexOp::create(b, block),
-            arith::ConstantIndexOp::create(b, 2 * half + el)};
-        if (cast<MemRefType>(lhs.getType()).getRank() == 3)
-          at.insert(at.begin(), op.getLane());
+      for (int64_t el = 0; el < 2; ++el)
         pair.push_back(arith::TruncFOp::create(
-            b, element, memref::LoadOp::create(b, lhs, at)));
-      }
+            b, element, ownFragmentElement(b, op, block, 2 * half + el)));
       pairs.push_back(vector::FromElementsOp::create(b, pairType, pair));
     }
   return pairs;
@@ -366,31 +371,31 @@ AccumulatorValues loadAccumulators(SimtEmitter &e, WarpMmaOp op,
                                    ArrayRef<MmaFragmentLayout> tileLayouts) {
   AccumulatorValues acc(op.getRowTiles(),
                         SmallVector<SmallVector<Value, 4>>(columnBlocks(op)));
-  for (auto [tile, blocks] : llvm::enumerate(acc))
+  for (auto [tile, blocks] : llvm::enumerate(acc)) {
+    MmaFragmentLayout layout = tileLayouts[tile];
     for (auto [block, values] : llvm::enumerate(blocks))
       for (int64_t half = 0; half < 2; ++half)
-        for (int64_t el = 0; el < 2; ++el) {
-          MmaFragmentLayout layout = tileLayouts[tile];
+        for (int64_t el = 0; el < 2; ++el)
           values.push_back(
               op.getAccumulate()
                   ? e.load(op.getAcc(), accIndices(e, op, layout, tile,
                                                    e.index(block), half, el))
                   : e.scalar(0.0));
-        }
+  }
   return acc;
 }
 
 void storeAccumulators(SimtEmitter &e, WarpMmaOp op,
                        ArrayRef<MmaFragmentLayout> tileLayouts,
                        const AccumulatorValues &acc) {
-  for (auto [tile, blocks] : llvm::enumerate(acc))
+  for (auto [tile, blocks] : llvm::enumerate(acc)) {
+    MmaFragmentLayout layout = tileLayouts[tile];
     for (auto [block, values] : llvm::enumerate(blocks))
       for (int64_t half = 0; half < 2; ++half)
-        for (int64_t el = 0; el < 2; ++el) {
-          MmaFragmentLayout layout = tileLayouts[tile];
+        for (int64_t el = 0; el < 2; ++el)
           e.store(values[2 * half + el], op.getAcc(),
                   accIndices(e, op, layout, tile, e.index(block), half, el));
-        }
+  }
 }
 
 /// acc (c0..c3) = A B + acc by one nvvm.mma.sync .m16n8k`k` .row.col with
@@ -602,12 +607,17 @@ void lowerToTf32MmaSync(WarpMmaOp op) {
   const int64_t step = WarpMmaOp::kFragmentColumns;
   AccumulatorValues acc = loadAccumulators(e, op, tileLayouts);
 
-  // The lane's k slots in a step, from the step's first k.
+  // The lane's k slots in a step, from the step's first k: 2t and 2t + 1
+  // (the layout's pair), or t and t + 4.
   const bool paired = op.getLhsFragment() || !op.getRhsTransposed();
-  Value t = e.rem(op.getLane(), e.index(4));
-  Value slots[2] = {paired ? e.mul(t, e.index(2)) : t,
-                    paired ? e.add(e.mul(t, e.index(2)), e.index(1))
-                           : e.add(t, e.index(4))};
+  Value firstSlot =
+      paired ? layout.pairColumn : e.rem(op.getLane(), e.index(4));
+  Value slots[2] = {firstSlot, e.add(firstSlot, e.index(paired ? 1 : 4))};
+  // hi lo, lo hi, hi hi: of the orders with the small terms first, the one
+  // after which ptxas spills nothing in the f32 flash kernels of head_dim
+  // 256 (lo hi first: 16-36 bytes in decode).
+  const std::array<std::pair<int, int>, 3> terms = {
+      std::pair{0, 1}, std::pair{1, 0}, std::pair{0, 0}};
   // x as {hi, lo}, each a tf32 in an i32.
   auto split = [&](Value x) -> std::array<Value, 2> {
     auto tf32 = [&](Value value) -> Value {
@@ -633,14 +643,10 @@ void lowerToTf32MmaSync(WarpMmaOp op) {
     if (op.getLhsFragment()) {
       // Column block `block` of the lane's fragments: (g, 2t) = [block,
       // 0], (g + 8, 2t) = [block, 2], then 2t + 1 at [block, 1], [block, 3].
-      Value block = e.index(tile * op.getK() / step + stepIndex);
+      const int64_t block = tile * op.getK() / step + stepIndex;
       SmallVector<Value, 4> a;
-      for (int64_t element : {0, 2, 1, 3}) {
-        SmallVector<Value, 3> at{block, e.index(element)};
-        if (cast<MemRefType>(op.getLhs().getType()).getRank() == 3)
-          at.insert(at.begin(), op.getLane());
-        a.push_back(e.load(op.getLhs(), at));
-      }
+      for (int64_t element : {0, 2, 1, 3})
+        a.push_back(ownFragmentElement(b, op, block, element));
       return a;
     }
     MmaFragmentLayout &rows = tileLayouts[tile];
@@ -665,11 +671,6 @@ void lowerToTf32MmaSync(WarpMmaOp op) {
       auto bParts = splitAll(bValues);
       for (int64_t tile = 0; tile < tiles; ++tile) {
         auto &aParts = a[tile];
-        // hi lo, lo hi, hi hi: of the orders with the small terms first,
-        // the one after which ptxas spills nothing in the f32 flash
-        // kernels of head_dim 256 (lo hi first: 16-36 bytes in decode).
-        const std::array<std::pair<int, int>, 3> terms = {
-            std::pair{0, 1}, std::pair{1, 0}, std::pair{0, 0}};
         for (auto [aPart, bPart] : terms)
           mmaSync(b, NVVM::MMATypes::tf32, step, aParts[aPart], bParts[bPart],
                   acc[tile][block]);

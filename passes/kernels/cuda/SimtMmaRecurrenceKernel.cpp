@@ -337,6 +337,15 @@ private:
   void multiply(ArrayRef<Value> lhs, ArrayRef<Value> rhs, Value acc, Value row,
                 Value lane, int64_t n, int64_t k, bool rhsTransposed,
                 bool accumulate, int64_t rowTiles, bool lhsFragments = false);
+  /// Thread `thread`'s share of copying `count` rows of `dim` features of
+  /// `from` into the operand `parts` ([count, padded + ...], zeros past the
+  /// rows rowAt says exist and past `dim`): by cp.async where one part is
+  /// the rows as stored, else converted (f16 into two bf16 parts, loads
+  /// the thread waits for).
+  void stageOperandRows(
+      Value thread, int64_t count, Value from, ArrayRef<Value> parts,
+      int64_t dim, int64_t padded,
+      function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt);
   /// Stores `x` into `parts` at `at`: hi = x rounded to the parts' type,
   /// then lo = x - hi when there are two.
   void storeParts(Value x, ArrayRef<Value> parts, ValueRange at);
@@ -508,36 +517,26 @@ void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
   valueRegs = e.registers({tilesPerWarp * Dvp / fragmentColumns, 4});
 }
 
-/// Copies `count` rows of `dim` features of `from` into the operand
-/// `parts` ([count, padded + ...]): by cp.async when the rows are stored as
-/// the products take them (one part), else converted (f16 into two bf16
-/// parts, loads the thread waits for).
-static void stageOperandRows(
-    SimtEmitter &e, Value thread, int64_t count, int64_t threads, Value from,
-    ArrayRef<Value> parts, int64_t dim, int64_t padded,
+void SimtMmaRecurrenceKernel::stageOperandRows(
+    Value thread, int64_t count, Value from, ArrayRef<Value> parts, int64_t dim,
+    int64_t padded,
     function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt) {
-  Type product = cast<MemRefType>(parts[0].getType()).getElementType();
-  if (parts.size() == 1 && KernelEmitter::storageType(from) == product)
+  if (parts.size() == 1)
     return e.stageRows(thread, count, from, parts[0], dim, padded, rowAt);
   Value width = e.index(padded);
-  e.loop(thread, e.index(count * padded), e.index(threads), [&](Value x) {
+  e.loop(thread, e.index(count * padded), e.index(mma.threads()), [&](Value x) {
     Value row = e.div(x, width), i = e.rem(x, width);
     auto [at, exists] = rowAt(row);
     at.push_back(i);
-    Value value = e.loadOrZero(
-        e.andI(exists, e.icmp(arith::CmpIPredicate::ult, i, e.index(dim))),
-        from, at);
-    e.store(value, parts[0], {row, i});
-    if (parts.size() == 2)
-      e.store(e.fsub(value, e.widen(e.narrow(value, product))), parts[1],
-              {row, i});
+    storeParts(e.loadOrZero(both(exists, lt(i, e.index(dim))), from, at), parts,
+               {row, i});
   });
 }
 
 void SimtMmaRecurrenceKernel::stageLocalChunk(Value first, Value n) {
   e.eachThread([&](Value thread) {
     if (!localKeys.empty())
-      stageOperandRows(e, thread, C, mma.threads(), args.k, localKeys, Dk, Dkp,
+      stageOperandRows(thread, C, args.k, localKeys, Dk, Dkp,
                        stepRows(e, *seq, hk, first, n));
     if (gates || betas)
       e.loop(thread, e.index(C), e.index(mma.threads()), [&](Value t) {
@@ -554,7 +553,7 @@ void SimtMmaRecurrenceKernel::stageLocalChunk(Value first, Value n) {
 
 void SimtMmaRecurrenceKernel::stageValueRows(Value thread, Value first,
                                              Value n) {
-  stageOperandRows(e, thread, C, mma.threads(), args.v, localValues, Dv, Dvp,
+  stageOperandRows(thread, C, args.v, localValues, Dv, Dvp,
                    stepRows(e, *seq, hv, first, n));
 }
 
@@ -768,18 +767,8 @@ void SimtMmaRecurrenceKernel::stageChunk(Value thread, Value chunk,
   Value n = e.minS(e.index(C), e.sub(seq->length, first));
   // k as stored is the products' operand unless it is f16 (two bf16
   // parts, converted here: loads that the chain waits for).
-  if (stage.keys.size() == 1) {
-    e.stageRows(thread, C, args.k, stage.keys[0], Dk, Dkp,
-                stepRows(e, *seq, hk, first, n));
-  } else {
-    Value dkp = e.index(Dkp);
-    e.loop(thread, e.index(C * Dkp), e.index(mma.threads()), [&](Value x) {
-      Value t = e.div(x, dkp), i = e.rem(x, dkp);
-      storeParts(e.loadOrZero(both(lt(t, n), lt(i, e.index(Dk))), args.k,
-                              seq->stepFeature(hk, e.add(first, t), i)),
-                 stage.keys, {t, i});
-    });
-  }
+  stageOperandRows(thread, C, args.k, stage.keys, Dk, Dkp,
+                   stepRows(e, *seq, hk, first, n));
   // W's parts as the local kernel stored them; G and 1 / |k|.
   for (auto [part, w] : llvm::enumerate(stage.w))
     e.stageRows(thread, C, temporaries.w, w, Dk, Dkp,

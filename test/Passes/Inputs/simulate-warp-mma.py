@@ -94,49 +94,47 @@ class Buffer:
         self.data[self.flat(at)] = value
 
 
-def mma_tf32(lanes_a, lanes_b, lanes_c):
-    """D = A B + C of mma.m16n8k8 .row.col f32.tf32.tf32.f32 for the warp."""
-    a = [[0.0] * 8 for _ in range(16)]
-    b = [[0.0] * 8 for _ in range(8)]
+def accumulator_places(g, t):
+    """C's and D's (row, column) of c0..c3 (both shapes)."""
+    return [(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]
+
+
+def mma_sync(k, place, lanes_a, lanes_b, lanes_c):
+    """D = A B + C of mma.m16n8k`k` .row.col with f32 C and D for the
+    warp; place(g, t, a_regs, b_regs, a, b) puts a lane's A and B registers
+    into A [16 x k] and B [k x 8]."""
+    a = [[0.0] * k for _ in range(16)]
+    b = [[0.0] * 8 for _ in range(k)]
     c = [[0.0] * 8 for _ in range(16)]
     for lane in range(LANES):
         g, t = lane // 4, lane % 4
-        for reg, (i, k) in enumerate([(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]):
-            a[i][k] = from_bits(lanes_a[reg][lane])
-        for reg, k in enumerate([t, t + 4]):
-            b[k][g] = from_bits(lanes_b[reg][lane])
-        for reg, (i, j) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
+        place(g, t, [r[lane] for r in lanes_a], [r[lane] for r in lanes_b], a, b)
+        for reg, (i, j) in enumerate(accumulator_places(g, t)):
             c[i][j] = lanes_c[reg][lane]
-    d = [[f32(c[i][j] + sum(a[i][k] * b[k][j] for k in range(8))) for j in range(8)] for i in range(16)]
+    d = [[f32(c[i][j] + sum(a[i][l] * b[l][j] for l in range(k))) for j in range(8)]
+         for i in range(16)]
     out = [[0.0] * LANES for _ in range(4)]
     for lane in range(LANES):
-        g, t = lane // 4, lane % 4
-        for reg, (i, j) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
+        for reg, (i, j) in enumerate(accumulator_places(lane // 4, lane % 4)):
             out[reg][lane] = d[i][j]
     return out
 
 
-def mma_bf16(lanes_a, lanes_b, lanes_c):
-    """D = A B + C of mma.m16n8k16 .row.col f32.bf16.bf16.f32: each
-    register a pair of bf16, the lower index first."""
-    a = [[0.0] * 16 for _ in range(16)]
-    b = [[0.0] * 8 for _ in range(16)]
-    c = [[0.0] * 8 for _ in range(16)]
-    for lane in range(LANES):
-        g, t = lane // 4, lane % 4
-        for reg, (i, k) in enumerate([(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)]):
-            a[i][k], a[i][k + 1] = lanes_a[reg][lane]
-        for reg, k in enumerate([2 * t, 2 * t + 8]):
-            b[k][g], b[k + 1][g] = lanes_b[reg][lane]
-        for reg, (i, j) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
-            c[i][j] = lanes_c[reg][lane]
-    d = [[f32(c[i][j] + sum(a[i][k] * b[k][j] for k in range(16))) for j in range(8)] for i in range(16)]
-    out = [[0.0] * LANES for _ in range(4)]
-    for lane in range(LANES):
-        g, t = lane // 4, lane % 4
-        for reg, (i, j) in enumerate([(g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1)]):
-            out[reg][lane] = d[i][j]
-    return out
+def place_tf32(g, t, a_regs, b_regs, a, b):
+    """mma.m16n8k8 .tf32: a register a tf32 (its f32 bits)."""
+    for reg, (i, k) in enumerate([(g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)]):
+        a[i][k] = from_bits(a_regs[reg])
+    for reg, k in enumerate([t, t + 4]):
+        b[k][g] = from_bits(b_regs[reg])
+
+
+def place_bf16(g, t, a_regs, b_regs, a, b):
+    """mma.m16n8k16 .bf16: a register a pair of bf16, the lower index
+    first."""
+    for reg, (i, k) in enumerate([(g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8)]):
+        a[i][k], a[i][k + 1] = a_regs[reg]
+    for reg, k in enumerate([2 * t, 2 * t + 8]):
+        b[k][g], b[k + 1][g] = b_regs[reg]
 
 
 def ldmatrix(buffers, addresses, tiles, transpose):
@@ -215,6 +213,9 @@ def run(lowered_body, arguments, spec, rng):
     def get(lane, name):
         return values[lane][name]
 
+    def indices(lane, at):
+        return [get(lane, i.strip()) for i in at.split(",")]
+
     for line in lowered_body.splitlines()[1:]:
         line = line.strip()
         if not line or line.startswith("return") or line == "}":
@@ -241,14 +242,14 @@ def run(lowered_body, arguments, spec, rng):
         if m:
             result, buffer, at = m.groups()
             for lane in range(LANES):
-                index = [get(lane, i.strip()) for i in at.split(",")]
+                index = indices(lane, at)
                 values[lane][result] = get(lane, buffer).get(*index)
             continue
         m = re.match(r"memref\.store (%\w+), (%\w+)\[([^\]]*)\]", line)
         if m:
             value, buffer, at = m.groups()
             for lane in range(LANES):
-                index = [get(lane, i.strip()) for i in at.split(",")]
+                index = indices(lane, at)
                 get(lane, buffer).set(get(lane, value), *index)
             continue
         m = re.match(r"(%\w+) = nvvm\.convert\.float\.to\.tf32 (%\w+) \{rnd = #nvvm\.fp_rnd_mode<rna>\}", line)
@@ -257,18 +258,22 @@ def run(lowered_body, arguments, spec, rng):
                 values[lane][m.group(1)] = tf32_rna(get(lane, m.group(2)))
             continue
         m = re.match(r"(%\w+) = nvvm\.mma\.sync A\[([^\]]*)\]\s+B\[([^\]]*)\]\s+C\[([^\]]*)\].*"
-                     r"multiplicandAPtxType = #nvvm\.mma_type<tf32>.*shape = #nvvm\.shape<m = 16, n = 8, k = 8>", line)
+                     r"multiplicandAPtxType = #nvvm\.mma_type<(\w+)>.*shape = #nvvm\.shape<m = 16, n = 8, k = (\d+)>", line)
         if m:
+            result, *groups, ptx_type, k = m.groups()
+            place = {("tf32", "8"): place_tf32, ("bf16", "16"): place_bf16}.get((ptx_type, k))
+            if place is None:
+                raise SystemExit(f"simulate-warp-mma: no {ptx_type} k = {k} mma: {line}")
             regs = [[[get(lane, r.strip()) for lane in range(LANES)] for r in group.split(",")]
-                    for group in m.groups()[1:]]
-            out = mma_tf32(*regs)
+                    for group in groups]
+            out = mma_sync(int(k), place, *regs)
             for lane in range(LANES):
-                values[lane][m.group(1)] = [out[i][lane] for i in range(4)]
+                values[lane][result] = [out[i][lane] for i in range(4)]
             continue
         m = re.match(r"(%\w+) = nvgpu\.ldmatrix (%\w+)\[([^\]]*)\] \{numTiles = (\d+) : i32, transpose = (true|false)\}", line)
         if m:
             result, buffer, at, tiles, transpose = m.groups()
-            addresses = [[get(lane, i.strip()) for i in at.split(",")] for lane in range(LANES)]
+            addresses = [indices(lane, at) for lane in range(LANES)]
             buffers = [get(lane, buffer) for lane in range(LANES)]
             out = ldmatrix(buffers, addresses, int(tiles), transpose == "true")
             for lane in range(LANES):
@@ -288,7 +293,7 @@ def run(lowered_body, arguments, spec, rng):
         if m:
             result, buffer, at = m.group(1), m.group(2), m.group(3)
             for lane in range(LANES):
-                index = [get(lane, i.strip()) for i in at.split(",")]
+                index = indices(lane, at)
                 first = get(lane, buffer).get(*index)
                 index[-1] += 1
                 values[lane][result] = (first, get(lane, buffer).get(*index))
@@ -302,15 +307,6 @@ def run(lowered_body, arguments, spec, rng):
         if m:
             for lane in range(LANES):
                 values[lane][m.group(1)] = bf16(get(lane, m.group(2)))
-            continue
-        m = re.match(r"(%\w+) = nvvm\.mma\.sync A\[([^\]]*)\]\s+B\[([^\]]*)\]\s+C\[([^\]]*)\].*"
-                     r"multiplicandAPtxType = #nvvm\.mma_type<bf16>.*shape = #nvvm\.shape<m = 16, n = 8, k = 16>", line)
-        if m:
-            regs = [[[get(lane, r.strip()) for lane in range(LANES)] for r in group.split(",")]
-                    for group in m.groups()[1:]]
-            out = mma_bf16(*regs)
-            for lane in range(LANES):
-                values[lane][m.group(1)] = [out[i][lane] for i in range(4)]
             continue
         m = re.match(r"(%\w+) = llvm\.extractvalue (%\w+)\[(\d+)\]", line)
         if m:
