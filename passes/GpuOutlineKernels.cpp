@@ -248,14 +248,25 @@ struct AttnGpuOutlineKernels final
                              MemRefLayoutAttrInterface(), workgroupSpace));
     int64_t offset = 0;
     for (memref::AllocaOp alloca : sharedBuffers) {
-      for (Operation *user : alloca->getUsers())
+      // Views (a warp's rows or columns of an operand) only as products'
+      // operands: they are rebuilt on the shared buffer below.
+      SmallVector<memref::SubViewOp> operandViews;
+      for (Operation *user : alloca->getUsers()) {
+        auto subview = dyn_cast<memref::SubViewOp>(user);
+        if (subview &&
+            llvm::all_of(subview->getUsers(), llvm::IsaPred<WarpMmaOp>)) {
+          operandViews.push_back(subview);
+          continue;
+        }
         if (!isa<memref::LoadOp, memref::StoreOp, memref::AtomicRMWOp,
                  vector::LoadOp, vector::StoreOp, WarpMmaOp, AsyncCopyOp>(
                 user))
           return user->emitError(
               "a shared buffer may only be loaded, stored (elements or "
               "vectors), updated atomically (memref.atomic_rmw) and used by "
-              "attn_kernel.warp_mma and attn_kernel.async_copy");
+              "attn_kernel.warp_mma (itself or through memref.subview) and "
+              "attn_kernel.async_copy");
+      }
       MemRefType type = alloca.getType();
       auto sharedType =
           MemRefType::get(type.getShape(), type.getElementType(),
@@ -265,6 +276,14 @@ struct AttnGpuOutlineKernels final
           ValueRange());
       alloca.replaceAllUsesWith(view);
       alloca.erase();
+      for (memref::SubViewOp subview : operandViews) {
+        OpBuilder at(subview);
+        Value shared = memref::SubViewOp::create(
+            at, subview.getLoc(), view, subview.getMixedOffsets(),
+            subview.getMixedSizes(), subview.getMixedStrides());
+        subview.replaceAllUsesWith(shared);
+        subview.erase();
+      }
       offset += roundUp(
           type.getNumElements() * type.getElementTypeBitWidth() / 8, 16);
     }

@@ -319,13 +319,23 @@ void lowerToLoops(WarpMmaOp op) {
 /// Whether `ldmatrix` can read 8 x 8 matrices of `memref`: it is in shared
 /// memory and its rows are whole 16-byte pieces (each lane's row address
 /// must be 16-byte aligned; shared buffers start 16-byte aligned and the
-/// matrices start at columns that are multiples of 8).
+/// matrices start at columns that are multiples of 8). A view's offset
+/// must keep that alignment (the op's contract); a static one is checked.
 bool ldmatrixReads(Value memref) {
   auto type = cast<MemRefType>(memref.getType());
   auto space = dyn_cast_or_null<gpu::AddressSpaceAttr>(type.getMemorySpace());
-  return space && space.getValue() == gpu::AddressSpace::Workgroup &&
-         type.hasStaticShape() &&
-         type.getDimSize(1) * type.getElementTypeBitWidth() / 8 % 16 == 0;
+  SmallVector<int64_t, 2> strides;
+  int64_t offset;
+  if (!space || space.getValue() != gpu::AddressSpace::Workgroup ||
+      !type.hasStaticShape() || type.getRank() != 2 ||
+      failed(type.getStridesAndOffset(strides, offset)))
+    return false;
+  const int64_t bytes = type.getElementTypeBitWidth() / 8;
+  auto aligned = [&](int64_t elements) {
+    return ShapedType::isDynamic(elements) || elements * bytes % 16 == 0;
+  };
+  return strides[1] == 1 && !ShapedType::isDynamic(strides[0]) &&
+         aligned(strides[0]) && aligned(offset);
 }
 
 /// Element `index` (2 half + el) of column block `block` of the lane's own

@@ -85,15 +85,29 @@ static std::pair<int64_t, int64_t> tileShape(MemRefType type) {
   return {type.getDimSize(0), type.getDimSize(1)};
 }
 
+/// Whether `type` is row-major, or with `identityOnly` unset a view whose
+/// rows are contiguous at a static stride (memref.subview of rows or
+/// columns of a row-major buffer).
+static bool unitStrideRows(MemRefType type, bool identityOnly) {
+  if (type.getLayout().isIdentity())
+    return true;
+  SmallVector<int64_t> strides;
+  int64_t offset;
+  if (identityOnly || failed(type.getStridesAndOffset(strides, offset)))
+    return false;
+  return !strides.empty() && strides.back() == 1 &&
+         llvm::none_of(strides, ShapedType::isDynamic);
+}
+
 LogicalResult WarpMmaOp::verify() {
   const bool warpgroup = getWarpgroup();
   auto check = [&](Value operand, StringRef name) -> LogicalResult {
     auto type = cast<MemRefType>(operand.getType());
-    if (!type.hasStaticShape() || !type.getLayout().isIdentity())
+    if (!type.hasStaticShape() || !unitStrideRows(type, warpgroup))
       return emitOpError() << "'" << name
-                           << "' must be a row-major memref of static shape, "
-                              "got "
-                           << type;
+                           << "' must be a row-major memref of static shape"
+                           << (warpgroup ? "" : " (or a view of its rows)")
+                           << ", got " << type;
     const int64_t side = kCoreMatrixSide;
     if (warpgroup && (type.getRank() != 4 || type.getDimSize(2) != side ||
                       type.getDimSize(3) != side))

@@ -334,14 +334,14 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK-NOT:     attn.threads
 // CHECK:         return
 // Then the chain of chunks, the products on warp_mma: a block per (batch,
-// value head, 32 state columns: Dv = 24 padded to a power of 2), a warp
-// per 16 columns. Shared, in two stages: k and W rows (Dk = 32, and 16
+// value head, 32 state columns: Dv = 24 padded to a power of 2), two warps
+// per 16 columns, each with half of Dk. Shared, in two stages: k and W rows (Dk = 32, and 16
 // bytes), G and 1 / |k|, U's columns (and 16 bytes); then the state's
 // transposed copy and U'^T (the products' operands, one f32 part each).
 // CHECK-LABEL: func.func private @gdn__chunk_states2
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "chunk_states"
-// CHECK-SAME:    attn.tiling = {block_threads = 64 : i64
+// CHECK-SAME:    attn.tiling = {block_threads = 128 : i64
 // CHECK:         %[[K0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         %[[W0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         %[[G0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x2xf32>
@@ -352,9 +352,10 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         %[[ST:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x20xf32>
-// The lanes' fragments of S^T (16 columns of Dk = 32 per warp) and of W S.
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<64x4x4xf32>
+// The lanes' fragments of S^T (16 columns, 16 of Dk = 32 per warp) and of
+// W S (16 columns per warp).
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x2x4xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.registers} : memref<128x2x4xf32>
 // S_init is the first chunk's starting state, in the shared copy; the
 // chunk's inputs are copied into stage 0 meanwhile: k, W, G and 1 / |k|
 // (8 bytes a step), U; a group left in flight.
@@ -376,19 +377,23 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK-NEXT:      vector.store %[[PIECE]], %arg14[%c0, {{.+}}] {alignment = 16 : i64} : memref<1x?x4x24x32xf32>, vector<4xf32>
 // CHECK:           attn_kernel.async_wait {pending = 1 : i64}
 // CHECK:           } {attn.threads}
-// CHECK:           attn_kernel.warp_mma %[[W0]], %[[ST]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
+// CHECK:           %[[COLUMNS0:.+]] = memref.subview %[[ST]][%{{.+}}, 0] [16, 36] [1, 1]
+// CHECK:           attn_kernel.warp_mma %[[W0]], %[[COLUMNS0]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(16) k(32) {acc_fragment, rhs_transposed}
 // CHECK:           memref.load %[[U0]]
 // CHECK:           memref.store %{{.+}}, %arg12[%c0,
 // CHECK:           } {attn.threads}
-// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[K0]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(16) {acc_fragment, accumulate}
+// CHECK:           %[[KEYS0:.+]] = memref.subview %[[K0]][0, %{{.+}}] [16, 16] [1, 1]
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[KEYS0]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(16) k(16) {acc_fragment, accumulate}
 // CHECK-NOT:       %arg14
 // CHECK:           } {attn.threads}
 // CHECK:           attn_kernel.async_copy %arg1[{{.+}}], %[[K0]][{{.+}}]
 // CHECK:           attn_kernel.async_wait {pending = 1 : i64}
 // CHECK:           } {attn.threads}
-// CHECK:           attn_kernel.warp_mma %[[W1]], %[[ST]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(32) {acc_fragment, rhs_transposed}
+// CHECK:           %[[COLUMNS1:.+]] = memref.subview %[[ST]][%{{.+}}, 0] [16, 36] [1, 1]
+// CHECK:           attn_kernel.warp_mma %[[W1]], %[[COLUMNS1]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(16) k(32) {acc_fragment, rhs_transposed}
 // CHECK:           } {attn.threads}
-// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[K1]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(32) k(16) {acc_fragment, accumulate}
+// CHECK:           %[[KEYS1:.+]] = memref.subview %[[K1]][0, %{{.+}}] [16, 16] [1, 1]
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %[[KEYS1]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(16) k(16) {acc_fragment, accumulate}
 // CHECK:           } {attn.threads}
 // CHECK:         }
 // CHECK:         } {attn.threads}

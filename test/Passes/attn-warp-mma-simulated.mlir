@@ -82,3 +82,29 @@ func.func @pv_bf16_pairs(%p: memref<16x16xbf16>, %v: memref<16x8xbf16>, %o: memr
       : memref<16x16xbf16>, memref<16x8xbf16>, memref<16x8xf32>
   return
 }
+
+// Views of a part of a shared operand at a dynamic offset (%first = 8 on
+// the simulated warp), as the recurrence chain's warps read theirs: a
+// range of k's columns read down its columns (ldmatrix .trans), and a
+// range of the state's rows as a transposed B.
+// CHECK: columns_view_bf16: max error {{.+}}: ok
+func.func @columns_view_bf16(%u: memref<16x40xbf16, #gpu.address_space<workgroup>>, %k: memref<32x40xbf16, #gpu.address_space<workgroup>>, %s: memref<2x4xf32>, %row: index, %lane: index, %first: index) {
+  %view = memref.subview %k[0, %first] [32, 16] [1, 1] : memref<32x40xbf16, #gpu.address_space<workgroup>> to memref<32x16xbf16, strided<[40, 1], offset: ?>, #gpu.address_space<workgroup>>
+  attn_kernel.warp_mma %u, %view, %s rows(%row) lane(%lane) n(16) k(32) {acc_fragment, accumulate}
+      : memref<16x40xbf16, #gpu.address_space<workgroup>>, memref<32x16xbf16, strided<[40, 1], offset: ?>, #gpu.address_space<workgroup>>, memref<2x4xf32>
+  return
+}
+// CHECK: rows_view_bf16: max error {{.+}}: ok
+func.func @rows_view_bf16(%w: memref<16x40xbf16, #gpu.address_space<workgroup>>, %s: memref<32x40xbf16, #gpu.address_space<workgroup>>, %v: memref<2x4xf32>, %row: index, %lane: index, %first: index) {
+  %view = memref.subview %s[%first, 0] [16, 40] [1, 1] : memref<32x40xbf16, #gpu.address_space<workgroup>> to memref<16x40xbf16, strided<[40, 1], offset: ?>, #gpu.address_space<workgroup>>
+  attn_kernel.warp_mma %w, %view, %v rows(%row) lane(%lane) n(16) k(32) {acc_fragment, rhs_transposed}
+      : memref<16x40xbf16, #gpu.address_space<workgroup>>, memref<16x40xbf16, strided<[40, 1], offset: ?>, #gpu.address_space<workgroup>>, memref<2x4xf32>
+  return
+}
+// CHECK: columns_view_f32: max error {{.+}}: ok
+func.func @columns_view_f32(%u: memref<16x36xf32>, %k: memref<32x36xf32>, %s: memref<2x4xf32>, %row: index, %lane: index, %first: index) {
+  %view = memref.subview %k[0, %first] [32, 16] [1, 1] : memref<32x36xf32> to memref<32x16xf32, strided<[36, 1], offset: ?>>
+  attn_kernel.warp_mma %u, %view, %s rows(%row) lane(%lane) n(16) k(32) {acc_fragment, accumulate}
+      : memref<16x36xf32>, memref<32x16xf32, strided<[36, 1], offset: ?>>, memref<2x4xf32>
+  return
+}

@@ -605,10 +605,17 @@ enum class ChunkMmaKernel {
 
 /// The tiles of the chunked recurrence on matrix products
 /// (buildSimtMmaRecurrenceKernel): a block per `columns` state columns, a
-/// warp per 16 of them.
+/// warp per 16 of them (the chain: `keyGroups` warps per 16 of them).
 struct SimtMmaRecurrenceTiling {
   /// State columns per block (16, 32 or 64) and warps (columns / 16).
   int64_t columns = 64, warps = 4;
+  /// The chain's warps per 16 state columns: each holds its columns' rows
+  /// of one of `keyGroups` equal ranges of the padded Dk, and computes W S
+  /// for one of as many ranges of the columns. The chain is a dependent
+  /// sequence of small products on few blocks (a value head's tile at B =
+  /// 1), so it takes more warps than the other two kernels: shorter chains
+  /// of products per warp, and more warps to hide their latency.
+  int64_t keyGroups = 2;
   /// Dk padded to the products' reduction step of 16.
   int64_t paddedKeyDim = 0;
   /// Row tiles of 16 per warp in the products over the chunk's C steps
@@ -623,7 +630,10 @@ struct SimtMmaRecurrenceTiling {
   /// Bytes of an element as stored.
   int64_t storageBytes = 4;
 
-  int64_t threads() const { return 32 * warps; }
+  /// The threads of a block of `kernel`.
+  int64_t threads(ChunkMmaKernel kernel) const {
+    return 32 * warps * (kernel == ChunkMmaKernel::States ? keyGroups : 1);
+  }
   /// Elements a shared row of the chain's staged values (f32 U, or v as
   /// stored) gets past its width: 16 bytes.
   int64_t valuePadding(const LinearRecurrenceShape &shape) const;

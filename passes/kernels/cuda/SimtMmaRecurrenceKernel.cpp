@@ -31,12 +31,17 @@
 //               [T' K, T' V], k and v as stored.
 //
 // 2. The chain (ChunkMmaKernel::States), a block per (sequence, value
-//    head, tile of `columns` state columns), a warp per 16 of them. Its
-//    tile of the state is kept transposed, S^T [columns, Dk] in f32, as mma
-//    accumulator fragments in the warps' registers (warp w holds state
-//    columns 16 w .. 16 w + 15) from S_init to the final state, and as a
-//    copy in shared memory for the products that read it. Each chunk's
-//    starting state goes to a temporary (ChunkTemporaries). Per chunk:
+//    head, tile of `columns` state columns), two warps per 16 of them
+//    (keyGroups). Its tile of the state is kept transposed, S^T [columns,
+//    Dk] in f32, as mma accumulator fragments in the warps' registers (warp
+//    w holds state columns 16 (w % T) .. 16 (w % T) + 15 of the T tiles of
+//    16, their features in half (w / T) of the padded Dk) from S_init to
+//    the final state, and as a copy in shared memory for the products that
+//    read it. The chain is sequential and runs on few blocks (a value
+//    head's tile at B = 1), so each warp's dependent products are kept
+//    short: two warps share each product's work, and each SM sub-partition
+//    has two warps to hide the other's latency. Each chunk's starting state
+//    goes to a temporary (ChunkTemporaries). Per chunk:
 //
 //      stage:   chunk j + 1's k rows as stored, W's rows, G and 1 / |k|,
 //               and the tile's columns of U (or v), copied into one of
@@ -298,6 +303,15 @@ private:
   void prepareUpdate(const ChunkStage &stage, Value last);
   void updateState(const ChunkStage &stage, Value last);
   void storeFinalState();
+  /// A warp of the chain (keyGroups warps per 16 state columns): its 16
+  /// state columns (S^T's rows from `stateRow`, tile `tile` of the
+  /// columns) and their state rows from `keyFirst` (keyRange of them); in
+  /// W S its row tiles (chunkRow(tile)) and the columns from `columnFirst`
+  /// (columnRange of them).
+  struct ChainWarp {
+    Value tile, stateRow, keyFirst, columnFirst;
+  };
+  ChainWarp chainWarp(Value warp);
   /// Thread `thread`'s share of storing the state's shared copy (its
   /// parts) as the starting state of chunk `chunk`.
   void storeChunkState(Value thread, Value chunk);
@@ -351,6 +365,11 @@ private:
   void storeParts(Value x, ArrayRef<Value> parts, ValueRange at);
   /// The buffers of `count` parts of shape `shape` in shared memory.
   Parts sharedParts(int64_t count, ArrayRef<int64_t> shape);
+  /// Each part's view of rows (`dim` 0) or columns (`dim` 1) [first, first
+  /// + count) of a 2-D operand, as a product's operand (attn_kernel.warp_mma:
+  /// `first` keeps the rows' 16-byte alignment).
+  Parts sliceParts(ArrayRef<Value> parts, int64_t dim, Value first,
+                   int64_t count);
 
   /// G_t and 1 / |k_t| of a stage's scales.
   Value logDecayOf(Value scales, Value t) {
@@ -399,7 +418,10 @@ private:
   SimtEmitter e;
   RecurrenceBindings args;
   ChunkTemporaries temporaries;
-  const int64_t C, Dk, Dv, Dkp, columns, tilesPerWarp;
+  const int64_t C, Dk, Dv, Dkp, columns, tilesPerWarp, threads;
+  // The chain's warps' ranges of the padded Dk (their state) and of the
+  // columns (their share of W S): ChainWarp.
+  const int64_t keyRange, columnRange;
   const bool scalarDecay, delta;
 
   Value c0, c1, c16, batch, hv, hk, col0;
@@ -430,7 +452,7 @@ SimtMmaRecurrenceKernel::SimtMmaRecurrenceKernel(
     ChunkMmaKernel kind, const GpuTiling &tiling, TypeRange bindingTypes)
     : shape(shape), mma(mma), kind(kind), guard(builder), func([&] {
         GpuTiling kernelTiling = tiling;
-        kernelTiling.blockThreads = mma.threads();
+        kernelTiling.blockThreads = mma.threads(kind);
         func::FuncOp func = createSimtKernel(
             builder, loc, name, bindingTypes, kernelTiling,
             kind == ChunkMmaKernel::Local    ? "chunk_local"
@@ -439,11 +461,12 @@ SimtMmaRecurrenceKernel::SimtMmaRecurrenceKernel(
         func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
         return func;
       }()),
-      b(loc, builder), e(b, mma.threads()), args(func, shape),
+      b(loc, builder), e(b, mma.threads(kind)), args(func, shape),
       temporaries(func, shape), C(shape.chunkSize), Dk(shape.keyDim),
       Dv(shape.valueDim), Dkp(mma.paddedKeyDim), columns(mma.columns),
-      tilesPerWarp(mma.rowTiles), scalarDecay(shape.scalarDecay()),
-      delta(shape.isDelta()),
+      tilesPerWarp(mma.rowTiles), threads(mma.threads(kind)),
+      keyRange(Dkp / mma.keyGroups), columnRange(columns / mma.keyGroups),
+      scalarDecay(shape.scalarDecay()), delta(shape.isDelta()),
       Dvp(roundUp(shape.valueDim, WarpMmaOp::kReductionStep)) {}
 
 func::FuncOp SimtMmaRecurrenceKernel::build() {
@@ -524,7 +547,7 @@ void SimtMmaRecurrenceKernel::stageOperandRows(
   if (parts.size() == 1)
     return e.stageRows(thread, count, from, parts[0], dim, padded, rowAt);
   Value width = e.index(padded);
-  e.loop(thread, e.index(count * padded), e.index(mma.threads()), [&](Value x) {
+  e.loop(thread, e.index(count * padded), e.index(threads), [&](Value x) {
     Value row = e.div(x, width), i = e.rem(x, width);
     auto [at, exists] = rowAt(row);
     at.push_back(i);
@@ -539,7 +562,7 @@ void SimtMmaRecurrenceKernel::stageLocalChunk(Value first, Value n) {
       stageOperandRows(thread, C, args.k, localKeys, Dk, Dkp,
                        stepRows(e, *seq, hk, first, n));
     if (gates || betas)
-      e.loop(thread, e.index(C), e.index(mma.threads()), [&](Value t) {
+      e.loop(thread, e.index(C), e.index(threads), [&](Value t) {
         Value exists = lt(t, n);
         SmallVector<Value> at = seq->step(hv, e.add(first, t));
         if (gates)
@@ -801,14 +824,16 @@ void SimtMmaRecurrenceKernel::loadInitialState(Value chunks) {
   // group waits for none).
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value state = e.registersOf(stateRegs, thread);
+    ChainWarp w = chainWarp(warp);
     eachFragmentElement(
-        e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
-          Value exists = both(isColumn(x.row), lt(x.column, e.index(Dk)));
+        w.stateRow, lane, 1, keyRange, Value(), [&](const FragmentElement &x) {
+          Value feature = e.add(w.keyFirst, x.column);
+          Value exists = both(isColumn(x.row), lt(feature, e.index(Dk)));
           Value s =
               e.loadOrZero(exists, args.initialState,
-                           seq->stateElement(hv, x.column, columnOf(x.row)));
+                           seq->stateElement(hv, feature, columnOf(x.row)));
           e.store(s, state, x.at);
-          storeParts(s, stateCopy, {x.row, x.column});
+          storeParts(s, stateCopy, {x.row, feature});
         });
     e.ifThen(lt(c0, chunks), [&] { stageChunk(thread, c0, stages[0]); });
     AsyncWaitOp::create(b).setPending(1);
@@ -821,15 +846,17 @@ void SimtMmaRecurrenceKernel::projectValues(const ChunkStage &stage,
   // for the outputs, and its U'^T[c, t] = exp(G_last - G_t) V'[t, c] / |k_t|
   // for the update (past the chunk's steps, 1 / |k| is 0).
   eachWarp([&](Value warp, Value lane, Value thread) {
-    Value row = chunkRow(warp);
+    ChainWarp w = chainWarp(warp);
+    Value row = chunkRow(w.tile);
     Value projected = e.registersOf(outRegs, thread);
-    multiply(stage.w, stateCopy, projected, row, lane, /*n=*/columns,
-             /*k=*/Dkp, /*rhsTransposed=*/true, /*accumulate=*/false,
-             tilesPerWarp);
+    multiply(stage.w, sliceParts(stateCopy, 0, w.columnFirst, columnRange),
+             projected, row, lane, /*n=*/columnRange, /*k=*/Dkp,
+             /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
     eachFragmentElement(
-        row, lane, tilesPerWarp, columns, warp, [&](const FragmentElement &x) {
+        row, lane, tilesPerWarp, columnRange, w.tile,
+        [&](const FragmentElement &x) {
           ifOwned(x.owned, [&] {
-            Value t = x.row, c = x.column;
+            Value t = x.row, c = e.add(w.columnFirst, x.column);
             Value value = e.fsub(e.load(stage.values, {t, c}),
                                  e.load(projected, x.at));
             e.ifThen(both(lt(t, n), isColumn(c)), [&] {
@@ -866,32 +893,36 @@ void SimtMmaRecurrenceKernel::updateState(const ChunkStage &stage,
   // chunk's products (and its starting state).
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value state = e.registersOf(stateRegs, thread);
-    Value stateRow = e.mul(warp, c16);
+    ChainWarp w = chainWarp(warp);
     if (scalarDecay) {
       Value decay = decayTo(stage.scales, last);
-      eachFragmentElement(
-          stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
-            e.store(e.fmul(e.load(state, x.at), decay), state, x.at);
-          });
+      eachFragmentElement(w.stateRow, lane, 1, keyRange, Value(),
+                          [&](const FragmentElement &x) {
+                            e.store(e.fmul(e.load(state, x.at), decay), state,
+                                    x.at);
+                          });
     }
-    multiply(updateOperand, stage.keys, state, stateRow, lane, /*n=*/Dkp,
-             /*k=*/C, /*rhsTransposed=*/false, /*accumulate=*/true,
-             /*rowTiles=*/1);
-    eachFragmentElement(
-        stateRow, lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
-          storeParts(e.load(state, x.at), stateCopy, {x.row, x.column});
-        });
+    multiply(updateOperand, sliceParts(stage.keys, 1, w.keyFirst, keyRange),
+             state, w.stateRow, lane, /*n=*/keyRange, /*k=*/C,
+             /*rhsTransposed=*/false, /*accumulate=*/true, /*rowTiles=*/1);
+    eachFragmentElement(w.stateRow, lane, 1, keyRange, Value(),
+                        [&](const FragmentElement &x) {
+                          storeParts(e.load(state, x.at), stateCopy,
+                                     {x.row, e.add(w.keyFirst, x.column)});
+                        });
   });
 }
 
 void SimtMmaRecurrenceKernel::storeFinalState() {
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value state = e.registersOf(stateRegs, thread);
+    ChainWarp w = chainWarp(warp);
     eachFragmentElement(
-        e.mul(warp, c16), lane, 1, Dkp, Value(), [&](const FragmentElement &x) {
-          e.ifThen(both(isColumn(x.row), lt(x.column, e.index(Dk))), [&] {
+        w.stateRow, lane, 1, keyRange, Value(), [&](const FragmentElement &x) {
+          Value feature = e.add(w.keyFirst, x.column);
+          e.ifThen(both(isColumn(x.row), lt(feature, e.index(Dk))), [&] {
             e.store(e.load(state, x.at), args.finalState,
-                    seq->stateElement(hv, x.column, columnOf(x.row)));
+                    seq->stateElement(hv, feature, columnOf(x.row)));
           });
         });
   });
@@ -1135,9 +1166,11 @@ void SimtMmaRecurrenceKernel::allocateBuffers() {
   }
   const int64_t fragmentColumns = WarpMmaOp::kFragmentColumns;
   if (!outputs())
-    stateRegs = e.registers({Dkp / fragmentColumns, 4});
+    stateRegs = e.registers({keyRange / fragmentColumns, 4});
   if (outputs() || delta)
-    outRegs = e.registers({tilesPerWarp * columns / fragmentColumns, 4});
+    outRegs = e.registers(
+        {tilesPerWarp * (outputs() ? columns : columnRange) / fragmentColumns,
+         4});
   if (outputs()) {
     const int64_t chunkBlocks = tilesPerWarp * C / fragmentColumns;
     pairRegs = e.registers({chunkBlocks, 4});
@@ -1161,6 +1194,30 @@ Value SimtMmaRecurrenceKernel::chunkRow(Value warp) {
   Value tile = e.minS(e.mul(warp, e.index(tilesPerWarp)),
                       e.index(C / WarpMmaOp::kRows - tilesPerWarp));
   return e.mul(tile, c16);
+}
+
+SimtMmaRecurrenceKernel::ChainWarp
+SimtMmaRecurrenceKernel::chainWarp(Value warp) {
+  Value tiles = e.index(columns / WarpMmaOp::kRows);
+  Value tile = e.rem(warp, tiles), group = e.div(warp, tiles);
+  return {tile, e.mul(tile, c16), e.mul(group, e.index(keyRange)),
+          e.mul(group, e.index(columnRange))};
+}
+
+Parts SimtMmaRecurrenceKernel::sliceParts(ArrayRef<Value> parts, int64_t dim,
+                                          Value first, int64_t count) {
+  Parts views;
+  for (Value part : parts) {
+    ArrayRef<int64_t> shape = cast<MemRefType>(part.getType()).getShape();
+    SmallVector<OpFoldResult> offsets(2, b.getIndexAttr(0)),
+        sizes{b.getIndexAttr(shape[0]), b.getIndexAttr(shape[1])},
+        strides(2, b.getIndexAttr(1));
+    offsets[dim] = first;
+    sizes[dim] = b.getIndexAttr(count);
+    views.push_back(
+        memref::SubViewOp::create(b, part, offsets, sizes, strides));
+  }
+  return views;
 }
 
 void SimtMmaRecurrenceKernel::eachFragmentElement(
@@ -1298,6 +1355,9 @@ SimtMmaRecurrenceTiling::choose(const LinearRecurrenceShape &shape,
   mma.rawParts = storage.isF16() ? 2 : 1;
   mma.storageBytes = storage.getIntOrFloatBitWidth() / 8;
   mma.computedParts = f32 ? 1 : 2;
+  // The chain's warps split the padded Dk and the columns in two: ranges
+  // of Dkp / 2 and columns / 2 are whole fragment blocks of 8.
+  mma.keyGroups = 2;
   // Widest first, from the narrowest power of 2 that holds Dv (at least a
   // warp's 16, at most 64: 4 warps). Wider tiles share the chunk's q k^T
   // and k k^T among more warps, fewer rows each, and so keep fewer

@@ -39,8 +39,18 @@ func.func @dispatch_workgroup_type(%b: memref<?xf32>, %n: index) {
 // -----
 
 func.func @warp_mma_dynamic(%a: memref<?x16xbf16>, %b: memref<8x16xbf16>, %c: memref<16x8xf32>, %i: index) {
-  // expected-error @+1 {{'attn_kernel.warp_mma' op 'lhs' must be a row-major memref of static shape, got 'memref<?x16xbf16>'}}
+  // expected-error @+1 {{'attn_kernel.warp_mma' op 'lhs' must be a row-major memref of static shape (or a view of its rows), got 'memref<?x16xbf16>'}}
   attn_kernel.warp_mma %a, %b, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed} : memref<?x16xbf16>, memref<8x16xbf16>, memref<16x8xf32>
+  return
+}
+
+// -----
+
+// A view's rows must be contiguous: every second column is not an operand.
+func.func @warp_mma_strided_columns(%a: memref<16x16xbf16>, %b: memref<8x32xbf16>, %c: memref<16x8xf32>, %i: index) {
+  %v = memref.subview %b[0, 0] [8, 16] [1, 2] : memref<8x32xbf16> to memref<8x16xbf16, strided<[32, 2]>>
+  // expected-error @+1 {{'rhs' must be a row-major memref of static shape (or a view of its rows), got 'memref<8x16xbf16, strided<[32, 2]>>'}}
+  attn_kernel.warp_mma %a, %v, %c rows(%i) lane(%i) n(8) k(16) {rhs_transposed} : memref<16x16xbf16>, memref<8x16xbf16, strided<[32, 2]>>, memref<16x8xf32>
   return
 }
 

@@ -22,7 +22,9 @@ lane / 4 and t = lane % 4:
                       .trans (rows 2t, 2t + 1, column g)
 
 The result is compared with the op's own definition (the
-attn_kernel.warp_mma of F.mlir, in float64). A fragment element the
+attn_kernel.warp_mma of F.mlir, in float64). An operand may be a
+memref.subview of an argument; index arguments other than the row and the
+lane (a view's offsets) are 8. A fragment element the
 lowering placed wrongly gives a wrong sum, and an f32 product taken as
 one tf32 rounding (2^-11) fails the bound below. Prints one line per
 function: its name, its largest error relative to sum_l |a_il b_lj|, and
@@ -92,6 +94,28 @@ class Buffer:
 
     def set(self, value, *at):
         self.data[self.flat(at)] = value
+
+
+class View:
+    """memref.subview of a Buffer at `offsets` (unit strides)."""
+    def __init__(self, base, offsets, shape):
+        self.base, self.offsets, self.shape = base, offsets, shape
+
+    def moved(self, at):
+        for i, size in zip(at, self.shape):
+            assert 0 <= i < size, f"index {at} outside the view {self.shape}"
+        return [i + o for i, o in zip(at, self.offsets)]
+
+    def get(self, *at):
+        return self.base.get(*self.moved(at))
+
+    def set(self, value, *at):
+        self.base.set(value, *self.moved(at))
+
+
+VIEW = re.compile(r"(%\w+) = memref\.subview (%\w+)\[([^\]]*)\] \[([^\]]*)\] \[1, 1\]")
+# The value of every index argument but the row and the lane.
+OFFSET = 8
 
 
 def accumulator_places(g, t):
@@ -166,10 +190,13 @@ def parse_source(path):
         if not op:
             continue
         flags = set(f.strip() for f in (op.group(8) or "").split(",") if f.strip())
+        views = {m.group(1): (m.group(2), [x.strip() for x in m.group(3).split(",")],
+                              [int(x) for x in m.group(4).split(",")])
+                 for m in VIEW.finditer(body)}
         tiles = re.search(r"row_tiles = (\d+)", op.group(8) or "")
         ops[name] = {"operands": op.groups()[:5], "n": int(op.group(6)),
                      "k": int(op.group(7)), "flags": flags,
-                     "tiles": int(tiles.group(1)) if tiles else 1,
+                     "tiles": int(tiles.group(1)) if tiles else 1, "views": views,
                      "arguments": re.findall(r"(%\w+): (memref<[^>]*>(?:, strided<[^>]*>)?|index)", arguments)}
     return ops
 
@@ -188,7 +215,7 @@ def run(lowered_body, arguments, spec, rng):
     for name, type_text in spec["arguments"]:
         if type_text == "index":
             for lane in range(LANES):
-                lanes[lane][name] = lane if name == lane_name else row
+                lanes[lane][name] = {lane_name: lane, row_name: row}.get(name, OFFSET)
             continue
         round_to = bf16 if element_of(type_text) == "bf16" else f32
         if name in per_lane:
@@ -216,9 +243,20 @@ def run(lowered_body, arguments, spec, rng):
     def indices(lane, at):
         return [get(lane, i.strip()) for i in at.split(",")]
 
+    def offset(lane, x):
+        return int(x) if re.fullmatch(r"-?\d+", x) else get(lane, x)
+
     for line in lowered_body.splitlines()[1:]:
         line = line.strip()
         if not line or line.startswith("return") or line == "}":
+            continue
+        m = VIEW.match(line)
+        if m:
+            result, base, offsets, sizes = m.groups()
+            for lane in range(LANES):
+                values[lane][result] = View(get(lane, base),
+                                            [offset(lane, x.strip()) for x in offsets.split(",")],
+                                            [int(x) for x in sizes.split(",")])
             continue
         m = re.match(r"(%\w+) = arith\.constant ([-0-9.e+]+) : (\w+)", line)
         if m:
@@ -324,8 +362,21 @@ def check(name, spec, lanes, before, row):
     n, k, flags, tiles = spec["n"], spec["k"], spec["flags"], spec["tiles"]
     types = dict(spec["arguments"])
 
+    def operand(name, data):
+        """An argument's buffer with `data`, or a view of one."""
+        if name in spec["views"]:
+            base, offsets, shape = spec["views"][name]
+            return View(operand(base, data),
+                        [int(x) if x.isdigit() else OFFSET for x in offsets], shape)
+        buffer = Buffer(shape_of(types[name]), lambda: 0.0)
+        buffer.data = data[name][0]
+        return buffer
+
+    def argument(name):
+        return spec["views"][name][0] if name in spec["views"] else name
+
     # The products' type: rhs's (fragments of f32 are rounded to it).
-    product = bf16 if element_of(types[rhs]) == "bf16" else f32
+    product = bf16 if element_of(types[argument(rhs)]) == "bf16" else f32
 
     def lhs_at(tile, i, l):
         if "lhs_fragment" in flags:
@@ -337,8 +388,7 @@ def check(name, spec, lanes, before, row):
         buffer.data = before[lhs][0]
         return buffer.get(row + 16 * tile + i, l)
 
-    rhs_buffer = Buffer(shape_of(types[rhs]), lambda: 0.0)
-    rhs_buffer.data = before[rhs][0]
+    rhs_buffer = operand(rhs, before)
 
     def rhs_at(l, j):
         return rhs_buffer.get(j, l) if "rhs_transposed" in flags else rhs_buffer.get(l, j)
