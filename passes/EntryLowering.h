@@ -38,6 +38,7 @@ struct HostIndexMath {
   Value add(Value x, Value y) const { return arith::AddIOp::create(b, x, y); }
   Value sub(Value x, Value y) const { return arith::SubIOp::create(b, x, y); }
   Value mul(Value x, Value y) const { return arith::MulIOp::create(b, x, y); }
+  Value div(Value x, Value y) const { return arith::DivUIOp::create(b, x, y); }
   Value ceilDiv(Value x, Value y) const {
     return arith::CeilDivUIOp::create(b, x, y);
   }

@@ -781,11 +781,36 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
         ChunkMmaKernel::Local, tiling, mmaTypes);
     DispatchOp::create(b, local.getSymName(), whenChunked(chunkBlocks),
                        mmaBindings);
+    // The chain is sequential: with few sequences and heads its blocks
+    // leave multiprocessors idle, and then blocks of half the columns
+    // (twice as many, each SM half the work) carry it.
+    Value chainBlocks = m.mul(heads, columnTiles);
+    std::optional<SimtMmaRecurrenceTiling> narrow =
+        mma->narrowChain(shape, tiling);
+    Value narrowBlocks, narrowChosen;
+    if (narrow) {
+      narrowBlocks = m.mul(
+          heads, m.index(llvm::divideCeil(shape.valueDim, narrow->columns)));
+      Value multiprocessors =
+          m.div(WorkerCountOp::create(b, b.getIndexType()),
+                m.index(WorkerCountOp::kCudaWorkersPerMultiprocessor));
+      narrowChosen = arith::CmpIOp::create(b, arith::CmpIPredicate::ule,
+                                           narrowBlocks, multiprocessors);
+      chainBlocks = m.select(narrowChosen, zero, chainBlocks);
+    }
     func::FuncOp chain = buildSimtMmaRecurrenceKernel(
         kernelBuilder, op.getLoc(), kernelName("chunk_states"), shape, *mma,
         ChunkMmaKernel::States, tiling, mmaTypes);
-    DispatchOp::create(b, chain.getSymName(),
-                       whenChunked(m.mul(heads, columnTiles)), mmaBindings);
+    DispatchOp::create(b, chain.getSymName(), whenChunked(chainBlocks),
+                       mmaBindings);
+    if (narrow) {
+      func::FuncOp narrowChain = buildSimtMmaRecurrenceKernel(
+          kernelBuilder, op.getLoc(), kernelName("chunk_states_narrow"), shape,
+          *narrow, ChunkMmaKernel::States, tiling, mmaTypes);
+      DispatchOp::create(
+          b, narrowChain.getSymName(),
+          whenChunked(m.select(narrowChosen, narrowBlocks, zero)), mmaBindings);
+    }
     func::FuncOp outputs = buildSimtMmaRecurrenceKernel(
         kernelBuilder, op.getLoc(), kernelName("chunk_outputs"), shape, *mma,
         ChunkMmaKernel::Outputs, tiling, mmaTypes);

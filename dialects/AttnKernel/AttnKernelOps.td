@@ -25,8 +25,9 @@ def AttnKernel_WorkerCountOp : AttnKernel_Op<"worker_count", [Pure]> {
   let summary = "the number of workers that run a dispatch's workgroups";
   let description = [{
     Read by a host program to size its grids: how many workgroups can run
-    at once (the CPU runtime's thread count). Work is split finer only
-    when there are fewer natural workgroups than workers.
+    at once (the CPU runtime's thread count; on a GPU, 4 blocks per
+    multiprocessor). Work is split finer only when there are fewer natural
+    workgroups than workers.
 
     ```mlir
     %workers = attn_kernel.worker_count : index
@@ -34,6 +35,10 @@ def AttnKernel_WorkerCountOp : AttnKernel_Op<"worker_count", [Pure]> {
   }];
   let results = (outs Index:$count);
   let assemblyFormat = "attr-dict `:` type($count)";
+  let extraClassDeclaration = [{
+    /// The workers the CUDA runtime counts per multiprocessor (Runtime.cpp).
+    static constexpr int64_t kCudaWorkersPerMultiprocessor = 4;
+  }];
 }
 
 def AttnKernel_DispatchOp : AttnKernel_Op<"dispatch", [

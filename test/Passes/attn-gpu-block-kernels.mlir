@@ -33,7 +33,7 @@
 // as stored), the weights, the rows' partial sums of squares (8 a row) and
 // their scales in shared memory, a barrier after each of its five thread
 // loops.
-// OUTLINE:       gpu.func @gdn__gate4
+// OUTLINE:       gpu.func @gdn__gate5
 // OUTLINE:         memref.view %{{.+}}[%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x3xi64, #gpu.address_space<workgroup>>
 // OUTLINE:         memref.view %{{.+}}[%c384{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x28xf32, #gpu.address_space<workgroup>>
 // OUTLINE:         memref.view %{{.+}}[%c2176{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x28xf32, #gpu.address_space<workgroup>>

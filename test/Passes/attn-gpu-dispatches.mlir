@@ -399,12 +399,25 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
+// The chain's narrow form (for few blocks): 16 columns a block, two warps
+// holding their state for half of Dk each and computing W S for 8 of the
+// columns each.
+// CHECK-LABEL: func.func private @gdn__chunk_states_narrow3
+// CHECK-SAME:    attn.kernel = "chunk_states"
+// CHECK-SAME:    attn.tiling = {block_threads = 64 : i64
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x20xf32>
+// CHECK:         attn.registers} : memref<64x2x4xf32>
+// CHECK:         attn.registers} : memref<64x1x4xf32>
+// CHECK:         scf.for
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(8) k(32) {acc_fragment, rhs_transposed}
+// CHECK:           attn_kernel.warp_mma %{{.+}}, %{{.+}}, %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(16) k(16) {acc_fragment, accumulate}
+// CHECK:         return
 // Then the outputs of every chunk at once, a block per (batch, value
 // head, chunk, column tile): q and k rows, the chunk's starting state and
 // V' (the chain's parts) copied as stored, all in flight before one wait;
 // then G and 1 / |k|; Q S and Q K^T (waited for by its warp alone), then
 // P V'.
-// CHECK-LABEL: func.func private @gdn__chunk_outputs3
+// CHECK-LABEL: func.func private @gdn__chunk_outputs4
 // CHECK-SAME:    attn.kernel = "chunk_outputs"
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x2xf32>
@@ -435,7 +448,7 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // row; its rows of o (%arg8) and z (%arg6) and the weights (%arg7) copied
 // as stored, all before one wait; 8 partial sums of squares a row, then
 // their sum.
-// CHECK-LABEL: func.func private @gdn__gate4
+// CHECK-LABEL: func.func private @gdn__gate5
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "gate"
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x3xi64>
@@ -459,7 +472,9 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // per step; the chunks' starting states as the parts, B * ceil(L / C) of
 // them); the others get no blocks. The
 // local and outputs kernels take a block per (batch, value head, chunk),
-// the chain a block per (batch, value head).
+// the chain a block per (batch, value head), or when those would leave
+// multiprocessors (workers / 4) idle, its narrow form a block per (batch,
+// value head, 16 of the 32 columns).
 // CHECK-LABEL: func.func @gdn(
 // CHECK:         %[[B:.+]] = memref.dim %{{.+}}, %c0
 // CHECK:         %[[L:.+]] = memref.dim %{{.+}}, %c2
@@ -475,14 +490,22 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         %[[ALL:.+]] = arith.muli %[[SLOTS]], %c4
 // CHECK:         %[[CHUNKB:.+]] = arith.select %[[STEP]], %c0, %[[ALL]]
 // CHECK:         attn_kernel.dispatch @gdn__chunk_local1 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[VM]], %[[GM]], %[[SM]])
-// CHECK:         %[[CHAIN:.+]] = arith.select %[[STEP]], %c0, %[[HEADS]]
+// CHECK:         %[[NARROW:.+]] = arith.muli %[[B]], %c8
+// CHECK:         %[[WORKERS:.+]] = attn_kernel.worker_count
+// CHECK:         %[[SMS:.+]] = arith.divui %[[WORKERS]], %c4
+// CHECK:         %[[FEW:.+]] = arith.cmpi ule, %[[NARROW]], %[[SMS]]
+// CHECK:         %[[WIDE:.+]] = arith.select %[[FEW]], %c0, %[[HEADS]]
+// CHECK:         %[[CHAIN:.+]] = arith.select %[[STEP]], %c0, %[[WIDE]]
 // CHECK:         attn_kernel.dispatch @gdn__chunk_states2 workgroups(%[[CHAIN]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[VM]], %[[GM]], %[[SM]])
-// CHECK:         attn_kernel.dispatch @gdn__chunk_outputs3 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[VM]], %[[GM]], %[[SM]])
+// CHECK:         %[[HALVES:.+]] = arith.select %[[FEW]], %[[NARROW]], %c0
+// CHECK:         %[[NARROWCHAIN:.+]] = arith.select %[[STEP]], %c0, %[[HALVES]]
+// CHECK:         attn_kernel.dispatch @gdn__chunk_states_narrow3 workgroups(%[[NARROWCHAIN]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[VM]], %[[GM]], %[[SM]])
+// CHECK:         attn_kernel.dispatch @gdn__chunk_outputs4 workgroups(%[[CHUNKB]]) bindings({{.*}}, %[[WM]], %[[UM]], %[[VM]], %[[GM]], %[[SM]])
 // CHECK:         %[[SIMT:.+]] = arith.select %[[STEP]], %[[HEADS]], %c0
 // CHECK:         attn_kernel.dispatch @gdn__chunked0 workgroups(%[[SIMT]])
 // CHECK:         %[[ROWS:.+]] = arith.muli %[[HEADS]], %[[L]]
 // CHECK:         %[[GATEB:.+]] = arith.ceildivui %[[ROWS]], %c16
-// CHECK:         attn_kernel.dispatch @gdn__gate4 workgroups(%[[GATEB]])
+// CHECK:         attn_kernel.dispatch @gdn__gate5 workgroups(%[[GATEB]])
 func.func @gdn(%q: tensor<?x2x?x32xf32>, %k: tensor<?x2x?x32xf32>,
                %v: tensor<?x4x?x24xf32>, %g: tensor<?x4x?xf32>,
                %beta: tensor<?x4x?xf32>, %s0: tensor<?x4x32x24xf32>,

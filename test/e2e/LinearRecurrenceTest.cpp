@@ -467,6 +467,33 @@ std::vector<RecurrenceCase> cases() {
        .chunk = 32,
        .length = 150,
        .dtype = "f16"});
+  // CUDA, the chain in blocks of half the columns when its blocks would
+  // leave multiprocessors idle (threads / 4 of them here): 2 value heads
+  // of 128 columns in 8 blocks of 32 on 32 threads, 8 warps each (Dk =
+  // 128: 4 of its ranges of 32), chunks of 64 in bf16 with the gate;
+  // Dk = 40 (padded to 48: 2 ranges of 24) over 2 blocks of 32 columns of
+  // Dv = 40, the second mostly idle, chunks of a row tile (whose two
+  // warps' W S rows are the same tile), and a second call from the
+  // first's state.
+  add({.label = "bf16_gated_delta_narrow_chain_gate",
+       .keyHeads = 1,
+       .valueHeads = 2,
+       .keyDim = 128,
+       .valueDim = 128,
+       .chunk = 64,
+       .gate = true,
+       .length = 150,
+       .threads = 32,
+       .dtype = "bf16"});
+  add({.label = "delta_narrow_chain_Dk40",
+       .rule = "delta",
+       .keyHeads = 1,
+       .valueHeads = 1,
+       .keyDim = 40,
+       .valueDim = 40,
+       .length = 61,
+       .continuation = 35,
+       .threads = 8});
   // CUDA: a value dim wider than a block (2 column tiles of 128, the
   // second with 72 idle threads) and one narrower than a warp.
   add({.label = "gated_delta_Dv200_gate",

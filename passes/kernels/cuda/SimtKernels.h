@@ -650,6 +650,14 @@ struct SimtMmaRecurrenceTiling {
   static std::optional<SimtMmaRecurrenceTiling>
   choose(const LinearRecurrenceShape &shape, Type storage,
          const GpuTiling &tiling);
+  /// The chain's tiling for calls whose blocks would leave multiprocessors
+  /// idle (few sequences and heads): half the columns a block, so twice
+  /// the blocks share the chain's work, and twice the warps per 16 columns
+  /// where Dk allows (8 warps at 32 columns, Dk padded to a multiple of
+  /// 32); none at 16 columns or past `tiling.maxSharedBytes`.
+  std::optional<SimtMmaRecurrenceTiling>
+  narrowChain(const LinearRecurrenceShape &shape,
+              const GpuTiling &tiling) const;
 };
 
 /// The temporaries of the recurrence on matrix products, bound in this

@@ -1380,6 +1380,25 @@ SimtMmaRecurrenceTiling::choose(const LinearRecurrenceShape &shape,
   return std::nullopt;
 }
 
+std::optional<SimtMmaRecurrenceTiling>
+SimtMmaRecurrenceTiling::narrowChain(const LinearRecurrenceShape &shape,
+                                     const GpuTiling &tiling) const {
+  const int64_t rows = WarpMmaOp::kRows, blockColumns = 8;
+  if (columns / 2 < rows)
+    return std::nullopt;
+  SimtMmaRecurrenceTiling narrow = *this;
+  narrow.columns = columns / 2;
+  narrow.warps = narrow.columns / rows;
+  narrow.rowTiles = llvm::divideCeil(shape.chunkSize / rows, narrow.warps);
+  const int64_t moreGroups = 2 * keyGroups;
+  if (paddedKeyDim % (moreGroups * blockColumns) == 0 &&
+      narrow.columns % (moreGroups * blockColumns) == 0)
+    narrow.keyGroups = moreGroups;
+  if (narrow.sharedBytes(shape, ChunkMmaKernel::States) > tiling.maxSharedBytes)
+    return std::nullopt;
+  return narrow;
+}
+
 func::FuncOp mlir::attn::buildSimtMmaRecurrenceKernel(
     OpBuilder &builder, Location loc, StringRef name,
     const LinearRecurrenceShape &shape, const SimtMmaRecurrenceTiling &mma,
