@@ -113,7 +113,8 @@ def AttnKernel_WarpMmaOp : AttnKernel_Op<"warp_mma"> {
     columns are used. They may be views (`memref.subview`) of a part of
     one, e.g. a warp's range of columns: `ldmatrix` then needs each row of
     the view to start 16-byte aligned, which a static offset is checked
-    for and a dynamic one must keep (a multiple of 8 16-bit elements). Lane `lane` (in [0, 32)) computes and writes exactly
+    for and a dynamic one must keep (a multiple of 8 16-bit elements).
+    Lane `lane` (in [0, 32)) computes and writes exactly
     the elements that PTX's `mma.m16n8k16` gives it in each block of 8
     columns (the accumulator fragment): rows `lane / 4` and
     `lane / 4 + 8`, columns `2 * (lane % 4)` and `2 * (lane % 4) + 1`. It

@@ -31,17 +31,18 @@
 //               [T' K, T' V], k and v as stored.
 //
 // 2. The chain (ChunkMmaKernel::States), a block per (sequence, value
-//    head, tile of `columns` state columns), two warps per 16 of them
-//    (keyGroups). Its tile of the state is kept transposed, S^T [columns,
-//    Dk] in f32, as mma accumulator fragments in the warps' registers (warp
-//    w holds state columns 16 (w % T) .. 16 (w % T) + 15 of the T tiles of
-//    16, their features in half (w / T) of the padded Dk) from S_init to
-//    the final state, and as a copy in shared memory for the products that
-//    read it. The chain is sequential and runs on few blocks (a value
-//    head's tile at B = 1), so each warp's dependent products are kept
-//    short: two warps share each product's work, and each SM sub-partition
-//    has two warps to hide the other's latency. Each chunk's starting state
-//    goes to a temporary (ChunkTemporaries). Per chunk:
+//    head, tile of `columns` state columns), G = keyGroups warps per 16 of
+//    them (2; 4 in the narrow form for few blocks). Its tile of the state
+//    is kept transposed, S^T [columns, Dk] in f32, as mma accumulator
+//    fragments in the warps' registers (warp w holds state columns 16 (w %
+//    T) .. 16 (w % T) + 15 of the T tiles of 16, their features in range w
+//    / T of G equal ranges of the padded Dk) from S_init to the final
+//    state, and as a copy in shared memory for the products that read it.
+//    The chain is sequential and runs on few blocks (a value head's tile
+//    at B = 1), so each warp's dependent products are kept short: G warps
+//    share each product's work, and each SM sub-partition has several
+//    warps to hide each other's latency. Each chunk's starting state goes
+//    to a temporary (ChunkTemporaries). Per chunk:
 //
 //      stage:   chunk j + 1's k rows as stored, W's rows, G and 1 / |k|,
 //               and the tile's columns of U (or v), copied into one of
