@@ -19,6 +19,7 @@
 #include "passes/Passes.h"
 #include "passes/kernels/KeySelection.h"
 #include "passes/kernels/cuda/SimtKernels.h"
+#include "runtime/HostProgram.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
@@ -793,7 +794,7 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
           heads, m.index(llvm::divideCeil(shape.valueDim, narrow->columns)));
       Value multiprocessors =
           m.div(WorkerCountOp::create(b, b.getIndexType()),
-                m.index(WorkerCountOp::kCudaWorkersPerMultiprocessor));
+                m.index(::attn::host::kCudaWorkersPerMultiprocessor));
       narrowChosen = arith::CmpIOp::create(b, arith::CmpIPredicate::ule,
                                            narrowBlocks, multiprocessors);
       chainBlocks = m.select(narrowChosen, zero, chainBlocks);

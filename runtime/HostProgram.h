@@ -25,6 +25,12 @@ namespace attn::host {
 /// The i32 fields of the record of index errors (attn::fb::IndexError).
 constexpr int64_t kIndexRecordFields = 8;
 
+/// The workers a host program's WorkerCount gives per multiprocessor of a
+/// GPU: how many blocks the CUDA runtime counts on keeping busy at once
+/// there (decode splits its keys until it has that many; the compiler's
+/// host programs divide by it to count multiprocessors).
+constexpr int64_t kCudaWorkersPerMultiprocessor = 4;
+
 /// Records `message` as the calling thread's last error (attn_last_error)
 /// and returns `status`.
 attn_status fail(attn_status status, const std::string &message);

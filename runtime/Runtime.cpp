@@ -729,11 +729,6 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
   return status;
 }
 
-/// How many workgroups a GPU keeps busy at once, as host programs ask
-/// (attn.worker_count; decode splits its keys until it has that many
-/// blocks): 4 blocks per multiprocessor.
-constexpr int64_t kCudaBlocksPerMultiprocessor = 4;
-
 /// Launches the kernel of dispatch `step` over `count` workgroups on
 /// `stream`, its bindings passed by pointer and shape (the CudaKernel ABI).
 bool launchDispatch(attn::cuda::Module &gpu, const Step &step, int64_t count,
@@ -825,7 +820,7 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
     return cudaFail(error);
   if (attn_status status = runProgram(
           e, e.cuda, buffers,
-          kCudaBlocksPerMultiprocessor * gpu.multiprocessorCount(),
+          kCudaWorkersPerMultiprocessor * gpu.multiprocessorCount(),
           reinterpret_cast<int32_t *>(deviceRecord), allocate, dispatch))
     return status;
   double kernelMs = 0;
@@ -967,7 +962,7 @@ attn_status runOnCudaStream(attn_model &model, const Entry &e,
   if (!gpu.makeCurrent(error))
     return cudaFail(error);
   const int64_t workers =
-      kCudaBlocksPerMultiprocessor * gpu.multiprocessorCount();
+      kCudaWorkersPerMultiprocessor * gpu.multiprocessorCount();
   // With a workspace, what the temporaries need first (a dry run of the
   // host program): one too small fails before anything is enqueued.
   const bool fromWorkspace = model.deviceWorkspaceBytes > 0;
@@ -1142,7 +1137,7 @@ extern "C" attn_status attn_entry_workspace_bytes(const attn_model *model,
                             kHostTemporaryAlignment, *bytes);
     }
     return temporaryBytes(*e, e->cuda, buffers,
-                          kCudaBlocksPerMultiprocessor *
+                          kCudaWorkersPerMultiprocessor *
                               model->cuda->module->multiprocessorCount(),
                           kDeviceTemporaryAlignment, *bytes);
   });

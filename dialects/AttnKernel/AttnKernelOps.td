@@ -26,7 +26,8 @@ def AttnKernel_WorkerCountOp : AttnKernel_Op<"worker_count", [Pure]> {
   let description = [{
     Read by a host program to size its grids: how many workgroups can run
     at once (the CPU runtime's thread count; on a GPU, 4 blocks per
-    multiprocessor). Work is split finer only when there are fewer natural
+    multiprocessor: runtime/HostProgram.h's
+    kCudaWorkersPerMultiprocessor). Work is split finer only when there are fewer natural
     workgroups than workers.
 
     ```mlir
@@ -35,10 +36,6 @@ def AttnKernel_WorkerCountOp : AttnKernel_Op<"worker_count", [Pure]> {
   }];
   let results = (outs Index:$count);
   let assemblyFormat = "attr-dict `:` type($count)";
-  let extraClassDeclaration = [{
-    /// The workers the CUDA runtime counts per multiprocessor (Runtime.cpp).
-    static constexpr int64_t kCudaWorkersPerMultiprocessor = 4;
-  }];
 }
 
 def AttnKernel_DispatchOp : AttnKernel_Op<"dispatch", [
