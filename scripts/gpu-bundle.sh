@@ -182,8 +182,9 @@ for step in "$@"; do
     grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/e2e.log" | sort | uniq -c;;
   profile)
     # Nsight Compute's time per kernel (no clock control, caches flushed
-    # between kernels) of Gated DeltaNet prefill (B = 1, L = 4K, with the
-    # rmsnorm-silu gate) and decode step (B = 32), softmax decode (B = 1, H = 32, Hkv = 8, 4K and 32K keys),
+    # between kernels) of Gated DeltaNet prefill (B = 1 and 8, L = 4K, with
+    # the rmsnorm-silu gate: the chain's narrow and wide blocks) and decode
+    # step (B = 32), softmax decode (B = 1, H = 32, Hkv = 8, 4K and 32K keys),
     # top-k sparse decode of the same layer (64 blocks of 16 over 32K keys;
     # random block bounds) and its causal prefill (L = 4K) on mma.sync and
     # on wgmma: where each call's time goes, beside the bench's per-call
@@ -191,7 +192,8 @@ for step in "$@"; do
     log_step "profile (ncu, us per kernel)"
     metrics=gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread,sm__throughput.avg.pct_of_peak_sustained_elapsed,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
     prefill="B=1,Lq=4096,Lk=4096"
-    for run in "gdn gdn B=1,L=4096" "gdn gdn B=32,L=1" "decode attn B=1,Lq=1,Lk=4096" \
+    for run in "gdn gdn B=1,L=4096" "gdn gdn B=8,L=4096" "gdn gdn B=32,L=1" \
+               "decode attn B=1,Lq=1,Lk=4096" \
                "decode attn B=1,Lq=1,Lk=32768" "sparse attn B=1,Lq=1,Lk=32768" \
                "decode attn $prefill" "wgmma attn $prefill"; do
       set -- $run
