@@ -54,10 +54,16 @@
 // CHECK:         arith.minsi %[[LK:dim_[0-9]+]], %{{.+}} : index
 // CHECK:         %[[KEY_TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
 // The first key tile's k (16 bytes a copy, all of a thread's in flight
-// before its wait; q's too).
+// before its wait; q's too): a tile whose keys all precede the range's end
+// copies unpredicated, else each row checks its key.
 // CHECK:         scf.parallel
 // CHECK-NOT:       scf.for
-// CHECK-COUNT-8:   attn_kernel.async_copy %arg1[{{.*}}], %{{.*}}[{{.*}}] if(%{{.*}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
+// CHECK:           %[[WHOLE:.+]] = arith.cmpi sge, %{{.+}}, %c64 : index
+// CHECK-NEXT:      scf.if %[[WHOLE]] {
+// CHECK-COUNT-8:     attn_kernel.async_copy %arg1[{{.*}}], %{{.*}}[{{.*}}] if(%true) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
+// CHECK-NEXT:      } else {
+// CHECK-COUNT-8:     attn_kernel.async_copy %arg1[{{.*}}], %{{.*}}[{{.*}}] if(%{{[0-9]+}}) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
+// CHECK-NEXT:      }
 // CHECK-NEXT:      attn_kernel.async_wait
 // CHECK:         } {attn.threads}
 // CHECK:         scf.for %{{.+}} = %c0 to %[[KEY_TILES]] step %c1 {

@@ -100,6 +100,8 @@ private:
   /// Whether every row of the block sees every key of the tile from
   /// `firstKey` (no mask work in it).
   Value interiorTileOf(Value firstKey);
+  /// The f32 `x` and `y` rounded to the storage type and back, as one pair.
+  SmallVector<Value> roundPair(Value x, Value y);
   /// P (the score fragments after the softmax) copied to probRegs, where
   /// the overlapped walk's P v reads it while the next scores are made.
   void keepProbabilities();
@@ -138,6 +140,11 @@ private:
   /// The k and v rows of key tile `tile`.
   std::function<std::pair<SmallVector<Value>, Value>(Value)>
   keyRowsOf(Value tile);
+  /// Copies key tile `tile`'s rows of each (global, shared) pair, as
+  /// SimtEmitter::stageRows with keyRowsOf(tile).
+  void stageKeyTile(Value thread, Value tile,
+                    ArrayRef<std::pair<Value, Value>> fromTo, int64_t dim,
+                    int64_t padded);
   /// Decode over a paged cache: the pages of each key tile are read two
   /// tiles ahead into `tilePages` (slot tile % 3), so that a tile's copies
   /// wait for no page table entry. Head dims up to 128 alone: at 256,
@@ -336,7 +343,7 @@ void SimtFlashKernel::walkKeyTiles() {
   // beside the mma operands made decode with D = 256 and a small tree's
   // prefix spill 16 bytes.)
   e.eachThread([&](Value thread) {
-    e.stageRows(thread, TK, k, ks[0], D, Dp, keyRowsOf(c0));
+    stageKeyTile(thread, c0, {{k, ks[0]}}, D, Dp);
     waitForCopies();
   });
   e.loop(c0, keyTiles, c1, [&](Value keyTileIndex) {
@@ -345,7 +352,7 @@ void SimtFlashKernel::walkKeyTiles() {
     updateSoftmax(keyTileIndex, /*stageValues=*/true);
     accumulateValues(vs[0], [&](Value thread) {
       e.ifThen(lt(nextTile, keyTiles), [&] {
-        e.stageRows(thread, TK, k, ks[0], D, Dp, keyRowsOf(nextTile));
+        stageKeyTile(thread, nextTile, {{k, ks[0]}}, D, Dp);
       });
     });
   });
@@ -361,12 +368,11 @@ void SimtFlashKernel::walkKeyTilesInTwoStages() {
   auto stageTile = [&](Value thread, Value tile, int64_t buffer) {
     if (D == Dv && Dp == Dvp) {
       // A row's place (a paged cache's page) found once for k and v.
-      e.stageRows(thread, TK, {{k, ks[buffer]}, {v, vs[buffer]}}, D, Dp,
-                  keyRowsOf(tile));
+      stageKeyTile(thread, tile, {{k, ks[buffer]}, {v, vs[buffer]}}, D, Dp);
       return;
     }
-    e.stageRows(thread, TK, k, ks[buffer], D, Dp, keyRowsOf(tile));
-    e.stageRows(thread, TK, v, vs[buffer], Dv, Dvp, keyRowsOf(tile));
+    stageKeyTile(thread, tile, {{k, ks[buffer]}}, D, Dp);
+    stageKeyTile(thread, tile, {{v, vs[buffer]}}, Dv, Dvp);
   };
   // A paged cache's pages two tiles ahead: tiles 0 and 1's here.
   if (prefetchesPages()) {
@@ -421,10 +427,10 @@ void SimtFlashKernel::walkKeyTilesOverlapped() {
   // of a kernel where the registers of one in flight are merged at the end
   // of a branch (which reads them).
   auto stageKeys = [&](Value thread, Value tile, int64_t buffer) {
-    e.stageRows(thread, TK, k, ks[buffer], D, Dp, keyRowsOf(tile));
+    stageKeyTile(thread, tile, {{k, ks[buffer]}}, D, Dp);
   };
   auto stageValues = [&](Value thread, Value tile, int64_t buffer) {
-    e.stageRows(thread, TK, v, vs[buffer], Dv, Dvp, keyRowsOf(tile));
+    stageKeyTile(thread, tile, {{v, vs[buffer]}}, Dv, Dvp);
   };
   auto waitForProducts = [&](int64_t pending) {
     WarpgroupWaitOp::create(b, loc).setPending(pending);
@@ -1019,6 +1025,44 @@ SimtFlashKernel::keyRowsOf(Value tile) {
   };
 }
 
+void SimtFlashKernel::stageKeyTile(Value thread, Value tile,
+                                   ArrayRef<std::pair<Value, Value>> fromTo,
+                                   int64_t dim, int64_t padded) {
+  auto checked = [&] {
+    e.stageRows(thread, TK, fromTo, dim, padded, keyRowsOf(tile));
+  };
+  // A tile whose keys all precede the range's end (every tile of a long
+  // range but its last) copies its rows unpredicated: no compare and no
+  // select of the address and the size per 16-byte copy, which were 3 of
+  // the 7 instructions of each copy in prefill's key loop. The other
+  // kernels keep one form of their copies, for their registers (ptxas for
+  // sm_90a, bf16): decode waits on memory, not on instructions, and with
+  // two forms kept 207 registers, not 192, at Qwen3-Next's shape (4
+  // blocks per SM, not 5); a paged cache's rows (a page table entry each)
+  // took prefill from 161 to 202 (2 blocks per SM, not 3); head dims above
+  // 128 spilled 44 bytes in a ragged batch's warpgroup kernel.
+  if (decodeSplit || gathered || kv->pagedBy() > 0 || Dp > 128)
+    return checked();
+  Value firstKey = tileFirstKey(tile);
+  Value whole =
+      e.icmp(arith::CmpIPredicate::sle, e.add(firstKey, e.index(TK)), end);
+  Value always = arith::ConstantIntOp::create(b, b.getI1Type(), 1);
+  e.ifElse(
+      whole,
+      [&]() -> SmallVector<Value> {
+        e.stageRows(
+            thread, TK, fromTo, dim, padded,
+            [&](Value j) -> std::pair<SmallVector<Value>, Value> {
+              return {kv->at(batch, kvHead, e.add(firstKey, j)), always};
+            });
+        return {};
+      },
+      [&]() -> SmallVector<Value> {
+        checked();
+        return {};
+      });
+}
+
 Value SimtFlashKernel::interiorTileOf(Value firstKey) {
   Value interiorTile = both(
       e.icmp(arith::CmpIPredicate::sge, firstKey, allBegin),
@@ -1131,7 +1175,7 @@ void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues,
   eachWarp(
       [&](Value warpRow, Value lane, Value thread) {
         if (stageValues)
-          e.stageRows(thread, TK, v, vs[0], Dv, Dvp, keyRowsOf(keyTileIndex));
+          stageKeyTile(thread, keyTileIndex, {{v, vs[0]}}, Dv, Dvp);
         Value s = e.registersOf(scoreRegs, thread);
         Value o = e.registersOf(outRegs, thread);
         Value m = e.registersOf(maxRegs, thread);
@@ -1155,15 +1199,20 @@ void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues,
               changed, e.exp2(e.fmul(e.fsub(oldMax, safe), exponentScale)),
               e.scalar(1.0));
           Value shift = e.fmul(safe, negExponentScale);
-          Value partSum = e.scalar(0.0);
-          for (int64_t block = 0; block < keyBlocks; ++block)
+          Value partSum; // no 0 + x: LLVM keeps it (x may be -0)
+          for (int64_t block = 0; block < keyBlocks; ++block) {
+            SmallVector<Value> ats[2], ps;
             for (int64_t el = 0; el < 2; ++el) {
-              SmallVector<Value> at = fragmentAt(laneRow, keyBlocks, block, el);
-              Value p = e.exp2(e.fma(e.load(s, at), exponentScale, shift));
-              Value rounded = e.widen(e.narrow(p, storage));
-              e.store(rounded, s, at);
-              partSum = e.fadd(partSum, rounded);
+              ats[el] = fragmentAt(laneRow, keyBlocks, block, el);
+              ps.push_back(
+                  e.exp2(e.fma(e.load(s, ats[el]), exponentScale, shift)));
             }
+            SmallVector<Value> rounded = roundPair(ps[0], ps[1]);
+            for (int64_t el = 0; el < 2; ++el) {
+              e.store(rounded[el], s, ats[el]);
+              partSum = partSum ? e.fadd(partSum, rounded[el]) : rounded[el];
+            }
+          }
           e.store(e.fma(e.load(l, h), rescale, partSum), l, h);
           e.store(newMax, m, h);
           rescales.push_back(rescale);
@@ -1185,6 +1234,32 @@ void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues,
           waitForCopies(); // this tile's v
       },
       stageValues ? SimtEmitter::Sync::Block : SimtEmitter::Sync::Warp);
+}
+
+SmallVector<Value> SimtFlashKernel::roundPair(Value x, Value y) {
+  if (storage.isF32())
+    return {x, y};
+  // The two elements of a fragment row pair (one 32-bit operand register
+  // of the tensor cores) rounded by one packed conversion
+  // (cvt.rn.bf16x2.f32), not one each: LLVM packs two rounded values that
+  // form one 32-bit word, but splits a vector rounded and widened back.
+  // bf16 widens by a shift of its bits (or a mask of the high half).
+  Type f32 = b.getF32Type(), i32 = b.getI32Type();
+  Value pair = vector::FromElementsOp::create(
+      b, VectorType::get({2}, storage),
+      ValueRange{e.narrow(x, storage), e.narrow(y, storage)});
+  if (!storage.isBF16())
+    return {e.widen(vector::ExtractOp::create(b, pair, 0)),
+            e.widen(vector::ExtractOp::create(b, pair, 1))};
+  Value bits = vector::BitCastOp::create(b, VectorType::get({1}, i32), pair);
+  Value word = vector::ExtractOp::create(b, bits, 0);
+  auto constant = [&](uint32_t value) {
+    return arith::ConstantIntOp::create(b, i32, value).getResult();
+  };
+  Value low = arith::ShLIOp::create(b, word, constant(16));
+  Value high = arith::AndIOp::create(b, word, constant(0xffff0000u));
+  return {arith::BitcastOp::create(b, f32, low).getResult(),
+          arith::BitcastOp::create(b, f32, high).getResult()};
 }
 
 void SimtFlashKernel::accumulateValues(
