@@ -55,10 +55,13 @@
 // CHECK:         %[[KEY_TILES:.+]] = arith.ceildivui %{{.+}}, %c64 : index
 // The first key tile's k (16 bytes a copy, all of a thread's in flight
 // before its wait; q's too): a tile whose keys all precede the range's end
-// copies unpredicated, else each row checks its key.
+// copies unpredicated, else each row checks its key; only a tile the
+// block walks (there may be none) counts.
 // CHECK:         scf.parallel
 // CHECK-NOT:       scf.for
-// CHECK:           %[[WHOLE:.+]] = arith.cmpi sge, %{{.+}}, %c64 : index
+// CHECK:           %[[FULL:.+]] = arith.cmpi uge, %{{.+}}, %c64 : index
+// CHECK-NEXT:      %[[WALKED:.+]] = arith.cmpi ugt, %[[KEY_TILES]], %c0 : index
+// CHECK-NEXT:      %[[WHOLE:.+]] = arith.andi %[[WALKED]], %[[FULL]] : i1
 // CHECK-NEXT:      scf.if %[[WHOLE]] {
 // CHECK-COUNT-8:     attn_kernel.async_copy %arg1[{{.*}}], %{{.*}}[{{.*}}] if(%true) elements(4) : memref<?x2x?x64xf32>, memref<64x68xf32>
 // CHECK-NEXT:      } else {

@@ -1043,9 +1043,13 @@ void SimtFlashKernel::stageKeyTile(Value thread, Value tile,
   // 128 spilled 44 bytes in a ragged batch's warpgroup kernel.
   if (decodeSplit || gathered || kv->pagedBy() > 0 || Dp > 128)
     return checked();
+  // Only a tile the block walks: a block mask lists none past a row's
+  // tiles, and the list's entries there were never written (the first
+  // tile is staged before the loop, whether or not there is one).
   Value firstKey = tileFirstKey(tile);
   Value whole =
-      e.icmp(arith::CmpIPredicate::sle, e.add(firstKey, e.index(TK)), end);
+      both(lt(tile, keyTiles), e.icmp(arith::CmpIPredicate::ule,
+                                      e.add(firstKey, e.index(TK)), end));
   Value always = arith::ConstantIntOp::create(b, b.getI1Type(), 1);
   e.ifElse(
       whole,
