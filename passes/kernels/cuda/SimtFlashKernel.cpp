@@ -1248,22 +1248,19 @@ SmallVector<Value> SimtFlashKernel::roundPair(Value x, Value y) {
   // (cvt.rn.bf16x2.f32), not one each: LLVM packs two rounded values that
   // form one 32-bit word, but splits a vector rounded and widened back.
   // bf16 widens by a shift of its bits (or a mask of the high half).
-  Type f32 = b.getF32Type(), i32 = b.getI32Type();
   Value pair = vector::FromElementsOp::create(
       b, VectorType::get({2}, storage),
       ValueRange{e.narrow(x, storage), e.narrow(y, storage)});
   if (!storage.isBF16())
     return {e.widen(vector::ExtractOp::create(b, pair, 0)),
             e.widen(vector::ExtractOp::create(b, pair, 1))};
-  Value bits = vector::BitCastOp::create(b, VectorType::get({1}, i32), pair);
+  Value bits = vector::BitCastOp::create(
+      b, VectorType::get({1}, b.getI32Type()), pair);
   Value word = vector::ExtractOp::create(b, bits, 0);
-  auto constant = [&](uint32_t value) {
-    return arith::ConstantIntOp::create(b, i32, value).getResult();
-  };
-  Value low = arith::ShLIOp::create(b, word, constant(16));
-  Value high = arith::AndIOp::create(b, word, constant(0xffff0000u));
-  return {arith::BitcastOp::create(b, f32, low).getResult(),
-          arith::BitcastOp::create(b, f32, high).getResult()};
+  Value low = arith::ShLIOp::create(b, word, e.i32(16));
+  Value high = arith::AndIOp::create(b, word, e.i32(-65536)); // 0xffff0000
+  return {arith::BitcastOp::create(b, e.f32, low).getResult(),
+          arith::BitcastOp::create(b, e.f32, high).getResult()};
 }
 
 void SimtFlashKernel::accumulateValues(
