@@ -594,14 +594,16 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   const int64_t group = shape.numHeads / shape.numKvHeads;
   Value groupRowTiles = arith::CeilDivUIOp::create(
       b, m.mul(m.index(group), decodeRows), m.index(decodeFlash.queryTile()));
-  // At least a split per split_keys keys; more (down to a key tile each)
+  // At least a split per split_keys keys, and one without keys (its
+  // merge writes the rows that see no key); more (down to a key tile each)
   // while the blocks would not fill the GPU.
   Value unsplitBlocks =
       m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)), groupRowTiles);
   Value decodeSplits = m.select(
       decode,
-      splitsFillingWorkers(b, m, m.ceilDiv(s.lk, m.index(tiling.splitKeys)),
-                           unsplitBlocks,
+      splitsFillingWorkers(
+          b, m, m.maxS(m.index(1), m.ceilDiv(s.lk, m.index(tiling.splitKeys))),
+          unsplitBlocks,
                            m.ceilDiv(s.lk, m.index(decodeFlash.keyTile))),
       zero);
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,

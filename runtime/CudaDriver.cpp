@@ -52,6 +52,7 @@ struct Driver {
   X(cuMemPoolSetAttribute, CUresult (*)(void *, int, void *))                  \
   X(cuMemcpyHtoD_v2, CUresult (*)(CUdeviceptr, const void *, size_t))          \
   X(cuMemcpyDtoH_v2, CUresult (*)(void *, CUdeviceptr, size_t))                \
+  X(cuMemsetD8Async, CUresult (*)(CUdeviceptr, unsigned char, size_t, void *)) \
   X(cuEventCreate, CUresult (*)(void **, unsigned))                            \
   X(cuEventRecord, CUresult (*)(void *, void *))                               \
   X(cuEventSynchronize, CUresult (*)(void *))                                  \
@@ -299,6 +300,15 @@ bool Module::copyToDevice(uint64_t dst, const void *src, size_t bytes,
   return !bytes ||
          (driver && driver->check(driver->cuMemcpyHtoD_v2(dst, src, bytes),
                                   "copying to the device", error));
+}
+
+bool Module::fillAsync(uint64_t pointer, uint8_t byte, size_t bytes,
+                       void *stream, std::string &error) {
+  Driver *driver = Driver::get(error);
+  return !bytes ||
+         (driver &&
+          driver->check(driver->cuMemsetD8Async(pointer, byte, bytes, stream),
+                        "filling device memory", error));
 }
 
 bool Module::copyToHost(void *dst, uint64_t src, size_t bytes,

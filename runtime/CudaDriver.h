@@ -64,6 +64,9 @@ public:
   bool copyToDevice(uint64_t dst, const void *src, size_t bytes,
                     std::string &error);
   bool copyToHost(void *dst, uint64_t src, size_t bytes, std::string &error);
+  /// Sets `bytes` bytes at `pointer` to `byte`, enqueued on `stream`.
+  bool fillAsync(uint64_t pointer, uint8_t byte, size_t bytes, void *stream,
+                 std::string &error);
 
   /// Launches `kernel` over `workgroups` workgroups (threads or blocks)
   /// with the parameters of the CudaKernel ABI (attnb.fbs): per binding a

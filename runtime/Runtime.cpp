@@ -115,6 +115,21 @@ size_t alignTemporary(size_t bytes, size_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
+/// ATTN_POISON=1 in the environment: each call first fills its temporaries
+/// and its outputs with kPoisonByte (NaN as floats, -1 as integers), so a
+/// kernel that reads memory nothing wrote, or leaves part of an output
+/// unwritten, shows it in its results instead of passing on memory that
+/// happened to be zero (fresh pages) or right (a workspace's last call).
+/// For tests (test/lit.cfg.py sets it): it costs a pass over that memory.
+bool poisonEachCall() {
+  static const bool poison = [] {
+    const char *value = std::getenv("ATTN_POISON");
+    return value && *value && std::strcmp(value, "0") != 0;
+  }();
+  return poison;
+}
+constexpr uint8_t kPoisonByte = 0xFF;
+
 class WorkspacePool {
 public:
   struct Workspace {
@@ -666,8 +681,11 @@ void callKernel(KernelFn kernel, void *const *buffers,
   kernel(buffers, dims, workgroup);
 }
 
+/// `poisonOutputs`: whether ATTN_POISON may fill the outputs first; not
+/// for a call whose kernels check its index inputs, which leaves its
+/// outputs as they were when a check fails.
 attn_status runOnCpu(attn_model &model, const Entry &e,
-                     std::vector<Buffer> &buffers) {
+                     std::vector<Buffer> &buffers, bool poisonOutputs) {
   if (!model.hasCpuCode)
     return fail(ATTN_UNSUPPORTED,
                 "the binary has no CPU code (compiled with --target cuda); "
@@ -686,14 +704,16 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
     if (bytes <= workspace->capacity - used) {
       data = workspace->block.get() + used;
       used += bytes;
-      return ATTN_OK;
+    } else {
+      data = std::aligned_alloc(64, bytes);
+      if (!data)
+        return fail(ATTN_RUN_ERROR, "entry '" + e.name +
+                                        "': out of memory for a temporary of " +
+                                        std::to_string(bytes) + " bytes");
+      overflow.emplace_back(data, &std::free);
     }
-    data = std::aligned_alloc(64, bytes);
-    if (!data)
-      return fail(ATTN_RUN_ERROR, "entry '" + e.name +
-                                      "': out of memory for a temporary of " +
-                                      std::to_string(bytes) + " bytes");
-    overflow.emplace_back(data, &std::free);
+    if (poisonEachCall())
+      std::memset(data, kPoisonByte, bytes);
     return ATTN_OK;
   };
   auto dispatch = [&](const Step &step, int64_t count,
@@ -711,6 +731,9 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
         count, [&](int64_t id) { callKernel(kernel, ptrs, dimData, id); });
     return ATTN_OK;
   };
+  if (poisonEachCall() && poisonOutputs)
+    for (size_t i = e.inputs.size(); i < buffers.size(); ++i)
+      std::memset(buffers[i].data, kPoisonByte, buffers[i].bytes());
   // The record of index errors, for programs whose kernels check their
   // index inputs (CUDA kernels run on the CPU, CompileOptions::
   // cpuRunsCudaKernels): clear unless the host's checks were skipped.
@@ -784,6 +807,9 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
     if (i < e.inputs.size() &&
         !gpu.copyToDevice(pointer, hostBuffers[i].data, bytes, error))
       return cudaFail(error);
+    if (i >= e.inputs.size() && poisonEachCall() &&
+        !gpu.fillAsync(pointer, kPoisonByte, bytes, nullptr, error))
+      return cudaFail(error);
     buffers.push_back({reinterpret_cast<void *>(pointer), hostBuffers[i].shape,
                        hostBuffers[i].elementBytes});
   }
@@ -796,6 +822,9 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
     if (!gpu.allocateAsync(bytes, nullptr, pointer, error))
       return cudaFail(error);
     temporaries.push_back(pointer);
+    if (poisonEachCall() &&
+        !gpu.fillAsync(pointer, kPoisonByte, bytes, nullptr, error))
+      return cudaFail(error);
     data = reinterpret_cast<void *>(pointer);
     return ATTN_OK;
   };
@@ -988,15 +1017,18 @@ attn_status runOnCudaStream(attn_model &model, const Entry &e,
     bytes = alignTemporary(bytes, kDeviceTemporaryAlignment);
     if (bytes == 0)
       return ATTN_OK;
-    if (fromWorkspace) {
-      data = reinterpret_cast<void *>(model.deviceWorkspace + used);
-      used += bytes;
-      return ATTN_OK;
-    }
     uint64_t pointer = 0;
-    if (!gpu.allocateAsync(bytes, stream, pointer, error))
+    if (fromWorkspace) {
+      pointer = model.deviceWorkspace + used;
+      used += bytes;
+    } else {
+      if (!gpu.allocateAsync(bytes, stream, pointer, error))
+        return cudaFail(error);
+      owned.push_back(pointer);
+    }
+    if (poisonEachCall() &&
+        !gpu.fillAsync(pointer, kPoisonByte, bytes, stream, error))
       return cudaFail(error);
-    owned.push_back(pointer);
     data = reinterpret_cast<void *>(pointer);
     return ATTN_OK;
   };
@@ -1043,12 +1075,12 @@ attn_status runHostTensors(attn_model *model, int32_t entry,
                                             : checkContractShapes(*e, inputs))
     return status;
   if (model->device == ATTN_DEVICE_CPU)
-    return runOnCpu(*model, *e, buffers);
+    return runOnCpu(*model, *e, buffers, /*poisonOutputs=*/checkIndexValues);
   // One CUDA run at a time per model (its events and module are shared);
   // the device is read again under the lock set_device takes.
   std::lock_guard<std::mutex> lock(model->cudaMutex);
   if (model->device == ATTN_DEVICE_CPU)
-    return runOnCpu(*model, *e, buffers);
+    return runOnCpu(*model, *e, buffers, /*poisonOutputs=*/checkIndexValues);
   return runOnCuda(*model, *e, buffers);
 }
 

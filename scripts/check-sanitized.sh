@@ -29,6 +29,10 @@ ninja -C "$build" AttnFuzzers AttnNpyTests AttnFrontendTests \
 # copy of the allocator poisoned (a false use-after-poison).
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1:allow_user_poisoning=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# Temporaries and outputs filled with NaN / -1 bytes before each call
+# (docs/testing.md): the kernels JIT-compiled by the tests are not
+# instrumented, so a read of what nothing wrote shows only this way.
+export ATTN_POISON=1
 for tests in AttnNpyTests AttnFrontendTests AttnReferenceTests; do
   "$build/test/unit/$tests" --gtest_brief=1
 done

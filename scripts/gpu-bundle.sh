@@ -173,7 +173,7 @@ for step in "$@"; do
   e2e)
     shards=${E2E_SHARDS:-8}
     for i in $(seq 0 $((shards - 1))); do
-      GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout ${E2E_TIMEOUT:-300} "$bin/AttnE2ETests" \
+      ATTN_POISON=1 GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout ${E2E_TIMEOUT:-300} "$bin/AttnE2ETests" \
         --gtest_filter="${E2E_FILTER:-*_cuda:*/cuda:*OnCuda*:*OnGpu*-*Warpgroups*}" > "$out/e2e$i.log" 2>&1 &
     done
     wait
@@ -279,7 +279,7 @@ for row in rows[2:]:
       echo "$test: exit $? (log in \$OUT/$(basename "$test" .py).log)"
     done;;
   wgmma)
-    timeout ${WGMMA_TIMEOUT:-300} "$bin/AttnE2ETests" --gtest_filter='*Warpgroups*_cuda' \
+    ATTN_POISON=1 timeout ${WGMMA_TIMEOUT:-300} "$bin/AttnE2ETests" --gtest_filter='*Warpgroups*_cuda' \
       > "$out/e2e-wgmma.log" 2>&1
     grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/e2e-wgmma.log" | sort | uniq -c
     log_step "cuda-attention-bench --wgmma ${BENCH_ARGS:-}"

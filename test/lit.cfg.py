@@ -26,6 +26,11 @@ config.excludes = [
 ]
 
 llvm_config.use_default_substitutions()
+
+# Every call fills its temporaries and outputs with NaN / -1 bytes first
+# (the runtime's ATTN_POISON), so a kernel that reads what nothing wrote,
+# or leaves part of an output unwritten, fails its test.
+config.environment["ATTN_POISON"] = "1"
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 config.substitutions.append(("%attn_src_root", config.attn_src_root))
 config.substitutions.append(("%python", sys.executable))

@@ -227,11 +227,13 @@
 // CHECK:         %[[LQ:.+]] = memref.dim %[[Q]], %c2
 // CHECK:         %[[LK:.+]] = memref.dim %[[K]], %c2
 // CHECK:         %[[DECODE:.+]] = arith.cmpi ule, %[[LQ]], %c8
-// Decode splits: one per 256 keys, more (down to one 32-key tile each)
-// while the B x Hkv x row tiles blocks are fewer than the workers (on a
-// GPU, 4 blocks per multiprocessor).
+// Decode splits: one per 256 keys and at least one (without keys, its
+// merge writes o's rows), more (down to one 32-key tile each) while the
+// B x Hkv x row tiles blocks are fewer than the workers (on a GPU, 4
+// blocks per multiprocessor).
 // CHECK:         %[[MOST:.+]] = arith.ceildivui %[[LK]], %c32 : index
-// CHECK:         %[[LEAST:.+]] = arith.ceildivui %[[LK]], %c256
+// CHECK:         %[[PER256:.+]] = arith.ceildivui %[[LK]], %c256
+// CHECK:         %[[LEAST:.+]] = arith.maxsi %[[PER256]], %c1 : index
 // CHECK:         %[[UNSPLIT:.+]] = arith.maxsi %{{.+}}, %c1 : index
 // CHECK:         %[[WORKERS:.+]] = attn_kernel.worker_count : index
 // CHECK:         %[[FILLING:.+]] = arith.ceildivui %[[WORKERS]], %[[UNSPLIT]] : index

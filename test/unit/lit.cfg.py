@@ -10,3 +10,8 @@ config.suffixes = []
 config.test_source_root = os.path.join(config.attn_obj_root, "test", "unit")
 config.test_exec_root = config.test_source_root
 config.test_format = lit.formats.GoogleTest(".", "Tests")
+
+# Every call fills its temporaries and outputs with NaN / -1 bytes first
+# (the runtime's ATTN_POISON), so a kernel that reads what nothing wrote,
+# or leaves part of an output unwritten, fails its test.
+config.environment["ATTN_POISON"] = "1"
