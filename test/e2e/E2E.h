@@ -106,6 +106,19 @@ inline ref::Mask referenceMask(const std::string &json) {
   return ref::Mask::slidingWindow(std::stoll(json.substr(json.find(':') + 1)));
 }
 
+/// Draws of the random cases beside each suite's chosen ones: a fixed
+/// seed, so a failing case keeps its name and its inputs.
+struct CaseDraws {
+  std::mt19937_64 rng{20261128};
+
+  /// One of `values`, uniformly.
+  int64_t pick(std::initializer_list<int64_t> values) {
+    return values.begin()[rng() % values.size()];
+  }
+  /// True with probability `percent` / 100.
+  bool chance(int percent) { return static_cast<int>(rng() % 100) < percent; }
+};
+
 inline Tensor intsToRuntime(const ref::IntTensor &t) {
   Tensor out(ATTN_I32, t.shape());
   for (int64_t i = 0; i < t.size(); ++i)

@@ -520,6 +520,45 @@ std::vector<RecurrenceCase> cases() {
   return all;
 }
 
+/// Cases drawn at random (from a fixed seed): every rule with sizes,
+/// chunks, groups, dtypes, thread counts and continuations in
+/// combinations nobody picked.
+std::vector<RecurrenceCase> randomCases(int count) {
+  CaseDraws draw;
+  const char *rules[] = {"linear", "decay", "gla", "delta", "gated_delta"};
+  std::vector<RecurrenceCase> all;
+  for (int i = 0; i < count; ++i) {
+    RecurrenceCase c;
+    c.label = "random" + std::to_string(i);
+    c.rule = rules[draw.rng() % 5];
+    c.keyHeads = draw.pick({1, 1, 2, 3});
+    c.valueHeads = c.keyHeads * draw.pick({1, 2});
+    c.keyDim = draw.pick({8, 16, 24, 40, 64, 128});
+    c.valueDim = draw.pick({7, 16, 24, 48, 64, 128});
+    c.chunk = draw.pick({16, 32, 64, 128});
+    c.l2norm = draw.chance(70);
+    c.gate = draw.chance(30);
+    c.batch = draw.pick({1, 1, 2, 3});
+    c.length = draw.pick({0, 1, 2, 15, 16, 17, 63, 64, 65, 130, 300});
+    c.continuation = draw.pick({0, 0, 1, 17, 70});
+    c.threads = static_cast<int>(draw.pick({1, 2, 3, 4}));
+    c.dtype = draw.chance(50) ? "f32" : draw.chance(50) ? "bf16" : "f16";
+    all.push_back(c);
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Random, LinearRecurrence,
+    testing::Combine(testing::ValuesIn(randomCases(16)),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
+    [](const testing::TestParamInfo<std::tuple<RecurrenceCase, Backend>>
+           &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, LinearRecurrence,
     testing::Combine(testing::ValuesIn(cases()),

@@ -238,6 +238,60 @@ std::vector<RaggedCase> cases() {
   return all;
 }
 
+/// Batches drawn at random (from a fixed seed): sequences of every kind
+/// of row count in any mix, packed or paged keys with page sizes that
+/// divide nothing, and the options in combinations nobody picked.
+std::vector<RaggedCase> randomCases(int count) {
+  CaseDraws draw;
+  std::vector<RaggedCase> all;
+  for (int i = 0; i < count; ++i) {
+    RaggedCase c;
+    c.label = "random" + std::to_string(i);
+    const int64_t sequences = draw.pick({1, 2, 3, 5, 9});
+    for (int64_t b = 0; b < sequences; ++b) {
+      c.queries.push_back(draw.pick({0, 1, 1, 2, 3, 8, 9, 17, 40, 70}));
+      c.keys.push_back(c.queries.back() +
+                       draw.pick({0, 0, 1, 5, 40, 300, 700}));
+    }
+    c.pageSize = draw.pick({0, 0, 1, 5, 7, 16});
+    const int64_t window = draw.pick({1, 3, 16, 100});
+    c.mask = draw.chance(40) ? R"("causal")"
+             : draw.chance(50)
+                 ? R"("none")"
+                 : R"({"sliding_window": )" + std::to_string(window) + "}";
+    c.gate = draw.chance(40);
+    c.headwise = c.gate && draw.chance(50);
+    c.lse = draw.chance(40);
+    c.softcapAlibi = draw.chance(20);
+    c.documents = draw.chance(20);
+    switch (draw.rng() % 4) {
+    case 0:
+      c.heads = 3, c.kvHeads = 1;
+      break;
+    case 1:
+      c.heads = 6, c.kvHeads = 3;
+      break;
+    case 2:
+      c.heads = 20, c.kvHeads = 1;
+      break;
+    default:
+      break; // 4 heads, 2 kv heads
+    }
+    all.push_back(c);
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Random, RaggedAttention,
+    testing::Combine(testing::ValuesIn(randomCases(24)),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
+    [](const auto &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, RaggedAttention,
     testing::Combine(testing::ValuesIn(cases()),

@@ -440,6 +440,54 @@ std::vector<AttentionCase> cases() {
   return all;
 }
 
+/// Cases drawn at random (from a fixed seed) beside the chosen ones:
+/// combinations of sizes, masks, gates, dtypes and thread counts nobody
+/// picked, among them the edges (no queries, no keys, one of each, a
+/// window of 1, lengths one off a tile).
+std::vector<AttentionCase> randomCases(int count) {
+  CaseDraws draw;
+  std::vector<AttentionCase> all;
+  for (int i = 0; i < count; ++i) {
+    AttentionCase c;
+    c.label = "random" + std::to_string(i);
+    c.kvHeads = draw.pick({1, 2, 3});
+    c.heads = c.kvHeads * draw.pick({1, 2, 4, 5, 8});
+    c.headDim = draw.pick({8, 16, 24, 36, 64, 80, 96, 128});
+    c.valueDim =
+        draw.chance(70) ? c.headDim : draw.pick({8, 20, 32, 48, 64, 128});
+    c.batch = draw.pick({1, 1, 2, 3});
+    c.queries =
+        draw.pick({0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 129});
+    c.keys = draw.pick(
+        {0, 1, 2, 5, 16, 31, 32, 33, 64, 65, 127, 128, 129, 255, 257, 300});
+    switch (draw.rng() % 3) {
+    case 0:
+      c.mask = "\"none\"";
+      break;
+    case 1:
+      c.mask = "\"causal\"";
+      break;
+    default:
+      c.mask = "{\"sliding_window\": " +
+               std::to_string(draw.pick({1, 2, 7, 16, 40, 100})) + "}";
+    }
+    if (c.mask != "\"none\"")
+      c.keys = std::max(c.keys, c.queries); // query i sits at Lk - Lq + i
+    c.gate = draw.chance(50)   ? "none"
+             : draw.chance(50) ? "elementwise"
+                               : "headwise";
+    if (draw.chance(25))
+      c.softcap = draw.pick({5, 20, 50});
+    if (draw.chance(20))
+      c.scale = 0.05 * static_cast<double>(draw.pick({1, 2, 5, 9}));
+    c.range = static_cast<double>(draw.pick({1, 1, 3}));
+    c.dtype = draw.chance(50) ? "f32" : draw.chance(50) ? "bf16" : "f16";
+    c.threads = static_cast<int>(draw.pick({1, 2, 3, 4}));
+    all.push_back(c);
+  }
+  return all;
+}
+
 std::string caseName(
     const testing::TestParamInfo<std::tuple<AttentionCase, Backend>> &info) {
   return std::get<0>(info.param).label + "_" +
@@ -451,6 +499,13 @@ std::string caseName(
 INSTANTIATE_TEST_SUITE_P(
     EndToEnd, SoftmaxAttention,
     testing::Combine(testing::ValuesIn(cases()),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
+    caseName);
+
+INSTANTIATE_TEST_SUITE_P(
+    Random, SoftmaxAttention,
+    testing::Combine(testing::ValuesIn(randomCases(32)),
                      testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
                                      Backend::Cuda)),
     caseName);

@@ -291,6 +291,65 @@ std::vector<SparseCase> sparseCases() {
 const auto kBackends =
     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu, Backend::Cuda);
 
+/// Cases drawn at random (from a fixed seed): budgets, block sizes,
+/// sinks and locals, masks, gates and lengths in combinations nobody
+/// picked, decode and prefill. The exact estimator only: int4's levels are
+/// compared with the reference on keys built for it (IR cases below).
+std::vector<SparseCase> randomSparseCases(int count) {
+  CaseDraws draw;
+  std::vector<SparseCase> all;
+  for (int i = 0; i < count; ++i) {
+    SparseCase c;
+    c.label = "random" + std::to_string(i);
+    c.kvHeads = draw.pick({1, 2});
+    c.heads = c.kvHeads * draw.pick({1, 2, 4});
+    c.headDim = draw.pick({8, 20, 64});
+    c.valueDim = draw.chance(70) ? c.headDim : draw.pick({12, 32});
+    c.batch = draw.pick({1, 2});
+    c.queries = draw.pick({1, 2, 3, 8, 9, 37, 70});
+    c.keys = draw.pick({1, 7, 16, 17, 100, 203, 517, 700});
+    c.mask = draw.chance(40) ? "\"causal\""
+             : draw.chance(50)
+                 ? "\"none\""
+                 : R"({"sliding_window": )" +
+                       std::to_string(draw.pick({5, 40, 300})) + "}";
+    if (c.mask != "\"none\"")
+      c.keys = std::max(c.keys, c.queries);
+    c.gate = draw.chance(60)   ? "none"
+             : draw.chance(50) ? "elementwise"
+                               : "headwise";
+    if (draw.chance(25))
+      c.softcap = static_cast<double>(draw.pick({5, 30}));
+    c.blockSize = draw.pick({1, 5, 7, 8, 16, 32});
+    c.method = draw.chance(60) ? "top_k" : "top_p";
+    if (c.method == "top_k" || draw.chance(50))
+      c.topK = draw.pick({1, 2, 4, 9, 64});
+    if (c.method == "top_p") {
+      c.topP = 0.05 * static_cast<double>(draw.pick({4, 10, 16, 19}));
+      if (draw.chance(40))
+        c.minTokens = draw.pick({1, 9, 30});
+      if (draw.chance(40))
+        c.maxTokens = draw.pick({10, 50, 200});
+      if (c.minTokens && c.maxTokens && *c.minTokens > *c.maxTokens)
+        std::swap(*c.minTokens, *c.maxTokens);
+    }
+    if (c.topK) { // sinks and locals are part of the budget
+      c.sinkBlocks = std::min(*c.topK, draw.pick({0, 0, 1, 2}));
+      c.localBlocks = std::min(*c.topK - c.sinkBlocks, draw.pick({0, 0, 1, 3}));
+    }
+    all.push_back(c);
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Random, SparseAttention,
+    testing::Combine(testing::ValuesIn(randomSparseCases(24)), kBackends),
+    [](const testing::TestParamInfo<std::tuple<SparseCase, Backend>> &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
+
 INSTANTIATE_TEST_SUITE_P(
     Sparsity, SparseAttention,
     testing::Combine(testing::ValuesIn(sparseCases()), kBackends),
@@ -880,6 +939,43 @@ std::vector<TreeCase> treeCases() {
        .nodes = 5});
   return all;
 }
+
+/// Trees drawn at random (from a fixed seed): sizes up to max_tree_nodes,
+/// prefixes from none to several splits, windows, groups and gates in
+/// combinations nobody picked.
+std::vector<TreeCase> randomTreeCases(int count) {
+  CaseDraws draw;
+  std::vector<TreeCase> all;
+  for (int i = 0; i < count; ++i) {
+    TreeCase c;
+    c.label = "random" + std::to_string(i);
+    c.kvHeads = draw.pick({1, 2, 3});
+    c.heads = c.kvHeads * draw.pick({1, 2, 4});
+    c.headDim = draw.pick({8, 24, 64});
+    c.valueDim = draw.pick({5, 17, 64});
+    c.mask = draw.rng() % 2
+                 ? "\"causal\""
+                 : R"({"sliding_window": )" +
+                       std::to_string(draw.pick({1, 4, 30, 300})) + "}";
+    c.gate = draw.rng() % 2   ? "none"
+             : draw.rng() % 2 ? "elementwise"
+                              : "headwise";
+    c.batch = draw.pick({1, 2, 3});
+    c.prefix = draw.pick({0, 1, 17, 64, 300, 700});
+    c.nodes = draw.pick({1, 2, 7, 8, 9, 33, 63, 64});
+    c.chain = draw.rng() % 4 == 0;
+    all.push_back(c);
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Random, TreeAttention,
+    testing::Combine(testing::ValuesIn(randomTreeCases(12)), kBackends),
+    [](const testing::TestParamInfo<std::tuple<TreeCase, Backend>> &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
 
 INSTANTIATE_TEST_SUITE_P(
     Trees, TreeAttention,
