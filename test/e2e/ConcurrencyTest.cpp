@@ -132,3 +132,15 @@ INSTANTIATE_TEST_SUITE_P(Backends, Concurrency,
                          });
 
 } // namespace
+
+#ifdef ATTN_THREAD_SANITIZER
+/// ThreadSanitizer (AttnConcurrencyTsanTests): MLIR's own threads, which
+/// compile the model before the test's threads start, run uninstrumented
+/// code whose locks it cannot see.
+extern "C" const char *__tsan_default_suppressions() {
+  return "called_from_lib:libMLIR.so\n"
+         "race:libMLIR.so\n"
+         "called_from_lib:libLLVM.so\n"
+         "race:libLLVM.so\n";
+}
+#endif
