@@ -684,6 +684,45 @@ std::vector<PagedCase> cases() {
   return all;
 }
 
+/// Batches drawn at random (from a fixed seed): page sizes, lengths,
+/// query counts, masks, gates and lse in combinations nobody picked.
+std::vector<PagedCase> randomCases(int count) {
+  CaseDraws draw;
+  std::vector<PagedCase> all;
+  for (int i = 0; i < count; ++i) {
+    PagedCase c;
+    c.label = "random" + std::to_string(i);
+    c.pageSize = draw.pick({1, 2, 5, 7, 16, 32});
+    c.queries = draw.pick({1, 1, 2, 3, 8, 9, 17, 40});
+    const int64_t window = draw.pick({1, 4, 16, 100});
+    c.mask = draw.chance(40) ? R"("causal")"
+             : draw.chance(50)
+                 ? R"("none")"
+                 : R"({"sliding_window": )" + std::to_string(window) + "}";
+    // Query i sits at seq_lens[b] - Lq + i: masks need Lq keys.
+    const int64_t least = c.mask == R"("none")" ? 0 : c.queries;
+    const int64_t sequences = draw.pick({1, 2, 3, 5});
+    for (int64_t b = 0; b < sequences; ++b)
+      c.keys.push_back(least + draw.pick({0, 1, 5, 16, 40, 300}));
+    c.gate = draw.chance(50)   ? ""
+             : draw.chance(50) ? "elementwise"
+                               : "headwise";
+    c.lse = draw.chance(40);
+    all.push_back(c);
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Random, PagedAttention,
+    testing::Combine(testing::ValuesIn(randomCases(16)),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
+    [](const auto &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, PagedAttention,
     testing::Combine(testing::ValuesIn(cases()),

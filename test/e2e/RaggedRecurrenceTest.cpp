@@ -240,6 +240,38 @@ std::vector<RaggedCase> cases() {
   return all;
 }
 
+/// Batches drawn at random (from a fixed seed): every rule over up to
+/// kPool sequences whose lengths in the two calls mix empty, decode,
+/// within-chunk and multi-chunk steps in orders nobody picked.
+std::vector<RaggedCase> randomCases(int count) {
+  CaseDraws draw;
+  const char *rules[] = {"linear", "decay", "gla", "delta", "gated_delta"};
+  std::vector<RaggedCase> all;
+  for (int i = 0; i < count; ++i) {
+    RaggedCase c;
+    c.label = "random" + std::to_string(i);
+    c.rule = rules[draw.rng() % 5];
+    c.gate = draw.chance(30);
+    const int64_t sequences = draw.pick({1, 2, 4, 7, kPool});
+    for (int64_t b = 0; b < sequences; ++b) {
+      c.first.push_back(draw.pick({0, 1, 1, 2, 3, 15, 16, 17, 37, 70}));
+      c.second.push_back(draw.pick({0, 1, 1, 2, 3, 15, 16, 17, 37, 70}));
+    }
+    all.push_back(c);
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Random, RaggedRecurrence,
+    testing::Combine(testing::ValuesIn(randomCases(16)),
+                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                                     Backend::Cuda)),
+    [](const testing::TestParamInfo<std::tuple<RaggedCase, Backend>> &info) {
+      return std::get<0>(info.param).label + "_" +
+             backendName(std::get<1>(info.param));
+    });
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, RaggedRecurrence,
     testing::Combine(testing::ValuesIn(cases()),
