@@ -733,7 +733,8 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
   };
   if (poisonEachCall() && poisonOutputs)
     for (size_t i = e.inputs.size(); i < buffers.size(); ++i)
-      std::memset(buffers[i].data, kPoisonByte, buffers[i].bytes());
+      if (buffers[i].data) // an empty output may have none
+        std::memset(buffers[i].data, kPoisonByte, buffers[i].bytes());
   // The record of index errors, for programs whose kernels check their
   // index inputs (CUDA kernels run on the CPU, CompileOptions::
   // cpuRunsCudaKernels): clear unless the host's checks were skipped.
