@@ -769,14 +769,20 @@ void lowerToWgmma(WarpMmaOp op) {
   const int64_t rhsNGroup = groupBytes(rhs, kMajorB ? 0 : 1);
   Value rhsBase = baseAddress(rhs);
 
-  // The accumulators, d0 .. d(n/2 - 1).
+  // The accumulators, d0 .. d(n/2 - 1). A product that does not
+  // accumulate takes none: its first wgmma has scale-d 0 (D = A B), so its
+  // accumulator registers go in unset instead of zeroed one by one.
   SmallVector<SmallVector<Value, 2>> accAt;
   SmallVector<Value> acc;
   for (int64_t i = 0; i < accCount; ++i) {
     accAt.push_back({e.index(i / 4), e.index(i % 4)});
-    acc.push_back(op.getAccumulate() ? e.load(op.getAcc(), accAt.back())
-                                     : e.scalar(0.0));
+    acc.push_back(op.getAccumulate()
+                      ? e.load(op.getAcc(), accAt.back())
+                      : LLVM::PoisonOp::create(b, e.f32).getResult());
   }
+  auto scalesD = [&](int64_t step) {
+    return op.getAccumulate() || step > 0;
+  };
   auto structType = LLVM::LLVMStructType::getLiteral(
       context, SmallVector<Type>(accCount, e.f32));
   auto pack = [&](ArrayRef<Value> values) {
@@ -822,7 +828,9 @@ void lowerToWgmma(WarpMmaOp op) {
           b, structType, pack(acc), lhsDescriptor, rhsDescriptor,
           NVVM::MMAShapeAttr::get(context, 64, n, 16), wgmmaType, wgmmaType,
           NVVM::WGMMATypesAttr::get(context, NVVM::WGMMATypes::f32),
-          NVVM::WGMMAScaleOutAttr::get(context, NVVM::WGMMAScaleOut::one),
+          NVVM::WGMMAScaleOutAttr::get(context, scalesD(step)
+                                                    ? NVVM::WGMMAScaleOut::one
+                                                    : NVVM::WGMMAScaleOut::zero),
           NVVM::WGMMAScaleInAttr::get(context, NVVM::WGMMAScaleIn::one),
           NVVM::WGMMAScaleInAttr::get(context, NVVM::WGMMAScaleIn::one),
           NVVM::MMALayoutAttr::get(context, NVVM::MMALayout::row),
@@ -847,14 +855,15 @@ void lowerToWgmma(WarpMmaOp op) {
       constraintText << (i ? "," : "") << "=f";
     }
     // The accumulators in (tied to the outputs), A's 4 registers, B's
-    // descriptor; scale-d 1 (accumulate), A and B not negated, B
+    // descriptor; scale-d (1: accumulate), A and B not negated, B
     // transposed when N-major.
     for (int64_t i = 0; i < accCount; ++i)
       constraintText << "," << i;
     constraintText << ",r,r,r,r,l";
     text << "}, {$" << 2 * accCount << ", $" << 2 * accCount + 1 << ", $"
          << 2 * accCount + 2 << ", $" << 2 * accCount + 3 << "}, $"
-         << 2 * accCount + 4 << ", 1, 1, 1, " << (kMajorB ? 0 : 1) << ";";
+         << 2 * accCount + 4 << ", " << (scalesD(step) ? 1 : 0) << ", 1, 1, "
+         << (kMajorB ? 0 : 1) << ";";
     auto asmOp = LLVM::InlineAsmOp::create(
         b, structType, operands, ptx, constraints, /*has_side_effects=*/true,
         /*is_align_stack=*/false, LLVM::tailcallkind::TailCallKind::None,

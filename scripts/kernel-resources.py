@@ -4,8 +4,11 @@
 For every kernel attnc builds for a model: its threads per block, the
 registers and spilled bytes ptxas reports, the dynamic shared memory of its
 `attn.shared` buffers (each rounded to 16 bytes, as SimtLaunch lays them
-out) and how many of its blocks fit on one SM, and what limits them. The
-numbers the PTX-level work in bench/RESULTS.md quotes come from here.
+out), how many of its blocks fit on one SM and what limits them, and its
+machine code's length in SASS instructions (its `.text` section of the
+cubin ptxas writes, 16 bytes an instruction on sm_70 and newer: a measure
+of what ptxas made of the PTX, without a disassembler). The numbers the
+PTX-level work in bench/RESULTS.md quotes come from here.
 
     scripts/kernel-resources.py MODEL.json [MODEL.json ...] [-- ATTNC OPTIONS]
 
@@ -19,6 +22,7 @@ block, 2,048 threads and 32 blocks.
 import argparse
 import pathlib
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -76,6 +80,29 @@ def ptxas_report(ptxas_log):
     return report
 
 
+def sass_instructions(cubin):
+    """name -> SASS instructions of each kernel's `.text.<name>` section of
+    the ELF64 `cubin` (sm_70+: 16 bytes each)."""
+    data = pathlib.Path(cubin).read_bytes()
+    section_offset, = struct.unpack_from("<Q", data, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
+
+    def section(index):  # (name offset, byte offset, size)
+        fields = struct.unpack_from("<IIQQQQ", data,
+                                    section_offset + index * entry_size)
+        return fields[0], fields[4], fields[5]
+
+    names = section(names_index)[1]
+    counts = {}
+    for index in range(count):
+        name_offset, _, size = section(index)
+        start = names + name_offset
+        name = data[start:data.index(b"\0", start)].decode()
+        if name.startswith(".text."):
+            counts[name[len(".text."):]] = size // 16
+    return counts
+
+
 def blocks_per_sm(threads, registers, shared):
     warps = (threads + 31) // 32
     registers_per_warp = (registers * 32 + 255) // 256 * 256
@@ -105,7 +132,7 @@ def main():
     args = parser.parse_args(arguments)
 
     print(f"{'model':24} {'kernel':40} {'threads':>7} {'regs':>4} "
-          f"{'spilled':>7} {'shared':>9} {'blocks/SM':>9}  limit")
+          f"{'spilled':>7} {'shared':>9} {'blocks/SM':>9} {'SASS':>6}  limit")
     with tempfile.TemporaryDirectory() as scratch:
         ptx, cubin = f"{scratch}/k.ptx", f"{scratch}/k.cubin"
         for model in args.models:
@@ -116,12 +143,13 @@ def main():
             run(compile_for + ["--emit=ptx", "-o", ptx])
             report = ptxas_report(
                 run([args.ptxas, f"-arch={args.sm}", "-v", ptx, "-o", cubin]))
+            sass = sass_instructions(cubin)
             for name, (threads, shared) in launches.items():
                 registers, spilled = report.get(name, (0, 0))
                 blocks, limit = blocks_per_sm(threads, registers, shared)
                 print(f"{pathlib.Path(model).name:24} {name:40} {threads:7} "
                       f"{registers:4} {spilled:7} {shared / 1024:8.1f}K "
-                      f"{blocks:9}  {limit}")
+                      f"{blocks:9} {sass.get(name, 0):6}  {limit}")
 
 
 if __name__ == "__main__":

@@ -40,11 +40,14 @@
 // WGMMA:         %[[QM:.+]] = arith.andi %[[QBASE]], %c262143_i64
 // WGMMA:         %[[QS:.+]] = arith.shrui %[[QM]], %c4_i64
 // WGMMA:         %[[QD:.+]] = arith.ori %[[QS]], %[[STRIDES]]
-// WGMMA:         %[[D0:.+]] = nvvm.wgmma.mma_async %[[QD]], %[[KD]], %{{.+}}, <m = 64, n = 64, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
+// The scores do not accumulate: the first product has scale-d 0
+// (D = A B) and takes its accumulators unset (poison, no zeroing), the
+// other seven scale-d 1.
+// WGMMA:         %[[D0:.+]] = nvvm.wgmma.mma_async %[[QD]], %[[KD]], %{{.+}}, <m = 64, n = 64, k = 16>, D[<f32>, <zero>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
 // WGMMA:         %[[K1:.+]] = arith.addi %[[KBASE]], %c256_i64
 // WGMMA:         %[[Q1:.+]] = arith.addi %[[QBASE]], %c256_i64
-// WGMMA:         nvvm.wgmma.mma_async
-// WGMMA-COUNT-6: nvvm.wgmma.mma_async
+// WGMMA:         nvvm.wgmma.mma_async %{{.+}}, %{{.+}}, %{{.+}}, <m = 64, n = 64, k = 16>, D[<f32>, <one>]
+// WGMMA-COUNT-6: nvvm.wgmma.mma_async {{.+}} D[<f32>, <one>]
 // WGMMA-NOT:     nvvm.wgmma.mma_async
 // WGMMA:         nvvm.wgmma.commit.group.sync.aligned
 // WGMMA-NEXT:    nvvm.wgmma.wait.group.sync.aligned 0
