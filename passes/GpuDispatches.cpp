@@ -603,8 +603,7 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
       decode,
       splitsFillingWorkers(
           b, m, m.maxS(m.index(1), m.ceilDiv(s.lk, m.index(tiling.splitKeys))),
-          unsplitBlocks,
-                           m.ceilDiv(s.lk, m.index(decodeFlash.keyTile))),
+          unsplitBlocks, m.ceilDiv(s.lk, m.index(decodeFlash.keyTile))),
       zero);
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
                         decodeRows, decodeSplits);
