@@ -73,10 +73,11 @@ private:
 };
 
 /// How many splits decode work over keys takes: at least `least` (a split
-/// per split_keys keys' worth), and more, up to `most` (a key tile's worth
-/// each), while `unsplitBlocks` blocks per split would leave the GPU's
-/// workers (attn.worker_count: 4 blocks per multiprocessor) idle: a short
-/// cache read by few rows or kv heads otherwise leaves most
+/// per split_keys keys' worth) and at least one, even without keys (its
+/// merge writes the rows that see no key), and more, up to `most` (a key
+/// tile's worth each), while `unsplitBlocks` blocks per split would leave
+/// the GPU's workers (attn.worker_count: 4 blocks per multiprocessor) idle:
+/// a short cache read by few rows or kv heads otherwise leaves most
 /// multiprocessors idle (FlashDecoding).
 static Value splitsFillingWorkers(ImplicitLocOpBuilder &b,
                                   const HostIndexMath &m, Value least,
@@ -85,7 +86,7 @@ static Value splitsFillingWorkers(ImplicitLocOpBuilder &b,
       m.ceilDiv(WorkerCountOp::create(b, b.getIndexType()),
                 m.maxS(unsplitBlocks, m.index(1))),
       most);
-  return m.maxS(least, filling);
+  return m.maxS(m.maxS(least, m.index(1)), filling);
 }
 
 void GpuEntryLowering::lowerGatheredSoftmax(
@@ -211,9 +212,8 @@ void GpuEntryLowering::lowerGatheredSoftmax(
                                          m.index(tiling.decodeMaxQueries));
     Value splits = m.select(
         decode,
-        splitsFillingWorkers(
-            b, m, m.maxS(m.index(1), m.ceilDiv(entries, m.index(perSplit))),
-            rows, m.ceilDiv(entries, m.index(perTile))),
+        splitsFillingWorkers(b, m, m.ceilDiv(entries, m.index(perSplit)), rows,
+                             m.ceilDiv(entries, m.index(perTile))),
         m.index(1));
     allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, s.batch, s.lq,
                           splits);
@@ -594,16 +594,13 @@ LogicalResult GpuEntryLowering::lowerSoftmax(ImplicitLocOpBuilder &b,
   const int64_t group = shape.numHeads / shape.numKvHeads;
   Value groupRowTiles = arith::CeilDivUIOp::create(
       b, m.mul(m.index(group), decodeRows), m.index(decodeFlash.queryTile()));
-  // At least a split per split_keys keys, and one without keys (its
-  // merge writes the rows that see no key); more (down to a key tile each)
-  // while the blocks would not fill the GPU.
   Value unsplitBlocks =
       m.mul(m.mul(decodeBatch, m.index(shape.numKvHeads)), groupRowTiles);
   Value decodeSplits = m.select(
       decode,
-      splitsFillingWorkers(
-          b, m, m.maxS(m.index(1), m.ceilDiv(s.lk, m.index(tiling.splitKeys))),
-          unsplitBlocks, m.ceilDiv(s.lk, m.index(decodeFlash.keyTile))),
+      splitsFillingWorkers(b, m, m.ceilDiv(s.lk, m.index(tiling.splitKeys)),
+                           unsplitBlocks,
+                           m.ceilDiv(s.lk, m.index(decodeFlash.keyTile))),
       zero);
   allocateSplitPartials(b, s, shape.numHeads, shape.valueDim, decodeBatch,
                         decodeRows, decodeSplits);

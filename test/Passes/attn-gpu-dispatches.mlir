@@ -233,13 +233,13 @@
 // blocks per multiprocessor).
 // CHECK:         %[[MOST:.+]] = arith.ceildivui %[[LK]], %c32 : index
 // CHECK:         %[[PER256:.+]] = arith.ceildivui %[[LK]], %c256
-// CHECK:         %[[LEAST:.+]] = arith.maxsi %[[PER256]], %c1 : index
 // CHECK:         %[[UNSPLIT:.+]] = arith.maxsi %{{.+}}, %c1 : index
-// CHECK:         %[[WORKERS:.+]] = attn_kernel.worker_count : index
-// CHECK:         %[[FILLING:.+]] = arith.ceildivui %[[WORKERS]], %[[UNSPLIT]] : index
-// CHECK:         %[[FILL:.+]] = arith.minsi %[[FILLING]], %[[MOST]] : index
-// CHECK:         %[[SPLITS:.+]] = arith.maxsi %[[LEAST]], %[[FILL]] : index
-// CHECK:         arith.select %[[DECODE]], %[[SPLITS]], %c0 : index
+// CHECK-NEXT:    %[[WORKERS:.+]] = attn_kernel.worker_count : index
+// CHECK-NEXT:    %[[FILLING:.+]] = arith.ceildivui %[[WORKERS]], %[[UNSPLIT]] : index
+// CHECK-NEXT:    %[[FILL:.+]] = arith.minsi %[[FILLING]], %[[MOST]] : index
+// CHECK-NEXT:    %[[LEAST:.+]] = arith.maxsi %[[PER256]], %c1 : index
+// CHECK-NEXT:    %[[SPLITS:.+]] = arith.maxsi %[[LEAST]], %[[FILL]] : index
+// CHECK-NEXT:    arith.select %[[DECODE]], %[[SPLITS]], %c0 : index
 // Then B x Hkv x row tiles counters, zeroed before the split kernel, which
 // takes them after o.
 // CHECK:         %[[COUNTERS:.+]] = memref.alloc(%[[TILES:.+]]) : memref<?xi32>

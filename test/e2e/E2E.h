@@ -162,6 +162,23 @@ inline void PrintTo(Backend backend, std::ostream *os) {
   *os << backendName(backend);
 }
 
+/// Every backend: the CPU kernels, the CUDA kernels' bodies run on the CPU
+/// (always), the CUDA kernels on a GPU (skipped without one).
+inline auto allBackends() {
+  return testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
+                         Backend::Cuda);
+}
+
+/// A (case, backend) instance's name: the case's label, then the backend.
+struct LabelAndBackend {
+  template <typename Case>
+  std::string operator()(
+      const testing::TestParamInfo<std::tuple<Case, Backend>> &info) const {
+    return std::get<0>(info.param).label + "_" +
+           backendName(std::get<1>(info.param));
+  }
+};
+
 /// Whether the CUDA driver can be opened at all (checked once, so tests
 /// without a GPU skip before compiling anything).
 inline bool cudaDriverPresent() {

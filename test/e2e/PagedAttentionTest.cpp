@@ -188,10 +188,10 @@ TEST_P(PagedAppend, WritesEachTokenToItsSlot) {
   EXPECT_EQ(ref::maxRelativeError(fromRuntime(inputs[4]), vExpected), 0.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, PagedAppend,
-    testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu, Backend::Cuda),
-    [](const auto &info) { return std::string(backendName(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Backends, PagedAppend, allBackends(),
+                         [](const auto &info) {
+                           return std::string(backendName(info.param));
+                         });
 
 struct PagedTreeCase {
   std::string label;
@@ -290,15 +290,10 @@ std::vector<PagedTreeCase> treeCases() {
           {"window_p1", 1, {50, 3}, 12, 8}};
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, PagedTree,
-    testing::Combine(testing::ValuesIn(treeCases()),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const auto &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, PagedTree,
+                         testing::Combine(testing::ValuesIn(treeCases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
 struct PagedSparseCase {
   std::string label;
@@ -651,15 +646,10 @@ std::vector<PagedSparseCase> sparseCases() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, PagedSparsity,
-    testing::Combine(testing::ValuesIn(sparseCases()),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const auto &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, PagedSparsity,
+                         testing::Combine(testing::ValuesIn(sparseCases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
 std::vector<PagedCase> cases() {
   std::vector<PagedCase> all;
@@ -713,25 +703,15 @@ std::vector<PagedCase> randomCases(int count) {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Random, PagedAttention,
-    testing::Combine(testing::ValuesIn(randomCases(16)),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const auto &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Random, PagedAttention,
+                         testing::Combine(testing::ValuesIn(randomCases(16)),
+                                          allBackends()),
+                         LabelAndBackend());
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, PagedAttention,
-    testing::Combine(testing::ValuesIn(cases()),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const auto &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, PagedAttention,
+                         testing::Combine(testing::ValuesIn(cases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
 } // namespace
 } // namespace attn::e2e

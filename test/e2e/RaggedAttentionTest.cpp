@@ -282,25 +282,15 @@ std::vector<RaggedCase> randomCases(int count) {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Random, RaggedAttention,
-    testing::Combine(testing::ValuesIn(randomCases(24)),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const auto &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Random, RaggedAttention,
+                         testing::Combine(testing::ValuesIn(randomCases(24)),
+                                          allBackends()),
+                         LabelAndBackend());
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, RaggedAttention,
-    testing::Combine(testing::ValuesIn(cases()),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const auto &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, RaggedAttention,
+                         testing::Combine(testing::ValuesIn(cases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
 } // namespace
 } // namespace attn::e2e

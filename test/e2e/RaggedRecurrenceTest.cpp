@@ -262,25 +262,15 @@ std::vector<RaggedCase> randomCases(int count) {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Random, RaggedRecurrence,
-    testing::Combine(testing::ValuesIn(randomCases(16)),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const testing::TestParamInfo<std::tuple<RaggedCase, Backend>> &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Random, RaggedRecurrence,
+                         testing::Combine(testing::ValuesIn(randomCases(16)),
+                                          allBackends()),
+                         LabelAndBackend());
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, RaggedRecurrence,
-    testing::Combine(testing::ValuesIn(cases()),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const testing::TestParamInfo<std::tuple<RaggedCase, Backend>> &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, RaggedRecurrence,
+                         testing::Combine(testing::ValuesIn(cases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
 } // namespace
 } // namespace attn::e2e

@@ -488,27 +488,17 @@ std::vector<AttentionCase> randomCases(int count) {
   return all;
 }
 
-std::string caseName(
-    const testing::TestParamInfo<std::tuple<AttentionCase, Backend>> &info) {
-  return std::get<0>(info.param).label + "_" +
-         backendName(std::get<1>(info.param));
-}
-
 // Every case on every backend: the CPU kernels, the CUDA kernels' bodies
 // run on the CPU (always), the CUDA kernels on a GPU (skipped without one).
-INSTANTIATE_TEST_SUITE_P(
-    EndToEnd, SoftmaxAttention,
-    testing::Combine(testing::ValuesIn(cases()),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    caseName);
+INSTANTIATE_TEST_SUITE_P(EndToEnd, SoftmaxAttention,
+                         testing::Combine(testing::ValuesIn(cases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
-INSTANTIATE_TEST_SUITE_P(
-    Random, SoftmaxAttention,
-    testing::Combine(testing::ValuesIn(randomCases(32)),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    caseName);
+INSTANTIATE_TEST_SUITE_P(Random, SoftmaxAttention,
+                         testing::Combine(testing::ValuesIn(randomCases(32)),
+                                          allBackends()),
+                         LabelAndBackend());
 
 /// The f16 and bf16 cases (the warpgroup products' dtypes), and odd head
 /// dims (36 -> 48 in the products, value dims 20 -> 24: rows of k and v

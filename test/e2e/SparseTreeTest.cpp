@@ -288,9 +288,6 @@ std::vector<SparseCase> sparseCases() {
   return all;
 }
 
-const auto kBackends =
-    testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu, Backend::Cuda);
-
 /// Cases drawn at random (from a fixed seed): budgets, block sizes,
 /// sinks and locals, masks, gates and lengths in combinations nobody
 /// picked, decode and prefill. The exact estimator only: int4's levels are
@@ -344,19 +341,13 @@ std::vector<SparseCase> randomSparseCases(int count) {
 
 INSTANTIATE_TEST_SUITE_P(
     Random, SparseAttention,
-    testing::Combine(testing::ValuesIn(randomSparseCases(24)), kBackends),
-    [](const testing::TestParamInfo<std::tuple<SparseCase, Backend>> &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+    testing::Combine(testing::ValuesIn(randomSparseCases(24)), allBackends()),
+    LabelAndBackend());
 
-INSTANTIATE_TEST_SUITE_P(
-    Sparsity, SparseAttention,
-    testing::Combine(testing::ValuesIn(sparseCases()), kBackends),
-    [](const testing::TestParamInfo<std::tuple<SparseCase, Backend>> &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Sparsity, SparseAttention,
+                         testing::Combine(testing::ValuesIn(sparseCases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
 //===----------------------------------------------------------------------===//
 // Selections, index for index: attn IR whose entries return them.
@@ -796,7 +787,7 @@ TEST_P(Selections, Int4EstimatorRoundsEachKeyToItsLevels) {
   expectSame(tokens[0], expected, "select_topp int4");
 }
 
-INSTANTIATE_TEST_SUITE_P(IR, Selections, kBackends,
+INSTANTIATE_TEST_SUITE_P(IR, Selections, allBackends(),
                          [](const testing::TestParamInfo<Backend> &info) {
                            return backendName(info.param);
                          });
@@ -971,19 +962,13 @@ std::vector<TreeCase> randomTreeCases(int count) {
 
 INSTANTIATE_TEST_SUITE_P(
     Random, TreeAttention,
-    testing::Combine(testing::ValuesIn(randomTreeCases(12)), kBackends),
-    [](const testing::TestParamInfo<std::tuple<TreeCase, Backend>> &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+    testing::Combine(testing::ValuesIn(randomTreeCases(12)), allBackends()),
+    LabelAndBackend());
 
-INSTANTIATE_TEST_SUITE_P(
-    Trees, TreeAttention,
-    testing::Combine(testing::ValuesIn(treeCases()), kBackends),
-    [](const testing::TestParamInfo<std::tuple<TreeCase, Backend>> &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Trees, TreeAttention,
+                         testing::Combine(testing::ValuesIn(treeCases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
 //===----------------------------------------------------------------------===//
 // Bad values and sizes: errors that name what is wrong.

@@ -228,15 +228,10 @@ std::vector<TreeCase> cases() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, TreeRecurrence,
-    testing::Combine(testing::ValuesIn(cases()),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const testing::TestParamInfo<std::tuple<TreeCase, Backend>> &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, TreeRecurrence,
+                         testing::Combine(testing::ValuesIn(cases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
 } // namespace
 } // namespace attn::e2e

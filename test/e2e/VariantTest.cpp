@@ -454,15 +454,10 @@ std::vector<VariantCase> cases() {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Regions, Variants,
-    testing::Combine(testing::ValuesIn(cases()),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const testing::TestParamInfo<std::tuple<VariantCase, Backend>> &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Regions, Variants,
+                         testing::Combine(testing::ValuesIn(cases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
 //===----------------------------------------------------------------------===//
 // The named variants of model descriptions (SPEC §7), with their extra
@@ -733,14 +728,9 @@ TEST(VariantInputs, EmptyTensorReadsAsZero) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Descriptions, NamedVariants,
-    testing::Combine(testing::ValuesIn(namedCases()),
-                     testing::Values(Backend::Cpu, Backend::CudaKernelsOnCpu,
-                                     Backend::Cuda)),
-    [](const testing::TestParamInfo<std::tuple<NamedCase, Backend>> &info) {
-      return std::get<0>(info.param).label + "_" +
-             backendName(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Descriptions, NamedVariants,
+                         testing::Combine(testing::ValuesIn(namedCases()),
+                                          allBackends()),
+                         LabelAndBackend());
 
 } // namespace
