@@ -4,8 +4,8 @@
 # equals calling the entry, the Meta kernel gives the outputs' shapes and
 # dtypes without running anything, torch.fx traces a module that calls one
 # as a single node, in-place inputs are updated through the operator, and
-# errors are attn.Error. Tested with Debian's PyTorch 1.13 (which has no
-# torch.compile).
+# errors are attn.Error; with a PyTorch that has torch.compile, a module
+# and a mutating call compiled as one graph each.
 import os
 import sys
 
@@ -62,6 +62,15 @@ calls = [n for n in graph.graph.nodes if n.op == "call_function"
 assert len(calls) == 1, graph.graph
 assert torch.equal(graph(q, k, v, gate), o_direct * 2)
 
+# torch.compile (PyTorch 2; Debian's 1.13 has none, the GPU machine's
+# PyTorch has): the module captured as one graph (fullgraph=True raises at
+# a graph break) on fake tensors through the Meta kernel, and run by
+# aot_eager, which generates no code and so needs no C compiler.
+if hasattr(torch, "compile"):
+    compiled = torch.compile(Layer(), fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q, k, v, gate), o_direct * 2)
+    print("torch ops: torch.compile", torch.__version__, "took the operator")
+
 # In-place inputs: `.append` writes the caches through the operator, whose
 # schema marks them mutable.
 schema = str(torch.ops.attn_test_ops.paged_append.default._schema)
@@ -72,6 +81,21 @@ slots = torch.tensor([9, -1], dtype=torch.int32)
 assert ops.paged_append(k_new, v_new, slots, k_cache, v_cache) is None
 assert torch.equal(k_cache[1, 1], k_new[0]) and torch.equal(v_cache[1, 1], v_new[0])
 assert int((k_cache != 0).sum()) == HKV * D, "only slot 9 was written"
+
+# The mutating operator in a compiled function: functionalized by
+# torch.compile, the caches still updated in place.
+if hasattr(torch, "compile"):
+    def append_then_read(k_new, v_new, slots, k_cache, v_cache):
+        ops.paged_append(k_new, v_new, slots, k_cache, v_cache)
+        return k_cache[2, 0] + v_cache[2, 0]
+
+    compiled_append = torch.compile(append_then_read, fullgraph=True,
+                                    backend="aot_eager")
+    read = compiled_append(k_new, v_new,
+                           torch.tensor([-1, 16], dtype=torch.int32),
+                           k_cache, v_cache)
+    assert torch.equal(k_cache[2, 0], k_new[1]), "slot 16 written in place"
+    assert torch.equal(read, k_new[1] + v_new[1])
 
 # Errors: attn.Error with the runtime's message, nothing written.
 try:
