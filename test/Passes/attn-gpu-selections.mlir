@@ -135,13 +135,13 @@
 // workers (on a GPU, 4 blocks per multiprocessor).
 // CHECK:         %[[MOST:.*]] = arith.ceildivui %[[SLOTS]], %c4
 // CHECK:         %[[SLOT_SPLITS:.*]] = arith.ceildivui %[[SLOTS]], %c16
-// CHECK:         %[[LEAST:.*]] = arith.maxsi %[[SLOT_SPLITS]], %c1
 // CHECK:         %[[UNSPLIT:.*]] = arith.maxsi %[[ROWS]], %c1
-// CHECK:         %[[WORKERS:.*]] = attn_kernel.worker_count
-// CHECK:         %[[FILLING:.*]] = arith.ceildivui %[[WORKERS]], %[[UNSPLIT]]
-// CHECK:         %[[FILL:.*]] = arith.minsi %[[FILLING]], %[[MOST]]
-// CHECK:         %[[SPLITS:.*]] = arith.maxsi %[[LEAST]], %[[FILL]]
-// CHECK:         %[[DECODE_SPLITS:.*]] = arith.select %[[DECODE]], %[[SPLITS]], %c1
+// CHECK-NEXT:    %[[WORKERS:.*]] = attn_kernel.worker_count
+// CHECK-NEXT:    %[[FILLING:.*]] = arith.ceildivui %[[WORKERS]], %[[UNSPLIT]]
+// CHECK-NEXT:    %[[FILL:.*]] = arith.minsi %[[FILLING]], %[[MOST]]
+// CHECK-NEXT:    %[[LEAST:.*]] = arith.maxsi %[[SLOT_SPLITS]], %c1
+// CHECK-NEXT:    %[[SPLITS:.*]] = arith.maxsi %[[LEAST]], %[[FILL]]
+// CHECK-NEXT:    %[[DECODE_SPLITS:.*]] = arith.select %[[DECODE]], %[[SPLITS]], %c1
 // CHECK:         memref.alloc(%[[B]], %[[LQ]], %[[DECODE_SPLITS]]) : memref<?x4x?x?x16xf32>
 // CHECK:         %[[SPLIT_ROWS:.*]] = arith.muli %[[ROWS]], %[[DECODE_SPLITS]]
 // CHECK:         %[[DECODE_ROWS:.*]] = arith.select %[[DECODE]], %[[SPLIT_ROWS]], %c0
