@@ -12,6 +12,7 @@
 #include "frontend/ModelToAttn.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectRegistry.h"
 #include "mlir/IR/Verifier.h"
 #include "mlir/InitAllDialects.h"
@@ -237,10 +238,24 @@ mlir::attn::compileModelDescription(llvm::StringRef json, const CpuTarget &cpu,
   DialectRegistry registry;
   registerCompilerDialects(registry);
   MLIRContext context(registry);
-  OwningOpRef<ModuleOp> module =
-      frontend::buildAttnModule(context, *description);
-  if (failed(verify(*module)))
-    return error("the frontend built invalid attn IR");
+  // The errors of a variant's attn IR (SPEC §7 `{"func": ...}`) come back in
+  // the error, as attnc prints them: location, then message.
+  OwningOpRef<ModuleOp> module;
+  {
+    std::string diagnostics;
+    ScopedDiagnosticHandler collect(&context, [&](Diagnostic &diagnostic) {
+      llvm::raw_string_ostream os(diagnostics);
+      os << (diagnostics.empty() ? "" : "\n");
+      if (auto at = diagnostic.getLocation()->findInstanceOf<FileLineColLoc>())
+        os << at.getFilename().getValue() << ":" << at.getLine() << ":"
+           << at.getColumn() << ": ";
+      os << diagnostic;
+      return success();
+    });
+    module = frontend::buildAttnModule(context, *description);
+    if (!module || failed(verify(*module)))
+      return error(diagnostics);
+  }
   return compile(*module, CompileStage::Binary, cpu, description->model,
                  options);
 }

@@ -36,6 +36,8 @@ constexpr int64_t kMaxBlockSize = 4096;
 constexpr int64_t kMaxBudgetBlocks = int64_t(1) << 20;
 /// R of a {"relative_bias": R} score_mod: its table has 2R + 1 columns.
 constexpr int64_t kMaxRelativeBiasRadius = 65536;
+/// Bytes of the attn IR of a {"func": ...} score_mod or mask_mod.
+constexpr int64_t kMaxVariantFuncBytes = 64 << 10;
 /// speculative.max_tree_nodes.
 constexpr int64_t kMaxTreeNodes = 4096;
 /// speculative.max_tree_nodes of a model whose linear layers verify trees

@@ -104,14 +104,32 @@ void readMask(Reader &reader, const json::Object &layer,
                               limits::kMaxTokens);
 }
 
-/// `score_mod`: "alibi" or {"relative_bias": R} (SPEC §7).
+/// `{"func": "<attn IR>"}`: a variant of the user's own (the object at
+/// `path`); its text is parsed and checked when the IR is built.
+VariantFunc readVariantFunc(Reader &reader, const json::Object &object,
+                            const std::string &path) {
+  reader.onlyKeys(object, path, {"func"});
+  VariantFunc func;
+  func.path = Reader::join(path, "func");
+  func.text = reader.string(object, path, "func", std::nullopt);
+  if (static_cast<int64_t>(func.text.size()) > limits::kMaxVariantFuncBytes)
+    reader.fail(func.path, "expected at most " +
+                               std::to_string(limits::kMaxVariantFuncBytes) +
+                               " bytes of attn IR (attn's limit), got " +
+                               std::to_string(func.text.size()));
+  return func;
+}
+
+/// `score_mod`: "alibi", {"relative_bias": R} or {"func": "<attn IR>"}
+/// (SPEC §7).
 void readScoreMod(Reader &reader, const json::Object &layer,
                   const std::string &path, AttentionLayer &out) {
   const json::Value *value = layer.get("score_mod");
   if (!value || value->kind() == json::Value::Null)
     return;
   const std::string modPath = Reader::join(path, "score_mod");
-  const char *expected = "expected \"alibi\" or {\"relative_bias\": R}, got ";
+  const char *expected = "expected \"alibi\", {\"relative_bias\": R} or "
+                         "{\"func\": \"<attn IR>\"}, got ";
   if (std::optional<llvm::StringRef> s = value->getAsString()) {
     if (*s == "alibi")
       out.scoreMod = ScoreMod::Alibi;
@@ -119,15 +137,44 @@ void readScoreMod(Reader &reader, const json::Object &layer,
       reader.fail(modPath, expected + Reader::describe(value));
     return;
   }
-  const json::Object *bias = value->getAsObject();
-  if (!bias) {
+  const json::Object *object = value->getAsObject();
+  if (!object) {
     reader.fail(modPath, expected + Reader::describe(value));
     return;
   }
-  reader.onlyKeys(*bias, modPath, {"relative_bias"});
+  if (object->get("func")) {
+    out.scoreMod = ScoreMod::Func;
+    out.scoreModFunc = readVariantFunc(reader, *object, modPath);
+    return;
+  }
+  reader.onlyKeys(*object, modPath, {"relative_bias", "func"});
   out.scoreMod = ScoreMod::RelativeBias;
-  out.relativeBiasRadius = reader.integer(*bias, modPath, "relative_bias", {},
+  out.relativeBiasRadius = reader.integer(*object, modPath, "relative_bias", {},
                                           0, limits::kMaxRelativeBiasRadius);
+}
+
+/// `mask_mod`: "none", "document", "prefix_lm" or {"func": "<attn IR>"}
+/// (SPEC §7).
+void readMaskMod(Reader &reader, const json::Object &layer,
+                 const std::string &path, AttentionLayer &out) {
+  const json::Value *value = layer.get("mask_mod");
+  if (!value || value->kind() == json::Value::Null)
+    return;
+  const std::string modPath = Reader::join(path, "mask_mod");
+  if (const json::Object *object = value->getAsObject()) {
+    out.maskMod = MaskMod::Func;
+    out.maskModFunc = readVariantFunc(reader, *object, modPath);
+    return;
+  }
+  std::optional<llvm::StringRef> s = value->getAsString();
+  for (const auto &[name, kind] : kMaskMods)
+    if (s && *s == name) {
+      out.maskMod = kind;
+      return;
+    }
+  reader.fail(modPath, "expected \"none\", \"document\", \"prefix_lm\" or "
+                       "{\"func\": \"<attn IR>\"}, got " +
+                           Reader::describe(value));
 }
 
 std::optional<Sparsity> readSparsity(Reader &reader, const json::Object &layer,
@@ -267,8 +314,7 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   out.sparsity = readSparsity(reader, layer, path);
   out.tree = reader.boolean(layer, path, "tree", false);
   readScoreMod(reader, layer, path, out);
-  out.maskMod =
-      reader.choice<MaskMod>(layer, path, "mask_mod", kMaskMods, MaskMod::None);
+  readMaskMod(reader, layer, path, out);
   out.returnLse = reader.boolean(layer, path, "return_lse", false);
   readAttentionLayout(reader, layer, path, out);
   if (out.sparsity && out.sparsity->blockSize == 0)

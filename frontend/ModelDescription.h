@@ -27,9 +27,19 @@ enum class SparsityMethod { TopK, TopP };
 enum class Estimator { Exact, Int4 };
 enum class Rule { Linear, Decay, Gla, Delta, GatedDelta };
 enum class OutputGate { None, RmsNormSilu };
-/// The named variants of SPEC §7, built as score_mod / mask_mod regions.
-enum class ScoreMod { None, Alibi, RelativeBias };
-enum class MaskMod { None, Document, PrefixLm };
+/// The variants of SPEC §7, built as score_mod / mask_mod regions: a named
+/// one, or `Func`, the user's own function given as attn IR.
+enum class ScoreMod { None, Alibi, RelativeBias, Func };
+enum class MaskMod { None, Document, PrefixLm, Func };
+
+/// A `{"func": "..."}` variant: the text of one `func.func` whose body
+/// becomes the region (SPEC §7's block arguments first, then the tensors it
+/// reads, each an extra input named by its `attn.name`), and the JSON path
+/// of that text, which the frontend's errors name.
+struct VariantFunc {
+  std::string text;
+  std::string path;
+};
 
 struct Sparsity {
   SparsityMethod method = SparsityMethod::TopK;
@@ -58,7 +68,9 @@ struct AttentionLayer {
   bool tree = false;
   ScoreMod scoreMod = ScoreMod::None;
   int64_t relativeBiasRadius = 0; ///< R of {"relative_bias": R}
+  VariantFunc scoreModFunc;       ///< ScoreMod::Func only
   MaskMod maskMod = MaskMod::None;
+  VariantFunc maskModFunc; ///< MaskMod::Func only
   /// SPEC §8 `"layout": {"page_size": P}`: keys and values in a paged
   /// cache of pages of P keys; 0 for [B, Hkv, Lk, F].
   int64_t pageSize = 0;

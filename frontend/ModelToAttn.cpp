@@ -17,6 +17,11 @@
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Parser/Parser.h"
+
+#include <set>
 
 using namespace mlir;
 using namespace mlir::attn;
@@ -115,6 +120,31 @@ MaskAttr maskOf(MLIRContext *context, const AttentionLayer &layer) {
   llvm_unreachable("unknown mask kind");
 }
 
+/// A tensor a `{"func": ...}` variant reads: an extra input of the entries
+/// that hold its region, named by the function argument's `attn.name`.
+struct VariantInput {
+  std::string name;
+  RankedTensorType type;
+  Location loc;
+};
+
+/// A `{"func": ...}` variant, parsed and checked: the function whose body
+/// becomes the region and the extra inputs its trailing arguments declare.
+struct ParsedVariant {
+  OwningOpRef<ModuleOp> module;
+  func::FuncOp func;
+  /// SPEC §7's block arguments: (s, b, h, qp, kp) or (b, h, qp, kp).
+  unsigned fixedArgs = 0;
+  std::vector<VariantInput> inputs;
+
+  const VariantInput *find(StringRef name) const {
+    for (const VariantInput &input : inputs)
+      if (input.name == name)
+        return &input;
+    return nullptr;
+  }
+};
+
 class ModuleBuilder {
 public:
   ModuleBuilder(MLIRContext *context, const ModelDescription &model)
@@ -134,6 +164,8 @@ public:
     }
     if (model.maxTreeNodes)
       addAccept();
+    if (failed)
+      return nullptr;
     return module;
   }
 
@@ -170,8 +202,136 @@ private:
     entry.arg("gate", rows(layer.numHeads, width));
   }
 
-  /// The extra inputs of the layer's named variants (SPEC §7), after every
-  /// other input of an entry: rel_bias, doc_ids, prefix_len.
+  /// Reports an error of the user's attn IR once (an entry per layer kind
+  /// declares the same inputs) and fails the build.
+  void report(Location loc, const Twine &message) {
+    std::string text;
+    llvm::raw_string_ostream os(text);
+    os << loc << message;
+    if (reported.insert(text).second)
+      emitError(loc) << message;
+    failed = true;
+  }
+
+  /// Parses and checks a `{"func": ...}` variant: one func.func taking
+  /// SPEC §7's block arguments, then the tensors it reads (each named by
+  /// `attn.name`), returning one f32 (score_mod) or i1 (mask_mod). Its
+  /// diagnostics name the JSON path of the text, with line and column. The
+  /// body's ops are left to the attention op's verifier, the one place
+  /// that knows what a region may hold.
+  std::optional<ParsedVariant> parseVariantFunc(const VariantFunc &source,
+                                                bool score) {
+    StringRef kind = score ? "score_mod" : "mask_mod";
+    ParsedVariant parsed;
+    parsed.module = parseSourceString<ModuleOp>(
+        source.text, ParserConfig(context), source.path);
+    if (!parsed.module) {
+      failed = true;
+      return std::nullopt;
+    }
+    Location whole = FileLineColLoc::get(context, source.path, 1, 1);
+    Block *body = parsed.module->getBody();
+    auto func =
+        body->empty() ? func::FuncOp() : dyn_cast<func::FuncOp>(body->front());
+    if (!func || !llvm::hasSingleElement(*body) || func.isExternal() ||
+        !func.getBody().hasOneBlock()) {
+      report(whole,
+             "expected one func.func of one block: the " + kind + " function");
+      return std::nullopt;
+    }
+    Type f32 = Float32Type::get(context), index = builder.getIndexType();
+    SmallVector<Type> fixed;
+    if (score)
+      fixed.push_back(f32);
+    fixed.append(4, index);
+    parsed.fixedArgs = fixed.size();
+    FunctionType type = func.getFunctionType();
+    ArrayRef<Type> args = type.getInputs();
+    if (args.size() < fixed.size() ||
+        !llvm::equal(args.take_front(fixed.size()), fixed)) {
+      report(func.getLoc(), "a " + kind + " function takes (" +
+                                (score ? "s: f32, b, h, qp, kp: index"
+                                       : "b, h, qp, kp: index") +
+                                "), then the tensors it reads");
+      return std::nullopt;
+    }
+    Type result = score ? f32 : builder.getI1Type();
+    if (type.getNumResults() != 1 || type.getResult(0) != result) {
+      report(func.getLoc(), "a " + kind + " function returns one " +
+                                (score ? "f32, the modified score"
+                                       : "i1, whether the key is visible"));
+      return std::nullopt;
+    }
+    for (unsigned i = fixed.size(); i < args.size(); ++i) {
+      Location loc = func.getArgument(i).getLoc();
+      auto tensorType = dyn_cast<RankedTensorType>(args[i]);
+      Type element = tensorType ? tensorType.getElementType() : Type();
+      if (!tensorType || !(element.isF32() || element.isF16() ||
+                           element.isBF16() || element.isInteger(32))) {
+        report(loc, "argument #" + Twine(i) +
+                        " after SPEC §7's must be a ranked tensor of f32, "
+                        "f16, bf16 or i32 (an extra input of the entry)");
+        return std::nullopt;
+      }
+      auto name = func.getArgAttrOfType<StringAttr>(i, "attn.name");
+      if (!name || name.getValue().empty()) {
+        report(loc, "argument #" + Twine(i) +
+                        " needs {attn.name = \"...\"}: the name of the "
+                        "entry's input it becomes");
+        return std::nullopt;
+      }
+      if (parsed.find(name.getValue())) {
+        report(loc, "two arguments are named '" + name.getValue() + "'");
+        return std::nullopt;
+      }
+      parsed.inputs.push_back({name.getValue().str(), tensorType, loc});
+    }
+    parsed.func = func;
+    return parsed;
+  }
+
+  /// Parses the layer's `{"func": ...}` variants; false if one is wrong.
+  bool prepareVariantFuncs(const AttentionLayer &layer) {
+    scoreFunc.reset();
+    maskFunc.reset();
+    if (layer.scoreMod == ScoreMod::Func &&
+        !(scoreFunc = parseVariantFunc(layer.scoreModFunc, /*score=*/true)))
+      return false;
+    if (layer.maskMod == MaskMod::Func &&
+        !(maskFunc = parseVariantFunc(layer.maskModFunc, /*score=*/false)))
+      return false;
+    return true;
+  }
+
+  /// The inputs of a `{"func": ...}` variant, after the entry's others; a
+  /// tensor the score_mod also reads (same name and type) is one input.
+  void declareFuncInputs(EntryBuilder &entry, const ParsedVariant &variant,
+                         const ParsedVariant *declaredBefore) {
+    for (const VariantInput &input : variant.inputs) {
+      if (const VariantInput *same =
+              declaredBefore ? declaredBefore->find(input.name) : nullptr) {
+        if (same->type != input.type) {
+          std::string types;
+          llvm::raw_string_ostream os(types);
+          os << input.type << " here and " << same->type << " in the score_mod";
+          report(input.loc, "input '" + input.name + "' is a " + types);
+        }
+        continue;
+      }
+      if (entry.has(input.name)) {
+        report(input.loc, "input '" + input.name +
+                              "' is already an input of the entry; give the "
+                              "tensor another attn.name");
+        continue;
+      }
+      entry.arg(input.name, input.type);
+    }
+  }
+
+  /// The extra inputs of the layer's variants (SPEC §7), after every other
+  /// input of an entry: rel_bias, doc_ids, prefix_len for the named ones,
+  /// then those a `{"func": ...}` score_mod and mask_mod read, in their
+  /// functions' order.
   void declareVariantInputs(EntryBuilder &entry, const AttentionLayer &layer) {
     if (layer.scoreMod == ScoreMod::RelativeBias)
       entry.arg("rel_bias",
@@ -181,6 +341,10 @@ private:
       entry.arg("doc_ids", tensor({kDyn, kDyn}, i32()));
     if (layer.maskMod == MaskMod::PrefixLm)
       entry.arg("prefix_len", tensor({kDyn}, i32()));
+    if (scoreFunc)
+      declareFuncInputs(entry, *scoreFunc, nullptr);
+    if (maskFunc)
+      declareFuncInputs(entry, *maskFunc, scoreFunc ? &*scoreFunc : nullptr);
   }
 
   /// Fills `region` with a block of the variant arguments (the score
@@ -199,8 +363,27 @@ private:
     YieldOp::create(builder, loc, body(block->getArguments()));
   }
 
-  /// The layer's named variants as the regions of `op` (sdpa, sparse_sdpa
-  /// or tree_sdpa), reading the entry's variant inputs.
+  /// The body of a `{"func": ...}` variant as `region`: its SPEC §7
+  /// arguments become the block's, its tensors the entry's inputs of their
+  /// names, its return the yield.
+  void cloneVariantFunc(Region &region, const ParsedVariant &variant,
+                        EntryBuilder &entry) {
+    func::FuncOp func = variant.func;
+    Block &body = func.getBody().front();
+    fillRegion(region, variant.fixedArgs == 5, [&](ValueRange args) -> Value {
+      IRMapping map;
+      for (auto [i, arg] : llvm::enumerate(args))
+        map.map(body.getArgument(i), arg);
+      for (auto [i, input] : llvm::enumerate(variant.inputs))
+        map.map(body.getArgument(variant.fixedArgs + i), entry[input.name]);
+      for (Operation &op : body.without_terminator())
+        builder.clone(op, map);
+      return map.lookupOrDefault(body.getTerminator()->getOperand(0));
+    });
+  }
+
+  /// The layer's variants as the regions of `op` (sdpa, sparse_sdpa or
+  /// tree_sdpa), reading the entry's variant inputs.
   void addVariantRegions(Operation *op, const AttentionLayer &layer,
                          EntryBuilder &entry) {
     Location loc = builder.getUnknownLoc();
@@ -217,6 +400,19 @@ private:
       return arith::SIToFPOp::create(builder, loc, builder.getF32Type(), i);
     };
     Region &scoreMod = op->getRegion(0), &maskMod = op->getRegion(1);
+    if (scoreFunc || maskFunc) {
+      // The verifier's errors about a region then point at the user's
+      // function (its JSON path, line and column).
+      SmallVector<Location> funcs;
+      for (std::optional<ParsedVariant> *variant : {&scoreFunc, &maskFunc})
+        if (*variant)
+          funcs.push_back((*variant)->func.getLoc());
+      op->setLoc(FusedLoc::get(context, funcs));
+    }
+    if (scoreFunc)
+      cloneVariantFunc(scoreMod, *scoreFunc, entry);
+    if (maskFunc)
+      cloneVariantFunc(maskMod, *maskFunc, entry);
     if (layer.scoreMod == ScoreMod::Alibi) {
       // s - m_h * (qp - kp), with n the largest power of two <= H:
       // m_h = 2^(-8 (h + 1) / n) for h < n, else 2^(-4 (2 (h - n) + 1) / n).
@@ -358,6 +554,8 @@ private:
   }
 
   void addAttention(const AttentionLayer &layer) {
+    if (!prepareVariantFuncs(layer))
+      return;
     Location loc = builder.getUnknownLoc();
     MaskAttr mask = maskOf(context, layer);
     FloatAttr scale = optionalF64(layer.scale);
@@ -760,6 +958,12 @@ private:
   OpBuilder builder;
   Type element;
   ModuleOp module;
+  /// The current layer's `{"func": ...}` variants, if any.
+  std::optional<ParsedVariant> scoreFunc, maskFunc;
+  /// Whether the user's attn IR was wrong (the diagnostics say how), and
+  /// the errors reported so far.
+  bool failed = false;
+  std::set<std::string> reported;
 };
 
 } // namespace

@@ -16,6 +16,14 @@ written. Outputs come back as the first input's kind (NumPy in, NumPy out;
 torch in, torch out, on its device) unless ``out=`` gives the buffers to
 write. With ``m.device = "cuda"``, PyTorch CUDA tensors (on cuda:0) are used
 in place and the call is enqueued on torch's current stream (SPEC §8).
+
+A variant of one's own (SPEC §7) is a Python function of the score and
+the positions, traced into attn IR by ``attn.score_mod`` / ``attn.mask_mod``
+(see attn.variants):
+
+    layer["score_mod"] = attn.score_mod(
+        lambda s, b, h, qp, kp, slopes: s - slopes[h] * (qp - kp),
+        slopes=attn.Input([num_heads]))
 """
 
 from __future__ import annotations
@@ -30,9 +38,13 @@ import numpy as np
 
 from ._attn import Error
 from . import _attn
+from .variants import (Input, exp, exp2, log, mask_mod, maximum, minimum,
+                       score_mod, sigmoid, sqrt, tanh, where)
 
 __all__ = ["Error", "Module", "Entry", "Signature", "Argument", "compile",
-           "load", "merge_states"]
+           "load", "merge_states", "score_mod", "mask_mod", "Input", "where",
+           "exp", "exp2", "log", "sqrt", "tanh", "sigmoid", "minimum",
+           "maximum"]
 
 _NUMPY_DTYPES = {"f32": np.float32, "i32": np.int32, "f16": np.float16,
                  # bf16 has no NumPy dtype: its bit patterns as int16.

@@ -477,7 +477,55 @@ struct NamedCase {
   int64_t topK = 0;
   /// Also run the `.tree` entry with this many nodes; 0: no tree.
   int64_t treeNodes = 0;
+  /// Give the named variants as `{"func": ...}` attn IR of the same math,
+  /// reading inputs of the same names, instead of by name.
+  bool asFuncs = false;
 };
+
+/// `text` as a JSON string.
+std::string jsonString(const std::string &text) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\')
+      quoted += '\\';
+    quoted += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return quoted + "\"";
+}
+
+/// The attn IR of `{"relative_bias": R}` and `"document"`, as a user would
+/// write them for `{"func": ...}`.
+std::string relativeBiasFunc(int64_t heads, int64_t radius) {
+  std::string table = "tensor<" + std::to_string(heads) + "x" +
+                      std::to_string(2 * radius + 1) + "xf32>";
+  return "func.func @bias(%s: f32, %b: index, %h: index, %qp: index,\n"
+         "    %kp: index, %t: " +
+         table +
+         " {attn.name = \"rel_bias\"}) -> f32 {\n"
+         "  %d = arith.subi %kp, %qp : index\n"
+         "  %lo = arith.constant -" +
+         std::to_string(radius) +
+         " : index\n"
+         "  %hi = arith.constant " +
+         std::to_string(radius) +
+         " : index\n"
+         "  %c = arith.maxsi %d, %lo : index\n"
+         "  %c2 = arith.minsi %c, %hi : index\n"
+         "  %col = arith.addi %c2, %hi : index\n"
+         "  %x = tensor.extract %t[%h, %col] : " +
+         table +
+         "\n"
+         "  %r = arith.addf %s, %x : f32\n"
+         "  return %r : f32\n}";
+}
+
+const char *const kDocumentFunc =
+    "func.func @docs(%b: index, %h: index, %qp: index, %kp: index,\n"
+    "    %ids: tensor<?x?xi32> {attn.name = \"doc_ids\"}) -> i1 {\n"
+    "  %mine = tensor.extract %ids[%b, %qp] : tensor<?x?xi32>\n"
+    "  %theirs = tensor.extract %ids[%b, %kp] : tensor<?x?xi32>\n"
+    "  %same = arith.cmpi eq, %mine, %theirs : i32\n"
+    "  return %same : i1\n}";
 
 void PrintTo(const NamedCase &c, std::ostream *os) { *os << c.label; }
 
@@ -488,10 +536,22 @@ std::string namedJson(const NamedCase &c) {
        << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
        << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
        << c.mask << R"(, "gate": ")" << c.gate << '"';
-  if (!c.scoreMod.empty())
-    json << R"(, "score_mod": )" << c.scoreMod;
-  if (!c.maskMod.empty())
-    json << R"(, "mask_mod": )" << c.maskMod;
+  if (c.asFuncs) {
+    // The funcs this test writes: a relative bias and a document mask.
+    if (!c.scoreMod.empty()) {
+      const int64_t radius =
+          std::stoll(c.scoreMod.substr(c.scoreMod.find(':') + 1));
+      json << R"(, "score_mod": {"func": )"
+           << jsonString(relativeBiasFunc(c.heads, radius)) << "}";
+    }
+    if (!c.maskMod.empty())
+      json << R"(, "mask_mod": {"func": )" << jsonString(kDocumentFunc) << "}";
+  } else {
+    if (!c.scoreMod.empty())
+      json << R"(, "score_mod": )" << c.scoreMod;
+    if (!c.maskMod.empty())
+      json << R"(, "mask_mod": )" << c.maskMod;
+  }
   if (c.topK)
     json << R"(, "sparsity": {"method": "top_k", "block_size": 4, "top_k": )"
          << c.topK << "}";
@@ -654,6 +714,24 @@ std::vector<NamedCase> namedCases() {
        .maskMod = "\"prefix_lm\"",
        .mask = R"({"sliding_window": 12})",
        .treeNodes = 19});
+  // The same variants as the user's own functions ({"func": ...}).
+  add({.label = "funcs_relative_bias_document_tree",
+       .scoreMod = R"({"relative_bias": 3})",
+       .maskMod = "\"document\"",
+       .gate = "elementwise",
+       .treeNodes = 9,
+       .asFuncs = true});
+  add({.label = "funcs_document_topk",
+       .maskMod = "\"document\"",
+       .queries = 17,
+       .keys = 38,
+       .topK = 3,
+       .asFuncs = true});
+  add({.label = "funcs_relative_bias_decode",
+       .scoreMod = R"({"relative_bias": 6})",
+       .queries = 1,
+       .keys = 61,
+       .asFuncs = true});
   return all;
 }
 
@@ -687,6 +765,22 @@ TEST(VariantInputs, WrongShapesAreErrorsNamingTheArgument) {
   Status table = run({c.heads, 7}, {2, 11});
   EXPECT_FALSE(table.ok());
   EXPECT_NE(table.message.find("rel_bias"), std::string::npos) << table.message;
+}
+
+/// A wrong `{"func": ...}` variant is an error of the compile call that
+/// names the JSON path of the text, with line and column.
+TEST(VariantFuncs, ErrorsNameTheJsonPath) {
+  NamedCase c{.label = "errors", .maskMod = "\"document\"", .asFuncs = true};
+  std::string json = namedJson(c);
+  // The document mask as a score_mod: the wrong block arguments.
+  const std::string from = R"("mask_mod": {"func": )";
+  json.replace(json.find(from), from.size(), R"("score_mod": {"func": )");
+  llvm::Expected<std::string> binary =
+      mlir::attn::compileModelDescription(json, testCpu());
+  ASSERT_FALSE(binary);
+  EXPECT_EQ(llvm::toString(binary.takeError()),
+            "$.layers[0].score_mod.func:1:1: a score_mod function takes (s: "
+            "f32, b, h, qp, kp: index), then the tensors it reads");
 }
 
 /// A region may read any tensor the caller passes, even an empty one: it

@@ -250,6 +250,16 @@ struct BadDescription {
 
 class FrontendErrors : public ::testing::TestWithParam<BadDescription> {};
 
+TEST(Frontend, VariantFuncTextIsBounded) {
+  std::string json = R"({"model": "m", "layers": [{"name": "a", )"
+                     R"("type": "attention", "num_heads": 8, "head_dim": 64, )"
+                     R"("mask_mod": {"func": ")" +
+                     std::string(70000, ' ') + "\"}}]}";
+  EXPECT_EQ(parseError(json), "$.layers[0].mask_mod.func: expected at most "
+                              "65536 bytes of attn IR (attn's limit), got "
+                              "70000");
+}
+
 TEST_P(FrontendErrors, NameThePathAndTheExpectation) {
   EXPECT_EQ(parseError(GetParam().json), GetParam().message);
 }
@@ -306,8 +316,9 @@ INSTANTIATE_TEST_SUITE_P(
                        "$.layers[0].gate: expected \"none\", \"elementwise\" "
                        "or \"headwise\", got \"sigmoid\""},
         BadDescription{LAYER(R"(, "score_mod": "t5")"),
-                       "$.layers[0].score_mod: expected \"alibi\" or "
-                       "{\"relative_bias\": R}, got \"t5\""},
+                       "$.layers[0].score_mod: expected \"alibi\", "
+                       "{\"relative_bias\": R} or {\"func\": \"<attn IR>\"}, "
+                       "got \"t5\""},
         BadDescription{LAYER(R"(, "score_mod": {"relative_bias": -1})"),
                        "$.layers[0].score_mod.relative_bias: expected an "
                        "integer >= 0, got -1"},
@@ -319,13 +330,23 @@ INSTANTIATE_TEST_SUITE_P(
                        "integer >= 0, got 2.5"},
         BadDescription{LAYER(R"(, "score_mod": {"bias": 4})"),
                        "$.layers[0].score_mod: unknown key 'bias'; expected "
-                       "one of: relative_bias"},
+                       "one of: relative_bias, func"},
+        BadDescription{LAYER(R"(, "score_mod": {"func": 3})"),
+                       "$.layers[0].score_mod.func: expected a string, got 3"},
+        BadDescription{LAYER(R"(, "score_mod": {"func": "", "inputs": []})"),
+                       "$.layers[0].score_mod: unknown key 'inputs'; "
+                       "expected one of: func"},
+        BadDescription{LAYER(R"(, "mask_mod": {"fn": ""})"),
+                       "$.layers[0].mask_mod: unknown key 'fn'; expected "
+                       "one of: func"},
         BadDescription{LAYER(R"(, "score_mod": 3)"),
-                       "$.layers[0].score_mod: expected \"alibi\" or "
-                       "{\"relative_bias\": R}, got 3"},
+                       "$.layers[0].score_mod: expected \"alibi\", "
+                       "{\"relative_bias\": R} or {\"func\": \"<attn IR>\"}, "
+                       "got 3"},
         BadDescription{LAYER(R"(, "mask_mod": "documents")"),
                        "$.layers[0].mask_mod: expected \"none\", "
-                       "\"document\" or \"prefix_lm\", got \"documents\""},
+                       "\"document\", \"prefix_lm\" or {\"func\": \"<attn "
+                       "IR>\"}, got \"documents\""},
         BadDescription{LAYER(R"(, "softcap": -1)"),
                        "$.layers[0].softcap: expected a number >= 0 (0 "
                        "disables it), got -1"},

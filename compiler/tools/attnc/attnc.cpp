@@ -140,6 +140,8 @@ int main(int argc, char **argv) {
     if (!model)
       return fail(inputFilename + ": " + llvm::toString(model.takeError()));
     module = attn::frontend::buildAttnModule(context, *model);
+    if (!module)
+      return 1; // the handler printed why
     modelName = model->model;
   } else if (extension == ".mlir") {
     sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());

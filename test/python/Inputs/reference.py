@@ -3,10 +3,11 @@ import numpy as np
 
 
 def attention(q, k, v, mask="causal", window=0, gate=None, scale=None,
-              score_mod=None):
+              score_mod=None, mask_mod=None):
     """o [B,H,Lq,Dv] and lse [B,H,Lq] of SPEC §1.1 in float64; `gate`
     [B,H,Lq,Dv or 1] is applied as o * sigmoid(gate); `score_mod(s, h, qp,
-    kp)` modifies scores elementwise."""
+    kp)` modifies scores elementwise; `mask_mod(b, h, qp, kp)` (boolean,
+    broadcast over [Lq, Lk]) hides keys too (SPEC §7)."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, H, Lq, D = q.shape
     Hkv, Lk, Dv = k.shape[1], k.shape[2], v.shape[3]
@@ -27,7 +28,9 @@ def attention(q, k, v, mask="causal", window=0, gate=None, scale=None,
             s = scale * q[b, h] @ k[b, h // group].T
             if score_mod is not None:
                 s = score_mod(s, h, qp, kp)
-            s = np.where(visible, s, -np.inf)
+            seen = visible if mask_mod is None else (
+                visible & np.broadcast_to(mask_mod(b, h, qp, kp), visible.shape))
+            s = np.where(seen, s, -np.inf)
             m = s.max(axis=1, keepdims=True)
             safe = np.where(np.isneginf(m), 0.0, m)
             p = np.exp(s - safe)

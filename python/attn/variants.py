@@ -1,0 +1,395 @@
+"""score_mod and mask_mod written as Python functions (SPEC §7).
+
+As with FlexAttention, a variant is one function of the score and the
+positions. attn calls it once on symbolic values; the operations it
+performs are recorded and written out as the attn IR of a
+``{"func": ...}`` variant, which a model description takes in place of a
+named one::
+
+    H = 8
+    def alibi(s, b, h, qp, kp, slopes):
+        return s - slopes[h] * (qp - kp)
+
+    layer = {"name": "attn", "type": "attention", "num_heads": H,
+             "num_kv_heads": 2, "head_dim": 64,
+             "score_mod": attn.score_mod(alibi, slopes=attn.Input([H]))}
+    m = attn.compile({"model": "m", "layers": [layer]})
+    o = m["attn"](q, k, v, slopes)          # the extra input comes last
+
+Inside the function, ``s`` is an f32 score and ``b, h, qp, kp`` are
+integer positions (SPEC §7). Arithmetic (``+ - * / // %``, unary ``-``,
+``abs``), comparisons, ``& | ^ ~`` on booleans, the functions of this
+module (``where``, ``exp``, ``exp2``, ``log``, ``sqrt``, ``tanh``,
+``sigmoid``, ``minimum``, ``maximum``) and indexing of the declared
+inputs by integer values work as in PyTorch: integers meeting floats
+become floats, ``/`` divides as floats, ``//`` and ``%`` round toward
+minus infinity. Python control flow on traced values cannot be recorded:
+``if``, ``and``, ``or`` and ``not`` raise ``TypeError`` (use ``where``,
+``&``, ``|``, ``~``).
+"""
+from __future__ import annotations
+
+import inspect
+import struct
+from typing import Any, Callable, Sequence
+
+_F32, _INDEX, _BOOL = "f32", "index", "i1"
+_ELEMENTS = {"f32": "f32", "i32": "i32", "f16": "f16", "bf16": "bf16"}
+
+
+class Input:
+    """An extra input a variant reads: a tensor of `shape` (ints, or None
+    for a size known only at run time) and `dtype` ("f32", "i32", "f16"
+    or "bf16"). It becomes an input of every entry that holds the
+    variant, after the entry's SPEC §4 inputs, named after its keyword."""
+
+    def __init__(self, shape: Sequence[int | None], dtype: str = "f32"):
+        if dtype not in _ELEMENTS:
+            raise ValueError(f"attn.Input: dtype {dtype!r}: expected one of "
+                             f"{', '.join(_ELEMENTS)}")
+        for d in shape:
+            if d is not None and (not isinstance(d, int) or d < 0):
+                raise ValueError(f"attn.Input: shape {tuple(shape)!r}: "
+                                 "expected sizes >= 0 or None")
+        self.shape = tuple(shape)
+        self.dtype = dtype
+
+    def mlir_type(self) -> str:
+        dims = "".join(("?" if d is None else str(d)) + "x" for d in self.shape)
+        return f"tensor<{dims}{_ELEMENTS[self.dtype]}>"
+
+
+class _Trace:
+    """The attn IR lines of one traced function."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.count = 0
+
+    def emit(self, op: str, type_: str) -> "Value":
+        name = f"%v{self.count}"
+        self.count += 1
+        self.lines.append(f"  {name} = {op}")
+        return Value(self, name, type_)
+
+    def constant(self, x: Any, type_: str) -> "Value":
+        if type_ == _F32:
+            bits = struct.unpack("<I", struct.pack("<f", float(x)))[0]
+            return self.emit(f"arith.constant 0x{bits:08X} : f32", _F32)
+        if type_ == _BOOL:
+            return self.emit(f"arith.constant {'true' if x else 'false'}",
+                             _BOOL)
+        return self.emit(f"arith.constant {int(x)} : index", _INDEX)
+
+
+def _convert(v: "Value", type_: str) -> "Value":
+    """`v` as `type_`: booleans become 0 / 1, integers floats."""
+    if v.type == type_:
+        return v
+    t = v.trace
+    if v.type == _BOOL and type_ == _F32:
+        return t.emit(f"arith.uitofp {v.name} : i1 to f32", _F32)
+    if v.type == _BOOL and type_ == _INDEX:
+        wide = t.emit(f"arith.extui {v.name} : i1 to i64", "i64")
+        return t.emit(f"arith.index_cast {wide.name} : i64 to index", _INDEX)
+    if v.type == _INDEX and type_ == _F32:
+        wide = t.emit(f"arith.index_cast {v.name} : index to i64", "i64")
+        return t.emit(f"arith.sitofp {wide.name} : i64 to f32", _F32)
+    raise TypeError(f"attn variant: {_a(v._kind())} cannot be used as "
+                    f"{_a(_KIND[type_])}")
+
+
+_KIND = {_F32: "float", _INDEX: "integer", _BOOL: "boolean"}
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[0] in "aeiou" else "a ") + noun
+
+
+def _lift(trace: _Trace, x: Any, beside: str | None = None) -> "Value":
+    """`x` as a traced value; a Python int beside a float is a float
+    constant."""
+    if isinstance(x, Value):
+        if x.trace is not trace:
+            raise TypeError("attn variant: a value of another traced function")
+        return x
+    if isinstance(x, bool):
+        return trace.constant(x, _BOOL)
+    if isinstance(x, int):
+        return trace.constant(x, _F32 if beside == _F32 else _INDEX)
+    if isinstance(x, float):
+        return trace.constant(x, _F32)
+    raise TypeError(f"attn variant: cannot compute with {type(x).__name__} "
+                    f"{x!r}; expected traced values, ints, floats or bools")
+
+
+def _common(a: Any, b: Any, numeric: bool = True):
+    """`a` and `b` as values of one type: float if either is, else
+    integer (booleans count as integers in arithmetic)."""
+    trace = a.trace if isinstance(a, Value) else b.trace
+    if isinstance(a, Value):
+        b = _lift(trace, b, beside=a.type)
+    a = _lift(trace, a, beside=b.type if isinstance(b, Value) else None)
+    b = _lift(trace, b, beside=a.type)
+    if a.type == b.type and not (numeric and a.type == _BOOL):
+        return a, b, a.type
+    type_ = _F32 if _F32 in (a.type, b.type) else _INDEX
+    return _convert(a, type_), _convert(b, type_), type_
+
+
+_ARITH = {"add": ("arith.addf", "arith.addi"),
+          "sub": ("arith.subf", "arith.subi"),
+          "mul": ("arith.mulf", "arith.muli")}
+_COMPARE = {"lt": ("olt", "slt"), "le": ("ole", "sle"), "gt": ("ogt", "sgt"),
+            "ge": ("oge", "sge"), "eq": ("oeq", "eq"), "ne": ("une", "ne")}
+
+
+class Value:
+    """A value of a traced variant: an f32, an integer position (index)
+    or a boolean (i1)."""
+
+    __array_priority__ = 1000  # NumPy scalars defer to these operators
+
+    def __init__(self, trace: _Trace, name: str, type_: str):
+        self.trace, self.name, self.type = trace, name, type_
+
+    def _kind(self) -> str:
+        return _KIND.get(self.type, self.type)
+
+    def _binary(self, other: Any, op: str, swap: bool = False) -> "Value":
+        a, b, type_ = _common(other, self) if swap else _common(self, other)
+        float_op, int_op = _ARITH[op]
+        return self.trace.emit(
+            f"{float_op if type_ == _F32 else int_op} {a.name}, {b.name} : "
+            f"{type_}", type_)
+
+    def __add__(self, o): return self._binary(o, "add")
+    def __radd__(self, o): return self._binary(o, "add", swap=True)
+    def __sub__(self, o): return self._binary(o, "sub")
+    def __rsub__(self, o): return self._binary(o, "sub", swap=True)
+    def __mul__(self, o): return self._binary(o, "mul")
+    def __rmul__(self, o): return self._binary(o, "mul", swap=True)
+
+    def _truediv(self, a: Any, b: Any) -> "Value":
+        a, b, _ = _common(a, b)
+        a, b = _convert(a, _F32), _convert(b, _F32)
+        return self.trace.emit(f"arith.divf {a.name}, {b.name} : f32", _F32)
+
+    def __truediv__(self, o): return self._truediv(self, o)
+    def __rtruediv__(self, o): return self._truediv(o, self)
+
+    def _floordiv(self, a: Any, b: Any) -> "Value":
+        a, b, type_ = _common(a, b)
+        if type_ == _F32:
+            q = self.trace.emit(f"arith.divf {a.name}, {b.name} : f32", _F32)
+            return self.trace.emit(f"math.floor {q.name} : f32", _F32)
+        return self.trace.emit(
+            f"arith.floordivsi {a.name}, {b.name} : index", _INDEX)
+
+    def __floordiv__(self, o): return self._floordiv(self, o)
+    def __rfloordiv__(self, o): return self._floordiv(o, self)
+
+    def _mod(self, a: Any, b: Any) -> "Value":
+        # Python's and PyTorch's %: the remainder has the divisor's sign.
+        return a - self._floordiv(a, b) * b
+
+    def __mod__(self, o): return self._mod(self, o)
+    def __rmod__(self, o): return self._mod(o, self)
+
+    def __neg__(self):
+        if self.type == _F32:
+            return self.trace.emit(f"arith.negf {self.name} : f32", _F32)
+        return 0 - self
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        if self.type == _F32:
+            return self.trace.emit(f"math.absf {self.name} : f32", _F32)
+        return where(self < 0, -self, self)
+
+    def _compare(self, other: Any, op: str) -> "Value":
+        a, b, type_ = _common(self, other, numeric=False)
+        float_pred, int_pred = _COMPARE[op]
+        if type_ == _F32:
+            return self.trace.emit(
+                f"arith.cmpf {float_pred}, {a.name}, {b.name} : f32", _BOOL)
+        return self.trace.emit(
+            f"arith.cmpi {int_pred}, {a.name}, {b.name} : {type_}", _BOOL)
+
+    def __lt__(self, o): return self._compare(o, "lt")
+    def __le__(self, o): return self._compare(o, "le")
+    def __gt__(self, o): return self._compare(o, "gt")
+    def __ge__(self, o): return self._compare(o, "ge")
+    def __eq__(self, o): return self._compare(o, "eq")  # type: ignore[override]
+    def __ne__(self, o): return self._compare(o, "ne")  # type: ignore[override]
+    __hash__ = None  # type: ignore[assignment]
+
+    def _logic(self, other: Any, op: str) -> "Value":
+        a, b = _lift(self.trace, self), _lift(self.trace, other)
+        if a.type != _BOOL or b.type != _BOOL:
+            symbol = {"andi": "&", "ori": "|", "xori": "^ or ~"}[op]
+            raise TypeError(f"attn variant: {symbol} takes booleans "
+                            f"(comparisons), got {_a(a._kind())} and "
+                            f"{_a(b._kind())}")
+        return self.trace.emit(f"arith.{op} {a.name}, {b.name} : i1", _BOOL)
+
+    def __and__(self, o): return self._logic(o, "andi")
+    def __rand__(self, o): return self._logic(o, "andi")
+    def __or__(self, o): return self._logic(o, "ori")
+    def __ror__(self, o): return self._logic(o, "ori")
+    def __xor__(self, o): return self._logic(o, "xori")
+    def __rxor__(self, o): return self._logic(o, "xori")
+
+    def __invert__(self):
+        return self._logic(True, "xori")
+
+    def _no_python_value(self, *_):
+        raise TypeError(
+            "attn variant: a traced value has no Python value: use "
+            "attn.where(c, a, b) for if/else, & | ~ for and/or/not, and "
+            "attn.exp / attn.log / ... for math functions")
+
+    __bool__ = __float__ = __int__ = __index__ = _no_python_value
+
+    def __repr__(self) -> str:
+        return f"<attn traced {self._kind()} {self.name}>"
+
+
+class TensorInput:
+    """A declared input inside a traced function: indexing it by integer
+    values reads one element (tensor.extract)."""
+
+    def __init__(self, trace: _Trace, name: str, spec: Input):
+        self.trace, self.ssa, self.spec, self.label = (
+            trace, f"%in_{name}", spec, name)
+
+    def __getitem__(self, indices) -> Value:
+        if not isinstance(indices, tuple):
+            indices = (indices,)
+        if len(indices) != len(self.spec.shape):
+            raise IndexError(
+                f"attn variant: input '{self.label}' has "
+                f"{len(self.spec.shape)} dims, indexed with {len(indices)}")
+        at = [_convert(_lift(self.trace, i), _INDEX) for i in indices]
+        type_ = self.spec.mlir_type()
+        element = _ELEMENTS[self.spec.dtype]
+        value = self.trace.emit(
+            f"tensor.extract {self.ssa}[{', '.join(v.name for v in at)}] : "
+            f"{type_}", element)
+        if element == "i32":
+            return self.trace.emit(
+                f"arith.index_cast {value.name} : i32 to index", _INDEX)
+        if element != "f32":
+            return self.trace.emit(
+                f"arith.extf {value.name} : {element} to f32", _F32)
+        value.type = _F32
+        return value
+
+
+def _trace_of(values) -> _Trace:
+    for v in values:
+        if isinstance(v, Value):
+            return v.trace
+    raise TypeError("attn variant: these functions take traced values")
+
+
+def _unary(op: str, x: Any) -> Value:
+    trace = _trace_of([x])
+    v = _convert(_lift(trace, x), _F32)
+    return trace.emit(f"{op} {v.name} : f32", _F32)
+
+
+def exp(x): return _unary("math.exp", x)
+def exp2(x): return _unary("math.exp2", x)
+def log(x): return _unary("math.log", x)
+def sqrt(x): return _unary("math.sqrt", x)
+def tanh(x): return _unary("math.tanh", x)
+
+
+def sigmoid(x):
+    """1 / (1 + exp(-x))."""
+    return 1.0 / (1.0 + exp(-_convert(_lift(_trace_of([x]), x), _F32)))
+
+
+def where(condition, a, b):
+    """`a` where `condition` holds, else `b` (arith.select)."""
+    trace = _trace_of([condition, a, b])
+    c = _lift(trace, condition)
+    if c.type != _BOOL:
+        raise TypeError(f"attn.where: the condition is {_a(c._kind())}, "
+                        "expected a boolean (a comparison)")
+    if not isinstance(a, Value) and not isinstance(b, Value):
+        a = _lift(trace, a)
+    a, b, type_ = _common(a, b, numeric=False)
+    return trace.emit(f"arith.select {c.name}, {a.name}, {b.name} : {type_}",
+                      type_)
+
+
+def minimum(a, b):
+    """The smaller of `a` and `b` (a NaN wins, as in torch.minimum)."""
+    _trace_of([a, b])
+    a, b, type_ = _common(a, b)
+    op = "arith.minimumf" if type_ == _F32 else "arith.minsi"
+    return a.trace.emit(f"{op} {a.name}, {b.name} : {type_}", type_)
+
+
+def maximum(a, b):
+    """The larger of `a` and `b` (a NaN wins, as in torch.maximum)."""
+    _trace_of([a, b])
+    a, b, type_ = _common(a, b)
+    op = "arith.maximumf" if type_ == _F32 else "arith.maxsi"
+    return a.trace.emit(f"{op} {a.name}, {b.name} : {type_}", type_)
+
+
+def _trace(fn: Callable, score: bool, inputs: dict[str, Input]) -> dict:
+    kind = "score_mod" if score else "mask_mod"
+    fixed = ["s", "b", "h", "qp", "kp"] if score else ["b", "h", "qp", "kp"]
+    for name, spec in inputs.items():
+        if not isinstance(spec, Input):
+            raise TypeError(f"attn.{kind}: input '{name}' must be an "
+                            f"attn.Input, got {type(spec).__name__}")
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = None
+    if params is not None and len(params) != len(fixed) + len(inputs):
+        raise TypeError(
+            f"attn.{kind}: {getattr(fn, '__name__', 'the function')} takes "
+            f"{len(params)} arguments; expected ({', '.join(fixed)}) and "
+            f"then the inputs ({', '.join(inputs) or 'none declared'})")
+    trace = _Trace()
+    args = [Value(trace, f"%{n}", _F32 if n == "s" else _INDEX) for n in fixed]
+    tensors = {name: TensorInput(trace, name, spec)
+               for name, spec in inputs.items()}
+    result = _lift(trace, fn(*args, *tensors.values()))
+    want = _F32 if score else _BOOL
+    if not score and result.type != _BOOL:
+        raise TypeError(f"attn.mask_mod: the function returns "
+                        f"{_a(result._kind())}; expected a boolean (whether the "
+                        "key is visible), e.g. a comparison")
+    result = _convert(result, want)
+    signature = [f"%{n}: {'f32' if n == 's' else 'index'}" for n in fixed]
+    signature += [f"%in_{name}: {spec.mlir_type()} {{attn.name = \"{name}\"}}"
+                  for name, spec in inputs.items()]
+    text = "\n".join(
+        [f"func.func @{kind}({', '.join(signature)}) -> {want} {{"]
+        + trace.lines + [f"  return {result.name} : {want}", "}"])
+    return {"func": text}
+
+
+def score_mod(fn: Callable, **inputs: Input) -> dict:
+    """The `score_mod` of a model description's attention layer from
+    `fn(s, b, h, qp, kp, *inputs)`, which returns the modified score.
+    Keyword arguments declare the tensors it reads (attn.Input), passed to
+    `fn` after the positions, in order. Returns `{"func": <attn IR>}`."""
+    return _trace(fn, True, inputs)
+
+
+def mask_mod(fn: Callable, **inputs: Input) -> dict:
+    """The `mask_mod` of a model description's attention layer from
+    `fn(b, h, qp, kp, *inputs)`, which returns whether key kp is visible
+    to query qp (a comparison, or several joined with & | ~). Keyword
+    arguments declare the tensors it reads. Returns `{"func": <attn IR>}`."""
+    return _trace(fn, False, inputs)

@@ -1,0 +1,183 @@
+# RUN: %attn_python %s
+# Variants written as Python functions (attn.score_mod / attn.mask_mod,
+# SPEC §7): traced into attn IR, compiled through a model description's
+# {"func": ...} keys, and checked against the float64 reference on awkward
+# sizes; a traced ALiBi equals the named one; the extra inputs come last,
+# shared by name between the two functions and the .tree entry; every error
+# of the tracer and of the function's IR names what is wrong.
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
+import attn
+from reference import attention, close
+
+rng = np.random.default_rng(7)
+H, HKV, D, DV = 6, 2, 24, 20
+B, LQ, LK = 2, 37, 53
+
+
+def layer(**keys):
+    return dict({"name": "attn", "type": "attention", "num_heads": H,
+                 "num_kv_heads": HKV, "head_dim": D, "value_dim": DV}, **keys)
+
+
+def model(**keys):
+    return attn.compile({"model": "variants", "layers": [layer(**keys)]})
+
+
+q = rng.standard_normal((B, H, LQ, D)).astype(np.float32)
+k = rng.standard_normal((B, HKV, LK, D)).astype(np.float32)
+v = rng.standard_normal((B, HKV, LK, DV)).astype(np.float32)
+
+
+def alibi_slope(h):
+    n = 1 << (H.bit_length() - 1)  # the largest power of two <= H
+    return 2.0 ** (-8 * (h + 1) / n) if h < n else \
+        2.0 ** (-4 * (2 * (h - n) + 1) / n)
+
+
+# ALiBi with the slopes as an input: equal to the named variant (whose
+# slopes are built in) and to the reference.
+slopes = np.array([alibi_slope(h) for h in range(H)], np.float32)
+traced = model(score_mod=attn.score_mod(
+    lambda s, b, h, qp, kp, slopes: s - slopes[h] * (qp - kp),
+    slopes=attn.Input([H])))
+named = model(score_mod="alibi")
+assert traced.signature("attn").inputs[-1].name == "slopes"
+o_traced = traced["attn"](q, k, v, slopes)
+o_named = named["attn"](q, k, v)
+close(o_traced, o_named, 1e-5, "traced alibi vs named")
+ref, _ = attention(q, k, v, score_mod=lambda s, h, qp, kp:
+                   s - alibi_slope(h) * (qp - kp))
+close(o_traced, ref, 1e-5, "traced alibi")
+
+# The same traced variant on a ragged batch over a paged cache (SPEC §8):
+# the input still comes last, and one sequence's output equals the dense
+# call's.
+P = 8
+paged = model(layout={"ragged": True, "page_size": P},
+              score_mod=attn.score_mod(
+                  lambda s, b, h, qp, kp, slopes: s - slopes[h] * (qp - kp),
+                  slopes=attn.Input([H])))
+names = [a.name for a in paged.signature("attn").inputs]
+assert names == ["q", "k_cache", "v_cache", "page_table", "seq_lens",
+                 "cu_seqlens_q", "slopes"], names
+pages = -(-LK // P)
+order = rng.permutation(pages + 3)[:pages]  # scattered, with spare pages
+k_cache = np.zeros((pages + 3, P, HKV, D), np.float32)
+v_cache = np.zeros((pages + 3, P, HKV, DV), np.float32)
+for j in range(LK):
+    k_cache[order[j // P], j % P] = k[0, :, j]
+    v_cache[order[j // P], j % P] = v[0, :, j]
+o_paged = paged["attn"](np.ascontiguousarray(q[0].transpose(1, 0, 2)),
+                        k_cache, v_cache, order[None].astype(np.int32),
+                        np.array([LK], np.int32),
+                        np.array([0, LQ], np.int32), slopes)
+close(o_paged, o_traced[0].transpose(1, 0, 2), 1e-5, "paged traced alibi")
+
+# A score_mod and a mask_mod sharing one input, over arithmetic that
+# exercises the tracer: softcap by tanh, floor division and modulo of
+# positions, where, abs, minimum, booleans in arithmetic.
+docs = np.sort(rng.integers(0, 4, size=(B, LK)), axis=1).astype(np.int32)
+
+
+def score(s, b, h, qp, kp, doc_ids):
+    capped = attn.tanh(s / 8.0) * 8
+    near = abs(qp - kp) < 5
+    return attn.where(near, capped + 0.25 * (doc_ids[b, kp] % 3),
+                      attn.minimum(capped, (kp // 7) - 2.5)) - (h == 1)
+
+
+def mask(b, h, qp, kp, doc_ids):
+    return (doc_ids[b, qp] == doc_ids[b, kp]) | (kp < 3) & ~(kp == 1)
+
+
+m = model(mask="none", gate="headwise",
+          score_mod=attn.score_mod(score, doc_ids=attn.Input([None, None],
+                                                             "i32")),
+          mask_mod=attn.mask_mod(mask, doc_ids=attn.Input([None, None],
+                                                          "i32")),
+          tree=True)
+names = [a.name for a in m.signature("attn").inputs]
+assert names == ["q", "k", "v", "gate", "doc_ids"], names
+tree_names = [a.name for a in m.signature("attn.tree").inputs]
+assert tree_names == ["q", "k", "v", "parents", "gate", "doc_ids"], tree_names
+q_rows = rng.standard_normal((B, H, LK, D)).astype(np.float32)
+gate = rng.standard_normal((B, H, LK, 1)).astype(np.float32)
+o = m["attn"](q_rows, k, v, gate, docs)
+
+
+def reference(b):
+    """Batch row b in float64 (the reference's score_mod takes no b)."""
+    def score_b(s, h, qp, kp):
+        capped = np.tanh(s / 8.0) * 8
+        near = np.abs(qp - kp) < 5
+        return np.where(near, capped + 0.25 * (docs[b][kp] % 3),
+                        np.minimum(capped, (kp // 7) - 2.5)) - (h == 1)
+
+    def mask_b(_, h, qp, kp):
+        return (docs[b][qp] == docs[b][kp]) | (kp < 3) & ~(kp == 1)
+
+    o_b, _ = attention(q_rows[b:b + 1], k[b:b + 1], v[b:b + 1], mask="none",
+                       gate=gate[b:b + 1], score_mod=score_b, mask_mod=mask_b)
+    return o_b
+
+
+close(o, np.concatenate([reference(b) for b in range(B)]), 1e-5,
+      "score_mod and mask_mod")
+
+# Errors of the tracer: TypeError, before anything is compiled.
+def raises(error, fn, text):
+    try:
+        fn()
+    except error as e:
+        assert text in str(e), f"{text!r} not in {e}"
+        return
+    raise AssertionError(f"no {error.__name__} ({text})")
+
+
+raises(TypeError, lambda: attn.score_mod(lambda s, b, h, qp, kp:
+                                         s if s > 0 else 0.0),
+       "attn.where(c, a, b) for if/else")
+raises(TypeError, lambda: attn.mask_mod(lambda b, h, qp, kp: qp - kp),
+       "returns an integer; expected a boolean")
+raises(TypeError, lambda: attn.mask_mod(lambda b, h, qp: qp > 0),
+       "takes 3 arguments; expected (b, h, qp, kp)")
+raises(TypeError, lambda: attn.score_mod(lambda s, b, h, qp, kp: s & s),
+       "& takes booleans (comparisons), got a float and a float")
+raises(IndexError, lambda: attn.score_mod(
+    lambda s, b, h, qp, kp, t: s + t[h], t=attn.Input([H, 2])),
+    "input 't' has 2 dims, indexed with 1")
+raises(TypeError, lambda: attn.score_mod(lambda s, b, h, qp, kp, t: s,
+                                         t=np.zeros(3)),
+       "input 't' must be an attn.Input")
+raises(ValueError, lambda: attn.Input([4], "f64"), "dtype 'f64'")
+
+# Errors of a function's attn IR: attn.Error naming the JSON path, then
+# line and column in the text.
+IR = """func.func @f(%s: f32, %b: index, %h: index, %qp: index, %kp: index,
+    %t: tensor<?xf32> {attn.name = "bias"}) -> f32 {
+  %c0 = arith.constant 0 : index
+  %n = tensor.dim %t, %c0 : tensor<?xf32>
+  %i = arith.index_cast %n : index to i64
+  %f = arith.sitofp %i : i64 to f32
+  %r = arith.addf %s, %f : f32
+  return %r : f32
+}"""
+raises(attn.Error, lambda: model(score_mod={"func": IR}),
+       "$.layers[0].score_mod.func:1:1: error: 'attn.sdpa' op 'score_mod' "
+       "may hold only arith, math and tensor.extract ops and attn.yield, got "
+       "'tensor.dim'")
+raises(attn.Error, lambda: model(mask_mod={"func": IR}),
+       "$.layers[0].mask_mod.func:1:1: error: a mask_mod function takes "
+       "(b, h, qp, kp: index), then the tensors it reads")
+raises(attn.Error, lambda: model(score_mod={"func": IR.replace("{", "(", 1)}),
+       "$.layers[0].score_mod.func:2:")
+raises(attn.Error, lambda: model(score_mod={"func": IR.replace('"bias"',
+                                                               '"k"')}),
+       "$.layers[0].score_mod.func:2:5: error: input 'k' is already an "
+       "input of the entry")
+print("variants: all checks passed")
