@@ -30,8 +30,11 @@ minus infinity. Python control flow on traced values cannot be recorded:
 from __future__ import annotations
 
 import inspect
+import numbers
 import struct
 from typing import Any, Callable, Sequence
+
+import numpy as np
 
 _F32, _INDEX, _BOOL = "f32", "index", "i1"
 _ELEMENTS = {"f32": "f32", "i32": "i32", "f16": "f16", "bf16": "bf16"}
@@ -113,11 +116,11 @@ def _lift(trace: _Trace, x: Any, beside: str | None = None) -> "Value":
         if x.trace is not trace:
             raise TypeError("attn variant: a value of another traced function")
         return x
-    if isinstance(x, bool):
+    if isinstance(x, (bool, np.bool_)):
         return trace.constant(x, _BOOL)
-    if isinstance(x, int):
+    if isinstance(x, numbers.Integral):  # int, NumPy integers
         return trace.constant(x, _F32 if beside == _F32 else _INDEX)
-    if isinstance(x, float):
+    if isinstance(x, numbers.Real):  # float, NumPy floats
         return trace.constant(x, _F32)
     raise TypeError(f"attn variant: cannot compute with {type(x).__name__} "
                     f"{x!r}; expected traced values, ints, floats or bools")

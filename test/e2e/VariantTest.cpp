@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -27,7 +28,7 @@ enum class OpKind { Dense, Sparse, Tree };
 struct VariantCase {
   std::string label;
   /// softcap_region, window_region, head_table, alibi, relative_bias,
-  /// document, prefix_lm, empty_rows, alibi_document.
+  /// document, prefix_lm, empty_rows, alibi_document, neg_inf_scores.
   std::string variant;
   OpKind op = OpKind::Dense;
   /// The op's position mask (dense and sparse): none, causal.
@@ -228,6 +229,27 @@ Variant makeVariant(const VariantCase &c, std::mt19937_64 &rng) {
     v.score.maskMod = [](int64_t, int64_t h, int64_t, int64_t kp) {
       return h < 3 || kp >= 64;
     };
+  } else if (c.variant == "neg_inf_scores") {
+    // -inf scores hide keys as a mask does, and a row whose every score is
+    // -inf gives o = 0 and lse = -inf (no NaN from -inf - -inf).
+    v.scoreMod = R"(
+      %c4 = arith.constant 4 : index
+      %c5 = arith.constant 5 : index
+      %c0 = arith.constant 0 : index
+      %ninf = arith.constant 0xFF800000 : f32
+      %rk = arith.remui %kp, %c4 : index
+      %rq = arith.remui %qp, %c5 : index
+      %hk = arith.cmpi eq, %rk, %c0 : index
+      %hq = arith.cmpi eq, %rq, %c0 : index
+      %hide = arith.ori %hk, %hq : i1
+      %r = arith.select %hide, %ninf, %s : f32
+      attn.yield %r : f32
+    )";
+    v.score.scoreMod = [](double s, int64_t, int64_t, int64_t qp, int64_t kp) {
+      return kp % 4 == 0 || qp % 5 == 0
+                 ? -std::numeric_limits<double>::infinity()
+                 : s;
+    };
   } else if (c.variant == "empty_rows") {
     v.maskMod = R"(
       %c3 = arith.constant 3 : index
@@ -385,10 +407,10 @@ TEST_P(Variants, MatchReference) {
 }
 
 std::vector<VariantCase> cases() {
-  const char *variants[] = {
-      "softcap_region", "window_region", "head_table",
-      "alibi",          "relative_bias", "document",
-      "prefix_lm",      "empty_rows",    "alibi_document"};
+  const char *variants[] = {"softcap_region", "window_region", "head_table",
+                            "alibi",          "relative_bias", "document",
+                            "prefix_lm",      "empty_rows",    "alibi_document",
+                            "neg_inf_scores"};
   std::vector<VariantCase> all;
   for (const char *variant : variants) {
     std::string name = variant;

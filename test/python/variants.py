@@ -85,7 +85,7 @@ docs = np.sort(rng.integers(0, 4, size=(B, LK)), axis=1).astype(np.int32)
 
 
 def score(s, b, h, qp, kp, doc_ids):
-    capped = attn.tanh(s / 8.0) * 8
+    capped = attn.tanh(s / 8.0) * np.float32(8)  # NumPy scalars too
     near = abs(qp - kp) < 5
     return attn.where(near, capped + 0.25 * (doc_ids[b, kp] % 3),
                       attn.minimum(capped, (kp // 7) - 2.5)) - (h == 1)
