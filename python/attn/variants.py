@@ -264,9 +264,8 @@ class TensorInput:
     """A declared input inside a traced function: indexing it by integer
     values reads one element (tensor.extract)."""
 
-    def __init__(self, trace: _Trace, name: str, spec: Input):
-        self.trace, self.ssa, self.spec, self.label = (
-            trace, f"%in_{name}", spec, name)
+    def __init__(self, trace: _Trace, ssa: str, name: str, spec: Input):
+        self.trace, self.ssa, self.spec, self.label = trace, ssa, spec, name
 
     def __getitem__(self, indices) -> Value:
         if not isinstance(indices, tuple):
@@ -364,8 +363,9 @@ def _trace(fn: Callable, score: bool, inputs: dict[str, Input]) -> dict:
             f"then the inputs ({', '.join(inputs) or 'none declared'})")
     trace = _Trace()
     args = [Value(trace, f"%{n}", _F32 if n == "s" else _INDEX) for n in fixed]
-    tensors = {name: TensorInput(trace, name, spec)
-               for name, spec in inputs.items()}
+    # SSA names by position: a Python name need not be a valid MLIR one.
+    tensors = {name: TensorInput(trace, f"%in{i}", name, spec)
+               for i, (name, spec) in enumerate(inputs.items())}
     result = _lift(trace, fn(*args, *tensors.values()))
     want = _F32 if score else _BOOL
     if not score and result.type != _BOOL:
@@ -374,8 +374,8 @@ def _trace(fn: Callable, score: bool, inputs: dict[str, Input]) -> dict:
                         "key is visible), e.g. a comparison")
     result = _convert(result, want)
     signature = [f"%{n}: {'f32' if n == 's' else 'index'}" for n in fixed]
-    signature += [f"%in_{name}: {spec.mlir_type()} {{attn.name = \"{name}\"}}"
-                  for name, spec in inputs.items()]
+    signature += [f"{t.ssa}: {t.spec.mlir_type()} {{attn.name = \"{name}\"}}"
+                  for name, t in tensors.items()]
     text = "\n".join(
         [f"func.func @{kind}({', '.join(signature)}) -> {want} {{"]
         + trace.lines + [f"  return {result.name} : {want}", "}"])
