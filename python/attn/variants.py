@@ -251,8 +251,9 @@ class Value:
     def _no_python_value(self, *_):
         raise TypeError(
             "attn variant: a traced value has no Python value: use "
-            "attn.where(c, a, b) for if/else, & | ~ for and/or/not, and "
-            "attn.exp / attn.log / ... for math functions")
+            "attn.where(c, a, b) for if/else, & | ~ for and/or/not, "
+            "attn.exp / attn.log / ... for math functions, and read tensors "
+            "through arguments declared with attn.Input, not captured arrays")
 
     __bool__ = __float__ = __int__ = __index__ = _no_python_value
 
@@ -366,7 +367,19 @@ def _trace(fn: Callable, score: bool, inputs: dict[str, Input]) -> dict:
     # SSA names by position: a Python name need not be a valid MLIR one.
     tensors = {name: TensorInput(trace, f"%in{i}", name, spec)
                for i, (name, spec) in enumerate(inputs.items())}
-    result = _lift(trace, fn(*args, *tensors.values()))
+    try:
+        returned = fn(*args, *tensors.values())
+    except (TypeError, IndexError) as e:
+        if str(e).startswith("attn"):
+            raise
+        # Most often an array the function captured, indexed by a traced
+        # position (NumPy and PyTorch replace our TypeError with theirs).
+        raise TypeError(
+            f"attn.{kind}: tracing {getattr(fn, '__name__', 'the function')} "
+            f"raised {type(e).__name__}: {e}; a traced function computes on "
+            "the symbolic values it is given and reads tensors only through "
+            "arguments declared with attn.Input, not arrays it captured") from e
+    result = _lift(trace, returned)
     want = _F32 if score else _BOOL
     if not score and result.type != _BOOL:
         raise TypeError(f"attn.mask_mod: the function returns "

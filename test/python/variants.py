@@ -142,6 +142,10 @@ def raises(error, fn, text):
 raises(TypeError, lambda: attn.score_mod(lambda s, b, h, qp, kp:
                                          s if s > 0 else 0.0),
        "attn.where(c, a, b) for if/else")
+captured = np.ones(H, np.float32)
+raises(TypeError, lambda: attn.score_mod(lambda s, b, h, qp, kp:
+                                         s + captured[h]),
+       "reads tensors only through arguments declared with attn.Input")
 raises(TypeError, lambda: attn.mask_mod(lambda b, h, qp, kp: qp - kp),
        "returns an integer; expected a boolean")
 raises(TypeError, lambda: attn.mask_mod(lambda b, h, qp: qp > 0),
