@@ -224,14 +224,15 @@ func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64x
 // Decode with 6 query heads per kv head: the split-KV kernel works on
 // register tiles of 4 heads (then the other 2), so each K or V vector is
 // loaded once per tile, not once per head. A step is 16 keys; the V rows
-// of each pair of keys are prefetched as their scores are computed.
+// of each pair of keys are prefetched into L2 (locality 2: prefetcht1) as
+// their scores are computed.
 // CHECK-LABEL: func.func private @gqa6__split_kv1
 // CHECK-SAME:    %[[V:[a-z0-9]+]]: memref<?x1x?x20xf32>
 // CHECK:         memref.alloca() {{.+}} : memref<6x16x8xf32>
 // CHECK:         scf.for %[[J0:.+]] = %{{.+}} to %{{.+}} step %c16 {
 // Dot products of 4 heads x 2 keys, over 2 vectors of head_dim 16.
 // CHECK:           scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
-// CHECK-COUNT-4:     memref.prefetch %[[V]]
+// CHECK-COUNT-4:     memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
 // CHECK-COUNT-16:    vector.fma
 // CHECK-COUNT-8:     vector.store {{.+}} : memref<6x16x8xf32>, vector<8xf32>
 // The other 2 heads (the V rows are on their way already).
