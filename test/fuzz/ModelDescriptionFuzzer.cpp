@@ -44,24 +44,30 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       std::abort(); // an error that names no JSON path
     return 0;
   }
-  // Each diagnostic's file (the JSON path of a variant's text) and text,
-  // printed before an abort.
+  // Each diagnostic's file (the JSON path of a variant's text), and all of
+  // them as text, printed only before an abort.
   std::vector<std::string> files;
+  std::string messages;
   ScopedDiagnosticHandler handler(context, [&](Diagnostic &diagnostic) {
     auto at = diagnostic.getLocation()->findInstanceOf<FileLineColLoc>();
     files.push_back(at ? at.getFilename().str() : "");
-    llvm::errs() << diagnostic.getLocation() << ": " << diagnostic << "\n";
+    llvm::raw_string_ostream(messages)
+        << diagnostic.getLocation() << ": " << diagnostic << "\n";
     return success();
   });
   OwningOpRef<ModuleOp> module =
       attn::frontend::buildAttnModule(*context, *model);
   if (module && succeeded(verify(*module)))
     return 0;
+  auto fail = [&] {
+    llvm::errs() << messages;
+    std::abort();
+  };
   if (files.empty())
-    std::abort(); // accepted, but built invalid IR or failed silently
+    fail(); // accepted, but built invalid IR or failed silently
   for (const std::string &file : files)
     if (file.rfind("$.layers[", 0) != 0 ||
         file.find("_mod.func") == std::string::npos)
-      std::abort(); // an error outside the user's attn IR
+      fail(); // an error outside the user's attn IR
   return 0;
 }
