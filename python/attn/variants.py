@@ -330,20 +330,21 @@ def where(condition, a, b):
                       type_)
 
 
-def minimum(a, b):
-    """The smaller of `a` and `b` (a NaN wins, as in torch.minimum)."""
+def _extremum(a, b, float_op: str, int_op: str) -> Value:
     _trace_of([a, b])
     a, b, type_ = _common(a, b)
-    op = "arith.minimumf" if type_ == _F32 else "arith.minsi"
+    op = float_op if type_ == _F32 else int_op
     return a.trace.emit(f"{op} {a.name}, {b.name} : {type_}", type_)
+
+
+def minimum(a, b):
+    """The smaller of `a` and `b` (a NaN wins, as in torch.minimum)."""
+    return _extremum(a, b, "arith.minimumf", "arith.minsi")
 
 
 def maximum(a, b):
     """The larger of `a` and `b` (a NaN wins, as in torch.maximum)."""
-    _trace_of([a, b])
-    a, b, type_ = _common(a, b)
-    op = "arith.maximumf" if type_ == _F32 else "arith.maxsi"
-    return a.trace.emit(f"{op} {a.name}, {b.name} : {type_}", type_)
+    return _extremum(a, b, "arith.maximumf", "arith.maxsi")
 
 
 def _trace(fn: Callable, score: bool, inputs: dict[str, Input]) -> dict:
