@@ -68,6 +68,9 @@ struct Argument {
   attn_dtype dtype;
   std::vector<std::optional<int64_t>> dims;
   std::vector<std::string> symbols;
+  /// Per dim: > 0 when the size is ceil(symbol / ceilDiv), capped at
+  /// atMost when that is >= 0 (attn_argument_info).
+  std::vector<int64_t> ceilDivs, atMosts;
   /// An input the call updates in place (SPEC §8: a state pool).
   bool inPlace = false;
 };
@@ -275,11 +278,13 @@ private:
   Argument argument(int32_t entry, int32_t index) const {
     attn_argument_info info;
     check(attn_entry_argument(model, entry, index, &info));
-    Argument arg{info.name, info.dtype, {}, {}, info.in_place != 0};
+    Argument arg{info.name, info.dtype, {}, {}, {}, {}, info.in_place != 0};
     for (int32_t d = 0; d < info.rank; ++d) {
       arg.dims.push_back(info.dims[d] >= 0 ? std::optional(info.dims[d])
                                            : std::nullopt);
       arg.symbols.push_back(info.symbols[d] ? info.symbols[d] : "");
+      arg.ceilDivs.push_back(info.ceil_divs ? info.ceil_divs[d] : 0);
+      arg.atMosts.push_back(info.at_mosts ? info.at_mosts[d] : -1);
     }
     return arg;
   }
@@ -420,6 +425,8 @@ PYBIND11_MODULE(_attn, m) {
                              })
       .def_readonly("dims", &Argument::dims)
       .def_readonly("symbols", &Argument::symbols)
+      .def_readonly("ceil_divs", &Argument::ceilDivs)
+      .def_readonly("at_mosts", &Argument::atMosts)
       .def_readonly("in_place", &Argument::inPlace);
 
   py::class_<Model>(m, "Model")

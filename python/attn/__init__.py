@@ -79,7 +79,11 @@ class Argument:
         self.name: str = native.name
         self.dtype: str = native.dtype
         self.shape: tuple = tuple(native.dims)
-        self.symbols: tuple = tuple(native.symbols)
+        # Per dynamic dim: its symbol, and the divisor and cap of a derived
+        # size (ceil(Lk / 16) blocks, capped at a top-k's slots).
+        self._sizes = tuple(zip(native.symbols, native.ceil_divs,
+                                native.at_mosts))
+        self.symbols: tuple = tuple(_shown(*size) for size in self._sizes)
         self.in_place: bool = native.in_place
 
     @property
@@ -92,6 +96,16 @@ class Argument:
                          for d, s in zip(self.shape, self.symbols))
         suffix = " (updated in place)" if self.in_place else ""
         return f"{self.name}: {self.dtype}[{dims}]{suffix}"
+
+
+def _shown(symbol: str, ceil_div: int, at_most: int) -> str:
+    """A dim's symbol as attn-run --list shows it: "Lk", "ceil(Lk/16)",
+    "min(64, ceil(Lk/16))"; "" for a static dim."""
+    if ceil_div > 0:
+        symbol = f"ceil({symbol}/{ceil_div})"
+    if at_most >= 0:
+        symbol = f"min({at_most}, {symbol})"
+    return symbol
 
 
 class Signature:
@@ -123,6 +137,65 @@ class Signature:
         ins = ", ".join(map(repr, self.inputs))
         outs = ", ".join(map(repr, self.outputs))
         return f"{self.name}({ins}) -> ({outs})"
+
+    def symbolic_output_shapes(self, shapes: Sequence[Sequence[Any]],
+                               dtypes: Sequence[str]) -> list[list[Any]]:
+        """The outputs' shapes from the inputs' shapes and dtypes, computed
+        with the sizes as given: each may be an int or a symbolic size
+        (torch.SymInt under torch.compile's dynamic shapes), which is never
+        turned into an int, so a compiled graph stays valid for every size.
+        Checks what needs no size: the count, ranks, dtypes and static dims
+        (attn.Error naming the input); the runtime checks the rest when the
+        entry runs."""
+        if len(shapes) != len(self.inputs):
+            raise Error(f"{self.name}: expected {len(self.inputs)} inputs, "
+                        f"got {len(shapes)}")
+        sizes = {}
+        for index, (argument, shape, dtype) in enumerate(
+                zip(self.inputs, shapes, dtypes)):
+            what = f"input '{argument.name}' (#{index}) of entry '{self.name}'"
+            if dtype != argument.dtype:
+                raise Error(f"{what}: expected dtype {argument.dtype}, got "
+                            f"{dtype}")
+            if len(shape) != len(argument.shape):
+                raise Error(f"{what}: expected rank {len(argument.shape)}, "
+                            f"got {len(shape)}")
+            for d, (static, size, (symbol, ceil_div, _)) in enumerate(
+                    zip(argument.shape, shape, argument._sizes)):
+                if static is not None and isinstance(size, int) \
+                        and size != static:
+                    raise Error(f"{what}: dim {d} must be {static}, got "
+                                f"{size}")
+                if symbol and not ceil_div:
+                    sizes.setdefault(symbol, size)
+        shapes = []
+        for argument in self.outputs:
+            shape = []
+            for static, (symbol, ceil_div, at_most) in zip(argument.shape,
+                                                           argument._sizes):
+                if static is not None:
+                    shape.append(static)
+                elif symbol in sizes:
+                    shape.append(_derived(sizes[symbol], ceil_div, at_most))
+                else:
+                    raise Error(f"{self.name}: output '{argument.name}' has "
+                                f"a size {symbol} that no input's dims set")
+            shapes.append(shape)
+        return shapes
+
+
+def _derived(size: Any, ceil_div: int, at_most: int) -> Any:
+    """ceil(size / ceil_div), capped at at_most where that is >= 0, in
+    arithmetic that keeps a symbolic size symbolic."""
+    if ceil_div > 0:
+        size = (size + (ceil_div - 1)) // ceil_div
+    if at_most >= 0:
+        if isinstance(size, int):
+            size = min(size, at_most)
+        else:
+            import torch
+            size = torch.sym_min(size, at_most)
+    return size
 
 
 def _as_native(x: Any, what: str):
@@ -269,9 +342,11 @@ class Module:
         an underscore: ``full_attention_tree``), and returns
         ``torch.ops.<namespace>``. Its CPU and CUDA kernels call the entry
         (CUDA tensors run on the current stream); its Meta kernel gives the
-        outputs' shapes and dtypes without running anything, for tracing.
-        Inputs the entry updates in place are mutable in the schema. The
-        registrations live as long as this module."""
+        outputs' shapes and dtypes without running anything, for tracing,
+        and keeps symbolic sizes symbolic (torch.compile with dynamic
+        shapes: one graph for every sequence length). Inputs the entry
+        updates in place are mutable in the schema. The registrations live
+        as long as this module."""
         import torch
         from torch import library
 
@@ -296,10 +371,20 @@ class Module:
                 result = entry(*inputs)
                 return result if outputs else None  # "-> ()"
 
-            def meta(*inputs, entry_name=entry_name, outputs=outputs):
-                shapes = self._native.output_shapes_of(
-                    entry_name, [list(x.shape) for x in inputs],
-                    [names.get(x.dtype, str(x.dtype)) for x in inputs])
+            def meta(*inputs, entry_name=entry_name, signature=signature,
+                     outputs=outputs):
+                shapes = [list(x.shape) for x in inputs]
+                dtypes = [names.get(x.dtype, str(x.dtype)) for x in inputs]
+                if all(isinstance(size, int) for shape in shapes
+                       for size in shape):
+                    # Concrete sizes: the runtime checks every dim.
+                    shapes = self._native.output_shapes_of(entry_name, shapes,
+                                                           dtypes)
+                else:
+                    # torch.compile's dynamic shapes: asking the runtime
+                    # would turn each size into an int, fixing the graph to
+                    # it (a recompilation per sequence length).
+                    shapes = signature.symbolic_output_shapes(shapes, dtypes)
                 made = tuple(torch.empty(shape, dtype=torch_dtypes[a.dtype],
                                          device="meta")
                              for a, shape in zip(outputs, shapes))

@@ -10,6 +10,8 @@ class Argument:
     dtype: str
     dims: list[Optional[int]]
     symbols: list[str]
+    ceil_divs: list[int]
+    at_mosts: list[int]
     in_place: bool
 
 class Model:

@@ -5,7 +5,8 @@
 # dtypes without running anything, torch.fx traces a module that calls one
 # as a single node, in-place inputs are updated through the operator, and
 # errors are attn.Error; with a PyTorch that has torch.compile, a module
-# and a mutating call compiled as one graph each.
+# and a mutating call compiled as one graph each, and with dynamic shapes
+# one graph for several key lengths.
 import os
 import sys
 
@@ -70,6 +71,24 @@ if hasattr(torch, "compile"):
     compiled = torch.compile(Layer(), fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(q, k, v, gate), o_direct * 2)
     print("torch ops: torch.compile", torch.__version__, "took the operator")
+
+    # Dynamic shapes: the Meta kernel keeps the key length symbolic, so
+    # one graph serves every length (a size made concrete would recompile
+    # for each).
+    graphs = []
+
+    def counting_backend(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    dynamic = torch.compile(Layer(), fullgraph=True, dynamic=True,
+                            backend=counting_backend)
+    for lk in (LK, 23, 40):
+        k_lk, v_lk = torch.randn(B, HKV, lk, D), torch.randn(B, HKV, lk, D)
+        assert torch.equal(dynamic(q, k_lk, v_lk, gate),
+                           m["full"](q, k_lk, v_lk, gate)[0] * 2)
+    assert len(graphs) == 1, f"{len(graphs)} graphs for 3 key lengths"
+    print("torch ops: torch.compile(dynamic=True): one graph for 3 key lengths")
 
 # In-place inputs: `.append` writes the caches through the operator, whose
 # schema marks them mutable.
