@@ -1,25 +1,39 @@
 //===- HuggingFaceConfig.cpp - Hugging Face config.json as input ----------===//
 //
-// Qwen3-Next (transformers' Qwen3NextConfig): `layer_types`, or, without
-// it, every `full_attention_interval`-th of `num_hidden_layers` layers is
-// full attention and the others linear attention. The two kinds become
+// The attention of a Hugging Face model, from its `config.json`: one layer
+// per distinct layer kind, named after transformers' layer type. Which
+// layer is which kind comes from `layer_types` where the config has it,
+// else from the rule of the model's transformers config class:
 //
-//  - full_attention: gated attention (Qiu et al.), causal, GQA with
-//    `num_attention_heads` / `num_key_value_heads` heads of `head_dim`, and
-//    the elementwise sigmoid output gate;
-//  - linear_attention: Gated DeltaNet, `linear_num_key_heads` /
-//    `linear_num_value_heads` heads of `linear_key_head_dim` /
-//    `linear_value_head_dim`, L2-normalized q/k, chunks of 64 steps, and the
-//    rmsnorm-silu output gate with `rms_norm_eps`.
+//  - qwen3_next (Qwen3NextConfig): every `full_attention_interval`-th of
+//    `num_hidden_layers` layers is full_attention, the others
+//    linear_attention. The two kinds become
+//      - full_attention: gated attention (Qiu et al.), causal, GQA with
+//        `num_attention_heads` / `num_key_value_heads` heads of `head_dim`,
+//        and the elementwise sigmoid output gate;
+//      - linear_attention: Gated DeltaNet, `linear_num_key_heads` /
+//        `linear_num_value_heads` heads of `linear_key_head_dim` /
+//        `linear_value_head_dim`, L2-normalized q/k, chunks of 64 steps, and
+//        the rmsnorm-silu output gate with `rms_norm_eps`.
+//  - llama, mistral, qwen2, qwen3, gemma2, gemma3_text (and gemma3, whose
+//    `text_config` is a gemma3_text config): causal GQA softmax attention,
+//    full_attention or sliding_attention (a window of `sliding_window`
+//    keys, the query's own included, as transformers' masks). Sliding
+//    layers: mistral's every layer when `sliding_window` is set; qwen2 and
+//    qwen3's layers from `max_window_layers` on with `use_sliding_window`;
+//    gemma2's even layers; gemma3's all but every `sliding_window_pattern`-th
+//    (6). Gemma scales scores by `query_pre_attn_scalar`^-1/2 and caps them
+//    with `attn_logit_softcapping`.
 //
 // attn's own key `speculative` (SPEC §3's object, e.g. {"max_tree_nodes":
-// 64}) turns on speculative verification: both kinds get "tree": true, so
-// full_attention gets .tree and .compact, linear_attention .tree and
-// .commit, and the model verify.accept.
+// 64}) turns on speculative verification: every kind gets "tree": true, so
+// softmax kinds get .tree and .compact, linear_attention .tree and .commit,
+// and the model verify.accept.
 //
-// Weights, projections, convolutions and MoE blocks are not attention and
-// are not compiled. Storage is f32 whatever `torch_dtype` says: the CPU
-// kernels compute in f32.
+// Weights, projections (with RoPE and the q/k norms of Qwen3 and Gemma 3),
+// convolutions and MoE blocks are not attention and are not compiled.
+// Storage is f32 whatever `torch_dtype` says: the CPU kernels compute in
+// f32.
 //
 //===----------------------------------------------------------------------===//
 
@@ -29,90 +43,196 @@
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
+#include <cmath>
 
 using namespace mlir::attn::frontend;
 
 namespace {
 
 constexpr llvm::StringRef kFullAttention = "full_attention";
+constexpr llvm::StringRef kSlidingAttention = "sliding_attention";
 constexpr llvm::StringRef kLinearAttention = "linear_attention";
 
+/// The transformers config classes whose attention attn reads, by how
+/// their layers are laid out and scored.
+enum class Family { Qwen3Next, Llama, Mistral, Qwen2, Gemma2, Gemma3 };
+
+/// What the config class assumes for a key a config leaves out: hub
+/// configs rely on these (Gemma 3's text_config often names no head
+/// count). Qwen3-Next's keys are required, as its configs give them all.
+struct Defaults {
+  std::optional<int64_t> numHeads, numKvHeads, headDim, hiddenSize, layers,
+      slidingWindow;
+};
+
+struct ModelType {
+  llvm::StringRef name;
+  Family family;
+  Defaults defaults;
+};
+
+// transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
+// Gemma2Config and Gemma3TextConfig (num_key_value_heads unset means
+// num_attention_heads, head_dim unset hidden_size / num_attention_heads).
+const ModelType kModelTypes[] = {
+    {"qwen3_next", Family::Qwen3Next, {}},
+    {"llama", Family::Llama, {32, {}, {}, 4096, 32, {}}},
+    {"mistral", Family::Mistral, {32, 8, {}, 4096, 32, 4096}},
+    {"qwen2", Family::Qwen2, {32, 32, {}, 4096, 32, 4096}},
+    {"qwen3", Family::Qwen2, {32, 32, 128, 4096, 32, 4096}},
+    {"gemma2", Family::Gemma2, {8, 4, 256, 2304, 26, 4096}},
+    {"gemma3_text", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}},
+    {"gemma3", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}}};
+
+/// The config object, its JSON path and its class's defaults.
+struct Config {
+  const json::Object &object;
+  std::string path;
+  const Defaults &defaults;
+};
+
 /// `heads` is a multiple of `groups`, both read from `config`.
-void checkGroups(Reader &reader, int64_t heads, llvm::StringRef headsKey,
-                 int64_t groups, llvm::StringRef groupsKey) {
+void checkGroups(Reader &reader, const Config &config, int64_t heads,
+                 llvm::StringRef headsKey, int64_t groups,
+                 llvm::StringRef groupsKey) {
   if (reader.failed() || heads % groups == 0)
     return;
-  reader.fail(Reader::join("$", headsKey),
+  reader.fail(Reader::join(config.path, headsKey),
               llvm::formatv("expected a multiple of {0} ({1}), got {2}",
                             groupsKey, groups, heads)
                   .str());
 }
 
+/// Whether `key` is set to something other than null.
+bool isSet(const Config &config, llvm::StringRef key) {
+  const json::Value *value = config.object.get(key);
+  return value && value->kind() != json::Value::Null;
+}
+
+/// Whether the config has a sliding window: `sliding_window` set, or
+/// absent with a default (null turns it off).
+bool hasWindow(const Config &config) {
+  return isSet(config, "sliding_window") ||
+         (!config.object.get("sliding_window") &&
+          config.defaults.slidingWindow);
+}
+
+/// The layer kind of layer `i` by the family's rule, for configs without
+/// `layer_types` (transformers' defaults where a key is absent).
+std::string defaultLayerKind(Reader &reader, const Config &config,
+                             Family family, int64_t i) {
+  const std::string &path = config.path;
+  switch (family) {
+  case Family::Qwen3Next: {
+    // transformers: layer i is full attention when (i + 1) % interval == 0.
+    int64_t interval =
+        reader.integer(config.object, path, "full_attention_interval", {}, 1,
+                       limits::kMaxLayers);
+    if (reader.failed())
+      return kFullAttention.str();
+    return ((i + 1) % interval == 0 ? kFullAttention : kLinearAttention).str();
+  }
+  case Family::Llama:
+    return kFullAttention.str();
+  case Family::Mistral:
+    return (hasWindow(config) ? kSlidingAttention : kFullAttention).str();
+  case Family::Qwen2: {
+    bool sliding =
+        reader.boolean(config.object, path, "use_sliding_window", false) &&
+        hasWindow(config);
+    int64_t first = reader.integer(config.object, path, "max_window_layers", 28,
+                                   0, limits::kMaxLayers);
+    return (sliding && i >= first ? kSlidingAttention : kFullAttention).str();
+  }
+  case Family::Gemma2:
+    return ((i + 1) % 2 ? kSlidingAttention : kFullAttention).str();
+  case Family::Gemma3: {
+    int64_t pattern =
+        reader.integer(config.object, path, "sliding_window_pattern", 6, 1,
+                       limits::kMaxLayers);
+    if (reader.failed())
+      return kFullAttention.str();
+    return ((i + 1) % pattern ? kSlidingAttention : kFullAttention).str();
+  }
+  }
+  llvm_unreachable("unknown family");
+}
+
 /// The layer kinds in order of first appearance.
-std::vector<std::string> readLayerKinds(Reader &reader,
-                                        const json::Object &config) {
+std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
+                                        Family family) {
   std::vector<std::string> kinds;
   auto addKind = [&](llvm::StringRef kind) {
     if (!llvm::is_contained(kinds, kind))
       kinds.push_back(kind.str());
   };
-  if (const json::Value *types = config.get("layer_types")) {
+  const llvm::StringRef allowed[] = {kFullAttention, family == Family::Qwen3Next
+                                                         ? kLinearAttention
+                                                         : kSlidingAttention};
+  const std::string expected =
+      llvm::formatv("\"{0}\" or \"{1}\"", allowed[0], allowed[1]).str();
+  const std::string typesPath = Reader::join(config.path, "layer_types");
+  if (const json::Value *types = config.object.get("layer_types")) {
     const json::Array *array = types->getAsArray();
     if (array && static_cast<int64_t>(array->size()) > limits::kMaxLayers) {
-      reader.fail("$.layer_types",
+      reader.fail(typesPath,
                   llvm::formatv("{0} layers; attn compiles at most {1}",
                                 array->size(), limits::kMaxLayers)
                       .str());
       return kinds;
     }
     if (!array || array->empty()) {
-      reader.fail("$.layer_types",
-                  "expected a non-empty array of \"full_attention\" or "
-                  "\"linear_attention\", got " +
-                      Reader::describe(types));
+      reader.fail(typesPath, "expected a non-empty array of " + expected +
+                                 ", got " + Reader::describe(types));
       return kinds;
     }
     for (auto [i, type] : llvm::enumerate(*array)) {
       std::optional<llvm::StringRef> name = type.getAsString();
-      if (!name || (*name != kFullAttention && *name != kLinearAttention)) {
-        reader.fail(
-            llvm::formatv("$.layer_types[{0}]", i).str(),
-            "expected \"full_attention\" or \"linear_attention\", got " +
-                Reader::describe(&type));
+      if (!name || !llvm::is_contained(allowed, *name)) {
+        reader.fail(llvm::formatv("{0}[{1}]", typesPath, i).str(),
+                    "expected " + expected + ", got " +
+                        Reader::describe(&type));
         return kinds;
       }
       addKind(*name);
     }
     return kinds;
   }
-  int64_t layers = reader.integer(config, "$", "num_hidden_layers", {}, 1,
-                                  limits::kMaxLayers);
-  int64_t interval = reader.integer(config, "$", "full_attention_interval", {},
-                                    1, limits::kMaxLayers);
-  if (reader.failed())
-    return kinds;
-  // transformers: layer i is full attention when (i + 1) % interval == 0.
-  // The kinds repeat with the interval, so one period names them all.
-  for (int64_t i = 0; i < std::min(layers, interval); ++i)
-    addKind((i + 1) % interval == 0 ? kFullAttention : kLinearAttention);
+  // Without layer_types, Llama and Mistral have one kind whatever the
+  // count; the others' kinds follow the layer index.
+  int64_t layers =
+      family == Family::Llama || family == Family::Mistral
+          ? 1
+          : reader.integer(config.object, config.path, "num_hidden_layers",
+                           config.defaults.layers, 1, limits::kMaxLayers);
+  for (int64_t i = 0; i < layers && !reader.failed(); ++i)
+    addKind(defaultLayerKind(reader, config, family, i));
   return kinds;
 }
 
-AttentionLayer readFullAttention(Reader &reader, const json::Object &config) {
+/// A softmax attention kind: `full_attention` or `sliding_attention`.
+AttentionLayer readSoftmaxAttention(Reader &reader, const Config &config,
+                                    Family family, llvm::StringRef kind) {
+  const json::Object &object = config.object;
+  const std::string &path = config.path;
   AttentionLayer layer;
-  layer.name = kFullAttention.str();
-  layer.numHeads = reader.integer(config, "$", "num_attention_heads", {}, 1,
-                                  limits::kMaxHeads);
-  layer.numKvHeads = reader.integer(config, "$", "num_key_value_heads",
-                                    layer.numHeads, 1, limits::kMaxHeads);
+  layer.name = kind.str();
+  const Defaults &defaults = config.defaults;
+  layer.numHeads = reader.integer(object, path, "num_attention_heads",
+                                  defaults.numHeads, 1, limits::kMaxHeads);
+  layer.numKvHeads = isSet(config, "num_key_value_heads")
+                         ? reader.integer(object, path, "num_key_value_heads",
+                                          {}, 1, limits::kMaxHeads)
+                         : defaults.numKvHeads.value_or(layer.numHeads);
   // transformers' default head_dim is hidden_size / num_attention_heads.
-  std::optional<int64_t> headDim;
-  if (!config.get("head_dim") && !reader.failed()) {
-    int64_t hidden = reader.integer(config, "$", "hidden_size", {}, 1,
-                                    limits::kMaxHeads * limits::kMaxFeatureDim);
+  std::optional<int64_t> headDim = defaults.headDim;
+  if (!isSet(config, "head_dim") && !headDim && !reader.failed()) {
+    int64_t hidden =
+        reader.integer(object, path, "hidden_size", defaults.hiddenSize, 1,
+                       limits::kMaxHeads * limits::kMaxFeatureDim);
     headDim = hidden / layer.numHeads;
     if (!reader.failed() && (*headDim < 1 || *headDim > limits::kMaxFeatureDim))
-      reader.fail("$.hidden_size",
+      reader.fail(Reader::join(path, "hidden_size"),
                   llvm::formatv("without head_dim, the head dim is "
                                 "hidden_size / num_attention_heads = {0} / {1} "
                                 "= {2}; expected 1 to {3} (give head_dim)",
@@ -120,40 +240,77 @@ AttentionLayer readFullAttention(Reader &reader, const json::Object &config) {
                                 limits::kMaxFeatureDim)
                       .str());
   }
-  layer.headDim = reader.integer(config, "$", "head_dim", headDim, 1,
-                                 limits::kMaxFeatureDim);
+  layer.headDim = isSet(config, "head_dim")
+                      ? reader.integer(object, path, "head_dim", {}, 1,
+                                       limits::kMaxFeatureDim)
+                      : headDim.value_or(0);
   layer.valueDim = layer.headDim;
   layer.mask = MaskKind::Causal;
-  layer.gate = GateKind::Elementwise;
-  checkGroups(reader, layer.numHeads, "num_attention_heads", layer.numKvHeads,
-              "num_key_value_heads");
+  if (kind == kSlidingAttention) {
+    if (!hasWindow(config))
+      reader.fail(Reader::join(path, "sliding_window"),
+                  "a sliding_attention layer needs a window: expected a "
+                  "positive integer, got " +
+                      Reader::describe(object.get("sliding_window")));
+    layer.mask = MaskKind::SlidingWindow;
+    layer.window =
+        reader.integer(object, path, "sliding_window", defaults.slidingWindow,
+                       1, limits::kMaxTokens);
+  }
+  if (family == Family::Qwen3Next)
+    layer.gate = GateKind::Elementwise;
+  if (family == Family::Gemma2 || family == Family::Gemma3) {
+    // Scores are scaled by query_pre_attn_scalar^-1/2 (transformers'
+    // default 256) and, where attn_logit_softcapping is set (Gemma 2's
+    // default 50), capped.
+    double scalar =
+        reader.number(object, path, "query_pre_attn_scalar").value_or(256.0);
+    if (scalar <= 0.0)
+      reader.fail(Reader::join(path, "query_pre_attn_scalar"),
+                  "expected a number > 0, got " + std::to_string(scalar));
+    else
+      layer.scale = 1.0 / std::sqrt(scalar);
+    std::optional<double> softcap =
+        object.get("attn_logit_softcapping")
+            ? reader.number(object, path, "attn_logit_softcapping")
+        : family == Family::Gemma2 ? std::optional<double>(50.0)
+                                   : std::nullopt;
+    if (softcap && *softcap <= 0.0)
+      reader.fail(Reader::join(path, "attn_logit_softcapping"),
+                  "expected a number > 0 or null, got " +
+                      std::to_string(*softcap));
+    layer.softcap = softcap.value_or(0.0);
+  }
+  checkGroups(reader, config, layer.numHeads, "num_attention_heads",
+              layer.numKvHeads, "num_key_value_heads");
   return layer;
 }
 
-LinearAttentionLayer readLinearAttention(Reader &reader,
-                                         const json::Object &config) {
+LinearAttentionLayer readLinearAttention(Reader &reader, const Config &config) {
+  const json::Object &object = config.object;
+  const std::string &path = config.path;
   LinearAttentionLayer layer;
   layer.name = kLinearAttention.str();
   layer.rule = Rule::GatedDelta;
-  layer.numKHeads = reader.integer(config, "$", "linear_num_key_heads", {}, 1,
+  layer.numKHeads = reader.integer(object, path, "linear_num_key_heads", {}, 1,
                                    limits::kMaxHeads);
-  layer.numVHeads = reader.integer(config, "$", "linear_num_value_heads", {}, 1,
-                                   limits::kMaxHeads);
-  layer.kDim = reader.integer(config, "$", "linear_key_head_dim", {}, 1,
+  layer.numVHeads = reader.integer(object, path, "linear_num_value_heads", {},
+                                   1, limits::kMaxHeads);
+  layer.kDim = reader.integer(object, path, "linear_key_head_dim", {}, 1,
                               limits::kMaxFeatureDim);
-  layer.vDim = reader.integer(config, "$", "linear_value_head_dim", {}, 1,
+  layer.vDim = reader.integer(object, path, "linear_value_head_dim", {}, 1,
                               limits::kMaxFeatureDim);
   layer.chunkSize = 64;
   layer.qkL2Norm = true;
   layer.outputGate = OutputGate::RmsNormSilu;
-  if (std::optional<double> eps = reader.number(config, "$", "rms_norm_eps")) {
+  if (std::optional<double> eps = reader.number(object, path, "rms_norm_eps")) {
     if (*eps > 0.0)
       layer.gateEps = *eps;
     else
-      reader.fail("$.rms_norm_eps",
+      reader.fail(Reader::join(path, "rms_norm_eps"),
                   "expected a number > 0, got " + std::to_string(*eps));
   }
-  checkGroups(reader, layer.numVHeads, "linear_num_value_heads",
+  checkGroups(reader, config, layer.numVHeads, "linear_num_value_heads",
               layer.numKHeads, "linear_num_key_heads");
   return layer;
 }
@@ -162,7 +319,12 @@ LinearAttentionLayer readLinearAttention(Reader &reader,
 
 llvm::ArrayRef<llvm::StringRef>
 mlir::attn::frontend::supportedHuggingFaceModelTypes() {
-  static const llvm::StringRef types[] = {"qwen3_next"};
+  static const std::vector<llvm::StringRef> types = [] {
+    std::vector<llvm::StringRef> names;
+    for (const ModelType &type : kModelTypes)
+      names.push_back(type.name);
+    return names;
+  }();
   return types;
 }
 
@@ -172,35 +334,47 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
   if (!parsed)
     return parsed.takeError();
   Reader reader;
-  const json::Object *config = reader.object(&*parsed, "$");
-  if (!config)
+  const json::Object *root = reader.object(&*parsed, "$");
+  if (!root)
     return reader.takeError();
-  std::string modelType = reader.string(*config, "$", "model_type", {});
-  if (!reader.failed() &&
-      !llvm::is_contained(supportedHuggingFaceModelTypes(), modelType))
+  std::string modelType = reader.string(*root, "$", "model_type", {});
+  const ModelType *type = llvm::find_if(
+      kModelTypes, [&](const ModelType &t) { return t.name == modelType; });
+  if (!reader.failed() && type == std::end(kModelTypes))
     reader.fail("$.model_type",
                 "unsupported Hugging Face model type \"" + modelType +
                     "\"; supported: " +
                     llvm::join(supportedHuggingFaceModelTypes(), ", "));
   if (reader.failed())
     return reader.takeError();
+  // Gemma 3's multimodal config keeps the language model's in text_config.
+  const json::Object *object = root;
+  std::string path = "$";
+  if (type->name == "gemma3") {
+    path = "$.text_config";
+    object = reader.object(root->get("text_config"), path);
+    if (!object)
+      return reader.takeError();
+  }
+  Config config{*object, path, type->defaults};
 
   ModelDescription model;
   model.model = modelType;
   model.dtype = ElementType::F32;
-  const bool speculative = config->get("speculative") != nullptr;
-  for (const std::string &kind : readLayerKinds(reader, *config)) {
-    if (kind == kFullAttention) {
-      AttentionLayer layer = readFullAttention(reader, *config);
+  const bool speculative = root->get("speculative") != nullptr;
+  for (const std::string &kind : readLayerKinds(reader, config, type->family)) {
+    if (kind == kLinearAttention) {
+      LinearAttentionLayer layer = readLinearAttention(reader, config);
       layer.tree = speculative;
       model.layers.push_back(layer);
     } else {
-      LinearAttentionLayer layer = readLinearAttention(reader, *config);
+      AttentionLayer layer =
+          readSoftmaxAttention(reader, config, type->family, kind);
       layer.tree = speculative;
       model.layers.push_back(layer);
     }
   }
-  readSpeculative(reader, *config, model);
+  readSpeculative(reader, *root, model);
   if (reader.failed())
     return reader.takeError();
   return model;

@@ -1,9 +1,11 @@
 //===- HuggingFaceConfig.h - Hugging Face config.json as input --*- C++ -*-===//
 //
-// Reads the `config.json` of a Hugging Face hybrid model (SPEC §3; first
-// target Qwen3-Next) into a ModelDescription with one layer per distinct
-// layer kind, named after the HF layer type: `full_attention` (gated
-// attention) and `linear_attention` (Gated DeltaNet).
+// Reads the `config.json` of a Hugging Face model (SPEC §3; the hybrid
+// Qwen3-Next, and the softmax models Llama, Mistral, Qwen2, Qwen3, Gemma 2
+// and Gemma 3) into a ModelDescription with one layer per distinct layer
+// kind, named after transformers' layer type: `full_attention`,
+// `sliding_attention` and `linear_attention` (HuggingFaceConfig.cpp says
+// how each model's keys map).
 //
 //===----------------------------------------------------------------------===//
 

@@ -739,9 +739,10 @@ TEST(HuggingFaceConfig, SpeculativeAddsTheTreeEntries) {
 }
 
 TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
-  EXPECT_EQ(configError(R"({"model_type": "llama", "num_hidden_layers": 2})"),
-            "$.model_type: unsupported Hugging Face model type \"llama\"; "
-            "supported: qwen3_next");
+  EXPECT_EQ(configError(R"({"model_type": "mamba", "num_hidden_layers": 2})"),
+            "$.model_type: unsupported Hugging Face model type \"mamba\"; "
+            "supported: qwen3_next, llama, mistral, qwen2, qwen3, gemma2, "
+            "gemma3_text, gemma3");
   EXPECT_EQ(configError(R"({"model_type": 3})"),
             "$.model_type: expected a string, got 3");
   EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
@@ -792,6 +793,135 @@ TEST(HuggingFaceConfig, SizesAreBounded) {
                       kQwenHeads + "}");
   ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
   EXPECT_EQ(model->layers.size(), 2u);
+}
+
+/// The softmax layer named `name` of `model`.
+const AttentionLayer &softmaxLayer(const ModelDescription &model,
+                                   llvm::StringRef name) {
+  for (const Layer &layer : model.layers)
+    if (const auto *attention = std::get_if<AttentionLayer>(&layer))
+      if (attention->name == name)
+        return *attention;
+  ADD_FAILURE() << "no layer " << name.str();
+  static AttentionLayer none;
+  return none;
+}
+
+/// The layer names of a config, in order.
+std::vector<std::string> layerNames(llvm::StringRef json) {
+  llvm::Expected<ModelDescription> model = parseModelInput(json);
+  if (!model)
+    return {llvm::toString(model.takeError())};
+  std::vector<std::string> names;
+  for (const Layer &layer : model->layers)
+    names.push_back(std::visit([](const auto &l) { return l.name; }, layer));
+  return names;
+}
+
+// Softmax models: full_attention and sliding_attention kinds by each
+// config class's rule, with transformers' defaults for absent keys.
+TEST(HuggingFaceConfig, SoftmaxFamiliesFollowTheirConfigClasses) {
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(layerNames(R"({"model_type": "llama"})"), Names{"full_attention"});
+  EXPECT_EQ(layerNames(R"({"model_type": "mistral"})"),
+            Names{"sliding_attention"});
+  EXPECT_EQ(layerNames(R"({"model_type": "mistral", "sliding_window": null})"),
+            Names{"full_attention"});
+  // Qwen2: sliding from max_window_layers on, with use_sliding_window.
+  EXPECT_EQ(layerNames(R"({"model_type": "qwen2", "num_hidden_layers": 28,
+      "use_sliding_window": true, "max_window_layers": 28})"),
+            Names{"full_attention"});
+  EXPECT_EQ(layerNames(R"({"model_type": "qwen3", "num_hidden_layers": 28,
+      "use_sliding_window": true, "max_window_layers": 0})"),
+            Names{"sliding_attention"});
+  // Gemma 2: even layers slide; Gemma 3: all but every pattern-th.
+  EXPECT_EQ(layerNames(R"({"model_type": "gemma2", "num_hidden_layers": 1})"),
+            Names{"sliding_attention"});
+  EXPECT_EQ(layerNames(R"({"model_type": "gemma3_text",
+      "num_hidden_layers": 5})"),
+            Names{"sliding_attention"});
+  EXPECT_EQ(layerNames(R"({"model_type": "gemma3_text",
+      "num_hidden_layers": 4, "sliding_window_pattern": 2})"),
+            (Names{"sliding_attention", "full_attention"}));
+  EXPECT_EQ(layerNames(R"({"model_type": "llama",
+      "layer_types": ["full_attention", "sliding_attention"],
+      "sliding_window": 8})"),
+            (Names{"full_attention", "sliding_attention"}));
+
+  // Gemma 2's class defaults: 8 heads, 4 kv heads of 256, scores scaled by
+  // query_pre_attn_scalar^-1/2 and capped at 50, windows of 4096.
+  llvm::Expected<ModelDescription> gemma2 =
+      parseModelInput(R"({"model_type": "gemma2"})");
+  ASSERT_TRUE(static_cast<bool>(gemma2)) << llvm::toString(gemma2.takeError());
+  const AttentionLayer &sliding = softmaxLayer(*gemma2, "sliding_attention");
+  EXPECT_EQ(sliding.numHeads, 8);
+  EXPECT_EQ(sliding.numKvHeads, 4);
+  EXPECT_EQ(sliding.headDim, 256);
+  EXPECT_EQ(sliding.mask, MaskKind::SlidingWindow);
+  EXPECT_EQ(sliding.window, 4096);
+  EXPECT_EQ(sliding.scale, 1.0 / 16);
+  EXPECT_EQ(sliding.softcap, 50.0);
+  EXPECT_EQ(sliding.gate, GateKind::None);
+  const AttentionLayer &full = softmaxLayer(*gemma2, "full_attention");
+  EXPECT_EQ(full.mask, MaskKind::Causal);
+
+  // Gemma 3's multimodal config: the text model's keys, under text_config.
+  llvm::Expected<ModelDescription> gemma3 = parseModelInput(R"({
+      "model_type": "gemma3", "vision_config": {"num_attention_heads": 16},
+      "text_config": {"num_attention_heads": 16, "num_key_value_heads": 8,
+        "head_dim": 128, "query_pre_attn_scalar": 168,
+        "attn_logit_softcapping": null, "sliding_window": 1024,
+        "num_hidden_layers": 62}})");
+  ASSERT_TRUE(static_cast<bool>(gemma3)) << llvm::toString(gemma3.takeError());
+  const AttentionLayer &local = softmaxLayer(*gemma3, "sliding_attention");
+  EXPECT_EQ(local.numHeads, 16);
+  EXPECT_EQ(local.numKvHeads, 8);
+  EXPECT_EQ(local.window, 1024);
+  EXPECT_EQ(local.scale, 1.0 / std::sqrt(168.0));
+  EXPECT_EQ(local.softcap, 0.0);
+
+  // Llama without head_dim: hidden_size / num_attention_heads; Qwen3's
+  // class default is 128 whatever the hidden size.
+  llvm::Expected<ModelDescription> llama = parseModelInput(
+      R"({"model_type": "llama", "hidden_size": 2048,
+          "num_attention_heads": 32, "num_key_value_heads": 8})");
+  ASSERT_TRUE(static_cast<bool>(llama)) << llvm::toString(llama.takeError());
+  EXPECT_EQ(softmaxLayer(*llama, "full_attention").headDim, 64);
+  EXPECT_FALSE(softmaxLayer(*llama, "full_attention").scale.has_value());
+  llvm::Expected<ModelDescription> qwen3 = parseModelInput(
+      R"({"model_type": "qwen3", "hidden_size": 2048,
+          "num_attention_heads": 32})");
+  ASSERT_TRUE(static_cast<bool>(qwen3)) << llvm::toString(qwen3.takeError());
+  EXPECT_EQ(softmaxLayer(*qwen3, "full_attention").headDim, 128);
+  EXPECT_EQ(softmaxLayer(*qwen3, "full_attention").numKvHeads, 32);
+}
+
+TEST(HuggingFaceConfig, SoftmaxFamilyErrorsNameThePath) {
+  EXPECT_EQ(configError(R"({"model_type": "llama",
+      "layer_types": ["linear_attention"]})"),
+            "$.layer_types[0]: expected \"full_attention\" or "
+            "\"sliding_attention\", got \"linear_attention\"");
+  EXPECT_EQ(configError(R"({"model_type": "qwen2",
+      "layer_types": ["sliding_attention"], "sliding_window": null})"),
+            "$.sliding_window: a sliding_attention layer needs a window: "
+            "expected a positive integer, got null");
+  EXPECT_EQ(configError(R"({"model_type": "gemma3"})"),
+            "$.text_config: expected an object, got nothing");
+  EXPECT_EQ(configError(R"({"model_type": "gemma3",
+      "text_config": {"num_attention_heads": 0}})"),
+            "$.text_config.num_attention_heads: expected a positive integer, "
+            "got 0");
+  EXPECT_EQ(configError(R"({"model_type": "gemma2",
+      "query_pre_attn_scalar": -4})"),
+            "$.query_pre_attn_scalar: expected a number > 0, got -4.000000");
+  EXPECT_EQ(configError(R"({"model_type": "gemma2",
+      "attn_logit_softcapping": "yes"})"),
+            "$.attn_logit_softcapping: expected a number, got \"yes\"");
+  EXPECT_EQ(configError(R"({"model_type": "mistral", "sliding_window": 0})"),
+            "$.sliding_window: expected a positive integer, got 0");
+  EXPECT_EQ(configError(R"({"model_type": "gemma3_text",
+      "num_hidden_layers": 4, "sliding_window_pattern": 0})"),
+            "$.sliding_window_pattern: expected a positive integer, got 0");
 }
 
 TEST(HuggingFaceConfig, ModelDescriptionsStillParse) {

@@ -5,7 +5,7 @@
 //       [--emit=attn|mlir|dispatch|llvm-mlir|llvm|ptx]
 //
 // INPUT is a model description (.json, SPEC §3), a Hugging Face config.json
-// or attn IR (.mlir). A thin
+// (frontend/HuggingFaceConfig.h) or attn IR (.mlir). A thin
 // driver: it reads the input, runs the registered pipelines of
 // compiler/Pipelines.h, and either prints the requested stage or writes the
 // .attnb binary (compiler/BinaryWriter.h).

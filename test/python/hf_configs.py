@@ -1,0 +1,80 @@
+# RUN: %attn_python %s
+# Hugging Face configs of softmax models (llama, mistral, qwen2, qwen3,
+# gemma2, gemma3_text, gemma3): each layer kind's entry equals attention as
+# transformers computes it for that config (eager_attention_forward: scores
+# times the config's scaling, Gemma's logit softcap, transformers' causal
+# and sliding-window masks — key kv visible to query q iff q - window < kv
+# <= q — and a float32 softmax), on random inputs of awkward sizes.
+import glob
+import json
+import math
+import os
+
+import numpy as np
+
+import attn
+
+INPUTS = os.path.join(os.path.dirname(__file__), os.pardir, "attnc", "Inputs",
+                      "hf")
+rng = np.random.default_rng(11)
+
+
+def transformers_attention(q, k, v, scaling, softcap, window):
+    """transformers' eager attention over [B, H, L, D] q and GQA k, v, with
+    positions bottom-right aligned (a query block after a cached prefix)."""
+    groups = q.shape[1] // k.shape[1]
+    k = np.repeat(k, groups, axis=1).astype(np.float64)
+    v = np.repeat(v, groups, axis=1).astype(np.float64)
+    scores = q.astype(np.float64) @ k.transpose(0, 1, 3, 2) * scaling
+    if softcap:
+        scores = np.tanh(scores / softcap) * softcap
+    lq, lk = q.shape[2], k.shape[2]
+    query = np.arange(lk - lq, lk)[:, None]
+    key = np.arange(lk)[None, :]
+    visible = key <= query
+    if window:
+        visible &= key > query - window
+    scores = np.where(visible, scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    return (weights / weights.sum(-1, keepdims=True)) @ v
+
+
+def text_config(config):
+    return config.get("text_config", config) if config["model_type"] == "gemma3" \
+        else config
+
+
+checked = []
+for path in sorted(glob.glob(os.path.join(INPUTS, "*.json"))):
+    config = json.load(open(path))
+    text = text_config(config)
+    # The configs' windows (512 to 4096 keys), shrunk so that short
+    # sequences cross them.
+    if text.get("sliding_window"):
+        text["sliding_window"] = 6
+    m = attn.compile(config)
+    for entry in m.entries:
+        q_arg, k_arg = m.signature(entry).inputs[:2]
+        heads, kv_heads, dim = q_arg.shape[1], k_arg.shape[1], q_arg.shape[3]
+        gemma = config["model_type"].startswith("gemma")
+        scaling = (text.get("query_pre_attn_scalar", 256) ** -0.5 if gemma
+                   else dim ** -0.5)
+        softcap = text.get("attn_logit_softcapping",
+                           50.0 if config["model_type"] == "gemma2" else None)
+        window = text.get("sliding_window", 4096) \
+            if entry == "sliding_attention" else None
+        lk = 37
+        for lq in (1, 7):
+            # Scores of a few units, where a softcap of 50 moves them by
+            # about 1e-3.
+            q = 3 * rng.standard_normal((2, heads, lq, dim), dtype=np.float32)
+            k = rng.standard_normal((2, kv_heads, lk, dim), dtype=np.float32)
+            v = rng.standard_normal((2, kv_heads, lk, dim), dtype=np.float32)
+            o = m[entry](q, k, v)
+            want = transformers_attention(q, k, v, scaling, softcap, window)
+            err = np.abs(o - want).max() / np.abs(want).max()
+            assert err < 1e-5, (path, entry, lq, err)
+        checked.append(f"{os.path.basename(path)}:{entry}")
+
+assert len(checked) == 11, checked
+print("hf configs:", ", ".join(checked))
