@@ -11,7 +11,7 @@ never separated from its raw output:
   cpu-prefill.png     GFLOP/s against L (attention-bench), the same run's
                       sgemm ceiling drawn across
   cpu-decode.png      GB/s of K and V against Lk (attention-bench), the
-                      same run's memcpy bandwidth drawn across
+                      same run's memcpy and read bandwidths drawn across
   cpu-recurrence.png  M tokens/s against L for every rule
                       (recurrence-bench --only rules): flat is linear in L
   gpu-prefill.png     TFLOP/s against L per head dim, beside PyTorch's SDPA
@@ -163,6 +163,11 @@ def cpu_attention(logs, out):
     if copy:
         ax.axhline(max(copy), color="k", ls="--", lw=1,
                    label=f"memcpy {max(copy):.0f} (read + written)")
+    # Logs before the read ceiling have no such column.
+    read = [number(r["read GB/s"]) for r in rows if "read GB/s" in r]
+    if read:
+        ax.axhline(max(read), color="k", ls=":", lw=1,
+                   label=f"read {max(read):.0f}")
     finish(fig, ax, log, out, "cpu-decode.png", [int(r["Lk"]) for r in rows],
            xlabel="Lk", ylabel="GB/s of K and V",
            title="CPU decode, f32, H = 8, D = 128, Lq = 1")
