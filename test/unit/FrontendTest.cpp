@@ -171,8 +171,9 @@ TEST(Frontend, NamedVariantsAddTheirInputsInSpecOrder) {
     if (auto attention = dyn_cast<AttentionOpInterface>(op))
       regions += (attention.getScoreModifier() != nullptr) +
                  (attention.getMaskModifier() != nullptr);
-    if (isa<SelectTopKOp>(op))
+    if (isa<SelectTopKOp>(op)) {
       EXPECT_EQ(op->getNumRegions(), 0u);
+    }
   });
   EXPECT_EQ(regions, 2 + 2 + 2); // a, a.tree, p
 }
