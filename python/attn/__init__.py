@@ -168,7 +168,7 @@ class Signature:
                                 f"{size}")
                 if symbol and not ceil_div:
                     sizes.setdefault(symbol, size)
-        shapes = []
+        output_shapes = []
         for argument in self.outputs:
             shape = []
             for static, (symbol, ceil_div, at_most) in zip(argument.shape,
@@ -180,8 +180,8 @@ class Signature:
                 else:
                     raise Error(f"{self.name}: output '{argument.name}' has "
                                 f"a size {symbol} that no input's dims set")
-            shapes.append(shape)
-        return shapes
+            output_shapes.append(shape)
+        return output_shapes
 
 
 def _derived(size: Any, ceil_div: int, at_most: int) -> Any:
