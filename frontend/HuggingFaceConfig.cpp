@@ -44,6 +44,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 using namespace mlir::attn::frontend;
 
@@ -117,45 +118,55 @@ bool hasWindow(const Config &config) {
           config.defaults.slidingWindow);
 }
 
-/// The layer kind of layer `i` by the family's rule, for configs without
-/// `layer_types` (transformers' defaults where a key is absent).
-std::string defaultLayerKind(Reader &reader, const Config &config,
-                             Family family, int64_t i) {
+/// The family's rule for the kind of layer i, for configs without
+/// `layer_types`, with its keys read once (transformers' defaults where a
+/// key is absent). After an error, every layer is full attention.
+std::function<llvm::StringRef(int64_t)>
+defaultLayerKinds(Reader &reader, const Config &config, Family family) {
+  const json::Object &object = config.object;
   const std::string &path = config.path;
   switch (family) {
   case Family::Qwen3Next: {
     // transformers: layer i is full attention when (i + 1) % interval == 0.
-    int64_t interval =
-        reader.integer(config.object, path, "full_attention_interval", {}, 1,
-                       limits::kMaxLayers);
+    int64_t interval = reader.integer(object, path, "full_attention_interval",
+                                      {}, 1, limits::kMaxLayers);
     if (reader.failed())
-      return kFullAttention.str();
-    return ((i + 1) % interval == 0 ? kFullAttention : kLinearAttention).str();
+      break;
+    return [interval](int64_t i) {
+      return (i + 1) % interval == 0 ? kFullAttention : kLinearAttention;
+    };
   }
   case Family::Llama:
-    return kFullAttention.str();
-  case Family::Mistral:
-    return (hasWindow(config) ? kSlidingAttention : kFullAttention).str();
+    break;
+  case Family::Mistral: {
+    llvm::StringRef kind =
+        hasWindow(config) ? kSlidingAttention : kFullAttention;
+    return [kind](int64_t) { return kind; };
+  }
   case Family::Qwen2: {
-    bool sliding =
-        reader.boolean(config.object, path, "use_sliding_window", false) &&
-        hasWindow(config);
-    int64_t first = reader.integer(config.object, path, "max_window_layers", 28,
-                                   0, limits::kMaxLayers);
-    return (sliding && i >= first ? kSlidingAttention : kFullAttention).str();
+    bool sliding = reader.boolean(object, path, "use_sliding_window", false) &&
+                   hasWindow(config);
+    int64_t first = reader.integer(object, path, "max_window_layers", 28, 0,
+                                   limits::kMaxLayers);
+    return [sliding, first](int64_t i) {
+      return sliding && i >= first ? kSlidingAttention : kFullAttention;
+    };
   }
   case Family::Gemma2:
-    return ((i + 1) % 2 ? kSlidingAttention : kFullAttention).str();
+    return [](int64_t i) {
+      return (i + 1) % 2 ? kSlidingAttention : kFullAttention;
+    };
   case Family::Gemma3: {
-    int64_t pattern =
-        reader.integer(config.object, path, "sliding_window_pattern", 6, 1,
-                       limits::kMaxLayers);
+    int64_t pattern = reader.integer(object, path, "sliding_window_pattern", 6,
+                                     1, limits::kMaxLayers);
     if (reader.failed())
-      return kFullAttention.str();
-    return ((i + 1) % pattern ? kSlidingAttention : kFullAttention).str();
+      break;
+    return [pattern](int64_t i) {
+      return (i + 1) % pattern ? kSlidingAttention : kFullAttention;
+    };
   }
   }
-  llvm_unreachable("unknown family");
+  return [](int64_t) { return kFullAttention; };
 }
 
 /// The layer kinds in order of first appearance.
@@ -205,8 +216,12 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
           ? 1
           : reader.integer(config.object, config.path, "num_hidden_layers",
                            config.defaults.layers, 1, limits::kMaxLayers);
+  if (reader.failed())
+    return kinds;
+  std::function<llvm::StringRef(int64_t)> kindOf =
+      defaultLayerKinds(reader, config, family);
   for (int64_t i = 0; i < layers && !reader.failed(); ++i)
-    addKind(defaultLayerKind(reader, config, family, i));
+    addKind(kindOf(i));
   return kinds;
 }
 
