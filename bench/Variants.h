@@ -23,6 +23,8 @@ namespace attn::bench {
 struct BenchVariant {
   const char *name, *keys;
   bool relativeBias = false, documents = false;
+  /// Attention sinks (gpt-oss), an input after v.
+  bool sinks = false;
 };
 
 constexpr int64_t kBenchBiasRadius = 64, kBenchDocuments = 8;
@@ -33,16 +35,23 @@ inline const std::vector<BenchVariant> &benchVariants() {
       {"alibi", R"(, "score_mod": "alibi")"},
       {"relative_bias R = 64", R"(, "score_mod": {"relative_bias": 64})", true},
       {"document (8 documents)", R"(, "mask_mod": "document")", false, true},
+      {"attention sinks", R"(, "sinks": true)", false, false, true},
   };
   return variants;
 }
 
 /// Appends `variant`'s inputs for `batch` rows of `length` tokens and
-/// `heads` query heads: a relative-bias table [H, 2R + 1], or document ids
-/// [B, L] of kBenchDocuments equal documents.
+/// `heads` query heads: sinks [H], a relative-bias table [H, 2R + 1], or
+/// document ids [B, L] of kBenchDocuments equal documents.
 inline void appendVariantInputs(const BenchVariant &variant, int64_t batch,
                                 int64_t heads, int64_t length,
                                 std::vector<attn::Tensor> &inputs) {
+  if (variant.sinks) {
+    attn::Tensor sinks(ATTN_F32, {heads});
+    for (int64_t h = 0; h < heads; ++h)
+      sinks.f32()[h] = 0.5f * static_cast<float>(h % 5) - 1.0f;
+    inputs.push_back(std::move(sinks));
+  }
   if (variant.relativeBias) {
     attn::Tensor table(ATTN_F32, {heads, 2 * kBenchBiasRadius + 1});
     for (int64_t i = 0; i < table.numElements(); ++i)

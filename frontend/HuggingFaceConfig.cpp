@@ -24,6 +24,9 @@
 //    gemma2's even layers; gemma3's all but every `sliding_window_pattern`-th
 //    (6). Gemma scales scores by `query_pre_attn_scalar`^-1/2 and caps them
 //    with `attn_logit_softcapping`.
+//  - gpt_oss (GptOssConfig): as gemma2's layers (even layers slide), with
+//    learned attention sinks: each entry takes the layer's `sinks [H]`
+//    (transformers' `self_attn.sinks`, one logit per query head).
 //
 // attn's own key `speculative` (SPEC §3's object, e.g. {"max_tree_nodes":
 // 64}) turns on speculative verification: every kind gets "tree": true, so
@@ -56,7 +59,7 @@ constexpr llvm::StringRef kLinearAttention = "linear_attention";
 
 /// The transformers config classes whose attention attn reads, by how
 /// their layers are laid out and scored.
-enum class Family { Qwen3Next, Llama, Mistral, Qwen2, Gemma2, Gemma3 };
+enum class Family { Qwen3Next, Llama, Mistral, Qwen2, Gemma2, Gemma3, GptOss };
 
 /// What the config class assumes for a key a config leaves out: hub
 /// configs rely on these (Gemma 3's text_config often names no head
@@ -73,8 +76,9 @@ struct ModelType {
 };
 
 // transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
-// Gemma2Config and Gemma3TextConfig (num_key_value_heads unset means
-// num_attention_heads, head_dim unset hidden_size / num_attention_heads).
+// Gemma2Config, Gemma3TextConfig and GptOssConfig (num_key_value_heads unset
+// means num_attention_heads, head_dim unset hidden_size /
+// num_attention_heads).
 const ModelType kModelTypes[] = {
     {"qwen3_next", Family::Qwen3Next, {}},
     {"llama", Family::Llama, {32, {}, {}, 4096, 32, {}}},
@@ -83,7 +87,8 @@ const ModelType kModelTypes[] = {
     {"qwen3", Family::Qwen2, {32, 32, 128, 4096, 32, 4096}},
     {"gemma2", Family::Gemma2, {8, 4, 256, 2304, 26, 4096}},
     {"gemma3_text", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}},
-    {"gemma3", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}}};
+    {"gemma3", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}},
+    {"gpt_oss", Family::GptOss, {64, 8, 64, 2880, 36, 128}}};
 
 /// The config object, its JSON path and its class's defaults.
 struct Config {
@@ -153,6 +158,7 @@ defaultLayerKinds(Reader &reader, const Config &config, Family family) {
     };
   }
   case Family::Gemma2:
+  case Family::GptOss:
     return [](int64_t i) {
       return (i + 1) % 2 ? kSlidingAttention : kFullAttention;
     };
@@ -274,6 +280,7 @@ AttentionLayer readSoftmaxAttention(Reader &reader, const Config &config,
   }
   if (family == Family::Qwen3Next)
     layer.gate = GateKind::Elementwise;
+  layer.sinks = family == Family::GptOss;
   if (family == Family::Gemma2 || family == Family::Gemma3) {
     // Scores are scaled by query_pre_attn_scalar^-1/2 (transformers'
     // default 256) and, where attn_logit_softcapping is set (Gemma 2's

@@ -289,7 +289,8 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   reader.onlyKeys(layer, path,
                   {"name", "type", "num_heads", "num_kv_heads", "head_dim",
                    "value_dim", "mask", "gate", "softcap", "scale", "sparsity",
-                   "tree", "score_mod", "mask_mod", "return_lse", "layout"});
+                   "tree", "score_mod", "mask_mod", "return_lse", "sinks",
+                   "layout"});
   AttentionLayer out;
   out.numHeads =
       reader.integer(layer, path, "num_heads", {}, 1, limits::kMaxHeads);
@@ -316,6 +317,7 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   readScoreMod(reader, layer, path, out);
   readMaskMod(reader, layer, path, out);
   out.returnLse = reader.boolean(layer, path, "return_lse", false);
+  out.sinks = reader.boolean(layer, path, "sinks", false);
   readAttentionLayout(reader, layer, path, out);
   if (out.sparsity && out.sparsity->blockSize == 0)
     reader.fail(Reader::join(path, "sparsity"),

@@ -81,6 +81,9 @@ struct AttentionLayer {
   /// SPEC §9: the entries <layer> and <layer>.tree also return lse [B, H, Lq]
   /// (the log-sum-exp of each row's scores), for merging partial results.
   bool returnLse = false;
+  /// `"sinks": true`: each query head has an attention sink, a learned logit
+  /// in its softmax denominator (gpt-oss); the entries take `sinks [H]`.
+  bool sinks = false;
 };
 
 struct LinearAttentionLayer {

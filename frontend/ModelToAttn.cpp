@@ -202,6 +202,16 @@ private:
     entry.arg("gate", rows(layer.numHeads, width));
   }
 
+  /// `sinks [H]` (f32), the layer's attention sinks, when it has them: after
+  /// the gate and the block metadata, before the layout's offsets.
+  void declareSinks(EntryBuilder &entry, const AttentionLayer &layer) {
+    if (layer.sinks)
+      entry.arg("sinks", tensor({layer.numHeads}, Float32Type::get(context)));
+  }
+  static Value sinksOf(EntryBuilder &entry) {
+    return entry.has("sinks") ? entry["sinks"] : Value();
+  }
+
   /// Reports an error of the user's attn IR once (an entry per layer kind
   /// declares the same inputs) and fails the build.
   void report(Location loc, const Twine &message) {
@@ -546,9 +556,9 @@ private:
       selectionBlock = 1;
     }
     auto sparse = SparseSdpaOp::create(
-        builder, loc, q, k, v, selection, Value(), pageTable, seqLens,
-        queryOffsets, builder.getI64IntegerAttr(selectionBlock), mask, scale,
-        softcap, returnLse(layer));
+        builder, loc, q, k, v, selection, Value(), sinksOf(entry), pageTable,
+        seqLens, queryOffsets, builder.getI64IntegerAttr(selectionBlock), mask,
+        scale, softcap, returnLse(layer));
     addVariantRegions(sparse, layer, entry);
     return sparse;
   }
@@ -580,13 +590,14 @@ private:
       declareGate(entry, layer);
       if (layer.sparsity)
         entry.arg("kmeta", metaType);
+      declareSinks(entry, layer);
       declareVariantInputs(entry, layer);
       entry.beginBody();
       Value q = entry["q"], k = entry["k"], v = entry["v"], o, lse;
       if (!layer.sparsity) {
-        auto sdpa = SdpaOp::create(builder, loc, q, k, v, Value(), Value(),
-                                   Value(), Value(), Value(), mask, scale,
-                                   softcap, returnLse(layer));
+        auto sdpa = SdpaOp::create(
+            builder, loc, q, k, v, Value(), sinksOf(entry), Value(), Value(),
+            Value(), Value(), mask, scale, softcap, returnLse(layer));
         addVariantRegions(sdpa, layer, entry);
         o = sdpa.getOutput();
         lse = sdpa.getLse();
@@ -621,14 +632,16 @@ private:
       entry.arg("v", rows(layer.numKvHeads, layer.valueDim));
       entry.arg("parents", tensor({kDyn, kDyn}, i32()));
       declareGate(entry, layer);
+      declareSinks(entry, layer);
       declareVariantInputs(entry, layer);
       entry.beginBody();
       IntegerAttr window = layer.mask == frontend::MaskKind::SlidingWindow
                                ? builder.getI64IntegerAttr(layer.window)
                                : IntegerAttr();
-      auto tree = TreeSdpaOp::create(
-          builder, loc, entry["q"], entry["k"], entry["v"], entry["parents"],
-          Value(), Value(), Value(), window, scale, softcap, returnLse(layer));
+      auto tree =
+          TreeSdpaOp::create(builder, loc, entry["q"], entry["k"], entry["v"],
+                             entry["parents"], Value(), sinksOf(entry), Value(),
+                             Value(), window, scale, softcap, returnLse(layer));
       addVariantRegions(tree, layer, entry);
       finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
     }
@@ -759,6 +772,7 @@ private:
         tensor({kDyn, 2, layer.numKvHeads, layer.headDim}, element);
     if (layer.sparsity)
       entry.arg("kmeta_pages", pageMetaType);
+    declareSinks(entry, layer);
     if (layer.ragged) {
       entry.arg("cu_seqlens_q", tensor({kDyn}, i32()));
       if (!paged)
@@ -784,8 +798,8 @@ private:
     }
     auto sdpa = SdpaOp::create(
         builder, loc, entry["q"], paged ? entry["k_cache"] : entry["k"],
-        paged ? entry["v_cache"] : entry["v"], Value(), optional("page_table"),
-        optional("seq_lens"), optional("cu_seqlens_q"),
+        paged ? entry["v_cache"] : entry["v"], Value(), sinksOf(entry),
+        optional("page_table"), optional("seq_lens"), optional("cu_seqlens_q"),
         optional("cu_seqlens_k"), mask, scale, softcap, returnLse(layer));
     addVariantRegions(sdpa, layer, entry);
     finishAttention(entry, gated(entry, sdpa.getOutput()), sdpa.getLse());
@@ -809,15 +823,17 @@ private:
     declarePageTable(entry);
     entry.arg("parents", tensor({kDyn, kDyn}, i32()));
     declareGate(entry, layer);
+    declareSinks(entry, layer);
     declareVariantInputs(entry, layer);
     entry.beginBody();
     IntegerAttr window = layer.mask == frontend::MaskKind::SlidingWindow
                              ? builder.getI64IntegerAttr(layer.window)
                              : IntegerAttr();
-    auto tree = TreeSdpaOp::create(
-        builder, builder.getUnknownLoc(), entry["q"], entry["k_cache"],
-        entry["v_cache"], entry["parents"], Value(), entry["page_table"],
-        entry["seq_lens"], window, scale, softcap, returnLse(layer));
+    auto tree = TreeSdpaOp::create(builder, builder.getUnknownLoc(), entry["q"],
+                                   entry["k_cache"], entry["v_cache"],
+                                   entry["parents"], Value(), sinksOf(entry),
+                                   entry["page_table"], entry["seq_lens"],
+                                   window, scale, softcap, returnLse(layer));
     addVariantRegions(tree, layer, entry);
     finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
   }

@@ -149,11 +149,7 @@ void CpuEntryLowering::lowerGatheredSoftmax(
   }
   SmallVector<Value> bindings = s.keyBindings();
   bindings.push_back(s.selection);
-  if (s.gate)
-    bindings.push_back(s.gate);
-  bindings.push_back(s.out);
-  if (s.lse)
-    bindings.push_back(s.lse);
+  llvm::append_range(bindings, s.rowOutputs());
   bindings = s.withVariantTensors(std::move(bindings));
   std::string name = kernelName("sparse");
   dispatchKernel(b, rows, bindings, [&](OpBuilder &builder, TypeRange types) {

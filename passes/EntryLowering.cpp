@@ -677,6 +677,8 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
   s.v = buffers.lookup(op.getValue());
   if (gated)
     s.gate = buffers.lookup(op.getEpilogueOperands()[0]);
+  if (Value sinks = op.getAttentionSinks())
+    s.sinks = buffers.lookup(sinks);
   for (Value tensor : getVariantTensors(op))
     s.variantTensors.push_back(buffers.lookup(tensor));
   HostIndexMath m{b};
@@ -1318,14 +1320,18 @@ EntryLowering::SoftmaxBuffers::keyBindings(Value plan) const {
   return bindings;
 }
 
+SmallVector<Value> EntryLowering::SoftmaxBuffers::rowOutputs() const {
+  SmallVector<Value> bindings;
+  for (Value binding : {gate, sinks, out, lse})
+    if (binding)
+      bindings.push_back(binding);
+  return bindings;
+}
+
 SmallVector<Value>
 EntryLowering::SoftmaxBuffers::rowBindings(Value plan) const {
   SmallVector<Value> bindings = keyBindings(plan);
-  if (gate)
-    bindings.push_back(gate);
-  bindings.push_back(out);
-  if (lse)
-    bindings.push_back(lse);
+  llvm::append_range(bindings, rowOutputs());
   return withVariantTensors(std::move(bindings));
 }
 
@@ -1349,10 +1355,6 @@ EntryLowering::SoftmaxBuffers::mergeBindings(Value plan) const {
   if (plan)
     bindings.append({queryOffsets, plan});
   bindings.append({partialOut, partialLse});
-  if (gate)
-    bindings.push_back(gate);
-  bindings.push_back(out);
-  if (lse)
-    bindings.push_back(lse);
+  llvm::append_range(bindings, rowOutputs());
   return bindings;
 }

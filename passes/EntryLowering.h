@@ -134,6 +134,9 @@ protected:
   /// bind the same way.
   struct SoftmaxBuffers {
     Value q, k, v, gate, out, lse; // gate, lse: null when absent
+    /// The attention sinks [H], which the kernels that end rows (write o)
+    /// bind after the gate; null when absent.
+    Value sinks;
     /// A paged cache's page table and key lengths (null otherwise), which
     /// kernels bind after v.
     Value pageTable, keyLengths;
@@ -154,8 +157,11 @@ protected:
     /// kernel that scores keys binds last.
     SmallVector<Value> variantTensors;
 
-    /// keyBindings, [gate], o, [lse], variant tensors: a kernel that
-    /// writes whole rows.
+    /// [gate], [sinks], o, [lse]: what a kernel that ends rows binds after
+    /// its inputs.
+    SmallVector<Value> rowOutputs() const;
+    /// keyBindings, rowOutputs, variant tensors: a kernel that writes whole
+    /// rows.
     SmallVector<Value> rowBindings(Value plan = Value()) const;
     /// keyBindings, partial o, partial lse, variant tensors.
     SmallVector<Value> splitBindings(Value plan = Value()) const;
@@ -165,7 +171,7 @@ protected:
     /// `bindings` followed by the variant tensors.
     SmallVector<Value> withVariantTensors(SmallVector<Value> bindings) const;
     /// [queries' offsets, plan] (a ragged batch's merge plan, when given),
-    /// partial o, partial lse, [gate], o, [lse].
+    /// partial o, partial lse, rowOutputs.
     SmallVector<Value> mergeBindings(Value plan = Value()) const;
   };
   /// Looks up the buffers of `op`'s operands (the gate when `gated`, the

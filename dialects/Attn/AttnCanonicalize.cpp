@@ -103,11 +103,11 @@ static bool isKeyLengthOf(Value length, Value key) {
 /// Replaces `op` (a sparse_sdpa) by a dense sdpa over the same operands
 /// (and paged cache).
 static void replaceWithDense(SparseSdpaOp op, PatternRewriter &rewriter) {
-  auto dense = SdpaOp::create(rewriter, op.getLoc(), op.getQuery(), op.getKey(),
-                              op.getValue(), op.getGate(), op.getPageTable(),
-                              op.getSeqLens(), op.getCuSeqlensQ(), Value(),
-                              op.getMask(), op.getScaleAttr(),
-                              op.getSoftcapAttr(), op.getReturnLseAttr());
+  auto dense = SdpaOp::create(
+      rewriter, op.getLoc(), op.getQuery(), op.getKey(), op.getValue(),
+      op.getGate(), op.getSinks(), op.getPageTable(), op.getSeqLens(),
+      op.getCuSeqlensQ(), Value(), op.getMask(), op.getScaleAttr(),
+      op.getSoftcapAttr(), op.getReturnLseAttr());
   moveVariantRegions(rewriter, op, dense);
   rewriter.replaceOp(op, dense->getResults());
 }
@@ -179,7 +179,7 @@ struct FullTopPIsCandidates final : OpRewritePattern<SparseSdpaOp> {
     }
     auto overBlocks = SparseSdpaOp::create(
         rewriter, op.getLoc(), op.getQuery(), op.getKey(), op.getValue(),
-        blocks, op.getGate(), op.getPageTable(), op.getSeqLens(),
+        blocks, op.getGate(), op.getSinks(), op.getPageTable(), op.getSeqLens(),
         op.getCuSeqlensQ(), rewriter.getI64IntegerAttr(*select.getBlockSize()),
         op.getMask(), op.getScaleAttr(), op.getSoftcapAttr(),
         op.getReturnLseAttr());

@@ -90,6 +90,12 @@ def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
       }],
       "::mlir::Region *", "getMaskModifier", (ins), [{}],
       [{ return nullptr; }]>,
+    InterfaceMethod<[{
+        The attention sinks [H] (f32): per query head, a logit that joins
+        each row's softmax denominator with no value (gpt-oss); null when
+        the op has none.
+      }],
+      "::mlir::Value", "getAttentionSinks", (ins), [{}], [{ return {}; }]>,
     InterfaceMethod<"How scores become weights.",
       "::mlir::attn::Normalizer", "getNormalizer", (ins), [{}],
       [{ return ::mlir::attn::Normalizer::Softmax; }]>,

@@ -229,6 +229,21 @@ static LogicalResult verifyMaskFitsLengths(EmitErrorFn emitError, MaskAttr mask,
                      << q.dim(2) << " and Lk = " << k.dim(2);
 }
 
+/// An op's attention sinks, when it has them, are one f32 logit per query
+/// head: [H], H being dim 1 of the query ([B, H, Lq, D] or [T, H, D]).
+template <typename OpTy> static LogicalResult verifySinks(OpTy op) {
+  Value sinks = op.getSinks();
+  if (!sinks)
+    return success();
+  auto type = cast<RankedTensorType>(sinks.getType());
+  int64_t heads = op.getQuery().getType().getDimSize(1);
+  if (type.getRank() == 1 && type.getDimSize(0) == heads &&
+      !ShapedType::isDynamic(heads))
+    return success();
+  return op.emitOpError() << "'sinks' must hold one logit per query head, ["
+                          << heads << "], got " << type;
+}
+
 /// The interface answers shared by the softmax-attention ops (sdpa,
 /// sparse_sdpa, tree_sdpa): their scale, softcap and sigmoid-gate epilogue.
 template <typename OpTy> static double softmaxScoreScale(OpTy op) {
@@ -545,6 +560,8 @@ verifyPackedKeys(EmitErrorFn emitError, const NamedTensor &q, Value key,
 }
 
 LogicalResult SdpaOp::verify() {
+  if (failed(verifySinks(*this)))
+    return failure();
   auto emit = [&]() { return emitOpError(); };
   if (static_cast<bool>(getPageTable()) != static_cast<bool>(getSeqLens()))
     return emitOpError() << "a paged cache needs both 'page_table' and "
@@ -599,6 +616,7 @@ void SdpaOp::getAsmBlockArgumentNames(Region &region,
 LogicalResult SdpaOp::verifyRegions() { return verifyVariantRegions(*this); }
 
 Value SdpaOp::getLogSumExp() { return getLse(); }
+Value SdpaOp::getAttentionSinks() { return getSinks(); }
 Value SdpaOp::getKeyPageTable() { return getPageTable(); }
 Value SdpaOp::getKeyLengths() { return getSeqLens(); }
 Value SdpaOp::getSequenceOffsets() { return getCuSeqlensQ(); }
@@ -979,6 +997,8 @@ LogicalResult SparseSdpaOp::inferReturnTypes(
 }
 
 LogicalResult SparseSdpaOp::verify() {
+  if (failed(verifySinks(*this)))
+    return failure();
   auto emit = [&]() { return emitOpError(); };
   NamedTensor q = named("query", getQuery(), kQueryDims);
   if (static_cast<bool>(getPageTable()) != static_cast<bool>(getSeqLens()))
@@ -1039,6 +1059,7 @@ LogicalResult SparseSdpaOp::verifyRegions() {
 }
 
 Value SparseSdpaOp::getLogSumExp() { return getLse(); }
+Value SparseSdpaOp::getAttentionSinks() { return getSinks(); }
 Region *SparseSdpaOp::getScoreModifier() { return nonEmpty(getScoreMod()); }
 Region *SparseSdpaOp::getMaskModifier() { return nonEmpty(getMaskMod()); }
 MaskAttr SparseSdpaOp::getPositionMask() { return getMask(); }
@@ -1079,6 +1100,8 @@ TreeSdpaOp::inferReturnTypes(MLIRContext *context,
 }
 
 LogicalResult TreeSdpaOp::verify() {
+  if (failed(verifySinks(*this)))
+    return failure();
   auto emit = [&]() { return emitOpError(); };
   if (static_cast<bool>(getPageTable()) != static_cast<bool>(getSeqLens()))
     return emitOpError() << "a paged cache needs both 'page_table' and "
@@ -1135,6 +1158,7 @@ LogicalResult TreeSdpaOp::verifyRegions() {
 }
 
 Value TreeSdpaOp::getLogSumExp() { return getLse(); }
+Value TreeSdpaOp::getAttentionSinks() { return getSinks(); }
 Region *TreeSdpaOp::getScoreModifier() { return nonEmpty(getScoreMod()); }
 Region *TreeSdpaOp::getMaskModifier() { return nonEmpty(getMaskMod()); }
 MaskAttr TreeSdpaOp::getPositionMask() {

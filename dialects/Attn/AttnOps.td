@@ -44,8 +44,8 @@ class Attn_PureOp<string mnemonic, list<Trait> traits = []>
 
 defvar Attn_AttentionInterfaceMethods = [
   "getLogSumExp", "getPositionMask", "getScoreScale",
-  "getScoreSoftcap", "getScoreModifier", "getMaskModifier", "getEpilogue",
-  "getEpilogueOperands", "fuseEpilogue"];
+  "getScoreSoftcap", "getScoreModifier", "getMaskModifier",
+  "getAttentionSinks", "getEpilogue", "getEpilogueOperands", "fuseEpilogue"];
 
 /// The user-defined variant of a softmax-attention op (SPEC §7), as
 /// FlexAttention's `score_mod` and `mask_mod` functions: each region is
@@ -119,6 +119,14 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
     `return_lse`, a second result holds the log-sum-exp of each row's visible
     scores (`-inf` for an empty row).
 
+    With `sinks(%sinks)` (f32 `[H]`), query head `h` has an attention sink
+    (gpt-oss; StreamingLLM's sink token as a learned logit): a logit
+    `sinks[h]` that joins each row's softmax denominator and carries no
+    value, `o[i] = sum_j exp(s[i, j]) v[j] / (exp(sinks[h]) +
+    sum_j exp(s[i, j]))`. It acts as one more visible key whose value is 0:
+    `lse` counts it, a row that sees no key is still 0 (its `lse` is
+    `sinks[h]`), and `-inf` is no sink.
+
     Operands: `query [B, H, Lq, D]`, `key [B, Hkv, Lk, D]`,
     `value [B, Hkv, Lk, Dv]`. Results: `output [B, H, Lq, Dv]` and, with
     `return_lse`, `lse [B, H, Lq]` (f32).
@@ -151,6 +159,7 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
     Attn_FloatTensor:$key,
     Attn_FloatTensor:$value,
     Optional<Attn_FloatTensor>:$gate,
+    Optional<Attn_F32Tensor>:$sinks,
     Optional<Attn_I32Tensor>:$page_table,
     Optional<Attn_I32Tensor>:$seq_lens,
     Optional<Attn_I32Tensor>:$cu_seqlens_q,
@@ -160,6 +169,7 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
   let regions = Attn_VariantRegions;
   let assemblyFormat = !strconcat([{
     $query `,` $key `,` $value (`gate` `(` $gate^ `)`)?
+    (`sinks` `(` $sinks^ `:` type($sinks) `)`)?
     (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
        type($seq_lens) `)`)?
     (`ragged` `(` $cu_seqlens_q^ (`,` $cu_seqlens_k^)? `:`
@@ -353,8 +363,8 @@ def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
     selected blocks: key `j` is seen by row `i` iff `mask` leaves it visible
     and `j / block_size` is listed in `selection[b, h, i, :]` (-1 entries and
     repeats are ignored). A token selection is a selection of 1-token
-    blocks. Operands and results are those of `attn.sdpa` plus
-    `selection [B, H, Lq, N]` (i32), whose entries count blocks (or
+    blocks. Operands and results are those of `attn.sdpa` (sinks
+    included) plus `selection [B, H, Lq, N]` (i32), whose entries count blocks (or
     tokens) by their position in the sequence; `paged(%page_table,
     %seq_lens)` reads the keys and values from a paged cache as in
     `attn.sdpa`, and `ragged(%cu_seqlens_q)` packs the rows token-major
@@ -373,6 +383,7 @@ def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
     Attn_FloatTensor:$value,
     Attn_I32Tensor:$selection,
     Optional<Attn_FloatTensor>:$gate,
+    Optional<Attn_F32Tensor>:$sinks,
     Optional<Attn_I32Tensor>:$page_table,
     Optional<Attn_I32Tensor>:$seq_lens,
     Optional<Attn_I32Tensor>:$cu_seqlens_q,
@@ -382,6 +393,7 @@ def Attn_SparseSdpaOp : Attn_PureOp<"sparse_sdpa", [
   let regions = Attn_VariantRegions;
   let assemblyFormat = !strconcat([{
     $query `,` $key `,` $value `,` $selection (`gate` `(` $gate^ `)`)?
+    (`sinks` `(` $sinks^ `:` type($sinks) `)`)?
     (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
        type($seq_lens) `)`)? (`ragged` `(` $cu_seqlens_q^ `:` type($cu_seqlens_q) `)`)? attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
     type($selection) (`,` type($gate)^)?
@@ -411,7 +423,7 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
     tree key `P + u` iff `u` is `t` or an ancestor of `t`. Node `t` sits at
     absolute position `P + depth(t)` and tree key `P + u` at `P + depth(u)`;
     with `window = W` a key is also hidden unless its position is above
-    `position(t) - W`. Score modifier, gate and `lse` are those of
+    `position(t) - W`. Score modifier, sinks, gate and `lse` are those of
     `attn.sdpa`. No `T x T` mask is materialized.
 
     ```mlir
@@ -433,6 +445,7 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
     Attn_FloatTensor:$value,
     Attn_I32Tensor:$parents,
     Optional<Attn_FloatTensor>:$gate,
+    Optional<Attn_F32Tensor>:$sinks,
     Optional<Attn_I32Tensor>:$page_table,
     Optional<Attn_I32Tensor>:$seq_lens,
     OptionalAttr<I64Attr>:$window), Attn_ScoreModifierAttrs);
@@ -440,6 +453,7 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
   let regions = Attn_VariantRegions;
   let assemblyFormat = !strconcat([{
     $query `,` $key `,` $value `,` $parents (`gate` `(` $gate^ `)`)?
+    (`sinks` `(` $sinks^ `:` type($sinks) `)`)?
     (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
        type($seq_lens) `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value) `,`

@@ -49,6 +49,7 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
         gate.getDimSize(gate.getRank() - 1) == 1 && shape.valueDim != 1;
   }
   shape.withLogSumExp = static_cast<bool>(op.getLogSumExp());
+  shape.withSinks = static_cast<bool>(op.getAttentionSinks());
   shape.selection = op.getKeySelectionKind();
   if (shape.selection == KeySelectionKind::Blocks)
     shape.selectionBlockSize = op.getSelectionBlockSize();
@@ -167,6 +168,8 @@ SplitKvMerge::SplitKvMerge(KernelEmitter &e, ValueRange args,
   partialLse = args[next++];
   if (shape.epilogue == Epilogue::SigmoidGate)
     gate = args[next++];
+  if (shape.withSinks)
+    sinks = args[next++];
   out = args[next++];
   if (shape.withLogSumExp)
     lse = args[next++];
@@ -227,6 +230,10 @@ Value SplitKvMerge::maxLse() const {
                            e.fmax(it[0], e.load(partialLse, partialAt(s)))};
                      })[0];
   return e.safeMax(max);
+}
+
+Value SplitKvMerge::sink() const {
+  return sinks ? e.load(sinks, {head}) : Value();
 }
 
 FailureOr<LinearRecurrenceShape>

@@ -45,6 +45,9 @@ struct SoftmaxAttentionShape {
   Epilogue epilogue = Epilogue::None;
   bool headwiseGate = false;
   bool withLogSumExp = false;
+  /// Attention sinks [H] (a logit per query head in each row's softmax
+  /// denominator): the kernels that end rows bind them after the gate.
+  bool withSinks = false;
   /// Dense, or the keys of selected blocks (sparse_sdpa, with their size),
   /// or a draft tree's (tree_sdpa).
   KeySelectionKind selection = KeySelectionKind::Dense;
@@ -274,13 +277,14 @@ inline bool flashUsesBlockMask(const SoftmaxAttentionShape &shape,
 
 /// What every target's merge kernel starts from: its arguments in binding
 /// order ([queries' offsets, merge plan] in a ragged batch of dense
-/// attention, partial o, partial lse, [gate], o, [lse], workgroup) and the
+/// attention, partial o, partial lse, [gate], [sinks], o, [lse], workgroup)
+/// and the
 /// query row it merges, `rowIndex` (by default the workgroup): row fastest,
 /// then head, then batch; in a ragged batch head fastest, then the plan's
 /// entry, or for sparse attention (no plan, partials [T, H, S, (Dv)]) the
 /// packed row, `batch` then being the token.
 struct SplitKvMerge {
-  Value queryOffsets, plan, partialOut, partialLse, gate, out, lse;
+  Value queryOffsets, plan, partialOut, partialLse, gate, sinks, out, lse;
   Value batch, head, row;
   /// The row's partials are splits firstSplit .. firstSplit + splits - 1.
   Value firstSplit, splits;
@@ -304,6 +308,8 @@ struct SplitKvMerge {
   /// The largest partial lse of the row made safe to exponentiate against
   /// (KernelEmitter::safeMax: 0 for a row whose ranges are all empty).
   Value maxLse() const;
+  /// The row's attention sink (null without sinks).
+  Value sink() const;
 
 private:
   KernelEmitter &e;

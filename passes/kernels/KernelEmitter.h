@@ -386,6 +386,34 @@ public:
     return select(nonEmpty, fadd(m, math::LogOp::create(b, l)),
                   scalar(kNegInf));
   }
+  /// How a softmax row ends, from its running max `m` and its sum `l` of
+  /// exp(s - m): `scale`, which turns the row's sum of exp(s - m) v into o,
+  /// and the row's log-sum-exp `lse`.
+  struct RowEnd {
+    Value scale, lse;
+  };
+  /// Without a sink: 1 / l and m + log l (0 and -inf for an empty row).
+  /// An attention sink (a logit in the denominator with no value; null for
+  /// none) makes the denominator l + exp(sink - m): o is scaled by
+  /// sigmoid(lse - sink) and lse becomes logaddexp(lse, sink). Written from
+  /// lse, so that an empty row stays 0 (its lse is the sink) and a sink of
+  /// -inf changes nothing.
+  RowEnd endSoftmaxRow(Value m, Value l, Value sink = Value()) {
+    RowEnd end{reciprocalOrZero(l), logSumExp(m, l)};
+    if (!sink)
+      return end;
+    Value nonEmpty = fcmp(arith::CmpFPredicate::OGT, l, scalar(0.0));
+    Value one = scalar(1.0);
+    Value kept = fdiv(one, fadd(one, exp(fsub(sink, end.lse))));
+    end.scale = select(nonEmpty, fmul(end.scale, kept), scalar(0.0));
+    Value hi = fmax(end.lse, sink);
+    Value lo = arith::MinimumFOp::create(b, end.lse, sink);
+    Value merged =
+        fadd(hi, math::LogOp::create(b, fadd(one, exp(fsub(lo, hi)))));
+    Value none = fcmp(arith::CmpFPredicate::OEQ, hi, scalar(kNegInf));
+    end.lse = select(none, scalar(kNegInf), merged);
+    return end;
+  }
   /// The i32 vector [0, 1, ..., width - 1].
   Value laneIds() {
     SmallVector<int32_t> ids(width);

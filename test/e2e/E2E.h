@@ -25,6 +25,7 @@
 #include <cstdlib>
 #include <dlfcn.h>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -118,6 +119,22 @@ struct CaseDraws {
   /// True with probability `percent` / 100.
   bool chance(int percent) { return static_cast<int>(rng() % 100) < percent; }
 };
+
+/// Attention sinks of `heads` heads (a layer's "sinks": true): logits in
+/// the range of the scores, with head 0's -inf (no sink) and, beside it, one
+/// high enough to take most of its rows' weight.
+inline std::vector<double> randomSinks(int64_t heads, std::mt19937_64 &rng) {
+  std::vector<double> sinks = randomF32({heads}, rng, -2.0, 2.0).values();
+  sinks[0] = -std::numeric_limits<double>::infinity();
+  if (heads > 1)
+    sinks[1] = 6.0;
+  return sinks;
+}
+
+/// The `sinks [H]` input (f32 whatever the model's dtype).
+inline Tensor sinksToRuntime(const std::vector<double> &sinks) {
+  return toRuntime(ref::Tensor({static_cast<int64_t>(sinks.size())}, sinks));
+}
 
 inline Tensor intsToRuntime(const ref::IntTensor &t) {
   Tensor out(ATTN_I32, t.shape());

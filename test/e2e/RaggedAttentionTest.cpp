@@ -34,6 +34,8 @@ struct RaggedCase {
   /// SPEC §7's variants: a softcap of 20 with ALiBi, and a document
   /// mask_mod (doc_ids [B, most keys + 1]).
   bool softcapAlibi = false, documents = false;
+  /// Attention sinks (randomSinks), after the gate.
+  bool sinks = false;
   int64_t heads = 4, kvHeads = 2;
 };
 
@@ -58,6 +60,8 @@ std::string modelJson(const RaggedCase &c) {
     json += R"(, "mask_mod": "document")";
   if (c.lse)
     json += R"(, "return_lse": true)";
+  if (c.sinks)
+    json += R"(, "sinks": true)";
   return json + "}]}";
 }
 
@@ -146,6 +150,10 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
   }
   if (c.gate)
     inputs.push_back(toRuntime(gate));
+  const std::vector<double> sinks =
+      c.sinks ? randomSinks(kH, rng) : std::vector<double>();
+  if (c.sinks)
+    inputs.push_back(sinksToRuntime(sinks));
   inputs.push_back(intsToRuntime(cuQ));
   if (!c.pageSize)
     inputs.push_back(intsToRuntime(cuK));
@@ -163,6 +171,7 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
       continue;
     ref::Tensor gb = unpack(gate, cuQ(b), lq);
     ref::Score score;
+    score.sinks = sinks;
     if (c.softcapAlibi) {
       score.softcap = 20.0;
       score.scoreMod = [kH](double s, int64_t, int64_t h, int64_t qp,
@@ -235,6 +244,21 @@ std::vector<RaggedCase> cases() {
   wide.heads = 20;
   wide.kvHeads = 1;
   all.push_back(wide);
+  // Attention sinks over packed and paged keys, with rows that see no key
+  // (o = 0, lse the sink) and the lse they change.
+  RaggedCase sinks{"packed_sinks_gate_lse", queries, keys};
+  sinks.gate = sinks.lse = sinks.sinks = true;
+  all.push_back(sinks);
+  RaggedCase sinksNoKey{
+      "packed_sinks_no_key", {3, 50}, {0, 60}, 0, R"("none")"};
+  sinksNoKey.lse = sinksNoKey.sinks = true;
+  all.push_back(sinksNoKey);
+  RaggedCase pagedSinks{"paged_sinks_window_lse", queries, keys, 5,
+                        R"({"sliding_window": 16})"};
+  pagedSinks.lse = pagedSinks.sinks = true;
+  pagedSinks.heads = 6;
+  pagedSinks.kvHeads = 3;
+  all.push_back(pagedSinks);
   return all;
 }
 
@@ -264,6 +288,7 @@ std::vector<RaggedCase> randomCases(int count) {
     c.lse = draw.chance(40);
     c.softcapAlibi = draw.chance(20);
     c.documents = draw.chance(20);
+    c.sinks = draw.chance(30);
     switch (draw.rng() % 4) {
     case 0:
       c.heads = 3, c.kvHeads = 1;

@@ -42,6 +42,8 @@ struct AttentionCase {
   /// Threads of the CPU runtime, which host programs see as their workers
   /// (on a GPU they see 4 blocks per multiprocessor).
   int threads = 2;
+  /// Attention sinks (randomSinks), the entry's input after the gate.
+  bool sinks = false;
 };
 
 void PrintTo(const AttentionCase &c, std::ostream *os) { *os << c.label; }
@@ -57,6 +59,8 @@ std::string modelJson(const AttentionCase &c) {
        << c.softcap;
   if (c.scale)
     json << R"(, "scale": )" << *c.scale;
+  if (c.sinks)
+    json << R"(, "sinks": true)";
   json << "}]}";
   return json.str();
 }
@@ -92,12 +96,16 @@ void checkAttention(const AttentionCase &c, Backend backend,
                              toRuntime(v, dtype)};
   if (gate)
     inputs.push_back(toRuntime(*gate, dtype));
+  ref::Score score;
+  if (c.sinks) {
+    score.sinks = randomSinks(c.heads, rng);
+    inputs.push_back(sinksToRuntime(score.sinks));
+  }
   std::vector<Tensor> outputs;
   Status status = model->run(entry, inputs, outputs);
   ASSERT_TRUE(status.ok()) << status.message;
   ASSERT_EQ(outputs.size(), 1u);
 
-  ref::Score score;
   score.scale = c.scale;
   score.softcap = c.softcap;
   ref::AttentionResult expected =
@@ -413,6 +421,87 @@ std::vector<AttentionCase> cases() {
        .range = 12.5,
        .tolerance = 1e-4,
        .dtype = "f16"});
+  // Attention sinks (gpt-oss): a logit per head in the denominator, on the
+  // flash, split-KV and merge paths, with empty rows (o = 0), no keys, a
+  // gate, logits far above and below the sinks, and storage dtypes.
+  add({.label = "sinks_causal_gqa4",
+       .heads = 8,
+       .kvHeads = 2,
+       .headDim = 36,
+       .valueDim = 20,
+       .queries = 70,
+       .keys = 70,
+       .sinks = true});
+  add({.label = "sinks_window_elementwise",
+       .heads = 3,
+       .kvHeads = 1,
+       .headDim = 24,
+       .valueDim = 24,
+       .mask = R"({"sliding_window": 9})",
+       .gate = "elementwise",
+       .queries = 33,
+       .keys = 41,
+       .sinks = true});
+  add({.label = "sinks_decode_gqa4",
+       .heads = 8,
+       .kvHeads = 2,
+       .headDim = 64,
+       .valueDim = 48,
+       .gate = "headwise",
+       .queries = 1,
+       .keys = 611,
+       .sinks = true});
+  add({.label = "sinks_decode_rows3_window",
+       .heads = 4,
+       .kvHeads = 4,
+       .headDim = 16,
+       .valueDim = 16,
+       .mask = R"({"sliding_window": 50})",
+       .batch = 2,
+       .queries = 3,
+       .keys = 300,
+       .sinks = true});
+  add({.label = "sinks_empty_rows_flash",
+       .heads = 2,
+       .kvHeads = 1,
+       .mask = R"({"sliding_window": 4})",
+       .queries = 20,
+       .keys = 10,
+       .sinks = true});
+  add({.label = "sinks_empty_rows_decode",
+       .heads = 3,
+       .kvHeads = 1,
+       .mask = R"({"sliding_window": 2})",
+       .gate = "elementwise",
+       .queries = 5,
+       .keys = 2,
+       .sinks = true});
+  add({.label = "sinks_no_keys_decode",
+       .heads = 2,
+       .kvHeads = 2,
+       .mask = "\"none\"",
+       .queries = 2,
+       .keys = 0,
+       .sinks = true});
+  add({.label = "sinks_huge_logits_decode",
+       .heads = 4,
+       .kvHeads = 1,
+       .mask = "\"causal\"",
+       .scale = 1.0,
+       .queries = 1,
+       .keys = 500,
+       .range = 12.5,
+       .tolerance = 1e-4,
+       .sinks = true});
+  add({.label = "sinks_bf16_causal_tiles",
+       .heads = 4,
+       .kvHeads = 2,
+       .headDim = 64,
+       .valueDim = 64,
+       .queries = 130,
+       .keys = 150,
+       .dtype = "bf16",
+       .sinks = true});
   // Every mask x gate x GQA ratio, with lengths no tile divides and both
   // paths (flash for Lq = 37, split-KV for Lq = 2).
   const std::pair<const char *, const char *> masks[] = {
@@ -483,6 +572,7 @@ std::vector<AttentionCase> randomCases(int count) {
     c.range = static_cast<double>(draw.pick({1, 1, 3}));
     c.dtype = draw.chance(50) ? "f32" : draw.chance(50) ? "bf16" : "f16";
     c.threads = static_cast<int>(draw.pick({1, 2, 3, 4}));
+    c.sinks = draw.chance(25);
     all.push_back(c);
   }
   return all;
@@ -510,7 +600,8 @@ std::vector<AttentionCase> warpgroupCases() {
     if (c.dtype != "f32") {
       all.push_back(c);
     } else if (c.label == "odd_dims" || c.label == "custom_scale" ||
-               c.label == "window_gqa8_softcap") {
+               c.label == "window_gqa8_softcap" ||
+               c.label == "sinks_causal_gqa4") {
       c.label += "_bf16";
       c.dtype = "bf16";
       all.push_back(c);

@@ -73,6 +73,9 @@ struct SparseCase {
   int64_t sinkBlocks = 0, localBlocks = 0;
   /// Compare with dense attention (the budget keeps everything).
   bool dense = false;
+  /// Attention sinks (randomSinks) after the metadata; the selection
+  /// ignores them.
+  bool sinks = false;
 };
 
 void PrintTo(const SparseCase &c, std::ostream *os) { *os << c.label; }
@@ -84,9 +87,12 @@ std::string sparseJson(const SparseCase &c) {
        << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
        << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
        << c.mask << R"(, "gate": ")" << c.gate << R"(", "softcap": )"
-       << c.softcap << R"(, "sparsity": {"method": ")" << c.method
-       << R"(", "block_size": )" << c.blockSize << R"(, "sink_blocks": )"
-       << c.sinkBlocks << R"(, "local_blocks": )" << c.localBlocks;
+       << c.softcap;
+  if (c.sinks)
+    json << R"(, "sinks": true)";
+  json << R"(, "sparsity": {"method": ")" << c.method << R"(", "block_size": )"
+       << c.blockSize << R"(, "sink_blocks": )" << c.sinkBlocks
+       << R"(, "local_blocks": )" << c.localBlocks;
   if (c.topK)
     json << R"(, "top_k": )" << *c.topK;
   if (c.method == "top_p")
@@ -134,11 +140,15 @@ TEST_P(SparseAttention, MatchesReference) {
   if (gate)
     inputs.push_back(toRuntime(*gate));
   inputs.push_back(meta[0]);
+  ref::Score score;
+  if (c.sinks) {
+    score.sinks = randomSinks(c.heads, rng);
+    inputs.push_back(sinksToRuntime(score.sinks));
+  }
   std::vector<Tensor> out = runEntry(*model, "layer", inputs);
   ASSERT_EQ(out.size(), 1u);
 
   ref::Mask mask = referenceMask(c.mask);
-  ref::Score score;
   score.softcap = c.softcap;
   const ref::Tensor *g = gate ? &*gate : nullptr;
   ref::AttentionResult expected;
@@ -170,6 +180,22 @@ std::vector<SparseCase> sparseCases() {
        .topK = 5,
        .sinkBlocks = 1,
        .localBlocks = 2});
+  // Attention sinks join the kept keys' softmax; selection ignores them.
+  add({.label = "topk_attention_sinks_decode",
+       .heads = 6,
+       .kvHeads = 2,
+       .gate = "elementwise",
+       .queries = 2,
+       .keys = 400,
+       .topK = 4,
+       .sinkBlocks = 1,
+       .localBlocks = 1,
+       .sinks = true});
+  add({.label = "topp_after_topk_attention_sinks",
+       .method = "top_p",
+       .topK = 5,
+       .topP = 0.9,
+       .sinks = true});
   add({.label = "topk_window_gqa4_decode",
        .heads = 8,
        .mask = R"({"sliding_window": 100})",
@@ -803,6 +829,8 @@ struct TreeCase {
   std::string gate = "none";
   int64_t batch = 2, prefix = 41, nodes = 13;
   bool chain = false;
+  /// Attention sinks (randomSinks) after the gate.
+  bool sinks = false;
 };
 
 void PrintTo(const TreeCase &c, std::ostream *os) { *os << c.label; }
@@ -813,8 +841,9 @@ std::string treeJson(const TreeCase &c) {
        << R"( "type": "attention", "num_heads": )" << c.heads
        << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
        << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
-       << c.mask << R"(, "gate": ")" << c.gate
-       << R"(", "tree": true}], "speculative": {"max_tree_nodes": 64}})";
+       << c.mask << R"(, "gate": ")" << c.gate << R"(", "sinks": )"
+       << (c.sinks ? "true" : "false")
+       << R"(, "tree": true}], "speculative": {"max_tree_nodes": 64}})";
   return json.str();
 }
 
@@ -844,13 +873,18 @@ TEST_P(TreeAttention, MatchesReference) {
                              intsToRuntime(parents)};
   if (gate)
     inputs.push_back(toRuntime(*gate));
+  ref::Score score;
+  if (c.sinks) {
+    score.sinks = randomSinks(c.heads, rng);
+    inputs.push_back(sinksToRuntime(score.sinks));
+  }
   std::vector<Tensor> out = runEntry(*model, "layer.tree", inputs);
   ASSERT_EQ(out.size(), 1u);
   std::optional<int64_t> window;
   if (c.mask != "\"causal\"")
     window = referenceMask(c.mask).window;
   ref::AttentionResult expected =
-      ref::treeSdpa(q, k, v, parents, window, {}, gate ? &*gate : nullptr);
+      ref::treeSdpa(q, k, v, parents, window, score, gate ? &*gate : nullptr);
   expectClose(out[0], expected.output, 1e-5, "tree o");
 
   // Acceptance on drafts from a 3-token vocabulary (so paths are long and
@@ -897,6 +931,22 @@ std::vector<TreeCase> treeCases() {
        .nodes = 11,
        .chain = true});
   add({.label = "no_prefix", .batch = 3, .prefix = 0, .nodes = 9});
+  // Attention sinks: added once, by the merge of prefix and tree keys.
+  add({.label = "sinks_window_elementwise",
+       .heads = 6,
+       .kvHeads = 2,
+       .mask = R"({"sliding_window": 9})",
+       .gate = "elementwise",
+       .prefix = 50,
+       .nodes = 21,
+       .sinks = true});
+  add({.label = "sinks_no_prefix", .prefix = 0, .nodes = 7, .sinks = true});
+  add({.label = "sinks_many_nodes",
+       .heads = 3,
+       .kvHeads = 1,
+       .prefix = 70,
+       .nodes = 40,
+       .sinks = true});
   add({.label = "few_nodes_no_prefix", .batch = 2, .prefix = 0, .nodes = 4});
   add({.label = "root_only", .prefix = 25, .nodes = 1});
   // Small trees (at most 8 nodes): CUDA's decode flash kernel splits the

@@ -55,6 +55,8 @@ struct TestAttentionInterfacePass final
       for (Value operand : op.getEpilogueOperands())
         remark << " " << operandIndex(operation, operand);
       remark << ", lse = " << (op.getLogSumExp() ? "yes" : "no");
+      if (Value sinks = op.getAttentionSinks())
+        remark << ", sinks = operand " << operandIndex(operation, sinks);
       if (Value offsets = op.getSequenceOffsets()) {
         remark << ", ragged: offsets = operand "
                << operandIndex(operation, offsets);

@@ -1,10 +1,12 @@
 # RUN: %attn_python %s
 # Hugging Face configs of softmax models (llama, mistral, qwen2, qwen3,
-# gemma2, gemma3_text, gemma3): each layer kind's entry equals attention as
-# transformers computes it for that config (eager_attention_forward: scores
-# times the config's scaling, Gemma's logit softcap, transformers' causal
-# and sliding-window masks — key kv visible to query q iff q - window < kv
-# <= q — and a float32 softmax), on random inputs of awkward sizes.
+# gemma2, gemma3_text, gemma3, gpt_oss): each layer kind's entry equals
+# attention as transformers computes it for that config
+# (eager_attention_forward: scores times the config's scaling, Gemma's logit
+# softcap, transformers' causal and sliding-window masks — key kv visible to
+# query q iff q - window < kv <= q — gpt-oss's sinks as one more softmax
+# column that is then dropped, and a float32 softmax), on random inputs of
+# awkward sizes.
 import glob
 import json
 import math
@@ -19,7 +21,7 @@ INPUTS = os.path.join(os.path.dirname(__file__), os.pardir, "attnc", "Inputs",
 rng = np.random.default_rng(11)
 
 
-def transformers_attention(q, k, v, scaling, softcap, window):
+def transformers_attention(q, k, v, scaling, softcap, window, sinks=None):
     """transformers' eager attention over [B, H, L, D] q and GQA k, v, with
     positions bottom-right aligned (a query block after a cached prefix)."""
     groups = q.shape[1] // k.shape[1]
@@ -35,6 +37,14 @@ def transformers_attention(q, k, v, scaling, softcap, window):
     if window:
         visible &= key > query - window
     scores = np.where(visible, scores, -np.inf)
+    if sinks is not None:
+        # gpt-oss: each head's sink logit is appended to every row of scores;
+        # after the softmax its column is dropped.
+        column = np.broadcast_to(sinks.reshape(1, -1, 1, 1).astype(np.float64),
+                                 scores.shape[:3] + (1,))
+        combined = np.concatenate([scores, column], -1)
+        weights = np.exp(combined - combined.max(-1, keepdims=True))
+        return (weights / weights.sum(-1, keepdims=True))[..., :-1] @ v
     weights = np.exp(scores - scores.max(-1, keepdims=True))
     return (weights / weights.sum(-1, keepdims=True)) @ v
 
@@ -70,11 +80,17 @@ for path in sorted(glob.glob(os.path.join(INPUTS, "*.json"))):
             q = 3 * rng.standard_normal((2, heads, lq, dim), dtype=np.float32)
             k = rng.standard_normal((2, kv_heads, lk, dim), dtype=np.float32)
             v = rng.standard_normal((2, kv_heads, lk, dim), dtype=np.float32)
-            o = m[entry](q, k, v)
-            want = transformers_attention(q, k, v, scaling, softcap, window)
+            inputs = [q, k, v]
+            sinks = None
+            if "sinks" in [a.name for a in m.signature(entry).inputs]:
+                sinks = rng.uniform(-2, 4, heads).astype(np.float32)
+                inputs.append(sinks)
+            o = m[entry](*inputs)
+            want = transformers_attention(q, k, v, scaling, softcap, window,
+                                          sinks)
             err = np.abs(o - want).max() / np.abs(want).max()
             assert err < 1e-5, (path, entry, lq, err)
         checked.append(f"{os.path.basename(path)}:{entry}")
 
-assert len(checked) == 11, checked
+assert len(checked) == 13, checked
 print("hf configs:", ", ".join(checked))

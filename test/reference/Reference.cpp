@@ -95,11 +95,15 @@ AttentionResult attend(const Tensor &q, const Tensor &k, const Tensor &v,
             s[j] = scoreMod.scoreMod(s[j], b, h, qp, kp);
           maxScore = std::max(maxScore, s[j]);
         }
+        // The sink: one more logit in the denominator, with no value.
+        const double sink =
+            scoreMod.sinks.empty() ? kNegInf : scoreMod.sinks[h];
+        maxScore = std::max(maxScore, sink);
         if (maxScore == kNegInf) { // No visible key: o = 0, lse = -inf.
           result.lse(b, h, i) = kNegInf;
           continue;
         }
-        double sum = 0.0;
+        double sum = sink == kNegInf ? 0.0 : std::exp(sink - maxScore);
         for (int64_t j = 0; j < Lk; ++j)
           sum += s[j] == kNegInf ? 0.0 : std::exp(s[j] - maxScore);
         for (int64_t j = 0; j < Lk; ++j) {

@@ -108,11 +108,15 @@ struct Score {
   double softcap = 0.0;        ///< 0: none
   ScoreMod scoreMod;           ///< none when empty
   MaskMod maskMod;             ///< none when empty
+  /// Attention sinks, one logit per query head (gpt-oss): each joins its
+  /// head's softmax denominator as a key with a zero value. None when empty.
+  std::vector<double> sinks;
 };
 
 struct AttentionResult {
   Tensor output; ///< [B, H, Lq, Dv]
-  Tensor lse;    ///< [B, H, Lq]; -inf for a row that sees no key
+  Tensor lse;    ///< [B, H, Lq]; -inf for a row that sees no key (the
+                 ///< sink with sinks)
 };
 
 /// Dense softmax attention with GQA, mask, softcap and optional sigmoid gate

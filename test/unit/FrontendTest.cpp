@@ -244,6 +244,54 @@ TEST(Frontend, ReturnLseAddsASecondOutput) {
   EXPECT_EQ(results["p"], (Names{"o"}));
 }
 
+TEST(Frontend, SinksFollowTheGateAndTheBlockMetadata) {
+  // "sinks": true adds sinks [H] (f32) to the entries that attend, after the
+  // gate and the block metadata and before a ragged batch's offsets and the
+  // SPEC §7 extras; .meta, .compact and .append do not take it.
+  const char *json = R"({"model": "m", "layers": [{"name": "a",
+    "type": "attention", "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
+    "gate": "headwise", "tree": true, "sinks": true, "mask_mod": "document"},
+   {"name": "s", "type": "attention", "num_heads": 2, "head_dim": 8,
+    "sinks": true,
+    "sparsity": {"method": "top_k", "block_size": 8, "top_k": 2}},
+   {"name": "r", "type": "attention", "num_heads": 2, "head_dim": 8,
+    "gate": "elementwise", "sinks": true, "tree": true,
+    "layout": {"ragged": true, "page_size": 16},
+    "sparsity": {"method": "top_k", "block_size": 16, "top_k": 2}}]})";
+  llvm::Expected<ModelDescription> model = parseModelDescription(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  std::map<std::string, std::vector<std::string>> inputs;
+  module->walk([&](func::FuncOp func) {
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto name = func.getArgAttrOfType<StringAttr>(i, "attn.name");
+      inputs[func.getSymName().str()].push_back(name ? name.str() : "?");
+      if (name && name.getValue() == "sinks") {
+        auto type = cast<RankedTensorType>(func.getArgument(i).getType());
+        EXPECT_EQ(type.getShape(),
+                  ArrayRef<int64_t>{func.getSymName()[0] == 'a' ? 4 : 2});
+        EXPECT_TRUE(type.getElementType().isF32());
+      }
+    }
+  });
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(inputs["a"], (Names{"q", "k", "v", "gate", "sinks", "doc_ids"}));
+  EXPECT_EQ(inputs["a.tree"],
+            (Names{"q", "k", "v", "parents", "gate", "sinks", "doc_ids"}));
+  EXPECT_EQ(inputs["a.compact"], (Names{"k", "v", "path", "length"}));
+  EXPECT_EQ(inputs["s"], (Names{"q", "k", "v", "kmeta", "sinks"}));
+  EXPECT_EQ(inputs["s.meta"], (Names{"k"}));
+  EXPECT_EQ(inputs["r"],
+            (Names{"q", "k_cache", "v_cache", "page_table", "seq_lens", "gate",
+                   "kmeta_pages", "sinks", "cu_seqlens_q"}));
+  EXPECT_EQ(inputs["r.tree"], (Names{"q", "k_cache", "v_cache", "page_table",
+                                     "seq_lens", "parents", "gate", "sinks"}));
+  EXPECT_EQ(inputs["r.append"],
+            (Names{"k_new", "v_new", "slots", "k_cache", "v_cache"}));
+}
+
 struct BadDescription {
   const char *json;
   const char *message;
@@ -293,7 +341,7 @@ INSTANTIATE_TEST_SUITE_P(
                        "$.layers[0]: unknown key 'num_head'; expected one "
                        "of: name, type, num_heads, num_kv_heads, head_dim, "
                        "value_dim, mask, gate, softcap, scale, sparsity, "
-                       "tree, score_mod, mask_mod, return_lse, layout"},
+                       "tree, score_mod, mask_mod, return_lse, sinks, layout"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": -8, "head_dim": 64}]})",
             "$.layers[0].num_heads: expected a positive integer, got -8"},
@@ -355,6 +403,8 @@ INSTANTIATE_TEST_SUITE_P(
                        "$.layers[0].scale: expected a number, got \"auto\""},
         BadDescription{LAYER(R"(, "tree": 1)"),
                        "$.layers[0].tree: expected true or false, got 1"},
+        BadDescription{LAYER(R"(, "sinks": 1)"),
+                       "$.layers[0].sinks: expected true or false, got 1"},
         BadDescription{LAYER(R"(, "return_lse": "yes")"),
                        "$.layers[0].return_lse: expected true or false, got "
                        "\"yes\""},
@@ -743,7 +793,7 @@ TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
   EXPECT_EQ(configError(R"({"model_type": "mamba", "num_hidden_layers": 2})"),
             "$.model_type: unsupported Hugging Face model type \"mamba\"; "
             "supported: qwen3_next, llama, mistral, qwen2, qwen3, gemma2, "
-            "gemma3_text, gemma3");
+            "gemma3_text, gemma3, gpt_oss");
   EXPECT_EQ(configError(R"({"model_type": 3})"),
             "$.model_type: expected a string, got 3");
   EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
@@ -895,6 +945,24 @@ TEST(HuggingFaceConfig, SoftmaxFamiliesFollowTheirConfigClasses) {
   ASSERT_TRUE(static_cast<bool>(qwen3)) << llvm::toString(qwen3.takeError());
   EXPECT_EQ(softmaxLayer(*qwen3, "full_attention").headDim, 128);
   EXPECT_EQ(softmaxLayer(*qwen3, "full_attention").numKvHeads, 32);
+
+  // gpt-oss: even layers slide over GptOssConfig's 128 keys; every layer
+  // has attention sinks, and the others nothing softmax layers lack.
+  llvm::Expected<ModelDescription> gptOss =
+      parseModelInput(R"({"model_type": "gpt_oss", "num_hidden_layers": 3})");
+  ASSERT_TRUE(static_cast<bool>(gptOss)) << llvm::toString(gptOss.takeError());
+  EXPECT_EQ(layerNames(R"({"model_type": "gpt_oss", "num_hidden_layers": 3})"),
+            (Names{"sliding_attention", "full_attention"}));
+  const AttentionLayer &oss = softmaxLayer(*gptOss, "sliding_attention");
+  EXPECT_EQ(oss.numHeads, 64);
+  EXPECT_EQ(oss.numKvHeads, 8);
+  EXPECT_EQ(oss.headDim, 64);
+  EXPECT_EQ(oss.window, 128);
+  EXPECT_TRUE(oss.sinks);
+  EXPECT_FALSE(oss.scale.has_value());
+  EXPECT_EQ(oss.softcap, 0.0);
+  EXPECT_TRUE(softmaxLayer(*gptOss, "full_attention").sinks);
+  EXPECT_FALSE(softmaxLayer(*gemma2, "full_attention").sinks);
 }
 
 TEST(HuggingFaceConfig, SoftmaxFamilyErrorsNameThePath) {

@@ -505,6 +505,7 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   Value selection = args[next++];
   Value gate =
       !tree && shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
+  Value sinks = !tree && shape.withSinks ? args[next++] : Value();
   Value out = args[next++];
   Value lse = tree || shape.withLogSumExp ? args[next++] : Value();
   Value workgroup = args.back();
@@ -606,10 +607,12 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   SmallVector<Value> outAt = at.at(at.head);
   if (tree)
     outAt.push_back(e.sub(e.dim(lse, 3), c1));
-  storeOutputRow(e, shape, acc, {}, e.reciprocalOrZero(state[1]), gate, out,
-                 outAt);
+  // The tree keys' part leaves the sink to the merge.
+  KernelEmitter::RowEnd end = e.endSoftmaxRow(
+      state[0], state[1], sinks ? e.load(sinks, at.head) : Value());
+  storeOutputRow(e, shape, acc, {}, end.scale, gate, out, outAt);
   if (lse)
-    e.store(e.logSumExp(state[0], state[1]), lse, outAt);
+    e.store(end.lse, lse, outAt);
   memref::DeallocOp::create(b, keys);
   if (keyPositions && keyPositions != keys)
     memref::DeallocOp::create(b, keyPositions);

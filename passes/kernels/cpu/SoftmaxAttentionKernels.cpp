@@ -168,7 +168,7 @@ private:
 
   // The bindings.
   SoftmaxBindings inputs;
-  Value q, k, v, parents, gate, out, lse, tileClasses, workgroup;
+  Value q, k, v, parents, gate, sinks, out, lse, tileClasses, workgroup;
   /// Where key j of the tile's sequence is (after mapRows).
   std::optional<KeyRows> kv;
   /// Where the tile's rows are.
@@ -260,6 +260,7 @@ void FlashKernel::bindArguments() {
   parents = treeDepths ? args[next++] : Value();
   gate = !treePrefix && shape.epilogue == Epilogue::SigmoidGate ? args[next++]
                                                                 : Value();
+  sinks = !treePrefix && shape.withSinks ? args[next++] : Value();
   out = args[next++];
   lse = treePrefix || shape.withLogSumExp ? args[next++] : Value();
   tileClasses = flashUsesBlockMask(shape, part) ? args[next++] : Value();
@@ -560,16 +561,19 @@ void FlashKernel::accumulateValues(Value k0, Value cols) {
 }
 
 void FlashKernel::storeOutputs() {
-  // o = acc / l (0 for an empty row), the gate, lse = m + log l (the tree's
-  // prefix: split 0 of the partials, ungated).
+  // o = acc / l (0 for an empty row), the gate, lse = m + log l, with the
+  // head's sink in the denominator (the tree's prefix: split 0 of the
+  // partials, ungated and without the sink, which the merge adds).
+  Value sink = sinks ? e.load(sinks, head) : Value();
   e.loop(c0, rows, c1, [&](Value i) {
-    Value l = e.load(runningSum, i);
     SmallVector<Value> at = queries->at(batch, head, e.add(q0, i));
     if (treePrefix)
       at.push_back(c0);
-    storeOutputRow(e, shape, acc, {i}, e.reciprocalOrZero(l), gate, out, at);
+    KernelEmitter::RowEnd end =
+        e.endSoftmaxRow(e.load(runningMax, i), e.load(runningSum, i), sink);
+    storeOutputRow(e, shape, acc, {i}, end.scale, gate, out, at);
     if (lse)
-      e.store(e.logSumExp(e.load(runningMax, i), l), lse, at);
+      e.store(end.lse, lse, at);
   });
 }
 
@@ -1217,10 +1221,10 @@ func::FuncOp mlir::attn::buildSplitKvMergeKernel(
           return SmallVector<Value>{e.fadd(it[0], weight)};
         })[0];
     SmallVector<Value> at = merge.rowAt();
-    storeOutputRow(e, shape, acc, {}, e.reciprocalOrZero(total), merge.gate,
-                   merge.out, at);
+    KernelEmitter::RowEnd end = e.endSoftmaxRow(safe, total, merge.sink());
+    storeOutputRow(e, shape, acc, {}, end.scale, merge.gate, merge.out, at);
     if (merge.lse)
-      e.store(e.logSumExp(safe, total), merge.lse, at);
+      e.store(end.lse, merge.lse, at);
   };
   if (merge.hasRow)
     e.ifThen(merge.hasRow, mergeRow);

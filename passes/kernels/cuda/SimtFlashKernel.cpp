@@ -213,7 +213,7 @@ private:
   std::optional<KeyRows> kv;
   /// Where the rows of q, gate, o and lse are.
   std::optional<QueryRows> queries;
-  Value q, k, v, parents, selection, gate, out, lse;
+  Value q, k, v, parents, selection, gate, sinks, out, lse;
   Value tileClasses, tileList, tileCounts, workgroup;
   /// mergesSplits: the merge's bindings (partial o and lse, [gate], o,
   /// [lse]), and the counters of the tiles' splits done.
@@ -519,15 +519,18 @@ void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
   selection = gathered ? args[next++] : Value();
   gate = !partials && shape.epilogue == Epilogue::SigmoidGate ? args[next++]
                                                               : Value();
+  sinks = !partials && shape.withSinks ? args[next++] : Value();
   out = args[next++];
   lse = partials || shape.withLogSumExp ? args[next++] : Value();
   if (mergesSplits) {
     assert(decodeSplit && part == KeyPart::All && !shape.ragged &&
            shape.selection == KeySelectionKind::Dense &&
            "the dense decode kernel merges its splits");
-    // The split's partials, then the merge's own: [gate], o, [lse].
+    // The split's partials, then the merge's own: [gate], [sinks], o, [lse].
     mergeBindings.assign({out, lse});
     if (shape.epilogue == Epilogue::SigmoidGate)
+      mergeBindings.push_back(args[next++]);
+    if (shape.withSinks)
       mergeBindings.push_back(args[next++]);
     mergeBindings.push_back(args[next++]);
     if (shape.withLogSumExp)
@@ -1332,8 +1335,9 @@ void SimtFlashKernel::mergeIfLastSplit() {
 
 void SimtFlashKernel::storeOutputs() {
   // Each row's sum from its 4 lanes' parts, then o = acc / l, gated, and
-  // lse = m + log l (by the row's first lane). The tree's prefix and
-  // decode splits: their partials, ungated (an empty range gives o = 0 and
+  // lse = m + log l (by the row's first lane), with the head's sink in the
+  // denominator. The tree's prefix and decode splits: their partials,
+  // ungated and without the sink (an empty range gives o = 0 and
   // lse = -inf, which the merge weighs 0).
   eachWarp(
       [&](Value warpRow, Value lane, Value thread) {
@@ -1354,7 +1358,11 @@ void SimtFlashKernel::storeOutputs() {
       e.ifThen(lt(r, rows), [&] {
         Value sum =
             combineQuad(r, [&](Value x, Value y) { return e.fadd(x, y); });
-        Value inv = e.reciprocalOrZero(sum);
+        Value max = e.load(m, e.index(laneRow.slot));
+        KernelEmitter::RowEnd end =
+            e.endSoftmaxRow(e.fmul(max, maxToNatural), sum,
+                            sinks ? e.load(sinks, headOf(r)) : Value());
+        Value inv = end.scale;
         SmallVector<Value> at = rowAt(r);
         RowGate rowGate(e, shape, gate, at);
         for (int64_t block = 0; block < valueBlocks; ++block)
@@ -1376,10 +1384,8 @@ void SimtFlashKernel::storeOutputs() {
               e.ifThen(lt(d, e.index(Dv)), storeElement);
           }
         if (lse)
-          e.ifThen(e.icmp(arith::CmpIPredicate::eq, quadLane, c0), [&] {
-            Value max = e.load(m, e.index(laneRow.slot));
-            e.store(e.logSumExp(e.fmul(max, maxToNatural), sum), lse, at);
-          });
+          e.ifThen(e.icmp(arith::CmpIPredicate::eq, quadLane, c0),
+                   [&] { e.store(end.lse, lse, at); });
       });
     }
   });

@@ -643,11 +643,11 @@ void mlir::attn::emitSplitKvMerge(SimtEmitter &e,
   RowGate rowGate(e, shape, merge.gate, at);
   SmallVector<Value> outAt(at);
   outAt.push_back(d);
-  e.store(rowGate.apply(e.fmul(acc, e.reciprocalOrZero(total)), d), merge.out,
-          outAt);
+  KernelEmitter::RowEnd end = e.endSoftmaxRow(safe, total, merge.sink());
+  e.store(rowGate.apply(e.fmul(acc, end.scale), d), merge.out, outAt);
   if (merge.lse)
     e.ifThen(e.icmp(arith::CmpIPredicate::eq, d, c0),
-             [&] { e.store(e.logSumExp(safe, total), merge.lse, at); });
+             [&] { e.store(end.lse, merge.lse, at); });
 }
 
 func::FuncOp mlir::attn::buildSimtZeroKernel(OpBuilder &builder, Location loc,

@@ -44,6 +44,30 @@ func.func @tree_sdpa(%q: tensor<?x4x?x16xf32>, %k: tensor<?x4x?x16xf32>,
 
 // -----
 
+// Attention sinks: one f32 logit per query head, after the gate.
+func.func @sinks(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
+                 %v: tensor<?x2x?x16xf32>, %p: tensor<?x?xi32>,
+                 %sel: tensor<?x4x?x3xi32>, %g: tensor<?x4x?x1xf32>,
+                 %s: tensor<4xf32>) {
+  // expected-remark @+1 {{epilogue = sigmoid_gate 3, lse = no, sinks = operand 4}}
+  %o = attn.sdpa %q, %k, %v gate(%g) sinks(%s : tensor<4xf32>)
+      {mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>,
+        tensor<?x4x?x1xf32>
+  // expected-remark @+1 {{selection = blocks (operand 3, block 8), scale = 2.500000e-01, softcap = 0.000000e+00, normalizer = softmax, epilogue = none, lse = yes, sinks = operand 4}}
+  %o2, %lse = attn.sparse_sdpa %q, %k, %v, %sel sinks(%s : tensor<4xf32>)
+      {block_size = 8, mask = #attn.mask<causal>, return_lse}
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>,
+        tensor<?x4x?x3xi32>
+  // expected-remark @+1 {{selection = tree (operand 3, block 1), scale = 2.500000e-01, softcap = 0.000000e+00, normalizer = softmax, epilogue = none, lse = no, sinks = operand 4}}
+  %t = attn.tree_sdpa %q, %k, %v, %p sinks(%s : tensor<4xf32>)
+      : tensor<?x4x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>,
+        tensor<?x?xi32>
+  return
+}
+
+// -----
+
 func.func @linear_recurrence(%q: tensor<?x2x?x64xf32>, %k: tensor<?x2x?x64xf32>,
     %v: tensor<?x4x?x32xf32>, %g: tensor<?x4x?xf32>, %beta: tensor<?x4x?xf32>,
     %s0: tensor<?x4x64x32xf32>, %z: tensor<?x4x?x32xf32>, %w: tensor<32xf32>) {

@@ -78,7 +78,7 @@ func.func @sdpa_element_type(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf16>,
 
 func.func @sdpa_integer_query(%q: tensor<2x8x5x64xi32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
   // expected-error @+1 {{operand #0 must be ranked tensor of 32-bit float or 16-bit float or bfloat16 type values}}
-  %o = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<none>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0>}> ({}, {}) : (tensor<2x8x5x64xi32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> tensor<2x8x5x32xi32>
+  %o = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<none>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0>}> ({}, {}) : (tensor<2x8x5x64xi32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> tensor<2x8x5x32xi32>
   return
 }
 
@@ -124,10 +124,26 @@ func.func @sdpa_gate_rows(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v
 
 // -----
 
+func.func @sdpa_sinks_per_kv_head(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %s: tensor<2xf32>) {
+  // expected-error @+1 {{'sinks' must hold one logit per query head, [8], got 'tensor<2xf32>'}}
+  %o = attn.sdpa %q, %k, %v sinks(%s : tensor<2xf32>) {mask = #attn.mask<causal>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>
+  return
+}
+
+// -----
+
+func.func @tree_sdpa_sinks_rank(%q: tensor<?x4x?x16xf32>, %k: tensor<?x4x?x16xf32>, %v: tensor<?x4x?x16xf32>, %p: tensor<?x?xi32>, %s: tensor<1x4xf32>) {
+  // expected-error @+1 {{'sinks' must hold one logit per query head, [4], got 'tensor<1x4xf32>'}}
+  %o = attn.tree_sdpa %q, %k, %v, %p sinks(%s : tensor<1x4xf32>) : tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x?xi32>
+  return
+}
+
+// -----
+
 func.func @sdpa_lse_type(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
   // expected-error @+2 {{'attn.sdpa' op failed to infer returned types}}
   // expected-error @+1 {{'attn.sdpa' op inferred type(s) 'tensor<2x8x5x32xf32>', 'tensor<2x8x5xf32>' are incompatible with return type(s) of operation 'tensor<2x8x5x32xf32>', 'tensor<2x8x6xf32>'}}
-  %o:2 = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0>, return_lse}> ({}, {}) : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> (tensor<2x8x5x32xf32>, tensor<2x8x6xf32>)
+  %o:2 = "attn.sdpa"(%q, %k, %v) <{mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0, 0>, return_lse}> ({}, {}) : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>) -> (tensor<2x8x5x32xf32>, tensor<2x8x6xf32>)
   return
 }
 
@@ -378,7 +394,7 @@ func.func @sparse_block_size(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>,
 
 func.func @sparse_selection_type(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %s: tensor<2x8x5x3xf32>) {
   // expected-error @+1 {{operand #3 must be ranked tensor of 32-bit signless integer values, but got 'tensor<2x8x5x3xf32>'}}
-  %o = "attn.sparse_sdpa"(%q, %k, %v, %s) <{block_size = 4 : i64, mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0>}> ({}, {}) : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x8x5x3xf32>) -> tensor<2x8x5x32xf32>
+  %o = "attn.sparse_sdpa"(%q, %k, %v, %s) <{block_size = 4 : i64, mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 1, 0, 0, 0, 0, 0>}> ({}, {}) : (tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x8x5x3xf32>) -> tensor<2x8x5x32xf32>
   return
 }
 

@@ -86,7 +86,7 @@ func.func @paged_table(%q: tensor<2x8x1x64xf32>, %k: tensor<9x16x2x64xf32>, %v: 
 
 func.func @paged_half(%q: tensor<2x8x1x64xf32>, %k: tensor<9x16x2x64xf32>, %v: tensor<9x16x2x32xf32>, %t: tensor<2x4xi32>) {
   // expected-error @+1 {{a paged cache needs both 'page_table' and 'seq_lens'}}
-  %o = "attn.sdpa"(%q, %k, %v, %t) <{mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 1, 0, 0, 0>}> ({}, {}) : (tensor<2x8x1x64xf32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>, tensor<2x4xi32>) -> tensor<2x8x1x32xf32>
+  %o = "attn.sdpa"(%q, %k, %v, %t) <{mask = #attn.mask<causal>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0>}> ({}, {}) : (tensor<2x8x1x64xf32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>, tensor<2x4xi32>) -> tensor<2x8x1x32xf32>
   return
 }
 
