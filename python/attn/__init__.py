@@ -468,13 +468,18 @@ def load(source: Any, *, threads: int = 0) -> Module:
     return Module(_attn.Model.from_file(os.fspath(source), threads))
 
 
-def merge_states(parts: Iterable[tuple[Any, Any]]):
+def merge_states(parts: Iterable[tuple[Any, Any]], sinks: Any = None):
     """The (o, lse) of attention over the union of the key sets of `parts`,
     each an (o, lse) pair of one key set (SPEC §1.1's log-sum-exp
     combination): o[..., Dv] and lse[...] with the same leading dims (e.g.
     [B, H, Lq, Dv] and [B, H, Lq], or ragged [T, H, Dv] and [T, H]). A part
     with lse = -inf contributes nothing; a row whose parts all have
     lse = -inf gives o = 0 and lse = -inf. NumPy or torch, as the inputs.
+
+    `sinks` [H] (attention sinks, as a layer's `"sinks": true` takes them;
+    H is lse's dim 1) joins the merged softmax once, as one more part whose
+    o is 0 and whose lse is the head's sink: parts computed without sinks
+    (sinks of -inf) merge into attention with them.
     """
     parts = list(parts)
     if not parts:
@@ -484,6 +489,9 @@ def merge_states(parts: Iterable[tuple[Any, Any]]):
         if tuple(x.shape)[:-1] != tuple(y.shape):
             raise Error(f"merge_states: o {tuple(x.shape)} and lse "
                         f"{tuple(y.shape)} differ in their leading dims")
+    if sinks is not None:
+        parts.append(_sink_part(os_[0], lses[0], sinks))
+        os_, lses = zip(*parts)
     if _is_torch(os_[0]):
         torch = _torch()
         lse = torch.stack([x.float() for x in lses])
@@ -511,3 +519,23 @@ def merge_states(parts: Iterable[tuple[Any, Any]]):
         merged_lse = safe + np.log(total)
     dtype = np.asarray(os_[0]).dtype
     return merged.astype(dtype), merged_lse.astype(np.float32)
+
+
+def _sink_part(o: Any, lse: Any, sinks: Any) -> tuple[Any, Any]:
+    """merge_states' part of the sinks: o = 0 and lse[.., h, ..] =
+    sinks[h], shaped as the first part."""
+    shape = tuple(lse.shape)
+    heads = shape[1] if len(shape) >= 2 else None
+    if tuple(sinks.shape) != (heads,):
+        raise Error(f"merge_states: sinks {tuple(sinks.shape)} must hold one "
+                    f"logit per head of lse's dim 1, {shape}")
+    at = [1] * len(shape)
+    at[1] = heads
+    if _is_torch(o):
+        torch = _torch()
+        sink_lse = torch.as_tensor(sinks, dtype=torch.float32,
+                                   device=lse.device).reshape(at).expand(shape)
+        return torch.zeros_like(o), sink_lse
+    sink_lse = np.broadcast_to(
+        np.asarray(sinks, dtype=np.float32).reshape(at), shape)
+    return np.zeros_like(np.asarray(o)), sink_lse

@@ -160,6 +160,25 @@ with tempfile.TemporaryDirectory() as tmp:
     merged_o, merged_lse = attn.merge_states([empty, empty])
     assert (merged_o == 0).all() and np.isneginf(merged_lse).all()
 
+    # Attention sinks: parts computed without them, merged with them, equal
+    # one call of a layer with sinks (o and lse); a sink of -inf is none.
+    with_sinks = attn.compile({"model": "s", "layers": [
+        {"name": "s", "type": "attention", "num_heads": H,
+         "num_kv_heads": HKV, "head_dim": D, "mask": "none",
+         "return_lse": True, "sinks": True}]})
+    sinks = rng.uniform(-1.0, 3.0, H).astype(np.float32)
+    sinks[0] = -np.inf
+    want_o, want_lse = with_sinks["s"](q, k, v, sinks)
+    merged_o, merged_lse = attn.merge_states(parts, sinks=sinks)
+    close(merged_o, want_o, 1e-5, "merged o with sinks")
+    close(merged_lse, want_lse, 1e-5, "merged lse with sinks")
+    merged_o, merged_lse = attn.merge_states([empty], sinks=sinks)
+    assert (merged_o == 0).all()
+    close(merged_lse, np.broadcast_to(sinks[None, :, None], merged_lse.shape),
+          0, "lse of rows that see only the sink")
+    expect_error(lambda: attn.merge_states(parts, sinks=sinks[:1]),
+                 "merge_states: sinks (1,) must hold one logit per head")
+
 # A variant written as IR (SPEC §7): ALiBi with slopes 2^-(h+1), compiled
 # from the text of the module.
 ALIBI = """

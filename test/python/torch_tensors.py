@@ -70,6 +70,15 @@ merged_o, merged_lse = attn.merge_states(parts)
 assert isinstance(merged_o, torch.Tensor)
 close(merged_o.numpy(), whole[0].numpy(), 1e-5, "torch merged o")
 close(merged_lse.numpy(), whole[1].numpy(), 1e-5, "torch merged lse")
+# ... and with attention sinks, equal to a layer that has them.
+m3 = attn.compile({"model": "m", "layers": [
+    {"name": "a", "type": "attention", "num_heads": H, "num_kv_heads": HKV,
+     "head_dim": D, "mask": "none", "return_lse": True, "sinks": True}]})
+sinks = torch.linspace(-1.0, 2.0, H)
+with_sinks = m3["a"](q.detach(), k, v, sinks)
+merged_o, merged_lse = attn.merge_states(parts, sinks=sinks)
+close(merged_o.numpy(), with_sinks[0].numpy(), 1e-5, "torch merged o, sinks")
+close(merged_lse.numpy(), with_sinks[1].numpy(), 1e-5, "torch merged lse, sinks")
 # CUDA tensors (SPEC §8), when there is a GPU: used in place on torch's
 # current stream, outputs on the GPU, equal to the reference; a call mixing
 # CUDA and CPU tensors is refused.
