@@ -55,7 +55,9 @@ def text_config(config):
 
 
 checked = []
-for path in sorted(glob.glob(os.path.join(INPUTS, "*.json"))):
+GPT_OSS = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                       "examples", "gpt-oss", "config.json")
+for path in sorted(glob.glob(os.path.join(INPUTS, "*.json"))) + [GPT_OSS]:
     config = json.load(open(path))
     text = text_config(config)
     # The configs' windows (512 to 4096 keys), shrunk so that short
