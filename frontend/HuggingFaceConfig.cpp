@@ -24,6 +24,12 @@
 //    gemma2's even layers; gemma3's all but every `sliding_window_pattern`-th
 //    (6). Gemma scales scores by `query_pre_attn_scalar`^-1/2 and caps them
 //    with `attn_logit_softcapping`.
+//  - llama4, llama4_text (Llama4TextConfig; llama4's `text_config`): causal
+//    GQA softmax attention, full_attention or chunked_attention (causal
+//    within chunks of `attention_chunk_size` positions). Without
+//    `layer_types`, the RoPE layers of `no_rope_layers` (1) are chunked and
+//    the NoPE ones (0) full; without that list, every
+//    `no_rope_layer_interval`-th layer (4) is full.
 //  - gpt_oss (GptOssConfig): as gemma2's layers (even layers slide), with
 //    learned attention sinks: each entry takes the layer's `sinks [H]`
 //    (transformers' `self_attn.sinks`, one logit per query head).
@@ -56,10 +62,20 @@ namespace {
 constexpr llvm::StringRef kFullAttention = "full_attention";
 constexpr llvm::StringRef kSlidingAttention = "sliding_attention";
 constexpr llvm::StringRef kLinearAttention = "linear_attention";
+constexpr llvm::StringRef kChunkedAttention = "chunked_attention";
 
 /// The transformers config classes whose attention attn reads, by how
 /// their layers are laid out and scored.
-enum class Family { Qwen3Next, Llama, Mistral, Qwen2, Gemma2, Gemma3, GptOss };
+enum class Family {
+  Qwen3Next,
+  Llama,
+  Mistral,
+  Qwen2,
+  Gemma2,
+  Gemma3,
+  Llama4,
+  GptOss
+};
 
 /// What the config class assumes for a key a config leaves out: hub
 /// configs rely on these (Gemma 3's text_config often names no head
@@ -76,9 +92,9 @@ struct ModelType {
 };
 
 // transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
-// Gemma2Config, Gemma3TextConfig and GptOssConfig (num_key_value_heads unset
-// means num_attention_heads, head_dim unset hidden_size /
-// num_attention_heads).
+// Gemma2Config, Gemma3TextConfig, Llama4TextConfig and GptOssConfig
+// (num_key_value_heads unset means num_attention_heads, head_dim unset
+// hidden_size / num_attention_heads).
 const ModelType kModelTypes[] = {
     {"qwen3_next", Family::Qwen3Next, {}},
     {"llama", Family::Llama, {32, {}, {}, 4096, 32, {}}},
@@ -88,6 +104,8 @@ const ModelType kModelTypes[] = {
     {"gemma2", Family::Gemma2, {8, 4, 256, 2304, 26, 4096}},
     {"gemma3_text", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}},
     {"gemma3", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}},
+    {"llama4_text", Family::Llama4, {40, 8, 128, 5120, 48, {}}},
+    {"llama4", Family::Llama4, {40, 8, 128, 5120, 48, {}}},
     {"gpt_oss", Family::GptOss, {64, 8, 64, 2880, 36, 128}}};
 
 /// The config object, its JSON path and its class's defaults.
@@ -123,11 +141,61 @@ bool hasWindow(const Config &config) {
           config.defaults.slidingWindow);
 }
 
-/// The family's rule for the kind of layer i, for configs without
-/// `layer_types`, with its keys read once (transformers' defaults where a
-/// key is absent). After an error, every layer is full attention.
+/// Llama 4's rule: `no_rope_layers[i]` is 1 for a RoPE layer (chunked
+/// attention) and 0 for a NoPE layer (full attention); without the list
+/// (or with an empty one), layer i is NoPE when (i + 1) %
+/// no_rope_layer_interval == 0.
 std::function<llvm::StringRef(int64_t)>
-defaultLayerKinds(Reader &reader, const Config &config, Family family) {
+llama4LayerKinds(Reader &reader, const Config &config, int64_t layers) {
+  const json::Value *value = config.object.get("no_rope_layers");
+  const std::string listPath = Reader::join(config.path, "no_rope_layers");
+  const json::Array *list = value && value->kind() != json::Value::Null
+                                ? value->getAsArray()
+                                : nullptr;
+  if (value && value->kind() != json::Value::Null && !list) {
+    reader.fail(listPath, "expected an array of 0 and 1 (one per layer), got " +
+                              Reader::describe(value));
+    return [](int64_t) { return kFullAttention; };
+  }
+  if (list && !list->empty()) {
+    if (static_cast<int64_t>(list->size()) < layers) {
+      reader.fail(listPath,
+                  llvm::formatv("expected one entry per layer ({0}), got {1}",
+                                layers, list->size())
+                      .str());
+      return [](int64_t) { return kFullAttention; };
+    }
+    std::vector<bool> rope;
+    for (auto [i, entry] : llvm::enumerate(*list)) {
+      std::optional<int64_t> flag = entry.getAsInteger();
+      if (!flag || (*flag != 0 && *flag != 1)) {
+        reader.fail(llvm::formatv("{0}[{1}]", listPath, i).str(),
+                    "expected 0 (NoPE: full attention) or 1 (RoPE: chunked "
+                    "attention), got " +
+                        Reader::describe(&entry));
+        return [](int64_t) { return kFullAttention; };
+      }
+      rope.push_back(*flag == 1);
+    }
+    return [rope](int64_t i) {
+      return rope[i] ? kChunkedAttention : kFullAttention;
+    };
+  }
+  int64_t interval =
+      reader.integer(config.object, config.path, "no_rope_layer_interval", 4, 1,
+                     limits::kMaxLayers);
+  return [interval](int64_t i) {
+    return (i + 1) % interval ? kChunkedAttention : kFullAttention;
+  };
+}
+
+/// The family's rule for the kind of layer i of `layers`, for configs
+/// without `layer_types`, with its keys read once (transformers' defaults
+/// where a key is absent). After an error, every layer is full attention.
+std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
+                                                          const Config &config,
+                                                          Family family,
+                                                          int64_t layers) {
   const json::Object &object = config.object;
   const std::string &path = config.path;
   switch (family) {
@@ -171,6 +239,8 @@ defaultLayerKinds(Reader &reader, const Config &config, Family family) {
       return (i + 1) % pattern ? kSlidingAttention : kFullAttention;
     };
   }
+  case Family::Llama4:
+    return llama4LayerKinds(reader, config, layers);
   }
   return [](int64_t) { return kFullAttention; };
 }
@@ -183,9 +253,10 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
     if (!llvm::is_contained(kinds, kind))
       kinds.push_back(kind.str());
   };
-  const llvm::StringRef allowed[] = {kFullAttention, family == Family::Qwen3Next
-                                                         ? kLinearAttention
-                                                         : kSlidingAttention};
+  const llvm::StringRef allowed[] = {
+      kFullAttention, family == Family::Qwen3Next ? kLinearAttention
+                      : family == Family::Llama4  ? kChunkedAttention
+                                                  : kSlidingAttention};
   const std::string expected =
       llvm::formatv("\"{0}\" or \"{1}\"", allowed[0], allowed[1]).str();
   const std::string typesPath = Reader::join(config.path, "layer_types");
@@ -225,7 +296,7 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
   if (reader.failed())
     return kinds;
   std::function<llvm::StringRef(int64_t)> kindOf =
-      defaultLayerKinds(reader, config, family);
+      defaultLayerKinds(reader, config, family, layers);
   for (int64_t i = 0; i < layers && !reader.failed(); ++i)
     addKind(kindOf(i));
   return kinds;
@@ -277,6 +348,11 @@ AttentionLayer readSoftmaxAttention(Reader &reader, const Config &config,
     layer.window =
         reader.integer(object, path, "sliding_window", defaults.slidingWindow,
                        1, limits::kMaxTokens);
+  }
+  if (kind == kChunkedAttention) {
+    layer.mask = MaskKind::Chunked;
+    layer.window = reader.integer(object, path, "attention_chunk_size", 8192, 1,
+                                  limits::kMaxTokens);
   }
   if (family == Family::Qwen3Next)
     layer.gate = GateKind::Elementwise;
@@ -369,10 +445,11 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
                     llvm::join(supportedHuggingFaceModelTypes(), ", "));
   if (reader.failed())
     return reader.takeError();
-  // Gemma 3's multimodal config keeps the language model's in text_config.
+  // Gemma 3's and Llama 4's multimodal configs keep the language model's
+  // in text_config.
   const json::Object *object = root;
   std::string path = "$";
-  if (type->name == "gemma3") {
+  if (type->name == "gemma3" || type->name == "llama4") {
     path = "$.text_config";
     object = reader.object(root->get("text_config"), path);
     if (!object)
@@ -393,6 +470,10 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
       AttentionLayer layer =
           readSoftmaxAttention(reader, config, type->family, kind);
       layer.tree = speculative;
+      if (speculative && layer.mask == MaskKind::Chunked && !reader.failed())
+        reader.fail("$.speculative",
+                    "draft trees under a chunked mask (Llama 4's "
+                    "chunked_attention) are not implemented yet");
       model.layers.push_back(layer);
     }
   }

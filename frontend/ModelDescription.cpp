@@ -74,6 +74,10 @@ std::optional<double> readScale(Reader &reader, const json::Object &layer,
 }
 
 /// `mask`: "none", "causal" or {"sliding_window": W}.
+constexpr llvm::StringLiteral kExpectedMask =
+    "expected \"none\", \"causal\", {\"sliding_window\": W} or "
+    "{\"chunked\": C}";
+
 void readMask(Reader &reader, const json::Object &layer,
               const std::string &path, AttentionLayer &out) {
   const json::Value *value = layer.get("mask");
@@ -86,22 +90,21 @@ void readMask(Reader &reader, const json::Object &layer,
     else if (*s == "causal")
       out.mask = MaskKind::Causal;
     else
-      reader.fail(maskPath, "expected \"none\", \"causal\" or "
-                            "{\"sliding_window\": W}, got " +
+      reader.fail(maskPath, std::string(kExpectedMask) + ", got " +
                                 Reader::describe(value));
     return;
   }
-  const json::Object *window = value->getAsObject();
-  if (!window) {
-    reader.fail(maskPath, "expected \"none\", \"causal\" or "
-                          "{\"sliding_window\": W}, got " +
+  const json::Object *object = value->getAsObject();
+  if (!object || object->size() != 1) {
+    reader.fail(maskPath, std::string(kExpectedMask) + ", got " +
                               Reader::describe(value));
     return;
   }
-  reader.onlyKeys(*window, maskPath, {"sliding_window"});
-  out.mask = MaskKind::SlidingWindow;
-  out.window = reader.integer(*window, maskPath, "sliding_window", {}, 1,
-                              limits::kMaxTokens);
+  reader.onlyKeys(*object, maskPath, {"sliding_window", "chunked"});
+  llvm::StringRef kind = object->begin()->first;
+  out.mask = kind == "chunked" ? MaskKind::Chunked : MaskKind::SlidingWindow;
+  out.window =
+      reader.integer(*object, maskPath, kind, {}, 1, limits::kMaxTokens);
 }
 
 /// `{"func": "<attn IR>"}`: a variant of the user's own (the object at
@@ -322,6 +325,9 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   if (out.sparsity && out.sparsity->blockSize == 0)
     reader.fail(Reader::join(path, "sparsity"),
                 "missing required key 'block_size'");
+  if (out.tree && out.mask == MaskKind::Chunked)
+    reader.fail(Reader::join(path, "tree"),
+                "draft trees under a chunked mask are not implemented yet");
   return out;
 }
 

@@ -21,7 +21,7 @@
 namespace mlir::attn::frontend {
 
 enum class ElementType { F32, F16, BF16 };
-enum class MaskKind { None, Causal, SlidingWindow };
+enum class MaskKind { None, Causal, SlidingWindow, Chunked };
 enum class GateKind { None, Elementwise, Headwise };
 enum class SparsityMethod { TopK, TopP };
 enum class Estimator { Exact, Int4 };
@@ -60,7 +60,7 @@ struct AttentionLayer {
   int64_t headDim = 0;
   int64_t valueDim = 0; ///< defaults to headDim
   MaskKind mask = MaskKind::Causal;
-  int64_t window = 0; ///< sliding_window only
+  int64_t window = 0; ///< sliding_window's W, or chunked's chunk size
   GateKind gate = GateKind::None;
   double softcap = 0.0;
   std::optional<double> scale; ///< null: 1/sqrt(head_dim)

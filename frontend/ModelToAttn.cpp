@@ -116,6 +116,8 @@ MaskAttr maskOf(MLIRContext *context, const AttentionLayer &layer) {
     return MaskAttr::get(context, attn::MaskKind::Causal, 0);
   case frontend::MaskKind::SlidingWindow:
     return MaskAttr::get(context, attn::MaskKind::SlidingWindow, layer.window);
+  case frontend::MaskKind::Chunked:
+    return MaskAttr::get(context, attn::MaskKind::Chunked, layer.window);
   }
   llvm_unreachable("unknown mask kind");
 }

@@ -1011,7 +1011,8 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
     // the key lengths are checked against.
     const bool softmax =
         attention && attention.getNormalizer() == Normalizer::Softmax;
-    const bool causal = attention && attention.getPositionMask().isCausal();
+    const bool causal =
+        attention && attention.getPositionMask().requiresQueriesWithinKeys();
     BlockArgument queries;
     if (softmax) {
       queries = dyn_cast<BlockArgument>(attention.getQuery());
@@ -1145,7 +1146,8 @@ EntryLowering::addPagedSelectionContracts(Operation *op,
     rows = offsets;
   }
   return setPageTableContracts(op, pageTable, seqLens, cache, rows,
-                               mask && mask.isCausal(), setContract);
+                               mask && mask.requiresQueriesWithinKeys(),
+                               setContract);
 }
 
 LogicalResult EntryLowering::setPageTableContracts(
@@ -1173,12 +1175,13 @@ void EntryLowering::assertAtRunTime(ImplicitLocOpBuilder &b, Value condition,
 
 void EntryLowering::assertCausalRowsFit(ImplicitLocOpBuilder &b, MaskAttr mask,
                                         Value lq, Value lk, StringRef opName) {
-  if (!mask || !mask.isCausal())
+  if (!mask || !mask.requiresQueriesWithinKeys())
     return;
-  assertAtRunTime(
-      b, arith::CmpIOp::create(b, arith::CmpIPredicate::ule, lq, lk),
-      opName + ": a causal mask needs at most as many query rows as keys "
-               "(Lq <= Lk: query i sits at position Lk - Lq + i)");
+  assertAtRunTime(b,
+                  arith::CmpIOp::create(b, arith::CmpIPredicate::ule, lq, lk),
+                  opName + ": a " + stringifyMaskKind(mask.getKind()) +
+                      " mask needs at most as many query rows as keys "
+                      "(Lq <= Lk: query i sits at position Lk - Lq + i)");
 }
 
 EntryLowering::RecurrenceBuffers

@@ -629,7 +629,8 @@ static attn_status checkKeyOffsets(const Entry &entry,
                       std::to_string(b) + " has " + std::to_string(keys) +
                       " keys but " + std::to_string(rows) + " query rows in '" +
                       entry.inputs[sig.contractQueries].name +
-                      "' (a causal mask places query i at Lk - Lq + i, so it "
+                      "' (a causal or chunked mask places query i at Lk - Lq + "
+                      "i, so it "
                       "needs Lq <= Lk)");
   }
   return ATTN_OK;
@@ -736,8 +737,8 @@ static attn_status checkKeyLengths(const Entry &entry,
       return fail(ATTN_SIGNATURE_MISMATCH,
                   where(sig, static_cast<int32_t>(i)) + value +
                       " must be at least the " + std::to_string(queries) +
-                      " queries (a causal mask places query i at " + sig.name +
-                      "[b] - Lq + i)");
+                      " queries (a causal or chunked mask places query i at " +
+                      sig.name + "[b] - Lq + i)");
     for (int64_t p = 0; p * pageSize < length; ++p) {
       int32_t page = pages[b * perRow + p];
       if (page < 0 || page >= numPages)
@@ -902,7 +903,8 @@ attn_status indexRecordError(const Entry &entry, const int32_t *record) {
     // value: the keys of sequence i, limit: its query rows.
     element = "sequence " + n(i);
     why = "has " + n(value) + " keys but " + n(limit) +
-          " query rows (a causal mask places query i at Lk - Lq + i, so it "
+          " query rows (a causal or chunked mask places query i at Lk - Lq + "
+          "i, so it "
           "needs Lq <= Lk)";
     break;
   case IndexError::slot_out_of_range:
@@ -919,7 +921,8 @@ attn_status indexRecordError(const Entry &entry, const int32_t *record) {
     break;
   case IndexError::length_below_queries:
     why = "must be at least the " + n(limit) +
-          " queries (a causal mask places query i at " + name + "[b] - Lq + i)";
+          " queries (a causal or chunked mask places query i at " + name +
+          "[b] - Lq + i)";
     break;
   case IndexError::page_out_of_range:
     why = "must be a page in [0, " + n(limit) + ")";

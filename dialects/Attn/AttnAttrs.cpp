@@ -25,7 +25,10 @@ LogicalResult MaskAttr::verify(function_ref<InFlightDiagnostic()> emitError,
   if (kind == MaskKind::SlidingWindow && window <= 0)
     return emitError() << "sliding_window mask needs a window > 0, got "
                        << window;
-  if (kind != MaskKind::SlidingWindow && window != 0)
+  if (kind == MaskKind::Chunked && window <= 0)
+    return emitError() << "chunked mask needs a chunk size > 0, got " << window;
+  if (kind != MaskKind::SlidingWindow && kind != MaskKind::Chunked &&
+      window != 0)
     return emitError() << "a '" << stringifyMaskKind(kind)
                        << "' mask takes no window, got window = " << window;
   return success();
@@ -39,6 +42,8 @@ bool MaskAttr::isVisible(int64_t queryPos, int64_t keyPos) const {
     return keyPos <= queryPos;
   case MaskKind::SlidingWindow:
     return keyPos <= queryPos && keyPos > queryPos - getWindow();
+  case MaskKind::Chunked:
+    return keyPos <= queryPos && keyPos / getWindow() == queryPos / getWindow();
   }
   llvm_unreachable("unknown mask kind");
 }

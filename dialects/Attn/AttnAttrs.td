@@ -21,16 +21,25 @@ def Attn_MaskAttr : Attn_Attr<"Mask", "mask"> {
 
     - `none`: always;
     - `causal`: iff `j <= p`;
-    - `sliding_window = W`: iff `p - W < j <= p`.
+    - `sliding_window = W`: iff `p - W < j <= p`;
+    - `chunked = C`: iff `j <= p` and `j / C == p / C` (Llama 4's chunked
+      attention: the sequence is cut into chunks of `C` positions and a
+      query sees the keys of its own chunk, causally).
+
+    Every kind but `none` hides all keys from a row at a negative position,
+    and `causal` and `chunked` require `Lq <= Lk`. Each row's visible keys
+    are a range `[first, p]` whose `first` never decreases with `p`.
 
     ```mlir
     #attn.mask<none>
     #attn.mask<causal>
     #attn.mask<sliding_window = 128>
+    #attn.mask<chunked = 8192>
     ```
   }];
   let parameters = (ins
     EnumParameter<Attn_MaskKind>:$kind,
+    // The window W of sliding_window or the chunk size C of chunked.
     DefaultValuedParameter<"int64_t", "0">:$window
   );
   let assemblyFormat = "`<` $kind (`=` $window^)? `>`";
@@ -42,6 +51,10 @@ def Attn_MaskAttr : Attn_Attr<"Mask", "mask"> {
     bool isCausal() const { return getKind() == MaskKind::Causal; }
     bool isSlidingWindow() const {
       return getKind() == MaskKind::SlidingWindow;
+    }
+    /// Whether the mask needs every row at a position >= 0 (Lq <= Lk).
+    bool requiresQueriesWithinKeys() const {
+      return getKind() == MaskKind::Causal || getKind() == MaskKind::Chunked;
     }
   }];
 }

@@ -9,7 +9,8 @@ def Attn_MaskKind : I32EnumAttr<"MaskKind",
     "which keys a query row may see (positions are bottom-right aligned)", [
       I32EnumAttrCase<"None", 0, "none">,
       I32EnumAttrCase<"Causal", 1, "causal">,
-      I32EnumAttrCase<"SlidingWindow", 2, "sliding_window">
+      I32EnumAttrCase<"SlidingWindow", 2, "sliding_window">,
+      I32EnumAttrCase<"Chunked", 3, "chunked">
     ]> {
   let cppNamespace = "::mlir::attn";
   let genSpecializedAttr = 0;

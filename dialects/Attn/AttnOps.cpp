@@ -216,15 +216,16 @@ verifySoftmaxAttention(EmitErrorFn emitError, const NamedTensor &q,
                  failed(checkSoftcap(emitError, softcap)));
 }
 
-/// A causal mask places query row i at Lk - Lq + i, which must not be
-/// negative: causal attention needs Lq <= Lk.
+/// A causal (or chunked) mask places query row i at Lk - Lq + i, which must
+/// not be negative: such attention needs Lq <= Lk.
 static LogicalResult verifyMaskFitsLengths(EmitErrorFn emitError, MaskAttr mask,
                                            const NamedTensor &q,
                                            const NamedTensor &k) {
-  if (!mask.isCausal() || !q.isStatic(2) || !k.isStatic(2) ||
+  if (!mask.requiresQueriesWithinKeys() || !q.isStatic(2) || !k.isStatic(2) ||
       q.dim(2) <= k.dim(2))
     return success();
-  return emitError() << "a causal mask needs 'query' dim 2 (Lq) <= 'key' dim "
+  return emitError() << "a " << stringifyMaskKind(mask.getKind())
+                     << " mask needs 'query' dim 2 (Lq) <= 'key' dim "
                         "2 (Lk), got Lq = "
                      << q.dim(2) << " and Lk = " << k.dim(2);
 }

@@ -59,7 +59,8 @@ struct SoftmaxAttentionShape {
   /// Whether the kernels of a tree's prefix need each node's position
   /// P + depth: for its window, or for the variant regions.
   bool treePrefixNeedsDepths() const {
-    return mask == MaskKind::SlidingWindow || !variants.empty();
+    return mask == MaskKind::SlidingWindow || mask == MaskKind::Chunked ||
+           !variants.empty();
   }
 
   /// Reads the shape of `op`, or says why the kernels of `target` ("CPU",

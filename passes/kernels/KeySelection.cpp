@@ -127,6 +127,33 @@ SmallVector<Value> QueryRowOfWorkgroup::at(Value h) const {
   return {batch, h, row};
 }
 
+Value mlir::attn::firstVisibleKey(KernelEmitter &e, MaskKind mask, int64_t size,
+                                  Value pos) {
+  // `pos` is an index, an integer or a vector of them (a lane per row).
+  auto constant = [&](int64_t value) -> Value {
+    Type type = pos.getType();
+    if (auto vector = dyn_cast<VectorType>(type))
+      return arith::ConstantOp::create(
+          e.b, DenseElementsAttr::get(
+                   vector, APInt(vector.getElementTypeBitWidth(), value,
+                                 /*isSigned=*/true)));
+    return arith::ConstantOp::create(e.b, IntegerAttr::get(type, value));
+  };
+  switch (mask) {
+  case MaskKind::None:
+  case MaskKind::Causal:
+    return constant(0);
+  case MaskKind::SlidingWindow:
+    return e.add(e.sub(pos, constant(size)), constant(1));
+  case MaskKind::Chunked: {
+    // A row at a negative position sees nothing anyway (its end is 0).
+    Value chunk = constant(size);
+    return e.mul(e.div(e.maxS(pos, constant(0)), chunk), chunk);
+  }
+  }
+  llvm_unreachable("unknown mask kind");
+}
+
 std::pair<Value, Value> mlir::attn::visibleRange(KernelEmitter &e,
                                                  MaskKind mask, int64_t window,
                                                  Value pos, Value lk) {
@@ -134,10 +161,7 @@ std::pair<Value, Value> mlir::attn::visibleRange(KernelEmitter &e,
   if (mask == MaskKind::None)
     return {c0, lk};
   Value end = e.maxS(c0, e.minS(lk, e.add(pos, e.index(1))));
-  if (mask == MaskKind::Causal)
-    return {c0, end};
-  Value begin =
-      e.minS(end, e.maxS(c0, e.add(e.sub(pos, e.index(window)), e.index(1))));
+  Value begin = e.minS(end, e.maxS(c0, firstVisibleKey(e, mask, window, pos)));
   return {begin, end};
 }
 
@@ -174,12 +198,8 @@ TreeNodeKeys::TreeNodeKeys(KernelEmitter &e, Value parents, Value batch,
         return {parentOf(it[0]), e.add(it[1], c1)};
       })[1];
   position = e.add(prefixLength, depth);
-  prefixBegin = c0;
-  if (mask == MaskKind::SlidingWindow)
-    prefixBegin = e.minS(
-        prefixLength,
-        e.maxS(c0,
-               e.add(e.sub(e.add(prefixLength, depth), e.index(window)), c1)));
+  firstKey = firstVisibleKey(e, mask, window, position);
+  prefixBegin = e.minS(prefixLength, e.maxS(c0, firstKey));
 }
 
 Value TreeNodeKeys::parentOf(Value u) {
@@ -194,10 +214,9 @@ SmallVector<Value> TreeNodeKeys::eachTreeKey(
     ValueRange inits,
     function_ref<SmallVector<Value>(Value u, Value position, ValueRange)>
         body) {
-  // Ancestors at depth > depth(t) - window.
-  Value deepEnough = mask == MaskKind::SlidingWindow
-                         ? e.sub(depth, e.index(window))
-                         : e.index(-1);
+  // Ancestors at positions P + depth(u) from the node's first key on:
+  // depth(u) > firstKey - P - 1 (with a window W, depth(u) > depth(t) - W).
+  Value deepEnough = e.sub(e.sub(firstKey, prefixLength), e.index(1));
   SmallVector<Value> walkInits{node, depth};
   llvm::append_range(walkInits, inits);
   SmallVector<Value> walked = e.whileLoop(

@@ -101,6 +101,21 @@ private:
 /// T), so empty sequences are skipped.
 Value sequenceOfToken(KernelEmitter &e, Value offsets, Value token);
 
+/// Whether `mask` hides the keys before a first key that depends on the
+/// query's position (sliding_window, chunked).
+inline bool masksEarlyKeys(MaskKind mask) {
+  return mask == MaskKind::SlidingWindow || mask == MaskKind::Chunked;
+}
+
+/// The mask geometry every kernel shares: the first key `mask` (`size`: the
+/// window W or the chunk size C) leaves visible to a query at (signed)
+/// position `pos`, not clamped: 0; pos - W + 1; or the first position of
+/// pos's chunk, (pos / C) * C. It never decreases as pos grows, so the rows
+/// of a tile all see the keys from the last row's first key on. A
+/// mask other than `none` also hides the keys after pos. `pos` may be an
+/// index, an integer or a vector of them (a lane per row).
+Value firstVisibleKey(KernelEmitter &e, MaskKind mask, int64_t size, Value pos);
+
 /// The keys [begin, end) that `mask` leaves visible to a query at (signed)
 /// position `pos` among `lk` keys; empty when none is.
 std::pair<Value, Value> visibleRange(KernelEmitter &e, MaskKind mask,
@@ -127,8 +142,9 @@ public:
                Value prefixLength, MaskKind mask, int64_t window);
   /// The first prefix key in the node's window (the prefix ends at P).
   Value prefixBegin;
-  /// The node's position P + depth.
-  Value position;
+  /// The node's position P + depth, and the first key its mask leaves
+  /// visible to that position (firstVisibleKey).
+  Value position, firstKey;
   /// Runs `body(u, position of u, iters)` for the node and each ancestor u
   /// in its window, nearest first; returns the final iters.
   SmallVector<Value> eachTreeKey(

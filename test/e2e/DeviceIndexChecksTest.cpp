@@ -101,7 +101,8 @@ std::vector<IndexCase> cases() {
          "[0, 48]"},
         {4, 1, 2,
          "input 'seq_lens' (#4) of entry 'attn': seq_lens[1] = 2 must be at "
-         "least the 3 queries (a causal mask places query i at seq_lens[b] - "
+         "least the 3 queries (a causal or chunked mask places query i at "
+         "seq_lens[b] - "
          "Lq + i)"}}});
   // Appending 3 tokens to the cache of 5 pages of 16: slots 5, -1, 17.
   all.push_back(

@@ -98,13 +98,16 @@ inline ref::Tensor randomF32(std::vector<int64_t> shape, std::mt19937_64 &rng,
 }
 
 /// The reference mask of a model description's "mask" JSON value:
-/// "none", "causal" or {"sliding_window": W}.
+/// "none", "causal", {"sliding_window": W} or {"chunked": C}.
 inline ref::Mask referenceMask(const std::string &json) {
   if (json == "\"none\"")
     return ref::Mask::none();
   if (json == "\"causal\"")
     return ref::Mask::causal();
-  return ref::Mask::slidingWindow(std::stoll(json.substr(json.find(':') + 1)));
+  const int64_t size = std::stoll(json.substr(json.find(':') + 1));
+  if (json.find("chunked") != std::string::npos)
+    return ref::Mask::chunked(size);
+  return ref::Mask::slidingWindow(size);
 }
 
 /// Draws of the random cases beside each suite's chosen ones: a fixed

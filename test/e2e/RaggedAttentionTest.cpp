@@ -259,6 +259,10 @@ std::vector<RaggedCase> cases() {
   pagedSinks.heads = 6;
   pagedSinks.kvHeads = 3;
   all.push_back(pagedSinks);
+  // Chunked attention per sequence, packed and paged.
+  all.push_back(
+      {"packed_chunked", queries, keys, 0, R"({"chunked": 16})", true, true});
+  all.push_back({"paged_chunked_p5", queries, keys, 5, R"({"chunked": 9})"});
   return all;
 }
 
@@ -283,6 +287,8 @@ std::vector<RaggedCase> randomCases(int count) {
              : draw.chance(50)
                  ? R"("none")"
                  : R"({"sliding_window": )" + std::to_string(window) + "}";
+    if (draw.chance(20))
+      c.mask = R"({"chunked": )" + std::to_string(window) + "}";
     c.gate = draw.chance(40);
     c.headwise = c.gate && draw.chance(50);
     c.lse = draw.chance(40);

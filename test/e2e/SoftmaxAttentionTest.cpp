@@ -502,12 +502,74 @@ std::vector<AttentionCase> cases() {
        .keys = 150,
        .dtype = "bf16",
        .sinks = true});
+  // Chunked attention (Llama 4): causal within chunks of C positions, on
+  // the flash path (query tiles that straddle chunks, chunks shorter and
+  // longer than a tile), the split-KV path (rows of two chunks in one
+  // call), with Lq < Lk, a chunk longer than the keys (causal), in bf16.
+  add({.label = "chunked_flash_gqa4",
+       .heads = 8,
+       .kvHeads = 2,
+       .headDim = 36,
+       .valueDim = 20,
+       .mask = R"({"chunked": 16})",
+       .queries = 130,
+       .keys = 130});
+  add({.label = "chunked_lq_lt_lk_elementwise",
+       .heads = 4,
+       .kvHeads = 4,
+       .headDim = 24,
+       .valueDim = 24,
+       .mask = R"({"chunked": 24})",
+       .gate = "elementwise",
+       .batch = 2,
+       .queries = 37,
+       .keys = 100});
+  add({.label = "chunked_decode_rows3_straddle",
+       .heads = 6,
+       .kvHeads = 2,
+       .headDim = 64,
+       .valueDim = 48,
+       .mask = R"({"chunked": 7})",
+       .queries = 3,
+       .keys = 300});
+  add({.label = "chunked_decode_long_chunk",
+       .heads = 8,
+       .kvHeads = 1,
+       .headDim = 128,
+       .valueDim = 128,
+       .mask = R"({"chunked": 100})",
+       .gate = "headwise",
+       .queries = 1,
+       .keys = 611});
+  add({.label = "chunked_longer_than_keys",
+       .heads = 2,
+       .kvHeads = 1,
+       .mask = R"({"chunked": 1000})",
+       .queries = 40,
+       .keys = 90});
+  add({.label = "chunked_one",
+       .heads = 2,
+       .kvHeads = 2,
+       .mask = R"({"chunked": 1})",
+       .queries = 9,
+       .keys = 12});
+  add({.label = "chunked_bf16_tiles",
+       .heads = 4,
+       .kvHeads = 2,
+       .headDim = 64,
+       .valueDim = 64,
+       .mask = R"({"chunked": 50})",
+       .queries = 130,
+       .keys = 150,
+       .dtype = "bf16",
+       .sinks = true});
   // Every mask x gate x GQA ratio, with lengths no tile divides and both
   // paths (flash for Lq = 37, split-KV for Lq = 2).
   const std::pair<const char *, const char *> masks[] = {
       {"none", "\"none\""},
       {"causal", "\"causal\""},
-      {"window", R"({"sliding_window": 11})"}};
+      {"window", R"({"sliding_window": 11})"},
+      {"chunked", R"({"chunked": 10})"}};
   for (auto [maskName, maskJson] : masks)
     for (const char *gate : {"none", "elementwise", "headwise"})
       for (int64_t ratio : {1, 4, 8})
@@ -549,12 +611,16 @@ std::vector<AttentionCase> randomCases(int count) {
         draw.pick({0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 129});
     c.keys = draw.pick(
         {0, 1, 2, 5, 16, 31, 32, 33, 64, 65, 127, 128, 129, 255, 257, 300});
-    switch (draw.rng() % 3) {
+    switch (draw.rng() % 4) {
     case 0:
       c.mask = "\"none\"";
       break;
     case 1:
       c.mask = "\"causal\"";
+      break;
+    case 2:
+      c.mask = "{\"chunked\": " +
+               std::to_string(draw.pick({1, 3, 16, 33, 64, 100, 500})) + "}";
       break;
     default:
       c.mask = "{\"sliding_window\": " +

@@ -180,6 +180,23 @@ std::vector<SparseCase> sparseCases() {
        .topK = 5,
        .sinkBlocks = 1,
        .localBlocks = 2});
+  // Chunked attention: the candidates are the blocks of each row's chunk.
+  add({.label = "topk_chunked_decode",
+       .heads = 4,
+       .kvHeads = 2,
+       .mask = R"({"chunked": 100})",
+       .queries = 3,
+       .keys = 517,
+       .blockSize = 8,
+       .topK = 4,
+       .localBlocks = 1});
+  add({.label = "topp_chunked_prefill",
+       .mask = R"({"chunked": 20})",
+       .queries = 45,
+       .keys = 60,
+       .method = "top_p",
+       .topK = 3,
+       .topP = 0.9});
   // Attention sinks join the kept keys' softmax; selection ignores them.
   add({.label = "topk_attention_sinks_decode",
        .heads = 6,

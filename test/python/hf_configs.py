@@ -1,12 +1,12 @@
 # RUN: %attn_python %s
 # Hugging Face configs of softmax models (llama, mistral, qwen2, qwen3,
-# gemma2, gemma3_text, gemma3, gpt_oss): each layer kind's entry equals
+# gemma2, gemma3_text, gemma3, llama4, gpt_oss): each layer kind's entry equals
 # attention as transformers computes it for that config
 # (eager_attention_forward: scores times the config's scaling, Gemma's logit
-# softcap, transformers' causal and sliding-window masks — key kv visible to
-# query q iff q - window < kv <= q — gpt-oss's sinks as one more softmax
-# column that is then dropped, and a float32 softmax), on random inputs of
-# awkward sizes.
+# softcap, transformers' causal, sliding-window and chunked masks — key kv
+# visible to query q iff q - window < kv <= q, or kv <= q in the same chunk —
+# gpt-oss's sinks as one more softmax column that is then dropped, and a
+# float32 softmax), on random inputs of awkward sizes.
 import glob
 import json
 import math
@@ -21,9 +21,11 @@ INPUTS = os.path.join(os.path.dirname(__file__), os.pardir, "attnc", "Inputs",
 rng = np.random.default_rng(11)
 
 
-def transformers_attention(q, k, v, scaling, softcap, window, sinks=None):
+def transformers_attention(q, k, v, scaling, softcap, window, sinks=None,
+                           chunk=None):
     """transformers' eager attention over [B, H, L, D] q and GQA k, v, with
-    positions bottom-right aligned (a query block after a cached prefix)."""
+    positions bottom-right aligned (a query block after a cached prefix);
+    `chunk`: Llama 4's chunked causal mask (kv // chunk == q // chunk)."""
     groups = q.shape[1] // k.shape[1]
     k = np.repeat(k, groups, axis=1).astype(np.float64)
     v = np.repeat(v, groups, axis=1).astype(np.float64)
@@ -36,6 +38,8 @@ def transformers_attention(q, k, v, scaling, softcap, window, sinks=None):
     visible = key <= query
     if window:
         visible &= key > query - window
+    if chunk:
+        visible &= key // chunk == query // chunk
     scores = np.where(visible, scores, -np.inf)
     if sinks is not None:
         # gpt-oss: each head's sink logit is appended to every row of scores;
@@ -50,8 +54,8 @@ def transformers_attention(q, k, v, scaling, softcap, window, sinks=None):
 
 
 def text_config(config):
-    return config.get("text_config", config) if config["model_type"] == "gemma3" \
-        else config
+    return config.get("text_config", config) \
+        if config["model_type"] in ("gemma3", "llama4") else config
 
 
 checked = []
@@ -64,6 +68,8 @@ for path in sorted(glob.glob(os.path.join(INPUTS, "*.json"))) + [GPT_OSS]:
     # sequences cross them.
     if text.get("sliding_window"):
         text["sliding_window"] = 6
+    if text.get("attention_chunk_size"):
+        text["attention_chunk_size"] = 8
     m = attn.compile(config)
     for entry in m.entries:
         q_arg, k_arg = m.signature(entry).inputs[:2]
@@ -88,11 +94,12 @@ for path in sorted(glob.glob(os.path.join(INPUTS, "*.json"))) + [GPT_OSS]:
                 sinks = rng.uniform(-2, 4, heads).astype(np.float32)
                 inputs.append(sinks)
             o = m[entry](*inputs)
+            chunk = 8 if entry == "chunked_attention" else None
             want = transformers_attention(q, k, v, scaling, softcap, window,
-                                          sinks)
+                                          sinks, chunk)
             err = np.abs(o - want).max() / np.abs(want).max()
             assert err < 1e-5, (path, entry, lq, err)
         checked.append(f"{os.path.basename(path)}:{entry}")
 
-assert len(checked) == 13, checked
+assert len(checked) == 15, checked
 print("hf configs:", ", ".join(checked))

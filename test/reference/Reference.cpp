@@ -144,6 +144,8 @@ bool Mask::visible(int64_t queryPos, int64_t keyPos) const {
     return keyPos <= queryPos;
   case MaskKind::SlidingWindow:
     return keyPos <= queryPos && keyPos > queryPos - window;
+  case MaskKind::Chunked: // window is the chunk size
+    return keyPos <= queryPos && keyPos / window == queryPos / window;
   }
   return false;
 }

@@ -78,16 +78,18 @@ using IntTensor = Array<int32_t>;
 // §1.1 Dense attention, §1.2 output gate
 //===----------------------------------------------------------------------===//
 
-enum class MaskKind { None, Causal, SlidingWindow };
+enum class MaskKind { None, Causal, SlidingWindow, Chunked };
 
 /// Which keys a query sees; positions are absolute (bottom-right aligned).
 struct Mask {
   MaskKind kind = MaskKind::Causal;
-  int64_t window = 0;
+  int64_t window = 0; ///< the window W, or the chunk size of Chunked
 
   static Mask none() { return {MaskKind::None, 0}; }
   static Mask causal() { return {MaskKind::Causal, 0}; }
   static Mask slidingWindow(int64_t w) { return {MaskKind::SlidingWindow, w}; }
+  /// Llama 4's chunked attention: causal within chunks of `size` positions.
+  static Mask chunked(int64_t size) { return {MaskKind::Chunked, size}; }
 
   bool visible(int64_t queryPos, int64_t keyPos) const;
 };

@@ -353,14 +353,26 @@ INSTANTIATE_TEST_SUITE_P(
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "head_dim": 64}]})",
             "$.layers[0]: missing required key 'num_heads'"},
         BadDescription{LAYER(R"(, "mask": "diagonal")"),
-                       "$.layers[0].mask: expected \"none\", \"causal\" or "
-                       "{\"sliding_window\": W}, got \"diagonal\""},
+                       "$.layers[0].mask: expected \"none\", \"causal\", "
+                       "{\"sliding_window\": W} or {\"chunked\": C}, got "
+                       "\"diagonal\""},
+        BadDescription{LAYER(R"(, "mask": {"chunked": 0})"),
+                       "$.layers[0].mask.chunked: expected a positive "
+                       "integer, got 0"},
+        BadDescription{
+            LAYER(R"(, "mask": {"chunked": 8, "sliding_window": 4})"),
+            "$.layers[0].mask: expected \"none\", \"causal\", "
+            "{\"sliding_window\": W} or {\"chunked\": C}, got "
+            "{\"chunked\":8,\"sliding_window\":4}"},
+        BadDescription{LAYER(R"(, "mask": {"chunked": 8}, "tree": true)"),
+                       "$.layers[0].tree: draft trees under a chunked mask are "
+                       "not implemented yet"},
         BadDescription{LAYER(R"(, "mask": {"sliding_window": 0})"),
                        "$.layers[0].mask.sliding_window: expected a positive "
                        "integer, got 0"},
         BadDescription{LAYER(R"(, "mask": {"window": 8})"),
                        "$.layers[0].mask: unknown key 'window'; expected one "
-                       "of: sliding_window"},
+                       "of: sliding_window, chunked"},
         BadDescription{LAYER(R"(, "gate": "sigmoid")"),
                        "$.layers[0].gate: expected \"none\", \"elementwise\" "
                        "or \"headwise\", got \"sigmoid\""},
@@ -793,7 +805,7 @@ TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
   EXPECT_EQ(configError(R"({"model_type": "mamba", "num_hidden_layers": 2})"),
             "$.model_type: unsupported Hugging Face model type \"mamba\"; "
             "supported: qwen3_next, llama, mistral, qwen2, qwen3, gemma2, "
-            "gemma3_text, gemma3, gpt_oss");
+            "gemma3_text, gemma3, llama4_text, llama4, gpt_oss");
   EXPECT_EQ(configError(R"({"model_type": 3})"),
             "$.model_type: expected a string, got 3");
   EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
@@ -963,9 +975,42 @@ TEST(HuggingFaceConfig, SoftmaxFamiliesFollowTheirConfigClasses) {
   EXPECT_EQ(oss.softcap, 0.0);
   EXPECT_TRUE(softmaxLayer(*gptOss, "full_attention").sinks);
   EXPECT_FALSE(softmaxLayer(*gemma2, "full_attention").sinks);
+
+  // Llama 4: RoPE layers (no_rope_layers 1) attend within chunks of
+  // attention_chunk_size, NoPE ones (0) to every earlier key; without the
+  // list, every no_rope_layer_interval-th layer (4) is NoPE.
+  EXPECT_EQ(layerNames(R"({"model_type": "llama4_text",
+      "num_hidden_layers": 8})"),
+            (Names{"chunked_attention", "full_attention"}));
+  EXPECT_EQ(layerNames(R"({"model_type": "llama4_text",
+      "num_hidden_layers": 3, "no_rope_layer_interval": 1})"),
+            Names{"full_attention"});
+  EXPECT_EQ(layerNames(R"({"model_type": "llama4_text",
+      "num_hidden_layers": 2, "no_rope_layers": [0, 1]})"),
+            (Names{"full_attention", "chunked_attention"}));
+  llvm::Expected<ModelDescription> llama4 = parseModelInput(
+      R"({"model_type": "llama4", "text_config": {"num_hidden_layers": 4}})");
+  ASSERT_TRUE(static_cast<bool>(llama4)) << llvm::toString(llama4.takeError());
+  const AttentionLayer &chunked = softmaxLayer(*llama4, "chunked_attention");
+  EXPECT_EQ(chunked.numHeads, 40);
+  EXPECT_EQ(chunked.numKvHeads, 8);
+  EXPECT_EQ(chunked.headDim, 128);
+  EXPECT_EQ(chunked.mask, MaskKind::Chunked);
+  EXPECT_EQ(chunked.window, 8192);
+  EXPECT_EQ(softmaxLayer(*llama4, "full_attention").mask, MaskKind::Causal);
 }
 
 TEST(HuggingFaceConfig, SoftmaxFamilyErrorsNameThePath) {
+  EXPECT_EQ(configError(R"({"model_type": "llama4_text",
+      "num_hidden_layers": 2, "no_rope_layers": [1, 2]})"),
+            "$.no_rope_layers[1]: expected 0 (NoPE: full attention) or 1 "
+            "(RoPE: chunked attention), got 2");
+  EXPECT_EQ(configError(R"({"model_type": "llama4_text",
+      "num_hidden_layers": 3, "no_rope_layers": [1, 0]})"),
+            "$.no_rope_layers: expected one entry per layer (3), got 2");
+  EXPECT_EQ(configError(R"({"model_type": "llama4_text",
+      "attention_chunk_size": 0})"),
+            "$.attention_chunk_size: expected a positive integer, got 0");
   EXPECT_EQ(configError(R"({"model_type": "llama",
       "layer_types": ["linear_attention"]})"),
             "$.layer_types[0]: expected \"full_attention\" or "

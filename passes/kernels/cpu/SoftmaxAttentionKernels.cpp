@@ -92,9 +92,8 @@ std::pair<Value, Value> flashTileKeys(KernelEmitter &e, MaskKind mask,
   Value begin = c0, end = lk;
   if (mask != MaskKind::None)
     end = e.maxS(c0, e.minS(lk, e.add(lastPos, c1)));
-  if (mask == MaskKind::SlidingWindow)
-    begin =
-        e.minS(end, e.maxS(c0, e.add(e.sub(firstPos, e.index(window)), c1)));
+  if (masksEarlyKeys(mask))
+    begin = e.minS(end, e.maxS(c0, firstVisibleKey(e, mask, window, firstPos)));
   if (blockMask)
     begin = e.mul(e.div(begin, e.index(keyTile)), e.index(keyTile));
   return {begin, end};
@@ -145,10 +144,11 @@ private:
   void storeOutputs();
 
   /// The visibility of key `keyIndex` to the rows of query vector `col`,
-  /// or null where every key is visible: the op's mask, a tree node's
+  /// or null where every key is visible: the op's mask (up to each row's
+  /// position, from its `firstKey` when the mask has one), a tree node's
   /// window start and the mask_mod (none on a tile the block mask found
   /// full, `isFull`).
-  Value visibleKeys(Value keyIndex, Value queryPos, Value windowStart,
+  Value visibleKeys(Value keyIndex, Value queryPos, Value firstKey,
                     Value rowStart, Value regionQueryPos, Value isFull);
 
   const SoftmaxAttentionShape &shape;
@@ -255,7 +255,7 @@ void FlashKernel::bindArguments() {
   // The tree's prefix: the keys before the T = Lq tree keys, all visible,
   // or with a window those from each node's window start (its depth's);
   // variant regions see each node at its position P + depth.
-  treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
+  treeWindow = treePrefix && masksEarlyKeys(shape.mask);
   treeDepths = treePrefix && shape.treePrefixNeedsDepths();
   parents = treeDepths ? args[next++] : Value();
   gate = !treePrefix && shape.epilogue == Epilogue::SigmoidGate ? args[next++]
@@ -422,9 +422,9 @@ void FlashKernel::scoreKeyTile(Value k0, Value cols) {
   });
 }
 
-Value FlashKernel::visibleKeys(Value keyIndex, Value queryPos,
-                               Value windowStart, Value rowStart,
-                               Value regionQueryPos, Value isFull) {
+Value FlashKernel::visibleKeys(Value keyIndex, Value queryPos, Value firstKey,
+                               Value rowStart, Value regionQueryPos,
+                               Value isFull) {
   auto toI32 = [&](Value index) {
     return arith::IndexCastOp::create(b, b.getI32Type(), index);
   };
@@ -437,8 +437,8 @@ Value FlashKernel::visibleKeys(Value keyIndex, Value queryPos,
     narrow(e.icmp(arith::CmpIPredicate::sge, key, rowStart));
   if (mask != MaskKind::None)
     narrow(e.icmp(arith::CmpIPredicate::sle, key, queryPos));
-  if (windowStart)
-    narrow(e.icmp(arith::CmpIPredicate::sgt, key, windowStart));
+  if (firstKey)
+    narrow(e.icmp(arith::CmpIPredicate::sge, key, firstKey));
   if (variants.hasMaskMod()) {
     auto maskMod = [&]() -> SmallVector<Value> {
       return {variants.visible(batch, head, regionQueryPos, keyIndex)};
@@ -469,13 +469,9 @@ void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
     Value queryPos = arith::AddIOp::create(
         b, vector::BroadcastOp::create(b, i32Vec, toI32(e.add(firstPos, col))),
         lanes);
-    Value windowStart;
-    if (mask == MaskKind::SlidingWindow)
-      windowStart = arith::SubIOp::create(
-          b, queryPos,
-          arith::ConstantOp::create(
-              b, DenseElementsAttr::get(i32Vec,
-                                        static_cast<int32_t>(shape.window))));
+    Value firstKey = masksEarlyKeys(mask)
+                         ? firstVisibleKey(e, mask, shape.window, queryPos)
+                         : Value();
     Value rowStart =
         rowStarts ? vector::LoadOp::create(b, i32Vec, rowStarts, col) : Value();
     // The rows' positions as the variant regions see them.
@@ -490,7 +486,7 @@ void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
           Value keyIndex = e.add(k0, j);
           s = variants.score(e.softcap(s, shape.softcap), batch, head,
                              regionQueryPos, keyIndex);
-          if (Value visible = visibleKeys(keyIndex, queryPos, windowStart,
+          if (Value visible = visibleKeys(keyIndex, queryPos, firstKey,
                                           rowStart, regionQueryPos, isFull))
             s = e.select(visible, s, e.splat(kNegInf));
           vector::StoreOp::create(b, s, scores, ValueRange{j, col});
@@ -884,8 +880,8 @@ void SplitKvKernel::findKeyRange() {
   }
   if (mask != MaskKind::None)
     end = e.minS(end, e.add(pos, c1));
-  if (mask == MaskKind::SlidingWindow)
-    begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)), c1));
+  if (masksEarlyKeys(mask))
+    begin = e.maxS(begin, firstVisibleKey(e, mask, shape.window, pos));
   regionQueryPos = pos;
   if (treeDepths) {
     TreeNodeKeys node(e, parents, batch, row, lk, shape.mask, shape.window);

@@ -510,7 +510,7 @@ void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
   // The tree's prefix: the keys before the T = Lq tree keys, all visible,
   // or with a window those from each node's window start (its depth's);
   // variant regions see each node at its position P + depth.
-  treeWindow = treePrefix && shape.mask == MaskKind::SlidingWindow;
+  treeWindow = treePrefix && masksEarlyKeys(shape.mask);
   treeDepths = treePrefix && shape.treePrefixNeedsDepths();
   parents = treeDepths ? args[next++] : Value();
   // Sparse decode: the keys of the blocks a row's selection lists.

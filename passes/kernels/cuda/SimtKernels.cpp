@@ -321,8 +321,8 @@ mlir::attn::visibleKeys(SimtEmitter &e, const SoftmaxAttentionShape &shape,
   Value begin = from, end = to;
   if (shape.mask != MaskKind::None)
     end = e.minS(end, e.add(pos, e.index(1)));
-  if (shape.mask == MaskKind::SlidingWindow)
-    begin = e.maxS(begin, e.add(e.sub(pos, e.index(shape.window)), e.index(1)));
+  if (masksEarlyKeys(shape.mask))
+    begin = e.maxS(begin, firstVisibleKey(e, shape.mask, shape.window, pos));
   return {begin, e.maxS(end, begin)};
 }
 

@@ -157,6 +157,22 @@ func.func @mask_window_zero(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, 
 
 // -----
 
+func.func @mask_chunk_zero(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
+  // expected-error @+1 {{chunked mask needs a chunk size > 0, got 0}}
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<chunked = 0>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>
+  return
+}
+
+// -----
+
+func.func @sdpa_chunked_too_many_queries(%q: tensor<2x8x10x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
+  // expected-error @+1 {{a chunked mask needs 'query' dim 2 (Lq) <= 'key' dim 2 (Lk), got Lq = 10 and Lk = 9}}
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<chunked = 4>} : tensor<2x8x10x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>
+  return
+}
+
+// -----
+
 func.func @mask_window_missing(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>) {
   // expected-error @+1 {{sliding_window mask needs a window > 0, got 0}}
   %o = attn.sdpa %q, %k, %v {mask = #attn.mask<sliding_window>} : tensor<2x8x5x64xf32>, tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>

@@ -29,6 +29,17 @@ func.func @sdpa_everything(%q: tensor<2x8x5x80xbf16>, %k: tensor<2x1x9x80xbf16>,
   return %o, %lse : tensor<2x8x5x48xbf16>, tensor<2x8x5xf32>
 }
 
+// CHECK-LABEL: func @sdpa_chunked_sinks
+// CHECK: attn.sdpa %{{.+}}, %{{.+}}, %{{.+}} sinks(%{{.+}} : tensor<8xf32>) {mask = #attn.mask<chunked = 8192>} : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>
+func.func @sdpa_chunked_sinks(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>,
+                              %v: tensor<?x2x?x64xf32>, %s: tensor<8xf32>)
+    -> tensor<?x8x?x64xf32> {
+  %o = attn.sdpa %q, %k, %v sinks(%s : tensor<8xf32>)
+      {mask = #attn.mask<chunked = 8192>}
+      : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>
+  return %o : tensor<?x8x?x64xf32>
+}
+
 // CHECK-LABEL: func @sdpa_no_mask_headwise_gate
 // CHECK: attn.sdpa %{{.+}}, %{{.+}}, %{{.+}} gate(%{{.+}}) {mask = #attn.mask<none>} : tensor<1x4x1x64xf16>, tensor<1x4x?x64xf16>, tensor<1x4x?x64xf16>, tensor<1x4x1x1xf16>
 func.func @sdpa_no_mask_headwise_gate(%q: tensor<1x4x1x64xf16>,
