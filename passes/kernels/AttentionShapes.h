@@ -21,6 +21,12 @@
 
 namespace mlir::attn {
 
+/// Whether `mask` hides the keys before a first key that depends on the
+/// query's position (sliding_window, chunked; see firstVisibleKey).
+inline bool masksEarlyKeys(MaskKind mask) {
+  return mask == MaskKind::SlidingWindow || mask == MaskKind::Chunked;
+}
+
 /// The static facts a softmax-attention kernel is specialized on, read from
 /// an AttentionOpInterface op.
 struct SoftmaxAttentionShape {
@@ -59,8 +65,7 @@ struct SoftmaxAttentionShape {
   /// Whether the kernels of a tree's prefix need each node's position
   /// P + depth: for its window, or for the variant regions.
   bool treePrefixNeedsDepths() const {
-    return mask == MaskKind::SlidingWindow || mask == MaskKind::Chunked ||
-           !variants.empty();
+    return masksEarlyKeys(mask) || !variants.empty();
   }
 
   /// Reads the shape of `op`, or says why the kernels of `target` ("CPU",

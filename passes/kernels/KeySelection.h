@@ -101,12 +101,6 @@ private:
 /// T), so empty sequences are skipped.
 Value sequenceOfToken(KernelEmitter &e, Value offsets, Value token);
 
-/// Whether `mask` hides the keys before a first key that depends on the
-/// query's position (sliding_window, chunked).
-inline bool masksEarlyKeys(MaskKind mask) {
-  return mask == MaskKind::SlidingWindow || mask == MaskKind::Chunked;
-}
-
 /// The mask geometry every kernel shares: the first key `mask` (`size`: the
 /// window W or the chunk size C) leaves visible to a query at (signed)
 /// position `pos`, not clamped: 0; pos - W + 1; or the first position of
