@@ -284,11 +284,10 @@ inline bool flashUsesBlockMask(const SoftmaxAttentionShape &shape,
 /// What every target's merge kernel starts from: its arguments in binding
 /// order ([queries' offsets, merge plan] in a ragged batch of dense
 /// attention, partial o, partial lse, [gate], [sinks], o, [lse], workgroup)
-/// and the
-/// query row it merges, `rowIndex` (by default the workgroup): row fastest,
-/// then head, then batch; in a ragged batch head fastest, then the plan's
-/// entry, or for sparse attention (no plan, partials [T, H, S, (Dv)]) the
-/// packed row, `batch` then being the token.
+/// and the query row it merges, `rowIndex` (by default the workgroup): row
+/// fastest, then head, then batch; in a ragged batch head fastest, then the
+/// plan's entry, or for sparse attention (no plan, partials [T, H, S, (Dv)])
+/// the packed row, `batch` then being the token.
 struct SplitKvMerge {
   Value queryOffsets, plan, partialOut, partialLse, gate, sinks, out, lse;
   Value batch, head, row;
