@@ -470,10 +470,6 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
       AttentionLayer layer =
           readSoftmaxAttention(reader, config, type->family, kind);
       layer.tree = speculative;
-      if (speculative && layer.mask == MaskKind::Chunked && !reader.failed())
-        reader.fail("$.speculative",
-                    "draft trees under a chunked mask (Llama 4's "
-                    "chunked_attention) are not implemented yet");
       model.layers.push_back(layer);
     }
   }

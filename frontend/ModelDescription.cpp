@@ -325,9 +325,6 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   if (out.sparsity && out.sparsity->blockSize == 0)
     reader.fail(Reader::join(path, "sparsity"),
                 "missing required key 'block_size'");
-  if (out.tree && out.mask == MaskKind::Chunked)
-    reader.fail(Reader::join(path, "tree"),
-                "draft trees under a chunked mask are not implemented yet");
   return out;
 }
 

@@ -210,6 +210,16 @@ private:
     if (layer.sinks)
       entry.arg("sinks", tensor({layer.numHeads}, Float32Type::get(context)));
   }
+  /// The `window` and `chunk` attributes of a layer's tree_sdpa (a tree
+  /// is causal, narrowed by its layer's window or chunks).
+  std::pair<IntegerAttr, IntegerAttr> treeMask(const AttentionLayer &layer) {
+    auto size = [&](frontend::MaskKind kind) {
+      return layer.mask == kind ? builder.getI64IntegerAttr(layer.window)
+                                : IntegerAttr();
+    };
+    return {size(frontend::MaskKind::SlidingWindow),
+            size(frontend::MaskKind::Chunked)};
+  }
   static Value sinksOf(EntryBuilder &entry) {
     return entry.has("sinks") ? entry["sinks"] : Value();
   }
@@ -637,13 +647,11 @@ private:
       declareSinks(entry, layer);
       declareVariantInputs(entry, layer);
       entry.beginBody();
-      IntegerAttr window = layer.mask == frontend::MaskKind::SlidingWindow
-                               ? builder.getI64IntegerAttr(layer.window)
-                               : IntegerAttr();
-      auto tree =
-          TreeSdpaOp::create(builder, loc, entry["q"], entry["k"], entry["v"],
-                             entry["parents"], Value(), sinksOf(entry), Value(),
-                             Value(), window, scale, softcap, returnLse(layer));
+      auto [window, chunk] = treeMask(layer);
+      auto tree = TreeSdpaOp::create(builder, loc, entry["q"], entry["k"],
+                                     entry["v"], entry["parents"], Value(),
+                                     sinksOf(entry), Value(), Value(), window,
+                                     chunk, scale, softcap, returnLse(layer));
       addVariantRegions(tree, layer, entry);
       finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
     }
@@ -828,14 +836,12 @@ private:
     declareSinks(entry, layer);
     declareVariantInputs(entry, layer);
     entry.beginBody();
-    IntegerAttr window = layer.mask == frontend::MaskKind::SlidingWindow
-                             ? builder.getI64IntegerAttr(layer.window)
-                             : IntegerAttr();
-    auto tree = TreeSdpaOp::create(builder, builder.getUnknownLoc(), entry["q"],
-                                   entry["k_cache"], entry["v_cache"],
-                                   entry["parents"], Value(), sinksOf(entry),
-                                   entry["page_table"], entry["seq_lens"],
-                                   window, scale, softcap, returnLse(layer));
+    auto [window, chunk] = treeMask(layer);
+    auto tree = TreeSdpaOp::create(
+        builder, builder.getUnknownLoc(), entry["q"], entry["k_cache"],
+        entry["v_cache"], entry["parents"], Value(), sinksOf(entry),
+        entry["page_table"], entry["seq_lens"], window, chunk, scale, softcap,
+        returnLse(layer));
     addVariantRegions(tree, layer, entry);
     finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
   }

@@ -1100,8 +1100,22 @@ TreeSdpaOp::inferReturnTypes(MLIRContext *context,
       kTreeQueryDims, kTreeValueDims, inferredReturnTypes);
 }
 
+/// A tree's position mask narrows causal by at most one of a window and a
+/// chunk, each positive.
+static LogicalResult verifyTreeMask(TreeSdpaOp op) {
+  auto emit = [&]() { return op.emitOpError(); };
+  std::optional<uint64_t> window = op.getWindow(), chunk = op.getChunk();
+  if (window && chunk)
+    return op.emitOpError() << "takes a 'window' or a 'chunk', not both";
+  if (window)
+    return checkPositive(emit, "window", static_cast<int64_t>(*window));
+  if (chunk)
+    return checkPositive(emit, "chunk", static_cast<int64_t>(*chunk));
+  return success();
+}
+
 LogicalResult TreeSdpaOp::verify() {
-  if (failed(verifySinks(*this)))
+  if (failed(verifySinks(*this)) || failed(verifyTreeMask(*this)))
     return failure();
   auto emit = [&]() { return emitOpError(); };
   if (static_cast<bool>(getPageTable()) != static_cast<bool>(getSeqLens()))
@@ -1117,8 +1131,6 @@ LogicalResult TreeSdpaOp::verify() {
         failed(checkSameDim(emit, parents, 0, q, 0)) ||
         failed(checkSameDim(emit, parents, 1, q, 2)))
       return failure();
-    if (std::optional<uint64_t> window = getWindow())
-      return checkPositive(emit, "window", static_cast<int64_t>(*window));
     return success();
   }
   NamedTensor q = named("query", getQuery(), kTreeQueryDims);
@@ -1136,9 +1148,6 @@ LogicalResult TreeSdpaOp::verify() {
   if (q.isStatic(2) && k.isStatic(2) && k.dim(2) < q.dim(2))
     return emitOpError() << "'key' dim 2 (P+T) must hold at least the T = "
                          << q.dim(2) << " tree tokens, got " << k.dim(2);
-  if (std::optional<uint64_t> window = getWindow())
-    if (failed(checkPositive(emit, "window", static_cast<int64_t>(*window))))
-      return failure();
   return success();
 }
 
@@ -1167,6 +1176,9 @@ MaskAttr TreeSdpaOp::getPositionMask() {
   if (std::optional<uint64_t> window = getWindow())
     return MaskAttr::get(getContext(), MaskKind::SlidingWindow,
                          static_cast<int64_t>(*window));
+  if (std::optional<uint64_t> chunk = getChunk())
+    return MaskAttr::get(getContext(), MaskKind::Chunked,
+                         static_cast<int64_t>(*chunk));
   return MaskAttr::get(getContext(), MaskKind::Causal, 0);
 }
 double TreeSdpaOp::getScoreScale() { return softmaxScoreScale(*this); }

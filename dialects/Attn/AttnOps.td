@@ -423,8 +423,9 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
     tree key `P + u` iff `u` is `t` or an ancestor of `t`. Node `t` sits at
     absolute position `P + depth(t)` and tree key `P + u` at `P + depth(u)`;
     with `window = W` a key is also hidden unless its position is above
-    `position(t) - W`. Score modifier, sinks, gate and `lse` are those of
-    `attn.sdpa`. No `T x T` mask is materialized.
+    `position(t) - W`, and with `chunk = C` (Llama 4's chunked mask) unless
+    its position is in the chunk of `position(t)` (`pos / C` equal). Score
+    modifier, sinks, gate and `lse` are those of `attn.sdpa`. No `T x T` mask is materialized.
 
     ```mlir
     %o = attn.tree_sdpa %q, %k, %v, %parents
@@ -448,7 +449,8 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
     Optional<Attn_F32Tensor>:$sinks,
     Optional<Attn_I32Tensor>:$page_table,
     Optional<Attn_I32Tensor>:$seq_lens,
-    OptionalAttr<I64Attr>:$window), Attn_ScoreModifierAttrs);
+    OptionalAttr<I64Attr>:$window,
+    OptionalAttr<I64Attr>:$chunk), Attn_ScoreModifierAttrs);
   let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
   let regions = Attn_VariantRegions;
   let assemblyFormat = !strconcat([{

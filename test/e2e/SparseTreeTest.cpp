@@ -897,11 +897,8 @@ TEST_P(TreeAttention, MatchesReference) {
   }
   std::vector<Tensor> out = runEntry(*model, "layer.tree", inputs);
   ASSERT_EQ(out.size(), 1u);
-  std::optional<int64_t> window;
-  if (c.mask != "\"causal\"")
-    window = referenceMask(c.mask).window;
-  ref::AttentionResult expected =
-      ref::treeSdpa(q, k, v, parents, window, score, gate ? &*gate : nullptr);
+  ref::AttentionResult expected = ref::treeSdpa(
+      q, k, v, parents, referenceMask(c.mask), score, gate ? &*gate : nullptr);
   expectClose(out[0], expected.output, 1e-5, "tree o");
 
   // Acceptance on drafts from a 3-token vocabulary (so paths are long and
@@ -958,6 +955,27 @@ std::vector<TreeCase> treeCases() {
        .nodes = 21,
        .sinks = true});
   add({.label = "sinks_no_prefix", .prefix = 0, .nodes = 7, .sinks = true});
+  // Chunked masks: nodes whose positions P + depth fall in a later chunk
+  // than the prefix's end, or than their ancestors', see only their chunk.
+  add({.label = "chunked_random_tree",
+       .heads = 6,
+       .kvHeads = 2,
+       .mask = R"({"chunked": 16})",
+       .gate = "elementwise",
+       .prefix = 43,
+       .nodes = 21});
+  add({.label = "chunked_chain_across_chunks",
+       .mask = R"({"chunked": 5})",
+       .prefix = 8,
+       .nodes = 13,
+       .chain = true,
+       .sinks = true});
+  add({.label = "chunked_many_nodes_short_prefix",
+       .heads = 3,
+       .kvHeads = 1,
+       .mask = R"({"chunked": 7})",
+       .prefix = 3,
+       .nodes = 40});
   add({.label = "sinks_many_nodes",
        .heads = 3,
        .kvHeads = 1,

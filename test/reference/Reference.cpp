@@ -363,6 +363,14 @@ AttentionResult treeSdpa(const Tensor &q, const Tensor &k, const Tensor &v,
                          const IntTensor &parents,
                          std::optional<int64_t> window, const Score &score,
                          const Tensor *gate) {
+  return treeSdpa(q, k, v, parents,
+                  window ? Mask::slidingWindow(*window) : Mask::causal(), score,
+                  gate);
+}
+
+AttentionResult treeSdpa(const Tensor &q, const Tensor &k, const Tensor &v,
+                         const IntTensor &parents, const Mask &mask,
+                         const Score &score, const Tensor *gate) {
   assert(checkParents(parents).empty());
   const int64_t T = q.dim(2), P = k.dim(2) - T;
   const auto depth = treeDepths(parents);
@@ -382,7 +390,7 @@ AttentionResult treeSdpa(const Tensor &q, const Tensor &k, const Tensor &v,
             return false;
           keyPos = P + depth[b][j - P];
         }
-        return !window || keyPos > queryPos - *window;
+        return mask.visible(queryPos, keyPos);
       },
       [&](int64_t b, int64_t t, int64_t j) {
         return std::pair{P + depth[b][t], j < P ? j : P + depth[b][j - P]};

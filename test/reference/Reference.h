@@ -187,6 +187,11 @@ AttentionResult treeSdpa(const Tensor &q, const Tensor &k, const Tensor &v,
                          const IntTensor &parents,
                          std::optional<int64_t> window, const Score &score = {},
                          const Tensor *gate = nullptr);
+/// The same under any position mask (causal, a window, chunks), applied to
+/// each node's position P + depth and each key's.
+AttentionResult treeSdpa(const Tensor &q, const Tensor &k, const Tensor &v,
+                         const IntTensor &parents, const Mask &mask,
+                         const Score &score = {}, const Tensor *gate = nullptr);
 
 struct Acceptance {
   IntTensor path;   ///< [B, T], padded with -1

@@ -117,7 +117,8 @@ TEST(Frontend, DefaultsOfAMinimalLayer) {
 TEST(Frontend, EveryRuleAndMaskBuildsVerifiedIR) {
   for (const char *rule : {"linear", "decay", "gla", "delta", "gated_delta"})
     for (const char *mask :
-         {R"("none")", R"("causal")", R"({"sliding_window": 32})"}) {
+         {R"("none")", R"("causal")", R"({"sliding_window": 32})",
+          R"({"chunked": 16})"}) {
       std::string json = std::string(R"({"model": "m", "dtype": "bf16",
         "layers": [{"name": "a", "type": "attention", "num_heads": 8,
           "num_kv_heads": 1, "head_dim": 64, "value_dim": 48, "mask": )") +
@@ -364,9 +365,6 @@ INSTANTIATE_TEST_SUITE_P(
             "$.layers[0].mask: expected \"none\", \"causal\", "
             "{\"sliding_window\": W} or {\"chunked\": C}, got "
             "{\"chunked\":8,\"sliding_window\":4}"},
-        BadDescription{LAYER(R"(, "mask": {"chunked": 8}, "tree": true)"),
-                       "$.layers[0].tree: draft trees under a chunked mask are "
-                       "not implemented yet"},
         BadDescription{LAYER(R"(, "mask": {"sliding_window": 0})"),
                        "$.layers[0].mask.sliding_window: expected a positive "
                        "integer, got 0"},

@@ -39,6 +39,10 @@ func.func @tree_sdpa(%q: tensor<?x4x?x16xf32>, %k: tensor<?x4x?x16xf32>,
   %w = attn.tree_sdpa %q, %k, %v, %p {window = 32}
       : tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>,
         tensor<?x?xi32>
+  // expected-remark @+1 {{mask = #attn.mask<chunked = 16>, selection = tree}}
+  %c = attn.tree_sdpa %q, %k, %v, %p {chunk = 16}
+      : tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>,
+        tensor<?x?xi32>
   return
 }
 

@@ -132,6 +132,14 @@ func.func @sdpa_sinks_per_kv_head(%q: tensor<2x8x5x64xf32>, %k: tensor<2x2x9x64x
 
 // -----
 
+func.func @tree_sdpa_window_and_chunk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x4x?x16xf32>, %v: tensor<?x4x?x16xf32>, %p: tensor<?x?xi32>) {
+  // expected-error @+1 {{takes a 'window' or a 'chunk', not both}}
+  %o = attn.tree_sdpa %q, %k, %v, %p {chunk = 8, window = 4} : tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x?xi32>
+  return
+}
+
+// -----
+
 func.func @tree_sdpa_sinks_rank(%q: tensor<?x4x?x16xf32>, %k: tensor<?x4x?x16xf32>, %v: tensor<?x4x?x16xf32>, %p: tensor<?x?xi32>, %s: tensor<1x4xf32>) {
   // expected-error @+1 {{'sinks' must hold one logit per query head, [4], got 'tensor<1x4xf32>'}}
   %o = attn.tree_sdpa %q, %k, %v, %p sinks(%s : tensor<1x4xf32>) : tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x?xi32>

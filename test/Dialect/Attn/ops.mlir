@@ -40,6 +40,17 @@ func.func @sdpa_chunked_sinks(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>
   return %o : tensor<?x8x?x64xf32>
 }
 
+// CHECK-LABEL: func @tree_sdpa_chunked
+// CHECK: attn.tree_sdpa %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {chunk = 64 : i64} : tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x?xi32>
+func.func @tree_sdpa_chunked(%q: tensor<?x4x?x16xf32>, %k: tensor<?x4x?x16xf32>,
+                             %v: tensor<?x4x?x16xf32>, %p: tensor<?x?xi32>)
+    -> tensor<?x4x?x16xf32> {
+  %o = attn.tree_sdpa %q, %k, %v, %p {chunk = 64}
+      : tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>,
+        tensor<?x?xi32>
+  return %o : tensor<?x4x?x16xf32>
+}
+
 // CHECK-LABEL: func @sdpa_no_mask_headwise_gate
 // CHECK: attn.sdpa %{{.+}}, %{{.+}}, %{{.+}} gate(%{{.+}}) {mask = #attn.mask<none>} : tensor<1x4x1x64xf16>, tensor<1x4x?x64xf16>, tensor<1x4x?x64xf16>, tensor<1x4x1x1xf16>
 func.func @sdpa_no_mask_headwise_gate(%q: tensor<1x4x1x64xf16>,
