@@ -199,6 +199,8 @@ struct PagedTreeCase {
   std::vector<int64_t> prefixes;
   int64_t nodes;
   std::optional<int64_t> window;
+  /// A chunked mask of chunks of this many positions (instead of a window).
+  std::optional<int64_t> chunk = std::nullopt;
 };
 
 class PagedTree
@@ -216,6 +218,8 @@ TEST_P(PagedTree, MatchesEachSequencesTree) {
   if (c.window)
     json +=
         R"(, "mask": {"sliding_window": )" + std::to_string(*c.window) + "}";
+  if (c.chunk)
+    json += R"(, "mask": {"chunked": )" + std::to_string(*c.chunk) + "}";
   json += "}]}";
   std::string skip;
   std::unique_ptr<Model> model =
@@ -273,8 +277,11 @@ TEST_P(PagedTree, MatchesEachSequencesTree) {
         for (int64_t d = 0; d < kD; ++d)
           qb(0, h, t, d) = q(b, h, t, d);
     }
+    const ref::Mask mask = c.chunk    ? ref::Mask::chunked(*c.chunk)
+                           : c.window ? ref::Mask::slidingWindow(*c.window)
+                                      : ref::Mask::causal();
     ref::AttentionResult expected =
-        ref::treeSdpa(qb, keys[b], values[b], pb, c.window);
+        ref::treeSdpa(qb, keys[b], values[b], pb, mask);
     for (int64_t h = 0; h < kH; ++h)
       for (int64_t t = 0; t < T; ++t)
         for (int64_t d = 0; d < kDv; ++d)
@@ -287,7 +294,8 @@ std::vector<PagedTreeCase> treeCases() {
   return {{"few_nodes_p16", 16, {37, 0, 100}, 6, std::nullopt},
           {"few_nodes_p5", 5, {37, 3}, 6, std::nullopt},
           {"many_nodes_p16", 16, {20, 70}, 40, std::nullopt},
-          {"window_p1", 1, {50, 3}, 12, 8}};
+          {"window_p1", 1, {50, 3}, 12, 8},
+          {"chunked_p5", 5, {37, 3, 60}, 15, std::nullopt, 16}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, PagedTree,
