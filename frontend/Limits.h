@@ -16,8 +16,9 @@
 
 namespace mlir::attn::frontend::limits {
 
-/// head_dim, value_dim, k_dim, v_dim (FlashAttention and FLA stop at 256).
-constexpr int64_t kMaxFeatureDim = 512;
+/// head_dim, value_dim, k_dim, v_dim (FlashAttention and FLA stop at 256;
+/// DeepSeek's latent keys have 512 + 64 features).
+constexpr int64_t kMaxFeatureDim = 576;
 /// num_heads, num_kv_heads, num_k_heads, num_v_heads.
 constexpr int64_t kMaxHeads = 1024;
 /// Layers of a description, and num_hidden_layers of a Hugging Face config.

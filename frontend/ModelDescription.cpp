@@ -293,7 +293,7 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
                   {"name", "type", "num_heads", "num_kv_heads", "head_dim",
                    "value_dim", "mask", "gate", "softcap", "scale", "sparsity",
                    "tree", "score_mod", "mask_mod", "return_lse", "sinks",
-                   "layout"});
+                   "latent_kv", "layout"});
   AttentionLayer out;
   out.numHeads =
       reader.integer(layer, path, "num_heads", {}, 1, limits::kMaxHeads);
@@ -321,6 +321,13 @@ AttentionLayer readAttention(Reader &reader, const json::Object &layer,
   readMaskMod(reader, layer, path, out);
   out.returnLse = reader.boolean(layer, path, "return_lse", false);
   out.sinks = reader.boolean(layer, path, "sinks", false);
+  out.latentKv = reader.boolean(layer, path, "latent_kv", false);
+  if (out.latentKv && out.valueDim > out.headDim)
+    reader.fail(Reader::join(path, "value_dim"),
+                "expected at most head_dim (" + std::to_string(out.headDim) +
+                    ") with \"latent_kv\" (the values are the keys' first "
+                    "value_dim features), got " +
+                    std::to_string(out.valueDim));
   readAttentionLayout(reader, layer, path, out);
   if (out.sparsity && out.sparsity->blockSize == 0)
     reader.fail(Reader::join(path, "sparsity"),

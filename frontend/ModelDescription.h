@@ -84,6 +84,12 @@ struct AttentionLayer {
   /// `"sinks": true`: each query head has an attention sink, a learned logit
   /// in its softmax denominator (gpt-oss); the entries take `sinks [H]`.
   bool sinks = false;
+  /// `"latent_kv": true`: one cache serves as keys and values, the values
+  /// being each key's first value_dim features (DeepSeek's multi-head
+  /// latent attention in its absorbed form: a 512-feature latent plus 64
+  /// rotary features per key, one kv head). The entries take `kv` (or
+  /// `kv_cache`) where others take k and v.
+  bool latentKv = false;
 };
 
 struct LinearAttentionLayer {

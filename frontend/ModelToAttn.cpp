@@ -185,6 +185,56 @@ private:
     return tensor({kDyn, layer.pageSize, layer.numKvHeads, features}, element);
   }
 
+  /// Declares a layer's keys and values: `k`, `v` (a paged cache's
+  /// `k_cache`, `v_cache`) of `type(features)`, or with latent_kv the one
+  /// cache both are read from, `kv` (`kv_cache`).
+  void declareKeysValues(EntryBuilder &entry, const AttentionLayer &layer,
+                         bool paged,
+                         function_ref<RankedTensorType(int64_t)> type) {
+    if (layer.latentKv) {
+      entry.arg(paged ? "kv_cache" : "kv", type(layer.headDim));
+      return;
+    }
+    entry.arg(paged ? "k_cache" : "k", type(layer.headDim));
+    entry.arg(paged ? "v_cache" : "v", type(layer.valueDim));
+  }
+  /// The keys declareKeysValues declared.
+  static Value keysOf(EntryBuilder &entry, const AttentionLayer &layer,
+                      bool paged) {
+    if (layer.latentKv)
+      return entry[paged ? "kv_cache" : "kv"];
+    return entry[paged ? "k_cache" : "k"];
+  }
+  /// The keys and values declareKeysValues declared; with latent_kv the
+  /// values are the keys' first value_dim features.
+  std::pair<Value, Value> keysValues(EntryBuilder &entry,
+                                     const AttentionLayer &layer, bool paged) {
+    Value keys = keysOf(entry, layer, paged);
+    if (layer.latentKv)
+      return {keys, leadingFeatures(keys, layer.valueDim)};
+    return {keys, entry[paged ? "v_cache" : "v"]};
+  }
+  /// Features [0, n) of every row of `source`: a view, which no kernel
+  /// copies (the dispatch passes bind the source's buffer).
+  Value leadingFeatures(Value source, int64_t n) {
+    Location loc = builder.getUnknownLoc();
+    auto type = cast<RankedTensorType>(source.getType());
+    const int64_t rank = type.getRank();
+    SmallVector<OpFoldResult> offsets(rank, builder.getIndexAttr(0));
+    SmallVector<OpFoldResult> strides(rank, builder.getIndexAttr(1));
+    SmallVector<OpFoldResult> sizes;
+    for (int64_t d = 0; d < rank - 1; ++d) {
+      if (type.isDynamicDim(d))
+        sizes.push_back(
+            tensor::DimOp::create(builder, loc, source, d).getResult());
+      else
+        sizes.push_back(builder.getIndexAttr(type.getDimSize(d)));
+    }
+    sizes.push_back(builder.getIndexAttr(n));
+    return tensor::ExtractSliceOp::create(builder, loc, source, offsets, sizes,
+                                          strides);
+  }
+
   FloatAttr optionalF64(std::optional<double> value) {
     return value ? builder.getF64FloatAttr(*value) : FloatAttr();
   }
@@ -584,6 +634,9 @@ private:
     FloatAttr softcap = builder.getF64FloatAttr(layer.softcap);
     RankedTensorType metaType =
         tensor({kDyn, layer.numKvHeads, kDyn, 2, layer.headDim}, element);
+    auto kvRows = [&](int64_t features) {
+      return rows(layer.numKvHeads, features);
+    };
 
     // <layer> with a SPEC §8 layout: q, then k, v or over a paged cache
     // k_cache, v_cache, page_table, seq_lens, (+ gate), then for a ragged
@@ -597,15 +650,15 @@ private:
     {
       EntryBuilder entry(builder, module, layer.name);
       entry.arg("q", rows(layer.numHeads, layer.headDim));
-      entry.arg("k", rows(layer.numKvHeads, layer.headDim));
-      entry.arg("v", rows(layer.numKvHeads, layer.valueDim));
+      declareKeysValues(entry, layer, /*paged=*/false, kvRows);
       declareGate(entry, layer);
       if (layer.sparsity)
         entry.arg("kmeta", metaType);
       declareSinks(entry, layer);
       declareVariantInputs(entry, layer);
       entry.beginBody();
-      Value q = entry["q"], k = entry["k"], v = entry["v"], o, lse;
+      Value q = entry["q"], o, lse;
+      auto [k, v] = keysValues(entry, layer, /*paged=*/false);
       if (!layer.sparsity) {
         auto sdpa = SdpaOp::create(
             builder, loc, q, k, v, Value(), sinksOf(entry), Value(), Value(),
@@ -626,10 +679,11 @@ private:
     // <layer>.meta: k -> kmeta
     if (layer.sparsity) {
       EntryBuilder entry(builder, module, layer.name + ".meta");
-      entry.arg("k", rows(layer.numKvHeads, layer.headDim));
+      entry.arg(layer.latentKv ? "kv" : "k",
+                rows(layer.numKvHeads, layer.headDim));
       entry.beginBody();
       Value meta = BlockMetaOp::create(
-          builder, loc, entry["k"], Value(), Value(),
+          builder, loc, keysOf(entry, layer, /*paged=*/false), Value(), Value(),
           builder.getI64IntegerAttr(layer.sparsity->blockSize));
       entry.finish({meta}, {"kmeta"});
     }
@@ -640,32 +694,39 @@ private:
     {
       EntryBuilder entry(builder, module, layer.name + ".tree");
       entry.arg("q", rows(layer.numHeads, layer.headDim));
-      entry.arg("k", rows(layer.numKvHeads, layer.headDim));
-      entry.arg("v", rows(layer.numKvHeads, layer.valueDim));
+      declareKeysValues(entry, layer, /*paged=*/false, kvRows);
       entry.arg("parents", tensor({kDyn, kDyn}, i32()));
       declareGate(entry, layer);
       declareSinks(entry, layer);
       declareVariantInputs(entry, layer);
       entry.beginBody();
       auto [window, chunk] = treeMask(layer);
-      auto tree = TreeSdpaOp::create(builder, loc, entry["q"], entry["k"],
-                                     entry["v"], entry["parents"], Value(),
-                                     sinksOf(entry), Value(), Value(), window,
-                                     chunk, scale, softcap, returnLse(layer));
+      auto [k, v] = keysValues(entry, layer, /*paged=*/false);
+      auto tree =
+          TreeSdpaOp::create(builder, loc, entry["q"], k, v, entry["parents"],
+                             Value(), sinksOf(entry), Value(), Value(), window,
+                             chunk, scale, softcap, returnLse(layer));
       addVariantRegions(tree, layer, entry);
       finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
     }
-    // <layer>.compact: k, v, path, length -> k', v'
+    // <layer>.compact: k, v, path, length -> k', v' (latent_kv: kv, path,
+    // length -> kv')
     {
       EntryBuilder entry(builder, module, layer.name + ".compact");
-      entry.arg("k", rows(layer.numKvHeads, layer.headDim));
-      entry.arg("v", rows(layer.numKvHeads, layer.valueDim));
+      declareKeysValues(entry, layer, /*paged=*/false, kvRows);
       entry.arg("path", tensor({kDyn, kDyn}, i32()));
       entry.arg("length", tensor({kDyn}, i32()));
       entry.beginBody();
-      auto compact = KvCompactOp::create(builder, loc, entry["k"], entry["v"],
-                                         entry["path"], entry["length"]);
-      entry.finish({compact.getNewKey(), compact.getNewValue()}, {"k'", "v'"});
+      if (layer.latentKv) {
+        auto compact = KvCompactOp::create(builder, loc, entry["kv"], Value(),
+                                           entry["path"], entry["length"]);
+        entry.finish({compact.getNewKey()}, {"kv'"});
+      } else {
+        auto compact = KvCompactOp::create(builder, loc, entry["k"], entry["v"],
+                                           entry["path"], entry["length"]);
+        entry.finish({compact.getNewKey(), compact.getNewValue()},
+                     {"k'", "v'"});
+      }
     }
   }
 
@@ -764,14 +825,12 @@ private:
     const bool paged = layer.pageSize > 0;
     EntryBuilder entry(builder, module, layer.name);
     entry.arg("q", perRow(layer.numHeads, layer.headDim));
-    if (paged) {
-      entry.arg("k_cache", pagedCache(layer, layer.headDim));
-      entry.arg("v_cache", pagedCache(layer, layer.valueDim));
+    declareKeysValues(entry, layer, paged, [&](int64_t features) {
+      return paged ? pagedCache(layer, features)
+                   : perRow(layer.numKvHeads, features);
+    });
+    if (paged)
       declarePageTable(entry);
-    } else {
-      entry.arg("k", perRow(layer.numKvHeads, layer.headDim));
-      entry.arg("v", perRow(layer.numKvHeads, layer.valueDim));
-    }
     if (layer.gate != GateKind::None)
       entry.arg("gate",
                 perRow(layer.numHeads, layer.gate == GateKind::Elementwise
@@ -793,12 +852,13 @@ private:
     auto optional = [&](StringRef name) {
       return entry.has(name) ? entry[name] : Value();
     };
+    auto [k, v] = keysValues(entry, layer, paged);
     if (layer.sparsity) {
       // The reader allows sparsity over a paged cache only.
-      SparseSdpaOp sparse = addSparseAttention(
-          layer, entry, mask, scale, softcap, entry["q"], entry["k_cache"],
-          entry["v_cache"], entry["kmeta_pages"], entry["page_table"],
-          entry["seq_lens"], optional("cu_seqlens_q"));
+      SparseSdpaOp sparse =
+          addSparseAttention(layer, entry, mask, scale, softcap, entry["q"], k,
+                             v, entry["kmeta_pages"], entry["page_table"],
+                             entry["seq_lens"], optional("cu_seqlens_q"));
       finishAttention(entry, gated(entry, sparse.getOutput()), sparse.getLse());
       addPagedMeta(layer);
       addAppend(layer);
@@ -807,8 +867,7 @@ private:
       return;
     }
     auto sdpa = SdpaOp::create(
-        builder, loc, entry["q"], paged ? entry["k_cache"] : entry["k"],
-        paged ? entry["v_cache"] : entry["v"], Value(), sinksOf(entry),
+        builder, loc, entry["q"], k, v, Value(), sinksOf(entry),
         optional("page_table"), optional("seq_lens"), optional("cu_seqlens_q"),
         optional("cu_seqlens_k"), mask, scale, softcap, returnLse(layer));
     addVariantRegions(sdpa, layer, entry);
@@ -828,8 +887,9 @@ private:
                     FloatAttr softcap) {
     EntryBuilder entry(builder, module, layer.name + ".tree");
     entry.arg("q", rows(layer.numHeads, layer.headDim));
-    entry.arg("k_cache", pagedCache(layer, layer.headDim));
-    entry.arg("v_cache", pagedCache(layer, layer.valueDim));
+    declareKeysValues(entry, layer, /*paged=*/true, [&](int64_t features) {
+      return pagedCache(layer, features);
+    });
     declarePageTable(entry);
     entry.arg("parents", tensor({kDyn, kDyn}, i32()));
     declareGate(entry, layer);
@@ -837,11 +897,11 @@ private:
     declareVariantInputs(entry, layer);
     entry.beginBody();
     auto [window, chunk] = treeMask(layer);
+    auto [k, v] = keysValues(entry, layer, /*paged=*/true);
     auto tree = TreeSdpaOp::create(
-        builder, builder.getUnknownLoc(), entry["q"], entry["k_cache"],
-        entry["v_cache"], entry["parents"], Value(), sinksOf(entry),
-        entry["page_table"], entry["seq_lens"], window, chunk, scale, softcap,
-        returnLse(layer));
+        builder, builder.getUnknownLoc(), entry["q"], k, v, entry["parents"],
+        Value(), sinksOf(entry), entry["page_table"], entry["seq_lens"], window,
+        chunk, scale, softcap, returnLse(layer));
     addVariantRegions(tree, layer, entry);
     finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
   }
@@ -850,12 +910,14 @@ private:
   /// seq_lens -> kmeta_pages, the bounds of each page's keys.
   void addPagedMeta(const AttentionLayer &layer) {
     EntryBuilder entry(builder, module, layer.name + ".meta");
-    entry.arg("k_cache", pagedCache(layer, layer.headDim));
+    entry.arg(layer.latentKv ? "kv_cache" : "k_cache",
+              pagedCache(layer, layer.headDim));
     declarePageTable(entry);
     entry.beginBody();
-    Value meta = BlockMetaOp::create(
-        builder, builder.getUnknownLoc(), entry["k_cache"], entry["page_table"],
-        entry["seq_lens"], builder.getI64IntegerAttr(layer.pageSize));
+    Value meta = BlockMetaOp::create(builder, builder.getUnknownLoc(),
+                                     keysOf(entry, layer, /*paged=*/true),
+                                     entry["page_table"], entry["seq_lens"],
+                                     builder.getI64IntegerAttr(layer.pageSize));
     entry.finish({meta}, {"kmeta_pages"});
   }
 
@@ -866,8 +928,10 @@ private:
   }
 
   /// <layer>.append (SPEC §8): k_new, v_new, slots, k_cache, v_cache (both
-  /// updated in place), no outputs.
+  /// updated in place), no outputs; with latent_kv kv_new, slots, kv_cache.
   void addAppend(const AttentionLayer &layer) {
+    if (layer.latentKv)
+      return addLatentAppend(layer);
     EntryBuilder entry(builder, module, layer.name + ".append");
     entry.arg("k_new",
               tensor({kDyn, layer.numKvHeads, layer.headDim}, element));
@@ -881,6 +945,18 @@ private:
         builder, builder.getUnknownLoc(), entry["k_new"], entry["v_new"],
         entry["slots"], entry["k_cache"], entry["v_cache"]);
     entry.finish({}, {}, {append.getNewKeyCache(), append.getNewValueCache()});
+  }
+  void addLatentAppend(const AttentionLayer &layer) {
+    EntryBuilder entry(builder, module, layer.name + ".append");
+    entry.arg("kv_new",
+              tensor({kDyn, layer.numKvHeads, layer.headDim}, element));
+    entry.arg("slots", tensor({kDyn}, i32()));
+    entry.arg("kv_cache", pagedCache(layer, layer.headDim), /*inPlace=*/true);
+    entry.beginBody();
+    auto append =
+        KvAppendOp::create(builder, builder.getUnknownLoc(), entry["kv_new"],
+                           Value(), entry["slots"], entry["kv_cache"], Value());
+    entry.finish({}, {}, {append.getNewKeyCache()});
   }
 
   static bool usesDecay(const LinearAttentionLayer &layer) {

@@ -16,6 +16,7 @@
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "llvm/ADT/EquivalenceClasses.h"
 #include "llvm/ADT/StringSet.h"
 
@@ -42,6 +43,11 @@ public:
         addValue(v);
       if (auto attention = dyn_cast<AttentionOpInterface>(op)) {
         addAttention(attention);
+        return WalkResult::advance();
+      }
+      if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+        int64_t rank = slice.getResultType().getRank();
+        uniteLeading(slice.getSource(), slice.getResult(), rank - 1);
         return WalkResult::advance();
       }
       addSelectionOrTree(op);
@@ -248,13 +254,15 @@ private:
     } else if (auto append = dyn_cast<KvAppendOp>(op)) {
       Value k = append.getKey();
       nameRole({k, 0}, "T");
-      unite({k, 0}, {append.getValue(), 0});
       unite({k, 0}, {append.getSlots(), 0});
       Value cache = append.getKeyCache();
       nameRole({cache, 0}, "NP");
-      for (Value other : {append.getValueCache(), append.getNewKeyCache(),
-                          append.getNewValueCache()})
-        unite({cache, 0}, {other, 0});
+      unite({cache, 0}, {append.getNewKeyCache(), 0});
+      if (append.getValue()) {
+        unite({k, 0}, {append.getValue(), 0});
+        unite({cache, 0}, {append.getValueCache(), 0});
+        unite({cache, 0}, {append.getNewValueCache(), 0});
+      }
     } else if (auto compact = dyn_cast<KvCompactOp>(op)) {
       Value k = compact.getKey();
       nameRole({k, 0}, "B");
@@ -262,7 +270,8 @@ private:
       nameRole({compact.getPath(), 1}, "T");
       for (Value kv :
            {compact.getValue(), compact.getNewKey(), compact.getNewValue()})
-        uniteLeading(k, kv, 3);
+        if (kv)
+          uniteLeading(k, kv, 3);
       unite({k, 0}, {compact.getPath(), 0});
       unite({k, 0}, {compact.getLength(), 0});
     }
@@ -529,6 +538,11 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+      if (failed(checkLeadingFeatureView(slice)))
+        return failure();
+      continue;
+    }
     if (isSelectionOrTreeOp(&op))
       continue;
     return op.emitError() << "no " << target << " lowering for '"
@@ -617,6 +631,12 @@ LogicalResult EntryLowering::run() {
     }
     if (isRegionConstant(op))
       continue;
+    if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
+      // A view of the source's leading features: the source's own buffer
+      // (checkLeadingFeatureView).
+      buffers.map(slice.getResult(), buffers.lookup(slice.getSource()));
+      continue;
+    }
     auto attention = dyn_cast<AttentionOpInterface>(op);
     if (!attention) {
       lowerOp(b, &op);
@@ -872,10 +892,11 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
   } else if (auto append = dyn_cast<KvAppendOp>(op)) {
     // The caches are in-place arguments (checked before lowering): the
     // kernel writes the new rows into their buffers.
-    bindOperands({append.getKey(), append.getValue(), append.getSlots(),
-                  append.getKeyCache(), append.getValueCache()});
-    buffers.map(append.getNewKeyCache(), bindings[3]);
-    buffers.map(append.getNewValueCache(), bindings[4]);
+    // k, [v], slots, k_cache, [v_cache].
+    bindOperands(append->getOperands());
+    buffers.map(append.getNewKeyCache(), buffers.lookup(append.getKeyCache()));
+    if (Value valueCache = append.getValueCache())
+      buffers.map(append.getNewValueCache(), buffers.lookup(valueCache));
   } else if (auto steps = dyn_cast<PathStepsOp>(op)) {
     bindOperands(steps->getOperands());
     Value input = bindings[0], path = bindings[1];
@@ -885,14 +906,16 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     bindResult(steps.getResult(), {m.dim(input, 0), m.dim(path, 1)});
   } else {
     auto compact = cast<KvCompactOp>(op);
+    // k, [v], path, length, k', [v'].
     bindOperands(compact->getOperands());
-    Value k = bindings[0], path = bindings[2];
+    Value k = bindings[0], path = buffers.lookup(compact.getPath());
     Value batch = m.dim(k, 0), keys = m.dim(k, 2);
     check(arith::CmpIPredicate::sge, keys, m.dim(path, 1),
           "attn.kv_compact: dim 2 of 'k' (P + T) must hold at least "
           "the T tree nodes of 'path'");
     bindResult(compact.getNewKey(), {batch, keys});
-    bindResult(compact.getNewValue(), {batch, keys});
+    if (Value newValue = compact.getNewValue())
+      bindResult(newValue, {batch, keys});
   }
   dispatchOp(b, op, bindings);
 }
@@ -945,6 +968,8 @@ LogicalResult EntryLowering::checkCachesInPlace(KvAppendOp op) {
   for (auto [cache, update] :
        {std::pair{op.getKeyCache(), op.getNewKeyCache()},
         std::pair{op.getValueCache(), op.getNewValueCache()}}) {
+    if (!cache)
+      continue;
     auto arg = dyn_cast<BlockArgument>(cache);
     auto tied = returnedAt.find(update);
     if (!arg || tied == returnedAt.end() || tied->second != arg.getArgNumber())
@@ -965,6 +990,52 @@ LogicalResult EntryLowering::checkStatePoolInPlace(AttentionOpInterface op) {
     return op->emitError()
            << "the state pool of a ragged batch must be an entry argument "
               "marked 'attn.in_place' and returned as its update";
+  return success();
+}
+
+LogicalResult
+EntryLowering::checkLeadingFeatureView(tensor::ExtractSliceOp slice) {
+  auto refuse = [&](const Twine &why) {
+    return slice.emitError()
+           << "no " << target
+           << " lowering for this 'tensor.extract_slice': " << why;
+  };
+  RankedTensorType source = slice.getSourceType();
+  RankedTensorType result = slice.getResultType();
+  const int64_t rank = source.getRank();
+  if (result.getRank() != rank)
+    return refuse("it drops dims");
+  auto isConstant = [](OpFoldResult value, int64_t constant) {
+    std::optional<int64_t> v = getConstantIntValue(value);
+    return v && *v == constant;
+  };
+  for (auto [d, offset, size, stride] :
+       llvm::enumerate(slice.getMixedOffsets(), slice.getMixedSizes(),
+                       slice.getMixedStrides())) {
+    if (!isConstant(offset, 0) || !isConstant(stride, 1))
+      return refuse("only offsets 0 and strides 1 are views");
+    if (static_cast<int64_t>(d) == rank - 1)
+      continue;
+    // A leading dim is kept whole: its size is the source's, a constant or
+    // the source's tensor.dim.
+    bool whole = false;
+    if (auto value = dyn_cast<Value>(size)) {
+      auto dim = value.getDefiningOp<tensor::DimOp>();
+      whole = dim && dim.getSource() == slice.getSource() &&
+              dim.getConstantIndex() == static_cast<int64_t>(d);
+    } else {
+      whole = isConstant(size, source.getDimSize(d));
+    }
+    if (!whole)
+      return refuse("it must keep dim " + Twine(d) + " whole");
+  }
+  for (OpOperand &use : slice.getResult().getUses()) {
+    auto attention = dyn_cast<AttentionOpInterface>(use.getOwner());
+    if (!attention || attention.getNormalizer() == Normalizer::RecurrentState ||
+        (use.get() != attention.getKey() && use.get() != attention.getValue()))
+      return refuse("a view of leading features may only be the keys or "
+                    "values of softmax attention");
+  }
   return success();
 }
 

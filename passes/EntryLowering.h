@@ -19,6 +19,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
@@ -116,6 +117,15 @@ protected:
   LogicalResult checkStatePoolInPlace(AttentionOpInterface op);
   /// attn.kv_append's caches are in-place arguments it updates.
   LogicalResult checkCachesInPlace(KvAppendOp op);
+  /// Whether `slice` takes the leading features of every row of its source
+  /// (offsets 0, strides 1, every dim but the last whole) and only feeds the
+  /// keys or values of softmax attention. Such a slice is a view: its buffer
+  /// is the source's. The kernels index key and value rows by position and
+  /// read features below their static count, so a wider row is nothing to
+  /// them; one latent cache thus serves as keys and values (DeepSeek's MLA)
+  /// without a copy. A strided memref would say the same, but the kernels'
+  /// calling convention passes identity layouts only.
+  LogicalResult checkLeadingFeatureView(tensor::ExtractSliceOp slice);
 
   /// The buffer of `result`: the output argument it is returned through, or
   /// a new allocation with `dynamicSizes` (host index values, one per

@@ -492,7 +492,7 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   if (isa<KvAppendOp>(op)) {
     // A thread per (new token, kv head, feature of k then v).
     Value k = bindings[0];
-    Value features = m.index(m.staticDim(k, 2) + m.staticDim(bindings[1], 2));
+    Value features = m.index(KvCopyBindings::forAppend(bindings).features());
     return dispatchKernel(
         b, m.mul(m.mul(m.dim(k, 0), m.index(m.staticDim(k, 1))), features), all,
         [&](OpBuilder &builder, TypeRange types) {
@@ -500,7 +500,7 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
         });
   }
   Value k = bindings[0];
-  Value features = m.index(m.staticDim(k, 3) + m.staticDim(bindings[1], 3));
+  Value features = m.index(KvCopyBindings::forCompact(bindings).features());
   Value threads =
       m.mul(m.mul(m.mul(m.dim(k, 0), m.index(m.staticDim(k, 1))), m.dim(k, 2)),
             features);

@@ -1241,7 +1241,8 @@ KvCompactOp::inferReturnTypes(MLIRContext *context,
                               std::optional<Location> location, Adaptor adaptor,
                               SmallVectorImpl<Type> &inferredReturnTypes) {
   inferredReturnTypes.push_back(adaptor.getKey().getType());
-  inferredReturnTypes.push_back(adaptor.getValue().getType());
+  if (Value value = adaptor.getValue())
+    inferredReturnTypes.push_back(value.getType());
   return success();
 }
 
@@ -1250,7 +1251,8 @@ KvAppendOp::inferReturnTypes(MLIRContext *context,
                              std::optional<Location> location, Adaptor adaptor,
                              SmallVectorImpl<Type> &inferredReturnTypes) {
   inferredReturnTypes.push_back(adaptor.getKeyCache().getType());
-  inferredReturnTypes.push_back(adaptor.getValueCache().getType());
+  if (Value valueCache = adaptor.getValueCache())
+    inferredReturnTypes.push_back(valueCache.getType());
   return success();
 }
 
@@ -1260,24 +1262,35 @@ LogicalResult KvAppendOp::verify() {
   const char *const valueDims[] = {"T", "Hkv", "Dv"};
   const char *const slotDims[] = {"T"};
   const NamedTensor k = named("key", getKey(), keyDims);
-  const NamedTensor v = named("value", getValue(), valueDims);
   const NamedTensor slots = named("slots", getSlots(), slotDims);
   const NamedTensor kc = named("key_cache", getKeyCache(), kPagedKeyDims);
-  const NamedTensor vc = named("value_cache", getValueCache(), kPagedValueDims);
-  for (const NamedTensor *t : {&k, &v, &slots, &kc, &vc})
+  for (const NamedTensor *t : {&k, &slots, &kc})
     if (failed(checkRank(emit, *t)))
       return failure();
-  for (const NamedTensor *t : {&kc, &vc})
-    for (unsigned d : {1u, 2u, 3u})
-      if (failed(checkStaticDim(emit, *t, d)))
-        return failure();
+  for (unsigned d : {1u, 2u, 3u})
+    if (failed(checkStaticDim(emit, kc, d)))
+      return failure();
   if (failed(checkSameElementType(emit, kc, k)) ||
-      failed(checkSameElementType(emit, v, k)) ||
-      failed(checkSameElementType(emit, vc, k)) ||
-      failed(checkSameDim(emit, v, 0, k, 0)) ||
       failed(checkSameDim(emit, slots, 0, k, 0)) ||
       failed(checkSameDim(emit, k, 1, kc, 2)) ||
-      failed(checkSameDim(emit, k, 2, kc, 3)) ||
+      failed(checkSameDim(emit, k, 2, kc, 3)))
+    return failure();
+  if (static_cast<bool>(getValue()) != static_cast<bool>(getValueCache()))
+    return emitOpError() << "takes 'value' and 'value_cache' together (a "
+                            "latent cache has neither)";
+  if (!getValue())
+    return success();
+  const NamedTensor v = named("value", getValue(), valueDims);
+  const NamedTensor vc = named("value_cache", getValueCache(), kPagedValueDims);
+  for (const NamedTensor *t : {&v, &vc})
+    if (failed(checkRank(emit, *t)))
+      return failure();
+  for (unsigned d : {1u, 2u, 3u})
+    if (failed(checkStaticDim(emit, vc, d)))
+      return failure();
+  if (failed(checkSameElementType(emit, v, k)) ||
+      failed(checkSameElementType(emit, vc, k)) ||
+      failed(checkSameDim(emit, v, 0, k, 0)) ||
       failed(checkSameDim(emit, v, 1, vc, 2)) ||
       failed(checkSameDim(emit, v, 2, vc, 3)))
     return failure();
@@ -1290,19 +1303,23 @@ LogicalResult KvAppendOp::verify() {
 LogicalResult KvCompactOp::verify() {
   auto emit = [&]() { return emitOpError(); };
   NamedTensor k = named("key", getKey(), kTreeKeyDims);
-  NamedTensor v = named("value", getValue(), kTreeValueDims);
   NamedTensor path = named("path", getPath(), kTreeDims);
   NamedTensor length = named("length", getLength(), kBatchDims);
-  for (const NamedTensor *t : {&k, &v, &path, &length})
+  for (const NamedTensor *t : {&k, &path, &length})
     if (failed(checkRank(emit, *t)))
       return failure();
-  if (failed(checkSameElementType(emit, v, k)) ||
-      failed(checkSameDim(emit, v, 0, k, 0)) ||
-      failed(checkSameDim(emit, v, 1, k, 1)) ||
-      failed(checkSameDim(emit, v, 2, k, 2)) ||
-      failed(checkSameDim(emit, path, 0, k, 0)) ||
+  if (failed(checkSameDim(emit, path, 0, k, 0)) ||
       failed(checkSameDim(emit, length, 0, k, 0)))
     return failure();
+  if (getValue()) {
+    NamedTensor v = named("value", getValue(), kTreeValueDims);
+    if (failed(checkRank(emit, v)) ||
+        failed(checkSameElementType(emit, v, k)) ||
+        failed(checkSameDim(emit, v, 0, k, 0)) ||
+        failed(checkSameDim(emit, v, 1, k, 1)) ||
+        failed(checkSameDim(emit, v, 2, k, 2)))
+      return failure();
+  }
   if (path.isStatic(1) && k.isStatic(2) && k.dim(2) < path.dim(1))
     return emitOpError() << "'key' dim 2 (P+T) must hold at least the T = "
                          << path.dim(1) << " tree tokens of 'path', got "

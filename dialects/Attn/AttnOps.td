@@ -505,7 +505,7 @@ def Attn_TreeAcceptOp : Attn_PureOp<"tree_accept"> {
   }];
 }
 
-def Attn_KvAppendOp : Attn_PureOp<"kv_append"> {
+def Attn_KvAppendOp : Attn_PureOp<"kv_append", [AttrSizedOperandSegments]> {
   let summary = "writes new key and value rows into a paged cache";
   let description = [{
     SPEC §8's `<layer>.append`: token `t` of `key [T, Hkv, D]` and
@@ -514,22 +514,26 @@ def Attn_KvAppendOp : Attn_PureOp<"kv_append"> {
     `value_cache [NP, P, Hkv, Dv]`; the results are the caches with those
     rows replaced. An entry returns them as the updates of its
     `attn.in_place` cache arguments, so only the written rows are touched.
+    A latent cache, whose keys' leading features are its values (a layer
+    with `latent_kv`), has no value operands and one result.
 
     ```mlir
-    %kc2, %vc2 = attn.kv_append %k, %v, %slots into %kc, %vc
+    %kc2, %vc2 = attn.kv_append %k, %v at %slots into %kc, %vc
         : tensor<?x2x64xf32>, tensor<?x2x64xf32>, tensor<?xi32>,
           tensor<?x16x2x64xf32>, tensor<?x16x2x64xf32>
+    %kvc2 = attn.kv_append %kv at %slots into %kvc
+        : tensor<?x1x576xf32>, tensor<?xi32>, tensor<?x64x1x576xf32>
     ```
   }];
-  let arguments = (ins Attn_FloatTensor:$key, Attn_FloatTensor:$value,
+  let arguments = (ins Attn_FloatTensor:$key,
+                       Optional<Attn_FloatTensor>:$value,
                        Attn_I32Tensor:$slots, Attn_FloatTensor:$key_cache,
-                       Attn_FloatTensor:$value_cache);
+                       Optional<Attn_FloatTensor>:$value_cache);
   let results = (outs Attn_FloatTensor:$new_key_cache,
-                      Attn_FloatTensor:$new_value_cache);
+                      Optional<Attn_FloatTensor>:$new_value_cache);
   let assemblyFormat = [{
-    $key `,` $value `,` $slots `into` $key_cache `,` $value_cache attr-dict
-    `:` type($key) `,` type($value) `,` type($slots) `,` type($key_cache)
-    `,` type($value_cache)
+    $key (`,` $value^)? `at` $slots `into` $key_cache (`,` $value_cache^)?
+    attr-dict `:` type(operands)
   }];
 }
 
@@ -540,21 +544,23 @@ def Attn_KvCompactOp : Attn_PureOp<"kv_compact"> {
     unchanged except rows `P .. P + length - 1`, which hold rows
     `P + path[0 .. length - 1]` in path order. `path [B, T]` and
     `length [B]` are the results of `attn.tree_accept`; `T` is `path`'s
-    second dimension.
+    second dimension. A latent cache (its keys' leading features are its
+    values) has no `value` and one result.
 
     ```mlir
-    %k2, %v2 = attn.kv_compact %k, %v, %path, %length
+    %k2, %v2 = attn.kv_compact %k, %v along %path, %length
         : tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x?xi32>,
           tensor<?xi32>
     ```
   }];
-  let arguments = (ins Attn_FloatTensor:$key, Attn_FloatTensor:$value,
+  let arguments = (ins Attn_FloatTensor:$key,
+                       Optional<Attn_FloatTensor>:$value,
                        Attn_I32Tensor:$path, Attn_I32Tensor:$length);
   let results = (outs Attn_FloatTensor:$new_key,
-                      Attn_FloatTensor:$new_value);
+                      Optional<Attn_FloatTensor>:$new_value);
   let assemblyFormat = [{
-    $key `,` $value `,` $path `,` $length attr-dict `:` type($key) `,`
-    type($value) `,` type($path) `,` type($length)
+    $key (`,` $value^)? `along` $path `,` $length attr-dict `:`
+    type(operands)
   }];
 }
 

@@ -635,3 +635,32 @@ func::FuncOp mlir::attn::buildPathStepsKernel(OpBuilder &builder, Location loc,
   func::ReturnOp::create(b);
   return func;
 }
+
+KvCopyBindings KvCopyBindings::forAppend(ValueRange bindings) {
+  const bool values = bindings.size() == 5;
+  KvCopyBindings kv;
+  kv.copies.push_back({bindings[0], bindings[values ? 3 : 2]});
+  if (values)
+    kv.copies.push_back({bindings[1], bindings[4]});
+  kv.indices.push_back(bindings[values ? 2 : 1]);
+  return kv;
+}
+
+KvCopyBindings KvCopyBindings::forCompact(ValueRange bindings) {
+  const bool values = bindings.size() == 6;
+  KvCopyBindings kv;
+  kv.copies.push_back({bindings[0], bindings[values ? 4 : 3]});
+  if (values)
+    kv.copies.push_back({bindings[1], bindings[5]});
+  kv.indices.append({bindings[values ? 2 : 1], bindings[values ? 3 : 2]});
+  return kv;
+}
+
+int64_t KvCopyBindings::features() const {
+  int64_t features = 0;
+  for (auto [from, to] : copies) {
+    auto type = cast<ShapedType>(from.getType());
+    features += type.getDimSize(type.getRank() - 1);
+  }
+  return features;
+}

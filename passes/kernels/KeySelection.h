@@ -15,6 +15,21 @@
 
 namespace mlir::attn {
 
+/// The bindings of attn.kv_append, `k, [v], slots, k_cache, [v_cache]`,
+/// and of attn.kv_compact, `k, [v], path, length, k', [v']`, on the host or
+/// in a kernel: the rows each copies from and to (the keys, then the values
+/// unless a latent cache holds both) and its index tensors (slots; path
+/// and length).
+struct KvCopyBindings {
+  SmallVector<std::pair<Value, Value>, 2> copies;
+  SmallVector<Value, 2> indices;
+
+  static KvCopyBindings forAppend(ValueRange bindings);
+  static KvCopyBindings forCompact(ValueRange bindings);
+  /// The features a row of every copy holds in all: the sources' last dims.
+  int64_t features() const;
+};
+
 /// The (batch, head, row) of a per-row workgroup (or thread) over
 /// [B, H, Lq].
 struct RowOfWorkgroup {

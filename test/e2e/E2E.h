@@ -123,6 +123,19 @@ struct CaseDraws {
   bool chance(int percent) { return static_cast<int>(rng() % 100) < percent; }
 };
 
+/// The first `features` features of every row of `t` (any rank): the
+/// values a latent cache holds in its keys (a layer's "latent_kv").
+inline ref::Tensor leadingFeatures(const ref::Tensor &t, int64_t features) {
+  std::vector<int64_t> shape = t.shape();
+  const int64_t width = shape.back();
+  shape.back() = features;
+  ref::Tensor out(shape);
+  for (int64_t row = 0; row < t.size() / width; ++row)
+    for (int64_t f = 0; f < features; ++f)
+      out.values()[row * features + f] = t.values()[row * width + f];
+  return out;
+}
+
 /// Attention sinks of `heads` heads (a layer's "sinks": true): logits in
 /// the range of the scores, with head 0's -inf (no sink) and, beside it, one
 /// high enough to take most of its rows' weight.

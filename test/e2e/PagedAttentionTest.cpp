@@ -188,6 +188,39 @@ TEST_P(PagedAppend, WritesEachTokenToItsSlot) {
   EXPECT_EQ(ref::maxRelativeError(fromRuntime(inputs[4]), vExpected), 0.0);
 }
 
+// A latent cache's append (latent_kv): kv_new, slots, kv_cache, the one
+// cache written in place.
+TEST_P(PagedAppend, WritesEachTokenToItsSlotOfALatentCache) {
+  const Backend backend = GetParam();
+  const int64_t P = 3, T = 6, pages = 4, D = 40;
+  std::string skip;
+  std::unique_ptr<Model> model = compileAndLoadFor(
+      backend, modelDescription(R"({"model": "p", "layers": [{"name": "attn",
+        "type": "attention", "num_heads": 8, "num_kv_heads": 1,
+        "head_dim": 40, "value_dim": 32, "latent_kv": true,
+        "layout": {"page_size": 3}}]})"),
+      2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(8);
+  ref::Tensor kvNew = randomF32({T, 1, D}, rng, -1, 1);
+  ref::IntTensor slots({T});
+  const int32_t chosen[T] = {11, -1, 0, 5, 4, 9};
+  for (int64_t t = 0; t < T; ++t)
+    slots(t) = chosen[t];
+  ref::Tensor kvCache = randomF32({pages, P, 1, D}, rng, -1, 1);
+  ref::Tensor expected = kvCache;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; chosen[t] >= 0 && d < D; ++d)
+      expected(chosen[t] / P, chosen[t] % P, 0, d) = kvNew(t, 0, d);
+  std::vector<Tensor> inputs{toRuntime(kvNew), intsToRuntime(slots),
+                             toRuntime(kvCache)};
+  std::vector<Tensor> outputs = runEntry(*model, "attn.append", inputs);
+  EXPECT_TRUE(outputs.empty());
+  EXPECT_EQ(ref::maxRelativeError(fromRuntime(inputs[2]), expected), 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, PagedAppend, allBackends(),
                          [](const auto &info) {
                            return std::string(backendName(info.param));
@@ -201,6 +234,8 @@ struct PagedTreeCase {
   std::optional<int64_t> window;
   /// A chunked mask of chunks of this many positions (instead of a window).
   std::optional<int64_t> chunk = std::nullopt;
+  /// One latent cache (latent_kv), the values its keys' first features.
+  bool latent = false;
 };
 
 class PagedTree
@@ -220,6 +255,8 @@ TEST_P(PagedTree, MatchesEachSequencesTree) {
         R"(, "mask": {"sliding_window": )" + std::to_string(*c.window) + "}";
   if (c.chunk)
     json += R"(, "mask": {"chunked": )" + std::to_string(*c.chunk) + "}";
+  if (c.latent)
+    json += R"(, "latent_kv": true)";
   json += "}]}";
   std::string skip;
   std::unique_ptr<Model> model =
@@ -251,7 +288,8 @@ TEST_P(PagedTree, MatchesEachSequencesTree) {
     for (int64_t p = 0; p < mostPages; ++p)
       table(b, p) = p * P < n ? order[used++] : -1;
     ref::Tensor k = ref::randomTensor({1, kHkv, n, kD}, rng);
-    ref::Tensor v = ref::randomTensor({1, kHkv, n, kDv}, rng);
+    ref::Tensor v = c.latent ? leadingFeatures(k, kDv)
+                             : ref::randomTensor({1, kHkv, n, kDv}, rng);
     for (int64_t j = 0; j < n; ++j)
       for (int64_t h = 0; h < kHkv; ++h) {
         for (int64_t d = 0; d < kD; ++d)
@@ -262,9 +300,11 @@ TEST_P(PagedTree, MatchesEachSequencesTree) {
     keys.push_back(std::move(k));
     values.push_back(std::move(v));
   }
-  std::vector<Tensor> inputs{toRuntime(q),           toRuntime(kCache),
-                             toRuntime(vCache),      intsToRuntime(table),
-                             intsToRuntime(lengths), intsToRuntime(parents)};
+  std::vector<Tensor> inputs{toRuntime(q), toRuntime(kCache)};
+  if (!c.latent)
+    inputs.push_back(toRuntime(vCache));
+  for (const ref::IntTensor *ints : {&table, &lengths, &parents})
+    inputs.push_back(intsToRuntime(*ints));
   std::vector<Tensor> outputs = runEntry(*model, "attn.tree", inputs);
   ASSERT_EQ(outputs.size(), 1u);
   ref::Tensor o = fromRuntime(outputs[0]);
@@ -295,7 +335,14 @@ std::vector<PagedTreeCase> treeCases() {
           {"few_nodes_p5", 5, {37, 3}, 6, std::nullopt},
           {"many_nodes_p16", 16, {20, 70}, 40, std::nullopt},
           {"window_p1", 1, {50, 3}, 12, 8},
-          {"chunked_p5", 5, {37, 3, 60}, 15, std::nullopt, 16}};
+          {"chunked_p5", 5, {37, 3, 60}, 15, std::nullopt, 16},
+          {"latent_p5",
+           5,
+           {37, 0, 60},
+           13,
+           std::nullopt,
+           std::nullopt,
+           /*latent=*/true}};
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, PagedTree,
@@ -319,6 +366,8 @@ struct PagedSparseCase {
   /// A ragged batch's query rows per sequence (`queries` is then unused);
   /// empty: [B, H, Lq, D] queries.
   std::vector<int64_t> rows = {};
+  /// One latent cache (latent_kv), the values its keys' first features.
+  bool latent = false;
 };
 
 class PagedSparsity
@@ -342,6 +391,8 @@ TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
                      (ragged ? R"(, "ragged": true})" : "}");
   if (!c.gate.empty())
     json += R"(, "gate": ")" + c.gate + "\"";
+  if (c.latent)
+    json += R"(, "latent_kv": true)";
   json += "}]}";
   std::string skip;
   std::unique_ptr<Model> model =
@@ -380,7 +431,8 @@ TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
     for (int64_t p = 0; p <= mostPages; ++p)
       table(b, p) = p * P < n ? order[used++] : 999; // junk past the pages
     ref::Tensor k = ref::randomTensor({1, kHkv, n, kD}, rng);
-    ref::Tensor v = ref::randomTensor({1, kHkv, n, kDv}, rng);
+    ref::Tensor v = c.latent ? leadingFeatures(k, kDv)
+                             : ref::randomTensor({1, kHkv, n, kDv}, rng);
     for (int64_t j = 0; j < n; ++j)
       for (int64_t h = 0; h < kHkv; ++h) {
         for (int64_t d = 0; d < kD; ++d)
@@ -443,9 +495,11 @@ TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
                 perSequence[b](0, h, i, d);
     return all;
   };
-  std::vector<Tensor> inputs{toRuntime(pack(queries, kD)), toRuntime(kCache),
-                             toRuntime(vCache), intsToRuntime(table),
-                             intsToRuntime(lengths)};
+  std::vector<Tensor> inputs{toRuntime(pack(queries, kD)), toRuntime(kCache)};
+  if (!c.latent)
+    inputs.push_back(toRuntime(vCache));
+  inputs.push_back(intsToRuntime(table));
+  inputs.push_back(intsToRuntime(lengths));
   if (!c.gate.empty())
     inputs.push_back(toRuntime(pack(gates, gateDim)));
   inputs.push_back(toRuntime(pageMeta));
@@ -623,6 +677,27 @@ std::vector<PagedSparseCase> sparseCases() {
                  R"("causal")",
                  "headwise",
                  {2, 9, 1}});
+  PagedSparseCase latent{
+      "latent_topk_extend", 5, {37, 9, 80}, 3, topK, 3, 1, 1};
+  latent.latent = true;
+  all.push_back(latent);
+  PagedSparseCase raggedLatent{
+      "ragged_latent_topp_after_topk",
+      16,
+      {100, 9, 64},
+      0,
+      R"({"method": "top_p", "top_k": 4, "sink_blocks": 1,
+          "local_blocks": 1, "top_p": 0.8, "min_tokens": 4,
+          "max_tokens": 40})",
+      4,
+      1,
+      1,
+      topP,
+      R"("causal")",
+      "elementwise",
+      {2, 9, 1}};
+  raggedLatent.latent = true;
+  all.push_back(raggedLatent);
   all.push_back({"ragged_topp_alone_no_mask",
                  5,
                  {60, 0, 23},

@@ -36,6 +36,9 @@ struct RaggedCase {
   bool softcapAlibi = false, documents = false;
   /// Attention sinks (randomSinks), after the gate.
   bool sinks = false;
+  /// One latent cache: kv [Tk, Hkv, 24] (or kv_cache), the values its first
+  /// 20 features.
+  bool latent = false;
   int64_t heads = 4, kvHeads = 2;
 };
 
@@ -62,6 +65,8 @@ std::string modelJson(const RaggedCase &c) {
     json += R"(, "return_lse": true)";
   if (c.sinks)
     json += R"(, "sinks": true)";
+  if (c.latent)
+    json += R"(, "latent_kv": true)";
   return json + "}]}";
 }
 
@@ -101,7 +106,8 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
   const int64_t kH = c.heads, kHkv = c.kvHeads;
   ref::Tensor q = ref::randomTensor({T, kH, kD}, rng);
   ref::Tensor k = ref::randomTensor({Tk, kHkv, kD}, rng);
-  ref::Tensor v = ref::randomTensor({Tk, kHkv, kDv}, rng);
+  ref::Tensor v = c.latent ? leadingFeatures(k, kDv)
+                           : ref::randomTensor({Tk, kHkv, kDv}, rng);
   ref::Tensor gate = ref::randomTensor({T, kH, c.headwise ? 1 : kDv}, rng);
   // Document ids per (sequence, position): runs of 1 .. 12 positions.
   const int64_t mostKeys = *std::max_element(c.keys.begin(), c.keys.end()) + 1;
@@ -141,12 +147,15 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
             vCache(table(b, j / P), j % P, h, d) = v(cuK(b) + j, h, d);
         }
     }
-    for (const Tensor &t : {toRuntime(kCache), toRuntime(vCache),
-                            intsToRuntime(table), intsToRuntime(lengths)})
-      inputs.push_back(t);
+    inputs.push_back(toRuntime(kCache));
+    if (!c.latent)
+      inputs.push_back(toRuntime(vCache));
+    inputs.push_back(intsToRuntime(table));
+    inputs.push_back(intsToRuntime(lengths));
   } else {
     inputs.push_back(toRuntime(k));
-    inputs.push_back(toRuntime(v));
+    if (!c.latent)
+      inputs.push_back(toRuntime(v));
   }
   if (c.gate)
     inputs.push_back(toRuntime(gate));
@@ -263,6 +272,16 @@ std::vector<RaggedCase> cases() {
   all.push_back(
       {"packed_chunked", queries, keys, 0, R"({"chunked": 16})", true, true});
   all.push_back({"paged_chunked_p5", queries, keys, 5, R"({"chunked": 9})"});
+  // A latent cache (MLA): packed, and paged with one kv head and a group of
+  // 16 query heads (DeepSeek's decode), decode and extend rows mixed.
+  RaggedCase latent{"packed_latent_gate_lse", queries, keys};
+  latent.gate = latent.lse = latent.latent = true;
+  all.push_back(latent);
+  RaggedCase pagedLatent{"paged_latent_mqa16_p5", queries, keys, 5};
+  pagedLatent.latent = true;
+  pagedLatent.heads = 16;
+  pagedLatent.kvHeads = 1;
+  all.push_back(pagedLatent);
   return all;
 }
 
@@ -295,6 +314,7 @@ std::vector<RaggedCase> randomCases(int count) {
     c.softcapAlibi = draw.chance(20);
     c.documents = draw.chance(20);
     c.sinks = draw.chance(30);
+    c.latent = draw.chance(15);
     switch (draw.rng() % 4) {
     case 0:
       c.heads = 3, c.kvHeads = 1;

@@ -44,6 +44,9 @@ struct AttentionCase {
   int threads = 2;
   /// Attention sinks (randomSinks), the entry's input after the gate.
   bool sinks = false;
+  /// One latent cache `kv` for keys and values, the values its first
+  /// valueDim features (DeepSeek's MLA, absorbed).
+  bool latentKv = false;
 };
 
 void PrintTo(const AttentionCase &c, std::ostream *os) { *os << c.label; }
@@ -61,6 +64,8 @@ std::string modelJson(const AttentionCase &c) {
     json << R"(, "scale": )" << *c.scale;
   if (c.sinks)
     json << R"(, "sinks": true)";
+  if (c.latentKv)
+    json << R"(, "latent_kv": true)";
   json << "}]}";
   return json.str();
 }
@@ -84,16 +89,19 @@ void checkAttention(const AttentionCase &c, Backend backend,
                             -c.range, c.range, dtype);
   ref::Tensor k = randomF32({c.batch, c.kvHeads, c.keys, c.headDim}, rng,
                             -c.range, c.range, dtype);
-  ref::Tensor v = randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, -1.0,
-                            1.0, dtype);
+  ref::Tensor v = c.latentKv
+                      ? leadingFeatures(k, c.valueDim)
+                      : randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng,
+                                  -1.0, 1.0, dtype);
   std::optional<ref::Tensor> gate;
   if (c.gate != "none")
     gate = randomF32(
         {c.batch, c.heads, c.queries, c.gate == "elementwise" ? c.valueDim : 1},
         rng, -3.0, 3.0, dtype);
 
-  std::vector<Tensor> inputs{toRuntime(q, dtype), toRuntime(k, dtype),
-                             toRuntime(v, dtype)};
+  std::vector<Tensor> inputs{toRuntime(q, dtype), toRuntime(k, dtype)};
+  if (!c.latentKv)
+    inputs.push_back(toRuntime(v, dtype));
   if (gate)
     inputs.push_back(toRuntime(*gate, dtype));
   ref::Score score;
@@ -563,6 +571,76 @@ std::vector<AttentionCase> cases() {
        .keys = 150,
        .dtype = "bf16",
        .sinks = true});
+  // A latent cache (DeepSeek's MLA, absorbed): one kv tensor, the values
+  // its first value_dim features. DeepSeek-V3's decode shape (16 heads of
+  // one tensor-parallel rank, 512 + 64 features) with 1 and 2 rows (MTP),
+  // prefill on the flash path, a gate, GQA, values as wide as the keys,
+  // and bf16.
+  add({.label = "latent_mla_decode",
+       .heads = 16,
+       .kvHeads = 1,
+       .headDim = 576,
+       .valueDim = 512,
+       .scale = 0.1352,
+       .batch = 2,
+       .queries = 1,
+       .keys = 301,
+       .latentKv = true});
+  add({.label = "latent_mla_mtp_rows2",
+       .heads = 16,
+       .kvHeads = 1,
+       .headDim = 576,
+       .valueDim = 512,
+       .scale = 0.1352,
+       .queries = 2,
+       .keys = 150,
+       .latentKv = true});
+  add({.label = "latent_mla_prefill_bf16",
+       .heads = 4,
+       .kvHeads = 1,
+       .headDim = 576,
+       .valueDim = 512,
+       .scale = 0.1352,
+       .queries = 37,
+       .keys = 45,
+       .dtype = "bf16",
+       .latentKv = true});
+  add({.label = "latent_flash_odd_dims",
+       .heads = 4,
+       .kvHeads = 1,
+       .headDim = 40,
+       .valueDim = 24,
+       .gate = "elementwise",
+       .queries = 70,
+       .keys = 90,
+       .latentKv = true});
+  add({.label = "latent_gqa4_window_decode",
+       .heads = 8,
+       .kvHeads = 2,
+       .headDim = 72,
+       .valueDim = 64,
+       .mask = R"({"sliding_window": 40})",
+       .queries = 3,
+       .keys = 200,
+       .sinks = true,
+       .latentKv = true});
+  add({.label = "latent_values_are_keys",
+       .heads = 2,
+       .kvHeads = 2,
+       .headDim = 32,
+       .valueDim = 32,
+       .queries = 17,
+       .keys = 17,
+       .latentKv = true});
+  add({.label = "latent_bf16_tiles",
+       .heads = 8,
+       .kvHeads = 2,
+       .headDim = 96,
+       .valueDim = 64,
+       .queries = 130,
+       .keys = 150,
+       .dtype = "bf16",
+       .latentKv = true});
   // Every mask x gate x GQA ratio, with lengths no tile divides and both
   // paths (flash for Lq = 37, split-KV for Lq = 2).
   const std::pair<const char *, const char *> masks[] = {
@@ -639,6 +717,7 @@ std::vector<AttentionCase> randomCases(int count) {
     c.dtype = draw.chance(50) ? "f32" : draw.chance(50) ? "bf16" : "f16";
     c.threads = static_cast<int>(draw.pick({1, 2, 3, 4}));
     c.sinks = draw.chance(25);
+    c.latentKv = c.valueDim <= c.headDim && draw.chance(15);
     all.push_back(c);
   }
   return all;
@@ -667,7 +746,8 @@ std::vector<AttentionCase> warpgroupCases() {
       all.push_back(c);
     } else if (c.label == "odd_dims" || c.label == "custom_scale" ||
                c.label == "window_gqa8_softcap" ||
-               c.label == "sinks_causal_gqa4") {
+               c.label == "sinks_causal_gqa4" ||
+               c.label == "latent_flash_odd_dims") {
       c.label += "_bf16";
       c.dtype = "bf16";
       all.push_back(c);

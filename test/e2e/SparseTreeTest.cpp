@@ -848,6 +848,9 @@ struct TreeCase {
   bool chain = false;
   /// Attention sinks (randomSinks) after the gate.
   bool sinks = false;
+  /// One latent cache `kv` (latent_kv): the values are its keys' first
+  /// valueDim features, and .compact moves its rows alone.
+  bool latent = false;
 };
 
 void PrintTo(const TreeCase &c, std::ostream *os) { *os << c.label; }
@@ -859,7 +862,8 @@ std::string treeJson(const TreeCase &c) {
        << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
        << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
        << c.mask << R"(, "gate": ")" << c.gate << R"(", "sinks": )"
-       << (c.sinks ? "true" : "false")
+       << (c.sinks ? "true" : "false") << R"(, "latent_kv": )"
+       << (c.latent ? "true" : "false")
        << R"(, "tree": true}], "speculative": {"max_tree_nodes": 64}})";
   return json.str();
 }
@@ -879,15 +883,19 @@ TEST_P(TreeAttention, MatchesReference) {
   const int64_t keys = c.prefix + c.nodes;
   ref::Tensor q = randomF32({c.batch, c.heads, c.nodes, c.headDim}, rng, -2, 2);
   ref::Tensor k = randomF32({c.batch, c.kvHeads, keys, c.headDim}, rng, -2, 2);
-  ref::Tensor v = randomF32({c.batch, c.kvHeads, keys, c.valueDim}, rng, -1, 1);
+  ref::Tensor v =
+      c.latent ? leadingFeatures(k, c.valueDim)
+               : randomF32({c.batch, c.kvHeads, keys, c.valueDim}, rng, -1, 1);
   ref::IntTensor parents = randomParents(c.batch, c.nodes, rng, c.chain);
   std::optional<ref::Tensor> gate;
   if (c.gate != "none")
     gate = randomF32(
         {c.batch, c.heads, c.nodes, c.gate == "elementwise" ? c.valueDim : 1},
         rng, -3.0, 3.0);
-  std::vector<Tensor> inputs{toRuntime(q), toRuntime(k), toRuntime(v),
-                             intsToRuntime(parents)};
+  std::vector<Tensor> inputs{toRuntime(q), toRuntime(k)};
+  if (!c.latent)
+    inputs.push_back(toRuntime(v));
+  inputs.push_back(intsToRuntime(parents));
   if (gate)
     inputs.push_back(toRuntime(*gate));
   ref::Score score;
@@ -917,12 +925,19 @@ TEST_P(TreeAttention, MatchesReference) {
   expectSame(accepted[1], expectedAccept.length, "length");
   expectSame(accepted[2], expectedAccept.bonus, "bonus");
 
+  auto [expectedK, expectedV] =
+      ref::kvCompact(k, v, expectedAccept.path, expectedAccept.length);
+  if (c.latent) {
+    std::vector<Tensor> compacted = runEntry(
+        *model, "layer.compact", {toRuntime(k), accepted[0], accepted[1]});
+    ASSERT_EQ(compacted.size(), 1u);
+    expectClose(compacted[0], expectedK, 0.0, "kv'");
+    return;
+  }
   std::vector<Tensor> compacted =
       runEntry(*model, "layer.compact",
                {toRuntime(k), toRuntime(v), accepted[0], accepted[1]});
   ASSERT_EQ(compacted.size(), 2u);
-  auto [expectedK, expectedV] =
-      ref::kvCompact(k, v, expectedAccept.path, expectedAccept.length);
   expectClose(compacted[0], expectedK, 0.0, "k'");
   expectClose(compacted[1], expectedV, 0.0, "v'");
 }
@@ -982,6 +997,25 @@ std::vector<TreeCase> treeCases() {
        .prefix = 70,
        .nodes = 40,
        .sinks = true});
+  // A latent cache (MLA): MQA with 16 heads; a small tree (CUDA's split
+  // prefix) and a large one (the flash prefix).
+  add({.label = "latent_mqa16_small_tree",
+       .heads = 16,
+       .headDim = 72,
+       .valueDim = 64,
+       .prefix = 300,
+       .nodes = 5,
+       .latent = true});
+  add({.label = "latent_gqa_window_sinks",
+       .heads = 6,
+       .kvHeads = 2,
+       .headDim = 40,
+       .valueDim = 24,
+       .mask = R"({"sliding_window": 30})",
+       .prefix = 45,
+       .nodes = 33,
+       .sinks = true,
+       .latent = true});
   add({.label = "few_nodes_no_prefix", .batch = 2, .prefix = 0, .nodes = 4});
   add({.label = "root_only", .prefix = 25, .nodes = 1});
   // Small trees (at most 8 nodes): CUDA's decode flash kernel splits the

@@ -293,6 +293,59 @@ TEST(Frontend, SinksFollowTheGateAndTheBlockMetadata) {
             (Names{"k_new", "v_new", "slots", "k_cache", "v_cache"}));
 }
 
+TEST(Frontend, LatentCachesReplaceKeysAndValues) {
+  // "latent_kv": true: one cache `kv` (`kv_cache`) where other layers take
+  // k and v, in every entry; the values are its first value_dim features,
+  // a tensor.extract_slice of it.
+  const char *json = R"({"model": "m", "layers": [{"name": "a",
+    "type": "attention", "num_heads": 16, "num_kv_heads": 1,
+    "head_dim": 576, "value_dim": 512, "latent_kv": true, "tree": true,
+    "sparsity": {"method": "top_k", "block_size": 64, "top_k": 8}},
+   {"name": "r", "type": "attention", "num_heads": 16, "num_kv_heads": 1,
+    "head_dim": 576, "value_dim": 512, "latent_kv": true, "tree": true,
+    "gate": "elementwise", "layout": {"ragged": true, "page_size": 64}},
+   {"name": "p", "type": "attention", "num_heads": 4, "num_kv_heads": 1,
+    "head_dim": 24, "value_dim": 16, "latent_kv": true,
+    "layout": {"ragged": true}}]})";
+  llvm::Expected<ModelDescription> model = parseModelDescription(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  std::map<std::string, std::vector<std::string>> inputs, results;
+  module->walk([&](func::FuncOp func) {
+    for (unsigned i = 0; i < func.getNumArguments(); ++i) {
+      auto name = func.getArgAttrOfType<StringAttr>(i, "attn.name");
+      inputs[func.getSymName().str()].push_back(name ? name.str() : "?");
+    }
+    for (unsigned i = 0; i < func.getNumResults(); ++i) {
+      auto name = func.getResultAttrOfType<StringAttr>(i, "attn.name");
+      results[func.getSymName().str()].push_back(name ? name.str() : "?");
+    }
+  });
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(inputs["a"], (Names{"q", "kv", "kmeta"}));
+  EXPECT_EQ(inputs["a.meta"], (Names{"kv"}));
+  EXPECT_EQ(inputs["a.tree"], (Names{"q", "kv", "parents"}));
+  EXPECT_EQ(inputs["a.compact"], (Names{"kv", "path", "length"}));
+  EXPECT_EQ(results["a.compact"], (Names{"kv'"}));
+  EXPECT_EQ(inputs["r"], (Names{"q", "kv_cache", "page_table", "seq_lens",
+                                "gate", "cu_seqlens_q"}));
+  EXPECT_EQ(inputs["r.tree"], (Names{"q", "kv_cache", "page_table", "seq_lens",
+                                     "parents", "gate"}));
+  EXPECT_EQ(inputs["r.append"], (Names{"kv_new", "slots", "kv_cache"}));
+  EXPECT_EQ(inputs["p"], (Names{"q", "kv", "cu_seqlens_q", "cu_seqlens_k"}));
+  // Every attention reads its values through a view of the cache's leading
+  // features.
+  int views = 0;
+  module->walk([&](tensor::ExtractSliceOp slice) {
+    ++views;
+    EXPECT_EQ(slice.getResultType().getShape().back(),
+              slice.getSourceType().getShape().back() == 576 ? 512 : 16);
+  });
+  EXPECT_EQ(views, 5);
+}
+
 struct BadDescription {
   const char *json;
   const char *message;
@@ -338,11 +391,13 @@ INSTANTIATE_TEST_SUITE_P(
             R"({"model": "m", "layers": [{"name": "a", "type": "mlp"}]})",
             "$.layers[0].type: expected \"attention\" or "
             "\"linear_attention\", got \"mlp\""},
-        BadDescription{LAYER(R"(, "num_head": 8)"),
-                       "$.layers[0]: unknown key 'num_head'; expected one "
-                       "of: name, type, num_heads, num_kv_heads, head_dim, "
-                       "value_dim, mask, gate, softcap, scale, sparsity, "
-                       "tree, score_mod, mask_mod, return_lse, sinks, layout"},
+        BadDescription{
+            LAYER(R"(, "num_head": 8)"),
+            "$.layers[0]: unknown key 'num_head'; expected one "
+            "of: name, type, num_heads, num_kv_heads, head_dim, "
+            "value_dim, mask, gate, softcap, scale, sparsity, "
+            "tree, score_mod, mask_mod, return_lse, sinks, latent_kv, "
+            "layout"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": -8, "head_dim": 64}]})",
             "$.layers[0].num_heads: expected a positive integer, got -8"},
@@ -474,18 +529,25 @@ INSTANTIATE_TEST_SUITE_P(
         // The bounds of frontend/Limits.h (docs/limits.md).
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 8, "head_dim": 1048576}]})",
-            "$.layers[0].head_dim: expected an integer <= 512 (attn's limit), "
+            "$.layers[0].head_dim: expected an integer <= 576 (attn's limit), "
             "got 1048576"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 2147483648, "head_dim": 64}]})",
             "$.layers[0].num_heads: expected an integer <= 1024 (attn's "
             "limit), got 2147483648"},
-        BadDescription{LAYER(R"(, "value_dim": 513)"),
-                       "$.layers[0].value_dim: expected an integer <= 512 "
-                       "(attn's limit), got 513"},
+        BadDescription{LAYER(R"(, "value_dim": 577)"),
+                       "$.layers[0].value_dim: expected an integer <= 576 "
+                       "(attn's limit), got 577"},
+        // A latent cache's values are its keys' first value_dim features.
+        BadDescription{LAYER(R"(, "value_dim": 65, "latent_kv": true)"),
+                       "$.layers[0].value_dim: expected at most head_dim (64) "
+                       "with \"latent_kv\" (the values are the keys' first "
+                       "value_dim features), got 65"},
+        BadDescription{LAYER(R"(, "latent_kv": 1)"),
+                       "$.layers[0].latent_kv: expected true or false, got 1"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "k_dim": 8, "v_dim": 100000}]})",
-            "$.layers[0].v_dim: expected an integer <= 512 (attn's limit), "
+            "$.layers[0].v_dim: expected an integer <= 576 (attn's limit), "
             "got 100000"},
         BadDescription{LAYER(R"(, "mask": {"sliding_window": 4294967296})"),
                        "$.layers[0].mask.sliding_window: expected an integer "
@@ -840,7 +902,7 @@ TEST(HuggingFaceConfig, SizesAreBounded) {
     "layer_types": ["full_attention"], "num_attention_heads": 16,
     "hidden_size": 8})"),
             "$.hidden_size: without head_dim, the head dim is hidden_size / "
-            "num_attention_heads = 8 / 16 = 0; expected 1 to 512 (give "
+            "num_attention_heads = 8 / 16 = 0; expected 1 to 576 (give "
             "head_dim)");
   EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
     "num_hidden_layers": 1000000000000000, "full_attention_interval": 4, )") +

@@ -638,16 +638,17 @@ func::FuncOp mlir::attn::buildKvAppendKernel(OpBuilder &builder, Location loc,
   auto args = func.getArguments();
   // A workgroup per new token: its rows go to flat slot slots[t] of the
   // caches (the runtime checked it is -1 or a slot of the cache).
-  Value k = args[0], v = args[1], slots = args[2];
-  Value kCache = args[3], vCache = args[4], token = args[5];
-  const int64_t pageSize = staticDim(bindingTypes[3], 1);
-  const int64_t numKvHeads = staticDim(bindingTypes[3], 2);
+  KvCopyBindings kv = KvCopyBindings::forAppend(args.drop_back());
+  Value slots = kv.indices[0], token = args.back();
+  auto cacheType = cast<MemRefType>(kv.copies[0].second.getType());
+  const int64_t pageSize = cacheType.getDimSize(1);
+  const int64_t numKvHeads = cacheType.getDimSize(2);
   Value slot = e.loadInt(slots, {token});
   e.ifThen(e.icmp(arith::CmpIPredicate::sge, slot, e.i32(0)), [&] {
     Value flat = e.toIndex(slot);
     Value page = e.div(flat, e.index(pageSize));
     Value offset = e.rem(flat, e.index(pageSize));
-    for (auto [from, to] : {std::pair{k, kCache}, std::pair{v, vCache}}) {
+    for (auto [from, to] : kv.copies) {
       int64_t features = staticDim(from.getType(), 2);
       for (int64_t h = 0; h < numKvHeads; ++h)
         for (int64_t off = 0; off < features; off += e.width) {
@@ -672,8 +673,9 @@ func::FuncOp mlir::attn::buildKvCompactKernel(OpBuilder &builder, Location loc,
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
   auto args = func.getArguments();
-  Value k = args[0], v = args[1], path = args[2], length = args[3];
-  Value newK = args[4], newV = args[5], workgroup = args[6];
+  KvCopyBindings kv = KvCopyBindings::forCompact(args.drop_back());
+  Value k = kv.copies[0].first, path = kv.indices[0], length = kv.indices[1];
+  Value workgroup = args.back();
   const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
   Value c1 = e.index(1);
   Value lk = e.dim(k, 2), nodes = e.dim(path, 1);
@@ -695,7 +697,7 @@ func::FuncOp mlir::attn::buildKvCompactKernel(OpBuilder &builder, Location loc,
               e.add(prefixLength, e.toIndex(e.loadInt(path, {at.batch, n})))};
         },
         [&]() -> SmallVector<Value> { return {r}; })[0];
-    for (auto [from, to] : {std::pair{k, newK}, std::pair{v, newV}}) {
+    for (auto [from, to] : kv.copies) {
       int64_t features = staticDim(from.getType(), 3);
       for (int64_t off = 0; off < features; off += e.width) {
         int64_t lanes = std::min(e.width, features - off);

@@ -1286,6 +1286,35 @@ func::FuncOp mlir::attn::buildSimtGatheredSplitKernel(
 // KV compaction
 //===----------------------------------------------------------------------===//
 
+namespace {
+/// Copies feature `feature` of a row of `kv`'s copies (the features of the
+/// first copy, then of the second): from `from(d)` to `to(d)`, `d` the
+/// feature within its copy.
+void copyFeature(SimtEmitter &e, const KvCopyBindings &kv, Value feature,
+                 function_ref<SmallVector<Value>(Value)> from,
+                 function_ref<SmallVector<Value>(Value)> to) {
+  ImplicitLocOpBuilder &b = e.b;
+  auto copy = [&](std::pair<Value, Value> rows, Value d) {
+    memref::StoreOp::create(b, memref::LoadOp::create(b, rows.first, from(d)),
+                            rows.second, to(d));
+  };
+  if (kv.copies.size() == 1)
+    return copy(kv.copies[0], feature);
+  auto keyType = cast<MemRefType>(kv.copies[0].first.getType());
+  const int64_t keyFeatures = keyType.getDimSize(keyType.getRank() - 1);
+  e.ifElse(
+      e.icmp(arith::CmpIPredicate::ult, feature, e.index(keyFeatures)),
+      [&]() -> SmallVector<Value> {
+        copy(kv.copies[0], feature);
+        return {};
+      },
+      [&]() -> SmallVector<Value> {
+        copy(kv.copies[1], e.sub(feature, e.index(keyFeatures)));
+        return {};
+      });
+}
+} // namespace
+
 func::FuncOp mlir::attn::buildSimtKvCompactKernel(OpBuilder &builder,
                                                   Location loc, StringRef name,
                                                   const GpuTiling &tiling,
@@ -1296,17 +1325,17 @@ func::FuncOp mlir::attn::buildSimtKvCompactKernel(OpBuilder &builder,
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  Value k = args[0], v = args[1], path = args[2], length = args[3];
-  Value newK = args[4], newV = args[5], thread = args[6];
+  KvCopyBindings kv = KvCopyBindings::forCompact(args.drop_back());
+  Value k = kv.copies[0].first, path = kv.indices[0], length = kv.indices[1];
+  Value thread = args.back();
   const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
-  const int64_t D = staticDim(bindingTypes[0], 3);
-  const int64_t Dv = staticDim(bindingTypes[1], 3);
+  const int64_t features = kv.features();
 
-  // Thread order (batch, kv head, row, feature), the D features of k then
-  // the Dv of v fastest.
-  Value feature = e.rem(thread, e.index(D + Dv));
+  // Thread order (batch, kv head, row, feature), the features of k then
+  // those of v fastest.
+  Value feature = e.rem(thread, e.index(features));
   Value lk = e.dim(k, 2), nodes = e.dim(path, 1);
-  RowOfWorkgroup at(e, e.div(thread, e.index(D + Dv)), numKvHeads, lk);
+  RowOfWorkgroup at(e, e.div(thread, e.index(features)), numKvHeads, lk);
   Value r = at.row;
   // Row P + n (n < length) takes row P + path[n]; others stay.
   Value prefixLength = e.sub(lk, nodes);
@@ -1320,22 +1349,13 @@ func::FuncOp mlir::attn::buildSimtKvCompactKernel(OpBuilder &builder,
         return {e.add(prefixLength, e.toIndex(e.loadInt(path, {at.batch, n})))};
       },
       [&]() -> SmallVector<Value> { return {r}; })[0];
-  Value ofKey = e.icmp(arith::CmpIPredicate::ult, feature, e.index(D));
-  e.ifElse(
-      ofKey,
-      [&]() -> SmallVector<Value> {
-        memref::StoreOp::create(
-            b,
-            memref::LoadOp::create(b, k, {at.batch, at.head, source, feature}),
-            newK, ValueRange{at.batch, at.head, r, feature});
-        return {};
+  copyFeature(
+      e, kv, feature,
+      [&](Value d) {
+        return SmallVector<Value>{at.batch, at.head, source, d};
       },
-      [&]() -> SmallVector<Value> {
-        Value d = e.sub(feature, e.index(D));
-        memref::StoreOp::create(
-            b, memref::LoadOp::create(b, v, {at.batch, at.head, source, d}),
-            newV, ValueRange{at.batch, at.head, r, d});
-        return {};
+      [&](Value d) {
+        return SmallVector<Value>{at.batch, at.head, r, d};
       });
   func::ReturnOp::create(b);
   return func;
@@ -1351,18 +1371,18 @@ func::FuncOp mlir::attn::buildSimtKvAppendKernel(OpBuilder &builder,
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  Value k = args[0], v = args[1], slots = args[2];
-  Value kCache = args[3], vCache = args[4], thread = args[5];
-  const int64_t pageSize = staticDim(bindingTypes[3], 1);
-  const int64_t numKvHeads = staticDim(bindingTypes[3], 2);
-  const int64_t D = staticDim(bindingTypes[0], 2);
-  const int64_t Dv = staticDim(bindingTypes[1], 2);
+  KvCopyBindings kv = KvCopyBindings::forAppend(args.drop_back());
+  Value slots = kv.indices[0], thread = args.back();
+  auto cacheType = cast<MemRefType>(kv.copies[0].second.getType());
+  const int64_t pageSize = cacheType.getDimSize(1);
+  const int64_t numKvHeads = cacheType.getDimSize(2);
+  const int64_t features = kv.features();
 
-  // Thread order (token, kv head, feature), the D features of k then the
-  // Dv of v fastest; the token's rows go to flat slot slots[t] of the
-  // caches (the runtime checked it is -1 or a slot of the cache).
-  Value feature = e.rem(thread, e.index(D + Dv));
-  Value rest = e.div(thread, e.index(D + Dv));
+  // Thread order (token, kv head, feature), the features of k then those
+  // of v fastest; the token's rows go to flat slot slots[t] of the caches
+  // (the runtime checked it is -1 or a slot of the cache).
+  Value feature = e.rem(thread, e.index(features));
+  Value rest = e.div(thread, e.index(features));
   Value head = e.rem(rest, e.index(numKvHeads));
   Value token = e.div(rest, e.index(numKvHeads));
   Value slot = e.loadInt(slots, {token});
@@ -1370,21 +1390,13 @@ func::FuncOp mlir::attn::buildSimtKvAppendKernel(OpBuilder &builder,
     Value flat = e.toIndex(slot);
     Value page = e.div(flat, e.index(pageSize));
     Value offset = e.rem(flat, e.index(pageSize));
-    Value ofKey = e.icmp(arith::CmpIPredicate::ult, feature, e.index(D));
-    e.ifElse(
-        ofKey,
-        [&]() -> SmallVector<Value> {
-          memref::StoreOp::create(
-              b, memref::LoadOp::create(b, k, {token, head, feature}), kCache,
-              ValueRange{page, offset, head, feature});
-          return {};
+    copyFeature(
+        e, kv, feature,
+        [&](Value d) {
+          return SmallVector<Value>{token, head, d};
         },
-        [&]() -> SmallVector<Value> {
-          Value d = e.sub(feature, e.index(D));
-          memref::StoreOp::create(
-              b, memref::LoadOp::create(b, v, {token, head, d}), vCache,
-              ValueRange{page, offset, head, d});
-          return {};
+        [&](Value d) {
+          return SmallVector<Value>{page, offset, head, d};
         });
   });
   func::ReturnOp::create(b);

@@ -94,7 +94,15 @@ func.func @paged_half(%q: tensor<2x8x1x64xf32>, %k: tensor<9x16x2x64xf32>, %v: t
 
 func.func @append_heads(%k: tensor<5x4x64xf32>, %v: tensor<5x4x32xf32>, %s: tensor<5xi32>, %kc: tensor<9x16x2x64xf32>, %vc: tensor<9x16x2x32xf32>) {
   // expected-error @+1 {{'key' dim 1 (Hkv) must match 'key_cache' dim 2 (Hkv): expected 2, got 4}}
-  %a, %b = attn.kv_append %k, %v, %s into %kc, %vc : tensor<5x4x64xf32>, tensor<5x4x32xf32>, tensor<5xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
+  %a, %b = attn.kv_append %k, %v at %s into %kc, %vc : tensor<5x4x64xf32>, tensor<5x4x32xf32>, tensor<5xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @append_values_without_their_cache(%k: tensor<5x2x64xf32>, %v: tensor<5x2x32xf32>, %s: tensor<5xi32>, %kc: tensor<9x16x2x64xf32>) {
+  // expected-error @+1 {{takes 'value' and 'value_cache' together (a latent cache has neither)}}
+  %a = attn.kv_append %k, %v at %s into %kc : tensor<5x2x64xf32>, tensor<5x2x32xf32>, tensor<5xi32>, tensor<9x16x2x64xf32>
   return
 }
 
@@ -102,7 +110,7 @@ func.func @append_heads(%k: tensor<5x4x64xf32>, %v: tensor<5x4x32xf32>, %s: tens
 
 func.func @append_slots(%k: tensor<5x2x64xf32>, %v: tensor<5x2x32xf32>, %s: tensor<4xi32>, %kc: tensor<9x16x2x64xf32>, %vc: tensor<9x16x2x32xf32>) {
   // expected-error @+1 {{'slots' dim 0 (T) must match 'key' dim 0 (T): expected 5, got 4}}
-  %a, %b = attn.kv_append %k, %v, %s into %kc, %vc : tensor<5x2x64xf32>, tensor<5x2x32xf32>, tensor<4xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
+  %a, %b = attn.kv_append %k, %v at %s into %kc, %vc : tensor<5x2x64xf32>, tensor<5x2x32xf32>, tensor<4xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
   return
 }
 
