@@ -33,6 +33,20 @@
 //  - gpt_oss (GptOssConfig): as gemma2's layers (even layers slide), with
 //    learned attention sinks: each entry takes the layer's `sinks [H]`
 //    (transformers' `self_attn.sinks`, one logit per query head).
+//  - deepseek_v2, deepseek_v3, kimi_k2 (DeepseekV2Config,
+//    DeepseekV3Config): multi-head latent attention (MLA), causal, in its
+//    two forms, which serving engines use for prefill and for decode:
+//      - full_attention: the keys and values expanded per head by
+//        kv_b_proj, `num_attention_heads` heads of `qk_nope_head_dim` +
+//        `qk_rope_head_dim` features and values of `v_head_dim`;
+//      - latent_attention: the absorbed form over the compressed cache,
+//        one kv head of `kv_lora_rank` + `qk_rope_head_dim` features whose
+//        first `kv_lora_rank` are the values ("latent_kv"); the queries
+//        are q_nope times W_UK per head beside q_pe, and the output, in
+//        the latent space, goes through W_UV after attention.
+//    Both scale scores by (qk_nope_head_dim + qk_rope_head_dim)^-1/2,
+//    times mscale^2 with YaRN's mscale = 0.1 mscale_all_dim ln(factor) + 1
+//    when `rope_scaling` sets `mscale_all_dim` (and factor > 1).
 //
 // attn's own key `speculative` (SPEC §3's object, e.g. {"max_tree_nodes":
 // 64}) turns on speculative verification: every kind gets "tree": true, so
@@ -74,7 +88,8 @@ enum class Family {
   Gemma2,
   Gemma3,
   Llama4,
-  GptOss
+  GptOss,
+  DeepSeek
 };
 
 /// What the config class assumes for a key a config leaves out: hub
@@ -92,7 +107,8 @@ struct ModelType {
 };
 
 // transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
-// Gemma2Config, Gemma3TextConfig, Llama4TextConfig and GptOssConfig
+// Gemma2Config, Gemma3TextConfig, Llama4TextConfig, GptOssConfig,
+// DeepseekV2Config and DeepseekV3Config (Kimi K2's)
 // (num_key_value_heads unset means num_attention_heads, head_dim unset
 // hidden_size / num_attention_heads).
 const ModelType kModelTypes[] = {
@@ -106,7 +122,10 @@ const ModelType kModelTypes[] = {
     {"gemma3", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}},
     {"llama4_text", Family::Llama4, {40, 8, 128, 5120, 48, {}}},
     {"llama4", Family::Llama4, {40, 8, 128, 5120, 48, {}}},
-    {"gpt_oss", Family::GptOss, {64, 8, 64, 2880, 36, 128}}};
+    {"gpt_oss", Family::GptOss, {64, 8, 64, 2880, 36, 128}},
+    {"deepseek_v2", Family::DeepSeek, {32, 32, {}, 4096, 30, {}}},
+    {"deepseek_v3", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}},
+    {"kimi_k2", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}}};
 
 /// The config object, its JSON path and its class's defaults.
 struct Config {
@@ -210,6 +229,7 @@ std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
     };
   }
   case Family::Llama:
+  case Family::DeepSeek:
     break;
   case Family::Mistral: {
     llvm::StringRef kind =
@@ -253,12 +273,15 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
     if (!llvm::is_contained(kinds, kind))
       kinds.push_back(kind.str());
   };
-  const llvm::StringRef allowed[] = {
-      kFullAttention, family == Family::Qwen3Next ? kLinearAttention
+  std::vector<llvm::StringRef> allowed{kFullAttention};
+  if (family != Family::DeepSeek)
+    allowed.push_back(family == Family::Qwen3Next ? kLinearAttention
                       : family == Family::Llama4  ? kChunkedAttention
-                                                  : kSlidingAttention};
+                                                  : kSlidingAttention);
   const std::string expected =
-      llvm::formatv("\"{0}\" or \"{1}\"", allowed[0], allowed[1]).str();
+      allowed.size() == 1
+          ? llvm::formatv("\"{0}\"", allowed[0]).str()
+          : llvm::formatv("\"{0}\" or \"{1}\"", allowed[0], allowed[1]).str();
   const std::string typesPath = Reader::join(config.path, "layer_types");
   if (const json::Value *types = config.object.get("layer_types")) {
     const json::Array *array = types->getAsArray();
@@ -286,10 +309,11 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
     }
     return kinds;
   }
-  // Without layer_types, Llama and Mistral have one kind whatever the
-  // count; the others' kinds follow the layer index.
+  // Without layer_types, Llama, Mistral and DeepSeek have one kind whatever
+  // the count; the others' kinds follow the layer index.
   int64_t layers =
-      family == Family::Llama || family == Family::Mistral
+      family == Family::Llama || family == Family::Mistral ||
+              family == Family::DeepSeek
           ? 1
           : reader.integer(config.object, config.path, "num_hidden_layers",
                            config.defaults.layers, 1, limits::kMaxLayers);
@@ -384,6 +408,82 @@ AttentionLayer readSoftmaxAttention(Reader &reader, const Config &config,
   return layer;
 }
 
+/// DeepSeek's score scale: qk_head_dim^-1/2, times mscale^2 when
+/// `rope_scaling` (transformers 5: `rope_parameters`) sets a nonzero
+/// `mscale_all_dim`, with YaRN's mscale = 0.1 mscale_all_dim ln(factor) + 1
+/// (1 for factor <= 1), as transformers' DeepseekV3Attention computes it.
+double deepSeekScale(Reader &reader, const Config &config, int64_t qkHeadDim) {
+  double scale = 1.0 / std::sqrt(static_cast<double>(qkHeadDim));
+  llvm::StringRef key =
+      isSet(config, "rope_scaling") ? "rope_scaling" : "rope_parameters";
+  if (!isSet(config, key))
+    return scale;
+  const std::string path = Reader::join(config.path, key);
+  const json::Object *rope = reader.object(config.object.get(key), path);
+  if (!rope)
+    return scale;
+  std::optional<double> mscaleAllDim =
+      reader.number(*rope, path, "mscale_all_dim");
+  if (!mscaleAllDim || *mscaleAllDim == 0.0)
+    return scale;
+  std::optional<double> factor = reader.number(*rope, path, "factor");
+  if (!factor) {
+    reader.fail(Reader::join(path, "factor"),
+                "expected a number (the YaRN factor that mscale_all_dim "
+                "scales), got " +
+                    Reader::describe(rope->get("factor")));
+    return scale;
+  }
+  double mscale =
+      *factor <= 1.0 ? 1.0 : 0.1 * *mscaleAllDim * std::log(*factor) + 1.0;
+  return scale * mscale * mscale;
+}
+
+/// DeepSeek's multi-head latent attention: `full_attention` with the keys
+/// and values expanded per head, and `latent_attention`, the absorbed form
+/// over the compressed cache (see the file comment).
+std::vector<AttentionLayer> readLatentAttention(Reader &reader,
+                                                const Config &config) {
+  const json::Object &object = config.object;
+  const std::string &path = config.path;
+  auto feature = [&](llvm::StringRef key, int64_t fallback) {
+    return reader.integer(object, path, key, fallback, 1,
+                          limits::kMaxFeatureDim);
+  };
+  // transformers' defaults (both classes).
+  const int64_t nope = feature("qk_nope_head_dim", 128);
+  const int64_t rope = feature("qk_rope_head_dim", 64);
+  const int64_t valueDim = feature("v_head_dim", 128);
+  const int64_t rank = feature("kv_lora_rank", 512);
+  AttentionLayer full;
+  full.name = kFullAttention.str();
+  full.numHeads =
+      reader.integer(object, path, "num_attention_heads",
+                     config.defaults.numHeads, 1, limits::kMaxHeads);
+  full.numKvHeads = full.numHeads;
+  full.headDim = nope + rope;
+  full.valueDim = valueDim;
+  full.mask = MaskKind::Causal;
+  AttentionLayer latent = full;
+  latent.name = "latent_attention";
+  latent.numKvHeads = 1;
+  latent.headDim = rank + rope;
+  latent.valueDim = rank;
+  latent.latentKv = true;
+  for (auto [dim, what] :
+       {std::pair{full.headDim, "qk_nope_head_dim + qk_rope_head_dim"},
+        std::pair{latent.headDim, "kv_lora_rank + qk_rope_head_dim"}})
+    if (!reader.failed() && dim > limits::kMaxFeatureDim)
+      reader.fail(Reader::join(path, "qk_rope_head_dim"),
+                  llvm::formatv("{0} = {1}; attn's head dims go to {2}", what,
+                                dim, limits::kMaxFeatureDim)
+                      .str());
+  if (reader.failed())
+    return {};
+  full.scale = latent.scale = deepSeekScale(reader, config, full.headDim);
+  return {full, latent};
+}
+
 LinearAttentionLayer readLinearAttention(Reader &reader, const Config &config) {
   const json::Object &object = config.object;
   const std::string &path = config.path;
@@ -466,6 +566,11 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
       LinearAttentionLayer layer = readLinearAttention(reader, config);
       layer.tree = speculative;
       model.layers.push_back(layer);
+    } else if (type->family == Family::DeepSeek) {
+      for (AttentionLayer &layer : readLatentAttention(reader, config)) {
+        layer.tree = speculative;
+        model.layers.push_back(layer);
+      }
     } else {
       AttentionLayer layer =
           readSoftmaxAttention(reader, config, type->family, kind);

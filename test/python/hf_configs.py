@@ -1,7 +1,7 @@
 # RUN: %attn_python %s
 # Hugging Face configs of softmax models (llama, mistral, qwen2, qwen3,
-# gemma2, gemma3_text, gemma3, llama4, gpt_oss): each layer kind's entry equals
-# attention as transformers computes it for that config
+# gemma2, gemma3_text, gemma3, llama4, gpt_oss, deepseek_v3): each layer
+# kind's entry equals attention as transformers computes it for that config
 # (eager_attention_forward: scores times the config's scaling, Gemma's logit
 # softcap, transformers' causal, sliding-window and chunked masks — key kv
 # visible to query q iff q - window < kv <= q, or kv <= q in the same chunk —
@@ -101,5 +101,49 @@ for path in sorted(glob.glob(os.path.join(INPUTS, "*.json"))) + [GPT_OSS]:
             assert err < 1e-5, (path, entry, lq, err)
         checked.append(f"{os.path.basename(path)}:{entry}")
 
-assert len(checked) == 15, checked
+# DeepSeek-V3's multi-head latent attention. transformers expands the
+# compressed cache per head (kv_b_proj: k_nope = W_UK c, v = W_UV c) and
+# attends with q = [q_nope, q_pe], k = [k_nope, k_pe]: full_attention must
+# equal that. latent_attention attends over the cache [c, k_pe] itself with
+# the absorbed queries [W_UK^T q_nope, q_pe]; its output times W_UV must
+# equal it too (q . k = (W_UK^T q_nope) . c + q_pe . k_pe). The scale is
+# transformers': (128 + 64)^-1/2 times YaRN's mscale^2 for factor 40.
+DEEPSEEK = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                        "examples", "deepseek-v3", "config.json")
+config = json.load(open(DEEPSEEK))
+config["num_attention_heads"] = 16  # one tensor-parallel rank's of 128
+m = attn.compile(config)
+assert m.entries == ["full_attention", "latent_attention"], m.entries
+heads, nope, rope, value_dim, rank = 16, 128, 64, 128, 512
+mscale = 0.1 * math.log(40) + 1
+scaling = (nope + rope) ** -0.5 * mscale * mscale
+w_uk = rng.standard_normal((heads, nope, rank)) / math.sqrt(rank)
+w_uv = rng.standard_normal((heads, value_dim, rank)) / math.sqrt(rank)
+lk = 41
+latent = rng.standard_normal((2, lk, rank))
+k_pe = rng.standard_normal((2, lk, rope))
+for lq in (1, 2, 9):
+    q_nope = 2 * rng.standard_normal((2, heads, lq, nope))
+    q_pe = 2 * rng.standard_normal((2, heads, lq, rope))
+    k = np.concatenate([np.einsum("blr,hnr->bhln", latent, w_uk),
+                        np.broadcast_to(k_pe[:, None], (2, heads, lk, rope))],
+                       -1)
+    v = np.einsum("blr,hvr->bhlv", latent, w_uv)
+    q = np.concatenate([q_nope, q_pe], -1)
+    f32 = [x.astype(np.float32) for x in (q, k, v)]
+    want = transformers_attention(*f32, scaling, None, None)
+    o = m["full_attention"](*f32)
+    err = np.abs(o - want).max() / np.abs(want).max()
+    assert err < 1e-5, ("full_attention", lq, err)
+    q_absorbed = np.concatenate([np.einsum("bhqn,hnr->bhqr", q_nope, w_uk),
+                                 q_pe], -1).astype(np.float32)
+    kv = np.concatenate([latent, k_pe], -1)[:, None].astype(np.float32)
+    o_latent = m["latent_attention"](q_absorbed, kv)
+    assert o_latent.shape == (2, heads, lq, rank), o_latent.shape
+    o = np.einsum("bhqr,hvr->bhqv", o_latent.astype(np.float64), w_uv)
+    err = np.abs(o - want).max() / np.abs(want).max()
+    assert err < 1e-5, ("latent_attention", lq, err)
+checked += ["deepseek-v3:full_attention", "deepseek-v3:latent_attention"]
+
+assert len(checked) == 17, checked
 print("hf configs:", ", ".join(checked))

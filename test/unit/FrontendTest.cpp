@@ -865,7 +865,8 @@ TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
   EXPECT_EQ(configError(R"({"model_type": "mamba", "num_hidden_layers": 2})"),
             "$.model_type: unsupported Hugging Face model type \"mamba\"; "
             "supported: qwen3_next, llama, mistral, qwen2, qwen3, gemma2, "
-            "gemma3_text, gemma3, llama4_text, llama4, gpt_oss");
+            "gemma3_text, gemma3, llama4_text, llama4, gpt_oss, deepseek_v2, "
+            "deepseek_v3, kimi_k2");
   EXPECT_EQ(configError(R"({"model_type": 3})"),
             "$.model_type: expected a string, got 3");
   EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
@@ -1058,9 +1059,53 @@ TEST(HuggingFaceConfig, SoftmaxFamiliesFollowTheirConfigClasses) {
   EXPECT_EQ(chunked.mask, MaskKind::Chunked);
   EXPECT_EQ(chunked.window, 8192);
   EXPECT_EQ(softmaxLayer(*llama4, "full_attention").mask, MaskKind::Causal);
+
+  // DeepSeek (V2's defaults here): MLA expanded per head, and absorbed over
+  // one latent cache whose first kv_lora_rank features are the values; no
+  // rope_scaling, so the scale is qk_head_dim^-1/2 (left to the default).
+  llvm::Expected<ModelDescription> deepSeek = parseModelInput(
+      R"({"model_type": "deepseek_v2", "kv_lora_rank": 256,
+          "qk_rope_head_dim": 32, "rope_scaling": {"type": "yarn",
+          "factor": 1.0, "mscale_all_dim": 0.707}})");
+  ASSERT_TRUE(static_cast<bool>(deepSeek))
+      << llvm::toString(deepSeek.takeError());
+  EXPECT_EQ(layerNames(R"({"model_type": "kimi_k2"})"),
+            (Names{"full_attention", "latent_attention"}));
+  const AttentionLayer &expanded = softmaxLayer(*deepSeek, "full_attention");
+  EXPECT_EQ(expanded.numHeads, 32);
+  EXPECT_EQ(expanded.numKvHeads, 32);
+  EXPECT_EQ(expanded.headDim, 128 + 32);
+  EXPECT_EQ(expanded.valueDim, 128);
+  EXPECT_FALSE(expanded.latentKv);
+  const AttentionLayer &absorbed = softmaxLayer(*deepSeek, "latent_attention");
+  EXPECT_EQ(absorbed.numHeads, 32);
+  EXPECT_EQ(absorbed.numKvHeads, 1);
+  EXPECT_EQ(absorbed.headDim, 256 + 32);
+  EXPECT_EQ(absorbed.valueDim, 256);
+  EXPECT_TRUE(absorbed.latentKv);
+  EXPECT_EQ(absorbed.mask, MaskKind::Causal);
+  // YaRN's factor 1 leaves mscale at 1.
+  ASSERT_TRUE(expanded.scale && absorbed.scale);
+  EXPECT_DOUBLE_EQ(*expanded.scale, 1.0 / std::sqrt(160.0));
+  EXPECT_DOUBLE_EQ(*absorbed.scale, *expanded.scale);
 }
 
 TEST(HuggingFaceConfig, SoftmaxFamilyErrorsNameThePath) {
+  EXPECT_EQ(configError(R"({"model_type": "deepseek_v3",
+      "layer_types": ["sliding_attention"]})"),
+            "$.layer_types[0]: expected \"full_attention\", got "
+            "\"sliding_attention\"");
+  EXPECT_EQ(configError(R"({"model_type": "deepseek_v3",
+      "kv_lora_rank": 1024})"),
+            "$.kv_lora_rank: expected an integer <= 576 (attn's limit), got "
+            "1024");
+  EXPECT_EQ(configError(R"({"model_type": "deepseek_v3",
+      "qk_rope_head_dim": 128})"),
+            "$.qk_rope_head_dim: kv_lora_rank + qk_rope_head_dim = 640; "
+            "attn's head dims go to 576");
+  EXPECT_EQ(configError(R"({"model_type": "deepseek_v3",
+      "rope_scaling": {"factor": "40", "mscale_all_dim": 1}})"),
+            "$.rope_scaling.factor: expected a number, got \"40\"");
   EXPECT_EQ(configError(R"({"model_type": "llama4_text",
       "num_hidden_layers": 2, "no_rope_layers": [1, 2]})"),
             "$.no_rope_layers[1]: expected 0 (NoPE: full attention) or 1 "
