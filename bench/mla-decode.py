@@ -8,8 +8,8 @@ would hold. The latent form reads 9x fewer bytes per key and does 3.4x more
 multiply-adds (every head scores 576 features and sums 512); which wins
 depends on whether the machine is bound by memory or by arithmetic. Medians
 of 21 interleaved runs after a warm-up, milliseconds, beside the machine's
-copy bandwidth measured in the same run. The outputs are checked to agree
-through W_UV first.
+ceilings measured in the same run: its copy bandwidth and NumPy's sgemm
+(OpenBLAS) GFLOP/s. The outputs are checked to agree through W_UV first.
 
     PYTHONPATH=build/python python3 bench/mla-decode.py [--threads N]
 """
@@ -69,11 +69,19 @@ for L in args.keys:
         lambda: model["full_attention"](q, k, v))
     source = np.ones(kv.nbytes // 4, np.float32)
     target = np.empty_like(source)
-    copy_ms, = median_ms(lambda: np.copyto(target, source))
+    a = rng.standard_normal((1024, 1024)).astype(np.float32)
+    copy_ms, sgemm_ms = median_ms(lambda: np.copyto(target, source),
+                                  lambda: a @ a)
     bandwidth = 2 * source.nbytes / copy_ms / 1e6
-    print(f"L={L:6d}  latent {latent_ms:8.3f} ms ({kv.nbytes / 2**20:6.1f} "
-          f"MiB, {kv.nbytes / latent_ms / 1e6:5.1f} GB/s)  expanded "
-          f"{expanded_ms:8.3f} ms ({(k.nbytes + v.nbytes) / 2**20:6.1f} MiB, "
-          f"{(k.nbytes + v.nbytes) / expanded_ms / 1e6:5.1f} GB/s)  "
-          f"latent/expanded = {latent_ms / expanded_ms:.2f}x  "
-          f"copy {bandwidth:.1f} GB/s")
+    sgemm = 2 * 1024 ** 3 / sgemm_ms / 1e6
+    # A multiply-add per head and feature of each key's scores and values.
+    latent_flops = 2 * B * H * L * (RANK + ROPE + RANK)
+    expanded_flops = 2 * B * H * L * (NOPE + ROPE + DV)
+    print(f"L={L:6d}  latent {latent_ms:7.3f} ms "
+          f"({kv.nbytes / latent_ms / 1e6:5.1f} GB/s, "
+          f"{latent_flops / latent_ms / 1e6:5.1f} GFLOP/s)  expanded "
+          f"{expanded_ms:7.3f} ms "
+          f"({(k.nbytes + v.nbytes) / expanded_ms / 1e6:5.1f} GB/s, "
+          f"{expanded_flops / expanded_ms / 1e6:5.1f} GFLOP/s)  "
+          f"latent/expanded = {latent_ms / expanded_ms:.2f}x;  ceilings: "
+          f"copy {bandwidth:.1f} GB/s, sgemm {sgemm:.1f} GFLOP/s")
