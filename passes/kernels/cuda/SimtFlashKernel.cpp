@@ -171,10 +171,14 @@ private:
   eachWarp(function_ref<void(Value warpRow, Value lane, Value thread)> body,
            SimtEmitter::Sync sync = SimtEmitter::Sync::Block);
   SmallVector<LaneRow> laneRowsOf(Value warpRow, Value lane);
+  /// Which part of the value columns thread `thread`'s warp holds
+  /// (flash.valueParts), and its row `row`'s place in `quad`.
+  Value valuePartOf(Value thread);
+  Value quadRowOf(Value row, Value thread);
   /// The lane's place among the 4 that hold its rows.
   Value quadLaneOf(Value lane);
-  /// The combination of row r's 4 parts in `quad`.
-  Value combineQuad(Value r, function_ref<Value(Value, Value)> combine);
+  /// The combination of the 4 parts in row `quadRow` of `quad`.
+  Value combineQuad(Value quadRow, function_ref<Value(Value, Value)> combine);
   /// Fragment element `el` of lane row `at` in column block `block` (of
   /// `blocks` per row tile).
   SmallVector<Value> fragmentAt(const LaneRow &at, int64_t blocks,
@@ -558,7 +562,9 @@ void SimtFlashKernel::bindArguments(TypeRange bindingTypes) {
   group = shape.numHeads / shape.numKvHeads;
   RT = flash.rowTiles;
   keyBlocks = TK / WarpMmaOp::kFragmentColumns;
-  valueBlocks = Dvp / WarpMmaOp::kFragmentColumns;
+  // The blocks of 8 value columns of a warp's output fragment (its part of
+  // the columns with flash.valueParts > 1).
+  valueBlocks = flash.valueColumnsPerWarp() / WarpMmaOp::kFragmentColumns;
   storage = KernelEmitter::storageType(q);
   c0 = e.index(0), c1 = e.index(1), c32 = e.index(32);
 
@@ -777,7 +783,8 @@ void SimtFlashKernel::allocateBuffers() {
   }
   // The 4 lanes that hold a row (those of one lane / 4) exchange their parts
   // of its max and sum here: quad[row, lane % 4].
-  quad = e.shared({TQ, SimtFlashTiling::kLanesPerRow});
+  // Warps that split a row's value columns keep parts of their own.
+  quad = e.shared({flash.valueParts * TQ, SimtFlashTiling::kLanesPerRow});
   // Each lane keeps in registers its share of its warp's scores and output
   // (mma accumulator fragments: rows g and g + 8 of each of the warp's row
   // tiles of 16, two columns of every 8) and, for each of its rows, the
@@ -809,11 +816,22 @@ void SimtFlashKernel::eachWarp(
     SimtEmitter::Sync sync) {
   e.eachThread(
       [&](Value thread) {
-        Value warpRow = e.mul(e.div(thread, c32),
-                              e.index(WarpMmaOp::kRows * flash.rowTiles));
+        Value rowWarp = e.div(e.div(thread, c32), e.index(flash.valueParts));
+        Value warpRow =
+            e.mul(rowWarp, e.index(WarpMmaOp::kRows * flash.rowTiles));
         body(warpRow, e.rem(thread, c32), thread);
       },
       sync);
+}
+
+Value SimtFlashKernel::valuePartOf(Value thread) {
+  return e.rem(e.div(thread, c32), e.index(flash.valueParts));
+}
+
+Value SimtFlashKernel::quadRowOf(Value row, Value thread) {
+  if (flash.valueParts == 1)
+    return row;
+  return e.add(row, e.mul(valuePartOf(thread), e.index(TQ)));
 }
 
 SmallVector<SimtFlashKernel::LaneRow> SimtFlashKernel::laneRowsOf(Value warpRow,
@@ -832,11 +850,11 @@ Value SimtFlashKernel::quadLaneOf(Value lane) {
   return e.rem(lane, e.index(SimtFlashTiling::kLanesPerRow));
 }
 
-Value SimtFlashKernel::combineQuad(Value r,
+Value SimtFlashKernel::combineQuad(Value quadRow,
                                    function_ref<Value(Value, Value)> combine) {
-  Value all = e.load(quad, {r, c0});
+  Value all = e.load(quad, {quadRow, c0});
   for (int64_t i = 1; i < SimtFlashTiling::kLanesPerRow; ++i)
-    all = combine(all, e.load(quad, {r, e.index(i)}));
+    all = combine(all, e.load(quad, {quadRow, e.index(i)}));
   return all;
 }
 
@@ -1169,7 +1187,7 @@ void SimtFlashKernel::scoreProducts(Value firstKey, Value interiorTile,
                 [&] { return scoreTile(true); });
   Value quadLane = quadLaneOf(lane);
   for (auto [laneRow, partMax] : llvm::zip(laneRows, partMaxes))
-    e.store(partMax, quad, {laneRow.row, quadLane});
+    e.store(partMax, quad, {quadRowOf(laneRow.row, thread), quadLane});
 }
 
 void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues,
@@ -1197,7 +1215,8 @@ void SimtFlashKernel::updateSoftmax(Value keyTileIndex, bool stageValues,
         for (const LaneRow &laneRow : laneRows) {
           Value r = laneRow.row, h = e.index(laneRow.slot);
           Value tileMax =
-              combineQuad(r, [&](Value x, Value y) { return e.fmax(x, y); });
+              combineQuad(quadRowOf(r, thread),
+                          [&](Value x, Value y) { return e.fmax(x, y); });
           Value oldMax = e.load(m, h);
           Value newMax = e.fmax(oldMax, tileMax);
           Value safe = e.safeMax(newMax);
@@ -1282,9 +1301,21 @@ void SimtFlashKernel::multiplyValues(Value probabilities, Value valueBuffer,
                                      Value warpRow, Value lane, Value thread,
                                      bool async) {
   Value out = e.registersOf(outRegs, thread);
+  // The warp's part of the value columns: a view of the v tile (rows of
+  // columns, as mma.sync's tiles are; decode takes no warpgroups).
+  assert((flash.valueParts == 1 || !flash.warpgroupMma) &&
+         "value parts of a core-matrix tile");
+  const int64_t columns = flash.valueColumnsPerWarp();
+  if (flash.valueParts > 1)
+    valueBuffer = memref::SubViewOp::create(
+        b, valueBuffer,
+        ArrayRef<OpFoldResult>{b.getIndexAttr(0),
+                               e.mul(valuePartOf(thread), e.index(columns))},
+        ArrayRef<OpFoldResult>{b.getIndexAttr(TK), b.getIndexAttr(columns)},
+        ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
   auto outputOp = WarpMmaOp::create(b, e.registersOfWarp(probabilities, thread),
-                                    valueBuffer, out, warpRow, lane, /*n=*/Dvp,
-                                    /*k=*/TK);
+                                    valueBuffer, out, warpRow, lane,
+                                    /*n=*/columns, /*k=*/TK);
   outputOp.setAccumulate(true);
   outputOp.setAccFragment(true);
   outputOp.setLhsFragment(true);
@@ -1345,7 +1376,7 @@ void SimtFlashKernel::storeOutputs() {
         Value quadLane = quadLaneOf(lane);
         for (const LaneRow &laneRow : laneRowsOf(warpRow, lane))
           e.store(e.load(l, e.index(laneRow.slot)), quad,
-                  {laneRow.row, quadLane});
+                  {quadRowOf(laneRow.row, thread), quadLane});
       },
       SimtEmitter::Sync::Warp);
   eachWarp([&](Value warpRow, Value lane, Value thread) {
@@ -1356,8 +1387,8 @@ void SimtFlashKernel::storeOutputs() {
     for (const LaneRow &laneRow : laneRowsOf(warpRow, lane)) {
       Value r = laneRow.row;
       e.ifThen(lt(r, rows), [&] {
-        Value sum =
-            combineQuad(r, [&](Value x, Value y) { return e.fadd(x, y); });
+        Value sum = combineQuad(quadRowOf(r, thread),
+                                [&](Value x, Value y) { return e.fadd(x, y); });
         Value max = e.load(m, e.index(laneRow.slot));
         KernelEmitter::RowEnd end =
             e.endSoftmaxRow(e.fmul(max, maxToNatural), sum,
@@ -1365,9 +1396,13 @@ void SimtFlashKernel::storeOutputs() {
         Value inv = end.scale;
         SmallVector<Value> at = rowAt(r);
         RowGate rowGate(e, shape, gate, at);
+        // The warp's first value column (its part's).
+        Value firstColumn =
+            e.mul(valuePartOf(thread), e.index(flash.valueColumnsPerWarp()));
         for (int64_t block = 0; block < valueBlocks; ++block)
           for (int64_t el = 0; el < 2; ++el) {
-            Value d = layout.accColumn(e, e.index(block), el);
+            Value d =
+                e.add(firstColumn, layout.accColumn(e, e.index(block), el));
             auto storeElement = [&] {
               Value value = rowGate.apply(
                   e.fmul(e.load(o, fragmentAt(laneRow, valueBlocks, block, el)),
@@ -1377,15 +1412,20 @@ void SimtFlashKernel::storeOutputs() {
               outAt.push_back(d);
               e.store(value, out, outAt);
             };
-            // Blocks past Dv hold padding only; the last may hold both.
-            if ((block + 1) * WarpMmaOp::kFragmentColumns <= Dv)
+            // Blocks past Dv hold padding only; the last may hold both
+            // (with parts, Dv fills every part: chooseForDecode).
+            if (flash.valueParts > 1 ||
+                (block + 1) * WarpMmaOp::kFragmentColumns <= Dv)
               storeElement();
             else if (block * WarpMmaOp::kFragmentColumns < Dv)
               e.ifThen(lt(d, e.index(Dv)), storeElement);
           }
+        // One lane of one part writes the row's lse.
         if (lse)
-          e.ifThen(e.icmp(arith::CmpIPredicate::eq, quadLane, c0),
-                   [&] { e.store(end.lse, lse, at); });
+          e.ifThen(
+              both(e.icmp(arith::CmpIPredicate::eq, quadLane, c0),
+                   e.icmp(arith::CmpIPredicate::eq, valuePartOf(thread), c0)),
+              [&] { e.store(end.lse, lse, at); });
       });
     }
   });

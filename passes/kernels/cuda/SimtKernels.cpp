@@ -404,7 +404,7 @@ int64_t SimtFlashTiling::sharedBytes() const {
   return buffer(rows * headStride(), elementBytes) +           // q tile
          stages * buffer(keys * headStride(), elementBytes) +  // k tiles
          stages * buffer(keys * valueStride(), elementBytes) + // v tiles
-         buffer(rows * kLanesPerRow, 4);                       // quad exchange
+         buffer(valueParts * rows * kLanesPerRow, 4);          // quad exchange
 }
 
 SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
@@ -466,17 +466,31 @@ SimtFlashTiling::chooseForDecode(const SoftmaxAttentionShape &shape,
                                  Type storage, const GpuTiling &tiling) {
   const int64_t rows = shape.numHeads / shape.numKvHeads *
                        std::max<int64_t>(tiling.decodeMaxQueries, 1);
+  // Values wider than 256 columns (DeepSeek's latent values: 512) are split
+  // into parts of at most 128 over warps of the same rows, when the parts
+  // divide the values exactly (no part holds padding alone); the block then
+  // keeps at most 8 warps (registers for 255 each).
+  const int64_t fragmentColumns = WarpMmaOp::kFragmentColumns;
+  const int64_t paddedValueDim = roundUp(shape.valueDim, fragmentColumns);
+  int64_t valueParts = 1;
+  if (paddedValueDim > 256)
+    while (paddedValueDim / valueParts > 128 &&
+           shape.valueDim % (2 * valueParts * fragmentColumns) == 0)
+      valueParts *= 2;
   int64_t warps = 1;
-  while (warps < 4 && warps * WarpMmaOp::kRows < rows)
+  while (warps < 4 && warps * WarpMmaOp::kRows < rows &&
+         2 * warps * valueParts <= 8)
     warps *= 2;
   // Decode waits on memory: mma.sync's warps of 16 rows, not wgmma.
   GpuTiling decodeTiling = tiling;
   decodeTiling.flashWarpgroups = 0;
   SimtFlashTiling flash = choose(shape, storage, decodeTiling, warps);
+  flash.valueParts = valueParts;
+  flash.warps *= valueParts;
   // Above 128 value channels the output fragment alone takes 128 registers
   // or more: 32-key tiles (16 score registers, not 32) keep decode with
   // D = 256 from spilling, at no cost to a kernel that waits on memory.
-  if (flash.paddedValueDim > 128 && flash.keyTile > 32)
+  if (flash.valueColumnsPerWarp() > 128 && flash.keyTile > 32)
     flash.keyTile = 32;
   // Two stages of k and v, each half as many keys: the next tile's copies
   // in flight while one is used, in the shared memory of one stage, so

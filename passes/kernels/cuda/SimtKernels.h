@@ -383,8 +383,18 @@ struct SimtFlashTiling {
   /// spilled 160 bytes).
   bool overlapsProducts = false;
 
-  int64_t queryTile() const { return 16 * rowTiles * warps; }
+  /// Warps that share one warp's rows, each holding a part of the value
+  /// columns of its output fragment (FlashMLA's split of the 512 latent
+  /// value columns over warpgroups): decode with values wider than 128
+  /// columns keeps a warp's fragment at 128 columns (64 registers) instead
+  /// of spilling it. Each such warp computes its rows' scores and softmax
+  /// itself (the same values), which decode, bound by memory, affords.
+  int64_t valueParts = 1;
+
+  int64_t queryTile() const { return 16 * rowTiles * warps / valueParts; }
   int64_t threads() const { return 32 * warps; }
+  /// The value columns of one warp's output fragment.
+  int64_t valueColumnsPerWarp() const { return paddedValueDim / valueParts; }
 
   /// The lanes that hold one row of an mma accumulator fragment.
   static constexpr int64_t kLanesPerRow = 4;
