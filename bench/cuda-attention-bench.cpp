@@ -13,6 +13,9 @@
 //  * decode, B=1, H=32, Hkv=8, D=128, bf16, Lq=1, Lk=4K..32K, in GB/s of K
 //    and V read; the same over a paged cache (pages of 16 scattered, SPEC
 //    §8) against the contiguous time;
+//  * DeepSeek-V3's MLA decode, B = 8, 16 heads, Lq = 1 and 2, Lk = 4K and
+//    16K: the latent cache (latent_kv) against the keys and values
+//    expanded per head, in GB/s of what each reads;
 //  * sparse decode, the same layer with Quest top-k (64 blocks of 16
 //    keys, 1 sink, 1 local), alone and followed by top-p 0.9, Lk = 8K and
 //    32K, against dense decode of the same cache;
@@ -148,28 +151,34 @@ std::string layerJson(int heads, int kvHeads, int dim, const char *mask,
   return json;
 }
 
+/// A tensor of random bf16 values in [-1, 1] (stored as f32 for ATTN_F32).
+attn::Tensor randomTensor(std::vector<int64_t> shape, std::mt19937 &rng,
+                          attn_dtype dtype = ATTN_BF16) {
+  attn::Tensor t(dtype, std::move(shape));
+  std::uniform_int_distribution<int> mantissa(0, 127);
+  std::bernoulli_distribution sign;
+  for (int64_t i = 0; i < t.numElements(); ++i) { // exponent 2^-1: [0.5, 1)
+    const auto bits = static_cast<uint16_t>((sign(rng) ? 0x8000 : 0) | 0x3f00 |
+                                            mantissa(rng));
+    if (dtype == ATTN_F32) {
+      const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+      std::memcpy(&t.f32()[i], &wide, sizeof(wide));
+    } else {
+      t.bits16()[i] = bits;
+    }
+  }
+  return t;
+}
+
 /// q, k, v of random bf16 values in [-1, 1] (stored as f32 for ATTN_F32).
 std::vector<attn::Tensor> randomInputs(int64_t batch, int heads, int kvHeads,
                                        int64_t lq, int64_t lk, int dim,
                                        attn_dtype dtype = ATTN_BF16) {
-  std::vector<attn::Tensor> inputs{
-      attn::Tensor(dtype, {batch, heads, lq, dim}),
-      attn::Tensor(dtype, {batch, kvHeads, lk, dim}),
-      attn::Tensor(dtype, {batch, kvHeads, lk, dim})};
   std::mt19937 rng(1);
-  std::uniform_int_distribution<int> mantissa(0, 127);
-  std::bernoulli_distribution sign;
-  for (attn::Tensor &t : inputs)
-    for (int64_t i = 0; i < t.numElements(); ++i) { // exponent 2^-1: [0.5, 1)
-      const auto bits = static_cast<uint16_t>((sign(rng) ? 0x8000 : 0) |
-                                              0x3f00 | mantissa(rng));
-      if (dtype == ATTN_F32) {
-        const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-        std::memcpy(&t.f32()[i], &wide, sizeof(wide));
-      } else {
-        t.bits16()[i] = bits;
-      }
-    }
+  std::vector<attn::Tensor> inputs;
+  inputs.push_back(randomTensor({batch, heads, lq, dim}, rng, dtype));
+  inputs.push_back(randomTensor({batch, kvHeads, lk, dim}, rng, dtype));
+  inputs.push_back(randomTensor({batch, kvHeads, lk, dim}, rng, dtype));
   return inputs;
 }
 
@@ -370,6 +379,62 @@ bool pagedDecodeTable(const Options &options, attn::Model &contiguous,
                 static_cast<long long>(keys), ms, bytes / ms / 1e6,
                 ms / contiguousMs);
   }
+  return true;
+}
+
+/// DeepSeek-V3's MLA decode (one tensor-parallel rank's 16 heads, bf16, 1
+/// and 2 query rows: decode and a multi-token-prediction step): the
+/// absorbed form over the latent cache (one kv head of 512 + 64 features,
+/// the values its first 512) against the same layer's keys and values
+/// expanded per head (192 and 128 features), in GB/s of what each reads.
+bool mlaDecodeTable(const Options &options,
+                    const std::vector<int64_t> &keyLengths, int64_t batch) {
+  const int heads = 16, latent = 512, rope = 64, nope = 128, valueDim = 128;
+  const double scale = 0.1352; // DeepSeek-V3's, YaRN's mscale included
+  auto layer = [&](int kvHeads, int dim, int values, const char *extra) {
+    char json[512];
+    std::snprintf(json, sizeof(json),
+                  R"({"model": "mla", "dtype": "bf16", "layers": [{"name": )"
+                  R"("layer", "type": "attention", "num_heads": %d, )"
+                  R"("num_kv_heads": %d, "head_dim": %d, "value_dim": %d, )"
+                  R"("scale": %g%s}]})",
+                  heads, kvHeads, dim, values, scale, extra);
+    return load(options, json);
+  };
+  std::unique_ptr<attn::Model> absorbed =
+      layer(1, latent + rope, latent, R"(, "latent_kv": true)");
+  std::unique_ptr<attn::Model> expanded =
+      layer(heads, nope + rope, valueDim, "");
+  if (!absorbed || !expanded)
+    return false;
+  std::printf("\n| MLA decode (16 heads, bf16) | B | Lq | Lk | latent ms | "
+              "GB/s of the latent cache | expanded ms | GB/s of K and V | "
+              "x expanded time |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::mt19937 rng(9);
+  for (int64_t keys : keyLengths)
+    for (int64_t rows : {1, 2}) {
+      std::vector<attn::Tensor> latentInputs{
+          randomTensor({batch, heads, rows, latent + rope}, rng),
+          randomTensor({batch, 1, keys, latent + rope}, rng)};
+      std::vector<attn::Tensor> expandedInputs{
+          randomTensor({batch, heads, rows, nope + rope}, rng),
+          randomTensor({batch, heads, keys, nope + rope}, rng),
+          randomTensor({batch, heads, keys, valueDim}, rng)};
+      double latentMs = deviceMs(*absorbed, latentInputs, options.repeat);
+      double expandedMs = deviceMs(*expanded, expandedInputs, options.repeat);
+      if (latentMs < 0 || expandedMs < 0)
+        return false;
+      const double latentBytes = 2.0 * batch * keys * (latent + rope);
+      const double expandedBytes =
+          2.0 * batch * heads * keys * (nope + rope + valueDim);
+      std::printf("| latent vs expanded | %lld | %lld | %lld | %.4f | %.1f | "
+                  "%.4f | %.1f | %.2f |\n",
+                  static_cast<long long>(batch), static_cast<long long>(rows),
+                  static_cast<long long>(keys), latentMs,
+                  latentBytes / latentMs / 1e6, expandedMs,
+                  expandedBytes / expandedMs / 1e6, latentMs / expandedMs);
+    }
   return true;
 }
 
@@ -680,6 +745,11 @@ int main(int argc, char **argv) {
   }
 
   if (!pagedDecodeTable(options, *model, decodeKeys))
+    return 1;
+  if (!mlaDecodeTable(options,
+                      small ? std::vector<int64_t>{300}
+                            : std::vector<int64_t>{4096, 16384},
+                      small ? 1 : 8))
     return 1;
 
   // 32K keys even when quick: issue 28's sparse target is there.
