@@ -160,6 +160,9 @@ bool hasWindow(const Config &config) {
           config.defaults.slidingWindow);
 }
 
+/// The layer kinds after an error: every layer full attention.
+llvm::StringRef allFullAttention(int64_t) { return kFullAttention; }
+
 /// Llama 4's rule: `no_rope_layers[i]` is 1 for a RoPE layer (chunked
 /// attention) and 0 for a NoPE layer (full attention); without the list
 /// (or with an empty one), layer i is NoPE when (i + 1) %
@@ -174,7 +177,7 @@ llama4LayerKinds(Reader &reader, const Config &config, int64_t layers) {
   if (value && value->kind() != json::Value::Null && !list) {
     reader.fail(listPath, "expected an array of 0 and 1 (one per layer), got " +
                               Reader::describe(value));
-    return [](int64_t) { return kFullAttention; };
+    return allFullAttention;
   }
   if (list && !list->empty()) {
     if (static_cast<int64_t>(list->size()) < layers) {
@@ -182,7 +185,7 @@ llama4LayerKinds(Reader &reader, const Config &config, int64_t layers) {
                   llvm::formatv("expected one entry per layer ({0}), got {1}",
                                 layers, list->size())
                       .str());
-      return [](int64_t) { return kFullAttention; };
+      return allFullAttention;
     }
     std::vector<bool> rope;
     for (auto [i, entry] : llvm::enumerate(*list)) {
@@ -192,7 +195,7 @@ llama4LayerKinds(Reader &reader, const Config &config, int64_t layers) {
                     "expected 0 (NoPE: full attention) or 1 (RoPE: chunked "
                     "attention), got " +
                         Reader::describe(&entry));
-        return [](int64_t) { return kFullAttention; };
+        return allFullAttention;
       }
       rope.push_back(*flag == 1);
     }
@@ -262,7 +265,7 @@ std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
   case Family::Llama4:
     return llama4LayerKinds(reader, config, layers);
   }
-  return [](int64_t) { return kFullAttention; };
+  return allFullAttention;
 }
 
 /// The layer kinds in order of first appearance.
