@@ -1029,10 +1029,13 @@ EntryLowering::checkLeadingFeatureView(tensor::ExtractSliceOp slice) {
     if (!whole)
       return refuse("it must keep dim " + Twine(d) + " whole");
   }
-  for (OpOperand &use : slice.getResult().getUses()) {
-    auto attention = dyn_cast<AttentionOpInterface>(use.getOwner());
+  // Every operand the view is must be an attention's keys or values.
+  Value view = slice.getResult();
+  for (Operation *user : view.getUsers()) {
+    auto attention = dyn_cast<AttentionOpInterface>(user);
+    const int64_t uses = llvm::count(user->getOperands(), view);
     if (!attention || attention.getNormalizer() == Normalizer::RecurrentState ||
-        (use.get() != attention.getKey() && use.get() != attention.getValue()))
+        uses != (attention.getKey() == view) + (attention.getValue() == view))
       return refuse("a view of leading features may only be the keys or "
                     "values of softmax attention");
   }

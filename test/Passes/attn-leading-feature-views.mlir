@@ -53,3 +53,13 @@ func.func @queries(%q: tensor<2x4x8x40xf32>, %kv: tensor<2x4x8x48xf32>) -> tenso
   %o = attn.sdpa %qv, %q, %q {mask = #attn.mask<none>} : tensor<2x4x8x40xf32>, tensor<2x4x8x40xf32>, tensor<2x4x8x40xf32>
   return %o : tensor<2x4x8x40xf32>
 }
+
+// -----
+
+// Nor the queries beside the values.
+func.func @queries_and_values(%kv: tensor<2x4x8x40xf32>, %k: tensor<2x4x8x40xf32>) -> tensor<2x4x8x40xf32> {
+  // expected-error @+1 {{lowering for this 'tensor.extract_slice': a view of leading features may only be the keys or values of softmax attention}}
+  %v = tensor.extract_slice %kv[0, 0, 0, 0] [2, 4, 8, 40] [1, 1, 1, 1] : tensor<2x4x8x40xf32> to tensor<2x4x8x40xf32>
+  %o = attn.sdpa %v, %k, %v {mask = #attn.mask<none>} : tensor<2x4x8x40xf32>, tensor<2x4x8x40xf32>, tensor<2x4x8x40xf32>
+  return %o : tensor<2x4x8x40xf32>
+}
