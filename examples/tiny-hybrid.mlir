@@ -47,7 +47,7 @@ func.func @"full0.tree"(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>,
 func.func @"full0.compact"(%k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>,
                            %path: tensor<?x?xi32>, %length: tensor<?xi32>)
     -> (tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>) {
-  %k2, %v2 = attn.kv_compact %k, %v along %path, %length
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length
       : tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x?xi32>,
         tensor<?xi32>
   return %k2, %v2 : tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>

@@ -1256,6 +1256,90 @@ KvAppendOp::inferReturnTypes(MLIRContext *context,
   return success();
 }
 
+namespace {
+/// Parses the `[attr-dict] : types` after a kv op's operands (already
+/// parsed), one type per operand, and resolves the operands into `result`.
+ParseResult
+parseTypedOperands(OpAsmParser &parser, OperationState &result,
+                   ArrayRef<OpAsmParser::UnresolvedOperand> operands,
+                   SmallVectorImpl<Type> &types) {
+  SMLoc typesLoc;
+  if (parser.parseOptionalAttrDict(result.attributes) || parser.parseColon() ||
+      (typesLoc = parser.getCurrentLocation(), false) ||
+      parser.parseTypeList(types))
+    return failure();
+  if (types.size() != operands.size())
+    return parser.emitError(typesLoc)
+           << "expected " << operands.size() << " types, one per operand, got "
+           << types.size();
+  return parser.resolveOperands(operands, types, typesLoc, result.operands);
+}
+} // namespace
+
+ParseResult KvCompactOp::parse(OpAsmParser &parser, OperationState &result) {
+  // key, [value,] path, length: 4 operands with values, 3 without.
+  SmallVector<OpAsmParser::UnresolvedOperand, 4> operands;
+  SMLoc loc = parser.getCurrentLocation();
+  SmallVector<Type, 4> types;
+  if (parser.parseOperandList(operands))
+    return failure();
+  if (operands.size() != 3 && operands.size() != 4)
+    return parser.emitError(loc)
+           << "expected key, [value,] path and length, got " << operands.size()
+           << " operands";
+  if (parseTypedOperands(parser, result, operands, types))
+    return failure();
+  result.addTypes(types[0]);
+  if (operands.size() == 4)
+    result.addTypes(types[1]);
+  return success();
+}
+
+void KvCompactOp::print(OpAsmPrinter &p) {
+  p << ' ' << getOperands();
+  p.printOptionalAttrDict((*this)->getAttrs());
+  p << " : " << getOperandTypes();
+}
+
+ParseResult KvAppendOp::parse(OpAsmParser &parser, OperationState &result) {
+  // key, [value,] slots into key_cache[, value_cache].
+  SmallVector<OpAsmParser::UnresolvedOperand, 3> rows, caches;
+  SMLoc loc = parser.getCurrentLocation();
+  if (parser.parseOperandList(rows) || parser.parseKeyword("into") ||
+      parser.parseOperandList(caches))
+    return failure();
+  const bool values = rows.size() == 3 && caches.size() == 2;
+  if (!values && !(rows.size() == 2 && caches.size() == 1))
+    return parser.emitError(loc)
+           << "expected key, [value,] slots into key_cache[, value_cache], "
+              "got "
+           << rows.size() << " operands before 'into' and " << caches.size()
+           << " after";
+  SmallVector<OpAsmParser::UnresolvedOperand, 5> operands(rows.begin(),
+                                                          rows.end());
+  llvm::append_range(operands, caches);
+  SmallVector<Type, 5> types;
+  if (parseTypedOperands(parser, result, operands, types))
+    return failure();
+  const int32_t v = values ? 1 : 0;
+  result.getOrAddProperties<Properties>().operandSegmentSizes = {1, v, 1, 1, v};
+  result.addTypes(types[values ? 3 : 2]);
+  if (values)
+    result.addTypes(types[4]);
+  return success();
+}
+
+void KvAppendOp::print(OpAsmPrinter &p) {
+  p << ' ' << getKey();
+  if (getValue())
+    p << ", " << getValue();
+  p << ", " << getSlots() << " into " << getKeyCache();
+  if (getValueCache())
+    p << ", " << getValueCache();
+  p.printOptionalAttrDict((*this)->getAttrs());
+  p << " : " << getOperandTypes();
+}
+
 LogicalResult KvAppendOp::verify() {
   auto emit = [&]() { return emitOpError(); };
   const char *const keyDims[] = {"T", "Hkv", "D"};

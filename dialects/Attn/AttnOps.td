@@ -518,10 +518,10 @@ def Attn_KvAppendOp : Attn_PureOp<"kv_append", [AttrSizedOperandSegments]> {
     with `latent_kv`), has no value operands and one result.
 
     ```mlir
-    %kc2, %vc2 = attn.kv_append %k, %v at %slots into %kc, %vc
+    %kc2, %vc2 = attn.kv_append %k, %v, %slots into %kc, %vc
         : tensor<?x2x64xf32>, tensor<?x2x64xf32>, tensor<?xi32>,
           tensor<?x16x2x64xf32>, tensor<?x16x2x64xf32>
-    %kvc2 = attn.kv_append %kv at %slots into %kvc
+    %kvc2 = attn.kv_append %kv, %slots into %kvc
         : tensor<?x1x576xf32>, tensor<?xi32>, tensor<?x64x1x576xf32>
     ```
   }];
@@ -531,10 +531,9 @@ def Attn_KvAppendOp : Attn_PureOp<"kv_append", [AttrSizedOperandSegments]> {
                        Optional<Attn_FloatTensor>:$value_cache);
   let results = (outs Attn_FloatTensor:$new_key_cache,
                       Optional<Attn_FloatTensor>:$new_value_cache);
-  let assemblyFormat = [{
-    $key (`,` $value^)? `at` $slots `into` $key_cache (`,` $value_cache^)?
-    attr-dict `:` type(operands)
-  }];
+  // The operand lists tell the two forms apart (3 or 2 before `into`),
+  // which a declarative format cannot without a keyword.
+  let hasCustomAssemblyFormat = 1;
 }
 
 def Attn_KvCompactOp : Attn_PureOp<"kv_compact"> {
@@ -548,9 +547,11 @@ def Attn_KvCompactOp : Attn_PureOp<"kv_compact"> {
     values) has no `value` and one result.
 
     ```mlir
-    %k2, %v2 = attn.kv_compact %k, %v along %path, %length
+    %k2, %v2 = attn.kv_compact %k, %v, %path, %length
         : tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x?xi32>,
           tensor<?xi32>
+    %kv2 = attn.kv_compact %kv, %path, %length
+        : tensor<?x1x?x576xf32>, tensor<?x?xi32>, tensor<?xi32>
     ```
   }];
   let arguments = (ins Attn_FloatTensor:$key,
@@ -558,10 +559,8 @@ def Attn_KvCompactOp : Attn_PureOp<"kv_compact"> {
                        Attn_I32Tensor:$path, Attn_I32Tensor:$length);
   let results = (outs Attn_FloatTensor:$new_key,
                       Optional<Attn_FloatTensor>:$new_value);
-  let assemblyFormat = [{
-    $key (`,` $value^)? `along` $path `,` $length attr-dict `:`
-    type(operands)
-  }];
+  // The operand count tells the two forms apart (4 or 3).
+  let hasCustomAssemblyFormat = 1;
 }
 
 def Attn_PathStepsOp : Attn_PureOp<"path_steps"> {

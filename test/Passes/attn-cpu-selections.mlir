@@ -156,7 +156,7 @@ func.func @accept(%tokens: tensor<?x?xi32>, %target: tensor<?x?xi32>,
     -> (tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>) {
   %path, %length, %bonus = attn.tree_accept %tokens, %target, %parents
       : tensor<?x?xi32>, tensor<?x?xi32>, tensor<?x?xi32>
-  %k2, %v2 = attn.kv_compact %k, %v along %path, %length
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length
       : tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>, tensor<?x?xi32>,
         tensor<?xi32>
   return %k2, %v2 : tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>
@@ -174,7 +174,7 @@ func.func @half_input(%k: tensor<?x1x?x8xf32>, %v: tensor<?x1x?x8xf32>,
   %p, %length, %bonus = attn.tree_accept %tokens, %tokens, %parents
       : tensor<?x?xi32>, tensor<?x?xi32>, tensor<?x?xi32>
   // expected-error @below {{'path' and 'length' must both be entry inputs (checked together at run time) or both results of attn.tree_accept}}
-  %k2, %v2 = attn.kv_compact %k, %v along %path, %length
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length
       : tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>, tensor<?x?xi32>,
         tensor<?xi32>
   return %k2, %v2 : tensor<?x1x?x8xf32>, tensor<?x1x?x8xf32>

@@ -408,7 +408,7 @@ func.func @meta(%k: tensor<?x2x?x16xf32>) -> tensor<?x2x?x2x16xf32> {
 func.func @compact(%k: tensor<?x2x?x16xf32>, %v: tensor<?x2x?x8xf32>,
                    %path: tensor<?x?xi32>, %length: tensor<?xi32>)
     -> (tensor<?x2x?x16xf32>, tensor<?x2x?x8xf32>) {
-  %k2, %v2 = attn.kv_compact %k, %v along %path, %length
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length
       : tensor<?x2x?x16xf32>, tensor<?x2x?x8xf32>, tensor<?x?xi32>,
         tensor<?xi32>
   return %k2, %v2 : tensor<?x2x?x16xf32>, tensor<?x2x?x8xf32>

@@ -490,7 +490,7 @@ func.func @accept_parents_batch(%t: tensor<2x16xi32>, %u: tensor<2x16xi32>, %p: 
 
 func.func @compact_path_batch(%k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %path: tensor<3x4xi32>, %len: tensor<2xi32>) {
   // expected-error @+1 {{'path' dim 0 (B) must match 'key' dim 0 (B): expected 2, got 3}}
-  %k2, %v2 = attn.kv_compact %k, %v along %path, %len : tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<3x4xi32>, tensor<2xi32>
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %len : tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<3x4xi32>, tensor<2xi32>
   return
 }
 
@@ -498,7 +498,7 @@ func.func @compact_path_batch(%k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>
 
 func.func @compact_length_rank(%k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %path: tensor<2x4xi32>, %len: tensor<2x1xi32>) {
   // expected-error @+1 {{'length' must be a rank-1 tensor [B], got 'tensor<2x1xi32>'}}
-  %k2, %v2 = attn.kv_compact %k, %v along %path, %len : tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x4xi32>, tensor<2x1xi32>
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %len : tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x4xi32>, tensor<2x1xi32>
   return
 }
 
@@ -506,7 +506,7 @@ func.func @compact_length_rank(%k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32
 
 func.func @compact_too_few_rows(%k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf32>, %path: tensor<2x12xi32>, %len: tensor<2xi32>) {
   // expected-error @+1 {{'key' dim 2 (P+T) must hold at least the T = 12 tree tokens of 'path', got 9}}
-  %k2, %v2 = attn.kv_compact %k, %v along %path, %len : tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x12xi32>, tensor<2xi32>
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %len : tensor<2x2x9x64xf32>, tensor<2x2x9x32xf32>, tensor<2x12xi32>, tensor<2xi32>
   return
 }
 
@@ -514,7 +514,7 @@ func.func @compact_too_few_rows(%k: tensor<2x2x9x64xf32>, %v: tensor<2x2x9x32xf3
 
 func.func @compact_value_rows(%k: tensor<2x2x9x64xf32>, %v: tensor<2x2x8x32xf32>, %path: tensor<2x4xi32>, %len: tensor<2xi32>) {
   // expected-error @+1 {{'value' dim 2 (P+T) must match 'key' dim 2 (P+T): expected 9, got 8}}
-  %k2, %v2 = attn.kv_compact %k, %v along %path, %len : tensor<2x2x9x64xf32>, tensor<2x2x8x32xf32>, tensor<2x4xi32>, tensor<2xi32>
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %len : tensor<2x2x9x64xf32>, tensor<2x2x8x32xf32>, tensor<2x4xi32>, tensor<2xi32>
   return
 }
 

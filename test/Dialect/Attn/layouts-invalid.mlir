@@ -94,15 +94,16 @@ func.func @paged_half(%q: tensor<2x8x1x64xf32>, %k: tensor<9x16x2x64xf32>, %v: t
 
 func.func @append_heads(%k: tensor<5x4x64xf32>, %v: tensor<5x4x32xf32>, %s: tensor<5xi32>, %kc: tensor<9x16x2x64xf32>, %vc: tensor<9x16x2x32xf32>) {
   // expected-error @+1 {{'key' dim 1 (Hkv) must match 'key_cache' dim 2 (Hkv): expected 2, got 4}}
-  %a, %b = attn.kv_append %k, %v at %s into %kc, %vc : tensor<5x4x64xf32>, tensor<5x4x32xf32>, tensor<5xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
+  %a, %b = attn.kv_append %k, %v, %s into %kc, %vc : tensor<5x4x64xf32>, tensor<5x4x32xf32>, tensor<5xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
   return
 }
 
 // -----
 
 func.func @append_values_without_their_cache(%k: tensor<5x2x64xf32>, %v: tensor<5x2x32xf32>, %s: tensor<5xi32>, %kc: tensor<9x16x2x64xf32>) {
+  // The custom form cannot say this; the generic one can.
   // expected-error @+1 {{takes 'value' and 'value_cache' together (a latent cache has neither)}}
-  %a = attn.kv_append %k, %v at %s into %kc : tensor<5x2x64xf32>, tensor<5x2x32xf32>, tensor<5xi32>, tensor<9x16x2x64xf32>
+  %a = "attn.kv_append"(%k, %v, %s, %kc) <{operandSegmentSizes = array<i32: 1, 1, 1, 1, 0>}> : (tensor<5x2x64xf32>, tensor<5x2x32xf32>, tensor<5xi32>, tensor<9x16x2x64xf32>) -> tensor<9x16x2x64xf32>
   return
 }
 
@@ -110,7 +111,7 @@ func.func @append_values_without_their_cache(%k: tensor<5x2x64xf32>, %v: tensor<
 
 func.func @append_slots(%k: tensor<5x2x64xf32>, %v: tensor<5x2x32xf32>, %s: tensor<4xi32>, %kc: tensor<9x16x2x64xf32>, %vc: tensor<9x16x2x32xf32>) {
   // expected-error @+1 {{'slots' dim 0 (T) must match 'key' dim 0 (T): expected 5, got 4}}
-  %a, %b = attn.kv_append %k, %v at %s into %kc, %vc : tensor<5x2x64xf32>, tensor<5x2x32xf32>, tensor<4xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
+  %a, %b = attn.kv_append %k, %v, %s into %kc, %vc : tensor<5x2x64xf32>, tensor<5x2x32xf32>, tensor<4xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x32xf32>
   return
 }
 
@@ -231,5 +232,30 @@ func.func @ragged_selection_needs_pages(%q: tensor<?x4x24xf32>, %k: tensor<?x2x?
 func.func @ragged_selection_rows(%q: tensor<?x4x24xf32>, %kc: tensor<?x16x2x24xf32>, %vc: tensor<?x16x2x20xf32>, %s: tensor<?x4x3x8xi32>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>, %cu: tensor<?xi32>) {
   // expected-error @+1 {{'selection' must be a rank-3 tensor [T, H, N]}}
   %o = attn.sparse_sdpa %q, %kc, %vc, %s paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>) ragged(%cu : tensor<?xi32>) {block_size = 16, mask = #attn.mask<causal>} : tensor<?x4x24xf32>, tensor<?x16x2x24xf32>, tensor<?x16x2x20xf32>, tensor<?x4x3x8xi32>
+  return
+}
+
+// -----
+
+// The operand lists say which form an append is: 3 and 2, or 2 and 1.
+func.func @append_operand_lists(%k: tensor<5x2x64xf32>, %s: tensor<5xi32>, %kc: tensor<9x16x2x64xf32>) {
+  // expected-error @+1 {{expected key, [value,] slots into key_cache[, value_cache], got 2 operands before 'into' and 2 after}}
+  %a, %b = attn.kv_append %k, %s into %kc, %kc : tensor<5x2x64xf32>, tensor<5xi32>, tensor<9x16x2x64xf32>, tensor<9x16x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @compact_operands(%k: tensor<2x2x9x64xf32>, %path: tensor<2x4xi32>) {
+  // expected-error @+1 {{expected key, [value,] path and length, got 2 operands}}
+  %a = attn.kv_compact %k, %path : tensor<2x2x9x64xf32>, tensor<2x4xi32>
+  return
+}
+
+// -----
+
+func.func @compact_types(%k: tensor<2x2x9x64xf32>, %path: tensor<2x4xi32>, %len: tensor<2xi32>) {
+  // expected-error @+1 {{expected 3 types, one per operand, got 2}}
+  %a = attn.kv_compact %k, %path, %len : tensor<2x2x9x64xf32>, tensor<2x4xi32>
   return
 }

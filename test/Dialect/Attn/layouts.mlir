@@ -134,13 +134,13 @@ func.func @paged_tree(%q: tensor<?x8x?x64xf32>, %k: tensor<?x16x2x64xf32>,
 
 // New rows written to their slots of a paged cache (SPEC §8 .append).
 // CHECK-LABEL: func.func @append
-// CHECK: attn.kv_append %{{.*}}, %{{.*}} at %{{.*}} into %{{.*}}, %{{.*}} : tensor<?x2x64xf32>, tensor<?x2x32xf32>, tensor<?xi32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>
+// CHECK: attn.kv_append %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}} : tensor<?x2x64xf32>, tensor<?x2x32xf32>, tensor<?xi32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>
 // BYTECODE: kv_append
 func.func @append(%k: tensor<?x2x64xf32>, %v: tensor<?x2x32xf32>,
                   %slots: tensor<?xi32>, %kc: tensor<?x16x2x64xf32>,
                   %vc: tensor<?x16x2x32xf32>)
     -> (tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>) {
-  %kc2, %vc2 = attn.kv_append %k, %v at %slots into %kc, %vc
+  %kc2, %vc2 = attn.kv_append %k, %v, %slots into %kc, %vc
       : tensor<?x2x64xf32>, tensor<?x2x32xf32>, tensor<?xi32>,
         tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>
   return %kc2, %vc2 : tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>

@@ -165,12 +165,12 @@ func.func @tree_accept(%tokens: tensor<?x16xi32>, %target: tensor<?x16xi32>,
 }
 
 // CHECK-LABEL: func @kv_compact
-// CHECK: %[[K:.+]], %[[V:.+]] = attn.kv_compact %{{.+}}, %{{.+}} along %{{.+}}, %{{.+}} : tensor<?x2x?x64xf32>, tensor<?x2x?x32xf32>, tensor<?x?xi32>, tensor<?xi32>
+// CHECK: %[[K:.+]], %[[V:.+]] = attn.kv_compact %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} : tensor<?x2x?x64xf32>, tensor<?x2x?x32xf32>, tensor<?x?xi32>, tensor<?xi32>
 // CHECK: return %[[K]], %[[V]] : tensor<?x2x?x64xf32>, tensor<?x2x?x32xf32>
 func.func @kv_compact(%k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x32xf32>,
                       %path: tensor<?x?xi32>, %length: tensor<?xi32>)
     -> (tensor<?x2x?x64xf32>, tensor<?x2x?x32xf32>) {
-  %k2, %v2 = attn.kv_compact %k, %v along %path, %length
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length
       : tensor<?x2x?x64xf32>, tensor<?x2x?x32xf32>, tensor<?x?xi32>,
         tensor<?xi32>
   return %k2, %v2 : tensor<?x2x?x64xf32>, tensor<?x2x?x32xf32>
@@ -178,23 +178,23 @@ func.func @kv_compact(%k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x32xf32>,
 
 // A latent cache: the keys alone, whose leading features are the values.
 // CHECK-LABEL: func @kv_compact_latent
-// CHECK: %[[KV:.+]] = attn.kv_compact %{{.+}} along %{{.+}}, %{{.+}} : tensor<?x1x?x576xf32>, tensor<?x?xi32>, tensor<?xi32>
+// CHECK: %[[KV:.+]] = attn.kv_compact %{{.+}}, %{{.+}}, %{{.+}} : tensor<?x1x?x576xf32>, tensor<?x?xi32>, tensor<?xi32>
 // CHECK: return %[[KV]] : tensor<?x1x?x576xf32>
 func.func @kv_compact_latent(%kv: tensor<?x1x?x576xf32>,
                              %path: tensor<?x?xi32>, %length: tensor<?xi32>)
     -> tensor<?x1x?x576xf32> {
-  %kv2 = attn.kv_compact %kv along %path, %length
+  %kv2 = attn.kv_compact %kv, %path, %length
       : tensor<?x1x?x576xf32>, tensor<?x?xi32>, tensor<?xi32>
   return %kv2 : tensor<?x1x?x576xf32>
 }
 
 // CHECK-LABEL: func @kv_append_latent
-// CHECK: %[[KVC:.+]] = attn.kv_append %{{.+}} at %{{.+}} into %{{.+}} : tensor<?x1x576xbf16>, tensor<?xi32>, tensor<?x64x1x576xbf16>
+// CHECK: %[[KVC:.+]] = attn.kv_append %{{.+}}, %{{.+}} into %{{.+}} : tensor<?x1x576xbf16>, tensor<?xi32>, tensor<?x64x1x576xbf16>
 // CHECK: return %[[KVC]]
 func.func @kv_append_latent(%kv: tensor<?x1x576xbf16>, %slots: tensor<?xi32>,
                             %cache: tensor<?x64x1x576xbf16>)
     -> tensor<?x64x1x576xbf16> {
-  %cache2 = attn.kv_append %kv at %slots into %cache
+  %cache2 = attn.kv_append %kv, %slots into %cache
       : tensor<?x1x576xbf16>, tensor<?xi32>, tensor<?x64x1x576xbf16>
   return %cache2 : tensor<?x64x1x576xbf16>
 }
