@@ -1006,6 +1006,16 @@ std::vector<TreeCase> treeCases() {
        .prefix = 300,
        .nodes = 5,
        .latent = true});
+  // DeepSeek's shape: a tree large enough for the flash prefix, whose
+  // CUDA kernel splits the 512 value columns over warps.
+  add({.label = "latent_mla_large_tree",
+       .heads = 16,
+       .headDim = 576,
+       .valueDim = 512,
+       .batch = 1,
+       .prefix = 70,
+       .nodes = 21,
+       .latent = true});
   add({.label = "latent_gqa_window_sinks",
        .heads = 6,
        .kvHeads = 2,

@@ -407,6 +407,27 @@ int64_t SimtFlashTiling::sharedBytes() const {
          buffer(valueParts * rows * kLanesPerRow, 4);          // quad exchange
 }
 
+namespace {
+/// The most warps of a block whose values are split (registers for 255
+/// each).
+constexpr int64_t kMaxValuePartWarps = 8;
+
+/// Values wider than 256 columns (DeepSeek's latent values: 512) are split
+/// into parts of at most 128 over warps of the same rows, when the parts
+/// divide the values exactly (no part holds padding alone): one warp's
+/// whole fragment would take 4 registers per 8 columns.
+int64_t valuePartsFor(const SoftmaxAttentionShape &shape) {
+  const int64_t fragmentColumns = WarpMmaOp::kFragmentColumns;
+  const int64_t paddedValueDim = roundUp(shape.valueDim, fragmentColumns);
+  int64_t valueParts = 1;
+  if (paddedValueDim > 256)
+    while (paddedValueDim / valueParts > 128 &&
+           shape.valueDim % (2 * valueParts * fragmentColumns) == 0)
+      valueParts *= 2;
+  return valueParts;
+}
+} // namespace
+
 SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
                                         Type storage, const GpuTiling &tiling,
                                         int64_t maxWarps, int64_t maxRowTiles) {
@@ -414,10 +435,16 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
   // sm_80/sm_90 with 4 warps of 32 rows (128) over 64 keys; here 32 rows
   // per warp take 32-key tiles, since the score fragments of 64 keys would
   // take the registers past 255 (ptxas spilled 64 bytes at D = 128).
+  // `warps` of rows, each as many warps as the values have parts.
+  const int64_t valueParts = valuePartsFor(shape);
+  if (valueParts > 1)
+    maxWarps = std::max<int64_t>(
+        1, std::min(maxWarps, kMaxValuePartWarps / valueParts));
   auto make = [&](int64_t rowTiles, int64_t warps, int64_t keyTile) {
     SimtFlashTiling flash;
     flash.rowTiles = rowTiles;
-    flash.warps = warps;
+    flash.warps = warps * valueParts;
+    flash.valueParts = valueParts;
     flash.keyTile = keyTile;
     flash.paddedHeadDim = roundUp(shape.headDim, WarpMmaOp::kReductionStep);
     flash.paddedValueDim = roundUp(shape.valueDim, WarpMmaOp::kFragmentColumns);
@@ -466,27 +493,16 @@ SimtFlashTiling::chooseForDecode(const SoftmaxAttentionShape &shape,
                                  Type storage, const GpuTiling &tiling) {
   const int64_t rows = shape.numHeads / shape.numKvHeads *
                        std::max<int64_t>(tiling.decodeMaxQueries, 1);
-  // Values wider than 256 columns (DeepSeek's latent values: 512) are split
-  // into parts of at most 128 over warps of the same rows, when the parts
-  // divide the values exactly (no part holds padding alone); the block then
-  // keeps at most 8 warps (registers for 255 each).
-  const int64_t fragmentColumns = WarpMmaOp::kFragmentColumns;
-  const int64_t paddedValueDim = roundUp(shape.valueDim, fragmentColumns);
-  int64_t valueParts = 1;
-  if (paddedValueDim > 256)
-    while (paddedValueDim / valueParts > 128 &&
-           shape.valueDim % (2 * valueParts * fragmentColumns) == 0)
-      valueParts *= 2;
+  // Warps of rows (each as many warps as choose splits the values into).
+  const int64_t valueParts = valuePartsFor(shape);
   int64_t warps = 1;
   while (warps < 4 && warps * WarpMmaOp::kRows < rows &&
-         2 * warps * valueParts <= 8)
+         2 * warps * valueParts <= kMaxValuePartWarps)
     warps *= 2;
   // Decode waits on memory: mma.sync's warps of 16 rows, not wgmma.
   GpuTiling decodeTiling = tiling;
   decodeTiling.flashWarpgroups = 0;
   SimtFlashTiling flash = choose(shape, storage, decodeTiling, warps);
-  flash.valueParts = valueParts;
-  flash.warps *= valueParts;
   // Above 128 value channels the output fragment alone takes 128 registers
   // or more: 32-key tiles (16 score registers, not 32) keep decode with
   // D = 256 from spilling, at no cost to a kernel that waits on memory.

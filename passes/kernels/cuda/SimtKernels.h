@@ -385,10 +385,10 @@ struct SimtFlashTiling {
 
   /// Warps that share one warp's rows, each holding a part of the value
   /// columns of its output fragment (FlashMLA's split of the 512 latent
-  /// value columns over warpgroups): decode with values wider than 128
-  /// columns keeps a warp's fragment at 128 columns (64 registers) instead
-  /// of spilling it. Each such warp computes its rows' scores and softmax
-  /// itself (the same values), which decode, bound by memory, affords.
+  /// value columns over warpgroups): values wider than 256 columns keep a
+  /// warp's fragment at 128 columns (64 registers) instead of spilling it.
+  /// Each such warp computes its rows' scores and softmax itself (the same
+  /// values): more tensor-core work, which decode, bound by memory, affords.
   int64_t valueParts = 1;
 
   int64_t queryTile() const { return 16 * rowTiles * warps / valueParts; }
