@@ -636,24 +636,22 @@ func::FuncOp mlir::attn::buildPathStepsKernel(OpBuilder &builder, Location loc,
   return func;
 }
 
-KvCopyBindings KvCopyBindings::forAppend(ValueRange bindings) {
-  const bool values = bindings.size() == 5;
+KvCopyBindings KvCopyBindings::split(ValueRange bindings, size_t indexCount) {
+  // The rows (k, [v]), the index tensors, the destinations (k', [v']).
+  const size_t copies = (bindings.size() - indexCount) / 2;
   KvCopyBindings kv;
-  kv.copies.push_back({bindings[0], bindings[values ? 3 : 2]});
-  if (values)
-    kv.copies.push_back({bindings[1], bindings[4]});
-  kv.indices.push_back(bindings[values ? 2 : 1]);
+  for (size_t i = 0; i < copies; ++i)
+    kv.copies.push_back({bindings[i], bindings[copies + indexCount + i]});
+  llvm::append_range(kv.indices, bindings.slice(copies, indexCount));
   return kv;
 }
 
+KvCopyBindings KvCopyBindings::forAppend(ValueRange bindings) {
+  return split(bindings, /*indexCount=*/1);
+}
+
 KvCopyBindings KvCopyBindings::forCompact(ValueRange bindings) {
-  const bool values = bindings.size() == 6;
-  KvCopyBindings kv;
-  kv.copies.push_back({bindings[0], bindings[values ? 4 : 3]});
-  if (values)
-    kv.copies.push_back({bindings[1], bindings[5]});
-  kv.indices.append({bindings[values ? 2 : 1], bindings[values ? 3 : 2]});
-  return kv;
+  return split(bindings, /*indexCount=*/2);
 }
 
 int64_t KvCopyBindings::features() const {

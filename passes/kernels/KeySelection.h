@@ -28,6 +28,9 @@ struct KvCopyBindings {
   static KvCopyBindings forCompact(ValueRange bindings);
   /// The features a row of every copy holds in all: the sources' last dims.
   int64_t features() const;
+
+private:
+  static KvCopyBindings split(ValueRange bindings, size_t indexCount);
 };
 
 /// The (batch, head, row) of a per-row workgroup (or thread) over
