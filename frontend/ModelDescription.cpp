@@ -46,7 +46,8 @@ const std::pair<llvm::StringRef, Rule> kRules[] = {
     {"decay", Rule::Decay},
     {"gla", Rule::Gla},
     {"delta", Rule::Delta},
-    {"gated_delta", Rule::GatedDelta}};
+    {"gated_delta", Rule::GatedDelta},
+    {"kda", Rule::Kda}};
 const std::pair<llvm::StringRef, OutputGate> kOutputGates[] = {
     {"none", OutputGate::None}, {"rmsnorm_silu", OutputGate::RmsNormSilu}};
 const std::pair<llvm::StringRef, int> kLayerTypes[] = {{"attention", 0},

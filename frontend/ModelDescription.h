@@ -25,7 +25,7 @@ enum class MaskKind { None, Causal, SlidingWindow, Chunked };
 enum class GateKind { None, Elementwise, Headwise };
 enum class SparsityMethod { TopK, TopP };
 enum class Estimator { Exact, Int4 };
-enum class Rule { Linear, Decay, Gla, Delta, GatedDelta };
+enum class Rule { Linear, Decay, Gla, Delta, GatedDelta, Kda };
 enum class OutputGate { None, RmsNormSilu };
 /// The variants of SPEC §7, built as score_mod / mask_mod regions: a named
 /// one, or `Func`, the user's own function given as attn IR.

@@ -755,7 +755,7 @@ private:
     entry.arg("k", rows(layer.numKHeads, layer.kDim));
     entry.arg("v", rows(layer.numVHeads, layer.vDim));
     if (usesDecay(layer))
-      entry.arg("g", layer.rule == Rule::Gla
+      entry.arg("g", usesFeatureDecay(layer)
                          ? rows(layer.numVHeads, layer.kDim)
                          : tensor({kDyn, layer.numVHeads, kDyn}, element));
     if (usesBeta(layer))
@@ -783,7 +783,7 @@ private:
     entry.arg("k", packed(layer.numKHeads, layer.kDim));
     entry.arg("v", packed(layer.numVHeads, layer.vDim));
     if (usesDecay(layer))
-      entry.arg("g", layer.rule == Rule::Gla
+      entry.arg("g", usesFeatureDecay(layer)
                          ? packed(layer.numVHeads, layer.kDim)
                          : tensor({kDyn, layer.numVHeads}, element));
     if (usesBeta(layer))
@@ -959,12 +959,23 @@ private:
     entry.finish({}, {}, {append.getNewKeyCache()});
   }
 
+  static RecurrenceRule recurrenceRule(const LinearAttentionLayer &layer) {
+    static const RecurrenceRule kRules[] = {
+        RecurrenceRule::Linear,     RecurrenceRule::Decay,
+        RecurrenceRule::Gla,        RecurrenceRule::Delta,
+        RecurrenceRule::GatedDelta, RecurrenceRule::Kda};
+    return kRules[static_cast<int>(layer.rule)];
+  }
   static bool usesDecay(const LinearAttentionLayer &layer) {
-    return layer.rule == Rule::Decay || layer.rule == Rule::Gla ||
-           layer.rule == Rule::GatedDelta;
+    return hasScalarDecay(recurrenceRule(layer)) ||
+           hasFeatureDecay(recurrenceRule(layer));
+  }
+  /// The decay is per key feature, [.., Hv, Dk] per step.
+  static bool usesFeatureDecay(const LinearAttentionLayer &layer) {
+    return hasFeatureDecay(recurrenceRule(layer));
   }
   static bool usesBeta(const LinearAttentionLayer &layer) {
-    return layer.rule == Rule::Delta || layer.rule == Rule::GatedDelta;
+    return isDeltaRule(recurrenceRule(layer));
   }
 
   /// o through the layer's output gate, if it has one.
@@ -980,11 +991,7 @@ private:
   void addLinearAttention(const LinearAttentionLayer &layer,
                           int64_t maxTreeNodes) {
     Location loc = builder.getUnknownLoc();
-    static const RecurrenceRule kRules[] = {
-        RecurrenceRule::Linear, RecurrenceRule::Decay, RecurrenceRule::Gla,
-        RecurrenceRule::Delta, RecurrenceRule::GatedDelta};
-    auto rule =
-        RecurrenceRuleAttr::get(context, kRules[static_cast<int>(layer.rule)]);
+    auto rule = RecurrenceRuleAttr::get(context, recurrenceRule(layer));
     auto step = [&](EntryBuilder &entry, StringRef name) {
       return usesDecay(layer) && name == "g"     ? entry["g"]
              : usesBeta(layer) && name == "beta" ? entry["beta"]

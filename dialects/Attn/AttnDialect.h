@@ -18,6 +18,22 @@
 
 #include "Attn/AttnEnums.h.inc"
 
+namespace mlir::attn {
+/// What a recurrence rule reads besides q, k and v: the one place that says
+/// which rules decay the state (by a scalar per step, or per key feature)
+/// and which are delta rules (a write strength beta, the WY / UT form).
+inline bool hasScalarDecay(RecurrenceRule rule) {
+  return rule == RecurrenceRule::Decay || rule == RecurrenceRule::GatedDelta;
+}
+inline bool hasFeatureDecay(RecurrenceRule rule) {
+  return rule == RecurrenceRule::Gla || rule == RecurrenceRule::Kda;
+}
+inline bool isDeltaRule(RecurrenceRule rule) {
+  return rule == RecurrenceRule::Delta || rule == RecurrenceRule::GatedDelta ||
+         rule == RecurrenceRule::Kda;
+}
+} // namespace mlir::attn
+
 #define GET_ATTRDEF_CLASSES
 #include "Attn/AttnAttrs.h.inc"
 

@@ -22,7 +22,8 @@ def Attn_RecurrenceRule : I32EnumAttr<"RecurrenceRule",
       I32EnumAttrCase<"Decay", 1, "decay">,
       I32EnumAttrCase<"Gla", 2, "gla">,
       I32EnumAttrCase<"Delta", 3, "delta">,
-      I32EnumAttrCase<"GatedDelta", 4, "gated_delta">
+      I32EnumAttrCase<"GatedDelta", 4, "gated_delta">,
+      I32EnumAttrCase<"Kda", 5, "kda">
     ]> {
   let cppNamespace = "::mlir::attn";
   let genSpecializedAttr = 0;

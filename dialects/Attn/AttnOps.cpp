@@ -1462,15 +1462,6 @@ LogicalResult LinearRecurrenceOp::inferReturnTypes(
   return success();
 }
 
-static bool usesDecay(RecurrenceRule rule) {
-  return rule == RecurrenceRule::Decay || rule == RecurrenceRule::Gla ||
-         rule == RecurrenceRule::GatedDelta;
-}
-
-static bool usesBeta(RecurrenceRule rule) {
-  return rule == RecurrenceRule::Delta || rule == RecurrenceRule::GatedDelta;
-}
-
 /// Where the dims of a recurrence's per-step tensors are: [B, H, L, F], or
 /// packed token-major [T, H, F] in a ragged batch (no batch dim).
 struct StepLayout {
@@ -1559,12 +1550,12 @@ static LogicalResult verifyRecurrenceOperands(RecurrenceOp op,
       return failure();
     return success();
   };
-  ArrayRef<const char *> decayDims = rule == RecurrenceRule::Gla
-                                         ? layout.vectorGateDims
-                                         : layout.scalarGateDims;
-  if (failed(
-          checkPerStep("decay", op.getDecay(), usesDecay(rule), decayDims)) ||
-      failed(checkPerStep("beta", op.getBeta(), usesBeta(rule),
+  ArrayRef<const char *> decayDims =
+      hasFeatureDecay(rule) ? layout.vectorGateDims : layout.scalarGateDims;
+  if (failed(checkPerStep("decay", op.getDecay(),
+                          hasScalarDecay(rule) || hasFeatureDecay(rule),
+                          decayDims)) ||
+      failed(checkPerStep("beta", op.getBeta(), isDeltaRule(rule),
                           layout.scalarGateDims)))
     return failure();
 
@@ -1792,7 +1783,7 @@ static ParseResult parseRuleKeyword(OpAsmParser &parser,
   if (!value)
     return parser.emitError(loc)
            << "unknown recurrence rule '" << keyword
-           << "'; expected linear, decay, gla, delta or gated_delta";
+           << "'; expected linear, decay, gla, delta, gated_delta or kda";
   rule = RecurrenceRuleAttr::get(parser.getContext(), *value);
   return success();
 }

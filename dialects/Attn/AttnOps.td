@@ -613,6 +613,7 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     | `gla`         | `S = diag(exp(g_t)) S + k_t v_t^T`, `g_t` in R^Dk   |
     | `delta`       | `u = beta_t (v_t - S^T k_t)`, `S = S + k_t u^T`     |
     | `gated_delta` | `S = exp(g_t) S`, then as `delta`                  |
+    | `kda`         | `S = diag(exp(g_t)) S`, then as `delta`            |
 
     and `o_t = S^T (scale * q_t)` with the state after step `t` (`scale`
     defaults to `1/sqrt(Dk)`). With `qk_l2norm`, each `q_t` and `k_t` is
@@ -621,7 +622,7 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     form used for `L > 1`.
 
     Operands: `query, key [B, Hk, L, Dk]`, `value [B, Hv, L, Dv]`,
-    `decay [B, Hv, L]` (`gla`: `[B, Hv, L, Dk]`) for the gated rules,
+    `decay [B, Hv, L]` (`gla`, `kda`: `[B, Hv, L, Dk]`) for the gated rules,
     `beta [B, Hv, L]` for the delta rules, `initial_state [B, Hv, Dk, Dv]`
     (f32) and, once the output gate is fused, `gate_z [B, Hv, L, Dv]` and
     `gate_weight [Dv]` (see `attn.rmsnorm_gate`). Results:

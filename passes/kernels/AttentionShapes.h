@@ -341,16 +341,12 @@ struct LinearRecurrenceShape {
   double gateEpsilon = 0.0;
 
   /// A scalar log-decay per step (decay, gated_delta).
-  bool scalarDecay() const {
-    return rule == RecurrenceRule::Decay || rule == RecurrenceRule::GatedDelta;
-  }
-  /// A log-decay per step and key feature (gla).
-  bool featureDecay() const { return rule == RecurrenceRule::Gla; }
+  bool scalarDecay() const { return hasScalarDecay(rule); }
+  /// A log-decay per step and key feature (gla, kda).
+  bool featureDecay() const { return hasFeatureDecay(rule); }
   bool hasDecay() const { return scalarDecay() || featureDecay(); }
   /// A delta rule: a write strength per step and the WY / UT form.
-  bool isDelta() const {
-    return rule == RecurrenceRule::Delta || rule == RecurrenceRule::GatedDelta;
-  }
+  bool isDelta() const { return isDeltaRule(rule); }
 
   /// Value features padded to whole vectors of `width` lanes.
   int64_t paddedValueDim(int64_t width) const {

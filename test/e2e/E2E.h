@@ -159,6 +159,39 @@ inline Tensor intsToRuntime(const ref::IntTensor &t) {
   return out;
 }
 
+/// A linear layer's rule (SPEC §2) by its model-description name, and which
+/// per-step inputs it reads: a log-decay per step (`g`, per key feature for
+/// gla and kda) and a write strength (`beta`, the delta rules).
+struct RecurrenceRuleName {
+  std::string name;
+
+  ref::Rule rule() const {
+    static const std::pair<const char *, ref::Rule> kRules[] = {
+        {"linear", ref::Rule::Linear},
+        {"decay", ref::Rule::Decay},
+        {"gla", ref::Rule::Gla},
+        {"delta", ref::Rule::Delta},
+        {"gated_delta", ref::Rule::GatedDelta},
+        {"kda", ref::Rule::Kda}};
+    for (auto [text, rule] : kRules)
+      if (name == text)
+        return rule;
+    ADD_FAILURE() << "unknown rule " << name;
+    return ref::Rule::Linear;
+  }
+  bool featureDecay() const { return name == "gla" || name == "kda"; }
+  bool decays() const {
+    return featureDecay() || name == "decay" || name == "gated_delta";
+  }
+  bool deltas() const {
+    return name == "delta" || name == "gated_delta" || name == "kda";
+  }
+};
+
+/// Every rule's name.
+inline constexpr const char *kRecurrenceRules[] = {
+    "linear", "decay", "gla", "delta", "gated_delta", "kda"};
+
 /// A random tree of `nodes` nodes per batch row: node t's parent is uniform
 /// among the earlier nodes, or (with `chain`) t - 1.
 inline ref::IntTensor randomParents(int64_t batch, int64_t nodes,

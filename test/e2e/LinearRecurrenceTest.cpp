@@ -52,23 +52,14 @@ struct RecurrenceCase {
 
 void PrintTo(const RecurrenceCase &c, std::ostream *os) { *os << c.label; }
 
-ref::Rule referenceRule(const std::string &rule) {
-  if (rule == "linear")
-    return ref::Rule::Linear;
-  if (rule == "decay")
-    return ref::Rule::Decay;
-  if (rule == "gla")
-    return ref::Rule::Gla;
-  if (rule == "delta")
-    return ref::Rule::Delta;
-  return ref::Rule::GatedDelta;
+bool hasFeatureDecay(const std::string &rule) {
+  return RecurrenceRuleName{rule}.featureDecay();
 }
-
 bool hasDecay(const std::string &rule) {
-  return rule == "decay" || rule == "gla" || rule == "gated_delta";
+  return RecurrenceRuleName{rule}.decays();
 }
 bool hasBeta(const std::string &rule) {
-  return rule == "delta" || rule == "gated_delta";
+  return RecurrenceRuleName{rule}.deltas();
 }
 
 std::string modelJson(const RecurrenceCase &c) {
@@ -118,7 +109,7 @@ Inputs randomInputs(const RecurrenceCase &c, int64_t length,
   in.k = randomF32({B, c.keyHeads, length, c.keyDim}, rng, -c.keyRange,
                    c.keyRange, dtype);
   in.v = randomF32({B, c.valueHeads, length, c.valueDim}, rng, -1, 1, dtype);
-  if (c.rule == "gla")
+  if (hasFeatureDecay(c.rule))
     in.g = randomF32({B, c.valueHeads, length, c.keyDim}, rng, -c.maxDecay, 0,
                      dtype);
   else
@@ -148,7 +139,7 @@ std::vector<Tensor> entryInputs(const RecurrenceCase &c, const Inputs &in) {
 
 ref::RecurrenceResult reference(const RecurrenceCase &c, const Inputs &in) {
   ref::Recurrence options;
-  options.rule = referenceRule(c.rule);
+  options.rule = RecurrenceRuleName{c.rule}.rule();
   options.scale = c.scale;
   options.qkL2Norm = c.l2norm;
   ref::RecurrenceResult result = ref::linearRecurrence(
@@ -244,9 +235,8 @@ TEST_P(LinearRecurrence, MatchesReference) {
 
 std::vector<RecurrenceCase> cases() {
   std::vector<RecurrenceCase> all;
-  const char *rules[] = {"linear", "decay", "gla", "delta", "gated_delta"};
   // Every rule at every length class of a 16-step chunk, Dk != Dv, Hv/Hk 2.
-  for (const char *rule : rules)
+  for (const char *rule : kRecurrenceRules)
     for (int64_t length : {1, 15, 16, 17, 300}) {
       RecurrenceCase c;
       c.label = std::string(rule) + "_L" + std::to_string(length);
@@ -509,6 +499,73 @@ std::vector<RecurrenceCase> cases() {
        .keyDim = 24,
        .valueDim = 7,
        .length = 50});
+  // Kimi Delta Attention (kda: gla's decay per key feature, then the delta
+  // rule): Kimi Linear's head dims over chunks of 64 with the gate and
+  // weak decays (the state crosses chunks), strong decays over chunks of
+  // 128, groups, continuation through decode, column tiles, bf16, and
+  // decode on split columns.
+  add({.label = "kda_dims128_gate",
+       .rule = "kda",
+       .keyHeads = 2,
+       .valueHeads = 2,
+       .keyDim = 128,
+       .valueDim = 128,
+       .chunk = 64,
+       .gate = true,
+       .maxDecay = 0.05,
+       .length = 150});
+  add({.label = "kda_chunk128_strong",
+       .rule = "kda",
+       .chunk = 128,
+       .maxDecay = 5.0,
+       .length = 260});
+  add({.label = "kda_continue_prefill_decode_prefill",
+       .rule = "kda",
+       .keyHeads = 1,
+       .valueHeads = 3,
+       .length = 33,
+       .continuation = 1});
+  add({.label = "kda_continue_decode_prefill",
+       .rule = "kda",
+       .length = 1,
+       .continuation = 40});
+  add({.label = "kda_columns_gate",
+       .rule = "kda",
+       .keyHeads = 1,
+       .valueHeads = 1,
+       .keyDim = 64,
+       .valueDim = 80,
+       .chunk = 32,
+       .gate = true,
+       .length = 90,
+       .threads = 4,
+       .stateColumns = 16});
+  add({.label = "bf16_kda_gate",
+       .rule = "kda",
+       .keyHeads = 1,
+       .valueHeads = 2,
+       .keyDim = 64,
+       .valueDim = 48,
+       .chunk = 32,
+       .gate = true,
+       .length = 70,
+       .dtype = "bf16"});
+  add({.label = "bf16_kda_decode_dims128",
+       .rule = "kda",
+       .keyHeads = 2,
+       .valueHeads = 4,
+       .keyDim = 128,
+       .valueDim = 128,
+       .chunk = 64,
+       .gate = true,
+       .batch = 3,
+       .length = 1,
+       .dtype = "bf16"});
+  add({.label = "kda_no_l2norm",
+       .rule = "kda",
+       .l2norm = false,
+       .keyRange = 0.15,
+       .length = 40});
   add({.label = "linear_columns_continuation",
        .rule = "linear",
        .keyHeads = 1,
@@ -525,12 +582,11 @@ std::vector<RecurrenceCase> cases() {
 /// combinations nobody picked.
 std::vector<RecurrenceCase> randomCases(int count) {
   CaseDraws draw;
-  const char *rules[] = {"linear", "decay", "gla", "delta", "gated_delta"};
   std::vector<RecurrenceCase> all;
   for (int i = 0; i < count; ++i) {
     RecurrenceCase c;
     c.label = "random" + std::to_string(i);
-    c.rule = rules[draw.rng() % 5];
+    c.rule = kRecurrenceRules[draw.rng() % std::size(kRecurrenceRules)];
     c.keyHeads = draw.pick({1, 1, 2, 3});
     c.valueHeads = c.keyHeads * draw.pick({1, 2});
     c.keyDim = draw.pick({8, 16, 24, 40, 64, 128});

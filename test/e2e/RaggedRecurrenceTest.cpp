@@ -26,12 +26,8 @@ struct RaggedCase {
   bool gate = false;
 };
 
-bool decays(const RaggedCase &c) {
-  return c.rule == "decay" || c.rule == "gla" || c.rule == "gated_delta";
-}
-bool deltas(const RaggedCase &c) {
-  return c.rule == "delta" || c.rule == "gated_delta";
-}
+bool decays(const RaggedCase &c) { return RecurrenceRuleName{c.rule}.decays(); }
+bool deltas(const RaggedCase &c) { return RecurrenceRuleName{c.rule}.deltas(); }
 
 constexpr int64_t kHk = 2, kHv = 4, kDk = 20, kDv = 12, kPool = 9;
 
@@ -114,11 +110,7 @@ TEST_P(RaggedRecurrence, MatchesEachSequenceAcrossCalls) {
   const ref::Tensor w = ref::randomTensor({kDv}, rng);
 
   ref::Recurrence options;
-  options.rule = c.rule == "linear"  ? ref::Rule::Linear
-                 : c.rule == "decay" ? ref::Rule::Decay
-                 : c.rule == "gla"   ? ref::Rule::Gla
-                 : c.rule == "delta" ? ref::Rule::Delta
-                                     : ref::Rule::GatedDelta;
+  options.rule = RecurrenceRuleName{c.rule}.rule();
   options.qkL2Norm = true;
   std::vector<std::optional<Steps>> history(B);
 
@@ -131,7 +123,7 @@ TEST_P(RaggedRecurrence, MatchesEachSequenceAcrossCalls) {
     ref::Tensor q = ref::randomTensor({T, kHk, kDk}, rng),
                 k = ref::randomTensor({T, kHk, kDk}, rng),
                 v = ref::randomTensor({T, kHv, kDv}, rng),
-                g = c.rule == "gla"
+                g = RecurrenceRuleName{c.rule}.featureDecay()
                         ? ref::randomTensor({T, kHv, kDk}, rng, -1, 0)
                         : ref::randomTensor({T, kHv}, rng, -2, 0),
                 beta = ref::randomTensor({T, kHv}, rng, 0.05, 0.95),
@@ -205,7 +197,7 @@ std::vector<RaggedCase> cases() {
   const std::vector<int64_t> mixed{0, 1, 3, 37, 1, 70};
   const std::vector<int64_t> next{5, 1, 0, 1, 20, 1};
   std::vector<RaggedCase> all;
-  for (const char *rule : {"linear", "decay", "gla", "delta", "gated_delta"}) {
+  for (const char *rule : kRecurrenceRules) {
     RaggedCase c;
     c.rule = rule;
     c.label = rule;
@@ -245,12 +237,11 @@ std::vector<RaggedCase> cases() {
 /// within-chunk and multi-chunk steps in orders nobody picked.
 std::vector<RaggedCase> randomCases(int count) {
   CaseDraws draw;
-  const char *rules[] = {"linear", "decay", "gla", "delta", "gated_delta"};
   std::vector<RaggedCase> all;
   for (int i = 0; i < count; ++i) {
     RaggedCase c;
     c.label = "random" + std::to_string(i);
-    c.rule = rules[draw.rng() % 5];
+    c.rule = kRecurrenceRules[draw.rng() % std::size(kRecurrenceRules)];
     c.gate = draw.chance(30);
     const int64_t sequences = draw.pick({1, 2, 4, 7, kPool});
     for (int64_t b = 0; b < sequences; ++b) {

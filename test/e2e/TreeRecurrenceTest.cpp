@@ -24,12 +24,11 @@ struct TreeCase {
   bool gate = false, chain = false;
 };
 
-bool decays(const TreeCase &c) {
-  return c.rule == "decay" || c.rule == "gla" || c.rule == "gated_delta";
+bool featureDecays(const TreeCase &c) {
+  return RecurrenceRuleName{c.rule}.featureDecay();
 }
-bool deltas(const TreeCase &c) {
-  return c.rule == "delta" || c.rule == "gated_delta";
-}
+bool decays(const TreeCase &c) { return RecurrenceRuleName{c.rule}.decays(); }
+bool deltas(const TreeCase &c) { return RecurrenceRuleName{c.rule}.deltas(); }
 
 constexpr int64_t kHk = 2, kHv = 4, kDv = 12, kBatch = 2;
 
@@ -92,7 +91,7 @@ TEST_P(TreeRecurrence, MatchesEveryPath) {
   Inputs x{ref::randomTensor({kBatch, kHk, T, c.keyDim}, rng),
            ref::randomTensor({kBatch, kHk, T, c.keyDim}, rng),
            ref::randomTensor({kBatch, kHv, T, kDv}, rng),
-           c.rule == "gla"
+           featureDecays(c)
                ? ref::randomTensor({kBatch, kHv, T, c.keyDim}, rng, -1, 0)
                : ref::randomTensor({kBatch, kHv, T}, rng, -2, 0),
            ref::randomTensor({kBatch, kHv, T}, rng, 0.05, 0.95),
@@ -107,11 +106,7 @@ TEST_P(TreeRecurrence, MatchesEveryPath) {
   if (deltas(c))
     common.push_back(toRuntime(x.beta));
   ref::Recurrence options;
-  options.rule = c.rule == "linear"  ? ref::Rule::Linear
-                 : c.rule == "decay" ? ref::Rule::Decay
-                 : c.rule == "gla"   ? ref::Rule::Gla
-                 : c.rule == "delta" ? ref::Rule::Delta
-                                     : ref::Rule::GatedDelta;
+  options.rule = RecurrenceRuleName{c.rule}.rule();
   options.qkL2Norm = true;
   auto pathRecurrence = [&](int64_t b, const std::vector<int64_t> &nodes) {
     ref::Tensor g = pick(x.g, b, nodes), beta = pick(x.beta, b, nodes);
@@ -180,7 +175,7 @@ TEST_P(TreeRecurrence, MatchesEveryPath) {
 
 std::vector<TreeCase> cases() {
   std::vector<TreeCase> all;
-  for (const char *rule : {"linear", "decay", "gla", "delta", "gated_delta"}) {
+  for (const char *rule : kRecurrenceRules) {
     TreeCase c;
     c.rule = rule;
     c.label = rule;
@@ -205,7 +200,7 @@ std::vector<TreeCase> cases() {
   all.push_back(chain);
   // Trees of at most 8 nodes with Dk = 72: the CUDA kernel splits each
   // state column over 4 threads (SimtRecurrenceColumns).
-  for (const char *rule : {"gated_delta", "gla"}) {
+  for (const char *rule : {"gated_delta", "gla", "kda"}) {
     TreeCase small;
     small.label = std::string("split_columns_") + rule;
     small.rule = rule;
@@ -216,7 +211,7 @@ std::vector<TreeCase> cases() {
   }
   // Trees whose chunk buffers exceed the CUDA kernel's shared memory (a
   // 256 x 256 score matrix alone is 256 KiB): they live in global scratch.
-  for (const char *rule : {"gated_delta", "gla"}) {
+  for (const char *rule : {"gated_delta", "gla", "kda"}) {
     TreeCase large;
     large.label = std::string("large_tree_") + rule;
     large.rule = rule;

@@ -12,7 +12,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
 import attn
-from reference import close, recurrence
+from reference import (DECAY_RULES, DELTA_RULES, FEATURE_DECAY_RULES, RULES,
+                       close, recurrence)
 
 HK, HV, DK, DV, POOL = 2, 4, 20, 12, 7
 rng = np.random.default_rng(8)
@@ -32,7 +33,7 @@ def steps(rule, T):
     x = {"q": f(T, HK, DK), "k": f(T, HK, DK), "v": f(T, HV, DV),
          "beta": rng.uniform(0.05, 0.95, (T, HV)).astype(np.float32),
          "z": f(T, HV, DV)}
-    x["g"] = (-rng.uniform(0, 1, (T, HV, DK)) if rule == "gla"
+    x["g"] = (-rng.uniform(0, 1, (T, HV, DK)) if rule in FEATURE_DECAY_RULES
               else -rng.uniform(0, 2, (T, HV))).astype(np.float32)
     return x
 
@@ -47,8 +48,8 @@ def check(rule, gate, calls):
     m = model(rule, gate)
     sig = m.signature("lin")
     names = [a.name for a in sig.inputs]
-    expected = ["q", "k", "v"] + (["g"] if rule in ("decay", "gla", "gated_delta") else []) \
-        + (["beta"] if rule in ("delta", "gated_delta") else []) \
+    expected = ["q", "k", "v"] + (["g"] if rule in DECAY_RULES else []) \
+        + (["beta"] if rule in DELTA_RULES else []) \
         + ["states", "state_idx"] + (["z", "w"] if gate else []) + ["cu_seqlens"]
     assert names == expected, names
     assert [a.name for a in sig.outputs] == ["o"]
@@ -90,7 +91,7 @@ def check(rule, gate, calls):
     return m
 
 
-for rule in ("linear", "decay", "gla", "delta", "gated_delta"):
+for rule in RULES:
     check(rule, False, [[0, 1, 3, 37, 1, 45], [5, 1, 0, 1, 20, 1]])
 m = check("gated_delta", True, [[2, 1, 33], [1, 1, 1]])
 

@@ -11,7 +11,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
 import attn
-from reference import close, recurrence, tree_recurrence
+from reference import (DECAY_RULES, DELTA_RULES, FEATURE_DECAY_RULES, RULES,
+                       close, recurrence, tree_recurrence)
 
 HK, HV, DK, DV = 2, 4, 20, 12
 MAX_NODES = 40
@@ -33,11 +34,11 @@ def inputs(rule, B, T, gate):
     x = {"q": f(B, HK, T, DK), "k": f(B, HK, T, DK), "v": f(B, HV, T, DV),
          "g": None, "beta": None, "s0": f(B, HV, DK, DV) * 0.1,
          "z": None, "w": None}
-    if rule == "gla":
+    if rule in FEATURE_DECAY_RULES:
         x["g"] = -rng.uniform(0.0, 1.0, (B, HV, T, DK)).astype(np.float32)
-    elif rule in ("decay", "gated_delta"):
+    elif rule in DECAY_RULES:
         x["g"] = -rng.uniform(0.0, 2.0, (B, HV, T)).astype(np.float32)
-    if rule in ("delta", "gated_delta"):
+    if rule in DELTA_RULES:
         x["beta"] = rng.uniform(0.05, 0.95, (B, HV, T)).astype(np.float32)
     if gate:
         x["z"], x["w"] = f(B, HV, T, DV), f(DV)
@@ -61,7 +62,7 @@ def random_parents(B, T, shape):
     return parents
 
 
-for rule in ("linear", "decay", "gla", "delta", "gated_delta"):
+for rule in RULES:
     for gate in (False, True):
         m = compile_layer(rule, gate)
         names = [a.name for a in m.signature("lin.tree").inputs]
@@ -92,7 +93,7 @@ def random_path(parents, b, length):
     return path
 
 
-for rule in ("linear", "decay", "gla", "delta", "gated_delta"):
+for rule in RULES:
     m = compile_layer(rule, gate=True)
     names = [a.name for a in m.signature("lin.commit").inputs]
     assert names[-3:] == ["path", "length", "S_init"], names

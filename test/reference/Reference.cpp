@@ -445,10 +445,13 @@ RecurrenceResult linearRecurrence(const Tensor &q, const Tensor &k,
                                   const Recurrence &options) {
   const int64_t B = q.dim(0), Hk = q.dim(1), L = q.dim(2), Dk = q.dim(3);
   const int64_t Hv = v.dim(1), Dv = v.dim(3);
-  const bool gated = options.rule == Rule::Decay || options.rule == Rule::Gla ||
+  const bool featureDecay =
+      options.rule == Rule::Gla || options.rule == Rule::Kda;
+  const bool gated = featureDecay || options.rule == Rule::Decay ||
                      options.rule == Rule::GatedDelta;
-  const bool delta =
-      options.rule == Rule::Delta || options.rule == Rule::GatedDelta;
+  const bool delta = options.rule == Rule::Delta ||
+                     options.rule == Rule::GatedDelta ||
+                     options.rule == Rule::Kda;
   assert(Hv % Hk == 0 && (!gated || g) && (!delta || beta));
   const double scale = resolveScale(options.scale, Dk);
   RecurrenceResult result{Tensor({B, Hv, L, Dv}), initialState};
@@ -475,7 +478,7 @@ RecurrenceResult linearRecurrence(const Tensor &q, const Tensor &k,
           l2normalize(kt);
         }
         // Decay the state.
-        if (options.rule == Rule::Gla) {
+        if (featureDecay) {
           for (int64_t d = 0; d < Dk; ++d)
             for (int64_t e = 0; e < Dv; ++e)
               S(b, hv, d, e) *= std::exp((*g)(b, hv, t, d));

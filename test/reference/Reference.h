@@ -213,7 +213,7 @@ std::pair<Tensor, Tensor> kvCompact(const Tensor &k, const Tensor &v,
 // §2 Linear recurrences
 //===----------------------------------------------------------------------===//
 
-enum class Rule { Linear, Decay, Gla, Delta, GatedDelta };
+enum class Rule { Linear, Decay, Gla, Delta, GatedDelta, Kda };
 
 struct Recurrence {
   Rule rule = Rule::Linear;
@@ -227,8 +227,9 @@ struct RecurrenceResult {
 };
 
 /// The recurrence of SPEC §2, one time step at a time. `g` is [B, Hv, L]
-/// (`Gla`: [B, Hv, L, Dk]) for the gated rules, `beta` [B, Hv, L] for the
-/// delta rules; pass null otherwise.
+/// (`Gla`, `Kda`: [B, Hv, L, Dk]) for the gated rules, `beta` [B, Hv, L]
+/// for the delta rules; pass null otherwise. `Kda` (Kimi Delta Attention)
+/// decays the state per key feature, as `Gla`, then writes as `Delta`.
 RecurrenceResult linearRecurrence(const Tensor &q, const Tensor &k,
                                   const Tensor &v, const Tensor *g,
                                   const Tensor *beta,

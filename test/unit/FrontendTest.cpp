@@ -115,7 +115,8 @@ TEST(Frontend, DefaultsOfAMinimalLayer) {
 }
 
 TEST(Frontend, EveryRuleAndMaskBuildsVerifiedIR) {
-  for (const char *rule : {"linear", "decay", "gla", "delta", "gated_delta"})
+  for (const char *rule :
+       {"linear", "decay", "gla", "delta", "gated_delta", "kda"})
     for (const char *mask :
          {R"("none")", R"("causal")", R"({"sliding_window": 32})",
           R"({"chunked": 16})"}) {
@@ -137,6 +138,31 @@ TEST(Frontend, EveryRuleAndMaskBuildsVerifiedIR) {
       OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
       EXPECT_TRUE(succeeded(verify(*module))) << rule << " " << mask;
     }
+}
+
+TEST(Frontend, KdaTakesADecayPerKeyFeatureAndBeta) {
+  // Kimi Delta Attention: g per step, value head and key feature, as gla's;
+  // beta per step and value head, as the delta rules'.
+  const char *json = R"({"model": "m", "layers": [{"name": "kda",
+    "type": "linear_attention", "rule": "kda", "num_k_heads": 2,
+    "num_v_heads": 4, "k_dim": 24, "v_dim": 40, "tree": true}]})";
+  llvm::Expected<ModelDescription> model = parseModelDescription(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  auto entry = module->lookupSymbol<func::FuncOp>("kda");
+  ASSERT_TRUE(entry);
+  using Args = std::vector<std::string>;
+  EXPECT_EQ(entrySignatures(*module).front(),
+            (std::pair<std::string, Args>{
+                "kda", Args{"q", "k", "v", "g", "beta", "S_init"}}));
+  auto g = cast<RankedTensorType>(entry.getArgumentTypes()[3]);
+  auto beta = cast<RankedTensorType>(entry.getArgumentTypes()[4]);
+  EXPECT_EQ(g.getShape(), (ArrayRef<int64_t>{ShapedType::kDynamic, 4,
+                                             ShapedType::kDynamic, 24}));
+  EXPECT_EQ(beta.getShape(),
+            (ArrayRef<int64_t>{ShapedType::kDynamic, 4, ShapedType::kDynamic}));
 }
 
 TEST(Frontend, NamedVariantsAddTheirInputsInSpecOrder) {
@@ -510,7 +536,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadDescription{
             R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "mamba", "num_k_heads": 2, "k_dim": 8}]})",
             "$.layers[0].rule: expected \"linear\", \"decay\", \"gla\", "
-            "\"delta\" or \"gated_delta\", got \"mamba\""},
+            "\"delta\", \"gated_delta\" or \"kda\", got \"mamba\""},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "num_v_heads": 6, "k_dim": 8}]})",
             "$.layers[0]: num_v_heads (6) must be a multiple of num_k_heads "

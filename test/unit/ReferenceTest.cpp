@@ -439,8 +439,9 @@ RecurrenceInputs randomRecurrence(Rule rule, int64_t B, int64_t Hk, int64_t Hv,
   in.q = randomTensor({B, Hk, L, Dk}, rng());
   in.k = randomTensor({B, Hk, L, Dk}, rng());
   in.v = randomTensor({B, Hv, L, Dv}, rng());
-  in.g = rule == Rule::Gla ? randomTensor({B, Hv, L, Dk}, rng(), -5.0, 0.0)
-                           : randomTensor({B, Hv, L}, rng(), -5.0, 0.0);
+  const bool featureDecay = rule == Rule::Gla || rule == Rule::Kda;
+  in.g = featureDecay ? randomTensor({B, Hv, L, Dk}, rng(), -5.0, 0.0)
+                      : randomTensor({B, Hv, L}, rng(), -5.0, 0.0);
   in.beta = randomTensor({B, Hv, L}, rng(), 0.0, 1.0);
   in.s0 = randomTensor({B, Hv, Dk, Dv}, rng());
   return in;
@@ -483,6 +484,20 @@ TEST(Recurrence, DeltaStepByHand) {
   EXPECT_NEAR(gated.state(0, 0, 0, 0), 3.0, kTight);
 }
 
+TEST(Recurrence, KdaStepByHand) {
+  // Dk = 2, Dv = 1, S0 = [2, 4], decays [0.5, 1]: S = [1, 4]; k = [1, 0]
+  // predicts 1, so u = 0.5 (5 - 1) = 2 and S = [3, 4]; o = S . q = 3 + 8.
+  Tensor q({1, 1, 1, 2}, {1.0, 2.0}), k({1, 1, 1, 2}, {1.0, 0.0});
+  Tensor v({1, 1, 1, 1}, {5.0}), beta({1, 1, 1}, {0.5});
+  Tensor g({1, 1, 1, 2}, {std::log(0.5), 0.0});
+  Tensor s0({1, 1, 2, 1}, {2.0, 4.0});
+  RecurrenceResult r =
+      linearRecurrence(q, k, v, &g, &beta, s0, Recurrence{Rule::Kda, 1.0});
+  EXPECT_NEAR(r.state(0, 0, 0, 0), 3.0, kTight);
+  EXPECT_NEAR(r.state(0, 0, 1, 0), 4.0, kTight);
+  EXPECT_NEAR(r.output(0, 0, 0, 0), 11.0, kTight);
+}
+
 TEST(Recurrence, ZeroDecayEqualsUngatedRule) {
   RecurrenceInputs in = randomRecurrence(Rule::GatedDelta, 2, 2, 4, 9, 5, 3);
   Tensor zero({2, 4, 9});
@@ -501,6 +516,9 @@ TEST(Recurrence, ZeroDecayEqualsUngatedRule) {
   EXPECT_LT(maxRelativeError(run(Rule::GatedDelta, &zero, &in.beta).output,
                              run(Rule::Delta, nullptr, &in.beta).output),
             kTight);
+  EXPECT_LT(maxRelativeError(run(Rule::Kda, &zeroVector, &in.beta).output,
+                             run(Rule::Delta, nullptr, &in.beta).output),
+            kTight);
 }
 
 TEST(Recurrence, GlaWithEqualChannelsIsScalarDecay) {
@@ -516,6 +534,13 @@ TEST(Recurrence, GlaWithEqualChannelsIsScalarDecay) {
                                           in.s0, Recurrence{Rule::Gla});
   EXPECT_LT(maxRelativeError(gla.output, scalar.output), kTight);
   EXPECT_LT(maxRelativeError(gla.state, scalar.state), kTight);
+  // Likewise kda with equal channels is gated_delta.
+  RecurrenceResult gatedDelta = linearRecurrence(
+      in.q, in.k, in.v, &in.g, &in.beta, in.s0, Recurrence{Rule::GatedDelta});
+  RecurrenceResult kda = linearRecurrence(in.q, in.k, in.v, &vector, &in.beta,
+                                          in.s0, Recurrence{Rule::Kda});
+  EXPECT_LT(maxRelativeError(kda.output, gatedDelta.output), kTight);
+  EXPECT_LT(maxRelativeError(kda.state, gatedDelta.state), kTight);
 }
 
 TEST(Recurrence, ValueHeadsShareTheirKeyHead) {
@@ -553,9 +578,9 @@ TEST_P(RecurrenceRules, StateContinuation) {
   const Rule rule = GetParam();
   const int64_t L1 = 5, L2 = 8;
   RecurrenceInputs in = randomRecurrence(rule, 2, 2, 4, L1 + L2, 6, 3);
-  const bool gla = rule == Rule::Gla;
+  const bool featureDecay = rule == Rule::Gla || rule == Rule::Kda;
   auto steps = [&](const Tensor &t, int64_t from, int64_t to) {
-    return gla ? sliceRows(t, from, to) : sliceSteps(t, from, to);
+    return featureDecay ? sliceRows(t, from, to) : sliceSteps(t, from, to);
   };
   Recurrence options{rule, std::nullopt, true};
   RecurrenceResult whole =
@@ -578,7 +603,8 @@ TEST_P(RecurrenceRules, StateContinuation) {
 
 INSTANTIATE_TEST_SUITE_P(AllRules, RecurrenceRules,
                          ::testing::Values(Rule::Linear, Rule::Decay, Rule::Gla,
-                                           Rule::Delta, Rule::GatedDelta));
+                                           Rule::Delta, Rule::GatedDelta,
+                                           Rule::Kda));
 
 TEST(Recurrence, DeltaRuleWithUnitBetaStoresTheValue) {
   // With |k_t| = 1 and beta = 1, S'^T k_t = S^T k_t + (v_t - S^T k_t) = v_t:

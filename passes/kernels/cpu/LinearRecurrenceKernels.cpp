@@ -4,7 +4,9 @@
 // state S [Dk, Dv] kept in the workgroup:
 //
 //  * chunked (prefill): per chunk of C steps, with G the cumulative sum of
-//    the log-decays inside the chunk (SPEC §2 and fla's chunk_gated_delta):
+//    the log-decays inside the chunk (SPEC §2 and fla's chunk_gated_delta;
+//    for a decay per key feature, gla and kda, G is a vector per step and
+//    each product below is taken feature by feature):
 //      - delta rules, the UT transform: A[t, s] = beta_t (k_t . k_s)
 //        exp(G_t - G_s) for s < t, T = (I + A)^-1 by forward substitution,
 //        W = T diag(beta) (exp(G) * K), U = T diag(beta) V, and the new
@@ -387,6 +389,10 @@ private:
   /// exp(G_last - G_s) for each step s: what the decay of the rest of the
   /// chunk leaves of step s's write.
   Value decayToEnd(Value s, int64_t off);
+  /// With a decay per key feature: the chunk's products of `rows` (Q for
+  /// the scores, K for the delta rules' Gram matrix) with K, each decayed
+  /// feature by feature.
+  void decayedProducts(Value rows, Value dst, bool strict);
 
   const LinearRecurrenceShape &shape;
   const int64_t W, tiles;
@@ -697,10 +703,14 @@ void ChunkedRecurrenceKernel::transposeKeys() {
 
 void ChunkedRecurrenceKernel::transformDeltaValues() {
   // The UT transform and the new values V' = U - W S.
-  Product gram;
-  gram.rows = C, gram.cols = C, gram.depth = DkP;
-  gram.a = keys, gram.b = keysT, gram.c = transform, gram.lowerC = true;
-  emitProduct(e, gram);
+  if (shape.featureDecay()) {
+    decayedProducts(keys, transform, /*strict=*/true);
+  } else {
+    Product gram;
+    gram.rows = C, gram.cols = C, gram.depth = DkP;
+    gram.a = keys, gram.b = keysT, gram.c = transform, gram.lowerC = true;
+    emitProduct(e, gram);
+  }
   maskChunkScores(e, transform, C, shape.scalarDecay() ? cumulative : Value(),
                   betas, /*strict=*/true, ancestors);
   invertUnitLower(e, transform, C);
@@ -723,10 +733,15 @@ void ChunkedRecurrenceKernel::transformDeltaValues() {
                                        : e.splat(-1.0);
     for (int64_t off = 0; off < DkP; off += W) {
       Value col = e.index(off);
+      Value scale =
+          shape.featureDecay()
+              ? e.fmul(factor, e.exp(vector::LoadOp::create(
+                                   b, e.vec, cumulative, ValueRange{s, col})))
+              : factor;
       vector::StoreOp::create(
           b,
           e.fmul(vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}),
-                 factor),
+                 scale),
           scaledKeys, ValueRange{s, col});
     }
   });
@@ -749,33 +764,7 @@ void ChunkedRecurrenceKernel::transformDeltaValues() {
 void ChunkedRecurrenceKernel::scoreChunk() {
   // P[t, s] = (q_t . k_s) exp(G_t - G_s) for s <= t (q carries the scale).
   if (shape.featureDecay()) {
-    e.loop(c0, e.index(C), c1, [&](Value t) {
-      zeroRow(e, scores, {t}, C);
-      e.loop(c0, e.add(t, c1), c1, [&](Value s) {
-        Value dot = e.splat(0.0);
-        for (int64_t off = 0; off < DkP; off += W) {
-          Value col = e.index(off);
-          Value decay = e.exp(e.fsub(
-              vector::LoadOp::create(b, e.vec, cumulative, ValueRange{t, col}),
-              vector::LoadOp::create(b, e.vec, cumulative,
-                                     ValueRange{s, col})));
-          Value qk = e.fmul(
-              vector::LoadOp::create(b, e.vec, queries, ValueRange{t, col}),
-              vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}));
-          dot = e.fma(qk, decay, dot);
-        }
-        Value score = e.sumLanes(dot);
-        // A tree keeps its ancestors' columns only (the others' decays may
-        // have overflowed).
-        if (ancestors)
-          score = e.select(
-              e.icmp(arith::CmpIPredicate::ne,
-                     memref::LoadOp::create(b, ancestors, ValueRange{t, s}),
-                     e.i32(0)),
-              score, e.scalar(0.0));
-        e.store(score, scores, {t, s});
-      });
-    });
+    decayedProducts(queries, scores, /*strict=*/false);
     return;
   }
   Product p;
@@ -784,6 +773,40 @@ void ChunkedRecurrenceKernel::scoreChunk() {
   emitProduct(e, p);
   maskChunkScores(e, scores, C, shape.scalarDecay() ? cumulative : Value(),
                   Value(), /*strict=*/false, ancestors);
+}
+
+void ChunkedRecurrenceKernel::decayedProducts(Value rows, Value dst,
+                                              bool strict) {
+  // dst[t, s] = sum_d rows[t, d] k[s, d] exp(G[t, d] - G[s, d]) for s <= t
+  // (s < t when strict), zero elsewhere: with a decay per key feature the
+  // decays cannot be factored out of the dot product, and taking each
+  // difference before its exp keeps every factor <= 1.
+  e.loop(c0, e.index(C), c1, [&](Value t) {
+    zeroRow(e, dst, {t}, C);
+    e.loop(c0, strict ? t : e.add(t, c1), c1, [&](Value s) {
+      Value dot = e.splat(0.0);
+      for (int64_t off = 0; off < DkP; off += W) {
+        Value col = e.index(off);
+        Value decay = e.exp(e.fsub(
+            vector::LoadOp::create(b, e.vec, cumulative, ValueRange{t, col}),
+            vector::LoadOp::create(b, e.vec, cumulative, ValueRange{s, col})));
+        Value product =
+            e.fmul(vector::LoadOp::create(b, e.vec, rows, ValueRange{t, col}),
+                   vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}));
+        dot = e.fma(product, decay, dot);
+      }
+      Value score = e.sumLanes(dot);
+      // A tree keeps its ancestors' columns only (the others' decays may
+      // have overflowed).
+      if (ancestors)
+        score = e.select(
+            e.icmp(arith::CmpIPredicate::ne,
+                   memref::LoadOp::create(b, ancestors, ValueRange{t, s}),
+                   e.i32(0)),
+            score, e.scalar(0.0));
+      e.store(score, dst, {t, s});
+    });
+  });
 }
 
 void ChunkedRecurrenceKernel::storeChunkOutputs(Value first, Value steps) {
@@ -972,6 +995,9 @@ private:
   /// The index prefixes of the state and of step t's rows.
   SmallVector<Value> stateAt, keyStep, valueStep;
   Value key, query, decay, output;
+  /// The key the delta rules read the state with: k, or for kda the key
+  /// times this step's decays ((diag(a) S)^T k = S^T (a * k)).
+  Value readKey;
 
   // What loadStep reads of step t: the state it starts from (S_init at
   // the first step, the state written in place after), k . q, the
@@ -999,6 +1025,7 @@ func::FuncOp RecurrentStepKernel::build() {
   Value length = seq.length;
   key = e.scratch({DkP}), query = e.scratch({DkP});
   decay = shape.featureDecay() ? e.scratch({DkP}) : Value();
+  readKey = shape.featureDecay() && shape.isDelta() ? e.scratch({DkP}) : key;
   output = e.scratch({DvP});
   // In a ragged batch, the longer sequences are the chunked kernel's.
   if (shape.ragged)
@@ -1038,8 +1065,8 @@ void RecurrentStepKernel::loadStep(Value t) {
     kq = e.fma(vector::LoadOp::create(b, e.vec, key, e.index(off)),
                vector::LoadOp::create(b, e.vec, query, e.index(off)), kq);
   kqVec = e.broadcast(e.sumLanes(kq));
-  // The decay of this step: alpha (scalar), or per feature for gla, where
-  // it is folded into q for S^T q.
+  // The decay of this step: alpha (scalar), or per feature for gla and
+  // kda, where it is folded into q for S^T q (and into k for kda's S^T k).
   alpha = Value();
   if (shape.scalarDecay())
     alpha = e.broadcast(e.exp(e.load(args.g, valueStep)));
@@ -1052,6 +1079,10 @@ void RecurrentStepKernel::loadStep(Value t) {
       vector::StoreOp::create(
           b, e.fmul(vector::LoadOp::create(b, e.vec, query, col), a), query,
           col);
+      if (readKey != key)
+        vector::StoreOp::create(
+            b, e.fmul(vector::LoadOp::create(b, e.vec, key, col), a), readKey,
+            col);
     }
   }
   beta = shape.isDelta() ? e.broadcast(e.load(args.beta, valueStep)) : Value();
@@ -1065,7 +1096,7 @@ SmallVector<Value> RecurrentStepKernel::readState(const ColumnBlock &columns) {
   SmallVector<Value> init(needKey ? 2 * nv : nv, e.splat(0.0));
   return e.loop(c0, e.index(Dk), c1, init, [&](Value i, ValueRange acc) {
     Value qb = e.broadcast(e.load(query, i));
-    Value kb = needKey ? e.broadcast(e.load(key, i)) : Value();
+    Value kb = needKey ? e.broadcast(e.load(readKey, i)) : Value();
     SmallVector<Value> byQuery, byKey;
     for (int64_t x = 0; x < nv; ++x) {
       Value s =

@@ -12,7 +12,8 @@
 //     (normalized, q scaled), G and beta;
 //  2. the block computes the chunk's matrices, one entry per thread at a
 //     time: P[t, s] = (q_t . k_s) exp(G_t - G_s) for s <= t and, for the
-//     delta rules, A[t, s] = beta_t (k_t . k_s) exp(G_t - G_s) for s < t;
+//     delta rules, A[t, s] = beta_t (k_t . k_s) exp(G_t - G_s) for s < t
+//     (with a decay per key feature, gla and kda, feature by feature);
 //  3. each column's threads take it through the chunk:
 //       o_t  = exp(G_t) q_t . S                      (the state so far),
 //       v'_t = v_t, or for the delta rules the solution of
@@ -122,6 +123,10 @@ private:
   std::optional<RecurrenceSequence> seq;
   Value keys, queries, logDecay, betas, scores, transform, values, partials,
       stateRegs;
+  /// The keys the delta rules read the state with, exp(G_t) k_t: keys
+  /// itself, or with a decay per key feature (kda) rows of their own,
+  /// since the keys then carry exp(G_last - G_t) for the state update.
+  Value readKeys;
 };
 
 SimtChunkedRecurrenceKernel::SimtChunkedRecurrenceKernel(
@@ -214,6 +219,7 @@ void SimtChunkedRecurrenceKernel::allocateBuffers() {
   logDecay = scalarDecay    ? e.shared({C})
              : featureDecay ? chunkBuffer({C, Dk + 1})
                             : Value();
+  readKeys = featureDecay && delta ? chunkBuffer({C, Dk + 1}) : keys;
   betas = delta ? e.shared({C}) : Value();
   scores = chunkBuffer({C, C});
   transform = delta ? chunkBuffer({C, C}) : Value();
@@ -383,7 +389,11 @@ void SimtChunkedRecurrenceKernel::scoreChunk(Value n) {
         return;
       e.ifThen(e.icmp(arith::CmpIPredicate::ult, s, t), [&] {
         Value gram = e.sumOver(c0, dk, [&](Value i) {
-          return e.fmul(e.load(keys, {t, i}), e.load(keys, {s, i}));
+          Value product = e.fmul(e.load(keys, {t, i}), e.load(keys, {s, i}));
+          if (!featureDecay)
+            return product;
+          return e.fmul(product, e.exp(e.fsub(e.load(logDecay, {t, i}),
+                                              e.load(logDecay, {s, i}))));
         });
         Value a = e.fmul(e.load(betas, {t}), gram);
         e.store(decay ? e.fmul(a, decay) : a, transform, {t, s});
@@ -393,14 +403,17 @@ void SimtChunkedRecurrenceKernel::scoreChunk(Value n) {
 }
 
 void SimtChunkedRecurrenceKernel::foldFeatureDecays(Value n, Value last) {
-  // gla: fold the decays into q (exp(G_t)) and k (exp(G_last - G_s)), as
-  // the column pass reads them (a tree carries no state out: q only).
+  // gla, kda: fold the decays into q (exp(G_t)), kda's read keys
+  // (exp(G_t)) and k (exp(G_last - G_s)), as the column pass reads them (a
+  // tree carries no state out: no k).
   if (!featureDecay)
     return;
   e.forAll(e.mul(n, dk), [&](Value x) {
     Value t = e.div(x, dk), i = e.rem(x, dk);
     Value g = e.load(logDecay, {t, i});
     e.store(e.fmul(e.load(queries, {t, i}), e.exp(g)), queries, {t, i});
+    if (readKeys != keys)
+      e.store(e.fmul(e.load(keys, {t, i}), e.exp(g)), readKeys, {t, i});
     if (!shape.tree)
       e.store(e.fmul(e.load(keys, {t, i}),
                      e.exp(e.fsub(e.load(logDecay, {last, i}), g))),
@@ -503,7 +516,7 @@ SmallVector<Value> SimtChunkedRecurrenceKernel::stateSums(Value stateColumn,
     Value s = e.load(stateColumn, e.index(k));
     sums[0] = e.fma(e.load(queries, {t, i}), s, sums[0]);
     if (delta)
-      sums[1] = e.fma(e.load(keys, {t, i}), s, sums[1]);
+      sums[1] = e.fma(e.load(readKeys, {t, i}), s, sums[1]);
   }
   return sums;
 }
@@ -640,6 +653,8 @@ mlir::attn::recurrenceScratchShapes(const LinearRecurrenceShape &shape,
   const int64_t C = shape.chunkSize, Dk = shape.keyDim;
   SmallVector<SmallVector<int64_t>> chunked{{C, Dk + 1}, {C, Dk + 1}};
   if (shape.featureDecay())
+    chunked.push_back({C, Dk + 1});
+  if (shape.featureDecay() && shape.isDelta())
     chunked.push_back({C, Dk + 1});
   chunked.push_back({C, C});
   if (shape.isDelta())

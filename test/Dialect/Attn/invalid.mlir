@@ -560,6 +560,22 @@ func.func @rec_gla_vector_decay(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf3
 
 // -----
 
+func.func @rec_kda_vector_decay(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf32>, %v: tensor<2x8x7x12xf32>, %s: tensor<2x8x16x12xf32>, %g: tensor<2x8x7xf32>, %b: tensor<2x8x7xf32>) {
+  // expected-error @+1 {{'decay' must be a rank-4 tensor [B, Hv, L, Dk], got 'tensor<2x8x7xf32>'}}
+  %o, %so = attn.linear_recurrence kda %q, %k, %v decay(%g : tensor<2x8x7xf32>) beta(%b : tensor<2x8x7xf32>) state(%s : tensor<2x8x16x12xf32>) : tensor<2x4x7x16xf32>, tensor<2x4x7x16xf32>, tensor<2x8x7x12xf32>
+  return
+}
+
+// -----
+
+func.func @rec_kda_needs_beta(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf32>, %v: tensor<2x8x7x12xf32>, %s: tensor<2x8x16x12xf32>, %g: tensor<2x8x7x16xf32>) {
+  // expected-error @+1 {{rule 'kda' needs a 'beta' operand [B, Hv, L]}}
+  %o, %so = attn.linear_recurrence kda %q, %k, %v decay(%g : tensor<2x8x7x16xf32>) state(%s : tensor<2x8x16x12xf32>) : tensor<2x4x7x16xf32>, tensor<2x4x7x16xf32>, tensor<2x8x7x12xf32>
+  return
+}
+
+// -----
+
 func.func @rec_gla_decay_width(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf32>, %v: tensor<2x8x7x12xf32>, %s: tensor<2x8x16x12xf32>, %g: tensor<2x8x7x12xf32>) {
   // expected-error @+1 {{'decay' dim 3 (Dk) must match 'query' dim 3 (Dk): expected 16, got 12}}
   %o, %so = attn.linear_recurrence gla %q, %k, %v decay(%g : tensor<2x8x7x12xf32>) state(%s : tensor<2x8x16x12xf32>) : tensor<2x4x7x16xf32>, tensor<2x4x7x16xf32>, tensor<2x8x7x12xf32>
@@ -657,7 +673,7 @@ func.func @rec_gate_half(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf32>, %v:
 // -----
 
 func.func @rec_unknown_rule(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf32>, %v: tensor<2x8x7x12xf32>, %s: tensor<2x8x16x12xf32>) {
-  // expected-error @+1 {{unknown recurrence rule 'mamba'; expected linear, decay, gla, delta or gated_delta}}
+  // expected-error @+1 {{unknown recurrence rule 'mamba'; expected linear, decay, gla, delta, gated_delta or kda}}
   %o, %so = attn.linear_recurrence mamba %q, %k, %v state(%s : tensor<2x8x16x12xf32>) : tensor<2x4x7x16xf32>, tensor<2x4x7x16xf32>, tensor<2x8x7x12xf32>
   return
 }

@@ -205,6 +205,7 @@ func.func @kv_append_latent(%kv: tensor<?x1x576xbf16>, %slots: tensor<?xi32>,
 // CHECK: attn.linear_recurrence gla %{{.+}}, %{{.+}}, %{{.+}} decay(%{{.+}} : tensor<?x8x?x64xf32>) state(%{{.+}} : tensor<?x8x64x32xf32>) {chunk_size = 16 : i64}
 // CHECK: attn.linear_recurrence delta %{{.+}}, %{{.+}}, %{{.+}} beta(%{{.+}} : tensor<?x8x?xf32>) state(%{{.+}} : tensor<?x8x64x32xf32>) {chunk_size = 128 : i64}
 // CHECK: %[[O:.+]], %[[S:.+]] = attn.linear_recurrence gated_delta %{{.+}}, %{{.+}}, %{{.+}} decay(%{{.+}} : tensor<?x8x?xf32>) beta(%{{.+}} : tensor<?x8x?xf32>) state(%{{.+}} : tensor<?x8x64x32xf32>) output_gate(%{{.+}}, %{{.+}} : tensor<?x8x?x32xf32>, tensor<32xf32>) {qk_l2norm}
+// CHECK: attn.linear_recurrence kda %{{.+}}, %{{.+}}, %{{.+}} decay(%{{.+}} : tensor<?x8x?x64xf32>) beta(%{{.+}} : tensor<?x8x?xf32>) state(%{{.+}} : tensor<?x8x64x32xf32>) {qk_l2norm}
 // CHECK: return %[[O]], %[[S]] : tensor<?x8x?x32xf32>, tensor<?x8x64x32xf32>
 func.func @linear_recurrence_rules(%q: tensor<?x4x?x64xf32>,
     %k: tensor<?x4x?x64xf32>, %v: tensor<?x8x?x32xf32>,
@@ -232,6 +233,10 @@ func.func @linear_recurrence_rules(%q: tensor<?x4x?x64xf32>,
       state(%s0 : tensor<?x8x64x32xf32>)
       output_gate(%z, %w : tensor<?x8x?x32xf32>, tensor<32xf32>)
       {qk_l2norm, gate_eps = 1.0e-6}
+      : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x8x?x32xf32>
+  %o5, %s5 = attn.linear_recurrence kda %q, %k, %v
+      decay(%gv : tensor<?x8x?x64xf32>) beta(%beta : tensor<?x8x?xf32>)
+      state(%s0 : tensor<?x8x64x32xf32>) {chunk_size = 64, qk_l2norm}
       : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x8x?x32xf32>
   return %o4, %s4 : tensor<?x8x?x32xf32>, tensor<?x8x64x32xf32>
 }

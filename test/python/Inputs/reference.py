@@ -79,10 +79,17 @@ def close(actual, expected, tolerance, what):
     assert (actual[~finite] == expected[~finite]).all(), f"{what}: infinities"
 
 
+# The rules of SPEC §2 (and kda, Kimi Delta Attention), by what they read.
+RULES = ("linear", "decay", "gla", "delta", "gated_delta", "kda")
+FEATURE_DECAY_RULES = ("gla", "kda")
+DECAY_RULES = ("decay", "gla", "gated_delta", "kda")
+DELTA_RULES = ("delta", "gated_delta", "kda")
+
+
 def recurrence(rule, q, k, v, g, beta, s_init, scale=None, l2norm=False,
                z=None, w=None, eps=1e-6):
     """o [B,Hv,L,Dv] and S of SPEC §2 for any rule, step by step in
-    float64; g is [B,Hv,L] ([B,Hv,L,Dk] for gla) or None, beta [B,Hv,L] or
+    float64; g is [B,Hv,L] ([B,Hv,L,Dk] for gla, kda) or None, beta [B,Hv,L] or
     None; z and w apply the rmsnorm-silu output gate."""
     q, k, v, s = (np.array(x, dtype=np.float64) for x in (q, k, v, s_init))
     g = None if g is None else np.asarray(g, dtype=np.float64)
@@ -98,12 +105,12 @@ def recurrence(rule, q, k, v, g, beta, s_init, scale=None, l2norm=False,
         for j in range(Hv):
             i = j // (Hv // Hk)
             for t in range(L):
-                if rule == "gla":
+                if rule in FEATURE_DECAY_RULES:
                     s[b, j] *= np.exp(g[b, j, t])[:, None]
-                elif rule in ("decay", "gated_delta"):
+                elif rule in DECAY_RULES:
                     s[b, j] *= np.exp(g[b, j, t])
                 u = v[b, j, t].copy()
-                if rule in ("delta", "gated_delta"):
+                if rule in DELTA_RULES:
                     u = beta[b, j, t] * (u - s[b, j].T @ k[b, i, t])
                 s[b, j] += np.outer(k[b, i, t], u)
                 o[b, j, t] = s[b, j].T @ (scale * q[b, i, t])
