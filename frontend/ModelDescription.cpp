@@ -49,7 +49,9 @@ const std::pair<llvm::StringRef, Rule> kRules[] = {
     {"gated_delta", Rule::GatedDelta},
     {"kda", Rule::Kda}};
 const std::pair<llvm::StringRef, OutputGate> kOutputGates[] = {
-    {"none", OutputGate::None}, {"rmsnorm_silu", OutputGate::RmsNormSilu}};
+    {"none", OutputGate::None},
+    {"rmsnorm_silu", OutputGate::RmsNormSilu},
+    {"rmsnorm_sigmoid", OutputGate::RmsNormSigmoid}};
 const std::pair<llvm::StringRef, int> kLayerTypes[] = {{"attention", 0},
                                                        {"linear_attention", 1}};
 

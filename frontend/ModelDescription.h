@@ -26,7 +26,9 @@ enum class GateKind { None, Elementwise, Headwise };
 enum class SparsityMethod { TopK, TopP };
 enum class Estimator { Exact, Int4 };
 enum class Rule { Linear, Decay, Gla, Delta, GatedDelta, Kda };
-enum class OutputGate { None, RmsNormSilu };
+/// A linear layer's output gate: (o / rms(o)) * w * act(z), act silu
+/// (Qwen3-Next, Mamba2) or sigmoid (Kimi Linear).
+enum class OutputGate { None, RmsNormSilu, RmsNormSigmoid };
 /// The variants of SPEC §7, built as score_mod / mask_mod regions: a named
 /// one, or `Func`, the user's own function given as attn IR.
 enum class ScoreMod { None, Alibi, RelativeBias, Func };

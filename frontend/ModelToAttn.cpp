@@ -764,7 +764,7 @@ private:
       entry.arg(name, type);
     entry.arg("S_init", tensor({kDyn, layer.numVHeads, layer.kDim, layer.vDim},
                                Float32Type::get(context)));
-    if (layer.outputGate == OutputGate::RmsNormSilu) {
+    if (layer.outputGate != OutputGate::None) {
       entry.arg("z", rows(layer.numVHeads, layer.vDim));
       entry.arg("w", tensor({layer.vDim}, element));
     }
@@ -793,7 +793,7 @@ private:
                      Float32Type::get(context)),
               /*inPlace=*/true);
     entry.arg("state_idx", tensor({kDyn}, i32()));
-    if (layer.outputGate == OutputGate::RmsNormSilu) {
+    if (layer.outputGate != OutputGate::None) {
       entry.arg("z", packed(layer.numVHeads, layer.vDim));
       entry.arg("w", tensor({layer.vDim}, element));
     }
@@ -981,11 +981,15 @@ private:
   /// o through the layer's output gate, if it has one.
   Value gatedRecurrence(EntryBuilder &entry, const LinearAttentionLayer &layer,
                         Value o) {
-    if (layer.outputGate != OutputGate::RmsNormSilu)
+    if (layer.outputGate == OutputGate::None)
       return o;
-    return RmsNormGateOp::create(builder, builder.getUnknownLoc(), o,
-                                 entry["z"], entry["w"],
-                                 builder.getF64FloatAttr(layer.gateEps));
+    auto activation = GateActivationAttr::get(
+        context, layer.outputGate == OutputGate::RmsNormSigmoid
+                     ? GateActivation::Sigmoid
+                     : GateActivation::Silu);
+    return RmsNormGateOp::create(
+        builder, builder.getUnknownLoc(), o, entry["z"], entry["w"],
+        builder.getF64FloatAttr(layer.gateEps), activation);
   }
 
   void addLinearAttention(const LinearAttentionLayer &layer,

@@ -64,6 +64,11 @@ def Attn_RecurrenceRuleAttr
   let assemblyFormat = "`<` $value `>`";
 }
 
+def Attn_GateActivationAttr
+    : EnumAttr<Attn_Dialect, Attn_GateActivation, "gate_activation"> {
+  let assemblyFormat = "`<` $value `>`";
+}
+
 def Attn_SelectionEstimatorAttr
     : EnumAttr<Attn_Dialect, Attn_SelectionEstimator, "estimator"> {
   let assemblyFormat = "`<` $value `>`";

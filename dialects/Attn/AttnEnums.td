@@ -16,6 +16,15 @@ def Attn_MaskKind : I32EnumAttr<"MaskKind",
   let genSpecializedAttr = 0;
 }
 
+def Attn_GateActivation : I32EnumAttr<"GateActivation",
+    "the activation of an rmsnorm output gate's z", [
+      I32EnumAttrCase<"Silu", 0, "silu">,
+      I32EnumAttrCase<"Sigmoid", 1, "sigmoid">
+    ]> {
+  let cppNamespace = "::mlir::attn";
+  let genSpecializedAttr = 0;
+}
+
 def Attn_RecurrenceRule : I32EnumAttr<"RecurrenceRule",
     "state update rule of a linear recurrence", [
       I32EnumAttrCase<"Linear", 0, "linear">,

@@ -175,6 +175,12 @@ def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
       }],
       "double", "getEpilogueEpsilon", (ins), [{}], [{ return 0.0; }]>,
     InterfaceMethod<[{
+        The activation of z in an rmsnorm gate (`RmsNormSiluGate`: silu or
+        sigmoid); silu otherwise.
+      }],
+      "::mlir::attn::GateActivation", "getEpilogueActivation", (ins), [{}],
+      [{ return ::mlir::attn::GateActivation::Silu; }]>,
+    InterfaceMethod<[{
         Builds, at the rewriter's insertion point, this op with `epilogue`
         (whose input is this op's output) applied to each output row before
         it is stored, so no second pass reads the output. The new op has the

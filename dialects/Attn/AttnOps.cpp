@@ -1577,6 +1577,8 @@ static LogicalResult verifyRecurrenceOperands(RecurrenceOp op,
     double eps = op.getGateEps().convertToDouble();
     if (!(eps > 0.0))
       return op.emitOpError() << "'gate_eps' must be > 0, got " << eps;
+  } else if (op.getGateActivation() != GateActivation::Silu) {
+    return op.emitOpError() << "'gate_activation' needs an output gate";
   }
 
   return checkScale(emit, toDouble(op.getScale()));
@@ -1633,6 +1635,9 @@ bool LinearRecurrenceOp::getNormalizesQueryKey() { return getQkL2norm(); }
 double LinearRecurrenceOp::getEpilogueEpsilon() {
   return getGateZ() ? getGateEps().convertToDouble() : 0.0;
 }
+GateActivation LinearRecurrenceOp::getEpilogueActivation() {
+  return getGateActivation();
+}
 FailureOr<Operation *>
 LinearRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
                                  EpilogueOpInterface epilogue) {
@@ -1644,6 +1649,7 @@ LinearRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
     fused.getGateZMutable().assign(gate.getZ());
     fused.getGateWeightMutable().assign(gate.getWeight());
     fused.setGateEpsAttr(gate.getEpsAttr());
+    fused.setGateActivationAttr(gate.getActivationAttr());
   });
   return fused.getOperation();
 }
@@ -1709,6 +1715,9 @@ bool TreeRecurrenceOp::getNormalizesQueryKey() { return getQkL2norm(); }
 double TreeRecurrenceOp::getEpilogueEpsilon() {
   return getGateZ() ? getGateEps().convertToDouble() : 0.0;
 }
+GateActivation TreeRecurrenceOp::getEpilogueActivation() {
+  return getGateActivation();
+}
 KeySelectionKind TreeRecurrenceOp::getKeySelectionKind() {
   return KeySelectionKind::Tree;
 }
@@ -1724,6 +1733,7 @@ TreeRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
     fused.getGateZMutable().assign(gate.getZ());
     fused.getGateWeightMutable().assign(gate.getWeight());
     fused.setGateEpsAttr(gate.getEpsAttr());
+    fused.setGateActivationAttr(gate.getActivationAttr());
   });
   return fused.getOperation();
 }

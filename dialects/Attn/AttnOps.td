@@ -600,7 +600,8 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
          "getEpilogue", "getEpilogueOperands", "fuseEpilogue",
          "getRecurrenceRule", "getStepDecay", "getStepBeta", "getStateInput",
          "getStateOutput", "getStepChunkSize", "getNormalizesQueryKey",
-         "getEpilogueEpsilon", "getSequenceOffsets", "getStateSlots"]>]> {
+         "getEpilogueEpsilon", "getEpilogueActivation", "getSequenceOffsets",
+         "getStateSlots"]>]> {
   let summary = "linear attention as a state recurrence (linear to Gated DeltaNet)";
   let description = [{
     Per batch and value head, a state `S [Dk, Dv]` evolves from
@@ -625,7 +626,8 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     `decay [B, Hv, L]` (`gla`, `kda`: `[B, Hv, L, Dk]`) for the gated rules,
     `beta [B, Hv, L]` for the delta rules, `initial_state [B, Hv, Dk, Dv]`
     (f32) and, once the output gate is fused, `gate_z [B, Hv, L, Dv]` and
-    `gate_weight [Dv]` (see `attn.rmsnorm_gate`). Results:
+    `gate_weight [Dv]` with `gate_eps` and `gate_activation` (see
+    `attn.rmsnorm_gate`). Results:
     `output [B, Hv, L, Dv]` and `final_state [B, Hv, Dk, Dv]` (f32).
 
     A ragged batch (SPEC §8) packs its sequences token-major: with
@@ -670,7 +672,9 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     DefaultValuedAttr<I64Attr, "64">:$chunk_size,
     OptionalAttr<F64Attr>:$scale,
     UnitAttr:$qk_l2norm,
-    DefaultValuedAttr<F64Attr, "1.0e-6">:$gate_eps);
+    DefaultValuedAttr<F64Attr, "1.0e-6">:$gate_eps,
+    DefaultValuedAttr<Attn_GateActivationAttr,
+        "::mlir::attn::GateActivation::Silu">:$gate_activation);
   let results = (outs Attn_FloatTensor:$output, Attn_F32Tensor:$final_state);
   let assemblyFormat = [{
     custom<RuleKeyword>($rule) $query `,` $key `,` $value
@@ -692,6 +696,7 @@ def Attn_TreeRecurrenceOp : Attn_PureOp<"tree_recurrence", [
          "getEpilogue", "getEpilogueOperands", "fuseEpilogue",
          "getRecurrenceRule", "getStepDecay", "getStepBeta", "getStateInput",
          "getStepChunkSize", "getNormalizesQueryKey", "getEpilogueEpsilon",
+         "getEpilogueActivation",
          "getKeySelectionKind", "getKeySelection"]>]> {
   let summary = "a linear recurrence over the nodes of a draft tree (SPEC §10)";
   let description = [{
@@ -732,7 +737,9 @@ def Attn_TreeRecurrenceOp : Attn_PureOp<"tree_recurrence", [
     DefaultValuedAttr<I64Attr, "64">:$max_nodes,
     OptionalAttr<F64Attr>:$scale,
     UnitAttr:$qk_l2norm,
-    DefaultValuedAttr<F64Attr, "1.0e-6">:$gate_eps);
+    DefaultValuedAttr<F64Attr, "1.0e-6">:$gate_eps,
+    DefaultValuedAttr<Attn_GateActivationAttr,
+        "::mlir::attn::GateActivation::Silu">:$gate_activation);
   let results = (outs Attn_FloatTensor:$output);
   let assemblyFormat = [{
     custom<RuleKeyword>($rule) $query `,` $key `,` $value
@@ -748,21 +755,29 @@ def Attn_TreeRecurrenceOp : Attn_PureOp<"tree_recurrence", [
 
 def Attn_RmsNormGateOp : Attn_PureOp<"rmsnorm_gate", [SameOperandsElementType,
     DeclareOpInterfaceMethods<Attn_EpilogueOpInterface>]> {
-  let summary = "rmsnorm-silu output gate (Qwen3-Next, Mamba2)";
+  let summary = "rmsnorm output gate (Qwen3-Next, Mamba2, Kimi Linear)";
   let description = [{
     Per head vector of `Dv` features:
-    `result = (output / sqrt(mean(output^2) + eps)) * weight * silu(z)`, with
-    `output` and `z` `[B, H, L, Dv]` and `weight [Dv]`. Fusion folds it into
-    the epilogue of the `attn.linear_recurrence` that produces `output`.
+    `result = (output / sqrt(mean(output^2) + eps)) * weight * act(z)`, with
+    `output` and `z` `[B, H, L, Dv]`, `weight [Dv]` and `act` the
+    `activation`: `silu` (Qwen3-Next's Gated DeltaNet, Mamba2; the default)
+    or `sigmoid` (Kimi Linear's KDA). Fusion folds it into the epilogue of
+    the `attn.linear_recurrence` that produces `output`, whose
+    `gate_activation` it becomes.
 
     ```mlir
     %r = attn.rmsnorm_gate %o, %z, %w {eps = 1.0e-6}
+        : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>, tensor<64xf32>
+    %s = attn.rmsnorm_gate %o, %z, %w
+        {activation = #attn.gate_activation<sigmoid>, eps = 1.0e-5}
         : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>, tensor<64xf32>
     ```
   }];
   let arguments = (ins Attn_FloatTensor:$output, Attn_FloatTensor:$z,
                        Attn_FloatTensor:$weight,
-                       DefaultValuedAttr<F64Attr, "1.0e-6">:$eps);
+                       DefaultValuedAttr<F64Attr, "1.0e-6">:$eps,
+                       DefaultValuedAttr<Attn_GateActivationAttr,
+                           "::mlir::attn::GateActivation::Silu">:$activation);
   let results = (outs Attn_FloatTensor:$result);
   let assemblyFormat = [{
     $output `,` $z `,` $weight attr-dict `:` type($output) `,` type($z) `,`

@@ -270,6 +270,7 @@ LinearRecurrenceShape::get(AttentionOpInterface op, StringRef target) {
   case Epilogue::RmsNormSiluGate:
     shape.rmsNormGate = true;
     shape.gateEpsilon = op.getEpilogueEpsilon();
+    shape.gateActivation = op.getEpilogueActivation();
     break;
   default:
     return fail("only the rmsnorm-silu gate is lowered for recurrences");

@@ -339,6 +339,8 @@ struct LinearRecurrenceShape {
   /// `state_indices`, both bound after the pool.
   bool ragged = false;
   double gateEpsilon = 0.0;
+  /// The gate's activation of z: silu, or sigmoid.
+  GateActivation gateActivation = GateActivation::Silu;
 
   /// A scalar log-decay per step (decay, gated_delta).
   bool scalarDecay() const { return hasScalarDecay(rule); }

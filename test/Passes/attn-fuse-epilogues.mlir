@@ -76,6 +76,28 @@ func.func @recurrence_rmsnorm_gate(%q: tensor<?x4x?x64xf32>,
 
 // -----
 
+// Kimi Linear's sigmoid gate on a kda recurrence: its activation travels
+// along with its eps.
+// CHECK-LABEL: func @kda_rmsnorm_sigmoid_gate
+// CHECK: attn.linear_recurrence kda {{.+}} output_gate(%{{.+}}, %{{.+}} : tensor<?x8x?x32xf32>, tensor<32xf32>) {gate_activation = #attn.gate_activation<sigmoid>, gate_eps = 1.000000e-05 : f64, qk_l2norm}
+// CHECK-NOT: attn.rmsnorm_gate
+func.func @kda_rmsnorm_sigmoid_gate(%q: tensor<?x4x?x64xf32>,
+    %k: tensor<?x4x?x64xf32>, %v: tensor<?x8x?x32xf32>,
+    %g: tensor<?x8x?x64xf32>, %beta: tensor<?x8x?xf32>,
+    %s0: tensor<?x8x64x32xf32>, %z: tensor<?x8x?x32xf32>, %w: tensor<32xf32>)
+    -> (tensor<?x8x?x32xf32>, tensor<?x8x64x32xf32>) {
+  %o, %s = attn.linear_recurrence kda %q, %k, %v
+      decay(%g : tensor<?x8x?x64xf32>) beta(%beta : tensor<?x8x?xf32>)
+      state(%s0 : tensor<?x8x64x32xf32>) {qk_l2norm}
+      : tensor<?x4x?x64xf32>, tensor<?x4x?x64xf32>, tensor<?x8x?x32xf32>
+  %r = attn.rmsnorm_gate %o, %z, %w
+      {activation = #attn.gate_activation<sigmoid>, eps = 1.0e-5}
+      : tensor<?x8x?x32xf32>, tensor<?x8x?x32xf32>, tensor<32xf32>
+  return %r, %s : tensor<?x8x?x32xf32>, tensor<?x8x64x32xf32>
+}
+
+// -----
+
 // Gate logits computed after the attention: the fused op goes where they
 // exist.
 // CHECK-LABEL: func @gate_defined_later

@@ -33,6 +33,8 @@ struct RecurrenceCase {
   int64_t keyHeads = 2, valueHeads = 4, keyDim = 40, valueDim = 24;
   int64_t chunk = 16;
   bool l2norm = true, gate = false;
+  /// The gate's activation of z: Qwen3-Next's silu or Kimi Linear's sigmoid.
+  bool sigmoidGate = false;
   std::optional<double> scale;
   /// Log-decays are uniform in [-maxDecay, 0].
   double maxDecay = 5.0;
@@ -71,7 +73,10 @@ std::string modelJson(const RecurrenceCase &c) {
        << c.valueHeads << R"(, "k_dim": )" << c.keyDim << R"(, "v_dim": )"
        << c.valueDim << R"(, "chunk_size": )" << c.chunk << R"(, "qk_l2norm": )"
        << (c.l2norm ? "true" : "false") << R"(, "output_gate": ")"
-       << (c.gate ? "rmsnorm_silu" : "none") << "\"";
+       << (!c.gate         ? "none"
+           : c.sigmoidGate ? "rmsnorm_sigmoid"
+                           : "rmsnorm_silu")
+       << "\"";
   if (c.scale)
     json << R"(, "scale": )" << *c.scale;
   json << "}]}";
@@ -146,7 +151,10 @@ ref::RecurrenceResult reference(const RecurrenceCase &c, const Inputs &in) {
       in.q, in.k, in.v, hasDecay(c.rule) ? &in.g : nullptr,
       hasBeta(c.rule) ? &in.beta : nullptr, in.state, options);
   if (c.gate)
-    result.output = ref::rmsNormSiluGate(result.output, in.z, in.w);
+    result.output =
+        ref::rmsNormGate(result.output, in.z, in.w, 1e-6,
+                         c.sigmoidGate ? ref::GateActivation::Sigmoid
+                                       : ref::GateActivation::Silu);
   return result;
 }
 
@@ -512,6 +520,7 @@ std::vector<RecurrenceCase> cases() {
        .valueDim = 128,
        .chunk = 64,
        .gate = true,
+       .sigmoidGate = true,
        .maxDecay = 0.05,
        .length = 150});
   add({.label = "kda_chunk128_strong",
@@ -537,6 +546,7 @@ std::vector<RecurrenceCase> cases() {
        .valueDim = 80,
        .chunk = 32,
        .gate = true,
+       .sigmoidGate = true,
        .length = 90,
        .threads = 4,
        .stateColumns = 16});
@@ -558,6 +568,7 @@ std::vector<RecurrenceCase> cases() {
        .valueDim = 128,
        .chunk = 64,
        .gate = true,
+       .sigmoidGate = true,
        .batch = 3,
        .length = 1,
        .dtype = "bf16"});
@@ -594,6 +605,7 @@ std::vector<RecurrenceCase> randomCases(int count) {
     c.chunk = draw.pick({16, 32, 64, 128});
     c.l2norm = draw.chance(70);
     c.gate = draw.chance(30);
+    c.sigmoidGate = draw.chance(50);
     c.batch = draw.pick({1, 1, 2, 3});
     c.length = draw.pick({0, 1, 2, 15, 16, 17, 63, 64, 65, 130, 300});
     c.continuation = draw.pick({0, 0, 1, 17, 70});

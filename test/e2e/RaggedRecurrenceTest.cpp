@@ -174,7 +174,7 @@ TEST_P(RaggedRecurrence, MatchesEachSequenceAcrossCalls) {
           all.q, all.k, all.v, decays(c) ? &all.g : nullptr,
           deltas(c) ? &all.beta : nullptr, s0, options);
       ref::Tensor out =
-          c.gate ? ref::rmsNormSiluGate(r.output, all.z, w) : r.output;
+          c.gate ? ref::rmsNormGate(r.output, all.z, w) : r.output;
       for (int64_t h = 0; h < kHv; ++h) {
         for (int64_t t = 0; t < n; ++t)
           for (int64_t e = 0; e < kDv; ++e)

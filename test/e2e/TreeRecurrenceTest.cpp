@@ -22,6 +22,8 @@ struct TreeCase {
   std::string label, rule = "gated_delta";
   int64_t nodes = 9, maxNodes = 32, keyDim = 20;
   bool gate = false, chain = false;
+  /// The gate's activation: silu, or (Kimi Linear's) sigmoid.
+  bool sigmoidGate = false;
 };
 
 bool featureDecays(const TreeCase &c) {
@@ -38,7 +40,9 @@ std::string modelJson(const TreeCase &c) {
          c.rule + R"(", "num_k_heads": 2, "num_v_heads": 4, "k_dim": )" +
          std::to_string(c.keyDim) + R"(,
     "v_dim": 12, "chunk_size": 16, "qk_l2norm": true, "tree": true)" +
-         (c.gate ? R"(, "output_gate": "rmsnorm_silu")" : "") +
+         (!c.gate         ? ""
+          : c.sigmoidGate ? R"(, "output_gate": "rmsnorm_sigmoid")"
+                          : R"(, "output_gate": "rmsnorm_silu")") +
          R"(}], "speculative": {"max_tree_nodes": )" +
          std::to_string(c.maxNodes) + "}}";
 }
@@ -134,7 +138,9 @@ TEST_P(TreeRecurrence, MatchesEveryPath) {
         path.insert(path.begin(), u);
       ref::Tensor o = pathRecurrence(b, path).output;
       if (c.gate)
-        o = ref::rmsNormSiluGate(o, pick(x.z, b, path), x.w);
+        o = ref::rmsNormGate(o, pick(x.z, b, path), x.w, 1e-6,
+                             c.sigmoidGate ? ref::GateActivation::Sigmoid
+                                           : ref::GateActivation::Silu);
       for (int64_t h = 0; h < kHv; ++h)
         for (int64_t e = 0; e < kDv; ++e)
           expected(b, h, t, e) =
@@ -218,6 +224,7 @@ std::vector<TreeCase> cases() {
     large.nodes = 200;
     large.maxNodes = 256;
     large.gate = true;
+    large.sigmoidGate = large.rule == "kda";
     all.push_back(large);
   }
   return all;

@@ -513,8 +513,8 @@ RecurrenceResult linearRecurrence(const Tensor &q, const Tensor &k,
   return result;
 }
 
-Tensor rmsNormSiluGate(const Tensor &o, const Tensor &z, const Tensor &w,
-                       double eps) {
+Tensor rmsNormGate(const Tensor &o, const Tensor &z, const Tensor &w,
+                   double eps, GateActivation activation) {
   Tensor result = o;
   const int64_t Dv = o.dim(3);
   for (int64_t b = 0; b < o.dim(0); ++b)
@@ -526,7 +526,10 @@ Tensor rmsNormSiluGate(const Tensor &o, const Tensor &z, const Tensor &w,
         const double rms = std::sqrt(sumSquares / Dv + eps);
         for (int64_t e = 0; e < Dv; ++e) {
           const double zv = z(b, h, l, e);
-          result(b, h, l, e) = o(b, h, l, e) / rms * w(e) * zv * sigmoid(zv);
+          const double act = activation == GateActivation::Sigmoid
+                                 ? sigmoid(zv)
+                                 : zv * sigmoid(zv);
+          result(b, h, l, e) = o(b, h, l, e) / rms * w(e) * act;
         }
       }
   return result;

@@ -236,9 +236,14 @@ RecurrenceResult linearRecurrence(const Tensor &q, const Tensor &k,
                                   const Tensor &initialState,
                                   const Recurrence &options);
 
-/// (o / sqrt(mean(o^2) + eps)) * w * silu(z) per head vector.
-Tensor rmsNormSiluGate(const Tensor &o, const Tensor &z, const Tensor &w,
-                       double eps = 1e-6);
+/// The activation of an rmsnorm gate's z.
+enum class GateActivation { Silu, Sigmoid };
+
+/// (o / sqrt(mean(o^2) + eps)) * w * act(z) per head vector, act silu
+/// (z sigmoid(z)) or sigmoid.
+Tensor rmsNormGate(const Tensor &o, const Tensor &z, const Tensor &w,
+                   double eps = 1e-6,
+                   GateActivation activation = GateActivation::Silu);
 
 //===----------------------------------------------------------------------===//
 // Test helpers

@@ -145,7 +145,8 @@ TEST(Frontend, KdaTakesADecayPerKeyFeatureAndBeta) {
   // beta per step and value head, as the delta rules'.
   const char *json = R"({"model": "m", "layers": [{"name": "kda",
     "type": "linear_attention", "rule": "kda", "num_k_heads": 2,
-    "num_v_heads": 4, "k_dim": 24, "v_dim": 40, "tree": true}]})";
+    "num_v_heads": 4, "k_dim": 24, "v_dim": 40, "tree": true,
+    "output_gate": "rmsnorm_sigmoid", "gate_eps": 1e-5}]})";
   llvm::Expected<ModelDescription> model = parseModelDescription(json);
   ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
   MLIRContext context;
@@ -156,7 +157,7 @@ TEST(Frontend, KdaTakesADecayPerKeyFeatureAndBeta) {
   using Args = std::vector<std::string>;
   EXPECT_EQ(entrySignatures(*module).front(),
             (std::pair<std::string, Args>{
-                "kda", Args{"q", "k", "v", "g", "beta", "S_init"}}));
+                "kda", Args{"q", "k", "v", "g", "beta", "S_init", "z", "w"}}));
   auto g = cast<RankedTensorType>(entry.getArgumentTypes()[3]);
   auto beta = cast<RankedTensorType>(entry.getArgumentTypes()[4]);
   EXPECT_EQ(g.getShape(), (ArrayRef<int64_t>{ShapedType::kDynamic, 4,
@@ -546,8 +547,8 @@ INSTANTIATE_TEST_SUITE_P(
             "$.layers[0].chunk_size: expected 16, 32, 64 or 128, got 48"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "k_dim": 8, "output_gate": "silu"}]})",
-            "$.layers[0].output_gate: expected \"none\" or \"rmsnorm_silu\", "
-            "got \"silu\""},
+            "$.layers[0].output_gate: expected \"none\", \"rmsnorm_silu\" or "
+            "\"rmsnorm_sigmoid\", got \"silu\""},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 1, "head_dim": 8}], "speculative": {"max_tree_nodes": 0}})",
             "$.speculative.max_tree_nodes: expected a positive integer, got "

@@ -624,11 +624,15 @@ TEST(RmsNormSilu, ByHand) {
   // o = [3, 4]: mean square 12.5; z = 0 gives silu 0, z = big gives ~z.
   Tensor o({1, 1, 1, 2}, {3.0, 4.0}), z({1, 1, 1, 2}, {0.0, 2.0});
   Tensor w({2}, {1.0, 0.5});
-  Tensor r = rmsNormSiluGate(o, z, w, 0.0);
+  Tensor r = rmsNormGate(o, z, w, 0.0);
   const double rms = std::sqrt(12.5);
   EXPECT_EQ(r(0, 0, 0, 0), 0.0);
   EXPECT_NEAR(r(0, 0, 0, 1), 4.0 / rms * 0.5 * 2.0 / (1.0 + std::exp(-2.0)),
               kTight);
+  // Kimi Linear's sigmoid: z = 0 halves, z = 2 scales by sigmoid(2).
+  Tensor s = rmsNormGate(o, z, w, 0.0, GateActivation::Sigmoid);
+  EXPECT_NEAR(s(0, 0, 0, 0), 3.0 / rms * 0.5, kTight);
+  EXPECT_NEAR(s(0, 0, 0, 1), 4.0 / rms * 0.5 / (1.0 + std::exp(-2.0)), kTight);
 }
 
 TEST(Helpers, RelativeErrorCatchesNaNAndScales) {

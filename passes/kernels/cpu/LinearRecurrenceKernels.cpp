@@ -92,8 +92,9 @@ void zeroRow(KernelEmitter &e, Value dst, ValueRange prefix, int64_t padded) {
 }
 
 /// Stores one output row (`row[rowPrefix..., :]`, Dv features zero-padded
-/// to whole vectors) to `out[outPrefix..., :]`, through the rmsnorm-silu
-/// gate `(o / sqrt(mean(o^2) + eps)) * w * silu(z)` when the op has it.
+/// to whole vectors) to `out[outPrefix..., :]`, through the rmsnorm gate
+/// `(o / sqrt(mean(o^2) + eps)) * w * act(z)` (act: silu or sigmoid) when
+/// the op has it.
 void storeRecurrenceRow(KernelEmitter &e, const LinearRecurrenceShape &shape,
                         const RecurrenceBindings &args, Value row,
                         ValueRange rowPrefix, ValueRange outPrefix) {
@@ -122,9 +123,11 @@ void storeRecurrenceRow(KernelEmitter &e, const LinearRecurrenceShape &shape,
       int64_t lanes = std::min(e.width, dv - off);
       Value z = e.loadVector(args.z, at(outPrefix, off), lanes);
       Value w = e.loadVector(args.w, {e.index(off)}, lanes);
-      // silu(z) = z * sigmoid(z)
-      Value silu = e.sigmoidGate(z, z);
-      x = e.fmul(e.fmul(e.fmul(x, invVec), w), silu);
+      // silu(z) = z * sigmoid(z), or sigmoid(z) itself.
+      Value normalized = e.fmul(e.fmul(x, invVec), w);
+      x = shape.gateActivation == GateActivation::Sigmoid
+              ? e.sigmoidGate(normalized, z)
+              : e.fmul(normalized, e.sigmoidGate(z, z));
       o[i] = x;
     }
   }

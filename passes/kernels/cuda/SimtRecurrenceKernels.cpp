@@ -753,11 +753,12 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
     return at;
   };
 
-  // o = (o / sqrt(mean(o^2) + eps)) * w * silu(z): the block's rows of o
-  // and z and the weights copied as stored (cp.async, every copy of a
-  // thread in flight at once); each row's sum of squares in kSumsPerRow
-  // interleaved partial sums over the block's threads, then combined; then
-  // every element again, consecutive threads on consecutive elements.
+  // o = (o / sqrt(mean(o^2) + eps)) * w * act(z), act silu or sigmoid: the
+  // block's rows of o and z and the weights copied as stored (cp.async, every
+  // copy of a thread in flight at once); each row's sum of squares in
+  // kSumsPerRow interleaved partial sums over the block's threads, then
+  // combined; then every element again, consecutive threads on consecutive
+  // elements.
   Type storage = KernelEmitter::storageType(args.out);
   const int64_t lanes = 16 / (storage.getIntOrFloatBitWidth() / 8);
   const int64_t padded = roundUp(Dv, lanes);
@@ -808,7 +809,11 @@ func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
     Value j = e.div(x, dv), d = e.rem(x, dv);
     Value o = e.fmul(e.fmul(e.load(outputs, {j, d}), e.load(inverses, {j})),
                      e.load(weights, {e.index(0), d}));
-    e.store(e.fmul(o, e.silu(e.load(gates, {j, d}))), args.out, element(j, d));
+    Value z = e.load(gates, {j, d});
+    e.store(shape.gateActivation == GateActivation::Sigmoid
+                ? e.sigmoidGate(o, z)
+                : e.fmul(o, e.silu(z)),
+            args.out, element(j, d));
   });
   func::ReturnOp::create(b);
   return func;

@@ -568,6 +568,23 @@ func.func @rec_kda_vector_decay(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf3
 
 // -----
 
+func.func @rec_gate_activation_without_gate(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf32>, %v: tensor<2x8x7x12xf32>, %s: tensor<2x8x16x12xf32>) {
+  // expected-error @+1 {{'gate_activation' needs an output gate}}
+  %o, %so = attn.linear_recurrence linear %q, %k, %v state(%s : tensor<2x8x16x12xf32>) {gate_activation = #attn.gate_activation<sigmoid>} : tensor<2x4x7x16xf32>, tensor<2x4x7x16xf32>, tensor<2x8x7x12xf32>
+  return
+}
+
+// -----
+
+func.func @rmsnorm_gate_unknown_activation(%o: tensor<2x8x7x12xf32>, %w: tensor<12xf32>) {
+  // expected-error @+2 {{expected ::mlir::attn::GateActivation to be one of: silu, sigmoid}}
+  // expected-error @+1 {{failed to parse Attn_GateActivationAttr parameter 'value'}}
+  %r = attn.rmsnorm_gate %o, %o, %w {activation = #attn.gate_activation<gelu>} : tensor<2x8x7x12xf32>, tensor<2x8x7x12xf32>, tensor<12xf32>
+  return
+}
+
+// -----
+
 func.func @rec_kda_needs_beta(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf32>, %v: tensor<2x8x7x12xf32>, %s: tensor<2x8x16x12xf32>, %g: tensor<2x8x7x16xf32>) {
   // expected-error @+1 {{rule 'kda' needs a 'beta' operand [B, Hv, L]}}
   %o, %so = attn.linear_recurrence kda %q, %k, %v decay(%g : tensor<2x8x7x16xf32>) state(%s : tensor<2x8x16x12xf32>) : tensor<2x4x7x16xf32>, tensor<2x4x7x16xf32>, tensor<2x8x7x12xf32>

@@ -251,6 +251,15 @@ func.func @rmsnorm_gate(%o: tensor<?x8x?x32xbf16>, %z: tensor<?x8x?x32xbf16>,
   return %r : tensor<?x8x?x32xbf16>
 }
 
+// CHECK-LABEL: func @rmsnorm_sigmoid_gate
+// CHECK: attn.rmsnorm_gate %{{.+}}, %{{.+}}, %{{.+}} {activation = #attn.gate_activation<sigmoid>} : tensor<?x8x?x32xf32>
+func.func @rmsnorm_sigmoid_gate(%o: tensor<?x8x?x32xf32>,
+    %z: tensor<?x8x?x32xf32>, %w: tensor<32xf32>) -> tensor<?x8x?x32xf32> {
+  %r = attn.rmsnorm_gate %o, %z, %w {activation = #attn.gate_activation<sigmoid>}
+      : tensor<?x8x?x32xf32>, tensor<?x8x?x32xf32>, tensor<32xf32>
+  return %r : tensor<?x8x?x32xf32>
+}
+
 // The variant regions (SPEC §7) print after the types with their arguments
 // named s, b, h, qp, kp.
 // CHECK-LABEL: func @sdpa_variant_regions

@@ -87,10 +87,11 @@ DELTA_RULES = ("delta", "gated_delta", "kda")
 
 
 def recurrence(rule, q, k, v, g, beta, s_init, scale=None, l2norm=False,
-               z=None, w=None, eps=1e-6):
+               z=None, w=None, eps=1e-6, activation="silu"):
     """o [B,Hv,L,Dv] and S of SPEC §2 for any rule, step by step in
     float64; g is [B,Hv,L] ([B,Hv,L,Dk] for gla, kda) or None, beta [B,Hv,L] or
-    None; z and w apply the rmsnorm-silu output gate."""
+    None; z and w apply the rmsnorm output gate, whose activation of z is
+    silu or sigmoid."""
     q, k, v, s = (np.array(x, dtype=np.float64) for x in (q, k, v, s_init))
     g = None if g is None else np.asarray(g, dtype=np.float64)
     beta = None if beta is None else np.asarray(beta, dtype=np.float64)
@@ -117,8 +118,9 @@ def recurrence(rule, q, k, v, g, beta, s_init, scale=None, l2norm=False,
     if z is not None:
         z = np.asarray(z, dtype=np.float64)
         w = np.asarray(w, dtype=np.float64)
+        sigmoid = 1.0 / (1.0 + np.exp(-z))
         o = o / np.sqrt((o * o).mean(-1, keepdims=True) + eps) * w * \
-            (z / (1.0 + np.exp(-z)))
+            (sigmoid if activation == "sigmoid" else z * sigmoid)
     return o, s
 
 
