@@ -47,6 +47,16 @@
 //    Both scale scores by (qk_nope_head_dim + qk_rope_head_dim)^-1/2,
 //    times mscale^2 with YaRN's mscale = 0.1 mscale_all_dim ln(factor) + 1
 //    when `rope_scaling` sets `mscale_all_dim` (and factor > 1).
+//  - kimi_linear (Kimi Linear, vLLM's KimiLinearConfig): the layers that
+//    `linear_attn_config.kda_layers` lists (1-based, as the released
+//    configs and vLLM read them) are linear_attention, the others MLA as
+//    deepseek_v3's (full_attention and latent_attention; Kimi's MLA layers
+//    use no RoPE, which changes nothing here). linear_attention is Kimi
+//    Delta Attention: rule kda, `linear_attn_config.num_heads` heads of
+//    `linear_attn_config.head_dim` for q, k and v alike, L2-normalized
+//    q/k, chunks of 64 steps, and the rmsnorm output gate with a sigmoid
+//    of z (FusedRMSNormGated(activation="sigmoid")) and `rms_norm_eps`.
+//    Without `linear_attn_config` every layer is MLA.
 //
 // attn's own key `speculative` (SPEC §3's object, e.g. {"max_tree_nodes":
 // 64}) turns on speculative verification: every kind gets "tree": true, so
@@ -89,7 +99,8 @@ enum class Family {
   Gemma3,
   Llama4,
   GptOss,
-  DeepSeek
+  DeepSeek,
+  KimiLinear
 };
 
 /// What the config class assumes for a key a config leaves out: hub
@@ -108,7 +119,8 @@ struct ModelType {
 
 // transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
 // Gemma2Config, Gemma3TextConfig, Llama4TextConfig, GptOssConfig,
-// DeepseekV2Config and DeepseekV3Config (Kimi K2's)
+// DeepseekV2Config and DeepseekV3Config (Kimi K2's), and vLLM's
+// KimiLinearConfig
 // (num_key_value_heads unset means num_attention_heads, head_dim unset
 // hidden_size / num_attention_heads).
 const ModelType kModelTypes[] = {
@@ -125,7 +137,8 @@ const ModelType kModelTypes[] = {
     {"gpt_oss", Family::GptOss, {64, 8, 64, 2880, 36, 128}},
     {"deepseek_v2", Family::DeepSeek, {32, 32, {}, 4096, 30, {}}},
     {"deepseek_v3", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}},
-    {"kimi_k2", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}}};
+    {"kimi_k2", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}},
+    {"kimi_linear", Family::KimiLinear, {32, 32, {}, 4096, 32, {}}}};
 
 /// The config object, its JSON path and its class's defaults.
 struct Config {
@@ -211,6 +224,73 @@ llama4LayerKinds(Reader &reader, const Config &config, int64_t layers) {
   };
 }
 
+/// Kimi Linear's layers: the 1-based `linear_attn_config.kda_layers` are
+/// linear_attention (KDA), the others full_attention (MLA); a config that
+/// lists only `full_attn_layers` has KDA everywhere else.
+std::function<llvm::StringRef(int64_t)>
+kimiLinearLayerKinds(Reader &reader, const Config &config, int64_t layers) {
+  const json::Value *linear = config.object.get("linear_attn_config");
+  if (!linear || linear->kind() == json::Value::Null)
+    return allFullAttention;
+  const std::string linearPath =
+      Reader::join(config.path, "linear_attn_config");
+  const json::Object *object = reader.object(linear, linearPath);
+  if (!object)
+    return allFullAttention;
+  // A list of distinct 1-based layer numbers, as a mask over the layers.
+  auto readList = [&](llvm::StringRef key) -> std::optional<std::vector<bool>> {
+    const json::Value *value = object->get(key);
+    if (!value || value->kind() == json::Value::Null)
+      return std::nullopt;
+    const std::string listPath = Reader::join(linearPath, key);
+    const json::Array *list = value->getAsArray();
+    if (!list) {
+      reader.fail(listPath, "expected an array of 1-based layer numbers, got " +
+                                Reader::describe(value));
+      return std::nullopt;
+    }
+    std::vector<bool> listed(layers, false);
+    for (auto [i, entry] : llvm::enumerate(*list)) {
+      std::optional<int64_t> number = entry.getAsInteger();
+      if (!number || *number < 1 || *number > layers) {
+        reader.fail(llvm::formatv("{0}[{1}]", listPath, i).str(),
+                    llvm::formatv("expected a layer number in [1, {0}] "
+                                  "(num_hidden_layers; 1-based), got {1}",
+                                  layers, Reader::describe(&entry))
+                        .str());
+        return std::nullopt;
+      }
+      listed[*number - 1] = true;
+    }
+    return listed;
+  };
+  std::optional<std::vector<bool>> kda = readList("kda_layers");
+  std::optional<std::vector<bool>> full = readList("full_attn_layers");
+  if (reader.failed())
+    return allFullAttention;
+  if (kda && full)
+    for (int64_t i = 0; i < layers; ++i)
+      if ((*kda)[i] && (*full)[i]) {
+        reader.fail(
+            Reader::join(linearPath, "kda_layers"),
+            llvm::formatv("layer {0} is also in full_attn_layers", i + 1)
+                .str());
+        return allFullAttention;
+      }
+  if (!kda && !full) {
+    reader.fail(linearPath, "expected 'kda_layers' or 'full_attn_layers'");
+    return allFullAttention;
+  }
+  if (!kda) {
+    kda = std::vector<bool>(layers);
+    for (int64_t i = 0; i < layers; ++i)
+      (*kda)[i] = !(*full)[i];
+  }
+  return [kda = *kda](int64_t i) {
+    return kda[i] ? kLinearAttention : kFullAttention;
+  };
+}
+
 /// The family's rule for the kind of layer i of `layers`, for configs
 /// without `layer_types`, with its keys read once (transformers' defaults
 /// where a key is absent). After an error, every layer is full attention.
@@ -264,6 +344,8 @@ std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
   }
   case Family::Llama4:
     return llama4LayerKinds(reader, config, layers);
+  case Family::KimiLinear:
+    return kimiLinearLayerKinds(reader, config, layers);
   }
   return allFullAttention;
 }
@@ -278,9 +360,11 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
   };
   std::vector<llvm::StringRef> allowed{kFullAttention};
   if (family != Family::DeepSeek)
-    allowed.push_back(family == Family::Qwen3Next ? kLinearAttention
-                      : family == Family::Llama4  ? kChunkedAttention
-                                                  : kSlidingAttention);
+    allowed.push_back(family == Family::Qwen3Next ||
+                              family == Family::KimiLinear
+                          ? kLinearAttention
+                      : family == Family::Llama4 ? kChunkedAttention
+                                                 : kSlidingAttention);
   const std::string expected =
       allowed.size() == 1
           ? llvm::formatv("\"{0}\"", allowed[0]).str()
@@ -449,6 +533,11 @@ std::vector<AttentionLayer> readLatentAttention(Reader &reader,
                                                 const Config &config) {
   const json::Object &object = config.object;
   const std::string &path = config.path;
+  // Kimi's MLA output gate (sigmoid(g) on each head's values) has no place
+  // in the latent form, whose output is still in the latent space.
+  if (reader.boolean(object, path, "mla_use_output_gate", false))
+    reader.fail(Reader::join(path, "mla_use_output_gate"),
+                "MLA with an output gate is not supported");
   auto feature = [&](llvm::StringRef key, int64_t fallback) {
     return reader.integer(object, path, key, fallback, 1,
                           limits::kMaxFeatureDim);
@@ -487,6 +576,42 @@ std::vector<AttentionLayer> readLatentAttention(Reader &reader,
   return {full, latent};
 }
 
+/// The linear layers' output-gate epsilon, `rms_norm_eps` (1e-6 if absent).
+double readGateEps(Reader &reader, const Config &config) {
+  std::optional<double> eps =
+      reader.number(config.object, config.path, "rms_norm_eps");
+  if (!eps)
+    return 1e-6;
+  if (*eps > 0.0)
+    return *eps;
+  reader.fail(Reader::join(config.path, "rms_norm_eps"),
+              "expected a number > 0, got " + std::to_string(*eps));
+  return 1e-6;
+}
+
+/// Kimi Linear's KDA layer (see the file comment).
+LinearAttentionLayer readKimiDeltaAttention(Reader &reader,
+                                            const Config &config) {
+  const std::string path = Reader::join(config.path, "linear_attn_config");
+  LinearAttentionLayer layer;
+  layer.name = kLinearAttention.str();
+  layer.rule = Rule::Kda;
+  const json::Object *linear =
+      reader.object(config.object.get("linear_attn_config"), path);
+  if (!linear)
+    return layer;
+  const json::Object &object = *linear;
+  layer.numKHeads = layer.numVHeads =
+      reader.integer(object, path, "num_heads", {}, 1, limits::kMaxHeads);
+  layer.kDim = layer.vDim =
+      reader.integer(object, path, "head_dim", {}, 1, limits::kMaxFeatureDim);
+  layer.chunkSize = 64;
+  layer.qkL2Norm = true;
+  layer.outputGate = OutputGate::RmsNormSigmoid;
+  layer.gateEps = readGateEps(reader, config);
+  return layer;
+}
+
 LinearAttentionLayer readLinearAttention(Reader &reader, const Config &config) {
   const json::Object &object = config.object;
   const std::string &path = config.path;
@@ -504,13 +629,7 @@ LinearAttentionLayer readLinearAttention(Reader &reader, const Config &config) {
   layer.chunkSize = 64;
   layer.qkL2Norm = true;
   layer.outputGate = OutputGate::RmsNormSilu;
-  if (std::optional<double> eps = reader.number(object, path, "rms_norm_eps")) {
-    if (*eps > 0.0)
-      layer.gateEps = *eps;
-    else
-      reader.fail(Reader::join(path, "rms_norm_eps"),
-                  "expected a number > 0, got " + std::to_string(*eps));
-  }
+  layer.gateEps = readGateEps(reader, config);
   checkGroups(reader, config, layer.numVHeads, "linear_num_value_heads",
               layer.numKHeads, "linear_num_key_heads");
   return layer;
@@ -566,10 +685,13 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
   const bool speculative = root->get("speculative") != nullptr;
   for (const std::string &kind : readLayerKinds(reader, config, type->family)) {
     if (kind == kLinearAttention) {
-      LinearAttentionLayer layer = readLinearAttention(reader, config);
+      LinearAttentionLayer layer = type->family == Family::KimiLinear
+                                       ? readKimiDeltaAttention(reader, config)
+                                       : readLinearAttention(reader, config);
       layer.tree = speculative;
       model.layers.push_back(layer);
-    } else if (type->family == Family::DeepSeek) {
+    } else if (type->family == Family::DeepSeek ||
+               type->family == Family::KimiLinear) {
       for (AttentionLayer &layer : readLatentAttention(reader, config)) {
         layer.tree = speculative;
         model.layers.push_back(layer);

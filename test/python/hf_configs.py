@@ -1,6 +1,7 @@
 # RUN: %attn_python %s
 # Hugging Face configs of softmax models (llama, mistral, qwen2, qwen3,
-# gemma2, gemma3_text, gemma3, llama4, gpt_oss, deepseek_v3): each layer
+# gemma2, gemma3_text, gemma3, llama4, gpt_oss, deepseek_v3; kimi_linear's
+# KDA and MLA layers at the end): each layer
 # kind's entry equals attention as transformers computes it for that config
 # (eager_attention_forward: scores times the config's scaling, Gemma's logit
 # softcap, transformers' causal, sliding-window and chunked masks — key kv
@@ -145,5 +146,66 @@ for lq in (1, 2, 9):
     assert err < 1e-5, ("latent_attention", lq, err)
 checked += ["deepseek-v3:full_attention", "deepseek-v3:latent_attention"]
 
-assert len(checked) == 17, checked
+
+# Kimi Linear: its KDA layers as FLA computes them (fla.ops.kda's
+# naive_recurrent_kda with use_qk_l2norm_in_kernel, [B, T, H, K] layout:
+# S *= exp(g_t); S += (beta_t k_t) (v_t - k_t S)^T; o_t = (q_t K^-1/2) S)
+# through FusedRMSNormGated(activation="sigmoid") with rms_norm_eps, and its
+# MLA layers as DeepSeek's without YaRN: 192^-1/2.
+KIMI = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                    "examples", "kimi-linear", "config.json")
+config = json.load(open(KIMI))
+config["linear_attn_config"]["num_heads"] = 4  # one tensor-parallel rank's
+config["num_attention_heads"] = 4
+m = attn.compile(config)
+assert m.entries == ["linear_attention", "full_attention",
+                     "latent_attention"], m.entries
+B, T, H, K = 2, 75, 4, 128
+eps = config["rms_norm_eps"]
+
+
+def fla_l2norm(x):
+    return x / np.sqrt((x * x).sum(-1, keepdims=True) + 1e-6)
+
+
+def fla_naive_recurrent_kda(q, k, v, g, beta, s0):
+    """FLA's naive_recurrent_kda in float64, [B, T, H, K] inputs."""
+    q, k = fla_l2norm(q) * K ** -0.5, fla_l2norm(k)
+    S = s0.copy()
+    o = np.zeros_like(v)
+    for i in range(q.shape[1]):
+        S = S * np.exp(g[:, i])[..., None]
+        predicted = (k[:, i][..., None] * S).sum(-2)
+        S = S + np.einsum("bhk,bhv->bhkv", beta[:, i][..., None] * k[:, i],
+                          v[:, i] - predicted)
+        o[:, i] = np.einsum("bhk,bhkv->bhv", q[:, i], S)
+    return o, S
+
+
+q, k, v, z = (rng.standard_normal((B, T, H, K)) for _ in range(4))
+g = -np.log1p(np.exp(rng.standard_normal((B, T, H, K))))  # -softplus
+beta = 1 / (1 + np.exp(-rng.standard_normal((B, T, H))))
+s0 = 0.1 * rng.standard_normal((B, H, K, K))
+w = rng.uniform(0.5, 1.5, K)
+o, s = fla_naive_recurrent_kda(q, k, v, g, beta, s0)
+gated = o / np.sqrt((o * o).mean(-1, keepdims=True) + eps) * w / \
+    (1 + np.exp(-z))
+heads_first = lambda x: np.ascontiguousarray(  # noqa: E731
+    np.moveaxis(x, 1, 2)).astype(np.float32)
+o_attn, s_attn = m["linear_attention"](
+    *(heads_first(x) for x in (q, k, v, g)), heads_first(beta[..., None])[..., 0],
+    s0.astype(np.float32), heads_first(z), w.astype(np.float32))
+want = np.moveaxis(gated, 1, 2)
+err = np.abs(o_attn - want).max() / np.abs(want).max()
+assert err < 1e-4, ("kimi-linear:linear_attention", err)
+err = np.abs(s_attn - s).max() / np.abs(s).max()
+assert err < 1e-4, ("kimi-linear:linear_attention state", err)
+mla = [rng.standard_normal((1, 4, n, d)).astype(np.float32)
+       for n, d in ((3, 192), (20, 192), (20, 128))]
+want = transformers_attention(*mla, 192 ** -0.5, None, None)
+err = np.abs(m["full_attention"](*mla) - want).max() / np.abs(want).max()
+assert err < 1e-5, ("kimi-linear:full_attention", err)
+checked += ["kimi-linear:linear_attention", "kimi-linear:full_attention"]
+
+assert len(checked) == 19, checked
 print("hf configs:", ", ".join(checked))
