@@ -15,7 +15,8 @@
 //      - "decode calls": the model's L = 1 entry called once per token, the
 //        state fed back, as an engine with only a decode kernel runs it.
 //
-//  * every rule (linear, decay, gla, delta, gated_delta) chunked at C = 64,
+//  * every rule (linear, decay, gla, delta, gated_delta, kda) chunked at C =
+//  64,
 //    L = 1K..32K: the growths t(8K) / t(2K) and t(32K) / t(8K) (linear: 4)
 //    and, per length, the slowest of the timed calls over the fastest, so
 //    that a bimodal or drifting cost shows.
@@ -227,7 +228,8 @@ void ruleGrowth(int threads, int repeat, bool quick) {
   std::printf("| rule, C=64 | L | median ms | us/token | fastest ms | "
               "slowest / fastest |\n|---|---|---|---|---|---|\n");
   std::string growths;
-  for (const char *rule : {"linear", "decay", "gla", "delta", "gated_delta"}) {
+  for (const char *rule :
+       {"linear", "decay", "gla", "delta", "gated_delta", "kda"}) {
     std::unique_ptr<attn::Model> model =
         compileAndLoad(ruleJson(rule), threads);
     if (!model)

@@ -394,8 +394,11 @@ private:
   Value decayToEnd(Value s, int64_t off);
   /// With a decay per key feature: the chunk's products of `rows` (Q for
   /// the scores, K for the delta rules' Gram matrix) with K, each decayed
-  /// feature by feature.
+  /// feature by feature; the diagonal blocks' pairs one at a time.
   void decayedProducts(Value rows, Value dst, bool strict);
+  void decayedPairs(Value rows, Value dst, int64_t first, int64_t count,
+                    bool strict);
+  void zeroRows(Value dst, int64_t first, int64_t count);
 
   const LinearRecurrenceShape &shape;
   const int64_t W, tiles;
@@ -420,6 +423,10 @@ private:
   // transposed keys, the C x C score tiles and the state.
   Value keys, queries, values, keysT, scores, outputs, state, cumulative;
   Value betas, transform, weights, scaledKeys, newValues, lastDecay;
+  /// A decay per key feature: the rows of one block of the chunk and the
+  /// keys before it, each decayed to the block's first step
+  /// (decayedProducts).
+  Value rowsFromBlock, keysToBlockT;
   /// A tree: i32 [C, C], row t nonzero at t and t's ancestors.
   Value ancestors;
   /// The last row of the chunk, where G_last is.
@@ -427,6 +434,11 @@ private:
   /// The values the state update reads: V, or the delta rules' V'.
   Value update;
 };
+
+/// With a decay per key feature, the chunk's decayed products take the
+/// pairs of blocks of this many steps one at a time (decayedProducts):
+/// chunks are multiples of 16.
+constexpr int64_t kDecayBlock = 16;
 
 /// The steps of one chunk: the op's chunk size, or for a tree its
 /// max_nodes rounded up to whole vectors and to the 16 steps the products'
@@ -556,6 +568,10 @@ void ChunkedRecurrenceKernel::allocateScratch() {
     newValues = e.scratch({C, DvP});
   }
   lastDecay = shape.featureDecay() ? e.scratch({DkP}) : Value();
+  if (shape.featureDecay() && !shape.tree) {
+    rowsFromBlock = e.scratch({kDecayBlock, DkP});
+    keysToBlockT = e.scratch({DkP, C});
+  }
   if (shape.tree)
     ancestors = memref::AllocaOp::create(
         b, MemRefType::get({C, C}, b.getI32Type()), b.getI64IntegerAttr(64));
@@ -781,12 +797,77 @@ void ChunkedRecurrenceKernel::scoreChunk() {
 void ChunkedRecurrenceKernel::decayedProducts(Value rows, Value dst,
                                               bool strict) {
   // dst[t, s] = sum_d rows[t, d] k[s, d] exp(G[t, d] - G[s, d]) for s <= t
-  // (s < t when strict), zero elsewhere: with a decay per key feature the
-  // decays cannot be factored out of the dot product, and taking each
-  // difference before its exp keeps every factor <= 1.
-  e.loop(c0, e.index(C), c1, [&](Value t) {
-    zeroRow(e, dst, {t}, C);
-    e.loop(c0, strict ? t : e.add(t, c1), c1, [&](Value s) {
+  // (s < t when strict), zero elsewhere. With a decay per key feature the
+  // decays do not factor out of the dot product. Taking each difference
+  // before its exp keeps every factor <= 1, at an exp per pair and
+  // feature; so that only blocks on the diagonal pay that (as fla's
+  // chunk_gla and chunk_kda do), the rest splits at the first step r of
+  // t's block, s < r <= t: exp(G_t - G_r) exp(G_r - G_s), both <= 1, and
+  // is one product per block. A tree's G is summed along paths, not in
+  // index order, so it keeps the pairs.
+  const int64_t block = ancestors ? C : kDecayBlock;
+  zeroRows(dst, 0, C);
+  for (int64_t first = 0; first < C; first += block) {
+    decayedPairs(rows, dst, first, block, strict);
+    if (first == 0)
+      continue;
+    // rowsFromBlock[t - first] = rows[t] exp(G_t - G_first), t in the block;
+    // keysToBlock^T[:, s] = k[s] exp(G_first - G_s), s < first.
+    Value reference = e.index(first);
+    e.loop(c0, e.index(block), c1, [&](Value i) {
+      Value t = e.add(i, reference);
+      for (int64_t off = 0; off < DkP; off += W) {
+        Value col = e.index(off);
+        Value decay = e.exp(e.fsub(
+            vector::LoadOp::create(b, e.vec, cumulative, ValueRange{t, col}),
+            vector::LoadOp::create(b, e.vec, cumulative,
+                                   ValueRange{reference, col})));
+        vector::StoreOp::create(
+            b,
+            e.fmul(vector::LoadOp::create(b, e.vec, rows, ValueRange{t, col}),
+                   decay),
+            rowsFromBlock, ValueRange{i, col});
+      }
+    });
+    e.loop(c0, reference, c1, [&](Value s) {
+      for (int64_t off = 0; off < DkP; off += W) {
+        Value col = e.index(off);
+        Value decay = e.exp(e.fsub(
+            vector::LoadOp::create(b, e.vec, cumulative,
+                                   ValueRange{reference, col}),
+            vector::LoadOp::create(b, e.vec, cumulative, ValueRange{s, col})));
+        Value x = e.fmul(
+            vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}), decay);
+        for (int64_t lane = 0; lane < W; ++lane)
+          e.store(vector::ExtractOp::create(b, x, lane), keysToBlockT,
+                  {e.index(off + lane), s});
+      }
+    });
+    Product p;
+    p.rows = block, p.cols = first, p.depth = DkP;
+    p.a = rowsFromBlock, p.b = keysToBlockT;
+    p.c = memref::SubViewOp::create(
+        b, dst,
+        ArrayRef<OpFoldResult>{b.getIndexAttr(first), b.getIndexAttr(0)},
+        ArrayRef<OpFoldResult>{b.getIndexAttr(block), b.getIndexAttr(first)},
+        ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+    emitProduct(e, p);
+  }
+}
+
+void ChunkedRecurrenceKernel::zeroRows(Value dst, int64_t first,
+                                       int64_t count) {
+  e.loop(e.index(first), e.index(first + count), c1,
+         [&](Value t) { zeroRow(e, dst, {t}, C); });
+}
+
+void ChunkedRecurrenceKernel::decayedPairs(Value rows, Value dst, int64_t first,
+                                           int64_t count, bool strict) {
+  // dst[t, s] for t and s in [first, first + count), s <= t (s < t when
+  // strict), one exp per pair and feature.
+  Value begin = e.index(first);
+  e.loop(begin, e.index(first + count), c1, [&](Value t) {
+    e.loop(begin, strict ? t : e.add(t, c1), c1, [&](Value s) {
       Value dot = e.splat(0.0);
       for (int64_t off = 0; off < DkP; off += W) {
         Value col = e.index(off);
