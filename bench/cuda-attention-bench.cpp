@@ -32,7 +32,10 @@
 //    at the same sizes: bench/fla-baseline.py);
 //  * a 64-node draft tree through the same layer with its rmsnorm-silu
 //    gate (SPEC §10) against the chunked prefill of a 64-token chain, 64
-//    decode steps, and the commit of its deepest path.
+//    decode steps, and the commit of its deepest path;
+//  * Kimi Delta Attention (Kimi Linear's linear layers: 32 heads, dims
+//    128, a decay per key feature), B = 1 and 8 at L = 4K and decode at
+//    B = 32 (FLA's chunk_kda and fused_recurrent_kda: bench/fla-baseline.py).
 //
 // The ceilings to divide by (PyTorch's scaled_dot_product_attention with
 // the flash backend, FlexAttention, the card's copy bandwidth) come from
@@ -626,6 +629,58 @@ bool recurrenceTable(const Options &options,
   return true;
 }
 
+/// Kimi Delta Attention at Kimi Linear's shape: 32 heads for q, k and v,
+/// dims 128, a log-decay per key feature, 64-step chunks, qk_l2norm, bf16.
+constexpr int kKdaHeads = 32;
+
+/// The KDA table: prefill and decode, beside FLA's chunk_kda and
+/// fused_recurrent_kda at the same sizes (bench/fla-baseline.py). The
+/// chunked CUDA kernel is the block kernel without tensor cores (the
+/// products on warp_mma take scalar decays only).
+bool kdaTable(const Options &options, const std::vector<Sequences> &sizes) {
+  char json[512];
+  std::snprintf(json, sizeof(json),
+                R"({"model": "bench", "dtype": "bf16", "layers": [{"name": )"
+                R"("kda", "type": "linear_attention", "rule": "kda", )"
+                R"("num_k_heads": %d, "k_dim": %d, "chunk_size": 64, )"
+                R"("qk_l2norm": true}]})",
+                kKdaHeads, kGdnDim);
+  std::unique_ptr<attn::Model> model = load(options, json);
+  if (!model)
+    return false;
+  std::printf("\n| KDA (H = 32, D = 128, C = 64) | B | L | ms | M tokens/s "
+              "|\n|---|---|---|---|---|\n");
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  for (auto [batch, length] : sizes) {
+    const int64_t dim = kGdnDim, heads = kKdaHeads;
+    std::vector<attn::Tensor> inputs{
+        attn::Tensor(ATTN_BF16, {batch, heads, length, dim}),
+        attn::Tensor(ATTN_BF16, {batch, heads, length, dim}),
+        attn::Tensor(ATTN_BF16, {batch, heads, length, dim}),
+        attn::Tensor(ATTN_BF16, {batch, heads, length, dim}),
+        attn::Tensor(ATTN_BF16, {batch, heads, length}),
+        attn::Tensor(ATTN_F32, {batch, heads, dim, dim})};
+    for (int i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < inputs[i].numElements(); ++j)
+        inputs[i].bits16()[j] = attn::floatToBf16(uniform(rng));
+    for (int64_t j = 0; j < inputs[3].numElements(); ++j)
+      inputs[3].bits16()[j] =
+          attn::floatToBf16(-0.05f * (uniform(rng) + 1.0f) - 1e-3f);
+    for (int64_t j = 0; j < inputs[4].numElements(); ++j)
+      inputs[4].bits16()[j] = attn::floatToBf16(0.5f * (uniform(rng) + 1.0f));
+    for (int64_t j = 0; j < inputs[5].numElements(); ++j)
+      inputs[5].f32()[j] = 0.01f * uniform(rng);
+    double ms = deviceMs(*model, inputs, options.repeat);
+    if (ms < 0)
+      return false;
+    std::printf("| kda, bf16 | %lld | %lld | %.4f | %.2f |\n",
+                static_cast<long long>(batch), static_cast<long long>(length),
+                ms, batch * length / ms / 1e3);
+  }
+  return true;
+}
+
 /// The tree recurrence table (SPEC §10): a random draft tree of `nodes`
 /// through a Gated DeltaNet layer with the rmsnorm-silu gate, B = 1, beside
 /// the chunked prefill of a chain of as many tokens (the target: at most 2x
@@ -768,8 +823,12 @@ int main(int argc, char **argv) {
           ? std::vector<Sequences>{{1, 4096}, {8, 4096}, {32, 1}}
           : std::vector<Sequences>{{1, 4096}, {1, 16384}, {1, 65536},
                                    {8, 4096}, {1, 1},     {32, 1}};
+  std::vector<Sequences> kdaSequences =
+      small ? std::vector<Sequences>{{1, 100}, {2, 1}}
+            : std::vector<Sequences>{{1, 4096}, {8, 4096}, {32, 1}};
   return recurrenceTable(options, sequences) &&
-                 treeRecurrenceTable(options, small ? 20 : 64)
+                 treeRecurrenceTable(options, small ? 20 : 64) &&
+                 kdaTable(options, kdaSequences)
              ? 0
              : 1;
 }

@@ -11,7 +11,10 @@ launches), on the same GPU in the same session:
     state in and the final state out; B = 1 at L = 4K, 16K and 64K, B = 8
     at 4K;
   * fused_recurrent_gated_delta_rule (decode): one token per sequence with
-    its state in and out, B = 1 and 32.
+    its state in and out, B = 1 and 32;
+  * chunk_kda and fused_recurrent_kda: Kimi Linear's KDA layers (32 heads
+    for q, k and v, Dk = Dv = 128, a log-decay per key feature in
+    [-0.1, 0)), B = 1 and 8 at L = 4K, and decode at B = 32.
 
 FLA and einops come from bench/third_party (the GPU machines reach no
 package index); FLA needs PyTorch >= 2.7 with Triton.
@@ -43,6 +46,21 @@ def inputs(batch, length):
     return q, k, v, g, beta, state
 
 
+KDA_HEADS = 32
+
+
+def kda_inputs(batch, length):
+    """Kimi Linear's shape: q, k, v and g [B, T, 32, 128], beta [B, T, 32]."""
+    def uniform(*shape):
+        return torch.rand(*shape, device="cuda") * 2 - 1
+    q, k, v = (uniform(batch, length, KDA_HEADS, DIM).bfloat16()
+               for _ in range(3))
+    g = (-0.05 * (uniform(batch, length, KDA_HEADS, DIM) + 1) - 1e-3).bfloat16()
+    beta = (0.5 * (uniform(batch, length, KDA_HEADS) + 1)).bfloat16()
+    state = 0.01 * uniform(batch, KDA_HEADS, DIM, DIM)
+    return q, k, v, g, beta, state
+
+
 def main():
     args = session_args()
     try:
@@ -60,13 +78,13 @@ def main():
     sizes = ([(1, 4096), (8, 4096)] if args.quick
              else [(1, 4096), (1, 16384), (1, 65536), (8, 4096)])
 
-    def row(name, kernel, batch, length):
+    def row(name, kernel, batch, length, make_inputs=inputs):
         """Times `kernel` on a batch of `batch` sequences of `length`
         tokens, each with its state in and out, as two table rows: called
         from Python as a model would (launches included), and replayed
         from a CUDA graph (the kernels alone, the steadier anchor: on an
         H100 the first varied 2x between two sessions)."""
-        q, k, v, g, beta, state = inputs(batch, length)
+        q, k, v, g, beta, state = make_inputs(batch, length)
 
         def call():
             return kernel(q, k, v, g=g, beta=beta, initial_state=state,
@@ -86,6 +104,16 @@ def main():
     for batch in (1, 32):
         row("fused_recurrent_gated_delta_rule",
             fused_recurrent_gated_delta_rule, batch, 1)
+    try:
+        from fla.ops.kda import chunk_kda, fused_recurrent_kda
+    except Exception as error:
+        print(f"FLA KDA: unavailable: {error!r}")
+        return 0
+    print("\n| FLA KDA (H = 32, D = 128, bf16) | B | L | ms | M tokens/s |")
+    print("|---|---|---|---|---|")
+    for batch, length in ((1, 4096), (8, 4096)):
+        row("chunk_kda", chunk_kda, batch, length, kda_inputs)
+    row("fused_recurrent_kda", fused_recurrent_kda, 32, 1, kda_inputs)
     return 0
 
 
