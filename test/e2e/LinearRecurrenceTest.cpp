@@ -528,6 +528,19 @@ std::vector<RecurrenceCase> cases() {
        .chunk = 128,
        .maxDecay = 5.0,
        .length = 260});
+  // Decays strong enough that a block of 16 steps sums past what the
+  // blocked products take (kMaxBlockDecay): some blocks (7 per step at
+  // most) or every block (12) take their pairs one at a time.
+  for (double maxDecay : {7.0, 12.0})
+    for (const char *rule : {"kda", "gla"})
+      add({.label = std::string(rule) + "_decay" +
+                    std::to_string(static_cast<int>(maxDecay)) + "_chunk64",
+           .rule = rule,
+           .keyDim = 64,
+           .valueDim = 40,
+           .chunk = 64,
+           .maxDecay = maxDecay,
+           .length = 150});
   add({.label = "kda_continue_prefill_decode_prefill",
        .rule = "kda",
        .keyHeads = 1,

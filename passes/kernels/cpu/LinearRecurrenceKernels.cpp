@@ -398,6 +398,10 @@ private:
   void decayedProducts(Value rows, Value dst, bool strict);
   void decayedPairs(Value rows, Value dst, int64_t first, int64_t count,
                     bool strict);
+  /// dst's rows of the block at `first`, columns [0, columns): the block's
+  /// rows decayed to its first step times the keys decayed from it.
+  void decayedBlockProduct(Value dst, int64_t first, int64_t columns);
+  void maskAboveDiagonal(Value dst, int64_t first, bool strict);
   void zeroRows(Value dst, int64_t first, int64_t count);
 
   const LinearRecurrenceShape &shape;
@@ -439,6 +443,10 @@ private:
 /// pairs of blocks of this many steps one at a time (decayedProducts):
 /// chunks are multiples of 16.
 constexpr int64_t kDecayBlock = 16;
+/// The most a block's log-decays may sum to (on any feature) for its pairs
+/// to split at its first step: exp(60) ~ 1e26 leaves f32 room for keys up
+/// to ~1e12, and exp(-60) is far from f32's denormals.
+constexpr double kMaxBlockDecay = 60.0;
 
 /// The steps of one chunk: the op's chunk size, or for a tree its
 /// max_nodes rounded up to whole vectors and to the 16 steps the products'
@@ -798,23 +806,25 @@ void ChunkedRecurrenceKernel::decayedProducts(Value rows, Value dst,
                                               bool strict) {
   // dst[t, s] = sum_d rows[t, d] k[s, d] exp(G[t, d] - G[s, d]) for s <= t
   // (s < t when strict), zero elsewhere. With a decay per key feature the
-  // decays do not factor out of the dot product. Taking each difference
-  // before its exp keeps every factor <= 1, at an exp per pair and
-  // feature; so that only blocks on the diagonal pay that (as fla's
-  // chunk_gla and chunk_kda do), the rest splits at the first step r of
-  // t's block, s < r <= t: exp(G_t - G_r) exp(G_r - G_s), both <= 1, and
-  // is one product per block. A tree's G is summed along paths, not in
-  // index order, so it keeps the pairs.
-  const int64_t block = ancestors ? C : kDecayBlock;
+  // decays do not factor out of the dot product; an exp per pair and
+  // feature would cost more than the products. So, as fla's chunk_gla and
+  // chunk_kda do, the chunk's rows go in blocks of 16 steps and each pair
+  // splits at the first step r of t's block: exp(G_t - G_r) exp(G_r - G_s),
+  // one product per block. Below the block both factors are <= 1; within
+  // it exp(G_r - G_s) >= 1, which is safe while the block's decays sum to
+  // at most kMaxBlockDecay, and otherwise that block takes its pairs one
+  // at a time. A tree's G is summed along paths, not in index order, so a
+  // tree takes every pair one at a time.
+  if (ancestors) {
+    zeroRows(dst, 0, C);
+    decayedPairs(rows, dst, 0, C, strict);
+    return;
+  }
   zeroRows(dst, 0, C);
-  for (int64_t first = 0; first < C; first += block) {
-    decayedPairs(rows, dst, first, block, strict);
-    if (first == 0)
-      continue;
-    // rowsFromBlock[t - first] = rows[t] exp(G_t - G_first), t in the block;
-    // keysToBlock^T[:, s] = k[s] exp(G_first - G_s), s < first.
+  for (int64_t first = 0; first < C; first += kDecayBlock) {
     Value reference = e.index(first);
-    e.loop(c0, e.index(block), c1, [&](Value i) {
+    // rowsFromBlock[t - first] = rows[t] exp(G_t - G_first), t in the block.
+    e.loop(c0, e.index(kDecayBlock), c1, [&](Value i) {
       Value t = e.add(i, reference);
       for (int64_t off = 0; off < DkP; off += W) {
         Value col = e.index(off);
@@ -829,30 +839,84 @@ void ChunkedRecurrenceKernel::decayedProducts(Value rows, Value dst,
             rowsFromBlock, ValueRange{i, col});
       }
     });
-    e.loop(c0, reference, c1, [&](Value s) {
-      for (int64_t off = 0; off < DkP; off += W) {
-        Value col = e.index(off);
-        Value decay = e.exp(e.fsub(
-            vector::LoadOp::create(b, e.vec, cumulative,
-                                   ValueRange{reference, col}),
-            vector::LoadOp::create(b, e.vec, cumulative, ValueRange{s, col})));
-        Value x = e.fmul(
-            vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}), decay);
-        for (int64_t lane = 0; lane < W; ++lane)
-          e.store(vector::ExtractOp::create(b, x, lane), keysToBlockT,
-                  {e.index(off + lane), s});
-      }
-    });
-    Product p;
-    p.rows = block, p.cols = first, p.depth = DkP;
-    p.a = rowsFromBlock, p.b = keysToBlockT;
-    p.c = memref::SubViewOp::create(
-        b, dst,
-        ArrayRef<OpFoldResult>{b.getIndexAttr(first), b.getIndexAttr(0)},
-        ArrayRef<OpFoldResult>{b.getIndexAttr(block), b.getIndexAttr(first)},
-        ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
-    emitProduct(e, p);
+    // The block's largest decay, over its features: G_first - G_last.
+    Value last = e.index(first + kDecayBlock - 1);
+    Value spread = e.splat(0.0);
+    for (int64_t off = 0; off < DkP; off += W) {
+      Value col = e.index(off);
+      spread = e.fmax(spread,
+                      e.fsub(vector::LoadOp::create(b, e.vec, cumulative,
+                                                    ValueRange{reference, col}),
+                             vector::LoadOp::create(b, e.vec, cumulative,
+                                                    ValueRange{last, col})));
+    }
+    Value withinBlock =
+        arith::CmpFOp::create(b, arith::CmpFPredicate::OLE, e.maxLanes(spread),
+                              e.scalar(kMaxBlockDecay));
+    e.ifElse(
+        withinBlock,
+        [&]() -> SmallVector<Value> {
+          decayedBlockProduct(dst, first, first + kDecayBlock);
+          maskAboveDiagonal(dst, first, strict);
+          return {};
+        },
+        [&]() -> SmallVector<Value> {
+          decayedBlockProduct(dst, first, first);
+          decayedPairs(rows, dst, first, kDecayBlock, strict);
+          return {};
+        });
   }
+}
+
+void ChunkedRecurrenceKernel::decayedBlockProduct(Value dst, int64_t first,
+                                                  int64_t columns) {
+  // dst[first .. first + 16, 0 .. columns) = rowsFromBlock keysToBlockT,
+  // with keysToBlockT[:, s] = k[s] exp(G_first - G_s).
+  if (columns == 0)
+    return;
+  Value reference = e.index(first);
+  e.loop(c0, e.index(columns), c1, [&](Value s) {
+    for (int64_t off = 0; off < DkP; off += W) {
+      Value col = e.index(off);
+      Value decay = e.exp(e.fsub(
+          vector::LoadOp::create(b, e.vec, cumulative,
+                                 ValueRange{reference, col}),
+          vector::LoadOp::create(b, e.vec, cumulative, ValueRange{s, col})));
+      Value x = e.fmul(
+          vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}), decay);
+      for (int64_t lane = 0; lane < W; ++lane)
+        e.store(vector::ExtractOp::create(b, x, lane), keysToBlockT,
+                {e.index(off + lane), s});
+    }
+  });
+  Product p;
+  p.rows = kDecayBlock, p.cols = columns, p.depth = DkP;
+  p.a = rowsFromBlock, p.b = keysToBlockT;
+  p.c = memref::SubViewOp::create(
+      b, dst, ArrayRef<OpFoldResult>{b.getIndexAttr(first), b.getIndexAttr(0)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(kDecayBlock),
+                             b.getIndexAttr(columns)},
+      ArrayRef<OpFoldResult>{b.getIndexAttr(1), b.getIndexAttr(1)});
+  emitProduct(e, p);
+}
+
+void ChunkedRecurrenceKernel::maskAboveDiagonal(Value dst, int64_t first,
+                                                bool strict) {
+  // Zero dst[t, s] for s > t (s >= t when strict) in the block's columns.
+  auto i32Vec = VectorType::get({W}, b.getI32Type());
+  e.loop(e.index(first), e.index(first + kDecayBlock), c1, [&](Value t) {
+    Value row = vector::BroadcastOp::create(
+        b, i32Vec, arith::IndexCastOp::create(b, b.getI32Type(), t));
+    for (int64_t off = first; off < first + kDecayBlock; off += W) {
+      Value col = e.index(off);
+      Value keep =
+          e.icmp(strict ? arith::CmpIPredicate::slt : arith::CmpIPredicate::sle,
+                 lanePositions(e, off), row);
+      Value x = vector::LoadOp::create(b, e.vec, dst, ValueRange{t, col});
+      vector::StoreOp::create(b, e.select(keep, x, e.splat(0.0)), dst,
+                              ValueRange{t, col});
+    }
+  });
 }
 
 void ChunkedRecurrenceKernel::zeroRows(Value dst, int64_t first,
