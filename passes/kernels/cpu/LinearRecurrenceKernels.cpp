@@ -429,8 +429,8 @@ private:
   Value betas, transform, weights, scaledKeys, newValues, lastDecay;
   /// A decay per key feature: the rows of one block of the chunk and the
   /// keys before it, each decayed to the block's first step
-  /// (decayedProducts).
-  Value rowsFromBlock, keysToBlockT;
+  /// (decayedProducts), from the transposed keys and cumulative decays.
+  Value rowsFromBlock, keysToBlockT, plainKeysT, cumulativeT;
   /// A tree: i32 [C, C], row t nonzero at t and t's ancestors.
   Value ancestors;
   /// The last row of the chunk, where G_last is.
@@ -579,6 +579,8 @@ void ChunkedRecurrenceKernel::allocateScratch() {
   if (shape.featureDecay() && !shape.tree) {
     rowsFromBlock = e.scratch({kDecayBlock, DkP});
     keysToBlockT = e.scratch({DkP, C});
+    plainKeysT = e.scratch({DkP, C});
+    cumulativeT = e.scratch({DkP, C});
   }
   if (shape.tree)
     ancestors = memref::AllocaOp::create(
@@ -713,17 +715,27 @@ void ChunkedRecurrenceKernel::accumulateDecays() {
 }
 
 void ChunkedRecurrenceKernel::transposeKeys() {
-  // K^T, for gla already carrying exp(G_last - G_s) per feature for the
-  // state update (gla needs no plain K^T).
+  // K^T, for gla and kda carrying exp(G_last - G_s) per feature for the
+  // state update, beside the plain K^T and G^T their decayed products
+  // read (decayedBlockProduct).
+  auto transpose = [&](Value x, Value dst, Value s, int64_t off) {
+    for (int64_t lane = 0; lane < W; ++lane)
+      e.store(vector::ExtractOp::create(b, x, lane), dst,
+              {e.index(off + lane), s});
+  };
   e.loop(c0, e.index(C), c1, [&](Value s) {
     for (int64_t off = 0; off < DkP; off += W) {
-      Value x =
-          vector::LoadOp::create(b, e.vec, keys, ValueRange{s, e.index(off)});
-      if (shape.featureDecay() && !shape.tree)
-        x = e.fmul(x, decayToEnd(s, off));
-      for (int64_t lane = 0; lane < W; ++lane)
-        e.store(vector::ExtractOp::create(b, x, lane), keysT,
-                {e.index(off + lane), s});
+      Value col = e.index(off);
+      Value x = vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col});
+      if (!plainKeysT) {
+        transpose(x, keysT, s, off);
+        continue;
+      }
+      transpose(x, plainKeysT, s, off);
+      transpose(
+          vector::LoadOp::create(b, e.vec, cumulative, ValueRange{s, col}),
+          cumulativeT, s, off);
+      transpose(e.fmul(x, decayToEnd(s, off)), keysT, s, off);
     }
   });
 }
@@ -871,22 +883,24 @@ void ChunkedRecurrenceKernel::decayedProducts(Value rows, Value dst,
 void ChunkedRecurrenceKernel::decayedBlockProduct(Value dst, int64_t first,
                                                   int64_t columns) {
   // dst[first .. first + 16, 0 .. columns) = rowsFromBlock keysToBlockT,
-  // with keysToBlockT[:, s] = k[s] exp(G_first - G_s).
+  // with keysToBlockT[:, s] = k[s] exp(G_first - G_s), taken from the
+  // transposed keys and decays a feature (row) at a time, s in vectors.
   if (columns == 0)
     return;
   Value reference = e.index(first);
-  e.loop(c0, e.index(columns), c1, [&](Value s) {
-    for (int64_t off = 0; off < DkP; off += W) {
+  e.loop(c0, e.index(DkP), c1, [&](Value d) {
+    Value atReference = e.broadcast(e.load(cumulativeT, {d, reference}));
+    for (int64_t off = 0; off < columns; off += W) {
       Value col = e.index(off);
-      Value decay = e.exp(e.fsub(
-          vector::LoadOp::create(b, e.vec, cumulative,
-                                 ValueRange{reference, col}),
-          vector::LoadOp::create(b, e.vec, cumulative, ValueRange{s, col})));
-      Value x = e.fmul(
-          vector::LoadOp::create(b, e.vec, keys, ValueRange{s, col}), decay);
-      for (int64_t lane = 0; lane < W; ++lane)
-        e.store(vector::ExtractOp::create(b, x, lane), keysToBlockT,
-                {e.index(off + lane), s});
+      Value decay = e.exp(
+          e.fsub(atReference, vector::LoadOp::create(b, e.vec, cumulativeT,
+                                                     ValueRange{d, col})));
+      vector::StoreOp::create(
+          b,
+          e.fmul(
+              vector::LoadOp::create(b, e.vec, plainKeysT, ValueRange{d, col}),
+              decay),
+          keysToBlockT, ValueRange{d, col});
     }
   });
   Product p;
