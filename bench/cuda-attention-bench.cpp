@@ -577,17 +577,24 @@ std::string gdnJson(const std::string &extra = "",
 }
 
 /// Random q, k, v, g, beta and S_init of `batch` sequences of `length`
-/// steps: q, k, v in [-1, 1]; log-decays in [-0.1, 0); beta in (0, 1].
-std::vector<attn::Tensor> gdnInputs(std::mt19937 &rng, int64_t batch,
-                                    int64_t length) {
+/// steps with `keyHeads` q/k heads and `valueHeads` v heads of kGdnDim: q,
+/// k, v in [-1, 1]; log-decays in [-0.1, 0), per key feature when
+/// `featureDecay` (kda); beta in (0, 1].
+std::vector<attn::Tensor> recurrenceInputs(std::mt19937 &rng, int64_t batch,
+                                           int64_t length, int64_t keyHeads,
+                                           int64_t valueHeads,
+                                           bool featureDecay) {
   const int64_t dim = kGdnDim;
+  std::vector<int64_t> decayShape{batch, valueHeads, length};
+  if (featureDecay)
+    decayShape.push_back(dim);
   std::vector<attn::Tensor> inputs{
-      attn::Tensor(ATTN_BF16, {batch, kGdnKeyHeads, length, dim}),
-      attn::Tensor(ATTN_BF16, {batch, kGdnKeyHeads, length, dim}),
-      attn::Tensor(ATTN_BF16, {batch, kGdnValueHeads, length, dim}),
-      attn::Tensor(ATTN_BF16, {batch, kGdnValueHeads, length}),
-      attn::Tensor(ATTN_BF16, {batch, kGdnValueHeads, length}),
-      attn::Tensor(ATTN_F32, {batch, kGdnValueHeads, dim, dim})};
+      attn::Tensor(ATTN_BF16, {batch, keyHeads, length, dim}),
+      attn::Tensor(ATTN_BF16, {batch, keyHeads, length, dim}),
+      attn::Tensor(ATTN_BF16, {batch, valueHeads, length, dim}),
+      attn::Tensor(ATTN_BF16, decayShape),
+      attn::Tensor(ATTN_BF16, {batch, valueHeads, length}),
+      attn::Tensor(ATTN_F32, {batch, valueHeads, dim, dim})};
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (int i = 0; i < 3; ++i)
     for (int64_t j = 0; j < inputs[i].numElements(); ++j)
@@ -600,6 +607,13 @@ std::vector<attn::Tensor> gdnInputs(std::mt19937 &rng, int64_t batch,
   for (int64_t j = 0; j < inputs[5].numElements(); ++j)
     inputs[5].f32()[j] = 0.01f * uniform(rng);
   return inputs;
+}
+
+/// Gated DeltaNet's inputs at Qwen3-Next's shape.
+std::vector<attn::Tensor> gdnInputs(std::mt19937 &rng, int64_t batch,
+                                    int64_t length) {
+  return recurrenceInputs(rng, batch, length, kGdnKeyHeads, kGdnValueHeads,
+                          /*featureDecay=*/false);
 }
 
 /// The Gated DeltaNet table: the chunked kernel over whole sequences.
@@ -651,26 +665,9 @@ bool kdaTable(const Options &options, const std::vector<Sequences> &sizes) {
   std::printf("\n| KDA (H = 32, D = 128, C = 64) | B | L | ms | M tokens/s "
               "|\n|---|---|---|---|---|\n");
   std::mt19937 rng(5);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   for (auto [batch, length] : sizes) {
-    const int64_t dim = kGdnDim, heads = kKdaHeads;
-    std::vector<attn::Tensor> inputs{
-        attn::Tensor(ATTN_BF16, {batch, heads, length, dim}),
-        attn::Tensor(ATTN_BF16, {batch, heads, length, dim}),
-        attn::Tensor(ATTN_BF16, {batch, heads, length, dim}),
-        attn::Tensor(ATTN_BF16, {batch, heads, length, dim}),
-        attn::Tensor(ATTN_BF16, {batch, heads, length}),
-        attn::Tensor(ATTN_F32, {batch, heads, dim, dim})};
-    for (int i = 0; i < 3; ++i)
-      for (int64_t j = 0; j < inputs[i].numElements(); ++j)
-        inputs[i].bits16()[j] = attn::floatToBf16(uniform(rng));
-    for (int64_t j = 0; j < inputs[3].numElements(); ++j)
-      inputs[3].bits16()[j] =
-          attn::floatToBf16(-0.05f * (uniform(rng) + 1.0f) - 1e-3f);
-    for (int64_t j = 0; j < inputs[4].numElements(); ++j)
-      inputs[4].bits16()[j] = attn::floatToBf16(0.5f * (uniform(rng) + 1.0f));
-    for (int64_t j = 0; j < inputs[5].numElements(); ++j)
-      inputs[5].f32()[j] = 0.01f * uniform(rng);
+    std::vector<attn::Tensor> inputs = recurrenceInputs(
+        rng, batch, length, kKdaHeads, kKdaHeads, /*featureDecay=*/true);
     double ms = deviceMs(*model, inputs, options.repeat);
     if (ms < 0)
       return false;
