@@ -373,28 +373,36 @@ void SimtChunkedRecurrenceKernel::scoreChunk(Value n) {
       inChunk = arith::AndIOp::create(b, inChunk, related);
     }
     e.ifThen(inChunk, [&] {
-      Value score = e.sumOver(c0, dk, [&](Value i) {
-        Value product = e.fmul(e.load(queries, {t, i}), e.load(keys, {s, i}));
-        if (!featureDecay)
-          return product;
-        return e.fmul(product, e.exp(e.fsub(e.load(logDecay, {t, i}),
-                                            e.load(logDecay, {s, i}))));
-      });
+      // q_t . k_s and, for kda, k_t . k_s in the same pass over the
+      // features, so that each feature's decay is taken once for both.
+      const bool fused = featureDecay && delta;
+      auto decayedDots = [&](ArrayRef<Value> rows) {
+        SmallVector<Value> zeros(rows.size(), e.scalar(0.0));
+        return e.loop(c0, dk, c1, zeros, [&](Value i, ValueRange sums) {
+          Value key = e.load(keys, {s, i});
+          Value decay = featureDecay ? e.exp(e.fsub(e.load(logDecay, {t, i}),
+                                                    e.load(logDecay, {s, i})))
+                                     : Value();
+          SmallVector<Value> next;
+          for (auto [j, row] : llvm::enumerate(rows)) {
+            Value x = e.load(row, {t, i});
+            next.push_back(decay ? e.fma(e.fmul(x, key), decay, sums[j])
+                                 : e.fma(x, key, sums[j]));
+          }
+          return next;
+        });
+      };
+      SmallVector<Value> dots =
+          fused ? decayedDots({queries, keys}) : decayedDots({queries});
       Value decay =
           scalarDecay
               ? e.exp(e.fsub(e.load(logDecay, {t}), e.load(logDecay, {s})))
               : Value();
-      e.store(decay ? e.fmul(score, decay) : score, scores, {t, s});
+      e.store(decay ? e.fmul(dots[0], decay) : dots[0], scores, {t, s});
       if (!delta)
         return;
       e.ifThen(e.icmp(arith::CmpIPredicate::ult, s, t), [&] {
-        Value gram = e.sumOver(c0, dk, [&](Value i) {
-          Value product = e.fmul(e.load(keys, {t, i}), e.load(keys, {s, i}));
-          if (!featureDecay)
-            return product;
-          return e.fmul(product, e.exp(e.fsub(e.load(logDecay, {t, i}),
-                                              e.load(logDecay, {s, i}))));
-        });
+        Value gram = fused ? dots[1] : decayedDots({keys})[0];
         Value a = e.fmul(e.load(betas, {t}), gram);
         e.store(decay ? e.fmul(a, decay) : a, transform, {t, s});
       });
