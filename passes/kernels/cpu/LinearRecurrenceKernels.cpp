@@ -439,9 +439,9 @@ private:
   Value update;
 };
 
-/// With a decay per key feature, the chunk's decayed products take the
-/// pairs of blocks of this many steps one at a time (decayedProducts):
-/// chunks are multiples of 16.
+/// With a decay per key feature, the chunk's decayed products go in
+/// blocks of this many rows, each one product (decayedProducts): chunks
+/// are multiples of 16.
 constexpr int64_t kDecayBlock = 16;
 /// The most a block's log-decays may sum to (on any feature) for its pairs
 /// to split at its first step: exp(60) ~ 1e26 leaves f32 room for keys up
