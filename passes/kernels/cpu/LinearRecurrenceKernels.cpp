@@ -393,14 +393,21 @@ private:
   /// chunk leaves of step s's write.
   Value decayToEnd(Value s, int64_t off);
   /// With a decay per key feature: the chunk's products of `rows` (Q for
-  /// the scores, K for the delta rules' Gram matrix) with K, each decayed
-  /// feature by feature; the diagonal blocks' pairs one at a time.
-  void decayedProducts(Value rows, Value dst, bool strict);
+  /// the scores, K for kda's Gram matrix) with K, each decayed feature by
+  /// feature, in blocks of rows (decayedProducts).
+  struct DecayedProduct {
+    Value rows, dst;
+    bool strict;
+  };
+  void scoreDecayedChunk();
+  void decayedProducts(ArrayRef<DecayedProduct> products);
   void decayedPairs(Value rows, Value dst, int64_t first, int64_t count,
                     bool strict);
-  /// dst's rows of the block at `first`, columns [0, columns): the block's
-  /// rows decayed to its first step times the keys decayed from it.
-  void decayedBlockProduct(Value dst, int64_t first, int64_t columns);
+  /// keysToBlockT[:, s] for s < columns: the keys decayed from the block
+  /// at `first`; then dst's rows of that block, columns [0, columns): its
+  /// rows decayed to its first step times them.
+  void decayKeysToBlock(int64_t first, int64_t columns);
+  void blockProduct(Value rows, Value dst, int64_t first, int64_t columns);
   void maskAboveDiagonal(Value dst, int64_t first, bool strict);
   void zeroRows(Value dst, int64_t first, int64_t count);
 
@@ -430,7 +437,7 @@ private:
   /// A decay per key feature: the rows of one block of the chunk and the
   /// keys before it, each decayed to the block's first step
   /// (decayedProducts), from the transposed keys and cumulative decays.
-  Value rowsFromBlock, keysToBlockT, plainKeysT, cumulativeT;
+  Value decayFromBlock, rowsFromBlock, keysToBlockT, plainKeysT, cumulativeT;
   /// A tree: i32 [C, C], row t nonzero at t and t's ancestors.
   Value ancestors;
   /// The last row of the chunk, where G_last is.
@@ -501,6 +508,8 @@ void ChunkedRecurrenceKernel::runChunks() {
     accumulatePathDecays(length);
     transposeKeys();
     update = values;
+    if (shape.featureDecay())
+      scoreDecayedChunk();
     if (shape.isDelta())
       transformDeltaValues();
     scoreChunk();
@@ -515,6 +524,8 @@ void ChunkedRecurrenceKernel::runChunks() {
     accumulateDecays();
     transposeKeys();
     update = values;
+    if (shape.featureDecay())
+      scoreDecayedChunk();
     if (shape.isDelta())
       transformDeltaValues();
     scoreChunk();
@@ -577,6 +588,7 @@ void ChunkedRecurrenceKernel::allocateScratch() {
   }
   lastDecay = shape.featureDecay() ? e.scratch({DkP}) : Value();
   if (shape.featureDecay() && !shape.tree) {
+    decayFromBlock = e.scratch({kDecayBlock, DkP});
     rowsFromBlock = e.scratch({kDecayBlock, DkP});
     keysToBlockT = e.scratch({DkP, C});
     plainKeysT = e.scratch({DkP, C});
@@ -717,7 +729,7 @@ void ChunkedRecurrenceKernel::accumulateDecays() {
 void ChunkedRecurrenceKernel::transposeKeys() {
   // K^T, for gla and kda carrying exp(G_last - G_s) per feature for the
   // state update, beside the plain K^T and G^T their decayed products
-  // read (decayedBlockProduct).
+  // read (decayKeysToBlock).
   auto transpose = [&](Value x, Value dst, Value s, int64_t off) {
     for (int64_t lane = 0; lane < W; ++lane)
       e.store(vector::ExtractOp::create(b, x, lane), dst,
@@ -742,9 +754,8 @@ void ChunkedRecurrenceKernel::transposeKeys() {
 
 void ChunkedRecurrenceKernel::transformDeltaValues() {
   // The UT transform and the new values V' = U - W S.
-  if (shape.featureDecay()) {
-    decayedProducts(keys, transform, /*strict=*/true);
-  } else {
+  // With a decay per key feature, scoreDecayedChunk made the Gram matrix.
+  if (!shape.featureDecay()) {
     Product gram;
     gram.rows = C, gram.cols = C, gram.depth = DkP;
     gram.a = keys, gram.b = keysT, gram.c = transform, gram.lowerC = true;
@@ -802,10 +813,9 @@ void ChunkedRecurrenceKernel::transformDeltaValues() {
 
 void ChunkedRecurrenceKernel::scoreChunk() {
   // P[t, s] = (q_t . k_s) exp(G_t - G_s) for s <= t (q carries the scale).
-  if (shape.featureDecay()) {
-    decayedProducts(queries, scores, /*strict=*/false);
+  // With a decay per key feature, scoreDecayedChunk made P.
+  if (shape.featureDecay())
     return;
-  }
   Product p;
   p.rows = C, p.cols = C, p.depth = DkP;
   p.a = queries, p.b = keysT, p.c = scores, p.lowerC = true;
@@ -814,8 +824,18 @@ void ChunkedRecurrenceKernel::scoreChunk() {
                   Value(), /*strict=*/false, ancestors);
 }
 
-void ChunkedRecurrenceKernel::decayedProducts(Value rows, Value dst,
-                                              bool strict) {
+void ChunkedRecurrenceKernel::scoreDecayedChunk() {
+  // With a decay per key feature: P (scores) and, for kda, the Gram matrix
+  // of the UT transform (transform, before its mask and beta), in one pass
+  // that takes each block's decays once for both.
+  SmallVector<DecayedProduct> products{{queries, scores, /*strict=*/false}};
+  if (shape.isDelta())
+    products.push_back({keys, transform, /*strict=*/true});
+  decayedProducts(products);
+}
+
+void ChunkedRecurrenceKernel::decayedProducts(
+    ArrayRef<DecayedProduct> products) {
   // dst[t, s] = sum_d rows[t, d] k[s, d] exp(G[t, d] - G[s, d]) for s <= t
   // (s < t when strict), zero elsewhere. With a decay per key feature the
   // decays do not factor out of the dot product; an exp per pair and
@@ -827,28 +847,27 @@ void ChunkedRecurrenceKernel::decayedProducts(Value rows, Value dst,
   // at most kMaxBlockDecay, and otherwise that block takes its pairs one
   // at a time. A tree's G is summed along paths, not in index order, so a
   // tree takes every pair one at a time.
+  for (const DecayedProduct &p : products)
+    zeroRows(p.dst, 0, C);
   if (ancestors) {
-    zeroRows(dst, 0, C);
-    decayedPairs(rows, dst, 0, C, strict);
+    for (const DecayedProduct &p : products)
+      decayedPairs(p.rows, p.dst, 0, C, p.strict);
     return;
   }
-  zeroRows(dst, 0, C);
   for (int64_t first = 0; first < C; first += kDecayBlock) {
     Value reference = e.index(first);
-    // rowsFromBlock[t - first] = rows[t] exp(G_t - G_first), t in the block.
+    // decayFromBlock[t - first] = exp(G_t - G_first), t in the block.
     e.loop(c0, e.index(kDecayBlock), c1, [&](Value i) {
       Value t = e.add(i, reference);
       for (int64_t off = 0; off < DkP; off += W) {
         Value col = e.index(off);
-        Value decay = e.exp(e.fsub(
-            vector::LoadOp::create(b, e.vec, cumulative, ValueRange{t, col}),
-            vector::LoadOp::create(b, e.vec, cumulative,
-                                   ValueRange{reference, col})));
         vector::StoreOp::create(
             b,
-            e.fmul(vector::LoadOp::create(b, e.vec, rows, ValueRange{t, col}),
-                   decay),
-            rowsFromBlock, ValueRange{i, col});
+            e.exp(e.fsub(vector::LoadOp::create(b, e.vec, cumulative,
+                                                ValueRange{t, col}),
+                         vector::LoadOp::create(b, e.vec, cumulative,
+                                                ValueRange{reference, col}))),
+            decayFromBlock, ValueRange{i, col});
       }
     });
     // The block's largest decay, over its features: G_first - G_last.
@@ -868,25 +887,27 @@ void ChunkedRecurrenceKernel::decayedProducts(Value rows, Value dst,
     e.ifElse(
         withinBlock,
         [&]() -> SmallVector<Value> {
-          decayedBlockProduct(dst, first, first + kDecayBlock);
-          maskAboveDiagonal(dst, first, strict);
+          decayKeysToBlock(first, first + kDecayBlock);
+          for (const DecayedProduct &p : products) {
+            blockProduct(p.rows, p.dst, first, first + kDecayBlock);
+            maskAboveDiagonal(p.dst, first, p.strict);
+          }
           return {};
         },
         [&]() -> SmallVector<Value> {
-          decayedBlockProduct(dst, first, first);
-          decayedPairs(rows, dst, first, kDecayBlock, strict);
+          decayKeysToBlock(first, first);
+          for (const DecayedProduct &p : products) {
+            blockProduct(p.rows, p.dst, first, first);
+            decayedPairs(p.rows, p.dst, first, kDecayBlock, p.strict);
+          }
           return {};
         });
   }
 }
 
-void ChunkedRecurrenceKernel::decayedBlockProduct(Value dst, int64_t first,
-                                                  int64_t columns) {
-  // dst[first .. first + 16, 0 .. columns) = rowsFromBlock keysToBlockT,
-  // with keysToBlockT[:, s] = k[s] exp(G_first - G_s), taken from the
+void ChunkedRecurrenceKernel::decayKeysToBlock(int64_t first, int64_t columns) {
+  // keysToBlockT[:, s] = k[s] exp(G_first - G_s), s < columns, from the
   // transposed keys and decays a feature (row) at a time, s in vectors.
-  if (columns == 0)
-    return;
   Value reference = e.index(first);
   e.loop(c0, e.index(DkP), c1, [&](Value d) {
     Value atReference = e.broadcast(e.load(cumulativeT, {d, reference}));
@@ -901,6 +922,27 @@ void ChunkedRecurrenceKernel::decayedBlockProduct(Value dst, int64_t first,
               vector::LoadOp::create(b, e.vec, plainKeysT, ValueRange{d, col}),
               decay),
           keysToBlockT, ValueRange{d, col});
+    }
+  });
+}
+
+void ChunkedRecurrenceKernel::blockProduct(Value rows, Value dst, int64_t first,
+                                           int64_t columns) {
+  // dst[first .. first + 16, 0 .. columns) = (rows * decayFromBlock)
+  // keysToBlockT.
+  if (columns == 0)
+    return;
+  Value reference = e.index(first);
+  e.loop(c0, e.index(kDecayBlock), c1, [&](Value i) {
+    Value t = e.add(i, reference);
+    for (int64_t off = 0; off < DkP; off += W) {
+      Value col = e.index(off);
+      vector::StoreOp::create(
+          b,
+          e.fmul(vector::LoadOp::create(b, e.vec, rows, ValueRange{t, col}),
+                 vector::LoadOp::create(b, e.vec, decayFromBlock,
+                                        ValueRange{i, col})),
+          rowsFromBlock, ValueRange{i, col});
     }
   });
   Product p;
