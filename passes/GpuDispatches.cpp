@@ -735,8 +735,9 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
     };
     // The temporaries (ChunkTemporaries), laid out as v but for their
     // features: the delta rules' W (as the products' parts), U and V' (as
-    // the parts), G and 1 / |k| per step, then each chunk's starting state
-    // (as the parts).
+    // the parts), a decay per key feature's G and decayed keys (as the
+    // parts), G and 1 / |k| per step, then each chunk's starting state (as
+    // the parts).
     SmallVector<Value> mmaBindings(r.bindings);
     Value v = r.bindings[2];
     auto vType = cast<MemRefType>(v.getType());
@@ -758,6 +759,11 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
       mmaBindings.push_back(laidOutAsV({}, shape.valueDim, b.getF32Type()));
       mmaBindings.push_back(
           laidOutAsV({mma->computedParts}, shape.valueDim, mma->product));
+    }
+    if (shape.featureDecay()) {
+      mmaBindings.push_back(laidOutAsV({}, shape.keyDim, b.getF32Type()));
+      mmaBindings.push_back(
+          laidOutAsV({mma->computedParts}, shape.keyDim, mma->product));
     }
     mmaBindings.push_back(laidOutAsV({}, 2, b.getF32Type()));
     Value chunks = m.ceilDiv(r.length, m.index(shape.chunkSize));

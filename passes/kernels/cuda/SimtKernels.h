@@ -654,9 +654,9 @@ struct SimtMmaRecurrenceTiling {
   int64_t sharedBytes(const LinearRecurrenceShape &shape,
                       ChunkMmaKernel kernel) const;
   /// The widest tiles whose shared memory fits in
-  /// `tiling.maxSharedBytes` in the three kernels, or none: trees and gla
-  /// (whose decays are per feature, inside the products' sums) and chunks
-  /// that are not whole row tiles of 16 take the chunked SIMT kernel.
+  /// `tiling.maxSharedBytes` in the three kernels, or none: trees and
+  /// chunks that are not whole row tiles of 16 take the chunked SIMT
+  /// kernel.
   static std::optional<SimtMmaRecurrenceTiling>
   choose(const LinearRecurrenceShape &shape, Type storage,
          const GpuTiling &tiling);
@@ -678,8 +678,14 @@ struct SimtMmaRecurrenceTiling {
 ///    and bf16 storage), U [.., Dv] in f32 (the local kernel's), V' = U -
 ///    W S [parts, .., Dv] in the products' type (the chain's), each laid
 ///    out as v;
-///  - per step, G (the cumulative log-decay inside its chunk, 0 without
-///    decay) and 1 / |k| (1 without qk_l2norm): f32 [.., 2] laid out as v;
+///  - the rules with a decay per key feature (gla, kda): G per step and
+///    feature (the cumulative log-decay inside its chunk) [.., Dk] in f32,
+///    and the keys decayed to their chunk's last step, k_s exp(G_last -
+///    G_s) [parts, .., Dk] in the products' type (the chain's update
+///    operand), each laid out as v;
+///  - per step, G (the cumulative scalar log-decay inside its chunk, 0
+///    without one) and 1 / |k| (1 without qk_l2norm): f32 [.., 2] laid out
+///    as v;
 ///  - the state at each chunk's start, transposed, S^T [parts, slots, Hv,
 ///    Dv, Dk] in the products' type: sequence b's chunk j at slot b *
 ///    ceil(L / C) + j, B * ceil(L / C) slots; in a ragged batch at
@@ -688,7 +694,7 @@ struct SimtMmaRecurrenceTiling {
 /// parts the outputs' products take, so that the outputs kernel copies
 /// them into shared memory as they are (cp.async), converting nothing.
 struct ChunkTemporaries {
-  Value w, u, projected, scales, states;
+  Value w, u, projected, featureLogDecays, decayedKeys, scales, states;
 
   ChunkTemporaries(func::FuncOp kernel, const LinearRecurrenceShape &shape);
 };

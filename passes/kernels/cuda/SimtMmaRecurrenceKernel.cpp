@@ -81,6 +81,24 @@
 // the kernel that computes one splits it as it stores it, and the kernels
 // that read it copy it into shared memory as it is (cp.async).
 //
+// A decay per key feature (gla, kda) makes G_t a vector, and puts
+// exp(G_t,i - G_s,i) inside the sums of A and P, feature by feature. As
+// fla's chunk_gla and chunk_kda, those sums go by blocks of 16 steps, with
+// every factor at most 1:
+//
+//   s in t's block (the diagonal blocks): per entry, in f32, a lane per
+//     entry (decayedDiagonalBlocks);
+//   s in an earlier block J, whose last step is e: exp(G_t - G_s) =
+//     exp(G_t - G_e) exp(G_e - G_s), so the block's sums are the product
+//     [x_t exp(G_t - G_e)] [k_s exp(G_e - G_s)]^T on warp_mma, one per J
+//     (decayedBlockProducts), x being k (A) or q (P).
+//
+// The other products take the decays on an operand: W = T diag(beta_s /
+// |k_s|) (k_s exp(G_s)); the local kernel stores G and the keys decayed to
+// the chunk's last step, k_s exp(G_last - G_s), so that the chain's
+// update is S^T = exp(G_last) S^T (feature by feature) + U'^T K' with K'
+// those keys; and O = (q_t exp(G_t)) S.
+//
 // Decays appear only as exp(G_t - G_s) with t >= s or exp(G_t) with
 // G_t <= 0, so nothing overflows (the masked entries select 0 whatever
 // their exponent). A call whose sequences are a step each (decode) takes
@@ -103,14 +121,20 @@ using namespace mlir::attn;
 
 ChunkTemporaries::ChunkTemporaries(func::FuncOp kernel,
                                    const LinearRecurrenceShape &shape) {
-  // After the recurrence's bindings, before the workgroup.
-  const unsigned count = kernel.getNumArguments();
-  states = kernel.getArgument(count - 2);
-  scales = kernel.getArgument(count - 3);
+  // After the recurrence's bindings, before the workgroup: read from the
+  // last.
+  unsigned next = kernel.getNumArguments() - 1;
+  auto previous = [&] { return kernel.getArgument(--next); };
+  states = previous();
+  scales = previous();
+  if (shape.featureDecay()) {
+    decayedKeys = previous();
+    featureLogDecays = previous();
+  }
   if (shape.isDelta()) {
-    projected = kernel.getArgument(count - 4);
-    u = kernel.getArgument(count - 5);
-    w = kernel.getArgument(count - 6);
+    projected = previous();
+    u = previous();
+    w = previous();
   }
 }
 
@@ -246,13 +270,16 @@ struct FragmentElement {
 };
 
 /// A chunk's staged inputs in shared memory: its k rows as stored (zero
-/// rows past its steps and zero features past Dk), W's rows (the chain of
-/// a delta rule), G and 1 / |k| per step ([C, 2], f32), and the chain's
-/// values for its column tile ([C, columns + 4]: U in f32 for the delta
-/// rules, else v as stored).
+/// rows past its steps and zero features past Dk; in the chain of a rule
+/// with a decay per key feature the keys decayed to the chunk's last step,
+/// as the parts), W's rows (the chain of a delta rule), G and 1 / |k| per
+/// step ([C, 2], f32), the chain's values for its column tile ([C, columns
+/// + 4]: U in f32 for the delta rules, else v as stored) and, the chain of
+/// a decay per key feature, G of the chunk's last step as copied, then
+/// exp(G) ([1, Dkp], f32: exponentiateLastDecay).
 struct ChunkStage {
   Parts keys, w;
-  Value scales, values;
+  Value scales, values, lastDecay;
 };
 
 /// The chain (ChunkMmaKernel::States) or the outputs
@@ -302,6 +329,9 @@ private:
   void projectValues(const ChunkStage &stage, Value first, Value n,
                      Value last);
   void prepareUpdate(const ChunkStage &stage, Value last);
+  /// With a decay per key feature, the stage's G_last into exp(G_last),
+  /// thread `thread`'s share.
+  void exponentiateLastDecay(const ChunkStage &stage, Value thread);
   void updateState(const ChunkStage &stage, Value last);
   void storeFinalState();
   /// A warp of the chain (keyGroups warps per 16 state columns): its 16
@@ -325,6 +355,48 @@ private:
   void stageScales(Value first, Value n);
   void scoreChunk();
   void finishOutputs(Value first, Value n);
+
+  // A decay per key feature (gla, kda): the products whose sums carry
+  // exp(G_t - G_s) feature by feature (the file comment's last part).
+  /// The local kernel's G per step and feature: g's sums, in place.
+  void sumFeatureDecays();
+  /// The local kernel's G and keys decayed to the chunk's last step into
+  /// their temporaries, for the chunk's steps.
+  void storeFeatureDecays(Value first, Value n);
+  /// The outputs' copy of the local kernel's G (steps past the chunk's
+  /// as its last, so that no decay grows).
+  void stageFeatureDecays(Value first, Value n);
+  /// decayedRows[s] = keys[s] exp(G_e - G_s), e the last step of s's
+  /// block of 16 steps.
+  void decayKeysToBlockEnd(ArrayRef<Value> keys);
+  /// Warp `warp`'s share: the diagonal blocks of its row tiles, sum_i
+  /// lhs[t, i] rhs[s, i] exp(G_t,i - G_s,i) for s <= t in t's block of
+  /// 16, into its rows of `diagonal` (entries above the diagonal are not
+  /// written: the callers' masks drop them).
+  void decayedDiagonalBlocks(Value warp, Value lane, ArrayRef<Value> lhs,
+                             ArrayRef<Value> rhs);
+  /// The same sums for s in the blocks before t's, into the warps'
+  /// fragments `accRegs` (C columns; 0 in and after t's block), a product
+  /// per block J on warp_mma.
+  void decayedBlockProducts(ArrayRef<Value> lhs, Value accRegs);
+  /// Element x of those sums (a fragment of `acc`, the warp's): the
+  /// products' before t's block, the diagonal's in it, 0 after.
+  Value decayedEntry(const FragmentElement &x, Value acc, Value warp);
+  /// The buffers of the sums (decayedRows, lhsScratch, diagonal).
+  void allocateDecayedProductBuffers();
+  /// Rows of lhsScratch and diagonal: a region per warp.
+  int64_t scratchRows() const {
+    return mma.warps * tilesPerWarp * WarpMmaOp::kRows;
+  }
+  /// The first row of warp `warp`'s region.
+  Value scratchRow(Value warp) {
+    return e.mul(warp, e.index(tilesPerWarp * WarpMmaOp::kRows));
+  }
+  /// Element [t, i] of a staged operand as stored: the sum of its parts.
+  Value storedElement(ArrayRef<Value> parts, Value t, Value i);
+  Value featureLogDecayOf(Value t, Value i) {
+    return e.load(featureLogDecay, {t, i});
+  }
 
   // Both.
   void allocateBuffers();
@@ -423,7 +495,7 @@ private:
   // The chain's warps' ranges of the padded Dk (their state) and of the
   // columns (their share of W S): ChainWarp.
   const int64_t keyRange, columnRange;
-  const bool scalarDecay, delta;
+  const bool scalarDecay, featureDecay, delta;
 
   Value c0, c1, c16, batch, hv, hk, col0;
   std::optional<RecurrenceSequence> seq;
@@ -445,6 +517,14 @@ private:
   Value gates, logDecay, keyScales, betas, transform, inverse;
   Value gramRegs, keyRegs, valueRegs;
   int64_t Dvp = 0;
+  // A decay per key feature (local and outputs kernels): G per step and
+  // feature [C, Dkp + 1] (f32); the key rows decayed to their block's last
+  // step [C, Dkp] (the products' rhs, as the parts); each warp's lhs rows
+  // [16 tilesPerWarp, Dkp] (as the parts) and diagonal blocks [16
+  // tilesPerWarp, 17] (f32); in registers a product's fragment of 16
+  // columns.
+  Value featureLogDecay, diagonal, blockRegs;
+  Parts decayedRows, lhsScratch;
 };
 
 SimtMmaRecurrenceKernel::SimtMmaRecurrenceKernel(
@@ -467,7 +547,8 @@ SimtMmaRecurrenceKernel::SimtMmaRecurrenceKernel(
       Dv(shape.valueDim), Dkp(mma.paddedKeyDim), columns(mma.columns),
       tilesPerWarp(mma.rowTiles), threads(mma.threads(kind)),
       keyRange(Dkp / mma.keyGroups), columnRange(columns / mma.keyGroups),
-      scalarDecay(shape.scalarDecay()), delta(shape.isDelta()),
+      scalarDecay(shape.scalarDecay()), featureDecay(shape.featureDecay()),
+      delta(shape.isDelta()),
       Dvp(roundUp(shape.valueDim, WarpMmaOp::kReductionStep)) {}
 
 func::FuncOp SimtMmaRecurrenceKernel::build() {
@@ -498,7 +579,11 @@ void SimtMmaRecurrenceKernel::buildLocal() {
   hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
   allocateBuffers();
   stageLocalChunk(chunk.first, chunk.n);
+  if (featureDecay)
+    sumFeatureDecays();
   storeStepScales(chunk.first, chunk.n);
+  if (featureDecay)
+    storeFeatureDecays(chunk.first, chunk.n);
   if (!delta)
     return;
   // v's rows are copied while A, T and W are made.
@@ -513,8 +598,9 @@ void SimtMmaRecurrenceKernel::buildLocal() {
 
 void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
   const int64_t pad = mma.rowPadding();
-  // k's rows only where something reads k (its norms, A, W).
-  if (shape.normalizeQueryKey || delta)
+  // k's rows only where something reads k (its norms, A, W, the decayed
+  // keys).
+  if (shape.normalizeQueryKey || delta || featureDecay)
     localKeys = sharedParts(mma.rawParts, {C, Dkp + pad});
   if (delta)
     localValues = sharedParts(mma.rawParts, {C, Dvp + pad});
@@ -524,6 +610,8 @@ void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
   }
   if (shape.normalizeQueryKey)
     keyScales = e.shared({C});
+  if (featureDecay)
+    featureLogDecay = e.shared({C, Dkp + 1});
   if (!delta)
     return;
   betas = e.shared({C});
@@ -539,6 +627,8 @@ void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
   gramRegs = e.registers({tilesPerWarp * C / fragmentColumns, 4});
   keyRegs = e.registers({tilesPerWarp * Dkp / fragmentColumns, 4});
   valueRegs = e.registers({tilesPerWarp * Dvp / fragmentColumns, 4});
+  if (featureDecay)
+    allocateDecayedProductBuffers();
 }
 
 void SimtMmaRecurrenceKernel::stageOperandRows(
@@ -562,6 +652,15 @@ void SimtMmaRecurrenceKernel::stageLocalChunk(Value first, Value n) {
     if (!localKeys.empty())
       stageOperandRows(thread, C, args.k, localKeys, Dk, Dkp,
                        stepRows(e, *seq, hk, first, n));
+    if (featureLogDecay) {
+      Value width = e.index(Dkp);
+      e.loop(thread, e.index(C * Dkp), e.index(threads), [&](Value x) {
+        Value t = e.div(x, width), i = e.rem(x, width);
+        e.store(e.loadOrZero(both(lt(t, n), lt(i, e.index(Dk))), args.g,
+                             seq->stepFeature(hv, e.add(first, t), i)),
+                featureLogDecay, {t, i});
+      });
+    }
     if (gates || betas)
       e.loop(thread, e.index(C), e.index(threads), [&](Value t) {
         Value exists = lt(t, n);
@@ -604,12 +703,23 @@ void SimtMmaRecurrenceKernel::storeStepScales(Value first, Value n) {
 
 void SimtMmaRecurrenceKernel::computeTransform() {
   // k as stored is exact in the products: the entries are scaled after.
-  // Past the chunk's steps beta is 0, so their rows of A are 0.
+  // Past the chunk's steps beta is 0, so their rows of A are 0. Decays per
+  // key feature are inside the sums, which take products by blocks.
+  if (featureDecay) {
+    decayKeysToBlockEnd(localKeys);
+    eachWarp(
+        [&](Value warp, Value lane, Value) {
+          decayedDiagonalBlocks(warp, lane, localKeys, localKeys);
+        },
+        SimtEmitter::Sync::Warp);
+    decayedBlockProducts(localKeys, gramRegs);
+  }
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value row = chunkRow(warp);
     Value gram = e.registersOf(gramRegs, thread);
-    multiply(localKeys, localKeys, gram, row, lane, /*n=*/C, /*k=*/Dkp,
-             /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
+    if (!featureDecay)
+      multiply(localKeys, localKeys, gram, row, lane, /*n=*/C, /*k=*/Dkp,
+               /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
     eachFragmentElement(
         row, lane, tilesPerWarp, C, warp, [&](const FragmentElement &x) {
           ifOwned(x.owned, [&] {
@@ -619,7 +729,9 @@ void SimtMmaRecurrenceKernel::computeTransform() {
             if (scalarDecay)
               scale = e.fmul(scale,
                              e.exp(e.fsub(localLogDecay(t), localLogDecay(s))));
-            Value entry = e.fmul(e.load(gram, x.at), scale);
+            Value sum =
+                featureDecay ? decayedEntry(x, gram, warp) : e.load(gram, x.at);
+            Value entry = e.fmul(sum, scale);
             e.store(e.select(lt(s, t), entry, e.scalar(0.0)), transform,
                     {t, s});
           });
@@ -705,7 +817,19 @@ void SimtMmaRecurrenceKernel::solveByProduct(bool keyColumns, Value first,
                                              Value n) {
   // (I + A) x = [beta exp(G) k^ | beta v]: x = T diag(w) [k | v] as
   // stored, w_s = beta_s exp(G_s) / |k_s| for W and beta_s for U; T
-  // diag(w) goes to the products as its parts.
+  // diag(w) goes to the products as its parts. A decay per key feature
+  // is no weight of a step: W = T diag(beta_s / |k_s|) (k_s exp(G_s)),
+  // those rows as the parts in place of k's.
+  const bool decayedKeyColumns = keyColumns && featureDecay;
+  if (decayedKeyColumns) {
+    Value features = e.index(Dkp);
+    e.forAll(e.index(C * Dkp), [&](Value x) {
+      Value s = e.div(x, features), i = e.rem(x, features);
+      storeParts(e.fmul(storedElement(localKeys, s, i),
+                        e.exp(featureLogDecayOf(s, i))),
+                 decayedRows, {s, i});
+    });
+  }
   Value width = e.index(C);
   e.forAll(e.index(C * C), [&](Value x) {
     Value t = e.div(x, width), s = e.rem(x, width);
@@ -723,7 +847,10 @@ void SimtMmaRecurrenceKernel::solveByProduct(bool keyColumns, Value first,
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value row = chunkRow(warp);
     Value solved = e.registersOf(keyColumns ? keyRegs : valueRegs, thread);
-    multiply(weighted, keyColumns ? localKeys : localValues, solved, row, lane,
+    multiply(weighted,
+             decayedKeyColumns ? decayedRows
+                               : (keyColumns ? localKeys : localValues),
+             solved, row, lane,
              /*n=*/padded, /*k=*/C, /*rhsTransposed=*/false,
              /*accumulate=*/false, tilesPerWarp);
     eachFragmentElement(
@@ -790,9 +917,21 @@ void SimtMmaRecurrenceKernel::stageChunk(Value thread, Value chunk,
   Value first = e.mul(chunk, e.index(C));
   Value n = e.minS(e.index(C), e.sub(seq->length, first));
   // k as stored is the products' operand unless it is f16 (two bf16
-  // parts, converted here: loads that the chain waits for).
-  stageOperandRows(thread, C, args.k, stage.keys, Dk, Dkp,
-                   stepRows(e, *seq, hk, first, n));
+  // parts, converted here: loads that the chain waits for); with a decay
+  // per key feature, the keys decayed to the chunk's last step as the
+  // local kernel stored them, and that step's G.
+  if (featureDecay) {
+    for (auto [part, keys] : llvm::enumerate(stage.keys))
+      e.stageRows(thread, C, temporaries.decayedKeys, keys, Dk, Dkp,
+                  stepRows(e, *seq, hv, first, n, part));
+    e.stageRows(thread, 1, temporaries.featureLogDecays, stage.lastDecay, Dk,
+                Dkp, [&](Value) -> std::pair<SmallVector<Value>, Value> {
+                  return {seq->step(hv, e.add(first, e.sub(n, c1))), lt(c0, n)};
+                });
+  } else {
+    stageOperandRows(thread, C, args.k, stage.keys, Dk, Dkp,
+                     stepRows(e, *seq, hk, first, n));
+  }
   // W's parts as the local kernel stored them; G and 1 / |k|.
   for (auto [part, w] : llvm::enumerate(stage.w))
     e.stageRows(thread, C, temporaries.w, w, Dk, Dkp,
@@ -847,6 +986,7 @@ void SimtMmaRecurrenceKernel::projectValues(const ChunkStage &stage,
   // for the outputs, and its U'^T[c, t] = exp(G_last - G_t) V'[t, c] / |k_t|
   // for the update (past the chunk's steps, 1 / |k| is 0).
   eachWarp([&](Value warp, Value lane, Value thread) {
+    exponentiateLastDecay(stage, thread);
     ChainWarp w = chainWarp(warp);
     Value row = chunkRow(w.tile);
     Value projected = e.registersOf(outRegs, thread);
@@ -878,6 +1018,8 @@ void SimtMmaRecurrenceKernel::prepareUpdate(const ChunkStage &stage,
   // The rules without delta: U'^T [columns, C], U'_t = exp(G_last - G_t)
   // V_t / |k_t| (the chunk's contribution to the state is U'^T K, k as
   // stored; past the chunk's steps, 1 / |k| is 0).
+  if (featureDecay)
+    e.eachThread([&](Value thread) { exponentiateLastDecay(stage, thread); });
   Value width = e.index(columns);
   e.forAll(e.index(C * columns), [&](Value x) {
     Value t = e.div(x, width), c = e.rem(x, width);
@@ -888,10 +1030,24 @@ void SimtMmaRecurrenceKernel::prepareUpdate(const ChunkStage &stage,
   });
 }
 
+void SimtMmaRecurrenceKernel::exponentiateLastDecay(const ChunkStage &stage,
+                                                    Value thread) {
+  // In a thread loop before the update's, which then reads exp(G_last)
+  // (the copies of G_last are complete and visible there): the exps leave
+  // the update, whose registers are the chain's most.
+  if (!featureDecay)
+    return;
+  e.loop(thread, e.index(Dkp), e.index(threads), [&](Value i) {
+    e.store(e.exp(e.load(stage.lastDecay, {c0, i})), stage.lastDecay, {c0, i});
+  });
+}
+
 void SimtMmaRecurrenceKernel::updateState(const ChunkStage &stage,
                                           Value last) {
   // S^T = exp(G_last) S^T + U'^T K, and its shared copy for the next
-  // chunk's products (and its starting state).
+  // chunk's products (and its starting state). With a decay per key
+  // feature, exp(G_last) scales S^T's columns (the features) and K is the
+  // keys decayed to the last step.
   eachWarp([&](Value warp, Value lane, Value thread) {
     Value state = e.registersOf(stateRegs, thread);
     ChainWarp w = chainWarp(warp);
@@ -902,6 +1058,21 @@ void SimtMmaRecurrenceKernel::updateState(const ChunkStage &stage,
                             e.store(e.fmul(e.load(state, x.at), decay), state,
                                     x.at);
                           });
+    }
+    if (featureDecay) {
+      // An exp per feature of the lane's (2 a block of 8), for both rows.
+      MmaFragmentLayout layout(e, w.stateRow, lane);
+      for (int64_t block = 0; block < keyRange / WarpMmaOp::kFragmentColumns;
+           ++block)
+        for (int64_t el = 0; el < 2; ++el) {
+          Value feature =
+              e.add(w.keyFirst, layout.accColumn(e, e.index(block), el));
+          Value decay = e.load(stage.lastDecay, {c0, feature});
+          for (int64_t half = 0; half < 2; ++half) {
+            SmallVector<Value> at{e.index(block), e.index(2 * half + el)};
+            e.store(e.fmul(e.load(state, at), decay), state, at);
+          }
+        }
     }
     multiply(updateOperand, sliceParts(stage.keys, 1, w.keyFirst, keyRange),
              state, w.stateRow, lane, /*n=*/keyRange, /*k=*/C,
@@ -944,6 +1115,8 @@ void SimtMmaRecurrenceKernel::buildOutputs() {
   stageOutputInputs(chunkStateSlot(e, shape, args, batch, chunk.index),
                     chunk.first, chunk.n);
   stageScales(chunk.first, chunk.n);
+  if (featureDecay)
+    stageFeatureDecays(chunk.first, chunk.n);
   scoreChunk();
   finishOutputs(chunk.first, chunk.n);
 }
@@ -1050,14 +1223,65 @@ void SimtMmaRecurrenceKernel::stageScales(Value first, Value n) {
 void SimtMmaRecurrenceKernel::scoreChunk() {
   // O = exp(G_t) q^_t S into the output fragments, and P = q^_t . k^_s
   // exp(G_t - G_s) for s <= t in the warp's registers as parts (the hi
-  // part in place of q k^T), which only the warp reads.
+  // part in place of q k^T), which only the warp reads. A decay per key
+  // feature is inside the sums: O's lhs is q_t exp(G_t), the warp's rows
+  // in lhsScratch, and P takes products by blocks.
   const ChunkStage &stage = stages[0];
+  if (featureDecay) {
+    decayKeysToBlockEnd(stage.keys);
+    eachWarp(
+        [&](Value warp, Value lane, Value) {
+          Value width = e.index(Dkp), first = chunkRow(warp);
+          e.loop(lane, e.index(tilesPerWarp * WarpMmaOp::kRows * Dkp),
+                 e.index(WarpMmaOp::kWarpLanes), [&](Value x) {
+                   Value r = e.div(x, width), i = e.rem(x, width);
+                   Value t = e.add(first, r);
+                   storeParts(e.fmul(storedElement(queries, t, i),
+                                     e.exp(featureLogDecayOf(t, i))),
+                              lhsScratch, {e.add(scratchRow(warp), r), i});
+                 });
+          decayedDiagonalBlocks(warp, lane, queries, stage.keys);
+        },
+        SimtEmitter::Sync::Warp);
+  }
+  auto storeScores = [&](Value warp, Value lane, Value thread) {
+    Value row = chunkRow(warp);
+    Value scores = e.registersOf(pairRegs, thread);
+    Value scoresLo = scoreLoRegs ? e.registersOf(scoreLoRegs, thread) : Value();
+    eachFragmentElement(
+        row, lane, tilesPerWarp, C, Value(), [&](const FragmentElement &x) {
+          Value t = x.row, s = x.column;
+          Value sum = featureDecay ? decayedEntry(x, scores, warp)
+                                   : e.load(scores, x.at);
+          Value p = e.fmul(e.fmul(sum, e.load(queryScale, {t})),
+                           e.fmul(keyScaleOf(stage.scales, s),
+                                  decayBetween(stage.scales, t, s)));
+          p = e.select(e.icmp(arith::CmpIPredicate::ule, s, t), p,
+                       e.scalar(0.0));
+          if (!scoresLo) {
+            e.store(p, scores, x.at);
+            return;
+          }
+          // Both parts rounded here as the tensor cores would round
+          // them, so that the CPU's loops compute what they do.
+          Value hi = e.widen(e.narrow(p, mma.product));
+          e.store(hi, scores, x.at);
+          e.store(e.widen(e.narrow(e.fsub(p, hi), mma.product)), scoresLo,
+                  x.at);
+        });
+  };
   eachWarp(
       [&](Value warp, Value lane, Value thread) {
         Value row = chunkRow(warp);
         Value out = e.registersOf(outRegs, thread);
-        multiply(queries, stateCopy, out, row, lane, /*n=*/columns, /*k=*/Dkp,
-                 /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
+        if (featureDecay)
+          multiply(lhsScratch, stateCopy, out, scratchRow(warp), lane,
+                   /*n=*/columns, /*k=*/Dkp, /*rhsTransposed=*/true,
+                   /*accumulate=*/false, tilesPerWarp);
+        else
+          multiply(queries, stateCopy, out, row, lane, /*n=*/columns,
+                   /*k=*/Dkp, /*rhsTransposed=*/true, /*accumulate=*/false,
+                   tilesPerWarp);
         eachFragmentElement(
             row, lane, tilesPerWarp, columns, Value(),
             [&](const FragmentElement &x) {
@@ -1065,34 +1289,20 @@ void SimtMmaRecurrenceKernel::scoreChunk() {
                                     e.load(queryScale, {x.row}));
               e.store(e.fmul(e.load(out, x.at), factor), out, x.at);
             });
-
-        Value scores = e.registersOf(pairRegs, thread);
-        Value scoresLo =
-            scoreLoRegs ? e.registersOf(scoreLoRegs, thread) : Value();
-        multiply(queries, stage.keys, scores, row, lane, /*n=*/C, /*k=*/Dkp,
-                 /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
-        eachFragmentElement(
-            row, lane, tilesPerWarp, C, Value(), [&](const FragmentElement &x) {
-              Value t = x.row, s = x.column;
-              Value p = e.fmul(
-                  e.fmul(e.load(scores, x.at), e.load(queryScale, {t})),
-                  e.fmul(keyScaleOf(stage.scales, s),
-                         decayBetween(stage.scales, t, s)));
-              p = e.select(e.icmp(arith::CmpIPredicate::ule, s, t), p,
-                           e.scalar(0.0));
-              if (!scoresLo) {
-                e.store(p, scores, x.at);
-                return;
-              }
-              // Both parts rounded here as the tensor cores would round
-              // them, so that the CPU's loops compute what they do.
-              Value hi = e.widen(e.narrow(p, mma.product));
-              e.store(hi, scores, x.at);
-              e.store(e.widen(e.narrow(e.fsub(p, hi), mma.product)), scoresLo,
-                      x.at);
-            });
+        if (featureDecay)
+          return;
+        multiply(queries, stage.keys, e.registersOf(pairRegs, thread), row,
+                 lane, /*n=*/C, /*k=*/Dkp, /*rhsTransposed=*/true,
+                 /*accumulate=*/false, tilesPerWarp);
+        storeScores(warp, lane, thread);
       },
       SimtEmitter::Sync::Warp);
+  if (!featureDecay)
+    return;
+  decayedBlockProducts(queries, pairRegs);
+  eachWarp([&](Value warp, Value lane,
+               Value thread) { storeScores(warp, lane, thread); },
+           SimtEmitter::Sync::Warp);
 }
 
 void SimtMmaRecurrenceKernel::finishOutputs(Value first, Value n) {
@@ -1120,6 +1330,215 @@ void SimtMmaRecurrenceKernel::finishOutputs(Value first, Value n) {
 }
 
 //===----------------------------------------------------------------------===//
+// A decay per key feature
+//===----------------------------------------------------------------------===//
+
+void SimtMmaRecurrenceKernel::sumFeatureDecays() {
+  // G_t = g_1 + ... + g_t, a thread per feature (g is 0 past the chunk's
+  // steps, so G stays G of its last there).
+  e.forAll(e.index(Dkp), [&](Value i) {
+    e.loop(c0, e.index(C), c1, {e.scalar(0.0)},
+           [&](Value t, ValueRange sum) -> SmallVector<Value> {
+             Value logDecay = e.fadd(sum[0], featureLogDecayOf(t, i));
+             e.store(logDecay, featureLogDecay, {t, i});
+             return {logDecay};
+           });
+  });
+}
+
+void SimtMmaRecurrenceKernel::storeFeatureDecays(Value first, Value n) {
+  // G, and the chain's update operand k_t exp(G_last - G_t) (k as stored:
+  // the chain scales its values by 1 / |k|), as the parts.
+  Value width = e.index(Dk), last = e.index(C - 1);
+  e.forAll(e.index(C * Dk), [&](Value x) {
+    Value t = e.div(x, width), i = e.rem(x, width);
+    e.ifThen(lt(t, n), [&] {
+      SmallVector<Value> at = seq->stepFeature(hv, e.add(first, t), i);
+      Value logDecay = featureLogDecayOf(t, i);
+      e.store(logDecay, temporaries.featureLogDecays, at);
+      Value decay = e.exp(e.fsub(featureLogDecayOf(last, i), logDecay));
+      storeTemporaryParts(e, e.fmul(storedElement(localKeys, t, i), decay),
+                          temporaries.decayedKeys, at);
+    });
+  });
+}
+
+void SimtMmaRecurrenceKernel::stageFeatureDecays(Value first, Value n) {
+  Value width = e.index(Dkp);
+  Value lastStep = e.add(first, e.maxS(e.sub(n, c1), c0));
+  auto rowAndFeature = [&](Value x) {
+    return std::pair{e.div(x, width), e.rem(x, width)};
+  };
+  e.forAllBatched(
+      e.index(C * Dkp), /*batch=*/4,
+      [&](Value x, Value inRange) -> SmallVector<Value> {
+        auto [t, i] = rowAndFeature(x);
+        Value step = e.minS(e.add(first, t), lastStep);
+        Value exists = both(inRange, both(lt(c0, n), lt(i, e.index(Dk))));
+        return {e.loadOrZero(exists, temporaries.featureLogDecays,
+                             seq->stepFeature(hv, step, i))};
+      },
+      [&](Value x, ValueRange loaded) {
+        auto [t, i] = rowAndFeature(x);
+        e.store(loaded[0], featureLogDecay, {t, i});
+      });
+}
+
+void SimtMmaRecurrenceKernel::decayKeysToBlockEnd(ArrayRef<Value> keys) {
+  // exp(G_e - G_s) <= 1: e >= s, and G falls step by step.
+  Value width = e.index(Dkp), lastOfBlock = e.index(WarpMmaOp::kRows - 1);
+  e.forAll(e.index(C * Dkp), [&](Value x) {
+    Value s = e.div(x, width), i = e.rem(x, width);
+    Value end = e.add(e.mul(e.div(s, c16), c16), lastOfBlock);
+    Value decay =
+        e.exp(e.fsub(featureLogDecayOf(end, i), featureLogDecayOf(s, i)));
+    storeParts(e.fmul(storedElement(keys, s, i), decay), decayedRows, {s, i});
+  });
+}
+
+void SimtMmaRecurrenceKernel::decayedDiagonalBlocks(Value warp, Value lane,
+                                                    ArrayRef<Value> lhs,
+                                                    ArrayRef<Value> rhs) {
+  // A block's 136 entries on and below its diagonal, spread evenly over the
+  // lanes: rows r and 15 - r together have 17, so entry p is in the pair
+  // of rows p / 17. Each is a sum over the features in f32 (the decays
+  // exp(G_t - G_s) <= 1 elementwise, as fla's diagonal sub-chunks).
+  const int64_t side = WarpMmaOp::kRows, lanes = WarpMmaOp::kWarpLanes;
+  const int64_t pairs = side / 2, perPair = side + 1;
+  for (int64_t tile = 0; tile < tilesPerWarp; ++tile) {
+    Value first = e.add(chunkRow(warp), e.index(tile * side));
+    Value region = e.add(scratchRow(warp), e.index(tile * side));
+    for (int64_t m = 0; m * lanes < pairs * perPair; ++m) {
+      Value p = e.add(lane, e.index(m * lanes));
+      e.ifThen(lt(p, e.index(pairs * perPair)), [&] {
+        Value pair = e.div(p, e.index(perPair));
+        Value q = e.rem(p, e.index(perPair));
+        Value upper = e.sub(e.index(side - 1), pair);
+        Value inLower = e.icmp(arith::CmpIPredicate::ule, q, pair);
+        Value r = e.select(inLower, pair, upper);
+        Value c = e.select(inLower, q, e.sub(q, e.add(pair, c1)));
+        Value t = e.add(first, r), s = e.add(first, c);
+        const int64_t unroll = 4;
+        SmallVector<Value> sums(unroll, e.scalar(0.0));
+        sums = e.loop(c0, e.index(Dkp), e.index(unroll), sums,
+                      [&](Value i0, ValueRange partial) -> SmallVector<Value> {
+                        SmallVector<Value> next;
+                        for (int64_t u = 0; u < unroll; ++u) {
+                          Value i = e.add(i0, e.index(u));
+                          Value decay = e.exp(e.fsub(featureLogDecayOf(t, i),
+                                                     featureLogDecayOf(s, i)));
+                          next.push_back(e.fma(e.fmul(storedElement(lhs, t, i),
+                                                      storedElement(rhs, s, i)),
+                                               decay, partial[u]));
+                        }
+                        return next;
+                      });
+        e.store(e.fadd(e.fadd(sums[0], sums[1]), e.fadd(sums[2], sums[3])),
+                diagonal, {e.add(region, r), c});
+      });
+    }
+  }
+}
+
+void SimtMmaRecurrenceKernel::decayedBlockProducts(ArrayRef<Value> lhs,
+                                                   Value accRegs) {
+  // For t in block I and s in block J < I, with e the last step of J:
+  // exp(G_t - G_s) = exp(G_t - G_e) exp(G_e - G_s), both <= 1, so the
+  // block's sums are the product of lhs_t exp(G_t - G_e) (the warp's rows,
+  // made per J) and decayedRows' block J (fla's chunk_gla / chunk_kda
+  // intra-chunk sub-blocks take the same factors).
+  const int64_t side = WarpMmaOp::kRows, blocks = C / side;
+  const int64_t fragmentBlocks = C / WarpMmaOp::kFragmentColumns;
+  Value width = e.index(Dkp);
+  for (int64_t block = 0; block < blocks; ++block) {
+    const bool lastBlock = block + 1 == blocks;
+    Value blockFirst = e.index(block * side);
+    Value blockEnd = e.index(block * side + side - 1);
+    // Whether row tile `first` is after block J.
+    auto after = [&](Value first) { return lt(blockFirst, first); };
+    if (!lastBlock) {
+      eachWarp(
+          [&](Value warp, Value lane, Value) {
+            for (int64_t tile = 0; tile < tilesPerWarp; ++tile) {
+              Value first = e.add(chunkRow(warp), e.index(tile * side));
+              Value region = e.add(scratchRow(warp), e.index(tile * side));
+              e.ifThen(after(first), [&] {
+                e.loop(lane, e.index(side * Dkp),
+                       e.index(WarpMmaOp::kWarpLanes), [&](Value x) {
+                         Value r = e.div(x, width), i = e.rem(x, width);
+                         Value t = e.add(first, r);
+                         Value decay =
+                             e.exp(e.fsub(featureLogDecayOf(t, i),
+                                          featureLogDecayOf(blockEnd, i)));
+                         storeParts(e.fmul(storedElement(lhs, t, i), decay),
+                                    lhsScratch, {e.add(region, r), i});
+                       });
+              });
+            }
+          },
+          SimtEmitter::Sync::Warp);
+    }
+    // The product into a fragment of 16 columns, then into block J's
+    // columns of the warp's fragments (0 where the tile is not after J).
+    eachWarp(
+        [&](Value warp, Value lane, Value thread) {
+          Value acc = e.registersOf(accRegs, thread);
+          Value product = e.registersOf(blockRegs, thread);
+          for (int64_t tile = 0; tile < tilesPerWarp; ++tile) {
+            Value first = e.add(chunkRow(warp), e.index(tile * side));
+            Value isAfter = after(first);
+            // warp_mma runs in no branch: a tile not after J takes a
+            // product of whatever its rows hold, and drops it.
+            if (!lastBlock)
+              multiply(lhsScratch, sliceParts(decayedRows, 0, blockFirst, side),
+                       product, e.add(scratchRow(warp), e.index(tile * side)),
+                       lane, /*n=*/side, /*k=*/Dkp, /*rhsTransposed=*/true,
+                       /*accumulate=*/false, /*rowTiles=*/1);
+            for (int64_t half = 0; half < 2; ++half)
+              for (int64_t el = 0; el < 4; ++el) {
+                Value value =
+                    lastBlock ? e.scalar(0.0)
+                              : e.select(isAfter,
+                                         e.load(product,
+                                                {e.index(half), e.index(el)}),
+                                         e.scalar(0.0));
+                e.store(value, acc,
+                        {e.index(tile * fragmentBlocks + 2 * block + half),
+                         e.index(el)});
+              }
+          }
+        },
+        SimtEmitter::Sync::Warp);
+  }
+}
+
+Value SimtMmaRecurrenceKernel::decayedEntry(const FragmentElement &x, Value acc,
+                                            Value warp) {
+  Value rowBlock = e.div(x.row, c16), columnBlock = e.div(x.column, c16);
+  Value inRegion = e.add(scratchRow(warp), e.sub(x.row, chunkRow(warp)));
+  Value onDiagonal = e.load(diagonal, {inRegion, e.rem(x.column, c16)});
+  Value inBlock = e.icmp(arith::CmpIPredicate::eq, rowBlock, columnBlock);
+  return e.select(lt(columnBlock, rowBlock), e.load(acc, x.at),
+                  e.select(inBlock, onDiagonal, e.scalar(0.0)));
+}
+
+void SimtMmaRecurrenceKernel::allocateDecayedProductBuffers() {
+  const int64_t pad = mma.rowPadding();
+  decayedRows = sharedParts(mma.computedParts, {C, Dkp + pad});
+  lhsScratch = sharedParts(mma.computedParts, {scratchRows(), Dkp + pad});
+  diagonal = e.shared({scratchRows(), WarpMmaOp::kRows + 1});
+  blockRegs = e.registers({WarpMmaOp::kRows / WarpMmaOp::kFragmentColumns, 4});
+}
+
+Value SimtMmaRecurrenceKernel::storedElement(ArrayRef<Value> parts, Value t,
+                                             Value i) {
+  Value x = e.load(parts[0], {t, i});
+  for (Value part : parts.drop_front())
+    x = e.fadd(x, e.load(part, {t, i}));
+  return x;
+}
+
+//===----------------------------------------------------------------------===//
 // Both
 //===----------------------------------------------------------------------===//
 
@@ -1134,7 +1553,9 @@ Parts SimtMmaRecurrenceKernel::sharedParts(int64_t count,
 ChunkStage SimtMmaRecurrenceKernel::allocateStage() {
   const int64_t pad = mma.rowPadding();
   ChunkStage stage;
-  stage.keys = sharedParts(mma.rawParts, {C, Dkp + pad});
+  const bool decayedKeys = !outputs() && featureDecay;
+  stage.keys = sharedParts(decayedKeys ? mma.computedParts : mma.rawParts,
+                           {C, Dkp + pad});
   if (!outputs() && delta)
     stage.w = sharedParts(mma.computedParts, {C, Dkp + pad});
   stage.scales = e.shared({C, 2});
@@ -1145,6 +1566,8 @@ ChunkStage SimtMmaRecurrenceKernel::allocateStage() {
     stage.values = e.shared(
         {C, columns + mma.valuePadding(shape)}, element);
   }
+  if (decayedKeys)
+    stage.lastDecay = e.shared({1, Dkp});
   return stage;
 }
 
@@ -1162,6 +1585,10 @@ void SimtMmaRecurrenceKernel::allocateBuffers() {
     valueOperand = sharedParts(delta ? mma.computedParts : mma.rawParts,
                                {C, columns + pad});
     queryScale = e.shared({C});
+    if (featureDecay) {
+      featureLogDecay = e.shared({C, Dkp + 1});
+      allocateDecayedProductBuffers();
+    }
   } else {
     updateOperand = sharedParts(mma.computedParts, {columns, C + pad});
   }
@@ -1213,7 +1640,9 @@ Parts SimtMmaRecurrenceKernel::sliceParts(ArrayRef<Value> parts, int64_t dim,
     SmallVector<OpFoldResult> offsets(2, b.getIndexAttr(0)),
         sizes{b.getIndexAttr(shape[0]), b.getIndexAttr(shape[1])},
         strides(2, b.getIndexAttr(1));
-    offsets[dim] = first;
+    // A constant offset as an attribute: the view's type is then static,
+    // with no cast for canonicalization to put between it and the product.
+    offsets[dim] = getAsOpFoldResult(first);
     sizes[dim] = b.getIndexAttr(count);
     views.push_back(
         memref::SubViewOp::create(b, part, offsets, sizes, strides));
@@ -1294,7 +1723,7 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
   // order, each rounded to 16 bytes.
   const int64_t C = shape.chunkSize, pad = rowPadding();
   const int64_t elementBytes = product.getIntOrFloatBitWidth() / 8;
-  const bool delta = shape.isDelta();
+  const bool delta = shape.isDelta(), featureDecay = shape.featureDecay();
   const bool outputs = kernel == ChunkMmaKernel::Outputs;
   auto buffer = [](int64_t elements, int64_t bytes) {
     return roundUp(elements * bytes, 16);
@@ -1302,11 +1731,19 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
   auto operand = [&](int64_t parts, int64_t rows, int64_t width) {
     return parts * buffer(rows * (width + pad), elementBytes);
   };
+  // A decay per key feature: G per step and feature; the decayed key rows,
+  // the warps' lhs rows and diagonal blocks.
+  const int64_t featureLogDecays = buffer(C * (paddedKeyDim + 1), 4);
+  const int64_t scratchRows = warps * rowTiles * WarpMmaOp::kRows;
+  const int64_t decayedProducts =
+      operand(computedParts, C, paddedKeyDim) +
+      operand(computedParts, scratchRows, paddedKeyDim) +
+      buffer(scratchRows * (WarpMmaOp::kRows + 1), 4);
   if (kernel == ChunkMmaKernel::Local) {
-    // k's (and v's) rows, per step g and G, 1 / |k|, beta; A, T; T
-    // diag(w).
+    // k's (and v's) rows, per step g and G, 1 / |k|, per step and feature
+    // G, beta; A, T; T diag(w); the decayed products' buffers.
     int64_t total = 0;
-    if (shape.normalizeQueryKey || delta)
+    if (shape.normalizeQueryKey || delta || featureDecay)
       total += operand(rawParts, C, paddedKeyDim);
     if (delta)
       total += operand(rawParts, C,
@@ -1315,6 +1752,10 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
       total += 2 * buffer(C, 4);
     if (shape.normalizeQueryKey)
       total += buffer(C, 4);
+    if (featureDecay)
+      total += featureLogDecays;
+    if (delta && featureDecay)
+      total += decayedProducts;
     if (delta && computedParts == 1 && product.isF32())
       total += buffer(C, 4) + buffer(C * (C + pad), 4) + buffer(C * (C + 1), 4);
     else if (delta)
@@ -1322,14 +1763,21 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
                operand(computedParts, C, C);
     return total;
   }
-  // A stage (ChunkStage): k, W's rows (the chain of a delta rule), G and
-  // 1 / |k|, the chain's values; the chain has two.
-  int64_t stage = operand(rawParts, C, paddedKeyDim) + buffer(2 * C, 4);
+  // A stage (ChunkStage): k (decayed, as the parts, in the chain of a
+  // decay per key feature), W's rows (the chain of a delta rule), G and
+  // 1 / |k|, the chain's values, G of the last step (the chain of a decay
+  // per key feature); the chain has two.
+  const bool decayedKeys = !outputs && featureDecay;
+  int64_t stage =
+      operand(decayedKeys ? computedParts : rawParts, C, paddedKeyDim) +
+      buffer(2 * C, 4);
   if (!outputs && delta)
     stage += operand(computedParts, C, paddedKeyDim);
   if (!outputs)
     stage += buffer(C * (columns + valuePadding(shape)),
                     delta ? 4 : storageBytes);
+  if (decayedKeys)
+    stage += buffer(paddedKeyDim, 4);
   int64_t total = (outputs ? 1 : 2) * stage;
   // q's rows (outputs), S^T, then V' and q's scales (outputs) or U'^T.
   if (outputs)
@@ -1338,7 +1786,9 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
   if (outputs)
     total += operand(delta ? computedParts : rawParts, C, columns) +
              buffer(C, 4);
-  else
+  if (outputs && featureDecay)
+    total += featureLogDecays + decayedProducts;
+  else if (!outputs)
     total += operand(computedParts, columns, C);
   return total;
 }
@@ -1347,7 +1797,7 @@ std::optional<SimtMmaRecurrenceTiling>
 SimtMmaRecurrenceTiling::choose(const LinearRecurrenceShape &shape,
                                 Type storage, const GpuTiling &tiling) {
   const int64_t rows = WarpMmaOp::kRows;
-  if (shape.tree || shape.featureDecay() || shape.chunkSize % rows != 0)
+  if (shape.tree || shape.chunkSize % rows != 0)
     return std::nullopt;
   SimtMmaRecurrenceTiling mma;
   mma.paddedKeyDim = roundUp(shape.keyDim, WarpMmaOp::kReductionStep);
