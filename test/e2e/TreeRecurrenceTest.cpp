@@ -204,6 +204,16 @@ std::vector<TreeCase> cases() {
   chain.nodes = 20;
   chain.chain = true;
   all.push_back(chain);
+  // A tree of 60 nodes in chunks of 64 at Dk = 128: on CUDA the chunk's
+  // products on the tensor cores (four blocks of 16 nodes in T's
+  // inversion, the ancestor relation for the causal mask).
+  TreeCase wide;
+  wide.label = "tensor_core_tree";
+  wide.nodes = 60;
+  wide.maxNodes = 64;
+  wide.keyDim = 128;
+  wide.gate = true;
+  all.push_back(wide);
   // Trees of at most 8 nodes with Dk = 72: the CUDA kernel splits each
   // state column over 4 threads (SimtRecurrenceColumns).
   for (const char *rule : {"gated_delta", "gla", "kda"}) {

@@ -654,9 +654,9 @@ struct SimtMmaRecurrenceTiling {
   int64_t sharedBytes(const LinearRecurrenceShape &shape,
                       ChunkMmaKernel kernel) const;
   /// The widest tiles whose shared memory fits in
-  /// `tiling.maxSharedBytes` in the three kernels, or none: trees and
-  /// chunks that are not whole row tiles of 16 take the chunked SIMT
-  /// kernel.
+  /// `tiling.maxSharedBytes` in the three kernels, or none: trees with
+  /// decays per feature and chunks that are not whole row tiles of 16 take
+  /// the chunked SIMT kernel.
   static std::optional<SimtMmaRecurrenceTiling>
   choose(const LinearRecurrenceShape &shape, Type storage,
          const GpuTiling &tiling);

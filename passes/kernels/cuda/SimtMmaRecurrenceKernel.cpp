@@ -99,6 +99,12 @@
 // update is S^T = exp(G_last) S^T (feature by feature) + U'^T K' with K'
 // those keys; and O = (q_t exp(G_t)) S.
 //
+// A draft tree (SPEC §10) is one chunk whose ancestor relation takes the
+// causal mask's place: the local and outputs kernels mark each node's path
+// (markAncestors), which masks A and P and sums G along it; the chain makes
+// V' and stores S_init as the chunk's starting state, and nothing else (no
+// final state). Trees with decays per feature take the SIMT kernel.
+//
 // Decays appear only as exp(G_t - G_s) with t >= s or exp(G_t) with
 // G_t <= 0, so nothing overflows (the masked entries select 0 whatever
 // their exponent). A call whose sequences are a step each (decode) takes
@@ -392,6 +398,13 @@ private:
   Value scratchRow(Value warp) {
     return e.mul(warp, e.index(tilesPerWarp * WarpMmaOp::kRows));
   }
+  // Trees (SPEC §10): the whole tree is one chunk, whose ancestor relation
+  // takes the causal mask's place.
+  /// ancestry[t, s] = 1 where node s is t or an ancestor of t, else 0,
+  /// for the block's tree: each node's path walked up, a thread per node.
+  void markAncestors(Value n);
+  /// Whether node s is t or an ancestor of t (for a chain, s <= t).
+  Value isAncestorOrSelf(Value s, Value t);
   /// Element [t, i] of a staged operand as stored: the sum of its parts.
   Value storedElement(ArrayRef<Value> parts, Value t, Value i);
   Value featureLogDecayOf(Value t, Value i) {
@@ -525,6 +538,8 @@ private:
   // columns.
   Value featureLogDecay, diagonal, blockRegs;
   Parts decayedRows, lhsScratch;
+  // Trees (local and outputs kernels): the ancestor relation [C, C], i8.
+  Value ancestry;
 };
 
 SimtMmaRecurrenceKernel::SimtMmaRecurrenceKernel(
@@ -579,6 +594,8 @@ void SimtMmaRecurrenceKernel::buildLocal() {
   hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
   allocateBuffers();
   stageLocalChunk(chunk.first, chunk.n);
+  if (shape.tree)
+    markAncestors(chunk.n);
   if (featureDecay)
     sumFeatureDecays();
   storeStepScales(chunk.first, chunk.n);
@@ -612,6 +629,8 @@ void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
     keyScales = e.shared({C});
   if (featureDecay)
     featureLogDecay = e.shared({C, Dkp + 1});
+  if (shape.tree)
+    ancestry = e.shared({C, C}, b.getI8Type());
   if (!delta)
     return;
   betas = e.shared({C});
@@ -689,8 +708,12 @@ void SimtMmaRecurrenceKernel::storeStepScales(Value first, Value n) {
     }
     Value logDecayTo = e.scalar(0.0);
     if (logDecay) {
-      logDecayTo = e.sumOver(c0, e.add(t, c1),
-                             [&](Value s) { return e.load(gates, {s}); });
+      // Over the steps up to t; in a tree over t's path.
+      logDecayTo = e.sumOver(c0, e.add(t, c1), [&](Value s) {
+        Value g = e.load(gates, {s});
+        return shape.tree ? e.select(isAncestorOrSelf(s, t), g, e.scalar(0.0))
+                          : g;
+      });
       e.store(logDecayTo, logDecay, {t});
     }
     e.ifThen(lt(t, n), [&] {
@@ -732,8 +755,8 @@ void SimtMmaRecurrenceKernel::computeTransform() {
             Value sum =
                 featureDecay ? decayedEntry(x, gram, warp) : e.load(gram, x.at);
             Value entry = e.fmul(sum, scale);
-            e.store(e.select(lt(s, t), entry, e.scalar(0.0)), transform,
-                    {t, s});
+            Value below = both(lt(s, t), isAncestorOrSelf(s, t));
+            e.store(e.select(below, entry, e.scalar(0.0)), transform, {t, s});
           });
         });
   });
@@ -903,13 +926,18 @@ void SimtMmaRecurrenceKernel::buildStates() {
       storeChunkState(thread, chunk);
       AsyncWaitOp::create(b).setPending(1);
     });
+    // A tree is one chunk, whose final state no entry returns: the chain
+    // makes its V' and stores S_init as its starting state.
     if (delta)
       projectValues(stages[at], first, n, last);
-    else
+    if (shape.tree)
+      return;
+    if (!delta)
       prepareUpdate(stages[at], last);
     updateState(stages[at], last);
   });
-  storeFinalState();
+  if (!shape.tree)
+    storeFinalState();
 }
 
 void SimtMmaRecurrenceKernel::stageChunk(Value thread, Value chunk,
@@ -1115,6 +1143,8 @@ void SimtMmaRecurrenceKernel::buildOutputs() {
   stageOutputInputs(chunkStateSlot(e, shape, args, batch, chunk.index),
                     chunk.first, chunk.n);
   stageScales(chunk.first, chunk.n);
+  if (shape.tree)
+    markAncestors(chunk.n);
   if (featureDecay)
     stageFeatureDecays(chunk.first, chunk.n);
   scoreChunk();
@@ -1256,8 +1286,7 @@ void SimtMmaRecurrenceKernel::scoreChunk() {
           Value p = e.fmul(e.fmul(sum, e.load(queryScale, {t})),
                            e.fmul(keyScaleOf(stage.scales, s),
                                   decayBetween(stage.scales, t, s)));
-          p = e.select(e.icmp(arith::CmpIPredicate::ule, s, t), p,
-                       e.scalar(0.0));
+          p = e.select(isAncestorOrSelf(s, t), p, e.scalar(0.0));
           if (!scoresLo) {
             e.store(p, scores, x.at);
             return;
@@ -1530,6 +1559,40 @@ void SimtMmaRecurrenceKernel::allocateDecayedProductBuffers() {
   blockRegs = e.registers({WarpMmaOp::kRows / WarpMmaOp::kFragmentColumns, 4});
 }
 
+void SimtMmaRecurrenceKernel::markAncestors(Value n) {
+  // The runtime checked that parents form a tree (each parent before its
+  // child), so every walk ends at a root.
+  auto byte = [&](int64_t value) {
+    return arith::ConstantIntOp::create(b, b.getI8Type(), value);
+  };
+  Value width = e.index(C);
+  e.forAll(e.index(C * C), [&](Value x) {
+    memref::StoreOp::create(b, byte(0), ancestry,
+                            ValueRange{e.div(x, width), e.rem(x, width)});
+  });
+  e.forAll(e.index(C), [&](Value t) {
+    e.ifThen(lt(t, n), [&] {
+      e.whileLoop(
+          {t},
+          [&](ValueRange it) {
+            return e.icmp(arith::CmpIPredicate::ne, it[0], e.index(-1));
+          },
+          [&](ValueRange it) -> SmallVector<Value> {
+            memref::StoreOp::create(b, byte(1), ancestry, ValueRange{t, it[0]});
+            return {e.toIndex(e.loadInt(args.parents, {batch, it[0]}))};
+          });
+    });
+  });
+}
+
+Value SimtMmaRecurrenceKernel::isAncestorOrSelf(Value s, Value t) {
+  if (!shape.tree)
+    return e.icmp(arith::CmpIPredicate::ule, s, t);
+  Value mark = memref::LoadOp::create(b, ancestry, ValueRange{t, s});
+  return e.icmp(arith::CmpIPredicate::ne, mark,
+                arith::ConstantIntOp::create(b, b.getI8Type(), 0));
+}
+
 Value SimtMmaRecurrenceKernel::storedElement(ArrayRef<Value> parts, Value t,
                                              Value i) {
   Value x = e.load(parts[0], {t, i});
@@ -1585,6 +1648,8 @@ void SimtMmaRecurrenceKernel::allocateBuffers() {
     valueOperand = sharedParts(delta ? mma.computedParts : mma.rawParts,
                                {C, columns + pad});
     queryScale = e.shared({C});
+    if (shape.tree)
+      ancestry = e.shared({C, C}, b.getI8Type());
     if (featureDecay) {
       featureLogDecay = e.shared({C, Dkp + 1});
       allocateDecayedProductBuffers();
@@ -1754,6 +1819,8 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
       total += buffer(C, 4);
     if (featureDecay)
       total += featureLogDecays;
+    if (shape.tree)
+      total += buffer(C * C, 1);
     if (delta && featureDecay)
       total += decayedProducts;
     if (delta && computedParts == 1 && product.isF32())
@@ -1786,6 +1853,8 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
   if (outputs)
     total += operand(delta ? computedParts : rawParts, C, columns) +
              buffer(C, 4);
+  if (outputs && shape.tree)
+    total += buffer(C * C, 1);
   if (outputs && featureDecay)
     total += featureLogDecays + decayedProducts;
   else if (!outputs)
@@ -1797,7 +1866,10 @@ std::optional<SimtMmaRecurrenceTiling>
 SimtMmaRecurrenceTiling::choose(const LinearRecurrenceShape &shape,
                                 Type storage, const GpuTiling &tiling) {
   const int64_t rows = WarpMmaOp::kRows;
-  if (shape.tree || shape.chunkSize % rows != 0)
+  // A tree's decays per feature would need, for s in an earlier block of
+  // 16 nodes, the block's last node on the path from s to t
+  // (decayedBlockProducts), which index order does not give.
+  if ((shape.tree && shape.featureDecay()) || shape.chunkSize % rows != 0)
     return std::nullopt;
   SimtMmaRecurrenceTiling mma;
   mma.paddedKeyDim = roundUp(shape.keyDim, WarpMmaOp::kReductionStep);
