@@ -57,6 +57,16 @@
 //    q/k, chunks of 64 steps, and the rmsnorm output gate with a sigmoid
 //    of z (FusedRMSNormGated(activation="sigmoid")) and `rms_norm_eps`.
 //    Without `linear_attn_config` every layer is MLA.
+//  - mamba2 (Mamba2Config): every layer is one kind, mamba, whose SSD
+//    (Dao and Gu's state space duality) is the decay rule: with the
+//    projections' x, B, C, the step dt (after softplus and its bias) and
+//    A = -exp(A_log), the state h_t = exp(dt_t A) h_{t-1} + B_t (dt_t
+//    x_t)^T and y_t = h_t^T C_t are attn's recurrence with q = C, k = B
+//    (`n_groups` key heads of `state_size`), v = dt x (`num_heads` value
+//    heads of `head_dim`), g = dt A and scale 1, in chunks of 64 steps
+//    (`chunk_size` is a kernel's tiling, not the math). The skip D x, the
+//    convolution and the gated RMSNorm (which normalizes y silu(z) over
+//    groups of heads, not per head) stay with the caller.
 //
 // attn's own key `speculative` (SPEC §3's object, e.g. {"max_tree_nodes":
 // 64}) turns on speculative verification: every kind gets "tree": true, so
@@ -87,6 +97,7 @@ constexpr llvm::StringRef kFullAttention = "full_attention";
 constexpr llvm::StringRef kSlidingAttention = "sliding_attention";
 constexpr llvm::StringRef kLinearAttention = "linear_attention";
 constexpr llvm::StringRef kChunkedAttention = "chunked_attention";
+constexpr llvm::StringRef kMamba = "mamba";
 
 /// The transformers config classes whose attention attn reads, by how
 /// their layers are laid out and scored.
@@ -100,7 +111,8 @@ enum class Family {
   Llama4,
   GptOss,
   DeepSeek,
-  KimiLinear
+  KimiLinear,
+  Mamba2
 };
 
 /// What the config class assumes for a key a config leaves out: hub
@@ -138,7 +150,8 @@ const ModelType kModelTypes[] = {
     {"deepseek_v2", Family::DeepSeek, {32, 32, {}, 4096, 30, {}}},
     {"deepseek_v3", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}},
     {"kimi_k2", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}},
-    {"kimi_linear", Family::KimiLinear, {32, 32, {}, 4096, 32, {}}}};
+    {"kimi_linear", Family::KimiLinear, {32, 32, {}, 4096, 32, {}}},
+    {"mamba2", Family::Mamba2, {128, {}, 64, 4096, 64, {}}}};
 
 /// The config object, its JSON path and its class's defaults.
 struct Config {
@@ -346,6 +359,8 @@ std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
     return llama4LayerKinds(reader, config, layers);
   case Family::KimiLinear:
     return kimiLinearLayerKinds(reader, config, layers);
+  case Family::Mamba2:
+    return [](int64_t) { return kMamba; };
   }
   return allFullAttention;
 }
@@ -359,7 +374,9 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
       kinds.push_back(kind.str());
   };
   std::vector<llvm::StringRef> allowed{kFullAttention};
-  if (family != Family::DeepSeek)
+  if (family == Family::Mamba2)
+    allowed = {kMamba};
+  else if (family != Family::DeepSeek)
     allowed.push_back(family == Family::Qwen3Next ||
                               family == Family::KimiLinear
                           ? kLinearAttention
@@ -396,11 +413,11 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
     }
     return kinds;
   }
-  // Without layer_types, Llama, Mistral and DeepSeek have one kind whatever
-  // the count; the others' kinds follow the layer index.
+  // Without layer_types, Llama, Mistral, DeepSeek and Mamba2 have one kind
+  // whatever the count; the others' kinds follow the layer index.
   int64_t layers =
       family == Family::Llama || family == Family::Mistral ||
-              family == Family::DeepSeek
+              family == Family::DeepSeek || family == Family::Mamba2
           ? 1
           : reader.integer(config.object, config.path, "num_hidden_layers",
                            config.defaults.layers, 1, limits::kMaxLayers);
@@ -612,6 +629,30 @@ LinearAttentionLayer readKimiDeltaAttention(Reader &reader,
   return layer;
 }
 
+/// Mamba2's SSD as the decay rule (see the file comment), with
+/// transformers' defaults.
+LinearAttentionLayer readMamba2(Reader &reader, const Config &config) {
+  const json::Object &object = config.object;
+  const std::string &path = config.path;
+  LinearAttentionLayer layer;
+  layer.name = kMamba.str();
+  layer.rule = Rule::Decay;
+  layer.numVHeads =
+      reader.integer(object, path, "num_heads", config.defaults.numHeads, 1,
+                     limits::kMaxHeads);
+  layer.numKHeads =
+      reader.integer(object, path, "n_groups", 8, 1, limits::kMaxHeads);
+  layer.kDim = reader.integer(object, path, "state_size", 128, 1,
+                              limits::kMaxFeatureDim);
+  layer.vDim = reader.integer(object, path, "head_dim", config.defaults.headDim,
+                              1, limits::kMaxFeatureDim);
+  layer.chunkSize = 64;
+  layer.scale = 1.0;
+  checkGroups(reader, config, layer.numVHeads, "num_heads", layer.numKHeads,
+              "n_groups");
+  return layer;
+}
+
 LinearAttentionLayer readLinearAttention(Reader &reader, const Config &config) {
   const json::Object &object = config.object;
   const std::string &path = config.path;
@@ -684,7 +725,11 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
   model.dtype = ElementType::F32;
   const bool speculative = root->get("speculative") != nullptr;
   for (const std::string &kind : readLayerKinds(reader, config, type->family)) {
-    if (kind == kLinearAttention) {
+    if (kind == kMamba) {
+      LinearAttentionLayer layer = readMamba2(reader, config);
+      layer.tree = speculative;
+      model.layers.push_back(layer);
+    } else if (kind == kLinearAttention) {
       LinearAttentionLayer layer = type->family == Family::KimiLinear
                                        ? readKimiDeltaAttention(reader, config)
                                        : readLinearAttention(reader, config);

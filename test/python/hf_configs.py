@@ -1,7 +1,7 @@
 # RUN: %attn_python %s
 # Hugging Face configs of softmax models (llama, mistral, qwen2, qwen3,
 # gemma2, gemma3_text, gemma3, llama4, gpt_oss, deepseek_v3; kimi_linear's
-# KDA and MLA layers at the end): each layer
+# KDA and MLA layers and mamba2's SSD at the end): each layer
 # kind's entry equals attention as transformers computes it for that config
 # (eager_attention_forward: scores times the config's scaling, Gemma's logit
 # softcap, transformers' causal, sliding-window and chunked masks — key kv
@@ -207,5 +207,74 @@ err = np.abs(m["full_attention"](*mla) - want).max() / np.abs(want).max()
 assert err < 1e-5, ("kimi-linear:full_attention", err)
 checked += ["kimi-linear:linear_attention", "kimi-linear:full_attention"]
 
-assert len(checked) == 19, checked
+# Mamba2: its SSD as the paper computes it (Dao and Gu, "Transformers are
+# SSMs", Listing 1: ssd_minimal_discrete, chunked with segment sums and no
+# recurrence at all), in float64 with the mixer's tensors: x, dt =
+# softplus(raw + dt_bias), A = -exp(A_log), B and C of n_groups groups.
+# attn's mamba entry takes q = C, k = B, v = dt x and g = dt A.
+MAMBA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                     "examples", "mamba2", "config.json")
+config = json.load(open(MAMBA))
+config.update(num_heads=6, n_groups=2)  # one tensor-parallel rank's
+m = attn.compile(config)
+assert m.entries == ["mamba"], m.entries
+B, T, H, G, P, N = 2, 75, 6, 2, config["head_dim"], config["state_size"]
+
+
+def segsum(x):
+    """Listing 1's segsum: [..., T] -> [..., T, T], -inf above the diagonal."""
+    cumulative = np.cumsum(x, -1)
+    sums = cumulative[..., :, None] - cumulative[..., None, :]
+    return np.where(np.tril(np.ones((x.shape[-1],) * 2, bool)), sums, -np.inf)
+
+
+def ssd_minimal_discrete(X, A, Bm, Cm, block, s0):
+    """Listing 1 in numpy: X [b, l, h, p], A [b, l, h], B and C [b, l, h,
+    n] (l a multiple of `block`), s0 [b, h, p, n]."""
+    b, l, h, p = X.shape
+    X, A, Bm, Cm = (x.reshape((b, l // block, block) + x.shape[2:])
+                    for x in (X, A, Bm, Cm))
+    A = A.transpose(0, 3, 1, 2)
+    A_cumsum = np.cumsum(A, -1)
+    Y_diag = np.einsum("bclhn,bcshn,bhcls,bcshp->bclhp", Cm, Bm,
+                       np.exp(segsum(A)), X)
+    decay_states = np.exp(A_cumsum[..., -1:] - A_cumsum)
+    states = np.einsum("bclhn,bhcl,bclhp->bchpn", Bm, decay_states, X)
+    states = np.concatenate([s0[:, None], states], 1)
+    decay_chunk = np.exp(segsum(np.pad(A_cumsum[..., -1],
+                                       ((0, 0), (0, 0), (1, 0)))))
+    states = np.einsum("bhzc,bchpn->bzhpn", decay_chunk, states)
+    states, final = states[:, :-1], states[:, -1]
+    Y_off = np.einsum("bclhn,bchpn,bhcl->bclhp", Cm, states, np.exp(A_cumsum))
+    return (Y_diag + Y_off).reshape(b, l, h, p), final
+
+
+x = rng.standard_normal((B, T, H, P))
+dt = np.log1p(np.exp(rng.standard_normal((B, T, H)) - 2.0
+                     + rng.uniform(-1, 1, H)))  # softplus(raw + dt_bias)
+A = -np.exp(rng.uniform(0, 2, H))  # -exp(A_log)
+Bg, Cg = (rng.standard_normal((B, T, G, N)) for _ in range(2))
+s0 = 0.1 * rng.standard_normal((B, H, P, N))
+# The paper's chunks are whole: pad to a multiple of 32 steps with dt = 0
+# (no decay, no input), which leaves the outputs and the state as they are.
+padded = 96
+pad = lambda a: np.concatenate(  # noqa: E731
+    [a, np.zeros((B, padded - T) + a.shape[2:])], 1)
+per_head = lambda a: np.repeat(a, H // G, axis=2)  # noqa: E731
+y, final = ssd_minimal_discrete(pad(x * dt[..., None]), pad(dt * A),
+                                pad(per_head(Bg)), pad(per_head(Cg)), 32, s0)
+o_attn, s_attn = m["mamba"](heads_first(Cg), heads_first(Bg),
+                            heads_first(x * dt[..., None]),
+                            heads_first((dt * A)[..., None])[..., 0],
+                            np.ascontiguousarray(
+                                s0.transpose(0, 1, 3, 2)).astype(np.float32))
+want = np.moveaxis(y[:, :T], 1, 2)
+err = np.abs(o_attn - want).max() / np.abs(want).max()
+assert err < 1e-4, ("mamba2:mamba", err)
+want = final.transpose(0, 1, 3, 2)
+err = np.abs(s_attn - want).max() / np.abs(want).max()
+assert err < 1e-4, ("mamba2:mamba state", err)
+checked += ["mamba2:mamba"]
+
+assert len(checked) == 20, checked
 print("hf configs:", ", ".join(checked))

@@ -893,7 +893,7 @@ TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
             "$.model_type: unsupported Hugging Face model type \"mamba\"; "
             "supported: qwen3_next, llama, mistral, qwen2, qwen3, gemma2, "
             "gemma3_text, gemma3, llama4_text, llama4, gpt_oss, deepseek_v2, "
-            "deepseek_v3, kimi_k2, kimi_linear");
+            "deepseek_v3, kimi_k2, kimi_linear, mamba2");
   EXPECT_EQ(configError(R"({"model_type": 3})"),
             "$.model_type: expected a string, got 3");
   EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
