@@ -67,6 +67,13 @@
 //    (`chunk_size` is a kernel's tiling, not the math). The skip D x, the
 //    convolution and the gated RMSNorm (which normalizes y silu(z) over
 //    groups of heads, not per head) stay with the caller.
+//  - nemotron_h (NemotronHConfig, as vLLM reads it): layer i is a Mamba2
+//    mixer (mamba, as mamba2's with `mamba_num_heads` heads of
+//    `mamba_head_dim`, `n_groups` (or `mamba_n_groups`) groups of
+//    `ssm_state_size`) where `hybrid_override_pattern[i]` is 'M', causal
+//    GQA softmax attention (full_attention: `num_attention_heads` /
+//    `num_key_value_heads` heads of `attention_head_dim`) where it is '*',
+//    and no attention where it is '-' (MLP) or 'E' (MoE).
 //
 // attn's own key `speculative` (SPEC §3's object, e.g. {"max_tree_nodes":
 // 64}) turns on speculative verification: every kind gets "tree": true, so
@@ -112,7 +119,8 @@ enum class Family {
   GptOss,
   DeepSeek,
   KimiLinear,
-  Mamba2
+  Mamba2,
+  NemotronH
 };
 
 /// What the config class assumes for a key a config leaves out: hub
@@ -151,7 +159,8 @@ const ModelType kModelTypes[] = {
     {"deepseek_v3", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}},
     {"kimi_k2", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}},
     {"kimi_linear", Family::KimiLinear, {32, 32, {}, 4096, 32, {}}},
-    {"mamba2", Family::Mamba2, {128, {}, 64, 4096, 64, {}}}};
+    {"mamba2", Family::Mamba2, {128, {}, 64, 4096, 64, {}}},
+    {"nemotron_h", Family::NemotronH, {32, 8, 128, 4096, 52, {}}}};
 
 /// The config object, its JSON path and its class's defaults.
 struct Config {
@@ -304,6 +313,42 @@ kimiLinearLayerKinds(Reader &reader, const Config &config, int64_t layers) {
   };
 }
 
+/// Nemotron-H's layers from `hybrid_override_pattern`, a character per
+/// layer: 'M' Mamba2, '*' attention, '-' MLP and 'E' MoE (no attention:
+/// the empty kind).
+std::function<llvm::StringRef(int64_t)>
+nemotronHLayerKinds(Reader &reader, const Config &config, int64_t layers) {
+  const std::string pattern = reader.string(
+      config.object, config.path, "hybrid_override_pattern",
+      std::string("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"));
+  const std::string patternPath =
+      Reader::join(config.path, "hybrid_override_pattern");
+  if (reader.failed())
+    return allFullAttention;
+  if (static_cast<int64_t>(pattern.size()) != layers) {
+    reader.fail(patternPath, llvm::formatv("expected a character per layer "
+                                           "(num_hidden_layers = {0}), got {1}",
+                                           layers, pattern.size())
+                                 .str());
+    return allFullAttention;
+  }
+  for (auto [i, c] : llvm::enumerate(pattern))
+    if (!llvm::is_contained(llvm::StringRef("M*-E"), c)) {
+      reader.fail(patternPath,
+                  llvm::formatv("expected 'M' (Mamba2), '*' (attention), '-' "
+                                "(MLP) or 'E' (MoE) for each layer, got '{0}' "
+                                "at layer {1}",
+                                c, i)
+                      .str());
+      return allFullAttention;
+    }
+  return [pattern](int64_t i) -> llvm::StringRef {
+    return pattern[i] == 'M'   ? kMamba
+           : pattern[i] == '*' ? kFullAttention
+                               : llvm::StringRef();
+  };
+}
+
 /// The family's rule for the kind of layer i of `layers`, for configs
 /// without `layer_types`, with its keys read once (transformers' defaults
 /// where a key is absent). After an error, every layer is full attention.
@@ -361,6 +406,8 @@ std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
     return kimiLinearLayerKinds(reader, config, layers);
   case Family::Mamba2:
     return [](int64_t) { return kMamba; };
+  case Family::NemotronH:
+    return nemotronHLayerKinds(reader, config, layers);
   }
   return allFullAttention;
 }
@@ -370,12 +417,14 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
                                         Family family) {
   std::vector<std::string> kinds;
   auto addKind = [&](llvm::StringRef kind) {
-    if (!llvm::is_contained(kinds, kind))
+    if (!kind.empty() && !llvm::is_contained(kinds, kind))
       kinds.push_back(kind.str());
   };
   std::vector<llvm::StringRef> allowed{kFullAttention};
   if (family == Family::Mamba2)
     allowed = {kMamba};
+  else if (family == Family::NemotronH)
+    allowed.push_back(kMamba);
   else if (family != Family::DeepSeek)
     allowed.push_back(family == Family::Qwen3Next ||
                               family == Family::KimiLinear
@@ -445,8 +494,11 @@ AttentionLayer readSoftmaxAttention(Reader &reader, const Config &config,
                                           {}, 1, limits::kMaxHeads)
                          : defaults.numKvHeads.value_or(layer.numHeads);
   // transformers' default head_dim is hidden_size / num_attention_heads.
+  // Nemotron-H names it attention_head_dim (its Mamba layers have theirs).
+  const llvm::StringRef headDimKey =
+      family == Family::NemotronH ? "attention_head_dim" : "head_dim";
   std::optional<int64_t> headDim = defaults.headDim;
-  if (!isSet(config, "head_dim") && !headDim && !reader.failed()) {
+  if (!isSet(config, headDimKey) && !headDim && !reader.failed()) {
     int64_t hidden =
         reader.integer(object, path, "hidden_size", defaults.hiddenSize, 1,
                        limits::kMaxHeads * limits::kMaxFeatureDim);
@@ -460,8 +512,8 @@ AttentionLayer readSoftmaxAttention(Reader &reader, const Config &config,
                                 limits::kMaxFeatureDim)
                       .str());
   }
-  layer.headDim = isSet(config, "head_dim")
-                      ? reader.integer(object, path, "head_dim", {}, 1,
+  layer.headDim = isSet(config, headDimKey)
+                      ? reader.integer(object, path, headDimKey, {}, 1,
                                        limits::kMaxFeatureDim)
                       : headDim.value_or(0);
   layer.valueDim = layer.headDim;
@@ -629,27 +681,37 @@ LinearAttentionLayer readKimiDeltaAttention(Reader &reader,
   return layer;
 }
 
-/// Mamba2's SSD as the decay rule (see the file comment), with
-/// transformers' defaults.
-LinearAttentionLayer readMamba2(Reader &reader, const Config &config) {
+/// Mamba2's SSD as the decay rule (see the file comment), with the
+/// config class's keys and defaults: Mamba2Config's, or Nemotron-H's for
+/// its Mamba layers.
+LinearAttentionLayer readMamba2(Reader &reader, const Config &config,
+                                Family family) {
   const json::Object &object = config.object;
   const std::string &path = config.path;
+  const bool nemotron = family == Family::NemotronH;
+  const llvm::StringRef headsKey = nemotron ? "mamba_num_heads" : "num_heads";
+  // NemotronHConfig takes mamba_n_groups and stores n_groups, which its
+  // saved configs carry.
+  llvm::StringRef groupsKey = "n_groups";
+  if (nemotron && !isSet(config, groupsKey) && isSet(config, "mamba_n_groups"))
+    groupsKey = "mamba_n_groups";
   LinearAttentionLayer layer;
   layer.name = kMamba.str();
   layer.rule = Rule::Decay;
   layer.numVHeads =
-      reader.integer(object, path, "num_heads", config.defaults.numHeads, 1,
-                     limits::kMaxHeads);
+      reader.integer(object, path, headsKey, 128, 1, limits::kMaxHeads);
   layer.numKHeads =
-      reader.integer(object, path, "n_groups", 8, 1, limits::kMaxHeads);
-  layer.kDim = reader.integer(object, path, "state_size", 128, 1,
-                              limits::kMaxFeatureDim);
-  layer.vDim = reader.integer(object, path, "head_dim", config.defaults.headDim,
-                              1, limits::kMaxFeatureDim);
+      reader.integer(object, path, groupsKey, 8, 1, limits::kMaxHeads);
+  layer.kDim =
+      reader.integer(object, path, nemotron ? "ssm_state_size" : "state_size",
+                     128, 1, limits::kMaxFeatureDim);
+  layer.vDim =
+      reader.integer(object, path, nemotron ? "mamba_head_dim" : "head_dim", 64,
+                     1, limits::kMaxFeatureDim);
   layer.chunkSize = 64;
   layer.scale = 1.0;
-  checkGroups(reader, config, layer.numVHeads, "num_heads", layer.numKHeads,
-              "n_groups");
+  checkGroups(reader, config, layer.numVHeads, headsKey, layer.numKHeads,
+              groupsKey);
   return layer;
 }
 
@@ -676,6 +738,42 @@ LinearAttentionLayer readLinearAttention(Reader &reader, const Config &config) {
   return layer;
 }
 
+/// `text` with Python's words for float('inf') and float('nan') outside
+/// strings (Infinity, -Infinity, NaN: Python's json writes them, and saved
+/// configs carry them, e.g. a time-step limit), which strict JSON refuses,
+/// as null, padded to their length so that columns stay: no key attn reads
+/// has a use for them, and one that is null takes its default.
+std::string withoutPythonConstants(llvm::StringRef text) {
+  std::string out;
+  out.reserve(text.size());
+  bool inString = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (inString) {
+      out.push_back(c);
+      if (c == '\\' && i + 1 < text.size())
+        out.push_back(text[++i]);
+      else if (c == '"')
+        inString = false;
+      continue;
+    }
+    inString = c == '"';
+    static constexpr llvm::StringLiteral kWords[] = {"-Infinity", "Infinity",
+                                                     "NaN"};
+    llvm::StringRef rest = text.substr(i);
+    const llvm::StringLiteral *word = llvm::find_if(
+        kWords, [&](llvm::StringRef w) { return rest.starts_with(w); });
+    if (word == std::end(kWords)) {
+      out.push_back(c);
+      continue;
+    }
+    out += "null";
+    out.append(word->size() > 4 ? word->size() - 4 : 0, ' ');
+    i += word->size() - 1;
+  }
+  return out;
+}
+
 } // namespace
 
 llvm::ArrayRef<llvm::StringRef>
@@ -691,7 +789,7 @@ mlir::attn::frontend::supportedHuggingFaceModelTypes() {
 
 llvm::Expected<ModelDescription>
 mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
-  llvm::Expected<json::Value> parsed = parseJson(text);
+  llvm::Expected<json::Value> parsed = parseJson(withoutPythonConstants(text));
   if (!parsed)
     return parsed.takeError();
   Reader reader;
@@ -726,7 +824,7 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
   const bool speculative = root->get("speculative") != nullptr;
   for (const std::string &kind : readLayerKinds(reader, config, type->family)) {
     if (kind == kMamba) {
-      LinearAttentionLayer layer = readMamba2(reader, config);
+      LinearAttentionLayer layer = readMamba2(reader, config, type->family);
       layer.tree = speculative;
       model.layers.push_back(layer);
     } else if (kind == kLinearAttention) {
@@ -756,7 +854,9 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
 
 llvm::Expected<ModelDescription>
 mlir::attn::frontend::parseModelInput(llvm::StringRef text) {
-  llvm::Expected<json::Value> parsed = parseJson(text);
+  // A model description stays strict JSON: only a config's words for
+  // float('inf') and float('nan') become null.
+  llvm::Expected<json::Value> parsed = parseJson(withoutPythonConstants(text));
   if (!parsed)
     return parsed.takeError();
   const json::Object *root = parsed->getAsObject();

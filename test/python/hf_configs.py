@@ -1,7 +1,8 @@
 # RUN: %attn_python %s
 # Hugging Face configs of softmax models (llama, mistral, qwen2, qwen3,
 # gemma2, gemma3_text, gemma3, llama4, gpt_oss, deepseek_v3; kimi_linear's
-# KDA and MLA layers and mamba2's SSD at the end): each layer
+# KDA and MLA layers, mamba2's SSD and nemotron_h's two kinds at the end):
+# each layer
 # kind's entry equals attention as transformers computes it for that config
 # (eager_attention_forward: scores times the config's scaling, Gemma's logit
 # softcap, transformers' causal, sliding-window and chunked masks — key kv
@@ -276,5 +277,37 @@ err = np.abs(s_attn - want).max() / np.abs(want).max()
 assert err < 1e-4, ("mamba2:mamba state", err)
 checked += ["mamba2:mamba"]
 
-assert len(checked) == 20, checked
+# Nemotron-H: its Mamba2 mixers as above, its attention layers as
+# transformers' eager attention with attention_head_dim^-1/2.
+NEMOTRON = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                        "examples", "nemotron-h", "config.json")
+config = json.load(open(NEMOTRON))  # Python's json reads its Infinity
+config.update(mamba_num_heads=4, n_groups=2, num_attention_heads=4,
+              num_key_value_heads=2)  # one tensor-parallel rank's
+m = attn.compile(config)
+assert m.entries == ["mamba", "full_attention"], m.entries
+H, G, P, N = 4, 2, config["mamba_head_dim"], config["ssm_state_size"]
+x = rng.standard_normal((1, 40, H, P))
+dt = np.log1p(np.exp(rng.standard_normal((1, 40, H)) - 2.0))
+A = -np.exp(rng.uniform(0, 2, H))
+Bg, Cg = (rng.standard_normal((1, 40, G, N)) for _ in range(2))
+s0 = np.zeros((1, H, P, N))
+y, final = ssd_minimal_discrete(x * dt[..., None], dt * A,
+                                np.repeat(Bg, H // G, axis=2),
+                                np.repeat(Cg, H // G, axis=2), 40, s0)
+o_attn, s_attn = m["mamba"](heads_first(Cg), heads_first(Bg),
+                            heads_first(x * dt[..., None]),
+                            heads_first((dt * A)[..., None])[..., 0],
+                            np.zeros((1, H, N, P), np.float32))
+want = np.moveaxis(y, 1, 2)
+err = np.abs(o_attn - want).max() / np.abs(want).max()
+assert err < 1e-4, ("nemotron-h:mamba", err)
+gqa = [rng.standard_normal((2, h, n, 128)).astype(np.float32)
+       for h, n in ((4, 5), (2, 33), (2, 33))]
+want = transformers_attention(*gqa, 128 ** -0.5, None, None)
+err = np.abs(m["full_attention"](*gqa) - want).max() / np.abs(want).max()
+assert err < 1e-5, ("nemotron-h:full_attention", err)
+checked += ["nemotron-h:mamba", "nemotron-h:full_attention"]
+
+assert len(checked) == 22, checked
 print("hf configs:", ", ".join(checked))

@@ -852,6 +852,49 @@ TEST(HuggingFaceConfig, HeadDimDefaultsToHiddenSizeOverHeads) {
   EXPECT_EQ(full.numKvHeads, 4);
 }
 
+// Python's json writes float('inf') and float('nan') as bare words, which
+// saved configs carry: a config reads them as null (a key attn reads then
+// takes its default; inside strings nothing changes), a model description
+// refuses them.
+TEST(HuggingFaceConfig, PythonInfinityAndNaNReadAsNull) {
+  llvm::Expected<ModelDescription> model = parseModelInput(
+      R"({"model_type": "mistral", "architectures": ["NaN Infinity"],
+          "sliding_window": Infinity, "time_step_limit": [0.0, -Infinity],
+          "rope_theta": NaN, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "head_dim": 16})");
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  ASSERT_EQ(model->layers.size(), 1u);
+  const auto &layer = std::get<AttentionLayer>(model->layers[0]);
+  // An infinite window is none, as a null one is.
+  EXPECT_EQ(layer.name, "full_attention");
+  EXPECT_NE(configError(R"({"model": "m", "layers": [{"name": "a",
+      "type": "attention", "num_heads": 2, "head_dim": 8, "scale": NaN}]})"),
+            "");
+}
+
+TEST(HuggingFaceConfig, NemotronHPatternGivesTheKinds) {
+  llvm::Expected<ModelDescription> model =
+      parseModelInput(readExample("nemotron-h/config.json"));
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  ASSERT_EQ(model->layers.size(), 2u);
+  const auto &mamba = std::get<LinearAttentionLayer>(model->layers[0]);
+  EXPECT_EQ(mamba.name, "mamba");
+  EXPECT_EQ(mamba.rule, Rule::Decay);
+  EXPECT_EQ(mamba.numKHeads, 8);
+  EXPECT_EQ(mamba.numVHeads, 128);
+  EXPECT_EQ(mamba.kDim, 128);
+  EXPECT_EQ(mamba.vDim, 64);
+  EXPECT_EQ(mamba.scale, 1.0);
+  EXPECT_FALSE(mamba.qkL2Norm);
+  EXPECT_EQ(mamba.outputGate, OutputGate::None);
+  const auto &full = std::get<AttentionLayer>(model->layers[1]);
+  EXPECT_EQ(full.name, "full_attention");
+  EXPECT_EQ(full.numHeads, 32);
+  EXPECT_EQ(full.numKvHeads, 8);
+  EXPECT_EQ(full.headDim, 128);
+  EXPECT_EQ(full.mask, MaskKind::Causal);
+}
+
 // attn's "speculative" key in a Hugging Face config turns on draft-tree
 // verification for every layer kind (SPEC §10).
 TEST(HuggingFaceConfig, SpeculativeAddsTheTreeEntries) {
@@ -893,7 +936,7 @@ TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
             "$.model_type: unsupported Hugging Face model type \"mamba\"; "
             "supported: qwen3_next, llama, mistral, qwen2, qwen3, gemma2, "
             "gemma3_text, gemma3, llama4_text, llama4, gpt_oss, deepseek_v2, "
-            "deepseek_v3, kimi_k2, kimi_linear, mamba2");
+            "deepseek_v3, kimi_k2, kimi_linear, mamba2, nemotron_h");
   EXPECT_EQ(configError(R"({"model_type": 3})"),
             "$.model_type: expected a string, got 3");
   EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
