@@ -363,7 +363,7 @@ private:
   void finishOutputs(Value first, Value n);
 
   // A decay per key feature (gla, kda): the products whose sums carry
-  // exp(G_t - G_s) feature by feature (the file comment's last part).
+  // exp(G_t - G_s) feature by feature (see the file comment).
   /// The local kernel's G per step and feature: g's sums, in place.
   void sumFeatureDecays();
   /// The local kernel's G and keys decayed to the chunk's last step into
