@@ -29,10 +29,6 @@ const char *kDense = R"({"model": "device", "layers": [
   {"name": "attn", "type": "attention", "num_heads": 4, "num_kv_heads": 2,
    "head_dim": 32, "mask": "causal", "gate": "headwise"}]})";
 
-const char *kPaged = R"({"model": "paged", "layers": [
-  {"name": "attn", "type": "attention", "num_heads": 4, "num_kv_heads": 2,
-   "head_dim": 32, "layout": {"page_size": 16}}]})";
-
 /// Descriptions of q, k, v, gate for B = 2, Lq, Lk (the data is not read
 /// by the workspace query).
 std::vector<attn_tensor> denseShapes(int64_t lq, int64_t lk,
