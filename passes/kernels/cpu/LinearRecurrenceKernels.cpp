@@ -403,6 +403,10 @@ private:
   void decayedProducts(ArrayRef<DecayedProduct> products);
   void decayedPairs(Value rows, Value dst, int64_t first, int64_t count,
                     bool strict);
+  /// Calls body(i, t, col) for each row i of the block of 16 steps from
+  /// `first` (t = first + i, the step) and each vector col of key features.
+  void eachBlockRowVector(int64_t first,
+                          function_ref<void(Value i, Value t, Value col)> body);
   /// keysToBlockT[:, s] for s < columns: the keys decayed from the block
   /// at `first`; then dst's rows of that block, columns [0, columns): its
   /// rows decayed to its first step times them.
@@ -857,18 +861,14 @@ void ChunkedRecurrenceKernel::decayedProducts(
   for (int64_t first = 0; first < C; first += kDecayBlock) {
     Value reference = e.index(first);
     // decayFromBlock[t - first] = exp(G_t - G_first), t in the block.
-    e.loop(c0, e.index(kDecayBlock), c1, [&](Value i) {
-      Value t = e.add(i, reference);
-      for (int64_t off = 0; off < DkP; off += W) {
-        Value col = e.index(off);
-        vector::StoreOp::create(
-            b,
-            e.exp(e.fsub(vector::LoadOp::create(b, e.vec, cumulative,
-                                                ValueRange{t, col}),
-                         vector::LoadOp::create(b, e.vec, cumulative,
-                                                ValueRange{reference, col}))),
-            decayFromBlock, ValueRange{i, col});
-      }
+    eachBlockRowVector(first, [&](Value i, Value t, Value col) {
+      vector::StoreOp::create(
+          b,
+          e.exp(e.fsub(
+              vector::LoadOp::create(b, e.vec, cumulative, ValueRange{t, col}),
+              vector::LoadOp::create(b, e.vec, cumulative,
+                                     ValueRange{reference, col}))),
+          decayFromBlock, ValueRange{i, col});
     });
     // The block's largest decay, over its features: G_first - G_last.
     Value last = e.index(first + kDecayBlock - 1);
@@ -905,6 +905,16 @@ void ChunkedRecurrenceKernel::decayedProducts(
   }
 }
 
+void ChunkedRecurrenceKernel::eachBlockRowVector(
+    int64_t first, function_ref<void(Value, Value, Value)> body) {
+  Value reference = e.index(first);
+  e.loop(c0, e.index(kDecayBlock), c1, [&](Value i) {
+    Value t = e.add(i, reference);
+    for (int64_t off = 0; off < DkP; off += W)
+      body(i, t, e.index(off));
+  });
+}
+
 void ChunkedRecurrenceKernel::decayKeysToBlock(int64_t first, int64_t columns) {
   // keysToBlockT[:, s] = k[s] exp(G_first - G_s), s < columns, from the
   // transposed keys and decays a feature (row) at a time, s in vectors.
@@ -932,18 +942,13 @@ void ChunkedRecurrenceKernel::blockProduct(Value rows, Value dst, int64_t first,
   // keysToBlockT.
   if (columns == 0)
     return;
-  Value reference = e.index(first);
-  e.loop(c0, e.index(kDecayBlock), c1, [&](Value i) {
-    Value t = e.add(i, reference);
-    for (int64_t off = 0; off < DkP; off += W) {
-      Value col = e.index(off);
-      vector::StoreOp::create(
-          b,
-          e.fmul(vector::LoadOp::create(b, e.vec, rows, ValueRange{t, col}),
-                 vector::LoadOp::create(b, e.vec, decayFromBlock,
-                                        ValueRange{i, col})),
-          rowsFromBlock, ValueRange{i, col});
-    }
+  eachBlockRowVector(first, [&](Value i, Value t, Value col) {
+    vector::StoreOp::create(
+        b,
+        e.fmul(vector::LoadOp::create(b, e.vec, rows, ValueRange{t, col}),
+               vector::LoadOp::create(b, e.vec, decayFromBlock,
+                                      ValueRange{i, col})),
+        rowsFromBlock, ValueRange{i, col});
   });
   Product p;
   p.rows = kDecayBlock, p.cols = columns, p.depth = DkP;

@@ -559,6 +559,10 @@ recurrenceScratchShapes(const LinearRecurrenceShape &shape,
                         const SimtRecurrenceColumns &columns,
                         const GpuTiling &tiling);
 
+/// Element [row, col] of a buffer stored as `parts` (an f32 value split
+/// into bf16 or f16 parts for the tensor cores, or one part): their sum.
+Value storedElement(SimtEmitter &e, ArrayRef<Value> parts, Value row,
+                    Value col);
 /// 1 / sqrt(sum(x^2) + 1e-6) of row `row` (of `dim` features) of the
 /// shared buffers `parts`, x being the sum of its parts (SPEC §2's
 /// qk_l2norm): one thread's row.

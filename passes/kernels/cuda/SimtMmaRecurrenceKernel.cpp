@@ -405,8 +405,6 @@ private:
   void markAncestors(Value n);
   /// Whether node s is t or an ancestor of t (for a chain, s <= t).
   Value isAncestorOrSelf(Value s, Value t);
-  /// Element [t, i] of a staged operand as stored: the sum of its parts.
-  Value storedElement(ArrayRef<Value> parts, Value t, Value i);
   Value featureLogDecayOf(Value t, Value i) {
     return e.load(featureLogDecay, {t, i});
   }
@@ -594,7 +592,7 @@ void SimtMmaRecurrenceKernel::buildLocal() {
   hk = e.div(hv, e.index(shape.numValueHeads / shape.numKeyHeads));
   allocateBuffers();
   stageLocalChunk(chunk.first, chunk.n);
-  if (shape.tree)
+  if (ancestry)
     markAncestors(chunk.n);
   if (featureDecay)
     sumFeatureDecays();
@@ -629,7 +627,9 @@ void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
     keyScales = e.shared({C});
   if (featureDecay)
     featureLogDecay = e.shared({C, Dkp + 1});
-  if (shape.tree)
+  // A tree's paths mask A and sum the decays; the linear rule has neither
+  // here.
+  if (shape.tree && (scalarDecay || delta))
     ancestry = e.shared({C, C}, b.getI8Type());
   if (!delta)
     return;
@@ -848,7 +848,7 @@ void SimtMmaRecurrenceKernel::solveByProduct(bool keyColumns, Value first,
     Value features = e.index(Dkp);
     e.forAll(e.index(C * Dkp), [&](Value x) {
       Value s = e.div(x, features), i = e.rem(x, features);
-      storeParts(e.fmul(storedElement(localKeys, s, i),
+      storeParts(e.fmul(storedElement(e, localKeys, s, i),
                         e.exp(featureLogDecayOf(s, i))),
                  decayedRows, {s, i});
     });
@@ -1266,7 +1266,7 @@ void SimtMmaRecurrenceKernel::scoreChunk() {
                  e.index(WarpMmaOp::kWarpLanes), [&](Value x) {
                    Value r = e.div(x, width), i = e.rem(x, width);
                    Value t = e.add(first, r);
-                   storeParts(e.fmul(storedElement(queries, t, i),
+                   storeParts(e.fmul(storedElement(e, queries, t, i),
                                      e.exp(featureLogDecayOf(t, i))),
                               lhsScratch, {e.add(scratchRow(warp), r), i});
                  });
@@ -1386,7 +1386,7 @@ void SimtMmaRecurrenceKernel::storeFeatureDecays(Value first, Value n) {
       Value logDecay = featureLogDecayOf(t, i);
       e.store(logDecay, temporaries.featureLogDecays, at);
       Value decay = e.exp(e.fsub(featureLogDecayOf(last, i), logDecay));
-      storeTemporaryParts(e, e.fmul(storedElement(localKeys, t, i), decay),
+      storeTemporaryParts(e, e.fmul(storedElement(e, localKeys, t, i), decay),
                           temporaries.decayedKeys, at);
     });
   });
@@ -1421,7 +1421,8 @@ void SimtMmaRecurrenceKernel::decayKeysToBlockEnd(ArrayRef<Value> keys) {
     Value end = e.add(e.mul(e.div(s, c16), c16), lastOfBlock);
     Value decay =
         e.exp(e.fsub(featureLogDecayOf(end, i), featureLogDecayOf(s, i)));
-    storeParts(e.fmul(storedElement(keys, s, i), decay), decayedRows, {s, i});
+    storeParts(e.fmul(storedElement(e, keys, s, i), decay), decayedRows,
+               {s, i});
   });
 }
 
@@ -1456,9 +1457,10 @@ void SimtMmaRecurrenceKernel::decayedDiagonalBlocks(Value warp, Value lane,
                           Value i = e.add(i0, e.index(u));
                           Value decay = e.exp(e.fsub(featureLogDecayOf(t, i),
                                                      featureLogDecayOf(s, i)));
-                          next.push_back(e.fma(e.fmul(storedElement(lhs, t, i),
-                                                      storedElement(rhs, s, i)),
-                                               decay, partial[u]));
+                          next.push_back(
+                              e.fma(e.fmul(storedElement(e, lhs, t, i),
+                                           storedElement(e, rhs, s, i)),
+                                    decay, partial[u]));
                         }
                         return next;
                       });
@@ -1499,7 +1501,7 @@ void SimtMmaRecurrenceKernel::decayedBlockProducts(ArrayRef<Value> lhs,
                          Value decay =
                              e.exp(e.fsub(featureLogDecayOf(t, i),
                                           featureLogDecayOf(blockEnd, i)));
-                         storeParts(e.fmul(storedElement(lhs, t, i), decay),
+                         storeParts(e.fmul(storedElement(e, lhs, t, i), decay),
                                     lhsScratch, {e.add(region, r), i});
                        });
               });
@@ -1591,14 +1593,6 @@ Value SimtMmaRecurrenceKernel::isAncestorOrSelf(Value s, Value t) {
   Value mark = memref::LoadOp::create(b, ancestry, ValueRange{t, s});
   return e.icmp(arith::CmpIPredicate::ne, mark,
                 arith::ConstantIntOp::create(b, b.getI8Type(), 0));
-}
-
-Value SimtMmaRecurrenceKernel::storedElement(ArrayRef<Value> parts, Value t,
-                                             Value i) {
-  Value x = e.load(parts[0], {t, i});
-  for (Value part : parts.drop_front())
-    x = e.fadd(x, e.load(part, {t, i}));
-  return x;
 }
 
 //===----------------------------------------------------------------------===//

@@ -621,12 +621,18 @@ void SimtChunkedRecurrenceKernel::storeFinalState() {
 
 } // namespace
 
+Value mlir::attn::storedElement(SimtEmitter &e, ArrayRef<Value> parts,
+                                Value row, Value col) {
+  Value x = e.load(parts[0], {row, col});
+  for (Value part : parts.drop_front())
+    x = e.fadd(x, e.load(part, {row, col}));
+  return x;
+}
+
 Value mlir::attn::sharedRowNormInverse(SimtEmitter &e, ArrayRef<Value> parts,
                                        Value row, int64_t dim) {
   Value squares = e.sumOver(e.index(0), e.index(dim), [&](Value i) {
-    Value x = e.load(parts[0], {row, i});
-    for (Value part : parts.drop_front())
-      x = e.fadd(x, e.load(part, {row, i}));
+    Value x = storedElement(e, parts, row, i);
     return e.fmul(x, x);
   });
   return e.fdiv(e.scalar(1.0),
