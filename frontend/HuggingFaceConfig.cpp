@@ -74,6 +74,17 @@
 //    GQA softmax attention (full_attention: `num_attention_heads` /
 //    `num_key_value_heads` heads of `attention_head_dim`) where it is '*',
 //    and no attention where it is '-' (MLP) or 'E' (MoE).
+//  - granitemoehybrid (Granite 4.0-H), bamba, falcon_h1: Mamba2 hybrids
+//    whose mixers (mamba) have `mamba_n_heads` heads of `mamba_d_head`
+//    ("auto": the mixer's width, `mamba_expand` x `hidden_size` or
+//    Falcon-H1's `mamba_d_ssm`, over the heads) and `mamba_n_groups`
+//    groups of `mamba_d_state`. Granite's `layer_types` names each layer
+//    "mamba" or "attention", Bamba's `attn_layer_indices` lists the
+//    attention layers, and every Falcon-H1 layer runs a mixer and
+//    attention side by side. Their attention is full_attention, causal
+//    GQA; Granite's scaled by `attention_multiplier`.
+//  - granite, granitemoe, granitemoeshared: Llama's layers, scaled by
+//    `attention_multiplier`.
 //
 // attn's own key `speculative` (SPEC §3's object, e.g. {"max_tree_nodes":
 // 64}) turns on speculative verification: every kind gets "tree": true, so
@@ -120,7 +131,11 @@ enum class Family {
   DeepSeek,
   KimiLinear,
   Mamba2,
-  NemotronH
+  NemotronH,
+  Granite,
+  GraniteHybrid,
+  Bamba,
+  FalconH1
 };
 
 /// What the config class assumes for a key a config leaves out: hub
@@ -139,8 +154,10 @@ struct ModelType {
 
 // transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
 // Gemma2Config, Gemma3TextConfig, Llama4TextConfig, GptOssConfig,
-// DeepseekV2Config and DeepseekV3Config (Kimi K2's), and vLLM's
-// KimiLinearConfig
+// DeepseekV2Config and DeepseekV3Config (Kimi K2's), Mamba2Config,
+// GraniteConfig, GraniteMoeConfig, GraniteMoeSharedConfig,
+// GraniteMoeHybridConfig, BambaConfig and FalconH1Config, and vLLM's
+// KimiLinearConfig and NemotronHConfig
 // (num_key_value_heads unset means num_attention_heads, head_dim unset
 // hidden_size / num_attention_heads).
 const ModelType kModelTypes[] = {
@@ -160,7 +177,13 @@ const ModelType kModelTypes[] = {
     {"kimi_k2", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}},
     {"kimi_linear", Family::KimiLinear, {32, 32, {}, 4096, 32, {}}},
     {"mamba2", Family::Mamba2, {128, {}, 64, 4096, 64, {}}},
-    {"nemotron_h", Family::NemotronH, {32, 8, 128, 4096, 52, {}}}};
+    {"nemotron_h", Family::NemotronH, {32, 8, 128, 4096, 52, {}}},
+    {"granite", Family::Granite, {32, {}, {}, 4096, 32, {}}},
+    {"granitemoe", Family::Granite, {32, {}, {}, 4096, 32, {}}},
+    {"granitemoeshared", Family::Granite, {32, {}, {}, 4096, 32, {}}},
+    {"granitemoehybrid", Family::GraniteHybrid, {32, {}, {}, 4096, 32, {}}},
+    {"bamba", Family::Bamba, {32, 8, {}, 4096, 32, {}}},
+    {"falcon_h1", Family::FalconH1, {32, 8, {}, 4096, 32, {}}}};
 
 /// The config object, its JSON path and its class's defaults.
 struct Config {
@@ -349,6 +372,37 @@ nemotronHLayerKinds(Reader &reader, const Config &config, int64_t layers) {
   };
 }
 
+/// Bamba's layers: those `attn_layer_indices` lists (0-based) are
+/// attention, the others Mamba2 mixers.
+std::function<llvm::StringRef(int64_t)>
+bambaLayerKinds(Reader &reader, const Config &config, int64_t layers) {
+  std::vector<bool> attention(layers);
+  const std::string path = Reader::join(config.path, "attn_layer_indices");
+  const json::Value *value = config.object.get("attn_layer_indices");
+  if (value && value->kind() != json::Value::Null) {
+    const json::Array *indices = value->getAsArray();
+    if (!indices) {
+      reader.fail(path, "expected an array of layer indices, got " +
+                            Reader::describe(value));
+      return allFullAttention;
+    }
+    for (auto [i, index] : llvm::enumerate(*indices)) {
+      std::optional<int64_t> layer = index.getAsInteger();
+      if (!layer || *layer < 0 || *layer >= layers) {
+        reader.fail(llvm::formatv("{0}[{1}]", path, i).str(),
+                    llvm::formatv("expected a layer index in [0, {0}) "
+                                  "(num_hidden_layers = {0}), got {1}",
+                                  layers, Reader::describe(&index))
+                        .str());
+        return allFullAttention;
+      }
+      attention[*layer] = true;
+    }
+  }
+  return
+      [attention](int64_t i) { return attention[i] ? kFullAttention : kMamba; };
+}
+
 /// The family's rule for the kind of layer i of `layers`, for configs
 /// without `layer_types`, with its keys read once (transformers' defaults
 /// where a key is absent). After an error, every layer is full attention.
@@ -371,6 +425,8 @@ std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
   }
   case Family::Llama:
   case Family::DeepSeek:
+  case Family::Granite:
+  case Family::FalconH1:
     break;
   case Family::Mistral: {
     llvm::StringRef kind =
@@ -405,11 +461,52 @@ std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
   case Family::KimiLinear:
     return kimiLinearLayerKinds(reader, config, layers);
   case Family::Mamba2:
+  case Family::GraniteHybrid:
     return [](int64_t) { return kMamba; };
   case Family::NemotronH:
     return nemotronHLayerKinds(reader, config, layers);
+  case Family::Bamba:
+    return bambaLayerKinds(reader, config, layers);
   }
   return allFullAttention;
+}
+
+/// A name `layer_types` may give a layer, and the kind it is.
+struct LayerTypeName {
+  llvm::StringRef name, kind;
+};
+
+/// The names the family's `layer_types` may hold.
+std::vector<LayerTypeName> layerTypeNames(Family family) {
+  const LayerTypeName full{kFullAttention, kFullAttention};
+  switch (family) {
+  case Family::Qwen3Next:
+  case Family::KimiLinear:
+    return {full, {kLinearAttention, kLinearAttention}};
+  case Family::Llama4:
+    return {full, {kChunkedAttention, kChunkedAttention}};
+  case Family::Llama:
+  case Family::Mistral:
+  case Family::Qwen2:
+  case Family::Gemma2:
+  case Family::Gemma3:
+  case Family::GptOss:
+    return {full, {kSlidingAttention, kSlidingAttention}};
+  case Family::DeepSeek:
+  case Family::Granite:
+  case Family::FalconH1:
+    return {full};
+  case Family::Mamba2:
+    return {{kMamba, kMamba}};
+  case Family::NemotronH:
+    return {full, {kMamba, kMamba}};
+  // Their configs' own names; the attention is full_attention's entry as in
+  // every other family.
+  case Family::GraniteHybrid:
+  case Family::Bamba:
+    return {{"attention", kFullAttention}, {kMamba, kMamba}};
+  }
+  return {full};
 }
 
 /// The layer kinds in order of first appearance.
@@ -420,21 +517,13 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
     if (!kind.empty() && !llvm::is_contained(kinds, kind))
       kinds.push_back(kind.str());
   };
-  std::vector<llvm::StringRef> allowed{kFullAttention};
-  if (family == Family::Mamba2)
-    allowed = {kMamba};
-  else if (family == Family::NemotronH)
-    allowed.push_back(kMamba);
-  else if (family != Family::DeepSeek)
-    allowed.push_back(family == Family::Qwen3Next ||
-                              family == Family::KimiLinear
-                          ? kLinearAttention
-                      : family == Family::Llama4 ? kChunkedAttention
-                                                 : kSlidingAttention);
-  const std::string expected =
-      allowed.size() == 1
-          ? llvm::formatv("\"{0}\"", allowed[0]).str()
-          : llvm::formatv("\"{0}\" or \"{1}\"", allowed[0], allowed[1]).str();
+  // Falcon-H1's every layer runs a Mamba2 mixer and attention side by side.
+  if (family == Family::FalconH1)
+    return {kMamba.str(), kFullAttention.str()};
+  const std::vector<LayerTypeName> names = layerTypeNames(family);
+  std::string expected = llvm::formatv("\"{0}\"", names[0].name);
+  if (names.size() > 1)
+    expected += llvm::formatv(" or \"{0}\"", names[1].name).str();
   const std::string typesPath = Reader::join(config.path, "layer_types");
   if (const json::Value *types = config.object.get("layer_types")) {
     const json::Array *array = types->getAsArray();
@@ -452,21 +541,26 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
     }
     for (auto [i, type] : llvm::enumerate(*array)) {
       std::optional<llvm::StringRef> name = type.getAsString();
-      if (!name || !llvm::is_contained(allowed, *name)) {
+      auto known = llvm::find_if(names, [&](const LayerTypeName &n) {
+        return name && n.name == *name;
+      });
+      if (known == names.end()) {
         reader.fail(llvm::formatv("{0}[{1}]", typesPath, i).str(),
                     "expected " + expected + ", got " +
                         Reader::describe(&type));
         return kinds;
       }
-      addKind(*name);
+      addKind(known->kind);
     }
     return kinds;
   }
-  // Without layer_types, Llama, Mistral, DeepSeek and Mamba2 have one kind
-  // whatever the count; the others' kinds follow the layer index.
+  // Without layer_types, Llama, Mistral, DeepSeek, Granite (and Granite's
+  // hybrid) and Mamba2 have one kind whatever the count; the others' kinds
+  // follow the layer index.
   int64_t layers =
       family == Family::Llama || family == Family::Mistral ||
-              family == Family::DeepSeek || family == Family::Mamba2
+              family == Family::DeepSeek || family == Family::Mamba2 ||
+              family == Family::Granite || family == Family::GraniteHybrid
           ? 1
           : reader.integer(config.object, config.path, "num_hidden_layers",
                            config.defaults.layers, 1, limits::kMaxLayers);
@@ -537,6 +631,16 @@ AttentionLayer readSoftmaxAttention(Reader &reader, const Config &config,
   if (family == Family::Qwen3Next)
     layer.gate = GateKind::Elementwise;
   layer.sinks = family == Family::GptOss;
+  if (family == Family::Granite || family == Family::GraniteHybrid) {
+    // Granite's scores are scaled by attention_multiplier (its config
+    // class's default 1.0), not head_dim^-1/2.
+    double multiplier =
+        reader.number(object, path, "attention_multiplier").value_or(1.0);
+    if (multiplier <= 0.0)
+      reader.fail(Reader::join(path, "attention_multiplier"),
+                  "expected a number > 0, got " + std::to_string(multiplier));
+    layer.scale = multiplier;
+  }
   if (family == Family::Gemma2 || family == Family::Gemma3) {
     // Scores are scaled by query_pre_attn_scalar^-1/2 (transformers'
     // default 256) and, where attn_logit_softcapping is set (Gemma 2's
@@ -681,37 +785,108 @@ LinearAttentionLayer readKimiDeltaAttention(Reader &reader,
   return layer;
 }
 
+/// The keys a config class gives its Mamba2 mixers, and the class's
+/// defaults.
+struct MambaKeys {
+  llvm::StringRef heads, groups, stateSize, headDim;
+  int64_t defaultGroups, defaultStateSize;
+  /// The head dim's default where the class has one; else it may be
+  /// "auto" (and is by default): the mixer's width over its heads.
+  std::optional<int64_t> defaultHeadDim;
+};
+
+MambaKeys mambaKeys(const Config &config, Family family) {
+  switch (family) {
+  case Family::NemotronH:
+    // NemotronHConfig takes mamba_n_groups and stores n_groups, which its
+    // saved configs carry.
+    return {"mamba_num_heads",
+            !isSet(config, "n_groups") && isSet(config, "mamba_n_groups")
+                ? "mamba_n_groups"
+                : "n_groups",
+            "ssm_state_size",
+            "mamba_head_dim",
+            8,
+            128,
+            64};
+  case Family::GraniteHybrid:
+  case Family::Bamba:
+  case Family::FalconH1:
+    return {"mamba_n_heads",
+            "mamba_n_groups",
+            "mamba_d_state",
+            "mamba_d_head",
+            1,
+            256,
+            std::nullopt};
+  default:
+    return {"num_heads", "n_groups", "state_size", "head_dim", 8, 128, 64};
+  }
+}
+
+/// The Mamba2 mixer's width (its intermediate size): mamba_expand (2) times
+/// hidden_size, or Falcon-H1's mamba_d_ssm (1024 if absent; null: the
+/// former).
+int64_t mambaWidth(Reader &reader, const Config &config, Family family) {
+  const json::Object &object = config.object;
+  if (family == Family::FalconH1 && !config.object.get("mamba_d_ssm"))
+    return 1024;
+  if (family == Family::FalconH1 && isSet(config, "mamba_d_ssm"))
+    return reader.integer(object, config.path, "mamba_d_ssm", {}, 1,
+                          limits::kMaxHeads * limits::kMaxFeatureDim);
+  int64_t expand = reader.integer(object, config.path, "mamba_expand", 2, 1,
+                                  limits::kMaxFeatureDim);
+  int64_t hidden = reader.integer(object, config.path, "hidden_size",
+                                  config.defaults.hiddenSize, 1,
+                                  limits::kMaxHeads * limits::kMaxFeatureDim);
+  return expand * hidden;
+}
+
+/// The mixer's head dim: its key's integer, or "auto" (the default where
+/// the class has no other): the width over the heads, which must divide it.
+int64_t mambaHeadDim(Reader &reader, const Config &config, Family family,
+                     const MambaKeys &keys, int64_t heads) {
+  const json::Value *value = config.object.get(keys.headDim);
+  const bool automatic =
+      value ? value->getAsString() == "auto" : !keys.defaultHeadDim.has_value();
+  if (!automatic)
+    return reader.integer(config.object, config.path, keys.headDim,
+                          keys.defaultHeadDim, 1, limits::kMaxFeatureDim);
+  int64_t width = mambaWidth(reader, config, family);
+  if (reader.failed())
+    return 0;
+  if (width % heads != 0 || width / heads > limits::kMaxFeatureDim) {
+    reader.fail(Reader::join(config.path, keys.headDim),
+                llvm::formatv("\"auto\" is the mixer's width over {0}: {1} / "
+                              "{2}; expected a whole head dim of 1 to {3}",
+                              keys.heads, width, heads, limits::kMaxFeatureDim)
+                    .str());
+    return 0;
+  }
+  return width / heads;
+}
+
 /// Mamba2's SSD as the decay rule (see the file comment), with the
-/// config class's keys and defaults: Mamba2Config's, or Nemotron-H's for
-/// its Mamba layers.
+/// config class's keys and defaults.
 LinearAttentionLayer readMamba2(Reader &reader, const Config &config,
                                 Family family) {
   const json::Object &object = config.object;
   const std::string &path = config.path;
-  const bool nemotron = family == Family::NemotronH;
-  const llvm::StringRef headsKey = nemotron ? "mamba_num_heads" : "num_heads";
-  // NemotronHConfig takes mamba_n_groups and stores n_groups, which its
-  // saved configs carry.
-  llvm::StringRef groupsKey = "n_groups";
-  if (nemotron && !isSet(config, groupsKey) && isSet(config, "mamba_n_groups"))
-    groupsKey = "mamba_n_groups";
+  const MambaKeys keys = mambaKeys(config, family);
   LinearAttentionLayer layer;
   layer.name = kMamba.str();
   layer.rule = Rule::Decay;
   layer.numVHeads =
-      reader.integer(object, path, headsKey, 128, 1, limits::kMaxHeads);
-  layer.numKHeads =
-      reader.integer(object, path, groupsKey, 8, 1, limits::kMaxHeads);
-  layer.kDim =
-      reader.integer(object, path, nemotron ? "ssm_state_size" : "state_size",
-                     128, 1, limits::kMaxFeatureDim);
-  layer.vDim =
-      reader.integer(object, path, nemotron ? "mamba_head_dim" : "head_dim", 64,
-                     1, limits::kMaxFeatureDim);
+      reader.integer(object, path, keys.heads, 128, 1, limits::kMaxHeads);
+  layer.numKHeads = reader.integer(object, path, keys.groups,
+                                   keys.defaultGroups, 1, limits::kMaxHeads);
+  layer.kDim = reader.integer(object, path, keys.stateSize,
+                              keys.defaultStateSize, 1, limits::kMaxFeatureDim);
+  layer.vDim = mambaHeadDim(reader, config, family, keys, layer.numVHeads);
   layer.chunkSize = 64;
   layer.scale = 1.0;
-  checkGroups(reader, config, layer.numVHeads, headsKey, layer.numKHeads,
-              groupsKey);
+  checkGroups(reader, config, layer.numVHeads, keys.heads, layer.numKHeads,
+              keys.groups);
   return layer;
 }
 

@@ -67,7 +67,7 @@ fuzz() {
 }
 mkdir -p "$build/fuzz"
 fuzz attn-fuzz-npy test/fuzz/corpus/npy
-fuzz attn-fuzz-model test/fuzz/corpus/model examples examples/qwen3-next examples/gpt-oss examples/deepseek-v3 examples/kimi-linear examples/mamba2 examples/nemotron-h \
+fuzz attn-fuzz-model test/fuzz/corpus/model examples examples/qwen3-next examples/gpt-oss examples/deepseek-v3 examples/kimi-linear examples/mamba2 examples/nemotron-h examples/granite-4.0-h \
   test/attnc/Inputs test/attnc/Inputs/hf
 fuzz attn-fuzz-attnb "$build/fuzz/attnb-seeds" test/fuzz/corpus/attnb
 echo "check-sanitized: passed"

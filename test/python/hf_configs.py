@@ -1,8 +1,8 @@
 # RUN: %attn_python %s
 # Hugging Face configs of softmax models (llama, mistral, qwen2, qwen3,
-# gemma2, gemma3_text, gemma3, llama4, gpt_oss, deepseek_v3; kimi_linear's
-# KDA and MLA layers, mamba2's SSD and nemotron_h's two kinds at the end):
-# each layer
+# gemma2, gemma3_text, gemma3, llama4, gpt_oss, granite, deepseek_v3;
+# kimi_linear's KDA and MLA layers, then the Mamba2 hybrids: mamba2,
+# nemotron_h, granitemoehybrid, bamba and falcon_h1): each layer
 # kind's entry equals attention as transformers computes it for that config
 # (eager_attention_forward: scores times the config's scaling, Gemma's logit
 # softcap, transformers' causal, sliding-window and chunked masks — key kv
@@ -77,8 +77,9 @@ for path in sorted(glob.glob(os.path.join(INPUTS, "*.json"))) + [GPT_OSS]:
         q_arg, k_arg = m.signature(entry).inputs[:2]
         heads, kv_heads, dim = q_arg.shape[1], k_arg.shape[1], q_arg.shape[3]
         gemma = config["model_type"].startswith("gemma")
+        # Granite's scaling is its attention_multiplier.
         scaling = (text.get("query_pre_attn_scalar", 256) ** -0.5 if gemma
-                   else dim ** -0.5)
+                   else text.get("attention_multiplier", dim ** -0.5))
         softcap = text.get("attn_logit_softcapping",
                            50.0 if config["model_type"] == "gemma2" else None)
         window = text.get("sliding_window", 4096) \
@@ -213,13 +214,6 @@ checked += ["kimi-linear:linear_attention", "kimi-linear:full_attention"]
 # recurrence at all), in float64 with the mixer's tensors: x, dt =
 # softplus(raw + dt_bias), A = -exp(A_log), B and C of n_groups groups.
 # attn's mamba entry takes q = C, k = B, v = dt x and g = dt A.
-MAMBA = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
-                     "examples", "mamba2", "config.json")
-config = json.load(open(MAMBA))
-config.update(num_heads=6, n_groups=2)  # one tensor-parallel rank's
-m = attn.compile(config)
-assert m.entries == ["mamba"], m.entries
-B, T, H, G, P, N = 2, 75, 6, 2, config["head_dim"], config["state_size"]
 
 
 def segsum(x):
@@ -250,64 +244,104 @@ def ssd_minimal_discrete(X, A, Bm, Cm, block, s0):
     return (Y_diag + Y_off).reshape(b, l, h, p), final
 
 
-x = rng.standard_normal((B, T, H, P))
-dt = np.log1p(np.exp(rng.standard_normal((B, T, H)) - 2.0
-                     + rng.uniform(-1, 1, H)))  # softplus(raw + dt_bias)
-A = -np.exp(rng.uniform(0, 2, H))  # -exp(A_log)
-Bg, Cg = (rng.standard_normal((B, T, G, N)) for _ in range(2))
-s0 = 0.1 * rng.standard_normal((B, H, P, N))
-# The paper's chunks are whole: pad to a multiple of 32 steps with dt = 0
-# (no decay, no input), which leaves the outputs and the state as they are.
-padded = 96
-pad = lambda a: np.concatenate(  # noqa: E731
-    [a, np.zeros((B, padded - T) + a.shape[2:])], 1)
-per_head = lambda a: np.repeat(a, H // G, axis=2)  # noqa: E731
-y, final = ssd_minimal_discrete(pad(x * dt[..., None]), pad(dt * A),
-                                pad(per_head(Bg)), pad(per_head(Cg)), 32, s0)
-o_attn, s_attn = m["mamba"](heads_first(Cg), heads_first(Bg),
-                            heads_first(x * dt[..., None]),
-                            heads_first((dt * A)[..., None])[..., 0],
-                            np.ascontiguousarray(
-                                s0.transpose(0, 1, 3, 2)).astype(np.float32))
-want = np.moveaxis(y[:, :T], 1, 2)
-err = np.abs(o_attn - want).max() / np.abs(want).max()
-assert err < 1e-4, ("mamba2:mamba", err)
-want = final.transpose(0, 1, 3, 2)
-err = np.abs(s_attn - want).max() / np.abs(want).max()
-assert err < 1e-4, ("mamba2:mamba state", err)
+def check_mamba(m, name, heads, groups, head_dim, state, batch, steps):
+    """m's mamba entry of `heads` heads of `head_dim`, `groups` groups of
+    `state`, against ssd_minimal_discrete on `batch` sequences of `steps`
+    tokens from a random state."""
+    x = rng.standard_normal((batch, steps, heads, head_dim))
+    dt = np.log1p(np.exp(rng.standard_normal((batch, steps, heads)) - 2.0
+                         + rng.uniform(-1, 1, heads)))  # softplus(raw + bias)
+    A = -np.exp(rng.uniform(0, 2, heads))  # -exp(A_log)
+    Bg, Cg = (rng.standard_normal((batch, steps, groups, state))
+              for _ in range(2))
+    s0 = 0.1 * rng.standard_normal((batch, heads, head_dim, state))
+    # The paper's chunks are whole: pad to a multiple of 32 steps with
+    # dt = 0 (no decay, no input), which leaves the outputs and the state
+    # as they are.
+    padded = -(-steps // 32) * 32
+    pad = lambda a: np.concatenate(  # noqa: E731
+        [a, np.zeros((batch, padded - steps) + a.shape[2:])], 1)
+    per_head = lambda a: np.repeat(a, heads // groups, axis=2)  # noqa: E731
+    y, final = ssd_minimal_discrete(pad(x * dt[..., None]), pad(dt * A),
+                                    pad(per_head(Bg)), pad(per_head(Cg)), 32,
+                                    s0)
+    o, s = m["mamba"](heads_first(Cg), heads_first(Bg),
+                      heads_first(x * dt[..., None]),
+                      heads_first((dt * A)[..., None])[..., 0],
+                      np.ascontiguousarray(
+                          s0.transpose(0, 1, 3, 2)).astype(np.float32))
+    want = np.moveaxis(y[:, :steps], 1, 2)
+    err = np.abs(o - want).max() / np.abs(want).max()
+    assert err < 1e-4, (name, err)
+    want = final.transpose(0, 1, 3, 2)
+    err = np.abs(s - want).max() / np.abs(want).max()
+    assert err < 1e-4, (name + " state", err)
+
+
+def check_gqa(m, name, heads, kv_heads, dim, scaling):
+    """m's full_attention entry against transformers' eager attention with
+    `scaling`."""
+    gqa = [rng.standard_normal((2, h, n, dim)).astype(np.float32)
+           for h, n in ((heads, 5), (kv_heads, 33), (kv_heads, 33))]
+    want = transformers_attention(*gqa, scaling, None, None)
+    err = np.abs(m["full_attention"](*gqa) - want).max() / np.abs(want).max()
+    assert err < 1e-5, (name, err)
+
+
+def example(*path):
+    return os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
+                        *path)
+
+
+config = json.load(open(example("examples", "mamba2", "config.json")))
+config.update(num_heads=6, n_groups=2)  # one tensor-parallel rank's
+m = attn.compile(config)
+assert m.entries == ["mamba"], m.entries
+check_mamba(m, "mamba2:mamba", 6, 2, config["head_dim"], config["state_size"],
+            batch=2, steps=75)
 checked += ["mamba2:mamba"]
 
 # Nemotron-H: its Mamba2 mixers as above, its attention layers as
 # transformers' eager attention with attention_head_dim^-1/2.
-NEMOTRON = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir,
-                        "examples", "nemotron-h", "config.json")
-config = json.load(open(NEMOTRON))  # Python's json reads its Infinity
+config = json.load(open(example("examples", "nemotron-h", "config.json")))
 config.update(mamba_num_heads=4, n_groups=2, num_attention_heads=4,
               num_key_value_heads=2)  # one tensor-parallel rank's
 m = attn.compile(config)
 assert m.entries == ["mamba", "full_attention"], m.entries
-H, G, P, N = 4, 2, config["mamba_head_dim"], config["ssm_state_size"]
-x = rng.standard_normal((1, 40, H, P))
-dt = np.log1p(np.exp(rng.standard_normal((1, 40, H)) - 2.0))
-A = -np.exp(rng.uniform(0, 2, H))
-Bg, Cg = (rng.standard_normal((1, 40, G, N)) for _ in range(2))
-s0 = np.zeros((1, H, P, N))
-y, final = ssd_minimal_discrete(x * dt[..., None], dt * A,
-                                np.repeat(Bg, H // G, axis=2),
-                                np.repeat(Cg, H // G, axis=2), 40, s0)
-o_attn, s_attn = m["mamba"](heads_first(Cg), heads_first(Bg),
-                            heads_first(x * dt[..., None]),
-                            heads_first((dt * A)[..., None])[..., 0],
-                            np.zeros((1, H, N, P), np.float32))
-want = np.moveaxis(y, 1, 2)
-err = np.abs(o_attn - want).max() / np.abs(want).max()
-assert err < 1e-4, ("nemotron-h:mamba", err)
-gqa = [rng.standard_normal((2, h, n, 128)).astype(np.float32)
-       for h, n in ((4, 5), (2, 33), (2, 33))]
-want = transformers_attention(*gqa, 128 ** -0.5, None, None)
-err = np.abs(m["full_attention"](*gqa) - want).max() / np.abs(want).max()
-assert err < 1e-5, ("nemotron-h:full_attention", err)
+check_mamba(m, "nemotron-h:mamba", 4, 2, config["mamba_head_dim"],
+            config["ssm_state_size"], batch=1, steps=40)
+check_gqa(m, "nemotron-h:full_attention", 4, 2, 128, 128 ** -0.5)
 checked += ["nemotron-h:mamba", "nemotron-h:full_attention"]
 
-assert len(checked) == 22, checked
+# Granite 4.0-H: layer_types' "mamba" and "attention"; the attention scaled
+# by attention_multiplier (GraniteMoeHybridAttention's scaling), its head
+# dim hidden_size / num_attention_heads.
+config = json.load(open(example("examples", "granite-4.0-h", "config.json")))
+config.update(mamba_n_heads=4, num_attention_heads=4,
+              num_key_value_heads=2, hidden_size=512)  # a rank's; dim 128
+m = attn.compile(config)
+assert m.entries == ["mamba", "full_attention"], m.entries
+check_mamba(m, "granite-4.0-h:mamba", 4, 1, config["mamba_d_head"],
+            config["mamba_d_state"], batch=2, steps=37)
+check_gqa(m, "granite-4.0-h:full_attention", 4, 2, 128,
+          config["attention_multiplier"])
+checked += ["granite-4.0-h:mamba", "granite-4.0-h:full_attention"]
+
+# Bamba (attn_layer_indices) and Falcon-H1 (a mixer and attention in every
+# layer; mamba_d_head "auto": mamba_d_ssm / mamba_n_heads), head_dim^-1/2.
+config = json.load(open(example("test", "attnc", "Inputs", "bamba.json")))
+config.update(mamba_n_heads=8, mamba_n_groups=2)
+m = attn.compile(config)
+assert m.entries == ["mamba", "full_attention"], m.entries
+check_mamba(m, "bamba:mamba", 8, 2, 64, 128, batch=1, steps=70)
+check_gqa(m, "bamba:full_attention", 32, 8, 128, 128 ** -0.5)
+config = json.load(open(example("test", "attnc", "Inputs", "falcon-h1.json")))
+m = attn.compile(config)
+assert m.entries == ["mamba", "full_attention"], m.entries
+check_mamba(m, "falcon-h1:mamba", 24, 1, 1536 // 24, 128, batch=1, steps=33)
+check_gqa(m, "falcon-h1:full_attention", 8, 2, 64, 64 ** -0.5)
+checked += ["bamba:mamba", "bamba:full_attention", "falcon-h1:mamba",
+            "falcon-h1:full_attention"]
+
+assert len(checked) == 29, checked
 print("hf configs:", ", ".join(checked))

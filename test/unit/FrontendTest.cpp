@@ -895,6 +895,48 @@ TEST(HuggingFaceConfig, NemotronHPatternGivesTheKinds) {
   EXPECT_EQ(full.mask, MaskKind::Causal);
 }
 
+// Granite 4.0-H, Bamba and Falcon-H1 name their Mamba2 mixers' keys
+// mamba_n_heads, mamba_d_head ("auto": the mixer's width over its heads),
+// mamba_n_groups and mamba_d_state, and their attention layers each their
+// own way.
+TEST(HuggingFaceConfig, MambaHybridsReadTheirKeys) {
+  llvm::Expected<ModelDescription> granite = parseModelInput(
+      R"({"model_type": "granitemoehybrid", "hidden_size": 1024,
+          "num_attention_heads": 8, "num_key_value_heads": 2,
+          "attention_multiplier": 0.015625, "mamba_n_heads": 32,
+          "mamba_d_head": "auto", "mamba_d_state": 64,
+          "layer_types": ["mamba", "attention", "mamba"]})");
+  ASSERT_TRUE(static_cast<bool>(granite))
+      << llvm::toString(granite.takeError());
+  ASSERT_EQ(granite->layers.size(), 2u);
+  const auto &mixer = std::get<LinearAttentionLayer>(granite->layers[0]);
+  EXPECT_EQ(mixer.name, "mamba");
+  EXPECT_EQ(mixer.numKHeads, 1); // mamba_n_groups' default
+  EXPECT_EQ(mixer.numVHeads, 32);
+  EXPECT_EQ(mixer.kDim, 64);
+  EXPECT_EQ(mixer.vDim, 64); // 2 x 1024 / 32
+  const auto &attention = std::get<AttentionLayer>(granite->layers[1]);
+  EXPECT_EQ(attention.name, "full_attention");
+  EXPECT_EQ(attention.headDim, 128);
+  EXPECT_EQ(attention.scale, 0.015625);
+
+  llvm::Expected<ModelDescription> bamba = parseModelInput(
+      R"({"model_type": "bamba", "num_hidden_layers": 4,
+          "attn_layer_indices": [2], "mamba_d_head": 16})");
+  ASSERT_TRUE(static_cast<bool>(bamba)) << llvm::toString(bamba.takeError());
+  ASSERT_EQ(bamba->layers.size(), 2u);
+  EXPECT_EQ(std::get<LinearAttentionLayer>(bamba->layers[0]).vDim, 16);
+  EXPECT_EQ(std::get<AttentionLayer>(bamba->layers[1]).numKvHeads, 8);
+
+  llvm::Expected<ModelDescription> falcon =
+      parseModelInput(R"({"model_type": "falcon_h1", "mamba_n_heads": 16})");
+  ASSERT_TRUE(static_cast<bool>(falcon)) << llvm::toString(falcon.takeError());
+  ASSERT_EQ(falcon->layers.size(), 2u);
+  // FalconH1Config's mamba_d_ssm of 1024 over 16 heads.
+  EXPECT_EQ(std::get<LinearAttentionLayer>(falcon->layers[0]).vDim, 64);
+  EXPECT_FALSE(std::get<AttentionLayer>(falcon->layers[1]).scale.has_value());
+}
+
 // attn's "speculative" key in a Hugging Face config turns on draft-tree
 // verification for every layer kind (SPEC §10).
 TEST(HuggingFaceConfig, SpeculativeAddsTheTreeEntries) {
@@ -936,7 +978,9 @@ TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
             "$.model_type: unsupported Hugging Face model type \"mamba\"; "
             "supported: qwen3_next, llama, mistral, qwen2, qwen3, gemma2, "
             "gemma3_text, gemma3, llama4_text, llama4, gpt_oss, deepseek_v2, "
-            "deepseek_v3, kimi_k2, kimi_linear, mamba2, nemotron_h");
+            "deepseek_v3, kimi_k2, kimi_linear, mamba2, nemotron_h, granite, "
+            "granitemoe, granitemoeshared, granitemoehybrid, bamba, "
+            "falcon_h1");
   EXPECT_EQ(configError(R"({"model_type": 3})"),
             "$.model_type: expected a string, got 3");
   EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
