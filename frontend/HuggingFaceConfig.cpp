@@ -15,6 +15,9 @@
 //        `linear_num_value_heads` heads of `linear_key_head_dim` /
 //        `linear_value_head_dim`, L2-normalized q/k, chunks of 64 steps, and
 //        the rmsnorm-silu output gate with `rms_norm_eps`.
+//    Qwen3.5 (qwen3_5_text, qwen3_5_moe_text, and qwen3_5 and qwen3_5_moe
+//    whose `text_config` is one) has the same layers, with its config
+//    classes' defaults (every 4th layer full attention).
 //  - llama, mistral, qwen2, qwen3, gemma2, gemma3_text (and gemma3, whose
 //    `text_config` is a gemma3_text config): causal GQA softmax attention,
 //    full_attention or sliding_attention (a window of `sliding_window`
@@ -140,16 +143,25 @@ enum class Family {
 
 /// What the config class assumes for a key a config leaves out: hub
 /// configs rely on these (Gemma 3's text_config often names no head
-/// count). Qwen3-Next's keys are required, as its configs give them all.
+/// count). Qwen3-Next's keys are required, as its configs give them all;
+/// Qwen3.5's classes default them.
 struct Defaults {
   std::optional<int64_t> numHeads, numKvHeads, headDim, hiddenSize, layers,
       slidingWindow;
+  /// Gated DeltaNet's: full_attention_interval and the linear_* keys.
+  struct {
+    std::optional<int64_t> fullAttentionInterval, keyHeads, valueHeads, keyDim,
+        valueDim;
+  } linear;
 };
 
 struct ModelType {
   llvm::StringRef name;
   Family family;
   Defaults defaults;
+  /// Whether the language model's config is the `text_config` of a
+  /// multimodal one.
+  bool textConfig = false;
 };
 
 // transformers' LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config,
@@ -159,18 +171,31 @@ struct ModelType {
 // GraniteMoeHybridConfig, BambaConfig and FalconH1Config, and vLLM's
 // KimiLinearConfig and NemotronHConfig
 // (num_key_value_heads unset means num_attention_heads, head_dim unset
-// hidden_size / num_attention_heads).
+// hidden_size / num_attention_heads). Qwen3.5's classes
+// (Qwen3_5TextConfig, Qwen3_5MoeTextConfig) default every key that
+// Qwen3-Next's configs give.
+constexpr Defaults kQwen35Defaults{
+    16, 4, 256, 4096, 32, {}, {4, 16, 32, 128, 128}};
+constexpr Defaults kQwen35MoeDefaults{
+    16, 2, 256, 2048, 40, {}, {4, 16, 32, 128, 128}};
 const ModelType kModelTypes[] = {
     {"qwen3_next", Family::Qwen3Next, {}},
+    {"qwen3_5", Family::Qwen3Next, kQwen35Defaults, /*textConfig=*/true},
+    {"qwen3_5_text", Family::Qwen3Next, kQwen35Defaults},
+    {"qwen3_5_moe", Family::Qwen3Next, kQwen35MoeDefaults, /*textConfig=*/true},
+    {"qwen3_5_moe_text", Family::Qwen3Next, kQwen35MoeDefaults},
     {"llama", Family::Llama, {32, {}, {}, 4096, 32, {}}},
     {"mistral", Family::Mistral, {32, 8, {}, 4096, 32, 4096}},
     {"qwen2", Family::Qwen2, {32, 32, {}, 4096, 32, 4096}},
     {"qwen3", Family::Qwen2, {32, 32, 128, 4096, 32, 4096}},
     {"gemma2", Family::Gemma2, {8, 4, 256, 2304, 26, 4096}},
     {"gemma3_text", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}},
-    {"gemma3", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}},
+    {"gemma3",
+     Family::Gemma3,
+     {8, 4, 256, 2304, 26, 4096},
+     /*textConfig=*/true},
     {"llama4_text", Family::Llama4, {40, 8, 128, 5120, 48, {}}},
-    {"llama4", Family::Llama4, {40, 8, 128, 5120, 48, {}}},
+    {"llama4", Family::Llama4, {40, 8, 128, 5120, 48, {}}, /*textConfig=*/true},
     {"gpt_oss", Family::GptOss, {64, 8, 64, 2880, 36, 128}},
     {"deepseek_v2", Family::DeepSeek, {32, 32, {}, 4096, 30, {}}},
     {"deepseek_v3", Family::DeepSeek, {128, 128, {}, 7168, 61, {}}},
@@ -415,8 +440,9 @@ std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
   switch (family) {
   case Family::Qwen3Next: {
     // transformers: layer i is full attention when (i + 1) % interval == 0.
-    int64_t interval = reader.integer(object, path, "full_attention_interval",
-                                      {}, 1, limits::kMaxLayers);
+    int64_t interval = reader.integer(
+        object, path, "full_attention_interval",
+        config.defaults.linear.fullAttentionInterval, 1, limits::kMaxLayers);
     if (reader.failed())
       break;
     return [interval](int64_t i) {
@@ -500,11 +526,15 @@ std::vector<LayerTypeName> layerTypeNames(Family family) {
     return {{kMamba, kMamba}};
   case Family::NemotronH:
     return {full, {kMamba, kMamba}};
-  // Their configs' own names; the attention is full_attention's entry as in
-  // every other family.
+  // Their configs' names, as transformers saved them before and after it
+  // renamed them; the kinds are full_attention and mamba as in every
+  // other family.
   case Family::GraniteHybrid:
   case Family::Bamba:
-    return {{"attention", kFullAttention}, {kMamba, kMamba}};
+    return {{"attention", kFullAttention},
+            {kMamba, kMamba},
+            full,
+            {kLinearAttention, kMamba}};
   }
   return {full};
 }
@@ -521,9 +551,14 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
   if (family == Family::FalconH1)
     return {kMamba.str(), kFullAttention.str()};
   const std::vector<LayerTypeName> names = layerTypeNames(family);
-  std::string expected = llvm::formatv("\"{0}\"", names[0].name);
-  if (names.size() > 1)
-    expected += llvm::formatv(" or \"{0}\"", names[1].name).str();
+  std::string expected;
+  for (auto [i, n] : llvm::enumerate(names))
+    expected += llvm::formatv("{0}\"{1}\"",
+                              i == 0                  ? ""
+                              : i + 1 == names.size() ? " or "
+                                                      : ", ",
+                              n.name)
+                    .str();
   const std::string typesPath = Reader::join(config.path, "layer_types");
   if (const json::Value *types = config.object.get("layer_types")) {
     const json::Array *array = types->getAsArray();
@@ -896,14 +931,15 @@ LinearAttentionLayer readLinearAttention(Reader &reader, const Config &config) {
   LinearAttentionLayer layer;
   layer.name = kLinearAttention.str();
   layer.rule = Rule::GatedDelta;
-  layer.numKHeads = reader.integer(object, path, "linear_num_key_heads", {}, 1,
-                                   limits::kMaxHeads);
-  layer.numVHeads = reader.integer(object, path, "linear_num_value_heads", {},
-                                   1, limits::kMaxHeads);
-  layer.kDim = reader.integer(object, path, "linear_key_head_dim", {}, 1,
-                              limits::kMaxFeatureDim);
-  layer.vDim = reader.integer(object, path, "linear_value_head_dim", {}, 1,
-                              limits::kMaxFeatureDim);
+  const auto &defaults = config.defaults.linear;
+  layer.numKHeads = reader.integer(object, path, "linear_num_key_heads",
+                                   defaults.keyHeads, 1, limits::kMaxHeads);
+  layer.numVHeads = reader.integer(object, path, "linear_num_value_heads",
+                                   defaults.valueHeads, 1, limits::kMaxHeads);
+  layer.kDim = reader.integer(object, path, "linear_key_head_dim",
+                              defaults.keyDim, 1, limits::kMaxFeatureDim);
+  layer.vDim = reader.integer(object, path, "linear_value_head_dim",
+                              defaults.valueDim, 1, limits::kMaxFeatureDim);
   layer.chunkSize = 64;
   layer.qkL2Norm = true;
   layer.outputGate = OutputGate::RmsNormSilu;
@@ -981,11 +1017,11 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
                     llvm::join(supportedHuggingFaceModelTypes(), ", "));
   if (reader.failed())
     return reader.takeError();
-  // Gemma 3's and Llama 4's multimodal configs keep the language model's
-  // in text_config.
+  // Multimodal configs (Gemma 3's, Llama 4's, Qwen3.5's) keep the language
+  // model's in text_config.
   const json::Object *object = root;
   std::string path = "$";
-  if (type->name == "gemma3" || type->name == "llama4") {
+  if (type->textConfig) {
     path = "$.text_config";
     object = reader.object(root->get("text_config"), path);
     if (!object)

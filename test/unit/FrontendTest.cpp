@@ -976,7 +976,8 @@ TEST(HuggingFaceConfig, SpeculativeAddsTheTreeEntries) {
 TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
   EXPECT_EQ(configError(R"({"model_type": "mamba", "num_hidden_layers": 2})"),
             "$.model_type: unsupported Hugging Face model type \"mamba\"; "
-            "supported: qwen3_next, llama, mistral, qwen2, qwen3, gemma2, "
+            "supported: qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, "
+            "qwen3_5_moe_text, llama, mistral, qwen2, qwen3, gemma2, "
             "gemma3_text, gemma3, llama4_text, llama4, gpt_oss, deepseek_v2, "
             "deepseek_v3, kimi_k2, kimi_linear, mamba2, nemotron_h, granite, "
             "granitemoe, granitemoeshared, granitemoehybrid, bamba, "
