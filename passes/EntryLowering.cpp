@@ -325,15 +325,7 @@ private:
       unite({q, 0}, {op.getKeyLengths(), 0});
       unite({q, 0}, {o, 0});
       unite({q, 2}, {o, 2}, "Lq");
-      if (lse) {
-        unite({q, 0}, {lse, 0});
-        unite({q, 2}, {lse, 2});
-      }
-      for (Value operand : op.getEpilogueOperands()) {
-        unite({q, 0}, {operand, 0});
-        unite({q, 2}, {operand, 2});
-      }
-      addVariantTensors(op);
+      addRowTensors(op);
       return;
     }
     if (Value selection = op.getKeySelection()) {
@@ -351,13 +343,19 @@ private:
     unite({q, 0}, {o, 0});
     unite({k, 2}, {v, 2}, "Lk");
     unite({q, 2}, {o, 2}, "Lq");
-    if (lse) {
-      unite({q, 0}, {lse, 0});
-      unite({q, 2}, {lse, 2});
-    }
-    for (Value operand : op.getEpilogueOperands()) {
-      unite({q, 0}, {operand, 0});
-      unite({q, 2}, {operand, 2});
+    addRowTensors(op);
+  }
+
+  /// lse [B, H, Lq] and the epilogue's operands [B, H, Lq, ...] follow the
+  /// queries [B, H, Lq, D]; then the variants' tensors.
+  void addRowTensors(AttentionOpInterface op) {
+    Value q = op.getQuery();
+    SmallVector<Value> rows(op.getEpilogueOperands());
+    if (Value lse = op.getLogSumExp())
+      rows.insert(rows.begin(), lse);
+    for (Value row : rows) {
+      unite({q, 0}, {row, 0});
+      unite({q, 2}, {row, 2});
     }
     addVariantTensors(op);
   }

@@ -1638,13 +1638,16 @@ double LinearRecurrenceOp::getEpilogueEpsilon() {
 GateActivation LinearRecurrenceOp::getEpilogueActivation() {
   return getGateActivation();
 }
-FailureOr<Operation *>
-LinearRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
-                                 EpilogueOpInterface epilogue) {
+/// A clone of the recurrence `op` (linear or tree) with the rmsnorm gate
+/// `epilogue` folded in; fails for another epilogue or when `op` has a gate.
+template <typename RecurrenceOp>
+static FailureOr<Operation *> fuseRmsNormGate(RecurrenceOp op,
+                                              RewriterBase &rewriter,
+                                              EpilogueOpInterface epilogue) {
   auto gate = llvm::dyn_cast<RmsNormGateOp>(epilogue.getOperation());
-  if (!gate || getGateZ())
+  if (!gate || op.getGateZ())
     return failure();
-  auto fused = llvm::cast<LinearRecurrenceOp>(rewriter.clone(*getOperation()));
+  auto fused = llvm::cast<RecurrenceOp>(rewriter.clone(*op.getOperation()));
   rewriter.modifyOpInPlace(fused, [&] {
     fused.getGateZMutable().assign(gate.getZ());
     fused.getGateWeightMutable().assign(gate.getWeight());
@@ -1652,6 +1655,12 @@ LinearRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
     fused.setGateActivationAttr(gate.getActivationAttr());
   });
   return fused.getOperation();
+}
+
+FailureOr<Operation *>
+LinearRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
+                                 EpilogueOpInterface epilogue) {
+  return fuseRmsNormGate(*this, rewriter, epilogue);
 }
 
 //===----------------------------------------------------------------------===//
@@ -1725,17 +1734,7 @@ Value TreeRecurrenceOp::getKeySelection() { return getParents(); }
 FailureOr<Operation *>
 TreeRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
                                EpilogueOpInterface epilogue) {
-  auto gate = llvm::dyn_cast<RmsNormGateOp>(epilogue.getOperation());
-  if (!gate || getGateZ())
-    return failure();
-  auto fused = llvm::cast<TreeRecurrenceOp>(rewriter.clone(*getOperation()));
-  rewriter.modifyOpInPlace(fused, [&] {
-    fused.getGateZMutable().assign(gate.getZ());
-    fused.getGateWeightMutable().assign(gate.getWeight());
-    fused.setGateEpsAttr(gate.getEpsAttr());
-    fused.setGateActivationAttr(gate.getActivationAttr());
-  });
-  return fused.getOperation();
+  return fuseRmsNormGate(*this, rewriter, epilogue);
 }
 
 //===----------------------------------------------------------------------===//
