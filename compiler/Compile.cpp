@@ -94,7 +94,7 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
   if (failed(writer.addEntries(module, CodeTarget::Cpu)))
     return error("writing the entries' host programs failed");
   PassManager lower(context);
-  buildCpuKernelLoweringPipeline(lower);
+  buildCpuKernelLoweringPipeline(lower, options.cpuStressesCudaKernels);
   if (failed(lower.run(module)))
     return error("lowering the CPU kernels to LLVM (attn-cpu-lower-to-llvm) "
                  "failed");

@@ -47,6 +47,15 @@ struct CompileOptions {
   /// workgroup per CUDA thread) instead of the CPU kernels, so their
   /// arithmetic is checked on machines without a GPU.
   bool cpuRunsCudaKernels = false;
+  /// Test aid, with cpuRunsCudaKernels: the CUDA block kernels run as a
+  /// GPU may run them at their least convenient, so that a kernel that
+  /// works on the CPU by chance fails: their threads in another order
+  /// (-attn-reorder-thread-loops: each thread loop last thread first,
+  /// warp-synchronized loops warp by warp), a race then reading something
+  /// else, and their shared and register buffers starting as NaN
+  /// (-attn-poison-kernel-buffers), an element read before any write then
+  /// giving NaN.
+  bool cpuStressesCudaKernels = false;
   /// Row tiles of 16 per warp in the CUDA prefill flash kernels (1 or 2;
   /// the benchmark compares them; 1 was faster on an H100).
   int64_t cudaFlashRowTiles = 1;

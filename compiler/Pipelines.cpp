@@ -48,12 +48,17 @@ void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
   pm.addPass(createAttnMergeIdenticalKernels());
 }
 
-void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm) {
+void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm,
+                                                bool stressBlockKernels) {
   pm.addPass(createAttnCpuKernelAbi());
   // Block kernels of the CUDA target, run on the CPU: each lane's share of
   // a warp's matrix product as loops, its asynchronous copies done at once.
   pm.addPass(createAttnWarpMmaToLoops());
   pm.addPass(createAttnAsyncCopyToLoops());
+  if (stressBlockKernels) {
+    pm.addPass(createAttnReorderThreadLoops());
+    pm.addPass(createAttnPoisonKernelBuffers());
+  }
   pm.addNestedPass<func::FuncOp>(createAttnCpuApproximateMath());
   pm.addPass(createCanonicalizerPass());
   // bf16 <-> f32 conversions as integer arithmetic: x86 has no bf16

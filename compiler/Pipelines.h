@@ -70,7 +70,9 @@ void buildCpuDispatchPipeline(OpPassManager &pm,
 
 /// Kernels -> LLVM dialect: the runtime ABI wrappers (host funcs dropped),
 /// polynomial math, then the upstream conversions to LLVM.
-void buildCpuKernelLoweringPipeline(OpPassManager &pm);
+/// `stressBlockKernels`: CompileOptions::cpuStressesCudaKernels.
+void buildCpuKernelLoweringPipeline(OpPassManager &pm,
+                                    bool stressBlockKernels = false);
 
 /// The launch shapes of the CUDA kernels (see -attn-gpu-dispatches).
 struct GpuDispatchOptions : public PassPipelineOptions<GpuDispatchOptions> {

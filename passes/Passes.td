@@ -361,6 +361,52 @@ def AttnAsyncCopyToLoops : Pass<"attn-async-copy-to-loops"> {
   ];
 }
 
+def AttnReorderThreadLoops : Pass<"attn-reorder-thread-loops"> {
+  let summary = "Test aid: the threads of block kernels run on the CPU in "
+                "another order a GPU may take";
+  let description = [{
+    The CPU runs a block kernel's thread loops (`scf.parallel {attn.threads}`)
+    one after another, each one thread after another, first to last; a GPU
+    runs the threads at once, and a warp runs on past a loop that only
+    waits for its own warp (`attn.warp_sync`) while other warps are still
+    in it. A kernel whose threads race (a thread reads what another thread
+    writes before the barrier that orders them) reads the written value or
+    not depending on that order. This pass runs them in another order a GPU
+    may take, so that such a kernel computes something else than without
+    it, and its tests fail one way or the other:
+
+     * a run of thread loops that only wait for their warps, up to and
+       with the next thread loop, goes warp by warp, last warp first:
+       each warp through all of the run's loops before the next warp
+       begins;
+     * each thread loop takes its threads last to first.
+
+    Run after `-attn-warp-mma-to-loops` (which needs the loops' own thread
+    index).
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::scf::SCFDialect"
+  ];
+}
+
+def AttnPoisonKernelBuffers : Pass<"attn-poison-kernel-buffers"> {
+  let summary = "Test aid: block kernels run on the CPU start with NaN in "
+                "their shared and register buffers";
+  let description = [{
+    A GPU block starts with whatever its shared memory and registers held
+    before; on the CPU, a block kernel's buffers (`memref.alloca
+    {attn.shared}`, `{attn.registers}`) are stack memory that often holds
+    the previous block's values, the very ones a kernel that reads an
+    element it never wrote would want. This pass fills each such buffer,
+    where the kernel allocates it, with NaN (floats) or -1 (integers), so
+    that such a kernel computes NaN or reads out of bounds instead.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::scf::SCFDialect"
+  ];
+}
+
 def AttnAsyncCopyToNvvm : Pass<"attn-async-copy-to-nvvm"> {
   let summary = "attn_kernel.async_copy as cp.async";
   let description = [{

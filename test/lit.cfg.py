@@ -22,6 +22,7 @@ config.excludes = [
     "fuzz",
     "lib",
     "reference",
+    "stressed",
     "unit",
 ]
 

@@ -342,8 +342,13 @@ inline std::vector<Tensor> runEntry(Model &model, const std::string &name,
 inline std::unique_ptr<Model>
 compileAndLoadFor(Backend backend, const CompileFn &compile, int threads,
                   std::string &skip, mlir::attn::CompileOptions options = {}) {
-  if (backend == Backend::CudaKernelsOnCpu)
+  if (backend == Backend::CudaKernelsOnCpu) {
     options.cpuRunsCudaKernels = true;
+    // ATTN_STRESS_CUDA_KERNELS=1: the kernels' threads in another order,
+    // their buffers starting as NaN (CompileOptions::cpuStressesCudaKernels).
+    options.cpuStressesCudaKernels =
+        std::getenv("ATTN_STRESS_CUDA_KERNELS") != nullptr;
+  }
   if (backend != Backend::Cuda)
     return compileAndLoad(compile, threads, options);
   if (!cudaDriverPresent()) {

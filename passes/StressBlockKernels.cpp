@@ -1,0 +1,215 @@
+//===- StressBlockKernels.cpp - Block kernels run at their least convenient
+//-===//
+//
+// Test aids for the CUDA kernels' bodies run on the CPU, where a block's
+// threads run one after another and its buffers are stack memory that
+// often holds the previous block's values. Two passes run them as a GPU
+// may at its least convenient, so that a kernel that works on the CPU by
+// chance fails (see their descriptions in Passes.td):
+//
+//  * -attn-reorder-thread-loops: the threads in another order, so that a
+//    race reads something else;
+//  * -attn-poison-kernel-buffers: shared and register buffers start as NaN
+//    (or -1), so that an element read before any write gives NaN.
+//
+//===----------------------------------------------------------------------===//
+
+#include "passes/Passes.h"
+#include "passes/kernels/cuda/SimtKernels.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+
+namespace mlir::attn {
+#define GEN_PASS_DEF_ATTNPOISONKERNELBUFFERS
+#define GEN_PASS_DEF_ATTNREORDERTHREADLOOPS
+#include "passes/Passes.h.inc"
+} // namespace mlir::attn
+
+using namespace mlir;
+using namespace mlir::attn;
+
+namespace {
+
+constexpr int64_t kWarpThreads = 32;
+
+scf::ParallelOp asThreadLoop(Operation *op) {
+  auto loop = dyn_cast_if_present<scf::ParallelOp>(op);
+  return loop && loop->hasAttr(kThreadLoopAttr) ? loop : scf::ParallelOp();
+}
+
+/// Sibling thread loops in which every loop but the last waits for its
+/// warp alone, so that warps of a GPU run through them independently, and
+/// the ops between them, which have no memory effects (the constants and
+/// index arithmetic of the loops' bounds and bodies).
+struct WarpRun {
+  SmallVector<scf::ParallelOp> loops;
+  SmallVector<Operation *> between;
+};
+
+/// The thread loop after `op`, past ops without memory effects (added to
+/// `between`), or null.
+scf::ParallelOp nextThreadLoop(Operation *op,
+                               SmallVectorImpl<Operation *> &between) {
+  for (Operation *next = op->getNextNode(); next; next = next->getNextNode()) {
+    if (scf::ParallelOp loop = asThreadLoop(next))
+      return loop;
+    if (next->getNumRegions() != 0 || !isMemoryEffectFree(next))
+      return {};
+    between.push_back(next);
+  }
+  return {};
+}
+
+SmallVector<WarpRun> warpRuns(Operation *root) {
+  SmallVector<WarpRun> runs;
+  DenseSet<Operation *> inRun;
+  root->walk([&](scf::ParallelOp loop) {
+    if (!loop->hasAttr(kThreadLoopAttr) || !loop->hasAttr(kWarpSyncAttr) ||
+        inRun.contains(loop))
+      return;
+    WarpRun run;
+    run.loops.push_back(loop);
+    while (run.loops.back()->hasAttr(kWarpSyncAttr)) {
+      SmallVector<Operation *> between;
+      scf::ParallelOp next = nextThreadLoop(run.loops.back(), between);
+      if (!next)
+        break;
+      run.loops.push_back(next);
+      run.between.append(between);
+    }
+    for (scf::ParallelOp member : run.loops)
+      inRun.insert(member);
+    if (run.loops.size() > 1)
+      runs.push_back(std::move(run));
+  });
+  return runs;
+}
+
+/// The run's loops, warp by warp, last warp first: for each warp, every
+/// loop over that warp's 32 threads.
+void runWarpByWarp(const WarpRun &run) {
+  scf::ParallelOp first = run.loops.front();
+  std::optional<int64_t> threads =
+      getConstantIntValue(first.getUpperBound().front());
+  if (!threads || *threads % kWarpThreads != 0)
+    return;
+  for (scf::ParallelOp loop : run.loops)
+    if (getConstantIntValue(loop.getUpperBound().front()) != threads ||
+        !isConstantIntValue(loop.getLowerBound().front(), 0))
+      return;
+  // They depend on nothing the loops compute (the loops have no results).
+  for (Operation *op : run.between)
+    op->moveBefore(first);
+  OpBuilder b(first);
+  Location loc = first.getLoc();
+  auto index = [&](int64_t value) {
+    return arith::ConstantIndexOp::create(b, loc, value);
+  };
+  const int64_t warps = *threads / kWarpThreads;
+  Value lastWarp = index(warps - 1), warpThreads = index(kWarpThreads);
+  scf::ForOp::create(b, loc, index(0), index(warps), index(1), ValueRange{},
+                     [&](OpBuilder &nested, Location, Value i, ValueRange) {
+                       OpBuilder::InsertionGuard guard(b);
+                       b.setInsertionPoint(nested.getInsertionBlock(),
+                                           nested.getInsertionPoint());
+                       Value warp = arith::SubIOp::create(b, loc, lastWarp, i);
+                       Value begin =
+                           arith::MulIOp::create(b, loc, warp, warpThreads);
+                       Value end =
+                           arith::AddIOp::create(b, loc, begin, warpThreads);
+                       for (scf::ParallelOp loop : run.loops) {
+                         auto part = cast<scf::ParallelOp>(b.clone(*loop));
+                         part.getLowerBoundMutable().assign(begin);
+                         part.getUpperBoundMutable().assign(end);
+                       }
+                       scf::YieldOp::create(b, loc);
+                     });
+  for (scf::ParallelOp loop : run.loops)
+    loop.erase();
+}
+
+/// Thread t of [begin, end) becomes begin + end - 1 - t.
+void reverseThreads(scf::ParallelOp loop) {
+  Value thread = loop.getInductionVars().front();
+  OpBuilder b = OpBuilder::atBlockBegin(loop.getBody());
+  Location loc = loop.getLoc();
+  Value bounds = arith::AddIOp::create(b, loc, loop.getLowerBound().front(),
+                                       loop.getUpperBound().front());
+  Value last = arith::SubIOp::create(b, loc, bounds,
+                                     arith::ConstantIndexOp::create(b, loc, 1));
+  Value reversed = arith::SubIOp::create(b, loc, last, thread);
+  thread.replaceAllUsesExcept(reversed, reversed.getDefiningOp());
+}
+
+struct AttnReorderThreadLoops final
+    : mlir::attn::impl::AttnReorderThreadLoopsBase<AttnReorderThreadLoops> {
+  void runOnOperation() override {
+    for (const WarpRun &run : warpRuns(getOperation()))
+      runWarpByWarp(run);
+    getOperation()->walk([](scf::ParallelOp loop) {
+      if (loop->hasAttr(kThreadLoopAttr))
+        reverseThreads(loop);
+    });
+  }
+};
+
+/// NaN for a float element, -1 (every bit set) for an integer.
+TypedAttr poisonValue(Type element) {
+  if (auto floatType = dyn_cast<FloatType>(element))
+    return FloatAttr::get(floatType,
+                          APFloat::getQNaN(floatType.getFloatSemantics()));
+  return IntegerAttr::get(element, -1);
+}
+
+/// Fills the block kernel buffer `alloca` (static shape) with the poison
+/// value of its element, right after it.
+void poison(memref::AllocaOp alloca) {
+  MemRefType type = alloca.getType();
+  if (!type.hasStaticShape() || !type.getElementType().isIntOrFloat())
+    return;
+  OpBuilder b(alloca->getContext());
+  b.setInsertionPointAfter(alloca);
+  Location loc = alloca.getLoc();
+  // The whole buffer as one row of elements (an alloca is contiguous).
+  SmallVector<ReassociationIndices> all(1);
+  for (int64_t dim = 0; dim < type.getRank(); ++dim)
+    all.front().push_back(dim);
+  Value flat = type.getRank() == 1 ? alloca.getResult()
+               : type.getRank() == 0
+                   ? Value()
+                   : memref::CollapseShapeOp::create(b, loc, alloca, all);
+  Value value =
+      arith::ConstantOp::create(b, loc, poisonValue(type.getElementType()));
+  if (!flat) {
+    memref::StoreOp::create(b, loc, value, alloca, ValueRange{});
+    return;
+  }
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  Value count = arith::ConstantIndexOp::create(b, loc, type.getNumElements());
+  scf::ForOp::create(b, loc, zero, count, one, ValueRange{},
+                     [&](OpBuilder &nested, Location, Value i, ValueRange) {
+                       memref::StoreOp::create(nested, loc, value, flat, i);
+                       scf::YieldOp::create(nested, loc);
+                     });
+}
+
+struct AttnPoisonKernelBuffers final
+    : mlir::attn::impl::AttnPoisonKernelBuffersBase<AttnPoisonKernelBuffers> {
+  void runOnOperation() override {
+    SmallVector<memref::AllocaOp> buffers;
+    getOperation()->walk([&](memref::AllocaOp alloca) {
+      if (alloca->hasAttr(kSharedBufferAttr) ||
+          alloca->hasAttr(kRegisterBufferAttr))
+        buffers.push_back(alloca);
+    });
+    for (memref::AllocaOp alloca : buffers)
+      poison(alloca);
+  }
+};
+
+} // namespace

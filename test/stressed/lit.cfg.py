@@ -1,0 +1,21 @@
+# -*- Python -*-
+# The e2e tests' CUDA kernels run on the CPU again (`*_cuda_kernels_on_cpu`),
+# as a GPU may run them at their least convenient (ATTN_STRESS_CUDA_KERNELS):
+# their threads in another order (each thread loop last thread first,
+# warp-synchronized loops warp by warp: -attn-reorder-thread-loops), so
+# that a race reads something else, and their shared and register buffers
+# starting as NaN (-attn-poison-kernel-buffers), so that a read of what
+# nothing wrote gives NaN.
+import os
+
+import lit.formats
+
+config.name = "attn-stressed"
+config.suffixes = []
+config.test_source_root = os.path.join(config.attn_obj_root, "test", "unit")
+config.test_exec_root = os.path.join(config.attn_obj_root, "test", "stressed")
+config.test_format = lit.formats.GoogleTest(".", "E2ETests")
+
+config.environment["ATTN_POISON"] = "1"
+config.environment["ATTN_STRESS_CUDA_KERNELS"] = "1"
+config.environment["GTEST_FILTER"] = "*_cuda_kernels_on_cpu"
