@@ -229,6 +229,18 @@ void checkGroups(Reader &reader, const Config &config, int64_t heads,
                   .str());
 }
 
+/// The number at `key`, `fallback` when absent or null; an error unless it
+/// is > 0.
+double positiveNumber(Reader &reader, const json::Object &object,
+                      const std::string &path, llvm::StringRef key,
+                      double fallback) {
+  double x = reader.number(object, path, key).value_or(fallback);
+  if (x <= 0.0)
+    reader.fail(Reader::join(path, key),
+                "expected a number > 0, got " + std::to_string(x));
+  return x;
+}
+
 /// Whether `key` is set to something other than null.
 bool isSet(const Config &config, llvm::StringRef key) {
   const json::Value *value = config.object.get(key);
@@ -669,23 +681,16 @@ AttentionLayer readSoftmaxAttention(Reader &reader, const Config &config,
   if (family == Family::Granite || family == Family::GraniteHybrid) {
     // Granite's scores are scaled by attention_multiplier (its config
     // class's default 1.0), not head_dim^-1/2.
-    double multiplier =
-        reader.number(object, path, "attention_multiplier").value_or(1.0);
-    if (multiplier <= 0.0)
-      reader.fail(Reader::join(path, "attention_multiplier"),
-                  "expected a number > 0, got " + std::to_string(multiplier));
-    layer.scale = multiplier;
+    layer.scale =
+        positiveNumber(reader, object, path, "attention_multiplier", 1.0);
   }
   if (family == Family::Gemma2 || family == Family::Gemma3) {
     // Scores are scaled by query_pre_attn_scalar^-1/2 (transformers'
     // default 256) and, where attn_logit_softcapping is set (Gemma 2's
     // default 50), capped.
     double scalar =
-        reader.number(object, path, "query_pre_attn_scalar").value_or(256.0);
-    if (scalar <= 0.0)
-      reader.fail(Reader::join(path, "query_pre_attn_scalar"),
-                  "expected a number > 0, got " + std::to_string(scalar));
-    else
+        positiveNumber(reader, object, path, "query_pre_attn_scalar", 256.0);
+    if (scalar > 0.0)
       layer.scale = 1.0 / std::sqrt(scalar);
     std::optional<double> softcap =
         object.get("attn_logit_softcapping")
@@ -786,15 +791,8 @@ std::vector<AttentionLayer> readLatentAttention(Reader &reader,
 
 /// The linear layers' output-gate epsilon, `rms_norm_eps` (1e-6 if absent).
 double readGateEps(Reader &reader, const Config &config) {
-  std::optional<double> eps =
-      reader.number(config.object, config.path, "rms_norm_eps");
-  if (!eps)
-    return 1e-6;
-  if (*eps > 0.0)
-    return *eps;
-  reader.fail(Reader::join(config.path, "rms_norm_eps"),
-              "expected a number > 0, got " + std::to_string(*eps));
-  return 1e-6;
+  return positiveNumber(reader, config.object, config.path, "rms_norm_eps",
+                        1e-6);
 }
 
 /// Kimi Linear's KDA layer (see the file comment).

@@ -169,7 +169,8 @@ TypedAttr poisonValue(Type element) {
 /// value of its element, right after it.
 void poison(memref::AllocaOp alloca) {
   MemRefType type = alloca.getType();
-  if (!type.hasStaticShape() || !type.getElementType().isIntOrFloat())
+  if (!type.hasStaticShape() || type.getRank() == 0 ||
+      !type.getElementType().isIntOrFloat())
     return;
   OpBuilder b(alloca->getContext());
   b.setInsertionPointAfter(alloca);
@@ -178,16 +179,11 @@ void poison(memref::AllocaOp alloca) {
   SmallVector<ReassociationIndices> all(1);
   for (int64_t dim = 0; dim < type.getRank(); ++dim)
     all.front().push_back(dim);
-  Value flat = type.getRank() == 1 ? alloca.getResult()
-               : type.getRank() == 0
-                   ? Value()
+  Value flat = type.getRank() == 1
+                   ? alloca.getResult()
                    : memref::CollapseShapeOp::create(b, loc, alloca, all);
   Value value =
       arith::ConstantOp::create(b, loc, poisonValue(type.getElementType()));
-  if (!flat) {
-    memref::StoreOp::create(b, loc, value, alloca, ValueRange{});
-    return;
-  }
   Value zero = arith::ConstantIndexOp::create(b, loc, 0);
   Value one = arith::ConstantIndexOp::create(b, loc, 1);
   Value count = arith::ConstantIndexOp::create(b, loc, type.getNumElements());
