@@ -67,9 +67,14 @@
 //    x_t)^T and y_t = h_t^T C_t are attn's recurrence with q = C, k = B
 //    (`n_groups` key heads of `state_size`), v = dt x (`num_heads` value
 //    heads of `head_dim`), g = dt A and scale 1, in chunks of 64 steps
-//    (`chunk_size` is a kernel's tiling, not the math). The skip D x, the
-//    convolution and the gated RMSNorm (which normalizes y silu(z) over
-//    groups of heads, not per head) stay with the caller.
+//    (`chunk_size` is a kernel's tiling, not the math). Then, as
+//    mamba_ssm's kernels (and transformers' CUDA path) finish the scan,
+//    the skip D x and the gated RMSNorm: y + D x times silu(z), normalized
+//    over `n_groups` groups of the heads' features and weighted per
+//    feature (`layer_norm_epsilon`; `norm_before_gate`, false by default,
+//    normalizes first). The entry takes z, the norm's weight [heads x
+//    head_dim], x and D after S_init. The convolution and the projections
+//    stay with the caller.
 //  - nemotron_h (NemotronHConfig, as vLLM reads it): layer i is a Mamba2
 //    mixer (mamba, as mamba2's with `mamba_num_heads` heads of
 //    `mamba_head_dim`, `n_groups` (or `mamba_n_groups`) groups of
@@ -85,7 +90,11 @@
 //    "mamba" or "attention", Bamba's `attn_layer_indices` lists the
 //    attention layers, and every Falcon-H1 layer runs a mixer and
 //    attention side by side. Their attention is full_attention, causal
-//    GQA; Granite's scaled by `attention_multiplier`.
+//    GQA; Granite's scaled by `attention_multiplier`. Their mixers end as
+//    mamba2's (the norm's groups `mamba_n_groups`, its epsilon
+//    `rms_norm_eps`); Falcon-H1's only with `mamba_rms_norm` (in the order
+//    `mamba_norm_before_gate` says), else its mixer gates y + D x by
+//    silu(z) alone, which stays with the caller with D x.
 //  - granite, granitemoe, granitemoeshared: Llama's layers, scaled by
 //    `attention_multiplier`.
 //
@@ -899,6 +908,42 @@ int64_t mambaHeadDim(Reader &reader, const Config &config, Family family,
   return width / heads;
 }
 
+/// The end of a Mamba2 mixer (see the file comment): the skip D x and the
+/// gated RMSNorm over its SSD groups, where the config class has them.
+void readMambaNorm(Reader &reader, const Config &config, Family family,
+                   LinearAttentionLayer &layer) {
+  const json::Object &object = config.object;
+  const std::string &path = config.path;
+  bool normBeforeGate = false;
+  llvm::StringRef epsilonKey = "rms_norm_eps";
+  double defaultEpsilon = 1e-5;
+  switch (family) {
+  case Family::Mamba2:
+    normBeforeGate = reader.boolean(object, path, "norm_before_gate", false);
+    [[fallthrough]];
+  case Family::NemotronH:
+    epsilonKey = "layer_norm_epsilon";
+    break;
+  case Family::GraniteHybrid:
+    defaultEpsilon = 1e-6;
+    break;
+  case Family::FalconH1:
+    if (!reader.boolean(object, path, "mamba_rms_norm", false))
+      return;
+    normBeforeGate =
+        reader.boolean(object, path, "mamba_norm_before_gate", true);
+    break;
+  default:
+    break;
+  }
+  layer.outputGate = OutputGate::RmsNormSilu;
+  layer.gateEps =
+      positiveNumber(reader, object, path, epsilonKey, defaultEpsilon);
+  layer.gateGroups = layer.numKHeads;
+  layer.normBeforeGate = normBeforeGate;
+  layer.skip = true;
+}
+
 /// Mamba2's SSD as the decay rule (see the file comment), with the
 /// config class's keys and defaults.
 LinearAttentionLayer readMamba2(Reader &reader, const Config &config,
@@ -920,6 +965,7 @@ LinearAttentionLayer readMamba2(Reader &reader, const Config &config,
   layer.scale = 1.0;
   checkGroups(reader, config, layer.numVHeads, keys.heads, layer.numKHeads,
               keys.groups);
+  readMambaNorm(reader, config, family, layer);
   return layer;
 }
 

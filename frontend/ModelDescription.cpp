@@ -357,13 +357,45 @@ bool readLinearLayout(Reader &reader, const json::Object &layer,
   return reader.boolean(*o, layoutPath, "ragged", false);
 }
 
+/// Mamba2's form of the output gate: its groups, its order and the skip
+/// before it (beyond SPEC).
+void readMambaGate(Reader &reader, const json::Object &layer,
+                   const std::string &path, LinearAttentionLayer &out) {
+  for (llvm::StringRef key : {"gate_groups", "norm_before_gate", "skip"})
+    if (layer.get(key) && out.outputGate == OutputGate::None)
+      reader.fail(Reader::join(path, key),
+                  "needs an \"output_gate\" (Mamba2's gated RMSNorm, which "
+                  "this key shapes)");
+  out.normBeforeGate = reader.boolean(layer, path, "norm_before_gate", true);
+  out.skip = reader.boolean(layer, path, "skip", false);
+  if (!layer.get("gate_groups"))
+    return;
+  const int64_t features = out.numVHeads * out.vDim;
+  const int64_t groups =
+      reader.integer(layer, path, "gate_groups", {}, 1,
+                     limits::kMaxHeads * limits::kMaxFeatureDim);
+  if (reader.failed())
+    return;
+  const int64_t size = features / groups;
+  if (features % groups != 0 || (out.vDim % size != 0 && size % out.vDim != 0))
+    reader.fail(Reader::join(path, "gate_groups"),
+                llvm::formatv("expected a count that splits num_v_heads * "
+                              "v_dim = {0} features into groups of whole "
+                              "heads or of equal parts of one (v_dim = {1}), "
+                              "got {2}",
+                              features, out.vDim, groups)
+                    .str());
+  out.gateGroups = groups;
+}
+
 LinearAttentionLayer readLinearAttention(Reader &reader,
                                          const json::Object &layer,
                                          const std::string &path) {
   reader.onlyKeys(layer, path,
                   {"name", "type", "rule", "num_k_heads", "num_v_heads",
                    "k_dim", "v_dim", "chunk_size", "qk_l2norm", "output_gate",
-                   "scale", "gate_eps", "tree", "layout"});
+                   "scale", "gate_eps", "gate_groups", "norm_before_gate",
+                   "skip", "tree", "layout"});
   LinearAttentionLayer out;
   out.rule = reader.choice<Rule>(layer, path, "rule", kRules, {});
   out.numKHeads =
@@ -395,6 +427,7 @@ LinearAttentionLayer readLinearAttention(Reader &reader,
                   "expected a number > 0, got " + formatNumber(*eps));
     out.gateEps = *eps;
   }
+  readMambaGate(reader, layer, path, out);
   return out;
 }
 

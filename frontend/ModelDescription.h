@@ -106,6 +106,17 @@ struct LinearAttentionLayer {
   OutputGate outputGate = OutputGate::None;
   std::optional<double> scale; ///< null: 1/sqrt(k_dim)
   double gateEps = 1e-6;
+  /// Mamba2's gated RMSNorm (beyond SPEC): `"gate_groups": N` normalizes N
+  /// groups of a token's num_v_heads * v_dim features (whole heads or part
+  /// of one) and takes a weight per feature of the token, w [num_v_heads *
+  /// v_dim]; absent, the gate is per head with w [v_dim].
+  std::optional<int64_t> gateGroups;
+  /// `"norm_before_gate": false`: the norm is of o act(z) (Mamba2's order).
+  bool normBeforeGate = true;
+  /// `"skip": true`: Mamba2's skip D x, added to o before the gate; the
+  /// entries take x (shaped as o) and D [num_v_heads] after their other
+  /// inputs.
+  bool skip = false;
   /// SPEC §10: the layer also verifies draft trees (its .tree entry).
   bool tree = false;
   /// SPEC §8 `"layout": {"ragged": true}`: the main entry takes a ragged

@@ -766,8 +766,27 @@ private:
                                Float32Type::get(context)));
     if (layer.outputGate != OutputGate::None) {
       entry.arg("z", rows(layer.numVHeads, layer.vDim));
-      entry.arg("w", tensor({layer.vDim}, element));
+      entry.arg("w", gateWeight(layer));
     }
+    declareSkipInputs(entry, layer, rows(layer.numVHeads, layer.vDim));
+  }
+
+  /// The gate's weight: [v_dim] per head, or Mamba2's [num_v_heads * v_dim]
+  /// with gate_groups.
+  RankedTensorType gateWeight(const LinearAttentionLayer &layer) {
+    return tensor(
+        {layer.gateGroups ? layer.numVHeads * layer.vDim : layer.vDim},
+        element);
+  }
+
+  /// Mamba2's skip D x (beyond SPEC), after every other input: x shaped as
+  /// o, D [num_v_heads].
+  void declareSkipInputs(EntryBuilder &entry, const LinearAttentionLayer &layer,
+                         RankedTensorType outputType) {
+    if (!layer.skip)
+      return;
+    entry.arg("x", outputType);
+    entry.arg("D", tensor({layer.numVHeads}, element));
   }
 
   /// <layer> over a ragged batch (SPEC §8): q, k, v (+ g) (+ beta),
@@ -795,9 +814,10 @@ private:
     entry.arg("state_idx", tensor({kDyn}, i32()));
     if (layer.outputGate != OutputGate::None) {
       entry.arg("z", packed(layer.numVHeads, layer.vDim));
-      entry.arg("w", tensor({layer.vDim}, element));
+      entry.arg("w", gateWeight(layer));
     }
     entry.arg("cu_seqlens", tensor({kDyn}, i32()));
+    declareSkipInputs(entry, layer, packed(layer.numVHeads, layer.vDim));
     entry.beginBody();
     auto optional = [&](StringRef name) {
       return entry.has(name) ? entry[name] : Value();
@@ -987,9 +1007,15 @@ private:
         context, layer.outputGate == OutputGate::RmsNormSigmoid
                      ? GateActivation::Sigmoid
                      : GateActivation::Silu);
+    IntegerAttr groupSize;
+    if (layer.gateGroups)
+      groupSize = builder.getI64IntegerAttr(layer.numVHeads * layer.vDim /
+                                            *layer.gateGroups);
     return RmsNormGateOp::create(
         builder, builder.getUnknownLoc(), o, entry["z"], entry["w"],
-        builder.getF64FloatAttr(layer.gateEps), activation);
+        layer.skip ? entry["x"] : Value(), layer.skip ? entry["D"] : Value(),
+        builder.getF64FloatAttr(layer.gateEps), activation, groupSize,
+        builder.getBoolAttr(layer.normBeforeGate));
   }
 
   void addLinearAttention(const LinearAttentionLayer &layer,
@@ -1044,6 +1070,7 @@ private:
       EntryBuilder entry(builder, module, layer.name + ".commit");
       LinearAttentionLayer ungated = layer;
       ungated.outputGate = OutputGate::None;
+      ungated.skip = false;
       declareRecurrenceInputs(entry, ungated,
                               {{"path", tensor({kDyn, kDyn}, i32())},
                                {"length", tensor({kDyn}, i32())}});

@@ -211,6 +211,17 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     return emit(rows, [&](OpBuilder &builder, TypeRange types) {
       return buildSelectTopPKernel(builder, loc, name, select, tiling, types);
     });
+  if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
+    // A workgroup per row (RmsNormGateShape) of each token.
+    RmsNormGateShape shape = RmsNormGateShape::get(gate);
+    Value o = bindings[0];
+    Value tokens = shape.packed ? m.dim(o, 0) : m.mul(m.dim(o, 0), m.dim(o, 2));
+    return emit(m.mul(tokens, m.index(shape.rowsPerToken())),
+                [&](OpBuilder &builder, TypeRange types) {
+                  return buildRmsNormGateKernel(builder, loc, name, shape,
+                                                tiling, types);
+                });
+  }
   if (isa<PathStepsOp>(op))
     // A workgroup per (batch, head, step).
     return emit(m.mul(m.mul(m.dim(bindings[0], 0),

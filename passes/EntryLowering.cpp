@@ -50,7 +50,7 @@ public:
         uniteLeading(slice.getSource(), slice.getResult(), rank - 1);
         return WalkResult::advance();
       }
-      addSelectionOrTree(op);
+      addKernelOp(op);
       return WalkResult::advance();
     });
     return failure(result.wasInterrupted());
@@ -183,8 +183,8 @@ private:
       unite({q, 2}, {selection, 2}, "Lq");
   }
 
-  /// The shape relations of the ops around sparse and tree attention.
-  void addSelectionOrTree(Operation *op) {
+  /// The shape relations of the ops with kernels of their own (isKernelOp).
+  void addKernelOp(Operation *op) {
     if (auto meta = dyn_cast<BlockMetaOp>(op); meta && meta.getPageTable()) {
       // kmeta_pages [NP, 2, Hkv, D] of a cache [NP, P, Hkv, D].
       unite({meta.getKey(), 0}, {meta.getMeta(), 0}, "NP");
@@ -243,6 +243,13 @@ private:
         uniteLeading(tokens, tree, 2);
       unite({tokens, 0}, {accept.getLength(), 0});
       unite({tokens, 0}, {accept.getBonus(), 0});
+    } else if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
+      Value output = gate.getOutput();
+      const int64_t rank = gate.getOutput().getType().getRank();
+      uniteLeading(output, gate.getZ(), rank);
+      if (Value skipInput = gate.getSkipInput())
+        uniteLeading(output, skipInput, rank);
+      uniteLeading(output, gate.getResult(), rank);
     } else if (auto steps = dyn_cast<PathStepsOp>(op)) {
       Value input = steps.getInput(), result = steps.getResult();
       nameRole({input, 0}, "B");
@@ -541,7 +548,7 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
-    if (isSelectionOrTreeOp(&op))
+    if (isKernelOp(&op))
       continue;
     return op.emitError() << "no " << target << " lowering for '"
                           << op.getName() << "' yet";
@@ -771,9 +778,9 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
   return s;
 }
 
-bool EntryLowering::isSelectionOrTreeOp(Operation *op) {
+bool EntryLowering::isKernelOp(Operation *op) {
   return isa<BlockMetaOp, SelectTopKOp, SelectTopPOp, TreeAcceptOp, KvCompactOp,
-             PathStepsOp, KvAppendOp>(op);
+             PathStepsOp, KvAppendOp, RmsNormGateOp>(op);
 }
 
 void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
@@ -895,6 +902,15 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     buffers.map(append.getNewKeyCache(), buffers.lookup(append.getKeyCache()));
     if (Value valueCache = append.getValueCache())
       buffers.map(append.getNewValueCache(), buffers.lookup(valueCache));
+  } else if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
+    // output, z, weight -> result, shaped as the output ([B, H, L, Dv] or
+    // packed [T, H, Dv]); the entry's signature checked z against it.
+    bindOperands(gate->getOperands());
+    Value output = bindings[0];
+    SmallVector<Value> sizes{m.dim(output, 0)};
+    if (gate.getOutput().getType().getRank() == 4)
+      sizes.push_back(m.dim(output, 2));
+    bindResult(gate.getResult(), sizes);
   } else if (auto steps = dyn_cast<PathStepsOp>(op)) {
     bindOperands(steps->getOperands());
     Value input = bindings[0], path = bindings[1];

@@ -81,14 +81,15 @@ protected:
                                      AttentionOpInterface op) = 0;
   virtual LogicalResult lowerRecurrence(ImplicitLocOpBuilder &b,
                                         AttentionOpInterface op) = 0;
-  /// Dispatches the kernels of `op`, one of the ops of SPEC §1.3-1.4 that
-  /// are not attention (block_meta, select_topk, select_topp, tree_accept,
-  /// kv_compact), at `b`. lowerOp has bound its buffers and checked its
-  /// sizes: `bindings` are its operands' buffers, then its results'
-  /// (select_topk: q, meta, a [key_length x 0] buffer that carries the key
-  /// length, blocks).
-  /// block_meta over a paged cache: k_cache, the pages' used slots
-  /// (buildPageUseKernel, which lowerOp dispatches first), kmeta_pages.
+  /// Dispatches the kernels of `op`, an op that is not attention but has
+  /// kernels of its own (isKernelOp: SPEC §1.3-1.4's block_meta,
+  /// select_topk, select_topp, tree_accept, kv_compact, path_steps, §8's
+  /// kv_append, and an rmsnorm_gate no recurrence took), at `b`. lowerOp has
+  /// bound its buffers and checked its sizes: `bindings` are its operands'
+  /// buffers, then its results' (select_topk: q, meta, a [key_length x 0]
+  /// buffer that carries the key length, blocks). block_meta over a paged
+  /// cache: k_cache, the pages' used slots (buildPageUseKernel, which lowerOp
+  /// dispatches first), kmeta_pages.
   virtual void dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                           ValueRange bindings) = 0;
   /// The tiling attribute of the target's scalar kernels (one workgroup
@@ -223,8 +224,8 @@ protected:
   IRMapping buffers;
 
 private:
-  /// The ops dispatchOp takes.
-  static bool isSelectionOrTreeOp(Operation *op);
+  /// The ops dispatchOp takes: not attention, with kernels of their own.
+  static bool isKernelOp(Operation *op);
   /// Binds the buffers of such an op, checks its sizes at run time, creates
   /// its results' buffers and calls dispatchOp.
   void lowerOp(ImplicitLocOpBuilder &b, Operation *op);

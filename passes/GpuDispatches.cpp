@@ -470,6 +470,18 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                                            tiling, types);
         });
   }
+  if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
+    // A block per gateRowsPerBlock rows (RmsNormGateShape) of the tokens.
+    RmsNormGateShape shape = RmsNormGateShape::get(gate);
+    Value o = bindings[0];
+    Value tokens = shape.packed ? m.dim(o, 0) : m.mul(m.dim(o, 0), m.dim(o, 2));
+    Value rows = m.mul(tokens, m.index(shape.rowsPerToken()));
+    return dispatchKernel(b, m.ceilDiv(rows, m.index(gateRowsPerBlock(shape))),
+                          all, [&](OpBuilder &builder, TypeRange types) {
+                            return buildSimtRmsNormGateKernel(
+                                builder, loc, name, shape, tiling, types);
+                          });
+  }
   if (isa<PathStepsOp>(op))
     // The scalar kernel of the CPU, a thread per (batch, head, step).
     return dispatchKernel(
@@ -826,15 +838,19 @@ LogicalResult GpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
   }
   DispatchOp::create(b, chunked.getSymName(), simtBlocks, chunkedBindings);
   if (shape.rmsNormGate) {
-    func::FuncOp gate = buildSimtRecurrenceGateKernel(
-        kernelBuilder, op.getLoc(), kernelName("gate"), shape, tiling, types);
-    // A block per kGateRowsPerBlock rows (batch, value head, step), or in
-    // a ragged batch (value head, token).
+    // The gate in place on o, a block per gateRowsPerBlock rows (batch,
+    // value head, step), or in a ragged batch (value head, token).
+    RecurrenceBindings bound(r.bindings, shape);
+    SmallVector<Value> gateBindings{bound.out, bound.z, bound.w, bound.out};
+    RmsNormGateShape gateShape = RmsNormGateShape::get(shape);
+    func::FuncOp gate = buildSimtRmsNormGateKernel(
+        kernelBuilder, op.getLoc(), kernelName("gate"), gateShape, tiling,
+        ValueRange(gateBindings).getTypes());
     Value rows = shape.ragged ? m.mul(m.index(shape.numValueHeads), r.length)
                               : m.mul(heads, r.length);
     DispatchOp::create(b, gate.getSymName(),
-                       m.ceilDiv(rows, m.index(kGateRowsPerBlock)),
-                       r.bindings);
+                       m.ceilDiv(rows, m.index(gateRowsPerBlock(gateShape))),
+                       gateBindings);
   }
   return success();
 }

@@ -48,6 +48,8 @@ const char *const kBatchDims[] = {"B"};
 const char *const kRowDims[] = {"B", "H", "L", "Dv"};
 const char *const kRowGateDims[] = {"B", "H", "L", "Dv or 1"};
 const char *const kFeatureDims[] = {"Dv"};
+const char *const kWeightDims[] = {"Dv or H*Dv"};
+const char *const kSkipScaleDims[] = {"H"};
 const char *const kRecQueryDims[] = {"B", "Hk", "L", "Dk"};
 const char *const kRecValueDims[] = {"B", "Hv", "L", "Dv"};
 const char *const kRecScalarGateDims[] = {"B", "Hv", "L"};
@@ -1645,7 +1647,8 @@ static FailureOr<Operation *> fuseRmsNormGate(RecurrenceOp op,
                                               RewriterBase &rewriter,
                                               EpilogueOpInterface epilogue) {
   auto gate = llvm::dyn_cast<RmsNormGateOp>(epilogue.getOperation());
-  if (!gate || op.getGateZ())
+  // Groups spanning heads, or a weight per head, take their own kernel.
+  if (!gate || !gate.isPerHeadForm() || op.getGateZ())
     return failure();
   auto fused = llvm::cast<RecurrenceOp>(rewriter.clone(*op.getOperation()));
   rewriter.modifyOpInPlace(fused, [&] {
@@ -1755,25 +1758,81 @@ LogicalResult RmsNormGateOp::verify() {
   ArrayRef<const char *> rowDims = packed ? ArrayRef(kRowsDims) : kRowDims;
   NamedTensor o = named("output", getOutput(), rowDims);
   NamedTensor z = named("z", getZ(), rowDims);
-  NamedTensor w = named("weight", getWeight(), kFeatureDims);
+  NamedTensor w = named("weight", getWeight(), kWeightDims);
   for (const NamedTensor *t : {&o, &z, &w})
     if (failed(checkRank(emit, *t)))
       return failure();
   for (unsigned d = 0; d < rowDims.size(); ++d)
     if (failed(checkSameDim(emit, z, d, o, d)))
       return failure();
-  if (failed(checkSameDim(emit, w, 0, o, rowDims.size() - 1)))
-    return failure();
+  if (!getSkipInput() != !getSkipScale())
+    return emitOpError() << "'skip' takes both the input x and the scale d";
+  if (getSkipInput()) {
+    NamedTensor x = named("skip input", getSkipInput(), rowDims);
+    NamedTensor scale = named("skip scale", getSkipScale(), kSkipScaleDims);
+    if (failed(checkRank(emit, x)) || failed(checkRank(emit, scale)) ||
+        failed(checkSameDim(emit, scale, 0, o, 1)))
+      return failure();
+    for (unsigned d = 0; d < rowDims.size(); ++d)
+      if (failed(checkSameDim(emit, x, d, o, d)))
+        return failure();
+  }
   double eps = getEps().convertToDouble();
   if (!(eps > 0.0))
     return emitOpError() << "'eps' must be > 0, got " << eps;
+  const int64_t headFeatures = getHeadFeatures();
+  const int64_t tokenFeatures = getTokenFeatures();
+  const int64_t weightSize = getWeight().getType().getDimSize(0);
+  if (ShapedType::isDynamic(headFeatures) ||
+      ShapedType::isDynamic(tokenFeatures) || ShapedType::isDynamic(weightSize))
+    return emitOpError() << "needs static head counts and feature sizes "
+                            "(H, Dv and the weight's size)";
+  if (weightSize != headFeatures && weightSize != tokenFeatures)
+    return emitOpError() << "'weight' must hold a head's " << headFeatures
+                         << " features (Dv) or a token's " << tokenFeatures
+                         << " (H * Dv), got " << weightSize;
+  const int64_t group = getGroupFeatures();
+  if (group < 1 || tokenFeatures % group != 0 ||
+      (headFeatures % group != 0 && group % headFeatures != 0))
+    return emitOpError()
+           << "'group_size' must divide a token's " << tokenFeatures
+           << " features (H * Dv) and be a divisor or a multiple of a "
+              "head's "
+           << headFeatures << " (Dv), got " << group;
   return success();
+}
+
+int64_t RmsNormGateOp::getHeadFeatures() {
+  auto type = getOutput().getType();
+  return type.getDimSize(type.getRank() - 1);
+}
+
+int64_t RmsNormGateOp::getTokenFeatures() {
+  auto type = getOutput().getType();
+  const int64_t heads = type.getDimSize(1);
+  const int64_t features = getHeadFeatures();
+  if (ShapedType::isDynamic(heads) || ShapedType::isDynamic(features))
+    return ShapedType::kDynamic;
+  return heads * features;
+}
+
+int64_t RmsNormGateOp::getGroupFeatures() {
+  return getGroupSize().value_or(getHeadFeatures());
+}
+
+bool RmsNormGateOp::isPerHeadForm() {
+  return getGroupFeatures() == getHeadFeatures() && getNormBeforeGate() &&
+         getWeight().getType().getDimSize(0) == getHeadFeatures() &&
+         !getSkipInput();
 }
 
 Value RmsNormGateOp::getEpilogueInput() { return getOutput(); }
 Epilogue RmsNormGateOp::getEpilogueKind() { return Epilogue::RmsNormSiluGate; }
 SmallVector<Value> RmsNormGateOp::getEpilogueParameters() {
-  return {getZ(), getWeight()};
+  SmallVector<Value> parameters{getZ(), getWeight()};
+  if (getSkipInput())
+    parameters.append({getSkipInput(), getSkipScale()});
+  return parameters;
 }
 
 //===----------------------------------------------------------------------===//

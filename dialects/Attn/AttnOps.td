@@ -754,16 +754,30 @@ def Attn_TreeRecurrenceOp : Attn_PureOp<"tree_recurrence", [
 }
 
 def Attn_RmsNormGateOp : Attn_PureOp<"rmsnorm_gate", [SameOperandsElementType,
+    AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Attn_EpilogueOpInterface>]> {
-  let summary = "rmsnorm output gate (Qwen3-Next, Mamba2, Kimi Linear)";
+  let summary = "rmsnorm output gate (Qwen3-Next, Kimi Linear, Mamba2)";
   let description = [{
-    Per head vector of `Dv` features:
+    Per head vector of `Dv` features (the default):
     `result = (output / sqrt(mean(output^2) + eps)) * weight * act(z)`, with
-    `output` and `z` `[B, H, L, Dv]`, `weight [Dv]` and `act` the
-    `activation`: `silu` (Qwen3-Next's Gated DeltaNet, Mamba2; the default)
-    or `sigmoid` (Kimi Linear's KDA). Fusion folds it into the epilogue of
-    the `attn.linear_recurrence` that produces `output`, whose
-    `gate_activation` it becomes.
+    `output` and `z` `[B, H, L, Dv]` (or packed `[T, H, Dv]`), `weight
+    [Dv]` and `act` the `activation`: `silu` (Qwen3-Next's Gated DeltaNet;
+    the default) or `sigmoid` (Kimi Linear's KDA). Fusion folds this form
+    into the epilogue of the `attn.linear_recurrence` that produces
+    `output`, whose `gate_activation` it becomes.
+
+    Mamba2's gated RMSNorm (mamba_ssm's `RMSNormGated`) normalizes groups
+    of features that may span heads, and may gate first:
+    `group_size` features of a token's `H * Dv` (its heads' vectors one
+    after another) form a group, which must be whole heads or part of one
+    (a divisor of `H * Dv` that divides `Dv` or is a multiple of it);
+    `norm_before_gate = false` normalizes `output * act(z)` instead of
+    `output`; `weight` is `[Dv]` (shared by the heads) or `[H * Dv]` (a
+    weight per feature of the token, as Mamba2's `norm.weight`). With
+    `skip(%x, %d)` (`x` shaped as `output`, `d [H]`) the gate takes
+    `output + d[h] x` in place of `output`: Mamba2's skip `D x`, which comes
+    before its norm. A gate of any of these forms runs as its own kernel
+    after the recurrence.
 
     ```mlir
     %r = attn.rmsnorm_gate %o, %z, %w {eps = 1.0e-6}
@@ -771,17 +785,40 @@ def Attn_RmsNormGateOp : Attn_PureOp<"rmsnorm_gate", [SameOperandsElementType,
     %s = attn.rmsnorm_gate %o, %z, %w
         {activation = #attn.gate_activation<sigmoid>, eps = 1.0e-5}
         : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>, tensor<64xf32>
+    // Nemotron-H's: 128 heads of 64 in 8 groups, gated first, after the
+    // skip D x.
+    %m = attn.rmsnorm_gate %o, %z, %w skip(%x, %d : tensor<?x128x?x64xf32>,
+        tensor<128xf32>) {eps = 1.0e-5, group_size = 1024,
+        norm_before_gate = false}
+        : tensor<?x128x?x64xf32>, tensor<?x128x?x64xf32>, tensor<8192xf32>
     ```
   }];
   let arguments = (ins Attn_FloatTensor:$output, Attn_FloatTensor:$z,
                        Attn_FloatTensor:$weight,
+                       Optional<Attn_FloatTensor>:$skip_input,
+                       Optional<Attn_FloatTensor>:$skip_scale,
                        DefaultValuedAttr<F64Attr, "1.0e-6">:$eps,
                        DefaultValuedAttr<Attn_GateActivationAttr,
-                           "::mlir::attn::GateActivation::Silu">:$activation);
+                           "::mlir::attn::GateActivation::Silu">:$activation,
+                       OptionalAttr<I64Attr>:$group_size,
+                       DefaultValuedAttr<BoolAttr, "true">:$norm_before_gate);
   let results = (outs Attn_FloatTensor:$result);
   let assemblyFormat = [{
-    $output `,` $z `,` $weight attr-dict `:` type($output) `,` type($z) `,`
-    type($weight)
+    $output `,` $z `,` $weight
+    (`skip` `(` $skip_input^ `,` $skip_scale `:` type($skip_input) `,`
+      type($skip_scale) `)`)?
+    attr-dict `:` type($output) `,` type($z) `,` type($weight)
+  }];
+  let extraClassDeclaration = [{
+    /// The features of a head (Dv) and of a token (H * Dv).
+    int64_t getHeadFeatures();
+    int64_t getTokenFeatures();
+    /// The features a norm sums over: group_size, else a head's.
+    int64_t getGroupFeatures();
+    /// Whether this is the per-head form the recurrence kernels fuse: groups
+    /// of one head, normalized before the gate, one weight for every head,
+    /// no skip.
+    bool isPerHeadForm();
   }];
 }
 

@@ -278,6 +278,31 @@ LinearRecurrenceShape::get(AttentionOpInterface op, StringRef target) {
   return shape;
 }
 
+RmsNormGateShape RmsNormGateShape::get(RmsNormGateOp op) {
+  RmsNormGateShape shape;
+  shape.heads = op.getOutput().getType().getDimSize(1);
+  shape.headFeatures = op.getHeadFeatures();
+  shape.groupFeatures = op.getGroupFeatures();
+  shape.packed = op.getOutput().getType().getRank() == 3;
+  shape.normBeforeGate = op.getNormBeforeGate();
+  shape.weightPerToken =
+      op.getWeight().getType().getDimSize(0) != shape.headFeatures;
+  shape.skip = static_cast<bool>(op.getSkipInput());
+  shape.activation = op.getActivation();
+  shape.epsilon = op.getEps().convertToDouble();
+  return shape;
+}
+
+RmsNormGateShape RmsNormGateShape::get(const LinearRecurrenceShape &shape) {
+  RmsNormGateShape gate;
+  gate.heads = shape.numValueHeads;
+  gate.headFeatures = gate.groupFeatures = shape.valueDim;
+  gate.packed = shape.ragged;
+  gate.activation = shape.gateActivation;
+  gate.epsilon = shape.gateEpsilon;
+  return gate;
+}
+
 SmallVector<int64_t>
 LinearRecurrenceShape::stateColumnTiles(const CpuTiling &tiling) const {
   const int64_t W = tiling.vectorWidth, padded = paddedValueDim(W);

@@ -369,13 +369,52 @@ struct LinearRecurrenceShape {
                                               StringRef target = "CPU");
 };
 
+/// An rmsnorm output gate (attn.rmsnorm_gate) as the gate kernels of both
+/// targets take it, over o and z [B, H, L, Dv] or packed [T, H, Dv]: each
+/// group of `groupFeatures` of a token's H * Dv features (whole heads or
+/// part of one) normalized, weighted and gated. The kernels work by rows:
+/// a row is the head vectors one group spans (one head vector where groups
+/// are within a head), so it holds groupsPerRow() groups.
+struct RmsNormGateShape {
+  int64_t heads = 0, headFeatures = 0, groupFeatures = 0;
+  bool packed = false;
+  /// Normalize o, then gate (Qwen3-Next), or normalize o act(z) (Mamba2).
+  bool normBeforeGate = true;
+  /// A weight per feature of the token ([H * Dv]), else per head's ([Dv]).
+  bool weightPerToken = false;
+  /// Mamba2's skip: o + d[h] x normalized in place of o (x and d bound
+  /// after the weight).
+  bool skip = false;
+  GateActivation activation = GateActivation::Silu;
+  double epsilon = 0.0;
+
+  /// Head vectors in a row, and groups in a row.
+  int64_t headsPerRow() const {
+    return std::max<int64_t>(1, groupFeatures / headFeatures);
+  }
+  int64_t groupsPerRow() const {
+    return std::max<int64_t>(1, headFeatures / groupFeatures);
+  }
+  int64_t rowFeatures() const { return headFeatures * headsPerRow(); }
+  /// Rows per token.
+  int64_t rowsPerToken() const { return heads / headsPerRow(); }
+
+  static RmsNormGateShape get(RmsNormGateOp op);
+  /// A recurrence's gate: per head, normalized first, a weight per head's
+  /// feature.
+  static RmsNormGateShape get(const LinearRecurrenceShape &shape);
+};
+
 /// A recurrence kernel's arguments, in binding order (below).
 struct RecurrenceBindings {
   Value q, k, v, g, beta, parents, initialState, slots, offsets, z, w, out,
       finalState, workgroup;
 
-  RecurrenceBindings(func::FuncOp func, const LinearRecurrenceShape &shape) {
-    auto args = func.getArguments();
+  RecurrenceBindings(func::FuncOp func, const LinearRecurrenceShape &shape)
+      : RecurrenceBindings(ValueRange(func.getArguments()), shape) {}
+  /// The same over a dispatch's bindings (which have no workgroup: it is
+  /// then the last binding, and meaningless).
+  RecurrenceBindings(ValueRange args, const LinearRecurrenceShape &shape) {
     unsigned next = 0;
     q = args[next++];
     k = args[next++];

@@ -254,3 +254,26 @@ func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
       : tensor<?x6x?x16xf32>, tensor<?x1x?x16xf32>, tensor<?x1x?x20xf32>
   return %o : tensor<?x6x?x20xf32>
 }
+
+// -----
+
+// An rmsnorm gate no recurrence took (Mamba2's: groups of two heads, the
+// gate first) is a kernel of its own, a workgroup per row (the two head
+// vectors of a group) of each token: B x L tokens of 6 / 2 = 3 rows.
+// CHECK-LABEL: func.func private @gate__rmsnorm_gate0(
+// CHECK-SAME:    attributes {attn.kernel = "rmsnorm_gate"
+// CHECK-LABEL: func.func @gate(
+// CHECK-SAME:    %[[O:[^:]+]]: memref<?x6x?x8xf32> {attn.name = "o", attn.shape = ["N0", 6, "N1", 8]}
+// CHECK-SAME:    %[[R:[^:]+]]: memref<?x6x?x8xf32> {attn.name = "r", attn.shape = ["N0", 6, "N1", 8]}
+// CHECK:         %[[C3:.+]] = arith.constant 3 : index
+// CHECK-NEXT:    %[[ROWS:.+]] = arith.muli %{{.+}}, %[[C3]] : index
+// CHECK-NEXT:    attn_kernel.dispatch @gate__rmsnorm_gate0 workgroups(%[[ROWS]]) bindings(%[[O]], %{{.+}}, %{{.+}}, %[[R]])
+func.func @gate(%o: tensor<?x6x?x8xf32> {attn.name = "o"},
+                %z: tensor<?x6x?x8xf32> {attn.name = "z"},
+                %w: tensor<48xf32> {attn.name = "w"})
+    -> (tensor<?x6x?x8xf32> {attn.name = "r"}) {
+  %r = attn.rmsnorm_gate %o, %z, %w
+      {eps = 1.0e-5, group_size = 16, norm_before_gate = false}
+      : tensor<?x6x?x8xf32>, tensor<?x6x?x8xf32>, tensor<48xf32>
+  return %r : tensor<?x6x?x8xf32>
+}

@@ -76,6 +76,37 @@ func.func @recurrence_rmsnorm_gate(%q: tensor<?x4x?x64xf32>,
 
 // -----
 
+// Mamba2's gated RMSNorm stays an op of its own (its kernel runs after the
+// recurrence's): groups spanning heads, the gate first, a weight per
+// feature of the token. So does the per-head form with a weight per head.
+// CHECK-LABEL: func @grouped_rmsnorm_gate_not_fused
+// CHECK: %[[O:.+]], %{{.+}} = attn.linear_recurrence decay
+// CHECK-NOT: output_gate
+// CHECK: attn.rmsnorm_gate %[[O]], %{{.+}}, %{{.+}} {eps = 1.000000e-05 : f64, group_size = 64 : i64, norm_before_gate = false}
+// CHECK: %[[P:.+]], %{{.+}} = attn.linear_recurrence decay
+// CHECK-NOT: output_gate
+// CHECK: attn.rmsnorm_gate %[[P]], %{{.+}}, %{{.+}} : tensor<?x8x?x32xf32>, tensor<?x8x?x32xf32>, tensor<256xf32>
+func.func @grouped_rmsnorm_gate_not_fused(%q: tensor<?x1x?x64xf32>,
+    %k: tensor<?x1x?x64xf32>, %v: tensor<?x8x?x32xf32>,
+    %g: tensor<?x8x?xf32>, %s0: tensor<?x8x64x32xf32>,
+    %z: tensor<?x8x?x32xf32>, %w: tensor<256xf32>)
+    -> (tensor<?x8x?x32xf32>, tensor<?x8x?x32xf32>) {
+  %o, %s = attn.linear_recurrence decay %q, %k, %v
+      decay(%g : tensor<?x8x?xf32>) state(%s0 : tensor<?x8x64x32xf32>)
+      : tensor<?x1x?x64xf32>, tensor<?x1x?x64xf32>, tensor<?x8x?x32xf32>
+  %r = attn.rmsnorm_gate %o, %z, %w
+      {eps = 1.0e-5, group_size = 64, norm_before_gate = false}
+      : tensor<?x8x?x32xf32>, tensor<?x8x?x32xf32>, tensor<256xf32>
+  %p, %t = attn.linear_recurrence decay %q, %k, %v
+      decay(%g : tensor<?x8x?xf32>) state(%s0 : tensor<?x8x64x32xf32>)
+      : tensor<?x1x?x64xf32>, tensor<?x1x?x64xf32>, tensor<?x8x?x32xf32>
+  %u = attn.rmsnorm_gate %p, %z, %w
+      : tensor<?x8x?x32xf32>, tensor<?x8x?x32xf32>, tensor<256xf32>
+  return %r, %u : tensor<?x8x?x32xf32>, tensor<?x8x?x32xf32>
+}
+
+// -----
+
 // Kimi Linear's sigmoid gate on a kda recurrence: its activation travels
 // along with its eps.
 // CHECK-LABEL: func @kda_rmsnorm_sigmoid_gate

@@ -455,22 +455,23 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         } {attn.threads}
 // CHECK-NOT:     attn.threads
 // CHECK:         return
-// The gate: a block per 16 rows, whose indices are divided out once per
-// row; its rows of o (%arg8) and z (%arg6) and the weights (%arg7) copied
-// as stored, all before one wait; 8 partial sums of squares a row, then
-// their sum.
+// The gate (attn.rmsnorm_gate's kernel, bound to o, z, w and o again: in
+// place): a block per 16 rows, whose indices are divided out once per row;
+// its rows of o (%arg0) and z (%arg1) and the weights (%arg2) copied as
+// stored, all before one wait; 8 partial sums of squares a row, then their
+// sum.
 // CHECK-LABEL: func.func private @gdn__gate5
 // CHECK-SAME:    attn.block_kernel
-// CHECK-SAME:    attn.kernel = "gate"
+// CHECK-SAME:    attn.kernel = "rmsnorm_gate"
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x3xi64>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x28xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x28xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<1x24xf32>
 // CHECK:         %[[PARTIAL:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x8xf32>
 // CHECK:         } {attn.threads}
-// CHECK:         attn_kernel.async_copy %arg8[{{.+}}] if(%{{.+}}) elements(4)
-// CHECK:         attn_kernel.async_copy %arg6[{{.+}}] if(%{{.+}}) elements(4)
-// CHECK:         attn_kernel.async_copy %arg7[{{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         attn_kernel.async_copy %arg0[{{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         attn_kernel.async_copy %arg1[{{.+}}] if(%{{.+}}) elements(4)
+// CHECK:         attn_kernel.async_copy %arg2[{{.+}}] if(%{{.+}}) elements(4)
 // CHECK:         attn_kernel.async_wait
 // CHECK:         } {attn.threads}
 // CHECK:         memref.store %{{.+}}, %[[PARTIAL]]

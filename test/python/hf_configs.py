@@ -244,10 +244,31 @@ def ssd_minimal_discrete(X, A, Bm, Cm, block, s0):
     return (Y_diag + Y_off).reshape(b, l, h, p), final
 
 
-def check_mamba(m, name, heads, groups, head_dim, state, batch, steps):
+def mamba_norm(y, z, w, groups, eps, norm_before_gate):
+    """The gated RMSNorm ending a Mamba2 mixer over y, z [batch, steps,
+    heads, head_dim], as mamba_ssm's rmsnorm_fn and transformers'
+    MambaRMSNormGated / FalconH1RMSNormGated compute it: the heads' features
+    of a token in `groups` groups, gated by silu(z) before the norm or
+    after it, weighted per feature."""
+    shape = y.shape
+    y, z = (a.reshape(shape[0], shape[1], -1) for a in (y, z))
+    silu = z / (1.0 + np.exp(-z))
+    if not norm_before_gate:
+        y = y * silu
+    g = y.reshape(shape[0], shape[1], groups, -1)
+    g = g / np.sqrt((g ** 2).mean(-1, keepdims=True) + eps)
+    y = g.reshape(y.shape) * w
+    if norm_before_gate:
+        y = y * silu
+    return y.reshape(shape)
+
+
+def check_mamba(m, name, heads, groups, head_dim, state, batch, steps,
+                norm=None):
     """m's mamba entry of `heads` heads of `head_dim`, `groups` groups of
     `state`, against ssd_minimal_discrete on `batch` sequences of `steps`
-    tokens from a random state."""
+    tokens from a random state; with `norm` (its epsilon and whether it
+    comes before the gate), then the skip D x and the gated RMSNorm."""
     x = rng.standard_normal((batch, steps, heads, head_dim))
     dt = np.log1p(np.exp(rng.standard_normal((batch, steps, heads)) - 2.0
                          + rng.uniform(-1, 1, heads)))  # softplus(raw + bias)
@@ -265,12 +286,19 @@ def check_mamba(m, name, heads, groups, head_dim, state, batch, steps):
     y, final = ssd_minimal_discrete(pad(x * dt[..., None]), pad(dt * A),
                                     pad(per_head(Bg)), pad(per_head(Cg)), 32,
                                     s0)
-    o, s = m["mamba"](heads_first(Cg), heads_first(Bg),
-                      heads_first(x * dt[..., None]),
-                      heads_first((dt * A)[..., None])[..., 0],
-                      np.ascontiguousarray(
-                          s0.transpose(0, 1, 3, 2)).astype(np.float32))
-    want = np.moveaxis(y[:, :steps], 1, 2)
+    y = y[:, :steps]
+    inputs = [heads_first(Cg), heads_first(Bg), heads_first(x * dt[..., None]),
+              heads_first((dt * A)[..., None])[..., 0],
+              np.ascontiguousarray(s0.transpose(0, 1, 3, 2)).astype(np.float32)]
+    if norm is not None:
+        z = rng.standard_normal((batch, steps, heads, head_dim))
+        w = rng.uniform(0.5, 1.5, heads * head_dim)
+        D = rng.uniform(-1, 1, heads)
+        y = mamba_norm(y + D[:, None] * x, z, w, groups, *norm)
+        inputs += [heads_first(z), w.astype(np.float32), heads_first(x),
+                   D.astype(np.float32)]
+    o, s = m["mamba"](*inputs)
+    want = np.moveaxis(y, 1, 2)
     err = np.abs(o - want).max() / np.abs(want).max()
     assert err < 1e-4, (name, err)
     want = final.transpose(0, 1, 3, 2)
@@ -298,7 +326,7 @@ config.update(num_heads=6, n_groups=2)  # one tensor-parallel rank's
 m = attn.compile(config)
 assert m.entries == ["mamba"], m.entries
 check_mamba(m, "mamba2:mamba", 6, 2, config["head_dim"], config["state_size"],
-            batch=2, steps=75)
+            batch=2, steps=75, norm=(config["layer_norm_epsilon"], False))
 checked += ["mamba2:mamba"]
 
 # Nemotron-H: its Mamba2 mixers as above, its attention layers as
@@ -309,7 +337,8 @@ config.update(mamba_num_heads=4, n_groups=2, num_attention_heads=4,
 m = attn.compile(config)
 assert m.entries == ["mamba", "full_attention"], m.entries
 check_mamba(m, "nemotron-h:mamba", 4, 2, config["mamba_head_dim"],
-            config["ssm_state_size"], batch=1, steps=40)
+            config["ssm_state_size"], batch=1, steps=40,
+            norm=(config["layer_norm_epsilon"], False))
 check_gqa(m, "nemotron-h:full_attention", 4, 2, 128, 128 ** -0.5)
 checked += ["nemotron-h:mamba", "nemotron-h:full_attention"]
 
@@ -322,7 +351,8 @@ config.update(mamba_n_heads=4, num_attention_heads=4,
 m = attn.compile(config)
 assert m.entries == ["mamba", "full_attention"], m.entries
 check_mamba(m, "granite-4.0-h:mamba", 4, 1, config["mamba_d_head"],
-            config["mamba_d_state"], batch=2, steps=37)
+            config["mamba_d_state"], batch=2, steps=37,
+            norm=(config["rms_norm_eps"], False))
 check_gqa(m, "granite-4.0-h:full_attention", 4, 2, 128,
           config["attention_multiplier"])
 checked += ["granite-4.0-h:mamba", "granite-4.0-h:full_attention"]
@@ -333,15 +363,22 @@ config = json.load(open(example("test", "attnc", "Inputs", "bamba.json")))
 config.update(mamba_n_heads=8, mamba_n_groups=2)
 m = attn.compile(config)
 assert m.entries == ["mamba", "full_attention"], m.entries
-check_mamba(m, "bamba:mamba", 8, 2, 64, 128, batch=1, steps=70)
+check_mamba(m, "bamba:mamba", 8, 2, 64, 128, batch=1, steps=70,
+            norm=(config["rms_norm_eps"], False))
 check_gqa(m, "bamba:full_attention", 32, 8, 128, 128 ** -0.5)
 config = json.load(open(example("test", "attnc", "Inputs", "falcon-h1.json")))
 m = attn.compile(config)
 assert m.entries == ["mamba", "full_attention"], m.entries
 check_mamba(m, "falcon-h1:mamba", 24, 1, 1536 // 24, 128, batch=1, steps=33)
+# With mamba_rms_norm, its mixer ends as the others', normalized first by
+# default (mamba_norm_before_gate).
+config.update(mamba_rms_norm=True, mamba_n_groups=2)
+m = attn.compile(config)
+check_mamba(m, "falcon-h1-norm:mamba", 24, 2, 1536 // 24, 128, batch=2,
+            steps=20, norm=(config["rms_norm_eps"], True))
 check_gqa(m, "falcon-h1:full_attention", 8, 2, 64, 64 ** -0.5)
 checked += ["bamba:mamba", "bamba:full_attention", "falcon-h1:mamba",
-            "falcon-h1:full_attention"]
+            "falcon-h1-norm:mamba", "falcon-h1:full_attention"]
 
-assert len(checked) == 29, checked
+assert len(checked) == 30, checked
 print("hf configs:", ", ".join(checked))

@@ -535,6 +535,37 @@ Tensor rmsNormGate(const Tensor &o, const Tensor &z, const Tensor &w,
   return result;
 }
 
+Tensor groupedRmsNormGate(const Tensor &o, const Tensor &z, const Tensor &w,
+                          int64_t groupSize, bool normBeforeGate, double eps,
+                          GateActivation activation) {
+  Tensor result = o;
+  const int64_t H = o.dim(1), Dv = o.dim(3);
+  auto act = [&](double x) {
+    return activation == GateActivation::Sigmoid ? sigmoid(x) : x * sigmoid(x);
+  };
+  for (int64_t b = 0; b < o.dim(0); ++b)
+    for (int64_t l = 0; l < o.dim(2); ++l)
+      for (int64_t first = 0; first < H * Dv; first += groupSize) {
+        // Feature f of the token is feature f % Dv of head f / Dv.
+        auto x = [&](int64_t f) {
+          const double value = o(b, f / Dv, l, f % Dv);
+          return normBeforeGate ? value : value * act(z(b, f / Dv, l, f % Dv));
+        };
+        double sumSquares = 0.0;
+        for (int64_t f = first; f < first + groupSize; ++f)
+          sumSquares += x(f) * x(f);
+        const double rms = std::sqrt(sumSquares / groupSize + eps);
+        for (int64_t f = first; f < first + groupSize; ++f) {
+          const double weight = w.dim(0) == Dv ? w(f % Dv) : w(f);
+          double y = x(f) / rms * weight;
+          if (normBeforeGate)
+            y *= act(z(b, f / Dv, l, f % Dv));
+          result(b, f / Dv, l, f % Dv) = y;
+        }
+      }
+  return result;
+}
+
 Tensor randomTensor(std::vector<int64_t> shape, std::mt19937_64 &rng, double lo,
                     double hi) {
   std::uniform_real_distribution<double> dist(lo, hi);

@@ -245,6 +245,15 @@ Tensor rmsNormGate(const Tensor &o, const Tensor &z, const Tensor &w,
                    double eps = 1e-6,
                    GateActivation activation = GateActivation::Silu);
 
+/// Mamba2's gated RMSNorm (mamba_ssm's RMSNormGated) over o and z [B, H, L,
+/// Dv]: each token's H * Dv features (its heads' vectors in order) in
+/// groups of `groupSize`, each group normalized, weighted by w ([Dv], or
+/// [H * Dv]: a weight per feature of the token) and gated; with
+/// `normBeforeGate` false the norm is of o act(z) (the gate first).
+Tensor groupedRmsNormGate(const Tensor &o, const Tensor &z, const Tensor &w,
+                          int64_t groupSize, bool normBeforeGate, double eps,
+                          GateActivation activation);
+
 //===----------------------------------------------------------------------===//
 // Test helpers
 //===----------------------------------------------------------------------===//

@@ -886,7 +886,14 @@ TEST(HuggingFaceConfig, NemotronHPatternGivesTheKinds) {
   EXPECT_EQ(mamba.vDim, 64);
   EXPECT_EQ(mamba.scale, 1.0);
   EXPECT_FALSE(mamba.qkL2Norm);
-  EXPECT_EQ(mamba.outputGate, OutputGate::None);
+  // Its mixer ends with the skip D x and the gated RMSNorm, gate first,
+  // over n_groups groups (MambaRMSNormGated's group_size = intermediate /
+  // n_groups), with layer_norm_epsilon.
+  EXPECT_EQ(mamba.outputGate, OutputGate::RmsNormSilu);
+  EXPECT_EQ(mamba.gateGroups, 8);
+  EXPECT_FALSE(mamba.normBeforeGate);
+  EXPECT_TRUE(mamba.skip);
+  EXPECT_EQ(mamba.gateEps, 1e-5);
   const auto &full = std::get<AttentionLayer>(model->layers[1]);
   EXPECT_EQ(full.name, "full_attention");
   EXPECT_EQ(full.numHeads, 32);
@@ -915,6 +922,10 @@ TEST(HuggingFaceConfig, MambaHybridsReadTheirKeys) {
   EXPECT_EQ(mixer.numVHeads, 32);
   EXPECT_EQ(mixer.kDim, 64);
   EXPECT_EQ(mixer.vDim, 64); // 2 x 1024 / 32
+  // Its mixer's norm: GraniteMoeHybridConfig's rms_norm_eps, 1e-6.
+  EXPECT_EQ(mixer.gateEps, 1e-6);
+  EXPECT_EQ(mixer.gateGroups, 1);
+  EXPECT_TRUE(mixer.skip);
   const auto &attention = std::get<AttentionLayer>(granite->layers[1]);
   EXPECT_EQ(attention.name, "full_attention");
   EXPECT_EQ(attention.headDim, 128);
@@ -935,6 +946,26 @@ TEST(HuggingFaceConfig, MambaHybridsReadTheirKeys) {
   // FalconH1Config's mamba_d_ssm of 1024 over 16 heads.
   EXPECT_EQ(std::get<LinearAttentionLayer>(falcon->layers[0]).vDim, 64);
   EXPECT_FALSE(std::get<AttentionLayer>(falcon->layers[1]).scale.has_value());
+  // Without mamba_rms_norm (its default) the mixer gates by silu(z) alone,
+  // which stays with the engine, with D x; with it, normalized first unless
+  // mamba_norm_before_gate says otherwise.
+  const auto &plain = std::get<LinearAttentionLayer>(falcon->layers[0]);
+  EXPECT_EQ(plain.outputGate, OutputGate::None);
+  EXPECT_FALSE(plain.skip);
+  for (auto [json, before] :
+       {std::pair{R"({"model_type": "falcon_h1", "mamba_rms_norm": true})",
+                  true},
+        std::pair{R"({"model_type": "falcon_h1", "mamba_rms_norm": true,
+                      "mamba_norm_before_gate": false})",
+                  false}}) {
+    llvm::Expected<ModelDescription> normed = parseModelInput(json);
+    ASSERT_TRUE(static_cast<bool>(normed))
+        << llvm::toString(normed.takeError());
+    const auto &mixer = std::get<LinearAttentionLayer>(normed->layers[0]);
+    EXPECT_EQ(mixer.outputGate, OutputGate::RmsNormSilu);
+    EXPECT_EQ(mixer.normBeforeGate, before);
+    EXPECT_TRUE(mixer.skip);
+  }
 }
 
 // attn's "speculative" key in a Hugging Face config turns on draft-tree

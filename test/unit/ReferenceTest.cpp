@@ -635,6 +635,27 @@ TEST(RmsNormSilu, ByHand) {
   EXPECT_NEAR(s(0, 0, 0, 1), 4.0 / rms * 0.5 / (1.0 + std::exp(-2.0)), kTight);
 }
 
+TEST(GroupedRmsNormGate, ByHand) {
+  // Two heads of one feature in one group: o = [3, 4] over the heads.
+  Tensor o({1, 2, 1, 1}, {3.0, 4.0}), z({1, 2, 1, 1}, {0.0, 2.0});
+  Tensor w({2}, {1.0, 0.5});
+  const double silu2 = 2.0 / (1.0 + std::exp(-2.0));
+  // Norm first: as rmsNormGate over the token's two features.
+  Tensor r = groupedRmsNormGate(o, z, w, 2, true, 0.0, GateActivation::Silu);
+  const double rms = std::sqrt(12.5);
+  EXPECT_EQ(r(0, 0, 0, 0), 0.0);
+  EXPECT_NEAR(r(0, 1, 0, 0), 4.0 / rms * 0.5 * silu2, kTight);
+  // Gate first: o silu(z) = [0, 4 silu(2)], whose rms is 4 silu(2) / sqrt(2).
+  Tensor g = groupedRmsNormGate(o, z, w, 2, false, 0.0, GateActivation::Silu);
+  EXPECT_EQ(g(0, 0, 0, 0), 0.0);
+  EXPECT_NEAR(g(0, 1, 0, 0), std::sqrt(2.0) * 0.5, kTight);
+  // Groups of one feature: each normalizes to its sign, times its weight.
+  Tensor one = groupedRmsNormGate(o, o, Tensor({1}, {2.0}), 1, false, 0.0,
+                                  GateActivation::Sigmoid);
+  EXPECT_NEAR(one(0, 0, 0, 0), 2.0, kTight);
+  EXPECT_NEAR(one(0, 1, 0, 0), 2.0, kTight);
+}
+
 TEST(Helpers, RelativeErrorCatchesNaNAndScales) {
   Tensor a({2}, {1.0, 2.0}), b({2}, {1.0, 2.5});
   EXPECT_NEAR(maxRelativeError(a, b), 0.5 / 2.5, kTight);

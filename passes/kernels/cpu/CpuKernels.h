@@ -171,6 +171,16 @@ func::FuncOp buildRecurrenceGateKernel(OpBuilder &builder, Location loc,
                                        const CpuTiling &tiling,
                                        TypeRange bindingTypes);
 
+/// attn.rmsnorm_gate on its own (RmsNormGateShape). Bindings: o, z, w,
+/// [x, d], result (o and result [B, H, L, Dv] or packed [T, H, Dv]).
+/// Workgroups:
+/// tokens x shape.rowsPerToken(), a row each.
+func::FuncOp buildRmsNormGateKernel(OpBuilder &builder, Location loc,
+                                    StringRef name,
+                                    const RmsNormGateShape &shape,
+                                    const CpuTiling &tiling,
+                                    TypeRange bindingTypes);
+
 /// The recurrence one step at a time, reading S_init and writing S in
 /// place (decode).
 func::FuncOp buildRecurrentStepKernel(OpBuilder &builder, Location loc,

@@ -716,16 +716,18 @@ func::FuncOp buildSimtMmaRecurrenceKernel(OpBuilder &builder, Location loc,
                                           const GpuTiling &tiling,
                                           TypeRange bindingTypes);
 
-/// Output rows per block of the rmsnorm-silu gate kernel.
-constexpr int64_t kGateRowsPerBlock = 16;
-/// The rmsnorm-silu output gate applied in place to o, a block per
-/// kGateRowsPerBlock rows (batch, value head, step), coalesced. Same
-/// bindings.
-func::FuncOp buildSimtRecurrenceGateKernel(OpBuilder &builder, Location loc,
-                                           StringRef name,
-                                           const LinearRecurrenceShape &shape,
-                                           const GpuTiling &tiling,
-                                           TypeRange bindingTypes);
+/// Rows per block of the rmsnorm gate kernel: 16 head vectors' worth.
+inline int64_t gateRowsPerBlock(const RmsNormGateShape &shape) {
+  return std::max<int64_t>(1, 16 / shape.headsPerRow());
+}
+/// attn.rmsnorm_gate (RmsNormGateShape), also a recurrence's gate after its
+/// kernels (in place: o and result the same buffer). Bindings: o, z, w,
+/// [x, d], result. A block per gateRowsPerBlock rows, coalesced.
+func::FuncOp buildSimtRmsNormGateKernel(OpBuilder &builder, Location loc,
+                                        StringRef name,
+                                        const RmsNormGateShape &shape,
+                                        const GpuTiling &tiling,
+                                        TypeRange bindingTypes);
 
 //===----------------------------------------------------------------------===//
 // Sparsity and trees (SimtSelectionKernels.cpp): thread kernels.

@@ -715,119 +715,175 @@ SimtRecurrenceColumns::choose(const LinearRecurrenceShape &shape,
   return columns;
 }
 
-func::FuncOp mlir::attn::buildSimtRecurrenceGateKernel(
+func::FuncOp mlir::attn::buildSimtRmsNormGateKernel(
     OpBuilder &builder, Location loc, StringRef name,
-    const LinearRecurrenceShape &shape, const GpuTiling &tiling,
+    const RmsNormGateShape &shape, const GpuTiling &tiling,
     TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
   func::FuncOp func = createSimtKernel(builder, loc, name, bindingTypes, tiling,
-                                       "gate");
+                                       "rmsnorm_gate");
   func->setAttr(kBlockKernelAttr, builder.getUnitAttr());
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b, tiling.blockThreads);
-  RecurrenceBindings args(func, shape);
-  const int64_t Dv = shape.valueDim, rowsPerBlock = kGateRowsPerBlock;
+  auto args = func.getArguments();
+  Value output = args[0], zs = args[1], weight = args[2];
+  Value skipInput = shape.skip ? args[3] : Value();
+  Value skipScale = shape.skip ? args[4] : Value();
+  Value result = args[args.size() - 2], workgroup = args.back();
+  const int64_t Dv = shape.headFeatures, G = shape.groupFeatures;
+  const int64_t headsPerRow = shape.headsPerRow();
+  const int64_t groupsPerRow = shape.groupsPerRow();
+  const int64_t rowsPerBlock = gateRowsPerBlock(shape);
+  const int64_t vectors = rowsPerBlock * headsPerRow;
 
-  // Row order (batch, value head, step), the step fastest; in a ragged
-  // batch (value head, token), the token fastest. Block i takes rows
-  // [i R, i R + R).
-  Value length = e.dim(args.out, shape.ragged ? 0 : 2);
-  Value heads = e.index(shape.numValueHeads);
-  Value sequences = shape.ragged ? e.index(1) : e.dim(args.out, 0);
-  Value firstRow = e.mul(args.workgroup, e.index(rowsPerBlock));
-  Value rows = e.maxS(e.minS(e.index(rowsPerBlock),
-                             e.sub(e.mul(e.mul(sequences, heads), length),
-                                   firstRow)),
-                      e.index(0));
-  // Each row's indices, divided out once per row into shared memory: a
-  // division by the dynamic length per element cost more than the gate.
-  // Rows past the block's last repeat it (their copies read nothing).
-  const int64_t rowRank = shape.ragged ? 2 : 3;
+  // Row order (batch, row of the token, step), the step fastest; packed
+  // (row of the token, token), the token fastest. Block i takes rows
+  // [i R, i R + R); a row is the head vectors from its first head on.
+  Value length = e.dim(output, shape.packed ? 0 : 2);
+  Value rowsPerToken = e.index(shape.rowsPerToken());
+  Value sequences = shape.packed ? e.index(1) : e.dim(output, 0);
+  Value firstRow = e.mul(workgroup, e.index(rowsPerBlock));
+  Value rows = e.maxS(
+      e.minS(e.index(rowsPerBlock),
+             e.sub(e.mul(e.mul(sequences, rowsPerToken), length), firstRow)),
+      e.index(0));
+  // Each row's indices (its first head's vector), divided out once per row
+  // into shared memory: a division by the dynamic length per element cost
+  // more than the gate. Rows past the block's last repeat it (their copies
+  // read nothing).
+  const int64_t rowRank = shape.packed ? 2 : 3;
+  // The head is index 1 of both layouts' rows.
+  const int64_t headIndex = 1;
   Type i64 = b.getI64Type();
   Value rowIndices = e.shared({rowsPerBlock, rowRank}, i64);
   e.forAll(e.index(rowsPerBlock), [&](Value j) {
     Value row = e.add(firstRow, e.minS(j, e.sub(rows, e.index(1))));
     Value step = e.rem(row, length), rest = e.div(row, length);
-    Value hv = e.rem(rest, heads), batch = e.div(rest, heads);
-    SmallVector<Value> indices = shape.ragged ? SmallVector<Value>{step, hv}
-                                              : SmallVector<Value>{batch, hv, step};
+    Value head = e.mul(e.rem(rest, rowsPerToken), e.index(headsPerRow));
+    Value batch = e.div(rest, rowsPerToken);
+    SmallVector<Value> indices = shape.packed
+                                     ? SmallVector<Value>{step, head}
+                                     : SmallVector<Value>{batch, head, step};
     for (auto [k, index] : llvm::enumerate(indices))
       memref::StoreOp::create(b, arith::IndexCastOp::create(b, i64, index),
                               rowIndices, ValueRange{j, e.index(k)});
   });
-  auto rowAt = [&](Value j) {
+  // The indices of head vector s of row j, before the feature.
+  auto vectorAt = [&](Value j, Value s) {
     SmallVector<Value> at;
     for (int64_t k = 0; k < rowRank; ++k)
       at.push_back(e.toIndex(e.loadInt(rowIndices, {j, e.index(k)})));
-    return at;
-  };
-  auto element = [&](Value j, Value d) {
-    SmallVector<Value> at = rowAt(j);
-    at.push_back(d);
+    at[headIndex] = e.add(at[headIndex], s);
     return at;
   };
 
-  // o = (o / sqrt(mean(o^2) + eps)) * w * act(z), act silu or sigmoid: the
-  // block's rows of o and z and the weights copied as stored (cp.async, every
-  // copy of a thread in flight at once); each row's sum of squares in
-  // kSumsPerRow interleaved partial sums over the block's threads, then
-  // combined; then every element again, consecutive threads on consecutive
-  // elements.
-  Type storage = KernelEmitter::storageType(args.out);
+  // The block's head vectors of o and z copied as stored (cp.async, every
+  // copy of a thread in flight at once), vector v = j H' + s being head
+  // vector s of row j; each group's sum of squares in kSumsPerGroup
+  // interleaved partial sums over the block's threads, then combined; then
+  // every element again, consecutive threads on consecutive elements.
+  Type storage = KernelEmitter::storageType(output);
   const int64_t lanes = 16 / (storage.getIntOrFloatBitWidth() / 8);
   const int64_t padded = roundUp(Dv, lanes);
-  // Rows padded by 16 bytes: the sums' rows fall on different banks.
-  Value outputs = e.shared({rowsPerBlock, padded + lanes}, storage);
-  Value gates = e.shared({rowsPerBlock, padded + lanes},
-                         KernelEmitter::storageType(args.z));
-  Value weights = e.shared({1, padded}, KernelEmitter::storageType(args.w));
+  // Vectors padded by 16 bytes: the sums' rows fall on different banks.
+  Value outputs = e.shared({vectors, padded + lanes}, storage);
+  Value gates =
+      e.shared({vectors, padded + lanes}, KernelEmitter::storageType(zs));
+  Value skipInputs;
+  if (skipInput)
+    skipInputs = e.shared({vectors, padded + lanes},
+                          KernelEmitter::storageType(skipInput));
+  Value weights;
+  if (!shape.weightPerToken)
+    weights = e.shared({1, padded}, KernelEmitter::storageType(weight));
   e.eachThread([&](Value thread) {
-    auto blockRow = [&](Value j) -> std::pair<SmallVector<Value>, Value> {
-      return {rowAt(j), e.icmp(arith::CmpIPredicate::ult, j, rows)};
+    Value perRow = e.index(headsPerRow);
+    auto blockVector = [&](Value v) -> std::pair<SmallVector<Value>, Value> {
+      Value j = e.div(v, perRow);
+      return {vectorAt(j, e.rem(v, perRow)),
+              e.icmp(arith::CmpIPredicate::ult, j, rows)};
     };
-    e.stageRows(thread, rowsPerBlock, args.out, outputs, Dv, Dv, blockRow);
-    e.stageRows(thread, rowsPerBlock, args.z, gates, Dv, Dv, blockRow);
-    e.stageRows(
-        thread, 1, args.w, weights, Dv, Dv,
-        [&](Value) -> std::pair<SmallVector<Value>, Value> {
-          return {{}, arith::ConstantIntOp::create(b, b.getI1Type(), 1)};
-        });
+    e.stageRows(thread, vectors, output, outputs, Dv, Dv, blockVector);
+    e.stageRows(thread, vectors, zs, gates, Dv, Dv, blockVector);
+    if (skipInputs)
+      e.stageRows(thread, vectors, skipInput, skipInputs, Dv, Dv, blockVector);
+    if (weights)
+      e.stageRows(
+          thread, 1, weight, weights, Dv, Dv,
+          [&](Value) -> std::pair<SmallVector<Value>, Value> {
+            return {{}, arith::ConstantIntOp::create(b, b.getI1Type(), 1)};
+          });
     AsyncWaitOp::create(b);
   });
-  Value dv = e.index(Dv);
-  const int64_t kSumsPerRow = 8;
-  Value partialSums = e.shared({rowsPerBlock, kSumsPerRow});
-  e.forAll(e.mul(rows, e.index(kSumsPerRow)), [&](Value x) {
-    Value j = e.div(x, e.index(kSumsPerRow));
-    Value part = e.rem(x, e.index(kSumsPerRow));
-    Value squares = e.loop(part, dv, e.index(kSumsPerRow), {e.scalar(0.0)},
-                           [&](Value d, ValueRange sum) -> SmallVector<Value> {
-                             Value o = e.load(outputs, {j, d});
-                             return {e.fma(o, o, sum[0])};
-                           })[0];
-    e.store(squares, partialSums, {j, part});
+  // Feature f of row j (f < H' Dv) is feature f % Dv of its vector f / Dv.
+  auto staged = [&](Value buffer, Value j, Value f) {
+    Value dv = e.index(Dv);
+    return e.load(buffer, {e.add(e.mul(j, e.index(headsPerRow)), e.div(f, dv)),
+                           e.rem(f, dv)});
+  };
+  auto activation = [&](Value x) {
+    return shape.activation == GateActivation::Sigmoid
+               ? e.sigmoidGate(e.scalar(1.0), x)
+               : e.silu(x);
+  };
+  // What the norm sums: o (plus the skip d[h] x), times act(z) when the
+  // gate comes first.
+  auto normalized = [&](Value j, Value f) {
+    Value x = staged(outputs, j, f);
+    if (skipInputs) {
+      Value head =
+          e.add(e.toIndex(e.loadInt(rowIndices, {j, e.index(headIndex)})),
+                e.div(f, e.index(Dv)));
+      x = e.fma(e.load(skipScale, {head}), staged(skipInputs, j, f), x);
+    }
+    if (shape.normBeforeGate)
+      return x;
+    return e.fmul(x, activation(staged(gates, j, f)));
+  };
+  const int64_t kSumsPerGroup = 8;
+  Value groups = e.index(groupsPerRow);
+  Value partialSums = e.shared({rowsPerBlock * groupsPerRow, kSumsPerGroup});
+  e.forAll(e.mul(e.mul(rows, groups), e.index(kSumsPerGroup)), [&](Value x) {
+    Value group = e.div(x, e.index(kSumsPerGroup));
+    Value part = e.rem(x, e.index(kSumsPerGroup));
+    Value j = e.div(group, groups);
+    Value first = e.mul(e.rem(group, groups), e.index(G));
+    Value squares =
+        e.loop(part, e.index(G), e.index(kSumsPerGroup), {e.scalar(0.0)},
+               [&](Value f, ValueRange sum) -> SmallVector<Value> {
+                 Value o = normalized(j, e.add(first, f));
+                 return {e.fma(o, o, sum[0])};
+               })[0];
+    e.store(squares, partialSums, {group, part});
   });
-  Value inverses = e.shared({rowsPerBlock});
-  e.forAll(rows, [&](Value j) {
+  Value inverses = e.shared({rowsPerBlock * groupsPerRow});
+  e.forAll(e.mul(rows, groups), [&](Value group) {
     Value squares = e.scalar(0.0);
-    for (int64_t part = 0; part < kSumsPerRow; ++part)
-      squares = e.fadd(squares, e.load(partialSums, {j, e.index(part)}));
-    Value meanSquare =
-        e.fmul(squares, e.scalar(1.0 / static_cast<double>(Dv)));
+    for (int64_t part = 0; part < kSumsPerGroup; ++part)
+      squares = e.fadd(squares, e.load(partialSums, {group, e.index(part)}));
+    Value meanSquare = e.fmul(squares, e.scalar(1.0 / static_cast<double>(G)));
     e.store(e.fdiv(e.scalar(1.0),
                    math::SqrtOp::create(
-                       b, e.fadd(meanSquare, e.scalar(shape.gateEpsilon)))),
-            inverses, {j});
+                       b, e.fadd(meanSquare, e.scalar(shape.epsilon)))),
+            inverses, {group});
   });
-  e.forAll(e.mul(rows, dv), [&](Value x) {
-    Value j = e.div(x, dv), d = e.rem(x, dv);
-    Value o = e.fmul(e.fmul(e.load(outputs, {j, d}), e.load(inverses, {j})),
-                     e.load(weights, {e.index(0), d}));
-    Value z = e.load(gates, {j, d});
-    e.store(shape.gateActivation == GateActivation::Sigmoid
-                ? e.sigmoidGate(o, z)
-                : e.fmul(o, e.silu(z)),
-            args.out, element(j, d));
+  Value rowFeatures = e.index(shape.rowFeatures());
+  e.forAll(e.mul(rows, rowFeatures), [&](Value x) {
+    Value j = e.div(x, rowFeatures), f = e.rem(x, rowFeatures);
+    Value s = e.div(f, e.index(Dv)), d = e.rem(f, e.index(Dv));
+    SmallVector<Value> at = vectorAt(j, s);
+    Value group = e.add(e.mul(j, groups), e.div(f, e.index(G)));
+    Value w;
+    if (weights) {
+      w = e.load(weights, {e.index(0), d});
+    } else {
+      w = e.load(weight, {e.add(e.mul(at[headIndex], e.index(Dv)), d)});
+    }
+    Value o = e.fmul(e.fmul(normalized(j, f), e.load(inverses, {group})), w);
+    if (shape.normBeforeGate)
+      o = e.fmul(o, activation(staged(gates, j, f)));
+    at.push_back(d);
+    e.store(o, result, at);
   });
   func::ReturnOp::create(b);
   return func;

@@ -706,8 +706,32 @@ func.func @rmsnorm_z_shape(%o: tensor<2x8x7x12xf32>, %z: tensor<2x8x6x12xf32>, %
 // -----
 
 func.func @rmsnorm_weight(%o: tensor<2x8x7x12xf32>, %z: tensor<2x8x7x12xf32>, %w: tensor<16xf32>) {
-  // expected-error @+1 {{'weight' dim 0 (Dv) must match 'output' dim 3 (Dv): expected 12, got 16}}
+  // expected-error @+1 {{'weight' must hold a head's 12 features (Dv) or a token's 96 (H * Dv), got 16}}
   %r = attn.rmsnorm_gate %o, %z, %w : tensor<2x8x7x12xf32>, tensor<2x8x7x12xf32>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @rmsnorm_group_straddles_heads(%o: tensor<2x8x7x12xf32>, %z: tensor<2x8x7x12xf32>, %w: tensor<96xf32>) {
+  // expected-error @+1 {{'group_size' must divide a token's 96 features (H * Dv) and be a divisor or a multiple of a head's 12 (Dv), got 8}}
+  %r = attn.rmsnorm_gate %o, %z, %w {group_size = 8} : tensor<2x8x7x12xf32>, tensor<2x8x7x12xf32>, tensor<96xf32>
+  return
+}
+
+// -----
+
+func.func @rmsnorm_group_not_dividing_token(%o: tensor<2x8x7x12xf32>, %z: tensor<2x8x7x12xf32>, %w: tensor<12xf32>) {
+  // expected-error @+1 {{'group_size' must divide a token's 96 features (H * Dv) and be a divisor or a multiple of a head's 12 (Dv), got 36}}
+  %r = attn.rmsnorm_gate %o, %z, %w {group_size = 36} : tensor<2x8x7x12xf32>, tensor<2x8x7x12xf32>, tensor<12xf32>
+  return
+}
+
+// -----
+
+func.func @rmsnorm_dynamic_heads(%o: tensor<2x?x7x12xf32>, %z: tensor<2x?x7x12xf32>, %w: tensor<12xf32>) {
+  // expected-error @+1 {{needs static head counts and feature sizes (H, Dv and the weight's size)}}
+  %r = attn.rmsnorm_gate %o, %z, %w : tensor<2x?x7x12xf32>, tensor<2x?x7x12xf32>, tensor<12xf32>
   return
 }
 

@@ -251,6 +251,17 @@ func.func @rmsnorm_gate(%o: tensor<?x8x?x32xbf16>, %z: tensor<?x8x?x32xbf16>,
   return %r : tensor<?x8x?x32xbf16>
 }
 
+// CHECK-LABEL: func @rmsnorm_gate_grouped
+// CHECK: attn.rmsnorm_gate %{{.+}}, %{{.+}}, %{{.+}} {eps = 1.000000e-05 : f64, group_size = 1024 : i64, norm_before_gate = false} : tensor<?x128x?x64xbf16>, tensor<?x128x?x64xbf16>, tensor<8192xbf16>
+func.func @rmsnorm_gate_grouped(%o: tensor<?x128x?x64xbf16>,
+    %z: tensor<?x128x?x64xbf16>, %w: tensor<8192xbf16>)
+    -> tensor<?x128x?x64xbf16> {
+  %r = attn.rmsnorm_gate %o, %z, %w
+      {eps = 1.0e-5, group_size = 1024, norm_before_gate = false}
+      : tensor<?x128x?x64xbf16>, tensor<?x128x?x64xbf16>, tensor<8192xbf16>
+  return %r : tensor<?x128x?x64xbf16>
+}
+
 // CHECK-LABEL: func @rmsnorm_sigmoid_gate
 // CHECK: attn.rmsnorm_gate %{{.+}}, %{{.+}}, %{{.+}} {activation = #attn.gate_activation<sigmoid>} : tensor<?x8x?x32xf32>
 func.func @rmsnorm_sigmoid_gate(%o: tensor<?x8x?x32xf32>,
