@@ -214,9 +214,7 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
     // A workgroup per row (RmsNormGateShape) of each token.
     RmsNormGateShape shape = RmsNormGateShape::get(gate);
-    Value o = bindings[0];
-    Value tokens = shape.packed ? m.dim(o, 0) : m.mul(m.dim(o, 0), m.dim(o, 2));
-    return emit(m.mul(tokens, m.index(shape.rowsPerToken())),
+    return emit(rmsNormGateRows(m, shape, bindings[0]),
                 [&](OpBuilder &builder, TypeRange types) {
                   return buildRmsNormGateKernel(builder, loc, name, shape,
                                                 tiling, types);

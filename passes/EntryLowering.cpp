@@ -778,6 +778,13 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
   return s;
 }
 
+Value mlir::attn::rmsNormGateRows(const HostIndexMath &m,
+                                  const RmsNormGateShape &shape, Value output) {
+  Value tokens = shape.packed ? m.dim(output, 0)
+                              : m.mul(m.dim(output, 0), m.dim(output, 2));
+  return m.mul(tokens, m.index(shape.rowsPerToken()));
+}
+
 bool EntryLowering::isKernelOp(Operation *op) {
   return isa<BlockMetaOp, SelectTopKOp, SelectTopPOp, TreeAcceptOp, KvCompactOp,
              PathStepsOp, KvAppendOp, RmsNormGateOp>(op);

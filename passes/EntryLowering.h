@@ -28,6 +28,7 @@
 namespace mlir::attn {
 
 struct RaggedPlan;
+struct RmsNormGateShape;
 struct SoftmaxAttentionShape;
 
 /// The index arithmetic host programs are made of (sizes, workgroup
@@ -57,6 +58,11 @@ struct HostIndexMath {
     return cast<MemRefType>(buffer.getType()).getDimSize(d);
   }
 };
+
+/// The rows (RmsNormGateShape) of a gate over `output`, [B, H, L, Dv] or
+/// packed [T, H, Dv]: its tokens times the rows of a token.
+Value rmsNormGateRows(const HostIndexMath &m, const RmsNormGateShape &shape,
+                      Value output);
 
 class EntryLowering {
 public:

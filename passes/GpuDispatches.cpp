@@ -473,9 +473,7 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
   if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
     // A block per gateRowsPerBlock rows (RmsNormGateShape) of the tokens.
     RmsNormGateShape shape = RmsNormGateShape::get(gate);
-    Value o = bindings[0];
-    Value tokens = shape.packed ? m.dim(o, 0) : m.mul(m.dim(o, 0), m.dim(o, 2));
-    Value rows = m.mul(tokens, m.index(shape.rowsPerToken()));
+    Value rows = rmsNormGateRows(m, shape, bindings[0]);
     return dispatchKernel(b, m.ceilDiv(rows, m.index(gateRowsPerBlock(shape))),
                           all, [&](OpBuilder &builder, TypeRange types) {
                             return buildSimtRmsNormGateKernel(

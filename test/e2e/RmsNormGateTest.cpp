@@ -46,13 +46,11 @@ struct GateCase {
 
 void PrintTo(const GateCase &c, std::ostream *os) { *os << c.label; }
 
-std::string element(const GateCase &c) { return c.dtype; }
-
 /// `tensor<?x6x?x8xf32>`, or packed `tensor<?x6x8xf32>`.
 std::string rowType(const GateCase &c) {
   std::ostringstream os;
   os << "tensor<?x" << c.heads << (c.packed ? "" : "x?") << "x" << c.features
-     << "x" << element(c) << ">";
+     << "x" << c.dtype << ">";
   return os.str();
 }
 
@@ -76,9 +74,9 @@ std::string gateAttributes(const GateCase &c) {
 std::string source(const GateCase &c) {
   const std::string rows = rowType(c);
   const std::string weight =
-      "tensor<" + std::to_string(weightSize(c)) + "x" + element(c) + ">";
+      "tensor<" + std::to_string(weightSize(c)) + "x" + c.dtype + ">";
   const std::string scale =
-      "tensor<" + std::to_string(c.heads) + "x" + element(c) + ">";
+      "tensor<" + std::to_string(c.heads) + "x" + c.dtype + ">";
   // The skip's arguments (after the gate's) and its operands.
   const std::string skipArguments =
       c.skip ? ", %x: " + rows + ", %d: " + scale : "";
