@@ -937,3 +937,19 @@ func.func @path_steps_nodes(%x: tensor<1x4x8xf32>, %path: tensor<1x6xi32>, %leng
   %r = attn.path_steps %x, %path, %length : tensor<1x4x8xf32>, tensor<1x6xi32>, tensor<1xi32>
   return
 }
+
+// -----
+
+func.func @rmsnorm_skip_scale(%o: tensor<2x8x7x12xf32>, %x: tensor<2x8x7x12xf32>, %d: tensor<4xf32>, %w: tensor<12xf32>) {
+  // expected-error @+1 {{'skip scale' dim 0 (H) must match 'output' dim 1 (H): expected 8, got 4}}
+  %r = attn.rmsnorm_gate %o, %o, %w skip(%x, %d : tensor<2x8x7x12xf32>, tensor<4xf32>) : tensor<2x8x7x12xf32>, tensor<2x8x7x12xf32>, tensor<12xf32>
+  return
+}
+
+// -----
+
+func.func @rmsnorm_skip_input(%o: tensor<2x8x7x12xf32>, %x: tensor<2x8x6x12xf32>, %d: tensor<8xf32>, %w: tensor<12xf32>) {
+  // expected-error @+1 {{'skip input' dim 2 (L) must match 'output' dim 2 (L): expected 7, got 6}}
+  %r = attn.rmsnorm_gate %o, %o, %w skip(%x, %d : tensor<2x8x6x12xf32>, tensor<8xf32>) : tensor<2x8x7x12xf32>, tensor<2x8x7x12xf32>, tensor<12xf32>
+  return
+}

@@ -262,6 +262,17 @@ func.func @rmsnorm_gate_grouped(%o: tensor<?x128x?x64xbf16>,
   return %r : tensor<?x128x?x64xbf16>
 }
 
+// CHECK-LABEL: func @rmsnorm_gate_skip
+// CHECK: attn.rmsnorm_gate %{{.+}}, %{{.+}}, %{{.+}} skip(%{{.+}}, %{{.+}} : tensor<?x8x?x32xf32>, tensor<8xf32>) {group_size = 64 : i64, norm_before_gate = false} : tensor<?x8x?x32xf32>, tensor<?x8x?x32xf32>, tensor<256xf32>
+func.func @rmsnorm_gate_skip(%o: tensor<?x8x?x32xf32>, %z: tensor<?x8x?x32xf32>,
+    %w: tensor<256xf32>, %x: tensor<?x8x?x32xf32>, %d: tensor<8xf32>)
+    -> tensor<?x8x?x32xf32> {
+  %r = attn.rmsnorm_gate %o, %z, %w skip(%x, %d : tensor<?x8x?x32xf32>,
+      tensor<8xf32>) {group_size = 64, norm_before_gate = false}
+      : tensor<?x8x?x32xf32>, tensor<?x8x?x32xf32>, tensor<256xf32>
+  return %r : tensor<?x8x?x32xf32>
+}
+
 // CHECK-LABEL: func @rmsnorm_sigmoid_gate
 // CHECK: attn.rmsnorm_gate %{{.+}}, %{{.+}}, %{{.+}} {activation = #attn.gate_activation<sigmoid>} : tensor<?x8x?x32xf32>
 func.func @rmsnorm_sigmoid_gate(%o: tensor<?x8x?x32xf32>,
