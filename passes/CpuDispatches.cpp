@@ -189,6 +189,22 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
          });
     return;
   }
+  if (auto gate = dyn_cast<GateOp>(op)) {
+    // A workgroup per token.
+    OutputGateShape shape = OutputGateShape::get(gate);
+    return emit(tokensOf(m, bindings[0], shape.packed), [&](OpBuilder &builder,
+                                                            TypeRange types) {
+      return buildOutputGateKernel(builder, loc, name, shape, tiling, types);
+    });
+  }
+  if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
+    // A workgroup per row (RmsNormGateShape) of each token.
+    RmsNormGateShape shape = RmsNormGateShape::get(gate);
+    return emit(rmsNormGateRows(m, shape, bindings[0]), [&](OpBuilder &builder,
+                                                            TypeRange types) {
+      return buildRmsNormGateKernel(builder, loc, name, shape, tiling, types);
+    });
+  }
   // The selections: a workgroup per (batch, head, query row); top-k's per
   // (batch, kv head, query row), for the heads of a kv group together. In a
   // ragged batch the rows are the packed queries' tokens.
@@ -211,15 +227,6 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     return emit(rows, [&](OpBuilder &builder, TypeRange types) {
       return buildSelectTopPKernel(builder, loc, name, select, tiling, types);
     });
-  if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
-    // A workgroup per row (RmsNormGateShape) of each token.
-    RmsNormGateShape shape = RmsNormGateShape::get(gate);
-    return emit(rmsNormGateRows(m, shape, bindings[0]),
-                [&](OpBuilder &builder, TypeRange types) {
-                  return buildRmsNormGateKernel(builder, loc, name, shape,
-                                                tiling, types);
-                });
-  }
   if (isa<PathStepsOp>(op))
     // A workgroup per (batch, head, step).
     return emit(m.mul(m.mul(m.dim(bindings[0], 0),

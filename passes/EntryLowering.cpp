@@ -243,6 +243,13 @@ private:
         uniteLeading(tokens, tree, 2);
       unite({tokens, 0}, {accept.getLength(), 0});
       unite({tokens, 0}, {accept.getBonus(), 0});
+    } else if (auto gate = dyn_cast<GateOp>(op)) {
+      Value output = gate.getOutput();
+      const int64_t rank = gate.getOutput().getType().getRank();
+      uniteLeading(output, gate.getGate(), rank - 1);
+      if (Value skipInput = gate.getSkipInput())
+        uniteLeading(output, skipInput, rank);
+      uniteLeading(output, gate.getResult(), rank);
     } else if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
       Value output = gate.getOutput();
       const int64_t rank = gate.getOutput().getType().getRank();
@@ -548,6 +555,11 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
+    if (auto gate = dyn_cast<GateOp>(op)) {
+      if (failed(checkGateLowerable(gate)))
+        return failure();
+      continue;
+    }
     if (isKernelOp(&op))
       continue;
     return op.emitError() << "no " << target << " lowering for '"
@@ -778,16 +790,19 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
   return s;
 }
 
+Value mlir::attn::tokensOf(const HostIndexMath &m, Value rows, bool packed) {
+  return packed ? m.dim(rows, 0) : m.mul(m.dim(rows, 0), m.dim(rows, 2));
+}
+
 Value mlir::attn::rmsNormGateRows(const HostIndexMath &m,
                                   const RmsNormGateShape &shape, Value output) {
-  Value tokens = shape.packed ? m.dim(output, 0)
-                              : m.mul(m.dim(output, 0), m.dim(output, 2));
+  Value tokens = tokensOf(m, output, shape.packed);
   return m.mul(tokens, m.index(shape.rowsPerToken()));
 }
 
 bool EntryLowering::isKernelOp(Operation *op) {
   return isa<BlockMetaOp, SelectTopKOp, SelectTopPOp, TreeAcceptOp, KvCompactOp,
-             PathStepsOp, KvAppendOp, RmsNormGateOp>(op);
+             PathStepsOp, KvAppendOp, GateOp, RmsNormGateOp>(op);
 }
 
 void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
@@ -909,15 +924,16 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     buffers.map(append.getNewKeyCache(), buffers.lookup(append.getKeyCache()));
     if (Value valueCache = append.getValueCache())
       buffers.map(append.getNewValueCache(), buffers.lookup(valueCache));
-  } else if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
-    // output, z, weight -> result, shaped as the output ([B, H, L, Dv] or
-    // packed [T, H, Dv]); the entry's signature checked z against it.
-    bindOperands(gate->getOperands());
+  } else if (isa<GateOp, RmsNormGateOp>(op)) {
+    // output, gate (or z, weight), [x, d] -> result, shaped as the output
+    // ([B, H, L, Dv] or packed [T, H, Dv]); the entry's signature checked
+    // the other operands against it.
+    bindOperands(op->getOperands());
     Value output = bindings[0];
     SmallVector<Value> sizes{m.dim(output, 0)};
-    if (gate.getOutput().getType().getRank() == 4)
+    if (cast<ShapedType>(op->getOperand(0).getType()).getRank() == 4)
       sizes.push_back(m.dim(output, 2));
-    bindResult(gate.getResult(), sizes);
+    bindResult(op->getResult(0), sizes);
   } else if (auto steps = dyn_cast<PathStepsOp>(op)) {
     bindOperands(steps->getOperands());
     Value input = bindings[0], path = bindings[1];
@@ -1011,6 +1027,21 @@ LogicalResult EntryLowering::checkStatePoolInPlace(AttentionOpInterface op) {
     return op->emitError()
            << "the state pool of a ragged batch must be an entry argument "
               "marked 'attn.in_place' and returned as its update";
+  return success();
+}
+
+LogicalResult EntryLowering::checkGateLowerable(GateOp op) {
+  RankedTensorType output = op.getOutput().getType();
+  RankedTensorType gate = op.getGate().getType();
+  const int64_t last = output.getRank() - 1;
+  if (output.isDynamicDim(1) || output.isDynamicDim(last) ||
+      gate.isDynamicDim(last))
+    return op.emitError()
+           << "no " << target
+           << " lowering for an 'attn.gate' with a dynamic head count or "
+              "feature size (dims 1 and "
+           << last << " of the output and dim " << last
+           << " of the gate must be static)";
   return success();
 }
 

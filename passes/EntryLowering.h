@@ -59,6 +59,9 @@ struct HostIndexMath {
   }
 };
 
+/// The tokens of rows [B, H, L, F] (B L) or packed [T, H, F] (T).
+Value tokensOf(const HostIndexMath &m, Value rows, bool packed);
+
 /// The rows (RmsNormGateShape) of a gate over `output`, [B, H, L, Dv] or
 /// packed [T, H, Dv]: its tokens times the rows of a token.
 Value rmsNormGateRows(const HostIndexMath &m, const RmsNormGateShape &shape,
@@ -124,6 +127,9 @@ protected:
   LogicalResult checkStatePoolInPlace(AttentionOpInterface op);
   /// attn.kv_append's caches are in-place arguments it updates.
   LogicalResult checkCachesInPlace(KvAppendOp op);
+  /// attn.gate's kernels are built for its head count, features and kind
+  /// of gate (elementwise or headwise): they must be static.
+  LogicalResult checkGateLowerable(GateOp op);
   /// Whether `slice` takes the leading features of every row of its source
   /// (offsets 0, strides 1, every dim but the last whole) and only feeds the
   /// keys or values of softmax attention. Such a slice is a view: its buffer

@@ -470,6 +470,17 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                                            tiling, types);
         });
   }
+  if (auto gate = dyn_cast<GateOp>(op)) {
+    // A thread per element of the output.
+    OutputGateShape shape = OutputGateShape::get(gate);
+    Value tokens = tokensOf(m, bindings[0], shape.packed);
+    Value elements = m.mul(tokens, m.index(shape.heads * shape.headFeatures));
+    return dispatchKernel(b, elements, all,
+                          [&](OpBuilder &builder, TypeRange types) {
+                            return buildSimtOutputGateKernel(
+                                builder, loc, name, shape, tiling, types);
+                          });
+  }
   if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
     // A block per gateRowsPerBlock rows (RmsNormGateShape) of the tokens.
     RmsNormGateShape shape = RmsNormGateShape::get(gate);

@@ -17,7 +17,7 @@ def Attn_MaskKind : I32EnumAttr<"MaskKind",
 }
 
 def Attn_GateActivation : I32EnumAttr<"GateActivation",
-    "the activation of an rmsnorm output gate's z", [
+    "the activation of an output gate's logits (z)", [
       I32EnumAttrCase<"Silu", 0, "silu">,
       I32EnumAttrCase<"Sigmoid", 1, "sigmoid">
     ]> {

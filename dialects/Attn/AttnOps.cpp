@@ -188,6 +188,26 @@ static LogicalResult verifyGateOperand(EmitErrorFn emitError,
   return success();
 }
 
+/// Checks Mamba2's skip of an output gate: `x` shaped as the gated rows
+/// (`rowDims`), `d [H]`; both or neither.
+static LogicalResult verifySkipOperands(EmitErrorFn emitError, Value input,
+                                        Value scale, const NamedTensor &rows,
+                                        ArrayRef<const char *> rowDims) {
+  if (!input != !scale)
+    return emitError() << "'skip' takes both the input x and the scale d";
+  if (!input)
+    return success();
+  NamedTensor x = named("skip input", input, rowDims);
+  NamedTensor d = named("skip scale", scale, kSkipScaleDims);
+  if (failed(checkRank(emitError, x)) || failed(checkRank(emitError, d)) ||
+      failed(checkSameDim(emitError, d, 0, rows, 1)))
+    return failure();
+  for (unsigned dim = 0; dim < rowDims.size(); ++dim)
+    if (failed(checkSameDim(emitError, x, dim, rows, dim)))
+      return failure();
+  return success();
+}
+
 /// Checks `query [B, H, Lq, D]`, `key [B, Hkv, Lk, D]`,
 /// `value [B, Hkv, Lk, Dv]`, the optional gate and the score modifier, as
 /// shared by every softmax-attention op.
@@ -272,7 +292,7 @@ template <typename OpTy>
 static FailureOr<Operation *> fuseSigmoidGate(OpTy op, RewriterBase &rewriter,
                                               EpilogueOpInterface epilogue) {
   auto gate = llvm::dyn_cast<GateOp>(epilogue.getOperation());
-  if (!gate || op.getGate())
+  if (!gate || !gate.isAttentionGate() || op.getGate())
     return failure();
   auto fused = llvm::cast<OpTy>(rewriter.clone(*op.getOperation()));
   rewriter.modifyOpInPlace(
@@ -654,16 +674,21 @@ LogicalResult GateOp::verify() {
   auto emit = [&]() { return emitOpError(); };
   // [B, H, L, Dv], or a ragged batch's packed [T, H, Dv].
   const bool packed = getOutput().getType().getRank() == 3;
-  NamedTensor rows = named("output", getOutput(),
-                           packed ? ArrayRef<const char *>(kRowsDims)
-                                  : ArrayRef<const char *>(kRowDims));
-  if (failed(checkRank(emit, rows)))
+  ArrayRef<const char *> rowDims = packed ? ArrayRef(kRowsDims) : kRowDims;
+  NamedTensor rows = named("output", getOutput(), rowDims);
+  if (failed(checkRank(emit, rows)) ||
+      failed(verifyGateOperand(
+          emit,
+          named("gate", getGate(),
+                packed ? ArrayRef(kRowsGateDims) : ArrayRef(kRowGateDims)),
+          rows, rows, packed ? 2 : 3)))
     return failure();
-  return verifyGateOperand(emit,
-                           named("gate", getGate(),
-                                 packed ? ArrayRef<const char *>(kRowsGateDims)
-                                        : ArrayRef<const char *>(kRowGateDims)),
-                           rows, rows, packed ? 2 : 3);
+  return verifySkipOperands(emit, getSkipInput(), getSkipScale(), rows,
+                            rowDims);
+}
+
+bool GateOp::isAttentionGate() {
+  return getActivation() == GateActivation::Sigmoid && !getSkipInput();
 }
 
 Value GateOp::getEpilogueInput() { return getOutput(); }
@@ -1765,18 +1790,9 @@ LogicalResult RmsNormGateOp::verify() {
   for (unsigned d = 0; d < rowDims.size(); ++d)
     if (failed(checkSameDim(emit, z, d, o, d)))
       return failure();
-  if (!getSkipInput() != !getSkipScale())
-    return emitOpError() << "'skip' takes both the input x and the scale d";
-  if (getSkipInput()) {
-    NamedTensor x = named("skip input", getSkipInput(), rowDims);
-    NamedTensor scale = named("skip scale", getSkipScale(), kSkipScaleDims);
-    if (failed(checkRank(emit, x)) || failed(checkRank(emit, scale)) ||
-        failed(checkSameDim(emit, scale, 0, o, 1)))
-      return failure();
-    for (unsigned d = 0; d < rowDims.size(); ++d)
-      if (failed(checkSameDim(emit, x, d, o, d)))
-        return failure();
-  }
+  if (failed(
+          verifySkipOperands(emit, getSkipInput(), getSkipScale(), o, rowDims)))
+    return failure();
   double eps = getEps().convertToDouble();
   if (!(eps > 0.0))
     return emitOpError() << "'eps' must be > 0, got " << eps;

@@ -181,22 +181,53 @@ def Attn_SdpaOp : Attn_PureOp<"sdpa", [
 }
 
 def Attn_GateOp : Attn_PureOp<"gate", [SameOperandsElementType,
+    AttrSizedOperandSegments,
     DeclareOpInterfaceMethods<Attn_EpilogueOpInterface>]> {
-  let summary = "sigmoid output gate: output * sigmoid(gate)";
+  let summary = "output gate: output * sigmoid(gate)";
   let description = [{
     The output gate of Gated Attention: `result = output * sigmoid(gate)`.
     `gate` is `[B, H, L, Dv]` (elementwise, the paper's G1 variant) or
-    `[B, H, L, 1]` (headwise, broadcast over `Dv`). Fusion folds this op into
-    the epilogue of the attention that produces `output`.
+    `[B, H, L, 1]` (headwise, broadcast over `Dv`); a ragged batch's packed
+    `[T, H, Dv]` and `[T, H, 1]` likewise. Fusion folds this op into the
+    epilogue of the softmax attention that produces `output`.
+
+    Beyond SPEC, for the Mamba2 mixers that gate without a norm (Falcon-H1's
+    released checkpoints, `mamba_rms_norm = false`): `activation = silu`
+    gates by `silu(gate)`, and `skip(%x, %d)` adds Mamba2's skip first,
+    `result = (output + d[h] x) * act(gate)`, with `x` shaped as `output`
+    and `d [H]`. These forms run as a kernel of their own after the
+    recurrence; no attention takes them into its epilogue.
 
     ```mlir
     %r = attn.gate %o, %g : tensor<?x8x?x64xf32>, tensor<?x8x?x1xf32>
+    %y = attn.gate %o, %z skip(%x, %d : tensor<?x24x?x64xf32>,
+        tensor<24xf32>) {activation = #attn.gate_activation<silu>}
+        : tensor<?x24x?x64xf32>, tensor<?x24x?x64xf32>
     ```
   }];
-  let arguments = (ins Attn_FloatTensor:$output, Attn_FloatTensor:$gate);
+  let arguments = (ins Attn_FloatTensor:$output, Attn_FloatTensor:$gate,
+                       Optional<Attn_FloatTensor>:$skip_input,
+                       Optional<Attn_FloatTensor>:$skip_scale,
+                       DefaultValuedAttr<Attn_GateActivationAttr,
+                           "::mlir::attn::GateActivation::Sigmoid">:$activation);
   let results = (outs Attn_FloatTensor:$result);
   let assemblyFormat = [{
-    $output `,` $gate attr-dict `:` type($output) `,` type($gate)
+    $output `,` $gate
+    (`skip` `(` $skip_input^ `,` $skip_scale `:` type($skip_input) `,`
+      type($skip_scale) `)`)?
+    attr-dict `:` type($output) `,` type($gate)
+  }];
+  let builders = [
+    // SPEC §1.2's gate: sigmoid, no skip.
+    OpBuilder<(ins "::mlir::Value":$output, "::mlir::Value":$gate), [{
+      build($_builder, $_state, output, gate, ::mlir::Value(),
+            ::mlir::Value(), ::mlir::attn::GateActivation::Sigmoid);
+    }]>
+  ];
+  let extraClassDeclaration = [{
+    /// Whether this is SPEC §1.2's gate, the one softmax attention fuses:
+    /// sigmoid, no skip.
+    bool isAttentionGate();
   }];
 }
 

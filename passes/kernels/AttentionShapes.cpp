@@ -293,6 +293,19 @@ RmsNormGateShape RmsNormGateShape::get(RmsNormGateOp op) {
   return shape;
 }
 
+OutputGateShape OutputGateShape::get(GateOp op) {
+  RankedTensorType output = op.getOutput().getType();
+  OutputGateShape shape;
+  shape.packed = output.getRank() == 3;
+  shape.heads = output.getDimSize(1);
+  shape.headFeatures = output.getDimSize(output.getRank() - 1);
+  RankedTensorType gate = op.getGate().getType();
+  shape.headwise = gate.getDimSize(gate.getRank() - 1) == 1;
+  shape.skip = static_cast<bool>(op.getSkipInput());
+  shape.activation = op.getActivation();
+  return shape;
+}
+
 RmsNormGateShape RmsNormGateShape::get(const LinearRecurrenceShape &shape) {
   RmsNormGateShape gate;
   gate.heads = shape.numValueHeads;

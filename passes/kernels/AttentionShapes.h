@@ -405,6 +405,22 @@ struct RmsNormGateShape {
   static RmsNormGateShape get(const LinearRecurrenceShape &shape);
 };
 
+/// attn.gate on its own (where no softmax attention took it into its
+/// epilogue): (o + d[h] x) act(gate) per element of [B, H, L, Dv] or
+/// packed [T, H, Dv] rows, the gate elementwise or one logit per head
+/// vector. Bindings: o, gate, [x, d], result.
+struct OutputGateShape {
+  int64_t heads = 0, headFeatures = 0;
+  bool packed = false;
+  /// One gate logit per head vector ([.., 1]), else one per feature.
+  bool headwise = false;
+  /// Mamba2's skip: o + d[h] x gated in place of o.
+  bool skip = false;
+  GateActivation activation = GateActivation::Sigmoid;
+
+  static OutputGateShape get(GateOp op);
+};
+
 /// A recurrence kernel's arguments, in binding order (below).
 struct RecurrenceBindings {
   Value q, k, v, g, beta, parents, initialState, slots, offsets, z, w, out,

@@ -104,11 +104,21 @@ func.func @half(%q: tensor<?x2x?x16xf16>) -> tensor<?x2x?x16xf16> {
 
 // -----
 
-func.func @ungated(%o: tensor<?x2x?x16xf32>, %g: tensor<?x2x?x16xf32>)
+func.func @sum(%o: tensor<?x2x?x16xf32>, %g: tensor<?x2x?x16xf32>)
     -> tensor<?x2x?x16xf32> {
-  // expected-error @below {{no CPU lowering for 'attn.gate' yet}}
-  %r = attn.gate %o, %g : tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>
+  // expected-error @below {{no CPU lowering for 'arith.addf' yet}}
+  %r = arith.addf %o, %g : tensor<?x2x?x16xf32>
   return %r : tensor<?x2x?x16xf32>
+}
+
+// -----
+
+// attn.gate's kernels are built for its heads, features and kind of gate.
+func.func @dynamic_gate(%o: tensor<?x2x?x?xf32>, %g: tensor<?x2x?x?xf32>)
+    -> tensor<?x2x?x?xf32> {
+  // expected-error @below {{no CPU lowering for an 'attn.gate' with a dynamic head count or feature size (dims 1 and 3 of the output and dim 3 of the gate must be static)}}
+  %r = attn.gate %o, %g : tensor<?x2x?x?xf32>, tensor<?x2x?x?xf32>
+  return %r : tensor<?x2x?x?xf32>
 }
 
 // -----
@@ -276,4 +286,26 @@ func.func @gate(%o: tensor<?x6x?x8xf32> {attn.name = "o"},
       {eps = 1.0e-5, group_size = 16, norm_before_gate = false}
       : tensor<?x6x?x8xf32>, tensor<?x6x?x8xf32>, tensor<48xf32>
   return %r : tensor<?x6x?x8xf32>
+}
+
+// -----
+
+// A gate no attention took (Falcon-H1's mixer without its norm: silu, the
+// skip first) is a kernel of its own, a workgroup per token.
+// CHECK-LABEL: func.func private @mixer__gate0(
+// CHECK-SAME:    attributes {attn.kernel = "gate"
+// CHECK-LABEL: func.func @mixer(
+// CHECK-SAME:    %[[O:[^:]+]]: memref<?x3x?x20xf32> {attn.name = "o", attn.shape = ["N0", 3, "N1", 20]}
+// CHECK-SAME:    %[[R:[^:]+]]: memref<?x3x?x20xf32> {attn.name = "r", attn.shape = ["N0", 3, "N1", 20]}
+// CHECK:         %[[TOKENS:.+]] = arith.muli %{{.+}}, %{{.+}} : index
+// CHECK-NEXT:    attn_kernel.dispatch @mixer__gate0 workgroups(%[[TOKENS]]) bindings(%[[O]], %{{.+}}, %{{.+}}, %{{.+}}, %[[R]])
+func.func @mixer(%o: tensor<?x3x?x20xf32> {attn.name = "o"},
+                 %z: tensor<?x3x?x20xf32> {attn.name = "z"},
+                 %x: tensor<?x3x?x20xf32> {attn.name = "x"},
+                 %d: tensor<3xf32> {attn.name = "D"})
+    -> (tensor<?x3x?x20xf32> {attn.name = "r"}) {
+  %r = attn.gate %o, %z skip(%x, %d : tensor<?x3x?x20xf32>, tensor<3xf32>)
+      {activation = #attn.gate_activation<silu>}
+      : tensor<?x3x?x20xf32>, tensor<?x3x?x20xf32>
+  return %r : tensor<?x3x?x20xf32>
 }

@@ -196,3 +196,27 @@ func.func @not_fused(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>,
   return %o1, %r1, %r2, %r3, %r4 : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>,
       tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>
 }
+
+// -----
+
+// The gates beyond SPEC (silu, Mamba2's skip) have no attention epilogue:
+// they stay kernels of their own.
+// CHECK-LABEL: func @silu_and_skip_not_fused
+// CHECK: %[[O1:.+]] = attn.sdpa %{{[^ ]+}}, %{{[^ ]+}}, %{{[^ ]+}} {
+// CHECK: attn.gate %[[O1]], %{{.+}} {activation = #attn.gate_activation<silu>}
+// CHECK: %[[O2:.+]] = attn.sdpa %{{[^ ]+}}, %{{[^ ]+}}, %{{[^ ]+}} {
+// CHECK: attn.gate %[[O2]], %{{.+}} skip(
+func.func @silu_and_skip_not_fused(%q: tensor<?x8x?x64xf32>,
+    %k: tensor<?x2x?x64xf32>, %v: tensor<?x2x?x64xf32>,
+    %g: tensor<?x8x?x64xf32>, %x: tensor<?x8x?x64xf32>, %d: tensor<8xf32>)
+    -> (tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>) {
+  %o1 = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
+      : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>
+  %r1 = attn.gate %o1, %g {activation = #attn.gate_activation<silu>}
+      : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>
+  %o2 = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
+      : tensor<?x8x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>
+  %r2 = attn.gate %o2, %g skip(%x, %d : tensor<?x8x?x64xf32>, tensor<8xf32>)
+      : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>
+  return %r1, %r2 : tensor<?x8x?x64xf32>, tensor<?x8x?x64xf32>
+}

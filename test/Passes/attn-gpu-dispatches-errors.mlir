@@ -2,11 +2,21 @@
 
 // What the CUDA kernels do not run is refused with the op's location.
 
-func.func @ungated(%o: tensor<?x2x?x16xf32>, %g: tensor<?x2x?x16xf32>)
+func.func @sum(%o: tensor<?x2x?x16xf32>, %g: tensor<?x2x?x16xf32>)
     -> tensor<?x2x?x16xf32> {
-  // expected-error @below {{no CUDA lowering for 'attn.gate' yet}}
-  %r = attn.gate %o, %g : tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>
+  // expected-error @below {{no CUDA lowering for 'arith.addf' yet}}
+  %r = arith.addf %o, %g : tensor<?x2x?x16xf32>
   return %r : tensor<?x2x?x16xf32>
+}
+
+// -----
+
+// attn.gate's kernels are built for its heads, features and kind of gate.
+func.func @dynamic_gate(%o: tensor<?x2x?x?xf32>, %g: tensor<?x2x?x?xf32>)
+    -> tensor<?x2x?x?xf32> {
+  // expected-error @below {{no CUDA lowering for an 'attn.gate' with a dynamic head count or feature size (dims 1 and 3 of the output and dim 3 of the gate must be static)}}
+  %r = attn.gate %o, %g : tensor<?x2x?x?xf32>, tensor<?x2x?x?xf32>
+  return %r : tensor<?x2x?x?xf32>
 }
 
 // -----

@@ -531,3 +531,26 @@ func.func @gdn(%q: tensor<?x2x?x32xf32>, %k: tensor<?x2x?x32xf32>,
       : tensor<?x2x?x32xf32>, tensor<?x2x?x32xf32>, tensor<?x4x?x24xf32>
   return %o, %s : tensor<?x4x?x24xf32>, tensor<?x4x32x24xf32>
 }
+
+// A gate no attention took (here on an entry input): a thread per element
+// of the output (B x L tokens of 3 x 20 features), which the flat views of
+// the buffers index directly; a headwise logit is that of element i's head
+// vector, i / 20.
+// CHECK-LABEL: func.func private @headwise__gate0
+// CHECK-NOT:     attn.block_kernel
+// CHECK-SAME:    attn.kernel = "gate"
+// CHECK:         %[[VECTOR:.+]] = arith.divui %arg3, %c20
+// CHECK:         memref.collapse_shape %arg0
+// CHECK:         %[[LOGITS:.+]] = memref.collapse_shape %arg1
+// CHECK:         memref.load %[[LOGITS]][%[[VECTOR]]]
+// CHECK-LABEL: func.func @headwise(
+// CHECK-DAG:     %[[L:.+]] = memref.dim %arg0, %c2
+// CHECK-DAG:     %[[B:.+]] = memref.dim %arg0, %c0
+// CHECK:         %[[TOKENS:.+]] = arith.muli %[[B]], %[[L]]
+// CHECK:         %[[ELEMENTS:.+]] = arith.muli %[[TOKENS]], %c60
+// CHECK:         attn_kernel.dispatch @headwise__gate0 workgroups(%[[ELEMENTS]])
+func.func @headwise(%o: tensor<?x3x?x20xf32>, %g: tensor<?x3x?x1xf32>)
+    -> tensor<?x3x?x20xf32> {
+  %r = attn.gate %o, %g : tensor<?x3x?x20xf32>, tensor<?x3x?x1xf32>
+  return %r : tensor<?x3x?x20xf32>
+}

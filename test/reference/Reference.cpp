@@ -174,6 +174,19 @@ Tensor sigmoidGate(const Tensor &o, const Tensor &gate) {
   return result;
 }
 
+Tensor siluGate(const Tensor &o, const Tensor &gate) {
+  Tensor result = o;
+  const bool headwise = gate.dim(3) == 1;
+  for (int64_t b = 0; b < o.dim(0); ++b)
+    for (int64_t h = 0; h < o.dim(1); ++h)
+      for (int64_t i = 0; i < o.dim(2); ++i)
+        for (int64_t e = 0; e < o.dim(3); ++e) {
+          const double g = gate(b, h, i, headwise ? 0 : e);
+          result(b, h, i, e) *= g * sigmoid(g);
+        }
+  return result;
+}
+
 Tensor blockMeta(const Tensor &k, int64_t blockSize) {
   const int64_t B = k.dim(0), Hkv = k.dim(1), Lk = k.dim(2), D = k.dim(3);
   const int64_t NB = (Lk + blockSize - 1) / blockSize;

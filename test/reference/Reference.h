@@ -129,6 +129,9 @@ AttentionResult sdpa(const Tensor &q, const Tensor &k, const Tensor &v,
 
 /// o * sigmoid(gate), elementwise or headwise.
 Tensor sigmoidGate(const Tensor &o, const Tensor &gate);
+/// o * silu(gate) = o * gate * sigmoid(gate), elementwise or headwise
+/// (beyond SPEC: Falcon-H1's mixer without its norm).
+Tensor siluGate(const Tensor &o, const Tensor &gate);
 
 //===----------------------------------------------------------------------===//
 // §1.3 Sparsity budgets

@@ -181,6 +181,13 @@ func::FuncOp buildRmsNormGateKernel(OpBuilder &builder, Location loc,
                                     const CpuTiling &tiling,
                                     TypeRange bindingTypes);
 
+/// attn.gate on its own (OutputGateShape). Bindings: o, gate, [x, d],
+/// result. Workgroups: tokens (B * L, or T packed), a token each.
+func::FuncOp buildOutputGateKernel(OpBuilder &builder, Location loc,
+                                   StringRef name, const OutputGateShape &shape,
+                                   const CpuTiling &tiling,
+                                   TypeRange bindingTypes);
+
 /// The recurrence one step at a time, reading S_init and writing S in
 /// place (decode).
 func::FuncOp buildRecurrentStepKernel(OpBuilder &builder, Location loc,

@@ -729,6 +729,15 @@ func::FuncOp buildSimtRmsNormGateKernel(OpBuilder &builder, Location loc,
                                         const GpuTiling &tiling,
                                         TypeRange bindingTypes);
 
+/// attn.gate on its own (OutputGateShape; SimtOutputGateKernel.cpp): a
+/// thread kernel, a thread per element of the output. Bindings: o, gate,
+/// [x, d], result.
+func::FuncOp buildSimtOutputGateKernel(OpBuilder &builder, Location loc,
+                                       StringRef name,
+                                       const OutputGateShape &shape,
+                                       const GpuTiling &tiling,
+                                       TypeRange bindingTypes);
+
 //===----------------------------------------------------------------------===//
 // Sparsity and trees (SimtSelectionKernels.cpp): thread kernels.
 //===----------------------------------------------------------------------===//

@@ -239,6 +239,30 @@ func.func @gate_heads(%o: tensor<2x8x5x32xf32>, %g: tensor<2x4x5x32xf32>) {
 
 // -----
 
+func.func @gate_skip_scale(%o: tensor<2x8x5x32xf32>, %x: tensor<2x8x5x32xf32>, %d: tensor<4xf32>) {
+  // expected-error @+1 {{'skip scale' dim 0 (H) must match 'output' dim 1 (H): expected 8, got 4}}
+  %r = attn.gate %o, %o skip(%x, %d : tensor<2x8x5x32xf32>, tensor<4xf32>) : tensor<2x8x5x32xf32>, tensor<2x8x5x32xf32>
+  return
+}
+
+// -----
+
+func.func @gate_skip_input(%o: tensor<9x8x32xf32>, %x: tensor<9x8x16xf32>, %d: tensor<8xf32>) {
+  // expected-error @+1 {{'skip input' dim 2 (Dv) must match 'output' dim 2 (Dv): expected 32, got 16}}
+  %r = attn.gate %o, %o skip(%x, %d : tensor<9x8x16xf32>, tensor<8xf32>) : tensor<9x8x32xf32>, tensor<9x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @gate_skip_dtype(%o: tensor<2x8x5x32xf32>, %x: tensor<2x8x5x32xbf16>, %d: tensor<8xf32>) {
+  // expected-error @+1 {{'attn.gate' op requires the same element type for all operands}}
+  %r = attn.gate %o, %o skip(%x, %d : tensor<2x8x5x32xbf16>, tensor<8xf32>) : tensor<2x8x5x32xf32>, tensor<2x8x5x32xf32>
+  return
+}
+
+// -----
+
 func.func @block_meta_block_size(%k: tensor<2x2x9x64xf32>) {
   // expected-error @+1 {{'block_size' must be > 0, got 0}}
   %m = attn.block_meta %k {block_size = 0} : tensor<2x2x9x64xf32>

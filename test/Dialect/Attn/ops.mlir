@@ -71,6 +71,17 @@ func.func @gate(%o: tensor<?x8x?x64xf32>, %g: tensor<?x8x?x1xf32>)
   return %r : tensor<?x8x?x64xf32>
 }
 
+// Falcon-H1's mixer without its norm: (o + d[h] x) silu(z).
+// CHECK-LABEL: func @silu_gate_skip
+// CHECK: attn.gate %{{.+}}, %{{.+}} skip(%{{.+}}, %{{.+}} : tensor<?x24x?x64xf32>, tensor<24xf32>) {activation = #attn.gate_activation<silu>} : tensor<?x24x?x64xf32>, tensor<?x24x?x64xf32>
+func.func @silu_gate_skip(%o: tensor<?x24x?x64xf32>, %z: tensor<?x24x?x64xf32>,
+    %x: tensor<?x24x?x64xf32>, %d: tensor<24xf32>) -> tensor<?x24x?x64xf32> {
+  %r = attn.gate %o, %z skip(%x, %d : tensor<?x24x?x64xf32>, tensor<24xf32>)
+      {activation = #attn.gate_activation<silu>}
+      : tensor<?x24x?x64xf32>, tensor<?x24x?x64xf32>
+  return %r : tensor<?x24x?x64xf32>
+}
+
 // CHECK-LABEL: func @block_meta
 // CHECK: attn.block_meta %{{.+}} {block_size = 16 : i64} : tensor<3x2x33x64xf32>
 // CHECK: return %{{.+}} : tensor<3x2x3x2x64xf32>, tensor<?x2x?x2x64xf32>
