@@ -92,9 +92,9 @@
 //    attention side by side. Their attention is full_attention, causal
 //    GQA; Granite's scaled by `attention_multiplier`. Their mixers end as
 //    mamba2's (the norm's groups `mamba_n_groups`, its epsilon
-//    `rms_norm_eps`); Falcon-H1's only with `mamba_rms_norm` (in the order
-//    `mamba_norm_before_gate` says), else its mixer gates y + D x by
-//    silu(z) alone, which stays with the caller with D x.
+//    `rms_norm_eps`); Falcon-H1's with `mamba_rms_norm` (in the order
+//    `mamba_norm_before_gate` says), else (its released checkpoints) as
+//    its mixer ends without the norm: y + D x gated by silu(z) alone.
 //  - granite, granitemoe, granitemoeshared: Llama's layers, scaled by
 //    `attention_multiplier`.
 //
@@ -909,7 +909,7 @@ int64_t mambaHeadDim(Reader &reader, const Config &config, Family family,
 }
 
 /// The end of a Mamba2 mixer (see the file comment): the skip D x and the
-/// gated RMSNorm over its SSD groups, where the config class has them.
+/// gated RMSNorm over its SSD groups, or Falcon-H1's gate without the norm.
 void readMambaNorm(Reader &reader, const Config &config, Family family,
                    LinearAttentionLayer &layer) {
   const json::Object &object = config.object;
@@ -928,8 +928,13 @@ void readMambaNorm(Reader &reader, const Config &config, Family family,
     defaultEpsilon = 1e-6;
     break;
   case Family::FalconH1:
-    if (!reader.boolean(object, path, "mamba_rms_norm", false))
+    layer.skip = true;
+    // Without its norm (the released checkpoints), the mixer gates y + D x
+    // by silu(z) alone.
+    if (!reader.boolean(object, path, "mamba_rms_norm", false)) {
+      layer.outputGate = OutputGate::Silu;
       return;
+    }
     normBeforeGate =
         reader.boolean(object, path, "mamba_norm_before_gate", true);
     break;

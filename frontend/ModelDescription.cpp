@@ -51,7 +51,9 @@ const std::pair<llvm::StringRef, Rule> kRules[] = {
 const std::pair<llvm::StringRef, OutputGate> kOutputGates[] = {
     {"none", OutputGate::None},
     {"rmsnorm_silu", OutputGate::RmsNormSilu},
-    {"rmsnorm_sigmoid", OutputGate::RmsNormSigmoid}};
+    {"rmsnorm_sigmoid", OutputGate::RmsNormSigmoid},
+    {"silu", OutputGate::Silu},
+    {"sigmoid", OutputGate::Sigmoid}};
 const std::pair<llvm::StringRef, int> kLayerTypes[] = {{"attention", 0},
                                                        {"linear_attention", 1}};
 
@@ -361,11 +363,16 @@ bool readLinearLayout(Reader &reader, const json::Object &layer,
 /// before it (beyond SPEC).
 void readMambaGate(Reader &reader, const json::Object &layer,
                    const std::string &path, LinearAttentionLayer &out) {
-  for (llvm::StringRef key : {"gate_groups", "norm_before_gate", "skip"})
-    if (layer.get(key) && out.outputGate == OutputGate::None)
+  if (layer.get("skip") && out.outputGate == OutputGate::None)
+    reader.fail(Reader::join(path, "skip"),
+                "needs an \"output_gate\" (Mamba2's skip D x is added to o "
+                "before the gate)");
+  for (llvm::StringRef key : {"gate_groups", "norm_before_gate"})
+    if (layer.get(key) && !normalizes(out.outputGate))
       reader.fail(Reader::join(path, key),
-                  "needs an \"output_gate\" (Mamba2's gated RMSNorm, which "
-                  "this key shapes)");
+                  "needs an \"output_gate\" that normalizes "
+                  "(\"rmsnorm_silu\" or \"rmsnorm_sigmoid\"), whose norm "
+                  "this key shapes");
   out.normBeforeGate = reader.boolean(layer, path, "norm_before_gate", true);
   out.skip = reader.boolean(layer, path, "skip", false);
   if (!layer.get("gate_groups"))

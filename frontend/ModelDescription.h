@@ -28,7 +28,15 @@ enum class Estimator { Exact, Int4 };
 enum class Rule { Linear, Decay, Gla, Delta, GatedDelta, Kda };
 /// A linear layer's output gate: (o / rms(o)) * w * act(z), act silu
 /// (Qwen3-Next, Mamba2) or sigmoid (Kimi Linear).
-enum class OutputGate { None, RmsNormSilu, RmsNormSigmoid };
+/// A linear layer's output gate: SPEC §2's rmsnorm gate (z activated by
+/// silu, or by sigmoid as Kimi Linear's), or beyond SPEC a gate without the
+/// norm, o act(z) (Falcon-H1's mixer without `mamba_rms_norm`).
+enum class OutputGate { None, RmsNormSilu, RmsNormSigmoid, Silu, Sigmoid };
+
+/// Whether the gate normalizes (and so takes a weight w).
+inline bool normalizes(OutputGate gate) {
+  return gate == OutputGate::RmsNormSilu || gate == OutputGate::RmsNormSigmoid;
+}
 /// The variants of SPEC §7, built as score_mod / mask_mod regions: a named
 /// one, or `Func`, the user's own function given as attn IR.
 enum class ScoreMod { None, Alibi, RelativeBias, Func };

@@ -747,7 +747,8 @@ private:
   static constexpr int64_t kDefaultTreeNodes = 64;
 
   /// A linear layer's per-step inputs: q, k, v (+ g) (+ beta), then
-  /// `between` (the tree's parents), S_init (+ z, w).
+  /// `between` (the tree's parents), S_init (+ z) (+ w when the gate
+  /// normalizes).
   void declareRecurrenceInputs(EntryBuilder &entry,
                                const LinearAttentionLayer &layer,
                                ArrayRef<std::pair<StringRef, Type>> between) {
@@ -764,10 +765,10 @@ private:
       entry.arg(name, type);
     entry.arg("S_init", tensor({kDyn, layer.numVHeads, layer.kDim, layer.vDim},
                                Float32Type::get(context)));
-    if (layer.outputGate != OutputGate::None) {
+    if (layer.outputGate != OutputGate::None)
       entry.arg("z", rows(layer.numVHeads, layer.vDim));
+    if (normalizes(layer.outputGate))
       entry.arg("w", gateWeight(layer));
-    }
     declareSkipInputs(entry, layer, rows(layer.numVHeads, layer.vDim));
   }
 
@@ -812,10 +813,10 @@ private:
                      Float32Type::get(context)),
               /*inPlace=*/true);
     entry.arg("state_idx", tensor({kDyn}, i32()));
-    if (layer.outputGate != OutputGate::None) {
+    if (layer.outputGate != OutputGate::None)
       entry.arg("z", packed(layer.numVHeads, layer.vDim));
+    if (normalizes(layer.outputGate))
       entry.arg("w", gateWeight(layer));
-    }
     entry.arg("cu_seqlens", tensor({kDyn}, i32()));
     declareSkipInputs(entry, layer, packed(layer.numVHeads, layer.vDim));
     entry.beginBody();
@@ -1003,18 +1004,24 @@ private:
                         Value o) {
     if (layer.outputGate == OutputGate::None)
       return o;
-    auto activation = GateActivationAttr::get(
-        context, layer.outputGate == OutputGate::RmsNormSigmoid
-                     ? GateActivation::Sigmoid
-                     : GateActivation::Silu);
+    const GateActivation activation =
+        layer.outputGate == OutputGate::RmsNormSigmoid ||
+                layer.outputGate == OutputGate::Sigmoid
+            ? GateActivation::Sigmoid
+            : GateActivation::Silu;
+    Value skipInput = layer.skip ? entry["x"] : Value();
+    Value skipScale = layer.skip ? entry["D"] : Value();
+    if (!normalizes(layer.outputGate))
+      return GateOp::create(builder, builder.getUnknownLoc(), o, entry["z"],
+                            skipInput, skipScale, activation);
     IntegerAttr groupSize;
     if (layer.gateGroups)
       groupSize = builder.getI64IntegerAttr(layer.numVHeads * layer.vDim /
                                             *layer.gateGroups);
     return RmsNormGateOp::create(
-        builder, builder.getUnknownLoc(), o, entry["z"], entry["w"],
-        layer.skip ? entry["x"] : Value(), layer.skip ? entry["D"] : Value(),
-        builder.getF64FloatAttr(layer.gateEps), activation, groupSize,
+        builder, builder.getUnknownLoc(), o, entry["z"], entry["w"], skipInput,
+        skipScale, builder.getF64FloatAttr(layer.gateEps),
+        GateActivationAttr::get(context, activation), groupSize,
         builder.getBoolAttr(layer.normBeforeGate));
   }
 

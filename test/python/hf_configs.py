@@ -264,11 +264,13 @@ def mamba_norm(y, z, w, groups, eps, norm_before_gate):
 
 
 def check_mamba(m, name, heads, groups, head_dim, state, batch, steps,
-                norm=None):
+                norm=None, silu_gate=False):
     """m's mamba entry of `heads` heads of `head_dim`, `groups` groups of
     `state`, against ssd_minimal_discrete on `batch` sequences of `steps`
     tokens from a random state; with `norm` (its epsilon and whether it
-    comes before the gate), then the skip D x and the gated RMSNorm."""
+    comes before the gate), then the skip D x and the gated RMSNorm; with
+    `silu_gate`, then the skip and the gate without the norm (Falcon-H1's
+    mixer without mamba_rms_norm: scan_output = y * silu(gate))."""
     x = rng.standard_normal((batch, steps, heads, head_dim))
     dt = np.log1p(np.exp(rng.standard_normal((batch, steps, heads)) - 2.0
                          + rng.uniform(-1, 1, heads)))  # softplus(raw + bias)
@@ -297,6 +299,11 @@ def check_mamba(m, name, heads, groups, head_dim, state, batch, steps,
         y = mamba_norm(y + D[:, None] * x, z, w, groups, *norm)
         inputs += [heads_first(z), w.astype(np.float32), heads_first(x),
                    D.astype(np.float32)]
+    if silu_gate:
+        z = rng.standard_normal((batch, steps, heads, head_dim))
+        D = rng.uniform(-1, 1, heads)
+        y = (y + D[:, None] * x) * (z / (1.0 + np.exp(-z)))
+        inputs += [heads_first(z), heads_first(x), D.astype(np.float32)]
     o, s = m["mamba"](*inputs)
     want = np.moveaxis(y, 1, 2)
     err = np.abs(o - want).max() / np.abs(want).max()
@@ -369,7 +376,10 @@ check_gqa(m, "bamba:full_attention", 32, 8, 128, 128 ** -0.5)
 config = json.load(open(example("test", "attnc", "Inputs", "falcon-h1.json")))
 m = attn.compile(config)
 assert m.entries == ["mamba", "full_attention"], m.entries
-check_mamba(m, "falcon-h1:mamba", 24, 1, 1536 // 24, 128, batch=1, steps=33)
+# Without mamba_rms_norm (its released checkpoints): the skip, then the
+# gate alone.
+check_mamba(m, "falcon-h1:mamba", 24, 1, 1536 // 24, 128, batch=1, steps=33,
+            silu_gate=True)
 # With mamba_rms_norm, its mixer ends as the others', normalized first by
 # default (mamba_norm_before_gate).
 config.update(mamba_rms_norm=True, mamba_n_groups=2)

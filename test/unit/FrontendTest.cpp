@@ -546,9 +546,18 @@ INSTANTIATE_TEST_SUITE_P(
             R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "k_dim": 8, "chunk_size": 48}]})",
             "$.layers[0].chunk_size: expected 16, 32, 64 or 128, got 48"},
         BadDescription{
-            R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "k_dim": 8, "output_gate": "silu"}]})",
-            "$.layers[0].output_gate: expected \"none\", \"rmsnorm_silu\" or "
-            "\"rmsnorm_sigmoid\", got \"silu\""},
+            R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "k_dim": 8, "output_gate": "swish"}]})",
+            "$.layers[0].output_gate: expected \"none\", \"rmsnorm_silu\", "
+            "\"rmsnorm_sigmoid\", \"silu\" or \"sigmoid\", got \"swish\""},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "k_dim": 8, "output_gate": "silu", "gate_groups": 2}]})",
+            "$.layers[0].gate_groups: needs an \"output_gate\" that "
+            "normalizes (\"rmsnorm_silu\" or \"rmsnorm_sigmoid\"), whose "
+            "norm this key shapes"},
+        BadDescription{
+            R"({"model": "m", "layers": [{"name": "r", "type": "linear_attention", "rule": "delta", "num_k_heads": 4, "k_dim": 8, "skip": true}]})",
+            "$.layers[0].skip: needs an \"output_gate\" (Mamba2's skip D x "
+            "is added to o before the gate)"},
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 1, "head_dim": 8}], "speculative": {"max_tree_nodes": 0}})",
             "$.speculative.max_tree_nodes: expected a positive integer, got "
@@ -946,12 +955,13 @@ TEST(HuggingFaceConfig, MambaHybridsReadTheirKeys) {
   // FalconH1Config's mamba_d_ssm of 1024 over 16 heads.
   EXPECT_EQ(std::get<LinearAttentionLayer>(falcon->layers[0]).vDim, 64);
   EXPECT_FALSE(std::get<AttentionLayer>(falcon->layers[1]).scale.has_value());
-  // Without mamba_rms_norm (its default) the mixer gates by silu(z) alone,
-  // which stays with the engine, with D x; with it, normalized first unless
-  // mamba_norm_before_gate says otherwise.
+  // Without mamba_rms_norm (its default) the mixer gates y + D x by
+  // silu(z) alone; with it, normalized first unless mamba_norm_before_gate
+  // says otherwise.
   const auto &plain = std::get<LinearAttentionLayer>(falcon->layers[0]);
-  EXPECT_EQ(plain.outputGate, OutputGate::None);
-  EXPECT_FALSE(plain.skip);
+  EXPECT_EQ(plain.outputGate, OutputGate::Silu);
+  EXPECT_TRUE(plain.skip);
+  EXPECT_FALSE(plain.gateGroups.has_value());
   for (auto [json, before] :
        {std::pair{R"({"model_type": "falcon_h1", "mamba_rms_norm": true})",
                   true},
