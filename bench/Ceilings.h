@@ -12,6 +12,10 @@
 #include "compiler/Compile.h"
 #include "runtime/attn_runtime.hpp"
 
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -184,6 +188,34 @@ compileAndLoad(const std::string &json, int threads,
                const mlir::attn::CompileOptions &options = {}) {
   llvm::Expected<std::string> binary = mlir::attn::compileModelDescription(
       json, mlir::attn::CpuTarget::host(), options);
+  if (!binary) {
+    std::fprintf(stderr, "%s\n", llvm::toString(binary.takeError()).c_str());
+    return nullptr;
+  }
+  std::unique_ptr<attn::Model> model;
+  attn::Status status =
+      attn::Model::loadMemory(binary->data(), binary->size(), threads, model);
+  if (!status.ok())
+    std::fprintf(stderr, "%s\n", status.message.c_str());
+  return model;
+}
+
+/// As compileAndLoad, for a module of attn IR (ops the model descriptions
+/// do not build alone).
+inline std::unique_ptr<attn::Model> compileIRAndLoad(const std::string &source,
+                                                     int threads) {
+  mlir::DialectRegistry registry;
+  mlir::attn::registerCompilerDialects(registry);
+  mlir::MLIRContext context(registry);
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(source, &context);
+  if (!module) {
+    std::fprintf(stderr, "the benchmark's attn IR does not parse\n");
+    return nullptr;
+  }
+  llvm::Expected<std::string> binary =
+      mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
+                          mlir::attn::CpuTarget::host(), "bench");
   if (!binary) {
     std::fprintf(stderr, "%s\n", llvm::toString(binary.takeError()).c_str());
     return nullptr;

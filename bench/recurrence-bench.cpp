@@ -23,7 +23,11 @@
 //
 //   recurrence-bench [--threads N] [--repeat N] [--quick] [--only SECTION]
 //
-// Sections: prefill, stepwise, rules.
+//  * the output gates that run as kernels of their own (Falcon-H1's and
+//    Nemotron-H's mixer ends, Qwen3-Next's attention gate when it cannot be
+//    fused) at L = 4K: GB/s against memcpy's in the same run.
+//
+// Sections: prefill, stepwise, rules, gates.
 //
 //===----------------------------------------------------------------------===//
 
@@ -265,6 +269,99 @@ void ruleGrowth(int threads, int repeat, bool quick) {
               growths.c_str());
 }
 
+/// One output gate as a kernel of its own: its attn IR (entry @gate) and
+/// the shapes of its inputs and output.
+struct GateBench {
+  const char *name;
+  std::string source;
+  std::vector<std::vector<int64_t>> inputs;
+  std::vector<int64_t> output;
+};
+
+/// The gates that run after a recurrence or an attention as kernels of
+/// their own, at L tokens: GB/s of the bytes each moves (inputs read,
+/// output written, as STREAM counts) against memcpy's in the same run.
+/// They are memory-bound: the ratio says how close they come.
+void gateTable(int threads, int repeat) {
+  const int64_t L = 4096;
+  const std::string falcon = "tensor<1x24x4096x64xf32>";
+  const std::string nemotron = "tensor<1x128x4096x64xf32>";
+  const std::string qwen = "tensor<1x16x4096x256xf32>";
+  const std::string headwise = "tensor<1x16x4096x1xf32>";
+  const std::vector<GateBench> gates = {
+      {"Falcon-H1-0.5B mixer: (y + D x) silu(z), 24 heads of 64",
+       "func.func @gate(%o: " + falcon + ", %z: " + falcon + ", %x: " + falcon +
+           ", %d: tensor<24xf32>) -> " + falcon +
+           " {\n  %r = attn.gate %o, %z skip(%x, %d : " + falcon +
+           ", tensor<24xf32>) {activation = #attn.gate_activation<silu>} : " +
+           falcon + ", " + falcon + "\n  return %r : " + falcon + "\n}",
+       {{1, 24, L, 64}, {1, 24, L, 64}, {1, 24, L, 64}, {24}},
+       {1, 24, L, 64}},
+      {"Nemotron-H mixer: rmsnorm(y + D x) of 8 groups, gate first, 128 "
+       "heads of 64",
+       "func.func @gate(%o: " + nemotron + ", %z: " + nemotron +
+           ", %w: tensor<8192xf32>, %x: " + nemotron +
+           ", %d: tensor<128xf32>) -> " + nemotron +
+           " {\n  %r = attn.rmsnorm_gate %o, %z, %w skip(%x, %d : " + nemotron +
+           ", tensor<128xf32>) {eps = 1.0e-5, group_size = 1024, "
+           "norm_before_gate = false} : " +
+           nemotron + ", " + nemotron +
+           ", tensor<8192xf32>\n  return %r : " + nemotron + "\n}",
+       {{1, 128, L, 64}, {1, 128, L, 64}, {8192}, {1, 128, L, 64}, {128}},
+       {1, 128, L, 64}},
+      {"Qwen3-Next attention output: o sigmoid(g), 16 heads of 256",
+       "func.func @gate(%o: " + qwen + ", %g: " + qwen + ") -> " + qwen +
+           " {\n  %r = attn.gate %o, %g : " + qwen + ", " + qwen +
+           "\n  return %r : " + qwen + "\n}",
+       {{1, 16, L, 256}, {1, 16, L, 256}},
+       {1, 16, L, 256}},
+      {"headwise: o sigmoid(g[h]), 16 heads of 256",
+       "func.func @gate(%o: " + qwen + ", %g: " + headwise + ") -> " + qwen +
+           " {\n  %r = attn.gate %o, %g : " + qwen + ", " + headwise +
+           "\n  return %r : " + qwen + "\n}",
+       {{1, 16, L, 256}, {1, 16, L, 1}},
+       {1, 16, L, 256}},
+  };
+  MemcpyCeiling ceiling(threads);
+  std::printf("| gate, L = %lld | ms | MB moved | GB/s | memcpy GB/s | x "
+              "memcpy |\n|---|---|---|---|---|---|\n",
+              static_cast<long long>(L));
+  for (const GateBench &gate : gates) {
+    std::unique_ptr<attn::Model> model = compileIRAndLoad(gate.source, threads);
+    if (!model)
+      return;
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> uniform(-1, 1);
+    std::vector<attn::Tensor> inputs;
+    double bytes = 0;
+    for (const std::vector<int64_t> &shape : gate.inputs) {
+      attn::Tensor t(ATTN_F32, shape);
+      for (int64_t j = 0; j < t.numElements(); ++j)
+        t.f32()[j] = uniform(rng);
+      bytes += 4.0 * t.numElements();
+      inputs.push_back(std::move(t));
+    }
+    attn::Tensor output(ATTN_F32, gate.output);
+    bytes += 4.0 * output.numElements();
+    int32_t entry = -1;
+    model->findEntry("gate", entry);
+    std::vector<attn_tensor> in;
+    for (const attn::Tensor &t : inputs)
+      in.push_back(t.view());
+    attn_tensor out = output.view();
+    double seconds = medianSeconds(repeat, [&] {
+      if (attn_run(model->get(), entry, in.data(),
+                   static_cast<int32_t>(in.size()), &out, 1) != ATTN_OK)
+        std::fprintf(stderr, "%s\n", attn_last_error());
+    });
+    double copy = ceiling.gbps(repeat);
+    double gbps = bytes / seconds / 1e9;
+    std::printf("| %s | %.2f | %.0f | %.1f | %.1f | %.2f |\n", gate.name,
+                seconds * 1e3, bytes / 1e6, gbps, copy, gbps / copy);
+  }
+  std::printf("\n");
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -275,6 +372,8 @@ int main(int argc, char **argv) {
   const bool quick = options.quick;
   if (options.runs("rules"))
     ruleGrowth(threads, repeat, quick);
+  if (options.runs("gates"))
+    gateTable(threads, repeat);
   if (!options.runs("prefill") && !options.runs("stepwise"))
     return 0;
   double sgemm = sgemmGflops(threads, repeat);

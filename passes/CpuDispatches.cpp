@@ -190,18 +190,37 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     return;
   }
   if (auto gate = dyn_cast<GateOp>(op)) {
-    // A workgroup per token.
+    // A workgroup per run of tokens: of one head (b, h) of [B, H, L, Dv],
+    // of every head packed.
     OutputGateShape shape = OutputGateShape::get(gate);
-    return emit(tokensOf(m, bindings[0], shape.packed), [&](OpBuilder &builder,
-                                                            TypeRange types) {
+    Value output = bindings[0];
+    Value run = m.index(gateTokensPerWorkgroup(shape));
+    Value workgroups;
+    if (shape.packed) {
+      workgroups = m.ceilDiv(m.dim(output, 0), run);
+    } else {
+      Value heads = m.mul(m.dim(output, 0), m.index(shape.heads));
+      workgroups = m.mul(heads, m.ceilDiv(m.dim(output, 2), run));
+    }
+    return emit(workgroups, [&](OpBuilder &builder, TypeRange types) {
       return buildOutputGateKernel(builder, loc, name, shape, tiling, types);
     });
   }
   if (auto gate = dyn_cast<RmsNormGateOp>(op)) {
-    // A workgroup per row (RmsNormGateShape) of each token.
+    // A workgroup per run of tokens of a row (RmsNormGateShape): B * rows
+    // * ceil(L / run), or packed ceil(T / run) * rows.
     RmsNormGateShape shape = RmsNormGateShape::get(gate);
-    return emit(rmsNormGateRows(m, shape, bindings[0]), [&](OpBuilder &builder,
-                                                            TypeRange types) {
+    Value output = bindings[0];
+    Value run = m.index(rmsNormGateTokensPerWorkgroup(shape));
+    Value rows = m.index(shape.rowsPerToken());
+    Value workgroups;
+    if (shape.packed) {
+      workgroups = m.mul(m.ceilDiv(m.dim(output, 0), run), rows);
+    } else {
+      Value batchRows = m.mul(m.dim(output, 0), rows);
+      workgroups = m.mul(batchRows, m.ceilDiv(m.dim(output, 2), run));
+    }
+    return emit(workgroups, [&](OpBuilder &builder, TypeRange types) {
       return buildRmsNormGateKernel(builder, loc, name, shape, tiling, types);
     });
   }

@@ -268,16 +268,18 @@ func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 // -----
 
 // An rmsnorm gate no recurrence took (Mamba2's: groups of two heads, the
-// gate first) is a kernel of its own, a workgroup per row (the two head
-// vectors of a group) of each token: B x L tokens of 6 / 2 = 3 rows.
+// gate first) is a kernel of its own, a workgroup per run of 16384 / 16 =
+// 1024 tokens of a row (the two head vectors of a group): B x 6 / 2 = 3
+// rows x ceil(L / 1024).
 // CHECK-LABEL: func.func private @gate__rmsnorm_gate0(
 // CHECK-SAME:    attributes {attn.kernel = "rmsnorm_gate"
 // CHECK-LABEL: func.func @gate(
 // CHECK-SAME:    %[[O:[^:]+]]: memref<?x6x?x8xf32> {attn.name = "o", attn.shape = ["N0", 6, "N1", 8]}
 // CHECK-SAME:    %[[R:[^:]+]]: memref<?x6x?x8xf32> {attn.name = "r", attn.shape = ["N0", 6, "N1", 8]}
-// CHECK:         %[[C3:.+]] = arith.constant 3 : index
-// CHECK-NEXT:    %[[ROWS:.+]] = arith.muli %{{.+}}, %[[C3]] : index
-// CHECK-NEXT:    attn_kernel.dispatch @gate__rmsnorm_gate0 workgroups(%[[ROWS]]) bindings(%[[O]], %{{.+}}, %{{.+}}, %[[R]])
+// CHECK:         %[[ROWS:.+]] = arith.muli %{{.+}}, %c3 : index
+// CHECK:         %[[RUNS:.+]] = arith.ceildivui %{{.+}}, %c1024 : index
+// CHECK-NEXT:    %[[GROUPS:.+]] = arith.muli %[[ROWS]], %[[RUNS]] : index
+// CHECK-NEXT:    attn_kernel.dispatch @gate__rmsnorm_gate0 workgroups(%[[GROUPS]]) bindings(%[[O]], %{{.+}}, %{{.+}}, %[[R]])
 func.func @gate(%o: tensor<?x6x?x8xf32> {attn.name = "o"},
                 %z: tensor<?x6x?x8xf32> {attn.name = "z"},
                 %w: tensor<48xf32> {attn.name = "w"})
@@ -291,14 +293,17 @@ func.func @gate(%o: tensor<?x6x?x8xf32> {attn.name = "o"},
 // -----
 
 // A gate no attention took (Falcon-H1's mixer without its norm: silu, the
-// skip first) is a kernel of its own, a workgroup per token.
+// skip first) is a kernel of its own, a workgroup per run of 4096 / 20 =
+// 204 tokens of one head: B x 3 x ceil(L / 204).
 // CHECK-LABEL: func.func private @mixer__gate0(
 // CHECK-SAME:    attributes {attn.kernel = "gate"
 // CHECK-LABEL: func.func @mixer(
 // CHECK-SAME:    %[[O:[^:]+]]: memref<?x3x?x20xf32> {attn.name = "o", attn.shape = ["N0", 3, "N1", 20]}
 // CHECK-SAME:    %[[R:[^:]+]]: memref<?x3x?x20xf32> {attn.name = "r", attn.shape = ["N0", 3, "N1", 20]}
-// CHECK:         %[[TOKENS:.+]] = arith.muli %{{.+}}, %{{.+}} : index
-// CHECK-NEXT:    attn_kernel.dispatch @mixer__gate0 workgroups(%[[TOKENS]]) bindings(%[[O]], %{{.+}}, %{{.+}}, %{{.+}}, %[[R]])
+// CHECK:         %[[HEADS:.+]] = arith.muli %{{.+}}, %c3 : index
+// CHECK:         %[[RUNS:.+]] = arith.ceildivui %{{.+}}, %c204 : index
+// CHECK-NEXT:    %[[GROUPS:.+]] = arith.muli %[[HEADS]], %[[RUNS]] : index
+// CHECK-NEXT:    attn_kernel.dispatch @mixer__gate0 workgroups(%[[GROUPS]]) bindings(%[[O]], %{{.+}}, %{{.+}}, %{{.+}}, %[[R]])
 func.func @mixer(%o: tensor<?x3x?x20xf32> {attn.name = "o"},
                  %z: tensor<?x3x?x20xf32> {attn.name = "z"},
                  %x: tensor<?x3x?x20xf32> {attn.name = "x"},

@@ -228,6 +228,21 @@ std::vector<GateCase> cases() {
        .length = 5,
        .packed = true});
   add({.label = "one_feature", .heads = 5, .features = 1, .length = 9});
+  // Longer than a CPU workgroup's run of tokens (64 of a head of 64, 32
+  // packed of 4 heads of 32), the last run partial.
+  add({.label = "runs_of_tokens",
+       .heads = 2,
+       .features = 64,
+       .silu = true,
+       .skip = true,
+       .length = 150});
+  add({.label = "runs_of_packed_tokens",
+       .heads = 4,
+       .features = 32,
+       .headwise = true,
+       .batch = 1,
+       .length = 150,
+       .packed = true});
   add({.label = "bf16", .dtype = "bf16", .length = 33});
   add({.label = "f16_one_token", .dtype = "f16", .batch = 1, .length = 1});
   add({.label = "empty", .length = 0});

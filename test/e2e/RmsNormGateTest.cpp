@@ -233,6 +233,21 @@ std::vector<GateCase> cases() {
        .weightPerToken = false,
        .length = 9,
        .packed = true});
+  // Longer than a CPU workgroup's run of tokens (16 of a row of 1024
+  // features), the last run partial.
+  add({.label = "runs_of_tokens",
+       .heads = 32,
+       .features = 64,
+       .group = 1024,
+       .length = 37,
+       .skip = true});
+  add({.label = "runs_of_packed_tokens",
+       .heads = 32,
+       .features = 64,
+       .group = 512,
+       .batch = 1,
+       .length = 40,
+       .packed = true});
   add({.label = "bf16", .dtype = "bf16", .length = 33});
   add({.label = "f16_one_token", .dtype = "f16", .batch = 1, .length = 1});
   add({.label = "empty", .length = 0});

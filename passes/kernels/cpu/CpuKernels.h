@@ -171,18 +171,36 @@ func::FuncOp buildRecurrenceGateKernel(OpBuilder &builder, Location loc,
                                        const CpuTiling &tiling,
                                        TypeRange bindingTypes);
 
+/// The tokens of a workgroup of the CPU's attn.rmsnorm_gate kernel: about
+/// 16,384 elements of one row (RmsNormGateShape), 64 KiB of f32 a stream,
+/// which its second pass reads again from the cache.
+inline int64_t rmsNormGateTokensPerWorkgroup(const RmsNormGateShape &shape) {
+  return std::max<int64_t>(1, 16384 / shape.rowFeatures());
+}
+
 /// attn.rmsnorm_gate on its own (RmsNormGateShape). Bindings: o, z, w,
 /// [x, d], result (o and result [B, H, L, Dv] or packed [T, H, Dv]).
-/// Workgroups:
-/// tokens x shape.rowsPerToken(), a row each.
+/// Workgroups: a run of rmsNormGateTokensPerWorkgroup tokens of one row
+/// each, ((b, row), run) for [B, H, L, Dv], (run, row) packed: B *
+/// rowsPerToken() * ceil(L / run), or ceil(T / run) * rowsPerToken().
 func::FuncOp buildRmsNormGateKernel(OpBuilder &builder, Location loc,
                                     StringRef name,
                                     const RmsNormGateShape &shape,
                                     const CpuTiling &tiling,
                                     TypeRange bindingTypes);
 
+/// The tokens of a workgroup of the CPU's attn.gate kernel: about 4,096
+/// elements (16 KiB of f32 per stream), of one head vector of [B, H, L, Dv]
+/// a token, or of all H of packed [T, H, Dv].
+inline int64_t gateTokensPerWorkgroup(const OutputGateShape &shape) {
+  const int64_t perToken =
+      shape.headFeatures * (shape.packed ? shape.heads : 1);
+  return std::max<int64_t>(1, 4096 / std::max<int64_t>(1, perToken));
+}
+
 /// attn.gate on its own (OutputGateShape). Bindings: o, gate, [x, d],
-/// result. Workgroups: tokens (B * L, or T packed), a token each.
+/// result. Workgroups: runs of gateTokensPerWorkgroup tokens, B * H * ceil(L
+/// / run) of them (b, h, run) for [B, H, L, Dv], ceil(T / run) packed.
 func::FuncOp buildOutputGateKernel(OpBuilder &builder, Location loc,
                                    StringRef name, const OutputGateShape &shape,
                                    const CpuTiling &tiling,

@@ -3,8 +3,12 @@
 // attn.gate where no softmax attention took it into its epilogue: an entry
 // input gated, an attention output also used ungated, and the forms
 // attention never fuses (silu, Mamba2's skip: Falcon-H1's mixer without its
-// norm). Elementwise and memory-bound: a workgroup per token, its head
-// vectors a vector of consecutive features at a time.
+// norm). Elementwise and memory-bound, so a workgroup takes a run of
+// consecutive elements in memory order (gateTokensPerWorkgroup tokens of
+// one head of [B, H, L, Dv], or of every head of packed [T, H, Dv]), a
+// vector of consecutive features at a time: a run per input stream, which
+// the hardware prefetches, where a token's head vectors of [B, H, L, Dv]
+// are L Dv apart.
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,32 +31,40 @@ func::FuncOp mlir::attn::buildOutputGateKernel(OpBuilder &builder, Location loc,
   Value output = args[0], gate = args[1];
   Value skipInput = shape.skip ? args[2] : Value();
   Value skipScale = shape.skip ? args[3] : Value();
-  Value result = args[args.size() - 2], token = args.back();
+  Value result = args[args.size() - 2], workgroup = args.back();
   const int64_t Dv = shape.headFeatures;
 
-  // Token t of [B, H, L, Dv] is (t / L, t % L).
-  Value batch, step;
-  if (!shape.packed) {
-    Value length = e.dim(output, 2);
-    batch = e.div(token, length);
-    step = e.rem(token, length);
+  const int64_t T = gateTokensPerWorkgroup(shape);
+  // The workgroup's tokens [first, end) of one head (b, h) of [B, H, L, Dv],
+  // or of every head of packed [T, H, Dv].
+  Value tokens = e.dim(output, shape.packed ? 0 : 2);
+  Value batch, fixedHead, first;
+  if (shape.packed) {
+    first = e.mul(workgroup, e.index(T));
+  } else {
+    Value tiles = e.div(e.add(tokens, e.index(T - 1)), e.index(T));
+    Value row = e.div(workgroup, tiles);
+    batch = e.div(row, e.index(shape.heads));
+    fixedHead = e.rem(row, e.index(shape.heads));
+    first = e.mul(e.rem(workgroup, tiles), e.index(T));
   }
-  auto at = [&](Value head, Value feature) -> SmallVector<Value> {
+  Value end = e.minS(tokens, e.add(first, e.index(T)));
+  auto at = [&](Value token, Value head, Value feature) -> SmallVector<Value> {
     if (shape.packed)
       return {token, head, feature};
-    return {batch, head, step, feature};
+    return {batch, head, token, feature};
   };
-  e.loop(e.index(0), e.index(shape.heads), e.index(1), [&](Value head) {
-    // A headwise gate's one logit, broadcast over the head vector.
+  // One head vector of one token.
+  auto gateVector = [&](Value token, Value head) {
     Value headLogit;
     if (shape.headwise)
-      headLogit = e.broadcast(e.load(gate, at(head, e.index(0))));
+      headLogit = e.broadcast(e.load(gate, at(token, head, e.index(0))));
     Value scale;
     if (skipScale)
       scale = e.broadcast(e.load(skipScale, {head}));
     for (int64_t off = 0; off < Dv; off += e.width) {
       const int64_t lanes = std::min(e.width, Dv - off);
-      SmallVector<Value> indices = at(head, e.index(off));
+      SmallVector<Value> indices = at(token, head, e.index(off));
       Value x = e.loadVector(output, indices, lanes);
       if (skipInput)
         x = e.fma(scale, e.loadVector(skipInput, indices, lanes), x);
@@ -63,6 +75,12 @@ func::FuncOp mlir::attn::buildOutputGateKernel(OpBuilder &builder, Location loc,
                         : e.sigmoidGate(e.fmul(x, logit), logit);
       e.storeVector(gated, result, indices, lanes);
     }
+  };
+  e.loop(first, end, e.index(1), [&](Value token) {
+    if (!shape.packed)
+      return gateVector(token, fixedHead);
+    e.loop(e.index(0), e.index(shape.heads), e.index(1),
+           [&](Value head) { gateVector(token, head); });
   });
   func::ReturnOp::create(b);
   return func;

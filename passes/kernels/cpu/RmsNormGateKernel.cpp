@@ -3,11 +3,15 @@
 // attn.rmsnorm_gate where no recurrence took it into its epilogue: Mamba2's
 // groups of features spanning heads (or part of one), the gate before the
 // norm, a weight per feature of the token, the skip d[h] x before it all
-// (RmsNormGateShape). A workgroup
-// per row (the head vectors one group spans, or one head vector holding
-// several groups): per group, the sum of squares of what is normalized (o,
-// or o act(z) when the gate comes first), then its features, a vector of
-// consecutive features at a time.
+// (RmsNormGateShape). A workgroup takes a run of tokens of one row (the
+// head vectors one group spans, or one head vector holding several
+// groups), head by head: in [B, H, L, Dv] a head's vectors of consecutive
+// tokens are consecutive, so each head of the row is one run in memory
+// (where a token's head vectors are L Dv apart). Two passes over the run:
+// each group's sum of squares of what is normalized (o, or o act(z) when
+// the gate comes first) per token, then its features; the second reads
+// from the cache what the first read (rmsNormGateTokensPerWorkgroup keeps a
+// run's rows to 64 KiB a stream).
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,92 +36,103 @@ func::FuncOp mlir::attn::buildRmsNormGateKernel(OpBuilder &builder,
   Value skipScale = shape.skip ? args[4] : Value();
   Value result = args[args.size() - 2], workgroup = args.back();
   const int64_t Dv = shape.headFeatures, G = shape.groupFeatures;
-  // A group's features: `segments` runs of `run` consecutive features (whole
-  // head vectors, or part of one).
-  const int64_t segments = shape.headsPerRow(), run = std::min(G, Dv);
+  // A group's features: `segments` spans of `span` consecutive features
+  // (whole head vectors, or part of one).
+  const int64_t segments = shape.headsPerRow(), span = std::min(G, Dv);
 
-  // Workgroup = (token, row of the token), the row fastest; token t of
-  // [B, H, L, Dv] is (t / L, t % L).
+  // The workgroup's run [first, end) of tokens of one row: workgroup =
+  // ((b, row), run) of [B, H, L, Dv], (run, row) packed.
+  const int64_t T = rmsNormGateTokensPerWorkgroup(shape);
   Value rowsPerToken = e.index(shape.rowsPerToken());
-  Value token = e.div(workgroup, rowsPerToken);
-  Value firstHead =
-      e.mul(e.rem(workgroup, rowsPerToken), e.index(shape.headsPerRow()));
-  Value batch, step;
-  if (!shape.packed) {
-    Value length = e.dim(output, 2);
-    batch = e.div(token, length);
-    step = e.rem(token, length);
+  Value tokens = e.dim(output, shape.packed ? 0 : 2);
+  Value runs = e.div(e.add(tokens, e.index(T - 1)), e.index(T));
+  Value batch, row, tokenRun;
+  if (shape.packed) {
+    row = e.rem(workgroup, rowsPerToken);
+    tokenRun = e.div(workgroup, rowsPerToken);
+  } else {
+    tokenRun = e.rem(workgroup, runs);
+    Value batchRow = e.div(workgroup, runs);
+    batch = e.div(batchRow, rowsPerToken);
+    row = e.rem(batchRow, rowsPerToken);
   }
-  auto at = [&](Value head, Value feature) -> SmallVector<Value> {
+  Value first = e.mul(tokenRun, e.index(T));
+  Value end = e.minS(tokens, e.add(first, e.index(T)));
+  Value firstHead = e.mul(row, e.index(shape.headsPerRow()));
+  auto at = [&](Value token, Value head, Value feature) -> SmallVector<Value> {
     if (shape.packed)
       return {token, head, feature};
-    return {batch, head, step, feature};
+    return {batch, head, token, feature};
   };
   auto activation = [&](Value x) {
     return shape.activation == GateActivation::Sigmoid
                ? e.sigmoidGate(e.splat(1.0), x)
                : e.sigmoidGate(x, x);
   };
-  // Over the group's features from `first` in each head vector: body(head,
-  // feature, lanes) per vector, its partial results carried.
-  auto eachVector =
-      [&](Value first, ValueRange inits,
-          function_ref<SmallVector<Value>(Value, Value, int64_t, ValueRange)>
-              body) {
-        return e.loop(e.index(0), e.index(segments), e.index(1), inits,
-                      [&](Value s, ValueRange carried) {
-                        SmallVector<Value> values(carried);
-                        Value head = e.add(firstHead, s);
-                        for (int64_t off = 0; off < run; off += e.width)
-                          values = body(head, e.add(first, e.index(off)),
-                                        std::min(e.width, run - off), values);
-                        return values;
-                      });
-      };
   // What the norm sums: o (plus the skip d[h] x), times act(z) when the
   // gate comes first (masked lanes read 0 and stay 0: act(0) is finite).
-  auto normalized = [&](Value head, Value feature, int64_t lanes) {
-    Value x = e.loadVector(output, at(head, feature), lanes);
+  auto normalized = [&](SmallVector<Value> indices, Value head, int64_t lanes) {
+    Value x = e.loadVector(output, indices, lanes);
     if (skipInput)
       x = e.fma(e.broadcast(e.load(skipScale, {head})),
-                e.loadVector(skipInput, at(head, feature), lanes), x);
+                e.loadVector(skipInput, indices, lanes), x);
     if (shape.normBeforeGate)
       return x;
-    return e.fmul(x, activation(e.loadVector(z, at(head, feature), lanes)));
+    return e.fmul(x, activation(e.loadVector(z, indices, lanes)));
   };
-
-  // Groups within a head vector (G < Dv) start at g G; a group of whole
-  // heads at 0.
-  e.loop(e.index(0), e.index(shape.groupsPerRow()), e.index(1), [&](Value g) {
-    Value first = e.mul(g, e.index(run));
-    Value squares = eachVector(first, {e.splat(0.0)},
-                               [&](Value head, Value feature, int64_t lanes,
-                                   ValueRange sum) -> SmallVector<Value> {
-                                 Value x = normalized(head, feature, lanes);
-                                 return {e.fma(x, x, sum[0])};
-                               })[0];
+  // Over the row's head vectors, the run's tokens and each head vector's
+  // groups g (features [g span, g span + span)): body(token, head, first
+  // feature, slot), slot the (token, group)'s in `perGroup`.
+  const int64_t groups = shape.groupsPerRow();
+  auto eachSpan = [&](function_ref<void(Value, Value, int64_t, Value)> body) {
+    e.loop(e.index(0), e.index(segments), e.index(1), [&](Value s) {
+      Value head = e.add(firstHead, s);
+      e.loop(first, end, e.index(1), [&](Value token) {
+        Value tokenSlot = e.mul(e.sub(token, first), e.index(groups));
+        for (int64_t g = 0; g < groups; ++g)
+          body(token, head, g * span, e.add(tokenSlot, e.index(g)));
+      });
+    });
+  };
+  // Per (token, group): the sum of squares, then the inverse of its root
+  // mean square.
+  Value perGroup = e.scratch({T * groups});
+  e.loop(e.index(0), e.index(T * groups), e.index(1),
+         [&](Value i) { e.store(e.scalar(0.0), perGroup, {i}); });
+  eachSpan([&](Value token, Value head, int64_t firstFeature, Value slot) {
+    Value squares = e.splat(0.0);
+    for (int64_t off = 0; off < span; off += e.width) {
+      Value x = normalized(at(token, head, e.index(firstFeature + off)), head,
+                           std::min(e.width, span - off));
+      squares = e.fma(x, x, squares);
+    }
+    e.store(e.fadd(e.load(perGroup, {slot}), e.sumLanes(squares)), perGroup,
+            {slot});
+  });
+  e.loop(e.index(0), e.index(T * groups), e.index(1), [&](Value i) {
     Value meanSquare =
-        e.fmul(e.sumLanes(squares), e.scalar(1.0 / static_cast<double>(G)));
-    Value inverse = e.broadcast(e.fdiv(
-        e.scalar(1.0),
-        math::SqrtOp::create(b, e.fadd(meanSquare, e.scalar(shape.epsilon)))));
-    eachVector(
-        first, {},
-        [&](Value head, Value feature, int64_t lanes,
-            ValueRange) -> SmallVector<Value> {
-          Value w = e.loadVector(weight,
-                                 {shape.weightPerToken
-                                      ? e.add(e.mul(head, e.index(Dv)), feature)
-                                      : feature},
-                                 lanes);
-          Value x =
-              e.fmul(e.fmul(normalized(head, feature, lanes), inverse), w);
-          if (shape.normBeforeGate)
-            x = e.fmul(x,
-                       activation(e.loadVector(z, at(head, feature), lanes)));
-          e.storeVector(x, result, at(head, feature), lanes);
-          return {};
-        });
+        e.fmul(e.load(perGroup, {i}), e.scalar(1.0 / static_cast<double>(G)));
+    e.store(e.fdiv(e.scalar(1.0),
+                   math::SqrtOp::create(
+                       b, e.fadd(meanSquare, e.scalar(shape.epsilon)))),
+            perGroup, {i});
+  });
+  eachSpan([&](Value token, Value head, int64_t firstFeature, Value slot) {
+    Value inverse = e.broadcast(e.load(perGroup, {slot}));
+    for (int64_t off = 0; off < span; off += e.width) {
+      const int64_t lanes = std::min(e.width, span - off);
+      Value feature = e.index(firstFeature + off);
+      SmallVector<Value> indices = at(token, head, feature);
+      Value w = e.loadVector(weight,
+                             {shape.weightPerToken
+                                  ? e.add(e.mul(head, e.index(Dv)), feature)
+                                  : feature},
+                             lanes);
+      Value x = e.fmul(e.fmul(normalized(indices, head, lanes), inverse), w);
+      if (shape.normBeforeGate)
+        x = e.fmul(x, activation(e.loadVector(z, indices, lanes)));
+      e.storeVector(x, result, indices, lanes);
+    }
   });
   func::ReturnOp::create(b);
   return func;
