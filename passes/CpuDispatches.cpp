@@ -511,12 +511,15 @@ LogicalResult CpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
           columns, arith::MulIOp::create(b, chunkedCall,
                                          m.index(rowColumns / columns))));
     if (shape.rmsNormGate) {
+      // Column tiles store o ungated: attn.rmsnorm_gate's kernel follows,
+      // in place, a workgroup per run of tokens of one head.
       Value rows = arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
                                          bestColumns, m.index(rowColumns));
+      Value run =
+          m.index(rmsNormGateTokensPerWorkgroup(RmsNormGateShape::get(shape)));
       gateGroups = arith::SelectOp::create(
           b, rows, zero,
-          arith::MulIOp::create(b, chunkedCall,
-                                m.ceilDiv(length, m.index(shape.chunkSize))));
+          arith::MulIOp::create(b, chunkedCall, m.ceilDiv(length, run)));
     }
   }
 
@@ -532,9 +535,13 @@ LogicalResult CpuEntryLowering::lowerRecurrence(ImplicitLocOpBuilder &b,
     DispatchOp::create(b, columnTiled.getSymName(), count, bindings);
   }
   if (gateGroups) {
-    func::FuncOp gate = buildRecurrenceGateKernel(
-        kernelBuilder, op.getLoc(), kernelName("gate"), shape, tiling, types);
-    DispatchOp::create(b, gate.getSymName(), gateGroups, bindings);
+    RecurrenceBindings bound(ValueRange(bindings), shape);
+    SmallVector<Value> gateBindings{bound.out, bound.z, bound.w, bound.out};
+    func::FuncOp gate =
+        buildRmsNormGateKernel(kernelBuilder, op.getLoc(), kernelName("gate"),
+                               RmsNormGateShape::get(shape), tiling,
+                               ValueRange(gateBindings).getTypes());
+    DispatchOp::create(b, gate.getSymName(), gateGroups, gateBindings);
   }
   DispatchOp::create(b, recurrent.getSymName(), stepGroups, bindings);
   return success();

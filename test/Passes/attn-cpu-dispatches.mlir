@@ -205,8 +205,10 @@ func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64x
 // CHECK:         arith.remui %{{.+}}, %c2
 // CHECK:         memref.alloca() {alignment = 64 : i64} : memref<64x40xf32>
 // CHECK:         vector.create_mask
+// The column tiles store o ungated: attn.rmsnorm_gate's kernel follows,
+// in place (o, z, w, o), over runs of 16384 / 80 = 204 tokens of a head.
 // CHECK-LABEL: func.func private @wide__gate3
-// CHECK-SAME:    attn.kernel = "gate"
+// CHECK-SAME:    attn.kernel = "rmsnorm_gate"
 // CHECK:         math.sqrt
 // CHECK-LABEL: func.func @wide(
 // CHECK:         %[[STEPWISE:.+]] = arith.cmpi ule
@@ -224,9 +226,12 @@ func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64x
 // CHECK:         %[[CHUNKED:.+]] = arith.select %[[ISROWS]], %[[WHOLE]], %c0
 // CHECK:         %[[IS40:.+]] = arith.cmpi eq, %[[WIDTH]], %c40
 // CHECK:         %[[COLUMNS:.+]] = arith.select %[[IS40]], %{{.+}}, %c0
+// CHECK:         %[[RUNS:.+]] = arith.ceildivui %{{.+}}, %c204
+// CHECK:         %[[GATED:.+]] = arith.muli %{{.+}}, %[[RUNS]]
+// CHECK:         %[[GATE:.+]] = arith.select %{{.+}}, %c0{{.*}}, %[[GATED]]
 // CHECK:         attn_kernel.dispatch @wide__chunked0 workgroups(%[[CHUNKED]])
 // CHECK:         attn_kernel.dispatch @wide__chunked_columns40_2 workgroups(%[[COLUMNS]])
-// CHECK:         attn_kernel.dispatch @wide__gate3 workgroups(%{{.+}})
+// CHECK:         attn_kernel.dispatch @wide__gate3 workgroups(%[[GATE]]) bindings(%[[O:[^,]+]], %arg6, %arg7, %[[O]])
 // CHECK:         attn_kernel.dispatch @wide__recurrent1 workgroups(%{{.+}})
 
 // -----

@@ -148,7 +148,7 @@ func::FuncOp buildKvCompactKernel(OpBuilder &builder, Location loc,
 /// state (and of v and o): workgroups B * Hv * (padded Dv / columns),
 /// (batch, value head, column tile) with the tile fastest. With whole rows
 /// (`columns` = padded Dv) the rmsnorm-silu gate is fused; with column
-/// tiles o is stored ungated and the gate kernel follows.
+/// tiles o is stored ungated and attn.rmsnorm_gate's kernel follows.
 ///
 /// A tree recurrence (`shape.tree`, whole rows) is one chunk of C =
 /// max_nodes steps, the tree's nodes in index order (the host has checked
@@ -162,14 +162,6 @@ func::FuncOp buildChunkedRecurrenceKernel(OpBuilder &builder, Location loc,
                                           const CpuTiling &tiling,
                                           int64_t columns,
                                           TypeRange bindingTypes);
-
-/// The rmsnorm-silu gate applied in place to o, after the column-tiled
-/// chunked kernel: workgroups B * Hv * ceil(L / C), C rows of one head each.
-func::FuncOp buildRecurrenceGateKernel(OpBuilder &builder, Location loc,
-                                       StringRef name,
-                                       const LinearRecurrenceShape &shape,
-                                       const CpuTiling &tiling,
-                                       TypeRange bindingTypes);
 
 /// The tokens of a workgroup of the CPU's attn.rmsnorm_gate kernel: about
 /// 16,384 elements of one row (RmsNormGateShape), 64 KiB of f32 a stream,

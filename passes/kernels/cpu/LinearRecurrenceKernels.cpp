@@ -1042,7 +1042,7 @@ void ChunkedRecurrenceKernel::storeChunkOutputs(Value first, Value steps) {
       storeRecurrenceRow(e, shape, args, outputs, {t}, at);
       return;
     }
-    // A column tile holds part of each row: the gate kernel follows.
+    // A column tile holds part of each row: attn.rmsnorm_gate's kernel follows.
     for (int64_t off = 0; off < DvP; off += W)
       storeColumns(vector::LoadOp::create(b, e.vec, outputs,
                                           ValueRange{t, e.index(off)}),
@@ -1100,44 +1100,6 @@ func::FuncOp mlir::attn::buildChunkedRecurrenceKernel(
 //===----------------------------------------------------------------------===//
 // Gate kernel (after column tiles)
 //===----------------------------------------------------------------------===//
-
-func::FuncOp mlir::attn::buildRecurrenceGateKernel(
-    OpBuilder &builder, Location loc, StringRef name,
-    const LinearRecurrenceShape &shape, const CpuTiling &tiling,
-    TypeRange bindingTypes) {
-  OpBuilder::InsertionGuard guard(builder);
-  func::FuncOp func =
-      createKernel(builder, loc, name, bindingTypes, tiling, "gate");
-  ImplicitLocOpBuilder b(loc, builder);
-  KernelEmitter e(b, tiling.vectorWidth);
-  assert(!shape.ragged && "a ragged batch's kernels keep whole state rows");
-  const int64_t C = shape.chunkSize;
-  RecurrenceBindings args(func, shape);
-  Value length = e.dim(args.q, 2);
-  Value blocks = e.ceilDiv(length, e.index(C));
-  Value block = e.rem(args.workgroup, blocks);
-  Heads heads(e, shape, e.div(args.workgroup, blocks));
-  Value first = e.mul(block, e.index(C));
-  Value last = e.minS(length, e.add(first, e.index(C)));
-  // Rows of o are read whole before being written back, so in place is
-  // safe; the padding of the last vector reads as zeros.
-  Value row = e.scratch({roundUp(shape.valueDim, e.width)});
-  e.loop(first, last, e.index(1), [&](Value pos) {
-    SmallVector<Value> prefix{heads.batch, heads.valueHead, pos};
-    for (int64_t off = 0; off < shape.valueDim; off += e.width) {
-      SmallVector<Value> indices(prefix);
-      indices.push_back(e.index(off));
-      vector::StoreOp::create(
-          b,
-          e.loadVector(args.out, indices,
-                       std::min(e.width, shape.valueDim - off)),
-          row, e.index(off));
-    }
-    storeRecurrenceRow(e, shape, args, row, {}, prefix);
-  });
-  func::ReturnOp::create(b);
-  return func;
-}
 
 //===----------------------------------------------------------------------===//
 // Recurrent step kernel
