@@ -10,6 +10,8 @@
 #ifndef ATTN_PASSES_KERNELS_KERNELEMITTER_H
 #define ATTN_PASSES_KERNELS_KERNELEMITTER_H
 
+#include "Attn/AttnDialect.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -423,10 +425,25 @@ public:
         b, DenseElementsAttr::get(VectorType::get({width}, b.getI32Type()),
                                   ArrayRef<int32_t>(ids)));
   }
-  /// x * sigmoid(g).
+  /// The constant `value` shaped as `like`: a vector of f32, or f32.
+  Value constantLike(Value like, double value) {
+    auto type = dyn_cast<VectorType>(like.getType());
+    if (!type)
+      return scalar(value);
+    return arith::ConstantOp::create(
+        b, DenseElementsAttr::get(type, static_cast<float>(value)));
+  }
+  /// x * sigmoid(g), vectors or scalars.
   Value sigmoidGate(Value x, Value g) {
-    Value one = splat(1.0);
-    return fdiv(x, fadd(one, exp(fsub(splat(0.0), g))));
+    return fdiv(x,
+                fadd(constantLike(x, 1.0), exp(fsub(constantLike(g, 0.0), g))));
+  }
+  /// x * act(z), an output gate's activation of its logits: sigmoid(z), or
+  /// silu(z) = z sigmoid(z).
+  Value activationGate(Value x, GateActivation activation, Value z) {
+    if (activation == GateActivation::Sigmoid)
+      return sigmoidGate(x, z);
+    return sigmoidGate(fmul(x, z), z);
   }
 };
 

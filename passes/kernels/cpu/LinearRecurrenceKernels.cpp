@@ -123,12 +123,8 @@ void storeRecurrenceRow(KernelEmitter &e, const LinearRecurrenceShape &shape,
       int64_t lanes = std::min(e.width, dv - off);
       Value z = e.loadVector(args.z, at(outPrefix, off), lanes);
       Value w = e.loadVector(args.w, {e.index(off)}, lanes);
-      // silu(z) = z * sigmoid(z), or sigmoid(z) itself.
-      Value normalized = e.fmul(e.fmul(x, invVec), w);
-      x = shape.gateActivation == GateActivation::Sigmoid
-              ? e.sigmoidGate(normalized, z)
-              : e.fmul(normalized, e.sigmoidGate(z, z));
-      o[i] = x;
+      o[i] = e.activationGate(e.fmul(e.fmul(x, invVec), w),
+                              shape.gateActivation, z);
     }
   }
   for (auto [i, x] : llvm::enumerate(o)) {

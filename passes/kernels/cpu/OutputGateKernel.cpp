@@ -69,11 +69,8 @@ func::FuncOp mlir::attn::buildOutputGateKernel(OpBuilder &builder, Location loc,
       if (skipInput)
         x = e.fma(scale, e.loadVector(skipInput, indices, lanes), x);
       Value logit = headLogit ? headLogit : e.loadVector(gate, indices, lanes);
-      // x sigmoid(g), or x silu(g) = x g sigmoid(g).
-      Value gated = shape.activation == GateActivation::Sigmoid
-                        ? e.sigmoidGate(x, logit)
-                        : e.sigmoidGate(e.fmul(x, logit), logit);
-      e.storeVector(gated, result, indices, lanes);
+      e.storeVector(e.activationGate(x, shape.activation, logit), result,
+                    indices, lanes);
     }
   };
   e.loop(first, end, e.index(1), [&](Value token) {

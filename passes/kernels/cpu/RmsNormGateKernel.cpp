@@ -64,11 +64,6 @@ func::FuncOp mlir::attn::buildRmsNormGateKernel(OpBuilder &builder,
       return {token, head, feature};
     return {batch, head, token, feature};
   };
-  auto activation = [&](Value x) {
-    return shape.activation == GateActivation::Sigmoid
-               ? e.sigmoidGate(e.splat(1.0), x)
-               : e.sigmoidGate(x, x);
-  };
   // What the norm sums: o (plus the skip d[h] x), times act(z) when the
   // gate comes first (masked lanes read 0 and stay 0: act(0) is finite).
   auto normalized = [&](SmallVector<Value> indices, Value head, int64_t lanes) {
@@ -78,7 +73,8 @@ func::FuncOp mlir::attn::buildRmsNormGateKernel(OpBuilder &builder,
                 e.loadVector(skipInput, indices, lanes), x);
     if (shape.normBeforeGate)
       return x;
-    return e.fmul(x, activation(e.loadVector(z, indices, lanes)));
+    return e.activationGate(x, shape.activation,
+                            e.loadVector(z, indices, lanes));
   };
   // Over the row's head vectors, the run's tokens and each head vector's
   // groups g (features [g span, g span + span)): body(token, head, first
@@ -130,7 +126,8 @@ func::FuncOp mlir::attn::buildRmsNormGateKernel(OpBuilder &builder,
                              lanes);
       Value x = e.fmul(e.fmul(normalized(indices, head, lanes), inverse), w);
       if (shape.normBeforeGate)
-        x = e.fmul(x, activation(e.loadVector(z, indices, lanes)));
+        x = e.activationGate(x, shape.activation,
+                             e.loadVector(z, indices, lanes));
       e.storeVector(x, result, indices, lanes);
     }
   });

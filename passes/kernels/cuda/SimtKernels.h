@@ -124,12 +124,6 @@ struct SimtEmitter : KernelEmitter {
   Value fma(Value x, Value y, Value acc) {
     return math::FmaOp::create(b, x, y, acc);
   }
-  /// x * sigmoid(g).
-  Value sigmoidGate(Value x, Value g) {
-    return fdiv(x, fadd(scalar(1.0), exp(fsub(scalar(0.0), g))));
-  }
-  /// x * sigmoid(x).
-  Value silu(Value x) { return sigmoidGate(x, x); }
   Value sumOver(Value lower, Value upper, function_ref<Value(Value iv)> term) {
     return loop(lower, upper, index(1), {scalar(0.0)},
                 [&](Value iv, ValueRange sum) {

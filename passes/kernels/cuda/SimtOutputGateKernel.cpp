@@ -56,11 +56,8 @@ func::FuncOp mlir::attn::buildSimtOutputGateKernel(OpBuilder &builder,
   }
   Value logit =
       e.load(flatten(b, gate), {shape.headwise ? headVector : element});
-  // x sigmoid(g), or x silu(g) = x g sigmoid(g).
-  Value gated = shape.activation == GateActivation::Sigmoid
-                    ? e.sigmoidGate(x, logit)
-                    : e.sigmoidGate(e.fmul(x, logit), logit);
-  e.store(gated, flatten(b, result), {element});
+  e.store(e.activationGate(x, shape.activation, logit), flatten(b, result),
+          {element});
   func::ReturnOp::create(b);
   return func;
 }

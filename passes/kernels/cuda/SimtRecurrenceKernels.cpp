@@ -821,11 +821,6 @@ func::FuncOp mlir::attn::buildSimtRmsNormGateKernel(
     return e.load(buffer, {e.add(e.mul(j, e.index(headsPerRow)), e.div(f, dv)),
                            e.rem(f, dv)});
   };
-  auto activation = [&](Value x) {
-    return shape.activation == GateActivation::Sigmoid
-               ? e.sigmoidGate(e.scalar(1.0), x)
-               : e.silu(x);
-  };
   // What the norm sums: o (plus the skip d[h] x), times act(z) when the
   // gate comes first.
   auto normalized = [&](Value j, Value f) {
@@ -838,7 +833,7 @@ func::FuncOp mlir::attn::buildSimtRmsNormGateKernel(
     }
     if (shape.normBeforeGate)
       return x;
-    return e.fmul(x, activation(staged(gates, j, f)));
+    return e.activationGate(x, shape.activation, staged(gates, j, f));
   };
   const int64_t kSumsPerGroup = 8;
   Value groups = e.index(groupsPerRow);
@@ -881,7 +876,7 @@ func::FuncOp mlir::attn::buildSimtRmsNormGateKernel(
     }
     Value o = e.fmul(e.fmul(normalized(j, f), e.load(inverses, {group})), w);
     if (shape.normBeforeGate)
-      o = e.fmul(o, activation(staged(gates, j, f)));
+      o = e.activationGate(o, shape.activation, staged(gates, j, f));
     at.push_back(d);
     e.store(o, result, at);
   });
