@@ -42,11 +42,11 @@ func::FuncOp mlir::attn::buildOutputGateKernel(OpBuilder &builder, Location loc,
   if (shape.packed) {
     first = e.mul(workgroup, e.index(T));
   } else {
-    Value tiles = e.div(e.add(tokens, e.index(T - 1)), e.index(T));
-    Value row = e.div(workgroup, tiles);
+    Value runs = e.div(e.add(tokens, e.index(T - 1)), e.index(T));
+    Value row = e.div(workgroup, runs);
     batch = e.div(row, e.index(shape.heads));
     fixedHead = e.rem(row, e.index(shape.heads));
-    first = e.mul(e.rem(workgroup, tiles), e.index(T));
+    first = e.mul(e.rem(workgroup, runs), e.index(T));
   }
   Value end = e.minS(tokens, e.add(first, e.index(T)));
   auto at = [&](Value token, Value head, Value feature) -> SmallVector<Value> {
