@@ -181,13 +181,10 @@ struct BenchOptions {
   }
 };
 
-/// Compiles a model description for the host CPU and loads it on
-/// `threads` threads; null (with the error printed) on failure.
+/// Loads a compiled binary on `threads` threads; null (with the error
+/// printed) when compiling or loading failed.
 inline std::unique_ptr<attn::Model>
-compileAndLoad(const std::string &json, int threads,
-               const mlir::attn::CompileOptions &options = {}) {
-  llvm::Expected<std::string> binary = mlir::attn::compileModelDescription(
-      json, mlir::attn::CpuTarget::host(), options);
+loadBinary(llvm::Expected<std::string> binary, int threads) {
   if (!binary) {
     std::fprintf(stderr, "%s\n", llvm::toString(binary.takeError()).c_str());
     return nullptr;
@@ -198,6 +195,16 @@ compileAndLoad(const std::string &json, int threads,
   if (!status.ok())
     std::fprintf(stderr, "%s\n", status.message.c_str());
   return model;
+}
+
+/// Compiles a model description for the host CPU and loads it on
+/// `threads` threads; null (with the error printed) on failure.
+inline std::unique_ptr<attn::Model>
+compileAndLoad(const std::string &json, int threads,
+               const mlir::attn::CompileOptions &options = {}) {
+  return loadBinary(mlir::attn::compileModelDescription(
+                        json, mlir::attn::CpuTarget::host(), options),
+                    threads);
 }
 
 /// As compileAndLoad, for a module of attn IR (ops the model descriptions
@@ -213,19 +220,10 @@ inline std::unique_ptr<attn::Model> compileIRAndLoad(const std::string &source,
     std::fprintf(stderr, "the benchmark's attn IR does not parse\n");
     return nullptr;
   }
-  llvm::Expected<std::string> binary =
-      mlir::attn::compile(*module, mlir::attn::CompileStage::Binary,
-                          mlir::attn::CpuTarget::host(), "bench");
-  if (!binary) {
-    std::fprintf(stderr, "%s\n", llvm::toString(binary.takeError()).c_str());
-    return nullptr;
-  }
-  std::unique_ptr<attn::Model> model;
-  attn::Status status =
-      attn::Model::loadMemory(binary->data(), binary->size(), threads, model);
-  if (!status.ok())
-    std::fprintf(stderr, "%s\n", status.message.c_str());
-  return model;
+  return loadBinary(mlir::attn::compile(*module,
+                                        mlir::attn::CompileStage::Binary,
+                                        mlir::attn::CpuTarget::host(), "bench"),
+                    threads);
 }
 
 } // namespace attn::bench

@@ -105,18 +105,6 @@ std::string source(const GateCase &c) {
   return os.str();
 }
 
-/// [B, H, L, F] as packed [B L, H, F] (token b L + l).
-ref::Tensor packTokens(const ref::Tensor &t) {
-  const int64_t B = t.dim(0), H = t.dim(1), L = t.dim(2), F = t.dim(3);
-  ref::Tensor packed({B * L, H, F});
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t l = 0; l < L; ++l)
-        for (int64_t f = 0; f < F; ++f)
-          packed(b * L + l, h, f) = t(b, h, l, f);
-  return packed;
-}
-
 class OutputGate
     : public testing::TestWithParam<std::tuple<GateCase, Backend>> {};
 

@@ -163,28 +163,25 @@ AttentionResult sdpa(const Tensor &q, const Tensor &k, const Tensor &v,
       });
 }
 
-Tensor sigmoidGate(const Tensor &o, const Tensor &gate) {
+/// o * act(gate), the gate elementwise or headwise.
+static Tensor gateBy(const Tensor &o, const Tensor &gate,
+                     double (*act)(double)) {
   Tensor result = o;
   const bool headwise = gate.dim(3) == 1;
   for (int64_t b = 0; b < o.dim(0); ++b)
     for (int64_t h = 0; h < o.dim(1); ++h)
       for (int64_t i = 0; i < o.dim(2); ++i)
         for (int64_t e = 0; e < o.dim(3); ++e)
-          result(b, h, i, e) *= sigmoid(gate(b, h, i, headwise ? 0 : e));
+          result(b, h, i, e) *= act(gate(b, h, i, headwise ? 0 : e));
   return result;
 }
 
+Tensor sigmoidGate(const Tensor &o, const Tensor &gate) {
+  return gateBy(o, gate, sigmoid);
+}
+
 Tensor siluGate(const Tensor &o, const Tensor &gate) {
-  Tensor result = o;
-  const bool headwise = gate.dim(3) == 1;
-  for (int64_t b = 0; b < o.dim(0); ++b)
-    for (int64_t h = 0; h < o.dim(1); ++h)
-      for (int64_t i = 0; i < o.dim(2); ++i)
-        for (int64_t e = 0; e < o.dim(3); ++e) {
-          const double g = gate(b, h, i, headwise ? 0 : e);
-          result(b, h, i, e) *= g * sigmoid(g);
-        }
-  return result;
+  return gateBy(o, gate, [](double g) { return g * sigmoid(g); });
 }
 
 Tensor blockMeta(const Tensor &k, int64_t blockSize) {
