@@ -75,6 +75,7 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
     tiling.stateColumns =
         options.stateColumns > 0 ? options.stateColumns : 4 * cpu.vectorWidth;
     tiling.recurrentMaxSteps = options.recurrentMaxSteps;
+    tiling.bf16Dot = cpu.bf16Dot;
     buildCpuDispatchPipeline(dispatch, tiling);
     tilingStream << "vector_width=" << tiling.vectorWidth
                  << " query_tile=" << tiling.queryTile
@@ -82,7 +83,8 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
                  << " split_keys=" << tiling.splitKeys
                  << " decode_max_queries=" << tiling.decodeMaxQueries
                  << " recurrent_max_steps=" << tiling.recurrentMaxSteps
-                 << " state_columns=" << tiling.stateColumns;
+                 << " state_columns=" << tiling.stateColumns
+                 << (tiling.bf16Dot ? " bf16_dot" : "");
   }
   if (failed(dispatch.run(module)))
     return error("lowering to CPU dispatches (attn-cpu-dispatch) failed");

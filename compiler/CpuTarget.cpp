@@ -32,6 +32,8 @@ const std::vector<std::string> kLevel3 = {
     "avx", "avx2", "fma", "bmi", "bmi2", "f16c", "lzcnt", "movbe", "xsave"};
 const std::vector<std::string> kLevel4 = {"avx512f", "avx512bw", "avx512cd",
                                           "avx512dq", "avx512vl"};
+/// What CpuTarget::bf16Dot adds to level 4.
+const char *const kBf16Dot = "avx512bf16";
 
 CpuTarget makeTarget(int level) {
   CpuTarget target;
@@ -46,6 +48,13 @@ CpuTarget makeTarget(int level) {
     target.features.insert(target.features.end(), kLevel4.begin(),
                            kLevel4.end());
   target.vectorWidth = level >= 4 ? 16 : level == 3 ? 8 : 4;
+  return target;
+}
+
+CpuTarget withBf16Dot(CpuTarget target) {
+  target.isaLevel += std::string("+") + kBf16Dot;
+  target.features.push_back(kBf16Dot);
+  target.bf16Dot = true;
   return target;
 }
 
@@ -82,9 +91,11 @@ translateAndOptimize(ModuleOp module, const CpuTarget &target,
   if (!llvmTarget)
     return error("no LLVM target for " + target.triple + ": " + lookupError);
   llvm::TargetOptions options;
+  const std::string cpu = target.isaLevel.substr(0, target.isaLevel.find('+'));
+  const std::string features = target.extraFeatures();
   machine.reset(llvmTarget->createTargetMachine(
-      triple, target.isaLevel, /*Features=*/"", options, llvm::Reloc::PIC_,
-      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+      triple, cpu, features, options, llvm::Reloc::PIC_, std::nullopt,
+      llvm::CodeGenOptLevel::Aggressive));
   if (!machine)
     return error("cannot create an LLVM target machine for " + target.isaLevel);
   llvmModule->setTargetTriple(triple);
@@ -97,7 +108,9 @@ translateAndOptimize(ModuleOp module, const CpuTarget &target,
       continue;
     if (!function.getName().starts_with("attn_kernel_"))
       function.setLinkage(llvm::GlobalValue::InternalLinkage);
-    function.addFnAttr("target-cpu", target.isaLevel);
+    function.addFnAttr("target-cpu", cpu);
+    if (!features.empty())
+      function.addFnAttr("target-features", features);
     function.addFnAttr("tune-cpu", target.tuneCpu);
   }
 
@@ -111,7 +124,7 @@ translateAndOptimize(ModuleOp module, const CpuTarget &target,
 
 CpuTarget CpuTarget::host() {
   if (hostHasAll(kLevel3) && hostHasAll(kLevel4))
-    return makeTarget(4);
+    return hostHasAll({kBf16Dot}) ? withBf16Dot(makeTarget(4)) : makeTarget(4);
   if (hostHasAll(kLevel3))
     return makeTarget(3);
   return makeTarget(2);
@@ -124,8 +137,15 @@ llvm::Expected<CpuTarget> CpuTarget::forLevel(llvm::StringRef level) {
     return makeTarget(3);
   if (level == "x86-64-v4")
     return makeTarget(4);
+  if (level == std::string("x86-64-v4+") + kBf16Dot)
+    return withBf16Dot(makeTarget(4));
   return error("unknown CPU level '" + level +
-               "'; expected x86-64-v2, x86-64-v3 or x86-64-v4");
+               "'; expected x86-64-v2, x86-64-v3, x86-64-v4 or "
+               "x86-64-v4+avx512bf16");
+}
+
+std::string CpuTarget::extraFeatures() const {
+  return bf16Dot ? std::string("+") + kBf16Dot : std::string();
 }
 
 llvm::Expected<std::string> mlir::attn::emitCpuLlvmIr(ModuleOp module,

@@ -29,12 +29,21 @@ struct CpuTarget {
   std::vector<std::string> features;
   /// f32 lanes of a vector register at this level: 16, 8 or 4.
   int64_t vectorWidth = 8;
+  /// Products of bf16 operands on AVX512-BF16 (x86-64-v4 with avx512bf16,
+  /// which the level does not include: Zen 4 and later, Cooper Lake,
+  /// Sapphire Rapids and later).
+  bool bf16Dot = false;
 
   /// The host this process runs on.
   static CpuTarget host();
-  /// A named level (x86-64-v2, x86-64-v3, x86-64-v4), for cross builds and
-  /// tests; an error names the levels known.
+  /// A named level (x86-64-v2, x86-64-v3, x86-64-v4, and
+  /// x86-64-v4+avx512bf16), for cross builds and tests; an error names the
+  /// levels known.
   static llvm::Expected<CpuTarget> forLevel(llvm::StringRef level);
+
+  /// The features beyond the level, as LLVM's target-features string
+  /// ("+avx512bf16"; empty when none).
+  std::string extraFeatures() const;
 };
 
 /// Translates `module` (LLVM dialect, after attn-cpu-lower-to-llvm) to LLVM

@@ -41,6 +41,7 @@ void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
   dispatch.decodeMaxQueries = options.decodeMaxQueries;
   dispatch.recurrentMaxSteps = options.recurrentMaxSteps;
   dispatch.stateColumns = options.stateColumns;
+  dispatch.bf16Dot = options.bf16Dot;
   pm.addPass(createAttnCpuDispatches(dispatch));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
@@ -68,7 +69,10 @@ void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm,
   expand.includeBf16 = true;
   pm.addPass(arith::createArithExpandOpsPass(expand));
   pm.addPass(createSCFToControlFlowPass());
-  pm.addPass(createConvertVectorToLLVMPass());
+  // AVX512-BF16's dot products (CpuTiling::bf16Dot) as LLVM intrinsics.
+  ConvertVectorToLLVMPassOptions vectorToLlvm;
+  vectorToLlvm.x86Vector = true;
+  pm.addPass(createConvertVectorToLLVMPass(vectorToLlvm));
   // The threads' views of block kernels' register buffers (subviews).
   pm.addPass(memref::createExpandStridedMetadataPass());
   pm.addPass(createLowerAffinePass());

@@ -61,6 +61,11 @@ struct CpuDispatchOptions : public PassPipelineOptions<CpuDispatchOptions> {
       llvm::cl::desc("value features of the state per column-tiled chunked "
                      "workgroup"),
       llvm::cl::init(32)};
+  Option<bool> bf16Dot{
+      *this, "bf16-dot",
+      llvm::cl::desc("products of bf16 operands on AVX512-BF16 (needs "
+                     "vector-width 16)"),
+      llvm::cl::init(false)};
 };
 
 /// attn IR (after attn-optimize) -> host dispatch programs (`attn.entry`

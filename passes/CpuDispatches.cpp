@@ -24,6 +24,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Dialect/X86Vector/X86VectorDialect.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "llvm/ADT/EquivalenceClasses.h"
@@ -560,17 +561,19 @@ struct AttnCpuDispatches final
     tiling.decodeMaxQueries = decodeMaxQueries;
     tiling.recurrentMaxSteps = recurrentMaxSteps;
     tiling.stateColumns = stateColumns;
+    tiling.bf16Dot = bf16Dot;
     if (tiling.vectorWidth <= 0 || tiling.queryTile <= 0 ||
         tiling.queryTile % tiling.vectorWidth != 0 || tiling.keyTile <= 0 ||
         tiling.keyTile % 4 != 0 || tiling.splitKeys <= 0 ||
-        tiling.stateColumns < tiling.vectorWidth) {
+        tiling.stateColumns < tiling.vectorWidth ||
+        (tiling.bf16Dot && tiling.vectorWidth != 16)) {
       getOperation().emitError()
           << "bad CPU tiling: query-tile (" << tiling.queryTile
           << ") must be a positive multiple of vector-width ("
           << tiling.vectorWidth << "), key-tile (" << tiling.keyTile
           << ") a positive multiple of 4, split-keys (" << tiling.splitKeys
           << ") positive, state-columns (" << tiling.stateColumns
-          << ") at least vector-width";
+          << ") at least vector-width, and bf16-dot needs vector-width 16";
       return signalPassFailure();
     }
     for (func::FuncOp entry : EntryLowering::entriesOf(getOperation()))

@@ -85,12 +85,16 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
            "recurrences of at most this many steps run step by step">,
     Option<"stateColumns", "state-columns", "int64_t", "32",
            "value features of the state per column-tiled chunked workgroup">,
+    Option<"bf16Dot", "bf16-dot", "bool", "false",
+           "the target has AVX512-BF16: products of bf16 operands take "
+           "x86vector.avx512.dot (vector-width 16 only)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
     "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect",
-    "::mlir::cf::ControlFlowDialect", "::mlir::attn::AttnKernelDialect"
+    "::mlir::cf::ControlFlowDialect", "::mlir::attn::AttnKernelDialect",
+    "::mlir::x86vector::X86VectorDialect"
   ];
 }
 

@@ -89,6 +89,7 @@ bool hostSupports(const std::string &feature, bool &known) {
   ATTN_FEATURE("avx512cd")
   ATTN_FEATURE("avx512dq")
   ATTN_FEATURE("avx512vl")
+  ATTN_FEATURE("avx512bf16")
 #undef ATTN_FEATURE
 #endif
   known = false;

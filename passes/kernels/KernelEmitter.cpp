@@ -7,7 +7,7 @@ using namespace mlir::attn;
 
 DictionaryAttr CpuTiling::toAttr(MLIRContext *context) const {
   Builder b(context);
-  return b.getDictionaryAttr({
+  SmallVector<NamedAttribute> entries = {
       b.getNamedAttr("vector_width", b.getI64IntegerAttr(vectorWidth)),
       b.getNamedAttr("query_tile", b.getI64IntegerAttr(queryTile)),
       b.getNamedAttr("key_tile", b.getI64IntegerAttr(keyTile)),
@@ -17,7 +17,10 @@ DictionaryAttr CpuTiling::toAttr(MLIRContext *context) const {
       b.getNamedAttr("recurrent_max_steps",
                      b.getI64IntegerAttr(recurrentMaxSteps)),
       b.getNamedAttr("state_columns", b.getI64IntegerAttr(stateColumns)),
-  });
+  };
+  if (bf16Dot)
+    entries.push_back(b.getNamedAttr("bf16_dot", b.getUnitAttr()));
+  return b.getDictionaryAttr(entries);
 }
 
 func::FuncOp mlir::attn::createKernel(OpBuilder &builder, Location loc,

@@ -19,6 +19,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Dialect/X86Vector/X86VectorDialect.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/TypeUtilities.h"
 
@@ -47,6 +48,10 @@ struct CpuTiling {
   /// workgroup of the chunked kernel when batch x value heads leaves
   /// workers idle).
   int64_t stateColumns = 32;
+  /// The target has AVX512-BF16 (vdpbf16ps): products whose operands are
+  /// both stored as bf16 take two bf16 products a lane per instruction
+  /// (KernelEmitter::dotPairs) where the f32 path takes one.
+  bool bf16Dot = false;
 
   /// The tiling as the dictionary attribute recorded on kernels.
   DictionaryAttr toAttr(MLIRContext *context) const;
@@ -233,9 +238,57 @@ public:
     return vector::CreateMaskOp::create(
         b, VectorType::get({width}, b.getI1Type()), ValueRange{clamped});
   }
-  Value scratch(ArrayRef<int64_t> shape) {
-    return memref::AllocaOp::create(b, MemRefType::get(shape, f32),
-                                    /*alignment=*/b.getI64IntegerAttr(64));
+  Value scratch(ArrayRef<int64_t> shape, Type element = {}) {
+    return memref::AllocaOp::create(
+        b, MemRefType::get(shape, element ? element : Type(f32)),
+        /*alignment=*/b.getI64IntegerAttr(64));
+  }
+
+  // Products of bf16 operands on AVX512-BF16 (CpuTiling::bf16Dot). vdpbf16ps
+  // adds to each f32 lane the products of a pair of bf16 elements of each
+  // operand: pairs along the reduction, so a product's operands go as
+  // vectors of 2 x width bf16, element 2l + p being lane l's p-th term.
+  // The products of two bf16 numbers are exact in f32, as when the f32
+  // path widens them first.
+
+  /// The 2 x width bf16 vector holding, in every lane, the pair `memref`
+  /// has at `indices` and the element after it along the last dim.
+  Value broadcastPair(Value memref, ValueRange indices) {
+    Type bf16 = b.getBF16Type(), i32 = b.getI32Type();
+    Value pair =
+        vector::LoadOp::create(b, VectorType::get({2}, bf16), memref, indices);
+    Value bits = vector::ExtractOp::create(
+        b, vector::BitCastOp::create(b, VectorType::get({1}, i32), pair), 0);
+    Value lanes =
+        vector::BroadcastOp::create(b, VectorType::get({width}, i32), bits);
+    return vector::BitCastOp::create(b, VectorType::get({2 * width}, bf16),
+                                     lanes);
+  }
+  /// acc + the lane-wise sums of the pairs' products of `x` and `y`.
+  Value dotPairs(Value acc, Value x, Value y) {
+    return x86vector::DotBF16Op::create(b, vec, acc, x, y);
+  }
+  /// The pairs (first[l], second[l]) at elements 2 l and 2 l + 1: rows of
+  /// two keys as a pair product's operand.
+  Value interleavePairs(Value first, Value second) {
+    return vector::InterleaveOp::create(b, first, second);
+  }
+  /// `lanes` elements of `memref` along its last dim as stored (not
+  /// widened), in a vector of `vectorLanes` zero-filled past them.
+  Value loadStored(Value memref, ValueRange indices, int64_t lanes,
+                   int64_t vectorLanes) {
+    auto type = VectorType::get({vectorLanes}, storageType(memref));
+    if (lanes == vectorLanes)
+      return vector::LoadOp::create(b, type, memref, indices);
+    SmallVector<bool> bits(vectorLanes, false);
+    std::fill_n(bits.begin(), lanes, true);
+    Value mask = arith::ConstantOp::create(
+        b, DenseElementsAttr::get(VectorType::get({vectorLanes}, b.getI1Type()),
+                                  ArrayRef<bool>(bits)));
+    Value zero = arith::ConstantOp::create(
+        b, DenseElementsAttr::get(type,
+                                  b.getFloatAttr(type.getElementType(), 0.0)));
+    return vector::MaskedLoadOp::create(b, type, memref, indices, mask, zero);
   }
 
   /// scf.for with the body built inline; returns the loop results.

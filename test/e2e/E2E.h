@@ -278,8 +278,8 @@ compileAndLoad(const CompileFn &compile, int threads,
 }
 
 /// The CPU the tests compile for: the host, or the x86-64 level
-/// ATTN_TEST_CPU names (x86-64-v2, -v3, -v4), so one machine runs the suite
-/// as every level the project supports would.
+/// ATTN_TEST_CPU names (x86-64-v2, -v3, -v4, -v4+avx512bf16), so one
+/// machine runs the suite as every level the project supports would.
 inline const mlir::attn::CpuTarget &testCpu() {
   static const mlir::attn::CpuTarget target = [] {
     const char *level = std::getenv("ATTN_TEST_CPU");

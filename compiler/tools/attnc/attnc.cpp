@@ -73,8 +73,9 @@ cl::opt<std::string> target("target", cl::desc("cpu, cuda or all"),
                             cl::init("cpu"), cl::cat(attncOptions));
 cl::opt<std::string>
     cpuLevel("cpu",
-             cl::desc("CPU code level: host (default), x86-64-v2, x86-64-v3 "
-                      "or x86-64-v4; the tiles follow its vector width"),
+             cl::desc("CPU code level: host (default), x86-64-v2, x86-64-v3, "
+                      "x86-64-v4 or x86-64-v4+avx512bf16; the tiles follow "
+                      "its vector width"),
              cl::init("host"), cl::cat(attncOptions));
 cl::opt<std::string> smChip("sm",
                             cl::desc("the NVIDIA GPU the CUDA code is for "

@@ -139,8 +139,29 @@ private:
   void stageQuery();
   void walkKeyTiles();
   void scoreKeyTile(Value k0, Value cols);
+  /// The sums of q k^T of a register block, from `init`: keys `keyRows` x
+  /// query vectors iv0 .. iv0 + nv - 1; on f32 products (scaled, as q^T
+  /// is) or on pair products (pairedScores; unscaled).
+  SmallVector<Value> scoreKeyProducts(ArrayRef<SmallVector<Value>> keyRows,
+                                      int64_t iv0, int64_t nv, ValueRange init);
+  SmallVector<Value> scoreKeyPairs(ArrayRef<SmallVector<Value>> keyRows,
+                                   int64_t iv0, int64_t nv, ValueRange init);
   void updateSoftmax(Value k0, Value cols, Value isFull);
   void accumulateValues(Value k0, Value cols);
+  /// The key tile's P^T and v rows in pairs of keys (pairedValues); a key
+  /// past `cols` pairs with p = 0.
+  void pairKeyTile(Value k0, Value cols);
+  /// A register block's sums of P V from `init`: rows `rowIdx`, value
+  /// columns off0 .. off0 + nv W - 1 (`laneCounts` of each vector); on f32
+  /// products or on pair products (pairedValues).
+  SmallVector<Value> accumulateValueProducts(Value k0, Value cols,
+                                             ArrayRef<Value> rowIdx,
+                                             int64_t off0,
+                                             ArrayRef<int64_t> laneCounts,
+                                             ValueRange init);
+  SmallVector<Value> accumulateValuePairs(Value cols, ArrayRef<Value> rowIdx,
+                                          int64_t off0, int64_t nv,
+                                          ValueRange init);
   void storeOutputs();
 
   /// The visibility of key `keyIndex` to the rows of query vector `col`,
@@ -162,6 +183,14 @@ private:
 
   // What the kind of kernel says.
   bool treePrefix, treeWindow, treeDepths;
+  /// q k^T on AVX512-BF16's pair products (bf16 q and k, an even D): q^T
+  /// staged as pairs of features, unscaled, and the scale applied to the
+  /// sums.
+  bool pairedScores;
+  /// P V on pair products (bf16 v): each key tile's P^T and v rows
+  /// interleaved in pairs of keys, P rounded to bf16 (as the GPU kernels'
+  /// P operand); the sums of P stay f32.
+  bool pairedValues;
   /// The mask the rows' positions see: a tree's prefix is all visible.
   MaskKind mask;
   int64_t W, TQ, TK, D, Dv, DvPadded, queryVectors, group;
@@ -186,10 +215,14 @@ private:
   /// row's first visible prefix key and position P + depth, i32 [TQ].
   Value rowStarts, rowPositions;
 
-  // Scratch (allocateState): q^T pre-scaled [D, TQ], scores^T [TK, TQ],
+  // Scratch (allocateState): q^T pre-scaled [D, TQ] (paired scores: q's
+  // features in pairs [D / 2, 2 TQ], element (d, 2 i + p) being feature
+  // 2 d + p of row i, unscaled), scores^T [TK, TQ],
   // and the online softmax state acc [TQ, Dv], m [TQ], l [TQ] plus the
-  // rescale of the current step alpha [TQ].
-  Value qT, scores, acc, runningMax, runningSum, alpha;
+  // rescale of the current step alpha [TQ]; paired values: the key tile's
+  // P^T and v rows in pairs of keys, [TK / 2, 2 TQ] and [TK / 2, 2 Dv]
+  // (element (j, 2 x + p) being key 2 j + p's).
+  Value qT, scores, acc, runningMax, runningSum, alpha, pairedP, pairedV;
   /// Lane l of query vector iv is tile row iv * W + l.
   VectorType i32Vec;
   Value lanes;
@@ -266,6 +299,10 @@ void FlashKernel::bindArguments() {
   tileClasses = flashUsesBlockMask(shape, part) ? args[next++] : Value();
   workgroup = args.back();
   mask = treePrefix ? MaskKind::None : shape.mask;
+  pairedScores = tiling.bf16Dot && D % 2 == 0 &&
+                 KernelEmitter::storageType(q).isBF16() &&
+                 KernelEmitter::storageType(k).isBF16();
+  pairedValues = tiling.bf16Dot && KernelEmitter::storageType(v).isBF16();
 }
 
 void FlashKernel::mapRows() {
@@ -324,9 +361,14 @@ void FlashKernel::findTreeNodes() {
 }
 
 void FlashKernel::allocateState() {
-  qT = e.scratch({D, TQ});
+  qT = pairedScores ? e.scratch({D / 2, 2 * TQ}, b.getBF16Type())
+                    : e.scratch({D, TQ});
   scores = e.scratch({TK, TQ});
   acc = e.scratch({TQ, DvPadded});
+  if (pairedValues) {
+    pairedP = e.scratch({TK / 2, 2 * TQ}, b.getBF16Type());
+    pairedV = e.scratch({TK / 2, 2 * DvPadded}, b.getBF16Type());
+  }
   runningMax = e.scratch({TQ});
   runningSum = e.scratch({TQ});
   alpha = e.scratch({TQ});
@@ -338,10 +380,16 @@ void FlashKernel::stageQuery() {
   e.loop(c0, e.index(TQ), c1, [&](Value i) {
     // Rows past the end repeat the last row; their results are not stored.
     Value row = e.minS(e.add(q0, i), lastRow);
+    SmallVector<Value> queryRow = queries->at(batch, head, row);
     e.loop(c0, e.index(D), c1, [&](Value d) {
-      e.store(
-          e.fmul(e.load(q, withIndex(queries->at(batch, head, row), d)), scale),
-          qT, {d, i});
+      if (pairedScores) {
+        Value feature = memref::LoadOp::create(b, q, withIndex(queryRow, d));
+        Value pairColumn = e.add(e.mul(i, e.index(2)), e.rem(d, e.index(2)));
+        memref::StoreOp::create(b, feature, qT,
+                                {e.div(d, e.index(2)), pairColumn});
+        return;
+      }
+      e.store(e.fmul(e.load(q, withIndex(queryRow, d)), scale), qT, {d, i});
     });
   });
   for (int64_t iv = 0; iv < queryVectors; ++iv) {
@@ -399,27 +447,58 @@ void FlashKernel::scoreKeyTile(Value k0, Value cols) {
     for (int64_t iv0 = 0; iv0 < queryVectors; iv0 += 2) {
       int64_t nv = std::min<int64_t>(2, queryVectors - iv0);
       SmallVector<Value> init(4 * nv, e.splat(0.0));
-      SmallVector<Value> sums =
-          e.loop(c0, e.index(D), c1, init, [&](Value d, ValueRange partial) {
-            SmallVector<Value> qv;
-            for (int64_t x = 0; x < nv; ++x)
-              qv.push_back(vector::LoadOp::create(
-                  b, e.vec, qT, ValueRange{d, e.index((iv0 + x) * W)}));
-            SmallVector<Value> updated;
-            for (int64_t jj = 0; jj < 4; ++jj) {
-              Value kb = e.broadcast(e.load(k, withIndex(keyRows[jj], d)));
-              for (int64_t x = 0; x < nv; ++x)
-                updated.push_back(e.fma(kb, qv[x], partial[jj * nv + x]));
-            }
-            return updated;
-          });
+      SmallVector<Value> sums = pairedScores
+                                    ? scoreKeyPairs(keyRows, iv0, nv, init)
+                                    : scoreKeyProducts(keyRows, iv0, nv, init);
       for (int64_t jj = 0; jj < 4; ++jj)
         for (int64_t x = 0; x < nv; ++x)
           vector::StoreOp::create(
-              b, sums[jj * nv + x], scores,
+              b,
+              pairedScores ? e.fmul(sums[jj * nv + x], e.splat(shape.scale))
+                           : sums[jj * nv + x],
+              scores,
               ValueRange{e.add(j0, e.index(jj)), e.index((iv0 + x) * W)});
     }
   });
+}
+
+SmallVector<Value>
+FlashKernel::scoreKeyProducts(ArrayRef<SmallVector<Value>> keyRows, int64_t iv0,
+                              int64_t nv, ValueRange init) {
+  return e.loop(c0, e.index(D), c1, init, [&](Value d, ValueRange partial) {
+    SmallVector<Value> qv;
+    for (int64_t x = 0; x < nv; ++x)
+      qv.push_back(vector::LoadOp::create(
+          b, e.vec, qT, ValueRange{d, e.index((iv0 + x) * W)}));
+    SmallVector<Value> updated;
+    for (int64_t jj = 0; jj < 4; ++jj) {
+      Value kb = e.broadcast(e.load(k, withIndex(keyRows[jj], d)));
+      for (int64_t x = 0; x < nv; ++x)
+        updated.push_back(e.fma(kb, qv[x], partial[jj * nv + x]));
+    }
+    return updated;
+  });
+}
+
+SmallVector<Value>
+FlashKernel::scoreKeyPairs(ArrayRef<SmallVector<Value>> keyRows, int64_t iv0,
+                           int64_t nv, ValueRange init) {
+  auto pairs = VectorType::get({2 * W}, b.getBF16Type());
+  return e.loop(
+      c0, e.index(D / 2), c1, init, [&](Value d2, ValueRange partial) {
+        SmallVector<Value> qv;
+        for (int64_t x = 0; x < nv; ++x)
+          qv.push_back(vector::LoadOp::create(
+              b, pairs, qT, ValueRange{d2, e.index((iv0 + x) * 2 * W)}));
+        Value d = e.mul(d2, e.index(2));
+        SmallVector<Value> updated;
+        for (int64_t jj = 0; jj < 4; ++jj) {
+          Value kb = e.broadcastPair(k, withIndex(keyRows[jj], d));
+          for (int64_t x = 0; x < nv; ++x)
+            updated.push_back(e.dotPairs(partial[jj * nv + x], kb, qv[x]));
+        }
+        return updated;
+      });
 }
 
 Value FlashKernel::visibleKeys(Value keyIndex, Value queryPos, Value firstKey,
@@ -514,6 +593,8 @@ void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
 void FlashKernel::accumulateValues(Value k0, Value cols) {
   // acc[i, :] = alpha[i] * acc[i, :] + sum_j P^T[j, i] * v[j, :], in
   // register blocks of 4 rows x 2 vectors of Dv.
+  if (pairedValues)
+    pairKeyTile(k0, cols);
   e.loop(c0, rows, c4, [&](Value i0) {
     SmallVector<Value> rowIdx, rowAlpha;
     for (int64_t ii = 0; ii < 4; ++ii) {
@@ -533,20 +614,9 @@ void FlashKernel::accumulateValues(Value k0, Value cols) {
                   b, e.vec, acc, ValueRange{rowIdx[ii], e.index(off0 + x * W)}),
               rowAlpha[ii]));
       SmallVector<Value> updated =
-          e.loop(c0, cols, c1, init, [&](Value j, ValueRange partial) {
-            SmallVector<Value> row = kv->at(batch, kvHead, e.add(k0, j));
-            SmallVector<Value> vv;
-            for (int64_t x = 0; x < nv; ++x)
-              vv.push_back(e.loadVector(
-                  v, withIndex(row, e.index(off0 + x * W)), laneCounts[x]));
-            SmallVector<Value> next;
-            for (int64_t ii = 0; ii < 4; ++ii) {
-              Value p = e.broadcast(e.load(scores, {j, rowIdx[ii]}));
-              for (int64_t x = 0; x < nv; ++x)
-                next.push_back(e.fma(p, vv[x], partial[ii * nv + x]));
-            }
-            return next;
-          });
+          pairedValues ? accumulateValuePairs(cols, rowIdx, off0, nv, init)
+                       : accumulateValueProducts(k0, cols, rowIdx, off0,
+                                                 laneCounts, init);
       for (int64_t ii = 0; ii < 4; ++ii)
         for (int64_t x = 0; x < nv; ++x)
           vector::StoreOp::create(
@@ -554,6 +624,82 @@ void FlashKernel::accumulateValues(Value k0, Value cols) {
               ValueRange{rowIdx[ii], e.index(off0 + x * W)});
     }
   });
+}
+
+void FlashKernel::pairKeyTile(Value k0, Value cols) {
+  Type bf16 = b.getBF16Type();
+  Value lastKey = e.sub(keyEnd, c1);
+  e.loop(c0, e.ceilDiv(cols, e.index(2)), c1, [&](Value j2) {
+    Value j = e.mul(j2, e.index(2));
+    Value next = e.add(j, c1);
+    // The tile's keys are a multiple of 4: row `next` of P^T exists, but
+    // past `cols` it holds another tile's P, and key k0 + next may not.
+    Value nextIsKey = e.icmp(arith::CmpIPredicate::slt, next, cols);
+    for (int64_t iv = 0; iv < queryVectors; ++iv) {
+      Value col = e.index(iv * W);
+      Value p0 = vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
+      Value p1 = e.select(
+          nextIsKey,
+          vector::LoadOp::create(b, e.vec, scores, ValueRange{next, col}),
+          e.splat(0.0));
+      vector::StoreOp::create(
+          b, e.interleavePairs(e.narrow(p0, bf16), e.narrow(p1, bf16)), pairedP,
+          ValueRange{j2, e.index(2 * iv * W)});
+    }
+    SmallVector<Value> row0 = kv->at(batch, kvHead, e.add(k0, j));
+    SmallVector<Value> row1 =
+        kv->at(batch, kvHead, e.minS(e.add(k0, next), lastKey));
+    for (int64_t off = 0; off < Dv; off += W) {
+      int64_t lanes = std::min(W, Dv - off);
+      Value first = e.loadStored(v, withIndex(row0, e.index(off)), lanes, W);
+      Value second = e.loadStored(v, withIndex(row1, e.index(off)), lanes, W);
+      vector::StoreOp::create(b, e.interleavePairs(first, second), pairedV,
+                              ValueRange{j2, e.index(2 * off)});
+    }
+  });
+}
+
+SmallVector<Value> FlashKernel::accumulateValueProducts(
+    Value k0, Value cols, ArrayRef<Value> rowIdx, int64_t off0,
+    ArrayRef<int64_t> laneCounts, ValueRange init) {
+  const int64_t nv = laneCounts.size();
+  return e.loop(c0, cols, c1, init, [&](Value j, ValueRange partial) {
+    SmallVector<Value> row = kv->at(batch, kvHead, e.add(k0, j));
+    SmallVector<Value> vv;
+    for (int64_t x = 0; x < nv; ++x)
+      vv.push_back(e.loadVector(v, withIndex(row, e.index(off0 + x * W)),
+                                laneCounts[x]));
+    SmallVector<Value> next;
+    for (int64_t ii = 0; ii < 4; ++ii) {
+      Value p = e.broadcast(e.load(scores, {j, rowIdx[ii]}));
+      for (int64_t x = 0; x < nv; ++x)
+        next.push_back(e.fma(p, vv[x], partial[ii * nv + x]));
+    }
+    return next;
+  });
+}
+
+SmallVector<Value> FlashKernel::accumulateValuePairs(Value cols,
+                                                     ArrayRef<Value> rowIdx,
+                                                     int64_t off0, int64_t nv,
+                                                     ValueRange init) {
+  auto pairs = VectorType::get({2 * W}, b.getBF16Type());
+  return e.loop(
+      c0, e.ceilDiv(cols, e.index(2)), c1, init,
+      [&](Value j2, ValueRange partial) {
+        SmallVector<Value> vv;
+        for (int64_t x = 0; x < nv; ++x)
+          vv.push_back(vector::LoadOp::create(
+              b, pairs, pairedV, ValueRange{j2, e.index(2 * (off0 + x * W))}));
+        SmallVector<Value> next;
+        for (int64_t ii = 0; ii < 4; ++ii) {
+          Value p =
+              e.broadcastPair(pairedP, {j2, e.mul(rowIdx[ii], e.index(2))});
+          for (int64_t x = 0; x < nv; ++x)
+            next.push_back(e.dotPairs(partial[ii * nv + x], vv[x], p));
+        }
+        return next;
+      });
 }
 
 void FlashKernel::storeOutputs() {
@@ -759,8 +905,16 @@ private:
   // (two AVX2 vectors): one online-softmax update (maxima, rescale, sums)
   // per two vectors of keys halves its cost; longer steps measured no
   // faster.
+  // Paired values (AVX512-BF16, bf16 v): P V on pair products of
+  // consecutive keys, the probabilities also rounded to bf16
+  // (pairedProbs). The scores stay on f32 products: paired, they ran 1.2x
+  // faster with K and V in the caches but 1.2-1.3x slower from DRAM (on a
+  // Zen 5 VM), where the step's V prefetches (scoreStep) then go out in
+  // bursts.
+  bool pairedValues;
   int64_t stepVectors, stepKeys;
   Value query, acc, runningMax, runningSum, dots, probs, rescales, groupSize;
+  Value pairedProbs;
 
   // Register tiles (chooseRegisterTiles).
   int64_t tileHeads, tileKeys, tileVectors;
@@ -826,6 +980,7 @@ void SplitKvKernel::bindArguments() {
   parents = treeDepths ? args[next++] : Value();
   partialOut = args[next++], partialLse = args[next++];
   workgroup = args.back();
+  pairedValues = tiling.bf16Dot && KernelEmitter::storageType(v).isBF16();
 }
 
 void SplitKvKernel::mapRow() {
@@ -900,16 +1055,18 @@ void SplitKvKernel::allocateState() {
   runningSum = e.scratch({headsServed});
   dots = e.scratch({headsServed, stepKeys, W});
   probs = e.scratch({headsServed, stepKeys});
+  if (pairedValues)
+    pairedProbs = e.scratch({headsServed, stepKeys}, b.getBF16Type());
   rescales = e.scratch({headsServed});
   groupSize = e.index(headsServed);
   e.loop(c0, groupSize, c1, [&](Value g) {
     Value head = e.add(firstHead, g);
+    SmallVector<Value> queryRow = queries->at(batch, head, row);
     for (int64_t off = 0; off < DPadded; off += W)
       vector::StoreOp::create(
           b,
-          e.fmul(e.loadVector(
-                     q, withIndex(queries->at(batch, head, row), e.index(off)),
-                     std::min(W, D - off)),
+          e.fmul(e.loadVector(q, withIndex(queryRow, e.index(off)),
+                              std::min(W, D - off)),
                  e.splat(shape.scale)),
           query, ValueRange{g, e.index(off)});
     for (int64_t off = 0; off < DvPadded; off += W)
@@ -1079,6 +1236,9 @@ void SplitKvKernel::updateSoftmax(Value j0, Value count) {
     for (int64_t i = 0; i < stepVectors; ++i) {
       Value p = e.exp(e.fsub(scores[i], e.broadcast(safe)));
       vector::StoreOp::create(b, p, probs, ValueRange{g, e.index(i * W)});
+      if (pairedValues)
+        vector::StoreOp::create(b, e.narrow(p, b.getBF16Type()), pairedProbs,
+                                ValueRange{g, e.index(i * W)});
       stepSum = stepSum ? e.fadd(stepSum, p) : p;
     }
     e.store(e.fadd(e.fmul(e.load(runningSum, g), rescale), e.sumLanes(stepSum)),
@@ -1124,7 +1284,24 @@ void SplitKvKernel::accumulateValues(Value j0) {
                                          ValueRange{headIndex[h], offsets[n]}),
                   rescale));
           }
-          for (int64_t jj = 0; jj < stepKeys; ++jj) {
+          // Paired: keys jj and jj + 1 in one product (stepKeys is even).
+          for (int64_t jj = 0; pairedValues && jj < stepKeys; jj += 2) {
+            SmallVector<Value> p;
+            for (int64_t h = 0; h < heads; ++h)
+              p.push_back(
+                  e.broadcastPair(pairedProbs, {headIndex[h], e.index(jj)}));
+            for (int64_t n = 0; n < vectors; ++n) {
+              Value value = e.interleavePairs(
+                  e.loadStored(v, withIndex(keys[jj], offsets[n]),
+                               laneCounts[n], W),
+                  e.loadStored(v, withIndex(keys[jj + 1], offsets[n]),
+                               laneCounts[n], W));
+              for (int64_t h = 0; h < heads; ++h)
+                sums[h * vectors + n] =
+                    e.dotPairs(sums[h * vectors + n], value, p[h]);
+            }
+          }
+          for (int64_t jj = 0; !pairedValues && jj < stepKeys; ++jj) {
             SmallVector<Value> p;
             for (int64_t h = 0; h < heads; ++h)
               p.push_back(
