@@ -40,6 +40,8 @@ struct RaggedCase {
   /// 20 features.
   bool latent = false;
   int64_t heads = 4, kvHeads = 2;
+  /// The storage dtype of q, k, v, the gate and o: f32, f16 or bf16.
+  std::string dtype = "f32";
 };
 
 void PrintTo(const RaggedCase &c, std::ostream *os) { *os << c.label; }
@@ -48,7 +50,8 @@ std::string modelJson(const RaggedCase &c) {
   std::string layout = R"({"ragged": true)";
   if (c.pageSize)
     layout += R"(, "page_size": )" + std::to_string(c.pageSize);
-  std::string json = R"({"model": "r", "layers": [{"name": "attn",
+  std::string json = R"({"model": "r", "dtype": ")" + c.dtype +
+                     R"(", "layers": [{"name": "attn",
     "type": "attention", "num_heads": )" +
                      std::to_string(c.heads) + R"(, "num_kv_heads": )" +
                      std::to_string(c.kvHeads) +
@@ -104,11 +107,14 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
   const ref::IntTensor cuQ = offsetsOf(c.queries), cuK = offsetsOf(c.keys);
   const int64_t T = cuQ(B), Tk = cuK(B);
   const int64_t kH = c.heads, kHkv = c.kvHeads;
-  ref::Tensor q = ref::randomTensor({T, kH, kD}, rng);
-  ref::Tensor k = ref::randomTensor({Tk, kHkv, kD}, rng);
+  // Inputs in [-1, 1] that the storage dtype holds exactly.
+  const attn_dtype dtype = storageDtype(c.dtype);
+  ref::Tensor q = randomF32({T, kH, kD}, rng, -1.0, 1.0, dtype);
+  ref::Tensor k = randomF32({Tk, kHkv, kD}, rng, -1.0, 1.0, dtype);
   ref::Tensor v = c.latent ? leadingFeatures(k, kDv)
-                           : ref::randomTensor({Tk, kHkv, kDv}, rng);
-  ref::Tensor gate = ref::randomTensor({T, kH, c.headwise ? 1 : kDv}, rng);
+                           : randomF32({Tk, kHkv, kDv}, rng, -1.0, 1.0, dtype);
+  ref::Tensor gate =
+      randomF32({T, kH, c.headwise ? 1 : kDv}, rng, -1.0, 1.0, dtype);
   // Document ids per (sequence, position): runs of 1 .. 12 positions.
   const int64_t mostKeys = *std::max_element(c.keys.begin(), c.keys.end()) + 1;
   ref::IntTensor docs({B, mostKeys});
@@ -118,7 +124,7 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
       docs(b, j) = static_cast<int32_t>(id);
     }
 
-  std::vector<Tensor> inputs{toRuntime(q)};
+  std::vector<Tensor> inputs{toRuntime(q, dtype)};
   if (c.pageSize) {
     // Each sequence's pages at scattered places of a cache full of junk.
     const int64_t P = c.pageSize;
@@ -147,18 +153,18 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
             vCache(table(b, j / P), j % P, h, d) = v(cuK(b) + j, h, d);
         }
     }
-    inputs.push_back(toRuntime(kCache));
+    inputs.push_back(toRuntime(kCache, dtype));
     if (!c.latent)
-      inputs.push_back(toRuntime(vCache));
+      inputs.push_back(toRuntime(vCache, dtype));
     inputs.push_back(intsToRuntime(table));
     inputs.push_back(intsToRuntime(lengths));
   } else {
-    inputs.push_back(toRuntime(k));
+    inputs.push_back(toRuntime(k, dtype));
     if (!c.latent)
-      inputs.push_back(toRuntime(v));
+      inputs.push_back(toRuntime(v, dtype));
   }
   if (c.gate)
-    inputs.push_back(toRuntime(gate));
+    inputs.push_back(toRuntime(gate, dtype));
   const std::vector<double> sinks =
       c.sinks ? randomSinks(kH, rng) : std::vector<double>();
   if (c.sinks)
@@ -170,8 +176,14 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
     inputs.push_back(intsToRuntime(docs));
   std::vector<Tensor> outputs = runEntry(*model, "attn", inputs);
   ASSERT_EQ(outputs.size(), c.lse ? 2u : 1u);
+  ASSERT_EQ(outputs[0].dtype, dtype);
   ref::Tensor o = fromRuntime(outputs[0]);
   ASSERT_EQ(o.shape(), (std::vector<int64_t>{T, kH, kDv}));
+  // |o| <= max |v| = 1: f32's error, plus the output's rounding to a
+  // storage dtype (half a unit in the last place) and P's, where a kernel
+  // multiplies P in that dtype (at most as much again).
+  const double tolerance =
+      2e-4 + (dtype == ATTN_F32 ? 0.0 : unitInLastPlace(dtype));
 
   const ref::Mask mask = referenceMask(c.mask);
   for (int64_t b = 0; b < B; ++b) {
@@ -198,7 +210,8 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
     for (int64_t h = 0; h < kH; ++h)
       for (int64_t i = 0; i < lq; ++i) {
         for (int64_t d = 0; d < kDv; ++d)
-          EXPECT_NEAR(o(cuQ(b) + i, h, d), expected.output(0, h, i, d), 2e-4)
+          EXPECT_NEAR(o(cuQ(b) + i, h, d), expected.output(0, h, i, d),
+                      tolerance)
               << "o of sequence " << b << " head " << h << " row " << i;
         if (!c.lse)
           continue;
@@ -207,7 +220,10 @@ TEST_P(RaggedAttention, MatchesEachSequenceAlone) {
         if (std::isinf(want))
           EXPECT_TRUE(std::isinf(lse) && lse < 0) << "lse of an empty row";
         else
-          EXPECT_NEAR(lse, want, 2e-4) << "lse of sequence " << b;
+          // Relative to |lse| in a storage dtype: the CUDA kernels take q
+          // scaled and rounded to it into the products.
+          EXPECT_NEAR(lse, want, tolerance * std::max(1.0, std::abs(want)))
+              << "lse of sequence " << b;
       }
   }
 }
@@ -272,6 +288,20 @@ std::vector<RaggedCase> cases() {
   all.push_back(
       {"packed_chunked", queries, keys, 0, R"({"chunked": 16})", true, true});
   all.push_back({"paged_chunked_p5", queries, keys, 5, R"({"chunked": 9})"});
+  // Storage dtypes (on AVX512-BF16 the CPU kernels' bf16 pair products,
+  // whose pairs of keys straddle pages of 5): packed and paged keys, a
+  // gate, lse.
+  RaggedCase packedBf16{"packed_gate_lse_bf16", queries, keys, 0,
+                        R"("causal")",          true,    true};
+  packedBf16.dtype = "bf16";
+  all.push_back(packedBf16);
+  RaggedCase pagedBf16{"paged_p5_bf16", queries, keys, 5};
+  pagedBf16.dtype = "bf16";
+  all.push_back(pagedBf16);
+  RaggedCase pagedF16{"paged_p16_window_f16", queries, keys, 16,
+                      R"({"sliding_window": 16})"};
+  pagedF16.dtype = "f16";
+  all.push_back(pagedF16);
   // A latent cache (MLA): packed, and paged with one kv head and a group of
   // 16 query heads (DeepSeek's decode), decode and extend rows mixed.
   RaggedCase latent{"packed_latent_gate_lse", queries, keys};
