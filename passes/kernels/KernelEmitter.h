@@ -264,6 +264,19 @@ public:
     return vector::BitCastOp::create(b, VectorType::get({2 * width}, bf16),
                                      lanes);
   }
+  /// The same from a bf16 vector in registers: its lanes `lane` and
+  /// `lane` + 1 (`lane` even) in every lane.
+  Value broadcastLanePair(Value x, int64_t lane) {
+    Type i32 = b.getI32Type();
+    int64_t lanes = cast<VectorType>(x.getType()).getNumElements();
+    Value words =
+        vector::BitCastOp::create(b, VectorType::get({lanes / 2}, i32), x);
+    Value bits = vector::ExtractOp::create(b, words, lane / 2);
+    Value all =
+        vector::BroadcastOp::create(b, VectorType::get({width}, i32), bits);
+    return vector::BitCastOp::create(
+        b, VectorType::get({2 * width}, b.getBF16Type()), all);
+  }
   /// acc + the lane-wise sums of the pairs' products of `x` and `y`.
   Value dotPairs(Value acc, Value x, Value y) {
     return x86vector::DotBF16Op::create(b, vec, acc, x, y);

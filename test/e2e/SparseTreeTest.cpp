@@ -76,13 +76,16 @@ struct SparseCase {
   /// Attention sinks (randomSinks) after the metadata; the selection
   /// ignores them.
   bool sinks = false;
+  /// The storage dtype of q, k, v, the gate and o.
+  std::string dtype = "f32";
 };
 
 void PrintTo(const SparseCase &c, std::ostream *os) { *os << c.label; }
 
 std::string sparseJson(const SparseCase &c) {
   std::ostringstream json;
-  json << R"({"model": "sparse", "dtype": "f32", "layers": [{"name": "layer",)"
+  json << R"({"model": "sparse", "dtype": ")" << c.dtype
+       << R"(", "layers": [{"name": "layer",)"
        << R"( "type": "attention", "num_heads": )" << c.heads
        << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
        << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
@@ -118,27 +121,30 @@ TEST_P(SparseAttention, MatchesReference) {
     GTEST_SKIP() << skip;
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
-  ref::Tensor q =
-      randomF32({c.batch, c.heads, c.queries, c.headDim}, rng, -2.0, 2.0);
+  const attn_dtype dtype = storageDtype(c.dtype);
+  ref::Tensor q = randomF32({c.batch, c.heads, c.queries, c.headDim}, rng, -2.0,
+                            2.0, dtype);
   ref::Tensor k =
-      randomF32({c.batch, c.kvHeads, c.keys, c.headDim}, rng, -2.0, 2.0);
-  ref::Tensor v =
-      randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, -1.0, 1.0);
+      randomF32({c.batch, c.kvHeads, c.keys, c.headDim}, rng, -2.0, 2.0, dtype);
+  ref::Tensor v = randomF32({c.batch, c.kvHeads, c.keys, c.valueDim}, rng, -1.0,
+                            1.0, dtype);
   std::optional<ref::Tensor> gate;
   if (c.gate != "none")
     gate = randomF32(
         {c.batch, c.heads, c.queries, c.gate == "elementwise" ? c.valueDim : 1},
-        rng, -3.0, 3.0);
+        rng, -3.0, 3.0, dtype);
 
   // Block metadata: min and max are exact.
-  std::vector<Tensor> meta = runEntry(*model, "layer.meta", {toRuntime(k)});
+  std::vector<Tensor> meta =
+      runEntry(*model, "layer.meta", {toRuntime(k, dtype)});
   ASSERT_EQ(meta.size(), 1u);
   ref::Tensor expectedMeta = ref::blockMeta(k, c.blockSize);
   expectClose(meta[0], expectedMeta, 0.0, "kmeta");
 
-  std::vector<Tensor> inputs{toRuntime(q), toRuntime(k), toRuntime(v)};
+  std::vector<Tensor> inputs{toRuntime(q, dtype), toRuntime(k, dtype),
+                             toRuntime(v, dtype)};
   if (gate)
-    inputs.push_back(toRuntime(*gate));
+    inputs.push_back(toRuntime(*gate, dtype));
   inputs.push_back(meta[0]);
   ref::Score score;
   if (c.sinks) {
@@ -170,12 +176,33 @@ TEST_P(SparseAttention, MatchesReference) {
       expected = ref::sparseSdpa(q, k, v, tokens, 1, mask, score, g);
     }
   }
-  expectClose(out[0], expected.output, 1e-5, "o");
+  // A storage dtype adds the rounding of o (and of P, where a kernel
+  // multiplies P in that dtype).
+  expectClose(out[0], expected.output,
+              1e-5 + (dtype == ATTN_F32 ? 0.0 : unitInLastPlace(dtype)), "o");
 }
 
 std::vector<SparseCase> sparseCases() {
   std::vector<SparseCase> all;
   auto add = [&](SparseCase c) { all.push_back(std::move(c)); };
+  // Storage dtypes (on AVX512-BF16 the CPU's bf16 pair products): decode
+  // rows over top-k blocks, and top-p after top-k with an odd value dim.
+  add({.label = "topk_decode_gate_bf16",
+       .gate = "elementwise",
+       .queries = 2,
+       .keys = 517,
+       .topK = 6,
+       .sinkBlocks = 1,
+       .localBlocks = 1,
+       .dtype = "bf16"});
+  add({.label = "topp_after_topk_bf16",
+       .valueDim = 19,
+       .queries = 21,
+       .keys = 150,
+       .method = "top_p",
+       .topK = 5,
+       .topP = 0.8,
+       .dtype = "bf16"});
   add({.label = "topk_causal_sinks_locals",
        .topK = 5,
        .sinkBlocks = 1,
@@ -851,13 +878,16 @@ struct TreeCase {
   /// One latent cache `kv` (latent_kv): the values are its keys' first
   /// valueDim features, and .compact moves its rows alone.
   bool latent = false;
+  /// The storage dtype of q, k, v, the gate and o.
+  std::string dtype = "f32";
 };
 
 void PrintTo(const TreeCase &c, std::ostream *os) { *os << c.label; }
 
 std::string treeJson(const TreeCase &c) {
   std::ostringstream json;
-  json << R"({"model": "tree", "dtype": "f32", "layers": [{"name": "layer",)"
+  json << R"({"model": "tree", "dtype": ")" << c.dtype
+       << R"(", "layers": [{"name": "layer",)"
        << R"( "type": "attention", "num_heads": )" << c.heads
        << R"(, "num_kv_heads": )" << c.kvHeads << R"(, "head_dim": )"
        << c.headDim << R"(, "value_dim": )" << c.valueDim << R"(, "mask": )"
@@ -881,23 +911,26 @@ TEST_P(TreeAttention, MatchesReference) {
   ASSERT_TRUE(model);
   std::mt19937_64 rng(std::hash<std::string>()(c.label));
   const int64_t keys = c.prefix + c.nodes;
-  ref::Tensor q = randomF32({c.batch, c.heads, c.nodes, c.headDim}, rng, -2, 2);
-  ref::Tensor k = randomF32({c.batch, c.kvHeads, keys, c.headDim}, rng, -2, 2);
-  ref::Tensor v =
-      c.latent ? leadingFeatures(k, c.valueDim)
-               : randomF32({c.batch, c.kvHeads, keys, c.valueDim}, rng, -1, 1);
+  const attn_dtype dtype = storageDtype(c.dtype);
+  ref::Tensor q =
+      randomF32({c.batch, c.heads, c.nodes, c.headDim}, rng, -2, 2, dtype);
+  ref::Tensor k =
+      randomF32({c.batch, c.kvHeads, keys, c.headDim}, rng, -2, 2, dtype);
+  ref::Tensor v = c.latent ? leadingFeatures(k, c.valueDim)
+                           : randomF32({c.batch, c.kvHeads, keys, c.valueDim},
+                                       rng, -1, 1, dtype);
   ref::IntTensor parents = randomParents(c.batch, c.nodes, rng, c.chain);
   std::optional<ref::Tensor> gate;
   if (c.gate != "none")
     gate = randomF32(
         {c.batch, c.heads, c.nodes, c.gate == "elementwise" ? c.valueDim : 1},
-        rng, -3.0, 3.0);
-  std::vector<Tensor> inputs{toRuntime(q), toRuntime(k)};
+        rng, -3.0, 3.0, dtype);
+  std::vector<Tensor> inputs{toRuntime(q, dtype), toRuntime(k, dtype)};
   if (!c.latent)
-    inputs.push_back(toRuntime(v));
+    inputs.push_back(toRuntime(v, dtype));
   inputs.push_back(intsToRuntime(parents));
   if (gate)
-    inputs.push_back(toRuntime(*gate));
+    inputs.push_back(toRuntime(*gate, dtype));
   ref::Score score;
   if (c.sinks) {
     score.sinks = randomSinks(c.heads, rng);
@@ -907,7 +940,9 @@ TEST_P(TreeAttention, MatchesReference) {
   ASSERT_EQ(out.size(), 1u);
   ref::AttentionResult expected = ref::treeSdpa(
       q, k, v, parents, referenceMask(c.mask), score, gate ? &*gate : nullptr);
-  expectClose(out[0], expected.output, 1e-5, "tree o");
+  expectClose(out[0], expected.output,
+              1e-5 + (dtype == ATTN_F32 ? 0.0 : unitInLastPlace(dtype)),
+              "tree o");
 
   // Acceptance on drafts from a 3-token vocabulary (so paths are long and
   // siblings compete), then compaction of the accepted path.
@@ -928,15 +963,16 @@ TEST_P(TreeAttention, MatchesReference) {
   auto [expectedK, expectedV] =
       ref::kvCompact(k, v, expectedAccept.path, expectedAccept.length);
   if (c.latent) {
-    std::vector<Tensor> compacted = runEntry(
-        *model, "layer.compact", {toRuntime(k), accepted[0], accepted[1]});
+    std::vector<Tensor> compacted =
+        runEntry(*model, "layer.compact",
+                 {toRuntime(k, dtype), accepted[0], accepted[1]});
     ASSERT_EQ(compacted.size(), 1u);
     expectClose(compacted[0], expectedK, 0.0, "kv'");
     return;
   }
-  std::vector<Tensor> compacted =
-      runEntry(*model, "layer.compact",
-               {toRuntime(k), toRuntime(v), accepted[0], accepted[1]});
+  std::vector<Tensor> compacted = runEntry(
+      *model, "layer.compact",
+      {toRuntime(k, dtype), toRuntime(v, dtype), accepted[0], accepted[1]});
   ASSERT_EQ(compacted.size(), 2u);
   expectClose(compacted[0], expectedK, 0.0, "k'");
   expectClose(compacted[1], expectedV, 0.0, "v'");
@@ -946,6 +982,11 @@ std::vector<TreeCase> treeCases() {
   std::vector<TreeCase> all;
   auto add = [&](TreeCase c) { all.push_back(std::move(c)); };
   add({.label = "random_tree_mqa"});
+  add({.label = "random_tree_gqa_gate_bf16",
+       .heads = 6,
+       .kvHeads = 2,
+       .gate = "elementwise",
+       .dtype = "bf16"});
   add({.label = "window_gqa_headwise",
        .heads = 6,
        .kvHeads = 3,

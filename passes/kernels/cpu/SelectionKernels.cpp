@@ -502,6 +502,10 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
   unsigned next = 0;
   SoftmaxBindings inputs(func, shape, next);
   Value q = inputs.q, k = inputs.k, v = inputs.v;
+  // P v on AVX512-BF16's pair products (bf16 v): the probabilities rounded
+  // to bf16, as in the flash and split-KV kernels.
+  const bool pairedValues =
+      tiling.bf16Dot && KernelEmitter::storageType(v).isBF16();
   Value selection = args[next++];
   Value gate =
       !tree && shape.epilogue == Epilogue::SigmoidGate ? args[next++] : Value();
@@ -587,18 +591,29 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
         Value alpha = e.exp(e.fsub(it[0], safe));
         Value p = e.exp(e.fsub(s, e.broadcast(safe)));
         Value sum = e.fadd(e.fmul(it[1], alpha), e.sumLanes(p));
+        // One weight per key, or per pair of keys (pairedValues).
         SmallVector<Value> weights;
-        for (int64_t l = 0; l < W; ++l)
-          weights.push_back(e.broadcast(vector::ExtractOp::create(b, p, l)));
+        Value narrowP = pairedValues ? e.narrow(p, b.getBF16Type()) : Value();
+        for (int64_t l = 0; l < W; l += pairedValues ? 2 : 1)
+          weights.push_back(
+              pairedValues ? e.broadcastLanePair(narrowP, l)
+                           : e.broadcast(vector::ExtractOp::create(b, p, l)));
         Value alphaVec = e.broadcast(alpha);
         for (int64_t off = 0; off < Dv; off += W) {
           int64_t lanes = std::min(W, Dv - off);
           Value a = e.fmul(vector::LoadOp::create(b, e.vec, acc, e.index(off)),
                            alphaVec);
-          for (int64_t l = 0; l < W; ++l)
-            a = e.fma(weights[l],
-                      e.loadVector(v, withIndex(rows[l], e.index(off)), lanes),
-                      a);
+          auto valueRow = [&](int64_t l) {
+            return withIndex(rows[l], e.index(off));
+          };
+          for (int64_t l = 0; pairedValues && l < W; l += 2)
+            a = e.dotPairs(
+                a,
+                e.interleavePairs(e.loadStored(v, valueRow(l), lanes, W),
+                                  e.loadStored(v, valueRow(l + 1), lanes, W)),
+                weights[l / 2]);
+          for (int64_t l = 0; !pairedValues && l < W; ++l)
+            a = e.fma(weights[l], e.loadVector(v, valueRow(l), lanes), a);
           vector::StoreOp::create(b, a, acc, e.index(off));
         }
         return {newMax, sum};
