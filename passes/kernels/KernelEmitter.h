@@ -215,14 +215,22 @@ public:
   /// A vector load (the lanes of `mask`, zero elsewhere; all lanes without
   /// a mask) of the memref's storage dtype, widened to f32.
   Value loadVectorMasked(Value memref, ValueRange indices, Value mask) {
+    return widen(loadStoredMasked(memref, indices, mask));
+  }
+  /// The same as stored (not widened).
+  Value loadStoredMasked(Value memref, ValueRange indices, Value mask) {
     auto type = VectorType::get({width}, storageType(memref));
     if (!mask)
-      return widen(vector::LoadOp::create(b, type, memref, indices));
+      return vector::LoadOp::create(b, type, memref, indices);
     Value zero = arith::ConstantOp::create(
         b, DenseElementsAttr::get(type,
                                   b.getFloatAttr(type.getElementType(), 0.0)));
-    return widen(
-        vector::MaskedLoadOp::create(b, type, memref, indices, mask, zero));
+    return vector::MaskedLoadOp::create(b, type, memref, indices, mask, zero);
+  }
+  /// `lanes` (<= width) contiguous elements as stored, zero past them.
+  Value loadStored(Value memref, ValueRange indices, int64_t lanes) {
+    return loadStoredMasked(memref, indices,
+                            lanes == width ? Value() : prefixMask(lanes));
   }
   void storeVectorMasked(Value value, Value memref, ValueRange indices,
                          Value mask) {
@@ -254,15 +262,9 @@ public:
   /// The 2 x width bf16 vector holding, in every lane, the pair `memref`
   /// has at `indices` and the element after it along the last dim.
   Value broadcastPair(Value memref, ValueRange indices) {
-    Type bf16 = b.getBF16Type(), i32 = b.getI32Type();
-    Value pair =
-        vector::LoadOp::create(b, VectorType::get({2}, bf16), memref, indices);
-    Value bits = vector::ExtractOp::create(
-        b, vector::BitCastOp::create(b, VectorType::get({1}, i32), pair), 0);
-    Value lanes =
-        vector::BroadcastOp::create(b, VectorType::get({width}, i32), bits);
-    return vector::BitCastOp::create(b, VectorType::get({2 * width}, bf16),
-                                     lanes);
+    Value pair = vector::LoadOp::create(
+        b, VectorType::get({2}, b.getBF16Type()), memref, indices);
+    return broadcastLanePair(pair, 0);
   }
   /// The same from a bf16 vector in registers: its lanes `lane` and
   /// `lane` + 1 (`lane` even) in every lane.
@@ -285,23 +287,6 @@ public:
   /// two keys as a pair product's operand.
   Value interleavePairs(Value first, Value second) {
     return vector::InterleaveOp::create(b, first, second);
-  }
-  /// `lanes` elements of `memref` along its last dim as stored (not
-  /// widened), in a vector of `vectorLanes` zero-filled past them.
-  Value loadStored(Value memref, ValueRange indices, int64_t lanes,
-                   int64_t vectorLanes) {
-    auto type = VectorType::get({vectorLanes}, storageType(memref));
-    if (lanes == vectorLanes)
-      return vector::LoadOp::create(b, type, memref, indices);
-    SmallVector<bool> bits(vectorLanes, false);
-    std::fill_n(bits.begin(), lanes, true);
-    Value mask = arith::ConstantOp::create(
-        b, DenseElementsAttr::get(VectorType::get({vectorLanes}, b.getI1Type()),
-                                  ArrayRef<bool>(bits)));
-    Value zero = arith::ConstantOp::create(
-        b, DenseElementsAttr::get(type,
-                                  b.getFloatAttr(type.getElementType(), 0.0)));
-    return vector::MaskedLoadOp::create(b, type, memref, indices, mask, zero);
   }
 
   /// scf.for with the body built inline; returns the loop results.

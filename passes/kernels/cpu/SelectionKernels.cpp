@@ -609,8 +609,8 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
           for (int64_t l = 0; pairedValues && l < W; l += 2)
             a = e.dotPairs(
                 a,
-                e.interleavePairs(e.loadStored(v, valueRow(l), lanes, W),
-                                  e.loadStored(v, valueRow(l + 1), lanes, W)),
+                e.interleavePairs(e.loadStored(v, valueRow(l), lanes),
+                                  e.loadStored(v, valueRow(l + 1), lanes)),
                 weights[l / 2]);
           for (int64_t l = 0; !pairedValues && l < W; ++l)
             a = e.fma(weights[l], e.loadVector(v, valueRow(l), lanes), a);

@@ -651,8 +651,8 @@ void FlashKernel::pairKeyTile(Value k0, Value cols) {
         kv->at(batch, kvHead, e.minS(e.add(k0, next), lastKey));
     for (int64_t off = 0; off < Dv; off += W) {
       int64_t lanes = std::min(W, Dv - off);
-      Value first = e.loadStored(v, withIndex(row0, e.index(off)), lanes, W);
-      Value second = e.loadStored(v, withIndex(row1, e.index(off)), lanes, W);
+      Value first = e.loadStored(v, withIndex(row0, e.index(off)), lanes);
+      Value second = e.loadStored(v, withIndex(row1, e.index(off)), lanes);
       vector::StoreOp::create(b, e.interleavePairs(first, second), pairedV,
                               ValueRange{j2, e.index(2 * off)});
     }
@@ -1293,9 +1293,9 @@ void SplitKvKernel::accumulateValues(Value j0) {
             for (int64_t n = 0; n < vectors; ++n) {
               Value value = e.interleavePairs(
                   e.loadStored(v, withIndex(keys[jj], offsets[n]),
-                               laneCounts[n], W),
+                               laneCounts[n]),
                   e.loadStored(v, withIndex(keys[jj + 1], offsets[n]),
-                               laneCounts[n], W));
+                               laneCounts[n]));
               for (int64_t h = 0; h < heads; ++h)
                 sums[h * vectors + n] =
                     e.dotPairs(sums[h * vectors + n], value, p[h]);
