@@ -987,6 +987,14 @@ std::vector<TreeCase> treeCases() {
        .kvHeads = 2,
        .gate = "elementwise",
        .dtype = "bf16"});
+  // An odd head dim: the prefix's q k^T on widened products (features
+  // pair only when D is even), its P v still on pairs.
+  add({.label = "tree_odd_head_dim_bf16",
+       .heads = 4,
+       .kvHeads = 2,
+       .headDim = 23,
+       .prefix = 70,
+       .dtype = "bf16"});
   add({.label = "window_gqa_headwise",
        .heads = 6,
        .kvHeads = 3,
