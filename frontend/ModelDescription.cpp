@@ -250,7 +250,7 @@ std::optional<Sparsity> readSparsity(Reader &reader, const json::Object &layer,
 }
 
 /// A softmax layer's SPEC §8 layout: a ragged batch, a paged cache, or
-/// both. The parts of SPEC §8 not implemented yet are errors that say so.
+/// both. Sparsity needs the pages (Quest's blocks).
 void readAttentionLayout(Reader &reader, const json::Object &layer,
                          const std::string &path, AttentionLayer &out) {
   const json::Value *value = layer.get("layout");
@@ -282,14 +282,6 @@ void readAttentionLayout(Reader &reader, const json::Object &layer,
                                 out.pageSize, out.sparsity->blockSize)
                       .str());
   }
-  // A paged layer's "tree" reads its prefix and tree keys from the cache,
-  // ragged or not: its .tree entry verifies a tree of T nodes per sequence
-  // (SPEC §8), so only packed keys are left.
-  if (out.ragged && out.tree && out.pageSize == 0)
-    reader.fail(Reader::join(layoutPath, "ragged"),
-                "\"tree\" over a ragged batch needs \"page_size\" (the "
-                "tree's keys are the last T of each sequence's keys in the "
-                "cache); packed keys are not implemented yet");
 }
 
 AttentionLayer readAttention(Reader &reader, const json::Object &layer,

@@ -704,8 +704,8 @@ private:
       auto [k, v] = keysValues(entry, layer, /*paged=*/false);
       auto tree =
           TreeSdpaOp::create(builder, loc, entry["q"], k, v, entry["parents"],
-                             Value(), sinksOf(entry), Value(), Value(), window,
-                             chunk, scale, softcap, returnLse(layer));
+                             Value(), sinksOf(entry), Value(), Value(), Value(),
+                             window, chunk, scale, softcap, returnLse(layer));
       addVariantRegions(tree, layer, entry);
       finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
     }
@@ -718,12 +718,14 @@ private:
       entry.arg("length", tensor({kDyn}, i32()));
       entry.beginBody();
       if (layer.latentKv) {
-        auto compact = KvCompactOp::create(builder, loc, entry["kv"], Value(),
-                                           entry["path"], entry["length"]);
+        auto compact =
+            KvCompactOp::create(builder, loc, entry["kv"], Value(),
+                                entry["path"], entry["length"], Value());
         entry.finish({compact.getNewKey()}, {"kv'"});
       } else {
-        auto compact = KvCompactOp::create(builder, loc, entry["k"], entry["v"],
-                                           entry["path"], entry["length"]);
+        auto compact =
+            KvCompactOp::create(builder, loc, entry["k"], entry["v"],
+                                entry["path"], entry["length"], Value());
         entry.finish({compact.getNewKey(), compact.getNewValue()},
                      {"k'", "v'"});
       }
@@ -884,7 +886,7 @@ private:
       addPagedMeta(layer);
       addAppend(layer);
       if (layer.tree)
-        addPagedTree(layer, scale, softcap);
+        addLaidOutTree(layer, scale, softcap);
       return;
     }
     auto sdpa = SdpaOp::create(
@@ -893,38 +895,73 @@ private:
         optional("cu_seqlens_k"), mask, scale, softcap, returnLse(layer));
     addVariantRegions(sdpa, layer, entry);
     finishAttention(entry, gated(entry, sdpa.getOutput()), sdpa.getLse());
-    if (!paged)
-      return;
-    addAppend(layer);
+    if (paged)
+      addAppend(layer);
     if (layer.tree)
-      addPagedTree(layer, scale, softcap);
+      addLaidOutTree(layer, scale, softcap);
+    if (layer.tree && !paged)
+      addPackedCompact(layer);
   }
 
-  /// <layer>.tree over a paged cache: q[B,H,T,D], k_cache, v_cache,
-  /// page_table, seq_lens, parents (+ gate) (+ extras) -> o, the tree's T
-  /// keys the last of each sequence's seq_lens[b]. There is no .compact:
-  /// the engine writes the accepted tokens' rows with <layer>.append.
-  void addPagedTree(const AttentionLayer &layer, FloatAttr scale,
-                    FloatAttr softcap) {
+  /// <layer>.tree of a layer with a SPEC §8 layout: a tree of T nodes per
+  /// sequence, q[B,H,T,D]; keys over a paged cache (k_cache, v_cache,
+  /// page_table, seq_lens) or packed (k[Tk,Hkv,D], v); parents (+ gate)
+  /// (+ sinks), cu_seqlens_k when packed (+ extras) -> o. Each sequence's
+  /// last T keys are its tree's. Over pages there is no .compact: the
+  /// engine writes the accepted tokens' rows with <layer>.append.
+  void addLaidOutTree(const AttentionLayer &layer, FloatAttr scale,
+                      FloatAttr softcap) {
+    const bool paged = layer.pageSize > 0;
     EntryBuilder entry(builder, module, layer.name + ".tree");
     entry.arg("q", rows(layer.numHeads, layer.headDim));
-    declareKeysValues(entry, layer, /*paged=*/true, [&](int64_t features) {
-      return pagedCache(layer, features);
+    declareKeysValues(entry, layer, paged, [&](int64_t features) {
+      return paged ? pagedCache(layer, features)
+                   : tensor({kDyn, layer.numKvHeads, features}, element);
     });
-    declarePageTable(entry);
+    if (paged)
+      declarePageTable(entry);
     entry.arg("parents", tensor({kDyn, kDyn}, i32()));
     declareGate(entry, layer);
     declareSinks(entry, layer);
+    if (!paged)
+      entry.arg("cu_seqlens_k", tensor({kDyn}, i32()));
     declareVariantInputs(entry, layer);
     entry.beginBody();
+    auto optional = [&](StringRef name) {
+      return entry.has(name) ? entry[name] : Value();
+    };
     auto [window, chunk] = treeMask(layer);
-    auto [k, v] = keysValues(entry, layer, /*paged=*/true);
+    auto [k, v] = keysValues(entry, layer, paged);
     auto tree = TreeSdpaOp::create(
         builder, builder.getUnknownLoc(), entry["q"], k, v, entry["parents"],
-        Value(), sinksOf(entry), entry["page_table"], entry["seq_lens"], window,
-        chunk, scale, softcap, returnLse(layer));
+        Value(), sinksOf(entry), optional("page_table"), optional("seq_lens"),
+        optional("cu_seqlens_k"), window, chunk, scale, softcap,
+        returnLse(layer));
     addVariantRegions(tree, layer, entry);
     finishAttention(entry, gated(entry, tree.getOutput()), tree.getLse());
+  }
+
+  /// <layer>.compact over packed keys: k[Tk,Hkv,D], v, path, length,
+  /// cu_seqlens_k -> k', v' (latent_kv: kv, path, length, cu_seqlens_k ->
+  /// kv'), each sequence's accepted rows moved right after its prefix.
+  void addPackedCompact(const AttentionLayer &layer) {
+    Location loc = builder.getUnknownLoc();
+    EntryBuilder entry(builder, module, layer.name + ".compact");
+    declareKeysValues(entry, layer, /*paged=*/false, [&](int64_t features) {
+      return tensor({kDyn, layer.numKvHeads, features}, element);
+    });
+    entry.arg("path", tensor({kDyn, kDyn}, i32()));
+    entry.arg("length", tensor({kDyn}, i32()));
+    entry.arg("cu_seqlens_k", tensor({kDyn}, i32()));
+    entry.beginBody();
+    Value values = layer.latentKv ? Value() : entry["v"];
+    auto compact = KvCompactOp::create(
+        builder, loc, keysOf(entry, layer, /*paged=*/false), values,
+        entry["path"], entry["length"], entry["cu_seqlens_k"]);
+    if (layer.latentKv)
+      entry.finish({compact.getNewKey()}, {"kv'"});
+    else
+      entry.finish({compact.getNewKey(), compact.getNewValue()}, {"k'", "v'"});
   }
 
   /// <layer>.meta over a paged cache (SPEC §8): k_cache, page_table,

@@ -93,8 +93,10 @@ void CpuEntryLowering::lowerGatheredSoftmax(
     Value zero = m.index(0);
     Value fewNodes = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, s.lq,
                                            m.index(tiling.decodeMaxQueries));
-    Value prefixSplits = arith::CeilDivUIOp::create(
-        b, arith::SubIOp::create(b, s.lk, s.lq), m.index(tiling.splitKeys));
+    // The most prefix keys a sequence may have (0 for an empty batch over
+    // a cache or packed keys smaller than one tree).
+    Value prefix = m.maxS(m.sub(s.lk, s.lq), zero);
+    Value prefixSplits = m.ceilDiv(prefix, m.index(tiling.splitKeys));
     Value splits =
         m.select(fewNodes, arith::AddIOp::create(b, prefixSplits, m.index(1)),
                  m.index(2));
@@ -269,10 +271,14 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
                   return buildTreeAcceptKernel(
                       builder, loc, name, tiling.toAttr(b.getContext()), types);
                 });
-  // KV compaction: a workgroup per (batch, kv head, tile of rows).
+  // KV compaction: a workgroup per (batch, kv head, tile of rows); packed
+  // keys [Tk, Hkv, F] are one batch of Tk rows.
   Value k = bindings[0];
-  emit(m.mul(m.mul(m.dim(k, 0), m.index(m.staticDim(k, 1))),
-             m.ceilDiv(m.dim(k, 2), m.index(kCompactRowTile))),
+  const bool packed = cast<ShapedType>(k.getType()).getRank() == 3;
+  Value batch = packed ? m.index(1) : m.dim(k, 0);
+  Value keyRows = m.dim(k, packed ? 0 : 2);
+  emit(m.mul(m.mul(batch, m.index(m.staticDim(k, 1))),
+             m.ceilDiv(keyRows, m.index(kCompactRowTile))),
        [&](OpBuilder &builder, TypeRange types) {
          return buildKvCompactKernel(builder, loc, name, tiling, types);
        });

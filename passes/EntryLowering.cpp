@@ -277,6 +277,19 @@ private:
         unite({cache, 0}, {append.getValueCache(), 0});
         unite({cache, 0}, {append.getNewValueCache(), 0});
       }
+    } else if (auto compact = dyn_cast<KvCompactOp>(op);
+               compact && compact.getCuSeqlensK()) {
+      // Packed keys [Tk, Hkv, F], each sequence's by its offsets [B + 1].
+      Value k = compact.getKey(), path = compact.getPath();
+      nameRole({k, 0}, "Tk");
+      nameRole({path, 0}, "B");
+      nameRole({path, 1}, "T");
+      nameRole({compact.getCuSeqlensK(), 0}, "B+1");
+      unite({path, 0}, {compact.getLength(), 0});
+      for (Value kv :
+           {compact.getValue(), compact.getNewKey(), compact.getNewValue()})
+        if (kv)
+          uniteLeading(k, kv, 2);
     } else if (auto compact = dyn_cast<KvCompactOp>(op)) {
       Value k = compact.getKey();
       nameRole({k, 0}, "B");
@@ -319,6 +332,20 @@ private:
         unite({k, 0}, {v, 0}, "Tk");
         unite({offsets, 0}, {op.getKeyOffsets(), 0});
       }
+      return;
+    }
+    if (Value keyOffsets = op.getKeyOffsets()) {
+      // A tree of T nodes per sequence over packed keys [Tk, Hkv, F]: the
+      // offsets hold B + 1 entries, checked at run time against B.
+      Value parents = op.getKeySelection();
+      nameRole({q, 2}, "T");
+      unite({q, 0}, {parents, 0}, "B");
+      unite({q, 2}, {parents, 1});
+      unite({k, 0}, {v, 0}, "Tk");
+      nameRole({keyOffsets, 0}, "B+1");
+      unite({q, 0}, {o, 0});
+      unite({q, 2}, {o, 2});
+      addRowTensors(op);
       return;
     }
     if (Value pageTable = op.getKeyPageTable()) {
@@ -743,14 +770,19 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                       opName + ": 'cu_seqlens_q' must hold B + 1 offsets for "
                                "the B sequences of 'page_table'");
   } else if (Value keyOffsets = op.getKeyOffsets()) {
+    // Splits are planned for all Tk keys; each split kernel stops at its
+    // sequence's length.
     s.keyOffsets = buffers.lookup(keyOffsets);
     s.lk = m.dim(s.k, 0);
+    Value offsets =
+        ragged ? m.dim(s.queryOffsets, 0) : m.add(s.batch, m.index(1));
     assertAtRunTime(b,
                     arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
-                                          m.dim(s.keyOffsets, 0),
-                                          m.dim(s.queryOffsets, 0)),
-                    opName + ": 'cu_seqlens_k' must hold as many offsets as "
-                             "'cu_seqlens_q' (B + 1)");
+                                          m.dim(s.keyOffsets, 0), offsets),
+                    ragged ? opName + ": 'cu_seqlens_k' must hold as many "
+                                      "offsets as 'cu_seqlens_q' (B + 1)"
+                           : opName + ": 'cu_seqlens_k' must hold B + 1 "
+                                      "offsets for the B trees of 'q'");
   } else {
     s.lk = m.dim(s.k, 2);
   }
@@ -779,9 +811,10 @@ EntryLowering::bindSoftmax(ImplicitLocOpBuilder &b, AttentionOpInterface op,
                         op->getName().getStringRef());
   if (Value selection = op.getKeySelection()) {
     s.selection = buffers.lookup(selection);
-    // Over a paged cache the runtime checks each sequence's keys (the
-    // contract of seq_lens).
-    if (op.getKeySelectionKind() == KeySelectionKind::Tree && !s.pageTable)
+    // Over a paged cache or packed keys the runtime checks each sequence's
+    // keys (the contracts of seq_lens and cu_seqlens_k).
+    if (op.getKeySelectionKind() == KeySelectionKind::Tree && !s.pageTable &&
+        !s.keyOffsets)
       assertAtRunTime(
           b, arith::CmpIOp::create(b, arith::CmpIPredicate::sge, s.lk, s.lq),
           "attn.tree_sdpa: dim 2 of 'k' (P + T) must hold at least "
@@ -943,9 +976,17 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     bindResult(steps.getResult(), {m.dim(input, 0), m.dim(path, 1)});
   } else {
     auto compact = cast<KvCompactOp>(op);
-    // k, [v], path, length, k', [v'].
+    // k, [v], path, length, [cu_seqlens_k], k', [v'].
     bindOperands(compact->getOperands());
     Value k = bindings[0], path = buffers.lookup(compact.getPath());
+    if (compact.getCuSeqlensK()) {
+      // Packed keys [Tk, Hkv, F]: the runtime checks that each sequence
+      // holds its tree (the contract of cu_seqlens_k).
+      bindResult(compact.getNewKey(), {m.dim(k, 0)});
+      if (Value newValue = compact.getNewValue())
+        bindResult(newValue, {m.dim(k, 0)});
+      return dispatchOp(b, op, bindings);
+    }
     Value batch = m.dim(k, 0), keys = m.dim(k, 2);
     check(arith::CmpIPredicate::sge, keys, m.dim(path, 1),
           "attn.kv_compact: dim 2 of 'k' (P + T) must hold at least "
@@ -1159,6 +1200,18 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
                           ? std::optional<unsigned>(queryOffsets.getArgNumber())
                           : std::nullopt);
         queries = queryOffsets;
+      } else if (Value keyOffsets = attention.getKeyOffsets()) {
+        // A draft tree over packed keys: the offsets against the keys, and
+        // each sequence holds its tree's T nodes (dim 2 of q).
+        auto offsets = dyn_cast<BlockArgument>(keyOffsets);
+        auto k = dyn_cast<BlockArgument>(attention.getKey());
+        if (!offsets || !queries || !k)
+          return op.emitError()
+                 << "packed keys, their offsets and the tree's queries must "
+                    "be entry inputs (checked at run time before anything "
+                    "runs)";
+        setContract(offsets, "sequence_offsets", k.getArgNumber(),
+                    queries.getArgNumber());
       }
     }
     // A tree's sequences hold at least its T nodes' keys, whatever the
@@ -1204,6 +1257,19 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
     if (auto compact = dyn_cast<KvCompactOp>(op)) {
       pathOperand = compact.getPath();
       lengthOperand = compact.getLength();
+      // Packed keys: the offsets against the keys, each sequence holding
+      // the T nodes of the path's tree (dim 1 of path).
+      if (Value keyOffsets = compact.getCuSeqlensK()) {
+        auto offsets = dyn_cast<BlockArgument>(keyOffsets);
+        auto k = dyn_cast<BlockArgument>(compact.getKey());
+        auto path = dyn_cast<BlockArgument>(pathOperand);
+        if (!offsets || !k || !path)
+          return op.emitError()
+                 << "packed keys, their offsets and the path must be entry "
+                    "inputs (checked at run time before anything runs)";
+        setContract(offsets, "sequence_offsets", k.getArgNumber(),
+                    path.getArgNumber());
+      }
     } else if (auto steps = dyn_cast<PathStepsOp>(op)) {
       pathOperand = steps.getPath();
       lengthOperand = steps.getLength();
@@ -1438,14 +1504,13 @@ EntryLowering::SoftmaxBuffers::keyBindings(Value plan) const {
   SmallVector<Value> bindings{q, k, v};
   if (pageTable)
     bindings.append({pageTable, keyLengths});
-  if (queryOffsets) {
+  if (queryOffsets)
     bindings.push_back(queryOffsets);
-    if (keyOffsets)
-      bindings.push_back(keyOffsets);
-    // Sparse attention over a ragged batch has no plan.
-    if (plan)
-      bindings.push_back(plan);
-  }
+  if (keyOffsets)
+    bindings.push_back(keyOffsets);
+  // Sparse attention and trees have no plan.
+  if (queryOffsets && plan)
+    bindings.push_back(plan);
   return bindings;
 }
 

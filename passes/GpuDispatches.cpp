@@ -115,7 +115,9 @@ void GpuEntryLowering::lowerGatheredSoftmax(
     // decode_max_queries nodes: query tiles of nodes, one prefix split.
     // Smaller ones: decode's kernel, the kv group's heads times the nodes
     // as rows, the prefix in splits of split_keys keys (at least one).
-    Value prefix = arith::SubIOp::create(b, s.lk, s.lq);
+    // The most prefix keys a sequence may have (0 for an empty batch over
+    // a cache or packed keys smaller than one tree).
+    Value prefix = m.maxS(m.sub(s.lk, s.lq), zero);
     Value many = arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, s.lq,
                                        m.index(tiling.decodeMaxQueries));
     Value prefixSplits = m.select(
@@ -520,11 +522,15 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
           return buildSimtKvAppendKernel(builder, loc, name, tiling, types);
         });
   }
+  // A thread per (batch, kv head, row, feature); packed keys [Tk, Hkv, F]
+  // are one batch of Tk rows.
   Value k = bindings[0];
+  const bool packed = cast<ShapedType>(k.getType()).getRank() == 3;
+  Value batch = packed ? m.index(1) : m.dim(k, 0);
   Value features = m.index(KvCopyBindings::forCompact(bindings).features());
-  Value threads =
-      m.mul(m.mul(m.mul(m.dim(k, 0), m.index(m.staticDim(k, 1))), m.dim(k, 2)),
-            features);
+  Value threads = m.mul(
+      m.mul(m.mul(batch, m.index(m.staticDim(k, 1))), m.dim(k, packed ? 0 : 2)),
+      features);
   dispatchKernel(b, threads, all, [&](OpBuilder &builder, TypeRange types) {
     return buildSimtKvCompactKernel(builder, loc, name, tiling, types);
   });

@@ -186,8 +186,14 @@ planCheck(func::FuncOp host, const IndexContract &c, OpBuilder &hostBuilder) {
               IndexError::offsets_not_total, input, n, Value(), v, tokens);
       if (!withQueries)
         return;
+      // The queries: their offsets, or a draft tree's q [B, H, T, D] or
+      // path [B, T], whose T nodes each sequence holds.
+      Value queries = args[2];
+      const int64_t rank = cast<ShapedType>(queries.getType()).getRank();
       e.ifThen(e.icmp(arith::CmpIPredicate::ult, n, last), [&] {
-        Value keys = k.rowsOf(cu, n), rows = k.rowsOf(args[2], n);
+        Value keys = k.rowsOf(cu, n);
+        Value rows = rank == 1 ? k.rowsOf(queries, n)
+                               : e.toI32(e.dim(queries, rank == 4 ? 2 : 1));
         k.check(k.lt(keys, rows), IndexError::fewer_keys_than_queries, input, n,
                 Value(), keys, rows);
       });

@@ -251,10 +251,19 @@ attn_status readEntry(const attn::fb::Entry *fbEntry, Entry &entry) {
         fits = sig.dims.size() == 2 && other && other->dims.size() == 1 &&
                other->dtype == ATTN_I32;
         break;
-      case ATTN_CONTRACT_SEQUENCE_OFFSETS:
+      case ATTN_CONTRACT_SEQUENCE_OFFSETS: {
+        // A draft tree's q [B, H, T, D] or path [B, T].
+        auto tree = [&](int32_t input) {
+          return input >= 0 &&
+                 input < static_cast<int32_t>(entry.inputs.size()) &&
+                 (entry.inputs[input].dims.size() == 4 ||
+                  entry.inputs[input].dims.size() == 2);
+        };
         fits = sig.dims.size() == 1 && other && !other->dims.empty() &&
-               (sig.contractQueries < 0 || queryOffsets(sig.contractQueries));
+               (sig.contractQueries < 0 || queryOffsets(sig.contractQueries) ||
+                tree(sig.contractQueries));
         break;
+      }
       case ATTN_CONTRACT_POOL_SLOTS:
         fits = sig.dims.size() == 1 && other && !other->dims.empty();
         break;
@@ -612,26 +621,54 @@ static attn_status checkBatchOfOffsets(const Entry &entry,
                   std::to_string(inputs[offsets].shape[0]));
 }
 
-/// Checks a ragged batch's (checked) key offsets in input `i` against its
-/// query offsets under a causal mask: as many sequences, and each with at
-/// least as many keys as query rows.
+/// Whether key offsets' `contract_queries` input is a draft tree's q [B, H,
+/// T, D] or path [B, T] rather than the queries' offsets.
+static bool treeQueries(const Entry &entry, const Signature &sig) {
+  return entry.inputs[sig.contractQueries].contract !=
+         ATTN_CONTRACT_SEQUENCE_OFFSETS;
+}
+
+/// A draft tree's T nodes: dim 2 of q [B, H, T, D], dim 1 of path [B, T].
+static int64_t treeNodesOf(const attn_tensor &tree) {
+  return tree.rank == 4 ? tree.shape[2] : tree.shape[1];
+}
+
+/// What is wrong with sequence `b` of key offsets `sig` that holds `keys`
+/// keys for its `rows` query rows or tree nodes: the host's checks and the
+/// device's record say it alike.
+static std::string fewerKeysThanQueries(const Entry &entry,
+                                        const Signature &sig, int64_t b,
+                                        int64_t keys, int64_t rows) {
+  const std::string &queries = entry.inputs[sig.contractQueries].name;
+  return "sequence " + std::to_string(b) + " has " + std::to_string(keys) +
+         " keys but " + std::to_string(rows) +
+         (treeQueries(entry, sig)
+              ? " tree nodes in '" + queries +
+                    "' (each sequence's last T keys are its tree's)"
+              : " query rows in '" + queries +
+                    "' (a causal or chunked mask places query i at Lk - Lq "
+                    "+ i, so it needs Lq <= Lk)");
+}
+
+/// Checks a ragged batch's (checked) key offsets in input `i` against their
+/// queries: under a causal mask the query offsets (as many sequences, and
+/// each with at least as many keys as query rows); for a draft tree over
+/// packed keys each sequence holds at least the tree's T nodes, its last T
+/// keys.
 static attn_status checkKeyOffsets(const Entry &entry,
                                    const attn_tensor *inputs, size_t i) {
   const Signature &sig = entry.inputs[i];
   const int64_t batch = inputs[i].shape[0] - 1;
+  const bool tree = treeQueries(entry, sig);
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t keys = rowsOf(inputs, static_cast<int32_t>(i), b);
-    const int64_t rows = rowsOf(inputs, sig.contractQueries, b);
+    const int64_t rows = tree ? treeNodesOf(inputs[sig.contractQueries])
+                              : rowsOf(inputs, sig.contractQueries, b);
     if (keys < rows)
       return fail(ATTN_SIGNATURE_MISMATCH,
                   "input '" + sig.name + "' (#" + std::to_string(i) +
-                      ") of entry '" + entry.name + "': sequence " +
-                      std::to_string(b) + " has " + std::to_string(keys) +
-                      " keys but " + std::to_string(rows) + " query rows in '" +
-                      entry.inputs[sig.contractQueries].name +
-                      "' (a causal or chunked mask places query i at Lk - Lq + "
-                      "i, so it "
-                      "needs Lq <= Lk)");
+                      ") of entry '" + entry.name +
+                      "': " + fewerKeysThanQueries(entry, sig, b, keys, rows));
   }
   return ATTN_OK;
 }
@@ -769,9 +806,9 @@ attn_status checkContractShapes(const Entry &entry, const attn_tensor *inputs) {
     const bool withQueryOffsets =
         sig.contractQueries >= 0 &&
         (sig.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS ||
-         (sig.contract == ATTN_CONTRACT_SEQUENCE_LENGTHS &&
-          entry.inputs[sig.contractQueries].contract ==
-              ATTN_CONTRACT_SEQUENCE_OFFSETS));
+         sig.contract == ATTN_CONTRACT_SEQUENCE_LENGTHS) &&
+        entry.inputs[sig.contractQueries].contract ==
+            ATTN_CONTRACT_SEQUENCE_OFFSETS;
     if (!withQueryOffsets)
       continue;
     const int64_t batch =
@@ -779,6 +816,22 @@ attn_status checkContractShapes(const Entry &entry, const attn_tensor *inputs) {
     if (attn_status status =
             checkBatchOfOffsets(entry, inputs, sig.contractQueries, i, batch))
       return status;
+  }
+  // Key offsets of draft trees: one per tree, and one more.
+  for (size_t i = 0; i < entry.inputs.size(); ++i) {
+    const Signature &sig = entry.inputs[i];
+    if (sig.contract != ATTN_CONTRACT_SEQUENCE_OFFSETS ||
+        sig.contractQueries < 0 || !treeQueries(entry, sig))
+      continue;
+    const int64_t trees = inputs[sig.contractQueries].shape[0];
+    if (inputs[i].shape[0] != trees + 1)
+      return fail(ATTN_SIGNATURE_MISMATCH,
+                  "input '" + sig.name + "' (#" + std::to_string(i) +
+                      ") of entry '" + entry.name + "' must hold B + 1 = " +
+                      std::to_string(trees + 1) + " offsets for the B trees " +
+                      "of '" + entry.inputs[sig.contractQueries].name + "' (#" +
+                      std::to_string(sig.contractQueries) + "), got " +
+                      std::to_string(inputs[i].shape[0]));
   }
   return ATTN_OK;
 }
@@ -900,12 +953,13 @@ attn_status indexRecordError(const Entry &entry, const int32_t *record) {
     why = "must be " + n(limit) + ", the tokens of its rows";
     break;
   case IndexError::fewer_keys_than_queries:
-    // value: the keys of sequence i, limit: its query rows.
-    element = "sequence " + n(i);
-    why = "has " + n(value) + " keys but " + n(limit) +
-          " query rows (a causal or chunked mask places query i at Lk - Lq + "
-          "i, so it "
-          "needs Lq <= Lk)";
+    // value: the keys of sequence i, limit: its query rows or tree nodes.
+    if (sig.contractQueries < 0 ||
+        sig.contractQueries >= static_cast<int32_t>(entry.inputs.size()))
+      return fail(ATTN_RUN_ERROR, "entry '" + entry.name +
+                                      "': its index checks left a record "
+                                      "of keys with no queries");
+    element = fewerKeysThanQueries(entry, sig, i, value, limit);
     break;
   case IndexError::slot_out_of_range:
     why = "must be " + std::string(cache ? "-1 or " : "") + "a slot of " +
@@ -955,7 +1009,8 @@ attn_status indexRecordError(const Entry &entry, const int32_t *record) {
     element += " = " + n(value);
   return fail(ATTN_SIGNATURE_MISMATCH,
               "input '" + name + "' (#" + n(input) + ") of entry '" +
-                  entry.name + "': " + element + " " + why +
+                  entry.name + "': " + element +
+                  (why.empty() ? "" : " " + why) +
                   " (found on the device by the entry's index checks; its "
                   "kernels wrote nothing)");
 }

@@ -144,7 +144,8 @@ def Attn_AttentionOpInterface : OpInterface<"AttentionOpInterface"> {
         A ragged batch of softmax attention with packed keys (SPEC §8): the
         offsets `cu_seqlens_k [B+1]` (i32) of each sequence's keys in the
         packed key and value [Tk, Hkv, F]; null otherwise (the queries'
-        offsets are getSequenceOffsets).
+        offsets are getSequenceOffsets; a draft tree over packed keys has
+        none: its queries stay [B, H, T, D]).
       }],
       "::mlir::Value", "getKeyOffsets", (ins), [{}], [{ return {}; }]>,
     InterfaceMethod<[{

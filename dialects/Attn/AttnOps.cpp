@@ -152,8 +152,11 @@ static LogicalResult inferAttentionResults(EmitErrorFn emitError, Value query,
   if (failed(q) || failed(v))
     return failure();
   Type elementType = q->type.getElementType();
+  // Dv: the value's last dim ([B, Hkv, Lk, Dv], a paged cache's [NP, P,
+  // Hkv, Dv] or packed [Tk, Hkv, Dv]).
+  const int64_t valueDim = v->dim(valueDims.size() - 1);
   results.push_back(
-      tensorOf({q->dim(0), q->dim(1), q->dim(2), v->dim(3)}, elementType));
+      tensorOf({q->dim(0), q->dim(1), q->dim(2), valueDim}, elementType));
   if (returnLse)
     results.push_back(tensorOf({q->dim(0), q->dim(1), q->dim(2)},
                                Float32Type::get(query.getContext())));
@@ -1124,7 +1127,12 @@ TreeSdpaOp::inferReturnTypes(MLIRContext *context,
   return inferAttentionResults(
       inferenceErrorAt(context, location, getOperationName()),
       adaptor.getQuery(), adaptor.getValue(), returnsLse(adaptor),
-      kTreeQueryDims, kTreeValueDims, inferredReturnTypes);
+      kTreeQueryDims,
+      // Packed keys (the verifier refuses them beside a paged cache).
+      adaptor.getCuSeqlensK() && !adaptor.getPageTable()
+          ? ArrayRef<const char *>(kPackedSoftmaxValueDims)
+          : ArrayRef<const char *>(kTreeValueDims),
+      inferredReturnTypes);
 }
 
 /// A tree's position mask narrows causal by at most one of a window and a
@@ -1141,6 +1149,50 @@ static LogicalResult verifyTreeMask(TreeSdpaOp op) {
   return success();
 }
 
+/// Checks a tree over a ragged batch's packed keys (SPEC §8): `query [B,
+/// H, T, D]`, `parents [B, T]`, `key [Tk, Hkv, D]` and `value [Tk, Hkv,
+/// Dv]` with `cu_seqlens_k [B+1]`.
+static LogicalResult verifyTreeOverPackedKeys(TreeSdpaOp op) {
+  auto emit = [&]() { return op.emitOpError(); };
+  const NamedTensor q = named("query", op.getQuery(), kTreeQueryDims);
+  const NamedTensor k = named("key", op.getKey(), kPackedKeyDims);
+  const NamedTensor v = named("value", op.getValue(), kPackedSoftmaxValueDims);
+  const NamedTensor parents = named("parents", op.getParents(), kTreeDims);
+  const NamedTensor keys =
+      named("cu_seqlens_k", op.getCuSeqlensK(), kOffsetDims);
+  for (const NamedTensor *t : {&q, &k, &v, &parents, &keys})
+    if (failed(checkRank(emit, *t)))
+      return failure();
+  for (unsigned d : {1u, 3u})
+    if (failed(checkStaticDim(emit, q, d)))
+      return failure();
+  for (const NamedTensor *t : {&k, &v})
+    for (unsigned d : {1u, 2u})
+      if (failed(checkStaticDim(emit, *t, d)))
+        return failure();
+  if (failed(checkSameElementType(emit, k, q)) ||
+      failed(checkSameElementType(emit, v, q)) ||
+      failed(checkSameDim(emit, k, 2, q, 3)) ||
+      failed(checkSameDim(emit, v, 0, k, 0)) ||
+      failed(checkSameDim(emit, v, 1, k, 1)) ||
+      failed(checkSameDim(emit, parents, 0, q, 0)) ||
+      failed(checkSameDim(emit, parents, 1, q, 2)))
+    return failure();
+  if (q.dim(1) % k.dim(1) != 0)
+    return emit() << "'query' dim 1 (H) must be a multiple of 'key' dim 1 "
+                     "(Hkv), got "
+                  << q.dim(1) << " and " << k.dim(1);
+  if (keys.isStatic(0) && q.isStatic(0) && keys.dim(0) != q.dim(0) + 1)
+    return emit() << "'cu_seqlens_k' must hold B + 1 offsets for the B = "
+                  << q.dim(0) << " trees of 'query', got " << keys.dim(0);
+  if (Value gate = op.getGate())
+    if (failed(
+            verifyGateOperand(emit, named("gate", gate, kGateDims), q, v, 2)))
+      return failure();
+  return failure(failed(checkScale(emit, toDouble(op.getScale()))) ||
+                 failed(checkSoftcap(emit, op.getSoftcap().convertToDouble())));
+}
+
 LogicalResult TreeSdpaOp::verify() {
   if (failed(verifySinks(*this)) || failed(verifyTreeMask(*this)))
     return failure();
@@ -1148,6 +1200,10 @@ LogicalResult TreeSdpaOp::verify() {
   if (static_cast<bool>(getPageTable()) != static_cast<bool>(getSeqLens()))
     return emitOpError() << "a paged cache needs both 'page_table' and "
                             "'seq_lens'";
+  if (getPageTable() && getCuSeqlensK())
+    return emitOpError() << "takes a paged cache or packed keys, not both";
+  if (getCuSeqlensK())
+    return verifyTreeOverPackedKeys(*this);
   if (getPageTable()) {
     NamedTensor q = named("query", getQuery(), kTreeQueryDims);
     NamedTensor parents = named("parents", getParents(), kTreeDims);
@@ -1224,6 +1280,7 @@ KeySelectionKind TreeSdpaOp::getKeySelectionKind() {
 Value TreeSdpaOp::getKeySelection() { return getParents(); }
 Value TreeSdpaOp::getKeyPageTable() { return getPageTable(); }
 Value TreeSdpaOp::getKeyLengths() { return getSeqLens(); }
+Value TreeSdpaOp::getKeyOffsets() { return getCuSeqlensK(); }
 
 //===----------------------------------------------------------------------===//
 // TreeAcceptOp
@@ -1304,7 +1361,8 @@ parseTypedOperands(OpAsmParser &parser, OperationState &result,
 } // namespace
 
 ParseResult KvCompactOp::parse(OpAsmParser &parser, OperationState &result) {
-  // key, [value,] path, length: 4 operands with values, 3 without.
+  // key, [value,] path, length [packed(cu_seqlens_k : type)]: 4 operands
+  // with values, 3 without.
   SmallVector<OpAsmParser::UnresolvedOperand, 4> operands;
   SMLoc loc = parser.getCurrentLocation();
   SmallVector<Type, 4> types;
@@ -1314,18 +1372,39 @@ ParseResult KvCompactOp::parse(OpAsmParser &parser, OperationState &result) {
     return parser.emitError(loc)
            << "expected key, [value,] path and length, got " << operands.size()
            << " operands";
+  OpAsmParser::UnresolvedOperand keyOffsets;
+  Type keyOffsetsType;
+  const bool packed = succeeded(parser.parseOptionalKeyword("packed"));
+  if (packed && (parser.parseLParen() || parser.parseOperand(keyOffsets) ||
+                 parser.parseColonType(keyOffsetsType) || parser.parseRParen()))
+    return failure();
   if (parseTypedOperands(parser, result, operands, types))
     return failure();
+  const int32_t values = operands.size() == 4 ? 1 : 0;
+  if (packed &&
+      parser.resolveOperand(keyOffsets, keyOffsetsType, result.operands))
+    return failure();
+  result.getOrAddProperties<Properties>().operandSegmentSizes = {
+      1, values, 1, 1, packed ? 1 : 0};
   result.addTypes(types[0]);
-  if (operands.size() == 4)
+  if (values)
     result.addTypes(types[1]);
   return success();
 }
 
 void KvCompactOp::print(OpAsmPrinter &p) {
-  p << ' ' << getOperands();
-  p.printOptionalAttrDict((*this)->getAttrs());
-  p << " : " << getOperandTypes();
+  p << ' ' << getKey();
+  if (getValue())
+    p << ", " << getValue();
+  p << ", " << getPath() << ", " << getLength();
+  if (Value keyOffsets = getCuSeqlensK())
+    p << " packed(" << keyOffsets << " : " << keyOffsets.getType() << ")";
+  p.printOptionalAttrDict((*this)->getAttrs(),
+                          /*elidedAttrs=*/{"operandSegmentSizes"});
+  p << " : " << getKey().getType();
+  if (getValue())
+    p << ", " << getValue().getType();
+  p << ", " << getPath().getType() << ", " << getLength().getType();
 }
 
 ParseResult KvAppendOp::parse(OpAsmParser &parser, OperationState &result) {
@@ -1413,13 +1492,35 @@ LogicalResult KvAppendOp::verify() {
 
 LogicalResult KvCompactOp::verify() {
   auto emit = [&]() { return emitOpError(); };
-  NamedTensor k = named("key", getKey(), kTreeKeyDims);
   NamedTensor path = named("path", getPath(), kTreeDims);
   NamedTensor length = named("length", getLength(), kBatchDims);
-  for (const NamedTensor *t : {&k, &path, &length})
+  for (const NamedTensor *t : {&path, &length})
     if (failed(checkRank(emit, *t)))
       return failure();
-  if (failed(checkSameDim(emit, path, 0, k, 0)) ||
+  // Keys [Tk, Hkv, D] packed by their offsets [B+1]: each sequence's own
+  // key count holds its tree (checked at run time).
+  if (Value keyOffsets = getCuSeqlensK()) {
+    if (failed(checkSameDim(emit, length, 0, path, 0)))
+      return failure();
+    NamedTensor k = named("key", getKey(), kPackedKeyDims);
+    NamedTensor cu = named("cu_seqlens_k", keyOffsets, kOffsetDims);
+    if (failed(checkRank(emit, k)) || failed(checkRank(emit, cu)))
+      return failure();
+    if (cu.isStatic(0) && path.isStatic(0) && cu.dim(0) != path.dim(0) + 1)
+      return emitOpError() << "'cu_seqlens_k' must hold B + 1 offsets for "
+                              "the B = "
+                           << path.dim(0) << " paths of 'path', got "
+                           << cu.dim(0);
+    if (!getValue())
+      return success();
+    NamedTensor v = named("value", getValue(), kPackedSoftmaxValueDims);
+    return failure(failed(checkRank(emit, v)) ||
+                   failed(checkSameElementType(emit, v, k)) ||
+                   failed(checkSameDim(emit, v, 0, k, 0)) ||
+                   failed(checkSameDim(emit, v, 1, k, 1)));
+  }
+  NamedTensor k = named("key", getKey(), kTreeKeyDims);
+  if (failed(checkRank(emit, k)) || failed(checkSameDim(emit, path, 0, k, 0)) ||
       failed(checkSameDim(emit, length, 0, k, 0)))
     return failure();
   if (getValue()) {

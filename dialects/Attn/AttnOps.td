@@ -444,7 +444,7 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
     DeclareOpInterfaceMethods<Attn_AttentionOpInterface,
         !listconcat(Attn_AttentionInterfaceMethods,
                     ["getKeySelectionKind", "getKeySelection",
-                     "getKeyPageTable", "getKeyLengths"])>]> {
+                     "getKeyPageTable", "getKeyLengths", "getKeyOffsets"])>]> {
   let summary = "softmax attention of a draft tree over prefix + tree keys";
   let description = !strconcat([{
     The queries are the `T` nodes of a draft tree given by
@@ -470,6 +470,20 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
     With `paged(%page_table, %seq_lens)` (SPEC §8) the keys and values are
     a paged cache as for `attn.sdpa`: sequence `b`'s `seq_lens[b]` keys are
     its prefix followed by its `T` tree keys (the last `T`).
+
+    With `packed(%cu_seqlens_k)` the keys and values of a ragged batch
+    (SPEC §8) are packed token-major, `key [Tk, Hkv, D]` and `value [Tk,
+    Hkv, Dv]`, sequence `b` owning rows `cu_seqlens_k[b] ..
+    cu_seqlens_k[b+1] - 1`: its prefix followed by its `T` tree keys (the
+    last `T`). The queries stay `[B, H, T, D]`: each sequence verifies a
+    tree of `T` nodes.
+
+    ```mlir
+    %o = attn.tree_sdpa %q, %k, %v, %parents
+        packed(%cu_seqlens_k : tensor<?xi32>)
+        : tensor<?x8x?x64xf32>, tensor<?x2x64xf32>, tensor<?x2x64xf32>,
+          tensor<?x?xi32>
+    ```
   }], Attn_VariantRegionsDoc);
   let arguments = !con((ins
     Attn_FloatTensor:$query,
@@ -480,6 +494,7 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
     Optional<Attn_F32Tensor>:$sinks,
     Optional<Attn_I32Tensor>:$page_table,
     Optional<Attn_I32Tensor>:$seq_lens,
+    Optional<Attn_I32Tensor>:$cu_seqlens_k,
     OptionalAttr<I64Attr>:$window,
     OptionalAttr<I64Attr>:$chunk), Attn_ScoreModifierAttrs);
   let results = (outs Attn_FloatTensor:$output, Optional<Attn_F32Tensor>:$lse);
@@ -489,6 +504,7 @@ def Attn_TreeSdpaOp : Attn_PureOp<"tree_sdpa", [
     (`sinks` `(` $sinks^ `:` type($sinks) `)`)?
     (`paged` `(` $page_table^ `,` $seq_lens `:` type($page_table) `,`
        type($seq_lens) `)`)?
+    (`packed` `(` $cu_seqlens_k^ `:` type($cu_seqlens_k) `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value) `,`
     type($parents) (`,` type($gate)^)?
   }], Attn_VariantRegionsFormat);
@@ -567,7 +583,7 @@ def Attn_KvAppendOp : Attn_PureOp<"kv_append", [AttrSizedOperandSegments]> {
   let hasCustomAssemblyFormat = 1;
 }
 
-def Attn_KvCompactOp : Attn_PureOp<"kv_compact"> {
+def Attn_KvCompactOp : Attn_PureOp<"kv_compact", [AttrSizedOperandSegments]> {
   let summary = "moves the accepted path's KV rows right after the prefix";
   let description = [{
     `key [B, Hkv, P + T, D]` and `value [B, Hkv, P + T, Dv]` come out
@@ -577,17 +593,27 @@ def Attn_KvCompactOp : Attn_PureOp<"kv_compact"> {
     second dimension. A latent cache (its keys' leading features are its
     values) has no `value` and one result.
 
+    With `packed(%cu_seqlens_k)` the keys and values of a ragged batch are
+    packed token-major (SPEC §8), `key [Tk, Hkv, D]`: sequence `b` owns
+    rows `cu_seqlens_k[b] ..`, its last `T` being its tree's, and its own
+    `P` is its key count less `T`.
+
     ```mlir
     %k2, %v2 = attn.kv_compact %k, %v, %path, %length
         : tensor<?x2x?x64xf32>, tensor<?x2x?x64xf32>, tensor<?x?xi32>,
           tensor<?xi32>
     %kv2 = attn.kv_compact %kv, %path, %length
         : tensor<?x1x?x576xf32>, tensor<?x?xi32>, tensor<?xi32>
+    %pk, %pv = attn.kv_compact %k, %v, %path, %length
+        packed(%cu_seqlens_k : tensor<?xi32>)
+        : tensor<?x2x64xf32>, tensor<?x2x64xf32>, tensor<?x?xi32>,
+          tensor<?xi32>
     ```
   }];
   let arguments = (ins Attn_FloatTensor:$key,
                        Optional<Attn_FloatTensor>:$value,
-                       Attn_I32Tensor:$path, Attn_I32Tensor:$length);
+                       Attn_I32Tensor:$path, Attn_I32Tensor:$length,
+                       Optional<Attn_I32Tensor>:$cu_seqlens_k);
   let results = (outs Attn_FloatTensor:$new_key,
                       Optional<Attn_FloatTensor>:$new_value);
   // The operand count tells the two forms apart (4 or 3).

@@ -21,6 +21,7 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   // [B, Hkv, Lk, D], packed [Tk, Hkv, D], or a paged cache [NP, P, Hkv, D].
   const bool paged = static_cast<bool>(op.getKeyPageTable());
   const bool ragged = static_cast<bool>(op.getSequenceOffsets());
+  // Keys [B, Hkv, Lk, D], or [NP, P, Hkv, D], or packed [Tk, Hkv, D].
   const unsigned kvHeadDim = paged ? 2 : 1;
   const unsigned queryFeature = q.getRank() - 1, keyFeature = k.getRank() - 1;
   if (q.isDynamicDim(1) || k.isDynamicDim(kvHeadDim) ||
@@ -33,6 +34,7 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   shape.numKvHeads = k.getDimSize(kvHeadDim);
   shape.pageSize = paged ? k.getDimSize(1) : 0;
   shape.ragged = ragged;
+  shape.keysPacked = static_cast<bool>(op.getKeyOffsets());
   shape.headDim = q.getDimSize(queryFeature);
   shape.valueDim = v.getDimSize(keyFeature);
   shape.scale = op.getScoreScale();
@@ -70,14 +72,13 @@ SoftmaxBindings::SoftmaxBindings(func::FuncOp kernel,
     pageTable = args[next++];
     keyLengths = args[next++];
   }
-  if (shape.ragged) {
+  if (shape.ragged)
     queryOffsets = args[next++];
-    if (shape.packedKeys())
-      keyOffsets = args[next++];
-    // Sparse attention takes a workgroup per row, with no plan.
-    if (shape.selection == KeySelectionKind::Dense)
-      plan = args[next++];
-  }
+  if (shape.packedKeys())
+    keyOffsets = args[next++];
+  // Sparse attention and trees take a workgroup per row, with no plan.
+  if (shape.ragged && shape.selection == KeySelectionKind::Dense)
+    plan = args[next++];
 }
 
 KeyRows::KeyRows(KernelEmitter &e, const SoftmaxAttentionShape &shape,

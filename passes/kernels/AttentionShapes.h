@@ -42,7 +42,11 @@ struct SoftmaxAttentionShape {
   /// lengths: the kernels bind the offsets and their part of the plan
   /// after the keys (see RaggedPlan).
   bool ragged = false;
-  bool packedKeys() const { return ragged && !paged(); }
+  /// Keys and values packed [Tk, Hkv, F] with their offsets: in a ragged
+  /// batch unless paged, and under a draft tree of T nodes per sequence,
+  /// whose queries stay [B, H, T, D].
+  bool keysPacked = false;
+  bool packedKeys() const { return keysPacked; }
   double scale = 1.0, softcap = 0.0;
   MaskKind mask = MaskKind::None;
   int64_t window = 0;
@@ -76,8 +80,9 @@ struct SoftmaxAttentionShape {
 
 /// The bindings every softmax kernel that reads q, k and v starts with:
 /// q, k, v, then [page table, key lengths] over a paged cache, then in a
-/// ragged batch the queries' offsets, [the keys' offsets] and, for dense
-/// attention, the kernel's part of the plan (RaggedPlan).
+/// ragged batch the queries' offsets, then [the keys' offsets] when packed,
+/// then in a ragged batch of dense attention the kernel's part of the plan
+/// (RaggedPlan).
 struct SoftmaxBindings {
   Value q, k, v, pageTable, keyLengths, queryOffsets, keyOffsets, plan;
 
@@ -278,7 +283,7 @@ enum TileClass : int8_t { kEmptyTile = 0, kPartialTile = 1, kFullTile = 2 };
 inline bool flashUsesBlockMask(const SoftmaxAttentionShape &shape,
                                KeyPart part) {
   return shape.variants.maskMod && part == KeyPart::All && !shape.paged() &&
-         !shape.ragged;
+         !shape.ragged && !shape.packedKeys();
 }
 
 /// What every target's merge kernel starts from: its arguments in binding

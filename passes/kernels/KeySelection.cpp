@@ -651,7 +651,23 @@ KvCopyBindings KvCopyBindings::forAppend(ValueRange bindings) {
 }
 
 KvCopyBindings KvCopyBindings::forCompact(ValueRange bindings) {
-  return split(bindings, /*indexCount=*/2);
+  // Packed keys [Tk, Hkv, F] come with their offsets after the length.
+  const bool packed = cast<ShapedType>(bindings[0].getType()).getRank() == 3;
+  return split(bindings, /*indexCount=*/packed ? 3 : 2);
+}
+
+Value mlir::attn::compactSourceRow(KernelEmitter &e, Value path, Value length,
+                                   Value batch, Value prefixEnd, Value r) {
+  Value n = e.sub(r, prefixEnd);
+  Value accepted = e.toIndex(e.loadInt(length, {batch}));
+  Value onPath = e.andI(e.icmp(arith::CmpIPredicate::sge, n, e.index(0)),
+                        e.icmp(arith::CmpIPredicate::slt, n, accepted));
+  return e.ifElse(
+      onPath,
+      [&]() -> SmallVector<Value> {
+        return {e.add(prefixEnd, e.toIndex(e.loadInt(path, {batch, n})))};
+      },
+      [&]() -> SmallVector<Value> { return {r}; })[0];
 }
 
 int64_t KvCopyBindings::features() const {

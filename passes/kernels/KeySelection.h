@@ -16,10 +16,11 @@
 namespace mlir::attn {
 
 /// The bindings of attn.kv_append, `k, [v], slots, k_cache, [v_cache]`,
-/// and of attn.kv_compact, `k, [v], path, length, k', [v']`, on the host or
-/// in a kernel: the rows each copies from and to (the keys, then the values
-/// unless a latent cache holds both) and its index tensors (slots; path
-/// and length).
+/// and of attn.kv_compact, `k, [v], path, length, [cu_seqlens_k], k',
+/// [v']`, on the host or in a kernel: the rows each copies from and to (the
+/// keys, then the values unless a latent cache holds both) and its index
+/// tensors (slots; path, length and, for packed keys [Tk, Hkv, F], their
+/// offsets).
 struct KvCopyBindings {
   SmallVector<std::pair<Value, Value>, 2> copies;
   SmallVector<Value, 2> indices;
@@ -112,6 +113,15 @@ public:
 private:
   Value keyCarrier, pageTable, keyLengths;
 };
+
+/// The row attn.kv_compact copies into row `r` of a sequence whose draft
+/// tree's T keys come last, from `prefixEnd` on (P): row P + path[n] when
+/// r = P + n with n < length[batch], else r itself. Rows count as the
+/// caller counts them: within the sequence ([B, Hkv, P + T, F]) or in the
+/// packed keys ([Tk, Hkv, F], `prefixEnd` then cu_seqlens_k[batch + 1] -
+/// T).
+Value compactSourceRow(KernelEmitter &e, Value path, Value length, Value batch,
+                       Value prefixEnd, Value r);
 
 /// The sequence b of a ragged batch that holds token `token` (< T):
 /// offsets[b] <= token < offsets[b + 1], found by a binary search of the

@@ -62,7 +62,13 @@ bool parseInt(const std::string &text, long long &value) {
   return end && *end == '\0';
 }
 
-std::string formatArgument(const attn_argument_info &info) {
+/// An argument's dtype, dims and contract; `queries` is the argument its
+/// contract_queries names (unused when it names none).
+std::string formatArgument(const attn_argument_info &info,
+                           const attn_argument_info &queries) {
+  // Key offsets checked against a draft tree's q or path, not the queries'
+  // offsets.
+  const bool treeQueries = info.contract_queries >= 0 && queries.rank != 1;
   std::string text = attn_dtype_name(info.dtype) + std::string(" [");
   for (int32_t d = 0; d < info.rank; ++d) {
     text += d ? ", " : "";
@@ -84,10 +90,14 @@ std::string formatArgument(const attn_argument_info &info) {
   else if (info.contract == ATTN_CONTRACT_TREE_PATH)
     text += " (accepted path: nodes in [0, T) for the first length[b])";
   else if (info.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS)
-    text += info.contract_queries >= 0
+    text += info.contract_queries < 0
+                ? " (sequence offsets: 0, non-decreasing, up to the tokens)"
+            : treeQueries
                 ? " (sequence offsets: 0, non-decreasing, up to the tokens, "
-                  "each sequence with at least its query rows)"
-                : " (sequence offsets: 0, non-decreasing, up to the tokens)";
+                  "each sequence with at least its tree's T nodes, its last "
+                  "T keys)"
+                : " (sequence offsets: 0, non-decreasing, up to the tokens, "
+                  "each sequence with at least its query rows)";
   else if (info.contract == ATTN_CONTRACT_POOL_SLOTS)
     text += " (pool slots: distinct, in [0, N))";
   else if (info.contract == ATTN_CONTRACT_CACHE_SLOTS)
@@ -132,11 +142,19 @@ void meetContracts(attn_model *m, int32_t entry,
       };
       if (info.contract == ATTN_CONTRACT_SEQUENCE_OFFSETS &&
           info.contract_queries >= 0) {
-        // Key offsets under a causal mask: each sequence's query rows plus a
-        // random share of the other keys (when there are enough keys).
-        const int64_t rows =
-            inputs[info.contract_queries]
-                .i32()[inputs[info.contract_queries].shape[0] - 1];
+        // Key offsets under a causal mask, or of a draft tree's keys: each
+        // sequence's query rows (the tree's T nodes, from its q [B, H, T,
+        // D] or path [B, T]) plus a random share of the other keys (when
+        // there are enough keys).
+        attn::Tensor &queries = inputs[info.contract_queries];
+        const bool tree = queries.shape.size() != 1;
+        const int64_t nodes =
+            tree ? queries.shape[queries.shape.size() == 4 ? 2 : 1] : 0;
+        auto queriesOf = [&](int64_t b) {
+          return tree ? nodes : rowsOf(info.contract_queries, b);
+        };
+        const int64_t rows = tree ? std::max<int64_t>(count - 1, 0) * nodes
+                                  : queries.i32()[queries.shape[0] - 1];
         std::vector<int64_t> extra(static_cast<size_t>(count), 0);
         for (int64_t n = 0; n < limit - rows; ++n)
           ++extra[rng() %
@@ -145,7 +163,7 @@ void meetContracts(attn_model *m, int32_t entry,
         for (int64_t n = 0; n < count; ++n) {
           values[n] = static_cast<int32_t>(std::min(at, limit));
           if (n + 1 < count)
-            at += rowsOf(info.contract_queries, n) + extra[n];
+            at += queriesOf(n) + extra[n];
         }
         if (count > 0)
           values[count - 1] = static_cast<int32_t>(limit);
@@ -310,10 +328,12 @@ void list(const attn::Model &model) {
     int32_t numInputs = attn_entry_num_inputs(m, e);
     int32_t total = numInputs + attn_entry_num_outputs(m, e);
     for (int32_t i = 0; i < total; ++i) {
-      attn_argument_info info;
+      attn_argument_info info{}, queries{};
       attn_entry_argument(m, e, i, &info);
+      if (info.contract_queries >= 0)
+        attn_entry_argument(m, e, info.contract_queries, &queries);
       std::printf("  %-3s %-8s %s\n", i < numInputs ? "in" : "out", info.name,
-                  formatArgument(info).c_str());
+                  formatArgument(info, queries).c_str());
     }
   }
 }

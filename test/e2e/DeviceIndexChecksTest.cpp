@@ -75,6 +75,11 @@ const char *kTree = R"({"model": "tree", "layers": [
    "head_dim": 16, "mask": "causal", "tree": true}],
  "speculative": {"max_tree_nodes": 16}})";
 
+const char *kPackedTree = R"({"model": "packed_tree", "layers": [
+  {"name": "attn", "type": "attention", "num_heads": 2, "num_kv_heads": 1,
+   "head_dim": 16, "mask": "causal", "tree": true,
+   "layout": {"ragged": true}}]})";
+
 std::vector<IndexCase> cases() {
   std::vector<IndexCase> all;
   // Paged decode and extend: 2 sequences of 40 and 20 keys in pages of 16
@@ -253,6 +258,43 @@ std::vector<IndexCase> cases() {
         {2, 7, 6,
          "input 'path' (#2) of entry 'attn.compact': path[1][1] = 6 must be "
          "a tree node in [0, 6)"}}});
+  // Trees of 4 nodes over packed keys: sequences of 9, 4 and 7 keys, each
+  // holding its tree; then the accepted paths compacted within them.
+  all.push_back(
+      {"packed_tree_offsets",
+       kPackedTree,
+       "attn.tree",
+       [](std::mt19937_64 &rng) {
+         return std::vector<Tensor>{
+             randomValues({3, 2, 4, 16}, rng), randomValues({20, 1, 16}, rng),
+             randomValues({20, 1, 16}, rng),
+             ints({3, 4}, {-1, 0, 0, 1, -1, 0, 1, 2, -1, 0, 0, 0}),
+             ints({4}, {0, 9, 13, 20})};
+       },
+       {{4, 2, 12,
+         "input 'cu_seqlens_k' (#4) of entry 'attn.tree': sequence 1 has 3 "
+         "keys but 4 tree nodes in 'q' (each sequence's last T keys are its "
+         "tree's)"},
+        {4, 3, 19,
+         "input 'cu_seqlens_k' (#4) of entry 'attn.tree': cu_seqlens_k[3] = "
+         "19 must be 20"}}});
+  all.push_back(
+      {"packed_tree_compact",
+       kPackedTree,
+       "attn.compact",
+       [](std::mt19937_64 &rng) {
+         return std::vector<Tensor>{
+             randomValues({20, 1, 16}, rng), randomValues({20, 1, 16}, rng),
+             ints({3, 4}, {0, 2, -1, -1, 0, 1, 2, 3, 0, -5, -5, -5}),
+             ints({3}, {2, 4, 1}), ints({4}, {0, 9, 13, 20})};
+       },
+       {{4, 1, 3,
+         "input 'cu_seqlens_k' (#4) of entry 'attn.compact': sequence 0 has "
+         "3 keys but 4 tree nodes in 'path' (each sequence's last T keys are "
+         "its tree's)"},
+        {2, 1, 4,
+         "input 'path' (#2) of entry 'attn.compact': path[0][1] = 4 must be "
+         "a tree node in [0, 4)"}}});
   // Paths of no nodes: their lengths are still checked.
   all.push_back({"empty_paths",
                  kTree,

@@ -373,5 +373,177 @@ INSTANTIATE_TEST_SUITE_P(Cases, RaggedAttention,
                                           allBackends()),
                          LabelAndBackend());
 
+/// A draft tree of T nodes per sequence over a ragged batch's packed keys
+/// (no "page_size"): sequence b's keys are its prefix then its tree's T.
+struct PackedTreeCase {
+  std::string label;
+  std::vector<int64_t> prefixes;
+  int64_t nodes = 1;
+  std::string mask = R"("causal")";
+  bool gate = false, lse = false, sinks = false;
+  /// One latent cache: kv [Tk, Hkv, 24], the values its first 20 features.
+  bool latent = false;
+  std::string dtype = "f32";
+};
+
+void PrintTo(const PackedTreeCase &c, std::ostream *os) { *os << c.label; }
+
+class PackedTree
+    : public testing::TestWithParam<std::tuple<PackedTreeCase, Backend>> {};
+
+// <layer>.tree and <layer>.compact over packed keys, against the reference
+// tree attention and compaction of each sequence's own keys.
+TEST_P(PackedTree, MatchesEachSequencesTreeAndCompacts) {
+  const auto &[c, backend] = GetParam();
+  constexpr int64_t kH = 4, kHkv = 2;
+  std::string json = R"({"model": "t", "dtype": ")" + c.dtype +
+                     R"(", "layers": [{"name": "attn", "type": "attention",
+    "num_heads": 4, "num_kv_heads": 2, "head_dim": 24, "value_dim": 20,
+    "tree": true, "layout": {"ragged": true}, "mask": )" +
+                     c.mask;
+  if (c.gate)
+    json += R"(, "gate": "elementwise")";
+  if (c.lse)
+    json += R"(, "return_lse": true)";
+  if (c.sinks)
+    json += R"(, "sinks": true)";
+  if (c.latent)
+    json += R"(, "latent_kv": true)";
+  json += "}]}";
+  std::string skip;
+  std::unique_ptr<Model> model =
+      compileAndLoadFor(backend, modelDescription(json), 2, skip);
+  if (!skip.empty())
+    GTEST_SKIP() << skip;
+  ASSERT_TRUE(model);
+  std::mt19937_64 rng(std::hash<std::string>()(c.label));
+  const int64_t B = static_cast<int64_t>(c.prefixes.size()), T = c.nodes;
+  std::vector<int64_t> lengths;
+  for (int64_t prefix : c.prefixes)
+    lengths.push_back(prefix + T);
+  const ref::IntTensor cuK = offsetsOf(lengths);
+  const int64_t Tk = cuK(B);
+  const attn_dtype dtype = storageDtype(c.dtype);
+  ref::Tensor q = randomF32({B, kH, T, kD}, rng, -1.0, 1.0, dtype);
+  ref::Tensor k = randomF32({Tk, kHkv, kD}, rng, -1.0, 1.0, dtype);
+  ref::Tensor v = c.latent ? leadingFeatures(k, kDv)
+                           : randomF32({Tk, kHkv, kDv}, rng, -1.0, 1.0, dtype);
+  ref::Tensor gate = randomF32({B, kH, T, kDv}, rng, -1.0, 1.0, dtype);
+  ref::IntTensor parents = randomParents(B, T, rng);
+  const std::vector<double> sinks =
+      c.sinks ? randomSinks(kH, rng) : std::vector<double>();
+
+  std::vector<Tensor> inputs{toRuntime(q, dtype), toRuntime(k, dtype)};
+  if (!c.latent)
+    inputs.push_back(toRuntime(v, dtype));
+  inputs.push_back(intsToRuntime(parents));
+  if (c.gate)
+    inputs.push_back(toRuntime(gate, dtype));
+  if (c.sinks)
+    inputs.push_back(sinksToRuntime(sinks));
+  inputs.push_back(intsToRuntime(cuK));
+  std::vector<Tensor> outputs = runEntry(*model, "attn.tree", inputs);
+  ASSERT_EQ(outputs.size(), c.lse ? 2u : 1u);
+  ref::Tensor o = fromRuntime(outputs[0]);
+  ASSERT_EQ(o.shape(), (std::vector<int64_t>{B, kH, T, kDv}));
+  const double tolerance =
+      2e-4 + (dtype == ATTN_F32 ? 0.0 : unitInLastPlace(dtype));
+  const ref::Mask mask = referenceMask(c.mask);
+  for (int64_t b = 0; b < B; ++b) {
+    ref::Tensor qb({1, kH, T, kD}), gb({1, kH, T, kDv});
+    ref::IntTensor pb({1, T});
+    for (int64_t t = 0; t < T; ++t) {
+      pb(0, t) = parents(b, t);
+      for (int64_t h = 0; h < kH; ++h) {
+        for (int64_t d = 0; d < kD; ++d)
+          qb(0, h, t, d) = q(b, h, t, d);
+        for (int64_t d = 0; d < kDv; ++d)
+          gb(0, h, t, d) = gate(b, h, t, d);
+      }
+    }
+    ref::Score score;
+    score.sinks = sinks;
+    ref::AttentionResult expected = ref::treeSdpa(
+        qb, unpack(k, cuK(b), lengths[b]), unpack(v, cuK(b), lengths[b]), pb,
+        mask, score, c.gate ? &gb : nullptr);
+    for (int64_t h = 0; h < kH; ++h)
+      for (int64_t t = 0; t < T; ++t) {
+        for (int64_t d = 0; d < kDv; ++d)
+          EXPECT_NEAR(o(b, h, t, d), expected.output(0, h, t, d), tolerance)
+              << "o of sequence " << b << " head " << h << " node " << t;
+        if (!c.lse)
+          continue;
+        const double lse = fromRuntime(outputs[1])(b, h, t),
+                     want = expected.lse(0, h, t);
+        EXPECT_NEAR(lse, want, tolerance * std::max(1.0, std::abs(want)))
+            << "lse of sequence " << b << " head " << h << " node " << t;
+      }
+  }
+
+  // Compaction: each sequence accepts the path from its root to a random
+  // node, whose rows move right after its prefix.
+  ref::IntTensor path({B, T}), length({B});
+  for (int64_t b = 0; b < B; ++b) {
+    std::vector<int32_t> nodes;
+    for (int32_t t = static_cast<int32_t>(rng() % T); t >= 0; t = parents(b, t))
+      nodes.insert(nodes.begin(), t);
+    length(b) = static_cast<int32_t>(nodes.size());
+    for (int64_t n = 0; n < T; ++n)
+      path(b, n) = n < length(b) ? nodes[n] : -1;
+  }
+  std::vector<Tensor> compactInputs{toRuntime(k, dtype)};
+  if (!c.latent)
+    compactInputs.push_back(toRuntime(v, dtype));
+  for (const ref::IntTensor *ints :
+       std::initializer_list<const ref::IntTensor *>{&path, &length, &cuK})
+    compactInputs.push_back(intsToRuntime(*ints));
+  std::vector<Tensor> compacted =
+      runEntry(*model, "attn.compact", compactInputs);
+  ASSERT_EQ(compacted.size(), c.latent ? 1u : 2u);
+  std::vector<std::pair<const ref::Tensor *, ref::Tensor>> checks{
+      {&k, fromRuntime(compacted[0])}};
+  if (!c.latent)
+    checks.push_back({&v, fromRuntime(compacted[1])});
+  for (const auto &[before, after] : checks)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < lengths[b]; ++j) {
+        // Row P + n (n < length) takes row P + path[n]; the others stay.
+        const int64_t n = j - c.prefixes[b];
+        const int64_t source =
+            n >= 0 && n < length(b) ? c.prefixes[b] + path(b, n) : j;
+        for (int64_t h = 0; h < kHkv; ++h)
+          for (int64_t d = 0; d < before->dim(2); ++d)
+            ASSERT_EQ(after(cuK(b) + j, h, d), (*before)(cuK(b) + source, h, d))
+                << "row " << j << " of sequence " << b;
+      }
+}
+
+std::vector<PackedTreeCase> packedTreeCases() {
+  std::vector<PackedTreeCase> all;
+  // A few nodes (split-KV over the prefix), an empty prefix, one node.
+  all.push_back({"few_nodes", {37, 0, 100}, 6});
+  all.push_back({"one_node", {5, 0}, 1});
+  // More nodes than decode's rows: the flash kernel tiles the prefix.
+  all.push_back({"many_nodes", {20, 70, 0}, 40});
+  all.push_back({"window", {50, 3}, 12, R"({"sliding_window": 8})"});
+  all.push_back({"chunked", {37, 3, 60}, 15, R"({"chunked": 16})"});
+  PackedTreeCase gated{"gate_lse_sinks", {37, 0, 300}, 9};
+  gated.gate = gated.lse = gated.sinks = true;
+  all.push_back(gated);
+  PackedTreeCase latent{"latent", {37, 0, 60}, 13};
+  latent.latent = true;
+  all.push_back(latent);
+  PackedTreeCase bf16{"gate_bf16", {41, 2}, 7};
+  bf16.gate = true;
+  bf16.dtype = "bf16";
+  all.push_back(bf16);
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, PackedTree,
+                         testing::Combine(testing::ValuesIn(packedTreeCases()),
+                                          allBackends()),
+                         LabelAndBackend());
+
 } // namespace
 } // namespace attn::e2e

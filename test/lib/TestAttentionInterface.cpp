@@ -65,6 +65,9 @@ struct TestAttentionInterfacePass final
                  << operandIndex(operation, keyOffsets);
         if (Value slots = op.getStateSlots())
           remark << ", slots = operand " << operandIndex(operation, slots);
+      } else if (Value keyOffsets = op.getKeyOffsets()) {
+        remark << ", packed keys: offsets = operand "
+               << operandIndex(operation, keyOffsets);
       }
     });
   }

@@ -3,8 +3,9 @@
 # sequence's prefix and its T tree tokens are the seq_lens[b] keys of its
 # pages, scattered through a cache full of junk; prefixes of different
 # lengths in one batch, page sizes 1, 16 and 5, windows, gates, ALiBi and
-# lse, the .tree entry of a ragged layer, against a float64 reference of
-# tree attention run on each sequence;
+# lse, the .tree entry of a ragged layer, and trees over a ragged batch's
+# packed keys with their .compact, against a float64 reference of tree
+# attention run on each sequence;
 # a sequence with fewer keys than tree nodes is an error that names it.
 import os
 import sys
@@ -133,6 +134,78 @@ check(5, [64, 9], 20, gate="elementwise", alibi=True)
 check(16, [200], 70, gate="headwise", lse=True)
 check(16, [37, 0, 100], 6, ragged=True)
 check(5, [20, 70], 40, gate="headwise", ragged=True)
+
+
+def check_packed(prefixes, T, window=0, gate=None, alibi=False, lse=False):
+    """A ragged layer without pages: keys packed [Tk, Hkv, D] with their
+    offsets, each sequence's last T its tree's; .tree, then .compact of
+    each sequence's accepted path."""
+    layer = {"name": "attn", "type": "attention", "num_heads": H,
+             "num_kv_heads": HKV, "head_dim": D, "value_dim": DV,
+             "tree": True, "layout": {"ragged": True}}
+    if window:
+        layer["mask"] = {"sliding_window": window}
+    if gate:
+        layer["gate"] = gate
+    if alibi:
+        layer["score_mod"] = "alibi"
+    if lse:
+        layer["return_lse"] = True
+    m = attn.compile({"model": "packed-tree", "layers": [layer]})
+    names = [a.name for a in m.signature("attn.tree").inputs]
+    assert names[:4] == ["q", "k", "v", "parents"], names
+    assert "cu_seqlens_k" in names, names
+    B = len(prefixes)
+    lengths = [p + T for p in prefixes]
+    cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    k = rng.standard_normal((cu[-1], HKV, D)).astype(np.float32)
+    v = rng.standard_normal((cu[-1], HKV, DV)).astype(np.float32)
+    parents = np.full((B, T), -1, np.int32)
+    for b in range(B):
+        for t in range(1, T):
+            parents[b, t] = rng.integers(0, t)
+    q = rng.standard_normal((B, H, T, D)).astype(np.float32)
+    args = [q, k, v, parents]
+    g = None
+    if gate:
+        g = rng.standard_normal((B, H, T, DV if gate == "elementwise" else 1)).astype(np.float32)
+        args.append(g)
+    args.append(cu)
+    result = m["attn.tree"](*args)
+    o, o_lse = result if lse else (result, None)
+    for b in range(B):
+        rows = slice(cu[b], cu[b + 1])
+        ref_o, ref_lse = tree_reference(
+            q[b], np.moveaxis(k[rows], 0, 1), np.moveaxis(v[rows], 0, 1),
+            parents[b], window, None if g is None else g[b], alibi)
+        what = f"packed prefixes={prefixes} T={T} window={window}"
+        close(o[b], ref_o, 2e-4, f"o of sequence {b}, {what}")
+        if lse:
+            finite = np.isfinite(ref_lse)
+            close(o_lse[b][finite], ref_lse[finite], 2e-4, f"lse, {what}")
+    # Each sequence accepts the path from its root to its last node.
+    path = np.full((B, T), -1, np.int32)
+    length = np.zeros(B, np.int32)
+    for b in range(B):
+        nodes, t = [], T - 1
+        while t >= 0:
+            nodes.insert(0, t)
+            t = parents[b, t] if t > 0 else -1
+        path[b, :len(nodes)] = nodes
+        length[b] = len(nodes)
+    k2, v2 = m["attn.compact"](k, v, path, length, cu)
+    want_k, want_v = k.copy(), v.copy()
+    for b in range(B):
+        first = cu[b] + prefixes[b]
+        for n in range(length[b]):
+            want_k[first + n] = k[first + path[b, n]]
+            want_v[first + n] = v[first + path[b, n]]
+    assert np.array_equal(k2, want_k) and np.array_equal(v2, want_v), prefixes
+
+
+check_packed([37, 0, 100], 6)                 # few nodes: split-KV prefix
+check_packed([20, 70, 1], 40, lse=True)       # many nodes: flash prefix
+check_packed([50, 3], 12, window=8, gate="headwise", alibi=True)
 
 # Each sequence must hold its T tree keys.
 m = attn.compile({"model": "t", "layers": [{

@@ -622,12 +622,6 @@ INSTANTIATE_TEST_SUITE_P(
                 R"(, "sparsity": {"method": "top_k", "block_size": 16, "top_k": 4}, "layout": {"ragged": true})"),
             "$.layers[0].layout: sparsity with a layout needs \"page_size\" "
             "(Quest's blocks are the cache's pages)"},
-        BadDescription{
-            LAYER(R"(, "tree": true, "layout": {"ragged": true})"),
-            "$.layers[0].layout.ragged: \"tree\" over a ragged batch needs "
-            "\"page_size\" (the tree's keys are the last T of each "
-            "sequence's keys in the cache); packed keys are not implemented "
-            "yet"},
         BadDescription{LAYER(R"(, "layout": {"ragged": "yes"})"),
                        "$.layers[0].layout.ragged: expected true or false, "
                        "got \"yes\""},
@@ -730,6 +724,37 @@ TEST(Frontend, RaggedAttentionEntriesTakeOffsetsAfterTheGate) {
               (ArrayRef<int64_t>{ShapedType::kDynamic, 8, 64}));
     EXPECT_EQ(cast<RankedTensorType>(func.getResultTypes()[1]).getRank(), 2);
   }
+}
+
+TEST(Frontend, RaggedTreeOverPackedKeysTakesTheKeysOffsets) {
+  // A tree of T nodes per sequence, q [B, H, T, D]; keys packed [Tk, Hkv,
+  // D] with cu_seqlens_k after the gate and sinks, before the extras; a
+  // .compact over the same packed keys.
+  const char *json = R"({"model": "m", "layers": [{"name": "a",
+    "type": "attention", "num_heads": 8, "num_kv_heads": 2, "head_dim": 64,
+    "gate": "headwise", "sinks": true, "mask_mod": "document", "tree": true,
+    "layout": {"ragged": true}}]})";
+  llvm::Expected<ModelDescription> model = parseModelDescription(json);
+  ASSERT_TRUE(static_cast<bool>(model)) << llvm::toString(model.takeError());
+  MLIRContext context;
+  OwningOpRef<ModuleOp> module = buildAttnModule(context, *model);
+  ASSERT_TRUE(succeeded(verify(*module)));
+  using Args = std::vector<std::string>;
+  std::vector<std::pair<std::string, Args>> expected = {
+      {"a", Args{"q", "k", "v", "gate", "sinks", "cu_seqlens_q", "cu_seqlens_k",
+                 "doc_ids"}},
+      {"a.tree", Args{"q", "k", "v", "parents", "gate", "sinks", "cu_seqlens_k",
+                      "doc_ids"}},
+      {"a.compact", Args{"k", "v", "path", "length", "cu_seqlens_k"}}};
+  EXPECT_EQ(entrySignatures(*module), expected);
+  int trees = 0;
+  module->walk([&](mlir::attn::TreeSdpaOp op) {
+    EXPECT_TRUE(op.getCuSeqlensK());
+    EXPECT_EQ(op.getQuery().getType().getRank(), 4);
+    EXPECT_EQ(op.getKey().getType().getRank(), 3);
+    ++trees;
+  });
+  EXPECT_EQ(trees, 1);
 }
 
 TEST(Frontend, RaggedLinearEntryTakesAPoolInPlace) {

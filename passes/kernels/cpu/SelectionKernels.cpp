@@ -690,35 +690,39 @@ func::FuncOp mlir::attn::buildKvCompactKernel(OpBuilder &builder, Location loc,
   auto args = func.getArguments();
   KvCopyBindings kv = KvCopyBindings::forCompact(args.drop_back());
   Value k = kv.copies[0].first, path = kv.indices[0], length = kv.indices[1];
+  // Packed keys [Tk, Hkv, F] with their offsets, or [B, Hkv, P + T, F].
+  Value keyOffsets = kv.indices.size() > 2 ? kv.indices[2] : Value();
+  const unsigned rowDim = keyOffsets ? 0 : 2;
   Value workgroup = args.back();
   const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
   Value c1 = e.index(1);
-  Value lk = e.dim(k, 2), nodes = e.dim(path, 1);
+  Value lk = e.dim(k, rowDim), nodes = e.dim(path, 1);
   Value tiles = e.ceilDiv(lk, e.index(kCompactRowTile));
+  // A workgroup per (batch, kv head, tile of rows); packed rows have one
+  // "batch", each row's sequence found by the offsets.
   RowOfWorkgroup at(e, workgroup, numKvHeads, tiles);
-  Value prefixLength = e.sub(lk, nodes);
-  Value accepted = e.toIndex(e.loadInt(length, {at.batch}));
   Value first = e.mul(at.row, e.index(kCompactRowTile));
   Value end = e.minS(lk, e.add(first, e.index(kCompactRowTile)));
   e.loop(first, end, c1, [&](Value r) {
-    // Row P + n (n < length) takes row P + path[n]; others stay.
-    Value n = e.sub(r, prefixLength);
-    Value onPath = e.andI(e.icmp(arith::CmpIPredicate::sge, n, e.index(0)),
-                          e.icmp(arith::CmpIPredicate::slt, n, accepted));
-    Value source = e.ifElse(
-        onPath,
-        [&]() -> SmallVector<Value> {
-          return {
-              e.add(prefixLength, e.toIndex(e.loadInt(path, {at.batch, n})))};
-        },
-        [&]() -> SmallVector<Value> { return {r}; })[0];
+    Value batch = at.batch, prefixEnd = e.sub(lk, nodes);
+    if (keyOffsets) {
+      batch = sequenceOfToken(e, keyOffsets, r);
+      prefixEnd =
+          e.sub(e.toIndex(e.loadInt(keyOffsets, {e.add(batch, c1)})), nodes);
+    }
+    Value source = compactSourceRow(e, path, length, batch, prefixEnd, r);
+    auto rowAt = [&](Value row, Value feature) -> SmallVector<Value> {
+      if (keyOffsets)
+        return {row, at.head, feature};
+      return {at.batch, at.head, row, feature};
+    };
     for (auto [from, to] : kv.copies) {
-      int64_t features = staticDim(from.getType(), 3);
+      auto type = cast<ShapedType>(from.getType());
+      int64_t features = type.getDimSize(type.getRank() - 1);
       for (int64_t off = 0; off < features; off += e.width) {
         int64_t lanes = std::min(e.width, features - off);
-        Value row = e.loadVector(
-            from, {at.batch, at.head, source, e.index(off)}, lanes);
-        e.storeVector(row, to, {at.batch, at.head, r, e.index(off)}, lanes);
+        Value row = e.loadVector(from, rowAt(source, e.index(off)), lanes);
+        e.storeVector(row, to, rowAt(r, e.index(off)), lanes);
       }
     }
   });

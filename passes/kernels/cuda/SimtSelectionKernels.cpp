@@ -1331,32 +1331,30 @@ func::FuncOp mlir::attn::buildSimtKvCompactKernel(OpBuilder &builder,
   const int64_t numKvHeads = staticDim(bindingTypes[0], 1);
   const int64_t features = kv.features();
 
+  // Packed keys [Tk, Hkv, F] with their offsets (one "batch" of Tk rows,
+  // each row's sequence found by the offsets), or [B, Hkv, P + T, F].
+  Value keyOffsets = kv.indices.size() > 2 ? kv.indices[2] : Value();
   // Thread order (batch, kv head, row, feature), the features of k then
   // those of v fastest.
   Value feature = e.rem(thread, e.index(features));
-  Value lk = e.dim(k, 2), nodes = e.dim(path, 1);
+  Value lk = e.dim(k, keyOffsets ? 0 : 2), nodes = e.dim(path, 1);
   RowOfWorkgroup at(e, e.div(thread, e.index(features)), numKvHeads, lk);
   Value r = at.row;
-  // Row P + n (n < length) takes row P + path[n]; others stay.
-  Value prefixLength = e.sub(lk, nodes);
-  Value n = e.sub(r, prefixLength);
-  Value accepted = e.toIndex(e.loadInt(length, {at.batch}));
-  Value onPath = e.andI(e.icmp(arith::CmpIPredicate::sge, n, e.index(0)),
-                        e.icmp(arith::CmpIPredicate::slt, n, accepted));
-  Value source = e.ifElse(
-      onPath,
-      [&]() -> SmallVector<Value> {
-        return {e.add(prefixLength, e.toIndex(e.loadInt(path, {at.batch, n})))};
-      },
-      [&]() -> SmallVector<Value> { return {r}; })[0];
+  Value batch = at.batch, prefixEnd = e.sub(lk, nodes);
+  if (keyOffsets) {
+    batch = sequenceOfToken(e, keyOffsets, r);
+    prefixEnd = e.sub(
+        e.toIndex(e.loadInt(keyOffsets, {e.add(batch, e.index(1))})), nodes);
+  }
+  Value source = compactSourceRow(e, path, length, batch, prefixEnd, r);
+  auto rowAt = [&](Value row, Value d) -> SmallVector<Value> {
+    if (keyOffsets)
+      return {row, at.head, d};
+    return {at.batch, at.head, row, d};
+  };
   copyFeature(
-      e, kv, feature,
-      [&](Value d) {
-        return SmallVector<Value>{at.batch, at.head, source, d};
-      },
-      [&](Value d) {
-        return SmallVector<Value>{at.batch, at.head, r, d};
-      });
+      e, kv, feature, [&](Value d) { return rowAt(source, d); },
+      [&](Value d) { return rowAt(r, d); });
   func::ReturnOp::create(b);
   return func;
 }

@@ -173,6 +173,46 @@ func.func @paged_tree_parents(%q: tensor<2x8x4x64xf32>, %k: tensor<5x16x2x64xf32
 
 // -----
 
+func.func @packed_tree_offsets(%q: tensor<2x8x4x64xf32>, %k: tensor<20x2x64xf32>, %v: tensor<20x2x32xf32>, %p: tensor<2x4xi32>, %cu: tensor<4xi32>) {
+  // expected-error @+1 {{'cu_seqlens_k' must hold B + 1 offsets for the B = 2 trees of 'query', got 4}}
+  %o = attn.tree_sdpa %q, %k, %v, %p packed(%cu : tensor<4xi32>) : tensor<2x8x4x64xf32>, tensor<20x2x64xf32>, tensor<20x2x32xf32>, tensor<2x4xi32>
+  return
+}
+
+// -----
+
+func.func @packed_tree_key_rank(%q: tensor<2x8x4x64xf32>, %k: tensor<2x2x20x64xf32>, %v: tensor<20x2x32xf32>, %p: tensor<2x4xi32>, %cu: tensor<3xi32>) {
+  // expected-error @+1 {{'key' must be a rank-3 tensor [Tk, Hkv, D]}}
+  %o = attn.tree_sdpa %q, %k, %v, %p packed(%cu : tensor<3xi32>) : tensor<2x8x4x64xf32>, tensor<2x2x20x64xf32>, tensor<20x2x32xf32>, tensor<2x4xi32>
+  return
+}
+
+// -----
+
+func.func @packed_tree_and_pages(%q: tensor<2x8x4x64xf32>, %k: tensor<5x16x2x64xf32>, %v: tensor<5x16x2x32xf32>, %p: tensor<2x4xi32>, %t: tensor<2x4xi32>, %l: tensor<2xi32>, %cu: tensor<3xi32>) {
+  // expected-error @+1 {{takes a paged cache or packed keys, not both}}
+  %o = attn.tree_sdpa %q, %k, %v, %p paged(%t, %l : tensor<2x4xi32>, tensor<2xi32>) packed(%cu : tensor<3xi32>) : tensor<2x8x4x64xf32>, tensor<5x16x2x64xf32>, tensor<5x16x2x32xf32>, tensor<2x4xi32>
+  return
+}
+
+// -----
+
+func.func @packed_compact_offsets(%k: tensor<20x2x64xf32>, %v: tensor<20x2x32xf32>, %path: tensor<2x4xi32>, %length: tensor<2xi32>, %cu: tensor<2xi32>) {
+  // expected-error @+1 {{'cu_seqlens_k' must hold B + 1 offsets for the B = 2 paths of 'path', got 2}}
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length packed(%cu : tensor<2xi32>) : tensor<20x2x64xf32>, tensor<20x2x32xf32>, tensor<2x4xi32>, tensor<2xi32>
+  return
+}
+
+// -----
+
+func.func @packed_compact_value_heads(%k: tensor<20x2x64xf32>, %v: tensor<20x1x32xf32>, %path: tensor<2x4xi32>, %length: tensor<2xi32>, %cu: tensor<3xi32>) {
+  // expected-error @+1 {{'value' dim 1 (Hkv) must match 'key' dim 1 (Hkv): expected 2, got 1}}
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length packed(%cu : tensor<3xi32>) : tensor<20x2x64xf32>, tensor<20x1x32xf32>, tensor<2x4xi32>, tensor<2xi32>
+  return
+}
+
+// -----
+
 func.func @meta_block_is_page(%kc: tensor<?x16x2x24xf32>, %pt: tensor<?x?xi32>, %lens: tensor<?xi32>) {
   // expected-error @+1 {{over a paged cache the blocks are its pages: 'block_size' (8) must be the page size P = 16}}
   %meta = attn.block_meta %kc paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>) {block_size = 8} : tensor<?x16x2x24xf32>

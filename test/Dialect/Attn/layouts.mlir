@@ -132,6 +132,38 @@ func.func @paged_tree(%q: tensor<?x8x?x64xf32>, %k: tensor<?x16x2x64xf32>,
 
 // -----
 
+// A draft tree over a ragged batch's packed keys: T nodes per sequence
+// (queries [B, H, T, D]), each sequence's last T keys its tree's; the
+// accepted rows compacted within each sequence.
+// CHECK-LABEL: func.func @packed_tree
+// CHECK: attn.tree_sdpa %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} packed(%{{.*}} : tensor<?xi32>) {chunk = 16 : i64} : tensor<?x8x?x64xf32>, tensor<?x2x64xf32>, tensor<?x2x32xf32>, tensor<?x?xi32>
+// CHECK: attn.kv_compact %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} packed(%{{.*}} : tensor<?xi32>) : tensor<?x2x64xf32>, tensor<?x2x32xf32>, tensor<?x?xi32>, tensor<?xi32>
+// CHECK: attn.kv_compact %{{.*}}, %{{.*}}, %{{.*}} packed(%{{.*}} : tensor<?xi32>) : tensor<?x2x64xf32>, tensor<?x?xi32>, tensor<?xi32>
+// BYTECODE: packed
+// INTERFACE: remark: q/k/v = operands 0/1/2, mask = {{.*}}, selection = tree (operand 3{{.*}}, packed keys: offsets = operand 4
+func.func @packed_tree(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x64xf32>,
+                       %v: tensor<?x2x32xf32>, %parents: tensor<?x?xi32>,
+                       %cu: tensor<?xi32>, %path: tensor<?x?xi32>,
+                       %length: tensor<?xi32>)
+    -> (tensor<?x8x?x32xf32>, tensor<?x2x64xf32>, tensor<?x2x32xf32>,
+        tensor<?x2x64xf32>) {
+  %o = attn.tree_sdpa %q, %k, %v, %parents packed(%cu : tensor<?xi32>)
+      {chunk = 16}
+      : tensor<?x8x?x64xf32>, tensor<?x2x64xf32>, tensor<?x2x32xf32>,
+        tensor<?x?xi32>
+  %k2, %v2 = attn.kv_compact %k, %v, %path, %length
+      packed(%cu : tensor<?xi32>)
+      : tensor<?x2x64xf32>, tensor<?x2x32xf32>, tensor<?x?xi32>,
+        tensor<?xi32>
+  %kv2 = attn.kv_compact %k, %path, %length packed(%cu : tensor<?xi32>)
+      : tensor<?x2x64xf32>, tensor<?x?xi32>, tensor<?xi32>
+  return %o, %k2, %v2, %kv2
+      : tensor<?x8x?x32xf32>, tensor<?x2x64xf32>, tensor<?x2x32xf32>,
+        tensor<?x2x64xf32>
+}
+
+// -----
+
 // New rows written to their slots of a paged cache (SPEC §8 .append).
 // CHECK-LABEL: func.func @append
 // CHECK: attn.kv_append %{{.*}}, %{{.*}}, %{{.*}} into %{{.*}}, %{{.*}} : tensor<?x2x64xf32>, tensor<?x2x32xf32>, tensor<?xi32>, tensor<?x16x2x64xf32>, tensor<?x16x2x32xf32>
