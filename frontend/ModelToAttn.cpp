@@ -751,9 +751,15 @@ private:
   /// A linear layer's per-step inputs: q, k, v (+ g) (+ beta), then
   /// `between` (the tree's parents), S_init (+ z) (+ w when the gate
   /// normalizes).
+  /// Where a recurrence entry's initial states come from: S_init [B, Hv,
+  /// Dk, Dv], or a ragged layer's pool `states` [N, Hv, Dk, Dv] with
+  /// `state_idx` [B] (SPEC §8), read only or updated in place.
+  enum class States { Batch, Pool, PoolInPlace };
+
   void declareRecurrenceInputs(EntryBuilder &entry,
                                const LinearAttentionLayer &layer,
-                               ArrayRef<std::pair<StringRef, Type>> between) {
+                               ArrayRef<std::pair<StringRef, Type>> between,
+                               States states = States::Batch) {
     entry.arg("q", rows(layer.numKHeads, layer.kDim));
     entry.arg("k", rows(layer.numKHeads, layer.kDim));
     entry.arg("v", rows(layer.numVHeads, layer.vDim));
@@ -765,8 +771,16 @@ private:
       entry.arg("beta", tensor({kDyn, layer.numVHeads, kDyn}, element));
     for (auto [name, type] : between)
       entry.arg(name, type);
-    entry.arg("S_init", tensor({kDyn, layer.numVHeads, layer.kDim, layer.vDim},
-                               Float32Type::get(context)));
+    RankedTensorType stateType =
+        tensor({kDyn, layer.numVHeads, layer.kDim, layer.vDim},
+               Float32Type::get(context));
+    if (states == States::Batch) {
+      entry.arg("S_init", stateType);
+    } else {
+      entry.arg("states", stateType,
+                /*inPlace=*/states == States::PoolInPlace);
+      entry.arg("state_idx", tensor({kDyn}, i32()));
+    }
     if (layer.outputGate != OutputGate::None)
       entry.arg("z", rows(layer.numVHeads, layer.vDim));
     if (normalizes(layer.outputGate))
@@ -828,7 +842,7 @@ private:
     auto recurrence = LinearRecurrenceOp::create(
         builder, loc, rule, entry["q"], entry["k"], entry["v"], optional("g"),
         optional("beta"), entry["states"], entry["cu_seqlens"],
-        entry["state_idx"], Value(), Value(),
+        entry["state_idx"], Value(), Value(), Value(),
         builder.getI64IntegerAttr(layer.chunkSize), optionalF64(layer.scale),
         l2norm, builder.getF64FloatAttr(1e-6));
     entry.finish({gatedRecurrence(entry, layer, recurrence.getOutput())}, {"o"},
@@ -1084,24 +1098,31 @@ private:
       auto recurrence = LinearRecurrenceOp::create(
           builder, loc, rule, entry["q"], entry["k"], entry["v"],
           step(entry, "g"), step(entry, "beta"), entry["S_init"], Value(),
-          Value(), Value(), Value(), builder.getI64IntegerAttr(layer.chunkSize),
-          optionalF64(layer.scale), l2norm, builder.getF64FloatAttr(1e-6));
+          Value(), Value(), Value(), Value(),
+          builder.getI64IntegerAttr(layer.chunkSize), optionalF64(layer.scale),
+          l2norm, builder.getF64FloatAttr(1e-6));
       entry.finish({gatedRecurrence(entry, layer, recurrence.getOutput()),
                     recurrence.getFinalState()},
                    {"o", "S"});
     }
     if (!layer.tree)
       return;
+    // A ragged layer's trees start from its pool and commit into it (SPEC
+    // §8: states, state_idx for S_init); a tree of T nodes per sequence
+    // keeps its steps [B, H, T, ...].
+    const bool pooled = layer.ragged;
     // <layer>.tree: q, k, v (+ g) (+ beta), parents, S_init (+ z, w) -> o
     {
       EntryBuilder entry(builder, module, layer.name + ".tree");
       declareRecurrenceInputs(entry, layer,
-                              {{"parents", tensor({kDyn, kDyn}, i32())}});
+                              {{"parents", tensor({kDyn, kDyn}, i32())}},
+                              pooled ? States::Pool : States::Batch);
       entry.beginBody();
       auto recurrence = TreeRecurrenceOp::create(
           builder, loc, rule, entry["q"], entry["k"], entry["v"],
           step(entry, "g"), step(entry, "beta"), entry["parents"],
-          entry["S_init"], Value(), Value(),
+          entry[pooled ? "states" : "S_init"],
+          pooled ? entry["state_idx"] : Value(), Value(), Value(),
           builder.getI64IntegerAttr(maxTreeNodes), optionalF64(layer.scale),
           l2norm, builder.getF64FloatAttr(1e-6));
       entry.finish({gatedRecurrence(entry, layer, recurrence.getOutput())},
@@ -1109,7 +1130,8 @@ private:
     }
     // <layer>.commit: q, k, v (+ g) (+ beta), path, length, S_init -> S: the
     // recurrence over the accepted path's steps (zero steps past its
-    // length change nothing), so no per-node state is kept.
+    // length change nothing), so no per-node state is kept. Over a pool:
+    // ..., path, length, states (in place), state_idx, no outputs.
     {
       EntryBuilder entry(builder, module, layer.name + ".commit");
       LinearAttentionLayer ungated = layer;
@@ -1117,7 +1139,8 @@ private:
       ungated.skip = false;
       declareRecurrenceInputs(entry, ungated,
                               {{"path", tensor({kDyn, kDyn}, i32())},
-                               {"length", tensor({kDyn}, i32())}});
+                               {"length", tensor({kDyn}, i32())}},
+                              pooled ? States::PoolInPlace : States::Batch);
       entry.beginBody();
       auto pathSteps = [&](Value x) -> Value {
         if (!x)
@@ -1128,10 +1151,14 @@ private:
       auto recurrence = LinearRecurrenceOp::create(
           builder, loc, rule, pathSteps(entry["q"]), pathSteps(entry["k"]),
           pathSteps(entry["v"]), pathSteps(step(entry, "g")),
-          pathSteps(step(entry, "beta")), entry["S_init"], Value(), Value(),
-          Value(), Value(), builder.getI64IntegerAttr(layer.chunkSize),
+          pathSteps(step(entry, "beta")), entry[pooled ? "states" : "S_init"],
+          Value(), Value(), pooled ? entry["state_idx"] : Value(), Value(),
+          Value(), builder.getI64IntegerAttr(layer.chunkSize),
           optionalF64(layer.scale), l2norm, builder.getF64FloatAttr(1e-6));
-      entry.finish({recurrence.getFinalState()}, {"S"});
+      if (pooled)
+        entry.finish({}, {}, {recurrence.getFinalState()});
+      else
+        entry.finish({recurrence.getFinalState()}, {"S"});
     }
   }
 

@@ -429,9 +429,9 @@ private:
   }
 
   /// Every per-step operand shares the batch B and the length L; the
-  /// states share B. A ragged batch (SPEC §8) packs the steps token-major
-  /// ([T, H, ...]): they share T, the states are a pool of N, and B is
-  /// that of the pool's slots.
+  /// states share B, or are a pool of N with a slot per batch row. A ragged
+  /// batch (SPEC §8) packs the steps token-major ([T, H, ...]): they share
+  /// T, the states are a pool of N, and B is that of the pool's slots.
   void addRecurrence(AttentionOpInterface op) {
     Value q = op.getQuery();
     if (Value offsets = op.getSequenceOffsets()) {
@@ -466,9 +466,17 @@ private:
       unite({q, 0}, {operand, 0});
       unite({q, 2}, {operand, 2});
     }
-    unite({q, 0}, {op.getStateInput(), 0});
-    if (Value stateOutput = op.getStateOutput())
-      unite({q, 0}, {stateOutput, 0});
+    if (Value slots = op.getStateSlots()) {
+      // States in a pool of N, a slot per batch row.
+      nameRole({op.getStateInput(), 0}, "N");
+      if (Value stateOutput = op.getStateOutput())
+        unite({op.getStateInput(), 0}, {stateOutput, 0});
+      unite({q, 0}, {slots, 0});
+    } else {
+      unite({q, 0}, {op.getStateInput(), 0});
+      if (Value stateOutput = op.getStateOutput())
+        unite({q, 0}, {stateOutput, 0});
+    }
     // A tree's parents [B, T].
     if (tree) {
       unite({q, 0}, {op.getKeySelection(), 0});
@@ -1059,7 +1067,8 @@ LogicalResult EntryLowering::checkCachesInPlace(KvAppendOp op) {
 }
 
 LogicalResult EntryLowering::checkStatePoolInPlace(AttentionOpInterface op) {
-  if (!op.getStateSlots())
+  // A tree over a pool only reads it.
+  if (!op.getStateSlots() || !op.getStateOutput())
     return success();
   // The kernels write only the slots of the batch's sequences.
   auto pool = dyn_cast<BlockArgument>(op.getStateInput());
@@ -1251,6 +1260,16 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
                   "before anything runs)";
       setContract(offsets, "sequence_offsets", q.getArgNumber());
       setContract(slots, "pool_slots", pool.getArgNumber());
+    } else if (attention && !softmax && attention.getStateSlots()) {
+      // Batch rows [B, H, L, ...] with their states in a pool: the slots
+      // against the pool.
+      auto slots = dyn_cast<BlockArgument>(attention.getStateSlots());
+      auto pool = dyn_cast<BlockArgument>(attention.getStateInput());
+      if (!slots || !pool)
+        return op.emitError()
+               << "a state pool and its 'pool_indices' must be entry inputs "
+                  "(checked at run time before anything runs)";
+      setContract(slots, "pool_slots", pool.getArgNumber());
     }
     // The accepted path of attn.kv_compact and attn.path_steps.
     Value pathOperand, lengthOperand;
@@ -1384,7 +1403,7 @@ EntryLowering::bindRecurrence(ImplicitLocOpBuilder &b,
   Value parents = op.getKeySelectionKind() == KeySelectionKind::Tree
                       ? op.getKeySelection()
                       : Value();
-  // A ragged batch binds its pool slots and offsets after the pool.
+  // Pool slots, and a ragged batch's offsets, follow the pool.
   for (Value operand :
        {op.getQuery(), op.getKey(), op.getValue(), op.getStepDecay(),
         op.getStepBeta(), parents, op.getStateInput(), op.getStateSlots(),

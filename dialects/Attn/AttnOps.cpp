@@ -1592,8 +1592,10 @@ LogicalResult LinearRecurrenceOp::inferReturnTypes(
 
 /// Where the dims of a recurrence's per-step tensors are: [B, H, L, F], or
 /// packed token-major [T, H, F] in a ragged batch (no batch dim).
+/// The states are [B, Hv, Dk, Dv], or a pool [N, Hv, Dk, Dv] in a ragged
+/// batch and wherever slots index it.
 struct StepLayout {
-  bool packed;
+  bool packed, pooled;
   ArrayRef<const char *> queryDims, valueDims, scalarGateDims, vectorGateDims,
       stateDims;
   /// The dims of the head, the step and the feature.
@@ -1602,22 +1604,37 @@ struct StepLayout {
   unsigned feature() const { return packed ? 2 : 3; }
   unsigned rank() const { return packed ? 3 : 4; }
 
-  static StepLayout get(bool packed) {
+  static StepLayout get(bool packed, bool pooled) {
+    ArrayRef<const char *> states =
+        pooled ? ArrayRef<const char *>(kPoolDims) : kRecStateDims;
     if (packed)
       return {true,
+              true,
               kPackedQueryDims,
               kPackedValueDims,
               kPackedScalarGateDims,
               kPackedVectorGateDims,
-              kPoolDims};
+              states};
     return {false,
+            pooled,
             kRecQueryDims,
             kRecValueDims,
             kRecScalarGateDims,
             kRecVectorGateDims,
-            kRecStateDims};
+            states};
   }
 };
+
+/// A batch [B, H, L, ...] whose states are slots `indices [B]` of a pool:
+/// one slot per batch row.
+static LogicalResult verifyPoolIndices(EmitErrorFn emitError, Value query,
+                                       Value indices) {
+  const NamedTensor q = named("query", query, kRecQueryDims);
+  const NamedTensor slots = named("pool_indices", indices, kBatchDims);
+  if (failed(checkRank(emitError, slots)))
+    return failure();
+  return checkSameDim(emitError, slots, 0, q, 0);
+}
 
 /// What attn.linear_recurrence and attn.tree_recurrence verify alike: the
 /// operands of SPEC §2 (q, k, v, the rule's gates, the state, the output
@@ -1648,7 +1665,7 @@ static LogicalResult verifyRecurrenceOperands(RecurrenceOp op,
     if (failed(checkSameDim(emit, k, d, q, d)))
       return failure();
   if ((!layout.packed && failed(checkSameDim(emit, v, 0, q, 0))) ||
-      (!layout.packed && failed(checkSameDim(emit, s, 0, q, 0))) ||
+      (!layout.pooled && failed(checkSameDim(emit, s, 0, q, 0))) ||
       failed(checkSameDim(emit, v, L, q, L)) ||
       failed(checkDimMultiple(emit, v, q, H)) ||
       failed(checkSameDim(emit, s, 1, v, H)) ||
@@ -1718,8 +1735,17 @@ LogicalResult LinearRecurrenceOp::verify() {
   if (static_cast<bool>(offsets) != static_cast<bool>(slots))
     return emitOpError() << "a ragged batch needs both 'cu_seqlens' and "
                             "'state_indices'";
-  if (failed(
-          verifyRecurrenceOperands(*this, StepLayout::get(offsets != nullptr))))
+  if (offsets && getPoolIndices())
+    return emitOpError() << "a ragged batch names its pool slots with its "
+                            "offsets: 'pool_indices' is for [B, H, L, ...] "
+                            "steps";
+  const bool pooled = offsets || getPoolIndices();
+  if (failed(verifyRecurrenceOperands(
+          *this, StepLayout::get(offsets != nullptr, pooled))))
+    return failure();
+  if (Value indices = getPoolIndices();
+      indices && failed(verifyPoolIndices([&]() { return emitOpError(); },
+                                          getQuery(), indices)))
     return failure();
   if (offsets && failed(verifyOffsets([&]() { return emitOpError(); }, offsets,
                                       "cu_seqlens", slots, "state_indices")))
@@ -1758,7 +1784,9 @@ Value LinearRecurrenceOp::getStateInput() { return getInitialState(); }
 Value LinearRecurrenceOp::getStateOutput() { return getFinalState(); }
 int64_t LinearRecurrenceOp::getStepChunkSize() { return getChunkSize(); }
 Value LinearRecurrenceOp::getSequenceOffsets() { return getCuSeqlens(); }
-Value LinearRecurrenceOp::getStateSlots() { return getStateIndices(); }
+Value LinearRecurrenceOp::getStateSlots() {
+  return getStateIndices() ? getStateIndices() : getPoolIndices();
+}
 bool LinearRecurrenceOp::getNormalizesQueryKey() { return getQkL2norm(); }
 double LinearRecurrenceOp::getEpilogueEpsilon() {
   return getGateZ() ? getGateEps().convertToDouble() : 0.0;
@@ -1808,7 +1836,12 @@ LogicalResult TreeRecurrenceOp::inferReturnTypes(
 }
 
 LogicalResult TreeRecurrenceOp::verify() {
-  if (failed(verifyRecurrenceOperands(*this, StepLayout::get(false))))
+  if (failed(verifyRecurrenceOperands(
+          *this, StepLayout::get(false, getPoolIndices() != nullptr))))
+    return failure();
+  if (Value indices = getPoolIndices();
+      indices && failed(verifyPoolIndices([&]() { return emitOpError(); },
+                                          getQuery(), indices)))
     return failure();
   auto emit = [&]() { return emitOpError(); };
   NamedTensor q = named("query", getQuery(), kRecQueryDims);
@@ -1860,6 +1893,7 @@ KeySelectionKind TreeRecurrenceOp::getKeySelectionKind() {
   return KeySelectionKind::Tree;
 }
 Value TreeRecurrenceOp::getKeySelection() { return getParents(); }
+Value TreeRecurrenceOp::getStateSlots() { return getPoolIndices(); }
 FailureOr<Operation *>
 TreeRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
                                EpilogueOpInterface epilogue) {

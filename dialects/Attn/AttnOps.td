@@ -698,6 +698,10 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     replaced by the sequences' final states (the others unchanged). The
     pool is meant to be updated in place: an entry that returns it as the
     update of an `attn.in_place` argument writes only those slots.
+    `pool(%pool_indices)` keeps the per-step operands `[B, H, L, ...]` and
+    takes the state from a pool the same way, batch row `b` starting from
+    slot `pool_indices[b]` (a draft tree's accepted path committed into a
+    serving engine's pool, SPEC §10 over §8).
 
     ```mlir
     %o2, %pool2 = attn.linear_recurrence gated_delta %q, %k, %v
@@ -724,6 +728,7 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     Attn_F32Tensor:$initial_state,
     Optional<Attn_I32Tensor>:$cu_seqlens,
     Optional<Attn_I32Tensor>:$state_indices,
+    Optional<Attn_I32Tensor>:$pool_indices,
     Optional<Attn_FloatTensor>:$gate_z,
     Optional<Attn_FloatTensor>:$gate_weight,
     DefaultValuedAttr<I64Attr, "64">:$chunk_size,
@@ -740,6 +745,7 @@ def Attn_LinearRecurrenceOp : Attn_PureOp<"linear_recurrence", [
     `state` `(` $initial_state `:` type($initial_state) `)`
     (`ragged` `(` $cu_seqlens^ `,` $state_indices `:` type($cu_seqlens) `,`
        type($state_indices) `)`)?
+    (`pool` `(` $pool_indices^ `:` type($pool_indices) `)`)?
     (`output_gate` `(` $gate_z^ `,` $gate_weight `:` type($gate_z) `,`
        type($gate_weight) `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value)
@@ -754,7 +760,7 @@ def Attn_TreeRecurrenceOp : Attn_PureOp<"tree_recurrence", [
          "getRecurrenceRule", "getStepDecay", "getStepBeta", "getStateInput",
          "getStepChunkSize", "getNormalizesQueryKey", "getEpilogueEpsilon",
          "getEpilogueActivation",
-         "getKeySelectionKind", "getKeySelection"]>]> {
+         "getKeySelectionKind", "getKeySelection", "getStateSlots"]>]> {
   let summary = "a linear recurrence over the nodes of a draft tree (SPEC §10)";
   let description = [{
     The tree form of `attn.linear_recurrence`: the `T` steps are the nodes
@@ -771,6 +777,10 @@ def Attn_TreeRecurrenceOp : Attn_PureOp<"tree_recurrence", [
     which the ancestor relation replaces the causal mask and the decays
     are summed along each node's path; `max_nodes` bounds `T` (a larger
     tree is a run-time error).
+
+    With `pool(%pool_indices)` the initial states come from a serving
+    engine's pool `[N, Hv, Dk, Dv]` (SPEC §8): tree `b`'s root starts from
+    slot `pool_indices[b]`, which the tree only reads.
 
     ```mlir
     %o = attn.tree_recurrence gated_delta %q, %k, %v
@@ -789,6 +799,7 @@ def Attn_TreeRecurrenceOp : Attn_PureOp<"tree_recurrence", [
     Optional<Attn_FloatTensor>:$beta,
     Attn_I32Tensor:$parents,
     Attn_F32Tensor:$initial_state,
+    Optional<Attn_I32Tensor>:$pool_indices,
     Optional<Attn_FloatTensor>:$gate_z,
     Optional<Attn_FloatTensor>:$gate_weight,
     DefaultValuedAttr<I64Attr, "64">:$max_nodes,
@@ -804,6 +815,7 @@ def Attn_TreeRecurrenceOp : Attn_PureOp<"tree_recurrence", [
     (`beta` `(` $beta^ `:` type($beta) `)`)?
     `parents` `(` $parents `:` type($parents) `)`
     `state` `(` $initial_state `:` type($initial_state) `)`
+    (`pool` `(` $pool_indices^ `:` type($pool_indices) `)`)?
     (`output_gate` `(` $gate_z^ `,` $gate_weight `:` type($gate_z) `,`
        type($gate_weight) `)`)?
     attr-dict `:` type($query) `,` type($key) `,` type($value)

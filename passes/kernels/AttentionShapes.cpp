@@ -257,6 +257,7 @@ LinearRecurrenceShape::get(AttentionOpInterface op, StringRef target) {
   LinearRecurrenceShape shape;
   shape.rule = op.getRecurrenceRule();
   shape.ragged = ragged;
+  shape.pooled = static_cast<bool>(op.getStateSlots());
   shape.numKeyHeads = q.getDimSize(1);
   shape.numValueHeads = v.getDimSize(1);
   shape.keyDim = q.getDimSize(feature);
@@ -347,6 +348,8 @@ RecurrenceSequence::RecurrenceSequence(KernelEmitter &e,
                                        const RecurrenceBindings &args,
                                        Value batch)
     : e(e), batch(batch) {
+  if (shape.pooled)
+    slot = e.toIndex(e.loadInt(args.slots, {batch}));
   if (!shape.ragged) {
     length = e.dim(args.q, 2);
     return;
@@ -354,7 +357,6 @@ RecurrenceSequence::RecurrenceSequence(KernelEmitter &e,
   first = e.toIndex(e.loadInt(args.offsets, {batch}));
   length = e.sub(e.toIndex(e.loadInt(args.offsets, {e.add(batch, e.index(1))})),
                  first);
-  slot = e.toIndex(e.loadInt(args.slots, {batch}));
 }
 
 SmallVector<Value> RecurrenceSequence::step(Value head, Value t) const {

@@ -340,9 +340,12 @@ struct LinearRecurrenceShape {
   /// `chunkSize` is the most nodes (the whole tree is one chunk).
   bool tree = false;
   /// A ragged batch (SPEC §8): per-step tensors packed token-major
-  /// [T, H, ...] with `cu_seqlens`, the states a pool indexed by
-  /// `state_indices`, both bound after the pool.
+  /// [T, H, ...] with `cu_seqlens`, bound after the pool slots.
   bool ragged = false;
+  /// The states a pool [N, Hv, Dk, Dv] indexed by the sequences' slots
+  /// (bound after the pool): in a ragged batch, or for batch rows [B, H,
+  /// L, ...] with `pool(...)`.
+  bool pooled = false;
   double gateEpsilon = 0.0;
   /// The gate's activation of z: silu, or sigmoid.
   GateActivation gateActivation = GateActivation::Silu;
@@ -447,10 +450,10 @@ struct RecurrenceBindings {
     if (shape.tree)
       parents = args[next++];
     initialState = args[next++];
-    if (shape.ragged) {
+    if (shape.pooled)
       slots = args[next++];
+    if (shape.ragged)
       offsets = args[next++];
-    }
     if (shape.rmsNormGate) {
       z = args[next++];
       w = args[next++];
@@ -465,8 +468,9 @@ struct RecurrenceBindings {
 /// Where one sequence's steps and state are, for the kernels of a
 /// recurrence: per batch row (steps [B, H, L, ...], state [B, Hv, Dk, Dv])
 /// or, in a ragged batch, packed token-major from `cu_seqlens[b]` (steps
-/// [T, H, ...]) with the state in pool slot `state_indices[b]` (whose
-/// update goes back to the same slot: the pool is updated in place).
+/// [T, H, ...]); with a pool the state is in slot `state_indices[b]`
+/// (whose update goes back to the same slot: the pool is updated in
+/// place).
 class RecurrenceSequence {
 public:
   RecurrenceSequence(KernelEmitter &e, const LinearRecurrenceShape &shape,

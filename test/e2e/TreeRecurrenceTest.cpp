@@ -24,6 +24,9 @@ struct TreeCase {
   bool gate = false, chain = false;
   /// The gate's activation: silu, or (Kimi Linear's) sigmoid.
   bool sigmoidGate = false;
+  /// A ragged layer: the trees start from a state pool's slots and .commit
+  /// writes the accepted states back into them, in place (SPEC §8).
+  bool pool = false;
 };
 
 bool featureDecays(const TreeCase &c) {
@@ -43,6 +46,7 @@ std::string modelJson(const TreeCase &c) {
          (!c.gate         ? ""
           : c.sigmoidGate ? R"(, "output_gate": "rmsnorm_sigmoid")"
                           : R"(, "output_gate": "rmsnorm_silu")") +
+         (c.pool ? R"(, "layout": {"ragged": true})" : "") +
          R"(}], "speculative": {"max_tree_nodes": )" +
          std::to_string(c.maxNodes) + "}}";
 }
@@ -103,6 +107,26 @@ TEST_P(TreeRecurrence, MatchesEveryPath) {
            ref::randomTensor({kBatch, kHv, T, kDv}, rng),
            ref::randomTensor({kDv}, rng)};
   ref::IntTensor parents = randomParents(kBatch, T, rng, c.chain);
+  // Over a pool, batch row b's state is slot slots[b] of 5, the others
+  // junk that neither entry may read or write.
+  constexpr int64_t kPoolSlots = 5;
+  ref::Tensor pool =
+      ref::randomTensor({kPoolSlots, kHv, c.keyDim, kDv}, rng, -0.1, 0.1);
+  ref::IntTensor slots({kBatch});
+  slots(0) = 3, slots(1) = 1;
+  if (c.pool)
+    for (int64_t b = 0; b < kBatch; ++b)
+      for (int64_t h = 0; h < kHv; ++h)
+        for (int64_t d = 0; d < c.keyDim; ++d)
+          for (int64_t e = 0; e < kDv; ++e)
+            pool(slots(b), h, d, e) = x.s0(b, h, d, e);
+  // S_init, or the pool and its slots.
+  auto addStates = [&](std::vector<Tensor> &inputs) {
+    if (!c.pool)
+      return inputs.push_back(toRuntime(x.s0));
+    inputs.push_back(toRuntime(pool));
+    inputs.push_back(intsToRuntime(slots));
+  };
 
   std::vector<Tensor> common{toRuntime(x.q), toRuntime(x.k), toRuntime(x.v)};
   if (decays(c))
@@ -123,7 +147,7 @@ TEST_P(TreeRecurrence, MatchesEveryPath) {
   // .tree: node t's output is the last of its root-to-node path's.
   std::vector<Tensor> treeInputs = common;
   treeInputs.push_back(intsToRuntime(parents));
-  treeInputs.push_back(toRuntime(x.s0));
+  addStates(treeInputs);
   if (c.gate) {
     treeInputs.push_back(toRuntime(x.z));
     treeInputs.push_back(toRuntime(x.w));
@@ -165,18 +189,23 @@ TEST_P(TreeRecurrence, MatchesEveryPath) {
   std::vector<Tensor> commitInputs = common;
   commitInputs.push_back(intsToRuntime(path));
   commitInputs.push_back(intsToRuntime(length));
-  commitInputs.push_back(toRuntime(x.s0));
+  const size_t poolInput = commitInputs.size();
+  addStates(commitInputs);
   std::vector<Tensor> commit = runEntry(*model, "lin.commit", commitInputs);
-  ASSERT_EQ(commit.size(), 1u);
-  ref::Tensor state({kBatch, kHv, c.keyDim, kDv});
+  // Over a pool: no output, each row's slot advanced, the others as they
+  // were.
+  ASSERT_EQ(commit.size(), c.pool ? 0u : 1u);
+  ref::Tensor state = c.pool ? pool : ref::Tensor({kBatch, kHv, c.keyDim, kDv});
   for (int64_t b = 0; b < kBatch; ++b) {
     ref::Tensor s = pathRecurrence(b, accepted[b]).state;
     for (int64_t h = 0; h < kHv; ++h)
       for (int64_t d = 0; d < c.keyDim; ++d)
         for (int64_t e = 0; e < kDv; ++e)
-          state(b, h, d, e) = s(0, h, d, e);
+          state(c.pool ? slots(b) : b, h, d, e) = s(0, h, d, e);
   }
-  EXPECT_LE(ref::maxRelativeError(fromRuntime(commit[0]), state), 1e-4) << "S";
+  const ref::Tensor committed =
+      fromRuntime(c.pool ? commitInputs[poolInput] : commit[0]);
+  EXPECT_LE(ref::maxRelativeError(committed, state), 1e-4) << "S";
 }
 
 std::vector<TreeCase> cases() {
@@ -237,6 +266,20 @@ std::vector<TreeCase> cases() {
     large.sigmoidGate = large.rule == "kda";
     all.push_back(large);
   }
+  // A ragged layer's trees over its state pool, every rule, a gate, the
+  // tensor-core tree.
+  for (const char *rule : kRecurrenceRules) {
+    TreeCase pooled;
+    pooled.rule = rule;
+    pooled.label = std::string("pool_") + rule;
+    pooled.pool = true;
+    pooled.gate = pooled.rule == "gated_delta";
+    all.push_back(pooled);
+  }
+  TreeCase widePool = wide;
+  widePool.label = "pool_tensor_core_tree";
+  widePool.pool = true;
+  all.push_back(widePool);
   return all;
 }
 

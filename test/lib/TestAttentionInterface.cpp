@@ -68,6 +68,8 @@ struct TestAttentionInterfacePass final
       } else if (Value keyOffsets = op.getKeyOffsets()) {
         remark << ", packed keys: offsets = operand "
                << operandIndex(operation, keyOffsets);
+      } else if (Value slots = op.getStateSlots()) {
+        remark << ", pool: slots = operand " << operandIndex(operation, slots);
       }
     });
   }

@@ -22,7 +22,10 @@ MODELS = [
          "num_kv_heads": 2, "head_dim": 16, "gate": "elementwise",
          "layout": {"ragged": True, "page_size": 7}, "return_lse": True,
          "sparsity": {"method": "top_k", "block_size": 7, "top_k": 3},
-         "mask_mod": "document", "tree": True}],
+         "mask_mod": "document", "tree": True},
+        {"name": "packed", "type": "attention", "num_heads": 4,
+         "num_kv_heads": 1, "head_dim": 16, "layout": {"ragged": True},
+         "return_lse": True, "tree": True}],
      "speculative": {"max_tree_nodes": 64}},
     {"model": "sym-linear", "layers": [
         {"name": "gdn", "type": "linear_attention", "rule": "gated_delta",
@@ -30,7 +33,7 @@ MODELS = [
          "qk_l2norm": True, "output_gate": "rmsnorm_silu", "tree": True},
         {"name": "gla", "type": "linear_attention", "rule": "gla",
          "num_k_heads": 1, "num_v_heads": 2, "k_dim": 8, "v_dim": 8,
-         "layout": {"ragged": True}}]},
+         "layout": {"ragged": True}, "tree": True}]},
 ]
 
 
@@ -94,8 +97,9 @@ for description in MODELS:
     for entry in m.entries:
         signature = m.signature(entry)
         dtypes = [a.dtype for a in signature.inputs]
-        symbols = {s for a in signature.inputs for s, _, _ in a._sizes
-                   if s and s != "B+1"}
+        # Offsets [B+1] name B, which no other input may (packed rows).
+        symbols = {"B" if s == "B+1" else s for a in signature.inputs
+                   for s, _, _ in a._sizes if s}
         for _ in range(3):
             sizes = {s: rng.randint(1, 40) for s in symbols}
             shapes = input_shapes(signature, sizes)

@@ -707,7 +707,7 @@ func.func @rec_gate_eps(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf32>, %v: 
 
 func.func @rec_gate_half(%q: tensor<2x4x7x16xf32>, %k: tensor<2x4x7x16xf32>, %v: tensor<2x8x7x12xf32>, %s: tensor<2x8x16x12xf32>, %z: tensor<2x8x7x12xf32>) {
   // expected-error @+1 {{the output gate needs both 'gate_z' and 'gate_weight'}}
-  %o:2 = "attn.linear_recurrence"(%q, %k, %v, %s, %z) <{rule = #attn.rule<linear>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 1, 0>}> : (tensor<2x4x7x16xf32>, tensor<2x4x7x16xf32>, tensor<2x8x7x12xf32>, tensor<2x8x16x12xf32>, tensor<2x8x7x12xf32>) -> (tensor<2x8x7x12xf32>, tensor<2x8x16x12xf32>)
+  %o:2 = "attn.linear_recurrence"(%q, %k, %v, %s, %z) <{rule = #attn.rule<linear>, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 0, 0, 0, 1, 0>}> : (tensor<2x4x7x16xf32>, tensor<2x4x7x16xf32>, tensor<2x8x7x12xf32>, tensor<2x8x16x12xf32>, tensor<2x8x7x12xf32>) -> (tensor<2x8x7x12xf32>, tensor<2x8x16x12xf32>)
   return
 }
 

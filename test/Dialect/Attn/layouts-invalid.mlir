@@ -54,7 +54,7 @@ func.func @offsets(%q: tensor<9x4x16xf32>, %v: tensor<9x8x12xf32>, %pool: tensor
 
 func.func @half(%q: tensor<9x4x16xf32>, %v: tensor<9x8x12xf32>, %pool: tensor<5x8x16x12xf32>, %cu: tensor<3xi32>) {
   // expected-error @+1 {{a ragged batch needs both 'cu_seqlens' and 'state_indices'}}
-  %o:2 = "attn.linear_recurrence"(%q, %q, %v, %pool, %cu) <{chunk_size = 64 : i64, gate_eps = 1.0e-6 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 1, 0, 0, 0>, rule = #attn.rule<linear>}> : (tensor<9x4x16xf32>, tensor<9x4x16xf32>, tensor<9x8x12xf32>, tensor<5x8x16x12xf32>, tensor<3xi32>) -> (tensor<9x8x12xf32>, tensor<5x8x16x12xf32>)
+  %o:2 = "attn.linear_recurrence"(%q, %q, %v, %pool, %cu) <{chunk_size = 64 : i64, gate_eps = 1.0e-6 : f64, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0>, rule = #attn.rule<linear>}> : (tensor<9x4x16xf32>, tensor<9x4x16xf32>, tensor<9x8x12xf32>, tensor<5x8x16x12xf32>, tensor<3xi32>) -> (tensor<9x8x12xf32>, tensor<5x8x16x12xf32>)
   return
 }
 
@@ -297,5 +297,29 @@ func.func @compact_operands(%k: tensor<2x2x9x64xf32>, %path: tensor<2x4xi32>) {
 func.func @compact_types(%k: tensor<2x2x9x64xf32>, %path: tensor<2x4xi32>, %len: tensor<2xi32>) {
   // expected-error @+1 {{expected 3 types, one per operand, got 2}}
   %a = attn.kv_compact %k, %path, %len : tensor<2x2x9x64xf32>, tensor<2x4xi32>
+  return
+}
+
+// -----
+
+func.func @pool_and_ragged(%q: tensor<9x2x16xf32>, %v: tensor<9x2x8xf32>, %pool: tensor<5x2x16x8xf32>, %cu: tensor<3xi32>, %idx: tensor<2xi32>) {
+  // expected-error @+1 {{a ragged batch names its pool slots with its offsets: 'pool_indices' is for [B, H, L, ...] steps}}
+  %o, %s = attn.linear_recurrence linear %q, %q, %v state(%pool : tensor<5x2x16x8xf32>) ragged(%cu, %idx : tensor<3xi32>, tensor<2xi32>) pool(%idx : tensor<2xi32>) : tensor<9x2x16xf32>, tensor<9x2x16xf32>, tensor<9x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @pool_slot_per_row(%q: tensor<2x2x7x16xf32>, %v: tensor<2x2x7x8xf32>, %p: tensor<2x7xi32>, %pool: tensor<5x2x16x8xf32>, %idx: tensor<3xi32>) {
+  // expected-error @+1 {{'pool_indices' dim 0 (B) must match 'query' dim 0 (B): expected 2, got 3}}
+  %o = attn.tree_recurrence linear %q, %q, %v parents(%p : tensor<2x7xi32>) state(%pool : tensor<5x2x16x8xf32>) pool(%idx : tensor<3xi32>) : tensor<2x2x7x16xf32>, tensor<2x2x7x16xf32>, tensor<2x2x7x8xf32>
+  return
+}
+
+// -----
+
+func.func @pool_state_rank(%q: tensor<2x2x7x16xf32>, %v: tensor<2x2x7x8xf32>, %pool: tensor<2x16x8xf32>, %idx: tensor<2xi32>) {
+  // expected-error @+1 {{'initial_state' must be a rank-4 tensor [N, Hv, Dk, Dv]}}
+  %o, %s = attn.linear_recurrence linear %q, %q, %v state(%pool : tensor<2x16x8xf32>) pool(%idx : tensor<2xi32>) : tensor<2x2x7x16xf32>, tensor<2x2x7x16xf32>, tensor<2x2x7x8xf32>
   return
 }

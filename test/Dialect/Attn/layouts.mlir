@@ -269,3 +269,31 @@ func.func @ragged_paged_sparsity(%q: tensor<?x4x24xf32>,
         tensor<?x4x?xi32>
   return %o, %lse : tensor<?x4x20xf32>, tensor<?x4xf32>
 }
+
+// -----
+
+// A ragged layer's draft tree over its state pool (SPEC §8 over §10): the
+// steps stay [B, H, T, ...], batch row b's state is pool slot idx[b]; the
+// tree reads it, the commit's recurrence advances it.
+// CHECK-LABEL: func.func @pooled_tree_commit
+// CHECK: attn.tree_recurrence gated_delta {{.*}} parents(%{{.*}} : tensor<?x?xi32>) state(%{{.*}} : tensor<?x8x16x12xf32>) pool(%{{.*}} : tensor<?xi32>)
+// CHECK: attn.linear_recurrence gated_delta {{.*}} state(%{{.*}} : tensor<?x8x16x12xf32>) pool(%{{.*}} : tensor<?xi32>)
+// BYTECODE: pool(
+// INTERFACE: remark: q/k/v = operands 0/1/2, {{.*}}selection = tree{{.*}}, pool: slots = operand 7
+// INTERFACE: remark: q/k/v = operands 0/1/2, {{.*}}, pool: slots = operand 6
+func.func @pooled_tree_commit(%q: tensor<?x4x?x16xf32>, %k: tensor<?x4x?x16xf32>,
+                              %v: tensor<?x8x?x12xf32>, %g: tensor<?x8x?xf32>,
+                              %b: tensor<?x8x?xf32>, %parents: tensor<?x?xi32>,
+                              %pool: tensor<?x8x16x12xf32>, %idx: tensor<?xi32>)
+    -> (tensor<?x8x?x12xf32>, tensor<?x8x16x12xf32>) {
+  %o = attn.tree_recurrence gated_delta %q, %k, %v
+      decay(%g : tensor<?x8x?xf32>) beta(%b : tensor<?x8x?xf32>)
+      parents(%parents : tensor<?x?xi32>)
+      state(%pool : tensor<?x8x16x12xf32>) pool(%idx : tensor<?xi32>)
+      : tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x8x?x12xf32>
+  %o2, %s = attn.linear_recurrence gated_delta %q, %k, %v
+      decay(%g : tensor<?x8x?xf32>) beta(%b : tensor<?x8x?xf32>)
+      state(%pool : tensor<?x8x16x12xf32>) pool(%idx : tensor<?xi32>)
+      : tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x8x?x12xf32>
+  return %o, %s : tensor<?x8x?x12xf32>, tensor<?x8x16x12xf32>
+}
