@@ -327,7 +327,8 @@ func.func @topp_capped(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>)
 // CHECK:         %[[LK:.*]] = memref.dim %arg1, %c2
 // CHECK:         cf.assert
 // CHECK:         %[[ROWS:.*]] = arith.muli %{{.*}}, %[[T]]
-// CHECK:         %[[P:.*]] = arith.subi %[[LK]], %[[T]]
+// CHECK:         %[[LESS:.*]] = arith.subi %[[LK]], %[[T]]
+// CHECK:         %[[P:.*]] = arith.maxsi %[[LESS]], %c0
 // CHECK:         %[[MANY:.*]] = arith.cmpi ugt, %[[T]], %c8
 // CHECK:         %[[C:.*]] = arith.ceildivui %[[P]], %c256
 // CHECK:         %[[SMALL_PS:.*]] = arith.maxsi %[[C]], %c1
