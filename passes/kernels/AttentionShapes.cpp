@@ -21,7 +21,6 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   // [B, Hkv, Lk, D], packed [Tk, Hkv, D], or a paged cache [NP, P, Hkv, D].
   const bool paged = static_cast<bool>(op.getKeyPageTable());
   const bool ragged = static_cast<bool>(op.getSequenceOffsets());
-  // Keys [B, Hkv, Lk, D], or [NP, P, Hkv, D], or packed [Tk, Hkv, D].
   const unsigned kvHeadDim = paged ? 2 : 1;
   const unsigned queryFeature = q.getRank() - 1, keyFeature = k.getRank() - 1;
   if (q.isDynamicDim(1) || k.isDynamicDim(kvHeadDim) ||

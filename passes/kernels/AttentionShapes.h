@@ -500,7 +500,7 @@ public:
 private:
   KernelEmitter &e;
   Value batch;
-  /// Ragged: the first token and the pool slot; null otherwise.
+  /// The first token (ragged) and the pool slot (pooled); null otherwise.
   Value first, slot;
 };
 
