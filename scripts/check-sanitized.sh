@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# The sanitizer and fuzzing checks CI runs after the README's test command
-# (.ci/run):
+# The sanitizer and fuzzing checks (docs/testing.md):
 #   1. builds build-sanitize with clang-22, AddressSanitizer +
 #      UndefinedBehaviorSanitizer on every target of ours, and the libFuzzer
 #      targets of test/fuzz;
@@ -10,6 +9,10 @@
 #   3. runs each fuzzer for FUZZ_SECONDS seconds (default 60) on its seed
 #      corpus: the .npy reader, the frontend, the .attnb loader with the
 #      host-program interpreter.
+# With --quick (what CI runs after the README's test command, .ci/run): only
+# the readers of untrusted bytes, which build without the compiler: the .npy
+# reader's unit tests, and the .npy and .attnb fuzzers, whose seeds the
+# uninstrumented build's attnc (build/bin/attnc, or $ATTNC) compiles.
 # Any sanitizer report, failing test or fuzzer finding fails the script; a
 # fuzzer's reproducer is left in build-sanitize/fuzz/.
 set -euo pipefail
@@ -17,11 +20,27 @@ cd "$(dirname "$0")/.."
 build=build-sanitize
 seconds=${FUZZ_SECONDS:-60}
 
+quick=false
+if [ "${1:-}" = "--quick" ]; then
+  quick=true
+elif [ $# -gt 0 ]; then
+  echo "usage: $0 [--quick]" >&2
+  exit 2
+fi
+
+seed_attnc=
+if $quick; then
+  seed_attnc=$(realpath "${ATTNC:-build/bin/attnc}")
+fi
 cmake -G Ninja -S . -B "$build" -DCMAKE_C_COMPILER=clang-22 \
   -DCMAKE_CXX_COMPILER=clang++-22 -DATTN_SANITIZE=ON -DATTN_FUZZERS=ON \
-  -DATTN_PYTHON=OFF
-ninja -C "$build" AttnFuzzers AttnNpyTests AttnFrontendTests \
-  AttnReferenceTests AttnE2ETests
+  -DATTN_PYTHON=OFF -DATTN_FUZZ_SEED_ATTNC="$seed_attnc"
+if $quick; then
+  ninja -C "$build" attn-fuzz-npy attn-fuzz-attnb AttnNpyTests
+else
+  ninja -C "$build" AttnFuzzers AttnNpyTests AttnFrontendTests \
+    AttnReferenceTests AttnE2ETests
+fi
 
 # allow_user_poisoning=0: LLVM's BumpPtrAllocator poisons its slabs when
 # compiled with ASan, and our instrumented code shares MLIR's allocators
@@ -33,6 +52,27 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # (docs/testing.md): the kernels JIT-compiled by the tests are not
 # instrumented, so a read of what nothing wrote shows only this way.
 export ATTN_POISON=1
+fuzz() {
+  local fuzzer=$1
+  shift
+  local corpus
+  corpus=$(mktemp -d)
+  echo "fuzzing with $fuzzer for $seconds s"
+  "$build/bin/$fuzzer" -max_total_time="$seconds" -timeout=60 \
+    -rss_limit_mb=4096 -print_final_stats=1 \
+    -artifact_prefix="$build/fuzz/$fuzzer-" "$corpus" "$@"
+  rm -rf "$corpus"
+}
+mkdir -p "$build/fuzz"
+
+if $quick; then
+  "$build/test/unit/AttnNpyTests" --gtest_brief=1
+  fuzz attn-fuzz-npy test/fuzz/corpus/npy
+  fuzz attn-fuzz-attnb "$build/fuzz/attnb-seeds" test/fuzz/corpus/attnb
+  echo "check-sanitized --quick: passed"
+  exit 0
+fi
+
 for tests in AttnNpyTests AttnFrontendTests AttnReferenceTests; do
   "$build/test/unit/$tests" --gtest_brief=1
 done
@@ -54,18 +94,6 @@ for pid in "${pids[@]}"; do
   wait "$pid"
 done
 
-fuzz() {
-  local fuzzer=$1
-  shift
-  local corpus
-  corpus=$(mktemp -d)
-  echo "fuzzing with $fuzzer for $seconds s"
-  "$build/bin/$fuzzer" -max_total_time="$seconds" -timeout=60 \
-    -rss_limit_mb=4096 -print_final_stats=1 \
-    -artifact_prefix="$build/fuzz/$fuzzer-" "$corpus" "$@"
-  rm -rf "$corpus"
-}
-mkdir -p "$build/fuzz"
 fuzz attn-fuzz-npy test/fuzz/corpus/npy
 fuzz attn-fuzz-model test/fuzz/corpus/model examples examples/qwen3-next examples/gpt-oss examples/deepseek-v3 examples/kimi-linear examples/mamba2 examples/nemotron-h examples/granite-4.0-h \
   test/attnc/Inputs test/attnc/Inputs/hf

@@ -550,36 +550,52 @@ static LogicalResult verifyPagedCache(EmitErrorFn emitError,
                  failed(checkSoftcap(emitError, softcap)));
 }
 
-/// Checks a ragged batch's packed keys (SPEC §8): `key [Tk, Hkv, D]`,
-/// `value [Tk, Hkv, Dv]` with `cu_seqlens_k [B+1]` beside `query [T, H,
-/// D]` with `cu_seqlens_q [B+1]`.
+/// Checks a ragged batch's packed keys (SPEC §8): `key [Tk, Hkv, D]` and
+/// `value [Tk, Hkv, Dv]` with `cu_seqlens_k [B+1]`, beside packed queries
+/// `query [T, H, D]` with `cu_seqlens_q [B+1]`, or, without `queryOffsets`,
+/// a draft tree's `query [B, H, T, D]`.
 static LogicalResult
 verifyPackedKeys(EmitErrorFn emitError, const NamedTensor &q, Value key,
                  Value value, Value gate, Value queryOffsets, Value keyOffsets,
                  std::optional<double> scale, double softcap) {
+  const unsigned qFeature = queryOffsets ? 2 : 3;
   const NamedTensor k = named("key", key, kPackedKeyDims);
   const NamedTensor v = named("value", value, kPackedSoftmaxValueDims);
   for (const NamedTensor *t : {&q, &k, &v})
     if (failed(checkRank(emitError, *t)))
       return failure();
-  for (const NamedTensor *t : {&q, &k, &v})
+  for (unsigned d : {1u, qFeature})
+    if (failed(checkStaticDim(emitError, q, d)))
+      return failure();
+  for (const NamedTensor *t : {&k, &v})
     for (unsigned d : {1u, 2u})
       if (failed(checkStaticDim(emitError, *t, d)))
         return failure();
   if (failed(checkSameElementType(emitError, k, q)) ||
       failed(checkSameElementType(emitError, v, q)) ||
-      failed(checkSameDim(emitError, k, 2, q, 2)) ||
+      failed(checkSameDim(emitError, k, 2, q, qFeature)) ||
       failed(checkSameDim(emitError, v, 0, k, 0)) ||
       failed(checkSameDim(emitError, v, 1, k, 1)) ||
       failed(checkDimMultiple(emitError, q, k, 1)) ||
       failed(verifyOffsets(emitError, keyOffsets, "cu_seqlens_k", {}, "")))
     return failure();
-  const NamedTensor queries = named("cu_seqlens_q", queryOffsets, kOffsetDims);
   const NamedTensor keys = named("cu_seqlens_k", keyOffsets, kOffsetDims);
-  if (failed(checkSameDim(emitError, keys, 0, queries, 0)))
-    return failure();
+  if (queryOffsets) {
+    const NamedTensor queries =
+        named("cu_seqlens_q", queryOffsets, kOffsetDims);
+    if (failed(checkSameDim(emitError, keys, 0, queries, 0)))
+      return failure();
+  } else if (keys.isStatic(0) && q.isStatic(0) && keys.dim(0) != q.dim(0) + 1) {
+    return emitError() << "'cu_seqlens_k' must hold B + 1 offsets for the "
+                          "B = "
+                       << q.dim(0) << " trees of 'query', got " << keys.dim(0);
+  }
   if (gate && failed(verifyGateOperand(
-                  emitError, named("gate", gate, kRowsGateDims), q, v, 2)))
+                  emitError,
+                  named("gate", gate,
+                        queryOffsets ? ArrayRef<const char *>(kRowsGateDims)
+                                     : ArrayRef<const char *>(kGateDims)),
+                  q, v, 2)))
     return failure();
   return failure(failed(checkScale(emitError, scale)) ||
                  failed(checkSoftcap(emitError, softcap)));
@@ -1149,48 +1165,28 @@ static LogicalResult verifyTreeMask(TreeSdpaOp op) {
   return success();
 }
 
-/// Checks a tree over a ragged batch's packed keys (SPEC §8): `query [B,
-/// H, T, D]`, `parents [B, T]`, `key [Tk, Hkv, D]` and `value [Tk, Hkv,
-/// Dv]` with `cu_seqlens_k [B+1]`.
-static LogicalResult verifyTreeOverPackedKeys(TreeSdpaOp op) {
+/// Checks a tree's keys and values in their layout: packed with their
+/// offsets, in a paged cache, or dense `[B, Hkv, P+T, D]`.
+static LogicalResult verifyTreeKeys(TreeSdpaOp op, const NamedTensor &q) {
   auto emit = [&]() { return op.emitOpError(); };
-  const NamedTensor q = named("query", op.getQuery(), kTreeQueryDims);
-  const NamedTensor k = named("key", op.getKey(), kPackedKeyDims);
-  const NamedTensor v = named("value", op.getValue(), kPackedSoftmaxValueDims);
-  const NamedTensor parents = named("parents", op.getParents(), kTreeDims);
-  const NamedTensor keys =
-      named("cu_seqlens_k", op.getCuSeqlensK(), kOffsetDims);
-  for (const NamedTensor *t : {&q, &k, &v, &parents, &keys})
-    if (failed(checkRank(emit, *t)))
-      return failure();
-  for (unsigned d : {1u, 3u})
-    if (failed(checkStaticDim(emit, q, d)))
-      return failure();
-  for (const NamedTensor *t : {&k, &v})
-    for (unsigned d : {1u, 2u})
-      if (failed(checkStaticDim(emit, *t, d)))
-        return failure();
-  if (failed(checkSameElementType(emit, k, q)) ||
-      failed(checkSameElementType(emit, v, q)) ||
-      failed(checkSameDim(emit, k, 2, q, 3)) ||
-      failed(checkSameDim(emit, v, 0, k, 0)) ||
-      failed(checkSameDim(emit, v, 1, k, 1)) ||
-      failed(checkSameDim(emit, parents, 0, q, 0)) ||
-      failed(checkSameDim(emit, parents, 1, q, 2)))
+  const std::optional<double> scale = toDouble(op.getScale());
+  const double softcap = op.getSoftcap().convertToDouble();
+  if (Value keyOffsets = op.getCuSeqlensK())
+    return verifyPackedKeys(emit, q, op.getKey(), op.getValue(), op.getGate(),
+                            Value(), keyOffsets, scale, softcap);
+  if (op.getPageTable())
+    return verifyPagedCache(emit, q, op.getKey(), op.getValue(),
+                            op.getPageTable(), op.getSeqLens(), op.getGate(),
+                            scale, softcap, Value());
+  NamedTensor k = named("key", op.getKey(), kTreeKeyDims);
+  NamedTensor v = named("value", op.getValue(), kTreeValueDims);
+  if (failed(
+          verifySoftmaxAttention(emit, q, k, v, op.getGate(), scale, softcap)))
     return failure();
-  if (q.dim(1) % k.dim(1) != 0)
-    return emit() << "'query' dim 1 (H) must be a multiple of 'key' dim 1 "
-                     "(Hkv), got "
-                  << q.dim(1) << " and " << k.dim(1);
-  if (keys.isStatic(0) && q.isStatic(0) && keys.dim(0) != q.dim(0) + 1)
-    return emit() << "'cu_seqlens_k' must hold B + 1 offsets for the B = "
-                  << q.dim(0) << " trees of 'query', got " << keys.dim(0);
-  if (Value gate = op.getGate())
-    if (failed(
-            verifyGateOperand(emit, named("gate", gate, kGateDims), q, v, 2)))
-      return failure();
-  return failure(failed(checkScale(emit, toDouble(op.getScale()))) ||
-                 failed(checkSoftcap(emit, op.getSoftcap().convertToDouble())));
+  if (q.isStatic(2) && k.isStatic(2) && k.dim(2) < q.dim(2))
+    return emit() << "'key' dim 2 (P+T) must hold at least the T = " << q.dim(2)
+                  << " tree tokens, got " << k.dim(2);
+  return success();
 }
 
 LogicalResult TreeSdpaOp::verify() {
@@ -1202,36 +1198,13 @@ LogicalResult TreeSdpaOp::verify() {
                             "'seq_lens'";
   if (getPageTable() && getCuSeqlensK())
     return emitOpError() << "takes a paged cache or packed keys, not both";
-  if (getCuSeqlensK())
-    return verifyTreeOverPackedKeys(*this);
-  if (getPageTable()) {
-    NamedTensor q = named("query", getQuery(), kTreeQueryDims);
-    NamedTensor parents = named("parents", getParents(), kTreeDims);
-    if (failed(verifyPagedCache(emit, q, getKey(), getValue(), getPageTable(),
-                                getSeqLens(), getGate(), toDouble(getScale()),
-                                getSoftcap().convertToDouble(), Value())) ||
-        failed(checkRank(emit, parents)) ||
-        failed(checkSameDim(emit, parents, 0, q, 0)) ||
-        failed(checkSameDim(emit, parents, 1, q, 2)))
-      return failure();
-    return success();
-  }
   NamedTensor q = named("query", getQuery(), kTreeQueryDims);
-  NamedTensor k = named("key", getKey(), kTreeKeyDims);
-  NamedTensor v = named("value", getValue(), kTreeValueDims);
-  if (failed(verifySoftmaxAttention(emit, q, k, v, getGate(),
-                                    toDouble(getScale()),
-                                    getSoftcap().convertToDouble())))
+  if (failed(verifyTreeKeys(*this, q)))
     return failure();
   NamedTensor parents = named("parents", getParents(), kTreeDims);
-  if (failed(checkRank(emit, parents)) ||
-      failed(checkSameDim(emit, parents, 0, q, 0)) ||
-      failed(checkSameDim(emit, parents, 1, q, 2)))
-    return failure();
-  if (q.isStatic(2) && k.isStatic(2) && k.dim(2) < q.dim(2))
-    return emitOpError() << "'key' dim 2 (P+T) must hold at least the T = "
-                         << q.dim(2) << " tree tokens, got " << k.dim(2);
-  return success();
+  return failure(failed(checkRank(emit, parents)) ||
+                 failed(checkSameDim(emit, parents, 0, q, 0)) ||
+                 failed(checkSameDim(emit, parents, 1, q, 2)));
 }
 
 void TreeSdpaOp::getAsmResultNames(OpAsmSetValueNameFn setName) {

@@ -136,6 +136,18 @@ inline ref::Tensor leadingFeatures(const ref::Tensor &t, int64_t features) {
   return out;
 }
 
+/// Row `b` of `t` ([B, ...]) as a batch of one ([1, ...]): one sequence's
+/// inputs for a reference that takes a batch.
+template <typename T>
+ref::Array<T> batchRow(const ref::Array<T> &t, int64_t b) {
+  std::vector<int64_t> shape = t.shape();
+  const int64_t rowSize = t.size() / shape[0];
+  shape[0] = 1;
+  return ref::Array<T>(shape,
+                       std::vector<T>(t.values().begin() + b * rowSize,
+                                      t.values().begin() + (b + 1) * rowSize));
+}
+
 /// Attention sinks of `heads` heads (a layer's "sinks": true): logits in
 /// the range of the scores, with head 0's -inf (no sink) and, beside it, one
 /// high enough to take most of its rows' weight.

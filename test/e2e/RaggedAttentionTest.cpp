@@ -450,22 +450,13 @@ TEST_P(PackedTree, MatchesEachSequencesTreeAndCompacts) {
       2e-4 + (dtype == ATTN_F32 ? 0.0 : unitInLastPlace(dtype));
   const ref::Mask mask = referenceMask(c.mask);
   for (int64_t b = 0; b < B; ++b) {
-    ref::Tensor qb({1, kH, T, kD}), gb({1, kH, T, kDv});
-    ref::IntTensor pb({1, T});
-    for (int64_t t = 0; t < T; ++t) {
-      pb(0, t) = parents(b, t);
-      for (int64_t h = 0; h < kH; ++h) {
-        for (int64_t d = 0; d < kD; ++d)
-          qb(0, h, t, d) = q(b, h, t, d);
-        for (int64_t d = 0; d < kDv; ++d)
-          gb(0, h, t, d) = gate(b, h, t, d);
-      }
-    }
+    const ref::Tensor gb = batchRow(gate, b);
     ref::Score score;
     score.sinks = sinks;
-    ref::AttentionResult expected = ref::treeSdpa(
-        qb, unpack(k, cuK(b), lengths[b]), unpack(v, cuK(b), lengths[b]), pb,
-        mask, score, c.gate ? &gb : nullptr);
+    ref::AttentionResult expected =
+        ref::treeSdpa(batchRow(q, b), unpack(k, cuK(b), lengths[b]),
+                      unpack(v, cuK(b), lengths[b]), batchRow(parents, b), mask,
+                      score, c.gate ? &gb : nullptr);
     for (int64_t h = 0; h < kH; ++h)
       for (int64_t t = 0; t < T; ++t) {
         for (int64_t d = 0; d < kDv; ++d)

@@ -60,14 +60,11 @@ def tree_reference(q, k, v, parents, window=0, gate=None, alibi=False):
     return o, lse
 
 
-def check(page_size, prefixes, T, window=0, gate=None, alibi=False, lse=False,
-          ragged=False):
+def tree_layer(layout, window, gate, alibi, lse):
+    """The model description's tree layer with `layout`."""
     layer = {"name": "attn", "type": "attention", "num_heads": H,
              "num_kv_heads": HKV, "head_dim": D, "value_dim": DV,
-             "tree": True, "layout": {"page_size": page_size}}
-    if ragged:
-        # A ragged layer's .tree is the paged one: T nodes per sequence.
-        layer["layout"]["ragged"] = True
+             "tree": True, "layout": layout}
     if window:
         layer["mask"] = {"sliding_window": window}
     if gate:
@@ -76,7 +73,29 @@ def check(page_size, prefixes, T, window=0, gate=None, alibi=False, lse=False,
         layer["score_mod"] = "alibi"
     if lse:
         layer["return_lse"] = True
-    m = attn.compile({"model": "paged-tree", "layers": [layer]})
+    return layer
+
+
+def random_trees(B, T, gate):
+    """Random parents [B, T], queries [B, H, T, D] and, with `gate`, the
+    gate's input."""
+    parents = np.full((B, T), -1, np.int32)
+    for b in range(B):
+        for t in range(1, T):
+            parents[b, t] = rng.integers(0, t)
+    q = rng.standard_normal((B, H, T, D)).astype(np.float32)
+    g = None
+    if gate:
+        g = rng.standard_normal((B, H, T, DV if gate == "elementwise" else 1)).astype(np.float32)
+    return parents, q, g
+
+
+def check(page_size, prefixes, T, window=0, gate=None, alibi=False, lse=False,
+          ragged=False):
+    # A ragged layer's .tree is the paged one: T nodes per sequence.
+    layout = {"page_size": page_size, "ragged": True} if ragged else {"page_size": page_size}
+    m = attn.compile({"model": "paged-tree",
+                      "layers": [tree_layer(layout, window, gate, alibi, lse)]})
     names = [a.name for a in m.signature("attn.tree").inputs]
     expected = ["q", "k_cache", "v_cache", "page_table", "seq_lens", "parents"]
     assert names[:6] == expected, names
@@ -103,15 +122,9 @@ def check(page_size, prefixes, T, window=0, gate=None, alibi=False, lse=False,
             v_cache[table[b, p], :rows.stop - rows.start] = np.moveaxis(v[:, rows], 0, 1)
         keys.append(k)
         values.append(v)
-    parents = np.full((B, T), -1, np.int32)
-    for b in range(B):
-        for t in range(1, T):
-            parents[b, t] = rng.integers(0, t)
-    q = rng.standard_normal((B, H, T, D)).astype(np.float32)
+    parents, q, g = random_trees(B, T, gate)
     args = [q, k_cache, v_cache, table, np.array(lengths, np.int32), parents]
-    g = None
     if gate:
-        g = rng.standard_normal((B, H, T, DV if gate == "elementwise" else 1)).astype(np.float32)
         args.append(g)
     result = m["attn.tree"](*args)
     o, o_lse = result if lse else (result, None)
@@ -140,18 +153,8 @@ def check_packed(prefixes, T, window=0, gate=None, alibi=False, lse=False):
     """A ragged layer without pages: keys packed [Tk, Hkv, D] with their
     offsets, each sequence's last T its tree's; .tree, then .compact of
     each sequence's accepted path."""
-    layer = {"name": "attn", "type": "attention", "num_heads": H,
-             "num_kv_heads": HKV, "head_dim": D, "value_dim": DV,
-             "tree": True, "layout": {"ragged": True}}
-    if window:
-        layer["mask"] = {"sliding_window": window}
-    if gate:
-        layer["gate"] = gate
-    if alibi:
-        layer["score_mod"] = "alibi"
-    if lse:
-        layer["return_lse"] = True
-    m = attn.compile({"model": "packed-tree", "layers": [layer]})
+    m = attn.compile({"model": "packed-tree", "layers": [
+        tree_layer({"ragged": True}, window, gate, alibi, lse)]})
     names = [a.name for a in m.signature("attn.tree").inputs]
     assert names[:4] == ["q", "k", "v", "parents"], names
     assert "cu_seqlens_k" in names, names
@@ -160,15 +163,9 @@ def check_packed(prefixes, T, window=0, gate=None, alibi=False, lse=False):
     cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     k = rng.standard_normal((cu[-1], HKV, D)).astype(np.float32)
     v = rng.standard_normal((cu[-1], HKV, DV)).astype(np.float32)
-    parents = np.full((B, T), -1, np.int32)
-    for b in range(B):
-        for t in range(1, T):
-            parents[b, t] = rng.integers(0, t)
-    q = rng.standard_normal((B, H, T, D)).astype(np.float32)
+    parents, q, g = random_trees(B, T, gate)
     args = [q, k, v, parents]
-    g = None
     if gate:
-        g = rng.standard_normal((B, H, T, DV if gate == "elementwise" else 1)).astype(np.float32)
         args.append(g)
     args.append(cu)
     result = m["attn.tree"](*args)
