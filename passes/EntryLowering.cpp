@@ -1075,8 +1075,10 @@ LogicalResult EntryLowering::checkStatePoolInPlace(AttentionOpInterface op) {
   auto tied = returnedAt.find(op.getStateOutput());
   if (!pool || tied == returnedAt.end() || tied->second != pool.getArgNumber())
     return op->emitError()
-           << "the state pool of a ragged batch must be an entry argument "
-              "marked 'attn.in_place' and returned as its update";
+           << "the state pool of '" << op->getName()
+           << "' must be an entry argument marked 'attn.in_place' and "
+              "returned as its update (its kernels write only the batch's "
+              "slots)";
   return success();
 }
 

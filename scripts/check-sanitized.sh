@@ -10,9 +10,9 @@
 #      corpus: the .npy reader, the frontend, the .attnb loader with the
 #      host-program interpreter.
 # With --quick (what CI runs after the README's test command, .ci/run): only
-# the readers of untrusted bytes, which build without the compiler: the .npy
-# reader's unit tests, and the .npy and .attnb fuzzers, whose seeds the
-# uninstrumented build's attnc (build/bin/attnc, or $ATTNC) compiles.
+# the readers of untrusted input, which build without the compiler: the .npy
+# reader's unit tests and the three fuzzers, the .attnb seeds compiled by
+# the uninstrumented build's attnc (build/bin/attnc, or $ATTNC).
 # Any sanitizer report, failing test or fuzzer finding fails the script; a
 # fuzzer's reproducer is left in build-sanitize/fuzz/.
 set -euo pipefail
@@ -36,7 +36,7 @@ cmake -G Ninja -S . -B "$build" -DCMAKE_C_COMPILER=clang-22 \
   -DCMAKE_CXX_COMPILER=clang++-22 -DATTN_SANITIZE=ON -DATTN_FUZZERS=ON \
   -DATTN_PYTHON=OFF -DATTN_FUZZ_SEED_ATTNC="$seed_attnc"
 if $quick; then
-  ninja -C "$build" attn-fuzz-npy attn-fuzz-attnb AttnNpyTests
+  ninja -C "$build" AttnFuzzers AttnNpyTests
 else
   ninja -C "$build" AttnFuzzers AttnNpyTests AttnFrontendTests \
     AttnReferenceTests AttnE2ETests
@@ -64,11 +64,18 @@ fuzz() {
   rm -rf "$corpus"
 }
 mkdir -p "$build/fuzz"
+fuzz_all() {
+  fuzz attn-fuzz-npy test/fuzz/corpus/npy
+  fuzz attn-fuzz-model test/fuzz/corpus/model examples examples/qwen3-next \
+    examples/gpt-oss examples/deepseek-v3 examples/kimi-linear \
+    examples/mamba2 examples/nemotron-h examples/granite-4.0-h \
+    test/attnc/Inputs test/attnc/Inputs/hf
+  fuzz attn-fuzz-attnb "$build/fuzz/attnb-seeds" test/fuzz/corpus/attnb
+}
 
 if $quick; then
   "$build/test/unit/AttnNpyTests" --gtest_brief=1
-  fuzz attn-fuzz-npy test/fuzz/corpus/npy
-  fuzz attn-fuzz-attnb "$build/fuzz/attnb-seeds" test/fuzz/corpus/attnb
+  fuzz_all
   echo "check-sanitized --quick: passed"
   exit 0
 fi
@@ -94,8 +101,5 @@ for pid in "${pids[@]}"; do
   wait "$pid"
 done
 
-fuzz attn-fuzz-npy test/fuzz/corpus/npy
-fuzz attn-fuzz-model test/fuzz/corpus/model examples examples/qwen3-next examples/gpt-oss examples/deepseek-v3 examples/kimi-linear examples/mamba2 examples/nemotron-h examples/granite-4.0-h \
-  test/attnc/Inputs test/attnc/Inputs/hf
-fuzz attn-fuzz-attnb "$build/fuzz/attnb-seeds" test/fuzz/corpus/attnb
+fuzz_all
 echo "check-sanitized: passed"
