@@ -385,6 +385,13 @@ def AttnReorderThreadLoops : Pass<"attn-reorder-thread-loops"> {
        begins;
      * each thread loop takes its threads last to first.
 
+    In a block kernel (`attn.block_kernel`, its last argument the block),
+    only the even blocks reverse; the odd blocks go warp by warp, first warp
+    first, each loop's threads first to last. In a kernel of two blocks or
+    more, a race then reads what the other thread has not written yet in
+    one block or the other, whichever thread it is the reader (poison, with
+    `-attn-poison-kernel-buffers`).
+
     Run after `-attn-warp-mma-to-loops` (which needs the loops' own thread
     index).
   }];

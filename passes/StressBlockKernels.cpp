@@ -7,8 +7,9 @@
 // may at its least convenient, so that a kernel that works on the CPU by
 // chance fails (see their descriptions in Passes.td):
 //
-//  * -attn-reorder-thread-loops: the threads in another order, so that a
-//    race reads something else;
+//  * -attn-reorder-thread-loops: the threads in another order (in even
+//    blocks; odd blocks first to last), so that a race reads something
+//    else;
 //  * -attn-poison-kernel-buffers: shared and register buffers start as NaN
 //    (or -1), so that an element read before any write gives NaN.
 //
@@ -21,6 +22,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace mlir::attn {
@@ -89,8 +91,36 @@ SmallVector<WarpRun> warpRuns(Operation *root) {
   return runs;
 }
 
-/// The run's loops, warp by warp, last warp first: for each warp, every
-/// loop over that warp's 32 threads.
+/// Whether the block running `op` takes the reversed order: in a block
+/// kernel (its last argument the block), the even blocks do and the odd
+/// ones keep the usual order, so that a kernel of two blocks or more meets
+/// each race in both orders (a thread that reads another's write before the
+/// barrier that orders them reads the old value in one of them). Null where
+/// every block reverses (a thread loop outside a block kernel).
+Value reversesInThisBlock(OpBuilder &b, Location loc, Operation *op) {
+  auto func = op->getParentOfType<FunctionOpInterface>();
+  if (!func || !func->hasAttr(kBlockKernelAttr) || func.getNumArguments() == 0)
+    return {};
+  Value block = func.getArgument(func.getNumArguments() - 1);
+  if (!block.getType().isIndex())
+    return {};
+  Value parity = arith::AndIOp::create(
+      b, loc, block, arith::ConstantIndexOp::create(b, loc, 1));
+  return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, parity,
+                               arith::ConstantIndexOp::create(b, loc, 0));
+}
+
+/// `reversed` in a block that reverses (`reverses`), `usual` in the others.
+Value inThisBlocksOrder(OpBuilder &b, Location loc, Value reverses,
+                        Value reversed, Value usual) {
+  if (!reverses)
+    return reversed;
+  return arith::SelectOp::create(b, loc, reverses, reversed, usual);
+}
+
+/// The run's loops, warp by warp, last warp first (first warp first in the
+/// blocks that keep the usual order): for each warp, every loop over that
+/// warp's 32 threads.
 void runWarpByWarp(const WarpRun &run) {
   scf::ParallelOp first = run.loops.front();
   std::optional<int64_t> threads =
@@ -116,7 +146,9 @@ void runWarpByWarp(const WarpRun &run) {
                        OpBuilder::InsertionGuard guard(b);
                        b.setInsertionPoint(nested.getInsertionBlock(),
                                            nested.getInsertionPoint());
-                       Value warp = arith::SubIOp::create(b, loc, lastWarp, i);
+                       Value warp = inThisBlocksOrder(
+                           b, loc, reversesInThisBlock(b, loc, first),
+                           arith::SubIOp::create(b, loc, lastWarp, i), i);
                        Value begin =
                            arith::MulIOp::create(b, loc, warp, warpThreads);
                        Value end =
@@ -132,7 +164,8 @@ void runWarpByWarp(const WarpRun &run) {
     loop.erase();
 }
 
-/// Thread t of [begin, end) becomes begin + end - 1 - t.
+/// Thread t of [begin, end) becomes begin + end - 1 - t (in the blocks
+/// that reverse).
 void reverseThreads(scf::ParallelOp loop) {
   Value thread = loop.getInductionVars().front();
   OpBuilder b = OpBuilder::atBlockBegin(loop.getBody());
@@ -142,7 +175,11 @@ void reverseThreads(scf::ParallelOp loop) {
   Value last = arith::SubIOp::create(b, loc, bounds,
                                      arith::ConstantIndexOp::create(b, loc, 1));
   Value reversed = arith::SubIOp::create(b, loc, last, thread);
-  thread.replaceAllUsesExcept(reversed, reversed.getDefiningOp());
+  Value ordered = inThisBlocksOrder(b, loc, reversesInThisBlock(b, loc, loop),
+                                    reversed, thread);
+  SmallPtrSet<Operation *, 2> keep{reversed.getDefiningOp(),
+                                   ordered.getDefiningOp()};
+  thread.replaceAllUsesExcept(ordered, keep);
 }
 
 struct AttnReorderThreadLoops final

@@ -81,3 +81,30 @@ func.func @warps(%buf: memref<128xf32>) {
   } {attn.threads}
   return
 }
+
+// -----
+
+// In a block kernel (its last argument the block), the even blocks reverse
+// and the odd ones keep the usual order: a race reads what the other
+// thread has not written yet in one of them.
+// CHECK-LABEL: func.func @block_kernel
+// CHECK-SAME:    %[[BUF:[a-z0-9]+]]: memref<128xf32>, %[[BLOCK:[a-z0-9]+]]: index
+// CHECK:         scf.parallel (%[[T:.+]]) = (%c0) to (%c128) step (%c1)
+// CHECK:           %[[REV:.+]] = arith.subi %{{.+}}, %[[T]] : index
+// CHECK:           %[[PARITY:.+]] = arith.andi %[[BLOCK]], %{{.+}} : index
+// CHECK:           %[[EVEN:.+]] = arith.cmpi eq, %[[PARITY]], %{{.+}} : index
+// CHECK-NEXT:      %[[THREAD:.+]] = arith.select %[[EVEN]], %[[REV]], %[[T]] : index
+// CHECK:           memref.store %{{.+}}, %[[BUF]][%[[THREAD]]]
+// CHECK:         } {attn.threads}
+func.func @block_kernel(%buf: memref<128xf32>, %block: index)
+    attributes {attn.block_kernel} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c128 = arith.constant 128 : index
+  %one = arith.constant 1.0 : f32
+  scf.parallel (%t) = (%c0) to (%c128) step (%c1) {
+    memref.store %one, %buf[%t] : memref<128xf32>
+    scf.reduce
+  } {attn.threads}
+  return
+}

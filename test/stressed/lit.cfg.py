@@ -1,11 +1,13 @@
 # -*- Python -*-
-# The e2e tests' CUDA kernels run on the CPU again (`*_cuda_kernels_on_cpu`),
-# as a GPU may run them at their least convenient (ATTN_STRESS_CUDA_KERNELS):
-# their threads in another order (each thread loop last thread first,
-# warp-synchronized loops warp by warp: -attn-reorder-thread-loops), so
-# that a race reads something else, and their shared and register buffers
-# starting as NaN (-attn-poison-kernel-buffers), so that a read of what
-# nothing wrote gives NaN.
+# The e2e tests' CUDA kernels run on the CPU (`*_cuda_kernels_on_cpu`; the
+# unit suite leaves them out), as a GPU may run them at their least
+# convenient (ATTN_STRESS_CUDA_KERNELS): their threads in another order
+# (even blocks: each thread loop last thread first, warp-synchronized loops
+# warp by warp, last warp first; odd blocks first to last:
+# -attn-reorder-thread-loops), so that a race reads something else, and
+# their shared and register buffers starting as NaN
+# (-attn-poison-kernel-buffers), so that a read of what nothing wrote gives
+# NaN.
 import os
 
 import lit.formats
