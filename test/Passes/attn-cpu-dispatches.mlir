@@ -238,20 +238,26 @@ func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64x
 
 // Decode with 6 query heads per kv head: the split-KV kernel works on
 // register tiles of 4 heads (then the other 2), so each K or V vector is
-// loaded once per tile, not once per head. A step is 16 keys; the V rows
-// of each pair of keys are prefetched into L2 (locality 2: prefetcht1) as
-// their scores are computed.
+// loaded once per tile, not once per head. A step is 16 keys; its V rows
+// are prefetched into L2 (locality 2: prefetcht1) as the scores are
+// computed, spread over the 16 iterations of the dot products (2 head
+// tiles x 8 pairs of keys): a row of 20 features (2 lines) each; and the
+// K rows of the next step during P V, 4 rows in each of its 4 iterations
+// (2 head tiles x 2 value tiles).
 // CHECK-LABEL: func.func private @gqa6__split_kv1
+// CHECK-SAME:    %[[K:[a-z0-9]+]]: memref<?x1x?x16xf32>
 // CHECK-SAME:    %[[V:[a-z0-9]+]]: memref<?x1x?x20xf32>
 // CHECK:         memref.alloca() {{.+}} : memref<6x16x8xf32>
 // CHECK:         scf.for %[[J0:.+]] = %{{.+}} to %{{.+}} step %c16 {
 // Dot products of 4 heads x 2 keys, over 2 vectors of head_dim 16.
 // CHECK:           scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
-// CHECK-COUNT-4:     memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
+// CHECK-COUNT-2:     memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
+// CHECK-NOT:         memref.prefetch
 // CHECK-COUNT-16:    vector.fma
 // CHECK-COUNT-8:     vector.store {{.+}} : memref<6x16x8xf32>, vector<8xf32>
-// The other 2 heads (the V rows are on their way already).
+// The other 2 heads.
 // CHECK:           scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
+// CHECK-COUNT-2:     memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
 // CHECK-NOT:         memref.prefetch
 // CHECK-COUNT-8:     vector.fma
 // CHECK-COUNT-4:     vector.store {{.+}} : memref<6x16x8xf32>, vector<8xf32>
@@ -260,8 +266,13 @@ func.func @wide(%q: tensor<?x1x?x64xf32> {attn.name = "q"}, %k: tensor<?x1x?x64x
 // CHECK:           scf.for %{{.+}} = %c0 to %c6{{.*}} step %c1
 // CHECK:             math.exp
 // P V: the whole value vectors, then the last 4 features (value_dim 20)
-// in a tile of their own with masked loads.
+// in a tile of their own with masked loads; each tile requests 4 K rows
+// of the next step.
+// CHECK-COUNT-4:   memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
+// CHECK-NOT:       memref.prefetch
 // CHECK:           vector.load %[[V]]
+// CHECK-COUNT-4:   memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
+// CHECK-NOT:       memref.prefetch
 // CHECK:           vector.maskedload %[[V]]
 func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
                 %v: tensor<?x1x?x20xf32>) -> tensor<?x6x?x20xf32> {

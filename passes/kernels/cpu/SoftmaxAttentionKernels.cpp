@@ -848,13 +848,27 @@ private:
   void accumulateValues(Value j0);
   void storePartials();
 
-  /// Calls `body(g0, tileOfKvHead, heads, kvHead)` for the tiles of
-  /// `tileHeads` query heads the workgroup serves, a kv head's at a time:
-  /// g0 indexes the per-head scratch, tileOfKvHead is the tile's first head
-  /// within its kv head's group.
-  void forEachHeadTile(function_ref<void(Value g0, Value tileOfKvHead,
-                                         int64_t heads, Value kvHead)>
-                           body);
+  /// A tile of `heads` of the query heads the workgroup serves, of kv
+  /// head `kvHead`: g0 indexes the per-head scratch, index is the tile's
+  /// place among the workgroup's tiles.
+  struct HeadTile {
+    Value g0, kvHead, index;
+    int64_t heads;
+  };
+  /// Calls `body` for the tiles of `tileHeads` query heads the workgroup
+  /// serves, a kv head's at a time.
+  void forEachHeadTile(function_ref<void(const HeadTile &)> body);
+  int64_t headTiles() const {
+    return kvHeadsServed * llvm::divideCeil(group, tileHeads);
+  }
+
+  /// Requests into L2 (prefetcht1) part `iteration` of `iterations` of
+  /// the rows of `rows` (k or v, `features` elements each) of the step of
+  /// keys from `stepStart`: the served kv heads' rows in their order in
+  /// memory (key by key, then kv head), whole rows when there are fewer
+  /// iterations than rows, else a part of one row's cache lines.
+  void prefetchStepRows(Value rows, int64_t features, Value stepStart,
+                        Value iteration, int64_t iterations);
 
   /// Key jj of the step from j0; lanes past the range repeat the last key
   /// (and are masked).
@@ -1108,62 +1122,91 @@ void SplitKvKernel::walkKeySteps() {
   });
 }
 
-void SplitKvKernel::forEachHeadTile(
-    function_ref<void(Value, Value, int64_t, Value)> body) {
+void SplitKvKernel::forEachHeadTile(function_ref<void(const HeadTile &)> body) {
   for (int64_t served = 0; served < kvHeadsServed; ++served) {
     // Built once per kv head; the value stays the same across its tiles.
     Value kvHeadOfTiles = served == 0 ? kvHead : e.add(kvHead, e.index(served));
     forEachTile(e, group, group, tileHeads, [&](Value first, int64_t heads) {
-      Value g0 = served == 0 ? first : e.add(first, e.index(served * group));
-      body(g0, first, heads, kvHeadOfTiles);
+      HeadTile tile;
+      tile.g0 = served == 0 ? first : e.add(first, e.index(served * group));
+      tile.kvHead = kvHeadOfTiles;
+      tile.index = e.add(e.div(first, e.index(tileHeads)),
+                         e.index(served * llvm::divideCeil(group, tileHeads)));
+      tile.heads = heads;
+      body(tile);
     });
   }
 }
 
+void SplitKvKernel::prefetchStepRows(Value rows, int64_t features,
+                                     Value stepStart, Value iteration,
+                                     int64_t iterations) {
+  const int64_t stepRows = stepKeys * kvHeadsServed;
+  const int64_t rowsPerIteration = llvm::divideCeil(stepRows, iterations);
+  const int64_t iterationsPerRow = std::max<int64_t>(1, iterations / stepRows);
+  const int64_t perLine =
+      64 * 8 / KernelEmitter::storageType(rows).getIntOrFloatBitWidth();
+  const int64_t rowLines = llvm::divideCeil(features, perLine);
+  const int64_t share = llvm::divideCeil(rowLines, iterationsPerRow);
+  // The last iterations, when the iterations are no multiple of the rows,
+  // reach rows of the step after (or the split's last key again): harmless.
+  Value firstRow = e.mul(e.div(iteration, e.index(iterationsPerRow)),
+                         e.index(rowsPerIteration));
+  Value firstLine =
+      e.mul(e.rem(iteration, e.index(iterationsPerRow)), e.index(share));
+  for (int64_t u = 0; u < rowsPerIteration; ++u) {
+    Value row = e.add(firstRow, e.index(u));
+    Value key = row, rowKvHead = kvHead;
+    if (kvHeadsServed > 1) {
+      key = e.div(row, e.index(kvHeadsServed));
+      rowKvHead = e.add(kvHead, e.rem(row, e.index(kvHeadsServed)));
+    }
+    SmallVector<Value> at = kv->at(batch, rowKvHead, keyAt(stepStart, key));
+    for (int64_t n = 0; n < share; ++n) {
+      // The last part may reach past the row: it requests the last line
+      // again.
+      Value line = share == rowLines ? e.index(n)
+                                     : e.minS(e.add(firstLine, e.index(n)),
+                                              e.index(rowLines - 1));
+      memref::PrefetchOp::create(b, rows,
+                                 withIndex(at, e.mul(line, e.index(perLine))),
+                                 /*isWrite=*/false, /*localityHint=*/2,
+                                 /*isDataCache=*/true);
+    }
+  }
+}
+
 void SplitKvKernel::scoreStep(Value j0) {
-  const int64_t valuesPerLine =
-      64 * 8 / KernelEmitter::storageType(v).getIntOrFloatBitWidth();
   // Dot products: dots[g, jj] holds the lane-wise products of query g and
   // key jj, summed over D.
-  forEachHeadTile([&](Value g0, Value tileOfKvHead, int64_t heads,
-                      Value kvHeadOfTile) {
+  forEachHeadTile([&](const HeadTile &tile) {
+    Value g0 = tile.g0;
+    int64_t heads = tile.heads;
     e.loop(c0, e.index(stepKeys), e.index(tileKeys), [&](Value jj0) {
       SmallVector<SmallVector<Value>> keys;
       for (int64_t t = 0; t < tileKeys; ++t)
         keys.push_back(
-            kv->at(batch, kvHeadOfTile, keyAt(j0, e.add(jj0, e.index(t)))));
-      // The V rows of these keys are requested as their scores are
-      // computed, so that their misses overlap the dot products instead of
-      // stalling P V, a few lines at a time (the core tracks only a couple
-      // of dozen outstanding misses). GQA-4 decode from DRAM: 0.56-0.69x
-      // memcpy, against 0.41-0.52 with the step's V rows requested all at
-      // once as it starts, and 0.40-0.48 with K and V rows requested 64
-      // keys ahead; none of the variants that also prefetched K (16-512
-      // keys ahead) was faster. K rows are read at once, and the hardware
-      // prefetcher covers them. (Once per step: by the first tile of
-      // heads.) The rows go to L2 (prefetcht1), not L1: on a Zen 5 VM,
-      // decode from DRAM at 0.47-0.56x memcpy (GQA-4) against 0.38-0.48x
-      // into L1, three interleaved runs (bench/RESULTS.md).
-      auto prefetchValues = [&] {
-        for (const SmallVector<Value> &key : keys)
-          for (int64_t off = 0; off < Dv; off += valuesPerLine)
-            memref::PrefetchOp::create(b, v, withIndex(key, e.index(off)),
-                                       /*isWrite=*/false, /*localityHint=*/2,
-                                       /*isDataCache=*/true);
-      };
-      if (std::optional<int64_t> first = getConstantIntValue(tileOfKvHead)) {
-        if (*first == 0)
-          prefetchValues();
-      } else {
-        scf::IfOp::create(b, e.icmp(arith::CmpIPredicate::eq, tileOfKvHead, c0),
-                          [&](OpBuilder &nested, Location) {
-                            OpBuilder::InsertionGuard guard(b);
-                            b.setInsertionPointToEnd(
-                                nested.getInsertionBlock());
-                            prefetchValues();
-                            scf::YieldOp::create(b);
-                          });
-      }
+            kv->at(batch, tile.kvHead, keyAt(j0, e.add(jj0, e.index(t)))));
+      // The step's V rows are requested as its scores are computed, so
+      // that their misses overlap the dot products instead of stalling
+      // P V, and the next step's K rows during P V (accumulateValues).
+      // The requests are spread evenly over the iterations of the
+      // products, in the order the rows lie in memory: the core tracks
+      // only a couple of dozen outstanding misses, and a kernel whose
+      // products take long (a large kv group) otherwise leaves the memory
+      // idle while it computes, and the hardware prefetcher cannot follow
+      // a paged cache from page to page. Measured from DRAM, runs
+      // interleaved (bench/RESULTS.md): Qwen3-Next's shape (a kv group of
+      // 8, D = 256) 1.4-1.8x faster than with the V rows requested by the
+      // first head tile alone and K left to the hardware prefetcher;
+      // GQA-4 at 0.56-0.69x memcpy with V requested with the scores
+      // against 0.41-0.52x with the step's V rows requested all at once as
+      // it starts; into L2 0.47-0.56x against 0.38-0.48x into L1.
+      const int64_t keyTiles = stepKeys / tileKeys;
+      prefetchStepRows(v, Dv, j0,
+                       e.add(e.mul(tile.index, e.index(keyTiles)),
+                             e.div(jj0, e.index(tileKeys))),
+                       headTiles() * keyTiles);
       SmallVector<Value> sums(heads * tileKeys, e.splat(0.0));
       for (int64_t off = 0; off < D; off += W) {
         SmallVector<Value> queries;
@@ -1253,14 +1296,16 @@ void SplitKvKernel::accumulateValues(Value j0) {
   // last vector may be partial: it goes in the static last tile.
   SmallVector<SmallVector<Value>> keys;
   Value keysOfKvHead;
-  forEachHeadTile([&](Value g0, Value tileOfKvHead, int64_t heads,
-                      Value kvHeadOfTile) {
+  const int64_t valueTiles = llvm::divideCeil(DvPadded / W, tileVectors);
+  forEachHeadTile([&](const HeadTile &tile) {
+    Value g0 = tile.g0;
+    int64_t heads = tile.heads;
     // The step's rows, once per kv head.
-    if (kvHeadOfTile != keysOfKvHead) {
+    if (tile.kvHead != keysOfKvHead) {
       keys.clear();
       for (int64_t jj = 0; jj < stepKeys; ++jj)
-        keys.push_back(kv->at(batch, kvHeadOfTile, keyAt(j0, e.index(jj))));
-      keysOfKvHead = kvHeadOfTile;
+        keys.push_back(kv->at(batch, tile.kvHead, keyAt(j0, e.index(jj))));
+      keysOfKvHead = tile.kvHead;
     }
     forEachTile(
         e, Dv / W, DvPadded / W, tileVectors,
@@ -1276,6 +1321,16 @@ void SplitKvKernel::accumulateValues(Value j0) {
             laneCounts.push_back(first ? std::min(W, Dv - (*first + n) * W)
                                        : W);
           }
+          // The next step's K rows (see scoreStep); with one query head
+          // a kv head over contiguous keys the kernel is bound by
+          // bandwidth, which the hardware prefetcher's stream of K rows
+          // meets: requests of its own only add instructions (0.93-0.98x
+          // at D = 128).
+          if (group > 1 || kvHeadsServed > 1)
+            prefetchStepRows(k, D, e.add(j0, e.index(stepKeys)),
+                             e.add(e.mul(tile.index, e.index(valueTiles)),
+                                   e.div(firstVector, e.index(tileVectors))),
+                             headTiles() * valueTiles);
           for (int64_t h = 0; h < heads; ++h) {
             Value rescale = e.broadcast(e.load(rescales, headIndex[h]));
             for (int64_t n = 0; n < vectors; ++n)
