@@ -858,9 +858,10 @@ private:
   /// Calls `body` for the tiles of `tileHeads` query heads the workgroup
   /// serves, a kv head's at a time.
   void forEachHeadTile(function_ref<void(const HeadTile &)> body);
-  int64_t headTiles() const {
-    return kvHeadsServed * llvm::divideCeil(group, tileHeads);
+  int64_t headTilesPerKvHead() const {
+    return llvm::divideCeil(group, tileHeads);
   }
+  int64_t headTiles() const { return kvHeadsServed * headTilesPerKvHead(); }
 
   /// Requests into L2 (prefetcht1) part `iteration` of `iterations` of
   /// the rows of `rows` (k or v, `features` elements each) of the step of
@@ -1131,7 +1132,7 @@ void SplitKvKernel::forEachHeadTile(function_ref<void(const HeadTile &)> body) {
       tile.g0 = served == 0 ? first : e.add(first, e.index(served * group));
       tile.kvHead = kvHeadOfTiles;
       tile.index = e.add(e.div(first, e.index(tileHeads)),
-                         e.index(served * llvm::divideCeil(group, tileHeads)));
+                         e.index(served * headTilesPerKvHead()));
       tile.heads = heads;
       body(tile);
     });
@@ -1144,8 +1145,9 @@ void SplitKvKernel::prefetchStepRows(Value rows, int64_t features,
   const int64_t stepRows = stepKeys * kvHeadsServed;
   const int64_t rowsPerIteration = llvm::divideCeil(stepRows, iterations);
   const int64_t iterationsPerRow = std::max<int64_t>(1, iterations / stepRows);
+  const int64_t cacheLineBits = 64 * 8;
   const int64_t perLine =
-      64 * 8 / KernelEmitter::storageType(rows).getIntOrFloatBitWidth();
+      cacheLineBits / KernelEmitter::storageType(rows).getIntOrFloatBitWidth();
   const int64_t rowLines = llvm::divideCeil(features, perLine);
   const int64_t share = llvm::divideCeil(rowLines, iterationsPerRow);
   // The last iterations, when the iterations are no multiple of the rows,
