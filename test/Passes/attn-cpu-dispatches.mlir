@@ -283,6 +283,68 @@ func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 
 // -----
 
+// The same kv group over a paged cache of 2 kv heads: a workgroup serves
+// both (a page's [P, Hkv, D] rows are read front to back), and since a kv
+// head's rows alternate with the other's, its head tiles are the inner
+// loop, inside each pair of keys and each value tile, so the rows serve
+// every head tile of their kv head while they are in L1. The requests
+// cover both kv heads' rows of 32 features (2 lines): the step's 32 V rows
+// one per iteration of the dot products (2 kv heads x 8 pairs of keys x 2
+// head tiles), the next step's 32 K rows 4 per P V iteration (2 kv heads
+// x 2 value tiles x 2 head tiles).
+// CHECK-LABEL: func.func private @paged6__split_kv1
+// CHECK-SAME:    %[[K:[a-z0-9]+]]: memref<?x16x2x32xf32>
+// CHECK-SAME:    %[[V:[a-z0-9]+]]: memref<?x16x2x32xf32>
+// CHECK:         memref.alloca() {{.+}} : memref<12x16x8xf32>
+// CHECK:         scf.for %[[J0:.+]] = %{{.+}} to %{{.+}} step %c16 {
+// The first kv head: 4 heads, then 2, for each pair of keys.
+// CHECK:           scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
+// CHECK-COUNT-2:     memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
+// CHECK-NOT:         memref.prefetch
+// CHECK-COUNT-32:    vector.fma
+// CHECK-NOT:         scf.for
+// CHECK-COUNT-2:     memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
+// CHECK-NOT:         memref.prefetch
+// CHECK-COUNT-16:    vector.fma
+// CHECK-NOT:         vector.fma
+// CHECK:           }
+// The second kv head.
+// CHECK:           scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
+// CHECK-COUNT-32:    vector.fma
+// CHECK-NOT:         scf.for
+// CHECK-COUNT-16:    vector.fma
+// CHECK-NOT:         vector.fma
+// CHECK:           }
+// CHECK:           scf.for %{{.+}} = %c0 to %c12{{.*}} step %c1
+// CHECK:             math.exp
+// P V, a kv head at a time: for each value tile, its 4-head tile, then
+// its 2-head tile.
+// CHECK:           scf.for %{{.+}} = %c0{{.*}} to %c4{{.*}} step %c2
+// CHECK-COUNT-8:     memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
+// CHECK-COUNT-128:   vector.fma
+// CHECK-NOT:         scf.for
+// CHECK-COUNT-8:     memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
+// CHECK-COUNT-64:    vector.fma
+// CHECK-NOT:         vector.fma
+// CHECK:           }
+// CHECK:           scf.for %{{.+}} = %c0{{.*}} to %c4{{.*}} step %c2
+// CHECK-COUNT-8:     memref.prefetch %[[K]]
+// CHECK-COUNT-128:   vector.fma
+// CHECK-NOT:         scf.for
+// CHECK-COUNT-8:     memref.prefetch %[[K]]
+// CHECK-COUNT-64:    vector.fma
+// CHECK-NOT:         memref.prefetch
+func.func @paged6(%q: tensor<?x12x?x32xf32>, %k: tensor<?x16x2x32xf32>,
+                  %v: tensor<?x16x2x32xf32>, %t: tensor<?x?xi32>,
+                  %l: tensor<?xi32>) -> tensor<?x12x?x32xf32> {
+  %o = attn.sdpa %q, %k, %v paged(%t, %l : tensor<?x?xi32>, tensor<?xi32>)
+      {mask = #attn.mask<causal>}
+      : tensor<?x12x?x32xf32>, tensor<?x16x2x32xf32>, tensor<?x16x2x32xf32>
+  return %o : tensor<?x12x?x32xf32>
+}
+
+// -----
+
 // An rmsnorm gate no recurrence took (Mamba2's: groups of two heads, the
 // gate first) is a kernel of its own, a workgroup per run of 16384 / 16 =
 // 1024 tokens of a row (the two head vectors of a group): B x 6 / 2 = 3

@@ -269,6 +269,17 @@ std::vector<RaggedCase> cases() {
   wide.heads = 20;
   wide.kvHeads = 1;
   all.push_back(wide);
+  // A kv group of 10 over a paged cache of 2 kv heads, whose CPU split-KV
+  // workgroups serve both kv heads with the head tiles (4, 4, then 2) the
+  // inner loop of their products: pages of 7, decode and extend rows.
+  for (std::string dtype : {"f32", "bf16"}) {
+    RaggedCase pagedGroups{
+        "paged_gqa_10_by_2_" + dtype, {1, 3, 40, 1}, {300, 20, 41, 1}, 7};
+    pagedGroups.heads = 20;
+    pagedGroups.kvHeads = 2;
+    pagedGroups.dtype = dtype;
+    all.push_back(pagedGroups);
+  }
   // Attention sinks over packed and paged keys, with rows that see no key
   // (o = 0, lse the sink) and the lse they change.
   RaggedCase sinks{"packed_sinks_gate_lse", queries, keys};

@@ -848,20 +848,56 @@ private:
   void accumulateValues(Value j0);
   void storePartials();
 
-  /// A tile of `heads` of the query heads the workgroup serves, of kv
-  /// head `kvHead`: g0 indexes the per-head scratch, index is the tile's
-  /// place among the workgroup's tiles.
+  /// A kv head the workgroup serves: `served` is its place among them.
+  struct ServedKvHead {
+    int64_t served;
+    Value kvHead;
+  };
+  /// A tile of `heads` of a served kv head's query heads: g0 indexes the
+  /// per-head scratch, index is the tile's place among the kv head's.
   struct HeadTile {
-    Value g0, kvHead, index;
+    Value g0, index;
     int64_t heads;
   };
-  /// Calls `body` for the tiles of `tileHeads` query heads the workgroup
-  /// serves, a kv head's at a time.
-  void forEachHeadTile(function_ref<void(const HeadTile &)> body);
+  /// Calls `body` for each kv head the workgroup serves.
+  void forEachServedKvHead(function_ref<void(const ServedKvHead &)> body);
+  /// Calls `body` for the tiles of `tileHeads` query heads of `kvHead`.
+  void forEachHeadTile(const ServedKvHead &kvHead,
+                       function_ref<void(const HeadTile &)> body);
+  /// A loop over tiles (of keys or of value vectors): calls its argument
+  /// with each tile's first item and size.
+  using TileLoop = function_ref<void(function_ref<void(Value, int64_t)>)>;
+  /// Calls `body` for each pair of a head tile of `kvHead` and a tile of
+  /// `tiles`, nested as `headTilesInside` says.
+  void
+  forEachHeadTileAnd(const ServedKvHead &kvHead, TileLoop tiles,
+                     function_ref<void(const HeadTile &, Value, int64_t)> body);
+
+  /// The dot products of `tile`'s heads with keys jj0 .. jj0 + tileKeys - 1
+  /// of the step from j0.
+  void scoreTile(Value j0, const ServedKvHead &kvHead, const HeadTile &tile,
+                 Value jj0);
+  /// `tile`'s heads' acc += P V over the step from j0 (whose V rows are at
+  /// `rows`), for `vectors` value vectors from firstVector.
+  void accumulateTile(Value j0, ArrayRef<SmallVector<Value>> rows,
+                      const ServedKvHead &kvHead, const HeadTile &tile,
+                      Value firstVector, int64_t vectors);
   int64_t headTilesPerKvHead() const {
     return llvm::divideCeil(group, tileHeads);
   }
   int64_t headTiles() const { return kvHeadsServed * headTilesPerKvHead(); }
+  /// The place, in the order of forEachHeadTileAnd's loops over the
+  /// served kv heads, of the iteration of `heads` with tile `tile` of
+  /// `kvHead`'s `tiles` tiles (of keys or of value vectors).
+  Value iterationOf(const ServedKvHead &kvHead, const HeadTile &heads,
+                    Value tile, int64_t tiles) {
+    Value inKvHead =
+        headTilesInside
+            ? e.add(e.mul(tile, e.index(headTilesPerKvHead())), heads.index)
+            : e.add(e.mul(heads.index, e.index(tiles)), tile);
+    return e.add(e.index(kvHead.served * tiles * headTilesPerKvHead()),
+                 inKvHead);
+  }
 
   /// Requests into L2 (prefetcht1) part `iteration` of `iterations` of
   /// the rows of `rows` (k or v, `features` elements each) of the step of
@@ -932,7 +968,10 @@ private:
   Value pairedProbs;
 
   // Register tiles (chooseRegisterTiles).
-  int64_t tileHeads, tileKeys, tileVectors;
+  int64_t tileHeads, tileKeys, tileVectors, keyTiles, valueTiles;
+  /// Whether a kv head's head tiles are the inner loop of the products,
+  /// inside its key or value tiles, rather than the outer one.
+  bool headTilesInside;
   VectorType i32Vec;
   Value lanes;
 };
@@ -1107,6 +1146,24 @@ void SplitKvKernel::chooseRegisterTiles() {
   while (tileKeys * 2 * tileHeads <= accumulators && tileKeys * 2 <= W)
     tileKeys *= 2;
   tileVectors = std::max<int64_t>(1, accumulators / tileHeads);
+  keyTiles = stepKeys / tileKeys;
+  valueTiles = llvm::divideCeil(DvPadded / W, tileVectors);
+
+  // A kv head's head tiles read the same key and value tiles, in the
+  // order of the loops: all of a tile's heads before the next tile (head
+  // tiles inside), or one head tile's whole step before the next one's.
+  // Inside, LLVM hoists the tile's K or V vectors out of the head tile
+  // loop into stack slots; outside, it does the same with a head tile's
+  // queries, which the whole step uses, so with contiguous keys outside
+  // is the faster (inside measured 1.06-1.14x the time at H = 32, Hkv = 4,
+  // D = 128). Over a paged cache the served kv heads' rows alternate
+  // ([P, Hkv, D]): a kv head's rows are Hkv * D apart (2 KiB at Hkv = 2,
+  // D = 256), so a step's 16 rows fill only half the sets of a 32 KiB
+  // 8-way L1 (Zen 3), and outside, they are evicted before the next head
+  // tile reads them again (cachegrind's model of that L1: 2.2x contiguous
+  // keys' misses). Inside, paged decode of Qwen3-Next's shape from DRAM
+  // (4 x 4K keys) took 0.87x the time; from the caches, no difference.
+  headTilesInside = kvHeadsServed > 1 && headTilesPerKvHead() > 1;
 
   i32Vec = VectorType::get({W}, b.getI32Type());
   lanes = e.laneIds();
@@ -1123,20 +1180,22 @@ void SplitKvKernel::walkKeySteps() {
   });
 }
 
-void SplitKvKernel::forEachHeadTile(function_ref<void(const HeadTile &)> body) {
-  for (int64_t served = 0; served < kvHeadsServed; ++served) {
-    // Built once per kv head; the value stays the same across its tiles.
-    Value kvHeadOfTiles = served == 0 ? kvHead : e.add(kvHead, e.index(served));
-    forEachTile(e, group, group, tileHeads, [&](Value first, int64_t heads) {
-      HeadTile tile;
-      tile.g0 = served == 0 ? first : e.add(first, e.index(served * group));
-      tile.kvHead = kvHeadOfTiles;
-      tile.index = e.add(e.div(first, e.index(tileHeads)),
-                         e.index(served * headTilesPerKvHead()));
-      tile.heads = heads;
-      body(tile);
-    });
-  }
+void SplitKvKernel::forEachServedKvHead(
+    function_ref<void(const ServedKvHead &)> body) {
+  for (int64_t served = 0; served < kvHeadsServed; ++served)
+    body({served, served == 0 ? kvHead : e.add(kvHead, e.index(served))});
+}
+
+void SplitKvKernel::forEachHeadTile(const ServedKvHead &kvHead,
+                                    function_ref<void(const HeadTile &)> body) {
+  forEachTile(e, group, group, tileHeads, [&](Value first, int64_t heads) {
+    HeadTile tile;
+    tile.g0 = kvHead.served == 0 ? first
+                                 : e.add(first, e.index(kvHead.served * group));
+    tile.index = e.div(first, e.index(tileHeads));
+    tile.heads = heads;
+    body(tile);
+  });
 }
 
 void SplitKvKernel::prefetchStepRows(Value rows, int64_t features,
@@ -1178,59 +1237,81 @@ void SplitKvKernel::prefetchStepRows(Value rows, int64_t features,
   }
 }
 
+void SplitKvKernel::forEachHeadTileAnd(
+    const ServedKvHead &kvHead, TileLoop tiles,
+    function_ref<void(const HeadTile &, Value, int64_t)> body) {
+  if (headTilesInside) {
+    tiles([&](Value first, int64_t size) {
+      forEachHeadTile(kvHead,
+                      [&](const HeadTile &heads) { body(heads, first, size); });
+    });
+    return;
+  }
+  forEachHeadTile(kvHead, [&](const HeadTile &heads) {
+    tiles([&](Value first, int64_t size) { body(heads, first, size); });
+  });
+}
+
 void SplitKvKernel::scoreStep(Value j0) {
   // Dot products: dots[g, jj] holds the lane-wise products of query g and
   // key jj, summed over D.
-  forEachHeadTile([&](const HeadTile &tile) {
-    Value g0 = tile.g0;
-    int64_t heads = tile.heads;
-    e.loop(c0, e.index(stepKeys), e.index(tileKeys), [&](Value jj0) {
-      SmallVector<SmallVector<Value>> keys;
-      for (int64_t t = 0; t < tileKeys; ++t)
-        keys.push_back(
-            kv->at(batch, tile.kvHead, keyAt(j0, e.add(jj0, e.index(t)))));
-      // The step's V rows are requested as its scores are computed, so
-      // that their misses overlap the dot products instead of stalling
-      // P V, and the next step's K rows during P V (accumulateValues).
-      // The requests are spread evenly over the iterations of the
-      // products, in the order the rows lie in memory: the core tracks
-      // only a couple of dozen outstanding misses, and a kernel whose
-      // products take long (a large kv group) otherwise leaves the memory
-      // idle while it computes, and the hardware prefetcher cannot follow
-      // a paged cache from page to page. Measured from DRAM, runs
-      // interleaved (bench/RESULTS.md): Qwen3-Next's shape (a kv group of
-      // 8, D = 256) 1.4-1.8x faster than with the V rows requested by the
-      // first head tile alone and K left to the hardware prefetcher;
-      // GQA-4 at 0.56-0.69x memcpy with V requested with the scores
-      // against 0.41-0.52x with the step's V rows requested all at once as
-      // it starts; into L2 0.47-0.56x against 0.38-0.48x into L1.
-      const int64_t keyTiles = stepKeys / tileKeys;
-      prefetchStepRows(v, Dv, j0,
-                       e.add(e.mul(tile.index, e.index(keyTiles)),
-                             e.div(jj0, e.index(tileKeys))),
-                       headTiles() * keyTiles);
-      SmallVector<Value> sums(heads * tileKeys, e.splat(0.0));
-      for (int64_t off = 0; off < D; off += W) {
-        SmallVector<Value> queries;
-        for (int64_t h = 0; h < heads; ++h)
-          queries.push_back(vector::LoadOp::create(
-              b, e.vec, query,
-              ValueRange{e.add(g0, e.index(h)), e.index(off)}));
-        for (int64_t t = 0; t < tileKeys; ++t) {
-          Value key = e.loadVector(k, withIndex(keys[t], e.index(off)),
-                                   std::min(W, D - off));
-          for (int64_t h = 0; h < heads; ++h)
-            sums[h * tileKeys + t] =
-                e.fma(queries[h], key, sums[h * tileKeys + t]);
-        }
-      }
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t t = 0; t < tileKeys; ++t)
-          vector::StoreOp::create(
-              b, sums[h * tileKeys + t], dots,
-              ValueRange{e.add(g0, e.index(h)), e.add(jj0, e.index(t)), c0});
-    });
+  forEachServedKvHead([&](const ServedKvHead &kvHead) {
+    forEachHeadTileAnd(
+        kvHead,
+        [&](function_ref<void(Value, int64_t)> body) {
+          e.loop(c0, e.index(stepKeys), e.index(tileKeys),
+                 [&](Value jj0) { body(jj0, tileKeys); });
+        },
+        [&](const HeadTile &tile, Value jj0, int64_t) {
+          scoreTile(j0, kvHead, tile, jj0);
+        });
   });
+}
+
+void SplitKvKernel::scoreTile(Value j0, const ServedKvHead &kvHead,
+                              const HeadTile &tile, Value jj0) {
+  Value g0 = tile.g0;
+  int64_t heads = tile.heads;
+  SmallVector<SmallVector<Value>> keys;
+  for (int64_t t = 0; t < tileKeys; ++t)
+    keys.push_back(
+        kv->at(batch, kvHead.kvHead, keyAt(j0, e.add(jj0, e.index(t)))));
+  // The step's V rows are requested as its scores are computed, so that
+  // their misses overlap the dot products instead of stalling P V, and the
+  // next step's K rows during P V (accumulateTile). The requests are
+  // spread evenly over the iterations of the products, in the order the
+  // rows lie in memory: the core tracks only a couple of dozen outstanding
+  // misses, and a kernel whose products take long (a large kv group)
+  // otherwise leaves the memory idle while it computes, and the hardware
+  // prefetcher cannot follow a paged cache from page to page. Measured
+  // from DRAM, runs interleaved (bench/RESULTS.md): Qwen3-Next's shape (a
+  // kv group of 8, D = 256) 1.4-1.8x faster than with the V rows requested
+  // by the first head tile alone and K left to the hardware prefetcher;
+  // GQA-4 at 0.56-0.69x memcpy with V requested with the scores against
+  // 0.41-0.52x with the step's V rows requested all at once as it starts;
+  // into L2 0.47-0.56x against 0.38-0.48x into L1.
+  prefetchStepRows(
+      v, Dv, j0,
+      iterationOf(kvHead, tile, e.div(jj0, e.index(tileKeys)), keyTiles),
+      headTiles() * keyTiles);
+  SmallVector<Value> sums(heads * tileKeys, e.splat(0.0));
+  for (int64_t off = 0; off < D; off += W) {
+    SmallVector<Value> queries;
+    for (int64_t h = 0; h < heads; ++h)
+      queries.push_back(vector::LoadOp::create(
+          b, e.vec, query, ValueRange{e.add(g0, e.index(h)), e.index(off)}));
+    for (int64_t t = 0; t < tileKeys; ++t) {
+      Value key = e.loadVector(k, withIndex(keys[t], e.index(off)),
+                               std::min(W, D - off));
+      for (int64_t h = 0; h < heads; ++h)
+        sums[h * tileKeys + t] = e.fma(queries[h], key, sums[h * tileKeys + t]);
+    }
+  }
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t t = 0; t < tileKeys; ++t)
+      vector::StoreOp::create(
+          b, sums[h * tileKeys + t], dots,
+          ValueRange{e.add(g0, e.index(h)), e.add(jj0, e.index(t)), c0});
 }
 
 void SplitKvKernel::updateSoftmax(Value j0, Value count) {
@@ -1296,87 +1377,81 @@ void SplitKvKernel::updateSoftmax(Value j0, Value count) {
 void SplitKvKernel::accumulateValues(Value j0) {
   // acc = acc * rescale + P V, in tiles of heads x value vectors. Only the
   // last vector may be partial: it goes in the static last tile.
-  SmallVector<SmallVector<Value>> keys;
-  Value keysOfKvHead;
-  const int64_t valueTiles = llvm::divideCeil(DvPadded / W, tileVectors);
-  forEachHeadTile([&](const HeadTile &tile) {
-    Value g0 = tile.g0;
-    int64_t heads = tile.heads;
-    // The step's rows, once per kv head.
-    if (tile.kvHead != keysOfKvHead) {
-      keys.clear();
-      for (int64_t jj = 0; jj < stepKeys; ++jj)
-        keys.push_back(kv->at(batch, tile.kvHead, keyAt(j0, e.index(jj))));
-      keysOfKvHead = tile.kvHead;
-    }
-    forEachTile(
-        e, Dv / W, DvPadded / W, tileVectors,
-        [&](Value firstVector, int64_t vectors) {
-          SmallVector<Value> headIndex, offsets, sums;
-          SmallVector<int64_t> laneCounts;
-          for (int64_t h = 0; h < heads; ++h)
-            headIndex.push_back(e.add(g0, e.index(h)));
-          std::optional<int64_t> first = getConstantIntValue(firstVector);
-          for (int64_t n = 0; n < vectors; ++n) {
-            offsets.push_back(
-                e.mul(e.add(firstVector, e.index(n)), e.index(W)));
-            laneCounts.push_back(first ? std::min(W, Dv - (*first + n) * W)
-                                       : W);
-          }
-          // The next step's K rows (see scoreStep); with one query head
-          // a kv head over contiguous keys the kernel is bound by
-          // bandwidth, which the hardware prefetcher's stream of K rows
-          // meets: requests of its own only add instructions (0.93-0.98x
-          // at D = 128).
-          if (group > 1 || kvHeadsServed > 1)
-            prefetchStepRows(k, D, e.add(j0, e.index(stepKeys)),
-                             e.add(e.mul(tile.index, e.index(valueTiles)),
-                                   e.div(firstVector, e.index(tileVectors))),
-                             headTiles() * valueTiles);
-          for (int64_t h = 0; h < heads; ++h) {
-            Value rescale = e.broadcast(e.load(rescales, headIndex[h]));
-            for (int64_t n = 0; n < vectors; ++n)
-              sums.push_back(e.fmul(
-                  vector::LoadOp::create(b, e.vec, acc,
-                                         ValueRange{headIndex[h], offsets[n]}),
-                  rescale));
-          }
-          // Paired: keys jj and jj + 1 in one product (stepKeys is even).
-          for (int64_t jj = 0; pairedValues && jj < stepKeys; jj += 2) {
-            SmallVector<Value> p;
-            for (int64_t h = 0; h < heads; ++h)
-              p.push_back(
-                  e.broadcastPair(pairedProbs, {headIndex[h], e.index(jj)}));
-            for (int64_t n = 0; n < vectors; ++n) {
-              Value value = e.interleavePairs(
-                  e.loadStored(v, withIndex(keys[jj], offsets[n]),
-                               laneCounts[n]),
-                  e.loadStored(v, withIndex(keys[jj + 1], offsets[n]),
-                               laneCounts[n]));
-              for (int64_t h = 0; h < heads; ++h)
-                sums[h * vectors + n] =
-                    e.dotPairs(sums[h * vectors + n], value, p[h]);
-            }
-          }
-          for (int64_t jj = 0; !pairedValues && jj < stepKeys; ++jj) {
-            SmallVector<Value> p;
-            for (int64_t h = 0; h < heads; ++h)
-              p.push_back(
-                  e.broadcast(e.load(probs, {headIndex[h], e.index(jj)})));
-            for (int64_t n = 0; n < vectors; ++n) {
-              Value value = e.loadVector(v, withIndex(keys[jj], offsets[n]),
-                                         laneCounts[n]);
-              for (int64_t h = 0; h < heads; ++h)
-                sums[h * vectors + n] =
-                    e.fma(p[h], value, sums[h * vectors + n]);
-            }
-          }
-          for (int64_t h = 0; h < heads; ++h)
-            for (int64_t n = 0; n < vectors; ++n)
-              vector::StoreOp::create(b, sums[h * vectors + n], acc,
-                                      ValueRange{headIndex[h], offsets[n]});
+  forEachServedKvHead([&](const ServedKvHead &kvHead) {
+    SmallVector<SmallVector<Value>> rows;
+    for (int64_t jj = 0; jj < stepKeys; ++jj)
+      rows.push_back(kv->at(batch, kvHead.kvHead, keyAt(j0, e.index(jj))));
+    forEachHeadTileAnd(
+        kvHead,
+        [&](function_ref<void(Value, int64_t)> body) {
+          forEachTile(e, Dv / W, DvPadded / W, tileVectors, body);
+        },
+        [&](const HeadTile &tile, Value firstVector, int64_t vectors) {
+          accumulateTile(j0, rows, kvHead, tile, firstVector, vectors);
         });
   });
+}
+
+void SplitKvKernel::accumulateTile(Value j0, ArrayRef<SmallVector<Value>> rows,
+                                   const ServedKvHead &kvHead,
+                                   const HeadTile &tile, Value firstVector,
+                                   int64_t vectors) {
+  int64_t heads = tile.heads;
+  SmallVector<Value> headIndex, offsets, sums;
+  SmallVector<int64_t> laneCounts;
+  for (int64_t h = 0; h < heads; ++h)
+    headIndex.push_back(e.add(tile.g0, e.index(h)));
+  std::optional<int64_t> first = getConstantIntValue(firstVector);
+  for (int64_t n = 0; n < vectors; ++n) {
+    offsets.push_back(e.mul(e.add(firstVector, e.index(n)), e.index(W)));
+    laneCounts.push_back(first ? std::min(W, Dv - (*first + n) * W) : W);
+  }
+  // The next step's K rows (see scoreTile); with one query head a kv head
+  // over contiguous keys the kernel is bound by bandwidth, which the
+  // hardware prefetcher's stream of K rows meets: requests of its own only
+  // add instructions (0.93-0.98x at D = 128).
+  if (group > 1 || kvHeadsServed > 1)
+    prefetchStepRows(k, D, e.add(j0, e.index(stepKeys)),
+                     iterationOf(kvHead, tile,
+                                 e.div(firstVector, e.index(tileVectors)),
+                                 valueTiles),
+                     headTiles() * valueTiles);
+  for (int64_t h = 0; h < heads; ++h) {
+    Value rescale = e.broadcast(e.load(rescales, headIndex[h]));
+    for (int64_t n = 0; n < vectors; ++n)
+      sums.push_back(
+          e.fmul(vector::LoadOp::create(b, e.vec, acc,
+                                        ValueRange{headIndex[h], offsets[n]}),
+                 rescale));
+  }
+  // Paired: keys jj and jj + 1 in one product (stepKeys is even).
+  for (int64_t jj = 0; pairedValues && jj < stepKeys; jj += 2) {
+    SmallVector<Value> p;
+    for (int64_t h = 0; h < heads; ++h)
+      p.push_back(e.broadcastPair(pairedProbs, {headIndex[h], e.index(jj)}));
+    for (int64_t n = 0; n < vectors; ++n) {
+      Value value = e.interleavePairs(
+          e.loadStored(v, withIndex(rows[jj], offsets[n]), laneCounts[n]),
+          e.loadStored(v, withIndex(rows[jj + 1], offsets[n]), laneCounts[n]));
+      for (int64_t h = 0; h < heads; ++h)
+        sums[h * vectors + n] = e.dotPairs(sums[h * vectors + n], value, p[h]);
+    }
+  }
+  for (int64_t jj = 0; !pairedValues && jj < stepKeys; ++jj) {
+    SmallVector<Value> p;
+    for (int64_t h = 0; h < heads; ++h)
+      p.push_back(e.broadcast(e.load(probs, {headIndex[h], e.index(jj)})));
+    for (int64_t n = 0; n < vectors; ++n) {
+      Value value =
+          e.loadVector(v, withIndex(rows[jj], offsets[n]), laneCounts[n]);
+      for (int64_t h = 0; h < heads; ++h)
+        sums[h * vectors + n] = e.fma(p[h], value, sums[h * vectors + n]);
+    }
+  }
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t n = 0; n < vectors; ++n)
+      vector::StoreOp::create(b, sums[h * vectors + n], acc,
+                              ValueRange{headIndex[h], offsets[n]});
 }
 
 void SplitKvKernel::storePartials() {
