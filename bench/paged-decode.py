@@ -8,6 +8,9 @@ contiguous interleaved), milliseconds; the traffic of the keys and values read, 
 machine's copy bandwidth measured in the same run.
 
     PYTHONPATH=build/python python3 bench/paged-decode.py [--threads N]
+
+With --queries N (N > 8) the call is an extend, chunked prefill of N
+queries over the cache, which the flash kernel runs instead of split-KV.
 """
 import argparse
 
@@ -24,6 +27,8 @@ parser.add_argument("--page", type=int, default=16)
 parser.add_argument("--heads", type=int, default=16)
 parser.add_argument("--kv-heads", type=int, default=2)
 parser.add_argument("--dim", type=int, default=256)
+parser.add_argument("--queries", type=int, default=1,
+                    help="query rows per sequence (the last keys' positions)")
 parser.add_argument("--in-order", action="store_true",
                     help="pages in order, one sequence after another")
 args = parser.parse_args()
@@ -38,7 +43,7 @@ paged = attn.compile({"model": "paged", "layers": [
     dict(layer, layout={"page_size": P})]}, threads=args.threads)
 
 rng = np.random.default_rng(0)
-q = rng.standard_normal((B, H, 1, D)).astype(np.float32)
+q = rng.standard_normal((B, H, args.queries, D)).astype(np.float32)
 k = rng.standard_normal((B, HKV, L, D)).astype(np.float32)
 v = rng.standard_normal((B, HKV, L, D)).astype(np.float32)
 k_cache, v_cache, table = scatter_into_pages(k, v, P, rng, in_order=args.in_order)
@@ -56,7 +61,8 @@ source = np.ones(k.nbytes // 4, np.float32)
 target = np.empty_like(source)
 copy_ms, = median_ms(lambda: np.copyto(target, source))
 traffic = k.nbytes + v.nbytes
-print(f"decode, B={B} H={H} Hkv={HKV} D={D}, {L} keys per sequence, pages "
+call = "decode" if args.queries == 1 else f"extend of {args.queries} queries"
+print(f"{call}, B={B} H={H} Hkv={HKV} D={D}, {L} keys per sequence, pages "
       f"of {P}, threads={args.threads or 'all'}")
 print(f"contiguous [B, Hkv, L, D]   {contiguous_ms:8.3f} ms")
 print(f"paged [NP, P, Hkv, D]       {paged_ms:8.3f} ms   "

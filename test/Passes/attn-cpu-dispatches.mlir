@@ -292,6 +292,27 @@ func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 // one per iteration of the dot products (2 kv heads x 8 pairs of keys x 2
 // head tiles), the next step's 32 K rows 4 per P V iteration (2 kv heads
 // x 2 value tiles x 2 head tiles).
+// The flash kernel (prefill and extend rows) copies each key tile's k and
+// v rows from their pages into scratch once, and its products read the
+// scratch: no page lookup in their inner loops.
+// CHECK-LABEL: func.func private @paged6__flash0
+// CHECK-SAME:    %[[FK:[a-z0-9]+]]: memref<?x16x2x32xf32>
+// CHECK-SAME:    %[[FV:[a-z0-9]+]]: memref<?x16x2x32xf32>
+// CHECK-COUNT-3: memref.alloca() {{.+}} : memref<32x32xf32>
+// CHECK:         %[[KTILE:.+]] = memref.alloca() {{.+}} : memref<32x32xf32>
+// CHECK:         %[[VTILE:.+]] = memref.alloca() {{.+}} : memref<32x32xf32>
+// CHECK:         scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c32
+// CHECK:           scf.for %[[ROW:.+]] = %c0 to %c32{{.*}} step %c1
+// CHECK-COUNT-4:     vector.load %[[FK]]
+// CHECK:             vector.store %{{.+}}, %[[KTILE]][%[[ROW]], %c24{{.*}}]
+// CHECK-COUNT-4:     vector.load %[[FV]]
+// CHECK:             vector.store %{{.+}}, %[[VTILE]][%[[ROW]], %c24{{.*}}]
+// CHECK-NOT:       %[[FK]][
+// CHECK:           memref.load %[[KTILE]]
+// CHECK-NOT:       %[[FV]][
+// CHECK:           vector.load %[[VTILE]]
+// CHECK-NOT:       %[[FK]][
+// CHECK-NOT:       %[[FV]][
 // CHECK-LABEL: func.func private @paged6__split_kv1
 // CHECK-SAME:    %[[K:[a-z0-9]+]]: memref<?x16x2x32xf32>
 // CHECK-SAME:    %[[V:[a-z0-9]+]]: memref<?x16x2x32xf32>
