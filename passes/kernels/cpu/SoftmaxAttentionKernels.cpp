@@ -1216,7 +1216,7 @@ void SplitKvKernel::chooseRegisterTiles() {
   // 8-way L1 (Zen 3), and outside, they are evicted before the next head
   // tile reads them again (cachegrind's model of that L1: 2.2x contiguous
   // keys' misses). Inside, paged decode of Qwen3-Next's shape from DRAM
-  // (4 x 4K keys) took 0.87x the time; from the caches, no difference.
+  // (4 x 4K keys) took 0.86-0.89x the time; from the caches, no difference.
   headTilesInside = kvHeadsServed > 1 && headTilesPerKvHead() > 1;
 
   i32Vec = VectorType::get({W}, b.getI32Type());
