@@ -8,6 +8,27 @@
 // CHECK-LABEL: func.func private @topk__select_topk0(
 // CHECK-SAME:    memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x?xi32>, %{{.*}}: index)
 // CHECK-SAME:    attn.kernel = "select_topk"
+// A head's bound is sum(q+ max + q- min): the query split into its
+// positive and negative parts once, then two FMAs per channel vector, while
+// the metadata of the block 4 ahead (clamped to the last) is requested.
+// CHECK:         %[[POS:.*]] = arith.maximumf %{{.*}}, %{{.*}} : f32
+// CHECK:         memref.store %[[POS]], %[[QS:.*]][%{{.*}}, %c0, %{{.*}}] : memref<2x2x16xf32>
+// CHECK:         %[[NEG:.*]] = arith.minimumf %{{.*}}, %{{.*}} : f32
+// CHECK:         memref.store %[[NEG]], %[[QS]][%{{.*}}, %c1, %{{.*}}] : memref<2x2x16xf32>
+// CHECK:         %[[LAST:.*]] = arith.subi %{{.*}}, %c1 : index
+// CHECK:         scf.for %{{.*}} = %c0 to %{{.*}} step %c1 {
+// CHECK:           %[[BLOCK:.*]] = arith.addi
+// CHECK:           %[[AHEAD:.*]] = arith.addi %[[BLOCK]], %c4
+// CHECK:           %[[CLAMPED:.*]] = arith.minsi %[[AHEAD]], %[[LAST]]
+// CHECK:           memref.prefetch %arg1[%{{.*}}, %{{.*}}, %[[CLAMPED]], %{{.*}}, %{{.*}}], read, locality<2>, data
+// CHECK:           %[[LO:.*]] = vector.load %arg1[%{{.*}}, %{{.*}}, %[[BLOCK]], %c0, %{{.*}}]
+// CHECK:           %[[HI:.*]] = vector.load %arg1[%{{.*}}, %{{.*}}, %[[BLOCK]], %c1, %{{.*}}]
+// CHECK:           %[[QPOS:.*]] = vector.load %[[QS]]
+// CHECK:           %[[PART:.*]] = vector.fma %[[QPOS]], %[[HI]], %{{.*}} : vector<8xf32>
+// CHECK:           %[[QNEG:.*]] = vector.load %[[QS]]
+// CHECK:           vector.fma %[[QNEG]], %[[LO]], %[[PART]] : vector<8xf32>
+// CHECK-NOT:       arith.maximumf
+// CHECK:           memref.prefetch %arg1[%{{.*}}, %{{.*}}, %[[CLAMPED]]
 // The heap that keeps the budget sifts down in an scf.while.
 // CHECK:         scf.while
 // CHECK:         memref.dealloc

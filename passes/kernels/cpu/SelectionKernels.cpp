@@ -224,6 +224,54 @@ func::FuncOp mlir::attn::buildBlockMetaKernel(OpBuilder &builder, Location loc,
 // Top-k block selection
 //===----------------------------------------------------------------------===//
 
+namespace {
+
+/// How many blocks ahead top-k requests a block's metadata. A block's
+/// bounds take a few hundred cycles of products, while its metadata
+/// (2 D channels) comes from DRAM, where the hardware prefetcher does not
+/// keep the core's few outstanding misses busy (nor can it follow a paged
+/// cache from page to page); measured on Zen 3 (bench/RESULTS.md).
+constexpr int64_t kMetaAhead = 4;
+
+/// Requests into L2 (prefetcht1) the cache lines of a block's bounds, its
+/// min then its max row, spread evenly over the channel vectors of the
+/// block before it, so that the requests go out while the products run
+/// instead of in one burst the core cannot track.
+class MetaRequests {
+public:
+  MetaRequests(KernelEmitter &e, Value meta, int64_t channels, Value block,
+               function_ref<SmallVector<Value>(Value, Value)> boundOf)
+      : e(e), meta(meta) {
+    const int64_t perLine =
+        512 / KernelEmitter::storageType(meta).getIntOrFloatBitWidth();
+    rowLines = llvm::divideCeil(channels, perLine);
+    lineChannels = perLine;
+    vectors = llvm::divideCeil(channels, e.width);
+    for (int64_t which = 0; which < 2; ++which)
+      rows.push_back(boundOf(block, e.index(which)));
+  }
+
+  /// Issues the requests that fall to channel vector `vector`.
+  void issue(int64_t vector) {
+    const int64_t lines = 2 * rowLines;
+    for (int64_t line = vector * lines / vectors;
+         line < (vector + 1) * lines / vectors; ++line)
+      memref::PrefetchOp::create(
+          e.b, meta,
+          withIndex(rows[line / rowLines],
+                    e.index((line % rowLines) * lineChannels)),
+          /*isWrite=*/false, /*localityHint=*/2, /*isDataCache=*/true);
+  }
+
+private:
+  KernelEmitter &e;
+  Value meta;
+  int64_t rowLines, lineChannels, vectors;
+  SmallVector<SmallVector<Value>> rows;
+};
+
+} // namespace
+
 func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
                                                StringRef name, SelectTopKOp op,
                                                const CpuTiling &tiling,
@@ -296,41 +344,58 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
         Value localFirst = e.sub(e.add(firstBlock, count), e.index(local));
         // Quest's bounds of the middle blocks for every head of the group,
         // head g's at scores[g * middle + n]: a block's min and max are
-        // loaded once for all of them.
+        // loaded once for all of them. As min <= max, a channel's
+        // max(q lo, q hi) is q hi where q >= 0 and q lo where q < 0, so
+        // the bound is sum(q+ hi + q- lo) with q+ = max(q, 0) and
+        // q- = min(q, 0): two fused multiply-adds per channel vector
+        // instead of two products, a NaN-propagating max and an add.
         Value queries, scores;
         if (fill > 0) {
           const int64_t padded = roundUp(D, e.width);
+          // queries[g, 0, :] = q+ and queries[g, 1, :] = q-, scaled.
           queries = memref::AllocaOp::create(
-              b, MemRefType::get({group, padded}, e.f32),
+              b, MemRefType::get({group, 2, padded}, e.f32),
               b.getI64IntegerAttr(64));
           e.loop(c0, e.index(group), c1, [&](Value g) {
-            for (int64_t off = 0; off < padded; off += e.width)
-              vector::StoreOp::create(b, e.splat(0.0), queries,
-                                      ValueRange{g, e.index(off)});
+            for (int64_t part = 0; part < 2; ++part)
+              for (int64_t off = 0; off < padded; off += e.width)
+                vector::StoreOp::create(
+                    b, e.splat(0.0), queries,
+                    ValueRange{g, e.index(part), e.index(off)});
             e.loop(c0, e.index(D), c1, [&](Value d) {
-              e.store(
+              Value scaled =
                   e.fmul(e.load(q, withIndex(at.at(e.add(firstHead, g)), d)),
-                         e.scalar(scale)),
-                  queries, {g, d});
+                         e.scalar(scale));
+              Value zero = e.scalar(0.0);
+              e.store(e.fmax(scaled, zero), queries, {g, c0, d});
+              e.store(arith::MinimumFOp::create(b, scaled, zero), queries,
+                      {g, c1, d});
             });
           });
           scores = allocRow(e, e.f32, e.mul(middle, e.index(group)));
+          Value lastMiddle = e.sub(e.add(middleFirst, middle), c1);
           e.loop(c0, middle, c1, [&](Value n) {
             Value block = e.add(middleFirst, n);
             SmallVector<Value> low = boundOf(block, c0);
             SmallVector<Value> high = boundOf(block, c1);
+            MetaRequests requests(
+                e, meta, D,
+                e.minS(e.add(block, e.index(kMetaAhead)), lastMiddle), boundOf);
             SmallVector<Value> sums(group, e.splat(0.0));
             for (int64_t off = 0; off < D; off += e.width) {
+              requests.issue(off / e.width);
               int64_t lanes = std::min(e.width, D - off);
               Value lo =
                   e.loadVector(meta, withIndex(low, e.index(off)), lanes);
               Value hi =
                   e.loadVector(meta, withIndex(high, e.index(off)), lanes);
               for (int64_t g = 0; g < group; ++g) {
-                Value qv = vector::LoadOp::create(
-                    b, e.vec, queries, ValueRange{e.index(g), e.index(off)});
-                sums[g] =
-                    e.fadd(sums[g], e.fmax(e.fmul(qv, lo), e.fmul(qv, hi)));
+                auto part = [&](int64_t which) {
+                  return vector::LoadOp::create(
+                      b, e.vec, queries,
+                      ValueRange{e.index(g), e.index(which), e.index(off)});
+                };
+                sums[g] = e.fma(part(1), lo, e.fma(part(0), hi, sums[g]));
               }
             }
             for (int64_t g = 0; g < group; ++g)
