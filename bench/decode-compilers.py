@@ -6,10 +6,12 @@ keys each from DRAM; medians of interleaved runs, milliseconds, the GB/s
 of K and V read, and each build's time over the first's. With --page P,
 each build also runs the same keys from a paged cache (pages of P keys
 scattered as bench/paged-decode.py scatters them), and each cell adds its
-paged time and paged / contiguous.
+paged time and paged / contiguous. With --top-k K the layer is Quest top-k sparse decode
+(K blocks of 16 keys, or of a page; one sink and one local block), each
+build's block bounds computed by its own `.meta` entry before the timing.
 
     PYTHONPATH=build/python python3 bench/decode-compilers.py \\
-        OLD_ATTNC NEW_ATTNC [--shape B,H,HKV,D,LK ...] [--page P]
+        OLD_ATTNC NEW_ATTNC [--shape B,H,HKV,D,LK ...] [--page P] [--top-k K]
 
 Build the old compiler in a worktree of the old commit
 (`git worktree add /tmp/old COMMIT`, then the README's build there).
@@ -32,6 +34,8 @@ parser.add_argument("--page", type=int, default=0)
 parser.add_argument("--threads", type=int, default=0)
 parser.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
 parser.add_argument("--rounds", type=int, default=3)
+parser.add_argument("--top-k", type=int, default=0,
+                    help="Quest top-k decode of this many blocks")
 args = parser.parse_args()
 
 shapes = [tuple(int(x) for x in s.split(",")) for s in args.shape or
@@ -57,24 +61,46 @@ def widened(o):
 
 
 def compile_with(attnc, layer):
+    """The decode entry of `layer` compiled by `attnc`; with --top-k, a
+    function of the entry's other inputs that passes it their block
+    bounds, which the build's `.meta` entry computes once here."""
     os.environ["ATTN_ATTNC"] = attnc
-    return attn.compile({"model": "decode", "dtype": args.dtype,
-                         "layers": [layer]}, threads=args.threads)["attn"]
+    model = attn.compile({"model": "decode", "dtype": args.dtype,
+                          "layers": [layer]}, threads=args.threads)
+    if not args.top_k:
+        return model["attn"]
+
+    def sparse(q, k, v, *table_and_lengths):
+        if not hasattr(sparse, "meta"):
+            sparse.meta = model["attn.meta"](k, *table_and_lengths)
+        return model["attn"](q, k, v, *table_and_lengths, sparse.meta)
+    return sparse
+
+
+def sparsified(layer, block):
+    if not args.top_k:
+        return layer
+    return dict(layer, sparsity={"method": "top_k", "block_size": block,
+                                 "top_k": args.top_k, "sink_blocks": 1,
+                                 "local_blocks": 1})
 
 
 print(f"decode, Lq = 1, {args.dtype}, threads={args.threads or 'all'}"
+      + (f", Quest top-{args.top_k}" if args.top_k else "")
       + (f", paged: pages of {args.page} scattered" if args.page else "")
       + f"; base: {args.attnc[0]}")
 rng = np.random.default_rng(0)
 for B, H, HKV, D, LK in shapes:
-    layer = {"name": "attn", "type": "attention", "num_heads": H,
-             "num_kv_heads": HKV, "head_dim": D}
+    layer = sparsified({"name": "attn", "type": "attention",
+                        "num_heads": H, "num_kv_heads": HKV, "head_dim": D},
+                       args.page or 16)
     q, k, v = (rng.standard_normal(shape).astype(np.float32)
                for shape in ((B, H, 1, D), (B, HKV, LK, D), (B, HKV, LK, D)))
     calls = [[lambda f=compile_with(a, layer), x=stored(q), y=stored(k),
               z=stored(v): f(x, y, z)] for a in args.attnc]
     if args.page:
-        paged_layer = dict(layer, layout={"page_size": args.page})
+        paged_layer = sparsified(dict(layer, layout={"page_size": args.page}),
+                                 args.page)
         k_cache, v_cache, table = scatter_into_pages(k, v, args.page, rng)
         lengths = np.full(B, LK, np.int32)
         for a, pair in zip(args.attnc, calls):
@@ -92,8 +118,9 @@ for B, H, HKV, D, LK in shapes:
         cells = []
         for n in range(len(calls)):
             t = times[n * per_build]
-            cell = (f"{t:7.2f} ms {traffic / t / 1e6:5.1f} GB/s "
-                    f"{t / times[0]:.2f}x")
+            # Top-k reads only its blocks: no dense traffic to divide.
+            rate = "" if args.top_k else f"{traffic / t / 1e6:5.1f} GB/s "
+            cell = f"{t:7.2f} ms {rate}{t / times[0]:.2f}x"
             if args.page:
                 paged = times[n * per_build + 1]
                 cell += f", paged {paged:7.2f} ms {paged / t:.2f}x"
