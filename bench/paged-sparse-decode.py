@@ -5,7 +5,8 @@ head dim 256) by default, B sequences of L keys in pages of P keys
 scattered through the cache, top_k pages with one sink and one local page
 (the selection is Quest's block = page). Times the attention entry alone
 (the engine refreshes `<layer>.meta` when pages change, not every step) and
-`.meta` over the whole cache, and the same top-k over contiguous keys
+`.meta` over the whole cache, a decode step's `.meta_update` (the pages of
+the B new keys, its last slots), and the same top-k over contiguous keys
 [B, Hkv, L, D]; medians of 21 interleaved runs after a
 warm-up, milliseconds. Also checks the paged top-k output against the same
 model over contiguous keys.
@@ -58,11 +59,19 @@ o_contiguous = contiguous["attn"](q, k, v, contiguous["attn.meta"](k))
 assert np.allclose(o_sparse, o_contiguous, atol=1e-5), "paged != contiguous"
 
 contiguous_meta = contiguous["attn.meta"](k)
-dense_ms, sparse_ms, contiguous_ms, meta_ms = median_ms(
+# A decode step's new keys are each sequence's last: their pages' bounds
+# refreshed in place (the cache already holds them, so the values stay).
+last = L - 1
+step_slots = (table[:, last // P] * P + last % P).astype(np.int32)
+updated = pages_meta.copy()
+sparse["attn.meta_update"](k_cache, step_slots, updated)
+assert np.array_equal(updated, pages_meta), ".meta_update != .meta"
+dense_ms, sparse_ms, contiguous_ms, meta_ms, update_ms = median_ms(
     lambda: dense["attn"](q, k_cache, v_cache, table, lengths),
     lambda: sparse["attn"](q, k_cache, v_cache, table, lengths, pages_meta),
     lambda: contiguous["attn"](q, k, v, contiguous_meta),
-    lambda: sparse["attn.meta"](k_cache, table, lengths))
+    lambda: sparse["attn.meta"](k_cache, table, lengths),
+    lambda: sparse["attn.meta_update"](k_cache, step_slots, updated))
 print(f"decode, B={B} H={H} Hkv={HKV} D={D}, {L} keys per sequence, pages "
       f"of {P} scattered, top_k={K} pages, threads={args.threads or 'all'}")
 print(f"dense paged decode          {dense_ms:8.3f} ms")
@@ -71,3 +80,5 @@ print(f"top-k paged decode          {sparse_ms:8.3f} ms   "
 print(f"top-k contiguous decode     {contiguous_ms:8.3f} ms   "
       f"paged/contiguous = {sparse_ms / contiguous_ms:.2f}x")
 print(f"<layer>.meta, whole cache   {meta_ms:8.3f} ms")
+print(f"<layer>.meta_update, {B} keys  {update_ms:8.3f} ms   "
+      f"(a decode step's pages)")

@@ -899,6 +899,7 @@ private:
       finishAttention(entry, gated(entry, sparse.getOutput()), sparse.getLse());
       addPagedMeta(layer);
       addAppend(layer);
+      addPageMetaUpdate(layer);
       if (layer.tree)
         addLaidOutTree(layer, scale, softcap);
       return;
@@ -991,6 +992,25 @@ private:
                                      entry["page_table"], entry["seq_lens"],
                                      builder.getI64IntegerAttr(layer.pageSize));
     entry.finish({meta}, {"kmeta_pages"});
+  }
+
+  /// <layer>.meta_update (beyond SPEC §8): k_cache, slots (those of the
+  /// step's `.append`), kmeta_pages (updated in place): the bounds of the
+  /// pages the append wrote, so that an engine's step does not summarize
+  /// the whole cache again.
+  void addPageMetaUpdate(const AttentionLayer &layer) {
+    EntryBuilder entry(builder, module, layer.name + ".meta_update");
+    entry.arg(layer.latentKv ? "kv_cache" : "k_cache",
+              pagedCache(layer, layer.headDim));
+    entry.arg("slots", tensor({kDyn}, i32()));
+    entry.arg("kmeta_pages",
+              tensor({kDyn, 2, layer.numKvHeads, layer.headDim}, element),
+              /*inPlace=*/true);
+    entry.beginBody();
+    auto update = PageMetaUpdateOp::create(
+        builder, builder.getUnknownLoc(), keysOf(entry, layer, /*paged=*/true),
+        entry["slots"], entry["kmeta_pages"]);
+    entry.finish({}, {}, {update.getNewMeta()});
   }
 
   /// The page table [B, MP] and key lengths [B] of a paged cache.

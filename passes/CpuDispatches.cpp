@@ -177,9 +177,21 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     Value cache = bindings[0];
     dispatchKernel(b, m.mul(m.dim(cache, 0), m.index(m.staticDim(cache, 2))),
                    bindings, [&](OpBuilder &builder, TypeRange types) {
-                     return buildBlockMetaKernel(builder, loc, name, meta,
-                                                 tiling, types);
+                     return buildBlockMetaKernel(builder, loc, name,
+                                                 MetaLayout::of(meta), tiling,
+                                                 types);
                    });
+    return;
+  }
+  if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
+    // Bindings k_cache, slots, counts, kmeta_pages: a workgroup per (new
+    // token, kv head), idle unless the token wrote its page last.
+    Value cache = bindings[0];
+    emit(m.mul(m.dim(bindings[1], 0), m.index(m.staticDim(cache, 2))),
+         [&](OpBuilder &builder, TypeRange types) {
+           return buildBlockMetaKernel(builder, loc, name,
+                                       MetaLayout::of(update), tiling, types);
+         });
     return;
   }
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {
@@ -188,7 +200,8 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     emit(m.mul(m.mul(m.dim(out, 0), m.index(m.staticDim(out, 1))),
                m.dim(out, 2)),
          [&](OpBuilder &builder, TypeRange types) {
-           return buildBlockMetaKernel(builder, loc, name, meta, tiling, types);
+           return buildBlockMetaKernel(builder, loc, name, MetaLayout::of(meta),
+                                       tiling, types);
          });
     return;
   }

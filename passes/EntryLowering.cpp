@@ -265,6 +265,12 @@ private:
       unite({input, 0}, {steps.getLength(), 0});
       unite({input, 2}, {steps.getPath(), 1});
       uniteLeading(input, result, cast<ShapedType>(input.getType()).getRank());
+    } else if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
+      Value cache = update.getKeyCache();
+      nameRole({cache, 0}, "NP");
+      nameRole({update.getSlots(), 0}, "T");
+      unite({cache, 0}, {update.getMeta(), 0});
+      unite({cache, 0}, {update.getNewMeta(), 0});
     } else if (auto append = dyn_cast<KvAppendOp>(op)) {
       Value k = append.getKey();
       nameRole({k, 0}, "T");
@@ -585,6 +591,13 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
+    if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
+      if (failed(
+              checkUpdatedInPlace(&op, "the metadata of attn.page_meta_update",
+                                  {{update.getMeta(), update.getNewMeta()}})))
+        return failure();
+      continue;
+    }
     if (auto slice = dyn_cast<tensor::ExtractSliceOp>(op)) {
       if (failed(checkLeadingFeatureView(slice)))
         return failure();
@@ -843,7 +856,8 @@ Value mlir::attn::rmsNormGateRows(const HostIndexMath &m,
 
 bool EntryLowering::isKernelOp(Operation *op) {
   return isa<BlockMetaOp, SelectTopKOp, SelectTopPOp, TreeAcceptOp, KvCompactOp,
-             PathStepsOp, KvAppendOp, GateOp, RmsNormGateOp>(op);
+             PathStepsOp, KvAppendOp, PageMetaUpdateOp, GateOp, RmsNormGateOp>(
+      op);
 }
 
 void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
@@ -957,6 +971,28 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     bindResult(accept.getPath(), {batch, nodes});
     bindResult(accept.getLength(), {batch});
     bindResult(accept.getBonus(), {batch});
+  } else if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
+    // k_cache, slots, kmeta_pages (in place, checked before lowering): one
+    // workgroup finds the token that wrote each written page last, then the
+    // target's kernel bounds those pages (k_cache, slots, counts,
+    // kmeta_pages).
+    bindOperands(update->getOperands());
+    Value cache = bindings[0], slots = bindings[1], meta = bindings[2];
+    auto i32Row = [&](Value size) -> Value {
+      return memref::AllocOp::create(
+          b, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+          ValueRange{size});
+    };
+    Value last = i32Row(m.dim(cache, 0)), counts = i32Row(m.dim(slots, 0));
+    std::string pagesName = kernelName("appended_pages");
+    dispatchKernel(b, m.index(1), {cache, slots, last, counts},
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return buildAppendedPagesKernel(
+                         builder, op->getLoc(), pagesName,
+                         scalarTiling(b.getContext()), types);
+                   });
+    buffers.map(update.getNewMeta(), meta);
+    bindings = {cache, slots, counts, meta};
   } else if (auto append = dyn_cast<KvAppendOp>(op)) {
     // The caches are in-place arguments (checked before lowering): the
     // kernel writes the new rows into their buffers.
@@ -1022,6 +1058,17 @@ LogicalResult EntryLowering::checkInPlaceUpdate(BlockArgument arg,
            << ", got " << update.getType();
   if (update == arg)
     return success();
+  // attn.page_meta_update writes the bounds of the written pages into the
+  // metadata it updates.
+  if (auto refresh = update.getDefiningOp<PageMetaUpdateOp>()) {
+    if (refresh.getMeta() != arg)
+      return describe(entry.emitError())
+             << " must be returned as the update of the metadata it is";
+    if (!arg.hasOneUse())
+      return describe(entry.emitError())
+             << " is updated in place, so its update must be its only use";
+    return success();
+  }
   // attn.kv_append writes its new rows into the cache it updates.
   if (auto append = update.getDefiningOp<KvAppendOp>()) {
     Value cache = update == append.getNewKeyCache() ? append.getKeyCache()
@@ -1051,17 +1098,24 @@ LogicalResult EntryLowering::checkInPlaceUpdate(BlockArgument arg,
 
 LogicalResult EntryLowering::checkCachesInPlace(KvAppendOp op) {
   // The kernel writes only the new rows.
-  for (auto [cache, update] :
-       {std::pair{op.getKeyCache(), op.getNewKeyCache()},
-        std::pair{op.getValueCache(), op.getNewValueCache()}}) {
-    if (!cache)
+  return checkUpdatedInPlace(op, "the caches of attn.kv_append",
+                             {{op.getKeyCache(), op.getNewKeyCache()},
+                              {op.getValueCache(), op.getNewValueCache()}});
+}
+
+LogicalResult
+EntryLowering::checkUpdatedInPlace(Operation *op, StringRef what,
+                                   ArrayRef<std::pair<Value, Value>> updates) {
+  for (auto [input, update] : updates) {
+    if (!input)
       continue;
-    auto arg = dyn_cast<BlockArgument>(cache);
+    auto arg = dyn_cast<BlockArgument>(input);
     auto tied = returnedAt.find(update);
     if (!arg || tied == returnedAt.end() || tied->second != arg.getArgNumber())
       return op->emitError()
-             << "the caches of attn.kv_append must be entry arguments marked "
-                "'attn.in_place' and returned as their updates";
+             << what
+             << " must be entry arguments marked 'attn.in_place' and "
+                "returned as their updates";
   }
   return success();
 }
@@ -1245,6 +1299,18 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
         return op.emitError() << "the slots of attn.kv_append and its caches "
                                  "must be entry inputs (checked at run time "
                                  "before anything runs)";
+      setContract(slots, "cache_slots", cache.getArgNumber());
+      continue;
+    }
+    // The slots whose pages attn.page_meta_update bounds (against the
+    // cache).
+    if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
+      auto slots = dyn_cast<BlockArgument>(update.getSlots());
+      auto cache = dyn_cast<BlockArgument>(update.getKeyCache());
+      if (!slots || !cache)
+        return op.emitError()
+               << "the slots of attn.page_meta_update and its cache must be "
+                  "entry inputs (checked at run time before anything runs)";
       setContract(slots, "cache_slots", cache.getArgNumber());
       continue;
     }

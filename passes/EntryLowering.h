@@ -127,6 +127,12 @@ protected:
   LogicalResult checkStatePoolInPlace(AttentionOpInterface op);
   /// attn.kv_append's caches are in-place arguments it updates.
   LogicalResult checkCachesInPlace(KvAppendOp op);
+  /// Checks that each (input, update) pair with an input is an entry
+  /// argument marked attn.in_place and returned as that update: `op`'s
+  /// kernels write into the argument's buffer. `what` names the inputs in
+  /// the error.
+  LogicalResult checkUpdatedInPlace(Operation *op, StringRef what,
+                                    ArrayRef<std::pair<Value, Value>> updates);
   /// attn.gate's kernels are built for its head count, features and kind
   /// of gate (elementwise or headwise): they must be static.
   LogicalResult checkGateLowerable(GateOp op);

@@ -286,11 +286,24 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     Value threads =
         m.mul(m.mul(m.dim(cache, 0), m.index(m.staticDim(cache, 2))),
               m.index(m.staticDim(cache, 3)));
-    return dispatchKernel(b, threads, bindings,
-                          [&](OpBuilder &builder, TypeRange types) {
-                            return buildSimtBlockMetaKernel(
-                                builder, loc, name, meta, tiling, types);
-                          });
+    return dispatchKernel(
+        b, threads, bindings, [&](OpBuilder &builder, TypeRange types) {
+          return buildSimtBlockMetaKernel(builder, loc, name,
+                                          MetaLayout::of(meta), tiling, types);
+        });
+  }
+  if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
+    // Bindings k_cache, slots, counts, kmeta_pages: a thread per (new
+    // token, kv head, channel), idle unless the token wrote its page last.
+    Value cache = bindings[0];
+    Value threads =
+        m.mul(m.mul(m.dim(bindings[1], 0), m.index(m.staticDim(cache, 2))),
+              m.index(m.staticDim(cache, 3)));
+    return dispatchKernel(
+        b, threads, bindings, [&](OpBuilder &builder, TypeRange types) {
+          return buildSimtBlockMetaKernel(
+              builder, loc, name, MetaLayout::of(update), tiling, types);
+        });
   }
   if (auto meta = dyn_cast<BlockMetaOp>(op)) {
     Value out = bindings[1];
@@ -298,11 +311,11 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
         m.mul(m.mul(m.mul(m.dim(out, 0), m.index(m.staticDim(out, 1))),
                     m.dim(out, 2)),
               m.index(m.staticDim(out, 4)));
-    return dispatchKernel(b, threads, all,
-                          [&](OpBuilder &builder, TypeRange types) {
-                            return buildSimtBlockMetaKernel(
-                                builder, loc, name, meta, tiling, types);
-                          });
+    return dispatchKernel(
+        b, threads, all, [&](OpBuilder &builder, TypeRange types) {
+          return buildSimtBlockMetaKernel(builder, loc, name,
+                                          MetaLayout::of(meta), tiling, types);
+        });
   }
   if (isa<SelectTopKOp, SelectTopPOp>(op)) {
     // The query rows: [B, H, Lq], or a ragged batch's packed [T, H].

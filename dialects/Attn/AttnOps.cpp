@@ -1463,6 +1463,35 @@ LogicalResult KvAppendOp::verify() {
   return success();
 }
 
+LogicalResult PageMetaUpdateOp::inferReturnTypes(
+    MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
+    SmallVectorImpl<Type> &inferredReturnTypes) {
+  inferredReturnTypes.push_back(adaptor.getMeta().getType());
+  return success();
+}
+
+LogicalResult PageMetaUpdateOp::verify() {
+  auto emit = [&]() { return emitOpError(); };
+  const char *const slotDims[] = {"T"};
+  const NamedTensor kc = named("key_cache", getKeyCache(), kPagedKeyDims);
+  const NamedTensor slots = named("slots", getSlots(), slotDims);
+  const NamedTensor meta = named("meta", getMeta(), kPagedMetaDims);
+  for (const NamedTensor *t : {&kc, &slots, &meta})
+    if (failed(checkRank(emit, *t)))
+      return failure();
+  for (unsigned d : {1u, 2u, 3u})
+    if (failed(checkStaticDim(emit, kc, d)))
+      return failure();
+  if (meta.isStatic(1) && meta.dim(1) != 2)
+    return emitOpError() << "'meta' holds a page's min and max: its dim 1 "
+                            "must be 2, got "
+                         << meta.dim(1);
+  return failure(failed(checkSameElementType(emit, meta, kc)) ||
+                 failed(checkSameDim(emit, meta, 0, kc, 0)) ||
+                 failed(checkSameDim(emit, meta, 2, kc, 2)) ||
+                 failed(checkSameDim(emit, meta, 3, kc, 3)));
+}
+
 LogicalResult KvCompactOp::verify() {
   auto emit = [&]() { return emitOpError(); };
   NamedTensor path = named("path", getPath(), kTreeDims);

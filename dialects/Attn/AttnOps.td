@@ -583,6 +583,35 @@ def Attn_KvAppendOp : Attn_PureOp<"kv_append", [AttrSizedOperandSegments]> {
   let hasCustomAssemblyFormat = 1;
 }
 
+def Attn_PageMetaUpdateOp : Attn_PureOp<"page_meta_update"> {
+  let summary = "refreshes the Quest bounds of the pages an append wrote";
+  let description = [{
+    After `attn.kv_append` wrote token `t` to flat slot `slots[t]` (`page *
+    P + offset`, `-1` skips it) of `key_cache [NP, P, Hkv, D]`, returns
+    `meta [NP, 2, Hkv, D]` (the bounds `attn.block_meta` computes over a
+    paged cache) with the bounds of each page that `slots` write taken
+    again over its slots `0 .. o`, where `o` is the offset of the last
+    token written to it: a sequence's keys fill a page from slot 0 in
+    order, so that is the page's fill after the append, and slots past it
+    (rows a rolled-back draft left) never loosen a bound. Other pages'
+    bounds come out unchanged, so a serving engine's step costs what its
+    new rows' pages cost, not what the cache costs. An entry returns the
+    result as the update of its `attn.in_place` metadata argument.
+
+    ```mlir
+    %meta2 = attn.page_meta_update %k_cache, %slots into %meta
+        : tensor<?x16x2x64xf32>, tensor<?xi32>, tensor<?x2x2x64xf32>
+    ```
+  }];
+  let arguments = (ins Attn_FloatTensor:$key_cache, Attn_I32Tensor:$slots,
+                       Attn_FloatTensor:$meta);
+  let results = (outs Attn_FloatTensor:$new_meta);
+  let assemblyFormat = [{
+    $key_cache `,` $slots `into` $meta attr-dict `:` type($key_cache) `,`
+    type($slots) `,` type($meta)
+  }];
+}
+
 def Attn_KvCompactOp : Attn_PureOp<"kv_compact", [AttrSizedOperandSegments]> {
   let summary = "moves the accepted path's KV rows right after the prefix";
   let description = [{

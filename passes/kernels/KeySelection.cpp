@@ -40,24 +40,36 @@ Value mlir::attn::sequenceOfToken(KernelEmitter &e, Value offsets,
                 })[0];
 }
 
-MetaBlock::MetaBlock(KernelEmitter &e, Value index, Value k, Value meta,
-                     Value used, int64_t blockSize)
-    : e(e), paged(static_cast<bool>(used)) {
-  auto type = cast<MemRefType>(k.getType());
-  if (paged) {
-    const int64_t numKvHeads = type.getDimSize(2);
-    page = e.div(index, e.index(numKvHeads));
-    head = e.rem(index, e.index(numKvHeads));
-    Value slots = e.toIndex(e.loadInt(used, {page}));
-    first = e.index(0);
-    end = e.select(e.icmp(arith::CmpIPredicate::eq, slots, first),
-                   e.index(blockSize), slots);
+MetaBlock::MetaBlock(KernelEmitter &e, Value index, const MetaLayout &layout,
+                     ValueRange bindings)
+    : keys(bindings.front()), meta(bindings.back()), e(e),
+      paged(layout.kind != MetaLayout::Blocks) {
+  auto type = cast<MemRefType>(keys.getType());
+  if (layout.kind == MetaLayout::Blocks) {
+    RowOfWorkgroup at(e, index, type.getDimSize(1), e.dim(meta, 2));
+    batch = at.batch, head = at.head, block = at.row;
+    first = e.mul(block, e.index(layout.blockSize));
+    end = e.minS(e.dim(keys, 2), e.add(first, e.index(layout.blockSize)));
     return;
   }
-  RowOfWorkgroup at(e, index, type.getDimSize(1), e.dim(meta, 2));
-  batch = at.batch, head = at.head, block = at.row;
-  first = e.mul(block, e.index(blockSize));
-  end = e.minS(e.dim(k, 2), e.add(first, e.index(blockSize)));
+  const int64_t numKvHeads = type.getDimSize(2);
+  Value item = e.div(index, e.index(numKvHeads));
+  head = e.rem(index, e.index(numKvHeads));
+  first = e.index(0);
+  if (layout.kind == MetaLayout::Pages) {
+    page = item;
+    Value slots = e.toIndex(e.loadInt(bindings[1], {page}));
+    end = e.select(e.icmp(arith::CmpIPredicate::eq, slots, first),
+                   e.index(layout.blockSize), slots);
+    return;
+  }
+  // The page is read only where the count says token `item` wrote it last
+  // (its slot is then no -1).
+  Value count = e.loadInt(bindings[2], {item});
+  live = e.icmp(arith::CmpIPredicate::sgt, count, e.i32(0));
+  page = e.div(e.toIndex(e.maxS(e.loadInt(bindings[1], {item}), e.i32(0))),
+               e.index(layout.blockSize));
+  end = e.toIndex(count);
 }
 
 SmallVector<Value> MetaBlock::key(Value j) const {
@@ -532,6 +544,48 @@ func::FuncOp mlir::attn::buildPageUseKernel(OpBuilder &builder, Location loc,
       Value before = e.loadInt(used, {page});
       memref::StoreOp::create(b, arith::MaxSIOp::create(b, before, slots), used,
                               ValueRange{page});
+    });
+  });
+  func::ReturnOp::create(b);
+  return func;
+}
+
+func::FuncOp mlir::attn::buildAppendedPagesKernel(OpBuilder &builder,
+                                                  Location loc, StringRef name,
+                                                  DictionaryAttr tiling,
+                                                  TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createKernel(builder, loc, name, bindingTypes, tiling, "appended_pages");
+  ImplicitLocOpBuilder b(loc, builder);
+  KernelEmitter e(b, /*vectorWidth=*/1);
+  auto args = func.getArguments();
+  Value slots = args[1], last = args[2], counts = args[3];
+  const int64_t pageSize = cast<MemRefType>(bindingTypes[0]).getDimSize(1);
+  Value c0 = e.index(0), c1 = e.index(1), tokens = e.dim(slots, 0);
+  // The runtime checked that every slot is -1 or a slot of the cache.
+  auto written = [&](Value t, function_ref<void(Value slot, Value page)> body) {
+    Value slot = e.loadInt(slots, {t});
+    e.ifThen(e.icmp(arith::CmpIPredicate::sge, slot, e.i32(0)),
+             [&] { body(slot, e.div(e.toIndex(slot), e.index(pageSize))); });
+  };
+  // Only the entries of written pages are set, then read: no pass over
+  // the cache's pages.
+  e.loop(c0, tokens, c1, [&](Value t) {
+    memref::StoreOp::create(b, e.i32(0), counts, ValueRange{t});
+    written(t, [&](Value, Value page) {
+      memref::StoreOp::create(b, e.toI32(t), last, ValueRange{page});
+    });
+  });
+  e.loop(c0, tokens, c1, [&](Value t) {
+    written(t, [&](Value slot, Value page) {
+      e.ifThen(
+          e.icmp(arith::CmpIPredicate::eq, e.loadInt(last, {page}), e.toI32(t)),
+          [&] {
+            Value offset = e.rem(e.toIndex(slot), e.index(pageSize));
+            memref::StoreOp::create(b, e.toI32(e.add(offset, c1)), counts,
+                                    ValueRange{t});
+          });
     });
   });
   func::ReturnOp::create(b);

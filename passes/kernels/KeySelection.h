@@ -64,19 +64,46 @@ private:
   Value token;
 };
 
-/// The block attn.block_meta bounds for `index`: a (batch, kv head, block)
-/// of k [B, Hkv, Lk, D] in RowOfWorkgroup's order, or over a paged cache
-/// (`used` given: the slots sequences use of each page, from
-/// buildPageUseKernel) a (page, kv head) of k_cache [NP, P, Hkv, D], the
-/// kv head fastest, whose keys are its used slots (all P when no sequence
-/// uses it).
+/// What a block-metadata kernel bounds: the blocks of keys [B, Hkv, Lk, D]
+/// (attn.block_meta), the pages of a paged cache (attn.block_meta with a
+/// page table), or the pages an append wrote (attn.page_meta_update).
+struct MetaLayout {
+  enum Kind { Blocks, Pages, AppendedPages } kind;
+  int64_t blockSize;
+
+  static MetaLayout of(BlockMetaOp op) {
+    return {op.getPageTable() ? Pages : Blocks,
+            static_cast<int64_t>(op.getBlockSize())};
+  }
+  static MetaLayout of(PageMetaUpdateOp op) {
+    return {AppendedPages,
+            cast<ShapedType>(op.getKeyCache().getType()).getDimSize(1)};
+  }
+};
+
+/// The block a block-metadata kernel bounds for `index`, from the kernel's
+/// bindings (without the index), by its layout:
+///  - Blocks: k [B, Hkv, Lk, D], meta [B, Hkv, NB, 2, D]; index = (batch,
+///    kv head, block) in RowOfWorkgroup's order;
+///  - Pages: k_cache [NP, P, Hkv, D], used [NP] (the slots sequences use of
+///    each page, from buildPageUseKernel), kmeta_pages [NP, 2, Hkv, D];
+///    index = (page, kv head), the kv head fastest; a page's keys are its
+///    used slots (all P when no sequence uses it);
+///  - AppendedPages: k_cache, slots [T], counts [T] (from
+///    buildAppendedPagesKernel), kmeta_pages; index = (token, kv head), the
+///    kv head fastest; the page of slots[t] over its first counts[t] slots,
+///    bounded only where counts[t] > 0 (`live`).
 class MetaBlock {
 public:
-  MetaBlock(KernelEmitter &e, Value index, Value k, Value meta, Value used,
-            int64_t blockSize);
+  MetaBlock(KernelEmitter &e, Value index, const MetaLayout &layout,
+            ValueRange bindings);
+  /// The keys and the metadata the kernel writes.
+  Value keys, meta;
   /// The block's keys [first, end).
   Value first, end;
-  /// The index prefix of key `j` in k, before the feature index.
+  /// Whether the index has a block to bound (null: always).
+  Value live;
+  /// The index prefix of key `j` in the keys, before the feature index.
   SmallVector<Value> key(Value j) const;
   /// The index prefix of bound `which` (0: min, 1: max) in the metadata,
   /// before the feature index.
@@ -324,6 +351,16 @@ void setFlag(KernelEmitter &e, const RowBuffer &flags, Value n);
 func::FuncOp buildPageUseKernel(OpBuilder &builder, Location loc,
                                 StringRef name, DictionaryAttr tiling,
                                 TypeRange bindingTypes);
+
+/// Bindings: k_cache [NP, P, Hkv, D], slots [T] (those of an append:
+/// flat slots or -1), last [NP] (i32 scratch), counts [T] (i32). One
+/// workgroup: counts[t] becomes offset + 1 of slots[t] when token t is the
+/// last of `slots` written to its page, else 0, so that
+/// attn.page_meta_update bounds each written page once, over its fill.
+/// Scalar code, so also the CUDA kernel (one thread).
+func::FuncOp buildAppendedPagesKernel(OpBuilder &builder, Location loc,
+                                      StringRef name, DictionaryAttr tiling,
+                                      TypeRange bindingTypes);
 
 /// Bindings: tokens, target, parents, path, length, bonus. Workgroup =
 /// batch row. Scalar code, so also the CUDA kernel (one thread per batch

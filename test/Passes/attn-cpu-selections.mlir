@@ -234,3 +234,40 @@ func.func @prefix_tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x1x?x16xf32>,
         tensor<?x?xi32>
   return %o : tensor<?x4x?x16xf32>
 }
+
+// -----
+
+// The bounds of the pages an append wrote (attn.page_meta_update), into the
+// in-place metadata: one workgroup finds the token that wrote each page
+// last (its count: offset + 1; 0 for the others), then a workgroup per
+// (token, kv head) bounds that token's page over its count of slots.
+// CHECK-LABEL: func.func private @refresh__appended_pages0(
+// CHECK-SAME:    attn.kernel = "appended_pages"
+// CHECK:         memref.store %{{.*}}, %arg2[%{{.*}}] : memref<?xi32>
+// CHECK:         %[[LAST:.*]] = memref.load %arg2
+// CHECK:         arith.cmpi eq, %[[LAST]]
+// CHECK:         arith.remui %{{.*}}, %c4
+// CHECK:         memref.store %{{.*}}, %arg3[%{{.*}}] : memref<?xi32>
+// CHECK-LABEL: func.func private @refresh__page_meta_update1(
+// CHECK-SAME:    attn.kernel = "block_meta"
+// CHECK:         %[[COUNT:.*]] = memref.load %arg2[%{{.*}}] : memref<?xi32>
+// CHECK:         %[[LIVE:.*]] = arith.cmpi sgt, %[[COUNT]]
+// CHECK:         scf.if %[[LIVE]] {
+// CHECK:           scf.for %{{.*}} = %c0 to %{{.*}} step %c1 iter_args
+// CHECK:             arith.minimumf
+// CHECK:             arith.maximumf
+// CHECK:           vector.store %{{.*}}, %arg3[
+// CHECK-LABEL: func.func @refresh(
+// CHECK-SAME:    %arg1: memref<?xi32> {attn.contract = "cache_slots", attn.contract_input = 0 : i64
+// CHECK-SAME:    %arg2: memref<?x2x2x8xf32> {attn.in_place
+// CHECK:         %[[PAGES:.*]] = memref.alloc(%{{.*}}) : memref<?xi32>
+// CHECK:         %[[COUNTS:.*]] = memref.alloc(%{{.*}}) : memref<?xi32>
+// CHECK:         attn_kernel.dispatch @refresh__appended_pages0 workgroups(%c1) bindings(%arg0, %arg1, %[[PAGES]], %[[COUNTS]])
+// CHECK:         attn_kernel.dispatch @refresh__page_meta_update1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %[[COUNTS]], %arg2)
+func.func @refresh(%kc: tensor<?x4x2x8xf32>, %slots: tensor<?xi32>,
+                   %meta: tensor<?x2x2x8xf32> {attn.in_place})
+    -> tensor<?x2x2x8xf32> {
+  %meta2 = attn.page_meta_update %kc, %slots into %meta
+      : tensor<?x4x2x8xf32>, tensor<?xi32>, tensor<?x2x2x8xf32>
+  return %meta2 : tensor<?x2x2x8xf32>
+}

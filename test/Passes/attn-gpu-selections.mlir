@@ -428,3 +428,27 @@ func.func @accept(%tokens: tensor<?x?xi32>, %target: tensor<?x?xi32>,
       : tensor<?x?xi32>, tensor<?x?xi32>, tensor<?x?xi32>
   return %path, %length, %bonus : tensor<?x?xi32>, tensor<?xi32>, tensor<?xi32>
 }
+
+// -----
+
+// attn.page_meta_update on CUDA: the scalar kernel that finds each written
+// page's last token (one thread), then a thread per (token, kv head,
+// channel), idle unless its token wrote its page last.
+// CHECK-LABEL: func.func private @refresh__appended_pages0(
+// CHECK-SAME:    attn.kernel = "appended_pages"
+// CHECK-LABEL: func.func private @refresh__page_meta_update1(
+// CHECK-SAME:    attn.kernel = "block_meta"
+// CHECK:         scf.if
+// CHECK:           scf.for
+// CHECK:             arith.minimumf
+// CHECK-LABEL: func.func @refresh(
+// CHECK:         attn_kernel.dispatch @refresh__appended_pages0 workgroups(%c1)
+// CHECK:         %[[THREADS:.*]] = arith.muli %{{.*}}, %c16 : index
+// CHECK:         attn_kernel.dispatch @refresh__page_meta_update1 workgroups(%[[THREADS]])
+func.func @refresh(%kc: tensor<?x4x2x8xf32>, %slots: tensor<?xi32>,
+                   %meta: tensor<?x2x2x8xf32> {attn.in_place})
+    -> tensor<?x2x2x8xf32> {
+  %meta2 = attn.page_meta_update %kc, %slots into %meta
+      : tensor<?x4x2x8xf32>, tensor<?xi32>, tensor<?x2x2x8xf32>
+  return %meta2 : tensor<?x2x2x8xf32>
+}

@@ -221,6 +221,75 @@ TEST_P(PagedAppend, WritesEachTokenToItsSlotOfALatentCache) {
   EXPECT_EQ(ref::maxRelativeError(fromRuntime(inputs[2]), expected), 0.0);
 }
 
+// <layer>.meta_update, after an append with the same slots: each page a
+// slot writes gets its bounds again over its slots 0 .. o, o the offset of
+// the last token written to it (a later, lower offset shrinks the fill:
+// a rolled-back draft's rows past it are left out); slot -1 writes
+// nothing, and every other page keeps its bounds bit for bit. Page sizes
+// 1, 16 and 5; decode (a slot per sequence), a prefill across pages, a
+// page written twice, and no tokens.
+TEST_P(PagedAppend, RefreshesTheBoundsOfThePagesItWrote) {
+  const Backend backend = GetParam();
+  struct UpdateCase {
+    int64_t pageSize, pages;
+    std::vector<int32_t> slots;
+  };
+  const UpdateCase cases[] = {
+      {16, 6, {16 * 3 + 7, 16 * 0 + 15, -1, 16 * 5 + 0}},
+      {16, 5, {}},
+      {5,
+       9,
+       {5 * 2 + 3, 5 * 2 + 4, 5 * 7 + 0, 5 * 7 + 1, 5 * 7 + 2, 5 * 7 + 3,
+        5 * 7 + 4, 5 * 4 + 0, 5 * 4 + 1, -1, 5 * 8 + 4, 5 * 8 + 1}},
+      {1, 4, {3, -1, 0, 2}},
+  };
+  for (const UpdateCase &c : cases) {
+    SCOPED_TRACE("page size " + std::to_string(c.pageSize) + ", " +
+                 std::to_string(c.slots.size()) + " tokens");
+    const int64_t P = c.pageSize, T = static_cast<int64_t>(c.slots.size());
+    std::string skip;
+    std::unique_ptr<Model> model = compileAndLoadFor(
+        backend,
+        modelDescription(R"({"model": "p", "layers": [{"name": "attn",
+          "type": "attention", "num_heads": 4, "num_kv_heads": 2,
+          "head_dim": 24, "value_dim": 20, "sparsity": {"method": "top_k",
+          "top_k": 2}, "layout": {"page_size": )" +
+                         std::to_string(P) + "}}]}"),
+        2, skip);
+    if (!skip.empty())
+      GTEST_SKIP() << skip;
+    ASSERT_TRUE(model);
+    std::mt19937_64 rng(11 + P);
+    ref::Tensor kCache = randomF32({c.pages, P, kHkv, kD}, rng, -3, 3);
+    ref::Tensor meta = randomF32({c.pages, 2, kHkv, kD}, rng, -3, 3);
+    ref::IntTensor slots({T});
+    std::vector<int64_t> fill(c.pages, 0); // the offset written last, + 1
+    for (int64_t t = 0; t < T; ++t) {
+      slots(t) = c.slots[t];
+      if (c.slots[t] >= 0)
+        fill[c.slots[t] / P] = c.slots[t] % P + 1;
+    }
+    ref::Tensor expected = meta;
+    for (int64_t page = 0; page < c.pages; ++page)
+      for (int64_t h = 0; fill[page] && h < kHkv; ++h)
+        for (int64_t d = 0; d < kD; ++d) {
+          double low = INFINITY, high = -INFINITY;
+          for (int64_t slot = 0; slot < fill[page]; ++slot) {
+            low = std::min(low, kCache(page, slot, h, d));
+            high = std::max(high, kCache(page, slot, h, d));
+          }
+          expected(page, 0, h, d) = low;
+          expected(page, 1, h, d) = high;
+        }
+    std::vector<Tensor> inputs{toRuntime(kCache), intsToRuntime(slots),
+                               toRuntime(meta)};
+    std::vector<Tensor> outputs = runEntry(*model, "attn.meta_update", inputs);
+    EXPECT_TRUE(outputs.empty());
+    EXPECT_EQ(ref::maxRelativeError(fromRuntime(inputs[2]), expected), 0.0);
+    EXPECT_EQ(ref::maxRelativeError(fromRuntime(inputs[0]), kCache), 0.0);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, PagedAppend, allBackends(),
                          [](const auto &info) {
                            return std::string(backendName(info.param));

@@ -2,7 +2,9 @@
 # Quest top-k over a paged KV cache through the Python package (SPEC §8,
 # §1.3, §9): the pages are the blocks, <layer>.meta bounds each page's keys
 # (junk past a sequence's last key left out), and <layer> attends to each
-# row's top-k pages, in a ragged batch of decode and extend rows. Checked
+# row's top-k pages, in a ragged batch of decode and extend rows; a serving
+# step's <layer>.append then <layer>.meta_update with the same slots leaves
+# the bounds <layer>.meta computes from scratch. Checked
 # against a NumPy float64 reference written from SPEC §1.3 (independent of
 # the C++ reference the e2e tests use); a page of the table outside the
 # cache is an error naming it, and nothing is returned.
@@ -125,4 +127,47 @@ except attn.Error as error:
     message = str(error)
     assert f"page_table[2][1] = {num_pages} must be a page in [0, {num_pages})" \
         in message, message
+# A serving step: one new token for sequence 0, eleven for sequence 2
+# (crossing into a free page), appended, then the written pages' bounds
+# refreshed in place; every page of every sequence has the bounds .meta
+# computes from scratch, and the pages nothing wrote keep theirs.
+assert [a.name for a in m.signature("attn.meta_update").inputs] == [
+    "k_cache", "slots", "kmeta_pages"]
+new_tokens = [1, 0, 11]
+free = [p for p in range(num_pages) if p not in table[table < num_pages]]
+slots, k_new, v_new = [], [], []
+for b, count in enumerate(new_tokens):
+    for j in range(lengths[b], lengths[b] + count):
+        if j // P >= needed[b]:
+            table[b, j // P] = free.pop()
+            needed[b] += 1
+        slots.append(table[b, j // P] * P + j % P)
+        k_new.append(rng.standard_normal((HKV, D)))
+        v_new.append(rng.standard_normal((HKV, D)))
+lengths = [n + c for n, c in zip(lengths, new_tokens)]
+slots = np.array(slots, np.int32)
+k_new = np.array(k_new, np.float32)
+m["attn.append"](k_new, np.array(v_new, np.float32), slots, k_cache, v_cache)
+before = meta.copy()
+m["attn.meta_update"](k_cache, slots, meta)
+fresh = m["attn.meta"](k_cache, table, np.array(lengths, np.int32))
+written = set(int(s) // P for s in slots)
+for b, n in enumerate(lengths):
+    for p in range(needed[b]):
+        assert np.array_equal(meta[table[b, p]], fresh[table[b, p]]), (b, p)
+for page in set(range(num_pages)) - written:
+    assert np.array_equal(meta[page], before[page]), page
+
+# Slots outside the cache, or repeated, are named; nothing is written.
+for bad_slots, expected in [
+        (np.array([3, num_pages * P], np.int32),
+         f"slots[1] = {num_pages * P} must be"),
+        (np.array([3, 3], np.int32), "slots[1] = 3 is also slots[0]")]:
+    before = meta.copy()
+    try:
+        m["attn.meta_update"](k_cache, bad_slots, meta)
+        raise AssertionError("no error")
+    except attn.Error as error:
+        assert expected in str(error) and "'slots'" in str(error), str(error)
+    assert np.array_equal(meta, before)
 print("paged sparsity: ok")

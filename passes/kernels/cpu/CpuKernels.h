@@ -85,12 +85,11 @@ func::FuncOp buildSplitKvMergeKernel(OpBuilder &builder, Location loc,
 /// Rows of keys that one KV-compaction workgroup copies.
 constexpr int64_t kCompactRowTile = 64;
 
-/// Bindings: k [B, Hkv, Lk, D], meta [B, Hkv, NB, 2, D]. Workgroup =
-/// (batch, kv head, block). Over a paged cache: k_cache [NP, P, Hkv, D],
-/// the pages' used slots (buildPageUseKernel), kmeta_pages [NP, 2, Hkv,
-/// D]; workgroup = (page, kv head).
+/// Bindings and workgroups: MetaBlock's, by `layout` (the blocks of
+/// attn.block_meta, with or without pages, or the pages of
+/// attn.page_meta_update).
 func::FuncOp buildBlockMetaKernel(OpBuilder &builder, Location loc,
-                                  StringRef name, BlockMetaOp op,
+                                  StringRef name, const MetaLayout &layout,
                                   const CpuTiling &tiling,
                                   TypeRange bindingTypes);
 

@@ -186,7 +186,8 @@ Value gatherMarkedKeys(KernelEmitter &e, Value marks, int64_t blockSize,
 //===----------------------------------------------------------------------===//
 
 func::FuncOp mlir::attn::buildBlockMetaKernel(OpBuilder &builder, Location loc,
-                                              StringRef name, BlockMetaOp op,
+                                              StringRef name,
+                                              const MetaLayout &layout,
                                               const CpuTiling &tiling,
                                               TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
@@ -194,28 +195,32 @@ func::FuncOp mlir::attn::buildBlockMetaKernel(OpBuilder &builder, Location loc,
       createKernel(builder, loc, name, bindingTypes, tiling, "block_meta");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, tiling.vectorWidth);
-  const bool paged = static_cast<bool>(op.getPageTable());
   auto args = func.getArguments();
-  Value k = args[0], meta = args.drop_back().back(), workgroup = args.back();
   const int64_t D = staticDim(bindingTypes[0], 3);
-
-  MetaBlock block(e, workgroup, k, meta, paged ? args[1] : Value(),
-                  op.getBlockSize());
+  MetaBlock block(e, args.back(), layout, args.drop_back());
+  Value k = block.keys, meta = block.meta;
   // Channel-wise min and max, a vector of channels at a time.
-  for (int64_t off = 0; off < D; off += e.width) {
-    int64_t lanes = std::min(e.width, D - off);
-    SmallVector<Value> extremes = e.loop(
-        block.first, block.end, e.index(1),
-        {e.splat(std::numeric_limits<float>::infinity()), e.splat(kNegInf)},
-        [&](Value j, ValueRange it) -> SmallVector<Value> {
-          Value key =
-              e.loadVector(k, withIndex(block.key(j), e.index(off)), lanes);
-          return {arith::MinimumFOp::create(b, it[0], key), e.fmax(it[1], key)};
-        });
-    for (int64_t which = 0; which < 2; ++which)
-      e.storeVector(extremes[which], meta,
-                    withIndex(block.bound(which), e.index(off)), lanes);
-  }
+  auto bound = [&] {
+    for (int64_t off = 0; off < D; off += e.width) {
+      int64_t lanes = std::min(e.width, D - off);
+      SmallVector<Value> extremes = e.loop(
+          block.first, block.end, e.index(1),
+          {e.splat(std::numeric_limits<float>::infinity()), e.splat(kNegInf)},
+          [&](Value j, ValueRange it) -> SmallVector<Value> {
+            Value key =
+                e.loadVector(k, withIndex(block.key(j), e.index(off)), lanes);
+            return {arith::MinimumFOp::create(b, it[0], key),
+                    e.fmax(it[1], key)};
+          });
+      for (int64_t which = 0; which < 2; ++which)
+        e.storeVector(extremes[which], meta,
+                      withIndex(block.bound(which), e.index(off)), lanes);
+    }
+  };
+  if (block.live)
+    e.ifThen(block.live, bound);
+  else
+    bound();
   func::ReturnOp::create(b);
   return func;
 }

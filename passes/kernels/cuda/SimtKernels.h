@@ -747,9 +747,10 @@ SmallVector<Value> forEachListedBlock(
     Value from, Value to, ValueRange inits,
     function_ref<SmallVector<Value>(Value block, ValueRange iters)> body);
 
-/// One thread per (batch, kv head, block, channel). Bindings: k, meta.
+/// One thread per (MetaBlock's index by `layout`, channel), the channel
+/// fastest; MetaBlock's bindings.
 func::FuncOp buildSimtBlockMetaKernel(OpBuilder &builder, Location loc,
-                                      StringRef name, BlockMetaOp op,
+                                      StringRef name, const MetaLayout &layout,
                                       const GpuTiling &tiling,
                                       TypeRange bindingTypes);
 

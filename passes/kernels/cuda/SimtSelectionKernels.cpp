@@ -173,7 +173,7 @@ SmallVector<Value> mlir::attn::forEachListedBlock(
 
 func::FuncOp mlir::attn::buildSimtBlockMetaKernel(OpBuilder &builder,
                                                   Location loc, StringRef name,
-                                                  BlockMetaOp op,
+                                                  const MetaLayout &layout,
                                                   const GpuTiling &tiling,
                                                   TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
@@ -182,24 +182,28 @@ func::FuncOp mlir::attn::buildSimtBlockMetaKernel(OpBuilder &builder,
   ImplicitLocOpBuilder b(loc, builder);
   SimtEmitter e(b);
   auto args = func.getArguments();
-  Value k = args[0], meta = args.drop_back().back(), thread = args.back();
-  const bool paged = static_cast<bool>(op.getPageTable());
+  Value thread = args.back();
   const int64_t D = staticDim(bindingTypes[0], 3);
 
-  // Thread order (batch, kv head, block, channel) or (page, kv head,
-  // channel), the channel fastest.
+  // Thread order (MetaBlock's index, channel), the channel fastest.
   Value channel = e.rem(thread, e.index(D));
-  MetaBlock block(e, e.div(thread, e.index(D)), k, meta,
-                  paged ? args[1] : Value(), op.getBlockSize());
-  SmallVector<Value> extremes = e.loop(
-      block.first, block.end, e.index(1),
-      {e.scalar(std::numeric_limits<float>::infinity()), e.scalar(kNegInf)},
-      [&](Value j, ValueRange it) -> SmallVector<Value> {
-        Value key = e.load(k, withIndex(block.key(j), channel));
-        return {arith::MinimumFOp::create(b, it[0], key), e.fmax(it[1], key)};
-      });
-  for (int64_t which = 0; which < 2; ++which)
-    e.store(extremes[which], meta, withIndex(block.bound(which), channel));
+  MetaBlock block(e, e.div(thread, e.index(D)), layout, args.drop_back());
+  auto bound = [&] {
+    SmallVector<Value> extremes = e.loop(
+        block.first, block.end, e.index(1),
+        {e.scalar(std::numeric_limits<float>::infinity()), e.scalar(kNegInf)},
+        [&](Value j, ValueRange it) -> SmallVector<Value> {
+          Value key = e.load(block.keys, withIndex(block.key(j), channel));
+          return {arith::MinimumFOp::create(b, it[0], key), e.fmax(it[1], key)};
+        });
+    for (int64_t which = 0; which < 2; ++which)
+      e.store(extremes[which], block.meta,
+              withIndex(block.bound(which), channel));
+  };
+  if (block.live)
+    e.ifThen(block.live, bound);
+  else
+    bound();
   func::ReturnOp::create(b);
   return func;
 }

@@ -277,6 +277,30 @@ func.func @ragged_selection_rows(%q: tensor<?x4x24xf32>, %kc: tensor<?x16x2x24xf
 
 // -----
 
+func.func @page_meta_update_heads(%kc: tensor<9x16x2x64xf32>, %s: tensor<5xi32>, %m: tensor<9x2x4x64xf32>) {
+  // expected-error @+1 {{'meta' dim 2 (Hkv) must match 'key_cache' dim 2 (Hkv): expected 2, got 4}}
+  %a = attn.page_meta_update %kc, %s into %m : tensor<9x16x2x64xf32>, tensor<5xi32>, tensor<9x2x4x64xf32>
+  return
+}
+
+// -----
+
+func.func @page_meta_update_pages(%kc: tensor<9x16x2x64xf32>, %s: tensor<5xi32>, %m: tensor<8x2x2x64xf32>) {
+  // expected-error @+1 {{'meta' dim 0 (NP) must match 'key_cache' dim 0 (NP): expected 9, got 8}}
+  %a = attn.page_meta_update %kc, %s into %m : tensor<9x16x2x64xf32>, tensor<5xi32>, tensor<8x2x2x64xf32>
+  return
+}
+
+// -----
+
+func.func @page_meta_update_bounds(%kc: tensor<9x16x2x64xf32>, %s: tensor<5xi32>, %m: tensor<9x3x2x64xf32>) {
+  // expected-error @+1 {{'meta' holds a page's min and max: its dim 1 must be 2, got 3}}
+  %a = attn.page_meta_update %kc, %s into %m : tensor<9x16x2x64xf32>, tensor<5xi32>, tensor<9x3x2x64xf32>
+  return
+}
+
+// -----
+
 // The operand lists say which form an append is: 3 and 2, or 2 and 1.
 func.func @append_operand_lists(%k: tensor<5x2x64xf32>, %s: tensor<5xi32>, %kc: tensor<9x16x2x64xf32>) {
   // expected-error @+1 {{expected key, [value,] slots into key_cache[, value_cache], got 2 operands before 'into' and 2 after}}

@@ -180,6 +180,20 @@ func.func @append(%k: tensor<?x2x64xf32>, %v: tensor<?x2x32xf32>,
 
 // -----
 
+// The bounds of the pages an append wrote, refreshed in place.
+// CHECK-LABEL: func.func @page_meta_update
+// CHECK: attn.page_meta_update %{{.*}}, %{{.*}} into %{{.*}} : tensor<?x16x2x64xf32>, tensor<?xi32>, tensor<?x2x2x64xf32>
+// BYTECODE: page_meta_update
+func.func @page_meta_update(%kc: tensor<?x16x2x64xf32>, %slots: tensor<?xi32>,
+                            %meta: tensor<?x2x2x64xf32>)
+    -> tensor<?x2x2x64xf32> {
+  %meta2 = attn.page_meta_update %kc, %slots into %meta
+      : tensor<?x16x2x64xf32>, tensor<?xi32>, tensor<?x2x2x64xf32>
+  return %meta2 : tensor<?x2x2x64xf32>
+}
+
+// -----
+
 // Sparsity over a paged cache: each page's bounds [NP, 2, Hkv, D], top-k
 // pages and top-p tokens through the page table, and attention over them.
 // CHECK-LABEL: func.func @paged_sparsity
