@@ -184,9 +184,17 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     return;
   }
   if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
-    // Bindings k_cache, slots, counts, kmeta_pages: a workgroup per (new
-    // token, kv head), idle unless the token wrote its page last.
+    // Bindings k_cache, slots, fill, leader, kmeta_pages: one workgroup
+    // finds the written pages' fill and leader, then a workgroup per (new
+    // token, kv head), idle unless the token leads its page.
     Value cache = bindings[0];
+    std::string pagesName = kernelName("appended_pages");
+    dispatchKernel(b, m.index(1), bindings.take_front(4),
+                   [&](OpBuilder &builder, TypeRange types) {
+                     return AppendedPages::buildScalarKernel(
+                         builder, loc, pagesName, tiling.toAttr(b.getContext()),
+                         types);
+                   });
     emit(m.mul(m.dim(bindings[1], 0), m.index(m.staticDim(cache, 2))),
          [&](OpBuilder &builder, TypeRange types) {
            return buildBlockMetaKernel(builder, loc, name,

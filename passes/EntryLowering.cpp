@@ -972,27 +972,20 @@ void EntryLowering::lowerOp(ImplicitLocOpBuilder &b, Operation *op) {
     bindResult(accept.getLength(), {batch});
     bindResult(accept.getBonus(), {batch});
   } else if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
-    // k_cache, slots, kmeta_pages (in place, checked before lowering): one
-    // workgroup finds the token that wrote each written page last, then the
-    // target's kernel bounds those pages (k_cache, slots, counts,
-    // kmeta_pages).
+    // k_cache, slots, kmeta_pages (in place, checked before lowering): the
+    // target's kernels find the written pages' fill and leader (scratch
+    // [NP], only the written pages' entries set), then bound those pages
+    // (k_cache, slots, fill, leader, kmeta_pages).
     bindOperands(update->getOperands());
-    Value cache = bindings[0], slots = bindings[1], meta = bindings[2];
-    auto i32Row = [&](Value size) -> Value {
+    Value cache = bindings[0], meta = bindings[2];
+    auto pageScratch = [&]() -> Value {
       return memref::AllocOp::create(
           b, MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
-          ValueRange{size});
+          ValueRange{m.dim(cache, 0)});
     };
-    Value last = i32Row(m.dim(cache, 0)), counts = i32Row(m.dim(slots, 0));
-    std::string pagesName = kernelName("appended_pages");
-    dispatchKernel(b, m.index(1), {cache, slots, last, counts},
-                   [&](OpBuilder &builder, TypeRange types) {
-                     return buildAppendedPagesKernel(
-                         builder, op->getLoc(), pagesName,
-                         scalarTiling(b.getContext()), types);
-                   });
+    Value fill = pageScratch(), leader = pageScratch();
     buffers.map(update.getNewMeta(), meta);
-    bindings = {cache, slots, counts, meta};
+    bindings = {cache, bindings[1], fill, leader, meta};
   } else if (auto append = dyn_cast<KvAppendOp>(op)) {
     // The caches are in-place arguments (checked before lowering): the
     // kernel writes the new rows into their buffers.

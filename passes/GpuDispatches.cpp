@@ -293,9 +293,21 @@ void GpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
         });
   }
   if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
-    // Bindings k_cache, slots, counts, kmeta_pages: a thread per (new
-    // token, kv head, channel), idle unless the token wrote its page last.
+    // Bindings k_cache, slots, fill, leader, kmeta_pages: a thread per new
+    // token resets its page's fill and leader, then (the next dispatch,
+    // once every reset is done) combines its offset and index into them by
+    // atomics, then a thread per (new token, kv head, channel), idle
+    // unless the token leads its page.
     Value cache = bindings[0];
+    for (bool combine : {false, true}) {
+      std::string stepName =
+          kernelName(combine ? "appended_pages" : "appended_pages_reset");
+      dispatchKernel(b, m.dim(bindings[1], 0), bindings.take_front(4),
+                     [&](OpBuilder &builder, TypeRange types) {
+                       return buildSimtAppendedPagesKernel(
+                           builder, loc, stepName, combine, tiling, types);
+                     });
+    }
     Value threads =
         m.mul(m.mul(m.dim(bindings[1], 0), m.index(m.staticDim(cache, 2))),
               m.index(m.staticDim(cache, 3)));

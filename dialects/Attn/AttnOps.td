@@ -590,10 +590,10 @@ def Attn_PageMetaUpdateOp : Attn_PureOp<"page_meta_update"> {
     P + offset`, `-1` skips it) of `key_cache [NP, P, Hkv, D]`, returns
     `meta [NP, 2, Hkv, D]` (the bounds `attn.block_meta` computes over a
     paged cache) with the bounds of each page that `slots` write taken
-    again over its slots `0 .. o`, where `o` is the offset of the last
-    token written to it: a sequence's keys fill a page from slot 0 in
-    order, so that is the page's fill after the append, and slots past it
-    (rows a rolled-back draft left) never loosen a bound. Other pages'
+    again over its slots `0 .. o`, where `o` is the highest offset written
+    to it: a sequence's keys fill a page from slot 0 in order, so that is
+    the page's fill after the append, and slots past it (rows a rolled-back
+    draft left) never loosen a bound. Other pages'
     bounds come out unchanged, so a serving engine's step costs what its
     new rows' pages cost, not what the cache costs. An entry returns the
     result as the update of its `attn.in_place` metadata argument.

@@ -63,13 +63,23 @@ MetaBlock::MetaBlock(KernelEmitter &e, Value index, const MetaLayout &layout,
                    e.index(layout.blockSize), slots);
     return;
   }
-  // The page is read only where the count says token `item` wrote it last
-  // (its slot is then no -1).
-  Value count = e.loadInt(bindings[2], {item});
-  live = e.icmp(arith::CmpIPredicate::sgt, count, e.i32(0));
-  page = e.div(e.toIndex(e.maxS(e.loadInt(bindings[1], {item}), e.i32(0))),
-               e.index(layout.blockSize));
-  end = e.toIndex(count);
+  // Token `item` bounds its page if it wrote one (no -1 slot) and is its
+  // leader; fill and leader are read only then (a -1 slot has no page).
+  Value slot = e.loadInt(bindings[1], {item});
+  page = e.div(e.toIndex(e.maxS(slot, e.i32(0))), e.index(layout.blockSize));
+  SmallVector<Value> found = e.ifElse(
+      e.icmp(arith::CmpIPredicate::sge, slot, e.i32(0)),
+      [&]() -> SmallVector<Value> {
+        return {e.icmp(arith::CmpIPredicate::eq, e.loadInt(bindings[3], {page}),
+                       e.toI32(item)),
+                e.toIndex(e.loadInt(bindings[2], {page}))};
+      },
+      [&]() -> SmallVector<Value> {
+        return {arith::ConstantIntOp::create(e.b, e.b.getI1Type(), 0),
+                e.index(0)};
+      });
+  live = found[0];
+  end = found[1];
 }
 
 SmallVector<Value> MetaBlock::key(Value j) const {
@@ -550,43 +560,60 @@ func::FuncOp mlir::attn::buildPageUseKernel(OpBuilder &builder, Location loc,
   return func;
 }
 
-func::FuncOp mlir::attn::buildAppendedPagesKernel(OpBuilder &builder,
-                                                  Location loc, StringRef name,
-                                                  DictionaryAttr tiling,
-                                                  TypeRange bindingTypes) {
+/// Runs body(slot, page) for token `t` if it writes a page (no -1 slot;
+/// the runtime checked the others are slots of the cache).
+static void ifWritten(KernelEmitter &e, ValueRange bindings, Value t,
+                      function_ref<void(Value slot, Value page)> body) {
+  const int64_t pageSize =
+      cast<MemRefType>(bindings[0].getType()).getDimSize(1);
+  Value slot = e.loadInt(bindings[1], {t});
+  e.ifThen(e.icmp(arith::CmpIPredicate::sge, slot, e.i32(0)),
+           [&] { body(slot, e.div(e.toIndex(slot), e.index(pageSize))); });
+}
+
+void AppendedPages::reset(KernelEmitter &e, ValueRange bindings, Value t) {
+  Value tokens = e.toI32(e.dim(bindings[1], 0));
+  ifWritten(e, bindings, t, [&](Value, Value page) {
+    memref::StoreOp::create(e.b, e.i32(0), bindings[2], ValueRange{page});
+    memref::StoreOp::create(e.b, tokens, bindings[3], ValueRange{page});
+  });
+}
+
+void AppendedPages::combine(
+    KernelEmitter &e, ValueRange bindings, Value t,
+    function_ref<void(arith::AtomicRMWKind, Value, Value, Value)> update) {
+  const int64_t pageSize =
+      cast<MemRefType>(bindings[0].getType()).getDimSize(1);
+  ifWritten(e, bindings, t, [&](Value slot, Value page) {
+    Value offset = e.rem(e.toIndex(slot), e.index(pageSize));
+    update(arith::AtomicRMWKind::maxs, e.toI32(e.add(offset, e.index(1))),
+           bindings[2], page);
+    update(arith::AtomicRMWKind::mins, e.toI32(t), bindings[3], page);
+  });
+}
+
+func::FuncOp AppendedPages::buildScalarKernel(OpBuilder &builder, Location loc,
+                                              StringRef name,
+                                              DictionaryAttr tiling,
+                                              TypeRange bindingTypes) {
   OpBuilder::InsertionGuard guard(builder);
   func::FuncOp func =
       createKernel(builder, loc, name, bindingTypes, tiling, "appended_pages");
   ImplicitLocOpBuilder b(loc, builder);
   KernelEmitter e(b, /*vectorWidth=*/1);
-  auto args = func.getArguments();
-  Value slots = args[1], last = args[2], counts = args[3];
-  const int64_t pageSize = cast<MemRefType>(bindingTypes[0]).getDimSize(1);
-  Value c0 = e.index(0), c1 = e.index(1), tokens = e.dim(slots, 0);
-  // The runtime checked that every slot is -1 or a slot of the cache.
-  auto written = [&](Value t, function_ref<void(Value slot, Value page)> body) {
-    Value slot = e.loadInt(slots, {t});
-    e.ifThen(e.icmp(arith::CmpIPredicate::sge, slot, e.i32(0)),
-             [&] { body(slot, e.div(e.toIndex(slot), e.index(pageSize))); });
-  };
-  // Only the entries of written pages are set, then read: no pass over
-  // the cache's pages.
+  ValueRange bindings = func.getArguments().drop_back();
+  Value c0 = e.index(0), c1 = e.index(1), tokens = e.dim(bindings[1], 0);
+  e.loop(c0, tokens, c1, [&](Value t) { reset(e, bindings, t); });
   e.loop(c0, tokens, c1, [&](Value t) {
-    memref::StoreOp::create(b, e.i32(0), counts, ValueRange{t});
-    written(t, [&](Value, Value page) {
-      memref::StoreOp::create(b, e.toI32(t), last, ValueRange{page});
-    });
-  });
-  e.loop(c0, tokens, c1, [&](Value t) {
-    written(t, [&](Value slot, Value page) {
-      e.ifThen(
-          e.icmp(arith::CmpIPredicate::eq, e.loadInt(last, {page}), e.toI32(t)),
-          [&] {
-            Value offset = e.rem(e.toIndex(slot), e.index(pageSize));
-            memref::StoreOp::create(b, e.toI32(e.add(offset, c1)), counts,
-                                    ValueRange{t});
-          });
-    });
+    combine(
+        e, bindings, t,
+        [&](arith::AtomicRMWKind kind, Value value, Value into, Value page) {
+          Value before = e.loadInt(into, {page});
+          Value after = kind == arith::AtomicRMWKind::maxs
+                            ? Value(arith::MaxSIOp::create(b, before, value))
+                            : Value(arith::MinSIOp::create(b, before, value));
+          memref::StoreOp::create(b, after, into, ValueRange{page});
+        });
   });
   func::ReturnOp::create(b);
   return func;

@@ -89,10 +89,11 @@ struct MetaLayout {
 ///    each page, from buildPageUseKernel), kmeta_pages [NP, 2, Hkv, D];
 ///    index = (page, kv head), the kv head fastest; a page's keys are its
 ///    used slots (all P when no sequence uses it);
-///  - AppendedPages: k_cache, slots [T], counts [T] (from
-///    buildAppendedPagesKernel), kmeta_pages; index = (token, kv head), the
-///    kv head fastest; the page of slots[t] over its first counts[t] slots,
-///    bounded only where counts[t] > 0 (`live`).
+///  - AppendedPages: k_cache, slots [T], fill [NP], leader [NP] (from the
+///    target's appended-pages kernels), kmeta_pages; index = (token, kv
+///    head), the kv head fastest; the page p of slots[t] over its first
+///    fill[p] slots, bounded only by its leader, the token leader[p] = t
+///    (`live`).
 class MetaBlock {
 public:
   MetaBlock(KernelEmitter &e, Value index, const MetaLayout &layout,
@@ -352,15 +353,28 @@ func::FuncOp buildPageUseKernel(OpBuilder &builder, Location loc,
                                 StringRef name, DictionaryAttr tiling,
                                 TypeRange bindingTypes);
 
-/// Bindings: k_cache [NP, P, Hkv, D], slots [T] (those of an append:
-/// flat slots or -1), last [NP] (i32 scratch), counts [T] (i32). One
-/// workgroup: counts[t] becomes offset + 1 of slots[t] when token t is the
-/// last of `slots` written to its page, else 0, so that
-/// attn.page_meta_update bounds each written page once, over its fill.
-/// Scalar code, so also the CUDA kernel (one thread).
-func::FuncOp buildAppendedPagesKernel(OpBuilder &builder, Location loc,
-                                      StringRef name, DictionaryAttr tiling,
-                                      TypeRange bindingTypes);
+/// What attn.page_meta_update bounds: each page p that `slots` (an
+/// append's: flat slots, or -1) write, once, over its slots up to the
+/// highest one written. Its kernels write, for the written pages only (no
+/// pass over the cache's pages), fill[p] = the highest offset written + 1
+/// and leader[p] = the first token that writes p, the one that bounds it
+/// (MetaBlock's AppendedPages).
+struct AppendedPages {
+  /// Bindings: k_cache [NP, P, Hkv, D], slots [T], fill [NP], leader [NP].
+  /// One workgroup (a thread on CUDA), both steps in order: scalar code.
+  static func::FuncOp buildScalarKernel(OpBuilder &builder, Location loc,
+                                        StringRef name, DictionaryAttr tiling,
+                                        TypeRange bindingTypes);
+  /// For a kernel of a workgroup (or thread) per token `t`: the first
+  /// step, fill[p] = 0 and leader[p] = T for the page p of slots[t]; the
+  /// second, once the first is done for every token, fill[p] = max(fill[p],
+  /// offset + 1) and leader[p] = min(leader[p], t), through `combine` (a
+  /// plain read-modify-write, or an atomic one where tokens run at once).
+  static void reset(KernelEmitter &e, ValueRange bindings, Value t);
+  static void
+  combine(KernelEmitter &e, ValueRange bindings, Value t,
+          function_ref<void(arith::AtomicRMWKind, Value, Value, Value)> update);
+};
 
 /// Bindings: tokens, target, parents, path, length, bonus. Workgroup =
 /// batch row. Scalar code, so also the CUDA kernel (one thread per batch

@@ -294,7 +294,9 @@ func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 // x 2 value tiles x 2 head tiles).
 // The flash kernel (prefill and extend rows) copies each key tile's k and
 // v rows from their pages into scratch once, and its products read the
-// scratch: no page lookup in their inner loops.
+// scratch: no page lookup in their inner loops. It copies the tile's keys
+// rounded up to 4, the most the products read (a partial last tile is no
+// full tile's copy).
 // CHECK-LABEL: func.func private @paged6__flash0
 // CHECK-SAME:    %[[FK:[a-z0-9]+]]: memref<?x16x2x32xf32>
 // CHECK-SAME:    %[[FV:[a-z0-9]+]]: memref<?x16x2x32xf32>
@@ -302,7 +304,10 @@ func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 // CHECK:         %[[KTILE:.+]] = memref.alloca() {{.+}} : memref<32x32xf32>
 // CHECK:         %[[VTILE:.+]] = memref.alloca() {{.+}} : memref<32x32xf32>
 // CHECK:         scf.for %{{.+}} = %{{.+}} to %{{.+}} step %c32
-// CHECK:           scf.for %[[ROW:.+]] = %c0 to %c32{{.*}} step %c1
+// CHECK:           %[[COLS:.+]] = arith.minsi %c32{{.*}}, %{{.+}} : index
+// CHECK:           %[[QUADS:.+]] = arith.ceildivui %[[COLS]], %c4 : index
+// CHECK:           %[[STAGED:.+]] = arith.muli %[[QUADS]], %c4 : index
+// CHECK:           scf.for %[[ROW:.+]] = %c0 to %[[STAGED]] step %c1
 // CHECK-COUNT-4:     vector.load %[[FK]]
 // CHECK:             vector.store %{{.+}}, %[[KTILE]][%[[ROW]], %c24{{.*}}]
 // CHECK-COUNT-4:     vector.load %[[FV]]

@@ -238,32 +238,40 @@ func.func @prefix_tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 // -----
 
 // The bounds of the pages an append wrote (attn.page_meta_update), into the
-// in-place metadata: one workgroup finds the token that wrote each page
-// last (its count: offset + 1; 0 for the others), then a workgroup per
-// (token, kv head) bounds that token's page over its count of slots.
-// CHECK-LABEL: func.func private @refresh__appended_pages0(
+// in-place metadata: one workgroup writes each written page's fill (its
+// highest offset written + 1) and leader (the first token that writes it)
+// into scratch [NP], setting and reading only the written pages' entries;
+// then a workgroup per (token, kv head) bounds the token's page over its
+// fill if it is the page's leader.
+// CHECK-LABEL: func.func private @refresh__appended_pages1(
+// CHECK-SAME:    %{{.*}}: memref<?xi32>, %[[FILL:.*]]: memref<?xi32>, %[[LEADER:.*]]: memref<?xi32>, %{{.*}}: index)
 // CHECK-SAME:    attn.kernel = "appended_pages"
-// CHECK:         memref.store %{{.*}}, %arg2[%{{.*}}] : memref<?xi32>
-// CHECK:         %[[LAST:.*]] = memref.load %arg2
-// CHECK:         arith.cmpi eq, %[[LAST]]
-// CHECK:         arith.remui %{{.*}}, %c4
-// CHECK:         memref.store %{{.*}}, %arg3[%{{.*}}] : memref<?xi32>
-// CHECK-LABEL: func.func private @refresh__page_meta_update1(
+// CHECK:         scf.for
+// CHECK:           scf.if
+// CHECK:             memref.store %c0_i32{{.*}}, %[[FILL]][%{{.*}}]
+// CHECK:             memref.store %{{.*}}, %[[LEADER]][%{{.*}}]
+// CHECK:         scf.for
+// CHECK:           scf.if
+// CHECK:             %[[F:.*]] = memref.load %[[FILL]]
+// CHECK:             arith.maxsi %[[F]]
+// CHECK:             %[[L:.*]] = memref.load %[[LEADER]]
+// CHECK:             arith.minsi %[[L]]
+// CHECK-LABEL: func.func private @refresh__page_meta_update0(
 // CHECK-SAME:    attn.kernel = "block_meta"
-// CHECK:         %[[COUNT:.*]] = memref.load %arg2[%{{.*}}] : memref<?xi32>
-// CHECK:         %[[LIVE:.*]] = arith.cmpi sgt, %[[COUNT]]
-// CHECK:         scf.if %[[LIVE]] {
-// CHECK:           scf.for %{{.*}} = %c0 to %{{.*}} step %c1 iter_args
+// CHECK:         %[[WRITES:.*]] = arith.cmpi sge
+// CHECK:         %[[FOUND:.*]]:2 = scf.if %[[WRITES]] -> (i1, index) {
+// CHECK:         scf.if %[[FOUND]]#0 {
+// CHECK:           scf.for %{{.*}} = %c0 to %[[FOUND]]#1 step %c1 iter_args
 // CHECK:             arith.minimumf
 // CHECK:             arith.maximumf
-// CHECK:           vector.store %{{.*}}, %arg3[
+// CHECK:           vector.store %{{.*}}, %arg4[
 // CHECK-LABEL: func.func @refresh(
 // CHECK-SAME:    %arg1: memref<?xi32> {attn.contract = "cache_slots", attn.contract_input = 0 : i64
 // CHECK-SAME:    %arg2: memref<?x2x2x8xf32> {attn.in_place
-// CHECK:         %[[PAGES:.*]] = memref.alloc(%{{.*}}) : memref<?xi32>
-// CHECK:         %[[COUNTS:.*]] = memref.alloc(%{{.*}}) : memref<?xi32>
-// CHECK:         attn_kernel.dispatch @refresh__appended_pages0 workgroups(%c1) bindings(%arg0, %arg1, %[[PAGES]], %[[COUNTS]])
-// CHECK:         attn_kernel.dispatch @refresh__page_meta_update1 workgroups(%{{.*}}) bindings(%arg0, %arg1, %[[COUNTS]], %arg2)
+// CHECK:         %[[FILLS:.*]] = memref.alloc(%{{.*}}) : memref<?xi32>
+// CHECK:         %[[LEADERS:.*]] = memref.alloc(%{{.*}}) : memref<?xi32>
+// CHECK:         attn_kernel.dispatch @refresh__appended_pages1 workgroups(%c1) bindings(%arg0, %arg1, %[[FILLS]], %[[LEADERS]])
+// CHECK:         attn_kernel.dispatch @refresh__page_meta_update0 workgroups(%{{.*}}) bindings(%arg0, %arg1, %[[FILLS]], %[[LEADERS]], %arg2)
 func.func @refresh(%kc: tensor<?x4x2x8xf32>, %slots: tensor<?xi32>,
                    %meta: tensor<?x2x2x8xf32> {attn.in_place})
     -> tensor<?x2x2x8xf32> {

@@ -431,20 +431,28 @@ func.func @accept(%tokens: tensor<?x?xi32>, %target: tensor<?x?xi32>,
 
 // -----
 
-// attn.page_meta_update on CUDA: the scalar kernel that finds each written
-// page's last token (one thread), then a thread per (token, kv head,
-// channel), idle unless its token wrote its page last.
-// CHECK-LABEL: func.func private @refresh__appended_pages0(
+// attn.page_meta_update on CUDA: a thread per token resets its page's fill
+// and leader, then (the next dispatch) combines its offset and index into
+// them by atomics; then a thread per (token, kv head, channel), idle
+// unless its token leads its page.
+// CHECK-LABEL: func.func private @refresh__appended_pages_reset1(
+// CHECK-SAME:    attn.kernel = "appended_pages_reset"
+// CHECK-NOT:     memref.atomic_rmw
+// CHECK-LABEL: func.func private @refresh__appended_pages2(
 // CHECK-SAME:    attn.kernel = "appended_pages"
-// CHECK-LABEL: func.func private @refresh__page_meta_update1(
+// CHECK:         memref.atomic_rmw maxs
+// CHECK:         memref.atomic_rmw mins
+// CHECK-LABEL: func.func private @refresh__page_meta_update0(
 // CHECK-SAME:    attn.kernel = "block_meta"
 // CHECK:         scf.if
 // CHECK:           scf.for
 // CHECK:             arith.minimumf
 // CHECK-LABEL: func.func @refresh(
-// CHECK:         attn_kernel.dispatch @refresh__appended_pages0 workgroups(%c1)
+// CHECK:         %[[TOKENS:.*]] = memref.dim %arg1, %c0
+// CHECK:         attn_kernel.dispatch @refresh__appended_pages_reset1 workgroups(%[[TOKENS]])
+// CHECK:         attn_kernel.dispatch @refresh__appended_pages2 workgroups(%[[TOKENS]])
 // CHECK:         %[[THREADS:.*]] = arith.muli %{{.*}}, %c16 : index
-// CHECK:         attn_kernel.dispatch @refresh__page_meta_update1 workgroups(%[[THREADS]])
+// CHECK:         attn_kernel.dispatch @refresh__page_meta_update0 workgroups(%[[THREADS]])
 func.func @refresh(%kc: tensor<?x4x2x8xf32>, %slots: tensor<?xi32>,
                    %meta: tensor<?x2x2x8xf32> {attn.in_place})
     -> tensor<?x2x2x8xf32> {

@@ -222,12 +222,12 @@ TEST_P(PagedAppend, WritesEachTokenToItsSlotOfALatentCache) {
 }
 
 // <layer>.meta_update, after an append with the same slots: each page a
-// slot writes gets its bounds again over its slots 0 .. o, o the offset of
-// the last token written to it (a later, lower offset shrinks the fill:
-// a rolled-back draft's rows past it are left out); slot -1 writes
-// nothing, and every other page keeps its bounds bit for bit. Page sizes
-// 1, 16 and 5; decode (a slot per sequence), a prefill across pages, a
-// page written twice, and no tokens.
+// slot writes gets its bounds again over its slots 0 .. o, o the highest
+// offset written to it (slots past it, which a rolled-back draft may have
+// left, are left out); slot -1 writes nothing, and every other page keeps
+// its bounds bit for bit. Page sizes 1, 16 and 5; decode (a slot per
+// sequence), a prefill across pages, a page written out of order, and no
+// tokens.
 TEST_P(PagedAppend, RefreshesTheBoundsOfThePagesItWrote) {
   const Backend backend = GetParam();
   struct UpdateCase {
@@ -263,11 +263,12 @@ TEST_P(PagedAppend, RefreshesTheBoundsOfThePagesItWrote) {
     ref::Tensor kCache = randomF32({c.pages, P, kHkv, kD}, rng, -3, 3);
     ref::Tensor meta = randomF32({c.pages, 2, kHkv, kD}, rng, -3, 3);
     ref::IntTensor slots({T});
-    std::vector<int64_t> fill(c.pages, 0); // the offset written last, + 1
+    std::vector<int64_t> fill(c.pages, 0); // the highest offset, + 1
     for (int64_t t = 0; t < T; ++t) {
       slots(t) = c.slots[t];
       if (c.slots[t] >= 0)
-        fill[c.slots[t] / P] = c.slots[t] % P + 1;
+        fill[c.slots[t] / P] =
+            std::max<int64_t>(fill[c.slots[t] / P], c.slots[t] % P + 1);
     }
     ref::Tensor expected = meta;
     for (int64_t page = 0; page < c.pages; ++page)

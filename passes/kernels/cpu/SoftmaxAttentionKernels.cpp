@@ -138,9 +138,10 @@ private:
   void allocateState();
   void stageQuery();
   void walkKeyTiles();
-  /// Copies the key tile's k and v rows (keys k0 .. k0 + TK - 1, those
-  /// past the range repeating its last key) into kTile and vTile.
-  void stageKeyTile(Value k0);
+  /// Copies the key tile's k and v rows (its `cols` keys from k0, rounded
+  /// up to a multiple of 4 by repeating the range's last key) into kTile
+  /// and vTile.
+  void stageKeyTile(Value k0, Value cols);
   void scoreKeyTile(Value k0, Value cols);
   /// The sums of q k^T of a register block, from `init`: keys `keyRows`
   /// (of `keys`: k, or kTile when staged) x query vectors iv0 .. iv0 + nv
@@ -432,7 +433,7 @@ void FlashKernel::walkKeyTiles() {
   // says the mask_mod shows every key of the tile to every row.
   auto flashTile = [&](Value k0, Value isFull) {
     Value cols = e.minS(e.index(TK), e.sub(keyEnd, k0));
-    stageKeyTile(k0);
+    stageKeyTile(k0, cols);
     scoreKeyTile(k0, cols);
     updateSoftmax(k0, cols, isFull);
     accumulateValues(k0, cols);
@@ -458,9 +459,13 @@ void FlashKernel::walkKeyTiles() {
   });
 }
 
-void FlashKernel::stageKeyTile(Value k0) {
+void FlashKernel::stageKeyTile(Value k0, Value cols) {
   if (!stagedKeys && !stagedValues)
     return;
+  // The products read the tile's `cols` rows, the scores in blocks of 4
+  // (the last block's extra rows repeat the last key): a partial tile
+  // stages no more.
+  Value stagedRows = e.mul(e.ceilDiv(cols, c4), c4);
   Value lastKey = e.sub(keyEnd, c1);
   auto copyRow = [&](Value from, ArrayRef<Value> row, int64_t features,
                      Value to, Value r) {
@@ -470,7 +475,7 @@ void FlashKernel::stageKeyTile(Value k0) {
                                            std::min(W, features - off)),
                               to, ValueRange{r, e.index(off)});
   };
-  e.loop(c0, e.index(TK), c1, [&](Value r) {
+  e.loop(c0, stagedRows, c1, [&](Value r) {
     SmallVector<Value> row =
         kv->at(batch, kvHead, e.minS(e.add(k0, r), lastKey));
     if (stagedKeys)

@@ -856,6 +856,15 @@ func::FuncOp buildSimtKvCompactKernel(OpBuilder &builder, Location loc,
                                       StringRef name, const GpuTiling &tiling,
                                       TypeRange bindingTypes);
 
+/// attn.page_meta_update's written pages (AppendedPages): one thread per
+/// token, its reset step, or (`combine`, dispatched after the reset) its
+/// combine step by atomic max and min. Bindings: k_cache, slots, fill,
+/// leader.
+func::FuncOp buildSimtAppendedPagesKernel(OpBuilder &builder, Location loc,
+                                          StringRef name, bool combine,
+                                          const GpuTiling &tiling,
+                                          TypeRange bindingTypes);
+
 /// attn.kv_append: one thread per (new token, kv head, feature of k then
 /// v). Bindings: k_new, v_new, slots, k_cache, v_cache.
 func::FuncOp buildSimtKvAppendKernel(OpBuilder &builder, Location loc,

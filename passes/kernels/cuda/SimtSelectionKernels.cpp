@@ -1363,6 +1363,29 @@ func::FuncOp mlir::attn::buildSimtKvCompactKernel(OpBuilder &builder,
   return func;
 }
 
+func::FuncOp mlir::attn::buildSimtAppendedPagesKernel(
+    OpBuilder &builder, Location loc, StringRef name, bool combine,
+    const GpuTiling &tiling, TypeRange bindingTypes) {
+  OpBuilder::InsertionGuard guard(builder);
+  func::FuncOp func =
+      createThreadKernel(builder, loc, name, bindingTypes, tiling,
+                         combine ? "appended_pages" : "appended_pages_reset");
+  ImplicitLocOpBuilder b(loc, builder);
+  SimtEmitter e(b);
+  ValueRange bindings = func.getArguments().drop_back();
+  Value token = func.getArguments().back();
+  if (!combine)
+    AppendedPages::reset(e, bindings, token);
+  else
+    AppendedPages::combine(
+        e, bindings, token,
+        [&](arith::AtomicRMWKind kind, Value value, Value into, Value page) {
+          memref::AtomicRMWOp::create(b, kind, value, into, ValueRange{page});
+        });
+  func::ReturnOp::create(b);
+  return func;
+}
+
 func::FuncOp mlir::attn::buildSimtKvAppendKernel(OpBuilder &builder,
                                                  Location loc, StringRef name,
                                                  const GpuTiling &tiling,
