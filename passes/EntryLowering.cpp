@@ -1284,26 +1284,24 @@ EntryLowering::addValueContracts(SmallVectorImpl<DictionaryAttr> &argAttrs) {
     // The selections over a paged cache, like the attention they serve.
     if (failed(addPagedSelectionContracts(&op, setContract)))
       return failure();
-    // The slots attn.kv_append writes (against the cache).
+    // The slots attn.kv_append writes, and those whose pages
+    // attn.page_meta_update bounds (against the cache).
+    Value slotsOperand, cacheOperand;
     if (auto append = dyn_cast<KvAppendOp>(op)) {
-      auto slots = dyn_cast<BlockArgument>(append.getSlots());
-      auto cache = dyn_cast<BlockArgument>(append.getKeyCache());
-      if (!slots || !cache)
-        return op.emitError() << "the slots of attn.kv_append and its caches "
-                                 "must be entry inputs (checked at run time "
-                                 "before anything runs)";
-      setContract(slots, "cache_slots", cache.getArgNumber());
-      continue;
+      slotsOperand = append.getSlots();
+      cacheOperand = append.getKeyCache();
+    } else if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
+      slotsOperand = update.getSlots();
+      cacheOperand = update.getKeyCache();
     }
-    // The slots whose pages attn.page_meta_update bounds (against the
-    // cache).
-    if (auto update = dyn_cast<PageMetaUpdateOp>(op)) {
-      auto slots = dyn_cast<BlockArgument>(update.getSlots());
-      auto cache = dyn_cast<BlockArgument>(update.getKeyCache());
+    if (slotsOperand) {
+      auto slots = dyn_cast<BlockArgument>(slotsOperand);
+      auto cache = dyn_cast<BlockArgument>(cacheOperand);
       if (!slots || !cache)
         return op.emitError()
-               << "the slots of attn.page_meta_update and its cache must be "
-                  "entry inputs (checked at run time before anything runs)";
+               << "the slots of " << op.getName()
+               << " and its cache must be entry inputs (checked at run time "
+                  "before anything runs)";
       setContract(slots, "cache_slots", cache.getArgNumber());
       continue;
     }
