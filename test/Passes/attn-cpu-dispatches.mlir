@@ -323,42 +323,33 @@ func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 // CHECK-SAME:    %[[V:[a-z0-9]+]]: memref<?x16x2x32xf32>
 // CHECK:         memref.alloca() {{.+}} : memref<12x16x8xf32>
 // CHECK:         scf.for %[[J0:.+]] = %{{.+}} to %{{.+}} step %c16 {
-// The first kv head: 4 heads, then 2, for each pair of keys.
-// CHECK:           scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
-// CHECK-COUNT-2:     memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
-// CHECK-NOT:         memref.prefetch
-// CHECK-COUNT-32:    vector.fma
-// CHECK-NOT:         scf.for
-// CHECK-COUNT-2:     memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
-// CHECK-NOT:         memref.prefetch
-// CHECK-COUNT-16:    vector.fma
-// CHECK-NOT:         vector.fma
-// CHECK:           }
-// The second kv head.
-// CHECK:           scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
-// CHECK-COUNT-32:    vector.fma
-// CHECK-NOT:         scf.for
-// CHECK-COUNT-16:    vector.fma
-// CHECK-NOT:         vector.fma
-// CHECK:           }
+// The scores, a loop over the two kv heads (its code once): 4 heads, then
+// 2, for each pair of keys.
+// CHECK:           scf.for %{{.+}} = %c0 to %c2{{.*}} step %c1
+// CHECK:             scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
+// CHECK-COUNT-2:       memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
+// CHECK-NOT:           memref.prefetch
+// CHECK-COUNT-32:      vector.fma
+// CHECK-NOT:           scf.for
+// CHECK-COUNT-2:       memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
+// CHECK-NOT:           memref.prefetch
+// CHECK-COUNT-16:      vector.fma
+// CHECK-NOT:           vector.fma
+// CHECK:             }
+// CHECK-NEXT:      }
 // CHECK:           scf.for %{{.+}} = %c0 to %c12{{.*}} step %c1
 // CHECK:             math.exp
 // P V, a kv head at a time: for each value tile, its 4-head tile, then
 // its 2-head tile.
-// CHECK:           scf.for %{{.+}} = %c0{{.*}} to %c4{{.*}} step %c2
-// CHECK-COUNT-8:     memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
-// CHECK-COUNT-128:   vector.fma
-// CHECK-NOT:         scf.for
-// CHECK-COUNT-8:     memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
-// CHECK-COUNT-64:    vector.fma
-// CHECK-NOT:         vector.fma
-// CHECK:           }
-// CHECK:           scf.for %{{.+}} = %c0{{.*}} to %c4{{.*}} step %c2
-// CHECK-COUNT-8:     memref.prefetch %[[K]]
-// CHECK-COUNT-128:   vector.fma
-// CHECK-NOT:         scf.for
-// CHECK-COUNT-8:     memref.prefetch %[[K]]
-// CHECK-COUNT-64:    vector.fma
+// CHECK:           scf.for %{{.+}} = %c0 to %c2{{.*}} step %c1
+// CHECK:             scf.for %{{.+}} = %c0{{.*}} to %c4{{.*}} step %c2
+// CHECK-COUNT-8:       memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
+// CHECK-COUNT-128:     vector.fma
+// CHECK-NOT:           scf.for
+// CHECK-COUNT-8:       memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
+// CHECK-COUNT-64:      vector.fma
+// CHECK-NOT:           vector.fma
+// CHECK:             }
 // CHECK-NOT:         memref.prefetch
 func.func @paged6(%q: tensor<?x12x?x32xf32>, %k: tensor<?x16x2x32xf32>,
                   %v: tensor<?x16x2x32xf32>, %t: tensor<?x?xi32>,
