@@ -249,23 +249,27 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     });
   }
   // The selections: a workgroup per (batch, head, query row); top-k's per
-  // (batch, kv head, query row), for the heads of a kv group together. In a
-  // ragged batch the rows are the packed queries' tokens.
+  // (batch, kv heads it serves, query row), for the heads of those kv
+  // groups together. In a ragged batch the rows are the packed queries'
+  // tokens.
   Value q = bindings[0];
   Value queryRows = cast<MemRefType>(q.getType()).getRank() == 3
                         ? m.dim(q, 0)
                         : m.mul(m.dim(q, 0), m.dim(q, 2));
   Value rows = m.mul(queryRows, m.index(m.staticDim(q, 1)));
-  if (auto select = dyn_cast<SelectTopKOp>(op))
+  if (auto select = dyn_cast<SelectTopKOp>(op)) {
     // The metadata's kv heads: [B, Hkv, NB, 2, D] or per page [NP, 2, Hkv,
     // D].
+    const bool paged = static_cast<bool>(select.getPageTable());
+    const int64_t numKvHeads = m.staticDim(bindings[1], paged ? 2 : 1);
     return emit(
         m.mul(queryRows,
-              m.index(m.staticDim(bindings[1], select.getPageTable() ? 2 : 1))),
+              m.index(numKvHeads / topKKvHeadsPerWorkgroup(paged, numKvHeads))),
         [&](OpBuilder &builder, TypeRange types) {
           return buildSelectTopKKernel(builder, loc, name, select, tiling,
                                        types);
         });
+  }
   if (auto select = dyn_cast<SelectTopPOp>(op))
     return emit(rows, [&](OpBuilder &builder, TypeRange types) {
       return buildSelectTopPKernel(builder, loc, name, select, tiling, types);

@@ -287,11 +287,12 @@ func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 // both (a page's [P, Hkv, D] rows are read front to back), and since a kv
 // head's rows alternate with the other's, its head tiles are the inner
 // loop, inside each pair of keys and each value tile, so the rows serve
-// every head tile of their kv head while they are in L1. The requests
-// cover both kv heads' rows of 32 features (2 lines): the step's 32 V rows
-// one per iteration of the dot products (2 kv heads x 8 pairs of keys x 2
-// head tiles), the next step's 32 K rows 4 per P V iteration (2 kv heads
-// x 2 value tiles x 2 head tiles).
+// every head tile of their kv head while they are in L1. A step is 8
+// keys (a paged step holds every kv head's rows). The requests cover both
+// kv heads' rows of 32 features (2 lines): the step's 16 V rows one per
+// iteration of the dot products (2 kv heads x 4 pairs of keys x 2 head
+// tiles), the next step's 16 K rows 2 per P V iteration (2 kv heads x 2
+// value tiles x 2 head tiles).
 // The flash kernel (prefill and extend rows) copies each key tile's k and
 // v rows from their pages into scratch once, and its products read the
 // scratch: no page lookup in their inner loops. It copies the tile's keys
@@ -321,12 +322,12 @@ func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 // CHECK-LABEL: func.func private @paged6__split_kv1
 // CHECK-SAME:    %[[K:[a-z0-9]+]]: memref<?x16x2x32xf32>
 // CHECK-SAME:    %[[V:[a-z0-9]+]]: memref<?x16x2x32xf32>
-// CHECK:         memref.alloca() {{.+}} : memref<12x16x8xf32>
-// CHECK:         scf.for %[[J0:.+]] = %{{.+}} to %{{.+}} step %c16 {
+// CHECK:         memref.alloca() {{.+}} : memref<12x8x8xf32>
+// CHECK:         scf.for %[[J0:.+]] = %{{.+}} to %{{.+}} step %c8 {
 // The scores, a loop over the two kv heads (its code once): 4 heads, then
 // 2, for each pair of keys.
 // CHECK:           scf.for %{{.+}} = %c0 to %c2{{.*}} step %c1
-// CHECK:             scf.for %{{.+}} = %c0 to %c16{{.*}} step %c2
+// CHECK:             scf.for %{{.+}} = %c0 to %c8{{.*}} step %c2
 // CHECK-COUNT-2:       memref.prefetch %[[V]]{{.+}}, read, locality<2>, data
 // CHECK-NOT:           memref.prefetch
 // CHECK-COUNT-32:      vector.fma
@@ -343,11 +344,11 @@ func.func @gqa6(%q: tensor<?x6x?x16xf32>, %k: tensor<?x1x?x16xf32>,
 // its 2-head tile.
 // CHECK:           scf.for %{{.+}} = %c0 to %c2{{.*}} step %c1
 // CHECK:             scf.for %{{.+}} = %c0{{.*}} to %c4{{.*}} step %c2
-// CHECK-COUNT-8:       memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
-// CHECK-COUNT-128:     vector.fma
-// CHECK-NOT:           scf.for
-// CHECK-COUNT-8:       memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
+// CHECK-COUNT-4:       memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
 // CHECK-COUNT-64:      vector.fma
+// CHECK-NOT:           scf.for
+// CHECK-COUNT-4:       memref.prefetch %[[K]]{{.+}}, read, locality<2>, data
+// CHECK-COUNT-32:      vector.fma
 // CHECK-NOT:           vector.fma
 // CHECK:             }
 // CHECK-NOT:         memref.prefetch

@@ -279,3 +279,37 @@ func.func @refresh(%kc: tensor<?x4x2x8xf32>, %slots: tensor<?xi32>,
       : tensor<?x4x2x8xf32>, tensor<?xi32>, tensor<?x2x2x8xf32>
   return %meta2 : tensor<?x2x2x8xf32>
 }
+
+// -----
+
+// Top-k over a paged cache: a workgroup per (batch, row) serves every kv
+// head, so a page's bounds record [2, Hkv, D] is read by one workgroup at
+// one time; each block's kv heads are a loop, within which the metadata
+// of the same kv head's block 4 ahead is requested.
+// CHECK-LABEL: func.func private @paged_topk__select_topk0(
+// CHECK-SAME:    attn.kernel = "select_topk"
+// CHECK:         memref.alloca() {{.*}} : memref<4x2x24xf32>
+// CHECK:         scf.for %{{.*}} = %c0 to %{{.*}} step %c1 {
+// CHECK:           scf.for %[[SERVED:.*]] = %c0{{.*}} to %c2{{.*}} step %c1{{.*}} {
+// CHECK:             %[[KVHEAD:.*]] = arith.addi %{{.*}}, %[[SERVED]]
+// CHECK:             memref.prefetch %arg1[%{{.*}}, %c0{{.*}}, %[[KVHEAD]], %{{.*}}], read, locality<2>, data
+// CHECK:             vector.load %arg1[%{{.*}}, %c0{{.*}}, %[[KVHEAD]], %{{.*}}]
+// CHECK:             vector.load %arg1[%{{.*}}, %c1{{.*}}, %[[KVHEAD]], %{{.*}}]
+// CHECK-LABEL: func.func @paged_topk(
+// CHECK:         %[[TOKENS:.*]] = arith.muli %{{.*}}, %{{.*}} : index
+// CHECK:         %[[WORKGROUPS:.*]] = arith.muli %[[TOKENS]], %c1{{.*}} : index
+// CHECK:         attn_kernel.dispatch @paged_topk__select_topk0 workgroups(%[[WORKGROUPS]])
+func.func @paged_topk(%q: tensor<?x4x?x24xf32>, %kc: tensor<?x16x2x24xf32>,
+                      %vc: tensor<?x16x2x24xf32>, %meta: tensor<?x2x2x24xf32>,
+                      %pt: tensor<?x?xi32>, %lens: tensor<?xi32>)
+    -> tensor<?x4x?x24xf32> {
+  %b = attn.select_topk %q, %meta paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>)
+      {block_size = 16, top_k = 4, mask = #attn.mask<causal>}
+      : tensor<?x4x?x24xf32>, tensor<?x2x2x24xf32>
+  %o = attn.sparse_sdpa %q, %kc, %vc, %b
+      paged(%pt, %lens : tensor<?x?xi32>, tensor<?xi32>)
+      {block_size = 16, mask = #attn.mask<causal>}
+      : tensor<?x4x?x24xf32>, tensor<?x16x2x24xf32>, tensor<?x16x2x24xf32>,
+        tensor<?x4x?x?xi32>
+  return %o : tensor<?x4x?x24xf32>
+}

@@ -298,29 +298,30 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
   Value blocks = args[next++], workgroup = args.back();
   const int64_t H = staticDim(bindingTypes[0], 1);
   const int64_t D = staticDim(bindingTypes[0], ragged ? 2 : 3);
-  const int64_t group =
-      H / staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
+  const int64_t numKvHeads =
+      staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
+  const int64_t group = H / numKvHeads;
+  const int64_t kvHeadsServed = topKKvHeadsPerWorkgroup(paged, numKvHeads);
+  const int64_t headsServed = group * kvHeadsServed;
   const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
   const int64_t fill = topK - sink - local;
   double scale = selectionScale(op.getScale(), D);
 
   Value c0 = e.index(0), c1 = e.index(1);
-  // A workgroup per (batch, kv head, row): the query heads of a kv group
-  // share the row's candidates and read each block's metadata once.
-  QueryRowOfWorkgroup at(e, workgroup, H / group, q, queryOffsets);
+  // A workgroup per (batch, kv heads served, row): the query heads of a kv
+  // group share the row's candidates and read each block's metadata once.
+  QueryRowOfWorkgroup at(e, workgroup, numKvHeads / kvHeadsServed, q,
+                         queryOffsets);
   Value lq = at.rows;
-  Value kvHead = at.head;
+  Value firstKvHead = e.mul(at.head, e.index(kvHeadsServed));
   Value lk = keys.length(e, at.batch);
-  auto boundOf = [&](Value block, Value which) {
-    return keys.bound(e, at.batch, kvHead, block, which);
-  };
-  Value firstHead = e.mul(kvHead, e.index(group));
+  Value firstHead = e.mul(firstKvHead, e.index(group));
   auto [firstBlock, count] =
       topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
-  // Runs body(head, output prefix) for each query head of the group.
+  // Runs body(head, output prefix) for each query head served.
   auto eachHead = [&](function_ref<void(Value g, ValueRange prefix)> body) {
-    e.loop(c0, e.index(group), c1,
+    e.loop(c0, e.index(headsServed), c1,
            [&](Value g) { body(g, at.at(e.add(firstHead, g))); });
   };
   auto store = [&](ValueRange prefix, Value value, Value slot) {
@@ -347,9 +348,9 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
         Value middleFirst = e.add(firstBlock, e.index(sink));
         Value middle = e.sub(count, e.index(sink + local));
         Value localFirst = e.sub(e.add(firstBlock, count), e.index(local));
-        // Quest's bounds of the middle blocks for every head of the group,
-        // head g's at scores[g * middle + n]: a block's min and max are
-        // loaded once for all of them. As min <= max, a channel's
+        // Quest's bounds of the middle blocks for every head served, head
+        // g's at scores[g * middle + n]: a block's min and max are loaded
+        // once for its kv group. As min <= max, a channel's
         // max(q lo, q hi) is q hi where q >= 0 and q lo where q < 0, so
         // the bound is sum(q+ hi + q- lo) with q+ = max(q, 0) and
         // q- = min(q, 0): two fused multiply-adds per channel vector
@@ -359,9 +360,9 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
           const int64_t padded = roundUp(D, e.width);
           // queries[g, 0, :] = q+ and queries[g, 1, :] = q-, scaled.
           queries = memref::AllocaOp::create(
-              b, MemRefType::get({group, 2, padded}, e.f32),
+              b, MemRefType::get({headsServed, 2, padded}, e.f32),
               b.getI64IntegerAttr(64));
-          e.loop(c0, e.index(group), c1, [&](Value g) {
+          e.loop(c0, e.index(headsServed), c1, [&](Value g) {
             for (int64_t part = 0; part < 2; ++part)
               for (int64_t off = 0; off < padded; off += e.width)
                 vector::StoreOp::create(
@@ -377,15 +378,22 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
                       {g, c1, d});
             });
           });
-          scores = allocRow(e, e.f32, e.mul(middle, e.index(group)));
+          scores = allocRow(e, e.f32, e.mul(middle, e.index(headsServed)));
           Value lastMiddle = e.sub(e.add(middleFirst, middle), c1);
-          e.loop(c0, middle, c1, [&](Value n) {
-            Value block = e.add(middleFirst, n);
+          // The bounds of the served kv heads of block `block`, in their
+          // order in memory; served kv head s's query heads are
+          // [s * group, (s + 1) * group).
+          auto boundKvHeads = [&](Value block, Value served) {
+            Value kvHead = e.add(firstKvHead, served);
+            auto boundOf = [&](Value block, Value which) {
+              return keys.bound(e, at.batch, kvHead, block, which);
+            };
             SmallVector<Value> low = boundOf(block, c0);
             SmallVector<Value> high = boundOf(block, c1);
             MetaRequests requests(
                 e, meta, D,
                 e.minS(e.add(block, e.index(kMetaAhead)), lastMiddle), boundOf);
+            Value firstServed = e.mul(served, e.index(group));
             SmallVector<Value> sums(group, e.splat(0.0));
             for (int64_t off = 0; off < D; off += e.width) {
               requests.issue(off / e.width);
@@ -398,14 +406,24 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
                 auto part = [&](int64_t which) {
                   return vector::LoadOp::create(
                       b, e.vec, queries,
-                      ValueRange{e.index(g), e.index(which), e.index(off)});
+                      ValueRange{e.add(firstServed, e.index(g)), e.index(which),
+                                 e.index(off)});
                 };
                 sums[g] = e.fma(part(1), lo, e.fma(part(0), hi, sums[g]));
               }
             }
             for (int64_t g = 0; g < group; ++g)
               e.store(e.sumLanes(sums[g]), scores,
-                      {e.add(e.mul(e.index(g), middle), n)});
+                      {e.add(e.mul(e.add(firstServed, e.index(g)), middle),
+                             e.sub(block, middleFirst))});
+          };
+          e.loop(c0, middle, c1, [&](Value n) {
+            Value block = e.add(middleFirst, n);
+            if (kvHeadsServed == 1)
+              boundKvHeads(block, c0);
+            else
+              e.loop(c0, e.index(kvHeadsServed), c1,
+                     [&](Value served) { boundKvHeads(block, served); });
           });
         }
         Value heap =

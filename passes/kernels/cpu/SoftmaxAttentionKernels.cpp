@@ -1014,10 +1014,7 @@ private:
   // Per query head of the group (allocateState): the scaled query row
   // (zero-padded to whole vectors), acc, and the running max and sum; per
   // step of keys, the dot products (one vector per key, lanes summed
-  // later), the probabilities and the rescale of acc. A step is 16 keys
-  // (two AVX2 vectors): one online-softmax update (maxima, rescale, sums)
-  // per two vectors of keys halves its cost; longer steps measured no
-  // faster.
+  // later), the probabilities and the rescale of acc (see stepKeysFor).
   // Paired values (AVX512-BF16, bf16 v): P V on pair products of
   // consecutive keys, the probabilities also rounded to bf16
   // (pairedProbs). The scores stay on f32 products: paired, they ran 1.2x
@@ -1162,9 +1159,25 @@ void SplitKvKernel::findKeyRange() {
   end = e.maxS(end, begin);
 }
 
+/// The keys of one step of the split-KV kernel, whole vectors of W keys:
+/// each step pays per head an online-softmax update (maxima, the rescale
+/// of acc, sums), which 16 keys (two AVX2 vectors) halve per key, while 8
+/// halve the K and V a step streams through L1 between two uses of the
+/// heads' queries and acc. Over a paged cache a step holds every kv head's
+/// rows (splitKvHeadsPerWorkgroup), and 8 keys win: paged decode from DRAM
+/// took 0.72-0.96x the time of 16 on Zen 3 (H/Hkv/D 8/8/128 to
+/// 64/8/128). Over contiguous keys 8 won for kv groups of 2 to 4 heads
+/// (0.79-0.97x) and lost for one head (1.2-1.4x: a tile of 8 keys, little
+/// work per update), 8 (1.00-1.05x at D = 128) and 16 (1.06-1.15x), whose
+/// products outweigh their reads (bench/RESULTS.md).
+static int64_t stepKeysFor(int64_t group, int64_t kvHeadsServed, int64_t W) {
+  bool smallStep = kvHeadsServed > 1 || (group >= 2 && group <= 4);
+  return roundUp(smallStep ? 8 : 16, W);
+}
+
 void SplitKvKernel::allocateState() {
-  stepVectors = std::max<int64_t>(1, 16 / W);
-  stepKeys = stepVectors * W;
+  stepKeys = stepKeysFor(group, kvHeadsServed, W);
+  stepVectors = stepKeys / W;
   query = e.scratch({headsServed, DPadded});
   acc = e.scratch({headsServed, DvPadded});
   runningMax = e.scratch({headsServed});
