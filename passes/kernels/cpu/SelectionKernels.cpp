@@ -380,9 +380,9 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
           });
           scores = allocRow(e, e.f32, e.mul(middle, e.index(headsServed)));
           Value lastMiddle = e.sub(e.add(middleFirst, middle), c1);
-          // The bounds of the served kv heads of block `block`, in their
-          // order in memory; served kv head s's query heads are
-          // [s * group, (s + 1) * group).
+          // Quest's bounds of block `block` for the query heads [s *
+          // group, (s + 1) * group) of served kv head s; a block's served
+          // kv heads go in their order in memory.
           auto boundKvHeads = [&](Value block, Value served) {
             Value kvHead = e.add(firstKvHead, served);
             auto boundOf = [&](Value block, Value which) {

@@ -1165,11 +1165,12 @@ void SplitKvKernel::findKeyRange() {
 /// halve the K and V a step streams through L1 between two uses of the
 /// heads' queries and acc. Over a paged cache a step holds every kv head's
 /// rows (splitKvHeadsPerWorkgroup), and 8 keys win: paged decode from DRAM
-/// took 0.72-0.96x the time of 16 on Zen 3 (H/Hkv/D 8/8/128 to
+/// took 0.79-0.97x the time of 16 on Zen 3 (H/Hkv/D from 8/8/128 to
 /// 64/8/128). Over contiguous keys 8 won for kv groups of 2 to 4 heads
-/// (0.79-0.97x) and lost for one head (1.2-1.4x: a tile of 8 keys, little
-/// work per update), 8 (1.00-1.05x at D = 128) and 16 (1.06-1.15x), whose
-/// products outweigh their reads (bench/RESULTS.md).
+/// (0.79-0.97x) and lost for one head (1.21-1.36x: a tile of 8 keys, so
+/// little work per update) and for 16 (1.06-1.15x), whose products
+/// outweigh their reads; groups of 8 were even (0.94-1.05x) and keep 16
+/// (bench/RESULTS.md). Longer steps measured no faster.
 static int64_t stepKeysFor(int64_t group, int64_t kvHeadsServed, int64_t W) {
   bool smallStep = kvHeadsServed > 1 || (group >= 2 && group <= 4);
   return roundUp(smallStep ? 8 : 16, W);
