@@ -264,7 +264,7 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     const int64_t numKvHeads = m.staticDim(bindings[1], paged ? 2 : 1);
     return emit(
         m.mul(queryRows,
-              m.index(numKvHeads / topKKvHeadsPerWorkgroup(paged, numKvHeads))),
+              m.index(numKvHeads / kvHeadsPerCpuWorkgroup(paged, numKvHeads))),
         [&](OpBuilder &builder, TypeRange types) {
           return buildSelectTopKKernel(builder, loc, name, select, tiling,
                                        types);

@@ -238,11 +238,16 @@ func::FuncOp buildRaggedPlanKernel(OpBuilder &builder, Location loc,
                                    DictionaryAttr tiling,
                                    TypeRange bindingTypes);
 
-/// The kv heads one CPU split-KV workgroup serves: every kv head over a
-/// paged cache (its pages hold [P, Hkv, D] rows, read front to back once
-/// that way), one otherwise (a kv head's keys are contiguous).
+/// The kv heads one CPU workgroup of split-KV decode or top-k selection
+/// serves: every kv head over a paged cache (a page's [P, Hkv, D] rows and
+/// its [2, Hkv, D] bounds are then read front to back once, not a kv
+/// head's rows at a time by Hkv workgroups), one otherwise (a kv head's
+/// keys and bounds are contiguous).
+inline int64_t kvHeadsPerCpuWorkgroup(bool paged, int64_t numKvHeads) {
+  return paged ? numKvHeads : 1;
+}
 inline int64_t splitKvHeadsPerWorkgroup(const SoftmaxAttentionShape &shape) {
-  return shape.paged() ? shape.numKvHeads : 1;
+  return kvHeadsPerCpuWorkgroup(shape.paged(), shape.numKvHeads);
 }
 
 /// Which keys a kernel attends to and where its results go. Tree attention

@@ -93,19 +93,10 @@ func::FuncOp buildBlockMetaKernel(OpBuilder &builder, Location loc,
                                   const CpuTiling &tiling,
                                   TypeRange bindingTypes);
 
-/// The kv heads one top-k workgroup serves: every kv head over a paged
-/// cache, whose pages' bounds ([NP, 2, Hkv, D]) it then reads front to
-/// back once per page, instead of one kv head's rows by each of Hkv
-/// workgroups at different times; one otherwise (a kv head's blocks are
-/// contiguous).
-inline int64_t topKKvHeadsPerWorkgroup(bool paged, int64_t numKvHeads) {
-  return paged ? numKvHeads : 1;
-}
-
 /// Bindings: q, meta, keys [Lk, 0] (a buffer that only carries the key
 /// length), blocks [B, H, Lq, top_k]; over a paged cache q, kmeta_pages,
 /// page_table, seq_lens, blocks. Workgroup = (batch, kv heads served,
-/// row) (topKKvHeadsPerWorkgroup): the query heads of a kv group share
+/// row) (kvHeadsPerCpuWorkgroup): the query heads of a kv group share
 /// each block's metadata load.
 func::FuncOp buildSelectTopKKernel(OpBuilder &builder, Location loc,
                                    StringRef name, SelectTopKOp op,

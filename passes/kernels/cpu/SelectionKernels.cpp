@@ -301,7 +301,7 @@ func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
   const int64_t numKvHeads =
       staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
   const int64_t group = H / numKvHeads;
-  const int64_t kvHeadsServed = topKKvHeadsPerWorkgroup(paged, numKvHeads);
+  const int64_t kvHeadsServed = kvHeadsPerCpuWorkgroup(paged, numKvHeads);
   const int64_t headsServed = group * kvHeadsServed;
   const int64_t topK = op.getTopK();
   const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
