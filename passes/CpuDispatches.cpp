@@ -262,13 +262,42 @@ void CpuEntryLowering::dispatchOp(ImplicitLocOpBuilder &b, Operation *op,
     // D].
     const bool paged = static_cast<bool>(select.getPageTable());
     const int64_t numKvHeads = m.staticDim(bindings[1], paged ? 2 : 1);
-    return emit(
-        m.mul(queryRows,
-              m.index(numKvHeads / kvHeadsPerCpuWorkgroup(paged, numKvHeads))),
-        [&](OpBuilder &builder, TypeRange types) {
-          return buildSelectTopKKernel(builder, loc, name, select, tiling,
-                                       types);
-        });
+    const int64_t kvHeadsServed = kvHeadsPerCpuWorkgroup(paged, numKvHeads);
+    const int64_t headsServed = m.staticDim(q, 1) / numKvHeads * kvHeadsServed;
+    // A selection workgroup per (row, kv heads served). Fewer of them than
+    // threads (a decode call of a sequence or two) bound their candidates
+    // first, a workgroup per chunk, into `bounds`, then keep their budgets
+    // from it (TopKPhase); otherwise each does both.
+    Value selections = m.mul(queryRows, m.index(numKvHeads / kvHeadsServed));
+    Value chunked =
+        arith::CmpIOp::create(b, arith::CmpIPredicate::ult, selections,
+                              WorkerCountOp::create(b, b.getIndexType()));
+    // The most candidates a row has: the metadata's blocks, or the page
+    // table's.
+    Value maxBlocks = paged ? m.dim(bindings[2], 1) : m.dim(bindings[1], 2);
+    Value zero = m.index(0);
+    int64_t dynamic = ShapedType::kDynamic;
+    Value bounds = memref::AllocOp::create(
+        b, MemRefType::get({dynamic, headsServed, dynamic}, b.getF32Type()),
+        ValueRange{m.select(chunked, selections, zero), maxBlocks});
+    SmallVector<Value> topKBindings(bindings);
+    topKBindings.push_back(bounds);
+    auto dispatchPhase = [&](const std::string &kernel, Value groups,
+                             TopKPhase phase) {
+      dispatchKernel(b, groups, topKBindings,
+                     [&](OpBuilder &builder, TypeRange types) {
+                       return buildSelectTopKKernel(
+                           builder, loc, kernel, select, tiling, types, phase);
+                     });
+    };
+    dispatchPhase(name, m.select(chunked, zero, selections), TopKPhase::Whole);
+    Value chunks = m.ceilDiv(maxBlocks, m.index(kTopKBoundsChunk));
+    dispatchPhase(kernelName("block_bounds"),
+                  m.select(chunked, m.mul(selections, chunks), zero),
+                  TopKPhase::Bounds);
+    dispatchPhase(kernelName("select_topk"),
+                  m.select(chunked, selections, zero), TopKPhase::Select);
+    return;
   }
   if (auto select = dyn_cast<SelectTopPOp>(op))
     return emit(rows, [&](OpBuilder &builder, TypeRange types) {

@@ -3,10 +3,14 @@
 // Quest top-k then sparse attention: the metadata's block count is a dim
 // derived from Lk, which the host program also asserts against the key
 // length the selection is given; the kernel reads that length as the size
-// of an empty buffer. One workgroup per (batch, head, row) for both.
+// of an empty buffer. A selection workgroup per (batch, kv head, row),
+// which bounds its candidates and keeps its budget; fewer of them than
+// threads bound theirs first, a workgroup per chunk of 128 candidates,
+// into bounds [selections, 2 heads, NB], then keep their budgets from it.
+// Sparse attention: a workgroup per (batch, head, row).
 
 // CHECK-LABEL: func.func private @topk__select_topk0(
-// CHECK-SAME:    memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x?xi32>, %{{.*}}: index)
+// CHECK-SAME:    memref<?x4x?x16xf32>, %{{.*}}: memref<?x2x?x2x16xf32>, %{{.*}}: memref<?x0xi32>, %{{.*}}: memref<?x4x?x?xi32>, %{{.*}}: memref<?x2x?xf32>, %{{.*}}: index)
 // CHECK-SAME:    attn.kernel = "select_topk"
 // A head's bound is sum(q+ max + q- min): the query split into its
 // positive and negative parts once, then two FMAs per channel vector, while
@@ -15,7 +19,8 @@
 // CHECK:         memref.store %[[POS]], %[[QS:.*]][%{{.*}}, %c0, %{{.*}}] : memref<2x2x16xf32>
 // CHECK:         %[[NEG:.*]] = arith.minimumf %{{.*}}, %{{.*}} : f32
 // CHECK:         memref.store %[[NEG]], %[[QS]][%{{.*}}, %c1, %{{.*}}] : memref<2x2x16xf32>
-// CHECK:         %[[LAST:.*]] = arith.subi %{{.*}}, %c1 : index
+// CHECK:         %[[TO_LAST:.*]] = arith.subi %{{.*}}, %c1 : index
+// CHECK:         %[[LAST:.*]] = arith.addi %{{.*}}, %[[TO_LAST]] : index
 // CHECK:         scf.for %{{.*}} = %c0 to %{{.*}} step %c1 {
 // CHECK:           %[[BLOCK:.*]] = arith.addi
 // CHECK:           %[[AHEAD:.*]] = arith.addi %[[BLOCK]], %c4
@@ -32,7 +37,31 @@
 // The heap that keeps the budget sifts down in an scf.while.
 // CHECK:         scf.while
 // CHECK:         memref.dealloc
-// CHECK-LABEL: func.func private @topk__sparse1(
+// The bounds of a chunk: workgroup = (selection, chunk), the chunk
+// fastest; its candidates [128 c, min(128 c + 128, middle)), each kv
+// head's bounds stored at [selection, head, candidate].
+// CHECK-LABEL: func.func private @topk__block_bounds1(
+// CHECK-SAME:    %[[BOUNDS_ARG:arg4]]: memref<?x2x?xf32>, %[[WG:arg5]]: index)
+// CHECK-SAME:    attn.kernel = "block_bounds"
+// CHECK:         %[[NB_DIM:.*]] = memref.dim %[[BOUNDS_ARG]], %c2
+// CHECK:         %[[CHUNKS:.*]] = arith.ceildivui %[[NB_DIM]], %c128
+// CHECK:         %[[SELECTION:.*]] = arith.divui %[[WG]], %[[CHUNKS]]
+// CHECK:         %[[CHUNK:.*]] = arith.remui %[[WG]], %[[CHUNKS]]
+// CHECK:         %[[FROM:.*]] = arith.muli %[[CHUNK]], %c128
+// CHECK:         scf.if
+// CHECK:           scf.for %[[N:.*]] = %[[FROM]] to %{{.*}} step %c1
+// CHECK:             memref.prefetch %arg1
+// CHECK:             vector.fma
+// CHECK:             memref.store %{{.*}}, %[[BOUNDS_ARG]][%[[SELECTION]], %{{.*}}, %[[N]]] : memref<?x2x?xf32>
+// CHECK-NOT:     scf.while
+// The budget from the bounds: no metadata read, the heap ranks bounds[wg].
+// CHECK-LABEL: func.func private @topk__select_topk2(
+// CHECK-SAME:    %[[BOUNDS_IN:arg4]]: memref<?x2x?xf32>, %[[SEL_WG:arg5]]: index)
+// CHECK-SAME:    attn.kernel = "select_topk"
+// CHECK-NOT:     vector.load %arg1
+// CHECK:         scf.while
+// CHECK:           memref.load %[[BOUNDS_IN]][%[[SEL_WG]], %{{.*}}, %{{.*}}] : memref<?x2x?xf32>
+// CHECK-LABEL: func.func private @topk__sparse3(
 // CHECK-SAME:    attn.kernel = "sparse_attention"
 // CHECK-LABEL: func.func @topk(
 // CHECK-SAME:    %[[META:arg3]]: memref<?x2x?x2x16xf32> {attn.shape = ["B", 2, {ceil_div = 16 : i64, of = "Lk"}, 2, 16]}
@@ -43,8 +72,22 @@
 // CHECK:         cf.assert %[[OK]], "attn.select_topk: dim 2 of 'meta' must be ceil(key_length / 16), the blocks of the keys"
 // CHECK:         %[[CARRIER:.*]] = memref.alloc(%[[LK]]) : memref<?x0xi32>
 // CHECK:         %[[BLOCKS:.*]] = memref.alloc({{.*}}) : memref<?x4x?x?xi32>
-// CHECK:         attn_kernel.dispatch @topk__select_topk0 workgroups({{.*}}) bindings(%arg0, %[[META]], %[[CARRIER]], %[[BLOCKS]])
-// CHECK:         attn_kernel.dispatch @topk__sparse1 workgroups({{.*}}) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %arg4)
+// CHECK:         %[[BATCH_ROWS:.*]] = arith.muli
+// CHECK:         %[[SELECTIONS:.*]] = arith.muli %[[BATCH_ROWS]], %c2
+// CHECK:         %[[WORKERS:.*]] = attn_kernel.worker_count : index
+// CHECK:         %[[CHUNKED:.*]] = arith.cmpi ult, %[[SELECTIONS]], %[[WORKERS]]
+// CHECK:         %[[MAX_BLOCKS:.*]] = memref.dim %[[META]], %c2
+// CHECK:         %[[BOUND_ROWS:.*]] = arith.select %[[CHUNKED]], %[[SELECTIONS]], %c0
+// CHECK:         %[[BOUNDS:.*]] = memref.alloc(%[[BOUND_ROWS]], %[[MAX_BLOCKS]]) : memref<?x2x?xf32>
+// CHECK:         %[[WHOLE:.*]] = arith.select %[[CHUNKED]], %c0{{.*}}, %[[SELECTIONS]]
+// CHECK:         attn_kernel.dispatch @topk__select_topk0 workgroups(%[[WHOLE]]) bindings(%arg0, %[[META]], %[[CARRIER]], %[[BLOCKS]], %[[BOUNDS]])
+// CHECK:         %[[CHUNKS:.*]] = arith.ceildivui %[[MAX_BLOCKS]], %c128
+// CHECK:         %[[CHUNK_GROUPS:.*]] = arith.muli %[[SELECTIONS]], %[[CHUNKS]]
+// CHECK:         %[[BOUND_GROUPS:.*]] = arith.select %[[CHUNKED]], %[[CHUNK_GROUPS]], %c0
+// CHECK:         attn_kernel.dispatch @topk__block_bounds1 workgroups(%[[BOUND_GROUPS]]) bindings(%arg0, %[[META]], %[[CARRIER]], %[[BLOCKS]], %[[BOUNDS]])
+// CHECK:         %[[SELECT_GROUPS:.*]] = arith.select %[[CHUNKED]], %[[SELECTIONS]], %c0
+// CHECK:         attn_kernel.dispatch @topk__select_topk2 workgroups(%[[SELECT_GROUPS]]) bindings(%arg0, %[[META]], %[[CARRIER]], %[[BLOCKS]], %[[BOUNDS]])
+// CHECK:         attn_kernel.dispatch @topk__sparse3 workgroups({{.*}}) bindings(%arg0, %arg1, %arg2, %[[BLOCKS]], %arg4)
 func.func @topk(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
                 %v: tensor<?x2x?x16xf32>, %meta: tensor<?x2x?x2x16xf32>)
     -> tensor<?x4x?x16xf32> {
@@ -285,7 +328,8 @@ func.func @refresh(%kc: tensor<?x4x2x8xf32>, %slots: tensor<?xi32>,
 // Top-k over a paged cache: a workgroup per (batch, row) serves every kv
 // head, so a page's bounds record [2, Hkv, D] is read by one workgroup at
 // one time; each block's kv heads are a loop, within which the metadata
-// of the same kv head's block 4 ahead is requested.
+// of the same kv head's block 4 ahead is requested. The bounds of chunked
+// selections are [selections, 4 heads, MP] (the page table's pages).
 // CHECK-LABEL: func.func private @paged_topk__select_topk0(
 // CHECK-SAME:    attn.kernel = "select_topk"
 // CHECK:         memref.alloca() {{.*}} : memref<4x2x24xf32>
@@ -297,8 +341,14 @@ func.func @refresh(%kc: tensor<?x4x2x8xf32>, %slots: tensor<?xi32>,
 // CHECK:             vector.load %arg1[%{{.*}}, %c1{{.*}}, %[[KVHEAD]], %{{.*}}]
 // CHECK-LABEL: func.func @paged_topk(
 // CHECK:         %[[TOKENS:.*]] = arith.muli %{{.*}}, %{{.*}} : index
-// CHECK:         %[[WORKGROUPS:.*]] = arith.muli %[[TOKENS]], %c1{{.*}} : index
-// CHECK:         attn_kernel.dispatch @paged_topk__select_topk0 workgroups(%[[WORKGROUPS]])
+// CHECK:         %[[SELECTIONS:.*]] = arith.muli %[[TOKENS]], %c1{{.*}} : index
+// CHECK:         %[[CHUNKED:.*]] = arith.cmpi ult, %[[SELECTIONS]], %{{.*}}
+// CHECK:         %[[PAGES:.*]] = memref.dim %arg4, %c1
+// CHECK:         %[[BOUNDS:.*]] = memref.alloc(%{{.*}}, %[[PAGES]]) : memref<?x4x?xf32>
+// CHECK:         %[[WHOLE:.*]] = arith.select %[[CHUNKED]], %c0{{.*}}, %[[SELECTIONS]]
+// CHECK:         attn_kernel.dispatch @paged_topk__select_topk0 workgroups(%[[WHOLE]])
+// CHECK:         attn_kernel.dispatch @paged_topk__block_bounds1
+// CHECK:         attn_kernel.dispatch @paged_topk__select_topk2
 func.func @paged_topk(%q: tensor<?x4x?x24xf32>, %kc: tensor<?x16x2x24xf32>,
                       %vc: tensor<?x16x2x24xf32>, %meta: tensor<?x2x2x24xf32>,
                       %pt: tensor<?x?xi32>, %lens: tensor<?xi32>)

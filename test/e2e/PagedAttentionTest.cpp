@@ -430,6 +430,10 @@ struct PagedSparseCase {
   std::vector<int64_t> rows = {};
   /// One latent cache (latent_kv), the values its keys' first features.
   bool latent = false;
+  /// The threads the model runs on: more than the selection workgroups
+  /// (batch x rows: one serves every kv head of a page) bound the
+  /// candidates in chunks first.
+  int threads = 2;
 };
 
 class PagedSparsity
@@ -458,7 +462,7 @@ TEST_P(PagedSparsity, MatchesEachSequencesSelection) {
   json += "}]}";
   std::string skip;
   std::unique_ptr<Model> model =
-      compileAndLoadFor(backend, modelDescription(json), 2, skip);
+      compileAndLoadFor(backend, modelDescription(json), c.threads, skip);
   if (!skip.empty())
     GTEST_SKIP() << skip;
   ASSERT_TRUE(model);
@@ -637,6 +641,30 @@ std::vector<PagedSparseCase> sparseCases() {
                    P == 1 ? 2 : 1,
                    P == 1 ? 3 : 1});
   }
+  // Selections fewer than the threads, their bounds in chunks of 128
+  // pages: 300 pages of one key (3 chunks) beside sequences whose
+  // candidates fit the budget; 3 rows of 700 keys in pages of 5 (2
+  // chunks); a ragged batch of 2 sequences.
+  PagedSparseCase chunked{"topk_decode_p1_chunked",
+                          1,
+                          {300, 1, 14, 290},
+                          1,
+                          R"({"method": "top_k", "top_k": 12,
+                              "sink_blocks": 2, "local_blocks": 3})",
+                          12,
+                          2,
+                          3};
+  chunked.threads = 8;
+  all.push_back(chunked);
+  PagedSparseCase chunkedExtend{
+      "topk_extend_p5_chunked", 5, {700, 37}, 3, topK, 3, 1, 1};
+  chunkedExtend.threads = 8;
+  all.push_back(chunkedExtend);
+  PagedSparseCase chunkedRagged{
+      "ragged_topk_chunked", 16, {2100, 40}, 0, topK, 3, 1, 1, std::nullopt,
+      R"("causal")",         "", {2, 1}};
+  chunkedRagged.threads = 8;
+  all.push_back(chunkedRagged);
   all.push_back({"topk_window_gate",
                  5,
                  {70, 33, 90},

@@ -427,9 +427,10 @@ class Selections : public testing::TestWithParam<Backend> {
 protected:
   /// Compiles `source` for the test's backend into `model`; leaves it null
   /// when the backend is missing (the test is skipped) or compiling failed.
-  void compile(const char *source, std::unique_ptr<Model> &model) {
+  void compile(const char *source, std::unique_ptr<Model> &model,
+               int threads = 2) {
     std::string skip;
-    model = compileAndLoadFor(GetParam(), attnIR(source), 2, skip);
+    model = compileAndLoadFor(GetParam(), attnIR(source), threads, skip);
     if (!skip.empty())
       GTEST_SKIP() << skip;
     ASSERT_TRUE(model);
@@ -644,6 +645,78 @@ TEST_P(Selections, TopKSortsLongRowsInDecode) {
     expectSame(blocks[0],
                ref::selectTopK(q, meta, Lk, ref::Mask::causal(), {}, budget),
                what.c_str());
+  }
+}
+
+TEST_P(Selections, TopKBoundsInChunksOnManyThreads) {
+  // Fewer selection workgroups (batch x kv heads x rows) than threads: the
+  // CPU bounds each row's candidates in chunks of 128 blocks, a workgroup
+  // each, then keeps the budget from them. A model on 8 threads, one
+  // sequence of 1001 blocks (8 chunks, the last of 104 middle candidates),
+  // 1 to 3 rows, ties across chunks (every 9th block from block 7 is block
+  // 2 doubled) and a zero query row; a window whose 16 candidates fit the
+  // budget (no bounds); and the same calls on 1 thread, which bound and
+  // keep in one workgroup per selection.
+  const int64_t H = 4, Hkv = 2, D = 5, Lk = 4003, bs = 4;
+  const ref::TopK budget{bs, 40, 2, 3};
+  const char *source = R"mlir(
+    func.func @long(%q: tensor<?x4x?x5xf32>, %meta: tensor<?x2x?x2x5xf32>,
+                    %k: tensor<?x2x?x5xf32>) -> tensor<?x4x?x?xi32> {
+      %c2 = arith.constant 2 : index
+      %lk = tensor.dim %k, %c2 : tensor<?x2x?x5xf32>
+      %b = attn.select_topk %q, %meta, %lk {block_size = 4, top_k = 40,
+          sink_blocks = 2, local_blocks = 3, mask = #attn.mask<causal>}
+          : tensor<?x4x?x5xf32>, tensor<?x2x?x2x5xf32>
+      return %b : tensor<?x4x?x?xi32>
+    }
+    func.func @window(%q: tensor<?x4x?x5xf32>, %meta: tensor<?x2x?x2x5xf32>,
+                      %k: tensor<?x2x?x5xf32>) -> tensor<?x4x?x?xi32> {
+      %c2 = arith.constant 2 : index
+      %lk = tensor.dim %k, %c2 : tensor<?x2x?x5xf32>
+      %b = attn.select_topk %q, %meta, %lk {block_size = 4, top_k = 40,
+          sink_blocks = 2, local_blocks = 3,
+          mask = #attn.mask<sliding_window = 61>}
+          : tensor<?x4x?x5xf32>, tensor<?x2x?x2x5xf32>
+      return %b : tensor<?x4x?x?xi32>
+    }
+  )mlir";
+  std::unique_ptr<Model> manyThreads, oneThread;
+  compile(source, manyThreads, 8);
+  compile(source, oneThread, 1);
+  if (!manyThreads || !oneThread)
+    return;
+  std::mt19937_64 rng(37);
+  for (int64_t B : {1, 2}) {
+    ref::Tensor k = randomF32({B, Hkv, Lk, D}, rng, -1.0, 1.0);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hkv; ++h)
+        for (int64_t j = 0; j < bs; ++j)
+          for (int64_t d = 0; d < D; ++d)
+            for (int64_t block = 7; block * bs + j < Lk; block += 9)
+              k(b, h, block * bs + j, d) = 2.0 * k(b, h, 2 * bs + j, d);
+    ref::Tensor meta = ref::blockMeta(k, bs);
+    for (int64_t lq : {1, 3}) {
+      ref::Tensor q = randomF32({B, H, lq, D}, rng, -1.0, 1.0);
+      for (int64_t d = 0; d < D; ++d) // batch 0, head 3, row 0: all ties
+        q(0, 3, 0, d) = 0.0;
+      for (const char *entry : {"long", "window"}) {
+        const ref::Mask mask = std::string(entry) == "long"
+                                   ? ref::Mask::causal()
+                                   : ref::Mask::slidingWindow(61);
+        ref::IntTensor expected =
+            ref::selectTopK(q, meta, Lk, mask, {}, budget);
+        for (Model *model : {manyThreads.get(), oneThread.get()}) {
+          std::vector<Tensor> blocks = runEntry(
+              *model, entry, {toRuntime(q), toRuntime(meta), toRuntime(k)});
+          ASSERT_EQ(blocks.size(), 1u);
+          std::string what =
+              std::string(entry) + ", B = " + std::to_string(B) + ", " +
+              std::to_string(lq) + " rows, " +
+              (model == oneThread.get() ? "1 thread" : "8 threads");
+          expectSame(blocks[0], expected, what.c_str());
+        }
+      }
+    }
   }
 }
 

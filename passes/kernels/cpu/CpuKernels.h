@@ -93,15 +93,35 @@ func::FuncOp buildBlockMetaKernel(OpBuilder &builder, Location loc,
                                   const CpuTiling &tiling,
                                   TypeRange bindingTypes);
 
+/// What a top-k kernel does of a row's selection. A selection workgroup
+/// is per (batch, kv heads served, row) (kvHeadsPerCpuWorkgroup): the
+/// query heads of a kv group share each block's metadata load. When those
+/// are fewer than the threads (a decode call of one or two sequences), the
+/// bounds are computed first in chunks of kTopKBoundsChunk blocks, each a
+/// workgroup, and then the budget kept from them, so that every thread
+/// reads a share of the metadata.
+enum class TopKPhase {
+  /// Bounds the row's candidate blocks and keeps the budget.
+  Whole,
+  /// Workgroup = (selection workgroup g, chunk): the bounds of the chunk's
+  /// candidate blocks into bounds[g].
+  Bounds,
+  /// Keeps the budget from the bounds in bounds[workgroup].
+  Select,
+};
+
+/// Candidate blocks a TopKPhase::Bounds workgroup bounds.
+constexpr int64_t kTopKBoundsChunk = 128;
+
 /// Bindings: q, meta, keys [Lk, 0] (a buffer that only carries the key
-/// length), blocks [B, H, Lq, top_k]; over a paged cache q, kmeta_pages,
-/// page_table, seq_lens, blocks. Workgroup = (batch, kv heads served,
-/// row) (kvHeadsPerCpuWorkgroup): the query heads of a kv group share
-/// each block's metadata load.
+/// length), blocks [B, H, Lq, top_k], bounds [G, heads served, NB] (f32,
+/// G the selection workgroups; [0, heads served, NB] for Whole); over a
+/// paged cache q, kmeta_pages, page_table, seq_lens, [cu_seqlens_q],
+/// blocks, bounds (NB: the page table's MP).
 func::FuncOp buildSelectTopKKernel(OpBuilder &builder, Location loc,
                                    StringRef name, SelectTopKOp op,
                                    const CpuTiling &tiling,
-                                   TypeRange bindingTypes);
+                                   TypeRange bindingTypes, TopKPhase phase);
 
 /// Bindings: q, k, [page_table, seq_lens], [blocks], tokens [B, H, Lq,
 /// N]. Workgroup = (batch, head, row).

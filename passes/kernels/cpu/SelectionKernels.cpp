@@ -277,202 +277,322 @@ private:
 
 } // namespace
 
+namespace {
+
+/// Quest top-k's kernels (TopKPhase), built one phase at a time: the
+/// workgroup's row and its candidate blocks, the query split for the
+/// bounds, the bounds of a range of candidates, and the budget kept.
+class TopKKernel {
+public:
+  TopKKernel(OpBuilder &builder, Location loc, StringRef name, SelectTopKOp op,
+             const CpuTiling &tiling, TypeRange bindingTypes, TopKPhase phase);
+
+  /// Emits the phase's kernel and returns it.
+  func::FuncOp build();
+
+private:
+  /// The row of selection workgroup `selection` and its candidates.
+  void mapRow(Value selection);
+  /// Splits each served head's scaled query into its positive and
+  /// negative parts (queries[g, 0] and [g, 1]).
+  void splitQueries();
+  /// Quest's bounds of middle candidates [from, to) for every head served,
+  /// handed to store(head served, candidate, bound).
+  void boundCandidates(Value from, Value to,
+                       function_ref<void(Value, Value, Value)> store);
+  /// Writes every candidate (there are at most top_k) for each head.
+  void keepAll();
+  /// Writes each head's sink, best `fill` middle and local blocks, the
+  /// middle ones ranked by scoreOf(head served, candidate).
+  void keepBudget(function_ref<Value(Value, Value)> scoreOf);
+
+  /// Runs body(head served, output prefix) for each query head served.
+  void eachHead(function_ref<void(Value, ValueRange)> body);
+  void store(ValueRange prefix, Value value, Value slot);
+
+  SelectTopKOp op;
+  const CpuTiling &tiling;
+  const TopKPhase phase;
+  OpBuilder::InsertionGuard guard;
+  func::FuncOp func;
+  ImplicitLocOpBuilder b;
+  KernelEmitter e;
+
+  bool paged, ragged;
+  int64_t D, group, numKvHeads, kvHeadsServed, headsServed;
+  int64_t topK, sink, local, fill;
+  double scale;
+
+  // The bindings.
+  Value q, meta, queryOffsets, blocks, bounds, workgroup;
+  std::optional<SelectionKeys> keys;
+
+  // The row (mapRow).
+  Value c0, c1;
+  std::optional<QueryRowOfWorkgroup> at;
+  Value firstKvHead, firstHead, lk, firstBlock, count, fits;
+  Value middleFirst, middle, localFirst;
+  /// q+ and q- of each head served (splitQueries).
+  Value queries;
+};
+
+TopKKernel::TopKKernel(OpBuilder &builder, Location loc, StringRef name,
+                       SelectTopKOp op, const CpuTiling &tiling,
+                       TypeRange bindingTypes, TopKPhase phase)
+    : op(op), tiling(tiling), phase(phase), guard(builder),
+      func(createKernel(builder, loc, name, bindingTypes, tiling,
+                        phase == TopKPhase::Bounds ? "block_bounds"
+                                                   : "select_topk")),
+      b(loc, builder), e(b, tiling.vectorWidth) {
+  // Over a paged cache the metadata is per page ([NP, 2, Hkv, D]) and
+  // each sequence has its own key length; a ragged batch packs the rows.
+  paged = static_cast<bool>(op.getPageTable());
+  ragged = static_cast<bool>(op.getCuSeqlensQ());
+  auto args = func.getArguments();
+  unsigned next = 0;
+  q = args[next++], meta = args[next++];
+  keys.emplace(args, next, paged);
+  queryOffsets = ragged ? args[next++] : Value();
+  blocks = args[next++], bounds = args[next++], workgroup = args.back();
+  const int64_t H = staticDim(bindingTypes[0], 1);
+  D = staticDim(bindingTypes[0], ragged ? 2 : 3);
+  numKvHeads = staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
+  group = H / numKvHeads;
+  kvHeadsServed = kvHeadsPerCpuWorkgroup(paged, numKvHeads);
+  headsServed = group * kvHeadsServed;
+  topK = op.getTopK();
+  sink = op.getSinkBlocks(), local = op.getLocalBlocks();
+  fill = topK - sink - local;
+  scale = selectionScale(op.getScale(), D);
+  c0 = e.index(0), c1 = e.index(1);
+}
+
+func::FuncOp TopKKernel::build() {
+  switch (phase) {
+  case TopKPhase::Whole:
+    mapRow(workgroup);
+    e.ifElse(
+        fits,
+        [&]() -> SmallVector<Value> {
+          keepAll();
+          return {};
+        },
+        [&]() -> SmallVector<Value> {
+          // The bounds of the row's middle candidates, head g's at
+          // scores[g * middle + n].
+          Value scores;
+          if (fill > 0) {
+            splitQueries();
+            scores = allocRow(e, e.f32, e.mul(middle, e.index(headsServed)));
+            boundCandidates(c0, middle, [&](Value g, Value n, Value bound) {
+              e.store(bound, scores, {e.add(e.mul(g, middle), n)});
+            });
+          }
+          keepBudget([&](Value g, Value n) {
+            return e.load(scores, {e.add(e.mul(g, middle), n)});
+          });
+          if (scores)
+            memref::DeallocOp::create(b, scores);
+          return {};
+        });
+    break;
+  case TopKPhase::Bounds: {
+    // Workgroup = (selection workgroup, chunk of candidates), the chunk
+    // fastest.
+    Value chunks = e.ceilDiv(e.dim(bounds, 2), e.index(kTopKBoundsChunk));
+    Value selection = e.div(workgroup, chunks);
+    mapRow(selection);
+    Value from = e.mul(e.rem(workgroup, chunks), e.index(kTopKBoundsChunk));
+    Value to = e.minS(e.add(from, e.index(kTopKBoundsChunk)), middle);
+    // Rows whose candidates fit the budget need no bounds.
+    Value needed =
+        e.andI(e.icmp(arith::CmpIPredicate::ugt, count, e.index(topK)),
+               e.icmp(arith::CmpIPredicate::slt, from, to));
+    if (fill > 0)
+      e.ifThen(needed, [&] {
+        splitQueries();
+        boundCandidates(from, to, [&](Value g, Value n, Value bound) {
+          e.store(bound, bounds, {selection, g, n});
+        });
+      });
+    break;
+  }
+  case TopKPhase::Select:
+    mapRow(workgroup);
+    e.ifElse(
+        fits,
+        [&]() -> SmallVector<Value> {
+          keepAll();
+          return {};
+        },
+        [&]() -> SmallVector<Value> {
+          keepBudget([&](Value g, Value n) {
+            return e.load(bounds, {workgroup, g, n});
+          });
+          return {};
+        });
+    break;
+  }
+  func::ReturnOp::create(b);
+  return func;
+}
+
+void TopKKernel::mapRow(Value selection) {
+  at.emplace(e, selection, numKvHeads / kvHeadsServed, q, queryOffsets);
+  firstKvHead = e.mul(at->head, e.index(kvHeadsServed));
+  firstHead = e.mul(firstKvHead, e.index(group));
+  lk = keys->length(e, at->batch);
+  std::tie(firstBlock, count) =
+      topKCandidates(e, op, e.add(e.sub(lk, at->rows), at->row), lk);
+  fits = e.icmp(arith::CmpIPredicate::ule, count, e.index(topK));
+  // More candidates than the budget: the first `sink` and the last
+  // `local` ones, then the `fill` best of those between.
+  middleFirst = e.add(firstBlock, e.index(sink));
+  middle = e.sub(count, e.index(sink + local));
+  localFirst = e.sub(e.add(firstBlock, count), e.index(local));
+}
+
+void TopKKernel::eachHead(function_ref<void(Value, ValueRange)> body) {
+  e.loop(c0, e.index(headsServed), c1,
+         [&](Value g) { body(g, at->at(e.add(firstHead, g))); });
+}
+
+void TopKKernel::store(ValueRange prefix, Value value, Value slot) {
+  SmallVector<Value> indices(prefix);
+  indices.push_back(slot);
+  memref::StoreOp::create(b, value, blocks, indices);
+}
+
+void TopKKernel::splitQueries() {
+  // As min <= max, a channel's max(q lo, q hi) is q hi where q >= 0 and
+  // q lo where q < 0, so a block's bound is sum(q+ hi + q- lo) with
+  // q+ = max(q, 0) and q- = min(q, 0): two fused multiply-adds per channel
+  // vector instead of two products, a NaN-propagating max and an add.
+  const int64_t padded = roundUp(D, e.width);
+  queries = memref::AllocaOp::create(
+      b, MemRefType::get({headsServed, 2, padded}, e.f32),
+      b.getI64IntegerAttr(64));
+  e.loop(c0, e.index(headsServed), c1, [&](Value g) {
+    for (int64_t part = 0; part < 2; ++part)
+      for (int64_t off = 0; off < padded; off += e.width)
+        vector::StoreOp::create(b, e.splat(0.0), queries,
+                                ValueRange{g, e.index(part), e.index(off)});
+    e.loop(c0, e.index(D), c1, [&](Value d) {
+      Value scaled =
+          e.fmul(e.load(q, withIndex(at->at(e.add(firstHead, g)), d)),
+                 e.scalar(scale));
+      Value zero = e.scalar(0.0);
+      e.store(e.fmax(scaled, zero), queries, {g, c0, d});
+      e.store(arith::MinimumFOp::create(b, scaled, zero), queries, {g, c1, d});
+    });
+  });
+}
+
+void TopKKernel::boundCandidates(
+    Value from, Value to, function_ref<void(Value, Value, Value)> store) {
+  Value lastCandidate = e.add(middleFirst, e.sub(to, c1));
+  // Quest's bounds of block `block` for the query heads [s * group,
+  // (s + 1) * group) of served kv head s; a block's served kv heads go in
+  // their order in memory.
+  auto boundKvHeads = [&](Value block, Value n, Value served) {
+    Value kvHead = e.add(firstKvHead, served);
+    auto boundOf = [&](Value block, Value which) {
+      return keys->bound(e, at->batch, kvHead, block, which);
+    };
+    SmallVector<Value> low = boundOf(block, c0);
+    SmallVector<Value> high = boundOf(block, c1);
+    MetaRequests requests(
+        e, meta, D, e.minS(e.add(block, e.index(kMetaAhead)), lastCandidate),
+        boundOf);
+    Value firstServed = e.mul(served, e.index(group));
+    SmallVector<Value> sums(group, e.splat(0.0));
+    for (int64_t off = 0; off < D; off += e.width) {
+      requests.issue(off / e.width);
+      int64_t lanes = std::min(e.width, D - off);
+      Value lo = e.loadVector(meta, withIndex(low, e.index(off)), lanes);
+      Value hi = e.loadVector(meta, withIndex(high, e.index(off)), lanes);
+      for (int64_t g = 0; g < group; ++g) {
+        auto part = [&](int64_t which) {
+          return vector::LoadOp::create(
+              b, e.vec, queries,
+              ValueRange{e.add(firstServed, e.index(g)), e.index(which),
+                         e.index(off)});
+        };
+        sums[g] = e.fma(part(1), lo, e.fma(part(0), hi, sums[g]));
+      }
+    }
+    for (int64_t g = 0; g < group; ++g)
+      store(e.add(firstServed, e.index(g)), n, e.sumLanes(sums[g]));
+  };
+  e.loop(from, to, c1, [&](Value n) {
+    Value block = e.add(middleFirst, n);
+    if (kvHeadsServed == 1)
+      boundKvHeads(block, n, c0);
+    else
+      e.loop(c0, e.index(kvHeadsServed), c1,
+             [&](Value served) { boundKvHeads(block, n, served); });
+  });
+}
+
+void TopKKernel::keepAll() {
+  eachHead([&](Value, ValueRange prefix) {
+    e.loop(c0, count, c1,
+           [&](Value n) { store(prefix, e.toI32(e.add(firstBlock, n)), n); });
+    padWithMinusOne(e, blocks, prefix, count, e.dim(blocks, 3));
+  });
+}
+
+void TopKKernel::keepBudget(function_ref<Value(Value, Value)> scoreOf) {
+  Value heap = fill > 0 ? allocRow(e, b.getI32Type(), e.index(fill)) : Value();
+  Value chosen = fill > 0 ? allocRow(e, b.getI8Type(), middle) : Value();
+  eachHead([&](Value g, ValueRange prefix) {
+    e.loop(c0, e.index(sink), c1,
+           [&](Value n) { store(prefix, e.toI32(e.add(firstBlock, n)), n); });
+    Value slot = e.index(sink);
+    if (fill > 0) {
+      auto worse = [&](Value x, Value y) {
+        Value sx = scoreOf(g, e.toIndex(x));
+        Value sy = scoreOf(g, e.toIndex(y));
+        return worseScored(e, sx, x, sy, y);
+      };
+      e.loop(c0, e.index(fill), c1,
+             [&](Value n) { memref::StoreOp::create(b, e.toI32(n), heap, n); });
+      withIntHeap(e, heap, worse, [&](const HeapStorage &storage) {
+        heapify(e, storage, e.index(fill));
+        e.loop(e.index(fill), middle, c1, [&](Value n) {
+          Value candidate = e.toI32(n);
+          e.ifThen(worse(e.loadInt(heap, {c0}), candidate), [&] {
+            memref::StoreOp::create(b, candidate, heap, c0);
+            siftDown(e, storage, e.index(fill), c0);
+          });
+        });
+      });
+      clearFlags(e, chosen, middle);
+      e.loop(c0, e.index(fill), c1, [&](Value n) {
+        setFlag(e, chosen, e.toIndex(e.loadInt(heap, {n})));
+      });
+      slot =
+          writeFlagged(e, chosen, c0, middle, blocks, prefix, slot,
+                       [&](Value n) { return e.toI32(e.add(middleFirst, n)); });
+    }
+    e.loop(c0, e.index(local), c1, [&](Value n) {
+      store(prefix, e.toI32(e.add(localFirst, n)), e.add(slot, n));
+    });
+  });
+  if (fill > 0)
+    for (Value buffer : {heap, chosen})
+      memref::DeallocOp::create(b, buffer);
+}
+
+} // namespace
+
 func::FuncOp mlir::attn::buildSelectTopKKernel(OpBuilder &builder, Location loc,
                                                StringRef name, SelectTopKOp op,
                                                const CpuTiling &tiling,
-                                               TypeRange bindingTypes) {
-  OpBuilder::InsertionGuard guard(builder);
-  func::FuncOp func =
-      createKernel(builder, loc, name, bindingTypes, tiling, "select_topk");
-  ImplicitLocOpBuilder b(loc, builder);
-  KernelEmitter e(b, tiling.vectorWidth);
-  // Over a paged cache the metadata is per page ([NP, 2, Hkv, D]) and
-  // each sequence has its own key length; a ragged batch packs the rows.
-  const bool paged = static_cast<bool>(op.getPageTable());
-  const bool ragged = static_cast<bool>(op.getCuSeqlensQ());
-  auto args = func.getArguments();
-  unsigned next = 0;
-  Value q = args[next++], meta = args[next++];
-  SelectionKeys keys(args, next, paged);
-  Value queryOffsets = ragged ? args[next++] : Value();
-  Value blocks = args[next++], workgroup = args.back();
-  const int64_t H = staticDim(bindingTypes[0], 1);
-  const int64_t D = staticDim(bindingTypes[0], ragged ? 2 : 3);
-  const int64_t numKvHeads =
-      staticDim(bindingTypes[1], SelectionKeys::metaHeadDim(paged));
-  const int64_t group = H / numKvHeads;
-  const int64_t kvHeadsServed = kvHeadsPerCpuWorkgroup(paged, numKvHeads);
-  const int64_t headsServed = group * kvHeadsServed;
-  const int64_t topK = op.getTopK();
-  const int64_t sink = op.getSinkBlocks(), local = op.getLocalBlocks();
-  const int64_t fill = topK - sink - local;
-  double scale = selectionScale(op.getScale(), D);
-
-  Value c0 = e.index(0), c1 = e.index(1);
-  // A workgroup per (batch, kv heads served, row): the query heads of a kv
-  // group share the row's candidates and read each block's metadata once.
-  QueryRowOfWorkgroup at(e, workgroup, numKvHeads / kvHeadsServed, q,
-                         queryOffsets);
-  Value lq = at.rows;
-  Value firstKvHead = e.mul(at.head, e.index(kvHeadsServed));
-  Value lk = keys.length(e, at.batch);
-  Value firstHead = e.mul(firstKvHead, e.index(group));
-  auto [firstBlock, count] =
-      topKCandidates(e, op, e.add(e.sub(lk, lq), at.row), lk);
-  // Runs body(head, output prefix) for each query head served.
-  auto eachHead = [&](function_ref<void(Value g, ValueRange prefix)> body) {
-    e.loop(c0, e.index(headsServed), c1,
-           [&](Value g) { body(g, at.at(e.add(firstHead, g))); });
-  };
-  auto store = [&](ValueRange prefix, Value value, Value slot) {
-    SmallVector<Value> indices(prefix);
-    indices.push_back(slot);
-    memref::StoreOp::create(b, value, blocks, indices);
-  };
-
-  Value fits = e.icmp(arith::CmpIPredicate::ule, count, e.index(topK));
-  e.ifElse(
-      fits,
-      [&]() -> SmallVector<Value> {
-        eachHead([&](Value, ValueRange prefix) {
-          e.loop(c0, count, c1, [&](Value n) {
-            store(prefix, e.toI32(e.add(firstBlock, n)), n);
-          });
-          padWithMinusOne(e, blocks, prefix, count, e.dim(blocks, 3));
-        });
-        return {};
-      },
-      [&]() -> SmallVector<Value> {
-        // More candidates than the budget: the first `sink` and the last
-        // `local` ones, then the `fill` best of those between.
-        Value middleFirst = e.add(firstBlock, e.index(sink));
-        Value middle = e.sub(count, e.index(sink + local));
-        Value localFirst = e.sub(e.add(firstBlock, count), e.index(local));
-        // Quest's bounds of the middle blocks for every head served, head
-        // g's at scores[g * middle + n]: a block's min and max are loaded
-        // once for its kv group. As min <= max, a channel's
-        // max(q lo, q hi) is q hi where q >= 0 and q lo where q < 0, so
-        // the bound is sum(q+ hi + q- lo) with q+ = max(q, 0) and
-        // q- = min(q, 0): two fused multiply-adds per channel vector
-        // instead of two products, a NaN-propagating max and an add.
-        Value queries, scores;
-        if (fill > 0) {
-          const int64_t padded = roundUp(D, e.width);
-          // queries[g, 0, :] = q+ and queries[g, 1, :] = q-, scaled.
-          queries = memref::AllocaOp::create(
-              b, MemRefType::get({headsServed, 2, padded}, e.f32),
-              b.getI64IntegerAttr(64));
-          e.loop(c0, e.index(headsServed), c1, [&](Value g) {
-            for (int64_t part = 0; part < 2; ++part)
-              for (int64_t off = 0; off < padded; off += e.width)
-                vector::StoreOp::create(
-                    b, e.splat(0.0), queries,
-                    ValueRange{g, e.index(part), e.index(off)});
-            e.loop(c0, e.index(D), c1, [&](Value d) {
-              Value scaled =
-                  e.fmul(e.load(q, withIndex(at.at(e.add(firstHead, g)), d)),
-                         e.scalar(scale));
-              Value zero = e.scalar(0.0);
-              e.store(e.fmax(scaled, zero), queries, {g, c0, d});
-              e.store(arith::MinimumFOp::create(b, scaled, zero), queries,
-                      {g, c1, d});
-            });
-          });
-          scores = allocRow(e, e.f32, e.mul(middle, e.index(headsServed)));
-          Value lastMiddle = e.sub(e.add(middleFirst, middle), c1);
-          // Quest's bounds of block `block` for the query heads [s *
-          // group, (s + 1) * group) of served kv head s; a block's served
-          // kv heads go in their order in memory.
-          auto boundKvHeads = [&](Value block, Value served) {
-            Value kvHead = e.add(firstKvHead, served);
-            auto boundOf = [&](Value block, Value which) {
-              return keys.bound(e, at.batch, kvHead, block, which);
-            };
-            SmallVector<Value> low = boundOf(block, c0);
-            SmallVector<Value> high = boundOf(block, c1);
-            MetaRequests requests(
-                e, meta, D,
-                e.minS(e.add(block, e.index(kMetaAhead)), lastMiddle), boundOf);
-            Value firstServed = e.mul(served, e.index(group));
-            SmallVector<Value> sums(group, e.splat(0.0));
-            for (int64_t off = 0; off < D; off += e.width) {
-              requests.issue(off / e.width);
-              int64_t lanes = std::min(e.width, D - off);
-              Value lo =
-                  e.loadVector(meta, withIndex(low, e.index(off)), lanes);
-              Value hi =
-                  e.loadVector(meta, withIndex(high, e.index(off)), lanes);
-              for (int64_t g = 0; g < group; ++g) {
-                auto part = [&](int64_t which) {
-                  return vector::LoadOp::create(
-                      b, e.vec, queries,
-                      ValueRange{e.add(firstServed, e.index(g)), e.index(which),
-                                 e.index(off)});
-                };
-                sums[g] = e.fma(part(1), lo, e.fma(part(0), hi, sums[g]));
-              }
-            }
-            for (int64_t g = 0; g < group; ++g)
-              e.store(e.sumLanes(sums[g]), scores,
-                      {e.add(e.mul(e.add(firstServed, e.index(g)), middle),
-                             e.sub(block, middleFirst))});
-          };
-          e.loop(c0, middle, c1, [&](Value n) {
-            Value block = e.add(middleFirst, n);
-            if (kvHeadsServed == 1)
-              boundKvHeads(block, c0);
-            else
-              e.loop(c0, e.index(kvHeadsServed), c1,
-                     [&](Value served) { boundKvHeads(block, served); });
-          });
-        }
-        Value heap =
-            fill > 0 ? allocRow(e, b.getI32Type(), e.index(fill)) : Value();
-        Value chosen = fill > 0 ? allocRow(e, b.getI8Type(), middle) : Value();
-        eachHead([&](Value g, ValueRange prefix) {
-          e.loop(c0, e.index(sink), c1, [&](Value n) {
-            store(prefix, e.toI32(e.add(firstBlock, n)), n);
-          });
-          Value slot = e.index(sink);
-          if (fill > 0) {
-            Value base = e.mul(g, middle);
-            auto worse = [&](Value x, Value y) {
-              Value sx = e.load(scores, {e.add(base, e.toIndex(x))});
-              Value sy = e.load(scores, {e.add(base, e.toIndex(y))});
-              return worseScored(e, sx, x, sy, y);
-            };
-            e.loop(c0, e.index(fill), c1, [&](Value n) {
-              memref::StoreOp::create(b, e.toI32(n), heap, n);
-            });
-            withIntHeap(e, heap, worse, [&](const HeapStorage &storage) {
-              heapify(e, storage, e.index(fill));
-              e.loop(e.index(fill), middle, c1, [&](Value n) {
-                Value candidate = e.toI32(n);
-                e.ifThen(worse(e.loadInt(heap, {c0}), candidate), [&] {
-                  memref::StoreOp::create(b, candidate, heap, c0);
-                  siftDown(e, storage, e.index(fill), c0);
-                });
-              });
-            });
-            clearFlags(e, chosen, middle);
-            e.loop(c0, e.index(fill), c1, [&](Value n) {
-              setFlag(e, chosen, e.toIndex(e.loadInt(heap, {n})));
-            });
-            slot = writeFlagged(
-                e, chosen, c0, middle, blocks, prefix, slot,
-                [&](Value n) { return e.toI32(e.add(middleFirst, n)); });
-          }
-          e.loop(c0, e.index(local), c1, [&](Value n) {
-            store(prefix, e.toI32(e.add(localFirst, n)), e.add(slot, n));
-          });
-        });
-        if (fill > 0)
-          for (Value buffer : {scores, heap, chosen})
-            memref::DeallocOp::create(b, buffer);
-        return {};
-      });
-  func::ReturnOp::create(b);
-  return func;
+                                               TypeRange bindingTypes,
+                                               TopKPhase phase) {
+  return TopKKernel(builder, loc, name, op, tiling, bindingTypes, phase)
+      .build();
 }
 
 //===----------------------------------------------------------------------===//
