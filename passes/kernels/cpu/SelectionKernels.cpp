@@ -300,8 +300,9 @@ private:
   /// handed to store(head served, candidate, bound).
   void boundCandidates(Value from, Value to,
                        function_ref<void(Value, Value, Value)> store);
-  /// Writes every candidate (there are at most top_k) for each head.
-  void keepAll();
+  /// Writes every candidate for each head when there are at most top_k,
+  /// else runs `keepBest`.
+  void keepAllOr(function_ref<void()> keepBest);
   /// Writes each head's sink, best `fill` middle and local blocks, the
   /// middle ones ranked by scoreOf(head served, candidate).
   void keepBudget(function_ref<Value(Value, Value)> scoreOf);
@@ -311,7 +312,6 @@ private:
   void store(ValueRange prefix, Value value, Value slot);
 
   SelectTopKOp op;
-  const CpuTiling &tiling;
   const TopKPhase phase;
   OpBuilder::InsertionGuard guard;
   func::FuncOp func;
@@ -339,7 +339,7 @@ private:
 TopKKernel::TopKKernel(OpBuilder &builder, Location loc, StringRef name,
                        SelectTopKOp op, const CpuTiling &tiling,
                        TypeRange bindingTypes, TopKPhase phase)
-    : op(op), tiling(tiling), phase(phase), guard(builder),
+    : op(op), phase(phase), guard(builder),
       func(createKernel(builder, loc, name, bindingTypes, tiling,
                         phase == TopKPhase::Bounds ? "block_bounds"
                                                    : "select_topk")),
@@ -371,30 +371,23 @@ func::FuncOp TopKKernel::build() {
   switch (phase) {
   case TopKPhase::Whole:
     mapRow(workgroup);
-    e.ifElse(
-        fits,
-        [&]() -> SmallVector<Value> {
-          keepAll();
-          return {};
-        },
-        [&]() -> SmallVector<Value> {
-          // The bounds of the row's middle candidates, head g's at
-          // scores[g * middle + n].
-          Value scores;
-          if (fill > 0) {
-            splitQueries();
-            scores = allocRow(e, e.f32, e.mul(middle, e.index(headsServed)));
-            boundCandidates(c0, middle, [&](Value g, Value n, Value bound) {
-              e.store(bound, scores, {e.add(e.mul(g, middle), n)});
-            });
-          }
-          keepBudget([&](Value g, Value n) {
-            return e.load(scores, {e.add(e.mul(g, middle), n)});
-          });
-          if (scores)
-            memref::DeallocOp::create(b, scores);
-          return {};
+    keepAllOr([&] {
+      // The bounds of the row's middle candidates, head g's at
+      // scores[g * middle + n].
+      Value scores;
+      if (fill > 0) {
+        splitQueries();
+        scores = allocRow(e, e.f32, e.mul(middle, e.index(headsServed)));
+        boundCandidates(c0, middle, [&](Value g, Value n, Value bound) {
+          e.store(bound, scores, {e.add(e.mul(g, middle), n)});
         });
+      }
+      keepBudget([&](Value g, Value n) {
+        return e.load(scores, {e.add(e.mul(g, middle), n)});
+      });
+      if (scores)
+        memref::DeallocOp::create(b, scores);
+    });
     break;
   case TopKPhase::Bounds: {
     // Workgroup = (selection workgroup, chunk of candidates), the chunk
@@ -419,18 +412,11 @@ func::FuncOp TopKKernel::build() {
   }
   case TopKPhase::Select:
     mapRow(workgroup);
-    e.ifElse(
-        fits,
-        [&]() -> SmallVector<Value> {
-          keepAll();
-          return {};
-        },
-        [&]() -> SmallVector<Value> {
-          keepBudget([&](Value g, Value n) {
-            return e.load(bounds, {workgroup, g, n});
-          });
-          return {};
-        });
+    keepAllOr([&] {
+      keepBudget([&](Value g, Value n) {
+        return e.load(bounds, {workgroup, g, n});
+      });
+    });
     break;
   }
   func::ReturnOp::create(b);
@@ -534,12 +520,22 @@ void TopKKernel::boundCandidates(
   });
 }
 
-void TopKKernel::keepAll() {
-  eachHead([&](Value, ValueRange prefix) {
-    e.loop(c0, count, c1,
-           [&](Value n) { store(prefix, e.toI32(e.add(firstBlock, n)), n); });
-    padWithMinusOne(e, blocks, prefix, count, e.dim(blocks, 3));
-  });
+void TopKKernel::keepAllOr(function_ref<void()> keepBest) {
+  e.ifElse(
+      fits,
+      [&]() -> SmallVector<Value> {
+        eachHead([&](Value, ValueRange prefix) {
+          e.loop(c0, count, c1, [&](Value n) {
+            store(prefix, e.toI32(e.add(firstBlock, n)), n);
+          });
+          padWithMinusOne(e, blocks, prefix, count, e.dim(blocks, 3));
+        });
+        return {};
+      },
+      [&]() -> SmallVector<Value> {
+        keepBest();
+        return {};
+      });
 }
 
 void TopKKernel::keepBudget(function_ref<Value(Value, Value)> scoreOf) {
