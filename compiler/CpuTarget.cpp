@@ -120,14 +120,29 @@ translateAndOptimize(ModuleOp module, const CpuTarget &target,
   return llvmModule;
 }
 
-} // namespace
-
-CpuTarget CpuTarget::host() {
+/// The host's CPU level.
+CpuTarget hostLevel() {
   if (hostHasAll(kLevel3) && hostHasAll(kLevel4))
     return hostHasAll({kBf16Dot}) ? withBf16Dot(makeTarget(4)) : makeTarget(4);
   if (hostHasAll(kLevel3))
     return makeTarget(3);
   return makeTarget(2);
+}
+
+} // namespace
+
+CpuTarget CpuTarget::host() {
+  CpuTarget target = hostLevel();
+  // Where split-KV decode's requests for its coming K and V rows should
+  // land depends on the micro-architecture and on how they are spread
+  // (bench/RESULTS.md): on a Zen 5 VM, into L1 (prefetcht0) took 0.80-0.93x
+  // the time of into L2 (prefetcht1) over contiguous keys and 0.86-1.00x
+  // over a paged cache, measured interleaved in one run, where with V's
+  // rows requested in one burst, L2 had been the faster. Other CPUs keep
+  // L2, with which the spread requests were tuned on Zen 3 (L1 is not
+  // measured there since).
+  target.prefetchIntoL1 = target.tuneCpu == "znver5";
+  return target;
 }
 
 llvm::Expected<CpuTarget> CpuTarget::forLevel(llvm::StringRef level) {

@@ -33,6 +33,10 @@ struct CpuTarget {
   /// which the level does not include: Zen 4 and later, Cooper Lake,
   /// Sapphire Rapids and later).
   bool bf16Dot = false;
+  /// Split-KV decode requests its coming K and V rows into L1 rather than
+  /// L2 (CpuTiling::prefetchIntoL1): a choice for the host's
+  /// micro-architecture, as tuneCpu is, made only for the host target.
+  bool prefetchIntoL1 = false;
 
   /// The host this process runs on.
   static CpuTarget host();

@@ -42,6 +42,7 @@ void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
   dispatch.recurrentMaxSteps = options.recurrentMaxSteps;
   dispatch.stateColumns = options.stateColumns;
   dispatch.bf16Dot = options.bf16Dot;
+  dispatch.prefetchIntoL1 = options.prefetchIntoL1;
   pm.addPass(createAttnCpuDispatches(dispatch));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -622,6 +622,7 @@ struct AttnCpuDispatches final
     tiling.recurrentMaxSteps = recurrentMaxSteps;
     tiling.stateColumns = stateColumns;
     tiling.bf16Dot = bf16Dot;
+    tiling.prefetchIntoL1 = prefetchIntoL1;
     if (tiling.vectorWidth <= 0 || tiling.queryTile <= 0 ||
         tiling.queryTile % tiling.vectorWidth != 0 || tiling.keyTile <= 0 ||
         tiling.keyTile % 4 != 0 || tiling.splitKeys <= 0 ||

@@ -88,6 +88,9 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
     Option<"bf16Dot", "bf16-dot", "bool", "false",
            "the target has AVX512-BF16: products of bf16 operands take "
            "x86vector.avx512.dot (vector-width 16 only)">,
+    Option<"prefetchIntoL1", "prefetch-into-l1", "bool", "false",
+           "split-KV decode requests its coming K and V rows into L1 "
+           "(prefetcht0) instead of L2 (prefetcht1)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",

@@ -52,6 +52,13 @@ struct CpuTiling {
   /// both stored as bf16 take two bf16 products a lane per instruction
   /// (KernelEmitter::dotPairs) where the f32 path takes one.
   bool bf16Dot = false;
+  /// Split-KV decode requests its coming K and V rows into L1 (locality 3,
+  /// prefetcht0) instead of L2 (locality 2, prefetcht1): which is faster
+  /// depends on the micro-architecture (CpuTarget::host).
+  bool prefetchIntoL1 = false;
+
+  /// The locality of those requests, as memref.prefetch takes it.
+  uint32_t prefetchLocality() const { return prefetchIntoL1 ? 3 : 2; }
 
   /// The tiling as the dictionary attribute recorded on kernels.
   DictionaryAttr toAttr(MLIRContext *context) const;

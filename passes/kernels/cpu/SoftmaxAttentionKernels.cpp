@@ -1313,7 +1313,8 @@ void SplitKvKernel::prefetchStepRows(Value rows, int64_t features,
                                               e.index(rowLines - 1));
       memref::PrefetchOp::create(b, rows,
                                  withIndex(at, e.mul(line, e.index(perLine))),
-                                 /*isWrite=*/false, /*localityHint=*/2,
+                                 /*isWrite=*/false,
+                                 /*localityHint=*/tiling.prefetchLocality(),
                                  /*isDataCache=*/true);
     }
   }
@@ -1371,7 +1372,9 @@ void SplitKvKernel::scoreTile(Value j0, const ServedKvHead &kvHead,
   // by the first head tile alone and K left to the hardware prefetcher;
   // GQA-4 at 0.56-0.69x memcpy with V requested with the scores against
   // 0.41-0.52x with the step's V rows requested all at once as it starts;
-  // into L2 0.47-0.56x against 0.38-0.48x into L1.
+  // V's burst into L2 0.47-0.56x against 0.38-0.48x into L1 (Zen 5),
+  // where with the requests spread, into L1 is now the faster there
+  // (CpuTiling::prefetchIntoL1).
   prefetchStepRows(
       v, Dv, j0,
       iterationOf(kvHead, tile, e.div(jj0, e.index(tileKeys)), keyTiles),
