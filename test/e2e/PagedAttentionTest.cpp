@@ -876,10 +876,11 @@ std::vector<PagedCase> randomCases(int count) {
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Random, PagedAttention,
-                         testing::Combine(testing::ValuesIn(randomCases(16)),
-                                          allBackends()),
-                         LabelAndBackend());
+INSTANTIATE_TEST_SUITE_P(
+    Random, PagedAttention,
+    testing::Combine(testing::ValuesIn(randomCases(randomCaseCount(16))),
+                     allBackends()),
+    LabelAndBackend());
 
 INSTANTIATE_TEST_SUITE_P(Cases, PagedAttention,
                          testing::Combine(testing::ValuesIn(cases()),

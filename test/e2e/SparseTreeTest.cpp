@@ -411,7 +411,8 @@ std::vector<SparseCase> randomSparseCases(int count) {
 
 INSTANTIATE_TEST_SUITE_P(
     Random, SparseAttention,
-    testing::Combine(testing::ValuesIn(randomSparseCases(24)), allBackends()),
+    testing::Combine(testing::ValuesIn(randomSparseCases(randomCaseCount(24))),
+                     allBackends()),
     LabelAndBackend());
 
 INSTANTIATE_TEST_SUITE_P(Sparsity, SparseAttention,
@@ -1213,7 +1214,8 @@ std::vector<TreeCase> randomTreeCases(int count) {
 
 INSTANTIATE_TEST_SUITE_P(
     Random, TreeAttention,
-    testing::Combine(testing::ValuesIn(randomTreeCases(12)), allBackends()),
+    testing::Combine(testing::ValuesIn(randomTreeCases(randomCaseCount(12))),
+                     allBackends()),
     LabelAndBackend());
 
 INSTANTIATE_TEST_SUITE_P(Trees, TreeAttention,
