@@ -58,6 +58,16 @@ struct DropUnusedLogSumExp final : OpRewritePattern<OpTy> {
   }
 };
 
+/// Whether `op`'s queries and keys are [B, H, L, D], so that dim 2 of
+/// their types is the sequence length: not over a paged cache, whose keys
+/// are [NP, P, Hkv, D], nor in a ragged batch, whose packed rows are
+/// [T, H, D] (dim 2 the head dim) and whose lengths are per sequence.
+static bool lengthsAreDim2(Operation *op) {
+  auto attention = cast<AttentionOpInterface>(op);
+  return !attention.getKeyPageTable() && !attention.getSequenceOffsets() &&
+         !attention.getKeyOffsets();
+}
+
 /// A sliding window of W >= Lk keys hides nothing that causal does not:
 /// p - W < 0 <= j for every row position p < Lk. Only rewritten when
 /// Lq <= Lk is known, since a causal mask requires it.
@@ -70,8 +80,8 @@ struct WindowCoveringKeysIsCausal final : OpRewritePattern<OpTy> {
     MaskAttr mask = op.getMask();
     if (!mask.isSlidingWindow())
       return rewriter.notifyMatchFailure(op, "not a sliding window");
-    if (cast<AttentionOpInterface>(op.getOperation()).getKeyPageTable())
-      return rewriter.notifyMatchFailure(op, "keys in a paged cache");
+    if (!lengthsAreDim2(op))
+      return rewriter.notifyMatchFailure(op, "paged or ragged lengths");
     auto queryType = op.getQuery().getType();
     auto keyType = op.getKey().getType();
     if (queryType.isDynamicDim(2) || keyType.isDynamicDim(2))
@@ -124,9 +134,9 @@ struct ExhaustiveTopKIsDense final : OpRewritePattern<SparseSdpaOp> {
     if (select.getMask() != op.getMask() ||
         select.getBlockSize() != op.getBlockSize())
       return rewriter.notifyMatchFailure(op, "mask or block size differ");
-    // Over a paged cache each sequence has its own blocks, known at run
-    // time.
-    if (op.getPageTable() || !select.getKeyLength() ||
+    // Over a paged cache or in a ragged batch each sequence has its own
+    // blocks, known at run time.
+    if (!lengthsAreDim2(op) || !select.getKeyLength() ||
         !isKeyLengthOf(select.getKeyLength(), op.getKey()))
       return rewriter.notifyMatchFailure(op, "selection ranks another Lk");
     auto keyType = op.getKey().getType();
@@ -168,7 +178,7 @@ struct FullTopPIsCandidates final : OpRewritePattern<SparseSdpaOp> {
       return rewriter.notifyMatchFailure(op, "selection scores other keys");
     if (std::optional<uint64_t> maxTokens = select.getMaxTokens()) {
       auto keyType = op.getKey().getType();
-      if (op.getPageTable() || keyType.isDynamicDim(2) ||
+      if (!lengthsAreDim2(op) || keyType.isDynamicDim(2) ||
           static_cast<int64_t>(*maxTokens) < keyType.getDimSize(2))
         return rewriter.notifyMatchFailure(op, "max_tokens may drop keys");
     }

@@ -239,6 +239,15 @@ std::vector<RaggedCase> cases() {
       {"packed_gate_lse", queries, keys, 0, R"("causal")", true, true});
   all.push_back(
       {"packed_window", queries, keys, 0, R"({"sliding_window": 16})"});
+  // A window wider than the head dim (24), which dim 2 of the packed rows
+  // is: the window must not be taken for one that covers every key.
+  all.push_back({"packed_window_past_head_dim",
+                 {1, 9, 40, 0},
+                 {300, 709, 300, 40},
+                 0,
+                 R"({"sliding_window": 100})",
+                 false,
+                 true});
   all.push_back(
       {"packed_no_key", {3, 50}, {0, 60}, 0, R"("none")", false, true});
   all.push_back({"decode_only", {1, 1, 1, 1, 1}, {1, 2, 1100, 3, 64}});

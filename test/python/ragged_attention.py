@@ -158,6 +158,8 @@ mixed_k = [600, 37, 5, 40, 100, 1, 75]
 check(mixed_q, mixed_k)
 check(mixed_q, mixed_k, gate="elementwise", lse=True)
 check(mixed_q, mixed_k, window=16, gate="headwise")
+# A window wider than the head dim, which dim 2 of the packed rows is.
+check(mixed_q, mixed_k, window=50, lse=True)
 check(mixed_q, mixed_k, softcap=20.0, alibi=True)
 check(mixed_q, mixed_k, documents=True, lse=True)
 check([3, 50], [0, 60], mask="none", lse=True)   # a sequence with no key

@@ -76,6 +76,21 @@ func.func @window_dynamic_length_stays(%q: tensor<1x4x?x8xf32>,
 
 // -----
 
+// A ragged batch: dim 2 of the packed [T, H, D] rows is the head dim, not a
+// length, and each sequence has its own; the window stays.
+// CHECK-LABEL: func @window_ragged_stays
+// CHECK: attn.sdpa {{.+}} {mask = #attn.mask<sliding_window = 8>}
+func.func @window_ragged_stays(%q: tensor<5x4x8xf32>, %k: tensor<9x2x8xf32>,
+    %v: tensor<9x2x8xf32>, %cu_q: tensor<3xi32>, %cu_k: tensor<3xi32>)
+    -> tensor<5x4x8xf32> {
+  %o = attn.sdpa %q, %k, %v ragged(%cu_q, %cu_k : tensor<3xi32>, tensor<3xi32>)
+      {mask = #attn.mask<sliding_window = 8>}
+      : tensor<5x4x8xf32>, tensor<9x2x8xf32>, tensor<9x2x8xf32>
+  return %o : tensor<5x4x8xf32>
+}
+
+// -----
+
 // More queries than keys: causal would be invalid, the window stays.
 // CHECK-LABEL: func @window_more_queries_than_keys_stays
 // CHECK: attn.sdpa {{.+}} {mask = #attn.mask<sliding_window = 9>}
