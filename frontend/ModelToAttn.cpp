@@ -10,6 +10,7 @@
 #include "frontend/ModelToAttn.h"
 
 #include "Attn/AttnOps.h"
+#include "Attn/ParseAttnIR.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -295,8 +296,12 @@ private:
                                                 bool score) {
     StringRef kind = score ? "score_mod" : "mask_mod";
     ParsedVariant parsed;
-    parsed.module = parseSourceString<ModuleOp>(
-        source.text, ParserConfig(context), source.path);
+    llvm::SourceMgr sourceMgr;
+    sourceMgr.AddNewSourceBuffer(
+        llvm::MemoryBuffer::getMemBuffer(source.text, source.path,
+                                         /*RequiresNullTerminator=*/false),
+        llvm::SMLoc());
+    parsed.module = parseAttnIR(sourceMgr, ParserConfig(context));
     if (!parsed.module) {
       failed = true;
       return std::nullopt;

@@ -536,6 +536,22 @@ bool isRegionConstant(Operation &op) {
          isa<FloatType>(op.getResult(0).getType());
 }
 
+/// tensor.dim reads a dim the host knows: a constant index below the
+/// rank (upstream leaves an index past it undefined rather than invalid).
+LogicalResult checkDimLowerable(tensor::DimOp dim) {
+  std::optional<int64_t> index = dim.getConstantIndex();
+  if (!index)
+    return dim.emitError("an entry's tensor.dim needs a constant index");
+  auto type = dyn_cast<RankedTensorType>(dim.getSource().getType());
+  if (!type)
+    return dim.emitError("an entry's tensor.dim needs a ranked tensor");
+  int64_t rank = type.getRank();
+  if (*index < 0 || *index >= rank)
+    return dim.emitError() << "index " << *index
+                           << " is out of range for a tensor of rank " << rank;
+  return success();
+}
+
 } // namespace
 
 LogicalResult EntryLowering::run() {
@@ -577,9 +593,13 @@ LogicalResult EntryLowering::run() {
 
   // Refuse what cannot be lowered before anything is built.
   for (Operation &op : entry.getBody().front()) {
-    if (isa<func::ReturnOp, tensor::DimOp>(op) || isHostArithmetic(op) ||
-        isRegionConstant(op))
+    if (isa<func::ReturnOp>(op) || isHostArithmetic(op) || isRegionConstant(op))
       continue;
+    if (auto dim = dyn_cast<tensor::DimOp>(op)) {
+      if (failed(checkDimLowerable(dim)))
+        return failure();
+      continue;
+    }
     if (auto attention = dyn_cast<AttentionOpInterface>(op)) {
       if (failed(checkLowerable(attention)) ||
           failed(checkStatePoolInPlace(attention)))

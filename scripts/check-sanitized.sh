@@ -8,7 +8,7 @@
 #      the compiler and the runtime all run instrumented);
 #   3. runs each fuzzer for FUZZ_SECONDS seconds (default 60) on its seed
 #      corpus: the .npy reader, the frontend, the .attnb loader with the
-#      host-program interpreter.
+#      host-program interpreter, and attn IR through the compiler.
 # With --quick (what CI runs after the README's test command, .ci/run): only
 # the readers of untrusted input, which build without the compiler: the .npy
 # reader's unit tests and the three fuzzers, the .attnb seeds compiled by
@@ -38,8 +38,8 @@ cmake -G Ninja -S . -B "$build" -DCMAKE_C_COMPILER=clang-22 \
 if $quick; then
   ninja -C "$build" AttnFuzzers AttnNpyTests
 else
-  ninja -C "$build" AttnFuzzers AttnNpyTests AttnFrontendTests \
-    AttnReferenceTests AttnE2ETests
+  ninja -C "$build" AttnFuzzers attn-fuzz-compile AttnNpyTests \
+    AttnFrontendTests AttnReferenceTests AttnE2ETests
 fi
 
 # allow_user_poisoning=0: LLVM's BumpPtrAllocator poisons its slabs when
@@ -102,4 +102,6 @@ for pid in "${pids[@]}"; do
 done
 
 fuzz_all
+fuzz attn-fuzz-compile -dict=test/fuzz/attn-ir.dict "$build/fuzz/mlir-seeds" \
+  test/fuzz/corpus/mlir examples/variants
 echo "check-sanitized: passed"

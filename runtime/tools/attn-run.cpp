@@ -23,6 +23,7 @@
 #include "runtime/attn_runtime.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -58,8 +59,9 @@ bool parseInt(const std::string &text, long long &value) {
   if (text.empty())
     return false;
   char *end = nullptr;
+  errno = 0;
   value = std::strtoll(text.c_str(), &end, 10);
-  return end && *end == '\0';
+  return end && *end == '\0' && errno != ERANGE;
 }
 
 /// An argument's dtype, dims and contract; `queries` is the argument its
@@ -436,11 +438,16 @@ int run(int argc, char **argv) {
                                                       : comma - start);
       size_t eq = item.find('=');
       long long size = 0;
+      // Sizes past 2^62 fit no tensor; bounding them keeps B+1 and the
+      // ceil divisions below from overflowing.
       if (eq == std::string::npos || eq == 0 ||
-          !parseInt(item.substr(eq + 1), size) || size < 0)
-        return usageError("--random: expected SYM=N with N >= 0, got '" + item +
-                          "'");
-      sizes[item.substr(0, eq)] = size;
+          !parseInt(item.substr(eq + 1), size) || size < 0 ||
+          size > (1LL << 62))
+        return usageError(
+            "--random: expected SYM=N with 0 <= N <= 2^62, got '" + item + "'");
+      if (!sizes.try_emplace(item.substr(0, eq), size).second)
+        return usageError("--random: " + item.substr(0, eq) +
+                          " is given twice");
       if (comma == std::string::npos)
         break;
       start = comma + 1;

@@ -113,6 +113,35 @@ func.func @sum(%o: tensor<?x2x?x16xf32>, %g: tensor<?x2x?x16xf32>)
 
 // -----
 
+// A key length read from a dim the keys do not have (upstream leaves such
+// a tensor.dim undefined, not invalid).
+func.func @dim_past_rank(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>,
+                         %meta: tensor<?x2x?x2x64xf32>)
+    -> tensor<?x8x?x?xi32> {
+  %c4 = arith.constant 4 : index
+  // expected-error @below {{index 4 is out of range for a tensor of rank 4}}
+  %lk = tensor.dim %k, %c4 : tensor<?x2x?x64xf32>
+  %blocks = attn.select_topk %q, %meta, %lk {block_size = 16 : i64,
+      mask = #attn.mask<causal>, top_k = 4 : i64}
+      : tensor<?x8x?x64xf32>, tensor<?x2x?x2x64xf32>
+  return %blocks : tensor<?x8x?x?xi32>
+}
+
+// -----
+
+func.func @dim_at_run_time(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>,
+                           %meta: tensor<?x2x?x2x64xf32>, %d: index)
+    -> tensor<?x8x?x?xi32> {
+  // expected-error @below {{an entry's tensor.dim needs a constant index}}
+  %lk = tensor.dim %k, %d : tensor<?x2x?x64xf32>
+  %blocks = attn.select_topk %q, %meta, %lk {block_size = 16 : i64,
+      mask = #attn.mask<causal>, top_k = 4 : i64}
+      : tensor<?x8x?x64xf32>, tensor<?x2x?x2x64xf32>
+  return %blocks : tensor<?x8x?x?xi32>
+}
+
+// -----
+
 // attn.gate's kernels are built for its heads, features and kind of gate.
 func.func @dynamic_gate(%o: tensor<?x2x?x?xf32>, %g: tensor<?x2x?x?xf32>)
     -> tensor<?x2x?x?xf32> {

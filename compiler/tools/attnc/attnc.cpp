@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Attn/AttnDialect.h"
+#include "Attn/ParseAttnIR.h"
 #include "compiler/Compile.h"
 #include "compiler/CpuTarget.h"
 #include "compiler/Pipelines.h"
@@ -146,7 +147,7 @@ int main(int argc, char **argv) {
     modelName = model->model;
   } else if (extension == ".mlir") {
     sourceMgr.AddNewSourceBuffer(std::move(input), llvm::SMLoc());
-    module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+    module = attn::parseAttnIR(sourceMgr, ParserConfig(&context));
     if (!module)
       return 1; // the handler printed why
   } else {
