@@ -120,6 +120,7 @@
 #include <functional>
 
 using namespace mlir::attn::frontend;
+namespace limits = mlir::attn::limits;
 
 namespace {
 

@@ -9,7 +9,7 @@
 #ifndef ATTN_FRONTEND_JSONREADER_H
 #define ATTN_FRONTEND_JSONREADER_H
 
-#include "frontend/Limits.h"
+#include "Attn/Limits.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringExtras.h"

@@ -14,6 +14,7 @@
 #include <cstdio>
 
 using namespace mlir::attn::frontend;
+namespace limits = mlir::attn::limits;
 namespace json = llvm::json;
 
 namespace {

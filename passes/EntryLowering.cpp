@@ -9,6 +9,8 @@
 
 #include "passes/EntryLowering.h"
 
+#include "Attn/AttnDialect.h"
+#include "Attn/Limits.h"
 #include "passes/kernels/AttentionShapes.h"
 #include "passes/kernels/KeySelection.h"
 
@@ -552,6 +554,34 @@ LogicalResult checkDimLowerable(tensor::DimOp dim) {
   return success();
 }
 
+/// The feature sizes of an attn op (the last dim of each floating-point
+/// tensor of rank 3 or more: queries, keys, values, gates, metadata,
+/// states) are bounded as the frontend bounds head_dim: the kernels of both
+/// targets unroll over them, and a hand-written 65536 took minutes and
+/// gigabytes to compile.
+LogicalResult checkFeatureSizes(Operation &op) {
+  auto check = [&](Type type, StringRef kind, unsigned index) {
+    auto tensor = dyn_cast<RankedTensorType>(type);
+    if (!tensor || tensor.getRank() < 3 ||
+        !isa<FloatType>(tensor.getElementType()))
+      return success();
+    int64_t size = tensor.getShape().back();
+    if (ShapedType::isDynamic(size) || size <= limits::kMaxFeatureDim)
+      return success();
+    return LogicalResult(op.emitError() << "feature size " << size
+                                        << " (the last dim of " << kind << " #"
+                                        << index << ") is past attn's limit of "
+                                        << limits::kMaxFeatureDim);
+  };
+  for (auto [index, type] : llvm::enumerate(op.getOperandTypes()))
+    if (failed(check(type, "operand", index)))
+      return failure();
+  for (auto [index, type] : llvm::enumerate(op.getResultTypes()))
+    if (failed(check(type, "result", index)))
+      return failure();
+  return success();
+}
+
 } // namespace
 
 LogicalResult EntryLowering::run() {
@@ -600,6 +630,8 @@ LogicalResult EntryLowering::run() {
         return failure();
       continue;
     }
+    if (isa<AttnDialect>(op.getDialect()) && failed(checkFeatureSizes(op)))
+      return failure();
     if (auto attention = dyn_cast<AttentionOpInterface>(op)) {
       if (failed(checkLowerable(attention)) ||
           failed(checkStatePoolInPlace(attention)))

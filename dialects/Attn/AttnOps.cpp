@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Attn/AttnOps.h"
+#include "Attn/Limits.h"
 #include "Attn/ShapeChecks.h"
 
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -1826,10 +1827,6 @@ LinearRecurrenceOp::fuseEpilogue(RewriterBase &rewriter,
 // TreeRecurrenceOp
 //===----------------------------------------------------------------------===//
 
-/// The most nodes a tree recurrence's kernels take (SPEC §10: trees up to
-/// 256 nodes); the kernels hold T x T tiles.
-static constexpr int64_t kMaxTreeRecurrenceNodes = 256;
-
 LogicalResult TreeRecurrenceOp::inferReturnTypes(
     MLIRContext *context, std::optional<Location> location, Adaptor adaptor,
     SmallVectorImpl<Type> &inferredReturnTypes) {
@@ -1853,9 +1850,11 @@ LogicalResult TreeRecurrenceOp::verify() {
       failed(checkSameDim(emit, parents, 1, q, 2)))
     return failure();
   int64_t maxNodes = getMaxNodes();
-  if (maxNodes < 1 || maxNodes > kMaxTreeRecurrenceNodes)
+  // The kernels hold T x T tiles (SPEC §10: trees up to 256 nodes).
+  if (maxNodes < 1 || maxNodes > limits::kMaxTreeRecurrenceNodes)
     return emitOpError() << "'max_nodes' must be in [1, "
-                         << kMaxTreeRecurrenceNodes << "], got " << maxNodes;
+                         << limits::kMaxTreeRecurrenceNodes << "], got "
+                         << maxNodes;
   if (q.isStatic(2) && q.dim(2) > maxNodes)
     return emitOpError() << "a tree of " << q.dim(2)
                          << " nodes exceeds 'max_nodes' = " << maxNodes;

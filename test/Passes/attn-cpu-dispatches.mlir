@@ -142,6 +142,15 @@ func.func @dim_at_run_time(%q: tensor<?x8x?x64xf32>, %k: tensor<?x2x?x64xf32>,
 
 // -----
 
+// Feature sizes past docs/limits.md's 576 (the kernels unroll over them).
+func.func @wide_keys(%k: tensor<?x2x?x1024xf32>) -> tensor<?x2x?x2x1024xf32> {
+  // expected-error @below {{feature size 1024 (the last dim of operand #0) is past attn's limit of 576}}
+  %m = attn.block_meta %k {block_size = 16 : i64} : tensor<?x2x?x1024xf32>
+  return %m : tensor<?x2x?x2x1024xf32>
+}
+
+// -----
+
 // attn.gate's kernels are built for its heads, features and kind of gate.
 func.func @dynamic_gate(%o: tensor<?x2x?x?xf32>, %g: tensor<?x2x?x?xf32>)
     -> tensor<?x2x?x?xf32> {

@@ -562,7 +562,7 @@ INSTANTIATE_TEST_SUITE_P(
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 1, "head_dim": 8}], "speculative": {"max_tree_nodes": 0}})",
             "$.speculative.max_tree_nodes: expected a positive integer, got "
             "0"},
-        // The bounds of frontend/Limits.h (docs/limits.md).
+        // The bounds of dialects/Attn/Limits.h (docs/limits.md).
         BadDescription{
             R"({"model": "m", "layers": [{"name": "a", "type": "attention", "num_heads": 8, "head_dim": 1048576}]})",
             "$.layers[0].head_dim: expected an integer <= 576 (attn's limit), "

@@ -1,20 +1,21 @@
-//===- Limits.h - Bounds on what a model description may ask for -*- C++ -*-=//
+//===- Limits.h - Bounds on the sizes attn compiles ------------*- C++ -*-===//
 //
-// Every size the compiler derives from a description (stack tiles of the
-// CPU kernels, unrolled loops, shared memory, grids, temporaries) is a
-// product of these numbers, so bounding them keeps compilation finite and
-// every index of the generated code within its integer type. A value past
-// a bound is an error naming its JSON path and the bound; docs/limits.md
-// lists them for users.
+// Every size the compiler derives (stack tiles of the CPU kernels, unrolled
+// loops, shared memory, grids, temporaries) is a product of these numbers,
+// so bounding them keeps compilation finite and every index of the
+// generated code within its integer type. The frontend checks a model
+// description against them (an error naming its JSON path and the bound);
+// attn IR written by hand meets the same bounds in the op verifiers and
+// the entry lowering. docs/limits.md lists them for users.
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef ATTN_FRONTEND_LIMITS_H
-#define ATTN_FRONTEND_LIMITS_H
+#ifndef ATTN_DIALECT_LIMITS_H
+#define ATTN_DIALECT_LIMITS_H
 
 #include <cstdint>
 
-namespace mlir::attn::frontend::limits {
+namespace mlir::attn::limits {
 
 /// head_dim, value_dim, k_dim, v_dim (FlashAttention and FLA stop at 256;
 /// DeepSeek's latent keys have 512 + 64 features).
@@ -45,6 +46,6 @@ constexpr int64_t kMaxTreeNodes = 4096;
 /// (attn.tree_recurrence's max_nodes: its kernels hold T x T tiles).
 constexpr int64_t kMaxTreeRecurrenceNodes = 256;
 
-} // namespace mlir::attn::frontend::limits
+} // namespace mlir::attn::limits
 
-#endif // ATTN_FRONTEND_LIMITS_H
+#endif // ATTN_DIALECT_LIMITS_H
