@@ -3,8 +3,20 @@
 
 #include "passes/kernels/AttentionShapes.h"
 
+#include "Attn/Limits.h"
+
 using namespace mlir;
 using namespace mlir::attn;
+
+/// Head counts are bounded as the frontend bounds num_heads
+/// (docs/limits.md): some kernels unroll over the heads of a kv group (a
+/// group of 2048 heads took 30 s to compile).
+static LogicalResult checkHeadCount(AttentionOpInterface op, int64_t heads) {
+  if (heads <= limits::kMaxHeads)
+    return success();
+  return op->emitError() << heads << " heads are past attn's limit of "
+                         << limits::kMaxHeads;
+}
 
 FailureOr<SoftmaxAttentionShape>
 SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
@@ -55,6 +67,9 @@ SoftmaxAttentionShape::get(AttentionOpInterface op, StringRef target) {
   if (shape.selection == KeySelectionKind::Blocks)
     shape.selectionBlockSize = op.getSelectionBlockSize();
   shape.variants = VariantRegions::of(op);
+  if (failed(checkHeadCount(op, shape.numHeads)) ||
+      failed(checkHeadCount(op, shape.numKvHeads)))
+    return failure();
   if (ragged && shape.selection == KeySelectionKind::Tree)
     return fail("tree attention over a ragged batch is not lowered yet");
   if (ragged && shape.selection == KeySelectionKind::Blocks && !paged)
@@ -265,6 +280,9 @@ LinearRecurrenceShape::get(AttentionOpInterface op, StringRef target) {
   shape.scale = op.getScoreScale();
   shape.normalizeQueryKey = op.getNormalizesQueryKey();
   shape.tree = op.getKeySelectionKind() == KeySelectionKind::Tree;
+  if (failed(checkHeadCount(op, shape.numKeyHeads)) ||
+      failed(checkHeadCount(op, shape.numValueHeads)))
+    return failure();
   switch (op.getEpilogue()) {
   case Epilogue::None:
     break;

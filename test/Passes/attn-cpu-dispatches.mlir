@@ -151,6 +151,17 @@ func.func @wide_keys(%k: tensor<?x2x?x1024xf32>) -> tensor<?x2x?x2x1024xf32> {
 
 // -----
 
+// Head counts past docs/limits.md's 1024.
+func.func @many_heads(%q: tensor<?x2048x?x16xf32>, %k: tensor<?x2x?x16xf32>)
+    -> tensor<?x2048x?x16xf32> {
+  // expected-error @below {{2048 heads are past attn's limit of 1024}}
+  %o = attn.sdpa %q, %k, %k {mask = #attn.mask<causal>}
+      : tensor<?x2048x?x16xf32>, tensor<?x2x?x16xf32>, tensor<?x2x?x16xf32>
+  return %o : tensor<?x2048x?x16xf32>
+}
+
+// -----
+
 // attn.gate's kernels are built for its heads, features and kind of gate.
 func.func @dynamic_gate(%o: tensor<?x2x?x?xf32>, %g: tensor<?x2x?x?xf32>)
     -> tensor<?x2x?x?xf32> {
