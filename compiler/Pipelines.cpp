@@ -61,6 +61,7 @@ void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm,
     pm.addPass(createAttnReorderThreadLoops());
     pm.addPass(createAttnPoisonKernelBuffers());
   }
+  pm.addPass(createAttnExpandMath());
   pm.addNestedPass<func::FuncOp>(createAttnCpuApproximateMath());
   pm.addPass(createCanonicalizerPass());
   // bf16 <-> f32 conversions as integer arithmetic: x86 has no bf16
@@ -126,8 +127,11 @@ void mlir::attn::buildGpuKernelLoweringPipeline(
   // staging copies to cp.async.
   pm.addPass(createConvertNVGPUToNVVMPass());
   // math ops become libdevice calls (__nv_expf, ...), linked in when the
-  // PTX is made.
+  // PTX is made; those libdevice has no call for (ctlz, ctpop, cttz,
+  // trunc) LLVM intrinsics, which NVPTX selects.
+  pm.addPass(createAttnExpandMath());
   pm.addNestedPass<gpu::GPUModuleOp>(createConvertGpuOpsToNVVMOps());
+  pm.addNestedPass<gpu::GPUModuleOp>(createConvertMathToLLVMPass());
   // NVVM ops written as inline PTX (wgmma.mma_async) become llvm.inline_asm.
   pm.addPass(createConvertNVVMToLLVMPass());
   pm.addPass(createAttnNvvmExternDynamicShared());

@@ -147,6 +147,24 @@ def AttnCpuKernelAbi : Pass<"attn-cpu-kernel-abi", "ModuleOp"> {
   ];
 }
 
+def AttnExpandMath : Pass<"attn-expand-math"> {
+  let summary = "The math ops no LLVM lowering of a target takes, expanded";
+  let description = [{
+    A variant region may hold any `math` op (SPEC §7), and both targets must
+    compile it. Upstream's expansions rewrite `acosh`, `asinh`, `atanh`
+    and `fpowi` (which the CPU's vector lowering does not take) into ops
+    every target lowers; this pass adds `clampf` (a clamp: `max(min(x,
+    hi), lo)`, the definition upstream adopted after LLVM 22), `isinf`,
+    `isnormal` (as comparisons of the magnitude) and `ipowi` (by squaring,
+    over the exponent's bits; a negative exponent gives the integer
+    1 / x^-n: 1 for x = 1, +-1 for x = -1, else 0). Scalars and vectors
+    alike.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::math::MathDialect"
+  ];
+}
+
 def AttnCpuApproximateMath : Pass<"attn-cpu-approximate-math"> {
   let summary = "Polynomial approximations of exp, log and tanh";
   let description = [{

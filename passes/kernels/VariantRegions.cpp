@@ -9,6 +9,17 @@
 // region, and no lane past the end of a tile, can read outside it (an empty
 // tensor reads as 0).
 //
+// Where arith leaves a result undefined, a region's is defined, the same on
+// every target and for scalars and lanes alike (docs/new-variant.md): a
+// division by a table entry of 0 must not trap the process (x86's idiv does)
+// and a NaN converted to an integer must not become an index that is poison
+// before it is clamped. Integer division by 0 gives 0 and remainder by 0
+// the dividend; division by -1 wraps (INT_MIN / -1 = INT_MIN, not a trap);
+// shifts by an amount outside [0, width) give 0 (shrsi: the sign);
+// float-to-integer conversions saturate, NaN giving 0; overflow flags
+// (nsw, nuw) are dropped, so arithmetic wraps. Index values count as 32-bit,
+// the width of the lanes they become.
+//
 //===----------------------------------------------------------------------===//
 
 #include "passes/kernels/VariantRegions.h"
@@ -60,7 +71,7 @@ public:
       else if (llvm::any_of(op.getOperands(), isLanes))
         emitLanewise(op);
       else
-        b.clone(op, scalars);
+        emitScalar(op);
     }
     Value yielded = cast<YieldOp>(block.getTerminator()).getValue();
     mapHoistedConstant(yielded);
@@ -213,12 +224,156 @@ private:
     SmallVector<Type> types;
     for (Type type : op.getResultTypes())
       types.push_back(vectorOf(type));
+    for (auto [result, vector] :
+         llvm::zip(op.getResults(), emitDefined(op, operands, types)))
+      lanes[result] = vector;
+  }
+
+  /// The op on the scalars its operands are.
+  void emitScalar(Operation &op) {
+    SmallVector<Value> operands;
+    for (Value operand : op.getOperands())
+      operands.push_back(scalars.lookupOrDefault(operand));
+    for (auto [result, scalar] : llvm::zip(
+             op.getResults(), emitDefined(op, operands, op.getResultTypes())))
+      scalars.map(result, scalar);
+  }
+
+  /// `op` on `operands` (scalars or lanes) giving `types`, defined where
+  /// arith leaves it undefined (see the file comment).
+  SmallVector<Value> emitDefined(Operation &op, ValueRange operands,
+                                 TypeRange types) {
+    auto build = [&](ValueRange args) {
+      return create(op, args, types)->getResult(0);
+    };
+    if (isa<arith::DivSIOp, arith::FloorDivSIOp, arith::CeilDivSIOp,
+            arith::DivUIOp, arith::CeilDivUIOp, arith::RemSIOp, arith::RemUIOp>(
+            op))
+      return {divideDefined(op, operands[0], operands[1], build)};
+    if (isa<arith::ShLIOp, arith::ShRUIOp, arith::ShRSIOp>(op))
+      return {shiftDefined(op, operands[0], operands[1], build)};
+    if (isa<arith::FPToSIOp, arith::FPToUIOp>(op))
+      return {convertDefined(op, operands[0], types[0], build)};
+    return create(op, operands, types)->getResults();
+  }
+
+  /// `op` (a region's) on `operands` giving `types`, with no overflow
+  /// flags.
+  Operation *create(Operation &op, ValueRange operands, TypeRange types) {
     OperationState state(op.getLoc(), op.getName(), operands, types,
                          op.getAttrs());
-    Operation *lanewise = b.create(state);
-    for (auto [result, vector] :
-         llvm::zip(op.getResults(), lanewise->getResults()))
-      lanes[result] = vector;
+    Operation *built = b.create(state);
+    if (auto flags = dyn_cast<arith::ArithIntegerOverflowFlagsInterface>(built))
+      built->setAttr(flags.getIntegerOverflowAttrName(),
+                     arith::IntegerOverflowFlagsAttr::get(
+                         b.getContext(), arith::IntegerOverflowFlags::none));
+    return built;
+  }
+
+  /// x / d or x % d: a divisor of 0, or of -1 where a signed division traps
+  /// on INT_MIN / -1, divides by 1 instead and the result is chosen after:
+  /// x / 0 = 0, x % 0 = x (so that x = (x / d) d + x % d still holds),
+  /// x / -1 = 0 - x (wrapping), x % -1 = x % 1 = 0.
+  Value divideDefined(Operation &op, Value x, Value d,
+                      function_ref<Value(ValueRange)> build) {
+    bool isSigned = isa<arith::DivSIOp, arith::FloorDivSIOp, arith::CeilDivSIOp,
+                        arith::RemSIOp>(op);
+    bool isRemainder = isa<arith::RemSIOp, arith::RemUIOp>(op);
+    Value byZero = equals(d, 0), byMinusOne, replaced = byZero;
+    if (isSigned) {
+      byMinusOne = equals(d, -1);
+      replaced = arith::OrIOp::create(b, byZero, byMinusOne);
+    }
+    Value result =
+        build({x, arith::SelectOp::create(b, replaced, constantLike(d, 1), d)});
+    if (isSigned && !isRemainder)
+      result = arith::SelectOp::create(
+          b, byMinusOne, arith::SubIOp::create(b, constantLike(x, 0), x),
+          result);
+    return arith::SelectOp::create(
+        b, byZero, isRemainder ? x : constantLike(x, 0), result);
+  }
+
+  /// x shifted by an amount outside [0, width): 0, or for shrsi the sign.
+  Value shiftDefined(Operation &op, Value x, Value amount,
+                     function_ref<Value(ValueRange)> build) {
+    int64_t width = bitWidth(x.getType());
+    Value inRange = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, amount,
+                                          constantLike(amount, width));
+    if (isa<arith::ShRSIOp>(op))
+      return build(
+          {x, arith::SelectOp::create(b, inRange, amount,
+                                      constantLike(amount, width - 1))});
+    Value shifted =
+        build({x, arith::SelectOp::create(b, inRange, amount,
+                                          constantLike(amount, 0))});
+    return arith::SelectOp::create(b, inRange, shifted, constantLike(x, 0));
+  }
+
+  /// A float converted to an integer of `type`, saturating; NaN gives 0.
+  Value convertDefined(Operation &op, Value x, Type type,
+                       function_ref<Value(ValueRange)> build) {
+    bool isSigned = isa<arith::FPToSIOp>(op);
+    int64_t width = bitWidth(type);
+    const llvm::fltSemantics &semantics =
+        cast<FloatType>(getElementTypeOrSelf(x)).getFloatSemantics();
+    APInt lowest =
+        isSigned ? APInt::getSignedMinValue(width) : APInt::getMinValue(width);
+    APInt highest =
+        isSigned ? APInt::getSignedMaxValue(width) : APInt::getMaxValue(width);
+    // The bounds as floats rounded toward zero, so that a value clamped
+    // between them converts: the low one (0 or -2^(w-1)) is exact, and
+    // above the high one is the integer maximum.
+    auto towardZero = [&](const APInt &limit) {
+      APFloat f(semantics);
+      f.convertFromAPInt(limit, isSigned, APFloat::rmTowardZero);
+      return floatConstantLike(x, f);
+    };
+    Value high = towardZero(highest);
+    Value isNan = arith::CmpFOp::create(b, arith::CmpFPredicate::UNO, x, x);
+    Value clamped = arith::MinimumFOp::create(
+        b, arith::MaximumFOp::create(b, x, towardZero(lowest)), high);
+    Value number = arith::SelectOp::create(
+        b, isNan, floatConstantLike(x, APFloat::getZero(semantics)), clamped);
+    Value above = arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, x, high);
+    return arith::SelectOp::create(b, above, integerConstant(type, highest),
+                                   build({number}));
+  }
+
+  /// The bits of an integer or index value (scalar or lanes): index counts
+  /// as the 32 bits of its lanes.
+  static int64_t bitWidth(Type type) {
+    Type element = getElementTypeOrSelf(type);
+    return element.isIndex() ? 32 : element.getIntOrFloatBitWidth();
+  }
+  /// `x` as a constant of `like`'s type (a scalar or a splat).
+  Value constantLike(Value like, int64_t x) {
+    Type type = like.getType();
+    Type element = getElementTypeOrSelf(type);
+    TypedAttr value = element.isIndex()
+                          ? TypedAttr(b.getIndexAttr(x))
+                          : TypedAttr(b.getIntegerAttr(element, x));
+    return splatLike(type, value);
+  }
+  /// The integer `x` as a constant of `type` (a scalar or a splat).
+  Value integerConstant(Type type, const APInt &x) {
+    return splatLike(type, b.getIntegerAttr(getElementTypeOrSelf(type), x));
+  }
+  Value floatConstantLike(Value like, const APFloat &x) {
+    return splatLike(like.getType(),
+                     b.getFloatAttr(getElementTypeOrSelf(like.getType()), x));
+  }
+  /// `value` as a constant of `type`: itself, or its splat.
+  Value splatLike(Type type, TypedAttr value) {
+    if (auto vector = dyn_cast<VectorType>(type))
+      return arith::ConstantOp::create(b,
+                                       DenseElementsAttr::get(vector, value));
+    return arith::ConstantOp::create(b, value);
+  }
+  /// Whether the integer `v` (scalar or lanes) equals `x`.
+  Value equals(Value v, int64_t x) {
+    return arith::CmpIOp::create(b, arith::CmpIPredicate::eq, v,
+                                 constantLike(v, x));
   }
 
   ImplicitLocOpBuilder &b;

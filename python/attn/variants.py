@@ -20,10 +20,14 @@ Inside the function, ``s`` is an f32 score and ``b, h, qp, kp`` are
 integer positions (SPEC §7). Arithmetic (``+ - * / // %``, unary ``-``,
 ``abs``), comparisons, ``& | ^ ~`` on booleans, the functions of this
 module (``where``, ``exp``, ``exp2``, ``log``, ``sqrt``, ``tanh``,
-``sigmoid``, ``minimum``, ``maximum``) and indexing of the declared
-inputs by integer values work as in PyTorch: integers meeting floats
-become floats, ``/`` divides as floats, ``//`` and ``%`` round toward
-minus infinity. Python control flow on traced values cannot be recorded:
+``sigmoid``, ``floor``, ``ceil``, ``minimum``, ``maximum``), ``.long()``
+(or ``.int()``) and ``.float()``, and indexing of the declared inputs by
+integer values work as in PyTorch: integers meeting floats become floats,
+``/`` divides as floats, ``//`` and ``%`` round toward minus infinity,
+``.long()`` rounds toward zero. Where PyTorch would raise or leave a value
+undefined, the compiled variant defines it (SPEC §7's regions, as
+docs/new-variant.md says): an integer ``//`` by 0 gives 0 and ``%`` by 0
+the dividend, and ``.long()`` saturates, NaN giving 0. Python control flow on traced values cannot be recorded:
 ``if``, ``and``, ``or`` and ``not`` raise ``TypeError`` (use ``where``,
 ``&``, ``|``, ``~``).
 """
@@ -207,6 +211,22 @@ class Value:
     def __pos__(self):
         return self
 
+    def long(self) -> "Value":
+        """An integer, as torch's ``.long()``: a float rounds toward zero
+        (saturating; NaN gives 0), a boolean is 0 or 1."""
+        if self.type == _F32:
+            # i32: integer values are 32-bit inside regions (SPEC §7).
+            i = self.trace.emit(f"arith.fptosi {self.name} : f32 to i32", "i32")
+            return self.trace.emit(f"arith.index_cast {i.name} : i32 to index",
+                                   _INDEX)
+        return _convert(self, _INDEX)
+
+    int = long
+
+    def float(self) -> "Value":
+        """A float, as torch's ``.float()``."""
+        return _convert(self, _F32)
+
     def __abs__(self):
         if self.type == _F32:
             return self.trace.emit(f"math.absf {self.name} : f32", _F32)
@@ -309,6 +329,8 @@ def exp2(x): return _unary("math.exp2", x)
 def log(x): return _unary("math.log", x)
 def sqrt(x): return _unary("math.sqrt", x)
 def tanh(x): return _unary("math.tanh", x)
+def floor(x): return _unary("math.floor", x)
+def ceil(x): return _unary("math.ceil", x)
 
 
 def sigmoid(x):

@@ -148,3 +148,66 @@ func.func @tree(%q: tensor<?x4x?x16xf32>, %k: tensor<?x2x?x16xf32>,
 // CUDA-SAME:    %{{.+}}: memref<?x2x?x16xf32>, %{{.+}}: memref<?x?xi32>, %{{.+}}: memref<?x4x?x?x16xf32>
 // CUDA-LABEL: func.func private @tree__tree_nodes2(
 // CUDA:         arith.sitofp %{{.+}} : i32 to f32
+
+// -----
+
+// Where arith leaves a result undefined, a region's is defined on every
+// target, for scalars and lanes alike: an integer division's divisor of 0
+// or -1 is replaced by 1 before it divides (no idiv trap) and the result
+// chosen after (x rem 0 = x); a float becomes an integer clamped, NaN as 0,
+// above the integer range the integer maximum.
+func.func @edges(%q: tensor<?x4x?x16xf32>, %k: tensor<?x4x?x16xf32>,
+                 %v: tensor<?x4x?x16xf32>, %per: tensor<4xi32>,
+                 %t: tensor<4xf32>) -> tensor<?x4x?x16xf32> {
+  %o = attn.sdpa %q, %k, %v {mask = #attn.mask<causal>}
+      : tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>, tensor<?x4x?x16xf32>
+      score_mod {
+      ^bb0(%s: f32, %b: index, %h: index, %qp: index, %kp: index):
+        %x = tensor.extract %t[%h] : tensor<4xf32>
+        %i = arith.fptosi %x : f32 to i32
+        %f = arith.sitofp %i : i32 to f32
+        %r = arith.addf %s, %f : f32
+        attn.yield %r : f32
+      }
+      mask_mod {
+      ^bb0(%b: index, %h: index, %qp: index, %kp: index):
+        %p = tensor.extract %per[%h] : tensor<4xi32>
+        %kpi = arith.index_cast %kp : index to i32
+        %r = arith.remsi %kpi, %p : i32
+        %c0 = arith.constant 0 : i32
+        %z = arith.cmpi eq, %r, %c0 : i32
+        attn.yield %z : i1
+      }
+  return %o : tensor<?x4x?x16xf32>
+}
+
+// The split-KV kernel's lanes are keys: the remainder is on lanes, the
+// conversion of a per-head float on a scalar.
+// CPU-LABEL: func.func private @edges__split_kv2(
+// CPU:         %[[NAN:.+]] = arith.cmpf uno, %[[T:.+]], %[[T]] : f32
+// CPU:         %[[ABOVE_LOW:.+]] = arith.maximumf %[[T]], %[[LOW:.+]] : f32
+// CPU:         %[[CLAMPED:.+]] = arith.minimumf %[[ABOVE_LOW]], %[[HIGH:.+]] : f32
+// CPU:         %[[NUMBER:.+]] = arith.select %[[NAN]], %{{.+}}, %[[CLAMPED]] : f32
+// CPU:         %[[ABOVE:.+]] = arith.cmpf ogt, %[[T]], %[[HIGH]] : f32
+// CPU:         %[[I:.+]] = arith.fptosi %[[NUMBER]] : f32 to i32
+// CPU:         %[[MAX:.+]] = arith.constant 2147483647 : i32
+// CPU:         arith.select %[[ABOVE]], %[[MAX]], %[[I]] : i32
+// CPU:         %[[ZERO:.+]] = arith.cmpi eq, %[[P:.+]], %{{.+}} : vector<8xi32>
+// CPU:         %[[MINUS_ONE:.+]] = arith.cmpi eq, %[[P]], %{{.+}} : vector<8xi32>
+// CPU:         %[[EITHER:.+]] = arith.ori %[[ZERO]], %[[MINUS_ONE]] : vector<8xi1>
+// CPU:         %[[DIVISOR:.+]] = arith.select %[[EITHER]], %{{.+}}, %[[P]] : vector<8xi1>, vector<8xi32>
+// CPU:         %[[REM:.+]] = arith.remsi %[[KP:.+]], %[[DIVISOR]] : vector<8xi32>
+// CPU:         arith.select %[[ZERO]], %[[KP]], %[[REM]] : vector<8xi1>, vector<8xi32>
+
+// CUDA threads run the regions on scalars.
+// CUDA-LABEL: func.func private @edges__tile_classes0(
+// CUDA:         %[[ZERO:.+]] = arith.cmpi eq, %[[P:.+]], %c0_i32 : i32
+// CUDA:         %[[MINUS_ONE:.+]] = arith.cmpi eq, %[[P]], %c-1_i32 : i32
+// CUDA:         %[[EITHER:.+]] = arith.ori %[[ZERO]], %[[MINUS_ONE]] : i1
+// CUDA:         %[[DIVISOR:.+]] = arith.select %[[EITHER]], %c1_i32, %[[P]] : i32
+// CUDA:         %[[REM:.+]] = arith.remsi %[[KP:.+]], %[[DIVISOR]] : i32
+// CUDA:         arith.select %[[ZERO]], %[[KP]], %[[REM]] : i32
+// CUDA-LABEL: func.func private @edges__flash2(
+// CUDA:         arith.cmpf uno
+// CUDA:         arith.fptosi
+// CUDA:         arith.select %{{.+}}, %c2147483647_i32, %{{.+}} : i32

@@ -28,7 +28,8 @@ enum class OpKind { Dense, Sparse, Tree };
 struct VariantCase {
   std::string label;
   /// softcap_region, window_region, head_table, alibi, relative_bias,
-  /// document, prefix_lm, empty_rows, alibi_document, neg_inf_scores.
+  /// document, prefix_lm, empty_rows, alibi_document, neg_inf_scores,
+  /// edge_arithmetic, math_ops.
   std::string variant;
   OpKind op = OpKind::Dense;
   /// The op's position mask (dense and sparse): none, causal.
@@ -148,6 +149,256 @@ const char *kDocumentRegion = R"(
   attn.yield %same : i1
 )";
 
+/// A per-head table of int32 values, cycled over `heads`.
+ref::IntTensor headInts(int64_t heads, std::initializer_list<int32_t> values) {
+  ref::IntTensor table(std::vector<int64_t>{heads});
+  for (int64_t h = 0; h < heads; ++h)
+    table(h) = values.begin()[h % values.size()];
+  return table;
+}
+
+// arith's integer ops on i32, as regions define them where arith does not
+// (docs/new-variant.md): division by 0 gives 0, remainder by 0 the
+// dividend, division by -1 wraps, shifts outside [0, 32) give 0 (shrsi the
+// sign), float-to-integer conversions saturate with NaN giving 0.
+int32_t wrap(int64_t x) {
+  return static_cast<int32_t>(static_cast<uint32_t>(x));
+}
+int32_t divS(int32_t x, int32_t d) {
+  return d == 0 ? 0 : d == -1 ? wrap(-int64_t(x)) : x / d;
+}
+int32_t remS(int32_t x, int32_t d) { return d == 0 ? x : d == -1 ? 0 : x % d; }
+int32_t floorDivS(int32_t x, int32_t d) {
+  if (d == 0 || d == -1)
+    return divS(x, d);
+  int32_t q = x / d;
+  return (x % d != 0 && (x < 0) != (d < 0)) ? q - 1 : q;
+}
+int32_t ceilDivS(int32_t x, int32_t d) {
+  if (d == 0 || d == -1)
+    return divS(x, d);
+  int32_t q = x / d;
+  return (x % d != 0 && (x < 0) == (d < 0)) ? q + 1 : q;
+}
+int32_t remU(int32_t x, int32_t d) {
+  return d == 0 ? x : wrap(uint32_t(x) % uint32_t(d));
+}
+bool shiftInRange(int32_t amount) { return uint32_t(amount) < 32; }
+int32_t shl(int32_t x, int32_t amount) {
+  return shiftInRange(amount) ? wrap(int64_t(uint32_t(x) << amount)) : 0;
+}
+int32_t shrU(int32_t x, int32_t amount) {
+  return shiftInRange(amount) ? wrap(uint32_t(x) >> amount) : 0;
+}
+int32_t shrS(int32_t x, int32_t amount) {
+  return x >> (shiftInRange(amount) ? amount : 31);
+}
+int32_t fpToS(float x) {
+  if (std::isnan(x))
+    return 0;
+  if (x >= 2147483648.0f)
+    return std::numeric_limits<int32_t>::max();
+  return static_cast<int32_t>(std::max(x, -2147483648.0f));
+}
+
+/// Regions whose divisors, shift amounts and converted floats come from
+/// per-head tables holding the values arith leaves undefined (0 and -1
+/// divisors, INT_MIN / -1, shifts of 32, 40 and -1, NaN, infinities and
+/// floats past i32): on the CPU an integer division by 0 or INT_MIN / -1
+/// traps the process unless the regions define them.
+void addEdgeArithmetic(Variant &v, int64_t H) {
+  auto divisors =
+      std::make_shared<ref::IntTensor>(headInts(H, {0, -1, 3, 2, 0, 5}));
+  auto shifts =
+      std::make_shared<ref::IntTensor>(headInts(H, {32, -1, 3, 31, 40, 0}));
+  const float inf = std::numeric_limits<float>::infinity();
+  const float floatValues[] = {std::nanf(""), inf, -3e9f, 2.5f, -inf, 3e9f};
+  auto floats = std::make_shared<ref::Tensor>(std::vector<int64_t>{H});
+  for (int64_t h = 0; h < H; ++h)
+    (*floats)(h) = floatValues[h % 6];
+  std::string heads = std::to_string(H);
+  std::string intTable = "tensor<" + heads + "xi32>";
+  std::string floatTable = "tensor<" + heads + "xf32>";
+  v.argTypes = {intTable, intTable, floatTable};
+  v.inputs = {intsToRuntime(*divisors), intsToRuntime(*shifts),
+              toRuntime(*floats)};
+  v.scoreMod = R"(
+    %p = tensor.extract %arg0[%h] : )" +
+               intTable + R"(
+    %sh = tensor.extract %arg1[%h] : )" +
+               intTable + R"(
+    %t = tensor.extract %arg2[%h] : )" +
+               floatTable + R"(
+    %kpi = arith.index_cast %kp : index to i32
+    %c0 = arith.constant 0 : i32
+    %zero = arith.constant 0.0 : f32
+    %shl = arith.shli %kpi, %sh : i32
+    %none = arith.cmpi eq, %shl, %c0 : i32
+    %one = arith.constant 1.0 : f32
+    %bump = arith.select %none, %one, %zero : f32
+    %neg = arith.subi %c0, %kpi : i32
+    %srs = arith.shrsi %neg, %sh : i32
+    %sru = arith.shrui %kpi, %sh : i32
+    %shifted = arith.addi %srs, %sru : i32
+    %shiftedf = arith.sitofp %shifted : i32 to f32
+    %milli = arith.constant 1.0e-3 : f32
+    %small = arith.mulf %shiftedf, %milli : f32
+    %ti = arith.fptosi %t : f32 to i32
+    %tf = arith.sitofp %ti : i32 to f32
+    %nano = arith.constant 1.0e-9 : f32
+    %tiny = arith.mulf %tf, %nano : f32
+    %min = arith.constant -2147483648 : i32
+    %big = arith.addi %min, %kpi : i32
+    %quot = arith.divsi %big, %p : i32
+    %negative = arith.cmpi slt, %quot, %c0 : i32
+    %half = arith.constant 0.5 : f32
+    %bump2 = arith.select %negative, %half, %zero : f32
+    %r0 = arith.addf %s, %bump : f32
+    %r1 = arith.addf %r0, %small : f32
+    %r2 = arith.addf %r1, %tiny : f32
+    %r = arith.addf %r2, %bump2 : f32
+    attn.yield %r : f32
+  )";
+  v.maskMod = R"(
+    %p = tensor.extract %arg0[%h] : )" +
+              intTable + R"(
+    %qpi = arith.index_cast %qp : index to i32
+    %kpi = arith.index_cast %kp : index to i32
+    %d = arith.subi %qpi, %kpi : i32
+    %c0 = arith.constant 0 : i32
+    %c1 = arith.constant 1 : i32
+    %c2 = arith.constant 2 : i32
+    %c4 = arith.constant 4 : i32
+    %r = arith.remsi %d, %p : i32
+    %exact = arith.cmpi eq, %r, %c0 : i32
+    %fq = arith.floordivsi %d, %p : i32
+    %second = arith.cmpi eq, %fq, %c1 : i32
+    %ru = arith.remui %kpi, %p : i32
+    %two = arith.cmpi eq, %ru, %c2 : i32
+    %cq = arith.ceildivsi %kpi, %p : i32
+    %four = arith.cmpi eq, %cq, %c4 : i32
+    %a = arith.ori %exact, %second : i1
+    %b2 = arith.ori %a, %two : i1
+    %in = arith.ori %b2, %four : i1
+    attn.yield %in : i1
+  )";
+  v.score.scoreMod = [divisors, shifts, floats](double s, int64_t, int64_t h,
+                                                int64_t, int64_t kp) {
+    int32_t p = (*divisors)(h), sh = (*shifts)(h), k = wrap(kp);
+    double bump = shl(k, sh) == 0 ? 1.0 : 0.0;
+    double small =
+        1e-3 * static_cast<float>(wrap(int64_t(shrS(-k, sh)) + shrU(k, sh)));
+    double tiny = 1e-9 * static_cast<float>(fpToS((*floats)(h)));
+    int32_t quotient = divS(wrap(int64_t(INT32_MIN) + k), p);
+    return s + bump + small + tiny + (quotient < 0 ? 0.5 : 0.0);
+  };
+  v.score.maskMod = [divisors](int64_t, int64_t h, int64_t qp, int64_t kp) {
+    int32_t p = (*divisors)(h), d = wrap(qp - kp), k = wrap(kp);
+    return remS(d, p) == 0 || floorDivS(d, p) == 1 || remU(k, p) == 2 ||
+           ceilDivS(k, p) == 4;
+  };
+}
+
+/// A score_mod using the math ops some target lowers only through attn's
+/// expansions (acosh, asinh, atanh, clampf, fpowi, isinf, isnormal, ipowi
+/// with negative exponents) or CUDA only through LLVM's intrinsics (ctlz,
+/// ctpop, cttz, trunc), with a per-head table of special floats.
+void addMathOps(Variant &v, int64_t H) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {1.0f, inf, -inf, std::nanf(""), 1e-40f, 0.0f};
+  auto table = std::make_shared<ref::Tensor>(std::vector<int64_t>{H});
+  for (int64_t h = 0; h < H; ++h)
+    (*table)(h) = specials[h % 6];
+  std::string type = "tensor<" + std::to_string(H) + "xf32>";
+  v.argTypes = {type};
+  v.inputs = {toRuntime(*table)};
+  v.scoreMod = R"(
+    %kpi = arith.index_cast %kp : index to i32
+    %qpi = arith.index_cast %qp : index to i32
+    %one = arith.constant 1.0 : f32
+    %a = math.absf %s : f32
+    %a1 = arith.addf %a, %one : f32
+    %ach = math.acosh %a1 : f32
+    %ash = math.asinh %s : f32
+    %ratio = arith.divf %s, %a1 : f32
+    %ath = math.atanh %ratio : f32
+    %lo = arith.constant -0.5 : f32
+    %hi = arith.constant 0.5 : f32
+    %cl = math.clampf %s to [%lo, %hi] : f32
+    %c1 = arith.constant 1 : i32
+    %c2 = arith.constant 2 : i32
+    %c3 = arith.constant 3 : i32
+    %c4 = arith.constant 4 : i32
+    %c5 = arith.constant 5 : i32
+    %e = arith.remsi %kpi, %c3 : i32
+    %fp = math.fpowi %s, %e : f32, i32
+    %f0 = arith.addf %ach, %ash : f32
+    %f1 = arith.addf %f0, %ath : f32
+    %f2 = arith.addf %f1, %cl : f32
+    %f3 = arith.addf %f2, %fp : f32
+    %tenth = arith.constant 0.1 : f32
+    %floats = arith.mulf %f3, %tenth : f32
+    %t = tensor.extract %arg0[%h] : )" +
+               type + R"(
+    %zero = arith.constant 0.0 : f32
+    %isinf = math.isinf %t : f32
+    %quarter = arith.constant 0.25 : f32
+    %b1 = arith.select %isinf, %quarter, %zero : f32
+    %isnormal = math.isnormal %t : f32
+    %eighth = arith.constant 0.125 : f32
+    %b2 = arith.select %isnormal, %eighth, %zero : f32
+    %km = arith.remsi %kpi, %c5 : i32
+    %base = arith.subi %km, %c2 : i32
+    %qm = arith.remsi %qpi, %c4 : i32
+    %exponent = arith.subi %qm, %c1 : i32
+    %ip = math.ipowi %base, %exponent : i32
+    %clz = math.ctlz %kpi : i32
+    %pop = math.ctpop %kpi : i32
+    %ctz = math.cttz %kpi : i32
+    %i0 = arith.addi %clz, %pop : i32
+    %i1 = arith.addi %i0, %ctz : i32
+    %i2 = arith.addi %i1, %ip : i32
+    %ints = arith.sitofp %i2 : i32 to f32
+    %hundredth = arith.constant 0.01 : f32
+    %intsScaled = arith.mulf %ints, %hundredth : f32
+    %kpf = arith.sitofp %kpi : i32 to f32
+    %half = arith.constant 0.5 : f32
+    %kh = arith.addf %kpf, %half : f32
+    %seven = arith.constant 0.7 : f32
+    %scaled = arith.mulf %kh, %seven : f32
+    %tr = math.trunc %scaled : f32
+    %trScaled = arith.mulf %tr, %hundredth : f32
+    %r0 = arith.addf %s, %floats : f32
+    %r1 = arith.addf %r0, %b1 : f32
+    %r2 = arith.addf %r1, %b2 : f32
+    %r3 = arith.addf %r2, %intsScaled : f32
+    %r = arith.addf %r3, %trScaled : f32
+    attn.yield %r : f32
+  )";
+  v.score.scoreMod = [table](double s, int64_t, int64_t h, int64_t qp,
+                             int64_t kp) {
+    double a1 = std::abs(s) + 1.0;
+    int32_t e = static_cast<int32_t>(kp % 3);
+    double floats = std::acosh(a1) + std::asinh(s) + std::atanh(s / a1) +
+                    std::clamp(s, -0.5, 0.5) + std::pow(s, e);
+    float t = (*table)(h);
+    double specials =
+        (std::isinf(t) ? 0.25 : 0.0) + (std::isnormal(t) ? 0.125 : 0.0);
+    int64_t base = kp % 5 - 2, exponent = qp % 4 - 1;
+    int64_t power = 1;
+    if (exponent < 0)
+      power = base == 1 ? 1 : base == -1 ? -1 : 0; // exponent is -1
+    for (int64_t i = 0; i < exponent; ++i)
+      power *= base;
+    uint32_t k = static_cast<uint32_t>(kp);
+    int64_t clz = k == 0 ? 32 : __builtin_clz(k);
+    int64_t ctz = k == 0 ? 32 : __builtin_ctz(k);
+    int64_t ints = clz + __builtin_popcount(k) + ctz + power;
+    double truncated = std::trunc((static_cast<double>(kp) + 0.5) * 0.7);
+    return s + 0.1 * floats + specials + 0.01 * ints + 0.01 * truncated;
+  };
+}
+
 Variant makeVariant(const VariantCase &c, std::mt19937_64 &rng) {
   Variant v;
   const int64_t H = c.heads;
@@ -250,6 +501,10 @@ Variant makeVariant(const VariantCase &c, std::mt19937_64 &rng) {
                  ? -std::numeric_limits<double>::infinity()
                  : s;
     };
+  } else if (c.variant == "edge_arithmetic") {
+    addEdgeArithmetic(v, H);
+  } else if (c.variant == "math_ops") {
+    addMathOps(v, H);
   } else if (c.variant == "empty_rows") {
     v.maskMod = R"(
       %c3 = arith.constant 3 : index
@@ -407,10 +662,10 @@ TEST_P(Variants, MatchReference) {
 }
 
 std::vector<VariantCase> cases() {
-  const char *variants[] = {"softcap_region", "window_region", "head_table",
-                            "alibi",          "relative_bias", "document",
-                            "prefix_lm",      "empty_rows",    "alibi_document",
-                            "neg_inf_scores"};
+  const char *variants[] = {
+      "softcap_region", "window_region",  "head_table",      "alibi",
+      "relative_bias",  "document",       "prefix_lm",       "empty_rows",
+      "alibi_document", "neg_inf_scores", "edge_arithmetic", "math_ops"};
   std::vector<VariantCase> all;
   for (const char *variant : variants) {
     std::string name = variant;

@@ -129,6 +129,76 @@ def reference(b):
 close(o, np.concatenate([reference(b) for b in range(B)]), 1e-5,
       "score_mod and mask_mod")
 
+# T5's relative-position buckets (log-spaced past a few exact distances),
+# indexing a learned [H, buckets] table: floats become indices with
+# .long(), which rounds toward zero as torch's does.
+BUCKETS, FAR = 8, 40
+bias = rng.standard_normal((H, BUCKETS)).astype(np.float32)
+
+
+def t5_bucket(distance, log=np.log, minimum=np.minimum, where=np.where,
+              to_int=lambda x: x.astype(np.int64)):
+    exact = BUCKETS // 2
+    far = exact + to_int(log(np.maximum(distance, 1) / exact)
+                         / np.log(FAR / exact) * (BUCKETS - exact))
+    return where(distance < exact, distance, minimum(far, BUCKETS - 1))
+
+
+def t5(s, b, h, qp, kp, bias):
+    d = abs(qp - kp)
+    exact = BUCKETS // 2
+    far = exact + (attn.log(attn.maximum(d, 1) / exact)
+                   / np.log(FAR / exact) * (BUCKETS - exact)).long()
+    return s + bias[h, attn.where(d < exact, d, attn.minimum(far, BUCKETS - 1))]
+
+
+m = model(score_mod=attn.score_mod(t5, bias=attn.Input([H, BUCKETS])))
+ref, _ = attention(q, k, v, score_mod=lambda s, h, qp, kp:
+                   s + bias[h][t5_bucket(np.abs(qp - kp))])
+close(m["attn"](q, k, v, bias), ref, 1e-5, "t5 buckets")
+
+# Where PyTorch would raise, a compiled variant is defined: // by 0 gives
+# 0 and % by 0 the dividend (a table entry of 0 must not trap the process);
+# .long() saturates, NaN giving 0; floor and ceil.
+periods = np.array([0, 3, -1, 0, 5, 2], np.int32)
+levels = np.array([np.nan, np.inf, -3e9, 2.5, -np.inf, -2.5], np.float32)
+
+
+def level(x):
+    return np.where(np.isnan(x), 0, np.clip(x, -2.0**31, 2.0**31 - 1)
+                    ).astype(np.int64)
+
+
+def periodic(b, h, qp, kp, periods):
+    return ((qp - kp) % periods[h] == 0) | ((kp // periods[h]) == 2)
+
+
+def leveled(s, b, h, qp, kp, levels):
+    return s + 1e-9 * levels[h].long() + attn.floor(qp / 4) * 0.25 \
+        - attn.ceil((kp + 0.5) / 3) * 0.125
+
+
+m = model(mask_mod=attn.mask_mod(periodic, periods=attn.Input([H], "i32")),
+          score_mod=attn.score_mod(leveled, levels=attn.Input([H])))
+
+
+def py_mod(x, d):
+    return np.where(d == 0, x, np.mod(x, np.where(d == 0, 1, d)))
+
+
+def py_floordiv(x, d):
+    return np.where(d == 0, 0, np.floor_divide(x, np.where(d == 0, 1, d)))
+
+
+ref, _ = attention(
+    q, k, v,
+    mask_mod=lambda b, h, qp, kp: (py_mod(qp - kp, periods[h]) == 0)
+    | (py_floordiv(kp, periods[h]) == 2),
+    score_mod=lambda s, h, qp, kp: s + 1e-9 * level(levels[h])
+    + np.floor(qp / 4) * 0.25 - np.ceil((kp + 0.5) / 3) * 0.125)
+close(m["attn"](q, k, v, levels, periods), ref, 1e-5,
+      "division by 0 and saturating conversions")
+
 # Errors of the tracer: TypeError, before anything is compiled.
 def raises(error, fn, text):
     try:
