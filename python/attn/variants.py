@@ -19,10 +19,15 @@ named one::
 Inside the function, ``s`` is an f32 score and ``b, h, qp, kp`` are
 integer positions (SPEC §7). Arithmetic (``+ - * / // %``, unary ``-``,
 ``abs``), comparisons, ``& | ^ ~`` on booleans, the functions of this
-module (``where``, ``exp``, ``exp2``, ``log``, ``sqrt``, ``tanh``,
-``sigmoid``, ``floor``, ``ceil``, ``minimum``, ``maximum``), ``.long()``
-(or ``.int()``) and ``.float()``, and indexing of the declared inputs by
-integer values work as in PyTorch: integers meeting floats become floats,
+module (``where``, ``exp``, ``exp2``, ``log``, ``log2``, ``sqrt``,
+``rsqrt``, ``tanh``, ``sigmoid``, ``sin``, ``cos``, ``erf``, ``floor``,
+``ceil``, ``trunc``, ``round``, ``minimum``, ``maximum``, ``clamp``),
+``.long()`` (or ``.int()``), ``.float()`` and ``.to(dtype)``, and
+indexing of the declared inputs by integer values work as in PyTorch.
+PyTorch's own functions of these names (``torch.where``, ``torch.tanh``,
+``torch.clamp``, ``torch.zeros_like``, ``torch.logical_and``, ...) work on
+traced values too, so a FlexAttention ``score_mod`` or ``mask_mod``
+traces as it is written: integers meeting floats become floats,
 ``/`` divides as floats, ``//`` and ``%`` round toward minus infinity,
 ``.long()`` rounds toward zero. Where PyTorch would raise or leave a value
 undefined, the compiled variant defines it (SPEC §7's regions, as
@@ -227,6 +232,36 @@ class Value:
         """A float, as torch's ``.float()``."""
         return _convert(self, _F32)
 
+    def to(self, dtype) -> "Value":
+        """``.to(torch.float32)``, ``.to(torch.long)``, ``.to(torch.bool)``:
+        any floating dtype gives a float (computed in f32), any integer one
+        an integer, bool whether the value is nonzero."""
+        if getattr(dtype, "is_floating_point", False):
+            return self.float()
+        if str(dtype) == "torch.bool":
+            return self != 0 if self.type != _BOOL else self
+        if str(dtype).startswith(("torch.int", "torch.uint", "torch.long")):
+            return self.long()
+        raise TypeError(f"attn variant: .to({dtype!r}): expected a torch "
+                        "floating, integer or bool dtype")
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # torch.where, torch.tanh, ... called on traced values: a
+        # FlexAttention score_mod or mask_mod traces as it is written.
+        name = getattr(func, "__name__", str(func))
+        if name.startswith("_"):
+            # A tensor's own operator (a captured tensor indexed by a
+            # position): _trace says how to read tensors instead.
+            raise TypeError(f"torch.Tensor.{name} on a traced value")
+        implementation = _TORCH_FUNCTIONS.get(name)
+        if implementation is None:
+            raise TypeError(
+                f"attn variant: torch.{name} is not supported in a traced "
+                f"function; supported: torch."
+                f"{', torch.'.join(sorted(_TORCH_FUNCTIONS))}")
+        return implementation(*args, **(kwargs or {}))
+
     def __abs__(self):
         if self.type == _F32:
             return self.trace.emit(f"math.absf {self.name} : f32", _F32)
@@ -338,6 +373,16 @@ def sigmoid(x):
     return 1.0 / (1.0 + exp(-_convert(_lift(_trace_of([x]), x), _F32)))
 
 
+def log2(x): return _unary("math.log2", x)
+def rsqrt(x): return _unary("math.rsqrt", x)
+def sin(x): return _unary("math.sin", x)
+def cos(x): return _unary("math.cos", x)
+def erf(x): return _unary("math.erf", x)
+def trunc(x): return _unary("math.trunc", x)
+def round(x):  # noqa: A001 - torch.round's name; half to even, as torch's
+    return _unary("math.roundeven", x)
+
+
 def where(condition, a, b):
     """`a` where `condition` holds, else `b` (arith.select)."""
     trace = _trace_of([condition, a, b])
@@ -367,6 +412,48 @@ def minimum(a, b):
 def maximum(a, b):
     """The larger of `a` and `b` (a NaN wins, as in torch.maximum)."""
     return _extremum(a, b, "arith.maximumf", "arith.maxsi")
+
+
+def clamp(x, min=None, max=None):  # noqa: A002 - torch.clamp's names
+    """`x` clamped into [min, max] (either may be None), as torch.clamp."""
+    if min is not None:
+        x = maximum(x, min)
+    if max is not None:
+        x = minimum(x, max)
+    return x
+
+
+def _full_like(x, value):
+    """`value` as a constant of `x`'s kind (torch.full_like and kin)."""
+    trace = _trace_of([x])
+    kind = _lift(trace, x).type
+    return trace.constant(bool(value) if kind == _BOOL else value, kind)
+
+
+# The torch functions a traced function may call on traced values
+# (Value.__torch_function__), by name.
+_TORCH_FUNCTIONS: dict[str, Callable] = {
+    "where": where, "exp": exp, "exp2": exp2, "log": log, "log2": log2,
+    "sqrt": sqrt, "rsqrt": rsqrt, "tanh": tanh, "sigmoid": sigmoid,
+    "sin": sin, "cos": cos, "erf": erf, "floor": floor, "ceil": ceil,
+    "trunc": trunc, "round": round, "abs": lambda x: abs(x),
+    "neg": lambda x: -x, "negative": lambda x: -x,
+    "minimum": minimum, "maximum": maximum, "clamp": clamp, "clip": clamp,
+    "clamp_min": lambda x, m: clamp(x, min=m),
+    "clamp_max": lambda x, m: clamp(x, max=m),
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
+    "true_divide": lambda a, b: a / b, "floor_divide": lambda a, b: a // b,
+    "remainder": lambda a, b: a % b,
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "logical_and": lambda a, b: a & b, "logical_or": lambda a, b: a | b,
+    "logical_xor": lambda a, b: a ^ b, "logical_not": lambda a: ~a,
+    "zeros_like": lambda x, **_: _full_like(x, 0),
+    "ones_like": lambda x, **_: _full_like(x, 1),
+    "full_like": lambda x, value, **_: _full_like(x, value),
+}
 
 
 def _trace(fn: Callable, score: bool, inputs: dict[str, Input]) -> dict:

@@ -1,0 +1,129 @@
+# REQUIRES: torch
+# RUN: %attn_python %s
+# FlexAttention's score_mod and mask_mod functions, written with PyTorch's
+# functions as FlexAttention's documentation writes them (torch.where,
+# torch.tanh, torch.clamp, torch.zeros_like, .to(dtype), ...), traced by
+# attn.score_mod / attn.mask_mod unchanged and checked against the float64
+# reference; a torch function the tracer does not know, and a captured
+# tensor indexed by a position, are TypeErrors that say what to do.
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "Inputs"))
+import attn
+from reference import attention, close
+
+rng = np.random.default_rng(11)
+H, HKV, D = 4, 2, 24
+B, LQ, LK = 2, 29, 45
+
+
+def model(**keys):
+    layer = {"name": "attn", "type": "attention", "num_heads": H,
+             "num_kv_heads": HKV, "head_dim": D}
+    return attn.compile({"model": "flex", "layers": [dict(layer, **keys)]})
+
+
+q = torch.from_numpy(rng.standard_normal((B, H, LQ, D)).astype(np.float32))
+k = torch.from_numpy(rng.standard_normal((B, HKV, LK, D)).astype(np.float32))
+v = torch.from_numpy(rng.standard_normal((B, HKV, LK, D)).astype(np.float32))
+
+
+def check(what, layer, score_ref=None, mask_ref=None, mask="causal",
+          extra=()):
+    o = model(mask=mask, **layer)["attn"](q, k, v, *extra)
+    assert isinstance(o, torch.Tensor)
+    ref, _ = attention(q.numpy(), k.numpy(), v.numpy(), mask=mask,
+                       score_mod=score_ref, mask_mod=mask_ref)
+    close(o.numpy(), ref, 1e-5, what)
+
+
+# FlexAttention's examples, verbatim but for the names.
+def soft_cap(score, b, h, q_idx, kv_idx):
+    score = score / 20
+    score = torch.tanh(score)
+    return score * 20
+
+
+check("soft cap", {"score_mod": attn.score_mod(soft_cap)},
+      lambda s, h, qp, kp: 20 * np.tanh(s / 20))
+
+
+def relative_positional(score, b, h, q_idx, kv_idx):
+    return score + (q_idx - kv_idx).to(torch.float32) * 0.1
+
+
+check("relative positional",
+      {"score_mod": attn.score_mod(relative_positional)},
+      lambda s, h, qp, kp: s + (qp - kp) * 0.1)
+
+
+def causal_by_where(score, b, h, q_idx, kv_idx):
+    return torch.where(q_idx >= kv_idx, score, -float("inf"))
+
+
+check("causal by torch.where", {"score_mod": attn.score_mod(causal_by_where)},
+      lambda s, h, qp, kp: np.where(qp >= kp, s, -np.inf), mask="none")
+
+WINDOW = 9
+
+
+def sliding_window_causal(b, h, q_idx, kv_idx):
+    causal_mask = q_idx >= kv_idx
+    window_mask = q_idx - kv_idx <= WINDOW
+    return causal_mask & window_mask
+
+
+check("sliding window", {"mask_mod": attn.mask_mod(sliding_window_causal)},
+      mask_ref=lambda b, h, qp, kp: (qp >= kp) & (qp - kp <= WINDOW),
+      mask="none")
+
+PREFIX = 7
+
+
+def prefix_lm_causal(b, h, q_idx, kv_idx):
+    return torch.logical_or(kv_idx <= PREFIX, q_idx >= kv_idx)
+
+
+check("prefix LM", {"mask_mod": attn.mask_mod(prefix_lm_causal)},
+      mask_ref=lambda b, h, qp, kp: (kp <= PREFIX) | (qp >= kp), mask="none")
+
+
+# ALiBi with its slopes as an input, torch.clamp, torch.zeros_like, .long().
+slopes = torch.exp2(-torch.arange(1, H + 1, dtype=torch.float32))
+
+
+def alibi_clamped(score, b, h, q_idx, kv_idx, slopes):
+    bias = slopes[h] * (kv_idx - q_idx)
+    bucket = torch.clamp((q_idx - kv_idx) // 4, max=3).to(torch.long)
+    return torch.clamp(score + bias, min=-4.0, max=4.0) + \
+        torch.zeros_like(score) + 0.01 * bucket.float()
+
+
+check("alibi, clamp, zeros_like",
+      {"score_mod": attn.score_mod(alibi_clamped, slopes=attn.Input([H]))},
+      lambda s, h, qp, kp: np.clip(s + float(slopes[h]) * (kp - qp), -4, 4)
+      + 0.01 * np.minimum((qp - kp) // 4, 3), extra=(slopes,))
+
+
+def raises(fn, text):
+    try:
+        fn()
+    except TypeError as e:
+        assert text in str(e), f"{text!r} not in {e}"
+        return
+    raise AssertionError(f"no TypeError ({text})")
+
+
+raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: torch.atan(s)),
+       "torch.atan is not supported in a traced function; supported: "
+       "torch.abs")
+captured = torch.ones(H)
+raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: s + captured[h]),
+       "reads tensors only through arguments declared with attn.Input")
+raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: s.to(torch.complex64)),
+       ".to(torch.complex64): expected a torch floating, integer or bool dtype")
+print("variants_torch: all checks passed")
