@@ -137,6 +137,7 @@ enum class Family {
   Llama,
   Mistral,
   Qwen2,
+  Qwen3Moe,
   Gemma2,
   Gemma3,
   Llama4,
@@ -198,6 +199,10 @@ const ModelType kModelTypes[] = {
     {"mistral", Family::Mistral, {32, 8, {}, 4096, 32, 4096}},
     {"qwen2", Family::Qwen2, {32, 32, {}, 4096, 32, 4096}},
     {"qwen3", Family::Qwen2, {32, 32, 128, 4096, 32, 4096}},
+    {"qwen3_moe", Family::Qwen3Moe, {32, 4, {}, 2048, 24, 4096}},
+    {"mixtral", Family::Mistral, {32, 8, {}, 4096, 32, {}}},
+    {"phi3", Family::Mistral, {32, {}, {}, 3072, 32, {}}},
+    {"olmo2", Family::Llama, {32, {}, {}, 4096, 32, {}}},
     {"gemma2", Family::Gemma2, {8, 4, 256, 2304, 26, 4096}},
     {"gemma3_text", Family::Gemma3, {8, 4, 256, 2304, 26, 4096}},
     {"gemma3",
@@ -481,6 +486,16 @@ std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
         hasWindow(config) ? kSlidingAttention : kFullAttention;
     return [kind](int64_t) { return kind; };
   }
+  case Family::Qwen3Moe: {
+    // transformers keeps sliding_window only with use_sliding_window, and
+    // then every layer slides.
+    llvm::StringRef kind =
+        reader.boolean(object, path, "use_sliding_window", false) &&
+                hasWindow(config)
+            ? kSlidingAttention
+            : kFullAttention;
+    return [kind](int64_t) { return kind; };
+  }
   case Family::Qwen2: {
     bool sliding = reader.boolean(object, path, "use_sliding_window", false) &&
                    hasWindow(config);
@@ -536,6 +551,7 @@ std::vector<LayerTypeName> layerTypeNames(Family family) {
   case Family::Llama:
   case Family::Mistral:
   case Family::Qwen2:
+  case Family::Qwen3Moe:
   case Family::Gemma2:
   case Family::Gemma3:
   case Family::GptOss:
@@ -611,13 +627,14 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
     }
     return kinds;
   }
-  // Without layer_types, Llama, Mistral, DeepSeek, Granite (and Granite's
-  // hybrid) and Mamba2 have one kind whatever the count; the others' kinds
-  // follow the layer index.
+  // Without layer_types, Llama, Mistral, Qwen3's MoE, DeepSeek, Granite
+  // (and Granite's hybrid) and Mamba2 have one kind whatever the count; the
+  // others' kinds follow the layer index.
   int64_t layers =
       family == Family::Llama || family == Family::Mistral ||
-              family == Family::DeepSeek || family == Family::Mamba2 ||
-              family == Family::Granite || family == Family::GraniteHybrid
+              family == Family::Qwen3Moe || family == Family::DeepSeek ||
+              family == Family::Mamba2 || family == Family::Granite ||
+              family == Family::GraniteHybrid
           ? 1
           : reader.integer(config.object, config.path, "num_hidden_layers",
                            config.defaults.layers, 1, limits::kMaxLayers);

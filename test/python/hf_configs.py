@@ -1,6 +1,7 @@
 # RUN: %attn_python %s
-# Hugging Face configs of softmax models (llama, mistral, qwen2, qwen3,
-# gemma2, gemma3_text, gemma3, llama4, gpt_oss, granite, deepseek_v3;
+# Hugging Face configs of softmax models (llama, mistral, mixtral, phi3,
+# olmo2, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, gemma3, llama4,
+# gpt_oss, granite, deepseek_v3;
 # kimi_linear's KDA and MLA layers, then the Mamba2 hybrids: mamba2,
 # nemotron_h, granitemoehybrid, bamba and falcon_h1): each layer
 # kind's entry equals attention as transformers computes it for that config
@@ -390,5 +391,5 @@ check_gqa(m, "falcon-h1:full_attention", 8, 2, 64, 64 ** -0.5)
 checked += ["bamba:mamba", "bamba:full_attention", "falcon-h1:mamba",
             "falcon-h1-norm:mamba", "falcon-h1:full_attention"]
 
-assert len(checked) == 30, checked
+assert len(checked) == 34, checked
 print("hf configs:", ", ".join(checked))

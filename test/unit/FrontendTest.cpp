@@ -1043,7 +1043,8 @@ TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
   EXPECT_EQ(configError(R"({"model_type": "mamba", "num_hidden_layers": 2})"),
             "$.model_type: unsupported Hugging Face model type \"mamba\"; "
             "supported: qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, "
-            "qwen3_5_moe_text, llama, mistral, qwen2, qwen3, gemma2, "
+            "qwen3_5_moe_text, llama, mistral, qwen2, qwen3, qwen3_moe, "
+            "mixtral, phi3, olmo2, gemma2, "
             "gemma3_text, gemma3, llama4_text, llama4, gpt_oss, deepseek_v2, "
             "deepseek_v3, kimi_k2, kimi_linear, mamba2, nemotron_h, granite, "
             "granitemoe, granitemoeshared, granitemoehybrid, bamba, "
@@ -1199,6 +1200,36 @@ TEST(HuggingFaceConfig, SoftmaxFamiliesFollowTheirConfigClasses) {
   ASSERT_TRUE(static_cast<bool>(qwen3)) << llvm::toString(qwen3.takeError());
   EXPECT_EQ(softmaxLayer(*qwen3, "full_attention").headDim, 128);
   EXPECT_EQ(softmaxLayer(*qwen3, "full_attention").numKvHeads, 32);
+
+  // The MoE and other Llama-like classes' defaults: Qwen3's MoE has 32
+  // heads over 4 kv heads of hidden_size / heads (2048 / 32), and its
+  // 4096-key window slides on every layer only with use_sliding_window;
+  // Mixtral has no window unless given one; Phi-3's kv heads default to
+  // its heads.
+  llvm::Expected<ModelDescription> qwen3Moe =
+      parseModelInput(R"({"model_type": "qwen3_moe"})");
+  ASSERT_TRUE(static_cast<bool>(qwen3Moe))
+      << llvm::toString(qwen3Moe.takeError());
+  const AttentionLayer &moe = softmaxLayer(*qwen3Moe, "full_attention");
+  EXPECT_EQ(moe.numHeads, 32);
+  EXPECT_EQ(moe.numKvHeads, 4);
+  EXPECT_EQ(moe.headDim, 64);
+  EXPECT_EQ(moe.mask, MaskKind::Causal);
+  EXPECT_EQ(layerNames(R"({"model_type": "qwen3_moe",
+      "use_sliding_window": true, "max_window_layers": 28})"),
+            Names{"sliding_attention"});
+  EXPECT_EQ(layerNames(R"({"model_type": "qwen3_moe",
+      "use_sliding_window": true, "sliding_window": null})"),
+            Names{"full_attention"});
+  EXPECT_EQ(layerNames(R"({"model_type": "mixtral"})"),
+            Names{"full_attention"});
+  EXPECT_EQ(layerNames(R"({"model_type": "mixtral", "sliding_window": 64})"),
+            Names{"sliding_attention"});
+  llvm::Expected<ModelDescription> phi3 =
+      parseModelInput(R"({"model_type": "phi3", "num_attention_heads": 24})");
+  ASSERT_TRUE(static_cast<bool>(phi3)) << llvm::toString(phi3.takeError());
+  EXPECT_EQ(softmaxLayer(*phi3, "full_attention").numKvHeads, 24);
+  EXPECT_EQ(softmaxLayer(*phi3, "full_attention").headDim, 128);
 
   // gpt-oss: even layers slide over GptOssConfig's 128 keys; every layer
   // has attention sinks, and the others nothing softmax layers lack.
