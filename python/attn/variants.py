@@ -245,6 +245,35 @@ class Value:
         raise TypeError(f"attn variant: .to({dtype!r}): expected a torch "
                         "floating, integer or bool dtype")
 
+    def _constant_of(self, value, dtype) -> "Value":
+        """`value` as a constant of torch `dtype`, or of this value's kind."""
+        if dtype is None:
+            return _full_like(self, value)
+        if str(dtype) == "torch.bool":
+            return self.trace.constant(bool(value), _BOOL)
+        if getattr(dtype, "is_floating_point", False):
+            return self.trace.constant(value, _F32)
+        return self.trace.constant(value, _INDEX)
+
+    def new_ones(self, size=(), dtype=None, **_) -> "Value":
+        """torch's ``new_ones`` on a 0-dim tensor, as FlexAttention's
+        ``and_masks`` starts its result: a constant 1 (True)."""
+        return self._constant_of(1, dtype)
+
+    def new_zeros(self, size=(), dtype=None, **_) -> "Value":
+        """torch's ``new_zeros`` (``or_masks`` starts from it): a constant 0
+        (False)."""
+        return self._constant_of(0, dtype)
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"attn variant: a traced value has no '{name}'; it has "
+            ".long(), .int(), .float(), .to(dtype), .new_ones(), "
+            ".new_zeros() and the operators, and torch.* or attn.* functions "
+            "take it (torch.tanh(x), not x.tanh())")
+
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         # torch.where, torch.tanh, ... called on traced values: a
@@ -479,8 +508,10 @@ def _trace(fn: Callable, score: bool, inputs: dict[str, Input]) -> dict:
                for i, (name, spec) in enumerate(inputs.items())}
     try:
         returned = fn(*args, *tensors.values())
-    except (TypeError, IndexError) as e:
+    except (TypeError, IndexError, AttributeError) as e:
         if str(e).startswith("attn"):
+            if isinstance(e, AttributeError):
+                raise TypeError(str(e)) from e
             raise
         # Most often an array the function captured, indexed by a traced
         # position (NumPy and PyTorch replace our TypeError with theirs).

@@ -5,7 +5,8 @@
 # torch.tanh, torch.clamp, torch.zeros_like, .to(dtype), ...), traced by
 # attn.score_mod / attn.mask_mod unchanged and checked against the float64
 # reference; a torch function the tracer does not know, and a captured
-# tensor indexed by a position, are TypeErrors that say what to do.
+# tensor indexed by a position, or a tensor method the values lack, are
+# TypeErrors that say what to do.
 import os
 import sys
 
@@ -109,6 +110,44 @@ check("alibi, clamp, zeros_like",
       + 0.01 * np.minimum((qp - kp) // 4, 3), extra=(slopes,))
 
 
+# FlexAttention's and_masks and or_masks, as torch 2.5 writes them: the
+# result starts as b.new_ones((), dtype=torch.bool) (new_zeros for or).
+def and_masks(*mask_mods):
+    def and_mask(b, h, q_idx, kv_idx):
+        result = b.new_ones((), dtype=torch.bool)
+        for mod in mask_mods:
+            result = result & mod(b, h, q_idx, kv_idx)
+        return result
+    return and_mask
+
+
+def or_masks(*mask_mods):
+    def or_mask(b, h, q_idx, kv_idx):
+        result = b.new_zeros((), dtype=torch.bool)
+        for mod in mask_mods:
+            result = result | mod(b, h, q_idx, kv_idx)
+        return result
+    return or_mask
+
+
+def causal(b, h, q_idx, kv_idx):
+    return q_idx >= kv_idx
+
+
+def window(b, h, q_idx, kv_idx):
+    return q_idx - kv_idx <= WINDOW
+
+
+def prefix(b, h, q_idx, kv_idx):
+    return kv_idx <= PREFIX
+
+
+check("and_masks, or_masks",
+      {"mask_mod": attn.mask_mod(or_masks(and_masks(causal, window), prefix))},
+      mask_ref=lambda b, h, qp, kp: ((qp >= kp) & (qp - kp <= WINDOW))
+      | (kp <= PREFIX), mask="none")
+
+
 def raises(fn, text):
     try:
         fn()
@@ -126,4 +165,6 @@ raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: s + captured[h]),
        "reads tensors only through arguments declared with attn.Input")
 raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: s.to(torch.complex64)),
        ".to(torch.complex64): expected a torch floating, integer or bool dtype")
+raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: s.tanh()),
+       "a traced value has no 'tanh'; it has .long()")
 print("variants_torch: all checks passed")
