@@ -18,7 +18,8 @@
 // shifts by an amount outside [0, width) give 0 (shrsi: the sign);
 // float-to-integer conversions saturate, NaN giving 0; overflow flags
 // (nsw, nuw) are dropped, so arithmetic wraps. Index values count as 32-bit,
-// the width of the lanes they become.
+// the width of the lanes they become; a scalar past them saturates as it
+// becomes lanes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,6 +27,8 @@
 
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
+
+#include <limits>
 
 using namespace mlir;
 using namespace mlir::attn;
@@ -95,13 +98,22 @@ private:
   VectorType vectorOf(Type type) const {
     return VectorType::get({width}, laneType(type));
   }
-  /// `value` as a vector: its lanes, or its scalar broadcast.
+  /// `value` as a vector: its lanes, or its scalar broadcast. An index
+  /// scalar saturates into the i32 lanes, so that a comparison with a
+  /// constant past them (`kp < 2^32`) says what it says on 64-bit scalars.
   Value lanesOf(Value value) {
     if (Value vector = lanes.lookup(value))
       return vector;
     Value scalar = scalars.lookup(value);
-    if (scalar.getType().isIndex())
+    if (scalar.getType().isIndex()) {
+      Value low = arith::ConstantIndexOp::create(
+          b, std::numeric_limits<int32_t>::min());
+      Value high = arith::ConstantIndexOp::create(
+          b, std::numeric_limits<int32_t>::max());
+      scalar = arith::MinSIOp::create(b, arith::MaxSIOp::create(b, scalar, low),
+                                      high);
       scalar = arith::IndexCastOp::create(b, b.getI32Type(), scalar);
+    }
     return vector::BroadcastOp::create(b, vectorOf(value.getType()), scalar);
   }
 
@@ -207,7 +219,10 @@ private:
       auto to = vectorOf(op.getResult(0).getType());
       unsigned fromBits = getElementTypeOrSelf(from).getIntOrFloatBitWidth();
       unsigned toBits = to.getElementType().getIntOrFloatBitWidth();
-      bool isSigned = isa<arith::IndexCastOp>(op);
+      // An index lane holds its value sign-extended from 64 bits, so even
+      // index_castui widens it by its sign (the 64-bit index's bits).
+      bool isSigned =
+          isa<arith::IndexCastOp>(op) || op.getOperand(0).getType().isIndex();
       Value cast = from;
       if (toBits < fromBits)
         cast = arith::TruncIOp::create(b, to, from);

@@ -205,7 +205,9 @@ int32_t fpToS(float x) {
 /// per-head tables holding the values arith leaves undefined (0 and -1
 /// divisors, INT_MIN / -1, shifts of 32, 40 and -1, NaN, infinities and
 /// floats past i32): on the CPU an integer division by 0 or INT_MIN / -1
-/// traps the process unless the regions define them.
+/// traps the process unless the regions define them. Positions compared
+/// with index constants past i32 (+-2^32) hold as they do in 64 bits on
+/// the 32-bit lanes too.
 void addEdgeArithmetic(Variant &v, int64_t H) {
   auto divisors =
       std::make_shared<ref::IntTensor>(headInts(H, {0, -1, 3, 2, 0, 5}));
@@ -279,7 +281,13 @@ void addEdgeArithmetic(Variant &v, int64_t H) {
     %four = arith.cmpi eq, %cq, %c4 : i32
     %a = arith.ori %exact, %second : i1
     %b2 = arith.ori %a, %two : i1
-    %in = arith.ori %b2, %four : i1
+    %any = arith.ori %b2, %four : i1
+    %big = arith.constant 4294967296 : index
+    %negbig = arith.constant -4294967296 : index
+    %below = arith.cmpi slt, %kp, %big : index
+    %above = arith.cmpi sgt, %qp, %negbig : index
+    %bounds = arith.andi %below, %above : i1
+    %in = arith.andi %any, %bounds : i1
     attn.yield %in : i1
   )";
   v.score.scoreMod = [divisors, shifts, floats](double s, int64_t, int64_t h,

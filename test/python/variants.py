@@ -199,6 +199,31 @@ ref, _ = attention(
 close(m["attn"](q, k, v, levels, periods), ref, 1e-5,
       "division by 0 and saturating conversions")
 
+# attn IR on index values wider than the CPU's 32-bit lanes: a constant
+# past them compares as in 64 bits (kp < 2^32 holds), and index_castui of a
+# negative position (no mask, Lq > Lk) keeps the 64-bit index's bits, a
+# negative i64.
+WIDE = """func.func @s(%s: f32, %b: index, %h: index, %qp: index, %kp: index)
+    -> f32 {
+  %u = arith.index_castui %qp : index to i64
+  %z = arith.constant 0 : i64
+  %negative = arith.cmpi slt, %u, %z : i64
+  %big = arith.constant 4294967296 : index
+  %below = arith.cmpi slt, %kp, %big : index
+  %both = arith.andi %negative, %below : i1
+  %kpi = arith.index_cast %kp : index to i32
+  %kpf = arith.sitofp %kpi : i32 to f32
+  %zero = arith.constant 0.0 : f32
+  %bump = arith.select %both, %kpf, %zero : f32
+  %r = arith.addf %s, %bump : f32
+  return %r : f32
+}"""
+q_more = rng.standard_normal((B, H, 2 * LK, D)).astype(np.float32)
+m = model(mask="none", score_mod={"func": WIDE})
+ref, _ = attention(q_more, k, v, mask="none",
+                   score_mod=lambda s, h, qp, kp: s + (qp < 0) * kp)
+close(m["attn"](q_more, k, v), ref, 1e-5, "index values past 32 bits")
+
 # Errors of the tracer: TypeError, before anything is compiled.
 def raises(error, fn, text):
     try:
