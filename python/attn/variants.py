@@ -17,7 +17,7 @@ named one::
     o = m["attn"](q, k, v, slopes)          # the extra input comes last
 
 Inside the function, ``s`` is an f32 score and ``b, h, qp, kp`` are
-integer positions (SPEC §7). Arithmetic (``+ - * / // %``, unary ``-``,
+integer positions (SPEC §7). Arithmetic (``+ - * / // % **``, unary ``-``,
 ``abs``), comparisons, ``& | ^ ~`` on booleans, the functions of this
 module (``where``, ``exp``, ``exp2``, ``log``, ``log2``, ``sqrt``,
 ``rsqrt``, ``tanh``, ``sigmoid``, ``sin``, ``cos``, ``erf``, ``floor``,
@@ -189,6 +189,21 @@ class Value:
 
     def __truediv__(self, o): return self._truediv(self, o)
     def __rtruediv__(self, o): return self._truediv(o, self)
+
+    def _pow(self, a: Any, b: Any) -> "Value":
+        # Floats: math.powf; integers: math.ipowi on 32 bits (a negative
+        # exponent gives the integer 1 / a^-b, docs/new-variant.md).
+        a, b, type_ = _common(a, b)
+        t = self.trace
+        if type_ == _F32:
+            return t.emit(f"math.powf {a.name}, {b.name} : f32", _F32)
+        a32, b32 = (t.emit(f"arith.index_cast {v.name} : index to i32", "i32")
+                    for v in (a, b))
+        p = t.emit(f"math.ipowi {a32.name}, {b32.name} : i32", "i32")
+        return t.emit(f"arith.index_cast {p.name} : i32 to index", _INDEX)
+
+    def __pow__(self, o): return self._pow(self, o)
+    def __rpow__(self, o): return self._pow(o, self)
 
     def _floordiv(self, a: Any, b: Any) -> "Value":
         a, b, type_ = _common(a, b)
@@ -473,6 +488,7 @@ _TORCH_FUNCTIONS: dict[str, Callable] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b,
     "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
     "true_divide": lambda a, b: a / b, "floor_divide": lambda a, b: a // b,
+    "pow": lambda a, b: a ** b,
     "remainder": lambda a, b: a % b,
     "eq": lambda a, b: a == b, "ne": lambda a, b: a != b,
     "lt": lambda a, b: a < b, "le": lambda a, b: a <= b,

@@ -157,6 +157,19 @@ ref, _ = attention(q, k, v, score_mod=lambda s, h, qp, kp:
                    s + bias[h][t5_bucket(np.abs(qp - kp))])
 close(m["attn"](q, k, v, bias), ref, 1e-5, "t5 buckets")
 
+# ALiBi with its slopes computed in the function, 2 ** (-8 (h + 1) / H) as
+# FlexAttention's examples write them, and powers of integers and floats.
+def alibi_by_power(s, b, h, qp, kp):
+    slope = 2 ** (-8 * (h + 1) / H)
+    return s - slope * (qp - kp) + 0.01 * ((kp % 4) ** 2) - 0.1 * (s ** 2)
+
+
+m = model(score_mod=attn.score_mod(alibi_by_power))
+ref, _ = attention(q, k, v, score_mod=lambda s, h, qp, kp:
+                   s - 2.0 ** (-8 * (h + 1) / H) * (qp - kp)
+                   + 0.01 * ((kp % 4) ** 2) - 0.1 * s ** 2)
+close(m["attn"](q, k, v), ref, 1e-5, "powers")
+
 # Where PyTorch would raise, a compiled variant is defined: // by 0 gives
 # 0 and % by 0 the dividend (a table entry of 0 must not trap the process);
 # .long() saturates, NaN giving 0; floor and ceil.
