@@ -12,6 +12,7 @@
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/IR/TypeUtilities.h"
@@ -33,12 +34,6 @@ Value constantOf(PatternRewriter &rewriter, Location loc, Type type,
     return arith::ConstantOp::create(rewriter, loc,
                                      DenseElementsAttr::get(vector, value));
   return arith::ConstantOp::create(rewriter, loc, value);
-}
-
-Value floatOf(PatternRewriter &rewriter, Location loc, Type type,
-              const APFloat &x) {
-  return constantOf(rewriter, loc, type,
-                    rewriter.getFloatAttr(getElementTypeOrSelf(type), x));
 }
 
 Value integerOf(PatternRewriter &rewriter, Location loc, Type type, int64_t x) {
@@ -72,8 +67,8 @@ struct ExpandIsInf : OpRewritePattern<math::IsInfOp> {
     Location loc = op.getLoc();
     Value x = op.getOperand();
     Value magnitude = math::AbsFOp::create(rewriter, loc, x);
-    Value inf =
-        floatOf(rewriter, loc, x.getType(), APFloat::getInf(semanticsOf(x)));
+    Value inf = createScalarOrSplatConstant(rewriter, loc, x.getType(),
+                                            APFloat::getInf(semanticsOf(x)));
     rewriter.replaceOpWithNewOp<arith::CmpFOp>(op, arith::CmpFPredicate::OEQ,
                                                magnitude, inf);
     return success();
@@ -91,11 +86,12 @@ struct ExpandIsNormal : OpRewritePattern<math::IsNormalOp> {
     Value magnitude = math::AbsFOp::create(rewriter, loc, x);
     Value atLeastNormal = arith::CmpFOp::create(
         rewriter, loc, arith::CmpFPredicate::OGE, magnitude,
-        floatOf(rewriter, loc, x.getType(),
-                APFloat::getSmallestNormalized(semantics)));
+        createScalarOrSplatConstant(rewriter, loc, x.getType(),
+                                    APFloat::getSmallestNormalized(semantics)));
     Value finite = arith::CmpFOp::create(
         rewriter, loc, arith::CmpFPredicate::OLT, magnitude,
-        floatOf(rewriter, loc, x.getType(), APFloat::getInf(semantics)));
+        createScalarOrSplatConstant(rewriter, loc, x.getType(),
+                                    APFloat::getInf(semantics)));
     rewriter.replaceOpWithNewOp<arith::AndIOp>(op, atLeastNormal, finite);
     return success();
   }

@@ -25,6 +25,7 @@
 
 #include "passes/kernels/VariantRegions.h"
 
+#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Tensor/IR/Tensor.h"
 #include "mlir/IR/IRMapping.h"
 
@@ -342,17 +343,21 @@ private:
     auto towardZero = [&](const APInt &limit) {
       APFloat f(semantics);
       f.convertFromAPInt(limit, isSigned, APFloat::rmTowardZero);
-      return floatConstantLike(x, f);
+      return createScalarOrSplatConstant(b, b.getLoc(), x.getType(), f);
     };
     Value high = towardZero(highest);
     Value isNan = arith::CmpFOp::create(b, arith::CmpFPredicate::UNO, x, x);
     Value clamped = arith::MinimumFOp::create(
         b, arith::MaximumFOp::create(b, x, towardZero(lowest)), high);
     Value number = arith::SelectOp::create(
-        b, isNan, floatConstantLike(x, APFloat::getZero(semantics)), clamped);
+        b, isNan,
+        createScalarOrSplatConstant(b, b.getLoc(), x.getType(),
+                                    APFloat::getZero(semantics)),
+        clamped);
     Value above = arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, x, high);
-    return arith::SelectOp::create(b, above, integerConstant(type, highest),
-                                   build({number}));
+    return arith::SelectOp::create(
+        b, above, createScalarOrSplatConstant(b, b.getLoc(), type, highest),
+        build({number}));
   }
 
   /// The bits of an integer or index value (scalar or lanes): index counts
@@ -369,14 +374,6 @@ private:
                           ? TypedAttr(b.getIndexAttr(x))
                           : TypedAttr(b.getIntegerAttr(element, x));
     return splatLike(type, value);
-  }
-  /// The integer `x` as a constant of `type` (a scalar or a splat).
-  Value integerConstant(Type type, const APInt &x) {
-    return splatLike(type, b.getIntegerAttr(getElementTypeOrSelf(type), x));
-  }
-  Value floatConstantLike(Value like, const APFloat &x) {
-    return splatLike(like.getType(),
-                     b.getFloatAttr(getElementTypeOrSelf(like.getType()), x));
   }
   /// `value` as a constant of `type`: itself, or its splat.
   Value splatLike(Type type, TypedAttr value) {
