@@ -45,8 +45,12 @@ void check(attn_status status) {
 
 /// The attn dtype a NumPy array of `dtype` holds, for an argument of
 /// `expected`: bf16 has no NumPy dtype, so a bf16 argument takes its bit
-/// patterns as 2-byte integers or ml_dtypes' bfloat16.
+/// patterns as 2-byte integers or ml_dtypes' bfloat16. An array of the other
+/// byte order (`>f4` on this little-endian host, as np.load gives for such
+/// a file) holds none of them: read as is, its values would be garbage.
 std::optional<attn_dtype> dtypeOf(const py::dtype &dtype, attn_dtype expected) {
+  if (!dtype.attr("isnative").cast<bool>())
+    return std::nullopt;
   const char kind = dtype.kind();
   const py::ssize_t size = dtype.itemsize();
   if (kind == 'f' && size == 4)

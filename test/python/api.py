@@ -99,6 +99,12 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error(lambda: m["full"](q, k, v, gate.astype(np.float64),
                                    out=(o_buf, lse_buf)),
                  "input 3 (gate)", "expected dtype f32", "float64")
+    # An array of the other byte order (np.load of a '>f4' file) has the
+    # right kind and size but other bytes: an error, not garbage.
+    expect_error(lambda: m["full"](q, k.astype(">f4"), v, gate, out=(o_buf, lse_buf)),
+                 "input 1 (k)", "expected dtype f32", ">f4")
+    expect_error(lambda: m["full"](q, k, v, gate, out=(o_buf, lse_buf.astype(">f4"))),
+                 "output 1 (lse)", ">f4")
     expect_error(lambda: m["full"](q, k[:, :, ::2], v, gate, out=(o_buf, lse_buf)),
                  "input 1 (k)", "not C-contiguous")
     expect_error(lambda: m["full"](q, k, v[:, :, :-1], gate, out=(o_buf, lse_buf)),
