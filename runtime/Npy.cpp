@@ -9,6 +9,9 @@
 #include <cstring>
 #include <optional>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 namespace attn::npy {
 
 namespace {
@@ -296,6 +299,54 @@ bool writeFile(const std::string &path, const Array &array,
   if (!ok)
     error = path + ": write error";
   return ok;
+}
+
+OutputFiles::~OutputFiles() {
+  for (const std::string &temporary : temporaries)
+    if (!temporary.empty())
+      ::unlink(temporary.c_str());
+}
+
+bool OutputFiles::create(const std::vector<std::string> &destinations,
+                         std::string &error) {
+  // Files made by mkstemp are private; outputs get the mode a plain
+  // create would give them.
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  for (const std::string &path : destinations) {
+    std::string pattern = path + ".tmp-XXXXXX";
+    int fd = ::mkstemp(pattern.data());
+    if (fd < 0) {
+      error = path + ": cannot create: " + std::strerror(errno);
+      return false;
+    }
+    ::fchmod(fd, 0666 & ~mask);
+    ::close(fd);
+    paths.push_back(path);
+    temporaries.push_back(pattern);
+  }
+  return true;
+}
+
+bool OutputFiles::write(size_t index, const Array &array, std::string &error) {
+  if (writeFile(temporaries[index], array, error))
+    return true;
+  // Name the destination, not the temporary file.
+  error = paths[index] + error.substr(temporaries[index].size());
+  return false;
+}
+
+bool OutputFiles::commit(std::string &error) {
+  // A rename within one directory does not fail once the temporary file
+  // could be made there, short of the directory changing meanwhile.
+  for (size_t i = 0; i < paths.size(); ++i) {
+    if (std::rename(temporaries[i].c_str(), paths[i].c_str()) != 0) {
+      error = paths[i] + ": cannot write: " + std::strerror(errno);
+      return false;
+    }
+    temporaries[i].clear();
+  }
+  return true;
 }
 
 } // namespace attn::npy

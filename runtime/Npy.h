@@ -47,6 +47,28 @@ bool readFile(const std::string &path, Array &out, std::string &error);
 /// Writes `path`; errors name the file.
 bool writeFile(const std::string &path, const Array &array, std::string &error);
 
+/// The output files of one call, written all or none (SPEC §5: a failed
+/// call writes no output file). `create` makes a temporary file beside
+/// each destination, `write` fills one, `commit` renames them all into
+/// place (in order: a destination given twice gets the last). Until the
+/// commit, destinations keep what they held, and the temporaries are
+/// removed when the object goes away.
+class OutputFiles {
+public:
+  OutputFiles() = default;
+  OutputFiles(const OutputFiles &) = delete;
+  OutputFiles &operator=(const OutputFiles &) = delete;
+  ~OutputFiles();
+
+  /// Errors name the destination.
+  bool create(const std::vector<std::string> &paths, std::string &error);
+  bool write(size_t index, const Array &array, std::string &error);
+  bool commit(std::string &error);
+
+private:
+  std::vector<std::string> paths, temporaries;
+};
+
 /// "(2, 3)" / "(5,)" / "()": a shape as NumPy prints it.
 std::string formatShape(const std::vector<int64_t> &shape);
 

@@ -584,14 +584,21 @@ int run(int argc, char **argv) {
     std::printf("median_ms=%.4f min_ms=%.4f runs=%lld\n", median, sorted[0],
                 repeat);
   }
+  // Errors in the inputs come first; then no output file is in place
+  // unless all of them are written.
+  attn::npy::OutputFiles outputFiles;
+  if (std::string message; !outputFiles.create(outputPaths, message))
+    return error(message);
   for (size_t i = 0; i < outputPaths.size(); ++i) {
     const attn::Tensor &tensor =
         i < outputs.size() ? outputs[i] : inputs[inPlace[i - outputs.size()]];
     attn::npy::Array array = outputArray(tensor);
     std::string message;
-    if (!attn::npy::writeFile(outputPaths[i], array, message))
+    if (!outputFiles.write(i, array, message))
       return error(message);
   }
+  if (std::string message; !outputFiles.commit(message))
+    return error(message);
   return 0;
 }
 
