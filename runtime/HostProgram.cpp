@@ -524,13 +524,21 @@ attn_status checkTensor(const Entry &entry, const char *role, size_t index,
                         std::map<std::string, int64_t> &bound, bool derived) {
   std::string what = std::string(role) + " '" + sig.name + "' (#" +
                      std::to_string(index) + ") of entry '" + entry.name + "'";
-  std::vector<int64_t> actual;
-  if (tensor.rank >= 0 && (tensor.shape || tensor.rank == 0))
-    actual.assign(tensor.shape, tensor.shape + tensor.rank);
   if (tensor.dtype != sig.dtype)
     return fail(ATTN_SIGNATURE_MISMATCH,
                 what + ": expected dtype " + attn_dtype_name(sig.dtype) +
                     ", got " + attn_dtype_name(tensor.dtype));
+  if (tensor.rank > 0 && !tensor.shape)
+    return fail(ATTN_INVALID_ARGUMENT, what + ": shape is null (rank " +
+                                           std::to_string(tensor.rank) + ")");
+  // A rank far from any attn tensor's is reported without reading the
+  // shape: its dims would lie past what the caller holds.
+  constexpr int32_t kMostRankShown = 8;
+  if (tensor.rank < 0 || tensor.rank > kMostRankShown)
+    return fail(ATTN_SIGNATURE_MISMATCH,
+                what + ": expected shape " + formatSignature(sig, bound) +
+                    ", got a tensor of rank " + std::to_string(tensor.rank));
+  std::vector<int64_t> actual(tensor.shape, tensor.shape + tensor.rank);
   auto mismatch = [&](const std::string &why) {
     return fail(ATTN_SIGNATURE_MISMATCH,
                 what + ": expected shape " + formatSignature(sig, bound) +
@@ -576,8 +584,10 @@ attn_status checkTensor(const Entry &entry, const char *role, size_t index,
 attn_status bindInputs(const Entry &entry, const attn_tensor *inputs,
                        int32_t numInputs,
                        std::map<std::string, int64_t> &bound) {
-  if (numInputs != static_cast<int32_t>(entry.inputs.size()) ||
-      (numInputs > 0 && !inputs)) {
+  if (numInputs > 0 && !inputs)
+    return fail(ATTN_INVALID_ARGUMENT,
+                "entry '" + entry.name + "': inputs is null");
+  if (numInputs != static_cast<int32_t>(entry.inputs.size())) {
     std::string names;
     for (size_t i = 0; i < entry.inputs.size(); ++i)
       names += (i ? ", " : "") + entry.inputs[i].name;

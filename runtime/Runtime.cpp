@@ -606,6 +606,18 @@ const Entry *entryAt(const attn_model *model, int32_t entry) {
     return nullptr;
   return &model->entries[entry];
 }
+
+/// The error of a call of `function` on no entry: a null model, or an
+/// index outside the model's entries.
+attn_status noEntry(const attn_model *model, int32_t entry,
+                    const std::string &function) {
+  if (!model)
+    return fail(ATTN_INVALID_ARGUMENT, function + ": the model is null");
+  return fail(ATTN_INVALID_ARGUMENT,
+              function + ": no entry #" + std::to_string(entry) +
+                  " (the model has " + std::to_string(model->entries.size()) +
+                  ")");
+}
 } // namespace
 
 extern "C" const char *attn_entry_name(const attn_model *model, int32_t entry) {
@@ -646,8 +658,10 @@ extern "C" attn_status attn_entry_argument(const attn_model *model,
                                            int32_t entry, int32_t index,
                                            attn_argument_info *info) {
   const Entry *e = entryAt(model, entry);
-  if (!e || !info)
-    return fail(ATTN_INVALID_ARGUMENT, "attn_entry_argument: bad entry");
+  if (!e)
+    return noEntry(model, entry, "attn_entry_argument");
+  if (!info)
+    return fail(ATTN_INVALID_ARGUMENT, "attn_entry_argument: info is null");
   int32_t numInputs = static_cast<int32_t>(e->inputs.size());
   if (index < 0 || index >= numInputs + static_cast<int32_t>(e->outputs.size()))
     return fail(ATTN_INVALID_ARGUMENT,
@@ -901,8 +915,15 @@ extern "C" attn_status attn_entry_output_shapes(const attn_model *model,
                                                 int64_t *const *outputShapes) {
   return guarded("attn_entry_output_shapes", [&]() -> attn_status {
     const Entry *e = entryAt(model, entry);
-    if (!e || (!outputShapes && !e->outputs.empty()))
-      return fail(ATTN_INVALID_ARGUMENT, "attn_entry_output_shapes: bad entry");
+    if (!e)
+      return noEntry(model, entry, "attn_entry_output_shapes");
+    for (size_t i = 0; i < e->outputs.size(); ++i)
+      if (!outputShapes || !outputShapes[i])
+        return fail(
+            ATTN_INVALID_ARGUMENT,
+            "attn_entry_output_shapes: output_shapes" +
+                (outputShapes ? "[" + std::to_string(i) + "]" : std::string()) +
+                " is null");
     std::map<std::string, int64_t> bound;
     if (attn_status status = bindShapes(*e, inputs, numInputs, bound))
       return status;
@@ -943,8 +964,10 @@ attn_status bindCall(const Entry &e, const attn_tensor *inputs,
   std::map<std::string, int64_t> bound;
   if (attn_status status = bindInputs(e, inputs, numInputs, bound))
     return status;
-  if (numOutputs != static_cast<int32_t>(e.outputs.size()) ||
-      (numOutputs > 0 && !outputs))
+  if (numOutputs > 0 && !outputs)
+    return fail(ATTN_INVALID_ARGUMENT,
+                "entry '" + e.name + "': outputs is null");
+  if (numOutputs != static_cast<int32_t>(e.outputs.size()))
     return fail(ATTN_SIGNATURE_MISMATCH,
                 "entry '" + e.name + "' has " +
                     std::to_string(e.outputs.size()) + " outputs, got " +
@@ -1067,8 +1090,7 @@ attn_status runHostTensors(attn_model *model, int32_t entry,
                            bool checkIndexValues) {
   const Entry *e = entryAt(model, entry);
   if (!e)
-    return fail(ATTN_INVALID_ARGUMENT,
-                "attn_run: no entry #" + std::to_string(entry));
+    return noEntry(model, entry, "attn_run");
   std::vector<Buffer> buffers;
   if (attn_status status =
           bindCall(*e, inputs, numInputs, outputs, numOutputs, buffers))
@@ -1104,7 +1126,7 @@ attn_status attn::test_hooks::runCheckingIndicesInKernels(
   return guarded("runCheckingIndicesInKernels", [&]() -> attn_status {
     const Entry *e = entryAt(model, entry);
     if (!e)
-      return fail(ATTN_INVALID_ARGUMENT, "no entry #" + std::to_string(entry));
+      return noEntry(model, entry, "attn_run");
     bool hasIndexInputs = false;
     for (const Signature &sig : e->inputs)
       hasIndexInputs |= sig.contract != ATTN_CONTRACT_NONE;
@@ -1128,8 +1150,7 @@ extern "C" attn_status attn_run_device(attn_model *model, int32_t entry,
   return guarded("attn_run_device", [&]() -> attn_status {
     const Entry *e = entryAt(model, entry);
     if (!e)
-      return fail(ATTN_INVALID_ARGUMENT,
-                  "attn_run_device: no entry #" + std::to_string(entry));
+      return noEntry(model, entry, "attn_run_device");
     std::vector<Buffer> buffers;
     if (attn_status status =
             bindCall(*e, inputs, numInputs, outputs, numOutputs, buffers))
@@ -1155,9 +1176,11 @@ extern "C" attn_status attn_entry_workspace_bytes(const attn_model *model,
                                                   size_t *bytes) {
   return guarded("attn_entry_workspace_bytes", [&]() -> attn_status {
     const Entry *e = entryAt(model, entry);
-    if (!e || !bytes)
+    if (!e)
+      return noEntry(model, entry, "attn_entry_workspace_bytes");
+    if (!bytes)
       return fail(ATTN_INVALID_ARGUMENT,
-                  "attn_entry_workspace_bytes: bad entry or null result");
+                  "attn_entry_workspace_bytes: bytes is null");
     std::map<std::string, int64_t> bound;
     if (attn_status status = bindShapes(*e, inputs, numInputs, bound))
       return status;

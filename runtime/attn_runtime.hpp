@@ -149,9 +149,15 @@ public:
     outputs.assign(static_cast<size_t>(numOutputs), Tensor());
     std::vector<std::vector<int64_t>> shapes(static_cast<size_t>(numOutputs));
     std::vector<int64_t *> shapePtrs;
+    // Output i is argument (the entry's inputs) + i, whatever count of
+    // inputs was given: attn_entry_output_shapes reports a wrong count.
+    const int32_t entryInputs = attn_entry_num_inputs(model, entry);
     for (int32_t i = 0; i < numOutputs; ++i) {
       attn_argument_info info;
-      attn_entry_argument(model, entry, numInputs + i, &info);
+      Status status = Status::fromC(
+          attn_entry_argument(model, entry, entryInputs + i, &info));
+      if (!status.ok())
+        return status;
       shapes[i].resize(static_cast<size_t>(info.rank));
       shapePtrs.push_back(shapes[i].data());
       outputs[i].dtype = info.dtype;

@@ -228,6 +228,12 @@ TEST_F(RuntimeErrors, WrongArgumentCount) {
   EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
   EXPECT_EQ(status.message,
             "entry 'layer' takes 4 inputs (q, k, v, gate), got 3");
+  inputs = goodInputs();
+  inputs.push_back(inputs.back());
+  status = loadAndRun(inputs);
+  EXPECT_EQ(status.code, ATTN_SIGNATURE_MISMATCH);
+  EXPECT_EQ(status.message,
+            "entry 'layer' takes 4 inputs (q, k, v, gate), got 5");
 }
 
 TEST_F(RuntimeErrors, WrongDtype) {
@@ -285,6 +291,66 @@ TEST_F(RuntimeErrors, WrongOutputBuffer) {
                "output 'o' (#0) of entry 'layer': expected shape [B=1, 4, "
                "Lq=5, 16], got [1, 4, 6, 16] (dim 2 is Lq, which an earlier "
                "argument set to 5)");
+}
+
+// Misuse of the C API's pointers and counts is an error that says which
+// argument is wrong, never a read of memory the caller does not hold: a
+// rank past any attn tensor's is reported without reading its shape.
+TEST_F(RuntimeErrors, CApiMisuse) {
+  std::unique_ptr<Model> model;
+  ASSERT_TRUE(load(*binary, model).ok());
+  std::vector<Tensor> inputs = goodInputs();
+  std::vector<attn_tensor> in;
+  for (const Tensor &t : inputs)
+    in.push_back(t.view());
+  Tensor o(ATTN_F32, {1, 4, 5, 16});
+  attn_tensor out = o.view();
+  auto expect = [](attn_status code, attn_status expected,
+                   const char *message) {
+    EXPECT_EQ(code, expected) << message;
+    EXPECT_STREQ(attn_last_error(), message);
+  };
+  attn_model *m = model->get();
+  expect(attn_run(nullptr, 0, in.data(), 4, &out, 1), ATTN_INVALID_ARGUMENT,
+         "attn_run: the model is null");
+  expect(attn_run(m, 3, in.data(), 4, &out, 1), ATTN_INVALID_ARGUMENT,
+         "attn_run: no entry #3 (the model has 1)");
+  expect(attn_run(m, 0, nullptr, 4, &out, 1), ATTN_INVALID_ARGUMENT,
+         "entry 'layer': inputs is null");
+  expect(attn_run(m, 0, in.data(), 4, nullptr, 1), ATTN_INVALID_ARGUMENT,
+         "entry 'layer': outputs is null");
+  std::vector<attn_tensor> bad = in;
+  bad[0].shape = nullptr;
+  expect(attn_run(m, 0, bad.data(), 4, &out, 1), ATTN_INVALID_ARGUMENT,
+         "input 'q' (#0) of entry 'layer': shape is null (rank 4)");
+  for (int32_t rank : {-1, 1 << 30}) {
+    bad[0] = in[0];
+    bad[0].rank = rank;
+    std::string message =
+        "input 'q' (#0) of entry 'layer': expected shape [B, 4, Lq, 16], got "
+        "a tensor of rank " +
+        std::to_string(rank);
+    expect(attn_run(m, 0, bad.data(), 4, &out, 1), ATTN_SIGNATURE_MISMATCH,
+           message.c_str());
+  }
+  int64_t *noShape = nullptr;
+  expect(attn_entry_output_shapes(m, 0, in.data(), 4, &noShape),
+         ATTN_INVALID_ARGUMENT,
+         "attn_entry_output_shapes: output_shapes[0] is null");
+  expect(attn_entry_output_shapes(m, 0, in.data(), 4, nullptr),
+         ATTN_INVALID_ARGUMENT,
+         "attn_entry_output_shapes: output_shapes is null");
+  expect(attn_entry_workspace_bytes(m, 0, in.data(), 4, nullptr),
+         ATTN_INVALID_ARGUMENT, "attn_entry_workspace_bytes: bytes is null");
+  attn_argument_info info;
+  expect(attn_entry_argument(nullptr, 0, 0, &info), ATTN_INVALID_ARGUMENT,
+         "attn_entry_argument: the model is null");
+  expect(attn_entry_argument(m, -1, 0, &info), ATTN_INVALID_ARGUMENT,
+         "attn_entry_argument: no entry #-1 (the model has 1)");
+  expect(attn_entry_argument(m, 0, 0, nullptr), ATTN_INVALID_ARGUMENT,
+         "attn_entry_argument: info is null");
+  // The model is as it was.
+  EXPECT_EQ(attn_run(m, 0, in.data(), 4, &out, 1), ATTN_OK);
 }
 
 // Sizes whose byte count wraps 64 bits are refused before anything reads
