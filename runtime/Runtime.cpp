@@ -30,7 +30,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -503,12 +502,20 @@ attn_model_load_file(const char *path, int32_t numThreads, attn_model **model) {
   return guarded("attn_model_load_file", [&]() -> attn_status {
     if (!path || !model)
       return fail(ATTN_INVALID_ARGUMENT, "attn_model_load_file: null pointer");
-    std::ifstream file(path, std::ios::binary);
+    std::FILE *file = std::fopen(path, "rb");
     if (!file)
       return fail(ATTN_IO_ERROR,
                   std::string(path) + ": cannot open: " + std::strerror(errno));
-    std::vector<char> bytes((std::istreambuf_iterator<char>(file)),
-                            std::istreambuf_iterator<char>());
+    std::vector<char> bytes;
+    char buffer[1 << 16];
+    size_t count;
+    while ((count = std::fread(buffer, 1, sizeof(buffer), file)) > 0)
+      bytes.insert(bytes.end(), buffer, buffer + count);
+    const int readError = std::ferror(file) ? errno : 0;
+    std::fclose(file);
+    if (readError)
+      return fail(ATTN_IO_ERROR, std::string(path) + ": cannot read: " +
+                                     std::strerror(readError));
     attn_status status =
         attn_model_load_memory(bytes.data(), bytes.size(), numThreads, model);
     if (status != ATTN_OK)

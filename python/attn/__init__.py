@@ -422,8 +422,10 @@ def compile(source: Any, target: str = "cpu", *, threads: int = 0,
     """Compiles a model and loads it.
 
     `source` is a path (a model description .json, a Hugging Face
-    config.json, attn IR .mlir), a dict (a model description), or the text
-    of a description or of attn IR. `target` is "cpu", "cuda" or "all";
+    config.json, attn IR .mlir), a dict (a model description; NumPy
+    scalars in it are the numbers they hold), or the text of a description
+    or of attn IR. A one-line string that opens neither is a path, and an
+    error if no file is there. `target` is "cpu", "cuda" or "all";
     `cpu` and `sm` are attnc's --cpu and --sm; `output` keeps the .attnb
     there for attn.load or attn-run. A compile error raises attn.Error with
     attnc's message.
@@ -432,9 +434,12 @@ def compile(source: Any, target: str = "cpu", *, threads: int = 0,
         if isinstance(source, dict):
             path = os.path.join(tmp, "model.json")
             with open(path, "w") as f:
-                json.dump(source, f)
+                json.dump(source, f, default=_json_scalar)
         elif isinstance(source, (str, os.PathLike)) and os.path.exists(source):
             path = os.fspath(source)
+        elif isinstance(source, os.PathLike) or (
+                isinstance(source, str) and _names_a_file(source)):
+            raise Error(f"compile: {os.fspath(source)}: no such file")
         elif isinstance(source, str):
             text = source.lstrip()
             path = os.path.join(tmp, "model.json" if text.startswith("{")
@@ -460,6 +465,24 @@ def compile(source: Any, target: str = "cpu", *, threads: int = 0,
             raise Error(done.stderr.strip() or
                         f"attnc failed with status {done.returncode}")
         return load(binary, threads=threads)
+
+
+def _json_scalar(value: Any) -> Any:
+    """A NumPy or PyTorch scalar in a model dict as the Python number it
+    holds (json.dump's fallback); anything else is no JSON value."""
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
+        return value.item()
+    raise Error(f"compile: a {type(value).__name__} in the model dict is "
+                "not a JSON value")
+
+
+def _names_a_file(text: str) -> bool:
+    """Whether a string given to compile is meant as a path rather than
+    the text of a model: one line that opens neither a JSON object nor
+    attn IR, so a mistyped path is reported as one."""
+    line = text.strip()
+    return bool(line) and "\n" not in line and not line.startswith(
+        ("{", "module", "func.func", "//", "#", "!", "\""))
 
 
 def load(source: Any, *, threads: int = 0) -> Module:

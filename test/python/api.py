@@ -122,8 +122,24 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_error(lambda: setattr(m, "device", "tpu"), "device must be")
     expect_error(lambda: attn.compile({"model": "x", "layers": []}),
                  "layers")
-    expect_error(lambda: attn.load(os.path.join(tmp, "nothing.attnb")))
+    expect_error(lambda: attn.load(os.path.join(tmp, "nothing.attnb")),
+                 "nothing.attnb: cannot open: No such file")
+    expect_error(lambda: attn.load(tmp), "cannot read: Is a directory")
     expect_error(lambda: attn.load(b"not a binary"))
+    # A mistyped path is reported as one, not parsed as the text of a model.
+    expect_error(lambda: attn.compile("configs/qwen3-next.json"),
+                 "compile: configs/qwen3-next.json: no such file")
+    # NumPy scalars in a model dict are the numbers they hold; an array
+    # is no JSON value.
+    scalars = attn.compile({"model": "np", "layers": [
+        {"name": "a", "type": "attention", "num_heads": np.int64(H),
+         "num_kv_heads": np.int32(HKV), "head_dim": D,
+         "softcap": np.float32(30.0)}]})
+    assert scalars.signature("a").inputs[0].shape == (None, H, None, D)
+    expect_error(lambda: attn.compile({"model": "np", "layers": [
+        {"name": "a", "type": "attention", "num_heads": np.ones(2),
+         "num_kv_heads": HKV, "head_dim": D}]}),
+                 "a ndarray in the model dict is not a JSON value")
 
     # The saved binary, from its path and from its bytes.
     for loaded in (attn.load(binary),
