@@ -190,6 +190,10 @@ mlir::attn::compile(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
   buildAttnOptimizationPipeline(optimize);
   if (failed(optimize.run(module)))
     return error("the attention-level pipeline (attn-optimize) failed");
+  if (llvm::none_of(module.getOps<func::FuncOp>(),
+                    [](func::FuncOp f) { return f.isPublic(); }))
+    return error("the module defines no entry: each entry is a public "
+                 "func.func with a body");
   if (stage == CompileStage::Optimized)
     return "";
 

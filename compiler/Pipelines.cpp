@@ -26,6 +26,10 @@
 using namespace mlir;
 
 void mlir::attn::buildAttnOptimizationPipeline(OpPassManager &pm) {
+  // attn IR written by hand may call private helpers: their bodies go into
+  // the entries, and the helpers away (every func.func left is an entry).
+  pm.addPass(createInlinerPass());
+  pm.addPass(createSymbolDCEPass());
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createAttnFuseEpilogues());
   pm.addPass(createCanonicalizerPass());

@@ -353,8 +353,8 @@ private:
       auto name = func.getArgAttrOfType<StringAttr>(i, "attn.name");
       if (!name || name.getValue().empty()) {
         report(loc, "argument #" + Twine(i) +
-                        " needs {attn.name = \"...\"}: the name of the "
-                        "entry's input it becomes");
+                        " needs a name, %name or {attn.name = \"...\"}: the "
+                        "name of the entry's input it becomes");
         return std::nullopt;
       }
       if (parsed.find(name.getValue())) {

@@ -662,6 +662,12 @@ LogicalResult EntryLowering::run() {
     }
     if (isKernelOp(&op))
       continue;
+    // attn-optimize inlined every call it could.
+    if (auto call = dyn_cast<func::CallOp>(op))
+      return call.emitError()
+             << "calls @" << call.getCallee()
+             << ", which could not be inlined: a function an entry calls "
+                "needs a body, and may not call itself";
     return op.emitError() << "no " << target << " lowering for '"
                           << op.getName() << "' yet";
   }
