@@ -58,6 +58,14 @@ protected:
     return inputs;
   }
 
+  /// The C API's views of `tensors`.
+  static std::vector<attn_tensor> views(const std::vector<Tensor> &tensors) {
+    std::vector<attn_tensor> out;
+    for (const Tensor &t : tensors)
+      out.push_back(t.view());
+    return out;
+  }
+
   /// Loads the model and runs its entry on `inputs`.
   static Status loadAndRun(const std::vector<Tensor> &inputs) {
     std::unique_ptr<Model> model;
@@ -280,9 +288,7 @@ TEST_F(RuntimeErrors, WrongOutputBuffer) {
   std::unique_ptr<Model> model;
   ASSERT_TRUE(load(*binary, model).ok());
   std::vector<Tensor> inputs = goodInputs();
-  std::vector<attn_tensor> in;
-  for (const Tensor &t : inputs)
-    in.push_back(t.view());
+  std::vector<attn_tensor> in = views(inputs);
   Tensor wrong(ATTN_F32, {1, 4, 6, 16});
   attn_tensor out = wrong.view();
   attn_status code = attn_run(model->get(), 0, in.data(), 4, &out, 1);
@@ -300,9 +306,7 @@ TEST_F(RuntimeErrors, CApiMisuse) {
   std::unique_ptr<Model> model;
   ASSERT_TRUE(load(*binary, model).ok());
   std::vector<Tensor> inputs = goodInputs();
-  std::vector<attn_tensor> in;
-  for (const Tensor &t : inputs)
-    in.push_back(t.view());
+  std::vector<attn_tensor> in = views(inputs);
   Tensor o(ATTN_F32, {1, 4, 5, 16});
   attn_tensor out = o.view();
   auto expect = [](attn_status code, attn_status expected,
