@@ -40,13 +40,14 @@ from ._attn import Error
 from . import _attn
 from .variants import (Input, ceil, clamp, cos, erf, exp, exp2, floor, log,
                        log2, mask_mod, maximum, minimum, round, rsqrt,
-                       score_mod, sigmoid, sin, sqrt, tanh, trunc, where)
+                       score_mod, sigmoid, sign, sin, sqrt, tanh, trunc,
+                       where)
 
 __all__ = ["Error", "Module", "Entry", "Signature", "Argument", "compile",
            "load", "merge_states", "score_mod", "mask_mod", "Input", "where",
            "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid",
            "sin", "cos", "erf", "floor", "ceil", "trunc", "round", "minimum",
-           "maximum", "clamp"]
+           "maximum", "clamp", "sign"]
 
 _NUMPY_DTYPES = {"f32": np.float32, "i32": np.int32, "f16": np.float16,
                  # bf16 has no NumPy dtype: its bit patterns as int16.

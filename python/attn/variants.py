@@ -21,23 +21,28 @@ integer positions (SPEC §7). Arithmetic (``+ - * / // % **``, unary ``-``,
 ``abs``), comparisons, ``& | ^ ~`` on booleans, the functions of this
 module (``where``, ``exp``, ``exp2``, ``log``, ``log2``, ``sqrt``,
 ``rsqrt``, ``tanh``, ``sigmoid``, ``sin``, ``cos``, ``erf``, ``floor``,
-``ceil``, ``trunc``, ``round``, ``minimum``, ``maximum``, ``clamp``),
-``.long()`` (or ``.int()``), ``.float()`` and ``.to(dtype)``, and
-indexing of the declared inputs by integer values work as in PyTorch.
-PyTorch's own functions of these names (``torch.where``, ``torch.tanh``,
-``torch.clamp``, ``torch.zeros_like``, ``torch.logical_and``, ...) work on
-traced values too, so a FlexAttention ``score_mod`` or ``mask_mod``
-traces as it is written: integers meeting floats become floats,
+``ceil``, ``trunc``, ``round``, ``sign``, ``minimum``, ``maximum``,
+``clamp``), ``.long()`` (or ``.int()``), ``.float()``, ``.bool()`` and
+``.to(dtype)``, and indexing of the declared inputs by integer values work
+as in PyTorch. PyTorch's own functions of these names (``torch.where``,
+``torch.tanh``, ``torch.clamp``, ``torch.max(a, b)``, ``torch.div(a, b,
+rounding_mode=...)``, ``torch.zeros_like``, ``torch.logical_and``, ...)
+and the tensor methods of the same names (``x.abs()``, ``x.clamp(min=0)``,
+``x.exp()``, ``x.where(c, y)``, ...) work on traced values too, so a
+FlexAttention or attention-gym ``score_mod`` or ``mask_mod`` traces as it
+is written: integers meeting floats become floats,
 ``/`` divides as floats, ``//`` and ``%`` round toward minus infinity,
 ``.long()`` rounds toward zero. Where PyTorch would raise or leave a value
 undefined, the compiled variant defines it (SPEC §7's regions, as
 docs/new-variant.md says): an integer ``//`` by 0 gives 0 and ``%`` by 0
-the dividend, and ``.long()`` saturates, NaN giving 0. Python control flow on traced values cannot be recorded:
+the dividend, ``.long()`` saturates, NaN giving 0, and ``sign`` of NaN
+is 0. Python control flow on traced values cannot be recorded:
 ``if``, ``and``, ``or`` and ``not`` raise ``TypeError`` (use ``where``,
 ``&``, ``|``, ``~``).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import struct
@@ -280,14 +285,23 @@ class Value:
         (False)."""
         return self._constant_of(0, dtype)
 
+    def bool(self) -> "Value":
+        """Whether the value is nonzero, as torch's ``.bool()``."""
+        return self != 0 if self.type != _BOOL else self
+
     def __getattr__(self, name: str):
+        # torch.Tensor's methods of the functions _TORCH_FUNCTIONS holds:
+        # x.abs(), x.clamp(min=0), x.where(c, y), ... as PyTorch writes them.
         if name.startswith("__"):
             raise AttributeError(name)
+        method = _TENSOR_METHODS.get(name)
+        if method is not None:
+            return functools.partial(method, self)
         raise AttributeError(
             f"attn variant: a traced value has no '{name}'; it has "
-            ".long(), .int(), .float(), .to(dtype), .new_ones(), "
-            ".new_zeros() and the operators, and torch.* or attn.* functions "
-            "take it (torch.tanh(x), not x.tanh())")
+            ".long(), .int(), .float(), .bool(), .to(dtype), .new_ones(), "
+            ".new_zeros(), the operators and the methods ."
+            f"{'(), .'.join(sorted(_TENSOR_METHODS))}()")
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -467,6 +481,47 @@ def clamp(x, min=None, max=None):  # noqa: A002 - torch.clamp's names
     return x
 
 
+def sign(x):
+    """-1, 0 or 1 as `x` is negative, zero or positive, of `x`'s kind (a
+    NaN gives 0; torch.sign gives NaN)."""
+    trace = _trace_of([x])
+    x = _lift(trace, x)
+    return where(x > 0, _full_like(x, 1), where(x < 0, _full_like(x, -1),
+                                                  _full_like(x, 0)))
+
+
+def div(a, b, rounding_mode=None):
+    """torch.div: `a / b` as floats, or rounded "floor" (`a // b`) or
+    "trunc" (toward zero; integers stay integers)."""
+    if rounding_mode is None:
+        return a / b
+    if rounding_mode == "floor":
+        return a // b
+    if rounding_mode != "trunc":
+        raise TypeError(f"attn variant: torch.div: rounding_mode "
+                        f"{rounding_mode!r}; expected None, 'floor' or 'trunc'")
+    trace = _trace_of([a, b])
+    a, b, type_ = _common(a, b)
+    if type_ == _F32:
+        return trunc(a / b)
+    # Toward zero is floor plus one where the signs differ and b does not
+    # divide a; a divisor of 0 keeps //'s defined 0.
+    q = a // b
+    inexact = (q * b != a) & ((a < 0) ^ (b < 0)) & (b != 0)
+    return where(inexact, q + 1, q)
+
+
+def _min_or_max(pairwise, name):
+    def reduce(*args, **kwargs):
+        if len(args) == 2 and not kwargs:
+            return pairwise(*args)
+        raise TypeError(
+            f"attn variant: torch.{name} of one traced value reduces over "
+            f"dimensions a traced scalar does not have; torch.{name}(a, b) "
+            f"and torch.{name}imum(a, b) take two values")
+    return reduce
+
+
 def _full_like(x, value):
     """`value` as a constant of `x`'s kind (torch.full_like and kin)."""
     trace = _trace_of([x])
@@ -483,10 +538,12 @@ _TORCH_FUNCTIONS: dict[str, Callable] = {
     "trunc": trunc, "round": round, "abs": lambda x: abs(x),
     "neg": lambda x: -x, "negative": lambda x: -x,
     "minimum": minimum, "maximum": maximum, "clamp": clamp, "clip": clamp,
+    "min": _min_or_max(minimum, "min"), "max": _min_or_max(maximum, "max"),
+    "sign": sign,
     "clamp_min": lambda x, m: clamp(x, min=m),
     "clamp_max": lambda x, m: clamp(x, max=m),
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b, "div": lambda a, b: a / b,
+    "mul": lambda a, b: a * b, "div": div, "divide": div,
     "true_divide": lambda a, b: a / b, "floor_divide": lambda a, b: a // b,
     "pow": lambda a, b: a ** b,
     "remainder": lambda a, b: a % b,
@@ -499,6 +556,15 @@ _TORCH_FUNCTIONS: dict[str, Callable] = {
     "ones_like": lambda x, **_: _full_like(x, 1),
     "full_like": lambda x, value, **_: _full_like(x, value),
 }
+
+
+# torch.Tensor's methods of the same names: x.abs(), x.clamp(min=0), ...;
+# x.where(c, y) is torch.where(c, x, y). The *_like functions are not
+# methods.
+_TENSOR_METHODS: dict[str, Callable] = {
+    name: f for name, f in _TORCH_FUNCTIONS.items()
+    if not name.endswith("_like")}
+_TENSOR_METHODS["where"] = lambda x, condition, y: where(condition, x, y)
 
 
 def _trace(fn: Callable, score: bool, inputs: dict[str, Input]) -> dict:

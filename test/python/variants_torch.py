@@ -4,9 +4,10 @@
 # functions as FlexAttention's documentation writes them (torch.where,
 # torch.tanh, torch.clamp, torch.zeros_like, .to(dtype), ...), traced by
 # attn.score_mod / attn.mask_mod unchanged and checked against the float64
-# reference; a torch function the tracer does not know, and a captured
-# tensor indexed by a position, or a tensor method the values lack, are
-# TypeErrors that say what to do.
+# reference, as are attention-gym's masks written with tensor methods
+# (q_x.clamp(lo, hi), (a - b).abs()); a torch function the tracer does not
+# know, a captured tensor indexed by a position, or a tensor method the
+# values lack, are TypeErrors that say what to do.
 import os
 import sys
 
@@ -148,6 +149,70 @@ check("and_masks, or_masks",
       | (kp <= PREFIX), mask="none")
 
 
+# A neighbourhood (NATTEN) mask as attention-gym writes it, with tensor
+# methods: the 45 keys are a 5 x 9 canvas, each query sees the 3 x 5
+# window around it, its centre clamped inside the canvas.
+CANVAS_H, CANVAS_W, KERNEL_H, KERNEL_W = 5, 9, 3, 5
+
+
+def natten(b, h, q_idx, kv_idx):
+    q_row, q_col = q_idx // CANVAS_W, q_idx % CANVAS_W
+    kv_row, kv_col = kv_idx // CANVAS_W, kv_idx % CANVAS_W
+    centre_row = q_row.clamp(KERNEL_H // 2, CANVAS_H - 1 - KERNEL_H // 2)
+    centre_col = q_col.clamp(KERNEL_W // 2, CANVAS_W - 1 - KERNEL_W // 2)
+    return ((centre_row - kv_row).abs() <= KERNEL_H // 2) & \
+        ((centre_col - kv_col).abs() <= KERNEL_W // 2)
+
+
+def natten_ref(b, h, qp, kp):
+    centre_row = np.clip(qp // CANVAS_W, KERNEL_H // 2,
+                         CANVAS_H - 1 - KERNEL_H // 2)
+    centre_col = np.clip(qp % CANVAS_W, KERNEL_W // 2,
+                         CANVAS_W - 1 - KERNEL_W // 2)
+    return (np.abs(centre_row - kp // CANVAS_W) <= KERNEL_H // 2) & \
+        (np.abs(centre_col - kp % CANVAS_W) <= KERNEL_W // 2)
+
+
+check("NATTEN by tensor methods", {"mask_mod": attn.mask_mod(natten)},
+      mask_ref=natten_ref, mask="none")
+
+
+# Tensor methods on scores and positions, torch.max / torch.min of two
+# values, torch.div's rounding modes (toward zero on negative integers),
+# torch.sign, and a per-batch bias table read at [b, h, qp, kp].
+def methods(score, b, h, q_idx, kv_idx, bias):
+    d = q_idx - kv_idx - 20
+    toward_zero = torch.div(d, 7, rounding_mode="trunc")
+    down = d.div(7, rounding_mode="floor")
+    capped = score.div(3).tanh().mul(3)
+    squashed = torch.max(capped, score.sigmoid().neg()).exp().log()
+    return torch.min(squashed, score.abs().sqrt()) \
+        + 0.1 * toward_zero.float() + 0.01 * down \
+        + 0.05 * torch.sign(d).float() \
+        + bias[b, h, q_idx, kv_idx].where(d.remainder(3).eq(0), 0.5) \
+        + (d.lt(0).logical_and(d.ge(-9))).float().clamp_max(0.25)
+
+
+bias = rng.standard_normal((B, H, LK, LK)).astype(np.float32)
+
+
+def methods_ref(s, b, h, qp, kp):
+    d = qp - kp - 20
+    toward_zero = np.trunc(d / 7)
+    capped = 3 * np.tanh(s / 3)
+    squashed = np.maximum(capped, -1 / (1 + np.exp(-s)))
+    return np.minimum(squashed, np.sqrt(np.abs(s))) + 0.1 * toward_zero \
+        + 0.01 * (d // 7) + 0.05 * np.sign(d) \
+        + np.where(d % 3 == 0, bias[b, h][qp, kp], 0.5) \
+        + np.minimum(((d < 0) & (d >= -9)).astype(float), 0.25)
+
+
+check("tensor methods, torch.max, div rounding, a batch's bias table",
+      {"score_mod": attn.score_mod(
+          methods, bias=attn.Input([None, H, None, None]))},
+      methods_ref, mask="none", extra=(torch.from_numpy(bias),))
+
+
 def raises(fn, text):
     try:
         fn()
@@ -165,6 +230,11 @@ raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: s + captured[h]),
        "reads tensors only through arguments declared with attn.Input")
 raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: s.to(torch.complex64)),
        ".to(torch.complex64): expected a torch floating, integer or bool dtype")
-raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: s.tanh()),
-       "a traced value has no 'tanh'; it has .long()")
+raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: s.atan()),
+       "a traced value has no 'atan'; it has .long()")
+raises(lambda: attn.score_mod(lambda s, b, h, qp, kp: torch.max(s)),
+       "torch.max of one traced value reduces over dimensions")
+raises(lambda: attn.score_mod(
+    lambda s, b, h, qp, kp: torch.div(s, 2, rounding_mode="ceil")),
+    "rounding_mode 'ceil'; expected None, 'floor' or 'trunc'")
 print("variants_torch: all checks passed")

@@ -1,4 +1,6 @@
 """float64 references for the Python tests (SPEC §1.1, §1.2, §2), in NumPy."""
+import inspect
+
 import numpy as np
 
 
@@ -6,7 +8,7 @@ def attention(q, k, v, mask="causal", window=0, gate=None, scale=None,
               score_mod=None, mask_mod=None):
     """o [B,H,Lq,Dv] and lse [B,H,Lq] of SPEC §1.1 in float64; `gate`
     [B,H,Lq,Dv or 1] is applied as o * sigmoid(gate); `score_mod(s, h, qp,
-    kp)` modifies scores elementwise; `mask_mod(b, h, qp, kp)` (boolean,
+    kp)` (or `score_mod(s, b, h, qp, kp)`) modifies scores elementwise; `mask_mod(b, h, qp, kp)` (boolean,
     broadcast over [Lq, Lk]) hides keys too (SPEC §7)."""
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     B, H, Lq, D = q.shape
@@ -23,11 +25,14 @@ def attention(q, k, v, mask="causal", window=0, gate=None, scale=None,
         visible = kp <= qp
     else:
         visible = (kp <= qp) & (kp > qp - window)
+    takes_batch = (score_mod is not None
+                   and len(inspect.signature(score_mod).parameters) == 5)
     for b in range(B):
         for h in range(H):
             s = scale * q[b, h] @ k[b, h // group].T
             if score_mod is not None:
-                s = score_mod(s, h, qp, kp)
+                s = (score_mod(s, b, h, qp, kp) if takes_batch
+                     else score_mod(s, h, qp, kp))
             seen = visible if mask_mod is None else (
                 visible & np.broadcast_to(mask_mod(b, h, qp, kp), visible.shape))
             s = np.where(seen, s, -np.inf)
