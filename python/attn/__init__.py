@@ -511,10 +511,13 @@ def merge_states(parts: Iterable[tuple[Any, Any]], sinks: Any = None):
     if not parts:
         raise Error("merge_states: no parts")
     os_, lses = zip(*parts)
-    for x, y in zip(os_, lses):
+    for i, (x, y) in enumerate(zip(os_, lses)):
         if tuple(x.shape)[:-1] != tuple(y.shape):
-            raise Error(f"merge_states: o {tuple(x.shape)} and lse "
+            raise Error(f"merge_states: part {i}: o {tuple(x.shape)} and lse "
                         f"{tuple(y.shape)} differ in their leading dims")
+        if tuple(x.shape) != tuple(os_[0].shape):
+            raise Error(f"merge_states: part {i}: o {tuple(x.shape)}, but "
+                        f"part 0's is {tuple(os_[0].shape)}")
     if sinks is not None:
         parts.append(_sink_part(os_[0], lses[0], sinks))
         os_, lses = zip(*parts)

@@ -200,6 +200,11 @@ with tempfile.TemporaryDirectory() as tmp:
           0, "lse of rows that see only the sink")
     expect_error(lambda: attn.merge_states(parts, sinks=sinks[:1]),
                  "merge_states: sinks (1,) must hold one logit per head")
+    o0, lse0 = parts[0]
+    expect_error(lambda: attn.merge_states([parts[0], (o0[:, :, :2],
+                                                       lse0[:, :, :2])]),
+                 f"merge_states: part 1: o {o0[:, :, :2].shape}, but part 0's "
+                 f"is {o0.shape}")
 
 # A variant written as IR (SPEC §7): ALiBi with slopes 2^-(h+1), compiled
 # from the text of the module.
