@@ -97,6 +97,12 @@
 //    its mixer ends without the norm: y + D x gated by silu(z) alone.
 //  - granite, granitemoe, granitemoeshared: Llama's layers, scaled by
 //    `attention_multiplier`.
+//  - minimax (MiniMaxConfig, MiniMax-Text-01): each layer of `layer_types`
+//    is full_attention (Mixtral's causal GQA softmax attention;
+//    sliding_attention when `sliding_window` is set, as transformers masks
+//    it then) or linear_attention (lightning attention, see
+//    readLightningAttention); without `layer_types`, even layers are
+//    full_attention. minimax_m2 (MiniMaxM2Config) is Llama's layers.
 //
 // attn's own key `speculative` (SPEC §3's object, e.g. {"max_tree_nodes":
 // 64}) turns on speculative verification: every kind gets "tree": true, so
@@ -149,7 +155,8 @@ enum class Family {
   Granite,
   GraniteHybrid,
   Bamba,
-  FalconH1
+  FalconH1,
+  MiniMax
 };
 
 /// What the config class assumes for a key a config leaves out: hub
@@ -179,7 +186,8 @@ struct ModelType {
 // Gemma2Config, Gemma3TextConfig, Llama4TextConfig, GptOssConfig,
 // DeepseekV2Config and DeepseekV3Config (Kimi K2's), Mamba2Config,
 // GraniteConfig, GraniteMoeConfig, GraniteMoeSharedConfig,
-// GraniteMoeHybridConfig, BambaConfig and FalconH1Config, and vLLM's
+// GraniteMoeHybridConfig, BambaConfig, FalconH1Config, MiniMaxConfig and
+// MiniMaxM2Config, and vLLM's
 // KimiLinearConfig and NemotronHConfig
 // (num_key_value_heads unset means num_attention_heads, head_dim unset
 // hidden_size / num_attention_heads). Qwen3.5's classes
@@ -223,7 +231,9 @@ const ModelType kModelTypes[] = {
     {"granitemoeshared", Family::Granite, {32, {}, {}, 4096, 32, {}}},
     {"granitemoehybrid", Family::GraniteHybrid, {32, {}, {}, 4096, 32, {}}},
     {"bamba", Family::Bamba, {32, 8, {}, 4096, 32, {}}},
-    {"falcon_h1", Family::FalconH1, {32, 8, {}, 4096, 32, {}}}};
+    {"falcon_h1", Family::FalconH1, {32, 8, {}, 4096, 32, {}}},
+    {"minimax", Family::MiniMax, {32, 8, {}, 4096, 32, {}}},
+    {"minimax_m2", Family::Llama, {48, 8, 128, 3072, 62, {}}}};
 
 /// The config object, its JSON path and its class's defaults.
 struct Config {
@@ -530,6 +540,11 @@ std::function<llvm::StringRef(int64_t)> defaultLayerKinds(Reader &reader,
     return nemotronHLayerKinds(reader, config, layers);
   case Family::Bamba:
     return bambaLayerKinds(reader, config, layers);
+  case Family::MiniMax:
+    // transformers: layer i is full attention when (i + 1) % 2 == 1.
+    return [](int64_t i) {
+      return (i + 1) % 2 ? kFullAttention : kLinearAttention;
+    };
   }
   return allFullAttention;
 }
@@ -545,6 +560,7 @@ std::vector<LayerTypeName> layerTypeNames(Family family) {
   switch (family) {
   case Family::Qwen3Next:
   case Family::KimiLinear:
+  case Family::MiniMax:
     return {full, {kLinearAttention, kLinearAttention}};
   case Family::Llama4:
     return {full, {kChunkedAttention, kChunkedAttention}};
@@ -581,7 +597,12 @@ std::vector<LayerTypeName> layerTypeNames(Family family) {
 std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
                                         Family family) {
   std::vector<std::string> kinds;
+  // transformers masks MiniMax's full_attention layers with the config's
+  // sliding window when it sets one: they are sliding_attention here.
+  const bool miniMaxSlides = family == Family::MiniMax && hasWindow(config);
   auto addKind = [&](llvm::StringRef kind) {
+    if (miniMaxSlides && kind == kFullAttention)
+      kind = kSlidingAttention;
     if (!kind.empty() && !llvm::is_contained(kinds, kind))
       kinds.push_back(kind.str());
   };
@@ -647,6 +668,38 @@ std::vector<std::string> readLayerKinds(Reader &reader, const Config &config,
   return kinds;
 }
 
+/// The head dim of `heads` attention heads: `head_dim` (Nemotron-H's
+/// `attention_head_dim`), else the class's default, else transformers'
+/// hidden_size / num_attention_heads.
+int64_t readHeadDim(Reader &reader, const Config &config, Family family,
+                    int64_t heads) {
+  const json::Object &object = config.object;
+  const std::string &path = config.path;
+  const Defaults &defaults = config.defaults;
+  // transformers' default head_dim is hidden_size / num_attention_heads.
+  // Nemotron-H names it attention_head_dim (its Mamba layers have theirs).
+  const llvm::StringRef headDimKey =
+      family == Family::NemotronH ? "attention_head_dim" : "head_dim";
+  std::optional<int64_t> headDim = defaults.headDim;
+  if (!isSet(config, headDimKey) && !headDim && !reader.failed()) {
+    int64_t hidden =
+        reader.integer(object, path, "hidden_size", defaults.hiddenSize, 1,
+                       limits::kMaxHeads * limits::kMaxFeatureDim);
+    headDim = hidden / heads;
+    if (!reader.failed() && (*headDim < 1 || *headDim > limits::kMaxFeatureDim))
+      reader.fail(Reader::join(path, "hidden_size"),
+                  llvm::formatv("without head_dim, the head dim is "
+                                "hidden_size / num_attention_heads = {0} / {1} "
+                                "= {2}; expected 1 to {3} (give head_dim)",
+                                hidden, heads, *headDim, limits::kMaxFeatureDim)
+                      .str());
+  }
+  return isSet(config, headDimKey)
+             ? reader.integer(object, path, headDimKey, {}, 1,
+                              limits::kMaxFeatureDim)
+             : headDim.value_or(0);
+}
+
 /// A softmax attention kind: `full_attention` or `sliding_attention`.
 AttentionLayer readSoftmaxAttention(Reader &reader, const Config &config,
                                     Family family, llvm::StringRef kind) {
@@ -661,29 +714,7 @@ AttentionLayer readSoftmaxAttention(Reader &reader, const Config &config,
                          ? reader.integer(object, path, "num_key_value_heads",
                                           {}, 1, limits::kMaxHeads)
                          : defaults.numKvHeads.value_or(layer.numHeads);
-  // transformers' default head_dim is hidden_size / num_attention_heads.
-  // Nemotron-H names it attention_head_dim (its Mamba layers have theirs).
-  const llvm::StringRef headDimKey =
-      family == Family::NemotronH ? "attention_head_dim" : "head_dim";
-  std::optional<int64_t> headDim = defaults.headDim;
-  if (!isSet(config, headDimKey) && !headDim && !reader.failed()) {
-    int64_t hidden =
-        reader.integer(object, path, "hidden_size", defaults.hiddenSize, 1,
-                       limits::kMaxHeads * limits::kMaxFeatureDim);
-    headDim = hidden / layer.numHeads;
-    if (!reader.failed() && (*headDim < 1 || *headDim > limits::kMaxFeatureDim))
-      reader.fail(Reader::join(path, "hidden_size"),
-                  llvm::formatv("without head_dim, the head dim is "
-                                "hidden_size / num_attention_heads = {0} / {1} "
-                                "= {2}; expected 1 to {3} (give head_dim)",
-                                hidden, layer.numHeads, *headDim,
-                                limits::kMaxFeatureDim)
-                      .str());
-  }
-  layer.headDim = isSet(config, headDimKey)
-                      ? reader.integer(object, path, headDimKey, {}, 1,
-                                       limits::kMaxFeatureDim)
-                      : headDim.value_or(0);
+  layer.headDim = readHeadDim(reader, config, family, layer.numHeads);
   layer.valueDim = layer.headDim;
   layer.mask = MaskKind::Causal;
   if (kind == kSlidingAttention) {
@@ -1016,6 +1047,31 @@ LinearAttentionLayer readLinearAttention(Reader &reader, const Config &config) {
   return layer;
 }
 
+/// MiniMax's lightning attention (MiniMaxLightningAttention):
+/// `num_attention_heads` heads of q, k and v alike, of the softmax layers'
+/// head dim, whose state decays by a constant per head and layer: the decay
+/// rule with g = -slope_rate (the caller fills g: the slope depends on the
+/// layer), unscaled scores, and no norm of q, k; transformers' `block_size`
+/// is its tiling, not the math. The RMSNorm over all heads and the sigmoid
+/// gate that follow stay with the caller, as projections do.
+LinearAttentionLayer readLightningAttention(Reader &reader,
+                                            const Config &config) {
+  LinearAttentionLayer layer;
+  layer.name = kLinearAttention.str();
+  layer.rule = Rule::Decay;
+  layer.numVHeads =
+      reader.integer(config.object, config.path, "num_attention_heads",
+                     config.defaults.numHeads, 1, limits::kMaxHeads);
+  layer.numKHeads = layer.numVHeads;
+  layer.kDim = reader.failed() ? 0
+                               : readHeadDim(reader, config, Family::MiniMax,
+                                             layer.numVHeads);
+  layer.vDim = layer.kDim;
+  layer.chunkSize = 64;
+  layer.scale = 1.0;
+  return layer;
+}
+
 /// `text` with Python's words for float('inf') and float('nan') outside
 /// strings (Infinity, -Infinity, NaN: Python's json writes them, and saved
 /// configs carry them, e.g. a time-step limit), which strict JSON refuses,
@@ -1108,6 +1164,8 @@ mlir::attn::frontend::parseHuggingFaceConfig(llvm::StringRef text) {
     } else if (kind == kLinearAttention) {
       LinearAttentionLayer layer = type->family == Family::KimiLinear
                                        ? readKimiDeltaAttention(reader, config)
+                                   : type->family == Family::MiniMax
+                                       ? readLightningAttention(reader, config)
                                        : readLinearAttention(reader, config);
       layer.tree = speculative;
       model.layers.push_back(layer);

@@ -3,7 +3,8 @@
 # olmo2, qwen2, qwen3, qwen3_moe, gemma2, gemma3_text, gemma3, llama4,
 # gpt_oss, granite, deepseek_v3;
 # kimi_linear's KDA and MLA layers, then the Mamba2 hybrids: mamba2,
-# nemotron_h, granitemoehybrid, bamba and falcon_h1): each layer
+# nemotron_h, granitemoehybrid, bamba and falcon_h1; minimax's lightning
+# attention and its softmax layers): each layer
 # kind's entry equals attention as transformers computes it for that config
 # (eager_attention_forward: scores times the config's scaling, Gemma's logit
 # softcap, transformers' causal, sliding-window and chunked masks — key kv
@@ -391,5 +392,86 @@ check_gqa(m, "falcon-h1:full_attention", 8, 2, 64, 64 ** -0.5)
 checked += ["bamba:mamba", "bamba:full_attention", "falcon-h1:mamba",
             "falcon-h1-norm:mamba", "falcon-h1:full_attention"]
 
-assert len(checked) == 34, checked
+# MiniMax-Text-01: its lightning attention as transformers'
+# MiniMaxLightningAttention computes it, in float64: prefill block by block
+# (the intra-block product masked by the diagonal decay, the inter-block
+# one through the state with the query and key decays; blocks of 16 here,
+# its block_size is a tiling) from a zero state, then decode steps through
+# the cached state (S = exp(-slope) S + k^T v, o = q S). attn's
+# linear_attention is the decay rule with g = -slope_rate of the layer and
+# scale 1. Its softmax layers are Mixtral's GQA with head_dim^-1/2.
+config = json.load(open(example("examples", "minimax-text-01", "config.json")))
+config["num_attention_heads"] = 4  # one tensor-parallel rank's of 64
+config["num_key_value_heads"] = 1
+m = attn.compile(config)
+assert m.entries == ["linear_attention", "full_attention"], m.entries
+H, D, layer = 4, config["head_dim"], 13
+
+
+def minimax_slope_rate(heads, layer, layers):
+    """MiniMaxLightningAttention.get_slope_rate: [heads]."""
+    base = 1 / (2 ** (8 / heads))
+    factor = 1 - layer / (layers - 1 + 1e-5) + 1e-5
+    return base ** (np.arange(heads) + 1) * factor
+
+
+def minimax_lightning_prefill(q, k, v, slope, block):
+    """MiniMaxLightningAttention.forward without a cache: [B, H, T, D]."""
+    T = q.shape[2]
+    slope = slope[:, None, None]
+    steps = np.arange(block) + 1
+    query_decay = np.exp(-slope * steps[:, None])
+    key_decay = np.exp(-slope * (block - steps[:, None]))
+    diagonal = slope * (steps[:, None] - steps[None, :])
+    diagonal_decay = np.exp(np.where(diagonal >= 0, -diagonal, -np.inf))
+    state = np.zeros(q.shape[:2] + (D, D))
+    out = []
+    for start in range(0, T, block):
+        n = min(block, T - start)
+        qb, kb, vb = (x[:, :, start:start + n] for x in (q, k, v))
+        intra = (qb @ kb.swapaxes(-1, -2) * diagonal_decay[:, :n, :n]) @ vb
+        inter = (qb * query_decay[:, :n]) @ state
+        out.append(intra + inter)
+        state = state * np.exp(-slope * n) + \
+            (kb * key_decay[:, -n:]).swapaxes(-1, -2) @ vb
+    return np.concatenate(out, 2), state
+
+
+def minimax_lightning_decode(q, k, v, slope, state):
+    """The same module's branch with a cached state, one step at a time."""
+    ratio = np.exp(-slope)[:, None, None]
+    out = []
+    for t in range(q.shape[2]):
+        state = ratio * state + k[:, :, t:t + 1].swapaxes(-1, -2) @ \
+            v[:, :, t:t + 1]
+        out.append(q[:, :, t:t + 1] @ state)
+    return np.concatenate(out, 2), state
+
+
+slope = minimax_slope_rate(H, layer, config["num_hidden_layers"])
+B, T = 2, 75
+q, k, v = (0.3 * rng.standard_normal((B, H, T + 3, D)) for _ in range(3))
+want, want_state = minimax_lightning_prefill(q[:, :, :T], k[:, :, :T],
+                                             v[:, :, :T], slope, 16)
+want_decode, want_state = minimax_lightning_decode(
+    q[:, :, T:], k[:, :, T:], v[:, :, T:], slope, want_state)
+f32 = lambda x: np.ascontiguousarray(x, dtype=np.float32)  # noqa: E731
+decay = lambda n: f32(np.broadcast_to(-slope[None, :, None], (B, H, n)))  # noqa: E731
+o, state = m["linear_attention"](f32(q[:, :, :T]), f32(k[:, :, :T]),
+                                 f32(v[:, :, :T]), decay(T),
+                                 np.zeros((B, H, D, D), np.float32))
+err = np.abs(o - want).max() / np.abs(want).max()
+assert err < 1e-4, ("minimax:linear_attention prefill", err)
+for t in range(T, T + 3):
+    o, state = m["linear_attention"](f32(q[:, :, t:t + 1]), f32(k[:, :, t:t + 1]),
+                                     f32(v[:, :, t:t + 1]), decay(1), state)
+    step = want_decode[:, :, t - T:t - T + 1]
+    err = np.abs(o - step).max() / np.abs(step).max()
+    assert err < 1e-4, ("minimax:linear_attention decode", t, err)
+err = np.abs(state - want_state).max() / np.abs(want_state).max()
+assert err < 1e-4, ("minimax:linear_attention state", err)
+check_gqa(m, "minimax:full_attention", H, 1, D, D ** -0.5)
+checked += ["minimax:linear_attention", "minimax:full_attention"]
+
+assert len(checked) == 36, checked
 print("hf configs:", ", ".join(checked))

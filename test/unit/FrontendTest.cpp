@@ -1048,7 +1048,7 @@ TEST(HuggingFaceConfig, ErrorsNameThePathAndTheExpectation) {
             "gemma3_text, gemma3, llama4_text, llama4, gpt_oss, deepseek_v2, "
             "deepseek_v3, kimi_k2, kimi_linear, mamba2, nemotron_h, granite, "
             "granitemoe, granitemoeshared, granitemoehybrid, bamba, "
-            "falcon_h1");
+            "falcon_h1, minimax, minimax_m2");
   EXPECT_EQ(configError(R"({"model_type": 3})"),
             "$.model_type: expected a string, got 3");
   EXPECT_EQ(configError(std::string(R"({"model_type": "qwen3_next",
