@@ -76,6 +76,7 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
         options.stateColumns > 0 ? options.stateColumns : 4 * cpu.vectorWidth;
     tiling.recurrentMaxSteps = options.recurrentMaxSteps;
     tiling.bf16Dot = cpu.bf16Dot;
+    tiling.amxTiles = cpu.amxTiles;
     tiling.prefetchIntoL1 = cpu.prefetchIntoL1;
     buildCpuDispatchPipeline(dispatch, tiling);
     tilingStream << "vector_width=" << tiling.vectorWidth
@@ -86,6 +87,7 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
                  << " recurrent_max_steps=" << tiling.recurrentMaxSteps
                  << " state_columns=" << tiling.stateColumns
                  << (tiling.bf16Dot ? " bf16_dot" : "")
+                 << (tiling.amxTiles ? " amx_tiles" : "")
                  << (tiling.prefetchIntoL1 ? " prefetch_into_l1" : "");
   }
   if (failed(dispatch.run(module)))

@@ -34,6 +34,9 @@ const std::vector<std::string> kLevel4 = {"avx512f", "avx512bw", "avx512cd",
                                           "avx512dq", "avx512vl"};
 /// What CpuTarget::bf16Dot adds to level 4.
 const char *const kBf16Dot = "avx512bf16";
+/// What CpuTarget::amxTiles adds to that: the tile registers and their
+/// bf16 products.
+const std::vector<std::string> kAmxTiles = {"amx-tile", "amx-bf16"};
 
 CpuTarget makeTarget(int level) {
   CpuTarget target;
@@ -55,6 +58,14 @@ CpuTarget withBf16Dot(CpuTarget target) {
   target.isaLevel += std::string("+") + kBf16Dot;
   target.features.push_back(kBf16Dot);
   target.bf16Dot = true;
+  return target;
+}
+
+CpuTarget withAmxTiles(CpuTarget target) {
+  target.isaLevel += "+amx-bf16";
+  target.features.insert(target.features.end(), kAmxTiles.begin(),
+                         kAmxTiles.end());
+  target.amxTiles = true;
   return target;
 }
 
@@ -122,8 +133,12 @@ translateAndOptimize(ModuleOp module, const CpuTarget &target,
 
 /// The host's CPU level.
 CpuTarget hostLevel() {
-  if (hostHasAll(kLevel3) && hostHasAll(kLevel4))
-    return hostHasAll({kBf16Dot}) ? withBf16Dot(makeTarget(4)) : makeTarget(4);
+  if (hostHasAll(kLevel3) && hostHasAll(kLevel4)) {
+    if (!hostHasAll({kBf16Dot}))
+      return makeTarget(4);
+    CpuTarget target = withBf16Dot(makeTarget(4));
+    return hostHasAll(kAmxTiles) ? withAmxTiles(target) : target;
+  }
   if (hostHasAll(kLevel3))
     return makeTarget(3);
   return makeTarget(2);
@@ -154,13 +169,19 @@ llvm::Expected<CpuTarget> CpuTarget::forLevel(llvm::StringRef level) {
     return makeTarget(4);
   if (level == std::string("x86-64-v4+") + kBf16Dot)
     return withBf16Dot(makeTarget(4));
+  if (level == std::string("x86-64-v4+") + kBf16Dot + "+amx-bf16")
+    return withAmxTiles(withBf16Dot(makeTarget(4)));
   return error("unknown CPU level '" + level +
-               "'; expected x86-64-v2, x86-64-v3, x86-64-v4 or "
-               "x86-64-v4+avx512bf16");
+               "'; expected x86-64-v2, x86-64-v3, x86-64-v4, "
+               "x86-64-v4+avx512bf16 or x86-64-v4+avx512bf16+amx-bf16");
 }
 
 std::string CpuTarget::extraFeatures() const {
-  return bf16Dot ? std::string("+") + kBf16Dot : std::string();
+  std::string features = bf16Dot ? std::string("+") + kBf16Dot : "";
+  if (amxTiles)
+    for (const std::string &feature : kAmxTiles)
+      features += ",+" + feature;
+  return features;
 }
 
 llvm::Expected<std::string> mlir::attn::emitCpuLlvmIr(ModuleOp module,

@@ -33,6 +33,10 @@ struct CpuTarget {
   /// which the level does not include: Zen 4 and later, Cooper Lake,
   /// Sapphire Rapids and later).
   bool bf16Dot = false;
+  /// Flash attention's bf16 products on AMX tiles (with bf16Dot; amx-tile
+  /// and amx-bf16: Sapphire Rapids and later). The runtime asks Linux for
+  /// the tile state before it runs such code.
+  bool amxTiles = false;
   /// Split-KV decode requests its coming K and V rows into L1 rather than
   /// L2 (CpuTiling::prefetchIntoL1): a choice for the host's
   /// micro-architecture, as tuneCpu is, made only for the host target.
@@ -40,13 +44,13 @@ struct CpuTarget {
 
   /// The host this process runs on.
   static CpuTarget host();
-  /// A named level (x86-64-v2, x86-64-v3, x86-64-v4, and
-  /// x86-64-v4+avx512bf16), for cross builds and tests; an error names the
-  /// levels known.
+  /// A named level (x86-64-v2, x86-64-v3, x86-64-v4,
+  /// x86-64-v4+avx512bf16 and x86-64-v4+avx512bf16+amx-bf16), for cross
+  /// builds and tests; an error names the levels known.
   static llvm::Expected<CpuTarget> forLevel(llvm::StringRef level);
 
   /// The features beyond the level, as LLVM's target-features string
-  /// ("+avx512bf16"; empty when none).
+  /// ("+avx512bf16,+amx-tile,+amx-bf16"; empty when none).
   std::string extraFeatures() const;
 };
 

@@ -46,6 +46,7 @@ void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
   dispatch.recurrentMaxSteps = options.recurrentMaxSteps;
   dispatch.stateColumns = options.stateColumns;
   dispatch.bf16Dot = options.bf16Dot;
+  dispatch.amxTiles = options.amxTiles;
   dispatch.prefetchIntoL1 = options.prefetchIntoL1;
   pm.addPass(createAttnCpuDispatches(dispatch));
   pm.addPass(createCanonicalizerPass());
@@ -75,9 +76,11 @@ void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm,
   expand.includeBf16 = true;
   pm.addPass(arith::createArithExpandOpsPass(expand));
   pm.addPass(createSCFToControlFlowPass());
-  // AVX512-BF16's dot products (CpuTiling::bf16Dot) as LLVM intrinsics.
+  // AVX512-BF16's dot products (CpuTiling::bf16Dot) and AMX's tile ops
+  // (CpuTiling::amxTiles) as LLVM intrinsics.
   ConvertVectorToLLVMPassOptions vectorToLlvm;
   vectorToLlvm.x86Vector = true;
+  vectorToLlvm.amx = true;
   pm.addPass(createConvertVectorToLLVMPass(vectorToLlvm));
   // The threads' views of block kernels' register buffers (subviews).
   pm.addPass(memref::createExpandStridedMetadataPass());

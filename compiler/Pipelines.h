@@ -66,6 +66,11 @@ struct CpuDispatchOptions : public PassPipelineOptions<CpuDispatchOptions> {
       llvm::cl::desc("products of bf16 operands on AVX512-BF16 (needs "
                      "vector-width 16)"),
       llvm::cl::init(false)};
+  Option<bool> amxTiles{
+      *this, "amx-tiles",
+      llvm::cl::desc("flash attention's bf16 products on AMX tiles (needs "
+                     "bf16-dot)"),
+      llvm::cl::init(false)};
   Option<bool> prefetchIntoL1{
       *this, "prefetch-into-l1",
       llvm::cl::desc("split-KV decode requests its coming K and V rows into "

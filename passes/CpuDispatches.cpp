@@ -16,6 +16,7 @@
 #include "Attn/AttnOps.h"
 #include "AttnKernel/AttnKernelOps.h"
 
+#include "mlir/Dialect/AMX/AMXDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlowOps.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -622,19 +623,24 @@ struct AttnCpuDispatches final
     tiling.recurrentMaxSteps = recurrentMaxSteps;
     tiling.stateColumns = stateColumns;
     tiling.bf16Dot = bf16Dot;
+    tiling.amxTiles = amxTiles;
     tiling.prefetchIntoL1 = prefetchIntoL1;
     if (tiling.vectorWidth <= 0 || tiling.queryTile <= 0 ||
         tiling.queryTile % tiling.vectorWidth != 0 || tiling.keyTile <= 0 ||
         tiling.keyTile % 4 != 0 || tiling.splitKeys <= 0 ||
         tiling.stateColumns < tiling.vectorWidth ||
-        (tiling.bf16Dot && tiling.vectorWidth != 16)) {
+        (tiling.bf16Dot && tiling.vectorWidth != 16) ||
+        (tiling.amxTiles &&
+         (!tiling.bf16Dot || tiling.queryTile % 16 || tiling.keyTile % 32))) {
       getOperation().emitError()
           << "bad CPU tiling: query-tile (" << tiling.queryTile
           << ") must be a positive multiple of vector-width ("
           << tiling.vectorWidth << "), key-tile (" << tiling.keyTile
           << ") a positive multiple of 4, split-keys (" << tiling.splitKeys
           << ") positive, state-columns (" << tiling.stateColumns
-          << ") at least vector-width, and bf16-dot needs vector-width 16";
+          << ") at least vector-width, bf16-dot needs vector-width 16, and "
+             "amx-tiles needs bf16-dot, a query-tile multiple of 16 and a "
+             "key-tile multiple of 32";
       return signalPassFailure();
     }
     for (func::FuncOp entry : EntryLowering::entriesOf(getOperation()))

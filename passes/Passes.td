@@ -88,6 +88,10 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
     Option<"bf16Dot", "bf16-dot", "bool", "false",
            "the target has AVX512-BF16: products of bf16 operands take "
            "x86vector.avx512.dot (vector-width 16 only)">,
+    Option<"amxTiles", "amx-tiles", "bool", "false",
+           "the target has AMX-BF16: flash attention over bf16 q, k, v "
+           "takes its products on amx.tile_mulf (with bf16-dot; query-tile "
+           "a multiple of 16, key-tile of 32)">,
     Option<"prefetchIntoL1", "prefetch-into-l1", "bool", "false",
            "split-KV decode requests its coming K and V rows into L1 "
            "(prefetcht0) instead of L2 (prefetcht1)">,
@@ -97,7 +101,7 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
     "::mlir::math::MathDialect", "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect",
     "::mlir::cf::ControlFlowDialect", "::mlir::attn::AttnKernelDialect",
-    "::mlir::x86vector::X86VectorDialect"
+    "::mlir::x86vector::X86VectorDialect", "::mlir::amx::AMXDialect"
   ];
 }
 

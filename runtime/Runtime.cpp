@@ -20,6 +20,7 @@
 
 #include <dlfcn.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -89,9 +90,28 @@ bool hostSupports(const std::string &feature, bool &known) {
   ATTN_FEATURE("avx512dq")
   ATTN_FEATURE("avx512vl")
   ATTN_FEATURE("avx512bf16")
+  ATTN_FEATURE("amx-tile")
+  ATTN_FEATURE("amx-bf16")
 #undef ATTN_FEATURE
 #endif
   known = false;
+  return false;
+}
+
+/// Asks Linux for the AMX tile data state: until a process has it, its
+/// first tile instruction is killed with SIGILL (the state is 8 KiB per
+/// thread, so Linux hands it out only on request). Once is enough for
+/// every thread of the process; asking again is harmless.
+bool requestAmxTileState(std::string &why) {
+#if defined(__x86_64__) && defined(SYS_arch_prctl)
+  constexpr int kArchReqXcompPerm = 0x1023; // ARCH_REQ_XCOMP_PERM
+  constexpr int kXfeatureXtiledata = 18;    // XFEATURE_XTILEDATA
+  if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0)
+    return true;
+  why = std::strerror(errno);
+#else
+  why = "not an x86-64 Linux";
+#endif
   return false;
 }
 
@@ -316,6 +336,12 @@ attn_status attn_model::loadCode(const attn::fb::CpuCode *cpu) {
                         " and needs CPU feature '" + feature->str() +
                         "', which this host lacks; recompile on (or for) "
                         "this machine");
+      std::string why;
+      if (feature->str() == "amx-tile" && !requestAmxTileState(why))
+        return fail(ATTN_UNSUPPORTED,
+                    "the CPU code uses AMX tiles, and Linux refused this "
+                    "process their state (arch_prctl ARCH_REQ_XCOMP_PERM: " +
+                        why + "); recompile with --cpu=x86-64-v4+avx512bf16");
     }
   }
   const uint8_t *code = cpu->shared_object()->data();

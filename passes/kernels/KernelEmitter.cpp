@@ -20,6 +20,8 @@ DictionaryAttr CpuTiling::toAttr(MLIRContext *context) const {
   };
   if (bf16Dot)
     entries.push_back(b.getNamedAttr("bf16_dot", b.getUnitAttr()));
+  if (amxTiles)
+    entries.push_back(b.getNamedAttr("amx_tiles", b.getUnitAttr()));
   if (prefetchIntoL1)
     entries.push_back(b.getNamedAttr("prefetch_into_l1", b.getUnitAttr()));
   return b.getDictionaryAttr(entries);

@@ -12,6 +12,7 @@
 
 #include "Attn/AttnDialect.h"
 
+#include "mlir/Dialect/AMX/AMXDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -52,6 +53,11 @@ struct CpuTiling {
   /// both stored as bf16 take two bf16 products a lane per instruction
   /// (KernelEmitter::dotPairs) where the f32 path takes one.
   bool bf16Dot = false;
+  /// The target has AMX-BF16 (with bf16Dot): flash attention over bf16 q,
+  /// k and v takes q k^T and P V on AMX tiles (amx.tile_mulf), 16 x 16
+  /// f32 results of 32-long bf16 pair products; queryTile a multiple of
+  /// 16, keyTile of 32.
+  bool amxTiles = false;
   /// Split-KV decode requests its coming K and V rows into L1 (locality 3,
   /// prefetcht0) instead of L2 (locality 2, prefetcht1): which is faster
   /// depends on the micro-architecture (CpuTarget::host).
@@ -289,6 +295,37 @@ public:
   /// acc + the lane-wise sums of the pairs' products of `x` and `y`.
   Value dotPairs(Value acc, Value x, Value y) {
     return x86vector::DotBF16Op::create(b, vec, acc, x, y);
+  }
+  /// The transpose of the square matrix whose rows are `rows` (n vectors
+  /// of n elements, n a power of 2), in log2 n rounds of two-input
+  /// shuffles: round d swaps bit d of the row and column indices, taking
+  /// each pair of rows i, i + d to
+  ///   row i:     [j] = row i [j]      where bit d of j is 0, row i + d [j - d]
+  ///   where it is 1 row i + d: [j] = row i [j + d]  where it is 0,         row
+  ///   i + d [j]     where it is 1
+  /// (AVX-512: one vpermt2d each, n log2 n in all). vector.transpose would
+  /// do, but canonicalization folds it with the rows' inserts and extracts
+  /// into element-by-element moves.
+  SmallVector<Value> transposeRows(ArrayRef<Value> rows) {
+    const int64_t n = rows.size();
+    assert(llvm::isPowerOf2_64(n) &&
+           cast<VectorType>(rows[0].getType()).getNumElements() == n);
+    SmallVector<Value> r(rows);
+    for (int64_t d = n / 2; d >= 1; d /= 2) {
+      SmallVector<int64_t> low(n), high(n);
+      for (int64_t j = 0; j < n; ++j) {
+        low[j] = j & d ? n + j - d : j;
+        high[j] = j & d ? n + j : j + d;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        if (i & d)
+          continue;
+        Value upper = r[i], lower = r[i + d];
+        r[i] = vector::ShuffleOp::create(b, upper, lower, low);
+        r[i + d] = vector::ShuffleOp::create(b, upper, lower, high);
+      }
+    }
+    return r;
   }
   /// The pairs (first[l], second[l]) at elements 2 l and 2 l + 1: rows of
   /// two keys as a pair product's operand.

@@ -305,7 +305,8 @@ compileAndLoad(const CompileFn &compile, int threads,
 }
 
 /// The CPU the tests compile for: the host, or the x86-64 level
-/// ATTN_TEST_CPU names (x86-64-v2, -v3, -v4, -v4+avx512bf16), so one
+/// ATTN_TEST_CPU names (x86-64-v2, -v3, -v4, -v4+avx512bf16,
+/// -v4+avx512bf16+amx-bf16), so one
 /// machine runs the suite as every level the project supports would.
 inline const mlir::attn::CpuTarget &testCpu() {
   static const mlir::attn::CpuTarget target = [] {

@@ -75,7 +75,8 @@ cl::opt<std::string> target("target", cl::desc("cpu, cuda or all"),
 cl::opt<std::string>
     cpuLevel("cpu",
              cl::desc("CPU code level: host (default), x86-64-v2, x86-64-v3, "
-                      "x86-64-v4 or x86-64-v4+avx512bf16; the tiles follow "
+                      "x86-64-v4, x86-64-v4+avx512bf16 or "
+                      "x86-64-v4+avx512bf16+amx-bf16; the tiles follow "
                       "its vector width"),
              cl::init("host"), cl::cat(attncOptions));
 cl::opt<std::string> smChip("sm",

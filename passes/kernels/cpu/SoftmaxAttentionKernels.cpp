@@ -152,8 +152,14 @@ private:
                                       int64_t iv0, int64_t nv, ValueRange init);
   SmallVector<Value> scoreKeyPairs(ArrayRef<SmallVector<Value>> keyRows,
                                    int64_t iv0, int64_t nv, ValueRange init);
+  /// S^T of the key tile on AMX tiles (onTiles): the tile's keys staged
+  /// as stored, [TK, Dt], times qT's pairs, unscaled.
+  void scoreKeyTileOnTiles(Value k0);
   void updateSoftmax(Value k0, Value cols, Value isFull);
   void accumulateValues(Value k0, Value cols);
+  /// acc = alpha acc + P V on AMX tiles (onTiles): P's rows from the pairs
+  /// of P^T by 16 x 16 transposes of their 32-bit pairs.
+  void accumulateValuesOnTiles(Value k0, Value cols);
   /// The key tile's P^T and v rows in pairs of keys (pairedValues); a key
   /// past `cols` pairs with p = 0.
   void pairKeyTile(Value k0, Value cols);
@@ -197,6 +203,14 @@ private:
   /// interleaved in pairs of keys, P rounded to bf16 (as the GPU kernels'
   /// P operand); the sums of P stay f32.
   bool pairedValues;
+  /// Both products on AMX tiles (CpuTiling::amxTiles, with pairedScores
+  /// and pairedValues): 16 x 16 f32 blocks of S^T = k q^T and of
+  /// acc += P v, each the sum of 32-long bf16 pair products of a block of
+  /// 16 rows of the first operand and 16 pairs of rows of the second. The
+  /// tile operands are memory (AMX loads tiles from rows at a stride), so
+  /// the key tile's rows are staged contiguous, features padded to Dt (a
+  /// multiple of 32) with zeros, and P goes through memory row by row.
+  bool onTiles;
   /// Over a paged cache, the products read each key tile's rows from
   /// scratch (kTile, vTile) where they are copied once per tile: read in
   /// place, each row's page lookup and address (a table load, a division
@@ -210,6 +224,8 @@ private:
   /// The mask the rows' positions see: a tree's prefix is all visible.
   MaskKind mask;
   int64_t W, TQ, TK, D, Dv, DvPadded, queryVectors, group;
+  /// The features of a tile product (onTiles): D rounded up to 32.
+  int64_t Dt;
 
   // The bindings.
   SoftmaxBindings inputs;
@@ -241,6 +257,9 @@ private:
   Value qT, scores, acc, runningMax, runningSum, alpha, pairedP, pairedV;
   /// The key tile's rows (stagedKeys, stagedValues): [TK, D], [TK, Dv].
   Value kTile, vTile;
+  /// On tiles: the key tile's rows as stored, [TK, Dt], and P's rows,
+  /// [TQ, TK] bf16.
+  Value keyRows, pRows;
   /// Lane l of query vector iv is tile row iv * W + l.
   VectorType i32Vec;
   Value lanes;
@@ -321,6 +340,10 @@ void FlashKernel::bindArguments() {
                  KernelEmitter::storageType(q).isBF16() &&
                  KernelEmitter::storageType(k).isBF16();
   pairedValues = tiling.bf16Dot && KernelEmitter::storageType(v).isBF16();
+  onTiles = tiling.amxTiles && pairedScores && pairedValues;
+  assert((!onTiles || (TQ % 16 == 0 && TK % 32 == 0)) &&
+         "AMX tiles take blocks of 16 rows and 32 keys");
+  Dt = onTiles ? roundUp(D, 32) : D;
   stagedKeys = shape.paged() && !pairedScores;
   stagedValues = shape.paged() && !pairedValues;
 }
@@ -381,8 +404,25 @@ void FlashKernel::findTreeNodes() {
 }
 
 void FlashKernel::allocateState() {
-  qT = pairedScores ? e.scratch({D / 2, 2 * TQ}, b.getBF16Type())
+  qT = pairedScores ? e.scratch({Dt / 2, 2 * TQ}, b.getBF16Type())
                     : e.scratch({D, TQ});
+  if (onTiles) {
+    keyRows = e.scratch({TK, Dt}, b.getBF16Type());
+    pRows = e.scratch({TQ, TK}, b.getBF16Type());
+    // The padding features multiply each other: zeros, never rewritten.
+    auto zeros = arith::ConstantOp::create(
+        b, DenseElementsAttr::get(VectorType::get({32}, b.getBF16Type()),
+                                  b.getFloatAttr(b.getBF16Type(), 0.0)));
+    for (int64_t d2 = D / 2; d2 < Dt / 2; ++d2)
+      for (int64_t col = 0; col < 2 * TQ; col += 32)
+        vector::StoreOp::create(b, zeros, qT,
+                                ValueRange{e.index(d2), e.index(col)});
+    if (Dt != D)
+      e.loop(c0, e.index(TK), c1, [&](Value r) {
+        vector::StoreOp::create(b, zeros, keyRows,
+                                ValueRange{r, e.index(Dt - 32)});
+      });
+  }
   scores = e.scratch({TK, TQ});
   acc = e.scratch({TQ, DvPadded});
   if (pairedValues) {
@@ -433,6 +473,12 @@ void FlashKernel::walkKeyTiles() {
   // says the mask_mod shows every key of the tile to every row.
   auto flashTile = [&](Value k0, Value isFull) {
     Value cols = e.minS(e.index(TK), e.sub(keyEnd, k0));
+    if (onTiles) {
+      scoreKeyTileOnTiles(k0);
+      updateSoftmax(k0, cols, isFull);
+      accumulateValuesOnTiles(k0, cols);
+      return;
+    }
     stageKeyTile(k0, cols);
     scoreKeyTile(k0, cols);
     updateSoftmax(k0, cols, isFull);
@@ -619,6 +665,8 @@ void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
         e.loop(c0, cols, c1, {e.splat(kNegInf)}, [&](Value j, ValueRange it) {
           Value s =
               vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
+          if (onTiles)
+            s = e.fmul(s, e.splat(shape.scale));
           Value keyIndex = e.add(k0, j);
           s = variants.score(e.softcap(s, shape.softcap), batch, head,
                              regionQueryPos, keyIndex);
@@ -686,7 +734,10 @@ void FlashKernel::accumulateValues(Value k0, Value cols) {
 void FlashKernel::pairKeyTile(Value k0, Value cols) {
   Type bf16 = b.getBF16Type();
   Value lastKey = e.sub(keyEnd, c1);
-  e.loop(c0, e.ceilDiv(cols, e.index(2)), c1, [&](Value j2) {
+  // The tiles' products read every pair of the tile: pairs past `cols`
+  // hold p = 0 and the last key's (finite) values.
+  Value pairs = onTiles ? e.index(TK / 2) : e.ceilDiv(cols, e.index(2));
+  e.loop(c0, pairs, c1, [&](Value j2) {
     Value j = e.mul(j2, e.index(2));
     Value next = e.add(j, c1);
     // The tile's keys are a multiple of 4: row `next` of P^T exists, but
@@ -695,6 +746,9 @@ void FlashKernel::pairKeyTile(Value k0, Value cols) {
     for (int64_t iv = 0; iv < queryVectors; ++iv) {
       Value col = e.index(iv * W);
       Value p0 = vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
+      if (onTiles)
+        p0 = e.select(e.icmp(arith::CmpIPredicate::slt, j, cols), p0,
+                      e.splat(0.0));
       Value p1 = e.select(
           nextIsKey,
           vector::LoadOp::create(b, e.vec, scores, ValueRange{next, col}),
@@ -703,7 +757,8 @@ void FlashKernel::pairKeyTile(Value k0, Value cols) {
           b, e.interleavePairs(e.narrow(p0, bf16), e.narrow(p1, bf16)), pairedP,
           ValueRange{j2, e.index(2 * iv * W)});
     }
-    SmallVector<Value> row0 = kv->at(batch, kvHead, e.add(k0, j));
+    SmallVector<Value> row0 =
+        kv->at(batch, kvHead, e.minS(e.add(k0, j), lastKey));
     SmallVector<Value> row1 =
         kv->at(batch, kvHead, e.minS(e.add(k0, next), lastKey));
     for (int64_t off = 0; off < Dv; off += W) {
@@ -759,6 +814,88 @@ SmallVector<Value> FlashKernel::accumulateValuePairs(Value cols,
         }
         return next;
       });
+}
+
+void FlashKernel::scoreKeyTileOnTiles(Value k0) {
+  // The key tile's rows as stored; rows past the range repeat its last key
+  // (updateSoftmax masks them).
+  Value lastKey = e.sub(keyEnd, c1);
+  e.loop(c0, e.index(TK), c1, [&](Value r) {
+    SmallVector<Value> row =
+        kv->at(batch, kvHead, e.minS(e.add(k0, r), lastKey));
+    for (int64_t off = 0; off < D; off += W)
+      vector::StoreOp::create(
+          b,
+          e.loadStored(k, withIndex(row, e.index(off)), std::min(W, D - off)),
+          keyRows, ValueRange{r, e.index(off)});
+  });
+  // S^T[keys j, queries i] = sum over d of k[j, d] q[i, d]: k's rows are
+  // the tile product's first operand, q's pairs (qT) its second.
+  auto operand = amx::TileType::get({16, 32}, b.getBF16Type());
+  auto block = amx::TileType::get({16, 16}, b.getF32Type());
+  for (int64_t j = 0; j < TK; j += 16)
+    for (int64_t i = 0; i < TQ; i += 16) {
+      Value sums = amx::TileZeroOp::create(b, block);
+      for (int64_t d = 0; d < Dt; d += 32) {
+        Value keys = amx::TileLoadOp::create(
+            b, operand, keyRows, ValueRange{e.index(j), e.index(d)});
+        Value queryPairs = amx::TileLoadOp::create(
+            b, operand, qT, ValueRange{e.index(d / 2), e.index(2 * i)});
+        sums = amx::TileMulFOp::create(b, block, keys, queryPairs, sums);
+      }
+      amx::TileStoreOp::create(b, scores, ValueRange{e.index(j), e.index(i)},
+                               sums);
+    }
+}
+
+void FlashKernel::accumulateValuesOnTiles(Value k0, Value cols) {
+  pairKeyTile(k0, cols);
+  // P's rows: pairedP's 32-bit pairs [TK / 2, TQ], transposed.
+  auto words = VectorType::get({16}, b.getI32Type());
+  auto pairs = VectorType::get({32}, b.getBF16Type());
+  for (int64_t j2 = 0; j2 < TK / 2; j2 += 16)
+    for (int64_t i = 0; i < TQ; i += 16) {
+      SmallVector<Value> block;
+      for (int64_t r = 0; r < 16; ++r)
+        block.push_back(vector::BitCastOp::create(
+            b, words,
+            vector::LoadOp::create(
+                b, pairs, pairedP,
+                ValueRange{e.index(j2 + r), e.index(2 * i)})));
+      SmallVector<Value> transposed = e.transposeRows(block);
+      for (int64_t r = 0; r < 16; ++r)
+        vector::StoreOp::create(
+            b, vector::BitCastOp::create(b, pairs, transposed[r]), pRows,
+            ValueRange{e.index(i + r), e.index(2 * j2)});
+    }
+  // acc *= alpha, then acc += P v block by block, acc's blocks loaded as
+  // the products' accumulators.
+  e.loop(c0, e.index(TQ), c1, [&](Value i) {
+    Value rowAlpha = e.broadcast(e.load(alpha, i));
+    for (int64_t off = 0; off < DvPadded; off += W)
+      vector::StoreOp::create(
+          b,
+          e.fmul(vector::LoadOp::create(b, e.vec, acc,
+                                        ValueRange{i, e.index(off)}),
+                 rowAlpha),
+          acc, ValueRange{i, e.index(off)});
+  });
+  auto operand = amx::TileType::get({16, 32}, b.getBF16Type());
+  auto block = amx::TileType::get({16, 16}, b.getF32Type());
+  for (int64_t i = 0; i < TQ; i += 16)
+    for (int64_t x = 0; x < DvPadded; x += 16) {
+      Value sums = amx::TileLoadOp::create(b, block, acc,
+                                           ValueRange{e.index(i), e.index(x)});
+      for (int64_t j = 0; j < TK; j += 32) {
+        Value p = amx::TileLoadOp::create(b, operand, pRows,
+                                          ValueRange{e.index(i), e.index(j)});
+        Value valuePairs = amx::TileLoadOp::create(
+            b, operand, pairedV, ValueRange{e.index(j / 2), e.index(2 * x)});
+        sums = amx::TileMulFOp::create(b, block, p, valuePairs, sums);
+      }
+      amx::TileStoreOp::create(b, acc, ValueRange{e.index(i), e.index(x)},
+                               sums);
+    }
 }
 
 void FlashKernel::storeOutputs() {
