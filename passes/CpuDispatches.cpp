@@ -631,7 +631,7 @@ struct AttnCpuDispatches final
         tiling.stateColumns < tiling.vectorWidth ||
         (tiling.bf16Dot && tiling.vectorWidth != 16) ||
         (tiling.amxTiles &&
-         (!tiling.bf16Dot || tiling.queryTile % 16 || tiling.keyTile % 32))) {
+         (!tiling.bf16Dot || tiling.queryTile % 32 || tiling.keyTile % 32))) {
       getOperation().emitError()
           << "bad CPU tiling: query-tile (" << tiling.queryTile
           << ") must be a positive multiple of vector-width ("
@@ -639,7 +639,7 @@ struct AttnCpuDispatches final
           << ") a positive multiple of 4, split-keys (" << tiling.splitKeys
           << ") positive, state-columns (" << tiling.stateColumns
           << ") at least vector-width, bf16-dot needs vector-width 16, and "
-             "amx-tiles needs bf16-dot, a query-tile multiple of 16 and a "
+             "amx-tiles needs bf16-dot, a query-tile multiple of 32 and a "
              "key-tile multiple of 32";
       return signalPassFailure();
     }

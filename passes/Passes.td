@@ -91,7 +91,7 @@ def AttnCpuDispatches : Pass<"attn-cpu-dispatches", "ModuleOp"> {
     Option<"amxTiles", "amx-tiles", "bool", "false",
            "the target has AMX-BF16: flash attention over bf16 q, k, v "
            "takes its products on amx.tile_mulf (with bf16-dot; query-tile "
-           "a multiple of 16, key-tile of 32)">,
+           "a multiple of 32, key-tile of 32)">,
     Option<"prefetchIntoL1", "prefetch-into-l1", "bool", "false",
            "split-KV decode requests its coming K and V rows into L1 "
            "(prefetcht0) instead of L2 (prefetcht1)">,

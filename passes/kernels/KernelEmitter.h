@@ -56,7 +56,7 @@ struct CpuTiling {
   /// The target has AMX-BF16 (with bf16Dot): flash attention over bf16 q,
   /// k and v takes q k^T and P V on AMX tiles (amx.tile_mulf), 16 x 16
   /// f32 results of 32-long bf16 pair products; queryTile a multiple of
-  /// 16, keyTile of 32.
+  /// 32, keyTile of 32.
   bool amxTiles = false;
   /// Split-KV decode requests its coming K and V rows into L1 (locality 3,
   /// prefetcht0) instead of L2 (locality 2, prefetcht1): which is faster

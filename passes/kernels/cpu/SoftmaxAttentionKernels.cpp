@@ -160,6 +160,17 @@ private:
   /// acc = alpha acc + P V on AMX tiles (onTiles): P's rows from the pairs
   /// of P^T by 16 x 16 transposes of their 32-bit pairs.
   void accumulateValuesOnTiles(Value k0, Value cols);
+  /// A block of up to 2 x 2 tile products, 8 tile registers at most:
+  /// result tile (r, c) is init(r, c) plus, over `chunks` pieces of the
+  /// reduction, first(r, piece) times second(c, piece); each operand tile
+  /// is loaded once, and the results go to store(r, c, tile). AMX renames
+  /// no tile registers: products that do not depend on each other must
+  /// use different ones to overlap.
+  void multiplyTiles(int64_t rows, int64_t cols, int64_t chunks,
+                     function_ref<Value(int64_t, int64_t)> init,
+                     function_ref<Value(int64_t, int64_t)> first,
+                     function_ref<Value(int64_t, int64_t)> second,
+                     function_ref<void(int64_t, int64_t, Value)> store);
   /// The key tile's P^T and v rows in pairs of keys (pairedValues); a key
   /// past `cols` pairs with p = 0.
   void pairKeyTile(Value k0, Value cols);
@@ -226,6 +237,9 @@ private:
   int64_t W, TQ, TK, D, Dv, DvPadded, queryVectors, group;
   /// The features of a tile product (onTiles): D rounded up to 32.
   int64_t Dt;
+  /// On tiles: whether this key tile raised any row's running max, so
+  /// that acc needs its rescale (updateSoftmax).
+  Value anyRescaled;
 
   // The bindings.
   SoftmaxBindings inputs;
@@ -341,8 +355,8 @@ void FlashKernel::bindArguments() {
                  KernelEmitter::storageType(k).isBF16();
   pairedValues = tiling.bf16Dot && KernelEmitter::storageType(v).isBF16();
   onTiles = tiling.amxTiles && pairedScores && pairedValues;
-  assert((!onTiles || (TQ % 16 == 0 && TK % 32 == 0)) &&
-         "AMX tiles take blocks of 16 rows and 32 keys");
+  assert((!onTiles || (TQ % 32 == 0 && TK % 32 == 0)) &&
+         "AMX tiles take blocks of 2 x 16 rows and 32 keys");
   Dt = onTiles ? roundUp(D, 32) : D;
   stagedKeys = shape.paged() && !pairedScores;
   stagedValues = shape.paged() && !pairedValues;
@@ -441,21 +455,49 @@ void FlashKernel::allocateState() {
 void FlashKernel::stageQuery() {
   Value scale = e.scalar(shape.scale);
   Value lastRow = e.sub(lq, c1);
-  e.loop(c0, e.index(TQ), c1, [&](Value i) {
-    // Rows past the end repeat the last row; their results are not stored.
-    Value row = e.minS(e.add(q0, i), lastRow);
-    SmallVector<Value> queryRow = queries->at(batch, head, row);
-    e.loop(c0, e.index(D), c1, [&](Value d) {
-      if (pairedScores) {
-        Value feature = memref::LoadOp::create(b, q, withIndex(queryRow, d));
-        Value pairColumn = e.add(e.mul(i, e.index(2)), e.rem(d, e.index(2)));
-        memref::StoreOp::create(b, feature, qT,
-                                {e.div(d, e.index(2)), pairColumn});
-        return;
+  // Pairs of features are 32-bit words: qT's words [D / 2, TQ] are the
+  // transpose of q's rows' [TQ, D / 2], 16 x 16 words at a time where D is
+  // a multiple of 32.
+  const bool byWords = pairedScores && D % 32 == 0 && TQ % 16 == 0;
+  if (byWords) {
+    auto words = VectorType::get({16}, b.getI32Type());
+    auto pairs = VectorType::get({32}, b.getBF16Type());
+    for (int64_t i = 0; i < TQ; i += 16) {
+      SmallVector<SmallVector<Value>> queryRows;
+      for (int64_t r = 0; r < 16; ++r)
+        queryRows.push_back(queries->at(
+            batch, head, e.minS(e.add(q0, e.index(i + r)), lastRow)));
+      for (int64_t d = 0; d < D; d += 32) {
+        SmallVector<Value> block;
+        for (int64_t r = 0; r < 16; ++r)
+          block.push_back(vector::BitCastOp::create(
+              b, words,
+              vector::LoadOp::create(b, pairs, q,
+                                     withIndex(queryRows[r], e.index(d)))));
+        SmallVector<Value> transposed = e.transposeRows(block);
+        for (int64_t r = 0; r < 16; ++r)
+          vector::StoreOp::create(
+              b, vector::BitCastOp::create(b, pairs, transposed[r]), qT,
+              ValueRange{e.index(d / 2 + r), e.index(2 * i)});
       }
-      e.store(e.fmul(e.load(q, withIndex(queryRow, d)), scale), qT, {d, i});
+    }
+  } else {
+    e.loop(c0, e.index(TQ), c1, [&](Value i) {
+      // Rows past the end repeat the last row; their results are not stored.
+      Value row = e.minS(e.add(q0, i), lastRow);
+      SmallVector<Value> queryRow = queries->at(batch, head, row);
+      e.loop(c0, e.index(D), c1, [&](Value d) {
+        if (pairedScores) {
+          Value feature = memref::LoadOp::create(b, q, withIndex(queryRow, d));
+          Value pairColumn = e.add(e.mul(i, e.index(2)), e.rem(d, e.index(2)));
+          memref::StoreOp::create(b, feature, qT,
+                                  {e.div(d, e.index(2)), pairColumn});
+          return;
+        }
+        e.store(e.fmul(e.load(q, withIndex(queryRow, d)), scale), qT, {d, i});
+      });
     });
-  });
+  }
   for (int64_t iv = 0; iv < queryVectors; ++iv) {
     e.storeVector(e.splat(kNegInf), runningMax, {e.index(iv * W)}, W);
     e.storeVector(e.splat(0.0), runningSum, {e.index(iv * W)}, W);
@@ -640,7 +682,13 @@ Value FlashKernel::visibleKeys(Value keyIndex, Value queryPos, Value firstKey,
   return visible;
 }
 
+/// How far a tile's max may exceed a row's running max before the row
+/// takes it (onTiles): e^8 ~ 3e3 bounds the probabilities and, over
+/// 2^24 keys, their sum stays far from f32's range.
+constexpr double kLazyMaxMargin = 8.0;
+
 void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
+  anyRescaled = Value();
   auto toI32 = [&](Value index) {
     return arith::IndexCastOp::create(b, b.getI32Type(), index);
   };
@@ -677,8 +725,24 @@ void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
           return SmallVector<Value>{e.fmax(it[0], s)};
         })[0];
     Value newMax = e.fmax(oldMax, tileMax);
+    Value raised;
+    if (onTiles) {
+      // On tiles, acc's rescale is a pass over memory: a row keeps its
+      // running max until the tile's exceeds it by kLazyMaxMargin (as
+      // FlashAttention 4 does), so that most key tiles rescale no row. The
+      // softmax is the same for any max its terms share; probabilities up
+      // to e^margin are as exact in f32 and bf16 as those up to 1.
+      raised = e.fcmp(arith::CmpFPredicate::UGT, tileMax,
+                      e.fadd(oldMax, e.splat(kLazyMaxMargin)));
+      newMax = e.select(raised, newMax, oldMax);
+      Value anyRaised =
+          vector::ReductionOp::create(b, vector::CombiningKind::OR, raised);
+      anyRescaled = anyRescaled ? e.orI(anyRescaled, anyRaised) : anyRaised;
+    }
     Value safe = e.safeMax(newMax);
     Value rescale = e.exp(e.fsub(oldMax, safe));
+    if (raised) // exactly 1 where acc is not rescaled
+      rescale = e.select(raised, rescale, e.splat(1.0));
     Value tileSum =
         e.loop(c0, cols, c1, {e.splat(0.0)}, [&](Value j, ValueRange it) {
           Value p = e.exp(e.fsub(
@@ -833,19 +897,56 @@ void FlashKernel::scoreKeyTileOnTiles(Value k0) {
   // the tile product's first operand, q's pairs (qT) its second.
   auto operand = amx::TileType::get({16, 32}, b.getBF16Type());
   auto block = amx::TileType::get({16, 16}, b.getF32Type());
-  for (int64_t j = 0; j < TK; j += 16)
-    for (int64_t i = 0; i < TQ; i += 16) {
-      Value sums = amx::TileZeroOp::create(b, block);
-      for (int64_t d = 0; d < Dt; d += 32) {
-        Value keys = amx::TileLoadOp::create(
-            b, operand, keyRows, ValueRange{e.index(j), e.index(d)});
-        Value queryPairs = amx::TileLoadOp::create(
-            b, operand, qT, ValueRange{e.index(d / 2), e.index(2 * i)});
-        sums = amx::TileMulFOp::create(b, block, keys, queryPairs, sums);
-      }
-      amx::TileStoreOp::create(b, scores, ValueRange{e.index(j), e.index(i)},
-                               sums);
-    }
+  for (int64_t j = 0; j < TK; j += 32)
+    for (int64_t i = 0; i < TQ; i += 32)
+      multiplyTiles(
+          2, 2, Dt / 32,
+          [&](int64_t, int64_t) -> Value {
+            return amx::TileZeroOp::create(b, block);
+          },
+          [&](int64_t r, int64_t d) -> Value {
+            return amx::TileLoadOp::create(
+                b, operand, keyRows,
+                ValueRange{e.index(j + 16 * r), e.index(32 * d)});
+          },
+          [&](int64_t c, int64_t d) -> Value {
+            return amx::TileLoadOp::create(
+                b, operand, qT,
+                ValueRange{e.index(16 * d), e.index(2 * (i + 16 * c))});
+          },
+          [&](int64_t r, int64_t c, Value sums) {
+            amx::TileStoreOp::create(
+                b, scores, ValueRange{e.index(j + 16 * r), e.index(i + 16 * c)},
+                sums);
+          });
+}
+
+void FlashKernel::multiplyTiles(
+    int64_t rows, int64_t cols, int64_t chunks,
+    function_ref<Value(int64_t, int64_t)> init,
+    function_ref<Value(int64_t, int64_t)> first,
+    function_ref<Value(int64_t, int64_t)> second,
+    function_ref<void(int64_t, int64_t, Value)> store) {
+  assert(rows * cols + rows + cols <= 8 && "AMX has 8 tile registers");
+  SmallVector<Value> sums;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      sums.push_back(init(r, c));
+  for (int64_t piece = 0; piece < chunks; ++piece) {
+    SmallVector<Value> lhs, rhs;
+    for (int64_t r = 0; r < rows; ++r)
+      lhs.push_back(first(r, piece));
+    for (int64_t c = 0; c < cols; ++c)
+      rhs.push_back(second(c, piece));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        sums[r * cols + c] =
+            amx::TileMulFOp::create(b, sums[r * cols + c].getType(), lhs[r],
+                                    rhs[c], sums[r * cols + c]);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      store(r, c, sums[r * cols + c]);
 }
 
 void FlashKernel::accumulateValuesOnTiles(Value k0, Value cols) {
@@ -868,34 +969,47 @@ void FlashKernel::accumulateValuesOnTiles(Value k0, Value cols) {
             b, vector::BitCastOp::create(b, pairs, transposed[r]), pRows,
             ValueRange{e.index(i + r), e.index(2 * j2)});
     }
-  // acc *= alpha, then acc += P v block by block, acc's blocks loaded as
-  // the products' accumulators.
-  e.loop(c0, e.index(TQ), c1, [&](Value i) {
-    Value rowAlpha = e.broadcast(e.load(alpha, i));
-    for (int64_t off = 0; off < DvPadded; off += W)
-      vector::StoreOp::create(
-          b,
-          e.fmul(vector::LoadOp::create(b, e.vec, acc,
-                                        ValueRange{i, e.index(off)}),
-                 rowAlpha),
-          acc, ValueRange{i, e.index(off)});
+  // acc *= alpha where a row's max rose (alpha is 1 everywhere else),
+  // then acc += P v block by block, acc's blocks loaded as the products'
+  // accumulators.
+  e.ifThen(anyRescaled, [&] {
+    e.loop(c0, e.index(TQ), c1, [&](Value i) {
+      Value rowAlpha = e.broadcast(e.load(alpha, i));
+      for (int64_t off = 0; off < DvPadded; off += W)
+        vector::StoreOp::create(
+            b,
+            e.fmul(vector::LoadOp::create(b, e.vec, acc,
+                                          ValueRange{i, e.index(off)}),
+                   rowAlpha),
+            acc, ValueRange{i, e.index(off)});
+    });
   });
   auto operand = amx::TileType::get({16, 32}, b.getBF16Type());
   auto block = amx::TileType::get({16, 16}, b.getF32Type());
-  for (int64_t i = 0; i < TQ; i += 16)
-    for (int64_t x = 0; x < DvPadded; x += 16) {
-      Value sums = amx::TileLoadOp::create(b, block, acc,
-                                           ValueRange{e.index(i), e.index(x)});
-      for (int64_t j = 0; j < TK; j += 32) {
-        Value p = amx::TileLoadOp::create(b, operand, pRows,
-                                          ValueRange{e.index(i), e.index(j)});
-        Value valuePairs = amx::TileLoadOp::create(
-            b, operand, pairedV, ValueRange{e.index(j / 2), e.index(2 * x)});
-        sums = amx::TileMulFOp::create(b, block, p, valuePairs, sums);
-      }
-      amx::TileStoreOp::create(b, acc, ValueRange{e.index(i), e.index(x)},
-                               sums);
-    }
+  for (int64_t i = 0; i < TQ; i += 32)
+    for (int64_t x = 0; x < DvPadded; x += 32)
+      multiplyTiles(
+          2, std::min<int64_t>(2, (DvPadded - x) / 16), TK / 32,
+          [&](int64_t r, int64_t c) -> Value {
+            return amx::TileLoadOp::create(
+                b, block, acc,
+                ValueRange{e.index(i + 16 * r), e.index(x + 16 * c)});
+          },
+          [&](int64_t r, int64_t j) -> Value {
+            return amx::TileLoadOp::create(
+                b, operand, pRows,
+                ValueRange{e.index(i + 16 * r), e.index(32 * j)});
+          },
+          [&](int64_t c, int64_t j) -> Value {
+            return amx::TileLoadOp::create(
+                b, operand, pairedV,
+                ValueRange{e.index(16 * j), e.index(2 * (x + 16 * c))});
+          },
+          [&](int64_t r, int64_t c, Value sums) {
+            amx::TileStoreOp::create(
+                b, acc, ValueRange{e.index(i + 16 * r), e.index(x + 16 * c)},
+                sums);
+          });
 }
 
 void FlashKernel::storeOutputs() {
