@@ -155,22 +155,31 @@ private:
   /// S^T of the key tile on AMX tiles (onTiles): the tile's keys staged
   /// as stored, [TK, Dt], times qT's pairs, unscaled.
   void scoreKeyTileOnTiles(Value k0);
-  void updateSoftmax(Value k0, Value cols, Value isFull);
+  /// On tiles, returns whether the tile raised any row's running max (so
+  /// acc needs its rescale); null otherwise.
+  Value updateSoftmax(Value k0, Value cols, Value isFull);
   void accumulateValues(Value k0, Value cols);
-  /// acc = alpha acc + P V on AMX tiles (onTiles): P's rows from the pairs
-  /// of P^T by 16 x 16 transposes of their 32-bit pairs.
-  void accumulateValuesOnTiles(Value k0, Value cols);
+  /// acc = alpha acc + P V on AMX tiles (onTiles), acc's rescale only
+  /// where `anyRescaled`: P's rows from the pairs of P^T by 16 x 16
+  /// transposes of their 32-bit pairs.
+  void accumulateValuesOnTiles(Value k0, Value cols, Value anyRescaled);
   /// A block of up to 2 x 2 tile products, 8 tile registers at most:
-  /// result tile (r, c) is init(r, c) plus, over `chunks` pieces of the
-  /// reduction, first(r, piece) times second(c, piece); each operand tile
-  /// is loaded once, and the results go to store(r, c, tile). AMX renames
-  /// no tile registers: products that do not depend on each other must
-  /// use different ones to overlap.
-  void multiplyTiles(int64_t rows, int64_t cols, int64_t chunks,
-                     function_ref<Value(int64_t, int64_t)> init,
-                     function_ref<Value(int64_t, int64_t)> first,
-                     function_ref<Value(int64_t, int64_t)> second,
-                     function_ref<void(int64_t, int64_t, Value)> store);
+  /// `result`'s 16 x 16 tile at (row + 16 r, col + 16 c) becomes the sum,
+  /// over `chunks` pieces of 32 of the reduction, of `first`'s 16 x 32
+  /// tile at (row + 16 r, 32 piece) times `second`'s pairs at
+  /// (16 piece, 2 (col + 16 c)), plus its own value where `accumulate`.
+  /// Each operand tile is loaded once. AMX renames no tile registers:
+  /// products that do not depend on each other must use different ones to
+  /// overlap.
+  void multiplyTiles(Value first, Value second, Value result, int64_t row,
+                     int64_t col, int64_t rows, int64_t cols, int64_t chunks,
+                     bool accumulate);
+  /// Rows toRow .. toRow + 15 of `to` from column `toCol`, seen as 32-bit
+  /// words: the transpose of the 16 x 16 words of `from`'s rows
+  /// `fromRows` (each a row's indices, the last dim left out) from column
+  /// `fromCol` (bf16 pairs both).
+  void transposeWords(Value from, ArrayRef<SmallVector<Value>> fromRows,
+                      int64_t fromCol, Value to, int64_t toRow, int64_t toCol);
   /// The key tile's P^T and v rows in pairs of keys (pairedValues); a key
   /// past `cols` pairs with p = 0.
   void pairKeyTile(Value k0, Value cols);
@@ -237,9 +246,6 @@ private:
   int64_t W, TQ, TK, D, Dv, DvPadded, queryVectors, group;
   /// The features of a tile product (onTiles): D rounded up to 32.
   int64_t Dt;
-  /// On tiles: whether this key tile raised any row's running max, so
-  /// that acc needs its rescale (updateSoftmax).
-  Value anyRescaled;
 
   // The bindings.
   SoftmaxBindings inputs;
@@ -460,26 +466,13 @@ void FlashKernel::stageQuery() {
   // a multiple of 32.
   const bool byWords = pairedScores && D % 32 == 0 && TQ % 16 == 0;
   if (byWords) {
-    auto words = VectorType::get({16}, b.getI32Type());
-    auto pairs = VectorType::get({32}, b.getBF16Type());
     for (int64_t i = 0; i < TQ; i += 16) {
       SmallVector<SmallVector<Value>> queryRows;
       for (int64_t r = 0; r < 16; ++r)
         queryRows.push_back(queries->at(
             batch, head, e.minS(e.add(q0, e.index(i + r)), lastRow)));
-      for (int64_t d = 0; d < D; d += 32) {
-        SmallVector<Value> block;
-        for (int64_t r = 0; r < 16; ++r)
-          block.push_back(vector::BitCastOp::create(
-              b, words,
-              vector::LoadOp::create(b, pairs, q,
-                                     withIndex(queryRows[r], e.index(d)))));
-        SmallVector<Value> transposed = e.transposeRows(block);
-        for (int64_t r = 0; r < 16; ++r)
-          vector::StoreOp::create(
-              b, vector::BitCastOp::create(b, pairs, transposed[r]), qT,
-              ValueRange{e.index(d / 2 + r), e.index(2 * i)});
-      }
+      for (int64_t d = 0; d < D; d += 32)
+        transposeWords(q, queryRows, d, qT, d / 2, 2 * i);
     }
   } else {
     e.loop(c0, e.index(TQ), c1, [&](Value i) {
@@ -517,8 +510,7 @@ void FlashKernel::walkKeyTiles() {
     Value cols = e.minS(e.index(TK), e.sub(keyEnd, k0));
     if (onTiles) {
       scoreKeyTileOnTiles(k0);
-      updateSoftmax(k0, cols, isFull);
-      accumulateValuesOnTiles(k0, cols);
+      accumulateValuesOnTiles(k0, cols, updateSoftmax(k0, cols, isFull));
       return;
     }
     stageKeyTile(k0, cols);
@@ -687,8 +679,8 @@ Value FlashKernel::visibleKeys(Value keyIndex, Value queryPos, Value firstKey,
 /// 2^24 keys, their sum stays far from f32's range.
 constexpr double kLazyMaxMargin = 8.0;
 
-void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
-  anyRescaled = Value();
+Value FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
+  Value anyRescaled;
   auto toI32 = [&](Value index) {
     return arith::IndexCastOp::create(b, b.getI32Type(), index);
   };
@@ -757,6 +749,7 @@ void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
     vector::StoreOp::create(b, newMax, runningMax, col);
     vector::StoreOp::create(b, rescale, alpha, col);
   }
+  return anyRescaled;
 }
 
 void FlashKernel::accumulateValues(Value k0, Value cols) {
@@ -895,80 +888,77 @@ void FlashKernel::scoreKeyTileOnTiles(Value k0) {
   });
   // S^T[keys j, queries i] = sum over d of k[j, d] q[i, d]: k's rows are
   // the tile product's first operand, q's pairs (qT) its second.
-  auto operand = amx::TileType::get({16, 32}, b.getBF16Type());
-  auto block = amx::TileType::get({16, 16}, b.getF32Type());
   for (int64_t j = 0; j < TK; j += 32)
     for (int64_t i = 0; i < TQ; i += 32)
-      multiplyTiles(
-          2, 2, Dt / 32,
-          [&](int64_t, int64_t) -> Value {
-            return amx::TileZeroOp::create(b, block);
-          },
-          [&](int64_t r, int64_t d) -> Value {
-            return amx::TileLoadOp::create(
-                b, operand, keyRows,
-                ValueRange{e.index(j + 16 * r), e.index(32 * d)});
-          },
-          [&](int64_t c, int64_t d) -> Value {
-            return amx::TileLoadOp::create(
-                b, operand, qT,
-                ValueRange{e.index(16 * d), e.index(2 * (i + 16 * c))});
-          },
-          [&](int64_t r, int64_t c, Value sums) {
-            amx::TileStoreOp::create(
-                b, scores, ValueRange{e.index(j + 16 * r), e.index(i + 16 * c)},
-                sums);
-          });
+      multiplyTiles(keyRows, qT, scores, j, i, 2, 2, Dt / 32,
+                    /*accumulate=*/false);
 }
 
-void FlashKernel::multiplyTiles(
-    int64_t rows, int64_t cols, int64_t chunks,
-    function_ref<Value(int64_t, int64_t)> init,
-    function_ref<Value(int64_t, int64_t)> first,
-    function_ref<Value(int64_t, int64_t)> second,
-    function_ref<void(int64_t, int64_t, Value)> store) {
+void FlashKernel::multiplyTiles(Value first, Value second, Value result,
+                                int64_t row, int64_t col, int64_t rows,
+                                int64_t cols, int64_t chunks, bool accumulate) {
   assert(rows * cols + rows + cols <= 8 && "AMX has 8 tile registers");
+  auto operand = amx::TileType::get({16, 32}, b.getBF16Type());
+  auto block = amx::TileType::get({16, 16}, b.getF32Type());
+  auto resultAt = [&](int64_t r, int64_t c) {
+    return SmallVector<Value>{e.index(row + 16 * r), e.index(col + 16 * c)};
+  };
   SmallVector<Value> sums;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
-      sums.push_back(init(r, c));
+      sums.push_back(accumulate ? Value(amx::TileLoadOp::create(
+                                      b, block, result, resultAt(r, c)))
+                                : Value(amx::TileZeroOp::create(b, block)));
   for (int64_t piece = 0; piece < chunks; ++piece) {
     SmallVector<Value> lhs, rhs;
     for (int64_t r = 0; r < rows; ++r)
-      lhs.push_back(first(r, piece));
+      lhs.push_back(amx::TileLoadOp::create(
+          b, operand, first,
+          ValueRange{e.index(row + 16 * r), e.index(32 * piece)}));
     for (int64_t c = 0; c < cols; ++c)
-      rhs.push_back(second(c, piece));
+      rhs.push_back(amx::TileLoadOp::create(
+          b, operand, second,
+          ValueRange{e.index(16 * piece), e.index(2 * (col + 16 * c))}));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
-        sums[r * cols + c] =
-            amx::TileMulFOp::create(b, sums[r * cols + c].getType(), lhs[r],
-                                    rhs[c], sums[r * cols + c]);
+        sums[r * cols + c] = amx::TileMulFOp::create(b, block, lhs[r], rhs[c],
+                                                     sums[r * cols + c]);
   }
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
-      store(r, c, sums[r * cols + c]);
+      amx::TileStoreOp::create(b, result, resultAt(r, c), sums[r * cols + c]);
 }
 
-void FlashKernel::accumulateValuesOnTiles(Value k0, Value cols) {
-  pairKeyTile(k0, cols);
-  // P's rows: pairedP's 32-bit pairs [TK / 2, TQ], transposed.
+void FlashKernel::transposeWords(Value from,
+                                 ArrayRef<SmallVector<Value>> fromRows,
+                                 int64_t fromCol, Value to, int64_t toRow,
+                                 int64_t toCol) {
   auto words = VectorType::get({16}, b.getI32Type());
   auto pairs = VectorType::get({32}, b.getBF16Type());
-  for (int64_t j2 = 0; j2 < TK / 2; j2 += 16)
-    for (int64_t i = 0; i < TQ; i += 16) {
-      SmallVector<Value> block;
-      for (int64_t r = 0; r < 16; ++r)
-        block.push_back(vector::BitCastOp::create(
-            b, words,
-            vector::LoadOp::create(
-                b, pairs, pairedP,
-                ValueRange{e.index(j2 + r), e.index(2 * i)})));
-      SmallVector<Value> transposed = e.transposeRows(block);
-      for (int64_t r = 0; r < 16; ++r)
-        vector::StoreOp::create(
-            b, vector::BitCastOp::create(b, pairs, transposed[r]), pRows,
-            ValueRange{e.index(i + r), e.index(2 * j2)});
-    }
+  SmallVector<Value> block;
+  for (const SmallVector<Value> &fromRow : fromRows)
+    block.push_back(vector::BitCastOp::create(
+        b, words,
+        vector::LoadOp::create(b, pairs, from,
+                               withIndex(fromRow, e.index(fromCol)))));
+  SmallVector<Value> transposed = e.transposeRows(block);
+  for (int64_t r = 0; r < 16; ++r)
+    vector::StoreOp::create(b,
+                            vector::BitCastOp::create(b, pairs, transposed[r]),
+                            to, ValueRange{e.index(toRow + r), e.index(toCol)});
+}
+
+void FlashKernel::accumulateValuesOnTiles(Value k0, Value cols,
+                                          Value anyRescaled) {
+  pairKeyTile(k0, cols);
+  // P's rows: pairedP's 32-bit pairs [TK / 2, TQ], transposed.
+  for (int64_t j2 = 0; j2 < TK / 2; j2 += 16) {
+    SmallVector<SmallVector<Value>> pairRows;
+    for (int64_t r = 0; r < 16; ++r)
+      pairRows.push_back({e.index(j2 + r)});
+    for (int64_t i = 0; i < TQ; i += 16)
+      transposeWords(pairedP, pairRows, 2 * i, pRows, i, 2 * j2);
+  }
   // acc *= alpha where a row's max rose (alpha is 1 everywhere else),
   // then acc += P v block by block, acc's blocks loaded as the products'
   // accumulators.
@@ -984,32 +974,11 @@ void FlashKernel::accumulateValuesOnTiles(Value k0, Value cols) {
             acc, ValueRange{i, e.index(off)});
     });
   });
-  auto operand = amx::TileType::get({16, 32}, b.getBF16Type());
-  auto block = amx::TileType::get({16, 16}, b.getF32Type());
   for (int64_t i = 0; i < TQ; i += 32)
     for (int64_t x = 0; x < DvPadded; x += 32)
-      multiplyTiles(
-          2, std::min<int64_t>(2, (DvPadded - x) / 16), TK / 32,
-          [&](int64_t r, int64_t c) -> Value {
-            return amx::TileLoadOp::create(
-                b, block, acc,
-                ValueRange{e.index(i + 16 * r), e.index(x + 16 * c)});
-          },
-          [&](int64_t r, int64_t j) -> Value {
-            return amx::TileLoadOp::create(
-                b, operand, pRows,
-                ValueRange{e.index(i + 16 * r), e.index(32 * j)});
-          },
-          [&](int64_t c, int64_t j) -> Value {
-            return amx::TileLoadOp::create(
-                b, operand, pairedV,
-                ValueRange{e.index(16 * j), e.index(2 * (x + 16 * c))});
-          },
-          [&](int64_t r, int64_t c, Value sums) {
-            amx::TileStoreOp::create(
-                b, acc, ValueRange{e.index(i + 16 * r), e.index(x + 16 * c)},
-                sums);
-          });
+      multiplyTiles(pRows, pairedV, acc, i, x, 2,
+                    std::min<int64_t>(2, (DvPadded - x) / 16), TK / 32,
+                    /*accumulate=*/true);
 }
 
 void FlashKernel::storeOutputs() {
