@@ -42,11 +42,11 @@ __attribute__((target("amx-tile,amx-bf16"))) int64_t multiplyTiles() {
     config.rows[t] = 16;
   }
   _tile_loadconfig(&config);
-  alignas(64) static const uint16_t ones[16 * 32] = {};
-  _tile_loadd(4, ones, 64);
-  _tile_loadd(5, ones, 64);
-  _tile_loadd(6, ones, 64);
-  _tile_loadd(7, ones, 64);
+  alignas(64) static const uint16_t zeros[16 * 32] = {};
+  _tile_loadd(4, zeros, 64);
+  _tile_loadd(5, zeros, 64);
+  _tile_loadd(6, zeros, 64);
+  _tile_loadd(7, zeros, 64);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);

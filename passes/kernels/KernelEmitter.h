@@ -298,14 +298,13 @@ public:
   }
   /// The transpose of the square matrix whose rows are `rows` (n vectors
   /// of n elements, n a power of 2), in log2 n rounds of two-input
-  /// shuffles: round d swaps bit d of the row and column indices, taking
-  /// each pair of rows i, i + d to
-  ///   row i:     [j] = row i [j]      where bit d of j is 0, row i + d [j - d]
-  ///   where it is 1 row i + d: [j] = row i [j + d]  where it is 0,         row
-  ///   i + d [j]     where it is 1
-  /// (AVX-512: one vpermt2d each, n log2 n in all). vector.transpose would
-  /// do, but canonicalization folds it with the rows' inserts and extracts
-  /// into element-by-element moves.
+  /// shuffles. Round d swaps bit d of the row and column indices: of each
+  /// pair of rows i, i + d (bit d of i clear), element j of the new row i
+  /// is row i's j where bit d of j is clear, else row i + d's j - d; of
+  /// the new row i + d, row i's j + d where it is clear, else row i + d's
+  /// j. AVX-512 does each shuffle in one vpermt2d, n log2 n in all.
+  /// vector.transpose would do, but canonicalization folds it with the
+  /// rows' inserts and extracts into element-by-element moves.
   SmallVector<Value> transposeRows(ArrayRef<Value> rows) {
     const int64_t n = rows.size();
     assert(llvm::isPowerOf2_64(n) &&
