@@ -15,7 +15,13 @@
 
 #include <gtest/gtest.h>
 
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -669,6 +675,48 @@ TEST(Runtime, EqualLayersShareKernels) {
 // is loaded through /proc/self/fd/N, and the dynamic loader hands back an
 // already loaded library for a path it has seen: a model whose code fd was
 // closed (and the number reused) ran the other model's kernels.
+// CPU code on AMX tiles needs their state from Linux (arch_prctl
+// ARCH_REQ_XCOMP_PERM) before its first tile instruction. Where Linux
+// refuses it (here a seccomp filter makes arch_prctl fail with EPERM, in a
+// child process), loading the binary is an error naming the refusal, not a
+// SIGILL at the first call.
+TEST(Runtime, RefusedAmxTileStateIsAnError) {
+  if (!__builtin_cpu_supports("amx-tile") ||
+      !__builtin_cpu_supports("amx-bf16"))
+    GTEST_SKIP() << "this CPU has no AMX tiles";
+  llvm::Expected<mlir::attn::CpuTarget> amx =
+      mlir::attn::CpuTarget::forLevel("x86-64-v4+avx512bf16+amx-bf16");
+  ASSERT_TRUE(static_cast<bool>(amx)) << llvm::toString(amx.takeError());
+  llvm::Expected<std::string> bytes = mlir::attn::compileModelDescription(
+      R"({"model": "amx", "dtype": "bf16", "layers": [{"name": "layer",
+          "type": "attention", "num_heads": 2, "head_dim": 32,
+          "mask": "causal"}]})",
+      *amx);
+  ASSERT_TRUE(static_cast<bool>(bytes)) << llvm::toString(bytes.takeError());
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // In the child: refuse arch_prctl, load, exit 0 with the message if the
+  // load failed.
+  auto loadWithoutArchPrctl = [&] {
+    sock_filter refuseArchPrctl[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_arch_prctl, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+    sock_fprog program{4, refuseArchPrctl};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
+      std::exit(2);
+    std::unique_ptr<Model> model;
+    Status status = Model::loadMemory(bytes->data(), bytes->size(), 1, model);
+    std::fprintf(stderr, "%s\n", status.message.c_str());
+    std::exit(status.ok() ? 1 : 0);
+  };
+  EXPECT_EXIT(
+      loadWithoutArchPrctl(), testing::ExitedWithCode(0),
+      "the CPU code uses AMX tiles, and Linux refused this process their "
+      "state \\(arch_prctl ARCH_REQ_XCOMP_PERM: Operation not permitted\\)");
+}
+
 TEST(Runtime, ModelsLoadedTogetherRunTheirOwnCode) {
   auto json = [](const char *mask) {
     return std::string(R"({"model": "twins", "dtype": "f32", "layers": [)") +
