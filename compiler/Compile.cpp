@@ -73,10 +73,14 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
     tiling.vectorWidth = cpu.vectorWidth;
     tiling.queryTile = 4 * cpu.vectorWidth;
     // On AMX, flash steps of 64 keys halve the passes over acc per key:
-    // bf16 prefill 1.13x faster than with 32 (f32's, 0.94-0.98x;
-    // bench/RESULTS.md).
-    if (cpu.amxTiles)
+    // bf16 prefill 1.13x faster than with 32 (f32's, 0.94-0.98x); tiles of
+    // 128 queries halve the key and value rows each query tile streams
+    // and pairs: 1.1-1.2x at D = 256 and L = 2K, 1.05-1.09x at D = 128
+    // and L = 8K, even at D = 128 and L = 2K (bench/RESULTS.md).
+    if (cpu.amxTiles) {
       tiling.keyTile = 64;
+      tiling.queryTile = 128;
+    }
     tiling.stateColumns =
         options.stateColumns > 0 ? options.stateColumns : 4 * cpu.vectorWidth;
     tiling.recurrentMaxSteps = options.recurrentMaxSteps;

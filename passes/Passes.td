@@ -170,11 +170,12 @@ def AttnExpandMath : Pass<"attn-expand-math"> {
 }
 
 def AttnCpuApproximateMath : Pass<"attn-cpu-approximate-math"> {
-  let summary = "Polynomial approximations of exp, log and tanh";
+  let summary = "Polynomial approximations of exp, exp2, log and tanh";
   let description = [{
     Rewrites f32 `math` ops (scalar and vector) into the polynomial
     approximations of the upstream math dialect, so vectorized kernels do not
-    call into libm one lane at a time.
+    call into libm one lane at a time, and `math.exp2`, which upstream does not
+    approximate, into ours (2^floor(x) times a degree-5 polynomial).
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::math::MathDialect",

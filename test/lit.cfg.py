@@ -35,6 +35,15 @@ config.environment["ATTN_POISON"] = "1"
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 config.substitutions.append(("%attn_src_root", config.attn_src_root))
 config.substitutions.append(("%python", sys.executable))
+# mlir-runner's printing library, for tests that run lowered IR.
+config.substitutions.append(
+    (
+        "%mlir_c_runner_utils",
+        os.path.join(
+            os.path.dirname(config.llvm_tools_dir), "lib", "libmlir_c_runner_utils.so"
+        ),
+    )
+)
 llvm_config.add_tool_substitutions(
     ["attn-opt", "attnc", "attn-run", "cuda-attention-bench"],
     [config.attn_tools_dir, config.llvm_tools_dir],

@@ -292,6 +292,16 @@ public:
     return vector::BitCastOp::create(
         b, VectorType::get({2 * width}, b.getBF16Type()), all);
   }
+  /// The f32 vector `x` (8 or 16 lanes) rounded to bf16 as a pair
+  /// product's operand: one vcvtneps2bf16, which every target with pair
+  /// products has, where narrow() takes about eight integer instructions
+  /// (x86 has no other conversion). Both round to nearest even; this one
+  /// flushes denormals to zero, far below what a bf16 product resolves.
+  Value toPairOperand(Value x) {
+    auto shaped = cast<VectorType>(x.getType());
+    return x86vector::CvtPackedF32ToBF16Op::create(
+        b, VectorType::get(shaped.getShape(), b.getBF16Type()), x);
+  }
   /// acc + the lane-wise sums of the pairs' products of `x` and `y`.
   Value dotPairs(Value acc, Value x, Value y) {
     return x86vector::DotBF16Op::create(b, vec, acc, x, y);

@@ -797,7 +797,7 @@ func::FuncOp mlir::attn::buildGatheredAttentionKernel(
         Value sum = e.fadd(e.fmul(it[1], alpha), e.sumLanes(p));
         // One weight per key, or per pair of keys (pairedValues).
         SmallVector<Value> weights;
-        Value narrowP = pairedValues ? e.narrow(p, b.getBF16Type()) : Value();
+        Value narrowP = pairedValues ? e.toPairOperand(p) : Value();
         for (int64_t l = 0; l < W; l += pairedValues ? 2 : 1)
           weights.push_back(
               pairedValues ? e.broadcastLanePair(narrowP, l)

@@ -155,9 +155,20 @@ private:
   /// S^T of the key tile on AMX tiles (onTiles): the tile's keys staged
   /// as stored, [TK, Dt], times qT's pairs, unscaled.
   void scoreKeyTileOnTiles(Value k0);
-  /// On tiles, returns whether the tile raised any row's running max (so
-  /// acc needs its rescale); null otherwise.
-  Value updateSoftmax(Value k0, Value cols, Value isFull);
+  /// The online-softmax step of the tile's `cols` keys, in place in
+  /// scores (P^T); `masked`: the tile needs its per-key tests.
+  void updateSoftmax(Value k0, Value cols, Value isFull, bool masked);
+  /// Whether every key of the tile at k0 is visible to every row of the
+  /// query tile (onTiles: and the tile is whole), so its softmax step
+  /// needs no test per key; null where that is never known (a tree's windows, a
+  /// mask_mod without a block mask).
+  Value showsEveryKey(Value k0, Value isFull);
+  /// The online-softmax step on tiles (onTiles): P's pairs straight into
+  /// pairedP from the exponentials, and each row's max raised only past
+  /// kLazyMaxMargin. `masked`: the tile needs its per-key tests (mask,
+  /// mask_mod, keys past the range). Returns whether the tile raised any
+  /// row's max (so acc needs its rescale).
+  Value updateSoftmaxOnTiles(Value k0, Value isFull, bool masked);
   void accumulateValues(Value k0, Value cols);
   /// acc = alpha acc + P V on AMX tiles (onTiles), acc's rescale only
   /// where `anyRescaled`: P's rows from the pairs of P^T by 16 x 16
@@ -180,9 +191,12 @@ private:
   /// `fromCol` (bf16 pairs both).
   void transposeWords(Value from, ArrayRef<SmallVector<Value>> fromRows,
                       int64_t fromCol, Value to, int64_t toRow, int64_t toCol);
-  /// The key tile's P^T and v rows in pairs of keys (pairedValues); a key
+  /// The key tile's P^T in pairs of keys (pairedValues, off tiles); a key
   /// past `cols` pairs with p = 0.
-  void pairKeyTile(Value k0, Value cols);
+  void pairProbabilities(Value cols);
+  /// The key tile's v rows in pairs of keys (pairedValues); on tiles the
+  /// whole tile, a pair past the range repeating its last key.
+  void pairValues(Value k0, Value cols);
   /// A register block's sums of P V from `init`: rows `rowIdx`, value
   /// columns off0 .. off0 + nv W - 1 (`laneCounts` of each vector); on f32
   /// products or on pair products (pairedValues).
@@ -196,13 +210,26 @@ private:
                                           ValueRange init);
   void storeOutputs();
 
-  /// The visibility of key `keyIndex` to the rows of query vector `col`,
-  /// or null where every key is visible: the op's mask (up to each row's
+  /// What the per-key tests of query vector iv (rows iv W .. iv W + W - 1
+  /// of the tile) need: its rows' positions (queryPos), their first
+  /// visible keys under the mask (firstKey, where the mask has them), a
+  /// tree node's window start (rowStart) and the positions the variant
+  /// regions see (regionQueryPos).
+  struct QueryLanes {
+    Value col, queryPos, firstKey, rowStart, regionQueryPos;
+  };
+  QueryLanes queryLanes(int64_t iv);
+  /// The visibility of key `keyIndex` to the rows of `lanes`, or null
+  /// where every key is visible: the op's mask (up to each row's
   /// position, from its `firstKey` when the mask has one), a tree node's
   /// window start and the mask_mod (none on a tile the block mask found
   /// full, `isFull`).
-  Value visibleKeys(Value keyIndex, Value queryPos, Value firstKey,
-                    Value rowStart, Value regionQueryPos, Value isFull);
+  Value visibleKeys(Value keyIndex, const QueryLanes &lanes, Value isFull);
+  /// The score the softmax takes from the scaled product `s` of key
+  /// `keyIndex`: softcapped, through the score_mod region, and -inf where
+  /// `visible` (a mask or null) hides the key.
+  Value transformScore(Value s, Value keyIndex, const QueryLanes &lanes,
+                       Value visible);
 
   const SoftmaxAttentionShape &shape;
   const CpuTiling &tiling;
@@ -508,14 +535,30 @@ void FlashKernel::walkKeyTiles() {
   // says the mask_mod shows every key of the tile to every row.
   auto flashTile = [&](Value k0, Value isFull) {
     Value cols = e.minS(e.index(TK), e.sub(keyEnd, k0));
+    // Most tiles of a long row show every key to every row: their
+    // softmax step runs without the per-key tests.
+    Value everyKey = showsEveryKey(k0, isFull);
+    auto withKeyTests =
+        [&](function_ref<SmallVector<Value>(bool masked)> step) {
+          return everyKey ? e.ifElse(
+                                everyKey, [&] { return step(false); },
+                                [&] { return step(true); })
+                          : step(true);
+        };
     if (onTiles) {
       scoreKeyTileOnTiles(k0);
-      accumulateValuesOnTiles(k0, cols, updateSoftmax(k0, cols, isFull));
+      Value anyRescaled = withKeyTests([&](bool masked) -> SmallVector<Value> {
+        return {updateSoftmaxOnTiles(k0, isFull, masked)};
+      })[0];
+      accumulateValuesOnTiles(k0, cols, anyRescaled);
       return;
     }
     stageKeyTile(k0, cols);
     scoreKeyTile(k0, cols);
-    updateSoftmax(k0, cols, isFull);
+    withKeyTests([&](bool masked) -> SmallVector<Value> {
+      updateSoftmax(k0, cols, isFull, masked);
+      return {};
+    });
     accumulateValues(k0, cols);
   };
   e.loop(keyBegin, keyEnd, e.index(TK), [&](Value k0) {
@@ -638,8 +681,29 @@ FlashKernel::scoreKeyPairs(ArrayRef<SmallVector<Value>> keyRows, int64_t iv0,
       });
 }
 
-Value FlashKernel::visibleKeys(Value keyIndex, Value queryPos, Value firstKey,
-                               Value rowStart, Value regionQueryPos,
+FlashKernel::QueryLanes FlashKernel::queryLanes(int64_t iv) {
+  QueryLanes lanesOf;
+  lanesOf.col = e.index(iv * W);
+  lanesOf.queryPos = arith::AddIOp::create(
+      b,
+      vector::BroadcastOp::create(
+          b, i32Vec,
+          arith::IndexCastOp::create(b, b.getI32Type(),
+                                     e.add(firstPos, lanesOf.col))),
+      lanes);
+  if (masksEarlyKeys(mask))
+    lanesOf.firstKey = firstVisibleKey(e, mask, shape.window, lanesOf.queryPos);
+  if (rowStarts)
+    lanesOf.rowStart =
+        vector::LoadOp::create(b, i32Vec, rowStarts, lanesOf.col);
+  lanesOf.regionQueryPos =
+      rowPositions
+          ? Value(vector::LoadOp::create(b, i32Vec, rowPositions, lanesOf.col))
+          : lanesOf.queryPos;
+  return lanesOf;
+}
+
+Value FlashKernel::visibleKeys(Value keyIndex, const QueryLanes &lanesOf,
                                Value isFull) {
   auto toI32 = [&](Value index) {
     return arith::IndexCastOp::create(b, b.getI32Type(), index);
@@ -649,15 +713,15 @@ Value FlashKernel::visibleKeys(Value keyIndex, Value queryPos, Value firstKey,
   auto narrow = [&](Value condition) {
     visible = visible ? e.andI(visible, condition) : condition;
   };
-  if (rowStart)
-    narrow(e.icmp(arith::CmpIPredicate::sge, key, rowStart));
+  if (lanesOf.rowStart)
+    narrow(e.icmp(arith::CmpIPredicate::sge, key, lanesOf.rowStart));
   if (mask != MaskKind::None)
-    narrow(e.icmp(arith::CmpIPredicate::sle, key, queryPos));
-  if (firstKey)
-    narrow(e.icmp(arith::CmpIPredicate::sge, key, firstKey));
+    narrow(e.icmp(arith::CmpIPredicate::sle, key, lanesOf.queryPos));
+  if (lanesOf.firstKey)
+    narrow(e.icmp(arith::CmpIPredicate::sge, key, lanesOf.firstKey));
   if (variants.hasMaskMod()) {
     auto maskMod = [&]() -> SmallVector<Value> {
-      return {variants.visible(batch, head, regionQueryPos, keyIndex)};
+      return {variants.visible(batch, head, lanesOf.regionQueryPos, keyIndex)};
     };
     // A full tile needs no mask_mod.
     narrow(isFull
@@ -674,74 +738,161 @@ Value FlashKernel::visibleKeys(Value keyIndex, Value queryPos, Value firstKey,
   return visible;
 }
 
+Value FlashKernel::transformScore(Value s, Value keyIndex,
+                                  const QueryLanes &lanesOf, Value visible) {
+  s = variants.score(e.softcap(s, shape.softcap), batch, head,
+                     lanesOf.regionQueryPos, keyIndex);
+  return visible ? e.select(visible, s, e.splat(kNegInf)) : s;
+}
+
+Value FlashKernel::showsEveryKey(Value k0, Value isFull) {
+  if (rowStarts || (variants.hasMaskMod() && !isFull))
+    return Value();
+  // Rows sit at positions firstPos .. firstPos + TQ - 1 (rows past the end
+  // included: their results are dropped, but they must stay finite).
+  Value lastKey = e.add(k0, e.index(TK - 1));
+  Value every;
+  auto require = [&](Value condition) {
+    every = every ? e.andI(every, condition) : condition;
+  };
+  if (onTiles)
+    require(e.icmp(arith::CmpIPredicate::slt, lastKey, keyEnd));
+  if (mask != MaskKind::None)
+    require(e.icmp(arith::CmpIPredicate::sle, lastKey, firstPos));
+  if (masksEarlyKeys(mask))
+    require(e.icmp(arith::CmpIPredicate::sge, k0,
+                   firstVisibleKey(e, mask, shape.window,
+                                   e.add(firstPos, e.index(TQ - 1)))));
+  if (variants.hasMaskMod())
+    require(isFull);
+  return every ? every
+               : arith::ConstantIntOp::create(b, b.getI1Type(), 1).getResult();
+}
+
+void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull,
+                                bool masked) {
+  // Online softmax, one query per lane: mask, new max, rescale factor,
+  // exponentials in place, new sum. The scores are scaled already; a
+  // first pass without tests or transforms stores nothing.
+  const bool transformed = shape.softcap > 0.0 || variants.hasScoreMod();
+  for (int64_t iv = 0; iv < queryVectors; ++iv) {
+    QueryLanes lanesOf = queryLanes(iv);
+    Value col = lanesOf.col;
+    Value oldMax = vector::LoadOp::create(b, e.vec, runningMax, col);
+    Value tileMax =
+        e.loop(c0, cols, c1, {e.splat(kNegInf)}, [&](Value j, ValueRange it) {
+          Value keyIndex = e.add(k0, j);
+          Value s =
+              vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
+          Value visible =
+              masked ? visibleKeys(keyIndex, lanesOf, isFull) : Value();
+          if (transformed || visible) {
+            s = transformScore(s, keyIndex, lanesOf, visible);
+            vector::StoreOp::create(b, s, scores, ValueRange{j, col});
+          }
+          return SmallVector<Value>{e.fmax(it[0], s)};
+        })[0];
+    Value newMax = e.fmax(oldMax, tileMax);
+    Value safe = e.safeMax(newMax);
+    Value rescale = e.exp(e.fsub(oldMax, safe));
+    // p = e^(s - m) = 2^((s - m) log2 e) by math.exp2, whose approximation
+    // takes fewer instructions than exp's and maps -inf to exactly 0. s - m
+    // first, so that large scores lose no more than e^(s - m) would.
+    Value log2e = e.splat(M_LOG2E);
+    Value tileSum =
+        e.loop(c0, cols, c1, {e.splat(0.0)}, [&](Value j, ValueRange it) {
+          Value p =
+              e.exp2(e.fmul(e.fsub(vector::LoadOp::create(b, e.vec, scores,
+                                                          ValueRange{j, col}),
+                                   safe),
+                            log2e));
+          vector::StoreOp::create(b, p, scores, ValueRange{j, col});
+          return SmallVector<Value>{e.fadd(it[0], p)};
+        })[0];
+    Value oldSum = vector::LoadOp::create(b, e.vec, runningSum, col);
+    vector::StoreOp::create(b, e.fma(oldSum, rescale, tileSum), runningSum,
+                            col);
+    vector::StoreOp::create(b, newMax, runningMax, col);
+    vector::StoreOp::create(b, rescale, alpha, col);
+  }
+}
+
 /// How far a tile's max may exceed a row's running max before the row
 /// takes it (onTiles): e^8 ~ 3e3 bounds the probabilities and, over
 /// 2^24 keys, their sum stays far from f32's range.
 constexpr double kLazyMaxMargin = 8.0;
 
-Value FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
+Value FlashKernel::updateSoftmaxOnTiles(Value k0, Value isFull, bool masked) {
+  // The tile products' sums are unscaled. Where the softmax takes them as
+  // scale * s (no softcap, no score_mod, a positive scale), the max is
+  // scale times theirs and the scale goes into the exponentials'
+  // argument; otherwise the first pass stores the transformed scores.
+  const bool scaleOnly =
+      shape.softcap <= 0.0 && !variants.hasScoreMod() && shape.scale > 0.0;
+  const double log2e = M_LOG2E;
   Value anyRescaled;
-  auto toI32 = [&](Value index) {
-    return arith::IndexCastOp::create(b, b.getI32Type(), index);
-  };
-  // Online softmax, one query per lane: mask, new max, rescale factor,
-  // exponentials in place, new sum.
   for (int64_t iv = 0; iv < queryVectors; ++iv) {
-    Value col = e.index(iv * W);
-    Value queryPos = arith::AddIOp::create(
-        b, vector::BroadcastOp::create(b, i32Vec, toI32(e.add(firstPos, col))),
-        lanes);
-    Value firstKey = masksEarlyKeys(mask)
-                         ? firstVisibleKey(e, mask, shape.window, queryPos)
-                         : Value();
-    Value rowStart =
-        rowStarts ? vector::LoadOp::create(b, i32Vec, rowStarts, col) : Value();
-    // The rows' positions as the variant regions see them.
-    Value regionQueryPos =
-        rowPositions ? vector::LoadOp::create(b, i32Vec, rowPositions, col)
-                     : queryPos;
+    QueryLanes lanesOf = queryLanes(iv);
+    Value col = lanesOf.col;
     Value oldMax = vector::LoadOp::create(b, e.vec, runningMax, col);
-    Value tileMax =
-        e.loop(c0, cols, c1, {e.splat(kNegInf)}, [&](Value j, ValueRange it) {
+    Value tileMax = e.loop(
+        c0, e.index(TK), c1, {e.splat(kNegInf)}, [&](Value j, ValueRange it) {
           Value s =
               vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
-          if (onTiles)
-            s = e.fmul(s, e.splat(shape.scale));
           Value keyIndex = e.add(k0, j);
-          s = variants.score(e.softcap(s, shape.softcap), batch, head,
-                             regionQueryPos, keyIndex);
-          if (Value visible = visibleKeys(keyIndex, queryPos, firstKey,
-                                          rowStart, regionQueryPos, isFull))
+          Value visible;
+          if (masked) {
+            // The tile's rows past the range repeat its last key.
+            Value inRange = vector::BroadcastOp::create(
+                b, VectorType::get({W}, b.getI1Type()),
+                e.icmp(arith::CmpIPredicate::slt, keyIndex, keyEnd));
+            Value tests = visibleKeys(keyIndex, lanesOf, isFull);
+            visible = tests ? e.andI(tests, inRange) : inRange;
+          }
+          if (!scaleOnly)
+            s = transformScore(e.fmul(s, e.splat(shape.scale)), keyIndex,
+                               lanesOf, visible);
+          else if (visible)
             s = e.select(visible, s, e.splat(kNegInf));
-          vector::StoreOp::create(b, s, scores, ValueRange{j, col});
+          if (!scaleOnly || visible)
+            vector::StoreOp::create(b, s, scores, ValueRange{j, col});
           return SmallVector<Value>{e.fmax(it[0], s)};
         })[0];
-    Value newMax = e.fmax(oldMax, tileMax);
-    Value raised;
-    if (onTiles) {
-      // On tiles, acc's rescale is a pass over memory: a row keeps its
-      // running max until the tile's exceeds it by kLazyMaxMargin (as
-      // FlashAttention 4 does), so that most key tiles rescale no row. The
-      // softmax is the same for any max its terms share; probabilities up
-      // to e^margin are as exact in f32 and bf16 as those up to 1.
-      raised = e.fcmp(arith::CmpFPredicate::UGT, tileMax,
-                      e.fadd(oldMax, e.splat(kLazyMaxMargin)));
-      newMax = e.select(raised, newMax, oldMax);
-      Value anyRaised =
-          vector::ReductionOp::create(b, vector::CombiningKind::OR, raised);
-      anyRescaled = anyRescaled ? e.orI(anyRescaled, anyRaised) : anyRaised;
-    }
+    if (scaleOnly)
+      tileMax = e.fmul(tileMax, e.splat(shape.scale));
+    // On tiles, acc's rescale is a pass over memory: a row keeps its
+    // running max until the tile's exceeds it by kLazyMaxMargin (as
+    // FlashAttention 4 does), so that most key tiles rescale no row. The
+    // softmax is the same for any max its terms share; probabilities up
+    // to e^margin are as exact in f32 and bf16 as those up to 1.
+    Value raised = e.fcmp(arith::CmpFPredicate::UGT, tileMax,
+                          e.fadd(oldMax, e.splat(kLazyMaxMargin)));
+    Value newMax = e.select(raised, e.fmax(oldMax, tileMax), oldMax);
+    Value anyRaised =
+        vector::ReductionOp::create(b, vector::CombiningKind::OR, raised);
+    anyRescaled = anyRescaled ? e.orI(anyRescaled, anyRaised) : anyRaised;
     Value safe = e.safeMax(newMax);
-    Value rescale = e.exp(e.fsub(oldMax, safe));
-    if (raised) // exactly 1 where acc is not rescaled
-      rescale = e.select(raised, rescale, e.splat(1.0));
-    Value tileSum =
-        e.loop(c0, cols, c1, {e.splat(0.0)}, [&](Value j, ValueRange it) {
-          Value p = e.exp(e.fsub(
-              vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col}),
-              safe));
-          vector::StoreOp::create(b, p, scores, ValueRange{j, col});
-          return SmallVector<Value>{e.fadd(it[0], p)};
+    // exactly 1 where acc is not rescaled
+    Value rescale = e.select(raised, e.exp(e.fsub(oldMax, safe)), e.splat(1.0));
+    // p = e^(t - m) = 2^(x c - m log2 e), x the stored score (t, or the
+    // unscaled sum with c = scale log2 e): one FMA and math.exp2, whose
+    // approximation maps -inf to exactly 0. P's pairs of keys go to
+    // pairedP as the second product's bf16 operand.
+    Value factor = e.splat(scaleOnly ? shape.scale * log2e : log2e);
+    Value bias = e.fmul(safe, e.splat(-log2e));
+    auto probability = [&](Value j) {
+      return e.exp2(
+          e.fma(vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col}),
+                factor, bias));
+    };
+    Value tileSum = e.loop(
+        c0, e.index(TK / 2), c1, {e.splat(0.0)}, [&](Value j2, ValueRange it) {
+          Value j = e.mul(j2, e.index(2));
+          Value p0 = probability(j), p1 = probability(e.add(j, c1));
+          vector::StoreOp::create(
+              b, e.interleavePairs(e.toPairOperand(p0), e.toPairOperand(p1)),
+              pairedP, ValueRange{j2, e.index(2 * iv * W)});
+          return SmallVector<Value>{e.fadd(it[0], e.fadd(p0, p1))};
         })[0];
     Value oldSum = vector::LoadOp::create(b, e.vec, runningSum, col);
     vector::StoreOp::create(b, e.fma(oldSum, rescale, tileSum), runningSum,
@@ -755,8 +906,10 @@ Value FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull) {
 void FlashKernel::accumulateValues(Value k0, Value cols) {
   // acc[i, :] = alpha[i] * acc[i, :] + sum_j P^T[j, i] * v[j, :], in
   // register blocks of 4 rows x 2 vectors of Dv.
-  if (pairedValues)
-    pairKeyTile(k0, cols);
+  if (pairedValues) {
+    pairProbabilities(cols);
+    pairValues(k0, cols);
+  }
   e.loop(c0, rows, c4, [&](Value i0) {
     SmallVector<Value> rowIdx, rowAlpha;
     for (int64_t ii = 0; ii < 4; ++ii) {
@@ -788,36 +941,38 @@ void FlashKernel::accumulateValues(Value k0, Value cols) {
   });
 }
 
-void FlashKernel::pairKeyTile(Value k0, Value cols) {
-  Type bf16 = b.getBF16Type();
-  Value lastKey = e.sub(keyEnd, c1);
-  // The tiles' products read every pair of the tile: pairs past `cols`
-  // hold p = 0 and the last key's (finite) values.
-  Value pairs = onTiles ? e.index(TK / 2) : e.ceilDiv(cols, e.index(2));
-  e.loop(c0, pairs, c1, [&](Value j2) {
+void FlashKernel::pairProbabilities(Value cols) {
+  e.loop(c0, e.ceilDiv(cols, e.index(2)), c1, [&](Value j2) {
     Value j = e.mul(j2, e.index(2));
     Value next = e.add(j, c1);
     // The tile's keys are a multiple of 4: row `next` of P^T exists, but
-    // past `cols` it holds another tile's P, and key k0 + next may not.
+    // past `cols` it holds another tile's P.
     Value nextIsKey = e.icmp(arith::CmpIPredicate::slt, next, cols);
     for (int64_t iv = 0; iv < queryVectors; ++iv) {
       Value col = e.index(iv * W);
       Value p0 = vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
-      if (onTiles)
-        p0 = e.select(e.icmp(arith::CmpIPredicate::slt, j, cols), p0,
-                      e.splat(0.0));
       Value p1 = e.select(
           nextIsKey,
           vector::LoadOp::create(b, e.vec, scores, ValueRange{next, col}),
           e.splat(0.0));
       vector::StoreOp::create(
-          b, e.interleavePairs(e.narrow(p0, bf16), e.narrow(p1, bf16)), pairedP,
-          ValueRange{j2, e.index(2 * iv * W)});
+          b, e.interleavePairs(e.toPairOperand(p0), e.toPairOperand(p1)),
+          pairedP, ValueRange{j2, e.index(2 * iv * W)});
     }
+  });
+}
+
+void FlashKernel::pairValues(Value k0, Value cols) {
+  Value lastKey = e.sub(keyEnd, c1);
+  // The tiles' products read every pair of the tile (their p past the
+  // range is 0, these rows' values finite).
+  Value pairs = onTiles ? e.index(TK / 2) : e.ceilDiv(cols, e.index(2));
+  e.loop(c0, pairs, c1, [&](Value j2) {
+    Value j = e.mul(j2, e.index(2));
     SmallVector<Value> row0 =
         kv->at(batch, kvHead, e.minS(e.add(k0, j), lastKey));
     SmallVector<Value> row1 =
-        kv->at(batch, kvHead, e.minS(e.add(k0, next), lastKey));
+        kv->at(batch, kvHead, e.minS(e.add(k0, e.add(j, c1)), lastKey));
     for (int64_t off = 0; off < Dv; off += W) {
       int64_t lanes = std::min(W, Dv - off);
       Value first = e.loadStored(v, withIndex(row0, e.index(off)), lanes);
@@ -950,7 +1105,7 @@ void FlashKernel::transposeWords(Value from,
 
 void FlashKernel::accumulateValuesOnTiles(Value k0, Value cols,
                                           Value anyRescaled) {
-  pairKeyTile(k0, cols);
+  pairValues(k0, cols);
   // P's rows: pairedP's 32-bit pairs [TK / 2, TQ], transposed.
   for (int64_t j2 = 0; j2 < TK / 2; j2 += 16) {
     SmallVector<SmallVector<Value>> pairRows;
@@ -1668,7 +1823,7 @@ void SplitKvKernel::updateSoftmax(Value j0, Value count) {
       Value p = e.exp(e.fsub(scores[i], e.broadcast(safe)));
       vector::StoreOp::create(b, p, probs, ValueRange{g, e.index(i * W)});
       if (pairedValues)
-        vector::StoreOp::create(b, e.narrow(p, b.getBF16Type()), pairedProbs,
+        vector::StoreOp::create(b, e.toPairOperand(p), pairedProbs,
                                 ValueRange{g, e.index(i * W)});
       stepSum = stepSum ? e.fadd(stepSum, p) : p;
     }
