@@ -169,6 +169,9 @@ private:
   /// mask_mod, keys past the range). Returns whether the tile raised any
   /// row's max (so acc needs its rescale).
   Value updateSoftmaxOnTiles(Value k0, Value isFull, bool masked);
+  /// The end of a softmax step for the rows at `col`: their new max, acc's
+  /// rescale (alpha) and l = alpha l + tileSum.
+  void storeSoftmaxState(Value col, Value newMax, Value rescale, Value tileSum);
   void accumulateValues(Value k0, Value cols);
   /// acc = alpha acc + P V on AMX tiles (onTiles), acc's rescale only
   /// where `anyRescaled`: P's rows from the pairs of P^T by 16 x 16
@@ -809,12 +812,16 @@ void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull,
           vector::StoreOp::create(b, p, scores, ValueRange{j, col});
           return SmallVector<Value>{e.fadd(it[0], p)};
         })[0];
-    Value oldSum = vector::LoadOp::create(b, e.vec, runningSum, col);
-    vector::StoreOp::create(b, e.fma(oldSum, rescale, tileSum), runningSum,
-                            col);
-    vector::StoreOp::create(b, newMax, runningMax, col);
-    vector::StoreOp::create(b, rescale, alpha, col);
+    storeSoftmaxState(col, newMax, rescale, tileSum);
   }
+}
+
+void FlashKernel::storeSoftmaxState(Value col, Value newMax, Value rescale,
+                                    Value tileSum) {
+  Value oldSum = vector::LoadOp::create(b, e.vec, runningSum, col);
+  vector::StoreOp::create(b, e.fma(oldSum, rescale, tileSum), runningSum, col);
+  vector::StoreOp::create(b, newMax, runningMax, col);
+  vector::StoreOp::create(b, rescale, alpha, col);
 }
 
 /// How far a tile's max may exceed a row's running max before the row
@@ -894,11 +901,7 @@ Value FlashKernel::updateSoftmaxOnTiles(Value k0, Value isFull, bool masked) {
               pairedP, ValueRange{j2, e.index(2 * iv * W)});
           return SmallVector<Value>{e.fadd(it[0], e.fadd(p0, p1))};
         })[0];
-    Value oldSum = vector::LoadOp::create(b, e.vec, runningSum, col);
-    vector::StoreOp::create(b, e.fma(oldSum, rescale, tileSum), runningSum,
-                            col);
-    vector::StoreOp::create(b, newMax, runningMax, col);
-    vector::StoreOp::create(b, rescale, alpha, col);
+    storeSoftmaxState(col, newMax, rescale, tileSum);
   }
   return anyRescaled;
 }
