@@ -150,6 +150,9 @@ private:
   SmallVector<Value> scoreKeyProducts(Value keys,
                                       ArrayRef<SmallVector<Value>> keyRows,
                                       int64_t iv0, int64_t nv, ValueRange init);
+  /// Scores of the 4 keys from j0 whose rows are `keyRows` against every
+  /// query vector, into scores.
+  void scoreKeyBlock(Value j0, ArrayRef<SmallVector<Value>> keyRows);
   SmallVector<Value> scoreKeyPairs(ArrayRef<SmallVector<Value>> keyRows,
                                    int64_t iv0, int64_t nv, ValueRange init);
   /// S^T of the key tile on AMX tiles (onTiles): the tile's keys staged
@@ -274,6 +277,12 @@ private:
   /// The mask the rows' positions see: a tree's prefix is all visible.
   MaskKind mask;
   int64_t W, TQ, TK, D, Dv, DvPadded, queryVectors, group;
+  /// The vectors of a register block of both products (4 keys or rows x
+  /// blockVectors vectors of sums): 4 with AVX-512's 32 vector registers,
+  /// where the block's operands then serve twice the products a load
+  /// (0.82-0.92x the time of 2, bf16 and f32; bench/RESULTS.md); 2 with
+  /// AVX2's 16.
+  int64_t blockVectors;
   /// The features of a tile product (onTiles): D rounded up to 32.
   int64_t Dt;
 
@@ -366,6 +375,7 @@ void FlashKernel::bindArguments() {
   D = shape.headDim, Dv = shape.valueDim;
   DvPadded = roundUp(Dv, W);
   queryVectors = TQ / W;
+  blockVectors = W >= 16 ? 4 : 2;
   group = shape.numHeads / shape.numKvHeads;
 
   auto args = func.getArguments();
@@ -614,35 +624,60 @@ void FlashKernel::stageKeyTile(Value k0, Value cols) {
 void FlashKernel::scoreKeyTile(Value k0, Value cols) {
   Value lastKey = e.sub(keyEnd, c1);
   // S^T[j, i] = sum_d k[j, d] * qT[d, i], in register blocks of 4 keys x
-  // 2 query vectors; keys past `cols` repeat the last one and are masked
-  // by updateSoftmax.
-  Value keys = stagedKeys ? kTile : k;
+  // blockVectors query vectors; keys past `cols` repeat the last one and
+  // are masked by updateSoftmax.
   e.loop(c0, cols, c4, [&](Value j0) {
-    SmallVector<SmallVector<Value>> keyRows;
-    for (int64_t jj = 0; jj < 4; ++jj) {
-      Value j = e.add(j0, e.index(jj));
-      // Staged rows past the range already repeat its last key (TK is a
-      // multiple of 4).
-      keyRows.push_back(
-          stagedKeys ? SmallVector<Value>{j}
-                     : kv->at(batch, kvHead, e.minS(e.add(k0, j), lastKey)));
+    auto keyRowsOf = [&](bool clamped) {
+      SmallVector<SmallVector<Value>> keyRows;
+      for (int64_t jj = 0; jj < 4; ++jj) {
+        Value j = e.add(j0, e.index(jj));
+        // Staged rows past the range already repeat its last key (TK is a
+        // multiple of 4).
+        Value key = e.add(k0, j);
+        keyRows.push_back(
+            stagedKeys
+                ? SmallVector<Value>{j}
+                : kv->at(batch, kvHead, clamped ? e.minS(key, lastKey) : key));
+      }
+      return keyRows;
+    };
+    // A block of 4 keys in the range reads rows without the clamp, whose
+    // address arithmetic LLVM otherwise repeats in the product loop.
+    if (stagedKeys) {
+      scoreKeyBlock(j0, keyRowsOf(false));
+      return;
     }
-    for (int64_t iv0 = 0; iv0 < queryVectors; iv0 += 2) {
-      int64_t nv = std::min<int64_t>(2, queryVectors - iv0);
-      SmallVector<Value> init(4 * nv, e.splat(0.0));
-      SmallVector<Value> sums =
-          pairedScores ? scoreKeyPairs(keyRows, iv0, nv, init)
-                       : scoreKeyProducts(keys, keyRows, iv0, nv, init);
-      for (int64_t jj = 0; jj < 4; ++jj)
-        for (int64_t x = 0; x < nv; ++x)
-          vector::StoreOp::create(
-              b,
-              pairedScores ? e.fmul(sums[jj * nv + x], e.splat(shape.scale))
-                           : sums[jj * nv + x],
-              scores,
-              ValueRange{e.add(j0, e.index(jj)), e.index((iv0 + x) * W)});
-    }
+    e.ifElse(
+        e.icmp(arith::CmpIPredicate::sle, e.add(e.add(k0, j0), e.index(3)),
+               lastKey),
+        [&] {
+          scoreKeyBlock(j0, keyRowsOf(false));
+          return SmallVector<Value>{};
+        },
+        [&] {
+          scoreKeyBlock(j0, keyRowsOf(true));
+          return SmallVector<Value>{};
+        });
   });
+}
+
+void FlashKernel::scoreKeyBlock(Value j0,
+                                ArrayRef<SmallVector<Value>> keyRows) {
+  Value keys = stagedKeys ? kTile : k;
+  for (int64_t iv0 = 0; iv0 < queryVectors; iv0 += blockVectors) {
+    int64_t nv = std::min<int64_t>(blockVectors, queryVectors - iv0);
+    SmallVector<Value> init(4 * nv, e.splat(0.0));
+    SmallVector<Value> sums =
+        pairedScores ? scoreKeyPairs(keyRows, iv0, nv, init)
+                     : scoreKeyProducts(keys, keyRows, iv0, nv, init);
+    for (int64_t jj = 0; jj < 4; ++jj)
+      for (int64_t x = 0; x < nv; ++x)
+        vector::StoreOp::create(
+            b,
+            pairedScores ? e.fmul(sums[jj * nv + x], e.splat(shape.scale))
+                         : sums[jj * nv + x],
+            scores, ValueRange{e.add(j0, e.index(jj)), e.index((iv0 + x) * W)});
+  }
 }
 
 SmallVector<Value>
@@ -908,7 +943,7 @@ Value FlashKernel::updateSoftmaxOnTiles(Value k0, Value isFull, bool masked) {
 
 void FlashKernel::accumulateValues(Value k0, Value cols) {
   // acc[i, :] = alpha[i] * acc[i, :] + sum_j P^T[j, i] * v[j, :], in
-  // register blocks of 4 rows x 2 vectors of Dv.
+  // register blocks of 4 rows x blockVectors vectors of Dv.
   if (pairedValues) {
     pairProbabilities(cols);
     pairValues(k0, cols);
@@ -919,9 +954,10 @@ void FlashKernel::accumulateValues(Value k0, Value cols) {
       rowIdx.push_back(e.add(i0, e.index(ii)));
       rowAlpha.push_back(e.broadcast(e.load(alpha, rowIdx.back())));
     }
-    for (int64_t off0 = 0; off0 < Dv; off0 += 2 * W) {
+    for (int64_t off0 = 0; off0 < Dv; off0 += blockVectors * W) {
       SmallVector<int64_t> laneCounts;
-      for (int64_t off = off0; off < std::min(Dv, off0 + 2 * W); off += W)
+      for (int64_t off = off0; off < std::min(Dv, off0 + blockVectors * W);
+           off += W)
         laneCounts.push_back(std::min(W, Dv - off));
       int64_t nv = laneCounts.size();
       SmallVector<Value> init;
