@@ -172,6 +172,12 @@ private:
   /// mask_mod, keys past the range). Returns whether the tile raised any
   /// row's max (so acc needs its rescale).
   Value updateSoftmaxOnTiles(Value k0, Value isFull, bool masked);
+  /// The exponentials of query vector iv's scores of keys [0, cols) by
+  /// `probability(j)` (key j's p), and their sum: P^T in place in the
+  /// scores, or with pair products (pairedValues) P's bf16 pairs of keys
+  /// straight into pairedP, a key past `cols` pairing with p = 0.
+  Value exponentiate(int64_t iv, Value cols,
+                     function_ref<Value(Value)> probability);
   /// The end of a softmax step for the rows at `col`: their new max, acc's
   /// rescale (alpha) and l = alpha l + tileSum.
   void storeSoftmaxState(Value col, Value newMax, Value rescale, Value tileSum);
@@ -197,9 +203,6 @@ private:
   /// `fromCol` (bf16 pairs both).
   void transposeWords(Value from, ArrayRef<SmallVector<Value>> fromRows,
                       int64_t fromCol, Value to, int64_t toRow, int64_t toCol);
-  /// The key tile's P^T in pairs of keys (pairedValues, off tiles); a key
-  /// past `cols` pairs with p = 0.
-  void pairProbabilities(Value cols);
   /// The key tile's v rows in pairs of keys (pairedValues); on tiles the
   /// whole tile, a pair past the range repeating its last key.
   void pairValues(Value k0, Value cols);
@@ -837,18 +840,42 @@ void FlashKernel::updateSoftmax(Value k0, Value cols, Value isFull,
     // takes fewer instructions than exp's and maps -inf to exactly 0. s - m
     // first, so that large scores lose no more than e^(s - m) would.
     Value log2e = e.splat(M_LOG2E);
-    Value tileSum =
-        e.loop(c0, cols, c1, {e.splat(0.0)}, [&](Value j, ValueRange it) {
-          Value p =
-              e.exp2(e.fmul(e.fsub(vector::LoadOp::create(b, e.vec, scores,
-                                                          ValueRange{j, col}),
-                                   safe),
-                            log2e));
-          vector::StoreOp::create(b, p, scores, ValueRange{j, col});
-          return SmallVector<Value>{e.fadd(it[0], p)};
-        })[0];
+    Value tileSum = exponentiate(iv, cols, [&](Value j) {
+      return e.exp2(e.fmul(
+          e.fsub(vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col}),
+                 safe),
+          log2e));
+    });
     storeSoftmaxState(col, newMax, rescale, tileSum);
   }
+}
+
+Value FlashKernel::exponentiate(int64_t iv, Value cols,
+                                function_ref<Value(Value)> probability) {
+  Value col = e.index(iv * W);
+  if (!pairedValues)
+    return e.loop(c0, cols, c1, {e.splat(0.0)}, [&](Value j, ValueRange it) {
+      Value p = probability(j);
+      vector::StoreOp::create(b, p, scores, ValueRange{j, col});
+      return SmallVector<Value>{e.fadd(it[0], p)};
+    })[0];
+  // The tile's keys are a multiple of 4: row `next` of the scores exists,
+  // but past `cols` it holds another tile's, whose p is dropped.
+  return e.loop(
+      c0, e.ceilDiv(cols, e.index(2)), c1, {e.splat(0.0)},
+      [&](Value j2, ValueRange it) {
+        Value j = e.mul(j2, e.index(2));
+        Value next = e.add(j, c1);
+        Value p0 = probability(j);
+        Value p1 = probability(next);
+        if (!onTiles)
+          p1 = e.select(e.icmp(arith::CmpIPredicate::slt, next, cols), p1,
+                        e.splat(0.0));
+        vector::StoreOp::create(
+            b, e.interleavePairs(e.toPairOperand(p0), e.toPairOperand(p1)),
+            pairedP, ValueRange{j2, e.index(2 * iv * W)});
+        return SmallVector<Value>{e.fadd(it[0], e.fadd(p0, p1))};
+      })[0];
 }
 
 void FlashKernel::storeSoftmaxState(Value col, Value newMax, Value rescale,
@@ -922,20 +949,11 @@ Value FlashKernel::updateSoftmaxOnTiles(Value k0, Value isFull, bool masked) {
     // pairedP as the second product's bf16 operand.
     Value factor = e.splat(scaleOnly ? shape.scale * log2e : log2e);
     Value bias = e.fmul(safe, e.splat(-log2e));
-    auto probability = [&](Value j) {
+    Value tileSum = exponentiate(iv, e.index(TK), [&](Value j) {
       return e.exp2(
           e.fma(vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col}),
                 factor, bias));
-    };
-    Value tileSum = e.loop(
-        c0, e.index(TK / 2), c1, {e.splat(0.0)}, [&](Value j2, ValueRange it) {
-          Value j = e.mul(j2, e.index(2));
-          Value p0 = probability(j), p1 = probability(e.add(j, c1));
-          vector::StoreOp::create(
-              b, e.interleavePairs(e.toPairOperand(p0), e.toPairOperand(p1)),
-              pairedP, ValueRange{j2, e.index(2 * iv * W)});
-          return SmallVector<Value>{e.fadd(it[0], e.fadd(p0, p1))};
-        })[0];
+    });
     storeSoftmaxState(col, newMax, rescale, tileSum);
   }
   return anyRescaled;
@@ -944,10 +962,8 @@ Value FlashKernel::updateSoftmaxOnTiles(Value k0, Value isFull, bool masked) {
 void FlashKernel::accumulateValues(Value k0, Value cols) {
   // acc[i, :] = alpha[i] * acc[i, :] + sum_j P^T[j, i] * v[j, :], in
   // register blocks of 4 rows x blockVectors vectors of Dv.
-  if (pairedValues) {
-    pairProbabilities(cols);
+  if (pairedValues)
     pairValues(k0, cols);
-  }
   e.loop(c0, rows, c4, [&](Value i0) {
     SmallVector<Value> rowIdx, rowAlpha;
     for (int64_t ii = 0; ii < 4; ++ii) {
@@ -976,27 +992,6 @@ void FlashKernel::accumulateValues(Value k0, Value cols) {
           vector::StoreOp::create(
               b, updated[ii * nv + x], acc,
               ValueRange{rowIdx[ii], e.index(off0 + x * W)});
-    }
-  });
-}
-
-void FlashKernel::pairProbabilities(Value cols) {
-  e.loop(c0, e.ceilDiv(cols, e.index(2)), c1, [&](Value j2) {
-    Value j = e.mul(j2, e.index(2));
-    Value next = e.add(j, c1);
-    // The tile's keys are a multiple of 4: row `next` of P^T exists, but
-    // past `cols` it holds another tile's P.
-    Value nextIsKey = e.icmp(arith::CmpIPredicate::slt, next, cols);
-    for (int64_t iv = 0; iv < queryVectors; ++iv) {
-      Value col = e.index(iv * W);
-      Value p0 = vector::LoadOp::create(b, e.vec, scores, ValueRange{j, col});
-      Value p1 = e.select(
-          nextIsKey,
-          vector::LoadOp::create(b, e.vec, scores, ValueRange{next, col}),
-          e.splat(0.0));
-      vector::StoreOp::create(
-          b, e.interleavePairs(e.toPairOperand(p0), e.toPairOperand(p1)),
-          pairedP, ValueRange{j2, e.index(2 * iv * W)});
     }
   });
 }
