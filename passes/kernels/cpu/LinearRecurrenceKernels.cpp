@@ -153,10 +153,14 @@ struct Product {
   bool lowerC = false;
 };
 
-/// Register blocks of 4 rows x 2 vectors: per depth step, 2 vector loads
-/// of B and 4 broadcasts of A feed 8 FMAs.
+/// Register blocks of 4 rows x 4 vectors on AVX-512 (32 vector registers:
+/// per depth step, 4 vector loads of B and 4 broadcasts of A feed 16 FMAs)
+/// and of 4 rows x 2 vectors on AVX2 (16 registers) and for a lower C,
+/// whose wider blocks would cross its diagonal further.
 void emitProduct(KernelEmitter &e, const Product &p) {
   const int64_t W = e.width;
+  const int64_t blockVectors = W >= 16 && !p.lowerC ? 4 : 2;
+  const int64_t blockCols = blockVectors * W;
   assert(p.cols % W == 0 && p.rows % 4 == 0 && "unpadded product");
   Value c0 = e.index(0), c1 = e.index(1), c4 = e.index(4);
   Value depth = e.index(p.depth);
@@ -208,28 +212,29 @@ void emitProduct(KernelEmitter &e, const Product &p) {
 
   // Row blocks outside: the 4 x K rows of A stay in L1 while the column
   // blocks sweep B. With lowerC a row block stops at its diagonal.
-  int64_t pairedCols = p.cols / (2 * W) * (2 * W);
+  int64_t wholeCols = p.cols / blockCols * blockCols;
+  int64_t restVectors = (p.cols - wholeCols) / W;
   e.loop(c0, e.index(p.rows), c4, [&](Value i0) {
-    Value pairedEnd = e.index(pairedCols);
+    Value wholeEnd = e.index(wholeCols);
     if (p.lowerC)
-      pairedEnd =
-          e.minS(pairedEnd, e.mul(e.ceilDiv(e.add(i0, c4), e.index(2 * W)),
-                                  e.index(2 * W)));
-    if (pairedCols > 0)
-      e.loop(c0, pairedEnd, e.index(2 * W),
-             [&](Value j0) { block(i0, j0, 2); });
-    if (pairedCols < p.cols) {
+      wholeEnd =
+          e.minS(wholeEnd, e.mul(e.ceilDiv(e.add(i0, c4), e.index(blockCols)),
+                                 e.index(blockCols)));
+    if (wholeCols > 0)
+      e.loop(c0, wholeEnd, e.index(blockCols),
+             [&](Value j0) { block(i0, j0, blockVectors); });
+    if (restVectors > 0) {
       if (!p.lowerC) {
-        block(i0, e.index(pairedCols), 1);
+        block(i0, e.index(wholeCols), restVectors);
         return;
       }
-      // The last single-vector block only where the diagonal reaches it.
+      // The last, narrower block only where the diagonal reaches it.
       Value reaches =
-          e.icmp(arith::CmpIPredicate::sgt, e.add(i0, c4), e.index(pairedCols));
+          e.icmp(arith::CmpIPredicate::sgt, e.add(i0, c4), e.index(wholeCols));
       scf::IfOp::create(e.b, reaches, [&](OpBuilder &nested, Location) {
         OpBuilder::InsertionGuard guard(e.b);
         e.b.setInsertionPointToEnd(nested.getInsertionBlock());
-        block(i0, e.index(pairedCols), 1);
+        block(i0, e.index(wholeCols), restVectors);
         scf::YieldOp::create(e.b);
       });
     }
