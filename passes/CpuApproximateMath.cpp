@@ -3,6 +3,7 @@
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Utils/Utils.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/Math/Transforms/Passes.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -40,8 +41,12 @@ struct Exp2Approximation : OpRewritePattern<math::Exp2Op> {
     Type intType = rewriter.getI32Type();
     if (shaped)
       intType = VectorType::get(shaped.getShape(), intType);
-    auto constant = [&](double value) -> Value {
-      return createConstantLike(rewriter, loc, type, value);
+    auto constant = [&](double value) {
+      return createScalarOrSplatConstant(rewriter, loc, type,
+                                         APFloat(static_cast<float>(value)));
+    };
+    auto intConstant = [&](int64_t value) {
+      return createScalarOrSplatConstant(rewriter, loc, intType, value);
     };
     auto clamp = [&](Value x, arith::CmpFPredicate beyond, double bound) {
       Value limit = constant(bound);
@@ -64,27 +69,12 @@ struct Exp2Approximation : OpRewritePattern<math::Exp2Op> {
     Value field = arith::SubIOp::create(
         rewriter, loc,
         arith::BitcastOp::create(rewriter, loc, intType, shifted),
-        createConstantLike(rewriter, loc, intType, 0x4b400000 - 127));
+        intConstant(0x4b400000 - 127));
     Value powerOfTwo = arith::BitcastOp::create(
         rewriter, loc, type,
-        arith::ShLIOp::create(rewriter, loc, field,
-                              createConstantLike(rewriter, loc, intType, 23)));
+        arith::ShLIOp::create(rewriter, loc, field, intConstant(23)));
     rewriter.replaceOpWithNewOp<arith::MulFOp>(op, p, powerOfTwo);
     return success();
-  }
-
-  /// A constant of `type` (a scalar or a splat vector).
-  static Value createConstantLike(PatternRewriter &rewriter, Location loc,
-                                  Type type, double value) {
-    Type element = getElementTypeOrSelf(type);
-    TypedAttr scalar =
-        isa<FloatType>(element)
-            ? TypedAttr(rewriter.getFloatAttr(element, value))
-            : TypedAttr(rewriter.getIntegerAttr(element, int64_t(value)));
-    if (auto shaped = dyn_cast<VectorType>(type))
-      return arith::ConstantOp::create(rewriter, loc,
-                                       DenseElementsAttr::get(shaped, scalar));
-    return arith::ConstantOp::create(rewriter, loc, scalar);
   }
 };
 
