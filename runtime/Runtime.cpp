@@ -13,6 +13,7 @@
 #include "runtime/CheckedSize.h"
 #include "runtime/Checksum.h"
 #include "runtime/CudaDriver.h"
+#include "runtime/GuardedMemory.h"
 #include "runtime/HostProgram.h"
 #include "runtime/RuntimeTesting.h"
 #include "runtime/ThreadPool.h"
@@ -743,13 +744,22 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
   std::unique_ptr<WorkspacePool::Workspace> workspace = model.workspaces.take();
   size_t used = 0, needed = 0;
   std::vector<std::unique_ptr<void, decltype(&std::free)>> overflow;
+  std::vector<std::unique_ptr<GuardedBlock>> guardedTemporaries;
   auto allocate = [&](size_t bytes, void *&data) {
     bytes = alignTemporary(bytes, kHostTemporaryAlignment);
     data = nullptr;
     if (!bytes)
       return ATTN_OK;
     needed = bytes > SIZE_MAX - needed ? SIZE_MAX : needed + bytes;
-    if (bytes <= workspace->capacity - used) {
+    if (guardEachCall()) {
+      guardedTemporaries.push_back(GuardedBlock::map(bytes));
+      if (!guardedTemporaries.back())
+        return fail(ATTN_RUN_ERROR, "entry '" + e.name +
+                                        "': ATTN_GUARD could not map a "
+                                        "temporary of " +
+                                        std::to_string(bytes) + " bytes");
+      data = guardedTemporaries.back()->data;
+    } else if (bytes <= workspace->capacity - used) {
       data = workspace->block.get() + used;
       used += bytes;
     } else {
@@ -787,11 +797,16 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
   // index inputs (CUDA kernels run on the CPU, CompileOptions::
   // cpuRunsCudaKernels): clear unless the host's checks were skipped.
   int32_t indexRecord[kIndexRecordFields] = {};
+  GuardedTensors guarded;
+  attn_status status = guardEachCall() ? guarded.guard(e, buffers) : ATTN_OK;
   auto begin = std::chrono::steady_clock::now();
-  attn_status status = runProgram(e, e.cpu, buffers, model.pool->size(),
-                                  indexRecord, allocate, dispatch);
+  if (status == ATTN_OK)
+    status = runProgram(e, e.cpu, buffers, model.pool->size(), indexRecord,
+                        allocate, dispatch);
   if (status == ATTN_OK)
     status = indexRecordError(e, indexRecord);
+  if (guardEachCall())
+    guarded.restore(e, buffers, status == ATTN_OK);
   if (status == ATTN_OK)
     model.recordKernelMs(std::chrono::duration<double, std::milli>(
                              std::chrono::steady_clock::now() - begin)

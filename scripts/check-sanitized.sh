@@ -52,6 +52,9 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # (docs/testing.md): the kernels JIT-compiled by the tests are not
 # instrumented, so a read of what nothing wrote shows only this way.
 export ATTN_POISON=1
+# And each call's buffers ending at an inaccessible page (ATTN_GUARD): the
+# same kernels' accesses past a buffer's end fault.
+export ATTN_GUARD=1
 fuzz() {
   local fuzzer=$1
   shift

@@ -32,6 +32,12 @@ llvm_config.use_default_substitutions()
 # (the runtime's ATTN_POISON), so a kernel that reads what nothing wrote,
 # or leaves part of an output unwritten, fails its test.
 config.environment["ATTN_POISON"] = "1"
+
+# Every call runs on copies of its tensors, and on temporaries, that end at
+# an inaccessible page, the inputs it only reads read-only (the runtime's
+# ATTN_GUARD), so a kernel that reads or writes past a buffer's end, or
+# writes into an input, faults instead of passing.
+config.environment["ATTN_GUARD"] = "1"
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 config.substitutions.append(("%attn_src_root", config.attn_src_root))
 config.substitutions.append(("%python", sys.executable))

@@ -19,5 +19,6 @@ config.test_exec_root = os.path.join(config.attn_obj_root, "test", "stressed")
 config.test_format = lit.formats.GoogleTest(".", "E2ETests")
 
 config.environment["ATTN_POISON"] = "1"
+config.environment["ATTN_GUARD"] = "1"
 config.environment["ATTN_STRESS_CUDA_KERNELS"] = "1"
 config.environment["GTEST_FILTER"] = "*cuda_kernels_on_cpu"

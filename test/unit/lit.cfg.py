@@ -16,6 +16,12 @@ config.test_format = lit.formats.GoogleTest(".", "Tests")
 # or leaves part of an output unwritten, fails its test.
 config.environment["ATTN_POISON"] = "1"
 
+# Every call runs on copies of its tensors, and on temporaries, that end at
+# an inaccessible page, the inputs it only reads read-only (the runtime's
+# ATTN_GUARD), so a kernel that reads or writes past a buffer's end, or
+# writes into an input, faults instead of passing.
+config.environment["ATTN_GUARD"] = "1"
+
 # The e2e cases of the CUDA kernels' bodies on the CPU
 # (`*_cuda_kernels_on_cpu`) run once, in test/stressed, with their threads
 # in another order and their buffers poisoned: that catches every fault the
