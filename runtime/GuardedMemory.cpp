@@ -19,7 +19,15 @@ bool guardEachCall() {
   return guard;
 }
 
-std::unique_ptr<GuardedBlock> GuardedBlock::map(size_t bytes) {
+bool guardAtStart() {
+  static const bool atStart = [] {
+    const char *value = std::getenv("ATTN_GUARD");
+    return value && std::strcmp(value, "start") == 0;
+  }();
+  return atStart;
+}
+
+std::unique_ptr<GuardedBlock> GuardedBlock::map(size_t bytes, bool atStart) {
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   if (!bytes || bytes > SIZE_MAX - 3 * page)
     return nullptr;
@@ -33,7 +41,7 @@ std::unique_ptr<GuardedBlock> GuardedBlock::map(size_t bytes) {
   block->mapped = inside + 2 * page;
   block->pages = block->base + page;
   block->inside = inside;
-  block->data = block->pages + inside - bytes;
+  block->data = atStart ? block->pages : block->pages + inside - bytes;
   if (mprotect(block->pages, inside, PROT_READ | PROT_WRITE) != 0)
     return nullptr;
   return block;

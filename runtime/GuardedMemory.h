@@ -9,8 +9,9 @@
 // neighbour's bytes, which neither the tests' results nor AddressSanitizer
 // (it does not instrument generated code) would show. Tensors end exactly at
 // the guard, so they start at any element's alignment, as a user's slice
-// may; temporaries keep the cache-line alignment the runtime gives them. For
-// tests (test/lit.cfg.py sets it): it costs a mapping and a copy per tensor.
+// may, and so do temporaries, at their own size (not rounded to a cache line
+// as otherwise). For tests (test/lit.cfg.py sets it): it costs a mapping and
+// a copy per tensor.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,13 +29,20 @@ namespace attn::host {
 
 /// Whether ATTN_GUARD is set (and not "0"); read once.
 bool guardEachCall();
+/// ATTN_GUARD=start: each buffer starts right after the inaccessible page
+/// before it instead of ending at the one after it, so that a read before
+/// its first element faults (one element before it, where the default
+/// catches one past its end).
+bool guardAtStart();
 
 /// `bytes` of memory that end where an inaccessible page begins, with
-/// another inaccessible page before their first page.
+/// another inaccessible page before their first page; or, `atStart`, that
+/// start right after that page.
 class GuardedBlock {
 public:
   /// Null when the mapping fails or `bytes` is 0.
-  static std::unique_ptr<GuardedBlock> map(size_t bytes);
+  static std::unique_ptr<GuardedBlock> map(size_t bytes,
+                                           bool atStart = guardAtStart());
   /// Later writes fault.
   bool makeReadOnly();
   ~GuardedBlock();

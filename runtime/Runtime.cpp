@@ -746,18 +746,21 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
   std::vector<std::unique_ptr<void, decltype(&std::free)>> overflow;
   std::vector<std::unique_ptr<GuardedBlock>> guardedTemporaries;
   auto allocate = [&](size_t bytes, void *&data) {
+    const size_t requested = bytes;
     bytes = alignTemporary(bytes, kHostTemporaryAlignment);
     data = nullptr;
     if (!bytes)
       return ATTN_OK;
     needed = bytes > SIZE_MAX - needed ? SIZE_MAX : needed + bytes;
     if (guardEachCall()) {
-      guardedTemporaries.push_back(GuardedBlock::map(bytes));
+      // The temporary's own size, not the rounded one: no kernel may read
+      // the rounding's slack either.
+      guardedTemporaries.push_back(GuardedBlock::map(requested));
       if (!guardedTemporaries.back())
         return fail(ATTN_RUN_ERROR, "entry '" + e.name +
                                         "': ATTN_GUARD could not map a "
                                         "temporary of " +
-                                        std::to_string(bytes) + " bytes");
+                                        std::to_string(requested) + " bytes");
       data = guardedTemporaries.back()->data;
     } else if (bytes <= workspace->capacity - used) {
       data = workspace->block.get() + used;
@@ -771,7 +774,7 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
       overflow.emplace_back(data, &std::free);
     }
     if (poisonEachCall())
-      std::memset(data, kPoisonByte, bytes);
+      std::memset(data, kPoisonByte, guardEachCall() ? requested : bytes);
     return ATTN_OK;
   };
   auto dispatch = [&](const Step &step, int64_t count,

@@ -38,24 +38,34 @@ TEST(GuardedMemory, EveryByteOfTheBlockCanBeReadAndWritten) {
 TEST(GuardedMemory, NoBlockOfNoBytes) { EXPECT_FALSE(GuardedBlock::map(0)); }
 
 TEST(GuardedMemoryDeathTest, ReadingOneBytePastTheEndFaults) {
-  std::unique_ptr<GuardedBlock> block = GuardedBlock::map(kBytes);
+  std::unique_ptr<GuardedBlock> block =
+      GuardedBlock::map(kBytes, /*atStart=*/false);
   ASSERT_TRUE(block);
   EXPECT_DEATH(readByte(block->data + kBytes), "");
 }
 
 TEST(GuardedMemoryDeathTest, WritingOneBytePastTheEndFaults) {
-  std::unique_ptr<GuardedBlock> block = GuardedBlock::map(64);
+  std::unique_ptr<GuardedBlock> block = GuardedBlock::map(64, false);
   ASSERT_TRUE(block);
   EXPECT_DEATH(writeByte(block->data + 64, 1), "");
 }
 
 TEST(GuardedMemoryDeathTest, ReadingBeforeTheFirstPageFaults) {
-  std::unique_ptr<GuardedBlock> block = GuardedBlock::map(kBytes);
+  std::unique_ptr<GuardedBlock> block = GuardedBlock::map(kBytes, false);
   ASSERT_TRUE(block);
   // The data starts 4096 - 13 bytes into its first page.
   const size_t slack = 4 * 4096 - kBytes;
   EXPECT_EQ(readByte(block->data - slack), 0);
   EXPECT_DEATH(readByte(block->data - slack - 1), "");
+}
+
+TEST(GuardedMemoryDeathTest, AtStartReadingOneByteBeforeTheStartFaults) {
+  std::unique_ptr<GuardedBlock> block =
+      GuardedBlock::map(kBytes, /*atStart=*/true);
+  ASSERT_TRUE(block);
+  EXPECT_EQ(readByte(block->data), 0);
+  EXPECT_EQ(readByte(block->data + kBytes - 1), 0);
+  EXPECT_DEATH(readByte(block->data - 1), "");
 }
 
 TEST(GuardedMemoryDeathTest, WritingIntoAReadOnlyBlockFaults) {
@@ -96,11 +106,12 @@ TEST(GuardedMemory, TheCallRunsOnCopiesThatEndAtTheGuard) {
   ASSERT_EQ(guarded.guard(e, call.buffers), ATTN_OK);
   for (int i : {0, 1, 3}) {
     EXPECT_NE(call.buffers[i].data, nullptr);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(
-                  static_cast<uint8_t *>(call.buffers[i].data) +
-                  call.buffers[i].bytes()) %
-                  4096,
-              0u);
+    if (!guardAtStart())
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(
+                    static_cast<uint8_t *>(call.buffers[i].data) +
+                    call.buffers[i].bytes()) %
+                    4096,
+                0u);
   }
   EXPECT_NE(call.buffers[0].data, call.read.data());
   EXPECT_EQ(call.buffers[2].data, nullptr);
