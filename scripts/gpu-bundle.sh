@@ -29,8 +29,14 @@
 #          call in $OUT/gpu.log, then their largest stall reasons per
 #          kernel (WarpStateStats), the CSVs in $OUT
 #   bench  build/bin/cuda-attention-bench ($BENCH_ARGS)
+#   memcheck  the drawn _cuda cases (every kernel family, $MEMCHECK_FILTER)
+#          under compute-sanitizer's memcheck (accesses out of bounds or
+#          misaligned, in global and shared memory: the GPU side of the CPU's
+#          ATTN_GUARD), then fewer under racecheck (hazards between a
+#          block's threads on shared memory: a missing barrier),
+#          $RACECHECK_FILTER; logs in $OUT/memcheck.log, $OUT/racecheck.log
 # (each step's timeout: E2E_TIMEOUT, WGMMA_TIMEOUT, PROFILE_TIMEOUT, BENCH_TIMEOUT,
-# TORCH_TIMEOUT, FLA_TIMEOUT; the Python baselines take TORCH_ARGS and
+# TORCH_TIMEOUT, FLA_TIMEOUT, SANITIZER_TIMEOUT; the Python baselines take TORCH_ARGS and
 # FLA_ARGS, e.g. --quick)
 #   torch  bench/torch-attention-baseline.py (PyTorch's SDPA backends,
 #          FlexAttention, the copy bandwidth)
@@ -256,6 +262,25 @@ for row in rows[2:]:
     print("| %s | %s |" % (row[name], ", ".join("%s %.1f" % (r, v) for v, r in top)))
 ' 2>&1 | tee -a "$out/gpu.log"
     done;;
+  memcheck)
+    # Each tool over its cases in $E2E_SHARDS shards (a process each); an
+    # error the tool reports fails the case's process with exit code 97.
+    shards=${E2E_SHARDS:-8}
+    for tool in memcheck racecheck; do
+      if [ $tool = memcheck ]; then filter=${MEMCHECK_FILTER:-Random/*_cuda}
+      else filter=${RACECHECK_FILTER:-Random/SoftmaxAttention*_cuda:Random/LinearRecurrence*_cuda:Random/SparseAttention*_cuda}; fi
+      for i in $(seq 0 $((shards - 1))); do
+        ( ATTN_POISON=1 GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i timeout ${SANITIZER_TIMEOUT:-400} \
+            compute-sanitizer --tool $tool --error-exitcode 97 --print-limit 20 \
+            "$bin/AttnE2ETests" --gtest_filter="$filter" > "$out/$tool$i.log" 2>&1
+          echo "$tool shard $i: exit $?" >> "$out/$tool$i.log" ) &
+      done
+      wait
+      for i in $(seq 0 $((shards - 1))); do cat "$out/$tool$i.log"; done > "$out/$tool.log"
+      rm "$out/$tool"[0-9]*.log
+      echo "$tool ($filter):"
+      grep -E "^\[  (FAILED|PASSED|SKIPPED) |ERROR SUMMARY|shard [0-9]+: exit" "$out/$tool.log" | sort | uniq -c
+    done;;
   bench)
     log_step "cuda-attention-bench ${BENCH_ARGS:-}"
     timeout ${BENCH_TIMEOUT:-300} "$bin/cuda-attention-bench" ${BENCH_ARGS:-} 2>&1 | tee -a "$out/gpu.log";;
@@ -284,7 +309,7 @@ for row in rows[2:]:
     grep -E "^\[  (FAILED|PASSED|SKIPPED) " "$out/e2e-wgmma.log" | sort | uniq -c
     log_step "cuda-attention-bench --wgmma ${BENCH_ARGS:-}"
     timeout ${BENCH_TIMEOUT:-300} "$bin/cuda-attention-bench" --wgmma ${BENCH_ARGS:-} 2>&1 | tee -a "$out/gpu.log";;
-  *) echo "run.sh: unknown step '$step' (info, e2e, profile, bench, torch, fla, python, wgmma)"; exit 2;;
+  *) echo "run.sh: unknown step '$step' (info, e2e, profile, bench, memcheck, torch, fla, python, wgmma)"; exit 2;;
   esac
 done
 echo "== done, $(date -u +%T)"
