@@ -278,8 +278,9 @@ for row in rows[2:]:
       wait
       for i in $(seq 0 $((shards - 1))); do cat "$out/$tool$i.log"; done > "$out/$tool.log"
       rm "$out/$tool"[0-9]*.log
-      echo "$tool ($filter):"
-      grep -E "^\[  (FAILED|PASSED|SKIPPED) |ERROR SUMMARY|shard [0-9]+: exit" "$out/$tool.log" | sort | uniq -c
+      echo "$tool ($filter): $(grep -c '^\[       OK \]' "$out/$tool.log") cases passed," \
+        "$(grep -c '^\[  SKIPPED \] .*)$' "$out/$tool.log") skipped; failures and reports:"
+      grep -E "^\[  FAILED  \] .*\)$|ERROR SUMMARY: [1-9]|shard [0-9]+: exit [1-9]" "$out/$tool.log"
     done;;
   bench)
     log_step "cuda-attention-bench ${BENCH_ARGS:-}"
