@@ -106,12 +106,9 @@ TEST(GuardedMemory, TheCallRunsOnCopiesThatEndAtTheGuard) {
   ASSERT_EQ(guarded.guard(e, call.buffers), ATTN_OK);
   for (int i : {0, 1, 3}) {
     EXPECT_NE(call.buffers[i].data, nullptr);
-    if (!guardAtStart())
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(
-                    static_cast<uint8_t *>(call.buffers[i].data) +
-                    call.buffers[i].bytes()) %
-                    4096,
-                0u);
+    const auto start = reinterpret_cast<uintptr_t>(call.buffers[i].data);
+    EXPECT_EQ((guardAtStart() ? start : start + call.buffers[i].bytes()) % 4096,
+              0u);
   }
   EXPECT_NE(call.buffers[0].data, call.read.data());
   EXPECT_EQ(call.buffers[2].data, nullptr);
@@ -122,30 +119,32 @@ TEST(GuardedMemory, TheCallRunsOnCopiesThatEndAtTheGuard) {
   EXPECT_EQ(call.buffers[3].data, call.out.data());
 }
 
-TEST(GuardedMemory, OutputsAndInPlaceInputsComeBackAfterASuccess) {
+/// Runs `call` of threeInputsOneOutput as a run that writes 40 into the
+/// in-place input and 30 into the output, then ends as `succeeded` says.
+void runWritingCall(Call &call, bool succeeded) {
   Entry e = threeInputsOneOutput();
-  Call call;
   GuardedTensors guarded;
-  ASSERT_EQ(guarded.guard(e, call.buffers), ATTN_OK);
+  EXPECT_EQ(guarded.guard(e, call.buffers), ATTN_OK);
   static_cast<float *>(call.buffers[1].data)[0] = 40;
   static_cast<float *>(call.buffers[3].data)[3] = 30;
-  guarded.restore(e, call.buffers, /*succeeded=*/true);
+  guarded.restore(e, call.buffers, succeeded);
+  EXPECT_EQ(call.buffers[1].data, call.updated.data());
+  EXPECT_EQ(call.buffers[3].data, call.out.data());
+}
+
+TEST(GuardedMemory, OutputsAndInPlaceInputsComeBackAfterASuccess) {
+  Call call;
+  runWritingCall(call, /*succeeded=*/true);
   EXPECT_EQ(call.updated, (std::vector<float>{40, 5}));
   EXPECT_EQ(call.out, (std::vector<float>{0, 0, 0, 30}));
   EXPECT_EQ(call.read, (std::vector<float>{1, 2, 3}));
 }
 
 TEST(GuardedMemory, AFailedCallWritesNothing) {
-  Entry e = threeInputsOneOutput();
   Call call;
-  GuardedTensors guarded;
-  ASSERT_EQ(guarded.guard(e, call.buffers), ATTN_OK);
-  static_cast<float *>(call.buffers[1].data)[0] = 40;
-  static_cast<float *>(call.buffers[3].data)[3] = 30;
-  guarded.restore(e, call.buffers, /*succeeded=*/false);
+  runWritingCall(call, /*succeeded=*/false);
   EXPECT_EQ(call.updated, (std::vector<float>{4, 5}));
   EXPECT_EQ(call.out, (std::vector<float>{0, 0, 0, 0}));
-  EXPECT_EQ(call.buffers[1].data, call.updated.data());
 }
 
 TEST(GuardedMemoryDeathTest, AnInputTheEntryOnlyReadsIsReadOnly) {
