@@ -53,14 +53,6 @@ bool GuardedBlock::makeReadOnly() {
 
 GuardedBlock::~GuardedBlock() { munmap(base, mapped); }
 
-namespace {
-/// Whether the entry writes buffer `buffer` (an output or an input updated
-/// in place).
-bool writes(const Entry &e, size_t buffer) {
-  return buffer >= e.inputs.size() || e.inputs[buffer].inPlace;
-}
-} // namespace
-
 attn_status GuardedTensors::guard(const Entry &e,
                                   std::vector<Buffer> &buffers) {
   for (size_t i = 0; i < buffers.size(); ++i) {
@@ -76,7 +68,7 @@ attn_status GuardedTensors::guard(const Entry &e,
                                       "': ATTN_GUARD could not map " +
                                       std::to_string(bytes) + " bytes");
     std::memcpy(block->data, buffers[i].data, bytes);
-    if (!writes(e, i) && !block->makeReadOnly())
+    if (!e.writes(i) && !block->makeReadOnly())
       return fail(ATTN_RUN_ERROR,
                   "entry '" + e.name +
                       "': ATTN_GUARD could not protect an input");
@@ -88,7 +80,7 @@ attn_status GuardedTensors::guard(const Entry &e,
 void GuardedTensors::restore(const Entry &e, std::vector<Buffer> &buffers,
                              bool succeeded) {
   for (size_t i = 0; i < callerData.size(); ++i) {
-    if (succeeded && blocks[i] && writes(e, i))
+    if (succeeded && blocks[i] && e.writes(i))
       std::memcpy(callerData[i], blocks[i]->data, buffers[i].bytes());
     buffers[i].data = callerData[i];
   }

@@ -1,5 +1,4 @@
-//===- GuardedMemory.h - Buffers that end at an inaccessible page -*- C++
-//-*-===//
+//===- GuardedMemory.h - Buffers that end at a guard page ------*- C++ -*-===//
 //
 // ATTN_GUARD=1 in the environment: each CPU call runs on copies of its
 // tensors, and on temporaries, in mappings of their own that end where an

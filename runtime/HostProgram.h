@@ -101,6 +101,12 @@ struct Entry {
   std::string name;
   std::vector<Signature> inputs, outputs;
   Program cpu, cuda;
+
+  /// Whether a call writes its buffer `buffer` (inputs, then outputs): an
+  /// output, or an input updated in place.
+  bool writes(size_t buffer) const {
+    return buffer >= inputs.size() || inputs[buffer].inPlace;
+  }
 };
 
 /// A buffer of the running program: data and shape.

@@ -931,7 +931,7 @@ attn_status runOnCuda(attn_model &model, const Entry &e,
   model.recordKernelMs(kernelMs);
   // The outputs and the inputs updated in place come back.
   for (size_t i = 0; i < hostBuffers.size(); ++i)
-    if ((i >= e.inputs.size() || e.inputs[i].inPlace) &&
+    if (e.writes(i) &&
         !gpu.copyToHost(hostBuffers[i].data,
                         reinterpret_cast<uint64_t>(buffers[i].data),
                         hostBuffers[i].bytes(), error))
