@@ -751,10 +751,9 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
     data = nullptr;
     if (!bytes)
       return ATTN_OK;
-    needed = bytes > SIZE_MAX - needed ? SIZE_MAX : needed + bytes;
     if (guardEachCall()) {
       // The temporary's own size, not the rounded one: no kernel may read
-      // the rounding's slack either.
+      // the rounding's slack either. The workspace is left as it is.
       guardedTemporaries.push_back(GuardedBlock::map(requested));
       if (!guardedTemporaries.back())
         return fail(ATTN_RUN_ERROR, "entry '" + e.name +
@@ -762,16 +761,20 @@ attn_status runOnCpu(attn_model &model, const Entry &e,
                                         "temporary of " +
                                         std::to_string(requested) + " bytes");
       data = guardedTemporaries.back()->data;
-    } else if (bytes <= workspace->capacity - used) {
-      data = workspace->block.get() + used;
-      used += bytes;
     } else {
-      data = std::aligned_alloc(64, bytes);
-      if (!data)
-        return fail(ATTN_RUN_ERROR, "entry '" + e.name +
-                                        "': out of memory for a temporary of " +
-                                        std::to_string(bytes) + " bytes");
-      overflow.emplace_back(data, &std::free);
+      needed = bytes > SIZE_MAX - needed ? SIZE_MAX : needed + bytes;
+      if (bytes <= workspace->capacity - used) {
+        data = workspace->block.get() + used;
+        used += bytes;
+      } else {
+        data = std::aligned_alloc(64, bytes);
+        if (!data)
+          return fail(ATTN_RUN_ERROR,
+                      "entry '" + e.name +
+                          "': out of memory for a temporary of " +
+                          std::to_string(bytes) + " bytes");
+        overflow.emplace_back(data, &std::free);
+      }
     }
     if (poisonEachCall())
       std::memset(data, kPoisonByte, guardEachCall() ? requested : bytes);
