@@ -238,22 +238,50 @@ void SimtEmitter::stageRows(
         store(loadOrZero(valid, from, at), to, target);
     }
   };
-  // The usual case (whole pieces, the threads a multiple of a row's and
-  // the copies of the threads): a thread's column is the same in every
-  // pass, and the passes are unrolled, so each copy costs its row's address
-  // and predicate alone (a loop spent as much again on the index arithmetic
-  // and induction variables).
+  // Which copy a thread makes: consecutive threads take consecutive
+  // pieces of a row, or, in a core-matrix tiled tile, the 8 rows of a core
+  // matrix first. There one row's 16-byte pieces lie 128 bytes apart, in
+  // the same 4 of shared memory's 32 banks, so a warp writing 2 rows' 16
+  // pieces (D = 128) would take 4 times the wavefronts it needs; 8 threads
+  // down a core matrix write its 128 contiguous bytes instead (a warp: 4
+  // whole core matrices), and still read 64 contiguous bytes of each row.
+  const bool coreMatrixOrder =
+      pieces &&
+      cast<MemRefType>(fromTo.front().second.getType()).getRank() == 4 &&
+      step == WarpMmaOp::kCoreMatrixSide && count % step == 0 &&
+      threads % step == 0;
+  const int64_t unit = coreMatrixOrder ? WarpMmaOp::kCoreMatrixSide : 1;
+  // Copy i is piece (i / unit) % perRow of row (i / unit / perRow) unit +
+  // i % unit.
+  const int64_t unitThreads = threads / unit;
+  // The usual case (whole pieces, a pass of the threads over whole units of
+  // rows or a row's pieces a whole number of passes): each thread's row and
+  // column are its own base plus a constant of the pass, and the passes are
+  // unrolled, so each copy costs its row's address and predicate alone (a
+  // loop spent as much again on the index arithmetic and induction
+  // variables).
   const int64_t maxUnrolledPasses = 32;
-  if (pieces && threads % perRow == 0 && copies % threads == 0 &&
-      copies / threads <= maxUnrolledPasses) {
-    Value firstRow = div(thread, index(perRow));
-    Value d = mul(rem(thread, index(perRow)), index(step));
-    for (int64_t pass = 0; pass < copies / threads; ++pass)
-      copy(add(firstRow, index(pass * (threads / perRow))), d);
+  if (pieces && threads % unit == 0 &&
+      (unitThreads % perRow == 0 || perRow % unitThreads == 0) &&
+      copies % threads == 0 && copies / threads <= maxUnrolledPasses) {
+    Value group = div(thread, index(unit)), inUnit = rem(thread, index(unit));
+    const bool wholeRows = unitThreads % perRow == 0;
+    Value firstRow =
+        wholeRows ? add(mul(div(group, index(perRow)), index(unit)), inUnit)
+                  : inUnit;
+    Value firstPiece =
+        mul(wholeRows ? rem(group, index(perRow)) : group, index(step));
+    for (int64_t pass = 0; pass < copies / threads; ++pass) {
+      const int64_t passGroup = pass * unitThreads;
+      copy(add(firstRow, index(passGroup / perRow * unit)),
+           add(firstPiece, index(passGroup % perRow * step)));
+    }
     return;
   }
   loop(thread, index(copies), index(threads), [&](Value i) {
-    copy(div(i, index(perRow)), mul(rem(i, index(perRow)), index(step)));
+    Value group = div(i, index(unit));
+    copy(add(mul(div(group, index(perRow)), index(unit)), rem(i, index(unit))),
+         mul(rem(group, index(perRow)), index(step)));
   });
 }
 
