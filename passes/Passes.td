@@ -444,6 +444,40 @@ def AttnPoisonKernelBuffers : Pass<"attn-poison-kernel-buffers"> {
   ];
 }
 
+def AttnReportBankConflicts : Pass<"attn-report-bank-conflicts"> {
+  let summary = "Test aid: the shared-memory wavefronts of the CUDA block "
+                "kernels' accesses, where they take more than they need";
+  let description = [{
+    Shared memory serves a warp's access in wavefronts of at most one 4-byte
+    word per bank of 32 (accesses of 8 or 16 bytes a lane in phases of 16
+    or 8 lanes); lanes that touch different words of one bank take a
+    wavefront each (a bank conflict), lanes that touch the same word share
+    it. A kernel with such conflicts computes the right answer, so no test
+    of results sees them, and no GPU is needed to find them: this pass
+    finds them in the block kernels of -attn-gpu-dispatches, before
+    outlining.
+
+    For each access to an `attn.shared` buffer in a thread loop
+    (`memref.load` / `store`, `vector.load` / `store`, the target of
+    `attn_kernel.async_copy`) it evaluates the byte each thread of the block
+    addresses on the access's first execution (the thread loop's index as
+    the thread, the first iteration of loops inside it, values from outside
+    the thread loop that are not constants as 0: a uniform shift changes no
+    conflict), leaves out the threads whose `scf.if` conditions or loop
+    bounds say they skip it, and counts each warp's wavefronts. It emits a
+    remark on each access that takes more than the fewest its bytes need
+    (with `all`, on every access it can evaluate), and on each kernel a
+    summary: how many accesses were evaluated, how many take more, and
+    how many could not be evaluated (an address from a value the thread
+    loads). The operands of `attn_kernel.warp_mma` (`ldmatrix`, or wgmma's
+    descriptors) are not counted.
+  }];
+  let options = [
+    Option<"all", "all", "bool", /*default=*/"false",
+           "a remark on every evaluated access, not only the conflicted">
+  ];
+}
+
 def AttnAsyncCopyToNvvm : Pass<"attn-async-copy-to-nvvm"> {
   let summary = "attn_kernel.async_copy as cp.async";
   let description = [{
