@@ -227,14 +227,16 @@ std::optional<SharedAccess> sharedAccessOf(Operation *op) {
       .Default([](Operation *) { return std::nullopt; });
 }
 
-/// The shared buffer (`memref.alloca {attn.shared}`) that `memref` is or
-/// is a view of, or null.
+/// The shared buffer (`memref.alloca {attn.shared}`, of a static shape as
+/// every block kernel's) that `memref` is or is a view of, or null.
 memref::AllocaOp sharedBufferOf(Value memref) {
   while (auto view = memref.getDefiningOp<memref::SubViewOp>())
     memref = view.getSource();
   auto alloca = memref.getDefiningOp<memref::AllocaOp>();
-  return alloca && alloca->hasAttr(kSharedBufferAttr) ? alloca
-                                                      : memref::AllocaOp();
+  return alloca && alloca->hasAttr(kSharedBufferAttr) &&
+                 alloca.getType().hasStaticShape()
+             ? alloca
+             : memref::AllocaOp();
 }
 
 /// The element offset in its shared buffer of element `indices` of
