@@ -466,7 +466,8 @@ def AttnReportBankConflicts : Pass<"attn-report-bank-conflicts"> {
     conflict), leaves out the threads whose `scf.if` conditions or loop
     bounds say they skip it, and counts each warp's wavefronts. It emits a
     remark on each access that takes more than the fewest its bytes need
-    (with `all`, on every access it can evaluate), and on each kernel a
+    (with `all`, on every access it can evaluate), with the times the loops
+    around it in its thread loop run it, and on each kernel a
     summary: how many accesses were evaluated, how many take more, and
     how many could not be evaluated (an address from a value the thread
     loads). The operands of `attn_kernel.warp_mma` (`ldmatrix`, or wgmma's

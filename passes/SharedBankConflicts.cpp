@@ -22,8 +22,6 @@
 #include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FormatVariadic.h"
 
-#include <set>
-
 namespace mlir::attn {
 #define GEN_PASS_DEF_ATTNREPORTBANKCONFLICTS
 #include "passes/Passes.h.inc"
@@ -34,8 +32,7 @@ using namespace mlir::attn;
 
 namespace {
 
-constexpr int64_t kWarpThreads = 32, kBanks = 32, kBankBytes = 4;
-constexpr int64_t kWavefrontBytes = kBanks * kBankBytes;
+constexpr int64_t kWarpThreads = 32;
 
 /// The integer and index values of a thread loop's body as one thread of
 /// the block computes them on the body's first pass: the loop's index is
@@ -320,34 +317,6 @@ struct ThreadAddress {
   int64_t byte = 0;
 };
 
-/// The wavefronts a warp takes for an access of `bytes` a lane at these
-/// addresses (lane order), and the fewest its distinct words need.
-std::pair<int64_t, int64_t> wavefronts(ArrayRef<ThreadAddress> lanes,
-                                       int64_t bytes) {
-  // Lanes of 8 bytes are served in phases of 16, of 16 bytes in phases of
-  // 8 (each phase one wavefront at best).
-  const int64_t phaseLanes =
-      std::clamp<int64_t>(kWavefrontBytes / bytes, 1, kWarpThreads);
-  int64_t taken = 0, fewest = 0;
-  for (size_t first = 0; first < lanes.size(); first += phaseLanes) {
-    std::set<int64_t> words;
-    for (const ThreadAddress &lane : lanes.slice(
-             first, std::min<size_t>(phaseLanes, lanes.size() - first))) {
-      if (!lane.runs)
-        continue;
-      for (int64_t word = lane.byte / kBankBytes;
-           word * kBankBytes < lane.byte + bytes; ++word)
-        words.insert(word);
-    }
-    SmallVector<int64_t> perBank(kBanks, 0);
-    for (int64_t word : words)
-      ++perBank[word % kBanks];
-    taken += *llvm::max_element(perBank);
-    fewest += llvm::divideCeil(words.size(), kBanks);
-  }
-  return {taken, fewest};
-}
-
 struct AttnReportBankConflicts final
     : mlir::attn::impl::AttnReportBankConflictsBase<AttnReportBankConflicts> {
   using Base::Base;
@@ -441,10 +410,11 @@ struct AttnReportBankConflicts final
       }
       int64_t taken = 0, fewest = 0;
       for (size_t warp = 0; warp < perThread.size(); warp += kWarpThreads) {
-        auto [warpTaken, warpFewest] = wavefronts(
-            ArrayRef(perThread).slice(
-                warp, std::min<size_t>(kWarpThreads, perThread.size() - warp)),
-            access.bytes);
+        SmallVector<std::optional<int64_t>> lanes;
+        for (const ThreadAddress &lane : ArrayRef(perThread).slice(
+                 warp, std::min<size_t>(kWarpThreads, perThread.size() - warp)))
+          lanes.push_back(lane.runs ? std::optional(lane.byte) : std::nullopt);
+        auto [warpTaken, warpFewest] = sharedWavefronts(lanes, access.bytes);
         taken += warpTaken;
         fewest += warpFewest;
       }
@@ -465,7 +435,7 @@ struct AttnReportBankConflicts final
             << access.bytes << " bytes a thread into "
             << sharedBufferOf(access.memref).getType() << ": " << taken
             << " wavefronts in the block's warps, " << fewest
-            << " at the least";
+            << " at the least, " << trips << " times a thread loop";
     }
   }
 };

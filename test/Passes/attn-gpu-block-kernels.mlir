@@ -29,17 +29,18 @@
 // OUTLINE-COUNT-3:     gpu.barrier
 // OUTLINE:         gpu.return
 // The gate is a block kernel too (a block per 16 rows): its rows' indices
-// (batch, head, step), its rows of o and z (16 x (24 + 4) floats, copied
-// as stored), the weights, the rows' partial sums of squares (8 a row) and
+// (batch, head, step), its rows of o and z (16 x (24 + 16) floats, copied
+// as stored, padded so that the partial sums' lanes meet different banks),
+// the weights, the rows' partial sums of squares (8 a row, padded to 9) and
 // their scales in shared memory, a barrier after each of its five thread
 // loops.
 // OUTLINE:       gpu.func @gdn__gate5
 // OUTLINE:         memref.view %{{.+}}[%c0{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x3xi64, #gpu.address_space<workgroup>>
-// OUTLINE:         memref.view %{{.+}}[%c384{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x28xf32, #gpu.address_space<workgroup>>
-// OUTLINE:         memref.view %{{.+}}[%c2176{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x28xf32, #gpu.address_space<workgroup>>
-// OUTLINE:         memref.view %{{.+}}[%c3968{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<1x24xf32, #gpu.address_space<workgroup>>
-// OUTLINE:         memref.view %{{.+}}[%c4064{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x8xf32, #gpu.address_space<workgroup>>
-// OUTLINE:         memref.view %{{.+}}[%c4576{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16xf32, #gpu.address_space<workgroup>>
+// OUTLINE:         memref.view %{{.+}}[%c384{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x40xf32, #gpu.address_space<workgroup>>
+// OUTLINE:         memref.view %{{.+}}[%c2944{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x40xf32, #gpu.address_space<workgroup>>
+// OUTLINE:         memref.view %{{.+}}[%c5504{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<1x24xf32, #gpu.address_space<workgroup>>
+// OUTLINE:         memref.view %{{.+}}[%c5600{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16x9xf32, #gpu.address_space<workgroup>>
+// OUTLINE:         memref.view %{{.+}}[%c6176{{.*}}][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<16xf32, #gpu.address_space<workgroup>>
 // OUTLINE-COUNT-5: gpu.barrier
 // OUTLINE-NOT:     gpu.barrier
 // OUTLINE:         gpu.return

@@ -310,7 +310,7 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         %[[VALUES:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK-COUNT-4: memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16xf32>
 // CHECK:         %[[A:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x20xf32>
-// CHECK:         %[[T:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x17xf32>
+// CHECK:         %[[T:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x48xf32>
 // CHECK-NOT:     attn.shared
 // CHECK:         attn_kernel.async_copy %arg1[{{.+}}], %[[KEYS]][{{.+}}] if(%{{.+}}) elements(4)
 // CHECK:         memref.load %arg3
@@ -356,11 +356,11 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:         %[[K0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         %[[W0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         %[[G0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x2xf32>
-// CHECK:         %[[U0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         %[[U0:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x40xf32>
 // CHECK:         %[[K1:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         %[[W1:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x2xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x36xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x40xf32>
 // CHECK:         %[[ST:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x36xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x20xf32>
 // The lanes' fragments of S^T (16 columns, 16 of Dk = 32 per warp) and of
@@ -390,7 +390,7 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK:           } {attn.threads}
 // CHECK:           %[[COLUMNS0:.+]] = memref.subview %[[ST]][%{{.+}}, 0] [16, 36] [1, 1]
 // CHECK:           attn_kernel.warp_mma %[[W0]], %[[COLUMNS0]], %{{.+}} rows(%{{.+}}) lane(%{{.+}}) n(16) k(32) {acc_fragment, rhs_transposed}
-// CHECK:           memref.load %[[U0]]
+// CHECK:           vector.load %[[U0]][{{.+}}] {alignment = 8 : i64} : memref<16x40xf32>, vector<2xf32>
 // CHECK:           memref.store %{{.+}}, %arg12[%c0,
 // CHECK:           } {attn.threads}
 // CHECK:           %[[KEYS0:.+]] = memref.subview %[[K0]][0, %{{.+}}] [16, 16] [1, 1]
@@ -464,10 +464,10 @@ func.func @layer(%q: tensor<?x8x?x64xf32> {attn.name = "q"},
 // CHECK-SAME:    attn.block_kernel
 // CHECK-SAME:    attn.kernel = "rmsnorm_gate"
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x3xi64>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x28xf32>
-// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x28xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x40xf32>
+// CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x40xf32>
 // CHECK:         memref.alloca() {alignment = 16 : i64, attn.shared} : memref<1x24xf32>
-// CHECK:         %[[PARTIAL:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x8xf32>
+// CHECK:         %[[PARTIAL:.+]] = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<16x9xf32>
 // CHECK:         } {attn.threads}
 // CHECK:         attn_kernel.async_copy %arg0[{{.+}}] if(%{{.+}}) elements(4)
 // CHECK:         attn_kernel.async_copy %arg1[{{.+}}] if(%{{.+}}) elements(4)

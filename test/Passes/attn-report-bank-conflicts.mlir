@@ -59,3 +59,26 @@ func.func @guarded(%x: f32, %n: index, %block: index) attributes {attn.block_ker
   } {attn.threads}
   return
 }
+
+// -----
+
+// Each access counts as often as the loops around it in its thread loop
+// run: a column store 4 times in a loop (32 wavefronts of 1 each time)
+// weighs 4 times a row store outside it.
+// expected-remark @below {{looped: 1 of 2 shared accesses take more wavefronts than they need (the worst 32.0x), 0 not evaluated; 25.80x the fewest wavefronts in all, weighted by trips}}
+func.func @looped(%x: f32, %block: index) attributes {attn.block_kernel} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c4 = arith.constant 4 : index
+  %c32 = arith.constant 32 : index
+  %tile = memref.alloca() {alignment = 16 : i64, attn.shared} : memref<32x32xf32>
+  scf.parallel (%t) = (%c0) to (%c32) step (%c1) {
+    scf.for %i = %c0 to %c4 step %c1 {
+      // expected-remark @below {{shared store of 4 bytes a thread into 'memref<32x32xf32>': 32 wavefronts in the block's warps, 1 at the least, 4 times a thread loop}}
+      memref.store %x, %tile[%t, %i] : memref<32x32xf32>
+    }
+    memref.store %x, %tile[%c0, %t] : memref<32x32xf32>
+    scf.reduce
+  } {attn.threads}
+  return
+}

@@ -39,6 +39,8 @@
 
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
+#include <set>
+
 using namespace mlir;
 using namespace mlir::attn;
 
@@ -176,6 +178,62 @@ void SimtEmitter::eachThread(function_ref<void(Value thread)> body, Sync sync) {
 void SimtEmitter::forAll(Value count, function_ref<void(Value i)> body) {
   eachThread([&](Value thread) {
     loop(thread, count, index(blockThreads), [&](Value i) { body(i); });
+  });
+}
+
+/// The byte at which a lane reads or writes element [row, col] of the
+/// shared `buffer` (rows of its last dimension).
+static int64_t sharedByteOf(Value buffer, int64_t row, int64_t col) {
+  auto type = cast<MemRefType>(buffer.getType());
+  const int64_t bytes = type.getElementTypeBitWidth() / 8;
+  return (row * type.getShape().back() + col) * bytes;
+}
+
+void SimtEmitter::forAllTransposing(int64_t rows, int64_t cols, Value from,
+                                    Value to,
+                                    function_ref<void(Value r, Value c)> body) {
+  constexpr int64_t lanes = 32;
+  // The wavefronts of a warp whose lane l takes element at(l).
+  auto cost = [&](function_ref<std::pair<int64_t, int64_t>(int64_t)> at) {
+    SmallVector<std::optional<int64_t>> reads, writes;
+    for (int64_t lane = 0; lane < std::min(lanes, rows * cols); ++lane) {
+      auto [r, c] = at(lane);
+      reads.push_back(sharedByteOf(from, r, c));
+      writes.push_back(sharedByteOf(to, c, r));
+    }
+    auto bytesOf = [](Value buffer) {
+      return int64_t(
+          cast<MemRefType>(buffer.getType()).getElementTypeBitWidth() / 8);
+    };
+    return sharedWavefronts(reads, bytesOf(from)).first +
+           sharedWavefronts(writes, bytesOf(to)).first;
+  };
+  // Lanes in row order, as forAll takes them; then the tiles that divide
+  // the block.
+  int64_t best = cost([&](int64_t l) { return std::pair{l / cols, l % cols}; });
+  int64_t laneRows = 0;
+  for (int64_t candidate = 1; candidate <= lanes; candidate *= 2) {
+    const int64_t laneCols = lanes / candidate;
+    if (rows % candidate || cols % laneCols)
+      continue;
+    const int64_t wavefronts = cost([&](int64_t l) {
+      return std::pair{l / laneCols, l % laneCols};
+    });
+    if (wavefronts < best)
+      best = wavefronts, laneRows = candidate;
+  }
+  if (!laneRows)
+    return forAll(index(rows * cols), [&](Value x) {
+      body(div(x, index(cols)), rem(x, index(cols)));
+    });
+  const int64_t laneCols = lanes / laneRows, tilesAcross = cols / laneCols;
+  forAll(index(rows * cols), [&](Value x) {
+    Value tile = div(x, index(lanes)), lane = rem(x, index(lanes));
+    Value r = add(mul(div(tile, index(tilesAcross)), index(laneRows)),
+                  div(lane, index(laneCols)));
+    Value c = add(mul(rem(tile, index(tilesAcross)), index(laneCols)),
+                  rem(lane, index(laneCols)));
+    body(r, c);
   });
 }
 
@@ -829,4 +887,30 @@ func::FuncOp mlir::attn::buildSimtRaggedPlanKernel(
   });
   func::ReturnOp::create(b);
   return func;
+}
+
+std::pair<int64_t, int64_t>
+mlir::attn::sharedWavefronts(ArrayRef<std::optional<int64_t>> laneBytes,
+                             int64_t bytes) {
+  constexpr int64_t banks = 32, bankBytes = 4, wavefrontBytes = 128;
+  const int64_t phaseLanes =
+      std::clamp<int64_t>(wavefrontBytes / bytes, 1, int64_t(laneBytes.size()));
+  int64_t taken = 0, fewest = 0;
+  for (size_t first = 0; first < laneBytes.size(); first += phaseLanes) {
+    std::set<int64_t> words;
+    for (std::optional<int64_t> byte : laneBytes.slice(
+             first, std::min<size_t>(phaseLanes, laneBytes.size() - first))) {
+      if (!byte)
+        continue;
+      for (int64_t word = *byte / bankBytes; word * bankBytes < *byte + bytes;
+           ++word)
+        words.insert(word);
+    }
+    SmallVector<int64_t> perBank(banks, 0);
+    for (int64_t word : words)
+      ++perBank[word % banks];
+    taken += *llvm::max_element(perBank);
+    fewest += llvm::divideCeil(words.size(), banks);
+  }
+  return {taken, fewest};
 }

@@ -166,6 +166,14 @@ struct SimtEmitter : KernelEmitter {
   /// Runs `body(i)` for every i in [0, count), spread over the block's
   /// threads (thread t takes i = t, t + blockThreads, ...), then waits.
   void forAll(Value count, function_ref<void(Value i)> body);
+  /// forAll over the [rows, cols] elements of a block that a body reads at
+  /// [r, c] of the shared `from` and writes at [c, r] of the shared `to`
+  /// (a transposition): each warp's 32 lanes take a tile of laneRows x (32
+  /// / laneRows) elements that divides the block, the one of the fewest
+  /// wavefronts between the read and the write at these buffers' widths,
+  /// or forAll's lanes along rows where none takes fewer than those.
+  void forAllTransposing(int64_t rows, int64_t cols, Value from, Value to,
+                         function_ref<void(Value r, Value c)> body);
   /// forAll for a body that loads, then stores what it loaded: each thread
   /// takes `batch` of its indices a step (i, i + blockThreads, ...) and
   /// makes all their loads (`load(i, inRange)`; past `count` inRange is
@@ -231,6 +239,14 @@ struct SimtEmitter : KernelEmitter {
 
   int64_t blockThreads;
 };
+
+/// The wavefronts one warp's access to shared memory of `bytes` a lane
+/// takes at these byte addresses (lanes in order, none for a lane that does
+/// not take part), and the fewest its distinct 4-byte words need: 32 banks
+/// of 4 bytes, lanes of 8 bytes served in phases of 16 and of 16 bytes in
+/// phases of 8, each phase a wavefront at best.
+std::pair<int64_t, int64_t>
+sharedWavefronts(ArrayRef<std::optional<int64_t>> laneBytes, int64_t bytes);
 
 /// Where lane `lane`'s elements of an mma.m16n8k16 accumulator fragment
 /// lie in a warp's 16-row tile from row `row` (attn_kernel.warp_mma): with

@@ -116,9 +116,11 @@
 #include "passes/kernels/cuda/SimtKernels.h"
 
 #include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "llvm/Support/MathExtras.h"
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <optional>
 
@@ -275,18 +277,52 @@ struct FragmentElement {
   Value owned;
 };
 
+/// The lane's two elements of an accumulator fragment in one row, at
+/// columns `column` (even) and `column` + 1: what a lane reads of a row of
+/// f32 at them takes one 8-byte access.
+struct FragmentPair {
+  Value row, column;
+  std::array<SmallVector<Value, 2>, 2> at;
+  Value owned;
+};
+
 /// A chunk's staged inputs in shared memory: its k rows as stored (zero
 /// rows past its steps and zero features past Dk; in the chain of a rule
 /// with a decay per key feature the keys decayed to the chunk's last step,
 /// as the parts), W's rows (the chain of a delta rule), G and 1 / |k| per
 /// step ([C, 2], f32), the chain's values for its column tile ([C, columns
-/// + 4]: U in f32 for the delta rules, else v as stored) and, the chain of
-/// a decay per key feature, G of the chunk's last step as copied, then
+/// + valuePadding]: U in f32 for the delta rules, else v as stored) and, the
+/// chain of a decay per key feature, G of the chunk's last step as copied, then
 /// exp(G) ([1, Dkp], f32: exponentiateLastDecay).
 struct ChunkStage {
   Parts keys, w;
   Value scales, values, lastDecay;
 };
+
+/// The least row width of at least `least` f32 words that is `residue`
+/// modulo `modulus`.
+int64_t widthAt(int64_t least, int64_t residue, int64_t modulus) {
+  return least + ((residue - least % modulus) % modulus + modulus) % modulus;
+}
+
+/// The local kernel's f32 A, [C, transformWidth(C)]: the accumulator
+/// fragments' stores (lane l at row l / 4, column 2 (l % 4)) meet 2 lanes
+/// a bank at a stride of 4 modulo 8 banks, the least scalar stores can (an
+/// even stride leaves 16 banks to 32 lanes, an odd one the same on odd
+/// rows), and the substitution's two blocks in a warp, 16 rows and columns
+/// apart, meet none (16 (W + 1) banks apart: W even). 16-byte rows, so
+/// that it can hold T diag(w)'s one f32 part (allocateLocalBuffers).
+int64_t transformWidth(int64_t chunkSize) {
+  return widthAt(chunkSize + 1, 4, 8);
+}
+
+/// The local kernel's T, [C, inverseWidth(C)]: the block sums' stores put
+/// two rows of 16 columns in a warp, which a stride of 16 modulo 32 banks
+/// keeps apart, and the column walks' two blocks in a warp, 16 rows and
+/// columns apart, need an even stride.
+int64_t inverseWidth(int64_t chunkSize) {
+  return widthAt(chunkSize + 1, 16, 32);
+}
 
 /// The chain (ChunkMmaKernel::States) or the outputs
 /// (ChunkMmaKernel::Outputs) of the file comment: the two share the
@@ -429,6 +465,10 @@ private:
   void eachFragmentElement(Value firstRow, Value lane, int64_t tiles, int64_t n,
                            Value warp,
                            function_ref<void(const FragmentElement &)> body);
+  /// eachFragmentElement by the lane's pairs of adjacent elements.
+  void eachFragmentPair(Value firstRow, Value lane, int64_t tiles, int64_t n,
+                        Value warp,
+                        function_ref<void(const FragmentPair &)> body);
   /// acc (+)= lhs rhs over the parts, smaller terms first: lo hi, hi lo,
   /// hi hi. The accumulator is the lane's fragment; `lhsFragments`: lhs
   /// parts are the warp's fragments (register buffers).
@@ -638,8 +678,8 @@ void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
   // A's buffer (which then shares its padding), keeping two f32 blocks
   // to an SM at Dk = Dv = 128.
   const bool onePartF32 = mma.computedParts == 1 && mma.product.isF32();
-  transform = e.shared({C, C + (onePartF32 ? pad : 1)});
-  inverse = e.shared({C, C + 1});
+  transform = e.shared({C, transformWidth(C)});
+  inverse = e.shared({C, inverseWidth(C)});
   weighted = onePartF32 ? Parts{transform}
                         : sharedParts(mma.computedParts, {C, C + pad});
   const int64_t fragmentColumns = WarpMmaOp::kFragmentColumns;
@@ -1021,21 +1061,31 @@ void SimtMmaRecurrenceKernel::projectValues(const ChunkStage &stage,
     multiply(stage.w, sliceParts(stateCopy, 0, w.columnFirst, columnRange),
              projected, row, lane, /*n=*/columnRange, /*k=*/Dkp,
              /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
-    eachFragmentElement(
+    eachFragmentPair(
         row, lane, tilesPerWarp, columnRange, w.tile,
-        [&](const FragmentElement &x) {
+        [&](const FragmentPair &x) {
           ifOwned(x.owned, [&] {
-            Value t = x.row, c = e.add(w.columnFirst, x.column);
-            Value value = e.fsub(e.load(stage.values, {t, c}),
-                                 e.load(projected, x.at));
-            e.ifThen(both(lt(t, n), isColumn(c)), [&] {
-              storeTemporaryParts(e, value, temporaries.projected,
-                  seq->stepFeature(hv, e.add(first, t), columnOf(c)));
-            });
-            Value update =
-                e.fmul(value, e.fmul(decayBetween(stage.scales, last, t),
-                                     keyScaleOf(stage.scales, t)));
-            storeParts(update, updateOperand, {c, t});
+            Value t = x.row, firstColumn = e.add(w.columnFirst, x.column);
+            // U's two columns in one 8-byte load: U's rows, 8 or 24 banks
+            // apart (valuePadding), give each 16 lanes 32 banks.
+            Value u = vector::LoadOp::create(
+                b, VectorType::get({2}, b.getF32Type()), stage.values,
+                ValueRange{t, firstColumn}, /*nontemporal=*/false,
+                llvm::MaybeAlign(8));
+            for (int64_t el = 0; el < 2; ++el) {
+              Value c = e.add(firstColumn, e.index(el));
+              Value value = e.fsub(vector::ExtractOp::create(b, u, el),
+                                   e.load(projected, x.at[el]));
+              e.ifThen(both(lt(t, n), isColumn(c)), [&] {
+                storeTemporaryParts(
+                    e, value, temporaries.projected,
+                    seq->stepFeature(hv, e.add(first, t), columnOf(c)));
+              });
+              Value update =
+                  e.fmul(value, e.fmul(decayBetween(stage.scales, last, t),
+                                       keyScaleOf(stage.scales, t)));
+              storeParts(update, updateOperand, {c, t});
+            }
           });
         });
   });
@@ -1048,14 +1098,13 @@ void SimtMmaRecurrenceKernel::prepareUpdate(const ChunkStage &stage,
   // stored; past the chunk's steps, 1 / |k| is 0).
   if (featureDecay)
     e.eachThread([&](Value thread) { exponentiateLastDecay(stage, thread); });
-  Value width = e.index(columns);
-  e.forAll(e.index(C * columns), [&](Value x) {
-    Value t = e.div(x, width), c = e.rem(x, width);
-    Value v = e.load(stage.values, {t, c});
-    Value u = e.fmul(v, e.fmul(decayBetween(stage.scales, last, t),
-                               keyScaleOf(stage.scales, t)));
-    storeParts(u, updateOperand, {c, t});
-  });
+  e.forAllTransposing(
+      C, columns, stage.values, updateOperand[0], [&](Value t, Value c) {
+        Value v = e.load(stage.values, {t, c});
+        Value u = e.fmul(v, e.fmul(decayBetween(stage.scales, last, t),
+                                   keyScaleOf(stage.scales, t)));
+        storeParts(u, updateOperand, {c, t});
+      });
 }
 
 void SimtMmaRecurrenceKernel::exponentiateLastDecay(const ChunkStage &stage,
@@ -1712,6 +1761,15 @@ Parts SimtMmaRecurrenceKernel::sliceParts(ArrayRef<Value> parts, int64_t dim,
 void SimtMmaRecurrenceKernel::eachFragmentElement(
     Value firstRow, Value lane, int64_t tiles, int64_t n, Value warp,
     function_ref<void(const FragmentElement &)> body) {
+  eachFragmentPair(firstRow, lane, tiles, n, warp, [&](const FragmentPair &x) {
+    for (int64_t el = 0; el < 2; ++el)
+      body({x.row, el ? e.add(x.column, c1) : x.column, x.at[el], x.owned});
+  });
+}
+
+void SimtMmaRecurrenceKernel::eachFragmentPair(
+    Value firstRow, Value lane, int64_t tiles, int64_t n, Value warp,
+    function_ref<void(const FragmentPair &)> body) {
   const int64_t blocks = n / WarpMmaOp::kFragmentColumns;
   for (int64_t tile = 0; tile < tiles; ++tile) {
     Value tileRow = e.add(firstRow, e.index(tile * WarpMmaOp::kRows));
@@ -1721,12 +1779,14 @@ void SimtMmaRecurrenceKernel::eachFragmentElement(
                      e.div(e.div(tileRow, c16), e.index(tilesPerWarp)), warp);
     MmaFragmentLayout layout(e, tileRow, lane);
     for (int64_t block = 0; block < blocks; ++block)
-      for (int64_t half = 0; half < 2; ++half)
-        for (int64_t el = 0; el < 2; ++el)
-          body({layout.accRow(e, half),
-                layout.accColumn(e, e.index(block), el),
-                {e.index(tile * blocks + block), e.index(2 * half + el)},
-                owned});
+      for (int64_t half = 0; half < 2; ++half) {
+        Value fragment = e.index(tile * blocks + block);
+        body({layout.accRow(e, half),
+              layout.accColumn(e, e.index(block), 0),
+              {SmallVector<Value, 2>{fragment, e.index(2 * half)},
+               SmallVector<Value, 2>{fragment, e.index(2 * half + 1)}},
+              owned});
+      }
   }
 }
 
@@ -1773,7 +1833,11 @@ int64_t SimtMmaRecurrenceTiling::rowPadding() const {
 
 int64_t
 SimtMmaRecurrenceTiling::valuePadding(const LinearRecurrenceShape &shape) const {
-  return 16 / (shape.isDelta() ? 4 : storageBytes);
+  // U (f32) is read by fragment pairs (projectValues), whose 16 lanes of a
+  // phase take rows 0-3 of 8 words each: rows 8 (or 24) banks apart, as
+  // columns, a multiple of 16, plus 8 make them. v as stored is read by
+  // forAllTransposing, which fits its tiles to the width.
+  return shape.isDelta() ? 8 : 16 / storageBytes;
 }
 
 int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
@@ -1817,11 +1881,11 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
       total += buffer(C * C, 1);
     if (delta && featureDecay)
       total += decayedProducts;
-    if (delta && computedParts == 1 && product.isF32())
-      total += buffer(C, 4) + buffer(C * (C + pad), 4) + buffer(C * (C + 1), 4);
-    else if (delta)
-      total += buffer(C, 4) + 2 * buffer(C * (C + 1), 4) +
-               operand(computedParts, C, C);
+    if (delta)
+      total += buffer(C, 4) + buffer(C * transformWidth(C), 4) +
+               buffer(C * inverseWidth(C), 4);
+    if (delta && !(computedParts == 1 && product.isF32()))
+      total += operand(computedParts, C, C);
     return total;
   }
   // A stage (ChunkStage): k (decayed, as the parts, in the chain of a

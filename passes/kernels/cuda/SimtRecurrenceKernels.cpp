@@ -629,10 +629,33 @@ Value mlir::attn::storedElement(SimtEmitter &e, ArrayRef<Value> parts,
   return x;
 }
 
+/// The columns a thread summing a row of the shared `rows` [R, W] starts
+/// from, per row: rows whose stride in 4-byte words is even start a word
+/// further on than the row before, so that the rows of a warp's threads,
+/// walked in step, meet 32 different banks (a stride of W + 1 words, odd)
+/// rather than the few an even stride leaves them (4 of 32 at W = 136
+/// bf16). 0 where the stride is odd already or no whole number of words.
+static int64_t rowSkewColumns(Value rows) {
+  auto type = cast<MemRefType>(rows.getType());
+  const int64_t bytes = type.getElementTypeBitWidth() / 8;
+  const int64_t strideBytes = type.getShape().back() * bytes;
+  if (bytes == 0 || bytes > 4 || strideBytes % 4 || (strideBytes / 4) % 2)
+    return 0;
+  return 4 / bytes;
+}
+
 Value mlir::attn::sharedRowNormInverse(SimtEmitter &e, ArrayRef<Value> parts,
                                        Value row, int64_t dim) {
-  Value squares = e.sumOver(e.index(0), e.index(dim), [&](Value i) {
-    Value x = storedElement(e, parts, row, i);
+  // Row r is summed from column (r skew) mod dim round to the column
+  // before it (the same sum in another order).
+  Value first = e.index(0), width = e.index(dim);
+  if (int64_t skew = rowSkewColumns(parts[0]))
+    first = e.rem(e.mul(row, e.index(skew)), width);
+  Value squares = e.sumOver(e.index(0), width, [&](Value i) {
+    Value column = e.add(first, i);
+    column = e.select(e.icmp(arith::CmpIPredicate::ult, column, width), column,
+                      e.sub(column, width));
+    Value x = storedElement(e, parts, row, column);
     return e.fmul(x, x);
   });
   return e.fdiv(e.scalar(1.0),
@@ -782,17 +805,36 @@ func::FuncOp mlir::attn::buildSimtRmsNormGateKernel(
   // vector s of row j; each group's sum of squares in kSumsPerGroup
   // interleaved partial sums over the block's threads, then combined; then
   // every element again, consecutive threads on consecutive elements.
+  const int64_t kSumsPerGroup = 8;
   Type storage = KernelEmitter::storageType(output);
-  const int64_t lanes = 16 / (storage.getIntOrFloatBitWidth() / 8);
+  const int64_t elementBytes = storage.getIntOrFloatBitWidth() / 8;
+  const int64_t lanes = 16 / elementBytes;
   const int64_t padded = roundUp(Dv, lanes);
-  // Vectors padded by 16 bytes: the sums' rows fall on different banks.
-  Value outputs = e.shared({vectors, padded + lanes}, storage);
-  Value gates =
-      e.shared({vectors, padded + lanes}, KernelEmitter::storageType(zs));
+  // Vectors padded by 16 bytes or more: the padding of the fewest
+  // wavefronts for the partial sums' reads (a warp's lanes take 32 /
+  // kSumsPerGroup groups, each lane a feature of its group, the lanes of a
+  // group consecutive features).
+  auto partialSumsWavefronts = [&](int64_t width) {
+    SmallVector<std::optional<int64_t>> bytes;
+    for (int64_t lane = 0; lane < 32; ++lane) {
+      const int64_t group = lane / kSumsPerGroup;
+      const int64_t feature = group % groupsPerRow * G + lane % kSumsPerGroup;
+      const int64_t vector = group / groupsPerRow * headsPerRow + feature / Dv;
+      bytes.push_back((vector * width + feature % Dv) * elementBytes);
+    }
+    return sharedWavefronts(bytes, elementBytes).first;
+  };
+  int64_t width = padded + lanes;
+  for (int64_t more = 2; more <= 4; ++more)
+    if (partialSumsWavefronts(padded + more * lanes) <
+        partialSumsWavefronts(width))
+      width = padded + more * lanes;
+  Value outputs = e.shared({vectors, width}, storage);
+  Value gates = e.shared({vectors, width}, KernelEmitter::storageType(zs));
   Value skipInputs;
   if (skipInput)
-    skipInputs = e.shared({vectors, padded + lanes},
-                          KernelEmitter::storageType(skipInput));
+    skipInputs =
+        e.shared({vectors, width}, KernelEmitter::storageType(skipInput));
   Value weights;
   if (!shape.weightPerToken)
     weights = e.shared({1, padded}, KernelEmitter::storageType(weight));
@@ -835,9 +877,11 @@ func::FuncOp mlir::attn::buildSimtRmsNormGateKernel(
       return x;
     return e.activationGate(x, shape.activation, staged(gates, j, f));
   };
-  const int64_t kSumsPerGroup = 8;
   Value groups = e.index(groupsPerRow);
-  Value partialSums = e.shared({rowsPerBlock * groupsPerRow, kSumsPerGroup});
+  // A group's sums in a row of an odd stride: a thread per group reads its
+  // row, and a warp's rows fall on different banks.
+  Value partialSums =
+      e.shared({rowsPerBlock * groupsPerRow, kSumsPerGroup + 1});
   e.forAll(e.mul(e.mul(rows, groups), e.index(kSumsPerGroup)), [&](Value x) {
     Value group = e.div(x, e.index(kSumsPerGroup));
     Value part = e.rem(x, e.index(kSumsPerGroup));
