@@ -316,6 +316,11 @@ int64_t transformWidth(int64_t chunkSize) {
   return widthAt(chunkSize + 1, 4, 8);
 }
 
+/// A tree's ancestor marks, [C, ancestryWidth(C)] bytes: rows of an odd
+/// number of words, so that threads reading a row each (the decays summed
+/// along a path) or a fragment's rows meet different banks.
+int64_t ancestryWidth(int64_t chunkSize) { return widthAt(chunkSize, 4, 8); }
+
 /// The local kernel's T, [C, inverseWidth(C)]: the block sums' stores put
 /// two rows of 16 columns in a warp, which a stride of 16 modulo 32 banks
 /// keeps apart, and the column walks' two blocks in a warp, 16 rows and
@@ -670,7 +675,7 @@ void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
   // A tree's paths mask A and sum the decays; the linear rule has neither
   // here.
   if (shape.tree && (scalarDecay || delta))
-    ancestry = e.shared({C, C}, b.getI8Type());
+    ancestry = e.shared({C, ancestryWidth(C)}, b.getI8Type());
   if (!delta)
     return;
   betas = e.shared({C});
@@ -1692,7 +1697,7 @@ void SimtMmaRecurrenceKernel::allocateBuffers() {
                                {C, columns + pad});
     queryScale = e.shared({C});
     if (shape.tree)
-      ancestry = e.shared({C, C}, b.getI8Type());
+      ancestry = e.shared({C, ancestryWidth(C)}, b.getI8Type());
     if (featureDecay) {
       featureLogDecay = e.shared({C, Dkp + 1});
       allocateDecayedProductBuffers();
@@ -1878,7 +1883,7 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
     if (featureDecay)
       total += featureLogDecays;
     if (shape.tree)
-      total += buffer(C * C, 1);
+      total += buffer(C * ancestryWidth(C), 1);
     if (delta && featureDecay)
       total += decayedProducts;
     if (delta)
@@ -1912,7 +1917,7 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
     total += operand(delta ? computedParts : rawParts, C, columns) +
              buffer(C, 4);
   if (outputs && shape.tree)
-    total += buffer(C * C, 1);
+    total += buffer(C * ancestryWidth(C), 1);
   if (outputs && featureDecay)
     total += featureLogDecays + decayedProducts;
   else if (!outputs)
