@@ -305,15 +305,20 @@ int64_t widthAt(int64_t least, int64_t residue, int64_t modulus) {
   return least + ((residue - least % modulus) % modulus + modulus) % modulus;
 }
 
-/// The local kernel's f32 A, [C, transformWidth(C)]: the accumulator
-/// fragments' stores (lane l at row l / 4, column 2 (l % 4)) meet 2 lanes
-/// a bank at a stride of 4 modulo 8 banks, the least scalar stores can (an
-/// even stride leaves 16 banks to 32 lanes, an odd one the same on odd
-/// rows), and the substitution's two blocks in a warp, 16 rows and columns
-/// apart, meet none (16 (W + 1) banks apart: W even). 16-byte rows, so
-/// that it can hold T diag(w)'s one f32 part (allocateLocalBuffers).
-int64_t transformWidth(int64_t chunkSize) {
-  return widthAt(chunkSize + 1, 4, 8);
+/// The local kernel's f32 A, [C, transformWidth(C)]. Where A also holds
+/// T diag(w)'s one f32 part (allocateLocalBuffers), a product's operand
+/// whose tf32 fragments are read a lane an element, the accumulator
+/// fragments' scalar stores (lane l at row l / 4, column 2 (l % 4)) meet 2
+/// lanes a bank at a stride of 4 modulo 8 banks, the least scalar stores
+/// can (an even stride leaves 16 banks to 32 lanes, an odd one the same
+/// on odd rows). Elsewhere a lane stores its two columns at once
+/// (`pairedStores`, 8 bytes), and a stride of 8 modulo 16 banks puts a
+/// phase's 4 rows on 32 banks. Either way the substitution's two blocks in
+/// a warp, 16 rows and columns apart, meet none (16 (W + 1) banks apart: W
+/// even), and rows are 16-byte pieces.
+int64_t transformWidth(int64_t chunkSize, bool pairedStores) {
+  return pairedStores ? widthAt(chunkSize + 1, 8, 16)
+                      : widthAt(chunkSize + 1, 4, 8);
 }
 
 /// A tree's ancestor marks, [C, ancestryWidth(C)] bytes: rows of an odd
@@ -683,7 +688,7 @@ void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
   // A's buffer (which then shares its padding), keeping two f32 blocks
   // to an SM at Dk = Dv = 128.
   const bool onePartF32 = mma.computedParts == 1 && mma.product.isF32();
-  transform = e.shared({C, transformWidth(C)});
+  transform = e.shared({C, transformWidth(C, !onePartF32)});
   inverse = e.shared({C, inverseWidth(C)});
   weighted = onePartF32 ? Parts{transform}
                         : sharedParts(mma.computedParts, {C, C + pad});
@@ -788,20 +793,44 @@ void SimtMmaRecurrenceKernel::computeTransform() {
     if (!featureDecay)
       multiply(localKeys, localKeys, gram, row, lane, /*n=*/C, /*k=*/Dkp,
                /*rhsTransposed=*/true, /*accumulate=*/false, tilesPerWarp);
-    eachFragmentElement(
-        row, lane, tilesPerWarp, C, warp, [&](const FragmentElement &x) {
+    // A[t, s] of a lane's fragment element.
+    auto entryOf = [&](const FragmentElement &x) {
+      Value t = x.row, s = x.column;
+      Value scale = e.fmul(e.load(betas, {t}),
+                           e.fmul(localKeyScale(t), localKeyScale(s)));
+      if (scalarDecay)
+        scale =
+            e.fmul(scale, e.exp(e.fsub(localLogDecay(t), localLogDecay(s))));
+      Value sum =
+          featureDecay ? decayedEntry(x, gram, warp) : e.load(gram, x.at);
+      Value below = both(lt(s, t), isAncestorOrSelf(s, t));
+      return e.select(below, e.fmul(sum, scale), e.scalar(0.0));
+    };
+    // A holding T diag(w)'s f32 part has the stride of scalar stores
+    // (transformWidth).
+    if (weighted.front() == transform) {
+      eachFragmentElement(row, lane, tilesPerWarp, C, warp,
+                          [&](const FragmentElement &x) {
+                            ifOwned(x.owned, [&] {
+                              e.store(entryOf(x), transform, {x.row, x.column});
+                            });
+                          });
+      return;
+    }
+    eachFragmentPair(
+        row, lane, tilesPerWarp, C, warp, [&](const FragmentPair &x) {
           ifOwned(x.owned, [&] {
-            Value t = x.row, s = x.column;
-            Value scale = e.fmul(e.load(betas, {t}),
-                                 e.fmul(localKeyScale(t), localKeyScale(s)));
-            if (scalarDecay)
-              scale = e.fmul(scale,
-                             e.exp(e.fsub(localLogDecay(t), localLogDecay(s))));
-            Value sum =
-                featureDecay ? decayedEntry(x, gram, warp) : e.load(gram, x.at);
-            Value entry = e.fmul(sum, scale);
-            Value below = both(lt(s, t), isAncestorOrSelf(s, t));
-            e.store(e.select(below, entry, e.scalar(0.0)), transform, {t, s});
+            SmallVector<Value, 2> pair;
+            for (int64_t el = 0; el < 2; ++el)
+              pair.push_back(
+                  entryOf({x.row, el ? e.add(x.column, c1) : x.column, x.at[el],
+                           x.owned}));
+            vector::StoreOp::create(
+                b,
+                vector::FromElementsOp::create(
+                    b, VectorType::get({2}, b.getF32Type()), pair),
+                transform, ValueRange{x.row, x.column}, /*nontemporal=*/false,
+                llvm::MaybeAlign(8));
           });
         });
   });
@@ -1886,10 +1915,11 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
       total += buffer(C * ancestryWidth(C), 1);
     if (delta && featureDecay)
       total += decayedProducts;
+    const bool onePartF32 = computedParts == 1 && product.isF32();
     if (delta)
-      total += buffer(C, 4) + buffer(C * transformWidth(C), 4) +
+      total += buffer(C, 4) + buffer(C * transformWidth(C, !onePartF32), 4) +
                buffer(C * inverseWidth(C), 4);
-    if (delta && !(computedParts == 1 && product.isF32()))
+    if (delta && !onePartF32)
       total += operand(computedParts, C, C);
     return total;
   }
