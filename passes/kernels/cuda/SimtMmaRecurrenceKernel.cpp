@@ -299,7 +299,7 @@ struct ChunkStage {
   Value scales, values, lastDecay;
 };
 
-/// The least row width of at least `least` f32 words that is `residue`
+/// The least row width of at least `least` elements that is `residue`
 /// modulo `modulus`.
 int64_t widthAt(int64_t least, int64_t residue, int64_t modulus) {
   return least + ((residue - least % modulus) % modulus + modulus) % modulus;
