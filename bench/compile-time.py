@@ -3,17 +3,20 @@
 
 Qwen3-Next's two layer kinds (three Gated DeltaNet layers, then one gated
 attention layer, repeated) as a model description with one entry per layer,
-for 1, 4, 12 and 48 layers, CPU target, each compiled three times (the
-median is printed). Equal layers share their kernels, so the time grows with
-the distinct layers, not with all of them.
+for 1, 4, 12 and 48 layers, each compiled three times (the median is
+printed). Equal layers share their kernels, so the time grows with the
+distinct layers, not with all of them.
 
-    bench/compile-time.py [BUILD_DIR]   (default: build)
+    bench/compile-time.py [--target cpu|cuda|all] [--against ATTNC] [BUILD_DIR]
+
+(defaults: cpu, build). With --against, another attnc runs alternately
+with the build's, so that a machine's drift reaches both alike.
 """
+import argparse
 import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -35,27 +38,48 @@ def describe(count):
 
 
 def main():
-    build = sys.argv[1] if len(sys.argv) > 1 else "build"
-    attnc = os.path.join(build, "bin", "attnc")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--target", default="cpu", choices=["cpu", "cuda", "all"])
+    parser.add_argument("--against", metavar="ATTNC",
+                        help="another attnc (say, an older build's), run "
+                             "alternately with this build's: its median "
+                             "and the ratio in more columns")
+    parser.add_argument("build", nargs="?", default="build")
+    args = parser.parse_args()
+    compilers = {"median_s": os.path.join(args.build, "bin", "attnc")}
+    if args.against:
+        compilers = {"against_s": args.against, **compilers}
     with open("/proc/cpuinfo") as f:
         cpu = next(l.split(":", 1)[1].strip() for l in f
                    if l.startswith("model name"))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
-    print(f"cpu: {cpu}, {os.cpu_count()} cores; commit {commit or 'unknown'}")
-    print(f"{'layers':>6} {'median_s':>9} {'bytes':>9}")
+    print(f"cpu: {cpu}, {os.cpu_count()} cores; commit {commit or 'unknown'}; "
+          f"--target {args.target}"
+          + (f"; against {args.against}" if args.against else ""))
+    columns = [f"{name:>9}" for name in compilers]
+    if args.against:
+        columns.append(f"{'ratio':>6}")
+    print(f"{'layers':>6} {' '.join(columns)} {'bytes':>9}")
     with tempfile.TemporaryDirectory() as work:
-        model, binary = f"{work}/model.json", f"{work}/model.attnb"
+        model = f"{work}/model.json"
         for count in (1, 4, 12, 48):
             with open(model, "w") as f:
                 json.dump(describe(count), f)
-            times = []
+            times = {name: [] for name in compilers}
             for _ in range(3):
-                start = time.monotonic()
-                subprocess.run([attnc, model, "-o", binary], check=True)
-                times.append(time.monotonic() - start)
-            print(f"{count:>6} {statistics.median(times):>9.2f} "
-                  f"{os.path.getsize(binary):>9}")
+                for name, attnc in compilers.items():
+                    binary = f"{work}/{name}.attnb"
+                    start = time.monotonic()
+                    subprocess.run([attnc, model, "--target", args.target,
+                                    "-o", binary], check=True)
+                    times[name].append(time.monotonic() - start)
+            medians = {name: statistics.median(t) for name, t in times.items()}
+            cells = [f"{medians[name]:>9.2f}" for name in compilers]
+            if args.against:
+                cells.append(f"{medians['median_s'] / medians['against_s']:>6.2f}")
+            size = os.path.getsize(f"{work}/median_s.attnb")
+            print(f"{count:>6} {' '.join(cells)} {size:>9}")
 
 
 if __name__ == "__main__":

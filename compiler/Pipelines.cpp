@@ -35,6 +35,18 @@ void mlir::attn::buildAttnOptimizationPipeline(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
 }
 
+/// Canonicalization and CSE after a dispatch pass, with equal layers'
+/// kernels merged so that each is cleaned up, lowered and compiled once:
+/// as built (the dispatch passes build a layer's kernels whatever the
+/// layers before it built; a 48-layer model's cleanup took 2.6 of 4.9 s
+/// on CUDA), and again after the cleanup, for kernels it makes equal.
+static void addCleanupMergingKernels(OpPassManager &pm) {
+  pm.addPass(attn::createAttnMergeIdenticalKernels());
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(attn::createAttnMergeIdenticalKernels());
+}
+
 void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
                                           const CpuDispatchOptions &options) {
   AttnCpuDispatchesOptions dispatch;
@@ -49,10 +61,7 @@ void mlir::attn::buildCpuDispatchPipeline(OpPassManager &pm,
   dispatch.amxTiles = options.amxTiles;
   dispatch.prefetchIntoL1 = options.prefetchIntoL1;
   pm.addPass(createAttnCpuDispatches(dispatch));
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
-  // Equal layers: their kernels are lowered and compiled once.
-  pm.addPass(createAttnMergeIdenticalKernels());
+  addCleanupMergingKernels(pm);
 }
 
 void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm,
@@ -107,10 +116,7 @@ void mlir::attn::buildGpuDispatchPipeline(OpPassManager &pm,
   // Device memory cannot be read on the host: index inputs are checked
   // by the kernels.
   pm.addPass(createAttnGpuIndexChecks());
-  pm.addPass(createCanonicalizerPass());
-  pm.addPass(createCSEPass());
-  // Equal layers: their kernels are lowered, compiled and assembled once.
-  pm.addPass(createAttnMergeIdenticalKernels());
+  addCleanupMergingKernels(pm);
 }
 
 void mlir::attn::buildGpuKernelLoweringPipeline(

@@ -1,5 +1,8 @@
 // RUN: attn-opt %s -attn-cpu-dispatches -canonicalize -cse -attn-merge-identical-kernels | FileCheck %s
 // RUN: attn-opt %s -attn-gpu-dispatches -canonicalize -cse -attn-merge-identical-kernels | FileCheck %s --check-prefix=GPU
+// The dispatch pipelines merge the kernels as built, before the cleanup:
+// RUN: attn-opt %s -attn-cpu-dispatch | FileCheck %s
+// RUN: attn-opt %s -attn-gpu-dispatch | FileCheck %s --check-prefix=GPU
 
 // Two equal layers and one with another mask: the second layer's kernels
 // are the first's; the windowed one keeps its own flash kernels and shares

@@ -654,6 +654,13 @@ struct SimtMmaRecurrenceTiling {
   /// Bytes of an element as stored.
   int64_t storageBytes = 4;
 
+  /// Whether the local kernel keeps T diag(w) in A's buffer: where it is
+  /// one f32 part, A is dead once T is made, and sharing keeps two f32
+  /// blocks to an SM at Dk = Dv = 128. A is then a tf32 operand too, which
+  /// decides its stores and row width (transformWidth in the kernel).
+  bool weightedInTransform() const {
+    return computedParts == 1 && product.isF32();
+  }
   /// The threads of a block of `kernel`.
   int64_t threads(ChunkMmaKernel kernel) const {
     return 32 * warps * (kernel == ChunkMmaKernel::States ? keyGroups : 1);

@@ -684,14 +684,11 @@ void SimtMmaRecurrenceKernel::allocateLocalBuffers() {
   if (!delta)
     return;
   betas = e.shared({C});
-  // A is dead once T is made: where T diag(w) is one f32 part, it takes
-  // A's buffer (which then shares its padding), keeping two f32 blocks
-  // to an SM at Dk = Dv = 128.
-  const bool onePartF32 = mma.computedParts == 1 && mma.product.isF32();
-  transform = e.shared({C, transformWidth(C, !onePartF32)});
+  const bool shareA = mma.weightedInTransform();
+  transform = e.shared({C, transformWidth(C, /*pairedStores=*/!shareA)});
   inverse = e.shared({C, inverseWidth(C)});
-  weighted = onePartF32 ? Parts{transform}
-                        : sharedParts(mma.computedParts, {C, C + pad});
+  weighted =
+      shareA ? Parts{transform} : sharedParts(mma.computedParts, {C, C + pad});
   const int64_t fragmentColumns = WarpMmaOp::kFragmentColumns;
   gramRegs = e.registers({tilesPerWarp * C / fragmentColumns, 4});
   keyRegs = e.registers({tilesPerWarp * Dkp / fragmentColumns, 4});
@@ -808,7 +805,7 @@ void SimtMmaRecurrenceKernel::computeTransform() {
     };
     // A holding T diag(w)'s f32 part has the stride of scalar stores
     // (transformWidth).
-    if (weighted.front() == transform) {
+    if (mma.weightedInTransform()) {
       eachFragmentElement(row, lane, tilesPerWarp, C, warp,
                           [&](const FragmentElement &x) {
                             ifOwned(x.owned, [&] {
@@ -1915,11 +1912,12 @@ int64_t SimtMmaRecurrenceTiling::sharedBytes(const LinearRecurrenceShape &shape,
       total += buffer(C * ancestryWidth(C), 1);
     if (delta && featureDecay)
       total += decayedProducts;
-    const bool onePartF32 = computedParts == 1 && product.isF32();
+    const bool shareA = weightedInTransform();
     if (delta)
-      total += buffer(C, 4) + buffer(C * transformWidth(C, !onePartF32), 4) +
+      total += buffer(C, 4) +
+               buffer(C * transformWidth(C, /*pairedStores=*/!shareA), 4) +
                buffer(C * inverseWidth(C), 4);
-    if (delta && !onePartF32)
+    if (delta && !shareA)
       total += operand(computedParts, C, C);
     return total;
   }
