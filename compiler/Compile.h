@@ -49,7 +49,10 @@ struct CompileOptions {
   bool cpuRunsCudaKernels = false;
   /// Test aid, with cpuRunsCudaKernels: the CUDA block kernels run as a
   /// GPU may run them at their least convenient, so that a kernel that
-  /// works on the CPU by chance fails: their threads in another order
+  /// works on the CPU by chance fails: their asynchronous copies landing
+  /// as late as their waits allow (-attn-defer-async-copies), a tile read
+  /// before the wait for its copies then not there yet; their threads in
+  /// another order
   /// (-attn-reorder-thread-loops: each thread loop last thread first,
   /// warp-synchronized loops warp by warp), a race then reading something
   /// else, and their shared and register buffers starting as NaN

@@ -68,8 +68,11 @@ void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm,
                                                 bool stressBlockKernels) {
   pm.addPass(createAttnCpuKernelAbi());
   // Block kernels of the CUDA target, run on the CPU: each lane's share of
-  // a warp's matrix product as loops, its asynchronous copies done at once.
+  // a warp's matrix product as loops, its asynchronous copies done at once
+  // (when stressed, as late as their waits allow).
   pm.addPass(createAttnWarpMmaToLoops());
+  if (stressBlockKernels)
+    pm.addPass(createAttnDeferAsyncCopies());
   pm.addPass(createAttnAsyncCopyToLoops());
   if (stressBlockKernels) {
     pm.addPass(createAttnReorderThreadLoops());

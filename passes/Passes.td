@@ -391,6 +391,35 @@ def AttnAsyncCopyToLoops : Pass<"attn-async-copy-to-loops"> {
   ];
 }
 
+def AttnDeferAsyncCopies : Pass<"attn-defer-async-copies", "ModuleOp"> {
+  let summary = "Test aid: the asynchronous copies of block kernels run on "
+                "the CPU land as late as their waits allow";
+  let description = [{
+    `attn_kernel.async_copy` may complete as late as the issuing thread's
+    next `attn_kernel.async_wait` that does not leave its group pending
+    (`cp.async` on the GPU); on the CPU, `-attn-async-copy-to-loops` does it
+    at once, so a kernel that reads a staged tile before the wait that
+    completes it (a wait missing, or a `pending` count one too high, or a
+    tile's copies issued into the buffer that a product still reads) finds
+    the data there by chance. This pass, run before that lowering, makes
+    each copy land as late as allowed: in every block kernel whose copies
+    and waits are in thread loops from thread 0 to a constant, each thread
+    queues its copies (their site, validity, group and indices, up to 64
+    in flight: one more completes the oldest first, which the op allows),
+    and each wait closes the thread's group and completes the queued copies
+    of every group but the newest `pending`, through a function of the
+    kernel's, `<kernel>__complete_copies`, that does a queued copy as the op
+    at its site with the recorded indices. Copies still queued at the
+    kernel's end are dropped (nothing may read them). A kernel whose
+    buffers are not defined before all its copies and waits is left as it
+    is.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+    "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect"
+  ];
+}
+
 def AttnReorderThreadLoops : Pass<"attn-reorder-thread-loops"> {
   let summary = "Test aid: the threads of block kernels run on the CPU in "
                 "another order a GPU may take";

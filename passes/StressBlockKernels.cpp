@@ -7,6 +7,9 @@
 // may at its least convenient, so that a kernel that works on the CPU by
 // chance fails (see their descriptions in Passes.td):
 //
+//  * -attn-defer-async-copies: each thread's asynchronous copies land as
+//    late as their waits allow, so that data used before its wait is not
+//    there yet;
 //  * -attn-reorder-thread-loops: the threads in another order (in even
 //    blocks; odd blocks first to last), so that a race reads something
 //    else;
@@ -15,17 +18,25 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "AttnKernel/AttnKernelOps.h"
 #include "passes/Passes.h"
 #include "passes/kernels/cuda/SimtKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
+#include "mlir/IR/Dominance.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "llvm/ADT/SetVector.h"
+
+#include <limits>
+#include <numeric>
 
 namespace mlir::attn {
+#define GEN_PASS_DEF_ATTNDEFERASYNCCOPIES
 #define GEN_PASS_DEF_ATTNPOISONKERNELBUFFERS
 #define GEN_PASS_DEF_ATTNREORDERTHREADLOOPS
 #include "passes/Passes.h.inc"
@@ -242,6 +253,304 @@ struct AttnPoisonKernelBuffers final
     });
     for (memref::AllocaOp alloca : buffers)
       poison(alloca);
+  }
+};
+
+/// A thread's copies in flight, at most this many; one more completes its
+/// oldest first (a copy may always complete early).
+constexpr int64_t kCopiesInFlight = 64;
+
+/// What a queued copy keeps: which copy (its site, an index into the
+/// kernel's copies), whether it is valid, its group (the count of the
+/// thread's waits before it), then its source and target indices.
+enum CopyField : int64_t { kSite = 0, kValid = 1, kGroup = 2, kIndices = 3 };
+
+scf::ParallelOp enclosingThreadLoop(Operation *op) {
+  for (Operation *parent = op->getParentOp(); parent;
+       parent = parent->getParentOp())
+    if (scf::ParallelOp loop = asThreadLoop(parent))
+      return loop;
+  return {};
+}
+
+/// A block kernel's asynchronous copies and waits, and what deferring them
+/// takes.
+struct KernelCopies {
+  func::FuncOp kernel;
+  SmallVector<AsyncCopyOp> copies;
+  SmallVector<AsyncWaitOp> waits;
+  /// Every source and target buffer, each once, in order of first use.
+  SmallVector<Value> buffers;
+  /// The most threads of the thread loops that hold them; the fields of a
+  /// queued copy.
+  int64_t threads = 0, fields = kIndices;
+};
+
+/// The kernel's copies and waits, if they can be deferred: every one in a
+/// thread loop from thread 0 on a constant count of threads, and every
+/// buffer they copy between defined before all of them (so that a copy can
+/// be done where a later wait completes it). Else none.
+std::optional<KernelCopies> deferrableCopies(func::FuncOp kernel) {
+  KernelCopies found{kernel};
+  bool deferrable = true;
+  kernel.walk([&](Operation *op) {
+    if (!isa<AsyncCopyOp, AsyncWaitOp>(op))
+      return;
+    scf::ParallelOp loop = enclosingThreadLoop(op);
+    std::optional<int64_t> threads =
+        loop ? getConstantIntValue(loop.getUpperBound().front()) : std::nullopt;
+    if (!threads || !isConstantIntValue(loop.getLowerBound().front(), 0)) {
+      deferrable = false;
+      return;
+    }
+    found.threads = std::max(found.threads, *threads);
+    if (auto copy = dyn_cast<AsyncCopyOp>(op))
+      found.copies.push_back(copy);
+    else
+      found.waits.push_back(cast<AsyncWaitOp>(op));
+  });
+  if (!deferrable || found.copies.empty())
+    return std::nullopt;
+  llvm::SetVector<Value> buffers;
+  for (AsyncCopyOp copy : found.copies) {
+    buffers.insert(copy.getSource());
+    buffers.insert(copy.getTarget());
+    found.fields = std::max<int64_t>(found.fields,
+                                     kIndices + copy.getSourceIndices().size() +
+                                         copy.getTargetIndices().size());
+  }
+  DominanceInfo dominance(kernel);
+  auto beforeAll = [&](Value buffer, auto ops) {
+    return llvm::all_of(ops, [&](Operation *op) {
+      return dominance.properlyDominates(buffer, op);
+    });
+  };
+  for (Value buffer : buffers)
+    if (!beforeAll(buffer, found.copies) || !beforeAll(buffer, found.waits))
+      return std::nullopt;
+  found.buffers = buffers.takeVector();
+  return found;
+}
+
+/// Defers one block kernel's copies: each thread queues its copies in
+/// `records` (its slots [heads[t], tails[t]) modulo kCopiesInFlight) and
+/// its waits complete those the wait does not leave pending, through a
+/// function of the kernel's (`<kernel>__complete_copies`), which does a
+/// queued copy as the op at its site, with the recorded indices.
+class CopyDeferral {
+public:
+  explicit CopyDeferral(KernelCopies copies) : k(std::move(copies)) {}
+
+  void run() {
+    buildCompleter();
+    allocateQueues();
+    for (auto [site, copy] : llvm::enumerate(k.copies))
+      queue(copy, site);
+    for (AsyncWaitOp wait : k.waits)
+      complete(wait);
+  }
+
+private:
+  Value index(OpBuilder &b, Location loc, int64_t value) {
+    return arith::ConstantIndexOp::create(b, loc, value);
+  }
+  MemRefType recordsType() {
+    return MemRefType::get({k.threads, kCopiesInFlight, k.fields},
+                           IndexType::get(k.kernel.getContext()));
+  }
+  MemRefType countsType() {
+    return MemRefType::get({k.threads}, IndexType::get(k.kernel.getContext()));
+  }
+
+  /// @<kernel>__complete_copies(thread, bound, most, records, heads, tails,
+  /// buffers...): completes the thread's oldest queued copies, at most
+  /// `most`, while their group is below `bound`.
+  void buildCompleter() {
+    OpBuilder b(k.kernel);
+    Location loc = k.kernel.getLoc();
+    Type indexType = b.getIndexType();
+    SmallVector<Type> inputs{indexType,     indexType,    indexType,
+                             recordsType(), countsType(), countsType()};
+    for (Value buffer : k.buffers)
+      inputs.push_back(buffer.getType());
+    completer = func::FuncOp::create(
+        b, loc, (k.kernel.getSymName() + "__complete_copies").str(),
+        b.getFunctionType(inputs, {}));
+    completer.setPrivate();
+    Block *entry = completer.addEntryBlock();
+    b.setInsertionPointToStart(entry);
+    Value thread = entry->getArgument(0), bound = entry->getArgument(1),
+          most = entry->getArgument(2), records = entry->getArgument(3),
+          heads = entry->getArgument(4), tails = entry->getArgument(5);
+    IRMapping inside;
+    for (auto [i, buffer] : llvm::enumerate(k.buffers))
+      inside.map(buffer, entry->getArgument(6 + i));
+    Value capacity = index(b, loc, kCopiesInFlight);
+    auto field = [&](OpBuilder &b, Value slot, int64_t f) {
+      return memref::LoadOp::create(b, loc, records,
+                                    ValueRange{thread, slot, index(b, loc, f)})
+          .getResult();
+    };
+    scf::WhileOp::create(
+        b, loc, TypeRange{indexType}, ValueRange{index(b, loc, 0)},
+        [&](OpBuilder &b, Location loc, ValueRange args) {
+          Value head = memref::LoadOp::create(b, loc, heads, thread);
+          Value tail = memref::LoadOp::create(b, loc, tails, thread);
+          Value slot = arith::RemUIOp::create(b, loc, head, capacity);
+          auto less = [&](Value x, Value y) {
+            return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x,
+                                         y)
+                .getResult();
+          };
+          Value more = arith::AndIOp::create(b, loc, less(args[0], most),
+                                             less(head, tail));
+          Value due = less(field(b, slot, kGroup), bound);
+          scf::ConditionOp::create(
+              b, loc, arith::AndIOp::create(b, loc, more, due), args);
+        },
+        [&](OpBuilder &b, Location loc, ValueRange args) {
+          Value head = memref::LoadOp::create(b, loc, heads, thread);
+          Value slot = arith::RemUIOp::create(b, loc, head, capacity);
+          SmallVector<int64_t> sites(k.copies.size());
+          std::iota(sites.begin(), sites.end(), 0);
+          auto sw = scf::IndexSwitchOp::create(
+              b, loc, TypeRange{}, field(b, slot, kSite), sites, sites.size());
+          for (auto [site, copy] : llvm::enumerate(k.copies)) {
+            OpBuilder::InsertionGuard guard(b);
+            b.createBlock(&sw.getCaseRegions()[site]);
+            doCopy(b, copy, inside,
+                   [&](int64_t f) { return field(b, slot, f); });
+            scf::YieldOp::create(b, loc);
+          }
+          {
+            OpBuilder::InsertionGuard guard(b);
+            b.createBlock(&sw.getDefaultRegion());
+            scf::YieldOp::create(b, loc);
+          }
+          memref::StoreOp::create(
+              b, loc, arith::AddIOp::create(b, loc, head, index(b, loc, 1)),
+              heads, thread);
+          scf::YieldOp::create(b, loc,
+                               ValueRange{arith::AddIOp::create(
+                                   b, loc, args[0], index(b, loc, 1))});
+        });
+    func::ReturnOp::create(b, loc);
+  }
+
+  /// The copy at once (a plain copy once -attn-async-copy-to-loops runs),
+  /// its validity and indices the queued record's fields.
+  void doCopy(OpBuilder &b, AsyncCopyOp copy, const IRMapping &inside,
+              function_ref<Value(int64_t)> field) {
+    Location loc = copy.getLoc();
+    int64_t f = kIndices;
+    SmallVector<Value> sourceIndices, targetIndices;
+    for (size_t i = 0; i < copy.getSourceIndices().size(); ++i)
+      sourceIndices.push_back(field(f++));
+    for (size_t i = 0; i < copy.getTargetIndices().size(); ++i)
+      targetIndices.push_back(field(f++));
+    Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
+                                        field(kValid), index(b, loc, 0));
+    AsyncCopyOp::create(b, loc, inside.lookup(copy.getSource()), sourceIndices,
+                        inside.lookup(copy.getTarget()), targetIndices, valid,
+                        copy.getElementsAttr());
+  }
+
+  /// The queues, empty, at the kernel's start.
+  void allocateQueues() {
+    OpBuilder b = OpBuilder::atBlockBegin(&k.kernel.getBody().front());
+    Location loc = k.kernel.getLoc();
+    records = memref::AllocaOp::create(b, loc, recordsType());
+    heads = memref::AllocaOp::create(b, loc, countsType());
+    tails = memref::AllocaOp::create(b, loc, countsType());
+    groups = memref::AllocaOp::create(b, loc, countsType());
+    Value zero = index(b, loc, 0);
+    scf::ForOp::create(b, loc, zero, index(b, loc, k.threads), index(b, loc, 1),
+                       ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value t, ValueRange) {
+                         for (Value counts : {heads, tails, groups})
+                           memref::StoreOp::create(b, loc, zero, counts, t);
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+
+  void callCompleter(OpBuilder &b, Location loc, Value thread, Value bound,
+                     Value most) {
+    SmallVector<Value> operands{thread, bound, most, records, heads, tails};
+    operands.append(k.buffers);
+    func::CallOp::create(b, loc, completer, operands);
+  }
+
+  /// The copy queued in its thread's next slot, the oldest completed
+  /// first if the queue is full.
+  void queue(AsyncCopyOp copy, int64_t site) {
+    OpBuilder b(copy);
+    Location loc = copy.getLoc();
+    Value thread = enclosingThreadLoop(copy).getInductionVars().front();
+    Value capacity = index(b, loc, kCopiesInFlight);
+    Value head = memref::LoadOp::create(b, loc, heads, thread);
+    Value tail = memref::LoadOp::create(b, loc, tails, thread);
+    Value full = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::sge,
+        arith::SubIOp::create(b, loc, tail, head), capacity);
+    scf::IfOp::create(b, loc, full, [&](OpBuilder &then, Location loc) {
+      callCompleter(then, loc, thread,
+                    index(then, loc, std::numeric_limits<int64_t>::max()),
+                    index(then, loc, 1));
+      scf::YieldOp::create(then, loc);
+    });
+    Value slot = arith::RemUIOp::create(b, loc, tail, capacity);
+    auto store = [&](Value value, int64_t f) {
+      memref::StoreOp::create(b, loc, value, records,
+                              ValueRange{thread, slot, index(b, loc, f)});
+    };
+    store(index(b, loc, site), kSite);
+    store(
+        arith::IndexCastUIOp::create(b, loc, b.getIndexType(), copy.getValid()),
+        kValid);
+    store(memref::LoadOp::create(b, loc, groups, thread), kGroup);
+    int64_t f = kIndices;
+    for (Value i : copy.getSourceIndices())
+      store(i, f++);
+    for (Value i : copy.getTargetIndices())
+      store(i, f++);
+    memref::StoreOp::create(
+        b, loc, arith::AddIOp::create(b, loc, tail, index(b, loc, 1)), tails,
+        thread);
+    copy.erase();
+  }
+
+  /// The wait closes the thread's group and completes the copies of every
+  /// group but its newest `pending`.
+  void complete(AsyncWaitOp wait) {
+    OpBuilder b(wait);
+    Location loc = wait.getLoc();
+    Value thread = enclosingThreadLoop(wait).getInductionVars().front();
+    Value group = arith::AddIOp::create(
+        b, loc, memref::LoadOp::create(b, loc, groups, thread),
+        index(b, loc, 1));
+    memref::StoreOp::create(b, loc, group, groups, thread);
+    Value bound =
+        arith::SubIOp::create(b, loc, group, index(b, loc, wait.getPending()));
+    callCompleter(b, loc, thread, bound, index(b, loc, kCopiesInFlight));
+    wait.erase();
+  }
+
+  KernelCopies k;
+  func::FuncOp completer;
+  Value records, heads, tails, groups;
+};
+
+struct AttnDeferAsyncCopies final
+    : mlir::attn::impl::AttnDeferAsyncCopiesBase<AttnDeferAsyncCopies> {
+  void runOnOperation() override {
+    SmallVector<KernelCopies> kernels;
+    getOperation()->walk([&](func::FuncOp kernel) {
+      if (kernel->hasAttr(kBlockKernelAttr))
+        if (std::optional<KernelCopies> copies = deferrableCopies(kernel))
+          kernels.push_back(std::move(*copies));
+    });
+    for (KernelCopies &copies : kernels)
+      CopyDeferral(std::move(copies)).run();
   }
 };
 

@@ -1,7 +1,10 @@
 # -*- Python -*-
 # The e2e tests' CUDA kernels run on the CPU (`*_cuda_kernels_on_cpu`; the
 # unit suite leaves them out), as a GPU may run them at their least
-# convenient (ATTN_STRESS_CUDA_KERNELS): their threads in another order
+# convenient (ATTN_STRESS_CUDA_KERNELS): their asynchronous copies landing
+# as late as their waits allow (-attn-defer-async-copies), so that a tile
+# read before the wait for its copies is not there yet; their threads in
+# another order
 # (even blocks: each thread loop last thread first, warp-synchronized loops
 # warp by warp, last warp first; odd blocks first to last:
 # -attn-reorder-thread-loops), so that a race reads something else, and
