@@ -69,7 +69,10 @@ void mlir::attn::buildCpuKernelLoweringPipeline(OpPassManager &pm,
   pm.addPass(createAttnCpuKernelAbi());
   // Block kernels of the CUDA target, run on the CPU: each lane's share of
   // a warp's matrix product as loops, its asynchronous copies done at once
-  // (when stressed, as late as their waits allow).
+  // (when stressed, the copies land and the asynchronous products' results
+  // appear as late as their waits allow).
+  if (stressBlockKernels)
+    pm.addPass(createAttnDeferWarpgroupProducts());
   pm.addPass(createAttnWarpMmaToLoops());
   if (stressBlockKernels)
     pm.addPass(createAttnDeferAsyncCopies());

@@ -420,6 +420,34 @@ def AttnDeferAsyncCopies : Pass<"attn-defer-async-copies", "ModuleOp"> {
   ];
 }
 
+def AttnDeferWarpgroupProducts
+    : Pass<"attn-defer-warpgroup-products", "ModuleOp"> {
+  let summary = "Test aid: the results of asynchronous warpgroup products of "
+                "block kernels run on the CPU appear only at their waits";
+  let description = [{
+    An `attn_kernel.warp_mma {warpgroup, async}` product's accumulator
+    holds its result only after an `attn_kernel.warpgroup_wait` that lets
+    its group complete (`wgmma.wait_group` on the GPU); on the CPU the
+    product is done when it runs, so a kernel that reads an accumulator
+    before that wait (a wait missing, or a `pending` count one too high)
+    finds the result there by chance. This pass, run before
+    `-attn-warp-mma-to-loops`, hides it: in every block kernel whose
+    warpgroup products and waits are in thread loops from thread 0 to a
+    constant, after each asynchronous product the thread moves its
+    accumulator fragment (a contiguous part of a register buffer) to a slot
+    of its queue and leaves NaN in its place; each wait, and each
+    synchronous warpgroup product (which on the GPU waits for every
+    product before it), moves back the fragments of every product but the
+    newest `pending`, through a function of the kernel's,
+    `<kernel>__complete_products`. Up to 8 products a thread are in flight;
+    one more completes the oldest first.
+  }];
+  let dependentDialects = [
+    "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
+    "::mlir::memref::MemRefDialect", "::mlir::scf::SCFDialect"
+  ];
+}
+
 def AttnReorderThreadLoops : Pass<"attn-reorder-thread-loops"> {
   let summary = "Test aid: the threads of block kernels run on the CPU in "
                 "another order a GPU may take";

@@ -10,6 +10,8 @@
 //  * -attn-defer-async-copies: each thread's asynchronous copies land as
 //    late as their waits allow, so that data used before its wait is not
 //    there yet;
+//  * -attn-defer-warpgroup-products: the results of asynchronous
+//    warpgroup products appear only at the waits that complete them;
 //  * -attn-reorder-thread-loops: the threads in another order (in even
 //    blocks; odd blocks first to last), so that a race reads something
 //    else;
@@ -25,6 +27,7 @@
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/MemRef/Utils/MemRefUtils.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Utils/StaticValueUtils.h"
 #include "mlir/IR/Dominance.h"
@@ -37,6 +40,7 @@
 
 namespace mlir::attn {
 #define GEN_PASS_DEF_ATTNDEFERASYNCCOPIES
+#define GEN_PASS_DEF_ATTNDEFERWARPGROUPPRODUCTS
 #define GEN_PASS_DEF_ATTNPOISONKERNELBUFFERS
 #define GEN_PASS_DEF_ATTNREORDERTHREADLOOPS
 #include "passes/Passes.h.inc"
@@ -551,6 +555,352 @@ struct AttnDeferAsyncCopies final
     });
     for (KernelCopies &copies : kernels)
       CopyDeferral(std::move(copies)).run();
+  }
+};
+
+/// A thread's warpgroup products in flight, at most this many; one more
+/// completes its oldest first.
+constexpr int64_t kProductsInFlight = 8;
+
+/// What a queued product keeps: which accumulator buffer (an index into
+/// the kernel's), where its fragment starts in it, how many elements it
+/// has, and its group (the count of the thread's products before it).
+enum ProductField : int64_t {
+  kRoot = 0,
+  kOffset = 1,
+  kElements = 2,
+  kProductGroup = 3,
+  kProductFields = 4
+};
+
+/// The register buffer whose contiguous part a product's accumulator
+/// fragment is (through views), or null.
+memref::AllocaOp accumulatorBuffer(WarpMmaOp product) {
+  auto type = cast<MemRefType>(product.getAcc().getType());
+  if (!memref::isStaticShapeAndContiguousRowMajor(type) ||
+      !type.getElementType().isF32())
+    return {};
+  Value acc = product.getAcc();
+  while (auto view = acc.getDefiningOp<memref::SubViewOp>())
+    acc = view.getSource();
+  auto buffer = acc.getDefiningOp<memref::AllocaOp>();
+  return buffer && buffer.getType().hasStaticShape() &&
+                 buffer.getType().getLayout().isIdentity()
+             ? buffer
+             : memref::AllocaOp();
+}
+
+/// A block kernel's warpgroup products and waits, and what hiding the
+/// asynchronous products' results until their waits takes.
+struct KernelProducts {
+  func::FuncOp kernel;
+  SmallVector<WarpMmaOp> asyncProducts, syncProducts;
+  SmallVector<WarpgroupWaitOp> waits;
+  /// The asynchronous products' accumulator buffers, each once.
+  SmallVector<memref::AllocaOp> buffers;
+  int64_t threads = 0, mostElements = 0;
+};
+
+/// The kernel's warpgroup products and waits, if their results can be
+/// hidden: every one in a thread loop from thread 0 on a constant count of
+/// threads, each asynchronous product's accumulator a contiguous part of a
+/// register buffer. Else none.
+std::optional<KernelProducts> deferrableProducts(func::FuncOp kernel) {
+  KernelProducts found{kernel};
+  bool deferrable = true;
+  kernel.walk([&](Operation *op) {
+    auto product = dyn_cast<WarpMmaOp>(op);
+    if (!(product && product.getWarpgroup()) && !isa<WarpgroupWaitOp>(op))
+      return;
+    scf::ParallelOp loop = enclosingThreadLoop(op);
+    std::optional<int64_t> threads =
+        loop ? getConstantIntValue(loop.getUpperBound().front()) : std::nullopt;
+    if (!threads || !isConstantIntValue(loop.getLowerBound().front(), 0)) {
+      deferrable = false;
+      return;
+    }
+    found.threads = std::max(found.threads, *threads);
+    if (!product) {
+      found.waits.push_back(cast<WarpgroupWaitOp>(op));
+    } else if (!product.getAsync()) {
+      found.syncProducts.push_back(product);
+    } else if (memref::AllocaOp buffer = accumulatorBuffer(product)) {
+      found.asyncProducts.push_back(product);
+      if (!llvm::is_contained(found.buffers, buffer))
+        found.buffers.push_back(buffer);
+      found.mostElements = std::max(
+          found.mostElements,
+          cast<MemRefType>(product.getAcc().getType()).getNumElements());
+    } else {
+      deferrable = false;
+    }
+  });
+  if (!deferrable || found.asyncProducts.empty())
+    return std::nullopt;
+  return found;
+}
+
+/// Hides one block kernel's asynchronous warpgroup products' results until
+/// the waits that complete them: after each such product (done at once on
+/// the CPU) the thread moves its accumulator fragment to a slot of its
+/// queue and leaves NaN in its place; each wait, and each synchronous
+/// warpgroup product (which waits for all before it on the GPU), moves
+/// back those it completes, through a function of the kernel's
+/// (`<kernel>__complete_products`).
+class ProductDeferral {
+public:
+  explicit ProductDeferral(KernelProducts products) : k(std::move(products)) {}
+
+  void run() {
+    flattenBuffers();
+    buildCompleter();
+    allocateQueues();
+    for (WarpMmaOp product : k.asyncProducts)
+      hide(product);
+    for (WarpgroupWaitOp wait : k.waits) {
+      OpBuilder b(wait);
+      Value thread = enclosingThreadLoop(wait).getInductionVars().front();
+      Value issued =
+          memref::LoadOp::create(b, wait.getLoc(), issuedCounts, thread);
+      callCompleter(
+          b, wait.getLoc(), thread,
+          arith::SubIOp::create(b, wait.getLoc(), issued,
+                                index(b, wait.getLoc(), wait.getPending())));
+    }
+    for (WarpMmaOp product : k.syncProducts) {
+      OpBuilder b(product);
+      callCompleter(
+          b, product.getLoc(),
+          enclosingThreadLoop(product).getInductionVars().front(),
+          index(b, product.getLoc(), std::numeric_limits<int64_t>::max()));
+    }
+  }
+
+private:
+  Value index(OpBuilder &b, Location loc, int64_t value) {
+    return arith::ConstantIndexOp::create(b, loc, value);
+  }
+  MLIRContext *context() { return k.kernel.getContext(); }
+  MemRefType recordsType() {
+    return MemRefType::get({k.threads, kProductsInFlight, kProductFields},
+                           IndexType::get(context()));
+  }
+  MemRefType shadowType() {
+    return MemRefType::get({k.threads, kProductsInFlight, k.mostElements},
+                           Float32Type::get(context()));
+  }
+  MemRefType countsType() {
+    return MemRefType::get({k.threads}, IndexType::get(context()));
+  }
+
+  /// Each accumulator buffer as one row of its elements, right after it.
+  void flattenBuffers() {
+    for (memref::AllocaOp buffer : k.buffers) {
+      OpBuilder b(context());
+      b.setInsertionPointAfter(buffer);
+      ReassociationIndices all;
+      for (int64_t dim = 0; dim < buffer.getType().getRank(); ++dim)
+        all.push_back(dim);
+      flat.push_back(buffer.getType().getRank() == 1
+                         ? buffer.getResult()
+                         : memref::CollapseShapeOp::create(
+                               b, buffer.getLoc(), buffer,
+                               ArrayRef<ReassociationIndices>{all})
+                               .getResult());
+    }
+  }
+
+  /// Copies `count` elements between the flat buffer at `offset` and the
+  /// thread's shadow slot, from one to the other (`toShadow`), leaving NaN
+  /// in the buffer when hiding.
+  void move(OpBuilder &b, Location loc, Value flatBuffer, Value shadow,
+            Value thread, Value slot, Value offset, Value count,
+            bool toShadow) {
+    Value nan = arith::ConstantOp::create(
+        b, loc,
+        FloatAttr::get(b.getF32Type(),
+                       APFloat::getQNaN(APFloat::IEEEsingle())));
+    scf::ForOp::create(
+        b, loc, index(b, loc, 0), count, index(b, loc, 1), ValueRange{},
+        [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+          Value at = arith::AddIOp::create(b, loc, offset, i);
+          SmallVector<Value> inShadow{thread, slot, i};
+          if (toShadow) {
+            Value x = memref::LoadOp::create(b, loc, flatBuffer, at);
+            memref::StoreOp::create(b, loc, x, shadow, inShadow);
+            memref::StoreOp::create(b, loc, nan, flatBuffer, at);
+          } else {
+            Value x = memref::LoadOp::create(b, loc, shadow, inShadow);
+            memref::StoreOp::create(b, loc, x, flatBuffer, at);
+          }
+          scf::YieldOp::create(b, loc);
+        });
+  }
+
+  /// @<kernel>__complete_products(thread, bound, records, shadow, heads,
+  /// tails, buffers...): moves back the thread's oldest hidden fragments
+  /// while their group is below `bound`.
+  void buildCompleter() {
+    OpBuilder b(k.kernel);
+    Location loc = k.kernel.getLoc();
+    Type indexType = b.getIndexType();
+    SmallVector<Type> inputs{indexType,    indexType,    recordsType(),
+                             shadowType(), countsType(), countsType()};
+    for (Value buffer : flat)
+      inputs.push_back(buffer.getType());
+    completer = func::FuncOp::create(
+        b, loc, (k.kernel.getSymName() + "__complete_products").str(),
+        b.getFunctionType(inputs, {}));
+    completer.setPrivate();
+    Block *entry = completer.addEntryBlock();
+    b.setInsertionPointToStart(entry);
+    Value thread = entry->getArgument(0), bound = entry->getArgument(1),
+          records = entry->getArgument(2), shadow = entry->getArgument(3),
+          heads = entry->getArgument(4), tails = entry->getArgument(5);
+    Value capacity = index(b, loc, kProductsInFlight);
+    auto field = [&](OpBuilder &b, Value slot, int64_t f) {
+      return memref::LoadOp::create(b, loc, records,
+                                    ValueRange{thread, slot, index(b, loc, f)})
+          .getResult();
+    };
+    scf::WhileOp::create(
+        b, loc, TypeRange{}, ValueRange{},
+        [&](OpBuilder &b, Location loc, ValueRange) {
+          Value head = memref::LoadOp::create(b, loc, heads, thread);
+          Value tail = memref::LoadOp::create(b, loc, tails, thread);
+          Value slot = arith::RemUIOp::create(b, loc, head, capacity);
+          auto less = [&](Value x, Value y) {
+            return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x,
+                                         y)
+                .getResult();
+          };
+          Value due =
+              arith::AndIOp::create(b, loc, less(head, tail),
+                                    less(field(b, slot, kProductGroup), bound));
+          scf::ConditionOp::create(b, loc, due, ValueRange{});
+        },
+        [&](OpBuilder &b, Location loc, ValueRange) {
+          Value head = memref::LoadOp::create(b, loc, heads, thread);
+          Value slot = arith::RemUIOp::create(b, loc, head, capacity);
+          SmallVector<int64_t> roots(flat.size());
+          std::iota(roots.begin(), roots.end(), 0);
+          auto sw = scf::IndexSwitchOp::create(
+              b, loc, TypeRange{}, field(b, slot, kRoot), roots, roots.size());
+          for (int64_t root : roots) {
+            OpBuilder::InsertionGuard guard(b);
+            b.createBlock(&sw.getCaseRegions()[root]);
+            move(b, loc, entry->getArgument(6 + root), shadow, thread, slot,
+                 field(b, slot, kOffset), field(b, slot, kElements),
+                 /*toShadow=*/false);
+            scf::YieldOp::create(b, loc);
+          }
+          {
+            OpBuilder::InsertionGuard guard(b);
+            b.createBlock(&sw.getDefaultRegion());
+            scf::YieldOp::create(b, loc);
+          }
+          memref::StoreOp::create(
+              b, loc, arith::AddIOp::create(b, loc, head, index(b, loc, 1)),
+              heads, thread);
+          scf::YieldOp::create(b, loc);
+        });
+    func::ReturnOp::create(b, loc);
+  }
+
+  /// The queues, empty, at the kernel's start.
+  void allocateQueues() {
+    OpBuilder b = OpBuilder::atBlockBegin(&k.kernel.getBody().front());
+    Location loc = k.kernel.getLoc();
+    records = memref::AllocaOp::create(b, loc, recordsType());
+    shadow = memref::AllocaOp::create(b, loc, shadowType());
+    heads = memref::AllocaOp::create(b, loc, countsType());
+    tails = memref::AllocaOp::create(b, loc, countsType());
+    issuedCounts = memref::AllocaOp::create(b, loc, countsType());
+    Value zero = index(b, loc, 0);
+    scf::ForOp::create(b, loc, zero, index(b, loc, k.threads), index(b, loc, 1),
+                       ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value t, ValueRange) {
+                         for (Value counts : {heads, tails, issuedCounts})
+                           memref::StoreOp::create(b, loc, zero, counts, t);
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+
+  void callCompleter(OpBuilder &b, Location loc, Value thread, Value bound) {
+    SmallVector<Value> operands{thread, bound, records, shadow, heads, tails};
+    operands.append(flat);
+    func::CallOp::create(b, loc, completer, operands);
+  }
+
+  /// After the product: its fragment queued in the thread's next slot
+  /// (the oldest moved back first if the queue is full), NaN in its place.
+  void hide(WarpMmaOp product) {
+    OpBuilder b(context());
+    b.setInsertionPointAfter(product);
+    Location loc = product.getLoc();
+    Value thread = enclosingThreadLoop(product).getInductionVars().front();
+    Value capacity = index(b, loc, kProductsInFlight);
+    Value head = memref::LoadOp::create(b, loc, heads, thread);
+    Value tail = memref::LoadOp::create(b, loc, tails, thread);
+    Value issued = memref::LoadOp::create(b, loc, issuedCounts, thread);
+    Value full = arith::CmpIOp::create(
+        b, loc, arith::CmpIPredicate::sge,
+        arith::SubIOp::create(b, loc, tail, head), capacity);
+    scf::IfOp::create(b, loc, full, [&](OpBuilder &then, Location loc) {
+      // The oldest product's group and the ones before it.
+      Value oldest = memref::LoadOp::create(
+          then, loc, records,
+          ValueRange{thread, arith::RemUIOp::create(then, loc, head, capacity),
+                     index(then, loc, kProductGroup)});
+      callCompleter(
+          then, loc, thread,
+          arith::AddIOp::create(then, loc, oldest, index(then, loc, 1)));
+      scf::YieldOp::create(then, loc);
+    });
+    Value slot = arith::RemUIOp::create(b, loc, tail, capacity);
+    auto root = std::distance(
+        k.buffers.begin(), llvm::find(k.buffers, accumulatorBuffer(product)));
+    const int64_t elements =
+        cast<MemRefType>(product.getAcc().getType()).getNumElements();
+    Value offset =
+        memref::ExtractStridedMetadataOp::create(b, loc, product.getAcc())
+            .getOffset();
+    auto store = [&](Value value, int64_t f) {
+      memref::StoreOp::create(b, loc, value, records,
+                              ValueRange{thread, slot, index(b, loc, f)});
+    };
+    store(index(b, loc, root), kRoot);
+    store(offset, kOffset);
+    store(index(b, loc, elements), kElements);
+    store(issued, kProductGroup);
+    move(b, loc, flat[root], shadow, thread, slot, offset,
+         index(b, loc, elements), /*toShadow=*/true);
+    memref::StoreOp::create(
+        b, loc, arith::AddIOp::create(b, loc, issued, index(b, loc, 1)),
+        issuedCounts, thread);
+    memref::StoreOp::create(
+        b, loc, arith::AddIOp::create(b, loc, tail, index(b, loc, 1)), tails,
+        thread);
+  }
+
+  KernelProducts k;
+  SmallVector<Value> flat;
+  func::FuncOp completer;
+  Value records, shadow, heads, tails, issuedCounts;
+};
+
+struct AttnDeferWarpgroupProducts final
+    : mlir::attn::impl::AttnDeferWarpgroupProductsBase<
+          AttnDeferWarpgroupProducts> {
+  void runOnOperation() override {
+    std::vector<KernelProducts> kernels;
+    getOperation()->walk([&](func::FuncOp kernel) {
+      if (kernel->hasAttr(kBlockKernelAttr))
+        if (std::optional<KernelProducts> products = deferrableProducts(kernel))
+          kernels.push_back(std::move(*products));
+    });
+    for (KernelProducts &products : kernels)
+      ProductDeferral(std::move(products)).run();
   }
 };
 
