@@ -260,15 +260,6 @@ struct AttnPoisonKernelBuffers final
   }
 };
 
-/// A thread's copies in flight, at most this many; one more completes its
-/// oldest first (a copy may always complete early).
-constexpr int64_t kCopiesInFlight = 64;
-
-/// What a queued copy keeps: which copy (its site, an index into the
-/// kernel's copies), whether it is valid, its group (the count of the
-/// thread's waits before it), then its source and target indices.
-enum CopyField : int64_t { kSite = 0, kValid = 1, kGroup = 2, kIndices = 3 };
-
 scf::ParallelOp enclosingThreadLoop(Operation *op) {
   for (Operation *parent = op->getParentOp(); parent;
        parent = parent->getParentOp())
@@ -277,8 +268,243 @@ scf::ParallelOp enclosingThreadLoop(Operation *op) {
   return {};
 }
 
-/// A block kernel's asynchronous copies and waits, and what deferring them
-/// takes.
+/// The thread of the thread loop that holds `op`.
+Value threadOf(Operation *op) {
+  return enclosingThreadLoop(op).getInductionVars().front();
+}
+
+/// The most threads of the thread loops that hold `ops`, if every one is
+/// in a thread loop from thread 0 on a constant count of threads.
+std::optional<int64_t> threadsHolding(ArrayRef<Operation *> ops) {
+  int64_t most = 0;
+  for (Operation *op : ops) {
+    scf::ParallelOp loop = enclosingThreadLoop(op);
+    std::optional<int64_t> threads =
+        loop ? getConstantIntValue(loop.getUpperBound().front()) : std::nullopt;
+    if (!threads || !isConstantIntValue(loop.getLowerBound().front(), 0))
+      return std::nullopt;
+    most = std::max(most, *threads);
+  }
+  return most;
+}
+
+Value indexConstant(OpBuilder &b, Location loc, int64_t value) {
+  return arith::ConstantIndexOp::create(b, loc, value);
+}
+
+/// A queue per thread of a block kernel's work done late (copies that
+/// land, products whose results appear), first in first out: `records`
+/// [threads, capacity, fields] of index, each thread's entries in its
+/// slots [heads[t], tails[t]) modulo the capacity, and a count per thread
+/// (`counts`: the groups it closed, or the products it issued) that
+/// numbers the groups. Field 0 of an entry is its group. A function of
+/// the kernel's (the completer) does the thread's oldest entries while
+/// their group is below a bound; it takes the queue and the buffers the
+/// work touches (`extra`), which must be defined before every use.
+class ThreadQueues {
+public:
+  static constexpr int64_t kGroup = 0;
+
+  /// Does one entry: its fields, the completer's extra arguments.
+  using CompleteEntry =
+      function_ref<void(OpBuilder &, Location, Value thread, Value slot,
+                        function_ref<Value(int64_t)> field, ValueRange extra)>;
+
+  ThreadQueues(func::FuncOp kernel, int64_t threads, int64_t capacity,
+               int64_t fields)
+      : kernel(kernel), threads(threads), capacity(capacity), fields(fields) {}
+
+  /// The queues, empty, and the completer `<kernel><suffix>(thread, bound,
+  /// most, records, heads, tails, extra...)`, which does at most `most`
+  /// entries.
+  void build(StringRef suffix, ValueRange extraBuffers,
+             CompleteEntry completeEntry) {
+    extra.assign(extraBuffers.begin(), extraBuffers.end());
+    allocate();
+    buildCompleter(suffix, completeEntry);
+  }
+
+  /// Does the thread's entries of every group below `bound`.
+  void complete(OpBuilder &b, Location loc, Value thread, Value bound) {
+    callCompleter(b, loc, thread, bound, indexConstant(b, loc, capacity));
+  }
+
+  /// A new entry's slot in the thread's queue (its oldest entry done first
+  /// when the queue is full, which both kinds of work allow), its group
+  /// the thread's count; `fill` stores its other fields.
+  void push(OpBuilder &b, Location loc, Value thread,
+            function_ref<void(Value slot)> fill) {
+    Value head = memref::LoadOp::create(b, loc, heads, thread);
+    Value tail = memref::LoadOp::create(b, loc, tails, thread);
+    Value full =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge,
+                              arith::SubIOp::create(b, loc, tail, head),
+                              indexConstant(b, loc, capacity));
+    scf::IfOp::create(b, loc, full, [&](OpBuilder &then, Location loc) {
+      callCompleter(
+          then, loc, thread,
+          indexConstant(then, loc, std::numeric_limits<int64_t>::max()),
+          indexConstant(then, loc, 1));
+      scf::YieldOp::create(then, loc);
+    });
+    Value slot =
+        arith::RemUIOp::create(b, loc, tail, indexConstant(b, loc, capacity));
+    store(b, loc, thread, slot, kGroup, count(b, loc, thread));
+    fill(slot);
+    memref::StoreOp::create(
+        b, loc, arith::AddIOp::create(b, loc, tail, indexConstant(b, loc, 1)),
+        tails, thread);
+  }
+
+  void store(OpBuilder &b, Location loc, Value thread, Value slot,
+             int64_t field, Value value) {
+    memref::StoreOp::create(
+        b, loc, value, records,
+        ValueRange{thread, slot, indexConstant(b, loc, field)});
+  }
+
+  Value count(OpBuilder &b, Location loc, Value thread) {
+    return memref::LoadOp::create(b, loc, counts, thread);
+  }
+  /// Adds 1 to the thread's count and returns the new count.
+  Value step(OpBuilder &b, Location loc, Value thread) {
+    Value next = arith::AddIOp::create(b, loc, count(b, loc, thread),
+                                       indexConstant(b, loc, 1));
+    memref::StoreOp::create(b, loc, next, counts, thread);
+    return next;
+  }
+
+private:
+  MemRefType countsType() {
+    return MemRefType::get({threads}, IndexType::get(kernel.getContext()));
+  }
+
+  void allocate() {
+    OpBuilder b = OpBuilder::atBlockBegin(&kernel.getBody().front());
+    Location loc = kernel.getLoc();
+    records = memref::AllocaOp::create(
+        b, loc, MemRefType::get({threads, capacity, fields}, b.getIndexType()));
+    heads = memref::AllocaOp::create(b, loc, countsType());
+    tails = memref::AllocaOp::create(b, loc, countsType());
+    counts = memref::AllocaOp::create(b, loc, countsType());
+    Value zero = indexConstant(b, loc, 0);
+    scf::ForOp::create(b, loc, zero, indexConstant(b, loc, threads),
+                       indexConstant(b, loc, 1), ValueRange{},
+                       [&](OpBuilder &b, Location loc, Value t, ValueRange) {
+                         for (Value queue : {heads, tails, counts})
+                           memref::StoreOp::create(b, loc, zero, queue, t);
+                         scf::YieldOp::create(b, loc);
+                       });
+  }
+
+  void buildCompleter(StringRef suffix, CompleteEntry completeEntry) {
+    OpBuilder b(kernel);
+    Location loc = kernel.getLoc();
+    Type indexType = b.getIndexType();
+    SmallVector<Type> inputs{indexType,       indexType,
+                             indexType,       records.getType(),
+                             heads.getType(), tails.getType()};
+    for (Value buffer : extra)
+      inputs.push_back(buffer.getType());
+    completer =
+        func::FuncOp::create(b, loc, (kernel.getSymName() + suffix).str(),
+                             b.getFunctionType(inputs, {}));
+    completer.setPrivate();
+    Block *entry = completer.addEntryBlock();
+    b.setInsertionPointToStart(entry);
+    Value thread = entry->getArgument(0), bound = entry->getArgument(1),
+          most = entry->getArgument(2), records = entry->getArgument(3),
+          heads = entry->getArgument(4), tails = entry->getArgument(5);
+    ValueRange extraInside = entry->getArguments().drop_front(6);
+    auto slotOf = [&](OpBuilder &b, Location loc, Value head) {
+      return arith::RemUIOp::create(b, loc, head,
+                                    indexConstant(b, loc, capacity))
+          .getResult();
+    };
+    auto fieldOf = [&](OpBuilder &b, Location loc, Value slot) {
+      return [&b, loc, thread, slot, records](int64_t f) {
+        return memref::LoadOp::create(
+                   b, loc, records,
+                   ValueRange{thread, slot, indexConstant(b, loc, f)})
+            .getResult();
+      };
+    };
+    scf::WhileOp::create(
+        b, loc, TypeRange{indexType}, ValueRange{indexConstant(b, loc, 0)},
+        [&](OpBuilder &b, Location loc, ValueRange done) {
+          Value head = memref::LoadOp::create(b, loc, heads, thread);
+          Value tail = memref::LoadOp::create(b, loc, tails, thread);
+          auto less = [&](Value x, Value y) {
+            return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x,
+                                         y)
+                .getResult();
+          };
+          Value group = fieldOf(b, loc, slotOf(b, loc, head))(kGroup);
+          Value more = arith::AndIOp::create(b, loc, less(done[0], most),
+                                             less(head, tail));
+          scf::ConditionOp::create(
+              b, loc, arith::AndIOp::create(b, loc, more, less(group, bound)),
+              done);
+        },
+        [&](OpBuilder &b, Location loc, ValueRange done) {
+          Value head = memref::LoadOp::create(b, loc, heads, thread);
+          Value slot = slotOf(b, loc, head);
+          completeEntry(b, loc, thread, slot, fieldOf(b, loc, slot),
+                        extraInside);
+          memref::StoreOp::create(
+              b, loc,
+              arith::AddIOp::create(b, loc, head, indexConstant(b, loc, 1)),
+              heads, thread);
+          scf::YieldOp::create(b, loc,
+                               ValueRange{arith::AddIOp::create(
+                                   b, loc, done[0], indexConstant(b, loc, 1))});
+        });
+    func::ReturnOp::create(b, loc);
+  }
+
+  void callCompleter(OpBuilder &b, Location loc, Value thread, Value bound,
+                     Value most) {
+    SmallVector<Value> operands{thread, bound, most, records, heads, tails};
+    operands.append(extra);
+    func::CallOp::create(b, loc, completer, operands);
+  }
+
+  func::FuncOp kernel;
+  int64_t threads, capacity, fields;
+  SmallVector<Value> extra;
+  func::FuncOp completer;
+  Value records, heads, tails, counts;
+};
+
+/// `cases` regions of an scf.index_switch on `selector`, case i built by
+/// `buildCase(i)`, the default doing nothing.
+void switchOver(OpBuilder &b, Location loc, Value selector, int64_t cases,
+                function_ref<void(int64_t)> buildCase) {
+  SmallVector<int64_t> values(cases);
+  std::iota(values.begin(), values.end(), 0);
+  auto sw =
+      scf::IndexSwitchOp::create(b, loc, TypeRange{}, selector, values, cases);
+  for (int64_t i = 0; i <= cases; ++i) {
+    OpBuilder::InsertionGuard guard(b);
+    b.createBlock(i < cases ? &sw.getCaseRegions()[i] : &sw.getDefaultRegion());
+    if (i < cases)
+      buildCase(i);
+    scf::YieldOp::create(b, loc);
+  }
+}
+
+//===-- -attn-defer-async-copies -----------------------------------------===//
+
+/// A thread's copies in flight, at most this many; one more completes its
+/// oldest first (a copy may always complete early).
+constexpr int64_t kCopiesInFlight = 64;
+
+/// What a queued copy keeps besides its group (the count of the thread's
+/// waits before it): which copy (its site, an index into the kernel's
+/// copies), whether it is valid, then its source and target indices.
+enum CopyField : int64_t { kSite = 1, kValid = 2, kIndices = 3 };
+
+/// A block kernel's asynchronous copies and waits.
 struct KernelCopies {
   func::FuncOp kernel;
   SmallVector<AsyncCopyOp> copies;
@@ -296,25 +522,20 @@ struct KernelCopies {
 /// be done where a later wait completes it). Else none.
 std::optional<KernelCopies> deferrableCopies(func::FuncOp kernel) {
   KernelCopies found{kernel};
-  bool deferrable = true;
+  SmallVector<Operation *> ops;
   kernel.walk([&](Operation *op) {
-    if (!isa<AsyncCopyOp, AsyncWaitOp>(op))
-      return;
-    scf::ParallelOp loop = enclosingThreadLoop(op);
-    std::optional<int64_t> threads =
-        loop ? getConstantIntValue(loop.getUpperBound().front()) : std::nullopt;
-    if (!threads || !isConstantIntValue(loop.getLowerBound().front(), 0)) {
-      deferrable = false;
-      return;
-    }
-    found.threads = std::max(found.threads, *threads);
     if (auto copy = dyn_cast<AsyncCopyOp>(op))
       found.copies.push_back(copy);
+    else if (auto wait = dyn_cast<AsyncWaitOp>(op))
+      found.waits.push_back(wait);
     else
-      found.waits.push_back(cast<AsyncWaitOp>(op));
+      return;
+    ops.push_back(op);
   });
-  if (!deferrable || found.copies.empty())
+  std::optional<int64_t> threads = threadsHolding(ops);
+  if (!threads || found.copies.empty())
     return std::nullopt;
+  found.threads = *threads;
   llvm::SetVector<Value> buffers;
   for (AsyncCopyOp copy : found.copies) {
     buffers.insert(copy.getSource());
@@ -324,30 +545,33 @@ std::optional<KernelCopies> deferrableCopies(func::FuncOp kernel) {
                                          copy.getTargetIndices().size());
   }
   DominanceInfo dominance(kernel);
-  auto beforeAll = [&](Value buffer, auto ops) {
-    return llvm::all_of(ops, [&](Operation *op) {
-      return dominance.properlyDominates(buffer, op);
-    });
-  };
   for (Value buffer : buffers)
-    if (!beforeAll(buffer, found.copies) || !beforeAll(buffer, found.waits))
-      return std::nullopt;
+    for (Operation *op : ops)
+      if (!dominance.properlyDominates(buffer, op))
+        return std::nullopt;
   found.buffers = buffers.takeVector();
   return found;
 }
 
-/// Defers one block kernel's copies: each thread queues its copies in
-/// `records` (its slots [heads[t], tails[t]) modulo kCopiesInFlight) and
-/// its waits complete those the wait does not leave pending, through a
-/// function of the kernel's (`<kernel>__complete_copies`), which does a
-/// queued copy as the op at its site, with the recorded indices.
+/// Defers one block kernel's copies: each thread queues its copies and
+/// its waits complete those the wait does not leave pending, through
+/// `<kernel>__complete_copies`, which does a queued copy as the op at its
+/// site, with the recorded validity and indices.
 class CopyDeferral {
 public:
-  explicit CopyDeferral(KernelCopies copies) : k(std::move(copies)) {}
+  explicit CopyDeferral(KernelCopies copies)
+      : k(std::move(copies)),
+        queues(k.kernel, k.threads, kCopiesInFlight, k.fields) {}
 
   void run() {
-    buildCompleter();
-    allocateQueues();
+    queues.build("__complete_copies", k.buffers,
+                 [&](OpBuilder &b, Location loc, Value, Value,
+                     function_ref<Value(int64_t)> field, ValueRange buffers) {
+                   switchOver(b, loc, field(kSite), k.copies.size(),
+                              [&](int64_t site) {
+                                doCopy(b, k.copies[site], buffers, field);
+                              });
+                 });
     for (auto [site, copy] : llvm::enumerate(k.copies))
       queue(copy, site);
     for (AsyncWaitOp wait : k.waits)
@@ -355,171 +579,46 @@ public:
   }
 
 private:
-  Value index(OpBuilder &b, Location loc, int64_t value) {
-    return arith::ConstantIndexOp::create(b, loc, value);
-  }
-  MemRefType recordsType() {
-    return MemRefType::get({k.threads, kCopiesInFlight, k.fields},
-                           IndexType::get(k.kernel.getContext()));
-  }
-  MemRefType countsType() {
-    return MemRefType::get({k.threads}, IndexType::get(k.kernel.getContext()));
-  }
-
-  /// @<kernel>__complete_copies(thread, bound, most, records, heads, tails,
-  /// buffers...): completes the thread's oldest queued copies, at most
-  /// `most`, while their group is below `bound`.
-  void buildCompleter() {
-    OpBuilder b(k.kernel);
-    Location loc = k.kernel.getLoc();
-    Type indexType = b.getIndexType();
-    SmallVector<Type> inputs{indexType,     indexType,    indexType,
-                             recordsType(), countsType(), countsType()};
-    for (Value buffer : k.buffers)
-      inputs.push_back(buffer.getType());
-    completer = func::FuncOp::create(
-        b, loc, (k.kernel.getSymName() + "__complete_copies").str(),
-        b.getFunctionType(inputs, {}));
-    completer.setPrivate();
-    Block *entry = completer.addEntryBlock();
-    b.setInsertionPointToStart(entry);
-    Value thread = entry->getArgument(0), bound = entry->getArgument(1),
-          most = entry->getArgument(2), records = entry->getArgument(3),
-          heads = entry->getArgument(4), tails = entry->getArgument(5);
-    IRMapping inside;
-    for (auto [i, buffer] : llvm::enumerate(k.buffers))
-      inside.map(buffer, entry->getArgument(6 + i));
-    Value capacity = index(b, loc, kCopiesInFlight);
-    auto field = [&](OpBuilder &b, Value slot, int64_t f) {
-      return memref::LoadOp::create(b, loc, records,
-                                    ValueRange{thread, slot, index(b, loc, f)})
-          .getResult();
-    };
-    scf::WhileOp::create(
-        b, loc, TypeRange{indexType}, ValueRange{index(b, loc, 0)},
-        [&](OpBuilder &b, Location loc, ValueRange args) {
-          Value head = memref::LoadOp::create(b, loc, heads, thread);
-          Value tail = memref::LoadOp::create(b, loc, tails, thread);
-          Value slot = arith::RemUIOp::create(b, loc, head, capacity);
-          auto less = [&](Value x, Value y) {
-            return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x,
-                                         y)
-                .getResult();
-          };
-          Value more = arith::AndIOp::create(b, loc, less(args[0], most),
-                                             less(head, tail));
-          Value due = less(field(b, slot, kGroup), bound);
-          scf::ConditionOp::create(
-              b, loc, arith::AndIOp::create(b, loc, more, due), args);
-        },
-        [&](OpBuilder &b, Location loc, ValueRange args) {
-          Value head = memref::LoadOp::create(b, loc, heads, thread);
-          Value slot = arith::RemUIOp::create(b, loc, head, capacity);
-          SmallVector<int64_t> sites(k.copies.size());
-          std::iota(sites.begin(), sites.end(), 0);
-          auto sw = scf::IndexSwitchOp::create(
-              b, loc, TypeRange{}, field(b, slot, kSite), sites, sites.size());
-          for (auto [site, copy] : llvm::enumerate(k.copies)) {
-            OpBuilder::InsertionGuard guard(b);
-            b.createBlock(&sw.getCaseRegions()[site]);
-            doCopy(b, copy, inside,
-                   [&](int64_t f) { return field(b, slot, f); });
-            scf::YieldOp::create(b, loc);
-          }
-          {
-            OpBuilder::InsertionGuard guard(b);
-            b.createBlock(&sw.getDefaultRegion());
-            scf::YieldOp::create(b, loc);
-          }
-          memref::StoreOp::create(
-              b, loc, arith::AddIOp::create(b, loc, head, index(b, loc, 1)),
-              heads, thread);
-          scf::YieldOp::create(b, loc,
-                               ValueRange{arith::AddIOp::create(
-                                   b, loc, args[0], index(b, loc, 1))});
-        });
-    func::ReturnOp::create(b, loc);
-  }
-
   /// The copy at once (a plain copy once -attn-async-copy-to-loops runs),
-  /// its validity and indices the queued record's fields.
-  void doCopy(OpBuilder &b, AsyncCopyOp copy, const IRMapping &inside,
+  /// its validity and indices the queued record's fields, its buffers the
+  /// completer's arguments.
+  void doCopy(OpBuilder &b, AsyncCopyOp copy, ValueRange buffers,
               function_ref<Value(int64_t)> field) {
     Location loc = copy.getLoc();
+    auto inside = [&](Value buffer) {
+      return buffers[llvm::find(k.buffers, buffer) - k.buffers.begin()];
+    };
     int64_t f = kIndices;
     SmallVector<Value> sourceIndices, targetIndices;
     for (size_t i = 0; i < copy.getSourceIndices().size(); ++i)
       sourceIndices.push_back(field(f++));
     for (size_t i = 0; i < copy.getTargetIndices().size(); ++i)
       targetIndices.push_back(field(f++));
-    Value valid = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
-                                        field(kValid), index(b, loc, 0));
-    AsyncCopyOp::create(b, loc, inside.lookup(copy.getSource()), sourceIndices,
-                        inside.lookup(copy.getTarget()), targetIndices, valid,
+    Value valid =
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, field(kValid),
+                              indexConstant(b, loc, 0));
+    AsyncCopyOp::create(b, loc, inside(copy.getSource()), sourceIndices,
+                        inside(copy.getTarget()), targetIndices, valid,
                         copy.getElementsAttr());
   }
 
-  /// The queues, empty, at the kernel's start.
-  void allocateQueues() {
-    OpBuilder b = OpBuilder::atBlockBegin(&k.kernel.getBody().front());
-    Location loc = k.kernel.getLoc();
-    records = memref::AllocaOp::create(b, loc, recordsType());
-    heads = memref::AllocaOp::create(b, loc, countsType());
-    tails = memref::AllocaOp::create(b, loc, countsType());
-    groups = memref::AllocaOp::create(b, loc, countsType());
-    Value zero = index(b, loc, 0);
-    scf::ForOp::create(b, loc, zero, index(b, loc, k.threads), index(b, loc, 1),
-                       ValueRange{},
-                       [&](OpBuilder &b, Location loc, Value t, ValueRange) {
-                         for (Value counts : {heads, tails, groups})
-                           memref::StoreOp::create(b, loc, zero, counts, t);
-                         scf::YieldOp::create(b, loc);
-                       });
-  }
-
-  void callCompleter(OpBuilder &b, Location loc, Value thread, Value bound,
-                     Value most) {
-    SmallVector<Value> operands{thread, bound, most, records, heads, tails};
-    operands.append(k.buffers);
-    func::CallOp::create(b, loc, completer, operands);
-  }
-
-  /// The copy queued in its thread's next slot, the oldest completed
-  /// first if the queue is full.
   void queue(AsyncCopyOp copy, int64_t site) {
     OpBuilder b(copy);
     Location loc = copy.getLoc();
-    Value thread = enclosingThreadLoop(copy).getInductionVars().front();
-    Value capacity = index(b, loc, kCopiesInFlight);
-    Value head = memref::LoadOp::create(b, loc, heads, thread);
-    Value tail = memref::LoadOp::create(b, loc, tails, thread);
-    Value full = arith::CmpIOp::create(
-        b, loc, arith::CmpIPredicate::sge,
-        arith::SubIOp::create(b, loc, tail, head), capacity);
-    scf::IfOp::create(b, loc, full, [&](OpBuilder &then, Location loc) {
-      callCompleter(then, loc, thread,
-                    index(then, loc, std::numeric_limits<int64_t>::max()),
-                    index(then, loc, 1));
-      scf::YieldOp::create(then, loc);
+    Value thread = threadOf(copy);
+    queues.push(b, loc, thread, [&](Value slot) {
+      auto store = [&](int64_t f, Value value) {
+        queues.store(b, loc, thread, slot, f, value);
+      };
+      store(kSite, indexConstant(b, loc, site));
+      store(kValid, arith::IndexCastUIOp::create(b, loc, b.getIndexType(),
+                                                 copy.getValid()));
+      int64_t f = kIndices;
+      for (Value i : copy.getSourceIndices())
+        store(f++, i);
+      for (Value i : copy.getTargetIndices())
+        store(f++, i);
     });
-    Value slot = arith::RemUIOp::create(b, loc, tail, capacity);
-    auto store = [&](Value value, int64_t f) {
-      memref::StoreOp::create(b, loc, value, records,
-                              ValueRange{thread, slot, index(b, loc, f)});
-    };
-    store(index(b, loc, site), kSite);
-    store(
-        arith::IndexCastUIOp::create(b, loc, b.getIndexType(), copy.getValid()),
-        kValid);
-    store(memref::LoadOp::create(b, loc, groups, thread), kGroup);
-    int64_t f = kIndices;
-    for (Value i : copy.getSourceIndices())
-      store(i, f++);
-    for (Value i : copy.getTargetIndices())
-      store(i, f++);
-    memref::StoreOp::create(
-        b, loc, arith::AddIOp::create(b, loc, tail, index(b, loc, 1)), tails,
-        thread);
     copy.erase();
   }
 
@@ -528,20 +627,17 @@ private:
   void complete(AsyncWaitOp wait) {
     OpBuilder b(wait);
     Location loc = wait.getLoc();
-    Value thread = enclosingThreadLoop(wait).getInductionVars().front();
-    Value group = arith::AddIOp::create(
-        b, loc, memref::LoadOp::create(b, loc, groups, thread),
-        index(b, loc, 1));
-    memref::StoreOp::create(b, loc, group, groups, thread);
-    Value bound =
-        arith::SubIOp::create(b, loc, group, index(b, loc, wait.getPending()));
-    callCompleter(b, loc, thread, bound, index(b, loc, kCopiesInFlight));
+    Value thread = threadOf(wait);
+    Value groups = queues.step(b, loc, thread);
+    queues.complete(
+        b, loc, thread,
+        arith::SubIOp::create(b, loc, groups,
+                              indexConstant(b, loc, wait.getPending())));
     wait.erase();
   }
 
   KernelCopies k;
-  func::FuncOp completer;
-  Value records, heads, tails, groups;
+  ThreadQueues queues;
 };
 
 struct AttnDeferAsyncCopies final
@@ -558,18 +654,20 @@ struct AttnDeferAsyncCopies final
   }
 };
 
+//===-- -attn-defer-warpgroup-products -----------------------------------===//
+
 /// A thread's warpgroup products in flight, at most this many; one more
 /// completes its oldest first.
 constexpr int64_t kProductsInFlight = 8;
 
-/// What a queued product keeps: which accumulator buffer (an index into
-/// the kernel's), where its fragment starts in it, how many elements it
-/// has, and its group (the count of the thread's products before it).
+/// What a queued product keeps besides its group (the count of the
+/// thread's products before it): which accumulator buffer (an index into
+/// the kernel's), where its fragment starts in it and how many elements it
+/// has.
 enum ProductField : int64_t {
-  kRoot = 0,
-  kOffset = 1,
-  kElements = 2,
-  kProductGroup = 3,
+  kBuffer = 1,
+  kOffset = 2,
+  kElements = 3,
   kProductFields = 4
 };
 
@@ -590,8 +688,11 @@ memref::AllocaOp accumulatorBuffer(WarpMmaOp product) {
              : memref::AllocaOp();
 }
 
-/// A block kernel's warpgroup products and waits, and what hiding the
-/// asynchronous products' results until their waits takes.
+int64_t fragmentElements(WarpMmaOp product) {
+  return cast<MemRefType>(product.getAcc().getType()).getNumElements();
+}
+
+/// A block kernel's warpgroup products and waits.
 struct KernelProducts {
   func::FuncOp kernel;
   SmallVector<WarpMmaOp> asyncProducts, syncProducts;
@@ -607,96 +708,94 @@ struct KernelProducts {
 /// register buffer. Else none.
 std::optional<KernelProducts> deferrableProducts(func::FuncOp kernel) {
   KernelProducts found{kernel};
+  SmallVector<Operation *> ops;
   bool deferrable = true;
   kernel.walk([&](Operation *op) {
     auto product = dyn_cast<WarpMmaOp>(op);
-    if (!(product && product.getWarpgroup()) && !isa<WarpgroupWaitOp>(op))
+    if (product && !product.getWarpgroup())
       return;
-    scf::ParallelOp loop = enclosingThreadLoop(op);
-    std::optional<int64_t> threads =
-        loop ? getConstantIntValue(loop.getUpperBound().front()) : std::nullopt;
-    if (!threads || !isConstantIntValue(loop.getLowerBound().front(), 0)) {
-      deferrable = false;
-      return;
-    }
-    found.threads = std::max(found.threads, *threads);
     if (!product) {
-      found.waits.push_back(cast<WarpgroupWaitOp>(op));
+      auto wait = dyn_cast<WarpgroupWaitOp>(op);
+      if (!wait)
+        return;
+      found.waits.push_back(wait);
     } else if (!product.getAsync()) {
       found.syncProducts.push_back(product);
     } else if (memref::AllocaOp buffer = accumulatorBuffer(product)) {
       found.asyncProducts.push_back(product);
       if (!llvm::is_contained(found.buffers, buffer))
         found.buffers.push_back(buffer);
-      found.mostElements = std::max(
-          found.mostElements,
-          cast<MemRefType>(product.getAcc().getType()).getNumElements());
+      found.mostElements =
+          std::max(found.mostElements, fragmentElements(product));
     } else {
       deferrable = false;
     }
+    ops.push_back(op);
   });
-  if (!deferrable || found.asyncProducts.empty())
+  std::optional<int64_t> threads = threadsHolding(ops);
+  if (!deferrable || !threads || found.asyncProducts.empty())
     return std::nullopt;
+  found.threads = *threads;
   return found;
 }
 
 /// Hides one block kernel's asynchronous warpgroup products' results until
 /// the waits that complete them: after each such product (done at once on
 /// the CPU) the thread moves its accumulator fragment to a slot of its
-/// queue and leaves NaN in its place; each wait, and each synchronous
-/// warpgroup product (which waits for all before it on the GPU), moves
-/// back those it completes, through a function of the kernel's
-/// (`<kernel>__complete_products`).
+/// shadow buffer, queued, and leaves NaN in its place; each wait, and each
+/// synchronous warpgroup product (which on the GPU waits for every product
+/// before it), moves back those it completes, through
+/// `<kernel>__complete_products`.
 class ProductDeferral {
 public:
-  explicit ProductDeferral(KernelProducts products) : k(std::move(products)) {}
+  explicit ProductDeferral(KernelProducts products)
+      : k(std::move(products)),
+        queues(k.kernel, k.threads, kProductsInFlight, kProductFields) {}
 
   void run() {
     flattenBuffers();
-    buildCompleter();
-    allocateQueues();
+    OpBuilder b = OpBuilder::atBlockBegin(&k.kernel.getBody().front());
+    shadow = memref::AllocaOp::create(
+        b, k.kernel.getLoc(),
+        MemRefType::get({k.threads, kProductsInFlight, k.mostElements},
+                        b.getF32Type()));
+    SmallVector<Value> extra{shadow};
+    extra.append(flat);
+    queues.build("__complete_products", extra,
+                 [&](OpBuilder &b, Location loc, Value thread, Value slot,
+                     function_ref<Value(int64_t)> field, ValueRange extra) {
+                   Value offset = field(kOffset), count = field(kElements);
+                   switchOver(b, loc, field(kBuffer), flat.size(),
+                              [&](int64_t buffer) {
+                                move(b, loc, extra[1 + buffer], extra[0],
+                                     thread, slot, offset, count,
+                                     /*toShadow=*/false);
+                              });
+                 });
     for (WarpMmaOp product : k.asyncProducts)
       hide(product);
     for (WarpgroupWaitOp wait : k.waits) {
       OpBuilder b(wait);
-      Value thread = enclosingThreadLoop(wait).getInductionVars().front();
-      Value issued =
-          memref::LoadOp::create(b, wait.getLoc(), issuedCounts, thread);
-      callCompleter(
-          b, wait.getLoc(), thread,
-          arith::SubIOp::create(b, wait.getLoc(), issued,
-                                index(b, wait.getLoc(), wait.getPending())));
+      Location loc = wait.getLoc();
+      Value thread = threadOf(wait);
+      queues.complete(
+          b, loc, thread,
+          arith::SubIOp::create(b, loc, queues.count(b, loc, thread),
+                                indexConstant(b, loc, wait.getPending())));
     }
     for (WarpMmaOp product : k.syncProducts) {
       OpBuilder b(product);
-      callCompleter(
-          b, product.getLoc(),
-          enclosingThreadLoop(product).getInductionVars().front(),
-          index(b, product.getLoc(), std::numeric_limits<int64_t>::max()));
+      queues.complete(b, product.getLoc(), threadOf(product),
+                      indexConstant(b, product.getLoc(),
+                                    std::numeric_limits<int64_t>::max()));
     }
   }
 
 private:
-  Value index(OpBuilder &b, Location loc, int64_t value) {
-    return arith::ConstantIndexOp::create(b, loc, value);
-  }
-  MLIRContext *context() { return k.kernel.getContext(); }
-  MemRefType recordsType() {
-    return MemRefType::get({k.threads, kProductsInFlight, kProductFields},
-                           IndexType::get(context()));
-  }
-  MemRefType shadowType() {
-    return MemRefType::get({k.threads, kProductsInFlight, k.mostElements},
-                           Float32Type::get(context()));
-  }
-  MemRefType countsType() {
-    return MemRefType::get({k.threads}, IndexType::get(context()));
-  }
-
   /// Each accumulator buffer as one row of its elements, right after it.
   void flattenBuffers() {
     for (memref::AllocaOp buffer : k.buffers) {
-      OpBuilder b(context());
+      OpBuilder b(buffer->getContext());
       b.setInsertionPointAfter(buffer);
       ReassociationIndices all;
       for (int64_t dim = 0; dim < buffer.getType().getRank(); ++dim)
@@ -710,19 +809,19 @@ private:
     }
   }
 
-  /// Copies `count` elements between the flat buffer at `offset` and the
-  /// thread's shadow slot, from one to the other (`toShadow`), leaving NaN
+  /// Moves `count` elements between the flat buffer at `offset` and the
+  /// thread's shadow slot, one way or the other (`toShadow`), leaving NaN
   /// in the buffer when hiding.
-  void move(OpBuilder &b, Location loc, Value flatBuffer, Value shadow,
-            Value thread, Value slot, Value offset, Value count,
-            bool toShadow) {
+  static void move(OpBuilder &b, Location loc, Value flatBuffer, Value shadow,
+                   Value thread, Value slot, Value offset, Value count,
+                   bool toShadow) {
     Value nan = arith::ConstantOp::create(
         b, loc,
         FloatAttr::get(b.getF32Type(),
                        APFloat::getQNaN(APFloat::IEEEsingle())));
     scf::ForOp::create(
-        b, loc, index(b, loc, 0), count, index(b, loc, 1), ValueRange{},
-        [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+        b, loc, indexConstant(b, loc, 0), count, indexConstant(b, loc, 1),
+        ValueRange{}, [&](OpBuilder &b, Location loc, Value i, ValueRange) {
           Value at = arith::AddIOp::create(b, loc, offset, i);
           SmallVector<Value> inShadow{thread, slot, i};
           if (toShadow) {
@@ -737,156 +836,34 @@ private:
         });
   }
 
-  /// @<kernel>__complete_products(thread, bound, records, shadow, heads,
-  /// tails, buffers...): moves back the thread's oldest hidden fragments
-  /// while their group is below `bound`.
-  void buildCompleter() {
-    OpBuilder b(k.kernel);
-    Location loc = k.kernel.getLoc();
-    Type indexType = b.getIndexType();
-    SmallVector<Type> inputs{indexType,    indexType,    recordsType(),
-                             shadowType(), countsType(), countsType()};
-    for (Value buffer : flat)
-      inputs.push_back(buffer.getType());
-    completer = func::FuncOp::create(
-        b, loc, (k.kernel.getSymName() + "__complete_products").str(),
-        b.getFunctionType(inputs, {}));
-    completer.setPrivate();
-    Block *entry = completer.addEntryBlock();
-    b.setInsertionPointToStart(entry);
-    Value thread = entry->getArgument(0), bound = entry->getArgument(1),
-          records = entry->getArgument(2), shadow = entry->getArgument(3),
-          heads = entry->getArgument(4), tails = entry->getArgument(5);
-    Value capacity = index(b, loc, kProductsInFlight);
-    auto field = [&](OpBuilder &b, Value slot, int64_t f) {
-      return memref::LoadOp::create(b, loc, records,
-                                    ValueRange{thread, slot, index(b, loc, f)})
-          .getResult();
-    };
-    scf::WhileOp::create(
-        b, loc, TypeRange{}, ValueRange{},
-        [&](OpBuilder &b, Location loc, ValueRange) {
-          Value head = memref::LoadOp::create(b, loc, heads, thread);
-          Value tail = memref::LoadOp::create(b, loc, tails, thread);
-          Value slot = arith::RemUIOp::create(b, loc, head, capacity);
-          auto less = [&](Value x, Value y) {
-            return arith::CmpIOp::create(b, loc, arith::CmpIPredicate::slt, x,
-                                         y)
-                .getResult();
-          };
-          Value due =
-              arith::AndIOp::create(b, loc, less(head, tail),
-                                    less(field(b, slot, kProductGroup), bound));
-          scf::ConditionOp::create(b, loc, due, ValueRange{});
-        },
-        [&](OpBuilder &b, Location loc, ValueRange) {
-          Value head = memref::LoadOp::create(b, loc, heads, thread);
-          Value slot = arith::RemUIOp::create(b, loc, head, capacity);
-          SmallVector<int64_t> roots(flat.size());
-          std::iota(roots.begin(), roots.end(), 0);
-          auto sw = scf::IndexSwitchOp::create(
-              b, loc, TypeRange{}, field(b, slot, kRoot), roots, roots.size());
-          for (int64_t root : roots) {
-            OpBuilder::InsertionGuard guard(b);
-            b.createBlock(&sw.getCaseRegions()[root]);
-            move(b, loc, entry->getArgument(6 + root), shadow, thread, slot,
-                 field(b, slot, kOffset), field(b, slot, kElements),
-                 /*toShadow=*/false);
-            scf::YieldOp::create(b, loc);
-          }
-          {
-            OpBuilder::InsertionGuard guard(b);
-            b.createBlock(&sw.getDefaultRegion());
-            scf::YieldOp::create(b, loc);
-          }
-          memref::StoreOp::create(
-              b, loc, arith::AddIOp::create(b, loc, head, index(b, loc, 1)),
-              heads, thread);
-          scf::YieldOp::create(b, loc);
-        });
-    func::ReturnOp::create(b, loc);
-  }
-
-  /// The queues, empty, at the kernel's start.
-  void allocateQueues() {
-    OpBuilder b = OpBuilder::atBlockBegin(&k.kernel.getBody().front());
-    Location loc = k.kernel.getLoc();
-    records = memref::AllocaOp::create(b, loc, recordsType());
-    shadow = memref::AllocaOp::create(b, loc, shadowType());
-    heads = memref::AllocaOp::create(b, loc, countsType());
-    tails = memref::AllocaOp::create(b, loc, countsType());
-    issuedCounts = memref::AllocaOp::create(b, loc, countsType());
-    Value zero = index(b, loc, 0);
-    scf::ForOp::create(b, loc, zero, index(b, loc, k.threads), index(b, loc, 1),
-                       ValueRange{},
-                       [&](OpBuilder &b, Location loc, Value t, ValueRange) {
-                         for (Value counts : {heads, tails, issuedCounts})
-                           memref::StoreOp::create(b, loc, zero, counts, t);
-                         scf::YieldOp::create(b, loc);
-                       });
-  }
-
-  void callCompleter(OpBuilder &b, Location loc, Value thread, Value bound) {
-    SmallVector<Value> operands{thread, bound, records, shadow, heads, tails};
-    operands.append(flat);
-    func::CallOp::create(b, loc, completer, operands);
-  }
-
-  /// After the product: its fragment queued in the thread's next slot
-  /// (the oldest moved back first if the queue is full), NaN in its place.
+  /// After the product: its fragment queued as the thread's newest
+  /// product, NaN in its place.
   void hide(WarpMmaOp product) {
-    OpBuilder b(context());
+    OpBuilder b(product->getContext());
     b.setInsertionPointAfter(product);
     Location loc = product.getLoc();
-    Value thread = enclosingThreadLoop(product).getInductionVars().front();
-    Value capacity = index(b, loc, kProductsInFlight);
-    Value head = memref::LoadOp::create(b, loc, heads, thread);
-    Value tail = memref::LoadOp::create(b, loc, tails, thread);
-    Value issued = memref::LoadOp::create(b, loc, issuedCounts, thread);
-    Value full = arith::CmpIOp::create(
-        b, loc, arith::CmpIPredicate::sge,
-        arith::SubIOp::create(b, loc, tail, head), capacity);
-    scf::IfOp::create(b, loc, full, [&](OpBuilder &then, Location loc) {
-      // The oldest product's group and the ones before it.
-      Value oldest = memref::LoadOp::create(
-          then, loc, records,
-          ValueRange{thread, arith::RemUIOp::create(then, loc, head, capacity),
-                     index(then, loc, kProductGroup)});
-      callCompleter(
-          then, loc, thread,
-          arith::AddIOp::create(then, loc, oldest, index(then, loc, 1)));
-      scf::YieldOp::create(then, loc);
-    });
-    Value slot = arith::RemUIOp::create(b, loc, tail, capacity);
-    auto root = std::distance(
-        k.buffers.begin(), llvm::find(k.buffers, accumulatorBuffer(product)));
-    const int64_t elements =
-        cast<MemRefType>(product.getAcc().getType()).getNumElements();
+    Value thread = threadOf(product);
+    int64_t buffer =
+        llvm::find(k.buffers, accumulatorBuffer(product)) - k.buffers.begin();
+    Value count = indexConstant(b, loc, fragmentElements(product));
     Value offset =
         memref::ExtractStridedMetadataOp::create(b, loc, product.getAcc())
             .getOffset();
-    auto store = [&](Value value, int64_t f) {
-      memref::StoreOp::create(b, loc, value, records,
-                              ValueRange{thread, slot, index(b, loc, f)});
-    };
-    store(index(b, loc, root), kRoot);
-    store(offset, kOffset);
-    store(index(b, loc, elements), kElements);
-    store(issued, kProductGroup);
-    move(b, loc, flat[root], shadow, thread, slot, offset,
-         index(b, loc, elements), /*toShadow=*/true);
-    memref::StoreOp::create(
-        b, loc, arith::AddIOp::create(b, loc, issued, index(b, loc, 1)),
-        issuedCounts, thread);
-    memref::StoreOp::create(
-        b, loc, arith::AddIOp::create(b, loc, tail, index(b, loc, 1)), tails,
-        thread);
+    queues.push(b, loc, thread, [&](Value slot) {
+      queues.store(b, loc, thread, slot, kBuffer,
+                   indexConstant(b, loc, buffer));
+      queues.store(b, loc, thread, slot, kOffset, offset);
+      queues.store(b, loc, thread, slot, kElements, count);
+      move(b, loc, flat[buffer], shadow, thread, slot, offset, count,
+           /*toShadow=*/true);
+    });
+    queues.step(b, loc, thread);
   }
 
   KernelProducts k;
+  ThreadQueues queues;
   SmallVector<Value> flat;
-  func::FuncOp completer;
-  Value records, shadow, heads, tails, issuedCounts;
+  Value shadow;
 };
 
 struct AttnDeferWarpgroupProducts final

@@ -17,7 +17,7 @@
 // IR-LABEL: func.func private @stage__complete_copies
 // IR-SAME:    (%[[T:.+]]: index, %[[BOUND:.+]]: index, %[[MOST:.+]]: index, %[[REC:.+]]: memref<2x64x5xindex>, %[[HEADS:.+]]: memref<2xindex>, %[[TAILS:.+]]: memref<2xindex>, %[[SRC:.+]]: memref<4xf32>, %[[DST:.+]]: memref<4xf32>)
 // IR:         scf.while
-// IR:           %[[GROUP:.+]] = memref.load %[[REC]][%[[T]], %{{.+}}, %c2{{.*}}]
+// IR:           %[[GROUP:.+]] = memref.load %[[REC]][%[[T]], %{{.+}}, %c0{{.*}}]
 // IR:           arith.cmpi slt, %[[GROUP]], %[[BOUND]]
 // IR:           scf.condition
 // IR:           scf.index_switch
@@ -34,7 +34,7 @@
 // IR:         scf.parallel (%[[TH:.+]]) =
 // IR-NOT:       attn_kernel.async_copy
 // IR:           %[[GROUP:.+]] = memref.load %[[GROUPS]][%[[TH]]]
-// IR:           memref.store %[[GROUP]], %[[RECORDS]][%[[TH]], %{{.+}}, %c2{{.*}}]
+// IR:           memref.store %[[GROUP]], %[[RECORDS]][%[[TH]], %{{.+}}, %c0{{.*}}]
 // IR:           memref.store %[[G:.+]], %[[GROUPS]][%[[TH]]]
 // IR:           %[[B:.+]] = arith.subi %[[G]], %{{.+}} : index
 // IR:           call @stage__complete_copies(%[[TH]], %[[B]], %{{.+}}, %[[RECORDS]], %[[HEADS]], %[[TAILS]], %arg0, %[[SHARED]])

@@ -20,7 +20,7 @@
 // After the product, the thread's fragment goes to its queue and NaN stays
 // in its place; the waits move back what they complete.
 // IR-LABEL: func.func private @scores__complete_products
-// IR-SAME:    (%{{.+}}: index, %{{.+}}: index, %{{.+}}: memref<128x8x4xindex>, %{{.+}}: memref<128x8x32xf32>, %{{.+}}: memref<128xindex>, %{{.+}}: memref<128xindex>, %{{.+}}: memref<4096xf32>)
+// IR-SAME:    (%{{.+}}: index, %{{.+}}: index, %{{.+}}: index, %{{.+}}: memref<128x8x4xindex>, %{{.+}}: memref<128xindex>, %{{.+}}: memref<128xindex>, %{{.+}}: memref<128x8x32xf32>, %{{.+}}: memref<4096xf32>, %{{.+}}: memref<4096xf32>)
 // IR:         scf.while
 // IR:           scf.index_switch
 // IR-LABEL: func.func @scores
