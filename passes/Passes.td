@@ -409,8 +409,13 @@ def AttnDeferAsyncCopies : Pass<"attn-defer-async-copies", "ModuleOp"> {
     and each wait closes the thread's group and completes the queued copies
     of every group but the newest `pending`, through a function of the
     kernel's, `<kernel>__complete_copies`, that does a queued copy as the op
-    at its site with the recorded indices. Copies still queued at the
-    kernel's end are dropped (nothing may read them). A kernel whose
+    at its site with the recorded indices. Until then the copy's target
+    holds poison (NaN, or -1 for integers), as its contents are undefined
+    on the GPU while the copy is in flight: a read before the wait gets it,
+    and so does a warpgroup product still in flight that reads the target
+    (which -attn-defer-warpgroup-products then reports by its result).
+    Copies still queued at the kernel's end are dropped (nothing may read
+    them). A kernel whose
     buffers are not defined before all its copies and waits is left as it
     is.
   }];
@@ -441,6 +446,23 @@ def AttnDeferWarpgroupProducts
     newest `pending`, through a function of the kernel's,
     `<kernel>__complete_products`. Up to 8 products a thread are in flight;
     one more completes the oldest first.
+
+    The CPU reads a product's operands when it issues it, the GPU at any
+    time until the wait, so a kernel that writes them in flight (a stage's
+    copies into a tile the product still reads, P overwritten before the
+    wait for P v) also passes on the CPU by chance. The pass checks what
+    the op forbids in flight and leaves NaN in the result of a product
+    that broke it: the lane's own fragments of lhs (`lhs_fragment`)
+    fingerprinted at the issue and at the completion; its accumulator still
+    holding the NaN it was left with; and its shared operands (rhs, a
+    tiled lhs), which any thread of the block may write, fingerprinted at
+    the first issue by a thread of the warpgroup and again at the first
+    completion after every thread of the warpgroup has issued it: a write
+    in between overlaps the product on the GPU, where all its issues come
+    before any completion (-attn-defer-async-copies' poison in a copy's
+    target counts as a write). An operand that is not a view with static
+    sizes and strides of a buffer defined before every product and wait is
+    not checked.
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",

@@ -619,7 +619,26 @@ private:
       for (Value i : copy.getTargetIndices())
         store(f++, i);
     });
+    poisonTarget(b, copy);
     copy.erase();
+  }
+
+  /// The copy's target holds poison until the copy lands: on the GPU it is
+  /// undefined while the copy is in flight, so that a read before the wait
+  /// gets NaN, and a product in flight that still reads the target (a
+  /// buffer reused too early) sees it change.
+  static void poisonTarget(OpBuilder &b, AsyncCopyOp copy) {
+    Location loc = copy.getLoc();
+    auto type = cast<MemRefType>(copy.getTarget().getType());
+    Value poison =
+        arith::ConstantOp::create(b, loc, poisonValue(type.getElementType()));
+    SmallVector<Value> at(copy.getTargetIndices());
+    Value first = at.back();
+    for (int64_t i = 0, n = copy.getElements(); i < n; ++i) {
+      at.back() =
+          arith::AddIOp::create(b, loc, first, indexConstant(b, loc, i));
+      memref::StoreOp::create(b, loc, poison, copy.getTarget(), at);
+    }
   }
 
   /// The wait closes the thread's group and completes the copies of every
@@ -660,56 +679,141 @@ struct AttnDeferAsyncCopies final
 /// completes its oldest first.
 constexpr int64_t kProductsInFlight = 8;
 
+/// The threads of a warpgroup, which issue each of its products together.
+constexpr int64_t kWarpgroupThreads =
+    WarpMmaOp::kWarpgroupWarps * WarpMmaOp::kWarpLanes;
+
 /// What a queued product keeps besides its group (the count of the
-/// thread's products before it): which accumulator buffer (an index into
-/// the kernel's), where its fragment starts in it and how many elements it
-/// has.
+/// thread's products before it): which product (its site), where its
+/// accumulator fragment and its operands' views start in their buffers
+/// (rhs; lhs, or the lane's own fragments of lhs), and the fingerprint of
+/// the lane's own fragments of lhs when the product was issued.
 enum ProductField : int64_t {
-  kBuffer = 1,
-  kOffset = 2,
-  kElements = 3,
-  kProductFields = 4
+  kProductSite = 1,
+  kAccOffset = 2,
+  kRhsOffset = 3,
+  kLhsOffset = 4,
+  kOwnLhsPrint = 5,
+  kProductFields = 6
 };
 
-/// The register buffer whose contiguous part a product's accumulator
-/// fragment is (through views), or null.
-memref::AllocaOp accumulatorBuffer(WarpMmaOp product) {
-  auto type = cast<MemRefType>(product.getAcc().getType());
-  if (!memref::isStaticShapeAndContiguousRowMajor(type) ||
-      !type.getElementType().isF32())
-    return {};
-  Value acc = product.getAcc();
-  while (auto view = acc.getDefiningOp<memref::SubViewOp>())
-    acc = view.getSource();
-  auto buffer = acc.getDefiningOp<memref::AllocaOp>();
-  return buffer && buffer.getType().hasStaticShape() &&
-                 buffer.getType().getLayout().isIdentity()
-             ? buffer
-             : memref::AllocaOp();
-}
+/// What a warpgroup keeps of each of its products in flight, at the
+/// product's number modulo kProductsInFlight: the number plus one (0:
+/// none), how many of its threads have issued it, the fingerprint of its
+/// shared operands at the first issue, whether they were fingerprinted
+/// again, and whether they had changed then.
+enum FlightField : int64_t {
+  kTag,
+  kIssued,
+  kSharedPrint,
+  kChecked,
+  kChanged,
+  kFlightFields
+};
 
-int64_t fragmentElements(WarpMmaOp product) {
-  return cast<MemRefType>(product.getAcc().getType()).getNumElements();
-}
+/// The elements of a buffer that an operand of a product is: a view with
+/// static sizes and strides (its offset known at the product) of a
+/// buffer of static shape (an index into KernelProducts::buffers).
+struct BufferPart {
+  int64_t buffer = -1;
+  SmallVector<int64_t> sizes, strides;
+
+  int64_t numElements() const {
+    return std::accumulate(sizes.begin(), sizes.end(), int64_t{1},
+                           std::multiplies<>());
+  }
+};
+
+/// An asynchronous warpgroup product and the parts of buffers it reads
+/// and writes; an operand whose part is unknown is not checked.
+struct ProductSite {
+  WarpMmaOp op;
+  BufferPart acc;
+  /// rhs, and lhs where it is a shared tile.
+  std::optional<BufferPart> rhs, sharedLhs;
+  /// With `lhs_fragment`, the lane's own fragments of lhs, which the lane
+  /// must not write while the product is in flight: [blocks read, 4] at
+  /// lhs[lane].
+  std::optional<BufferPart> ownLhs;
+
+  bool readsShared() const { return rhs || sharedLhs; }
+};
 
 /// A block kernel's warpgroup products and waits.
 struct KernelProducts {
   func::FuncOp kernel;
-  SmallVector<WarpMmaOp> asyncProducts, syncProducts;
+  std::vector<ProductSite> sites;
+  SmallVector<WarpMmaOp> syncProducts;
   SmallVector<WarpgroupWaitOp> waits;
-  /// The asynchronous products' accumulator buffers, each once.
+  /// The buffers of the sites' parts, each once.
   SmallVector<memref::AllocaOp> buffers;
   int64_t threads = 0, mostElements = 0;
 };
 
+/// Finds the parts of buffers that products read and write: the root
+/// buffer of a view must be an alloca of static shape and identity layout
+/// defined before every product and wait (the completer takes it).
+class BufferParts {
+public:
+  BufferParts(func::FuncOp kernel, ArrayRef<Operation *> users,
+              SmallVectorImpl<memref::AllocaOp> &buffers)
+      : dominance(kernel), users(users), buffers(buffers) {}
+
+  /// The part `view` (through subviews) is of its buffer, if known.
+  std::optional<BufferPart> of(Value view) {
+    auto type = dyn_cast<MemRefType>(view.getType());
+    SmallVector<int64_t> strides;
+    int64_t offset;
+    if (!type || !type.hasStaticShape() ||
+        failed(type.getStridesAndOffset(strides, offset)) ||
+        llvm::any_of(strides, ShapedType::isDynamic))
+      return std::nullopt;
+    Value root = view;
+    while (auto subview = root.getDefiningOp<memref::SubViewOp>())
+      root = subview.getSource();
+    auto alloca = root.getDefiningOp<memref::AllocaOp>();
+    if (!alloca || !alloca.getType().hasStaticShape() ||
+        !alloca.getType().getLayout().isIdentity() ||
+        !alloca.getType().getElementType().isIntOrFloat() ||
+        llvm::any_of(users, [&](Operation *user) {
+          return !dominance.properlyDominates(alloca.getResult(), user);
+        }))
+      return std::nullopt;
+    auto known = llvm::find(buffers, alloca);
+    if (known == buffers.end())
+      buffers.push_back(alloca);
+    return BufferPart{llvm::find(buffers, alloca) - buffers.begin(),
+                      SmallVector<int64_t>(type.getShape()), strides};
+  }
+
+  /// The lane's own fragments of a product's lhs (`lhs_fragment`, the
+  /// warp's [32, blocks, 4]): the blocks the product reads, [rowTiles k /
+  /// 8, 4] at lhs[lane].
+  std::optional<BufferPart> ownFragments(WarpMmaOp product) {
+    std::optional<BufferPart> warp = of(product.getLhs());
+    if (!warp || warp->sizes.size() != 3)
+      return std::nullopt;
+    int64_t blocks =
+        product.getRowTiles() * product.getK() / WarpMmaOp::kFragmentColumns;
+    return BufferPart{warp->buffer,
+                      {blocks, warp->sizes[2]},
+                      {warp->strides[1], warp->strides[2]}};
+  }
+
+private:
+  DominanceInfo dominance;
+  ArrayRef<Operation *> users;
+  SmallVectorImpl<memref::AllocaOp> &buffers;
+};
+
 /// The kernel's warpgroup products and waits, if their results can be
 /// hidden: every one in a thread loop from thread 0 on a constant count of
-/// threads, each asynchronous product's accumulator a contiguous part of a
-/// register buffer. Else none.
+/// threads, each asynchronous product's accumulator a contiguous f32 part
+/// of a register buffer defined before all of them. Else none.
 std::optional<KernelProducts> deferrableProducts(func::FuncOp kernel) {
   KernelProducts found{kernel};
+  SmallVector<WarpMmaOp> asyncProducts;
   SmallVector<Operation *> ops;
-  bool deferrable = true;
   kernel.walk([&](Operation *op) {
     auto product = dyn_cast<WarpMmaOp>(op);
     if (product && !product.getWarpgroup())
@@ -719,33 +823,97 @@ std::optional<KernelProducts> deferrableProducts(func::FuncOp kernel) {
       if (!wait)
         return;
       found.waits.push_back(wait);
-    } else if (!product.getAsync()) {
-      found.syncProducts.push_back(product);
-    } else if (memref::AllocaOp buffer = accumulatorBuffer(product)) {
-      found.asyncProducts.push_back(product);
-      if (!llvm::is_contained(found.buffers, buffer))
-        found.buffers.push_back(buffer);
-      found.mostElements =
-          std::max(found.mostElements, fragmentElements(product));
+    } else if (product.getAsync()) {
+      asyncProducts.push_back(product);
     } else {
-      deferrable = false;
+      found.syncProducts.push_back(product);
     }
     ops.push_back(op);
   });
   std::optional<int64_t> threads = threadsHolding(ops);
-  if (!deferrable || !threads || found.asyncProducts.empty())
+  if (!threads || asyncProducts.empty())
     return std::nullopt;
   found.threads = *threads;
+  BufferParts parts(kernel, ops, found.buffers);
+  for (WarpMmaOp product : asyncProducts) {
+    ProductSite site{product};
+    std::optional<BufferPart> acc = parts.of(product.getAcc());
+    auto accType = cast<MemRefType>(product.getAcc().getType());
+    if (!acc || !accType.getElementType().isF32() ||
+        !memref::isStaticShapeAndContiguousRowMajor(accType))
+      return std::nullopt;
+    site.acc = {acc->buffer, {accType.getNumElements()}, {1}};
+    site.rhs = parts.of(product.getRhs());
+    if (product.getLhsFragment())
+      site.ownLhs = parts.ownFragments(product);
+    else
+      site.sharedLhs = parts.of(product.getLhs());
+    found.mostElements = std::max(found.mostElements, site.acc.numElements());
+    found.sites.push_back(std::move(site));
+  }
   return found;
 }
 
+Value i64Constant(OpBuilder &b, Location loc, int64_t value) {
+  return arith::ConstantIntOp::create(b, loc, b.getI64Type(), value);
+}
+
+/// The FNV-1a offset basis, where a fingerprint starts.
+constexpr int64_t kFingerprintStart = static_cast<int64_t>(0xcbf29ce484222325);
+
+/// `start` extended by every element of `part` of the flat buffer `flat`
+/// from `offset`, in order: an FNV-1a hash of the elements' bits (i64).
+Value fingerprint(OpBuilder &b, Location loc, Value flat, Value offset,
+                  const BufferPart &part, Value start) {
+  Type element = cast<MemRefType>(flat.getType()).getElementType();
+  unsigned width = element.getIntOrFloatBitWidth();
+  Type i64 = b.getI64Type();
+  std::function<Value(OpBuilder &, Location, size_t, Value, Value)> over =
+      [&](OpBuilder &b, Location loc, size_t dim, Value at,
+          Value hash) -> Value {
+    if (dim == part.sizes.size()) {
+      Value bits = memref::LoadOp::create(b, loc, flat, at);
+      if (isa<FloatType>(element))
+        bits = arith::BitcastOp::create(b, loc, b.getIntegerType(width), bits);
+      if (width < 64)
+        bits = arith::ExtUIOp::create(b, loc, i64, bits);
+      return arith::MulIOp::create(b, loc,
+                                   arith::XOrIOp::create(b, loc, hash, bits),
+                                   i64Constant(b, loc, 0x100000001b3));
+    }
+    auto loop = scf::ForOp::create(
+        b, loc, indexConstant(b, loc, 0),
+        indexConstant(b, loc, part.sizes[dim]), indexConstant(b, loc, 1),
+        ValueRange{hash},
+        [&](OpBuilder &b, Location loc, Value i, ValueRange it) {
+          Value next = arith::AddIOp::create(
+              b, loc, at,
+              arith::MulIOp::create(b, loc, i,
+                                    indexConstant(b, loc, part.strides[dim])));
+          scf::YieldOp::create(b, loc, over(b, loc, dim + 1, next, it[0]));
+        });
+    return loop.getResult(0);
+  };
+  return over(b, loc, 0, offset, start);
+}
+
+Value asIndex(OpBuilder &b, Location loc, Value i64) {
+  return arith::IndexCastOp::create(b, loc, b.getIndexType(), i64);
+}
+
+Value asI64(OpBuilder &b, Location loc, Value index) {
+  return arith::IndexCastOp::create(b, loc, b.getI64Type(), index);
+}
+
 /// Hides one block kernel's asynchronous warpgroup products' results until
-/// the waits that complete them: after each such product (done at once on
-/// the CPU) the thread moves its accumulator fragment to a slot of its
-/// shadow buffer, queued, and leaves NaN in its place; each wait, and each
-/// synchronous warpgroup product (which on the GPU waits for every product
-/// before it), moves back those it completes, through
-/// `<kernel>__complete_products`.
+/// the waits that complete them, and checks that nothing touches what a
+/// product in flight reads or writes (see -attn-defer-warpgroup-products).
+/// After each such product (done at once on the CPU) the thread moves its
+/// accumulator fragment to a slot of its shadow buffer, queued, and leaves
+/// NaN in its place; each wait, and each synchronous warpgroup product
+/// (which on the GPU waits for every product before it), moves back those
+/// it completes, through `<kernel>__complete_products`, or leaves NaN
+/// there where the product's operands or accumulator changed in flight.
 class ProductDeferral {
 public:
   explicit ProductDeferral(KernelProducts products)
@@ -754,26 +922,21 @@ public:
 
   void run() {
     flattenBuffers();
-    OpBuilder b = OpBuilder::atBlockBegin(&k.kernel.getBody().front());
-    shadow = memref::AllocaOp::create(
-        b, k.kernel.getLoc(),
-        MemRefType::get({k.threads, kProductsInFlight, k.mostElements},
-                        b.getF32Type()));
-    SmallVector<Value> extra{shadow};
+    allocate();
+    SmallVector<Value> extra{shadow, flights};
     extra.append(flat);
     queues.build("__complete_products", extra,
                  [&](OpBuilder &b, Location loc, Value thread, Value slot,
                      function_ref<Value(int64_t)> field, ValueRange extra) {
-                   Value offset = field(kOffset), count = field(kElements);
-                   switchOver(b, loc, field(kBuffer), flat.size(),
-                              [&](int64_t buffer) {
-                                move(b, loc, extra[1 + buffer], extra[0],
-                                     thread, slot, offset, count,
-                                     /*toShadow=*/false);
+                   Inside inside{extra[0], extra[1], extra.drop_front(2)};
+                   switchOver(b, loc, field(kProductSite), k.sites.size(),
+                              [&](int64_t site) {
+                                complete(b, loc, k.sites[site], inside, thread,
+                                         slot, field);
                               });
                  });
-    for (WarpMmaOp product : k.asyncProducts)
-      hide(product);
+    for (auto [index, site] : llvm::enumerate(k.sites))
+      hide(site, index);
     for (WarpgroupWaitOp wait : k.waits) {
       OpBuilder b(wait);
       Location loc = wait.getLoc();
@@ -792,7 +955,14 @@ public:
   }
 
 private:
-  /// Each accumulator buffer as one row of its elements, right after it.
+  /// The completer's arguments for the shadow, the flights and the flat
+  /// buffers.
+  struct Inside {
+    Value shadow, flights;
+    ValueRange flat;
+  };
+
+  /// Each buffer as one row of its elements, right after it.
   void flattenBuffers() {
     for (memref::AllocaOp buffer : k.buffers) {
       OpBuilder b(buffer->getContext());
@@ -809,19 +979,49 @@ private:
     }
   }
 
+  /// The shadow slots of each thread and the flights of each warpgroup
+  /// (none yet).
+  void allocate() {
+    OpBuilder b = OpBuilder::atBlockBegin(&k.kernel.getBody().front());
+    Location loc = k.kernel.getLoc();
+    shadow = memref::AllocaOp::create(
+        b, loc,
+        MemRefType::get({k.threads, kProductsInFlight, k.mostElements},
+                        b.getF32Type()));
+    int64_t warpgroups = llvm::divideCeil(k.threads, kWarpgroupThreads);
+    flights = memref::AllocaOp::create(
+        b, loc,
+        MemRefType::get({warpgroups, kProductsInFlight, kFlightFields},
+                        b.getIndexType()));
+    Value zero = indexConstant(b, loc, 0), one = indexConstant(b, loc, 1);
+    scf::ForOp::create(
+        b, loc, zero, indexConstant(b, loc, warpgroups), one, ValueRange{},
+        [&](OpBuilder &b, Location loc, Value w, ValueRange) {
+          scf::ForOp::create(
+              b, loc, zero, indexConstant(b, loc, kProductsInFlight), one,
+              ValueRange{},
+              [&](OpBuilder &b, Location loc, Value p, ValueRange) {
+                for (int64_t f = 0; f < kFlightFields; ++f)
+                  memref::StoreOp::create(
+                      b, loc, zero, flights,
+                      ValueRange{w, p, indexConstant(b, loc, f)});
+                scf::YieldOp::create(b, loc);
+              });
+          scf::YieldOp::create(b, loc);
+        });
+  }
+
   /// Moves `count` elements between the flat buffer at `offset` and the
   /// thread's shadow slot, one way or the other (`toShadow`), leaving NaN
   /// in the buffer when hiding.
   static void move(OpBuilder &b, Location loc, Value flatBuffer, Value shadow,
-                   Value thread, Value slot, Value offset, Value count,
+                   Value thread, Value slot, Value offset, int64_t count,
                    bool toShadow) {
-    Value nan = arith::ConstantOp::create(
-        b, loc,
-        FloatAttr::get(b.getF32Type(),
-                       APFloat::getQNaN(APFloat::IEEEsingle())));
+    Value nan = nanConstant(b, loc);
     scf::ForOp::create(
-        b, loc, indexConstant(b, loc, 0), count, indexConstant(b, loc, 1),
-        ValueRange{}, [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+        b, loc, indexConstant(b, loc, 0), indexConstant(b, loc, count),
+        indexConstant(b, loc, 1), ValueRange{},
+        [&](OpBuilder &b, Location loc, Value i, ValueRange) {
           Value at = arith::AddIOp::create(b, loc, offset, i);
           SmallVector<Value> inShadow{thread, slot, i};
           if (toShadow) {
@@ -836,34 +1036,264 @@ private:
         });
   }
 
+  static Value nanConstant(OpBuilder &b, Location loc) {
+    return arith::ConstantOp::create(
+        b, loc,
+        FloatAttr::get(b.getF32Type(),
+                       APFloat::getQNaN(APFloat::IEEEsingle())));
+  }
+
+  /// The element offset of `view` in its buffer.
+  static Value offsetOf(OpBuilder &b, Location loc, Value view) {
+    return memref::ExtractStridedMetadataOp::create(b, loc, view).getOffset();
+  }
+
+  /// Where the lane's own fragments of the product's lhs start.
+  static Value ownLhsOffset(OpBuilder &b, Location loc, WarpMmaOp product) {
+    SmallVector<int64_t> strides;
+    int64_t offset;
+    (void)cast<MemRefType>(product.getLhs().getType())
+        .getStridesAndOffset(strides, offset);
+    return arith::AddIOp::create(
+        b, loc, offsetOf(b, loc, product.getLhs()),
+        arith::MulIOp::create(b, loc, product.getLane(),
+                              indexConstant(b, loc, strides.front())));
+  }
+
+  /// The fingerprint of the site's shared operands from their offsets.
+  Value sharedPrint(OpBuilder &b, Location loc, const ProductSite &site,
+                    ValueRange flatBuffers, Value rhsOffset, Value lhsOffset) {
+    Value print = i64Constant(b, loc, kFingerprintStart);
+    if (site.rhs)
+      print = fingerprint(b, loc, flatBuffers[site.rhs->buffer], rhsOffset,
+                          *site.rhs, print);
+    if (site.sharedLhs)
+      print = fingerprint(b, loc, flatBuffers[site.sharedLhs->buffer],
+                          lhsOffset, *site.sharedLhs, print);
+    return print;
+  }
+
+  /// The thread's warpgroup's record of its product number `number` in
+  /// `flightsBuffer`.
+  struct Flight {
+    OpBuilder &b;
+    Location loc;
+    Value flights, warpgroup, slot;
+
+    Value load(int64_t field) {
+      return memref::LoadOp::create(b, loc, flights, at(field));
+    }
+    void store(int64_t field, Value value) {
+      memref::StoreOp::create(b, loc, value, flights, at(field));
+    }
+    SmallVector<Value> at(int64_t field) {
+      return {warpgroup, slot, indexConstant(b, loc, field)};
+    }
+  };
+  static Flight flightOf(OpBuilder &b, Location loc, Value flightsBuffer,
+                         Value thread, Value number) {
+    return Flight{
+        b, loc, flightsBuffer,
+        arith::DivUIOp::create(b, loc, thread,
+                               indexConstant(b, loc, kWarpgroupThreads)),
+        arith::RemUIOp::create(b, loc, number,
+                               indexConstant(b, loc, kProductsInFlight))};
+  }
+
+  /// The thread issues the product: the first issuer of its warpgroup
+  /// fingerprints the shared operands, every issuer is counted.
+  void countIssue(OpBuilder &b, Location loc, const ProductSite &site,
+                  Value thread, Value number) {
+    WarpMmaOp product = site.op;
+    Flight flight = flightOf(b, loc, flights, thread, number);
+    Value tag = arith::AddIOp::create(b, loc, number, indexConstant(b, loc, 1));
+    Value first = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne,
+                                        flight.load(kTag), tag);
+    scf::IfOp::create(b, loc, first, [&](OpBuilder &then, Location loc) {
+      Flight fresh = flightOf(then, loc, flights, thread, number);
+      Value zero = indexConstant(then, loc, 0);
+      fresh.store(kTag, tag);
+      fresh.store(kIssued, zero);
+      fresh.store(kChecked, zero);
+      fresh.store(kChanged, zero);
+      fresh.store(kSharedPrint,
+                  asIndex(then, loc,
+                          sharedPrint(then, loc, site, flat,
+                                      offsetOf(then, loc, product.getRhs()),
+                                      offsetOf(then, loc, product.getLhs()))));
+      scf::YieldOp::create(then, loc);
+    });
+    flight.store(kIssued, arith::AddIOp::create(b, loc, flight.load(kIssued),
+                                                indexConstant(b, loc, 1)));
+  }
+
   /// After the product: its fragment queued as the thread's newest
   /// product, NaN in its place.
-  void hide(WarpMmaOp product) {
+  void hide(const ProductSite &site, int64_t index) {
+    WarpMmaOp product = site.op;
     OpBuilder b(product->getContext());
     b.setInsertionPointAfter(product);
     Location loc = product.getLoc();
     Value thread = threadOf(product);
-    int64_t buffer =
-        llvm::find(k.buffers, accumulatorBuffer(product)) - k.buffers.begin();
-    Value count = indexConstant(b, loc, fragmentElements(product));
-    Value offset =
-        memref::ExtractStridedMetadataOp::create(b, loc, product.getAcc())
-            .getOffset();
+    Value number = queues.count(b, loc, thread);
+    if (site.readsShared())
+      countIssue(b, loc, site, thread, number);
+    Value accOffset = offsetOf(b, loc, product.getAcc());
     queues.push(b, loc, thread, [&](Value slot) {
-      queues.store(b, loc, thread, slot, kBuffer,
-                   indexConstant(b, loc, buffer));
-      queues.store(b, loc, thread, slot, kOffset, offset);
-      queues.store(b, loc, thread, slot, kElements, count);
-      move(b, loc, flat[buffer], shadow, thread, slot, offset, count,
-           /*toShadow=*/true);
+      auto store = [&](int64_t field, Value value) {
+        queues.store(b, loc, thread, slot, field, value);
+      };
+      store(kProductSite, indexConstant(b, loc, index));
+      store(kAccOffset, accOffset);
+      if (site.rhs)
+        store(kRhsOffset, offsetOf(b, loc, product.getRhs()));
+      if (site.sharedLhs)
+        store(kLhsOffset, offsetOf(b, loc, product.getLhs()));
+      if (site.ownLhs) {
+        Value at = ownLhsOffset(b, loc, product);
+        store(kLhsOffset, at);
+        store(kOwnLhsPrint,
+              asIndex(b, loc,
+                      fingerprint(b, loc, flat[site.ownLhs->buffer], at,
+                                  *site.ownLhs,
+                                  i64Constant(b, loc, kFingerprintStart))));
+      }
+      move(b, loc, flat[site.acc.buffer], shadow, thread, slot, accOffset,
+           site.acc.numElements(), /*toShadow=*/true);
     });
     queues.step(b, loc, thread);
+  }
+
+  /// Whether the accumulator fragment still holds the NaN it was left
+  /// with, bit for bit.
+  static Value untouched(OpBuilder &b, Location loc, Value flatAcc,
+                         Value offset, int64_t count) {
+    Value nanBits =
+        arith::BitcastOp::create(b, loc, b.getI32Type(), nanConstant(b, loc));
+    Value all = arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1);
+    auto loop = scf::ForOp::create(
+        b, loc, indexConstant(b, loc, 0), indexConstant(b, loc, count),
+        indexConstant(b, loc, 1), ValueRange{all},
+        [&](OpBuilder &b, Location loc, Value i, ValueRange it) {
+          Value x = memref::LoadOp::create(
+              b, loc, flatAcc,
+              ValueRange{arith::AddIOp::create(b, loc, offset, i)});
+          Value same = arith::CmpIOp::create(
+              b, loc, arith::CmpIPredicate::eq,
+              arith::BitcastOp::create(b, loc, b.getI32Type(), x), nanBits);
+          scf::YieldOp::create(
+              b, loc, ValueRange{arith::AndIOp::create(b, loc, it[0], same)});
+        });
+    return loop.getResult(0);
+  }
+
+  /// Whether the product's shared operands changed while it was in
+  /// flight: fingerprinted again at the first completion by a thread of
+  /// its warpgroup after every thread issued it (on the GPU, every write
+  /// between the last issue and the first completion overlaps the
+  /// product), and compared with the first issue's fingerprint; later
+  /// completions read the verdict. False where the record was reused.
+  Value sharedChanged(OpBuilder &b, Location loc, const ProductSite &site,
+                      const Inside &inside, Value thread,
+                      function_ref<Value(int64_t)> field) {
+    Value number = field(ThreadQueues::kGroup);
+    Flight flight = flightOf(b, loc, inside.flights, thread, number);
+    Value tag = arith::AddIOp::create(b, loc, number, indexConstant(b, loc, 1));
+    Value tracked = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                          flight.load(kTag), tag);
+    auto ifTracked = scf::IfOp::create(
+        b, loc, tracked,
+        [&](OpBuilder &then, Location loc) {
+          Flight f = flightOf(then, loc, inside.flights, thread, number);
+          auto eq = [&](Value x, int64_t y) {
+            return arith::CmpIOp::create(then, loc, arith::CmpIPredicate::eq, x,
+                                         indexConstant(then, loc, y))
+                .getResult();
+          };
+          Value checkNow = arith::AndIOp::create(
+              then, loc, eq(f.load(kIssued), kWarpgroupThreads),
+              eq(f.load(kChecked), 0));
+          scf::IfOp::create(
+              then, loc, checkNow, [&](OpBuilder &now, Location loc) {
+                Flight g = flightOf(now, loc, inside.flights, thread, number);
+                Value print =
+                    asIndex(now, loc,
+                            sharedPrint(now, loc, site, inside.flat,
+                                        field(kRhsOffset), field(kLhsOffset)));
+                Value changed =
+                    arith::CmpIOp::create(now, loc, arith::CmpIPredicate::ne,
+                                          print, g.load(kSharedPrint));
+                g.store(kChecked, indexConstant(now, loc, 1));
+                g.store(kChanged, arith::IndexCastUIOp::create(
+                                      now, loc, now.getIndexType(), changed));
+                scf::YieldOp::create(now, loc);
+              });
+          Value changed = arith::CmpIOp::create(
+              then, loc, arith::CmpIPredicate::ne,
+              flightOf(then, loc, inside.flights, thread, number)
+                  .load(kChanged),
+              indexConstant(then, loc, 0));
+          scf::YieldOp::create(then, loc, changed);
+        },
+        [&](OpBuilder &otherwise, Location loc) {
+          scf::YieldOp::create(otherwise, loc,
+                               ValueRange{arith::ConstantIntOp::create(
+                                   otherwise, loc, otherwise.getI1Type(), 0)});
+        });
+    return ifTracked.getResult(0);
+  }
+
+  /// Completes one queued product: moves its fragment back where nothing
+  /// it reads or writes changed while it was in flight, else leaves NaN.
+  void complete(OpBuilder &b, Location loc, const ProductSite &site,
+                const Inside &inside, Value thread, Value slot,
+                function_ref<Value(int64_t)> field) {
+    Value flatAcc = inside.flat[site.acc.buffer];
+    Value accOffset = field(kAccOffset);
+    int64_t count = site.acc.numElements();
+    Value intact = untouched(b, loc, flatAcc, accOffset, count);
+    if (site.ownLhs) {
+      Value print = fingerprint(b, loc, inside.flat[site.ownLhs->buffer],
+                                field(kLhsOffset), *site.ownLhs,
+                                i64Constant(b, loc, kFingerprintStart));
+      intact = arith::AndIOp::create(
+          b, loc, intact,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, print,
+                                asI64(b, loc, field(kOwnLhsPrint))));
+    }
+    if (site.readsShared())
+      intact = arith::AndIOp::create(
+          b, loc, intact,
+          arith::XOrIOp::create(
+              b, loc, sharedChanged(b, loc, site, inside, thread, field),
+              arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1)));
+    scf::IfOp::create(
+        b, loc, intact,
+        [&](OpBuilder &then, Location loc) {
+          move(then, loc, flatAcc, inside.shadow, thread, slot, accOffset,
+               count, /*toShadow=*/false);
+          scf::YieldOp::create(then, loc);
+        },
+        [&](OpBuilder &otherwise, Location loc) {
+          Value nan = nanConstant(otherwise, loc);
+          scf::ForOp::create(
+              otherwise, loc, indexConstant(otherwise, loc, 0),
+              indexConstant(otherwise, loc, count),
+              indexConstant(otherwise, loc, 1), ValueRange{},
+              [&](OpBuilder &b, Location loc, Value i, ValueRange) {
+                memref::StoreOp::create(
+                    b, loc, nan, flatAcc,
+                    ValueRange{arith::AddIOp::create(b, loc, accOffset, i)});
+                scf::YieldOp::create(b, loc);
+              });
+          scf::YieldOp::create(otherwise, loc);
+        });
   }
 
   KernelProducts k;
   ThreadQueues queues;
   SmallVector<Value> flat;
-  Value shadow;
+  Value shadow, flights;
 };
 
 struct AttnDeferWarpgroupProducts final

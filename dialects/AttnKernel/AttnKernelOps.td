@@ -179,8 +179,10 @@ def AttnKernel_WarpMmaOp : AttnKernel_Op<"warp_mma"> {
     before the softmax that overlaps them): `acc` holds the products only
     after an `attn_kernel.warpgroup_wait` that lets the group complete, and
     until then the lane must not read or write `acc` nor write `lhs`'s
-    fragments (on the GPU the tensor cores still read and write those
-    registers). On the CPU the products are done when the op runs.
+    fragments, and no thread may write the shared operands (on the GPU the
+    tensor cores still read and write them). On the CPU the products are
+    done when the op runs (`-attn-defer-warpgroup-products` hides their
+    results until the wait and checks these rules in stressed runs).
 
     `lhs` and `rhs` have the same element type (f16, bf16 or f32; f32
     fragments with `lhs_fragment`), `acc` is f32; `k` is a multiple of 16

@@ -12,7 +12,8 @@
 // queues its copies and completes them at the wait that does not leave
 // their group pending. Two threads each copy src[t] (group 0) and src[2 +
 // t] (group 1), wait with one group pending, read both targets, wait for
-// all, read the second again. The shared buffer starts as -1.
+// all, read the second again. The shared buffer starts as -1; a copy's
+// target holds NaN from the copy until it lands.
 
 // IR-LABEL: func.func private @stage__complete_copies
 // IR-SAME:    (%[[T:.+]]: index, %[[BOUND:.+]]: index, %[[MOST:.+]]: index, %[[REC:.+]]: memref<2x64x5xindex>, %[[HEADS:.+]]: memref<2xindex>, %[[TAILS:.+]]: memref<2xindex>, %[[SRC:.+]]: memref<4xf32>, %[[DST:.+]]: memref<4xf32>)
@@ -35,6 +36,8 @@
 // IR-NOT:       attn_kernel.async_copy
 // IR:           %[[GROUP:.+]] = memref.load %[[GROUPS]][%[[TH]]]
 // IR:           memref.store %[[GROUP]], %[[RECORDS]][%[[TH]], %{{.+}}, %c0{{.*}}]
+// IR:           %[[NAN:.+]] = arith.constant 0x7FC00000 : f32
+// IR:           memref.store %[[NAN]], %[[SHARED]][%{{.+}}] : memref<4xf32>
 // IR:           memref.store %[[G:.+]], %[[GROUPS]][%[[TH]]]
 // IR:           %[[B:.+]] = arith.subi %[[G]], %{{.+}} : index
 // IR:           call @stage__complete_copies(%[[TH]], %[[B]], %{{.+}}, %[[RECORDS]], %[[HEADS]], %[[TAILS]], %arg0, %[[SHARED]])
@@ -43,9 +46,9 @@
 
 // After the wait with one group pending, group 0 is there, group 1 not.
 // CHECK:      10
-// CHECK-NEXT: -1
+// CHECK-NEXT: nan
 // CHECK-NEXT: 11
-// CHECK-NEXT: -1
+// CHECK-NEXT: nan
 // After the wait for all: group 1 too.
 // CHECK-NEXT: 12
 // CHECK-NEXT: 13
@@ -87,12 +90,12 @@ func.func @stage(%src: memref<4xf32>, %out: memref<6xf32>, %block: index)
 
 // Zeros land late too (a copy that is not valid writes its zeros at the
 // wait); with more than 64 copies queued, the oldest completes early.
-// CHECK-NEXT: -1
+// CHECK-NEXT: nan
 // CHECK-NEXT: 0
 // Of 66 copies without a wait, the first two have landed, the third not.
 // CHECK-NEXT: 10
 // CHECK-NEXT: 11
-// CHECK-NEXT: -1
+// CHECK-NEXT: nan
 func.func @late_zeros_and_full_queue(%src: memref<4xf32>, %block: index)
     attributes {attn.block_kernel} {
   %c0 = arith.constant 0 : index
