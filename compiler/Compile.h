@@ -50,10 +50,11 @@ struct CompileOptions {
   /// Test aid, with cpuRunsCudaKernels: the CUDA block kernels run as a
   /// GPU may run them at their least convenient, so that a kernel that
   /// works on the CPU by chance fails: their asynchronous copies landing
-  /// as late as their waits allow (-attn-defer-async-copies), a tile read
-  /// before the wait for its copies then not there yet, and the results
-  /// of asynchronous warpgroup products appearing only at their waits
-  /// (-attn-defer-warpgroup-products); their threads in
+  /// as late as their waits allow, their targets NaN until then
+  /// (-attn-defer-async-copies), a tile read before the wait for its
+  /// copies then not there yet, and the results of asynchronous warpgroup
+  /// products appearing only at their waits, NaN where their operands
+  /// changed in flight (-attn-defer-warpgroup-products); their threads in
   /// another order
   /// (-attn-reorder-thread-loops: each thread loop last thread first,
   /// warp-synchronized loops warp by warp), a race then reading something

@@ -3,15 +3,16 @@
 //
 // Test aids for the CUDA kernels' bodies run on the CPU, where a block's
 // threads run one after another and its buffers are stack memory that
-// often holds the previous block's values. Two passes run them as a GPU
+// often holds the previous block's values. Four passes run them as a GPU
 // may at its least convenient, so that a kernel that works on the CPU by
 // chance fails (see their descriptions in Passes.td):
 //
 //  * -attn-defer-async-copies: each thread's asynchronous copies land as
-//    late as their waits allow, so that data used before its wait is not
-//    there yet;
+//    late as their waits allow, their targets NaN until then, so that data
+//    used before its wait is not there yet;
 //  * -attn-defer-warpgroup-products: the results of asynchronous
-//    warpgroup products appear only at the waits that complete them;
+//    warpgroup products appear only at the waits that complete them, and
+//    are NaN where what the product reads or writes changed in flight;
 //  * -attn-reorder-thread-loops: the threads in another order (in even
 //    blocks; odd blocks first to last), so that a race reads something
 //    else;

@@ -2,10 +2,11 @@
 # The e2e tests' CUDA kernels run on the CPU (`*_cuda_kernels_on_cpu`; the
 # unit suite leaves them out), as a GPU may run them at their least
 # convenient (ATTN_STRESS_CUDA_KERNELS): their asynchronous copies landing
-# as late as their waits allow (-attn-defer-async-copies), so that a tile
-# read before the wait for its copies is not there yet, and the results of
-# asynchronous warpgroup products appearing only at their waits
-# (-attn-defer-warpgroup-products); their threads in
+# as late as their waits allow, their targets NaN until then
+# (-attn-defer-async-copies), so that a tile read before the wait for its
+# copies is not there yet, and the results of asynchronous warpgroup
+# products appearing only at their waits, NaN where their operands changed
+# in flight (-attn-defer-warpgroup-products); their threads in
 # another order
 # (even blocks: each thread loop last thread first, warp-synchronized loops
 # warp by warp, last warp first; odd blocks first to last:
