@@ -1037,11 +1037,9 @@ private:
         });
   }
 
+  /// The NaN a hidden fragment holds (the poison of an f32 buffer).
   static Value nanConstant(OpBuilder &b, Location loc) {
-    return arith::ConstantOp::create(
-        b, loc,
-        FloatAttr::get(b.getF32Type(),
-                       APFloat::getQNaN(APFloat::IEEEsingle())));
+    return arith::ConstantOp::create(b, loc, poisonValue(b.getF32Type()));
   }
 
   /// The element offset of `view` in its buffer.
