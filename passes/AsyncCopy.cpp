@@ -4,14 +4,19 @@
 // buffer that may complete as late as the thread's next attn_kernel.async_wait
 // (see the op). Block kernels stage their tiles with it so that a thread
 // has all its copies of a tile in flight at once, instead of one load and
-// its store at a time. Two lowerings (which also lower
-// attn_kernel.device_fence: dropped on the CPU, membar.gl on the GPU):
+// its store at a time. The mbarrier ops let threads wait for the copies
+// and writes of others without stopping the block. Two lowerings (which
+// also lower attn_kernel.device_fence: dropped on the CPU, membar.gl on
+// the GPU):
 //
 //  * a copy done at once (-attn-async-copy-to-loops): the CPU runs a
 //    block's threads one after another, so there is nothing to overlap;
+//    an mbarrier's word holds its emulated state, and a wait for a phase
+//    that is not complete stops the program with a message;
 //  * cp.async (-attn-async-copy-to-nvvm): global memory to shared memory
 //    without passing through registers, zero-filled where the copy is not
-//    valid, committed and waited for at attn_kernel.async_wait.
+//    valid, committed and waited for at attn_kernel.async_wait; the
+//    mbarrier ops as PTX's mbarrier instructions.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +26,8 @@
 #include "passes/kernels/cuda/SimtKernels.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/FunctionCallUtils.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/NVGPU/IR/NVGPUDialect.h"
@@ -98,12 +105,226 @@ void lowerToCpAsync(AsyncCopyOp op) {
   op.erase();
 }
 
+//===-- mbarriers on the CPU ---------------------------------------------===//
+//
+// A barrier's word holds its state as the GPU counts it: the arrivals the
+// current phase still waits for (bits 0-19), the arrivals of a phase
+// (bits 20-39, the init count), the current phase's parity (bit 40), and
+// a mark that it was initialized (bits 48-63; neither the zeros nor the
+// poison of uninitialized shared memory has it).
+
+constexpr int64_t kArrivalBits = 20;
+constexpr int64_t kArrivalMask = (int64_t(1) << kArrivalBits) - 1;
+constexpr int64_t kExpectedShift = kArrivalBits;
+constexpr int64_t kParityShift = 2 * kArrivalBits;
+constexpr int64_t kMarkShift = 48;
+constexpr int64_t kInitializedMark = 0x6d62; // "mb"
+
+/// Emits the arithmetic of the emulated state on i64 words.
+struct BarrierWords {
+  OpBuilder &b;
+  Location loc;
+
+  Value constant(int64_t value) {
+    return arith::ConstantIntOp::create(b, loc, b.getI64Type(), value);
+  }
+  Value field(Value word, int64_t shift, int64_t mask) {
+    return arith::AndIOp::create(
+        b, loc, arith::ShRUIOp::create(b, loc, word, constant(shift)),
+        constant(mask));
+  }
+  Value load(Value barriers, Value index) {
+    return memref::LoadOp::create(b, loc, barriers, index);
+  }
+  /// Stops the program with `what` (and where the op came from) on
+  /// standard error unless `condition` holds (cf.assert would print to
+  /// standard output, whose buffer abort() drops when it is a pipe).
+  void check(Operation *op, Value condition, StringRef what) {
+    std::string message;
+    llvm::raw_string_ostream os(message);
+    os << op->getName() << ": " << what;
+    if (auto at = op->getLoc()->findInstanceOf<FileLineColLoc>())
+      os << " (at " << at.getFilename().getValue() << ":" << at.getLine() << ":"
+         << at.getColumn() << ")";
+    os << "\n";
+    Value failed = arith::XOrIOp::create(
+        b, loc, condition,
+        arith::ConstantIntOp::create(b, loc, b.getI1Type(), 1));
+    scf::IfOp::create(b, loc, failed, [&](OpBuilder &then, Location loc) {
+      stop(then, loc, op->getParentOfType<ModuleOp>(), message);
+      scf::YieldOp::create(then, loc);
+    });
+  }
+  /// write(2, message) and abort(), the message a constant of the module.
+  static void stop(OpBuilder &b, Location loc, ModuleOp module,
+                   StringRef message) {
+    MLIRContext *context = b.getContext();
+    Type i32 = b.getI32Type(), i64 = b.getI64Type();
+    auto pointer = LLVM::LLVMPointerType::get(context);
+    // Made outside the module, then named apart from its symbols.
+    OpBuilder detached(context);
+    auto text = LLVM::GlobalOp::create(
+        detached, loc, LLVM::LLVMArrayType::get(b.getI8Type(), message.size()),
+        /*isConstant=*/true, LLVM::Linkage::Internal, "attn_mbarrier_error",
+        b.getStringAttr(message));
+    SymbolTable(module).insert(text, module.getBody()->begin());
+    FailureOr<LLVM::LLVMFuncOp> write =
+        LLVM::lookupOrCreateFn(b, module, "write", {i32, pointer, i64}, i64);
+    FailureOr<LLVM::LLVMFuncOp> abort = LLVM::lookupOrCreateFn(
+        b, module, "abort", {}, LLVM::LLVMVoidType::get(context));
+    assert(succeeded(write) && succeeded(abort) &&
+           "the module declares write and abort as libc does");
+    Value address = LLVM::AddressOfOp::create(b, loc, text);
+    LLVM::CallOp::create(
+        b, loc, *write,
+        ValueRange{arith::ConstantIntOp::create(b, loc, i32, 2), address,
+                   arith::ConstantIntOp::create(b, loc, i64, message.size())});
+    LLVM::CallOp::create(b, loc, *abort, ValueRange{});
+  }
+  void checkInitialized(Operation *op, Value word) {
+    Value mark = field(word, kMarkShift, 0xffff);
+    check(op,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, mark,
+                                constant(kInitializedMark)),
+          "the barrier is used before attn_kernel.mbarrier_init");
+  }
+};
+
+void lowerToWord(MbarrierInitOp op) {
+  OpBuilder b(op);
+  BarrierWords w{b, op.getLoc()};
+  const int64_t arrivals = op.getArrivals();
+  Value word = w.constant((kInitializedMark << kMarkShift) |
+                          (arrivals << kExpectedShift) | arrivals);
+  memref::StoreOp::create(b, op.getLoc(), word, op.getBarriers(),
+                          op.getIndex());
+  op.erase();
+}
+
+/// One arrival: the count of the current phase goes down; the last one
+/// completes the phase, whose successor waits for as many.
+void lowerToWord(MbarrierArriveOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  BarrierWords w{b, loc};
+  Value word = w.load(op.getBarriers(), op.getIndex());
+  w.checkInitialized(op, word);
+  Value pending = arith::SubIOp::create(b, loc, w.field(word, 0, kArrivalMask),
+                                        w.constant(1));
+  Value completes = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                          pending, w.constant(0));
+  Value cleared =
+      arith::AndIOp::create(b, loc, word, w.constant(~kArrivalMask));
+  Value counted = arith::OrIOp::create(b, loc, cleared, pending);
+  Value next = arith::OrIOp::create(
+      b, loc,
+      arith::XOrIOp::create(b, loc, cleared,
+                            w.constant(int64_t(1) << kParityShift)),
+      w.field(word, kExpectedShift, kArrivalMask));
+  Value updated = arith::SelectOp::create(b, loc, completes, next, counted);
+  memref::StoreOp::create(b, loc, updated, op.getBarriers(), op.getIndex());
+  op.erase();
+}
+
+/// The phase of the waited parity is complete when the current phase has
+/// the other parity. The CPU cannot wait: what would complete it comes
+/// later in the program.
+void lowerToWord(MbarrierWaitOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  BarrierWords w{b, loc};
+  Value word = w.load(op.getBarriers(), op.getIndex());
+  w.checkInitialized(op, word);
+  Value waited = arith::AndIOp::create(
+      b, loc,
+      arith::IndexCastUIOp::create(b, loc, b.getI64Type(), op.getParity()),
+      w.constant(1));
+  Value current = w.field(word, kParityShift, 1);
+  w.check(
+      op,
+      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, current, waited),
+      "the phase waited for is not complete: on the CPU, where a "
+      "block's thread loops run one after another, its arrivals must "
+      "come before the wait");
+  op.erase();
+}
+
+//===-- mbarriers on the GPU ---------------------------------------------===//
+
+/// The shared-memory address of `barriers[index]`.
+Value barrierPointer(OpBuilder &b, Location loc, Value barriers, Value index) {
+  Value base = memref::ExtractAlignedPointerAsIndexOp::create(b, loc, barriers);
+  Value bytes = arith::MulIOp::create(
+      b, loc, index, arith::ConstantIndexOp::create(b, loc, sizeof(int64_t)));
+  Value address = arith::IndexCastUIOp::create(
+      b, loc, b.getI64Type(), arith::AddIOp::create(b, loc, base, bytes));
+  return LLVM::IntToPtrOp::create(
+      b, loc,
+      LLVM::LLVMPointerType::get(
+          b.getContext(), static_cast<unsigned>(NVVM::NVVMMemorySpace::Shared)),
+      address);
+}
+
+/// mbarrier.try_wait.parity, which NVVM's op retries until the phase is
+/// complete.
+void waitForPhase(OpBuilder &b, Location loc, Value pointer, Value parity) {
+  Value phase = arith::AndIOp::create(
+      b, loc, arith::IndexCastUIOp::create(b, loc, b.getI32Type(), parity),
+      arith::ConstantIntOp::create(b, loc, b.getI32Type(), 1));
+  // The suspend-time hint CUTLASS gives (ns): the thread sleeps in the
+  // instruction instead of spinning through the loop.
+  Value ticks = arith::ConstantIntOp::create(b, loc, b.getI32Type(), 10000000);
+  NVVM::MBarrierTryWaitParityOp::create(b, loc, pointer, phase, ticks);
+}
+
+/// The mbarrier op as PTX's instruction; fails with an error on the op
+/// below sm_90, where mbarrier.try_wait is missing (sm_80's test_wait,
+/// LLVM's NVPTX back end selects only from sm_90 on).
+LogicalResult lowerToNvvm(Operation *op, int sm) {
+  if (sm < 90)
+    return op->emitOpError()
+           << "needs mbarrier.try_wait, which begins at sm_90 (got sm_" << sm
+           << ")";
+  OpBuilder b(op);
+  Location loc = op->getLoc();
+  if (auto init = dyn_cast<MbarrierInitOp>(op)) {
+    Value pointer = barrierPointer(b, loc, init.getBarriers(), init.getIndex());
+    NVVM::MBarrierInitOp::create(
+        b, loc, pointer,
+        arith::ConstantIntOp::create(b, loc, b.getI32Type(),
+                                     init.getArrivals()),
+        /*predicate=*/Value());
+  } else if (auto arrive = dyn_cast<MbarrierArriveOp>(op)) {
+    Value pointer =
+        barrierPointer(b, loc, arrive.getBarriers(), arrive.getIndex());
+    if (arrive.getAfterCopies())
+      NVVM::CpAsyncMBarrierArriveOp::create(b, loc, pointer, /*noinc=*/true);
+    else
+      NVVM::MBarrierArriveOp::create(b, loc, b.getI64Type(), pointer,
+                                     /*count=*/Value(), NVVM::MemScopeKind::CTA,
+                                     /*relaxed=*/false);
+  } else {
+    auto wait = cast<MbarrierWaitOp>(op);
+    waitForPhase(b, loc,
+                 barrierPointer(b, loc, wait.getBarriers(), wait.getIndex()),
+                 wait.getParity());
+  }
+  op->erase();
+  return success();
+}
+
 struct AttnAsyncCopyToLoops final
     : mlir::attn::impl::AttnAsyncCopyToLoopsBase<AttnAsyncCopyToLoops> {
   void runOnOperation() override {
     getOperation()->walk([](Operation *op) {
       if (auto copy = dyn_cast<AsyncCopyOp>(op))
         lowerToCopy(copy);
+      else if (auto init = dyn_cast<MbarrierInitOp>(op))
+        lowerToWord(init);
+      else if (auto arrive = dyn_cast<MbarrierArriveOp>(op))
+        lowerToWord(arrive);
+      else if (auto wait = dyn_cast<MbarrierWaitOp>(op))
+        lowerToWord(wait);
       else if (isa<AsyncWaitOp, DeviceFenceOp>(op))
         op->erase();
     });
@@ -135,6 +356,9 @@ struct AttnAsyncCopyToNvvm final
           return WalkResult::interrupt();
         }
         lowerToCpAsync(copy);
+      } else if (isa<MbarrierInitOp, MbarrierArriveOp, MbarrierWaitOp>(op)) {
+        if (failed(lowerToNvvm(op, smVersionOf(chip))))
+          return WalkResult::interrupt();
       } else if (isa<DeviceFenceOp>(op)) {
         OpBuilder b(op);
         NVVM::MembarOp::create(b, op->getLoc(), NVVM::MemScopeKind::GPU);

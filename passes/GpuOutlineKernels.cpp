@@ -259,13 +259,13 @@ struct AttnGpuOutlineKernels final
           continue;
         }
         if (!isa<memref::LoadOp, memref::StoreOp, memref::AtomicRMWOp,
-                 vector::LoadOp, vector::StoreOp, WarpMmaOp, AsyncCopyOp>(
-                user))
+                 vector::LoadOp, vector::StoreOp, WarpMmaOp, AsyncCopyOp,
+                 MbarrierInitOp, MbarrierArriveOp, MbarrierWaitOp>(user))
           return user->emitError(
               "a shared buffer may only be loaded, stored (elements or "
               "vectors), updated atomically (memref.atomic_rmw) and used by "
-              "attn_kernel.warp_mma (itself or through memref.subview) and "
-              "attn_kernel.async_copy");
+              "attn_kernel.warp_mma (itself or through memref.subview), "
+              "attn_kernel.async_copy and the attn_kernel.mbarrier ops");
       }
       MemRefType type = alloca.getType();
       auto sharedType =
@@ -309,11 +309,13 @@ struct AttnGpuOutlineKernels final
       Block *loopBody = loop.getBody();
       rewriter.eraseOp(loopBody->getTerminator());
       rewriter.inlineBlockBefore(loopBody, loop, ValueRange{thread});
+      // After an mbarrier-synced loop, nothing: its threads hand on what
+      // they wrote through the mbarriers in it.
       if (loop->hasAttr(kWarpSyncAttr))
         NVVM::SyncWarpOp::create(
             rewriter, loop.getLoc(),
             arith::ConstantIntOp::create(rewriter, loop.getLoc(), -1, 32));
-      else
+      else if (!loop->hasAttr(kMbarrierSyncAttr))
         gpu::BarrierOp::create(rewriter, loop.getLoc());
       rewriter.eraseOp(loop);
     }

@@ -384,9 +384,21 @@ def AttnAsyncCopyToLoops : Pass<"attn-async-copy-to-loops"> {
     `attn_kernel.async_wait`: each copy is complete when the thread moves on. This
     is the CPU lowering, which runs a block's threads one after another (on
     one CPU thread, so `attn_kernel.device_fence` is erased too).
+
+    An mbarrier's word holds its state as the GPU counts it (the arrivals
+    its current phase waits for, the arrivals of a phase, the phase's
+    parity, a mark that it was initialized): `attn_kernel.mbarrier_init`
+    sets it, `attn_kernel.mbarrier_arrive` counts an arrival and completes
+    the phase at the last one (its copies are done by then), and
+    `attn_kernel.mbarrier_wait` checks that the phase it waits for is
+    complete. The CPU cannot wait for an arrival that comes later in the
+    program: a wait for a phase not complete, and a barrier used before it
+    was initialized, stop the program with a message naming the op on
+    standard error (`write` and `abort` from the C library).
   }];
   let dependentDialects = [
-    "::mlir::arith::ArithDialect", "::mlir::memref::MemRefDialect",
+    "::mlir::arith::ArithDialect", "::mlir::LLVM::LLVMDialect",
+    "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect"
   ];
 }
@@ -407,7 +419,9 @@ def AttnDeferAsyncCopies : Pass<"attn-defer-async-copies", "ModuleOp"> {
     queues its copies (their site, validity, group and indices, up to 64
     in flight: one more completes the oldest first, which the op allows),
     and each wait closes the thread's group and completes the queued copies
-    of every group but the newest `pending`, through a function of the
+    of every group but the newest `pending` (an
+    `attn_kernel.mbarrier_arrive after_copies` completes them all, as the
+    arrival waits for them), through a function of the
     kernel's, `<kernel>__complete_copies`, that does a queued copy as the op
     at its site with the recorded indices. Until then the copy's target
     holds poison (NaN, or -1 for integers), as its contents are undefined
@@ -569,6 +583,13 @@ def AttnAsyncCopyToNvvm : Pass<"attn-async-copy-to-nvvm"> {
     `membar.gl`. Runs after -attn-gpu-outline-kernels, which
     puts the shared buffers in workgroup memory. Older chips get the plain
     copies of -attn-async-copy-to-loops.
+
+    The mbarrier ops (sm_90 and newer, which have `mbarrier.try_wait`; an
+    error on the op below) become `mbarrier.init.shared.b64`,
+    `mbarrier.arrive.shared.b64` (or
+    `cp.async.mbarrier.arrive.noinc.shared.b64` for an arrival after the
+    thread's copies) and `mbarrier.try_wait.parity.shared.b64`, retried
+    until the phase is complete, on the barrier's word in shared memory.
   }];
   let options = [
     Option<"chip", "chip", "std::string", "\"sm_90a\"",
@@ -577,7 +598,8 @@ def AttnAsyncCopyToNvvm : Pass<"attn-async-copy-to-nvvm"> {
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::memref::MemRefDialect",
     "::mlir::scf::SCFDialect", "::mlir::vector::VectorDialect",
-    "::mlir::NVVM::NVVMDialect", "::mlir::nvgpu::NVGPUDialect"
+    "::mlir::LLVM::LLVMDialect", "::mlir::NVVM::NVVMDialect",
+    "::mlir::nvgpu::NVGPUDialect"
   ];
 }
 

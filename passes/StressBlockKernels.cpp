@@ -510,6 +510,8 @@ struct KernelCopies {
   func::FuncOp kernel;
   SmallVector<AsyncCopyOp> copies;
   SmallVector<AsyncWaitOp> waits;
+  /// The mbarrier arrivals after the thread's copies.
+  SmallVector<MbarrierArriveOp> arrivals;
   /// Every source and target buffer, each once, in order of first use.
   SmallVector<Value> buffers;
   /// The most threads of the thread loops that hold them; the fields of a
@@ -529,6 +531,9 @@ std::optional<KernelCopies> deferrableCopies(func::FuncOp kernel) {
       found.copies.push_back(copy);
     else if (auto wait = dyn_cast<AsyncWaitOp>(op))
       found.waits.push_back(wait);
+    else if (auto arrive = dyn_cast<MbarrierArriveOp>(op);
+             arrive && arrive.getAfterCopies())
+      found.arrivals.push_back(arrive);
     else
       return;
     ops.push_back(op);
@@ -575,8 +580,14 @@ public:
                  });
     for (auto [site, copy] : llvm::enumerate(k.copies))
       queue(copy, site);
-    for (AsyncWaitOp wait : k.waits)
-      complete(wait);
+    for (AsyncWaitOp wait : k.waits) {
+      completeAt(wait, wait.getPending());
+      wait.erase();
+    }
+    // The arrival happens once the thread's copies have landed: they land
+    // at it, the latest this thread's order allows.
+    for (MbarrierArriveOp arrive : k.arrivals)
+      completeAt(arrive, /*pending=*/0);
   }
 
 private:
@@ -642,18 +653,17 @@ private:
     }
   }
 
-  /// The wait closes the thread's group and completes the copies of every
-  /// group but its newest `pending`.
-  void complete(AsyncWaitOp wait) {
-    OpBuilder b(wait);
-    Location loc = wait.getLoc();
-    Value thread = threadOf(wait);
+  /// Before `op` (a wait or an arrival after copies), closes the thread's
+  /// group and completes the copies of every group but its newest
+  /// `pending`.
+  void completeAt(Operation *op, int64_t pending) {
+    OpBuilder b(op);
+    Location loc = op->getLoc();
+    Value thread = threadOf(op);
     Value groups = queues.step(b, loc, thread);
     queues.complete(
         b, loc, thread,
-        arith::SubIOp::create(b, loc, groups,
-                              indexConstant(b, loc, wait.getPending())));
-    wait.erase();
+        arith::SubIOp::create(b, loc, groups, indexConstant(b, loc, pending)));
   }
 
   KernelCopies k;
@@ -663,7 +673,7 @@ private:
 struct AttnDeferAsyncCopies final
     : mlir::attn::impl::AttnDeferAsyncCopiesBase<AttnDeferAsyncCopies> {
   void runOnOperation() override {
-    SmallVector<KernelCopies> kernels;
+    SmallVector<KernelCopies, 0> kernels;
     getOperation()->walk([&](func::FuncOp kernel) {
       if (kernel->hasAttr(kBlockKernelAttr))
         if (std::optional<KernelCopies> copies = deferrableCopies(kernel))

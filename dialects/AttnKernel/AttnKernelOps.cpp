@@ -271,3 +271,34 @@ LogicalResult AsyncWaitOp::verify() {
     return emitOpError() << "pending must not be negative, got " << pending;
   return success();
 }
+
+//===----------------------------------------------------------------------===//
+// mbarrier ops
+//===----------------------------------------------------------------------===//
+
+/// The barriers of an mbarrier op: a 1-D buffer of 64-bit words.
+static LogicalResult verifyBarriers(Operation *op, Value barriers) {
+  auto type = cast<MemRefType>(barriers.getType());
+  if (type.getRank() != 1 || !type.getElementType().isInteger(64))
+    return op->emitOpError()
+           << "'barriers' must be a 1-D buffer of i64 (a word per barrier), "
+              "got "
+           << type;
+  return success();
+}
+
+LogicalResult MbarrierInitOp::verify() {
+  const int64_t arrivals = getArrivalsAttr().getInt();
+  if (arrivals < 1 || arrivals > kMaxArrivals)
+    return emitOpError() << "arrivals must be in [1, " << kMaxArrivals
+                         << "], got " << arrivals;
+  return verifyBarriers(*this, getBarriers());
+}
+
+LogicalResult MbarrierArriveOp::verify() {
+  return verifyBarriers(*this, getBarriers());
+}
+
+LogicalResult MbarrierWaitOp::verify() {
+  return verifyBarriers(*this, getBarriers());
+}

@@ -318,6 +318,107 @@ def AttnKernel_WarpgroupWaitOp : AttnKernel_Op<"warpgroup_wait"> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// mbarriers: point-to-point synchronization between a block's threads
+//===----------------------------------------------------------------------===//
+
+def AttnKernel_MbarrierInitOp : AttnKernel_Op<"mbarrier_init"> {
+  let summary = "initializes an mbarrier for `arrivals` arrivals per phase";
+  let description = [{
+    mbarriers let the threads of a block wait for one another without
+    stopping the whole block: a producer warp that stages tiles and
+    consumer warps that read them (FlashAttention-3's warp specialisation)
+    each wait only for the phase of the barrier guarding the tile they
+    need. A barrier counts the arrivals of its current phase; the phase
+    completes when `arrivals` threads have arrived
+    (`attn_kernel.mbarrier_arrive`), and the next phase begins with the
+    same count. Phases are numbered from 0; waits name a phase by its
+    parity (`attn_kernel.mbarrier_wait`).
+
+    `barriers` is a shared buffer of i64, one word per barrier (the GPU's
+    layout). One thread initializes each barrier, before a block-wide
+    barrier (the end of a thread loop) after which the others use it.
+    `arrivals` is in [1, 2^20 - 1], the GPU's range.
+
+    On the GPU this is `mbarrier.init.shared.b64`; on the CPU, where the
+    CUDA kernels' bodies are tested, the word holds the emulated state
+    (see `-attn-async-copy-to-loops`).
+
+    ```mlir
+    attn_kernel.mbarrier_init %full[%stage] arrivals(128) : memref<2xi64>
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$barriers, Index:$index, I64Attr:$arrivals);
+  let assemblyFormat = [{
+    $barriers `[` $index `]` `arrivals` `(` $arrivals `)` attr-dict
+    `:` type($barriers)
+  }];
+  let extraClassDeclaration = [{
+    /// The GPU's limit on arrivals per phase.
+    static constexpr int64_t kMaxArrivals = (1 << 20) - 1;
+  }];
+  let hasVerifier = 1;
+}
+
+def AttnKernel_MbarrierArriveOp : AttnKernel_Op<"mbarrier_arrive"> {
+  let summary = "the calling thread's arrival at an mbarrier's current phase";
+  let description = [{
+    Counts one arrival at the current phase of `barriers[index]` (see
+    `attn_kernel.mbarrier_init`); the arrival that completes the count
+    completes the phase. What the thread wrote before arriving is visible
+    to the threads whose wait for that phase returns after it.
+
+    With `after_copies`, the arrival happens when every
+    `attn_kernel.async_copy` the thread issued before it has landed, not
+    at once: a producer stages a tile and arrives without waiting for its
+    copies, and the consumers' wait for the phase returns with the tile in
+    place (`cp.async.mbarrier.arrive.noinc.shared.b64` on the GPU; the
+    arrival counts towards `arrivals`).
+
+    ```mlir
+    attn_kernel.mbarrier_arrive %full[%stage] after_copies : memref<2xi64>
+    attn_kernel.mbarrier_arrive %empty[%stage] : memref<2xi64>
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$barriers, Index:$index,
+                       UnitAttr:$after_copies);
+  let assemblyFormat = [{
+    $barriers `[` $index `]` (`after_copies` $after_copies^)? attr-dict
+    `:` type($barriers)
+  }];
+  let hasVerifier = 1;
+}
+
+def AttnKernel_MbarrierWaitOp : AttnKernel_Op<"mbarrier_wait"> {
+  let summary = "waits for the phase of an mbarrier of the given parity";
+  let description = [{
+    Returns once the phase of `barriers[index]` whose parity is the low
+    bit of `parity` has completed (`mbarrier.try_wait.parity.shared.b64`,
+    retried until it succeeds, on the GPU): the current phase if its parity
+    is `parity`, else the phase before it, which is complete. A pipeline of
+    S stages waits for tile j's stage `j % S` with parity `(j / S) % 2`.
+    What the arriving threads wrote before their arrivals, and the copies
+    they arrived after (`after_copies`), are then visible to the thread.
+
+    On the CPU a block's thread loops run one after another, so a wait
+    there can only see arrivals made before it: the CUDA kernels are
+    written so that the arrivals a wait needs come in earlier thread loops
+    (or earlier in its own thread), and the CPU lowering stops the program
+    with a message naming the wait where its phase is not complete (on the
+    GPU that thread would wait for a later loop's arrivals).
+
+    ```mlir
+    attn_kernel.mbarrier_wait %full[%stage] parity(%round) : memref<2xi64>
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$barriers, Index:$index, Index:$parity);
+  let assemblyFormat = [{
+    $barriers `[` $index `]` `parity` `(` $parity `)` attr-dict
+    `:` type($barriers)
+  }];
+  let hasVerifier = 1;
+}
+
 def AttnKernel_DeviceFenceOp : AttnKernel_Op<"device_fence"> {
   let summary = "orders the thread's memory accesses for the whole device";
   let description = [{

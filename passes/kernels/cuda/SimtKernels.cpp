@@ -173,6 +173,8 @@ void SimtEmitter::eachThread(function_ref<void(Value thread)> body, Sync sync) {
   loop->setAttr(kThreadLoopAttr, b.getUnitAttr());
   if (sync == Sync::Warp)
     loop->setAttr(kWarpSyncAttr, b.getUnitAttr());
+  else if (sync == Sync::Mbarriers)
+    loop->setAttr(kMbarrierSyncAttr, b.getUnitAttr());
 }
 
 void SimtEmitter::forAll(Value count, function_ref<void(Value i)> body) {

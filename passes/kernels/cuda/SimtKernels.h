@@ -11,10 +11,12 @@
 //    (`scf.parallel {attn.threads}` over [0, block_threads)), each followed
 //    by a barrier (only the warp's threads wait at a loop marked
 //    `attn.warp_sync`, whose writes only its own warp reads before the next
-//    block-wide barrier); threads share `memref.alloca {attn.shared}` buffers,
-//    keep their own values across thread loops in `memref.alloca
-//    {attn.registers}` buffers (a slice per thread), and pass nothing else
-//    between thread loops.
+//    block-wide barrier; none wait at a loop marked `attn.mbarrier_sync`,
+//    whose writes other threads read only after an
+//    `attn_kernel.mbarrier_wait` for them); threads share `memref.alloca
+//    {attn.shared}` buffers, keep their own values across thread loops in
+//    `memref.alloca {attn.registers}` buffers (a slice per thread), and pass
+//    nothing else between thread loops.
 //
 // That makes the same body two things:
 //
@@ -86,6 +88,7 @@ inline int smVersionOf(llvm::StringRef chip) {
 constexpr llvm::StringLiteral kBlockKernelAttr = "attn.block_kernel";
 constexpr llvm::StringLiteral kThreadLoopAttr = "attn.threads";
 constexpr llvm::StringLiteral kWarpSyncAttr = "attn.warp_sync";
+constexpr llvm::StringLiteral kMbarrierSyncAttr = "attn.mbarrier_sync";
 constexpr llvm::StringLiteral kSharedBufferAttr = "attn.shared";
 constexpr llvm::StringLiteral kRegisterBufferAttr = "attn.registers";
 
@@ -158,9 +161,14 @@ struct SimtEmitter : KernelEmitter {
   /// the next block-wide wait, only by threads of the warp that wrote it
   /// (on the GPU bar.warp.sync instead of bar.sync: a warp runs on without
   /// waiting for the slowest warp of the block).
-  enum class Sync { Block, Warp };
+  /// How the threads wait for one another after a thread loop: the whole
+  /// block, the warp, or none (they hand on what they wrote through
+  /// mbarriers: warps in different roles, a producer staging tiles for
+  /// consumers, run through their loops independently).
+  enum class Sync { Block, Warp, Mbarriers };
   /// Runs `body(thread)` on every thread of the block, then waits as `sync`
-  /// says (the results are visible to the next thread loop).
+  /// says (with Block and Warp, the results are visible to the next thread
+  /// loop).
   void eachThread(function_ref<void(Value thread)> body,
                   Sync sync = Sync::Block);
   /// Runs `body(i)` for every i in [0, count), spread over the block's

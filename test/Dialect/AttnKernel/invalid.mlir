@@ -300,3 +300,37 @@ func.func @negative_warpgroup_pending() {
   attn_kernel.warpgroup_wait {pending = -2 : i64}
   return
 }
+
+// -----
+
+// An mbarrier is a 64-bit word of a 1-D buffer of them.
+func.func @mbarrier_words(%bars: memref<2xi32>, %i: index) {
+  // expected-error @+1 {{'attn_kernel.mbarrier_arrive' op 'barriers' must be a 1-D buffer of i64 (a word per barrier), got 'memref<2xi32>'}}
+  attn_kernel.mbarrier_arrive %bars[%i] : memref<2xi32>
+  return
+}
+
+// -----
+
+func.func @mbarrier_rank(%bars: memref<2x2xi64>, %i: index) {
+  // expected-error @+1 {{'attn_kernel.mbarrier_wait' op 'barriers' must be a 1-D buffer of i64 (a word per barrier), got 'memref<2x2xi64>'}}
+  attn_kernel.mbarrier_wait %bars[%i] parity(%i) : memref<2x2xi64>
+  return
+}
+
+// -----
+
+// The GPU counts at most 2^20 - 1 arrivals a phase, and a phase needs one.
+func.func @mbarrier_no_arrivals(%bars: memref<2xi64>, %i: index) {
+  // expected-error @+1 {{'attn_kernel.mbarrier_init' op arrivals must be in [1, 1048575], got 0}}
+  attn_kernel.mbarrier_init %bars[%i] arrivals(0) : memref<2xi64>
+  return
+}
+
+// -----
+
+func.func @mbarrier_too_many_arrivals(%bars: memref<2xi64>, %i: index) {
+  // expected-error @+1 {{'attn_kernel.mbarrier_init' op arrivals must be in [1, 1048575], got 1048576}}
+  attn_kernel.mbarrier_init %bars[%i] arrivals(1048576) : memref<2xi64>
+  return
+}

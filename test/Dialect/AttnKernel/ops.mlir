@@ -99,3 +99,21 @@ func.func @warpgroup_async(%q: memref<8x16x8x8xbf16>, %k: memref<8x16x8x8xbf16>,
   attn_kernel.warpgroup_wait
   return
 }
+
+// CHECK-LABEL: func.func @mbarriers
+// CHECK:         attn_kernel.mbarrier_init %{{.+}}[%{{.+}}] arrivals(128) : memref<2xi64>
+// CHECK:         attn_kernel.mbarrier_arrive %{{.+}}[%{{.+}}] after_copies : memref<2xi64>
+// CHECK:         attn_kernel.mbarrier_arrive %{{.+}}[%{{.+}}] : memref<2xi64, #gpu.address_space<workgroup>>
+// CHECK:         attn_kernel.mbarrier_wait %{{.+}}[%{{.+}}] parity(%{{.+}}) : memref<2xi64>
+// A stage's barriers: a producer arrives once its copies land, a consumer
+// waits for the stage's phase.
+func.func @mbarriers(%full: memref<2xi64>,
+                     %empty: memref<2xi64, #gpu.address_space<workgroup>>,
+                     %stage: index, %round: index) {
+  attn_kernel.mbarrier_init %full[%stage] arrivals(128) : memref<2xi64>
+  attn_kernel.mbarrier_arrive %full[%stage] after_copies : memref<2xi64>
+  attn_kernel.mbarrier_arrive %empty[%stage]
+      : memref<2xi64, #gpu.address_space<workgroup>>
+  attn_kernel.mbarrier_wait %full[%stage] parity(%round) : memref<2xi64>
+  return
+}
