@@ -218,6 +218,35 @@ TypedAttr poisonValue(Type element) {
   return IntegerAttr::get(element, -1);
 }
 
+/// `buffer` (static shape, identity layout: contiguous) as one row of its
+/// elements.
+Value flatten(OpBuilder &b, Location loc, Value buffer) {
+  auto type = cast<MemRefType>(buffer.getType());
+  if (type.getRank() == 1)
+    return buffer;
+  ReassociationIndices all;
+  for (int64_t dim = 0; dim < type.getRank(); ++dim)
+    all.push_back(dim);
+  return memref::CollapseShapeOp::create(b, loc, buffer,
+                                         ArrayRef<ReassociationIndices>{all});
+}
+
+/// Stores `element` into every element of `buffer` (static shape, identity
+/// layout).
+void fill(OpBuilder &b, Location loc, Value buffer, TypedAttr element) {
+  Value flat = flatten(b, loc, buffer);
+  Value value = arith::ConstantOp::create(b, loc, element);
+  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
+  Value one = arith::ConstantIndexOp::create(b, loc, 1);
+  Value count = arith::ConstantIndexOp::create(
+      b, loc, cast<MemRefType>(buffer.getType()).getNumElements());
+  scf::ForOp::create(b, loc, zero, count, one, ValueRange{},
+                     [&](OpBuilder &nested, Location, Value i, ValueRange) {
+                       memref::StoreOp::create(nested, loc, value, flat, i);
+                       scf::YieldOp::create(nested, loc);
+                     });
+}
+
 /// Fills the block kernel buffer `alloca` (static shape) with the poison
 /// value of its element, right after it.
 void poison(memref::AllocaOp alloca) {
@@ -228,23 +257,7 @@ void poison(memref::AllocaOp alloca) {
   OpBuilder b(alloca->getContext());
   b.setInsertionPointAfter(alloca);
   Location loc = alloca.getLoc();
-  // The whole buffer as one row of elements (an alloca is contiguous).
-  SmallVector<ReassociationIndices> all(1);
-  for (int64_t dim = 0; dim < type.getRank(); ++dim)
-    all.front().push_back(dim);
-  Value flat = type.getRank() == 1
-                   ? alloca.getResult()
-                   : memref::CollapseShapeOp::create(b, loc, alloca, all);
-  Value value =
-      arith::ConstantOp::create(b, loc, poisonValue(type.getElementType()));
-  Value zero = arith::ConstantIndexOp::create(b, loc, 0);
-  Value one = arith::ConstantIndexOp::create(b, loc, 1);
-  Value count = arith::ConstantIndexOp::create(b, loc, type.getNumElements());
-  scf::ForOp::create(b, loc, zero, count, one, ValueRange{},
-                     [&](OpBuilder &nested, Location, Value i, ValueRange) {
-                       memref::StoreOp::create(nested, loc, value, flat, i);
-                       scf::YieldOp::create(nested, loc);
-                     });
+  fill(b, loc, alloca, poisonValue(type.getElementType()));
 }
 
 struct AttnPoisonKernelBuffers final
@@ -388,14 +401,8 @@ private:
     heads = memref::AllocaOp::create(b, loc, countsType());
     tails = memref::AllocaOp::create(b, loc, countsType());
     counts = memref::AllocaOp::create(b, loc, countsType());
-    Value zero = indexConstant(b, loc, 0);
-    scf::ForOp::create(b, loc, zero, indexConstant(b, loc, threads),
-                       indexConstant(b, loc, 1), ValueRange{},
-                       [&](OpBuilder &b, Location loc, Value t, ValueRange) {
-                         for (Value queue : {heads, tails, counts})
-                           memref::StoreOp::create(b, loc, zero, queue, t);
-                         scf::YieldOp::create(b, loc);
-                       });
+    for (Value queue : {heads, tails, counts})
+      fill(b, loc, queue, b.getIndexAttr(0));
   }
 
   void buildCompleter(StringRef suffix, CompleteEntry completeEntry) {
@@ -978,15 +985,7 @@ private:
     for (memref::AllocaOp buffer : k.buffers) {
       OpBuilder b(buffer->getContext());
       b.setInsertionPointAfter(buffer);
-      ReassociationIndices all;
-      for (int64_t dim = 0; dim < buffer.getType().getRank(); ++dim)
-        all.push_back(dim);
-      flat.push_back(buffer.getType().getRank() == 1
-                         ? buffer.getResult()
-                         : memref::CollapseShapeOp::create(
-                               b, buffer.getLoc(), buffer,
-                               ArrayRef<ReassociationIndices>{all})
-                               .getResult());
+      flat.push_back(flatten(b, buffer.getLoc(), buffer));
     }
   }
 
@@ -1004,22 +1003,7 @@ private:
         b, loc,
         MemRefType::get({warpgroups, kProductsInFlight, kFlightFields},
                         b.getIndexType()));
-    Value zero = indexConstant(b, loc, 0), one = indexConstant(b, loc, 1);
-    scf::ForOp::create(
-        b, loc, zero, indexConstant(b, loc, warpgroups), one, ValueRange{},
-        [&](OpBuilder &b, Location loc, Value w, ValueRange) {
-          scf::ForOp::create(
-              b, loc, zero, indexConstant(b, loc, kProductsInFlight), one,
-              ValueRange{},
-              [&](OpBuilder &b, Location loc, Value p, ValueRange) {
-                for (int64_t f = 0; f < kFlightFields; ++f)
-                  memref::StoreOp::create(
-                      b, loc, zero, flights,
-                      ValueRange{w, p, indexConstant(b, loc, f)});
-                scf::YieldOp::create(b, loc);
-              });
-          scf::YieldOp::create(b, loc);
-        });
+    fill(b, loc, flights, b.getIndexAttr(0));
   }
 
   /// Moves `count` elements between the flat buffer at `offset` and the
