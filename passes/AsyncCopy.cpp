@@ -50,6 +50,24 @@ int64_t bytesOf(AsyncCopyOp op) {
   return op.getElements() * element.getIntOrFloatBitWidth() / 8;
 }
 
+/// `elements` elements copied at once from `source[sourceIndices]` to
+/// `target[targetIndices]`: a vector load and store.
+void copyAtOnce(OpBuilder &b, Location loc, Value source,
+                ValueRange sourceIndices, Value target,
+                ValueRange targetIndices, int64_t elements) {
+  Type element = cast<MemRefType>(source.getType()).getElementType();
+  auto vectorType = VectorType::get({elements}, element);
+  // The largest power of two up to 16 that divides the bytes (the
+  // addresses' alignment the ops require).
+  const int64_t bytes = elements * element.getIntOrFloatBitWidth() / 8;
+  llvm::MaybeAlign align(std::min<int64_t>(16, bytes & -bytes));
+  Value piece =
+      vector::LoadOp::create(b, loc, vectorType, source, sourceIndices,
+                             /*nontemporal=*/false, align);
+  vector::StoreOp::create(b, loc, piece, target, targetIndices,
+                          /*nontemporal=*/false, align);
+}
+
 /// The copy, done at once: a vector load and store where it is valid, else
 /// zeros an element at a time (one vector store of a select would make x86
 /// widen bf16 vectors to f32 and back through library calls).
@@ -58,17 +76,11 @@ void lowerToCopy(AsyncCopyOp op) {
   Location loc = op.getLoc();
   Type element = op.getSource().getType().getElementType();
   const int64_t elements = op.getElements();
-  auto vectorType = VectorType::get({elements}, element);
-  llvm::MaybeAlign align(bytesOf(op));
   scf::IfOp::create(
       b, loc, op.getValid(),
       [&](OpBuilder &then, Location loc) {
-        Value piece = vector::LoadOp::create(
-            then, loc, vectorType, op.getSource(), op.getSourceIndices(),
-            /*nontemporal=*/false, align);
-        vector::StoreOp::create(then, loc, piece, op.getTarget(),
-                                op.getTargetIndices(), /*nontemporal=*/false,
-                                align);
+        copyAtOnce(then, loc, op.getSource(), op.getSourceIndices(),
+                   op.getTarget(), op.getTargetIndices(), elements);
         scf::YieldOp::create(then, loc);
       },
       [&](OpBuilder &otherwise, Location loc) {
@@ -109,21 +121,32 @@ void lowerToCpAsync(AsyncCopyOp op) {
 //
 // A barrier's word holds its state as the GPU counts it: the arrivals the
 // current phase still waits for (bits 0-19), the arrivals of a phase
-// (bits 20-39, the init count), the current phase's parity (bit 40), and
-// a mark that it was initialized (bits 48-63; neither the zeros nor the
-// poison of uninitialized shared memory has it).
+// (bits 20-39, the init count), the current phase's parity (bit 40), the
+// transaction bytes it still waits for (bits 41-61, signed: a bulk copy
+// may land before the arrival that announces it), and a mark that it was
+// initialized (bits 62-63 = 01; neither the zeros nor the poison of
+// uninitialized shared memory has it).
 
 constexpr int64_t kArrivalBits = 20;
 constexpr int64_t kArrivalMask = (int64_t(1) << kArrivalBits) - 1;
 constexpr int64_t kExpectedShift = kArrivalBits;
 constexpr int64_t kParityShift = 2 * kArrivalBits;
-constexpr int64_t kMarkShift = 48;
-constexpr int64_t kInitializedMark = 0x6d62; // "mb"
+constexpr int64_t kBytesShift = kParityShift + 1;
+constexpr int64_t kBytesBits = 21;
+constexpr int64_t kMarkShift = kBytesShift + kBytesBits;
+constexpr int64_t kInitializedMark = 1;
+/// The GPU's bound on a phase's transaction bytes in flight.
+constexpr int64_t kMaxBytes = (int64_t(1) << 20) - 1;
 
 /// Emits the arithmetic of the emulated state on i64 words.
 struct BarrierWords {
   OpBuilder &b;
   Location loc;
+
+  /// A barrier's state, its fields as i64 values.
+  struct State {
+    Value pending, expected, parity, bytes;
+  };
 
   Value constant(int64_t value) {
     return arith::ConstantIntOp::create(b, loc, b.getI64Type(), value);
@@ -133,9 +156,73 @@ struct BarrierWords {
         b, loc, arith::ShRUIOp::create(b, loc, word, constant(shift)),
         constant(mask));
   }
-  Value load(Value barriers, Value index) {
-    return memref::LoadOp::create(b, loc, barriers, index);
+
+  /// The state of `barriers[index]`, checked to be initialized (`op` the
+  /// op that uses it).
+  State load(Operation *op, Value barriers, Value index) {
+    Value word = memref::LoadOp::create(b, loc, barriers, index);
+    check(op,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
+                                field(word, kMarkShift, 3),
+                                constant(kInitializedMark)),
+          "the barrier is used before attn_kernel.mbarrier_init");
+    // The bytes' field sign-extended: up to bit 63, then back.
+    Value bytes = arith::ShRSIOp::create(
+        b, loc,
+        arith::ShLIOp::create(b, loc, word,
+                              constant(64 - kBytesShift - kBytesBits)),
+        constant(64 - kBytesBits));
+    return {field(word, 0, kArrivalMask),
+            field(word, kExpectedShift, kArrivalMask),
+            field(word, kParityShift, 1), bytes};
   }
+
+  /// Stores `state` into `barriers[index]`, completing its phase first if
+  /// it waits for no arrival and no byte: the parity flips and the next
+  /// phase waits for as many arrivals.
+  void storeCompleting(State state, Value barriers, Value index) {
+    Value done = arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, state.pending,
+                              constant(0)),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, state.bytes,
+                              constant(0)));
+    state.pending =
+        arith::SelectOp::create(b, loc, done, state.expected, state.pending);
+    state.parity = arith::SelectOp::create(
+        b, loc, done, arith::XOrIOp::create(b, loc, state.parity, constant(1)),
+        state.parity);
+    memref::StoreOp::create(b, loc, encode(state), barriers, index);
+  }
+
+  Value encode(State state) {
+    auto at = [&](Value value, int64_t shift) -> Value {
+      return arith::ShLIOp::create(b, loc, value, constant(shift));
+    };
+    Value bytes = arith::AndIOp::create(
+        b, loc, state.bytes, constant((int64_t(1) << kBytesBits) - 1));
+    Value word = constant(kInitializedMark << kMarkShift);
+    for (Value part : {state.pending, at(state.expected, kExpectedShift),
+                       at(state.parity, kParityShift), at(bytes, kBytesShift)})
+      word = arith::OrIOp::create(b, loc, word, part);
+    return word;
+  }
+
+  /// Adds `change` to the bytes the phase waits for, checked to stay in
+  /// the GPU's range.
+  Value addBytes(Operation *op, Value bytes, Value change) {
+    Value sum = arith::AddIOp::create(b, loc, bytes, change);
+    Value inRange = arith::AndIOp::create(
+        b, loc,
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sle, sum,
+                              constant(kMaxBytes)),
+        arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sge, sum,
+                              constant(-kMaxBytes)));
+    check(op, inRange,
+          "a phase waits for more than 2^20 - 1 transaction bytes");
+    return sum;
+  }
+
   /// Stops the program with `what` (and where the op came from) on
   /// standard error unless `condition` holds (cf.assert would print to
   /// standard output, whose buffer abort() drops when it is a pipe).
@@ -181,13 +268,6 @@ struct BarrierWords {
                    arith::ConstantIntOp::create(b, loc, i64, message.size())});
     LLVM::CallOp::create(b, loc, *abort, ValueRange{});
   }
-  void checkInitialized(Operation *op, Value word) {
-    Value mark = field(word, kMarkShift, 0xffff);
-    check(op,
-          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq, mark,
-                                constant(kInitializedMark)),
-          "the barrier is used before attn_kernel.mbarrier_init");
-  }
 };
 
 void lowerToWord(MbarrierInitOp op) {
@@ -201,28 +281,33 @@ void lowerToWord(MbarrierInitOp op) {
   op.erase();
 }
 
-/// One arrival: the count of the current phase goes down; the last one
-/// completes the phase, whose successor waits for as many.
+/// One arrival (announcing its bytes): the last one completes the phase,
+/// unless bytes are still to land.
 void lowerToWord(MbarrierArriveOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   BarrierWords w{b, loc};
-  Value word = w.load(op.getBarriers(), op.getIndex());
-  w.checkInitialized(op, word);
-  Value pending = arith::SubIOp::create(b, loc, w.field(word, 0, kArrivalMask),
-                                        w.constant(1));
-  Value completes = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::eq,
-                                          pending, w.constant(0));
-  Value cleared =
-      arith::AndIOp::create(b, loc, word, w.constant(~kArrivalMask));
-  Value counted = arith::OrIOp::create(b, loc, cleared, pending);
-  Value next = arith::OrIOp::create(
-      b, loc,
-      arith::XOrIOp::create(b, loc, cleared,
-                            w.constant(int64_t(1) << kParityShift)),
-      w.field(word, kExpectedShift, kArrivalMask));
-  Value updated = arith::SelectOp::create(b, loc, completes, next, counted);
-  memref::StoreOp::create(b, loc, updated, op.getBarriers(), op.getIndex());
+  BarrierWords::State state = w.load(op, op.getBarriers(), op.getIndex());
+  state.pending = arith::SubIOp::create(b, loc, state.pending, w.constant(1));
+  if (Value expected = op.getExpectBytes())
+    state.bytes = w.addBytes(
+        op, state.bytes,
+        arith::IndexCastUIOp::create(b, loc, b.getI64Type(), expected));
+  w.storeCompleting(state, op.getBarriers(), op.getIndex());
+  op.erase();
+}
+
+/// The copy at once, then its bytes land on the barrier: they may
+/// complete the phase.
+void lowerToWord(BulkCopyOp op) {
+  OpBuilder b(op);
+  Location loc = op.getLoc();
+  copyAtOnce(b, loc, op.getSource(), op.getSourceIndices(), op.getTarget(),
+             op.getTargetIndices(), op.getElements());
+  BarrierWords w{b, loc};
+  BarrierWords::State state = w.load(op, op.getBarriers(), op.getIndex());
+  state.bytes = w.addBytes(op, state.bytes, w.constant(-op.getBytes()));
+  w.storeCompleting(state, op.getBarriers(), op.getIndex());
   op.erase();
 }
 
@@ -233,19 +318,17 @@ void lowerToWord(MbarrierWaitOp op) {
   OpBuilder b(op);
   Location loc = op.getLoc();
   BarrierWords w{b, loc};
-  Value word = w.load(op.getBarriers(), op.getIndex());
-  w.checkInitialized(op, word);
+  BarrierWords::State state = w.load(op, op.getBarriers(), op.getIndex());
   Value waited = arith::AndIOp::create(
       b, loc,
       arith::IndexCastUIOp::create(b, loc, b.getI64Type(), op.getParity()),
       w.constant(1));
-  Value current = w.field(word, kParityShift, 1);
-  w.check(
-      op,
-      arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, current, waited),
-      "the phase waited for is not complete: on the CPU, where a "
-      "block's thread loops run one after another, its arrivals must "
-      "come before the wait");
+  w.check(op,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ne, state.parity,
+                                waited),
+          "the phase waited for is not complete: on the CPU, where a "
+          "block's thread loops run one after another, its arrivals must "
+          "come before the wait");
   op.erase();
 }
 
@@ -265,6 +348,39 @@ Value barrierPointer(OpBuilder &b, Location loc, Value barriers, Value index) {
       address);
 }
 
+/// The address of `memref[indices]` (its aligned pointer plus the
+/// element's offset in bytes), as a pointer into address space `space`:
+/// cast from shared (3) or generic (0) memory, where the memref lives.
+Value elementPointer(OpBuilder &b, Location loc, Value memref,
+                     ValueRange indices, unsigned space) {
+  auto type = cast<MemRefType>(memref.getType());
+  auto metadata = memref::ExtractStridedMetadataOp::create(b, loc, memref);
+  Value element = metadata.getOffset();
+  for (auto [index, stride] : llvm::zip(indices, metadata.getStrides()))
+    element = arith::AddIOp::create(
+        b, loc, element, arith::MulIOp::create(b, loc, index, stride));
+  Value bytes = arith::MulIOp::create(
+      b, loc, element,
+      arith::ConstantIndexOp::create(
+          b, loc, type.getElementType().getIntOrFloatBitWidth() / 8));
+  Value address = arith::IndexCastUIOp::create(
+      b, loc, b.getI64Type(),
+      arith::AddIOp::create(
+          b, loc,
+          memref::ExtractAlignedPointerAsIndexOp::create(b, loc, memref),
+          bytes));
+  const unsigned home =
+      nvgpu::NVGPUDialect::hasSharedMemoryAddressSpace(type)
+          ? static_cast<unsigned>(NVVM::NVVMMemorySpace::Shared)
+          : 0;
+  Value pointer = LLVM::IntToPtrOp::create(
+      b, loc, LLVM::LLVMPointerType::get(b.getContext(), home), address);
+  if (home == space)
+    return pointer;
+  return LLVM::AddrSpaceCastOp::create(
+      b, loc, LLVM::LLVMPointerType::get(b.getContext(), space), pointer);
+}
+
 /// mbarrier.try_wait.parity, which NVVM's op retries until the phase is
 /// complete.
 void waitForPhase(OpBuilder &b, Location loc, Value pointer, Value parity) {
@@ -277,13 +393,14 @@ void waitForPhase(OpBuilder &b, Location loc, Value pointer, Value parity) {
   NVVM::MBarrierTryWaitParityOp::create(b, loc, pointer, phase, ticks);
 }
 
-/// The mbarrier op as PTX's instruction; fails with an error on the op
-/// below sm_90, where mbarrier.try_wait is missing (sm_80's test_wait,
-/// LLVM's NVPTX back end selects only from sm_90 on).
+/// The mbarrier op (or bulk copy) as PTX's instruction; fails with an
+/// error on the op below sm_90, where mbarrier.try_wait and bulk copies
+/// are missing (sm_80's test_wait, LLVM's NVPTX back end selects only from
+/// sm_90 on).
 LogicalResult lowerToNvvm(Operation *op, int sm) {
   if (sm < 90)
     return op->emitOpError()
-           << "needs mbarrier.try_wait, which begins at sm_90 (got sm_" << sm
+           << "needs sm_90's mbarrier.try_wait and bulk copies (got sm_" << sm
            << ")";
   OpBuilder b(op);
   Location loc = op->getLoc();
@@ -299,10 +416,36 @@ LogicalResult lowerToNvvm(Operation *op, int sm) {
         barrierPointer(b, loc, arrive.getBarriers(), arrive.getIndex());
     if (arrive.getAfterCopies())
       NVVM::CpAsyncMBarrierArriveOp::create(b, loc, pointer, /*noinc=*/true);
+    else if (Value expected = arrive.getExpectBytes())
+      NVVM::MBarrierArriveExpectTxOp::create(
+          b, loc, b.getI64Type(), pointer,
+          arith::IndexCastUIOp::create(b, loc, b.getI32Type(), expected),
+          NVVM::MemScopeKind::CTA, /*relaxed=*/false, /*predicate=*/Value());
     else
       NVVM::MBarrierArriveOp::create(b, loc, b.getI64Type(), pointer,
                                      /*count=*/Value(), NVVM::MemScopeKind::CTA,
                                      /*relaxed=*/false);
+  } else if (auto copy = dyn_cast<BulkCopyOp>(op)) {
+    // The shared::cluster form: the shared::cta one needs PTX 8.6. A
+    // block's own shared memory is part of its cluster's window.
+    if (!nvgpu::NVGPUDialect::hasSharedMemoryAddressSpace(
+            copy.getTarget().getType()))
+      return copy.emitOpError()
+             << "target must be in shared (workgroup) memory on the GPU, got "
+             << copy.getTarget().getType()
+             << " (run -attn-gpu-outline-kernels first)";
+    const auto sharedCluster =
+        static_cast<unsigned>(NVVM::NVVMMemorySpace::SharedCluster);
+    const auto global = static_cast<unsigned>(NVVM::NVVMMemorySpace::Global);
+    Value target = elementPointer(b, loc, copy.getTarget(),
+                                  copy.getTargetIndices(), sharedCluster);
+    Value source = elementPointer(b, loc, copy.getSource(),
+                                  copy.getSourceIndices(), global);
+    Value barrier = barrierPointer(b, loc, copy.getBarriers(), copy.getIndex());
+    NVVM::CpAsyncBulkGlobalToSharedClusterOp::create(
+        b, loc, target, source, barrier,
+        arith::ConstantIntOp::create(b, loc, b.getI32Type(), copy.getBytes()),
+        /*multicastMask=*/Value(), /*l2CacheHint=*/Value());
   } else {
     auto wait = cast<MbarrierWaitOp>(op);
     waitForPhase(b, loc,
@@ -325,6 +468,8 @@ struct AttnAsyncCopyToLoops final
         lowerToWord(arrive);
       else if (auto wait = dyn_cast<MbarrierWaitOp>(op))
         lowerToWord(wait);
+      else if (auto copy = dyn_cast<BulkCopyOp>(op))
+        lowerToWord(copy);
       else if (isa<AsyncWaitOp, DeviceFenceOp>(op))
         op->erase();
     });
@@ -356,7 +501,8 @@ struct AttnAsyncCopyToNvvm final
           return WalkResult::interrupt();
         }
         lowerToCpAsync(copy);
-      } else if (isa<MbarrierInitOp, MbarrierArriveOp, MbarrierWaitOp>(op)) {
+      } else if (isa<MbarrierInitOp, MbarrierArriveOp, MbarrierWaitOp,
+                     BulkCopyOp>(op)) {
         if (failed(lowerToNvvm(op, smVersionOf(chip))))
           return WalkResult::interrupt();
       } else if (isa<DeviceFenceOp>(op)) {

@@ -260,12 +260,14 @@ struct AttnGpuOutlineKernels final
         }
         if (!isa<memref::LoadOp, memref::StoreOp, memref::AtomicRMWOp,
                  vector::LoadOp, vector::StoreOp, WarpMmaOp, AsyncCopyOp,
-                 MbarrierInitOp, MbarrierArriveOp, MbarrierWaitOp>(user))
+                 BulkCopyOp, MbarrierInitOp, MbarrierArriveOp, MbarrierWaitOp>(
+                user))
           return user->emitError(
               "a shared buffer may only be loaded, stored (elements or "
               "vectors), updated atomically (memref.atomic_rmw) and used by "
               "attn_kernel.warp_mma (itself or through memref.subview), "
-              "attn_kernel.async_copy and the attn_kernel.mbarrier ops");
+              "the copies (attn_kernel.async_copy, bulk_copy) and the "
+              "attn_kernel.mbarrier ops");
       }
       MemRefType type = alloca.getType();
       auto sharedType =

@@ -387,11 +387,13 @@ def AttnAsyncCopyToLoops : Pass<"attn-async-copy-to-loops"> {
 
     An mbarrier's word holds its state as the GPU counts it (the arrivals
     its current phase waits for, the arrivals of a phase, the phase's
-    parity, a mark that it was initialized): `attn_kernel.mbarrier_init`
-    sets it, `attn_kernel.mbarrier_arrive` counts an arrival and completes
-    the phase at the last one (its copies are done by then), and
-    `attn_kernel.mbarrier_wait` checks that the phase it waits for is
-    complete. The CPU cannot wait for an arrival that comes later in the
+    parity, the transaction bytes it waits for, a mark that it was
+    initialized): `attn_kernel.mbarrier_init` sets it,
+    `attn_kernel.mbarrier_arrive` counts an arrival (and the bytes it
+    announces), `attn_kernel.bulk_copy` copies at once and counts its bytes
+    as landed, the phase completing when neither arrivals nor bytes are
+    left, and `attn_kernel.mbarrier_wait` checks that the phase it waits
+    for is complete. The CPU cannot wait for an arrival that comes later in the
     program: a wait for a phase not complete, and a barrier used before it
     was initialized, stop the program with a message naming the op on
     standard error (`write` and `abort` from the C library).
@@ -429,7 +431,9 @@ def AttnDeferAsyncCopies : Pass<"attn-defer-async-copies", "ModuleOp"> {
     and so does a warpgroup product still in flight that reads the target
     (which -attn-defer-warpgroup-products then reports by its result).
     Copies still queued at the kernel's end are dropped (nothing may read
-    them). A kernel whose
+    them). Bulk copies (`attn_kernel.bulk_copy`) land when issued: their
+    readers wait for the barrier phase they complete, which the CPU checks
+    is complete. A kernel whose
     buffers are not defined before all its copies and waits is left as it
     is.
   }];
@@ -584,12 +588,16 @@ def AttnAsyncCopyToNvvm : Pass<"attn-async-copy-to-nvvm"> {
     puts the shared buffers in workgroup memory. Older chips get the plain
     copies of -attn-async-copy-to-loops.
 
-    The mbarrier ops (sm_90 and newer, which have `mbarrier.try_wait`; an
-    error on the op below) become `mbarrier.init.shared.b64`,
-    `mbarrier.arrive.shared.b64` (or
+    The mbarrier ops and bulk copies (sm_90 and newer, which have
+    `mbarrier.try_wait` and `cp.async.bulk`; an error on the op below)
+    become `mbarrier.init.shared.b64`, `mbarrier.arrive.shared.b64` (or
     `cp.async.mbarrier.arrive.noinc.shared.b64` for an arrival after the
-    thread's copies) and `mbarrier.try_wait.parity.shared.b64`, retried
-    until the phase is complete, on the barrier's word in shared memory.
+    thread's copies, `mbarrier.arrive.expect_tx.shared.b64` for one that
+    announces bytes), `mbarrier.try_wait.parity.shared.b64`, retried until
+    the phase is complete, on the barrier's word in shared memory, and
+    `cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes`
+    into the cluster's window of the block's shared memory (the
+    `shared::cta` form needs PTX 8.6).
   }];
   let options = [
     Option<"chip", "chip", "std::string", "\"sm_90a\"",

@@ -211,44 +211,64 @@ LogicalResult WarpMmaOp::verify() {
 // AsyncCopyOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult AsyncCopyOp::verify() {
-  MemRefType source = getSource().getType(), target = getTarget().getType();
+/// The operands of a copy of `elements` elements from `source` to
+/// `target` (async_copy, bulk_copy): an index per dimension, both
+/// contiguous along their last dimension, the same integer or float
+/// elements, target rows that can hold them. The element type, or null
+/// after an error.
+static Type verifyCopyOperands(Operation *op, MemRefType source,
+                               ValueRange sourceIndices, MemRefType target,
+                               ValueRange targetIndices, int64_t elements) {
   auto checkOperand = [&](StringRef name, MemRefType type,
                           ValueRange indices) -> LogicalResult {
     if (static_cast<int64_t>(indices.size()) != type.getRank())
-      return emitOpError() << "'" << name << "' has rank " << type.getRank()
-                           << " but " << indices.size() << " indices";
+      return op->emitOpError() << "'" << name << "' has rank " << type.getRank()
+                               << " but " << indices.size() << " indices";
     SmallVector<int64_t> strides;
     int64_t offset;
     if (type.getRank() == 0 ||
         failed(type.getStridesAndOffset(strides, offset)) ||
         strides.back() != 1)
-      return emitOpError() << "'" << name
-                           << "' must be contiguous along its last "
-                              "dimension, got "
-                           << type;
+      return op->emitOpError() << "'" << name
+                               << "' must be contiguous along its last "
+                                  "dimension, got "
+                               << type;
     return success();
   };
-  if (failed(checkOperand("source", source, getSourceIndices())) ||
-      failed(checkOperand("target", target, getTargetIndices())))
-    return failure();
+  if (failed(checkOperand("source", source, sourceIndices)) ||
+      failed(checkOperand("target", target, targetIndices)))
+    return {};
   Type element = source.getElementType();
-  if (target.getElementType() != element)
-    return emitOpError() << "'target' elements must match 'source' (" << element
-                         << "), got " << target.getElementType();
-  if (!element.isIntOrFloat())
-    return emitOpError() << "elements must be integers or floats, got "
-                         << element;
+  if (target.getElementType() != element) {
+    op->emitOpError() << "'target' elements must match 'source' (" << element
+                      << "), got " << target.getElementType();
+    return {};
+  }
+  if (!element.isIntOrFloat()) {
+    op->emitOpError() << "elements must be integers or floats, got " << element;
+    return {};
+  }
+  if (!target.isDynamicDim(target.getRank() - 1) &&
+      target.getDimSize(target.getRank() - 1) < elements) {
+    op->emitOpError() << "'target' rows of "
+                      << target.getDimSize(target.getRank() - 1)
+                      << " elements cannot hold " << elements;
+    return {};
+  }
+  return element;
+}
+
+LogicalResult AsyncCopyOp::verify() {
   const int64_t elements = getElements();
+  Type element =
+      verifyCopyOperands(*this, getSource().getType(), getSourceIndices(),
+                         getTarget().getType(), getTargetIndices(), elements);
+  if (!element)
+    return failure();
   const int64_t bytes = elements * element.getIntOrFloatBitWidth() / 8;
   if (elements <= 0 || (bytes != 4 && bytes != 8 && bytes != 16))
     return emitOpError() << "copies 4, 8 or 16 bytes, got " << elements
                          << " elements of " << element;
-  if (!target.isDynamicDim(target.getRank() - 1) &&
-      target.getDimSize(target.getRank() - 1) < elements)
-    return emitOpError() << "'target' rows of "
-                         << target.getDimSize(target.getRank() - 1)
-                         << " elements cannot hold " << elements;
   return success();
 }
 
@@ -296,9 +316,27 @@ LogicalResult MbarrierInitOp::verify() {
 }
 
 LogicalResult MbarrierArriveOp::verify() {
+  // cp.async.mbarrier.arrive announces no transaction bytes.
+  if (getAfterCopies() && getExpectBytes())
+    return emitOpError()
+           << "an arrival after copies cannot expect bytes as well";
   return verifyBarriers(*this, getBarriers());
 }
 
 LogicalResult MbarrierWaitOp::verify() {
+  return verifyBarriers(*this, getBarriers());
+}
+
+LogicalResult BulkCopyOp::verify() {
+  const int64_t elements = getElements();
+  Type element =
+      verifyCopyOperands(*this, getSource().getType(), getSourceIndices(),
+                         getTarget().getType(), getTargetIndices(), elements);
+  if (!element)
+    return failure();
+  const int64_t bytes = elements * element.getIntOrFloatBitWidth() / 8;
+  if (elements <= 0 || bytes % 16 != 0)
+    return emitOpError() << "copies a positive multiple of 16 bytes, got "
+                         << elements << " elements of " << element;
   return verifyBarriers(*this, getBarriers());
 }

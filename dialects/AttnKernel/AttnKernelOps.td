@@ -375,16 +375,67 @@ def AttnKernel_MbarrierArriveOp : AttnKernel_Op<"mbarrier_arrive"> {
     place (`cp.async.mbarrier.arrive.noinc.shared.b64` on the GPU; the
     arrival counts towards `arrivals`).
 
+    With `expect_bytes(%n)`, the phase also waits for `%n` more bytes of
+    `attn_kernel.bulk_copy`s that complete on the barrier
+    (`mbarrier.arrive.expect_tx.shared.b64`): it completes once its
+    arrivals are all in and those bytes have landed, whichever comes last
+    (a phase may wait for at most 2^20 - 1 bytes in flight).
+
     ```mlir
     attn_kernel.mbarrier_arrive %full[%stage] after_copies : memref<2xi64>
+    attn_kernel.mbarrier_arrive %full[%stage] expect_bytes(%tileBytes)
+        : memref<2xi64>
     attn_kernel.mbarrier_arrive %empty[%stage] : memref<2xi64>
     ```
   }];
   let arguments = (ins AnyMemRef:$barriers, Index:$index,
-                       UnitAttr:$after_copies);
+                       UnitAttr:$after_copies, Optional<Index>:$expect_bytes);
   let assemblyFormat = [{
-    $barriers `[` $index `]` (`after_copies` $after_copies^)? attr-dict
-    `:` type($barriers)
+    $barriers `[` $index `]` (`after_copies` $after_copies^)?
+    (`expect_bytes` `(` $expect_bytes^ `)`)? attr-dict `:` type($barriers)
+  }];
+  let hasVerifier = 1;
+}
+
+def AttnKernel_BulkCopyOp : AttnKernel_Op<"bulk_copy", [AttrSizedOperandSegments]> {
+  let summary = "one thread's bulk copy of a row into a shared buffer, "
+                "completing on an mbarrier";
+  let description = [{
+    Copies the `elements` consecutive elements at `source[source_indices]`
+    along its last dimension to `target[target_indices]` (a multiple of 16
+    bytes, both addresses 16-byte aligned) by the copy engine, not the
+    thread's loads and stores: one thread issues a whole row of a tile
+    (a key row of 256 bytes, where `attn_kernel.async_copy` takes 16
+    threads' 16 bytes). The bytes count towards the transaction bytes of
+    the current phase of `barriers[index]`, which its arrivals announce
+    (`attn_kernel.mbarrier_arrive expect_bytes`): the threads whose wait for
+    that phase returns see the row in place.
+
+    On the GPU this is `cp.async.bulk.shared::cluster.global.mbarrier::
+    complete_tx::bytes` (sm_90 and newer); on the CPU a copy done at once,
+    then its bytes counted on the barrier's emulated state
+    (`-attn-async-copy-to-loops`).
+
+    ```mlir
+    attn_kernel.bulk_copy %k[%b, %h, %key, %c0], %ks[%row, %c0] elements(128)
+        on(%full[%stage]) : memref<?x?x?x128xbf16>, memref<64x136xbf16>,
+        memref<2xi64>
+    ```
+  }];
+  let arguments = (ins AnyMemRef:$source, Variadic<Index>:$source_indices,
+                       AnyMemRef:$target, Variadic<Index>:$target_indices,
+                       I64Attr:$elements, AnyMemRef:$barriers, Index:$index);
+  let assemblyFormat = [{
+    $source `[` $source_indices `]` `,` $target `[` $target_indices `]`
+    `elements` `(` $elements `)` `on` `(` $barriers `[` $index `]` `)`
+    attr-dict `:` type($source) `,` type($target) `,` type($barriers)
+  }];
+  let extraClassDeclaration = [{
+    /// The bytes the copy moves.
+    int64_t getBytes() {
+      return getElements() *
+             getSource().getType().getElementType().getIntOrFloatBitWidth() / 8;
+    }
   }];
   let hasVerifier = 1;
 }

@@ -52,7 +52,7 @@ func.func private @shared_buffer_copied(%a: memref<4xf32>, %n: index)
     attributes {attn.kernel = "x", attn.block_kernel,
                 attn.tiling = {block_threads = 32 : i64}} {
   %s = memref.alloca() {attn.shared} : memref<4xf32>
-  // expected-error @below {{a shared buffer may only be loaded, stored (elements or vectors), updated atomically (memref.atomic_rmw) and used by attn_kernel.warp_mma (itself or through memref.subview), attn_kernel.async_copy and the attn_kernel.mbarrier ops}}
+  // expected-error @below {{a shared buffer may only be loaded, stored (elements or vectors), updated atomically (memref.atomic_rmw) and used by attn_kernel.warp_mma (itself or through memref.subview), the copies (attn_kernel.async_copy, bulk_copy) and the attn_kernel.mbarrier ops}}
   memref.copy %s, %a : memref<4xf32> to memref<4xf32>
   return
 }
@@ -64,7 +64,7 @@ func.func private @shared_view_loaded(%n: index)
     attributes {attn.kernel = "x", attn.block_kernel,
                 attn.tiling = {block_threads = 32 : i64}} {
   %s = memref.alloca() {attn.shared} : memref<4x8xf32>
-  // expected-error @below {{a shared buffer may only be loaded, stored (elements or vectors), updated atomically (memref.atomic_rmw) and used by attn_kernel.warp_mma (itself or through memref.subview), attn_kernel.async_copy and the attn_kernel.mbarrier ops}}
+  // expected-error @below {{a shared buffer may only be loaded, stored (elements or vectors), updated atomically (memref.atomic_rmw) and used by attn_kernel.warp_mma (itself or through memref.subview), the copies (attn_kernel.async_copy, bulk_copy) and the attn_kernel.mbarrier ops}}
   %v = memref.subview %s[0, 4] [4, 4] [1, 1] : memref<4x8xf32> to memref<4x4xf32, strided<[8, 1], offset: 4>>
   %c0 = arith.constant 0 : index
   %x = memref.load %v[%c0, %c0] : memref<4x4xf32, strided<[8, 1], offset: 4>>

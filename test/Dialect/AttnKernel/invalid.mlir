@@ -334,3 +334,37 @@ func.func @mbarrier_too_many_arrivals(%bars: memref<2xi64>, %i: index) {
   attn_kernel.mbarrier_init %bars[%i] arrivals(1048576) : memref<2xi64>
   return
 }
+
+// -----
+
+// cp.async.mbarrier.arrive announces no transaction bytes.
+func.func @mbarrier_copies_and_bytes(%bars: memref<2xi64>, %i: index) {
+  // expected-error @+1 {{'attn_kernel.mbarrier_arrive' op an arrival after copies cannot expect bytes as well}}
+  attn_kernel.mbarrier_arrive %bars[%i] after_copies expect_bytes(%i) : memref<2xi64>
+  return
+}
+
+// -----
+
+// A bulk copy moves whole 16-byte pieces.
+func.func @bulk_copy_bytes(%k: memref<?x128xbf16>, %ks: memref<64x136xbf16>, %bars: memref<2xi64>, %i: index) {
+  // expected-error @+1 {{'attn_kernel.bulk_copy' op copies a positive multiple of 16 bytes, got 12 elements of 'bf16'}}
+  attn_kernel.bulk_copy %k[%i, %i], %ks[%i, %i] elements(12) on(%bars[%i]) : memref<?x128xbf16>, memref<64x136xbf16>, memref<2xi64>
+  return
+}
+
+// -----
+
+func.func @bulk_copy_row(%k: memref<?x128xbf16>, %ks: memref<64x64xbf16>, %bars: memref<2xi64>, %i: index) {
+  // expected-error @+1 {{'attn_kernel.bulk_copy' op 'target' rows of 64 elements cannot hold 128}}
+  attn_kernel.bulk_copy %k[%i, %i], %ks[%i, %i] elements(128) on(%bars[%i]) : memref<?x128xbf16>, memref<64x64xbf16>, memref<2xi64>
+  return
+}
+
+// -----
+
+func.func @bulk_copy_barriers(%k: memref<?x128xbf16>, %ks: memref<64x136xbf16>, %bars: memref<2xi32>, %i: index) {
+  // expected-error @+1 {{'attn_kernel.bulk_copy' op 'barriers' must be a 1-D buffer of i64 (a word per barrier), got 'memref<2xi32>'}}
+  attn_kernel.bulk_copy %k[%i, %i], %ks[%i, %i] elements(128) on(%bars[%i]) : memref<?x128xbf16>, memref<64x136xbf16>, memref<2xi32>
+  return
+}

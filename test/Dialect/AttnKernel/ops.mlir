@@ -105,15 +105,22 @@ func.func @warpgroup_async(%q: memref<8x16x8x8xbf16>, %k: memref<8x16x8x8xbf16>,
 // CHECK:         attn_kernel.mbarrier_arrive %{{.+}}[%{{.+}}] after_copies : memref<2xi64>
 // CHECK:         attn_kernel.mbarrier_arrive %{{.+}}[%{{.+}}] : memref<2xi64, #gpu.address_space<workgroup>>
 // CHECK:         attn_kernel.mbarrier_wait %{{.+}}[%{{.+}}] parity(%{{.+}}) : memref<2xi64>
+// CHECK:         attn_kernel.mbarrier_arrive %{{.+}}[%{{.+}}] expect_bytes(%{{.+}}) : memref<2xi64>
+// CHECK:         attn_kernel.bulk_copy %{{.+}}[%{{.+}}, %{{.+}}], %{{.+}}[%{{.+}}, %{{.+}}] elements(128) on(%{{.+}}[%{{.+}}]) : memref<?x128xbf16>, memref<64x136xbf16>, memref<2xi64>
 // A stage's barriers: a producer arrives once its copies land, a consumer
-// waits for the stage's phase.
+// waits for the stage's phase; a producer announces a row's bytes and
+// copies it in bulk.
 func.func @mbarriers(%full: memref<2xi64>,
                      %empty: memref<2xi64, #gpu.address_space<workgroup>>,
-                     %stage: index, %round: index) {
+                     %stage: index, %round: index, %bytes: index,
+                     %k: memref<?x128xbf16>, %ks: memref<64x136xbf16>) {
   attn_kernel.mbarrier_init %full[%stage] arrivals(128) : memref<2xi64>
   attn_kernel.mbarrier_arrive %full[%stage] after_copies : memref<2xi64>
   attn_kernel.mbarrier_arrive %empty[%stage]
       : memref<2xi64, #gpu.address_space<workgroup>>
   attn_kernel.mbarrier_wait %full[%stage] parity(%round) : memref<2xi64>
+  attn_kernel.mbarrier_arrive %full[%stage] expect_bytes(%bytes) : memref<2xi64>
+  attn_kernel.bulk_copy %k[%round, %stage], %ks[%round, %stage] elements(128)
+      on(%full[%stage]) : memref<?x128xbf16>, memref<64x136xbf16>, memref<2xi64>
   return
 }
