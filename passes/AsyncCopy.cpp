@@ -288,6 +288,11 @@ void lowerToWord(MbarrierArriveOp op) {
   Location loc = op.getLoc();
   BarrierWords w{b, loc};
   BarrierWords::State state = w.load(op, op.getBarriers(), op.getIndex());
+  // A phase that still waits for bytes has all its arrivals already.
+  w.check(op,
+          arith::CmpIOp::create(b, loc, arith::CmpIPredicate::sgt,
+                                state.pending, w.constant(0)),
+          "more arrivals than the phase expects (it waits for bytes alone)");
   state.pending = arith::SubIOp::create(b, loc, state.pending, w.constant(1));
   if (Value expected = op.getExpectBytes())
     state.bytes = w.addBytes(

@@ -394,9 +394,10 @@ def AttnAsyncCopyToLoops : Pass<"attn-async-copy-to-loops"> {
     as landed, the phase completing when neither arrivals nor bytes are
     left, and `attn_kernel.mbarrier_wait` checks that the phase it waits
     for is complete. The CPU cannot wait for an arrival that comes later in the
-    program: a wait for a phase not complete, and a barrier used before it
-    was initialized, stop the program with a message naming the op on
-    standard error (`write` and `abort` from the C library).
+    program: a wait for a phase not complete, a barrier used before it
+    was initialized, an arrival beyond a phase's count and more than
+    2^20 - 1 bytes in flight stop the program with a message naming the op
+    on standard error (`write` and `abort` from the C library).
   }];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::LLVM::LLVMDialect",

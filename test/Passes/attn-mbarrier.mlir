@@ -12,6 +12,7 @@
 // RUN: attn-opt %s -attn-async-copy-to-loops | %{lower} | %{run} -e bulk_pipeline | FileCheck %s --check-prefix=ROWS
 // RUN: attn-opt %s -attn-defer-async-copies -attn-async-copy-to-loops -attn-reorder-thread-loops -attn-poison-kernel-buffers | %{lower} | %{run} -e bulk_pipeline | FileCheck %s --check-prefix=ROWS
 // RUN: attn-opt %s -attn-async-copy-to-loops | %{lower} | not --crash %{run} -e bytes_missing 2>&1 | FileCheck %s --check-prefix=BYTES_MISSING
+// RUN: attn-opt %s -attn-async-copy-to-loops | %{lower} | not --crash %{run} -e arrivals_beyond_count 2>&1 | FileCheck %s --check-prefix=BEYOND
 // RUN: attn-opt %s -attn-async-copy-to-loops | %{lower} | not --crash %{run} -e consumer_first 2>&1 | FileCheck %s --check-prefix=INCOMPLETE
 // RUN: attn-opt %s -attn-async-copy-to-loops | %{lower} | not --crash %{run} -e uninitialized 2>&1 | FileCheck %s --check-prefix=UNINITIALIZED
 
@@ -311,6 +312,19 @@ func.func @bytes_missing() {
     attn_kernel.mbarrier_wait %full[%c0] parity(%c0) : memref<1xi64>
     scf.reduce
   } {attn.threads, attn.mbarrier_sync}
+  return
+}
+
+// A phase of one arrival that waits for bytes: a second arrival is one
+// more than it counts (on the GPU, undefined).
+// BEYOND: attn_kernel.mbarrier_arrive: more arrivals than the phase expects (it waits for bytes alone)
+func.func @arrivals_beyond_count() {
+  %c0 = arith.constant 0 : index
+  %c16 = arith.constant 16 : index
+  %full = memref.alloca() : memref<1xi64>
+  attn_kernel.mbarrier_init %full[%c0] arrivals(1) : memref<1xi64>
+  attn_kernel.mbarrier_arrive %full[%c0] expect_bytes(%c16) : memref<1xi64>
+  attn_kernel.mbarrier_arrive %full[%c0] : memref<1xi64>
   return
 }
 
