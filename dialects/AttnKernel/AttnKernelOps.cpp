@@ -214,11 +214,13 @@ LogicalResult WarpMmaOp::verify() {
 /// The operands of a copy of `elements` elements from `source` to
 /// `target` (async_copy, bulk_copy): an index per dimension, both
 /// contiguous along their last dimension, the same integer or float
-/// elements, target rows that can hold them. The element type, or null
-/// after an error.
-static Type verifyCopyOperands(Operation *op, MemRefType source,
-                               ValueRange sourceIndices, MemRefType target,
-                               ValueRange targetIndices, int64_t elements) {
+/// elements, target rows that can hold them, and bytes copied that
+/// `bytesAllowed` takes (`bytesRule` says which).
+static LogicalResult
+verifyCopyOperands(Operation *op, MemRefType source, ValueRange sourceIndices,
+                   MemRefType target, ValueRange targetIndices,
+                   int64_t elements, function_ref<bool(int64_t)> bytesAllowed,
+                   StringRef bytesRule) {
   auto checkOperand = [&](StringRef name, MemRefType type,
                           ValueRange indices) -> LogicalResult {
     if (static_cast<int64_t>(indices.size()) != type.getRank())
@@ -237,39 +239,32 @@ static Type verifyCopyOperands(Operation *op, MemRefType source,
   };
   if (failed(checkOperand("source", source, sourceIndices)) ||
       failed(checkOperand("target", target, targetIndices)))
-    return {};
+    return failure();
   Type element = source.getElementType();
-  if (target.getElementType() != element) {
-    op->emitOpError() << "'target' elements must match 'source' (" << element
-                      << "), got " << target.getElementType();
-    return {};
-  }
-  if (!element.isIntOrFloat()) {
-    op->emitOpError() << "elements must be integers or floats, got " << element;
-    return {};
-  }
+  if (target.getElementType() != element)
+    return op->emitOpError() << "'target' elements must match 'source' ("
+                             << element << "), got " << target.getElementType();
+  if (!element.isIntOrFloat())
+    return op->emitOpError()
+           << "elements must be integers or floats, got " << element;
   if (!target.isDynamicDim(target.getRank() - 1) &&
-      target.getDimSize(target.getRank() - 1) < elements) {
-    op->emitOpError() << "'target' rows of "
-                      << target.getDimSize(target.getRank() - 1)
-                      << " elements cannot hold " << elements;
-    return {};
-  }
-  return element;
+      target.getDimSize(target.getRank() - 1) < elements)
+    return op->emitOpError()
+           << "'target' rows of " << target.getDimSize(target.getRank() - 1)
+           << " elements cannot hold " << elements;
+  const int64_t bytes = elements * element.getIntOrFloatBitWidth() / 8;
+  if (elements <= 0 || !bytesAllowed(bytes))
+    return op->emitOpError() << "copies " << bytesRule << ", got " << elements
+                             << " elements of " << element;
+  return success();
 }
 
 LogicalResult AsyncCopyOp::verify() {
-  const int64_t elements = getElements();
-  Type element =
-      verifyCopyOperands(*this, getSource().getType(), getSourceIndices(),
-                         getTarget().getType(), getTargetIndices(), elements);
-  if (!element)
-    return failure();
-  const int64_t bytes = elements * element.getIntOrFloatBitWidth() / 8;
-  if (elements <= 0 || (bytes != 4 && bytes != 8 && bytes != 16))
-    return emitOpError() << "copies 4, 8 or 16 bytes, got " << elements
-                         << " elements of " << element;
-  return success();
+  return verifyCopyOperands(
+      *this, getSource().getType(), getSourceIndices(), getTarget().getType(),
+      getTargetIndices(), getElements(),
+      [](int64_t bytes) { return bytes == 4 || bytes == 8 || bytes == 16; },
+      "4, 8 or 16 bytes");
 }
 
 //===----------------------------------------------------------------------===//
@@ -328,15 +323,11 @@ LogicalResult MbarrierWaitOp::verify() {
 }
 
 LogicalResult BulkCopyOp::verify() {
-  const int64_t elements = getElements();
-  Type element =
-      verifyCopyOperands(*this, getSource().getType(), getSourceIndices(),
-                         getTarget().getType(), getTargetIndices(), elements);
-  if (!element)
+  if (failed(verifyCopyOperands(
+          *this, getSource().getType(), getSourceIndices(),
+          getTarget().getType(), getTargetIndices(), getElements(),
+          [](int64_t bytes) { return bytes % 16 == 0; },
+          "a positive multiple of 16 bytes")))
     return failure();
-  const int64_t bytes = elements * element.getIntOrFloatBitWidth() / 8;
-  if (elements <= 0 || bytes % 16 != 0)
-    return emitOpError() << "copies a positive multiple of 16 bytes, got "
-                         << elements << " elements of " << element;
   return verifyBarriers(*this, getBarriers());
 }
