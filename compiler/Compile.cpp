@@ -61,6 +61,7 @@ compileCpu(ModuleOp module, CompileStage stage, const CpuTarget &cpu,
     GpuDispatchOptions tiling;
     tiling.flashRowTiles = options.cudaFlashRowTiles;
     tiling.flashWarpgroups = options.cudaFlashWarpgroups;
+    tiling.flashProducer = options.cudaFlashProducer;
     buildGpuDispatchPipeline(dispatch, tiling);
     tilingStream << "cuda_kernels_on_cpu block_threads=" << tiling.blockThreads
                  << " split_keys=" << tiling.splitKeys
@@ -136,6 +137,7 @@ compileCuda(ModuleOp module, CompileStage stage, const CudaTarget &target,
   tiling.maxSharedBytes = target.maxSharedBytesPerBlock();
   tiling.flashRowTiles = options.cudaFlashRowTiles;
   tiling.flashWarpgroups = options.cudaFlashWarpgroups;
+  tiling.flashProducer = options.cudaFlashProducer;
   PassManager dispatch(context);
   buildGpuDispatchPipeline(dispatch, tiling);
   if (failed(dispatch.run(module)))

@@ -70,6 +70,11 @@ struct CompileOptions {
   /// 64 rows per block (1 or 2) instead of mma.sync (0). 0 by default
   /// until wgmma has been checked and timed on an H100.
   int64_t cudaFlashWarpgroups = 0;
+  /// With cudaFlashWarpgroups, a producer warpgroup more per block stages
+  /// the k and v tiles for the product warpgroups, handing them on through
+  /// mbarriers (FlashAttention-3's warp specialization). Off by default
+  /// until an H100 has timed it.
+  bool cudaFlashProducer = false;
 };
 
 /// Lowers `module` (attn IR, verified) in place up to `stage`. For

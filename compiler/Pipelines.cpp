@@ -118,6 +118,7 @@ void mlir::attn::buildGpuDispatchPipeline(OpPassManager &pm,
   dispatch.maxSharedBytes = options.maxSharedBytes;
   dispatch.flashRowTiles = options.flashRowTiles;
   dispatch.flashWarpgroups = options.flashWarpgroups;
+  dispatch.flashProducer = options.flashProducer;
   pm.addPass(createAttnGpuDispatches(dispatch));
   // Device memory cannot be read on the host: index inputs are checked
   // by the kernels.

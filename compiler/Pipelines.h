@@ -114,6 +114,11 @@ struct GpuDispatchOptions : public PassPipelineOptions<GpuDispatchOptions> {
       llvm::cl::desc("prefill flash kernels' products on this many "
                      "warpgroups per block (wgmma, sm_90a; 0: mma.sync)"),
       llvm::cl::init(0)};
+  Option<bool> flashProducer{
+      *this, "flash-producer",
+      llvm::cl::desc("with flash-warpgroups, a producer warpgroup stages "
+                     "the k and v tiles (mbarriers)"),
+      llvm::cl::init(false)};
 };
 
 /// attn IR (after attn-optimize) -> host dispatch programs and one-thread

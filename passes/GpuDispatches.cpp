@@ -907,6 +907,7 @@ struct AttnGpuDispatches final
     tiling.maxSharedBytes = maxSharedBytes;
     tiling.flashRowTiles = flashRowTiles;
     tiling.flashWarpgroups = flashWarpgroups;
+    tiling.flashProducer = flashProducer;
     if (tiling.blockThreads <= 0 || tiling.blockThreads > 1024 ||
         tiling.blockThreads % 32 != 0 || tiling.splitKeys <= 0 ||
         (tiling.flashRowTiles != 1 && tiling.flashRowTiles != 2) ||

@@ -24,6 +24,7 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/IR/IRMapping.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/PatternMatch.h"
 
@@ -36,6 +37,10 @@ using namespace mlir;
 using namespace mlir::attn;
 
 namespace {
+
+/// A thread loop in its role's copy of a region split by roles: every
+/// thread that runs it is one of the loop's.
+constexpr llvm::StringLiteral kInRoleAttr = "attn.in_role";
 
 struct AttnGpuOutlineKernels final
     : mlir::attn::impl::AttnGpuOutlineKernelsBase<AttnGpuOutlineKernels> {
@@ -221,11 +226,159 @@ struct AttnGpuOutlineKernels final
     return success();
   }
 
+  /// The threads [first, end) a thread loop runs over (checked by
+  /// checkThreadLoops).
+  struct ThreadBounds {
+    int64_t first, end;
+    bool operator==(const ThreadBounds &other) const {
+      return first == other.first && end == other.end;
+    }
+  };
+  static ThreadBounds threadBoundsOf(scf::ParallelOp loop) {
+    return {*getConstantIntValue(loop.getLowerBound().front()),
+            *getConstantIntValue(loop.getUpperBound().front())};
+  }
+  static Value threadIn(OpBuilder &b, Location loc, Value thread,
+                        ThreadBounds bounds) {
+    auto index = [&](int64_t value) {
+      return arith::ConstantIndexOp::create(b, loc, value);
+    };
+    Value fromFirst = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::uge,
+                                            thread, index(bounds.first));
+    Value beforeEnd = arith::CmpIOp::create(b, loc, arith::CmpIPredicate::ult,
+                                            thread, index(bounds.end));
+    return arith::AndIOp::create(b, loc, fromFirst, beforeEnd);
+  }
+
+  /// Thread loops run over constant [first, end) within the block's
+  /// threads, whole warps unless they are all of them, with step 1, and do
+  /// not nest.
+  static LogicalResult checkThreadLoops(gpu::GPUFuncOp func,
+                                        const SimtLaunch &launch) {
+    WalkResult bad = func.walk([&](scf::ParallelOp loop) {
+      if (!loop->hasAttr(kThreadLoopAttr))
+        return WalkResult::advance();
+      auto first = getConstantIntValue(loop.getLowerBound().front());
+      auto end = getConstantIntValue(loop.getUpperBound().front());
+      const bool whole =
+          first && end && *first == 0 && *end == launch.blockThreads;
+      const bool warps = first && end && *first >= 0 && *first < *end &&
+                         *end <= launch.blockThreads && *first % 32 == 0 &&
+                         *end % 32 == 0;
+      if (loop.getNumLoops() != 1 ||
+          !isConstantIntValue(loop.getStep().front(), 1) || !(whole || warps)) {
+        loop.emitError("a thread loop must run with step 1 over [0, ")
+            << launch.blockThreads
+            << ") or over whole warps of it (constant bounds, multiples of 32)";
+        return WalkResult::interrupt();
+      }
+      if (loop->getParentOfType<scf::ParallelOp>()) {
+        loop.emitError("thread loops do not nest");
+        return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    return failure(bad.wasInterrupted());
+  }
+
+  /// Each region split by roles (SimtEmitter::byRoles) -> one copy per
+  /// role, under the condition that the thread is one of the role's,
+  /// holding that role's thread loops alone (marked kInRoleAttr). The
+  /// roles hand data to one another through mbarriers, which hold in any
+  /// order of their loops; each copy then runs its loops as far ahead of
+  /// the others' as its waits allow (a producer warp's loop of tiles is a
+  /// loop of its own). What the region does outside thread loops is the
+  /// block's uniform arithmetic and loads, which each copy does again.
+  LogicalResult splitByRoles(gpu::GPUFuncOp func) {
+    SmallVector<scf::ExecuteRegionOp> regions;
+    func.walk([&](scf::ExecuteRegionOp region) {
+      if (region->hasAttr(kByRolesAttr))
+        regions.push_back(region);
+    });
+    for (scf::ExecuteRegionOp region : regions) {
+      if (region->getNumResults() != 0 || !region.getRegion().hasOneBlock())
+        return region.emitError(
+            "a region split by roles has one block and no results");
+      if (region->getParentOfType<scf::ParallelOp>())
+        return region.emitError(
+            "a region split by roles may not be in a thread loop");
+      SmallVector<ThreadBounds> roles;
+      WalkResult bad = region->walk<WalkOrder::PreOrder>([&](Operation *op) {
+        if (op != region.getOperation() && op->hasAttr(kByRolesAttr)) {
+          op->emitError("regions split by roles do not nest");
+          return WalkResult::interrupt();
+        }
+        auto loop = dyn_cast<scf::ParallelOp>(op);
+        if (loop && loop->hasAttr(kThreadLoopAttr)) {
+          if (!loop->hasAttr(kWarpSyncAttr) &&
+              !loop->hasAttr(kMbarrierSyncAttr)) {
+            loop.emitError("a thread loop in a region split by roles must "
+                           "end with warp or mbarrier sync (a block-wide "
+                           "barrier would wait for the other roles' threads)");
+            return WalkResult::interrupt();
+          }
+          ThreadBounds bounds = threadBoundsOf(loop);
+          if (llvm::is_contained(roles, bounds))
+            return WalkResult::skip();
+          for (ThreadBounds role : roles)
+            if (bounds.first < role.end && role.first < bounds.end) {
+              loop.emitError("the roles of a region split by roles take "
+                             "disjoint threads: [")
+                  << bounds.first << ", " << bounds.end << ") overlaps ["
+                  << role.first << ", " << role.end << ")";
+              return WalkResult::interrupt();
+            }
+          roles.push_back(bounds);
+          return WalkResult::skip();
+        }
+        if (op->getNumRegions() == 0 && !isa<scf::YieldOp>(op) &&
+            mightHaveEffect<MemoryEffects::Write>(op)) {
+          op->emitError("a region split by roles writes memory in thread "
+                        "loops alone (each role runs what is outside them), "
+                        "not in '")
+              << op->getName() << "'";
+          return WalkResult::interrupt();
+        }
+        return WalkResult::advance();
+      });
+      if (bad.wasInterrupted())
+        return failure();
+
+      OpBuilder b(region);
+      Location loc = region.getLoc();
+      Block &body = region.getRegion().front();
+      for (ThreadBounds role : roles) {
+        Value thread = gpu::ThreadIdOp::create(b, loc, gpu::Dimension::x);
+        auto inRole = scf::IfOp::create(b, loc, threadIn(b, loc, thread, role),
+                                        /*withElseRegion=*/false);
+        OpBuilder inside = OpBuilder::atBlockBegin(inRole.thenBlock());
+        IRMapping mapping;
+        for (Operation &op : body.without_terminator())
+          inside.clone(op, mapping);
+        SmallVector<scf::ParallelOp> others;
+        inRole.walk([&](scf::ParallelOp loop) {
+          if (!loop->hasAttr(kThreadLoopAttr))
+            return;
+          if (threadBoundsOf(loop) == role)
+            loop->setAttr(kInRoleAttr, b.getUnitAttr());
+          else
+            others.push_back(loop);
+        });
+        for (scf::ParallelOp loop : others)
+          loop.erase();
+      }
+      region.erase();
+    }
+    return success();
+  }
+
   /// A block kernel's shared buffers -> views into dynamic shared memory,
   /// thread loops -> their bodies for threadIdx.x, each then a barrier.
   LogicalResult lowerBlockStructure(gpu::GPUFuncOp func,
                                     const SimtLaunch &launch) {
     MLIRContext *context = func.getContext();
+    if (failed(checkThreadLoops(func, launch)) || failed(splitByRoles(func)))
+      return failure();
     SmallVector<memref::AllocaOp> sharedBuffers;
     SmallVector<scf::ParallelOp> threadLoops;
     func.walk([&](Operation *op) {
@@ -296,21 +449,25 @@ struct AttnGpuOutlineKernels final
 
     IRRewriter rewriter(context);
     for (scf::ParallelOp loop : threadLoops) {
-      auto upper = getConstantIntValue(loop.getUpperBound().front());
-      if (loop.getNumLoops() != 1 ||
-          !isConstantIntValue(loop.getLowerBound().front(), 0) ||
-          !isConstantIntValue(loop.getStep().front(), 1) || !upper ||
-          *upper != launch.blockThreads)
-        return loop.emitError("a thread loop must run over [0, ")
-               << launch.blockThreads << ") with step 1";
-      if (loop->getParentOfType<scf::ParallelOp>())
-        return loop.emitError("thread loops do not nest");
+      ThreadBounds bounds = threadBoundsOf(loop);
+      Location loc = loop.getLoc();
       rewriter.setInsertionPoint(loop);
-      Value thread =
-          gpu::ThreadIdOp::create(rewriter, loop.getLoc(), gpu::Dimension::x);
+      Value thread = gpu::ThreadIdOp::create(rewriter, loc, gpu::Dimension::x);
+      // A loop over some of the threads: its body under a condition, unless
+      // it is in its role's copy of a region split by roles.
+      if (!loop->hasAttr(kInRoleAttr) &&
+          (bounds.first != 0 || bounds.end != launch.blockThreads)) {
+        auto inRange = scf::IfOp::create(
+            rewriter, loc, threadIn(rewriter, loc, thread, bounds),
+            /*withElseRegion=*/false);
+        rewriter.setInsertionPoint(inRange.thenBlock()->getTerminator());
+      }
       Block *loopBody = loop.getBody();
       rewriter.eraseOp(loopBody->getTerminator());
-      rewriter.inlineBlockBefore(loopBody, loop, ValueRange{thread});
+      rewriter.inlineBlockBefore(loopBody, rewriter.getInsertionBlock(),
+                                 rewriter.getInsertionPoint(),
+                                 ValueRange{thread});
+      rewriter.setInsertionPoint(loop);
       // After an mbarrier-synced loop, nothing: its threads hand on what
       // they wrote through the mbarriers in it.
       if (loop->hasAttr(kWarpSyncAttr))

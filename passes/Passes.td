@@ -227,6 +227,10 @@ def AttnGpuDispatches : Pass<"attn-gpu-dispatches", "ModuleOp"> {
            "prefill flash kernels of f16/bf16 compute their products as "
            "this many warpgroups of 4 warps per block (wgmma, sm_90a): 1 or "
            "2; 0 keeps mma.sync">,
+    Option<"flashProducer", "flash-producer", "bool", "false",
+           "with flash-warpgroups, a producer warpgroup stages the k and v "
+           "tiles for the product warpgroups through mbarriers "
+           "(FlashAttention-3's warp specialization)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",

@@ -59,8 +59,9 @@ scf::ParallelOp asThreadLoop(Operation *op) {
   return loop && loop->hasAttr(kThreadLoopAttr) ? loop : scf::ParallelOp();
 }
 
-/// Sibling thread loops in which every loop but the last waits for its
-/// warp alone, so that warps of a GPU run through them independently, and
+/// Sibling thread loops over the same threads in which every loop but the
+/// last waits for its warp alone, so that warps of a GPU run through them
+/// independently, and
 /// the ops between them, which have no memory effects (the constants and
 /// index arithmetic of the loops' bounds and bodies).
 struct WarpRun {
@@ -82,6 +83,15 @@ scf::ParallelOp nextThreadLoop(Operation *op,
   return {};
 }
 
+/// Whether two thread loops run over the same constant threads.
+bool sameThreads(scf::ParallelOp x, scf::ParallelOp y) {
+  auto bound = [](Value v) { return getConstantIntValue(v); };
+  std::optional<int64_t> first = bound(x.getLowerBound().front());
+  std::optional<int64_t> end = bound(x.getUpperBound().front());
+  return first && end && first == bound(y.getLowerBound().front()) &&
+         end == bound(y.getUpperBound().front());
+}
+
 SmallVector<WarpRun> warpRuns(Operation *root) {
   SmallVector<WarpRun> runs;
   DenseSet<Operation *> inRun;
@@ -94,7 +104,7 @@ SmallVector<WarpRun> warpRuns(Operation *root) {
     while (run.loops.back()->hasAttr(kWarpSyncAttr)) {
       SmallVector<Operation *> between;
       scf::ParallelOp next = nextThreadLoop(run.loops.back(), between);
-      if (!next)
+      if (!next || !sameThreads(next, run.loops.front()))
         break;
       run.loops.push_back(next);
       run.between.append(between);
@@ -136,16 +146,20 @@ Value inThisBlocksOrder(OpBuilder &b, Location loc, Value reverses,
 
 /// The run's loops, warp by warp, last warp first (first warp first in the
 /// blocks that keep the usual order): for each warp, every loop over that
-/// warp's 32 threads.
+/// warp's 32 threads. The loops run over the same whole warps (a role's,
+/// or the block's).
 void runWarpByWarp(const WarpRun &run) {
   scf::ParallelOp first = run.loops.front();
-  std::optional<int64_t> threads =
+  std::optional<int64_t> firstThread =
+      getConstantIntValue(first.getLowerBound().front());
+  std::optional<int64_t> end =
       getConstantIntValue(first.getUpperBound().front());
-  if (!threads || *threads % kWarpThreads != 0)
+  if (!firstThread || !end || *firstThread % kWarpThreads != 0 ||
+      *end % kWarpThreads != 0)
     return;
   for (scf::ParallelOp loop : run.loops)
-    if (getConstantIntValue(loop.getUpperBound().front()) != threads ||
-        !isConstantIntValue(loop.getLowerBound().front(), 0))
+    if (getConstantIntValue(loop.getUpperBound().front()) != end ||
+        getConstantIntValue(loop.getLowerBound().front()) != firstThread)
       return;
   // They depend on nothing the loops compute (the loops have no results).
   for (Operation *op : run.between)
@@ -155,7 +169,7 @@ void runWarpByWarp(const WarpRun &run) {
   auto index = [&](int64_t value) {
     return arith::ConstantIndexOp::create(b, loc, value);
   };
-  const int64_t warps = *threads / kWarpThreads;
+  const int64_t warps = (*end - *firstThread) / kWarpThreads;
   Value lastWarp = index(warps - 1), warpThreads = index(kWarpThreads);
   scf::ForOp::create(b, loc, index(0), index(warps), index(1), ValueRange{},
                      [&](OpBuilder &nested, Location, Value i, ValueRange) {
@@ -167,6 +181,9 @@ void runWarpByWarp(const WarpRun &run) {
                            arith::SubIOp::create(b, loc, lastWarp, i), i);
                        Value begin =
                            arith::MulIOp::create(b, loc, warp, warpThreads);
+                       if (*firstThread != 0)
+                         begin = arith::AddIOp::create(
+                             b, loc, index(*firstThread), begin);
                        Value end =
                            arith::AddIOp::create(b, loc, begin, warpThreads);
                        for (scf::ParallelOp loop : run.loops) {
@@ -287,15 +304,16 @@ Value threadOf(Operation *op) {
   return enclosingThreadLoop(op).getInductionVars().front();
 }
 
-/// The most threads of the thread loops that hold `ops`, if every one is
-/// in a thread loop from thread 0 on a constant count of threads.
+/// The threads below the last of the thread loops that hold `ops` (how
+/// many a per-thread record of them takes), if every one is in a thread
+/// loop of constant bounds.
 std::optional<int64_t> threadsHolding(ArrayRef<Operation *> ops) {
   int64_t most = 0;
   for (Operation *op : ops) {
     scf::ParallelOp loop = enclosingThreadLoop(op);
     std::optional<int64_t> threads =
         loop ? getConstantIntValue(loop.getUpperBound().front()) : std::nullopt;
-    if (!threads || !isConstantIntValue(loop.getLowerBound().front(), 0))
+    if (!threads || !getConstantIntValue(loop.getLowerBound().front()))
       return std::nullopt;
     most = std::max(most, *threads);
   }

@@ -11,14 +11,14 @@ func.func private @no_block_size(%a: memref<4xf32>, %n: index)
 
 // -----
 
-// A thread loop must cover exactly the block's threads.
+// A thread loop covers the block's threads, or whole warps of them.
 func.func private @short_thread_loop(%a: memref<4xf32>, %n: index)
     attributes {attn.kernel = "x", attn.block_kernel,
                 attn.tiling = {block_threads = 32 : i64}} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c16 = arith.constant 16 : index
-  // expected-error @below {{a thread loop must run over [0, 32) with step 1}}
+  // expected-error @below {{a thread loop must run with step 1 over [0, 32) or over whole warps of it (constant bounds, multiples of 32)}}
   scf.parallel (%t) = (%c0) to (%c16) step (%c1) {
     scf.reduce
   } {attn.threads}
@@ -192,6 +192,88 @@ func.func private @warp_fragments_written_in_loop(%v: memref<16x8xf32>)
     %mine = memref.subview %p[%t, 0, 0] [1, 2, 4] [1, 1, 1] : memref<32x2x4xf32> to memref<2x4xf32, strided<[4, 1], offset: ?>>
     // expected-note @below {{written here}}
     memref.store %zero, %mine[%c0, %c0] : memref<2x4xf32, strided<[4, 1], offset: ?>>
+    scf.reduce
+  } {attn.threads}
+  return
+}
+
+// -----
+
+// A region split by roles: each role's loops hand on data through
+// mbarriers alone; a block-wide barrier would wait for the threads of the
+// other roles, which run another copy of the region.
+func.func private @block_barrier_in_role(%a: memref<4xf32>, %n: index)
+    attributes {attn.kernel = "x", attn.block_kernel,
+                attn.tiling = {block_threads = 64 : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c32 = arith.constant 32 : index
+  scf.execute_region no_inline {
+    // expected-error @below {{a thread loop in a region split by roles must end with warp or mbarrier sync (a block-wide barrier would wait for the other roles' threads)}}
+    scf.parallel (%t) = (%c0) to (%c32) step (%c1) {
+      scf.reduce
+    } {attn.threads}
+    scf.yield
+  } {attn.by_roles}
+  return
+}
+
+// -----
+
+// Roles take disjoint threads.
+func.func private @overlapping_roles(%a: memref<4xf32>, %n: index)
+    attributes {attn.kernel = "x", attn.block_kernel,
+                attn.tiling = {block_threads = 96 : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c32 = arith.constant 32 : index
+  %c64 = arith.constant 64 : index
+  scf.execute_region no_inline {
+    scf.parallel (%t) = (%c0) to (%c64) step (%c1) {
+      scf.reduce
+    } {attn.threads, attn.warp_sync}
+    // expected-error @below {{the roles of a region split by roles take disjoint threads: [32, 64) overlaps [0, 64)}}
+    scf.parallel (%t) = (%c32) to (%c64) step (%c1) {
+      scf.reduce
+    } {attn.threads, attn.mbarrier_sync}
+    scf.yield
+  } {attn.by_roles}
+  return
+}
+
+// -----
+
+// Each role runs what the region does outside thread loops: a store there
+// would be made once per role.
+func.func private @store_outside_roles(%a: memref<4xf32>, %n: index)
+    attributes {attn.kernel = "x", attn.block_kernel,
+                attn.tiling = {block_threads = 64 : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c32 = arith.constant 32 : index
+  %x = arith.constant 1.0 : f32
+  scf.execute_region no_inline {
+    // expected-error @below {{a region split by roles writes memory in thread loops alone (each role runs what is outside them), not in 'memref.store'}}
+    memref.store %x, %a[%c0] : memref<4xf32>
+    scf.parallel (%t) = (%c0) to (%c32) step (%c1) {
+      scf.reduce
+    } {attn.threads, attn.warp_sync}
+    scf.yield
+  } {attn.by_roles}
+  return
+}
+
+// -----
+
+// A thread loop over part of the block takes whole warps.
+func.func private @no_whole_warps(%a: memref<64xf32>, %n: index)
+    attributes {attn.kernel = "x", attn.block_kernel,
+                attn.tiling = {block_threads = 64 : i64}} {
+  %c1 = arith.constant 1 : index
+  %c32 = arith.constant 32 : index
+  %c48 = arith.constant 48 : index
+  // expected-error @below {{a thread loop must run with step 1 over [0, 64) or over whole warps of it (constant bounds, multiples of 32)}}
+  scf.parallel (%t) = (%c32) to (%c48) step (%c1) {
     scf.reduce
   } {attn.threads}
   return

@@ -143,15 +143,18 @@ TEST_P(SoftmaxAttention, MatchesReference) {
 /// The CUDA prefill kernels with warpgroup products (wgmma on sm_90a,
 /// CompileOptions::cudaFlashWarpgroups): core-matrix tiled q, k and v, P
 /// in registers as wgmma's A, one warpgroup (64 rows) or two (128) per
-/// block.
+/// block; with `producer` (CompileOptions::cudaFlashProducer), warp
+/// specialised: a producer warpgroup more stages k and v for them through
+/// mbarriers.
 class SoftmaxAttentionWarpgroups
     : public testing::TestWithParam<
-          std::tuple<AttentionCase, Backend, int64_t>> {};
+          std::tuple<AttentionCase, Backend, int64_t, bool>> {};
 
 TEST_P(SoftmaxAttentionWarpgroups, MatchesReference) {
-  const auto &[c, backend, warpgroups] = GetParam();
+  const auto &[c, backend, warpgroups, producer] = GetParam();
   mlir::attn::CompileOptions options;
   options.cudaFlashWarpgroups = warpgroups;
+  options.cudaFlashProducer = producer;
   checkAttention(c, backend, options);
 }
 
@@ -761,11 +764,12 @@ INSTANTIATE_TEST_SUITE_P(
     EndToEnd, SoftmaxAttentionWarpgroups,
     testing::Combine(testing::ValuesIn(warpgroupCases()),
                      testing::Values(Backend::CudaKernelsOnCpu, Backend::Cuda),
-                     testing::Values(1, 2)),
-    [](const testing::TestParamInfo<std::tuple<AttentionCase, Backend, int64_t>>
-           &info) {
+                     testing::Values(1, 2), testing::Bool()),
+    [](const testing::TestParamInfo<
+        std::tuple<AttentionCase, Backend, int64_t, bool>> &info) {
       return std::get<0>(info.param).label + "_warpgroups" +
-             std::to_string(std::get<2>(info.param)) + "_" +
+             std::to_string(std::get<2>(info.param)) +
+             (std::get<3>(info.param) ? "_producer" : "") + "_" +
              backendName(std::get<1>(info.param));
     });
 

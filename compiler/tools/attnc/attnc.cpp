@@ -100,6 +100,12 @@ cl::opt<int64_t> cudaWarpgroups(
              "instructions (wgmma), N warpgroups of 64 rows per block (1 "
              "or 2; default 0: mma.sync, faster on an H100 so far)"),
     cl::init(0), cl::cat(attncOptions));
+cl::opt<bool> cudaProducer(
+    "cuda-producer",
+    cl::desc("With --cuda-warpgroups, a producer warpgroup per block stages "
+             "the k and v tiles for the product warpgroups through "
+             "mbarriers (FlashAttention-3's warp specialization; sm_90a)"),
+    cl::init(false), cl::cat(attncOptions));
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "attnc") << message << "\n";
@@ -201,6 +207,10 @@ int main(int argc, char **argv) {
     return fail("--cuda-warpgroups must be 0, 1 or 2, got " +
                 llvm::Twine(cudaWarpgroups.getValue()));
   options.cudaFlashWarpgroups = cudaWarpgroups;
+  if (cudaProducer && cudaWarpgroups == 0)
+    return fail("--cuda-producer stages tiles for warpgroup products: it "
+                "needs --cuda-warpgroups 1 or 2");
+  options.cudaFlashProducer = cudaProducer;
   options.targets = target == "cpu"    ? attn::TargetSet::Cpu
                     : target == "cuda" ? attn::TargetSet::Cuda
                                        : attn::TargetSet::All;

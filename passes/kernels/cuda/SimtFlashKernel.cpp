@@ -75,6 +75,11 @@ private:
   /// tile j + 1's scores and tile j's P v in flight during tile j + 1's
   /// softmax (FlashAttention-3's intra-warpgroup overlap).
   void walkKeyTilesOverlapped();
+  /// The overlapped walk warp specialised (flash.producerWarpgroup): a
+  /// producer warpgroup stages the tiles, the others compute, handing the
+  /// k and v slots to one another through mbarriers, with no block-wide
+  /// barrier in the loop (FlashAttention-3's producer and consumers).
+  void walkKeyTilesWarpSpecialized();
   /// Per key tile: the scores from `keyBuffer`, the online-softmax update
   /// (with `stageValues`, the tile's v copied meanwhile; with
   /// `beforeRescale`, called before the output is rescaled), P v from
@@ -111,6 +116,20 @@ private:
   /// rows.
   void mergeIfLastSplit();
 
+  /// The mbarriers of the warp-specialised walk, one per slot of 2 (tile i
+  /// in slot i % 2): a slot's k or v is `Full` once the producer's copies
+  /// of it have landed, `Empty` once every consumer thread is done reading
+  /// it.
+  enum StageBarrier : int64_t { FullK = 0, FullV = 2, EmptyK = 4, EmptyV = 6 };
+  static constexpr int64_t kStageBarriers = 8;
+  /// Waits for stage barrier `kind` of tile `tile` (slot tile % 2): the
+  /// phase of the tile's own use of the slot (a Full barrier's), or of
+  /// the use before it (an Empty barrier's: the tile's slot free again).
+  void waitForStage(StageBarrier kind, Value tile);
+  /// Arrives at stage barrier `kind` of slot `slot` (after the thread's
+  /// copies land, with `afterCopies`).
+  void arriveAtStage(StageBarrier kind, Value slot, bool afterCopies = false);
+
   // What the phases share.
   Value lt(Value x, Value y) { return e.icmp(arith::CmpIPredicate::ult, x, y); }
   Value both(Value x, Value y) {
@@ -142,9 +161,10 @@ private:
   keyRowsOf(Value tile);
   /// Copies key tile `tile`'s rows of each (global, shared) pair, as
   /// SimtEmitter::stageRows with keyRowsOf(tile).
+  /// With `sharing`, the threads of that range alone copy.
   void stageKeyTile(Value thread, Value tile,
                     ArrayRef<std::pair<Value, Value>> fromTo, int64_t dim,
-                    int64_t padded);
+                    int64_t padded, ThreadRange sharing = {});
   /// Decode over a paged cache: the pages of each key tile are read two
   /// tiles ahead into `tilePages` (slot tile % 3), so that a tile's copies
   /// wait for no page table entry. Head dims up to 128 alone: at 256,
@@ -265,6 +285,8 @@ private:
   Value tilePages;
   int64_t pagesPerTile = 0;
   SmallVector<Value, 2> ks, vs;
+  /// flash.producerWarpgroup: the k and v slots' mbarriers (StageBarrier).
+  Value stageBarriers;
 
   // The softmax in base 2 (see allocateBuffers).
   bool scoresScaled;
@@ -317,7 +339,9 @@ func::FuncOp SimtFlashKernel::build() {
     stageQueryTile();
     findTreeNodes();
     findKeyRange();
-    if (flash.overlapsProducts)
+    if (flash.producerWarpgroup)
+      walkKeyTilesWarpSpecialized();
+    else if (flash.overlapsProducts)
       walkKeyTilesOverlapped();
     else if (flash.stages == 2)
       walkKeyTilesInTwoStages();
@@ -487,6 +511,144 @@ void SimtFlashKernel::walkKeyTilesOverlapped() {
           multiplyValues(probRegs, vs[buffer], warpRow, lane, thread);
         });
       });
+  });
+}
+
+void SimtFlashKernel::waitForStage(StageBarrier kind, Value tile) {
+  // Tile i is use i / 2 of its slot, which completes phase i / 2 of the
+  // slot's Full barrier and, once read, of its Empty one. Before staging
+  // it the producer waits for the Empty phase of use i / 2 - 1: parity
+  // (i / 2 + 1) % 2, for tiles 0 and 1 the phase before a fresh barrier's
+  // first, which counts as complete.
+  Value c2 = e.index(2);
+  Value use = e.div(tile, c2);
+  if (kind == EmptyK || kind == EmptyV)
+    use = e.add(use, c1);
+  MbarrierWaitOp::create(b, stageBarriers,
+                         e.add(e.index(kind), e.rem(tile, c2)), e.rem(use, c2));
+}
+
+void SimtFlashKernel::arriveAtStage(StageBarrier kind, Value slot,
+                                    bool afterCopies) {
+  MbarrierArriveOp::create(b, stageBarriers, e.add(e.index(kind), slot),
+                           afterCopies, /*expect_bytes=*/Value());
+}
+
+void SimtFlashKernel::walkKeyTilesWarpSpecialized() {
+  // walkKeyTilesOverlapped's tiles, products and copies in the same order,
+  // the copies made by a producer warpgroup of their own: while the
+  // consumers compute tile j + 1's scores and tile j's P v, it stages k of
+  // tile j + 2 and v of tile j + 1, each once its slot is free, arriving
+  // at the slot's Full barrier as its copies land. The consumers wait for
+  // the Full phases of what they read and arrive at the Empty ones when
+  // their products have read it: no block-wide barrier in the loop, each
+  // role running as far ahead as the mbarriers let it (on the GPU each
+  // runs its own copy of the loop; see SimtEmitter::byRoles).
+  const ThreadRange producer = flash.producerThreads();
+  const int64_t producerThreads = producer.count;
+  const int64_t productThreads = flash.productThreads().count;
+  auto stageKeys = [&](Value thread, Value tile, int64_t slot) {
+    waitForStage(EmptyK, tile);
+    stageKeyTile(thread, tile, {{k, ks[slot]}}, D, Dp, producer);
+    arriveAtStage(FullK, e.index(slot), /*afterCopies=*/true);
+  };
+  auto stageValues = [&](Value thread, Value tile, int64_t slot) {
+    waitForStage(EmptyV, tile);
+    stageKeyTile(thread, tile, {{v, vs[slot]}}, Dv, Dvp, producer);
+    arriveAtStage(FullV, e.index(slot), /*afterCopies=*/true);
+  };
+  // The consumers read what other threads copied: their own fence makes
+  // it visible to the tensor cores' async proxy, which wgmma reads
+  // shared memory through.
+  auto fenceForProducts = [&] { waitForCopies(); };
+  auto waitForProducts = [&](int64_t pending) {
+    WarpgroupWaitOp::create(b, loc).setPending(pending);
+  };
+  // The q tile (every thread's copies) in place, and the barriers made,
+  // before any role starts.
+  e.eachThread([&](Value thread) {
+    waitForCopies();
+    e.ifThen(e.icmp(arith::CmpIPredicate::eq, thread, c0), [&] {
+      for (int64_t slot = 0; slot < 2; ++slot) {
+        for (StageBarrier full : {FullK, FullV})
+          MbarrierInitOp::create(b, stageBarriers, e.index(full + slot),
+                                 producerThreads);
+        for (StageBarrier empty : {EmptyK, EmptyV})
+          MbarrierInitOp::create(b, stageBarriers, e.index(empty + slot),
+                                 productThreads);
+      }
+    });
+  });
+  auto eachProducerThread = [&](function_ref<void(Value thread)> body) {
+    e.eachThreadIn(producer, body, SimtEmitter::Sync::Mbarriers);
+  };
+  e.ifThen(lt(c0, keyTiles), [&] {
+    e.byRoles([&] {
+      // Tile 0: its k and v and tile 1's k, then its scores and P.
+      eachProducerThread([&](Value thread) {
+        stageKeys(thread, c0, 0);
+        stageValues(thread, c0, 0);
+        e.ifThen(lt(c1, keyTiles), [&] { stageKeys(thread, c1, 1); });
+      });
+      Value firstKey = tileFirstKey(c0);
+      Value interior = interiorTileOf(firstKey);
+      eachWarp(
+          [&](Value warpRow, Value lane, Value thread) {
+            waitForStage(FullK, c0);
+            fenceForProducts();
+            multiplyScores(ks[0], warpRow, lane, thread);
+            arriveAtStage(EmptyK, c0);
+            scoreProducts(firstKey, interior, warpRow, lane, thread);
+          },
+          SimtEmitter::Sync::Warp);
+      updateSoftmax(c0, /*stageValues=*/false);
+      keepProbabilities();
+      // Tiles j = 0 .. n - 2: tile j + 1's scores and softmax, tile j's
+      // P v.
+      Value lastTile = e.sub(keyTiles, c1);
+      e.inTwoStages(lastTile, [&](Value tile, Value nextTile, int64_t slot) {
+        Value afterNext = e.add(nextTile, c1);
+        eachProducerThread([&](Value thread) {
+          e.ifThen(lt(afterNext, keyTiles),
+                   [&] { stageKeys(thread, afterNext, slot); });
+          stageValues(thread, nextTile, 1 - slot);
+        });
+        Value firstKey = tileFirstKey(nextTile);
+        Value interior = interiorTileOf(firstKey);
+        eachWarp(
+            [&](Value warpRow, Value lane, Value thread) {
+              waitForStage(FullK, nextTile);
+              waitForStage(FullV, tile);
+              fenceForProducts();
+              multiplyScores(ks[1 - slot], warpRow, lane, thread,
+                             /*async=*/true);
+              multiplyValues(probRegs, vs[slot], warpRow, lane, thread,
+                             /*async=*/true);
+              waitForProducts(/*pending=*/1); // the scores, not P v
+              arriveAtStage(EmptyK, e.index(1 - slot));
+              scoreProducts(firstKey, interior, warpRow, lane, thread);
+            },
+            SimtEmitter::Sync::Warp);
+        updateSoftmax(nextTile, /*stageValues=*/false, [&] {
+          waitForProducts(/*pending=*/0);
+          arriveAtStage(EmptyV, e.index(slot));
+        });
+        keepProbabilities();
+      });
+      // The last tile's P v, from the slot of its parity.
+      Value lastSlot = e.rem(lastTile, e.index(2));
+      for (int64_t slot = 0; slot < 2; ++slot)
+        e.ifThen(
+            e.icmp(arith::CmpIPredicate::eq, lastSlot, e.index(slot)), [&] {
+              eachWarp(
+                  [&](Value warpRow, Value lane, Value thread) {
+                    waitForStage(FullV, lastTile);
+                    fenceForProducts();
+                    multiplyValues(probRegs, vs[slot], warpRow, lane, thread);
+                  },
+                  SimtEmitter::Sync::Warp);
+            });
+    });
   });
 }
 
@@ -793,6 +955,8 @@ void SimtFlashKernel::allocateBuffers() {
   scoreRegs = e.registers({RT * keyBlocks, 4});
   if (flash.overlapsProducts)
     probRegs = e.registers({RT * keyBlocks, 4});
+  if (flash.producerWarpgroup)
+    stageBarriers = e.shared({kStageBarriers}, b.getI64Type());
   outRegs = e.registers({RT * valueBlocks, 4});
   maxRegs = e.registers({2 * RT});
   sumRegs = e.registers({2 * RT});
@@ -814,7 +978,8 @@ void SimtFlashKernel::allocateBuffers() {
 void SimtFlashKernel::eachWarp(
     function_ref<void(Value warpRow, Value lane, Value thread)> body,
     SimtEmitter::Sync sync) {
-  e.eachThread(
+  e.eachThreadIn(
+      flash.productThreads(),
       [&](Value thread) {
         Value rowWarp = e.div(e.div(thread, c32), e.index(flash.valueParts));
         Value warpRow =
@@ -1048,9 +1213,11 @@ SimtFlashKernel::keyRowsOf(Value tile) {
 
 void SimtFlashKernel::stageKeyTile(Value thread, Value tile,
                                    ArrayRef<std::pair<Value, Value>> fromTo,
-                                   int64_t dim, int64_t padded) {
+                                   int64_t dim, int64_t padded,
+                                   ThreadRange sharing) {
   auto checked = [&] {
-    e.stageRows(thread, TK, fromTo, dim, padded, keyRowsOf(tile));
+    e.stageRows(thread, TK, fromTo, dim, padded, keyRowsOf(tile),
+                /*firstColumn=*/{}, sharing);
   };
   // A tile whose keys all precede the range's end (every tile of a long
   // range but its last) copies its rows unpredicated: no compare and no
@@ -1079,7 +1246,8 @@ void SimtFlashKernel::stageKeyTile(Value thread, Value tile,
             thread, TK, fromTo, dim, padded,
             [&](Value j) -> std::pair<SmallVector<Value>, Value> {
               return {kv->at(batch, kvHead, e.add(firstKey, j)), always};
-            });
+            },
+            /*firstColumn=*/{}, sharing);
         return {};
       },
       [&]() -> SmallVector<Value> {

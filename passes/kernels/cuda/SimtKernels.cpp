@@ -160,10 +160,15 @@ Value SimtEmitter::loadOrZero(Value condition, Value memref,
   return op.getResult(0);
 }
 
-void SimtEmitter::eachThread(function_ref<void(Value thread)> body, Sync sync) {
+void SimtEmitter::eachThreadIn(ThreadRange range,
+                               function_ref<void(Value thread)> body,
+                               Sync sync) {
   assert(blockThreads > 0 && "thread loops are for block kernels");
+  const int64_t count = range.count > 0 ? range.count : blockThreads;
+  assert(range.first >= 0 && range.first + count <= blockThreads &&
+         "a range of the block's threads");
   auto loop = scf::ParallelOp::create(
-      b, ValueRange{index(0)}, ValueRange{index(blockThreads)},
+      b, ValueRange{index(range.first)}, ValueRange{index(range.first + count)},
       ValueRange{index(1)}, [&](OpBuilder &nested, Location, ValueRange ivs) {
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPoint(nested.getInsertionBlock(),
@@ -175,6 +180,17 @@ void SimtEmitter::eachThread(function_ref<void(Value thread)> body, Sync sync) {
     loop->setAttr(kWarpSyncAttr, b.getUnitAttr());
   else if (sync == Sync::Mbarriers)
     loop->setAttr(kMbarrierSyncAttr, b.getUnitAttr());
+}
+
+void SimtEmitter::byRoles(function_ref<void()> body) {
+  // no_inline: the canonicalizer would dissolve the region into its parent.
+  auto region =
+      scf::ExecuteRegionOp::create(b, TypeRange{}, /*no_inline=*/true);
+  region->setAttr(kByRolesAttr, b.getUnitAttr());
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&region.getRegion().emplaceBlock());
+  body();
+  scf::YieldOp::create(b);
 }
 
 void SimtEmitter::forAll(Value count, function_ref<void(Value i)> body) {
@@ -263,7 +279,9 @@ void SimtEmitter::stageRows(
     Value thread, int64_t count, ArrayRef<std::pair<Value, Value>> fromTo,
     int64_t dim, int64_t padded,
     function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt,
-    Value firstColumn) {
+    Value firstColumn, ThreadRange sharing) {
+  if (sharing.count > 0)
+    thread = sub(thread, index(sharing.first));
   Type element =
       cast<MemRefType>(fromTo.front().second.getType()).getElementType();
   assert(llvm::all_of(fromTo,
@@ -280,7 +298,8 @@ void SimtEmitter::stageRows(
     lanes /= 2;
   const bool pieces = lanes * elementBytes >= 4;
   const int64_t step = pieces ? lanes : 1;
-  const int64_t perRow = padded / step, threads = blockThreads;
+  const int64_t perRow = padded / step;
+  const int64_t threads = sharing.count > 0 ? sharing.count : blockThreads;
   const int64_t copies = count * perRow;
   auto copy = [&](Value j, Value d) {
     auto [at, isRow] = rowAt(j);
@@ -492,7 +511,8 @@ int64_t SimtFlashTiling::sharedBytes() const {
   return buffer(rows * headStride(), elementBytes) +           // q tile
          stages * buffer(keys * headStride(), elementBytes) +  // k tiles
          stages * buffer(keys * valueStride(), elementBytes) + // v tiles
-         buffer(valueParts * rows * kLanesPerRow, 4);          // quad exchange
+         buffer(valueParts * rows * kLanesPerRow, 4) +         // quad exchange
+         (producerWarpgroup ? buffer(8, 8) : 0); // the slots' mbarriers
 }
 
 namespace {
@@ -565,6 +585,7 @@ SimtFlashTiling SimtFlashTiling::choose(const SoftmaxAttentionShape &shape,
         warpgroups && flash.warps % WarpMmaOp::kWarpgroupWarps == 0;
     flash.overlapsProducts = flash.warpgroupMma && flash.paddedValueDim <= 128;
     flash.stages = flash.overlapsProducts ? 2 : 1;
+    flash.producerWarpgroup = flash.overlapsProducts && tiling.flashProducer;
     return flash.sharedBytes() <= budget ? std::optional(flash) : std::nullopt;
   };
   for (int64_t budget : {tiling.maxSharedBytes / 2, tiling.maxSharedBytes})

@@ -72,6 +72,11 @@ struct GpuTiling {
   /// warpgroups of 4 warps (64 rows each) per block, 1 or 2; 0 keeps
   /// mma.sync (SimtFlashTiling::warpgroupMma).
   int64_t flashWarpgroups = 0;
+  /// With flashWarpgroups, the prefill kernel's key loop is warp
+  /// specialised (FlashAttention-3's producer and consumers): a producer
+  /// warpgroup more stages the k and v tiles, handing them to the product
+  /// warpgroups through mbarriers (SimtFlashTiling::producerWarpgroup).
+  bool flashProducer = false;
 
   DictionaryAttr toAttr(MLIRContext *context) const;
 };
@@ -89,6 +94,9 @@ constexpr llvm::StringLiteral kBlockKernelAttr = "attn.block_kernel";
 constexpr llvm::StringLiteral kThreadLoopAttr = "attn.threads";
 constexpr llvm::StringLiteral kWarpSyncAttr = "attn.warp_sync";
 constexpr llvm::StringLiteral kMbarrierSyncAttr = "attn.mbarrier_sync";
+/// An `scf.execute_region` whose thread loops each run over one role's
+/// threads (SimtEmitter::byRoles).
+constexpr llvm::StringLiteral kByRolesAttr = "attn.by_roles";
 constexpr llvm::StringLiteral kSharedBufferAttr = "attn.shared";
 constexpr llvm::StringLiteral kRegisterBufferAttr = "attn.registers";
 
@@ -115,6 +123,13 @@ struct SimtLaunch {
   /// mark, the shared buffers); fails with an error on `kernel` when it is
   /// not a kernel of -attn-gpu-dispatches.
   static FailureOr<SimtLaunch> get(func::FuncOp kernel);
+};
+
+/// Threads [first, first + count) of a block: one role of a warp-specialised
+/// kernel (its producer warps, or its consumers). A count of 0 means every
+/// thread of the block.
+struct ThreadRange {
+  int64_t first = 0, count = 0;
 };
 
 /// KernelEmitter's scalar side for the CUDA kernels, and the structure of
@@ -170,7 +185,22 @@ struct SimtEmitter : KernelEmitter {
   /// says (with Block and Warp, the results are visible to the next thread
   /// loop).
   void eachThread(function_ref<void(Value thread)> body,
-                  Sync sync = Sync::Block);
+                  Sync sync = Sync::Block) {
+    eachThreadIn({}, body, sync);
+  }
+  /// eachThread over the threads of `range` alone (a role's: whole warps).
+  /// Inside byRoles, a role's loops end with Warp or Mbarriers sync: a
+  /// block-wide barrier would wait for threads that run other code.
+  void eachThreadIn(ThreadRange range, function_ref<void(Value thread)> body,
+                    Sync sync = Sync::Block);
+  /// Runs `body`, whose thread loops each take one role's threads (disjoint
+  /// ranges), the roles handing data to one another through mbarriers
+  /// alone. On the CPU it is that code as it is, the roles' loops
+  /// interleaved in program order; on the GPU (-attn-gpu-outline-kernels)
+  /// each role runs its own copy of `body` holding its loops alone, so a
+  /// producer warp runs through its loop of tiles ahead of the consumers'
+  /// (FlashAttention-3's warp specialization).
+  void byRoles(function_ref<void()> body);
   /// Runs `body(i)` for every i in [0, count), spread over the block's
   /// threads (thread t takes i = t, t + blockThreads, ...), then waits.
   void forAll(Value count, function_ref<void(Value i)> body);
@@ -216,12 +246,14 @@ struct SimtEmitter : KernelEmitter {
   /// stageRows for several (from, to) pairs of one element type whose rows
   /// are at the same indices (k and v of a key tile): each row's place is
   /// found once for all of them.
+  /// With `sharing`, the threads of that range alone share the copies
+  /// (`thread` one of them).
   void
   stageRows(Value thread, int64_t count,
             ArrayRef<std::pair<Value, Value>> fromTo, int64_t dim,
             int64_t padded,
             function_ref<std::pair<SmallVector<Value>, Value>(Value)> rowAt,
-            Value firstColumn = {});
+            Value firstColumn = {}, ThreadRange sharing = {});
   /// Thread `thread`'s share of copying `count` rows of `dim` elements
   /// from the shared tile `from` (padded rows whose strides are multiples
   /// of 16 bytes) to rows rowAt(j).first... of `to` (of `from`'s element
@@ -400,6 +432,9 @@ struct SimtFlashTiling {
   /// at 256 the output fragment's 128 registers leave too few, and ptxas
   /// spilled 160 bytes).
   bool overlapsProducts = false;
+  /// With overlapsProducts: a warpgroup more per block, the producer, stages
+  /// the k and v tiles; the `warps` compute (GpuTiling::flashProducer).
+  bool producerWarpgroup = false;
 
   /// Warps that share one warp's rows, each holding a part of the value
   /// columns of its output fragment (FlashMLA's split of the 512 latent
@@ -410,7 +445,18 @@ struct SimtFlashTiling {
   int64_t valueParts = 1;
 
   int64_t queryTile() const { return 16 * rowTiles * warps / valueParts; }
-  int64_t threads() const { return 32 * warps; }
+  int64_t threads() const {
+    return 32 * (warps + (producerWarpgroup ? kProducerWarps : 0));
+  }
+  /// The threads whose warps compute (the block's first), and the
+  /// producer's (after them).
+  ThreadRange productThreads() const { return {0, 32 * warps}; }
+  ThreadRange producerThreads() const {
+    return {32 * warps, producerWarpgroup ? 32 * kProducerWarps : 0};
+  }
+  /// A warpgroup: the producer's role is one (setmaxnreg, which gives it
+  /// fewer registers and the consumers more, takes whole warpgroups).
+  static constexpr int64_t kProducerWarps = 4;
   /// The value columns of one warp's output fragment.
   int64_t valueColumnsPerWarp() const { return paddedValueDim / valueParts; }
 
